@@ -1,0 +1,83 @@
+// Code generation: lowering IR nodes to runtime kernel calls, running them
+// in-process (the interpreter), and writing the self-contained C program.
+#ifndef MTC_CODEGEN_H
+#define MTC_CODEGEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+// ---- kernel calls (codegen/kcall.c) -------------------------------------------
+
+typedef enum CgKernel {
+#define K(name, call) CG_K_##name,
+#include "kernels.def"
+  CG_K_COUNT
+} CgKernel;
+
+const char *cg_kernel_name(CgKernel k);   // "matmul" (the C function is rt_matmul)
+
+typedef enum CgArgKind {
+  CG_BUF,     // a tensor: its arena buffer
+  CG_INT,     // an integer, as a formula
+  CG_ENUM,    // an integer printed by name (RT_ADD ...)
+  CG_FLOAT,   // a float constant
+  CG_INTS,    // an array of integers, as formulas
+  CG_LR,      // the learning rate, a run-time argument of update()
+  CG_STEP,    // the 1-based step number, a run-time argument of update()
+} CgArgKind;
+
+typedef struct CgArg {
+  CgArgKind kind;
+  const IrValue *buf;
+  const Sym *i;
+  const char *name;     // CG_ENUM
+  double f;
+  int n;                // CG_INTS
+  const Sym *ints[IR_MAXRANK];
+} CgArg;
+
+#define CG_MAXARGS 16
+
+typedef struct CgCall {
+  CgKernel k;
+  int nargs;
+  CgArg args[CG_MAXARGS];
+} CgCall;
+
+// The kernel calls that execute node n (split and concat take one per part).
+// Returns the number of calls written to `calls` (at most max), or -1.
+int cg_lower(IrGraph *g, const IrNode *n, CgCall *calls, int max, IrDiag *d);
+
+// ---- the interpreter (codegen/interp.c) -------------------------------------------
+
+// Executes a planned graph (after pass_memplan) in-process with the runtime's
+// CPU kernels, on one arena of g->arena_bytes bytes.
+typedef struct CgInterp CgInterp;
+CgInterp *cg_interp_new(IrGraph *g, IrDiag *d);   // lowers every node; NULL on error
+void cg_interp_free(CgInterp *it);
+char *cg_interp_arena(CgInterp *it);
+float *cg_interp_f32(CgInterp *it, const IrValue *v);
+int32_t *cg_interp_i32(CgInterp *it, const IrValue *v);
+void cg_interp_init_params(CgInterp *it, uint64_t seed); // same values as the emitted weights
+void cg_interp_run(CgInterp *it, IrPhase phase, float lr, int step);
+
+// ---- the emitted program (codegen/emit_c.c) -----------------------------------------
+
+typedef struct CgOptions {
+  const char *outdir;
+  const char *runtime_dir;  // where runtime/ sources are (copied into outdir)
+  uint64_t seed;            // initial weights
+  const char *source;       // the model file, for the README
+} CgOptions;
+
+// Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,
+// README.md. The graph must be planned (pass_memplan).
+int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d);
+
+// Initial values of a parameter (normal/zeros/ones from the seed), the same
+// in the interpreter and in weights.bin. `index` is the parameter's position.
+void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed, float *out);
+
+#endif

@@ -1,0 +1,162 @@
+// The interpreter: runs a planned graph in-process with the runtime's CPU
+// kernels. Tests use it to check gradients by finite differences without
+// compiling a program; it executes exactly the calls the emitter prints.
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rng.h"
+
+// One lowered call with its arguments resolved to numbers and pointers.
+typedef struct Exec {
+  CgKernel k;
+  IrPhase phase;
+  void *p[CG_MAXARGS];
+  long i[CG_MAXARGS];
+  float f[CG_MAXARGS];
+  long a[CG_MAXARGS][IR_MAXRANK];
+  bool lr[CG_MAXARGS], step[CG_MAXARGS];
+} Exec;
+
+struct CgInterp {
+  IrGraph *g;
+  char *arena;
+  Exec *execs;
+  int nexecs;
+};
+
+static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag *d) {
+  memset(e, 0, sizeof *e);
+  e->k = c->k;
+  e->phase = phase;
+  for (int j = 0; j < c->nargs; j++) {
+    const CgArg *a = &c->args[j];
+    int64_t x = 0;
+    switch (a->kind) {
+    case CG_BUF: e->p[j] = it->arena + a->buf->offset; break;
+    case CG_INT:
+    case CG_ENUM:
+      if (sym_eval(a->i, &it->g->syms, &x))
+        return ir_error(d, (IrLoc){0}, "interp: a size does not evaluate to an integer");
+      e->i[j] = (long)x;
+      break;
+    case CG_FLOAT: e->f[j] = (float)a->f; break;
+    case CG_INTS:
+      for (int k = 0; k < a->n; k++) {
+        if (sym_eval(a->ints[k], &it->g->syms, &x))
+          return ir_error(d, (IrLoc){0}, "interp: a size does not evaluate to an integer");
+        e->a[j][k] = (long)x;
+      }
+      break;
+    case CG_LR: e->lr[j] = true; break;
+    case CG_STEP: e->step[j] = true; break;
+    }
+  }
+  return 0;
+}
+
+CgInterp *cg_interp_new(IrGraph *g, IrDiag *d) {
+  CgInterp *it = calloc(1, sizeof *it);
+  IR_ASSERT(it);
+  it->g = g;
+  it->arena = aligned_alloc(64, (size_t)(g->arena_bytes + 64) / 64 * 64);
+  IR_ASSERT(it->arena);
+  memset(it->arena, 0, (size_t)g->arena_bytes);
+  int cap = 0;
+  CgCall calls[64];
+  for (int i = 0; i < g->nnodes; i++) {
+    int nc = cg_lower(g, g->nodes[i], calls, 64, d);
+    if (nc < 0) {
+      cg_interp_free(it);
+      return NULL;
+    }
+    for (int c = 0; c < nc; c++) {
+      if (it->nexecs == cap) {
+        cap = cap ? 2 * cap : 256;
+        it->execs = realloc(it->execs, (size_t)cap * sizeof *it->execs);
+        IR_ASSERT(it->execs);
+      }
+      if (resolve(it, &calls[c], g->nodes[i]->phase, &it->execs[it->nexecs++], d)) {
+        cg_interp_free(it);
+        return NULL;
+      }
+    }
+  }
+  return it;
+}
+
+void cg_interp_free(CgInterp *it) {
+  if (!it)
+    return;
+  free(it->arena);
+  free(it->execs);
+  free(it);
+}
+
+char *cg_interp_arena(CgInterp *it) { return it->arena; }
+float *cg_interp_f32(CgInterp *it, const IrValue *v) { return (float *)(it->arena + v->offset); }
+int32_t *cg_interp_i32(CgInterp *it, const IrValue *v) {
+  return (int32_t *)(it->arena + v->offset);
+}
+
+void cg_interp_init_params(CgInterp *it, uint64_t seed) {
+  int index = 0;
+  for (int i = 0; i < it->g->nvalues; i++) {
+    const IrValue *v = it->g->values[i];
+    if (v->role == ROLE_PARAM)
+      cg_init_param(it->g, v, index++, seed, cg_interp_f32(it, v));
+    else if (v->role == ROLE_STATE)
+      memset(cg_interp_f32(it, v), 0, (size_t)v->bytes);
+  }
+}
+
+void cg_interp_run(CgInterp *it, IrPhase phase, float lr, int step) {
+  for (int n = 0; n < it->nexecs; n++) {
+    Exec *e = &it->execs[n];
+    if (e->phase != phase)
+      continue;
+    for (int j = 0; j < CG_MAXARGS; j++) {
+      if (e->lr[j])
+        e->f[j] = lr;
+      if (e->step[j])
+        e->i[j] = step;
+    }
+#define P(j) ((float *)e->p[j])
+#define X(j) ((const int *)e->p[j])
+#define I(j) (e->i[j])
+#define F(j) (e->f[j])
+#define A(j) (e->a[j])
+    switch (e->k) {
+#define K(name, call)                                                                           \
+  case CG_K_##name:                                                                              \
+    call;                                                                                        \
+    break;
+#include "kernels.def"
+    case CG_K_COUNT: break;
+    }
+#undef P
+#undef X
+#undef I
+#undef F
+#undef A
+  }
+}
+
+// Parameters: normal(std) / zeros / ones from a per-parameter stream, so
+// adding a parameter does not change the others' values.
+void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed, float *out) {
+  int64_t n = 0;
+  IR_ASSERT(sym_eval(ir_numel((IrGraph *)g, p), &g->syms, &n) == 0);
+  rt_rng rng;
+  rt_rng_seed(&rng, seed * 1000003u + (uint64_t)index);
+  for (int64_t i = 0; i < n; i++) {
+    switch (p->init.kind) {
+    case INIT_NONE:
+    case INIT_ZEROS: out[i] = 0.0f; break;
+    case INIT_ONES: out[i] = 1.0f; break;
+    case INIT_NORMAL: out[i] = (float)p->init.std * rt_rng_normal(&rng); break;
+    }
+  }
+}

@@ -1,0 +1,356 @@
+// Lowering: which runtime kernel calls execute each IR node (lower_<op>,
+// expanded from ops.def). Sizes stay formulas so the emitted C reads
+// `rt_layernorm_fwd(out, x, w, b, B*T, C, 1e-05f)`.
+#include "codegen.h"
+
+#include <string.h>
+
+static const char *const kernel_names[] = {
+#define K(name, call) #name,
+#include "kernels.def"
+};
+
+const char *cg_kernel_name(CgKernel k) { return kernel_names[k]; }
+
+// ---- call builders -------------------------------------------------------------------
+
+typedef struct Lower {
+  IrGraph *g;
+  CgCall *calls;
+  int ncalls, max;
+} Lower;
+
+static CgCall *call(Lower *L, CgKernel k) {
+  IR_ASSERT(L->ncalls < L->max);
+  CgCall *c = &L->calls[L->ncalls++];
+  memset(c, 0, sizeof *c);
+  c->k = k;
+  return c;
+}
+
+static CgArg *arg(CgCall *c, CgArgKind kind) {
+  IR_ASSERT(c->nargs < CG_MAXARGS);
+  CgArg *a = &c->args[c->nargs++];
+  a->kind = kind;
+  return a;
+}
+
+static void buf(CgCall *c, const IrValue *v) { arg(c, CG_BUF)->buf = v; }
+static void num(CgCall *c, const Sym *s) { arg(c, CG_INT)->i = s; }
+static void flt(CgCall *c, double f) { arg(c, CG_FLOAT)->f = f; }
+static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena, k)); }
+
+static void enm(Lower *L, CgCall *c, const char *name, int64_t v) {
+  CgArg *a = arg(c, CG_ENUM);
+  a->name = name;
+  a->i = sym_const(&L->g->arena, v);
+}
+
+static void ints(CgCall *c, int n, const Sym *const *v) {
+  CgArg *a = arg(c, CG_INTS);
+  a->n = n;
+  for (int i = 0; i < n; i++)
+    a->ints[i] = v[i];
+}
+
+static const Sym *numel(Lower *L, const IrValue *v) { return ir_numel(L->g, v); }
+
+// Product of dims [from, to).
+static const Sym *dims(Lower *L, const IrValue *v, int from, int to) {
+  const Sym *p = sym_const(&L->g->arena, 1);
+  for (int i = from; i < to; i++)
+    p = sym_mul(&L->g->arena, p, v->shape[i]);
+  return p;
+}
+
+static const Sym *last(const IrValue *v) { return v->shape[v->rank - 1]; }
+static const Sym *rows(Lower *L, const IrValue *v) { return dims(L, v, 0, v->rank - 1); }
+
+// Contiguous strides of v viewed with `rank` dims aligned to the right of an
+// output of that rank; broadcast (size-1 or missing) dims get stride 0.
+static void broadcast_strides(Lower *L, const IrValue *v, const IrValue *out, const Sym **st) {
+  IrArena *a = &L->g->arena;
+  const Sym *s = sym_const(a, 1);
+  for (int i = out->rank - 1; i >= 0; i--) {
+    int j = i - (out->rank - v->rank);
+    int64_t one = 0;
+    bool is1 = j < 0 || (sym_is_const(v->shape[j], &one) && one == 1);
+    bool out1 = sym_is_const(out->shape[i], &one) && one == 1;
+    st[i] = is1 && !out1 ? sym_const(a, 0) : s;
+    if (j >= 0)
+      s = sym_mul(a, s, v->shape[j]);
+  }
+}
+
+// ---- lowering rules ---------------------------------------------------------------------
+
+typedef void LowerFn(Lower *L, const IrNode *n);
+
+// rt_matmul(c, a, b, batch, m, n, k, ta, tb, sa, sb, sc). Two flattenings
+// turn a batch of GEMMs into one: a batched, untransposed A times a shared B
+// is one (batch*M x K) GEMM; a batch-summed A^T dC is one GEMM over
+// (batch*K) rows.
+static void lower_matmul(Lower *L, const IrNode *n) {
+  IrArena *ar = &L->g->arena;
+  const IrValue *a = n->in[0], *b = n->in[1], *o = n->out[0];
+  int ta = (int)ir_attr_int(n, "ta", 0), tb = (int)ir_attr_int(n, "tb", 0);
+  bool sum = ir_attr_int(n, "sum_batch", 0);
+  const Sym *m = a->shape[a->rank - (ta ? 1 : 2)], *k = a->shape[a->rank - (ta ? 2 : 1)];
+  const Sym *nn = b->shape[b->rank - (tb ? 2 : 1)];
+  const IrValue *big = a->rank > 2 ? a : b;
+  const Sym *batch = dims(L, big, 0, big->rank - 2);
+  const Sym *sa = a->rank > 2 ? sym_mul(ar, a->shape[a->rank - 2], a->shape[a->rank - 1]) : sym_const(ar, 0);
+  const Sym *sb = b->rank > 2 ? sym_mul(ar, b->shape[b->rank - 2], b->shape[b->rank - 1]) : sym_const(ar, 0);
+  const Sym *sc = sum ? sym_const(ar, 0) : sym_mul(ar, m, nn);
+  if (a->rank > 2 && b->rank == 2 && !ta && !sum) { // rows of A all meet the same B
+    m = sym_mul(ar, batch, m);
+    batch = sym_const(ar, 1);
+  } else if (sum && a->rank > 2 && b->rank > 2 && ta && !tb) { // A^T dC summed over the batch
+    k = sym_mul(ar, batch, k);
+    batch = sym_const(ar, 1);
+  }
+  (void)o;
+  CgCall *c = call(L, CG_K_matmul);
+  buf(c, n->out[0]), buf(c, a), buf(c, b);
+  num(c, batch), num(c, m), num(c, nn), num(c, k);
+  numk(L, c, ta), numk(L, c, tb);
+  num(c, sa), num(c, sb), num(c, sc);
+}
+
+// rt_binary(op, out, a, b, rank, shape, astride, bstride); same-shape
+// operands run as one flat loop.
+static void binary(Lower *L, const IrNode *n, const char *opname, int op) {
+  const IrValue *a = n->in[0], *b = n->in[1], *o = n->out[0];
+  CgCall *c = call(L, CG_K_binary);
+  enm(L, c, opname, op);
+  buf(c, o), buf(c, a), buf(c, b);
+  if (ir_same_shape(a, o) && ir_same_shape(b, o)) {
+    const Sym *one = sym_const(&L->g->arena, 1), *total = numel(L, o);
+    numk(L, c, 1), ints(c, 1, &total), ints(c, 1, &one), ints(c, 1, &one);
+    return;
+  }
+  const Sym *as[IR_MAXRANK], *bs[IR_MAXRANK];
+  broadcast_strides(L, a, o, as);
+  broadcast_strides(L, b, o, bs);
+  numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, as), ints(c, o->rank, bs);
+}
+static void lower_add(Lower *L, const IrNode *n) { binary(L, n, "RT_ADD", 0); }
+static void lower_sub(Lower *L, const IrNode *n) { binary(L, n, "RT_SUB", 1); }
+static void lower_mul(Lower *L, const IrNode *n) { binary(L, n, "RT_MUL", 2); }
+static void lower_div(Lower *L, const IrNode *n) { binary(L, n, "RT_DIV", 3); }
+
+static void lower_scale(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_scale);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  flt(c, ir_attr_float(n, "s", 1.0)), flt(c, ir_attr_float(n, "b", 0.0));
+}
+
+// out, in..., numel
+static void elementwise(Lower *L, const IrNode *n, CgKernel k) {
+  CgCall *c = call(L, k);
+  buf(c, n->out[0]);
+  for (int i = 0; i < n->nin; i++)
+    buf(c, n->in[i]);
+  num(c, numel(L, n->out[0]));
+}
+static void lower_gelu(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_fwd); }
+static void lower_gelu_bwd(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_bwd); }
+static void lower_relu(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_relu_fwd); }
+static void lower_relu_bwd(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_relu_bwd); }
+
+static void lower_layernorm(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_layernorm_fwd);
+  const IrValue *x = n->in[0];
+  buf(c, n->out[0]), buf(c, x), buf(c, n->in[1]), buf(c, n->in[2]);
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_float(n, "eps", 1e-5));
+}
+
+static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_layernorm_bwd);
+  const IrValue *x = n->in[1];
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->out[2]);
+  buf(c, n->in[0]), buf(c, x), buf(c, n->in[2]);
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_float(n, "eps", 1e-5));
+}
+
+static void lower_softmax(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_softmax_fwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, rows(L, n->in[0])), num(c, last(n->in[0]));
+}
+
+static void lower_softmax_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_softmax_bwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
+  num(c, rows(L, n->in[0])), num(c, last(n->in[0]));
+}
+
+// q, k, v: [..., T, HS]; the leading dims are batch x heads.
+static void attention_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
+  num(c, dims(L, q, 0, q->rank - 2)), num(c, q->shape[q->rank - 2]), num(c, last(q));
+  numk(L, c, ir_attr_int(n, "causal", 1));
+}
+
+static void lower_attention(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_attention_fwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
+  attention_dims(L, c, n, n->in[0]);
+}
+
+static void lower_attention_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_attention_bwd);
+  for (int i = 0; i < 3; i++)
+    buf(c, n->out[i]);
+  for (int i = 0; i < 4; i++)
+    buf(c, n->in[i]);
+  attention_dims(L, c, n, n->in[1]);
+}
+
+static void lower_embedding(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_embedding_fwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
+  num(c, numel(L, n->in[1])), num(c, n->in[0]->shape[1]);
+}
+
+static void lower_embedding_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_embedding_bwd);
+  const IrValue *dw = n->out[0];
+  buf(c, dw), buf(c, n->in[0]), buf(c, n->in[1]);
+  num(c, numel(L, n->in[1])), num(c, dw->shape[0]), num(c, dw->shape[1]);
+}
+
+static void lower_cross_entropy(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_crossentropy_fwd);
+  const IrValue *lg = n->in[0];
+  buf(c, n->out[0]), buf(c, lg), buf(c, n->in[1]), num(c, rows(L, lg)), num(c, last(lg));
+}
+
+static void lower_cross_entropy_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_crossentropy_bwd);
+  const IrValue *lg = n->in[1];
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]);
+  num(c, rows(L, lg)), num(c, last(lg));
+}
+
+static void lower_reshape(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_copy);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+}
+
+// out[i0..] = x[perm]: read x with its strides permuted.
+static void lower_transpose(Lower *L, const IrNode *n) {
+  const IrValue *x = n->in[0], *o = n->out[0];
+  const IrAttr *perm = ir_attr(n, "perm");
+  const Sym *xs[IR_MAXRANK], *st[IR_MAXRANK];
+  const Sym *s = sym_const(&L->g->arena, 1);
+  for (int i = x->rank - 1; i >= 0; i--) {
+    xs[i] = s;
+    s = sym_mul(&L->g->arena, s, x->shape[i]);
+  }
+  for (int i = 0; i < o->rank; i++)
+    st[i] = xs[perm->ints[i]];
+  CgCall *c = call(L, CG_K_strided_copy);
+  buf(c, o), buf(c, x), numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, st);
+}
+
+// split/concat: each part is a slice along `axis` of rows (outer) x inner.
+static void parts(Lower *L, const IrNode *n, const IrValue *whole, IrValue *const *part, int np,
+                  CgKernel k) {
+  IrArena *ar = &L->g->arena;
+  int64_t a = ir_attr_int(n, "axis", -1);
+  int axis = (int)(a < 0 ? a + whole->rank : a);
+  const Sym *outer = dims(L, whole, 0, axis), *inner = dims(L, whole, axis + 1, whole->rank);
+  const Sym *wide = sym_mul(ar, whole->shape[axis], inner), *off = sym_const(ar, 0);
+  for (int i = 0; i < np; i++) {
+    const Sym *len = sym_mul(ar, part[i]->shape[axis], inner);
+    CgCall *c = call(L, k);
+    if (k == CG_K_slice)
+      buf(c, part[i]), buf(c, whole);
+    else
+      buf(c, whole), buf(c, part[i]);
+    num(c, outer), num(c, wide), num(c, off), num(c, len);
+    off = sym_add(ar, off, len);
+  }
+}
+static void lower_split(Lower *L, const IrNode *n) {
+  parts(L, n, n->in[0], n->out, n->nout, CG_K_slice);
+}
+static void lower_concat(Lower *L, const IrNode *n) {
+  parts(L, n, n->out[0], n->in, n->nin, CG_K_unslice);
+}
+
+static void lower_broadcast(Lower *L, const IrNode *n) {
+  const IrValue *x = n->in[0], *o = n->out[0];
+  const Sym *st[IR_MAXRANK];
+  broadcast_strides(L, x, o, st);
+  CgCall *c = call(L, CG_K_strided_copy);
+  buf(c, o), buf(c, x), numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, st);
+}
+
+// rt_reduce_sum(out, x, rank, xshape, ostride, onumel, scale): `small` is
+// the output viewed with x's rank (reduced dims as 1).
+static void reduce(Lower *L, const IrNode *n, const IrValue *small, double scale) {
+  const IrValue *x = n->in[0];
+  const Sym *st[IR_MAXRANK];
+  broadcast_strides(L, small, x, st);
+  CgCall *c = call(L, CG_K_reduce_sum);
+  buf(c, n->out[0]), buf(c, x), numk(L, c, x->rank), ints(c, x->rank, x->shape),
+      ints(c, x->rank, st), num(c, numel(L, n->out[0])), flt(c, scale);
+}
+
+static void lower_sum_to(Lower *L, const IrNode *n) { reduce(L, n, n->out[0], 1.0); }
+
+static void sum_or_mean(Lower *L, const IrNode *n, bool mean) {
+  IrArena *ar = &L->g->arena;
+  const IrValue *x = n->in[0];
+  const IrAttr *axes = ir_attr(n, "axes");
+  IrValue small = {.rank = x->rank};
+  const Sym *count = sym_const(ar, 1);
+  for (int i = 0; i < x->rank; i++) {
+    bool r = !axes;
+    for (int k = 0; axes && k < axes->n; k++)
+      r |= (axes->ints[k] < 0 ? axes->ints[k] + x->rank : axes->ints[k]) == i;
+    small.shape[i] = r ? sym_const(ar, 1) : x->shape[i];
+    if (r)
+      count = sym_mul(ar, count, x->shape[i]);
+  }
+  reduce(L, n, &small, mean ? 1.0 / (double)ir_eval(L->g, count) : 1.0);
+}
+static void lower_sum(Lower *L, const IrNode *n) { sum_or_mean(L, n, false); }
+static void lower_mean(Lower *L, const IrNode *n) { sum_or_mean(L, n, true); }
+
+static void lower_fill(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_fill);
+  buf(c, n->out[0]), num(c, numel(L, n->out[0])), flt(c, ir_attr_float(n, "value", 0.0));
+}
+
+static void lower_adamw(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_adamw);
+  for (int i = 0; i < 4; i++)
+    buf(c, n->in[i]);
+  num(c, numel(L, n->in[0]));
+  arg(c, CG_LR);
+  flt(c, ir_attr_float(n, "beta1", 0.9)), flt(c, ir_attr_float(n, "beta2", 0.999));
+  flt(c, ir_attr_float(n, "eps", 1e-8)), flt(c, ir_attr_float(n, "weight_decay", 0.0));
+  arg(c, CG_STEP);
+}
+
+static void lower_sgd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_sgd);
+  buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, n->in[0]));
+  arg(c, CG_LR);
+  flt(c, ir_attr_float(n, "weight_decay", 0.0));
+}
+
+static LowerFn *const lower_fns[] = {
+#define OP(E, name, nin, nout, kind) lower_##name,
+#include "ops.def"
+};
+
+int cg_lower(IrGraph *g, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
+  int need = n->nin > n->nout ? n->nin : n->nout;
+  if (need > max)
+    return ir_error(d, n->loc, "%s has too many parts (%d) to lower", ir_op_name(n->op), need);
+  Lower L = {.g = g, .calls = calls, .max = max};
+  lower_fns[n->op](&L, n);
+  return L.ncalls;
+}

@@ -1,0 +1,225 @@
+// mtc's intermediate representation: a graph of ops over tensors with
+// symbolic shapes.
+//
+// A graph owns its values (tensors) and nodes (ops). Nodes are kept in a
+// valid execution order (every input is defined before use), so the node
+// list is also the schedule. Everything is allocated in the graph's arena and
+// freed at once by ir_graph_free.
+#ifndef MTC_IR_H
+#define MTC_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "sym.h"
+
+#define IR_MAXRANK 8
+
+// ---- ops -------------------------------------------------------------------
+
+typedef enum IrOp {
+#define OP(E, name, nin, nout, kind) OP_##E,
+#include "ops.def"
+  OP_COUNT
+} IrOp;
+
+typedef enum IrOpKind { KIND_COMPUTE, KIND_ELEMWISE, KIND_REDUCE, KIND_MOVE, KIND_OPT } IrOpKind;
+
+const char *ir_op_name(IrOp op);
+int ir_op_nin(IrOp op);            // -1: variadic
+int ir_op_nout(IrOp op);           // -1: variadic
+IrOpKind ir_op_kind(IrOp op);
+IrOp ir_op_lookup(const char *name); // OP_COUNT when unknown
+
+// ---- values ----------------------------------------------------------------
+
+typedef enum IrDType { DT_F32, DT_I32 } IrDType;   // printed "f32", "i32"
+
+typedef enum IrRole {
+  ROLE_INPUT,   // fed by the data loader every step
+  ROLE_PARAM,   // trainable parameter
+  ROLE_ACT,     // forward intermediate
+  ROLE_GRAD,    // gradient (of an activation or a parameter)
+  ROLE_STATE,   // optimizer state (AdamW moments)
+  ROLE_CONST,   // constant
+} IrRole;
+
+typedef enum IrInitKind { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL } IrInitKind;
+
+typedef struct IrInit {
+  IrInitKind kind;
+  double std;           // INIT_NORMAL: normal(0, std)
+} IrInit;
+
+// Where an input's data comes from (mirrors runtime/model_api.h RT_IN_*).
+typedef enum IrInputKind { INPUT_RANDN, INPUT_CLASSES, INPUT_TOKENS, INPUT_TARGETS } IrInputKind;
+
+// A source location: DSL file:line:col, or (line == 0) an ONNX node name in
+// `file`. file == NULL means none.
+typedef struct IrLoc {
+  const char *file;
+  int line, col;
+} IrLoc;
+
+typedef struct IrNode IrNode;
+
+typedef struct IrValue {
+  int id;
+  const char *name;         // unique in the graph
+  IrDType dtype;
+  int rank;                 // -1 while unknown (before shape inference)
+  const Sym *shape[IR_MAXRANK];
+  IrRole role;
+  IrNode *producer;         // NULL for inputs, params, state, constants
+  IrLoc loc;
+  // ROLE_PARAM / ROLE_STATE
+  IrInit init;
+  struct IrValue *grad;     // ROLE_PARAM: its gradient, set by autodiff
+  // ROLE_INPUT
+  IrInputKind input_kind;
+  const Sym *range;         // INPUT_CLASSES / TOKENS / TARGETS: values in [0, range)
+  // memory plan (passes/memplan.c); offset < 0 until planned
+  int64_t offset;
+  int64_t bytes;
+  int first_use, last_use;  // schedule positions of its live range
+} IrValue;
+
+// ---- nodes -----------------------------------------------------------------
+
+typedef enum IrAttrKind { ATTR_INT, ATTR_FLOAT, ATTR_INTS, ATTR_SYMS, ATTR_STR } IrAttrKind;
+
+typedef struct IrAttr {
+  const char *name;
+  IrAttrKind kind;
+  int64_t i;
+  double f;
+  int n;                    // ATTR_INTS, ATTR_SYMS
+  int64_t *ints;
+  const Sym **syms;         // ATTR_SYMS: a list of formulas (split sizes)
+  const char *s;
+} IrAttr;
+
+typedef enum IrPhase { PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE } IrPhase;
+
+struct IrNode {
+  int id;
+  IrOp op;
+  int nin, nout;
+  IrValue **in, **out;
+  int nattr;
+  IrAttr *attr;
+  int block;                // 0: outside any repeated block; k >= 1: k-th block instance
+  IrPhase phase;
+  IrLoc loc;
+};
+
+// ---- graph -----------------------------------------------------------------
+
+typedef struct IrGraph {
+  IrArena arena;
+  SymTab syms;
+  const char *name;
+  IrValue **values;
+  int nvalues, capvalues;
+  IrNode **nodes;
+  int nnodes, capnodes;
+  IrValue *loss;            // the scalar trained on
+  // memory plan summary (passes/memplan.c)
+  int64_t arena_bytes, persistent_bytes, peak_live_bytes;
+  int peak_at;              // schedule position of the peak
+  const Sym *peak_formula;  // bytes live at the peak, as a formula
+  // builder state: new nodes get these
+  IrPhase cur_phase;
+  int cur_block;
+  IrLoc cur_loc;
+} IrGraph;
+
+IrGraph *ir_graph_new(const char *name);
+void ir_graph_free(IrGraph *g);
+
+// ---- diagnostics -------------------------------------------------------------
+
+// Library code never exits: it returns -1 and fills an IrDiag; the CLI prints.
+typedef struct IrDiag {
+  IrLoc loc;
+  char msg[2048];
+} IrDiag;
+
+// Fill d (when non-NULL) with a printf-formatted message at loc; returns -1.
+int ir_error(IrDiag *d, IrLoc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// "file:line:col: error: msg", then the source line and a caret when the
+// file can be read. ONNX locations print as "node 'name': error: msg".
+void ir_diag_print(FILE *f, const IrDiag *d);
+// Internal invariant: prints file, line and the condition, then aborts.
+#define IR_ASSERT(c) ((c) ? (void)0 : ir_assert_fail(#c, __FILE__, __LINE__))
+_Noreturn void ir_assert_fail(const char *cond, const char *file, int line);
+
+// ---- building --------------------------------------------------------------
+
+// A new value with a unique name (NULL: "%N"; an existing name gets ".1", ".2" ...).
+IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role);
+void ir_value_set_shape(IrValue *v, int rank, const Sym *const *shape);
+IrValue *ir_value_find(const IrGraph *g, const char *name);
+// Rename v to `name`, made unique like ir_value_new does.
+void ir_value_rename(IrGraph *g, IrValue *v, const char *name);
+
+IrValue *ir_input(IrGraph *g, const char *name, IrDType dt, int rank, const Sym *const *shape,
+                  IrInputKind kind, const Sym *range);
+IrValue *ir_param(IrGraph *g, const char *name, int rank, const Sym *const *shape, IrInit init);
+
+// A node of op over the inputs, with nout fresh outputs (shape unknown, f32,
+// role ACT in the forward phase and GRAD in the backward phase). Phase, block
+// and location come from the graph's builder state. Set attributes and any
+// output shape the op cannot infer (reshape, broadcast, sum_to, fill,
+// embedding_bwd), then call ir_infer.
+IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
+void ir_set_int(IrGraph *g, IrNode *n, const char *name, int64_t v);
+void ir_set_float(IrGraph *g, IrNode *n, const char *name, double v);
+void ir_set_ints(IrGraph *g, IrNode *n, const char *name, const int64_t *v, int count);
+void ir_set_syms(IrGraph *g, IrNode *n, const char *name, const Sym *const *v, int count);
+void ir_set_str(IrGraph *g, IrNode *n, const char *name, const char *s);
+const IrAttr *ir_attr(const IrNode *n, const char *name);      // NULL when absent
+int64_t ir_attr_int(const IrNode *n, const char *name, int64_t dflt);
+double ir_attr_float(const IrNode *n, const char *name, double dflt); // INT attrs convert
+// Element i of an INTS or SYMS attribute as a formula (NULL when absent).
+const Sym *ir_attr_sym(IrGraph *g, const IrNode *n, const char *name, int i);
+
+// Run the op's shape rule: fills unknown output shapes and dtypes, checks known
+// ones. On a mismatch returns -1 with a message naming both shapes and the
+// node's location.
+int ir_infer(IrGraph *g, IrNode *n, IrDiag *d);
+
+// ---- shapes, sizes, costs (ir/ops.c) -------------------------------------------
+
+const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
+const Sym *ir_nbytes(IrGraph *g, const IrValue *v);    // numel * dtype size
+int ir_dtype_size(IrDType dt);
+const char *ir_dtype_name(IrDType dt);
+bool ir_same_shape(const IrValue *a, const IrValue *b);
+// "[B,T,C]" into the arena
+const char *ir_shape_str(IrGraph *g, const IrValue *v);
+// FLOPs of one execution of the node, as a formula.
+const Sym *ir_flops(IrGraph *g, const IrNode *n);
+// Evaluate a formula under the graph's bindings; IR_ASSERTs it evaluates.
+int64_t ir_eval(const IrGraph *g, const Sym *s);
+
+// ---- text form (ir/print.c, ir/parse.c) ----------------------------------------
+
+// The IR prints as text that ir_parse reads back: print(parse(print(g))) == print(g).
+void ir_print(FILE *f, const IrGraph *g);
+char *ir_print_str(const IrGraph *g);               // malloc'd
+IrGraph *ir_parse(const char *text, const char *filename, IrDiag *d); // NULL on error
+// Graphviz
+void ir_print_dot(FILE *f, const IrGraph *g);
+
+// ---- verifier (ir/verify.c) --------------------------------------------------
+
+// Structural checks: arity, defined-before-use, unique names, shape rules
+// agree with the stored shapes, one producer per value. `after` names the
+// pass that ran last, for the message ("... (after pass 'autodiff')").
+int ir_verify(IrGraph *g, const char *after, IrDiag *d);
+
+#endif

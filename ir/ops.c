@@ -1,0 +1,587 @@
+// Op semantics: shape rules (shape_<op>) and FLOP rules (flops_<op>), both
+// over symbolic dims. Tables expand from ops.def.
+#include "ir.h"
+
+#include <string.h>
+
+// ---- sizes ---------------------------------------------------------------------
+
+int ir_dtype_size(IrDType dt) { return dt == DT_F32 || dt == DT_I32 ? 4 : 0; }
+const char *ir_dtype_name(IrDType dt) { return dt == DT_I32 ? "i32" : "f32"; }
+
+const Sym *ir_numel(IrGraph *g, const IrValue *v) {
+  const Sym *n = sym_const(&g->arena, 1);
+  for (int i = 0; i < v->rank; i++)
+    n = sym_mul(&g->arena, n, v->shape[i]);
+  return n;
+}
+
+const Sym *ir_nbytes(IrGraph *g, const IrValue *v) {
+  return sym_scale(&g->arena, ir_numel(g, v), ir_dtype_size(v->dtype), 1);
+}
+
+bool ir_same_shape(const IrValue *a, const IrValue *b) {
+  if (a->rank != b->rank)
+    return false;
+  for (int i = 0; i < a->rank; i++)
+    if (!sym_eq(a->shape[i], b->shape[i]))
+      return false;
+  return true;
+}
+
+static const char *shape_text(IrGraph *g, int rank, const Sym *const *shape) {
+  char buf[1024];
+  size_t len = 0;
+  buf[len++] = '[';
+  for (int i = 0; i < rank && len < sizeof buf - 2; i++) {
+    if (i)
+      buf[len++] = ',';
+    len += (size_t)sym_print(buf + len, sizeof buf - len, shape[i], &g->syms);
+    if (len >= sizeof buf - 2)
+      len = sizeof buf - 2;
+  }
+  buf[len++] = ']';
+  buf[len] = '\0';
+  return ir_strdup(&g->arena, buf);
+}
+
+const char *ir_shape_str(IrGraph *g, const IrValue *v) {
+  if (v->rank < 0)
+    return "[?]";
+  return shape_text(g, v->rank, v->shape);
+}
+
+int64_t ir_eval(const IrGraph *g, const Sym *s) {
+  int64_t x = 0;
+  IR_ASSERT(sym_eval(s, &g->syms, &x) == 0);
+  return x;
+}
+
+// ---- shape rule helpers -------------------------------------------------------------
+
+// Equal as formulas, or (when the formulas differ, e.g. [A,C] vs [3,4]) equal
+// under the bindings.
+static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
+  int64_t x, y;
+  if (sym_eq(a, b))
+    return true;
+  return sym_eval(a, &g->syms, &x) == 0 && sym_eval(b, &g->syms, &y) == 0 && x == y;
+}
+
+static bool is_one(const Sym *s) {
+  int64_t c;
+  return sym_is_const(s, &c) && c == 1;
+}
+
+// Set output i of n to (dt, rank, shape), or check it against what is there.
+static int set_out(IrGraph *g, IrNode *n, int i, IrDType dt, int rank, const Sym *const *shape,
+                   IrDiag *d) {
+  IrValue *o = n->out[i];
+  if (o->rank < 0) {
+    ir_value_set_shape(o, rank, shape);
+    o->dtype = dt;
+    return 0;
+  }
+  bool ok = o->rank == rank && o->dtype == dt;
+  for (int k = 0; ok && k < rank; k++)
+    ok = sym_eq(o->shape[k], shape[k]);
+  if (ok)
+    return 0;
+  return ir_error(d, n->loc, "%s: output '%s' is declared %s%s but the op gives %s%s",
+                  ir_op_name(n->op), o->name, ir_dtype_name(o->dtype), ir_shape_str(g, o),
+                  ir_dtype_name(dt), shape_text(g, rank, shape));
+}
+
+static int same_as(IrGraph *g, IrNode *n, int i, const IrValue *like, IrDiag *d) {
+  return set_out(g, n, i, like->dtype, like->rank, like->shape, d);
+}
+
+static int need_rank(IrGraph *g, IrNode *n, int i, int min_rank, IrDiag *d) {
+  if (n->in[i]->rank >= min_rank)
+    return 0;
+  return ir_error(d, n->loc, "%s: input %d '%s' has shape %s; it needs at least %d dims",
+                  ir_op_name(n->op), i + 1, n->in[i]->name, ir_shape_str(g, n->in[i]), min_rank);
+}
+
+static int need_dtype(IrNode *n, int i, IrDType dt, IrDiag *d) {
+  if (n->in[i]->dtype == dt)
+    return 0;
+  return ir_error(d, n->loc, "%s: input %d '%s' is %s; it must be %s", ir_op_name(n->op), i + 1,
+                  n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_dtype_name(dt));
+}
+
+static int need_same(IrGraph *g, IrNode *n, int i, int j, IrDiag *d) {
+  if (ir_same_shape(n->in[i], n->in[j]))
+    return 0;
+  return ir_error(d, n->loc, "%s: inputs '%s' %s and '%s' %s must have the same shape",
+                  ir_op_name(n->op), n->in[i]->name, ir_shape_str(g, n->in[i]), n->in[j]->name,
+                  ir_shape_str(g, n->in[j]));
+}
+
+// The output must already be declared (ops whose shape is not a function of
+// the inputs).
+static int need_declared(IrNode *n, IrDiag *d) {
+  if (n->out[0]->rank >= 0)
+    return 0;
+  return ir_error(d, n->loc, "%s: the output shape must be given", ir_op_name(n->op));
+}
+
+// numpy broadcasting of a and b into out; false when incompatible.
+static bool broadcast_shape(const IrValue *a, const IrValue *b, int *rank, const Sym **out) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - a->rank), ib = i - (r - b->rank);
+    const Sym *da = ia >= 0 ? a->shape[ia] : NULL, *db = ib >= 0 ? b->shape[ib] : NULL;
+    if (!da)
+      out[i] = db;
+    else if (!db || sym_eq(da, db) || is_one(db))
+      out[i] = da;
+    else if (is_one(da))
+      out[i] = db;
+    else
+      return false;
+  }
+  *rank = r;
+  return true;
+}
+
+// Can x be numpy-broadcast to `to`?
+static bool broadcasts_to(const IrValue *x, const IrValue *to) {
+  if (x->rank > to->rank)
+    return false;
+  for (int i = 0; i < x->rank; i++) {
+    const Sym *dx = x->shape[i], *dt = to->shape[i + to->rank - x->rank];
+    if (!sym_eq(dx, dt) && !is_one(dx))
+      return false;
+  }
+  return true;
+}
+
+static int axis_attr(IrNode *n, const char *name, int rank, int *axis, IrDiag *d) {
+  int64_t a = ir_attr_int(n, name, -1);
+  if (a < 0)
+    a += rank;
+  if (a < 0 || a >= rank)
+    return ir_error(d, n->loc, "%s: %s=%lld is out of range for rank %d", ir_op_name(n->op), name,
+                    (long long)ir_attr_int(n, name, -1), rank);
+  *axis = (int)a;
+  return 0;
+}
+
+// ---- shape rules ---------------------------------------------------------------
+
+// matmul(a, b) ta tb sum_batch: op(a) [..., M, K] @ op(b) [..., K, N]. Batch
+// dims come from whichever operand has them (equal when both do);
+// sum_batch=1 sums over the batch into [M, N].
+static int shape_matmul(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *a = n->in[0], *b = n->in[1];
+  if (need_rank(g, n, 0, 2, d) || need_rank(g, n, 1, 2, d) || need_dtype(n, 0, DT_F32, d) ||
+      need_dtype(n, 1, DT_F32, d))
+    return -1;
+  bool ta = ir_attr_int(n, "ta", 0), tb = ir_attr_int(n, "tb", 0);
+  const Sym *m = a->shape[a->rank - (ta ? 1 : 2)], *ka = a->shape[a->rank - (ta ? 2 : 1)];
+  const Sym *kb = b->shape[b->rank - (tb ? 1 : 2)], *nn = b->shape[b->rank - (tb ? 2 : 1)];
+  if (!sym_eq(ka, kb))
+    return ir_error(d, n->loc,
+                    "matmul: inner dims differ: '%s' %s%s and '%s' %s%s (%s vs %s)", a->name,
+                    ir_shape_str(g, a), ta ? " (transposed)" : "", b->name, ir_shape_str(g, b),
+                    tb ? " (transposed)" : "", sym_str(&g->arena, ka, &g->syms),
+                    sym_str(&g->arena, kb, &g->syms));
+  const IrValue *batch = a->rank > 2 ? a : b;
+  if (a->rank > 2 && b->rank > 2) {
+    bool ok = a->rank == b->rank;
+    for (int i = 0; ok && i < a->rank - 2; i++)
+      ok = sym_eq(a->shape[i], b->shape[i]);
+    if (!ok)
+      return ir_error(d, n->loc, "matmul: batch dims differ: '%s' %s and '%s' %s", a->name,
+                      ir_shape_str(g, a), b->name, ir_shape_str(g, b));
+  }
+  const Sym *shape[IR_MAXRANK];
+  int r = 0;
+  if (!ir_attr_int(n, "sum_batch", 0))
+    for (; r < batch->rank - 2; r++)
+      shape[r] = batch->shape[r];
+  shape[r++] = m;
+  shape[r++] = nn;
+  return set_out(g, n, 0, DT_F32, r, shape, d);
+}
+
+static int shape_binary(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *a = n->in[0], *b = n->in[1];
+  if (need_dtype(n, 0, DT_F32, d) || need_dtype(n, 1, DT_F32, d))
+    return -1;
+  const Sym *shape[IR_MAXRANK];
+  int r;
+  if (!broadcast_shape(a, b, &r, shape))
+    return ir_error(d, n->loc, "%s: shapes %s of '%s' and %s of '%s' do not broadcast",
+                    ir_op_name(n->op), ir_shape_str(g, a), a->name, ir_shape_str(g, b), b->name);
+  return set_out(g, n, 0, DT_F32, r, shape, d);
+}
+static int shape_add(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
+static int shape_sub(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
+static int shape_mul(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
+static int shape_div(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
+
+// Unary elementwise ops: the output is like the input.
+static int shape_unary(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_dtype(n, 0, DT_F32, d))
+    return -1;
+  return same_as(g, n, 0, n->in[0], d);
+}
+static int shape_scale(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_gelu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_relu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_softmax(IrGraph *g, IrNode *n, IrDiag *d) {
+  return need_rank(g, n, 0, 1, d) ? -1 : shape_unary(g, n, d);
+}
+
+// (dy, x) -> dx, all the same shape.
+static int shape_unary_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_same(g, n, 0, 1, d))
+    return -1;
+  return same_as(g, n, 0, n->in[0], d);
+}
+static int shape_gelu_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
+static int shape_relu_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
+static int shape_softmax_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
+
+// The vector w must be [C] where C is the last dim of x.
+static int need_last_dim_vector(IrGraph *g, IrNode *n, int x, int w, IrDiag *d) {
+  const IrValue *xv = n->in[x], *wv = n->in[w];
+  if (wv->rank == 1 && sym_eq(wv->shape[0], xv->shape[xv->rank - 1]))
+    return 0;
+  return ir_error(d, n->loc, "%s: '%s' has shape %s; it must be [%s], the last dim of '%s' %s",
+                  ir_op_name(n->op), wv->name, ir_shape_str(g, wv),
+                  sym_str(&g->arena, xv->shape[xv->rank - 1], &g->syms), xv->name,
+                  ir_shape_str(g, xv));
+}
+
+static int shape_layernorm(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 0, 1, d) || need_last_dim_vector(g, n, 0, 1, d) ||
+      need_last_dim_vector(g, n, 0, 2, d))
+    return -1;
+  return same_as(g, n, 0, n->in[0], d);
+}
+
+static int shape_layernorm_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 1, 1, d) || need_same(g, n, 0, 1, d) || need_last_dim_vector(g, n, 1, 2, d))
+    return -1;
+  if (same_as(g, n, 0, n->in[1], d) || same_as(g, n, 1, n->in[2], d) ||
+      same_as(g, n, 2, n->in[2], d))
+    return -1;
+  return 0;
+}
+
+static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 0, 2, d) || need_same(g, n, 0, 1, d) || need_same(g, n, 0, 2, d))
+    return -1;
+  return same_as(g, n, 0, n->in[0], d);
+}
+
+static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 1, 2, d) || need_same(g, n, 0, 1, d) || need_same(g, n, 1, 2, d) ||
+      need_same(g, n, 1, 3, d))
+    return -1;
+  for (int i = 0; i < 3; i++)
+    if (same_as(g, n, i, n->in[i + 1], d))
+      return -1;
+  return 0;
+}
+
+// embedding(w [V, C], idx i32 [...]) -> [..., C]
+static int shape_embedding(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *w = n->in[0], *idx = n->in[1];
+  if (need_dtype(n, 1, DT_I32, d))
+    return -1;
+  if (w->rank != 2)
+    return ir_error(d, n->loc, "embedding: the table '%s' has shape %s; it must be [V, C]",
+                    w->name, ir_shape_str(g, w));
+  if (idx->rank + 1 > IR_MAXRANK)
+    return ir_error(d, n->loc, "embedding: indices have too many dims");
+  const Sym *shape[IR_MAXRANK];
+  for (int i = 0; i < idx->rank; i++)
+    shape[i] = idx->shape[i];
+  shape[idx->rank] = w->shape[1];
+  return set_out(g, n, 0, DT_F32, idx->rank + 1, shape, d);
+}
+
+// embedding_bwd(dout [..., C], idx [...]) -> dw [V, C], declared.
+static int shape_embedding_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *dy = n->in[0], *idx = n->in[1], *o = n->out[0];
+  if (need_dtype(n, 1, DT_I32, d) || need_declared(n, d))
+    return -1;
+  bool ok = dy->rank == idx->rank + 1 && o->rank == 2 && sym_eq(o->shape[1], dy->shape[dy->rank - 1]);
+  for (int i = 0; ok && i < idx->rank; i++)
+    ok = sym_eq(dy->shape[i], idx->shape[i]);
+  if (!ok)
+    return ir_error(d, n->loc, "embedding_bwd: gradient %s, indices %s and table %s disagree",
+                    ir_shape_str(g, dy), ir_shape_str(g, idx), ir_shape_str(g, o));
+  return 0;
+}
+
+// Logits [..., V] and integer targets [...] agree?
+static int need_targets(IrGraph *g, IrNode *n, int lg, int tg, IrDiag *d) {
+  IrValue *logits = n->in[lg], *t = n->in[tg];
+  if (need_rank(g, n, lg, 1, d) || need_dtype(n, tg, DT_I32, d))
+    return -1;
+  bool ok = t->rank == logits->rank - 1;
+  for (int i = 0; ok && i < t->rank; i++)
+    ok = sym_eq(t->shape[i], logits->shape[i]);
+  if (ok)
+    return 0;
+  return ir_error(d, n->loc,
+                  "%s: targets '%s' %s must have the shape of logits '%s' %s without its last dim",
+                  ir_op_name(n->op), t->name, ir_shape_str(g, t), logits->name,
+                  ir_shape_str(g, logits));
+}
+
+static int shape_cross_entropy(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_targets(g, n, 0, 1, d))
+    return -1;
+  return set_out(g, n, 0, DT_F32, 0, NULL, d);
+}
+
+static int shape_cross_entropy_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (n->in[0]->rank != 0)
+    return ir_error(d, n->loc, "cross_entropy_bwd: the loss gradient must be a scalar");
+  if (need_targets(g, n, 1, 2, d))
+    return -1;
+  return same_as(g, n, 0, n->in[1], d);
+}
+
+static int shape_reshape(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_declared(n, d))
+    return -1;
+  IrValue *x = n->in[0], *o = n->out[0];
+  o->dtype = x->dtype;
+  if (same_size(g, ir_numel(g, x), ir_numel(g, o)))
+    return 0;
+  return ir_error(d, n->loc, "reshape: %s (%s elements) cannot become %s (%s elements)",
+                  ir_shape_str(g, x), sym_str(&g->arena, ir_numel(g, x), &g->syms),
+                  ir_shape_str(g, o), sym_str(&g->arena, ir_numel(g, o), &g->syms));
+}
+
+static int shape_transpose(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *x = n->in[0];
+  const IrAttr *perm = ir_attr(n, "perm");
+  if (!perm || perm->kind != ATTR_INTS || perm->n != x->rank)
+    return ir_error(d, n->loc, "transpose: perm must list each of the %d dims of %s once",
+                    x->rank, ir_shape_str(g, x));
+  const Sym *shape[IR_MAXRANK];
+  bool seen[IR_MAXRANK] = {0};
+  for (int i = 0; i < x->rank; i++) {
+    int64_t p = perm->ints[i];
+    if (p < 0 || p >= x->rank || seen[p])
+      return ir_error(d, n->loc, "transpose: perm must list each of the %d dims of %s once",
+                      x->rank, ir_shape_str(g, x));
+    seen[p] = true;
+    shape[i] = x->shape[p];
+  }
+  return set_out(g, n, 0, x->dtype, x->rank, shape, d);
+}
+
+static int shape_split(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *x = n->in[0];
+  int axis;
+  if (need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", x->rank, &axis, d))
+    return -1;
+  const IrAttr *sizes = ir_attr(n, "sizes");
+  if (!sizes || (sizes->kind != ATTR_INTS && sizes->kind != ATTR_SYMS) || sizes->n != n->nout)
+    return ir_error(d, n->loc, "split: sizes must list one size per output (%d)", n->nout);
+  const Sym *total = sym_const(&g->arena, 0);
+  for (int i = 0; i < n->nout; i++) {
+    const Sym *shape[IR_MAXRANK];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = ir_attr_sym(g, n, "sizes", i);
+    total = sym_add(&g->arena, total, shape[axis]);
+    if (set_out(g, n, i, x->dtype, x->rank, shape, d))
+      return -1;
+  }
+  if (!same_size(g, total, x->shape[axis]))
+    return ir_error(d, n->loc, "split: sizes add up to %s but dim %d of %s is %s",
+                    sym_str(&g->arena, total, &g->syms), axis, ir_shape_str(g, x),
+                    sym_str(&g->arena, x->shape[axis], &g->syms));
+  return 0;
+}
+
+static int shape_concat(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *x = n->in[0];
+  int axis;
+  if (n->nin < 1 || need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", x->rank, &axis, d))
+    return -1;
+  const Sym *shape[IR_MAXRANK];
+  memcpy(shape, x->shape, sizeof shape);
+  for (int i = 1; i < n->nin; i++) {
+    IrValue *y = n->in[i];
+    bool ok = y->rank == x->rank && y->dtype == x->dtype;
+    for (int k = 0; ok && k < x->rank; k++)
+      ok = k == axis || sym_eq(x->shape[k], y->shape[k]);
+    if (!ok)
+      return ir_error(d, n->loc, "concat: '%s' %s and '%s' %s differ outside axis %d", x->name,
+                      ir_shape_str(g, x), y->name, ir_shape_str(g, y), axis);
+    shape[axis] = sym_add(&g->arena, shape[axis], y->shape[axis]);
+  }
+  return set_out(g, n, 0, x->dtype, x->rank, shape, d);
+}
+
+static int shape_broadcast(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_declared(n, d))
+    return -1;
+  if (broadcasts_to(n->in[0], n->out[0]))
+    return 0;
+  return ir_error(d, n->loc, "broadcast: %s does not broadcast to %s", ir_shape_str(g, n->in[0]),
+                  ir_shape_str(g, n->out[0]));
+}
+
+static int shape_sum_to(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_declared(n, d))
+    return -1;
+  if (broadcasts_to(n->out[0], n->in[0]))
+    return 0;
+  return ir_error(d, n->loc, "sum_to: %s does not broadcast to %s", ir_shape_str(g, n->out[0]),
+                  ir_shape_str(g, n->in[0]));
+}
+
+// sum / mean over `axes` (default: all); keepdims keeps them as 1.
+static int shape_reduce(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *x = n->in[0];
+  if (need_dtype(n, 0, DT_F32, d))
+    return -1;
+  bool reduce[IR_MAXRANK] = {0};
+  const IrAttr *axes = ir_attr(n, "axes");
+  if (axes && axes->kind != ATTR_INTS)
+    return ir_error(d, n->loc, "%s: axes must be a list of integers", ir_op_name(n->op));
+  for (int i = 0; i < x->rank; i++)
+    reduce[i] = !axes;
+  for (int i = 0; axes && i < axes->n; i++) {
+    int64_t a = axes->ints[i] < 0 ? axes->ints[i] + x->rank : axes->ints[i];
+    if (a < 0 || a >= x->rank)
+      return ir_error(d, n->loc, "%s: axis %lld is out of range for %s", ir_op_name(n->op),
+                      (long long)axes->ints[i], ir_shape_str(g, x));
+    reduce[a] = true;
+  }
+  bool keep = ir_attr_int(n, "keepdims", 0);
+  const Sym *shape[IR_MAXRANK];
+  int r = 0;
+  for (int i = 0; i < x->rank; i++)
+    if (!reduce[i])
+      shape[r++] = x->shape[i];
+    else if (keep)
+      shape[r++] = sym_const(&g->arena, 1);
+  return set_out(g, n, 0, DT_F32, r, shape, d);
+}
+static int shape_sum(IrGraph *g, IrNode *n, IrDiag *d) { return shape_reduce(g, n, d); }
+static int shape_mean(IrGraph *g, IrNode *n, IrDiag *d) { return shape_reduce(g, n, d); }
+
+static int shape_fill(IrGraph *g, IrNode *n, IrDiag *d) {
+  (void)g;
+  return need_declared(n, d);
+}
+
+static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
+  for (int i = 1; i < 4; i++)
+    if (need_same(g, n, 0, i, d))
+      return -1;
+  return 0;
+}
+
+static int shape_sgd(IrGraph *g, IrNode *n, IrDiag *d) { return need_same(g, n, 0, 1, d); }
+
+typedef int ShapeFn(IrGraph *g, IrNode *n, IrDiag *d);
+static ShapeFn *const shape_fns[] = {
+#define OP(E, name, nin, nout, kind) shape_##name,
+#include "ops.def"
+};
+
+int ir_infer(IrGraph *g, IrNode *n, IrDiag *d) {
+  int nin = ir_op_nin(n->op), nout = ir_op_nout(n->op);
+  if ((nin >= 0 && n->nin != nin) || (nout >= 0 && n->nout != nout))
+    return ir_error(d, n->loc, "%s takes %d inputs and gives %d outputs, not %d and %d",
+                    ir_op_name(n->op), nin, nout, n->nin, n->nout);
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->rank < 0)
+      return ir_error(d, n->loc, "%s: input '%s' has no shape yet", ir_op_name(n->op),
+                      n->in[i]->name);
+  return shape_fns[n->op](g, n, d);
+}
+
+// ---- FLOP rules -------------------------------------------------------------------
+// FLOPs of one execution, as formulas. Elementwise ops count a few FLOPs per
+// element (the cost model treats them as memory-bound anyway).
+
+static const Sym *numel_times(IrGraph *g, const IrValue *v, int64_t k) {
+  return sym_scale(&g->arena, ir_numel(g, v), k, 1);
+}
+
+static const Sym *flops_matmul(IrGraph *g, const IrNode *n) {
+  const IrValue *a = n->in[0];
+  bool ta = ir_attr_int(n, "ta", 0);
+  const Sym *k = a->shape[a->rank - (ta ? 2 : 1)];
+  const Sym *batch_mn = ir_numel(g, n->out[0]);
+  if (ir_attr_int(n, "sum_batch", 0)) { // the batch is summed away: count it from the input
+    const IrValue *big = a->rank > 2 ? a : n->in[1];
+    for (int i = 0; i < big->rank - 2; i++)
+      batch_mn = sym_mul(&g->arena, batch_mn, big->shape[i]);
+  }
+  return sym_scale(&g->arena, sym_mul(&g->arena, batch_mn, k), 2, 1);
+}
+
+static const Sym *flops_out(IrGraph *g, const IrNode *n, int64_t k) {
+  return numel_times(g, n->out[0], k);
+}
+static const Sym *flops_in(IrGraph *g, const IrNode *n, int64_t k) {
+  return numel_times(g, n->in[0], k);
+}
+static const Sym *flops_add(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_sub(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_mul(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_div(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_scale(IrGraph *g, const IrNode *n) { return flops_out(g, n, 2); }
+static const Sym *flops_gelu(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
+static const Sym *flops_gelu_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 12); }
+static const Sym *flops_relu(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_relu_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_layernorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
+static const Sym *flops_layernorm_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 12); }
+static const Sym *flops_softmax(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
+static const Sym *flops_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+
+// Attention on [..., T, HS]: QK^T and PV are 2*T*T*HS each per head (half
+// under the causal mask); the backward recomputes QK^T and does four more.
+static const Sym *attention_flops(IrGraph *g, const IrNode *n, const IrValue *q, int64_t gemms) {
+  const Sym *t = q->shape[q->rank - 2];
+  const Sym *f = sym_mul(&g->arena, ir_numel(g, q), t);
+  bool causal = ir_attr_int(n, "causal", 1);
+  return sym_scale(&g->arena, f, 2 * gemms, causal ? 2 : 1);
+}
+static const Sym *flops_attention(IrGraph *g, const IrNode *n) {
+  return attention_flops(g, n, n->in[0], 2);
+}
+static const Sym *flops_attention_bwd(IrGraph *g, const IrNode *n) {
+  return attention_flops(g, n, n->in[1], 5);
+}
+static const Sym *flops_embedding(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_embedding_bwd(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_cross_entropy(IrGraph *g, const IrNode *n) { return flops_in(g, n, 5); }
+static const Sym *flops_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
+  return flops_out(g, n, 5);
+}
+static const Sym *flops_reshape(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_transpose(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_split(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_concat(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_broadcast(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_sum(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_mean(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_sum_to(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_fill(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_adamw(IrGraph *g, const IrNode *n) { return flops_in(g, n, 12); }
+static const Sym *flops_sgd(IrGraph *g, const IrNode *n) { return flops_in(g, n, 3); }
+
+typedef const Sym *FlopsFn(IrGraph *g, const IrNode *n);
+static FlopsFn *const flops_fns[] = {
+#define OP(E, name, nin, nout, kind) flops_##name,
+#include "ops.def"
+};
+
+const Sym *ir_flops(IrGraph *g, const IrNode *n) { return flops_fns[n->op](g, n); }

@@ -1,0 +1,451 @@
+// Reads the IR text that ir/print.c writes (see the grammar there).
+//
+//   file    = line*
+//   line    = "graph" STRING | "sym" NAME ("=" INT)?
+//           | ("input" | "param" | "state") value ":" type extra* loc?
+//           | "forward" | "backward" | "update"
+//           | (value ":" type ("," value ":" type)* "=")? OP "(" values? ")" attr* ("#" INT)? loc?
+//           | "loss" value | "grad" value value
+//   value   = "%" (NAME | STRING)
+//   type    = ("f32" | "i32") "[" (formula ("," formula)*)? "]"
+//   attr    = NAME "=" (INT | FLOAT | STRING | "[" (formula ("," formula)*)? "]")
+//   loc     = "@" STRING (":" INT ":" INT)?
+#include "ir.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Parser {
+  IrGraph *g;
+  const char *p;        // cursor
+  const char *line;     // start of the current line
+  int lineno;
+  const char *file;
+  IrDiag *d;
+} Parser;
+
+static int fail(Parser *ps, const char *fmt, const char *what) {
+  IrLoc loc = {ps->file, ps->lineno, (int)(ps->p - ps->line) + 1};
+  char msg[256];
+  snprintf(msg, sizeof msg, fmt, what);
+  return ir_error(ps->d, loc, "%s", msg);
+}
+
+static void skip_space(Parser *ps) {
+  while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\r')
+    ps->p++;
+}
+
+static bool at_eol(Parser *ps) {
+  skip_space(ps);
+  return *ps->p == '\n' || *ps->p == '\0';
+}
+
+static bool eat(Parser *ps, char c) {
+  skip_space(ps);
+  if (*ps->p != c)
+    return false;
+  ps->p++;
+  return true;
+}
+
+static int expect(Parser *ps, char c) {
+  if (eat(ps, c))
+    return 0;
+  char what[2] = {c, 0};
+  return fail(ps, "expected '%s'", what);
+}
+
+// NAME = [A-Za-z_][A-Za-z0-9_.]*  (dots allowed after the first char)
+static const char *word(Parser *ps) {
+  skip_space(ps);
+  const char *s = ps->p;
+  if (!isalpha((unsigned char)*s) && *s != '_')
+    return NULL;
+  while (isalnum((unsigned char)*ps->p) || *ps->p == '_' || *ps->p == '.')
+    ps->p++;
+  return ir_strndup(&ps->g->arena, s, (size_t)(ps->p - s));
+}
+
+static bool keyword(Parser *ps, const char *kw) {
+  skip_space(ps);
+  size_t n = strlen(kw);
+  if (strncmp(ps->p, kw, n) != 0 || isalnum((unsigned char)ps->p[n]) || ps->p[n] == '_')
+    return false;
+  ps->p += n;
+  return true;
+}
+
+// A double-quoted string with \" and \\ escapes.
+static const char *string(Parser *ps) {
+  skip_space(ps);
+  if (*ps->p != '"')
+    return NULL;
+  ps->p++;
+  size_t cap = 64, len = 0;
+  char *buf = malloc(cap);
+  IR_ASSERT(buf);
+  while (*ps->p != '"') {
+    if (*ps->p == '\0' || *ps->p == '\n') {
+      free(buf);
+      return NULL;
+    }
+    if (*ps->p == '\\' && ps->p[1] && ps->p[1] != '\n')
+      ps->p++;
+    if (len + 1 >= cap) {
+      cap *= 2;
+      buf = realloc(buf, cap);
+      IR_ASSERT(buf);
+    }
+    buf[len++] = *ps->p++;
+  }
+  ps->p++;
+  const char *s = ir_strndup(&ps->g->arena, buf, len);
+  free(buf);
+  return s;
+}
+
+static int integer(Parser *ps, int64_t *out) {
+  skip_space(ps);
+  char *end;
+  errno = 0;
+  long long v = strtoll(ps->p, &end, 10);
+  if (end == ps->p || errno)
+    return fail(ps, "expected an integer%s", "");
+  ps->p = end;
+  *out = v;
+  return 0;
+}
+
+// "%name" or "%\"quoted name\""
+static const char *value_name(Parser *ps) {
+  if (!eat(ps, '%'))
+    return NULL;
+  if (*ps->p == '"')
+    return string(ps);
+  const char *s = ps->p;
+  while (isalnum((unsigned char)*ps->p) || *ps->p == '_' || *ps->p == '.')
+    ps->p++;
+  return ps->p > s ? ir_strndup(&ps->g->arena, s, (size_t)(ps->p - s)) : NULL;
+}
+
+static IrValue *value_ref(Parser *ps) {
+  const char *at = ps->p;
+  const char *name = value_name(ps);
+  if (!name) {
+    fail(ps, "expected a value name like %s", "%x");
+    return NULL;
+  }
+  IrValue *v = ir_value_find(ps->g, name);
+  if (!v) {
+    ps->p = at;
+    skip_space(ps);
+    fail(ps, "unknown value '%%%s'", name);
+  }
+  return v;
+}
+
+static const Sym *formula(Parser *ps) {
+  skip_space(ps);
+  const char *end;
+  const Sym *s = sym_parse(&ps->g->arena, &ps->g->syms, ps->p, &end);
+  if (!s) {
+    ps->p = end;
+    fail(ps, "bad formula%s", "");
+    return NULL;
+  }
+  ps->p = end;
+  return s;
+}
+
+// ("f32" | "i32") "[" formulas "]"
+static int type(Parser *ps, IrValue *v) {
+  const char *w = word(ps);
+  if (!w || (strcmp(w, "f32") && strcmp(w, "i32")))
+    return fail(ps, "expected a type (f32[...] or i32[...])%s", "");
+  v->dtype = strcmp(w, "i32") ? DT_F32 : DT_I32;
+  if (expect(ps, '['))
+    return -1;
+  const Sym *shape[IR_MAXRANK];
+  int rank = 0;
+  if (!eat(ps, ']')) {
+    do {
+      if (rank == IR_MAXRANK)
+        return fail(ps, "more than %s dims", "8");
+      if (!(shape[rank++] = formula(ps)))
+        return -1;
+    } while (eat(ps, ','));
+    if (expect(ps, ']'))
+      return -1;
+  }
+  ir_value_set_shape(v, rank, shape);
+  return 0;
+}
+
+static double number(Parser *ps, bool *is_float) {
+  skip_space(ps);
+  char *end;
+  double x = strtod(ps->p, &end);
+  const char *s = ps->p;
+  *is_float = false;
+  for (const char *q = s; q < end; q++)
+    if (*q == '.' || *q == 'e' || *q == 'E' || *q == 'n' || *q == 'i')
+      *is_float = true;
+  ps->p = end;
+  return end == s ? NAN : x;
+}
+
+static int loc(Parser *ps, IrLoc *l) {
+  if (!eat(ps, '@'))
+    return 0;
+  const char *f = string(ps);
+  if (!f)
+    return fail(ps, "expected a quoted location%s", "");
+  l->file = f;
+  l->line = l->col = 0;
+  if (eat(ps, ':')) {
+    int64_t a, b;
+    if (integer(ps, &a) || expect(ps, ':') || integer(ps, &b))
+      return -1;
+    l->line = (int)a;
+    l->col = (int)b;
+  }
+  return 0;
+}
+
+// A value declaration: input / param / state.
+static int declaration(Parser *ps, IrRole role) {
+  const char *name = value_name(ps);
+  if (!name)
+    return fail(ps, "expected a value name like %s", "%x");
+  if (ir_value_find(ps->g, name))
+    return fail(ps, "'%%%s' is defined twice", name);
+  IrValue *v = ir_value_new(ps->g, name, DT_F32, role);
+  v->loc = (IrLoc){0};
+  if (expect(ps, ':') || type(ps, v))
+    return -1;
+  const char *w = (*(skip_space(ps), ps->p) == '@') ? NULL : word(ps);
+  if (w && role == ROLE_INPUT) {
+    if (!strcmp(w, "tokens"))
+      v->input_kind = INPUT_TOKENS;
+    else if (!strcmp(w, "targets"))
+      v->input_kind = INPUT_TARGETS;
+    else if (!strcmp(w, "classes"))
+      v->input_kind = INPUT_CLASSES;
+    else
+      return fail(ps, "unknown input kind '%s' (tokens, targets, classes)", w);
+    if (expect(ps, '(') || !(v->range = formula(ps)) || expect(ps, ')'))
+      return -1;
+  } else if (w) {
+    if (!strcmp(w, "zeros"))
+      v->init.kind = INIT_ZEROS;
+    else if (!strcmp(w, "ones"))
+      v->init.kind = INIT_ONES;
+    else if (!strcmp(w, "normal")) {
+      bool fl;
+      v->init.kind = INIT_NORMAL;
+      if (expect(ps, '('))
+        return -1;
+      v->init.std = number(ps, &fl);
+      if (expect(ps, ')'))
+        return -1;
+    } else
+      return fail(ps, "unknown initializer '%s' (zeros, ones, normal(std))", w);
+  }
+  return loc(ps, &v->loc);
+}
+
+static int attribute(Parser *ps, IrNode *n) {
+  const char *name = word(ps);
+  if (!name)
+    return fail(ps, "expected an attribute%s", "");
+  if (expect(ps, '='))
+    return -1;
+  skip_space(ps);
+  if (*ps->p == '"') {
+    const char *s = string(ps);
+    if (!s)
+      return fail(ps, "unterminated string%s", "");
+    ir_set_str(ps->g, n, name, s);
+  } else if (*ps->p == '[') {
+    ps->p++;
+    const Sym *items[64];
+    int count = 0;
+    bool all_int = true;
+    if (!eat(ps, ']')) {
+      do {
+        if (count == 64)
+          return fail(ps, "too many list items%s", "");
+        if (!(items[count] = formula(ps)))
+          return -1;
+        all_int &= sym_is_const(items[count++], NULL);
+      } while (eat(ps, ','));
+      if (expect(ps, ']'))
+        return -1;
+    }
+    if (all_int) {
+      int64_t ints[64];
+      for (int i = 0; i < count; i++)
+        sym_is_const(items[i], &ints[i]);
+      ir_set_ints(ps->g, n, name, ints, count);
+    } else
+      ir_set_syms(ps->g, n, name, items, count);
+  } else {
+    bool fl;
+    const char *at = ps->p;
+    double x = number(ps, &fl);
+    if (ps->p == at)
+      return fail(ps, "expected a value for attribute '%s'", name);
+    if (fl)
+      ir_set_float(ps->g, n, name, x);
+    else
+      ir_set_int(ps->g, n, name, (int64_t)x);
+  }
+  return 0;
+}
+
+// outputs "=" op "(" inputs ")" attrs block loc
+static int node_line(Parser *ps) {
+  IrGraph *g = ps->g;
+  const char *names[64];
+  IrValue types[64];
+  int nout = 0;
+  skip_space(ps);
+  if (*ps->p == '%') {
+    do {
+      if (nout == 64)
+        return fail(ps, "too many outputs%s", "");
+      if (!(names[nout] = value_name(ps)))
+        return fail(ps, "expected a value name like %s", "%x");
+      if (ir_value_find(g, names[nout]))
+        return fail(ps, "'%%%s' is defined twice", names[nout]);
+      for (int k = 0; k < nout; k++)
+        if (!strcmp(names[k], names[nout]))
+          return fail(ps, "'%%%s' is defined twice", names[nout]);
+      memset(&types[nout], 0, sizeof types[nout]);
+      if (expect(ps, ':') || type(ps, &types[nout]))
+        return -1;
+      nout++;
+    } while (eat(ps, ','));
+    if (expect(ps, '='))
+      return -1;
+  }
+  const char *opname = word(ps);
+  IrOp op = opname ? ir_op_lookup(opname) : OP_COUNT;
+  if (op == OP_COUNT)
+    return fail(ps, "unknown op '%s'", opname ? opname : "");
+  IrValue *in[64];
+  int nin = 0;
+  if (expect(ps, '('))
+    return -1;
+  if (!eat(ps, ')')) {
+    do {
+      if (nin == 64)
+        return fail(ps, "too many inputs%s", "");
+      if (!(in[nin++] = value_ref(ps)))
+        return -1;
+    } while (eat(ps, ','));
+    if (expect(ps, ')'))
+      return -1;
+  }
+  int want_in = ir_op_nin(op), want_out = ir_op_nout(op);
+  if ((want_in >= 0 && nin != want_in) || (want_out >= 0 && nout != want_out))
+    return fail(ps, "wrong number of inputs or outputs for '%s'", opname);
+  IrNode *n = ir_node_new(g, op, in, nin, nout);
+  for (int i = 0; i < nout; i++) {
+    n->out[i]->name = names[i];
+    n->out[i]->dtype = types[i].dtype;
+    ir_value_set_shape(n->out[i], types[i].rank, types[i].shape);
+  }
+  n->loc = (IrLoc){0};
+  while (!at_eol(ps) && *ps->p != '#' && *ps->p != '@')
+    if (attribute(ps, n))
+      return -1;
+  if (eat(ps, '#')) {
+    int64_t b;
+    if (integer(ps, &b))
+      return -1;
+    n->block = (int)b;
+  }
+  if (loc(ps, &n->loc))
+    return -1;
+  for (int i = 0; i < nout; i++)
+    n->out[i]->loc = n->loc;
+  return 0;
+}
+
+static int line(Parser *ps) {
+  IrGraph *g = ps->g;
+  if (at_eol(ps) || *ps->p == ';')
+    return 0;
+  if (keyword(ps, "graph")) {
+    const char *s = string(ps);
+    if (!s)
+      return fail(ps, "expected a quoted graph name%s", "");
+    g->name = s;
+  } else if (keyword(ps, "sym")) {
+    const char *name = word(ps);
+    if (!name)
+      return fail(ps, "expected a symbol name%s", "");
+    int var = symtab_add(&g->syms, name);
+    if (var < 0)
+      return fail(ps, "too many symbols (at most 16) at '%s'", name);
+    if (eat(ps, '=')) {
+      int64_t v;
+      if (integer(ps, &v))
+        return -1;
+      symtab_bind(&g->syms, var, v);
+    }
+  } else if (keyword(ps, "input")) {
+    return declaration(ps, ROLE_INPUT);
+  } else if (keyword(ps, "param")) {
+    return declaration(ps, ROLE_PARAM);
+  } else if (keyword(ps, "state")) {
+    return declaration(ps, ROLE_STATE);
+  } else if (keyword(ps, "forward")) {
+    g->cur_phase = PHASE_FORWARD;
+  } else if (keyword(ps, "backward")) {
+    g->cur_phase = PHASE_BACKWARD;
+  } else if (keyword(ps, "update")) {
+    g->cur_phase = PHASE_UPDATE;
+  } else if (keyword(ps, "loss")) {
+    return (g->loss = value_ref(ps)) ? 0 : -1;
+  } else if (keyword(ps, "grad")) {
+    IrValue *p = value_ref(ps), *gr = p ? value_ref(ps) : NULL;
+    if (!gr)
+      return -1;
+    p->grad = gr;
+  } else {
+    return node_line(ps);
+  }
+  return 0;
+}
+
+IrGraph *ir_parse(const char *text, const char *filename, IrDiag *d) {
+  Parser ps = {.g = ir_graph_new("model"), .p = text, .line = text, .lineno = 1,
+               .file = filename ? filename : "<ir>", .d = d};
+  ps.file = ir_strdup(&ps.g->arena, ps.file);
+  while (*ps.p) {
+    skip_space(&ps);
+    if (*ps.p == '#' && ps.p == ps.line) // comment line
+      while (*ps.p && *ps.p != '\n')
+        ps.p++;
+    if (*ps.p != '#' && line(&ps)) {
+      ir_graph_free(ps.g);
+      return NULL;
+    }
+    if (!at_eol(&ps)) {
+      fail(&ps, "unexpected text at the end of the line%s", "");
+      ir_graph_free(ps.g);
+      return NULL;
+    }
+    if (*ps.p == '\n')
+      ps.p++;
+    ps.line = ps.p;
+    ps.lineno++;
+  }
+  return ps.g;
+}

@@ -1,0 +1,60 @@
+// The IR verifier: structural invariants every pass must keep.
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Re-run the shape rule on a copy of the node's outputs and compare.
+static int check_shapes(IrGraph *g, IrNode *n, IrDiag *d) {
+  for (int i = 0; i < n->nout; i++)
+    if (n->out[i]->rank < 0)
+      return ir_error(d, n->loc, "%s: output '%s' has no shape", ir_op_name(n->op),
+                      n->out[i]->name);
+  return ir_infer(g, n, d); // with outputs known, the rule checks them
+}
+
+int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
+  const char *when = after ? after : "construction";
+  // defined[v] = 1 once v is available in the schedule
+  char *defined = calloc((size_t)g->nvalues + 1, 1);
+  IR_ASSERT(defined);
+  int rc = 0;
+  for (int i = 0; i < g->nvalues && !rc; i++) {
+    IrValue *v = g->values[i];
+    if (v->id != i)
+      rc = ir_error(d, v->loc, "value '%s' has id %d at position %d (after pass '%s')", v->name,
+                    v->id, i, when);
+    if (!v->producer && (v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
+                         v->role == ROLE_STATE || v->role == ROLE_CONST))
+      defined[i] = 1;
+    for (int j = 0; j < i && !rc; j++)
+      if (!strcmp(g->values[j]->name, v->name))
+        rc = ir_error(d, v->loc, "two values are named '%s' (after pass '%s')", v->name, when);
+  }
+  for (int i = 0; i < g->nnodes && !rc; i++) {
+    IrNode *n = g->nodes[i];
+    if (i > 0 && n->phase < g->nodes[i - 1]->phase)
+      rc = ir_error(d, n->loc, "%s node #%d is out of phase order (after pass '%s')",
+                    ir_op_name(n->op), i, when);
+    for (int k = 0; k < n->nin && !rc; k++)
+      if (!defined[n->in[k]->id])
+        rc = ir_error(d, n->loc, "%s reads '%s' before it is defined (after pass '%s')",
+                      ir_op_name(n->op), n->in[k]->name, when);
+    for (int k = 0; k < n->nout && !rc; k++) {
+      if (n->out[k]->producer != n || defined[n->out[k]->id])
+        rc = ir_error(d, n->loc, "'%s' has more than one producer (after pass '%s')",
+                      n->out[k]->name, when);
+      defined[n->out[k]->id] = 1;
+    }
+    if (!rc && check_shapes(g, n, d)) {
+      size_t len = strlen(d->msg);
+      snprintf(d->msg + len, sizeof d->msg - len, " (after pass '%s')", when);
+      rc = -1;
+    }
+  }
+  if (!rc && g->loss && (g->loss->rank != 0 || g->loss->dtype != DT_F32))
+    rc = ir_error(d, g->loss->loc, "the loss '%s' must be a scalar f32, not %s%s", g->loss->name,
+                  ir_dtype_name(g->loss->dtype), ir_shape_str(g, g->loss));
+  free(defined);
+  return rc;
+}

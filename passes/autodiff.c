@@ -1,0 +1,406 @@
+// Reverse-mode automatic differentiation at graph level.
+//
+// Walk the forward nodes in reverse schedule order. When a node is reached,
+// every consumer of its outputs has already been visited, so the gradients of
+// its outputs are complete; the op's gradient rule (grad_<op>, expanded from
+// ops.def) emits backward nodes that give each input's gradient
+// contribution. Contributions to one value are summed with `add` (fan-out).
+// The backward starts from dloss = 1.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct AD {
+  IrGraph *g;
+  IrDiag *diag;
+  IrValue **grad;      // grad[v->id]: accumulated gradient of v, or NULL
+  bool *needs;         // needs[v->id]: v depends on a parameter
+  const IrNode *fwd;   // the forward node being differentiated
+  int err;
+} AD;
+
+// ---- builders: backward nodes carry the block and location of their forward node
+
+static IrNode *emit(AD *ad, IrOp op, IrValue *const *in, int nin, int nout) {
+  IrGraph *g = ad->g;
+  g->cur_phase = PHASE_BACKWARD;
+  g->cur_block = ad->fwd ? ad->fwd->block : 0;
+  g->cur_loc = ad->fwd ? ad->fwd->loc : (IrLoc){0};
+  return ir_node_new(g, op, in, nin, nout);
+}
+
+static IrNode *finish(AD *ad, IrNode *n) {
+  if (!ad->err && ir_infer(ad->g, n, ad->diag))
+    ad->err = -1;
+  return n;
+}
+
+static IrValue *op2(AD *ad, IrOp op, IrValue *a, IrValue *b) {
+  IrValue *in[2] = {a, b};
+  return finish(ad, emit(ad, op, in, 2, 1))->out[0];
+}
+
+// A node whose output shape is that of `like`.
+static IrNode *shaped(AD *ad, IrOp op, IrValue *const *in, int nin, const IrValue *like) {
+  IrNode *n = emit(ad, op, in, nin, 1);
+  ir_value_set_shape(n->out[0], like->rank, like->shape);
+  n->out[0]->dtype = like->dtype;
+  return n;
+}
+
+static IrValue *scale(AD *ad, IrValue *x, double s) {
+  IrNode *n = emit(ad, OP_SCALE, &x, 1, 1);
+  ir_set_float(ad->g, n, "s", s);
+  return finish(ad, n)->out[0];
+}
+
+// Sum x down to the shape of `like` (the gradient of a broadcast).
+static IrValue *sum_to(AD *ad, IrValue *x, const IrValue *like) {
+  if (ir_same_shape(x, like))
+    return x;
+  return finish(ad, shaped(ad, OP_SUM_TO, &x, 1, like))->out[0];
+}
+
+static IrValue *reshape_to(AD *ad, IrValue *x, const IrValue *like) {
+  if (ir_same_shape(x, like))
+    return x;
+  return finish(ad, shaped(ad, OP_RESHAPE, &x, 1, like))->out[0];
+}
+
+static IrValue *matmul(AD *ad, IrValue *a, IrValue *b, int ta, int tb, const IrValue *like) {
+  IrValue *in[2] = {a, b};
+  IrNode *n = emit(ad, OP_MATMUL, in, 2, 1);
+  if (ta)
+    ir_set_int(ad->g, n, "ta", 1);
+  if (tb)
+    ir_set_int(ad->g, n, "tb", 1);
+  if (like->rank == 2 && (a->rank > 2 || b->rank > 2))
+    ir_set_int(ad->g, n, "sum_batch", 1); // the operand was broadcast over the batch
+  return finish(ad, n)->out[0];
+}
+
+// ---- gradient rules ---------------------------------------------------------------
+// grad_<op>(ad, n, dy, dx): dy[i] is the gradient of output i (NULL if none);
+// set dx[i] to the gradient contribution of input i (leave NULL if none).
+
+typedef void GradFn(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx);
+
+static void no_grad(AD *ad, const IrNode *n) {
+  if (!ad->err)
+    ad->err = ir_error(ad->diag, n->loc, "autodiff: %s has no gradient rule",
+                       ir_op_name(n->op));
+}
+
+// C = op(A) @ op(B); see the table in the comments of each case.
+static void grad_matmul(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *a = n->in[0], *b = n->in[1], *dc = dy[0];
+  int ta = (int)ir_attr_int(n, "ta", 0), tb = (int)ir_attr_int(n, "tb", 0);
+  if (!ta && !tb) { // dA = dC B^T, dB = A^T dC
+    dx[0] = matmul(ad, dc, b, 0, 1, a);
+    dx[1] = matmul(ad, a, dc, 1, 0, b);
+  } else if (!ta && tb) { // C = A B^T: dA = dC B, dB = dC^T A
+    dx[0] = matmul(ad, dc, b, 0, 0, a);
+    dx[1] = matmul(ad, dc, a, 1, 0, b);
+  } else if (ta && !tb) { // C = A^T B: dA = B dC^T, dB = A dC
+    dx[0] = matmul(ad, b, dc, 0, 1, a);
+    dx[1] = matmul(ad, a, dc, 0, 0, b);
+  } else { // C = A^T B^T: dA = B^T dC^T, dB = dC^T A^T
+    dx[0] = matmul(ad, b, dc, 1, 1, a);
+    dx[1] = matmul(ad, dc, a, 1, 1, b);
+  }
+}
+
+static void grad_add(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = sum_to(ad, dy[0], n->in[0]);
+  dx[1] = sum_to(ad, dy[0], n->in[1]);
+}
+
+static void grad_sub(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = sum_to(ad, dy[0], n->in[0]);
+  dx[1] = sum_to(ad, scale(ad, dy[0], -1.0), n->in[1]);
+}
+
+static void grad_mul(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = sum_to(ad, op2(ad, OP_MUL, dy[0], n->in[1]), n->in[0]);
+  dx[1] = sum_to(ad, op2(ad, OP_MUL, dy[0], n->in[0]), n->in[1]);
+}
+
+// C = A / B: dA = dC / B; dB = -dC A / B^2 = -(dC / B) * C
+static void grad_div(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *t = op2(ad, OP_DIV, dy[0], n->in[1]);
+  dx[0] = sum_to(ad, t, n->in[0]);
+  dx[1] = sum_to(ad, scale(ad, op2(ad, OP_MUL, t, n->out[0]), -1.0), n->in[1]);
+}
+
+static void grad_scale(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = scale(ad, dy[0], ir_attr_float(n, "s", 1.0));
+}
+
+static void grad_gelu(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_GELU_BWD, dy[0], n->in[0]);
+}
+
+static void grad_relu(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_RELU_BWD, dy[0], n->in[0]);
+}
+
+static void grad_softmax(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_SOFTMAX_BWD, dy[0], n->out[0]);
+}
+
+static void grad_layernorm(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
+  IrNode *b = emit(ad, OP_LAYERNORM_BWD, in, 3, 3);
+  ir_set_float(ad->g, b, "eps", ir_attr_float(n, "eps", 1e-5));
+  finish(ad, b);
+  for (int i = 0; i < 3; i++)
+    dx[i] = b->out[i];
+}
+
+static void grad_attention(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[4] = {dy[0], n->in[0], n->in[1], n->in[2]};
+  IrNode *b = emit(ad, OP_ATTENTION_BWD, in, 4, 3);
+  ir_set_int(ad->g, b, "causal", ir_attr_int(n, "causal", 1));
+  finish(ad, b);
+  for (int i = 0; i < 3; i++)
+    dx[i] = b->out[i];
+}
+
+static void grad_embedding(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[2] = {dy[0], n->in[1]};
+  dx[0] = finish(ad, shaped(ad, OP_EMBEDDING_BWD, in, 2, n->in[0]))->out[0];
+}
+
+static void grad_cross_entropy(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
+  dx[0] = finish(ad, emit(ad, OP_CROSS_ENTROPY_BWD, in, 3, 1))->out[0];
+}
+
+static void grad_reshape(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = reshape_to(ad, dy[0], n->in[0]);
+}
+
+static void grad_transpose(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  const IrAttr *perm = ir_attr(n, "perm");
+  int64_t inv[IR_MAXRANK];
+  for (int i = 0; i < perm->n; i++)
+    inv[perm->ints[i]] = i;
+  IrNode *t = emit(ad, OP_TRANSPOSE, &dy[0], 1, 1);
+  ir_set_ints(ad->g, t, "perm", inv, perm->n);
+  dx[0] = finish(ad, t)->out[0];
+}
+
+static int norm_axis(const IrNode *n, int rank) {
+  int64_t a = ir_attr_int(n, "axis", -1);
+  return (int)(a < 0 ? a + rank : a);
+}
+
+// The gradient of split is the concat of the outputs' gradients (zeros for
+// outputs that were not used).
+static void grad_split(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue **parts = calloc((size_t)n->nout, sizeof *parts);
+  IR_ASSERT(parts);
+  for (int i = 0; i < n->nout; i++) {
+    parts[i] = dy[i];
+    if (!parts[i]) {
+      IrNode *z = shaped(ad, OP_FILL, NULL, 0, n->out[i]);
+      ir_set_float(ad->g, z, "value", 0.0);
+      parts[i] = finish(ad, z)->out[0];
+    }
+  }
+  IrNode *c = emit(ad, OP_CONCAT, parts, n->nout, 1);
+  ir_set_int(ad->g, c, "axis", norm_axis(n, n->in[0]->rank));
+  dx[0] = finish(ad, c)->out[0];
+  free(parts);
+}
+
+static void grad_concat(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  int axis = norm_axis(n, n->out[0]->rank);
+  IrNode *s = emit(ad, OP_SPLIT, &dy[0], 1, n->nin);
+  const Sym **sizes = calloc((size_t)n->nin, sizeof *sizes);
+  IR_ASSERT(sizes);
+  for (int i = 0; i < n->nin; i++)
+    sizes[i] = n->in[i]->shape[axis];
+  ir_set_int(ad->g, s, "axis", axis);
+  ir_set_syms(ad->g, s, "sizes", sizes, n->nin);
+  free(sizes);
+  finish(ad, s);
+  for (int i = 0; i < n->nin; i++)
+    dx[i] = s->out[i];
+}
+
+static void grad_broadcast(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = sum_to(ad, dy[0], n->in[0]);
+}
+
+static void grad_sum_to(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = finish(ad, shaped(ad, OP_BROADCAST, &dy[0], 1, n->in[0]))->out[0];
+}
+
+// sum/mean: put the reduced dims back as 1s, broadcast, and for mean divide
+// by the number of elements reduced.
+static void reduce_grad(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx, bool mean) {
+  IrGraph *g = ad->g;
+  const IrValue *x = n->in[0];
+  const IrAttr *axes = ir_attr(n, "axes");
+  bool reduce[IR_MAXRANK] = {0};
+  for (int i = 0; i < x->rank; i++)
+    reduce[i] = !axes;
+  for (int i = 0; axes && i < axes->n; i++)
+    reduce[axes->ints[i] < 0 ? axes->ints[i] + x->rank : axes->ints[i]] = true;
+  const Sym *kept[IR_MAXRANK];
+  const Sym *count = sym_const(&g->arena, 1);
+  for (int i = 0; i < x->rank; i++) {
+    kept[i] = reduce[i] ? sym_const(&g->arena, 1) : x->shape[i];
+    if (reduce[i])
+      count = sym_mul(&g->arena, count, x->shape[i]);
+  }
+  IrValue *d = dy[0];
+  if (d->rank != x->rank) {
+    IrNode *r = emit(ad, OP_RESHAPE, &d, 1, 1);
+    ir_value_set_shape(r->out[0], x->rank, kept);
+    d = finish(ad, r)->out[0];
+  }
+  d = finish(ad, shaped(ad, OP_BROADCAST, &d, 1, x))->out[0];
+  dx[0] = mean ? scale(ad, d, 1.0 / (double)ir_eval(g, count)) : d;
+}
+
+static void grad_sum(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  reduce_grad(ad, n, dy, dx, false);
+}
+static void grad_mean(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  reduce_grad(ad, n, dy, dx, true);
+}
+
+static void grad_fill(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  (void)ad, (void)n, (void)dy, (void)dx; // constant: no inputs
+}
+
+// Backward and optimizer ops are never differentiated (no second order).
+#define NO_GRAD(name)                                                                   \
+  static void grad_##name(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {        \
+    (void)dy, (void)dx;                                                                 \
+    no_grad(ad, n);                                                                     \
+  }
+NO_GRAD(gelu_bwd)
+NO_GRAD(relu_bwd)
+NO_GRAD(softmax_bwd)
+NO_GRAD(layernorm_bwd)
+NO_GRAD(attention_bwd)
+NO_GRAD(embedding_bwd)
+NO_GRAD(cross_entropy_bwd)
+NO_GRAD(adamw)
+NO_GRAD(sgd)
+
+static GradFn *const grad_fns[] = {
+#define OP(E, name, nin, nout, kind) grad_##name,
+#include "ops.def"
+};
+
+// ---- the driver ---------------------------------------------------------------------
+
+// Add a contribution to v's gradient (fan-out accumulates with `add`).
+static void accumulate(AD *ad, IrValue *v, IrValue *contrib) {
+  if (!contrib || !ad->needs[v->id] || ad->err)
+    return;
+  IrValue *have = ad->grad[v->id];
+  ad->grad[v->id] = have ? op2(ad, OP_ADD, have, contrib) : contrib;
+}
+
+static IrValue **grow(IrValue **p, int n) {
+  IrValue **q = realloc(p, (size_t)n * sizeof *q);
+  IR_ASSERT(q);
+  return q;
+}
+
+int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed) {
+  if (!g->loss)
+    return ir_error(ctx->diag, (IrLoc){0},
+                    "the model has no loss: add `loss EXPR;` (DSL) or use --loss");
+  int nfwd = g->nnodes, cap = g->nvalues * 8 + 64;
+  AD ad = {.g = g, .diag = ctx->diag};
+  ad.grad = calloc((size_t)cap, sizeof *ad.grad);
+  ad.needs = calloc((size_t)cap, sizeof *ad.needs);
+  IR_ASSERT(ad.grad && ad.needs);
+  // needs[v]: v is a parameter or computed from one.
+  for (int i = 0; i < g->nvalues; i++)
+    ad.needs[i] = g->values[i]->role == ROLE_PARAM;
+  for (int i = 0; i < nfwd; i++) {
+    IrNode *n = g->nodes[i];
+    bool any = false;
+    for (int k = 0; k < n->nin; k++)
+      any |= ad.needs[n->in[k]->id];
+    for (int k = 0; k < n->nout; k++)
+      ad.needs[n->out[k]->id] = any && n->out[k]->dtype == DT_F32;
+  }
+  if (!ad.needs[g->loss->id]) {
+    free(ad.grad), free(ad.needs);
+    return ir_error(ctx->diag, g->loss->loc, "the loss does not depend on any parameter");
+  }
+  // dloss = 1
+  IrNode *seed = shaped(&ad, OP_FILL, NULL, 0, g->loss);
+  ir_set_float(g, seed, "value", 1.0);
+  finish(&ad, seed);
+  ad.grad[g->loss->id] = seed->out[0];
+  ir_value_rename(g, seed->out[0], "d.loss");
+
+  IrValue **dy = NULL, **dx = NULL;
+  for (int i = nfwd - 1; i >= 0 && !ad.err; i--) {
+    IrNode *n = g->nodes[i];
+    bool any = false;
+    dy = grow(dy, n->nout + 1);
+    for (int k = 0; k < n->nout; k++) {
+      dy[k] = ad.grad[n->out[k]->id];
+      any |= dy[k] != NULL;
+      if (dy[k] && dy[k]->producer && dy[k]->producer->phase == PHASE_BACKWARD &&
+          dy[k] != ad.grad[g->loss->id]) {
+        char name[512];
+        snprintf(name, sizeof name, "d.%s", n->out[k]->name);
+        ir_value_rename(g, dy[k], name);
+      }
+    }
+    bool wanted = false;
+    for (int k = 0; k < n->nin; k++)
+      wanted |= ad.needs[n->in[k]->id];
+    if (!any || !wanted)
+      continue;
+    dx = grow(dx, n->nin + 1);
+    memset(dx, 0, (size_t)(n->nin + 1) * sizeof *dx);
+    ad.fwd = n;
+    grad_fns[n->op](&ad, n, dy, dx);
+    // The ids of new values exceed cap only for enormous expansions; grow then.
+    if (g->nvalues >= cap) {
+      int ncap = g->nvalues * 2;
+      ad.grad = (IrValue **)grow(ad.grad, ncap);
+      ad.needs = realloc(ad.needs, (size_t)ncap);
+      IR_ASSERT(ad.needs);
+      memset(ad.grad + cap, 0, (size_t)(ncap - cap) * sizeof *ad.grad);
+      memset(ad.needs + cap, 0, (size_t)(ncap - cap));
+      cap = ncap;
+    }
+    for (int k = 0; k < n->nin; k++)
+      accumulate(&ad, n->in[k], dx[k]);
+  }
+  for (int i = 0; i < g->nvalues && !ad.err; i++) {
+    IrValue *v = g->values[i];
+    if (v->role != ROLE_PARAM)
+      continue;
+    v->grad = ad.grad[v->id];
+    if (!v->grad) { // unused parameter: its gradient is zero
+      ad.fwd = NULL;
+      IrNode *z = shaped(&ad, OP_FILL, NULL, 0, v);
+      ir_set_float(g, z, "value", 0.0);
+      v->grad = finish(&ad, z)->out[0];
+    }
+    char name[512];
+    snprintf(name, sizeof name, "grad.%s", v->name);
+    ir_value_rename(g, v->grad, name);
+  }
+  free(dy), free(dx), free(ad.grad), free(ad.needs);
+  g->cur_phase = PHASE_FORWARD;
+  g->cur_block = 0;
+  g->cur_loc = (IrLoc){0};
+  *changed = true;
+  return ad.err;
+}

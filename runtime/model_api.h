@@ -1,0 +1,45 @@
+// The interface between a generated model (model.c) and the training main
+// (train.c). mtc writes model.c; train.c is the same for every model.
+#ifndef MTC_RT_MODEL_API_H
+#define MTC_RT_MODEL_API_H
+
+enum { RT_F32, RT_I32 };
+
+// Where an input's values come from when the program trains.
+enum {
+  RT_IN_RANDN,    // synthetic: normal(0, 1) floats
+  RT_IN_CLASSES,  // synthetic: integers uniform in [0, range)
+  RT_IN_TOKENS,   // token stream positions [0, n) of the batch (range = vocab)
+  RT_IN_TARGETS,  // token stream positions [1, n+1): next-token targets
+};
+
+typedef struct rt_tensor {
+  const char *name;   // as in the model (parameter or input name)
+  long offset;        // byte offset in the arena
+  long numel;         // element count
+  int dtype;          // RT_F32 | RT_I32
+  int kind;           // inputs only: RT_IN_*
+  long range;         // inputs only: number of classes / vocabulary size
+  const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"
+} rt_tensor;
+
+typedef struct rt_model {
+  const char *name;
+  long arena_bytes;        // planned arena size (persistent + transient)
+  long persistent_bytes;   // parameters, optimizer state, inputs
+  long peak_live_bytes;    // max over the schedule of bytes live at once
+  int n_inputs;
+  const rt_tensor *inputs;
+  int n_params;
+  const rt_tensor *params;    // in weights-file order
+  long loss_offset;           // byte offset of the scalar loss
+  long tokens_per_step;       // rows of the batch that count as tokens (B*T), for tok/s
+  double flops_per_step;      // forward + backward + update, from the cost rules
+  void (*forward)(char *arena);
+  void (*backward)(char *arena);
+  void (*update)(char *arena, float lr, int step);
+} rt_model;
+
+extern const rt_model mtc_model;
+
+#endif

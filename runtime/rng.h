@@ -1,0 +1,53 @@
+// Deterministic random numbers for the mtc runtime and compiler (prefix
+// rt_rng_). Header-only and self-contained: the training main uses it for
+// synthetic inputs and the compiler for initial weights, so both draw the
+// same streams from the same seed on every platform.
+//
+// The generator is splitmix64: a 64-bit counter advanced by a fixed odd
+// constant and passed through a bijective mixer. Every seed (0 included)
+// gives a full-period stream.
+#ifndef MTC_RT_RNG_H
+#define MTC_RT_RNG_H
+
+#include <math.h>
+#include <stdint.h>
+
+typedef struct rt_rng {
+  uint64_t state;
+} rt_rng;
+
+static inline void rt_rng_seed(rt_rng *r, uint64_t seed) { r->state = seed; }
+
+// next 64 random bits
+static inline uint64_t rt_rng_u64(rt_rng *r) {
+  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// next 32 random bits (the high half, the best mixed)
+static inline uint32_t rt_rng_u32(rt_rng *r) {
+  return (uint32_t)(rt_rng_u64(r) >> 32);
+}
+
+// integer uniform in [0, n) for 0 < n <= 2^32 (multiply-shift, no division)
+static inline uint32_t rt_rng_below(rt_rng *r, uint64_t n) {
+  return (uint32_t)(((uint64_t)rt_rng_u32(r) * n) >> 32);
+}
+
+// float uniform in [0, 1): 24 random bits, so every value is exact
+static inline float rt_rng_uniform(rt_rng *r) {
+  return (float)(rt_rng_u32(r) >> 8) * (1.0f / 16777216.0f);
+}
+
+// float from normal(0, 1) by Box-Muller; one draw per call (the state stays a
+// single uint64), computed in double and rounded once.
+static inline float rt_rng_normal(rt_rng *r) {
+  // u1 in (0, 1] so the log is finite; u2 in [0, 1)
+  double u1 = ((double)(rt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  double u2 = (double)(rt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+#endif

@@ -1,0 +1,488 @@
+// The training main of every mtc-compiled model.
+//
+// Built together with a generated model.c that defines `mtc_model` (see
+// model_api.h): allocates the model's arena, loads the initial weights, fills
+// the inputs (an llm.c token shard or one fixed synthetic batch), runs
+// forward / backward / update for --steps steps, prints the loss and the
+// speed of every step, and at the end the planned versus measured memory.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model_api.h"
+#include "rng.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_BYTES (256 * 4)
+
+// ---------------------------------------------------------------------------
+// errors
+
+// runtime failure: one line on stderr, exit 1
+__attribute__((format(printf, 1, 2))) _Noreturn static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fflush(stdout);
+  fputs("train: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(1);
+}
+
+// bad command line: one line on stderr, exit 2
+__attribute__((format(printf, 1, 2))) _Noreturn static void usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("train: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (see --help)\n", stderr);
+  va_end(ap);
+  exit(2);
+}
+
+// ---------------------------------------------------------------------------
+// command line
+
+typedef struct {
+  int steps;
+  float lr;
+  uint64_t seed;
+  const char *data;     // NULL: synthetic
+  const char *weights;  // NULL: weights.bin here or next to the program
+  int log_every;
+} options;
+
+static void print_help(void) {
+  printf(
+      "usage: train [options]\n"
+      "Trains the model '%s' compiled into this program.\n"
+      "\n"
+      "  --steps N       number of training steps (default 20)\n"
+      "  --lr F          learning rate (default 1e-3)\n"
+      "  --seed N        seed of the synthetic inputs (default 1337)\n"
+      "  --data FILE     llm.c token shard to train on (default: one fixed\n"
+      "                  synthetic batch, reused every step)\n"
+      "  --weights FILE  initial weights: raw float32 parameters in model order\n"
+      "                  (default weights.bin in the current directory, else\n"
+      "                  next to this program)\n"
+      "  --log-every N   print every N steps; the last always prints (default 1)\n"
+      "  -h, --help      show this help\n",
+      mtc_model.name);
+}
+
+// an integer in [lo, hi], or a usage error naming the flag
+static long parse_int(const char *flag, const char *s, long lo, long hi,
+                      const char *what) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi)
+    usage_error("%s expects %s, got '%s'", flag, what, s);
+  return v;
+}
+
+static options parse_args(int argc, char **argv) {
+  options o = {.steps = 20, .lr = 1e-3f, .seed = 1337, .data = NULL,
+               .weights = NULL, .log_every = 1};
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      print_help();
+      exit(0);
+    }
+    if (strncmp(arg, "--", 2) != 0) usage_error("unexpected argument '%s'", arg);
+    // --flag VALUE or --flag=VALUE
+    char name[64];
+    const char *eq = strchr(arg, '='), *val = NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    const char *expects;
+    if (!strcmp(name, "--steps") || !strcmp(name, "--log-every"))
+      expects = "a positive integer";
+    else if (!strcmp(name, "--seed"))
+      expects = "a non-negative integer";
+    else if (!strcmp(name, "--lr"))
+      expects = "a non-negative number";
+    else if (!strcmp(name, "--data") || !strcmp(name, "--weights"))
+      expects = "a file name";
+    else
+      usage_error("unknown option '%s'", arg);
+    if (eq) val = eq + 1;
+    else if (i + 1 < argc) val = argv[++i];
+    else usage_error("%s expects %s, but no value was given", name, expects);
+
+    if (!strcmp(name, "--steps")) {
+      o.steps = (int)parse_int(name, val, 1, INT_MAX, expects);
+    } else if (!strcmp(name, "--log-every")) {
+      o.log_every = (int)parse_int(name, val, 1, INT_MAX, expects);
+    } else if (!strcmp(name, "--seed")) {
+      char *end;
+      errno = 0;
+      unsigned long long v = strtoull(val, &end, 10);
+      if (*val == '\0' || *val == '-' || *val == '+' || *end != '\0' || errno)
+        usage_error("%s expects %s, got '%s'", name, expects, val);
+      o.seed = (uint64_t)v;
+    } else if (!strcmp(name, "--lr")) {
+      char *end;
+      errno = 0;
+      double v = strtod(val, &end);
+      if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0)
+        usage_error("%s expects %s, got '%s'", name, expects, val);
+      o.lr = (float)v;
+    } else {  // --data, --weights
+      if (*val == '\0') usage_error("%s expects %s, got ''", name, expects);
+      if (!strcmp(name, "--data")) o.data = val;
+      else o.weights = val;
+    }
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// model table checks
+
+static void check_table(void) {
+  const rt_model *M = &mtc_model;
+  if (M->arena_bytes <= 0) fail("model table: arena_bytes is %ld", M->arena_bytes);
+  for (int pass = 0; pass < 2; pass++) {
+    int n = pass ? M->n_inputs : M->n_params;
+    const rt_tensor *ts = pass ? M->inputs : M->params;
+    for (int i = 0; i < n; i++) {
+      const rt_tensor *t = &ts[i];
+      long bytes = t->numel * 4;  // f32 and i32 alike
+      if (t->offset < 0 || t->numel < 0 || t->offset + bytes > M->arena_bytes)
+        fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the "
+             "arena of %ld bytes", pass ? "input" : "parameter", t->name,
+             t->offset, t->numel, M->arena_bytes);
+    }
+  }
+  if (M->loss_offset < 0 || M->loss_offset + 4 > M->arena_bytes)
+    fail("model table: loss offset %ld lies outside the arena", M->loss_offset);
+}
+
+// ---------------------------------------------------------------------------
+// weights
+
+static int host_is_big_endian(void) {
+  const uint16_t one = 1;
+  return *(const uint8_t *)&one == 0;
+}
+
+// opens --weights, or weights.bin in the current directory, or weights.bin
+// in the directory of the program; the path used goes into `path`
+static FILE *open_weights(const char *given, const char *argv0, char *path,
+                          size_t cap) {
+  if (given) {
+    snprintf(path, cap, "%s", given);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail("cannot open weights file %s: %s", path, strerror(errno));
+    return f;
+  }
+  snprintf(path, cap, "weights.bin");
+  FILE *f = fopen(path, "rb");
+  if (f) return f;
+  // the directory of argv[0], or of the executable when argv[0] has no '/'
+  char dir[4096];
+  const char *slash = strrchr(argv0, '/');
+  if (slash) {
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - argv0), argv0);
+  } else {
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    dir[n > 0 ? n : 0] = '\0';
+    char *s = strrchr(dir, '/');
+    if (s) *s = '\0';
+    else snprintf(dir, sizeof dir, ".");
+  }
+  if (dir[0] == '\0') snprintf(dir, sizeof dir, "/");
+  snprintf(path, cap, "%s/weights.bin", dir);
+  f = fopen(path, "rb");
+  if (!f)
+    fail("cannot find weights.bin in the current directory or in %s (use "
+         "--weights FILE)", dir);
+  return f;
+}
+
+static void load_weights(char *arena, const char *given, const char *argv0) {
+  const rt_model *M = &mtc_model;
+  char path[4200];
+  FILE *f = open_weights(given, argv0, path, sizeof path);
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
+  long expected = 0;
+  for (int i = 0; i < M->n_params; i++) expected += M->params[i].numel * 4;
+  if ((long long)st.st_size != (long long)expected)
+    fail("%s has %lld bytes, the model expects %ld", path, (long long)st.st_size,
+         expected);
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    float *dst = (float *)(arena + p->offset);
+    if (fread(dst, 4, (size_t)p->numel, f) != (size_t)p->numel)
+      fail("cannot read parameter '%s' from %s", p->name, path);
+    if (host_is_big_endian()) {  // the file is little-endian
+      uint32_t *w = (uint32_t *)dst;
+      for (long j = 0; j < p->numel; j++) w[j] = __builtin_bswap32(w[j]);
+    }
+  }
+  fclose(f);
+}
+
+// ---------------------------------------------------------------------------
+// inputs
+
+static void store(char *arena, const rt_tensor *t, long i, double value) {
+  if (t->dtype == RT_I32) ((int32_t *)(arena + t->offset))[i] = (int32_t)value;
+  else ((float *)(arena + t->offset))[i] = (float)value;
+}
+
+static int is_token_input(const rt_tensor *t) {
+  return t->kind == RT_IN_TOKENS || t->kind == RT_IN_TARGETS;
+}
+
+// n (tokens per step) and the smallest vocabulary over the token inputs;
+// n is 0 when the model has none
+static void token_geometry(long *n, long *vocab) {
+  const rt_model *M = &mtc_model;
+  *n = 0;
+  *vocab = 0;
+  for (int pass = 0; pass < 2 && *n == 0; pass++)
+    for (int i = 0; i < M->n_inputs; i++)
+      if (M->inputs[i].kind == (pass ? RT_IN_TARGETS : RT_IN_TOKENS)) {
+        *n = M->inputs[i].numel;
+        break;
+      }
+  for (int i = 0; i < M->n_inputs; i++) {
+    const rt_tensor *t = &M->inputs[i];
+    if (!is_token_input(t)) continue;
+    if (t->numel != *n)
+      fail("model table: token input '%s' has %ld elements, the others %ld",
+           t->name, t->numel, *n);
+    if (t->range <= 0 || t->range > (1L << 31))
+      fail("model table: token input '%s' has range %ld", t->name, t->range);
+    if (*vocab == 0 || t->range < *vocab) *vocab = t->range;
+  }
+}
+
+// token inputs from a stream of n+1 tokens: TOKENS [0, n), TARGETS [1, n+1)
+static void fill_tokens(char *arena, const int32_t *stream) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < M->n_inputs; i++) {
+    const rt_tensor *t = &M->inputs[i];
+    if (!is_token_input(t)) continue;
+    const int32_t *src = stream + (t->kind == RT_IN_TARGETS ? 1 : 0);
+    for (long j = 0; j < t->numel; j++) store(arena, t, j, src[j]);
+  }
+}
+
+// The synthetic inputs, drawn once from the seed: a token stream of n+1
+// tokens, then every input in table order.
+static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
+                           int32_t *stream) {
+  const rt_model *M = &mtc_model;
+  rt_rng r;
+  rt_rng_seed(&r, seed);
+  if (n > 0)
+    for (long j = 0; j <= n; j++) stream[j] = (int32_t)rt_rng_below(&r, (uint64_t)vocab);
+  for (int i = 0; i < M->n_inputs; i++) {
+    const rt_tensor *t = &M->inputs[i];
+    switch (t->kind) {
+      case RT_IN_RANDN:
+        for (long j = 0; j < t->numel; j++) store(arena, t, j, rt_rng_normal(&r));
+        break;
+      case RT_IN_CLASSES:
+        if (t->range <= 0 || t->range > (1L << 31))
+          fail("model table: input '%s' has range %ld", t->name, t->range);
+        for (long j = 0; j < t->numel; j++)
+          store(arena, t, j, rt_rng_below(&r, (uint64_t)t->range));
+        break;
+      default:
+        break;
+    }
+  }
+  if (n > 0) fill_tokens(arena, stream);
+}
+
+// an llm.c token shard, mapped read-only
+typedef struct {
+  const char *path;
+  const uint8_t *map;   // the whole file
+  size_t map_bytes;
+  const uint8_t *toks;  // little-endian uint16 tokens
+  long ntok;
+  long pos;             // start of the next window
+} shard;
+
+static int32_t read_le32(const uint8_t *p) {
+  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 24);
+}
+
+static long shard_token(const shard *s, long i) {
+  return (long)s->toks[2 * i] | (long)s->toks[2 * i + 1] << 8;
+}
+
+static void open_shard(shard *s, const char *path, long n, long vocab) {
+  s->path = path;
+  FILE *f = fopen(path, "rb");
+  if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
+  long long size = (long long)st.st_size;
+  if (size < SHARD_HEADER_BYTES)
+    fail("%s is not a token shard: %lld bytes, less than the %d-byte header", path,
+         size, SHARD_HEADER_BYTES);
+  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+  if (m == MAP_FAILED) fail("cannot map %s: %s", path, strerror(errno));
+  fclose(f);
+  s->map = m;
+  s->map_bytes = (size_t)size;
+  int32_t magic = read_le32(s->map), version = read_le32(s->map + 4);
+  int32_t ntok = read_le32(s->map + 8);
+  if (magic != SHARD_MAGIC)
+    fail("%s is not a token shard: magic number %d, expected %d", path, magic,
+         SHARD_MAGIC);
+  if (version != SHARD_VERSION)
+    fail("%s: unsupported token shard version %d, expected %d", path, version,
+         SHARD_VERSION);
+  if (ntok < 0 || SHARD_HEADER_BYTES + 2LL * ntok != size)
+    fail("%s: the header says %d tokens (%lld bytes), but the file has %lld bytes "
+         "after the header", path, ntok, 2LL * ntok, size - SHARD_HEADER_BYTES);
+  s->toks = s->map + SHARD_HEADER_BYTES;
+  s->ntok = ntok;
+  s->pos = 0;
+  if (s->ntok < n + 1)
+    fail("%s has %ld tokens, one step needs %ld", path, s->ntok, n + 1);
+  for (long i = 0; i < s->ntok; i++)
+    if (shard_token(s, i) >= vocab)
+      fail("%s: token %ld at position %ld is out of range for the model's "
+           "vocabulary of %ld", path, shard_token(s, i), i, vocab);
+}
+
+// the next window of n+1 tokens, wrapping to the start at the end
+static void next_window(shard *s, long n, int32_t *stream) {
+  if (s->pos + n + 1 > s->ntok) s->pos = 0;
+  for (long j = 0; j <= n; j++) stream[j] = (int32_t)shard_token(s, s->pos + j);
+  s->pos += n;
+}
+
+// ---------------------------------------------------------------------------
+// measurement
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+  double *s = malloc((size_t)n * sizeof(double));
+  if (!s) fail("out of memory");
+  memcpy(s, v, (size_t)n * sizeof(double));
+  qsort(s, (size_t)n, sizeof(double), cmp_double);
+  double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  free(s);
+  return m;
+}
+
+// bytes of the arena resident in memory, by mincore()
+static long arena_resident(char *arena, long bytes) {
+  long page = sysconf(_SC_PAGESIZE);
+  long npages = (bytes + page - 1) / page;
+  unsigned char *vec = malloc((size_t)npages);
+  if (!vec) fail("out of memory");
+  if (mincore(arena, (size_t)bytes, vec) != 0) {
+    free(vec);
+    return -1;
+  }
+  long resident = 0;
+  for (long i = 0; i < npages; i++) resident += vec[i] & 1;
+  free(vec);
+  resident *= page;
+  return resident < bytes ? resident : bytes;
+}
+
+// ---------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+  options opt = parse_args(argc, argv);
+  const rt_model *M = &mtc_model;
+  check_table();
+
+  long n, vocab;
+  token_geometry(&n, &vocab);
+  if (opt.data && n == 0)
+    usage_error("--data given, but the model '%s' has no token inputs", M->name);
+
+  // the arena: anonymous pages, zero-filled, resident only once touched
+  char *arena = mmap(NULL, (size_t)M->arena_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (arena == MAP_FAILED)
+    fail("cannot allocate the arena of %ld bytes: %s", M->arena_bytes,
+         strerror(errno));
+
+  load_weights(arena, opt.weights, argv[0]);
+
+  int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
+  if (!stream) fail("out of memory");
+  shard data = {0};
+  if (opt.data) open_shard(&data, opt.data, n, vocab);
+  fill_synthetic(arena, opt.seed, n, vocab, stream);
+
+  double *times = malloc((size_t)opt.steps * sizeof(double));
+  if (!times) fail("out of memory");
+  for (int step = 1; step <= opt.steps; step++) {
+    double t0 = now_seconds();
+    if (opt.data) {
+      next_window(&data, n, stream);
+      fill_tokens(arena, stream);
+    }
+    M->forward(arena);
+    float loss = *(const float *)(arena + M->loss_offset);
+    if (!isfinite(loss)) fail("loss is not finite at step %d", step);
+    M->backward(arena);
+    M->update(arena, opt.lr, step);
+    double dt = now_seconds() - t0;
+    times[step - 1] = dt;
+    if (step % opt.log_every == 0 || step == opt.steps) {
+      double tps = dt > 0 ? (double)M->tokens_per_step / dt : 0.0;
+      printf("step %d | loss %.6f | %.1f ms | %.0f tok/s\n", step, loss, 1e3 * dt, tps);
+      fflush(stdout);
+    }
+  }
+
+  long resident = arena_resident(arena, M->arena_bytes);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  long peak_rss = (long)ru.ru_maxrss * 1024L;  // ru_maxrss is in KiB
+  printf("memory: planned arena %ld bytes (persistent %ld, peak live %ld) | "
+         "measured: arena resident %ld bytes, process peak RSS %ld bytes\n",
+         M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, resident, peak_rss);
+  double med = median(times, opt.steps);
+  printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
+         med > 0 ? M->flops_per_step / med / 1e9 : 0.0);
+
+  free(times);
+  free(stream);
+  if (data.map) munmap((void *)data.map, data.map_bytes);
+  munmap(arena, (size_t)M->arena_bytes);
+  return 0;
+}

@@ -1,0 +1,205 @@
+// Gradients of every op, checked by finite differences.
+//
+// Each case is a small IR graph producing %y; the harness appends a random
+// projection loss = sum(y * r) (r a fixed random input), runs the pipeline,
+// then compares every parameter's gradient from the interpreted backward
+// against central differences of the interpreted forward.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "passes.h"
+#include "rng.h"
+
+typedef struct Case {
+  const char *name;
+  const char *decls;   // sym/input/param lines
+  const char *body;    // forward lines producing %y (or %loss when ytype is NULL)
+  const char *ytype;   // type of %y, e.g. "f32[N,C]"; NULL: the body defines %loss
+  double h;            // finite-difference step
+} Case;
+
+static const Case cases[] = {
+    {"matmul", "sym M = 3\nsym K = 4\nsym N = 5\nparam %a : f32[M,K] normal(1.0)\n"
+               "param %b : f32[K,N] normal(1.0)\n",
+     "%y : f32[M,N] = matmul(%a, %b)\n", "f32[M,N]", 1e-2},
+    {"matmul_ta", "sym M = 3\nsym K = 4\nsym N = 5\nparam %a : f32[K,M] normal(1.0)\n"
+                  "param %b : f32[K,N] normal(1.0)\n",
+     "%y : f32[M,N] = matmul(%a, %b) ta=1\n", "f32[M,N]", 1e-2},
+    {"matmul_tb", "sym M = 3\nsym K = 4\nsym N = 5\nparam %a : f32[M,K] normal(1.0)\n"
+                  "param %b : f32[N,K] normal(1.0)\n",
+     "%y : f32[M,N] = matmul(%a, %b) tb=1\n", "f32[M,N]", 1e-2},
+    {"matmul_ta_tb", "sym M = 3\nsym K = 4\nsym N = 5\nparam %a : f32[K,M] normal(1.0)\n"
+                     "param %b : f32[N,K] normal(1.0)\n",
+     "%y : f32[M,N] = matmul(%a, %b) ta=1 tb=1\n", "f32[M,N]", 1e-2},
+    {"matmul_batched_shared_b", "sym B = 2\nsym M = 3\nsym K = 4\nsym N = 5\n"
+                                "param %a : f32[B,M,K] normal(1.0)\nparam %b : f32[K,N] normal(1.0)\n",
+     "%y : f32[B,M,N] = matmul(%a, %b)\n", "f32[B,M,N]", 1e-2},
+    {"matmul_batched", "sym B = 2\nsym M = 3\nsym K = 4\nsym N = 5\n"
+                       "param %a : f32[B,M,K] normal(1.0)\nparam %b : f32[B,K,N] normal(1.0)\n",
+     "%y : f32[B,M,N] = matmul(%a, %b)\n", "f32[B,M,N]", 1e-2},
+    {"matmul_batched_tb", "sym B = 2\nsym M = 3\nsym K = 4\nsym N = 5\n"
+                          "param %a : f32[B,M,K] normal(1.0)\nparam %b : f32[N,K] normal(1.0)\n",
+     "%y : f32[B,M,N] = matmul(%a, %b) tb=1\n", "f32[B,M,N]", 1e-2},
+    {"add_broadcast", "sym B = 2\nsym T = 3\nsym C = 4\nparam %a : f32[B,T,C] normal(1.0)\n"
+                      "param %b : f32[C] normal(1.0)\n",
+     "%y : f32[B,T,C] = add(%a, %b)\n", "f32[B,T,C]", 1e-2},
+    {"sub_broadcast", "sym T = 3\nsym C = 4\nparam %a : f32[T,C] normal(1.0)\n"
+                      "param %b : f32[T,1] normal(1.0)\n",
+     "%y : f32[T,C] = sub(%a, %b)\n", "f32[T,C]", 1e-2},
+    {"mul_broadcast", "sym B = 2\nsym T = 3\nsym C = 4\nparam %a : f32[B,T,C] normal(1.0)\n"
+                      "param %b : f32[T,C] normal(1.0)\n",
+     "%y : f32[B,T,C] = mul(%a, %b)\n", "f32[B,T,C]", 1e-2},
+    {"div", "sym T = 3\nsym C = 4\nparam %a : f32[T,C] normal(1.0)\nparam %b : f32[C] normal(1.0)\n",
+     "%b2 : f32[C] = scale(%b) s=0.1 b=2.0\n%y : f32[T,C] = div(%a, %b2)\n", "f32[T,C]", 1e-2},
+    {"scale", "sym N = 7\nparam %x : f32[N] normal(1.0)\n",
+     "%y : f32[N] = scale(%x) s=-1.5 b=0.25\n", "f32[N]", 1e-2},
+    {"gelu", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[N,C] = gelu(%x)\n", "f32[N,C]", 1e-2},
+    {"relu", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[N,C] = relu(%x)\n", "f32[N,C]", 1e-3},
+    {"layernorm", "sym N = 4\nsym C = 6\nparam %x : f32[N,C] normal(1.0)\n"
+                  "param %w : f32[C] normal(1.0)\nparam %b : f32[C] normal(1.0)\n",
+     "%y : f32[N,C] = layernorm(%x, %w, %b) eps=1e-5\n", "f32[N,C]", 1e-2},
+    {"softmax", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[N,C] = softmax(%x)\n", "f32[N,C]", 1e-2},
+    {"attention_causal", "sym B = 2\nsym H = 2\nsym T = 4\nsym D = 3\n"
+                         "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,T,D] normal(1.0)\n"
+                         "param %v : f32[B,H,T,D] normal(1.0)\n",
+     "%y : f32[B,H,T,D] = attention(%q, %k, %v) causal=1\n", "f32[B,H,T,D]", 1e-2},
+    {"attention_full", "sym B = 1\nsym H = 2\nsym T = 5\nsym D = 3\n"
+                       "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,T,D] normal(1.0)\n"
+                       "param %v : f32[B,H,T,D] normal(1.0)\n",
+     "%y : f32[B,H,T,D] = attention(%q, %k, %v) causal=0\n", "f32[B,H,T,D]", 1e-2},
+    {"embedding", "sym V = 7\nsym C = 4\nsym B = 2\nsym T = 5\ninput %idx : i32[B,T] classes(V)\n"
+                  "param %w : f32[V,C] normal(1.0)\n",
+     "%y : f32[B,T,C] = embedding(%w, %idx)\n", "f32[B,T,C]", 1e-2},
+    {"cross_entropy", "sym N = 6\nsym V = 5\ninput %t : i32[N] classes(V)\n"
+                      "param %x : f32[N,V] normal(1.0)\n",
+     "%loss : f32[] = cross_entropy(%x, %t)\n", NULL, 1e-2},
+    {"reshape", "sym A = 2\nsym C = 6\nparam %x : f32[A,C] normal(1.0)\n",
+     "%rs : f32[3,4] = reshape(%x)\n%y : f32[3,4] = mul(%rs, %rs)\n", "f32[3,4]", 1e-2},
+    {"transpose", "sym A = 2\nsym B = 3\nsym C = 4\nparam %x : f32[A,B,C] normal(1.0)\n",
+     "%y : f32[C,A,B] = transpose(%x) perm=[2,0,1]\n", "f32[C,A,B]", 1e-2},
+    {"split_unused_part", "sym N = 2\nparam %x : f32[N,6] normal(1.0)\n",
+     "%a : f32[N,2], %b : f32[N,4] = split(%x) axis=1 sizes=[2,4]\n%y : f32[N,4] = mul(%b, %b)\n",
+     "f32[N,4]", 1e-2},
+    {"split_symbolic", "sym N = 2\nsym C = 3\nparam %x : f32[N,3*C] normal(1.0)\n",
+     "%a : f32[N,C], %b : f32[N,C], %c : f32[N,C] = split(%x) axis=1 sizes=[C,C,C]\n"
+     "%ab : f32[N,C] = mul(%a, %b)\n%y : f32[N,C] = sub(%ab, %c)\n",
+     "f32[N,C]", 1e-2},
+    {"concat", "sym N = 2\nsym C = 3\nparam %a : f32[N,C] normal(1.0)\nparam %b : f32[1,C] normal(1.0)\n",
+     "%y : f32[N+1,C] = concat(%a, %b) axis=0\n", "f32[N+1,C]", 1e-2},
+    {"broadcast", "sym N = 3\nsym C = 4\nparam %x : f32[C] normal(1.0)\n",
+     "%y : f32[N,C] = broadcast(%x)\n", "f32[N,C]", 1e-2},
+    {"sum", "sym A = 2\nsym B = 3\nsym C = 4\nparam %x : f32[A,B,C] normal(1.0)\n",
+     "%y : f32[A,C] = sum(%x) axes=[1]\n", "f32[A,C]", 1e-2},
+    {"mean_keepdims", "sym A = 2\nsym B = 3\nsym C = 4\nparam %x : f32[A,B,C] normal(1.0)\n",
+     "%y : f32[1,B,1] = mean(%x) axes=[0,2] keepdims=1\n", "f32[1,B,1]", 1e-2},
+    {"sum_to", "sym N = 3\nsym C = 4\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[1,C] = sum_to(%x)\n", "f32[1,C]", 1e-2},
+    {"fan_out", "sym N = 5\nparam %x : f32[N] normal(1.0)\n",
+     "%xx : f32[N] = mul(%x, %x)\n%y : f32[N] = add(%xx, %x)\n", "f32[N]", 1e-2},
+};
+
+static int passed, failed;
+
+// Fill every input with random data (classes/tokens: integers in range).
+static void fill_inputs(IrGraph *g, CgInterp *it, uint64_t seed) {
+  rt_rng rng;
+  rt_rng_seed(&rng, seed);
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i];
+    if (v->role != ROLE_INPUT)
+      continue;
+    int64_t n = v->bytes / 4;
+    if (v->dtype == DT_I32) {
+      int64_t range = ir_eval(g, v->range);
+      for (int64_t k = 0; k < n; k++)
+        cg_interp_i32(it, v)[k] = (int32_t)rt_rng_below(&rng, (uint64_t)range);
+    } else {
+      for (int64_t k = 0; k < n; k++)
+        cg_interp_f32(it, v)[k] = rt_rng_normal(&rng);
+    }
+  }
+}
+
+static float loss_of(CgInterp *it, IrGraph *g) {
+  cg_interp_run(it, PHASE_FORWARD, 0, 0);
+  return *cg_interp_f32(it, g->loss);
+}
+
+static void run_case(const Case *c) {
+  char text[8192];
+  if (c->ytype)
+    snprintf(text, sizeof text,
+             "graph \"%s\"\n%sinput %%r : %s\nforward\n%s%%p : %s = mul(%%y, %%r)\n"
+             "%%loss : f32[] = sum(%%p)\nloss %%loss\n",
+             c->name, c->decls, c->ytype, c->body, c->ytype);
+  else
+    snprintf(text, sizeof text, "graph \"%s\"\n%sforward\n%sloss %%loss\n", c->name, c->decls,
+             c->body);
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(text, c->name, &d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+  if (!g || pass_run_all(g, &ctx)) {
+    printf("FAIL %s: ", c->name);
+    ir_diag_print(stdout, &d);
+    failed++;
+    ir_graph_free(g);
+    return;
+  }
+  CgInterp *it = cg_interp_new(g, &d);
+  IR_ASSERT(it);
+  cg_interp_init_params(it, 42);
+  fill_inputs(g, it, 7);
+  loss_of(it, g);
+  cg_interp_run(it, PHASE_BACKWARD, 0, 0);
+  // Gradients share arena memory with forward temporaries, so copy them all
+  // out before the finite differences run the forward again.
+  float **grads = calloc((size_t)g->nvalues, sizeof *grads);
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *p = g->values[i];
+    if (p->role != ROLE_PARAM)
+      continue;
+    grads[i] = malloc((size_t)p->bytes);
+    memcpy(grads[i], cg_interp_f32(it, p->grad), (size_t)p->bytes);
+  }
+  double worst = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *p = g->values[i];
+    if (p->role != ROLE_PARAM)
+      continue;
+    int64_t n = p->bytes / 4;
+    float *analytic = grads[i];
+    float *x = cg_interp_f32(it, p);
+    for (int64_t k = 0; k < n; k++) {
+      float keep = x[k];
+      x[k] = keep + (float)c->h;
+      double lp = loss_of(it, g);
+      x[k] = keep - (float)c->h;
+      double lm = loss_of(it, g);
+      x[k] = keep;
+      double fd = (lp - lm) / (2 * c->h);
+      double err = fabs(fd - analytic[k]) / fmax(1.0, fmax(fabs(fd), fabs(analytic[k])));
+      if (err > worst)
+        worst = err;
+    }
+    free(analytic);
+  }
+  free(grads);
+  bool ok = worst < 1e-2;
+  printf("%s %s: max normalized error %.2e\n", ok ? "ok  " : "FAIL", c->name, worst);
+  ok ? passed++ : failed++;
+  cg_interp_free(it);
+  ir_graph_free(g);
+}
+
+int main(void) {
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    run_case(&cases[i]);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,782 @@
+// Tests of the CPU runtime kernels (runtime/kernels_cpu.c).
+//
+// Every kernel is compared against a naive double-precision reference written
+// here, on random inputs from a fixed seed, over several shapes (odd sizes,
+// broadcast and transposed strides, sizes big enough to take the parallel
+// paths). A check passes when max|got - ref| / max(1, max|ref|) <= 1e-5.
+// The backward references are themselves checked against central finite
+// differences of the forward references. Last, the kernels whose sums cross
+// rows are run twice and must give bit-identical results.
+//
+// Output: one "name: maxdiff X" line per check, then "N passed, M failed".
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rng.h"
+
+#define TOL 1e-5
+
+static int n_passed, n_failed;
+static rt_rng rng;
+
+// ---------------------------------------------------------------------------
+// helpers
+
+static float *fbuf(long n) {
+  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static double *dbuf(long n) {
+  double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static int *ibuf(long n) {
+  int *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+// uniform in [lo, hi)
+static float *frand(long n, float lo, float hi) {
+  float *p = fbuf(n);
+  for (long i = 0; i < n; i++) p[i] = lo + (hi - lo) * rt_rng_uniform(&rng);
+  return p;
+}
+
+static int *irand(long n, long range) {
+  int *p = ibuf(n);
+  for (long i = 0; i < n; i++) p[i] = (int)rt_rng_below(&rng, (uint64_t)range);
+  return p;
+}
+
+static double *to_d(const float *x, long n) {
+  double *p = dbuf(n);
+  for (long i = 0; i < n; i++) p[i] = x[i];
+  return p;
+}
+
+// compare got (float) with ref (double); print and count
+static void check(const char *name, const float *got, const double *ref, long n) {
+  double maxdiff = 0.0, maxref = 0.0;
+  int bad = 0;
+  for (long i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    if (!(d <= maxdiff)) maxdiff = d;  // NaN propagates
+    if (isnan(got[i]) != isnan(ref[i])) bad = 1;
+    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+  }
+  double err = maxdiff / (maxref > 1.0 ? maxref : 1.0);
+  int ok = !bad && err <= TOL;
+  printf("%s: maxdiff %.3g%s\n", name, maxdiff, ok ? "" : "  FAILED");
+  if (ok) n_passed++;
+  else n_failed++;
+}
+
+// double vs double (for checking references against finite differences)
+static void check_dd(const char *name, const double *got, const double *ref, long n) {
+  double maxdiff = 0.0, maxref = 0.0;
+  for (long i = 0; i < n; i++) {
+    double d = fabs(got[i] - ref[i]);
+    if (!(d <= maxdiff)) maxdiff = d;
+    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+  }
+  double err = maxdiff / (maxref > 1.0 ? maxref : 1.0);
+  int ok = err <= TOL;
+  printf("%s: maxdiff %.3g%s\n", name, maxdiff, ok ? "" : "  FAILED");
+  if (ok) n_passed++;
+  else n_failed++;
+}
+
+static void check_same(const char *name, const float *a, const float *b, long n) {
+  int ok = memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+  printf("%s: %s\n", name, ok ? "bit-identical" : "DIFFERENT  FAILED");
+  if (ok) n_passed++;
+  else n_failed++;
+}
+
+static long numel(int rank, const long *shape) {
+  long n = 1;
+  for (int d = 0; d < rank; d++) n *= shape[d];
+  return n;
+}
+
+// offset of flat index `flat` (row-major over shape) through `stride`
+static long offset_of(long flat, int rank, const long *shape, const long *stride) {
+  long off = 0;
+  for (int d = rank - 1; d >= 0; d--) {
+    off += (flat % shape[d]) * stride[d];
+    flat /= shape[d];
+  }
+  return off;
+}
+
+// largest offset + 1 reachable through strides (the size an input must have)
+static long extent(int rank, const long *shape, const long *stride) {
+  long e = 1;
+  for (int d = 0; d < rank; d++) e += (shape[d] - 1) * stride[d];
+  return e;
+}
+
+// ---------------------------------------------------------------------------
+// data movement
+
+static void test_fill_copy(void) {
+  long n = 40001;
+  float *out = fbuf(n), *x = frand(n, -1, 1);
+  double *ref = dbuf(n);
+  rt_fill(out, n, 2.5f);
+  for (long i = 0; i < n; i++) ref[i] = 2.5;
+  check("fill", out, ref, n);
+  rt_copy(out, x, n);
+  for (long i = 0; i < n; i++) ref[i] = x[i];
+  check("copy", out, ref, n);
+  free(out); free(x); free(ref);
+}
+
+static void strided_case(const char *name, int rank, const long *shape, const long *xs) {
+  long n = numel(rank, shape), ne = extent(rank, shape, xs);
+  float *x = frand(ne, -1, 1), *out = fbuf(n);
+  double *ref = dbuf(n);
+  for (long i = 0; i < n; i++) ref[i] = x[offset_of(i, rank, shape, xs)];
+  rt_strided_copy(out, x, rank, shape, xs);
+  check(name, out, ref, n);
+  free(x); free(out); free(ref);
+}
+
+static void test_strided_copy(void) {
+  { long s[] = {3, 5, 7}, xs[] = {35, 7, 1}; strided_case("strided_copy contiguous", 3, s, xs); }
+  { long s[] = {37, 53}, xs[] = {1, 37}; strided_case("strided_copy transpose 37x53", 2, s, xs); }
+  { long s[] = {301, 203}, xs[] = {1, 301}; strided_case("strided_copy transpose 301x203", 2, s, xs); }
+  // (2,4,3,5) -> permute (0,2,1,3) -> (2,3,4,5)
+  { long s[] = {2, 3, 4, 5}, xs[] = {60, 5, 15, 1}; strided_case("strided_copy permute 0213", 4, s, xs); }
+  { long s[] = {16, 48, 64}, xs[] = {64, 1024, 1}; strided_case("strided_copy permute large", 3, s, xs); }
+  { long s[] = {4, 6, 5}, xs[] = {0, 5, 1}; strided_case("strided_copy broadcast leading", 3, s, xs); }
+  { long s[] = {6, 5, 4}, xs[] = {5, 1, 0}; strided_case("strided_copy broadcast last", 3, s, xs); }
+  { long s[] = {7, 3}, xs[] = {0, 0}; strided_case("strided_copy broadcast scalar", 2, s, xs); }
+  { long s[] = {1, 9, 1}, xs[] = {0, 2, 0}; strided_case("strided_copy size-1 dims, stride 2", 3, s, xs); }
+  { long s[] = {1}, xs[] = {0}; strided_case("strided_copy rank 0", 0, s, xs); }
+  { long s[] = {2, 3, 2, 3, 2, 3, 2, 3}, xs[] = {1, 2, 6, 12, 36, 72, 216, 432};
+    strided_case("strided_copy rank 8 reversed", 8, s, xs); }
+}
+
+static void reduce_case(const char *name, int rank, const long *shape, const long *os,
+                        long onumel, float scale) {
+  long n = numel(rank, shape);
+  float *x = frand(n, -1, 1), *out = fbuf(onumel);
+  double *ref = dbuf(onumel);
+  for (long i = 0; i < onumel; i++) out[i] = 123.0f;  // must be overwritten
+  for (long i = 0; i < n; i++) ref[offset_of(i, rank, shape, os)] += (double)scale * x[i];
+  rt_reduce_sum(out, x, rank, shape, os, onumel, scale);
+  check(name, out, ref, onumel);
+  free(x); free(out); free(ref);
+}
+
+static void test_reduce_sum(void) {
+  { long s[] = {37, 129}, os[] = {0, 1}; reduce_case("reduce_sum (37,129)->(129)", 2, s, os, 129, 1.0f); }
+  { long s[] = {1000, 200}, os[] = {0, 1}; reduce_case("reduce_sum (1000,200)->(200)", 2, s, os, 200, 1.0f); }
+  { long s[] = {4, 50, 96}, os[] = {0, 0, 1}; reduce_case("reduce_sum (4,50,96)->(96)", 3, s, os, 96, 0.5f); }
+  { long s[] = {37, 129}, os[] = {1, 0}; reduce_case("reduce_sum (37,129)->(37,1)", 2, s, os, 37, 1.0f); }
+  { long s[] = {300, 100}, os[] = {1, 0}; reduce_case("reduce_sum (300,100)->(300,1)", 2, s, os, 300, -2.0f); }
+  { long s[] = {3, 4, 5}, os[] = {0, 0, 0}; reduce_case("reduce_sum all (3,4,5)", 3, s, os, 1, 1.0f); }
+  { long s[] = {100003}, os[] = {0}; reduce_case("reduce_sum all (100003)", 1, s, os, 1, 0.25f); }
+  { long s[] = {2, 3, 4}, os[] = {0, 1, 0}; reduce_case("reduce_sum (2,3,4)->(1,3,1)", 3, s, os, 3, 1.0f); }
+  { long s[] = {20, 30, 40}, os[] = {0, 1, 0}; reduce_case("reduce_sum (20,30,40)->(1,30,1)", 3, s, os, 30, 1.0f); }
+  { long s[] = {2, 3, 4}, os[] = {4, 0, 1}; reduce_case("reduce_sum (2,3,4)->(2,1,4)", 3, s, os, 8, 1.0f); }
+  { long s[] = {64, 33, 17}, os[] = {17, 0, 1}; reduce_case("reduce_sum (64,33,17)->(64,1,17)", 3, s, os, 64 * 17, 1.0f); }
+  { long s[] = {3, 4}, os[] = {1, 3}; reduce_case("reduce_sum none, transposed out", 2, s, os, 12, 0.5f); }
+  { long s[] = {5, 7}, os[] = {7, 1}; reduce_case("reduce_sum none, contiguous", 2, s, os, 35, 3.0f); }
+}
+
+static void test_slice(void) {
+  long outer = 5, xinner = 10, off = 3, len = 4;
+  float *x = frand(outer * xinner, -1, 1), *out = fbuf(outer * len);
+  double *ref = dbuf(outer * len);
+  for (long o = 0; o < outer; o++)
+    for (long i = 0; i < len; i++) ref[o * len + i] = x[o * xinner + off + i];
+  rt_slice(out, x, outer, xinner, off, len);
+  check("slice", out, ref, outer * len);
+  // unslice into a prefilled buffer: only the slice region changes
+  long oinner = 11;
+  float *x2 = frand(outer * len, -1, 1), *o2 = frand(outer * oinner, -1, 1);
+  double *ref2 = to_d(o2, outer * oinner);
+  for (long o = 0; o < outer; o++)
+    for (long i = 0; i < len; i++) ref2[o * oinner + off + i] = x2[o * len + i];
+  rt_unslice(o2, x2, outer, oinner, off, len);
+  check("unslice", o2, ref2, outer * oinner);
+  free(x); free(out); free(ref); free(x2); free(o2); free(ref2);
+}
+
+// ---------------------------------------------------------------------------
+// elementwise
+
+static const char *op_name[] = {"add", "sub", "mul", "div"};
+
+static double ref_op(int op, double a, double b) {
+  switch (op) {
+    case RT_ADD: return a + b;
+    case RT_SUB: return a - b;
+    case RT_MUL: return a * b;
+    default: return a / b;
+  }
+}
+
+static void binary_case(const char *what, int rank, const long *shape, const long *as,
+                        const long *bs) {
+  long n = numel(rank, shape);
+  long na = extent(rank, shape, as), nb = extent(rank, shape, bs);
+  float *a = frand(na, -2, 2), *b = frand(nb, 0.5f, 2.0f), *out = fbuf(n);
+  for (long i = 0; i < nb; i++)
+    if (i % 3 == 1) b[i] = -b[i];  // both signs, away from zero for div
+  double *ref = dbuf(n);
+  for (int op = RT_ADD; op <= RT_DIV; op++) {
+    for (long i = 0; i < n; i++)
+      ref[i] = ref_op(op, a[offset_of(i, rank, shape, as)], b[offset_of(i, rank, shape, bs)]);
+    rt_binary(op, out, a, b, rank, shape, as, bs);
+    char name[128];
+    snprintf(name, sizeof name, "binary %s %s", op_name[op], what);
+    check(name, out, ref, n);
+  }
+  free(a); free(b); free(out); free(ref);
+}
+
+static void test_binary(void) {
+  { long s[] = {7, 9}, as[] = {9, 1}, bs[] = {9, 1}; binary_case("same (7,9)", 2, s, as, bs); }
+  { long s[] = {50001}, as[] = {1}, bs[] = {1}; binary_case("same (50001)", 1, s, as, bs); }
+  { long s[] = {13, 37}, as[] = {37, 1}, bs[] = {0, 1}; binary_case("bias (13,37)+(37)", 2, s, as, bs); }
+  { long s[] = {512, 96}, as[] = {96, 1}, bs[] = {0, 1}; binary_case("bias (512,96)+(96)", 2, s, as, bs); }
+  { long s[] = {13, 37}, as[] = {0, 1}, bs[] = {37, 1}; binary_case("(37)+(13,37)", 2, s, as, bs); }
+  { long s[] = {13, 37}, as[] = {37, 1}, bs[] = {1, 0}; binary_case("rowwise (13,37)*(13,1)", 2, s, as, bs); }
+  { long s[] = {13, 37}, as[] = {1, 13}, bs[] = {37, 1}; binary_case("transposed a", 2, s, as, bs); }
+  { long s[] = {13, 37}, as[] = {37, 1}, bs[] = {0, 0}; binary_case("scalar b", 2, s, as, bs); }
+  { long s[] = {30001}, as[] = {0}, bs[] = {1}; binary_case("scalar a (30001)", 1, s, as, bs); }
+  { long s[] = {2, 3, 5}, as[] = {5, 0, 1}, bs[] = {0, 5, 1}; binary_case("(2,1,5)+(1,3,5)", 3, s, as, bs); }
+  { long s[] = {4, 8, 64, 16}, as[] = {8192, 1024, 16, 1}, bs[] = {0, 16, 128, 1};
+    binary_case("4-D, permuted b", 4, s, as, bs); }
+}
+
+static double ref_gelu(double x) {
+  double s = sqrt(2.0 / 3.14159265358979323846);
+  return 0.5 * x * (1.0 + tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+static double ref_gelu_grad(double x) {
+  double s = sqrt(2.0 / 3.14159265358979323846);
+  double th = tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void test_unary(void) {
+  long n = 20011;
+  float *x = frand(n, -5, 5), *dy = frand(n, -1, 1), *out = fbuf(n);
+  double *ref = dbuf(n);
+  rt_scale(out, x, n, -1.5f, 0.25f);
+  for (long i = 0; i < n; i++) ref[i] = -1.5 * x[i] + 0.25;
+  check("scale", out, ref, n);
+  rt_gelu_fwd(out, x, n);
+  for (long i = 0; i < n; i++) ref[i] = ref_gelu(x[i]);
+  check("gelu_fwd", out, ref, n);
+  rt_gelu_bwd(out, dy, x, n);
+  for (long i = 0; i < n; i++) ref[i] = dy[i] * ref_gelu_grad(x[i]);
+  check("gelu_bwd", out, ref, n);
+  // the reference derivative against central differences
+  double *fd = dbuf(n), *an = dbuf(n);
+  for (long i = 0; i < n; i++) {
+    double h = 1e-5;
+    fd[i] = (ref_gelu(x[i] + h) - ref_gelu(x[i] - h)) / (2 * h);
+    an[i] = ref_gelu_grad(x[i]);
+  }
+  check_dd("gelu reference vs finite differences", an, fd, n);
+  // the tails, far beyond where tanh saturates
+  float wide[] = {-1e30f, -1e15f, -1e4f, -100.0f, -30.0f, -9.0f, -7.5f, -0.0f, 0.0f,
+                  1e-30f, 7.5f, 9.0f, 30.0f, 100.0f, 1e4f, 1e15f, 1e30f};
+  long nw = (long)(sizeof wide / sizeof wide[0]);
+  float ones[sizeof wide / sizeof wide[0]];
+  for (long i = 0; i < nw; i++) ones[i] = 1.0f;
+  rt_gelu_fwd(out, wide, nw);
+  for (long i = 0; i < nw; i++) ref[i] = ref_gelu(wide[i]);
+  check("gelu_fwd tails", out, ref, nw);
+  rt_gelu_bwd(out, ones, wide, nw);
+  for (long i = 0; i < nw; i++) ref[i] = ref_gelu_grad(wide[i]);
+  check("gelu_bwd tails", out, ref, nw);
+  rt_relu_fwd(out, x, n);
+  for (long i = 0; i < n; i++) ref[i] = x[i] > 0 ? x[i] : 0.0;
+  check("relu_fwd", out, ref, n);
+  rt_relu_bwd(out, dy, x, n);
+  for (long i = 0; i < n; i++) ref[i] = x[i] > 0 ? dy[i] : 0.0;
+  check("relu_bwd", out, ref, n);
+  free(x); free(dy); free(out); free(ref); free(fd); free(an);
+}
+
+// ---------------------------------------------------------------------------
+// matmul
+
+static void matmul_case(long batch, long m, long n, long k, int ta, int tb, int bcast_a,
+                        int bcast_b, int sum_batch) {
+  long sa = bcast_a ? 0 : m * k, sb = bcast_b ? 0 : k * n, sc = sum_batch ? 0 : m * n;
+  long na = (bcast_a ? 1 : batch) * m * k, nb = (bcast_b ? 1 : batch) * k * n;
+  long nc = (sum_batch ? 1 : batch) * m * n;
+  float *a = frand(na, -1, 1), *b = frand(nb, -1, 1), *c = frand(nc, -9, 9);
+  double *ref = dbuf(nc);
+  for (long bi = 0; bi < batch; bi++) {
+    const float *A = a + bi * sa, *B = b + bi * sb;
+    double *C = ref + bi * sc;
+    for (long i = 0; i < m; i++)
+      for (long j = 0; j < n; j++) {
+        double s = 0.0;
+        for (long p = 0; p < k; p++) {
+          double av = ta ? A[p * m + i] : A[i * k + p];
+          double bv = tb ? B[j * k + p] : B[p * n + j];
+          s += av * bv;
+        }
+        C[i * n + j] += s;
+      }
+  }
+  rt_matmul(c, a, b, batch, m, n, k, ta, tb, sa, sb, sc);
+  char name[160];
+  snprintf(name, sizeof name, "matmul batch %ld m %ld n %ld k %ld ta %d tb %d%s%s%s", batch, m, n,
+           k, ta, tb, bcast_a ? " sa=0" : "", bcast_b ? " sb=0" : "", sum_batch ? " sc=0" : "");
+  check(name, c, ref, nc);
+  free(a); free(b); free(c); free(ref);
+}
+
+static void test_matmul(void) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      matmul_case(1, 5, 7, 3, ta, tb, 0, 0, 0);
+      matmul_case(1, 33, 17, 65, ta, tb, 0, 0, 0);
+      matmul_case(1, 1, 1, 1, ta, tb, 0, 0, 0);
+      matmul_case(3, 6, 4, 9, ta, tb, 0, 0, 0);
+      matmul_case(3, 6, 4, 9, ta, tb, 0, 1, 0);
+      matmul_case(4, 7, 5, 11, ta, tb, 0, 0, 1);
+      matmul_case(4, 7, 5, 11, ta, tb, 1, 0, 1);
+    }
+  matmul_case(1, 128, 96, 200, 0, 0, 0, 0, 0);
+  matmul_case(8, 64, 64, 32, 0, 1, 0, 0, 0);
+  matmul_case(2, 4, 3, 0, 0, 0, 0, 0, 0);  // k = 0: zeros
+}
+
+// ---------------------------------------------------------------------------
+// neural-net ops
+
+static void test_embedding(long n, long v, long c) {
+  float *w = frand(v * c, -1, 1), *dout = frand(n * c, -1, 1);
+  float *out = fbuf(n * c), *dw = frand(v * c, -1, 1);
+  int *idx = irand(n, v);
+  double *ref = dbuf(n * c), *dref = dbuf(v * c);
+  for (long i = 0; i < n; i++)
+    for (long j = 0; j < c; j++) {
+      ref[i * c + j] = w[idx[i] * c + j];
+      dref[idx[i] * c + j] += dout[i * c + j];
+    }
+  char name[96];
+  rt_embedding_fwd(out, w, idx, n, c);
+  snprintf(name, sizeof name, "embedding_fwd n %ld v %ld c %ld", n, v, c);
+  check(name, out, ref, n * c);
+  rt_embedding_bwd(dw, dout, idx, n, v, c);
+  snprintf(name, sizeof name, "embedding_bwd n %ld v %ld c %ld", n, v, c);
+  check(name, dw, dref, v * c);
+  free(w); free(dout); free(out); free(dw); free(idx); free(ref); free(dref);
+}
+
+static void ref_layernorm_fwd(double *y, const double *x, const double *w, const double *b,
+                              long n, long c, double eps) {
+  for (long i = 0; i < n; i++) {
+    const double *xr = x + i * c;
+    double mean = 0, var = 0;
+    for (long j = 0; j < c; j++) mean += xr[j];
+    mean /= c;
+    for (long j = 0; j < c; j++) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= c;
+    double rstd = 1.0 / sqrt(var + eps);
+    for (long j = 0; j < c; j++) y[i * c + j] = (xr[j] - mean) * rstd * w[j] + b[j];
+  }
+}
+
+static void ref_layernorm_bwd(double *dx, double *dw, double *db, const double *dy,
+                              const double *x, const double *w, long n, long c, double eps) {
+  for (long j = 0; j < c; j++) dw[j] = db[j] = 0;
+  for (long i = 0; i < n; i++) {
+    const double *xr = x + i * c, *dyr = dy + i * c;
+    double mean = 0, var = 0;
+    for (long j = 0; j < c; j++) mean += xr[j];
+    mean /= c;
+    for (long j = 0; j < c; j++) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= c;
+    double rstd = 1.0 / sqrt(var + eps);
+    double a = 0, bsum = 0;
+    for (long j = 0; j < c; j++) {
+      double norm = (xr[j] - mean) * rstd;
+      a += dyr[j] * w[j];
+      bsum += dyr[j] * w[j] * norm;
+      dw[j] += dyr[j] * norm;
+      db[j] += dyr[j];
+    }
+    for (long j = 0; j < c; j++) {
+      double norm = (xr[j] - mean) * rstd;
+      dx[i * c + j] = rstd * (dyr[j] * w[j] - a / c - norm * bsum / c);
+    }
+  }
+}
+
+// sum dy * f(x) for finite differences
+static double dot_d(const double *a, const double *b, long n) {
+  double s = 0;
+  for (long i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+static void test_layernorm(long n, long c, int fd) {
+  float eps = 1e-5f;
+  float *x = frand(n * c, -2, 2), *w = frand(c, 0.5f, 1.5f), *b = frand(c, -1, 1);
+  float *dy = frand(n * c, -1, 1);
+  for (long i = 0; i < n; i++)  // give each row its own offset and scale
+    for (long j = 0; j < c; j++) x[i * c + j] = x[i * c + j] * (1 + i % 3) + (float)(i % 5);
+  float *y = fbuf(n * c), *dx = fbuf(n * c), *dw = frand(c, -1, 1), *db = frand(c, -1, 1);
+  double *xd = to_d(x, n * c), *wd = to_d(w, c), *bd = to_d(b, c), *dyd = to_d(dy, n * c);
+  double *ry = dbuf(n * c), *rdx = dbuf(n * c), *rdw = dbuf(c), *rdb = dbuf(c);
+  ref_layernorm_fwd(ry, xd, wd, bd, n, c, eps);
+  ref_layernorm_bwd(rdx, rdw, rdb, dyd, xd, wd, n, c, eps);
+  char name[96];
+  rt_layernorm_fwd(y, x, w, b, n, c, eps);
+  snprintf(name, sizeof name, "layernorm_fwd (%ld,%ld)", n, c);
+  check(name, y, ry, n * c);
+  rt_layernorm_bwd(dx, dw, db, dy, x, w, n, c, eps);
+  snprintf(name, sizeof name, "layernorm_bwd dx (%ld,%ld)", n, c);
+  check(name, dx, rdx, n * c);
+  snprintf(name, sizeof name, "layernorm_bwd dw (%ld,%ld)", n, c);
+  check(name, dw, rdw, c);
+  snprintf(name, sizeof name, "layernorm_bwd db (%ld,%ld)", n, c);
+  check(name, db, rdb, c);
+  if (fd) {  // the reference backward against finite differences
+    double *tmp = dbuf(n * c), *fdx = dbuf(n * c), *fdw = dbuf(c), *fdb = dbuf(c);
+    double h = 1e-6;
+    for (long i = 0; i < n * c; i++) {
+      double s = xd[i];
+      xd[i] = s + h; ref_layernorm_fwd(tmp, xd, wd, bd, n, c, eps); double lp = dot_d(tmp, dyd, n * c);
+      xd[i] = s - h; ref_layernorm_fwd(tmp, xd, wd, bd, n, c, eps); double lm = dot_d(tmp, dyd, n * c);
+      xd[i] = s;
+      fdx[i] = (lp - lm) / (2 * h);
+    }
+    for (long j = 0; j < c; j++) {
+      double s = wd[j];
+      wd[j] = s + h; ref_layernorm_fwd(tmp, xd, wd, bd, n, c, eps); double lp = dot_d(tmp, dyd, n * c);
+      wd[j] = s - h; ref_layernorm_fwd(tmp, xd, wd, bd, n, c, eps); double lm = dot_d(tmp, dyd, n * c);
+      wd[j] = s;
+      fdw[j] = (lp - lm) / (2 * h);
+      s = bd[j];
+      bd[j] = s + h; ref_layernorm_fwd(tmp, xd, wd, bd, n, c, eps); lp = dot_d(tmp, dyd, n * c);
+      bd[j] = s - h; ref_layernorm_fwd(tmp, xd, wd, bd, n, c, eps); lm = dot_d(tmp, dyd, n * c);
+      bd[j] = s;
+      fdb[j] = (lp - lm) / (2 * h);
+    }
+    check_dd("layernorm reference dx vs finite differences", rdx, fdx, n * c);
+    check_dd("layernorm reference dw vs finite differences", rdw, fdw, c);
+    check_dd("layernorm reference db vs finite differences", rdb, fdb, c);
+    free(tmp); free(fdx); free(fdw); free(fdb);
+  }
+  free(x); free(w); free(b); free(dy); free(y); free(dx); free(dw); free(db);
+  free(xd); free(wd); free(bd); free(dyd); free(ry); free(rdx); free(rdw); free(rdb);
+}
+
+static void test_softmax(long n, long c) {
+  float *x = frand(n * c, -8, 8), *dy = frand(n * c, -1, 1), *y = fbuf(n * c), *dx = fbuf(n * c);
+  double *ry = dbuf(n * c), *rdx = dbuf(n * c);
+  for (long i = 0; i < n; i++) {
+    double maxv = -INFINITY, sum = 0, dot = 0;
+    for (long j = 0; j < c; j++) maxv = fmax(maxv, x[i * c + j]);
+    for (long j = 0; j < c; j++) sum += exp(x[i * c + j] - maxv);
+    for (long j = 0; j < c; j++) ry[i * c + j] = exp(x[i * c + j] - maxv) / sum;
+    for (long j = 0; j < c; j++) dot += dy[i * c + j] * ry[i * c + j];
+    for (long j = 0; j < c; j++) rdx[i * c + j] = ry[i * c + j] * (dy[i * c + j] - dot);
+  }
+  char name[96];
+  rt_softmax_fwd(y, x, n, c);
+  snprintf(name, sizeof name, "softmax_fwd (%ld,%ld)", n, c);
+  check(name, y, ry, n * c);
+  // bwd from the float y the kernel produced (as a model would)
+  float *yf = fbuf(n * c);
+  for (long i = 0; i < n * c; i++) yf[i] = (float)ry[i];
+  rt_softmax_bwd(dx, dy, yf, n, c);
+  snprintf(name, sizeof name, "softmax_bwd (%ld,%ld)", n, c);
+  check(name, dx, rdx, n * c);
+  free(x); free(dy); free(y); free(dx); free(ry); free(rdx); free(yf);
+}
+
+// out (bh, t, hs) = softmax(q k^T / sqrt(hs), masked) v
+static void ref_attention_fwd(double *out, const double *q, const double *k, const double *v,
+                              long bh, long t, long hs, int causal) {
+  double *p = dbuf(t);
+  double scale = 1.0 / sqrt((double)hs);
+  for (long h = 0; h < bh; h++)
+    for (long i = 0; i < t; i++) {
+      const double *qi = q + (h * t + i) * hs;
+      long jn = causal ? i + 1 : t;
+      double maxv = -INFINITY, sum = 0;
+      for (long j = 0; j < jn; j++) {
+        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs);
+        maxv = fmax(maxv, p[j]);
+      }
+      for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
+      for (long d = 0; d < hs; d++) {
+        double s = 0;
+        for (long j = 0; j < jn; j++) s += p[j] / sum * v[(h * t + j) * hs + d];
+        out[(h * t + i) * hs + d] = s;
+      }
+    }
+  free(p);
+}
+
+static void ref_attention_bwd(double *dq, double *dk, double *dv, const double *dout,
+                              const double *q, const double *k, const double *v, long bh,
+                              long t, long hs, int causal) {
+  double *p = dbuf(t), *dp = dbuf(t);
+  double scale = 1.0 / sqrt((double)hs);
+  for (long i = 0; i < bh * t * hs; i++) dq[i] = dk[i] = dv[i] = 0;
+  for (long h = 0; h < bh; h++)
+    for (long i = 0; i < t; i++) {
+      const double *qi = q + (h * t + i) * hs, *doi = dout + (h * t + i) * hs;
+      long jn = causal ? i + 1 : t;
+      double maxv = -INFINITY, sum = 0, pdp = 0;
+      for (long j = 0; j < jn; j++) {
+        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs);
+        maxv = fmax(maxv, p[j]);
+      }
+      for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
+      for (long j = 0; j < jn; j++) {
+        p[j] /= sum;
+        dp[j] = dot_d(doi, v + (h * t + j) * hs, hs);
+        pdp += p[j] * dp[j];
+        for (long d = 0; d < hs; d++) dv[(h * t + j) * hs + d] += p[j] * doi[d];
+      }
+      for (long j = 0; j < jn; j++) {
+        double ds = p[j] * (dp[j] - pdp);
+        for (long d = 0; d < hs; d++) {
+          dq[(h * t + i) * hs + d] += scale * ds * k[(h * t + j) * hs + d];
+          dk[(h * t + j) * hs + d] += scale * ds * qi[d];
+        }
+      }
+    }
+  free(p); free(dp);
+}
+
+static void test_attention(long bh, long t, long hs, int causal, int fd) {
+  long n = bh * t * hs;
+  float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dout = frand(n, -1, 1);
+  float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(n, -1, 1), *dv = frand(n, -1, 1);
+  double *qd = to_d(q, n), *kd = to_d(k, n), *vd = to_d(v, n), *dod = to_d(dout, n);
+  double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(n), *rdv = dbuf(n);
+  ref_attention_fwd(rout, qd, kd, vd, bh, t, hs, causal);
+  ref_attention_bwd(rdq, rdk, rdv, dod, qd, kd, vd, bh, t, hs, causal);
+  char name[128];
+  const char *cs = causal ? "causal" : "non-causal";
+  rt_attention_fwd(out, q, k, v, bh, t, hs, causal);
+  snprintf(name, sizeof name, "attention_fwd bh %ld t %ld hs %ld %s", bh, t, hs, cs);
+  check(name, out, rout, n);
+  rt_attention_bwd(dq, dk, dv, dout, q, k, v, bh, t, hs, causal);
+  snprintf(name, sizeof name, "attention_bwd dq bh %ld t %ld hs %ld %s", bh, t, hs, cs);
+  check(name, dq, rdq, n);
+  snprintf(name, sizeof name, "attention_bwd dk bh %ld t %ld hs %ld %s", bh, t, hs, cs);
+  check(name, dk, rdk, n);
+  snprintf(name, sizeof name, "attention_bwd dv bh %ld t %ld hs %ld %s", bh, t, hs, cs);
+  check(name, dv, rdv, n);
+  if (fd) {
+    double *tmp = dbuf(n), *fdq = dbuf(n), *fdk = dbuf(n), *fdv = dbuf(n);
+    double *arr[3] = {qd, kd, vd}, *fds[3] = {fdq, fdk, fdv};
+    double h = 1e-6;
+    for (int which = 0; which < 3; which++)
+      for (long i = 0; i < n; i++) {
+        double *a = arr[which], s = a[i];
+        a[i] = s + h; ref_attention_fwd(tmp, qd, kd, vd, bh, t, hs, causal); double lp = dot_d(tmp, dod, n);
+        a[i] = s - h; ref_attention_fwd(tmp, qd, kd, vd, bh, t, hs, causal); double lm = dot_d(tmp, dod, n);
+        a[i] = s;
+        fds[which][i] = (lp - lm) / (2 * h);
+      }
+    snprintf(name, sizeof name, "attention reference dq vs finite differences (%s)", cs);
+    check_dd(name, rdq, fdq, n);
+    snprintf(name, sizeof name, "attention reference dk vs finite differences (%s)", cs);
+    check_dd(name, rdk, fdk, n);
+    snprintf(name, sizeof name, "attention reference dv vs finite differences (%s)", cs);
+    check_dd(name, rdv, fdv, n);
+    free(tmp); free(fdq); free(fdk); free(fdv);
+  }
+  free(q); free(k); free(v); free(dout); free(out); free(dq); free(dk); free(dv);
+  free(qd); free(kd); free(vd); free(dod); free(rout); free(rdq); free(rdk); free(rdv);
+}
+
+static double ref_crossentropy(const double *logits, const int *targets, long n, long v) {
+  double total = 0;
+  for (long i = 0; i < n; i++) {
+    const double *r = logits + i * v;
+    double maxv = -INFINITY, sum = 0;
+    for (long j = 0; j < v; j++) maxv = fmax(maxv, r[j]);
+    for (long j = 0; j < v; j++) sum += exp(r[j] - maxv);
+    total += maxv + log(sum) - r[targets[i]];
+  }
+  return total / n;
+}
+
+static void test_crossentropy(long n, long v, int fd) {
+  float *logits = frand(n * v, -6, 6), *dl = fbuf(n * v), loss = -1.0f, dloss = 0.7f;
+  int *tg = irand(n, v);
+  double *ld = to_d(logits, n * v), *rdl = dbuf(n * v);
+  double rloss = ref_crossentropy(ld, tg, n, v);
+  for (long i = 0; i < n; i++) {
+    double maxv = -INFINITY, sum = 0;
+    for (long j = 0; j < v; j++) maxv = fmax(maxv, ld[i * v + j]);
+    for (long j = 0; j < v; j++) sum += exp(ld[i * v + j] - maxv);
+    for (long j = 0; j < v; j++)
+      rdl[i * v + j] = (exp(ld[i * v + j] - maxv) / sum - (j == tg[i])) * dloss / n;
+  }
+  char name[96];
+  rt_crossentropy_fwd(&loss, logits, tg, n, v);
+  snprintf(name, sizeof name, "crossentropy_fwd (%ld,%ld)", n, v);
+  check(name, &loss, &rloss, 1);
+  rt_crossentropy_bwd(dl, &dloss, logits, tg, n, v);
+  snprintf(name, sizeof name, "crossentropy_bwd (%ld,%ld)", n, v);
+  check(name, dl, rdl, n * v);
+  if (fd) {
+    double *fdl = dbuf(n * v), h = 1e-6;
+    for (long i = 0; i < n * v; i++) {
+      double s = ld[i];
+      ld[i] = s + h; double lp = ref_crossentropy(ld, tg, n, v);
+      ld[i] = s - h; double lm = ref_crossentropy(ld, tg, n, v);
+      ld[i] = s;
+      fdl[i] = dloss * (lp - lm) / (2 * h);
+    }
+    check_dd("crossentropy reference vs finite differences", rdl, fdl, n * v);
+    free(fdl);
+  }
+  free(logits); free(dl); free(tg); free(ld); free(rdl);
+}
+
+// ---------------------------------------------------------------------------
+// optimizers
+
+static void test_optimizers(void) {
+  long n = 20003;
+  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  float *p = frand(n, -1, 1), *m = fbuf(n), *v = fbuf(n);
+  double *pd = to_d(p, n), *md = dbuf(n), *vd = dbuf(n);
+  for (long i = 0; i < n; i++) m[i] = v[i] = 0.0f;
+  for (int t = 1; t <= 3; t++) {
+    float *g = frand(n, -1, 1);
+    for (long i = 0; i < n; i++) {
+      pd[i] *= 1.0 - (double)lr * wd;
+      md[i] = b1 * md[i] + (1.0 - b1) * g[i];
+      vd[i] = b2 * vd[i] + (1.0 - b2) * (double)g[i] * g[i];
+      double mhat = md[i] / (1.0 - pow(b1, t)), vhat = vd[i] / (1.0 - pow(b2, t));
+      pd[i] -= lr * mhat / (sqrt(vhat) + eps);
+    }
+    rt_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+    free(g);
+  }
+  check("adamw p (3 steps)", p, pd, n);
+  check("adamw m (3 steps)", m, md, n);
+  check("adamw v (3 steps)", v, vd, n);
+  float *g = frand(n, -1, 1);
+  for (long i = 0; i < n; i++) pd[i] = p[i] - (double)lr * (g[i] + (double)wd * p[i]);
+  rt_sgd(p, g, n, lr, wd);
+  check("sgd", p, pd, n);
+  free(p); free(m); free(v); free(pd); free(md); free(vd); free(g);
+}
+
+// ---------------------------------------------------------------------------
+// determinism: the kernels whose sums cross rows, run twice
+
+static void test_determinism(void) {
+  {
+    long bh = 6, t = 128, hs = 32, n = bh * t * hs;
+    float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *d = frand(n, -1, 1);
+    float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n);
+    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, d, q, k, v, bh, t, hs, 1);
+    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, d, q, k, v, bh, t, hs, 1);
+    check_same("determinism attention_bwd", r1, r2, 3 * n);
+    free(q); free(k); free(v); free(d); free(r1); free(r2);
+  }
+  {
+    long n = 512, c = 384;
+    float *x = frand(n * c, -2, 2), *w = frand(c, -1, 1), *dy = frand(n * c, -1, 1);
+    float *r1 = fbuf(n * c + 2 * c), *r2 = fbuf(n * c + 2 * c);
+    rt_layernorm_bwd(r1, r1 + n * c, r1 + n * c + c, dy, x, w, n, c, 1e-5f);
+    rt_layernorm_bwd(r2, r2 + n * c, r2 + n * c + c, dy, x, w, n, c, 1e-5f);
+    check_same("determinism layernorm_bwd", r1, r2, n * c + 2 * c);
+    free(x); free(w); free(dy); free(r1); free(r2);
+  }
+  {
+    long n = 2048, v = 50, c = 256;
+    float *d = frand(n * c, -1, 1), *r1 = fbuf(v * c), *r2 = fbuf(v * c);
+    int *idx = irand(n, v);
+    rt_embedding_bwd(r1, d, idx, n, v, c);
+    rt_embedding_bwd(r2, d, idx, n, v, c);
+    check_same("determinism embedding_bwd", r1, r2, v * c);
+    free(d); free(r1); free(r2); free(idx);
+  }
+  {
+    long s[] = {2000, 300}, os[] = {0, 1}, all[] = {0, 0};
+    float *x = frand(2000 * 300, -1, 1), r1[301], r2[301];
+    rt_reduce_sum(r1, x, 2, s, os, 300, 1.0f);
+    rt_reduce_sum(r1 + 300, x, 2, s, all, 1, 1.0f);
+    rt_reduce_sum(r2, x, 2, s, os, 300, 1.0f);
+    rt_reduce_sum(r2 + 300, x, 2, s, all, 1, 1.0f);
+    check_same("determinism reduce_sum", r1, r2, 301);
+    free(x);
+  }
+  {
+    long n = 256, v = 1000;
+    float *logits = frand(n * v, -6, 6), l1, l2;
+    int *tg = irand(n, v);
+    rt_crossentropy_fwd(&l1, logits, tg, n, v);
+    rt_crossentropy_fwd(&l2, logits, tg, n, v);
+    check_same("determinism crossentropy_fwd", &l1, &l2, 1);
+    free(logits); free(tg);
+  }
+}
+
+int main(void) {
+  rt_rng_seed(&rng, 42);
+  test_fill_copy();
+  test_strided_copy();
+  test_reduce_sum();
+  test_slice();
+  test_binary();
+  test_unary();
+  test_matmul();
+  test_embedding(40, 13, 7);
+  test_embedding(1000, 97, 200);
+  test_layernorm(3, 5, 1);
+  test_layernorm(5, 7, 0);
+  test_layernorm(64, 129, 0);
+  test_layernorm(256, 768, 0);
+  test_softmax(4, 9);
+  test_softmax(100, 1000);
+  test_attention(2, 5, 3, 1, 1);
+  test_attention(2, 5, 3, 0, 1);
+  test_attention(3, 7, 5, 1, 0);
+  test_attention(3, 7, 5, 0, 0);
+  test_attention(4, 64, 16, 1, 0);
+  test_attention(4, 64, 16, 0, 0);
+  test_attention(2, 1, 8, 1, 0);
+  test_crossentropy(4, 5, 1);
+  test_crossentropy(6, 5, 0);
+  test_crossentropy(64, 1000, 0);
+  test_optimizers();
+  test_determinism();
+  printf("%d passed, %d failed\n", n_passed, n_failed);
+  return n_failed ? 1 : 0;
+}
