@@ -148,10 +148,33 @@ static void emit_header(Emit *e, const char *source) {
   println(e, "#include \"kernels.h\"");
   println(e, "#include \"model_api.h\"");
   blank(e);
+}
+
+// Does `word` occur in text as a whole identifier?
+static bool uses_word(const char *text, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = strstr(text, word); p; p = strstr(p + 1, word)) {
+    bool start = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '.');
+    bool end = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+    if (start && end)
+      return true;
+  }
+  return false;
+}
+
+// The dims the code uses become constants; the others are listed in a comment.
+static void emit_dims(Emit *e, const char *code) {
+  IrGraph *g = e->g;
   println(e, "// dims");
-  for (int i = 0; i < g->syms.n; i++)
-    if (g->syms.bound[i])
+  for (int i = 0; i < g->syms.n; i++) {
+    if (!g->syms.bound[i])
+      continue;
+    if (uses_word(code, g->syms.name[i]))
       println(e, "static const long %s = %lld;", g->syms.name[i], (long long)g->syms.value[i]);
+    else
+      println(e, "// %s = %lld (no size in the code uses it)", g->syms.name[i],
+              (long long)g->syms.value[i]);
+  }
   blank(e);
 }
 
@@ -310,15 +333,41 @@ static double total_flops(IrGraph *g) {
 static int emit_model(Emit *e, const char *source, IrDiag *d) {
   IrGraph *g = e->g;
   emit_header(e, source);
+  // The functions go to memory first, so that only the dims they use are defined.
+  FILE *out = e->f;
+  char *code = NULL;
+  size_t len = 0;
+  e->f = open_memstream(&code, &len);
+  IR_ASSERT(e->f);
   emit_buffers(e);
-  if (emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
-      emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
-      emit_phase(e, PHASE_UPDATE, "update(char *arena, float lr, int step)", d))
+  int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
+           emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
+           emit_phase(e, PHASE_UPDATE, "update(char *arena, float lr, int step)", d);
+  fclose(e->f);
+  e->f = out;
+  if (!rc) {
+    emit_dims(e, code);
+    fputs(code, e->f);
+  }
+  free(code);
+  if (rc)
     return -1;
+  println(e, "static const rt_dim dims[] = {");
+  for (int i = 0; i < g->syms.n; i++)
+    if (g->syms.bound[i])
+      println(e, "  {\"%s\", %lld},", g->syms.name[i], (long long)g->syms.value[i]);
+  println(e, "  {0},");
+  println(e, "};");
+  blank(e);
   emit_table(e, "inputs", ROLE_INPUT);
   emit_table(e, "params", ROLE_PARAM);
   println(e, "const rt_model mtc_model = {");
   println(e, "    .name = \"%s\",", g->name);
+  int ndims = 0;
+  for (int i = 0; i < g->syms.n; i++)
+    ndims += g->syms.bound[i];
+  println(e, "    .n_dims = %d,", ndims);
+  println(e, "    .dims = dims,");
   println(e, "    .arena_bytes = %lld,", (long long)g->arena_bytes);
   println(e, "    .persistent_bytes = %lld,", (long long)g->persistent_bytes);
   println(e, "    .peak_live_bytes = %lld,", (long long)g->peak_live_bytes);

@@ -374,6 +374,12 @@ static int node_line(Parser *ps) {
     return -1;
   for (int i = 0; i < nout; i++)
     n->out[i]->loc = n->loc;
+  // Check the declared shapes now, so that an error names this line.
+  if (ir_infer(g, n, ps->d)) {
+    if (ps->d && (!n->loc.file || n->loc.line == 0))
+      ps->d->loc = (IrLoc){ps->file, ps->lineno, 1};
+    return -1;
+  }
   return 0;
 }
 

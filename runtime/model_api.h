@@ -23,8 +23,15 @@ typedef struct rt_tensor {
   const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"
 } rt_tensor;
 
+typedef struct rt_dim {
+  const char *name;   // B, T, C, ...
+  long value;
+} rt_dim;
+
 typedef struct rt_model {
   const char *name;
+  int n_dims;
+  const rt_dim *dims;      // the model's dims and the values it was compiled for
   long arena_bytes;        // planned arena size (persistent + transient)
   long persistent_bytes;   // parameters, optimizer state, inputs
   long peak_live_bytes;    // max over the schedule of bytes live at once

@@ -440,6 +440,10 @@ int main(int argc, char **argv) {
          strerror(errno));
 
   load_weights(arena, opt.weights, argv[0]);
+  printf("model %s |", M->name);
+  for (int i = 0; i < M->n_dims; i++)
+    printf(" %s=%ld", M->dims[i].name, M->dims[i].value);
+  printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
 
   int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
   if (!stream) fail("out of memory");

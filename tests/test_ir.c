@@ -1,0 +1,227 @@
+// IR: text round trip, shape-rule errors, verifier, and the memory planner's
+// invariants. With a DSL file list as arguments, also round-trips those
+// models after the whole pipeline.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "passes.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                                         \
+  do {                                                                                           \
+    if (cond)                                                                                    \
+      passed++;                                                                                  \
+    else {                                                                                       \
+      failed++;                                                                                  \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                               \
+      printf(__VA_ARGS__);                                                                       \
+      printf("\n");                                                                              \
+    }                                                                                            \
+  } while (0)
+
+// A small MLP written as IR text, covering most ops.
+static const char mlp_ir[] =
+    "graph \"mlp\"\n"
+    "sym B = 8\nsym D = 6\nsym H = 10\nsym K = 4\n"
+    "input %x : f32[B,D]\n"
+    "input %y : i32[B] classes(K)\n"
+    "param %w1 : f32[D,H] normal(0.1)\n"
+    "param %b1 : f32[H] zeros\n"
+    "param %g : f32[H] ones\n"
+    "param %w2 : f32[H,K] normal(0.1)\n"
+    "forward\n"
+    "  %h : f32[B,H] = matmul(%x, %w1) @\"mlp.mtc\":5:9\n"
+    "  %hb : f32[B,H] = add(%h, %b1) #1 @\"mlp.mtc\":5:15\n"
+    "  %a : f32[B,H] = gelu(%hb) #1\n"
+    "  %n : f32[B,H] = layernorm(%a, %g, %b1) eps=1e-05 #1\n"
+    "  %\"odd name/1\" : f32[B,H] = relu(%n) @\"node/7\"\n"
+    "  %lo : f32[B,K] = matmul(%\"odd name/1\", %w2)\n"
+    "  %loss : f32[] = cross_entropy(%lo, %y)\n"
+    "loss %loss\n";
+
+static IrGraph *compile(const char *text, IrDiag *d) {
+  IrGraph *g = ir_parse(text, "test.ir", d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = d};
+  if (g && pass_run_all(g, &ctx)) {
+    ir_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+// print(parse(print(g))) == print(g)
+static void check_round_trip(const IrGraph *g, const char *what) {
+  char *a = ir_print_str(g);
+  IrDiag d = {0};
+  IrGraph *h = ir_parse(a, what, &d);
+  CHECK(h != NULL, "%s: the printed IR does not parse: %s", what, d.msg);
+  if (!h) {
+    free(a);
+    return;
+  }
+  char *b = ir_print_str(h);
+  CHECK(!strcmp(a, b), "%s: round trip differs", what);
+  if (strcmp(a, b)) {
+    FILE *fa = fopen("/tmp/mtc_rt_a.ir", "w"), *fb = fopen("/tmp/mtc_rt_b.ir", "w");
+    if (fa && fb)
+      fputs(a, fa), fputs(b, fb), printf("  (see /tmp/mtc_rt_a.ir and /tmp/mtc_rt_b.ir)\n");
+    if (fa)
+      fclose(fa);
+    if (fb)
+      fclose(fb);
+  }
+  free(a);
+  free(b);
+  ir_graph_free(h);
+}
+
+// No two buffers that are live at the same time overlap; the reported peak
+// is the maximum over positions of live bytes, recomputed here
+// independently; the arena holds every buffer.
+static void check_memplan(const IrGraph *g, const char *what) {
+  int overlaps = 0;
+  for (int i = 0; i < g->nvalues; i++)
+    for (int j = i + 1; j < g->nvalues; j++) {
+      const IrValue *a = g->values[i], *b = g->values[j];
+      if (a->bytes == 0 || b->bytes == 0)
+        continue;
+      bool live_together = a->first_use <= b->last_use && b->first_use <= a->last_use;
+      bool share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      overlaps += live_together && share;
+    }
+  CHECK(overlaps == 0, "%s: %d pairs of live buffers overlap", what, overlaps);
+  int64_t peak = 0;
+  for (int t = 0; t < g->nnodes; t++) {
+    int64_t live = 0;
+    for (int i = 0; i < g->nvalues; i++) {
+      const IrValue *v = g->values[i];
+      live += v->first_use <= t && t <= v->last_use ? v->bytes : 0;
+    }
+    if (live > peak)
+      peak = live;
+  }
+  CHECK(peak == g->peak_live_bytes, "%s: peak %lld, recomputed %lld", what,
+        (long long)g->peak_live_bytes, (long long)peak);
+  int64_t formula = 0;
+  sym_eval(g->peak_formula, &g->syms, &formula);
+  CHECK(formula == g->peak_live_bytes, "%s: peak formula gives %lld, not %lld", what,
+        (long long)formula, (long long)g->peak_live_bytes);
+  bool inside = true;
+  for (int i = 0; i < g->nvalues; i++)
+    inside &= g->values[i]->offset >= 0 &&
+              g->values[i]->offset + g->values[i]->bytes <= g->arena_bytes;
+  CHECK(inside, "%s: a buffer lies outside the arena", what);
+  CHECK(g->arena_bytes >= g->peak_live_bytes, "%s: arena smaller than the peak", what);
+  printf("%s: arena %lld bytes, peak live %lld bytes (%.1f%% over)\n", what,
+         (long long)g->arena_bytes, (long long)g->peak_live_bytes,
+         100.0 * (double)(g->arena_bytes - g->peak_live_bytes) / (double)g->peak_live_bytes);
+}
+
+// Shape errors: each graph must fail with a message containing `want` at the
+// given line.
+static const struct {
+  const char *text;
+  int line;
+  const char *want;
+} bad[] = {
+    {"sym M = 2\nsym K = 3\nparam %a : f32[M,K]\nparam %b : f32[M,K]\nforward\n"
+     "%c : f32[M,M] = matmul(%a, %b)\n",
+     6, "matmul: inner dims differ: 'a' [M,K] and 'b' [M,K] (K vs M)"},
+    {"sym M = 2\nsym K = 3\nparam %a : f32[M,K]\nparam %b : f32[K,M]\nforward\n"
+     "%c : f32[M,K] = add(%a, %b)\n",
+     6, "do not broadcast"},
+    {"sym M = 2\nparam %a : f32[M]\nforward\n%c : f32[M,M] = gelu(%a)\n", 4,
+     "declared f32[M,M] but the op gives f32[M]"},
+    {"sym M = 2\nparam %a : f32[M,3]\nforward\n%c : f32[7] = reshape(%a)\n", 4,
+     "cannot become [7]"},
+    {"sym M = 2\nparam %a : f32[M,3]\nforward\n%c : f32[3,M] = transpose(%a) perm=[0,0]\n", 4,
+     "perm must list each"},
+    {"sym M = 2\nparam %a : f32[M,6]\nforward\n%c : f32[M,2], %d : f32[M,2] = split(%a) axis=1 "
+     "sizes=[2,2]\n",
+     4, "sizes add up to 4"},
+    {"sym M = 2\nparam %a : f32[M,6]\nparam %w : f32[5]\nforward\n"
+     "%c : f32[M,6] = layernorm(%a, %w, %w)\n",
+     5, "it must be [6]"},
+    {"sym N = 2\nsym V = 3\nparam %a : f32[N,V]\ninput %t : i32[V] classes(V)\nforward\n"
+     "%l : f32[] = cross_entropy(%a, %t)\n",
+     6, "without its last dim"},
+    {"sym N = 2\nparam %a : f32[N]\nforward\n%l : f32[] = embedding(%a, %a)\n", 4, "must be i32"},
+    {"sym N = 2\nparam %a : f32[N]\nforward\n%l : f32[N] = frobnicate(%a)\n", 4, "unknown op"},
+    {"sym N = 2\nparam %a : f32[N]\nforward\n%l : f32[N] = gelu(%zz)\n", 4, "unknown value '%zz'"},
+    {"sym N = 2\nparam %a : f32[N]\nforward\n%l : f32[N] = gelu(%a, %a)\n", 4,
+     "wrong number of inputs"},
+    {"sym N = 2\nparam %a : f32[N]\nforward\n%a : f32[N] = gelu(%a)\n", 4, "defined twice"},
+    {"sym N = 2\nparam %a : f32[N\n", 2, "expected ']'"},
+    {"sym N = 2\nparam %a : f32[N]\nforward\n%l : f32[N] = gelu(%a)\nloss %l\n", 0,
+     "must be a scalar"},
+};
+
+static void check_errors(void) {
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    IrDiag d = {0};
+    IrGraph *g = ir_parse(bad[i].text, "bad.ir", &d);
+    int rc = g ? ir_verify(g, NULL, &d) : -1;
+    if (!g && !d.msg[0])
+      strcpy(d.msg, "(no message)");
+    CHECK(rc != 0 && strstr(d.msg, bad[i].want) && (bad[i].line == 0 || d.loc.line == bad[i].line),
+          "bad graph %zu: want line %d '%s', got line %d '%s'", i, bad[i].line, bad[i].want,
+          d.loc.line, d.msg);
+    ir_graph_free(g);
+  }
+}
+
+static void check_sizes_and_flops(void) {
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
+  IR_ASSERT(g);
+  IrNode *mm = g->nodes[0];
+  CHECK(!strcmp(sym_str(&g->arena, ir_flops(g, mm), &g->syms), "2*B*D*H"), "matmul flops %s",
+        sym_str(&g->arena, ir_flops(g, mm), &g->syms));
+  CHECK(!strcmp(sym_str(&g->arena, ir_nbytes(g, mm->out[0]), &g->syms), "4*B*H"), "bytes %s",
+        sym_str(&g->arena, ir_nbytes(g, mm->out[0]), &g->syms));
+  CHECK(ir_eval(g, ir_flops(g, mm)) == 2 * 8 * 6 * 10, "matmul flops value");
+  ir_graph_free(g);
+}
+
+static void check_dsl_model(const char *path) {
+  IrDiag d = {0};
+  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+  int rc = g ? pass_run_all(g, &ctx) : -1;
+  CHECK(rc == 0, "%s: %s", path, d.msg);
+  if (!rc) {
+    check_round_trip(g, path);
+    check_memplan(g, path);
+  }
+  ir_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+  IrDiag d = {0};
+  IrGraph *g = compile(mlp_ir, &d);
+  CHECK(g != NULL, "mlp: %s", d.msg);
+  if (g) {
+    check_round_trip(g, "mlp.ir");
+    check_memplan(g, "mlp.ir");
+    CHECK(g->nodes[4]->loc.line == 0 && !strcmp(g->nodes[4]->loc.file, "node/7"),
+          "ONNX-style location kept");
+    ir_graph_free(g);
+  }
+  // The SGD variant round-trips too.
+  IrGraph *s = ir_parse(mlp_ir, "mlp.ir", &d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+  ctx.opt.optimizer = OPTIM_SGD;
+  CHECK(s && pass_run_all(s, &ctx) == 0, "mlp sgd: %s", d.msg);
+  if (s)
+    check_round_trip(s, "mlp-sgd.ir");
+  ir_graph_free(s);
+  check_errors();
+  check_sizes_and_flops();
+  for (int i = 1; i < argc; i++)
+    check_dsl_model(argv[i]);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
