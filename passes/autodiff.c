@@ -353,8 +353,10 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed) {
     for (int k = 0; k < n->nout; k++) {
       dy[k] = ad.grad[n->out[k]->id];
       any |= dy[k] != NULL;
+      // Name a gradient after the first value it is the gradient of; one
+      // passed through unchanged (by add, say) keeps its first name.
       if (dy[k] && dy[k]->producer && dy[k]->producer->phase == PHASE_BACKWARD &&
-          dy[k] != ad.grad[g->loss->id]) {
+          dy[k] != ad.grad[g->loss->id] && strncmp(dy[k]->name, "d.", 2) != 0) {
         char name[512];
         snprintf(name, sizeof name, "d.%s", n->out[k]->name);
         ir_value_rename(g, dy[k], name);
