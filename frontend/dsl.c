@@ -77,8 +77,7 @@ typedef struct Dim Dim;
 struct Dim {
   Dim *next;
   const char *name;
-  const Sym *sym;
-  bool derived;
+  const Sym *sym;       // sym_var of the symbol, or the formula
 };
 
 // A block definition and whether an instance of it is running.
@@ -120,30 +119,46 @@ typedef struct Eval {
   Node *model;             // the model statement
 } Eval;
 
-static int fail(Eval *e, const Node *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(Eval *e, const Node *at, const char *fmt, ...) {
-  Parser *ps = e->ps;
+// Keeps the first error only.
+static int vfail(Parser *ps, int line, int col, const char *fmt, va_list ap) {
   if (ps->failed)
     return -1;
   ps->failed = true;
+  vsnprintf(ps->diag->msg, sizeof ps->diag->msg, fmt, ap);
+  ps->diag->loc = (IrLoc){ps->file, line, col};
+  return -1;
+}
+
+// An error at node at (at its operator for a binary op; NULL: line 1,
+// column 1); returns -1.
+static int fail(Eval *e, const Node *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(Eval *e, const Node *at, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ps->diag->msg, sizeof ps->diag->msg, fmt, ap);
+  vfail(e->ps, at ? at->line : 1, at ? at->col : 1, fmt, ap);
   va_end(ap);
-  ps->diag->loc = (IrLoc){ps->file, at ? at->line : 1, at ? at->col : 1};
+  return -1;
+}
+
+// An error about the value of the whole expression n: at its first token.
+static int fail_expr(Eval *e, const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail_expr(Eval *e, const Node *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfail(e->ps, n->sline, n->scol, fmt, ap);
+  va_end(ap);
   return -1;
 }
 
 int dsl_fail(Parser *ps, int line, int col, const char *fmt, ...) {
-  if (ps->failed)
-    return -1;
-  ps->failed = true;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ps->diag->msg, sizeof ps->diag->msg, fmt, ap);
+  vfail(ps, line, col, fmt, ap);
   va_end(ap);
-  ps->diag->loc = (IrLoc){ps->file, line, col};
   return -1;
 }
 
@@ -166,8 +181,15 @@ static const char *sym_text(Eval *e, const Sym *s) {
   return sym_str(e->tmp, s, &e->g->syms);
 }
 
-// "f32[B,T,C] 'x'" for messages.
+// "f32[B,T,C] 'x'" for messages; "f32[B,T,C] (from matmul)" for a value
+// that has no name yet.
 static const char *describe(Eval *e, const IrValue *v) {
+  bool numbered = true;
+  for (const char *p = v->name; *p; p++)
+    numbered &= *p >= '0' && *p <= '9';
+  if (numbered && v->producer)
+    return fmt(e, "%s%s (from %s)", ir_dtype_name(v->dtype), ir_shape_str(e->g, v),
+               ir_op_name(v->producer->op));
   return fmt(e, "%s%s '%s'", ir_dtype_name(v->dtype), ir_shape_str(e->g, v), v->name);
 }
 
@@ -239,19 +261,56 @@ static const char *dim_list(Eval *e) {
 
 // ---- dim formulas ----------------------------------------------------------------
 
-// Keeps dim formulas far from the int64 limits of ir/sym.c: coefficients and
-// exponents small, few terms.
-static int check_sym(Eval *e, Node *at, const Sym *s) {
-  if (s->n > 16)
-    return fail(e, at, "dim formula too long (more than 16 terms)");
-  for (int i = 0; i < s->n; i++) {
-    const SymTerm *t = &s->t[i];
-    if (t->num > MAX_SYM || t->num < -MAX_SYM || t->den > MAX_SYM)
-      return fail(e, at, "dim formula has too large a number (at most %d)", MAX_SYM);
+// ir/sym.c stops the compiler when a coefficient overflows int64, so the
+// formulas made here are kept far from that. A formula written over a common
+// denominator is P / den, P with integer coefficients; its size is
+// (sum of |P's coefficients|, den). An operation's result has at most the size
+// computed by bound_op, and every coefficient of it, reduced, is at most that.
+typedef struct Size {
+  double num, den;
+} Size;
+
+static Size size_of(const Sym *s) {
+  Size z = {0, 1};
+  for (int k = 0; k < s->n; k++)
+    z.den *= (double)s->t[k].den;
+  for (int k = 0; k < s->n; k++)
+    z.num += fabs((double)s->t[k].num) * (z.den / (double)s->t[k].den);
+  return z;
+}
+
+static bool size_ok(Size z, double limit) {
+  return z.num <= limit && z.den <= limit;
+}
+
+// The largest power of a dim in s.
+static int max_power(const Sym *s) {
+  int p = 0;
+  for (int k = 0; k < s->n; k++)
     for (int v = 0; v < SYM_MAXVARS; v++)
-      if (t->exp[v] > 8 || t->exp[v] < -8)
-        return fail(e, at, "dim formula has too high a power (at most 8)");
-  }
+      if (abs(s->t[k].exp[v]) > p)
+        p = abs(s->t[k].exp[v]);
+  return p;
+}
+
+// The size of x op y (op: ND_ADD, ND_SUB, ND_MUL or ND_DIV).
+static Size bound_op(NodeKind op, const Sym *x, const Sym *y) {
+  Size a = size_of(x), b = size_of(y);
+  if (op == ND_ADD || op == ND_SUB)
+    return (Size){a.num * b.den + b.num * a.den, a.den * b.den};
+  if (op == ND_MUL)
+    return (Size){a.num * b.num, a.den * b.den};
+  return (Size){a.num * b.den, a.den * b.num};  // by a single term
+}
+
+// The invariant of every dim formula: small coefficients and powers, few terms.
+static int check_sym(Eval *e, Node *at, const Sym *s) {
+  if (s->n > 8)
+    return fail_expr(e, at, "dim formula too long (more than 8 terms)");
+  if (!size_ok(size_of(s), MAX_SYM))
+    return fail_expr(e, at, "dim formula has too large numbers (at most %d)", MAX_SYM);
+  if (max_power(s) > 8)
+    return fail_expr(e, at, "dim formula has too high a power (at most 8)");
   return 0;
 }
 
@@ -273,7 +332,11 @@ static int eval_dim(Eval *e, Node *n, const Sym **out) {
       *out = d->sym;
       return 0;
     }
-    if (lookup_in(e->scope, n->name))
+    Binding *b = lookup_in(e->scope, n->name);
+    if (b && b->val.kind == V_NUM)
+      return fail(e, n, "'%s' is a number, not a dim (make it a dim: 'dim %s = ...')", n->name,
+                  n->name);
+    if (b)
       return fail(e, n, "'%s' is a tensor, not a dim (a shape is written with dims: [B, T, C])",
                   n->name);
     return fail(e, n, "unknown dim '%s' (dims: %s)", n->name, dim_list(e));
@@ -284,22 +347,23 @@ static int eval_dim(Eval *e, Node *n, const Sym **out) {
   case ND_DIV:
     if (eval_dim(e, n->lhs, &x) < 0 || eval_dim(e, n->rhs, &y) < 0)
       return -1;
+    if (n->kind == ND_DIV && y->n > 1)
+      return fail_expr(e, n->rhs,
+                       "cannot divide by '%s': a dim can only be divided by a single term "
+                       "(like NH, 2*C or C*NH)",
+                       sym_text(e, y));
+    if (n->kind == ND_DIV && sym_is_zero(y))
+      return fail(e, n, "division by zero in a dim formula");
+    if (!size_ok(bound_op(n->kind, x, y), 1e18))
+      return fail_expr(e, n, "dim formula has too large numbers");
     if (n->kind == ND_ADD)
       *out = sym_add(a, x, y);
     else if (n->kind == ND_SUB)
       *out = sym_sub(a, x, y);
     else if (n->kind == ND_MUL)
       *out = sym_mul(a, x, y);
-    else {
-      if (sym_is_zero(y))
-        return fail(e, n, "division by zero in a dim formula");
+    else
       *out = sym_div(a, x, y);
-      if (!*out)
-        return fail(e, n->rhs,
-                    "cannot divide by '%s': a dim can only be divided by a single term "
-                    "(like NH, 2*C or C*NH)",
-                    sym_text(e, y));
-    }
     return check_sym(e, n, *out);
   case ND_NEG:
     if (eval_dim(e, n->lhs, &x) < 0)
@@ -348,20 +412,31 @@ static const char *values_text(Eval *e, const Sym *s) {
   return text;
 }
 
+// A formula without dims (a number)?
+static bool all_const(const Sym *s) {
+  for (int k = 0; k < s->n; k++)
+    for (int v = 0; v < SYM_MAXVARS; v++)
+      if (s->t[k].exp[v])
+        return false;
+  return true;
+}
+
 // The value of a dim formula, which must be a positive integer; what names
 // the formula in messages.
 static int dim_value(Eval *e, Node *at, const Sym *s, const char *what, int64_t *out) {
   double f = sym_evalf(s, &e->g->syms);
   if (isnan(f))
-    return fail(e, at, "%s '%s' uses a dim without a value", what, sym_text(e, s));
+    return fail_expr(e, at, "%s '%s' uses a dim without a value", what, sym_text(e, s));
+  if ((f < 1 || f != floor(f)) && s->n <= 1 && all_const(s))
+    return fail_expr(e, at, "%s %s: it must be a positive integer", what, sym_text(e, s));
   if (f < 1 || f != floor(f))
-    return fail(e, at, "%s '%s' is %g%s; it must be a positive integer", what, sym_text(e, s), f,
-                values_text(e, s));
+    return fail_expr(e, at, "%s '%s' is %g%s; it must be a positive integer", what,
+                     sym_text(e, s), f, values_text(e, s));
   if (f > 1e15 || !eval_fits(s, &e->g->syms))
-    return fail(e, at, "%s '%s' is too large (%g)", what, sym_text(e, s), f);
+    return fail_expr(e, at, "%s '%s' is too large (%g)", what, sym_text(e, s), f);
   int64_t v;
   if (sym_eval(s, &e->g->syms, &v) != 0)
-    return fail(e, at, "%s '%s' is %g; it must be an integer", what, sym_text(e, s), f);
+    return fail_expr(e, at, "%s '%s' is %g; it must be an integer", what, sym_text(e, s), f);
   *out = v;
   return 0;
 }
@@ -379,33 +454,36 @@ static int eval_size(Eval *e, Node *n, const char *what, const Sym **out, int64_
 // ---- graph building ------------------------------------------------------------------
 
 // Keeps every tensor far from the int64 limits of the formulas that later
-// passes build from its shape (elements, bytes, FLOPs): the products of its
-// dims' coefficients, denominators and powers stay small, and so does its
-// element count.
+// passes build from its shape (elements, bytes, FLOPs): the size of the
+// product of its dims, their powers and its element count stay small.
 static int check_shape(Eval *e, Node *at, int rank, const Sym *const *shape) {
-  double num = 1, den = 1, numel = 1;
+  Size z = {1, 1};
+  double numel = 1;
   int power = 0;
   for (int i = 0; i < rank; i++) {
-    const Sym *s = shape[i];
-    double sn = 0, sd = 1;
-    int pmax = 0;
-    for (int k = 0; k < s->n; k++) {
-      sn += fabs((double)s->t[k].num);
-      sd *= (double)s->t[k].den;
-      for (int v = 0; v < SYM_MAXVARS; v++)
-        if (abs(s->t[k].exp[v]) > pmax)
-          pmax = abs(s->t[k].exp[v]);
-    }
-    num *= sn > 1 ? sn : 1;
-    den *= sd;
-    power += pmax;
-    numel *= sym_evalf(s, &e->g->syms);
+    Size d = size_of(shape[i]);
+    z.num *= d.num;
+    z.den *= d.den;
+    power += max_power(shape[i]);
+    numel *= sym_evalf(shape[i], &e->g->syms);
   }
-  if (!(num <= MAX_NUMEL && den <= MAX_NUMEL && power <= 32))
-    return fail(e, at, "shape %s is too complex to plan (its dims have large coefficients or "
-                "powers)", shape_text(e, rank, shape));
   if (!(numel <= MAX_NUMEL))
-    return fail(e, at, "a tensor of %g elements is too large (at most 2^40)", numel);
+    return fail_expr(e, at, "a tensor of %g elements is too large (at most 2^40)", numel);
+  if (!size_ok(z, MAX_NUMEL) || power > 32)
+    return fail_expr(e, at, "shape %s is too complex to plan (its dims have large "
+                     "coefficients or powers)", shape_text(e, rank, shape));
+  return 0;
+}
+
+// The shape rules of split and concat add dims up: keep the sum small too.
+static int check_sum(Eval *e, Node *at, const Sym *const *dims, int n) {
+  Size z = {0, 1};
+  for (int i = 0; i < n; i++) {
+    Size d = size_of(dims[i]);
+    z = (Size){z.num * d.den + d.num * z.den, z.den * d.den};
+  }
+  if (!size_ok(z, MAX_NUMEL))
+    return fail_expr(e, at, "the sizes add up to a formula with too large numbers");
   return 0;
 }
 
@@ -456,17 +534,18 @@ static int eval(Eval *e, Node *n, Val *out);
 // An expression that must give a tensor; what names its role in messages.
 static int eval_tensor(Eval *e, Node *n, const char *what, IrValue **out) {
   Val v;
+  *out = NULL;
   if (eval(e, n, &v) < 0)
     return -1;
   if (v.kind != V_TENSOR)
-    return fail(e, n, "%s must be a tensor, not %s", what, kind_name(&v));
+    return fail_expr(e, n, "%s must be a tensor, not %s", what, kind_name(&v));
   *out = v.t;
   return 0;
 }
 
 static int need_f32(Eval *e, Node *at, const char *what, IrValue *v) {
   if (v->dtype != DT_F32)
-    return fail(e, at, "%s must be an f32 tensor, got %s (i32 tensors are indices: use them "
+    return fail_expr(e, at, "%s must be an f32 tensor, got %s (i32 tensors are indices: use them "
                 "in embedding or cross_entropy)", what, describe(e, v));
   return 0;
 }
@@ -474,21 +553,22 @@ static int need_f32(Eval *e, Node *at, const char *what, IrValue *v) {
 // An expression that must give a number.
 static int eval_num(Eval *e, Node *n, const char *what, double *out) {
   Val v;
+  *out = 0;
   if (eval(e, n, &v) < 0)
     return -1;
   if (v.kind != V_NUM)
-    return fail(e, n, "%s must be a number, not %s", what, kind_name(&v));
+    return fail_expr(e, n, "%s must be a number, not %s", what, kind_name(&v));
   *out = v.num;
   return 0;
 }
 
 // An integer-valued number in [lo, hi].
 static int eval_int(Eval *e, Node *n, const char *what, int64_t lo, int64_t hi, int64_t *out) {
-  double f;
+  double f = 0;
   if (eval_num(e, n, what, &f) < 0)
     return -1;
   if (f != floor(f) || f < (double)lo || f > (double)hi)
-    return fail(e, n, "%s must be an integer in [%lld, %lld], got %g", what, (long long)lo,
+    return fail_expr(e, n, "%s must be an integer in [%lld, %lld], got %g", what, (long long)lo,
                 (long long)hi, f);
   *out = (int64_t)f;
   return 0;
@@ -512,7 +592,7 @@ static int arith(Eval *e, Node *n, Val *out) {
   if (eval(e, n->lhs, &a) < 0 || eval(e, n->rhs, &b) < 0)
     return -1;
   if (a.kind == V_TUPLE || b.kind == V_TUPLE)
-    return fail(e, a.kind == V_TUPLE ? n->lhs : n->rhs,
+    return fail_expr(e, a.kind == V_TUPLE ? n->lhs : n->rhs,
                 "'%c' needs tensors or numbers, not several values (bind split's results with "
                 "'let a, b = split(...)')", op);
 
@@ -528,6 +608,8 @@ static int arith(Eval *e, Node *n, Val *out) {
         return fail(e, n, "division by zero");
       r = a.num / b.num;
     }
+    if (!isfinite(r))
+      return fail(e, n, "number out of range (%g %c %g)", a.num, op, b.num);
     *out = (Val){.kind = V_NUM, .num = r};
     return 0;
   }
@@ -726,7 +808,8 @@ static int arg_tensor(Eval *e, const Builtin *b, int i, Node *x, IrValue **out) 
   if (s->kind == ARG_F32)
     return need_f32(e, x, what, *out);
   if (s->kind == ARG_I32 && (*out)->dtype != DT_I32)
-    return fail(e, x, "%s must be an i32 tensor of indices, got %s", what, describe(e, *out));
+    return fail_expr(e, x, "%s must be an i32 tensor of indices, got %s", what,
+                     describe(e, *out));
   return 0;
 }
 
@@ -766,13 +849,13 @@ static int arg_ints(Eval *e, const Builtin *b, int i, Node *x, int64_t *v, int *
 }
 
 // Axes for sum/mean/transpose: normalized and distinct.
-static int norm_axes(Eval *e, Node *at, IrValue *x, int64_t *v, int n) {
+static int norm_axes(Eval *e, const char *f, Node *at, IrValue *x, int64_t *v, int n) {
   for (int k = 0; k < n; k++) {
     if (norm_axis(e, at, v[k], x, &v[k]) < 0)
       return -1;
     for (int j = 0; j < k; j++)
       if (v[j] == v[k])
-        return fail(e, at, "axis %lld is listed twice", (long long)v[k]);
+        return fail(e, at, "%s: axis %lld is listed twice", f, (long long)v[k]);
   }
   return 0;
 }
@@ -789,7 +872,7 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     if (eval_num(e, slot[0], "sqrt: argument 'x'", &x) < 0)
       return -1;
     if (x < 0)
-      return fail(e, slot[0], "sqrt of a negative number (%g)", x);
+      return fail_expr(e, slot[0], "sqrt of a negative number (%g)", x);
     *out = (Val){.kind = V_NUM, .num = sqrt(x)};
     return 0;
   }
@@ -879,7 +962,7 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     if (count != x->rank)
       return fail(e, slot[1], "transpose: the permutation has %d entries but %s has rank %d",
                   count, describe(e, x), x->rank);
-    if (norm_axes(e, slot[1], x, ints, count) < 0)
+    if (norm_axes(e, b->name, slot[1], x, ints, count) < 0)
       return -1;
     n = new_node(e, call, OP_TRANSPOSE, in, 1, 1);
     ir_set_ints(g, n, "perm", ints, count);
@@ -896,6 +979,8 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     for (int k = 0; k < count; k++)
       if (eval_size(e, elem[k], "split size", &sizes[k], NULL) < 0)
         return -1;
+    if (check_sum(e, slot[2], sizes, count) < 0)
+      return -1;
     // The sizes stay formulas, so the outputs keep symbolic shapes.
     n = new_node(e, call, OP_SPLIT, in, 1, count);
     ir_set_int(g, n, "axis", v);
@@ -908,18 +993,25 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     *out = (Val){.kind = V_TUPLE, .ts = ts, .n = count};
     return 0;
   }
-  case OP_CONCAT:
+  case OP_CONCAT: {
+    const Sym *dims[MAX_LIST];
     if (arg_int(e, b, 0, slot[0], -1, -IR_MAXRANK, IR_MAXRANK, &v) < 0 ||
         norm_axis(e, slot[0] ? slot[0] : call, v, x, &v) < 0)
+      return -1;
+    for (int k = 0; k < nin; k++)
+      dims[k] = in[k]->rank > v ? in[k]->shape[v] : in[0]->shape[v];
+    if (check_sum(e, call, dims, nin) < 0)
       return -1;
     n = new_node(e, call, OP_CONCAT, in, nin, 1);
     ir_set_int(g, n, "axis", v);
     break;
+  }
   case OP_SUM:
   case OP_MEAN: {
     int64_t keep;
     if (slot[1]) {
-      if (arg_ints(e, b, 1, slot[1], ints, &count) < 0 || norm_axes(e, slot[1], x, ints, count) < 0)
+      if (arg_ints(e, b, 1, slot[1], ints, &count) < 0 ||
+          norm_axes(e, b->name, slot[1], x, ints, count) < 0)
         return -1;
     } else {
       count = x->rank;
@@ -1054,7 +1146,8 @@ static int eval_repeat(Eval *e, Node *n, Val *out) {
   if (eval(e, call->args->lhs, &x) < 0)
     return -1;
   if (x.kind != V_TENSOR)
-    return fail(e, call->args, "repeat needs a tensor to pass along, not %s", kind_name(&x));
+    return fail_expr(e, call->args->lhs, "repeat needs a tensor to pass along, not %s",
+                     kind_name(&x));
   const char *prefix = n->as ? n->as : b->def->name;
   for (int64_t i = 0; i < times; i++) {
     if (instantiate(e, b, prefix, &x, n, &x) < 0)
@@ -1108,6 +1201,7 @@ static int eval_call(Eval *e, Node *n, Val *out) {
 }
 
 static int eval(Eval *e, Node *n, Val *out) {
+  *out = (Val){.kind = V_NUM};
   switch (n->kind) {
   case ND_NUM:
     *out = (Val){.kind = V_NUM, .num = n->num};
@@ -1141,7 +1235,8 @@ static int eval(Eval *e, Node *n, Val *out) {
       return 0;
     }
     if (x.kind != V_TENSOR)
-      return fail(e, n->lhs, "unary '-' needs a tensor or a number, not %s", kind_name(&x));
+      return fail_expr(e, n->lhs, "unary '-' needs a tensor or a number, not %s",
+                       kind_name(&x));
     if (need_f32(e, n->lhs, "the operand of unary '-'", x.t) < 0)
       return -1;
     return scale(e, n, x.t, -1, 0, out);
@@ -1265,7 +1360,6 @@ static int exec_dim(Eval *e, Node *s) {
     if (eval_dim(e, s->lhs, &d->sym) < 0 ||
         dim_value(e, s, d->sym, fmt(e, "dim %s", s->name), &v) < 0)
       return -1;
-    d->derived = true;
   }
   d->next = e->dims;
   e->dims = d;
@@ -1431,8 +1525,11 @@ static int exec_loss(Eval *e, Node *s) {
   if (eval_tensor(e, s->lhs, "the loss", &v) < 0)
     return -1;
   if (v->dtype != DT_F32 || v->rank != 0)
-    return fail(e, s->lhs, "the loss must be a scalar f32 tensor, got %s (reduce it with "
+    return fail_expr(e, s->lhs, "the loss must be a scalar f32 tensor, got %s (reduce it with "
                 "mean(...) or use cross_entropy)", describe(e, v));
+  if (!v->producer)
+    return fail_expr(e, s->lhs, "the loss must be computed by the model, not be the %s '%s'",
+                     v->role == ROLE_INPUT ? "input" : "param", v->name);
   e->loss = s;
   e->g->loss = v;
   name_value(e, (Val){.kind = V_TENSOR, .t = v}, "loss");
@@ -1464,7 +1561,7 @@ static int exec(Eval *e, Node *s) {
     if (eval(e, s->lhs, &v) < 0)
       return -1;
     if (v.kind == V_TUPLE)
-      return fail(e, s->lhs, "a block returns one value, not %d", v.n);
+      return fail_expr(e, s->lhs, "a block returns one value, not %d", v.n);
     name_value(e, v, "out");
     e->ret = v;
     return 0;
@@ -1498,7 +1595,7 @@ static int check_block(Eval *e, Node *def) {
     last = s;
   }
   if (!last || last->kind != ND_RETURN) {
-    Node at = {.line = def->as_line, .col = def->as_col};
+    Node at = {.line = def->end_line, .col = def->end_col};
     return fail(e, &at, "block '%s' must end with 'return <value>;'", def->name);
   }
   b->next = e->blocks;
@@ -1591,11 +1688,10 @@ IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *de
   if (!text) {
     dsl_fail(&ps, 1, 1, "no text to parse");
   } else if (dsl_run(&ps, text) == 0) {
-    Eval e = {.ps = &ps, .tmp = &arena, .defs = defs, .ndefs = ndefs < 0 ? 0 : ndefs};
+    Eval e = {.ps = &ps, .tmp = &arena, .defs = defs, .ndefs = defs && ndefs > 0 ? ndefs : 0};
     g = ir_graph_new(model_name(&e, ps.prog, filename));
     g->cur_phase = PHASE_FORWARD;
     g->cur_block = 0;
-    g->name = ir_strdup(&g->arena, g->name);
     e.g = g;
     e.gfile = ir_strdup(&g->arena, filename);
     if (evaluate(&e, ps.prog) < 0 || ps.failed) {
@@ -1654,7 +1750,7 @@ IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, IrDiag *
       free(buf);
     buf = nb;
   }
-  int err = ferror(f) ? errno : 0;
+  int err = ferror(f) ? (errno ? errno : EIO) : 0;
   fclose(f);
   if (err) {
     free(buf);

@@ -48,14 +48,17 @@ int dsl_lex(DSL_STYPE *lval, DSL_LTYPE *lloc, yyscan_t scanner);
 
 // Deepest expression tree: the evaluator recurses over it.
 #define MAX_DEPTH 1000
+// The parser's stack limit (bison's default, pinned so that the error for a
+// too deep nesting is at the same token with every bison).
+#define YYMAXDEPTH 10000
 
 static void dsl_error(DSL_LTYPE *loc, yyscan_t scanner, Parser *ps, const char *msg);
 
 static Node *new_node(Parser *ps, NodeKind kind, DSL_LTYPE loc) {
   Node *n = ir_alloc(ps->arena, sizeof(Node));
   n->kind = kind;
-  n->line = loc.first_line;
-  n->col = loc.first_column;
+  n->line = n->sline = loc.first_line;
+  n->col = n->scol = loc.first_column;
   n->depth = 1;
   return n;
 }
@@ -66,6 +69,12 @@ static Node *new_expr(Parser *ps, NodeKind kind, DSL_LTYPE loc, Node *lhs, Node 
   Node *n = new_node(ps, kind, loc);
   n->lhs = lhs;
   n->rhs = rhs;
+  if (lhs && lhs->sline < n->sline) {  // a binary or postfix op starts at its left operand
+    n->sline = lhs->sline;
+    n->scol = lhs->scol;
+  } else if (lhs && lhs->sline == n->sline && lhs->scol < n->scol) {
+    n->scol = lhs->scol;
+  }
   int d = lhs ? lhs->depth : 0;
   if (rhs && rhs->depth > d)
     d = rhs->depth;
@@ -93,6 +102,19 @@ static NodeList list1(Node *n) {
 static NodeList append(NodeList l, Node *n) {
   l.tail->next = n;
   l.tail = n;
+  return l;
+}
+
+// Appends a chain of nodes (a "dim" statement is one node per definition).
+static NodeList splice(NodeList l, Node *chain) {
+  Node *last = chain;
+  while (last->next)
+    last = last->next;
+  if (l.head)
+    l.tail->next = chain;
+  else
+    l.head = chain;
+  l.tail = last;
   return l;
 }
 
@@ -141,17 +163,8 @@ program:
 
 toplevels:
     %empty                  { $$ = (NodeList){NULL, NULL}; }
-  | toplevels block         { $$ = $1.head ? append($1, $2) : list1($2); }
-  | toplevels stmt          {
-      // A "dim" statement is a list of definitions: splice it in.
-      Node *last = $2;
-      while (last->next)
-        last = last->next;
-      $$ = $1.head ? $1 : (NodeList){$2, NULL};
-      if ($1.head)
-        $1.tail->next = $2;
-      $$.tail = last;
-    }
+  | toplevels block         { $$ = splice($1, $2); }
+  | toplevels stmt          { $$ = splice($1, $2); }
   ;
 
 block:
@@ -160,22 +173,14 @@ block:
       $$->name = $2;
       $$->names = $4.head;
       $$->body = $7.head;
-      $$->as_line = @8.first_line;
-      $$->as_col = @8.first_column;
+      $$->end_line = @8.first_line;
+      $$->end_col = @8.first_column;
     }
   ;
 
 stmts:
     %empty                  { $$ = (NodeList){NULL, NULL}; }
-  | stmts stmt              {
-      Node *last = $2;
-      while (last->next)
-        last = last->next;
-      $$ = $1.head ? $1 : (NodeList){$2, NULL};
-      if ($1.head)
-        $1.tail->next = $2;
-      $$.tail = last;
-    }
+  | stmts stmt              { $$ = splice($1, $2); }
   ;
 
 idents_opt:
@@ -268,7 +273,7 @@ primary:
     IDENT                   { $$ = new_name(ps, $1, @1); }
   | NUMBER
   | call
-  | '(' expr ')'            { $$ = $2; }
+  | '(' expr ')'            { $$ = $2; $$->sline = @1.first_line; $$->scol = @1.first_column; }
   | '[' exprs_opt ']'       { CHECK($$ = new_call(ps, ND_LIST, NULL, @1, $2.head)); }
   | REPEAT primary call     { CHECK($$ = new_expr(ps, ND_REPEAT, @1, $2, $3)); }
   | REPEAT primary call AS IDENT {
@@ -310,9 +315,15 @@ exprs:
 
 // A syntax error from the parser: keep bison's text (what was found, what
 // was expected) at the offending token.
+// At the end of the file, says which bracket is still open.
 static void dsl_error(DSL_LTYPE *loc, yyscan_t scanner, Parser *ps, const char *msg) {
   (void)scanner;
   if (strcmp(msg, "memory exhausted") == 0)
     msg = "expression nested too deeply (the parser's stack is full)";
-  dsl_fail(ps, loc->first_line, loc->first_column, "%s", msg);
+  int i = ps->nopen - 1;
+  if (strstr(msg, "unexpected end of file") && i >= 0)
+    dsl_fail(ps, loc->first_line, loc->first_column, "%s (the '%c' at %d:%d is not closed)", msg,
+             ps->open_ch[i], ps->open_line[i], ps->open_col[i]);
+  else
+    dsl_fail(ps, loc->first_line, loc->first_column, "%s", msg);
 }

@@ -43,7 +43,8 @@ typedef struct Node Node;
 struct Node {
   NodeKind kind;
   Node *next;          // next statement, argument, list element or name
-  int line, col;       // where it starts (binary ops: the operator)
+  int line, col;       // where it is: the operator of a binary op, else its first token
+  int sline, scol;     // where the whole expression starts (its '(' when parenthesized)
   int depth;           // expression nesting depth (bounded by the parser)
   const char *name;    // ND_NAME, ND_CALL, ND_REPEAT (block), ND_ARG, decls
   Node *lhs, *rhs;     // operands; ND_REPEAT: lhs = count
@@ -53,7 +54,7 @@ struct Node {
   Node *type;          // ND_INPUT, ND_PARAM
   Node *init;          // ND_INPUT: data kind; ND_PARAM: initializer
   const char *as;      // ND_REPEAT: the `as NAME` prefix (NULL: block name)
-  int as_line, as_col; // ND_BLOCK: the closing '}'
+  int end_line, end_col; // ND_BLOCK: its closing '}'
   double num;          // ND_NUM
   int64_t ival;        // ND_NUM when is_int
   bool is_int;         // ND_NUM: written without '.' or exponent
@@ -72,7 +73,9 @@ typedef struct Parser {
   bool failed;         // an error was reported (only the first is kept)
   Node *prog;          // the result: the top-level statements
   int line, col;       // scanner position of the next character
-  int nesting;         // open ( and [ in the scanner
+  int nopen;           // brackets ( [ { open in the scanner; the innermost 256:
+  char open_ch[256];
+  int open_line[256], open_col[256];
 } Parser;
 
 // Reports an error at line:col unless one was reported already; returns -1.

@@ -376,7 +376,7 @@ static int node_line(Parser *ps) {
     n->out[i]->loc = n->loc;
   // Check the declared shapes now, so that an error names this line.
   if (ir_infer(g, n, ps->d)) {
-    if (ps->d && (!n->loc.file || n->loc.line == 0))
+    if (ps->d) // the error is in this text, whatever @location the node carries
       ps->d->loc = (IrLoc){ps->file, ps->lineno, 1};
     return -1;
   }
@@ -439,12 +439,13 @@ IrGraph *ir_parse(const char *text, const char *filename, IrDiag *d) {
     if (*ps.p == '#' && ps.p == ps.line) // comment line
       while (*ps.p && *ps.p != '\n')
         ps.p++;
-    if (*ps.p != '#' && line(&ps)) {
-      ir_graph_free(ps.g);
-      return NULL;
-    }
-    if (!at_eol(&ps)) {
-      fail(&ps, "unexpected text at the end of the line%s", "");
+    bool bad = *ps.p != '#' && line(&ps);
+    if (!bad && !at_eol(&ps))
+      bad = fail(&ps, "unexpected text at the end of the line%s", "");
+    if (bad) {
+      // The message may name strings of the graph; keep the caller's file name.
+      if (d && d->loc.file)
+        d->loc.file = filename ? filename : "<ir>";
       ir_graph_free(ps.g);
       return NULL;
     }
