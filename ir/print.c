@@ -24,25 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Names made only of [A-Za-z0-9_.] print bare, others quoted.
-static void print_name(FILE *f, const char *s) {
-  bool bare = *s != '\0';
-  for (const char *p = s; *p; p++)
-    if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.')
-      bare = false;
-  if (bare) {
-    fprintf(f, "%%%s", s);
-    return;
-  }
-  fputs("%\"", f);
-  for (const char *p = s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fputc('\\', f);
-    fputc(*p, f);
-  }
-  fputc('"', f);
-}
-
 static void print_quoted(FILE *f, const char *s) {
   fputc('"', f);
   for (const char *p = s; *p; p++) {
@@ -51,6 +32,19 @@ static void print_quoted(FILE *f, const char *s) {
     fputc(*p, f);
   }
   fputc('"', f);
+}
+
+// Names made only of [A-Za-z0-9_.] print bare, others quoted.
+static void print_name(FILE *f, const char *s) {
+  bool bare = *s != '\0';
+  for (const char *p = s; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.')
+      bare = false;
+  fputc('%', f);
+  if (bare)
+    fputs(s, f);
+  else
+    print_quoted(f, s);
 }
 
 static void print_sym(FILE *f, const Sym *s, const SymTab *tab) {
