@@ -38,8 +38,9 @@ static void usage(FILE *f) {
         "  -D NAME=VALUE          set a dim (e.g. -D L=12); repeatable\n"
         "  -o DIR                 output folder (compile)\n"
         "  --optimizer adamw|sgd  the update rule (default adamw)\n"
-        "  --beta1 X --beta2 X --eps X --weight-decay X   AdamW hyper-parameters\n"
-        "                         (defaults 0.9, 0.999, 1e-8, 0)\n"
+        "  --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
+        "                         optimizer defaults compiled into the program (train's\n"
+        "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, autodiff, optimizer,\n"
         "                         memplan, or all)\n"
@@ -108,6 +109,8 @@ static Args parse_args(int argc, char **argv) {
         a.pass.optimizer = OPTIM_SGD;
       else
         bad_usage("--optimizer takes adamw or sgd, not '%s'", o);
+    } else if (!strcmp(s, "--lr")) {
+      a.pass.lr = parse_double(s, VALUE());
     } else if (!strcmp(s, "--beta1")) {
       a.pass.beta1 = parse_double(s, VALUE());
     } else if (!strcmp(s, "--beta2")) {

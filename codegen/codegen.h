@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "model_api.h"
 
 // ---- kernel calls (codegen/kcall.c) -------------------------------------------
 
@@ -24,15 +25,14 @@ typedef enum CgArgKind {
   CG_ENUM,    // an integer printed by name (RT_ADD ...)
   CG_FLOAT,   // a float constant
   CG_INTS,    // an array of integers, as formulas
-  CG_LR,      // the learning rate, a run-time argument of update()
-  CG_STEP,    // the 1-based step number, a run-time argument of update()
+  CG_HPARAM,  // an optimizer hyper-parameter read at run time: h->name
 } CgArgKind;
 
 typedef struct CgArg {
   CgArgKind kind;
   const IrValue *buf;
   const Sym *i;
-  const char *name;     // CG_ENUM
+  const char *name;     // CG_ENUM, CG_HPARAM (a field of rt_hparams)
   double f;
   int n;                // CG_INTS
   const Sym *ints[IR_MAXRANK];
@@ -49,6 +49,8 @@ typedef struct CgCall {
 // The kernel calls that execute node n (split and concat take one per part).
 // Returns the number of calls written to `calls` (at most max), or -1.
 int cg_lower(IrGraph *g, const IrNode *n, CgCall *calls, int max, IrDiag *d);
+// The SGD step for an adamw node's parameter (update() can switch at run time).
+void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *call);
 
 // ---- the interpreter (codegen/interp.c) -------------------------------------------
 
@@ -61,7 +63,9 @@ char *cg_interp_arena(CgInterp *it);
 float *cg_interp_f32(CgInterp *it, const IrValue *v);
 int32_t *cg_interp_i32(CgInterp *it, const IrValue *v);
 void cg_interp_init_params(CgInterp *it, uint64_t seed); // same values as the emitted weights
-void cg_interp_run(CgInterp *it, IrPhase phase, float lr, int step);
+void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h);
+// The optimizer settings the graph was compiled with (from its update ops).
+rt_hparams cg_default_hparams(const IrGraph *g);
 
 // ---- the emitted program (codegen/emit_c.c) -----------------------------------------
 

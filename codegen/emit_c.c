@@ -53,12 +53,18 @@ static void print_int(Emit *e, const Sym *s) {
     fprintf(e->f, "%lld", (long long)ir_eval(e->g, s));
 }
 
-static void print_float(Emit *e, double x) {
-  char buf[64];
-  snprintf(buf, sizeof buf, "%.9g", x);
+// A float literal: "0.5f", "1e-05f", "0.0f".
+static const char *float_literal(char *buf, size_t n, double x) {
+  snprintf(buf, n - 4, "%.9g", x);
   if (!strpbrk(buf, ".eE"))
     strcat(buf, ".0");
-  fprintf(e->f, "%sf", buf);
+  strcat(buf, "f");
+  return buf;
+}
+
+static void print_float(Emit *e, double x) {
+  char buf[64];
+  fputs(float_literal(buf, sizeof buf, x), e->f);
 }
 
 static const char *const c_keywords[] = {
@@ -216,8 +222,7 @@ static void emit_arg(Emit *e, const CgArg *a) {
     }
     fputc('}', e->f);
     break;
-  case CG_LR: fputs("lr", e->f); break;
-  case CG_STEP: fputs("step", e->f); break;
+  case CG_HPARAM: fprintf(e->f, "h->%s", a->name); break;
   }
 }
 
@@ -237,12 +242,48 @@ static void emit_node_comment(Emit *e, const IrNode *n) {
   fputc('\n', e->f);
 }
 
+static void emit_call(Emit *e, const CgCall *c) {
+  fprintf(e->f, "  rt_%s(", cg_kernel_name(c->k));
+  for (int j = 0; j < c->nargs; j++) {
+    if (j)
+      fputs(", ", e->f);
+    emit_arg(e, &c->args[j]);
+  }
+  fputs(");\n", e->f);
+}
+
+static bool has_op(const IrGraph *g, IrOp op) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == op)
+      return true;
+  return false;
+}
+
+// A graph compiled for AdamW can also run SGD (its update() switches on
+// h->optimizer); one compiled for SGD has no moments in its arena.
+static void emit_sgd_switch(Emit *e) {
+  IrGraph *g = e->g;
+  if (!has_op(g, OP_ADAMW))
+    return;
+  println(e, "  if (h->optimizer == RT_OPT_SGD) {");
+  for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i]->op != OP_ADAMW)
+      continue;
+    CgCall c;
+    cg_lower_adamw_as_sgd(g, g->nodes[i], &c);
+    fputs("  ", e->f);
+    emit_call(e, &c);
+  }
+  println(e, "    return;");
+  println(e, "  }");
+}
+
 static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
   println(e, "  Buffers b = bind(arena);");
   if (phase == PHASE_UPDATE)
-    println(e, "  (void)lr, (void)step;");
+    emit_sgd_switch(e);
   int block = -1;
   CgCall calls[64];
   for (int i = 0; i < g->nnodes; i++) {
@@ -256,15 +297,8 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
     int nc = cg_lower(g, n, calls, 64, d);
     if (nc < 0)
       return -1;
-    for (int c = 0; c < nc; c++) {
-      fprintf(e->f, "  rt_%s(", cg_kernel_name(calls[c].k));
-      for (int j = 0; j < calls[c].nargs; j++) {
-        if (j)
-          fputs(", ", e->f);
-        emit_arg(e, &calls[c].args[j]);
-      }
-      fputs(");\n", e->f);
-    }
+    for (int c = 0; c < nc; c++)
+      emit_call(e, &calls[c]);
   }
   println(e, "}");
   blank(e);
@@ -342,7 +376,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   emit_buffers(e);
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
-           emit_phase(e, PHASE_UPDATE, "update(char *arena, float lr, int step)", d);
+           emit_phase(e, PHASE_UPDATE, "update(char *arena, const rt_hparams *h)", d);
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -378,6 +412,14 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .loss_offset = %lld,", (long long)g->loss->offset);
   println(e, "    .tokens_per_step = %lld,", (long long)tokens_per_step(g));
   println(e, "    .flops_per_step = %.6g,", total_flops(g));
+  rt_hparams h = cg_default_hparams(g);
+  char f[5][64];
+  println(e, "    .defaults = {%s, %s, %s, %s, %s, %s, 1},",
+          h.optimizer == RT_OPT_SGD ? "RT_OPT_SGD" : "RT_OPT_ADAMW",
+          float_literal(f[0], 64, h.lr), float_literal(f[1], 64, h.beta1),
+          float_literal(f[2], 64, h.beta2), float_literal(f[3], 64, h.eps),
+          float_literal(f[4], 64, h.weight_decay));
+  println(e, "    .has_adam_state = %d,", has_op(g, OP_ADAMW));
   println(e, "    .forward = forward,");
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");

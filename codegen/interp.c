@@ -17,7 +17,7 @@ typedef struct Exec {
   long i[CG_MAXARGS];
   float f[CG_MAXARGS];
   long a[CG_MAXARGS][IR_MAXRANK];
-  bool lr[CG_MAXARGS], step[CG_MAXARGS];
+  const char *hparam[CG_MAXARGS];   // CG_HPARAM: the rt_hparams field to read at run time
 } Exec;
 
 struct CgInterp {
@@ -50,8 +50,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
         e->a[j][k] = (long)x;
       }
       break;
-    case CG_LR: e->lr[j] = true; break;
-    case CG_STEP: e->step[j] = true; break;
+    case CG_HPARAM: e->hparam[j] = a->name; break;
     }
   }
   return 0;
@@ -112,16 +111,33 @@ void cg_interp_init_params(CgInterp *it, uint64_t seed) {
   }
 }
 
-void cg_interp_run(CgInterp *it, IrPhase phase, float lr, int step) {
+// Set the hyper-parameter arguments of e from h.
+static void bind_hparams(Exec *e, const rt_hparams *h) {
+  for (int j = 0; j < CG_MAXARGS; j++) {
+    const char *s = e->hparam[j];
+    if (!s)
+      continue;
+    if (!strcmp(s, "step"))
+      e->i[j] = h->step;
+    else
+      e->f[j] = !strcmp(s, "lr")      ? h->lr
+                : !strcmp(s, "beta1") ? h->beta1
+                : !strcmp(s, "beta2") ? h->beta2
+                : !strcmp(s, "eps")   ? h->eps
+                                      : h->weight_decay;
+  }
+}
+
+void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
   for (int n = 0; n < it->nexecs; n++) {
     Exec *e = &it->execs[n];
     if (e->phase != phase)
       continue;
-    for (int j = 0; j < CG_MAXARGS; j++) {
-      if (e->lr[j])
-        e->f[j] = lr;
-      if (e->step[j])
-        e->i[j] = step;
+    if (h)
+      bind_hparams(e, h);
+    if (e->k == CG_K_adamw && h && h->optimizer == RT_OPT_SGD) { // run-time switch, as update() has
+      rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay);
+      continue;
     }
 #define P(j) ((float *)e->p[j])
 #define X(j) ((const int *)e->p[j])

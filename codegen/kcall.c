@@ -323,22 +323,46 @@ static void lower_fill(Lower *L, const IrNode *n) {
   buf(c, n->out[0]), num(c, numel(L, n->out[0])), flt(c, ir_attr_float(n, "value", 0.0));
 }
 
+// Optimizer hyper-parameters are read at run time (the node's attributes are
+// the compiled-in defaults, see cg_default_hparams).
+static void hparam(CgCall *c, const char *name) { arg(c, CG_HPARAM)->name = name; }
+
 static void lower_adamw(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_adamw);
   for (int i = 0; i < 4; i++)
     buf(c, n->in[i]);
   num(c, numel(L, n->in[0]));
-  arg(c, CG_LR);
-  flt(c, ir_attr_float(n, "beta1", 0.9)), flt(c, ir_attr_float(n, "beta2", 0.999));
-  flt(c, ir_attr_float(n, "eps", 1e-8)), flt(c, ir_attr_float(n, "weight_decay", 0.0));
-  arg(c, CG_STEP);
+  hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
+  hparam(c, "weight_decay"), hparam(c, "step");
 }
 
 static void lower_sgd(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_sgd);
   buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, n->in[0]));
-  arg(c, CG_LR);
-  flt(c, ir_attr_float(n, "weight_decay", 0.0));
+  hparam(c, "lr"), hparam(c, "weight_decay");
+}
+
+void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
+  Lower L = {.g = g, .calls = out, .max = 1};
+  lower_sgd(&L, adamw);
+}
+
+rt_hparams cg_default_hparams(const IrGraph *g) {
+  rt_hparams h = {.optimizer = RT_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+                  .eps = 1e-8f, .weight_decay = 0.0f, .step = 1};
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->op != OP_ADAMW && n->op != OP_SGD)
+      continue;
+    h.optimizer = n->op == OP_SGD ? RT_OPT_SGD : RT_OPT_ADAMW;
+    h.beta1 = (float)ir_attr_float(n, "beta1", h.beta1);
+    h.beta2 = (float)ir_attr_float(n, "beta2", h.beta2);
+    h.eps = (float)ir_attr_float(n, "eps", h.eps);
+    h.weight_decay = (float)ir_attr_float(n, "weight_decay", h.weight_decay);
+    h.lr = (float)ir_attr_float(n, "lr", h.lr);
+    break;
+  }
+  return h;
 }
 
 static LowerFn *const lower_fns[] = {

@@ -40,6 +40,7 @@ int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
       IrValue *in[2] = {p, p->grad};
       n = ir_node_new(g, OP_SGD, in, 2, 0);
     }
+    ir_set_float(g, n, "lr", o->lr);
     ir_set_float(g, n, "weight_decay", o->weight_decay);
     if (ir_infer(g, n, ctx->diag))
       return -1;

@@ -13,6 +13,7 @@ typedef enum PassOptimizer { OPTIM_ADAMW, OPTIM_SGD } PassOptimizer;
 
 typedef struct PassOptions {
   PassOptimizer optimizer;
+  double lr;                               // default learning rate (train --lr overrides)
   double beta1, beta2, eps, weight_decay;  // AdamW (SGD uses weight_decay)
   const char *dump_after;  // print the IR after this pass ("all": after every pass)
   FILE *dump;              // where dumps go (stdout when NULL)

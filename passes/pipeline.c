@@ -12,7 +12,7 @@ const Pass pass_pipeline[] = {
 };
 
 PassOptions pass_default_options(void) {
-  return (PassOptions){.optimizer = OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+  return (PassOptions){.optimizer = OPTIM_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                        .weight_decay = 0.0};
 }
 

@@ -23,6 +23,16 @@ typedef struct rt_tensor {
   const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"
 } rt_tensor;
 
+// Optimizer hyper-parameters: defaults compiled into the model, overridable
+// by train's flags (--lr, --beta1, ...). PyTorch's AdamW and SGD semantics.
+enum { RT_OPT_ADAMW, RT_OPT_SGD };
+
+typedef struct rt_hparams {
+  int optimizer;        // RT_OPT_ADAMW | RT_OPT_SGD
+  float lr, beta1, beta2, eps, weight_decay;
+  int step;             // 1-based step number (AdamW bias correction)
+} rt_hparams;
+
 typedef struct rt_dim {
   const char *name;   // B, T, C, ...
   long value;
@@ -44,7 +54,9 @@ typedef struct rt_model {
   double flops_per_step;      // forward + backward + update, from the cost rules
   void (*forward)(char *arena);
   void (*backward)(char *arena);
-  void (*update)(char *arena, float lr, int step);
+  rt_hparams defaults;         // as compiled (mtc compile --optimizer, --beta1, ...)
+  int has_adam_state;         // AdamW moments are in the arena (else only SGD can run)
+  void (*update)(char *arena, const rt_hparams *h);
 } rt_model;
 
 extern const rt_model mtc_model;

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ __attribute__((format(printf, 1, 2))) _Noreturn static void usage_error(const ch
 
 typedef struct {
   int steps;
-  float lr;
+  rt_hparams h;         // optimizer: compiled-in defaults, then the flags
   uint64_t seed;
   const char *data;     // NULL: synthetic
   const char *weights;  // NULL: weights.bin here or next to the program
@@ -71,7 +72,10 @@ static void print_help(void) {
       "Trains the model '%s' compiled into this program.\n"
       "\n"
       "  --steps N       number of training steps (default 20)\n"
-      "  --lr F          learning rate (default 1e-3)\n"
+      "  --optimizer adamw|sgd  update rule (default: as compiled)\n"
+      "  --lr F --beta1 F --beta2 F --eps F --weight-decay F\n"
+      "                  optimizer settings, PyTorch semantics (defaults: as\n"
+      "                  compiled; see the first line the program prints)\n"
       "  --seed N        seed of the synthetic inputs (default 1337)\n"
       "  --data FILE     llm.c token shard to train on (default: one fixed\n"
       "                  synthetic batch, reused every step)\n"
@@ -95,7 +99,7 @@ static long parse_int(const char *flag, const char *s, long lo, long hi,
 }
 
 static options parse_args(int argc, char **argv) {
-  options o = {.steps = 20, .lr = 1e-3f, .seed = 1337, .data = NULL,
+  options o = {.steps = 20, .h = mtc_model.defaults, .seed = 1337, .data = NULL,
                .weights = NULL, .log_every = 1};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -116,8 +120,11 @@ static options parse_args(int argc, char **argv) {
       expects = "a positive integer";
     else if (!strcmp(name, "--seed"))
       expects = "a non-negative integer";
-    else if (!strcmp(name, "--lr"))
+    else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
+             !strcmp(name, "--eps") || !strcmp(name, "--weight-decay"))
       expects = "a non-negative number";
+    else if (!strcmp(name, "--optimizer"))
+      expects = "adamw or sgd";
     else if (!strcmp(name, "--data") || !strcmp(name, "--weights"))
       expects = "a file name";
     else
@@ -143,7 +150,27 @@ static options parse_args(int argc, char **argv) {
       double v = strtod(val, &end);
       if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0)
         usage_error("%s expects %s, got '%s'", name, expects, val);
-      o.lr = (float)v;
+      o.h.lr = (float)v;
+    } else if (!strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
+               !strcmp(name, "--eps") || !strcmp(name, "--weight-decay")) {
+      char *end;
+      errno = 0;
+      double v = strtod(val, &end);
+      bool beta = name[2] == 'b';
+      if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0 || (beta && v >= 1.0))
+        usage_error("%s expects %s, got '%s'", name,
+                    beta ? "a number in [0, 1)" : expects, val);
+      if (!strcmp(name, "--beta1")) o.h.beta1 = (float)v;
+      else if (!strcmp(name, "--beta2")) o.h.beta2 = (float)v;
+      else if (!strcmp(name, "--eps")) o.h.eps = (float)v;
+      else o.h.weight_decay = (float)v;
+    } else if (!strcmp(name, "--optimizer")) {
+      if (!strcmp(val, "adamw")) o.h.optimizer = RT_OPT_ADAMW;
+      else if (!strcmp(val, "sgd")) o.h.optimizer = RT_OPT_SGD;
+      else usage_error("%s expects %s, got '%s'", name, expects, val);
+      if (o.h.optimizer == RT_OPT_ADAMW && !mtc_model.has_adam_state)
+        usage_error("--optimizer adamw: this program was compiled for SGD and has no AdamW "
+                    "state; recompile with mtc compile --optimizer adamw");
     } else {  // --data, --weights
       if (*val == '\0') usage_error("%s expects %s, got ''", name, expects);
       if (!strcmp(name, "--data")) o.data = val;
@@ -444,6 +471,11 @@ int main(int argc, char **argv) {
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);
   printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
+  if (opt.h.optimizer == RT_OPT_SGD)
+    printf("optimizer sgd | lr %g | weight decay %g\n", opt.h.lr, opt.h.weight_decay);
+  else
+    printf("optimizer adamw | lr %g | betas %g %g | eps %g | weight decay %g\n", opt.h.lr,
+           opt.h.beta1, opt.h.beta2, opt.h.eps, opt.h.weight_decay);
 
   int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
   if (!stream) fail("out of memory");
@@ -463,7 +495,8 @@ int main(int argc, char **argv) {
     float loss = *(const float *)(arena + M->loss_offset);
     if (!isfinite(loss)) fail("loss is not finite at step %d", step);
     M->backward(arena);
-    M->update(arena, opt.lr, step);
+    opt.h.step = step;
+    M->update(arena, &opt.h);
     double dt = now_seconds() - t0;
     times[step - 1] = dt;
     if (step % opt.log_every == 0 || step == opt.steps) {

@@ -127,7 +127,7 @@ static void fill_inputs(IrGraph *g, CgInterp *it, uint64_t seed) {
 }
 
 static float loss_of(CgInterp *it, IrGraph *g) {
-  cg_interp_run(it, PHASE_FORWARD, 0, 0);
+  cg_interp_run(it, PHASE_FORWARD, NULL);
   return *cg_interp_f32(it, g->loss);
 }
 
@@ -156,7 +156,7 @@ static void run_case(const Case *c) {
   cg_interp_init_params(it, 42);
   fill_inputs(g, it, 7);
   loss_of(it, g);
-  cg_interp_run(it, PHASE_BACKWARD, 0, 0);
+  cg_interp_run(it, PHASE_BACKWARD, NULL);
   // Gradients share arena memory with forward temporaries, so copy them all
   // out before the finite differences run the forward again.
   float **grads = calloc((size_t)g->nvalues, sizeof *grads);
