@@ -2,9 +2,11 @@
 //
 //   mtc compile MODEL -o DIR [options]   plan and emit a training program
 //   mtc inspect MODEL [options]          print the IR (after any pass) and the memory plan
+//   mtc plan MODEL --gpus N [options]    choose the parallel strategy and explain it (solver/)
 //
 // The pipeline, as `compile` runs it:
 //   frontend (DSL or IR text) -> passes (shapes, autodiff, optimizer, memplan) -> codegen (C)
+//   -> solver (the plan, written to plan.json; lowering it per rank comes next)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "frontend.h"
 #include "ir.h"
 #include "passes.h"
+#include "solver.h"
 
 #define MAX_DEFINES 32
 
@@ -26,13 +29,22 @@ typedef struct Args {
   PassOptions pass;
   uint64_t seed;
   bool dot;
+  const char *loss, *labels; // ONNX: --loss cross-entropy|mse over the output --labels names
+  // the planner (plan, and the plan.json that compile writes)
+  SvConfig sv;             // batch, precision, sharing, solver limits; the cluster comes from:
+  const char *gpu, *cluster;
+  int gpus, per_node;
+  double gpu_mem, intra_bw, inter_bw;
+  const char *json;        // plan --json FILE
+  bool formulas;           // plan --formulas
 } Args;
 
 static void usage(FILE *f) {
   fputs("usage: mtc compile MODEL -o DIR [options]\n"
         "       mtc inspect MODEL [--dump-after PASS] [--dot] [options]\n"
+        "       mtc plan MODEL [--gpus N --gpu TYPE | --cluster FILE] [options]\n"
         "\n"
-        "MODEL is a .mtc DSL file or an .ir IR text file.\n"
+        "MODEL is a .mtc DSL file, an .onnx model or an .ir IR text file.\n"
         "\n"
         "options:\n"
         "  -D NAME=VALUE          set a dim (e.g. -D L=12); repeatable\n"
@@ -42,9 +54,33 @@ static void usage(FILE *f) {
         "                         optimizer defaults compiled into the program (train's\n"
         "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
-        "  --dump-after PASS      print the IR after PASS (shapes, autodiff, optimizer,\n"
-        "                         memplan, or all)\n"
+        "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
+        "                         optimizer, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text\n"
+        "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
+        "                         output) over the output --labels names\n"
+        "  --labels OUTPUT        ONNX: the graph output the loss is over (default: the\n"
+        "                         only one); the labels become a new input 'labels'\n"
+        "\n"
+        "planner (plan; compile writes the plan to DIR/plan.json):\n"
+        "  --gpus N               GPUs (default 1)\n"
+        "  --gpu TYPE             A100-40GB, A100-80GB, H100-80GB (default), H200-141GB,\n"
+        "                         V100-32GB, L4-24GB, RTX4090-24GB\n"
+        "  --gpu-mem SIZE         memory per GPU instead of the type's (e.g. 24GiB)\n"
+        "  --gpus-per-node N      GPUs per node (default 8)\n"
+        "  --intra-bw N --inter-bw N\n"
+        "                         GB/s per GPU inside a node and between nodes\n"
+        "  --cluster FILE         a JSON cluster of device groups instead of the above\n"
+        "  --batch N              global batch in sequences (default micro-batch x GPUs)\n"
+        "  --micro-batch N        sequences per model replica per micro-step (default: the\n"
+        "                         model's batch dim; -D B=N does the same)\n"
+        "  --seq N                sequence length (the model's sequence dim)\n"
+        "  --precision bf16|fp32  bf16 with fp32 master weights (default), or fp32\n"
+        "  --json FILE            write the plan as JSON (plan)\n"
+        "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
+        "  --no-share             one set of variables per block, even for identical blocks\n"
+        "  --time-limit S --mip-gap X\n"
+        "                         GLPK's limits (default 20 s, 0.001)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -66,6 +102,64 @@ static double parse_double(const char *flag, const char *s) {
   return x;
 }
 
+static int64_t parse_count(const char *flag, const char *s) {
+  double x = parse_double(flag, s);
+  if (x < 1 || x > 1e12 || x != (double)(int64_t)x)
+    bad_usage("%s takes a positive whole number", flag);
+  return (int64_t)x;
+}
+
+// The planner's flags. Returns false for any other flag.
+static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
+#define NEXT() (next ? (++*i, next) : (bad_usage("%s needs a value", s), ""))
+  if (!strcmp(s, "--gpus")) {
+    a->gpus = (int)parse_count(s, NEXT());
+  } else if (!strcmp(s, "--gpu")) {
+    a->gpu = NEXT();
+  } else if (!strcmp(s, "--gpu-mem")) {
+    const char *v = NEXT();
+    if (sv_parse_size(v, &a->gpu_mem) || a->gpu_mem <= 0)
+      bad_usage("--gpu-mem takes a size like 24GiB or 80GB, not '%s'", v);
+  } else if (!strcmp(s, "--gpus-per-node")) {
+    a->per_node = (int)parse_count(s, NEXT());
+  } else if (!strcmp(s, "--intra-bw")) {
+    a->intra_bw = parse_count(s, NEXT()) * 1e9;
+  } else if (!strcmp(s, "--inter-bw")) {
+    a->inter_bw = parse_count(s, NEXT()) * 1e9;
+  } else if (!strcmp(s, "--cluster")) {
+    a->cluster = NEXT();
+  } else if (!strcmp(s, "--batch")) {
+    a->sv.global_batch = parse_count(s, NEXT());
+  } else if (!strcmp(s, "--micro-batch")) {
+    a->sv.micro_batch = parse_count(s, NEXT());
+  } else if (!strcmp(s, "--seq")) {
+    a->sv.seq = parse_count(s, NEXT());
+  } else if (!strcmp(s, "--precision")) {
+    const char *v = NEXT();
+    if (strcmp(v, "bf16") && strcmp(v, "fp32"))
+      bad_usage("--precision takes bf16 or fp32, not '%s'", v);
+    a->sv.precision = !strcmp(v, "bf16") ? SV_BF16 : SV_FP32;
+  } else if (!strcmp(s, "--json")) {
+    a->json = NEXT();
+  } else if (!strcmp(s, "--formulas")) {
+    a->formulas = true;
+  } else if (!strcmp(s, "--no-share")) {
+    a->sv.share_blocks = false;
+  } else if (!strcmp(s, "--time-limit")) {
+    a->sv.time_limit = parse_double(s, NEXT());
+    if (!(a->sv.time_limit > 0))
+      bad_usage("%s takes seconds, more than 0", s);
+  } else if (!strcmp(s, "--mip-gap")) {
+    a->sv.mip_gap = parse_double(s, NEXT());
+    if (!(a->sv.mip_gap >= 0 && a->sv.mip_gap < 1))
+      bad_usage("%s takes a relative gap from 0 to 1 (0.001 is 0.1%%)", s);
+  } else {
+    return false;
+  }
+  return true;
+#undef NEXT
+}
+
 static void parse_define(Args *a, const char *s) {
   const char *eq = strchr(s, '=');
   if (!eq || eq == s)
@@ -83,7 +177,7 @@ static void parse_define(Args *a, const char *s) {
 }
 
 static Args parse_args(int argc, char **argv) {
-  Args a = {.pass = pass_default_options(), .seed = 1337};
+  Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config()};
   if (argc < 2) {
     usage(stderr);
     exit(2);
@@ -124,10 +218,18 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--dump-after")) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
-        bad_usage("--dump-after: no pass named '%s' (shapes, autodiff, optimizer, memplan, all)",
+        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;
+    } else if (!strcmp(s, "--loss")) {
+      a.loss = VALUE();
+      if (strcmp(a.loss, "cross-entropy") && strcmp(a.loss, "mse"))
+        bad_usage("--loss takes cross-entropy or mse, not '%s'", a.loss);
+    } else if (!strcmp(s, "--labels")) {
+      a.labels = VALUE();
+    } else if (parse_plan_flag(&a, s, next, &i)) {
+      continue;
     } else if (s[0] == '-') {
       bad_usage("unknown option '%s'", s);
     } else if (!a.cmd) {
@@ -139,8 +241,11 @@ static Args parse_args(int argc, char **argv) {
     }
 #undef VALUE
   }
-  if (!a.cmd || (strcmp(a.cmd, "compile") && strcmp(a.cmd, "inspect")))
-    bad_usage("unknown command '%s' (compile, inspect)", a.cmd ? a.cmd : "");
+  if (!a.cmd || (strcmp(a.cmd, "compile") && strcmp(a.cmd, "inspect") && strcmp(a.cmd, "plan")))
+    bad_usage("unknown command '%s' (compile, inspect, plan)", a.cmd ? a.cmd : "");
+  if (a.cluster && (a.gpus || a.gpu || a.gpu_mem || a.per_node))
+    bad_usage("--cluster %s describes the GPUs: leave out --gpus, --gpu, --gpu-mem and "
+              "--gpus-per-node", a.cluster);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
   if (!strcmp(a.cmd, "compile") && !a.outdir)
@@ -170,10 +275,16 @@ static char *read_file(const char *path, IrDiag *d) {
   return buf;
 }
 
-// The frontend: a DSL file, or IR text (with -D overriding its bindings).
+// The frontend: a DSL file, an ONNX model, or IR text (with -D overriding
+// its bindings).
 static IrGraph *load(const Args *a, IrDiag *d) {
   if (ends_with(a->model, ".onnx")) {
-    ir_error(d, (IrLoc){0}, "%s: ONNX input is not supported yet; write the model in the DSL",
+    FeOnnxOptions o = {.defines = a->defines, .ndefines = a->ndefines, .loss = a->loss,
+                       .labels = a->labels, .seed = a->seed};
+    return fe_onnx_load(a->model, &o, d);
+  }
+  if (a->loss || a->labels) {
+    ir_error(d, (IrLoc){0}, "--loss and --labels apply to ONNX models; %s states its loss",
              a->model);
     return NULL;
   }
@@ -203,23 +314,79 @@ static void print_memory(IrGraph *g) {
          g->peak_at, sym_str(&g->arena, g->peak_formula, &g->syms));
 }
 
+// The planner's configuration: the flags, and the cluster from --cluster or --gpus/--gpu.
+static int plan_config(const Args *a, SvConfig *cfg, IrDiag *d) {
+  *cfg = a->sv;
+  if (a->cluster)
+    return sv_cluster_load(&cfg->cluster, a->cluster, d);
+  return sv_cluster_simple(&cfg->cluster, a->gpu ? a->gpu : "H100-80GB", a->gpus ? a->gpus : 1,
+                           a->per_node, a->gpu_mem, a->intra_bw, a->inter_bw, d);
+}
+
+// mtc plan: the formulas, or the plan's report (and --json). No plan fits: an error.
+static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
+  SvConfig cfg;
+  if (plan_config(a, &cfg, d))
+    return -1;
+  if (a->formulas) {
+    SvModel *m = sv_model_build(g, cfg.share_blocks, d);
+    if (!m)
+      return -1;
+    sv_print_formulas(stdout, m, cfg.precision);
+    sv_model_free(m);
+    return 0;
+  }
+  SvPlan *p;
+  if (sv_plan(g, &cfg, &p, d))
+    return -1;
+  sv_report(stdout, p);
+  int rc = a->json ? sv_write_json(p, a->json, d) : 0;
+  if (!rc && !p->sol.feasible)
+    rc = ir_error(d, (IrLoc){0}, "%s", p->why);
+  sv_plan_free(p);
+  return rc;
+}
+
+// mtc compile: the plan goes into DIR/plan.json (lowering it is still to come).
+static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
+  SvConfig cfg;
+  SvPlan *p;
+  if (plan_config(a, &cfg, d) || sv_plan(g, &cfg, &p, d))
+    return -1;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/plan.json", a->outdir);
+  int rc = sv_write_json(p, path, d);
+  if (!rc && !p->sol.feasible)
+    fprintf(stderr, "mtc: warning: %s\n", p->why);
+  sv_plan_free(p);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   Args a = parse_args(argc, argv);
   IrDiag diag = {0};
   PassCtx ctx = {.opt = a.pass, .diag = &diag};
-  bool inspect = !strcmp(a.cmd, "inspect");
+  bool inspect = !strcmp(a.cmd, "inspect"), plan = !strcmp(a.cmd, "plan");
   if (inspect && !a.pass.dump_after)
     ctx.opt.dump_after = "memplan";
+  if (plan && !ctx.opt.stop_after)
+    ctx.opt.stop_after = "optimizer";   // the planner reads the training graph; no memory plan
 
   IrGraph *g = load(&a, &diag);
-  int rc = g ? pass_run_all(g, &ctx) : -1;
+  int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
+  if (!rc)
+    rc = pass_run_all(g, &ctx);
   if (!rc && inspect && !a.dot)
     print_memory(g);
-  if (!rc && !inspect) {
+  if (!rc && plan)
+    rc = run_plan(g, &a, &diag);
+  if (!rc && !inspect && !plan) {
     CgOptions co = {.outdir = a.outdir, .seed = a.seed, .source = a.model,
                     .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
                                                              : MTC_SOURCE_DIR "/runtime"};
     rc = cg_emit_c(g, &co, &diag);
+    if (!rc)
+      rc = write_plan(g, &a, &diag);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,
              (long long)g->arena_bytes, a.outdir);

@@ -55,6 +55,8 @@ static void print_int(Emit *e, const Sym *s) {
 
 // A float literal: "0.5f", "1e-05f", "0.0f".
 static const char *float_literal(char *buf, size_t n, double x) {
+  if (isinf(x)) // -inf fills masks (ONNX Where); plain C has no literal for it
+    return x < 0 ? "(-__builtin_inff())" : "__builtin_inff()";
   snprintf(buf, n - 4, "%.9g", x);
   if (!strpbrk(buf, ".eE"))
     strcat(buf, ".0");
@@ -311,25 +313,74 @@ static const char *input_kind(IrInputKind k) {
   return names[k];
 }
 
+// "{4, 64, 128}" ("{0}" for a scalar)
+static const char *shape_sizes(Emit *e, const IrValue *v) {
+  char s[512] = "{";
+  if (v->rank == 0)
+    return "{0}";
+  for (int i = 0; i < v->rank; i++) {
+    char num[32];
+    snprintf(num, sizeof num, "%s%lld", i ? ", " : "", (long long)ir_eval(e->g, v->shape[i]));
+    strncat(s, num, sizeof s - strlen(s) - 2);
+  }
+  strcat(s, "}");
+  return ir_strdup(&e->g->arena, s);
+}
+
+// The params table lists the trainable parameters, then the constants
+// (ONNX initializers that are not trained: kind RT_PARAM_CONST); weights.bin holds both
+// in this order.
 static void emit_table(Emit *e, const char *name, IrRole role) {
   IrGraph *g = e->g;
   println(e, "static const rt_tensor %s[] = {", name);
   int count = 0;
-  for (int i = 0; i < g->nvalues; i++) {
-    const IrValue *v = g->values[i];
-    if (v->role != role || v->producer)
-      continue;
-    int64_t range = 0;
-    if (role == ROLE_INPUT && v->range)
-      range = ir_eval(g, v->range);
-    println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\"},", v->name, (long long)v->offset,
-            (long long)(v->bytes / ir_dtype_size(v->dtype)), v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
-            role == ROLE_INPUT ? input_kind(v->input_kind) : "0", (long long)range,
-            shape_values(e, v));
-    count++;
+  for (int pass = 0; pass < (role == ROLE_PARAM ? 2 : 1); pass++) {
+    for (int i = 0; i < g->nvalues; i++) {
+      const IrValue *v = g->values[i];
+      if (v->role != (pass ? ROLE_CONST : role) || v->producer)
+        continue;
+      int64_t range = 0;
+      if (role == ROLE_INPUT && v->range)
+        range = ir_eval(g, v->range);
+      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s},", v->name,
+              (long long)v->offset, (long long)(v->bytes / ir_dtype_size(v->dtype)),
+              v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
+              role == ROLE_INPUT ? input_kind(v->input_kind)
+              : pass              ? "RT_PARAM_CONST"
+                                  : "RT_PARAM_TRAINED",
+              (long long)range, shape_values(e, v), v->rank, shape_sizes(e, v));
+      count++;
+    }
   }
   if (!count)
     println(e, "  {0},");
+  println(e, "};");
+  blank(e);
+}
+
+// Where each parameter's gradient is, in the order of the params table (for
+// train --dump-grads).
+static void emit_grad_offsets(Emit *e) {
+  IrGraph *g = e->g;
+  println(e, "static const long grad_offsets[] = {");
+  int count = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role != ROLE_PARAM || v->producer)
+      continue;
+    IR_ASSERT(v->grad && v->grad->offset >= 0);
+    println(e, "  %lld, // %s", (long long)v->grad->offset, e->cname[v->grad->id]);
+    count++;
+  }
+  for (int i = 0; i < g->nvalues; i++) { // constants: no gradient; their own buffer
+    const IrValue *v = g->values[i];
+    if (v->role != ROLE_CONST || v->producer)
+      continue;
+    println(e, "  %lld, // %s (a constant)", (long long)v->offset, e->cname[i]);
+    count++;
+  }
+  if (!count)
+    println(e, "  0,");
   println(e, "};");
   blank(e);
 }
@@ -395,6 +446,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   blank(e);
   emit_table(e, "inputs", ROLE_INPUT);
   emit_table(e, "params", ROLE_PARAM);
+  emit_grad_offsets(e);
   println(e, "const rt_model mtc_model = {");
   println(e, "    .name = \"%s\",", g->name);
   int ndims = 0;
@@ -407,7 +459,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .peak_live_bytes = %lld,", (long long)g->peak_live_bytes);
   println(e, "    .n_inputs = %d,", count_role(g, ROLE_INPUT));
   println(e, "    .inputs = inputs,");
-  println(e, "    .n_params = %d,", count_role(g, ROLE_PARAM));
+  println(e, "    .n_params = %d,", count_role(g, ROLE_PARAM) + count_role(g, ROLE_CONST));
   println(e, "    .params = params,");
   println(e, "    .loss_offset = %lld,", (long long)g->loss->offset);
   println(e, "    .tokens_per_step = %lld,", (long long)tokens_per_step(g));
@@ -423,6 +475,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .forward = forward,");
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");
+  println(e, "    .grad_offsets = grad_offsets,");
   println(e, "};");
   return 0;
 }
@@ -468,15 +521,17 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (!f)
     return -1;
   int index = 0;
-  for (int i = 0; i < g->nvalues; i++) {
-    const IrValue *v = g->values[i];
-    if (v->role != ROLE_PARAM)
-      continue;
-    float *data = malloc((size_t)v->bytes + 4);
-    IR_ASSERT(data);
-    cg_init_param(g, v, index++, opt->seed, data);
-    fwrite(data, 1, (size_t)v->bytes, f);
-    free(data);
+  for (int pass = 0; pass < 2; pass++) { // parameters, then constants, as in the params table
+    for (int i = 0; i < g->nvalues; i++) {
+      const IrValue *v = g->values[i];
+      if (v->role != (pass ? ROLE_CONST : ROLE_PARAM) || v->producer)
+        continue;
+      float *data = malloc((size_t)v->bytes + 4);
+      IR_ASSERT(data);
+      cg_init_param(g, v, pass ? 0 : index++, opt->seed, data);
+      fwrite(data, 1, (size_t)v->bytes, f);
+      free(data);
+    }
   }
   if (fclose(f))
     return ir_error(d, (IrLoc){0}, "cannot write weights.bin: %s", strerror(errno));
@@ -488,9 +543,9 @@ static const char makefile[] =
     "# (`make` builds the same until the CUDA backend lands.)\n"
     "CC ?= cc\n"
     "CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
-    "LDLIBS = -lopenblas -lm\n"
-    "SRC = model.c runtime/train.c runtime/kernels_cpu.c\n"
-    "HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h\n"
+    "LDLIBS = -lopenblas -lcjson -lm\n"
+    "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c\n"
+    "HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h runtime/safetensors.h\n"
     "\n"
     "all: cpu\n"
     "cpu: train\n"
@@ -507,7 +562,10 @@ static int write_readme(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   fprintf(f, "# %s, compiled by mtc\n\n", g->name);
   fprintf(f, "Generated from `%s`. Build and train:\n\n", opt->source ? opt->source : "?");
   fprintf(f, "    make cpu\n    ./train --steps 30           # synthetic data: one fixed batch\n");
-  fprintf(f, "    ./train --data shard.bin --steps 1000 --lr 3e-4\n\n");
+  fprintf(f, "    ./train --data shard.bin --steps 1000 --lr 3e-4\n");
+  fprintf(f, "    ./train --inputs batch.safetensors --load w.safetensors --save w2.safetensors\n");
+  fprintf(f, "    ./train --inputs batch.safetensors --steps 1 --lr 0 --dump-grads g.safetensors"
+             "\n\n");
   fprintf(f, "- `model.c`: dims, the memory plan (as a table at the top), `forward`, `backward`, "
              "`update`.\n");
   fprintf(f, "- `runtime/`: the training main (`train.c`) and the CPU kernels.\n");
@@ -530,8 +588,8 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   snprintf(rtdir, sizeof rtdir, "%s/runtime", opt->outdir);
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
     return -1;
-  static const char *const runtime_files[] = {"kernels.h", "kernels_cpu.c", "model_api.h",
-                                              "rng.h", "train.c", NULL};
+  static const char *const runtime_files[] = {"kernels.h", "kernels_cpu.c", "model_api.h", "rng.h",
+                                              "safetensors.c", "safetensors.h", "train.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);

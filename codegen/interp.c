@@ -106,6 +106,8 @@ void cg_interp_init_params(CgInterp *it, uint64_t seed) {
     const IrValue *v = it->g->values[i];
     if (v->role == ROLE_PARAM)
       cg_init_param(it->g, v, index++, seed, cg_interp_f32(it, v));
+    else if (v->role == ROLE_CONST && !v->producer)
+      cg_init_param(it->g, v, 0, seed, cg_interp_f32(it, v));
     else if (v->role == ROLE_STATE)
       memset(cg_interp_f32(it, v), 0, (size_t)v->bytes);
   }
@@ -161,10 +163,19 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
 }
 
 // Parameters: normal(std) / zeros / ones from a per-parameter stream, so
-// adding a parameter does not change the others' values.
+// adding a parameter does not change the others' values. INIT_DATA values
+// (parameters and constants from ONNX initializers) are copied, f32 or i32.
 void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed, float *out) {
   int64_t n = 0;
   IR_ASSERT(sym_eval(ir_numel((IrGraph *)g, p), &g->syms, &n) == 0);
+  if (p->init.kind == INIT_DATA) {
+    size_t bytes = (size_t)n * (size_t)ir_dtype_size(p->dtype);
+    if (p->data)
+      memcpy(out, p->data, bytes);
+    else
+      memset(out, 0, bytes);
+    return;
+  }
   rt_rng rng;
   rt_rng_seed(&rng, seed * 1000003u + (uint64_t)index);
   for (int64_t i = 0; i < n; i++) {
@@ -173,6 +184,7 @@ void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed,
     case INIT_ZEROS: out[i] = 0.0f; break;
     case INIT_ONES: out[i] = 1.0f; break;
     case INIT_NORMAL: out[i] = (float)p->init.std * rt_rng_normal(&rng); break;
+    case INIT_DATA: break; // copied above
     }
   }
 }

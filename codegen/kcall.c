@@ -173,16 +173,16 @@ static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
   num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_float(n, "eps", 1e-5));
 }
 
-static void lower_softmax(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_softmax_fwd);
-  buf(c, n->out[0]), buf(c, n->in[0]), num(c, rows(L, n->in[0])), num(c, last(n->in[0]));
-}
-
-static void lower_softmax_bwd(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_softmax_bwd);
-  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
+// Row-wise ops over the last dim: k(out, in..., rows, last).
+static void rowwise(Lower *L, const IrNode *n, CgKernel k) {
+  CgCall *c = call(L, k);
+  buf(c, n->out[0]);
+  for (int i = 0; i < n->nin; i++)
+    buf(c, n->in[i]);
   num(c, rows(L, n->in[0])), num(c, last(n->in[0]));
 }
+static void lower_softmax(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_fwd); }
+static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_bwd); }
 
 // q, k, v: [..., T, HS]; the leading dims are batch x heads.
 static void attention_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
@@ -231,8 +231,12 @@ static void lower_cross_entropy_bwd(Lower *L, const IrNode *n) {
   num(c, rows(L, lg)), num(c, last(lg));
 }
 
+// A reshape the memory plan made a view (output at its input's offset, see
+// pass_view_of) moves nothing: no call. Otherwise a copy.
 static void lower_reshape(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_copy);
+  if (n->out[0]->offset >= 0 && n->out[0]->offset == n->in[0]->offset)
+    return;
+  CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_copy_i32 : CG_K_copy);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
 }
 
@@ -321,6 +325,89 @@ static void lower_mean(Lower *L, const IrNode *n) { sum_or_mean(L, n, true); }
 static void lower_fill(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_fill);
   buf(c, n->out[0]), num(c, numel(L, n->out[0])), flt(c, ir_attr_float(n, "value", 0.0));
+}
+
+// ---- lowering of the ops for ONNX models
+
+// rt_unary(op, y, x, n, p)
+static void unary(Lower *L, const IrNode *n, const char *opname, int op) {
+  CgCall *c = call(L, CG_K_unary);
+  enm(L, c, opname, op);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  flt(c, ir_attr_float(n, "p", 1.0));
+}
+static void lower_exp(Lower *L, const IrNode *n) { unary(L, n, "RT_EXP", 0); }
+static void lower_log(Lower *L, const IrNode *n) { unary(L, n, "RT_LOG", 1); }
+static void lower_sqrt(Lower *L, const IrNode *n) { unary(L, n, "RT_SQRT", 2); }
+static void lower_tanh(Lower *L, const IrNode *n) { unary(L, n, "RT_TANH", 3); }
+static void lower_erf(Lower *L, const IrNode *n) { unary(L, n, "RT_ERF", 4); }
+static void lower_pow(Lower *L, const IrNode *n) { unary(L, n, "RT_POW", 5); }
+static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_erf_fwd); }
+static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
+  elementwise(L, n, CG_K_gelu_erf_bwd);
+}
+
+// rt_masked_fill(out, x, mask, rank, shape, mstride, value)
+static void lower_masked_fill(Lower *L, const IrNode *n) {
+  const IrValue *o = n->out[0];
+  const Sym *ms[IR_MAXRANK];
+  broadcast_strides(L, n->in[1], o, ms);
+  CgCall *c = call(L, CG_K_masked_fill);
+  buf(c, o), buf(c, n->in[0]), buf(c, n->in[1]);
+  numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, ms);
+  flt(c, ir_attr_float(n, "value", 0.0));
+}
+
+// rt_dropout(out, x, step, n, ratio, seed, key)
+static void lower_dropout(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_dropout);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, n->in[0]));
+  flt(c, ir_attr_float(n, "ratio", 0.5));
+  numk(L, c, ir_attr_int(n, "seed", 0)), numk(L, c, ir_attr_int(n, "key", 0));
+}
+
+static void lower_tick(Lower *L, const IrNode *n) { buf(call(L, CG_K_tick), n->in[0]); }
+
+static void lower_log_softmax(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_log_softmax_fwd); }
+static void lower_log_softmax_bwd(Lower *L, const IrNode *n) {
+  rowwise(L, n, CG_K_log_softmax_bwd);
+}
+
+// ... rows, classes, sum, ignore_index
+static void nll_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *logp) {
+  num(c, rows(L, logp)), num(c, last(logp));
+  numk(L, c, ir_attr_int(n, "sum", 0)), numk(L, c, ir_attr_int(n, "ignore_index", -100));
+}
+
+static void lower_nll_loss(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_nll_loss_fwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
+  nll_args(L, c, n, n->in[0]);
+}
+
+static void lower_nll_loss_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_nll_loss_bwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[2]);
+  nll_args(L, c, n, n->in[1]);
+}
+
+// rt_slice_axis(out, x, outer, xdim, inner, start, step, len): `big` is the
+// tensor sliced, `small` the slice.
+static void slice_axis(Lower *L, const IrNode *n, CgKernel k, const IrValue *big,
+                       const IrValue *small) {
+  int64_t a = ir_attr_int(n, "axis", 0);
+  int axis = (int)(a < 0 ? a + big->rank : a);
+  CgCall *c = call(L, k);
+  buf(c, n->out[0]), buf(c, n->in[0]);
+  num(c, dims(L, big, 0, axis)), num(c, big->shape[axis]), num(c, dims(L, big, axis + 1, big->rank));
+  numk(L, c, ir_attr_int(n, "start", 0)), numk(L, c, ir_attr_int(n, "step", 1));
+  num(c, small->shape[axis]);
+}
+static void lower_slice(Lower *L, const IrNode *n) {
+  slice_axis(L, n, CG_K_slice_axis, n->in[0], n->out[0]);
+}
+static void lower_slice_bwd(Lower *L, const IrNode *n) {
+  slice_axis(L, n, CG_K_slice_axis_bwd, n->out[0], n->in[0]);
 }
 
 // Optimizer hyper-parameters are read at run time (the node's attributes are

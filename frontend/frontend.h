@@ -1,4 +1,5 @@
-// Frontends: read a model and build its forward graph in mtc's IR.
+// Frontends: read a model and build its forward graph in mtc's IR: the
+// mtc DSL or an ONNX file (see fe_onnx_load below).
 //
 // The DSL (frontend/dsl.l, dsl.y, dsl.c) reads mtc's small model language:
 //
@@ -34,5 +35,25 @@ IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, IrDiag *
 // locations, and its stem is the model's default name.
 IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *defs, int ndefs,
                       IrDiag *d);
+
+// ---- ONNX (frontend/onnx.c, onnx_fold.c, onnx_ops.c) -------------------------------
+
+// How to read an ONNX model.
+typedef struct FeOnnxOptions {
+  const FeDefine *defines;  // values of the inputs' symbolic dims (dim_param), -D B=4
+  int ndefines;
+  const char *loss;         // NULL: a scalar float output is the loss; "cross-entropy" | "mse"
+  const char *labels;       // --loss over this graph output (NULL: the only output)
+  uint64_t seed;            // dropout masks
+} FeOnnxOptions;
+
+// Reads an ONNX model (opsets 13..17; external data relative to the file)
+// into a forward graph: graph inputs become IR inputs (dim_param symbols
+// bound by the defines; int64 inputs i32 tokens/classes with the range their
+// use implies), float initializers parameters with their values (INIT_DATA),
+// other initializers and folded tensors constants, shape subgraphs evaluated
+// at compile time. Node names are the locations (IrLoc {name, 0, 0}).
+// Returns NULL and fills d on any error; never exits.
+IrGraph *fe_onnx_load(const char *path, const FeOnnxOptions *opt, IrDiag *d);
 
 #endif

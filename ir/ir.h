@@ -46,7 +46,9 @@ typedef enum IrRole {
   ROLE_CONST,   // constant
 } IrRole;
 
-typedef enum IrInitKind { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL } IrInitKind;
+// INIT_DATA: the value's elements are given (IrValue.data), e.g. an ONNX
+// initializer or a folded constant.
+typedef enum IrInitKind { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_DATA } IrInitKind;
 
 typedef struct IrInit {
   IrInitKind kind;
@@ -84,6 +86,9 @@ typedef struct IrValue {
   int64_t offset;
   int64_t bytes;
   int first_use, last_use;  // schedule positions of its live range
+  // INIT_DATA (parameters and constants): numel elements of dtype, in the
+  // graph's arena; NULL reads as zeros (the IR text does not carry data).
+  const void *data;
 } IrValue;
 
 // ---- nodes -----------------------------------------------------------------
@@ -145,6 +150,7 @@ void ir_graph_free(IrGraph *g);
 typedef struct IrDiag {
   IrLoc loc;
   char msg[2048];
+  char loc_text[256];  // holds loc.file when what it named is freed (an ONNX node name)
 } IrDiag;
 
 // Fill d (when non-NULL) with a printf-formatted message at loc; returns -1.

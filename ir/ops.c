@@ -478,6 +478,89 @@ static int shape_fill(IrGraph *g, IrNode *n, IrDiag *d) {
   return need_declared(n, d);
 }
 
+// ---- shape rules of the ops for ONNX models
+
+static int shape_exp(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_log(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_sqrt(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_tanh(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_pow(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_gelu_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_gelu_erf_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
+static int shape_log_softmax(IrGraph *g, IrNode *n, IrDiag *d) { return shape_softmax(g, n, d); }
+static int shape_log_softmax_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  return shape_unary_bwd(g, n, d);
+}
+
+// masked_fill(x, mask): the i32 mask broadcasts to x; the output is like x.
+static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_dtype(n, 0, DT_F32, d) || need_dtype(n, 1, DT_I32, d))
+    return -1;
+  if (!broadcasts_to(n->in[1], n->in[0]))
+    return ir_error(d, n->loc, "masked_fill: the mask %s does not broadcast to %s",
+                    ir_shape_str(g, n->in[1]), ir_shape_str(g, n->in[0]));
+  return same_as(g, n, 0, n->in[0], d);
+}
+
+// The step counter of dropout and tick: an i32 scalar.
+static int need_step(IrGraph *g, IrNode *n, int i, IrDiag *d) {
+  if (n->in[i]->dtype == DT_I32 && n->in[i]->rank == 0)
+    return 0;
+  return ir_error(d, n->loc, "%s: the step counter '%s' must be i32[], not %s%s", ir_op_name(n->op),
+                  n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_shape_str(g, n->in[i]));
+}
+
+static int shape_dropout(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_dtype(n, 0, DT_F32, d) || need_step(g, n, 1, d))
+    return -1;
+  double r = ir_attr_float(n, "ratio", 0.5);
+  if (!(r >= 0 && r < 1))
+    return ir_error(d, n->loc, "dropout: ratio %g must be in [0, 1)", r);
+  return same_as(g, n, 0, n->in[0], d);
+}
+
+static int shape_tick(IrGraph *g, IrNode *n, IrDiag *d) { return need_step(g, n, 0, d); }
+
+static int shape_nll_loss(IrGraph *g, IrNode *n, IrDiag *d) { return shape_cross_entropy(g, n, d); }
+static int shape_nll_loss_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  return shape_cross_entropy_bwd(g, n, d);
+}
+
+// slice(x) axis start step: `small` is x sliced along axis to the declared
+// length; `big` is x. start + (len-1)*step must lie in [0, dim) when known.
+static int check_slice(IrGraph *g, IrNode *n, const IrValue *big, const IrValue *small,
+                       IrDiag *d) {
+  int axis;
+  if (need_declared(n, d) || need_rank(g, n, 0, 1, d) ||
+      axis_attr(n, "axis", big->rank, &axis, d))
+    return -1;
+  bool ok = small->rank == big->rank;
+  for (int i = 0; ok && i < big->rank; i++)
+    ok = i == axis || sym_eq(big->shape[i], small->shape[i]);
+  if (!ok)
+    return ir_error(d, n->loc, "%s: %s and %s may differ only along axis %d", ir_op_name(n->op),
+                    ir_shape_str(g, big), ir_shape_str(g, small), axis);
+  n->out[0]->dtype = n->in[0]->dtype;
+  int64_t start = ir_attr_int(n, "start", 0), step = ir_attr_int(n, "step", 1), dim, len;
+  if (step < 1 || start < 0)
+    return ir_error(d, n->loc, "%s: start %lld and step %lld must be >= 0 and >= 1",
+                    ir_op_name(n->op), (long long)start, (long long)step);
+  if (sym_eval(big->shape[axis], &g->syms, &dim) == 0 &&
+      sym_eval(small->shape[axis], &g->syms, &len) == 0 && len > 0 &&
+      start + (len - 1) * step >= dim)
+    return ir_error(d, n->loc, "%s: %lld elements from %lld by %lld overrun dim %d of %s",
+                    ir_op_name(n->op), (long long)len, (long long)start, (long long)step, axis,
+                    ir_shape_str(g, big));
+  return 0;
+}
+static int shape_slice(IrGraph *g, IrNode *n, IrDiag *d) {
+  return check_slice(g, n, n->in[0], n->out[0], d);
+}
+static int shape_slice_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  return check_slice(g, n, n->out[0], n->in[0], d);
+}
+
 static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
   for (int i = 1; i < 4; i++)
     if (need_same(g, n, 0, i, d))
@@ -575,6 +658,25 @@ static const Sym *flops_sum(IrGraph *g, const IrNode *n) { return flops_in(g, n,
 static const Sym *flops_mean(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
 static const Sym *flops_sum_to(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
 static const Sym *flops_fill(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_exp(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+static const Sym *flops_log(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+static const Sym *flops_sqrt(IrGraph *g, const IrNode *n) { return flops_out(g, n, 2); }
+static const Sym *flops_tanh(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
+static const Sym *flops_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
+static const Sym *flops_pow(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+static const Sym *flops_gelu_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
+static const Sym *flops_gelu_erf_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 14); }
+static const Sym *flops_masked_fill(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_dropout(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+static const Sym *flops_tick(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_log_softmax(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
+static const Sym *flops_log_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+static const Sym *flops_nll_loss(IrGraph *g, const IrNode *n) {
+  return numel_times(g, n->in[1], 1);
+}
+static const Sym *flops_nll_loss_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_slice(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
+static const Sym *flops_slice_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
 static const Sym *flops_adamw(IrGraph *g, const IrNode *n) { return flops_in(g, n, 12); }
 static const Sym *flops_sgd(IrGraph *g, const IrNode *n) { return flops_in(g, n, 3); }
 

@@ -2,7 +2,7 @@
 //
 //   file    = line*
 //   line    = "graph" STRING | "sym" NAME ("=" INT)?
-//           | ("input" | "param" | "state") value ":" type extra* loc?
+//           | ("input" | "param" | "state" | "const") value ":" type extra* loc?
 //           | "forward" | "backward" | "update"
 //           | (value ":" type ("," value ":" type)* "=")? OP "(" values? ")" attr* ("#" INT)? loc?
 //           | "loss" value | "grad" value value
@@ -252,8 +252,10 @@ static int declaration(Parser *ps, IrRole role) {
       v->init.std = number(ps, &fl);
       if (expect(ps, ')'))
         return -1;
+    } else if (!strcmp(w, "data")) {
+      v->init.kind = INIT_DATA; // the text has no values: they read as zeros
     } else
-      return fail(ps, "unknown initializer '%s' (zeros, ones, normal(std))", w);
+      return fail(ps, "unknown initializer '%s' (zeros, ones, normal(std), data)", w);
   }
   return loc(ps, &v->loc);
 }
@@ -411,6 +413,8 @@ static int line(Parser *ps) {
     return declaration(ps, ROLE_PARAM);
   } else if (keyword(ps, "state")) {
     return declaration(ps, ROLE_STATE);
+  } else if (keyword(ps, "const")) {
+    return declaration(ps, ROLE_CONST);
   } else if (keyword(ps, "forward")) {
     g->cur_phase = PHASE_FORWARD;
   } else if (keyword(ps, "backward")) {

@@ -5,6 +5,7 @@
 //   input %idx : i32[B,T] tokens(V)
 //   param %wte : f32[V,C] normal(0.02)
 //   state %adamw.m.wte : f32[V,C] zeros
+//   const %mask : i32[T,T] data          (ONNX constants; the text omits the values)
 //   forward
 //     %x : f32[B,T,C] = embedding(%wte, %idx) @"gpt2.mtc":20:9
 //     %q : f32[B,T,C], %k : f32[B,T,C] = split(%h) axis=2 sizes=[C,C] #1 @"gpt2.mtc":31:3
@@ -82,6 +83,7 @@ static void print_init(FILE *f, IrInit init) {
     print_float(f, init.std);
     fputc(')', f);
     break;
+  case INIT_DATA: fputs(" data", f); break; // the values themselves are not printed
   }
 }
 
@@ -163,9 +165,9 @@ void ir_print(FILE *f, const IrGraph *g) {
     fputc('\n', f);
   }
   static const char *const decl[] = {[ROLE_INPUT] = "input", [ROLE_PARAM] = "param",
-                                     [ROLE_STATE] = "state"};
-  IrRole order[] = {ROLE_INPUT, ROLE_PARAM, ROLE_STATE};
-  for (int r = 0; r < 3; r++)
+                                     [ROLE_STATE] = "state", [ROLE_CONST] = "const"};
+  IrRole order[] = {ROLE_INPUT, ROLE_PARAM, ROLE_STATE, ROLE_CONST};
+  for (int r = 0; r < 4; r++)
     for (int i = 0; i < g->nvalues; i++) {
       const IrValue *v = g->values[i];
       if (v->role != order[r] || v->producer)

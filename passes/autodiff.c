@@ -277,6 +277,121 @@ static void grad_fill(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   (void)ad, (void)n, (void)dy, (void)dx; // constant: no inputs
 }
 
+// ---- gradient rules of the ops for ONNX models
+
+static IrValue *op1(AD *ad, IrOp op, IrValue *x) { return finish(ad, emit(ad, op, &x, 1, 1))->out[0]; }
+
+// s * x + b
+static IrValue *affine(AD *ad, IrValue *x, double s, double b) {
+  IrNode *n = emit(ad, OP_SCALE, &x, 1, 1);
+  ir_set_float(ad->g, n, "s", s);
+  ir_set_float(ad->g, n, "b", b);
+  return finish(ad, n)->out[0];
+}
+
+// Copy every attribute of `from` onto `to` (a backward node of the same kind).
+static void copy_attrs(AD *ad, IrNode *to, const IrNode *from) {
+  for (int i = 0; i < from->nattr; i++) {
+    const IrAttr *a = &from->attr[i];
+    switch (a->kind) {
+    case ATTR_INT: ir_set_int(ad->g, to, a->name, a->i); break;
+    case ATTR_FLOAT: ir_set_float(ad->g, to, a->name, a->f); break;
+    case ATTR_INTS: ir_set_ints(ad->g, to, a->name, a->ints, a->n); break;
+    case ATTR_SYMS: ir_set_syms(ad->g, to, a->name, a->syms, a->n); break;
+    case ATTR_STR: ir_set_str(ad->g, to, a->name, a->s); break;
+    }
+  }
+}
+
+// y = e^x: dx = dy * y
+static void grad_exp(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_MUL, dy[0], n->out[0]);
+}
+
+// y = log x: dx = dy / x
+static void grad_log(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_DIV, dy[0], n->in[0]);
+}
+
+// y = sqrt x: dx = dy / (2 y)
+static void grad_sqrt(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = scale(ad, op2(ad, OP_DIV, dy[0], n->out[0]), 0.5);
+}
+
+// y = tanh x: dx = dy * (1 - y^2)
+static void grad_tanh(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *y = n->out[0];
+  dx[0] = op2(ad, OP_MUL, dy[0], affine(ad, op2(ad, OP_MUL, y, y), -1.0, 1.0));
+}
+
+// y = erf x: dx = dy * 2/sqrt(pi) * exp(-x^2)
+static void grad_erf(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *x = n->in[0];
+  IrValue *e = op1(ad, OP_EXP, scale(ad, op2(ad, OP_MUL, x, x), -1.0));
+  dx[0] = scale(ad, op2(ad, OP_MUL, dy[0], e), 1.1283791670955126);
+}
+
+// y = x^p: dx = dy * p * x^(p-1)
+static void grad_pow(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  double p = ir_attr_float(n, "p", 1.0);
+  IrValue *x = n->in[0];
+  if (p == 0.0)
+    return;
+  if (p == 1.0) {
+    dx[0] = dy[0];
+    return;
+  }
+  IrValue *xp = x;
+  if (p != 2.0) {
+    IrNode *pw = emit(ad, OP_POW, &x, 1, 1);
+    ir_set_float(ad->g, pw, "p", p - 1.0);
+    xp = finish(ad, pw)->out[0];
+  }
+  dx[0] = scale(ad, op2(ad, OP_MUL, dy[0], xp), p);
+}
+
+static void grad_gelu_erf(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_GELU_ERF_BWD, dy[0], n->in[0]);
+}
+
+// Filled elements do not depend on x: dx = masked_fill(dy, mask) value=0.
+static void grad_masked_fill(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[2] = {dy[0], n->in[1]};
+  IrNode *m = emit(ad, OP_MASKED_FILL, in, 2, 1);
+  ir_set_float(ad->g, m, "value", 0.0);
+  dx[0] = finish(ad, m)->out[0];
+}
+
+// Dropout is linear in x: its gradient is the same dropout (same key, same
+// step, so the same mask) applied to dy.
+static void grad_dropout(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[2] = {dy[0], n->in[1]};
+  IrNode *m = emit(ad, OP_DROPOUT, in, 2, 1);
+  copy_attrs(ad, m, n);
+  dx[0] = finish(ad, m)->out[0];
+}
+
+static void grad_tick(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  (void)ad, (void)n, (void)dy, (void)dx; // no outputs: never reached
+}
+
+static void grad_log_softmax(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_LOG_SOFTMAX_BWD, dy[0], n->out[0]);
+}
+
+static void grad_nll_loss(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
+  IrNode *b = emit(ad, OP_NLL_LOSS_BWD, in, 3, 1);
+  copy_attrs(ad, b, n);
+  dx[0] = finish(ad, b)->out[0];
+}
+
+static void grad_slice(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrNode *b = shaped(ad, OP_SLICE_BWD, &dy[0], 1, n->in[0]);
+  copy_attrs(ad, b, n);
+  dx[0] = finish(ad, b)->out[0];
+}
+
 // Backward and optimizer ops are never differentiated (no second order).
 #define NO_GRAD(name)                                                                   \
   static void grad_##name(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {        \
@@ -290,6 +405,10 @@ NO_GRAD(layernorm_bwd)
 NO_GRAD(attention_bwd)
 NO_GRAD(embedding_bwd)
 NO_GRAD(cross_entropy_bwd)
+NO_GRAD(gelu_erf_bwd)
+NO_GRAD(log_softmax_bwd)
+NO_GRAD(nll_loss_bwd)
+NO_GRAD(slice_bwd)
 NO_GRAD(adamw)
 NO_GRAD(sgd)
 

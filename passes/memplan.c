@@ -8,6 +8,13 @@
 // after them, chosen greedily (largest first, lowest offset that overlaps no
 // placed buffer whose live range intersects). Buffers are 64-byte aligned.
 //
+// A reshape does not move data, so its output is a view: it gets its input's
+// offset and no bytes of its own, and the buffer it views (its root, the
+// first value up the chain of reshapes that is not a view) stays live until
+// the view's last use. Values are written once, by their producer (the
+// optimizer's in-place updates come after every read), so a view never sees
+// its bytes change while it is live. Persistent outputs are not made views.
+//
 // Reported: arena_bytes (what the program allocates), peak_live_bytes (the
 // maximum over positions of the exact bytes live at once: the lower bound
 // any plan must meet) and peak_formula (those bytes as a formula).
@@ -30,11 +37,18 @@ static bool persistent(const IrGraph *g, const IrValue *v) {
   return pass_is_persistent(v) || v == g->loss;
 }
 
+const IrValue *pass_view_of(const IrValue *v) {
+  const IrNode *n = v->producer;
+  if (!n || n->op != OP_RESHAPE || v->offset < 0 || n->in[0]->offset != v->offset)
+    return NULL;
+  return n->in[0];
+}
+
 int64_t pass_live_bytes_at(const IrGraph *g, int t) {
   int64_t total = 0;
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (v->offset >= 0 && v->first_use <= t && t <= v->last_use)
+    if (v->offset >= 0 && !pass_view_of(v) && v->first_use <= t && t <= v->last_use)
       total += v->bytes;
   }
   return total;
@@ -93,6 +107,20 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       if (n->in[k]->last_use < i)
         n->in[k]->last_use = i;
   }
+  // Views: root[v->id] is the buffer v shares, or NULL. In schedule order,
+  // so the root of a reshape of a view is already known.
+  IrValue **root = calloc((size_t)g->nvalues + 1, sizeof *root);
+  IR_ASSERT(root);
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    IrValue *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
+    if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || x->bytes != y->bytes)
+      continue;
+    IrValue *r = root[x->id] ? root[x->id] : x;
+    root[y->id] = r;
+    if (r->last_use < y->last_use)
+      r->last_use = y->last_use;
+  }
   // Persistent region: in value order.
   int64_t at = 0;
   IrValue **transient = calloc((size_t)g->nvalues + 1, sizeof *transient);
@@ -102,7 +130,9 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   int nt = 0;
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
-    if (persistent(g, v)) {
+    if (root[v->id]) {
+      continue;  // placed with its root
+    } else if (persistent(g, v)) {
       v->offset = at;
       at += align_up(v->bytes);
     } else {
@@ -121,6 +151,9 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       end = v->offset + align_up(v->bytes);
   }
   g->arena_bytes = end;
+  for (int i = 0; i < g->nvalues; i++)
+    if (root[i])
+      g->values[i]->offset = root[i]->offset;
   // The peak of live bytes and its formula.
   g->peak_live_bytes = 0;
   g->peak_at = 0;
@@ -134,11 +167,12 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   const Sym *f = sym_const(&g->arena, 0);
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
-    if (v->first_use <= g->peak_at && g->peak_at <= v->last_use && v->rank >= 0)
+    if (v->first_use <= g->peak_at && g->peak_at <= v->last_use && v->rank >= 0 &&
+        !pass_view_of(v))
       f = sym_add(&g->arena, f, ir_nbytes(g, v));
   }
   g->peak_formula = f;
-  free(transient), free(placed), free(scratch);
+  free(transient), free(placed), free(scratch), free(root);
   *changed = false; // annotations only; the graph is unchanged
   return 0;
 }

@@ -19,6 +19,7 @@ typedef struct PassOptions {
   FILE *dump;              // where dumps go (stdout when NULL)
   bool dot;                // dumps as Graphviz instead of IR text
   const char *stop_after;  // stop the pipeline after this pass (NULL: run all)
+  bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
 } PassOptions;
 
 // PyTorch's AdamW defaults, except weight decay 0.
@@ -43,12 +44,16 @@ int pass_run_all(IrGraph *g, PassCtx *ctx);
 
 // The passes, for tests.
 int pass_shapes(IrGraph *g, PassCtx *ctx, bool *changed);     // infer/check every shape
+int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed);     // fused ops for known patterns
 int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed);   // backward graph from g->loss
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed);  // AdamW / SGD update ops
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
 
 // Memory-plan queries (valid after pass_memplan).
 bool pass_is_persistent(const IrValue *v);   // lives for the whole program
+// The value whose bytes v shares when v is a view (a reshape's output placed
+// on its input), else NULL.
+const IrValue *pass_view_of(const IrValue *v);
 int64_t pass_live_bytes_at(const IrGraph *g, int t); // exact bytes live at schedule position t
 
 #endif

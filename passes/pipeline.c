@@ -5,6 +5,7 @@
 
 const Pass pass_pipeline[] = {
     {"shapes", pass_shapes},       // symbolic shape inference and checks
+    {"fusion", pass_fusion},       // layernorm, GELU, attention, cross-entropy from their parts
     {"autodiff", pass_autodiff},   // reverse-mode gradients of the loss
     {"optimizer", pass_optimizer}, // parameter updates
     {"memplan", pass_memplan},     // liveness and the static memory plan

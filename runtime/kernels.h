@@ -87,4 +87,40 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
 // SGD: p -= lr * (g + wd * p)
 void rt_sgd(float *p, const float *g, long n, float lr, float wd);
 
+// --- kernels for ONNX ops ----------------------------------------------------
+void rt_copy_i32(int *out, const int *x, long n);  // reshape of integer tensors (labels)
+enum { RT_EXP, RT_LOG, RT_SQRT, RT_TANH, RT_ERF, RT_POW };
+// y = f(x) elementwise: e^x, log x, sqrt x, tanh x, erf x, x^p (p used by RT_POW only)
+void rt_unary(int op, float *y, const float *x, long n, float p);
+// exact GELU: y = x/2 * (1 + erf(x/sqrt(2))); dx = dy * (Phi(x) + x*phi(x))
+void rt_gelu_erf_fwd(float *y, const float *x, long n);
+void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n);
+// out (contiguous, `shape`) = mask ? value : x, x contiguous like out, the
+// int mask read through mstride (zero strides broadcast)
+void rt_masked_fill(float *out, const float *x, const int *mask, int rank,
+                    const long *shape, const long *mstride, float value);
+// out = x * keep / (1 - ratio), keep[i] drawn from (seed, key, *step, i) by a
+// counter-based generator: the same arguments give the same mask, so the
+// backward is the same call on dy. ratio in [0, 1).
+void rt_dropout(float *out, const float *x, const int *step, long n,
+                float ratio, long seed, long key);
+// step[0] += 1: a new dropout mask for every training step
+void rt_tick(int *step);
+// log-softmax over the last dim of (n, c); backward dx = dy - exp(y) * sum(dy)
+void rt_log_softmax_fwd(float *y, const float *x, long n, long c);
+void rt_log_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c);
+// loss[0] = -sum over rows i with targets[i] != ignore of logp[i, targets[i]],
+// divided by the count of those rows unless sum; the backward writes dlogp
+// (zeros but -dloss[0] / count at each target)
+void rt_nll_loss_fwd(float *loss, const float *logp, const int *targets, long n,
+                     long c, int sum, long ignore);
+void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets,
+                     long n, long c, int sum, long ignore);
+// x viewed as (outer, xdim, inner): out (outer, len, inner) takes the rows
+// start, start+step, ...; the backward zeroes dx and writes them back
+void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner,
+                   long start, long step, long len);
+void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim,
+                       long inner, long start, long step, long len);
+
 #endif

@@ -1,16 +1,19 @@
 // CPU reference kernels of the mtc runtime (see kernels.h for the contract).
 //
-// Plain C11 + OpenMP + cblas, in the style of llm.c: one function per kernel,
-// readable loops. Every kernel is deterministic: a given input produces
+// Plain C11 + OpenMP, in the style of llm.c: one function per kernel,
+// readable loops (GEMM included: no BLAS library is needed). Every kernel is deterministic: a given input produces
 // bit-identical output from run to run, whatever the thread timing. Where a
 // sum crosses rows, either one thread owns each output element and adds in a
 // fixed order, or the sum is split into a fixed number of chunks (independent
 // of the thread count) that are combined in order. Without -fopenmp the
 // pragmas are ignored and everything runs serially.
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
-#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kernels.h"
 
@@ -81,6 +84,72 @@ static double det_sum(const float *x, long n) {
   double s = 0.0;
   for (int ch = 0; ch < SUM_CHUNKS; ch++) s += part[ch];
   return s;
+}
+
+// Row reductions in LANES interleaved partial results (x[i] goes to lane
+// i % LANES), combined in lane order at the end: the lanes are independent,
+// so the compiler vectorizes the loop without reassociating anything, and
+// the result is the same on every run.
+#define LANES 16
+
+// acc[0] + ... + acc[LANES-1] as a tree: halves added lane by lane
+static float lanes_total(float *acc) {
+  for (int w = LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+static float sum_lanes(const float *x, long n) {
+  float acc[LANES] = {0};
+  long i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] += x[i + l];
+  for (int l = 0; i + l < n; l++) acc[l] += x[i + l];
+  return lanes_total(acc);
+}
+
+static float dot_lanes(const float *x, const float *y, long n) {
+  float acc[LANES] = {0};
+  long i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] += x[i + l] * y[i + l];
+  for (int l = 0; i + l < n; l++) acc[l] += x[i + l] * y[i + l];
+  return lanes_total(acc);
+}
+
+static float max_lanes(const float *x, long n) {
+  float acc[LANES];
+  for (int l = 0; l < LANES; l++) acc[l] = -INFINITY;
+  long i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (int l = 0; i + l < n; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  float m = -INFINITY;
+  for (int l = 0; l < LANES; l++) m = acc[l] > m ? acc[l] : m;
+  return m;
+}
+
+// e^x for the softmax, GELU and cross-entropy loops (Cephes expf): x = n ln2
+// + r with |r| <= ln2/2, a degree-5 polynomial for e^r, 2^n put into the
+// exponent bits. Relative error about 2e-7; e^x < FLT_MIN (x < -87.3) is 0,
+// x > 88 saturates at e^88. No call and no branch, so the loops around it
+// vectorize, unlike loops that call expf.
+static inline float exp_fast(float x) {
+  float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+  // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;  // ln2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;  // 2^n, n in [-126, 127]
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return x < -87.3f ? 0.0f : p * scale;
 }
 
 // ---------------------------------------------------------------------------
@@ -286,36 +355,36 @@ void rt_scale(float *out, const float *x, long n, float s, float b) {
 #define GELU_COEF 0.044715f
 
 // Both kernels use 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)) and
-// 1 - tanh(u)^2 = 4 s (1 - s): one expf instead of glibc's much slower tanhf,
-// and no cancellation in 1 - tanh^2.
+// 1 - tanh(u)^2 = 4 s (1 - s): one exponential instead of tanhf, and no
+// cancellation in 1 - tanh^2. Beyond |u| = 20 the results are exact to
+// float (tanh u = +-1), so u is clamped there: no overflow, no denormals,
+// and the loops vectorize (selects, no branches).
+#define GELU_TAIL 20.0f
 
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void rt_gelu_fwd(float *y, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
+#pragma omp parallel for simd if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) {
     float xi = x[i];
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
-    y[i] = xi / (1.0f + expf(-2.0f * u));
+    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
+    float s = 1.0f / (1.0f + exp_fast(-2.0f * uc));  // 0.5 (1 + tanh u)
+    y[i] = u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s);
   }
 }
 
 // dx = dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx)
 void rt_gelu_bwd(float *dx, const float *dy, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
+#pragma omp parallel for simd if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) {
     float xi = x[i];
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
-    float grad;
-    if (u > 20.0f) {  // the tails: tanh u = +-1 and 1 - tanh^2 u < 1e-17
-      grad = 1.0f;
-    } else if (u < -20.0f) {
-      grad = 0.0f;
-    } else {
-      float e = expf(-2.0f * u);
-      float s = 1.0f / (1.0f + e);  // 0.5 (1 + tanh u)
-      float du = GELU_SCALE * (1.0f + 3.0f * GELU_COEF * xi * xi);
-      grad = s + 2.0f * xi * s * (e * s) * du;  // e*s = 1 - s
-    }
+    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
+    float e = exp_fast(-2.0f * uc);
+    float s = 1.0f / (1.0f + e);  // 0.5 (1 + tanh u)
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_COEF * xi * xi);
+    float grad = s + 2.0f * xi * s * (e * s) * du;  // e*s = 1 - s
+    grad = u > GELU_TAIL ? 1.0f : (u < -GELU_TAIL ? 0.0f : grad);
     dx[i] = grad * dy[i];
   }
 }
@@ -334,8 +403,177 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 // ---------------------------------------------------------------------------
 // matmul
 
-// C_i = op(A_i) @ op(B_i), one cblas_sgemm per batch item; with sc == 0 the
-// items accumulate into one result (beta = 1 after the first).
+// SGEMM in the style of BLIS/GotoBLAS, in portable C: the output is cut
+// into tasks (row block x column block) that the threads share statically;
+// a task walks K in GEMM_KC slices, packs its slice of op(A) into
+// GEMM_MR-row micro-panels, and for every GEMM_NR-column micro-panel of op(B)
+// packs it (GEMM_KC x GEMM_NR, stays in L1) and runs the micro-kernel down
+// the packed A block (stays in L2). Every element of C is summed in the same
+// order (K slices in order, p in order within a slice) whatever the task
+// split or the thread count, so results are bit-identical run to run.
+#define GEMM_MR 12    // rows of a micro-tile: 12 x 2 vector accumulators
+#define GEMM_NR 32    // columns of a micro-tile: two 16-float vectors
+#define GEMM_KC 256   // K slice: a packed B micro-panel is 32 KiB
+#define GEMM_MC 384   // most rows per task: a packed A block is 384 KiB
+#define GEMM_NC 1024  // most columns per task (more tasks re-pack A more)
+
+// 16 floats: GCC/Clang vector extension. With AVX-512 one register; without,
+// the compiler splits it, so the code stays portable.
+typedef float v16f __attribute__((vector_size(64)));
+
+static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
+static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_KC * GEMM_NR];
+
+// Packs rows [0, mc) x columns [0, kc) of op(A) (A read at a, leading dim lda)
+// into micro-panels of GEMM_MR rows: panel r holds element (r*MR + i, p) at
+// [r*MR*kc + p*MR + i]; rows past mc are zero.
+static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long mc,
+                              long kc) {
+  if (ta) {  // op(A)(i, p) = a[p*lda + i]: read row p of a once, left to right
+    for (long p = 0; p < kc; p++) {
+      const float *s = a + p * lda;
+      for (long r = 0; r < mc; r += GEMM_MR) {
+        long mr = mc - r < GEMM_MR ? mc - r : GEMM_MR;
+        float *dp = dst + r * kc + p * GEMM_MR;
+        for (long i = 0; i < mr; i++) dp[i] = s[r + i];
+        for (long i = mr; i < GEMM_MR; i++) dp[i] = 0.0f;
+      }
+    }
+    return;
+  }
+  for (long r = 0; r < mc; r += GEMM_MR) {  // op(A)(i, p) = a[i*lda + p]
+    long mr = mc - r < GEMM_MR ? mc - r : GEMM_MR;
+    float *d = dst + r * kc;
+    const float *s = a + r * lda;
+    if (mr == GEMM_MR) {  // a full panel: a fixed trip count, unrolled
+      for (long p = 0; p < kc; p++)
+        for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = s[i * lda + p];
+      continue;
+    }
+    for (long p = 0; p < kc; p++) {
+      for (long i = 0; i < mr; i++) d[p * GEMM_MR + i] = s[i * lda + p];
+      for (long i = mr; i < GEMM_MR; i++) d[p * GEMM_MR + i] = 0.0f;
+    }
+  }
+}
+
+// Packs columns [0, nr) x rows [0, kc) of op(B) into one micro-panel:
+// element (p, j) at [p*NR + j]; columns past nr are zero.
+static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long nr,
+                              long kc) {
+  if (nr == GEMM_NR) {  // a full panel: a fixed trip count, unrolled
+    for (long p = 0; p < kc; p++)
+      for (long j = 0; j < GEMM_NR; j++)
+        dst[p * GEMM_NR + j] = tb ? b[j * ldb + p] : b[p * ldb + j];
+    return;
+  }
+  for (long p = 0; p < kc; p++) {
+    float *dp = dst + p * GEMM_NR;
+    if (tb) {  // op(B)(p, j) = b[j*ldb + p]
+      const float *s = b + p;
+      for (long j = 0; j < nr; j++) dp[j] = s[j * ldb];
+    } else {  // op(B)(p, j) = b[p*ldb + j]: contiguous in j
+      const float *s = b + p * ldb;
+      for (long j = 0; j < nr; j++) dp[j] = s[j];
+    }
+    for (long j = nr; j < GEMM_NR; j++) dp[j] = 0.0f;
+  }
+}
+
+// The micro-kernel: the GEMM_MR x GEMM_NR tile c (row stride ldc, only
+// mr x nr of it valid) = (accumulate ? c : 0) + sum_p a[p, :] (x) b[p, :].
+// 24 accumulator vectors; per p: 2 vector loads, 12 broadcasts, 24 FMAs.
+// fp-contract is switched on here because -std=c11 turns it off.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=fast")))
+#endif
+static void gemm_micro(long kc, const float *a, const float *b, float *c, long ldc,
+                       int accumulate, long mr, long nr) {
+  v16f c0[GEMM_MR], c1[GEMM_MR];
+  for (int i = 0; i < GEMM_MR; i++) {
+    c0[i] = (v16f){0};
+    c1[i] = (v16f){0};
+  }
+  for (long p = 0; p < kc; p++) {
+    v16f b0, b1;
+    memcpy(&b0, b + p * GEMM_NR, sizeof b0);
+    memcpy(&b1, b + p * GEMM_NR + 16, sizeof b1);
+    const float *ap = a + p * GEMM_MR;
+    for (int i = 0; i < GEMM_MR; i++) {
+      c0[i] += ap[i] * b0;
+      c1[i] += ap[i] * b1;
+    }
+  }
+  if (mr == GEMM_MR && nr == GEMM_NR) {
+    for (int i = 0; i < GEMM_MR; i++) {
+      float *ci = c + i * ldc;
+      if (accumulate) {
+        v16f x0, x1;
+        memcpy(&x0, ci, sizeof x0);
+        memcpy(&x1, ci + 16, sizeof x1);
+        c0[i] += x0;
+        c1[i] += x1;
+      }
+      memcpy(ci, &c0[i], sizeof c0[i]);
+      memcpy(ci + 16, &c1[i], sizeof c1[i]);
+    }
+    return;
+  }
+  float t[GEMM_MR][GEMM_NR];  // an edge tile: through a buffer
+  for (int i = 0; i < GEMM_MR; i++) {
+    memcpy(t[i], &c0[i], sizeof c0[i]);
+    memcpy(t[i] + 16, &c1[i], sizeof c1[i]);
+  }
+  for (long i = 0; i < mr; i++)
+    for (long j = 0; j < nr; j++)
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+
+// One task: rows [i0, i0+mc) x columns [j0, j1) of C for batch items
+// [b0, b1). With sc == 0 the items add into one C (the first overwrites).
+typedef struct gemm_args {
+  float *c;
+  const float *a, *b;
+  long m, n, k, lda, ldb, sa, sb, sc;
+  int ta, tb;
+} gemm_args;
+
+static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, long j0,
+                      long j1) {
+  float *pa = gemm_pack_a, *pb = gemm_pack_b;
+  for (long bi = b0; bi < b1; bi++) {
+    const float *a = g->a + bi * g->sa, *b = g->b + bi * g->sb;
+    float *c = g->c + bi * g->sc + i0 * g->n;
+    for (long p0 = 0; p0 < g->k; p0 += GEMM_KC) {
+      long kc = g->k - p0 < GEMM_KC ? g->k - p0 : GEMM_KC;
+      int accumulate = p0 > 0 || (g->sc == 0 && bi > 0);
+      gemm_pack_a_block(pa, g->ta ? a + p0 * g->lda + i0 : a + i0 * g->lda + p0, g->lda,
+                        g->ta, mc, kc);
+      for (long j = j0; j < j1; j += GEMM_NR) {
+        long nr = j1 - j < GEMM_NR ? j1 - j : GEMM_NR;
+        gemm_pack_b_panel(pb, g->tb ? b + j * g->ldb + p0 : b + p0 * g->ldb + j, g->ldb,
+                          g->tb, nr, kc);
+        for (long r = 0; r < mc; r += GEMM_MR)
+          gemm_micro(kc, pa + r * kc, pb, c + r * g->n + j, g->n, accumulate,
+                     mc - r < GEMM_MR ? mc - r : GEMM_MR, nr);
+      }
+    }
+  }
+}
+
+static long ceil_div(long a, long b) { return (a + b - 1) / b; }
+
+static int max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// C_i = op(A_i) @ op(B_i). Tasks: batch items (unless sc == 0 sums them)
+// x row blocks x column blocks, the column blocks split further until every
+// thread has work; the split changes the speed, never the result.
 void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
                long n, long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
@@ -344,12 +582,23 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
     for (long i = 0; i < nc; i++) rt_fill(c + i * sc, m * n, 0.0f);
     return;
   }
-  int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
-  for (long i = 0; i < batch; i++) {
-    float beta = (sc == 0 && i > 0) ? 1.0f : 0.0f;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, 1.0f,
-                a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, (int)n);
+  gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb};
+  long nb = sc == 0 ? 1 : batch;                    // batch tasks
+  long nrow = ceil_div(m, GEMM_MC);                 // row blocks, equal and
+  long mc = ceil_div(ceil_div(m, nrow), GEMM_MR) * GEMM_MR;  // MR-aligned
+  long panels = ceil_div(n, GEMM_NR), ncol = ceil_div(n, GEMM_NC);
+  int nth = max_threads();
+  while (ncol < panels && nb * nrow * ncol % nth != 0 && nb * nrow * ncol < 8L * nth) ncol++;
+  long nc = ceil_div(panels, ncol) * GEMM_NR;
+  ncol = ceil_div(n, nc);
+  long ntasks = nb * nrow * ncol;
+  double flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
+#pragma omp parallel for schedule(static) if (ntasks > 1 && flops >= 4e6)
+  for (long t = 0; t < ntasks; t++) {
+    long bt = t / (nrow * ncol), rt = t / ncol % nrow, ct = t % ncol;
+    long i0 = rt * mc, j0 = ct * nc;
+    long b0 = sc == 0 ? 0 : bt, b1 = sc == 0 ? batch : bt + 1;
+    gemm_task(&g, b0, b1, i0, m - i0 < mc ? m - i0 : mc, j0, j0 + nc < n ? j0 + nc : n);
   }
 }
 
@@ -381,20 +630,24 @@ void rt_embedding_bwd(float *dw, const float *dout, const int *idx, long n,
   }
 }
 
-// mean and 1/sqrt(biased variance + eps) of one row, in double
+// mean and 1/sqrt(biased variance + eps) of one row (two passes)
 static void row_stats(const float *x, long c, float eps, float *mean,
                       float *rstd) {
-  double m = 0.0;
-  for (long j = 0; j < c; j++) m += x[j];
-  m /= (double)c;
-  double var = 0.0;
-  for (long j = 0; j < c; j++) {
-    double d = x[j] - m;
-    var += d * d;
+  float m = sum_lanes(x, c) / (float)c;
+  float acc[LANES] = {0};
+  long j = 0;
+  for (; j + LANES <= c; j += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float d = x[j + l] - m;
+      acc[l] += d * d;
+    }
+  for (int l = 0; j + l < c; l++) {
+    float d = x[j + l] - m;
+    acc[l] += d * d;
   }
-  var /= (double)c;
-  *mean = (float)m;
-  *rstd = (float)(1.0 / sqrt(var + (double)eps));
+  float var = lanes_total(acc);
+  *mean = m;
+  *rstd = 1.0f / sqrtf(var / (float)c + eps);
 }
 
 // y = (x - mean) * rstd * w + b, row by row
@@ -410,50 +663,66 @@ void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b,
   }
 }
 
+// Rows per pass of layernorm_bwd: their mean and rstd live on the stack.
+#define LN_ROWS 256
+
 // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy*w;
-// dw = sum_rows dy * norm, db = sum_rows dy. One thread sums dw/db over the
-// rows in order while the others (and then it) compute the dx rows.
+// dw = sum_rows dy * norm, db = sum_rows dy. In passes of LN_ROWS rows:
+// first the rows' statistics and dx (threads split the rows), then dw and db
+// (threads split the columns; each column adds the rows in order).
 void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
                       const float *x, const float *w, long n, long c,
                       float eps) {
+  float mean[LN_ROWS], rstd[LN_ROWS];
+  long nblocks = (c + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel if (n * c >= PAR_MIN)
   {
-#pragma omp single nowait
-    {
-      for (long j = 0; j < c; j++) {
-        dw[j] = 0.0f;
-        db[j] = 0.0f;
-      }
-      for (long i = 0; i < n; i++) {
-        const float *xr = x + i * c, *dyr = dy + i * c;
-        float mean, rstd;
-        row_stats(xr, c, eps, &mean, &rstd);
-        for (long j = 0; j < c; j++) {
-          dw[j] += dyr[j] * ((xr[j] - mean) * rstd);
-          db[j] += dyr[j];
-        }
-      }
+#pragma omp for
+    for (long j = 0; j < c; j++) {
+      dw[j] = 0.0f;
+      db[j] = 0.0f;
     }
-#pragma omp for schedule(dynamic, 16)
-    for (long i = 0; i < n; i++) {
-      const float *xr = x + i * c, *dyr = dy + i * c;
-      float *dxr = dx + i * c;
-      float mean, rstd;
-      row_stats(xr, c, eps, &mean, &rstd);
-      double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
-      for (long j = 0; j < c; j++) {
-        float norm = (xr[j] - mean) * rstd;
-        float dnorm = dyr[j] * w[j];
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-      }
-      float dm = (float)(dnorm_mean / (double)c);
-      float dnm = (float)(dnorm_norm_mean / (double)c);
-      for (long j = 0; j < c; j++) {
-        float norm = (xr[j] - mean) * rstd;
-        float dnorm = dyr[j] * w[j];
-        dxr[j] = (dnorm - dm - norm * dnm) * rstd;
-      }
+    for (long r0 = 0; r0 < n; r0 += LN_ROWS) {
+      long r1 = r0 + LN_ROWS < n ? r0 + LN_ROWS : n;
+#pragma omp for
+      for (long i = r0; i < r1; i++) {
+        const float *xr = x + i * c, *dyr = dy + i * c;
+        float *dxr = dx + i * c;
+        float mu, rs;
+        row_stats(xr, c, eps, &mu, &rs);
+        mean[i - r0] = mu;
+        rstd[i - r0] = rs;
+        float a1[LANES] = {0}, a2[LANES] = {0};  // sums of dnorm, dnorm*norm
+        long j = 0;
+        for (; j + LANES <= c; j += LANES)
+          for (int l = 0; l < LANES; l++) {
+            float dn = dyr[j + l] * w[j + l];
+            a1[l] += dn;
+            a2[l] += dn * ((xr[j + l] - mu) * rs);
+          }
+        for (int l = 0; j + l < c; l++) {
+          float dn = dyr[j + l] * w[j + l];
+          a1[l] += dn;
+          a2[l] += dn * ((xr[j + l] - mu) * rs);
+        }
+        float dm = lanes_total(a1) / (float)c, dnm = lanes_total(a2) / (float)c;
+        for (j = 0; j < c; j++) {
+          float norm = (xr[j] - mu) * rs;
+          dxr[j] = (dyr[j] * w[j] - dm - norm * dnm) * rs;
+        }
+      }  // implicit barrier: mean and rstd of the pass are ready
+#pragma omp for
+      for (long blk = 0; blk < nblocks; blk++) {
+        long lo = blk * COL_BLOCK, hi = lo + COL_BLOCK < c ? lo + COL_BLOCK : c;
+        for (long i = r0; i < r1; i++) {
+          const float *xr = x + i * c, *dyr = dy + i * c;
+          float mu = mean[i - r0], rs = rstd[i - r0];
+          for (long j = lo; j < hi; j++) {
+            dw[j] += dyr[j] * ((xr[j] - mu) * rs);
+            db[j] += dyr[j];
+          }
+        }
+      }  // implicit barrier before the next pass overwrites mean and rstd
     }
   }
 }
@@ -464,14 +733,9 @@ void rt_softmax_fwd(float *y, const float *x, long n, long c) {
   for (long i = 0; i < n; i++) {
     const float *xr = x + i * c;
     float *yr = y + i * c;
-    float maxv = -INFINITY;
-    for (long j = 0; j < c; j++) maxv = xr[j] > maxv ? xr[j] : maxv;
-    double sum = 0.0;
-    for (long j = 0; j < c; j++) {
-      yr[j] = expf(xr[j] - maxv);
-      sum += yr[j];
-    }
-    float inv = (float)(1.0 / sum);
+    float maxv = max_lanes(xr, c);
+    for (long j = 0; j < c; j++) yr[j] = exp_fast(xr[j] - maxv);
+    float inv = 1.0f / sum_lanes(yr, c);
     for (long j = 0; j < c; j++) yr[j] *= inv;
   }
 }
@@ -483,36 +747,24 @@ void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n,
   for (long i = 0; i < n; i++) {
     const float *dyr = dy + i * c, *yr = y + i * c;
     float *dxr = dx + i * c;
-    double dot = 0.0;
-    for (long j = 0; j < c; j++) dot += dyr[j] * yr[j];
-    float d = (float)dot;
+    float d = dot_lanes(dyr, yr, c);
     for (long j = 0; j < c; j++) dxr[j] = yr[j] * (dyr[j] - d);
   }
 }
 
-// softmax(scale * q_i . k_j) over j < jn into p[0..jn), unnormalized exps;
-// returns their sum. Shared by attention fwd and bwd so that both see the same
-// probabilities.
+// p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
+// of one row of scores; returns their sum. Shared by attention fwd and bwd
+// so that both see the same probabilities.
 static float attention_row(float *p, const float *qi, const float *kh, long jn,
                            long hs, float scale) {
-  float maxv = -INFINITY;
-  for (long j = 0; j < jn; j++) {
-    const float *kj = kh + j * hs;
-    float s = 0.0f;
-    for (long d = 0; d < hs; d++) s += qi[d] * kj[d];
-    s *= scale;
-    p[j] = s;
-    if (s > maxv) maxv = s;
-  }
-  float sum = 0.0f;
-  for (long j = 0; j < jn; j++) {
-    p[j] = expf(p[j] - maxv);
-    sum += p[j];
-  }
-  return sum;
+  for (long j = 0; j < jn; j++) p[j] = scale * dot_lanes(qi, kh + j * hs, hs);
+  float maxv = max_lanes(p, jn);
+  for (long j = 0; j < jn; j++) p[j] = exp_fast(p[j] - maxv);
+  return sum_lanes(p, jn);
 }
 
-// out_i = sum_j softmax_j(q_i . k_j / sqrt(hs)) v_j per head, row by row
+// out_i = sum_j softmax_j(q_i . k_j / sqrt(hs)) v_j per head, row by row;
+// threads share the (head, row) pairs
 void rt_attention_fwd(float *out, const float *q, const float *k,
                       const float *v, long bh, long t, long hs, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
@@ -522,13 +774,13 @@ void rt_attention_fwd(float *out, const float *q, const float *k,
     for (long i = 0; i < t; i++) {
       const float *qi = q + (h * t + i) * hs;
       const float *kh = k + h * t * hs, *vh = v + h * t * hs;
-      float *oi = out + (h * t + i) * hs;
+      float *restrict oi = out + (h * t + i) * hs;
       long jn = causal ? i + 1 : t;
       float p[t];
       float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale);
       for (long d = 0; d < hs; d++) oi[d] = 0.0f;
       for (long j = 0; j < jn; j++) {
-        const float *vj = vh + j * hs;
+        const float *restrict vj = vh + j * hs;
         float pj = p[j] * inv;
         for (long d = 0; d < hs; d++) oi[d] += pj * vj[d];
       }
@@ -553,28 +805,22 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
     memset(dvh, 0, (size_t)(t * hs) * sizeof(float));
     float p[t], dp[t];
     for (long i = 0; i < t; i++) {
-      const float *qi = qh + i * hs, *doi = doh + i * hs;
-      float *dqi = dqh + i * hs;
+      const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
+      float *restrict dqi = dqh + i * hs;
       long jn = causal ? i + 1 : t;
       float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale);
-      // dv_j += p_ij dout_i ; dp_ij = dout_i . v_j
-      float pdp = 0.0f;
+      // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
       for (long j = 0; j < jn; j++) {
-        const float *vj = vh + j * hs;
-        float *dvj = dvh + j * hs;
+        float *restrict dvj = dvh + j * hs;
         p[j] *= inv;
-        float s = 0.0f;
-        for (long d = 0; d < hs; d++) {
-          dvj[d] += p[j] * doi[d];
-          s += doi[d] * vj[d];
-        }
-        dp[j] = s;
-        pdp += p[j] * s;
+        dp[j] = dot_lanes(doi, vh + j * hs, hs);
+        for (long d = 0; d < hs; d++) dvj[d] += p[j] * doi[d];
       }
+      float pdp = dot_lanes(p, dp, jn);
       // ds_ij = p_ij (dp_ij - sum_j p_ij dp_ij); dq_i, dk_j through the scores
       for (long j = 0; j < jn; j++) {
-        const float *kj = kh + j * hs;
-        float *dkj = dkh + j * hs;
+        const float *restrict kj = kh + j * hs;
+        float *restrict dkj = dkh + j * hs;
         float ds = scale * p[j] * (dp[j] - pdp);
         for (long d = 0; d < hs; d++) {
           dqi[d] += ds * kj[d];
@@ -585,16 +831,28 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
   }
 }
 
-// -log softmax(row)[target] = logsumexp(row) - row[target]
-static double crossentropy_row(const float *row, int target, long v) {
-  float maxv = -INFINITY;
-  for (long j = 0; j < v; j++) maxv = row[j] > maxv ? row[j] : maxv;
+// logsumexp of one row of v logits: max, then the exponentials summed in
+// LANES float lanes of at most 2^16 terms each, the lanes in double
+static double logsumexp_row(const float *row, long v, float *maxp) {
+  float maxv = max_lanes(row, v);
+  double total[LANES] = {0};
+  for (long j0 = 0; j0 < v; j0 += 65536L * LANES) {
+    long j1 = j0 + 65536L * LANES < v ? j0 + 65536L * LANES : v;
+    float acc[LANES] = {0};
+    long j = j0;
+    for (; j + LANES <= j1; j += LANES)
+      for (int l = 0; l < LANES; l++) acc[l] += exp_fast(row[j + l] - maxv);
+    for (int l = 0; j + l < j1; l++) acc[l] += exp_fast(row[j + l] - maxv);
+    for (int l = 0; l < LANES; l++) total[l] += acc[l];
+  }
   double sum = 0.0;
-  for (long j = 0; j < v; j++) sum += expf(row[j] - maxv);
-  return (double)maxv + log(sum) - (double)row[target];
+  for (int l = 0; l < LANES; l++) sum += total[l];
+  *maxp = maxv;
+  return (double)maxv + log(sum);
 }
 
-// loss[0] = mean over rows; rows summed in SUM_CHUNKS fixed chunks
+// loss[0] = mean over rows of logsumexp(row) - row[target]; rows summed in
+// SUM_CHUNKS fixed chunks
 void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
                          long n, long v) {
   if (n <= 0) {
@@ -606,7 +864,11 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
   for (int ch = 0; ch < SUM_CHUNKS; ch++) {
     long lo = n * ch / SUM_CHUNKS, hi = n * (ch + 1) / SUM_CHUNKS;
     double s = 0.0;
-    for (long i = lo; i < hi; i++) s += crossentropy_row(logits + i * v, targets[i], v);
+    for (long i = lo; i < hi; i++) {
+      float maxv;
+      const float *row = logits + i * v;
+      s += logsumexp_row(row, v, &maxv) - (double)row[targets[i]];
+    }
     part[ch] = s;
   }
   double s = 0.0;
@@ -614,25 +876,21 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
   loss[0] = (float)(s / (double)n);
 }
 
-// dlogits = (softmax(logits) - onehot(target)) * dloss[0] / n
+// dlogits = (softmax(logits) - onehot(target)) * dloss[0] / n, row by row
 void rt_crossentropy_bwd(float *dlogits, const float *dloss,
                          const float *logits, const int *targets, long n,
                          long v) {
   if (n <= 0) return;
   float g = dloss[0] / (float)n;
-#pragma omp parallel for if (n * v >= PAR_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if (n * v >= PAR_MIN)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     float *drow = dlogits + i * v;
-    float maxv = -INFINITY;
-    for (long j = 0; j < v; j++) maxv = row[j] > maxv ? row[j] : maxv;
-    double sum = 0.0;
-    for (long j = 0; j < v; j++) {
-      drow[j] = expf(row[j] - maxv);
-      sum += drow[j];
-    }
-    float scale = (float)(g / sum);
-    for (long j = 0; j < v; j++) drow[j] *= scale;
+    float maxv;
+    double lse = logsumexp_row(row, v, &maxv);
+    // softmax_j = exp(row_j - lse); computed as exp(row_j - max) * e^(max - lse)
+    float scale = g * (float)exp((double)maxv - lse);
+    for (long j = 0; j < v; j++) drow[j] = exp_fast(row[j] - maxv) * scale;
     drow[targets[i]] -= g;
   }
 }
@@ -640,21 +898,25 @@ void rt_crossentropy_bwd(float *dlogits, const float *dloss,
 // ---------------------------------------------------------------------------
 // optimizers
 
-// torch.optim.AdamW: decoupled weight decay, bias-corrected moments
+// torch.optim.AdamW (1.13, single-tensor path), in its order of operations:
+// p *= 1 - lr wd; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+// p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc = 1 - beta^t.
+// One pass over the four arrays: it is bound by memory bandwidth.
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
               float beta1, float beta2, float eps, float wd, int t) {
-  float bc1 = (float)(1.0 - pow((double)beta1, (double)t));
-  float bc2 = (float)(1.0 - pow((double)beta2, (double)t));
+  double bc1 = 1.0 - pow((double)beta1, (double)t);
+  double bc2 = 1.0 - pow((double)beta2, (double)t);
+  float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
-#pragma omp parallel for if (n >= PAR_MIN)
+#pragma omp parallel for simd if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) {
     float gi = g[i];
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    p[i] = p[i] * decay - lr * mhat / (sqrtf(vhat) + eps);
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = p[i] * decay - step_size * (mi / denom);
   }
 }
 
@@ -662,4 +924,153 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
 void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+}
+
+// ---- kernels for ONNX ops ----------------------------------------------------
+
+void rt_copy_i32(int *out, const int *x, long n) { memcpy(out, x, (size_t)n * sizeof *out); }
+
+static float unary_one(int op, float x, float p) {
+  switch (op) {
+  case RT_EXP: return expf(x);
+  case RT_LOG: return logf(x);
+  case RT_SQRT: return sqrtf(x);
+  case RT_TANH: return tanhf(x);
+  case RT_ERF: return erff(x);
+  default: return powf(x, p);
+  }
+}
+
+void rt_unary(int op, float *y, const float *x, long n, float p) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) y[i] = unary_one(op, x[i], p);
+}
+
+void rt_gelu_erf_fwd(float *y, const float *x, long n) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n) {
+  const float inv_sqrt_2pi = 0.3989422804014327f;
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) {
+    float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
+    float pdf = inv_sqrt_2pi * expf(-0.5f * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+void rt_masked_fill(float *out, const float *x, const int *mask, int rank,
+                    const long *shape, const long *mstride, float value) {
+  if (rank == 0) {
+    out[0] = mask[0] ? value : x[0];
+    return;
+  }
+  long inner = shape[rank - 1], rows = numel_of(rank - 1, shape);
+  long ms = mstride[rank - 1];
+#pragma omp parallel for if (rows * inner >= PAR_MIN)
+  for (long r = 0; r < rows; r++) {
+    long moff = 0, rest = r;  // the mask offset of row r
+    for (int d = rank - 2; d >= 0; d--) {
+      moff += (rest % shape[d]) * mstride[d];
+      rest /= shape[d];
+    }
+    const float *xr = x + r * inner;
+    float *o = out + r * inner;
+    for (long j = 0; j < inner; j++) o[j] = mask[moff + j * ms] ? value : xr[j];
+  }
+}
+
+// splitmix64's finalizer: a bijective mix of 64 bits
+static unsigned long long mix64(unsigned long long z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void rt_dropout(float *out, const float *x, const int *step, long n,
+                float ratio, long seed, long key) {
+  unsigned long long base =
+      mix64((unsigned long long)seed * 0x9E3779B97F4A7C15ull ^
+            mix64((unsigned long long)key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));
+  float keep_scale = 1.0f / (1.0f - ratio);
+  unsigned threshold = (unsigned)(ratio * 16777216.0f);  // keep when 24 random bits >= it
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) {
+    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * (unsigned long long)i) >> 40);
+    out[i] = bits >= threshold ? x[i] * keep_scale : 0.0f;
+  }
+}
+
+void rt_tick(int *step) { step[0] += 1; }
+
+void rt_log_softmax_fwd(float *y, const float *x, long n, long c) {
+#pragma omp parallel for if (n * c >= PAR_MIN)
+  for (long i = 0; i < n; i++) {
+    const float *xr = x + i * c;
+    float *yr = y + i * c;
+    float maxv = -INFINITY;
+    for (long j = 0; j < c; j++) maxv = xr[j] > maxv ? xr[j] : maxv;
+    double sum = 0.0;
+    for (long j = 0; j < c; j++) sum += expf(xr[j] - maxv);
+    float lse = maxv + (float)log(sum);
+    for (long j = 0; j < c; j++) yr[j] = xr[j] - lse;
+  }
+}
+
+void rt_log_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c) {
+#pragma omp parallel for if (n * c >= PAR_MIN)
+  for (long i = 0; i < n; i++) {
+    const float *dyr = dy + i * c, *yr = y + i * c;
+    double sum = 0.0;
+    for (long j = 0; j < c; j++) sum += dyr[j];
+    for (long j = 0; j < c; j++) dx[i * c + j] = dyr[j] - expf(yr[j]) * (float)sum;
+  }
+}
+
+// Rows that count: a target in [0, c) that is not `ignore`.
+static int nll_counts(int t, long c, long ignore) { return t != ignore && t >= 0 && t < c; }
+
+static long nll_rows(const int *targets, long n, long c, long ignore) {
+  long count = 0;
+  for (long i = 0; i < n; i++) count += nll_counts(targets[i], c, ignore);
+  return count;
+}
+
+void rt_nll_loss_fwd(float *loss, const float *logp, const int *targets, long n,
+                     long c, int sum, long ignore) {
+  double s = 0.0;
+  for (long i = 0; i < n; i++)
+    if (nll_counts(targets[i], c, ignore)) s -= logp[i * c + targets[i]];
+  long count = nll_rows(targets, n, c, ignore);
+  loss[0] = sum ? (float)s : count ? (float)(s / (double)count) : 0.0f;
+}
+
+void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets,
+                     long n, long c, int sum, long ignore) {
+  long count = nll_rows(targets, n, c, ignore);
+  float g = sum ? -dloss[0] : count ? -dloss[0] / (float)count : 0.0f;
+  memset(dlogp, 0, (size_t)(n * c) * sizeof *dlogp);
+  for (long i = 0; i < n; i++)
+    if (nll_counts(targets[i], c, ignore)) dlogp[i * c + targets[i]] = g;
+}
+
+void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner,
+                   long start, long step, long len) {
+#pragma omp parallel for if (outer * len * inner >= PAR_MIN)
+  for (long o = 0; o < outer; o++)
+    for (long i = 0; i < len; i++)
+      memcpy(out + (o * len + i) * inner, x + (o * xdim + start + i * step) * inner,
+             (size_t)inner * sizeof *out);
+}
+
+void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim,
+                       long inner, long start, long step, long len) {
+  memset(dx, 0, (size_t)(outer * xdim * inner) * sizeof *dx);
+#pragma omp parallel for if (outer * len * inner >= PAR_MIN)
+  for (long o = 0; o < outer; o++)
+    for (long i = 0; i < len; i++)
+      memcpy(dx + (o * xdim + start + i * step) * inner, dy + (o * len + i) * inner,
+             (size_t)inner * sizeof *dx);
 }

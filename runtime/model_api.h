@@ -5,6 +5,8 @@
 
 enum { RT_F32, RT_I32 };
 
+#define RT_MAXRANK 8
+
 // Where an input's values come from when the program trains.
 enum {
   RT_IN_RANDN,    // synthetic: normal(0, 1) floats
@@ -13,14 +15,22 @@ enum {
   RT_IN_TARGETS,  // token stream positions [1, n+1): next-token targets
 };
 
+// What an entry of the params table is (its kind).
+enum {
+  RT_PARAM_TRAINED,  // a trainable parameter; its gradient is at grad_offsets[i]
+  RT_PARAM_CONST,    // a constant of the model (an ONNX initializer that is not trained)
+};
+
 typedef struct rt_tensor {
   const char *name;   // as in the model (parameter or input name)
   long offset;        // byte offset in the arena
   long numel;         // element count
   int dtype;          // RT_F32 | RT_I32
-  int kind;           // inputs only: RT_IN_*
+  int kind;           // inputs: RT_IN_*; params: RT_PARAM_*
   long range;         // inputs only: number of classes / vocabulary size
   const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"
+  int rank;
+  long sizes[RT_MAXRANK];  // the shape's values, e.g. {4, 64, 128}
 } rt_tensor;
 
 // Optimizer hyper-parameters: defaults compiled into the model, overridable
@@ -48,7 +58,7 @@ typedef struct rt_model {
   int n_inputs;
   const rt_tensor *inputs;
   int n_params;
-  const rt_tensor *params;    // in weights-file order
+  const rt_tensor *params;    // parameters, then constants; in weights-file order
   long loss_offset;           // byte offset of the scalar loss
   long tokens_per_step;       // rows of the batch that count as tokens (B*T), for tok/s
   double flops_per_step;      // forward + backward + update, from the cost rules
@@ -57,6 +67,10 @@ typedef struct rt_model {
   rt_hparams defaults;         // as compiled (mtc compile --optimizer, --beta1, ...)
   int has_adam_state;         // AdamW moments are in the arena (else only SGD can run)
   void (*update)(char *arena, const rt_hparams *h);
+  // Byte offset of params[i]'s gradient (for constants: their own buffer).
+  // Gradients are transient buffers, but each stays intact from the end of
+  // backward() until its update.
+  const long *grad_offsets;
 } rt_model;
 
 extern const rt_model mtc_model;

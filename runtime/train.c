@@ -1,10 +1,13 @@
 // The training main of every mtc-compiled model.
 //
 // Built together with a generated model.c that defines `mtc_model` (see
-// model_api.h): allocates the model's arena, loads the initial weights, fills
-// the inputs (an llm.c token shard or one fixed synthetic batch), runs
-// forward / backward / update for --steps steps, prints the loss and the
-// speed of every step, and at the end the planned versus measured memory.
+// model_api.h): allocates the model's arena, loads the initial weights
+// (weights.bin, or a safetensors file by name), fills the inputs (an llm.c
+// token shard, a fixed batch from a safetensors file, or one fixed synthetic
+// batch), runs forward / backward / update for --steps steps, prints the loss
+// and the speed of every step, and at the end the planned versus measured
+// memory. It can dump the first step's gradients and save the trained weights
+// as safetensors.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -23,6 +26,7 @@
 
 #include "model_api.h"
 #include "rng.h"
+#include "safetensors.h"
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -62,7 +66,11 @@ typedef struct {
   rt_hparams h;         // optimizer: compiled-in defaults, then the flags
   uint64_t seed;
   const char *data;     // NULL: synthetic
+  const char *inputs;   // safetensors: one fixed batch, by input name
   const char *weights;  // NULL: weights.bin here or next to the program
+  const char *load;     // safetensors: the weights by name, instead of weights.bin
+  const char *save;     // safetensors: the weights at the end
+  const char *dump_grads;  // safetensors: the gradients of the first backward
   int log_every;
 } options;
 
@@ -79,9 +87,19 @@ static void print_help(void) {
       "  --seed N        seed of the synthetic inputs (default 1337)\n"
       "  --data FILE     llm.c token shard to train on (default: one fixed\n"
       "                  synthetic batch, reused every step)\n"
+      "  --inputs FILE   a fixed batch, reused every step: a safetensors file with\n"
+      "                  one tensor per model input, by name (F32 for float\n"
+      "                  inputs, I32 or I64 for integer inputs)\n"
       "  --weights FILE  initial weights: raw float32 parameters in model order\n"
       "                  (default weights.bin in the current directory, else\n"
       "                  next to this program)\n"
+      "  --load FILE     initial weights from a safetensors file, by name (F32),\n"
+      "                  instead of weights.bin (which still gives the model's\n"
+      "                  constants that FILE lacks)\n"
+      "  --save FILE     write the weights (and constants) at the end as\n"
+      "                  safetensors\n"
+      "  --dump-grads FILE  write every parameter's gradient after the first\n"
+      "                  backward (before the first update) as safetensors\n"
       "  --log-every N   print every N steps; the last always prints (default 1)\n"
       "  -h, --help      show this help\n",
       mtc_model.name);
@@ -125,7 +143,9 @@ static options parse_args(int argc, char **argv) {
       expects = "a non-negative number";
     else if (!strcmp(name, "--optimizer"))
       expects = "adamw or sgd";
-    else if (!strcmp(name, "--data") || !strcmp(name, "--weights"))
+    else if (!strcmp(name, "--data") || !strcmp(name, "--weights") ||
+             !strcmp(name, "--inputs") || !strcmp(name, "--load") || !strcmp(name, "--save") ||
+             !strcmp(name, "--dump-grads"))
       expects = "a file name";
     else
       usage_error("unknown option '%s'", arg);
@@ -171,12 +191,17 @@ static options parse_args(int argc, char **argv) {
       if (o.h.optimizer == RT_OPT_ADAMW && !mtc_model.has_adam_state)
         usage_error("--optimizer adamw: this program was compiled for SGD and has no AdamW "
                     "state; recompile with mtc compile --optimizer adamw");
-    } else {  // --data, --weights
+    } else {  // a file name
       if (*val == '\0') usage_error("%s expects %s, got ''", name, expects);
       if (!strcmp(name, "--data")) o.data = val;
-      else o.weights = val;
+      else if (!strcmp(name, "--inputs")) o.inputs = val;
+      else if (!strcmp(name, "--weights")) o.weights = val;
+      else if (!strcmp(name, "--load")) o.load = val;
+      else if (!strcmp(name, "--save")) o.save = val;
+      else o.dump_grads = val;
     }
   }
+  if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
   return o;
 }
 
@@ -196,7 +221,19 @@ static void check_table(void) {
         fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the "
              "arena of %ld bytes", pass ? "input" : "parameter", t->name,
              t->offset, t->numel, M->arena_bytes);
+      long numel = 1;
+      for (int k = 0; k < t->rank && k < RT_MAXRANK; k++) numel *= t->sizes[k];
+      if (t->rank < 0 || t->rank > RT_MAXRANK || numel != t->numel)
+        fail("model table: %s '%s' has rank %d and %ld elements, but its sizes "
+             "multiply to %ld", pass ? "input" : "parameter", t->name, t->rank,
+             t->numel, numel);
     }
+  }
+  for (int i = 0; i < M->n_params; i++) {
+    long at = M->grad_offsets[i], bytes = M->params[i].numel * 4;
+    if (at < 0 || at + bytes > M->arena_bytes)
+      fail("model table: the gradient of '%s' (offset %ld) lies outside the arena",
+           M->params[i].name, at);
   }
   if (M->loss_offset < 0 || M->loss_offset + 4 > M->arena_bytes)
     fail("model table: loss offset %ld lies outside the arena", M->loss_offset);
@@ -244,7 +281,9 @@ static FILE *open_weights(const char *given, const char *argv0, char *path,
   return f;
 }
 
-static void load_weights(char *arena, const char *given, const char *argv0) {
+// The params table's tensors from weights.bin, except those marked in `done`
+// (NULL: none; --load filled them).
+static void load_weights(char *arena, const char *given, const char *argv0, const bool *done) {
   const rt_model *M = &mtc_model;
   char path[4200];
   FILE *f = open_weights(given, argv0, path, sizeof path);
@@ -258,6 +297,10 @@ static void load_weights(char *arena, const char *given, const char *argv0) {
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     float *dst = (float *)(arena + p->offset);
+    if (done && done[i]) {
+      if (fseek(f, p->numel * 4, SEEK_CUR) != 0) fail("cannot seek in %s", path);
+      continue;
+    }
     if (fread(dst, 4, (size_t)p->numel, f) != (size_t)p->numel)
       fail("cannot read parameter '%s' from %s", p->name, path);
     if (host_is_big_endian()) {  // the file is little-endian
@@ -266,6 +309,159 @@ static void load_weights(char *arena, const char *given, const char *argv0) {
     }
   }
   fclose(f);
+}
+
+// ---------------------------------------------------------------------------
+// safetensors files: --inputs, --load, --save, --dump-grads
+
+// "[4, 64, 128]"
+static const char *sizes_str(char *buf, size_t cap, int rank, const long *sizes) {
+  int n = snprintf(buf, cap, "[");
+  for (int k = 0; k < rank && n < (int)cap; k++)
+    n += snprintf(buf + n, cap - (size_t)n, "%s%ld", k ? ", " : "", sizes[k]);
+  if (n < (int)cap) snprintf(buf + n, cap - (size_t)n, "]");
+  return buf;
+}
+
+static void open_safetensors(rt_st_file *f, const char *flag, const char *path) {
+  char err[1024];
+  if (rt_st_read(f, path, err, sizeof err)) fail("%s: %s", flag, err);
+}
+
+// The tensor of f named like t, with t's shape; `flag` and `what` ("input",
+// "parameter") are for the messages.
+static const rt_st_tensor *find_like(const rt_st_file *f, const char *flag, const char *path,
+                                     const rt_tensor *t, const char *what) {
+  const rt_st_tensor *s = rt_st_find(f, t->name);
+  if (!s) {
+    char names[512] = "";
+    for (int i = 0; i < f->n && strlen(names) < 400; i++)
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "",
+               f->tensors[i].name);
+    fail("%s %s: no tensor named '%s' (the model's %s, shape %s); the file has %d: %s%s",
+         flag, path, t->name, what, t->shape, f->n, names,
+         strlen(names) >= 400 ? ", ..." : "");
+  }
+  bool same = s->rank == t->rank;
+  for (int k = 0; same && k < t->rank; k++) same = s->shape[k] == t->sizes[k];
+  if (!same) {
+    char got[256], want[256];
+    fail("%s %s: tensor '%s' has shape %s, the model's %s expects %s (%s)", flag, path,
+         t->name, sizes_str(got, sizeof got, s->rank, s->shape), what,
+         sizes_str(want, sizeof want, t->rank, t->sizes), t->shape);
+  }
+  return s;
+}
+
+// Tensors of f that are not in the table are ignored, with a note.
+static void note_unused(const rt_st_file *f, const char *flag, const char *path,
+                        const rt_tensor *table, int n, const char *what) {
+  for (int i = 0; i < f->n; i++) {
+    int k = 0;
+    while (k < n && strcmp(table[k].name, f->tensors[i].name)) k++;
+    if (k == n)
+      fprintf(stderr, "train: note: %s %s: ignoring tensor '%s' (not a model %s)\n", flag,
+              path, f->tensors[i].name, what);
+  }
+}
+
+// s into t's buffer: F32 for a float tensor, I32 or I64 for an int32 one.
+static void copy_in(char *arena, const rt_tensor *t, const rt_st_tensor *s, const char *flag,
+                    const char *path, const char *what) {
+  const char *got = rt_st_dtype_name(s->dtype);
+  if (t->dtype == RT_F32) {
+    if (s->dtype != RT_ST_F32)
+      fail("%s %s: tensor '%s' is %s; the model's %s is float32: expected F32", flag, path,
+           t->name, got, what);
+    rt_st_to_f32(s, (float *)(arena + t->offset));
+    return;
+  }
+  if (s->dtype != RT_ST_I32 && s->dtype != RT_ST_I64)
+    fail("%s %s: tensor '%s' is %s; the model's %s is int32: expected I32 or I64", flag, path,
+         t->name, got, what);
+  char err[512];
+  if (rt_st_to_i32(s, (int32_t *)(arena + t->offset), err, sizeof err))
+    fail("%s %s: %s", flag, path, err);
+}
+
+// --load: every parameter by name, of its shape, F32; the constants the file
+// has (done[i] marks what was loaded; weights.bin gives the rest).
+static void load_named_weights(char *arena, const char *path, bool *done) {
+  const rt_model *M = &mtc_model;
+  rt_st_file f;
+  open_safetensors(&f, "--load", path);
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    bool trained = p->kind == RT_PARAM_TRAINED;
+    if (!trained && !rt_st_find(&f, p->name)) continue;
+    const rt_st_tensor *s = find_like(&f, "--load", path, p, trained ? "parameter" : "constant");
+    copy_in(arena, p, s, "--load", path, trained ? "parameter" : "constant");
+    done[i] = true;
+  }
+  note_unused(&f, "--load", path, M->params, M->n_params, "parameter or constant");
+  rt_st_close(&f);
+}
+
+// --inputs: every input by name, of its shape: F32 for float inputs, I32 or
+// I64 for integer ones (each value must fit in int32, and lie in [0, range)
+// for classes and tokens).
+static void load_inputs(char *arena, const char *path) {
+  const rt_model *M = &mtc_model;
+  rt_st_file f;
+  open_safetensors(&f, "--inputs", path);
+  for (int i = 0; i < M->n_inputs; i++) {
+    const rt_tensor *t = &M->inputs[i];
+    copy_in(arena, t, find_like(&f, "--inputs", path, t, "input"), "--inputs", path, "input");
+    if (t->dtype != RT_I32 || t->range <= 0) continue;
+    const int32_t *dst = (const int32_t *)(arena + t->offset);
+    for (long j = 0; j < t->numel; j++)
+      if (dst[j] < 0 || dst[j] >= t->range)
+        fail("--inputs %s: tensor '%s': element %ld is %d, outside [0, %ld) (the model's "
+             "%s)", path, t->name, j, dst[j], t->range,
+             t->kind == RT_IN_CLASSES ? "classes" : "vocabulary");
+  }
+  note_unused(&f, "--inputs", path, M->inputs, M->n_inputs, "input");
+  rt_st_close(&f);
+}
+
+// Fails now, not after training, when path's folder cannot take the file.
+static void check_writable(const char *flag, const char *path) {
+  if (!path) return;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  if (access(dir, W_OK | X_OK) != 0)
+    fail("%s %s: cannot write into the folder %s: %s", flag, path, dir, strerror(errno));
+}
+
+// Writes the params table's tensors by name: with grads false every
+// parameter's and constant's value (--save); with grads true every
+// parameter's gradient, which is F32 (--dump-grads).
+static void save_params(const char *path, const char *flag, char *arena, bool grads) {
+  const rt_model *M = &mtc_model;
+  rt_st_tensor *ts = calloc((size_t)M->n_params + 1, sizeof *ts);
+  if (!ts) fail("out of memory");
+  int n = 0;
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    if (grads && p->kind != RT_PARAM_TRAINED) continue;
+    rt_st_tensor *t = &ts[n++];
+    t->name = p->name;
+    t->dtype = p->dtype == RT_I32 ? RT_ST_I32 : RT_ST_F32;
+    t->rank = p->rank;
+    memcpy(t->shape, p->sizes, sizeof p->sizes);
+    t->numel = p->numel;
+    t->data = arena + (grads ? M->grad_offsets[i] : p->offset);
+  }
+  const char *content = grads ? "gradients after the first backward" : "weights";
+  const char *meta[] = {"format", "pt", "model", M->name, "content", content, NULL};
+  char err[1024];
+  if (rt_st_write(path, ts, n, meta, err, sizeof err)) fail("%s: %s", flag, err);
+  free(ts);
+  printf("wrote %s: %s, %d tensors\n", path, content, n);
 }
 
 // ---------------------------------------------------------------------------
@@ -466,7 +662,19 @@ int main(int argc, char **argv) {
     fail("cannot allocate the arena of %ld bytes: %s", M->arena_bytes,
          strerror(errno));
 
-  load_weights(arena, opt.weights, argv[0]);
+  check_writable("--save", opt.save);
+  check_writable("--dump-grads", opt.dump_grads);
+  // the initial weights: --load by name, then weights.bin for what it lacks
+  bool *done = calloc((size_t)M->n_params + 1, sizeof *done);
+  if (!done) fail("out of memory");
+  bool all = false;
+  if (opt.load) {
+    load_named_weights(arena, opt.load, done);
+    all = true;
+    for (int i = 0; i < M->n_params; i++) all &= done[i];
+  }
+  if (!all) load_weights(arena, opt.weights, argv[0], done);
+  free(done);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);
@@ -481,7 +689,8 @@ int main(int argc, char **argv) {
   if (!stream) fail("out of memory");
   shard data = {0};
   if (opt.data) open_shard(&data, opt.data, n, vocab);
-  fill_synthetic(arena, opt.seed, n, vocab, stream);
+  if (opt.inputs) load_inputs(arena, opt.inputs);
+  else fill_synthetic(arena, opt.seed, n, vocab, stream);
 
   double *times = malloc((size_t)opt.steps * sizeof(double));
   if (!times) fail("out of memory");
@@ -495,6 +704,11 @@ int main(int argc, char **argv) {
     float loss = *(const float *)(arena + M->loss_offset);
     if (!isfinite(loss)) fail("loss is not finite at step %d", step);
     M->backward(arena);
+    if (step == 1 && opt.dump_grads) {  // not counted in the step's time
+      double t = now_seconds();
+      save_params(opt.dump_grads, "--dump-grads", arena, true);
+      t0 += now_seconds() - t;
+    }
     opt.h.step = step;
     M->update(arena, &opt.h);
     double dt = now_seconds() - t0;
@@ -505,6 +719,8 @@ int main(int argc, char **argv) {
       fflush(stdout);
     }
   }
+
+  if (opt.save) save_params(opt.save, "--save", arena, false);
 
   long resident = arena_resident(arena, M->arena_bytes);
   struct rusage ru;

@@ -102,6 +102,36 @@ static const Case cases[] = {
      "%y : f32[1,C] = sum_to(%x)\n", "f32[1,C]", 1e-2},
     {"fan_out", "sym N = 5\nparam %x : f32[N] normal(1.0)\n",
      "%xx : f32[N] = mul(%x, %x)\n%y : f32[N] = add(%xx, %x)\n", "f32[N]", 1e-2},
+    // ops for ONNX models
+    {"exp", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = exp(%x)\n", "f32[N]", 1e-2},
+    {"log", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
+     "%q : f32[N] = scale(%x) s=0.2 b=2.0\n%y : f32[N] = log(%q)\n", "f32[N]", 1e-2},
+    {"sqrt", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
+     "%q : f32[N] = scale(%x) s=0.2 b=2.0\n%y : f32[N] = sqrt(%q)\n", "f32[N]", 1e-2},
+    {"tanh", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = tanh(%x)\n", "f32[N]", 1e-2},
+    {"erf", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = erf(%x)\n", "f32[N]", 1e-2},
+    {"pow3", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = pow(%x) p=3.0\n", "f32[N]", 1e-2},
+    {"pow2", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = pow(%x) p=2.0\n", "f32[N]", 1e-2},
+    {"pow_reciprocal", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
+     "%q : f32[N] = scale(%x) s=0.2 b=2.0\n%y : f32[N] = pow(%q) p=-1.0\n", "f32[N]", 1e-2},
+    {"gelu_erf", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[N,C] = gelu_erf(%x)\n", "f32[N,C]", 1e-2},
+    {"masked_fill", "sym B = 2\nsym T = 3\nsym C = 4\ninput %m : i32[T,C] classes(2)\n"
+                    "param %x : f32[B,T,C] normal(1.0)\n",
+     "%y : f32[B,T,C] = masked_fill(%x, %m) value=-2.5\n", "f32[B,T,C]", 1e-2},
+    {"dropout", "sym N = 4\nsym C = 8\nstate %step : i32[] zeros\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[N,C] = dropout(%x, %step) ratio=0.3 seed=5 key=2\n", "f32[N,C]", 1e-2},
+    {"log_softmax", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[N,C] = log_softmax(%x)\n", "f32[N,C]", 1e-2},
+    {"nll_loss", "sym N = 6\nsym V = 5\ninput %t : i32[N] classes(V)\nparam %x : f32[N,V] normal(1.0)\n",
+     "%lp : f32[N,V] = log_softmax(%x)\n%loss : f32[] = nll_loss(%lp, %t)\n", NULL, 1e-2},
+    {"nll_loss_sum_ignore", "sym N = 6\nsym V = 3\ninput %t : i32[N] classes(V)\n"
+                            "param %x : f32[N,V] normal(1.0)\n",
+     "%loss : f32[] = nll_loss(%x, %t) sum=1 ignore_index=1\n", NULL, 1e-2},
+    {"slice_strided", "sym N = 2\nparam %x : f32[N,7] normal(1.0)\n",
+     "%y : f32[N,3] = slice(%x) axis=1 start=1 step=2\n", "f32[N,3]", 1e-2},
+    {"slice_rows", "sym N = 5\nsym C = 3\nparam %x : f32[N,C] normal(1.0)\n",
+     "%y : f32[2,C] = slice(%x) axis=0 start=2\n", "f32[2,C]", 1e-2},
 };
 
 static int passed, failed;

@@ -78,15 +78,34 @@ static void check_round_trip(const IrGraph *g, const char *what) {
   ir_graph_free(h);
 }
 
-// No two buffers that are live at the same time overlap; the reported peak
-// is the maximum over positions of live bytes, recomputed here
-// independently; the arena holds every buffer.
+// The buffer a view shares (itself when v is not a view).
+static const IrValue *view_root(const IrValue *v) {
+  while (pass_view_of(v))
+    v = pass_view_of(v);
+  return v;
+}
+
+// No two buffers that are live at the same time overlap, except a view and
+// the buffer it views, which share bytes by design: a view is a reshape's
+// output at its input's offset, and its root stays live as long as it does;
+// the reported peak is the maximum over positions of live bytes (views add
+// none), recomputed here independently; the arena holds every buffer.
 static void check_memplan(const IrGraph *g, const char *what) {
-  int overlaps = 0;
+  int overlaps = 0, views = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i], *r = view_root(v);
+    if (r == v)
+      continue;
+    views++;
+    CHECK(v->producer && v->producer->op == OP_RESHAPE && v->bytes == r->bytes &&
+              r->first_use <= v->first_use && v->last_use <= r->last_use,
+          "%s: view '%s' is not a reshape inside the live range of '%s'", what, v->name,
+          r->name);
+  }
   for (int i = 0; i < g->nvalues; i++)
     for (int j = i + 1; j < g->nvalues; j++) {
       const IrValue *a = g->values[i], *b = g->values[j];
-      if (a->bytes == 0 || b->bytes == 0)
+      if (a->bytes == 0 || b->bytes == 0 || view_root(a) == view_root(b))
         continue;
       bool live_together = a->first_use <= b->last_use && b->first_use <= a->last_use;
       bool share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
@@ -98,7 +117,7 @@ static void check_memplan(const IrGraph *g, const char *what) {
     int64_t live = 0;
     for (int i = 0; i < g->nvalues; i++) {
       const IrValue *v = g->values[i];
-      live += v->first_use <= t && t <= v->last_use ? v->bytes : 0;
+      live += v->first_use <= t && t <= v->last_use && view_root(v) == v ? v->bytes : 0;
     }
     if (live > peak)
       peak = live;
@@ -115,9 +134,10 @@ static void check_memplan(const IrGraph *g, const char *what) {
               g->values[i]->offset + g->values[i]->bytes <= g->arena_bytes;
   CHECK(inside, "%s: a buffer lies outside the arena", what);
   CHECK(g->arena_bytes >= g->peak_live_bytes, "%s: arena smaller than the peak", what);
-  printf("%s: arena %lld bytes, peak live %lld bytes (%.1f%% over)\n", what,
+  printf("%s: arena %lld bytes, peak live %lld bytes (%.1f%% over), %d views\n", what,
          (long long)g->arena_bytes, (long long)g->peak_live_bytes,
-         100.0 * (double)(g->arena_bytes - g->peak_live_bytes) / (double)g->peak_live_bytes);
+         100.0 * (double)(g->arena_bytes - g->peak_live_bytes) / (double)g->peak_live_bytes,
+         views);
 }
 
 // Shape errors: each graph must fail with a message containing `want` at the

@@ -3,6 +3,9 @@
 # skipping any that are already there.
 set -euo pipefail
 pkgs=(build-essential cmake flex bison libopenblas-dev pkg-config)
+pkgs+=(libcjson-dev python3-numpy)  # train's safetensors I/O (cJSON); tools/parity_check.py
+pkgs+=(libglpk-dev)                 # the planner's integer programs (solver/; it reads and writes JSON with cJSON)
+pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev)  # ONNX input: onnx.proto, protoc-c
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

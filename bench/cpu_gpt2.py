@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""CPU training speed: mtc's emitted program against PyTorch, GPT-2 124M.
+
+    /usr/bin/python3 bench/cpu_gpt2.py [--T 64 256] [--steps 6] [--rounds 3]
+
+For each sequence length T (batch B=4, fp32, AdamW): compiles
+examples/gpt2.mtc at the 124M dims (`mtc compile ... && make cpu`), then
+alternates, --rounds times, one run of mtc's ./train and one run of the same
+model in PyTorch (an nn.Module with AdamW, torch.set_num_threads = cores),
+--steps steps each, in fresh processes. Both print the time of every step;
+the first two steps of every run are warm-up and are dropped. Prints a
+Markdown table: the median ms/step over the kept steps of all rounds,
+tokens/s at that median, the peak RSS of the process (largest over rounds),
+and mtc's step time over PyTorch's.
+
+Both sides get the same machine; the order alternates round by round so that
+drift (other load, clock changes) hits both. Debian's OpenBLAS 0.3.21 does not
+know some newer Intel CPUs and falls back to its slow generic kernels there
+(corename "Prescott"); PyTorch's GEMMs run on that OpenBLAS, so by default
+(--torch-blas auto) the PyTorch runs get OPENBLAS_CORETYPE=SkylakeX on a CPU
+with AVX-512 (Haswell with AVX2) when that happens: the stronger baseline.
+mtc does not use BLAS. `--torch-blas default` leaves OpenBLAS alone.
+
+Runs with /usr/bin/python3 (Debian's python3-torch 1.13); needs the build
+(cmake -S . -B build && cmake --build build) and cc, make, OpenMP.
+"""
+import argparse
+import ctypes
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B, C, L, NH, V = 4, 768, 12, 12, 50257
+STEP_RE = re.compile(r"^step (\d+) \| loss ([-0-9.naninf]+) \| ([0-9.]+) ms")
+
+
+# ---------------------------------------------------------------------------
+# the PyTorch side (runs in its own process: --torch-worker T STEPS)
+
+def torch_worker(T, steps):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(os.cpu_count())
+    torch.manual_seed(1337)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.attproj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.register_buffer("causal", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+            q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // NH))
+            att = F.softmax(att.masked_fill(~self.causal, float("-inf")), dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.attproj(y)
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):  # nanoGPT's GPT-2, the LM head tied to wte
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            self.h = nn.ModuleList(Block() for _ in range(L))
+            self.lnf = nn.LayerNorm(C)
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    nn.init.normal_(p, 0.0, 0.02)
+                elif name.endswith("bias"):
+                    nn.init.zeros_(p)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(T))
+            for block in self.h:
+                x = block(x)
+            logits = F.linear(self.lnf(x), self.wte.weight)
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.0)
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    blas = openblas_corename()
+    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | "
+          f"OpenBLAS core {blas}", flush=True)
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        dt = time.perf_counter() - t0
+        print(f"step {step} | loss {loss.item():.6f} | {1e3 * dt:.1f} ms", flush=True)
+
+
+def openblas_corename():
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "unknown"
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def torch_env(mode):
+    """The environment of the PyTorch runs and a note saying what was set."""
+    env = dict(os.environ)
+    if mode == "default":
+        return env, "OpenBLAS as installed"
+    if mode != "auto":
+        env["OPENBLAS_CORETYPE"] = mode
+        return env, f"OPENBLAS_CORETYPE={mode}"
+    core = openblas_corename()
+    if core.lower() in ("prescott", "core2", "nehalem", "katmai", "unknown") \
+            and "OPENBLAS_CORETYPE" not in os.environ:
+        flags = cpu_flags()
+        best = "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
+        if best:
+            env["OPENBLAS_CORETYPE"] = best
+            return env, (f"OpenBLAS detects this CPU as {core}; PyTorch runs with "
+                         f"OPENBLAS_CORETYPE={best}")
+    return env, f"OpenBLAS core {core}"
+
+
+# ---------------------------------------------------------------------------
+# running and measuring
+
+def run(cmd, cwd, env):
+    """Runs cmd; returns (step times in ms, losses, peak RSS bytes, output)."""
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}")
+    times, losses = [], []
+    for line in out.splitlines():
+        m = STEP_RE.match(line)
+        if m:
+            losses.append(float(m.group(2)))
+            times.append(float(m.group(3)))
+    if not times:
+        sys.exit(f"{' '.join(cmd)} printed no steps:\n{out}")
+    return times, losses, usage.ru_maxrss * 1024, out, time.time() - t0
+
+
+def build_mtc(mtc, T, out):
+    dims = f"-D L={L} -D C={C} -D NH={NH} -D V={V} -D T={T} -D B={B}".split()
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    subprocess.run([mtc, "compile", os.path.join(ROOT, "examples/gpt2.mtc"), *dims,
+                    "-o", out], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["make", "-s", "-C", out, "cpu"], check=True)
+
+
+def fmt_bytes(n):
+    return f"{n / 2**30:.2f} GiB"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--T", type=int, nargs="+", default=[64, 256], help="sequence lengths")
+    ap.add_argument("--steps", type=int, default=6, help="steps per run (2 are warm-up)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each side")
+    ap.add_argument("--mtc", default=os.path.join(ROOT, "build/mtc"))
+    ap.add_argument("--out", default="/tmp/mtc_bench", help="where the programs are built")
+    ap.add_argument("--torch-blas", default="auto",
+                    help="auto | default | an OPENBLAS_CORETYPE for the PyTorch runs")
+    ap.add_argument("--torch-worker", nargs=2, type=int, metavar=("T", "STEPS"),
+                    help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_worker:
+        torch_worker(*a.torch_worker)
+        return
+    if a.steps < 3:
+        sys.exit("--steps must be at least 3 (the first two are warm-up)")
+
+    tenv, tnote = torch_env(a.torch_blas)
+    print(f"GPT-2 124M (L={L} C={C} NH={NH} V={V}), B={B}, fp32, AdamW; {os.cpu_count()} "
+          f"cores; {a.rounds} alternating rounds of {a.steps} steps, first 2 dropped")
+    print(f"PyTorch: {tnote}")
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    rows = []
+    for T in a.T:
+        out = os.path.join(a.out, f"gpt2_124M_T{T}")
+        build_mtc(a.mtc, T, out)
+        mtc_cmd = ["./train", "--steps", str(a.steps)]
+        torch_cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", str(T),
+                     str(a.steps)]
+        kept = {"mtc": [], "pytorch": []}
+        rss = {"mtc": 0, "pytorch": 0}
+        loss = {}
+        order = [("mtc", mtc_cmd, out, dict(os.environ)),
+                 ("pytorch", torch_cmd, ROOT, tenv)]
+        for r in range(a.rounds):
+            for name, cmd, cwd, env in (order if r % 2 == 0 else order[::-1]):
+                times, losses, peak, _, wall = run(cmd, cwd, env)
+                kept[name] += times[2:]
+                rss[name] = max(rss[name], peak)
+                loss.setdefault(name, losses[0])
+                print(f"  T={T} round {r + 1} {name:7s}: median "
+                      f"{statistics.median(times[2:]):8.1f} ms/step "
+                      f"(steps {', '.join(f'{t:.0f}' for t in times)}) [{wall:.0f} s]",
+                      flush=True)
+        med = {k: statistics.median(v) for k, v in kept.items()}
+        for name in ("mtc", "pytorch"):
+            rows.append((T, name, med[name], B * T / (med[name] / 1e3), rss[name],
+                         loss[name], med[name] / med["pytorch"]))
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    print()
+    print("| T | program | median ms/step | tokens/s | peak RSS | first loss | vs PyTorch |")
+    print("|---|---|---|---|---|---|---|")
+    for T, name, ms, tps, peak, l0, ratio in rows:
+        print(f"| {T} | {name} | {ms:.0f} | {tps:.0f} | {fmt_bytes(peak)} | {l0:.3f} | "
+              f"{ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

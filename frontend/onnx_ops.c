@@ -1,0 +1,857 @@
+// ONNX ops as IR ops: fe_conv_<Op>(cx) reads the current node's inputs
+// (fe_value: run-time values; fe_known: compile-time ones) and defines its
+// outputs. Semantics follow the ONNX operator docs at opsets 13..17; each
+// function's comment says which cases mtc takes and how they map.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_internal.h"
+
+// ---- builders ------------------------------------------------------------------------------
+
+// Shape inference with the ONNX op named in the message.
+static int infer(FeOnnx *cx, IrNode *n) {
+  if (!ir_infer(cx->g, n, cx->d)) {
+    for (int i = 0; i < n->nout; i++)
+      if (fe_check_size(cx, n->out[i]->rank, n->out[i]->shape))
+        return -1;
+    return 0;
+  }
+  cx->failed = true;
+  if (cx->d && cx->node) {
+    char msg[sizeof cx->d->msg];
+    snprintf(msg, sizeof msg, "%.100s: %.1900s", cx->node->op_type, cx->d->msg);
+    memcpy(cx->d->msg, msg, sizeof msg);
+  }
+  return -1;
+}
+
+static IrNode *node(FeOnnx *cx, IrOp op, IrValue *const *in, int nin, int nout) {
+  return ir_node_new(cx->g, op, in, nin, nout);
+}
+
+IrValue *fe_op(FeOnnx *cx, IrOp op, IrValue *a, IrValue *b) {
+  IrValue *in[2] = {a, b};
+  if (!a || (ir_op_nin(op) == 2 && !b))
+    return NULL;
+  IrNode *n = node(cx, op, in, b ? 2 : 1, 1);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+// A node whose output shape is given (reshape, broadcast, slice).
+static IrValue *shaped(FeOnnx *cx, IrOp op, IrValue *x, int rank, const Sym *const *shape) {
+  if (!x)
+    return NULL;
+  IrNode *n = node(cx, op, &x, 1, 1);
+  ir_value_set_shape(n->out[0], rank, shape);
+  n->out[0]->dtype = x->dtype;
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+static bool same_shape(int rank, const Sym *const *shape, const IrValue *x) {
+  if (x->rank != rank)
+    return false;
+  for (int i = 0; i < rank; i++)
+    if (!sym_eq(x->shape[i], shape[i]))
+      return false;
+  return true;
+}
+
+static IrValue *reshape(FeOnnx *cx, IrValue *x, int rank, const Sym *const *shape) {
+  if (!x || same_shape(rank, shape, x))
+    return x;
+  return shaped(cx, OP_RESHAPE, x, rank, shape);
+}
+
+static IrValue *broadcast(FeOnnx *cx, IrValue *x, int rank, const Sym *const *shape) {
+  if (!x || same_shape(rank, shape, x))
+    return x;
+  return shaped(cx, OP_BROADCAST, x, rank, shape);
+}
+
+// s * x + b (nothing when it is x)
+static IrValue *scale(FeOnnx *cx, IrValue *x, double s, double b) {
+  if (!x || (s == 1.0 && b == 0.0))
+    return x;
+  IrNode *n = node(cx, OP_SCALE, &x, 1, 1);
+  ir_set_float(cx->g, n, "s", s);
+  if (b != 0.0)
+    ir_set_float(cx->g, n, "b", b);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+static IrValue *power(FeOnnx *cx, IrValue *x, double p) {
+  if (!x || p == 1.0)
+    return x;
+  IrNode *n = node(cx, OP_POW, &x, 1, 1);
+  ir_set_float(cx->g, n, "p", p);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+IrValue *fe_transpose(FeOnnx *cx, IrValue *x, const int64_t *perm) {
+  bool id = true;
+  for (int i = 0; x && i < x->rank; i++)
+    id &= perm[i] == i;
+  if (!x || id)
+    return x;
+  IrNode *n = node(cx, OP_TRANSPOSE, &x, 1, 1);
+  ir_set_ints(cx->g, n, "perm", perm, x->rank);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+// Move `axis` to the end (perm) or back (inverse).
+static IrValue *axis_last(FeOnnx *cx, IrValue *x, int axis, bool back) {
+  int64_t perm[IR_MAXRANK];
+  for (int i = 0, j = 0; i < x->rank; i++)
+    if (i != axis)
+      perm[j++] = i;
+  perm[x->rank - 1] = axis;
+  if (back) {
+    int64_t inv[IR_MAXRANK];
+    for (int i = 0; i < x->rank; i++)
+      inv[perm[i]] = i;
+    return fe_transpose(cx, x, inv);
+  }
+  return fe_transpose(cx, x, perm);
+}
+
+// ---- inputs ------------------------------------------------------------------------------------
+
+// The run-time value of input i (required).
+static IrValue *arg(FeOnnx *cx, int i) {
+  FeTensor *t = fe_in(cx, i);
+  if (!t)
+    return fe_err(cx, "input %d is missing", i), NULL;
+  return fe_value(cx, t);
+}
+
+static IrValue *farg(FeOnnx *cx, int i) {
+  IrValue *v = arg(cx, i);
+  if (v && v->dtype != DT_F32)
+    return fe_err(cx, "input %d '%s' must be float, not integer", i, v->name), NULL;
+  return v;
+}
+
+// A compile-time input (a shape, axes, a ratio); NULL with an error when it
+// is only known at run time.
+static FeConst *known_arg(FeOnnx *cx, int i, const char *what) {
+  FeTensor *t = fe_in(cx, i);
+  FeConst *k = t ? fe_known(cx, t) : NULL;
+  if (!k && t && !cx->failed)
+    fe_err(cx, "%s ('%s') must be known at compile time; it depends on run-time values", what,
+           t->name);
+  return k;
+}
+
+// A number known at compile time that is not a parameter (a Constant).
+static bool scalar_const(FeOnnx *cx, FeTensor *t, double *c) {
+  if (!t || t->tainted || (t->v && !t->k))
+    return false;
+  FeConst *k = fe_known(cx, t);
+  if (!k || k->n != 1)
+    return false;
+  *c = fe_const_num(k, 0);
+  return true;
+}
+
+static int set(FeOnnx *cx, IrValue *v) { return fe_set_value(cx, 0, v); }
+
+// ---- elementwise --------------------------------------------------------------------------------
+
+typedef enum Bin { B_ADD, B_SUB, B_MUL, B_DIV } Bin;
+
+// x op c for a constant number c, as a scale (or nothing).
+static IrValue *with_number(FeOnnx *cx, Bin op, IrValue *x, double c, bool c_first) {
+  switch (op) {
+  case B_ADD: return scale(cx, x, 1.0, c);
+  case B_SUB: return c_first ? scale(cx, x, -1.0, c) : scale(cx, x, 1.0, -c);
+  case B_MUL: return scale(cx, x, c, 0.0);
+  default: return c_first ? scale(cx, power(cx, x, -1.0), c, 0.0) : scale(cx, x, 1.0 / c, 0.0);
+  }
+}
+
+// Add/Sub/Mul/Div: numpy broadcasting; a constant number operand becomes a
+// scale op (x * 0.5, x / 8, 1 + t).
+static int binary(FeOnnx *cx, Bin op) {
+  static const IrOp ops[] = {OP_ADD, OP_SUB, OP_MUL, OP_DIV};
+  double c;
+  if (scalar_const(cx, fe_in(cx, 1), &c))
+    return set(cx, with_number(cx, op, farg(cx, 0), c, false));
+  if (scalar_const(cx, fe_in(cx, 0), &c))
+    return set(cx, with_number(cx, op, farg(cx, 1), c, true));
+  IrValue *a = farg(cx, 0), *b = a ? farg(cx, 1) : NULL;
+  return set(cx, b ? fe_op(cx, ops[op], a, b) : NULL);
+}
+int fe_conv_Add(FeOnnx *cx) { return binary(cx, B_ADD); }
+int fe_conv_Sub(FeOnnx *cx) { return binary(cx, B_SUB); }
+int fe_conv_Mul(FeOnnx *cx) { return binary(cx, B_MUL); }
+int fe_conv_Div(FeOnnx *cx) { return binary(cx, B_DIV); }
+
+// Pow(x, p) for a constant p.
+int fe_conv_Pow(FeOnnx *cx) {
+  double p;
+  if (!scalar_const(cx, fe_in(cx, 1), &p))
+    return fe_err(cx, "the exponent must be a constant number");
+  return set(cx, power(cx, farg(cx, 0), p));
+}
+
+static int unary(FeOnnx *cx, IrOp op) { return set(cx, fe_op(cx, op, farg(cx, 0), NULL)); }
+int fe_conv_Sqrt(FeOnnx *cx) { return unary(cx, OP_SQRT); }
+int fe_conv_Exp(FeOnnx *cx) { return unary(cx, OP_EXP); }
+int fe_conv_Log(FeOnnx *cx) { return unary(cx, OP_LOG); }
+int fe_conv_Tanh(FeOnnx *cx) { return unary(cx, OP_TANH); }
+int fe_conv_Erf(FeOnnx *cx) { return unary(cx, OP_ERF); }
+int fe_conv_Relu(FeOnnx *cx) { return unary(cx, OP_RELU); }
+int fe_conv_Neg(FeOnnx *cx) { return set(cx, scale(cx, farg(cx, 0), -1.0, 0.0)); }
+int fe_conv_Reciprocal(FeOnnx *cx) { return set(cx, power(cx, farg(cx, 0), -1.0)); }
+
+// Sigmoid(x) = 1 / (1 + e^-x)
+int fe_conv_Sigmoid(FeOnnx *cx) {
+  IrValue *e = fe_op(cx, OP_EXP, scale(cx, farg(cx, 0), -1.0, 0.0), NULL);
+  return set(cx, power(cx, scale(cx, e, 1.0, 1.0), -1.0));
+}
+
+// ---- constants and shapes -------------------------------------------------------------------------
+
+// Constant: value (a tensor), value_float(s), value_int(s).
+int fe_conv_Constant(FeOnnx *cx) {
+  const Onnx__TensorProto *t = fe_attr_tensor(cx, "value");
+  const Onnx__AttributeProto *a;
+  if (t)
+    return fe_set_const(cx, 0, fe_tensor_proto(cx, t, "value"));
+  if ((a = fe_attr(cx, "value_float"))) {
+    FeConst *k = fe_const_new(cx, FE_FLOAT, 0, NULL);
+    if (k)
+      k->f[0] = a->f;
+    return fe_set_const(cx, 0, k);
+  }
+  if ((a = fe_attr(cx, "value_int")))
+    return fe_set_const(cx, 0, fe_const_scalar_int(cx, FE_INT64, sym_const(&cx->g->arena, a->i)));
+  if ((a = fe_attr(cx, "value_ints")) && a->n_ints <= 64) {
+    const Sym *s[64];
+    for (size_t i = 0; i < a->n_ints; i++)
+      s[i] = sym_const(&cx->g->arena, a->ints[i]);
+    return fe_set_const(cx, 0, fe_const_ints(cx, (int)a->n_ints, s));
+  }
+  if ((a = fe_attr(cx, "value_floats")) && a->n_floats <= FE_SYM_MAX * 1024) {
+    const Sym *len = sym_const(&cx->g->arena, (int64_t)a->n_floats);
+    FeConst *k = fe_const_new(cx, FE_FLOAT, 1, &len);
+    for (size_t i = 0; k && i < a->n_floats; i++)
+      k->f[i] = a->floats[i];
+    return fe_set_const(cx, 0, k);
+  }
+  return fe_err(cx, "needs a value, value_float(s) or value_int(s) attribute (at most 64 ints)");
+}
+
+// Shape(x) start end: the dims as formulas.
+int fe_conv_Shape(FeOnnx *cx) {
+  int rank;
+  const Sym *shape[IR_MAXRANK];
+  int64_t start, end;
+  FeTensor *t = fe_in(cx, 0);
+  if (!t)
+    return fe_err(cx, "input 0 is missing");
+  if (fe_shape(cx, t, &rank, shape) || fe_attr_int(cx, "start", 0, &start) ||
+      fe_attr_int(cx, "end", rank, &end))
+    return -1;
+  start = start < 0 ? start + rank : start;
+  end = end < 0 ? end + rank : end;
+  start = start < 0 ? 0 : start > rank ? rank : start;
+  end = end < start ? start : end > rank ? rank : end;
+  return fe_set_const(cx, 0, fe_const_ints(cx, (int)(end - start), shape + start));
+}
+
+int fe_conv_Size(FeOnnx *cx) {
+  int rank;
+  const Sym *shape[IR_MAXRANK];
+  FeTensor *t = fe_in(cx, 0);
+  if (!t || fe_shape(cx, t, &rank, shape))
+    return t ? -1 : fe_err(cx, "input 0 is missing");
+  const Sym *n = sym_const(&cx->g->arena, 1);
+  for (int i = 0; i < rank; i++)
+    n = sym_mul(&cx->g->arena, n, shape[i]);
+  return fe_set_const(cx, 0, fe_const_scalar_int(cx, FE_INT64, n));
+}
+
+// Identity of a run-time value: the same value.
+int fe_conv_Identity(FeOnnx *cx) { return set(cx, arg(cx, 0)); }
+
+// Cast at run time: float stays float, integers stay integers (i32).
+int fe_conv_Cast(FeOnnx *cx) {
+  int64_t to;
+  IrValue *x = arg(cx, 0);
+  if (!x || fe_attr_int(cx, "to", 0, &to))
+    return -1;
+  if ((x->dtype == DT_F32 && fe_is_float_type((int)to)) ||
+      (x->dtype == DT_I32 && fe_is_int_type((int)to) && to != FE_BOOL))
+    return set(cx, x);
+  return fe_err(cx, "cannot cast the run-time %s tensor '%s' to %s", ir_dtype_name(x->dtype),
+                x->name, fe_type_name((int)to));
+}
+
+int fe_conv_Reshape(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  FeConst *target = x ? known_arg(cx, 1, "the target shape") : NULL;
+  int64_t allowzero;
+  int rank;
+  const Sym *shape[IR_MAXRANK];
+  if (!target || fe_attr_int(cx, "allowzero", 0, &allowzero) ||
+      fe_reshape_target(cx, x->rank, x->shape, target, allowzero, &rank, shape))
+    return -1;
+  return set(cx, reshape(cx, x, rank, shape));
+}
+
+int fe_conv_Flatten(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  int64_t axis;
+  int a;
+  if (!x || fe_attr_int(cx, "axis", 1, &axis) || fe_axis(cx, axis, x->rank + 1, &a))
+    return -1;
+  const Sym *shape[2] = {sym_const(&cx->g->arena, 1), sym_const(&cx->g->arena, 1)};
+  for (int i = 0; i < x->rank; i++)
+    shape[i >= a] = sym_mul(&cx->g->arena, shape[i >= a], x->shape[i]);
+  return set(cx, reshape(cx, x, 2, shape));
+}
+
+// Axes of (Un)Squeeze: the second input (opset 13+); n = -1 when absent.
+static int axes_input(FeOnnx *cx, int64_t *axes, int *n) {
+  *n = -1;
+  if (!fe_in(cx, 1))
+    return 0;
+  FeConst *k = known_arg(cx, 1, "axes");
+  return k ? fe_const_int_list(cx, k, "axes", axes, n, IR_MAXRANK) : -1;
+}
+
+int fe_conv_Unsqueeze(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  int64_t axes[IR_MAXRANK];
+  int n, rank;
+  const Sym *shape[IR_MAXRANK];
+  if (!x || axes_input(cx, axes, &n))
+    return -1;
+  if (n < 0)
+    return fe_err(cx, "needs axes");
+  if (fe_unsqueeze_shape(cx, x->rank, x->shape, axes, n, &rank, shape))
+    return -1;
+  return set(cx, reshape(cx, x, rank, shape));
+}
+
+int fe_conv_Squeeze(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  int64_t axes[IR_MAXRANK];
+  int n, rank;
+  const Sym *shape[IR_MAXRANK];
+  if (!x || axes_input(cx, axes, &n) || fe_squeeze_shape(cx, x->rank, x->shape, axes, n, &rank, shape))
+    return -1;
+  return set(cx, reshape(cx, x, rank, shape));
+}
+
+int fe_conv_Transpose(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  const int64_t *p;
+  int n;
+  if (!x || fe_attr_ints(cx, "perm", &p, &n))
+    return -1;
+  int64_t perm[IR_MAXRANK];
+  if (n >= 0 && n != x->rank)
+    return fe_err(cx, "perm has %d entries for a rank-%d input", n, x->rank);
+  for (int i = 0; i < x->rank; i++)
+    perm[i] = n < 0 ? x->rank - 1 - i : p[i];
+  return set(cx, fe_transpose(cx, x, perm));
+}
+
+// Expand(x, shape): numpy broadcast against the shape.
+int fe_conv_Expand(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  FeConst *k = x ? known_arg(cx, 1, "the shape") : NULL;
+  int64_t v[IR_MAXRANK];
+  int n, r;
+  const Sym *want[IR_MAXRANK], *shape[IR_MAXRANK];
+  if (!k || fe_const_int_list(cx, k, "shape", v, &n, IR_MAXRANK))
+    return -1;
+  for (int i = 0; i < n; i++)
+    want[i] = fe_const_sym(cx, k, i);
+  if (fe_broadcast(cx, x->rank, x->shape, n, want, &r, shape))
+    return -1;
+  return set(cx, broadcast(cx, x, r, shape));
+}
+
+int fe_conv_Concat(FeOnnx *cx) {
+  int64_t axis;
+  int n = fe_nin(cx), a;
+  if (n < 1 || n > 256)
+    return fe_err(cx, "needs 1 to 256 inputs");
+  IrValue **in = calloc((size_t)n, sizeof *in);
+  IR_ASSERT(in);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++)
+    rc = (in[i] = arg(cx, i)) ? 0 : -1;
+  if (!rc)
+    rc = fe_attr_int(cx, "axis", 0, &axis) || fe_axis(cx, axis, in[0]->rank, &a);
+  IrValue *out = NULL;
+  if (!rc && n == 1) {
+    out = in[0];
+  } else if (!rc) {
+    IrNode *c = node(cx, OP_CONCAT, in, n, 1);
+    ir_set_int(cx->g, c, "axis", a);
+    out = infer(cx, c) ? NULL : c->out[0];
+  }
+  free(in);
+  return rc ? -1 : set(cx, out);
+}
+
+// Split(x, split) axis: the sizes from `split`, or equal parts.
+int fe_conv_Split(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  int64_t axis, sizes[64];
+  int a, n = fe_nout(cx);
+  if (!x || fe_attr_int(cx, "axis", 0, &axis) || fe_axis(cx, axis, x->rank, &a))
+    return -1;
+  if (n < 1 || n > 64)
+    return fe_err(cx, "%d outputs (1 to 64)", n);
+  const Sym *parts[64];
+  if (fe_in(cx, 1)) {
+    FeConst *k = known_arg(cx, 1, "split");
+    int m;
+    if (!k || fe_const_int_list(cx, k, "split", sizes, &m, 64))
+      return -1;
+    if (m != n)
+      return fe_err(cx, "split lists %d sizes for %d outputs", m, n);
+    for (int i = 0; i < n; i++)
+      parts[i] = fe_const_sym(cx, k, i);
+  } else {
+    int64_t d;
+    if (fe_eval(cx, x->shape[a], &d))
+      return -1;
+    if (d % n)
+      return fe_err(cx, "dim %d (%lld) does not split into %d equal parts", a, (long long)d, n);
+    for (int i = 0; i < n; i++)
+      parts[i] = sym_scale(&cx->g->arena, x->shape[a], 1, n);
+  }
+  IrNode *s = node(cx, OP_SPLIT, &x, 1, n);
+  ir_set_int(cx->g, s, "axis", a);
+  ir_set_syms(cx->g, s, "sizes", parts, n);
+  if (infer(cx, s))
+    return -1;
+  for (int i = 0; i < n; i++)
+    if (fe_set_value(cx, i, s->out[i]))
+      return -1;
+  return 0;
+}
+
+// x[start : start + len*step : step] along one axis.
+static IrValue *slice(FeOnnx *cx, IrValue *x, int axis, int64_t start, int64_t step, const Sym *len) {
+  const Sym *shape[IR_MAXRANK];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[axis] = len;
+  IrNode *n = node(cx, OP_SLICE, &x, 1, 1);
+  ir_value_set_shape(n->out[0], x->rank, shape);
+  ir_set_int(cx->g, n, "axis", axis);
+  ir_set_int(cx->g, n, "start", start);
+  if (step != 1)
+    ir_set_int(cx->g, n, "step", step);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+// Slice(x, starts, ends, axes, steps): one slice op per axis that changes.
+int fe_conv_Slice(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  FeConst *k[4] = {0};
+  for (int i = 1; x && i < 5; i++)
+    if (fe_in(cx, i) && !(k[i - 1] = known_arg(cx, i, "a slice bound")))
+      return -1;
+  FeSliceAxis ax[IR_MAXRANK];
+  int n;
+  if (!x || !k[0] || !k[1] || fe_slice_axes(cx, x->rank, x->shape, k, ax, &n))
+    return x && (!k[0] || !k[1]) ? fe_err(cx, "needs starts and ends") : -1;
+  for (int i = 0; i < n && x; i++) {
+    int64_t len, dim;
+    if (fe_eval(cx, ax[i].len, &len) || fe_eval(cx, x->shape[ax[i].axis], &dim))
+      return -1;
+    if (ax[i].start == 0 && ax[i].step == 1 && len == dim)
+      continue;
+    if (ax[i].step < 1)
+      return fe_err(cx, "reversed slices (step %lld) are not supported", (long long)ax[i].step);
+    if (len == 0)
+      return fe_err(cx, "the slice along axis %d is empty", ax[i].axis);
+    x = slice(cx, x, ax[i].axis, ax[i].start, ax[i].step, ax[i].len);
+  }
+  return set(cx, x);
+}
+
+// Known indices that step evenly (start, start+step, ...), or false.
+static bool progression(const FeConst *k, int64_t dim, int64_t *start, int64_t *step) {
+  if (!k->i || k->n < 1)
+    return false;
+  int64_t a = k->i[0] < 0 ? k->i[0] + dim : k->i[0];
+  int64_t b = k->n > 1 ? (k->i[1] < 0 ? k->i[1] + dim : k->i[1]) : a + 1;
+  *start = a;
+  *step = b - a;
+  if (a < 0 || *step < 1)
+    return false;
+  for (int64_t i = 0; i < k->n; i++) {
+    int64_t v = k->i[i] < 0 ? k->i[i] + dim : k->i[i];
+    if (v != a + i * *step || v >= dim)
+      return false;
+  }
+  return true;
+}
+
+// Gather(data, indices) axis: an embedding lookup (run-time indices into a
+// [V, C] table), or a slice when the indices are known and evenly spaced
+// (wpe[arange(T)] is the first T rows; x[:, -1] one row).
+int fe_conv_Gather(FeOnnx *cx) {
+  int64_t axis;
+  int a;
+  IrValue *x = farg(cx, 0);
+  FeTensor *ti = fe_in(cx, 1);
+  if (!x || !ti || fe_attr_int(cx, "axis", 0, &axis) || fe_axis(cx, axis, x->rank, &a))
+    return x && !ti ? fe_err(cx, "needs indices") : -1;
+  FeConst *k = ti->k || ti->lazy ? fe_known(cx, ti) : NULL;
+  int64_t dim, start, step;
+  if (fe_eval(cx, x->shape[a], &dim))
+    return -1;
+  if (k && progression(k, dim, &start, &step)) {
+    const Sym *len = sym_const(&cx->g->arena, 1), *shape[IR_MAXRANK];
+    for (int i = 0; i < k->rank; i++)
+      len = sym_mul(&cx->g->arena, len, k->shape[i]);
+    int r;
+    IrValue *s = slice(cx, x, a, start, step, len);
+    if (!s || fe_gather_shape(cx, x->rank, x->shape, a, k->rank, k->shape, &r, shape))
+      return -1;
+    return set(cx, reshape(cx, s, r, shape));
+  }
+  IrValue *idx = fe_value(cx, ti);
+  if (!idx)
+    return -1;
+  if (a != 0 || x->rank != 2 || idx->dtype != DT_I32)
+    return fe_err(cx, "mtc reads Gather as an embedding lookup (integer indices into a [V, C] "
+                      "table along axis 0) or as evenly spaced known indices");
+  fe_note_use(cx, idx, FE_USE_INDICES, x->shape[0]);
+  return set(cx, fe_op(cx, OP_EMBEDDING, x, idx));
+}
+
+// mask ? value : x
+static IrValue *masked(FeOnnx *cx, IrValue *x, IrValue *mask, double value) {
+  if (!x || !mask)
+    return NULL;
+  IrValue *in[2] = {x, mask};
+  IrNode *n = node(cx, OP_MASKED_FILL, in, 2, 1);
+  ir_set_float(cx->g, n, "value", value);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+// The negation of a known condition, as an i32 constant.
+static IrValue *negated(FeOnnx *cx, FeTensor *tc, const FeConst *c) {
+  FeConst *nc = fe_const_new(cx, FE_BOOL, c->rank, c->shape);
+  if (!nc)
+    return NULL;
+  for (int64_t i = 0; i < c->n; i++)
+    nc->i[i] = !c->i[i];
+  char name[300];
+  snprintf(name, sizeof name, "%.280s.not", tc->name);
+  return fe_const_value(cx, nc, name);
+}
+
+// Where(cond, x, y) with cond known at compile time (a mask): masked_fill
+// of the run-time side, cond ? c : y = masked_fill(y, cond) value=c; with
+// both sides at run time, masked_fill(x, !cond, 0) + masked_fill(y, cond, 0).
+int fe_conv_Where(FeOnnx *cx) {
+  FeTensor *tc = fe_in(cx, 0), *tx = fe_in(cx, 1), *ty = fe_in(cx, 2);
+  FeConst *c = known_arg(cx, 0, "the condition");
+  if (!c || !tx || !ty)
+    return c ? fe_err(cx, "needs 3 inputs") : -1;
+  if (!c->i)
+    return fe_err(cx, "the condition must be bool");
+  int rx, ry, r1, r;
+  const Sym *sx[IR_MAXRANK], *sy[IR_MAXRANK], *s1[IR_MAXRANK], *shape[IR_MAXRANK];
+  if (fe_shape(cx, tx, &rx, sx) || fe_shape(cx, ty, &ry, sy) ||
+      fe_broadcast(cx, c->rank, c->shape, rx, sx, &r1, s1) ||
+      fe_broadcast(cx, r1, s1, ry, sy, &r, shape))
+    return -1;
+  double vx, vy;
+  bool kx = scalar_const(cx, tx, &vx), ky = scalar_const(cx, ty, &vy);
+  if (kx && ky)
+    return fe_err(cx, "x and y are both constants: nothing to compute at run time");
+  if (kx)
+    return set(cx, masked(cx, broadcast(cx, farg(cx, 2), r, shape), fe_value(cx, tc), vx));
+  if (ky)
+    return set(cx, masked(cx, broadcast(cx, farg(cx, 1), r, shape), negated(cx, tc, c), vy));
+  IrValue *x = masked(cx, broadcast(cx, farg(cx, 1), r, shape), negated(cx, tc, c), 0.0);
+  IrValue *y = x ? masked(cx, broadcast(cx, farg(cx, 2), r, shape), fe_value(cx, tc), 0.0) : NULL;
+  return set(cx, fe_op(cx, OP_ADD, x, y));
+}
+
+// Trilu(x, k) upper at run time: zero the other triangle with a known mask.
+int fe_conv_Trilu(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0);
+  int64_t upper, k = 0, rows, cols;
+  double kk;
+  if (!x || fe_attr_int(cx, "upper", 1, &upper))
+    return -1;
+  if (fe_in(cx, 1)) {
+    FeConst *kc = known_arg(cx, 1, "k");
+    if (!kc || fe_const_scalar(cx, kc, "k", &kk))
+      return -1;
+    k = (int64_t)kk;
+  }
+  if (x->rank < 2 || fe_eval(cx, x->shape[x->rank - 2], &rows) ||
+      fe_eval(cx, x->shape[x->rank - 1], &cols))
+    return x->rank < 2 ? fe_err(cx, "needs at least 2 dims") : -1;
+  FeConst *m = fe_const_new(cx, FE_BOOL, 2, x->shape + x->rank - 2);
+  if (!m)
+    return -1;
+  for (int64_t i = 0; i < m->n; i++)
+    m->i[i] = !fe_trilu_keep(i / cols, i % cols, k, upper);
+  return set(cx, masked(cx, x, fe_const_value(cx, m, "trilu.mask"), 0.0));
+}
+
+// ---- linear algebra ------------------------------------------------------------------------------
+
+// Bring the batch dims of a [.., M, K] and b [.., K, N] to the same shape
+// (numpy broadcasting).
+static int match_batch(FeOnnx *cx, IrValue **a, IrValue **b) {
+  int r;
+  const Sym *batch[IR_MAXRANK], *shape[IR_MAXRANK];
+  if (fe_broadcast(cx, (*a)->rank - 2, (*a)->shape, (*b)->rank - 2, (*b)->shape, &r, batch))
+    return -1;
+  IrValue **ops[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    IrValue *x = *ops[i];
+    memcpy(shape, batch, (size_t)r * sizeof *shape);
+    shape[r] = x->shape[x->rank - 2];
+    shape[r + 1] = x->shape[x->rank - 1];
+    if (!(*ops[i] = broadcast(cx, x, r + 2, shape)))
+      return -1;
+  }
+  return 0;
+}
+
+// MatMul(a, b), numpy semantics: a vector operand gets a unit dim (removed
+// after); batch dims broadcast; a [.., M, K] @ [K, N] stays one GEMM.
+int fe_conv_MatMul(FeOnnx *cx) {
+  IrValue *a = farg(cx, 0), *b = a ? farg(cx, 1) : NULL;
+  if (!b)
+    return -1;
+  if (a->rank < 1 || b->rank < 1)
+    return fe_err(cx, "operands must have at least 1 dim");
+  const Sym *one = sym_const(&cx->g->arena, 1), *shape[IR_MAXRANK];
+  bool va = a->rank == 1, vb = b->rank == 1;
+  if (va)
+    a = reshape(cx, a, 2, (const Sym *[]){one, a->shape[0]});
+  if (vb)
+    b = reshape(cx, b, 2, (const Sym *[]){b->shape[0], one});
+  if (a && b && a->rank > 2 && b->rank > 2 && match_batch(cx, &a, &b))
+    return -1;
+  IrValue *y = a && b ? fe_op(cx, OP_MATMUL, a, b) : NULL;
+  if (y && (va || vb)) {
+    int r = 0;
+    for (int i = 0; i < y->rank; i++)
+      if (!((va && i == y->rank - 2) || (vb && i == y->rank - 1)))
+        shape[r++] = y->shape[i];
+    y = reshape(cx, y, r, shape);
+  }
+  return set(cx, y);
+}
+
+// Gemm(A, B, C) = alpha * op(A) @ op(B) + beta * C
+int fe_conv_Gemm(FeOnnx *cx) {
+  int64_t ta, tb;
+  double alpha, beta, c;
+  IrValue *a = farg(cx, 0), *b = a ? farg(cx, 1) : NULL;
+  if (!b || fe_attr_int(cx, "transA", 0, &ta) || fe_attr_int(cx, "transB", 0, &tb) ||
+      fe_attr_float(cx, "alpha", 1.0, &alpha) || fe_attr_float(cx, "beta", 1.0, &beta))
+    return -1;
+  if (a->rank != 2 || b->rank != 2)
+    return fe_err(cx, "A and B must be matrices");
+  IrValue *in[2] = {a, b};
+  IrNode *n = node(cx, OP_MATMUL, in, 2, 1);
+  if (ta)
+    ir_set_int(cx->g, n, "ta", 1);
+  if (tb)
+    ir_set_int(cx->g, n, "tb", 1);
+  IrValue *y = infer(cx, n) ? NULL : scale(cx, n->out[0], alpha, 0.0);
+  if (!y || !fe_in(cx, 2) || beta == 0.0)
+    return set(cx, y);
+  if (scalar_const(cx, fe_in(cx, 2), &c))
+    return set(cx, scale(cx, y, 1.0, beta * c));
+  return set(cx, fe_op(cx, OP_ADD, y, scale(cx, farg(cx, 2), beta, 0.0)));
+}
+
+// ---- normalization, softmax, reductions ----------------------------------------------------------
+
+// Softmax / LogSoftmax over `axis` (default -1): transposed to the last dim
+// and back when it is another one.
+static int softmax(FeOnnx *cx, IrOp op) {
+  IrValue *x = farg(cx, 0);
+  int64_t axis;
+  int a;
+  if (!x || fe_attr_int(cx, "axis", -1, &axis) || fe_axis(cx, axis, x->rank, &a))
+    return -1;
+  if (x->rank == 0)
+    return fe_err(cx, "needs at least one dim");
+  if (a == x->rank - 1)
+    return set(cx, fe_op(cx, op, x, NULL));
+  IrValue *y = fe_op(cx, op, axis_last(cx, x, a, false), NULL);
+  return set(cx, y ? axis_last(cx, y, a, true) : NULL);
+}
+int fe_conv_Softmax(FeOnnx *cx) { return softmax(cx, OP_SOFTMAX); }
+int fe_conv_LogSoftmax(FeOnnx *cx) { return softmax(cx, OP_LOG_SOFTMAX); }
+
+// ReduceMean (axes attribute) / ReduceSum (axes input) keepdims
+// noop_with_empty_axes: sum or mean ops.
+static int reduce(FeOnnx *cx, IrOp op, bool axes_from_input) {
+  IrValue *x = farg(cx, 0);
+  int64_t keep, noop, axes[IR_MAXRANK];
+  int n = -1;
+  if (!x || fe_attr_int(cx, "keepdims", 1, &keep) || fe_attr_int(cx, "noop_with_empty_axes", 0, &noop))
+    return -1;
+  if (axes_from_input && fe_in(cx, 1)) {
+    FeConst *k = known_arg(cx, 1, "axes");
+    if (!k || fe_const_int_list(cx, k, "axes", axes, &n, IR_MAXRANK))
+      return -1;
+  } else if (!axes_from_input) {
+    const int64_t *a;
+    if (fe_attr_ints(cx, "axes", &a, &n))
+      return -1;
+    if (n > IR_MAXRANK)
+      return fe_err(cx, "too many axes");
+    for (int i = 0; i < n; i++)
+      axes[i] = a[i];
+  }
+  if (n <= 0 && noop)
+    return set(cx, x);
+  IrNode *r = node(cx, op, &x, 1, 1);
+  if (n > 0) {
+    for (int i = 0; i < n; i++) {
+      int ax;
+      if (fe_axis(cx, axes[i], x->rank, &ax))
+        return -1;
+      axes[i] = ax;
+    }
+    ir_set_ints(cx->g, r, "axes", axes, n);
+  }
+  if (keep)
+    ir_set_int(cx->g, r, "keepdims", 1);
+  return set(cx, infer(cx, r) ? NULL : r->out[0]);
+}
+int fe_conv_ReduceMean(FeOnnx *cx) { return reduce(cx, OP_MEAN, false); }
+int fe_conv_ReduceSum(FeOnnx *cx) { return reduce(cx, OP_SUM, true); }
+
+// LayerNormalization(x, scale, bias) over the last dim (axis -1); a missing
+// bias is a zero constant. The Mean and InvStdDev outputs are not computed.
+int fe_conv_LayerNormalization(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0), *w = x ? farg(cx, 1) : NULL;
+  int64_t axis;
+  int a;
+  double eps;
+  if (!w || fe_attr_int(cx, "axis", -1, &axis) || fe_attr_float(cx, "epsilon", 1e-5, &eps) ||
+      fe_axis(cx, axis, x->rank, &a))
+    return -1;
+  if (a != x->rank - 1)
+    return fe_err(cx, "mtc normalizes over the last dim only (axis -1), not axis %lld",
+                  (long long)axis);
+  const Sym *c = x->shape[x->rank - 1];
+  w = reshape(cx, w, 1, &c);
+  IrValue *b = fe_in(cx, 2) ? farg(cx, 2) : NULL;
+  if (fe_in(cx, 2) && !b)
+    return -1;
+  if (!b) {
+    FeConst *z = fe_const_new(cx, FE_FLOAT, 1, &c);
+    b = z ? fe_const_value(cx, z, "layernorm.zeros") : NULL;
+  }
+  b = reshape(cx, b, 1, &c);
+  if (!w || !b)
+    return -1;
+  IrValue *in[3] = {x, w, b};
+  IrNode *n = node(cx, OP_LAYERNORM, in, 3, 1);
+  ir_set_float(cx->g, n, "eps", eps);
+  fe_set_unsupported(cx, 1, "the Mean output of LayerNormalization");
+  fe_set_unsupported(cx, 2, "the InvStdDev output of LayerNormalization");
+  return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
+// Dropout(x, ratio, training_mode): the identity unless training_mode is
+// true and ratio > 0; then seeded dropout (the mask output is not computed).
+int fe_conv_Dropout(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0);
+  double ratio = 0.5, training = 0;
+  FeConst *k;
+  if (!x)
+    return -1;
+  if (fe_in(cx, 2) && (!(k = known_arg(cx, 2, "training_mode")) ||
+                       fe_const_scalar(cx, k, "training_mode", &training)))
+    return -1;
+  if (fe_in(cx, 1) && (!(k = known_arg(cx, 1, "ratio")) || fe_const_scalar(cx, k, "ratio", &ratio)))
+    return -1;
+  fe_set_unsupported(cx, 1, "the mask output of Dropout");
+  if (!training || ratio == 0.0)
+    return set(cx, x);
+  if (!(ratio > 0 && ratio < 1))
+    return fe_err(cx, "ratio %g must be in [0, 1)", ratio);
+  IrValue *step = fe_dropout_step(cx);
+  IrValue *in[2] = {x, step};
+  if (!step)
+    return -1;
+  IrNode *n = node(cx, OP_DROPOUT, in, 2, 1);
+  ir_set_float(cx->g, n, "ratio", ratio);
+  ir_set_int(cx->g, n, "seed", (int64_t)(cx->opt->seed & 0x7fffffff));
+  ir_set_int(cx->g, n, "key", cx->node_index);
+  return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
+// ---- losses -----------------------------------------------------------------------------------------
+
+// The (N, C, d1, ...) scores of an ONNX loss as (N, d1, ..., C) for mtc's
+// last-dim ops; labels (N, d1, ...) are i32 class indices in [0, C).
+static int loss_operands(FeOnnx *cx, IrValue **scores, IrValue **labels) {
+  IrValue *x = farg(cx, 0), *t = x ? arg(cx, 1) : NULL;
+  if (!t)
+    return -1;
+  if (x->rank < 2)
+    return fe_err(cx, "scores must be (N, C) or (N, C, d1, ...)");
+  if (t->dtype != DT_I32)
+    return fe_err(cx, "labels must be integers");
+  if (fe_in(cx, 2))
+    return fe_err(cx, "class weights are not supported");
+  *scores = x->rank > 2 ? axis_last(cx, x, 1, false) : x;
+  *labels = t;
+  fe_note_use(cx, t, FE_USE_LABELS, x->shape[1]);
+  return *scores ? 0 : -1;
+}
+
+// reduction mean|sum (none is not a training loss) and ignore_index
+static IrValue *nll(FeOnnx *cx, IrValue *logp, IrValue *labels) {
+  const char *red;
+  int64_t ignore;
+  if (fe_attr_str(cx, "reduction", "mean", &red) || fe_attr_int(cx, "ignore_index", -1, &ignore))
+    return NULL;
+  if (strcmp(red, "mean") && strcmp(red, "sum"))
+    return fe_err(cx, "reduction '%s' is not supported (mean, sum)", red), NULL;
+  IrValue *in[2] = {logp, labels};
+  IrNode *n = node(cx, OP_NLL_LOSS, in, 2, 1);
+  if (!strcmp(red, "sum"))
+    ir_set_int(cx->g, n, "sum", 1);
+  ir_set_int(cx->g, n, "ignore_index", ignore);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+// SoftmaxCrossEntropyLoss = NLL of log_softmax (fused back into
+// cross_entropy by the fusion pass). Output 1, when read, is the log_softmax.
+int fe_conv_SoftmaxCrossEntropyLoss(FeOnnx *cx) {
+  IrValue *x, *t;
+  if (loss_operands(cx, &x, &t))
+    return -1;
+  IrValue *lp = fe_op(cx, OP_LOG_SOFTMAX, x, NULL);
+  if (!lp || set(cx, nll(cx, lp, t)))
+    return -1;
+  if (!fe_out_wanted(cx, 1))
+    return 0;
+  return fe_set_value(cx, 1, lp->rank > 2 ? axis_last(cx, lp, 1, true) : lp);
+}
+
+int fe_conv_NegativeLogLikelihoodLoss(FeOnnx *cx) {
+  IrValue *x, *t;
+  return loss_operands(cx, &x, &t) ? -1 : set(cx, nll(cx, x, t));
+}

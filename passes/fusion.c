@@ -1,0 +1,459 @@
+// Fusion: known subgraphs become fused ops before autodiff, so the backward
+// uses fused gradients (one layernorm_bwd instead of a dozen elementwise
+// ones) and the emitted program calls one kernel per pattern. The patterns
+// are what exporters (torch.onnx) write for the common layers:
+//
+//   layernorm      mean(x) -> sub -> pow 2 -> mean -> + eps -> sqrt -> div
+//                  -> * w -> + b                         (LayerNorm below opset 17)
+//   gelu           x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+//   gelu_erf       x/2 * (1 + erf(x / sqrt(2)))
+//   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none
+//   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
+//
+// Two clean-ups come first, because the patterns rely on them: a scale of a
+// scale is one scale, and a matmul reads a transposed operand directly (ta,
+// tb) instead of through a transpose of its last two dims.
+//
+// A rewrite builds the fused node in the place of the pattern's last node,
+// and the fused node takes over that node's output value, so every reader
+// is unchanged. Nodes whose outputs nobody reads any more (the pattern's
+// inner nodes, a mask constant) are removed at the end, and the ids are
+// renumbered, so the graph stays valid for the verifier.
+#include "passes.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- matching helpers -------------------------------------------------------------------------
+
+// v's producer when it is op, else NULL.
+static IrNode *made_by(const IrValue *v, IrOp op) {
+  return v && v->producer && v->producer->op == op ? v->producer : NULL;
+}
+
+// Equal within float32 rounding (the exporters write constants as float32).
+static bool near(double a, double b) { return fabs(a - b) <= 1e-6 * fmax(1.0, fabs(b)); }
+
+// v = s * x + b for these s and b: x.
+static IrValue *scale_of(const IrValue *v, double s, double b) {
+  IrNode *n = made_by(v, OP_SCALE);
+  if (!n || !near(ir_attr_float(n, "s", 1.0), s) || !near(ir_attr_float(n, "b", 0.0), b))
+    return NULL;
+  return n->in[0];
+}
+
+// v = a op b in either order with one side `side`: the other side.
+static IrValue *other_side(const IrValue *v, IrOp op, const IrValue *side) {
+  IrNode *n = made_by(v, op);
+  if (!n)
+    return NULL;
+  return n->in[0] == side ? n->in[1] : n->in[1] == side ? n->in[0] : NULL;
+}
+
+static bool is_last_axis_mean(const IrNode *n, const IrValue *x) {
+  const IrAttr *axes = n ? ir_attr(n, "axes") : NULL;
+  if (!n || n->op != OP_MEAN || !axes || axes->n != 1 || !ir_attr_int(n, "keepdims", 0))
+    return false;
+  return axes->ints[0] == x->rank - 1 || axes->ints[0] == -1;
+}
+
+// A [C] vector where C is x's last dim.
+static bool is_channel_vector(const IrValue *v, const IrValue *x) {
+  return v->rank == 1 && v->dtype == DT_F32 && sym_eq(v->shape[0], x->shape[x->rank - 1]);
+}
+
+// ---- rewriting --------------------------------------------------------------------------------
+
+typedef struct Fuser {
+  IrGraph *g;
+  IrDiag *d;
+  int err;
+} Fuser;
+
+// A node of op over `in` in the place of `old`, producing old's output.
+static IrNode *replace(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, int nin) {
+  IrGraph *g = F->g;
+  g->cur_phase = old->phase;
+  g->cur_block = old->block;
+  g->cur_loc = old->loc;
+  IrNode *n = ir_node_new(g, op, in, nin, 0);
+  g->nnodes--; // it takes old's slot, not the end
+  n->id = old->id;
+  g->nodes[n->id] = n;
+  n->nout = 1;
+  n->out[0] = old->out[0];
+  n->out[0]->producer = n;
+  return n;
+}
+
+// A new node (one fresh output) inserted just before position `at`.
+static IrNode *insert(Fuser *F, int at, IrOp op, IrValue *const *in, int nin) {
+  IrGraph *g = F->g;
+  const IrNode *next = g->nodes[at];
+  g->cur_phase = next->phase;
+  g->cur_block = next->block;
+  g->cur_loc = next->loc;
+  IrNode *n = ir_node_new(g, op, in, nin, 1);
+  memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(g->nnodes - 1 - at) * sizeof *g->nodes);
+  g->nodes[at] = n;
+  for (int i = at; i < g->nnodes; i++)
+    g->nodes[i]->id = i;
+  return n;
+}
+
+static bool check(Fuser *F, IrNode *n) {
+  if (!F->err && ir_infer(F->g, n, F->d))
+    F->err = -1;
+  return !F->err;
+}
+
+// ---- clean-ups ----------------------------------------------------------------------------------
+
+// scale(scale(x, s1, b1), s2, b2) = scale(x, s1*s2, s2*b1 + b2)
+static bool merge_scales(Fuser *F, IrNode *n) {
+  IrNode *in = made_by(n->in[0], OP_SCALE);
+  if (n->op != OP_SCALE || !in)
+    return false;
+  double s1 = ir_attr_float(in, "s", 1.0), b1 = ir_attr_float(in, "b", 0.0);
+  double s2 = ir_attr_float(n, "s", 1.0), b2 = ir_attr_float(n, "b", 0.0);
+  IrNode *m = replace(F, n, OP_SCALE, &in->in[0], 1);
+  ir_set_float(F->g, m, "s", s1 * s2);
+  if (s2 * b1 + b2 != 0.0)
+    ir_set_float(F->g, m, "b", s2 * b1 + b2);
+  return check(F, m);
+}
+
+// If perm swaps the last two dims (whatever it does to the others), the
+// permutation without that swap; false otherwise.
+static bool swaps_last_two(const IrAttr *perm, int64_t *rest, bool *identity) {
+  int r = perm->n;
+  if (r < 2 || perm->ints[r - 1] == r - 1 || perm->ints[r - 2] == r - 2)
+    return false;
+  memcpy(rest, perm->ints, (size_t)r * sizeof *rest);
+  rest[r - 1] = perm->ints[r - 2];
+  rest[r - 2] = perm->ints[r - 1];
+  *identity = true;
+  for (int i = 0; i < r; i++)
+    *identity &= rest[i] == i;
+  return true;
+}
+
+// matmul(transpose(a), transpose(b)) reads a and b transposed (ta, tb);
+// other dims the transpose moved stay in a smaller transpose.
+static bool absorb_transposes(Fuser *F, IrNode *n) {
+  if (n->op != OP_MATMUL || ir_attr_int(n, "sum_batch", 0))
+    return false;
+  IrValue *in[2] = {n->in[0], n->in[1]};
+  int64_t t[2] = {ir_attr_int(n, "ta", 0), ir_attr_int(n, "tb", 0)};
+  bool changed = false;
+  for (int i = 0; i < 2; i++) {
+    IrNode *tr = made_by(in[i], OP_TRANSPOSE);
+    int64_t rest[IR_MAXRANK];
+    bool identity;
+    if (!tr || !swaps_last_two(ir_attr(tr, "perm"), rest, &identity))
+      continue;
+    if (identity) {
+      in[i] = tr->in[0];
+    } else {
+      IrNode *smaller = insert(F, n->id, OP_TRANSPOSE, &tr->in[0], 1);
+      ir_set_ints(F->g, smaller, "perm", rest, tr->in[0]->rank);
+      if (!check(F, smaller))
+        return false;
+      in[i] = smaller->out[0];
+    }
+    t[i] = !t[i];
+    changed = true;
+  }
+  if (!changed)
+    return false;
+  IrNode *m = replace(F, n, OP_MATMUL, in, 2);
+  if (t[0])
+    ir_set_int(F->g, m, "ta", 1);
+  if (t[1])
+    ir_set_int(F->g, m, "tb", 1);
+  return check(F, m);
+}
+
+// ---- layernorm ----------------------------------------------------------------------------------
+
+// add(mul(div(x - mean(x), sqrt(mean((x - mean(x))^2) + eps)), w), b)
+static bool fuse_layernorm(Fuser *F, IrNode *n) {
+  if (n->op != OP_ADD)
+    return false;
+  for (int side = 0; side < 2; side++) {
+    IrValue *b = n->in[1 - side];
+    IrNode *mul = made_by(n->in[side], OP_MUL);
+    for (int ws = 0; mul && ws < 2; ws++) {
+      IrValue *w = mul->in[1 - ws];
+      IrNode *div = made_by(mul->in[ws], OP_DIV);
+      IrNode *sq = div ? made_by(div->in[1], OP_SQRT) : NULL;
+      IrNode *eps = sq ? made_by(sq->in[0], OP_SCALE) : NULL;
+      IrNode *var = eps && near(ir_attr_float(eps, "s", 1.0), 1.0) ? eps->in[0]->producer : NULL;
+      IrNode *pw = var ? var->in[0]->producer : NULL;
+      IrNode *sub = div ? made_by(div->in[0], OP_SUB) : NULL;
+      if (!sub || !pw || !(pw->op == OP_POW ? near(ir_attr_float(pw, "p", 1.0), 2.0)
+                                            : pw->op == OP_MUL && pw->in[0] == pw->in[1]))
+        continue;
+      IrValue *x = sub->in[0];
+      IrNode *mean = sub->in[1]->producer;
+      if (pw->in[0] != sub->out[0] || !is_last_axis_mean(var, x) || !is_last_axis_mean(mean, x) ||
+          mean->in[0] != x || !is_channel_vector(w, x) || !is_channel_vector(b, x) ||
+          !(ir_attr_float(eps, "b", 0.0) > 0))
+        continue;
+      IrValue *in[3] = {x, w, b};
+      IrNode *ln = replace(F, n, OP_LAYERNORM, in, 3);
+      ir_set_float(F->g, ln, "eps", ir_attr_float(eps, "b", 0.0));
+      return check(F, ln);
+    }
+  }
+  return false;
+}
+
+// ---- GELU ---------------------------------------------------------------------------------------
+
+// x^3 as pow(x, 3), x * (x * x) or (x * x) * x.
+static bool is_cube_of(const IrValue *v, const IrValue *x) {
+  IrNode *p = made_by(v, OP_POW);
+  if (p)
+    return p->in[0] == x && near(ir_attr_float(p, "p", 1.0), 3.0);
+  IrNode *m = made_by(v, OP_MUL);
+  if (!m)
+    return false;
+  for (int i = 0; i < 2; i++) {
+    IrNode *sq = made_by(m->in[1 - i], OP_MUL);
+    if (m->in[i] == x && sq && sq->in[0] == x && sq->in[1] == x)
+      return true;
+  }
+  return false;
+}
+
+// The argument of GELU when t = 1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)), else NULL.
+static IrValue *tanh_gelu_arg(const IrValue *t, const IrValue *x) {
+  IrNode *th = made_by(scale_of(t, 1.0, 1.0), OP_TANH);
+  IrValue *inner = th ? scale_of(th->in[0], 0.7978845608028654, 0.0) : NULL;
+  IrValue *cube_term = inner ? other_side(inner, OP_ADD, x) : NULL;
+  IrValue *cube = cube_term ? scale_of(cube_term, 0.044715, 0.0) : NULL;
+  return cube && is_cube_of(cube, x) ? (IrValue *)x : NULL;
+}
+
+// The argument when t = 1 + erf(x / sqrt(2)), else NULL.
+static IrValue *erf_gelu_arg(const IrValue *t, const IrValue *x) {
+  IrNode *er = made_by(scale_of(t, 1.0, 1.0), OP_ERF);
+  return er && scale_of(er->in[0], 0.7071067811865476, 0.0) == x ? (IrValue *)x : NULL;
+}
+
+// n = x/2 * t in one of the ways exporters write it: scale(x * t, 0.5),
+// scale(x, 0.5) * t (either order). Calls try(t, x) for each reading.
+static bool gelu_shape(Fuser *F, IrNode *n, IrOp fused, IrValue *(*arg)(const IrValue *, const IrValue *)) {
+  IrNode *prod = n->op == OP_SCALE && near(ir_attr_float(n, "s", 1.0), 0.5) &&
+                         ir_attr_float(n, "b", 0.0) == 0.0
+                     ? made_by(n->in[0], OP_MUL)
+                     : NULL;
+  for (int i = 0; i < 2; i++) {
+    IrValue *x = NULL;
+    if (prod) // scale(x * t, 0.5)
+      x = arg(prod->in[1 - i], prod->in[i]);
+    else if (n->op == OP_MUL && scale_of(n->in[i], 0.5, 0.0)) // scale(x, 0.5) * t
+      x = arg(n->in[1 - i], scale_of(n->in[i], 0.5, 0.0));
+    if (x)
+      return check(F, replace(F, n, fused, &x, 1));
+  }
+  return false;
+}
+
+static bool fuse_gelu(Fuser *F, IrNode *n) {
+  return gelu_shape(F, n, OP_GELU, tanh_gelu_arg) || gelu_shape(F, n, OP_GELU_ERF, erf_gelu_arg);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+// mask[.., i, j] (broadcast over the leading dims) is set exactly where j > i:
+// i32 (nonzero = masked) or f32 (-inf = masked, 0 = kept).
+static bool is_causal_mask(const IrGraph *g, const IrValue *m, int64_t t) {
+  if (m->role != ROLE_CONST || !m->data || m->rank < 2)
+    return false;
+  int64_t r, c, n = 1, lead = 1;
+  if (sym_eval(m->shape[m->rank - 2], &g->syms, &r) || sym_eval(m->shape[m->rank - 1], &g->syms, &c) ||
+      r != t || c != t)
+    return false;
+  for (int i = 0; i < m->rank - 2; i++) {
+    int64_t d;
+    if (sym_eval(m->shape[i], &g->syms, &d))
+      return false;
+    lead *= d;
+  }
+  n = lead * t * t;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = (k / t) % t, j = k % t;
+    bool masked = m->dtype == DT_I32 ? ((const int32_t *)m->data)[k] != 0
+                                     : ((const float *)m->data)[k] == -INFINITY;
+    bool kept_ok = m->dtype == DT_I32 || masked || ((const float *)m->data)[k] == 0.0f;
+    if (masked != (j > i) || !kept_ok)
+      return false;
+  }
+  return true;
+}
+
+// The scores before the mask: s = masked_fill(x, causal) value=-inf, or
+// x + causal (-inf/0), or x itself (*causal = 0). NULL when the mask is
+// something else.
+static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal) {
+  IrNode *mf = made_by(s, OP_MASKED_FILL);
+  *causal = 1;
+  if (mf) {
+    double v = ir_attr_float(mf, "value", 0.0);
+    return isinf(v) && v < 0 && is_causal_mask(g, mf->in[1], t) ? mf->in[0] : NULL;
+  }
+  IrNode *add = made_by(s, OP_ADD);
+  for (int i = 0; add && i < 2; i++)
+    if (add->in[1 - i]->role == ROLE_CONST && is_causal_mask(g, add->in[1 - i], t) &&
+        ir_same_shape(add->in[i], s))
+      return add->in[i];
+  *causal = 0;
+  return s;
+}
+
+// matmul(softmax(mask(c * matmul(a * q, k, tb=1))), v) -> attention(q', k, v)
+// where q' = q scaled so that the op's own 1/sqrt(HS) gives a*c.
+static bool fuse_attention(Fuser *F, IrNode *n) {
+  if (n->op != OP_MATMUL || ir_attr_int(n, "ta", 0) || ir_attr_int(n, "tb", 0) ||
+      ir_attr_int(n, "sum_batch", 0))
+    return false;
+  IrNode *sm = made_by(n->in[0], OP_SOFTMAX);
+  IrValue *v = n->in[1];
+  if (!sm || v->rank < 2)
+    return false;
+  int64_t t;
+  if (sym_eval(v->shape[v->rank - 2], &F->g->syms, &t))
+    return false;
+  int causal;
+  IrValue *s = unmask(F->g, sm->in[0], t, &causal);
+  double c = 1.0;
+  IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
+  if (sc && ir_attr_float(sc, "b", 0.0) == 0.0) {
+    c = ir_attr_float(sc, "s", 1.0);
+    s = sc->in[0];
+  }
+  IrNode *qk = s ? made_by(s, OP_MATMUL) : NULL;
+  if (!qk || ir_attr_int(qk, "ta", 0) || !ir_attr_int(qk, "tb", 0) || ir_attr_int(qk, "sum_batch", 0))
+    return false;
+  IrValue *q = qk->in[0], *k = qk->in[1];
+  IrNode *qs = made_by(q, OP_SCALE);
+  if (qs && ir_attr_float(qs, "b", 0.0) == 0.0) {
+    c *= ir_attr_float(qs, "s", 1.0);
+    q = qs->in[0];
+  }
+  if (!ir_same_shape(q, k) || !ir_same_shape(q, v))
+    return false;
+  int64_t hs;
+  if (sym_eval(q->shape[q->rank - 1], &F->g->syms, &hs) || hs <= 0)
+    return false;
+  double want = 1.0 / sqrt((double)hs);
+  if (!near(c, want)) { // the op scales by 1/sqrt(HS): pre-scale q by the rest
+    IrNode *pre = insert(F, n->id, OP_SCALE, &q, 1);
+    ir_set_float(F->g, pre, "s", c / want);
+    if (!check(F, pre))
+      return false;
+    q = pre->out[0];
+  }
+  IrValue *in[3] = {q, k, v};
+  IrNode *at = replace(F, n, OP_ATTENTION, in, 3);
+  ir_set_int(F->g, at, "causal", causal);
+  return check(F, at);
+}
+
+// ---- cross-entropy --------------------------------------------------------------------------------
+
+// nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t), mean over
+// rows -> cross_entropy(x, t). (cross_entropy has no ignore_index: the
+// labels are class indices.)
+static bool fuse_cross_entropy(Fuser *F, IrNode *n) {
+  if (n->op != OP_NLL_LOSS || ir_attr_int(n, "sum", 0))
+    return false;
+  IrNode *ls = made_by(n->in[0], OP_LOG_SOFTMAX), *lg = made_by(n->in[0], OP_LOG);
+  IrNode *sm = lg ? made_by(lg->in[0], OP_SOFTMAX) : NULL;
+  IrValue *x = ls ? ls->in[0] : sm ? sm->in[0] : NULL;
+  if (!x)
+    return false;
+  IrValue *in[2] = {x, n->in[1]};
+  return check(F, replace(F, n, OP_CROSS_ENTROPY, in, 2));
+}
+
+// ---- dead nodes -----------------------------------------------------------------------------------
+
+// Remove nodes whose outputs nobody reads (nodes without outputs, such as
+// the dropout tick, stay), then values no node makes or reads: the dead
+// nodes' outputs, the replaced nodes' orphans, unused constants.
+static void remove_dead(IrGraph *g) {
+  int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
+  bool *made = calloc((size_t)g->nvalues + 1, sizeof *made);
+  IR_ASSERT(reads && made);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      reads[g->nodes[i]->in[k]->id]++;
+  reads[g->loss->id]++;
+  int kept = 0;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    IrNode *n = g->nodes[i];
+    bool live = n->nout == 0;
+    for (int k = 0; k < n->nout; k++)
+      live |= reads[n->out[k]->id] > 0;
+    if (!live) {
+      for (int k = 0; k < n->nin; k++)
+        reads[n->in[k]->id]--;
+      g->nodes[i] = NULL;
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]) {
+      g->nodes[kept] = g->nodes[i];
+      g->nodes[kept]->id = kept;
+      for (int k = 0; k < g->nodes[kept]->nout; k++)
+        made[g->nodes[kept]->out[k]->id] = true;
+      kept++;
+    }
+  g->nnodes = kept;
+  kept = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i];
+    bool keep = made[i] || (!v->producer && v->role != ROLE_ACT && v->role != ROLE_GRAD &&
+                            (v->role != ROLE_CONST || reads[i] > 0));
+    if (keep) {
+      v->id = kept;
+      g->values[kept++] = v;
+    }
+  }
+  g->nvalues = kept;
+  free(reads);
+  free(made);
+}
+
+// ---- the pass -------------------------------------------------------------------------------------
+
+typedef bool Rewrite(Fuser *F, IrNode *n);
+static Rewrite *const rewrites[] = {merge_scales, absorb_transposes, fuse_layernorm,
+                                    fuse_gelu, fuse_attention, fuse_cross_entropy};
+
+int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {
+  if (ctx->opt.no_fusion || !g->loss)
+    return 0;
+  Fuser F = {.g = g, .d = ctx->diag};
+  int rewritten = 0;
+  for (int i = 0; i < g->nnodes && !F.err; i++) {
+    if (g->nodes[i]->phase != PHASE_FORWARD)
+      continue;
+    for (size_t r = 0; r < sizeof rewrites / sizeof rewrites[0] && !F.err; r++)
+      while (!F.err && rewrites[r](&F, g->nodes[i])) // the new node may match again
+        rewritten++;
+  }
+  g->cur_phase = PHASE_FORWARD;
+  g->cur_block = 0;
+  g->cur_loc = (IrLoc){0};
+  if (F.err)
+    return -1;
+  int before = g->nnodes;
+  remove_dead(g);
+  *changed = rewritten > 0 || g->nnodes != before;
+  return 0;
+}

@@ -1,0 +1,272 @@
+// The cluster model: a built-in table of devices, clusters of one device
+// type from command-line flags, and heterogeneous clusters (groups of
+// devices) from a JSON file.
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cjson/cJSON.h>
+
+#include "internal.h"
+
+#define GB 1e9
+#define TF 1e12
+#define MiB (1024.0 * 1024.0)
+
+// Datasheet numbers (REFERENCES.md section 6; dense, no sparsity). Links are
+// per GPU and per direction: NVLink 3 = 600 GB/s bidirectional -> 300; PCIe
+// Gen3/4/5 x16 = 16/32/64 GB/s. Inter-node: the GPU's NIC (EDR 100, HDR 200,
+// NDR 400 Gb/s; consumer and L4 servers: a 25 Gb/s share of Ethernet). Host
+// memory is a typical server's CPU memory divided by its GPUs; CPU AdamW runs
+// at about 4e9 parameters/s per 8-GPU server (ZeRO-Offload's CPU-Adam). The
+// cost model applies efficiency factors to all of these (cost.c).
+static const SvDevice devices[] = {
+    // name          bf16 (fp16)  fp32       memory        HBM         intra     inter
+    //                                                     host        host mem   CPU AdamW
+    {"V100-32GB",    125 * TF,  15.7 * TF, 32 * GiB,      900 * GB,   150 * GB, 12.5 * GB,
+                                                           16 * GB,    128 * GiB, 5e8},
+    {"A100-40GB",    312 * TF,  19.5 * TF, 40 * GiB,      1555 * GB,  300 * GB, 25 * GB,
+                                                           32 * GB,    128 * GiB, 5e8},
+    {"A100-80GB",    312 * TF,  19.5 * TF, 80 * GiB,      2039 * GB,  300 * GB, 25 * GB,
+                                                           32 * GB,    256 * GiB, 5e8},
+    {"H100-80GB",    989 * TF,  67 * TF,   80 * GiB,      3350 * GB,  450 * GB, 50 * GB,
+                                                           64 * GB,    256 * GiB, 5e8},
+    {"H200-141GB",   989 * TF,  67 * TF,   143771 * MiB,  4800 * GB,  450 * GB, 50 * GB,
+                                                           64 * GB,    256 * GiB, 5e8},
+    {"L4-24GB",      121 * TF,  30.3 * TF, 23034 * MiB,   300 * GB,   32 * GB,  3.125 * GB,
+                                                           32 * GB,    64 * GiB,  5e8},
+    {"RTX4090-24GB", 165 * TF,  82.6 * TF, 24564 * MiB,   1008 * GB,  32 * GB,  3.125 * GB,
+                                                           32 * GB,    64 * GiB,  3e8},
+};
+#define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
+
+int sv_device_count(void) { return NDEVICES; }
+const SvDevice *sv_device_at(int i) { return i >= 0 && i < NDEVICES ? &devices[i] : NULL; }
+
+const SvDevice *sv_device_find(const char *name) {
+  for (int i = 0; i < NDEVICES; i++)
+    if (!strcasecmp(devices[i].name, name))
+      return &devices[i];
+  // "H100" alone names the only H100 entry
+  const SvDevice *hit = NULL;
+  size_t n = strlen(name);
+  for (int i = 0; i < NDEVICES; i++)
+    if (n > 0 && !strncasecmp(devices[i].name, name, n) && devices[i].name[n] == '-') {
+      if (hit)
+        return NULL;
+      hit = &devices[i];
+    }
+  return hit;
+}
+
+const char *sv_device_names(void) {
+  static char buf[256];
+  if (!buf[0])
+    for (int i = 0; i < NDEVICES; i++) {
+      strcat(buf, devices[i].name);
+      if (i + 1 < NDEVICES)
+        strcat(buf, ", ");
+    }
+  return buf;
+}
+
+int sv_parse_size(const char *s, double *bytes) {
+  char *end;
+  errno = 0;
+  double x = strtod(s, &end);
+  if (end == s || errno || !(x >= 0) || !isfinite(x))
+    return -1;
+  while (*end == ' ')
+    end++;
+  double unit = 1;
+  static const struct { const char *suffix; double unit; } units[] = {
+      {"", 1},          {"B", 1},          {"K", 1e3},        {"KB", 1e3},       {"KiB", 1024.0},
+      {"M", 1e6},       {"MB", 1e6},       {"MiB", MiB},      {"G", 1e9},        {"GB", 1e9},
+      {"GiB", GiB},     {"T", 1e12},       {"TB", 1e12},      {"TiB", GiB * 1024.0},
+  };
+  bool found = false;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (!strcasecmp(end, units[i].suffix)) {
+      unit = units[i].unit;
+      found = true;
+      break;
+    }
+  if (!found)
+    return -1;
+  *bytes = x * unit;
+  return 0;
+}
+
+int sv_cluster_gpus(const SvCluster *c) {
+  int n = 0;
+  for (int i = 0; i < c->ngroups; i++)
+    n += c->group[i].count;
+  return n;
+}
+
+static void group_init(SvGroup *gr, const SvDevice *dev, int count) {
+  memset(gr, 0, sizeof *gr);
+  snprintf(gr->name, sizeof gr->name, "%s", dev->name);
+  gr->dev = *dev;
+  gr->count = count;
+  gr->per_node = count < 8 ? count : 8;
+  gr->reserve = 2 * GiB;   // Elixir's rule: the GPU's memory minus 2 GiB holds the training state
+}
+
+int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, double mem,
+                      double intra_bw, double inter_bw, IrDiag *d) {
+  const SvDevice *dev = sv_device_find(gpu);
+  if (!dev)
+    return ir_error(d, (IrLoc){0}, "unknown GPU '%s' (known: %s)", gpu, sv_device_names());
+  if (count < 1 || count > 65536)
+    return ir_error(d, (IrLoc){0}, "--gpus %d: give between 1 and 65536 GPUs", count);
+  memset(c, 0, sizeof *c);
+  c->ngroups = 1;
+  SvGroup *gr = &c->group[0];
+  group_init(gr, dev, count);
+  if (per_node > 0)
+    gr->per_node = per_node < count ? per_node : count;
+  if (mem > 0)
+    gr->dev.mem = mem;
+  if (intra_bw > 0)
+    gr->dev.intra_bw = intra_bw;
+  if (inter_bw > 0)
+    gr->dev.inter_bw = inter_bw;
+  if (gr->dev.mem <= gr->reserve)
+    gr->reserve = gr->dev.mem / 8;
+  return 0;
+}
+
+// ---- JSON cluster files -------------------------------------------------------------------------
+
+// A size or a bandwidth: a number, or a string like "40GiB" / "25GB".
+static int json_size(const cJSON *o, const char *key, double *out, const char *where, IrDiag *d) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v)
+    return 0;
+  if (cJSON_IsNumber(v) && v->valuedouble > 0) {
+    *out = v->valuedouble;
+    return 0;
+  }
+  if (cJSON_IsString(v) && !sv_parse_size(v->valuestring, out) && *out > 0)
+    return 0;
+  return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a positive number or a size like \"40GiB\"",
+                  where, key);
+}
+
+static int json_int(const cJSON *o, const char *key, int *out, const char *where, IrDiag *d) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v)
+    return 0;
+  if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65536 ||
+      v->valuedouble != floor(v->valuedouble))
+    return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a whole number from 1 to 65536", where,
+                    key);
+  *out = (int)v->valuedouble;
+  return 0;
+}
+
+static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d) {
+  static const char *known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
+                                "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
+                                "host_bw", "host_mem", "cpu_adam", NULL};
+  if (!cJSON_IsObject(o))
+    return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
+  for (const cJSON *it = o->child; it; it = it->next) {
+    bool ok = false;
+    for (int i = 0; known[i]; i++)
+      ok |= !strcmp(it->string, known[i]);
+    if (!ok)
+      return ir_error(d, (IrLoc){0}, "%s: unknown key \"%s\"", where, it->string);
+  }
+  const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
+  if (!cJSON_IsString(gpu))
+    return ir_error(d, (IrLoc){0}, "%s: \"gpu\" must name a device (%s)", where,
+                    sv_device_names());
+  const SvDevice *dev = sv_device_find(gpu->valuestring);
+  if (!dev)
+    return ir_error(d, (IrLoc){0}, "%s: unknown gpu '%s' (known: %s)", where, gpu->valuestring,
+                    sv_device_names());
+  int count = 0;
+  if (json_int(o, "count", &count, where, d))
+    return -1;
+  if (count < 1)
+    return ir_error(d, (IrLoc){0}, "%s: \"count\" (the number of GPUs) is required", where);
+  group_init(gr, dev, count);
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+  if (name && !cJSON_IsString(name))
+    return ir_error(d, (IrLoc){0}, "%s: \"name\" must be a string", where);
+  if (name)
+    snprintf(gr->name, sizeof gr->name, "%s", name->valuestring);
+  SvDevice *v = &gr->dev;
+  if (json_int(o, "gpus_per_node", &gr->per_node, where, d) ||
+      json_size(o, "mem", &v->mem, where, d) || json_size(o, "reserve", &gr->reserve, where, d) ||
+      json_size(o, "flops_bf16", &v->flops_bf16, where, d) ||
+      json_size(o, "flops_fp32", &v->flops_fp32, where, d) ||
+      json_size(o, "hbm_bw", &v->hbm_bw, where, d) ||
+      json_size(o, "intra_bw", &v->intra_bw, where, d) ||
+      json_size(o, "inter_bw", &v->inter_bw, where, d) ||
+      json_size(o, "host_bw", &v->host_bw, where, d) ||
+      json_size(o, "host_mem", &v->host_mem, where, d) ||
+      json_size(o, "cpu_adam", &v->cpu_adam, where, d))
+    return -1;
+  if (gr->per_node > count)
+    gr->per_node = count;
+  if (gr->reserve >= v->mem)
+    return ir_error(d, (IrLoc){0}, "%s: the reserve (%.1f GiB) leaves nothing of %.1f GiB", where,
+                    gr->reserve / GiB, v->mem / GiB);
+  return 0;
+}
+
+int sv_cluster_parse(SvCluster *c, const char *json, const char *path, IrDiag *d) {
+  memset(c, 0, sizeof *c);
+  cJSON *root = cJSON_Parse(json);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    int line = 1;
+    for (const char *s = json; at && s < at; s++)
+      line += *s == '\n';
+    return ir_error(d, (IrLoc){0}, "%s:%d: not valid JSON", path, line);
+  }
+  int rc = 0;
+  const cJSON *groups = cJSON_GetObjectItemCaseSensitive(root, "groups");
+  int n = cJSON_GetArraySize(groups);
+  if (!cJSON_IsArray(groups) || n < 1) {
+    rc = ir_error(d, (IrLoc){0},
+                  "%s: needs \"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 8}, ...]", path);
+  } else if (n > SV_MAXGROUPS) {
+    rc = ir_error(d, (IrLoc){0}, "%s: %d groups; at most %d", path, n, SV_MAXGROUPS);
+  } else {
+    for (int i = 0; i < n && !rc; i++) {
+      char where[512];
+      snprintf(where, sizeof where, "%s: groups[%d]", path, i);
+      rc = parse_group(&c->group[i], cJSON_GetArrayItem(groups, i), where, d);
+    }
+    c->ngroups = n;
+  }
+  if (!rc)
+    rc = json_size(root, "cross_bw", &c->cross_bw, path, d);
+  cJSON_Delete(root);
+  return rc;
+}
+
+int sv_cluster_load(SvCluster *c, const char *path, IrDiag *d) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return ir_error(d, (IrLoc){0}, "cannot read %s: %s", path, strerror(errno));
+  char *buf = malloc(1 << 20);
+  size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+  bool big = !feof(f);
+  fclose(f);
+  if (!buf || big) {
+    free(buf);
+    return ir_error(d, (IrLoc){0}, "%s: a cluster file is at most 1 MiB", path);
+  }
+  buf[n] = '\0';
+  int rc = sv_cluster_parse(c, buf, path, d);
+  free(buf);
+  return rc;
+}

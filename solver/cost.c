@@ -1,0 +1,709 @@
+// The cost model.
+//
+// Part 1 reads the training graph (after autodiff and the optimizer pass)
+// and writes, per block, formulas in the model's symbols: parameters,
+// optimizer state, FLOPs, the activations backward reads, what a
+// checkpointed block keeps, backward temporaries, and the traffic of tensor
+// parallelism. Nothing is run; the formulas are evaluated under bindings.
+//
+// Part 2 prices one joint choice (layout, checkpointing, ZeRO stage, offload
+// share) of one block on one device: seconds per micro-batch and per step,
+// bytes held all step and at the block's peak. Compute is a roofline per op;
+// collectives are alpha-beta ring costs; communication that can run beside
+// compute (data-parallel reductions, ZeRO gathers, offload copies) is
+// exposed only where it exceeds the compute it hides behind.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+// Efficiency factors (of the datasheet numbers in cluster.c). A measured
+// profile can replace them later; REFERENCES.md section 6 has the evidence:
+// an H200 runs bf16 GEMMs at 790 of 989 TFLOP/s and copies at 4.3 of 4.8 TB/s,
+// and whole training steps reach 45-56% of peak.
+#define EFF_GEMM 0.70      // matmuls, of peak FLOP/s
+#define EFF_ATTN 0.45      // fused attention
+#define EFF_SIMT 0.50      // other ops' arithmetic, of fp32 FLOP/s
+#define EFF_HBM 0.80       // memory-bound ops, of HBM bandwidth
+#define EFF_LINK 0.80      // NCCL bus bandwidth, of the link
+#define EFF_PCIE 0.80      // GPU <-> CPU copies
+#define LAUNCH 4e-6        // seconds per kernel
+#define ALPHA_INTRA 10e-6  // seconds per collective inside a node
+#define ALPHA_INTER 25e-6  // ... between nodes
+#define OVERLAP 0.8        // share of the compute beside it that communication can hide behind
+
+// ---- formulas from the graph --------------------------------------------------------------------
+
+static const Sym *s_add(IrGraph *g, const Sym *a, const Sym *b) { return sym_add(&g->arena, a, b); }
+static const Sym *s_scale(IrGraph *g, const Sym *a, int64_t k) {
+  return sym_scale(&g->arena, a, k, 1);
+}
+
+// Values that forward makes (or the data loader feeds) and backward may read.
+static bool from_forward(const IrValue *v) {
+  if (v->role == ROLE_INPUT)
+    return true;
+  return v->role == ROLE_ACT && v->producer && v->producer->phase == PHASE_FORWARD;
+}
+
+// A block's name: the longest dotted prefix its parameters share ("h.0"
+// for h.0.ln1_w, h.0.attn.0.qkv_w, ...); "rest" for what is outside blocks.
+static const char *block_name(IrGraph *g, int id, const char *prefix) {
+  if (id == 0)
+    return "rest";
+  if (!prefix) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "block %d", id);
+    return ir_strdup(&g->arena, buf);
+  }
+  return prefix;
+}
+
+// The longest run of whole dotted parts that `prefix` and `name` without its
+// last part share (prefix NULL: all of that); NULL when nothing is shared.
+static const char *common_prefix(IrGraph *g, const char *prefix, const char *name) {
+  const char *dot = strrchr(name, '.');
+  size_t n = dot ? (size_t)(dot - name) : 0;
+  if (prefix) {
+    size_t k = 0, cut = 0;
+    for (; k < n && prefix[k] && prefix[k] == name[k]; k++)
+      if (name[k] == '.')
+        cut = k;
+    if ((k == n || name[k] == '.') && (!prefix[k] || prefix[k] == '.'))
+      cut = k;   // both end a part here
+    n = cut;
+  }
+  return n ? ir_strndup(&g->arena, name, n) : NULL;
+}
+
+// Megatron's 1D tensor parallelism, read off the graph: a weight matmul whose
+// input is replicated splits its weight by columns (its output is sharded and
+// backward all-reduces the input's gradient: Megatron's f); one whose input is
+// sharded splits by rows (its output is a partial sum, all-reduced in forward:
+// g). Embeddings split the vocabulary (all-reduce in forward); a loss over
+// sharded logits all-reduces a max and a sum per row. Every other op's output
+// is sharded when an activation input is.
+static void tensor_parallel(IrGraph *g, SvModel *m, bool *sharded) {
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    if (n->phase != PHASE_FORWARD)
+      continue;
+    SvBlock *b = &m->block[n->block];
+    IrValue *w = NULL, *a = NULL;
+    bool any = false;
+    for (int k = 0; k < n->nin; k++) {
+      IrValue *v = n->in[k];
+      if (v->role == ROLE_PARAM && !w)
+        w = v;
+      else if (v->role != ROLE_PARAM && v->role != ROLE_CONST) {
+        if (!a)
+          a = v;
+        any |= sharded[v->id];
+      }
+    }
+    bool out = any;
+    if (n->op == OP_MATMUL && w && a) {
+      out = !sharded[a->id];
+      if (out)
+        b->tp_bwd = s_add(g, b->tp_bwd, ir_numel(g, a));
+      else
+        b->tp_fwd = s_add(g, b->tp_fwd, ir_numel(g, n->out[0]));
+      b->summa = s_add(g, b->summa, s_scale(g, s_add(g, ir_numel(g, a), ir_numel(g, w)), 3));
+      b->nmm++;
+    } else if (n->op == OP_EMBEDDING) {
+      out = false;
+      b->tp_fwd = s_add(g, b->tp_fwd, ir_numel(g, n->out[0]));
+      b->summa = s_add(g, b->summa, s_scale(g, ir_numel(g, n->out[0]), 3));
+    } else if (n->op == OP_CROSS_ENTROPY && any) {
+      out = false;
+      b->tp_fwd = s_add(g, b->tp_fwd, s_scale(g, ir_numel(g, n->in[1]), 2));
+    }
+    for (int k = 0; k < n->nout; k++)
+      sharded[n->out[k]->id] = out;
+  }
+}
+
+// The live backward temporaries (activation gradients; parameter gradients
+// count as model state) at the moment of the block's backward where they
+// peak under the current bindings, as a formula.
+static const Sym *backward_work(IrGraph *g, const SvBlock *b, const int *last, const bool *pgrad,
+                                const double *numel) {
+  int best_t = -1;
+  double best = -1;
+  for (int k = 0; k < b->nbwd; k++) {
+    int t = b->bwd[k]->id;
+    double live = 0;
+    for (int i = 0; i < g->nvalues; i++) {
+      const IrValue *v = g->values[i];
+      if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= t && last[i] >= t)
+        live += numel[i];
+    }
+    if (live > best)
+      best = live, best_t = t;
+  }
+  const Sym *f = sym_const(&g->arena, 0);
+  for (int i = 0; best_t >= 0 && i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= best_t &&
+        last[i] >= best_t)
+      f = s_add(g, f, ir_numel(g, v));
+  }
+  return f;
+}
+
+static bool same_shapes(IrNode *const *x, IrNode *const *y, int n) {
+  for (int i = 0; i < n; i++) {
+    if (x[i]->op != y[i]->op || x[i]->nout != y[i]->nout || x[i]->nin != y[i]->nin)
+      return false;
+    for (int k = 0; k < x[i]->nout; k++)
+      if (!ir_same_shape(x[i]->out[k], y[i]->out[k]))
+        return false;
+    for (int k = 0; k < x[i]->nin; k++)
+      if (!ir_same_shape(x[i]->in[k], y[i]->in[k]) || x[i]->in[k]->role != y[i]->in[k]->role)
+        return false;
+  }
+  return true;
+}
+
+// Blocks whose forward and backward are the same ops on the same shapes
+// cost the same under every choice, so they can share variables.
+static bool same_kind(const SvBlock *a, const SvBlock *b) {
+  return a->nfwd == b->nfwd && a->nbwd == b->nbwd && a->nmm == b->nmm &&
+         sym_eq(a->params, b->params) && sym_eq(a->state, b->state) && sym_eq(a->act, b->act) &&
+         sym_eq(a->ckpt, b->ckpt) && sym_eq(a->work, b->work) &&
+         same_shapes(a->fwd, b->fwd, a->nfwd) && same_shapes(a->bwd, b->bwd, a->nbwd);
+}
+
+static void add_flow(SvModel *m, int from, int to, const Sym *elems, IrGraph *g) {
+  for (int i = 0; i < m->nflows; i++)
+    if (m->flow[i].from == from && m->flow[i].to == to) {
+      m->flow[i].elems = s_add(g, m->flow[i].elems, elems);
+      return;
+    }
+  m->flow = realloc(m->flow, (size_t)(m->nflows + 1) * sizeof *m->flow);
+  IR_ASSERT(m->flow);
+  m->flow[m->nflows++] = (SvFlow){from, to, elems};
+}
+
+SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
+  int nb = 1;
+  bool has_update = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    IR_ASSERT(g->nodes[i]->id == i);
+    if (g->nodes[i]->block + 1 > nb)
+      nb = g->nodes[i]->block + 1;
+    has_update |= g->nodes[i]->phase == PHASE_UPDATE;
+  }
+  if (!has_update) {
+    ir_error(d, (IrLoc){0}, "plan: the graph has no optimizer update (run the passes through "
+                            "'optimizer' first)");
+    return NULL;
+  }
+  SvModel *m = calloc(1, sizeof *m);
+  IR_ASSERT(m);
+  m->g = g;
+  m->nblocks = nb;
+  m->block = calloc((size_t)nb, sizeof *m->block);
+  int nv = g->nvalues;
+  int *stamp = malloc((size_t)nv * sizeof *stamp), *last = malloc((size_t)nv * sizeof *last);
+  int *owner = malloc((size_t)nv * sizeof *owner);
+  bool *sharded = calloc((size_t)nv, 1), *pgrad = calloc((size_t)nv, 1);
+  double *numel = malloc((size_t)nv * sizeof *numel);
+  const char **prefix = calloc((size_t)nb, sizeof *prefix);
+  IR_ASSERT(m->block && stamp && last && owner && sharded && pgrad && numel && prefix);
+  for (int i = 0; i < nv; i++) {
+    stamp[i] = last[i] = owner[i] = -1;
+    IrValue *v = g->values[i];
+    IR_ASSERT(v->id == i);
+    numel[i] = v->rank >= 0 ? sym_evalf(ir_numel(g, v), &g->syms) : 0;
+    if (v->role == ROLE_PARAM && v->grad)
+      pgrad[v->grad->id] = true;
+  }
+
+  // Node lists per block and phase.
+  for (int b = 0; b < nb; b++) {
+    SvBlock *blk = &m->block[b];
+    blk->id = b;
+    blk->unit = -1;
+    const Sym *z = sym_const(&g->arena, 0);
+    blk->params = blk->state = blk->act = blk->act_int = blk->act_rep = z;
+    blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
+    blk->tp_fwd = blk->tp_bwd = blk->summa = z;
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    SvBlock *b = &m->block[n->block];
+    for (int k = 0; k < n->nin; k++)
+      last[n->in[k]->id] = i;
+    if (n->phase == PHASE_FORWARD)
+      b->nfwd++;
+    else if (n->phase == PHASE_BACKWARD)
+      b->nbwd++;
+  }
+  for (int b = 0; b < nb; b++) {
+    m->block[b].fwd = calloc((size_t)m->block[b].nfwd + 1, sizeof(IrNode *));
+    m->block[b].bwd = calloc((size_t)m->block[b].nbwd + 1, sizeof(IrNode *));
+    IR_ASSERT(m->block[b].fwd && m->block[b].bwd);
+    m->block[b].nfwd = m->block[b].nbwd = 0;
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    SvBlock *b = &m->block[n->block];
+    const Sym *fl = n->phase == PHASE_UPDATE ? NULL : ir_flops(g, n);
+    if (n->phase == PHASE_FORWARD) {
+      b->fwd[b->nfwd++] = n;
+      b->flops_fwd = s_add(g, b->flops_fwd, fl);
+      for (int k = 0; k < n->nin; k++) {
+        IrValue *v = n->in[k];
+        if (v->role == ROLE_PARAM && owner[v->id] < 0) {
+          owner[v->id] = n->block;
+          prefix[n->block] = common_prefix(g, prefix[n->block], v->name);
+        }
+      }
+    } else if (n->phase == PHASE_BACKWARD) {
+      b->bwd[b->nbwd++] = n;
+      b->flops_bwd = s_add(g, b->flops_bwd, fl);
+    }
+  }
+
+  // Parameters belong to the block that first reads them; so does their state.
+  for (int i = 0; i < nv; i++) {
+    IrValue *v = g->values[i];
+    if (v->role == ROLE_PARAM) {
+      SvBlock *b = &m->block[owner[i] < 0 ? 0 : owner[i]];
+      b->params = s_add(g, b->params, ir_numel(g, v));
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    if (n->phase != PHASE_UPDATE || n->nin < 1)
+      continue;
+    int o = owner[n->in[0]->id];
+    SvBlock *b = &m->block[o < 0 ? 0 : o];
+    for (int k = 1; k < n->nin; k++)
+      if (n->in[k]->role == ROLE_STATE)
+        b->state = s_add(g, b->state, ir_numel(g, n->in[k]));
+  }
+
+  tensor_parallel(g, m, sharded);
+
+  for (int bi = 0; bi < nb; bi++) {
+    SvBlock *b = &m->block[bi];
+    // What backward reads from forward: kept unless the block is checkpointed.
+    for (int k = 0; k < b->nbwd; k++)
+      for (int j = 0; j < b->bwd[k]->nin; j++) {
+        IrValue *v = b->bwd[k]->in[j];
+        if (!from_forward(v) || stamp[v->id] == 2 * bi)
+          continue;
+        stamp[v->id] = 2 * bi;
+        if (v->dtype == DT_I32) {
+          b->act_int = s_add(g, b->act_int, ir_numel(g, v));
+        } else {
+          b->act = s_add(g, b->act, ir_numel(g, v));
+          if (!sharded[v->id])
+            b->act_rep = s_add(g, b->act_rep, ir_numel(g, v));
+        }
+      }
+    // What forward reads from outside the block: all a checkpointed block keeps.
+    for (int k = 0; k < b->nfwd; k++)
+      for (int j = 0; j < b->fwd[k]->nin; j++) {
+        IrValue *v = b->fwd[k]->in[j];
+        if (!from_forward(v) || (v->producer && v->producer->block == bi) ||
+            stamp[v->id] == 2 * bi + 1)
+          continue;
+        stamp[v->id] = 2 * bi + 1;
+        if (v->dtype == DT_I32)
+          b->ckpt_int = s_add(g, b->ckpt_int, ir_numel(g, v));
+        else
+          b->ckpt = s_add(g, b->ckpt, ir_numel(g, v));
+        if (v->producer)
+          add_flow(m, v->producer->block, bi, ir_numel(g, v), g);
+      }
+    b->work = backward_work(g, b, last, pgrad, numel);
+    b->name = block_name(g, bi, prefix[bi]);
+  }
+
+  // Units: every block with nodes gets one, or shares one with an identical block.
+  for (int bi = 0; bi < nb; bi++) {
+    SvBlock *b = &m->block[bi];
+    if (b->nfwd + b->nbwd == 0)
+      continue;
+    for (int bj = 1; share_blocks && bi > 0 && bj < bi && b->unit < 0; bj++)
+      if (m->block[bj].unit >= 0 && same_kind(&m->block[bj], b))
+        b->unit = m->block[bj].unit;
+    if (b->unit < 0)
+      b->unit = m->nunits++;
+  }
+
+  // The batch dim: the first input's first dim; the sequence: its second
+  // when it holds tokens.
+  m->batch_sym = m->seq_sym = -1;
+  for (int i = 0; i < nv; i++) {
+    IrValue *v = g->values[i];
+    if (v->role != ROLE_INPUT)
+      continue;
+    int64_t one;
+    const Sym *s0 = v->rank >= 1 ? v->shape[0] : NULL;
+    if (s0 && s0->n == 1 && !sym_is_const(s0, &one)) {
+      for (int k = 0; k < SYM_MAXVARS; k++)
+        if (s0->t[0].exp[k] == 1 && s0->t[0].num == 1 && s0->t[0].den == 1)
+          m->batch_sym = k;
+    }
+    const Sym *s1 = v->rank >= 2 ? v->shape[1] : NULL;
+    if (s1 && v->dtype == DT_I32 && s1->n == 1 && !sym_is_const(s1, &one))
+      for (int k = 0; k < SYM_MAXVARS; k++)
+        if (s1->t[0].exp[k] == 1 && s1->t[0].num == 1 && s1->t[0].den == 1)
+          m->seq_sym = k;
+    break;
+  }
+  free(stamp), free(last), free(owner), free(sharded), free(pgrad), free(numel);
+  free(prefix);
+  return m;
+}
+
+void sv_model_free(SvModel *m) {
+  if (!m)
+    return;
+  for (int b = 0; b < m->nblocks; b++)
+    free(m->block[b].fwd), free(m->block[b].bwd);
+  free(m->block);
+  free(m->flow);
+  free(m);
+}
+
+int sv_bind_dims(IrGraph *g, const SvConfig *cfg, IrDiag *d) {
+  if (!cfg->micro_batch && !cfg->seq)
+    return 0;
+  // The same rule as sv_model_build, on the forward graph.
+  const IrValue *in = NULL;
+  for (int i = 0; i < g->nvalues && !in; i++)
+    if (g->values[i]->role == ROLE_INPUT)
+      in = g->values[i];
+  int64_t one;
+  struct { int64_t value; int axis; const char *flag; } want[2] = {
+      {cfg->micro_batch, 0, "--micro-batch"}, {cfg->seq, 1, "--seq"}};
+  for (int w = 0; w < 2; w++) {
+    if (!want[w].value)
+      continue;
+    const Sym *s = in && in->rank > want[w].axis ? in->shape[want[w].axis] : NULL;
+    bool ok = s && s->n == 1 && !sym_is_const(s, &one) && s->t[0].num == 1 && s->t[0].den == 1 &&
+              (w == 0 || in->dtype == DT_I32);
+    int var = -1, nvars = 0;
+    for (int k = 0; ok && k < SYM_MAXVARS; k++)
+      if (s->t[0].exp[k])
+        var = k, nvars++;
+    if (!ok || nvars != 1 || s->t[0].exp[var] != 1)
+      return ir_error(d, (IrLoc){0}, "%s: the model has no %s dim (its first input is '%s' %s)",
+                      want[w].flag, w ? "sequence" : "batch", in ? in->name : "(none)",
+                      in ? ir_shape_str(g, in) : "");
+    symtab_bind(&g->syms, var, want[w].value);
+  }
+  return 0;
+}
+
+// ---- printing the formulas ----------------------------------------------------------------------
+
+static int act_bytes_per(SvPrecision p) { return p == SV_BF16 ? 2 : 4; }
+
+// Optimizer-state bytes per parameter: fp32 master weights under bf16, plus
+// the optimizer's own state (4 bytes per value; nstate values per parameter).
+static double opt_bytes_per(SvPrecision p, double nstate) {
+  return (p == SV_BF16 ? 4 : 0) + 4 * nstate;
+}
+
+static void print_formula(FILE *f, IrGraph *g, const char *what, const Sym *s, const char *unit) {
+  double v = sym_evalf(s, &g->syms);
+  fprintf(f, "  %-26s %s", what, sym_str(&g->arena, s, &g->syms));
+  if (!isnan(v))
+    fprintf(f, "   (= %.4g%s)", v, unit);
+  fputc('\n', f);
+}
+
+static const Sym *bytes_of(IrGraph *g, const Sym *floats, const Sym *ints, SvPrecision p) {
+  return s_add(g, s_scale(g, floats, act_bytes_per(p)), s_scale(g, ints, 4));
+}
+
+void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec) {
+  IrGraph *g = m->g;
+  int ab = act_bytes_per(prec);
+  fprintf(f, "# per-block formulas of %s (one micro-batch; %s: %d bytes per activation, "
+             "model states %s)\n# bindings:",
+          g->name ? g->name : "model", prec == SV_BF16 ? "bf16" : "fp32", ab,
+          prec == SV_BF16 ? "2 param + 2 grad + 4 master + 4 per optimizer value"
+                          : "4 param + 4 grad + 4 per optimizer value");
+  for (int i = 0; i < g->syms.n; i++)
+    if (g->syms.bound[i])
+      fprintf(f, " %s=%lld", g->syms.name[i], (long long)g->syms.value[i]);
+  fputc('\n', f);
+  const Sym *tot_p = sym_const(&g->arena, 0), *tot_f = tot_p, *tot_a = tot_p;
+  for (int u = 0; u < m->nunits; u++) {
+    const SvBlock *b = NULL;
+    int count = 0;
+    const char *last = NULL;
+    for (int i = 0; i < m->nblocks; i++)
+      if (m->block[i].unit == u) {
+        if (!b)
+          b = &m->block[i];
+        last = m->block[i].name;
+        count++;
+      }
+    if (count == 1)
+      fprintf(f, "\nblock %s\n", b->name);
+    else
+      fprintf(f, "\nblocks %s .. %s (%d identical blocks; each)\n", b->name, last, count);
+    // 8 bytes per parameter either way: bf16 2 + 2 + a 4-byte master, or fp32 4 + 4.
+    const Sym *states = s_add(g, s_scale(g, b->params, 8), s_scale(g, b->state, 4));
+    const Sym *fl = s_add(g, b->flops_fwd, b->flops_bwd);
+    const Sym *act = bytes_of(g, b->act, b->act_int, prec);
+    print_formula(f, g, "parameters", b->params, "");
+    print_formula(f, g, "optimizer state (values)", b->state, "");
+    print_formula(f, g, "model-state bytes", states, " B");
+    print_formula(f, g, "activation bytes kept", act, " B");
+    print_formula(f, g, "  of which TP replicates", s_scale(g, b->act_rep, ab), " B");
+    print_formula(f, g, "checkpointed, keeps", bytes_of(g, b->ckpt, b->ckpt_int, prec), " B");
+    print_formula(f, g, "backward temporaries", s_scale(g, b->work, ab), " B");
+    print_formula(f, g, "FLOPs forward", b->flops_fwd, "");
+    print_formula(f, g, "FLOPs backward", b->flops_bwd, "");
+    print_formula(f, g, "TP all-reduce fwd (elems)", b->tp_fwd, "");
+    print_formula(f, g, "TP all-reduce bwd (elems)", b->tp_bwd, "");
+    print_formula(f, g, "2D SUMMA traffic x q", b->summa, "");
+    tot_p = s_add(g, tot_p, s_scale(g, b->params, count));
+    tot_f = s_add(g, tot_f, s_scale(g, fl, count));
+    tot_a = s_add(g, tot_a, s_scale(g, act, count));
+  }
+  fprintf(f, "\nwhole model\n");
+  print_formula(f, g, "parameters", tot_p, "");
+  print_formula(f, g, "FLOPs per micro-batch", tot_f, "");
+  print_formula(f, g, "activation bytes kept", tot_a, " B");
+}
+
+// ---- evaluating a block -------------------------------------------------------------------------
+
+static double value_bytes(IrGraph *g, const IrValue *v, int ab) {
+  if (v->rank < 0)
+    return 0;
+  return sym_evalf(ir_numel(g, v), &g->syms) * (v->dtype == DT_I32 ? 4 : ab);
+}
+
+// Roofline: the slower of the arithmetic and the memory traffic.
+static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev, SvPrecision p) {
+  int ab = act_bytes_per(p);
+  double bytes = 0;
+  for (int k = 0; k < n->nin; k++)
+    bytes += value_bytes(g, n->in[k], ab);
+  for (int k = 0; k < n->nout; k++)
+    bytes += value_bytes(g, n->out[k], ab);
+  double flops = sym_evalf(ir_flops(g, n), &g->syms);
+  double peak = p == SV_BF16 ? dev->flops_bf16 : dev->flops_fp32;
+  double rate = dev->flops_fp32 * EFF_SIMT;
+  if (n->op == OP_MATMUL)
+    rate = peak * EFF_GEMM;
+  else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD)
+    rate = peak * EFF_ATTN;
+  return fmax(flops / rate, bytes / (dev->hbm_bw * EFF_HBM));
+}
+
+void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
+  IrGraph *g = m->g;
+  const SvBlock *b = &m->block[block];
+  const SymTab *t = &g->syms;
+  memset(o, 0, sizeof *o);
+  o->params = sym_evalf(b->params, t);
+  o->state = sym_evalf(b->state, t);
+  o->act = sym_evalf(b->act, t);
+  o->act_int = sym_evalf(b->act_int, t);
+  o->act_rep = sym_evalf(b->act_rep, t);
+  o->ckpt = sym_evalf(b->ckpt, t);
+  o->ckpt_int = sym_evalf(b->ckpt_int, t);
+  o->work = sym_evalf(b->work, t);
+  o->tp_fwd = sym_evalf(b->tp_fwd, t);
+  o->tp_bwd = sym_evalf(b->tp_bwd, t);
+  o->summa = sym_evalf(b->summa, t);
+  o->flops_fwd = sym_evalf(b->flops_fwd, t);
+  o->flops_bwd = sym_evalf(b->flops_bwd, t);
+  o->nfwd = b->nfwd;
+  o->nbwd = b->nbwd;
+  o->nmm = b->nmm;
+  for (int gi = 0; gi < cfg->cluster.ngroups; gi++) {
+    const SvDevice *dev = &cfg->cluster.group[gi].dev;
+    for (int k = 0; k < b->nfwd; k++)
+      o->roof_fwd[gi] += node_time(g, b->fwd[k], dev, cfg->precision);
+    for (int k = 0; k < b->nbwd; k++)
+      o->roof_bwd[gi] += node_time(g, b->bwd[k], dev, cfg->precision);
+  }
+}
+
+// ---- formulas of REFERENCES.md ------------------------------------------------------------------
+
+double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate) {
+  double pb = act_bytes_per(prec), gb = pb, ob = opt_bytes_per(prec, nstate);
+  return psi * (pb / (stage >= 3 ? n : 1) + gb / (stage >= 2 ? n : 1) + ob / (stage >= 1 ? n : 1));
+}
+
+double sv_allreduce_time(double bytes, int n, double bw, double alpha) {
+  return n <= 1 ? 0 : alpha + 2.0 * (n - 1) / n * bytes / bw;
+}
+
+double sv_allgather_time(double bytes, int n, double bw, double alpha) {
+  return n <= 1 ? 0 : alpha + (double)(n - 1) / n * bytes / bw;
+}
+
+// ---- the cost of one choice ---------------------------------------------------------------------
+
+// A link for a collective among `span` consecutive ranks of group g (or,
+// with all_groups, among ranks of every group).
+typedef struct Link {
+  double bw, alpha;
+} Link;
+
+static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
+  const SvGroup *gr = &c->group[g];
+  if (all_groups && c->ngroups > 1) {
+    double bw = c->cross_bw;
+    for (int i = 0; c->cross_bw <= 0 && i < c->ngroups; i++)
+      bw = i == 0 ? c->group[i].dev.inter_bw : fmin(bw, c->group[i].dev.inter_bw);
+    return (Link){bw * EFF_LINK, ALPHA_INTER};
+  }
+  if (span <= gr->per_node)
+    return (Link){gr->dev.intra_bw * EFF_LINK, ALPHA_INTRA};
+  return (Link){gr->dev.inter_bw * EFF_LINK, ALPHA_INTER};
+}
+
+static double ar(double bytes, int n, Link l) { return sv_allreduce_time(bytes, n, l.bw, l.alpha); }
+static double ag(double bytes, int n, Link l) { return sv_allgather_time(bytes, n, l.bw, l.alpha); }
+// A collective beside compute: its bandwidth part hides behind the compute,
+// its start-up latency (every rank waits for the slowest) does not.
+static double exposed(double comm, double compute, Link l, int collectives) {
+  return fmax(collectives * l.alpha, comm - OVERLAP * compute);
+}
+
+// Activation bytes a device holds for a block under layout l: 1D TP without
+// sequence parallelism replicates part of them; otherwise they split over
+// the inner group (Megatron SP splits the sequence, Optimus 2D splits batch
+// and hidden: 1/q^2).
+static double held(double floats, double rep, double ints, SvLayout l, int ab, bool sp) {
+  int s = l.tp * l.q * l.q;
+  double f = l.tp > 1 && !sp ? rep + (floats - rep) / l.tp : floats / s;
+  return f * ab + ints * 4;
+}
+
+void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload, int g,
+             SvCost *o) {
+  const SvConfig *cfg = x->cfg;
+  const SvCluster *cl = &cfg->cluster;
+  const SvGroup *gr = &cl->group[g];
+  const SvDevice *dev = &gr->dev;
+  memset(o, 0, sizeof *o);
+  int ab = act_bytes_per(cfg->precision), pb = ab, gb = ab;
+  double nstate = n->params > 0 ? n->state / n->params : 0;
+  double ob = opt_bytes_per(cfg->precision, nstate);
+  int s = l.tp * l.q * l.q, d = l.dp;
+  bool sp = cfg->seq_parallel;
+
+  // Micro-steps this device runs per micro-batch its group runs: each of the
+  // group's count/s replicas takes its share; one group rounds up.
+  double per = cl->ngroups == 1 ? ceil((double)x->micro_total / d) / (double)x->micro_total
+                                : (double)s / gr->count;
+
+  // Compute for one micro-step of one replica, on one device.
+  double tf = n->roof_fwd[g] / s + n->nfwd * LAUNCH;
+  double tb = n->roof_bwd[g] / s + n->nbwd * LAUNCH;
+  if (l.q > 1) {  // SUMMA: q steps per weight matmul, forward and two in backward
+    tf += n->nmm * (l.q - 1) * LAUNCH;
+    tb += 2.0 * n->nmm * (l.q - 1) * LAUNCH;
+  }
+  o->t_micro[SV_T_COMPUTE] = per * (tf + tb);
+  o->t_micro[SV_T_RECOMPUTE] = ckpt ? per * tf : 0;
+
+  // Tensor parallelism: on the critical path. Megatron's f and g are
+  // all-reduces (with SP: reduce-scatter + all-gather, the same volume);
+  // recomputing the forward repeats g.
+  Link in = link_for(cl, g, s, false);
+  double tp = 0;
+  if (l.tp > 1) {
+    double f = ar(n->tp_fwd * ab, l.tp, in), b = ar(n->tp_bwd * ab, l.tp, in);
+    tp = f + b + (ckpt ? f : 0);
+  } else if (l.q > 1) {  // SUMMA broadcasts and reduces along rows and columns
+    double vol = n->summa * ab / l.q, lat = 3.0 * n->nmm * l.q * in.alpha;
+    tp = vol / in.bw + lat + (ckpt ? (vol / in.bw + lat) / 3 : 0);
+  }
+  o->t_micro[SV_T_TP] = per * tp;
+
+  // Data parallelism over d replicas: gradients of this device's parameter
+  // slice (params / s) are reduced, hidden behind backward where possible.
+  double slice = n->params / s;
+  if (d > 1 && slice > 0) {
+    Link dp = link_for(cl, g, s * d, true);
+    double gr_b = slice * gb, pr_b = slice * pb;
+    double micro = 0, step = 0;
+    switch (zero) {
+    case 0:   // all-reduce once
+      step = exposed(ar(gr_b, d, dp), tb, dp, 1);
+      break;
+    case 1:   // reduce-scatter once; all-gather the updated parameters
+      step = exposed(ag(gr_b, d, dp), tb, dp, 1) + ag(pr_b, d, dp);
+      break;
+    case 2:   // reduce-scatter every micro-step; all-gather after the update
+      micro = exposed(ag(gr_b, d, dp), tb, dp, 1);
+      step = ag(pr_b, d, dp);
+      break;
+    default:  // all-gather in forward; all-gather and reduce-scatter in backward
+      micro = exposed(ag(pr_b, d, dp), tf, dp, 1) +
+              exposed(ag(pr_b, d, dp) + ag(gr_b, d, dp), tb, dp, 2);
+      break;
+    }
+    o->t_micro[SV_T_DP] = per * micro;
+    o->t_step[SV_T_DP] = step;
+  }
+
+  // The optimizer step for the parameters this device owns (with ZeRO-1+:
+  // 1/d of its slice): state read and written, the gradient read, the
+  // low-precision copy written. The offloaded share runs on the CPU:
+  // gradients down during backward, the CPU's AdamW, parameters up during
+  // the next forward.
+  double own = slice / (zero >= 1 ? d : 1), fo = offload / 100.0;
+  double upd = 2 * (ob + (cfg->precision == SV_FP32 ? 4 : 0)) + gb +
+               (cfg->precision == SV_BF16 ? pb : 0);
+  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * EFF_HBM);
+  if (fo > 0) {
+    double moved = fo * own, pcie = dev->host_bw * EFF_PCIE;
+    Link host = {pcie, 0};
+    o->t_step[SV_T_OFFLOAD] = exposed(moved * gb / pcie, tb, host, 0) + moved / dev->cpu_adam +
+                              exposed(moved * pb / pcie, tf, host, 0);
+  }
+
+  // Memory. Sharded state is held at share 1 here: the group's devices hold
+  // share * slice / (count / s) each, which is slice / d on one group.
+  double sh = d > 1 ? (double)s / gr->count : 1;
+  double cat[SV_NM] = {slice * pb, slice * gb, (1 - fo) * slice * ob, 0};
+  int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category
+  for (int k = 0; k < SV_M_ACT; k++) {
+    if (zero >= from[k])
+      o->mem_shard[k] = cat[k] * sh;
+    else
+      o->mem[k] = cat[k];
+  }
+  if (zero >= 1)
+    o->host_shard = fo * slice * ob * sh;
+  else
+    o->host = fo * slice * ob;
+  double act = held(n->act, n->act_rep, n->act_int, l, ab, sp);
+  double keep = ckpt ? held(n->ckpt, n->ckpt, n->ckpt_int, l, ab, sp) : act;  // inputs: replicated
+  o->mem[SV_M_ACT] = keep;
+  // While the block runs backward: its recomputed activations, its
+  // temporaries, and under ZeRO-3 its gathered parameters (double-buffered).
+  o->peak = (ckpt ? act : 0) + n->work * ab / s + (zero == 3 ? 2 * slice * pb : 0);
+}
+
+double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {
+  if (a.dp == b.dp && a.tp == b.tp && a.q == b.q)
+    return 0;
+  // Every device sends its share of the boundary tensor (forward) and of its
+  // gradient (backward) to where the other layout wants it: an all-to-all.
+  const SvCluster *cl = &x->cfg->cluster;
+  int n = x->gpus;
+  Link l = link_for(cl, g, n, true);
+  double steps = ceil((double)x->micro_total / (a.dp < b.dp ? a.dp : b.dp));
+  return 2 * bytes * (double)x->micro_total / n / l.bw + 2 * steps * l.alpha;
+}

@@ -1,0 +1,732 @@
+// Planning: the integer program over a problem, the fixed-strategy
+// baselines, and what to say when nothing fits.
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define TSCALE 1e3          // the program counts milliseconds
+#define MSCALE (1.0 / GiB)  // and GiB, so that its coefficients are near 1
+
+// ---- the integer program ------------------------------------------------------------------------
+//
+// Sets: units u (a block, or n_u identical blocks sharing variables), the
+// choices s of u (layout l(s) = dp x tp x q x q, checkpoint, ZeRO stage,
+// offload share), device groups g, edges (u,v) between units whose blocks
+// pass activations, M micro-batches per step.
+//
+// Variables:
+//   x[u,s]    in {0,1}  unit u takes choice s
+//   e[uv,a,b] in [0,1]  edge uv joins layout a of u to layout b of v
+//   W[g]      >= 0      transient bytes of the block at the peak (recompute,
+//                       gathered parameters, backward temporaries)
+//   tau       >= 0      step time
+// and on a heterogeneous cluster (Cephalo: batch decoupled from state):
+//   beta[g]   in Z+     micro-batches group g runs per step
+//   f[g]      in [0,1]  group g's share of the sharded model state
+//   z[u,s,g] = beta[g] x[u,s],  y[u,s,g] = f[g] x[u,s]  (exact for binary x)
+//
+// Coefficients of one block (cost.c), per device of group g: tm (seconds
+// per micro-batch the group runs), ts (seconds per step), mf (bytes held
+// all step), ms (sharded bytes at share 1), mp (peak bytes), hf, hs (CPU
+// bytes); r[uv,a,b,g] resharding seconds per step.
+//
+//   minimize tau subject to
+//   sum_s x[u,s] = 1                                                     for each u
+//   sum_ab e[uv,a,b] = 1,                                                for each edge
+//     sum_b e[uv,a,b] <= sum_{s: l(s)=a} x[u,s],                         for each a
+//     sum_a e[uv,a,b] <= sum_{s: l(s)=b} x[v,s]                          for each b  (Alpa)
+//   tau >= sum_u n_u sum_s (tm z[u,s,g] + ts x[u,s])
+//          + sum_uv sum_ab r[uv,a,b,g] e[uv,a,b]                         for each g
+//   sum_u n_u sum_s (mf x[u,s] + ms y[u,s,g]) + W[g] <= capacity[g]      for each g
+//   W[g] >= sum_s mp x[u,s]                                              for each u, g
+//   sum_u n_u sum_s (hf x[u,s] + hs y[u,s,g]) <= host[g]                 for each g
+//   sum_g beta[g] = M,  sum_g f[g] = 1,
+//   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
+//   y[u,s,g] <= x[u,s],    sum_s y[u,s,g] = f[g]                         for each u, s, g
+//
+// On one group beta = M and f = 1, so z = M x and y = x and those columns
+// are left out. The edge variables may stay continuous: with x integral,
+// the rows leave e one point. Identical blocks sharing a unit share a
+// layout, so edges only join different units.
+//
+// To explain infeasibility the same rows minimize instead the extra bytes
+// delta every GPU would need (capacity[g] + delta), with no time rows.
+
+typedef struct Cols {
+  int *x;            // per unit: the column of choice 0
+  int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
+  int tau, delta;
+  int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
+  int *e;            // per edge: the column of its first layout pair (-1: left out)
+  int *ea, *eb;      // per edge: which layouts of u and v appear (bit sets)
+} Cols;
+
+static unsigned layouts_of(const SvUnit *u) {
+  unsigned set = 0;
+  for (int s = 0; s < u->nchoices; s++)
+    set |= 1u << u->choice[s].layout;
+  return set;
+}
+
+// Edge i's pairs with one end (u when at_u, else v) at layout l, at most that
+// end's choices with layout l.
+static void edge_marginal(Ilp *ilp, const Cols *c, const SvProblem *q, int i, bool at_u, int l) {
+  int L = q->nlayouts, w = at_u ? q->edge[i].u : q->edge[i].v;
+  int r = ilp_row(ilp, -INFINITY, 0);
+  for (int k = 0; k < L; k++)
+    ilp_coef(ilp, r, c->e[i] + (at_u ? l * L + k : k * L + l), 1);
+  for (int s = 0; s < q->unit[w].nchoices; s++)
+    if (q->unit[w].choice[s].layout == l)
+      ilp_coef(ilp, r, c->x[w] + s, -1);
+}
+
+static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
+  Ilp *ilp = ilp_new();
+  int G = q->ngroups, U = q->nunits, L = q->nlayouts;
+  bool het = G > 1;
+  double M = (double)q->micro_total;
+  c->x = calloc((size_t)U + 1, sizeof(int));
+  c->z = calloc((size_t)(U * G) + 1, sizeof(int));
+  c->y = calloc((size_t)(U * G) + 1, sizeof(int));
+  c->e = calloc((size_t)q->nedges + 1, sizeof(int));
+  c->ea = calloc((size_t)q->nedges + 1, sizeof(int));
+  c->eb = calloc((size_t)q->nedges + 1, sizeof(int));
+  IR_ASSERT(c->x && c->z && c->y && c->e && c->ea && c->eb);
+
+  // Columns.
+  c->tau = min_memory ? -1 : ilp_col(ilp, 0, INFINITY, 1, ILP_CONT);
+  c->delta = min_memory ? ilp_col(ilp, 0, INFINITY, 1, ILP_CONT) : -1;
+  for (int u = 0; u < U; u++) {
+    c->x[u] = ilp_ncols(ilp);
+    for (int s = 0; s < q->unit[u].nchoices; s++)
+      ilp_col(ilp, 0, 1, 0, ILP_BIN);
+  }
+  for (int g = 0; g < G; g++) {
+    c->w[g] = ilp_col(ilp, 0, INFINITY, 0, ILP_CONT);
+    c->beta[g] = het ? ilp_col(ilp, 0, M, 0, ILP_INT) : -1;
+    c->f[g] = het ? ilp_col(ilp, 0, 1, 0, ILP_CONT) : -1;
+  }
+  for (int u = 0; het && u < U; u++)
+    for (int g = 0; g < G; g++) {
+      c->z[u * G + g] = ilp_ncols(ilp);
+      for (int s = 0; s < q->unit[u].nchoices; s++)
+        ilp_col(ilp, 0, M, 0, ILP_CONT);
+      c->y[u * G + g] = ilp_ncols(ilp);
+      for (int s = 0; s < q->unit[u].nchoices; s++)
+        ilp_col(ilp, 0, 1, 0, ILP_CONT);
+    }
+  for (int i = 0; i < q->nedges; i++) {
+    const SvEdge *ed = &q->edge[i];
+    c->ea[i] = (int)layouts_of(&q->unit[ed->u]);
+    c->eb[i] = (int)layouts_of(&q->unit[ed->v]);
+    bool cost = false;
+    for (int g = 0; g < G; g++)
+      for (int a = 0; a < L; a++)
+        for (int b = 0; b < L; b++)
+          cost |= (c->ea[i] >> a & 1) && (c->eb[i] >> b & 1) && ed->r[g][a * L + b] > 0;
+    c->e[i] = -1;
+    if (!cost || min_memory)
+      continue;
+    c->e[i] = ilp_ncols(ilp);
+    for (int a = 0; a < L; a++)
+      for (int b = 0; b < L; b++)   // a pair of layouts that cannot occur is fixed at 0
+        ilp_col(ilp, 0, (c->ea[i] >> a & 1) && (c->eb[i] >> b & 1), 0, ILP_CONT);
+  }
+
+  // One choice per unit.
+  for (int u = 0; u < U; u++) {
+    int r = ilp_row(ilp, 1, 1);
+    for (int s = 0; s < q->unit[u].nchoices; s++)
+      ilp_coef(ilp, r, c->x[u] + s, 1);
+  }
+  // Edges (Alpa's linearization over layouts).
+  for (int i = 0; i < q->nedges; i++) {
+    if (c->e[i] < 0)
+      continue;
+    int one = ilp_row(ilp, 1, 1);
+    for (int k = 0; k < L * L; k++)
+      ilp_coef(ilp, one, c->e[i] + k, 1);
+    for (int l = 0; l < L; l++) {
+      if (c->ea[i] >> l & 1)
+        edge_marginal(ilp, c, q, i, true, l);
+      if (c->eb[i] >> l & 1)
+        edge_marginal(ilp, c, q, i, false, l);
+    }
+  }
+  for (int g = 0; g < G; g++) {
+    // Step time: tau is at least every group's time.
+    if (!min_memory) {
+      int r = ilp_row(ilp, 0, INFINITY);
+      ilp_coef(ilp, r, c->tau, 1);
+      for (int u = 0; u < U; u++) {
+        double n = q->unit[u].count;
+        for (int s = 0; s < q->unit[u].nchoices; s++) {
+          const SvChoice *ch = &q->unit[u].choice[s];
+          if (het) {
+            ilp_coef(ilp, r, c->z[u * G + g] + s, -n * ch->t_micro[g] * TSCALE);
+            ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_step[g] * TSCALE);
+          } else {
+            ilp_coef(ilp, r, c->x[u] + s, -n * (ch->t_micro[g] * M + ch->t_step[g]) * TSCALE);
+          }
+        }
+      }
+      for (int i = 0; i < q->nedges; i++)
+        for (int k = 0; c->e[i] >= 0 && k < L * L; k++)
+          ilp_coef(ilp, r, c->e[i] + k, -q->edge[i].r[g][k] * TSCALE);
+    }
+    // Memory of one GPU.
+    int r = ilp_row(ilp, -INFINITY, q->cap[g] * MSCALE);
+    ilp_coef(ilp, r, c->w[g], 1);
+    if (min_memory)
+      ilp_coef(ilp, r, c->delta, -1);
+    bool host = false;
+    for (int u = 0; u < U; u++) {
+      double n = q->unit[u].count;
+      for (int s = 0; s < q->unit[u].nchoices; s++) {
+        const SvChoice *ch = &q->unit[u].choice[s];
+        ilp_coef(ilp, r, c->x[u] + s, n * ch->mem[g] * MSCALE);
+        ilp_coef(ilp, r, het ? c->y[u * G + g] + s : c->x[u] + s, n * ch->mem_shard[g] * MSCALE);
+        host |= ch->host[g] > 0 || ch->host_shard[g] > 0;
+      }
+    }
+    // The peak block.
+    for (int u = 0; u < U; u++) {
+      int rw = ilp_row(ilp, 0, INFINITY);
+      ilp_coef(ilp, rw, c->w[g], 1);
+      for (int s = 0; s < q->unit[u].nchoices; s++)
+        ilp_coef(ilp, rw, c->x[u] + s, -q->unit[u].choice[s].peak[g] * MSCALE);
+    }
+    // CPU memory for offloaded state.
+    if (host) {
+      int rh = ilp_row(ilp, -INFINITY, q->host_cap[g] * MSCALE);
+      for (int u = 0; u < U; u++) {
+        double n = q->unit[u].count;
+        for (int s = 0; s < q->unit[u].nchoices; s++) {
+          const SvChoice *ch = &q->unit[u].choice[s];
+          ilp_coef(ilp, rh, c->x[u] + s, n * ch->host[g] * MSCALE);
+          int col = het ? c->y[u * G + g] + s : c->x[u] + s;
+          ilp_coef(ilp, rh, col, n * ch->host_shard[g] * MSCALE);
+        }
+      }
+    }
+  }
+  if (het) {
+    int rb = ilp_row(ilp, M, M), rf = ilp_row(ilp, 1, 1);
+    for (int g = 0; g < G; g++) {
+      ilp_coef(ilp, rb, c->beta[g], 1);
+      ilp_coef(ilp, rf, c->f[g], 1);
+      for (int u = 0; u < U; u++) {
+        int sz = ilp_row(ilp, 0, 0), sy = ilp_row(ilp, 0, 0);
+        ilp_coef(ilp, sz, c->beta[g], -1);
+        ilp_coef(ilp, sy, c->f[g], -1);
+        for (int s = 0; s < q->unit[u].nchoices; s++) {
+          int zc = c->z[u * G + g] + s, yc = c->y[u * G + g] + s;
+          ilp_coef(ilp, sz, zc, 1);
+          ilp_coef(ilp, sy, yc, 1);
+          int r1 = ilp_row(ilp, -INFINITY, 0), r2 = ilp_row(ilp, -INFINITY, 0);
+          ilp_coef(ilp, r1, zc, 1);
+          ilp_coef(ilp, r1, c->x[u] + s, -M);
+          ilp_coef(ilp, r2, yc, 1);
+          ilp_coef(ilp, r2, c->x[u] + s, -1);
+        }
+      }
+    }
+  }
+  return ilp;
+}
+
+static void cols_free(Cols *c) {
+  free(c->x), free(c->z), free(c->y), free(c->e), free(c->ea), free(c->eb);
+}
+
+// The column values of a solution of q (picks in q's indices).
+static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int ncols) {
+  double *x = calloc((size_t)ncols + 1, sizeof *x);
+  IR_ASSERT(x);
+  int G = q->ngroups, L = q->nlayouts;
+  x[c->tau] = s->time * TSCALE;
+  for (int u = 0; u < q->nunits; u++) {
+    x[c->x[u] + s->pick[u]] = 1;
+    for (int g = 0; g < G && G > 1; g++) {
+      x[c->z[u * G + g] + s->pick[u]] = (double)s->batch[g];
+      x[c->y[u * G + g] + s->pick[u]] = s->share[g];
+    }
+  }
+  for (int g = 0; g < G; g++) {
+    double w = 0;
+    for (int u = 0; u < q->nunits; u++)
+      w = fmax(w, q->unit[u].choice[s->pick[u]].peak[g] * MSCALE);
+    x[c->w[g]] = w;
+    if (G > 1) {
+      x[c->beta[g]] = (double)s->batch[g];
+      x[c->f[g]] = s->share[g];
+    }
+  }
+  for (int i = 0; i < q->nedges; i++) {
+    if (c->e[i] < 0)
+      continue;
+    int a = q->unit[q->edge[i].u].choice[s->pick[q->edge[i].u]].layout;
+    int b = q->unit[q->edge[i].v].choice[s->pick[q->edge[i].v]].layout;
+    x[c->e[i] + a * L + b] = 1;
+  }
+  return x;
+}
+
+static const char *status_name(IlpStatus s, double gap) {
+  switch (s) {
+  case ILP_OPTIMAL: return gap > 0 ? "optimal within the gap" : "optimal";
+  case ILP_FEASIBLE: return "time limit (best found)";
+  case ILP_INFEASIBLE: return "infeasible";
+  case ILP_NOSOLUTION: return "time limit (nothing found)";
+  default: return "error";
+  }
+}
+
+int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSolveStats *st,
+             IrDiag *d) {
+  memset(st, 0, sizeof *st);
+  int **map = calloc((size_t)p->nunits + 1, sizeof *map);
+  int **keep = calloc((size_t)p->nunits + 1, sizeof *keep);
+  IR_ASSERT(map && keep);
+  SvProblem *q = sv_problem_prune(p, !o->min_memory, map, keep);
+  best->feasible = false;
+  best->time = INFINITY;
+  bool empty = false;
+  for (int u = 0; u < p->nunits; u++) {
+    st->choices += p->unit[u].nchoices;
+    st->choices_kept += q->unit[u].nchoices;
+    empty |= q->unit[u].nchoices == 0;
+  }
+  int rc = 0;
+  if (empty) {   // some block fits in no way at all
+    st->status = "infeasible";
+  } else {
+    Cols c = {0};
+    Ilp *ilp = build(q, o->min_memory, &c);
+    st->vars = ilp_ncols(ilp);
+    st->rows = ilp_nrows(ilp);
+    st->binaries = ilp_count(ilp, ILP_BIN);
+    st->ints = ilp_count(ilp, ILP_INT);
+    double *inc = NULL;
+    if (o->incumbent && o->incumbent->feasible && !o->min_memory) {
+      SvSolution s = sv_solution_new(q);
+      sv_solution_copy(&s, o->incumbent, p->nunits);
+      bool ok = true;
+      for (int u = 0; u < p->nunits; u++) {
+        s.pick[u] = map[u][o->incumbent->pick[u]];
+        ok &= s.pick[u] >= 0;
+      }
+      if (ok) {
+        sv_evaluate(q, &s, false);
+        inc = s.feasible ? point(q, &c, &s, st->vars) : NULL;
+      }
+      sv_solution_free(&s);
+    }
+    IlpOptions io = {.mip_gap = o->mip_gap, .time_limit = o->time_limit, .presolve = true,
+                     .cuts = true, .verbose = o->verbose, .incumbent = inc};
+    IlpResult r;
+    rc = ilp_solve(ilp, &io, &r);
+    st->nonzeros = ilp_nnz(ilp);
+    st->seconds = r.seconds;
+    st->gap = r.gap;
+    st->seeded = r.seeded;
+    st->status = status_name(r.status, r.gap);
+    if (rc)
+      ir_error(d, (IrLoc){0}, "plan: the integer program failed: %s", r.msg);
+    if (r.x) {
+      int G = q->ngroups;
+      for (int u = 0; u < p->nunits; u++) {
+        int k = 0;
+        for (int s = 1; s < q->unit[u].nchoices; s++)
+          if (r.x[c.x[u] + s] > r.x[c.x[u] + k])
+            k = s;
+        best->pick[u] = keep[u][k];
+      }
+      best->batch[0] = p->micro_total;
+      best->share[0] = 1;
+      if (G > 1) {
+        int64_t sum = 0;
+        for (int g = 0; g < G; g++) {
+          best->batch[g] = llround(r.x[c.beta[g]]);
+          best->share[g] = fmax(0, r.x[c.f[g]]);
+          sum += best->batch[g];
+        }
+        best->batch[G - 1] += p->micro_total - sum;
+      }
+      sv_evaluate(p, best, false);
+      if (!best->feasible || G > 1)   // rounding; and balanced shares read better
+        sv_evaluate(p, best, true);
+      if (o->min_memory) {
+        best->time = r.x[c.delta] / MSCALE;
+        best->feasible = true;
+      }
+    }
+    ilp_result_free(&r);
+    free(inc);
+    ilp_free(ilp);
+    cols_free(&c);
+  }
+  for (int u = 0; u < p->nunits; u++)
+    free(map[u]), free(keep[u]);
+  free(map), free(keep);
+  sv_problem_free(q);
+  return rc;
+}
+
+// ---- baselines ----------------------------------------------------------------------------------
+
+typedef struct Fixed {
+  char name[48];
+  int tp, q, zero, offload;
+} Fixed;
+
+static int find_layout(const SvProblem *p, int tp, int q) {
+  for (int l = 0; l < p->nlayouts; l++)
+    if (p->layout[l].tp == tp && p->layout[l].q == q)
+      return l;
+  return -1;
+}
+
+// The choice of unit u closest to the fixed strategy: the stage and offload
+// it asks for where the unit has them (no parameters: none; one replica:
+// ZeRO changes nothing).
+static int fixed_choice(const SvUnit *u, int layout, const Fixed *f, bool ckpt) {
+  int best = -1, score = -1;
+  for (int s = 0; s < u->nchoices; s++) {
+    const SvChoice *c = &u->choice[s];
+    if (c->layout != layout)
+      continue;
+    int sc = (c->zero == f->zero) * 4 + (c->offload == f->offload) * 2 + (c->ckpt == ckpt);
+    if (sc > score)
+      best = s, score = sc;
+  }
+  return best;
+}
+
+static void even_split(const SvProblem *p, SvSolution *s) {
+  int gpus = 0;
+  for (int g = 0; g < p->ngroups; g++)
+    gpus += p->gpus[g];
+  int64_t sum = 0;
+  for (int g = 0; g < p->ngroups; g++) {
+    s->batch[g] = p->micro_total * p->gpus[g] / gpus;
+    s->share[g] = (double)p->gpus[g] / gpus;
+    sum += s->batch[g];
+  }
+  s->batch[p->ngroups - 1] += p->micro_total - sum;
+}
+
+// b = the fixed strategy f on layout l, with checkpointing everywhere when
+// that is what fits (or fits better). b->need: bytes over capacity, if any.
+static void fixed_plan(const SvProblem *p, const Fixed *f, int l, SvBaseline *b) {
+  memcpy(b->name, f->name, sizeof b->name);
+  b->sol = sv_solution_new(p);
+  b->ckpt = false;
+  SvSolution alt = sv_solution_new(p);
+  for (int ck = 0; ck <= 1; ck++) {
+    SvSolution *s = ck ? &alt : &b->sol;
+    even_split(p, s);
+    for (int u = 0; u < p->nunits; u++)
+      s->pick[u] = fixed_choice(&p->unit[u], l, f, ck);
+    sv_evaluate(p, s, false);
+  }
+  double m0 = 0, m1 = 0;
+  for (int g = 0; g < p->ngroups; g++)
+    m0 = fmax(m0, b->sol.mem[g] - p->cap[g]), m1 = fmax(m1, alt.mem[g] - p->cap[g]);
+  if (!b->sol.feasible && (alt.feasible || m1 < m0)) {
+    sv_solution_copy(&b->sol, &alt, p->nunits);
+    b->ckpt = true;
+    m0 = m1;
+  }
+  sv_solution_free(&alt);
+  b->need = b->sol.feasible ? 0 : m0;
+}
+
+// a is a better baseline than b: it fits and is faster, or neither fits and a is closer.
+static bool better(const SvBaseline *a, const SvBaseline *b) {
+  if (a->sol.feasible != b->sol.feasible)
+    return a->sol.feasible;
+  return a->sol.feasible ? a->sol.time < b->sol.time : a->need < b->need;
+}
+
+// Pure DP, ZeRO-3, Megatron with TP over a node, the best 2D grid, ZeRO-3
+// with offload: each the same for every block, priced by the same model. One
+// that the cluster reduces to an earlier one (one GPU: ZeRO-3 is DP) is left out.
+static void baselines(SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvCluster *cl = &pl->cfg.cluster;
+  int gpus = sv_cluster_gpus(cl);
+  int tp = cl->group[0].per_node < gpus ? cl->group[0].per_node : gpus;
+  Fixed defs[] = {
+      {"DP", 1, 1, 0, 0},
+      {"ZeRO-3", 1, 1, 3, 0},
+      {"", tp, 1, 0, 0},
+      {"", 1, 2, 0, 0},
+      {"ZeRO-3 + offload", 1, 1, 3, 100},
+  };
+  snprintf(defs[2].name, sizeof defs[2].name, "Megatron TP=%d", tp);
+  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+    Fixed *f = &defs[i];
+    SvBaseline *b = &pl->baseline[pl->nbaselines];
+    if (f->q > 1) {   // 2D: the grid that does best
+      b->sol.pick = NULL;
+      for (int q = 2; q <= 8; q++) {
+        int l = find_layout(p, 1, q);
+        if (l < 0)
+          continue;
+        SvBaseline t;
+        snprintf(f->name, sizeof f->name, "2D %dx%d", q, q);
+        fixed_plan(p, f, l, &t);
+        if (!b->sol.pick || better(&t, b)) {
+          sv_solution_free(&b->sol);
+          *b = t;
+        } else {
+          sv_solution_free(&t.sol);
+        }
+      }
+      if (!b->sol.pick)
+        continue;
+    } else {
+      int l = find_layout(p, f->tp, f->q);
+      if (l < 0)
+        continue;
+      fixed_plan(p, f, l, b);
+    }
+    bool dup = false;
+    for (int k = 0; k < pl->nbaselines && !dup; k++)
+      dup = !memcmp(pl->baseline[k].sol.pick, b->sol.pick, (size_t)p->nunits * sizeof(int));
+    if (dup)
+      sv_solution_free(&b->sol);
+    else
+      pl->nbaselines++;
+  }
+}
+
+// ---- when nothing fits --------------------------------------------------------------------------
+
+static const char *gib(char *buf, double bytes) {
+  snprintf(buf, 32, "%.1f GiB", bytes / GiB);
+  return buf;
+}
+
+// The largest micro-batch that divides the global batch and fits (0: none),
+// by bisection: memory grows with the micro-batch.
+static int64_t largest_micro_batch(SvPlan *pl, IrDiag *d) {
+  SvModel *m = pl->model;
+  if (m->batch_sym < 0)
+    return -1;
+  IrGraph *g = m->g;
+  int64_t saved = g->syms.value[m->batch_sym], global = pl->global_batch;
+  int64_t cand[4096];
+  int n = 0;
+  for (int64_t b = 1; b < pl->micro_batch && n < 4096; b++)
+    if (global % b == 0)
+      cand[n++] = b;
+  int lo = 0, hi = n - 1, found = -1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    SvConfig cfg = pl->cfg;
+    cfg.micro_batch = cand[mid];
+    symtab_bind(&g->syms, m->batch_sym, cand[mid]);
+    SvNum *nums = NULL;
+    SvProblem *p = sv_problem_build(m, &cfg, &nums, d);
+    bool fits = false;
+    if (p) {
+      SvSolution s = sv_solution_new(p);
+      SvSolveStats st;
+      SvSolveOptions o = {.mip_gap = 1e-3, .time_limit = 5, .min_memory = true};
+      fits = !sv_solve(p, &o, &s, &st, d) && s.feasible && s.time <= 1;
+      sv_solution_free(&s);
+    }
+    sv_problem_free(p);
+    free(nums);
+    if (fits)
+      found = mid, lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  symtab_bind(&g->syms, m->batch_sym, saved);
+  return found < 0 ? 0 : cand[found];
+}
+
+static void explain(SvPlan *pl, IrDiag *d) {
+  const SvProblem *p = pl->prob;
+  char a[32], b[32], c[32], e[32], f[32], h[32], k[32], l[32];
+  SvSolution s = sv_solution_new(p);
+  SvSolveStats st;
+  SvSolveOptions o = {.mip_gap = 1e-3, .time_limit = 10, .min_memory = true};
+  int n = 0;
+  size_t cap = sizeof pl->why;
+  if (sv_solve(p, &o, &s, &st, d) || !s.feasible) {
+    n = snprintf(pl->why, cap, "no plan fits: not even with unlimited GPU memory (CPU memory "
+                               "for offloaded state: %s per GPU)",
+                 gib(a, p->host_cap[0]));
+  } else {
+    // The leanest plan's memory on the group that binds.
+    int worst = 0;
+    for (int g = 1; g < p->ngroups; g++)
+      if (s.mem[g] - p->cap[g] > s.mem[worst] - p->cap[worst])
+        worst = g;
+    double cat[SV_NM + 1] = {0};
+    for (int u = 0; u < p->nunits; u++) {
+      SvCost x;
+      sv_plan_cost(pl, u, s.pick[u], worst, &x);
+      for (int i = 0; i < SV_NM; i++)
+        cat[i] += p->unit[u].count * (x.mem[i] + s.share[worst] * x.mem_shard[i]);
+      cat[SV_NM] = fmax(cat[SV_NM], x.peak);
+    }
+    const SvGroup *gr = &pl->cfg.cluster.group[worst];
+    n = snprintf(pl->why, cap,
+                 "no plan fits in the %s usable per GPU (%s of each %s minus a %s reserve): "
+                 "GPU memory binds. The leanest plan needs %s per GPU (model states %s, "
+                 "activations %s, buffers %s), so GPUs with %s would do",
+                 gib(a, p->cap[worst]), gib(b, gr->dev.mem), gr->dev.name, gib(c, gr->reserve),
+                 gib(e, p->cap[worst] + s.time),
+                 gib(f, cat[SV_M_PARAMS] + cat[SV_M_GRADS] + cat[SV_M_OPT]),
+                 gib(h, cat[SV_M_ACT]), gib(k, cat[SV_NM]),
+                 gib(l, p->cap[worst] + s.time + gr->reserve));
+  }
+  sv_solution_free(&s);
+  int64_t mb = largest_micro_batch(pl, d);
+  if (n < (int)cap && mb > 0)
+    snprintf(pl->why + n, cap - (size_t)n, "; the largest micro-batch that fits is %lld (now %lld)",
+             (long long)mb, (long long)pl->micro_batch);
+  else if (n < (int)cap && mb == 0)
+    snprintf(pl->why + n, cap - (size_t)n, "; no smaller micro-batch fits either (now %lld)",
+             (long long)pl->micro_batch);
+}
+
+// ---- sv_plan ------------------------------------------------------------------------------------
+
+SvConfig sv_default_config(void) {
+  SvConfig c = {.precision = SV_BF16, .share_blocks = true, .seq_parallel = true,
+                .mip_gap = 1e-3, .time_limit = 20};
+  sv_cluster_simple(&c.cluster, "H100-80GB", 1, 0, 0, 0, 0, NULL);
+  return c;
+}
+
+void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out) {
+  SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
+  const SvChoice *ch = &p->prob->unit[u].choice[c];
+  sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->zero, ch->offload, g, out);
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t bound_value(const IrGraph *g, int var) {
+  return var >= 0 && g->syms.bound[var] ? g->syms.value[var] : 0;
+}
+
+// With --no-share, identical blocks decide alone: a much larger program,
+// whose best solution is seldom far from the shared one. So the shared
+// program (small, fast) is solved first and its plan, block by block, seeds
+// the large one. Identical blocks have identical choice lists, so a shared
+// choice index means the same choice for each of its blocks.
+static bool shared_seed(SvPlan *pl, SvSolution *out, IrDiag *d) {
+  SvModel *m = pl->model, *ms = sv_model_build(m->g, true, d);
+  SvNum *nums = NULL;
+  SvProblem *ps = ms ? sv_problem_build(ms, &pl->cfg, &nums, d) : NULL;
+  bool ok = false;
+  if (ps) {
+    SvSolution s = sv_solution_new(ps);
+    SvSolveStats st;
+    SvSolveOptions o = {.mip_gap = pl->cfg.mip_gap, .time_limit = fmin(5, pl->cfg.time_limit)};
+    ok = !sv_solve(ps, &o, &s, &st, d) && s.feasible;
+    for (int b = 0; ok && b < m->nblocks; b++) {
+      int u = m->block[b].unit, k = ms->block[b].unit;
+      if (u < 0)
+        continue;
+      ok = pl->prob->unit[u].nchoices == ps->unit[k].nchoices;
+      out->pick[u] = s.pick[k];
+    }
+    memcpy(out->batch, s.batch, sizeof s.batch);
+    memcpy(out->share, s.share, sizeof s.share);
+    if (ok)
+      sv_evaluate(pl->prob, out, false);
+    ok = ok && out->feasible;
+    sv_solution_free(&s);
+  }
+  sv_problem_free(ps);
+  free(nums);
+  sv_model_free(ms);
+  return ok;
+}
+
+int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
+  double t0 = now();
+  *out = NULL;
+  SvPlan *pl = calloc(1, sizeof *pl);
+  IR_ASSERT(pl);
+  pl->cfg = *cfg;
+  pl->model = sv_model_build(g, cfg->share_blocks, d);
+  if (!pl->model) {
+    sv_plan_free(pl);
+    return -1;
+  }
+  SvModel *m = pl->model;
+  if (cfg->micro_batch && m->batch_sym >= 0)
+    symtab_bind(&g->syms, m->batch_sym, cfg->micro_batch);
+  if (cfg->seq && m->seq_sym >= 0)
+    symtab_bind(&g->syms, m->seq_sym, cfg->seq);
+  pl->micro_batch = m->batch_sym >= 0 ? bound_value(g, m->batch_sym) : 1;
+  pl->seq = bound_value(g, m->seq_sym);
+  int gpus = sv_cluster_gpus(&cfg->cluster);
+  pl->global_batch = cfg->global_batch ? cfg->global_batch : pl->micro_batch * gpus;
+  if (pl->micro_batch < 1 || pl->global_batch % pl->micro_batch) {
+    ir_error(d, (IrLoc){0}, "the global batch (%lld) must be a multiple of the micro-batch (%lld)",
+             (long long)pl->global_batch, (long long)pl->micro_batch);
+    sv_plan_free(pl);
+    return -1;
+  }
+  pl->cfg.micro_batch = pl->micro_batch;
+  pl->cfg.global_batch = pl->global_batch;
+  pl->prob = sv_problem_build(m, &pl->cfg, &pl->nums, d);
+  if (!pl->prob) {
+    sv_plan_free(pl);
+    return -1;
+  }
+  baselines(pl);
+  const SvSolution *seed = NULL;
+  for (int i = 0; i < pl->nbaselines; i++)
+    if (pl->baseline[i].sol.feasible && (!seed || pl->baseline[i].sol.time < seed->time))
+      seed = &pl->baseline[i].sol;
+  SvSolution shared = sv_solution_new(pl->prob);
+  if (!cfg->share_blocks && shared_seed(pl, &shared, d) && (!seed || shared.time < seed->time))
+    seed = &shared;
+  pl->sol = sv_solution_new(pl->prob);
+  SvSolveOptions o = {.mip_gap = cfg->mip_gap, .time_limit = cfg->time_limit,
+                      .verbose = cfg->verbose, .incumbent = seed};
+  int rc = sv_solve(pl->prob, &o, &pl->sol, &pl->stats, d);
+  pl->stats.seed = seed == &shared ? "the plan with shared variables" : "the best baseline";
+  sv_solution_free(&shared);
+  if (rc) {
+    sv_plan_free(pl);
+    return -1;
+  }
+  if (!pl->sol.feasible)
+    explain(pl, d);
+  pl->seconds = now() - t0;
+  *out = pl;
+  return 0;
+}
+
+void sv_plan_free(SvPlan *p) {
+  if (!p)
+    return;
+  for (int i = 0; i < p->nbaselines; i++)
+    sv_solution_free(&p->baseline[i].sol);
+  sv_solution_free(&p->sol);
+  sv_problem_free(p->prob);
+  free(p->nums);
+  sv_model_free(p->model);
+  free(p);
+}

@@ -1,0 +1,426 @@
+// The numeric problem: what the integer program decides over.
+//
+// A unit is a block, or a set of identical blocks deciding together. Each
+// unit has joint choices (layout x checkpoint x ZeRO stage x offload share),
+// each priced per device group by the cost model. Edges join units whose
+// blocks pass activations, with a resharding time per pair of layouts.
+//
+// sv_evaluate prices a complete solution the same way the integer program
+// does, so that baselines, brute force (tests) and the solver agree.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+// ---- layouts ------------------------------------------------------------------------------------
+
+static bool divides_groups(const SvCluster *c, int s) {
+  for (int i = 0; i < c->ngroups; i++)
+    if (c->group[i].count % s)
+      return false;
+  return true;
+}
+
+// 1D tensor parallelism up to 64 ways and 2D grids up to 8 x 8, with data
+// parallelism over the rest; an inner group never straddles two device
+// groups, and no replica is left without a micro-batch.
+int sv_layouts(const SvCluster *c, int64_t micro_total, SvLayout *out, int max) {
+  int gpus = sv_cluster_gpus(c), n = 0;
+  for (int t = 1; t <= 64 && t <= gpus && n < max; t++)
+    if (gpus % t == 0 && divides_groups(c, t) && gpus / t <= micro_total)
+      out[n++] = (SvLayout){gpus / t, t, 1};
+  for (int q = 2; q <= 8 && q * q <= gpus && n < max; q++)
+    if (gpus % (q * q) == 0 && divides_groups(c, q * q) && gpus / (q * q) <= micro_total)
+      out[n++] = (SvLayout){gpus / (q * q), 1, q};
+  return n;
+}
+
+// ---- building -----------------------------------------------------------------------------------
+
+void sv_choice_fill(SvChoice *c, int g, const SvCost *k) {
+  c->t_micro[g] = c->t_step[g] = c->mem[g] = c->mem_shard[g] = 0;
+  for (int i = 0; i < SV_NT; i++) {
+    c->t_micro[g] += k->t_micro[i];
+    c->t_step[g] += k->t_step[i];
+  }
+  for (int i = 0; i < SV_NM; i++) {
+    c->mem[g] += k->mem[i];
+    c->mem_shard[g] += k->mem_shard[i];
+  }
+  c->peak[g] = k->peak;
+  c->host[g] = k->host;
+  c->host_shard[g] = k->host_shard;
+}
+
+static void add_choice(SvUnit *u, int *cap, const SvChoice *c) {
+  if (u->nchoices == *cap) {
+    *cap = *cap ? 2 * *cap : 64;
+    u->choice = realloc(u->choice, (size_t)*cap * sizeof *u->choice);
+    IR_ASSERT(u->choice);
+  }
+  u->choice[u->nchoices++] = *c;
+}
+
+static const int offloads[] = {0, 50, 100};
+
+static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *x) {
+  int cap = 0;
+  bool has_state = n->params > 0;
+  bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int;
+  bool has_opt = x->cfg->precision == SV_BF16 || n->state > 0;
+  for (int l = 0; l < p->nlayouts; l++)
+    for (int ck = 0; ck <= (can_ckpt ? 1 : 0); ck++)
+      for (int z = 0; z <= 3; z++)
+        for (int o = 0; o < 3; o++) {
+          if (z > 0 && (p->layout[l].dp == 1 || !has_state))
+            continue;
+          if (offloads[o] > 0 && (!has_state || !has_opt))
+            continue;
+          SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o]};
+          for (int g = 0; g < p->ngroups; g++) {
+            SvCost k;
+            sv_cost(x, n, p->layout[l], c.ckpt, z, c.offload, g, &k);
+            sv_choice_fill(&c, g, &k);
+          }
+          add_choice(u, &cap, &c);
+        }
+}
+
+static SvEdge *find_edge(SvProblem *p, int u, int v) {
+  for (int i = 0; i < p->nedges; i++)
+    if (p->edge[i].u == u && p->edge[i].v == v)
+      return &p->edge[i];
+  p->edge = realloc(p->edge, (size_t)(p->nedges + 1) * sizeof *p->edge);
+  IR_ASSERT(p->edge);
+  SvEdge *e = &p->edge[p->nedges++];
+  memset(e, 0, sizeof *e);
+  e->u = u, e->v = v;
+  for (int g = 0; g < p->ngroups; g++) {
+    e->r[g] = calloc((size_t)(p->nlayouts * p->nlayouts), sizeof(double));
+    IR_ASSERT(e->r[g]);
+  }
+  return e;
+}
+
+SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_out, IrDiag *d) {
+  const SvCluster *cl = &cfg->cluster;
+  SvProblem *p = calloc(1, sizeof *p);
+  IR_ASSERT(p);
+  p->ngroups = cl->ngroups;
+  for (int g = 0; g < cl->ngroups; g++) {
+    p->gpus[g] = cl->group[g].count;
+    p->cap[g] = cl->group[g].dev.mem - cl->group[g].reserve;
+    p->host_cap[g] = cl->group[g].dev.host_mem;
+  }
+  p->micro_total = cfg->global_batch / cfg->micro_batch;
+  p->nlayouts = sv_layouts(cl, p->micro_total, p->layout, SV_MAXLAYOUTS);
+  if (p->nlayouts == 0) {
+    ir_error(d, (IrLoc){0}, "no layout fits %d micro-batches per step on these groups of GPUs",
+             (int)p->micro_total);
+    sv_problem_free(p);
+    return NULL;
+  }
+  SvCtx x = {cfg, sv_cluster_gpus(cl), p->micro_total};
+  p->nunits = m->nunits;
+  p->unit = calloc((size_t)m->nunits, sizeof *p->unit);
+  SvNum *nums = calloc((size_t)m->nunits, sizeof *nums);
+  const char **last = calloc((size_t)m->nunits, sizeof *last);
+  IR_ASSERT(p->unit && nums && last);
+  for (int b = 0; b < m->nblocks; b++) {
+    int u = m->block[b].unit;
+    if (u < 0)
+      continue;
+    if (p->unit[u].count++ == 0)
+      p->unit[u].block = b;
+    last[u] = m->block[b].name;
+  }
+  for (int u = 0; u < p->nunits; u++) {
+    SvUnit *un = &p->unit[u];
+    const char *first = m->block[un->block].name;
+    if (un->count == 1) {
+      un->name = first;
+    } else {
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s .. %s", first, last[u]);
+      un->name = ir_strdup(&m->g->arena, buf);
+    }
+    sv_num_eval(m, cfg, un->block, &nums[u]);
+    build_choices(p, un, &nums[u], &x);
+  }
+  free(last);
+  int ab = cfg->precision == SV_BF16 ? 2 : 4;
+  for (int i = 0; i < m->nflows; i++) {
+    int u = m->block[m->flow[i].from].unit, v = m->block[m->flow[i].to].unit;
+    if (u < 0 || v < 0 || u == v)
+      continue;   // identical blocks share a layout: nothing to reshard
+    double bytes = sym_evalf(m->flow[i].elems, &m->g->syms) * ab;
+    SvEdge *e = find_edge(p, u < v ? u : v, u < v ? v : u);
+    e->count++;
+    for (int g = 0; g < p->ngroups; g++)
+      for (int a = 0; a < p->nlayouts; a++)
+        for (int b = 0; b < p->nlayouts; b++)
+          e->r[g][a * p->nlayouts + b] += sv_reshard_time(&x, bytes, p->layout[a], p->layout[b], g);
+  }
+  *nums_out = nums;
+  return p;
+}
+
+void sv_problem_free(SvProblem *p) {
+  if (!p)
+    return;
+  for (int u = 0; u < p->nunits; u++)
+    free(p->unit[u].choice);
+  for (int e = 0; e < p->nedges; e++)
+    for (int g = 0; g < p->ngroups; g++)
+      free(p->edge[e].r[g]);
+  free(p->unit);
+  free(p->edge);
+  free(p);
+}
+
+// ---- solutions ----------------------------------------------------------------------------------
+
+SvSolution sv_solution_new(const SvProblem *p) {
+  SvSolution s = {.pick = calloc((size_t)p->nunits + 1, sizeof(int))};
+  IR_ASSERT(s.pick);
+  s.time = INFINITY;
+  s.batch[0] = p->micro_total;
+  s.share[0] = 1;
+  return s;
+}
+
+void sv_solution_free(SvSolution *s) {
+  free(s->pick);
+  s->pick = NULL;
+}
+
+void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits) {
+  int *pick = dst->pick;
+  *dst = *src;
+  dst->pick = pick;
+  memcpy(pick, src->pick, (size_t)nunits * sizeof *pick);
+}
+
+// Per group: time, memory held, sharded memory at share 1, peak, host.
+typedef struct Totals {
+  double time, fixed, shard, peak, host, host_shard;
+} Totals;
+
+static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
+  for (int g = 0; g < p->ngroups; g++) {
+    Totals *x = &t[g];
+    memset(x, 0, sizeof *x);
+    for (int u = 0; u < p->nunits; u++) {
+      const SvChoice *c = &p->unit[u].choice[s->pick[u]];
+      double n = p->unit[u].count;
+      x->time += n * (c->t_micro[g] * (double)s->batch[g] + c->t_step[g]);
+      x->fixed += n * c->mem[g];
+      x->shard += n * c->mem_shard[g];
+      x->host += n * c->host[g];
+      x->host_shard += n * c->host_shard[g];
+      x->peak = fmax(x->peak, c->peak[g]);
+    }
+    for (int e = 0; e < p->nedges; e++) {
+      const SvEdge *ed = &p->edge[e];
+      int a = p->unit[ed->u].choice[s->pick[ed->u]].layout;
+      int b = p->unit[ed->v].choice[s->pick[ed->v]].layout;
+      x->time += ed->r[g][a * p->nlayouts + b];
+    }
+  }
+}
+
+#define SLACK 1e-9   // relative tolerance on capacities
+
+void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
+  Totals t[SV_MAXGROUPS];
+  totals(p, s, t);
+  bool ok = true;
+  if (set_share && p->ngroups == 1) {
+    s->share[0] = 1;
+  } else if (set_share) {
+    // Each group can take at most (free memory) / (its bytes at share 1) of
+    // the sharded state; shares proportional to those bounds fit when the
+    // bounds add up to 1 or more, and fill every group equally.
+    double ub[SV_MAXGROUPS], sum = 0;
+    bool any = false;
+    for (int g = 0; g < p->ngroups; g++) {
+      double free_gpu = p->cap[g] * (1 + SLACK) - t[g].fixed - t[g].peak;
+      double free_host = p->host_cap[g] * (1 + SLACK) - t[g].host;
+      ub[g] = INFINITY;
+      if (t[g].shard > 0)
+        ub[g] = free_gpu / t[g].shard;
+      if (t[g].host_shard > 0)
+        ub[g] = fmin(ub[g], free_host / t[g].host_shard);
+      any |= t[g].shard > 0 || t[g].host_shard > 0;
+      ok &= free_gpu >= 0 && free_host >= 0;
+      ub[g] = fmax(0, ub[g]);
+      sum += ub[g];
+    }
+    int gpus = 0;
+    for (int g = 0; g < p->ngroups; g++)
+      gpus += p->gpus[g];
+    for (int g = 0; g < p->ngroups; g++)
+      s->share[g] = !any || !isfinite(sum) || sum < 1 - SLACK ? (double)p->gpus[g] / gpus
+                                                                : ub[g] / sum;
+    if (any && isfinite(sum) && sum < 1 - SLACK)
+      ok = false;
+  }
+  s->time = 0;
+  for (int g = 0; g < p->ngroups; g++) {
+    s->group_time[g] = t[g].time;
+    s->time = fmax(s->time, t[g].time);
+    s->mem[g] = t[g].fixed + s->share[g] * t[g].shard + t[g].peak;
+    s->host[g] = t[g].host + s->share[g] * t[g].host_shard;
+    ok &= s->mem[g] <= p->cap[g] * (1 + SLACK) + 1;
+    ok &= s->host[g] <= p->host_cap[g] * (1 + SLACK) + 1;
+  }
+  s->feasible = ok;
+}
+
+// ---- brute force (tests) ------------------------------------------------------------------------
+
+// The next split of total into n parts (lexicographic); false after the last.
+static bool next_split(int64_t *part, int n, int64_t total) {
+  if (n == 1)
+    return false;
+  for (int i = n - 2; i >= 0; i--) {
+    int64_t used = 0;
+    for (int k = 0; k < i; k++)
+      used += part[k];
+    if (used + part[i] < total) {
+      part[i]++;
+      for (int k = i + 1; k < n - 1; k++)
+        part[k] = 0;
+      used += part[i];
+      part[n - 1] = total - used;
+      return true;
+    }
+  }
+  return false;
+}
+
+int sv_brute_force(const SvProblem *p, SvSolution *best) {
+  double combos = 1;
+  for (int u = 0; u < p->nunits; u++)
+    combos *= p->unit[u].nchoices;
+  for (int g = 1; g < p->ngroups; g++)
+    combos *= (double)(p->micro_total + 1);
+  if (combos > 2e7)
+    return -1;
+  SvSolution cur = sv_solution_new(p);
+  best->feasible = false;
+  best->time = INFINITY;
+  for (;;) {
+    memset(cur.batch, 0, sizeof cur.batch);
+    cur.batch[p->ngroups - 1] = p->micro_total;
+    do {
+      sv_evaluate(p, &cur, true);
+      if (cur.feasible && cur.time < best->time)
+        sv_solution_copy(best, &cur, p->nunits);
+    } while (next_split(cur.batch, p->ngroups, p->micro_total));
+    int u = 0;
+    while (u < p->nunits && ++cur.pick[u] == p->unit[u].nchoices)
+      cur.pick[u++] = 0;
+    if (u == p->nunits)
+      break;
+  }
+  sv_solution_free(&cur);
+  return 0;
+}
+
+// ---- pruning ------------------------------------------------------------------------------------
+
+// a is at least as good as b on every coefficient.
+static bool no_worse(const SvProblem *p, const SvChoice *a, const SvChoice *b) {
+  if (a->layout != b->layout)
+    return false;
+  // On one group the state share is 1: held and sharded bytes simply add.
+  double k = p->ngroups == 1 ? 1 : 0;
+  for (int g = 0; g < p->ngroups; g++) {
+    const double x[] = {a->t_micro[g], a->t_step[g], a->mem[g] + k * a->mem_shard[g],
+                        (1 - k) * a->mem_shard[g], a->peak[g], a->host[g] + k * a->host_shard[g],
+                        (1 - k) * a->host_shard[g]};
+    const double y[] = {b->t_micro[g], b->t_step[g], b->mem[g] + k * b->mem_shard[g],
+                        (1 - k) * b->mem_shard[g], b->peak[g], b->host[g] + k * b->host_shard[g],
+                        (1 - k) * b->host_shard[g]};
+    for (int k = 0; k < 7; k++)
+      if (x[k] > y[k] * (1 + 1e-12) + 1e-300)
+        return false;
+  }
+  return true;
+}
+
+static bool alone_too_big(const SvProblem *p, const SvUnit *u, const SvChoice *c, bool gpu) {
+  for (int g = 0; g < p->ngroups; g++) {
+    double shard = p->ngroups == 1 ? 1 : 0;   // other groups may take all the shards
+    double held = u->count * (c->mem[g] + shard * c->mem_shard[g]) + c->peak[g];
+    if (gpu && held > p->cap[g] * (1 + SLACK) + 1)
+      return true;
+    if (u->count * (c->host[g] + shard * c->host_shard[g]) > p->host_cap[g] * (1 + SLACK) + 1)
+      return true;
+  }
+  return false;
+}
+
+SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **keep) {
+  SvProblem *q = calloc(1, sizeof *q);
+  IR_ASSERT(q);
+  *q = *p;
+  q->unit = calloc((size_t)p->nunits, sizeof *q->unit);
+  q->edge = calloc((size_t)p->nedges + 1, sizeof *q->edge);
+  IR_ASSERT(q->unit && q->edge);
+  for (int e = 0; e < p->nedges; e++) {
+    q->edge[e] = p->edge[e];
+    for (int g = 0; g < p->ngroups; g++) {
+      size_t n = (size_t)(p->nlayouts * p->nlayouts);
+      q->edge[e].r[g] = malloc(n * sizeof(double));
+      IR_ASSERT(q->edge[e].r[g]);
+      memcpy(q->edge[e].r[g], p->edge[e].r[g], n * sizeof(double));
+    }
+  }
+  for (int u = 0; u < p->nunits; u++) {
+    const SvUnit *pu = &p->unit[u];
+    SvUnit *qu = &q->unit[u];
+    *qu = *pu;
+    qu->nchoices = 0;
+    qu->choice = malloc(((size_t)pu->nchoices + 1) * sizeof *qu->choice);
+    int *by = malloc(((size_t)pu->nchoices + 1) * sizeof *by);   // a choice no worse, or -1
+    map[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **map);
+    keep[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **keep);
+    IR_ASSERT(qu->choice && by && map[u] && keep[u]);
+    for (int s = 0; s < pu->nchoices; s++) {
+      by[s] = -1;
+      const SvChoice *c = &pu->choice[s];
+      if (alone_too_big(p, pu, c, gpu_caps)) {
+        by[s] = -2;
+        continue;
+      }
+      for (int t = 0; t < pu->nchoices && by[s] == -1; t++) {
+        if (t == s || !no_worse(p, &pu->choice[t], c))
+          continue;
+        // Ties go to the lower index, so that exactly one of equals stays.
+        if (t < s || !no_worse(p, c, &pu->choice[t]))
+          by[s] = t;
+      }
+    }
+    for (int s = 0; s < pu->nchoices; s++) {
+      map[u][s] = -1;
+      if (by[s] == -1) {
+        keep[u][qu->nchoices] = s;
+        map[u][s] = qu->nchoices;
+        qu->choice[qu->nchoices++] = pu->choice[s];
+      }
+    }
+    // A dominated choice maps to what dominates it, followed to a kept one.
+    for (int s = 0; s < pu->nchoices; s++) {
+      int t = s, steps = 0;
+      while (t >= 0 && by[t] >= 0 && steps++ < pu->nchoices)
+        t = by[t];
+      if (t >= 0 && by[t] == -1)
+        map[u][s] = map[u][t];
+    }
+    free(by);
+  }
+  return q;
+}

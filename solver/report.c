@@ -1,0 +1,346 @@
+// What the planner says: the text report of `mtc plan` and plan.json.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "internal.h"
+
+static const char *time_names[SV_NT] = {"compute", "recompute", "tensor_parallel",
+                                        "data_parallel", "offload", "optimizer"};
+static const char *mem_names[SV_NM] = {"params", "grads", "optimizer", "activations"};
+
+const char *sv_layout_str(char *buf, size_t n, SvLayout l) {
+  if (l.q > 1)
+    snprintf(buf, n, "%d x 2D %dx%d", l.dp, l.q, l.q);
+  else if (l.tp > 1)
+    snprintf(buf, n, "%d x TP%d", l.dp, l.tp);
+  else
+    snprintf(buf, n, "%d x DP", l.dp);
+  return buf;
+}
+
+// ---- breakdowns of the chosen plan --------------------------------------------------------------
+
+typedef struct Breakdown {
+  double t[SV_NT + 1];     // seconds per step by category; [SV_NT]: resharding
+  double m[SV_NM + 1];     // bytes per GPU by category; [SV_NM]: buffers (the peak block)
+  double total_t, total_m;
+} Breakdown;
+
+static void breakdown(const SvPlan *pl, const SvSolution *s, int g, Breakdown *b) {
+  const SvProblem *p = pl->prob;
+  memset(b, 0, sizeof *b);
+  for (int u = 0; u < p->nunits; u++) {
+    SvCost k;
+    sv_plan_cost(pl, u, s->pick[u], g, &k);
+    double n = p->unit[u].count;
+    for (int i = 0; i < SV_NT; i++)
+      b->t[i] += n * (k.t_micro[i] * (double)s->batch[g] + k.t_step[i]);
+    for (int i = 0; i < SV_NM; i++)
+      b->m[i] += n * (k.mem[i] + s->share[g] * k.mem_shard[i]);
+    b->m[SV_NM] = fmax(b->m[SV_NM], k.peak);
+  }
+  for (int e = 0; e < p->nedges; e++) {
+    const SvEdge *ed = &p->edge[e];
+    int la = p->unit[ed->u].choice[s->pick[ed->u]].layout;
+    int lb = p->unit[ed->v].choice[s->pick[ed->v]].layout;
+    b->t[SV_NT] += ed->r[g][la * p->nlayouts + lb];
+  }
+  for (int i = 0; i <= SV_NT; i++)
+    b->total_t += b->t[i];
+  for (int i = 0; i <= SV_NM; i++)
+    b->total_m += b->m[i];
+}
+
+static int slowest(const SvProblem *p, const SvSolution *s) {
+  int w = 0;
+  for (int g = 1; g < p->ngroups; g++)
+    if (s->group_time[g] > s->group_time[w])
+      w = g;
+  return w;
+}
+
+// Model FLOPs per step over what the GPUs could do in the step time.
+static double mfu(const SvPlan *pl, const SvSolution *s) {
+  const SvProblem *p = pl->prob;
+  double flops = 0, peak = 0;
+  for (int u = 0; u < p->nunits; u++)
+    flops += p->unit[u].count * (pl->nums[u].flops_fwd + pl->nums[u].flops_bwd);
+  flops *= (double)p->micro_total;
+  for (int g = 0; g < p->ngroups; g++) {
+    const SvDevice *d = &pl->cfg.cluster.group[g].dev;
+    peak += p->gpus[g] * (pl->cfg.precision == SV_BF16 ? d->flops_bf16 : d->flops_fp32);
+  }
+  return flops / (s->time * peak);
+}
+
+static double gb(double bytes) { return bytes / GiB; }
+
+// ---- the text report ----------------------------------------------------------------------------
+
+static void print_cluster(FILE *f, const SvPlan *pl) {
+  const SvCluster *c = &pl->cfg.cluster;
+  fprintf(f, "cluster:");
+  for (int g = 0; g < c->ngroups; g++) {
+    const SvGroup *gr = &c->group[g];
+    fprintf(f, "%s %d x %s (%.0f GiB, %d per node, %.0f GB/s in a node, %.1f GB/s between)",
+            g ? " +" : "", gr->count, gr->dev.name, gb(gr->dev.mem), gr->per_node,
+            gr->dev.intra_bw / 1e9, gr->dev.inter_bw / 1e9);
+  }
+  fputc('\n', f);
+  fprintf(f, "batch: %lld %s", (long long)pl->global_batch, pl->seq ? "sequences" : "samples");
+  if (pl->seq)
+    fprintf(f, " of %lld tokens", (long long)pl->seq);
+  fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
+          pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
+          pl->cfg.precision == SV_BF16 ? "bf16 with fp32 master weights" : "fp32");
+}
+
+static void print_blocks(FILE *f, const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvSolution *s = &pl->sol;
+  int g = slowest(p, s);
+  int w = 6;
+  for (int u = 0; u < p->nunits; u++) {
+    int n = (int)strlen(p->unit[u].name) + (p->unit[u].count > 1 ? 6 : 0);
+    w = n > w ? n : w;
+  }
+  fprintf(f, "\n%-*s  %-14s %-5s %-5s %-8s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
+          "offload", "ms/step", "GiB/GPU");
+  for (int u = 0; u < p->nunits; u++) {
+    const SvUnit *un = &p->unit[u];
+    const SvChoice *c = &un->choice[s->pick[u]];
+    SvCost k;
+    sv_plan_cost(pl, u, s->pick[u], g, &k);
+    double t = 0, m = 0;
+    for (int i = 0; i < SV_NT; i++)
+      t += un->count * (k.t_micro[i] * (double)s->batch[g] + k.t_step[i]);
+    for (int i = 0; i < SV_NM; i++)
+      m += un->count * (k.mem[i] + s->share[g] * k.mem_shard[i]);
+    char name[64], lay[32];
+    if (un->count > 1)
+      snprintf(name, sizeof name, "%s (%d)", un->name, un->count);
+    else
+      snprintf(name, sizeof name, "%s", un->name);
+    fprintf(f, "%-*s  %-14s %-5s %-5d %7d%% %10.2f %9.2f\n", w, name,
+            sv_layout_str(lay, sizeof lay, p->layout[c->layout]), c->ckpt ? "yes" : "no", c->zero,
+            c->offload, t * 1e3, gb(m));
+  }
+}
+
+static void print_groups(FILE *f, const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvSolution *s = &pl->sol;
+  for (int g = 0; g < p->ngroups; g++) {
+    const SvGroup *gr = &pl->cfg.cluster.group[g];
+    Breakdown b;
+    breakdown(pl, s, g, &b);
+    fprintf(f, "\nmemory per GPU (%s%s%s): params %.2f + grads %.2f + optimizer %.2f + "
+               "activations %.2f + buffers %.2f = %.2f GiB of %.2f usable "
+               "(%.0f minus %.1f reserve)",
+            gr->name, strcmp(gr->name, gr->dev.name) ? ", " : "",
+            strcmp(gr->name, gr->dev.name) ? gr->dev.name : "", gb(b.m[SV_M_PARAMS]),
+            gb(b.m[SV_M_GRADS]), gb(b.m[SV_M_OPT]), gb(b.m[SV_M_ACT]), gb(b.m[SV_NM]),
+            gb(b.total_m), gb(p->cap[g]), gb(gr->dev.mem), gb(gr->reserve));
+    if (s->host[g] > 0)
+      fprintf(f, "; %.2f GiB offloaded to CPU memory", gb(s->host[g]));
+    fputc('\n', f);
+    if (p->ngroups > 1)
+      fprintf(f, "  %s runs %lld of %lld micro-batches (%.2f per GPU) and holds %.1f%% of the "
+                 "sharded state\n",
+              gr->name, (long long)s->batch[g], (long long)p->micro_total,
+              (double)s->batch[g] / gr->count, 100 * s->share[g]);
+    fprintf(f, "step time %.2f ms%s: compute %.2f, recompute %.2f, tensor-parallel comm %.2f, "
+               "data-parallel comm %.2f, offload %.2f, optimizer %.2f, resharding %.2f\n",
+            b.total_t * 1e3, p->ngroups > 1 ? (g == slowest(p, s) ? " (slowest group)" : "") : "",
+            b.t[SV_T_COMPUTE] * 1e3, b.t[SV_T_RECOMPUTE] * 1e3, b.t[SV_T_TP] * 1e3,
+            b.t[SV_T_DP] * 1e3, b.t[SV_T_OFFLOAD] * 1e3, b.t[SV_T_UPDATE] * 1e3,
+            b.t[SV_NT] * 1e3);
+  }
+}
+
+static void print_baselines(FILE *f, const SvPlan *pl) {
+  fprintf(f, "\n%-30s %12s %12s %10s\n", "strategy (same cost model)", "step time", "memory/GPU",
+          "speedup");
+  double best = pl->sol.feasible ? pl->sol.time : NAN;
+  double mem = 0;
+  for (int g = 0; g < pl->prob->ngroups; g++)
+    mem = fmax(mem, pl->sol.mem[g]);
+  if (pl->sol.feasible)
+    fprintf(f, "%-30s %9.2f ms %8.2f GiB %10s\n", "mtc plan", best * 1e3, gb(mem), "1.00x");
+  for (int i = 0; i < pl->nbaselines; i++) {
+    const SvBaseline *b = &pl->baseline[i];
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", b->name, b->ckpt ? " + checkpointing" : "");
+    double m = 0;
+    for (int g = 0; g < pl->prob->ngroups; g++)
+      m = fmax(m, b->sol.mem[g]);
+    if (b->sol.feasible)
+      fprintf(f, "%-30s %9.2f ms %8.2f GiB %9.2fx\n", name, b->sol.time * 1e3, gb(m),
+              b->sol.time / best);
+    else
+      fprintf(f, "%-30s %12s %8.2f GiB   does not fit (%.2f GiB over)\n", name, "-", gb(m),
+              gb(b->need));
+  }
+}
+
+void sv_report(FILE *f, const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvSolveStats *st = &pl->stats;
+  fprintf(f, "mtc plan: %s\n", pl->model->g->name ? pl->model->g->name : "model");
+  print_cluster(f, pl);
+  if (pl->sol.feasible) {
+    print_blocks(f, pl);
+    print_groups(f, pl);
+    double tokens = (double)pl->global_batch * (double)(pl->seq ? pl->seq : 1);
+    fprintf(f, "throughput %.0f %s/s, estimated MFU %.1f%%\n", tokens / pl->sol.time,
+            pl->seq ? "tokens" : "samples", 100 * mfu(pl, &pl->sol));
+  }   // else: the caller says why nothing fits, once
+  print_baselines(f, pl);
+  fprintf(f, "\nsolver: GLPK, %d variables (%d binary, %d integer), %d rows, %d nonzeros; "
+             "%d unit%s, %d joint choices, %d kept after pruning\n",
+          st->vars, st->binaries, st->ints, st->rows, st->nonzeros, p->nunits,
+          p->nunits == 1 ? "" : "s", st->choices, st->choices_kept);
+  fprintf(f, "        %s, gap %.3f%%, %.3f s%s%s; planning took %.3f s in all\n", st->status,
+          100 * (isfinite(st->gap) ? st->gap : 1), st->seconds,
+          st->seeded ? ", seeded with " : "", st->seeded ? st->seed : "", pl->seconds);
+}
+
+// ---- plan.json ----------------------------------------------------------------------------------
+
+static cJSON *memory_json(const Breakdown *b, double cap) {
+  cJSON *m = cJSON_CreateObject();
+  for (int i = 0; i < SV_NM; i++)
+    cJSON_AddNumberToObject(m, mem_names[i], b->m[i]);
+  cJSON_AddNumberToObject(m, "buffers", b->m[SV_NM]);
+  cJSON_AddNumberToObject(m, "total", b->total_m);
+  cJSON_AddNumberToObject(m, "capacity", cap);
+  return m;
+}
+
+static cJSON *plan_json(const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvSolution *s = &pl->sol;
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddNumberToObject(root, "version", 1);
+  cJSON_AddStringToObject(root, "model", pl->model->g->name ? pl->model->g->name : "model");
+  cJSON_AddBoolToObject(root, "feasible", s->feasible);
+  if (!s->feasible)
+    cJSON_AddStringToObject(root, "why", pl->why);
+  cJSON_AddStringToObject(root, "precision", pl->cfg.precision == SV_BF16 ? "bf16" : "fp32");
+  cJSON *batch = cJSON_AddObjectToObject(root, "batch");
+  cJSON_AddNumberToObject(batch, "global", (double)pl->global_batch);
+  cJSON_AddNumberToObject(batch, "micro", (double)pl->micro_batch);
+  cJSON_AddNumberToObject(batch, "micro_batches", (double)p->micro_total);
+  cJSON_AddNumberToObject(batch, "seq", (double)pl->seq);
+
+  cJSON *groups = cJSON_AddArrayToObject(root, "groups");
+  for (int g = 0; g < p->ngroups; g++) {
+    const SvGroup *gr = &pl->cfg.cluster.group[g];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", gr->name);
+    cJSON_AddStringToObject(o, "gpu", gr->dev.name);
+    cJSON_AddNumberToObject(o, "count", gr->count);
+    cJSON_AddNumberToObject(o, "gpus_per_node", gr->per_node);
+    cJSON_AddNumberToObject(o, "mem_bytes", gr->dev.mem);
+    cJSON_AddNumberToObject(o, "usable_bytes", p->cap[g]);
+    if (s->feasible) {
+      Breakdown b;
+      breakdown(pl, s, g, &b);
+      cJSON_AddNumberToObject(o, "micro_batches", (double)s->batch[g]);
+      cJSON_AddNumberToObject(o, "state_share", s->share[g]);
+      cJSON_AddNumberToObject(o, "step_time_s", s->group_time[g]);
+      cJSON_AddItemToObject(o, "memory", memory_json(&b, p->cap[g]));
+      cJSON_AddNumberToObject(o, "host_bytes", s->host[g]);
+      cJSON *t = cJSON_AddObjectToObject(o, "time_s");
+      for (int i = 0; i < SV_NT; i++)
+        cJSON_AddNumberToObject(t, time_names[i], b.t[i]);
+      cJSON_AddNumberToObject(t, "reshard", b.t[SV_NT]);
+    }
+    cJSON_AddItemToArray(groups, o);
+  }
+
+  if (s->feasible) {
+    cJSON_AddNumberToObject(root, "step_time_s", s->time);
+    cJSON *blocks = cJSON_AddArrayToObject(root, "blocks");
+    const SvModel *m = pl->model;
+    for (int bi = 0; bi < m->nblocks; bi++) {
+      int u = m->block[bi].unit;
+      if (u < 0)
+        continue;
+      const SvChoice *c = &p->unit[u].choice[s->pick[u]];
+      SvLayout l = p->layout[c->layout];
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddNumberToObject(o, "id", bi);
+      cJSON_AddStringToObject(o, "name", m->block[bi].name);
+      cJSON_AddNumberToObject(o, "unit", u);
+      cJSON_AddNumberToObject(o, "dp", l.dp);
+      cJSON_AddNumberToObject(o, "tp", l.tp);
+      cJSON_AddNumberToObject(o, "q", l.q);
+      cJSON_AddBoolToObject(o, "checkpoint", c->ckpt);
+      cJSON_AddNumberToObject(o, "zero", c->zero);
+      cJSON_AddNumberToObject(o, "offload", c->offload / 100.0);
+      cJSON_AddItemToArray(blocks, o);
+    }
+  }
+
+  const SvSolveStats *st = &pl->stats;
+  cJSON *so = cJSON_AddObjectToObject(root, "solver");
+  cJSON_AddNumberToObject(so, "variables", st->vars);
+  cJSON_AddNumberToObject(so, "binaries", st->binaries);
+  cJSON_AddNumberToObject(so, "integers", st->ints);
+  cJSON_AddNumberToObject(so, "rows", st->rows);
+  cJSON_AddNumberToObject(so, "nonzeros", st->nonzeros);
+  cJSON_AddNumberToObject(so, "units", p->nunits);
+  cJSON_AddNumberToObject(so, "choices", st->choices);
+  cJSON_AddNumberToObject(so, "choices_kept", st->choices_kept);
+  cJSON_AddNumberToObject(so, "seconds", st->seconds);
+  cJSON_AddNumberToObject(so, "gap", isfinite(st->gap) ? st->gap : 1);
+  cJSON_AddStringToObject(so, "status", st->status ? st->status : "");
+  cJSON_AddBoolToObject(so, "seeded", st->seeded);
+  cJSON_AddNumberToObject(so, "plan_seconds", pl->seconds);
+
+  cJSON *bl = cJSON_AddArrayToObject(root, "baselines");
+  for (int i = 0; i < pl->nbaselines; i++) {
+    const SvBaseline *b = &pl->baseline[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", b->name);
+    cJSON_AddBoolToObject(o, "fits", b->sol.feasible);
+    cJSON_AddBoolToObject(o, "checkpoint", b->ckpt);
+    double m = 0;
+    for (int g = 0; g < p->ngroups; g++)
+      m = fmax(m, b->sol.mem[g]);
+    cJSON_AddNumberToObject(o, "memory_bytes", m);
+    if (b->sol.feasible) {
+      cJSON_AddNumberToObject(o, "step_time_s", b->sol.time);
+      if (s->feasible)
+        cJSON_AddNumberToObject(o, "speedup", b->sol.time / s->time);
+    } else {
+      cJSON_AddNumberToObject(o, "over_bytes", b->need);
+    }
+    cJSON_AddItemToArray(bl, o);
+  }
+  return root;
+}
+
+int sv_write_json(const SvPlan *pl, const char *path, IrDiag *d) {
+  cJSON *root = plan_json(pl);
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!text)
+    return ir_error(d, (IrLoc){0}, "plan.json: out of memory");
+  FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+  int rc = 0;
+  if (!f)
+    rc = ir_error(d, (IrLoc){0}, "cannot write %s", path);
+  else {
+    fputs(text, f);
+    fputc('\n', f);
+    if (f != stdout && fclose(f))
+      rc = ir_error(d, (IrLoc){0}, "cannot write %s", path);
+  }
+  cJSON_free(text);
+  return rc;
+}

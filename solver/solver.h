@@ -1,0 +1,321 @@
+// The planner: the cluster model, the cost model, the integer program that
+// picks a training strategy per block, fixed-strategy baselines, the report.
+//
+//   cluster.c  the device table, homogeneous clusters from flags, --cluster JSON files
+//   cost.c     per-block formulas from the IR (symbolic), and what one choice
+//              costs on one device (seconds, bytes) under the bindings
+//   problem.c  the numeric problem: units, choices, edges; evaluation, pruning,
+//              brute force (tests)
+//   ilp.c      the GLPK wrapper (the only file that includes glpk.h)
+//   plan.c     the integer program over a problem, baselines, the infeasibility
+//              diagnosis, sv_plan
+//   report.c   the text report, --formulas, plan.json
+//
+// Time is in seconds, memory in bytes, bandwidth in bytes/s, throughput in
+// FLOP/s. Everything is per device unless a name says otherwise.
+#ifndef MTC_SOLVER_H
+#define MTC_SOLVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+// ---- devices and clusters (solver/cluster.c) ---------------------------------------
+
+typedef struct SvDevice {
+  char name[32];        // "H100-80GB"
+  double flops_bf16;    // dense peak FLOP/s in bf16 (fp16 on V100)
+  double flops_fp32;    // dense peak FLOP/s in fp32 (no tensor cores)
+  double mem;           // memory, bytes
+  double hbm_bw;        // memory bandwidth
+  double intra_bw;      // per GPU, per direction, inside a node (NVLink, or PCIe without it)
+  double inter_bw;      // per GPU, per direction, between nodes (its InfiniBand/Ethernet share)
+  double host_bw;       // per GPU, per direction, GPU <-> CPU (PCIe)
+  double host_mem;      // CPU memory per GPU available for offloaded state
+  double cpu_adam;      // parameters per second the CPU optimizer updates, per GPU
+} SvDevice;
+
+int sv_device_count(void);
+const SvDevice *sv_device_at(int i);
+const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL when unknown
+// "A100-40GB, A100-80GB, ..." for messages
+const char *sv_device_names(void);
+
+#define SV_MAXGROUPS 8
+
+// A group of identical devices (all of a homogeneous cluster).
+typedef struct SvGroup {
+  char name[32];
+  SvDevice dev;         // the table's entry with the overrides applied
+  int count;            // GPUs
+  int per_node;         // GPUs per node
+  double reserve;       // bytes per GPU kept free (CUDA context, NCCL, allocator slack)
+} SvGroup;
+
+typedef struct SvCluster {
+  int ngroups;
+  SvGroup group[SV_MAXGROUPS];
+  double cross_bw;      // per GPU between groups (0: the smallest inter_bw)
+} SvCluster;
+
+// Parses "24GiB", "80GB", "512MiB", "1.5T", "1000000": bytes. -1 when malformed.
+int sv_parse_size(const char *s, double *bytes);
+// count x gpu; mem > 0 overrides its memory, intra/inter > 0 its link bandwidths.
+int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, double mem,
+                      double intra_bw, double inter_bw, IrDiag *d);
+// A JSON cluster file (schema in README): {"groups": [{"gpu": "H100-80GB", "count": 8}, ...]}
+int sv_cluster_load(SvCluster *c, const char *path, IrDiag *d);
+int sv_cluster_parse(SvCluster *c, const char *json, const char *path, IrDiag *d);
+int sv_cluster_gpus(const SvCluster *c);
+
+// ---- configuration -------------------------------------------------------------------
+
+typedef enum SvPrecision {
+  SV_BF16,  // bf16 params, grads and activations; fp32 master weights in the optimizer state
+  SV_FP32,  // everything fp32
+} SvPrecision;
+
+typedef struct SvConfig {
+  SvCluster cluster;
+  int64_t global_batch;   // sequences per step (0: micro_batch x GPUs)
+  int64_t micro_batch;    // sequences per model replica per micro-step (0: the model's batch dim)
+  int64_t seq;            // sequence length (0: the model's)
+  SvPrecision precision;
+  bool share_blocks;      // identical blocks share one set of variables (default on)
+  bool seq_parallel;      // 1D tensor parallelism with Megatron sequence parallelism (default on)
+  double mip_gap;         // relative optimality gap (default 1e-3)
+  double time_limit;      // seconds for GLPK (default 20)
+  bool verbose;           // GLPK's log on stderr
+} SvConfig;
+
+SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on
+
+// Sets the model's batch and sequence dims from cfg (micro_batch, seq) before
+// the passes run. The batch dim is the first dim of the first input; the
+// sequence dim its second dim when that input holds tokens.
+int sv_bind_dims(IrGraph *g, const SvConfig *cfg, IrDiag *d);
+
+// ---- the symbolic cost model (solver/cost.c) -------------------------------------------
+
+// One block (an IR block id; 0 holds everything outside repeated blocks).
+// Element counts are formulas in the model's symbols, for one micro-batch.
+typedef struct SvBlock {
+  int id;                   // the IR's node->block
+  const char *name;         // "h.0", or "rest" for block 0
+  int unit;                 // the unit (set of variables) it belongs to
+  const Sym *params;        // parameter elements
+  const Sym *state;         // optimizer-state elements (AdamW: 2 per parameter)
+  const Sym *act;           // float elements kept from forward for backward
+  const Sym *act_int;       // integer elements kept (token ids, targets)
+  const Sym *act_rep;       // part of act replicated under 1D TP without sequence parallelism
+  const Sym *ckpt;          // float elements of the block's inputs (all it keeps when checkpointed)
+  const Sym *ckpt_int;
+  const Sym *work;          // float elements of backward temporaries at the block's peak
+  const Sym *flops_fwd, *flops_bwd;
+  const Sym *tp_fwd;        // elements all-reduced in forward under 1D TP (Megatron g)
+  const Sym *tp_bwd;        // elements all-reduced in backward (Megatron f)
+  const Sym *summa;         // 3 * sum over weight matmuls (|A| + |W|): 2D traffic is summa/q
+  int nfwd, nbwd;           // kernels (nodes) in forward and backward
+  IrNode **fwd, **bwd;      // those nodes, in schedule order
+  int nmm;                  // weight matmuls (SUMMA runs q steps each)
+} SvBlock;
+
+// An activation passed from one block to another in forward.
+typedef struct SvFlow {
+  int from, to;             // block ids
+  const Sym *elems;
+} SvFlow;
+
+typedef struct SvModel {
+  IrGraph *g;
+  int nblocks;              // block ids 0 .. nblocks-1
+  SvBlock *block;
+  int nflows;
+  SvFlow *flow;
+  int batch_sym, seq_sym;   // symbol indices, -1 when the model has none
+  int nunits;               // distinct units after sharing
+} SvModel;
+
+// A block's formulas evaluated under the graph's bindings (one micro-batch),
+// and its roofline time on each group's device (one device, unsharded).
+typedef struct SvNum {   // one unit's representative block
+  double params, state;
+  double act, act_int, act_rep, ckpt, ckpt_int, work;
+  double tp_fwd, tp_bwd, summa;
+  double flops_fwd, flops_bwd;
+  double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
+  int nfwd, nbwd, nmm;
+} SvNum;
+
+// Builds the formulas (run the passes through "optimizer" first).
+SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d);
+void sv_model_free(SvModel *m);
+// Per-block memory and FLOPs as formulas (mtc plan --formulas).
+void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec);
+
+// Formulas of REFERENCES.md, used by the cost model and checked by the tests.
+// Model-state bytes per GPU for psi parameters over n data-parallel ranks at a
+// ZeRO stage (0-3); nstate optimizer-state values per parameter (AdamW 2).
+double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate);
+// Ring collectives: alpha + beta * volume (bytes per rank S, n ranks, bandwidth bw).
+double sv_allreduce_time(double bytes, int n, double bw, double alpha);
+double sv_allgather_time(double bytes, int n, double bw, double alpha);  // also reduce-scatter
+
+// ---- the numeric problem (solver/problem.c) ----------------------------------------------
+
+// A layout of one block on the devices: dp replicas of an inner group of
+// tp (Megatron 1D) or q x q (Optimus 2D) devices.
+typedef struct SvLayout {
+  int dp, tp, q;
+} SvLayout;
+
+// Time categories (seconds) and memory categories (bytes) of the report.
+enum { SV_T_COMPUTE, SV_T_RECOMPUTE, SV_T_TP, SV_T_DP, SV_T_OFFLOAD, SV_T_UPDATE, SV_NT };
+enum { SV_M_PARAMS, SV_M_GRADS, SV_M_OPT, SV_M_ACT, SV_NM };
+
+// What one block with one choice costs one device of a group.
+typedef struct SvCost {
+  double t_micro[SV_NT];    // per micro-batch that the group runs
+  double t_step[SV_NT];     // once per step
+  double mem[SV_NM];        // held all step, independent of the state share
+  double mem_shard[SV_NM];  // held all step if the group's state share were 1
+  double peak;              // transient while it runs (recompute, gathered params, temporaries)
+  double host, host_shard;  // CPU memory for offloaded state
+} SvCost;
+
+// One joint choice of a unit, with its totals per group (one block).
+typedef struct SvChoice {
+  int layout;               // index into SvProblem.layout
+  bool ckpt;                // recompute the block in backward
+  int zero;                 // ZeRO stage 0-3
+  int offload;              // percent of the optimizer state on the CPU: 0, 50, 100
+  double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
+  double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
+  double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];
+} SvChoice;
+
+// A set of blocks deciding together: one block, or identical blocks.
+typedef struct SvUnit {
+  const char *name;         // "h.0 .. h.11"
+  int count;                // blocks
+  int block;                // a representative block id (-1 in synthetic problems)
+  int nchoices;
+  SvChoice *choice;
+} SvUnit;
+
+// A pair of units whose blocks pass activations: r[g][a*nlayouts + b] is
+// the resharding time per step (all count pairs) when u has layout a and v b.
+typedef struct SvEdge {
+  int u, v;
+  int count;
+  double *r[SV_MAXGROUPS];
+} SvEdge;
+
+#define SV_MAXLAYOUTS 24
+
+typedef struct SvProblem {
+  int ngroups;
+  int gpus[SV_MAXGROUPS];
+  double cap[SV_MAXGROUPS];       // usable bytes per GPU
+  double host_cap[SV_MAXGROUPS];  // CPU bytes per GPU
+  int64_t micro_total;            // micro-batches per step (M)
+  int nlayouts;
+  SvLayout layout[SV_MAXLAYOUTS];
+  int nunits;
+  SvUnit *unit;
+  int nedges;
+  SvEdge *edge;
+} SvProblem;
+
+// A solution: a choice per unit, micro-batches and state share per group.
+typedef struct SvSolution {
+  int *pick;                      // nunits choice indices
+  int64_t batch[SV_MAXGROUPS];    // micro-batches each group runs (sum = micro_total)
+  double share[SV_MAXGROUPS];     // each group's share of the sharded state (sum = 1)
+  bool feasible;
+  double time;                    // step time: the slowest group
+  double group_time[SV_MAXGROUPS];
+  double mem[SV_MAXGROUPS];       // peak bytes per GPU
+  double host[SV_MAXGROUPS];
+} SvSolution;
+
+void sv_problem_free(SvProblem *p);
+SvSolution sv_solution_new(const SvProblem *p);
+void sv_solution_free(SvSolution *s);
+void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
+// Evaluates pick and batch. With set_share, picks the state shares itself
+// (proportional to each group's free memory) and reports whether any shares fit;
+// otherwise uses s->share.
+void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share);
+// Tries every combination (tests; tiny problems only). -1 when too large.
+int sv_brute_force(const SvProblem *p, SvSolution *best);
+
+// ---- the integer program (solver/plan.c) --------------------------------------------------
+
+typedef struct SvSolveStats {
+  int vars, binaries, ints, rows, nonzeros;
+  int choices, choices_kept;      // joint choices before and after pruning
+  double seconds;
+  double gap;                     // relative, proven
+  const char *status;             // "optimal", "within gap", "time limit", ...
+  bool seeded;                    // GLPK took the incumbent offered
+  const char *seed;               // what it was: "the best baseline", ...
+} SvSolveStats;
+
+typedef struct SvSolveOptions {
+  double mip_gap, time_limit;
+  bool verbose;
+  const SvSolution *incumbent;    // a feasible solution to seed (NULL: none)
+  bool min_memory;                // minimize the extra memory every GPU would need instead
+} SvSolveOptions;
+
+// Solves p. Returns 0 with best set (best->feasible false when nothing fits),
+// -1 with d on a solver failure. With min_memory, best->time holds the extra
+// bytes per GPU needed.
+int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSolveStats *st,
+             IrDiag *d);
+
+// ---- planning a model (solver/plan.c) --------------------------------------------------------
+
+typedef struct SvBaseline {
+  char name[48];                  // "DP", "ZeRO-3", "Megatron TP=8", ...
+  SvSolution sol;
+  bool ckpt;                      // needed checkpointing to fit
+  double need;                    // when it does not fit: bytes per GPU it would need
+} SvBaseline;
+
+#define SV_MAXBASELINES 6
+
+typedef struct SvPlan {
+  SvConfig cfg;
+  SvModel *model;
+  SvProblem *prob;
+  SvNum *nums;                    // per unit: its block's numbers
+  SvSolution sol;
+  SvSolveStats stats;
+  int nbaselines;
+  SvBaseline baseline[SV_MAXBASELINES];
+  int64_t micro_batch, seq, global_batch;
+  char why[1024];                 // when nothing fits: what binds and what would fit
+  double seconds;                 // the whole plan: cost model, baselines, solve
+} SvPlan;
+
+// Plans g (after the passes through "optimizer") on cfg. Returns 0 with *out
+// set; out->sol.feasible false and out->why filled when no plan fits. -1 with
+// d on bad input (a cluster that cannot hold the batch, a solver failure).
+int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d);
+void sv_plan_free(SvPlan *p);
+
+// The cost of one block of unit u with choice c on group g, by category.
+void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out);
+
+// ---- output (solver/report.c) ------------------------------------------------------------------
+
+void sv_report(FILE *f, const SvPlan *p);
+int sv_write_json(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
+// "8 x DP", "2 x TP4", "2 x 2Dq2" (layout); "1.5 GiB" (bytes)
+const char *sv_layout_str(char *buf, size_t n, SvLayout l);
+
+#endif

@@ -1,0 +1,468 @@
+// The planner (solver/): the integer program against brute force, the
+// regimes it must get right, and its formulas against REFERENCES.md.
+//
+//   test_solver EXAMPLES_DIR TESTS_SOLVER_DIR
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "passes.h"
+#include "solver.h"
+
+static int failures;
+static const char *examples, *datadir;
+
+#define CHECK(cond, ...)                                                        \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      failures++;                                                               \
+      fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond);          \
+      fprintf(stderr, __VA_ARGS__);                                             \
+      fputc('\n', stderr);                                                      \
+    }                                                                           \
+  } while (0)
+
+static bool near(double a, double b, double rel) {
+  return fabs(a - b) <= rel * fmax(fabs(a), fabs(b)) + 1e-12;
+}
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+// ---- random problems vs brute force -------------------------------------------------------------
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) {   // xorshift64
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+static int irand(int n) { return (int)(urand() * n) % n; }
+
+// A random problem: 2-4 units with 2-5 choices over 2-3 layouts, a chain of
+// edges, one or two groups.
+static SvProblem *random_problem(int groups) {
+  SvProblem *p = calloc(1, sizeof *p);
+  p->ngroups = groups;
+  p->micro_total = groups == 1 ? 8 : 2 + irand(4);
+  p->nlayouts = 2 + irand(2);
+  for (int l = 0; l < p->nlayouts; l++)
+    p->layout[l] = (SvLayout){8 >> l, 1 << l, 1};
+  for (int g = 0; g < groups; g++) {
+    p->gpus[g] = 8;
+    p->cap[g] = 1e12;
+    p->host_cap[g] = 1e12;
+  }
+  p->nunits = 2 + irand(3);
+  p->unit = calloc((size_t)p->nunits, sizeof *p->unit);
+  for (int u = 0; u < p->nunits; u++) {
+    SvUnit *un = &p->unit[u];
+    un->name = "u";
+    un->count = 1 + irand(3);
+    un->block = -1;
+    un->nchoices = 2 + irand(4);
+    un->choice = calloc((size_t)un->nchoices, sizeof *un->choice);
+    for (int s = 0; s < un->nchoices; s++) {
+      SvChoice *c = &un->choice[s];
+      c->layout = irand(p->nlayouts);
+      for (int g = 0; g < groups; g++) {
+        double speed = g == 0 ? 1 : 0.5 + urand();   // the second group: faster or slower
+        c->t_micro[g] = (0.001 + 0.01 * urand()) * speed;
+        c->t_step[g] = 0.005 * urand();
+        c->mem[g] = (1 + 9 * urand()) * GiB;
+        c->mem_shard[g] = 4 * urand() * GiB;
+        c->peak[g] = 3 * urand() * GiB;
+        c->host_shard[g] = urand() < 0.3 ? 2 * urand() * GiB : 0;
+      }
+    }
+  }
+  p->nedges = p->nunits - 1;
+  p->edge = calloc((size_t)p->nedges, sizeof *p->edge);
+  for (int e = 0; e < p->nedges; e++) {
+    p->edge[e].u = e, p->edge[e].v = e + 1, p->edge[e].count = 1;
+    for (int g = 0; g < groups; g++) {
+      p->edge[e].r[g] = calloc((size_t)(p->nlayouts * p->nlayouts), sizeof(double));
+      for (int a = 0; a < p->nlayouts; a++)
+        for (int b = 0; b < p->nlayouts; b++)
+          p->edge[e].r[g][a * p->nlayouts + b] = a == b ? 0 : 0.02 * urand();
+    }
+  }
+  return p;
+}
+
+// The integer program and brute force agree on p: both infeasible, or the
+// same step time.
+static void agree(SvProblem *p, const char *what, int i) {
+  SvSolution brute = sv_solution_new(p), ilp = sv_solution_new(p);
+  SvSolveStats st;
+  IrDiag d = {0};
+  SvSolveOptions o = {.mip_gap = 0, .time_limit = 30};
+  CHECK(!sv_brute_force(p, &brute), "%s %d: too large to enumerate", what, i);
+  CHECK(!sv_solve(p, &o, &ilp, &st, &d), "%s %d: %s", what, i, d.msg);
+  CHECK(ilp.feasible == brute.feasible, "%s %d: ILP feasible %d, brute force %d", what, i,
+        ilp.feasible, brute.feasible);
+  if (ilp.feasible && brute.feasible)
+    CHECK(near(ilp.time, brute.time, 1e-6), "%s %d: ILP %.9g s, brute force %.9g s", what, i,
+          ilp.time, brute.time);
+  sv_solution_free(&brute);
+  sv_solution_free(&ilp);
+}
+
+static void test_brute_force(void) {
+  int binding = 0;
+  for (int i = 0; i < 24; i++) {
+    SvProblem *p = random_problem(i % 3 == 2 ? 2 : 1);
+    agree(p, p->ngroups > 1 ? "heterogeneous, loose memory" : "loose memory", i);
+    // Squeeze every GPU below what the unconstrained optimum uses.
+    SvSolution best = sv_solution_new(p);
+    sv_brute_force(p, &best);
+    for (int g = 0; g < p->ngroups; g++) {
+      p->cap[g] = best.mem[g] * (0.6 + 0.3 * urand());
+      p->host_cap[g] = 1.5 * GiB;
+    }
+    SvSolution squeezed = sv_solution_new(p);
+    sv_brute_force(p, &squeezed);
+    binding += squeezed.feasible && squeezed.time > best.time;
+    agree(p, p->ngroups > 1 ? "heterogeneous, binding memory" : "binding memory", i);
+    sv_solution_free(&best);
+    sv_solution_free(&squeezed);
+    sv_problem_free(p);
+  }
+  CHECK(binding >= 5, "only %d instances had binding but satisfiable memory", binding);
+
+  // GLPK's errors come back as a status and a message (its error hook), and
+  // GLPK works again afterwards.
+  SvProblem *p = random_problem(1);
+  SvSolution s = sv_solution_new(p);
+  SvSolveStats st;
+  IrDiag d = {0};
+  SvSolveOptions bad = {.mip_gap = -1, .time_limit = 5};
+  CHECK(sv_solve(p, &bad, &s, &st, &d) && strstr(d.msg, "mip_gap"), "GLPK error: '%s'", d.msg);
+  agree(p, "after an error", 0);
+  sv_solution_free(&s);
+  sv_problem_free(p);
+  printf("brute force: 48 instances agree (%d with binding memory, slower)\n", binding);
+}
+
+// ---- models -------------------------------------------------------------------------------------
+
+// examples/FILE with defines "L=48,C=1600", through the optimizer pass.
+static IrGraph *model(const char *file, const char *defs) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", examples, file);
+  FeDefine d[16];
+  int n = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", defs);
+  for (char *tok = strtok(buf, ","); tok && n < 16; tok = strtok(NULL, ",")) {
+    char *eq = strchr(tok, '=');
+    *eq = '\0';
+    d[n].name = strdup(tok);
+    d[n++].value = atoll(eq + 1);
+  }
+  IrDiag diag = {0};
+  IrGraph *g = fe_dsl_load(path, d, n, &diag);
+  for (int i = 0; i < n; i++)
+    free((char *)d[i].name);
+  if (!g) {
+    ir_diag_print(stderr, &diag);
+    exit(1);
+  }
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &diag};
+  ctx.opt.stop_after = "optimizer";
+  if (pass_run_all(g, &ctx)) {
+    ir_diag_print(stderr, &diag);
+    exit(1);
+  }
+  return g;
+}
+
+#define GPT2_15B "L=48,C=1600,NH=25,V=50257,T=1024"
+#define GPT2_350M "L=24,C=1024,NH=16,V=50257,T=1024"
+
+static SvConfig cluster(const char *gpu, int gpus, double mem) {
+  SvConfig c = sv_default_config();
+  IrDiag d = {0};
+  if (sv_cluster_simple(&c.cluster, gpu, gpus, 0, mem, 0, 0, &d))
+    fprintf(stderr, "%s\n", d.msg), exit(1);
+  c.mip_gap = 0;
+  return c;
+}
+
+static SvPlan *plan(IrGraph *g, const SvConfig *c) {
+  SvPlan *p;
+  IrDiag d = {0};
+  if (sv_plan(g, c, &p, &d))
+    fprintf(stderr, "sv_plan: %s\n", d.msg), exit(1);
+  return p;
+}
+
+static const SvChoice *chosen(const SvPlan *p, int u) {
+  return &p->prob->unit[u].choice[p->sol.pick[u]];
+}
+
+static void test_small_model_gets_dp(void) {
+  IrGraph *g = model("gpt2.mtc", "");
+  SvConfig c = cluster("H100-80GB", 8, 0);
+  SvPlan *p = plan(g, &c);
+  CHECK(p->sol.feasible, "the small GPT-2 does not fit on 8 x H100");
+  for (int u = 0; u < p->prob->nunits && p->sol.feasible; u++) {
+    const SvChoice *ch = chosen(p, u);
+    SvLayout l = p->prob->layout[ch->layout];
+    CHECK(l.dp == 8 && l.tp == 1 && l.q == 1 && !ch->ckpt && ch->zero == 0 && ch->offload == 0,
+          "%s: %d x tp %d x q %d, ckpt %d, ZeRO-%d, offload %d%%; want plain DP",
+          p->prob->unit[u].name, l.dp, l.tp, l.q, ch->ckpt, ch->zero, ch->offload);
+  }
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
+static void test_big_model_shards(void) {
+  IrGraph *g = model("gpt2.mtc", GPT2_15B);
+  SvConfig c = cluster("L4-24GB", 8, 0);
+  SvPlan *p = plan(g, &c);
+  const SvProblem *q = p->prob;
+  // Its model states alone (16 bytes per parameter) exceed one GPU.
+  double psi = 0;
+  for (int u = 0; u < q->nunits; u++)
+    psi += q->unit[u].count * p->nums[u].params;
+  CHECK(16 * psi > q->cap[0], "1.5B states %.1f GiB fit in one L4 (%.1f GiB)", 16 * psi / GiB,
+        q->cap[0] / GiB);
+  CHECK(!p->baseline[0].sol.feasible, "plain DP fits: %.1f GiB", p->baseline[0].sol.mem[0] / GiB);
+  CHECK(p->sol.feasible, "GPT-2 1.5B does not fit on 8 x L4: %s", p->why);
+  CHECK(p->sol.mem[0] <= q->cap[0], "the plan uses %.1f of %.1f GiB", p->sol.mem[0] / GiB,
+        q->cap[0] / GiB);
+  for (int u = 0; u < q->nunits && p->sol.feasible; u++) {
+    const SvChoice *ch = chosen(p, u);
+    SvLayout l = q->layout[ch->layout];
+    if (p->nums[u].params * q->unit[u].count > 0.5 * psi)
+      CHECK(ch->zero == 3 || l.tp > 1 || l.q > 1 || ch->offload > 0,
+            "%s: %d x tp %d x q %d ZeRO-%d offload %d%%: not sharded", q->unit[u].name, l.dp,
+            l.tp, l.q, ch->zero, ch->offload);
+  }
+  sv_plan_free(p);
+
+  // Too little memory: one message with what would fit. (One whole L4 holds
+  // 1.5B with its optimizer state offloaded and checkpointing; 9 GiB does not.)
+  SvConfig one = cluster("L4-24GB", 1, 9 * GiB);
+  p = plan(g, &one);
+  CHECK(!p->sol.feasible, "1.5B fits on 9 GiB");
+  CHECK(strstr(p->why, "GPU memory binds") && strstr(p->why, "GPUs with") &&
+            strstr(p->why, "the largest micro-batch that fits is 2"),
+        "message: %s", p->why);
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
+static void test_less_memory_never_faster(void) {
+  IrGraph *g = model("gpt2.mtc", GPT2_350M);
+  double last = 0;
+  const double mems[] = {80, 40, 24, 16, 12, 9, 7};
+  int fits = 0;
+  for (int i = 0; i < 7; i++) {
+    SvConfig c = cluster("A100-80GB", 8, mems[i] * GiB);
+    SvPlan *p = plan(g, &c);
+    if (p->sol.feasible) {
+      fits++;
+      CHECK(p->sol.time >= last * (1 - 1e-9), "%.0f GiB: %.6f s, faster than %.6f s with more",
+            mems[i], p->sol.time, last);
+      last = p->sol.time;
+    }
+    sv_plan_free(p);
+  }
+  CHECK(fits >= 5, "only %d of 7 memory sizes fit", fits);
+  ir_graph_free(g);
+}
+
+static SvPlan *hetero(IrGraph *g, const char *json) {
+  SvConfig c = sv_default_config();
+  IrDiag d = {0};
+  if (sv_cluster_parse(&c.cluster, json, "test", &d))
+    fprintf(stderr, "%s\n", d.msg), exit(1);
+  c.mip_gap = 1e-4;
+  return plan(g, &c);
+}
+
+static void test_heterogeneous(void) {
+  IrGraph *g = model("gpt2.mtc", GPT2_350M);
+  // Same memory, H100s about three times faster: they take more of the batch.
+  SvPlan *p = hetero(g, "{\"groups\": [{\"gpu\": \"A100-80GB\", \"count\": 8},"
+                        " {\"gpu\": \"H100-80GB\", \"count\": 8}]}");
+  CHECK(p->sol.feasible, "350M does not fit on A100s and H100s");
+  CHECK(p->sol.batch[1] > p->sol.batch[0], "H100s run %lld micro-batches, A100s %lld",
+        (long long)p->sol.batch[1], (long long)p->sol.batch[0]);
+  sv_plan_free(p);
+  ir_graph_free(g);
+
+  // About the same speed, twice the memory: the 80 GB GPUs hold more of the state.
+  g = model("gpt2.mtc", GPT2_15B);
+  p = hetero(g, "{\"groups\": [{\"gpu\": \"A100-40GB\", \"count\": 4},"
+                " {\"gpu\": \"A100-80GB\", \"count\": 4}]}");
+  CHECK(p->sol.feasible, "1.5B does not fit on 4 + 4 A100s: %s", p->why);
+  CHECK(p->sol.share[1] > p->sol.share[0], "80 GB share %.3f, 40 GB share %.3f", p->sol.share[1],
+        p->sol.share[0]);
+  CHECK(p->sol.mem[0] <= p->prob->cap[0] && p->sol.mem[1] <= p->prob->cap[1],
+        "over capacity: %.1f, %.1f GiB", p->sol.mem[0] / GiB, p->sol.mem[1] / GiB);
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
+// ---- formulas against REFERENCES.md -------------------------------------------------------------
+
+static void test_zero_formulas(void) {
+  // REFERENCES.md section 3: mixed-precision AdamW, K = 12.
+  const double psi = 1e9;
+  const int n = 64;
+  CHECK(near(sv_zero_state_bytes(psi, n, 0, SV_BF16, 2), 16 * psi, 1e-12), "DP");
+  CHECK(near(sv_zero_state_bytes(psi, n, 1, SV_BF16, 2), 4 * psi + 12 * psi / n, 1e-12), "ZeRO-1");
+  CHECK(near(sv_zero_state_bytes(psi, n, 2, SV_BF16, 2), 2 * psi + 14 * psi / n, 1e-12), "ZeRO-2");
+  CHECK(near(sv_zero_state_bytes(psi, n, 3, SV_BF16, 2), 16 * psi / n, 1e-12), "ZeRO-3");
+
+  // The cost model's memory per GPU, by stage, for every unit of GPT-2 under pure DP.
+  IrGraph *g = model("gpt2.mtc", "L=2");
+  SvConfig c = cluster("H100-80GB", 8, 0);
+  SvPlan *p = plan(g, &c);
+  int checked = 0;
+  for (int u = 0; u < p->prob->nunits; u++)
+    for (int s = 0; s < p->prob->unit[u].nchoices; s++) {
+      const SvChoice *ch = &p->prob->unit[u].choice[s];
+      if (p->prob->layout[ch->layout].dp != 8 || ch->offload)
+        continue;
+      SvCost k;
+      sv_plan_cost(p, u, s, 0, &k);
+      double states = 0;
+      for (int i = SV_M_PARAMS; i <= SV_M_OPT; i++)
+        states += k.mem[i] + k.mem_shard[i];
+      double want = sv_zero_state_bytes(p->nums[u].params, 8, ch->zero, SV_BF16, 2);
+      CHECK(near(states, want, 1e-9), "%s ZeRO-%d: %.0f bytes, want %.0f", p->prob->unit[u].name,
+            ch->zero, states, want);
+      checked++;
+    }
+  CHECK(checked >= 8, "checked %d choices", checked);
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
+// Korthikanti et al. 2022, bytes per layer at 2-byte activations: sbh(34 +
+// 5as/h) without parallelism, sbh(10 + 24/t + 5as/(ht)) with tensor
+// parallelism, sbh/t (34 + 5as/h) with sequence parallelism, 2sbh with full
+// recompute. mtc's GPT-2 layer has no dropout (its two sbh masks and the
+// as^2b mask and output go) and a fused attention that keeps no softmax
+// (2as^2b goes): sbh * 32, sbh(8 + 24/t), 32 sbh/t and 2sbh.
+static void test_megatron_activations(void) {
+  const int64_t b = 4, s = 1024, h = 768;
+  IrGraph *g = model("gpt2.mtc", "L=2,C=768,NH=12,V=50257,T=1024");
+  SvConfig c = cluster("H100-80GB", 8, 0);
+  for (int sp = 0; sp <= 1; sp++) {
+    c.seq_parallel = sp;
+    SvPlan *p = plan(g, &c);
+    int u = p->model->block[1].unit;
+    double sbh = (double)(s * b * h);
+    CHECK(near(p->nums[u].act * 2, 32 * sbh, 1e-12), "kept %.0f bytes, want 32 sbh = %.0f",
+          p->nums[u].act * 2, 32 * sbh);
+    int checked = 0;
+    for (int k = 0; k < p->prob->unit[u].nchoices; k++) {
+      const SvChoice *ch = &p->prob->unit[u].choice[k];
+      SvLayout l = p->prob->layout[ch->layout];
+      if (l.q > 1 || ch->zero || ch->offload)
+        continue;
+      SvCost cost;
+      sv_plan_cost(p, u, k, 0, &cost);
+      double t = l.tp;
+      double want = ch->ckpt ? (sp ? 2 * sbh / t : 2 * sbh)
+                             : (sp ? 32 * sbh / t : sbh * (8 + 24 / t));
+      CHECK(near(cost.mem[SV_M_ACT], want, 1e-12), "tp %d ckpt %d sp %d: %.0f bytes, want %.0f",
+            l.tp, ch->ckpt, sp, cost.mem[SV_M_ACT], want);
+      checked++;
+    }
+    CHECK(checked >= 8, "checked %d choices", checked);
+    sv_plan_free(p);
+  }
+  ir_graph_free(g);
+}
+
+static void test_collectives(void) {
+  // nccl-tests: all-reduce moves 2(n-1)/n S per rank, all-gather (n-1)/n S.
+  CHECK(near(sv_allreduce_time(1e9, 8, 100e9, 0), 2.0 * 7 / 8 * 1e9 / 100e9, 1e-12), "ring AR");
+  CHECK(near(sv_allreduce_time(1e9, 8, 100e9, 1e-5), 1e-5 + 0.0175, 1e-12), "AR latency");
+  CHECK(near(sv_allgather_time(1e9, 4, 50e9, 0), 0.75 * 1e9 / 50e9, 1e-12), "ring AG");
+  CHECK(sv_allreduce_time(1e9, 1, 100e9, 1e-5) == 0, "one rank moves nothing");
+}
+
+// ---- clusters -----------------------------------------------------------------------------------
+
+static void test_clusters(void) {
+  double x;
+  CHECK(!sv_parse_size("24GiB", &x) && x == 24 * GiB, "24GiB");
+  CHECK(!sv_parse_size("80GB", &x) && x == 80e9, "80GB");
+  CHECK(!sv_parse_size("1.5T", &x) && x == 1.5e12, "1.5T");
+  CHECK(sv_parse_size("12 parsecs", &x), "parsecs");
+  CHECK(sv_device_find("h100") && sv_device_find("A100-40GB") && !sv_device_find("A100"),
+        "device names");
+  SvCluster c;
+  IrDiag d = {0};
+  char path[1024];
+  snprintf(path, sizeof path, "%s/mixed.json", datadir);
+  CHECK(!sv_cluster_load(&c, path, &d), "%s", d.msg);
+  CHECK(c.ngroups == 2 && c.group[0].count == 8 && c.group[1].dev.mem == 80 * GiB &&
+            c.cross_bw == 25e9,
+        "mixed.json");
+  const struct { const char *json, *want; } bad[] = {
+      {"{", "not valid JSON"},
+      {"{\"groups\": []}", "needs \"groups\""},
+      {"{\"groups\": [{\"gpu\": \"TPU\", \"count\": 8}]}", "unknown gpu 'TPU'"},
+      {"{\"groups\": [{\"gpu\": \"L4\"}]}", "\"count\""},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"mem\": \"lots\"}]}", "\"mem\""},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"colour\": 1}]}", "unknown key \"colour\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    d.msg[0] = '\0';
+    CHECK(sv_cluster_parse(&c, bad[i].json, "c.json", &d) && strstr(d.msg, bad[i].want),
+          "%s: got '%s', want '%s'", bad[i].json, d.msg, bad[i].want);
+  }
+}
+
+static void test_formulas_print(void) {
+  IrGraph *g = model("gpt2.mtc", "");
+  IrDiag d = {0};
+  SvModel *m = sv_model_build(g, true, &d);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  sv_print_formulas(f, m, SV_BF16);
+  fclose(f);
+  CHECK(strstr(buf, "12*C*C + 13*C"), "layer parameters formula missing:\n%s", buf);
+  CHECK(strstr(buf, "32*B*T*C"), "layer activation formula missing");
+  CHECK(m->nunits == 2, "%d units; identical layers must share one", m->nunits);
+  free(buf);
+  sv_model_free(m);
+  m = sv_model_build(g, false, &d);
+  CHECK(m->nunits == 5, "%d units without sharing, want 5", m->nunits);
+  sv_model_free(m);
+  ir_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: test_solver EXAMPLES_DIR TESTS_SOLVER_DIR\n");
+    return 2;
+  }
+  examples = argv[1];
+  datadir = argv[2];
+  test_collectives();
+  test_zero_formulas();
+  test_megatron_activations();
+  test_clusters();
+  test_formulas_print();
+  test_brute_force();
+  test_small_model_gets_dp();
+  test_big_model_shards();
+  test_less_memory_never_faster();
+  test_heterogeneous();
+  if (failures) {
+    fprintf(stderr, "%d failure(s)\n", failures);
+    return 1;
+  }
+  printf("ok: solver\n");
+  return 0;
+}

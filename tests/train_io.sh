@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The emitted program's safetensors flags, end to end on examples/mlp.mtc:
+#   --save / --load   3 SGD steps, save, 3 more from the saved weights = 6 steps
+#   --inputs          a batch with int64 labels trains exactly as with int32 ones
+#   --dump-grads      one tensor per parameter, named and shaped as the parameter
+#   errors            each bad file or flag fails with a message naming the problem
+#
+#   train_io.sh MTC MODEL OUTDIR
+# Exits 77 (ctest: skipped) when numpy is missing (it writes the test inputs).
+set -euo pipefail
+mtc=$1 model=$2 out=$3
+# shellcheck source=tests/numpy.sh
+source "$(dirname "$0")/numpy.sh"
+
+rm -rf "$out"
+"$mtc" compile "$model" -o "$out" -D B=8 -D D=16 -D H=32 -D K=10
+make -s -C "$out" cpu CFLAGS="-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
+cd "$out"
+fail() { echo "FAIL: $*"; exit 1; }
+losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); print $2 }' "$1"; }
+
+# the test inputs: a good batch (int32 and int64 labels) and broken ones
+"$python" - "$tools" << 'EOF'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from parity_check import st_write
+rng = np.random.default_rng(1)
+x = rng.standard_normal((8, 16)).astype(np.float32)
+y = rng.integers(0, 10, 8)
+st_write("in_i32.safetensors", {"x": x, "y": y.astype(np.int32)})
+st_write("in_i64.safetensors", {"y": y.astype(np.int64), "x": x, "extra": x})
+st_write("no_y.safetensors", {"x": x})
+st_write("bad_shape.safetensors", {"x": x.reshape(16, 8), "y": y.astype(np.int32)})
+st_write("bad_f64.safetensors", {"x": x.astype(np.float64), "y": y.astype(np.int32)})
+st_write("bad_float_y.safetensors", {"x": x, "y": y.astype(np.float32)})
+big = y.copy(); big[3] = 1 << 40
+st_write("bad_i64.safetensors", {"x": x, "y": big})
+out = y.copy(); out[5] = 10
+st_write("bad_range.safetensors", {"x": x, "y": out.astype(np.int32)})
+blob = open("in_i32.safetensors", "rb").read()
+open("truncated.safetensors", "wb").write(blob[:-5])
+EOF
+
+# --save / --load: 3 + 3 SGD steps are the 6 steps of one run, bit for bit
+./train --optimizer sgd --lr 0.1 --steps 6 > six.log
+./train --optimizer sgd --lr 0.1 --steps 3 --save w.safetensors > first.log
+grep -q "^wrote w.safetensors: weights, 6 tensors" first.log || fail "--save did not report"
+./train --optimizer sgd --lr 0.1 --steps 3 --load w.safetensors > second.log
+[ "$(losses six.log | tail -3)" = "$(losses second.log)" ] ||
+  fail "--load of the saved weights does not continue the run: $(losses six.log | tr '\n' ' ') vs $(losses second.log | tr '\n' ' ')"
+
+# --inputs: int64 labels (and an unused tensor, with a note) train as int32 ones
+./train --inputs in_i32.safetensors --steps 3 > i32.log
+./train --inputs in_i64.safetensors --steps 3 > i64.log 2> i64.err
+[ "$(losses i32.log)" = "$(losses i64.log)" ] || fail "int64 and int32 labels train differently"
+grep -q "ignoring tensor 'extra'" i64.err || fail "no note about the unused tensor 'extra'"
+[ "$(losses i32.log)" != "$(losses six.log | head -3)" ] || fail "--inputs did not change the batch"
+
+# --dump-grads: every parameter by name and shape; --lr 0 leaves the weights as they were
+./train --inputs in_i32.safetensors --steps 2 --lr 0 --dump-grads g.safetensors > g.log
+[ "$(losses g.log | sed -n 1p)" = "$(losses g.log | sed -n 2p)" ] || fail "--lr 0 changed the loss"
+"$python" - "$tools" << 'EOF' || fail "--dump-grads wrote the wrong tensors"
+import sys
+sys.path.insert(0, sys.argv[1])
+from parity_check import st_read
+g = st_read("g.safetensors")
+want = {"w1": (16, 32), "b1": (32,), "ln_w": (32,), "ln_b": (32,), "w2": (32, 10), "b2": (10,)}
+got = {k: v.shape for k, v in g.items()}
+assert got == want, got
+assert all(abs(v).max() > 0 for v in g.values()), "a zero gradient"
+EOF
+
+# errors: exit status 1 (2 for the command line) and a message that names the problem
+expect() {  # expect STATUS TEXT train-args...
+  local status=$1 text=$2 rc=0
+  shift 2
+  ./train --steps 1 "$@" > err.out 2> err.log || rc=$?
+  [ "$rc" -eq "$status" ] || fail "train $* exited $rc, expected $status"
+  grep -qF -- "$text" err.log || fail "train $*: no '$text' in: $(cat err.log)"
+  echo "ok: train $* -> $(head -1 err.log)"
+}
+expect 1 "no tensor named 'y' (the model's input" --inputs no_y.safetensors
+expect 1 "tensor 'x' has shape [16, 8], the model's input expects [8, 16]" --inputs bad_shape.safetensors
+expect 1 "tensor 'x' is F64; the model's input is float32: expected F32" --inputs bad_f64.safetensors
+expect 1 "tensor 'y' is F32; the model's input is int32: expected I32 or I64" --inputs bad_float_y.safetensors
+expect 1 "element 3 is 1099511627776, which does not fit in int32" --inputs bad_i64.safetensors
+expect 1 "element 5 is 10, outside [0, 10)" --inputs bad_range.safetensors
+expect 1 "--inputs: truncated.safetensors: tensor 'y': data_offsets [512, 544] run past the end" \
+  --inputs truncated.safetensors
+expect 1 "--inputs: cannot open missing.safetensors" --inputs missing.safetensors
+expect 1 "--load in_i32.safetensors: no tensor named 'w1' (the model's parameter" --load in_i32.safetensors
+expect 1 "--save no/such/dir/w.safetensors: cannot write into the folder no/such/dir" \
+  --save no/such/dir/w.safetensors
+expect 2 "--data and --inputs exclude each other" --data x.bin --inputs in_i32.safetensors
+ls ./*.tmp.* 2> /dev/null && fail "a temporary file was left behind"
+echo "ok: train --save, --load, --inputs, --dump-grads and their errors"

@@ -1,0 +1,516 @@
+#!/usr/bin/python3
+"""Export small PyTorch models to ONNX as test fixtures for mtc's ONNX frontend.
+
+Run with Debian's python3-torch (/usr/bin/python3; torch 1.13, onnx 1.12):
+
+    tools/onnx_models.py                      # writes tests/onnx/*.onnx and *.ref
+    tools/onnx_models.py --out DIR NAME...    # only some fixtures, elsewhere
+    tools/onnx_models.py --gpt2-124M FILE     # GPT-2 124M (500 MB; not committed)
+    tools/onnx_models.py --list
+
+Each fixture NAME.onnx comes with NAME.ref, a small text file the C tests read:
+
+    # comment
+    dim B 2                      # a -D binding the model needs
+    option --loss cross-entropy  # mtc options the model needs (when it has no loss)
+    input idx i32 16 3 1 4 ...   # the fixed input: name, dtype, count, values
+    loss 4.1589                  # PyTorch's loss on that input with the exported weights
+    fused layernorm 2            # the fused ops mtc's fusion pass must produce
+
+Models: a nanoGPT-style GPT-2 (tanh-GELU, causal mask buffer, tied LM head),
+torch.nn.TransformerEncoderLayer and torch.nn.MultiheadAttention models with
+an MSE loss, MLPs with LayerNorm/ReLU/GELU and cross-entropy, log-softmax +
+NLL, softmax + log + NLL and MSE losses; exported at opsets 14 and 17, in eval
+mode and with training=TrainingMode.TRAINING. The script also writes a few
+broken files (bad_*.onnx) for the frontend's error tests.
+"""
+import argparse
+import io
+import math
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "..", "tests", "onnx")
+
+# ---- models ------------------------------------------------------------------------------
+
+
+def mse(a, b):
+    """F.mse_loss as torch 1.13 exports it: aten::mse_loss has no ONNX symbolic there."""
+    return ((a - b) ** 2).mean()
+
+
+class NewGELU(nn.Module):
+    """The tanh approximation of GELU, written out as nanoGPT does."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, c, nh, block, dropout):
+        super().__init__()
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.c_proj = nn.Linear(c, c)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.n_head, self.n_embd = nh, c
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        att = self.attn_dropout(att)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, c, nh, block, dropout, gelu):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c)
+        self.attn = CausalSelfAttention(c, nh, block, dropout)
+        self.ln_2 = nn.LayerNorm(c)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.act = NewGELU() if gelu == "tanh" else nn.GELU()
+        self.c_proj = nn.Linear(4 * c, c)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.drop(self.c_proj(self.act(self.c_fc(self.ln_2(x)))))
+
+
+class GPT(nn.Module):
+    """nanoGPT: token + position embeddings, L blocks, final LayerNorm, tied LM head."""
+
+    def __init__(self, vocab=64, block=16, c=32, nh=2, layers=2, dropout=0.0, gelu="tanh", with_loss=True):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, c)
+        self.wpe = nn.Embedding(block, c)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([Block(c, nh, block, dropout, gelu) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(c)
+        self.lm_head = nn.Linear(c, vocab, bias=False)
+        self.wte.weight = self.lm_head.weight  # tied
+        self.with_loss = with_loss
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets=None):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for blk in self.h:
+            x = blk(x)
+        logits = self.lm_head(self.ln_f(x))
+        if not self.with_loss:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class Encoder(nn.Module):
+    """torch.nn.TransformerEncoderLayer (batch_first) + a linear head + MSE loss."""
+
+    def __init__(self, d=32, nh=4, ff=64, dropout=0.0, activation="gelu", norm_first=False):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d, nh, ff, dropout, activation=activation,
+                                                batch_first=True, norm_first=norm_first)
+        self.head = nn.Linear(d, d)
+
+    def forward(self, x, y):
+        return mse(self.head(self.layer(x)), y)
+
+
+class MHA(nn.Module):
+    """torch.nn.MultiheadAttention with a causal mask, a LayerNorm MLP, a classifier."""
+
+    def __init__(self, d=32, nh=4, classes=10, dropout=0.0, seq=8):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, nh, dropout=dropout, batch_first=True)
+        self.ln = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, classes)
+        self.register_buffer("mask", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1))
+
+    def forward(self, x, y):
+        a, _ = self.mha(x, x, x, attn_mask=self.mask, need_weights=False)
+        logits = self.fc(self.ln(x + a)).mean(dim=1)
+        return F.cross_entropy(logits, y)
+
+
+class MLP(nn.Module):
+    """Linear -> LayerNorm -> activation -> Linear, with one of several losses."""
+
+    def __init__(self, d=16, h=32, k=10, act="relu", loss="ce", dropout=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d, h)
+        self.ln = nn.LayerNorm(h)
+        self.act = {"relu": nn.ReLU(), "gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh")}[act]
+        self.drop = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(h, k)
+        self.loss = loss
+
+    def forward(self, x, y=None):
+        z = self.fc2(self.drop(self.act(self.ln(self.fc1(x)))))
+        if self.loss == "ce":
+            return F.cross_entropy(z, y)
+        if self.loss == "nll":
+            return F.nll_loss(F.log_softmax(z, dim=-1), y)
+        if self.loss == "softmax_nll":
+            return F.nll_loss(torch.log(F.softmax(z, dim=-1)), y)
+        if self.loss == "mse":
+            return mse(z, y)
+        if self.loss == "logsoftmax":
+            return F.log_softmax(z, dim=-1)  # no loss: mtc adds one (--loss) over log-probabilities
+        return z  # no loss: mtc adds one (--loss)
+
+
+# ---- fixtures ----------------------------------------------------------------------------
+
+B, T, D = 2, 8, 16
+EVAL, TRAIN = torch.onnx.TrainingMode.EVAL, torch.onnx.TrainingMode.TRAINING
+
+
+def tokens(shape, hi, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, hi, shape, generator=g)
+
+
+def randn(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g)
+
+
+def gpt_case(opset, mode, dropout=0.0, gelu="tanh", with_loss=True):
+    torch.manual_seed(1)
+    m = GPT(dropout=dropout, gelu=gelu, with_loss=with_loss)
+    idx, tgt = tokens((B, T), 64, 2), tokens((B, T), 64, 3)
+    attn_dropout = mode == TRAIN and dropout > 0  # softmax -> dropout -> @ v stays unfused
+    if with_loss:
+        return dict(model=m, inputs={"idx": idx, "targets": tgt}, opset=opset, mode=mode,
+                    dynamic={"idx": {0: "B", 1: "T"}, "targets": {0: "B", 1: "T"}},
+                    dims={"B": B, "T": T}, outputs=["loss"],
+                    fused={"layernorm": 5, "attention": 0 if attn_dropout else 2,
+                           "gelu" if gelu == "tanh" else "gelu_erf": 2, "cross_entropy": 1})
+    return dict(model=m, inputs={"idx": idx}, opset=opset, mode=mode, dynamic={"idx": {0: "B", 1: "T"}},
+                dims={"B": B, "T": T}, outputs=["logits"], options=["--loss", "cross-entropy", "--labels", "logits"],
+                labels=tgt, fused={"layernorm": 5, "attention": 2, "gelu": 2, "cross_entropy": 1})
+
+
+def encoder_case(opset, mode, dropout=0.0, activation="gelu", norm_first=False):
+    torch.manual_seed(4)
+    m = Encoder(dropout=dropout, activation=activation, norm_first=norm_first)
+    fused = {"layernorm": 2, "attention": 0 if mode == TRAIN and dropout > 0 else 1}
+    if activation == "gelu":
+        fused["gelu_erf"] = 1
+    return dict(model=m, inputs={"x": randn((B, T, 32), 5), "y": randn((B, T, 32), 6)}, opset=opset, mode=mode,
+                dynamic={"x": {0: "B", 1: "T"}, "y": {0: "B", 1: "T"}}, dims={"B": B, "T": T},
+                outputs=["loss"], fused=fused)
+
+
+def mha_case(opset, mode):
+    torch.manual_seed(7)
+    m = MHA(seq=T)
+    return dict(model=m, inputs={"x": randn((B, T, 32), 8), "y": tokens((B,), 10, 9)}, opset=opset, mode=mode,
+                dynamic={"x": {0: "B"}, "y": {0: "B"}}, dims={"B": B}, outputs=["loss"],
+                fused={"layernorm": 1, "attention": 1, "cross_entropy": 1})
+
+
+def mlp_case(opset, mode, act="relu", loss="ce", dropout=0.0):
+    torch.manual_seed(10)
+    m = MLP(act=act, loss=loss, dropout=dropout)
+    x = randn((B * 4, D), 11)
+    fused = {"layernorm": 1}
+    if act == "gelu":
+        fused["gelu_erf"] = 1
+    if act == "gelu_tanh":
+        fused["gelu"] = 1
+    if loss == "mse":
+        return dict(model=m, inputs={"x": x, "y": randn((B * 4, 10), 12)}, opset=opset, mode=mode,
+                    dynamic={"x": {0: "N"}, "y": {0: "N"}}, dims={"N": B * 4}, outputs=["loss"], fused=fused)
+    y = tokens((B * 4,), 10, 12)
+    if loss in ("none", "logsoftmax"):
+        fused["cross_entropy"] = 1
+        out = "logits" if loss == "none" else "logp"
+        return dict(model=m, inputs={"x": x}, opset=opset, mode=mode, dynamic={"x": {0: "N"}},
+                    dims={"N": B * 4}, outputs=[out], options=["--loss", "cross-entropy", "--labels", out],
+                    labels=y, fused=fused)
+    fused["cross_entropy"] = 1
+    return dict(model=m, inputs={"x": x, "y": y}, opset=opset, mode=mode, dynamic={"x": {0: "N"}, "y": {0: "N"}},
+                dims={"N": B * 4}, outputs=["loss"], fused=fused)
+
+
+CASES = {
+    "gpt_o13_eval": lambda: gpt_case(13, EVAL),
+    "gpt_o14_eval": lambda: gpt_case(14, EVAL),
+    "gpt_o17_eval": lambda: gpt_case(17, EVAL),
+    "gpt_o14_train": lambda: gpt_case(14, TRAIN, dropout=0.1),
+    "gpt_o17_train": lambda: gpt_case(17, TRAIN, dropout=0.1),
+    "gpt_o17_train_p0": lambda: gpt_case(17, TRAIN, dropout=0.0),
+    "gpt_erf_o17_eval": lambda: gpt_case(17, EVAL, gelu="erf"),
+    "gpt_logits_o17_eval": lambda: gpt_case(17, EVAL, with_loss=False),
+    "encoder_o14_eval": lambda: encoder_case(14, EVAL),
+    "encoder_o17_eval": lambda: encoder_case(17, EVAL),
+    "encoder_o17_train": lambda: encoder_case(17, TRAIN, dropout=0.1),
+    "encoder_relu_prenorm_o17_eval": lambda: encoder_case(17, EVAL, activation="relu", norm_first=True),
+    "mha_o14_eval": lambda: mha_case(14, EVAL),
+    "mha_o17_train": lambda: mha_case(17, TRAIN),
+    "mlp_ce_o14_eval": lambda: mlp_case(14, EVAL, "relu", "ce"),
+    "mlp_ce_o17_train": lambda: mlp_case(17, TRAIN, "gelu", "ce", dropout=0.2),
+    "mlp_nll_o17_eval": lambda: mlp_case(17, EVAL, "gelu", "nll"),
+    "mlp_softmax_nll_o14_eval": lambda: mlp_case(14, EVAL, "gelu_tanh", "softmax_nll"),
+    "mlp_mse_o17_eval": lambda: mlp_case(17, EVAL, "relu", "mse"),
+    "mlp_mse_o14_train": lambda: mlp_case(14, TRAIN, "gelu", "mse"),
+    "mlp_logits_o17_eval": lambda: mlp_case(17, EVAL, "relu", "none"),
+    "mlp_logsoftmax_o17_eval": lambda: mlp_case(17, EVAL, "gelu", "logsoftmax"),
+}
+
+
+def export(case, path):
+    m = case["model"]
+    names = list(case["inputs"])
+    args = tuple(case["inputs"][n] for n in names)
+    kw = {}
+    if case["mode"] == TRAIN:
+        kw["do_constant_folding"] = False
+        m.train()
+    else:
+        m.eval()
+    torch.onnx.export(m, args, path, input_names=names, output_names=case["outputs"], opset_version=case["opset"],
+                      dynamic_axes=case["dynamic"], training=case["mode"], **kw)
+
+
+def reference_loss(case):
+    """The loss mtc must reproduce: eval-mode semantics unless dropout is off anyway."""
+    m = case["model"]
+    m.eval()
+    with torch.no_grad():
+        out = m(*case["inputs"].values())
+        if "labels" in case:
+            out = F.cross_entropy(out.reshape(-1, out.shape[-1]), case["labels"].reshape(-1))
+    return float(out)
+
+
+def has_dropout(case):
+    return any(isinstance(x, nn.Dropout) and x.p > 0 for x in case["model"].modules())
+
+
+def write_ref(case, path, name):
+    with open(path, "w") as f:
+        f.write(f"# {name}: written by tools/onnx_models.py\n")
+        for k, v in case["dims"].items():
+            f.write(f"dim {k} {v}\n")
+        for o in case.get("options", []):
+            f.write(f"option {o}\n")
+        items = list(case["inputs"].items())
+        if "labels" in case:
+            items.append(("labels", case["labels"]))
+        for k, t in items:
+            flat = t.reshape(-1)
+            if t.dtype == torch.long:
+                vals = " ".join(str(int(x)) for x in flat)
+                f.write(f"input {k} i32 {flat.numel()} {vals}\n")
+            else:
+                vals = " ".join(repr(float(x)) for x in flat)
+                f.write(f"input {k} f32 {flat.numel()} {vals}\n")
+        if not has_dropout(case) or case["mode"] == EVAL:
+            f.write(f"loss {reference_loss(case)!r}\n")
+        for op, count in case.get("fused", {}).items():
+            f.write(f"fused {op} {count}\n")
+
+
+# ---- broken files for the error tests ---------------------------------------------------------
+
+
+def tiny_graph(nodes, inits=(), inputs=None, outputs=None, opset=17):
+    inputs = inputs or [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])]
+    outputs = outputs or [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])]
+    g = helper.make_graph(nodes, "bad", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def short_tensor():
+    """A float [4, 3] initializer with only 20 bytes of raw data."""
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 3])
+    t.raw_data = b"\0" * 20
+    return t
+
+
+def write_bad(out):
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    mm = helper.make_node("MatMul", ["x", "w"], ["h"], name="mm")
+    red = helper.make_node("ReduceSum", ["h"], ["y"], name="sum", keepdims=0)
+    bad = {
+        # an op mtc does not know
+        "bad_unsupported_op": tiny_graph([mm, helper.make_node("Celu", ["h"], ["c"], name="my_celu"),
+                                          helper.make_node("ReduceSum", ["c"], ["y"], name="sum", keepdims=0)], [w]),
+        # a node reads a tensor nothing produces
+        "bad_dangling": tiny_graph([helper.make_node("MatMul", ["x", "nowhere"], ["h"], name="mm"), red], [w]),
+        # raw_data shorter than the dims say
+        "bad_tensor_size": tiny_graph([mm, red], [short_tensor()]),
+        # an opset older than 13
+        "bad_opset": tiny_graph([mm, red], [w], opset=11),
+        # external data that is not there
+        "bad_external": None,
+        # shapes that do not agree
+        "bad_shapes": tiny_graph([mm, red], [numpy_helper.from_array(np.ones((5, 3), np.float32), "w")]),
+    }
+    ext = tiny_graph([mm, red], [w])
+    t = ext.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.ClearField("float_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "missing.bin"), ("offset", "0"), ("length", "48")):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    bad["bad_external"] = ext
+    for name, model in bad.items():
+        with open(os.path.join(out, name + ".onnx"), "wb") as f:
+            f.write(model.SerializeToString())
+
+
+def write_external(out):
+    """mlp_ext: the MLP classifier with every initializer in mlp_ext.onnx.data."""
+    case = mlp_case(17, EVAL, "relu", "ce")
+    buf = io.BytesIO()
+    export(case, buf)
+    model = onnx.load_from_string(buf.getvalue())
+    onnx.save_model(model, os.path.join(out, "mlp_ext.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="mlp_ext.onnx.data", size_threshold=0)
+    write_ref(case, os.path.join(out, "mlp_ext.ref"), "mlp_ext")
+
+
+def write_handmade(out):
+    """handmade_o17: ops torch.onnx did not write above, in typed (not raw) tensor fields, with
+    the reference loss from numpy: Gemm alpha/beta, Sigmoid, Neg, Reciprocal, Split into equal
+    parts, ConstantOfShape + Trilu folded into a constant, Where with a bool initializer,
+    Unsqueeze, Expand to a shape computed from Shape(x), Softmax over a middle axis, Flatten,
+    a strided Slice, Gather with Range indices, Exp/Log/Tanh/Sqrt, ReduceSum with axes input."""
+    n = B * 4
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    keep = np.array([True, False, True])
+    H = helper
+    inits = [H.make_tensor("W", TensorProto.FLOAT, [4, 6], w.flatten().tolist()),
+             H.make_tensor("b", TensorProto.FLOAT, [6], b.tolist()),
+             H.make_tensor("keep", TensorProto.BOOL, [3], keep.tolist()),
+             H.make_tensor("axes", TensorProto.INT64, [2], [0, 1])]
+
+    def const(name, **kw):
+        return H.make_node("Constant", [], [name], **kw)
+
+    nodes = [
+        H.make_node("Gemm", ["x", "W", "b"], ["h"], alpha=0.5, beta=2.0),
+        H.make_node("Sigmoid", ["h"], ["s"]), H.make_node("Neg", ["s"], ["t"]),
+        const("two", value_float=2.0), H.make_node("Add", ["t", "two"], ["u"]),
+        H.make_node("Reciprocal", ["u"], ["r"]),
+        H.make_node("Split", ["r"], ["p0", "p1"], axis=1), H.make_node("Mul", ["p0", "p1"], ["m"]),
+        const("shp", value_ints=[3, 3]),
+        H.make_node("ConstantOfShape", ["shp"], ["ones"], value=H.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        H.make_node("Trilu", ["ones"], ["tri"], upper=0), H.make_node("MatMul", ["m", "tri"], ["m2"]),
+        const("half", value_float=0.5), H.make_node("Where", ["keep", "m2", "half"], ["wh"]),
+        const("ax1", value_ints=[1]), H.make_node("Unsqueeze", ["wh", "ax1"], ["w1"]),
+        H.make_node("Shape", ["x"], ["sx"]), const("i0", value_ints=[0]),
+        H.make_node("Gather", ["sx", "i0"], ["n1"]), const("t23", value_ints=[2, 3]),
+        H.make_node("Concat", ["n1", "t23"], ["eshape"], axis=0),
+        H.make_node("Expand", ["w1", "eshape"], ["e"]), H.make_node("Softmax", ["e"], ["sm"], axis=1),
+        H.make_node("Flatten", ["sm"], ["f"], axis=1),
+        const("st", value_ints=[1]), const("en", value_ints=[6]), const("sa", value_ints=[1]),
+        const("ss", value_ints=[2]), H.make_node("Slice", ["f", "st", "en", "sa", "ss"], ["sl"]),
+        const("r0", value_int=0), const("r3", value_int=3), const("r1", value_int=1),
+        H.make_node("Range", ["r0", "r3", "r1"], ["idx"]), H.make_node("Gather", ["f", "idx"], ["g"], axis=1),
+        H.make_node("Sub", ["sl", "g"], ["d"]), H.make_node("Tanh", ["d"], ["th"]),
+        H.make_node("Exp", ["th"], ["ex"]), const("one", value_float=1.0),
+        H.make_node("Add", ["ex", "one"], ["ex1"]), H.make_node("Log", ["ex1"], ["lg"]),
+        H.make_node("Mul", ["lg", "lg"], ["sq"]), H.make_node("Add", ["sq", "one"], ["sq1"]),
+        H.make_node("Sqrt", ["sq1"], ["rt"]),
+        H.make_node("ReduceSum", ["rt", "axes"], ["loss"], keepdims=0),
+    ]
+    graph = H.make_graph(nodes, "handmade", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])], initializer=inits)
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "handmade_o17.onnx"))
+    # the same in numpy (float64)
+    hh = 0.5 * x.astype(np.float64) @ w + 2.0 * b
+    r = 1.0 / (2.0 - 1.0 / (1.0 + np.exp(-hh)))
+    m = r[:, :3] * r[:, 3:]
+    m2 = m @ np.tril(np.ones((3, 3)))
+    wh = np.where(keep, m2, 0.5)
+    e = np.broadcast_to(wh[:, None, :], (n, 2, 3))
+    sm = np.exp(e) / np.exp(e).sum(axis=1, keepdims=True)
+    f = sm.reshape(n, 6)
+    d = f[:, 1:6:2] - f[:, 0:3]
+    lg = np.log(np.exp(np.tanh(d)) + 1.0)
+    loss = np.sqrt(lg * lg + 1.0).sum()
+    with open(os.path.join(out, "handmade_o17.ref"), "w") as fh:
+        fh.write("# handmade_o17: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"dim N {n}\n")
+        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
+# ---- GPT-2 124M ---------------------------------------------------------------------------------
+
+
+def export_124m(path):
+    torch.manual_seed(0)
+    m = GPT(vocab=50257, block=1024, c=768, nh=12, layers=12, dropout=0.0)
+    m.eval()
+    idx, tgt = tokens((4, 64), 50257, 2), tokens((4, 64), 50257, 3)
+    torch.onnx.export(m, (idx, tgt), path, input_names=["idx", "targets"], output_names=["loss"], opset_version=17,
+                      dynamic_axes={"idx": {0: "B", 1: "T"}, "targets": {0: "B", 1: "T"}},
+                      do_constant_folding=False)
+    print(f"wrote {path}: compile with  mtc compile {path} -o g124.out -D B=4 -D T=64")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--gpt2-124M", dest="gpt2", metavar="FILE")
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args()
+    if a.list:
+        print("\n".join(CASES))
+        return
+    if a.gpt2:
+        export_124m(a.gpt2)
+        return
+    os.makedirs(a.out, exist_ok=True)
+    for name in a.names or CASES:
+        case = CASES[name]()
+        export(case, os.path.join(a.out, name + ".onnx"))
+        write_ref(case, os.path.join(a.out, name + ".ref"), name)
+        print("wrote", name)
+    if not a.names:
+        write_external(a.out)
+        write_handmade(a.out)
+        write_bad(a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

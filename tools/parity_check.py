@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Compare an mtc training program's numbers with PyTorch's reference.
+
+    parity_check.py grads REF.safetensors GOT.safetensors [--tol 1e-4]
+    parity_check.py losses REF.json KEY LOG [--tol 1e-4] [--steps N]
+
+`grads` compares every tensor of the reference (PyTorch's gradients after one
+backward) with the tensor of the same name that `train --dump-grads` wrote,
+and prints the max difference per tensor as llm.c's test does. A tensor in
+GOT that PyTorch has no gradient for (a float buffer the ONNX file stores as
+an initializer) must be all zeros.
+
+`losses` compares the losses printed by `train` (lines `step N | loss X | ...`
+in LOG) with REF.json's KEY: "loss" (one number: the first loss) or "adamw" /
+"sgd" (the losses of the first steps; --steps N: only the first N).
+
+The error of a tensor is max|a - b| / max|b| (b the reference; max|a - b| when
+b is all zeros); of a loss, |a - b| / |b|. Exit status 0 when every error is
+within --tol, 1 otherwise.
+
+Needs only numpy (and reads safetensors itself, so the `safetensors` module
+is not needed). The reader and writer here are also used by the scripts that
+make the references (tools/parity_*.py).
+"""
+import argparse
+import json
+import re
+import struct
+import sys
+
+import numpy as np
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64,
+          "F16": np.float16, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def st_read(path):
+    """{name: numpy array} from a safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        dt = np.dtype(DTYPES[e["dtype"]]).newbyteorder("<")
+        out[name] = np.frombuffer(data[begin:end], dtype=dt).reshape(e["shape"])
+    return out
+
+
+def st_write(path, tensors, metadata=None):
+    """Writes {name: numpy array} (float32, float64, int32, int64) as safetensors."""
+    names = {np.dtype(v): k for k, v in DTYPES.items()}
+    header, chunks, at = {}, [], 0
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [at, at + len(raw)]}
+        chunks.append(raw)
+        at += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for c in chunks:
+            f.write(c)
+
+
+def rel_error(got, ref):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    diff = float(np.max(np.abs(got - ref))) if ref.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    return diff, (diff / scale if scale > 0 else diff)
+
+
+def check_grads(ref_path, got_path, tol):
+    ref, got = st_read(ref_path), st_read(got_path)
+    ok = True
+    print(f"gradients: max|mtc - torch| / max|torch| per tensor (tolerance {tol:g})")
+    width = max(len(n) for n in list(ref) + list(got))
+    worst = 0.0
+    for name, r in ref.items():
+        if name not in got:
+            print(f"  FAIL {name:<{width}}  missing from {got_path}")
+            ok = False
+            continue
+        g = got[name]
+        if g.shape != r.shape:
+            print(f"  FAIL {name:<{width}}  shape {list(g.shape)}, torch {list(r.shape)}")
+            ok = False
+            continue
+        diff, rel = rel_error(g, r)
+        worst = max(worst, rel)
+        good = rel <= tol
+        ok &= good
+        print(f"  {'OK  ' if good else 'FAIL'} {name:<{width}}  {str(list(r.shape)):<14} "
+              f"maxdiff {diff:.3e}  rel {rel:.3e}")
+    for name, g in got.items():
+        if name in ref:
+            continue
+        zero = not np.any(g)
+        ok &= zero
+        print(f"  {'OK  ' if zero else 'FAIL'} {name:<{width}}  not a PyTorch parameter; "
+              f"max|grad| {float(np.max(np.abs(g))) if g.size else 0.0:.3e} (must be 0)")
+    print(f"gradients: {len(ref)} tensors, worst relative error {worst:.3e}: "
+          f"{'ok' if ok else 'FAIL'}")
+    return ok
+
+
+def logged_losses(path):
+    losses = []
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"step (\d+) \| loss ([-+0-9.eEinfa]+) ", line)
+            if m:
+                losses.append(float(m.group(2)))
+    return losses
+
+
+def check_losses(ref_path, key, log_path, tol, steps=None):
+    with open(ref_path) as f:
+        ref = json.load(f)[key]
+    ref = (ref if isinstance(ref, list) else [ref])[:steps]
+    got = logged_losses(log_path)
+    if len(got) < len(ref):
+        print(f"FAIL {key}: {log_path} has {len(got)} losses, the reference {len(ref)}")
+        return False
+    ok, worst = True, 0.0
+    print(f"losses ({key}): |mtc - torch| / |torch| per step (tolerance {tol:g})")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        _, rel = rel_error(g, r)
+        worst = max(worst, rel)
+        ok &= rel <= tol
+        print(f"  {'OK  ' if rel <= tol else 'FAIL'} step {i + 1:2d}  mtc {g:.6f}  torch {r:.6f}  "
+              f"rel {rel:.3e}")
+    print(f"losses ({key}): {len(ref)} steps, worst relative error {worst:.3e}: "
+          f"{'ok' if ok else 'FAIL'}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grads")
+    g.add_argument("ref")
+    g.add_argument("got")
+    g.add_argument("--tol", type=float, default=1e-4)
+    l = sub.add_parser("losses")
+    l.add_argument("ref")
+    l.add_argument("key")
+    l.add_argument("log")
+    l.add_argument("--tol", type=float, default=1e-4)
+    l.add_argument("--steps", type=int, default=None)
+    a = ap.parse_args()
+    if a.cmd == "grads":
+        ok = check_grads(a.ref, a.got, a.tol)
+    else:
+        ok = check_losses(a.ref, a.key, a.log, a.tol, a.steps)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
