@@ -43,9 +43,6 @@ static const SvDevice devices[] = {
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
 
-int sv_device_count(void) { return NDEVICES; }
-const SvDevice *sv_device_at(int i) { return i >= 0 && i < NDEVICES ? &devices[i] : NULL; }
-
 const SvDevice *sv_device_find(const char *name) {
   for (int i = 0; i < NDEVICES; i++)
     if (!strcasecmp(devices[i].name, name))

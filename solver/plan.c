@@ -336,6 +336,7 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
     st->gap = r.gap;
     st->seeded = r.seeded;
     st->status = status_name(r.status, r.gap);
+    st->timed_out = r.status == ILP_FEASIBLE || r.status == ILP_NOSOLUTION;
     if (rc)
       ir_error(d, (IrLoc){0}, "plan: the integer program failed: %s", r.msg);
     if (r.x) {
@@ -712,7 +713,10 @@ int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
     sv_plan_free(pl);
     return -1;
   }
-  if (!pl->sol.feasible)
+  if (!pl->sol.feasible && pl->stats.timed_out)
+    snprintf(pl->why, sizeof pl->why, "GLPK found no plan in %g s: allow it more (--time-limit)",
+             cfg->time_limit);
+  else if (!pl->sol.feasible)
     explain(pl, d);
   pl->seconds = now() - t0;
   *out = pl;

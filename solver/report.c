@@ -119,14 +119,14 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
       t += un->count * (k.t_micro[i] * (double)s->batch[g] + k.t_step[i]);
     for (int i = 0; i < SV_NM; i++)
       m += un->count * (k.mem[i] + s->share[g] * k.mem_shard[i]);
-    char name[64], lay[32];
+    char name[300], lay[32];
     if (un->count > 1)
       snprintf(name, sizeof name, "%s (%d)", un->name, un->count);
     else
       snprintf(name, sizeof name, "%s", un->name);
     fprintf(f, "%-*s  %-14s %-5s %-5d %7d%% %10.2f %9.2f\n", w, name,
-            sv_layout_str(lay, sizeof lay, p->layout[c->layout]), c->ckpt ? "yes" : "no", c->zero,
-            c->offload, t * 1e3, gb(m));
+            sv_layout_str(lay, sizeof lay, p->layout[c->layout]), c->ckpt ? "yes" : "no",
+            c->zero, c->offload, t * 1e3, gb(m));
   }
 }
 

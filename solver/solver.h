@@ -2,14 +2,14 @@
 // picks a training strategy per block, fixed-strategy baselines, the report.
 //
 //   cluster.c  the device table, homogeneous clusters from flags, --cluster JSON files
-//   cost.c     per-block formulas from the IR (symbolic), and what one choice
-//              costs on one device (seconds, bytes) under the bindings
+//   cost.c     per-block formulas from the IR (symbolic; --formulas prints them),
+//              and what one choice costs on one device (seconds, bytes)
 //   problem.c  the numeric problem: units, choices, edges; evaluation, pruning,
 //              brute force (tests)
 //   ilp.c      the GLPK wrapper (the only file that includes glpk.h)
 //   plan.c     the integer program over a problem, baselines, the infeasibility
 //              diagnosis, sv_plan
-//   report.c   the text report, --formulas, plan.json
+//   report.c   the text report and plan.json
 //
 // Time is in seconds, memory in bytes, bandwidth in bytes/s, throughput in
 // FLOP/s. Everything is per device unless a name says otherwise.
@@ -37,8 +37,6 @@ typedef struct SvDevice {
   double cpu_adam;      // parameters per second the CPU optimizer updates, per GPU
 } SvDevice;
 
-int sv_device_count(void);
-const SvDevice *sv_device_at(int i);
 const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL when unknown
 // "A100-40GB, A100-80GB, ..." for messages
 const char *sv_device_names(void);
@@ -259,7 +257,8 @@ typedef struct SvSolveStats {
   int choices, choices_kept;      // joint choices before and after pruning
   double seconds;
   double gap;                     // relative, proven
-  const char *status;             // "optimal", "within gap", "time limit", ...
+  const char *status;             // "optimal", "optimal within the gap", "time limit ..."
+  bool timed_out;                 // stopped by the time limit
   bool seeded;                    // GLPK took the incumbent offered
   const char *seed;               // what it was: "the best baseline", ...
 } SvSolveStats;
@@ -283,7 +282,7 @@ typedef struct SvBaseline {
   char name[48];                  // "DP", "ZeRO-3", "Megatron TP=8", ...
   SvSolution sol;
   bool ckpt;                      // needed checkpointing to fit
-  double need;                    // when it does not fit: bytes per GPU it would need
+  double need;                    // when it does not fit: bytes per GPU over capacity
 } SvBaseline;
 
 #define SV_MAXBASELINES 6
@@ -315,7 +314,7 @@ void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out);
 
 void sv_report(FILE *f, const SvPlan *p);
 int sv_write_json(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
-// "8 x DP", "2 x TP4", "2 x 2Dq2" (layout); "1.5 GiB" (bytes)
+// "8 x DP", "2 x TP4", "2 x 2D 2x2"
 const char *sv_layout_str(char *buf, size_t n, SvLayout l);
 
 #endif
