@@ -5,8 +5,9 @@
 //   mtc plan MODEL --gpus N [options]    choose the parallel strategy and explain it (solver/)
 //
 // The pipeline, as `compile` runs it:
-//   frontend (DSL or IR text) -> passes (shapes, autodiff, optimizer, memplan) -> codegen (C)
-//   -> solver (the plan, written to plan.json; lowering it per rank comes next)
+//   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
+//   memplan) -> codegen (C) -> solver (the plan, written to plan.json; lowering it per
+//   rank comes next)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

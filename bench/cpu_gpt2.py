@@ -14,7 +14,11 @@ tokens/s at that median, the peak RSS of the process (largest over rounds),
 and mtc's step time over PyTorch's.
 
 Both sides get the same machine; the order alternates round by round so that
-drift (other load, clock changes) hits both. Debian's OpenBLAS 0.3.21 does not
+drift (other load, clock changes) hits both. Other processes on the machine
+distort both, OpenMP programs most (a thread that waits at a barrier for a
+preempted sibling spins): before each run the script waits (up to --wait
+seconds) until the CPUs are idle, and it prints, for every run, the share of
+the CPUs that other processes used while it ran. Debian's OpenBLAS 0.3.21 does not
 know some newer Intel CPUs and falls back to its slow generic kernels there
 (corename "Prescott"); PyTorch's GEMMs run on that OpenBLAS, so by default
 (--torch-blas auto) the PyTorch runs get OPENBLAS_CORETYPE=SkylakeX on a CPU
@@ -147,13 +151,40 @@ def torch_env(mode):
 # ---------------------------------------------------------------------------
 # running and measuring
 
+def cpu_ticks():
+    """(busy, total) clock ticks of all CPUs so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_for_idle(limit_s, busy_max=0.15):
+    """Waits until the CPUs were at most busy_max busy over one second (or
+    limit_s passed); returns the busy share last seen."""
+    t0 = time.time()
+    while True:
+        b0, t_0 = cpu_ticks()
+        time.sleep(1.0)
+        b1, t_1 = cpu_ticks()
+        busy = (b1 - b0) / max(1, t_1 - t_0)
+        if busy <= busy_max or time.time() - t0 >= limit_s:
+            return busy
+
 def run(cmd, cwd, env):
-    """Runs cmd; returns (step times in ms, losses, peak RSS bytes, output)."""
+    """Runs cmd; returns (step times in ms, losses, peak RSS bytes, output,
+    wall seconds, share of the CPUs used by other processes meanwhile)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    b0, _ = cpu_ticks()
     t0 = time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.time() - t0
+    b1, _ = cpu_ticks()
+    own = (usage.ru_utime + usage.ru_stime) * hz
+    others = max(0.0, (b1 - b0 - own) / hz / wall / os.cpu_count())
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}")
@@ -165,7 +196,7 @@ def run(cmd, cwd, env):
             times.append(float(m.group(3)))
     if not times:
         sys.exit(f"{' '.join(cmd)} printed no steps:\n{out}")
-    return times, losses, usage.ru_maxrss * 1024, out, time.time() - t0
+    return times, losses, usage.ru_maxrss * 1024, out, wall, others
 
 
 def build_mtc(mtc, T, out):
@@ -187,6 +218,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each side")
     ap.add_argument("--mtc", default=os.path.join(ROOT, "build/mtc"))
     ap.add_argument("--out", default="/tmp/mtc_bench", help="where the programs are built")
+    ap.add_argument("--wait", type=float, default=120,
+                    help="most seconds to wait for idle CPUs before each run")
     ap.add_argument("--torch-blas", default="auto",
                     help="auto | default | an OPENBLAS_CORETYPE for the PyTorch runs")
     ap.add_argument("--torch-worker", nargs=2, type=int, metavar=("T", "STEPS"),
@@ -217,14 +250,16 @@ def main():
                  ("pytorch", torch_cmd, ROOT, tenv)]
         for r in range(a.rounds):
             for name, cmd, cwd, env in (order if r % 2 == 0 else order[::-1]):
-                times, losses, peak, _, wall = run(cmd, cwd, env)
+                idle_wait = wait_for_idle(a.wait)
+                times, losses, peak, _, wall, others = run(cmd, cwd, env)
                 kept[name] += times[2:]
                 rss[name] = max(rss[name], peak)
                 loss.setdefault(name, losses[0])
                 print(f"  T={T} round {r + 1} {name:7s}: median "
                       f"{statistics.median(times[2:]):8.1f} ms/step "
-                      f"(steps {', '.join(f'{t:.0f}' for t in times)}) [{wall:.0f} s]",
-                      flush=True)
+                      f"(steps {', '.join(f'{t:.0f}' for t in times)}) [{wall:.0f} s; "
+                      f"CPUs busy before {100 * idle_wait:.0f}%, others during "
+                      f"{100 * others:.0f}%]", flush=True)
         med = {k: statistics.median(v) for k, v in kept.items()}
         for name in ("mtc", "pytorch"):
             rows.append((T, name, med[name], B * T / (med[name] / 1e3), rss[name],

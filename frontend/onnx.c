@@ -625,8 +625,7 @@ static IrValue *root_input(IrValue *v) {
   return v && v->role == ROLE_INPUT ? v : NULL;
 }
 
-void fe_note_use(FeOnnx *cx, IrValue *v, FeUse use, const Sym *range) {
-  (void)cx;
+void fe_note_use(IrValue *v, FeUse use, const Sym *range) {
   IrValue *in = root_input(v);
   if (!in || in->dtype != DT_I32 || in->range)
     return;

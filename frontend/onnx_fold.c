@@ -265,7 +265,7 @@ int fe_unsqueeze_shape(FeOnnx *cx, int xrank, const Sym *const *xs, const int64_
     return fe_err(cx, "the result has more than %d dims", IR_MAXRANK);
   bool ins[IR_MAXRANK] = {0};
   for (int i = 0; i < naxes; i++) {
-    int a;
+    int a = 0;
     if (fe_axis(cx, axes[i], *rank, &a))
       return -1;
     if (ins[a])
@@ -282,7 +282,7 @@ int fe_squeeze_shape(FeOnnx *cx, int xrank, const Sym *const *xs, const int64_t 
                      int *rank, const Sym **shape) {
   bool drop[IR_MAXRANK] = {0};
   for (int i = 0; i < naxes; i++) {
-    int a;
+    int a = 0;
     if (fe_axis(cx, axes[i], xrank, &a))
       return -1;
     if (!is_one(xs[a]))
@@ -361,7 +361,7 @@ int fe_slice_axes(FeOnnx *cx, int rank, const Sym *const *shape, FeConst *const 
     return fe_err(cx, "starts, ends, axes and steps must have the same length");
   bool seen[IR_MAXRANK] = {0};
   for (int i = 0; i < ns; i++) {
-    int a;
+    int a = 0;
     if (fe_axis(cx, ax[i], rank, &a))
       return -1;
     if (seen[a])
@@ -936,7 +936,7 @@ int fe_fold_Expand(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
 // Range(start, limit, delta): max(ceil((limit - start) / delta), 0)
 // elements; arange(0, T) has the length T as a formula.
 int fe_fold_Range(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
-  double s, l, dl;
+  double s = 0, l = 0, dl = 1;
   if (need_inputs(cx, in, nin, 3) || fe_const_scalar(cx, in[0], "start", &s) ||
       fe_const_scalar(cx, in[1], "limit", &l) || fe_const_scalar(cx, in[2], "delta", &dl))
     return -1;
@@ -996,7 +996,7 @@ int fe_fold_ConstantOfShape(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
 // Trilu(x, k) upper=1: keep the upper (or lower) triangle of the last two dims.
 int fe_fold_Trilu(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   int64_t upper, k = 0, d[IR_MAXRANK];
-  double kk;
+  double kk = 0;
   if (need_inputs(cx, in, nin, 1) || fe_attr_int(cx, "upper", 1, &upper))
     return -1;
   if (nin > 1 && in[1]) {

@@ -115,7 +115,7 @@ const Onnx__TensorProto *fe_attr_tensor(FeOnnx *cx, const char *name);
 FeConst *fe_tensor_proto(FeOnnx *cx, const Onnx__TensorProto *t, const char *what);
 // Note how an integer graph input is used (embedding indices, labels) and
 // the range that implies.
-void fe_note_use(FeOnnx *cx, IrValue *v, FeUse use, const Sym *range);
+void fe_note_use(IrValue *v, FeUse use, const Sym *range);
 // The step counter of dropout (made on first use, with its tick).
 IrValue *fe_dropout_step(FeOnnx *cx);
 

@@ -528,7 +528,7 @@ int fe_conv_Gather(FeOnnx *cx) {
   if (a != 0 || x->rank != 2 || idx->dtype != DT_I32)
     return fe_err(cx, "mtc reads Gather as an embedding lookup (integer indices into a [V, C] "
                       "table along axis 0) or as evenly spaced known indices");
-  fe_note_use(cx, idx, FE_USE_INDICES, x->shape[0]);
+  fe_note_use(idx, FE_USE_INDICES, x->shape[0]);
   return set(cx, fe_op(cx, OP_EMBEDDING, x, idx));
 }
 
@@ -817,7 +817,7 @@ static int loss_operands(FeOnnx *cx, IrValue **scores, IrValue **labels) {
     return fe_err(cx, "class weights are not supported");
   *scores = x->rank > 2 ? axis_last(cx, x, 1, false) : x;
   *labels = t;
-  fe_note_use(cx, t, FE_USE_LABELS, x->shape[1]);
+  fe_note_use(t, FE_USE_LABELS, x->shape[1]);
   return *scores ? 0 : -1;
 }
 

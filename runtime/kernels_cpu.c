@@ -14,6 +14,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__AVX__)
+#include <immintrin.h>  // one instruction: sqrt16
+#endif
 
 #include "kernels.h"
 
@@ -426,33 +429,31 @@ static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_KC * GEMM_NR];
 
 // Packs rows [0, mc) x columns [0, kc) of op(A) (A read at a, leading dim lda)
 // into micro-panels of GEMM_MR rows: panel r holds element (r*MR + i, p) at
-// [r*MR*kc + p*MR + i]; rows past mc are zero.
+// [r*MR*kc + p*MR + i]; rows past mc are zero. Full panels take loops with a
+// fixed trip count, which the compiler unrolls.
 static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long mc,
                               long kc) {
-  if (ta) {  // op(A)(i, p) = a[p*lda + i]: read row p of a once, left to right
-    for (long p = 0; p < kc; p++) {
-      const float *s = a + p * lda;
-      for (long r = 0; r < mc; r += GEMM_MR) {
-        long mr = mc - r < GEMM_MR ? mc - r : GEMM_MR;
-        float *dp = dst + r * kc + p * GEMM_MR;
-        for (long i = 0; i < mr; i++) dp[i] = s[r + i];
-        for (long i = mr; i < GEMM_MR; i++) dp[i] = 0.0f;
-      }
-    }
-    return;
-  }
-  for (long r = 0; r < mc; r += GEMM_MR) {  // op(A)(i, p) = a[i*lda + p]
+  for (long r = 0; r < mc; r += GEMM_MR) {
     long mr = mc - r < GEMM_MR ? mc - r : GEMM_MR;
     float *d = dst + r * kc;
-    const float *s = a + r * lda;
-    if (mr == GEMM_MR) {  // a full panel: a fixed trip count, unrolled
+    if (ta) {  // op(A)(i, p) = a[p*lda + i]: contiguous in i
+      const float *s = a + r;
+      if (mr == GEMM_MR) {
+        for (long p = 0; p < kc; p++)
+          memcpy(d + p * GEMM_MR, s + p * lda, GEMM_MR * sizeof(float));
+        continue;
+      }
       for (long p = 0; p < kc; p++)
-        for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = s[i * lda + p];
-      continue;
-    }
-    for (long p = 0; p < kc; p++) {
-      for (long i = 0; i < mr; i++) d[p * GEMM_MR + i] = s[i * lda + p];
-      for (long i = mr; i < GEMM_MR; i++) d[p * GEMM_MR + i] = 0.0f;
+        for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = i < mr ? s[p * lda + i] : 0.0f;
+    } else {  // op(A)(i, p) = a[i*lda + p]
+      const float *s = a + r * lda;
+      if (mr == GEMM_MR) {
+        for (long p = 0; p < kc; p++)
+          for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = s[i * lda + p];
+        continue;
+      }
+      for (long p = 0; p < kc; p++)
+        for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = i < mr ? s[i * lda + p] : 0.0f;
     }
   }
 }
@@ -461,22 +462,37 @@ static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long
 // element (p, j) at [p*NR + j]; columns past nr are zero.
 static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long nr,
                               long kc) {
-  if (nr == GEMM_NR) {  // a full panel: a fixed trip count, unrolled
+  if (!tb && nr == GEMM_NR) {  // op(B)(p, j) = b[p*ldb + j]: rows of 32 floats
+    for (long p = 0; p < kc; p++)
+      memcpy(dst + p * GEMM_NR, b + p * ldb, GEMM_NR * sizeof(float));
+  } else if (tb && nr == GEMM_NR) {  // op(B)(p, j) = b[j*ldb + p]: a transpose
+    for (long p = 0; p < kc; p++)
+      for (long j = 0; j < GEMM_NR; j++) dst[p * GEMM_NR + j] = b[j * ldb + p];
+  } else {  // the last, partial panel
     for (long p = 0; p < kc; p++)
       for (long j = 0; j < GEMM_NR; j++)
-        dst[p * GEMM_NR + j] = tb ? b[j * ldb + p] : b[p * ldb + j];
-    return;
+        dst[p * GEMM_NR + j] = j >= nr ? 0.0f : tb ? b[j * ldb + p] : b[p * ldb + j];
   }
-  for (long p = 0; p < kc; p++) {
-    float *dp = dst + p * GEMM_NR;
-    if (tb) {  // op(B)(p, j) = b[j*ldb + p]
-      const float *s = b + p;
-      for (long j = 0; j < nr; j++) dp[j] = s[j * ldb];
-    } else {  // op(B)(p, j) = b[p*ldb + j]: contiguous in j
-      const float *s = b + p * ldb;
-      for (long j = 0; j < nr; j++) dp[j] = s[j];
-    }
-    for (long j = nr; j < GEMM_NR; j++) dp[j] = 0.0f;
+}
+
+// A hint that the cache line at p will be read soon (no-op without GCC/Clang).
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+// Prefetches part `part` of `parts` of the op(B) panel that gemm_pack_b_panel
+// will pack next (same arguments), so that its rows arrive from memory while
+// the micro-kernel works on the current panel.
+static void gemm_prefetch_b_panel(const float *b, long ldb, int tb, long nr, long kc,
+                                  long part, long parts) {
+  if (tb) {  // nr rows of kc floats
+    for (long j = part * nr / parts; j < (part + 1) * nr / parts; j++)
+      for (long p = 0; p < kc; p += 16) PREFETCH(b + j * ldb + p);
+  } else {  // kc rows of nr floats
+    for (long p = part * kc / parts; p < (part + 1) * kc / parts; p++)
+      for (long j = 0; j < nr; j += 16) PREFETCH(b + p * ldb + j);
   }
 }
 
@@ -529,6 +545,8 @@ static void gemm_micro(long kc, const float *a, const float *b, float *c, long l
       c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i][j] : t[i][j];
 }
 
+static long ceil_div(long a, long b) { return (a + b - 1) / b; }
+
 // One task: rows [i0, i0+mc) x columns [j0, j1) of C for batch items
 // [b0, b1). With sc == 0 the items add into one C (the first overwrites).
 typedef struct gemm_args {
@@ -549,19 +567,22 @@ static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, lo
       int accumulate = p0 > 0 || (g->sc == 0 && bi > 0);
       gemm_pack_a_block(pa, g->ta ? a + p0 * g->lda + i0 : a + i0 * g->lda + p0, g->lda,
                         g->ta, mc, kc);
+      long parts = ceil_div(mc, GEMM_MR);
       for (long j = j0; j < j1; j += GEMM_NR) {
         long nr = j1 - j < GEMM_NR ? j1 - j : GEMM_NR;
+        long jn = j + GEMM_NR, nrn = j1 - jn < GEMM_NR ? j1 - jn : GEMM_NR;  // the next panel
+        const float *bn = g->tb ? b + jn * g->ldb + p0 : b + p0 * g->ldb + jn;
         gemm_pack_b_panel(pb, g->tb ? b + j * g->ldb + p0 : b + p0 * g->ldb + j, g->ldb,
                           g->tb, nr, kc);
-        for (long r = 0; r < mc; r += GEMM_MR)
+        for (long r = 0; r < mc; r += GEMM_MR) {
+          if (jn < j1) gemm_prefetch_b_panel(bn, g->ldb, g->tb, nrn, kc, r / GEMM_MR, parts);
           gemm_micro(kc, pa + r * kc, pb, c + r * g->n + j, g->n, accumulate,
                      mc - r < GEMM_MR ? mc - r : GEMM_MR, nr);
+        }
       }
     }
   }
 }
-
-static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 static int max_threads(void) {
 #ifdef _OPENMP
@@ -572,8 +593,10 @@ static int max_threads(void) {
 }
 
 // C_i = op(A_i) @ op(B_i). Tasks: batch items (unless sc == 0 sums them)
-// x row blocks x column blocks, the column blocks split further until every
-// thread has work; the split changes the speed, never the result.
+// x row blocks x column blocks; blocks are split (the larger side first, not
+// below 4 micro-panels) until there are 4 tasks per thread, which the threads
+// take as they free up, so that one thread held up by the OS does not hold
+// up the call. The split changes the speed, never the result.
 void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
                long n, long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
@@ -583,17 +606,20 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
     return;
   }
   gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb};
-  long nb = sc == 0 ? 1 : batch;                    // batch tasks
-  long nrow = ceil_div(m, GEMM_MC);                 // row blocks, equal and
-  long mc = ceil_div(ceil_div(m, nrow), GEMM_MR) * GEMM_MR;  // MR-aligned
-  long panels = ceil_div(n, GEMM_NR), ncol = ceil_div(n, GEMM_NC);
-  int nth = max_threads();
-  while (ncol < panels && nb * nrow * ncol % nth != 0 && nb * nrow * ncol < 8L * nth) ncol++;
-  long nc = ceil_div(panels, ncol) * GEMM_NR;
-  ncol = ceil_div(n, nc);
+  long nb = sc == 0 ? 1 : batch;  // batch tasks
+  long nrow = ceil_div(m, GEMM_MC), ncol = ceil_div(n, GEMM_NC);
+  long mc = ceil_div(ceil_div(m, GEMM_MR), nrow) * GEMM_MR;  // rows per block
+  long nc = ceil_div(ceil_div(n, GEMM_NR), ncol) * GEMM_NR;  // columns per block
+  while (nb * ceil_div(m, mc) * ceil_div(n, nc) < 4L * max_threads()) {
+    if (nc >= mc && nc > 4 * GEMM_NR) ncol++;
+    else if (mc > 4 * GEMM_MR) nrow++;
+    else break;
+    mc = ceil_div(ceil_div(m, GEMM_MR), nrow) * GEMM_MR;
+    nc = ceil_div(ceil_div(n, GEMM_NR), ncol) * GEMM_NR;
+  }
+  nrow = ceil_div(m, mc), ncol = ceil_div(n, nc);
   long ntasks = nb * nrow * ncol;
-  double flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
-#pragma omp parallel for schedule(static) if (ntasks > 1 && flops >= 4e6)
+#pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && 2.0 * batch * m * n * k >= 4e6)
   for (long t = 0; t < ntasks; t++) {
     long bt = t / (nrow * ncol), rt = t / ncol % nrow, ct = t % ncol;
     long i0 = rt * mc, j0 = ct * nc;
@@ -898,25 +924,70 @@ void rt_crossentropy_bwd(float *dlogits, const float *dloss,
 // ---------------------------------------------------------------------------
 // optimizers
 
+// sqrt of each lane, in place. Loops of sqrtf vectorize only under
+// -fno-math-errno, which -std=c11 leaves off, so on x86 the instruction is
+// named here.
+static inline void sqrt16(v16f *x) {
+#if defined(__AVX512F__)
+  *x = (v16f)_mm512_sqrt_ps((__m512)*x);
+#elif defined(__AVX__)
+  __m256 h[2];
+  memcpy(h, x, sizeof h);
+  h[0] = _mm256_sqrt_ps(h[0]);
+  h[1] = _mm256_sqrt_ps(h[1]);
+  memcpy(x, h, sizeof h);
+#else
+  float f[16];
+  memcpy(f, x, sizeof f);
+  for (int l = 0; l < 16; l++) f[l] = sqrtf(f[l]);
+  memcpy(x, f, sizeof f);
+#endif
+}
+
 // torch.optim.AdamW (1.13, single-tensor path), in its order of operations:
 // p *= 1 - lr wd; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
 // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc = 1 - beta^t.
-// One pass over the four arrays: it is bound by memory bandwidth.
+// 16 elements at a time (a short tail through zero-padded copies); one pass
+// over the four arrays, bound by memory bandwidth.
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
               float beta1, float beta2, float eps, float wd, int t) {
   double bc1 = 1.0 - pow((double)beta1, (double)t);
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
-#pragma omp parallel for simd if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    float gi = g[i];
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = p[i] * decay - step_size * (mi / denom);
+  long nblocks = (n + 15) / 16;
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long blk = 0; blk < nblocks; blk++) {
+    long i = blk * 16, len = n - i < 16 ? n - i : 16;
+    float *pb = p + i, *mb = m + i, *vb = v + i;
+    const float *gb = g + i;
+    float tail[4][16] = {{0}};
+    if (len < 16) {
+      memcpy(tail[0], pb, (size_t)len * sizeof(float));
+      memcpy(tail[1], gb, (size_t)len * sizeof(float));
+      memcpy(tail[2], mb, (size_t)len * sizeof(float));
+      memcpy(tail[3], vb, (size_t)len * sizeof(float));
+      pb = tail[0], gb = tail[1], mb = tail[2], vb = tail[3];
+    }
+    v16f pi, gi, mi, vi, denom;
+    memcpy(&pi, pb, sizeof pi);
+    memcpy(&gi, gb, sizeof gi);
+    memcpy(&mi, mb, sizeof mi);
+    memcpy(&vi, vb, sizeof vi);
+    mi = beta1 * mi + (1.0f - beta1) * gi;
+    vi = beta2 * vi + (1.0f - beta2) * gi * gi;
+    denom = vi;
+    sqrt16(&denom);
+    denom = denom / bc2_sqrt + eps;
+    pi = pi * decay - step_size * (mi / denom);
+    memcpy(pb, &pi, sizeof pi);
+    memcpy(mb, &mi, sizeof mi);
+    memcpy(vb, &vi, sizeof vi);
+    if (len < 16) {
+      memcpy(p + i, tail[0], (size_t)len * sizeof(float));
+      memcpy(m + i, tail[2], (size_t)len * sizeof(float));
+      memcpy(v + i, tail[3], (size_t)len * sizeof(float));
+    }
   }
 }
 

@@ -396,6 +396,9 @@ def write_external(out):
     buf = io.BytesIO()
     export(case, buf)
     model = onnx.load_from_string(buf.getvalue())
+    data = os.path.join(out, "mlp_ext.onnx.data")
+    if os.path.exists(data):  # onnx appends to an existing data file
+        os.remove(data)
     onnx.save_model(model, os.path.join(out, "mlp_ext.onnx"), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="mlp_ext.onnx.data", size_threshold=0)
     write_ref(case, os.path.join(out, "mlp_ext.ref"), "mlp_ext")
@@ -405,7 +408,7 @@ def write_handmade(out):
     """handmade_o17: ops torch.onnx did not write above, in typed (not raw) tensor fields, with
     the reference loss from numpy: Gemm alpha/beta, Sigmoid, Neg, Reciprocal, Split into equal
     parts, ConstantOfShape + Trilu folded into a constant, Where with a bool initializer,
-    Unsqueeze, Expand to a shape computed from Shape(x), Softmax over a middle axis, Flatten,
+    Unsqueeze, Expand to a shape computed from Shape(x), Softmax over the first axis, Flatten,
     a strided Slice, Gather with Range indices, Exp/Log/Tanh/Sqrt, ReduceSum with axes input."""
     n = B * 4
     rng = np.random.default_rng(5)
@@ -436,13 +439,14 @@ def write_handmade(out):
         H.make_node("Shape", ["x"], ["sx"]), const("i0", value_ints=[0]),
         H.make_node("Gather", ["sx", "i0"], ["n1"]), const("t23", value_ints=[2, 3]),
         H.make_node("Concat", ["n1", "t23"], ["eshape"], axis=0),
-        H.make_node("Expand", ["w1", "eshape"], ["e"]), H.make_node("Softmax", ["e"], ["sm"], axis=1),
+        H.make_node("Expand", ["w1", "eshape"], ["e"]), H.make_node("Softmax", ["e"], ["sm"], axis=0),
         H.make_node("Flatten", ["sm"], ["f"], axis=1),
         const("st", value_ints=[1]), const("en", value_ints=[6]), const("sa", value_ints=[1]),
         const("ss", value_ints=[2]), H.make_node("Slice", ["f", "st", "en", "sa", "ss"], ["sl"]),
         const("r0", value_int=0), const("r3", value_int=3), const("r1", value_int=1),
         H.make_node("Range", ["r0", "r3", "r1"], ["idx"]), H.make_node("Gather", ["f", "idx"], ["g"], axis=1),
-        H.make_node("Sub", ["sl", "g"], ["d"]), H.make_node("Tanh", ["d"], ["th"]),
+        H.make_node("Sub", ["sl", "g"], ["d0"]), const("fifty", value_float=50.0),
+        H.make_node("Mul", ["d0", "fifty"], ["d"]), H.make_node("Tanh", ["d"], ["th"]),
         H.make_node("Exp", ["th"], ["ex"]), const("one", value_float=1.0),
         H.make_node("Add", ["ex", "one"], ["ex1"]), H.make_node("Log", ["ex1"], ["lg"]),
         H.make_node("Mul", ["lg", "lg"], ["sq"]), H.make_node("Add", ["sq", "one"], ["sq1"]),
@@ -461,9 +465,9 @@ def write_handmade(out):
     m2 = m @ np.tril(np.ones((3, 3)))
     wh = np.where(keep, m2, 0.5)
     e = np.broadcast_to(wh[:, None, :], (n, 2, 3))
-    sm = np.exp(e) / np.exp(e).sum(axis=1, keepdims=True)
+    sm = np.exp(e) / np.exp(e).sum(axis=0, keepdims=True)
     f = sm.reshape(n, 6)
-    d = f[:, 1:6:2] - f[:, 0:3]
+    d = 50.0 * (f[:, 1:6:2] - f[:, 0:3])
     lg = np.log(np.exp(np.tanh(d)) + 1.0)
     loss = np.sqrt(lg * lg + 1.0).sum()
     with open(os.path.join(out, "handmade_o17.ref"), "w") as fh:
