@@ -20,8 +20,14 @@
 
 #include "kernels.h"
 
-// Below this many elements a parallel region costs more than it saves.
-#define PAR_MIN 16384L
+// Below this many elements a parallel region costs more than it saves. A
+// pass over 2^20 floats takes about 0.3 ms; a parallel region costs a few
+// microseconds on an idle machine, but on a loaded one the team can wait a
+// whole time slice (milliseconds) for a preempted thread at its barrier, so
+// only work well above that size is split.
+#define PAR_MIN (1L << 20)
+// The same for kernels that do tens of operations per element (exp, rows).
+#define PAR_MIN_MATH (1L << 17)
 // Column block (floats) for kernels that parallelize over output columns.
 #define COL_BLOCK 64L
 // Fixed chunk count for deterministic parallel sums.
@@ -366,7 +372,7 @@ void rt_scale(float *out, const float *x, long n, float s, float b) {
 
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void rt_gelu_fwd(float *y, const float *x, long n) {
-#pragma omp parallel for simd if (n >= PAR_MIN)
+#pragma omp parallel for simd if (n >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     float xi = x[i];
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
@@ -378,7 +384,7 @@ void rt_gelu_fwd(float *y, const float *x, long n) {
 
 // dx = dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx)
 void rt_gelu_bwd(float *dx, const float *dy, const float *x, long n) {
-#pragma omp parallel for simd if (n >= PAR_MIN)
+#pragma omp parallel for simd if (n >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     float xi = x[i];
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
@@ -593,10 +599,10 @@ static int max_threads(void) {
 }
 
 // C_i = op(A_i) @ op(B_i). Tasks: batch items (unless sc == 0 sums them)
-// x row blocks x column blocks; blocks are split (the larger side first, not
-// below 4 micro-panels) until there are 4 tasks per thread, which the threads
-// take as they free up, so that one thread held up by the OS does not hold
-// up the call. The split changes the speed, never the result.
+// x row blocks x column blocks, the column blocks split further until the
+// task count is a multiple of the thread count. Every task packs its own A
+// and B blocks, so splitting finer than that costs packing; the split
+// changes the speed, never the result.
 void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
                long n, long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
@@ -606,18 +612,14 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
     return;
   }
   gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb};
-  long nb = sc == 0 ? 1 : batch;  // batch tasks
-  long nrow = ceil_div(m, GEMM_MC), ncol = ceil_div(n, GEMM_NC);
-  long mc = ceil_div(ceil_div(m, GEMM_MR), nrow) * GEMM_MR;  // rows per block
-  long nc = ceil_div(ceil_div(n, GEMM_NR), ncol) * GEMM_NR;  // columns per block
-  while (nb * ceil_div(m, mc) * ceil_div(n, nc) < 4L * max_threads()) {
-    if (nc >= mc && nc > 4 * GEMM_NR) ncol++;
-    else if (mc > 4 * GEMM_MR) nrow++;
-    else break;
-    mc = ceil_div(ceil_div(m, GEMM_MR), nrow) * GEMM_MR;
-    nc = ceil_div(ceil_div(n, GEMM_NR), ncol) * GEMM_NR;
-  }
-  nrow = ceil_div(m, mc), ncol = ceil_div(n, nc);
+  long nb = sc == 0 ? 1 : batch;                             // batch tasks
+  long nrow = ceil_div(m, GEMM_MC);                          // row blocks,
+  long mc = ceil_div(ceil_div(m, GEMM_MR), nrow) * GEMM_MR;  // MR-aligned
+  long panels = ceil_div(n, GEMM_NR), ncol = ceil_div(n, GEMM_NC);
+  long nth = max_threads();
+  while (ncol < panels && nb * nrow * ncol % nth != 0 && nb * nrow * ncol < 8 * nth) ncol++;
+  long nc = ceil_div(panels, ncol) * GEMM_NR;  // columns per block
+  ncol = ceil_div(n, nc);
   long ntasks = nb * nrow * ncol;
 #pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && 2.0 * batch * m * n * k >= 4e6)
   for (long t = 0; t < ntasks; t++) {
@@ -679,7 +681,7 @@ static void row_stats(const float *x, long c, float eps, float *mean,
 // y = (x - mean) * rstd * w + b, row by row
 void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b,
                       long n, long c, float eps) {
-#pragma omp parallel for if (n * c >= PAR_MIN)
+#pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *xr = x + i * c;
     float *yr = y + i * c;
@@ -701,7 +703,7 @@ void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
                       float eps) {
   float mean[LN_ROWS], rstd[LN_ROWS];
   long nblocks = (c + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel if (n * c >= PAR_MIN)
+#pragma omp parallel if (n * c >= PAR_MIN_MATH)
   {
 #pragma omp for
     for (long j = 0; j < c; j++) {
@@ -755,7 +757,7 @@ void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
 
 // y = softmax over each row of x (n, c), max subtracted for stability
 void rt_softmax_fwd(float *y, const float *x, long n, long c) {
-#pragma omp parallel for if (n * c >= PAR_MIN)
+#pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *xr = x + i * c;
     float *yr = y + i * c;
@@ -769,7 +771,7 @@ void rt_softmax_fwd(float *y, const float *x, long n, long c) {
 // dx = y * (dy - sum(dy * y)) per row
 void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n,
                     long c) {
-#pragma omp parallel for if (n * c >= PAR_MIN)
+#pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *dyr = dy + i * c, *yr = y + i * c;
     float *dxr = dx + i * c;
@@ -886,7 +888,7 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
     return;
   }
   double part[SUM_CHUNKS];
-#pragma omp parallel for schedule(dynamic) if (n * v >= PAR_MIN)
+#pragma omp parallel for schedule(dynamic) if (n * v >= PAR_MIN_MATH)
   for (int ch = 0; ch < SUM_CHUNKS; ch++) {
     long lo = n * ch / SUM_CHUNKS, hi = n * (ch + 1) / SUM_CHUNKS;
     double s = 0.0;
@@ -908,7 +910,7 @@ void rt_crossentropy_bwd(float *dlogits, const float *dloss,
                          long v) {
   if (n <= 0) return;
   float g = dloss[0] / (float)n;
-#pragma omp parallel for schedule(dynamic, 1) if (n * v >= PAR_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if (n * v >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     float *drow = dlogits + i * v;
