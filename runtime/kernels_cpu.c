@@ -1,12 +1,13 @@
 // CPU reference kernels of the mtc runtime (see kernels.h for the contract).
 //
 // Plain C11 + OpenMP, in the style of llm.c: one function per kernel,
-// readable loops (GEMM included: no BLAS library is needed). Every kernel is deterministic: a given input produces
-// bit-identical output from run to run, whatever the thread timing. Where a
-// sum crosses rows, either one thread owns each output element and adds in a
-// fixed order, or the sum is split into a fixed number of chunks (independent
-// of the thread count) that are combined in order. Without -fopenmp the
-// pragmas are ignored and everything runs serially.
+// readable loops (GEMM included: no BLAS library is needed). Every kernel is
+// deterministic: a given input produces bit-identical output from run to run,
+// whatever the thread timing and the thread count. Where a sum crosses rows,
+// either one thread owns each output element and adds in a fixed order, or
+// the sum is split into a fixed number of chunks (independent of the thread
+// count) that are combined in order. Without -fopenmp the pragmas are
+// ignored and everything runs serially.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -101,6 +102,12 @@ static double det_sum(const float *x, long n) {
 // the result is the same on every run.
 #define LANES 16
 
+// 16 floats (and 16 ints): GCC/Clang vector extensions, for the few loops the
+// compiler does not vectorize by itself. With AVX-512 one register; without,
+// the compiler splits them, so the code stays portable.
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
 // acc[0] + ... + acc[LANES-1] as a tree: halves added lane by lane
 static float lanes_total(float *acc) {
   for (int w = LANES / 2; w > 0; w /= 2)
@@ -126,12 +133,21 @@ static float dot_lanes(const float *x, const float *y, long n) {
   return lanes_total(acc);
 }
 
+// (GCC does not vectorize a float max without -ffinite-math-only, so the
+// lanes are a vector here: a compare gives a mask, the mask selects.)
 static float max_lanes(const float *x, long n) {
   float acc[LANES];
   for (int l = 0; l < LANES; l++) acc[l] = -INFINITY;
+  v16f m16;
+  memcpy(&m16, acc, sizeof m16);
   long i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int l = 0; l < LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (; i + LANES <= n; i += LANES) {
+    v16f v;
+    memcpy(&v, x + i, sizeof v);
+    v16i bigger = v > m16;
+    m16 = (v16f)(((v16i)v & bigger) | ((v16i)m16 & ~bigger));
+  }
+  memcpy(acc, &m16, sizeof acc);
   for (int l = 0; i + l < n; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
   float m = -INFINITY;
   for (int l = 0; l < LANES; l++) m = acc[l] > m ? acc[l] : m;
@@ -413,7 +429,7 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 // matmul
 
 // SGEMM in the style of BLIS/GotoBLAS, in portable C: the output is cut
-// into tasks (row block x column block) that the threads share statically;
+// into tasks (row block x column block) that the threads take in turn;
 // a task walks K in GEMM_KC slices, packs its slice of op(A) into
 // GEMM_MR-row micro-panels, and for every GEMM_NR-column micro-panel of op(B)
 // packs it (GEMM_KC x GEMM_NR, stays in L1) and runs the micro-kernel down
@@ -423,12 +439,7 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 #define GEMM_MR 12    // rows of a micro-tile: 12 x 2 vector accumulators
 #define GEMM_NR 32    // columns of a micro-tile: two 16-float vectors
 #define GEMM_KC 256   // K slice: a packed B micro-panel is 32 KiB
-#define GEMM_MC 384   // most rows per task: a packed A block is 384 KiB
-#define GEMM_NC 1024  // most columns per task (more tasks re-pack A more)
-
-// 16 floats: GCC/Clang vector extension. With AVX-512 one register; without,
-// the compiler splits it, so the code stays portable.
-typedef float v16f __attribute__((vector_size(64)));
+#define GEMM_MC 1032  // most rows per task: a packed A block is 1 MiB (in L2)
 
 static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
 static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_KC * GEMM_NR];
@@ -598,11 +609,17 @@ static int max_threads(void) {
 #endif
 }
 
+// Nanoseconds per element to pack (a guess that only steers the split): a
+// contiguous copy, and a transpose (strided reads).
+#define PACK_NS_COPY 0.15
+#define PACK_NS_TRANSPOSE 0.5
+
 // C_i = op(A_i) @ op(B_i). Tasks: batch items (unless sc == 0 sums them)
-// x row blocks x column blocks, the column blocks split further until the
-// task count is a multiple of the thread count. Every task packs its own A
-// and B blocks, so splitting finer than that costs packing; the split
-// changes the speed, never the result.
+// x row blocks x column blocks. Every task packs the A rows and the B
+// columns it uses, so a split into more row blocks re-packs B and one into
+// more column blocks re-packs A: of the splits with a multiple of the thread
+// count of tasks (up to 4 per thread), the one that packs least is taken.
+// The split changes the speed, never the result.
 void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
                long n, long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
@@ -612,14 +629,21 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
     return;
   }
   gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb};
-  long nb = sc == 0 ? 1 : batch;                             // batch tasks
-  long nrow = ceil_div(m, GEMM_MC);                          // row blocks,
-  long mc = ceil_div(ceil_div(m, GEMM_MR), nrow) * GEMM_MR;  // MR-aligned
-  long panels = ceil_div(n, GEMM_NR), ncol = ceil_div(n, GEMM_NC);
-  long nth = max_threads();
-  while (ncol < panels && nb * nrow * ncol % nth != 0 && nb * nrow * ncol < 8 * nth) ncol++;
-  long nc = ceil_div(panels, ncol) * GEMM_NR;  // columns per block
-  ncol = ceil_div(n, nc);
+  long nb = sc == 0 ? 1 : batch;  // batch tasks
+  long nth = max_threads(), rpanels = ceil_div(m, GEMM_MR), cpanels = ceil_div(n, GEMM_NR);
+  double a_ns = (double)(nb * m * k) * (ta ? PACK_NS_COPY : PACK_NS_TRANSPOSE);
+  double b_ns = (double)(nb * n * k) * (tb ? PACK_NS_TRANSPOSE : PACK_NS_COPY);
+  long nrow = ceil_div(m, GEMM_MC), ncol = 1;
+  double best = -1.0;
+  for (long r = ceil_div(m, GEMM_MC); r <= rpanels && r <= 4 * nth; r++)
+    for (long cn = 1; cn <= cpanels && nb * r * cn <= 4 * nth; cn++) {
+      if ((nb * r * cn) % nth != 0 && nb * r * cn < 4 * nth) continue;
+      double cost = (double)r * b_ns + (double)cn * a_ns;
+      if (best < 0.0 || cost < best) best = cost, nrow = r, ncol = cn;
+    }
+  long mc = ceil_div(rpanels, nrow) * GEMM_MR;  // rows per block, MR-aligned
+  long nc = ceil_div(cpanels, ncol) * GEMM_NR;  // columns per block
+  nrow = ceil_div(m, mc), ncol = ceil_div(n, nc);
   long ntasks = nb * nrow * ncol;
 #pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && 2.0 * batch * m * n * k >= 4e6)
   for (long t = 0; t < ntasks; t++) {
@@ -780,9 +804,84 @@ void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n,
   }
 }
 
+// Attention, one head per task, in two forms with the same probabilities
+// (within rounding):
+//  - blocks: GEMM_MR query rows at a time as small GEMMs on the micro-kernel:
+//    S = Q_blk K^T, a softmax over each row of S, O_blk = P V (and in the
+//    backward dP = dO_blk V^T, dS = P (dP - rowsum(P dP)) scale, dQ_blk =
+//    dS K, dK += dS^T Q_blk, dV += P^T dO_blk). K and V are packed once per
+//    head as micro-kernel operands in a per-thread scratch of ATT_SCRATCH
+//    floats; a row block's scores live in a GEMM_MR x t tile there.
+//  - rows: one query row at a time with vector dot products, for heads too
+//    big for the scratch.
+#define ATT_SCRATCH (1L << 18)  // floats: 1 MiB per thread
+static _Thread_local _Alignas(64) float att_scratch[ATT_SCRATCH];
+
+// A carve-out of n floats from the scratch (64-byte aligned).
+static float *att_take(float **at, long n) {
+  float *p = *at;
+  *at += (n + 15) / 16 * 16;
+  return p;
+}
+
+// Packs the t rows (keys) of x (t x hs) as the B operand of Q x^T: panels of
+// GEMM_NR rows of x, element (d, j) of panel jp at [jp*NR*hs + d*NR + j].
+static void att_pack_rows_t(float *dst, const float *x, long t, long hs) {
+  for (long j = 0; j < t; j += GEMM_NR)
+    gemm_pack_b_panel(dst + j * hs, x + j * hs, hs, 1, t - j < GEMM_NR ? t - j : GEMM_NR, hs);
+}
+
+// Packs x (t x hs) as the B operand of P x: panels of GEMM_NR columns,
+// element (j, c) of panel cp at [cp*NR*t + j*NR + c].
+static void att_pack_cols(float *dst, const float *x, long t, long hs) {
+  for (long c = 0; c < hs; c += GEMM_NR)
+    gemm_pack_b_panel(dst + c * t, x + c, hs, 0, hs - c < GEMM_NR ? hs - c : GEMM_NR, t);
+}
+
+// tile (GEMM_MR x tpad, row stride tpad) = a (packed GEMM_MR x kc) times the
+// first ncols columns of the B panels bp (kc deep, packed by att_pack_rows_t)
+static void att_tile(float *tile, long tpad, const float *a, const float *bp, long kc,
+                     long ncols) {
+  for (long j = 0; j < ncols; j += GEMM_NR)
+    gemm_micro(kc, a, bp + j * kc, tile + j, tpad, 0, GEMM_MR, GEMM_NR);
+}
+
+// out rows (mr x hs, row stride hs) (+)= a (packed GEMM_MR x kc) times the
+// column panels bp (packed by att_pack_cols for t rows; the first kc used)
+static void att_rows_out(float *out, long mr, long hs, const float *a, const float *bp,
+                         long kc, long t, int accumulate) {
+  for (long c = 0; c < hs; c += GEMM_NR)
+    gemm_micro(kc, a, bp + c * t, out + c, hs, accumulate, mr,
+               hs - c < GEMM_NR ? hs - c : GEMM_NR);
+}
+
+// Row r of a row block starting at query i0: softmax of scale * s over the
+// keys it sees (j <= i0 + r when causal), zeros up to jn.
+static void att_softmax_row(float *s, long i, long t, long jn, int causal, float scale) {
+  long len = causal ? i + 1 : t;
+  for (long j = 0; j < len; j++) s[j] *= scale;
+  float maxv = max_lanes(s, len);
+  for (long j = 0; j < len; j++) s[j] = exp_fast(s[j] - maxv);
+  float inv = 1.0f / sum_lanes(s, len);
+  for (long j = 0; j < len; j++) s[j] *= inv;
+  for (long j = len; j < jn; j++) s[j] = 0.0f;
+}
+
+// The scratch floats the block form takes for a head (the buffers of
+// attention_fwd_blocks / attention_bwd_blocks, each rounded up to 16).
+static long att_need(long t, long hs, int backward) {
+  long tp = ceil_div(t, GEMM_NR) * GEMM_NR, hp = ceil_div(hs, GEMM_NR) * GEMM_NR;
+  long tm = ceil_div(t, GEMM_MR) * GEMM_MR;
+  long fwd = tp * hs + hp * t + 2 * GEMM_MR * tp + GEMM_MR * hs;  // kp vp st pa qa
+  long bwd = 2 * tp * hs + hp * t           // kp vtp kb
+             + 3 * GEMM_MR * tp             // st dst pa
+             + 2 * GEMM_MR * hs             // qa doa
+             + tm * GEMM_MR + 2 * hp * GEMM_MR;  // ta qb dob
+  return (backward ? bwd : fwd) + 11 * 16;
+}
+
 // p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
-// of one row of scores; returns their sum. Shared by attention fwd and bwd
-// so that both see the same probabilities.
+// of one row of scores (the row form); returns their sum.
 static float attention_row(float *p, const float *qi, const float *kh, long jn,
                            long hs, float scale) {
   for (long j = 0; j < jn; j++) p[j] = scale * dot_lanes(qi, kh + j * hs, hs);
@@ -791,71 +890,154 @@ static float attention_row(float *p, const float *qi, const float *kh, long jn,
   return sum_lanes(p, jn);
 }
 
-// out_i = sum_j softmax_j(q_i . k_j / sqrt(hs)) v_j per head, row by row;
-// threads share the (head, row) pairs
+// One head, block form: oh = softmax(qh kh^T scale) vh.
+static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
+                                 const float *vh, long t, long hs, int causal, float scale) {
+  long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
+  float *at = att_scratch;
+  float *kp = att_take(&at, tp * hs), *vp = att_take(&at, ceil_div(hs, GEMM_NR) * GEMM_NR * t);
+  float *st = att_take(&at, GEMM_MR * tp), *pa = att_take(&at, GEMM_MR * tp);
+  float *qa = att_take(&at, GEMM_MR * hs);
+  att_pack_rows_t(kp, kh, t, hs);
+  att_pack_cols(vp, vh, t, hs);
+  for (long i0 = 0; i0 < t; i0 += GEMM_MR) {
+    long mr = t - i0 < GEMM_MR ? t - i0 : GEMM_MR, jn = causal ? i0 + mr : t;
+    gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
+    att_tile(st, tp, qa, kp, hs, jn);  // S = Q_blk K^T
+    for (long r = 0; r < mr; r++) att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale);
+    gemm_pack_a_block(pa, st, tp, 0, mr, jn);
+    att_rows_out(oh + i0 * hs, mr, hs, pa, vp, jn, t, 0);  // O_blk = P V
+  }
+}
+
+// One head, row form.
+static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
+                               const float *vh, long t, long hs, int causal, float scale) {
+  float p[t];
+  for (long i = 0; i < t; i++) {
+    float *restrict oi = oh + i * hs;
+    long jn = causal ? i + 1 : t;
+    float inv = 1.0f / attention_row(p, qh + i * hs, kh, jn, hs, scale);
+    for (long d = 0; d < hs; d++) oi[d] = 0.0f;
+    for (long j = 0; j < jn; j++) {
+      const float *restrict vj = vh + j * hs;
+      float pj = p[j] * inv;
+      for (long d = 0; d < hs; d++) oi[d] += pj * vj[d];
+    }
+  }
+}
+
+// out = softmax(q k^T / sqrt(hs)) v per head; threads share the heads
 void rt_attention_fwd(float *out, const float *q, const float *k,
                       const float *v, long bh, long t, long hs, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2) schedule(dynamic, 8)
+  int blocks = att_need(t, hs, 0) <= ATT_SCRATCH;
+#pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
-    for (long i = 0; i < t; i++) {
-      const float *qi = q + (h * t + i) * hs;
-      const float *kh = k + h * t * hs, *vh = v + h * t * hs;
-      float *restrict oi = out + (h * t + i) * hs;
-      long jn = causal ? i + 1 : t;
-      float p[t];
-      float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale);
-      for (long d = 0; d < hs; d++) oi[d] = 0.0f;
-      for (long j = 0; j < jn; j++) {
-        const float *restrict vj = vh + j * hs;
-        float pj = p[j] * inv;
-        for (long d = 0; d < hs; d++) oi[d] += pj * vj[d];
+    long o = h * t * hs;
+    if (blocks)
+      attention_fwd_blocks(out + o, q + o, k + o, v + o, t, hs, causal, scale);
+    else
+      attention_fwd_rows(out + o, q + o, k + o, v + o, t, hs, causal, scale);
+  }
+}
+
+// One head, block form, dqh overwritten; dkh and dvh zeroed by the caller.
+static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float *doh,
+                                 const float *qh, const float *kh, const float *vh, long t,
+                                 long hs, int causal, float scale) {
+  long tp = ceil_div(t, GEMM_NR) * GEMM_NR, hp = ceil_div(hs, GEMM_NR) * GEMM_NR;
+  float *at = att_scratch;
+  float *kp = att_take(&at, tp * hs), *vtp = att_take(&at, tp * hs);  // K^T, V^T panels
+  float *kb = att_take(&at, hp * t);                                  // K column panels
+  float *st = att_take(&at, GEMM_MR * tp), *dst = att_take(&at, GEMM_MR * tp);  // P, dS
+  float *pa = att_take(&at, GEMM_MR * tp);  // P or dS packed as a row block
+  float *qa = att_take(&at, GEMM_MR * hs), *doa = att_take(&at, GEMM_MR * hs);
+  float *ta = att_take(&at, ceil_div(t, GEMM_MR) * GEMM_MR * GEMM_MR);  // P^T or dS^T
+  float *qb = att_take(&at, hp * GEMM_MR), *dob = att_take(&at, hp * GEMM_MR);
+  att_pack_rows_t(kp, kh, t, hs);
+  att_pack_rows_t(vtp, vh, t, hs);
+  att_pack_cols(kb, kh, t, hs);
+  for (long i0 = 0; i0 < t; i0 += GEMM_MR) {
+    long mr = t - i0 < GEMM_MR ? t - i0 : GEMM_MR, jn = causal ? i0 + mr : t;
+    gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
+    gemm_pack_a_block(doa, doh + i0 * hs, hs, 0, mr, hs);
+    att_pack_cols(qb, qh + i0 * hs, mr, hs);  // Q_blk, dO_blk as B operands (mr deep)
+    att_pack_cols(dob, doh + i0 * hs, mr, hs);
+    att_tile(st, tp, qa, kp, hs, jn);    // S = Q_blk K^T, then P
+    for (long r = 0; r < mr; r++) att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale);
+    att_tile(dst, tp, doa, vtp, hs, jn);  // dP = dO_blk V^T, then dS
+    for (long r = 0; r < mr; r++) {
+      float *pr = st + r * tp, *dr = dst + r * tp;
+      float pdp = dot_lanes(pr, dr, jn);
+      for (long j = 0; j < jn; j++) dr[j] = scale * pr[j] * (dr[j] - pdp);
+    }
+    gemm_pack_a_block(pa, dst, tp, 0, mr, jn);
+    att_rows_out(dqh + i0 * hs, mr, hs, pa, kb, jn, t, 0);  // dQ_blk = dS K
+    // dK[0, jn) += dS^T Q_blk and dV[0, jn) += P^T dO_blk, GEMM_MR keys at a time
+    gemm_pack_a_block(ta, dst, tp, 1, jn, mr);
+    for (long j = 0; j < jn; j += GEMM_MR)
+      att_rows_out(dkh + j * hs, jn - j < GEMM_MR ? jn - j : GEMM_MR, hs, ta + j * mr, qb,
+                   mr, mr, 1);
+    gemm_pack_a_block(ta, st, tp, 1, jn, mr);
+    for (long j = 0; j < jn; j += GEMM_MR)
+      att_rows_out(dvh + j * hs, jn - j < GEMM_MR ? jn - j : GEMM_MR, hs, ta + j * mr, dob,
+                   mr, mr, 1);
+  }
+}
+
+// One head, row form, dqh, dkh, dvh zeroed by the caller.
+static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, const float *doh,
+                               const float *qh, const float *kh, const float *vh, long t,
+                               long hs, int causal, float scale) {
+  float p[t], dp[t];
+  for (long i = 0; i < t; i++) {
+    const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
+    float *restrict dqi = dqh + i * hs;
+    long jn = causal ? i + 1 : t;
+    float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale);
+    // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
+    for (long j = 0; j < jn; j++) {
+      float *restrict dvj = dvh + j * hs;
+      p[j] *= inv;
+      dp[j] = dot_lanes(doi, vh + j * hs, hs);
+      for (long d = 0; d < hs; d++) dvj[d] += p[j] * doi[d];
+    }
+    float pdp = dot_lanes(p, dp, jn);
+    // ds_ij = p_ij (dp_ij - sum_j p_ij dp_ij); dq_i, dk_j through the scores
+    for (long j = 0; j < jn; j++) {
+      const float *restrict kj = kh + j * hs;
+      float *restrict dkj = dkh + j * hs;
+      float ds = scale * p[j] * (dp[j] - pdp);
+      for (long d = 0; d < hs; d++) {
+        dqi[d] += ds * kj[d];
+        dkj[d] += ds * qi[d];
       }
     }
   }
 }
 
-// Backward of the above; the probabilities are recomputed row by row.
-// dk and dv sum over the rows i of a head, so one thread owns each head.
+// Backward of the above; the probabilities are recomputed. dk and dv sum
+// over the rows i of a head, so one thread owns each head.
 void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                       const float *q, const float *k, const float *v, long bh,
                       long t, long hs, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
+  int blocks = att_need(t, hs, 1) <= ATT_SCRATCH;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
-    const float *qh = q + h * t * hs, *kh = k + h * t * hs, *vh = v + h * t * hs;
-    const float *doh = dout + h * t * hs;
-    float *dqh = dq + h * t * hs, *dkh = dk + h * t * hs, *dvh = dv + h * t * hs;
-    memset(dqh, 0, (size_t)(t * hs) * sizeof(float));
-    memset(dkh, 0, (size_t)(t * hs) * sizeof(float));
-    memset(dvh, 0, (size_t)(t * hs) * sizeof(float));
-    float p[t], dp[t];
-    for (long i = 0; i < t; i++) {
-      const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
-      float *restrict dqi = dqh + i * hs;
-      long jn = causal ? i + 1 : t;
-      float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale);
-      // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
-      for (long j = 0; j < jn; j++) {
-        float *restrict dvj = dvh + j * hs;
-        p[j] *= inv;
-        dp[j] = dot_lanes(doi, vh + j * hs, hs);
-        for (long d = 0; d < hs; d++) dvj[d] += p[j] * doi[d];
-      }
-      float pdp = dot_lanes(p, dp, jn);
-      // ds_ij = p_ij (dp_ij - sum_j p_ij dp_ij); dq_i, dk_j through the scores
-      for (long j = 0; j < jn; j++) {
-        const float *restrict kj = kh + j * hs;
-        float *restrict dkj = dkh + j * hs;
-        float ds = scale * p[j] * (dp[j] - pdp);
-        for (long d = 0; d < hs; d++) {
-          dqi[d] += ds * kj[d];
-          dkj[d] += ds * qi[d];
-        }
-      }
-    }
+    long o = h * t * hs;
+    memset(dq + o, 0, (size_t)(t * hs) * sizeof(float));
+    memset(dk + o, 0, (size_t)(t * hs) * sizeof(float));
+    memset(dv + o, 0, (size_t)(t * hs) * sizeof(float));
+    if (blocks)
+      attention_bwd_blocks(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, t, hs,
+                           causal, scale);
+    else
+      attention_bwd_rows(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, t, hs,
+                         causal, scale);
   }
 }
 

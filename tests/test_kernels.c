@@ -17,6 +17,10 @@
 #include "kernels.h"
 #include "rng.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #define TOL 1e-5
 
 static int n_passed, n_failed;
@@ -368,6 +372,11 @@ static void test_matmul(void) {
     }
   matmul_case(1, 128, 96, 200, 0, 0, 0, 0, 0);
   matmul_case(8, 64, 64, 32, 0, 1, 0, 0, 0);
+  // more than one block of rows (384), of columns (1024) and of K (256), with
+  // partial micro-tiles (12 x 32) at the edges
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) matmul_case(1, 397, 1061, 263, ta, tb, 0, 0, 0);
+  matmul_case(3, 50, 70, 300, 1, 0, 0, 0, 1);
   matmul_case(2, 4, 3, 0, 0, 0, 0, 0, 0);  // k = 0: zeros
 }
 
@@ -748,6 +757,68 @@ static void test_determinism(void) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// thread-count invariance: the kernels that split work between threads, on
+// inputs big enough to take their parallel paths, give bit-identical results
+// with 1 thread and with 3 (so that no sum depends on the split)
+
+static void run_with_threads(int nth, float **q, float **k, float **v, float **d, int **ix,
+                             float *out) {
+#ifdef _OPENMP
+  omp_set_num_threads(nth);
+#else
+  (void)nth;
+#endif
+  long bh = 12, t = 256, hs = 64, na = bh * t * hs;     // attention
+  long n = 1024, c = 768;                                // layernorm rows
+  long m = 300, nn = 1100, kk = 700;                     // matmul
+  float *o = out;
+  rt_attention_fwd(o, q[0], k[0], v[0], bh, t, hs, 1), o += na;
+  rt_attention_bwd(o, o + na, o + 2 * na, d[0], q[0], k[0], v[0], bh, t, hs, 1), o += 3 * na;
+  rt_layernorm_fwd(o, q[1], k[1], v[1], n, c, 1e-5f), o += n * c;
+  rt_layernorm_bwd(o, o + n * c, o + n * c + c, d[1], q[1], k[1], n, c, 1e-5f);
+  o += n * c + 2 * c;
+  rt_matmul(o, q[2], k[2], 1, m, nn, kk, 0, 1, 0, 0, 0), o += m * nn;
+  rt_matmul(o, q[2], k[2], 1, kk, kk, m, 1, 0, 0, 0, 0), o += kk * kk;
+  long shape[] = {4096, 300}, cols[] = {0, 1};
+  rt_reduce_sum(o, q[3], 2, shape, cols, 300, 1.0f), o += 300;
+  rt_embedding_bwd(o, q[3], ix[0], 4096, 50, 300), o += 50 * 300;
+  rt_crossentropy_fwd(o, q[4], ix[1], 256, 1000), o += 1;
+  rt_crossentropy_bwd(o, d[2], q[4], ix[1], 256, 1000), o += 256 * 1000;
+  rt_softmax_fwd(o, q[4], 256, 1000), o += 256 * 1000;
+  rt_gelu_bwd(o, d[3], q[3], 4096 * 300), o += 4096 * 300;
+  long np = 1 << 21;
+  memcpy(o, q[5], (size_t)np * sizeof(float));  // AdamW updates in place
+  memcpy(o + np, k[5], (size_t)np * sizeof(float));
+  memcpy(o + 2 * np, v[5], (size_t)np * sizeof(float));
+  rt_adamw(o, d[4], o + np, o + 2 * np, np, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3);
+}
+
+static void test_threads(void) {
+  long bh = 12, t = 256, hs = 64, na = bh * t * hs, np = 1 << 21;
+  float *q[6] = {frand(na, -2, 2), frand(1024 * 768, -2, 2), frand(300 * 700, -1, 1),
+                 frand(4096 * 300, -3, 3), frand(256 * 1000, -6, 6), frand(np, -1, 1)};
+  float *k[6] = {frand(na, -2, 2), frand(768, -1, 1), frand(700 * 1100, -1, 1), NULL, NULL,
+                 frand(np, -1, 1)};
+  float *v[6] = {frand(na, -1, 1), frand(768, -1, 1), NULL, NULL, NULL, frand(np, 0, 1)};
+  float *d[5] = {frand(na, -1, 1), frand(1024 * 768, -1, 1), frand(1, 1, 2),
+                 frand(4096 * 300, -1, 1), frand(np, -1, 1)};
+  int *ix[2] = {irand(4096, 50), irand(256, 1000)};
+  long total = 4 * na + 2 * 1024 * 768 + 2 * 768 + 300 * 1100 + 700 * 700 + 300 + 50 * 300 +
+               1 + 2 * 256 * 1000 + 4096 * 300 + 3 * np;
+  float *one = fbuf(total), *three = fbuf(total);
+  run_with_threads(1, q, k, v, d, ix, one);
+  run_with_threads(3, q, k, v, d, ix, three);
+#ifdef _OPENMP
+  omp_set_num_threads(omp_get_num_procs());
+#endif
+  check_same("threads 1 vs 3: attention, layernorm, matmul, reduce_sum, embedding_bwd, "
+             "crossentropy, softmax, gelu_bwd, adamw", one, three, total);
+  for (int i = 0; i < 6; i++) free(q[i]), free(k[i]), free(v[i]);
+  for (int i = 0; i < 5; i++) free(d[i]);
+  free(ix[0]), free(ix[1]), free(one), free(three);
+}
+
 int main(void) {
   rt_rng_seed(&rng, 42);
   test_fill_copy();
@@ -772,11 +843,13 @@ int main(void) {
   test_attention(4, 64, 16, 1, 0);
   test_attention(4, 64, 16, 0, 0);
   test_attention(2, 1, 8, 1, 0);
+  test_attention(1, 1100, 128, 1, 0);  // too big for the block form: rows
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);
   test_optimizers();
   test_determinism();
+  test_threads();
   printf("%d passed, %d failed\n", n_passed, n_failed);
   return n_failed ? 1 : 0;
 }
