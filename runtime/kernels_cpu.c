@@ -22,11 +22,11 @@
 #include "kernels.h"
 
 // Below this many elements a parallel region costs more than it saves. A
-// pass over 2^20 floats takes about 0.3 ms; a parallel region costs a few
+// pass over 2^19 floats takes about 0.2 ms; a parallel region costs a few
 // microseconds on an idle machine, but on a loaded one the team can wait a
 // whole time slice (milliseconds) for a preempted thread at its barrier, so
 // only work well above that size is split.
-#define PAR_MIN (1L << 20)
+#define PAR_MIN (1L << 19)
 // The same for kernels that do tens of operations per element (exp, rows).
 #define PAR_MIN_MATH (1L << 17)
 // Column block (floats) for kernels that parallelize over output columns.
@@ -216,16 +216,35 @@ void rt_strided_copy(float *out, const float *x, int rank, const long *shape,
     }
     return;
   }
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long row = 0; row < rows; row++) {
-    const float *xr = x + row_offset(row, r - 1, sh, xs);
-    float *o = out + row * len;
-    if (xi == 1) {
-      memcpy(o, xr, (size_t)len * sizeof(float));
-    } else if (xi == 0) {
-      for (long i = 0; i < len; i++) o[i] = xr[0];
-    } else {
-      for (long i = 0; i < len; i++) o[i] = xr[i * xi];
+  // rows in chunks; within a chunk the offset of x steps like an odometer
+  // over the leading dims (no division per row)
+  int nd = r - 1;
+  long nch = n >= PAR_MIN ? 16 : 1;
+#pragma omp parallel for if (nch > 1)
+  for (long ch = 0; ch < nch; ch++) {
+    long r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
+    long idx[RT_MAXRANK], off = 0, rem = r0;
+    for (int d = nd - 1; d >= 0; d--) {
+      idx[d] = rem % sh[d];
+      rem /= sh[d];
+      off += idx[d] * xs[d];
+    }
+    for (long row = r0; row < r1; row++) {
+      const float *xr = x + off;
+      float *o = out + row * len;
+      if (xi == 1) {
+        memcpy(o, xr, (size_t)len * sizeof(float));
+      } else if (xi == 0) {
+        for (long i = 0; i < len; i++) o[i] = xr[0];
+      } else {
+        for (long i = 0; i < len; i++) o[i] = xr[i * xi];
+      }
+      for (int d = nd - 1; d >= 0; d--) {  // the next row
+        off += xs[d];
+        if (++idx[d] < sh[d]) break;
+        off -= sh[d] * xs[d];
+        idx[d] = 0;
+      }
     }
   }
 }
@@ -430,19 +449,22 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 
 // SGEMM in the style of BLIS/GotoBLAS, in portable C: the output is cut
 // into tasks (row block x column block) that the threads take in turn;
-// a task walks K in GEMM_KC slices, packs its slice of op(A) into
-// GEMM_MR-row micro-panels, and for every GEMM_NR-column micro-panel of op(B)
-// packs it (GEMM_KC x GEMM_NR, stays in L1) and runs the micro-kernel down
-// the packed A block (stays in L2). Every element of C is summed in the same
-// order (K slices in order, p in order within a slice) whatever the task
-// split or the thread count, so results are bit-identical run to run.
+// a task walks K in GEMM_KC slices and packs its slice of op(A) into
+// GEMM_MR-row micro-panels (the A block, in L2); then, GEMM_NB column
+// micro-panels of op(B) at a time, it packs them (in L2) and runs the
+// micro-kernel along each row of micro-tiles: the A micro-panel stays in L1
+// and the C tiles it writes are neighbours (few pages, few TLB misses).
+// Every element of C is summed in the same order (K slices in order, p in
+// order within a slice) whatever the task split or the thread count, so
+// results are bit-identical run to run.
 #define GEMM_MR 12    // rows of a micro-tile: 12 x 2 vector accumulators
 #define GEMM_NR 32    // columns of a micro-tile: two 16-float vectors
 #define GEMM_KC 256   // K slice: a packed B micro-panel is 32 KiB
+#define GEMM_NB 8     // B micro-panels packed together: 256 KiB (in L2)
 #define GEMM_MC 1032  // most rows per task: a packed A block is 1 MiB (in L2)
 
 static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
-static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_KC * GEMM_NR];
+static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR];
 
 // Packs rows [0, mc) x columns [0, kc) of op(A) (A read at a, leading dim lda)
 // into micro-panels of GEMM_MR rows: panel r holds element (r*MR + i, p) at
@@ -492,26 +514,13 @@ static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long
   }
 }
 
-// A hint that the cache line at p will be read soon (no-op without GCC/Clang).
+// A hint that the cache line at p will be written soon (no-op without
+// GCC/Clang).
 #if defined(__GNUC__)
-#define PREFETCH(p) __builtin_prefetch(p)
+#define PREFETCH_W(p) __builtin_prefetch(p, 1)
 #else
-#define PREFETCH(p) ((void)(p))
+#define PREFETCH_W(p) ((void)(p))
 #endif
-
-// Prefetches part `part` of `parts` of the op(B) panel that gemm_pack_b_panel
-// will pack next (same arguments), so that its rows arrive from memory while
-// the micro-kernel works on the current panel.
-static void gemm_prefetch_b_panel(const float *b, long ldb, int tb, long nr, long kc,
-                                  long part, long parts) {
-  if (tb) {  // nr rows of kc floats
-    for (long j = part * nr / parts; j < (part + 1) * nr / parts; j++)
-      for (long p = 0; p < kc; p += 16) PREFETCH(b + j * ldb + p);
-  } else {  // kc rows of nr floats
-    for (long p = part * kc / parts; p < (part + 1) * kc / parts; p++)
-      for (long j = 0; j < nr; j += 16) PREFETCH(b + p * ldb + j);
-  }
-}
 
 // The micro-kernel: the GEMM_MR x GEMM_NR tile c (row stride ldc, only
 // mr x nr of it valid) = (accumulate ? c : 0) + sum_p a[p, :] (x) b[p, :].
@@ -522,6 +531,10 @@ __attribute__((optimize("fp-contract=fast")))
 #endif
 static void gemm_micro(long kc, const float *a, const float *b, float *c, long ldc,
                        int accumulate, long mr, long nr) {
+  for (long i = 0; i < mr; i++) {  // the tile is written at the end: fetch it now
+    PREFETCH_W(c + i * ldc);
+    PREFETCH_W(c + i * ldc + nr - 1);
+  }
   v16f c0[GEMM_MR], c1[GEMM_MR];
   for (int i = 0; i < GEMM_MR; i++) {
     c0[i] = (v16f){0};
@@ -573,6 +586,8 @@ typedef struct gemm_args {
   int ta, tb;
 } gemm_args;
 
+static long min_l(long a, long b) { return a < b ? a : b; }
+
 static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, long j0,
                       long j1) {
   float *pa = gemm_pack_a, *pb = gemm_pack_b;
@@ -580,22 +595,20 @@ static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, lo
     const float *a = g->a + bi * g->sa, *b = g->b + bi * g->sb;
     float *c = g->c + bi * g->sc + i0 * g->n;
     for (long p0 = 0; p0 < g->k; p0 += GEMM_KC) {
-      long kc = g->k - p0 < GEMM_KC ? g->k - p0 : GEMM_KC;
+      long kc = min_l(GEMM_KC, g->k - p0);
       int accumulate = p0 > 0 || (g->sc == 0 && bi > 0);
       gemm_pack_a_block(pa, g->ta ? a + p0 * g->lda + i0 : a + i0 * g->lda + p0, g->lda,
                         g->ta, mc, kc);
-      long parts = ceil_div(mc, GEMM_MR);
-      for (long j = j0; j < j1; j += GEMM_NR) {
-        long nr = j1 - j < GEMM_NR ? j1 - j : GEMM_NR;
-        long jn = j + GEMM_NR, nrn = j1 - jn < GEMM_NR ? j1 - jn : GEMM_NR;  // the next panel
-        const float *bn = g->tb ? b + jn * g->ldb + p0 : b + p0 * g->ldb + jn;
-        gemm_pack_b_panel(pb, g->tb ? b + j * g->ldb + p0 : b + p0 * g->ldb + j, g->ldb,
-                          g->tb, nr, kc);
-        for (long r = 0; r < mc; r += GEMM_MR) {
-          if (jn < j1) gemm_prefetch_b_panel(bn, g->ldb, g->tb, nrn, kc, r / GEMM_MR, parts);
-          gemm_micro(kc, pa + r * kc, pb, c + r * g->n + j, g->n, accumulate,
-                     mc - r < GEMM_MR ? mc - r : GEMM_MR, nr);
+      for (long jg = j0; jg < j1; jg += GEMM_NB * GEMM_NR) {  // a group of B panels
+        long jend = min_l(j1, jg + GEMM_NB * GEMM_NR);
+        for (long j = jg; j < jend; j += GEMM_NR) {
+          const float *bj = g->tb ? b + j * g->ldb + p0 : b + p0 * g->ldb + j;
+          gemm_pack_b_panel(pb + (j - jg) * kc, bj, g->ldb, g->tb, min_l(GEMM_NR, jend - j), kc);
         }
+        for (long r = 0; r < mc; r += GEMM_MR)  // a row of micro-tiles
+          for (long j = jg; j < jend; j += GEMM_NR)
+            gemm_micro(kc, pa + r * kc, pb + (j - jg) * kc, c + r * g->n + j, g->n, accumulate,
+                       min_l(GEMM_MR, mc - r), min_l(GEMM_NR, jend - j));
       }
     }
   }
@@ -1042,8 +1055,9 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
 }
 
 // logsumexp of one row of v logits: max, then the exponentials summed in
-// LANES float lanes of at most 2^16 terms each, the lanes in double
-static double logsumexp_row(const float *row, long v, float *maxp) {
+// LANES float lanes of at most 2^16 terms each, the lanes in double. With
+// exps != NULL the exponentials exp(row - max) are also stored there.
+static double logsumexp_row(const float *row, float *exps, long v, float *maxp) {
   float maxv = max_lanes(row, v);
   double total[LANES] = {0};
   for (long j0 = 0; j0 < v; j0 += 65536L * LANES) {
@@ -1051,8 +1065,16 @@ static double logsumexp_row(const float *row, long v, float *maxp) {
     float acc[LANES] = {0};
     long j = j0;
     for (; j + LANES <= j1; j += LANES)
-      for (int l = 0; l < LANES; l++) acc[l] += exp_fast(row[j + l] - maxv);
-    for (int l = 0; j + l < j1; l++) acc[l] += exp_fast(row[j + l] - maxv);
+      for (int l = 0; l < LANES; l++) {
+        float e = exp_fast(row[j + l] - maxv);
+        if (exps) exps[j + l] = e;
+        acc[l] += e;
+      }
+    for (int l = 0; j + l < j1; l++) {
+      float e = exp_fast(row[j + l] - maxv);
+      if (exps) exps[j + l] = e;
+      acc[l] += e;
+    }
     for (int l = 0; l < LANES; l++) total[l] += acc[l];
   }
   double sum = 0.0;
@@ -1077,7 +1099,7 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
     for (long i = lo; i < hi; i++) {
       float maxv;
       const float *row = logits + i * v;
-      s += logsumexp_row(row, v, &maxv) - (double)row[targets[i]];
+      s += logsumexp_row(row, NULL, v, &maxv) - (double)row[targets[i]];
     }
     part[ch] = s;
   }
@@ -1097,10 +1119,10 @@ void rt_crossentropy_bwd(float *dlogits, const float *dloss,
     const float *row = logits + i * v;
     float *drow = dlogits + i * v;
     float maxv;
-    double lse = logsumexp_row(row, v, &maxv);
-    // softmax_j = exp(row_j - lse); computed as exp(row_j - max) * e^(max - lse)
+    double lse = logsumexp_row(row, drow, v, &maxv);  // drow = exp(row - max)
+    // softmax_j = exp(row_j - lse) = exp(row_j - max) * e^(max - lse)
     float scale = g * (float)exp((double)maxv - lse);
-    for (long j = 0; j < v; j++) drow[j] = exp_fast(row[j] - maxv) * scale;
+    for (long j = 0; j < v; j++) drow[j] *= scale;
     drow[targets[i]] -= g;
   }
 }
