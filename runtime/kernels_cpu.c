@@ -459,9 +459,9 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 // results are bit-identical run to run.
 #define GEMM_MR 12    // rows of a micro-tile: 12 x 2 vector accumulators
 #define GEMM_NR 32    // columns of a micro-tile: two 16-float vectors
-#define GEMM_KC 256   // K slice: a packed B micro-panel is 32 KiB
-#define GEMM_NB 8     // B micro-panels packed together: 256 KiB (in L2)
-#define GEMM_MC 1032  // most rows per task: a packed A block is 1 MiB (in L2)
+#define GEMM_KC 512   // K slice: a packed B micro-panel is 64 KiB
+#define GEMM_NB 8     // B micro-panels packed together: 512 KiB (in L2)
+#define GEMM_MC 516   // most rows per task: a packed A block is 1 MiB (in L2)
 
 static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
 static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR];

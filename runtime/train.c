@@ -661,6 +661,12 @@ int main(int argc, char **argv) {
   if (arena == MAP_FAILED)
     fail("cannot allocate the arena of %ld bytes: %s", M->arena_bytes,
          strerror(errno));
+#ifdef MADV_HUGEPAGE
+  // 2 MiB pages where the kernel has them: a GEMM's packing reads rows
+  // far apart (one TLB entry per row with 4 KiB pages), and the first step
+  // faults in the whole arena. Advice only: failure changes nothing.
+  (void)madvise(arena, (size_t)M->arena_bytes, MADV_HUGEPAGE);
+#endif
 
   check_writable("--save", opt.save);
   check_writable("--dump-grads", opt.dump_grads);
