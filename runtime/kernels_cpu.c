@@ -450,10 +450,13 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 // SGEMM in the style of BLIS/GotoBLAS, in portable C: the output is cut
 // into tasks (row block x column block) that the threads take in turn;
 // a task walks K in GEMM_KC slices and packs its slice of op(A) into
-// GEMM_MR-row micro-panels (the A block, in L2); then, GEMM_NB column
-// micro-panels of op(B) at a time, it packs them (in L2) and runs the
-// micro-kernel along each row of micro-tiles: the A micro-panel stays in L1
-// and the C tiles it writes are neighbours (few pages, few TLB misses).
+// GEMM_MR-row micro-panels (the A block); then, GEMM_NB column micro-panels
+// of op(B) at a time, it packs them (in L2) and runs the micro-kernel along
+// each row of micro-tiles: the A micro-panel stays in L1 and the C tiles it
+// writes are neighbours (few pages, few TLB misses). The A block is read
+// once per B group, from L2 or L3: a large GEMM_MC costs little, and lets
+// one task cover all rows, so that a wide op(B) (the LM head's, 154 MB at
+// GPT-2 124M) is packed once, not once per row block.
 // Every element of C is summed in the same order (K slices in order, p in
 // order within a slice) whatever the task split or the thread count, so
 // results are bit-identical run to run.
@@ -461,7 +464,7 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 #define GEMM_NR 32    // columns of a micro-tile: two 16-float vectors
 #define GEMM_KC 512   // K slice: a packed B micro-panel is 64 KiB
 #define GEMM_NB 8     // B micro-panels packed together: 512 KiB (in L2)
-#define GEMM_MC 516   // most rows per task: a packed A block is 1 MiB (in L2)
+#define GEMM_MC 1032  // most rows per task: a packed A block is 2 MiB
 
 static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
 static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR];
