@@ -2,7 +2,7 @@
 //
 //   DIR/model.c      generated: dims, the memory plan, forward/backward/update
 //   DIR/runtime/     train.c (main), kernels, headers: copied from mtc's runtime/
-//   DIR/Makefile     `make cpu` builds ./train with cc, OpenMP and OpenBLAS
+//   DIR/Makefile     `make cpu` builds ./train with cc and OpenMP
 //   DIR/weights.bin  initial parameters, float32, in the order of model.c's table
 //   DIR/README.md    how to build and run, and the plan
 #define _GNU_SOURCE
@@ -539,11 +539,11 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
 }
 
 static const char makefile[] =
-    "# Built by mtc. `make cpu` builds ./train with cc, OpenMP and OpenBLAS.\n"
+    "# Built by mtc. `make cpu` builds ./train with cc and OpenMP.\n"
     "# (`make` builds the same until the CUDA backend lands.)\n"
     "CC ?= cc\n"
     "CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
-    "LDLIBS = -lopenblas -lcjson -lm\n"
+    "LDLIBS = -lcjson -lm\n"
     "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c\n"
     "HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h runtime/safetensors.h\n"
     "\n"

@@ -2,7 +2,7 @@
 # Installs the Debian packages mtc needs to build, test and run its demo,
 # skipping any that are already there.
 set -euo pipefail
-pkgs=(build-essential cmake flex bison libopenblas-dev pkg-config)
+pkgs=(build-essential cmake flex bison pkg-config)
 pkgs+=(libcjson-dev python3-numpy)  # train's safetensors I/O (cJSON); tools/parity_check.py
 pkgs+=(libglpk-dev)                 # the planner's integer programs (solver/; it reads and writes JSON with cJSON)
 pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev)  # ONNX input: onnx.proto, protoc-c
