@@ -469,6 +469,62 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
 static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR];
 
+// A 16 x 16 block transposed in registers: for each bit b of the row and
+// column index the two are swapped, one two-input shuffle per output row
+// (4 stages x 16 shuffles), instead of 256 scalar loads from 16 rows far
+// apart. Needs __builtin_shufflevector (GCC 12, Clang); the packers below
+// fall back to scalar loops without it.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define HAVE_SHUFFLEVECTOR 1
+__attribute__((always_inline)) static inline void transpose16(v16f r[16]) {
+  for (int i = 0; i < 16; i += 2) {  // bit 0
+    v16f x = r[i], y = r[i + 1];
+    r[i] = __builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28,
+                                   14, 30);
+    r[i + 1] = __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13,
+                                       29, 15, 31);
+  }
+  for (int i = 0; i < 16; i++) {  // bit 1
+    if (i & 2) continue;
+    v16f x = r[i], y = r[i + 2];
+    r[i] = __builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13,
+                                   28, 29);
+    r[i + 2] = __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14,
+                                       15, 30, 31);
+  }
+  for (int i = 0; i < 16; i++) {  // bit 2
+    if (i & 4) continue;
+    v16f x = r[i], y = r[i + 4];
+    r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
+                                   26, 27);
+    r[i + 4] = __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28,
+                                       29, 30, 31);
+  }
+  for (int i = 0; i < 8; i++) {  // bit 3
+    v16f x = r[i], y = r[i + 8];
+    r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22,
+                                   23);
+    r[i + 8] = __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28,
+                                       29, 30, 31);
+  }
+}
+
+// Reads `rows` (<= 16) rows of 16 floats (row i at src + i*ld) and writes
+// the block transposed: its column q, `rows` floats, to dst + q*dstride.
+static inline void pack_transposed16(float *dst, long dstride, const float *src, long ld,
+                                     int rows) {
+  v16f r[16];
+  for (int i = 0; i < 16; i++) {
+    if (i < rows)
+      memcpy(&r[i], src + i * ld, sizeof r[i]);
+    else
+      r[i] = (v16f){0};
+  }
+  transpose16(r);
+  for (int q = 0; q < 16; q++) memcpy(dst + q * dstride, &r[q], (size_t)rows * sizeof(float));
+}
+#endif
+
 // Packs rows [0, mc) x columns [0, kc) of op(A) (A read at a, leading dim lda)
 // into micro-panels of GEMM_MR rows: panel r holds element (r*MR + i, p) at
 // [r*MR*kc + p*MR + i]; rows past mc are zero. Full panels take loops with a
@@ -490,7 +546,12 @@ static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long
     } else {  // op(A)(i, p) = a[i*lda + p]
       const float *s = a + r * lda;
       if (mr == GEMM_MR) {
-        for (long p = 0; p < kc; p++)
+        long p = 0;
+#ifdef HAVE_SHUFFLEVECTOR
+        for (; p + 16 <= kc; p += 16)
+          pack_transposed16(d + p * GEMM_MR, GEMM_MR, s + p, lda, GEMM_MR);
+#endif
+        for (; p < kc; p++)
           for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = s[i * lda + p];
         continue;
       }
@@ -508,7 +569,13 @@ static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long
     for (long p = 0; p < kc; p++)
       memcpy(dst + p * GEMM_NR, b + p * ldb, GEMM_NR * sizeof(float));
   } else if (tb && nr == GEMM_NR) {  // op(B)(p, j) = b[j*ldb + p]: a transpose
-    for (long p = 0; p < kc; p++)
+    long p = 0;
+#ifdef HAVE_SHUFFLEVECTOR
+    for (; p + 16 <= kc; p += 16)
+      for (long j = 0; j < GEMM_NR; j += 16)
+        pack_transposed16(dst + p * GEMM_NR + j, GEMM_NR, b + j * ldb + p, ldb, 16);
+#endif
+    for (; p < kc; p++)
       for (long j = 0; j < GEMM_NR; j++) dst[p * GEMM_NR + j] = b[j * ldb + p];
   } else {  // the last, partial panel
     for (long p = 0; p < kc; p++)

@@ -377,6 +377,8 @@ static void test_matmul(void) {
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) matmul_case(1, 397, 1061, 263, ta, tb, 0, 0, 0);
   matmul_case(3, 50, 70, 300, 1, 0, 0, 0, 1);
+  for (int ta = 0; ta < 2; ta++)  // K past one slice, with a remainder of 12
+    for (int tb = 0; tb < 2; tb++) matmul_case(1, 40, 70, 1100, ta, tb, 0, 0, 0);
   matmul_case(2, 4, 3, 0, 0, 0, 0, 0, 0);  // k = 0: zeros
 }
 
