@@ -23,27 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "frontend.h"
-
-static int npass, nfail;
-
-// Records one check; prints what failed.
-static bool check(bool ok, const char *what, ...) __attribute__((format(printf, 2, 3)));
-
-static bool check(bool ok, const char *what, ...) {
-  if (ok) {
-    npass++;
-    return true;
-  }
-  nfail++;
-  va_list ap;
-  va_start(ap, what);
-  fputs("FAIL: ", stdout);
-  vprintf(what, ap);
-  fputc('\n', stdout);
-  va_end(ap);
-  return false;
-}
 
 static char *path_join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;

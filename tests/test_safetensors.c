@@ -20,28 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "rng.h"
 #include "safetensors.h"
-
-static int npass, nfail;
-
-// Records one check; prints what failed.
-static bool check(bool ok, const char *what, ...) __attribute__((format(printf, 2, 3)));
-
-static bool check(bool ok, const char *what, ...) {
-  if (ok) {
-    npass++;
-    return true;
-  }
-  nfail++;
-  va_list ap;
-  va_start(ap, what);
-  fputs("FAIL: ", stdout);
-  vprintf(what, ap);
-  fputc('\n', stdout);
-  va_end(ap);
-  return false;
-}
 
 static const char *tmpdir;
 

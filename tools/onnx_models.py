@@ -37,6 +37,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
+from parity_lib import randn, tokens
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "..", "tests", "onnx")
 
@@ -190,16 +192,6 @@ class MLP(nn.Module):
 
 B, T, D = 2, 8, 16
 EVAL, TRAIN = torch.onnx.TrainingMode.EVAL, torch.onnx.TrainingMode.TRAINING
-
-
-def tokens(shape, hi, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, hi, shape, generator=g)
-
-
-def randn(shape, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=g)
 
 
 def gpt_case(opset, mode, dropout=0.0, gelu="tanh", with_loss=True):
