@@ -1,0 +1,117 @@
+// bench/gemm.c: mtc's CPU SGEMM (rt_matmul) on the GEMMs of a GPT-2 124M
+// training step, against this machine's fp32 FMA peak.
+//
+//   cc -O3 -march=native -fopenmp -std=c11 -Iruntime bench/gemm.c
+//      runtime/kernels_cpu.c -lm -o /tmp/gemm && /tmp/gemm [T] [reps]
+//   (one command line)
+//
+// For batch 4 and sequence length T (default 256) it times every distinct
+// GEMM shape of the forward and backward pass (best of `reps`, default 10),
+// prints GFLOP/s per shape, the GEMM time of one step (each shape times the
+// number of times a step runs it) and the peak: every thread running
+// independent vector FMAs from registers, no memory traffic.
+#define _DEFAULT_SOURCE  // MAP_ANONYMOUS
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels.h"
+
+typedef float v16f __attribute__((vector_size(64)));
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// GFLOP/s of 16 independent chains of vector FMAs per thread (the chains
+// named one by one: in an array the compiler keeps them in memory).
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=fast")))
+#endif
+static double fma_peak(void) {
+  const long iters = 200000000;
+  double flops = 0.0, t = now();
+#pragma omp parallel reduction(+ : flops)
+  {
+    volatile float seed[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    v16f x = (v16f){0} + 0.999999f, y = (v16f){0} + 1e-9f;
+#define CHAINS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
+#define INIT(i) v16f a##i = x * seed[i];
+#define STEP(i) a##i = a##i * x + y;
+#define SUM(i) s += a##i;
+    CHAINS(INIT)
+    for (long it = 0; it < iters; it++) {
+      CHAINS(STEP)
+    }
+    v16f s = (v16f){0};
+    CHAINS(SUM)
+    seed[0] = s[0];
+    flops = (double)iters * 16 * 16 * 2;
+  }
+  return flops / (now() - t) * 1e-9;
+}
+
+static float *buffer(long n) {  // anonymous pages, as the training program's arena
+  float *p = mmap(NULL, (size_t)n * sizeof(float), PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  for (long i = 0; i < n; i++) p[i] = (float)(i % 7) * 0.1f - 0.3f;
+  return p;
+}
+
+int main(int argc, char **argv) {
+  long T = argc > 1 ? atol(argv[1]) : 256, reps = argc > 2 ? atol(argv[2]) : 10;
+  const long L = 12, C = 768, V = 50257, BT = 4 * T;
+  struct {
+    const char *name;
+    long m, n, k;
+    int ta, tb;
+    long per_step;
+  } g[] = {
+      {"fwd qkv", BT, 3 * C, C, 0, 0, L},        {"fwd attn proj", BT, C, C, 0, 0, L},
+      {"fwd fc", BT, 4 * C, C, 0, 0, L},         {"fwd fc proj", BT, C, 4 * C, 0, 0, L},
+      {"fwd lm head", BT, V, C, 0, 1, 1},        {"bwd lm head dx", BT, C, V, 0, 0, 1},
+      {"bwd lm head dw", V, C, BT, 1, 0, 1},     {"bwd qkv dx", BT, C, 3 * C, 0, 1, L},
+      {"bwd qkv dw", C, 3 * C, BT, 1, 0, L},     {"bwd attn proj dx", BT, C, C, 0, 1, L},
+      {"bwd attn proj dw", C, C, BT, 1, 0, L},   {"bwd fc dx", BT, C, 4 * C, 0, 1, L},
+      {"bwd fc dw", C, 4 * C, BT, 1, 0, L},      {"bwd fc proj dx", BT, 4 * C, C, 0, 1, L},
+      {"bwd fc proj dw", 4 * C, C, BT, 1, 0, L},
+  };
+  long most = BT * V > V * C ? BT * V : V * C;
+  float *a = buffer(most), *b = buffer(most), *c = buffer(most);
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  printf("GPT-2 124M GEMMs, B=4 T=%ld, %d threads, best of %ld\n\n", T, threads, reps);
+  printf("| GEMM | m | n | k | ms | GFLOP/s |\n|---|---|---|---|---|---|\n");
+  double step = 0.0, step_flops = 0.0;
+  for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+    double best = 1e30;
+    for (long r = 0; r < reps; r++) {
+      double t = now();
+      rt_matmul(c, a, b, 1, g[i].m, g[i].n, g[i].k, g[i].ta, g[i].tb, 0, 0, 0);
+      t = now() - t;
+      if (t < best) best = t;
+    }
+    double flops = 2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k;
+    printf("| %s | %ld | %ld | %ld | %.2f | %.0f |\n", g[i].name, g[i].m, g[i].n, g[i].k,
+           best * 1e3, flops / best * 1e-9);
+    step += best * (double)g[i].per_step;
+    step_flops += flops * (double)g[i].per_step;
+  }
+  double peak = fma_peak();
+  printf("\nGEMMs of one step: %.0f ms, %.0f GFLOP/s; FMA peak %.0f GFLOP/s (%.0f%%)\n",
+         step * 1e3, step_flops / step * 1e-9, peak, 100.0 * step_flops / step * 1e-9 / peak);
+  return 0;
+}
