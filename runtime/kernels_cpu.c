@@ -108,6 +108,9 @@ static double det_sum(const float *x, long n) {
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
+static long ceil_div(long a, long b) { return (a + b - 1) / b; }
+static long min_l(long a, long b) { return a < b ? a : b; }
+
 // acc[0] + ... + acc[LANES-1] as a tree: halves added lane by lane
 static float lanes_total(float *acc) {
   for (int w = LANES / 2; w > 0; w /= 2)
@@ -136,10 +139,7 @@ static float dot_lanes(const float *x, const float *y, long n) {
 // (GCC does not vectorize a float max without -ffinite-math-only, so the
 // lanes are a vector here: a compare gives a mask, the mask selects.)
 static float max_lanes(const float *x, long n) {
-  float acc[LANES];
-  for (int l = 0; l < LANES; l++) acc[l] = -INFINITY;
-  v16f m16;
-  memcpy(&m16, acc, sizeof m16);
+  v16f m16 = (v16f){0} - INFINITY;
   long i = 0;
   for (; i + LANES <= n; i += LANES) {
     v16f v;
@@ -147,6 +147,7 @@ static float max_lanes(const float *x, long n) {
     v16i bigger = v > m16;
     m16 = (v16f)(((v16i)v & bigger) | ((v16i)m16 & ~bigger));
   }
+  float acc[LANES];
   memcpy(acc, &m16, sizeof acc);
   for (int l = 0; i + l < n; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
   float m = -INFINITY;
@@ -476,38 +477,28 @@ static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR]
 // fall back to scalar loops without it.
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
 #define HAVE_SHUFFLEVECTOR 1
+// One stage: rows i and i + S (for every i without bit S) exchange the
+// halves that differ in bit S of the column, LO and HI the shuffle indices.
+#define UNPAREN(...) __VA_ARGS__
+#define TRANSPOSE_STAGE(r, S, LO, HI)                         \
+  for (int i = 0; i < 16; i++) {                              \
+    if (i & (S)) continue;                                    \
+    v16f x = (r)[i], y = (r)[i + (S)];                        \
+    (r)[i] = __builtin_shufflevector(x, y, UNPAREN LO);       \
+    (r)[i + (S)] = __builtin_shufflevector(x, y, UNPAREN HI); \
+  }
 __attribute__((always_inline)) static inline void transpose16(v16f r[16]) {
-  for (int i = 0; i < 16; i += 2) {  // bit 0
-    v16f x = r[i], y = r[i + 1];
-    r[i] = __builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28,
-                                   14, 30);
-    r[i + 1] = __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13,
-                                       29, 15, 31);
-  }
-  for (int i = 0; i < 16; i++) {  // bit 1
-    if (i & 2) continue;
-    v16f x = r[i], y = r[i + 2];
-    r[i] = __builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13,
-                                   28, 29);
-    r[i + 2] = __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14,
-                                       15, 30, 31);
-  }
-  for (int i = 0; i < 16; i++) {  // bit 2
-    if (i & 4) continue;
-    v16f x = r[i], y = r[i + 4];
-    r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
-                                   26, 27);
-    r[i + 4] = __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28,
-                                       29, 30, 31);
-  }
-  for (int i = 0; i < 8; i++) {  // bit 3
-    v16f x = r[i], y = r[i + 8];
-    r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22,
-                                   23);
-    r[i + 8] = __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28,
-                                       29, 30, 31);
-  }
+  TRANSPOSE_STAGE(r, 1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+                  (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+  TRANSPOSE_STAGE(r, 2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+                  (2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+  TRANSPOSE_STAGE(r, 4, (0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+                  (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+  TRANSPOSE_STAGE(r, 8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+                  (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
 }
+#undef TRANSPOSE_STAGE
+#undef UNPAREN
 
 // Reads `rows` (<= 16) rows of 16 floats (row i at src + i*ld) and writes
 // the block transposed: its column q, `rows` floats, to dst + q*dstride.
@@ -532,7 +523,7 @@ static inline void pack_transposed16(float *dst, long dstride, const float *src,
 static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long mc,
                               long kc) {
   for (long r = 0; r < mc; r += GEMM_MR) {
-    long mr = mc - r < GEMM_MR ? mc - r : GEMM_MR;
+    long mr = min_l(GEMM_MR, mc - r);
     float *d = dst + r * kc;
     if (ta) {  // op(A)(i, p) = a[p*lda + i]: contiguous in i
       const float *s = a + r;
@@ -645,8 +636,6 @@ static void gemm_micro(long kc, const float *a, const float *b, float *c, long l
       c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i][j] : t[i][j];
 }
 
-static long ceil_div(long a, long b) { return (a + b - 1) / b; }
-
 // One task: rows [i0, i0+mc) x columns [j0, j1) of C for batch items
 // [b0, b1). With sc == 0 the items add into one C (the first overwrites).
 typedef struct gemm_args {
@@ -655,8 +644,6 @@ typedef struct gemm_args {
   long m, n, k, lda, ldb, sa, sb, sc;
   int ta, tb;
 } gemm_args;
-
-static long min_l(long a, long b) { return a < b ? a : b; }
 
 static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, long j0,
                       long j1) {
@@ -900,25 +887,59 @@ void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n,
 #define ATT_SCRATCH (1L << 18)  // floats: 1 MiB per thread
 static _Thread_local _Alignas(64) float att_scratch[ATT_SCRATCH];
 
-// A carve-out of n floats from the scratch (64-byte aligned).
-static float *att_take(float **at, long n) {
-  float *p = *at;
+// Where the block form keeps its buffers in the scratch (offsets in floats,
+// each 64-byte aligned): the forward's (kp vp st pa qa) or the backward's
+// (kp vtp kb st dst pa qa doa ta qb dob), and how many floats they take.
+// The same layout decides whether a head fits and carves the scratch.
+typedef struct att_layout {
+  long kp, vp, vtp, kb, st, dst, pa, qa, doa, ta, qb, dob;
+  long total;
+} att_layout;
+
+// The next carve-out of n floats at *at, rounded up to 16.
+static long att_take(long *at, long n) {
+  long o = *at;
   *at += (n + 15) / 16 * 16;
-  return p;
+  return o;
+}
+
+static att_layout att_plan(long t, long hs, int backward) {
+  long tp = ceil_div(t, GEMM_NR) * GEMM_NR, hp = ceil_div(hs, GEMM_NR) * GEMM_NR;
+  att_layout L = {0};
+  long at = 0;
+  L.kp = att_take(&at, tp * hs);  // K^T panels
+  if (backward) {
+    L.vtp = att_take(&at, tp * hs);  // V^T panels
+    L.kb = att_take(&at, hp * t);    // K column panels
+  } else {
+    L.vp = att_take(&at, hp * t);  // V column panels
+  }
+  L.st = att_take(&at, GEMM_MR * tp);  // scores, then P
+  if (backward) L.dst = att_take(&at, GEMM_MR * tp);  // dP, then dS
+  L.pa = att_take(&at, GEMM_MR * tp);  // P or dS packed as a row block
+  L.qa = att_take(&at, GEMM_MR * hs);
+  if (backward) {
+    L.doa = att_take(&at, GEMM_MR * hs);
+    L.ta = att_take(&at, ceil_div(t, GEMM_MR) * GEMM_MR * GEMM_MR);  // P^T or dS^T
+    L.qb = att_take(&at, hp * GEMM_MR);
+    L.dob = att_take(&at, hp * GEMM_MR);
+  }
+  L.total = at;
+  return L;
 }
 
 // Packs the t rows (keys) of x (t x hs) as the B operand of Q x^T: panels of
 // GEMM_NR rows of x, element (d, j) of panel jp at [jp*NR*hs + d*NR + j].
 static void att_pack_rows_t(float *dst, const float *x, long t, long hs) {
   for (long j = 0; j < t; j += GEMM_NR)
-    gemm_pack_b_panel(dst + j * hs, x + j * hs, hs, 1, t - j < GEMM_NR ? t - j : GEMM_NR, hs);
+    gemm_pack_b_panel(dst + j * hs, x + j * hs, hs, 1, min_l(GEMM_NR, t - j), hs);
 }
 
 // Packs x (t x hs) as the B operand of P x: panels of GEMM_NR columns,
 // element (j, c) of panel cp at [cp*NR*t + j*NR + c].
 static void att_pack_cols(float *dst, const float *x, long t, long hs) {
   for (long c = 0; c < hs; c += GEMM_NR)
-    gemm_pack_b_panel(dst + c * t, x + c, hs, 0, hs - c < GEMM_NR ? hs - c : GEMM_NR, t);
+    gemm_pack_b_panel(dst + c * t, x + c, hs, 0, min_l(GEMM_NR, hs - c), t);
 }
 
 // tile (GEMM_MR x tpad, row stride tpad) = a (packed GEMM_MR x kc) times the
@@ -935,7 +956,7 @@ static void att_rows_out(float *out, long mr, long hs, const float *a, const flo
                          long kc, long t, int accumulate) {
   for (long c = 0; c < hs; c += GEMM_NR)
     gemm_micro(kc, a, bp + c * t, out + c, hs, accumulate, mr,
-               hs - c < GEMM_NR ? hs - c : GEMM_NR);
+               min_l(GEMM_NR, hs - c));
 }
 
 // Row r of a row block starting at query i0: softmax of scale * s over the
@@ -950,19 +971,6 @@ static void att_softmax_row(float *s, long i, long t, long jn, int causal, float
   for (long j = len; j < jn; j++) s[j] = 0.0f;
 }
 
-// The scratch floats the block form takes for a head (the buffers of
-// attention_fwd_blocks / attention_bwd_blocks, each rounded up to 16).
-static long att_need(long t, long hs, int backward) {
-  long tp = ceil_div(t, GEMM_NR) * GEMM_NR, hp = ceil_div(hs, GEMM_NR) * GEMM_NR;
-  long tm = ceil_div(t, GEMM_MR) * GEMM_MR;
-  long fwd = tp * hs + hp * t + 2 * GEMM_MR * tp + GEMM_MR * hs;  // kp vp st pa qa
-  long bwd = 2 * tp * hs + hp * t           // kp vtp kb
-             + 3 * GEMM_MR * tp             // st dst pa
-             + 2 * GEMM_MR * hs             // qa doa
-             + tm * GEMM_MR + 2 * hp * GEMM_MR;  // ta qb dob
-  return (backward ? bwd : fwd) + 11 * 16;
-}
-
 // p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
 // of one row of scores (the row form); returns their sum.
 static float attention_row(float *p, const float *qi, const float *kh, long jn,
@@ -975,16 +983,15 @@ static float attention_row(float *p, const float *qi, const float *kh, long jn,
 
 // One head, block form: oh = softmax(qh kh^T scale) vh.
 static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
-                                 const float *vh, long t, long hs, int causal, float scale) {
+                                 const float *vh, long t, long hs, int causal, float scale,
+                                 const att_layout *L) {
   long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
-  float *at = att_scratch;
-  float *kp = att_take(&at, tp * hs), *vp = att_take(&at, ceil_div(hs, GEMM_NR) * GEMM_NR * t);
-  float *st = att_take(&at, GEMM_MR * tp), *pa = att_take(&at, GEMM_MR * tp);
-  float *qa = att_take(&at, GEMM_MR * hs);
+  float *sc = att_scratch;
+  float *kp = sc + L->kp, *vp = sc + L->vp, *st = sc + L->st, *pa = sc + L->pa, *qa = sc + L->qa;
   att_pack_rows_t(kp, kh, t, hs);
   att_pack_cols(vp, vh, t, hs);
   for (long i0 = 0; i0 < t; i0 += GEMM_MR) {
-    long mr = t - i0 < GEMM_MR ? t - i0 : GEMM_MR, jn = causal ? i0 + mr : t;
+    long mr = min_l(GEMM_MR, t - i0), jn = causal ? i0 + mr : t;
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);  // S = Q_blk K^T
     for (long r = 0; r < mr; r++) att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale);
@@ -1015,12 +1022,13 @@ void rt_attention_fwd(float *out, const float *q, const float *k,
                       const float *v, long bh, long t, long hs, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  int blocks = att_need(t, hs, 0) <= ATT_SCRATCH;
+  att_layout L = att_plan(t, hs, 0);
+  int blocks = L.total <= ATT_SCRATCH;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
     long o = h * t * hs;
     if (blocks)
-      attention_fwd_blocks(out + o, q + o, k + o, v + o, t, hs, causal, scale);
+      attention_fwd_blocks(out + o, q + o, k + o, v + o, t, hs, causal, scale, &L);
     else
       attention_fwd_rows(out + o, q + o, k + o, v + o, t, hs, causal, scale);
   }
@@ -1029,21 +1037,17 @@ void rt_attention_fwd(float *out, const float *q, const float *k,
 // One head, block form, dqh overwritten; dkh and dvh zeroed by the caller.
 static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float *doh,
                                  const float *qh, const float *kh, const float *vh, long t,
-                                 long hs, int causal, float scale) {
-  long tp = ceil_div(t, GEMM_NR) * GEMM_NR, hp = ceil_div(hs, GEMM_NR) * GEMM_NR;
-  float *at = att_scratch;
-  float *kp = att_take(&at, tp * hs), *vtp = att_take(&at, tp * hs);  // K^T, V^T panels
-  float *kb = att_take(&at, hp * t);                                  // K column panels
-  float *st = att_take(&at, GEMM_MR * tp), *dst = att_take(&at, GEMM_MR * tp);  // P, dS
-  float *pa = att_take(&at, GEMM_MR * tp);  // P or dS packed as a row block
-  float *qa = att_take(&at, GEMM_MR * hs), *doa = att_take(&at, GEMM_MR * hs);
-  float *ta = att_take(&at, ceil_div(t, GEMM_MR) * GEMM_MR * GEMM_MR);  // P^T or dS^T
-  float *qb = att_take(&at, hp * GEMM_MR), *dob = att_take(&at, hp * GEMM_MR);
+                                 long hs, int causal, float scale, const att_layout *L) {
+  long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
+  float *sc = att_scratch;
+  float *kp = sc + L->kp, *vtp = sc + L->vtp, *kb = sc + L->kb, *st = sc + L->st;
+  float *dst = sc + L->dst, *pa = sc + L->pa, *qa = sc + L->qa, *doa = sc + L->doa;
+  float *ta = sc + L->ta, *qb = sc + L->qb, *dob = sc + L->dob;
   att_pack_rows_t(kp, kh, t, hs);
   att_pack_rows_t(vtp, vh, t, hs);
   att_pack_cols(kb, kh, t, hs);
   for (long i0 = 0; i0 < t; i0 += GEMM_MR) {
-    long mr = t - i0 < GEMM_MR ? t - i0 : GEMM_MR, jn = causal ? i0 + mr : t;
+    long mr = min_l(GEMM_MR, t - i0), jn = causal ? i0 + mr : t;
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     gemm_pack_a_block(doa, doh + i0 * hs, hs, 0, mr, hs);
     att_pack_cols(qb, qh + i0 * hs, mr, hs);  // Q_blk, dO_blk as B operands (mr deep)
@@ -1061,11 +1065,11 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float
     // dK[0, jn) += dS^T Q_blk and dV[0, jn) += P^T dO_blk, GEMM_MR keys at a time
     gemm_pack_a_block(ta, dst, tp, 1, jn, mr);
     for (long j = 0; j < jn; j += GEMM_MR)
-      att_rows_out(dkh + j * hs, jn - j < GEMM_MR ? jn - j : GEMM_MR, hs, ta + j * mr, qb,
+      att_rows_out(dkh + j * hs, min_l(GEMM_MR, jn - j), hs, ta + j * mr, qb,
                    mr, mr, 1);
     gemm_pack_a_block(ta, st, tp, 1, jn, mr);
     for (long j = 0; j < jn; j += GEMM_MR)
-      att_rows_out(dvh + j * hs, jn - j < GEMM_MR ? jn - j : GEMM_MR, hs, ta + j * mr, dob,
+      att_rows_out(dvh + j * hs, min_l(GEMM_MR, jn - j), hs, ta + j * mr, dob,
                    mr, mr, 1);
   }
 }
@@ -1108,7 +1112,8 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                       long t, long hs, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  int blocks = att_need(t, hs, 1) <= ATT_SCRATCH;
+  att_layout L = att_plan(t, hs, 1);
+  int blocks = L.total <= ATT_SCRATCH;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
     long o = h * t * hs;
@@ -1117,11 +1122,18 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
     memset(dv + o, 0, (size_t)(t * hs) * sizeof(float));
     if (blocks)
       attention_bwd_blocks(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, t, hs,
-                           causal, scale);
+                           causal, scale, &L);
     else
       attention_bwd_rows(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, t, hs,
                          causal, scale);
   }
+}
+
+// exp(row[j] - maxv), also stored at exps[j] when exps != NULL
+static inline float exp_kept(const float *row, float *exps, long j, float maxv) {
+  float e = exp_fast(row[j] - maxv);
+  if (exps) exps[j] = e;
+  return e;
 }
 
 // logsumexp of one row of v logits: max, then the exponentials summed in
@@ -1135,16 +1147,8 @@ static double logsumexp_row(const float *row, float *exps, long v, float *maxp) 
     float acc[LANES] = {0};
     long j = j0;
     for (; j + LANES <= j1; j += LANES)
-      for (int l = 0; l < LANES; l++) {
-        float e = exp_fast(row[j + l] - maxv);
-        if (exps) exps[j + l] = e;
-        acc[l] += e;
-      }
-    for (int l = 0; j + l < j1; l++) {
-      float e = exp_fast(row[j + l] - maxv);
-      if (exps) exps[j + l] = e;
-      acc[l] += e;
-    }
+      for (int l = 0; l < LANES; l++) acc[l] += exp_kept(row, exps, j + l, maxv);
+    for (int l = 0; j + l < j1; l++) acc[l] += exp_kept(row, exps, j + l, maxv);
     for (int l = 0; l < LANES; l++) total[l] += acc[l];
   }
   double sum = 0.0;

@@ -329,7 +329,7 @@ static const char *const fragments[] = {
 
 static void test_fuzz(const char *dir, int count) {
   char *path = path_join(dir, "gpt2.mtc");
-  size_t len;
+  size_t len = 0;
   char *base = read_file(path, &len);
   free(path);
   if (!check(base != NULL, "fuzz: cannot read gpt2.mtc"))

@@ -372,13 +372,15 @@ static void test_matmul(void) {
     }
   matmul_case(1, 128, 96, 200, 0, 0, 0, 0, 0);
   matmul_case(8, 64, 64, 32, 0, 1, 0, 0, 0);
-  // more than one block of rows (384), of columns (1024) and of K (256), with
-  // partial micro-tiles (12 x 32) at the edges
+  // partial micro-tiles (12 x 32) at the edges and K not a multiple of the
+  // 16-wide register transposes of the packers
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) matmul_case(1, 397, 1061, 263, ta, tb, 0, 0, 0);
   matmul_case(3, 50, 70, 300, 1, 0, 0, 0, 1);
-  for (int ta = 0; ta < 2; ta++)  // K past one slice, with a remainder of 12
+  for (int ta = 0; ta < 2; ta++)  // K past one slice (512), with a remainder of 12
     for (int tb = 0; tb < 2; tb++) matmul_case(1, 40, 70, 1100, ta, tb, 0, 0, 0);
+  for (int ta = 0; ta < 2; ta++)  // more rows than one A block (1032)
+    for (int tb = 0; tb < 2; tb++) matmul_case(1, 1100, 40, 70, ta, tb, 0, 0, 0);
   matmul_case(2, 4, 3, 0, 0, 0, 0, 0, 0);  // k = 0: zeros
 }
 
