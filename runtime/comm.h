@@ -1,0 +1,73 @@
+// Communication between the ranks of a training program: one interface over
+// process groups. Implemented by comm_mpi.c (Open MPI; the CPU build of a
+// multi-rank program), comm_single.c (one rank, no MPI needed) and, for GPU
+// builds, comm_nccl.c.
+//
+// Buffers are float32 and collectives work in place, as NCCL's do:
+//   allreduce       buf[0, count) <- op over the group of buf[0, count)
+//   reduce_scatter  rank r's shard buf[r*count/n, (r+1)*count/n) <- op over the
+//                   group of that shard; the rest of buf is left undefined
+//   allgather       every rank gets buf[0, count), rank r having contributed
+//                   its shard buf[r*count/n, (r+1)*count/n)
+//   broadcast       buf[0, bytes) <- root's
+// count must divide by the group's size for reduce_scatter and allgather
+// (the lowering pads buckets to the group size).
+//
+// Every collective can be blocking (req NULL) or non-blocking: it starts and
+// returns, and rt_wait(req) finishes it; buf must not be touched in between.
+// Errors end the program with one message (this is the runtime of a program,
+// not a library).
+#ifndef MTC_RT_COMM_H
+#define MTC_RT_COMM_H
+
+#include <stdint.h>
+
+typedef struct rt_group rt_group;   // a process group (opaque)
+
+enum { RT_REDUCE_SUM, RT_REDUCE_AVG, RT_REDUCE_MAX };
+
+// A non-blocking collective in flight. Plain storage, so that the program can
+// keep its requests in static arrays; no allocation per call.
+typedef struct rt_request {
+  int active;          // started and not yet waited for
+  int kind;            // the collective (implementation's use)
+  float *buf;
+  long count;
+  rt_group *group;
+  uint64_t impl[4];    // the implementation's handle (an MPI_Request)
+} rt_request;
+
+// Starts the communication layer (MPI_Init under mpirun) and checks the
+// launch: a program compiled for `ranks` ranks started on another number of
+// processes, or a multi-rank program without MPI, ends with one message that
+// says how to run it. `what` describes the layout for that message
+// ("dp 2 x tp 2").
+void rt_comm_init(int *argc, char ***argv, int ranks, const char *what);
+void rt_comm_finalize(void);
+int rt_comm_rank(void);   // in the world
+int rt_comm_size(void);
+
+// The world, and subgroups of it: ranks passing the same color form one
+// group, ordered by key. Collective over the parent group.
+rt_group *rt_group_world(void);
+rt_group *rt_group_split(rt_group *parent, int color, int key);
+int rt_group_rank(const rt_group *g);
+int rt_group_size(const rt_group *g);
+
+void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req);
+void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *req);
+void rt_allgather(rt_group *g, float *buf, long count, rt_request *req);
+void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req);
+void rt_wait(rt_request *req);      // no-op when req is not active
+void rt_barrier(rt_group *g);
+// A double reduced over the group (losses, norms, timings). Blocking.
+double rt_allreduce_scalar(rt_group *g, double x, int op);
+
+// Bytes this rank has sent since the last reset, counted as a ring algorithm
+// sends them (what the planner predicts): all-reduce 2(n-1)/n x S,
+// reduce-scatter and all-gather (n-1)/n x S, broadcast S at the root; S the
+// buffer's bytes, n the group's size. One-rank groups send nothing.
+int64_t rt_comm_bytes_sent(void);
+void rt_comm_reset_bytes(void);
+
+#endif
