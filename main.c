@@ -38,6 +38,9 @@ typedef struct Args {
   double gpu_mem, intra_bw, inter_bw;
   const char *json;        // plan --json FILE
   bool formulas;           // plan --formulas
+  // compile: one layout for every block instead of the solver's choice
+  PassDist dist;
+  bool forced;             // --dp, --tp, --zero or --micro-batches given
 } Args;
 
 static void usage(FILE *f) {
@@ -178,7 +181,8 @@ static void parse_define(Args *a, const char *s) {
 }
 
 static Args parse_args(int argc, char **argv) {
-  Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config()};
+  Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config(),
+            .dist = {.dp = 1, .tp = 1, .micro_batches = 1}};
   if (argc < 2) {
     usage(stderr);
     exit(2);
@@ -229,6 +233,17 @@ static Args parse_args(int argc, char **argv) {
         bad_usage("--loss takes cross-entropy or mse, not '%s'", a.loss);
     } else if (!strcmp(s, "--labels")) {
       a.labels = VALUE();
+    } else if (!strcmp(s, "--dp")) {
+      a.dist.dp = (int)parse_count(s, VALUE()), a.forced = true;
+    } else if (!strcmp(s, "--tp")) {
+      a.dist.tp = (int)parse_count(s, VALUE()), a.forced = true;
+    } else if (!strcmp(s, "--zero")) {
+      const char *v = VALUE();
+      if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+        bad_usage("--zero takes a stage 0, 1, 2 or 3, not '%s'", v);
+      a.dist.zero_all = v[0] - '0', a.forced = true;
+    } else if (!strcmp(s, "--micro-batches")) {
+      a.dist.micro_batches = (int)parse_count(s, VALUE()), a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -363,6 +378,30 @@ static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
   return rc;
 }
 
+// The plan in words, and what the planner predicts for it per rank: model
+// state and bytes sent per step (fp32 programs: 4 bytes a value; AdamW keeps
+// two more per parameter).
+static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n) {
+  const PassDist *D = &lw->dist;
+  int zmin = 3, zmax = 0;
+  double state = 0, comm = 0;
+  for (int b = 0; b < lw->nbuckets; b++) {
+    const PassBucket *k = &lw->bucket[b];
+    zmin = k->zero < zmin ? k->zero : zmin;
+    zmax = k->zero > zmax ? k->zero : zmax;
+    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate);
+    comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, 4, 4);
+  }
+  co->planner_state_bytes = (int64_t)state;
+  co->planner_comm_bytes = (int64_t)comm;
+  int len = snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
+  if (lw->nbuckets && zmin == zmax)
+    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d", zmin);
+  else if (lw->nbuckets)
+    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d to %d", zmin, zmax);
+  co->layout = layout;
+}
+
 int main(int argc, char **argv) {
   Args a = parse_args(argc, argv);
   IrDiag diag = {0};
@@ -373,6 +412,8 @@ int main(int argc, char **argv) {
   if (plan && !ctx.opt.stop_after)
     ctx.opt.stop_after = "optimizer";   // the planner reads the training graph; no memory plan
 
+  if (a.forced)
+    ctx.dist = &a.dist;
   IrGraph *g = load(&a, &diag);
   int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
   if (!rc)
@@ -384,9 +425,13 @@ int main(int argc, char **argv) {
   if (!rc && !inspect && !plan) {
     CgOptions co = {.outdir = a.outdir, .seed = a.seed, .source = a.model,
                     .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
-                                                             : MTC_SOURCE_DIR "/runtime"};
+                                                             : MTC_SOURCE_DIR "/runtime",
+                    .lowered = ctx.lowered};
+    char layout[128];
+    if (ctx.lowered)
+      predict(ctx.lowered, &co, layout, sizeof layout);
     rc = cg_emit_c(g, &co, &diag);
-    if (!rc)
+    if (!rc && !ctx.lowered)
       rc = write_plan(g, &a, &diag);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,

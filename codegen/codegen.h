@@ -8,6 +8,7 @@
 
 #include "ir.h"
 #include "model_api.h"
+#include "passes.h"
 
 // ---- kernel calls (codegen/kcall.c) -------------------------------------------
 
@@ -31,6 +32,7 @@ typedef enum CgArgKind {
 typedef struct CgArg {
   CgArgKind kind;
   const IrValue *buf;
+  const Sym *rank_stride;  // CG_BUF: when set, this rank's part: buf + dp_rank * rank_stride elements
   const Sym *i;
   const char *name;     // CG_ENUM, CG_HPARAM (a field of rt_hparams)
   double f;
@@ -74,6 +76,9 @@ typedef struct CgOptions {
   const char *runtime_dir;  // where runtime/ sources are (copied into outdir)
   uint64_t seed;            // initial weights
   const char *source;       // the model file, for the README
+  const PassLowered *lowered; // the parallel plan pass_lower applied (NULL: one rank)
+  const char *layout;        // the plan in words ("dp 4 x tp 1, ZeRO-3")
+  int64_t planner_state_bytes, planner_comm_bytes;  // the planner's per-rank predictions
 } CgOptions;
 
 // Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,

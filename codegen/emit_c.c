@@ -20,6 +20,7 @@
 
 typedef struct Emit {
   IrGraph *g;
+  const CgOptions *opt;
   FILE *f;
   const char **cname;   // cname[v->id]: the C identifier of each buffer
 } Emit;
@@ -110,7 +111,8 @@ static void name_buffers(Emit *e) {
 }
 
 static const char *role_name(IrRole r) {
-  static const char *const names[] = {"input", "param", "act", "grad", "state", "const"};
+  static const char *const names[] = {"input", "param", "act", "grad", "state", "const",
+                                      "bucket"};
   return names[r];
 }
 
@@ -153,6 +155,7 @@ static void emit_header(Emit *e, const char *source) {
             ir_shape_str(g, v), (long long)v->bytes, (long long)v->offset, v->first_use,
             v->last_use);
   }
+  println(e, "#include \"dist.h\"");
   println(e, "#include \"kernels.h\"");
   println(e, "#include \"model_api.h\"");
   blank(e);
@@ -211,7 +214,13 @@ static void emit_buffers(Emit *e) {
 
 static void emit_arg(Emit *e, const CgArg *a) {
   switch (a->kind) {
-  case CG_BUF: fprintf(e->f, "b.%s", e->cname[a->buf->id]); break;
+  case CG_BUF:
+    fprintf(e->f, "b.%s", e->cname[a->buf->id]);
+    if (a->rank_stride) { // this rank's part of a bucket
+      fputs(" + rt_dist.dp_rank * ", e->f);
+      print_int(e, a->rank_stride);
+    }
+    break;
   case CG_INT: print_int(e, a->i); break;
   case CG_ENUM: fputs(a->name, e->f); break;
   case CG_FLOAT: print_float(e, a->f); break;
@@ -327,6 +336,52 @@ static const char *shape_sizes(Emit *e, const IrValue *v) {
   return ir_strdup(&e->g->arena, s);
 }
 
+// The bucket a parameter lives in (its index in the buckets table), or -1.
+static int bucket_index(Emit *e, const IrValue *v) {
+  const PassLowered *lw = e->opt->lowered;
+  for (int b = 0; v->bucket && lw && b < lw->nbuckets; b++) {
+    const PassBucket *k = &lw->bucket[b];
+    if (v->bucket == k->params || (v->grad && v->grad->bucket == k->grads))
+      return b;
+  }
+  return -1;
+}
+
+static int64_t numel_of(Emit *e, const IrValue *v) { return ir_eval(e->g, ir_numel(e->g, v)); }
+
+// Per rank: parameters, reduced gradients and optimizer state, as allocated.
+static int64_t model_state_bytes(Emit *e) {
+  const PassLowered *lw = e->opt->lowered;
+  int64_t total = 0;
+  for (int b = 0; lw && b < lw->nbuckets; b++) {
+    const PassBucket *k = &lw->bucket[b];
+    total += 4 * (k->pshard ? numel_of(e, k->pshard) : k->numel);
+    total += 4 * numel_of(e, k->reduced);
+  }
+  for (int i = 0; i < e->g->nvalues; i++)
+    if (e->g->values[i]->role == ROLE_STATE)
+      total += e->g->values[i]->bytes;
+  return total;
+}
+
+static void emit_buckets(Emit *e) {
+  const PassLowered *lw = e->opt->lowered;
+  if (!lw)
+    return;
+  println(e, "// The blocks' parameters and gradients as flat buckets (offsets in bytes).");
+  println(e, "static const rt_bucket buckets[] = {");
+  for (int b = 0; b < lw->nbuckets; b++) {
+    const PassBucket *k = &lw->bucket[b];
+    const IrValue *p = k->pshard ? k->pshard : k->params;
+    println(e, "  {\"%s\", %lld, %d, %lld, %d, %lld, %d, %lld}, // block %d", k->name,
+            (long long)k->numel, k->zero, (long long)p->offset, k->pshard != NULL,
+            (long long)k->reduced->offset, k->reduced_sharded,
+            (long long)numel_of(e, k->reduced), k->block);
+  }
+  println(e, "};");
+  blank(e);
+}
+
 // The params table lists the trainable parameters, then the constants
 // (ONNX initializers that are not trained: kind RT_PARAM_CONST); weights.bin holds both
 // in this order.
@@ -342,13 +397,16 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       int64_t range = 0;
       if (role == ROLE_INPUT && v->range)
         range = ir_eval(g, v->range);
-      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s},", v->name,
+      int batched = role == ROLE_INPUT && v->rank > 0 && g->batch_sym >= 0 &&
+                    sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
+      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld},", v->name,
               (long long)v->offset, (long long)(v->bytes / ir_dtype_size(v->dtype)),
               v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
               role == ROLE_INPUT ? input_kind(v->input_kind)
               : pass              ? "RT_PARAM_CONST"
                                   : "RT_PARAM_TRAINED",
-              (long long)range, shape_values(e, v), v->rank, shape_sizes(e, v));
+              (long long)range, shape_values(e, v), v->rank, shape_sizes(e, v), batched,
+              bucket_index(e, v), (long long)(v->bucket ? v->bucket_off / 4 : 0));
       count++;
     }
   }
@@ -447,6 +505,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   emit_table(e, "inputs", ROLE_INPUT);
   emit_table(e, "params", ROLE_PARAM);
   emit_grad_offsets(e);
+  emit_buckets(e);
   println(e, "const rt_model mtc_model = {");
   println(e, "    .name = \"%s\",", g->name);
   int ndims = 0;
@@ -476,6 +535,17 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");
   println(e, "    .grad_offsets = grad_offsets,");
+  const PassLowered *lw = e->opt->lowered;
+  println(e, "    .dp = %d,", lw ? lw->dist.dp : 1);
+  println(e, "    .tp = %d,", lw ? lw->dist.tp : 1);
+  println(e, "    .micro_batches = %d,", lw ? lw->dist.micro_batches : 1);
+  println(e, "    .layout = \"%s\",", e->opt->layout ? e->opt->layout : "one rank");
+  println(e, "    .n_buckets = %d,", lw ? lw->nbuckets : 0);
+  println(e, "    .buckets = %s,", lw ? "buckets" : "0");
+  println(e, "    .n_slots = %d,", lw ? lw->nslots : 0);
+  println(e, "    .model_state_bytes = %lld,", (long long)model_state_bytes(e));
+  println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
+  println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
   println(e, "};");
   return 0;
 }
@@ -538,22 +608,40 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   return 0;
 }
 
-static const char makefile[] =
-    "# Built by mtc. `make cpu` builds ./train with cc and OpenMP.\n"
-    "# (`make` builds the same until the CUDA backend lands.)\n"
-    "CC ?= cc\n"
-    "CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
-    "LDLIBS = -lcjson -lm\n"
-    "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c\n"
-    "HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h runtime/safetensors.h\n"
-    "\n"
-    "all: cpu\n"
-    "cpu: train\n"
-    "train: $(SRC) $(HDR)\n"
-    "\t$(CC) $(CFLAGS) -Iruntime -o $@ $(SRC) $(LDLIBS)\n"
-    "clean:\n"
-    "\trm -f train\n"
-    ".PHONY: all cpu clean\n";
+// `make cpu`: cc and the one-rank comm, or (a program for several ranks) mpicc
+// and comm_mpi.c. `make` builds the same until the CUDA backend lands.
+static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
+  FILE *f = open_out(opt->outdir, "Makefile", d);
+  if (!f)
+    return -1;
+  bool mpi = ranks > 1;
+  fprintf(f, "# Built by mtc. `make cpu` builds ./train with %s and OpenMP.\n"
+             "# (`make` builds the same until the CUDA backend lands.)\n",
+          mpi ? "mpicc (Open MPI)" : "cc");
+  if (mpi)
+    fprintf(f, "# This program runs on %d ranks: mpirun -np %d ./train\n"
+               "CC = mpicc\n", ranks, ranks);
+  else
+    fputs("CC ?= cc\n", f);
+  fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
+        "LDLIBS = -lcjson -lm\n", f);
+  fprintf(f, "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c "
+             "runtime/dist.c runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
+  fputs("HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h runtime/safetensors.h "
+        "runtime/comm.h runtime/dist.h\n"
+        "\n"
+        "all: cpu\n"
+        "cpu: train\n"
+        "train: $(SRC) $(HDR)\n", f);
+  if (mpi)
+    fputs("\t@command -v $(CC) >/dev/null || { echo \"make: this program runs on several ranks "
+          "and needs MPI: apt-get install openmpi-bin libopenmpi-dev\" >&2; exit 1; }\n", f);
+  fputs("\t$(CC) $(CFLAGS) -Iruntime -o $@ $(SRC) $(LDLIBS)\n"
+        "clean:\n"
+        "\trm -f train\n"
+        ".PHONY: all cpu clean\n", f);
+  return fclose(f) ? ir_error(d, (IrLoc){0}, "cannot write Makefile") : 0;
+}
 
 static int write_readme(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   FILE *f = open_out(opt->outdir, "README.md", d);
@@ -588,8 +676,9 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   snprintf(rtdir, sizeof rtdir, "%s/runtime", opt->outdir);
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
     return -1;
-  static const char *const runtime_files[] = {"kernels.h", "kernels_cpu.c", "model_api.h", "rng.h",
-                                              "safetensors.c", "safetensors.h", "train.c", NULL};
+  static const char *const runtime_files[] = {
+      "kernels.h", "kernels_cpu.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
+      "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);
@@ -597,7 +686,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     if (copy_file(from, to, d))
       return -1;
   }
-  Emit e = {.g = g};
+  Emit e = {.g = g, .opt = opt};
   name_buffers(&e);
   e.f = open_out(opt->outdir, "model.c", d);
   int rc = e.f ? emit_model(&e, opt->source, d) : -1;
@@ -606,12 +695,9 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   free(e.cname);
   if (rc)
     return -1;
-  FILE *mk = open_out(opt->outdir, "Makefile", d);
-  if (!mk)
+  int ranks = opt->lowered ? opt->lowered->dist.dp * opt->lowered->dist.tp : 1;
+  if (write_makefile(opt, ranks, d))
     return -1;
-  fputs(makefile, mk);
-  if (fclose(mk))
-    return ir_error(d, (IrLoc){0}, "cannot write Makefile");
   if (write_weights(g, opt, d) || write_readme(g, opt, d))
     return -1;
   return 0;

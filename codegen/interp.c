@@ -2,6 +2,7 @@
 // kernels. Tests use it to check gradients by finite differences without
 // compiling a program; it executes exactly the calls the emitter prints.
 #include "codegen.h"
+#include "dist.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,11 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     const CgArg *a = &c->args[j];
     int64_t x = 0;
     switch (a->kind) {
-    case CG_BUF: e->p[j] = it->arena + a->buf->offset; break;
+    case CG_BUF:
+      e->p[j] = it->arena + a->buf->offset;
+      if (a->rank_stride) // this rank's part of a bucket
+        e->p[j] = (float *)e->p[j] + rt_dist.dp_rank * ir_eval(it->g, a->rank_stride);
+      break;
     case CG_INT:
     case CG_ENUM:
       if (sym_eval(a->i, &it->g->syms, &x))

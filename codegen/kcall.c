@@ -414,24 +414,82 @@ static void lower_slice_bwd(Lower *L, const IrNode *n) {
 // the compiled-in defaults, see cg_default_hparams).
 static void hparam(CgCall *c, const char *name) { arg(c, CG_HPARAM)->name = name; }
 
+// v, or this rank's part of it when v holds a whole bucket of `part`-sized
+// parts (sharded updates and accumulation under ZeRO).
+static void part_buf(Lower *L, CgCall *c, const IrValue *v, const Sym *part) {
+  buf(c, v);
+  if (!sym_eq(numel(L, v), part))
+    c->args[c->nargs - 1].rank_stride = part;
+}
+
+// (p, g, m, v); sharded: the moments are this rank's part, p and g may be
+// whole buckets.
 static void lower_adamw(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_adamw);
+  const Sym *part = numel(L, n->in[2]);
   for (int i = 0; i < 4; i++)
-    buf(c, n->in[i]);
-  num(c, numel(L, n->in[0]));
+    part_buf(L, c, n->in[i], part);
+  num(c, part);
   hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
   hparam(c, "weight_decay"), hparam(c, "step");
 }
 
-static void lower_sgd(Lower *L, const IrNode *n) {
+// (p, g) over g's elements; p may be the whole bucket of which g is a part.
+static void sgd_call(Lower *L, const IrValue *p, const IrValue *g, const Sym *part) {
   CgCall *c = call(L, CG_K_sgd);
-  buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, n->in[0]));
+  part_buf(L, c, p, part), part_buf(L, c, g, part), num(c, part);
   hparam(c, "lr"), hparam(c, "weight_decay");
 }
 
+static void lower_sgd(Lower *L, const IrNode *n) { sgd_call(L, n->in[0], n->in[1], numel(L, n->in[1])); }
+
 void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
   Lower L = {.g = g, .calls = out, .max = 1};
-  lower_sgd(&L, adamw);
+  sgd_call(&L, adamw->in[0], adamw->in[1], numel(&L, adamw->in[2]));
+}
+
+// ---- distribution ----
+
+static void axis(Lower *L, CgCall *c, const IrNode *n) {
+  int64_t a = ir_attr_int(n, "axis", 0);
+  enm(L, c, a ? "RT_AXIS_TP" : "RT_AXIS_DP", a);
+}
+
+static void lower_all_reduce(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_comm_all_reduce);
+  axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  numk(L, c, ir_attr_int(n, "avg", 0)), numk(L, c, ir_attr_int(n, "slot", 0));
+  numk(L, c, ir_attr_int(n, "last_micro", 0));
+}
+
+static void lower_reduce_scatter(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_comm_reduce_scatter);
+  axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  numk(L, c, ir_attr_int(n, "avg", 0)), numk(L, c, ir_attr_int(n, "slot", 0));
+  numk(L, c, ir_attr_int(n, "last_micro", 0));
+}
+
+static void lower_all_gather(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_comm_all_gather);
+  axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  numk(L, c, ir_attr_int(n, "slot", 0));
+}
+
+static void lower_comm_wait(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_comm_wait);
+  numk(L, c, ir_attr_int(n, "slot", 0)), numk(L, c, ir_attr_int(n, "last_micro", 0));
+}
+
+static void lower_unshard(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_unshard);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+}
+
+static void lower_accumulate(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_accumulate);
+  const Sym *part = numel(L, n->in[0]);
+  buf(c, n->in[0]), part_buf(L, c, n->in[1], part), num(c, part);
+  flt(c, ir_attr_float(n, "scale", 1.0));
 }
 
 rt_hparams cg_default_hparams(const IrGraph *g) {

@@ -1707,6 +1707,8 @@ IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *de
     d->loc.file = filename;  // the graph's copy is gone
     if (!d->msg[0])
       snprintf(d->msg, sizeof d->msg, "cannot read the model");
+  } else {
+    ir_mark_batch_dims(g);
   }
   return g;
 }

@@ -1108,5 +1108,6 @@ IrGraph *fe_onnx_load(const char *path, const FeOnnxOptions *opt, IrDiag *d) {
     ir_graph_free(cx.g);
     return NULL;
   }
+  ir_mark_batch_dims(cx.g);
   return cx.g;
 }

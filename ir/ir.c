@@ -89,6 +89,8 @@ IrGraph *ir_graph_new(const char *name) {
   IrGraph *g = calloc(1, sizeof *g);
   IR_ASSERT(g);
   g->name = ir_strdup(&g->arena, name ? name : "model");
+  g->insert_at = -1;
+  g->batch_sym = g->seq_sym = -1;
   return g;
 }
 
@@ -192,7 +194,55 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
     n->out[i]->producer = n;
   }
   push((void ***)&g->nodes, &g->nnodes, &g->capnodes, n);
+  if (g->insert_at >= 0 && g->insert_at < g->nnodes - 1) {
+    int at = g->insert_at++;
+    memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(g->nnodes - 1 - at) * sizeof *g->nodes);
+    g->nodes[at] = n;
+    for (int i = at; i < g->nnodes; i++)
+      g->nodes[i]->id = i;
+  }
   return n;
+}
+
+void ir_insert_before(IrGraph *g, int pos) { g->insert_at = pos; }
+
+void ir_node_remove(IrGraph *g, IrNode *n) {
+  IR_ASSERT(n->id >= 0 && n->id < g->nnodes && g->nodes[n->id] == n);
+  for (int i = n->id; i + 1 < g->nnodes; i++) {
+    g->nodes[i] = g->nodes[i + 1];
+    g->nodes[i]->id = i;
+  }
+  g->nnodes--;
+  if (g->insert_at > n->id)
+    g->insert_at--;
+  n->id = -1;
+}
+
+void ir_remove_unused(IrGraph *g, IrRole role) {
+  char *read = calloc((size_t)g->nvalues + 1, 1);
+  IR_ASSERT(read);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      read[g->nodes[i]->in[k]->id] = 1;
+  int kept = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i];
+    if (v->role == role && !v->producer && !read[i] && v != g->loss)
+      continue;
+    v->id = kept;
+    g->values[kept++] = v;
+  }
+  g->nvalues = kept;
+  free(read);
+}
+
+void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase phase) {
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    for (int k = 0; n->phase == phase && k < n->nin; k++)
+      if (n->in[k] == from)
+        n->in[k] = to;
+  }
 }
 
 // ---- attributes -----------------------------------------------------------------
@@ -280,4 +330,31 @@ const Sym *ir_attr_sym(IrGraph *g, const IrNode *n, const char *name, int i) {
 void ir_value_rename(IrGraph *g, IrValue *v, const char *name) {
   v->name = ""; // so the old name does not count as taken
   v->name = unique_name(g, name);
+}
+
+// The symbol a dim is, when it is exactly one symbol; else -1.
+static int lone_symbol(const Sym *s) {
+  int64_t c;
+  if (!s || s->n != 1 || sym_is_const(s, &c) || s->t[0].num != 1 || s->t[0].den != 1)
+    return -1;
+  int var = -1;
+  for (int k = 0; k < SYM_MAXVARS; k++) {
+    if (s->t[0].exp[k] == 1 && var < 0)
+      var = k;
+    else if (s->t[0].exp[k])
+      return -1;
+  }
+  return var;
+}
+
+void ir_mark_batch_dims(IrGraph *g) {
+  g->batch_sym = g->seq_sym = -1;
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role != ROLE_INPUT)
+      continue;
+    g->batch_sym = v->rank >= 1 ? lone_symbol(v->shape[0]) : -1;
+    g->seq_sym = v->rank >= 2 && v->dtype == DT_I32 ? lone_symbol(v->shape[1]) : -1;
+    return;
+  }
 }

@@ -25,7 +25,7 @@ typedef enum IrOp {
   OP_COUNT
 } IrOp;
 
-typedef enum IrOpKind { KIND_COMPUTE, KIND_ELEMWISE, KIND_REDUCE, KIND_MOVE, KIND_OPT } IrOpKind;
+typedef enum IrOpKind { KIND_COMPUTE, KIND_ELEMWISE, KIND_REDUCE, KIND_MOVE, KIND_OPT, KIND_COMM } IrOpKind;
 
 const char *ir_op_name(IrOp op);
 int ir_op_nin(IrOp op);            // -1: variadic
@@ -44,6 +44,8 @@ typedef enum IrRole {
   ROLE_GRAD,    // gradient (of an activation or a parameter)
   ROLE_STATE,   // optimizer state (AdamW moments)
   ROLE_CONST,   // constant
+  ROLE_BUCKET,  // a flat buffer that other values live in (passes/lower.c): the
+                // parameters or gradients of one block, or a shard of them
 } IrRole;
 
 // INIT_DATA: the value's elements are given (IrValue.data), e.g. an ONNX
@@ -86,6 +88,11 @@ typedef struct IrValue {
   int64_t offset;
   int64_t bytes;
   int first_use, last_use;  // schedule positions of its live range
+  // Placement (passes/lower.c): v lives inside `bucket` at byte offset
+  // bucket_off; the memory plan places it there and keeps the bucket live
+  // while v is.
+  struct IrValue *bucket;
+  int64_t bucket_off;
   // INIT_DATA (parameters and constants): numel elements of dtype, in the
   // graph's arena; NULL reads as zeros (the IR text does not carry data).
   const void *data;
@@ -131,14 +138,18 @@ typedef struct IrGraph {
   IrNode **nodes;
   int nnodes, capnodes;
   IrValue *loss;            // the scalar trained on
+  int batch_sym, seq_sym;   // the batch and sequence dims (symbol indices; -1: none),
+                            // marked by the frontend
   // memory plan summary (passes/memplan.c)
   int64_t arena_bytes, persistent_bytes, peak_live_bytes;
   int peak_at;              // schedule position of the peak
   const Sym *peak_formula;  // bytes live at the peak, as a formula
-  // builder state: new nodes get these
+  // builder state: new nodes get these, and go before node insert_at (at the
+  // end when it is negative)
   IrPhase cur_phase;
   int cur_block;
   IrLoc cur_loc;
+  int insert_at;
 } IrGraph;
 
 IrGraph *ir_graph_new(const char *name);
@@ -182,6 +193,15 @@ IrValue *ir_param(IrGraph *g, const char *name, int rank, const Sym *const *shap
 // output shape the op cannot infer (reshape, broadcast, sum_to, fill,
 // embedding_bwd), then call ir_infer.
 IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
+// Editing a scheduled graph. New nodes go before node `pos` (the nodes after
+// move up; ids stay positions); -1 returns to appending.
+void ir_insert_before(IrGraph *g, int pos);
+// Takes n out of the schedule (its outputs must be unread).
+void ir_node_remove(IrGraph *g, IrNode *n);
+// Drops the values of `role` that no node makes or reads (ids stay positions).
+void ir_remove_unused(IrGraph *g, IrRole role);
+// Reads of `from` in nodes of `phase` read `to` instead.
+void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase phase);
 void ir_set_int(IrGraph *g, IrNode *n, const char *name, int64_t v);
 void ir_set_float(IrGraph *g, IrNode *n, const char *name, double v);
 void ir_set_ints(IrGraph *g, IrNode *n, const char *name, const int64_t *v, int count);
@@ -197,6 +217,11 @@ const Sym *ir_attr_sym(IrGraph *g, const IrNode *n, const char *name, int i);
 // ones. On a mismatch returns -1 with a message naming both shapes and the
 // node's location.
 int ir_infer(IrGraph *g, IrNode *n, IrDiag *d);
+
+// The frontends mark the batch and sequence dims with this one rule: the
+// batch is the first input's first dim, the sequence its second when the
+// input holds integers (tokens), each when it is a single symbol.
+void ir_mark_batch_dims(IrGraph *g);
 
 // ---- shapes, sizes, costs (ir/ops.c) -------------------------------------------
 

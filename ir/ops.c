@@ -561,14 +561,63 @@ static int shape_slice_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return check_slice(g, n, n->out[0], n->in[0], d);
 }
 
-static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
-  for (int i = 1; i < 4; i++)
-    if (need_same(g, n, 0, i, d))
-      return -1;
-  return 0;
+// Input i of a sharded update or accumulation holds `part` elements, or a
+// whole bucket of shards x part (this rank's part of it is used).
+static int need_part(IrGraph *g, IrNode *n, int i, const Sym *part, IrDiag *d) {
+  int64_t shards = ir_attr_int(n, "shards", 1);
+  const Sym *have = ir_numel(g, n->in[i]);
+  if (n->in[i]->dtype == DT_F32 &&
+      (sym_eq(have, part) || sym_eq(have, sym_scale(&g->arena, part, shards, 1))))
+    return 0;
+  return ir_error(d, n->loc, "%s: input %d '%s' %s must hold %s elements or %lld times that",
+                  ir_op_name(n->op), i + 1, n->in[i]->name, ir_shape_str(g, n->in[i]),
+                  sym_str(&g->arena, part, &g->syms), (long long)shards);
 }
 
-static int shape_sgd(IrGraph *g, IrNode *n, IrDiag *d) { return need_same(g, n, 0, 1, d); }
+// (p, g, m, v): one tensor each, or (shards > 1, ZeRO) flat buckets: m and v
+// this rank's part, p and g that part or the whole bucket.
+static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (ir_attr_int(n, "shards", 1) == 1) {
+    for (int i = 1; i < 4; i++)
+      if (need_same(g, n, 0, i, d))
+        return -1;
+    return 0;
+  }
+  const Sym *part = ir_numel(g, n->in[2]);
+  return need_same(g, n, 2, 3, d) || need_part(g, n, 0, part, d) || need_part(g, n, 1, part, d);
+}
+
+static int shape_sgd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (ir_attr_int(n, "shards", 1) == 1)
+    return need_same(g, n, 0, 1, d);
+  // sharded (ZeRO 2, 3): g is this rank's part, p that part or the whole bucket
+  return need_part(g, n, 0, ir_numel(g, n->in[1]), d);
+}
+
+// ---- distribution ----
+
+static int need_flat(IrGraph *g, IrNode *n, int i, IrDiag *d) {
+  if (n->in[i]->dtype == DT_F32 && n->in[i]->rank == 1)
+    return 0;
+  return ir_error(d, n->loc, "%s: '%s' must be a flat f32 bucket, not %s%s", ir_op_name(n->op),
+                  n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_shape_str(g, n->in[i]));
+}
+
+static int shape_all_reduce(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
+static int shape_reduce_scatter(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
+static int shape_all_gather(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
+static int shape_comm_wait(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
+
+static int shape_unshard(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_flat(g, n, 0, d))
+    return -1;
+  const Sym *whole = sym_scale(&g->arena, n->in[0]->shape[0], ir_attr_int(n, "shards", 1), 1);
+  return set_out(g, n, 0, DT_F32, 1, &whole, d);
+}
+
+static int shape_accumulate(IrGraph *g, IrNode *n, IrDiag *d) {
+  return need_dtype(n, 0, DT_F32, d) || need_part(g, n, 1, ir_numel(g, n->in[0]), d);
+}
 
 typedef int ShapeFn(IrGraph *g, IrNode *n, IrDiag *d);
 static ShapeFn *const shape_fns[] = {
@@ -677,8 +726,15 @@ static const Sym *flops_nll_loss(IrGraph *g, const IrNode *n) {
 static const Sym *flops_nll_loss_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_slice(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
 static const Sym *flops_slice_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
-static const Sym *flops_adamw(IrGraph *g, const IrNode *n) { return flops_in(g, n, 12); }
-static const Sym *flops_sgd(IrGraph *g, const IrNode *n) { return flops_in(g, n, 3); }
+// The update covers the moments' elements (this rank's part when sharded).
+static const Sym *flops_adamw(IrGraph *g, const IrNode *n) { return numel_times(g, n->in[2], 12); }
+static const Sym *flops_sgd(IrGraph *g, const IrNode *n) { return numel_times(g, n->in[1], 3); }
+static const Sym *flops_all_reduce(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_reduce_scatter(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_all_gather(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_comm_wait(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_unshard(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_accumulate(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
 
 typedef const Sym *FlopsFn(IrGraph *g, const IrNode *n);
 static FlopsFn *const flops_fns[] = {

@@ -415,6 +415,8 @@ static int line(Parser *ps) {
     return declaration(ps, ROLE_STATE);
   } else if (keyword(ps, "const")) {
     return declaration(ps, ROLE_CONST);
+  } else if (keyword(ps, "bucket")) {
+    return declaration(ps, ROLE_BUCKET);
   } else if (keyword(ps, "forward")) {
     g->cur_phase = PHASE_FORWARD;
   } else if (keyword(ps, "backward")) {
@@ -458,5 +460,6 @@ IrGraph *ir_parse(const char *text, const char *filename, IrDiag *d) {
     ps.line = ps.p;
     ps.lineno++;
   }
+  ir_mark_batch_dims(ps.g);
   return ps.g;
 }

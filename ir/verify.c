@@ -25,7 +25,7 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
       rc = ir_error(d, v->loc, "value '%s' has id %d at position %d (after pass '%s')", v->name,
                     v->id, i, when);
     if (!v->producer && (v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
-                         v->role == ROLE_STATE || v->role == ROLE_CONST))
+                         v->role == ROLE_STATE || v->role == ROLE_CONST || v->role == ROLE_BUCKET))
       defined[i] = 1;
     for (int j = 0; j < i && !rc; j++)
       if (!strcmp(g->values[j]->name, v->name))
@@ -36,10 +36,14 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
     if (i > 0 && n->phase < g->nodes[i - 1]->phase)
       rc = ir_error(d, n->loc, "%s node #%d is out of phase order (after pass '%s')",
                     ir_op_name(n->op), i, when);
-    for (int k = 0; k < n->nin && !rc; k++)
-      if (!defined[n->in[k]->id])
+    for (int k = 0; k < n->nin && !rc; k++) {
+      const IrValue *x = n->in[k]; // a value placed in a bucket is there once the bucket is
+      if (!x->producer && x->bucket && defined[x->bucket->id])
+        defined[x->id] = 1;
+      if (!defined[x->id])
         rc = ir_error(d, n->loc, "%s reads '%s' before it is defined (after pass '%s')",
                       ir_op_name(n->op), n->in[k]->name, when);
+    }
     for (int k = 0; k < n->nout && !rc; k++) {
       if (n->out[k]->producer != n || defined[n->out[k]->id])
         rc = ir_error(d, n->loc, "'%s' has more than one producer (after pass '%s')",

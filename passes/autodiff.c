@@ -411,6 +411,12 @@ NO_GRAD(nll_loss_bwd)
 NO_GRAD(slice_bwd)
 NO_GRAD(adamw)
 NO_GRAD(sgd)
+NO_GRAD(all_reduce)
+NO_GRAD(reduce_scatter)
+NO_GRAD(all_gather)
+NO_GRAD(comm_wait)
+NO_GRAD(unshard)
+NO_GRAD(accumulate)
 
 static GradFn *const grad_fns[] = {
 #define OP(E, name, nin, nout, kind) grad_##name,

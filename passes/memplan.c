@@ -15,6 +15,11 @@
 // optimizer's in-place updates come after every read), so a view never sees
 // its bytes change while it is live. Persistent outputs are not made views.
 //
+// Buckets (passes/lower.c): a value placed in a bucket takes the bucket's
+// offset plus its own, like a view; the bucket is live from its first
+// member's write to its last member's read (a bucket without a producer is
+// persistent).
+//
 // Reported: arena_bytes (what the program allocates), peak_live_bytes (the
 // maximum over positions of the exact bytes live at once: the lower bound
 // any plan must meet) and peak_formula (those bytes as a formula).
@@ -38,6 +43,8 @@ static bool persistent(const IrGraph *g, const IrValue *v) {
 }
 
 const IrValue *pass_view_of(const IrValue *v) {
+  if (v->bucket)
+    return v->bucket;
   const IrNode *n = v->producer;
   if (!n || n->op != OP_RESHAPE || v->offset < 0 || n->in[0]->offset != v->offset)
     return NULL;
@@ -97,27 +104,50 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
                       v->name, ir_shape_str(g, v));
     v->bytes = bytes;
     v->offset = -1;
-    v->first_use = persistent(g, v) ? 0 : v->producer->id;
-    v->last_use = persistent(g, v) ? last : v->first_use;
+    bool own = persistent(g, v) && !v->bucket; // members live as long as they are used
+    v->first_use = own ? 0 : v->producer ? v->producer->id : last + 1;
+    v->last_use = own ? last : v->producer ? v->first_use : -1;
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
     IR_ASSERT(n->id == i);
-    for (int k = 0; k < n->nin; k++)
+    for (int k = 0; k < n->nin; k++) {
       if (n->in[k]->last_use < i)
         n->in[k]->last_use = i;
+      if (n->in[k]->first_use > i)
+        n->in[k]->first_use = i;
+    }
+  }
+  // A bucket is live while any value placed in it is.
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i], *b = v->bucket;
+    if (!b)
+      continue;
+    IR_ASSERT(!b->bucket && v->bytes + v->bucket_off <= b->bytes);
+    if (v->first_use < b->first_use)
+      b->first_use = v->first_use;
+    if (v->last_use > b->last_use)
+      b->last_use = v->last_use;
   }
   // Views: root[v->id] is the buffer v shares, or NULL. In schedule order,
   // so the root of a reshape of a view is already known.
+  // rootoff[v->id]: the byte offset of v in its root.
   IrValue **root = calloc((size_t)g->nvalues + 1, sizeof *root);
-  IR_ASSERT(root);
+  int64_t *rootoff = calloc((size_t)g->nvalues + 1, sizeof *rootoff);
+  IR_ASSERT(root && rootoff);
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->bucket) {
+      root[i] = g->values[i]->bucket;
+      rootoff[i] = g->values[i]->bucket_off;
+    }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
     IrValue *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
-    if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || x->bytes != y->bytes)
+    if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || y->bucket || x->bytes != y->bytes)
       continue;
     IrValue *r = root[x->id] ? root[x->id] : x;
     root[y->id] = r;
+    rootoff[y->id] = rootoff[x->id];
     if (r->last_use < y->last_use)
       r->last_use = y->last_use;
   }
@@ -153,7 +183,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   g->arena_bytes = end;
   for (int i = 0; i < g->nvalues; i++)
     if (root[i])
-      g->values[i]->offset = root[i]->offset;
+      g->values[i]->offset = root[i]->offset + rootoff[i];
   // The peak of live bytes and its formula.
   g->peak_live_bytes = 0;
   g->peak_at = 0;
@@ -172,7 +202,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       f = sym_add(&g->arena, f, ir_nbytes(g, v));
   }
   g->peak_formula = f;
-  free(transient), free(placed), free(scratch), free(root);
+  free(transient), free(placed), free(scratch), free(root), free(rootoff);
   *changed = false; // annotations only; the graph is unchanged
   return 0;
 }

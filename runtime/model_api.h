@@ -31,7 +31,24 @@ typedef struct rt_tensor {
   const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"
   int rank;
   long sizes[RT_MAXRANK];  // the shape's values, e.g. {4, 64, 128}
+  int batched;        // inputs: the first dim is the batch (each rank takes its slice)
+  int bucket;         // params: the bucket it lives in (-1: none, at offset)
+  long bucket_elem;   // ... and its first element there
 } rt_tensor;
+
+// A block's parameters and gradients as flat buckets (multi-rank programs;
+// passes/lower.c in mtc has the layout). numel divides by the data-parallel
+// degree; rank r's shard is elements [r*numel/dp, (r+1)*numel/dp).
+typedef struct rt_bucket {
+  const char *name;
+  long numel;              // elements of the whole bucket
+  int zero;                // ZeRO stage
+  long params_offset;      // byte offset of the whole parameter bucket, or of this rank's shard
+  int params_sharded;      // (ZeRO-3: only the shard is kept)
+  long grads_offset;       // byte offset of the reduced gradient (after the step's collectives)
+  int grads_sharded;       // only this rank's shard is reduced
+  long grads_numel;        // elements at grads_offset: numel (the shard at its slot) or numel/dp
+} rt_bucket;
 
 // Optimizer hyper-parameters: defaults compiled into the model, overridable
 // by train's flags (--lr, --beta1, ...). PyTorch's AdamW and SGD semantics.
@@ -71,6 +88,17 @@ typedef struct rt_model {
   // Gradients are transient buffers, but each stays intact from the end of
   // backward() until its update.
   const long *grad_offsets;
+  // The parallel plan (1, 1, 1 and no buckets for a one-rank program).
+  int dp, tp;                 // mesh: dp x tp ranks
+  int micro_batches;          // forward/backward passes per step; the global batch is
+                              // batch x dp x micro_batches
+  const char *layout;         // "dp 4 x tp 1, ZeRO-3" for messages
+  int n_buckets;
+  const rt_bucket *buckets;
+  int n_slots;                // collective request slots
+  long model_state_bytes;     // per rank: parameters, reduced gradients, optimizer state
+  long planner_state_bytes;   // what the planner predicts for that (0: not given)
+  long planner_comm_bytes;    // bytes the planner predicts each rank sends per step
 } rt_model;
 
 extern const rt_model mtc_model;

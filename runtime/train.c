@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "model_api.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -40,7 +41,8 @@ __attribute__((format(printf, 1, 2))) _Noreturn static void fail(const char *fmt
   va_list ap;
   va_start(ap, fmt);
   fflush(stdout);
-  fputs("train: error: ", stderr);
+  if (rt_comm_size() > 1) fprintf(stderr, "train: error (rank %d): ", rt_comm_rank());
+  else fputs("train: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -240,6 +242,73 @@ static void check_table(void) {
 }
 
 // ---------------------------------------------------------------------------
+// where parameters and gradients are
+//
+// A parameter in a bucket (multi-rank programs) is read and written through
+// a host image of its whole bucket: load_weights fills the images and
+// scatter_images puts each rank's part into the arena; gather_images makes
+// the images whole again from every rank's part (all-gather) for --save and
+// --dump-grads. Other parameters and the constants are at their offsets.
+
+static float **images;  // per bucket: numel floats
+static rt_tensor *IN;   // the inputs over the global batch (see make_global_inputs)
+static int NIN;
+static char *global;    // their values
+
+static char *param_ptr(char *arena, int i) {
+  const rt_tensor *p = &mtc_model.params[i];
+  if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
+  return arena + p->offset;
+}
+
+static char *grad_ptr(char *arena, int i) {
+  const rt_tensor *p = &mtc_model.params[i];
+  if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
+  return arena + mtc_model.grad_offsets[i];
+}
+
+static void alloc_images(void) {
+  const rt_model *M = &mtc_model;
+  images = calloc((size_t)M->n_buckets + 1, sizeof *images);
+  if (!images) fail("out of memory");
+  for (int b = 0; b < M->n_buckets; b++)
+    if (!(images[b] = calloc((size_t)M->buckets[b].numel, sizeof(float))))
+      fail("out of memory for the image of bucket %s", M->buckets[b].name);
+}
+
+// The images into the arena: the whole bucket, or this rank's shard of it.
+static void scatter_images(char *arena) {
+  const rt_model *M = &mtc_model;
+  for (int b = 0; b < M->n_buckets; b++) {
+    const rt_bucket *k = &M->buckets[b];
+    long part = k->numel / M->dp;
+    if (k->params_sharded)
+      memcpy(arena + k->params_offset, images[b] + rt_dist.dp_rank * part, (size_t)part * 4);
+    else
+      memcpy(arena + k->params_offset, images[b], (size_t)k->numel * 4);
+  }
+}
+
+// The images from the arena: the parameters, or the reduced gradients.
+static void gather_images(char *arena, bool grads) {
+  const rt_model *M = &mtc_model;
+  rt_comm_wait_all();
+  for (int b = 0; b < M->n_buckets; b++) {
+    const rt_bucket *k = &M->buckets[b];
+    long part = k->numel / M->dp, at = grads ? k->grads_offset : k->params_offset;
+    bool sharded = grads ? k->grads_sharded : k->params_sharded;
+    long have = grads ? k->grads_numel : sharded ? part : k->numel;
+    if (!sharded) {
+      memcpy(images[b], arena + at, (size_t)k->numel * 4);
+      continue;
+    }
+    const float *mine = (const float *)(arena + at) + (have == k->numel ? rt_dist.dp_rank * part : 0);
+    memcpy(images[b] + rt_dist.dp_rank * part, mine, (size_t)part * 4);
+    rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // weights
 
 static int host_is_big_endian(void) {
@@ -296,7 +365,7 @@ static void load_weights(char *arena, const char *given, const char *argv0, cons
          expected);
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
-    float *dst = (float *)(arena + p->offset);
+    float *dst = (float *)param_ptr(arena, i);
     if (done && done[i]) {
       if (fseek(f, p->numel * 4, SEEK_CUR) != 0) fail("cannot seek in %s", path);
       continue;
@@ -366,21 +435,21 @@ static void note_unused(const rt_st_file *f, const char *flag, const char *path,
 }
 
 // s into t's buffer: F32 for a float tensor, I32 or I64 for an int32 one.
-static void copy_in(char *arena, const rt_tensor *t, const rt_st_tensor *s, const char *flag,
+static void copy_in(char *dst, const rt_tensor *t, const rt_st_tensor *s, const char *flag,
                     const char *path, const char *what) {
   const char *got = rt_st_dtype_name(s->dtype);
   if (t->dtype == RT_F32) {
     if (s->dtype != RT_ST_F32)
       fail("%s %s: tensor '%s' is %s; the model's %s is float32: expected F32", flag, path,
            t->name, got, what);
-    rt_st_to_f32(s, (float *)(arena + t->offset));
+    rt_st_to_f32(s, (float *)dst);
     return;
   }
   if (s->dtype != RT_ST_I32 && s->dtype != RT_ST_I64)
     fail("%s %s: tensor '%s' is %s; the model's %s is int32: expected I32 or I64", flag, path,
          t->name, got, what);
   char err[512];
-  if (rt_st_to_i32(s, (int32_t *)(arena + t->offset), err, sizeof err))
+  if (rt_st_to_i32(s, (int32_t *)dst, err, sizeof err))
     fail("%s %s: %s", flag, path, err);
 }
 
@@ -395,7 +464,7 @@ static void load_named_weights(char *arena, const char *path, bool *done) {
     bool trained = p->kind == RT_PARAM_TRAINED;
     if (!trained && !rt_st_find(&f, p->name)) continue;
     const rt_st_tensor *s = find_like(&f, "--load", path, p, trained ? "parameter" : "constant");
-    copy_in(arena, p, s, "--load", path, trained ? "parameter" : "constant");
+    copy_in(param_ptr(arena, i), p, s, "--load", path, trained ? "parameter" : "constant");
     done[i] = true;
   }
   note_unused(&f, "--load", path, M->params, M->n_params, "parameter or constant");
@@ -406,12 +475,12 @@ static void load_named_weights(char *arena, const char *path, bool *done) {
 // I64 for integer ones (each value must fit in int32, and lie in [0, range)
 // for classes and tokens).
 static void load_inputs(char *arena, const char *path) {
-  const rt_model *M = &mtc_model;
   rt_st_file f;
   open_safetensors(&f, "--inputs", path);
-  for (int i = 0; i < M->n_inputs; i++) {
-    const rt_tensor *t = &M->inputs[i];
-    copy_in(arena, t, find_like(&f, "--inputs", path, t, "input"), "--inputs", path, "input");
+  for (int i = 0; i < NIN; i++) {
+    const rt_tensor *t = &IN[i];
+    copy_in(arena + t->offset, t, find_like(&f, "--inputs", path, t, "input"), "--inputs", path,
+            "input");
     if (t->dtype != RT_I32 || t->range <= 0) continue;
     const int32_t *dst = (const int32_t *)(arena + t->offset);
     for (long j = 0; j < t->numel; j++)
@@ -420,7 +489,7 @@ static void load_inputs(char *arena, const char *path) {
              "%s)", path, t->name, j, dst[j], t->range,
              t->kind == RT_IN_CLASSES ? "classes" : "vocabulary");
   }
-  note_unused(&f, "--inputs", path, M->inputs, M->n_inputs, "input");
+  note_unused(&f, "--inputs", path, IN, NIN, "input");
   rt_st_close(&f);
 }
 
@@ -442,6 +511,8 @@ static void check_writable(const char *flag, const char *path) {
 // parameter's gradient, which is F32 (--dump-grads).
 static void save_params(const char *path, const char *flag, char *arena, bool grads) {
   const rt_model *M = &mtc_model;
+  gather_images(arena, grads);  // every rank takes part
+  if (rt_comm_rank() != 0) return;
   rt_st_tensor *ts = calloc((size_t)M->n_params + 1, sizeof *ts);
   if (!ts) fail("out of memory");
   int n = 0;
@@ -454,7 +525,7 @@ static void save_params(const char *path, const char *flag, char *arena, bool gr
     t->rank = p->rank;
     memcpy(t->shape, p->sizes, sizeof p->sizes);
     t->numel = p->numel;
-    t->data = arena + (grads ? M->grad_offsets[i] : p->offset);
+    t->data = grads ? grad_ptr(arena, i) : param_ptr(arena, i);
   }
   const char *content = grads ? "gradients after the first backward" : "weights";
   const char *meta[] = {"format", "pt", "model", M->name, "content", content, NULL};
@@ -466,6 +537,40 @@ static void save_params(const char *path, const char *flag, char *arena, bool gr
 
 // ---------------------------------------------------------------------------
 // inputs
+//
+// The data is defined over the global batch: every input with a batch dim
+// holds dp x micro_batches of the model's batches (IN, on the host). Rank d
+// runs slices d*micro_batches ... (d+1)*micro_batches - 1, one per
+// micro-batch, so that a run on any number of ranks sees the same tokens.
+
+
+static void make_global_inputs(void) {
+  const rt_model *M = &mtc_model;
+  long G = (long)M->dp * M->micro_batches, at = 0;
+  NIN = M->n_inputs;
+  IN = calloc((size_t)NIN + 1, sizeof *IN);
+  if (!IN) fail("out of memory");
+  for (int i = 0; i < NIN; i++) {
+    IN[i] = M->inputs[i];
+    if (IN[i].batched) {
+      IN[i].numel *= G;
+      IN[i].sizes[0] *= G;
+    }
+    IN[i].offset = at;
+    at += IN[i].numel * 4;
+  }
+  if (!(global = calloc((size_t)at + 4, 1))) fail("out of memory for the global batch");
+}
+
+// Slice k of the global batch into the arena's inputs.
+static void take_slice(char *arena, long k) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < NIN; i++) {
+    const rt_tensor *t = &M->inputs[i];
+    long from = IN[i].offset + (t->batched ? k * t->numel * 4 : 0);
+    memcpy(arena + t->offset, global + from, (size_t)t->numel * 4);
+  }
+}
 
 static void store(char *arena, const rt_tensor *t, long i, double value) {
   if (t->dtype == RT_I32) ((int32_t *)(arena + t->offset))[i] = (int32_t)value;
@@ -479,17 +584,16 @@ static int is_token_input(const rt_tensor *t) {
 // n (tokens per step) and the smallest vocabulary over the token inputs;
 // n is 0 when the model has none
 static void token_geometry(long *n, long *vocab) {
-  const rt_model *M = &mtc_model;
   *n = 0;
   *vocab = 0;
   for (int pass = 0; pass < 2 && *n == 0; pass++)
-    for (int i = 0; i < M->n_inputs; i++)
-      if (M->inputs[i].kind == (pass ? RT_IN_TARGETS : RT_IN_TOKENS)) {
-        *n = M->inputs[i].numel;
+    for (int i = 0; i < NIN; i++)
+      if (IN[i].kind == (pass ? RT_IN_TARGETS : RT_IN_TOKENS)) {
+        *n = IN[i].numel;
         break;
       }
-  for (int i = 0; i < M->n_inputs; i++) {
-    const rt_tensor *t = &M->inputs[i];
+  for (int i = 0; i < NIN; i++) {
+    const rt_tensor *t = &IN[i];
     if (!is_token_input(t)) continue;
     if (t->numel != *n)
       fail("model table: token input '%s' has %ld elements, the others %ld",
@@ -502,9 +606,8 @@ static void token_geometry(long *n, long *vocab) {
 
 // token inputs from a stream of n+1 tokens: TOKENS [0, n), TARGETS [1, n+1)
 static void fill_tokens(char *arena, const int32_t *stream) {
-  const rt_model *M = &mtc_model;
-  for (int i = 0; i < M->n_inputs; i++) {
-    const rt_tensor *t = &M->inputs[i];
+  for (int i = 0; i < NIN; i++) {
+    const rt_tensor *t = &IN[i];
     if (!is_token_input(t)) continue;
     const int32_t *src = stream + (t->kind == RT_IN_TARGETS ? 1 : 0);
     for (long j = 0; j < t->numel; j++) store(arena, t, j, src[j]);
@@ -515,13 +618,12 @@ static void fill_tokens(char *arena, const int32_t *stream) {
 // tokens, then every input in table order.
 static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
                            int32_t *stream) {
-  const rt_model *M = &mtc_model;
   rt_rng r;
   rt_rng_seed(&r, seed);
   if (n > 0)
     for (long j = 0; j <= n; j++) stream[j] = (int32_t)rt_rng_below(&r, (uint64_t)vocab);
-  for (int i = 0; i < M->n_inputs; i++) {
-    const rt_tensor *t = &M->inputs[i];
+  for (int i = 0; i < NIN; i++) {
+    const rt_tensor *t = &IN[i];
     switch (t->kind) {
       case RT_IN_RANDN:
         for (long j = 0; j < t->numel; j++) store(arena, t, j, rt_rng_normal(&r));
@@ -645,12 +747,38 @@ static long arena_resident(char *arena, long bytes) {
 
 // ---------------------------------------------------------------------------
 
-int main(int argc, char **argv) {
-  options opt = parse_args(argc, argv);
-  const rt_model *M = &mtc_model;
-  check_table();
+static FILE *every_rank;  // stdout, also on ranks whose stdout is silenced
 
-  long n, vocab;
+// One line per rank, in rank order (rank 0 alone in a one-rank run).
+__attribute__((format(printf, 1, 2))) static void print_ranked(const char *fmt, ...) {
+  int n = rt_comm_size();
+  for (int r = 0; r < n; r++) {
+    if (r == rt_comm_rank()) {
+      va_list ap;
+      va_start(ap, fmt);
+      if (n > 1) fprintf(every_rank, "rank %d: ", r);
+      vfprintf(every_rank, fmt, ap);
+      va_end(ap);
+      fflush(every_rank);
+    }
+    if (n > 1) rt_barrier(rt_group_world());
+  }
+}
+
+int main(int argc, char **argv) {
+  const rt_model *M = &mtc_model;
+  rt_comm_init(&argc, &argv, M->dp * M->tp, M->layout);
+  rt_dist_init(M->dp, M->tp, M->micro_batches, M->n_slots);
+  every_rank = fdopen(dup(STDOUT_FILENO), "w");
+  if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));
+  if (rt_comm_rank() != 0 && !freopen("/dev/null", "w", stdout))  // rank 0 prints the run
+    fail("cannot silence the output of rank %d", rt_comm_rank());
+  options opt = parse_args(argc, argv);
+  check_table();
+  make_global_inputs();
+  alloc_images();
+
+  long n, vocab;  // over the global batch
   token_geometry(&n, &vocab);
   if (opt.data && n == 0)
     usage_error("--data given, but the model '%s' has no token inputs", M->name);
@@ -681,10 +809,15 @@ int main(int argc, char **argv) {
   }
   if (!all) load_weights(arena, opt.weights, argv[0], done);
   free(done);
+  scatter_images(arena);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);
   printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
+  if (M->dp * M->tp > 1 || M->micro_batches > 1)
+    printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
+           M->dp * M->tp, M->micro_batches, M->micro_batches > 1 ? "es" : "",
+           (long)M->dp * M->micro_batches);
   if (opt.h.optimizer == RT_OPT_SGD)
     printf("optimizer sgd | lr %g | weight decay %g\n", opt.h.lr, opt.h.weight_decay);
   else
@@ -695,24 +828,37 @@ int main(int argc, char **argv) {
   if (!stream) fail("out of memory");
   shard data = {0};
   if (opt.data) open_shard(&data, opt.data, n, vocab);
-  if (opt.inputs) load_inputs(arena, opt.inputs);
-  else fill_synthetic(arena, opt.seed, n, vocab, stream);
+  if (opt.inputs) load_inputs(global, opt.inputs);
+  else fill_synthetic(global, opt.seed, n, vocab, stream);
 
   double *times = malloc((size_t)opt.steps * sizeof(double));
   if (!times) fail("out of memory");
+  long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
+  rt_comm_reset_bytes();
+  int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
   for (int step = 1; step <= opt.steps; step++) {
     double t0 = now_seconds();
     if (opt.data) {
       next_window(&data, n, stream);
-      fill_tokens(arena, stream);
+      fill_tokens(global, stream);
     }
-    M->forward(arena);
-    float loss = *(const float *)(arena + M->loss_offset);
-    if (!isfinite(loss)) fail("loss is not finite at step %d", step);
-    M->backward(arena);
+    double loss = 0;
+    for (int m = 0; m < M->micro_batches; m++) {
+      rt_dist.micro = m;
+      take_slice(arena, (long)rt_dist.dp_rank * M->micro_batches + m);
+      M->forward(arena);
+      float l = *(const float *)(arena + M->loss_offset);
+      if (!isfinite(l)) fail("loss is not finite at step %d", step);
+      loss += l / M->micro_batches;
+      M->backward(arena);
+    }
+    // every loss of mtc is a mean over the batch: the global loss is the mean
+    loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
       double t = now_seconds();
+      int64_t before = rt_comm_bytes_sent();
       save_params(opt.dump_grads, "--dump-grads", arena, true);
+      io_bytes += rt_comm_bytes_sent() - before;
       t0 += now_seconds() - t;
     }
     opt.h.step = step;
@@ -720,11 +866,12 @@ int main(int argc, char **argv) {
     double dt = now_seconds() - t0;
     times[step - 1] = dt;
     if (step % opt.log_every == 0 || step == opt.steps) {
-      double tps = dt > 0 ? (double)M->tokens_per_step / dt : 0.0;
+      double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
       printf("step %d | loss %.6f | %.1f ms | %.0f tok/s\n", step, loss, 1e3 * dt, tps);
       fflush(stdout);
     }
   }
+  int64_t sent = rt_comm_bytes_sent() - io_bytes;
 
   if (opt.save) save_params(opt.save, "--save", arena, false);
 
@@ -732,9 +879,13 @@ int main(int argc, char **argv) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   long peak_rss = (long)ru.ru_maxrss * 1024L;  // ru_maxrss is in KiB
-  printf("memory: planned arena %ld bytes (persistent %ld, peak live %ld) | "
-         "measured: arena resident %ld bytes, process peak RSS %ld bytes\n",
-         M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, resident, peak_rss);
+  print_ranked("memory: planned arena %ld bytes (persistent %ld, peak live %ld) | "
+               "measured: arena resident %ld bytes, process peak RSS %ld bytes\n",
+               M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, resident, peak_rss);
+  if (M->n_buckets > 0)
+    print_ranked("model state: %ld bytes (planner: %ld) | sent %lld bytes per step "
+                 "(planner: %ld)\n", M->model_state_bytes, M->planner_state_bytes,
+                 (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
   double med = median(times, opt.steps);
   printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
          med > 0 ? M->flops_per_step / med / 1e9 : 0.0);
@@ -743,5 +894,6 @@ int main(int argc, char **argv) {
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
   munmap(arena, (size_t)M->arena_bytes);
+  rt_comm_finalize();
   return 0;
 }

@@ -336,27 +336,8 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
       b->unit = m->nunits++;
   }
 
-  // The batch dim: the first input's first dim; the sequence: its second
-  // when it holds tokens.
-  m->batch_sym = m->seq_sym = -1;
-  for (int i = 0; i < nv; i++) {
-    IrValue *v = g->values[i];
-    if (v->role != ROLE_INPUT)
-      continue;
-    int64_t one;
-    const Sym *s0 = v->rank >= 1 ? v->shape[0] : NULL;
-    if (s0 && s0->n == 1 && !sym_is_const(s0, &one)) {
-      for (int k = 0; k < SYM_MAXVARS; k++)
-        if (s0->t[0].exp[k] == 1 && s0->t[0].num == 1 && s0->t[0].den == 1)
-          m->batch_sym = k;
-    }
-    const Sym *s1 = v->rank >= 2 ? v->shape[1] : NULL;
-    if (s1 && v->dtype == DT_I32 && s1->n == 1 && !sym_is_const(s1, &one))
-      for (int k = 0; k < SYM_MAXVARS; k++)
-        if (s1->t[0].exp[k] == 1 && s1->t[0].num == 1 && s1->t[0].den == 1)
-          m->seq_sym = k;
-    break;
-  }
+  m->batch_sym = g->batch_sym;  // marked by the frontend
+  m->seq_sym = g->seq_sym;
   free(stamp), free(last), free(owner), free(sharded), free(pgrad), free(numel);
   free(prefix);
   return m;
@@ -373,31 +354,22 @@ void sv_model_free(SvModel *m) {
 }
 
 int sv_bind_dims(IrGraph *g, const SvConfig *cfg, IrDiag *d) {
-  if (!cfg->micro_batch && !cfg->seq)
-    return 0;
-  // The same rule as sv_model_build, on the forward graph.
-  const IrValue *in = NULL;
-  for (int i = 0; i < g->nvalues && !in; i++)
-    if (g->values[i]->role == ROLE_INPUT)
-      in = g->values[i];
-  int64_t one;
-  struct { int64_t value; int axis; const char *flag; } want[2] = {
-      {cfg->micro_batch, 0, "--micro-batch"}, {cfg->seq, 1, "--seq"}};
+  struct { int64_t value; int var; const char *flag, *what; } want[2] = {
+      {cfg->micro_batch, g->batch_sym, "--micro-batch", "batch"},
+      {cfg->seq, g->seq_sym, "--seq", "sequence"}};
   for (int w = 0; w < 2; w++) {
     if (!want[w].value)
       continue;
-    const Sym *s = in && in->rank > want[w].axis ? in->shape[want[w].axis] : NULL;
-    bool ok = s && s->n == 1 && !sym_is_const(s, &one) && s->t[0].num == 1 && s->t[0].den == 1 &&
-              (w == 0 || in->dtype == DT_I32);
-    int var = -1, nvars = 0;
-    for (int k = 0; ok && k < SYM_MAXVARS; k++)
-      if (s->t[0].exp[k])
-        var = k, nvars++;
-    if (!ok || nvars != 1 || s->t[0].exp[var] != 1)
+    if (want[w].var < 0) {
+      const IrValue *in = NULL;
+      for (int i = 0; i < g->nvalues && !in; i++)
+        if (g->values[i]->role == ROLE_INPUT)
+          in = g->values[i];
       return ir_error(d, (IrLoc){0}, "%s: the model has no %s dim (its first input is '%s' %s)",
-                      want[w].flag, w ? "sequence" : "batch", in ? in->name : "(none)",
+                      want[w].flag, want[w].what, in ? in->name : "(none)",
                       in ? ir_shape_str(g, in) : "");
-    symtab_bind(&g->syms, var, want[w].value);
+    }
+    symtab_bind(&g->syms, want[w].var, want[w].value);
   }
   return 0;
 }
@@ -539,6 +511,18 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
 double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate) {
   double pb = act_bytes_per(prec), gb = pb, ob = opt_bytes_per(prec, nstate);
   return psi * (pb / (stage >= 3 ? n : 1) + gb / (stage >= 2 ? n : 1) + ob / (stage >= 1 ? n : 1));
+}
+
+double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int gbytes) {
+  if (n <= 1)
+    return 0;
+  double ring = (double)(n - 1) / n, g = psi * gbytes, p = psi * pbytes;
+  switch (stage) {
+  case 0: return 2 * ring * g;                      // all-reduce once
+  case 1: return ring * g + ring * p;               // reduce-scatter once, all-gather the update
+  case 2: return micro * ring * g + ring * p;       // reduce-scatter every micro-batch
+  default: return micro * (2 * ring * p + ring * g); // gathers in forward and backward
+  }
 }
 
 double sv_allreduce_time(double bytes, int n, double bw, double alpha) {

@@ -157,6 +157,11 @@ void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec);
 // Model-state bytes per GPU for psi parameters over n data-parallel ranks at a
 // ZeRO stage (0-3); nstate optimizer-state values per parameter (AdamW 2).
 double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate);
+// Bytes one rank sends per step for data parallelism over n ranks at a ZeRO
+// stage, with ring collectives (the volumes the cost model prices): psi
+// parameters of pbytes each, their gradients of gbytes, micro micro-batches
+// per step.
+double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int gbytes);
 // Ring collectives: alpha + beta * volume (bytes per rank S, n ranks, bandwidth bw).
 double sv_allreduce_time(double bytes, int n, double bw, double alpha);
 double sv_allgather_time(double bytes, int n, double bw, double alpha);  // also reduce-scatter

@@ -1,0 +1,362 @@
+// Lowering a parallel plan: data parallelism, ZeRO stages 1-3 and
+// micro-batches, as buckets and collective ops in the training graph.
+//
+// Every rank runs the same graph (SPMD). Under data parallelism over dp ranks
+// the model's batch dim stays what it is: it is each rank's micro-batch, and
+// the global batch is batch x dp x micro_batches; the training program hands
+// each rank its slice. Every loss of mtc is a mean over the batch, so the mean
+// of the ranks' gradients is the gradient of the global batch.
+//
+// Per block (the IR's block id; block 0 holds what is outside repeated
+// blocks), the parameters the block reads first become one flat bucket, each
+// parameter at a 64-byte aligned offset, the whole padded to a multiple of
+// 16 x dp elements so that every rank's shard is whole and aligned. Their
+// gradients are placed the same way in a gradient bucket that backward
+// writes (zeroed first, so the padding is zero). After the last gradient of
+// the bucket is written:
+//
+//   ZeRO 0      all_reduce(grads) (mean), waited for in update
+//   ZeRO 1      reduce_scatter(grads) (mean): this rank's shard of the bucket
+//               is reduced in place, waited for in update
+//   ZeRO 2, 3   reduce_scatter(grads) every micro-batch, then this rank's
+//               shard is accumulated into a persistent gradient shard
+//
+// With micro-batches, ZeRO 0 and 1 first accumulate the gradients in a
+// persistent bucket and reduce that after the last micro-batch.
+//
+// The update of a bucket is one adamw (or sgd) op over it:
+//
+//   ZeRO 0      the whole bucket; moments of the bucket's size
+//   ZeRO 1, 2   this rank's shard of the parameters (moments of the shard's
+//               size), then all_gather(params) gives every rank all of them
+//   ZeRO 3      parameters are kept as this rank's shard only; forward
+//               gathers the whole bucket before the block's first read and
+//               backward gathers it again (the parameters' reads in backward
+//               are redirected to the second copy), each freed after its use
+//
+// Collectives start and return; comm_wait finishes them (slots pair them).
+#include "passes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN_ELEMS 16   // 64 bytes of f32
+
+typedef struct Lower {
+  IrGraph *g;
+  const PassDist *dist;
+  PassLowered *out;
+  IrDiag *d;
+} Lower;
+
+static int64_t round_up(int64_t x, int64_t k) { return (x + k - 1) / k * k; }
+
+static IrValue *flat(Lower *L, const char *what, const PassBucket *b, IrRole role, int64_t n) {
+  char name[256];
+  snprintf(name, sizeof name, "%s.%s", what, b->name);
+  IrValue *v = ir_value_new(L->g, name, DT_F32, role);
+  const Sym *s = sym_const(&L->g->arena, n);
+  ir_value_set_shape(v, 1, &s);
+  if (role == ROLE_STATE)
+    v->init.kind = INIT_ZEROS;
+  return v;
+}
+
+static int infer(Lower *L, IrNode *n) { return ir_infer(L->g, n, L->d); }
+
+// A collective on bucket x over the dp axis, with a slot of its own.
+static IrNode *collective(Lower *L, IrOp op, IrValue *x, bool avg, bool last_micro) {
+  IrNode *n = ir_node_new(L->g, op, &x, 1, 0);
+  ir_set_int(L->g, n, "axis", 0);
+  if (op != OP_ALL_GATHER)
+    ir_set_int(L->g, n, "avg", avg);
+  ir_set_int(L->g, n, "slot", L->out->nslots++);
+  if (last_micro)
+    ir_set_int(L->g, n, "last_micro", 1);
+  return n;
+}
+
+static IrNode *wait(Lower *L, IrNode *started) {
+  IrNode *n = ir_node_new(L->g, OP_COMM_WAIT, started->in, 1, 0);
+  ir_set_int(L->g, n, "slot", ir_attr_int(started, "slot", 0));
+  if (ir_attr_int(started, "last_micro", 0))
+    ir_set_int(L->g, n, "last_micro", 1);
+  return n;
+}
+
+static IrNode *accumulate(Lower *L, IrValue *acc, IrValue *x) {
+  IrValue *in[2] = {acc, x};
+  IrNode *n = ir_node_new(L->g, OP_ACCUMULATE, in, 2, 0);
+  ir_set_int(L->g, n, "shards", L->dist->dp);
+  if (L->dist->micro_batches > 1)
+    ir_set_float(L->g, n, "scale", 1.0 / L->dist->micro_batches);
+  return n;
+}
+
+// Schedule position of the first node of `phase` that reads a value placed in
+// `bucket` (or -1).
+static int first_read(const IrGraph *g, const IrValue *bucket, IrPhase phase) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    for (int k = 0; n->phase == phase && k < n->nin; k++)
+      if (n->in[k]->bucket == bucket)
+        return i;
+  }
+  return -1;
+}
+
+// The block's parameters into buckets: offsets, padding, the bucket's name.
+static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) {
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t numel;
+    if (sym_eval(ir_numel(L->g, members[i]), &L->g->syms, &numel))
+      return ir_error(L->d, members[i]->loc, "lower: the size of '%s' is not known: bind every "
+                      "dim (-D NAME=VALUE)", members[i]->name);
+    members[i]->bucket_off = at * 4;
+    members[i]->grad->bucket_off = at * 4;
+    at += round_up(numel, ALIGN_ELEMS);
+  }
+  b->numel = round_up(at, (int64_t)ALIGN_ELEMS * L->dist->dp);
+  return 0;
+}
+
+// Gradients: a zeroed bucket that backward writes them into, and the
+// reduction after the last one.
+static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
+  IrGraph *g = L->g;
+  int first = g->nnodes, last = -1;
+  for (int i = 0; i < n; i++) {
+    const IrNode *p = members[i]->grad->producer;
+    IR_ASSERT(p && p->phase == PHASE_BACKWARD);
+    first = p->id < first ? p->id : first;
+    last = p->id > last ? p->id : last;
+  }
+  g->cur_phase = PHASE_BACKWARD;
+  g->cur_block = b->block;
+  ir_insert_before(g, first);
+  IrNode *zero = ir_node_new(g, OP_FILL, NULL, 0, 1);
+  b->grads = zero->out[0];
+  char name[256];
+  snprintf(name, sizeof name, "grads.%s", b->name);
+  ir_value_rename(g, b->grads, name);
+  b->grads->role = ROLE_BUCKET;
+  const Sym *s = sym_const(&g->arena, b->numel);
+  ir_value_set_shape(b->grads, 1, &s);
+  ir_set_float(g, zero, "value", 0.0);
+  IR_ASSERT(infer(L, zero) == 0);
+  for (int i = 0; i < n; i++)
+    members[i]->grad->bucket = b->grads;
+
+  ir_insert_before(g, last + 2); // after the last gradient (the fill moved it by one)
+  bool micro = L->dist->micro_batches > 1;
+  if (b->zero <= 1) {
+    IrValue *red = b->grads;
+    if (micro) {
+      red = flat(L, "grads.acc", b, ROLE_BUCKET, b->numel);
+      accumulate(L, red, b->grads);
+    }
+    b->reduce = collective(L, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, red, true, micro);
+    b->reduced = red;
+    b->reduced_sharded = b->zero == 1;
+  } else {
+    IrNode *rs = collective(L, OP_REDUCE_SCATTER, b->grads, true, false);
+    wait(L, rs);
+    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->numel / L->dist->dp);
+    b->reduced_sharded = true;
+    accumulate(L, b->reduced, b->grads);
+  }
+  ir_insert_before(g, -1);
+}
+
+// ZeRO-3: the whole bucket gathered from the shards before the first read of
+// `phase` (NULL when nothing of that phase reads it).
+static IrValue *gather_params(Lower *L, PassBucket *b, IrValue *placed_in, IrPhase phase) {
+  IrGraph *g = L->g;
+  int at = first_read(g, placed_in, phase);
+  if (at < 0)
+    return NULL;
+  g->cur_phase = phase;
+  g->cur_block = b->block;
+  ir_insert_before(g, at);
+  IrNode *u = ir_node_new(g, OP_UNSHARD, &b->pshard, 1, 1);
+  ir_set_int(g, u, "shards", L->dist->dp);
+  IR_ASSERT(infer(L, u) == 0);
+  IrValue *whole = u->out[0];
+  whole->role = ROLE_BUCKET;
+  char name[256];
+  snprintf(name, sizeof name, "params.%s.%s", phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
+  ir_value_rename(g, whole, name);
+  wait(L, collective(L, OP_ALL_GATHER, whole, false, false));
+  ir_insert_before(g, -1);
+  return whole;
+}
+
+static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n) {
+  IrGraph *g = L->g;
+  b->pshard = flat(L, "params.shard", b, ROLE_BUCKET, b->numel / L->dist->dp);
+  // forward reads the members themselves, placed in a gathered bucket
+  IrValue *tmp = b->pshard; // placeholder until the bucket exists
+  for (int i = 0; i < n; i++)
+    members[i]->bucket = tmp;
+  IrValue *fwd = gather_params(L, b, tmp, PHASE_FORWARD);
+  for (int i = 0; i < n; i++)
+    members[i]->bucket = fwd ? fwd : b->pshard;
+  // backward reads copies of them, placed in a second gathered bucket
+  IrValue **copy = malloc((size_t)n * sizeof *copy);
+  IR_ASSERT(copy);
+  for (int i = 0; i < n; i++) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.bwd", members[i]->name);
+    copy[i] = ir_value_new(g, name, DT_F32, ROLE_ACT);
+    ir_value_set_shape(copy[i], members[i]->rank, members[i]->shape);
+    copy[i]->loc = members[i]->loc;
+    copy[i]->bucket = tmp;
+    copy[i]->bucket_off = members[i]->bucket_off;
+    ir_replace_uses_in_phase(g, members[i], copy[i], PHASE_BACKWARD);
+  }
+  IrValue *bwd = gather_params(L, b, tmp, PHASE_BACKWARD);
+  for (int i = 0; i < n; i++)
+    copy[i]->bucket = bwd ? bwd : b->pshard;
+  free(copy);
+}
+
+// One update op for the bucket, replacing its parameters' own.
+static void lower_update(Lower *L, PassBucket *b, IrValue **members, int n) {
+  IrGraph *g = L->g;
+  const IrNode *rule = NULL;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    IrNode *u = g->nodes[i];
+    if ((u->op == OP_ADAMW || u->op == OP_SGD) && u->in[0]->bucket &&
+        u->in[0]->grad && u->in[0]->grad->bucket == b->grads) {
+      bool mine = false;
+      for (int k = 0; k < n; k++)
+        mine |= u->in[0] == members[k];
+      if (mine) {
+        rule = u;
+        ir_node_remove(g, u);
+      }
+    }
+  }
+  IR_ASSERT(rule);
+  g->cur_phase = PHASE_UPDATE;
+  g->cur_block = b->block;
+  int dp = L->dist->dp;
+  if (b->reduce)
+    wait(L, b->reduce);
+  IrValue *p = b->zero == 3 ? b->pshard : b->params;
+  IrNode *u;
+  b->nstate = rule->op == OP_ADAMW ? 2 : 0;
+  if (rule->op == OP_ADAMW) {
+    int64_t part = b->zero == 0 ? b->numel : b->numel / dp;
+    IrValue *in[4] = {p, b->reduced, flat(L, "adamw.m", b, ROLE_STATE, part),
+                      flat(L, "adamw.v", b, ROLE_STATE, part)};
+    u = ir_node_new(g, OP_ADAMW, in, 4, 0);
+  } else {
+    IrValue *in[2] = {p, b->reduced};
+    u = ir_node_new(g, OP_SGD, in, 2, 0);
+  }
+  u->attr = rule->attr;
+  u->nattr = rule->nattr;
+  // SGD has no state to shard: under ZeRO-1 it updates the whole bucket (the
+  // shards other ranks reduced are then overwritten by the all-gather)
+  bool sharded = b->zero >= 2 || (b->zero == 1 && rule->op == OP_ADAMW);
+  ir_set_int(g, u, "shards", sharded ? dp : 1);
+  if (b->zero == 1 || b->zero == 2)
+    wait(L, collective(L, OP_ALL_GATHER, b->params, false, false));
+}
+
+// Parameters in the order the forward graph first reads them, grouped by the
+// block that reads them first.
+static int owners(const IrGraph *g, int *owner) {
+  int nb = 1;
+  for (int i = 0; i < g->nvalues; i++)
+    owner[i] = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->block + 1 > nb)
+      nb = n->block + 1;
+    for (int k = 0; n->phase == PHASE_FORWARD && k < n->nin; k++)
+      if (n->in[k]->role == ROLE_PARAM && owner[n->in[k]->id] < 0)
+        owner[n->in[k]->id] = n->block;
+  }
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->role == ROLE_PARAM && owner[i] < 0)
+      owner[i] = 0;
+  return nb;
+}
+
+static int check(Lower *L) {
+  const PassDist *D = L->dist;
+  IrGraph *g = L->g;
+  if (D->dp < 1 || D->tp < 1 || D->micro_batches < 1)
+    return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
+  if (D->tp > 1)
+    return ir_error(L->d, (IrLoc){0}, "lower: tensor parallelism (tp %d) is planned but not "
+                    "lowered yet; use --tp 1 (data parallel and ZeRO)", D->tp);
+  if (!g->loss || !g->loss->producer)
+    return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");
+  const IrNode *l = g->loss->producer;
+  if (l->op == OP_NLL_LOSS && ir_attr_int(l, "sum", 0) && (D->dp > 1 || D->micro_batches > 1))
+    return ir_error(L->d, l->loc, "lower: the loss is a sum over the batch; data parallelism and "
+                    "micro-batches need a mean (export the loss with reduction='mean')");
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->phase == PHASE_UPDATE && g->nodes[i]->op != OP_ADAMW &&
+        g->nodes[i]->op != OP_SGD)
+      return ir_error(L->d, g->nodes[i]->loc, "lower: the update has a %s op; only adamw and "
+                      "sgd updates are lowered", ir_op_name(g->nodes[i]->op));
+  return 0;
+}
+
+int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
+  const PassDist *D = ctx->dist;
+  if (!D)
+    return 0;
+  PassLowered *out = ir_alloc(&g->arena, sizeof *out);
+  out->dist = *D;
+  Lower L = {.g = g, .dist = D, .out = out, .d = ctx->diag};
+  if (check(&L))
+    return -1;
+  int *owner = malloc((size_t)g->nvalues * sizeof *owner);
+  IrValue **members = malloc((size_t)g->nvalues * sizeof *members);
+  IR_ASSERT(owner && members);
+  int nb = owners(g, owner), nvalues = g->nvalues, rc = 0;
+  out->bucket = ir_alloc(&g->arena, (size_t)nb * sizeof *out->bucket);
+  for (int blk = 0; blk < nb && !rc; blk++) {
+    int n = 0;
+    for (int i = 0; i < nvalues; i++)
+      if (g->values[i]->role == ROLE_PARAM && owner[i] == blk)
+        members[n++] = g->values[i];
+    if (!n)
+      continue;
+    PassBucket *b = &out->bucket[out->nbuckets++];
+    char name[32];
+    snprintf(name, sizeof name, "b%d", blk);
+    b->name = ir_strdup(&g->arena, name);
+    b->block = blk;
+    b->zero = blk < D->nzero ? D->zero[blk] : D->zero_all;
+    if (b->zero < 0 || b->zero > 3) {
+      rc = ir_error(ctx->diag, (IrLoc){0}, "lower: ZeRO stage %d (0 to 3)", b->zero);
+      break;
+    }
+    if ((rc = place_members(&L, b, members, n)))
+      break;
+    if (b->zero < 3) {
+      b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
+      for (int i = 0; i < n; i++)
+        members[i]->bucket = b->params;
+    }
+    lower_grads(&L, b, members, n);
+    if (b->zero == 3)
+      lower_params_zero3(&L, b, members, n);
+    lower_update(&L, b, members, n);
+  }
+  free(owner), free(members);
+  ir_remove_unused(g, ROLE_STATE); // the parameters' own moments
+  g->cur_phase = PHASE_FORWARD;
+  g->cur_block = 0;
+  ctx->lowered = out;
+  *changed = true;
+  return rc;
+}

@@ -1,0 +1,80 @@
+// The distributed state and the collective kernels (see dist.h).
+#include "dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+rt_dist_state rt_dist = {.dp = 1, .tp = 1, .micro_total = 1};
+
+void rt_dist_init(int dp, int tp, int micro_total, int nslots) {
+  int rank = rt_comm_rank();
+  rt_dist.dp = dp;
+  rt_dist.tp = tp;
+  rt_dist.dp_rank = rank / tp;
+  rt_dist.tp_rank = rank % tp;
+  // ranks with the same tp_rank hold the same part of the model: a dp group;
+  // ranks with the same dp_rank split one replica: a tp group
+  rt_dist.group[RT_AXIS_DP] = rt_group_split(rt_group_world(), rt_dist.tp_rank, rt_dist.dp_rank);
+  rt_dist.group[RT_AXIS_TP] = rt_group_split(rt_group_world(), rt_dist.dp_rank, rt_dist.tp_rank);
+  rt_dist.micro = 0;
+  rt_dist.micro_total = micro_total;
+  rt_dist.nslots = nslots;
+  rt_dist.req = calloc((size_t)(nslots > 0 ? nslots : 1), sizeof *rt_dist.req);
+  if (!rt_dist.req) {
+    fputs("train: error: out of memory\n", stderr);
+    exit(1);
+  }
+}
+
+static rt_request *slot_req(int slot) {
+  if (slot < 0 || slot >= rt_dist.nslots) {
+    fprintf(stderr, "train: error: collective slot %d of %d (model and runtime disagree)\n",
+            slot, rt_dist.nslots);
+    exit(1);
+  }
+  return &rt_dist.req[slot];
+}
+
+static int skip(int last_micro) {
+  return last_micro && rt_dist.micro != rt_dist.micro_total - 1;
+}
+
+void rt_comm_all_reduce(int axis, float *x, long n, int avg, int slot, int last_micro) {
+  if (skip(last_micro))
+    return;
+  rt_allreduce(rt_dist.group[axis], x, n, avg ? RT_REDUCE_AVG : RT_REDUCE_SUM, slot_req(slot));
+}
+
+void rt_comm_reduce_scatter(int axis, float *x, long n, int avg, int slot, int last_micro) {
+  if (skip(last_micro))
+    return;
+  rt_reduce_scatter(rt_dist.group[axis], x, n, avg ? RT_REDUCE_AVG : RT_REDUCE_SUM,
+                    slot_req(slot));
+}
+
+void rt_comm_all_gather(int axis, float *x, long n, int slot) {
+  rt_allgather(rt_dist.group[axis], x, n, slot_req(slot));
+}
+
+void rt_comm_wait(int slot, int last_micro) {
+  if (skip(last_micro))
+    return;
+  rt_wait(slot_req(slot));
+}
+
+void rt_comm_wait_all(void) {
+  for (int i = 0; i < rt_dist.nslots; i++)
+    rt_wait(&rt_dist.req[i]);
+}
+
+void rt_unshard(float *out, const float *x, long k) {
+  memcpy(out + (long)rt_dist.dp_rank * k, x, (size_t)k * sizeof *x);
+}
+
+void rt_accumulate(float *acc, const float *x, long n, float scale) {
+  int first = rt_dist.micro == 0;
+#pragma omp parallel for if (n >= 65536)
+  for (long i = 0; i < n; i++)
+    acc[i] = (first ? 0.0f : acc[i]) + scale * x[i];
+}
