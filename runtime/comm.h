@@ -16,7 +16,12 @@
 // Every collective can be blocking (req NULL) or non-blocking: it starts and
 // returns, and rt_wait(req) finishes it; buf must not be touched in between.
 // Errors end the program with one message (this is the runtime of a program,
-// not a library).
+// not a library). A request must start zeroed (static storage, or = {0}):
+// starting a collective on a request that is still active is an error.
+//
+// MPI counts are ints: comm_mpi.c refuses, with a message, a collective over
+// more than INT_MAX elements (bytes for broadcast), 8 GiB of floats; the
+// lowering's buckets are far smaller, so it does not split them.
 #ifndef MTC_RT_COMM_H
 #define MTC_RT_COMM_H
 
@@ -66,7 +71,8 @@ double rt_allreduce_scalar(rt_group *g, double x, int op);
 // Bytes this rank has sent since the last reset, counted as a ring algorithm
 // sends them (what the planner predicts): all-reduce 2(n-1)/n x S,
 // reduce-scatter and all-gather (n-1)/n x S, broadcast S at the root; S the
-// buffer's bytes, n the group's size. One-rank groups send nothing.
+// buffer's bytes (count x 4), n the group's size, rounded down to whole bytes.
+// Counted when a collective starts. One-rank groups send nothing.
 int64_t rt_comm_bytes_sent(void);
 void rt_comm_reset_bytes(void);
 

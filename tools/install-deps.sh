@@ -6,6 +6,7 @@ pkgs=(build-essential cmake flex bison pkg-config)
 pkgs+=(libcjson-dev python3-numpy)  # train's safetensors I/O (cJSON); tools/parity_check.py
 pkgs+=(libglpk-dev)                 # the planner's integer programs (solver/; it reads and writes JSON with cJSON)
 pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev)  # ONNX input: onnx.proto, protoc-c
+pkgs+=(openmpi-bin libopenmpi-dev)  # runtime/comm_mpi.c and the multi-rank tests (mpicc, mpirun)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,297 @@
+// comm.h over MPI (Open MPI): the collectives of a multi-rank CPU build.
+//
+// Every collective runs in place (MPI_IN_PLACE). Two results need work after
+// MPI is done, in finish(): in-place MPI_Reduce_scatter_block leaves rank r's
+// shard at the start of the buffer, where comm.h promises it at r*count/n,
+// so it is moved there; and MPI has no average, so RT_REDUCE_AVG is a sum
+// scaled by 1/n. A non-blocking collective keeps in its rt_request what
+// finish() needs, and rt_wait calls it.
+//
+// Errors: MPI returns codes (MPI_ERRORS_RETURN on the world, inherited by
+// every group); each is checked, printed as one line naming the rank, and
+// ends the job with MPI_Abort, so that no other rank waits forever in a
+// collective this one will never join.
+#include "comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((rt_request *)0)->impl),
+               "an MPI_Request must fit in rt_request.impl");
+
+struct rt_group {
+  MPI_Comm comm;
+  int size, rank;
+  rt_group *next;  // every group split off, freed by rt_comm_finalize
+};
+
+// the collectives, as rt_request.kind; KIND_AVG is or'ed in for RT_REDUCE_AVG
+enum {
+  KIND_ALLREDUCE,       // 2(n-1)/n x S sent
+  KIND_REDUCE_SCATTER,  // (n-1)/n x S
+  KIND_ALLGATHER,       // (n-1)/n x S
+  KIND_BROADCAST,       // S at the root
+  KIND_MASK = 7,  // the bits above
+  KIND_AVG = 8,  // scale the result by 1/n when it arrives
+};
+
+static rt_group world;
+static rt_group *groups;  // split off the world, newest first
+static int64_t bytes_sent;
+
+// ---------------------------------------------------------------------------
+// errors
+
+__attribute__((format(printf, 1, 2))) _Noreturn static void comm_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fflush(stdout);
+  fprintf(stderr, "train: error: rank %d: ", world.rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);  // MPI_Abort does not return; this is for the compiler
+}
+
+static void mpi_check(int rc, const char *call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+  comm_fail("%s failed: %s", call, msg);
+}
+
+// MPI takes counts as int; larger buckets are refused rather than split (see comm.h).
+static int mpi_count(const char *fn, long count, const char *unit) {
+  if (count < 0) comm_fail("%s: negative count %ld", fn, count);
+  if (count > INT_MAX)
+    comm_fail("%s: %ld %s is more than MPI's int count allows (%d); split the buffer", fn, count,
+              unit, INT_MAX);
+  return (int)count;
+}
+
+static MPI_Op mpi_op(const char *fn, int op) {
+  switch (op) {
+  case RT_REDUCE_SUM:
+  case RT_REDUCE_AVG: return MPI_SUM;  // then scaled by 1/n in finish()
+  case RT_REDUCE_MAX: return MPI_MAX;
+  }
+  comm_fail("%s: unknown reduction %d", fn, op);
+}
+
+// reduce_scatter and allgather split the buffer into one shard per rank
+static void check_shards(const char *fn, const rt_group *g, long count) {
+  if (count % g->size)
+    comm_fail("%s: count %ld does not divide by the group's %d ranks", fn, count, g->size);
+}
+
+// ---------------------------------------------------------------------------
+// bytes sent, as a ring sends them (comm.h)
+
+static void count_bytes(int kind, const rt_group *g, long bytes, int root) {
+  int64_t n = g->size, s = bytes;
+  if (n == 1) return;
+  switch (kind & KIND_MASK) {
+  case KIND_ALLREDUCE: bytes_sent += 2 * (n - 1) * s / n; break;
+  case KIND_REDUCE_SCATTER:
+  case KIND_ALLGATHER: bytes_sent += (n - 1) * s / n; break;
+  case KIND_BROADCAST: bytes_sent += g->rank == root ? s : 0; break;
+  }
+}
+
+int64_t rt_comm_bytes_sent(void) { return bytes_sent; }
+void rt_comm_reset_bytes(void) { bytes_sent = 0; }
+
+// ---------------------------------------------------------------------------
+// start-up and groups
+
+static void print_launch_error(const char *prog, int ranks, const char *what, int started) {
+  fprintf(stderr, "train: error: this program was compiled for %d ranks", ranks);
+  if (what && *what) fprintf(stderr, " (%s)", what);
+  fprintf(stderr, "; run it with mpirun -np %d %s (started on %d)\n", ranks, prog, started);
+}
+
+// MPI_THREAD_FUNNELED: the kernels run OpenMP threads, but only the main
+// thread calls MPI.
+void rt_comm_init(int *argc, char ***argv, int ranks, const char *what) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "train: error: MPI_Init_thread failed\n");
+    exit(1);
+  }
+  world.comm = MPI_COMM_WORLD;
+  mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &world.size), "MPI_Comm_size");
+  mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank), "MPI_Comm_rank");
+  if (provided < MPI_THREAD_FUNNELED)
+    comm_fail("MPI provides thread level %d, below MPI_THREAD_FUNNELED", provided);
+  if (world.size != ranks) {
+    // Every rank sees the same mismatch, so all of them can finalize and
+    // leave cleanly; only rank 0 says why.
+    if (world.rank == 0) {
+      const char *prog = argv && *argv && (*argv)[0] ? (*argv)[0] : "./train";
+      print_launch_error(prog, ranks, what, world.size);
+    }
+    MPI_Finalize();
+    exit(1);
+  }
+}
+
+void rt_comm_finalize(void) {
+  while (groups) {
+    rt_group *g = groups;
+    groups = g->next;
+    mpi_check(MPI_Comm_free(&g->comm), "MPI_Comm_free");
+    free(g);
+  }
+  mpi_check(MPI_Finalize(), "MPI_Finalize");
+}
+
+int rt_comm_rank(void) { return world.rank; }
+int rt_comm_size(void) { return world.size; }
+rt_group *rt_group_world(void) { return &world; }
+int rt_group_rank(const rt_group *g) { return g->rank; }
+int rt_group_size(const rt_group *g) { return g->size; }
+
+rt_group *rt_group_split(rt_group *parent, int color, int key) {
+  if (color < 0) comm_fail("rt_group_split: color %d is negative", color);
+  rt_group *g = calloc(1, sizeof *g);
+  if (!g) comm_fail("rt_group_split: out of memory");
+  mpi_check(MPI_Comm_split(parent->comm, color, key, &g->comm), "MPI_Comm_split");
+  mpi_check(MPI_Comm_size(g->comm, &g->size), "MPI_Comm_size");
+  mpi_check(MPI_Comm_rank(g->comm, &g->rank), "MPI_Comm_rank");
+  g->next = groups;
+  groups = g;
+  return g;
+}
+
+// ---------------------------------------------------------------------------
+// collectives
+
+// What is left after MPI is done: the reduce-scatter shard to its place,
+// the average's 1/n.
+static void finish(int kind, const rt_group *g, float *buf, long count) {
+  long shard = count / g->size, lo = 0, n = count;
+  if ((kind & KIND_MASK) == KIND_REDUCE_SCATTER) {
+    lo = g->rank * shard;
+    n = shard;
+    if (lo) memmove(buf + lo, buf, shard * sizeof *buf);
+  }
+  if ((kind & KIND_AVG) && g->size > 1) {
+    float scale = 1.0f / g->size;
+    for (long i = lo; i < lo + n; i++) buf[i] *= scale;
+  }
+}
+
+// Records a started collective in req, for rt_wait.
+static void pending(rt_request *req, int kind, rt_group *g, float *buf, long count,
+                    MPI_Request mreq) {
+  req->active = 1;
+  req->kind = kind;
+  req->buf = buf;
+  req->count = count;
+  req->group = g;
+  memcpy(req->impl, &mreq, sizeof mreq);
+}
+
+static void check_idle(const char *fn, const rt_request *req) {
+  if (req && req->active) comm_fail("%s: the request is still in flight (rt_wait it first)", fn);
+}
+
+void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
+  const char *fn = "rt_allreduce";
+  check_idle(fn, req);
+  int n = mpi_count(fn, count, "elements");
+  MPI_Op mop = mpi_op(fn, op);
+  int kind = KIND_ALLREDUCE | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
+  count_bytes(kind, g, count * (long)sizeof *buf, 0);
+  if (req) {
+    MPI_Request mreq;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm, &mreq),
+              "MPI_Iallreduce");
+    pending(req, kind, g, buf, count, mreq);
+  } else {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm), "MPI_Allreduce");
+    finish(kind, g, buf, count);
+  }
+}
+
+void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *req) {
+  const char *fn = "rt_reduce_scatter";
+  check_idle(fn, req);
+  mpi_count(fn, count, "elements");
+  check_shards(fn, g, count);
+  int shard = (int)(count / g->size);
+  MPI_Op mop = mpi_op(fn, op);
+  int kind = KIND_REDUCE_SCATTER | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
+  count_bytes(kind, g, count * (long)sizeof *buf, 0);
+  if (req) {
+    MPI_Request mreq;
+    mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, MPI_FLOAT, mop, g->comm, &mreq),
+              "MPI_Ireduce_scatter_block");
+    pending(req, kind, g, buf, count, mreq);
+  } else {
+    mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, MPI_FLOAT, mop, g->comm),
+              "MPI_Reduce_scatter_block");
+    finish(kind, g, buf, count);
+  }
+}
+
+void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
+  const char *fn = "rt_allgather";
+  check_idle(fn, req);
+  mpi_count(fn, count, "elements");
+  check_shards(fn, g, count);
+  int shard = (int)(count / g->size);
+  count_bytes(KIND_ALLGATHER, g, count * (long)sizeof *buf, 0);
+  // in place: each rank's contribution is already at its shard of buf
+  if (req) {
+    MPI_Request mreq;
+    mpi_check(
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, MPI_FLOAT, g->comm, &mreq),
+        "MPI_Iallgather");
+    pending(req, KIND_ALLGATHER, g, buf, count, mreq);
+  } else {
+    mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, MPI_FLOAT, g->comm),
+              "MPI_Allgather");
+  }
+}
+
+void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req) {
+  const char *fn = "rt_broadcast";
+  check_idle(fn, req);
+  int n = mpi_count(fn, bytes, "bytes");
+  if (root < 0 || root >= g->size)
+    comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
+  count_bytes(KIND_BROADCAST, g, bytes, root);
+  if (req) {
+    MPI_Request mreq;
+    mpi_check(MPI_Ibcast(buf, n, MPI_BYTE, root, g->comm, &mreq), "MPI_Ibcast");
+    pending(req, KIND_BROADCAST, g, (float *)buf, bytes, mreq);  // nothing to finish
+  } else {
+    mpi_check(MPI_Bcast(buf, n, MPI_BYTE, root, g->comm), "MPI_Bcast");
+  }
+}
+
+void rt_wait(rt_request *req) {
+  if (!req->active) return;
+  MPI_Request mreq;
+  memcpy(&mreq, req->impl, sizeof mreq);
+  mpi_check(MPI_Wait(&mreq, MPI_STATUS_IGNORE), "MPI_Wait");
+  req->active = 0;
+  if ((req->kind & KIND_MASK) != KIND_BROADCAST)
+    finish(req->kind, req->group, req->buf, req->count);
+}
+
+void rt_barrier(rt_group *g) { mpi_check(MPI_Barrier(g->comm), "MPI_Barrier"); }
+
+double rt_allreduce_scalar(rt_group *g, double x, int op) {
+  MPI_Op mop = mpi_op("rt_allreduce_scalar", op);
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, mop, g->comm), "MPI_Allreduce");
+  return op == RT_REDUCE_AVG ? x / g->size : x;
+}
