@@ -3,12 +3,16 @@
 
     parity_check.py grads REF.safetensors GOT.safetensors [--tol 1e-4]
     parity_check.py losses REF.json KEY LOG [--tol 1e-4] [--steps N]
+    parity_check.py logs REF.log GOT.log [--tol 1e-5]
 
 `grads` compares every tensor of the reference (PyTorch's gradients after one
 backward) with the tensor of the same name that `train --dump-grads` wrote,
 and prints the max difference per tensor as llm.c's test does. A tensor in
 GOT that PyTorch has no gradient for (a float buffer the ONNX file stores as
 an initializer) must be all zeros.
+
+`logs` compares the losses two `train` runs printed, step by step (a run on
+N ranks against the one-rank program).
 
 `losses` compares the losses printed by `train` (lines `step N | loss X | ...`
 in LOG) with REF.json's KEY: "loss" (one number: the first loss) or "adamw" /
@@ -145,6 +149,23 @@ def check_losses(ref_path, key, log_path, tol, steps=None):
     return ok
 
 
+def check_logs(ref_path, got_path, tol):
+    ref, got = logged_losses(ref_path), logged_losses(got_path)
+    if not ref or len(got) != len(ref):
+        print(f"FAIL: {got_path} has {len(got)} losses, {ref_path} {len(ref)}")
+        return False
+    ok, worst = True, 0.0
+    print(f"losses: |got - ref| / |ref| per step (tolerance {tol:g})")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        _, rel = rel_error(g, r)
+        worst = max(worst, rel)
+        ok &= rel <= tol
+        print(f"  {'OK  ' if rel <= tol else 'FAIL'} step {i + 1:2d}  got {g:.6f}  ref {r:.6f}  "
+              f"rel {rel:.3e}")
+    print(f"losses: {len(ref)} steps, worst relative error {worst:.3e}: {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -158,9 +179,15 @@ def main():
     l.add_argument("log")
     l.add_argument("--tol", type=float, default=1e-4)
     l.add_argument("--steps", type=int, default=None)
+    o = sub.add_parser("logs")
+    o.add_argument("ref")
+    o.add_argument("got")
+    o.add_argument("--tol", type=float, default=1e-5)
     a = ap.parse_args()
     if a.cmd == "grads":
         ok = check_grads(a.ref, a.got, a.tol)
+    elif a.cmd == "logs":
+        ok = check_logs(a.ref, a.got, a.tol)
     else:
         ok = check_losses(a.ref, a.key, a.log, a.tol, a.steps)
     return 0 if ok else 1

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A parallel plan against one rank: compiles MODEL twice, once for one rank
+# with the global batch (-D B=GLOBAL_B) and once with the plan's flags for
+# the per-rank batch (-D B=LOCAL_B), trains both for STEPS AdamW steps on the
+# same synthetic global batch, and checks:
+#   - the losses agree to 1e-5 relative, the saved weights to 1e-4 per tensor
+#     (tools/parity_check.py);
+#   - on every rank the planned arena is what is resident, and the model-state
+#     bytes and the bytes sent per step are what the planner predicts.
+#
+#   tests/mpi.sh MTC MODEL OUT RANKS GLOBAL_B LOCAL_B "PLAN FLAGS" [MTC ARGS...]
+set -euo pipefail
+mtc=$1 model=$2 out=$3 ranks=$4 global_b=$5 local_b=$6 plan=$7
+shift 7
+here=$(cd "$(dirname "$0")" && pwd)
+check="/usr/bin/python3 $here/../tools/parity_check.py"
+steps=${MPI_STEPS:-10}
+# AdamW with eps 1e-6: a parameter whose gradient is zero in exact arithmetic
+# (a key bias: softmax ignores it) is moved by roundoff alone, which AdamW's
+# default eps of 1e-8 normalizes into steps of up to lr, and no two summation
+# orders (1 rank, N ranks) agree on roundoff. Its gradients are below 1e-6;
+# every other gradient is far above, so the comparison still sees them all.
+adamw=(--optimizer adamw --eps 1e-6)
+rm -rf "$out"
+mkdir -p "$out"
+export OMP_NUM_THREADS=1
+
+build() { # DIR ARGS...
+  local dir=$1
+  shift
+  "$mtc" compile "$model" -o "$dir" "$@" > "$out/compile.log"
+  make -s -C "$dir" cpu > "$out/make.log" 2>&1 || { cat "$out/make.log"; exit 1; }
+}
+build "$out/one" "$@" -D B="$global_b"
+build "$out/plan" "$@" -D B="$local_b" $plan
+"$out/one/train" "${adamw[@]}" --steps "$steps" --save "$out/one.safetensors" > "$out/one.log"
+set +e
+"$here/mpirun.sh" "$ranks" "$out/plan/train" "${adamw[@]}" --steps "$steps" --save "$out/plan.safetensors" \
+  > "$out/plan.log" 2> "$out/plan.err"
+rc=$?
+set -e
+[ $rc -eq 77 ] && { cat "$out/plan.log"; exit 77; }
+if [ $rc -ne 0 ]; then
+  echo "FAIL: the run on $ranks ranks exited with $rc"
+  cat "$out/plan.log" "$out/plan.err"
+  exit 1
+fi
+grep -E "^(plan|step)" "$out/plan.log"
+ok=0
+$check logs "$out/one.log" "$out/plan.log" --tol 1e-5 | tail -1 || ok=1
+$check grads "$out/one.safetensors" "$out/plan.safetensors" --tol 1e-4 > "$out/weights.txt" || ok=1
+echo "weights: $(tail -1 "$out/weights.txt")"
+grep FAIL "$out/weights.txt" || true
+# per rank: "rank R: memory: planned arena A bytes ... arena resident A bytes"
+n=0
+while read -r line; do
+  n=$((n + 1))
+  echo "$line"
+  planned=$(sed -E 's/.*planned arena ([0-9]+) .*/\1/' <<< "$line")
+  resident=$(sed -E 's/.*arena resident ([0-9]+) .*/\1/' <<< "$line")
+  [ "$planned" = "$resident" ] || { echo "FAIL: planned arena $planned, resident $resident"; ok=1; }
+done < <(grep "memory: planned arena" "$out/plan.log")
+[ $n -eq "$ranks" ] || { echo "FAIL: $n memory lines for $ranks ranks"; ok=1; }
+n=0
+while read -r line; do
+  n=$((n + 1))
+  echo "$line"
+  if ! [[ $line =~ state:\ ([0-9]+)\ bytes\ \(planner:\ ([0-9]+)\).*sent\ ([0-9]+)\ bytes\ per\ step\ \(planner:\ ([0-9]+)\) ]]; then
+    echo "FAIL: cannot read '$line'"; ok=1; continue
+  fi
+  [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || { echo "FAIL: model state differs from the planner's"; ok=1; }
+  [ "${BASH_REMATCH[3]}" = "${BASH_REMATCH[4]}" ] || { echo "FAIL: bytes sent differ from the planner's"; ok=1; }
+done < <(grep "model state:" "$out/plan.log")
+[ $n -eq "$ranks" ] || { echo "FAIL: $n model-state lines for $ranks ranks"; ok=1; }
+[ $ok -eq 0 ] && echo "PASS: $plan on $ranks ranks equals one rank" || echo "FAIL: $plan on $ranks ranks"
+exit $ok
