@@ -157,13 +157,13 @@ static bool broadcasts_to(const IrValue *x, const IrValue *to) {
   return true;
 }
 
-static int axis_attr(IrNode *n, const char *name, int rank, int *axis, IrDiag *d) {
-  int64_t a = ir_attr_int(n, name, -1);
+static int axis_attr(IrNode *n, const char *name, int64_t dflt, int rank, int *axis, IrDiag *d) {
+  int64_t a = ir_attr_int(n, name, dflt);
   if (a < 0)
     a += rank;
   if (a < 0 || a >= rank)
     return ir_error(d, n->loc, "%s: %s=%lld is out of range for rank %d", ir_op_name(n->op), name,
-                    (long long)ir_attr_int(n, name, -1), rank);
+                    (long long)ir_attr_int(n, name, dflt), rank);
   *axis = (int)a;
   return 0;
 }
@@ -383,7 +383,7 @@ static int shape_transpose(IrGraph *g, IrNode *n, IrDiag *d) {
 static int shape_split(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *x = n->in[0];
   int axis;
-  if (need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", x->rank, &axis, d))
+  if (need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", -1, x->rank, &axis, d))
     return -1;
   const IrAttr *sizes = ir_attr(n, "sizes");
   if (!sizes || (sizes->kind != ATTR_INTS && sizes->kind != ATTR_SYMS) || sizes->n != n->nout)
@@ -407,7 +407,7 @@ static int shape_split(IrGraph *g, IrNode *n, IrDiag *d) {
 static int shape_concat(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *x = n->in[0];
   int axis;
-  if (n->nin < 1 || need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", x->rank, &axis, d))
+  if (n->nin < 1 || need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", -1, x->rank, &axis, d))
     return -1;
   const Sym *shape[IR_MAXRANK];
   memcpy(shape, x->shape, sizeof shape);
@@ -529,11 +529,12 @@ static int shape_nll_loss_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
 
 // slice(x) axis start step: `small` is x sliced along axis to the declared
 // length; `big` is x. start + (len-1)*step must lie in [0, dim) when known.
+// Without axis=, axis 0, as in the lowering (codegen/kcall.c) and ONNX Slice.
 static int check_slice(IrGraph *g, IrNode *n, const IrValue *big, const IrValue *small,
                        IrDiag *d) {
   int axis;
   if (need_declared(n, d) || need_rank(g, n, 0, 1, d) ||
-      axis_attr(n, "axis", big->rank, &axis, d))
+      axis_attr(n, "axis", 0, big->rank, &axis, d))
     return -1;
   bool ok = small->rank == big->rank;
   for (int i = 0; ok && i < big->rank; i++)
