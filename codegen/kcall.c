@@ -93,8 +93,8 @@ typedef void LowerFn(Lower *L, const IrNode *n);
 static void lower_matmul(Lower *L, const IrNode *n) {
   IrArena *ar = &L->g->arena;
   const IrValue *a = n->in[0], *b = n->in[1], *o = n->out[0];
-  int ta = (int)ir_attr_int(n, "ta", 0), tb = (int)ir_attr_int(n, "tb", 0);
-  bool sum = ir_attr_int(n, "sum_batch", 0);
+  int ta = (int)ir_attr_i(n, "ta"), tb = (int)ir_attr_i(n, "tb");
+  bool sum = ir_attr_i(n, "sum_batch");
   const Sym *m = a->shape[a->rank - (ta ? 1 : 2)], *k = a->shape[a->rank - (ta ? 2 : 1)];
   const Sym *nn = b->shape[b->rank - (tb ? 2 : 1)];
   const IrValue *big = a->rank > 2 ? a : b;
@@ -142,7 +142,7 @@ static void lower_div(Lower *L, const IrNode *n) { binary(L, n, "RT_DIV", 3); }
 static void lower_scale(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_scale);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  flt(c, ir_attr_float(n, "s", 1.0)), flt(c, ir_attr_float(n, "b", 0.0));
+  flt(c, ir_attr_f(n, "s")), flt(c, ir_attr_f(n, "b"));
 }
 
 // out, in..., numel
@@ -162,7 +162,7 @@ static void lower_layernorm(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_layernorm_fwd);
   const IrValue *x = n->in[0];
   buf(c, n->out[0]), buf(c, x), buf(c, n->in[1]), buf(c, n->in[2]);
-  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_float(n, "eps", 1e-5));
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
 }
 
 static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
@@ -170,7 +170,7 @@ static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
   const IrValue *x = n->in[1];
   buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->out[2]);
   buf(c, n->in[0]), buf(c, x), buf(c, n->in[2]);
-  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_float(n, "eps", 1e-5));
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
 }
 
 // Row-wise ops over the last dim: k(out, in..., rows, last).
@@ -187,7 +187,7 @@ static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_so
 // q, k, v: [..., T, HS]; the leading dims are batch x heads.
 static void attention_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
   num(c, dims(L, q, 0, q->rank - 2)), num(c, q->shape[q->rank - 2]), num(c, last(q));
-  numk(L, c, ir_attr_int(n, "causal", 1));
+  numk(L, c, ir_attr_i(n, "causal"));
 }
 
 static void lower_attention(Lower *L, const IrNode *n) {
@@ -243,7 +243,8 @@ static void lower_reshape(Lower *L, const IrNode *n) {
 // out[i0..] = x[perm]: read x with its strides permuted.
 static void lower_transpose(Lower *L, const IrNode *n) {
   const IrValue *x = n->in[0], *o = n->out[0];
-  const IrAttr *perm = ir_attr(n, "perm");
+  int np;
+  const int64_t *perm = ir_attr_ints(n, "perm", &np);
   const Sym *xs[IR_MAXRANK], *st[IR_MAXRANK];
   const Sym *s = sym_const(&L->g->arena, 1);
   for (int i = x->rank - 1; i >= 0; i--) {
@@ -251,7 +252,7 @@ static void lower_transpose(Lower *L, const IrNode *n) {
     s = sym_mul(&L->g->arena, s, x->shape[i]);
   }
   for (int i = 0; i < o->rank; i++)
-    st[i] = xs[perm->ints[i]];
+    st[i] = xs[perm[i]];
   CgCall *c = call(L, CG_K_strided_copy);
   buf(c, o), buf(c, x), numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, st);
 }
@@ -260,7 +261,7 @@ static void lower_transpose(Lower *L, const IrNode *n) {
 static void parts(Lower *L, const IrNode *n, const IrValue *whole, IrValue *const *part, int np,
                   CgKernel k) {
   IrArena *ar = &L->g->arena;
-  int64_t a = ir_attr_int(n, "axis", -1);
+  int64_t a = ir_attr_i(n, "axis");
   int axis = (int)(a < 0 ? a + whole->rank : a);
   const Sym *outer = dims(L, whole, 0, axis), *inner = dims(L, whole, axis + 1, whole->rank);
   const Sym *wide = sym_mul(ar, whole->shape[axis], inner), *off = sym_const(ar, 0);
@@ -306,13 +307,14 @@ static void lower_sum_to(Lower *L, const IrNode *n) { reduce(L, n, n->out[0], 1.
 static void sum_or_mean(Lower *L, const IrNode *n, bool mean) {
   IrArena *ar = &L->g->arena;
   const IrValue *x = n->in[0];
-  const IrAttr *axes = ir_attr(n, "axes");
+  int naxes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &naxes); // NULL: every dim
   IrValue small = {.rank = x->rank};
   const Sym *count = sym_const(ar, 1);
   for (int i = 0; i < x->rank; i++) {
     bool r = !axes;
-    for (int k = 0; axes && k < axes->n; k++)
-      r |= (axes->ints[k] < 0 ? axes->ints[k] + x->rank : axes->ints[k]) == i;
+    for (int k = 0; k < naxes; k++)
+      r |= (axes[k] < 0 ? axes[k] + x->rank : axes[k]) == i;
     small.shape[i] = r ? sym_const(ar, 1) : x->shape[i];
     if (r)
       count = sym_mul(ar, count, x->shape[i]);
@@ -324,24 +326,24 @@ static void lower_mean(Lower *L, const IrNode *n) { sum_or_mean(L, n, true); }
 
 static void lower_fill(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_fill);
-  buf(c, n->out[0]), num(c, numel(L, n->out[0])), flt(c, ir_attr_float(n, "value", 0.0));
+  buf(c, n->out[0]), num(c, numel(L, n->out[0])), flt(c, ir_attr_f(n, "value"));
 }
 
 // ---- lowering of the ops for ONNX models
 
-// rt_unary(op, y, x, n, p)
-static void unary(Lower *L, const IrNode *n, const char *opname, int op) {
+// rt_unary(op, y, x, n, p): p is pow's exponent (1 for the other ops)
+static void unary(Lower *L, const IrNode *n, const char *opname, int op, double p) {
   CgCall *c = call(L, CG_K_unary);
   enm(L, c, opname, op);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  flt(c, ir_attr_float(n, "p", 1.0));
+  flt(c, p);
 }
-static void lower_exp(Lower *L, const IrNode *n) { unary(L, n, "RT_EXP", 0); }
-static void lower_log(Lower *L, const IrNode *n) { unary(L, n, "RT_LOG", 1); }
-static void lower_sqrt(Lower *L, const IrNode *n) { unary(L, n, "RT_SQRT", 2); }
-static void lower_tanh(Lower *L, const IrNode *n) { unary(L, n, "RT_TANH", 3); }
-static void lower_erf(Lower *L, const IrNode *n) { unary(L, n, "RT_ERF", 4); }
-static void lower_pow(Lower *L, const IrNode *n) { unary(L, n, "RT_POW", 5); }
+static void lower_exp(Lower *L, const IrNode *n) { unary(L, n, "RT_EXP", 0, 1.0); }
+static void lower_log(Lower *L, const IrNode *n) { unary(L, n, "RT_LOG", 1, 1.0); }
+static void lower_sqrt(Lower *L, const IrNode *n) { unary(L, n, "RT_SQRT", 2, 1.0); }
+static void lower_tanh(Lower *L, const IrNode *n) { unary(L, n, "RT_TANH", 3, 1.0); }
+static void lower_erf(Lower *L, const IrNode *n) { unary(L, n, "RT_ERF", 4, 1.0); }
+static void lower_pow(Lower *L, const IrNode *n) { unary(L, n, "RT_POW", 5, ir_attr_f(n, "p")); }
 static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_erf_fwd); }
 static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
   elementwise(L, n, CG_K_gelu_erf_bwd);
@@ -355,15 +357,15 @@ static void lower_masked_fill(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_masked_fill);
   buf(c, o), buf(c, n->in[0]), buf(c, n->in[1]);
   numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, ms);
-  flt(c, ir_attr_float(n, "value", 0.0));
+  flt(c, ir_attr_f(n, "value"));
 }
 
 // rt_dropout(out, x, step, n, ratio, seed, key)
 static void lower_dropout(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_dropout);
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, n->in[0]));
-  flt(c, ir_attr_float(n, "ratio", 0.5));
-  numk(L, c, ir_attr_int(n, "seed", 0)), numk(L, c, ir_attr_int(n, "key", 0));
+  flt(c, ir_attr_f(n, "ratio"));
+  numk(L, c, ir_attr_i(n, "seed")), numk(L, c, ir_attr_i(n, "key"));
 }
 
 static void lower_tick(Lower *L, const IrNode *n) { buf(call(L, CG_K_tick), n->in[0]); }
@@ -376,7 +378,7 @@ static void lower_log_softmax_bwd(Lower *L, const IrNode *n) {
 // ... rows, classes, sum, ignore_index
 static void nll_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *logp) {
   num(c, rows(L, logp)), num(c, last(logp));
-  numk(L, c, ir_attr_int(n, "sum", 0)), numk(L, c, ir_attr_int(n, "ignore_index", -100));
+  numk(L, c, ir_attr_i(n, "sum")), numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 static void lower_nll_loss(Lower *L, const IrNode *n) {
@@ -395,12 +397,12 @@ static void lower_nll_loss_bwd(Lower *L, const IrNode *n) {
 // tensor sliced, `small` the slice.
 static void slice_axis(Lower *L, const IrNode *n, CgKernel k, const IrValue *big,
                        const IrValue *small) {
-  int64_t a = ir_attr_int(n, "axis", 0);
+  int64_t a = ir_attr_i(n, "axis");
   int axis = (int)(a < 0 ? a + big->rank : a);
   CgCall *c = call(L, k);
   buf(c, n->out[0]), buf(c, n->in[0]);
   num(c, dims(L, big, 0, axis)), num(c, big->shape[axis]), num(c, dims(L, big, axis + 1, big->rank));
-  numk(L, c, ir_attr_int(n, "start", 0)), numk(L, c, ir_attr_int(n, "step", 1));
+  numk(L, c, ir_attr_i(n, "start")), numk(L, c, ir_attr_i(n, "step"));
   num(c, small->shape[axis]);
 }
 static void lower_slice(Lower *L, const IrNode *n) {
@@ -451,33 +453,33 @@ void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
 // ---- distribution ----
 
 static void axis(Lower *L, CgCall *c, const IrNode *n) {
-  int64_t a = ir_attr_int(n, "axis", 0);
+  int64_t a = ir_attr_i(n, "axis");
   enm(L, c, a ? "RT_AXIS_TP" : "RT_AXIS_DP", a);
 }
 
 static void lower_all_reduce(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_comm_all_reduce);
   axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  numk(L, c, ir_attr_int(n, "avg", 0)), numk(L, c, ir_attr_int(n, "slot", 0));
-  numk(L, c, ir_attr_int(n, "last_micro", 0));
+  numk(L, c, ir_attr_i(n, "avg")), numk(L, c, ir_attr_i(n, "slot"));
+  numk(L, c, ir_attr_i(n, "last_micro"));
 }
 
 static void lower_reduce_scatter(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_comm_reduce_scatter);
   axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  numk(L, c, ir_attr_int(n, "avg", 0)), numk(L, c, ir_attr_int(n, "slot", 0));
-  numk(L, c, ir_attr_int(n, "last_micro", 0));
+  numk(L, c, ir_attr_i(n, "avg")), numk(L, c, ir_attr_i(n, "slot"));
+  numk(L, c, ir_attr_i(n, "last_micro"));
 }
 
 static void lower_all_gather(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_comm_all_gather);
   axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  numk(L, c, ir_attr_int(n, "slot", 0));
+  numk(L, c, ir_attr_i(n, "slot"));
 }
 
 static void lower_comm_wait(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_comm_wait);
-  numk(L, c, ir_attr_int(n, "slot", 0)), numk(L, c, ir_attr_int(n, "last_micro", 0));
+  numk(L, c, ir_attr_i(n, "slot")), numk(L, c, ir_attr_i(n, "last_micro"));
 }
 
 static void lower_unshard(Lower *L, const IrNode *n) {
@@ -489,25 +491,29 @@ static void lower_accumulate(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_accumulate);
   const Sym *part = numel(L, n->in[0]);
   buf(c, n->in[0]), part_buf(L, c, n->in[1], part), num(c, part);
-  flt(c, ir_attr_float(n, "scale", 1.0));
+  flt(c, ir_attr_f(n, "scale"));
+}
+
+// A hyper-parameter of the update node `opt` (NULL: none), or AdamW's
+// default (ir/attrs.def) where it has none (SGD has no betas or eps).
+static float hparam_value(const IrNode *opt, const char *name) {
+  if (opt && ir_op_attr(opt->op, name))
+    return (float)ir_attr_f(opt, name);
+  return (float)ir_op_attr(OP_ADAMW, name)->dflt;
 }
 
 rt_hparams cg_default_hparams(const IrGraph *g) {
-  rt_hparams h = {.optimizer = RT_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
-                  .eps = 1e-8f, .weight_decay = 0.0f, .step = 1};
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = g->nodes[i];
-    if (n->op != OP_ADAMW && n->op != OP_SGD)
-      continue;
-    h.optimizer = n->op == OP_SGD ? RT_OPT_SGD : RT_OPT_ADAMW;
-    h.beta1 = (float)ir_attr_float(n, "beta1", h.beta1);
-    h.beta2 = (float)ir_attr_float(n, "beta2", h.beta2);
-    h.eps = (float)ir_attr_float(n, "eps", h.eps);
-    h.weight_decay = (float)ir_attr_float(n, "weight_decay", h.weight_decay);
-    h.lr = (float)ir_attr_float(n, "lr", h.lr);
-    break;
-  }
-  return h;
+  const IrNode *opt = NULL;
+  for (int i = 0; i < g->nnodes && !opt; i++)
+    if (g->nodes[i]->op == OP_ADAMW || g->nodes[i]->op == OP_SGD)
+      opt = g->nodes[i];
+  return (rt_hparams){.optimizer = opt && opt->op == OP_SGD ? RT_OPT_SGD : RT_OPT_ADAMW,
+                      .lr = hparam_value(opt, "lr"),
+                      .beta1 = hparam_value(opt, "beta1"),
+                      .beta2 = hparam_value(opt, "beta2"),
+                      .eps = hparam_value(opt, "eps"),
+                      .weight_decay = hparam_value(opt, "weight_decay"),
+                      .step = 1};
 }
 
 static LowerFn *const lower_fns[] = {

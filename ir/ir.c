@@ -247,6 +247,47 @@ void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase ph
 
 // ---- attributes -----------------------------------------------------------------
 
+enum { IS_OPTIONAL, IS_REQUIRED };
+
+static const IrAttrDecl attr_decls[] = {
+#define ATTR(E, name, kind, req, dflt) {OP_##E, #name, ATTR_##kind, IS_##req, dflt},
+#include "attrs.def"
+};
+
+const IrAttrDecl *ir_op_attr(IrOp op, const char *name) {
+  for (size_t i = 0; i < sizeof attr_decls / sizeof attr_decls[0]; i++)
+    if (attr_decls[i].op == op && strcmp(attr_decls[i].name, name) == 0)
+      return &attr_decls[i];
+  return NULL;
+}
+
+const IrAttrDecl *ir_op_attr_at(IrOp op, int i) {
+  for (size_t k = 0; k < sizeof attr_decls / sizeof attr_decls[0]; k++)
+    if (attr_decls[k].op == op && i-- == 0)
+      return &attr_decls[k];
+  return NULL;
+}
+
+const char *ir_op_attr_list(IrOp op, char *buf, size_t size) {
+  const char *head = ir_op_attr_at(op, 0) ? "its attributes:" : "it has none";
+  size_t len = (size_t)snprintf(buf, size, "%s", head);
+  const IrAttrDecl *a;
+  for (int i = 0; (a = ir_op_attr_at(op, i)) && len < size; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s %s", i ? "," : "", a->name);
+  return buf;
+}
+
+const char *ir_attr_kind_name(IrAttrKind kind) {
+  switch (kind) {
+  case ATTR_INT: return "an integer";
+  case ATTR_FLOAT: return "a float";
+  case ATTR_INTS: return "a list of integers";
+  case ATTR_SYMS: return "a list of formulas";
+  case ATTR_STR: return "a string";
+  }
+  return "?";
+}
+
 static IrAttr *attr_slot(IrGraph *g, IrNode *n, const char *name) {
   for (int i = 0; i < n->nattr; i++)
     if (strcmp(n->attr[i].name, name) == 0)
@@ -286,27 +327,6 @@ void ir_set_str(IrGraph *g, IrNode *n, const char *name, const char *s) {
   a->s = ir_strdup(&g->arena, s);
 }
 
-const IrAttr *ir_attr(const IrNode *n, const char *name) {
-  for (int i = 0; i < n->nattr; i++)
-    if (strcmp(n->attr[i].name, name) == 0)
-      return &n->attr[i];
-  return NULL;
-}
-
-int64_t ir_attr_int(const IrNode *n, const char *name, int64_t dflt) {
-  const IrAttr *a = ir_attr(n, name);
-  if (!a)
-    return dflt;
-  return a->kind == ATTR_FLOAT ? (int64_t)a->f : a->i;
-}
-
-double ir_attr_float(const IrNode *n, const char *name, double dflt) {
-  const IrAttr *a = ir_attr(n, name);
-  if (!a)
-    return dflt;
-  return a->kind == ATTR_INT ? (double)a->i : a->f;
-}
-
 void ir_set_syms(IrGraph *g, IrNode *n, const char *name, const Sym *const *v, int count) {
   IrAttr *a = attr_slot(g, n, name);
   a->kind = ATTR_SYMS;
@@ -316,15 +336,55 @@ void ir_set_syms(IrGraph *g, IrNode *n, const char *name, const Sym *const *v, i
     a->syms[i] = v[i];
 }
 
-const Sym *ir_attr_sym(IrGraph *g, const IrNode *n, const char *name, int i) {
-  const IrAttr *a = ir_attr(n, name);
-  if (!a || i < 0 || i >= a->n)
-    return NULL;
-  if (a->kind == ATTR_SYMS)
-    return a->syms[i];
-  if (a->kind == ATTR_INTS)
-    return sym_const(&g->arena, a->ints[i]);
-  return NULL;
+// n's value of attribute `name` (NULL when not set) and, in *decl, the
+// attribute as n's op declares it. Reading a name the op does not declare, or
+// as another kind, is a bug in mtc: stop and say which.
+static const IrAttr *read_attr(const IrNode *n, const char *name, IrAttrKind kind,
+                               const IrAttrDecl **decl) {
+  *decl = ir_op_attr(n->op, name);
+  const IrAttr *a = NULL;
+  for (int i = 0; i < n->nattr && !a; i++)
+    if (strcmp(n->attr[i].name, name) == 0)
+      a = &n->attr[i];
+  char why[128] = "";
+  if (!*decl)
+    snprintf(why, sizeof why, "ir/attrs.def does not declare it");
+  else if ((*decl)->kind != kind)
+    snprintf(why, sizeof why, "ir/attrs.def declares %s", ir_attr_kind_name((*decl)->kind));
+  else if (a && a->kind != kind)
+    snprintf(why, sizeof why, "the node holds %s", ir_attr_kind_name(a->kind));
+  if (why[0]) {
+    fprintf(stderr, "mtc: internal error: attribute '%s' of %s read as %s, but %s\n", name,
+            ir_op_name(n->op), ir_attr_kind_name(kind), why);
+    ir_assert_fail("an attribute read as ir/attrs.def declares it", __FILE__, __LINE__);
+  }
+  return a;
+}
+
+int64_t ir_attr_i(const IrNode *n, const char *name) {
+  const IrAttrDecl *decl;
+  const IrAttr *a = read_attr(n, name, ATTR_INT, &decl);
+  return a ? a->i : (int64_t)decl->dflt;
+}
+
+double ir_attr_f(const IrNode *n, const char *name) {
+  const IrAttrDecl *decl;
+  const IrAttr *a = read_attr(n, name, ATTR_FLOAT, &decl);
+  return a ? a->f : decl->dflt;
+}
+
+const int64_t *ir_attr_ints(const IrNode *n, const char *name, int *count) {
+  const IrAttrDecl *decl;
+  const IrAttr *a = read_attr(n, name, ATTR_INTS, &decl);
+  *count = a ? a->n : 0;
+  return a ? a->ints : NULL;
+}
+
+const Sym *const *ir_attr_syms(const IrNode *n, const char *name, int *count) {
+  const IrAttrDecl *decl;
+  const IrAttr *a = read_attr(n, name, ATTR_SYMS, &decl);
+  *count = a ? a->n : 0;
+  return a ? a->syms : NULL;
 }
 
 void ir_value_rename(IrGraph *g, IrValue *v, const char *name) {

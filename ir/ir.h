@@ -113,6 +113,21 @@ typedef struct IrAttr {
   const char *s;
 } IrAttr;
 
+// An attribute an op takes, as ir/attrs.def declares it.
+typedef struct IrAttrDecl {
+  IrOp op;
+  const char *name;
+  IrAttrKind kind;
+  bool required;
+  double dflt;              // INT, FLOAT: the value of an attribute a node does not set
+} IrAttrDecl;
+
+const IrAttrDecl *ir_op_attr(IrOp op, const char *name); // NULL when op does not declare it
+const IrAttrDecl *ir_op_attr_at(IrOp op, int i);         // op's i-th; NULL after the last
+// For messages, into buf: "its attributes: axis, start, step" or "it has none".
+const char *ir_op_attr_list(IrOp op, char *buf, size_t size);
+const char *ir_attr_kind_name(IrAttrKind kind);          // "an integer", "a list of formulas" ...
+
 typedef enum IrPhase { PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE } IrPhase;
 
 struct IrNode {
@@ -207,15 +222,20 @@ void ir_set_float(IrGraph *g, IrNode *n, const char *name, double v);
 void ir_set_ints(IrGraph *g, IrNode *n, const char *name, const int64_t *v, int count);
 void ir_set_syms(IrGraph *g, IrNode *n, const char *name, const Sym *const *v, int count);
 void ir_set_str(IrGraph *g, IrNode *n, const char *name, const char *s);
-const IrAttr *ir_attr(const IrNode *n, const char *name);      // NULL when absent
-int64_t ir_attr_int(const IrNode *n, const char *name, int64_t dflt);
-double ir_attr_float(const IrNode *n, const char *name, double dflt); // INT attrs convert
-// Element i of an INTS or SYMS attribute as a formula (NULL when absent).
-const Sym *ir_attr_sym(IrGraph *g, const IrNode *n, const char *name, int i);
+// Reading: the node's value, else the default ir/attrs.def declares. Reading a
+// name the op does not declare, or as another kind, is an internal error
+// that names the op and the attribute.
+int64_t ir_attr_i(const IrNode *n, const char *name);   // INT
+double ir_attr_f(const IrNode *n, const char *name);    // FLOAT
+// INTS / SYMS: the list, *count its length; NULL and 0 when the node does not
+// set it (lists have no default; the op's rule says what absent means).
+const int64_t *ir_attr_ints(const IrNode *n, const char *name, int *count);
+const Sym *const *ir_attr_syms(const IrNode *n, const char *name, int *count);
 
-// Run the op's shape rule: fills unknown output shapes and dtypes, checks known
-// ones. On a mismatch returns -1 with a message naming both shapes and the
-// node's location.
+// Check the node's arity and attributes (ir_verify_attrs), then run the op's
+// shape rule: fills unknown output shapes and dtypes, checks known ones. On a
+// mismatch returns -1 with a message naming both shapes and the node's
+// location.
 int ir_infer(IrGraph *g, IrNode *n, IrDiag *d);
 
 // The frontends mark the batch and sequence dims with this one rule: the
@@ -248,9 +268,14 @@ void ir_print_dot(FILE *f, const IrGraph *g);
 
 // ---- verifier (ir/verify.c) --------------------------------------------------
 
-// Structural checks: arity, defined-before-use, unique names, shape rules
-// agree with the stored shapes, one producer per value. `after` names the
-// pass that ran last, for the message ("... (after pass 'autodiff')").
+// Structural checks: arity, defined-before-use, unique names, attributes as
+// ir_verify_attrs, shape rules agree with the stored shapes, one producer per
+// value. `after` names the pass that ran last, for the message ("... (after
+// pass 'autodiff')").
 int ir_verify(IrGraph *g, const char *after, IrDiag *d);
+// n's attributes against its op's declarations (ir/attrs.def): each one is
+// declared and of the declared kind, and every required one is set. ir_infer
+// checks this first, so shape rules and lowering can rely on it.
+int ir_verify_attrs(const IrNode *n, IrDiag *d);
 
 #endif

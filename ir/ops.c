@@ -158,12 +158,12 @@ static bool broadcasts_to(const IrValue *x, const IrValue *to) {
 }
 
 static int axis_attr(IrNode *n, const char *name, int rank, int *axis, IrDiag *d) {
-  int64_t a = ir_attr_int(n, name, -1);
+  int64_t a = ir_attr_i(n, name);
   if (a < 0)
     a += rank;
   if (a < 0 || a >= rank)
     return ir_error(d, n->loc, "%s: %s=%lld is out of range for rank %d", ir_op_name(n->op), name,
-                    (long long)ir_attr_int(n, name, -1), rank);
+                    (long long)ir_attr_i(n, name), rank);
   *axis = (int)a;
   return 0;
 }
@@ -178,7 +178,7 @@ static int shape_matmul(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_rank(g, n, 0, 2, d) || need_rank(g, n, 1, 2, d) || need_dtype(n, 0, DT_F32, d) ||
       need_dtype(n, 1, DT_F32, d))
     return -1;
-  bool ta = ir_attr_int(n, "ta", 0), tb = ir_attr_int(n, "tb", 0);
+  bool ta = ir_attr_i(n, "ta"), tb = ir_attr_i(n, "tb");
   const Sym *m = a->shape[a->rank - (ta ? 1 : 2)], *ka = a->shape[a->rank - (ta ? 2 : 1)];
   const Sym *kb = b->shape[b->rank - (tb ? 1 : 2)], *nn = b->shape[b->rank - (tb ? 2 : 1)];
   if (!sym_eq(ka, kb))
@@ -198,7 +198,7 @@ static int shape_matmul(IrGraph *g, IrNode *n, IrDiag *d) {
   }
   const Sym *shape[IR_MAXRANK];
   int r = 0;
-  if (!ir_attr_int(n, "sum_batch", 0))
+  if (!ir_attr_i(n, "sum_batch"))
     for (; r < batch->rank - 2; r++)
       shape[r] = batch->shape[r];
   shape[r++] = m;
@@ -363,14 +363,15 @@ static int shape_reshape(IrGraph *g, IrNode *n, IrDiag *d) {
 
 static int shape_transpose(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *x = n->in[0];
-  const IrAttr *perm = ir_attr(n, "perm");
-  if (!perm || perm->kind != ATTR_INTS || perm->n != x->rank)
+  int np;
+  const int64_t *perm = ir_attr_ints(n, "perm", &np);
+  if (np != x->rank)
     return ir_error(d, n->loc, "transpose: perm must list each of the %d dims of %s once",
                     x->rank, ir_shape_str(g, x));
   const Sym *shape[IR_MAXRANK];
   bool seen[IR_MAXRANK] = {0};
   for (int i = 0; i < x->rank; i++) {
-    int64_t p = perm->ints[i];
+    int64_t p = perm[i];
     if (p < 0 || p >= x->rank || seen[p])
       return ir_error(d, n->loc, "transpose: perm must list each of the %d dims of %s once",
                       x->rank, ir_shape_str(g, x));
@@ -385,14 +386,15 @@ static int shape_split(IrGraph *g, IrNode *n, IrDiag *d) {
   int axis;
   if (need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", x->rank, &axis, d))
     return -1;
-  const IrAttr *sizes = ir_attr(n, "sizes");
-  if (!sizes || (sizes->kind != ATTR_INTS && sizes->kind != ATTR_SYMS) || sizes->n != n->nout)
+  int nsizes;
+  const Sym *const *sizes = ir_attr_syms(n, "sizes", &nsizes);
+  if (nsizes != n->nout)
     return ir_error(d, n->loc, "split: sizes must list one size per output (%d)", n->nout);
   const Sym *total = sym_const(&g->arena, 0);
   for (int i = 0; i < n->nout; i++) {
     const Sym *shape[IR_MAXRANK];
     memcpy(shape, x->shape, sizeof shape);
-    shape[axis] = ir_attr_sym(g, n, "sizes", i);
+    shape[axis] = sizes[i];
     total = sym_add(&g->arena, total, shape[axis]);
     if (set_out(g, n, i, x->dtype, x->rank, shape, d))
       return -1;
@@ -448,19 +450,18 @@ static int shape_reduce(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_dtype(n, 0, DT_F32, d))
     return -1;
   bool reduce[IR_MAXRANK] = {0};
-  const IrAttr *axes = ir_attr(n, "axes");
-  if (axes && axes->kind != ATTR_INTS)
-    return ir_error(d, n->loc, "%s: axes must be a list of integers", ir_op_name(n->op));
+  int naxes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &naxes); // NULL: every dim
   for (int i = 0; i < x->rank; i++)
     reduce[i] = !axes;
-  for (int i = 0; axes && i < axes->n; i++) {
-    int64_t a = axes->ints[i] < 0 ? axes->ints[i] + x->rank : axes->ints[i];
+  for (int i = 0; i < naxes; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + x->rank : axes[i];
     if (a < 0 || a >= x->rank)
       return ir_error(d, n->loc, "%s: axis %lld is out of range for %s", ir_op_name(n->op),
-                      (long long)axes->ints[i], ir_shape_str(g, x));
+                      (long long)axes[i], ir_shape_str(g, x));
     reduce[a] = true;
   }
-  bool keep = ir_attr_int(n, "keepdims", 0);
+  bool keep = ir_attr_i(n, "keepdims");
   const Sym *shape[IR_MAXRANK];
   int r = 0;
   for (int i = 0; i < x->rank; i++)
@@ -514,7 +515,7 @@ static int need_step(IrGraph *g, IrNode *n, int i, IrDiag *d) {
 static int shape_dropout(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_dtype(n, 0, DT_F32, d) || need_step(g, n, 1, d))
     return -1;
-  double r = ir_attr_float(n, "ratio", 0.5);
+  double r = ir_attr_f(n, "ratio");
   if (!(r >= 0 && r < 1))
     return ir_error(d, n->loc, "dropout: ratio %g must be in [0, 1)", r);
   return same_as(g, n, 0, n->in[0], d);
@@ -542,7 +543,7 @@ static int check_slice(IrGraph *g, IrNode *n, const IrValue *big, const IrValue 
     return ir_error(d, n->loc, "%s: %s and %s may differ only along axis %d", ir_op_name(n->op),
                     ir_shape_str(g, big), ir_shape_str(g, small), axis);
   n->out[0]->dtype = n->in[0]->dtype;
-  int64_t start = ir_attr_int(n, "start", 0), step = ir_attr_int(n, "step", 1), dim, len;
+  int64_t start = ir_attr_i(n, "start"), step = ir_attr_i(n, "step"), dim, len;
   if (step < 1 || start < 0)
     return ir_error(d, n->loc, "%s: start %lld and step %lld must be >= 0 and >= 1",
                     ir_op_name(n->op), (long long)start, (long long)step);
@@ -564,7 +565,7 @@ static int shape_slice_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
 // Input i of a sharded update or accumulation holds `part` elements, or a
 // whole bucket of shards x part (this rank's part of it is used).
 static int need_part(IrGraph *g, IrNode *n, int i, const Sym *part, IrDiag *d) {
-  int64_t shards = ir_attr_int(n, "shards", 1);
+  int64_t shards = ir_attr_i(n, "shards");
   const Sym *have = ir_numel(g, n->in[i]);
   if (n->in[i]->dtype == DT_F32 &&
       (sym_eq(have, part) || sym_eq(have, sym_scale(&g->arena, part, shards, 1))))
@@ -577,7 +578,7 @@ static int need_part(IrGraph *g, IrNode *n, int i, const Sym *part, IrDiag *d) {
 // (p, g, m, v): one tensor each, or (shards > 1, ZeRO) flat buckets: m and v
 // this rank's part, p and g that part or the whole bucket.
 static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (ir_attr_int(n, "shards", 1) == 1) {
+  if (ir_attr_i(n, "shards") == 1) {
     for (int i = 1; i < 4; i++)
       if (need_same(g, n, 0, i, d))
         return -1;
@@ -588,7 +589,7 @@ static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
 }
 
 static int shape_sgd(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (ir_attr_int(n, "shards", 1) == 1)
+  if (ir_attr_i(n, "shards") == 1)
     return need_same(g, n, 0, 1, d);
   // sharded (ZeRO 2, 3): g is this rank's part, p that part or the whole bucket
   return need_part(g, n, 0, ir_numel(g, n->in[1]), d);
@@ -611,7 +612,7 @@ static int shape_comm_wait(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(
 static int shape_unshard(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_flat(g, n, 0, d))
     return -1;
-  const Sym *whole = sym_scale(&g->arena, n->in[0]->shape[0], ir_attr_int(n, "shards", 1), 1);
+  const Sym *whole = sym_scale(&g->arena, n->in[0]->shape[0], ir_attr_i(n, "shards"), 1);
   return set_out(g, n, 0, DT_F32, 1, &whole, d);
 }
 
@@ -630,6 +631,8 @@ int ir_infer(IrGraph *g, IrNode *n, IrDiag *d) {
   if ((nin >= 0 && n->nin != nin) || (nout >= 0 && n->nout != nout))
     return ir_error(d, n->loc, "%s takes %d inputs and gives %d outputs, not %d and %d",
                     ir_op_name(n->op), nin, nout, n->nin, n->nout);
+  if (ir_verify_attrs(n, d))
+    return -1;
   for (int i = 0; i < n->nin; i++)
     if (n->in[i]->rank < 0)
       return ir_error(d, n->loc, "%s: input '%s' has no shape yet", ir_op_name(n->op),
@@ -647,10 +650,10 @@ static const Sym *numel_times(IrGraph *g, const IrValue *v, int64_t k) {
 
 static const Sym *flops_matmul(IrGraph *g, const IrNode *n) {
   const IrValue *a = n->in[0];
-  bool ta = ir_attr_int(n, "ta", 0);
+  bool ta = ir_attr_i(n, "ta");
   const Sym *k = a->shape[a->rank - (ta ? 2 : 1)];
   const Sym *batch_mn = ir_numel(g, n->out[0]);
-  if (ir_attr_int(n, "sum_batch", 0)) { // the batch is summed away: count it from the input
+  if (ir_attr_i(n, "sum_batch")) { // the batch is summed away: count it from the input
     const IrValue *big = a->rank > 2 ? a : n->in[1];
     for (int i = 0; i < big->rank - 2; i++)
       batch_mn = sym_mul(&g->arena, batch_mn, big->shape[i]);
@@ -683,7 +686,7 @@ static const Sym *flops_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_
 static const Sym *attention_flops(IrGraph *g, const IrNode *n, const IrValue *q, int64_t gemms) {
   const Sym *t = q->shape[q->rank - 2];
   const Sym *f = sym_mul(&g->arena, ir_numel(g, q), t);
-  bool causal = ir_attr_int(n, "causal", 1);
+  bool causal = ir_attr_i(n, "causal");
   return sym_scale(&g->arena, f, 2 * gemms, causal ? 2 : 1);
 }
 static const Sym *flops_attention(IrGraph *g, const IrNode *n) {

@@ -9,12 +9,14 @@
 //   value   = "%" (NAME | STRING)
 //   type    = ("f32" | "i32") "[" (formula ("," formula)*)? "]"
 //   attr    = NAME "=" (INT | FLOAT | STRING | "[" (formula ("," formula)*)? "]")
+//             (a name the op declares in ir/attrs.def, a value of its kind)
 //   loc     = "@" STRING (":" INT ":" INT)?
 #include "ir.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,10 +29,15 @@ typedef struct Parser {
   IrDiag *d;
 } Parser;
 
-static int fail(Parser *ps, const char *fmt, const char *what) {
+// An error at the cursor.
+static int fail(Parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Parser *ps, const char *fmt, ...) {
   IrLoc loc = {ps->file, ps->lineno, (int)(ps->p - ps->line) + 1};
-  char msg[256];
-  snprintf(msg, sizeof msg, fmt, what);
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   return ir_error(ps->d, loc, "%s", msg);
 }
 
@@ -114,7 +121,7 @@ static int integer(Parser *ps, int64_t *out) {
   errno = 0;
   long long v = strtoll(ps->p, &end, 10);
   if (end == ps->p || errno)
-    return fail(ps, "expected an integer%s", "");
+    return fail(ps, "expected an integer");
   ps->p = end;
   *out = v;
   return 0;
@@ -154,7 +161,7 @@ static const Sym *formula(Parser *ps) {
   const Sym *s = sym_parse(&ps->g->arena, &ps->g->syms, ps->p, &end);
   if (!s) {
     ps->p = end;
-    fail(ps, "bad formula%s", "");
+    fail(ps, "bad formula");
     return NULL;
   }
   ps->p = end;
@@ -165,7 +172,7 @@ static const Sym *formula(Parser *ps) {
 static int type(Parser *ps, IrValue *v) {
   const char *w = word(ps);
   if (!w || (strcmp(w, "f32") && strcmp(w, "i32")))
-    return fail(ps, "expected a type (f32[...] or i32[...])%s", "");
+    return fail(ps, "expected a type (f32[...] or i32[...])");
   v->dtype = strcmp(w, "i32") ? DT_F32 : DT_I32;
   if (expect(ps, '['))
     return -1;
@@ -174,7 +181,7 @@ static int type(Parser *ps, IrValue *v) {
   if (!eat(ps, ']')) {
     do {
       if (rank == IR_MAXRANK)
-        return fail(ps, "more than %s dims", "8");
+        return fail(ps, "more than %d dims", IR_MAXRANK);
       if (!(shape[rank++] = formula(ps)))
         return -1;
     } while (eat(ps, ','));
@@ -203,7 +210,7 @@ static int loc(Parser *ps, IrLoc *l) {
     return 0;
   const char *f = string(ps);
   if (!f)
-    return fail(ps, "expected a quoted location%s", "");
+    return fail(ps, "expected a quoted location");
   l->file = f;
   l->line = l->col = 0;
   if (eat(ps, ':')) {
@@ -260,51 +267,77 @@ static int declaration(Parser *ps, IrRole role) {
   return loc(ps, &v->loc);
 }
 
+// One attribute of n: its name must be one n's op declares (ir/attrs.def)
+// and its value of the declared kind. An integer reads as a float where a
+// float is declared (eps=0), and a list of integers as formulas where
+// formulas are (sizes=[2,4]).
 static int attribute(Parser *ps, IrNode *n) {
+  skip_space(ps);
+  const char *at = ps->p;
   const char *name = word(ps);
   if (!name)
-    return fail(ps, "expected an attribute%s", "");
+    return fail(ps, "expected an attribute");
+  const IrAttrDecl *decl = ir_op_attr(n->op, name);
+  if (!decl) {
+    char list[256];
+    ps->p = at;
+    return fail(ps, "%s has no attribute '%s' (%s)", ir_op_name(n->op), name,
+                ir_op_attr_list(n->op, list, sizeof list));
+  }
   if (expect(ps, '='))
     return -1;
   skip_space(ps);
+  const char *value = ps->p;
+  IrAttrKind kind;
+  const char *s = NULL;
+  const Sym *items[64];
+  int count = 0;
+  double x = 0;
   if (*ps->p == '"') {
-    const char *s = string(ps);
-    if (!s)
-      return fail(ps, "unterminated string%s", "");
-    ir_set_str(ps->g, n, name, s);
+    if (!(s = string(ps)))
+      return fail(ps, "unterminated string");
+    kind = ATTR_STR;
   } else if (*ps->p == '[') {
     ps->p++;
-    const Sym *items[64];
-    int count = 0;
-    bool all_int = true;
+    kind = ATTR_INTS;
     if (!eat(ps, ']')) {
       do {
         if (count == 64)
-          return fail(ps, "too many list items%s", "");
+          return fail(ps, "too many list items");
         if (!(items[count] = formula(ps)))
           return -1;
-        all_int &= sym_is_const(items[count++], NULL);
+        if (!sym_is_const(items[count++], NULL))
+          kind = ATTR_SYMS;
       } while (eat(ps, ','));
       if (expect(ps, ']'))
         return -1;
     }
-    if (all_int) {
-      int64_t ints[64];
-      for (int i = 0; i < count; i++)
-        sym_is_const(items[i], &ints[i]);
-      ir_set_ints(ps->g, n, name, ints, count);
-    } else
-      ir_set_syms(ps->g, n, name, items, count);
   } else {
     bool fl;
-    const char *at = ps->p;
-    double x = number(ps, &fl);
-    if (ps->p == at)
+    x = number(ps, &fl);
+    if (ps->p == value)
       return fail(ps, "expected a value for attribute '%s'", name);
-    if (fl)
-      ir_set_float(ps->g, n, name, x);
-    else
-      ir_set_int(ps->g, n, name, (int64_t)x);
+    kind = fl ? ATTR_FLOAT : ATTR_INT;
+  }
+  bool ok = kind == decl->kind || (kind == ATTR_INT && decl->kind == ATTR_FLOAT) ||
+            (kind == ATTR_INTS && decl->kind == ATTR_SYMS);
+  if (!ok) {
+    ps->p = value;
+    return fail(ps, "%s: attribute '%s' must be %s, not %s", ir_op_name(n->op), name,
+                ir_attr_kind_name(decl->kind), ir_attr_kind_name(kind));
+  }
+  switch (decl->kind) {
+  case ATTR_INT: ir_set_int(ps->g, n, name, (int64_t)x); break;
+  case ATTR_FLOAT: ir_set_float(ps->g, n, name, x); break;
+  case ATTR_STR: ir_set_str(ps->g, n, name, s); break;
+  case ATTR_SYMS: ir_set_syms(ps->g, n, name, items, count); break;
+  case ATTR_INTS: {
+    int64_t ints[64];
+    for (int i = 0; i < count; i++)
+      sym_is_const(items[i], &ints[i]);
+    ir_set_ints(ps->g, n, name, ints, count);
+    break;
+  }
   }
   return 0;
 }
@@ -319,7 +352,7 @@ static int node_line(Parser *ps) {
   if (*ps->p == '%') {
     do {
       if (nout == 64)
-        return fail(ps, "too many outputs%s", "");
+        return fail(ps, "too many outputs");
       if (!(names[nout] = value_name(ps)))
         return fail(ps, "expected a value name like %s", "%x");
       if (ir_value_find(g, names[nout]))
@@ -346,7 +379,7 @@ static int node_line(Parser *ps) {
   if (!eat(ps, ')')) {
     do {
       if (nin == 64)
-        return fail(ps, "too many inputs%s", "");
+        return fail(ps, "too many inputs");
       if (!(in[nin++] = value_ref(ps)))
         return -1;
     } while (eat(ps, ','));
@@ -392,12 +425,12 @@ static int line(Parser *ps) {
   if (keyword(ps, "graph")) {
     const char *s = string(ps);
     if (!s)
-      return fail(ps, "expected a quoted graph name%s", "");
+      return fail(ps, "expected a quoted graph name");
     g->name = s;
   } else if (keyword(ps, "sym")) {
     const char *name = word(ps);
     if (!name)
-      return fail(ps, "expected a symbol name%s", "");
+      return fail(ps, "expected a symbol name");
     int var = symtab_add(&g->syms, name);
     if (var < 0)
       return fail(ps, "too many symbols (at most 16) at '%s'", name);
@@ -447,7 +480,7 @@ IrGraph *ir_parse(const char *text, const char *filename, IrDiag *d) {
         ps.p++;
     bool bad = *ps.p != '#' && line(&ps);
     if (!bad && !at_eol(&ps))
-      bad = fail(&ps, "unexpected text at the end of the line%s", "");
+      bad = fail(&ps, "unexpected text at the end of the line");
     if (bad) {
       // The message may name strings of the graph; keep the caller's file name.
       if (d && d->loc.file)

@@ -13,6 +13,32 @@ static int check_shapes(IrGraph *g, IrNode *n, IrDiag *d) {
   return ir_infer(g, n, d); // with outputs known, the rule checks them
 }
 
+int ir_verify_attrs(const IrNode *n, IrDiag *d) {
+  const char *op = ir_op_name(n->op);
+  for (int i = 0; i < n->nattr; i++) {
+    const IrAttr *a = &n->attr[i];
+    const IrAttrDecl *decl = ir_op_attr(n->op, a->name);
+    if (!decl) {
+      char list[256];
+      return ir_error(d, n->loc, "%s has no attribute '%s' (%s)", op, a->name,
+                      ir_op_attr_list(n->op, list, sizeof list));
+    }
+    if (a->kind != decl->kind)
+      return ir_error(d, n->loc, "%s: attribute '%s' must be %s, not %s", op, a->name,
+                      ir_attr_kind_name(decl->kind), ir_attr_kind_name(a->kind));
+  }
+  const IrAttrDecl *decl;
+  for (int i = 0; (decl = ir_op_attr_at(n->op, i)); i++) {
+    bool set = false;
+    for (int k = 0; k < n->nattr && !set; k++)
+      set = !strcmp(n->attr[k].name, decl->name);
+    if (decl->required && !set)
+      return ir_error(d, n->loc, "%s: attribute '%s' is required (%s)", op, decl->name,
+                      ir_attr_kind_name(decl->kind));
+  }
+  return 0;
+}
+
 int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
   const char *when = after ? after : "construction";
   // defined[v] = 1 once v is available in the schedule
@@ -50,7 +76,7 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
                       n->out[k]->name, when);
       defined[n->out[k]->id] = 1;
     }
-    if (!rc && check_shapes(g, n, d)) {
+    if (!rc && (ir_verify_attrs(n, d) || check_shapes(g, n, d))) {
       size_t len = strlen(d->msg);
       snprintf(d->msg + len, sizeof d->msg - len, " (after pass '%s')", when);
       rc = -1;

@@ -95,7 +95,7 @@ static void no_grad(AD *ad, const IrNode *n) {
 // C = op(A) @ op(B); see the table in the comments of each case.
 static void grad_matmul(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *a = n->in[0], *b = n->in[1], *dc = dy[0];
-  int ta = (int)ir_attr_int(n, "ta", 0), tb = (int)ir_attr_int(n, "tb", 0);
+  int ta = (int)ir_attr_i(n, "ta"), tb = (int)ir_attr_i(n, "tb");
   if (!ta && !tb) { // dA = dC B^T, dB = A^T dC
     dx[0] = matmul(ad, dc, b, 0, 1, a);
     dx[1] = matmul(ad, a, dc, 1, 0, b);
@@ -134,7 +134,7 @@ static void grad_div(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
 }
 
 static void grad_scale(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  dx[0] = scale(ad, dy[0], ir_attr_float(n, "s", 1.0));
+  dx[0] = scale(ad, dy[0], ir_attr_f(n, "s"));
 }
 
 static void grad_gelu(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
@@ -152,7 +152,7 @@ static void grad_softmax(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
 static void grad_layernorm(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
   IrNode *b = emit(ad, OP_LAYERNORM_BWD, in, 3, 3);
-  ir_set_float(ad->g, b, "eps", ir_attr_float(n, "eps", 1e-5));
+  ir_set_float(ad->g, b, "eps", ir_attr_f(n, "eps"));
   finish(ad, b);
   for (int i = 0; i < 3; i++)
     dx[i] = b->out[i];
@@ -161,7 +161,7 @@ static void grad_layernorm(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) 
 static void grad_attention(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[4] = {dy[0], n->in[0], n->in[1], n->in[2]};
   IrNode *b = emit(ad, OP_ATTENTION_BWD, in, 4, 3);
-  ir_set_int(ad->g, b, "causal", ir_attr_int(n, "causal", 1));
+  ir_set_int(ad->g, b, "causal", ir_attr_i(n, "causal"));
   finish(ad, b);
   for (int i = 0; i < 3; i++)
     dx[i] = b->out[i];
@@ -182,17 +182,18 @@ static void grad_reshape(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
 }
 
 static void grad_transpose(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  const IrAttr *perm = ir_attr(n, "perm");
+  int np;
+  const int64_t *perm = ir_attr_ints(n, "perm", &np);
   int64_t inv[IR_MAXRANK];
-  for (int i = 0; i < perm->n; i++)
-    inv[perm->ints[i]] = i;
+  for (int i = 0; i < np; i++)
+    inv[perm[i]] = i;
   IrNode *t = emit(ad, OP_TRANSPOSE, &dy[0], 1, 1);
-  ir_set_ints(ad->g, t, "perm", inv, perm->n);
+  ir_set_ints(ad->g, t, "perm", inv, np);
   dx[0] = finish(ad, t)->out[0];
 }
 
 static int norm_axis(const IrNode *n, int rank) {
-  int64_t a = ir_attr_int(n, "axis", -1);
+  int64_t a = ir_attr_i(n, "axis");
   return (int)(a < 0 ? a + rank : a);
 }
 
@@ -243,12 +244,13 @@ static void grad_sum_to(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
 static void reduce_grad(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx, bool mean) {
   IrGraph *g = ad->g;
   const IrValue *x = n->in[0];
-  const IrAttr *axes = ir_attr(n, "axes");
+  int naxes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &naxes); // NULL: every dim
   bool reduce[IR_MAXRANK] = {0};
   for (int i = 0; i < x->rank; i++)
     reduce[i] = !axes;
-  for (int i = 0; axes && i < axes->n; i++)
-    reduce[axes->ints[i] < 0 ? axes->ints[i] + x->rank : axes->ints[i]] = true;
+  for (int i = 0; i < naxes; i++)
+    reduce[axes[i] < 0 ? axes[i] + x->rank : axes[i]] = true;
   const Sym *kept[IR_MAXRANK];
   const Sym *count = sym_const(&g->arena, 1);
   for (int i = 0; i < x->rank; i++) {
@@ -333,7 +335,7 @@ static void grad_erf(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
 
 // y = x^p: dx = dy * p * x^(p-1)
 static void grad_pow(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  double p = ir_attr_float(n, "p", 1.0);
+  double p = ir_attr_f(n, "p");
   IrValue *x = n->in[0];
   if (p == 0.0)
     return;

@@ -38,7 +38,7 @@ static bool near(double a, double b) { return fabs(a - b) <= 1e-6 * fmax(1.0, fa
 // v = s * x + b for these s and b: x.
 static IrValue *scale_of(const IrValue *v, double s, double b) {
   IrNode *n = made_by(v, OP_SCALE);
-  if (!n || !near(ir_attr_float(n, "s", 1.0), s) || !near(ir_attr_float(n, "b", 0.0), b))
+  if (!n || !near(ir_attr_f(n, "s"), s) || !near(ir_attr_f(n, "b"), b))
     return NULL;
   return n->in[0];
 }
@@ -52,10 +52,11 @@ static IrValue *other_side(const IrValue *v, IrOp op, const IrValue *side) {
 }
 
 static bool is_last_axis_mean(const IrNode *n, const IrValue *x) {
-  const IrAttr *axes = n ? ir_attr(n, "axes") : NULL;
-  if (!n || n->op != OP_MEAN || !axes || axes->n != 1 || !ir_attr_int(n, "keepdims", 0))
+  if (!n || n->op != OP_MEAN || !ir_attr_i(n, "keepdims"))
     return false;
-  return axes->ints[0] == x->rank - 1 || axes->ints[0] == -1;
+  int naxes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
+  return naxes == 1 && (axes[0] == x->rank - 1 || axes[0] == -1);
 }
 
 // A [C] vector where C is x's last dim.
@@ -115,8 +116,8 @@ static bool merge_scales(Fuser *F, IrNode *n) {
   IrNode *in = made_by(n->in[0], OP_SCALE);
   if (n->op != OP_SCALE || !in)
     return false;
-  double s1 = ir_attr_float(in, "s", 1.0), b1 = ir_attr_float(in, "b", 0.0);
-  double s2 = ir_attr_float(n, "s", 1.0), b2 = ir_attr_float(n, "b", 0.0);
+  double s1 = ir_attr_f(in, "s"), b1 = ir_attr_f(in, "b");
+  double s2 = ir_attr_f(n, "s"), b2 = ir_attr_f(n, "b");
   IrNode *m = replace(F, n, OP_SCALE, &in->in[0], 1);
   ir_set_float(F->g, m, "s", s1 * s2);
   if (s2 * b1 + b2 != 0.0)
@@ -124,15 +125,16 @@ static bool merge_scales(Fuser *F, IrNode *n) {
   return check(F, m);
 }
 
-// If perm swaps the last two dims (whatever it does to the others), the
-// permutation without that swap; false otherwise.
-static bool swaps_last_two(const IrAttr *perm, int64_t *rest, bool *identity) {
-  int r = perm->n;
-  if (r < 2 || perm->ints[r - 1] == r - 1 || perm->ints[r - 2] == r - 2)
+// If the transpose tr swaps the last two dims (whatever it does to the
+// others), its permutation without that swap; false otherwise.
+static bool swaps_last_two(const IrNode *tr, int64_t *rest, bool *identity) {
+  int r;
+  const int64_t *perm = ir_attr_ints(tr, "perm", &r);
+  if (r < 2 || perm[r - 1] == r - 1 || perm[r - 2] == r - 2)
     return false;
-  memcpy(rest, perm->ints, (size_t)r * sizeof *rest);
-  rest[r - 1] = perm->ints[r - 2];
-  rest[r - 2] = perm->ints[r - 1];
+  memcpy(rest, perm, (size_t)r * sizeof *rest);
+  rest[r - 1] = perm[r - 2];
+  rest[r - 2] = perm[r - 1];
   *identity = true;
   for (int i = 0; i < r; i++)
     *identity &= rest[i] == i;
@@ -142,16 +144,16 @@ static bool swaps_last_two(const IrAttr *perm, int64_t *rest, bool *identity) {
 // matmul(transpose(a), transpose(b)) reads a and b transposed (ta, tb);
 // other dims the transpose moved stay in a smaller transpose.
 static bool absorb_transposes(Fuser *F, IrNode *n) {
-  if (n->op != OP_MATMUL || ir_attr_int(n, "sum_batch", 0))
+  if (n->op != OP_MATMUL || ir_attr_i(n, "sum_batch"))
     return false;
   IrValue *in[2] = {n->in[0], n->in[1]};
-  int64_t t[2] = {ir_attr_int(n, "ta", 0), ir_attr_int(n, "tb", 0)};
+  int64_t t[2] = {ir_attr_i(n, "ta"), ir_attr_i(n, "tb")};
   bool changed = false;
   for (int i = 0; i < 2; i++) {
     IrNode *tr = made_by(in[i], OP_TRANSPOSE);
     int64_t rest[IR_MAXRANK];
     bool identity;
-    if (!tr || !swaps_last_two(ir_attr(tr, "perm"), rest, &identity))
+    if (!tr || !swaps_last_two(tr, rest, &identity))
       continue;
     if (identity) {
       in[i] = tr->in[0];
@@ -189,21 +191,21 @@ static bool fuse_layernorm(Fuser *F, IrNode *n) {
       IrNode *div = made_by(mul->in[ws], OP_DIV);
       IrNode *sq = div ? made_by(div->in[1], OP_SQRT) : NULL;
       IrNode *eps = sq ? made_by(sq->in[0], OP_SCALE) : NULL;
-      IrNode *var = eps && near(ir_attr_float(eps, "s", 1.0), 1.0) ? eps->in[0]->producer : NULL;
+      IrNode *var = eps && near(ir_attr_f(eps, "s"), 1.0) ? eps->in[0]->producer : NULL;
       IrNode *pw = var ? var->in[0]->producer : NULL;
       IrNode *sub = div ? made_by(div->in[0], OP_SUB) : NULL;
-      if (!sub || !pw || !(pw->op == OP_POW ? near(ir_attr_float(pw, "p", 1.0), 2.0)
+      if (!sub || !pw || !(pw->op == OP_POW ? near(ir_attr_f(pw, "p"), 2.0)
                                             : pw->op == OP_MUL && pw->in[0] == pw->in[1]))
         continue;
       IrValue *x = sub->in[0];
       IrNode *mean = sub->in[1]->producer;
       if (pw->in[0] != sub->out[0] || !is_last_axis_mean(var, x) || !is_last_axis_mean(mean, x) ||
           mean->in[0] != x || !is_channel_vector(w, x) || !is_channel_vector(b, x) ||
-          !(ir_attr_float(eps, "b", 0.0) > 0))
+          !(ir_attr_f(eps, "b") > 0))
         continue;
       IrValue *in[3] = {x, w, b};
       IrNode *ln = replace(F, n, OP_LAYERNORM, in, 3);
-      ir_set_float(F->g, ln, "eps", ir_attr_float(eps, "b", 0.0));
+      ir_set_float(F->g, ln, "eps", ir_attr_f(eps, "b"));
       return check(F, ln);
     }
   }
@@ -216,7 +218,7 @@ static bool fuse_layernorm(Fuser *F, IrNode *n) {
 static bool is_cube_of(const IrValue *v, const IrValue *x) {
   IrNode *p = made_by(v, OP_POW);
   if (p)
-    return p->in[0] == x && near(ir_attr_float(p, "p", 1.0), 3.0);
+    return p->in[0] == x && near(ir_attr_f(p, "p"), 3.0);
   IrNode *m = made_by(v, OP_MUL);
   if (!m)
     return false;
@@ -246,8 +248,7 @@ static IrValue *erf_gelu_arg(const IrValue *t, const IrValue *x) {
 // n = x/2 * t in one of the ways exporters write it: scale(x * t, 0.5),
 // scale(x, 0.5) * t (either order). Calls try(t, x) for each reading.
 static bool gelu_shape(Fuser *F, IrNode *n, IrOp fused, IrValue *(*arg)(const IrValue *, const IrValue *)) {
-  IrNode *prod = n->op == OP_SCALE && near(ir_attr_float(n, "s", 1.0), 0.5) &&
-                         ir_attr_float(n, "b", 0.0) == 0.0
+  IrNode *prod = n->op == OP_SCALE && near(ir_attr_f(n, "s"), 0.5) && ir_attr_f(n, "b") == 0.0
                      ? made_by(n->in[0], OP_MUL)
                      : NULL;
   for (int i = 0; i < 2; i++) {
@@ -302,7 +303,7 @@ static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal) {
   IrNode *mf = made_by(s, OP_MASKED_FILL);
   *causal = 1;
   if (mf) {
-    double v = ir_attr_float(mf, "value", 0.0);
+    double v = ir_attr_f(mf, "value");
     return isinf(v) && v < 0 && is_causal_mask(g, mf->in[1], t) ? mf->in[0] : NULL;
   }
   IrNode *add = made_by(s, OP_ADD);
@@ -317,8 +318,7 @@ static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal) {
 // matmul(softmax(mask(c * matmul(a * q, k, tb=1))), v) -> attention(q', k, v)
 // where q' = q scaled so that the op's own 1/sqrt(HS) gives a*c.
 static bool fuse_attention(Fuser *F, IrNode *n) {
-  if (n->op != OP_MATMUL || ir_attr_int(n, "ta", 0) || ir_attr_int(n, "tb", 0) ||
-      ir_attr_int(n, "sum_batch", 0))
+  if (n->op != OP_MATMUL || ir_attr_i(n, "ta") || ir_attr_i(n, "tb") || ir_attr_i(n, "sum_batch"))
     return false;
   IrNode *sm = made_by(n->in[0], OP_SOFTMAX);
   IrValue *v = n->in[1];
@@ -331,17 +331,17 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   IrValue *s = unmask(F->g, sm->in[0], t, &causal);
   double c = 1.0;
   IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
-  if (sc && ir_attr_float(sc, "b", 0.0) == 0.0) {
-    c = ir_attr_float(sc, "s", 1.0);
+  if (sc && ir_attr_f(sc, "b") == 0.0) {
+    c = ir_attr_f(sc, "s");
     s = sc->in[0];
   }
   IrNode *qk = s ? made_by(s, OP_MATMUL) : NULL;
-  if (!qk || ir_attr_int(qk, "ta", 0) || !ir_attr_int(qk, "tb", 0) || ir_attr_int(qk, "sum_batch", 0))
+  if (!qk || ir_attr_i(qk, "ta") || !ir_attr_i(qk, "tb") || ir_attr_i(qk, "sum_batch"))
     return false;
   IrValue *q = qk->in[0], *k = qk->in[1];
   IrNode *qs = made_by(q, OP_SCALE);
-  if (qs && ir_attr_float(qs, "b", 0.0) == 0.0) {
-    c *= ir_attr_float(qs, "s", 1.0);
+  if (qs && ir_attr_f(qs, "b") == 0.0) {
+    c *= ir_attr_f(qs, "s");
     q = qs->in[0];
   }
   if (!ir_same_shape(q, k) || !ir_same_shape(q, v))
@@ -369,7 +369,7 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
 // rows -> cross_entropy(x, t). (cross_entropy has no ignore_index: the
 // labels are class indices.)
 static bool fuse_cross_entropy(Fuser *F, IrNode *n) {
-  if (n->op != OP_NLL_LOSS || ir_attr_int(n, "sum", 0))
+  if (n->op != OP_NLL_LOSS || ir_attr_i(n, "sum"))
     return false;
   IrNode *ls = made_by(n->in[0], OP_LOG_SOFTMAX), *lg = made_by(n->in[0], OP_LOG);
   IrNode *sm = lg ? made_by(lg->in[0], OP_SOFTMAX) : NULL;

@@ -79,8 +79,8 @@ static IrNode *collective(Lower *L, IrOp op, IrValue *x, bool avg, bool last_mic
 
 static IrNode *wait(Lower *L, IrNode *started) {
   IrNode *n = ir_node_new(L->g, OP_COMM_WAIT, started->in, 1, 0);
-  ir_set_int(L->g, n, "slot", ir_attr_int(started, "slot", 0));
-  if (ir_attr_int(started, "last_micro", 0))
+  ir_set_int(L->g, n, "slot", ir_attr_i(started, "slot"));
+  if (started->op != OP_ALL_GATHER && ir_attr_i(started, "last_micro"))
     ir_set_int(L->g, n, "last_micro", 1);
   return n;
 }
@@ -298,7 +298,7 @@ static int check(Lower *L) {
   if (!g->loss || !g->loss->producer)
     return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");
   const IrNode *l = g->loss->producer;
-  if (l->op == OP_NLL_LOSS && ir_attr_int(l, "sum", 0) && (D->dp > 1 || D->micro_batches > 1))
+  if (l->op == OP_NLL_LOSS && ir_attr_i(l, "sum") && (D->dp > 1 || D->micro_batches > 1))
     return ir_error(L->d, l->loc, "lower: the loss is a sum over the batch; data parallelism and "
                     "micro-batches need a mean (export the loss with reduction='mean')");
   for (int i = 0; i < g->nnodes; i++)
