@@ -28,6 +28,10 @@ IrOp ir_op_lookup(const char *name) {
   return OP_COUNT;
 }
 
+const char *ir_mesh_axis_name(IrMeshAxis a) {
+  return a == IR_MESH_DP ? "dp" : a == IR_MESH_TP ? "tp" : "-";
+}
+
 // ---- diagnostics -----------------------------------------------------------------
 
 int ir_error(IrDiag *d, IrLoc loc, const char *fmt, ...) {

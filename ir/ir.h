@@ -142,6 +142,19 @@ struct IrNode {
   IrLoc loc;
 };
 
+// ---- the device mesh -----------------------------------------------------------
+
+// The axes of the device mesh a value can be split over (passes/shard.c lays
+// values out on them; collectives name the axis they run along).
+typedef enum IrMeshAxis {
+  IR_MESH_NONE,  // not split: replicated
+  IR_MESH_DP,    // data parallel: replicas of the model, each on its share of the batch
+  IR_MESH_TP,    // tensor parallel (Megatron 1D): the ranks that share one replica's ops
+  IR_MESH_NAXES
+} IrMeshAxis;
+
+const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp" ("-" for none)
+
 // ---- graph -----------------------------------------------------------------
 
 typedef struct IrGraph {

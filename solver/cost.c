@@ -4,7 +4,9 @@
 // and writes, per block, formulas in the model's symbols: parameters,
 // optimizer state, FLOPs, the activations backward reads, what a
 // checkpointed block keeps, backward temporaries, and the traffic of tensor
-// parallelism. Nothing is run; the formulas are evaluated under bindings.
+// parallelism (the collectives that passes/shard.c's propagation of Megatron's
+// layout implies, so that the plan prices what the lowering will insert).
+// Nothing is run; the formulas are evaluated under bindings.
 //
 // Part 2 prices one joint choice (layout, checkpointing, ZeRO stage, offload
 // share) of one block on one device: seconds per micro-batch and per step,
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "passes.h"
 
 // Efficiency factors (of the datasheet numbers in cluster.c). A measured
 // profile can replace them later; REFERENCES.md section 6 has the evidence:
@@ -77,51 +80,70 @@ static const char *common_prefix(IrGraph *g, const char *prefix, const char *nam
   return n ? ir_strndup(&g->arena, name, n) : NULL;
 }
 
-// Megatron's 1D tensor parallelism, read off the graph: a weight matmul whose
-// input is replicated splits its weight by columns (its output is sharded and
-// backward all-reduces the input's gradient: Megatron's f); one whose input is
-// sharded splits by rows (its output is a partial sum, all-reduced in forward:
-// g). Embeddings split the vocabulary (all-reduce in forward); a loss over
-// sharded logits all-reduces a max and a sum per row. Every other op's output
-// is sharded when an activation input is.
-static void tensor_parallel(IrGraph *g, SvModel *m, bool *sharded) {
+// 2D (Optimus, SUMMA) bookkeeping: every forward matmul of an activation by a
+// weight runs q broadcast steps over both operands (and two more in
+// backward), embeddings broadcast their output.
+static void summa(IrGraph *g, SvModel *m) {
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
     if (n->phase != PHASE_FORWARD)
       continue;
     SvBlock *b = &m->block[n->block];
     IrValue *w = NULL, *a = NULL;
-    bool any = false;
     for (int k = 0; k < n->nin; k++) {
       IrValue *v = n->in[k];
       if (v->role == ROLE_PARAM && !w)
         w = v;
-      else if (v->role != ROLE_PARAM && v->role != ROLE_CONST) {
-        if (!a)
-          a = v;
-        any |= sharded[v->id];
-      }
+      else if (v->role != ROLE_PARAM && v->role != ROLE_CONST && !a)
+        a = v;
     }
-    bool out = any;
     if (n->op == OP_MATMUL && w && a) {
-      out = !sharded[a->id];
-      if (out)
-        b->tp_bwd = s_add(g, b->tp_bwd, ir_numel(g, a));
-      else
-        b->tp_fwd = s_add(g, b->tp_fwd, ir_numel(g, n->out[0]));
       b->summa = s_add(g, b->summa, s_scale(g, s_add(g, ir_numel(g, a), ir_numel(g, w)), 3));
       b->nmm++;
     } else if (n->op == OP_EMBEDDING) {
-      out = false;
-      b->tp_fwd = s_add(g, b->tp_fwd, ir_numel(g, n->out[0]));
       b->summa = s_add(g, b->summa, s_scale(g, ir_numel(g, n->out[0]), 3));
-    } else if (n->op == OP_CROSS_ENTROPY && any) {
-      out = false;
-      b->tp_fwd = s_add(g, b->tp_fwd, s_scale(g, ir_numel(g, n->in[1]), 2));
     }
-    for (int k = 0; k < n->nout; k++)
-      sharded[n->out[k]->id] = out;
   }
+}
+
+// Megatron's 1D tensor parallelism as passes/shard.c lays it out with every
+// block tensor-parallel (its degree left open, so every split is assumed to
+// divide): the collectives over tp per block, forward (Megatron's g, the
+// embedding's reduction, the vocabulary-parallel loss's row statistics) and
+// backward (f; update-phase reductions, none for Megatron's layout, are
+// counted there too). tp_fwd and tp_bwd are all-reduce volumes: an all-gather
+// or reduce-scatter moves half an all-reduce of the same buffer, so it counts
+// half. The shard result stays with the caller (act_rep reads its layouts).
+static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
+  int *tp = malloc((size_t)m->nblocks * sizeof *tp);
+  IR_ASSERT(tp);
+  for (int b = 0; b < m->nblocks; b++)
+    tp[b] = SHARD_TP_ANY;
+  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = tp};
+  int rc = pass_shard(g, &spec, r, d);
+  free(tp);
+  if (rc)
+    return -1;
+  for (int i = 0; i < r->ncolls; i++) {
+    const ShardColl *c = &r->coll[i];
+    if (c->axis != IR_MESH_TP)
+      continue;
+    SvBlock *b = &m->block[c->block];
+    const Sym *e = c->kind == SHARD_ALL_REDUCE ? c->count : sym_scale(&g->arena, c->count, 1, 2);
+    if (c->phase == PHASE_FORWARD)
+      b->tp_fwd = s_add(g, b->tp_fwd, e);
+    else
+      b->tp_bwd = s_add(g, b->tp_bwd, e);
+  }
+  return 0;
+}
+
+// Does layout l split any dim over tp?
+static bool tp_split(const ShardLayout *l) {
+  for (int i = 0; i < l->rank; i++)
+    if (l->split[i] == IR_MESH_TP)
+      return true;
+  return false;
 }
 
 // The live backward temporaries (activation gradients; parameter gradients
@@ -208,10 +230,10 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
   int nv = g->nvalues;
   int *stamp = malloc((size_t)nv * sizeof *stamp), *last = malloc((size_t)nv * sizeof *last);
   int *owner = malloc((size_t)nv * sizeof *owner);
-  bool *sharded = calloc((size_t)nv, 1), *pgrad = calloc((size_t)nv, 1);
+  bool *whole = calloc((size_t)nv, 1), *pgrad = calloc((size_t)nv, 1);
   double *numel = malloc((size_t)nv * sizeof *numel);
   const char **prefix = calloc((size_t)nb, sizeof *prefix);
-  IR_ASSERT(m->block && stamp && last && owner && sharded && pgrad && numel && prefix);
+  IR_ASSERT(m->block && stamp && last && owner && whole && pgrad && numel && prefix);
   for (int i = 0; i < nv; i++) {
     stamp[i] = last[i] = owner[i] = -1;
     IrValue *v = g->values[i];
@@ -286,7 +308,23 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
         b->state = s_add(g, b->state, ir_numel(g, n->in[k]));
   }
 
-  tensor_parallel(g, m, sharded);
+  summa(g, m);
+  ShardResult shard;
+  if (tensor_parallel(g, m, &shard, d)) {
+    free(stamp), free(last), free(owner), free(whole), free(pgrad), free(numel), free(prefix);
+    sv_model_free(m);
+    return NULL;
+  }
+  // A kept activation is held whole under tp when backward reads it unsplit
+  // (a partial sum is whole-sized too).
+  for (int bi = 0; bi < nb; bi++)
+    for (int k = 0; k < m->block[bi].nbwd; k++) {
+      const IrNode *n = m->block[bi].bwd[k];
+      for (int j = 0; j < n->nin; j++)
+        if (!tp_split(pass_shard_use(&shard, n, j)))
+          whole[n->in[j]->id] = true;
+    }
+  pass_shard_free(&shard);
 
   for (int bi = 0; bi < nb; bi++) {
     SvBlock *b = &m->block[bi];
@@ -301,7 +339,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
           b->act_int = s_add(g, b->act_int, ir_numel(g, v));
         } else {
           b->act = s_add(g, b->act, ir_numel(g, v));
-          if (!sharded[v->id])
+          if (whole[v->id])
             b->act_rep = s_add(g, b->act_rep, ir_numel(g, v));
         }
       }
@@ -338,7 +376,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
 
   m->batch_sym = g->batch_sym;  // marked by the frontend
   m->seq_sym = g->seq_sym;
-  free(stamp), free(last), free(owner), free(sharded), free(pgrad), free(numel);
+  free(stamp), free(last), free(owner), free(whole), free(pgrad), free(numel);
   free(prefix);
   return m;
 }

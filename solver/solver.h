@@ -107,13 +107,16 @@ typedef struct SvBlock {
   const Sym *state;         // optimizer-state elements (AdamW: 2 per parameter)
   const Sym *act;           // float elements kept from forward for backward
   const Sym *act_int;       // integer elements kept (token ids, targets)
-  const Sym *act_rep;       // part of act replicated under 1D TP without sequence parallelism
+  const Sym *act_rep;       // part of act whole on every rank under 1D TP without sequence
+                            // parallelism (read unsplit by backward in passes/shard.c's layout)
   const Sym *ckpt;          // float elements of the block's inputs (all it keeps when checkpointed)
   const Sym *ckpt_int;
   const Sym *work;          // float elements of backward temporaries at the block's peak
   const Sym *flops_fwd, *flops_bwd;
-  const Sym *tp_fwd;        // elements all-reduced in forward under 1D TP (Megatron g)
-  const Sym *tp_bwd;        // elements all-reduced in backward (Megatron f)
+  // The collectives passes/shard.c's propagation implies under 1D TP, as elements all-reduced
+  // (an all-gather or reduce-scatter counts half its buffer):
+  const Sym *tp_fwd;        // in forward (Megatron's g, vocabulary-parallel embedding and loss)
+  const Sym *tp_bwd;        // in backward and update (Megatron's f)
   const Sym *summa;         // 3 * sum over weight matmuls (|A| + |W|): 2D traffic is summa/q
   int nfwd, nbwd;           // kernels (nodes) in forward and backward
   IrNode **fwd, **bwd;      // those nodes, in schedule order

@@ -1,0 +1,1241 @@
+// Sharding: each op's rule (shard_<op>, expanded from ops.def, so a missing
+// rule is a compile error) and the pass that propagates a plan's layouts
+// through the training graph.
+//
+// A layout says, per dim of a value, whether it is replicated or split over a
+// mesh axis (dp: the batch; tp: Megatron's 1D tensor parallelism), and over
+// which axes the value is a partial sum still to be reduced (passes.h).
+//
+// The pass walks the nodes in schedule order (forward, backward, update). For
+// each node it hands the rule its inputs' layouts; the rule rewrites them into
+// the layouts the op needs and sets its outputs' layouts. The pass then
+// inserts what each difference implies (replicated -> split: a free local
+// slice; split -> replicated: all_gather; partial -> whole: all_reduce;
+// partial -> split: reduce_scatter). A conversion is placed right after the
+// value's producer when no reader has seen the value yet (every later reader
+// then sees the converted value), else just before the reader that needs it;
+// a value converted once is not converted again. A partial sum with several
+// readers is reduced before the first, so that no linear reader (a bias
+// gradient's sum) carries it on to be reduced a second time.
+//
+// Seeding: parameters (and optimizer state) have no layout until a node of a
+// block with tp > 1 first reads them; that node's rule chooses one, so
+// propagation decides:
+//   - matmul: a weight whose activation is split on the contracted dim is
+//     split on its input dim (row-parallel: the output is a partial sum,
+//     Megatron's g reduces it); one whose activation is whole there is split
+//     on its output dim (column-parallel: the output is split; in backward the
+//     activation's gradient is a partial sum, Megatron's f). When the output
+//     dim does not divide by tp the weight stays replicated (a note says so).
+//   - embedding: the table is split on the vocabulary (each rank looks up its
+//     rows; the output is a partial sum).
+//   - everything else follows what it meets: a bias takes its matmul's split,
+//     LayerNorm's weights the (whole) last dim of its input, optimizer state
+//     its parameter's layout.
+// In a block with tp = 1 parameters are replicated.
+//
+// The batch: every input whose first dim is the first input's first dim is
+// split over dp on it (when dp > 1). Rules carry that split through without
+// collectives; what it leaves pending (parameter gradients are partial sums
+// over dp) is the data-parallel reduction, which the lowering inserts per its
+// ZeRO stage, so it is not listed here. The loss is left as it comes (partial
+// over dp, and over tp under a vocabulary-parallel cross-entropy): only the
+// step's log reads it, and the lowering reduces it there.
+//
+// Conventions the lowering must keep: a split dim holds each rank's
+// contiguous 1/n, except that split, concat and slice along a split dim act
+// piece by piece (the fused QKV weight holds each rank's q, k and v columns
+// side by side, as Megatron lays it out); elementwise ops with index-dependent
+// results (dropout's mask) index by global position; sum and mean over a
+// split dim divide by the global count.
+#include "passes.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE IR_MESH_NONE
+#define DP IR_MESH_DP
+#define TP IR_MESH_TP
+#define BIT(axis) (1u << (axis))
+#define HAVE 4   // conversions of one value remembered
+
+typedef struct Shard {
+  IrGraph *g;
+  const ShardSpec *spec;
+  IrDiag *diag;
+  ShardResult *r;
+  bool *laid;          // [value id] has a layout
+  ShardLayout *cur;    // [value id] what the next reader gets (its layout, or a conversion placed
+                       // right after its producer)
+  int *deg;            // [value id] the tp degree its layout was made under
+  bool *read;          // [value id] a reader has read cur
+  int *readers;        // [value id] inputs of nodes that read it
+  ShardLayout *have;   // [value id * HAVE] conversions placed before a reader
+  unsigned char *nhave;
+  int capc, capn, capo;
+  const IrValue *batch;  // the first input (its first dim is the batch)
+} Shard;
+
+// One node's rule at work: the inputs' layouts, to be rewritten into the
+// layouts the op needs; the outputs' layouts, to be set.
+typedef struct ShardOp {
+  Shard *s;
+  IrGraph *g;
+  const IrNode *n;
+  int tp;              // the node's block's tp degree: 1, >= 2 or SHARD_TP_ANY
+  ShardLayout *in;
+  bool *seed;          // in[k] is a parameter or state without a layout yet: what the rule
+                       // leaves in in[k] is its seed
+  ShardLayout *out;
+} ShardOp;
+
+// ---- layouts ----------------------------------------------------------------------------
+
+static ShardLayout whole(int rank) {
+  ShardLayout l;
+  memset(&l, 0, sizeof l);
+  l.rank = rank < 0 ? 0 : rank;
+  return l;
+}
+
+// Axes the split dims use (BIT per axis), leaving out dim `skip` (-1: none).
+static unsigned split_axes(const ShardLayout *l, int skip) {
+  unsigned m = 0;
+  for (int i = 0; i < l->rank; i++)
+    if (i != skip && l->split[i] != NONE)
+      m |= BIT(l->split[i]);
+  return m;
+}
+
+static unsigned axes_used(const ShardLayout *l) { return split_axes(l, -1) | l->partial; }
+
+// Can each rank cut `to` out of what it holds under `from`, with no
+// communication (only replicated dims become split)?
+static bool slices_to(const ShardLayout *from, const ShardLayout *to) {
+  if (from->rank != to->rank || from->partial != to->partial)
+    return false;
+  for (int i = 0; i < from->rank; i++)
+    if (from->split[i] != NONE && from->split[i] != to->split[i])
+      return false;
+  return true;
+}
+
+static bool is_one(const Sym *s) {
+  int64_t c;
+  return sym_is_const(s, &c) && c == 1;
+}
+
+// Equal as formulas, or under the bindings.
+static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
+  int64_t x, y;
+  if (sym_eq(a, b))
+    return true;
+  return sym_eval(a, &g->syms, &x) == 0 && sym_eval(b, &g->syms, &y) == 0 && x == y;
+}
+
+int pass_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
+                          const ShardLayout *l) {
+  size_t len = 0;
+#define PUT(...)                                                                        \
+  do {                                                                                  \
+    int k_ = snprintf(buf ? buf + (len < n ? len : n) : NULL, len < n ? n - len : 0,    \
+                      __VA_ARGS__);                                                     \
+    len += k_ > 0 ? (size_t)k_ : 0;                                                     \
+  } while (0)
+  PUT("[");
+  for (int i = 0; i < l->rank && i < v->rank; i++) {
+    char dim[256];
+    sym_print(dim, sizeof dim, v->shape[i], &g->syms);
+    bool compound = strchr(dim, ' ') != NULL;
+    if (l->split[i] == NONE)
+      PUT("%s%s", i ? ", " : "", dim);
+    else
+      PUT("%s%s%s%s/%s", i ? ", " : "", compound ? "(" : "", dim, compound ? ")" : "",
+          ir_mesh_axis_name((IrMeshAxis)l->split[i]));
+  }
+  PUT("]");
+  for (int a = 1; a < IR_MESH_NAXES; a++)
+    if (l->partial & BIT(a))
+      PUT(" partial(%s)", ir_mesh_axis_name((IrMeshAxis)a));
+#undef PUT
+  return (int)len;
+}
+
+const char *pass_shard_kind_name(ShardKind k) {
+  return k == SHARD_ALL_REDUCE ? "all_reduce" : k == SHARD_REDUCE_SCATTER ? "reduce_scatter"
+                                                                          : "all_gather";
+}
+
+// ---- the result's lists -----------------------------------------------------------------
+
+static void *grow(void *p, int n, int *cap, size_t size) {
+  if (n < *cap)
+    return p;
+  *cap = *cap ? 2 * *cap : 16;
+  p = realloc(p, (size_t)*cap * size);
+  IR_ASSERT(p);
+  return p;
+}
+
+static ShardColl *add_coll(Shard *s, const IrNode *n, ShardAt at, int operand, const IrValue *v,
+                           ShardKind kind, IrMeshAxis axis, const Sym *count) {
+  ShardResult *r = s->r;
+  r->coll = grow(r->coll, r->ncolls, &s->capc, sizeof *r->coll);
+  ShardColl *c = &r->coll[r->ncolls++];
+  *c = (ShardColl){.node = n, .at = at, .operand = operand, .value = v, .kind = kind,
+                   .axis = axis, .count = count, .phase = n->phase, .block = n->block};
+  return c;
+}
+
+static void need(Shard *s, const IrNode *n, const Sym *dim, IrMeshAxis axis) {
+  ShardResult *r = s->r;
+  for (int i = 0; i < r->nneeds; i++)
+    if (r->need[i].block == n->block && r->need[i].axis == axis && sym_eq(r->need[i].dim, dim))
+      return;
+  r->need = grow(r->need, r->nneeds, &s->capn, sizeof *r->need);
+  r->need[r->nneeds++] = (ShardNeed){n, dim, axis, n->block};
+}
+
+static void note(ShardOp *op, const IrValue *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note(ShardOp *op, const IrValue *param, const char *fmt, ...) {
+  ShardResult *r = op->s->r;
+  for (int i = 0; i < r->nnotes; i++)
+    if (r->note[i].param == param)
+      return;
+  r->note = grow(r->note, r->nnotes, &op->s->capo, sizeof *r->note);
+  ShardNote *nt = &r->note[r->nnotes++];
+  nt->param = param;
+  nt->node = op->n;
+  int k = snprintf(nt->text, sizeof nt->text, "replicated: %s: ", param->name);
+  va_list ap;
+  va_start(ap, fmt);
+  if (k > 0 && (size_t)k < sizeof nt->text)
+    vsnprintf(nt->text + k, sizeof nt->text - (size_t)k, fmt, ap);
+  va_end(ap);
+}
+
+// ---- degrees and divisibility ---------------------------------------------------------------
+
+static int degree(const Shard *s, int tp, int axis) {
+  return axis == DP ? s->spec->dp : axis == TP ? tp : 1;
+}
+
+// Can `dim` split over axis? Bound dims are checked; unbound ones, and every
+// dim when the degree is SHARD_TP_ANY, are assumed to divide (the pass records
+// the splits it assumed, once the rule has chosen).
+static bool divides(ShardOp *op, const Sym *dim, int axis) {
+  int deg = degree(op->s, op->tp, axis);
+  if (deg == 1)
+    return false;   // nothing to split over
+  int64_t v;
+  if (sym_eval(dim, &op->g->syms, &v) != 0)
+    return true;
+  if (deg == SHARD_TP_ANY)
+    return v >= 2;
+  return v % deg == 0 && v >= deg;
+}
+
+// Elements per rank of v laid out as l (degrees not known are not divided by).
+static const Sym *local_numel(Shard *s, int tp, const IrValue *v, const ShardLayout *l) {
+  const Sym *c = ir_numel(s->g, v);
+  for (int i = 0; i < l->rank; i++) {
+    int deg = degree(s, tp, l->split[i]);
+    if (l->split[i] != NONE && deg > 1)
+      c = sym_scale(&s->g->arena, c, 1, deg);
+  }
+  return c;
+}
+
+// ---- helpers for the rules ----------------------------------------------------------------
+
+// Split dim `dim` of input k over axis (NONE: replicate it). False when the
+// input already uses the axis elsewhere or the dim does not divide.
+static bool try_split(ShardOp *op, int k, int dim, int axis) {
+  ShardLayout *l = &op->in[k];
+  if (l->split[dim] == axis)
+    return true;
+  if (axis != NONE) {
+    if ((split_axes(l, dim) | l->partial) & BIT(axis))
+      return false;
+    if (!divides(op, op->n->in[k]->shape[dim], axis))
+      return false;
+  }
+  l->split[dim] = (unsigned char)axis;
+  return true;
+}
+
+// Give the dims (ks[i], dims[i]) one layout: the axis of the first that is
+// split, when all the others can take it (a replicated dim is sliced for
+// free), else replicated (the split ones are gathered). Returns the axis.
+static int unify(ShardOp *op, int n, const int *ks, const int *dims) {
+  int axis = NONE;
+  for (int i = 0; i < n && axis == NONE; i++)
+    axis = op->in[ks[i]].split[dims[i]];
+  for (int i = 0; i < n && axis != NONE; i++)
+    if (!try_split(op, ks[i], dims[i], axis))
+      axis = NONE;
+  if (axis == NONE)
+    for (int i = 0; i < n; i++)
+      op->in[ks[i]].split[dims[i]] = NONE;
+  return axis;
+}
+
+static int unify2(ShardOp *op, int k0, int d0, int k1, int d1) {
+  int ks[2] = {k0, k1}, dims[2] = {d0, d1};
+  return unify(op, 2, ks, dims);
+}
+
+// The first `lead` dims of inputs ks, matched dim by dim.
+static void unify_leading(ShardOp *op, int n, const int *ks, int lead) {
+  int dims[8];
+  IR_ASSERT(n <= 8);
+  for (int d = 0; d < lead; d++) {
+    for (int i = 0; i < n; i++)
+      dims[i] = d;
+    unify(op, n, ks, dims);
+  }
+}
+
+static void need_whole_dim(ShardOp *op, int k, int dim) { op->in[k].split[dim] = NONE; }
+static void need_complete(ShardOp *op, int k) { op->in[k].partial = 0; }
+
+// Inputs that can carry partial sums through the op, by how the op is linear.
+typedef enum Linear {
+  LIN_NONE,   // not linear: every input must be complete
+  LIN_SUM,    // a + b: linear when every input is partial over the same axes
+  LIN_FIRST,  // linear in the first input only (dy of a backward op, a of a / b)
+  LIN_ONE,    // a * b: linear in each, so one input per axis may be partial
+} Linear;
+
+static unsigned linear_partials(ShardOp *op, int nin, Linear lin) {
+  unsigned p = 0;
+  switch (lin) {
+  case LIN_NONE:
+    for (int k = 0; k < nin; k++)
+      op->in[k].partial = 0;
+    return 0;
+  case LIN_SUM:
+    p = op->in[0].partial;
+    for (int k = 1; k < nin; k++)
+      p &= op->in[k].partial;
+    for (int k = 0; k < nin; k++)
+      op->in[k].partial = (unsigned char)p;
+    return p;
+  case LIN_FIRST:
+    for (int k = 1; k < nin; k++)
+      op->in[k].partial = 0;
+    return op->in[0].partial;
+  case LIN_ONE:
+    for (int k = 0; k < nin; k++) {
+      op->in[k].partial &= (unsigned char)~p;
+      p |= op->in[k].partial;
+    }
+    return p;
+  }
+  return 0;
+}
+
+// An output split over an axis it is also partial over cannot be: reduce the
+// inputs' partial sums over those axes.
+static void settle_partials(ShardOp *op, ShardLayout *out, int nin) {
+  unsigned clash = split_axes(out, -1) & out->partial;
+  if (!clash)
+    return;
+  for (int k = 0; k < nin; k++)
+    op->in[k].partial &= (unsigned char)~clash;
+  out->partial &= (unsigned char)~clash;
+}
+
+// Elementwise over numpy-broadcast inputs 0 .. nin-1 into output 0.
+static int elementwise(ShardOp *op, int nin, Linear lin) {
+  const IrNode *n = op->n;
+  const IrValue *o = n->out[0];
+  unsigned p = linear_partials(op, nin, lin);
+  ShardLayout *out = &op->out[0];
+  *out = whole(o->rank);
+  for (int d = 0; d < o->rank; d++) {
+    int ks[8], dims[8], m = 0;
+    for (int k = 0; k < nin && m < 8; k++) {
+      const IrValue *x = n->in[k];
+      int xd = d - (o->rank - x->rank);
+      if (xd < 0)
+        continue;
+      if (is_one(x->shape[xd]) && !is_one(o->shape[d])) {
+        op->in[k].split[xd] = NONE;   // broadcast: a size-1 dim is whole
+        continue;
+      }
+      ks[m] = k, dims[m++] = xd;
+    }
+    out->split[d] = (unsigned char)(m ? unify(op, m, ks, dims) : NONE);
+  }
+  out->partial = (unsigned char)p;
+  settle_partials(op, out, nin);
+  return 0;
+}
+
+// One input, one output of the same shape.
+static int unary(ShardOp *op, Linear lin) {
+  if (lin == LIN_NONE)
+    need_complete(op, 0);
+  op->out[0] = op->in[0];
+  return 0;
+}
+
+// ---- sharding rules -------------------------------------------------------------------------
+// shard_<op>(op): rewrite op->in[] into the layouts the op needs, set op->out[].
+
+// Megatron's seeding of a matmul weight (see the top of the file): input w is
+// the weight, the other input x its activation; wn is the weight's
+// non-contracted dim, xk the activation's contracted dim.
+static void seed_weight(ShardOp *op, int w, int wn, int xk) {
+  const IrValue *wv = op->n->in[w];
+  const ShardLayout *x = &op->in[1 - w];
+  if (x->split[xk] != NONE)
+    return;                         // row-parallel: unify slices the weight like x
+  if (axes_used(x) & BIT(TP))
+    return;                         // x is already split over tp elsewhere (heads)
+  if (divides(op, wv->shape[wn], TP)) {
+    op->in[w].split[wn] = TP;       // column-parallel
+    return;
+  }
+  note(op, wv, "its output dim %s = %lld does not divide by tp = %d",
+       sym_str(&op->g->arena, wv->shape[wn], &op->g->syms),
+       (long long)ir_eval(op->g, wv->shape[wn]), op->tp);
+}
+
+// matmul(a, b) ta tb sum_batch: op(a) [..., M, K] @ op(b) [..., K, N].
+static int shard_matmul(ShardOp *op) {
+  const IrNode *n = op->n;
+  int ra = n->in[0]->rank, rb = n->in[1]->rank;
+  bool ta = ir_attr_i(n, "ta"), tb = ir_attr_i(n, "tb");
+  bool sum = ir_attr_i(n, "sum_batch");
+  int am = ra - (ta ? 1 : 2), ak = ra - (ta ? 2 : 1);
+  int bk = rb - (tb ? 1 : 2), bn = rb - (tb ? 2 : 1);
+  ShardLayout *a = &op->in[0], *b = &op->in[1];
+  // Bilinear, so one operand could carry a partial sum through; but the
+  // output is often larger than the operand (scores [T, T] from [T, HS]), so
+  // partial sums are reduced first, where they are smallest.
+  need_complete(op, 0);
+  need_complete(op, 1);
+  if (op->tp != 1 && op->seed[0] != op->seed[1]) {
+    if (op->seed[1])
+      seed_weight(op, 1, bn, ak);
+    else
+      seed_weight(op, 0, am, bk);
+  }
+  if (ra > 2 && rb > 2)
+    for (int i = 0; i < ra - 2; i++)
+      unify2(op, 0, i, 1, i);
+  int kaxis = unify2(op, 0, ak, 1, bk);
+  // b's dims may not reuse an axis a's side of the output already uses.
+  unsigned a_out = BIT(a->split[am]) | BIT(kaxis);
+  for (int i = 0; ra > 2 && i < ra - 2; i++)
+    a_out |= BIT(a->split[i]);
+  a_out &= ~BIT(NONE);
+  if (a_out & BIT(b->split[bn]))
+    b->split[bn] = NONE;
+  if (ra == 2)
+    for (int i = 0; i < rb - 2; i++)
+      if ((a_out | BIT(a->split[ak])) & BIT(b->split[i]) & ~BIT(NONE))
+        b->split[i] = NONE;
+  // The output: batch dims (unless summed), M from a, N from b.
+  const ShardLayout *batch = ra > 2 ? a : b;
+  int nbatch = (ra > 2 ? ra : rb) - 2;
+  ShardLayout *out = &op->out[0];
+  *out = whole(n->out[0]->rank);
+  unsigned p = kaxis != NONE ? BIT(kaxis) : 0;
+  int r = 0;
+  for (int i = 0; i < nbatch; i++) {
+    if (!sum)
+      out->split[r++] = batch->split[i];
+    else if (batch->split[i] != NONE)
+      p |= BIT(batch->split[i]);   // summed over a split batch: each rank holds a partial sum
+  }
+  out->split[r++] = a->split[am];
+  out->split[r++] = b->split[bn];
+  out->partial = (unsigned char)p;
+  settle_partials(op, out, 2);
+  return 0;
+}
+
+static int shard_add(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
+static int shard_sub(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
+static int shard_mul(ShardOp *op) { return elementwise(op, 2, LIN_ONE); }
+static int shard_div(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
+
+// s * x + b is linear when b = 0.
+static int shard_scale(ShardOp *op) {
+  return unary(op, ir_attr_f(op->n, "b") == 0.0 ? LIN_FIRST : LIN_NONE);
+}
+static int shard_gelu(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_relu(ShardOp *op) { return unary(op, LIN_NONE); }
+// (dy, x) -> dx = dy * f'(x): linear in dy.
+static int shard_gelu_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
+static int shard_relu_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
+
+// Normalizing over the last dim needs it whole and the input complete; the
+// weights follow that (whole) dim.
+static int shard_layernorm(ShardOp *op) {
+  int last = op->n->in[0]->rank - 1;
+  need_complete(op, 0);
+  need_whole_dim(op, 0, last);
+  op->in[1] = whole(1);
+  op->in[2] = whole(1);
+  op->out[0] = op->in[0];
+  return 0;
+}
+
+// (dy, x, w) -> dx, dw, db. dy must be complete here, so a partial gradient is
+// all-reduced before the norm's backward (Megatron's f) rather than after it
+// (which would also leave dw and db to reduce). dw and db sum over the
+// leading dims: partial over the axes those are split over.
+static int shard_layernorm_bwd(ShardOp *op) {
+  int last = op->n->in[1]->rank - 1;
+  need_complete(op, 0);
+  need_complete(op, 1);
+  need_whole_dim(op, 0, last);
+  need_whole_dim(op, 1, last);
+  int ks[2] = {0, 1};
+  unify_leading(op, 2, ks, last);
+  op->in[2] = whole(1);
+  op->out[0] = op->in[1];
+  unsigned p = split_axes(&op->in[1], -1);
+  for (int k = 1; k < 3; k++) {
+    op->out[k] = whole(1);
+    op->out[k].partial = (unsigned char)p;
+  }
+  return 0;
+}
+
+static int shard_softmax(ShardOp *op) {
+  need_complete(op, 0);
+  need_whole_dim(op, 0, op->n->in[0]->rank - 1);
+  op->out[0] = op->in[0];
+  return 0;
+}
+
+// (dy, y) -> dx over the last dim, which must be whole.
+static int softmax_bwd(ShardOp *op) {
+  int last = op->n->in[1]->rank - 1;
+  need_complete(op, 0);
+  need_complete(op, 1);
+  need_whole_dim(op, 0, last);
+  need_whole_dim(op, 1, last);
+  int ks[2] = {0, 1};
+  unify_leading(op, 2, ks, last);
+  op->out[0] = op->in[1];
+  return 0;
+}
+static int shard_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
+
+// Attention over [..., T, HS]: the leading dims (batch, heads) split freely;
+// T and HS must be whole. Heads split over tp are Megatron's attention.
+static int attention(ShardOp *op, int first, int nqkv) {
+  int ks[4], r = op->n->in[first]->rank;
+  for (int i = 0; i < op->n->nin; i++) {
+    need_complete(op, i);
+    need_whole_dim(op, i, r - 1);
+    need_whole_dim(op, i, r - 2);
+    ks[i] = i;
+  }
+  unify_leading(op, op->n->nin, ks, r - 2);
+  for (int i = 0; i < nqkv; i++)
+    op->out[i] = op->in[first + i];
+  return 0;
+}
+static int shard_attention(ShardOp *op) { return attention(op, 0, 1); }
+static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3); }
+
+// embedding(w [V, C], idx [...]) -> [..., C]. Seeded vocabulary-parallel: each
+// rank looks up the rows it holds and writes zeros for the others, so the
+// output is a partial sum over tp.
+static int shard_embedding(ShardOp *op) {
+  const IrNode *n = op->n;
+  ShardLayout *w = &op->in[0], *idx = &op->in[1];
+  need_complete(op, 1);
+  if (op->tp != 1 && op->seed[0] && !(axes_used(idx) & BIT(TP))) {
+    if (divides(op, n->in[0]->shape[0], TP))
+      w->split[0] = TP;
+    else
+      note(op, n->in[0], "its vocabulary dim %s = %lld does not divide by tp = %d",
+           sym_str(&op->g->arena, n->in[0]->shape[0], &op->g->syms),
+           (long long)ir_eval(op->g, n->in[0]->shape[0]), op->tp);
+  }
+  unsigned used = axes_used(idx) | w->partial;
+  for (int d = 0; d < 2; d++)
+    if (used & BIT(w->split[d]) & ~BIT(NONE))
+      w->split[d] = NONE;
+  if (w->split[0] != NONE && w->split[0] == w->split[1])
+    w->split[1] = NONE;
+  ShardLayout *out = &op->out[0];
+  *out = whole(n->out[0]->rank);
+  for (int i = 0; i < idx->rank; i++)
+    out->split[i] = idx->split[i];
+  out->split[idx->rank] = w->split[1];
+  out->partial = (unsigned char)(w->partial | (w->split[0] != NONE ? BIT(w->split[0]) : 0));
+  return 0;
+}
+
+// embedding_bwd(dout [..., C], idx [...]) -> dw [V, C]: scattered over the
+// rows of the whole table; C keeps dout's split; the leading dims are summed
+// (partial over their axes). A table split on V then slices this for free.
+static int shard_embedding_bwd(ShardOp *op) {
+  const IrNode *n = op->n;
+  int lead = n->in[1]->rank;
+  need_complete(op, 1);
+  for (int d = 0; d < lead; d++)
+    unify2(op, 0, d, 1, d);
+  ShardLayout *out = &op->out[0];
+  *out = whole(2);
+  out->split[1] = op->in[0].split[lead];
+  out->partial = (unsigned char)(op->in[0].partial | split_axes(&op->in[0], lead));
+  settle_partials(op, out, 1);
+  return 0;
+}
+
+// Logits [..., V] and targets [...]: leading dims matched. Over logits split
+// on V (vocabulary-parallel, Megatron): each rank takes its part of every
+// row's max and sum of exponentials, all-reduced within the op (2 x rows
+// elements); the target's logit lives on one rank, so the loss is a partial
+// sum over that axis too.
+static int shard_cross_entropy(ShardOp *op) {
+  const IrNode *n = op->n;
+  int lead = n->in[1]->rank;
+  need_complete(op, 0);
+  need_complete(op, 1);
+  for (int d = 0; d < lead; d++)
+    unify2(op, 0, d, 1, d);
+  int v = op->in[0].split[lead];
+  op->out[0] = whole(0);
+  op->out[0].partial = (unsigned char)split_axes(&op->in[1], -1);
+  if (v != NONE) {
+    const Sym *rows = local_numel(op->s, op->tp, n->in[1], &op->in[1]);
+    ShardColl *c = add_coll(op->s, n, SHARD_WITHIN, -1, n->in[0], SHARD_ALL_REDUCE,
+                            (IrMeshAxis)v, rows);
+    snprintf(c->what, sizeof c->what, "row max of the vocabulary-parallel cross-entropy");
+    c = add_coll(op->s, n, SHARD_WITHIN, -1, n->in[0], SHARD_ALL_REDUCE, (IrMeshAxis)v, rows);
+    snprintf(c->what, sizeof c->what, "row sum of exp of the vocabulary-parallel cross-entropy");
+    op->out[0].partial |= (unsigned char)BIT(v);
+  }
+  return 0;
+}
+
+// (dloss, logits, targets) -> dlogits, laid out like the logits. Over a split
+// V the gradient (softmax - onehot) reuses the forward's row max and sum,
+// which the lowering keeps (2 x rows floats): no collective.
+static int loss_bwd(ShardOp *op) {
+  const IrNode *n = op->n;
+  int lead = n->in[2]->rank;
+  for (int k = 0; k < 3; k++)
+    need_complete(op, k);
+  for (int d = 0; d < lead; d++)
+    unify2(op, 1, d, 2, d);
+  op->out[0] = op->in[1];
+  return 0;
+}
+static int shard_cross_entropy_bwd(ShardOp *op) { return loss_bwd(op); }
+
+// The output has the declared shape: dims are matched in groups whose sizes
+// multiply to the same (B, T, C <-> B, T, NH, HS). A split carries from a
+// group's leading dim to the other side's leading dim: merging [NH/tp, HS]
+// gives C/tp, splitting C/tp gives [NH/tp, HS], which needs NH to divide by
+// tp. Any other split in a group is gathered. Linear: partial sums pass.
+static int shard_reshape(ShardOp *op) {
+  IrGraph *g = op->g;
+  const IrNode *n = op->n;
+  const IrValue *x = n->in[0], *o = n->out[0];
+  ShardLayout *in = &op->in[0], *out = &op->out[0];
+  *out = whole(o->rank);
+  out->partial = in->partial;
+  const Sym *px[IR_MAXRANK + 1], *po[IR_MAXRANK + 1];
+  px[0] = po[0] = sym_const(&g->arena, 1);
+  for (int i = 0; i < x->rank; i++)
+    px[i + 1] = sym_mul(&g->arena, px[i], x->shape[i]);
+  for (int j = 0; j < o->rank; j++)
+    po[j + 1] = sym_mul(&g->arena, po[j], o->shape[j]);
+  int i = 0, j = 0;
+  while (i < x->rank) {
+    int i2 = -1, j2 = -1;   // the next group: x dims [i, i2) <-> o dims [j, j2)
+    for (int a = i + 1; a <= x->rank && i2 < 0; a++)
+      for (int b = j + 1; b <= o->rank; b++)
+        if (same_size(g, px[a], po[b])) {
+          i2 = a, j2 = b;
+          break;
+        }
+    if (i2 < 0)
+      break;
+    int xm = -1, om = -1;   // each side's leading dim that is not 1
+    for (int a = i; a < i2 && xm < 0; a++)
+      if (!is_one(x->shape[a]))
+        xm = a;
+    for (int b = j; b < j2 && om < 0; b++)
+      if (!is_one(o->shape[b]))
+        om = b;
+    for (int a = i; a < i2; a++) {
+      int axis = in->split[a];
+      if (axis == NONE)
+        continue;
+      if (a != xm || om < 0) {
+        in->split[a] = NONE;
+        continue;
+      }
+      bool one_to_one = true;   // the group has one dim (besides 1s) on each side
+      for (int b = om + 1; b < j2; b++)
+        one_to_one &= is_one(o->shape[b]);
+      for (int c = xm + 1; c < i2; c++)
+        one_to_one &= is_one(x->shape[c]);
+      if (one_to_one || divides(op, o->shape[om], axis)) {
+        out->split[om] = (unsigned char)axis;
+        continue;
+      }
+      if (axis == TP)
+        return ir_error(op->s->diag, n->loc,
+                        "reshape to '%s' %s: its dim %s = %lld does not divide by tp = %d, so the "
+                        "split of '%s' %s cannot carry over (attention heads must divide by the "
+                        "block's tensor-parallel degree; give the block a tp that divides %s)",
+                        o->name, ir_shape_str(g, o), sym_str(&g->arena, o->shape[om], &g->syms),
+                        (long long)ir_eval(g, o->shape[om]), op->tp, x->name, ir_shape_str(g, x),
+                        sym_str(&g->arena, o->shape[om], &g->syms));
+      in->split[a] = NONE;
+    }
+    i = i2, j = j2;
+  }
+  for (; i < x->rank; i++)
+    in->split[i] = NONE;    // no matching group: gathered
+  return 0;
+}
+
+static int shard_transpose(ShardOp *op) {
+  int np = 0;
+  const int64_t *perm = ir_attr_ints(op->n, "perm", &np);
+  op->out[0] = op->in[0];
+  for (int i = 0; perm && i < np && i < op->in[0].rank; i++)
+    op->out[0].split[i] = op->in[0].split[perm[i]];
+  return 0;
+}
+
+static int norm_axis(const IrNode *n, int rank) {
+  int64_t a = ir_attr_i(n, "axis");
+  return (int)(a < 0 ? a + rank : a);
+}
+
+// Along a split axis each piece is split the same way (every rank keeps its
+// part of every piece), when every piece divides; else the axis is gathered.
+static int shard_split(ShardOp *op) {
+  const IrNode *n = op->n;
+  int ax = norm_axis(n, n->in[0]->rank);
+  int axis = op->in[0].split[ax];
+  for (int i = 0; i < n->nout && axis != NONE; i++)
+    if (!divides(op, n->out[i]->shape[ax], axis))
+      axis = op->in[0].split[ax] = NONE;
+  for (int i = 0; i < n->nout; i++)
+    op->out[i] = op->in[0];
+  return 0;
+}
+
+// Every dim matched across the inputs; along the concat axis piece by piece,
+// as split. Linear: partial sums over the same axes pass.
+static int shard_concat(ShardOp *op) {
+  const IrNode *n = op->n;
+  int r = n->out[0]->rank;
+  int *ks = malloc((size_t)n->nin * sizeof *ks), *dims = malloc((size_t)n->nin * sizeof *dims);
+  IR_ASSERT(ks && dims);
+  unsigned p = linear_partials(op, n->nin, LIN_SUM);
+  for (int d = 0; d < r; d++) {
+    for (int k = 0; k < n->nin; k++)
+      ks[k] = k, dims[k] = d;
+    unify(op, n->nin, ks, dims);
+  }
+  free(ks), free(dims);
+  op->out[0] = op->in[0];
+  op->out[0].partial = (unsigned char)p;
+  settle_partials(op, &op->out[0], n->nin);
+  return 0;
+}
+
+// x numpy-broadcast to the declared shape: x's dims keep their splits; new
+// dims are whole. Linear.
+static int shard_broadcast(ShardOp *op) {
+  const IrValue *x = op->n->in[0], *o = op->n->out[0];
+  ShardLayout *out = &op->out[0];
+  *out = whole(o->rank);
+  out->partial = op->in[0].partial;
+  for (int d = 0; d < x->rank; d++) {
+    int od = d + o->rank - x->rank;
+    if (same_size(op->g, x->shape[d], o->shape[od]))
+      out->split[od] = op->in[0].split[d];
+    else
+      op->in[0].split[d] = NONE;
+  }
+  return 0;
+}
+
+// x summed down to the declared shape: kept dims keep their splits; a split
+// dim summed away leaves a partial sum over its axis.
+static int shard_sum_to(ShardOp *op) {
+  const IrValue *x = op->n->in[0], *o = op->n->out[0];
+  ShardLayout *out = &op->out[0];
+  *out = whole(o->rank);
+  unsigned p = op->in[0].partial;
+  for (int d = 0; d < x->rank; d++) {
+    int od = d - (x->rank - o->rank);
+    if (od >= 0 && same_size(op->g, x->shape[d], o->shape[od]))
+      out->split[od] = op->in[0].split[d];
+    else if (op->in[0].split[d] != NONE)
+      p |= BIT(op->in[0].split[d]);
+  }
+  out->partial = (unsigned char)p;
+  return 0;
+}
+
+// sum / mean over axes: like sum_to (mean divides by the global count).
+static int reduce(ShardOp *op) {
+  const IrNode *n = op->n;
+  const IrValue *x = n->in[0];
+  int naxes = 0;
+  const int64_t *axes = ir_attr_ints(n, "axes", &naxes); // NULL: every dim
+  bool gone[IR_MAXRANK] = {0}, keep = ir_attr_i(n, "keepdims");
+  for (int i = 0; i < x->rank; i++)
+    gone[i] = !axes;
+  for (int i = 0; axes && i < naxes; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + x->rank : axes[i];
+    if (a >= 0 && a < x->rank)
+      gone[a] = true;
+  }
+  ShardLayout *out = &op->out[0];
+  *out = whole(n->out[0]->rank);
+  unsigned p = op->in[0].partial;
+  int r = 0;
+  for (int i = 0; i < x->rank; i++) {
+    if (!gone[i])
+      out->split[r++] = op->in[0].split[i];
+    else {
+      if (op->in[0].split[i] != NONE)
+        p |= BIT(op->in[0].split[i]);
+      if (keep)
+        r++;
+    }
+  }
+  out->partial = (unsigned char)p;
+  return 0;
+}
+static int shard_sum(ShardOp *op) { return reduce(op); }
+static int shard_mean(ShardOp *op) { return reduce(op); }
+
+static int shard_fill(ShardOp *op) {
+  op->out[0] = whole(op->n->out[0]->rank);
+  return 0;
+}
+
+// ---- sharding rules of the ops for ONNX models
+
+static int shard_exp(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_log(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_sqrt(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_tanh(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_erf(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_pow(ShardOp *op) {
+  return unary(op, ir_attr_f(op->n, "p") == 1.0 ? LIN_FIRST : LIN_NONE);
+}
+static int shard_gelu_erf(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_gelu_erf_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
+
+// masked_fill(x, mask): linear in x when the fill value is 0.
+static int shard_masked_fill(ShardOp *op) {
+  return elementwise(op, 2, ir_attr_f(op->n, "value") == 0.0 ? LIN_FIRST : LIN_NONE);
+}
+
+// x * keep / (1 - ratio): linear; the step counter is replicated.
+static int shard_dropout(ShardOp *op) {
+  op->in[1] = whole(0);
+  op->out[0] = op->in[0];
+  return 0;
+}
+
+static int shard_tick(ShardOp *op) {
+  op->in[0] = whole(0);
+  return 0;
+}
+
+static int shard_log_softmax(ShardOp *op) { return shard_softmax(op); }
+static int shard_log_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
+
+// Picks logp[target] per row: over a split class dim the rank holding the
+// target contributes it and the others 0, so the loss is a partial sum with
+// no collective.
+static int shard_nll_loss(ShardOp *op) {
+  const IrNode *n = op->n;
+  int lead = n->in[1]->rank;
+  need_complete(op, 0);
+  need_complete(op, 1);
+  for (int d = 0; d < lead; d++)
+    unify2(op, 0, d, 1, d);
+  op->out[0] = whole(0);
+  op->out[0].partial = (unsigned char)split_axes(&op->in[0], -1);
+  return 0;
+}
+static int shard_nll_loss_bwd(ShardOp *op) { return loss_bwd(op); }
+
+// A unit-step slice of a split axis is a piece, as split takes pieces (the
+// fused QKV projection of an ONNX attention is sliced into q, k and v): each
+// rank keeps its part of it, when the piece and its start divide. Otherwise
+// the axis is gathered. The other dims pass. Linear. (slice_bwd puts the
+// piece back: the same with input and output swapped.)
+static int slice(ShardOp *op, const IrValue *piece) {
+  const IrNode *n = op->n;
+  int ax = norm_axis(n, n->in[0]->rank), axis = op->in[0].split[ax];
+  int64_t start = ir_attr_i(n, "start"), deg = degree(op->s, op->tp, axis);
+  if (axis != NONE &&
+      (ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) ||
+       !divides(op, piece->shape[ax], axis)))
+    need_whole_dim(op, 0, ax);
+  op->out[0] = op->in[0];
+  return 0;
+}
+static int shard_slice(ShardOp *op) { return slice(op, op->n->out[0]); }
+static int shard_slice_bwd(ShardOp *op) { return slice(op, op->n->in[0]); }
+
+// (p, g, state...): the gradient and the state take the parameter's layout
+// (the state is seeded with it). A gradient that is a partial sum over tp is
+// reduced here; one over dp is left to the data-parallel reduction.
+static int optimizer(ShardOp *op) {
+  ShardLayout p = op->in[0];
+  p.partial = 0;
+  op->in[0] = p;
+  unsigned dp = op->in[1].partial & BIT(DP);
+  op->in[1] = p;
+  op->in[1].partial = (unsigned char)dp;
+  for (int k = 2; k < op->n->nin; k++)
+    op->in[k] = p;
+  return 0;
+}
+static int shard_adamw(ShardOp *op) { return optimizer(op); }
+static int shard_sgd(ShardOp *op) { return optimizer(op); }
+
+// The distribution ops come after this pass (passes/lower.c inserts them) and
+// work on flat buckets that every rank holds whole.
+static int whole_buckets(ShardOp *op) {
+  for (int i = 0; i < op->n->nin; i++)
+    op->in[i] = whole(op->n->in[i]->rank);
+  for (int i = 0; i < op->n->nout; i++)
+    op->out[i] = whole(op->n->out[i]->rank);
+  return 0;
+}
+static int shard_all_reduce(ShardOp *op) { return whole_buckets(op); }
+static int shard_reduce_scatter(ShardOp *op) { return whole_buckets(op); }
+static int shard_all_gather(ShardOp *op) { return whole_buckets(op); }
+static int shard_comm_wait(ShardOp *op) { return whole_buckets(op); }
+static int shard_unshard(ShardOp *op) { return whole_buckets(op); }
+static int shard_accumulate(ShardOp *op) { return whole_buckets(op); }
+
+typedef int ShardFn(ShardOp *op);
+static ShardFn *const shard_fns[] = {
+#define OP(E, name, nin, nout, kind) shard_##name,
+#include "ops.def"
+};
+
+// ---- the pass -------------------------------------------------------------------------------
+
+static int block_tp(const Shard *s, const IrNode *n) {
+  if (n->block < 0 || n->block >= s->spec->nblocks)
+    return 1;
+  return s->spec->tp[n->block];
+}
+
+// A layout a rule gave: the value's rank, no axis used twice, and (when
+// known) every split dividing.
+static int check_layout(Shard *s, const IrNode *n, int tp, const IrValue *v, const ShardLayout *l,
+                        const char *what) {
+  bool ok = l->rank == (v->rank < 0 ? 0 : v->rank);
+  unsigned seen = l->partial;
+  for (int i = 0; ok && i < l->rank; i++) {
+    int a = l->split[i];
+    if (a == NONE)
+      continue;
+    ok = a < IR_MESH_NAXES && !(seen & BIT(a));
+    seen |= BIT(a);
+    int deg = degree(s, tp, a);
+    int64_t size;
+    if (ok && deg != SHARD_TP_ANY && sym_eval(v->shape[i], &s->g->syms, &size) == 0)
+      ok = deg > 1 && size % deg == 0;
+  }
+  if (ok)
+    return 0;
+  char buf[512];
+  pass_shard_layout_str(buf, sizeof buf, s->g, v, l);
+  return ir_error(s->diag, n->loc,
+                  "shard: %s's rule gives %s '%s' %s the layout %s, which it cannot have",
+                  ir_op_name(n->op), what, v->name, ir_shape_str(s->g, v), buf);
+}
+
+// Records the splits of l that were assumed to divide.
+static void assumed(Shard *s, const IrNode *n, int tp, const IrValue *v, const ShardLayout *l) {
+  int64_t size;
+  for (int i = 0; i < l->rank; i++)
+    if (l->split[i] != NONE && (degree(s, tp, l->split[i]) == SHARD_TP_ANY ||
+                                sym_eval(v->shape[i], &s->g->syms, &size) != 0))
+      need(s, n, v->shape[i], (IrMeshAxis)l->split[i]);
+}
+
+// Takes v (read by node n as input k) from what it holds to `to`: the
+// collectives, placed after v's producer when no one has read v yet (in the
+// same phase), else before n. Slices are free and listed nowhere.
+static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
+                    const ShardLayout *to) {
+  ShardLayout m = s->cur[v->id];
+  if (slices_to(&m, to))
+    return;
+  for (int h = 0; h < s->nhave[v->id]; h++)
+    if (slices_to(&s->have[v->id * HAVE + h], to))
+      return;
+  const IrNode *at = n;
+  ShardAt where = SHARD_BEFORE;
+  int operand = k;
+  if (v->producer && !s->read[v->id] && v->producer->phase == n->phase) {
+    at = v->producer;
+    where = SHARD_AFTER;
+    for (int i = 0; i < at->nout; i++)
+      if (at->out[i] == v)
+        operand = i;
+  }
+  int ncoll = 0;
+  for (int a = 1; a < IR_MESH_NAXES; a++) {
+    if (!(m.partial & BIT(a)) || (to->partial & BIT(a)))
+      continue;
+    int d = -1;   // a dim `to` splits over a that m has whole: reduce-scatter onto it
+    for (int i = 0; i < m.rank && d < 0; i++)
+      if (to->split[i] == a && m.split[i] == NONE)
+        d = i;
+    ShardKind kind = d >= 0 ? SHARD_REDUCE_SCATTER : SHARD_ALL_REDUCE;
+    ShardColl *c = add_coll(s, at, where, operand, v, kind, (IrMeshAxis)a,
+                            local_numel(s, tp, v, &m));
+    snprintf(c->what, sizeof c->what, "partial sum of %s, for %s",
+             v->producer ? ir_op_name(v->producer->op) : v->name, ir_op_name(n->op));
+    m.partial &= (unsigned char)~BIT(a);
+    if (d >= 0)
+      m.split[d] = (unsigned char)a;
+    ncoll++;
+  }
+  for (int i = 0; i < m.rank; i++) {
+    int a = m.split[i];
+    if (a == NONE || a == to->split[i])
+      continue;
+    m.split[i] = NONE;
+    ShardColl *c = add_coll(s, at, where, operand, v, SHARD_ALL_GATHER, (IrMeshAxis)a,
+                            local_numel(s, tp, v, &m));
+    snprintf(c->what, sizeof c->what, "dim %d whole, for %s", i, ir_op_name(n->op));
+    ncoll++;
+  }
+  if (!ncoll)
+    return;   // only local slices
+  if (where == SHARD_AFTER)
+    s->cur[v->id] = m;
+  else if (s->nhave[v->id] < HAVE)
+    s->have[v->id * HAVE + s->nhave[v->id]++] = m;
+}
+
+// The layout node n sees input k in before its rule runs: the value's, or,
+// when the value was laid out under another tp degree, that without tp.
+static ShardLayout input_layout(Shard *s, const IrValue *v, int tp) {
+  ShardLayout l = s->cur[v->id];
+  if (s->deg[v->id] != tp && (axes_used(&l) & BIT(TP))) {
+    for (int i = 0; i < l.rank; i++)
+      if (l.split[i] == TP)
+        l.split[i] = NONE;
+    l.partial &= (unsigned char)~BIT(TP);
+  }
+  return l;
+}
+
+static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, ShardLayout *out,
+                    int use_at) {
+  int tp = block_tp(s, n);
+  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .in = in, .seed = seed, .out = out};
+  for (int k = 0; k < n->nin; k++) {
+    const IrValue *v = n->in[k];
+    seed[k] = false;
+    if (!s->laid[v->id]) {
+      in[k] = whole(v->rank);
+      if ((v->role == ROLE_PARAM || v->role == ROLE_STATE) && tp != 1) {
+        seed[k] = true;
+        continue;
+      }
+      s->laid[v->id] = true;
+      s->cur[v->id] = s->r->layout[v->id] = in[k];
+      s->deg[v->id] = tp;
+      continue;
+    }
+    in[k] = input_layout(s, v, tp);
+    // A partial sum with several readers is reduced at once, before a
+    // linear reader carries it on and another reduces it again.
+    if (s->readers[v->id] > 1)
+      in[k].partial = 0;
+  }
+  for (int k = 0; k < n->nout; k++)
+    out[k] = whole(n->out[k]->rank);
+  if (shard_fns[n->op](&op))
+    return -1;
+  for (int k = 0; k < n->nin; k++) {
+    const IrValue *v = n->in[k];
+    if (check_layout(s, n, tp, v, &in[k], "input"))
+      return -1;
+    assumed(s, n, tp, v, &in[k]);
+    if (seed[k] && !s->laid[v->id]) {
+      s->laid[v->id] = true;
+      s->cur[v->id] = s->r->layout[v->id] = in[k];
+      s->deg[v->id] = tp;
+    } else {
+      convert(s, n, k, tp, v, &in[k]);
+    }
+    s->read[v->id] = true;
+    s->r->use[use_at + k] = in[k];
+  }
+  for (int k = 0; k < n->nout; k++) {
+    const IrValue *o = n->out[k];
+    if (check_layout(s, n, tp, o, &out[k], "output"))
+      return -1;
+    assumed(s, n, tp, o, &out[k]);
+    s->laid[o->id] = true;
+    s->cur[o->id] = s->r->layout[o->id] = out[k];
+    s->deg[o->id] = tp;
+  }
+  return 0;
+}
+
+// Inputs: the batch (the first input's first dim) split over dp.
+static int lay_inputs(Shard *s) {
+  IrGraph *g = s->g;
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i];
+    if (v->role != ROLE_INPUT && v->role != ROLE_CONST)
+      continue;
+    ShardLayout l = whole(v->rank);
+    if (v->role == ROLE_INPUT && !s->batch)
+      s->batch = v;
+    if (v->role == ROLE_INPUT && s->spec->dp > 1 && v->rank >= 1 && s->batch->rank >= 1 &&
+        sym_eq(v->shape[0], s->batch->shape[0])) {
+      int64_t b;
+      if (sym_eval(v->shape[0], &g->syms, &b) == 0 && (b % s->spec->dp || b < s->spec->dp))
+        return ir_error(s->diag, v->loc,
+                        "the batch dim %s = %lld of '%s' does not divide by dp = %d",
+                        sym_str(&g->arena, v->shape[0], &g->syms), (long long)b, v->name,
+                        s->spec->dp);
+      l.split[0] = DP;
+    }
+    s->laid[i] = true;
+    s->cur[i] = s->r->layout[i] = l;
+    s->deg[i] = 1;
+  }
+  return 0;
+}
+
+int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
+  memset(out, 0, sizeof *out);
+  if (spec->dp < 1)
+    return ir_error(d, (IrLoc){0}, "shard: dp = %d must be at least 1", spec->dp);
+  for (int b = 0; b < spec->nblocks; b++)
+    if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)
+      return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d", b, spec->tp[b]);
+  int nv = g->nvalues, nn = g->nnodes, nuse = 0, maxin = 1, maxout = 1;
+  for (int i = 0; i < nn; i++) {
+    IR_ASSERT(g->nodes[i]->id == i);
+    nuse += g->nodes[i]->nin;
+    if (g->nodes[i]->nin > maxin)
+      maxin = g->nodes[i]->nin;
+    if (g->nodes[i]->nout > maxout)
+      maxout = g->nodes[i]->nout;
+  }
+  out->nvalues = nv;
+  out->nnodes = nn;
+  out->layout = calloc((size_t)nv + 1, sizeof *out->layout);
+  out->use_at = calloc((size_t)nn + 1, sizeof *out->use_at);
+  out->use = calloc((size_t)nuse + 1, sizeof *out->use);
+  Shard s = {.g = g, .spec = spec, .diag = d, .r = out};
+  s.laid = calloc((size_t)nv + 1, sizeof *s.laid);
+  s.read = calloc((size_t)nv + 1, sizeof *s.read);
+  s.cur = calloc((size_t)nv + 1, sizeof *s.cur);
+  s.deg = calloc((size_t)nv + 1, sizeof *s.deg);
+  s.have = calloc((size_t)nv * HAVE + 1, sizeof *s.have);
+  s.nhave = calloc((size_t)nv + 1, 1);
+  s.readers = calloc((size_t)nv + 1, sizeof *s.readers);
+  ShardLayout *in = calloc((size_t)maxin, sizeof *in), *outs = calloc((size_t)maxout, sizeof *outs);
+  bool *seed = calloc((size_t)maxin, sizeof *seed);
+  IR_ASSERT(out->layout && out->use_at && out->use && s.laid && s.read && s.cur && s.deg &&
+            s.have && s.nhave && s.readers && in && outs && seed);
+  for (int i = 0; i < nv; i++)
+    IR_ASSERT(g->values[i]->id == i);
+  for (int i = 0; i < nn; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      s.readers[g->nodes[i]->in[k]->id]++;
+  int rc = lay_inputs(&s);
+  for (int i = 0, at = 0; !rc && i < nn; i++) {
+    out->use_at[i] = at;
+    rc = run_node(&s, g->nodes[i], in, seed, outs, at);
+    at += g->nodes[i]->nin;
+  }
+  // Parameters and state no node reads: replicated.
+  for (int i = 0; !rc && i < nv; i++)
+    if (!s.laid[i])
+      out->layout[i] = whole(g->values[i]->rank);
+  free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.nhave);
+  free(s.readers);
+  free(in), free(outs), free(seed);
+  if (rc)
+    pass_shard_free(out);
+  return rc;
+}
+
+void pass_shard_free(ShardResult *r) {
+  free(r->layout), free(r->use_at), free(r->use), free(r->coll), free(r->need), free(r->note);
+  memset(r, 0, sizeof *r);
+}
+
+const ShardLayout *pass_shard_use(const ShardResult *r, const IrNode *n, int k) {
+  IR_ASSERT(n->id >= 0 && n->id < r->nnodes && k >= 0 && k < n->nin);
+  return &r->use[r->use_at[n->id] + k];
+}
+
+// ---- printing ---------------------------------------------------------------------------------
+
+static void print_coll(FILE *f, IrGraph *g, const ShardColl *c) {
+  static const char *at[] = {"before", "after", "within"};
+  fprintf(f, "    %s(%s) %s %%%s: %s elements (%s)\n", pass_shard_kind_name(c->kind),
+          ir_mesh_axis_name(c->axis), at[c->at], c->value ? c->value->name : "?",
+          sym_str(&g->arena, c->count, &g->syms), c->what);
+}
+
+void pass_shard_print(FILE *f, IrGraph *g, const ShardResult *r) {
+  static const char *phase[] = {"forward", "backward", "update"};
+  char buf[512];
+  int last_phase = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if ((int)n->phase != last_phase)
+      fprintf(f, "%s\n", phase[n->phase]), last_phase = (int)n->phase;
+    fprintf(f, "  ");
+    for (int k = 0; k < n->nout; k++) {
+      pass_shard_layout_str(buf, sizeof buf, g, n->out[k], &r->layout[n->out[k]->id]);
+      fprintf(f, "%s%%%s %s", k ? ", " : "", n->out[k]->name, buf);
+    }
+    fprintf(f, "%s%s(", n->nout ? " = " : "", ir_op_name(n->op));
+    for (int k = 0; k < n->nin; k++) {
+      pass_shard_layout_str(buf, sizeof buf, g, n->in[k], pass_shard_use(r, n, k));
+      fprintf(f, "%s%%%s %s", k ? ", " : "", n->in[k]->name, buf);
+    }
+    if (n->block)
+      fprintf(f, ") #%d\n", n->block);
+    else
+      fprintf(f, ")\n");
+    for (int c = 0; c < r->ncolls; c++)
+      if (r->coll[c].node == n)
+        print_coll(f, g, &r->coll[c]);
+  }
+  for (int i = 0; i < r->nnotes; i++)
+    fprintf(f, "%s\n", r->note[i].text);
+  for (int i = 0; i < r->nneeds; i++)
+    fprintf(f, "needs: %s divisible by %s (block %d)\n",
+            sym_str(&g->arena, r->need[i].dim, &g->syms), ir_mesh_axis_name(r->need[i].axis),
+            r->need[i].block);
+}
