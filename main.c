@@ -6,8 +6,8 @@
 //
 // The pipeline, as `compile` runs it:
 //   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
-//   memplan) -> codegen (C) -> solver (the plan, written to plan.json; lowering it per
-//   rank comes next)
+//   [lower: a forced layout, --dp/--zero/--micro-batches], memplan) -> codegen (C) ->
+//   solver (the plan, written to plan.json when no layout is forced)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +59,7 @@ static void usage(FILE *f) {
         "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
-        "                         optimizer, memplan, or all)\n"
+        "                         optimizer, lower, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
         "                         output) over the output --labels names\n"
@@ -85,6 +85,13 @@ static void usage(FILE *f) {
         "  --no-share             one set of variables per block, even for identical blocks\n"
         "  --time-limit S --mip-gap X\n"
         "                         GLPK's limits (default 20 s, 0.001)\n"
+        "\n"
+        "one layout for every block (compile; ranks = dp x tp):\n"
+        "  --dp D                 data-parallel ranks; the global batch is the model's\n"
+        "                         batch dim x D x micro-batches\n"
+        "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
+        "  --micro-batches M      forward/backward passes per optimizer step (default 1)\n"
+        "  --tp T                 tensor parallelism (planned, not yet lowered: T must be 1)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -223,7 +230,7 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--dump-after")) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
-        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, memplan, all)",
+        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, lower, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;
@@ -264,6 +271,9 @@ static Args parse_args(int argc, char **argv) {
               "--gpus-per-node", a.cluster);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
+  if (a.forced && !strcmp(a.cmd, "plan"))
+    bad_usage("--dp, --tp, --zero and --micro-batches fix the layout for %s; plan chooses it",
+              "compile and inspect");
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;
