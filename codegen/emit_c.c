@@ -336,14 +336,13 @@ static const char *shape_sizes(Emit *e, const IrValue *v) {
   return ir_strdup(&e->g->arena, s);
 }
 
-// The bucket a parameter lives in (its index in the buckets table), or -1.
+// The bucket a parameter lives in (its index in the buckets table), or -1:
+// the one its gradient is in.
 static int bucket_index(Emit *e, const IrValue *v) {
   const PassLowered *lw = e->opt->lowered;
-  for (int b = 0; v->bucket && lw && b < lw->nbuckets; b++) {
-    const PassBucket *k = &lw->bucket[b];
-    if (v->bucket == k->params || (v->grad && v->grad->bucket == k->grads))
+  for (int b = 0; v->grad && lw && b < lw->nbuckets; b++)
+    if (v->grad->bucket == lw->bucket[b].grads)
       return b;
-  }
   return -1;
 }
 

@@ -94,14 +94,15 @@ static IrNode *accumulate(Lower *L, IrValue *acc, IrValue *x) {
   return n;
 }
 
-// Schedule position of the first node of `phase` that reads a value placed in
-// `bucket` (or -1).
-static int first_read(const IrGraph *g, const IrValue *bucket, IrPhase phase) {
+// Schedule position of the first node of `phase` that reads one of vals[0..n)
+// (or -1).
+static int first_read(const IrGraph *g, IrValue *const *vals, int n, IrPhase phase) {
   for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = g->nodes[i];
-    for (int k = 0; n->phase == phase && k < n->nin; k++)
-      if (n->in[k]->bucket == bucket)
-        return i;
+    const IrNode *node = g->nodes[i];
+    for (int k = 0; node->phase == phase && k < node->nin; k++)
+      for (int j = 0; j < n; j++)
+        if (node->in[k] == vals[j])
+          return i;
   }
   return -1;
 }
@@ -171,12 +172,13 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 }
 
 // ZeRO-3: the whole bucket gathered from the shards before the first read of
-// `phase` (NULL when nothing of that phase reads it).
-static IrValue *gather_params(Lower *L, PassBucket *b, IrValue *placed_in, IrPhase phase) {
+// any of vals[0..n) in `phase`, and vals placed in it (nothing when that phase
+// reads none of them).
+static void gather_params(Lower *L, PassBucket *b, IrValue *const *vals, int n, IrPhase phase) {
   IrGraph *g = L->g;
-  int at = first_read(g, placed_in, phase);
+  int at = first_read(g, vals, n, phase);
   if (at < 0)
-    return NULL;
+    return;
   g->cur_phase = phase;
   g->cur_block = b->block;
   ir_insert_before(g, at);
@@ -190,20 +192,14 @@ static IrValue *gather_params(Lower *L, PassBucket *b, IrValue *placed_in, IrPha
   ir_value_rename(g, whole, name);
   wait(L, collective(L, OP_ALL_GATHER, whole, false, false));
   ir_insert_before(g, -1);
-  return whole;
+  for (int i = 0; i < n; i++)
+    vals[i]->bucket = whole;
 }
 
 static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n) {
   IrGraph *g = L->g;
   b->pshard = flat(L, "params.shard", b, ROLE_BUCKET, b->numel / L->dist->dp);
-  // forward reads the members themselves, placed in a gathered bucket
-  IrValue *tmp = b->pshard; // placeholder until the bucket exists
-  for (int i = 0; i < n; i++)
-    members[i]->bucket = tmp;
-  IrValue *fwd = gather_params(L, b, tmp, PHASE_FORWARD);
-  for (int i = 0; i < n; i++)
-    members[i]->bucket = fwd ? fwd : b->pshard;
-  // backward reads copies of them, placed in a second gathered bucket
+  // backward reads copies of the members, placed in a second gathered bucket
   IrValue **copy = malloc((size_t)n * sizeof *copy);
   IR_ASSERT(copy);
   for (int i = 0; i < n; i++) {
@@ -212,31 +208,25 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n
     copy[i] = ir_value_new(g, name, DT_F32, ROLE_ACT);
     ir_value_set_shape(copy[i], members[i]->rank, members[i]->shape);
     copy[i]->loc = members[i]->loc;
-    copy[i]->bucket = tmp;
     copy[i]->bucket_off = members[i]->bucket_off;
     ir_replace_uses_in_phase(g, members[i], copy[i], PHASE_BACKWARD);
   }
-  IrValue *bwd = gather_params(L, b, tmp, PHASE_BACKWARD);
-  for (int i = 0; i < n; i++)
-    copy[i]->bucket = bwd ? bwd : b->pshard;
+  gather_params(L, b, members, n, PHASE_FORWARD);
+  gather_params(L, b, copy, n, PHASE_BACKWARD);
   free(copy);
 }
 
 // One update op for the bucket, replacing its parameters' own.
-static void lower_update(Lower *L, PassBucket *b, IrValue **members, int n) {
+static void lower_update(Lower *L, PassBucket *b) {
   IrGraph *g = L->g;
   const IrNode *rule = NULL;
   for (int i = g->nnodes - 1; i >= 0; i--) {
     IrNode *u = g->nodes[i];
-    if ((u->op == OP_ADAMW || u->op == OP_SGD) && u->in[0]->bucket &&
-        u->in[0]->grad && u->in[0]->grad->bucket == b->grads) {
-      bool mine = false;
-      for (int k = 0; k < n; k++)
-        mine |= u->in[0] == members[k];
-      if (mine) {
-        rule = u;
-        ir_node_remove(g, u);
-      }
+    // a member's update: its parameter's gradient is in the bucket
+    if ((u->op == OP_ADAMW || u->op == OP_SGD) && u->in[0]->grad &&
+        u->in[0]->grad->bucket == b->grads) {
+      rule = u;
+      ir_node_remove(g, u);
     }
   }
   IR_ASSERT(rule);
@@ -350,7 +340,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     lower_grads(&L, b, members, n);
     if (b->zero == 3)
       lower_params_zero3(&L, b, members, n);
-    lower_update(&L, b, members, n);
+    lower_update(&L, b);
   }
   free(owner), free(members);
   ir_remove_unused(g, ROLE_STATE); // the parameters' own moments

@@ -491,7 +491,9 @@ static int shard_layernorm(ShardOp *op) {
 // all-reduced before the norm's backward (Megatron's f) rather than after it
 // (which would also leave dw and db to reduce). dw and db sum over the
 // leading dims: partial over the axes those are split over.
-static int shard_layernorm_bwd(ShardOp *op) {
+// (dy, x) of a backward over the last dim: both complete, the last dim
+// whole, the leading dims split alike. Returns the last dim.
+static int rowwise_bwd(ShardOp *op) {
   int last = op->n->in[1]->rank - 1;
   need_complete(op, 0);
   need_complete(op, 1);
@@ -499,6 +501,11 @@ static int shard_layernorm_bwd(ShardOp *op) {
   need_whole_dim(op, 1, last);
   int ks[2] = {0, 1};
   unify_leading(op, 2, ks, last);
+  return last;
+}
+
+static int shard_layernorm_bwd(ShardOp *op) {
+  rowwise_bwd(op);
   op->in[2] = whole(1);
   op->out[0] = op->in[1];
   unsigned p = split_axes(&op->in[1], -1);
@@ -518,13 +525,7 @@ static int shard_softmax(ShardOp *op) {
 
 // (dy, y) -> dx over the last dim, which must be whole.
 static int softmax_bwd(ShardOp *op) {
-  int last = op->n->in[1]->rank - 1;
-  need_complete(op, 0);
-  need_complete(op, 1);
-  need_whole_dim(op, 0, last);
-  need_whole_dim(op, 1, last);
-  int ks[2] = {0, 1};
-  unify_leading(op, 2, ks, last);
+  rowwise_bwd(op);
   op->out[0] = op->in[1];
   return 0;
 }

@@ -128,6 +128,21 @@ def logged_losses(path):
     return losses
 
 
+def compare_losses(got, ref, tol, title, names):
+    """Prints got against ref step by step; True when every relative error is within tol."""
+    ok, worst = True, 0.0
+    print(f"{title}: |{names[0]} - {names[1]}| / |{names[1]}| per step (tolerance {tol:g})")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        _, rel = rel_error(g, r)
+        worst = max(worst, rel)
+        ok &= rel <= tol
+        print(f"  {'OK  ' if rel <= tol else 'FAIL'} step {i + 1:2d}  {names[0]} {g:.6f}  "
+              f"{names[1]} {r:.6f}  rel {rel:.3e}")
+    print(f"{title}: {len(ref)} steps, worst relative error {worst:.3e}: "
+          f"{'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def check_losses(ref_path, key, log_path, tol, steps=None):
     with open(ref_path) as f:
         ref = json.load(f)[key]
@@ -136,17 +151,7 @@ def check_losses(ref_path, key, log_path, tol, steps=None):
     if len(got) < len(ref):
         print(f"FAIL {key}: {log_path} has {len(got)} losses, the reference {len(ref)}")
         return False
-    ok, worst = True, 0.0
-    print(f"losses ({key}): |mtc - torch| / |torch| per step (tolerance {tol:g})")
-    for i, (g, r) in enumerate(zip(got, ref)):
-        _, rel = rel_error(g, r)
-        worst = max(worst, rel)
-        ok &= rel <= tol
-        print(f"  {'OK  ' if rel <= tol else 'FAIL'} step {i + 1:2d}  mtc {g:.6f}  torch {r:.6f}  "
-              f"rel {rel:.3e}")
-    print(f"losses ({key}): {len(ref)} steps, worst relative error {worst:.3e}: "
-          f"{'ok' if ok else 'FAIL'}")
-    return ok
+    return compare_losses(got, ref, tol, f"losses ({key})", ("mtc", "torch"))
 
 
 def check_logs(ref_path, got_path, tol):
@@ -154,16 +159,7 @@ def check_logs(ref_path, got_path, tol):
     if not ref or len(got) != len(ref):
         print(f"FAIL: {got_path} has {len(got)} losses, {ref_path} {len(ref)}")
         return False
-    ok, worst = True, 0.0
-    print(f"losses: |got - ref| / |ref| per step (tolerance {tol:g})")
-    for i, (g, r) in enumerate(zip(got, ref)):
-        _, rel = rel_error(g, r)
-        worst = max(worst, rel)
-        ok &= rel <= tol
-        print(f"  {'OK  ' if rel <= tol else 'FAIL'} step {i + 1:2d}  got {g:.6f}  ref {r:.6f}  "
-              f"rel {rel:.3e}")
-    print(f"losses: {len(ref)} steps, worst relative error {worst:.3e}: {'ok' if ok else 'FAIL'}")
-    return ok
+    return compare_losses(got, ref, tol, "losses", ("got", "ref"))
 
 
 def main():
