@@ -402,6 +402,7 @@ static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n
     state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate);
     comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, 4, 4);
   }
+  comm += sv_tp_comm_bytes(lw->tp_comm_elems, D->tp, D->micro_batches, 4);
   co->planner_state_bytes = (int64_t)state;
   co->planner_comm_bytes = (int64_t)comm;
   int len = snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);

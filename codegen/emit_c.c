@@ -398,14 +398,16 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
         range = ir_eval(g, v->range);
       int batched = role == ROLE_INPUT && v->rank > 0 && g->batch_sym >= 0 &&
                     sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
-      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld},", v->name,
-              (long long)v->offset, (long long)(v->bytes / ir_dtype_size(v->dtype)),
+      IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
+      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld, %d, %d},",
+              v->name, (long long)v->offset, (long long)ir_eval(g, ir_numel(g, &whole)),
               v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
               role == ROLE_INPUT ? input_kind(v->input_kind)
               : pass              ? "RT_PARAM_CONST"
                                   : "RT_PARAM_TRAINED",
-              (long long)range, shape_values(e, v), v->rank, shape_sizes(e, v), batched,
-              bucket_index(e, v), (long long)(v->bucket ? v->bucket_off / 4 : 0));
+              (long long)range, shape_values(e, &whole), v->rank, shape_sizes(e, &whole), batched,
+              bucket_index(e, v), (long long)(v->bucket ? v->bucket_off / 4 : 0), v->tp_dim,
+              v->tp_pieces);
       count++;
     }
   }
@@ -545,6 +547,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .model_state_bytes = %lld,", (long long)model_state_bytes(e));
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
+  if (e->opt->lowered && e->opt->lowered->loss_tp_partial)
+    println(e, "    .loss_tp_partial = 1,");
   println(e, "};");
   return 0;
 }
@@ -595,10 +599,12 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
       const IrValue *v = g->values[i];
       if (v->role != (pass ? ROLE_CONST : ROLE_PARAM) || v->producer)
         continue;
-      float *data = malloc((size_t)v->bytes + 4);
+      IrValue whole = ir_whole(v);  // tensors split over tp: whole, as one rank has them
+      size_t bytes = (size_t)ir_eval(g, ir_nbytes(g, &whole));
+      float *data = malloc(bytes + 4);
       IR_ASSERT(data);
       cg_init_param(g, v, pass ? 0 : index++, opt->seed, data);
-      fwrite(data, 1, (size_t)v->bytes, f);
+      fwrite(data, 1, bytes, f);
       free(data);
     }
   }

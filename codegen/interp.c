@@ -171,8 +171,9 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
 // adding a parameter does not change the others' values. INIT_DATA values
 // (parameters and constants from ONNX initializers) are copied, f32 or i32.
 void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed, float *out) {
-  int64_t n = 0;
-  IR_ASSERT(sym_eval(ir_numel((IrGraph *)g, p), &g->syms, &n) == 0);
+  int64_t n = 0;   // a tensor split over tp starts whole (each rank takes its part)
+  IrValue whole = ir_whole(p);
+  IR_ASSERT(sym_eval(ir_numel((IrGraph *)g, &whole), &g->syms, &n) == 0);
   if (p->init.kind == INIT_DATA) {
     size_t bytes = (size_t)n * (size_t)ir_dtype_size(p->dtype);
     if (p->data)

@@ -205,10 +205,14 @@ static void lower_attention_bwd(Lower *L, const IrNode *n) {
   attention_dims(L, c, n, n->in[1]);
 }
 
+// A table split over tp (shards > 1) holds this rank's rows only.
 static void lower_embedding(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_embedding_fwd);
+  bool vp = ir_attr_i(n, "shards") > 1;
+  CgCall *c = call(L, vp ? CG_K_embedding_vp_fwd : CG_K_embedding_fwd);
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
   num(c, numel(L, n->in[1])), num(c, n->in[0]->shape[1]);
+  if (vp)
+    num(c, n->in[0]->shape[0]);
 }
 
 static void lower_embedding_bwd(Lower *L, const IrNode *n) {
@@ -316,8 +320,8 @@ static void sum_or_mean(Lower *L, const IrNode *n, bool mean) {
     for (int k = 0; k < naxes; k++)
       r |= (axes[k] < 0 ? axes[k] + x->rank : axes[k]) == i;
     small.shape[i] = r ? sym_const(ar, 1) : x->shape[i];
-    if (r)
-      count = sym_mul(ar, count, x->shape[i]);
+    if (r) // a dim split over tp counts whole: the ranks' terms are summed later
+      count = sym_mul(ar, count, x->tp_dim == i ? x->tp_whole : x->shape[i]);
   }
   reduce(L, n, &small, mean ? 1.0 / (double)ir_eval(L->g, count) : 1.0);
 }
@@ -485,6 +489,42 @@ static void lower_comm_wait(Lower *L, const IrNode *n) {
 static void lower_unshard(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_unshard);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+}
+
+// tp_gather / tp_slice: the tensor as [outer][pieces][chunk] on this rank,
+// [outer][pieces][shards][chunk] whole.
+static void tp_geometry(Lower *L, CgCall *c, const IrNode *n, const IrValue *part) {
+  int dim = (int)ir_attr_i(n, "dim");
+  int64_t pieces = ir_attr_i(n, "pieces");
+  const Sym *inner = dims(L, part, dim + 1, part->rank);
+  num(c, dims(L, part, 0, dim)), numk(L, c, pieces);
+  num(c, sym_scale(&L->g->arena, sym_mul(&L->g->arena, part->shape[dim], inner), 1, pieces));
+}
+
+static void lower_tp_gather(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_tp_gather);
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
+  tp_geometry(L, c, n, n->in[0]);
+}
+
+static void lower_tp_slice(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_tp_slice);
+  buf(c, n->out[0]), buf(c, n->in[0]);
+  tp_geometry(L, c, n, n->out[0]);
+}
+
+static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_vp_crossentropy_fwd);
+  const IrValue *lg = n->in[0];
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, lg), buf(c, n->in[1]);
+  num(c, rows(L, lg)), num(c, last(lg));
+}
+
+static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_vp_crossentropy_bwd);
+  const IrValue *lg = n->in[1];
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]), buf(c, n->in[3]);
+  num(c, rows(L, lg)), num(c, last(lg));
 }
 
 static void lower_accumulate(Lower *L, const IrNode *n) {

@@ -151,6 +151,8 @@ IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role) {
   v->role = role;
   v->loc = g->cur_loc;
   v->offset = -1;
+  v->tp_dim = -1;
+  v->tp_pieces = 1;
   push((void ***)&g->values, &g->nvalues, &g->capvalues, v);
   return v;
 }

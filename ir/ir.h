@@ -93,6 +93,12 @@ typedef struct IrValue {
   // while v is.
   struct IrValue *bucket;
   int64_t bucket_off;
+  // Tensor parallelism (passes/tp.c): the dim split over the tp ranks (-1:
+  // none), that dim's size in the whole tensor, and the equal pieces it is
+  // made of, each split (runtime/dist.h has the layout).
+  int tp_dim;
+  const Sym *tp_whole;
+  int tp_pieces;
   // INIT_DATA (parameters and constants): numel elements of dtype, in the
   // graph's arena; NULL reads as zeros (the IR text does not carry data).
   const void *data;
@@ -259,6 +265,8 @@ void ir_mark_batch_dims(IrGraph *g);
 // ---- shapes, sizes, costs (ir/ops.c) -------------------------------------------
 
 const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
+// v as the whole tensor its tp ranks hold parts of (a copy; v itself when not split).
+IrValue ir_whole(const IrValue *v);
 const Sym *ir_nbytes(IrGraph *g, const IrValue *v);    // numel * dtype size
 int ir_dtype_size(IrDType dt);
 const char *ir_dtype_name(IrDType dt);

@@ -16,6 +16,14 @@ const Sym *ir_numel(IrGraph *g, const IrValue *v) {
   return n;
 }
 
+IrValue ir_whole(const IrValue *v) {
+  IrValue w = *v;
+  if (v->tp_dim >= 0)
+    w.shape[v->tp_dim] = v->tp_whole;
+  w.tp_dim = -1;
+  return w;
+}
+
 const Sym *ir_nbytes(IrGraph *g, const IrValue *v) {
   return sym_scale(&g->arena, ir_numel(g, v), ir_dtype_size(v->dtype), 1);
 }
@@ -604,10 +612,15 @@ static int need_flat(IrGraph *g, IrNode *n, int i, IrDiag *d) {
                   n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_shape_str(g, n->in[i]));
 }
 
-static int shape_all_reduce(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
+// all_reduce and comm_wait also take a tensor of any shape (tensor parallelism reduces
+// activations in place).
+static int shape_all_reduce(IrGraph *g, IrNode *n, IrDiag *d) {
+  (void)g;
+  return need_dtype(n, 0, DT_F32, d);
+}
 static int shape_reduce_scatter(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
 static int shape_all_gather(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
-static int shape_comm_wait(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
+static int shape_comm_wait(IrGraph *g, IrNode *n, IrDiag *d) { return shape_all_reduce(g, n, d); }
 
 static int shape_unshard(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_flat(g, n, 0, d))
@@ -618,6 +631,57 @@ static int shape_unshard(IrGraph *g, IrNode *n, IrDiag *d) {
 
 static int shape_accumulate(IrGraph *g, IrNode *n, IrDiag *d) {
   return need_dtype(n, 0, DT_F32, d) || need_part(g, n, 1, ir_numel(g, n->in[0]), d);
+}
+
+// ---- tensor parallelism ----
+
+// x's shape with its tp-split dim times (gather) or over (slice) the degree;
+// -1 with d when the attributes do not fit x.
+static int tp_shape(IrGraph *g, IrNode *n, bool gather, const Sym **shape, IrDiag *d) {
+  const IrValue *x = n->in[0];
+  int64_t dim = ir_attr_i(n, "dim"), shards = ir_attr_i(n, "shards"), pieces = ir_attr_i(n, "pieces");
+  if (dim < 0 || dim >= x->rank || shards < 1 || pieces < 1)
+    return ir_error(d, n->loc, "%s: dim %lld of '%s' %s, %lld shards, %lld pieces",
+                    ir_op_name(n->op), (long long)dim, x->name, ir_shape_str(g, x),
+                    (long long)shards, (long long)pieces);
+  for (int i = 0; i < x->rank; i++)
+    shape[i] = x->shape[i];
+  shape[dim] = gather ? sym_scale(&g->arena, x->shape[dim], shards, 1)
+                      : sym_scale(&g->arena, x->shape[dim], 1, shards);
+  return 0;
+}
+
+static int shape_tp_gather(IrGraph *g, IrNode *n, IrDiag *d) {
+  const Sym *shape[IR_MAXRANK];
+  if (need_dtype(n, 0, DT_F32, d) || tp_shape(g, n, true, shape, d))
+    return -1;
+  const Sym *scratch = sym_scale(&g->arena, ir_numel(g, n->in[0]), ir_attr_i(n, "shards"), 1);
+  return set_out(g, n, 0, DT_F32, n->in[0]->rank, shape, d) ||
+         set_out(g, n, 1, DT_F32, 1, &scratch, d);
+}
+
+static int shape_tp_slice(IrGraph *g, IrNode *n, IrDiag *d) {
+  const Sym *shape[IR_MAXRANK];
+  if (tp_shape(g, n, false, shape, d))
+    return -1;
+  return set_out(g, n, 0, n->in[0]->dtype, n->in[0]->rank, shape, d);
+}
+
+static int shape_vp_cross_entropy(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_targets(g, n, 0, 1, d))
+    return -1;
+  const Sym *stats = sym_scale(&g->arena, ir_numel(g, n->in[1]), 2, 1);
+  return set_out(g, n, 0, DT_F32, 0, NULL, d) || set_out(g, n, 1, DT_F32, 1, &stats, d);
+}
+
+static int shape_vp_cross_entropy_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (shape_cross_entropy_bwd(g, n, d))
+    return -1;
+  const IrValue *st = n->in[3];
+  if (st->dtype == DT_F32 && sym_eq(ir_numel(g, st), sym_scale(&g->arena, ir_numel(g, n->in[2]), 2, 1)))
+    return 0;
+  return ir_error(d, n->loc, "vp_cross_entropy_bwd: stats '%s' %s must hold 2 floats per row",
+                  st->name, ir_shape_str(g, st));
 }
 
 typedef int ShapeFn(IrGraph *g, IrNode *n, IrDiag *d);
@@ -738,6 +802,12 @@ static const Sym *flops_all_gather(IrGraph *g, const IrNode *n) { return flops_i
 static const Sym *flops_comm_wait(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_unshard(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_accumulate(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
+static const Sym *flops_tp_gather(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_tp_slice(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_vp_cross_entropy(IrGraph *g, const IrNode *n) { return flops_in(g, n, 5); }
+static const Sym *flops_vp_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
+  return flops_out(g, n, 5);
+}
 
 typedef const Sym *FlopsFn(IrGraph *g, const IrNode *n);
 static FlopsFn *const flops_fns[] = {

@@ -419,6 +419,10 @@ NO_GRAD(all_gather)
 NO_GRAD(comm_wait)
 NO_GRAD(unshard)
 NO_GRAD(accumulate)
+NO_GRAD(tp_gather)
+NO_GRAD(tp_slice)
+NO_GRAD(vp_cross_entropy)
+NO_GRAD(vp_cross_entropy_bwd)
 
 static GradFn *const grad_fns[] = {
 #define OP(E, name, nin, nout, kind) grad_##name,

@@ -282,9 +282,6 @@ static int check(Lower *L) {
   IrGraph *g = L->g;
   if (D->dp < 1 || D->tp < 1 || D->micro_batches < 1)
     return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
-  if (D->tp > 1)
-    return ir_error(L->d, (IrLoc){0}, "lower: tensor parallelism (tp %d) is planned but not "
-                    "lowered yet; use --tp 1 (data parallel and ZeRO)", D->tp);
   if (!g->loss || !g->loss->producer)
     return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");
   const IrNode *l = g->loss->producer;
@@ -306,7 +303,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   PassLowered *out = ir_alloc(&g->arena, sizeof *out);
   out->dist = *D;
   Lower L = {.g = g, .dist = D, .out = out, .d = ctx->diag};
-  if (check(&L))
+  if (check(&L) || (D->tp > 1 && pass_lower_tp(g, D->tp, out, ctx->diag)))
     return -1;
   int *owner = malloc((size_t)g->nvalues * sizeof *owner);
   IrValue **members = malloc((size_t)g->nvalues * sizeof *members);

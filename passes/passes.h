@@ -56,6 +56,10 @@ typedef struct PassLowered {
   int nbuckets;
   PassBucket *bucket;      // in the graph's arena
   int nslots;              // request slots the collectives use
+  // tensor parallelism (passes/tp.c)
+  double tp_comm_elems;    // elements all-reduced over tp per micro-batch (an all-gather of n
+                           // elements counts n/2), from the collectives pass_shard lists
+  bool loss_tp_partial;    // each tp rank's loss is its term of a sum
 } PassLowered;
 
 typedef struct PassCtx {
@@ -84,6 +88,10 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed);   // backward graph 
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed);  // AdamW / SGD update ops
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
+// Tensor parallelism of degree tp over every block (passes/tp.c; pass_lower
+// calls it before data parallelism): per-rank shapes and the conversions
+// between layouts. -1 with d when the plan cannot be lowered.
+int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d);
 
 // Memory-plan queries (valid after pass_memplan).
 bool pass_is_persistent(const IrValue *v);   // lives for the whole program

@@ -931,6 +931,41 @@ static int shard_comm_wait(ShardOp *op) { return whole_buckets(op); }
 static int shard_unshard(ShardOp *op) { return whole_buckets(op); }
 static int shard_accumulate(ShardOp *op) { return whole_buckets(op); }
 
+// The tensor-parallel ops come after this pass too (passes/tp.c inserts them
+// where a layout changes); their rules state what they do.
+static int tp_move(ShardOp *op, bool gather) {
+  int dim = (int)ir_attr_i(op->n, "dim");
+  ShardLayout l = whole(op->n->in[0]->rank);
+  l.split[dim] = TP;
+  op->in[0] = gather ? l : whole(l.rank);
+  op->out[0] = gather ? whole(l.rank) : l;
+  if (gather)
+    op->out[1] = whole(1);
+  return 0;
+}
+static int shard_tp_gather(ShardOp *op) { return tp_move(op, true); }
+static int shard_tp_slice(ShardOp *op) { return tp_move(op, false); }
+// Vocabulary-parallel cross-entropy: logits split on V, the loss a partial sum
+// over tp; its row statistics are whole (all-reduced inside).
+static int shard_vp_cross_entropy(ShardOp *op) {
+  int v = op->n->in[0]->rank - 1;
+  op->in[0] = whole(v + 1);
+  op->in[0].split[v] = TP;
+  op->in[1] = whole(op->n->in[1]->rank);
+  op->out[0] = whole(0);
+  op->out[0].partial = BIT(TP);
+  op->out[1] = whole(1);
+  return 0;
+}
+static int shard_vp_cross_entropy_bwd(ShardOp *op) {
+  int v = op->n->in[1]->rank - 1;
+  for (int k = 0; k < 4; k++)
+    op->in[k] = whole(op->n->in[k]->rank);
+  op->in[1].split[v] = TP;
+  op->out[0] = op->in[1];
+  return 0;
+}
+
 typedef int ShardFn(ShardOp *op);
 static ShardFn *const shard_fns[] = {
 #define OP(E, name, nin, nout, kind) shard_##name,

@@ -48,4 +48,35 @@ void rt_unshard(float *out, const float *x, long k);
 // acc = scale * x at micro-batch 0, then acc += scale * x.
 void rt_accumulate(float *acc, const float *x, long n, float scale);
 
+// ---- tensor parallelism --------------------------------------------------------------
+//
+// A tensor split over the tp ranks along one dim holds, in each of the dim's
+// `pieces` equal parts, this rank's contiguous 1/tp (Megatron's fused QKV
+// weight: this rank's q, k and v columns side by side). Viewed around that dim
+// it is [outer][pieces][chunk] on each rank and [outer][pieces][tp][chunk]
+// whole.
+
+// part = rank's part of whole; whole's place for rank's part = part.
+void rt_tp_take(float *part, const float *whole, long outer, long pieces, long chunk, int rank,
+                int tp);
+void rt_tp_place(float *whole, const float *part, long outer, long pieces, long chunk, int rank,
+                 int tp);
+// out = every tp rank's part of x, placed (scratch: tp x numel(x) floats).
+void rt_tp_gather(float *out, float *scratch, const float *x, long outer, long pieces, long chunk);
+// out = this tp rank's part of x.
+void rt_tp_slice(float *out, const float *x, long outer, long pieces, long chunk);
+// Embedding over a table split on its rows (vocabulary-parallel): this rank
+// holds rows [tp_rank * v, (tp_rank + 1) * v); other rows look up zeros, so
+// out is this rank's term of a sum over tp.
+void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, long c, long v);
+// Cross-entropy over logits split on the vocabulary (v columns per rank):
+// each row's max and sum of exponentials are all-reduced over tp; stats[i]
+// keeps the row's logsumexp for backward (stats[n + i] is scratch); loss is
+// this rank's term of the mean (the rows whose target it holds).
+void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
+                            long n, long v);
+// dlogits = (softmax - onehot(target)) * dloss / n on this rank's columns.
+void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
+                            const int *targets, const float *stats, long n, long v);
+
 #endif

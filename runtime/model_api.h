@@ -34,6 +34,9 @@ typedef struct rt_tensor {
   int batched;        // inputs: the first dim is the batch (each rank takes its slice)
   int bucket;         // params: the bucket it lives in (-1: none, at offset)
   long bucket_elem;   // ... and its first element there
+  int tp_dim;         // params: the dim split over the tp ranks (-1: none); numel, rank and
+                      // sizes are the whole tensor's, each rank holds numel / tp
+  int tp_pieces;      // ... made of this many equal pieces, each split (runtime/dist.h)
 } rt_tensor;
 
 // A block's parameters and gradients as flat buckets (multi-rank programs;
@@ -99,6 +102,7 @@ typedef struct rt_model {
   long model_state_bytes;     // per rank: parameters, reduced gradients, optimizer state
   long planner_state_bytes;   // what the planner predicts for that (0: not given)
   long planner_comm_bytes;    // bytes the planner predicts each rank sends per step
+  int loss_tp_partial;        // each tp rank's loss is its term of a sum over tp
 } rt_model;
 
 extern const rt_model mtc_model;

@@ -218,7 +218,7 @@ static void check_table(void) {
     const rt_tensor *ts = pass ? M->inputs : M->params;
     for (int i = 0; i < n; i++) {
       const rt_tensor *t = &ts[i];
-      long bytes = t->numel * 4;  // f32 and i32 alike
+      long bytes = t->numel / (t->tp_dim >= 0 ? M->tp : 1) * 4;  // f32 and i32 alike
       if (t->offset < 0 || t->numel < 0 || t->offset + bytes > M->arena_bytes)
         fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the "
              "arena of %ld bytes", pass ? "input" : "parameter", t->name,
@@ -232,7 +232,8 @@ static void check_table(void) {
     }
   }
   for (int i = 0; i < M->n_params; i++) {
-    long at = M->grad_offsets[i], bytes = M->params[i].numel * 4;
+    const rt_tensor *p = &M->params[i];
+    long at = M->grad_offsets[i], bytes = p->numel / (p->tp_dim >= 0 ? M->tp : 1) * 4;
     if (at < 0 || at + bytes > M->arena_bytes)
       fail("model table: the gradient of '%s' (offset %ld) lies outside the arena",
            M->params[i].name, at);
@@ -250,30 +251,84 @@ static void check_table(void) {
 // the images whole again from every rank's part (all-gather) for --save and
 // --dump-grads. Other parameters and the constants are at their offsets.
 
+//
+// A parameter split over the tp ranks (tp_dim >= 0) is read and written whole
+// on the host (whole[i]); tp_scatter gives each rank its part of it, tp_gather
+// makes it whole again from every rank's part (runtime/dist.h has the layout).
+
 static float **images;  // per bucket: numel floats
+static float **whole;   // per parameter: the whole tensor of one split over tp, else NULL
 static rt_tensor *IN;   // the inputs over the global batch (see make_global_inputs)
 static int NIN;
 static char *global;    // their values
 
-static char *param_ptr(char *arena, int i) {
+// This rank's values of parameter i (its part when split over tp), or of its gradient.
+static char *local_ptr(char *arena, int i, bool grads) {
   const rt_tensor *p = &mtc_model.params[i];
   if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
-  return arena + p->offset;
+  return arena + (grads ? mtc_model.grad_offsets[i] : p->offset);
+}
+
+static char *param_ptr(char *arena, int i) {
+  return whole[i] ? (char *)whole[i] : local_ptr(arena, i, false);
 }
 
 static char *grad_ptr(char *arena, int i) {
-  const rt_tensor *p = &mtc_model.params[i];
-  if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
-  return arena + mtc_model.grad_offsets[i];
+  return whole[i] ? (char *)whole[i] : local_ptr(arena, i, true);
 }
 
 static void alloc_images(void) {
   const rt_model *M = &mtc_model;
   images = calloc((size_t)M->n_buckets + 1, sizeof *images);
-  if (!images) fail("out of memory");
+  whole = calloc((size_t)M->n_params + 1, sizeof *whole);
+  if (!images || !whole) fail("out of memory");
   for (int b = 0; b < M->n_buckets; b++)
     if (!(images[b] = calloc((size_t)M->buckets[b].numel, sizeof(float))))
       fail("out of memory for the image of bucket %s", M->buckets[b].name);
+  for (int i = 0; i < M->n_params; i++)
+    if (M->params[i].tp_dim >= 0 && !(whole[i] = calloc((size_t)M->params[i].numel, 4)))
+      fail("out of memory for parameter %s", M->params[i].name);
+}
+
+// A split parameter around its split dim: [outer][pieces][tp][chunk] whole.
+static void tp_geometry(const rt_tensor *p, long *outer, long *chunk) {
+  long o = 1, inner = 1;
+  for (int k = 0; k < p->rank; k++) {
+    if (k < p->tp_dim) o *= p->sizes[k];
+    if (k > p->tp_dim) inner *= p->sizes[k];
+  }
+  *outer = o;
+  *chunk = p->sizes[p->tp_dim] / ((long)mtc_model.tp * p->tp_pieces) * inner;
+}
+
+// The whole parameters into this rank's parts.
+static void tp_scatter(char *arena) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < M->n_params; i++) {
+    if (!whole[i]) continue;
+    long outer, chunk;
+    tp_geometry(&M->params[i], &outer, &chunk);
+    rt_tp_take((float *)local_ptr(arena, i, false), whole[i], outer, M->params[i].tp_pieces,
+               chunk, rt_dist.tp_rank, M->tp);
+  }
+}
+
+// Every tp rank's part into the whole parameters (or gradients).
+static void tp_gather(char *arena, bool grads) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < M->n_params; i++) {
+    if (!whole[i]) continue;
+    const rt_tensor *p = &M->params[i];
+    long outer, chunk, n = p->numel / M->tp;
+    tp_geometry(p, &outer, &chunk);
+    float *parts = malloc((size_t)p->numel * sizeof *parts);
+    if (!parts) fail("out of memory");
+    memcpy(parts + rt_dist.tp_rank * n, local_ptr(arena, i, grads), (size_t)n * 4);
+    rt_allgather(rt_dist.group[RT_AXIS_TP], parts, p->numel, NULL);
+    for (int r = 0; r < M->tp; r++)
+      rt_tp_place(whole[i], parts + r * n, outer, p->tp_pieces, chunk, r, M->tp);
+    free(parts);
+  }
 }
 
 // The images into the arena: the whole bucket, or this rank's shard of it.
@@ -512,6 +567,7 @@ static void check_writable(const char *flag, const char *path) {
 static void save_params(const char *path, const char *flag, char *arena, bool grads) {
   const rt_model *M = &mtc_model;
   gather_images(arena, grads);  // every rank takes part
+  tp_gather(arena, grads);
   if (rt_comm_rank() != 0) return;
   rt_st_tensor *ts = calloc((size_t)M->n_params + 1, sizeof *ts);
   if (!ts) fail("out of memory");
@@ -809,6 +865,7 @@ int main(int argc, char **argv) {
   }
   if (!all) load_weights(arena, opt.weights, argv[0], done);
   free(done);
+  tp_scatter(arena);
   scatter_images(arena);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
@@ -852,6 +909,8 @@ int main(int argc, char **argv) {
       loss += l / M->micro_batches;
       M->backward(arena);
     }
+    if (M->loss_tp_partial)  // each tp rank has its term (a vocabulary-parallel loss)
+      loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_TP], loss, RT_REDUCE_SUM);
     // every loss of mtc is a mean over the batch: the global loss is the mean
     loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time

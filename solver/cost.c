@@ -563,6 +563,10 @@ double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int
   }
 }
 
+double sv_tp_comm_bytes(double allreduce_elems, int n, int micro, int bytes) {
+  return n <= 1 ? 0 : micro * 2.0 * (n - 1) / n * allreduce_elems * bytes;
+}
+
 double sv_allreduce_time(double bytes, int n, double bw, double alpha) {
   return n <= 1 ? 0 : alpha + 2.0 * (n - 1) / n * bytes / bw;
 }

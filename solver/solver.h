@@ -165,6 +165,9 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int n
 // parameters of pbytes each, their gradients of gbytes, micro micro-batches
 // per step.
 double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int gbytes);
+// Bytes a rank sends per step for tensor parallelism over n ranks: allreduce_elems
+// all-reduced per micro-batch (the cost model's tp_fwd + tp_bwd, ring all-reduce).
+double sv_tp_comm_bytes(double allreduce_elems, int n, int micro, int bytes);
 // Ring collectives: alpha + beta * volume (bytes per rank S, n ranks, bandwidth bw).
 double sv_allreduce_time(double bytes, int n, double bw, double alpha);
 double sv_allgather_time(double bytes, int n, double bw, double alpha);  // also reduce-scatter

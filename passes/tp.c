@@ -1,0 +1,507 @@
+// Lowering tensor parallelism (Megatron's 1D): every rank of a tp group runs
+// the same graph on its part of each split tensor.
+//
+// pass_shard propagates the plan's degree through the training graph and says,
+// for every value, the layout it is produced in, and for every read the layout
+// the reader needs. This pass makes the graph do exactly that:
+//
+//   - shapes become per-rank: a dim split over tp is that dim / tp, and the
+//     value remembers the whole size (tp_dim, tp_whole) and the equal pieces
+//     the dim is made of (tp_pieces: a fused QKV output holds this rank's q, k
+//     and v parts side by side);
+//   - where a reader needs another layout than the value has, a conversion is
+//     inserted: a partial sum is all-reduced (in place right after the
+//     producer when every reader needs it reduced, else on a copy before the
+//     reader), a split dim is gathered (tp_gather), a whole dim sliced
+//     (tp_slice, free: each rank keeps its part);
+//   - ops whose arithmetic depends on the global index learn their part: an
+//     embedding over a vocabulary-split table (shards), the cross-entropy
+//     over vocabulary-split logits (vp_cross_entropy, whose row statistics
+//     are all-reduced inside and kept for backward), sum and mean over a split
+//     dim (the codegen divides by the whole count).
+//
+// The loss may be left a partial sum over tp (the step's log adds it up).
+// Data parallelism and ZeRO are lowered after this, on the per-rank shapes.
+#include "passes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TP IR_MESH_TP
+#define TPBIT (1u << IR_MESH_TP)
+#define NCONV 4   // conversions of one value remembered
+
+typedef struct Conv {
+  ShardLayout want;
+  IrValue *v;
+} Conv;
+
+typedef struct Tp {
+  IrGraph *g;
+  int tp;
+  PassLowered *out;
+  IrDiag *d;
+  ShardResult r;
+  int nv, nn;             // values and nodes before lowering
+  IrNode **node;          // the nodes before lowering, in schedule order
+  int *use_at;            // [i]: index into r.use of node[i]'s first input
+  ShardLayout *cur;       // [value id] what readers get (after a conversion right after it)
+  int *pieces;            // [value id]
+  Conv *conv;             // [value id * NCONV]
+  int *nconv;
+} Tp;
+
+static int split_dim(const ShardLayout *l) {
+  for (int i = 0; i < l->rank; i++)
+    if (l->split[i] == TP)
+      return i;
+  return -1;
+}
+
+static bool same_tp(const ShardLayout *a, const ShardLayout *b) {
+  return split_dim(a) == split_dim(b) && (a->partial & TPBIT) == (b->partial & TPBIT);
+}
+
+static const ShardLayout *use_of(const Tp *t, int i, int k) { return &t->r.use[t->use_at[i] + k]; }
+
+// v's per-rank shape and tensor-parallel placement for layout l.
+static void place(Tp *t, IrValue *v, const ShardLayout *l, const Sym *const *whole, int pieces) {
+  int d = split_dim(l);
+  for (int i = 0; i < v->rank; i++)
+    v->shape[i] = whole[i];
+  v->tp_dim = d;
+  v->tp_pieces = pieces;
+  if (d >= 0) {
+    v->tp_whole = whole[d];
+    v->shape[d] = sym_scale(&t->g->arena, whole[d], 1, t->tp);
+  }
+}
+
+// ---- pieces ---------------------------------------------------------------------------------
+//
+// A split dim is made of equal pieces, each split over tp: split and concat
+// along it add their parts' pieces up; every other op's split operands are one
+// layout, so they share a count.
+
+static int norm_axis(const IrNode *n, int rank) {
+  int64_t a = ir_attr_i(n, "axis");
+  return (int)(a < 0 ? a + rank : a);
+}
+
+static bool raise(int *p, int v) {
+  if (v <= *p)
+    return false;
+  *p = v;
+  return true;
+}
+
+static int count_pieces(Tp *t) {
+  for (int i = 0; i < t->nv; i++)
+    t->pieces[i] = 1;
+  for (int round = 0; round < 32; round++) {
+    bool changed = false;
+    for (int i = 0; i < t->nn; i++) {
+      const IrNode *n = t->node[i];
+      if (n->op == OP_SPLIT || n->op == OP_CONCAT) {
+        bool split = n->op == OP_SPLIT;
+        const IrValue *whole = split ? n->in[0] : n->out[0];
+        IrValue *const *parts = split ? n->out : n->in;
+        int np = split ? n->nout : n->nin;
+        const ShardLayout *wl = split ? use_of(t, i, 0) : &t->r.layout[whole->id];
+        if (wl->split[norm_axis(n, whole->rank)] != TP)
+          continue;
+        int sum = 0, most = 1;
+        for (int k = 0; k < np; k++) {
+          sum += t->pieces[parts[k]->id];
+          most = t->pieces[parts[k]->id] > most ? t->pieces[parts[k]->id] : most;
+          if (!sym_eq(parts[k]->shape[norm_axis(n, whole->rank)],
+                      parts[0]->shape[norm_axis(n, whole->rank)]))
+            return ir_error(t->d, n->loc, "lower: tp %d: %s '%s' has parts of different sizes "
+                            "along its split dim; only equal parts are lowered", t->tp,
+                            ir_op_name(n->op), whole->name);
+        }
+        changed |= raise(&t->pieces[whole->id], sum > most * np ? sum : most * np);
+        for (int k = 0; k < np; k++)
+          changed |= raise(&t->pieces[parts[k]->id], t->pieces[whole->id] / np);
+        continue;
+      }
+      int most = 1;
+      for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < n->nin; k++)
+          if (split_dim(use_of(t, i, k)) >= 0) {
+            if (pass)
+              changed |= raise(&t->pieces[n->in[k]->id], most);
+            else
+              most = t->pieces[n->in[k]->id] > most ? t->pieces[n->in[k]->id] : most;
+          }
+        for (int k = 0; k < n->nout; k++)
+          if (split_dim(&t->r.layout[n->out[k]->id]) >= 0) {
+            if (pass)
+              changed |= raise(&t->pieces[n->out[k]->id], most);
+            else
+              most = t->pieces[n->out[k]->id] > most ? t->pieces[n->out[k]->id] : most;
+          }
+      }
+    }
+    if (!changed)
+      return 0;
+  }
+  return ir_error(t->d, (IrLoc){0}, "lower: tp %d: the pieces of the split dims do not settle",
+                  t->tp);
+}
+
+// ---- conversions ----------------------------------------------------------------------------
+
+static IrValue *named(Tp *t, IrNode *n, const IrValue *from, const char *suffix) {
+  char name[512];
+  snprintf(name, sizeof name, "%s.%s", from->name, suffix);
+  ir_value_rename(t->g, n->out[0], name);
+  return n->out[0];
+}
+
+static int infer(Tp *t, IrNode *n) { return ir_infer(t->g, n, t->d); }
+
+// all_reduce over tp of x in place, and its wait.
+static void reduce_in_place(Tp *t, IrValue *x) {
+  IrNode *n = ir_node_new(t->g, OP_ALL_REDUCE, &x, 1, 0);
+  int slot = t->out->nslots++;
+  ir_set_int(t->g, n, "axis", 1);   // the collectives' mesh axis: 0 dp, 1 tp
+  ir_set_int(t->g, n, "slot", slot);
+  IrNode *w = ir_node_new(t->g, OP_COMM_WAIT, &x, 1, 0);
+  ir_set_int(t->g, w, "slot", slot);
+  IR_ASSERT(infer(t, n) == 0 && infer(t, w) == 0);
+}
+
+static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int nout) {
+  IrNode *n = ir_node_new(t->g, op, &x, 1, nout);
+  ir_set_int(t->g, n, "dim", dim);
+  ir_set_int(t->g, n, "pieces", x->tp_pieces);
+  ir_set_int(t->g, n, "shards", t->tp);
+  return n;
+}
+
+// x (in layout have) in layout want, built at the graph's insertion point.
+static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *want,
+                        const IrNode *reader) {
+  IrGraph *g = t->g;
+  if ((have.partial & TPBIT) && !(want->partial & TPBIT)) {
+    if (split_dim(want) >= 0 && split_dim(want) != split_dim(&have))
+      return ir_error(t->d, reader->loc, "lower: tp %d: '%s' is a partial sum that %s needs "
+                      "split (a reduce-scatter), which is not lowered yet", t->tp, x->name,
+                      ir_op_name(reader->op)), NULL;
+    IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);  // a copy: other readers keep the partial sum
+    IR_ASSERT(infer(t, c) == 0);
+    IrValue *y = named(t, c, x, "sum");
+    y->tp_dim = x->tp_dim, y->tp_whole = x->tp_whole, y->tp_pieces = x->tp_pieces;
+    reduce_in_place(t, y);
+    x = y;
+    have.partial &= (unsigned char)~TPBIT;
+  }
+  int d = split_dim(&have);
+  if (d >= 0 && want->split[d] != TP) {
+    IrNode *c = tp_move(t, OP_TP_GATHER, x, d, 2);
+    if (infer(t, c))
+      return NULL;
+    x = named(t, c, x, "whole");
+    have.split[d] = IR_MESH_NONE;
+  }
+  int w = split_dim(want);
+  if (w >= 0 && have.split[w] != TP) {
+    IrNode *c = tp_move(t, OP_TP_SLICE, x, w, 1);
+    if (infer(t, c))
+      return NULL;
+    IrValue *y = named(t, c, x, "part");
+    y->tp_dim = w, y->tp_whole = x->shape[w], y->tp_pieces = ir_attr_i(c, "pieces");
+    x = y;
+    have.split[w] = TP;
+  }
+  if (!same_tp(&have, want))
+    return ir_error(t->d, reader->loc, "lower: tp %d: %s reads '%s' in a layout no conversion "
+                    "gives", t->tp, ir_op_name(reader->op), x->name), NULL;
+  return x;
+}
+
+// The value node[i] reads as its input k, converted when it needs another layout.
+static int convert_input(Tp *t, int i, int k) {
+  IrGraph *g = t->g;
+  IrNode *n = t->node[i];
+  IrValue *v = n->in[k];
+  const ShardLayout *want = use_of(t, i, k);
+  if (same_tp(&t->cur[v->id], want))
+    return 0;
+  Conv *c = &t->conv[v->id * NCONV];
+  for (int j = 0; j < t->nconv[v->id]; j++)
+    if (same_tp(&c[j].want, want)) {
+      n->in[k] = c[j].v;
+      return 0;
+    }
+  // A gradient the update needs in another layout is converted in backward,
+  // right after it is made (and after its own reduction, if any): the update
+  // then reads (and the lowering buckets) the converted value.
+  bool grad = n->phase == PHASE_UPDATE && v->producer && v->producer->phase == PHASE_BACKWARD;
+  IrNode *at = grad ? v->producer : n;
+  int pos = at->id;
+  if (grad)
+    for (pos++; pos < g->nnodes && (g->nodes[pos]->op == OP_ALL_REDUCE ||
+                                    g->nodes[pos]->op == OP_COMM_WAIT) &&
+                g->nodes[pos]->in[0] == v; pos++)
+      ;
+  g->cur_phase = at->phase;
+  g->cur_block = at->block;
+  ir_insert_before(g, pos);
+  IrValue *y = convert(t, v, t->cur[v->id], want, n);
+  ir_insert_before(g, -1);
+  if (!y)
+    return -1;
+  if (grad && n->in[0]->grad == v)
+    n->in[0]->grad = y;
+  n->in[k] = y;
+  if (t->nconv[v->id] < NCONV)
+    c[t->nconv[v->id]++] = (Conv){*want, y};
+  return 0;
+}
+
+// Output k of node[i] converted right after it, for every reader.
+static int convert_output(Tp *t, int i, int k) {
+  IrGraph *g = t->g;
+  IrNode *n = t->node[i];
+  IrValue *v = n->out[k];
+  const ShardLayout *made = &t->r.layout[v->id], *want = &t->cur[v->id];
+  if (same_tp(made, want))
+    return 0;
+  g->cur_phase = n->phase;
+  g->cur_block = n->block;
+  ir_insert_before(g, n->id + 1);
+  int rc = 0;
+  if (split_dim(made) == split_dim(want)) {   // a partial sum, reduced for every reader
+    reduce_in_place(t, v);
+  } else {
+    // the producer writes its part to a new value; the gather writes v
+    IrValue *raw = ir_value_new(g, NULL, v->dtype, v->role);
+    char name[512];
+    snprintf(name, sizeof name, "%s.part", v->name);
+    ir_value_rename(g, raw, name);
+    raw->rank = v->rank;
+    const Sym *whole[IR_MAXRANK];
+    for (int j = 0; j < v->rank; j++)
+      whole[j] = v->tp_dim == j ? v->tp_whole : v->shape[j];
+    place(t, raw, made, whole, t->pieces[v->id]);
+    raw->producer = n;
+    n->out[k] = raw;
+    IrValue *y = convert(t, raw, *made, want, n);
+    if (!y) {
+      rc = -1;
+    } else {   // the conversion's output is v
+      IrNode *p = y->producer;
+      y->producer = NULL;
+      for (int j = 0; j < p->nout; j++)
+        if (p->out[j] == y)
+          p->out[j] = v;
+      v->producer = p;
+    }
+  }
+  ir_insert_before(g, -1);
+  return rc;
+}
+
+// ---- ops that learn their part ----------------------------------------------------------------
+
+static IrValue **grow_list(IrGraph *g, IrValue *const *old, int n, int extra) {
+  IrValue **l = ir_alloc(&g->arena, (size_t)(n + extra + 1) * sizeof *l);
+  memcpy(l, old, (size_t)n * sizeof *l);
+  return l;
+}
+
+// cross_entropy over vocabulary-split logits -> vp_cross_entropy, whose row
+// statistics its backward reads.
+static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
+  IrGraph *g = t->g;
+  if (n->op == OP_CROSS_ENTROPY) {
+    IrValue *s = ir_value_new(g, NULL, DT_F32, ROLE_ACT);
+    char name[512];
+    snprintf(name, sizeof name, "%s.stats", n->out[0]->name);
+    ir_value_rename(g, s, name);
+    n->out = grow_list(g, n->out, 1, 1);
+    n->out[1] = s;
+    s->producer = n;
+    n->nout = 2;
+    n->op = OP_VP_CROSS_ENTROPY;
+    stats_of[n->in[0]->id] = s;
+  } else {
+    IrValue *s = stats_of[n->in[1]->id];
+    if (!s)
+      return ir_error(t->d, n->loc, "lower: tp %d: the backward of the vocabulary-parallel "
+                      "cross-entropy reads logits '%s' its forward did not", t->tp,
+                      n->in[1]->name);
+    n->in = grow_list(g, n->in, 3, 1);
+    n->in[3] = s;
+    n->nin = 4;
+    n->op = OP_VP_CROSS_ENTROPY_BWD;
+  }
+  return 0;
+}
+
+static bool any_split(const Tp *t, int i) {
+  const IrNode *n = t->node[i];
+  for (int k = 0; k < n->nin; k++)
+    if (split_dim(use_of(t, i, k)) >= 0)
+      return true;
+  for (int k = 0; k < n->nout; k++)
+    if (split_dim(&t->r.layout[n->out[k]->id]) >= 0)
+      return true;
+  return false;
+}
+
+static int learn_part(Tp *t, int i, IrValue **stats_of) {
+  IrNode *n = t->node[i];
+  switch (n->op) {
+  case OP_EMBEDDING:  // split on the rows: this rank's; on the columns: nothing to learn
+    if (use_of(t, i, 0)->split[0] == TP)
+      ir_set_int(t->g, n, "shards", t->tp);
+    return 0;
+  case OP_CROSS_ENTROPY:
+    if (use_of(t, i, 0)->split[n->in[0]->rank - 1] == TP)
+      return vocab_parallel_loss(t, n, stats_of);
+    return 0;
+  case OP_CROSS_ENTROPY_BWD:
+    if (use_of(t, i, 1)->split[n->in[1]->rank - 1] == TP)
+      return vocab_parallel_loss(t, n, stats_of);
+    return 0;
+  case OP_SPLIT: {
+    int axis = norm_axis(n, n->in[0]->rank), ns;
+    if (use_of(t, i, 0)->split[axis] != TP)
+      return 0;
+    const Sym *const *sizes = ir_attr_syms(n, "sizes", &ns);
+    const Sym **local = ir_alloc(&t->g->arena, (size_t)(ns + 1) * sizeof *local);
+    for (int k = 0; k < ns; k++)
+      local[k] = sym_scale(&t->g->arena, sizes[k], 1, t->tp);
+    ir_set_syms(t->g, n, "sizes", local, ns);
+    return 0;
+  }
+  case OP_SLICE:
+  case OP_SLICE_BWD:
+  case OP_DROPOUT:
+  case OP_MASKED_FILL:
+    if (any_split(t, i))
+      break;
+    return 0;
+  default:
+    return 0;
+  }
+  return ir_error(t->d, n->loc, "lower: tp %d: %s over a split dim is not lowered yet; use a "
+                  "smaller --tp or none", t->tp, ir_op_name(n->op));
+}
+
+// ---- the pass -------------------------------------------------------------------------------
+
+static int check_divides(Tp *t) {
+  IrGraph *g = t->g;
+  for (int i = 0; i < t->nv; i++) {
+    const IrValue *v = g->values[i];
+    int d = split_dim(&t->cur[i]);
+    int d2 = split_dim(&t->r.layout[i]);
+    for (int pass = 0; pass < 2; pass++) {
+      int dim = pass ? d2 : d;
+      if (dim < 0)
+        continue;
+      int64_t size;
+      if (sym_eval(v->shape[dim], &g->syms, &size))
+        return ir_error(t->d, v->loc, "lower: the size of '%s' is not known: bind every dim "
+                        "(-D NAME=VALUE)", v->name);
+      int64_t k = (int64_t)t->tp * t->pieces[i];
+      if (size % k)
+        return ir_error(t->d, v->loc, "lower: tp %d does not divide '%s' %s: its dim %d (%lld%s) "
+                        "must be a multiple of %lld; choose a tp that divides it", t->tp, v->name,
+                        ir_shape_str(g, v), dim, (long long)size,
+                        t->pieces[i] > 1 ? ", in equal pieces" : "", (long long)k);
+    }
+  }
+  return 0;
+}
+
+int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
+  Tp t = {.g = g, .tp = tp, .out = out, .d = d, .nv = g->nvalues, .nn = g->nnodes};
+  int nb = 1;
+  for (int i = 0; i < g->nnodes; i++)
+    nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
+  int *degree = malloc((size_t)nb * sizeof *degree);
+  IR_ASSERT(degree);
+  for (int b = 0; b < nb; b++)
+    degree[b] = tp;
+  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree};
+  int rc = pass_shard(g, &spec, &t.r, d);
+  free(degree);
+  if (rc)
+    return -1;
+  t.node = malloc((size_t)t.nn * sizeof *t.node);
+  t.use_at = malloc((size_t)t.nn * sizeof *t.use_at);
+  t.cur = malloc((size_t)t.nv * sizeof *t.cur);
+  t.pieces = malloc((size_t)t.nv * sizeof *t.pieces);
+  t.conv = malloc((size_t)t.nv * NCONV * sizeof *t.conv);
+  t.nconv = calloc((size_t)t.nv, sizeof *t.nconv);
+  IrValue **stats_of = calloc((size_t)t.nv, sizeof *stats_of);
+  IR_ASSERT(t.node && t.use_at && t.cur && t.pieces && t.conv && t.nconv && stats_of);
+  for (int i = 0; i < t.nn; i++) {
+    t.node[i] = g->nodes[i];
+    t.use_at[i] = t.r.use_at[i];
+  }
+  // what readers get: the produced layout, or its conversion right after the producer
+  memcpy(t.cur, t.r.layout, (size_t)t.nv * sizeof *t.cur);
+  double elems = 0;
+  for (int i = 0; i < t.r.ncolls && !rc; i++) {
+    const ShardColl *c = &t.r.coll[i];
+    if (c->axis != TP)
+      continue;
+    elems += (double)ir_eval(g, c->count) * (c->kind == SHARD_ALL_REDUCE ? 1.0 : 0.5);
+    if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
+      rc = ir_error(d, c->node->loc, "lower: tp %d: %s with a collective inside is not lowered "
+                    "yet", tp, ir_op_name(c->node->op));
+    if (c->at != SHARD_AFTER)
+      continue;
+    ShardLayout *l = &t.cur[c->value->id];
+    if (c->kind == SHARD_ALL_REDUCE)
+      l->partial &= (unsigned char)~TPBIT;
+    else if (c->kind == SHARD_ALL_GATHER && split_dim(l) >= 0)
+      l->split[split_dim(l)] = IR_MESH_NONE;
+    else
+      rc = ir_error(d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet", tp,
+                    pass_shard_kind_name(c->kind), ir_op_name(c->node->op));
+  }
+  out->tp_comm_elems = elems;
+  if (!rc)
+    rc = count_pieces(&t);
+  if (!rc)
+    rc = check_divides(&t);
+  // per-rank shapes: each value as its readers get it
+  for (int i = 0; i < t.nv && !rc; i++) {
+    IrValue *v = g->values[i];
+    const Sym *whole[IR_MAXRANK];
+    memcpy(whole, v->shape, sizeof whole);
+    place(&t, v, &t.cur[i], whole, t.pieces[i]);
+  }
+  for (int i = 0; i < t.nn && !rc; i++) {
+    IrNode *n = t.node[i];
+    for (int k = 0; k < n->nin && !rc; k++)
+      rc = convert_input(&t, i, k);
+    if (!rc)
+      rc = learn_part(&t, i, stats_of);
+    for (int k = 0; k < n->nout && !rc && n->op != OP_VP_CROSS_ENTROPY; k++)
+      rc = convert_output(&t, i, k);
+  }
+  // every node checked against the per-rank shapes (rules infer their outputs again)
+  for (int i = 0; i < g->nnodes && !rc; i++)
+    if (ir_infer(g, g->nodes[i], d))
+      rc = ir_error(d, g->nodes[i]->loc, "lower: tp %d: internal error: %s does not fit the "
+                    "per-rank shapes (above)", tp, ir_op_name(g->nodes[i]->op));
+  if (!rc && g->loss)
+    out->loss_tp_partial = (t.cur[g->loss->id].partial & TPBIT) != 0;
+  ir_remove_unused(g, ROLE_ACT);   // what a conversion's output was before it became the value
+  ir_remove_unused(g, ROLE_GRAD);
+  free(t.node), free(t.use_at), free(t.cur), free(t.pieces), free(t.conv), free(t.nconv);
+  free(stats_of);
+  pass_shard_free(&t.r);
+  g->cur_phase = PHASE_FORWARD;
+  g->cur_block = 0;
+  return rc;
+}
