@@ -15,12 +15,18 @@ shift 7
 here=$(cd "$(dirname "$0")" && pwd)
 check="/usr/bin/python3 $here/../tools/parity_check.py"
 steps=${MPI_STEPS:-10}
-# AdamW with eps 1e-6: a parameter whose gradient is zero in exact arithmetic
-# (a key bias: softmax ignores it) is moved by roundoff alone, which AdamW's
-# default eps of 1e-8 normalizes into steps of up to lr, and no two summation
-# orders (1 rank, N ranks) agree on roundoff. Its gradients are below 1e-6;
-# every other gradient is far above, so the comparison still sees them all.
-adamw=(--optimizer adamw --eps 1e-6)
+# AdamW with eps 1e-4. 1 and N ranks sum in different orders, so their
+# gradients differ by roundoff (measured: 6e-7 of each tensor's largest), and
+# AdamW's step g / (|g| + eps) turns an absolute gradient error d into a step
+# error of up to about lr * d / eps. It is largest for a gradient that is zero
+# in exact arithmetic (a key bias: softmax ignores it; its roundoff differs
+# between layouts) and for one near eps; for a tensor that starts at zero the
+# weights after the steps are about steps * lr, so its relative error is about
+# d / eps. At the default eps of 1e-8 that is up to 1; at 1e-6 and 1e-5 it is
+# 1e-4 (the encoder at tp 4, GPT-2 at dp 2 x tp 2: 1.05e-4, 1.01e-4); at 1e-4,
+# 2.7e-5. Every tensor's median gradient in both models is above 2e-4, so
+# each still moves by its gradient.
+adamw=(--optimizer adamw --eps 1e-4)
 rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
