@@ -91,7 +91,8 @@ static void usage(FILE *f) {
         "                         batch dim x D x micro-batches\n"
         "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
         "  --micro-batches M      forward/backward passes per optimizer step (default 1)\n"
-        "  --tp T                 tensor parallelism (planned, not yet lowered: T must be 1)\n"
+        "  --tp T                 tensor-parallel ranks (Megatron 1D; T divides the heads,\n"
+        "                         hidden sizes and vocabulary)\n"
         "  -h, --help             this text\n",
         f);
 }

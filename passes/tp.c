@@ -434,6 +434,15 @@ int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
   free(degree);
   if (rc)
     return -1;
+  // a weight the degree does not divide would silently stay whole on every rank
+  if (t.r.nnotes) {
+    const ShardNote *n = &t.r.note[0];
+    rc = ir_error(d, n->node ? n->node->loc : n->param->loc, "lower: tp %d does not split '%s' "
+                  "(%s); choose a tp that divides the heads, the hidden sizes and the "
+                  "vocabulary", tp, n->param->name, n->text);
+    pass_shard_free(&t.r);
+    return rc;
+  }
   t.node = malloc((size_t)t.nn * sizeof *t.node);
   t.use_at = malloc((size_t)t.nn * sizeof *t.use_at);
   t.cur = malloc((size_t)t.nv * sizeof *t.cur);
