@@ -41,10 +41,12 @@ typedef struct Args {
   // compile: one layout for every block instead of the solver's choice
   PassDist dist;
   bool forced;             // --dp, --tp, --zero or --micro-batches given
+  const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
 } Args;
 
 static void usage(FILE *f) {
-  fputs("usage: mtc compile MODEL -o DIR [options]\n"
+  fputs("usage: mtc compile MODEL -o DIR [--gpus N ... | --cluster FILE | --plan FILE.json |\n"
+        "                                     --dp D --tp T ...] [options]\n"
         "       mtc inspect MODEL [--dump-after PASS] [--dot] [options]\n"
         "       mtc plan MODEL [--gpus N --gpu TYPE | --cluster FILE] [options]\n"
         "\n"
@@ -85,6 +87,10 @@ static void usage(FILE *f) {
         "  --no-share             one set of variables per block, even for identical blocks\n"
         "  --time-limit S --mip-gap X\n"
         "                         GLPK's limits (default 20 s, 0.001)\n"
+        "\n"
+        "compile with --gpus N (or --cluster FILE): the program runs the planner's choice,\n"
+        "one mesh of dp x tp ranks for every block (fp32, per-block ZeRO); plan.json in DIR\n"
+        "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"
         "one layout for every block (compile; ranks = dp x tp):\n"
         "  --dp D                 data-parallel ranks; the global batch is the model's\n"
@@ -252,6 +258,8 @@ static Args parse_args(int argc, char **argv) {
       a.dist.zero_all = v[0] - '0', a.forced = true;
     } else if (!strcmp(s, "--micro-batches")) {
       a.dist.micro_batches = (int)parse_count(s, VALUE()), a.forced = true;
+    } else if (!strcmp(s, "--plan")) {
+      a.plan_file = VALUE();
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -275,6 +283,9 @@ static Args parse_args(int argc, char **argv) {
   if (a.forced && !strcmp(a.cmd, "plan"))
     bad_usage("--dp, --tp, --zero and --micro-batches fix the layout for %s; plan chooses it",
               "compile and inspect");
+  if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
+    bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
+              "--micro-batches, --gpus and --cluster", a.plan_file);
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;
@@ -414,6 +425,54 @@ static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n
   co->layout = layout;
 }
 
+// compile --gpus N / --cluster FILE / --plan FILE: the layout the plan
+// chose, as the lowering takes it. The program is fp32 without sequence
+// parallelism, so the solver is asked for that.
+static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, char **text,
+                      PassDist *dist, IrDiag *d) {
+  int rc;
+  if (a->plan_file) {
+    *text = read_file(a->plan_file, d);
+    rc = *text ? sv_apply_read(g, a->plan_file, *text, ap, d) : -1;
+  } else {
+    SvConfig cfg;
+    rc = plan_config(a, &cfg, d);
+    cfg.precision = SV_FP32;
+    cfg.seq_parallel = false;
+    if (!rc)
+      rc = sv_apply_best(g, &cfg, ap, kept, d);
+  }
+  if (rc)
+    return -1;
+  int64_t batch = 0;
+  if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
+    return ir_error(d, (IrLoc){0}, "the model has no batch dim to apply a plan to");
+  if (ap->micro != batch)
+    return ir_error(d, (IrLoc){0}, "the plan runs micro-batches of %lld sequences, the model's "
+                    "batch dim is %lld: compile with --micro-batch %lld", (long long)ap->micro,
+                    (long long)batch, (long long)ap->micro);
+  for (int b = 0; b < ap->nblocks; b++)
+    if (ap->ckpt[b] || ap->offload[b] > 0)
+      return ir_error(d, (IrLoc){0}, "the plan %s block %d, which compiled programs do not do "
+                      "yet; choose the layout with --dp/--tp/--zero", ap->ckpt[b] ?
+                      "checkpoints" : "offloads the optimizer state of", b);
+  *dist = (PassDist){.dp = ap->dp, .tp = ap->tp, .micro_batches = ap->micro_batches,
+                     .nzero = ap->nblocks, .zero = ap->zero};
+  return 0;
+}
+
+// DIR/plan.json: the plan the program runs.
+static int save_plan(const Args *a, const SvPlan *kept, const char *text, IrDiag *d) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/plan.json", a->outdir);
+  if (kept)
+    return sv_write_json(kept, path, d);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f))
+    return ir_error(d, (IrLoc){0}, "cannot write %s: %s", path, strerror(errno));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   Args a = parse_args(argc, argv);
   IrDiag diag = {0};
@@ -426,10 +485,25 @@ int main(int argc, char **argv) {
 
   if (a.forced)
     ctx.dist = &a.dist;
+  // compile with a cluster or a plan file: the passes up to the training graph, the plan, then
+  // the rest with the plan's layout
+  bool apply = !strcmp(a.cmd, "compile") && !a.forced && (a.plan_file || a.gpus || a.cluster);
+  if (apply)
+    ctx.opt.stop_after = "optimizer";
   IrGraph *g = load(&a, &diag);
   int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
   if (!rc)
     rc = pass_run_all(g, &ctx);
+  SvApplied ap = {0};
+  SvPlan *kept = NULL;
+  char *plan_text = NULL;
+  PassDist dist;
+  if (!rc && apply && !(rc = apply_plan(g, &a, &ap, &kept, &plan_text, &dist, &diag))) {
+    ctx.dist = &dist;
+    ctx.opt.stop_after = a.pass.stop_after;
+    ctx.opt.start_after = "optimizer";
+    rc = pass_run_all(g, &ctx);
+  }
   if (!rc && inspect && !a.dot)
     print_memory(g);
   if (!rc && plan)
@@ -443,7 +517,9 @@ int main(int argc, char **argv) {
     if (ctx.lowered)
       predict(ctx.lowered, &co, layout, sizeof layout);
     rc = cg_emit_c(g, &co, &diag);
-    if (!rc && !ctx.lowered)
+    if (!rc && apply)
+      rc = save_plan(&a, kept, plan_text, &diag);
+    else if (!rc && !ctx.lowered)
       rc = write_plan(g, &a, &diag);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,
@@ -451,6 +527,9 @@ int main(int argc, char **argv) {
   }
   if (rc)
     ir_diag_print(stderr, &diag);
+  sv_applied_free(&ap);
+  sv_plan_free(kept);
+  free(plan_text);
   ir_graph_free(g);
   for (int i = 0; i < a.ndefines; i++)
     free((char *)a.defines[i].name);

@@ -19,6 +19,7 @@ typedef struct PassOptions {
   FILE *dump;              // where dumps go (stdout when NULL)
   bool dot;                // dumps as Graphviz instead of IR text
   const char *stop_after;  // stop the pipeline after this pass (NULL: run all)
+  const char *start_after; // resume a pipeline stopped after this pass (NULL: from the start)
   bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
 } PassOptions;
 

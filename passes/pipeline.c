@@ -41,7 +41,12 @@ static void dump(IrGraph *g, PassCtx *ctx, const char *pass) {
 int pass_run_all(IrGraph *g, PassCtx *ctx) {
   if (ir_verify(g, "input", ctx->diag))
     return -1;
+  bool started = !ctx->opt.start_after;
   for (const Pass *p = pass_pipeline; p->name; p++) {
+    if (!started) {
+      started = !strcmp(p->name, ctx->opt.start_after);
+      continue;
+    }
     bool changed = false;
     if (p->run(g, ctx, &changed))
       return -1;

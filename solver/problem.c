@@ -115,6 +115,13 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
   }
   p->micro_total = cfg->global_batch / cfg->micro_batch;
   p->nlayouts = sv_layouts(cl, p->micro_total, p->layout, SV_MAXLAYOUTS);
+  if (cfg->mesh_tp > 0) { // one mesh for every block: dp x mesh_tp, no 2D grid
+    int n = 0;
+    for (int l = 0; l < p->nlayouts; l++)
+      if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == 1)
+        p->layout[n++] = p->layout[l];
+    p->nlayouts = n;
+  }
   if (p->nlayouts == 0) {
     ir_error(d, (IrLoc){0}, "no layout fits %d micro-batches per step on these groups of GPUs",
              (int)p->micro_total);

@@ -86,6 +86,8 @@ typedef struct SvConfig {
   double mip_gap;         // relative optimality gap (default 1e-3)
   double time_limit;      // seconds for GLPK (default 20)
   bool verbose;           // GLPK's log on stderr
+  int mesh_tp;            // > 0: every block on one mesh of dp x mesh_tp (what mtc compile
+                          // lowers); 0: any layout per block
 } SvConfig;
 
 SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on
@@ -320,6 +322,28 @@ void sv_plan_free(SvPlan *p);
 
 // The cost of one block of unit u with choice c on group g, by category.
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out);
+
+// ---- applying a plan (solver/apply.c) -----------------------------------------------------------
+
+// A plan as mtc compile lowers it: one mesh of dp x tp ranks for every block.
+typedef struct SvApplied {
+  int dp, tp;
+  int micro_batches;     // per replica per step
+  int64_t micro, seq;    // sequences per micro-batch, sequence length (0: not given)
+  int nblocks;           // IR block ids 0 .. nblocks-1
+  int *zero;             // ZeRO stage per block
+  bool *ckpt;            // recompute the block in backward
+  double *offload;       // share of its optimizer state on the host
+} SvApplied;
+
+// The fastest feasible plan on one group of GPUs with one mesh for every
+// block (a solve per tp that divides the GPUs). *kept is that plan (free it
+// with sv_plan_free). -1 with d when none fits (what binds, from the solver).
+int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d);
+// The plan in a plan.json text (path names it in errors), checked against g's
+// blocks. -1 with d naming the block and field that does not fit.
+int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out, IrDiag *d);
+void sv_applied_free(SvApplied *a);
 
 // ---- output (solver/report.c) ------------------------------------------------------------------
 

@@ -26,6 +26,36 @@ expect tp_not_dividing 1 "tp 3 does not split .*choose a tp that divides" \
 expect zero_stage 2 "--zero takes a stage 0, 1, 2 or 3" "$mtc" compile "$model" --zero 4 -o "$out/z"
 expect dp_zero 2 "--dp takes a positive whole number" "$mtc" compile "$model" --dp 0 -o "$out/z"
 expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
+# plans that do not fit the model, applied with compile --plan: nothing is written
+"$mtc" plan "$model" -D L=2 --gpus 4 --json "$out/plan.json" > /dev/null ||
+  { echo "FAIL: mtc plan --json"; exit 1; }
+edit() { # NAME PYTHON: plan.json edited by PYTHON (p is the plan) into NAME.json
+  /usr/bin/python3 -c "import json; p = json.load(open('$out/plan.json')); $2; json.dump(p, open('$out/$1.json', 'w'))"
+}
+edit two_meshes "p['blocks'][1]['tp'] = 2"
+expect plan_two_meshes 1 "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/two_meshes.json" -o "$out/p1"
+edit no_block "p['blocks'][1]['id'] = 9"
+expect plan_no_block 1 "block 9 does not exist: the model has blocks 0 to 2" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/no_block.json" -o "$out/p2"
+expect plan_missing 1 "block 3 \(h.2\) has no entry in \"blocks\"" \
+  "$mtc" compile "$model" -D L=4 --plan "$out/plan.json" -o "$out/p3"
+edit renamed "p['blocks'][2]['name'] = 'h.7'"
+expect plan_other_model 1 "block 2 of this model is \"h.1\", not \"h.7\": the plan is for another model" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/renamed.json" -o "$out/p8"
+edit grid "[b.update(dp=1, tp=1, q=2) for b in p['blocks']]"
+expect plan_grid 1 "a 2D grid \(q 2\) is not lowered yet" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/p4"
+edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3"
+expect plan_tp3 1 "tp 3 does not split .*choose a tp that divides" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/tp3.json" -o "$out/p5"
+expect plan_batch 1 "the plan runs micro-batches of 4 sequences, the model's batch dim is 2: compile with --micro-batch 4" \
+  "$mtc" compile "$model" -D L=2 -D B=2 --plan "$out/plan.json" -o "$out/p6"
+expect plan_and_dp 2 "--plan .* is a layout for compile: leave out --dp" \
+  "$mtc" compile "$model" --plan "$out/plan.json" --dp 2 -o "$out/p7"
+for p in p1 p2 p3 p4 p5 p6 p7 p8; do
+  [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
+done
 # a program for 2 ranks started on 1 (no mpirun), and on 3
 "$mtc" compile "$model" -D L=1 --dp 2 -o "$out/dp2" > /dev/null && make -s -C "$out/dp2" cpu > /dev/null 2>&1 ||
   { echo "FAIL: cannot build the dp 2 program"; exit 1; }

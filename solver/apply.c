@@ -1,0 +1,228 @@
+// A plan as the lowering takes it: the mesh, the batch, and each block's
+// choices, from the solver's solution or from a plan.json (saved by `mtc
+// plan --json` or `mtc compile`, perhaps edited).
+//
+// What mtc lowers today: one mesh of dp x tp ranks for every block (1D tensor
+// parallelism; no 2D grid) on one group of identical GPUs. sv_apply_best
+// asks the solver for exactly that (one solve per tp that divides the GPUs,
+// the fastest feasible kept); sv_apply_read refuses a file that asks for
+// anything else, naming the block and the field.
+#include "solver.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int alloc_blocks(SvApplied *a, int n) {
+  a->nblocks = n;
+  a->zero = calloc((size_t)n + 1, sizeof *a->zero);
+  a->ckpt = calloc((size_t)n + 1, sizeof *a->ckpt);
+  a->offload = calloc((size_t)n + 1, sizeof *a->offload);
+  return a->zero && a->ckpt && a->offload ? 0 : -1;
+}
+
+void sv_applied_free(SvApplied *a) {
+  free(a->zero), free(a->ckpt), free(a->offload);
+  memset(a, 0, sizeof *a);
+}
+
+// The solution's choice for each block.
+static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
+  const SvProblem *p = pl->prob;
+  const SvModel *m = pl->model;
+  if (alloc_blocks(a, m->nblocks))
+    return ir_error(d, (IrLoc){0}, "out of memory");
+  a->micro = pl->micro_batch;
+  a->seq = pl->seq;
+  for (int b = 0; b < m->nblocks; b++) {
+    int u = m->block[b].unit;
+    const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
+    SvLayout l = p->layout[c->layout];
+    if (b == 0)
+      a->dp = l.dp, a->tp = l.tp;
+    IR_ASSERT(l.dp == a->dp && l.tp == a->tp && l.q == 1);  // mesh_tp asked for one mesh
+    a->zero[b] = c->zero;
+    a->ckpt[b] = c->ckpt;
+    a->offload[b] = c->offload / 100.0;
+  }
+  int64_t total = p->micro_total;
+  if (total % a->dp)
+    return ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %d replicas; the "
+                    "program needs a multiple of %d (choose --batch)", (long long)total, a->dp,
+                    a->dp);
+  a->micro_batches = (int)(total / a->dp);
+  return 0;
+}
+
+int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d) {
+  *kept = NULL;
+  memset(out, 0, sizeof *out);
+  if (cfg->cluster.ngroups != 1)
+    return ir_error(d, (IrLoc){0}, "the cluster has %d groups of GPUs; a compiled program runs "
+                    "on one group of identical GPUs for now (mtc plan explains mixed clusters)",
+                    cfg->cluster.ngroups);
+  int gpus = sv_cluster_gpus(&cfg->cluster);
+  char why[1024] = "";
+  for (int tp = 1; tp <= gpus && tp <= 64; tp++) {
+    if (gpus % tp)
+      continue;
+    SvConfig c = *cfg;
+    c.mesh_tp = tp;
+    SvPlan *p;
+    IrDiag quiet = {0};
+    if (sv_plan(g, &c, &p, &quiet)) {
+      if (!why[0])
+        snprintf(why, sizeof why, "%.900s", quiet.msg);
+      continue;
+    }
+    if (!p->sol.feasible) {
+      snprintf(why, sizeof why, "%s", p->why);
+      sv_plan_free(p);
+      continue;
+    }
+    if (!*kept || p->sol.time < (*kept)->sol.time) {
+      sv_plan_free(*kept);
+      *kept = p;
+    } else {
+      sv_plan_free(p);
+    }
+  }
+  if (!*kept)
+    return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block fits: %s", why);
+  return from_plan(*kept, out, d);
+}
+
+// ---- plan.json ------------------------------------------------------------------------------
+
+static int number(const cJSON *o, const char *key, double lo, double hi, double *out,
+                  const char *where, const char *path, IrDiag *d) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
+      v->valuedouble > hi)
+    return ir_error(d, (IrLoc){0}, "%s: %s: \"%s\" must be a number from %g to %g", path, where,
+                    key, lo, hi);
+  *out = v->valuedouble;
+  return 0;
+}
+
+static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t *out,
+                 const char *where, const char *path, IrDiag *d) {
+  double x;
+  if (number(o, key, lo, hi, &x, where, path, d))
+    return -1;
+  if (x != floor(x))
+    return ir_error(d, (IrLoc){0}, "%s: %s: \"%s\" must be a whole number, not %g", path, where,
+                    key, x);
+  *out = (int64_t)x;
+  return 0;
+}
+
+static int read_blocks(const cJSON *blocks, const SvModel *m, SvApplied *a, const char *path,
+                       IrDiag *d) {
+  if (!cJSON_IsArray(blocks))
+    return ir_error(d, (IrLoc){0}, "%s: \"blocks\" must be an array (the plan's choice per "
+                    "block, as mtc plan --json writes it)", path);
+  if (alloc_blocks(a, m->nblocks))
+    return ir_error(d, (IrLoc){0}, "out of memory");
+  bool *seen = calloc((size_t)m->nblocks + 1, 1);
+  IR_ASSERT(seen);
+  int rc = 0, i = 0;
+  const cJSON *b;
+  cJSON_ArrayForEach(b, blocks) {
+    char where[64];
+    snprintf(where, sizeof where, "blocks[%d]", i++);
+    int64_t id, dp, tp, q, zero;
+    double off;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(b, "checkpoint");
+    if ((rc = whole(b, "id", 0, 1e9, &id, where, path, d)))
+      break;
+    if (id >= m->nblocks) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: block %lld does not exist: the model has blocks 0 "
+                    "to %d", path, where, (long long)id, m->nblocks - 1);
+      break;
+    }
+    if (!cJSON_IsString(name) || strcmp(name->valuestring, m->block[id].name)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: block %lld of this model is \"%s\", not \"%s\": the "
+                    "plan is for another model", path, where, (long long)id, m->block[id].name,
+                    cJSON_IsString(name) ? name->valuestring : "(no name)");
+      break;
+    }
+    if (seen[id]) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: block %lld (%s) is listed twice", path, where,
+                    (long long)id, m->block[id].name);
+      break;
+    }
+    seen[id] = true;
+    if ((rc = whole(b, "dp", 1, 1e6, &dp, where, path, d)) ||
+        (rc = whole(b, "tp", 1, 1e6, &tp, where, path, d)) ||
+        (rc = whole(b, "q", 1, 1e6, &q, where, path, d)) ||
+        (rc = whole(b, "zero", 0, 3, &zero, where, path, d)) ||
+        (rc = number(b, "offload", 0, 1, &off, where, path, d)))
+      break;
+    if (!cJSON_IsBool(ck)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: \"checkpoint\" must be true or false", path, where);
+      break;
+    }
+    if (q != 1) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): a 2D grid (q %lld) is not lowered yet; use "
+                    "q 1", path, where, m->block[id].name, (long long)q);
+      break;
+    }
+    if (!a->dp)
+      a->dp = (int)dp, a->tp = (int)tp;
+    if (dp != a->dp || tp != a->tp) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s) is dp %lld x tp %lld, the blocks before it dp %d "
+                    "x tp %d: a program has one mesh for every block", path, where,
+                    m->block[id].name, (long long)dp, (long long)tp, a->dp, a->tp);
+      break;
+    }
+    a->zero[id] = (int)zero;
+    a->ckpt[id] = cJSON_IsTrue(ck);
+    a->offload[id] = off;
+  }
+  for (int k = 0; k < m->nblocks && !rc; k++)
+    if (!seen[k])
+      rc = ir_error(d, (IrLoc){0}, "%s: block %d (%s) has no entry in \"blocks\"", path, k,
+                    m->block[k].name);
+  free(seen);
+  return rc;
+}
+
+int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out, IrDiag *d) {
+  memset(out, 0, sizeof *out);
+  cJSON *root = cJSON_Parse(text);
+  if (!root)
+    return ir_error(d, (IrLoc){0}, "%s is not JSON (near \"%.20s\")", path,
+                    cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
+  SvModel *m = sv_model_build(g, true, d);
+  int rc = m ? 0 : -1;
+  const cJSON *feasible = cJSON_GetObjectItemCaseSensitive(root, "feasible");
+  const cJSON *batch = cJSON_GetObjectItemCaseSensitive(root, "batch");
+  int64_t version = 0, micro = 0, total = 0, seq = 0;
+  if (!rc)
+    rc = whole(root, "version", 1, 1, &version, "the plan", path, d);
+  if (!rc && !cJSON_IsTrue(feasible))
+    rc = ir_error(d, (IrLoc){0}, "%s: the plan does not fit its cluster (\"feasible\": false); "
+                  "there is nothing to apply", path);
+  if (!rc && !cJSON_IsObject(batch))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"batch\" must be an object {global, micro, "
+                  "micro_batches, seq}", path);
+  if (!rc && !(rc = whole(batch, "micro", 1, 1e9, &micro, "batch", path, d)) &&
+      !(rc = whole(batch, "micro_batches", 1, 1e9, &total, "batch", path, d)))
+    rc = whole(batch, "seq", 0, 1e9, &seq, "batch", path, d);
+  if (!rc)
+    rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
+  if (!rc && total % out->dp)
+    rc = ir_error(d, (IrLoc){0}, "%s: %lld micro-batches do not divide over dp %d replicas",
+                  path, (long long)total, out->dp);
+  if (!rc) {
+    out->micro = micro;
+    out->seq = seq;
+    out->micro_batches = (int)(total / out->dp);
+  }
+  sv_model_free(m);
+  cJSON_Delete(root);
+  return rc;
+}
