@@ -206,6 +206,58 @@ static void check_sizes_and_flops(void) {
   ir_graph_free(g);
 }
 
+// ir_clone_nodes: the clones go at the insertion point with the builder's
+// phase and block, read the clones of earlier nodes of the list through the
+// value map and the originals elsewhere, keep op, attributes, location,
+// shape and role, and are named NAME.suffix (unique: a second clone of the
+// same node is NAME.suffix.1).
+static void check_clone(void) {
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
+  IR_ASSERT(g);
+  int nvalues = g->nvalues, nnodes = g->nnodes;
+  IrValue **map = calloc((size_t)nvalues, sizeof *map);
+  IR_ASSERT(map);
+  IrValue *h = ir_value_find(g, "h"), *hb = ir_value_find(g, "hb"), *n = ir_value_find(g, "n");
+  IrNode *orig[3] = {hb->producer, g->nodes[2], n->producer}; // add, gelu, layernorm
+  g->cur_phase = PHASE_FORWARD;
+  g->cur_block = 7;
+  ir_insert_before(g, 5); // before the second matmul
+  IrNode *c = ir_clone_nodes(g, orig, 3, map, "rc", &d);
+  ir_insert_before(g, -1);
+  CHECK(c && c->id == 5 && g->nnodes == nnodes + 3,
+        "clone: 3 nodes at position 5 (first %d, %d nodes)", c ? c->id : -1, g->nnodes);
+  if (!c) {
+    free(map);
+    ir_graph_free(g);
+    return;
+  }
+  IrNode *add = g->nodes[5], *gelu = g->nodes[6], *ln = g->nodes[7];
+  CHECK(add->op == OP_ADD && gelu->op == OP_GELU && ln->op == OP_LAYERNORM, "clone: ops in order");
+  CHECK(add->in[0] == h && gelu->in[0] == map[hb->id] && ln->in[0] == gelu->out[0] &&
+            ln->in[1] == orig[2]->in[1] && ln->in[2] == orig[2]->in[2],
+        "clone: inputs through the map, others as they are");
+  CHECK(map[hb->id] == add->out[0] && !strcmp(add->out[0]->name, "hb.rc") &&
+            !strcmp(ln->out[0]->name, "n.rc") && ln->out[0]->producer == ln,
+        "clone: outputs %s, %s", add->out[0]->name, ln->out[0]->name);
+  CHECK(ln->block == 7 && ln->phase == PHASE_FORWARD && add->loc.line == 5 && add->loc.col == 15 &&
+            ir_attr_f(ln, "eps") == 1e-5 && ln->out[0]->role == ROLE_ACT &&
+            ir_same_shape(ln->out[0], n),
+        "clone: block, phase, location, attributes, role and shape");
+  CHECK(orig[1]->in[0] == hb && g->nodes[8]->in[0]->name[0] == 'o',
+        "clone: the originals and later nodes are unchanged");
+  CHECK(ir_verify(g, "clone", &d) == 0, "clone: the graph verifies: %s", d.msg);
+  // Again, from scratch: the names stay unique.
+  memset(map, 0, (size_t)nvalues * sizeof *map);
+  c = ir_clone_nodes(g, orig, 1, map, "rc", &d);
+  CHECK(c && !strcmp(c->out[0]->name, "hb.rc.1") && c->id == g->nnodes - 1,
+        "clone: a second clone is hb.rc.1, appended (got %s)", c ? c->out[0]->name : "none");
+  CHECK(ir_verify(g, "clone", &d) == 0, "clone: still verifies: %s", d.msg);
+  check_round_trip(g, "clone");
+  free(map);
+  ir_graph_free(g);
+}
+
 static void check_dsl_model(const char *path) {
   IrDiag d = {0};
   IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
@@ -240,6 +292,7 @@ int main(int argc, char **argv) {
   ir_graph_free(s);
   check_errors();
   check_sizes_and_flops();
+  check_clone();
   for (int i = 1; i < argc; i++)
     check_dsl_model(argv[i]);
   printf("%d passed, %d failed\n", passed, failed);
