@@ -258,6 +258,99 @@ static void check_clone(void) {
   ir_graph_free(g);
 }
 
+// Forward activations still live when backward starts, and the peak of
+// live bytes (pass_live_bytes_at, recomputed over the schedule).
+static void live_in_backward(const IrGraph *g, int *acts, int64_t *peak) {
+  int bwd = 0;
+  while (bwd < g->nnodes && g->nodes[bwd]->phase == PHASE_FORWARD)
+    bwd++;
+  *acts = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    *acts += v->role == ROLE_ACT && v->producer && v->producer->phase == PHASE_FORWARD &&
+             v->last_use >= bwd;
+  }
+  *peak = 0;
+  for (int t = 0; t < g->nnodes; t++)
+    if (pass_live_bytes_at(g, t) > *peak)
+      *peak = pass_live_bytes_at(g, t);
+}
+
+// passes/recompute.c on GPT-2 (4 layers): with none, the first K and all
+// layers checkpointed, the graph verifies (pass_run_all) and round-trips;
+// only checkpointed blocks get clones (NAME.rc, phase backward), placed
+// before their block's first backward node, and that block's backward reads
+// no original activation of its own; fewer forward activations are live in
+// backward and the peak drops, more with more layers; K beyond the layers
+// is an error that says how many there are.
+static void check_recompute(const char *path) {
+  int acts[3] = {0}, ks[3] = {0, 1, PASS_CHECKPOINT_ALL};
+  int64_t peak[3] = {0};
+  for (int c = 0; c < 3; c++) {
+    IrDiag d = {0};
+    IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+    PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+    ctx.opt.checkpoint = ks[c];
+    int rc = g ? pass_run_all(g, &ctx) : -1;
+    CHECK(rc == 0, "recompute %d: %s", ks[c], d.msg);
+    if (rc) {
+      ir_graph_free(g);
+      continue;
+    }
+    int want = ks[c] == PASS_CHECKPOINT_ALL ? 4 : ks[c];
+    CHECK(ctx.nlayers == 4 && ctx.ncheckpointed == want, "recompute %d: %d of %d layers", ks[c],
+          ctx.ncheckpointed, ctx.nlayers);
+    int clones[5] = {0}, stale = 0, misplaced = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *n = g->nodes[i];
+      bool clone = n->nout > 0 && strstr(n->out[0]->name, ".rc");
+      if (clone) {
+        clones[n->block]++;
+        misplaced += n->phase != PHASE_BACKWARD || n->out[0]->role != ROLE_ACT ||
+                     (i > 0 && g->nodes[i - 1]->block == n->block &&
+                      g->nodes[i - 1]->phase == PHASE_BACKWARD &&
+                      !strstr(g->nodes[i - 1]->out[0]->name, ".rc"));
+      }
+      for (int k = 0; !clone && n->phase == PHASE_BACKWARD && n->block >= 1 &&
+                      n->block <= want && k < n->nin; k++) {
+        const IrNode *p = n->in[k]->producer;
+        stale += p && p->phase == PHASE_FORWARD && p->block == n->block;
+      }
+    }
+    bool per_block = clones[0] == 0;  // the same clones in each checkpointed layer, none elsewhere
+    for (int b = 1; b <= 4; b++)
+      per_block &= b <= want ? clones[b] == clones[1] && clones[b] > 5 : clones[b] == 0;
+    CHECK(per_block, "recompute %d: clones per block %d %d %d %d %d", ks[c], clones[0], clones[1],
+          clones[2], clones[3], clones[4]);
+    CHECK(misplaced == 0, "recompute %d: %d clones out of place", ks[c], misplaced);
+    CHECK(stale == 0, "recompute %d: a checkpointed block's backward reads %d originals", ks[c],
+          stale);
+    live_in_backward(g, &acts[c], &peak[c]);
+    CHECK(peak[c] == g->peak_live_bytes, "recompute %d: peak %lld, memplan's %lld", ks[c],
+          (long long)peak[c], (long long)g->peak_live_bytes);
+    char what[64];
+    snprintf(what, sizeof what, "gpt2 --checkpoint %s", c == 0 ? "none" : c == 1 ? "1" : "all");
+    check_round_trip(g, what);
+    check_memplan(g, what);
+    ir_graph_free(g);
+  }
+  printf("recompute: forward activations live in backward %d, %d, %d; peak %lld, %lld, %lld "
+         "bytes (none, 1, all)\n", acts[0], acts[1], acts[2], (long long)peak[0],
+         (long long)peak[1], (long long)peak[2]);
+  CHECK(acts[1] < acts[0] && acts[2] < acts[1], "recompute: live activations %d, %d, %d", acts[0],
+        acts[1], acts[2]);
+  CHECK(peak[1] < peak[0] && peak[2] < peak[1], "recompute: peaks %lld, %lld, %lld",
+        (long long)peak[0], (long long)peak[1], (long long)peak[2]);
+  // More layers than the model has: an error naming the count.
+  IrDiag d = {0};
+  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+  ctx.opt.checkpoint = 5;
+  CHECK(g && pass_run_all(g, &ctx) != 0 && strstr(d.msg, "has 4 repeated layers"),
+        "recompute 5 of 4 layers: '%s'", d.msg);
+  ir_graph_free(g);
+}
+
 static void check_dsl_model(const char *path) {
   IrDiag d = {0};
   IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
@@ -293,8 +386,11 @@ int main(int argc, char **argv) {
   check_errors();
   check_sizes_and_flops();
   check_clone();
-  for (int i = 1; i < argc; i++)
+  for (int i = 1; i < argc; i++) {
     check_dsl_model(argv[i]);
+    if (strstr(argv[i], "gpt2"))
+      check_recompute(argv[i]);
+  }
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
