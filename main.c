@@ -6,8 +6,9 @@
 //
 // The pipeline, as `compile` runs it:
 //   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
-//   [lower: a forced layout, --dp/--zero/--micro-batches], memplan) -> codegen (C) ->
-//   solver (the plan, written to plan.json when no layout is forced)
+//   [recompute: --checkpoint], [lower: a forced layout, --dp/--zero/--micro-batches],
+//   memplan) -> codegen (C) -> solver (the plan, written to plan.json when neither a layout
+//   nor checkpointing is forced)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@ typedef struct Args {
   // compile: one layout for every block instead of the solver's choice
   PassDist dist;
   bool forced;             // --dp, --tp, --zero or --micro-batches given
+  bool checkpoint;         // --checkpoint given (pass.checkpoint says which layers)
 } Args;
 
 static void usage(FILE *f) {
@@ -59,7 +61,7 @@ static void usage(FILE *f) {
         "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
-        "                         optimizer, lower, memplan, or all)\n"
+        "                         optimizer, recompute, lower, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
         "                         output) over the output --labels names\n"
@@ -92,6 +94,10 @@ static void usage(FILE *f) {
         "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
         "  --micro-batches M      forward/backward passes per optimizer step (default 1)\n"
         "  --tp T                 tensor parallelism (planned, not yet lowered: T must be 1)\n"
+        "  --checkpoint none|all|K\n"
+        "                         activation checkpointing: backward recomputes the forward\n"
+        "                         of no layer (default), every repeated layer, or the first\n"
+        "                         K (compile, inspect; also with one rank)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -118,6 +124,20 @@ static int64_t parse_count(const char *flag, const char *s) {
   if (x < 1 || x > 1e12 || x != (double)(int64_t)x)
     bad_usage("%s takes a positive whole number", flag);
   return (int64_t)x;
+}
+
+// --checkpoint none|all|K: 0, PASS_CHECKPOINT_ALL or K >= 1 layers.
+static int parse_checkpoint(const char *s) {
+  if (!strcmp(s, "none"))
+    return 0;
+  if (!strcmp(s, "all"))
+    return PASS_CHECKPOINT_ALL;
+  char *end;
+  errno = 0;
+  long k = strtol(s, &end, 10);
+  if (!*s || *end || errno || k < 1 || k > 1000000 || s[0] == '+')
+    bad_usage("--checkpoint takes none, all or a number of layers K >= 1, not '%s'", s);
+  return (int)k;
 }
 
 // The planner's flags. Returns false for any other flag.
@@ -230,7 +250,8 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--dump-after")) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
-        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, lower, memplan, all)",
+        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, "
+                  "recompute, lower, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;
@@ -251,6 +272,8 @@ static Args parse_args(int argc, char **argv) {
       a.dist.zero_all = v[0] - '0', a.forced = true;
     } else if (!strcmp(s, "--micro-batches")) {
       a.dist.micro_batches = (int)parse_count(s, VALUE()), a.forced = true;
+    } else if (!strcmp(s, "--checkpoint")) {
+      a.pass.checkpoint = parse_checkpoint(VALUE()), a.checkpoint = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -271,9 +294,9 @@ static Args parse_args(int argc, char **argv) {
               "--gpus-per-node", a.cluster);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
-  if (a.forced && !strcmp(a.cmd, "plan"))
-    bad_usage("--dp, --tp, --zero and --micro-batches fix the layout for %s; plan chooses it",
-              "compile and inspect");
+  if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
+    bad_usage("--dp, --tp, --zero, --micro-batches and --checkpoint fix the layout for %s; plan "
+              "chooses it", "compile and inspect");
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;
@@ -330,6 +353,12 @@ static IrGraph *load(const Args *a, IrDiag *d) {
     symtab_bind(&g->syms, var, a->defines[i].value);
   }
   return g;
+}
+
+// What --checkpoint did, as a line that starts with `lead`.
+static void print_checkpoint(const char *lead, const PassCtx *ctx) {
+  printf("%scheckpointing %d of %d repeated layers: backward recomputes their activations\n",
+         lead, ctx->ncheckpointed, ctx->nlayers);
 }
 
 static void print_memory(IrGraph *g) {
@@ -391,7 +420,8 @@ static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
 // The plan in words, and what the planner predicts for it per rank: model
 // state and bytes sent per step (fp32 programs: 4 bytes a value; AdamW keeps
 // two more per parameter).
-static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n) {
+static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, char *layout,
+                    size_t n) {
   const PassDist *D = &lw->dist;
   int zmin = 3, zmax = 0;
   double state = 0, comm = 0;
@@ -404,11 +434,14 @@ static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n
   }
   co->planner_state_bytes = (int64_t)state;
   co->planner_comm_bytes = (int64_t)comm;
-  int len = snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
+  size_t len = (size_t)snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
   if (lw->nbuckets && zmin == zmax)
-    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d", zmin);
+    len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d", zmin);
   else if (lw->nbuckets)
-    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d to %d", zmin, zmax);
+    len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d to %d", zmin, zmax);
+  if (ctx->ncheckpointed && len < n)
+    snprintf(layout + len, n - len, ", recompute %d of %d layers", ctx->ncheckpointed,
+             ctx->nlayers);
   co->layout = layout;
 }
 
@@ -428,6 +461,8 @@ int main(int argc, char **argv) {
   int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
   if (!rc)
     rc = pass_run_all(g, &ctx);
+  if (!rc && inspect && !a.dot && a.checkpoint)
+    print_checkpoint("# ", &ctx);
   if (!rc && inspect && !a.dot)
     print_memory(g);
   if (!rc && plan)
@@ -439,10 +474,14 @@ int main(int argc, char **argv) {
                     .lowered = ctx.lowered};
     char layout[128];
     if (ctx.lowered)
-      predict(ctx.lowered, &co, layout, sizeof layout);
+      predict(ctx.lowered, &ctx, &co, layout, sizeof layout);
     rc = cg_emit_c(g, &co, &diag);
-    if (!rc && !ctx.lowered)
+    // The planner reads the training graph as autodiff made it: a graph with a layout or
+    // recompute applied is not one it can plan.
+    if (!rc && !ctx.lowered && !a.checkpoint)
       rc = write_plan(g, &a, &diag);
+    if (!rc && a.checkpoint)
+      print_checkpoint("mtc: ", &ctx);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,
              (long long)g->arena_bytes, a.outdir);
