@@ -276,6 +276,41 @@ static void live_in_backward(const IrGraph *g, int *acts, int64_t *peak) {
       *peak = pass_live_bytes_at(g, t);
 }
 
+// Under ZeRO-3 (lowered after recompute), each checkpointed block's
+// parameters are gathered for backward before the recompute: the wait of the
+// block's backward all_gather comes before its first clone, and no clone
+// reads a parameter itself (only its gathered copy, NAME.bwd).
+static void check_recompute_zero3(const char *path) {
+  IrDiag d = {0};
+  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  PassDist dist = {.dp = 2, .tp = 1, .micro_batches = 1, .zero_all = 3};
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .dist = &dist};
+  ctx.opt.checkpoint = PASS_CHECKPOINT_ALL;
+  int rc = g ? pass_run_all(g, &ctx) : -1;
+  CHECK(rc == 0, "recompute under ZeRO-3: %s", d.msg);
+  int wait_at[5], clone_at[5], param_reads = 0;
+  for (int b = 0; b < 5; b++)
+    wait_at[b] = clone_at[b] = -1;
+  for (int i = 0; !rc && i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->op == OP_COMM_WAIT && !strncmp(n->in[0]->name, "params.bwd.b", 12))
+      wait_at[n->block] = i;
+    if (n->nout == 0 || !strstr(n->out[0]->name, ".rc"))
+      continue;
+    if (clone_at[n->block] < 0)
+      clone_at[n->block] = i;
+    for (int k = 0; k < n->nin; k++)
+      param_reads += n->in[k]->role == ROLE_PARAM;
+  }
+  for (int b = 1; !rc && b <= 4; b++)
+    CHECK(wait_at[b] >= 0 && clone_at[b] > wait_at[b],
+          "ZeRO-3 block %d: parameters gathered at %d, recomputed at %d", b, wait_at[b],
+          clone_at[b]);
+  CHECK(param_reads == 0, "ZeRO-3: clones read %d parameters instead of their copies",
+        param_reads);
+  ir_graph_free(g);
+}
+
 // passes/recompute.c on GPT-2 (4 layers): with none, the first K and all
 // layers checkpointed, the graph verifies (pass_run_all) and round-trips;
 // only checkpointed blocks get clones (NAME.rc, phase backward), placed
@@ -349,6 +384,7 @@ static void check_recompute(const char *path) {
   CHECK(g && pass_run_all(g, &ctx) != 0 && strstr(d.msg, "has 4 repeated layers"),
         "recompute 5 of 4 layers: '%s'", d.msg);
   ir_graph_free(g);
+  check_recompute_zero3(path);
 }
 
 static void check_dsl_model(const char *path) {
