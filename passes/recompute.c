@@ -47,9 +47,10 @@ static int count_layers(const IrGraph *g) {
 static int recompute_block(IrGraph *g, int b, IrDiag *d) {
   int nv = g->nvalues, first_bwd = -1;
   char *mine = calloc((size_t)nv + 1, 1), *needed = calloc((size_t)nv + 1, 1);
+  char *take = calloc((size_t)g->nnodes + 1, 1);
   IrNode **list = malloc(((size_t)g->nnodes + 1) * sizeof *list);
   IrValue **map = calloc((size_t)nv + 1, sizeof *map);
-  IR_ASSERT(mine && needed && list && map);
+  IR_ASSERT(mine && needed && take && list && map);
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     if (n->block != b)
@@ -64,24 +65,21 @@ static int recompute_block(IrGraph *g, int b, IrDiag *d) {
     for (int k = 0; k < n->nin; k++)
       needed[n->in[k]->id] |= mine[n->in[k]->id];
   }
-  // b's forward nodes that the needed values depend on, last first.
-  int n = 0;
+  // b's forward nodes that the needed values depend on (walking back from
+  // b's backward), then in schedule order into list.
   for (int i = first_bwd - 1; i >= 0; i--) {
     IrNode *f = g->nodes[i];
     bool need = false;
     for (int k = 0; f->phase == PHASE_FORWARD && f->block == b && k < f->nout; k++)
       need |= needed[f->out[k]->id];
-    if (!need)
-      continue;
-    list[n++] = f;
-    for (int k = 0; k < f->nin; k++)
+    take[i] = need;
+    for (int k = 0; need && k < f->nin; k++)
       needed[f->in[k]->id] |= mine[f->in[k]->id];
   }
-  for (int i = 0; i < n / 2; i++) {
-    IrNode *t = list[i];
-    list[i] = list[n - 1 - i];
-    list[n - 1 - i] = t;
-  }
+  int n = 0;
+  for (int i = 0; i < first_bwd; i++)
+    if (take[i])
+      list[n++] = g->nodes[i];
   int rc = n;
   if (n > 0) {
     g->cur_phase = PHASE_BACKWARD;
@@ -98,7 +96,7 @@ static int recompute_block(IrGraph *g, int b, IrDiag *d) {
       if (u->in[k]->id < nv && map[u->in[k]->id])
         u->in[k] = map[u->in[k]->id];
   }
-  free(mine), free(needed), free(list), free(map);
+  free(mine), free(needed), free(take), free(list), free(map);
   return rc;
 }
 
