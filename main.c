@@ -357,8 +357,12 @@ static IrGraph *load(const Args *a, IrDiag *d) {
 
 // What --checkpoint did, as a line that starts with `lead`.
 static void print_checkpoint(const char *lead, const PassCtx *ctx) {
-  printf("%scheckpointing %d of %d repeated layers: backward recomputes their activations\n",
-         lead, ctx->ncheckpointed, ctx->nlayers);
+  if (ctx->ncheckpointed)
+    printf("%scheckpointing %d of %d repeated layers: backward recomputes their activations\n",
+           lead, ctx->ncheckpointed, ctx->nlayers);
+  else
+    printf("%scheckpointing 0 of %d repeated layers: nothing is recomputed\n", lead,
+           ctx->nlayers);
 }
 
 static void print_memory(IrGraph *g) {
