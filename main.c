@@ -6,8 +6,9 @@
 //
 // The pipeline, as `compile` runs it:
 //   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
-//   [lower: a forced layout, --dp/--zero/--micro-batches], memplan) -> codegen (C) ->
-//   solver (the plan, written to plan.json when no layout is forced)
+//   [recompute: --checkpoint], [lower: a forced layout, --dp/--zero/--micro-batches],
+//   memplan) -> codegen (C) -> solver (the plan, written to plan.json when neither a layout
+//   nor checkpointing is forced)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ typedef struct Args {
   PassDist dist;
   bool forced;             // --dp, --tp, --zero or --micro-batches given
   const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
+  bool checkpoint;         // --checkpoint given (pass.checkpoint says which layers)
 } Args;
 
 static void usage(FILE *f) {
@@ -61,7 +63,7 @@ static void usage(FILE *f) {
         "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
-        "                         optimizer, lower, memplan, or all)\n"
+        "                         optimizer, recompute, lower, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
         "                         output) over the output --labels names\n"
@@ -99,6 +101,10 @@ static void usage(FILE *f) {
         "  --micro-batches M      forward/backward passes per optimizer step (default 1)\n"
         "  --tp T                 tensor-parallel ranks (Megatron 1D; T divides the heads,\n"
         "                         hidden sizes and vocabulary)\n"
+        "  --checkpoint none|all|K\n"
+        "                         activation checkpointing: backward recomputes the forward\n"
+        "                         of no layer (default), every repeated layer, or the first\n"
+        "                         K (compile, inspect; also with one rank)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -125,6 +131,20 @@ static int64_t parse_count(const char *flag, const char *s) {
   if (x < 1 || x > 1e12 || x != (double)(int64_t)x)
     bad_usage("%s takes a positive whole number", flag);
   return (int64_t)x;
+}
+
+// --checkpoint none|all|K: 0, PASS_CHECKPOINT_ALL or K >= 1 layers.
+static int parse_checkpoint(const char *s) {
+  if (!strcmp(s, "none"))
+    return 0;
+  if (!strcmp(s, "all"))
+    return PASS_CHECKPOINT_ALL;
+  char *end;
+  errno = 0;
+  long k = strtol(s, &end, 10);
+  if (!*s || *end || errno || k < 1 || k > 1000000 || s[0] == '+')
+    bad_usage("--checkpoint takes none, all or a number of layers K >= 1, not '%s'", s);
+  return (int)k;
 }
 
 // The planner's flags. Returns false for any other flag.
@@ -237,7 +257,8 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--dump-after")) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
-        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, lower, memplan, all)",
+        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, "
+                  "recompute, lower, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;
@@ -260,6 +281,8 @@ static Args parse_args(int argc, char **argv) {
       a.dist.micro_batches = (int)parse_count(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--plan")) {
       a.plan_file = VALUE();
+    } else if (!strcmp(s, "--checkpoint")) {
+      a.pass.checkpoint = parse_checkpoint(VALUE()), a.checkpoint = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -280,9 +303,9 @@ static Args parse_args(int argc, char **argv) {
               "--gpus-per-node", a.cluster);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
-  if (a.forced && !strcmp(a.cmd, "plan"))
-    bad_usage("--dp, --tp, --zero and --micro-batches fix the layout for %s; plan chooses it",
-              "compile and inspect");
+  if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
+    bad_usage("--dp, --tp, --zero, --micro-batches and --checkpoint fix the layout for %s; plan "
+              "chooses it", "compile and inspect");
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --gpus and --cluster", a.plan_file);
@@ -344,6 +367,16 @@ static IrGraph *load(const Args *a, IrDiag *d) {
   return g;
 }
 
+// What --checkpoint did, as a line that starts with `lead`.
+static void print_checkpoint(const char *lead, const PassCtx *ctx) {
+  if (ctx->ncheckpointed)
+    printf("%scheckpointing %d of %d repeated layers: backward recomputes their activations\n",
+           lead, ctx->ncheckpointed, ctx->nlayers);
+  else
+    printf("%scheckpointing 0 of %d repeated layers: nothing is recomputed\n", lead,
+           ctx->nlayers);
+}
+
 static void print_memory(IrGraph *g) {
   printf("# memory plan: arena %lld bytes = persistent %lld + transient %lld\n",
          (long long)g->arena_bytes, (long long)g->persistent_bytes,
@@ -403,7 +436,8 @@ static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
 // The plan in words, and what the planner predicts for it per rank: model
 // state and bytes sent per step (fp32 programs: 4 bytes a value; AdamW keeps
 // two more per parameter).
-static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n) {
+static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, char *layout,
+                    size_t n) {
   const PassDist *D = &lw->dist;
   int zmin = 3, zmax = 0;
   double state = 0, comm = 0;
@@ -417,11 +451,14 @@ static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n
   comm += sv_tp_comm_bytes(lw->tp_comm_elems, D->tp, D->micro_batches, 4);
   co->planner_state_bytes = (int64_t)state;
   co->planner_comm_bytes = (int64_t)comm;
-  int len = snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
+  size_t len = (size_t)snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
   if (lw->nbuckets && zmin == zmax)
-    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d", zmin);
+    len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d", zmin);
   else if (lw->nbuckets)
-    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d to %d", zmin, zmax);
+    len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d to %d", zmin, zmax);
+  if (ctx->ncheckpointed && len < n)
+    snprintf(layout + len, n - len, ", recompute %d of %d layers", ctx->ncheckpointed,
+             ctx->nlayers);
   co->layout = layout;
 }
 
@@ -429,7 +466,7 @@ static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n
 // chose, as the lowering takes it. The program is fp32 without sequence
 // parallelism, so the solver is asked for that.
 static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, char **text,
-                      PassDist *dist, IrDiag *d) {
+                      PassDist *dist, int *checkpoint, IrDiag *d) {
   int rc;
   if (a->plan_file) {
     *text = read_file(a->plan_file, d);
@@ -451,11 +488,18 @@ static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, c
     return ir_error(d, (IrLoc){0}, "the plan runs micro-batches of %lld sequences, the model's "
                     "batch dim is %lld: compile with --micro-batch %lld", (long long)ap->micro,
                     (long long)batch, (long long)ap->micro);
+  // checkpointing: the first K repeated layers (IR blocks 1..K), as passes/recompute.c does
+  int k = 0;
+  while (k + 1 < ap->nblocks && ap->ckpt[k + 1])
+    k++;
   for (int b = 0; b < ap->nblocks; b++)
-    if (ap->ckpt[b] || ap->offload[b] > 0)
+    if ((ap->ckpt[b] && (b == 0 || b > k)) || ap->offload[b] > 0)
       return ir_error(d, (IrLoc){0}, "the plan %s block %d, which compiled programs do not do "
                       "yet; choose the layout with --dp/--tp/--zero", ap->ckpt[b] ?
-                      "checkpoints" : "offloads the optimizer state of", b);
+                      "checkpoints (not as the first K layers)" :
+                      "offloads the optimizer state of", b);
+  if (!a->checkpoint)
+    *checkpoint = k == ap->nblocks - 1 && k > 0 ? PASS_CHECKPOINT_ALL : k;
   *dist = (PassDist){.dp = ap->dp, .tp = ap->tp, .micro_batches = ap->micro_batches,
                      .nzero = ap->nblocks, .zero = ap->zero};
   return 0;
@@ -498,12 +542,14 @@ int main(int argc, char **argv) {
   SvPlan *kept = NULL;
   char *plan_text = NULL;
   PassDist dist;
-  if (!rc && apply && !(rc = apply_plan(g, &a, &ap, &kept, &plan_text, &dist, &diag))) {
+  if (!rc && apply && !(rc = apply_plan(g, &a, &ap, &kept, &plan_text, &dist, &ctx.opt.checkpoint, &diag))) {
     ctx.dist = &dist;
     ctx.opt.stop_after = a.pass.stop_after;
     ctx.opt.start_after = "optimizer";
     rc = pass_run_all(g, &ctx);
   }
+  if (!rc && inspect && !a.dot && a.checkpoint)
+    print_checkpoint("# ", &ctx);
   if (!rc && inspect && !a.dot)
     print_memory(g);
   if (!rc && plan)
@@ -515,12 +561,16 @@ int main(int argc, char **argv) {
                     .lowered = ctx.lowered};
     char layout[128];
     if (ctx.lowered)
-      predict(ctx.lowered, &co, layout, sizeof layout);
+      predict(ctx.lowered, &ctx, &co, layout, sizeof layout);
     rc = cg_emit_c(g, &co, &diag);
     if (!rc && apply)
       rc = save_plan(&a, kept, plan_text, &diag);
-    else if (!rc && !ctx.lowered)
+    // The planner reads the training graph as autodiff made it: a graph with a layout or
+    // recompute applied is not one it can plan.
+    else if (!rc && !ctx.lowered && !a.checkpoint)
       rc = write_plan(g, &a, &diag);
+    if (!rc && a.checkpoint)
+      print_checkpoint("mtc: ", &ctx);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,
              (long long)g->arena_bytes, a.outdir);

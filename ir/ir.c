@@ -242,6 +242,14 @@ void ir_remove_unused(IrGraph *g, IrRole role) {
   free(read);
 }
 
+// The most inputs any of nodes[0..n) has.
+static int max_nin(IrNode *const *nodes, int n) {
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    m = nodes[i]->nin > m ? nodes[i]->nin : m;
+  return m;
+}
+
 void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase phase) {
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
@@ -249,6 +257,45 @@ void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase ph
       if (n->in[k] == from)
         n->in[k] = to;
   }
+}
+
+IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
+                       const char *suffix, IrDiag *d) {
+  IrNode *first = NULL;
+  IrValue **in = malloc(((size_t)max_nin(nodes, n) + 1) * sizeof *in);
+  IR_ASSERT(in);
+  for (int i = 0; i < n; i++) {
+    const IrNode *o = nodes[i];
+    for (int k = 0; k < o->nin; k++)
+      in[k] = map[o->in[k]->id] ? map[o->in[k]->id] : o->in[k];
+    IrLoc loc = g->cur_loc;
+    g->cur_loc = o->loc;
+    IrNode *c = ir_node_new(g, o->op, in, o->nin, o->nout);
+    g->cur_loc = loc;
+    c->nattr = o->nattr;
+    c->attr = ir_alloc(&g->arena, (size_t)(o->nattr + 1) * sizeof *c->attr);
+    if (o->nattr)
+      memcpy(c->attr, o->attr, (size_t)o->nattr * sizeof *c->attr);
+    for (int k = 0; k < o->nout; k++) {
+      IrValue *x = o->out[k], *y = c->out[k];
+      char name[600];
+      snprintf(name, sizeof name, "%s.%s", x->name, suffix);
+      ir_value_rename(g, y, name);
+      y->dtype = x->dtype;
+      y->role = x->role;
+      y->loc = x->loc;
+      if (x->rank >= 0)
+        ir_value_set_shape(y, x->rank, x->shape);
+      map[x->id] = y;
+    }
+    first = first ? first : c;
+    if (ir_infer(g, c, d)) {
+      free(in);
+      return NULL;
+    }
+  }
+  free(in);
+  return first;
 }
 
 // ---- attributes -----------------------------------------------------------------

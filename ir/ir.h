@@ -236,6 +236,17 @@ void ir_node_remove(IrGraph *g, IrNode *n);
 void ir_remove_unused(IrGraph *g, IrRole role);
 // Reads of `from` in nodes of `phase` read `to` instead.
 void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase phase);
+// Clones nodes[0..n), in that order, at the insertion point, with the
+// builder's phase and block; each clone keeps its node's op, attributes and
+// location. An input v of a clone is map[v->id] where that is set, else v
+// itself. Each output is a new value named after the original's name and
+// `suffix` ("h.0.x" -> "h.0.x.rc", made unique) with the original's dtype,
+// shape and role, and map[original->id] is set to it, so that later nodes of
+// the list read the clones. map has an entry (NULL or a value) for every
+// value of the graph before the call. Returns the first clone (NULL when n is
+// 0), or NULL with d when a clone's shape rule disagrees with its original.
+IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
+                       const char *suffix, IrDiag *d);
 void ir_set_int(IrGraph *g, IrNode *n, const char *name, int64_t v);
 void ir_set_float(IrGraph *g, IrNode *n, const char *name, double v);
 void ir_set_ints(IrGraph *g, IrNode *n, const char *name, const int64_t *v, int count);

@@ -21,7 +21,11 @@ typedef struct PassOptions {
   const char *stop_after;  // stop the pipeline after this pass (NULL: run all)
   const char *start_after; // resume a pipeline stopped after this pass (NULL: from the start)
   bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
+  int checkpoint;          // repeated layers recomputed in backward (passes/recompute.c): the
+                           // first K (IR blocks 1..K), PASS_CHECKPOINT_ALL, or 0 (none)
 } PassOptions;
+
+#define PASS_CHECKPOINT_ALL (-1)
 
 // PyTorch's AdamW defaults, except weight decay 0.
 PassOptions pass_default_options(void);
@@ -68,6 +72,8 @@ typedef struct PassCtx {
   IrDiag *diag;
   const PassDist *dist;    // a plan to lower, or NULL (one rank, nothing to lower)
   PassLowered *lowered;    // set by pass_lower when it lowered a plan
+  int nlayers;             // set by pass_recompute: the model's repeated layers (IR blocks 1..)
+  int ncheckpointed;       // ... and how many of them backward recomputes
 } PassCtx;
 
 typedef struct Pass {
@@ -87,6 +93,7 @@ int pass_shapes(IrGraph *g, PassCtx *ctx, bool *changed);     // infer/check eve
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed);     // fused ops for known patterns
 int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed);   // backward graph from g->loss
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed);  // AdamW / SGD update ops
+int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
 // Tensor parallelism of degree tp over every block (passes/tp.c; pass_lower

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bad input for multi-rank programs: one clear message, a non-zero exit, nothing written.
+# Bad input for multi-rank programs and --checkpoint: one clear message, a non-zero exit,
+# nothing written.
 #   tests/mpi_errors.sh MTC MODEL OUT
 set -uo pipefail
 mtc=$1 model=$2 out=$3
@@ -56,6 +57,16 @@ expect plan_and_dp 2 "--plan .* is a layout for compile: leave out --dp" \
 for p in p1 p2 p3 p4 p5 p6 p7 p8; do
   [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
 done
+# --checkpoint none|all|K: K a number of layers, at most the model's (gpt2 -D L=2: 2)
+for bad in 0 -1 1.5 some ""; do
+  expect "checkpoint_'$bad'" 2 "--checkpoint takes none, all or a number of layers K >= 1, not '$bad'" \
+    "$mtc" compile "$model" --checkpoint "$bad" -o "$out/ck"
+done
+expect checkpoint_missing 2 "--checkpoint needs a value" "$mtc" compile "$model" -o "$out/ck" --checkpoint
+expect checkpoint_too_many 1 "--checkpoint 3, but the model has 2 repeated layers \(use 1 to 2" \
+  "$mtc" compile "$model" -D L=2 --dp 2 --checkpoint 3 -o "$out/ck"
+expect checkpoint_plan 2 "plan chooses it" "$mtc" plan "$model" --checkpoint all
+[ -e "$out/ck" ] && { echo "FAIL checkpoint: $out/ck was written"; fails=$((fails + 1)); }
 # a program for 2 ranks started on 1 (no mpirun), and on 3
 "$mtc" compile "$model" -D L=1 --dp 2 -o "$out/dp2" > /dev/null && make -s -C "$out/dp2" cpu > /dev/null 2>&1 ||
   { echo "FAIL: cannot build the dp 2 program"; exit 1; }

@@ -206,6 +206,187 @@ static void check_sizes_and_flops(void) {
   ir_graph_free(g);
 }
 
+// ir_clone_nodes: the clones go at the insertion point with the builder's
+// phase and block, read the clones of earlier nodes of the list through the
+// value map and the originals elsewhere, keep op, attributes, location,
+// shape and role, and are named NAME.suffix (unique: a second clone of the
+// same node is NAME.suffix.1).
+static void check_clone(void) {
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
+  IR_ASSERT(g);
+  int nvalues = g->nvalues, nnodes = g->nnodes;
+  IrValue **map = calloc((size_t)nvalues, sizeof *map);
+  IR_ASSERT(map);
+  IrValue *h = ir_value_find(g, "h"), *hb = ir_value_find(g, "hb"), *n = ir_value_find(g, "n");
+  IrNode *orig[3] = {hb->producer, g->nodes[2], n->producer}; // add, gelu, layernorm
+  g->cur_phase = PHASE_FORWARD;
+  g->cur_block = 7;
+  ir_insert_before(g, 5); // before the second matmul
+  IrNode *c = ir_clone_nodes(g, orig, 3, map, "rc", &d);
+  ir_insert_before(g, -1);
+  CHECK(c && c->id == 5 && g->nnodes == nnodes + 3,
+        "clone: 3 nodes at position 5 (first %d, %d nodes)", c ? c->id : -1, g->nnodes);
+  if (!c) {
+    free(map);
+    ir_graph_free(g);
+    return;
+  }
+  IrNode *add = g->nodes[5], *gelu = g->nodes[6], *ln = g->nodes[7];
+  CHECK(add->op == OP_ADD && gelu->op == OP_GELU && ln->op == OP_LAYERNORM, "clone: ops in order");
+  CHECK(add->in[0] == h && gelu->in[0] == map[hb->id] && ln->in[0] == gelu->out[0] &&
+            ln->in[1] == orig[2]->in[1] && ln->in[2] == orig[2]->in[2],
+        "clone: inputs through the map, others as they are");
+  CHECK(map[hb->id] == add->out[0] && !strcmp(add->out[0]->name, "hb.rc") &&
+            !strcmp(ln->out[0]->name, "n.rc") && ln->out[0]->producer == ln,
+        "clone: outputs %s, %s", add->out[0]->name, ln->out[0]->name);
+  CHECK(ln->block == 7 && ln->phase == PHASE_FORWARD && add->loc.line == 5 && add->loc.col == 15 &&
+            ir_attr_f(ln, "eps") == 1e-5 && ln->out[0]->role == ROLE_ACT &&
+            ir_same_shape(ln->out[0], n),
+        "clone: block, phase, location, attributes, role and shape");
+  CHECK(orig[1]->in[0] == hb && g->nodes[8]->in[0]->name[0] == 'o',
+        "clone: the originals and later nodes are unchanged");
+  CHECK(ir_verify(g, "clone", &d) == 0, "clone: the graph verifies: %s", d.msg);
+  // Again, from scratch: the names stay unique.
+  memset(map, 0, (size_t)nvalues * sizeof *map);
+  c = ir_clone_nodes(g, orig, 1, map, "rc", &d);
+  CHECK(c && !strcmp(c->out[0]->name, "hb.rc.1") && c->id == g->nnodes - 1,
+        "clone: a second clone is hb.rc.1, appended (got %s)", c ? c->out[0]->name : "none");
+  CHECK(ir_verify(g, "clone", &d) == 0, "clone: still verifies: %s", d.msg);
+  check_round_trip(g, "clone");
+  free(map);
+  ir_graph_free(g);
+}
+
+// Forward activations still live when backward starts, and the peak of
+// live bytes (pass_live_bytes_at, recomputed over the schedule).
+static void live_in_backward(const IrGraph *g, int *acts, int64_t *peak) {
+  int bwd = 0;
+  while (bwd < g->nnodes && g->nodes[bwd]->phase == PHASE_FORWARD)
+    bwd++;
+  *acts = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    *acts += v->role == ROLE_ACT && v->producer && v->producer->phase == PHASE_FORWARD &&
+             v->last_use >= bwd;
+  }
+  *peak = 0;
+  for (int t = 0; t < g->nnodes; t++)
+    if (pass_live_bytes_at(g, t) > *peak)
+      *peak = pass_live_bytes_at(g, t);
+}
+
+// Under ZeRO-3 (lowered after recompute), each checkpointed block's
+// parameters are gathered for backward before the recompute: the wait of the
+// block's backward all_gather comes before its first clone, and no clone
+// reads a parameter itself (only its gathered copy, NAME.bwd).
+static void check_recompute_zero3(const char *path) {
+  IrDiag d = {0};
+  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  PassDist dist = {.dp = 2, .tp = 1, .micro_batches = 1, .zero_all = 3};
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .dist = &dist};
+  ctx.opt.checkpoint = PASS_CHECKPOINT_ALL;
+  int rc = g ? pass_run_all(g, &ctx) : -1;
+  CHECK(rc == 0, "recompute under ZeRO-3: %s", d.msg);
+  int wait_at[5], clone_at[5], param_reads = 0;
+  for (int b = 0; b < 5; b++)
+    wait_at[b] = clone_at[b] = -1;
+  for (int i = 0; !rc && i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->op == OP_COMM_WAIT && !strncmp(n->in[0]->name, "params.bwd.b", 12))
+      wait_at[n->block] = i;
+    if (n->nout == 0 || !strstr(n->out[0]->name, ".rc"))
+      continue;
+    if (clone_at[n->block] < 0)
+      clone_at[n->block] = i;
+    for (int k = 0; k < n->nin; k++)
+      param_reads += n->in[k]->role == ROLE_PARAM;
+  }
+  for (int b = 1; !rc && b <= 4; b++)
+    CHECK(wait_at[b] >= 0 && clone_at[b] > wait_at[b],
+          "ZeRO-3 block %d: parameters gathered at %d, recomputed at %d", b, wait_at[b],
+          clone_at[b]);
+  CHECK(param_reads == 0, "ZeRO-3: clones read %d parameters instead of their copies",
+        param_reads);
+  ir_graph_free(g);
+}
+
+// passes/recompute.c on GPT-2 (4 layers): with none, the first K and all
+// layers checkpointed, the graph verifies (pass_run_all) and round-trips;
+// only checkpointed blocks get clones (NAME.rc, phase backward), placed
+// before their block's first backward node, and that block's backward reads
+// no original activation of its own; fewer forward activations are live in
+// backward and the peak drops, more with more layers; K beyond the layers
+// is an error that says how many there are.
+static void check_recompute(const char *path) {
+  int acts[3] = {0}, ks[3] = {0, 1, PASS_CHECKPOINT_ALL};
+  int64_t peak[3] = {0};
+  for (int c = 0; c < 3; c++) {
+    IrDiag d = {0};
+    IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+    PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+    ctx.opt.checkpoint = ks[c];
+    int rc = g ? pass_run_all(g, &ctx) : -1;
+    CHECK(rc == 0, "recompute %d: %s", ks[c], d.msg);
+    if (rc) {
+      ir_graph_free(g);
+      continue;
+    }
+    int want = ks[c] == PASS_CHECKPOINT_ALL ? 4 : ks[c];
+    CHECK(ctx.nlayers == 4 && ctx.ncheckpointed == want, "recompute %d: %d of %d layers", ks[c],
+          ctx.ncheckpointed, ctx.nlayers);
+    int clones[5] = {0}, stale = 0, misplaced = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *n = g->nodes[i];
+      bool clone = n->nout > 0 && strstr(n->out[0]->name, ".rc");
+      if (clone) {
+        clones[n->block]++;
+        misplaced += n->phase != PHASE_BACKWARD || n->out[0]->role != ROLE_ACT ||
+                     (i > 0 && g->nodes[i - 1]->block == n->block &&
+                      g->nodes[i - 1]->phase == PHASE_BACKWARD &&
+                      !strstr(g->nodes[i - 1]->out[0]->name, ".rc"));
+      }
+      for (int k = 0; !clone && n->phase == PHASE_BACKWARD && n->block >= 1 &&
+                      n->block <= want && k < n->nin; k++) {
+        const IrNode *p = n->in[k]->producer;
+        stale += p && p->phase == PHASE_FORWARD && p->block == n->block;
+      }
+    }
+    bool per_block = clones[0] == 0;  // the same clones in each checkpointed layer, none elsewhere
+    for (int b = 1; b <= 4; b++)
+      per_block &= b <= want ? clones[b] == clones[1] && clones[b] > 5 : clones[b] == 0;
+    CHECK(per_block, "recompute %d: clones per block %d %d %d %d %d", ks[c], clones[0], clones[1],
+          clones[2], clones[3], clones[4]);
+    CHECK(misplaced == 0, "recompute %d: %d clones out of place", ks[c], misplaced);
+    CHECK(stale == 0, "recompute %d: a checkpointed block's backward reads %d originals", ks[c],
+          stale);
+    live_in_backward(g, &acts[c], &peak[c]);
+    CHECK(peak[c] == g->peak_live_bytes, "recompute %d: peak %lld, memplan's %lld", ks[c],
+          (long long)peak[c], (long long)g->peak_live_bytes);
+    char what[64];
+    snprintf(what, sizeof what, "gpt2 --checkpoint %s", c == 0 ? "none" : c == 1 ? "1" : "all");
+    check_round_trip(g, what);
+    check_memplan(g, what);
+    ir_graph_free(g);
+  }
+  printf("recompute: forward activations live in backward %d, %d, %d; peak %lld, %lld, %lld "
+         "bytes (none, 1, all)\n", acts[0], acts[1], acts[2], (long long)peak[0],
+         (long long)peak[1], (long long)peak[2]);
+  CHECK(acts[1] < acts[0] && acts[2] < acts[1], "recompute: live activations %d, %d, %d", acts[0],
+        acts[1], acts[2]);
+  CHECK(peak[1] < peak[0] && peak[2] < peak[1], "recompute: peaks %lld, %lld, %lld",
+        (long long)peak[0], (long long)peak[1], (long long)peak[2]);
+  // More layers than the model has: an error naming the count.
+  IrDiag d = {0};
+  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+  ctx.opt.checkpoint = 5;
+  CHECK(g && pass_run_all(g, &ctx) != 0 && strstr(d.msg, "has 4 repeated layers"),
+        "recompute 5 of 4 layers: '%s'", d.msg);
+  ir_graph_free(g);
+  check_recompute_zero3(path);
+}
+
 static void check_dsl_model(const char *path) {
   IrDiag d = {0};
   IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
@@ -240,8 +421,12 @@ int main(int argc, char **argv) {
   ir_graph_free(s);
   check_errors();
   check_sizes_and_flops();
-  for (int i = 1; i < argc; i++)
+  check_clone();
+  for (int i = 1; i < argc; i++) {
     check_dsl_model(argv[i]);
+    if (strstr(argv[i], "gpt2"))
+      check_recompute(argv[i]);
+  }
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
