@@ -623,7 +623,7 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   else
     fputs("CC ?= cc\n", f);
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
-        "LDLIBS = -lcjson -lm\n", f);
+        "LDLIBS = -lcjson -lm -lpthread\n", f);
   fprintf(f, "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c "
              "runtime/dist.c runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h runtime/safetensors.h "
