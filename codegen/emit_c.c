@@ -270,31 +270,23 @@ static bool has_op(const IrGraph *g, IrOp op) {
   return false;
 }
 
-// A graph compiled for AdamW can also run SGD (its update() switches on
-// h->optimizer); one compiled for SGD has no moments in its arena.
-static void emit_sgd_switch(Emit *e) {
-  IrGraph *g = e->g;
-  if (!has_op(g, OP_ADAMW))
-    return;
-  println(e, "  if (h->optimizer == RT_OPT_SGD) {");
-  for (int i = 0; i < g->nnodes; i++) {
-    if (g->nodes[i]->op != OP_ADAMW)
-      continue;
-    CgCall c;
-    cg_lower_adamw_as_sgd(g, g->nodes[i], &c);
-    fputs("  ", e->f);
-    emit_call(e, &c);
-  }
-  println(e, "    return;");
-  println(e, "  }");
+// A graph compiled for AdamW can also run SGD: each AdamW call switches on
+// h->optimizer (the rest of the update, collectives and copies, runs either way).
+static void emit_adamw_call(Emit *e, const IrNode *n, const CgCall *adamw) {
+  CgCall sgd;
+  cg_lower_adamw_as_sgd(e->g, n, &sgd);
+  println(e, "  if (h->optimizer == RT_OPT_SGD)");
+  fputs("  ", e->f);
+  emit_call(e, &sgd);
+  println(e, "  else");
+  fputs("  ", e->f);
+  emit_call(e, adamw);
 }
 
 static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
   println(e, "  Buffers b = bind(arena);");
-  if (phase == PHASE_UPDATE)
-    emit_sgd_switch(e);
   int block = -1;
   CgCall calls[64];
   for (int i = 0; i < g->nnodes; i++) {
@@ -309,7 +301,10 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
     if (nc < 0)
       return -1;
     for (int c = 0; c < nc; c++)
-      emit_call(e, &calls[c]);
+      if (n->op == OP_ADAMW)
+        emit_adamw_call(e, n, &calls[c]);
+      else
+        emit_call(e, &calls[c]);
   }
   println(e, "}");
   blank(e);
