@@ -419,6 +419,8 @@ NO_GRAD(all_gather)
 NO_GRAD(comm_wait)
 NO_GRAD(unshard)
 NO_GRAD(accumulate)
+NO_GRAD(to_host)
+NO_GRAD(to_device)
 
 static GradFn *const grad_fns[] = {
 #define OP(E, name, nin, nout, kind) grad_##name,
