@@ -6,7 +6,7 @@
 //
 // The pipeline, as `compile` runs it:
 //   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
-//   [lower: a forced layout, --dp/--zero/--micro-batches], memplan) -> codegen (C) ->
+//   [lower: a forced layout, --dp/--zero/--micro-batches/--offload], memplan) -> codegen (C) ->
 //   solver (the plan, written to plan.json when no layout is forced)
 #include <errno.h>
 #include <stdio.h>
@@ -40,7 +40,7 @@ typedef struct Args {
   bool formulas;           // plan --formulas
   // compile: one layout for every block instead of the solver's choice
   PassDist dist;
-  bool forced;             // --dp, --tp, --zero or --micro-batches given
+  bool forced;             // --dp, --tp, --zero, --micro-batches or --offload given
 } Args;
 
 static void usage(FILE *f) {
@@ -91,6 +91,9 @@ static void usage(FILE *f) {
         "                         batch dim x D x micro-batches\n"
         "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
         "  --micro-batches M      forward/backward passes per optimizer step (default 1)\n"
+        "  --offload F            the share F (0 to 1) of each block's optimizer state that\n"
+        "                         lives in host memory, its update on the host's threads\n"
+        "                         (default 0; with one rank too)\n"
         "  --tp T                 tensor parallelism (planned, not yet lowered: T must be 1)\n"
         "  -h, --help             this text\n",
         f);
@@ -251,6 +254,14 @@ static Args parse_args(int argc, char **argv) {
       a.dist.zero_all = v[0] - '0', a.forced = true;
     } else if (!strcmp(s, "--micro-batches")) {
       a.dist.micro_batches = (int)parse_count(s, VALUE()), a.forced = true;
+    } else if (!strcmp(s, "--offload")) {
+      const char *v = VALUE();
+      char *end;
+      errno = 0;
+      a.dist.offload = strtod(v, &end);
+      if (!*v || *end || errno || !(a.dist.offload >= 0 && a.dist.offload <= 1))
+        bad_usage("--offload takes a share of the optimizer state from 0 to 1, not '%s'", v);
+      a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -272,7 +283,8 @@ static Args parse_args(int argc, char **argv) {
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
   if (a.forced && !strcmp(a.cmd, "plan"))
-    bad_usage("--dp, --tp, --zero and --micro-batches fix the layout for %s; plan chooses it",
+    bad_usage("--dp, --tp, --zero, --micro-batches and --offload fix the layout for %s; plan "
+              "chooses it",
               "compile and inspect");
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
@@ -389,26 +401,31 @@ static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
 }
 
 // The plan in words, and what the planner predicts for it per rank: model
-// state and bytes sent per step (fp32 programs: 4 bytes a value; AdamW keeps
-// two more per parameter).
+// state on the device and (offload) in host memory, and bytes sent per step
+// (fp32 programs: 4 bytes a value; AdamW keeps two more per parameter).
 static void predict(const PassLowered *lw, CgOptions *co, char *layout, size_t n) {
   const PassDist *D = &lw->dist;
   int zmin = 3, zmax = 0;
-  double state = 0, comm = 0;
+  double state = 0, host = 0, comm = 0;
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
     zmin = k->zero < zmin ? k->zero : zmin;
     zmax = k->zero > zmax ? k->zero : zmax;
-    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate);
+    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate) -
+             sv_offload_device_bytes((double)k->host_numel, SV_FP32, k->nstate);
+    host += sv_offload_host_bytes((double)k->host_numel, k->nstate);
     comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, 4, 4);
   }
   co->planner_state_bytes = (int64_t)state;
+  co->planner_host_bytes = (int64_t)host;
   co->planner_comm_bytes = (int64_t)comm;
   int len = snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
   if (lw->nbuckets && zmin == zmax)
-    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d", zmin);
+    len += snprintf(layout + len, n - (size_t)len, ", ZeRO-%d", zmin);
   else if (lw->nbuckets)
-    snprintf(layout + len, n - (size_t)len, ", ZeRO-%d to %d", zmin, zmax);
+    len += snprintf(layout + len, n - (size_t)len, ", ZeRO-%d to %d", zmin, zmax);
+  if (D->offload > 0)
+    snprintf(layout + len, n - (size_t)len, ", offload %g", D->offload);
   co->layout = layout;
 }
 

@@ -439,8 +439,8 @@ static void lower_adamw(Lower *L, const IrNode *n) {
   bool host = n->in[0]->host;
   CgCall *c = call(L, host ? CG_K_adamw_host : CG_K_adamw);
   const Sym *part = adamw_part(L, n);
-  for (int i = 0; i < 4; i++)
-    part_buf(L, c, n->in[i], part);
+  part_buf(L, c, n->in[0], part), part_buf(L, c, n->in[1], part);
+  buf(c, n->in[2]), buf(c, n->in[3]);
   num(c, numel(L, n->in[2]));
   hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
   hparam(c, "weight_decay"), hparam(c, "step");

@@ -26,6 +26,12 @@ expect tp_not_lowered 1 "tensor parallelism \(tp 2\) is planned but not lowered"
 expect zero_stage 2 "--zero takes a stage 0, 1, 2 or 3" "$mtc" compile "$model" --zero 4 -o "$out/z"
 expect dp_zero 2 "--dp takes a positive whole number" "$mtc" compile "$model" --dp 0 -o "$out/z"
 expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
+for bad in 1.5 -0.1 abc nan ""; do
+  expect "offload_$bad" 2 "--offload takes a share of the optimizer state from 0 to 1, not '$bad'" \
+    "$mtc" compile "$model" --dp 2 --offload "$bad" -o "$out/off"
+done
+expect offload_missing 2 "--offload needs a value" "$mtc" compile "$model" -o "$out/off" --offload
+[ -e "$out/off" ] && { echo "FAIL offload: $out/off was written"; fails=$((fails + 1)); }
 # a program for 2 ranks started on 1 (no mpirun), and on 3
 "$mtc" compile "$model" -D L=1 --dp 2 -o "$out/dp2" > /dev/null && make -s -C "$out/dp2" cpu > /dev/null 2>&1 ||
   { echo "FAIL: cannot build the dp 2 program"; exit 1; }

@@ -178,6 +178,44 @@ static void test_lowering(int dp, int zero, double offload) {
   ir_graph_free(g);
 }
 
+// The IR text: host values read back as host; the copies' rules hold.
+static void test_text(void) {
+  const char *ok = "graph \"h\"\n"
+                   "state %m : host f32[16] zeros\n"
+                   "bucket %x : f32[64]\n"
+                   "update\n"
+                   "  %h : host f32[16] = to_host(%x) offset=16 shards=2\n"
+                   "  to_device(%x, %h) offset=16 shards=2\n";
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(ok, "ok.ir", &d);
+  char *text = g ? ir_print_str(g) : NULL;
+  check(g && ir_verify(g, NULL, &d) == 0 && text && !strcmp(text, ok) &&
+            ir_value_find(g, "m")->host && ir_value_find(g, "h")->host &&
+            !ir_value_find(g, "x")->host,
+        "host values print and parse back: %s", text ? text : d.msg);
+  free(text);
+  ir_graph_free(g);
+  struct {
+    const char *body, *want;
+  } bad[] = {
+      {"  %h : f32[16] = to_host(%x) offset=16\n", "must be in device memory and 'h' in host"},
+      {"  %h : host f32[16] = to_host(%x) offset=24 shards=2\n", "elements 24 .. 40"},
+      {"  %h : host f32[16] = to_host(%x)\n  %y : f32[16] = scale(%h)\n", "in host memory: only"},
+      {"  adamw(%x, %x, %m, %m)\n", "in device memory but 'm' in host memory"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char src[512];
+    snprintf(src, sizeof src, "graph \"h\"\nstate %%m : host f32[64] zeros\nbucket %%x : f32[64]\n"
+                              "update\n%s", bad[i].body);
+    d = (IrDiag){0};
+    g = ir_parse(src, "bad.ir", &d);
+    int rc = g ? ir_verify(g, NULL, &d) : -1;
+    check(rc != 0 && strstr(d.msg, bad[i].want), "bad IR %zu: want '%s', got '%s'", i,
+          bad[i].want, d.msg);
+    ir_graph_free(g);
+  }
+}
+
 // The lowered one-rank program in the interpreter: three AdamW steps.
 static float **train3(double offload, int zero, IrGraph **gout) {
   IrDiag d = {0};
@@ -263,6 +301,7 @@ int main(int argc, char **argv) {
     test_lowering(2, zero, 0.0);
   }
   test_lowering(1, 0, 0.3);
+  test_text();
   test_interp(0, 0.5);
   test_interp(0, 1.0);
   test_interp(2, 0.5);
