@@ -291,6 +291,8 @@ static int64_t host_share(const Lower *L, const PassBucket *b) {
 // two (device and host) and the copies.
 static int lower_update(Lower *L, PassBucket *b) {
   IrGraph *g = L->g;
+  if (!(L->dist->offload >= 0 && L->dist->offload <= 1))
+    return ir_error(L->d, (IrLoc){0}, "lower: offload share %g (0 to 1)", L->dist->offload);
   const IrNode *rule = NULL;
   for (int i = g->nnodes - 1; i >= 0; i--) {
     IrNode *u = g->nodes[i];
@@ -311,8 +313,6 @@ static int lower_update(Lower *L, PassBucket *b) {
   IrNode *u;
   b->nstate = rule->op == OP_ADAMW ? 2 : 0;
   b->part = b->zero == 0 ? b->numel : b->numel / dp;
-  if (!(L->dist->offload >= 0 && L->dist->offload <= 1))
-    return ir_error(L->d, (IrLoc){0}, "lower: offload share %g (0 to 1)", L->dist->offload);
   b->host_numel = rule->op == OP_ADAMW ? host_share(L, b) : 0; // SGD has no state
   int64_t on_device = b->part - b->host_numel;
   IrValue *host_grads = b->host_numel ? to_host(L, b, "grads", b->reduced) : NULL;
