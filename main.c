@@ -6,9 +6,9 @@
 //
 // The pipeline, as `compile` runs it:
 //   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
-//   [recompute: --checkpoint], [lower: a forced layout, --dp/--zero/--micro-batches],
-//   memplan) -> codegen (C) -> solver (the plan, written to plan.json when neither a layout
-//   nor checkpointing is forced)
+//   [recompute: --checkpoint], [lower: a forced layout, --dp/--tp/--zero/--micro-batches/
+//   --offload, or the plan's with --gpus/--plan], memplan) -> codegen (C) -> solver (the plan,
+//   written to plan.json when neither a layout nor checkpointing is forced)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@ typedef struct Args {
   bool formulas;           // plan --formulas
   // compile: one layout for every block instead of the solver's choice
   PassDist dist;
-  bool forced;             // --dp, --tp, --zero or --micro-batches given
+  bool forced;             // --dp, --tp, --zero, --micro-batches or --offload given
   const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
   bool checkpoint;         // --checkpoint given (pass.checkpoint says which layers)
 } Args;
@@ -105,6 +105,9 @@ static void usage(FILE *f) {
         "                         activation checkpointing: backward recomputes the forward\n"
         "                         of no layer (default), every repeated layer, or the first\n"
         "                         K (compile, inspect; also with one rank)\n"
+        "  --offload F            the share F (0 to 1) of each block's optimizer state that\n"
+        "                         lives in host memory, its update on the host's threads\n"
+        "                         (default 0; with one rank too)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -283,6 +286,14 @@ static Args parse_args(int argc, char **argv) {
       a.plan_file = VALUE();
     } else if (!strcmp(s, "--checkpoint")) {
       a.pass.checkpoint = parse_checkpoint(VALUE()), a.checkpoint = true;
+    } else if (!strcmp(s, "--offload")) {
+      const char *v = VALUE();
+      char *end;
+      errno = 0;
+      a.dist.offload = strtod(v, &end);
+      if (!*v || *end || errno || !(a.dist.offload >= 0 && a.dist.offload <= 1))
+        bad_usage("--offload takes a share of the optimizer state from 0 to 1, not '%s'", v);
+      a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -304,11 +315,11 @@ static Args parse_args(int argc, char **argv) {
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
   if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
-    bad_usage("--dp, --tp, --zero, --micro-batches and --checkpoint fix the layout for %s; plan "
-              "chooses it", "compile and inspect");
+    bad_usage("--dp, --tp, --zero, --micro-batches, --offload and --checkpoint fix the layout "
+              "for %s; plan chooses it", "compile and inspect");
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
-              "--micro-batches, --gpus and --cluster", a.plan_file);
+              "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;
@@ -434,28 +445,33 @@ static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
 }
 
 // The plan in words, and what the planner predicts for it per rank: model
-// state and bytes sent per step (fp32 programs: 4 bytes a value; AdamW keeps
-// two more per parameter).
+// state on the device and (offload) in host memory, and bytes sent per step
+// (fp32 programs: 4 bytes a value; AdamW keeps two more per parameter).
 static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, char *layout,
                     size_t n) {
   const PassDist *D = &lw->dist;
   int zmin = 3, zmax = 0;
-  double state = 0, comm = 0;
+  double state = 0, host = 0, comm = 0;
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
     zmin = k->zero < zmin ? k->zero : zmin;
     zmax = k->zero > zmax ? k->zero : zmax;
-    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate);
+    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate) -
+             sv_offload_device_bytes((double)k->host_numel, SV_FP32, k->nstate);
+    host += sv_offload_host_bytes((double)k->host_numel, k->nstate);
     comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, 4, 4);
   }
   comm += sv_tp_comm_bytes(lw->tp_comm_elems, D->tp, D->micro_batches, 4);
   co->planner_state_bytes = (int64_t)state;
+  co->planner_host_bytes = (int64_t)host;
   co->planner_comm_bytes = (int64_t)comm;
   size_t len = (size_t)snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
   if (lw->nbuckets && zmin == zmax)
     len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d", zmin);
   else if (lw->nbuckets)
     len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d to %d", zmin, zmax);
+  if (D->offload > 0 && len < n)
+    len += (size_t)snprintf(layout + len, n - len, ", offload %g", D->offload);
   if (ctx->ncheckpointed && len < n)
     snprintf(layout + len, n - len, ", recompute %d of %d layers", ctx->ncheckpointed,
              ctx->nlayers);
@@ -492,16 +508,23 @@ static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, c
   int k = 0;
   while (k + 1 < ap->nblocks && ap->ckpt[k + 1])
     k++;
-  for (int b = 0; b < ap->nblocks; b++)
-    if ((ap->ckpt[b] && (b == 0 || b > k)) || ap->offload[b] > 0)
-      return ir_error(d, (IrLoc){0}, "the plan %s block %d, which compiled programs do not do "
-                      "yet; choose the layout with --dp/--tp/--zero", ap->ckpt[b] ?
-                      "checkpoints (not as the first K layers)" :
-                      "offloads the optimizer state of", b);
+  for (int b = 0; b < ap->nblocks; b++) {
+    if (ap->ckpt[b] && (b == 0 || b > k))
+      return ir_error(d, (IrLoc){0}, "the plan checkpoints block %d, not as one of the first K "
+                      "layers, which compiled programs do not do yet; choose the layout with "
+                      "--dp/--tp/--zero/--checkpoint", b);
+    // offload: one share for every block (PassDist.offload)
+    if (ap->offload[b] != ap->offload[0])
+      return ir_error(d, (IrLoc){0}, "the plan offloads %g of block %d's optimizer state and "
+                      "%g of block 0's; compiled programs take one share for every block yet: "
+                      "choose the layout with --dp/--tp/--zero/--offload", ap->offload[b], b,
+                      ap->offload[0]);
+  }
   if (!a->checkpoint)
     *checkpoint = k == ap->nblocks - 1 && k > 0 ? PASS_CHECKPOINT_ALL : k;
   *dist = (PassDist){.dp = ap->dp, .tp = ap->tp, .micro_batches = ap->micro_batches,
-                     .nzero = ap->nblocks, .zero = ap->zero};
+                     .nzero = ap->nblocks, .zero = ap->zero,
+                     .offload = ap->nblocks ? ap->offload[0] : 0};
   return 0;
 }
 

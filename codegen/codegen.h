@@ -33,6 +33,7 @@ typedef struct CgArg {
   CgArgKind kind;
   const IrValue *buf;
   const Sym *rank_stride;  // CG_BUF: when set, this rank's part: buf + dp_rank * rank_stride elements
+  const Sym *elem_off;     // CG_BUF: when set, that many elements further (a range of the part)
   const Sym *i;
   const char *name;     // CG_ENUM, CG_HPARAM (a field of rt_hparams)
   double f;
@@ -79,6 +80,7 @@ typedef struct CgOptions {
   const PassLowered *lowered; // the parallel plan pass_lower applied (NULL: one rank)
   const char *layout;        // the plan in words ("dp 4 x tp 1, ZeRO-3")
   int64_t planner_state_bytes, planner_comm_bytes;  // the planner's per-rank predictions
+  int64_t planner_host_bytes;                       // ... and of model state in host memory
 } CgOptions;
 
 // Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,

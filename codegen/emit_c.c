@@ -1,6 +1,7 @@
 // The C emitter: writes a self-contained training program.
 //
-//   DIR/model.c      generated: dims, the memory plan, forward/backward/update
+//   DIR/model.c      generated: dims, the memory plan (arena and host region),
+//                    forward/backward/update
 //   DIR/runtime/     train.c (main), kernels, headers: copied from mtc's runtime/
 //   DIR/Makefile     `make cpu` builds ./train with cc and OpenMP
 //   DIR/weights.bin  initial parameters, float32, in the order of model.c's table
@@ -146,12 +147,17 @@ static void emit_header(Emit *e, const char *source) {
   println(e, "// optimizer state), then transient buffers placed by liveness. Peak live bytes:");
   println(e, "// %lld, at step %d of the schedule, = %s.", (long long)g->peak_live_bytes, g->peak_at,
           sym_text(e, g->peak_formula));
+  if (g->host_bytes)
+    println(e, "// Host region (offloaded optimizer state, role h:...): %lld bytes, apart from the "
+            "arena.", (long long)g->host_bytes);
   println(e, "//");
   println(e, "//   %-28s %-6s %-22s %12s %12s  %s", "buffer", "role", "shape", "bytes", "offset",
           "live");
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]", e->cname[i], role_name(v->role),
+    char role[16];
+    snprintf(role, sizeof role, "%s%s", v->host ? "h:" : "", role_name(v->role));
+    println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]", e->cname[i], role,
             ir_shape_str(g, v), (long long)v->bytes, (long long)v->offset, v->first_use,
             v->last_use);
   }
@@ -189,36 +195,55 @@ static void emit_dims(Emit *e, const char *code) {
   blank(e);
 }
 
-static void emit_buffers(Emit *e) {
+static bool has_host_values(const IrGraph *g) { return g->host_bytes > 0; }
+
+// The struct of the tensors in one memory (the device arena, or the host
+// region) and the function that binds it to the memory's base.
+static void emit_bind(Emit *e, bool host) {
   IrGraph *g = e->g;
-  println(e, "// Every tensor is a fixed offset in the arena.");
-  println(e, "typedef struct Buffers {");
+  const char *type = host ? "HostBuffers" : "Buffers", *base = host ? "host" : "arena";
+  println(e, "typedef struct %s {", type);
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    println(e, "  %s *%s; // %s %s", v->dtype == DT_I32 ? "int" : "float", e->cname[i],
-            role_name(v->role), ir_shape_str(g, v));
+    if (v->host == host)
+      println(e, "  %s *%s; // %s %s", v->dtype == DT_I32 ? "int" : "float", e->cname[i],
+              role_name(v->role), ir_shape_str(g, v));
   }
-  println(e, "} Buffers;");
+  println(e, "} %s;", type);
   blank(e);
-  println(e, "static Buffers bind(char *arena) {");
-  println(e, "  Buffers b;");
+  println(e, "static %s bind%s(char *%s) {", type, host ? "_host" : "", base);
+  println(e, "  %s b;", type);
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    println(e, "  b.%s = (%s *)(arena + %lld);", e->cname[i], v->dtype == DT_I32 ? "int" : "float",
-            (long long)v->offset);
+    if (v->host == host)
+      println(e, "  b.%s = (%s *)(%s + %lld);", e->cname[i], v->dtype == DT_I32 ? "int" : "float",
+              base, (long long)v->offset);
   }
   println(e, "  return b;");
   println(e, "}");
   blank(e);
 }
 
+static void emit_buffers(Emit *e) {
+  println(e, "// Every tensor is a fixed offset in the arena.");
+  emit_bind(e, false);
+  if (!has_host_values(e->g))
+    return;
+  println(e, "// Offload: the tensors in host memory, each a fixed offset in the host region.");
+  emit_bind(e, true);
+}
+
 static void emit_arg(Emit *e, const CgArg *a) {
   switch (a->kind) {
   case CG_BUF:
-    fprintf(e->f, "b.%s", e->cname[a->buf->id]);
+    fprintf(e->f, "%s.%s", a->buf->host ? "hb" : "b", e->cname[a->buf->id]);
     if (a->rank_stride) { // this rank's part of a bucket
       fputs(" + rt_dist.dp_rank * ", e->f);
       print_int(e, a->rank_stride);
+    }
+    if (a->elem_off) { // a range of it
+      fputs(" + ", e->f);
+      print_int(e, a->elem_off);
     }
     break;
   case CG_INT: print_int(e, a->i); break;
@@ -270,31 +295,27 @@ static bool has_op(const IrGraph *g, IrOp op) {
   return false;
 }
 
-// A graph compiled for AdamW can also run SGD (its update() switches on
-// h->optimizer); one compiled for SGD has no moments in its arena.
-static void emit_sgd_switch(Emit *e) {
-  IrGraph *g = e->g;
-  if (!has_op(g, OP_ADAMW))
-    return;
-  println(e, "  if (h->optimizer == RT_OPT_SGD) {");
-  for (int i = 0; i < g->nnodes; i++) {
-    if (g->nodes[i]->op != OP_ADAMW)
-      continue;
-    CgCall c;
-    cg_lower_adamw_as_sgd(g, g->nodes[i], &c);
-    fputs("  ", e->f);
-    emit_call(e, &c);
-  }
-  println(e, "    return;");
-  println(e, "  }");
+// A graph compiled for AdamW can also run SGD: each AdamW call switches on
+// h->optimizer (the rest of the update, collectives and copies, runs either way).
+static void emit_adamw_call(Emit *e, const IrNode *n, const CgCall *adamw) {
+  CgCall sgd;
+  cg_lower_adamw_as_sgd(e->g, n, &sgd);
+  println(e, "  if (h->optimizer == RT_OPT_SGD)");
+  fputs("  ", e->f);
+  emit_call(e, &sgd);
+  println(e, "  else");
+  fputs("  ", e->f);
+  emit_call(e, adamw);
 }
 
 static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
   println(e, "  Buffers b = bind(arena);");
-  if (phase == PHASE_UPDATE)
-    emit_sgd_switch(e);
+  if (phase == PHASE_UPDATE && has_host_values(g))
+    println(e, "  HostBuffers hb = bind_host(host);");
+  else if (phase == PHASE_UPDATE)
+    println(e, "  (void)host;");
   int block = -1;
   CgCall calls[64];
   for (int i = 0; i < g->nnodes; i++) {
@@ -309,7 +330,35 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
     if (nc < 0)
       return -1;
     for (int c = 0; c < nc; c++)
-      emit_call(e, &calls[c]);
+      if (n->op == OP_ADAMW)
+        emit_adamw_call(e, n, &calls[c]);
+      else
+        emit_call(e, &calls[c]);
+  }
+  println(e, "}");
+  blank(e);
+  return 0;
+}
+
+// Offload: the host's copies of device values (the parameters the host
+// updates) start as those values: each to_device of the update, backwards.
+static int emit_init_host(Emit *e, IrDiag *d) {
+  IrGraph *g = e->g;
+  println(e, "static void init_host(char *arena, char *host) {");
+  println(e, "  Buffers b = bind(arena);");
+  println(e, "  HostBuffers hb = bind_host(host);");
+  CgCall calls[4];
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->op != OP_TO_DEVICE)
+      continue;
+    if (cg_lower(g, n, calls, 4, d) != 1)
+      return -1;
+    CgCall back = calls[0];
+    back.k = CG_K_to_host;
+    back.args[0] = calls[0].args[1];
+    back.args[1] = calls[0].args[0];
+    emit_call(e, &back);
   }
   println(e, "}");
   blank(e);
@@ -348,7 +397,18 @@ static int bucket_index(Emit *e, const IrValue *v) {
 
 static int64_t numel_of(Emit *e, const IrValue *v) { return ir_eval(e->g, ir_numel(e->g, v)); }
 
-// Per rank: parameters, reduced gradients and optimizer state, as allocated.
+// Per rank, in host memory (offload): the host's copies of parameters and
+// gradients, and optimizer state.
+static int64_t model_host_bytes(const IrGraph *g) {
+  int64_t total = 0;
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->host)
+      total += g->values[i]->bytes;
+  return total;
+}
+
+// Per rank, on the device: parameters, reduced gradients and optimizer
+// state, as allocated.
 static int64_t model_state_bytes(Emit *e) {
   const PassLowered *lw = e->opt->lowered;
   int64_t total = 0;
@@ -358,7 +418,7 @@ static int64_t model_state_bytes(Emit *e) {
     total += 4 * numel_of(e, k->reduced);
   }
   for (int i = 0; i < e->g->nvalues; i++)
-    if (e->g->values[i]->role == ROLE_STATE)
+    if (e->g->values[i]->role == ROLE_STATE && !e->g->values[i]->host)
       total += e->g->values[i]->bytes;
   return total;
 }
@@ -486,7 +546,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   emit_buffers(e);
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
-           emit_phase(e, PHASE_UPDATE, "update(char *arena, const rt_hparams *h)", d);
+           emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
+           (has_host_values(g) && emit_init_host(e, d));
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -535,6 +596,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .forward = forward,");
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");
+  println(e, "    .host_bytes = %lld,", (long long)g->host_bytes);
+  println(e, "    .init_host = %s,", has_host_values(g) ? "init_host" : "0");
   println(e, "    .grad_offsets = grad_offsets,");
   const PassLowered *lw = e->opt->lowered;
   println(e, "    .dp = %d,", lw ? lw->dist.dp : 1);
@@ -545,7 +608,9 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .buckets = %s,", lw ? "buckets" : "0");
   println(e, "    .n_slots = %d,", lw ? lw->nslots : 0);
   println(e, "    .model_state_bytes = %lld,", (long long)model_state_bytes(e));
+  println(e, "    .model_host_bytes = %lld,", (long long)model_host_bytes(g));
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
+  println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
   if (e->opt->lowered && e->opt->lowered->loss_tp_partial)
     println(e, "    .loss_tp_partial = 1,");
@@ -629,7 +694,7 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   else
     fputs("CC ?= cc\n", f);
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
-        "LDLIBS = -lcjson -lm\n", f);
+        "LDLIBS = -lcjson -lm -lpthread\n", f);
   fprintf(f, "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c "
              "runtime/dist.c runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("HDR = runtime/kernels.h runtime/model_api.h runtime/rng.h runtime/safetensors.h "
@@ -667,6 +732,9 @@ static int write_readme(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   fprintf(f, "Memory: arena %lld bytes (persistent %lld), peak live %lld bytes = `%s`.\n",
           (long long)g->arena_bytes, (long long)g->persistent_bytes, (long long)g->peak_live_bytes,
           sym_str(&g->arena, g->peak_formula, &g->syms));
+  if (g->host_bytes)
+    fprintf(f, "Host memory: %lld bytes of offloaded optimizer state (its update runs on the "
+               "host's threads; MTC_HOST_THREADS sets how many).\n", (long long)g->host_bytes);
   return fclose(f) ? ir_error(d, (IrLoc){0}, "cannot write README.md") : 0;
 }
 

@@ -24,6 +24,7 @@ typedef struct Exec {
 struct CgInterp {
   IrGraph *g;
   char *arena;
+  char *host;     // the host region (offload), g->host_bytes
   Exec *execs;
   int nexecs;
 };
@@ -37,9 +38,11 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     int64_t x = 0;
     switch (a->kind) {
     case CG_BUF:
-      e->p[j] = it->arena + a->buf->offset;
+      e->p[j] = (a->buf->host ? it->host : it->arena) + a->buf->offset;
       if (a->rank_stride) // this rank's part of a bucket
         e->p[j] = (float *)e->p[j] + rt_dist.dp_rank * ir_eval(it->g, a->rank_stride);
+      if (a->elem_off) // a range of it
+        e->p[j] = (float *)e->p[j] + ir_eval(it->g, a->elem_off);
       break;
     case CG_INT:
     case CG_ENUM:
@@ -68,6 +71,8 @@ CgInterp *cg_interp_new(IrGraph *g, IrDiag *d) {
   it->arena = aligned_alloc(64, (size_t)(g->arena_bytes + 64) / 64 * 64);
   IR_ASSERT(it->arena);
   memset(it->arena, 0, (size_t)g->arena_bytes);
+  it->host = calloc((size_t)g->host_bytes + 64, 1);
+  IR_ASSERT(it->host);
   int cap = 0;
   CgCall calls[64];
   for (int i = 0; i < g->nnodes; i++) {
@@ -95,12 +100,15 @@ void cg_interp_free(CgInterp *it) {
   if (!it)
     return;
   free(it->arena);
+  free(it->host);
   free(it->execs);
   free(it);
 }
 
 char *cg_interp_arena(CgInterp *it) { return it->arena; }
-float *cg_interp_f32(CgInterp *it, const IrValue *v) { return (float *)(it->arena + v->offset); }
+float *cg_interp_f32(CgInterp *it, const IrValue *v) {
+  return (float *)((v->host ? it->host : it->arena) + v->offset);
+}
 int32_t *cg_interp_i32(CgInterp *it, const IrValue *v) {
   return (int32_t *)(it->arena + v->offset);
 }
@@ -116,6 +124,11 @@ void cg_interp_init_params(CgInterp *it, uint64_t seed) {
     else if (v->role == ROLE_STATE)
       memset(cg_interp_f32(it, v), 0, (size_t)v->bytes);
   }
+  // the host's copies of device values (offload: the parameters the host
+  // updates) start as those values, as the emitted init_host does
+  for (int n = 0; n < it->nexecs; n++)
+    if (it->execs[n].k == CG_K_to_device)
+      rt_to_host((float *)it->execs[n].p[1], (const float *)it->execs[n].p[0], it->execs[n].i[2]);
 }
 
 // Set the hyper-parameter arguments of e from h.
@@ -142,7 +155,8 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
       continue;
     if (h)
       bind_hparams(e, h);
-    if (e->k == CG_K_adamw && h && h->optimizer == RT_OPT_SGD) { // run-time switch, as update() has
+    if ((e->k == CG_K_adamw || e->k == CG_K_adamw_host) && h &&
+        h->optimizer == RT_OPT_SGD) { // run-time switch, as update() has
       rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay);
       continue;
     }

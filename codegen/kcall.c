@@ -428,30 +428,46 @@ static void part_buf(Lower *L, CgCall *c, const IrValue *v, const Sym *part) {
     c->args[c->nargs - 1].rank_stride = part;
 }
 
-// (p, g, m, v); sharded: the moments are this rank's part, p and g may be
-// whole buckets.
-static void lower_adamw(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_adamw);
-  const Sym *part = numel(L, n->in[2]);
-  for (int i = 0; i < 4; i++)
-    part_buf(L, c, n->in[i], part);
-  num(c, part);
-  hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
-  hparam(c, "weight_decay"), hparam(c, "step");
+// The elements of this rank's part of p and g an adamw node has: its `part`
+// attribute (offload: the moments cover only the first ones), else the
+// moments' size.
+static const Sym *adamw_part(Lower *L, const IrNode *n) {
+  int64_t part = ir_attr_i(n, "part");
+  return part ? sym_const(&L->g->arena, part) : numel(L, n->in[2]);
 }
 
-// (p, g) over g's elements; p may be the whole bucket of which g is a part.
-static void sgd_call(Lower *L, const IrValue *p, const IrValue *g, const Sym *part) {
+// (p, g, m, v); sharded: the moments are this rank's part (offload: its first
+// elements), p and g may be whole buckets. On the host (offload) the host's
+// AdamW, on its default threads.
+static void lower_adamw(Lower *L, const IrNode *n) {
+  bool host = n->in[0]->host;
+  CgCall *c = call(L, host ? CG_K_adamw_host : CG_K_adamw);
+  const Sym *part = adamw_part(L, n);
+  part_buf(L, c, n->in[0], part), part_buf(L, c, n->in[1], part);
+  buf(c, n->in[2]), buf(c, n->in[3]);
+  num(c, numel(L, n->in[2]));
+  hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
+  hparam(c, "weight_decay"), hparam(c, "step");
+  if (host)
+    numk(L, c, 0);
+}
+
+// (p, g) over `count` elements of this rank's part of `part` elements; p and
+// g may be whole buckets of such parts.
+static void sgd_call(Lower *L, const IrValue *p, const IrValue *g, const Sym *part,
+                     const Sym *count) {
   CgCall *c = call(L, CG_K_sgd);
-  part_buf(L, c, p, part), part_buf(L, c, g, part), num(c, part);
+  part_buf(L, c, p, part), part_buf(L, c, g, part), num(c, count);
   hparam(c, "lr"), hparam(c, "weight_decay");
 }
 
-static void lower_sgd(Lower *L, const IrNode *n) { sgd_call(L, n->in[0], n->in[1], numel(L, n->in[1])); }
+static void lower_sgd(Lower *L, const IrNode *n) {
+  sgd_call(L, n->in[0], n->in[1], numel(L, n->in[1]), numel(L, n->in[1]));
+}
 
 void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
   Lower L = {.g = g, .calls = out, .max = 1};
-  sgd_call(&L, adamw->in[0], adamw->in[1], numel(&L, adamw->in[2]));
+  sgd_call(&L, adamw->in[0], adamw->in[1], adamw_part(&L, adamw), numel(&L, adamw->in[2]));
 }
 
 // ---- distribution ----
@@ -532,6 +548,32 @@ static void lower_accumulate(Lower *L, const IrNode *n) {
   const Sym *part = numel(L, n->in[0]);
   buf(c, n->in[0]), part_buf(L, c, n->in[1], part), num(c, part);
   flt(c, ir_attr_f(n, "scale"));
+}
+
+// ---- offload ----
+
+// x's elements offset .. offset+n of this rank's part (x holds `shards` parts).
+static void range_buf(Lower *L, CgCall *c, const IrNode *n, const IrValue *x) {
+  IrArena *ar = &L->g->arena;
+  int64_t shards = ir_attr_i(n, "shards"), offset = ir_attr_i(n, "offset");
+  buf(c, x);
+  CgArg *a = &c->args[c->nargs - 1];
+  if (shards > 1)
+    a->rank_stride = sym_scale(ar, numel(L, x), 1, shards);
+  if (offset)
+    a->elem_off = sym_const(ar, offset);
+}
+
+static void lower_to_host(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_to_host);
+  const Sym *count = numel(L, n->out[0]);
+  buf(c, n->out[0]), range_buf(L, c, n, n->in[0]), num(c, count);
+}
+
+static void lower_to_device(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_to_device);
+  const Sym *count = numel(L, n->in[1]);
+  range_buf(L, c, n, n->in[0]), buf(c, n->in[1]), num(c, count);
 }
 
 // A hyper-parameter of the update node `opt` (NULL: none), or AdamW's

@@ -25,7 +25,9 @@ typedef enum IrOp {
   OP_COUNT
 } IrOp;
 
-typedef enum IrOpKind { KIND_COMPUTE, KIND_ELEMWISE, KIND_REDUCE, KIND_MOVE, KIND_OPT, KIND_COMM } IrOpKind;
+typedef enum IrOpKind {
+  KIND_COMPUTE, KIND_ELEMWISE, KIND_REDUCE, KIND_MOVE, KIND_OPT, KIND_COMM, KIND_HOST
+} IrOpKind;
 
 const char *ir_op_name(IrOp op);
 int ir_op_nin(IrOp op);            // -1: variadic
@@ -99,6 +101,10 @@ typedef struct IrValue {
   int tp_dim;
   const Sym *tp_whole;
   int tp_pieces;
+  // Placement (passes/lower.c, offload): v lives in host memory, not on the
+  // device. The memory plan lays host values out in a host region of their
+  // own (offset is into it); only to_device and updates on the host read them.
+  bool host;
   // INIT_DATA (parameters and constants): numel elements of dtype, in the
   // graph's arena; NULL reads as zeros (the IR text does not carry data).
   const void *data;
@@ -178,6 +184,7 @@ typedef struct IrGraph {
   int64_t arena_bytes, persistent_bytes, peak_live_bytes;
   int peak_at;              // schedule position of the peak
   const Sym *peak_formula;  // bytes live at the peak, as a formula
+  int64_t host_bytes;       // the host region (host values, all persistent); 0: none
   // builder state: new nodes get these, and go before node insert_at (at the
   // end when it is negative)
   IrPhase cur_phase;

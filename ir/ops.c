@@ -583,16 +583,36 @@ static int need_part(IrGraph *g, IrNode *n, int i, const Sym *part, IrDiag *d) {
                   sym_str(&g->arena, part, &g->syms), (long long)shards);
 }
 
-// (p, g, m, v): one tensor each, or (shards > 1, ZeRO) flat buckets: m and v
-// this rank's part, p and g that part or the whole bucket.
+// An update runs where its operands are: all on the device, or all on the
+// host (offload).
+static int need_one_place(IrGraph *g, IrNode *n, IrDiag *d) {
+  for (int i = 1; i < n->nin; i++)
+    if (n->in[i]->host != n->in[0]->host)
+      return ir_error(d, n->loc, "%s: '%s' is in %s memory but '%s' in %s memory",
+                      ir_op_name(n->op), n->in[0]->name, n->in[0]->host ? "host" : "device",
+                      n->in[i]->name, n->in[i]->host ? "host" : "device");
+  (void)g;
+  return 0;
+}
+
+// (p, g, m, v): one tensor each, or (shards > 1, ZeRO; part > 0, offload)
+// flat buckets: m and v this rank's part (offload: its first elements), p
+// and g that part or the whole bucket.
 static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (ir_attr_i(n, "shards") == 1) {
+  if (need_one_place(g, n, d))
+    return -1;
+  int64_t whole = ir_attr_i(n, "part");
+  if (ir_attr_i(n, "shards") == 1 && !whole) {
     for (int i = 1; i < 4; i++)
       if (need_same(g, n, 0, i, d))
         return -1;
     return 0;
   }
-  const Sym *part = ir_numel(g, n->in[2]);
+  const Sym *part = whole ? sym_const(&g->arena, whole) : ir_numel(g, n->in[2]);
+  int64_t moments;
+  if (whole && (sym_eval(ir_numel(g, n->in[2]), &g->syms, &moments) || moments > whole))
+    return ir_error(d, n->loc, "adamw: the moments '%s' %s must hold at most part=%lld elements",
+                    n->in[2]->name, ir_shape_str(g, n->in[2]), (long long)whole);
   return need_same(g, n, 2, 3, d) || need_part(g, n, 0, part, d) || need_part(g, n, 1, part, d);
 }
 
@@ -682,6 +702,41 @@ static int shape_vp_cross_entropy_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
     return 0;
   return ir_error(d, n->loc, "vp_cross_entropy_bwd: stats '%s' %s must hold 2 floats per row",
                   st->name, ir_shape_str(g, st));
+}
+
+// ---- offload ----
+
+// x is a flat device bucket and h (host) a flat range of this rank's part of
+// it: offset + numel(h) <= numel(x) / shards, where the sizes are known.
+static int need_host_range(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *h,
+                           IrDiag *d) {
+  if (need_flat(g, n, 0, d))
+    return -1;
+  if (x->host || !h->host)
+    return ir_error(d, n->loc, "%s: '%s' must be in device memory and '%s' in host memory",
+                    ir_op_name(n->op), x->name, h->name);
+  if (h->dtype != DT_F32 || h->rank != 1)
+    return ir_error(d, n->loc, "%s: '%s' must be a flat f32 range, not %s%s", ir_op_name(n->op),
+                    h->name, ir_dtype_name(h->dtype), ir_shape_str(g, h));
+  int64_t offset = ir_attr_i(n, "offset"), shards = ir_attr_i(n, "shards"), nx, nh;
+  if (sym_eval(x->shape[0], &g->syms, &nx) || sym_eval(h->shape[0], &g->syms, &nh))
+    return 0;
+  if (shards < 1 || nx % shards || offset < 0 || offset + nh > nx / shards)
+    return ir_error(d, n->loc, "%s: elements %lld .. %lld of this rank's part of '%s' %s (%lld "
+                    "parts) do not exist", ir_op_name(n->op), (long long)offset,
+                    (long long)(offset + nh), x->name, ir_shape_str(g, x), (long long)shards);
+  return 0;
+}
+
+// The output's size is the caller's (set it before ir_infer).
+static int shape_to_host(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (n->out[0]->rank < 0)
+    return ir_error(d, n->loc, "to_host: the output '%s' needs its size", n->out[0]->name);
+  return need_host_range(g, n, n->in[0], n->out[0], d);
+}
+
+static int shape_to_device(IrGraph *g, IrNode *n, IrDiag *d) {
+  return need_host_range(g, n, n->in[0], n->in[1], d);
 }
 
 typedef int ShapeFn(IrGraph *g, IrNode *n, IrDiag *d);
@@ -808,6 +863,8 @@ static const Sym *flops_vp_cross_entropy(IrGraph *g, const IrNode *n) { return f
 static const Sym *flops_vp_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
   return flops_out(g, n, 5);
 }
+static const Sym *flops_to_host(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_to_device(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 
 typedef const Sym *FlopsFn(IrGraph *g, const IrNode *n);
 static FlopsFn *const flops_fns[] = {

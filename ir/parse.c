@@ -171,6 +171,10 @@ static const Sym *formula(Parser *ps) {
 // ("f32" | "i32") "[" formulas "]"
 static int type(Parser *ps, IrValue *v) {
   const char *w = word(ps);
+  if (w && !strcmp(w, "host")) { // placed in host memory (offload)
+    v->host = true;
+    w = word(ps);
+  }
   if (!w || (strcmp(w, "f32") && strcmp(w, "i32")))
     return fail(ps, "expected a type (f32[...] or i32[...])");
   v->dtype = strcmp(w, "i32") ? DT_F32 : DT_I32;
@@ -393,6 +397,7 @@ static int node_line(Parser *ps) {
   for (int i = 0; i < nout; i++) {
     n->out[i]->name = names[i];
     n->out[i]->dtype = types[i].dtype;
+    n->out[i]->host = types[i].host;
     ir_value_set_shape(n->out[i], types[i].rank, types[i].shape);
   }
   n->loc = (IrLoc){0};

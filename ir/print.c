@@ -5,6 +5,7 @@
 //   input %idx : i32[B,T] tokens(V)
 //   param %wte : f32[V,C] normal(0.02)
 //   state %adamw.m.wte : f32[V,C] zeros
+//   state %adamw.m.b1.host : host f32[2048] zeros   (offload: in host memory)
 //   const %mask : i32[T,T] data          (ONNX constants; the text omits the values)
 //   forward
 //     %x : f32[B,T,C] = embedding(%wte, %idx) @"gpt2.mtc":20:9
@@ -64,7 +65,7 @@ static void print_float(FILE *f, double x) {
 }
 
 static void print_type(FILE *f, const IrGraph *g, const IrValue *v) {
-  fprintf(f, "%s[", ir_dtype_name(v->dtype));
+  fprintf(f, "%s%s[", v->host ? "host " : "", ir_dtype_name(v->dtype));
   for (int i = 0; i < v->rank; i++) {
     if (i)
       fputc(',', f);

@@ -69,6 +69,12 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
       if (!defined[x->id])
         rc = ir_error(d, n->loc, "%s reads '%s' before it is defined (after pass '%s')",
                       ir_op_name(n->op), n->in[k]->name, when);
+      else if (x->host && n->op != OP_TO_DEVICE && ir_op_kind(n->op) != KIND_OPT)
+        rc = ir_error(d, n->loc, "%s reads '%s', which is in host memory: only to_device and "
+                      "updates do (after pass '%s')", ir_op_name(n->op), x->name, when);
+      else if (x->host && x->bucket)
+        rc = ir_error(d, n->loc, "'%s' is in host memory and placed in the device bucket '%s' "
+                      "(after pass '%s')", x->name, x->bucket->name, when);
     }
     for (int k = 0; k < n->nout && !rc; k++) {
       if (n->out[k]->producer != n || defined[n->out[k]->id])

@@ -423,6 +423,8 @@ NO_GRAD(tp_gather)
 NO_GRAD(tp_slice)
 NO_GRAD(vp_cross_entropy)
 NO_GRAD(vp_cross_entropy_bwd)
+NO_GRAD(to_host)
+NO_GRAD(to_device)
 
 static GradFn *const grad_fns[] = {
 #define OP(E, name, nin, nout, kind) grad_##name,

@@ -34,6 +34,24 @@
 //               backward gathers it again (the parameters' reads in backward
 //               are redirected to the second copy), each freed after its use
 //
+// Offload (ZeRO-Offload): with offload share F, the last F of the elements a
+// rank updates (the whole bucket under ZeRO 0, its shard under ZeRO 1-3;
+// rounded to whole blocks of 16, 64 bytes) are updated on the host. Their
+// AdamW moments live in host memory beside a copy of those parameters (the
+// master the host updates: in an fp32 program it equals the device's copy,
+// which the GPU build's bf16 parameters will not) and of their gradient:
+//
+//   to_host(reduced)          the gradient range, device -> host
+//   adamw(params, reduced, m, v) part=P   the device's range (its moments
+//                             cover the first P - H elements of the part)
+//   adamw(host params, host grads, host m, host v)   rt_adamw_host, threads
+//   to_device(params, host params)   the updated range back, before any
+//                             all_gather of the parameters
+//
+// The program fills the host's parameters from the device's after loading the
+// weights (init_host), so --load, --save and --dump-grads, which read the
+// device, see what they always did.
+//
 // Collectives start and return; comm_wait finishes them (slots pair them).
 #include "passes.h"
 
@@ -216,9 +234,65 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n
   free(copy);
 }
 
-// One update op for the bucket, replacing its parameters' own.
-static void lower_update(Lower *L, PassBucket *b) {
+// A flat host value of n elements, named like flat()'s ("adamw.m.host.b3").
+static IrValue *host_flat(Lower *L, const char *what, const PassBucket *b, IrRole role,
+                          int64_t n) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.host", what);
+  IrValue *v = flat(L, name, b, role, n);
+  v->host = true;
+  return v;
+}
+
+// Offload: the copies move elements [part - host_numel, part) of the rank's
+// part of bucket x (a whole bucket, or that part itself).
+static void host_range(Lower *L, IrNode *n, const PassBucket *b, const IrValue *x) {
+  ir_set_int(L->g, n, "offset", b->part - b->host_numel);
+  ir_set_int(L->g, n, "shards", ir_eval(L->g, ir_numel(L->g, x)) == b->part ? 1 : L->dist->dp);
+  IR_ASSERT(infer(L, n) == 0);
+}
+
+static IrValue *to_host(Lower *L, const PassBucket *b, const char *what, IrValue *x) {
+  IrNode *n = ir_node_new(L->g, OP_TO_HOST, &x, 1, 1);
+  IrValue *h = n->out[0];
+  char name[64];
+  snprintf(name, sizeof name, "%s.host.%s", what, b->name);
+  ir_value_rename(L->g, h, name);
+  h->role = ROLE_BUCKET;
+  h->host = true;
+  const Sym *s = sym_const(&L->g->arena, b->host_numel);
+  ir_value_set_shape(h, 1, &s);
+  host_range(L, n, b, x);
+  return h;
+}
+
+static void to_device(Lower *L, const PassBucket *b, IrValue *x, IrValue *h) {
+  IrValue *in[2] = {x, h};
+  host_range(L, ir_node_new(L->g, OP_TO_DEVICE, in, 2, 0), b, x);
+}
+
+// An update with the hyper-parameters of `rule` (its own copy of them).
+static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) {
+  IrNode *u = ir_node_new(L->g, rule->op, in, nin, 0);
+  u->nattr = rule->nattr;
+  u->attr = ir_alloc(&L->g->arena, (size_t)(rule->nattr + 1) * sizeof *u->attr);
+  memcpy(u->attr, rule->attr, (size_t)rule->nattr * sizeof *u->attr);
+  return u;
+}
+
+// The host's share of an AdamW update of b: the update's last elements, in
+// whole blocks of ALIGN_ELEMS.
+static int64_t host_share(const Lower *L, const PassBucket *b) {
+  int64_t blocks = b->part / ALIGN_ELEMS;
+  return (int64_t)(L->dist->offload * (double)blocks + 0.5) * ALIGN_ELEMS;
+}
+
+// One update op for the bucket, replacing its parameters' own; with offload,
+// two (device and host) and the copies.
+static int lower_update(Lower *L, PassBucket *b) {
   IrGraph *g = L->g;
+  if (!(L->dist->offload >= 0 && L->dist->offload <= 1))
+    return ir_error(L->d, (IrLoc){0}, "lower: offload share %g (0 to 1)", L->dist->offload);
   const IrNode *rule = NULL;
   for (int i = g->nnodes - 1; i >= 0; i--) {
     IrNode *u = g->nodes[i];
@@ -238,23 +312,40 @@ static void lower_update(Lower *L, PassBucket *b) {
   IrValue *p = b->zero == 3 ? b->pshard : b->params;
   IrNode *u;
   b->nstate = rule->op == OP_ADAMW ? 2 : 0;
-  if (rule->op == OP_ADAMW) {
-    int64_t part = b->zero == 0 ? b->numel : b->numel / dp;
-    IrValue *in[4] = {p, b->reduced, flat(L, "adamw.m", b, ROLE_STATE, part),
-                      flat(L, "adamw.v", b, ROLE_STATE, part)};
-    u = ir_node_new(g, OP_ADAMW, in, 4, 0);
-  } else {
+  b->part = b->zero == 0 ? b->numel : b->numel / dp;
+  b->host_numel = rule->op == OP_ADAMW ? host_share(L, b) : 0; // SGD has no state
+  int64_t on_device = b->part - b->host_numel;
+  IrValue *host_grads = b->host_numel ? to_host(L, b, "grads", b->reduced) : NULL;
+  if (rule->op == OP_ADAMW && on_device) {
+    IrValue *in[4] = {p, b->reduced, flat(L, "adamw.m", b, ROLE_STATE, on_device),
+                      flat(L, "adamw.v", b, ROLE_STATE, on_device)};
+    u = update_like(L, rule, in, 4);
+  } else if (rule->op == OP_SGD) {
     IrValue *in[2] = {p, b->reduced};
-    u = ir_node_new(g, OP_SGD, in, 2, 0);
+    u = update_like(L, rule, in, 2);
+  } else {
+    u = NULL; // all of it on the host
   }
-  u->attr = rule->attr;
-  u->nattr = rule->nattr;
   // SGD has no state to shard: under ZeRO-1 it updates the whole bucket (the
   // shards other ranks reduced are then overwritten by the all-gather)
   bool sharded = b->zero >= 2 || (b->zero == 1 && rule->op == OP_ADAMW);
-  ir_set_int(g, u, "shards", sharded ? dp : 1);
+  if (u) {
+    ir_set_int(g, u, "shards", sharded ? dp : 1);
+    if (b->host_numel)
+      ir_set_int(g, u, "part", b->part);
+    IR_ASSERT(infer(L, u) == 0);
+  }
+  if (b->host_numel) {
+    b->host_params = host_flat(L, "params", b, ROLE_BUCKET, b->host_numel);
+    IrValue *in[4] = {b->host_params, host_grads,
+                      host_flat(L, "adamw.m", b, ROLE_STATE, b->host_numel),
+                      host_flat(L, "adamw.v", b, ROLE_STATE, b->host_numel)};
+    IR_ASSERT(infer(L, update_like(L, rule, in, 4)) == 0);
+    to_device(L, b, p, b->host_params);
+  }
   if (b->zero == 1 || b->zero == 2)
     wait(L, collective(L, OP_ALL_GATHER, b->params, false, false));
+  return 0;
 }
 
 // Parameters in the order the forward graph first reads them, grouped by the
@@ -337,7 +428,8 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     lower_grads(&L, b, members, n);
     if (b->zero == 3)
       lower_params_zero3(&L, b, members, n);
-    lower_update(&L, b);
+    if ((rc = lower_update(&L, b)))
+      break;
   }
   free(owner), free(members);
   ir_remove_unused(g, ROLE_STATE); // the parameters' own moments

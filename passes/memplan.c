@@ -20,6 +20,10 @@
 // member's write to its last member's read (a bucket without a producer is
 // persistent).
 //
+// Host values (offload, passes/lower.c) are not in the arena: each has its
+// own place in a host region of host_bytes, for the whole program (the host
+// has room; the device is what the plan saves).
+//
 // Reported: arena_bytes (what the program allocates), peak_live_bytes (the
 // maximum over positions of the exact bytes live at once: the lower bound
 // any plan must meet) and peak_formula (those bytes as a formula).
@@ -55,7 +59,7 @@ int64_t pass_live_bytes_at(const IrGraph *g, int t) {
   int64_t total = 0;
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (v->offset >= 0 && !pass_view_of(v) && v->first_use <= t && t <= v->last_use)
+    if (v->offset >= 0 && !v->host && !pass_view_of(v) && v->first_use <= t && t <= v->last_use)
       total += v->bytes;
   }
   return total;
@@ -143,7 +147,8 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
     IrValue *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
-    if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || y->bucket || x->bytes != y->bytes)
+    if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || y->bucket || x->host ||
+        x->bytes != y->bytes)
       continue;
     IrValue *r = root[x->id] ? root[x->id] : x;
     root[y->id] = r;
@@ -151,8 +156,8 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     if (r->last_use < y->last_use)
       r->last_use = y->last_use;
   }
-  // Persistent region: in value order.
-  int64_t at = 0;
+  // Host region, then the arena's persistent region: in value order.
+  int64_t at = 0, host_at = 0;
   IrValue **transient = calloc((size_t)g->nvalues + 1, sizeof *transient);
   IrValue **placed = calloc((size_t)g->nvalues + 1, sizeof *placed);
   IrValue **scratch = calloc((size_t)g->nvalues + 1, sizeof *scratch);
@@ -162,6 +167,11 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     IrValue *v = g->values[i];
     if (root[v->id]) {
       continue;  // placed with its root
+    } else if (v->host) {
+      v->offset = host_at;
+      host_at += align_up(v->bytes);
+      v->first_use = 0;
+      v->last_use = last;
     } else if (persistent(g, v)) {
       v->offset = at;
       at += align_up(v->bytes);
@@ -170,6 +180,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     }
   }
   g->persistent_bytes = at;
+  g->host_bytes = host_at;
   // Transient region: largest first.
   qsort(transient, (size_t)nt, sizeof *transient, by_size_desc);
   int64_t end = at;
@@ -197,7 +208,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   const Sym *f = sym_const(&g->arena, 0);
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
-    if (v->first_use <= g->peak_at && g->peak_at <= v->last_use && v->rank >= 0 &&
+    if (v->first_use <= g->peak_at && g->peak_at <= v->last_use && v->rank >= 0 && !v->host &&
         !pass_view_of(v))
       f = sym_add(&g->arena, f, ir_nbytes(g, v));
   }

@@ -38,6 +38,8 @@ typedef struct PassDist {
   int nzero;               // entries of zero[] (IR block ids 0 .. nzero-1)
   const int *zero;         // ZeRO stage (0-3) per block
   int zero_all;            // the stage of blocks past nzero
+  double offload;          // share (0 to 1) of each bucket's update, and of its optimizer
+                           // state, that runs on the host (passes/lower.c: offload)
 } PassDist;
 
 // One block's parameters and gradients as flat buckets (see passes/lower.c).
@@ -54,6 +56,9 @@ typedef struct PassBucket {
                            // is that shard, or (ZeRO 1) the whole bucket, reduced in its slot
   IrNode *reduce;          // ZeRO 0, 1: the collective that update waits for
   int nstate;              // optimizer-state values per parameter (AdamW 2, SGD 0)
+  int64_t part;            // elements this rank updates: numel (ZeRO 0) or numel/dp
+  int64_t host_numel;      // offload: the last ones of them, updated on the host (AdamW)
+  IrValue *host_params;    // offload: the host's copy of those parameters (NULL: none)
 } PassBucket;
 
 typedef struct PassLowered {

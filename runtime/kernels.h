@@ -87,6 +87,19 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
 // SGD: p -= lr * (g + wd * p)
 void rt_sgd(float *p, const float *g, long n, float lr, float wd);
 
+// --- offload: host memory ----------------------------------------------------
+// These run on the host in every build. rt_adamw_host is rt_adamw over host
+// arrays on `threads` POSIX threads (<= 0: rt_host_threads()), each taking a
+// contiguous run of 16-element blocks: the same bits as rt_adamw for any
+// thread count. Small arrays run on fewer threads.
+void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float lr,
+                   float beta1, float beta2, float eps, float wd, int t, int threads);
+// The host's threads: $MTC_HOST_THREADS, else the online CPUs.
+int rt_host_threads(void);
+// n floats from device memory x to host memory, and back.
+void rt_to_host(float *host, const float *x, long n);
+void rt_to_device(float *x, const float *host, long n);
+
 // --- kernels for ONNX ops ----------------------------------------------------
 void rt_copy_i32(int *out, const int *x, long n);  // reshape of integer tensors (labels)
 enum { RT_EXP, RT_LOG, RT_SQRT, RT_TANH, RT_ERF, RT_POW };

@@ -86,7 +86,12 @@ typedef struct rt_model {
   void (*backward)(char *arena);
   rt_hparams defaults;         // as compiled (mtc compile --optimizer, --beta1, ...)
   int has_adam_state;         // AdamW moments are in the arena (else only SGD can run)
-  void (*update)(char *arena, const rt_hparams *h);
+  // host: the host region (offload; NULL when host_bytes is 0)
+  void (*update)(char *arena, char *host, const rt_hparams *h);
+  long host_bytes;            // the host region: offloaded optimizer state (0: none)
+  // Fills the host's copies of device values (the parameters the host
+  // updates) from the arena, once the weights are loaded; NULL: nothing to fill.
+  void (*init_host)(char *arena, char *host);
   // Byte offset of params[i]'s gradient (for constants: their own buffer).
   // Gradients are transient buffers, but each stays intact from the end of
   // backward() until its update.
@@ -99,8 +104,12 @@ typedef struct rt_model {
   int n_buckets;
   const rt_bucket *buckets;
   int n_slots;                // collective request slots
-  long model_state_bytes;     // per rank: parameters, reduced gradients, optimizer state
-  long planner_state_bytes;   // what the planner predicts for that (0: not given)
+  long model_state_bytes;     // per rank, on the device: parameters, reduced gradients,
+                              // optimizer state
+  long model_host_bytes;      // per rank, in host memory (offload): the host's copies of
+                              // parameters and gradients, optimizer state
+  long planner_state_bytes;   // what the planner predicts for model_state_bytes (0: not given)
+  long planner_host_bytes;    // ... and for model_host_bytes
   long planner_comm_bytes;    // bytes the planner predicts each rank sends per step
   int loss_tp_partial;        // each tp rank's loss is its term of a sum over tp
 } rt_model;

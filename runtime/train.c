@@ -852,6 +852,12 @@ int main(int argc, char **argv) {
   (void)madvise(arena, (size_t)M->arena_bytes, MADV_HUGEPAGE);
 #endif
 
+  // offload: the host region, apart from the arena (the GPU build will pin it)
+  char *host = NULL;
+  if (M->host_bytes > 0 && !(host = aligned_alloc(64, (size_t)(M->host_bytes + 63) / 64 * 64)))
+    fail("cannot allocate the host region of %ld bytes", M->host_bytes);
+  if (host) memset(host, 0, (size_t)M->host_bytes);
+
   check_writable("--save", opt.save);
   check_writable("--dump-grads", opt.dump_grads);
   // the initial weights: --load by name, then weights.bin for what it lacks
@@ -867,6 +873,7 @@ int main(int argc, char **argv) {
   free(done);
   tp_scatter(arena);
   scatter_images(arena);
+  if (M->init_host) M->init_host(arena, host);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);
@@ -921,7 +928,7 @@ int main(int argc, char **argv) {
       t0 += now_seconds() - t;
     }
     opt.h.step = step;
-    M->update(arena, &opt.h);
+    M->update(arena, host, &opt.h);
     double dt = now_seconds() - t0;
     times[step - 1] = dt;
     if (step % opt.log_every == 0 || step == opt.steps) {
@@ -942,8 +949,9 @@ int main(int argc, char **argv) {
                "measured: arena resident %ld bytes, process peak RSS %ld bytes\n",
                M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, resident, peak_rss);
   if (M->n_buckets > 0)
-    print_ranked("model state: %ld bytes (planner: %ld) | sent %lld bytes per step "
-                 "(planner: %ld)\n", M->model_state_bytes, M->planner_state_bytes,
+    print_ranked("model state: %ld bytes on device, %ld bytes on host (planner: %ld, %ld) | "
+                 "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
+                 M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
                  (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
   double med = median(times, opt.steps);
   printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
@@ -953,6 +961,7 @@ int main(int argc, char **argv) {
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
   munmap(arena, (size_t)M->arena_bytes);
+  free(host);
   rt_comm_finalize();
   return 0;
 }

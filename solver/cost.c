@@ -551,6 +551,14 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int n
   return psi * (pb / (stage >= 3 ? n : 1) + gb / (stage >= 2 ? n : 1) + ob / (stage >= 1 ? n : 1));
 }
 
+double sv_offload_host_bytes(double psi_host, double nstate) {
+  return psi_host * (4 + 4 + 4 * nstate);   // master parameters, gradient, state
+}
+
+double sv_offload_device_bytes(double psi_host, SvPrecision prec, double nstate) {
+  return psi_host * opt_bytes_per(prec, nstate);
+}
+
 double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int gbytes) {
   if (n <= 1)
     return 0;
@@ -702,7 +710,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // Memory. Sharded state is held at share 1 here: the group's devices hold
   // share * slice / (count / s) each, which is slice / d on one group.
   double sh = d > 1 ? (double)s / gr->count : 1;
-  double cat[SV_NM] = {slice * pb, slice * gb, (1 - fo) * slice * ob, 0};
+  double cat[SV_NM] = {slice * pb, slice * gb,
+                       slice * ob - sv_offload_device_bytes(fo * slice, cfg->precision, nstate), 0};
   int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category
   for (int k = 0; k < SV_M_ACT; k++) {
     if (zero >= from[k])
@@ -710,10 +719,11 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     else
       o->mem[k] = cat[k];
   }
+  double host = sv_offload_host_bytes(fo * slice, nstate);
   if (zero >= 1)
-    o->host_shard = fo * slice * ob * sh;
+    o->host_shard = host * sh;
   else
-    o->host = fo * slice * ob;
+    o->host = host;
   double act = held(n->act, n->act_rep, n->act_int, l, ab, sp);
   double keep = ckpt ? held(n->ckpt, n->ckpt, n->ckpt_int, l, ab, sp) : act;  // inputs: replicated
   o->mem[SV_M_ACT] = keep;

@@ -162,6 +162,16 @@ void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec);
 // Model-state bytes per GPU for psi parameters over n data-parallel ranks at a
 // ZeRO stage (0-3); nstate optimizer-state values per parameter (AdamW 2).
 double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate);
+// Offload (ZeRO-Offload, REFERENCES.md section 3): the optimizer state of
+// psi_host of the parameters a rank updates lives in host memory, with an
+// fp32 master copy of those parameters (the one the host's AdamW updates; in
+// a bf16 program the device's copy is not it) and an fp32 copy of their
+// gradient: 4 + 4 + 4 x nstate bytes each in host memory (16 for AdamW,
+// DeepSpeed's figure), and their optimizer state (moments, and in bf16 the
+// master) leaves the device. The planner's memory rows and the compiled
+// program's report (mtc compile --offload) both use these.
+double sv_offload_host_bytes(double psi_host, double nstate);
+double sv_offload_device_bytes(double psi_host, SvPrecision prec, double nstate);
 // Bytes one rank sends per step for data parallelism over n ranks at a ZeRO
 // stage, with ring collectives (the volumes the cost model prices): psi
 // parameters of pbytes each, their gradients of gbytes, micro micro-batches

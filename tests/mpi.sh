@@ -6,7 +6,8 @@
 #   - the losses agree to 1e-5 relative, the saved weights to 1e-4 per tensor
 #     (tools/parity_check.py);
 #   - on every rank the planned arena is what is resident, and the model-state
-#     bytes and the bytes sent per step are what the planner predicts.
+#     bytes (on the device and, offloaded, on the host) and the bytes sent per
+#     step are what the planner predicts.
 #
 #   tests/mpi.sh MTC MODEL OUT RANKS GLOBAL_B LOCAL_B "PLAN FLAGS" [MTC ARGS...]
 set -euo pipefail
@@ -71,11 +72,13 @@ n=0
 while read -r line; do
   n=$((n + 1))
   echo "$line"
-  if ! [[ $line =~ state:\ ([0-9]+)\ bytes\ \(planner:\ ([0-9]+)\).*sent\ ([0-9]+)\ bytes\ per\ step\ \(planner:\ ([0-9]+)\) ]]; then
+  re='state: ([0-9]+) bytes on device, ([0-9]+) bytes on host \(planner: ([0-9]+), ([0-9]+)\).*sent ([0-9]+) bytes per step \(planner: ([0-9]+)\)'
+  if ! [[ $line =~ $re ]]; then
     echo "FAIL: cannot read '$line'"; ok=1; continue
   fi
-  [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || { echo "FAIL: model state differs from the planner's"; ok=1; }
-  [ "${BASH_REMATCH[3]}" = "${BASH_REMATCH[4]}" ] || { echo "FAIL: bytes sent differ from the planner's"; ok=1; }
+  [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[3]}" ] || { echo "FAIL: model state on the device differs from the planner's"; ok=1; }
+  [ "${BASH_REMATCH[2]}" = "${BASH_REMATCH[4]}" ] || { echo "FAIL: model state on the host differs from the planner's"; ok=1; }
+  [ "${BASH_REMATCH[5]}" = "${BASH_REMATCH[6]}" ] || { echo "FAIL: bytes sent differ from the planner's"; ok=1; }
 done < <(grep "model state:" "$out/plan.log")
 [ $n -eq "$ranks" ] || { echo "FAIL: $n model-state lines for $ranks ranks"; ok=1; }
 [ $ok -eq 0 ] && echo "PASS: $plan on $ranks ranks equals one rank" || echo "FAIL: $plan on $ranks ranks"

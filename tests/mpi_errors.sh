@@ -67,6 +67,12 @@ expect checkpoint_too_many 1 "--checkpoint 3, but the model has 2 repeated layer
   "$mtc" compile "$model" -D L=2 --dp 2 --checkpoint 3 -o "$out/ck"
 expect checkpoint_plan 2 "plan chooses it" "$mtc" plan "$model" --checkpoint all
 [ -e "$out/ck" ] && { echo "FAIL checkpoint: $out/ck was written"; fails=$((fails + 1)); }
+for bad in 1.5 -0.1 abc nan ""; do
+  expect "offload_$bad" 2 "--offload takes a share of the optimizer state from 0 to 1, not '$bad'" \
+    "$mtc" compile "$model" --dp 2 --offload "$bad" -o "$out/off"
+done
+expect offload_missing 2 "--offload needs a value" "$mtc" compile "$model" -o "$out/off" --offload
+[ -e "$out/off" ] && { echo "FAIL offload: $out/off was written"; fails=$((fails + 1)); }
 # a program for 2 ranks started on 1 (no mpirun), and on 3
 "$mtc" compile "$model" -D L=1 --dp 2 -o "$out/dp2" > /dev/null && make -s -C "$out/dp2" cpu > /dev/null 2>&1 ||
   { echo "FAIL: cannot build the dp 2 program"; exit 1; }
