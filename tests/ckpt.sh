@@ -23,7 +23,7 @@ build() { # DIR ARGS...
   local dir=$1
   shift
   "$mtc" compile "$model" -o "$dir" "$@" > "$dir.compile.log"
-  make -s -C "$dir" cpu > "$out/make.log" 2>&1 || { cat "$out/make.log"; exit 1; }
+  make -s -C "$dir" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > "$out/make.log" 2>&1 || { cat "$out/make.log"; exit 1; }
 }
 build "$out/none" "$@"
 build "$out/ckpt" "$@" --checkpoint "$ckpt"
