@@ -19,12 +19,8 @@ rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
 
-build() { # DIR ARGS...
-  local dir=$1
-  shift
-  "$mtc" compile "$model" -o "$dir" "$@" > "$dir.compile.log"
-  make -s -C "$dir" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > "$out/make.log" 2>&1 || { cat "$out/make.log"; exit 1; }
-}
+. "$here/lib.sh"
+build() { build_program "$mtc" "$model" "$1" "$1.compile.log" "${@:2}"; }
 build "$out/none" "$@"
 build "$out/ckpt" "$@" --checkpoint "$ckpt"
 ok=0

@@ -32,14 +32,8 @@ rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
 
-# -O1: both programs are built alike, and the suite spends its time compiling (-O3 -march=native
-# takes 6 s a program, -O1 1.7 s); the numbers compared do not depend on it.
-build() { # DIR ARGS...
-  local dir=$1
-  shift
-  "$mtc" compile "$model" -o "$dir" "$@" > "$out/compile.log"
-  make -s -C "$dir" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > "$out/make.log" 2>&1 || { cat "$out/make.log"; exit 1; }
-}
+. "$here/lib.sh"
+build() { build_program "$mtc" "$model" "$1" "$out/compile.log" "${@:2}"; }
 build "$out/one" "$@" -D B="$global_b"
 build "$out/plan" "$@" -D B="$local_b" $plan
 "$out/one/train" "${adamw[@]}" --steps "$steps" --save "$out/one.safetensors" > "$out/one.log"
