@@ -76,4 +76,11 @@ double rt_allreduce_scalar(rt_group *g, double x, int op);
 int64_t rt_comm_bytes_sent(void);
 void rt_comm_reset_bytes(void);
 
+// Wall seconds this rank has spent inside the collectives, rt_wait and
+// rt_barrier since rt_comm_init: the time communication kept it from
+// computing, including any wait for slower ranks to arrive. A non-blocking
+// collective counts only its start and its rt_wait, so what overlaps with
+// compute is not counted. 0 with one rank.
+double rt_comm_seconds(void);
+
 #endif

@@ -42,6 +42,7 @@ enum {
 static rt_group world;
 static rt_group *groups;  // split off the world, newest first
 static int64_t bytes_sent;
+static double comm_seconds;  // inside the calls below (rt_comm_seconds)
 
 // ---------------------------------------------------------------------------
 // errors
@@ -106,6 +107,14 @@ static void count_bytes(int kind, const rt_group *g, long bytes, int root) {
 
 int64_t rt_comm_bytes_sent(void) { return bytes_sent; }
 void rt_comm_reset_bytes(void) { bytes_sent = 0; }
+
+// ---------------------------------------------------------------------------
+// time spent communicating: every call below adds its wall time, from entry
+// to return, with timer_stop(timer_start())
+
+static double timer_start(void) { return MPI_Wtime(); }
+static void timer_stop(double t0) { comm_seconds += MPI_Wtime() - t0; }
+double rt_comm_seconds(void) { return comm_seconds; }
 
 // ---------------------------------------------------------------------------
 // start-up and groups
@@ -204,6 +213,7 @@ static void check_idle(const char *fn, const rt_request *req) {
 }
 
 void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
+  double t0 = timer_start();
   const char *fn = "rt_allreduce";
   check_idle(fn, req);
   int n = mpi_count(fn, count, "elements");
@@ -219,9 +229,11 @@ void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) 
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm), "MPI_Allreduce");
     finish(kind, g, buf, count);
   }
+  timer_stop(t0);
 }
 
 void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *req) {
+  double t0 = timer_start();
   const char *fn = "rt_reduce_scatter";
   check_idle(fn, req);
   mpi_count(fn, count, "elements");
@@ -240,9 +252,11 @@ void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *
               "MPI_Reduce_scatter_block");
     finish(kind, g, buf, count);
   }
+  timer_stop(t0);
 }
 
 void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
+  double t0 = timer_start();
   const char *fn = "rt_allgather";
   check_idle(fn, req);
   mpi_count(fn, count, "elements");
@@ -260,9 +274,11 @@ void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
     mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, MPI_FLOAT, g->comm),
               "MPI_Allgather");
   }
+  timer_stop(t0);
 }
 
 void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req) {
+  double t0 = timer_start();
   const char *fn = "rt_broadcast";
   check_idle(fn, req);
   int n = mpi_count(fn, bytes, "bytes");
@@ -276,22 +292,31 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
   } else {
     mpi_check(MPI_Bcast(buf, n, MPI_BYTE, root, g->comm), "MPI_Bcast");
   }
+  timer_stop(t0);
 }
 
 void rt_wait(rt_request *req) {
   if (!req->active) return;
+  double t0 = timer_start();
   MPI_Request mreq;
   memcpy(&mreq, req->impl, sizeof mreq);
   mpi_check(MPI_Wait(&mreq, MPI_STATUS_IGNORE), "MPI_Wait");
   req->active = 0;
   if ((req->kind & KIND_MASK) != KIND_BROADCAST)
     finish(req->kind, req->group, req->buf, req->count);
+  timer_stop(t0);
 }
 
-void rt_barrier(rt_group *g) { mpi_check(MPI_Barrier(g->comm), "MPI_Barrier"); }
+void rt_barrier(rt_group *g) {
+  double t0 = timer_start();
+  mpi_check(MPI_Barrier(g->comm), "MPI_Barrier");
+  timer_stop(t0);
+}
 
 double rt_allreduce_scalar(rt_group *g, double x, int op) {
+  double t0 = timer_start();
   MPI_Op mop = mpi_op("rt_allreduce_scalar", op);
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, mop, g->comm), "MPI_Allreduce");
+  timer_stop(t0);
   return op == RT_REDUCE_AVG ? x / g->size : x;
 }

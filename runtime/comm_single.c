@@ -123,3 +123,4 @@ double rt_allreduce_scalar(rt_group *g, double x, int op) {
 
 int64_t rt_comm_bytes_sent(void) { return 0; }
 void rt_comm_reset_bytes(void) {}
+double rt_comm_seconds(void) { return 0; }

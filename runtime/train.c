@@ -896,12 +896,13 @@ int main(int argc, char **argv) {
   else fill_synthetic(global, opt.seed, n, vocab, stream);
 
   double *times = malloc((size_t)opt.steps * sizeof(double));
-  if (!times) fail("out of memory");
+  double *comm_times = malloc((size_t)opt.steps * sizeof(double));  // inside collectives
+  if (!times || !comm_times) fail("out of memory");
   long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
   for (int step = 1; step <= opt.steps; step++) {
-    double t0 = now_seconds();
+    double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
       next_window(&data, n, stream);
       fill_tokens(global, stream);
@@ -921,16 +922,18 @@ int main(int argc, char **argv) {
     // every loss of mtc is a mean over the batch: the global loss is the mean
     loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
-      double t = now_seconds();
+      double t = now_seconds(), comm = rt_comm_seconds();
       int64_t before = rt_comm_bytes_sent();
       save_params(opt.dump_grads, "--dump-grads", arena, true);
       io_bytes += rt_comm_bytes_sent() - before;
       t0 += now_seconds() - t;
+      comm0 += rt_comm_seconds() - comm;
     }
     opt.h.step = step;
     M->update(arena, host, &opt.h);
     double dt = now_seconds() - t0;
     times[step - 1] = dt;
+    comm_times[step - 1] = rt_comm_seconds() - comm0;
     if (step % opt.log_every == 0 || step == opt.steps) {
       double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
       printf("step %d | loss %.6f | %.1f ms | %.0f tok/s\n", step, loss, 1e3 * dt, tps);
@@ -954,10 +957,16 @@ int main(int argc, char **argv) {
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
                  (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
   double med = median(times, opt.steps);
+  if (rt_comm_size() > 1) {  // this rank's median step and median time in collectives
+    double comm = median(comm_times, opt.steps);
+    print_ranked("comm: %.1f ms per step (%.1f%% of the step)\n", 1e3 * comm,
+                 med > 0 ? 100 * comm / med : 0.0);
+  }
   printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
          med > 0 ? M->flops_per_step / med / 1e9 : 0.0);
 
   free(times);
+  free(comm_times);
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
   munmap(arena, (size_t)M->arena_bytes);
