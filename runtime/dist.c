@@ -21,6 +21,7 @@ void rt_dist_init(int dp, int tp, int micro_total, int nslots) {
   rt_dist.micro = 0;
   rt_dist.micro_total = micro_total;
   rt_dist.nslots = nslots;
+  free(rt_dist.req);  // a second init (tests) replaces the first's slots
   rt_dist.req = calloc((size_t)(nslots > 0 ? nslots : 1), sizeof *rt_dist.req);
   if (!rt_dist.req) {
     fputs("train: error: out of memory\n", stderr);
