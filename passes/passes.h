@@ -214,6 +214,10 @@ int pass_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *
                           const ShardLayout *l);
 // "all_reduce", "reduce_scatter", "all_gather"
 const char *pass_shard_kind_name(ShardKind k);
+// What collective c moves, as elements of a ring all-reduce: its count for an
+// all-reduce, half of it for an all-gather or reduce-scatter (one ring pass
+// instead of two). The cost model prices it and the lowering predicts bytes from it.
+const Sym *pass_shard_allreduce_elems(IrGraph *g, const ShardColl *c);
 // Every node with its layouts, each collective under its node, the notes and
 // requirements: for tests and for reading a plan.
 void pass_shard_print(FILE *f, IrGraph *g, const ShardResult *r);

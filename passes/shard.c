@@ -167,6 +167,10 @@ const char *pass_shard_kind_name(ShardKind k) {
                                                                           : "all_gather";
 }
 
+const Sym *pass_shard_allreduce_elems(IrGraph *g, const ShardColl *c) {
+  return c->kind == SHARD_ALL_REDUCE ? c->count : sym_scale(&g->arena, c->count, 1, 2);
+}
+
 // ---- the result's lists -----------------------------------------------------------------
 
 static void *grow(void *p, int n, int *cap, size_t size) {

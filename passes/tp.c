@@ -462,7 +462,7 @@ int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
     const ShardColl *c = &t.r.coll[i];
     if (c->axis != TP)
       continue;
-    elems += (double)ir_eval(g, c->count) * (c->kind == SHARD_ALL_REDUCE ? 1.0 : 0.5);
+    elems += sym_evalf(pass_shard_allreduce_elems(g, c), &g->syms);
     if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
       rc = ir_error(d, c->node->loc, "lower: tp %d: %s with a collective inside is not lowered "
                     "yet", tp, ir_op_name(c->node->op));

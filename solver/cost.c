@@ -129,7 +129,7 @@ static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     if (c->axis != IR_MESH_TP)
       continue;
     SvBlock *b = &m->block[c->block];
-    const Sym *e = c->kind == SHARD_ALL_REDUCE ? c->count : sym_scale(&g->arena, c->count, 1, 2);
+    const Sym *e = pass_shard_allreduce_elems(g, c);
     if (c->phase == PHASE_FORWARD)
       b->tp_fwd = s_add(g, b->tp_fwd, e);
     else
