@@ -605,13 +605,19 @@ static int shard_embedding_bwd(ShardOp *op) {
 // row's max and sum of exponentials, all-reduced within the op (2 x rows
 // elements); the target's logit lives on one rank, so the loss is a partial
 // sum over that axis too.
+// A loss's logits (input lg) and targets (input tg) whole sums, their leading
+// dims (the rows) laid out alike.
+static void loss_rows(ShardOp *op, int lg, int tg) {
+  need_complete(op, lg);
+  need_complete(op, tg);
+  for (int d = 0; d < op->n->in[tg]->rank; d++)
+    unify2(op, lg, d, tg, d);
+}
+
 static int shard_cross_entropy(ShardOp *op) {
   const IrNode *n = op->n;
   int lead = n->in[1]->rank;
-  need_complete(op, 0);
-  need_complete(op, 1);
-  for (int d = 0; d < lead; d++)
-    unify2(op, 0, d, 1, d);
+  loss_rows(op, 0, 1);
   int v = op->in[0].split[lead];
   op->out[0] = whole(0);
   op->out[0].partial = (unsigned char)split_axes(&op->in[1], -1);
@@ -631,12 +637,8 @@ static int shard_cross_entropy(ShardOp *op) {
 // V the gradient (softmax - onehot) reuses the forward's row max and sum,
 // which the lowering keeps (2 x rows floats): no collective.
 static int loss_bwd(ShardOp *op) {
-  const IrNode *n = op->n;
-  int lead = n->in[2]->rank;
-  for (int k = 0; k < 3; k++)
-    need_complete(op, k);
-  for (int d = 0; d < lead; d++)
-    unify2(op, 1, d, 2, d);
+  need_complete(op, 0);
+  loss_rows(op, 1, 2);
   op->out[0] = op->in[1];
   return 0;
 }
@@ -871,12 +873,7 @@ static int shard_log_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
 // target contributes it and the others 0, so the loss is a partial sum with
 // no collective.
 static int shard_nll_loss(ShardOp *op) {
-  const IrNode *n = op->n;
-  int lead = n->in[1]->rank;
-  need_complete(op, 0);
-  need_complete(op, 1);
-  for (int d = 0; d < lead; d++)
-    unify2(op, 0, d, 1, d);
+  loss_rows(op, 0, 1);
   op->out[0] = whole(0);
   op->out[0].partial = (unsigned char)split_axes(&op->in[0], -1);
   return 0;
