@@ -212,6 +212,32 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
 
 void ir_insert_before(IrGraph *g, int pos) { g->insert_at = pos; }
 
+void ir_node_set_op(IrGraph *g, IrNode *n, IrOp op, IrValue *const *in, int nin) {
+  int nout = ir_op_nout(op);
+  IR_ASSERT(op < OP_COUNT && nout >= n->nout);
+  IrValue **ins = ir_alloc(&g->arena, (size_t)(nin + 1) * sizeof *ins);
+  for (int i = 0; i < nin; i++)
+    ins[i] = in[i];
+  IrValue **outs = ir_alloc(&g->arena, (size_t)(nout + 1) * sizeof *outs);
+  for (int i = 0; i < nout; i++) {
+    outs[i] = i < n->nout ? n->out[i]
+                          : ir_value_new(g, NULL, DT_F32,
+                                         n->phase == PHASE_FORWARD ? ROLE_ACT : ROLE_GRAD);
+    outs[i]->producer = n;
+  }
+  n->op = op;
+  n->in = ins, n->nin = nin;
+  n->out = outs, n->nout = nout;
+}
+
+void ir_node_set_output(IrNode *n, int k, IrValue *v) {
+  IR_ASSERT(k >= 0 && k < n->nout);
+  if (n->out[k]->producer == n)
+    n->out[k]->producer = NULL;
+  n->out[k] = v;
+  v->producer = n;
+}
+
 void ir_node_remove(IrGraph *g, IrNode *n) {
   IR_ASSERT(n->id >= 0 && n->id < g->nnodes && g->nodes[n->id] == n);
   for (int i = n->id; i + 1 < g->nnodes; i++) {

@@ -237,6 +237,13 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
 // Editing a scheduled graph. New nodes go before node `pos` (the nodes after
 // move up; ids stay positions); -1 returns to appending.
 void ir_insert_before(IrGraph *g, int pos);
+// Makes n an `op` node over in[0..nin): the outputs it has stay, and those the
+// new op has beyond them are fresh values (as ir_node_new makes them). For
+// lowerings that specialize an op in place (its outputs keep their readers).
+void ir_node_set_op(IrGraph *g, IrNode *n, IrOp op, IrValue *const *in, int nin);
+// Output k of n becomes v (now produced by n). The value it replaces loses
+// its producer; ir_remove_unused drops it when nothing reads it.
+void ir_node_set_output(IrNode *n, int k, IrValue *v);
 // Takes n out of the schedule (its outputs must be unread).
 void ir_node_remove(IrGraph *g, IrNode *n);
 // Drops the values of `role` that no node makes or reads (ids stay positions).

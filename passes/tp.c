@@ -287,18 +287,15 @@ static int convert_output(Tp *t, int i, int k) {
     for (int j = 0; j < v->rank; j++)
       whole[j] = v->tp_dim == j ? v->tp_whole : v->shape[j];
     place(t, raw, made, whole, t->pieces[v->id]);
-    raw->producer = n;
-    n->out[k] = raw;
+    ir_node_set_output(n, k, raw);   // v has no producer until the conversion makes it
     IrValue *y = convert(t, raw, *made, want, n);
     if (!y) {
       rc = -1;
     } else {   // the conversion's output is v
       IrNode *p = y->producer;
-      y->producer = NULL;
       for (int j = 0; j < p->nout; j++)
         if (p->out[j] == y)
-          p->out[j] = v;
-      v->producer = p;
+          ir_node_set_output(p, j, v);
     }
   }
   ir_insert_before(g, -1);
@@ -307,38 +304,24 @@ static int convert_output(Tp *t, int i, int k) {
 
 // ---- ops that learn their part ----------------------------------------------------------------
 
-static IrValue **grow_list(IrGraph *g, IrValue *const *old, int n, int extra) {
-  IrValue **l = ir_alloc(&g->arena, (size_t)(n + extra + 1) * sizeof *l);
-  memcpy(l, old, (size_t)n * sizeof *l);
-  return l;
-}
-
 // cross_entropy over vocabulary-split logits -> vp_cross_entropy, whose row
 // statistics its backward reads.
 static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   IrGraph *g = t->g;
   if (n->op == OP_CROSS_ENTROPY) {
-    IrValue *s = ir_value_new(g, NULL, DT_F32, ROLE_ACT);
+    ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY, n->in, n->nin);
     char name[512];
     snprintf(name, sizeof name, "%s.stats", n->out[0]->name);
-    ir_value_rename(g, s, name);
-    n->out = grow_list(g, n->out, 1, 1);
-    n->out[1] = s;
-    s->producer = n;
-    n->nout = 2;
-    n->op = OP_VP_CROSS_ENTROPY;
-    stats_of[n->in[0]->id] = s;
-  } else {
-    IrValue *s = stats_of[n->in[1]->id];
-    if (!s)
-      return ir_error(t->d, n->loc, "lower: tp %d: the backward of the vocabulary-parallel "
-                      "cross-entropy reads logits '%s' its forward did not", t->tp,
-                      n->in[1]->name);
-    n->in = grow_list(g, n->in, 3, 1);
-    n->in[3] = s;
-    n->nin = 4;
-    n->op = OP_VP_CROSS_ENTROPY_BWD;
+    ir_value_rename(g, n->out[1], name);
+    stats_of[n->in[0]->id] = n->out[1];
+    return 0;
   }
+  IrValue *s = stats_of[n->in[1]->id];
+  if (!s)
+    return ir_error(t->d, n->loc, "lower: tp %d: the backward of the vocabulary-parallel "
+                    "cross-entropy reads logits '%s' its forward did not", t->tp, n->in[1]->name);
+  IrValue *in[4] = {n->in[0], n->in[1], n->in[2], s};
+  ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY_BWD, in, 4);
   return 0;
 }
 

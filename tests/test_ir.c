@@ -258,6 +258,29 @@ static void check_clone(void) {
   ir_graph_free(g);
 }
 
+// ir_node_set_op: a node specialized in place keeps its outputs (and their
+// readers) and gains the new op's extra outputs; ir_node_set_output hands a
+// node's output to another value.
+static void check_set_op(void) {
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
+  IR_ASSERT(g);
+  IrNode *ln = ir_value_find(g, "n")->producer, *mm = g->nodes[5];
+  IrValue *n = ln->out[0];
+  IrValue *in[3] = {ln->in[0], ln->in[1], ln->in[2]};
+  ir_node_set_op(g, mm, OP_MATMUL, mm->in, 2);   // same op, same outputs
+  CHECK(mm->nout == 1 && mm->out[0]->producer == mm, "set_op: outputs kept");
+  ir_node_set_op(g, ln, OP_LAYERNORM_BWD, in, 3);  // 1 output -> 3
+  CHECK(ln->op == OP_LAYERNORM_BWD && ln->nin == 3 && ln->nout == 3 && ln->out[0] == n &&
+            ln->out[1]->producer == ln && ln->out[2]->producer == ln && ln->out[1] != n,
+        "set_op: the first output stays, two fresh ones follow");
+  IrValue *v = ir_value_new(g, "moved", DT_F32, ROLE_ACT);
+  ir_node_set_output(ln, 0, v);
+  CHECK(ln->out[0] == v && v->producer == ln && n->producer == NULL,
+        "set_output: the node makes the new value, the old one has no producer");
+  ir_graph_free(g);
+}
+
 // Forward activations still live when backward starts, and the peak of
 // live bytes (pass_live_bytes_at, recomputed over the schedule).
 static void live_in_backward(const IrGraph *g, int *acts, int64_t *peak) {
@@ -422,6 +445,7 @@ int main(int argc, char **argv) {
   check_errors();
   check_sizes_and_flops();
   check_clone();
+  check_set_op();
   for (int i = 1; i < argc; i++) {
     check_dsl_model(argv[i]);
     if (strstr(argv[i], "gpt2"))
