@@ -1,4 +1,5 @@
-// Tests of the CPU runtime kernels (runtime/kernels_cpu.c).
+// Tests of the CPU runtime kernels (runtime/kernels_cpu.c), and of the
+// tensor-parallel kernels (runtime/dist.c) where one process can run them.
 //
 // Every kernel is compared against a naive double-precision reference written
 // here, on random inputs from a fixed seed, over several shapes (odd sizes,
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "kernels.h"
 #include "rng.h"
 
@@ -663,6 +665,25 @@ static void test_crossentropy(long n, long v, int fd) {
   rt_crossentropy_bwd(dl, &dloss, logits, tg, n, v);
   snprintf(name, sizeof name, "crossentropy_bwd (%ld,%ld)", n, v);
   check(name, dl, rdl, n * v);
+  // the vocabulary-parallel kernels on one rank (the whole vocabulary): the same
+  // loss and gradient, and each row's logsumexp kept for backward
+  float vloss = -1.0f, *stats = fbuf(2 * n), *vdl = fbuf(n * v);
+  double *rlse = dbuf(n);
+  for (long i = 0; i < n; i++) {
+    double maxv = -INFINITY, sum = 0;
+    for (long j = 0; j < v; j++) maxv = fmax(maxv, ld[i * v + j]);
+    for (long j = 0; j < v; j++) sum += exp(ld[i * v + j] - maxv);
+    rlse[i] = maxv + log(sum);
+  }
+  rt_vp_crossentropy_fwd(&vloss, stats, logits, tg, n, v);
+  snprintf(name, sizeof name, "vp_crossentropy_fwd, one rank (%ld,%ld)", n, v);
+  check(name, &vloss, &rloss, 1);
+  snprintf(name, sizeof name, "vp_crossentropy_fwd row logsumexp (%ld,%ld)", n, v);
+  check(name, stats, rlse, n);
+  rt_vp_crossentropy_bwd(vdl, &dloss, logits, tg, stats, n, v);
+  snprintf(name, sizeof name, "vp_crossentropy_bwd, one rank (%ld,%ld)", n, v);
+  check(name, vdl, rdl, n * v);
+  free(stats); free(vdl); free(rlse);
   if (fd) {
     double *fdl = dbuf(n * v), h = 1e-6;
     for (long i = 0; i < n * v; i++) {
@@ -676,6 +697,50 @@ static void test_crossentropy(long n, long v, int fd) {
     free(fdl);
   }
   free(logits); free(dl); free(tg); free(ld); free(rdl);
+}
+
+// ---------------------------------------------------------------------------
+// tensor parallelism (runtime/dist.c)
+
+// rt_tp_take / rt_tp_place: rank r's part of [outer][pieces][tp][chunk] is
+// [outer][pieces][chunk] of its r-th chunks; placing every part rebuilds the
+// whole. rt_tp_slice and rt_embedding_vp_fwd on a pretend rank 1 of 3 (no
+// collective involved): its slice, and its rows of the table only.
+static void test_tensor_parallel(void) {
+  long outer = 3, pieces = 2, tp = 3, chunk = 5, part_n = outer * pieces * chunk;
+  float *whole = frand(part_n * tp, -1, 1), *back = fbuf(part_n * tp), *part = fbuf(part_n);
+  int ok = 1;
+  for (int r = 0; r < tp; r++) {
+    rt_tp_take(part, whole, outer, pieces, chunk, r, (int)tp);
+    for (long o = 0; o < outer * pieces; o++)
+      for (long c = 0; c < chunk; c++)
+        ok &= part[o * chunk + c] == whole[(o * tp + r) * chunk + c];
+    rt_tp_place(back, part, outer, pieces, chunk, r, (int)tp);
+  }
+  printf("tp_take: rank r's chunks of every piece: %s\n", ok ? "ok" : "WRONG  FAILED");
+  ok ? n_passed++ : n_failed++;
+  check_same("tp_place of every rank's part gives the whole back", back, whole, part_n * tp);
+
+  rt_dist_state saved = rt_dist;
+  rt_dist.tp = (int)tp;
+  rt_dist.tp_rank = 1;
+  rt_tp_slice(part, whole, outer, pieces, chunk);
+  rt_tp_take(back, whole, outer, pieces, chunk, 1, (int)tp);
+  check_same("tp_slice: this rank's part", part, back, part_n);
+  long n = 50, v = 4, c = 6;   // this rank: rows 4..7 of a 12-row table
+  float *w = frand(v * c, -1, 1), *out = fbuf(n * c);
+  int *idx = irand(n, v * tp);
+  rt_embedding_vp_fwd(out, w, idx, n, c, v);
+  double *eg = dbuf(n * c), *er = dbuf(n * c);
+  for (long i = 0; i < n; i++)
+    for (long j = 0; j < c; j++) {
+      eg[i * c + j] = out[i * c + j];
+      er[i * c + j] = idx[i] >= v && idx[i] < 2 * v ? w[(idx[i] - v) * c + j] : 0.0;
+    }
+  check_dd("embedding_vp_fwd: this rank's rows, zeros for the others", eg, er, n * c);
+  rt_dist = saved;
+  free(whole); free(back); free(part); free(w); free(out); free(idx);
+  free(eg); free(er);
 }
 
 // ---------------------------------------------------------------------------
@@ -851,6 +916,7 @@ int main(void) {
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);
+  test_tensor_parallel();
   test_optimizers();
   test_determinism();
   test_threads();
