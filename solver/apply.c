@@ -7,10 +7,11 @@
 // asks the solver for exactly that (one solve per tp that divides the GPUs,
 // the fastest feasible kept); sv_apply_read refuses a file that asks for
 // anything else, naming the block and the field.
-#include "solver.h"
+#include "internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,23 +98,18 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept
 
 static int number(const cJSON *o, const char *key, double lo, double hi, double *out,
                   const char *where, const char *path, IrDiag *d) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
-      v->valuedouble > hi)
-    return ir_error(d, (IrLoc){0}, "%s: %s: \"%s\" must be a number from %g to %g", path, where,
-                    key, lo, hi);
-  *out = v->valuedouble;
-  return 0;
+  char at[512];
+  snprintf(at, sizeof at, "%s: %s", path, where);
+  return sv_json_number(o, key, lo, hi, false, true, out, at, d);
 }
 
 static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t *out,
                  const char *where, const char *path, IrDiag *d) {
+  char at[512];
+  snprintf(at, sizeof at, "%s: %s", path, where);
   double x;
-  if (number(o, key, lo, hi, &x, where, path, d))
+  if (sv_json_number(o, key, lo, hi, true, true, &x, at, d))
     return -1;
-  if (x != floor(x))
-    return ir_error(d, (IrLoc){0}, "%s: %s: \"%s\" must be a whole number, not %g", path, where,
-                    key, x);
   *out = (int64_t)x;
   return 0;
 }

@@ -154,15 +154,25 @@ static int json_size(const cJSON *o, const char *key, double *out, const char *w
                   where, key);
 }
 
-static int json_int(const cJSON *o, const char *key, int *out, const char *where, IrDiag *d) {
+int sv_json_number(const cJSON *o, const char *key, double lo, double hi, bool whole,
+                   bool required, double *out, const char *where, IrDiag *d) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!v)
+  if (!v && !required)
     return 0;
-  if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65536 ||
-      v->valuedouble != floor(v->valuedouble))
-    return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a whole number from 1 to 65536", where,
-                    key);
-  *out = (int)v->valuedouble;
+  double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (x >= lo && x <= hi && (!whole || x == floor(x))) {
+    *out = x;
+    return 0;
+  }
+  return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a %s from %g to %g", where, key,
+                  whole ? "whole number" : "number", lo, hi);
+}
+
+static int json_int(const cJSON *o, const char *key, int *out, const char *where, IrDiag *d) {
+  double x = *out;
+  if (sv_json_number(o, key, 1, 65536, true, false, &x, where, d))
+    return -1;
+  *out = (int)x;
   return 0;
 }
 

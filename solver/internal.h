@@ -85,4 +85,12 @@ int ilp_count(const Ilp *p, IlpKind kind);
 int ilp_solve(Ilp *p, const IlpOptions *o, IlpResult *r);   // 0, or -1 when status is ILP_ERROR
 void ilp_result_free(IlpResult *r);
 
+// ---- cluster.c: JSON files (cluster files, plan.json) ---------------------------------
+
+struct cJSON;
+// o's number `key` in [lo, hi] (whole: an integer) into *out. Absent: 0 and *out
+// untouched unless required. -1 with d ("WHERE: "KEY" must be ...") otherwise.
+int sv_json_number(const struct cJSON *o, const char *key, double lo, double hi, bool whole,
+                   bool required, double *out, const char *where, IrDiag *d);
+
 #endif
