@@ -406,6 +406,40 @@ void ir_set_str(IrGraph *g, IrNode *n, const char *name, const char *s) {
   a->s = ir_strdup(&g->arena, s);
 }
 
+static bool attr_equal(const IrAttr *a, const IrAttr *b) {
+  if (strcmp(a->name, b->name) || a->kind != b->kind)
+    return false;
+  switch (a->kind) {
+  case ATTR_INT: return a->i == b->i;
+  case ATTR_FLOAT: return a->f == b->f || (a->f != a->f && b->f != b->f);
+  case ATTR_STR: return !strcmp(a->s, b->s);
+  case ATTR_INTS:
+    return a->n == b->n && !memcmp(a->ints, b->ints, (size_t)a->n * sizeof *a->ints);
+  case ATTR_SYMS:
+    if (a->n != b->n)
+      return false;
+    for (int i = 0; i < a->n; i++)
+      if (!sym_eq(a->syms[i], b->syms[i]))
+        return false;
+    return true;
+  }
+  return false;
+}
+
+bool ir_attrs_equal(const IrNode *a, const IrNode *b, bool but_ints) {
+  if (a->nattr != b->nattr)
+    return false;
+  for (int i = 0; i < a->nattr; i++) {
+    int j = 0;
+    while (j < b->nattr && strcmp(a->attr[i].name, b->attr[j].name))
+      j++;
+    if (j == b->nattr || (!attr_equal(&a->attr[i], &b->attr[j]) &&
+                          !(but_ints && a->attr[i].kind == ATTR_INT && b->attr[j].kind == ATTR_INT)))
+      return false;
+  }
+  return true;
+}
+
 void ir_set_syms(IrGraph *g, IrNode *n, const char *name, const Sym *const *v, int count) {
   IrAttr *a = attr_slot(g, n, name);
   a->kind = ATTR_SYMS;

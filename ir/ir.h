@@ -266,6 +266,9 @@ void ir_set_float(IrGraph *g, IrNode *n, const char *name, double v);
 void ir_set_ints(IrGraph *g, IrNode *n, const char *name, const int64_t *v, int count);
 void ir_set_syms(IrGraph *g, IrNode *n, const char *name, const Sym *const *v, int count);
 void ir_set_str(IrGraph *g, IrNode *n, const char *name, const char *s);
+// The same attributes with the same values (in any order); but_ints: the
+// values of integer attributes may differ.
+bool ir_attrs_equal(const IrNode *a, const IrNode *b, bool but_ints);
 // Reading: the node's value, else the default ir/attrs.def declares. Reading a
 // name the op does not declare, or as another kind, is an internal error
 // that names the op and the attribute.

@@ -8,6 +8,15 @@
 // after them, chosen greedily (largest first, lowest offset that overlaps no
 // placed buffer whose live range intersects). Buffers are 64-byte aligned.
 //
+// Identical blocks (passes/repeat.c) run as one loop in the emitted code, so
+// the buffers at one place of the blocks (layer l's attention output, its
+// gradient, its AdamW moment) are laid out as a series: base + l * stride.
+// Persistent ones follow each other (like llm.c's per-layer parameter
+// arrays); a transient series takes the stride that places it lowest: 0 when
+// its members live apart (a block's temporaries share one buffer), one
+// member up or down, or the stride of a series placed before it (a block's
+// temporary then goes where a later block's kept values will be).
+//
 // A reshape does not move data, so its output is a view: it gets its input's
 // offset and no bytes of its own, and the buffer it views (its root, the
 // first value up the chain of reshapes that is not a view) stays live until
@@ -33,6 +42,7 @@
 #include <string.h>
 
 #define ALIGN 64
+#define MAXSTRIDES 64  // strides tried for a series
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -65,35 +75,214 @@ int64_t pass_live_bytes_at(const IrGraph *g, int t) {
   return total;
 }
 
-static int by_size_desc(const void *a, const void *b) {
-  const IrValue *x = *(IrValue *const *)a, *y = *(IrValue *const *)b;
+// ---- series: the values at one place of a run (passes/repeat.c) -----------------------
+//
+// Each is laid out at base + index * stride, index its block id, so that the
+// emitted loop addresses it as base + l * stride. Placement works on roots
+// (a view or a bucket member moves with the buffer it is in), so a place of
+// a run gives a series of roots when its members are distinct roots at the
+// same offset in them. Places shared by several runs (a block's output is the
+// next block's input; backward reads what forward wrote) merge into one
+// series when their indices agree up to a shift: the residual stream x_0, x_1,
+// ... x_L is one series, read at index l and written at l + 1. A place whose
+// values cannot be laid out so (a series would hold one value twice, or two
+// at one index) is left out, and its run's loop unrolls (codegen checks).
+
+typedef struct Series {
+  int n, cap;
+  int *id;        // member value ids
+  bool bad;
+  int lo, hi;     // index range (after series_close)
+} Series;
+
+typedef struct SeriesSet {
+  int n, cap;
+  Series *s;
+  int *ser, *idx; // per value id: its series (-1: none) and index
+} SeriesSet;
+
+static void series_add(SeriesSet *ss, int s, int v, int index) {
+  Series *x = &ss->s[s];
+  if (x->n == x->cap) {
+    x->cap = x->cap ? 2 * x->cap : 8;
+    x->id = realloc(x->id, (size_t)x->cap * sizeof *x->id);
+    IR_ASSERT(x->id);
+  }
+  x->id[x->n++] = v;
+  ss->ser[v] = s;
+  ss->idx[v] = index;
+}
+
+// A place of a run: its roots r[j] at indices key[j] (distinct roots).
+static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n) {
+  int target = -1, delta = 0;
+  for (int j = 0; j < n; j++) { // the series its members are in must agree on the shift
+    int s = ss->ser[r[j]->id];
+    if (s < 0)
+      continue;
+    int d = ss->idx[r[j]->id] - key[j];
+    if (target < 0)
+      target = s, delta = d;
+    for (int k = 0; k < j; k++)
+      if (ss->ser[r[k]->id] == s && ss->idx[r[k]->id] - key[k] != d)
+        return;
+  }
+  if (target < 0) {
+    if (ss->n == ss->cap) {
+      ss->cap = ss->cap ? 2 * ss->cap : 16;
+      ss->s = realloc(ss->s, (size_t)ss->cap * sizeof *ss->s);
+      IR_ASSERT(ss->s);
+    }
+    ss->s[ss->n] = (Series){0};
+    target = ss->n++;
+  }
+  for (int j = 0; j < n; j++) {
+    int v = r[j]->id, s = ss->ser[v];
+    if (s < 0) {
+      series_add(ss, target, v, key[j] + delta);
+    } else if (s != target) { // merge s into target, shifted
+      int d = ss->idx[v] - key[j];
+      Series *from = &ss->s[s];
+      for (int k = 0; k < from->n; k++)
+        series_add(ss, target, from->id[k], ss->idx[from->id[k]] - d + delta);
+      from->n = 0;
+      ss->s[target].bad |= from->bad;
+    }
+  }
+}
+
+// Index range; bad when two members share an index or differ in size or
+// kind of memory (host, persistent, transient).
+static void series_close(SeriesSet *ss, const IrGraph *g, bool (*persist)(const IrGraph *,
+                                                                         const IrValue *)) {
+  for (int s = 0; s < ss->n; s++) {
+    Series *x = &ss->s[s];
+    if (x->n == 0)
+      continue;
+    const IrValue *a = g->values[x->id[0]];
+    x->lo = x->hi = ss->idx[x->id[0]];
+    for (int k = 0; k < x->n; k++) {
+      const IrValue *v = g->values[x->id[k]];
+      int i = ss->idx[v->id];
+      x->lo = i < x->lo ? i : x->lo;
+      x->hi = i > x->hi ? i : x->hi;
+      x->bad |= v->bytes != a->bytes || v->host != a->host || persist(g, v) != persist(g, a);
+      for (int m = 0; m < k; m++)
+        x->bad |= ss->idx[x->id[m]] == i;
+    }
+  }
+}
+
+static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
+                         const int64_t *rootoff) {
+  ss->ser = malloc(((size_t)g->nvalues + 1) * sizeof *ss->ser);
+  ss->idx = malloc(((size_t)g->nvalues + 1) * sizeof *ss->idx);
+  IR_ASSERT(ss->ser && ss->idx);
+  for (int i = 0; i < g->nvalues; i++)
+    ss->ser[i] = -1;
+  int nruns;
+  PassRun *runs = pass_find_runs(g, &nruns);
+  for (int r = 0; r < nruns; r++) {
+    const PassRun *run = &runs[r];
+    int places = pass_run_places(g, run);
+    IrValue **rt = malloc((size_t)run->count * sizeof *rt);
+    int *key = malloc((size_t)run->count * sizeof *key);
+    IR_ASSERT(rt && key);
+    for (int p = 0; p < places; p++) {
+      bool ok = true;
+      for (int j = 0; j < run->count && ok; j++) {
+        IrValue *v = pass_run_value(g, run, j, p);
+        rt[j] = root[v->id] ? root[v->id] : v;
+        key[j] = run->block + j * run->step;
+        ok = rootoff[v->id] == rootoff[pass_run_value(g, run, 0, p)->id];
+        for (int k = 0; k < j && ok; k++)
+          ok = rt[k] != rt[j];
+      }
+      if (ok)
+        series_tuple(ss, rt, key, run->count);
+    }
+    free(rt), free(key);
+  }
+  free(runs);
+}
+
+static void series_free(SeriesSet *ss) {
+  for (int s = 0; s < ss->n; s++)
+    free(ss->s[s].id);
+  free(ss->s), free(ss->ser), free(ss->idx);
+}
+
+// ---- placement -------------------------------------------------------------------------
+
+// What to place in the transient region: one root, or a series of them.
+typedef struct Unit {
+  IrValue **v;     // members
+  int *rel;        // each one's index minus the series' lowest
+  int n;
+  int64_t bytes;   // each member's
+  bool apart;      // a series whose members' live ranges are pairwise apart
+} Unit;
+
+// Largest first; of equal size, the series whose members live apart (a
+// block's temporaries) after the others, so that they go where the others
+// leave room; then by first use.
+static int unit_order(const void *a, const void *b) {
+  const Unit *x = a, *y = b;
   if (x->bytes != y->bytes)
     return x->bytes < y->bytes ? 1 : -1;
-  return x->first_use - y->first_use;
+  if (x->apart != y->apart)
+    return x->apart ? 1 : -1;
+  return x->v[0]->first_use - y->v[0]->first_use;
 }
 
-static int by_offset(const void *a, const void *b) {
-  const IrValue *x = *(IrValue *const *)a, *y = *(IrValue *const *)b;
-  return (x->offset > y->offset) - (x->offset < y->offset);
+typedef struct Gap { int64_t lo, hi; } Gap;   // bases in (lo, hi) collide
+
+static int gap_by_lo(const void *a, const void *b) {
+  const Gap *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
-// Lowest offset (>= base) where v fits between the placed buffers that are
-// live at the same time as v.
-static int64_t place(IrValue *v, IrValue **placed, int nplaced, IrValue **scratch, int64_t base) {
-  int n = 0;
-  for (int i = 0; i < nplaced; i++)
-    if (placed[i]->first_use <= v->last_use && v->first_use <= placed[i]->last_use)
-      scratch[n++] = placed[i];
-  qsort(scratch, (size_t)n, sizeof *scratch, by_offset);
-  int64_t at = base, need = align_up(v->bytes);
-  for (int i = 0; i < n; i++) {
-    if (scratch[i]->offset >= at + need)
-      break;
-    int64_t end = scratch[i]->offset + align_up(scratch[i]->bytes);
-    if (end > at)
-      at = end;
-  }
+static bool live_together(const IrValue *a, const IrValue *b) {
+  return a->first_use <= b->last_use && b->first_use <= a->last_use;
+}
+
+// Lowest base (>= start) where each member k of u fits at base + rel[k] *
+// stride beside the placed buffers live at the same time as it.
+static int64_t place(const Unit *u, int64_t stride, IrValue *const *placed, int nplaced,
+                     int64_t start) {
+  int64_t need = align_up(u->bytes);
+  Gap *gap = NULL;
+  int n = 0, cap = 0;
+  for (int k = 0; k < u->n; k++)
+    for (int i = 0; i < nplaced; i++) {
+      if (!live_together(u->v[k], placed[i]))
+        continue;
+      if (n == cap) {
+        cap = cap ? 2 * cap : 64;
+        gap = realloc(gap, (size_t)cap * sizeof *gap);
+        IR_ASSERT(gap);
+      }
+      int64_t shift = u->rel[k] * stride;
+      gap[n++] = (Gap){placed[i]->offset - shift - need,
+                       placed[i]->offset + align_up(placed[i]->bytes) - shift};
+    }
+  if (n > 1)
+    qsort(gap, (size_t)n, sizeof *gap, gap_by_lo);
+  int64_t at = start;
+  for (int i = 0; i < n && gap[i].lo < at; i++)
+    if (at < gap[i].hi)
+      at = gap[i].hi;
+  free(gap);
   return at;
+}
+
+// Members' live ranges pairwise apart: they can share one place.
+static bool apart(const Unit *u) {
+  for (int k = 0; k < u->n; k++)
+    for (int m = 0; m < k; m++)
+      if (live_together(u->v[k], u->v[m]))
+        return false;
+  return true;
 }
 
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
@@ -156,17 +345,47 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     if (r->last_use < y->last_use)
       r->last_use = y->last_use;
   }
-  // Host region, then the arena's persistent region: in value order.
+  SeriesSet ss = {0};
+  series_build(&ss, g, root, rootoff);
+  series_close(&ss, g, persistent);
+  // Host region, then the arena's persistent region: in value order, a
+  // series at its first member, all of it, at a stride of one member.
   int64_t at = 0, host_at = 0;
-  IrValue **transient = calloc((size_t)g->nvalues + 1, sizeof *transient);
+  Unit *units = calloc((size_t)g->nvalues + 1, sizeof *units);
   IrValue **placed = calloc((size_t)g->nvalues + 1, sizeof *placed);
-  IrValue **scratch = calloc((size_t)g->nvalues + 1, sizeof *scratch);
-  IR_ASSERT(transient && placed && scratch);
-  int nt = 0;
+  IrValue **single = calloc((size_t)g->nvalues + 1, sizeof *single);
+  int *zero = calloc((size_t)g->nvalues + 1, sizeof *zero);
+  bool *done = calloc((size_t)ss.n + 1, sizeof *done);
+  IR_ASSERT(units && placed && single && zero && done);
+  int nu = 0;
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
-    if (root[v->id]) {
-      continue;  // placed with its root
+    int s = ss.ser[i];
+    Series *x = s >= 0 && !ss.s[s].bad ? &ss.s[s] : NULL;
+    if (root[v->id] || (x && done[s]))
+      continue;  // placed with its root, or with its series
+    if (x && (v->host || persistent(g, v))) {
+      int64_t *next = v->host ? &host_at : &at, stride = align_up(v->bytes);
+      for (int k = 0; k < x->n; k++) {
+        IrValue *m = g->values[x->id[k]];
+        m->offset = *next + (ss.idx[m->id] - x->lo) * stride;
+        m->first_use = v->host ? 0 : m->first_use;
+        m->last_use = v->host ? last : m->last_use;
+      }
+      *next += (x->hi - x->lo + 1) * stride;
+      done[s] = true;
+    } else if (x) {
+      Unit *u = &units[nu++];
+      u->n = x->n;
+      u->v = malloc((size_t)x->n * sizeof *u->v);
+      u->rel = malloc((size_t)x->n * sizeof *u->rel);
+      IR_ASSERT(u->v && u->rel);
+      for (int k = 0; k < x->n; k++) {
+        u->v[k] = g->values[x->id[k]];
+        u->rel[k] = ss.idx[x->id[k]] - x->lo;
+      }
+      u->bytes = v->bytes;
+      done[s] = true;
     } else if (v->host) {
       v->offset = host_at;
       host_at += align_up(v->bytes);
@@ -176,20 +395,56 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       v->offset = at;
       at += align_up(v->bytes);
     } else {
-      transient[nt++] = v;
+      single[v->id] = v;
+      units[nu++] = (Unit){.v = &single[v->id], .rel = zero, .n = 1, .bytes = v->bytes};
     }
   }
   g->persistent_bytes = at;
   g->host_bytes = host_at;
-  // Transient region: largest first.
-  qsort(transient, (size_t)nt, sizeof *transient, by_size_desc);
+  // Transient region: largest first; a series whose members live apart
+  // shares one place (stride 0), otherwise its members follow each other.
+  for (int i = 0; i < nu; i++)
+    units[i].apart = units[i].n > 1 && apart(&units[i]);
+  qsort(units, (size_t)nu, sizeof *units, unit_order);
   int64_t end = at;
-  for (int i = 0; i < nt; i++) {
-    IrValue *v = transient[i];
-    v->offset = place(v, placed, i, scratch, g->persistent_bytes);
-    placed[i] = v;
-    if (v->offset + align_up(v->bytes) > end)
-      end = v->offset + align_up(v->bytes);
+  int nplaced = 0;
+  int64_t strides[MAXSTRIDES + 3];
+  int nstrides = 0;
+  for (int i = 0; i < nu; i++) {
+    Unit *u = &units[i];
+    // The stride: 0 (members live apart), one member up or down, or a
+    // stride series placed before use (a block's temporary can then go
+    // where the next block's kept values will be): the lowest top wins.
+    int64_t stride = 0, base = 0, top = INT64_MAX, size = align_up(u->bytes);
+    int relmax = 0, ncand = 1;
+    for (int k = 0; k < u->n; k++)
+      relmax = u->rel[k] > relmax ? u->rel[k] : relmax;
+    if (u->n > 1) {
+      strides[nstrides] = 0, strides[nstrides + 1] = size, strides[nstrides + 2] = -size;
+      ncand = nstrides + 3;
+    }
+    for (int c = 0; c < ncand; c++) {
+      int64_t sc = u->n > 1 ? strides[c] : 0;
+      if ((sc == 0 && u->n > 1 && !u->apart) || (sc != 0 && llabs(sc) < size))
+        continue;
+      int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
+      int64_t b = place(u, sc, placed, nplaced, g->persistent_bytes + lo);
+      if (b + hi + size < top)
+        top = b + hi + size, base = b, stride = sc;
+    }
+    bool seen = false;
+    for (int c = 0; c < nstrides; c++)
+      seen |= strides[c] == stride;
+    if (u->n > 1 && !seen && nstrides < MAXSTRIDES)
+      strides[nstrides++] = stride;
+    for (int k = 0; k < u->n; k++) {
+      u->v[k]->offset = base + u->rel[k] * stride;
+      placed[nplaced++] = u->v[k];
+      if (u->v[k]->offset + align_up(u->bytes) > end)
+        end = u->v[k]->offset + align_up(u->bytes);
+    }
+    if (u->v != &single[u->v[0]->id])
+      free(u->v), free(u->rel);
   }
   g->arena_bytes = end;
   for (int i = 0; i < g->nvalues; i++)
@@ -213,7 +468,8 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       f = sym_add(&g->arena, f, ir_nbytes(g, v));
   }
   g->peak_formula = f;
-  free(transient), free(placed), free(scratch), free(root), free(rootoff);
+  free(units), free(placed), free(single), free(zero), free(done), free(root), free(rootoff);
+  series_free(&ss);
   *changed = false; // annotations only; the graph is unchanged
   return 0;
 }

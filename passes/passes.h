@@ -106,6 +106,25 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + aren
 // between layouts. -1 with d when the plan cannot be lowered.
 int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d);
 
+// Repeated blocks (passes/repeat.c). A run is `count` consecutive stretches
+// of the schedule, each all the nodes of one block in one phase, for blocks
+// block, block + step, ... (step +1 in forward order, -1 in backward), each
+// the same as the first node by node, values at the same places. The memory
+// plan lays the values at one place of a run out at a constant stride; the
+// emitter writes a run as one loop.
+typedef struct PassRun {
+  int first;   // schedule position of the first stretch's first node
+  int len;     // nodes per stretch
+  int count;   // stretches (blocks), at least 2
+  int block;   // the IR block id of the first stretch
+  int step;    // +1 or -1
+} PassRun;
+
+PassRun *pass_find_runs(const IrGraph *g, int *nruns);   // malloc'd, in schedule order
+// A run's places: its stretch's node inputs and outputs, node by node.
+int pass_run_places(const IrGraph *g, const PassRun *r);
+IrValue *pass_run_value(const IrGraph *g, const PassRun *r, int stretch, int place);
+
 // Memory-plan queries (valid after pass_memplan).
 bool pass_is_persistent(const IrValue *v);   // lives for the whole program
 // The value whose bytes v shares when v is a view (a reshape's output placed

@@ -1,0 +1,150 @@
+// Repeated blocks in the schedule.
+//
+// The frontends number each instance of a repeated block (IR block ids 1, 2,
+// ...; the DSL's `repeat`, ONNX name prefixes like "/h.3/"), and every pass
+// keeps the id on the nodes it adds for a block. Here the schedule is cut
+// into stretches, each all the consecutive nodes of one block in one phase,
+// and consecutive stretches of consecutive blocks (forward: 1, 2, 3 ...;
+// backward: ... 3, 2, 1) that are the same as the first, node by node, make
+// a run. "The same" is confirmed structurally, not trusted from the ids: the
+// same ops with the same attributes (integers aside: a collective's request
+// slot is the block's own), values of the same shapes, dtypes and
+// roles, and the same pattern of values: numbering each stretch's values in
+// order of first appearance (inputs, then outputs, node by node) gives the
+// same sequence. So a value one stretch reads from an earlier stretch, or
+// from outside the run, is at the same place in each.
+//
+// The memory plan places the values at one place of a run at a constant
+// stride, and the emitter writes a run as one loop over the blocks.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int pass_run_places(const IrGraph *g, const PassRun *r) {
+  int n = 0;
+  for (int i = 0; i < r->len; i++)
+    n += g->nodes[r->first + i]->nin + g->nodes[r->first + i]->nout;
+  return n;
+}
+
+IrValue *pass_run_value(const IrGraph *g, const PassRun *r, int stretch, int place) {
+  for (int i = 0; i < r->len; i++) {
+    const IrNode *n = g->nodes[r->first + stretch * r->len + i];
+    if (place < n->nin)
+      return n->in[place];
+    place -= n->nin;
+    if (place < n->nout)
+      return n->out[place];
+    place -= n->nout;
+  }
+  IR_ASSERT(!"pass_run_value: no such place");
+  return NULL;
+}
+
+// The length of the stretch at schedule position p: the nodes from p on of
+// p's block and phase (0 when p is outside any block).
+static int stretch_len(const IrGraph *g, int p) {
+  const IrNode *a = g->nodes[p];
+  if (a->block <= 0)
+    return 0;
+  int q = p;
+  while (q < g->nnodes && g->nodes[q]->block == a->block && g->nodes[q]->phase == a->phase)
+    q++;
+  return q - p;
+}
+
+static bool same_value_kind(const IrValue *a, const IrValue *b) {
+  return a->dtype == b->dtype && a->role == b->role && a->host == b->host &&
+         ir_same_shape(a, b) && !a->bucket == !b->bucket &&
+         (!a->bucket || a->bucket_off == b->bucket_off) && a->tp_dim == b->tp_dim &&
+         a->tp_pieces == b->tp_pieces && !a->producer == !b->producer;
+}
+
+// Numbers each value of the stretch at p (len nodes) by first appearance
+// into seq (one entry per place); num is scratch, all -1, left all -1.
+static void number_values(const IrGraph *g, int p, int len, int *seq, int *num) {
+  int next = 0, k = 0;
+  for (int i = 0; i < len; i++) {
+    const IrNode *n = g->nodes[p + i];
+    for (int j = 0; j < n->nin + n->nout; j++) {
+      const IrValue *v = j < n->nin ? n->in[j] : n->out[j - n->nin];
+      if (num[v->id] < 0)
+        num[v->id] = next++;
+      seq[k++] = num[v->id];
+    }
+  }
+  for (int i = 0; i < len; i++) {
+    const IrNode *n = g->nodes[p + i];
+    for (int j = 0; j < n->nin + n->nout; j++)
+      num[(j < n->nin ? n->in[j] : n->out[j - n->nin])->id] = -1;
+  }
+}
+
+// Is the stretch at q (len nodes) the same as the one at p?
+static bool same_stretch(const IrGraph *g, int p, int q, int len, int *seq_p, int *seq_q,
+                         int *num) {
+  for (int i = 0; i < len; i++) {
+    const IrNode *a = g->nodes[p + i], *b = g->nodes[q + i];
+    if (a->op != b->op || a->nin != b->nin || a->nout != b->nout || a->phase != b->phase ||
+        !ir_attrs_equal(a, b, true))
+      return false;
+    for (int j = 0; j < a->nin + a->nout; j++) {
+      const IrValue *x = j < a->nin ? a->in[j] : a->out[j - a->nin];
+      const IrValue *y = j < b->nin ? b->in[j] : b->out[j - b->nin];
+      if (!same_value_kind(x, y))
+        return false;
+    }
+  }
+  number_values(g, q, len, seq_q, num);
+  int places = 0;
+  for (int i = 0; i < len; i++)
+    places += g->nodes[p + i]->nin + g->nodes[p + i]->nout;
+  return !memcmp(seq_p, seq_q, (size_t)places * sizeof *seq_p);
+}
+
+PassRun *pass_find_runs(const IrGraph *g, int *nruns) {
+  PassRun *runs = NULL;
+  int n = 0, cap = 0;
+  int places = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    places += g->nodes[i]->nin + g->nodes[i]->nout;
+  int *num = malloc(((size_t)g->nvalues + 1) * sizeof *num);
+  int *seq_p = malloc(((size_t)places + 1) * sizeof *seq_p);
+  int *seq_q = malloc(((size_t)places + 1) * sizeof *seq_q);
+  IR_ASSERT(num && seq_p && seq_q);
+  for (int i = 0; i < g->nvalues; i++)
+    num[i] = -1;
+  for (int p = 0; p < g->nnodes;) {
+    int len = stretch_len(g, p);
+    if (len == 0) {
+      p++;
+      continue;
+    }
+    number_values(g, p, len, seq_p, num);
+    int block = g->nodes[p]->block, step = 0, count = 1;
+    for (int q = p + len; q + len <= g->nnodes; q += len) {
+      int b = g->nodes[q]->block;
+      if (count == 1 && (b == block + 1 || b == block - 1))
+        step = b - block;
+      if (step == 0 || b != block + count * step || stretch_len(g, q) != len ||
+          !same_stretch(g, p, q, len, seq_p, seq_q, num))
+        break;
+      count++;
+    }
+    if (count < 2) {
+      p += len;
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? 2 * cap : 8;
+      runs = realloc(runs, (size_t)cap * sizeof *runs);
+      IR_ASSERT(runs);
+    }
+    runs[n++] = (PassRun){.first = p, .len = len, .count = count, .block = block, .step = step};
+    p += len * count;
+  }
+  free(num), free(seq_p), free(seq_q);
+  *nruns = n;
+  return runs;
+}
