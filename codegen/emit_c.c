@@ -19,11 +19,32 @@
 
 // ---- output helpers ----------------------------------------------------------------------
 
+// A run of identical blocks (passes/repeat.c) that is written as one loop:
+// every call of each block is its first block's, with each buffer at a
+// constant stride per block and each integer that differs affine in the block.
+typedef struct Loop {
+  const PassRun *run;
+  int base, other;     // stretches: the lowest block's, and its neighbour
+  int lo, hi;          // layers l = block - 1 it runs over
+} Loop;
+
 typedef struct Emit {
   IrGraph *g;
   const CgOptions *opt;
   FILE *f;
   const char **cname;   // cname[v->id]: the C identifier of each buffer
+  const char *ind;      // indentation of a statement
+  bool *used;           // used[v->id]: the code names the buffer
+  // loops
+  PassRun *runs;
+  int nruns;
+  Loop *loop;           // loop[r]: run r as a loop (loop[r].run NULL: written out)
+                        // base: the stretch of the lowest block; other: of the next
+  int64_t *stride;      // stride[v->id]: bytes per block of a loop's base buffer, or 0
+  int *layers;          // ... and its layers (0: not a base)
+  bool *covered;        // the buffer is a loop's base buffer at another block
+  const Loop *in;       // the loop being written
+  const CgCall *next;   // ... the call of the block after the base, beside the one written
 } Emit;
 
 __attribute__((format(printf, 2, 3))) static void println(Emit *e, const char *fmt, ...) {
@@ -151,15 +172,23 @@ static void emit_header(Emit *e, const char *source) {
     println(e, "// Host region (offloaded optimizer state, role h:...): %lld bytes, apart from the "
             "arena.", (long long)g->host_bytes);
   println(e, "//");
+  println(e, "// Identical blocks run as loops; their buffers are at a constant stride per");
+  println(e, "// block: \"+ l * S\" below is the buffer of layer l (block l + 1).");
+  println(e, "//");
   println(e, "//   %-28s %-6s %-22s %12s %12s  %s", "buffer", "role", "shape", "bytes", "offset",
           "live");
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    char role[16];
+    if (e->covered[i] && !e->layers[i])
+      continue;  // a loop's buffer for another block: in its base buffer's row
+    char role[16], per[64] = "";
     snprintf(role, sizeof role, "%s%s", v->host ? "h:" : "", role_name(v->role));
-    println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]", e->cname[i], role,
+    if (e->layers[i])
+      snprintf(per, sizeof per, " %c l * %lld (%d blocks)", e->stride[i] < 0 ? '-' : '+',
+               (long long)llabs(e->stride[i]), e->layers[i]);
+    println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]%s", e->cname[i], role,
             ir_shape_str(g, v), (long long)v->bytes, (long long)v->offset, v->first_use,
-            v->last_use);
+            v->last_use, per);
   }
   println(e, "#include \"dist.h\"");
   println(e, "#include \"kernels.h\"");
@@ -205,7 +234,7 @@ static void emit_bind(Emit *e, bool host) {
   println(e, "typedef struct %s {", type);
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (v->host == host)
+    if (v->host == host && e->used[i])
       println(e, "  %s *%s; // %s %s", v->dtype == DT_I32 ? "int" : "float", e->cname[i],
               role_name(v->role), ir_shape_str(g, v));
   }
@@ -215,7 +244,7 @@ static void emit_bind(Emit *e, bool host) {
   println(e, "  %s b;", type);
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (v->host == host)
+    if (v->host == host && e->used[i])
       println(e, "  b.%s = (%s *)(%s + %lld);", e->cname[i], v->dtype == DT_I32 ? "int" : "float",
               base, (long long)v->offset);
   }
@@ -224,6 +253,7 @@ static void emit_bind(Emit *e, bool host) {
   blank(e);
 }
 
+// The buffers the code names (a loop names its base block's).
 static void emit_buffers(Emit *e) {
   println(e, "// Every tensor is a fixed offset in the arena.");
   emit_bind(e, false);
@@ -233,9 +263,21 @@ static void emit_buffers(Emit *e) {
   emit_bind(e, true);
 }
 
-static void emit_arg(Emit *e, const CgArg *a) {
+// In a loop, "(l - lo) * " (or "l * ") before a per-block step.
+static void emit_layer_times(Emit *e) {
+  if (e->in->lo)
+    fprintf(e->f, "(l - %d) * ", e->in->lo);
+  else
+    fputs("l * ", e->f);
+}
+
+static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next);
+
+static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
+  int64_t step = next ? arg_step(e, a, next) : 0;
   switch (a->kind) {
   case CG_BUF:
+    e->used[a->buf->id] = true;
     fprintf(e->f, "%s.%s", a->buf->host ? "hb" : "b", e->cname[a->buf->id]);
     if (a->rank_stride) { // this rank's part of a bucket
       fputs(" + rt_dist.dp_rank * ", e->f);
@@ -245,8 +287,27 @@ static void emit_arg(Emit *e, const CgArg *a) {
       fputs(" + ", e->f);
       print_int(e, a->elem_off);
     }
+    if (step) { // the block's own, in a loop
+      int64_t elems = step / ir_dtype_size(a->buf->dtype);
+      fputs(elems < 0 ? " - " : " + ", e->f);
+      emit_layer_times(e);
+      if (elems == ir_eval(e->g, ir_numel(e->g, a->buf)))
+        print_int(e, ir_numel(e->g, a->buf));
+      else
+        fprintf(e->f, "%lld", (long long)llabs(elems));
+    }
     break;
-  case CG_INT: print_int(e, a->i); break;
+  case CG_INT:
+    if (step) {
+      fputc('(', e->f);
+      print_int(e, a->i);
+      fputs(" + ", e->f);
+      emit_layer_times(e);
+      fprintf(e->f, "%lld)", (long long)step);
+    } else {
+      print_int(e, a->i);
+    }
+    break;
   case CG_ENUM: fputs(a->name, e->f); break;
   case CG_FLOAT: print_float(e, a->f); break;
   case CG_INTS:
@@ -264,7 +325,7 @@ static void emit_arg(Emit *e, const CgArg *a) {
 
 // The node as a comment: "%x = layernorm(%h, %w, %b)  gpt2.mtc:14:11"
 static void emit_node_comment(Emit *e, const IrNode *n) {
-  fputs("  // ", e->f);
+  fprintf(e->f, "%s// ", e->ind);
   for (int i = 0; i < n->nout; i++)
     fprintf(e->f, "%s%s", i ? ", " : "", n->out[i]->name);
   fprintf(e->f, "%s%s(", n->nout ? " = " : "", ir_op_name(n->op));
@@ -278,12 +339,13 @@ static void emit_node_comment(Emit *e, const IrNode *n) {
   fputc('\n', e->f);
 }
 
-static void emit_call(Emit *e, const CgCall *c) {
-  fprintf(e->f, "  rt_%s(", cg_kernel_name(c->k));
+// A call; in a loop, next is the same call of the next block.
+static void emit_call(Emit *e, const CgCall *c, const CgCall *next) {
+  fprintf(e->f, "%srt_%s(", e->ind, cg_kernel_name(c->k));
   for (int j = 0; j < c->nargs; j++) {
     if (j)
       fputs(", ", e->f);
-    emit_arg(e, &c->args[j]);
+    emit_arg(e, &c->args[j], next ? &next->args[j] : NULL);
   }
   fputs(");\n", e->f);
 }
@@ -297,15 +359,186 @@ static bool has_op(const IrGraph *g, IrOp op) {
 
 // A graph compiled for AdamW can also run SGD: each AdamW call switches on
 // h->optimizer (the rest of the update, collectives and copies, runs either way).
-static void emit_adamw_call(Emit *e, const IrNode *n, const CgCall *adamw) {
-  CgCall sgd;
-  cg_lower_adamw_as_sgd(e->g, n, &sgd);
-  println(e, "  if (h->optimizer == RT_OPT_SGD)");
+static void emit_adamw_call(Emit *e, const CgCall *adamw, const CgCall *sgd,
+                            const CgCall *next_adamw, const CgCall *next_sgd) {
+  println(e, "%sif (h->optimizer == RT_OPT_SGD)", e->ind);
   fputs("  ", e->f);
-  emit_call(e, &sgd);
-  println(e, "  else");
+  emit_call(e, sgd, next_sgd);
+  println(e, "%selse", e->ind);
   fputs("  ", e->f);
-  emit_call(e, adamw);
+  emit_call(e, adamw, next_adamw);
+}
+
+// ---- loops over identical blocks ---------------------------------------------------------
+
+// The calls that execute node n: cg_lower's, then (AdamW) the SGD step it
+// switches to. Returns how many, or -1.
+static int lower_node(Emit *e, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
+  int nc = cg_lower(e->g, n, calls, max - 1, d);
+  if (nc >= 0 && n->op == OP_ADAMW)
+    cg_lower_adamw_as_sgd(e->g, n, &calls[nc++]);
+  return nc;
+}
+
+static bool same_sym(const Sym *a, const Sym *b) { return a == b || (a && b && sym_eq(a, b)); }
+
+// How argument y differs from x, the same argument of another block's call:
+// *delta is 0 when equal, the byte distance of two buffers otherwise, or the
+// difference of two integer constants. false when they differ otherwise.
+static bool arg_delta(const CgArg *x, const CgArg *y, int64_t *delta) {
+  *delta = 0;
+  if (x->kind != y->kind)
+    return false;
+  switch (x->kind) {
+  case CG_BUF:
+    *delta = y->buf->offset - x->buf->offset;
+    return x->buf->host == y->buf->host && x->buf->dtype == y->buf->dtype &&
+           same_sym(x->rank_stride, y->rank_stride) && same_sym(x->elem_off, y->elem_off) &&
+           *delta % ir_dtype_size(x->buf->dtype) == 0;
+  case CG_INT: {
+    int64_t a, b;
+    if (sym_eq(x->i, y->i))
+      return true;
+    if (!sym_is_const(x->i, &a) || !sym_is_const(y->i, &b))
+      return false;
+    *delta = b - a;
+    return true;
+  }
+  case CG_ENUM: return !strcmp(x->name, y->name);
+  case CG_FLOAT: return x->f == y->f || (isnan(x->f) && isnan(y->f));
+  case CG_HPARAM: return !strcmp(x->name, y->name);
+  case CG_INTS:
+    if (x->n != y->n)
+      return false;
+    for (int k = 0; k < x->n; k++)
+      if (!sym_eq(x->ints[k], y->ints[k]))
+        return false;
+    return true;
+  }
+  return false;
+}
+
+// Per block, in the loop being written: how the argument moves (next is
+// the same argument in the block after the base block).
+static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next) {
+  (void)e;
+  int64_t delta;
+  IR_ASSERT(arg_delta(a, next, &delta));
+  return delta;
+}
+
+static int block_of_stretch(const PassRun *r, int j) { return r->block + j * r->step; }
+
+static const IrNode *stretch_node(const IrGraph *g, const PassRun *r, int j, int i) {
+  return g->nodes[r->first + j * r->len + i];
+}
+
+#define MAXCALLS 64
+
+// Can run r be a loop? Every call of every block must be the base block's
+// with each argument moved by (block - base block) times its step.
+static bool loop_check(Emit *e, const PassRun *r, Loop *L, IrDiag *d) {
+  *L = (Loop){.run = r, .base = r->step > 0 ? 0 : r->count - 1};
+  L->other = L->base == 0 ? 1 : L->base - 1;
+  L->lo = block_of_stretch(r, L->base) - 1;
+  L->hi = L->lo + r->count - 1;
+  CgCall *cb = malloc(3 * MAXCALLS * sizeof *cb), *co = cb + MAXCALLS, *cj = co + MAXCALLS;
+  IR_ASSERT(cb);
+  bool ok = true;
+  int bb = block_of_stretch(r, L->base);
+  for (int i = 0; i < r->len && ok; i++) {
+    int nb = lower_node(e, stretch_node(e->g, r, L->base, i), cb, MAXCALLS, d);
+    int no = lower_node(e, stretch_node(e->g, r, L->other, i), co, MAXCALLS, d);
+    ok = nb >= 0 && nb == no;
+    for (int j = 0; j < r->count && ok; j++) {
+      int nj = lower_node(e, stretch_node(e->g, r, j, i), cj, MAXCALLS, d);
+      ok = nj == nb;
+      for (int c = 0; c < nb && ok; c++) {
+        ok = cb[c].k == cj[c].k && cb[c].nargs == cj[c].nargs && cb[c].nargs == co[c].nargs;
+        for (int a = 0; a < cb[c].nargs && ok; a++) {
+          int64_t step, delta;
+          ok = arg_delta(&cb[c].args[a], &co[c].args[a], &step) &&
+               arg_delta(&cb[c].args[a], &cj[c].args[a], &delta) &&
+               delta == step * (block_of_stretch(r, j) - bb);
+        }
+      }
+    }
+  }
+  free(cb);
+  if (!ok)
+    L->run = NULL;
+  return ok;
+}
+
+// Decides which runs are loops, and marks their buffers for the memory-plan
+// table: a loop's base buffers with their stride, the others as covered.
+static void plan_loops(Emit *e, IrDiag *d) {
+  IrGraph *g = e->g;
+  e->runs = pass_find_runs(g, &e->nruns);
+  e->loop = calloc((size_t)e->nruns + 1, sizeof *e->loop);
+  e->stride = calloc((size_t)g->nvalues + 1, sizeof *e->stride);
+  e->layers = calloc((size_t)g->nvalues + 1, sizeof *e->layers);
+  e->covered = calloc((size_t)g->nvalues + 1, sizeof *e->covered);
+  IR_ASSERT(e->loop && e->stride && e->layers && e->covered);
+  for (int r = 0; r < e->nruns; r++) {
+    Loop *L = &e->loop[r];
+    const PassRun *run = &e->runs[r];
+    if (!loop_check(e, run, L, d))
+      continue;
+    for (int p = 0, np = pass_run_places(g, run); p < np; p++) {
+      IrValue *v = pass_run_value(g, run, L->base, p), *w = pass_run_value(g, run, L->other, p);
+      if (v == w)
+        continue;
+      e->stride[v->id] = w->offset - v->offset;
+      e->layers[v->id] = run->count;
+      for (int j = 0; j < run->count; j++)
+        if (j != L->base)
+          e->covered[pass_run_value(g, run, j, p)->id] = true;
+    }
+  }
+}
+
+static void emit_node(Emit *e, const IrNode *n, const CgCall *calls, int nc,
+                      const CgCall *next) {
+  emit_node_comment(e, n);
+  if (n->op == OP_ADAMW) {
+    IR_ASSERT(nc == 2);
+    emit_adamw_call(e, &calls[0], &calls[1], next ? &next[0] : NULL, next ? &next[1] : NULL);
+  } else {
+    for (int c = 0; c < nc; c++)
+      emit_call(e, &calls[c], next ? &next[c] : NULL);
+  }
+}
+
+// Run L as: for (int l = lo; l <= hi; l++) { the base block's calls }.
+static int emit_loop(Emit *e, const Loop *L, IrDiag *d) {
+  const PassRun *r = L->run;
+  println(e, "%s// ---- blocks %d to %d: one loop, layer l is block l + 1", e->ind,
+          block_of_stretch(r, 0), block_of_stretch(r, r->count - 1));
+  if (r->step > 0)
+    println(e, "%sfor (int l = %d; l <= %d; l++) {", e->ind, L->lo, L->hi);
+  else
+    println(e, "%sfor (int l = %d; l >= %d; l--) {", e->ind, L->hi, L->lo);
+  const char *outer = e->ind;
+  e->ind = "    ";
+  e->in = L;
+  CgCall *cb = malloc(2 * MAXCALLS * sizeof *cb), *co = cb + MAXCALLS;
+  IR_ASSERT(cb);
+  int rc = 0;
+  for (int i = 0; i < r->len && !rc; i++) {
+    const IrNode *n = stretch_node(e->g, r, L->base, i);
+    int nb = lower_node(e, n, cb, MAXCALLS, d);
+    int no = lower_node(e, stretch_node(e->g, r, L->other, i), co, MAXCALLS, d);
+    if (nb < 0 || no != nb)
+      rc = -1;
+    else
+      emit_node(e, n, cb, nb, co);
+  }
+  free(cb);
+  e->in = NULL;
+  e->ind = outer;
+  println(e, "%s}", e->ind);
+  return rc;
 }
 
 static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) {
@@ -316,24 +549,28 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
     println(e, "  HostBuffers hb = bind_host(host);");
   else if (phase == PHASE_UPDATE)
     println(e, "  (void)host;");
-  int block = -1;
-  CgCall calls[64];
+  int block = -1, r = 0;
+  CgCall calls[MAXCALLS];
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
+    while (r < e->nruns && e->runs[r].first < i)
+      r++;
     if (n->phase != phase)
       continue;
+    if (r < e->nruns && e->runs[r].first == i && e->loop[r].run) {
+      if (emit_loop(e, &e->loop[r], d))
+        return -1;
+      i += e->runs[r].len * e->runs[r].count - 1;
+      block = -1;
+      continue;
+    }
     if (n->block != block && n->block > 0)
       println(e, "  // ---- block %d", n->block);
     block = n->block;
-    emit_node_comment(e, n);
-    int nc = cg_lower(g, n, calls, 64, d);
+    int nc = lower_node(e, n, calls, MAXCALLS, d);
     if (nc < 0)
       return -1;
-    for (int c = 0; c < nc; c++)
-      if (n->op == OP_ADAMW)
-        emit_adamw_call(e, n, &calls[c]);
-      else
-        emit_call(e, &calls[c]);
+    emit_node(e, n, calls, nc, NULL);
   }
   println(e, "}");
   blank(e);
@@ -358,7 +595,7 @@ static int emit_init_host(Emit *e, IrDiag *d) {
     back.k = CG_K_to_host;
     back.args[0] = calls[0].args[1];
     back.args[1] = calls[0].args[0];
-    emit_call(e, &back);
+    emit_call(e, &back, NULL);
   }
   println(e, "}");
   blank(e);
@@ -536,14 +773,15 @@ static double total_flops(IrGraph *g) {
 
 static int emit_model(Emit *e, const char *source, IrDiag *d) {
   IrGraph *g = e->g;
+  plan_loops(e, d);
   emit_header(e, source);
-  // The functions go to memory first, so that only the dims they use are defined.
+  // The functions go to memory first, so that only the dims they use are
+  // defined and only the buffers they name are bound.
   FILE *out = e->f;
   char *code = NULL;
   size_t len = 0;
   e->f = open_memstream(&code, &len);
   IR_ASSERT(e->f);
-  emit_buffers(e);
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
@@ -552,6 +790,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   e->f = out;
   if (!rc) {
     emit_dims(e, code);
+    emit_buffers(e);
     fputs(code, e->f);
   }
   free(code);
@@ -759,13 +998,16 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     if (copy_file(from, to, d))
       return -1;
   }
-  Emit e = {.g = g, .opt = opt};
+  Emit e = {.g = g, .opt = opt, .ind = "  "};
+  e.used = calloc((size_t)g->nvalues + 1, sizeof *e.used);
+  IR_ASSERT(e.used);
   name_buffers(&e);
   e.f = open_out(opt->outdir, "model.c", d);
   int rc = e.f ? emit_model(&e, opt->source, d) : -1;
   if (e.f && fclose(e.f) && !rc)
     rc = ir_error(d, (IrLoc){0}, "cannot write model.c: %s", strerror(errno));
-  free(e.cname);
+  free(e.cname), free(e.used), free(e.runs), free(e.loop), free(e.stride), free(e.layers);
+  free(e.covered);
   if (rc)
     return -1;
   int ranks = opt->lowered ? opt->lowered->dist.dp * opt->lowered->dist.tp : 1;
