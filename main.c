@@ -325,57 +325,10 @@ static Args parse_args(int argc, char **argv) {
   return a;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && !strcmp(s + n - m, suffix);
-}
-
-static char *read_file(const char *path, IrDiag *d) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    ir_error(d, (IrLoc){0}, "cannot read %s: %s", path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 1 << 16, len = 0, n;
-  char *buf = malloc(cap);
-  while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0)
-    if ((len += n) + 1 == cap)
-      buf = realloc(buf, cap *= 2);
-  fclose(f);
-  if (buf)
-    buf[len] = '\0';
-  return buf;
-}
-
-// The frontend: a DSL file, an ONNX model, or IR text (with -D overriding
-// its bindings).
 static IrGraph *load(const Args *a, IrDiag *d) {
-  if (ends_with(a->model, ".onnx")) {
-    FeOnnxOptions o = {.defines = a->defines, .ndefines = a->ndefines, .loss = a->loss,
-                       .labels = a->labels, .seed = a->seed};
-    return fe_onnx_load(a->model, &o, d);
-  }
-  if (a->loss || a->labels) {
-    ir_error(d, (IrLoc){0}, "--loss and --labels apply to ONNX models; %s states its loss",
-             a->model);
-    return NULL;
-  }
-  if (!ends_with(a->model, ".ir"))
-    return fe_dsl_load(a->model, a->defines, a->ndefines, d);
-  char *text = read_file(a->model, d);
-  IrGraph *g = text ? ir_parse(text, a->model, d) : NULL;
-  free(text);
-  for (int i = 0; g && i < a->ndefines; i++) {
-    int var = symtab_find(&g->syms, a->defines[i].name);
-    if (var < 0) {
-      ir_error(d, (IrLoc){0}, "-D %s: the model has no dim %s", a->defines[i].name,
-               a->defines[i].name);
-      ir_graph_free(g);
-      return NULL;
-    }
-    symtab_bind(&g->syms, var, a->defines[i].value);
-  }
-  return g;
+  FeLoadOptions o = {.defines = a->defines, .ndefines = a->ndefines, .loss = a->loss,
+                     .labels = a->labels, .seed = a->seed};
+  return fe_load(a->model, &o, d);
 }
 
 // What --checkpoint did, as a line that starts with `lead`.
@@ -485,7 +438,7 @@ static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, c
                       PassDist *dist, int *checkpoint, IrDiag *d) {
   int rc;
   if (a->plan_file) {
-    *text = read_file(a->plan_file, d);
+    *text = fe_read_text(a->plan_file, d);
     rc = *text ? sv_apply_read(g, a->plan_file, *text, ap, d) : -1;
   } else {
     SvConfig cfg;

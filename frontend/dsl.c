@@ -27,18 +27,15 @@
 // Errors stop at the first one and point at the offending token.
 #define _POSIX_C_SOURCE 200809L
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "dsl_ast.h"
 #include "frontend.h"
 
-#define MAX_FILE (16 << 20)      // largest source file read
 #define MAX_REPEAT 1024          // largest repeat count
 #define MAX_INSTANCES 16384      // block instances in one model, nested ones too
 #define MAX_VALUES 100000        // values (tensors) in one model
@@ -1718,70 +1715,10 @@ IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, IrDiag *
   if (!d)
     d = &local;
   memset(d, 0, sizeof *d);
-  IrLoc top = {path, 1, 1};
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    ir_error(d, top, "cannot read %s: %s", path, strerror(errno));
+  char *text = fe_read_text(path, d);
+  if (!text)
     return NULL;
-  }
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-    fclose(f);
-    ir_error(d, top, "cannot read %s: it is a directory", path);
-    return NULL;
-  }
-  // Read at most MAX_FILE + 1 bytes so that a larger file is noticed.
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap + 1);
-  for (;;) {
-    if (!buf) {
-      fclose(f);
-      ir_error(d, top, "cannot read %s: out of memory", path);
-      return NULL;
-    }
-    size_t want = cap - len;
-    size_t got = fread(buf + len, 1, want, f);
-    len += got;
-    if (got < want)
-      break;
-    if (len > MAX_FILE)
-      break;
-    cap *= 2;
-    char *nb = realloc(buf, cap + 1);
-    if (!nb)
-      free(buf);
-    buf = nb;
-  }
-  int err = ferror(f) ? (errno ? errno : EIO) : 0;
-  fclose(f);
-  if (err) {
-    free(buf);
-    ir_error(d, top, "cannot read %s: %s", path, strerror(err));
-    return NULL;
-  }
-  if (len > MAX_FILE) {
-    free(buf);
-    ir_error(d, top, "%s is larger than %d MiB; is it really a model?", path, MAX_FILE >> 20);
-    return NULL;
-  }
-  buf[len] = '\0';
-  // A NUL byte would end the text early: report where it is.
-  char *nul = memchr(buf, '\0', len);
-  if (nul) {
-    IrLoc at = {path, 1, 1};
-    for (char *p = buf; p < nul; p++) {
-      if (*p == '\n') {
-        at.line++;
-        at.col = 1;
-      } else {
-        at.col++;
-      }
-    }
-    free(buf);
-    ir_error(d, at, "NUL byte in the source (is this a binary file?)");
-    return NULL;
-  }
-  IrGraph *g = fe_dsl_parse(buf, path, defs, ndefs, d);
-  free(buf);
+  IrGraph *g = fe_dsl_parse(text, path, defs, ndefs, d);
+  free(text);
   return g;
 }

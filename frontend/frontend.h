@@ -1,5 +1,6 @@
 // Frontends: read a model and build its forward graph in mtc's IR: the
-// mtc DSL or an ONNX file (see fe_onnx_load below).
+// mtc DSL, an ONNX file (see fe_onnx_load below), or IR text. fe_load reads
+// any of them.
 //
 // The DSL (frontend/dsl.l, dsl.y, dsl.c) reads mtc's small model language:
 //
@@ -24,6 +25,23 @@ typedef struct FeDefine {
   const char *name;
   int64_t value;
 } FeDefine;
+
+// How to read a model (frontend/load.c).
+typedef struct FeLoadOptions {
+  const FeDefine *defines;  // -D NAME=VALUE: the dims' values
+  int ndefines;
+  const char *loss, *labels; // ONNX only: see FeOnnxOptions
+  uint64_t seed;            // ONNX dropout masks
+} FeLoadOptions;
+
+// Reads a model by its file's kind: `.onnx` (fe_onnx_load), `.ir` (IR text
+// as `mtc inspect` prints it, ir_parse; -D rebinds its dims), else the DSL
+// (fe_dsl_load). opt may be NULL. NULL and d on any error; never exits.
+IrGraph *fe_load(const char *path, const FeLoadOptions *opt, IrDiag *d);
+
+// A text file (at most 16 MiB, no NUL bytes, not a directory), NUL-terminated
+// and malloc'd; NULL and d (at the file, or at the NUL byte) on error.
+char *fe_read_text(const char *path, IrDiag *d);
 
 // Reads a DSL file (at most 16 MiB, no NUL bytes) and evaluates it into a
 // forward graph: nodes in PHASE_FORWARD, g->loss set, the dims as symbols
