@@ -87,6 +87,8 @@ static void usage(FILE *f) {
         "  --json FILE            write the plan as JSON (plan)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
+        "  --seq-parallel         assume Megatron sequence parallelism under tensor\n"
+        "                         parallelism (plan; compiled programs do not run it yet)\n"
         "  --time-limit S --mip-gap X\n"
         "                         GLPK's limits (default 20 s, 0.001)\n"
         "\n"
@@ -186,6 +188,8 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     a->formulas = true;
   } else if (!strcmp(s, "--no-share")) {
     a->sv.share_blocks = false;
+  } else if (!strcmp(s, "--seq-parallel")) {
+    a->sv.seq_parallel = true;
   } else if (!strcmp(s, "--time-limit")) {
     a->sv.time_limit = parse_double(s, NEXT());
     if (!(a->sv.time_limit > 0))
@@ -317,6 +321,9 @@ static Args parse_args(int argc, char **argv) {
   if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
     bad_usage("--dp, --tp, --zero, --micro-batches, --offload and --checkpoint fix the layout "
               "for %s; plan chooses it", "compile and inspect");
+  if (a.sv.seq_parallel && strcmp(a.cmd, "plan"))
+    bad_usage("--seq-parallel is for plan: %s programs do not run sequence parallelism yet",
+              "compiled");
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);

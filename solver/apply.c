@@ -202,6 +202,16 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out
   if (!rc && !cJSON_IsTrue(feasible))
     rc = ir_error(d, (IrLoc){0}, "%s: the plan does not fit its cluster (\"feasible\": false); "
                   "there is nothing to apply", path);
+  // Megatron sequence parallelism is a planner's assumption the lowering does not
+  // execute. Files from before the field lack it: read as false (their layouts lower the
+  // same; only their estimates assumed it).
+  const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "seq_parallel");
+  if (!rc && sp && !cJSON_IsBool(sp))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" must be true or false", path);
+  if (!rc && cJSON_IsTrue(sp))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\": true: the plan assumes Megatron "
+                  "sequence parallelism, which compiled programs do not run yet; plan again "
+                  "without --seq-parallel (mtc plan ... --json FILE)", path);
   if (!rc && !cJSON_IsObject(batch))
     rc = ir_error(d, (IrLoc){0}, "%s: \"batch\" must be an object {global, micro, "
                   "micro_batches, seq}", path);

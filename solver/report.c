@@ -96,6 +96,11 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
   fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
           pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
           pl->cfg.precision == SV_BF16 ? "bf16 with fp32 master weights" : "fp32");
+  if (pl->cfg.seq_parallel)
+    fprintf(f, "sequence parallelism: assumed under tensor parallelism (--seq-parallel); "
+               "compiled programs do not run it yet, so mtc compile --plan refuses this plan\n");
+  else
+    fprintf(f, "sequence parallelism: off (as compiled programs run; --seq-parallel assumes it)\n");
 }
 
 static void print_blocks(FILE *f, const SvPlan *pl) {
@@ -230,6 +235,7 @@ static cJSON *plan_json(const SvPlan *pl) {
   if (!s->feasible)
     cJSON_AddStringToObject(root, "why", pl->why);
   cJSON_AddStringToObject(root, "precision", pl->cfg.precision == SV_BF16 ? "bf16" : "fp32");
+  cJSON_AddBoolToObject(root, "seq_parallel", pl->cfg.seq_parallel);
   cJSON *batch = cJSON_AddObjectToObject(root, "batch");
   cJSON_AddNumberToObject(batch, "global", (double)pl->global_batch);
   cJSON_AddNumberToObject(batch, "micro", (double)pl->micro_batch);

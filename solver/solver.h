@@ -82,7 +82,8 @@ typedef struct SvConfig {
   int64_t seq;            // sequence length (0: the model's)
   SvPrecision precision;
   bool share_blocks;      // identical blocks share one set of variables (default on)
-  bool seq_parallel;      // 1D tensor parallelism with Megatron sequence parallelism (default on)
+  bool seq_parallel;      // 1D tensor parallelism with Megatron sequence parallelism (default
+                          // off: compiled programs do not run it; mtc plan --seq-parallel)
   double mip_gap;         // relative optimality gap (default 1e-3)
   double time_limit;      // seconds for GLPK (default 20)
   bool verbose;           // GLPK's log on stderr
@@ -90,7 +91,7 @@ typedef struct SvConfig {
                           // lowers); 0: any layout per block
 } SvConfig;
 
-SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on
+SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on, no sequence parallelism
 
 // Sets the model's batch and sequence dims from cfg (micro_batch, seq) before
 // the passes run. The batch dim is the first dim of the first input; the

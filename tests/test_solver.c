@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frontend.h"
 #include "passes.h"
@@ -442,6 +443,58 @@ static void test_formulas_print(void) {
   ir_graph_free(g);
 }
 
+// ---- sequence parallelism: a choice, reported -----------------------------------------------
+
+// The plan's text report and plan.json (read back) under c.
+static void plan_outputs(IrGraph *g, const SvConfig *c, char **report, char **json) {
+  SvPlan *p = plan(g, c);
+  size_t len = 0;
+  FILE *f = open_memstream(report, &len);
+  sv_report(f, p);
+  fclose(f);
+  char path[] = "/tmp/mtc_test_plan_XXXXXX";
+  int fd = mkstemp(path);
+  IrDiag d = {0};
+  CHECK(fd >= 0 && !sv_write_json(p, path, &d), "plan.json: %s", d.msg);
+  f = fopen(path, "rb");
+  *json = calloc(1, 1 << 20);
+  if (f) {
+    fread(*json, 1, (1 << 20) - 1, f);
+    fclose(f);
+  }
+  unlink(path);
+  if (fd >= 0)
+    close(fd);
+  sv_plan_free(p);
+}
+
+static void test_seq_parallel(void) {
+  CHECK(!sv_default_config().seq_parallel, "the default plan assumes sequence parallelism");
+  IrGraph *g = model("gpt2.mtc", "L=2");
+  SvConfig c = cluster("H100-80GB", 8, 0);
+  char *report, *json;
+  plan_outputs(g, &c, &report, &json);
+  CHECK(strstr(report, "sequence parallelism: off"), "report:\n%s", report);
+  CHECK(strstr(json, "\"seq_parallel\":\tfalse"), "plan.json:\n%.300s", json);
+  SvApplied a;
+  IrDiag d = {0};
+  CHECK(!sv_apply_read(g, "off.json", json, &a, &d), "a plan without SP: %s", d.msg);
+  sv_applied_free(&a);
+  free(report), free(json);
+
+  c.seq_parallel = true;
+  plan_outputs(g, &c, &report, &json);
+  CHECK(strstr(report, "sequence parallelism: assumed") && strstr(report, "refuses this plan"),
+        "report:\n%s", report);
+  CHECK(strstr(json, "\"seq_parallel\":\ttrue"), "plan.json:\n%.300s", json);
+  CHECK(sv_apply_read(g, "sp.json", json, &a, &d) && strstr(d.msg, "sp.json") &&
+            strstr(d.msg, "\"seq_parallel\": true") && strstr(d.msg, "without --seq-parallel"),
+        "applying a plan with SP: '%s'", d.msg);
+  sv_applied_free(&a);
+  free(report), free(json);
+  ir_graph_free(g);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_solver EXAMPLES_DIR TESTS_SOLVER_DIR\n");
@@ -454,6 +507,7 @@ int main(int argc, char **argv) {
   test_megatron_activations();
   test_clusters();
   test_formulas_print();
+  test_seq_parallel();
   test_brute_force();
   test_small_model_gets_dp();
   test_big_model_shards();
