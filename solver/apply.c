@@ -36,6 +36,8 @@ static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
     return ir_error(d, (IrLoc){0}, "out of memory");
   a->micro = pl->micro_batch;
   a->seq = pl->seq;
+  int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
+  IR_ASSERT(seen);
   for (int b = 0; b < m->nblocks; b++) {
     int u = m->block[b].unit;
     const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
@@ -44,9 +46,10 @@ static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
       a->dp = l.dp, a->tp = l.tp;
     IR_ASSERT(l.dp == a->dp && l.tp == a->tp && l.q == 1);  // mesh_tp asked for one mesh
     a->zero[b] = c->zero;
-    a->ckpt[b] = c->ckpt;
+    a->ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
     a->offload[b] = c->offload / 100.0;
   }
+  free(seen);
   int64_t total = p->micro_total;
   if (total % a->dp)
     return ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %d replicas; the "

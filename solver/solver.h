@@ -216,6 +216,11 @@ typedef struct SvChoice {
   double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
   double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
   double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];
+  // A checkpointing choice of a unit of several blocks may leave some of them (the last
+  // ones) without checkpointing: SvSolution.nplain. Such a block costs what it costs under
+  // the same choice without checkpointing, which differs only in these two (no recompute,
+  // all activations kept); the unit's peak stays `peak` (a checkpointed block's).
+  double t_micro_plain[SV_MAXGROUPS], mem_plain[SV_MAXGROUPS];
 } SvChoice;
 
 // A set of blocks deciding together: one block, or identical blocks.
@@ -254,6 +259,9 @@ typedef struct SvProblem {
 // A solution: a choice per unit, micro-batches and state share per group.
 typedef struct SvSolution {
   int *pick;                      // nunits choice indices
+  int *nplain;                    // per unit whose pick checkpoints: its blocks left without
+                                  // checkpointing, 0 to count - 1 (the integer program decides
+                                  // it on one group of GPUs; it stays 0 on several)
   int64_t batch[SV_MAXGROUPS];    // micro-batches each group runs (sum = micro_total)
   double share[SV_MAXGROUPS];     // each group's share of the sharded state (sum = 1)
   bool feasible;
@@ -264,6 +272,8 @@ typedef struct SvSolution {
 } SvSolution;
 
 void sv_problem_free(SvProblem *p);
+// The blocks of unit u that s checkpoints: the first K of the unit's count.
+int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u);
 SvSolution sv_solution_new(const SvProblem *p);
 void sv_solution_free(SvSolution *s);
 void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
@@ -333,6 +343,9 @@ void sv_plan_free(SvPlan *p);
 
 // The cost of one block of unit u with choice c on group g, by category.
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out);
+// The cost of all of unit u's blocks under solution s on group g, by category (its
+// checkpointed blocks and those left without); peak: the largest block's.
+void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out);
 
 // ---- applying a plan (solver/apply.c) -----------------------------------------------------------
 

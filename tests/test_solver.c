@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "frontend.h"
 #include "passes.h"
 #include "solver.h"
@@ -40,8 +42,9 @@ static double urand(void) {   // xorshift64
 }
 static int irand(int n) { return (int)(urand() * n) % n; }
 
-// A random problem: 2-4 units with 2-5 choices over 2-3 layouts, a chain of
-// edges, one or two groups.
+// A random problem: 2-4 units of 1-3 blocks with 2-5 choices over 2-3 layouts
+// (some checkpointing: faster and bigger for the blocks they leave without), a
+// chain of edges, one or two groups.
 static SvProblem *random_problem(int groups) {
   SvProblem *p = calloc(1, sizeof *p);
   p->ngroups = groups;
@@ -74,6 +77,13 @@ static SvProblem *random_problem(int groups) {
         c->mem_shard[g] = 4 * urand() * GiB;
         c->peak[g] = 3 * urand() * GiB;
         c->host_shard[g] = urand() < 0.3 ? 2 * urand() * GiB : 0;
+        c->t_micro_plain[g] = c->t_micro[g];
+        c->mem_plain[g] = c->mem[g];
+      }
+      c->ckpt = urand() < 0.4;
+      for (int g = 0; g < groups && c->ckpt; g++) {
+        c->t_micro_plain[g] = c->t_micro[g] * (0.5 + 0.4 * urand());
+        c->mem_plain[g] = c->mem[g] + 3 * urand() * GiB;
       }
     }
   }
@@ -110,7 +120,7 @@ static void agree(SvProblem *p, const char *what, int i) {
 }
 
 static void test_brute_force(void) {
-  int binding = 0;
+  int binding = 0, partial = 0;
   for (int i = 0; i < 24; i++) {
     SvProblem *p = random_problem(i % 3 == 2 ? 2 : 1);
     agree(p, p->ngroups > 1 ? "heterogeneous, loose memory" : "loose memory", i);
@@ -124,12 +134,15 @@ static void test_brute_force(void) {
     SvSolution squeezed = sv_solution_new(p);
     sv_brute_force(p, &squeezed);
     binding += squeezed.feasible && squeezed.time > best.time;
+    for (int u = 0; u < p->nunits && squeezed.feasible; u++)
+      partial += squeezed.nplain[u] > 0;
     agree(p, p->ngroups > 1 ? "heterogeneous, binding memory" : "binding memory", i);
     sv_solution_free(&best);
     sv_solution_free(&squeezed);
     sv_problem_free(p);
   }
   CHECK(binding >= 5, "only %d instances had binding but satisfiable memory", binding);
+  CHECK(partial >= 2, "only %d units checkpoint some of their blocks and not others", partial);
 
   // GLPK's errors come back as a status and a message (its error hook), and
   // GLPK works again afterwards.
@@ -142,7 +155,8 @@ static void test_brute_force(void) {
   agree(p, "after an error", 0);
   sv_solution_free(&s);
   sv_problem_free(p);
-  printf("brute force: 48 instances agree (%d with binding memory, slower)\n", binding);
+  printf("brute force: 48 instances agree (%d with binding memory, slower; %d units "
+         "checkpoint some of their blocks)\n", binding, partial);
 }
 
 // ---- models -------------------------------------------------------------------------------------
@@ -495,6 +509,60 @@ static void test_seq_parallel(void) {
   ir_graph_free(g);
 }
 
+// ---- checkpointing K of L identical blocks ----------------------------------------------------
+
+// GPT-2 with 4 layers on one GPU of 20 MB (measured with mtc plan -D L=4 --gpu-mem: 22 MB
+// holds every layer's activations, 18 MB needs all 4 checkpointed and offload): the
+// optimum checkpoints some layers and not others, with one set of variables for the 4.
+static void test_checkpoint_k_of_l(void) {
+  IrGraph *g = model("gpt2.mtc", "L=4");
+  SvConfig c = cluster("H100-80GB", 1, 20e6);
+  SvPlan *p = plan(g, &c);
+  int u = p->model->block[1].unit;
+  CHECK(p->sol.feasible && p->prob->unit[u].count == 4, "%s", p->why);
+  int k = p->sol.feasible ? sv_ckpt_blocks(p->prob, &p->sol, u) : -1;
+  CHECK(k > 0 && k < 4, "checkpoints %d of 4 layers, want some but not all", k);
+  CHECK(p->stats.ints > 0, "no integer variable counts checkpointed layers");
+
+  // The report says K of 4; plan.json checkpoints the first K layers.
+  char *report, *json;
+  plan_outputs(g, &c, &report, &json);
+  char want[64];
+  snprintf(want, sizeof want, "%d of 4", k);
+  CHECK(strstr(report, want), "report without '%s':\n%s", want, report);
+  cJSON *root = cJSON_Parse(json);
+  const cJSON *b;
+  int i = 0, first = 0, marked = 0;
+  cJSON_ArrayForEach(b, cJSON_GetObjectItem(root, "blocks")) {
+    const char *name = cJSON_GetObjectItem(b, "name")->valuestring;
+    bool ck = cJSON_IsTrue(cJSON_GetObjectItem(b, "checkpoint"));
+    if (strncmp(name, "h.", 2))
+      continue;
+    marked += ck;
+    first += ck && atoi(name + 2) < k;
+    i++;
+  }
+  CHECK(i == 4 && marked == k && first == k, "plan.json checkpoints %d of %d layers, %d of the "
+        "first %d", marked, i, first, k);
+  cJSON_Delete(root);
+  free(report), free(json);
+
+  // Every layer deciding alone finds nothing faster, and checkpoints as many.
+  c.share_blocks = false;
+  SvPlan *q = plan(g, &c);
+  int alone = 0;
+  for (int l = 1; l <= 4 && q->sol.feasible; l++) {
+    int v = q->model->block[l].unit;
+    alone += q->prob->unit[v].choice[q->sol.pick[v]].ckpt;
+  }
+  CHECK(q->sol.feasible && near(q->sol.time, p->sol.time, 1e-6) && alone == k,
+        "--no-share: %.6f ms with %d checkpointed, shared %.6f ms with %d", q->sol.time * 1e3,
+        alone, p->sol.time * 1e3, k);
+  sv_plan_free(q);
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_solver EXAMPLES_DIR TESTS_SOLVER_DIR\n");
@@ -508,6 +576,7 @@ int main(int argc, char **argv) {
   test_clusters();
   test_formulas_print();
   test_seq_parallel();
+  test_checkpoint_k_of_l();
   test_brute_force();
   test_small_model_gets_dp();
   test_big_model_shards();
