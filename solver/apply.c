@@ -3,10 +3,13 @@
 // plan --json` or `mtc compile`, perhaps edited).
 //
 // What mtc lowers today: one mesh of dp x tp ranks for every block (1D tensor
-// parallelism; no 2D grid) on one group of identical GPUs. sv_apply_best
-// asks the solver for exactly that (one solve per tp that divides the GPUs,
-// the fastest feasible kept); sv_apply_read refuses a file that asks for
-// anything else, naming the block and the field.
+// parallelism; no 2D grid) on one group of identical GPUs, one offload share
+// for every block, and checkpointing of the first K repeated layers.
+// sv_apply_best asks the solver for that (one solve per tp that divides the
+// GPUs and per offload share, the fastest feasible kept; in a model with
+// layers of several kinds it may still checkpoint a later kind and not an
+// earlier one, which mtc compile refuses); sv_apply_read refuses a file that
+// asks for anything else, naming the block and the field.
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -68,30 +71,31 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept
                     cfg->cluster.ngroups);
   int gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
-  for (int tp = 1; tp <= gpus && tp <= 64; tp++) {
-    if (gpus % tp)
-      continue;
-    SvConfig c = *cfg;
-    c.mesh_tp = tp;
-    SvPlan *p;
-    IrDiag quiet = {0};
-    if (sv_plan(g, &c, &p, &quiet)) {
-      if (!why[0])
-        snprintf(why, sizeof why, "%.900s", quiet.msg);
-      continue;
+  static const int offloads[] = {0, 50, 100};
+  for (int tp = 1; tp <= gpus && tp <= 64; tp++)
+    for (int o = 0; o < 3 && gpus % tp == 0; o++) {
+      SvConfig c = *cfg;
+      c.mesh_tp = tp;
+      c.mesh_offload = offloads[o];
+      SvPlan *p;
+      IrDiag quiet = {0};
+      if (sv_plan(g, &c, &p, &quiet)) {
+        if (!why[0])
+          snprintf(why, sizeof why, "%.900s", quiet.msg);
+        continue;
+      }
+      if (!p->sol.feasible) {
+        snprintf(why, sizeof why, "%s", p->why);
+        sv_plan_free(p);
+        continue;
+      }
+      if (!*kept || p->sol.time < (*kept)->sol.time) {
+        sv_plan_free(*kept);
+        *kept = p;
+      } else {
+        sv_plan_free(p);
+      }
     }
-    if (!p->sol.feasible) {
-      snprintf(why, sizeof why, "%s", p->why);
-      sv_plan_free(p);
-      continue;
-    }
-    if (!*kept || p->sol.time < (*kept)->sol.time) {
-      sv_plan_free(*kept);
-      *kept = p;
-    } else {
-      sv_plan_free(p);
-    }
-  }
   if (!*kept)
     return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block fits: %s", why);
   return from_plan(*kept, out, d);

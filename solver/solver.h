@@ -87,8 +87,11 @@ typedef struct SvConfig {
   double mip_gap;         // relative optimality gap (default 1e-3)
   double time_limit;      // seconds for GLPK (default 20)
   bool verbose;           // GLPK's log on stderr
-  int mesh_tp;            // > 0: every block on one mesh of dp x mesh_tp (what mtc compile
-                          // lowers); 0: any layout per block
+  int mesh_tp;            // > 0: only what mtc compile lowers: every block on one mesh of
+                          // dp x mesh_tp, every block's optimizer state mesh_offload percent
+                          // on the host, no checkpointing outside the repeated layers;
+                          // 0: any layout, offload share and checkpointing per block
+  int mesh_offload;       // with mesh_tp: 0, 50 or 100
 } SvConfig;
 
 SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on, no sequence parallelism
@@ -360,9 +363,10 @@ typedef struct SvApplied {
   double *offload;       // share of its optimizer state on the host
 } SvApplied;
 
-// The fastest feasible plan on one group of GPUs with one mesh for every
-// block (a solve per tp that divides the GPUs). *kept is that plan (free it
-// with sv_plan_free). -1 with d when none fits (what binds, from the solver).
+// The fastest feasible plan on one group of GPUs that mtc compile lowers (a
+// solve per tp that divides the GPUs and offload share: SvConfig.mesh_tp).
+// *kept is that plan (free it with sv_plan_free). -1 with d when none fits
+// (what binds, from the solver).
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d);
 // The plan in a plan.json text (path names it in errors), checked against g's
 // blocks. -1 with d naming the block and field that does not fit.
