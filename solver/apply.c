@@ -72,8 +72,10 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept
   int gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
   static const int offloads[] = {0, 50, 100};
+  // no host memory (--host-mem 0): nothing to offload into
+  int nshares = cfg->cluster.group[0].dev.host_mem > 0 ? 3 : 1;
   for (int tp = 1; tp <= gpus && tp <= 64; tp++)
-    for (int o = 0; o < 3 && gpus % tp == 0; o++) {
+    for (int o = 0; o < nshares && gpus % tp == 0; o++) {
       SvConfig c = *cfg;
       c.mesh_tp = tp;
       c.mesh_offload = offloads[o];

@@ -40,6 +40,10 @@ expect plan_seq_parallel 1 "seq_parallel.json: \"seq_parallel\": true: .*plan ag
   "$mtc" compile "$model" -D L=2 --plan "$out/seq_parallel.json" -o "$out/p9"
 expect compile_seq_parallel 2 "--seq-parallel is for plan" \
   "$mtc" compile "$model" -D L=2 --gpus 4 --seq-parallel -o "$out/p9"
+expect host_mem_bad 2 "--host-mem takes a size like 256GiB, or 0 for no offload, not 'lots'" \
+  "$mtc" plan "$model" --gpus 4 --host-mem lots
+expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --gpu-mem, --host-mem" \
+  "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
 edit two_meshes "p['blocks'][1]['tp'] = 2"
 expect plan_two_meshes 1 "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" \
   "$mtc" compile "$model" -D L=2 --plan "$out/two_meshes.json" -o "$out/p1"

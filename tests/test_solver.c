@@ -435,6 +435,14 @@ static void test_clusters(void) {
     CHECK(sv_cluster_parse(&c, bad[i].json, "c.json", &d) && strstr(d.msg, bad[i].want),
           "%s: got '%s', want '%s'", bad[i].json, d.msg, bad[i].want);
   }
+  // No CPU memory for offloaded state is a cluster of its own; less than none is not.
+  const char *none = "{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"host_mem\": 0}]}";
+  const char *less = "{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"host_mem\": -1}]}";
+  CHECK(!sv_cluster_parse(&c, none, "c.json", &d) && c.group[0].dev.host_mem == 0,
+        "host_mem 0: %s", d.msg);
+  CHECK(sv_cluster_parse(&c, less, "c.json", &d) &&
+            strstr(d.msg, "\"host_mem\" must be a non-negative"),
+        "host_mem -1: '%s'", d.msg);
 }
 
 static void test_formulas_print(void) {
@@ -605,6 +613,38 @@ static void test_apply_lowerable(void) {
   ir_graph_free(g);
 }
 
+// Without CPU memory for offloaded state (mtc compile --host-mem 0), memory the solver
+// met with offload takes tensor parallelism or ZeRO-3: GPT-2 small on 4 GPUs of 1.1 MB
+// (measured with mtc compile --gpus 4: with the H100's host memory dp 4, ZeRO-2, offload 1
+// and every layer checkpointed; with none, dp 2 x tp 2 from 0.9 to 1.25 MB).
+static void test_no_host_memory(void) {
+  IrGraph *g = model("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2");
+  for (int host = 1; host >= 0; host--) {
+    SvConfig c = cluster("H100-80GB", 4, 1.1e6);
+    c.precision = SV_FP32;
+    if (!host)
+      c.cluster.group[0].dev.host_mem = 0;
+    SvApplied a;
+    SvPlan *kept;
+    IrDiag d = {0};
+    int rc = sv_apply_best(g, &c, &a, &kept, &d);
+    CHECK(!rc, "host memory %d: %s", host, d.msg);
+    if (rc)
+      continue;
+    bool zero3 = false, offload = false;
+    for (int b = 0; b < a.nblocks; b++)
+      zero3 |= a.zero[b] == 3, offload |= a.offload[b] > 0;
+    if (host)
+      CHECK(offload, "with host memory: dp %d x tp %d without offload", a.dp, a.tp);
+    else
+      CHECK(!offload && (a.tp > 1 || zero3), "without host memory: dp %d x tp %d, ZeRO-3 %d, "
+            "offload %d; want tp > 1 or ZeRO-3 and no offload", a.dp, a.tp, zero3, offload);
+    sv_applied_free(&a);
+    sv_plan_free(kept);
+  }
+  ir_graph_free(g);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_solver EXAMPLES_DIR TESTS_SOLVER_DIR\n");
@@ -620,6 +660,7 @@ int main(int argc, char **argv) {
   test_seq_parallel();
   test_checkpoint_k_of_l();
   test_apply_lowerable();
+  test_no_host_memory();
   test_brute_force();
   test_small_model_gets_dp();
   test_big_model_shards();
