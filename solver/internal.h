@@ -35,6 +35,11 @@ void sv_choice_fill(SvChoice *c, int g, const SvCost *k);
 bool sv_partial_ckpt(const SvProblem *p, int u, const SvChoice *c);
 // The index of the choice of u like s but without checkpointing; -1 when there is none.
 int sv_choice_plain(const SvUnit *u, int s);
+// With p->ckpt_first: the unit that holds alone the repeated layer after unit u's (u
+// holding one layer alone), whose checkpointing needs u's; -1 when there is none.
+int sv_next_layer(const SvProblem *p, int u);
+// s checkpoints as p->ckpt_first asks (always true without it).
+bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s);
 // A copy of p without the choices that cannot be optimal: those too big on
 // their own, and those another choice of the same layout matches or beats on
 // every coefficient (without gpu_caps, GPU capacity is not checked).

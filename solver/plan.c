@@ -52,6 +52,8 @@
 //          + sum_uv sum_ab r[uv,a,b,g] e[uv,a,b]                         for each g
 //   sum_u n_u sum_s (mf x[u,s] + ms y[u,s,g]) + W[g] <= capacity[g]      for each g
 //   W[g] >= sum_s mp x[u,s]                                              for each u, g
+//   sum_{s ckpt} x[v,s] <= sum_{s ckpt} x[u,s]    for layers u, v deciding alone, v after u,
+//                                                 when only the first K may checkpoint
 //   sum_u n_u sum_s (hf x[u,s] + hs y[u,s,g]) <= host[g]                 for each g
 //   sum_g beta[g] = M,  sum_g f[g] = 1,
 //   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
@@ -170,6 +172,19 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
         ilp_coef(ilp, rr, c->x[u] + s, -(q->unit[u].count - 1));
       }
     }
+  }
+  // Only the first K layers checkpoint: the next layer deciding alone only after this one.
+  for (int u = 0; u < U; u++) {
+    int v = sv_next_layer(q, u);
+    if (v < 0)
+      continue;
+    int r = ilp_row(ilp, -INFINITY, 0);
+    for (int s = 0; s < q->unit[v].nchoices; s++)
+      if (q->unit[v].choice[s].ckpt)
+        ilp_coef(ilp, r, c->x[v] + s, 1);
+    for (int s = 0; s < q->unit[u].nchoices; s++)
+      if (q->unit[u].choice[s].ckpt)
+        ilp_coef(ilp, r, c->x[u] + s, -1);
   }
   // Edges (Alpa's linearization over layouts).
   for (int i = 0; i < q->nedges; i++) {
@@ -362,7 +377,7 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
       }
       if (ok) {
         sv_evaluate(q, &s, false);
-        inc = s.feasible ? point(q, &c, &s, st->vars) : NULL;
+        inc = s.feasible && sv_ckpt_ordered(q, &s) ? point(q, &c, &s, st->vars) : NULL;
       }
       sv_solution_free(&s);
     }

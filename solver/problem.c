@@ -145,6 +145,7 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     return NULL;
   }
   SvCtx x = {cfg, sv_cluster_gpus(cl), p->micro_total};
+  p->ckpt_first = cfg->mesh_tp > 0;
   p->nunits = m->nunits;
   p->unit = calloc((size_t)m->nunits, sizeof *p->unit);
   SvNum *nums = calloc((size_t)m->nunits, sizeof *nums);
@@ -216,6 +217,25 @@ int sv_choice_plain(const SvUnit *u, int s) {
       return t;
   }
   return -1;
+}
+
+int sv_next_layer(const SvProblem *p, int u) {
+  const SvUnit *a = &p->unit[u];
+  if (!p->ckpt_first || a->count != 1 || a->block < 1)
+    return -1;
+  for (int v = 0; v < p->nunits; v++)
+    if (p->unit[v].count == 1 && p->unit[v].block == a->block + 1)
+      return v;
+  return -1;
+}
+
+bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s) {
+  for (int u = 0; u < p->nunits; u++) {
+    int v = sv_next_layer(p, u);
+    if (v >= 0 && sv_ckpt_blocks(p, s, v) > sv_ckpt_blocks(p, s, u))
+      return false;
+  }
+  return true;
 }
 
 int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u) {
@@ -364,7 +384,7 @@ int sv_brute_force(const SvProblem *p, SvSolution *best) {
     cur.batch[p->ngroups - 1] = p->micro_total;
     do {
       sv_evaluate(p, &cur, true);
-      if (cur.feasible && cur.time < best->time)
+      if (cur.feasible && cur.time < best->time && sv_ckpt_ordered(p, &cur))
         sv_solution_copy(best, &cur, p->nunits);
     } while (next_split(cur.batch, p->ngroups, p->micro_total));
     // The next (choice, blocks left without checkpointing) of the first unit that has one.
@@ -405,6 +425,8 @@ static void coefs(const SvProblem *p, const SvChoice *c, int g, bool plain, doub
 // two ends suffice.
 static bool no_worse(const SvProblem *p, int u, const SvChoice *a, const SvChoice *b) {
   if (a->layout != b->layout)
+    return false;
+  if (p->ckpt_first && a->ckpt != b->ckpt)   // the order of layers may need b's checkpointing
     return false;
   for (int g = 0; g < p->ngroups; g++)
     for (int end = 0; end <= sv_partial_ckpt(p, u, b); end++) {

@@ -89,7 +89,8 @@ typedef struct SvConfig {
   bool verbose;           // GLPK's log on stderr
   int mesh_tp;            // > 0: only what mtc compile lowers: every block on one mesh of
                           // dp x mesh_tp, every block's optimizer state mesh_offload percent
-                          // on the host, no checkpointing outside the repeated layers;
+                          // on the host, checkpointing only of the first repeated layers
+                          // (SvProblem.ckpt_first);
                           // 0: any layout, offload share and checkpointing per block
   int mesh_offload;       // with mesh_tp: 0, 50 or 100
 } SvConfig;
@@ -257,6 +258,9 @@ typedef struct SvProblem {
   SvUnit *unit;
   int nedges;
   SvEdge *edge;
+  bool ckpt_first;                // only the first K repeated layers checkpoint (what mtc
+                                  // compile lowers): of two consecutive layers that decide
+                                  // alone (--no-share), the later one only if the earlier does
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.

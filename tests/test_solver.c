@@ -155,8 +155,30 @@ static void test_brute_force(void) {
   agree(p, "after an error", 0);
   sv_solution_free(&s);
   sv_problem_free(p);
-  printf("brute force: 48 instances agree (%d with binding memory, slower; %d units "
-         "checkpoint some of their blocks)\n", binding, partial);
+
+  // Layers deciding alone, in order, of which only the first K may checkpoint (what mtc
+  // compile lowers): the rows that say so against brute force that skips the rest.
+  int ordered = 0;
+  for (int i = 0; i < 16; i++) {
+    p = random_problem(1);
+    for (int u = 0; u < p->nunits; u++)
+      p->unit[u].count = 1, p->unit[u].block = u + 1;
+    SvSolution any = sv_solution_new(p), first = sv_solution_new(p);
+    for (int g = 0; g < p->ngroups; g++)
+      p->cap[g] = 12 * GiB * p->nunits * (0.5 + 0.5 * urand());
+    sv_brute_force(p, &any);
+    p->ckpt_first = true;
+    sv_brute_force(p, &first);
+    ordered += first.feasible && (!any.feasible || first.time > any.time);
+    agree(p, "the first K layers checkpoint", i);
+    sv_solution_free(&any);
+    sv_solution_free(&first);
+    sv_problem_free(p);
+  }
+  CHECK(ordered >= 2, "only %d instances where the order of layers binds", ordered);
+  printf("brute force: %d instances agree (%d with binding memory, slower; %d units "
+         "checkpoint some of their blocks; %d where the order of checkpointed layers binds)\n",
+         48 + 16, binding, partial, ordered);
 }
 
 // ---- models -------------------------------------------------------------------------------------
@@ -579,19 +601,21 @@ static void test_checkpoint_k_of_l(void) {
 // memory where offload, ZeRO, tensor parallelism and checkpointing all come in (below
 // 1.4 MB nothing fits). Without the restriction 6 of these 8 plans do not compile: the
 // layers' optimizer state offloaded and block 0's not (3 to 1.6 MB), block 0 checkpointed
-// (2 and 1.4 MB).
+// (2 and 1.4 MB). With every layer deciding alone (--no-share), the layers checkpointed
+// must also be the first ones (without the rows that say so, at 1.4 MB: h.0, h.1 and h.3).
 static void test_apply_lowerable(void) {
   IrGraph *g = model("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2");
   const double mbs[] = {100, 3, 2.5, 2.2, 2, 1.8, 1.6, 1.4};
   int partial = 0;
-  for (size_t i = 0; i < sizeof mbs / sizeof mbs[0]; i++) {
-    SvConfig c = cluster("H100-80GB", 2, mbs[i] * 1e6);
+  for (size_t i = 0; i < 2 * sizeof mbs / sizeof mbs[0]; i++) {
+    SvConfig c = cluster("H100-80GB", 2, mbs[i / 2] * 1e6);
     c.precision = SV_FP32;
+    c.share_blocks = i % 2 == 0;   // and with every layer deciding alone (--no-share)
     SvApplied a;
     SvPlan *kept;
     IrDiag d = {0};
     int rc = sv_apply_best(g, &c, &a, &kept, &d);
-    CHECK(!rc, "%.1f MB: %s", mbs[i], d.msg);
+    CHECK(!rc, "%.1f MB, sharing %d: %s", mbs[i / 2], c.share_blocks, d.msg);
     if (rc)
       continue;
     int k = 0;
@@ -602,14 +626,14 @@ static void test_apply_lowerable(void) {
       first_k &= a.ckpt[b] == (b <= k);
       one_share &= a.offload[b] == a.offload[0];
     }
-    CHECK(first_k && one_share, "%.1f MB: checkpoints blocks %d%d%d%d%d, offloads %g %g %g %g "
-          "%g", mbs[i], a.ckpt[0], a.ckpt[1], a.ckpt[2], a.ckpt[3], a.ckpt[4], a.offload[0],
+    CHECK(first_k && one_share, "%.1f MB, sharing %d: checkpoints blocks %d%d%d%d%d, offloads "
+          "%g %g %g %g %g", mbs[i / 2], c.share_blocks, a.ckpt[0], a.ckpt[1], a.ckpt[2], a.ckpt[3], a.ckpt[4], a.offload[0],
           a.offload[1], a.offload[2], a.offload[3], a.offload[4]);
     partial += k > 0 && k < 4;
     sv_applied_free(&a);
     sv_plan_free(kept);
   }
-  CHECK(partial >= 2, "only %d memory sizes checkpoint some layers and not others", partial);
+  CHECK(partial >= 4, "only %d plans checkpoint some layers and not others", partial);
   ir_graph_free(g);
 }
 
