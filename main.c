@@ -37,6 +37,7 @@ typedef struct Args {
   const char *gpu, *cluster;
   int gpus, per_node;
   double gpu_mem, intra_bw, inter_bw;
+  double host_mem;         // --host-mem: CPU bytes per GPU for offloaded state (< 0: the type's)
   const char *json;        // plan --json FILE
   bool formulas;           // plan --formulas
   // compile: one layout for every block instead of the solver's choice
@@ -75,6 +76,8 @@ static void usage(FILE *f) {
         "  --gpu TYPE             A100-40GB, A100-80GB, H100-80GB (default), H200-141GB,\n"
         "                         V100-32GB, L4-24GB, RTX4090-24GB\n"
         "  --gpu-mem SIZE         memory per GPU instead of the type's (e.g. 24GiB)\n"
+        "  --host-mem SIZE        CPU memory per GPU for offloaded optimizer state instead\n"
+        "                         of the type's (e.g. 64GiB; 0: no offload)\n"
         "  --gpus-per-node N      GPUs per node (default 8)\n"
         "  --intra-bw N --inter-bw N\n"
         "                         GB/s per GPU inside a node and between nodes\n"
@@ -87,11 +90,14 @@ static void usage(FILE *f) {
         "  --json FILE            write the plan as JSON (plan)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
+        "  --seq-parallel         assume Megatron sequence parallelism under tensor\n"
+        "                         parallelism (plan; compiled programs do not run it yet)\n"
         "  --time-limit S --mip-gap X\n"
         "                         GLPK's limits (default 20 s, 0.001)\n"
         "\n"
         "compile with --gpus N (or --cluster FILE): the program runs the planner's choice,\n"
-        "one mesh of dp x tp ranks for every block (fp32, per-block ZeRO); plan.json in DIR\n"
+        "one mesh of dp x tp ranks and one offload share for every block (fp32, per-block\n"
+        "ZeRO, the first K layers checkpointed); plan.json in DIR\n"
         "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"
         "one layout for every block (compile; ranks = dp x tp):\n"
@@ -161,6 +167,10 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     const char *v = NEXT();
     if (sv_parse_size(v, &a->gpu_mem) || a->gpu_mem <= 0)
       bad_usage("--gpu-mem takes a size like 24GiB or 80GB, not '%s'", v);
+  } else if (!strcmp(s, "--host-mem")) {
+    const char *v = NEXT();
+    if (sv_parse_size(v, &a->host_mem))
+      bad_usage("--host-mem takes a size like 256GiB, or 0 for no offload, not '%s'", v);
   } else if (!strcmp(s, "--gpus-per-node")) {
     a->per_node = (int)parse_count(s, NEXT());
   } else if (!strcmp(s, "--intra-bw")) {
@@ -186,6 +196,8 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     a->formulas = true;
   } else if (!strcmp(s, "--no-share")) {
     a->sv.share_blocks = false;
+  } else if (!strcmp(s, "--seq-parallel")) {
+    a->sv.seq_parallel = true;
   } else if (!strcmp(s, "--time-limit")) {
     a->sv.time_limit = parse_double(s, NEXT());
     if (!(a->sv.time_limit > 0))
@@ -219,7 +231,7 @@ static void parse_define(Args *a, const char *s) {
 
 static Args parse_args(int argc, char **argv) {
   Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config(),
-            .dist = {.dp = 1, .tp = 1, .micro_batches = 1}};
+            .host_mem = -1, .dist = {.dp = 1, .tp = 1, .micro_batches = 1}};
   if (argc < 2) {
     usage(stderr);
     exit(2);
@@ -309,14 +321,17 @@ static Args parse_args(int argc, char **argv) {
   }
   if (!a.cmd || (strcmp(a.cmd, "compile") && strcmp(a.cmd, "inspect") && strcmp(a.cmd, "plan")))
     bad_usage("unknown command '%s' (compile, inspect, plan)", a.cmd ? a.cmd : "");
-  if (a.cluster && (a.gpus || a.gpu || a.gpu_mem || a.per_node))
-    bad_usage("--cluster %s describes the GPUs: leave out --gpus, --gpu, --gpu-mem and "
-              "--gpus-per-node", a.cluster);
+  if (a.cluster && (a.gpus || a.gpu || a.gpu_mem || a.per_node || a.host_mem >= 0))
+    bad_usage("--cluster %s describes the GPUs: leave out --gpus, --gpu, --gpu-mem, "
+              "--host-mem and --gpus-per-node", a.cluster);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
   if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
     bad_usage("--dp, --tp, --zero, --micro-batches, --offload and --checkpoint fix the layout "
               "for %s; plan chooses it", "compile and inspect");
+  if (a.sv.seq_parallel && strcmp(a.cmd, "plan"))
+    bad_usage("--seq-parallel is for plan: %s programs do not run sequence parallelism yet",
+              "compiled");
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
@@ -354,8 +369,12 @@ static int plan_config(const Args *a, SvConfig *cfg, IrDiag *d) {
   *cfg = a->sv;
   if (a->cluster)
     return sv_cluster_load(&cfg->cluster, a->cluster, d);
-  return sv_cluster_simple(&cfg->cluster, a->gpu ? a->gpu : "H100-80GB", a->gpus ? a->gpus : 1,
-                           a->per_node, a->gpu_mem, a->intra_bw, a->inter_bw, d);
+  if (sv_cluster_simple(&cfg->cluster, a->gpu ? a->gpu : "H100-80GB", a->gpus ? a->gpus : 1,
+                        a->per_node, a->gpu_mem, a->intra_bw, a->inter_bw, d))
+    return -1;
+  if (a->host_mem >= 0)
+    cfg->cluster.group[0].dev.host_mem = a->host_mem;
+  return 0;
 }
 
 // mtc plan: the formulas, or the plan's report (and --json). No plan fits: an error.

@@ -3,10 +3,14 @@
 // plan --json` or `mtc compile`, perhaps edited).
 //
 // What mtc lowers today: one mesh of dp x tp ranks for every block (1D tensor
-// parallelism; no 2D grid) on one group of identical GPUs. sv_apply_best
-// asks the solver for exactly that (one solve per tp that divides the GPUs,
-// the fastest feasible kept); sv_apply_read refuses a file that asks for
-// anything else, naming the block and the field.
+// parallelism; no 2D grid) on one group of identical GPUs, one offload share
+// for every block, and checkpointing of the first K repeated layers.
+// sv_apply_best asks the solver for that (one solve per tp that divides the
+// GPUs and per offload share, the fastest feasible kept; in a model with
+// layers of several kinds, each kind sharing variables, it may still
+// checkpoint a later kind and not an earlier one, which mtc compile refuses;
+// with --no-share the order holds); sv_apply_read refuses a file that asks
+// for anything else, naming the block and the field.
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -36,6 +40,8 @@ static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
     return ir_error(d, (IrLoc){0}, "out of memory");
   a->micro = pl->micro_batch;
   a->seq = pl->seq;
+  int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
+  IR_ASSERT(seen);
   for (int b = 0; b < m->nblocks; b++) {
     int u = m->block[b].unit;
     const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
@@ -44,9 +50,10 @@ static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
       a->dp = l.dp, a->tp = l.tp;
     IR_ASSERT(l.dp == a->dp && l.tp == a->tp && l.q == 1);  // mesh_tp asked for one mesh
     a->zero[b] = c->zero;
-    a->ckpt[b] = c->ckpt;
+    a->ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
     a->offload[b] = c->offload / 100.0;
   }
+  free(seen);
   int64_t total = p->micro_total;
   if (total % a->dp)
     return ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %d replicas; the "
@@ -65,30 +72,33 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept
                     cfg->cluster.ngroups);
   int gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
-  for (int tp = 1; tp <= gpus && tp <= 64; tp++) {
-    if (gpus % tp)
-      continue;
-    SvConfig c = *cfg;
-    c.mesh_tp = tp;
-    SvPlan *p;
-    IrDiag quiet = {0};
-    if (sv_plan(g, &c, &p, &quiet)) {
-      if (!why[0])
-        snprintf(why, sizeof why, "%.900s", quiet.msg);
-      continue;
+  static const int offloads[] = {0, 50, 100};
+  // no host memory (--host-mem 0): nothing to offload into
+  int nshares = cfg->cluster.group[0].dev.host_mem > 0 ? 3 : 1;
+  for (int tp = 1; tp <= gpus && tp <= 64; tp++)
+    for (int o = 0; o < nshares && gpus % tp == 0; o++) {
+      SvConfig c = *cfg;
+      c.mesh_tp = tp;
+      c.mesh_offload = offloads[o];
+      SvPlan *p;
+      IrDiag quiet = {0};
+      if (sv_plan(g, &c, &p, &quiet)) {
+        if (!why[0])
+          snprintf(why, sizeof why, "%.900s", quiet.msg);
+        continue;
+      }
+      if (!p->sol.feasible) {
+        snprintf(why, sizeof why, "%s", p->why);
+        sv_plan_free(p);
+        continue;
+      }
+      if (!*kept || p->sol.time < (*kept)->sol.time) {
+        sv_plan_free(*kept);
+        *kept = p;
+      } else {
+        sv_plan_free(p);
+      }
     }
-    if (!p->sol.feasible) {
-      snprintf(why, sizeof why, "%s", p->why);
-      sv_plan_free(p);
-      continue;
-    }
-    if (!*kept || p->sol.time < (*kept)->sol.time) {
-      sv_plan_free(*kept);
-      *kept = p;
-    } else {
-      sv_plan_free(p);
-    }
-  }
   if (!*kept)
     return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block fits: %s", why);
   return from_plan(*kept, out, d);
@@ -202,6 +212,16 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out
   if (!rc && !cJSON_IsTrue(feasible))
     rc = ir_error(d, (IrLoc){0}, "%s: the plan does not fit its cluster (\"feasible\": false); "
                   "there is nothing to apply", path);
+  // Megatron sequence parallelism is a planner's assumption the lowering does not
+  // execute. Files from before the field lack it: read as false (their layouts lower the
+  // same; only their estimates assumed it).
+  const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "seq_parallel");
+  if (!rc && sp && !cJSON_IsBool(sp))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" must be true or false", path);
+  if (!rc && cJSON_IsTrue(sp))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\": true: the plan assumes Megatron "
+                  "sequence parallelism, which compiled programs do not run yet; plan again "
+                  "without --seq-parallel (mtc plan ... --json FILE)", path);
   if (!rc && !cJSON_IsObject(batch))
     rc = ir_error(d, (IrLoc){0}, "%s: \"batch\" must be an object {global, micro, "
                   "micro_batches, seq}", path);

@@ -139,19 +139,28 @@ int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, do
 
 // ---- JSON cluster files -------------------------------------------------------------------------
 
-// A size or a bandwidth: a number, or a string like "40GiB" / "25GB".
-static int json_size(const cJSON *o, const char *key, double *out, const char *where, IrDiag *d) {
+// A size or a bandwidth: a number, or a string like "40GiB" / "25GB"; positive, or with
+// zero_ok also 0.
+static int json_amount(const cJSON *o, const char *key, bool zero_ok, double *out,
+                       const char *where, IrDiag *d) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   if (!v)
     return 0;
-  if (cJSON_IsNumber(v) && v->valuedouble > 0) {
-    *out = v->valuedouble;
+  double x = -1;
+  if (cJSON_IsNumber(v))
+    x = v->valuedouble;
+  else if (cJSON_IsString(v) && sv_parse_size(v->valuestring, &x))
+    x = -1;
+  if (x > 0 || (zero_ok && x == 0)) {
+    *out = x;
     return 0;
   }
-  if (cJSON_IsString(v) && !sv_parse_size(v->valuestring, out) && *out > 0)
-    return 0;
-  return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a positive number or a size like \"40GiB\"",
-                  where, key);
+  return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a %s number or a size like \"40GiB\"",
+                  where, key, zero_ok ? "non-negative" : "positive");
+}
+
+static int json_size(const cJSON *o, const char *key, double *out, const char *where, IrDiag *d) {
+  return json_amount(o, key, false, out, where, d);
 }
 
 int sv_json_number(const cJSON *o, const char *key, double lo, double hi, bool whole,
@@ -217,7 +226,7 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
       json_size(o, "intra_bw", &v->intra_bw, where, d) ||
       json_size(o, "inter_bw", &v->inter_bw, where, d) ||
       json_size(o, "host_bw", &v->host_bw, where, d) ||
-      json_size(o, "host_mem", &v->host_mem, where, d) ||
+      json_amount(o, "host_mem", true, &v->host_mem, where, d) ||   // 0: no offload
       json_size(o, "cpu_adam", &v->cpu_adam, where, d))
     return -1;
   if (gr->per_node > count)

@@ -21,6 +21,9 @@
 //
 // Variables:
 //   x[u,s]    in {0,1}  unit u takes choice s
+//   r[u,s]    in Z+     for a checkpointing choice s of n_u > 1 blocks (one group): the
+//                       blocks of u it leaves without checkpointing (the last r; the first
+//                       n_u - r recompute), r <= (n_u - 1) x[u,s]
 //   e[uv,a,b] in [0,1]  edge uv joins layout a of u to layout b of v
 //   W[g]      >= 0      transient bytes of the block at the peak (recompute,
 //                       gathered parameters, backward temporaries)
@@ -33,10 +36,15 @@
 // Coefficients of one block (cost.c), per device of group g: tm (seconds
 // per micro-batch the group runs), ts (seconds per step), mf (bytes held
 // all step), ms (sharded bytes at share 1), mp (peak bytes), hf, hs (CPU
-// bytes); r[uv,a,b,g] resharding seconds per step.
+// bytes); r[uv,a,b,g] resharding seconds per step. A block that a checkpointing
+// choice leaves without checkpointing costs tm' and mf' (its time and bytes
+// without recompute); the rest is the same, and the peak stays mp. Below, the
+// sums over s of n_u tm x[u,s] and n_u mf x[u,s] each gain (tm' - tm) r[u,s] and
+// (mf' - mf) r[u,s]: linear, so K of n_u checkpointed blocks is one integer.
 //
 //   minimize tau subject to
 //   sum_s x[u,s] = 1                                                     for each u
+//   r[u,s] <= (n_u - 1) x[u,s]                                           for each r
 //   sum_ab e[uv,a,b] = 1,                                                for each edge
 //     sum_b e[uv,a,b] <= sum_{s: l(s)=a} x[u,s],                         for each a
 //     sum_a e[uv,a,b] <= sum_{s: l(s)=b} x[v,s]                          for each b  (Alpa)
@@ -44,21 +52,26 @@
 //          + sum_uv sum_ab r[uv,a,b,g] e[uv,a,b]                         for each g
 //   sum_u n_u sum_s (mf x[u,s] + ms y[u,s,g]) + W[g] <= capacity[g]      for each g
 //   W[g] >= sum_s mp x[u,s]                                              for each u, g
+//   sum_{s ckpt} x[v,s] <= sum_{s ckpt} x[u,s]    for layers u, v deciding alone, v after u,
+//                                                 when only the first K may checkpoint
 //   sum_u n_u sum_s (hf x[u,s] + hs y[u,s,g]) <= host[g]                 for each g
 //   sum_g beta[g] = M,  sum_g f[g] = 1,
 //   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
 //   y[u,s,g] <= x[u,s],    sum_s y[u,s,g] = f[g]                         for each u, s, g
 //
 // On one group beta = M and f = 1, so z = M x and y = x and those columns
-// are left out. The edge variables may stay continuous: with x integral,
-// the rows leave e one point. Identical blocks sharing a unit share a
-// layout, so edges only join different units.
+// are left out. On several, r would multiply beta[g] (a product of integers),
+// so there r is left out too: identical blocks checkpoint all or none. The
+// edge variables may stay continuous: with x integral, the rows leave e one
+// point. Identical blocks sharing a unit share a layout, so edges only join
+// different units.
 //
 // To explain infeasibility the same rows minimize instead the extra bytes
 // delta every GPU would need (capacity[g] + delta), with no time rows.
 
 typedef struct Cols {
   int *x;            // per unit: the column of choice 0
+  int **r;           // per unit and choice: the column of r (-1: none)
   int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
   int tau, delta;
   int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
@@ -106,6 +119,16 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
     for (int s = 0; s < q->unit[u].nchoices; s++)
       ilp_col(ilp, 0, 1, 0, ILP_BIN);
   }
+  c->r = calloc((size_t)U + 1, sizeof *c->r);
+  IR_ASSERT(c->r);
+  for (int u = 0; u < U; u++) {
+    const SvUnit *un = &q->unit[u];
+    c->r[u] = malloc(((size_t)un->nchoices + 1) * sizeof **c->r);
+    IR_ASSERT(c->r[u]);
+    for (int s = 0; s < un->nchoices; s++)
+      c->r[u][s] = sv_partial_ckpt(q, u, &un->choice[s])
+                       ? ilp_col(ilp, 0, un->count - 1, 0, ILP_INT) : -1;
+  }
   for (int g = 0; g < G; g++) {
     c->w[g] = ilp_col(ilp, 0, INFINITY, 0, ILP_CONT);
     c->beta[g] = het ? ilp_col(ilp, 0, M, 0, ILP_INT) : -1;
@@ -138,11 +161,30 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
         ilp_col(ilp, 0, (c->ea[i] >> a & 1) && (c->eb[i] >> b & 1), 0, ILP_CONT);
   }
 
-  // One choice per unit.
+  // One choice per unit; blocks left without checkpointing only under the choice.
   for (int u = 0; u < U; u++) {
     int r = ilp_row(ilp, 1, 1);
-    for (int s = 0; s < q->unit[u].nchoices; s++)
+    for (int s = 0; s < q->unit[u].nchoices; s++) {
       ilp_coef(ilp, r, c->x[u] + s, 1);
+      if (c->r[u][s] >= 0) {
+        int rr = ilp_row(ilp, -INFINITY, 0);
+        ilp_coef(ilp, rr, c->r[u][s], 1);
+        ilp_coef(ilp, rr, c->x[u] + s, -(q->unit[u].count - 1));
+      }
+    }
+  }
+  // Only the first K layers checkpoint: the next layer deciding alone only after this one.
+  for (int u = 0; u < U; u++) {
+    int v = sv_next_layer(q, u);
+    if (v < 0)
+      continue;
+    int r = ilp_row(ilp, -INFINITY, 0);
+    for (int s = 0; s < q->unit[v].nchoices; s++)
+      if (q->unit[v].choice[s].ckpt)
+        ilp_coef(ilp, r, c->x[v] + s, 1);
+    for (int s = 0; s < q->unit[u].nchoices; s++)
+      if (q->unit[u].choice[s].ckpt)
+        ilp_coef(ilp, r, c->x[u] + s, -1);
   }
   // Edges (Alpa's linearization over layouts).
   for (int i = 0; i < q->nedges; i++) {
@@ -172,6 +214,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
             ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_step[g] * TSCALE);
           } else {
             ilp_coef(ilp, r, c->x[u] + s, -n * (ch->t_micro[g] * M + ch->t_step[g]) * TSCALE);
+            if (c->r[u][s] >= 0)
+              ilp_coef(ilp, r, c->r[u][s], -(ch->t_micro_plain[g] - ch->t_micro[g]) * M * TSCALE);
           }
         }
       }
@@ -191,6 +235,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
         const SvChoice *ch = &q->unit[u].choice[s];
         ilp_coef(ilp, r, c->x[u] + s, n * ch->mem[g] * MSCALE);
         ilp_coef(ilp, r, het ? c->y[u * G + g] + s : c->x[u] + s, n * ch->mem_shard[g] * MSCALE);
+        if (c->r[u][s] >= 0)
+          ilp_coef(ilp, r, c->r[u][s], (ch->mem_plain[g] - ch->mem[g]) * MSCALE);
         host |= ch->host[g] > 0 || ch->host_shard[g] > 0;
       }
     }
@@ -240,7 +286,10 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
   return ilp;
 }
 
-static void cols_free(Cols *c) {
+static void cols_free(Cols *c, int nunits) {
+  for (int u = 0; u < nunits; u++)
+    free(c->r[u]);
+  free(c->r);
   free(c->x), free(c->z), free(c->y), free(c->e), free(c->ea), free(c->eb);
 }
 
@@ -252,6 +301,8 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
   x[c->tau] = s->time * TSCALE;
   for (int u = 0; u < q->nunits; u++) {
     x[c->x[u] + s->pick[u]] = 1;
+    if (c->r[u][s->pick[u]] >= 0)
+      x[c->r[u][s->pick[u]]] = s->nplain[u];
     for (int g = 0; g < G && G > 1; g++) {
       x[c->z[u * G + g] + s->pick[u]] = (double)s->batch[g];
       x[c->y[u * G + g] + s->pick[u]] = s->share[g];
@@ -318,12 +369,15 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
       sv_solution_copy(&s, o->incumbent, p->nunits);
       bool ok = true;
       for (int u = 0; u < p->nunits; u++) {
+        // a choice no worse replaces a pruned one with all its blocks alike
         s.pick[u] = map[u][o->incumbent->pick[u]];
         ok &= s.pick[u] >= 0;
+        if (!ok || keep[u][s.pick[u]] != o->incumbent->pick[u])
+          s.nplain[u] = 0;
       }
       if (ok) {
         sv_evaluate(q, &s, false);
-        inc = s.feasible ? point(q, &c, &s, st->vars) : NULL;
+        inc = s.feasible && sv_ckpt_ordered(q, &s) ? point(q, &c, &s, st->vars) : NULL;
       }
       sv_solution_free(&s);
     }
@@ -347,6 +401,7 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
           if (r.x[c.x[u] + s] > r.x[c.x[u] + k])
             k = s;
         best->pick[u] = keep[u][k];
+        best->nplain[u] = c.r[u][k] >= 0 ? (int)llround(r.x[c.r[u][k]]) : 0;
       }
       best->batch[0] = p->micro_total;
       best->share[0] = 1;
@@ -370,7 +425,7 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
     ilp_result_free(&r);
     free(inc);
     ilp_free(ilp);
-    cols_free(&c);
+    cols_free(&c, q->nunits);
   }
   for (int u = 0; u < p->nunits; u++)
     free(map[u]), free(keep[u]);
@@ -576,9 +631,9 @@ static void explain(SvPlan *pl, IrDiag *d) {
     double cat[SV_NM + 1] = {0};
     for (int u = 0; u < p->nunits; u++) {
       SvCost x;
-      sv_plan_cost(pl, u, s.pick[u], worst, &x);
+      sv_plan_unit_cost(pl, &s, u, worst, &x);
       for (int i = 0; i < SV_NM; i++)
-        cat[i] += p->unit[u].count * (x.mem[i] + s.share[worst] * x.mem_shard[i]);
+        cat[i] += x.mem[i] + s.share[worst] * x.mem_shard[i];
       cat[SV_NM] = fmax(cat[SV_NM], x.peak);
     }
     const SvGroup *gr = &pl->cfg.cluster.group[worst];
@@ -605,7 +660,7 @@ static void explain(SvPlan *pl, IrDiag *d) {
 // ---- sv_plan ------------------------------------------------------------------------------------
 
 SvConfig sv_default_config(void) {
-  SvConfig c = {.precision = SV_BF16, .share_blocks = true, .seq_parallel = true,
+  SvConfig c = {.precision = SV_BF16, .share_blocks = true, .seq_parallel = false,
                 .mip_gap = 1e-3, .time_limit = 20};
   sv_cluster_simple(&c.cluster, "H100-80GB", 1, 0, 0, 0, 0, NULL);
   return c;
@@ -615,6 +670,28 @@ void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out) {
   SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
   const SvChoice *ch = &p->prob->unit[u].choice[c];
   sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->zero, ch->offload, g, out);
+}
+
+void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out) {
+  SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
+  const SvChoice *ch = &p->prob->unit[u].choice[s->pick[u]];
+  SvLayout l = p->prob->layout[ch->layout];
+  double k = sv_ckpt_blocks(p->prob, s, u), n = p->prob->unit[u].count;
+  SvCost a, b;   // a checkpointed block, one without
+  sv_cost(&x, &p->nums[u], l, true, ch->zero, ch->offload, g, &a);
+  sv_cost(&x, &p->nums[u], l, false, ch->zero, ch->offload, g, &b);
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < SV_NT; i++) {
+    out->t_micro[i] = k * a.t_micro[i] + (n - k) * b.t_micro[i];
+    out->t_step[i] = k * a.t_step[i] + (n - k) * b.t_step[i];
+  }
+  for (int i = 0; i < SV_NM; i++) {
+    out->mem[i] = k * a.mem[i] + (n - k) * b.mem[i];
+    out->mem_shard[i] = k * a.mem_shard[i] + (n - k) * b.mem_shard[i];
+  }
+  out->peak = k > 0 ? fmax(a.peak, b.peak) : b.peak;
+  out->host = k * a.host + (n - k) * b.host;
+  out->host_shard = k * a.host_shard + (n - k) * b.host_shard;
 }
 
 static double now(void) {
@@ -642,13 +719,20 @@ static bool shared_seed(SvPlan *pl, SvSolution *out, IrDiag *d) {
     SvSolveStats st;
     SvSolveOptions o = {.mip_gap = pl->cfg.mip_gap, .time_limit = fmin(5, pl->cfg.time_limit)};
     ok = !sv_solve(ps, &o, &s, &st, d) && s.feasible;
+    int *seen = calloc((size_t)ms->nunits + 1, sizeof *seen);   // blocks of each shared unit
+    IR_ASSERT(seen);
     for (int b = 0; ok && b < m->nblocks; b++) {
       int u = m->block[b].unit, k = ms->block[b].unit;
       if (u < 0)
         continue;
       ok = pl->prob->unit[u].nchoices == ps->unit[k].nchoices;
-      out->pick[u] = s.pick[k];
+      // the shared unit's first K blocks checkpoint, the rest take the choice without
+      bool plain = seen[k]++ >= sv_ckpt_blocks(ps, &s, k);
+      out->pick[u] = ps->unit[k].choice[s.pick[k]].ckpt && plain
+                         ? sv_choice_plain(&ps->unit[k], s.pick[k]) : s.pick[k];
+      ok = ok && out->pick[u] >= 0;
     }
+    free(seen);
     memcpy(out->batch, s.batch, sizeof s.batch);
     memcpy(out->share, s.share, sizeof s.share);
     if (ok)

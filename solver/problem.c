@@ -64,10 +64,14 @@ static void add_choice(SvUnit *u, int *cap, const SvChoice *c) {
 
 static const int offloads[] = {0, 50, 100};
 
+// The unit's choices. For mtc compile (mesh_tp), only those it lowers: the one offload
+// share, and checkpointing only in the repeated layers (passes/recompute.c), not in
+// block 0 (everything outside them).
 static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *x) {
   int cap = 0;
+  bool mesh = x->cfg->mesh_tp > 0;
   bool has_state = n->params > 0;
-  bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int;
+  bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && !(mesh && u->block == 0);
   bool has_opt = x->cfg->precision == SV_BF16 || n->state > 0;
   for (int l = 0; l < p->nlayouts; l++)
     for (int ck = 0; ck <= (can_ckpt ? 1 : 0); ck++)
@@ -77,11 +81,23 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
             continue;
           if (offloads[o] > 0 && (!has_state || !has_opt))
             continue;
+          if (mesh && has_state && has_opt && offloads[o] != x->cfg->mesh_offload)
+            continue;
           SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o]};
           for (int g = 0; g < p->ngroups; g++) {
             SvCost k;
+            SvChoice plain = c;
+            sv_cost(x, n, p->layout[l], false, z, c.offload, g, &k);
+            sv_choice_fill(&plain, g, &k);
             sv_cost(x, n, p->layout[l], c.ckpt, z, c.offload, g, &k);
             sv_choice_fill(&c, g, &k);
+            // Checkpointing changes a block's time per micro-batch and the activations it
+            // holds, nothing else: what a block left without it costs (SvChoice).
+            IR_ASSERT(plain.t_step[g] == c.t_step[g] && plain.mem_shard[g] == c.mem_shard[g] &&
+                      plain.host[g] == c.host[g] && plain.host_shard[g] == c.host_shard[g] &&
+                      plain.peak[g] <= c.peak[g]);
+            c.t_micro_plain[g] = plain.t_micro[g];
+            c.mem_plain[g] = plain.mem[g];
           }
           add_choice(u, &cap, &c);
         }
@@ -129,6 +145,7 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     return NULL;
   }
   SvCtx x = {cfg, sv_cluster_gpus(cl), p->micro_total};
+  p->ckpt_first = cfg->mesh_tp > 0;
   p->nunits = m->nunits;
   p->unit = calloc((size_t)m->nunits, sizeof *p->unit);
   SvNum *nums = calloc((size_t)m->nunits, sizeof *nums);
@@ -188,9 +205,47 @@ void sv_problem_free(SvProblem *p) {
 
 // ---- solutions ----------------------------------------------------------------------------------
 
+bool sv_partial_ckpt(const SvProblem *p, int u, const SvChoice *c) {
+  return c->ckpt && p->unit[u].count > 1 && p->ngroups == 1;
+}
+
+int sv_choice_plain(const SvUnit *u, int s) {
+  const SvChoice *c = &u->choice[s];
+  for (int t = 0; t < u->nchoices; t++) {
+    const SvChoice *d = &u->choice[t];
+    if (!d->ckpt && d->layout == c->layout && d->zero == c->zero && d->offload == c->offload)
+      return t;
+  }
+  return -1;
+}
+
+int sv_next_layer(const SvProblem *p, int u) {
+  const SvUnit *a = &p->unit[u];
+  if (!p->ckpt_first || a->count != 1 || a->block < 1)
+    return -1;
+  for (int v = 0; v < p->nunits; v++)
+    if (p->unit[v].count == 1 && p->unit[v].block == a->block + 1)
+      return v;
+  return -1;
+}
+
+bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s) {
+  for (int u = 0; u < p->nunits; u++) {
+    int v = sv_next_layer(p, u);
+    if (v >= 0 && sv_ckpt_blocks(p, s, v) > sv_ckpt_blocks(p, s, u))
+      return false;
+  }
+  return true;
+}
+
+int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u) {
+  return p->unit[u].choice[s->pick[u]].ckpt ? p->unit[u].count - s->nplain[u] : 0;
+}
+
 SvSolution sv_solution_new(const SvProblem *p) {
-  SvSolution s = {.pick = calloc((size_t)p->nunits + 1, sizeof(int))};
-  IR_ASSERT(s.pick);
+  SvSolution s = {.pick = calloc((size_t)p->nunits + 1, sizeof(int)),
+                  .nplain = calloc((size_t)p->nunits + 1, sizeof(int))};
+  IR_ASSERT(s.pick && s.nplain);
   s.time = INFINITY;
   s.batch[0] = p->micro_total;
   s.share[0] = 1;
@@ -199,14 +254,17 @@ SvSolution sv_solution_new(const SvProblem *p) {
 
 void sv_solution_free(SvSolution *s) {
   free(s->pick);
-  s->pick = NULL;
+  free(s->nplain);
+  s->pick = s->nplain = NULL;
 }
 
 void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits) {
-  int *pick = dst->pick;
+  int *pick = dst->pick, *nplain = dst->nplain;
   *dst = *src;
   dst->pick = pick;
+  dst->nplain = nplain;
   memcpy(pick, src->pick, (size_t)nunits * sizeof *pick);
+  memcpy(nplain, src->nplain, (size_t)nunits * sizeof *nplain);
 }
 
 // Per group: time, memory held, sharded memory at share 1, peak, host.
@@ -220,9 +278,12 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
     memset(x, 0, sizeof *x);
     for (int u = 0; u < p->nunits; u++) {
       const SvChoice *c = &p->unit[u].choice[s->pick[u]];
-      double n = p->unit[u].count;
-      x->time += n * (c->t_micro[g] * (double)s->batch[g] + c->t_step[g]);
-      x->fixed += n * c->mem[g];
+      double n = p->unit[u].count, r = s->nplain[u];   // r blocks without checkpointing
+      IR_ASSERT(r == 0 || (sv_partial_ckpt(p, u, c) && r < n));
+      double b = (double)s->batch[g];
+      x->time += (n - r) * (c->t_micro[g] * b + c->t_step[g]) +
+                 r * (c->t_micro_plain[g] * b + c->t_step[g]);
+      x->fixed += (n - r) * c->mem[g] + r * c->mem_plain[g];
       x->shard += n * c->mem_shard[g];
       x->host += n * c->host[g];
       x->host_shard += n * c->host_shard[g];
@@ -310,7 +371,7 @@ static bool next_split(int64_t *part, int n, int64_t total) {
 int sv_brute_force(const SvProblem *p, SvSolution *best) {
   double combos = 1;
   for (int u = 0; u < p->nunits; u++)
-    combos *= p->unit[u].nchoices;
+    combos *= p->unit[u].nchoices * p->unit[u].count;
   for (int g = 1; g < p->ngroups; g++)
     combos *= (double)(p->micro_total + 1);
   if (combos > 2e7)
@@ -323,12 +384,22 @@ int sv_brute_force(const SvProblem *p, SvSolution *best) {
     cur.batch[p->ngroups - 1] = p->micro_total;
     do {
       sv_evaluate(p, &cur, true);
-      if (cur.feasible && cur.time < best->time)
+      if (cur.feasible && cur.time < best->time && sv_ckpt_ordered(p, &cur))
         sv_solution_copy(best, &cur, p->nunits);
     } while (next_split(cur.batch, p->ngroups, p->micro_total));
+    // The next (choice, blocks left without checkpointing) of the first unit that has one.
     int u = 0;
-    while (u < p->nunits && ++cur.pick[u] == p->unit[u].nchoices)
-      cur.pick[u++] = 0;
+    for (; u < p->nunits; u++) {
+      const SvChoice *c = &p->unit[u].choice[cur.pick[u]];
+      if (sv_partial_ckpt(p, u, c) && cur.nplain[u] + 1 < p->unit[u].count) {
+        cur.nplain[u]++;
+        break;
+      }
+      cur.nplain[u] = 0;
+      if (++cur.pick[u] < p->unit[u].nchoices)
+        break;
+      cur.pick[u] = 0;
+    }
     if (u == p->nunits)
       break;
   }
@@ -338,30 +409,42 @@ int sv_brute_force(const SvProblem *p, SvSolution *best) {
 
 // ---- pruning ------------------------------------------------------------------------------------
 
-// a is at least as good as b on every coefficient.
-static bool no_worse(const SvProblem *p, const SvChoice *a, const SvChoice *b) {
+// A choice's coefficients on group g, for its checkpointed blocks or (plain) those left
+// without. On one group the state share is 1: held and sharded bytes simply add.
+static void coefs(const SvProblem *p, const SvChoice *c, int g, bool plain, double out[7]) {
+  double k = p->ngroups == 1 ? 1 : 0;
+  double tm = plain ? c->t_micro_plain[g] : c->t_micro[g];
+  double mem = plain ? c->mem_plain[g] : c->mem[g];
+  const double x[] = {tm, c->t_step[g], mem + k * c->mem_shard[g], (1 - k) * c->mem_shard[g],
+                      c->peak[g], c->host[g] + k * c->host_shard[g], (1 - k) * c->host_shard[g]};
+  memcpy(out, x, sizeof x);
+}
+
+// a (all its blocks alike) is at least as good as b on every coefficient, for every number
+// of blocks b leaves without checkpointing: the costs are linear in that number, so the
+// two ends suffice.
+static bool no_worse(const SvProblem *p, int u, const SvChoice *a, const SvChoice *b) {
   if (a->layout != b->layout)
     return false;
-  // On one group the state share is 1: held and sharded bytes simply add.
-  double k = p->ngroups == 1 ? 1 : 0;
-  for (int g = 0; g < p->ngroups; g++) {
-    const double x[] = {a->t_micro[g], a->t_step[g], a->mem[g] + k * a->mem_shard[g],
-                        (1 - k) * a->mem_shard[g], a->peak[g], a->host[g] + k * a->host_shard[g],
-                        (1 - k) * a->host_shard[g]};
-    const double y[] = {b->t_micro[g], b->t_step[g], b->mem[g] + k * b->mem_shard[g],
-                        (1 - k) * b->mem_shard[g], b->peak[g], b->host[g] + k * b->host_shard[g],
-                        (1 - k) * b->host_shard[g]};
-    for (int k = 0; k < 7; k++)
-      if (x[k] > y[k] * (1 + 1e-12) + 1e-300)
-        return false;
-  }
+  if (p->ckpt_first && a->ckpt != b->ckpt)   // the order of layers may need b's checkpointing
+    return false;
+  for (int g = 0; g < p->ngroups; g++)
+    for (int end = 0; end <= sv_partial_ckpt(p, u, b); end++) {
+      double x[7], y[7];
+      coefs(p, a, g, false, x);
+      coefs(p, b, g, end, y);
+      for (int k = 0; k < 7; k++)
+        if (x[k] > y[k] * (1 + 1e-12) + 1e-300)
+          return false;
+    }
   return true;
 }
 
 static bool alone_too_big(const SvProblem *p, const SvUnit *u, const SvChoice *c, bool gpu) {
   for (int g = 0; g < p->ngroups; g++) {
     double shard = p->ngroups == 1 ? 1 : 0;   // other groups may take all the shards
-    double held = u->count * (c->mem[g] + shard * c->mem_shard[g]) + c->peak[g];
+    double mem = fmin(c->mem[g], c->mem_plain[g]);   // the least of its blocks, either way
+    double held = u->count * (mem + shard * c->mem_shard[g]) + c->peak[g];
     if (gpu && held > p->cap[g] * (1 + SLACK) + 1)
       return true;
     if (u->count * (c->host[g] + shard * c->host_shard[g]) > p->host_cap[g] * (1 + SLACK) + 1)
@@ -404,10 +487,10 @@ SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **
         continue;
       }
       for (int t = 0; t < pu->nchoices && by[s] == -1; t++) {
-        if (t == s || !no_worse(p, &pu->choice[t], c))
+        if (t == s || !no_worse(p, u, &pu->choice[t], c))
           continue;
         // Ties go to the lower index, so that exactly one of equals stays.
-        if (t < s || !no_worse(p, c, &pu->choice[t]))
+        if (t < s || !no_worse(p, u, c, &pu->choice[t]))
           by[s] = t;
       }
     }

@@ -34,12 +34,11 @@ static void breakdown(const SvPlan *pl, const SvSolution *s, int g, Breakdown *b
   memset(b, 0, sizeof *b);
   for (int u = 0; u < p->nunits; u++) {
     SvCost k;
-    sv_plan_cost(pl, u, s->pick[u], g, &k);
-    double n = p->unit[u].count;
+    sv_plan_unit_cost(pl, s, u, g, &k);
     for (int i = 0; i < SV_NT; i++)
-      b->t[i] += n * (k.t_micro[i] * (double)s->batch[g] + k.t_step[i]);
+      b->t[i] += k.t_micro[i] * (double)s->batch[g] + k.t_step[i];
     for (int i = 0; i < SV_NM; i++)
-      b->m[i] += n * (k.mem[i] + s->share[g] * k.mem_shard[i]);
+      b->m[i] += k.mem[i] + s->share[g] * k.mem_shard[i];
     b->m[SV_NM] = fmax(b->m[SV_NM], k.peak);
   }
   for (int e = 0; e < p->nedges; e++) {
@@ -96,6 +95,11 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
   fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
           pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
           pl->cfg.precision == SV_BF16 ? "bf16 with fp32 master weights" : "fp32");
+  if (pl->cfg.seq_parallel)
+    fprintf(f, "sequence parallelism: assumed under tensor parallelism (--seq-parallel); "
+               "compiled programs do not run it yet, so mtc compile --plan refuses this plan\n");
+  else
+    fprintf(f, "sequence parallelism: off (as compiled programs run; --seq-parallel assumes it)\n");
 }
 
 static void print_blocks(FILE *f, const SvPlan *pl) {
@@ -107,26 +111,30 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
     int n = (int)strlen(p->unit[u].name) + (p->unit[u].count > 1 ? 6 : 0);
     w = n > w ? n : w;
   }
-  fprintf(f, "\n%-*s  %-14s %-5s %-5s %-8s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
+  // ckpt: yes or no for one block; for identical blocks, how many of them (the first ones)
+  fprintf(f, "\n%-*s  %-14s %-9s %-5s %-8s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
           "offload", "ms/step", "GiB/GPU");
   for (int u = 0; u < p->nunits; u++) {
     const SvUnit *un = &p->unit[u];
     const SvChoice *c = &un->choice[s->pick[u]];
     SvCost k;
-    sv_plan_cost(pl, u, s->pick[u], g, &k);
+    sv_plan_unit_cost(pl, s, u, g, &k);
     double t = 0, m = 0;
     for (int i = 0; i < SV_NT; i++)
-      t += un->count * (k.t_micro[i] * (double)s->batch[g] + k.t_step[i]);
+      t += k.t_micro[i] * (double)s->batch[g] + k.t_step[i];
     for (int i = 0; i < SV_NM; i++)
-      m += un->count * (k.mem[i] + s->share[g] * k.mem_shard[i]);
-    char name[300], lay[32];
-    if (un->count > 1)
+      m += k.mem[i] + s->share[g] * k.mem_shard[i];
+    char name[300], lay[32], ck[32];
+    if (un->count > 1) {
       snprintf(name, sizeof name, "%s (%d)", un->name, un->count);
-    else
+      snprintf(ck, sizeof ck, "%d of %d", sv_ckpt_blocks(p, s, u), un->count);
+    } else {
       snprintf(name, sizeof name, "%s", un->name);
-    fprintf(f, "%-*s  %-14s %-5s %-5d %7d%% %10.2f %9.2f\n", w, name,
-            sv_layout_str(lay, sizeof lay, p->layout[c->layout]), c->ckpt ? "yes" : "no",
-            c->zero, c->offload, t * 1e3, gb(m));
+      snprintf(ck, sizeof ck, "%s", c->ckpt ? "yes" : "no");
+    }
+    fprintf(f, "%-*s  %-14s %-9s %-5d %7d%% %10.2f %9.2f\n", w, name,
+            sv_layout_str(lay, sizeof lay, p->layout[c->layout]), ck, c->zero, c->offload,
+            t * 1e3, gb(m));
   }
 }
 
@@ -230,6 +238,7 @@ static cJSON *plan_json(const SvPlan *pl) {
   if (!s->feasible)
     cJSON_AddStringToObject(root, "why", pl->why);
   cJSON_AddStringToObject(root, "precision", pl->cfg.precision == SV_BF16 ? "bf16" : "fp32");
+  cJSON_AddBoolToObject(root, "seq_parallel", pl->cfg.seq_parallel);
   cJSON *batch = cJSON_AddObjectToObject(root, "batch");
   cJSON_AddNumberToObject(batch, "global", (double)pl->global_batch);
   cJSON_AddNumberToObject(batch, "micro", (double)pl->micro_batch);
@@ -266,11 +275,14 @@ static cJSON *plan_json(const SvPlan *pl) {
     cJSON_AddNumberToObject(root, "step_time_s", s->time);
     cJSON *blocks = cJSON_AddArrayToObject(root, "blocks");
     const SvModel *m = pl->model;
+    int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
+    IR_ASSERT(seen);
     for (int bi = 0; bi < m->nblocks; bi++) {
       int u = m->block[bi].unit;
       if (u < 0)
         continue;
       const SvChoice *c = &p->unit[u].choice[s->pick[u]];
+      bool ckpt = seen[u]++ < sv_ckpt_blocks(p, s, u);   // the unit's first K blocks
       SvLayout l = p->layout[c->layout];
       cJSON *o = cJSON_CreateObject();
       cJSON_AddNumberToObject(o, "id", bi);
@@ -279,11 +291,12 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddNumberToObject(o, "dp", l.dp);
       cJSON_AddNumberToObject(o, "tp", l.tp);
       cJSON_AddNumberToObject(o, "q", l.q);
-      cJSON_AddBoolToObject(o, "checkpoint", c->ckpt);
+      cJSON_AddBoolToObject(o, "checkpoint", ckpt);
       cJSON_AddNumberToObject(o, "zero", c->zero);
       cJSON_AddNumberToObject(o, "offload", c->offload / 100.0);
       cJSON_AddItemToArray(blocks, o);
     }
+    free(seen);
   }
 
   const SvSolveStats *st = &pl->stats;

@@ -82,15 +82,20 @@ typedef struct SvConfig {
   int64_t seq;            // sequence length (0: the model's)
   SvPrecision precision;
   bool share_blocks;      // identical blocks share one set of variables (default on)
-  bool seq_parallel;      // 1D tensor parallelism with Megatron sequence parallelism (default on)
+  bool seq_parallel;      // 1D tensor parallelism with Megatron sequence parallelism (default
+                          // off: compiled programs do not run it; mtc plan --seq-parallel)
   double mip_gap;         // relative optimality gap (default 1e-3)
   double time_limit;      // seconds for GLPK (default 20)
   bool verbose;           // GLPK's log on stderr
-  int mesh_tp;            // > 0: every block on one mesh of dp x mesh_tp (what mtc compile
-                          // lowers); 0: any layout per block
+  int mesh_tp;            // > 0: only what mtc compile lowers: every block on one mesh of
+                          // dp x mesh_tp, every block's optimizer state mesh_offload percent
+                          // on the host, checkpointing only of the first repeated layers
+                          // (SvProblem.ckpt_first);
+                          // 0: any layout, offload share and checkpointing per block
+  int mesh_offload;       // with mesh_tp: 0, 50 or 100
 } SvConfig;
 
-SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on
+SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on, no sequence parallelism
 
 // Sets the model's batch and sequence dims from cfg (micro_batch, seq) before
 // the passes run. The batch dim is the first dim of the first input; the
@@ -215,6 +220,11 @@ typedef struct SvChoice {
   double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
   double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
   double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];
+  // A checkpointing choice of a unit of several blocks may leave some of them (the last
+  // ones) without checkpointing: SvSolution.nplain. Such a block costs what it costs under
+  // the same choice without checkpointing, which differs only in these two (no recompute,
+  // all activations kept); the unit's peak stays `peak` (a checkpointed block's).
+  double t_micro_plain[SV_MAXGROUPS], mem_plain[SV_MAXGROUPS];
 } SvChoice;
 
 // A set of blocks deciding together: one block, or identical blocks.
@@ -248,11 +258,17 @@ typedef struct SvProblem {
   SvUnit *unit;
   int nedges;
   SvEdge *edge;
+  bool ckpt_first;                // only the first K repeated layers checkpoint (what mtc
+                                  // compile lowers): of two consecutive layers that decide
+                                  // alone (--no-share), the later one only if the earlier does
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.
 typedef struct SvSolution {
   int *pick;                      // nunits choice indices
+  int *nplain;                    // per unit whose pick checkpoints: its blocks left without
+                                  // checkpointing, 0 to count - 1 (the integer program decides
+                                  // it on one group of GPUs; it stays 0 on several)
   int64_t batch[SV_MAXGROUPS];    // micro-batches each group runs (sum = micro_total)
   double share[SV_MAXGROUPS];     // each group's share of the sharded state (sum = 1)
   bool feasible;
@@ -263,6 +279,8 @@ typedef struct SvSolution {
 } SvSolution;
 
 void sv_problem_free(SvProblem *p);
+// The blocks of unit u that s checkpoints: the first K of the unit's count.
+int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u);
 SvSolution sv_solution_new(const SvProblem *p);
 void sv_solution_free(SvSolution *s);
 void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
@@ -332,6 +350,9 @@ void sv_plan_free(SvPlan *p);
 
 // The cost of one block of unit u with choice c on group g, by category.
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out);
+// The cost of all of unit u's blocks under solution s on group g, by category (its
+// checkpointed blocks and those left without); peak: the largest block's.
+void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out);
 
 // ---- applying a plan (solver/apply.c) -----------------------------------------------------------
 
@@ -346,9 +367,10 @@ typedef struct SvApplied {
   double *offload;       // share of its optimizer state on the host
 } SvApplied;
 
-// The fastest feasible plan on one group of GPUs with one mesh for every
-// block (a solve per tp that divides the GPUs). *kept is that plan (free it
-// with sv_plan_free). -1 with d when none fits (what binds, from the solver).
+// The fastest feasible plan on one group of GPUs that mtc compile lowers (a
+// solve per tp that divides the GPUs and offload share: SvConfig.mesh_tp).
+// *kept is that plan (free it with sv_plan_free). -1 with d when none fits
+// (what binds, from the solver).
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d);
 // The plan in a plan.json text (path names it in errors), checked against g's
 // blocks. -1 with d naming the block and field that does not fit.

@@ -7,7 +7,9 @@
 #     (tools/parity_check.py);
 #   - on every rank the planned arena is what is resident, and the model-state
 #     bytes (on the device and, offloaded, on the host) and the bytes sent per
-#     step are what the planner predicts.
+#     step are what the planner predicts;
+#   - with MPI_EXPECT_PLAN set (an extended regex), the program's plan line
+#     matches it: the solver's own choice (--gpus) is the one a case is about.
 #
 #   tests/mpi.sh MTC MODEL OUT RANKS GLOBAL_B LOCAL_B "PLAN FLAGS" [MTC ARGS...]
 set -euo pipefail
@@ -50,6 +52,11 @@ if [ $rc -ne 0 ]; then
 fi
 grep -E "^(plan|step)" "$out/plan.log"
 ok=0
+if [ -n "${MPI_EXPECT_PLAN:-}" ]; then
+  line=$(grep -m1 "^plan:" "$out/plan.log" || true)
+  grep -qE -e "$MPI_EXPECT_PLAN" <<< "$line" ||
+    { echo "FAIL: the plan is '$line', which does not match /$MPI_EXPECT_PLAN/"; ok=1; }
+fi
 $check logs "$out/one.log" "$out/plan.log" --tol 1e-5 | tail -1 || ok=1
 $check grads "$out/one.safetensors" "$out/plan.safetensors" --tol 1e-4 > "$out/weights.txt" || ok=1
 echo "weights: $(tail -1 "$out/weights.txt")"

@@ -33,6 +33,17 @@ expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
 edit() { # NAME PYTHON: plan.json edited by PYTHON (p is the plan) into NAME.json
   /usr/bin/python3 -c "import json; p = json.load(open('$out/plan.json')); $2; json.dump(p, open('$out/$1.json', 'w'))"
 }
+grep -q '"seq_parallel":[[:space:]]*false' "$out/plan.json" ||
+  { echo "FAIL: plan.json does not say \"seq_parallel\": false"; fails=$((fails + 1)); }
+edit seq_parallel "p['seq_parallel'] = True"
+expect plan_seq_parallel 1 "seq_parallel.json: \"seq_parallel\": true: .*plan again without --seq-parallel" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/seq_parallel.json" -o "$out/p9"
+expect compile_seq_parallel 2 "--seq-parallel is for plan" \
+  "$mtc" compile "$model" -D L=2 --gpus 4 --seq-parallel -o "$out/p9"
+expect host_mem_bad 2 "--host-mem takes a size like 256GiB, or 0 for no offload, not 'lots'" \
+  "$mtc" plan "$model" --gpus 4 --host-mem lots
+expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --gpu-mem, --host-mem" \
+  "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
 edit two_meshes "p['blocks'][1]['tp'] = 2"
 expect plan_two_meshes 1 "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" \
   "$mtc" compile "$model" -D L=2 --plan "$out/two_meshes.json" -o "$out/p1"
@@ -54,7 +65,7 @@ expect plan_batch 1 "the plan runs micro-batches of 4 sequences, the model's bat
   "$mtc" compile "$model" -D L=2 -D B=2 --plan "$out/plan.json" -o "$out/p6"
 expect plan_and_dp 2 "--plan .* is a layout for compile: leave out --dp" \
   "$mtc" compile "$model" --plan "$out/plan.json" --dp 2 -o "$out/p7"
-for p in p1 p2 p3 p4 p5 p6 p7 p8; do
+for p in p1 p2 p3 p4 p5 p6 p7 p8 p9; do
   [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
 done
 # --checkpoint none|all|K: K a number of layers, at most the model's (gpt2 -D L=2: 2)

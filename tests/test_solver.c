@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "frontend.h"
 #include "passes.h"
@@ -39,8 +42,9 @@ static double urand(void) {   // xorshift64
 }
 static int irand(int n) { return (int)(urand() * n) % n; }
 
-// A random problem: 2-4 units with 2-5 choices over 2-3 layouts, a chain of
-// edges, one or two groups.
+// A random problem: 2-4 units of 1-3 blocks with 2-5 choices over 2-3 layouts
+// (some checkpointing: faster and bigger for the blocks they leave without), a
+// chain of edges, one or two groups.
 static SvProblem *random_problem(int groups) {
   SvProblem *p = calloc(1, sizeof *p);
   p->ngroups = groups;
@@ -73,6 +77,13 @@ static SvProblem *random_problem(int groups) {
         c->mem_shard[g] = 4 * urand() * GiB;
         c->peak[g] = 3 * urand() * GiB;
         c->host_shard[g] = urand() < 0.3 ? 2 * urand() * GiB : 0;
+        c->t_micro_plain[g] = c->t_micro[g];
+        c->mem_plain[g] = c->mem[g];
+      }
+      c->ckpt = urand() < 0.4;
+      for (int g = 0; g < groups && c->ckpt; g++) {
+        c->t_micro_plain[g] = c->t_micro[g] * (0.5 + 0.4 * urand());
+        c->mem_plain[g] = c->mem[g] + 3 * urand() * GiB;
       }
     }
   }
@@ -109,7 +120,7 @@ static void agree(SvProblem *p, const char *what, int i) {
 }
 
 static void test_brute_force(void) {
-  int binding = 0;
+  int binding = 0, partial = 0;
   for (int i = 0; i < 24; i++) {
     SvProblem *p = random_problem(i % 3 == 2 ? 2 : 1);
     agree(p, p->ngroups > 1 ? "heterogeneous, loose memory" : "loose memory", i);
@@ -123,12 +134,15 @@ static void test_brute_force(void) {
     SvSolution squeezed = sv_solution_new(p);
     sv_brute_force(p, &squeezed);
     binding += squeezed.feasible && squeezed.time > best.time;
+    for (int u = 0; u < p->nunits && squeezed.feasible; u++)
+      partial += squeezed.nplain[u] > 0;
     agree(p, p->ngroups > 1 ? "heterogeneous, binding memory" : "binding memory", i);
     sv_solution_free(&best);
     sv_solution_free(&squeezed);
     sv_problem_free(p);
   }
   CHECK(binding >= 5, "only %d instances had binding but satisfiable memory", binding);
+  CHECK(partial >= 2, "only %d units checkpoint some of their blocks and not others", partial);
 
   // GLPK's errors come back as a status and a message (its error hook), and
   // GLPK works again afterwards.
@@ -141,7 +155,30 @@ static void test_brute_force(void) {
   agree(p, "after an error", 0);
   sv_solution_free(&s);
   sv_problem_free(p);
-  printf("brute force: 48 instances agree (%d with binding memory, slower)\n", binding);
+
+  // Layers deciding alone, in order, of which only the first K may checkpoint (what mtc
+  // compile lowers): the rows that say so against brute force that skips the rest.
+  int ordered = 0;
+  for (int i = 0; i < 16; i++) {
+    p = random_problem(1);
+    for (int u = 0; u < p->nunits; u++)
+      p->unit[u].count = 1, p->unit[u].block = u + 1;
+    SvSolution any = sv_solution_new(p), first = sv_solution_new(p);
+    for (int g = 0; g < p->ngroups; g++)
+      p->cap[g] = 12 * GiB * p->nunits * (0.5 + 0.5 * urand());
+    sv_brute_force(p, &any);
+    p->ckpt_first = true;
+    sv_brute_force(p, &first);
+    ordered += first.feasible && (!any.feasible || first.time > any.time);
+    agree(p, "the first K layers checkpoint", i);
+    sv_solution_free(&any);
+    sv_solution_free(&first);
+    sv_problem_free(p);
+  }
+  CHECK(ordered >= 2, "only %d instances where the order of layers binds", ordered);
+  printf("brute force: %d instances agree (%d with binding memory, slower; %d units "
+         "checkpoint some of their blocks; %d where the order of checkpointed layers binds)\n",
+         48 + 16, binding, partial, ordered);
 }
 
 // ---- models -------------------------------------------------------------------------------------
@@ -420,6 +457,14 @@ static void test_clusters(void) {
     CHECK(sv_cluster_parse(&c, bad[i].json, "c.json", &d) && strstr(d.msg, bad[i].want),
           "%s: got '%s', want '%s'", bad[i].json, d.msg, bad[i].want);
   }
+  // No CPU memory for offloaded state is a cluster of its own; less than none is not.
+  const char *none = "{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"host_mem\": 0}]}";
+  const char *less = "{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"host_mem\": -1}]}";
+  CHECK(!sv_cluster_parse(&c, none, "c.json", &d) && c.group[0].dev.host_mem == 0,
+        "host_mem 0: %s", d.msg);
+  CHECK(sv_cluster_parse(&c, less, "c.json", &d) &&
+            strstr(d.msg, "\"host_mem\" must be a non-negative"),
+        "host_mem -1: '%s'", d.msg);
 }
 
 static void test_formulas_print(void) {
@@ -442,6 +487,188 @@ static void test_formulas_print(void) {
   ir_graph_free(g);
 }
 
+// ---- sequence parallelism: a choice, reported -----------------------------------------------
+
+// The plan's text report and plan.json (read back) under c.
+static void plan_outputs(IrGraph *g, const SvConfig *c, char **report, char **json) {
+  SvPlan *p = plan(g, c);
+  size_t len = 0;
+  FILE *f = open_memstream(report, &len);
+  sv_report(f, p);
+  fclose(f);
+  char path[] = "/tmp/mtc_test_plan_XXXXXX";
+  int fd = mkstemp(path);
+  IrDiag d = {0};
+  CHECK(fd >= 0 && !sv_write_json(p, path, &d), "plan.json: %s", d.msg);
+  f = fopen(path, "rb");
+  *json = calloc(1, 1 << 20);
+  if (f) {
+    fread(*json, 1, (1 << 20) - 1, f);
+    fclose(f);
+  }
+  unlink(path);
+  if (fd >= 0)
+    close(fd);
+  sv_plan_free(p);
+}
+
+static void test_seq_parallel(void) {
+  CHECK(!sv_default_config().seq_parallel, "the default plan assumes sequence parallelism");
+  IrGraph *g = model("gpt2.mtc", "L=2");
+  SvConfig c = cluster("H100-80GB", 8, 0);
+  char *report, *json;
+  plan_outputs(g, &c, &report, &json);
+  CHECK(strstr(report, "sequence parallelism: off"), "report:\n%s", report);
+  CHECK(strstr(json, "\"seq_parallel\":\tfalse"), "plan.json:\n%.300s", json);
+  SvApplied a;
+  IrDiag d = {0};
+  CHECK(!sv_apply_read(g, "off.json", json, &a, &d), "a plan without SP: %s", d.msg);
+  sv_applied_free(&a);
+  free(report), free(json);
+
+  c.seq_parallel = true;
+  plan_outputs(g, &c, &report, &json);
+  CHECK(strstr(report, "sequence parallelism: assumed") && strstr(report, "refuses this plan"),
+        "report:\n%s", report);
+  CHECK(strstr(json, "\"seq_parallel\":\ttrue"), "plan.json:\n%.300s", json);
+  CHECK(sv_apply_read(g, "sp.json", json, &a, &d) && strstr(d.msg, "sp.json") &&
+            strstr(d.msg, "\"seq_parallel\": true") && strstr(d.msg, "without --seq-parallel"),
+        "applying a plan with SP: '%s'", d.msg);
+  sv_applied_free(&a);
+  free(report), free(json);
+  ir_graph_free(g);
+}
+
+// ---- checkpointing K of L identical blocks ----------------------------------------------------
+
+// GPT-2 with 4 layers on one GPU of 20 MB (measured with mtc plan -D L=4 --gpu-mem: 22 MB
+// holds every layer's activations, 18 MB needs all 4 checkpointed and offload): the
+// optimum checkpoints some layers and not others, with one set of variables for the 4.
+static void test_checkpoint_k_of_l(void) {
+  IrGraph *g = model("gpt2.mtc", "L=4");
+  SvConfig c = cluster("H100-80GB", 1, 20e6);
+  SvPlan *p = plan(g, &c);
+  int u = p->model->block[1].unit;
+  CHECK(p->sol.feasible && p->prob->unit[u].count == 4, "%s", p->why);
+  int k = p->sol.feasible ? sv_ckpt_blocks(p->prob, &p->sol, u) : -1;
+  CHECK(k > 0 && k < 4, "checkpoints %d of 4 layers, want some but not all", k);
+  CHECK(p->stats.ints > 0, "no integer variable counts checkpointed layers");
+
+  // The report says K of 4; plan.json checkpoints the first K layers.
+  char *report, *json;
+  plan_outputs(g, &c, &report, &json);
+  char want[64];
+  snprintf(want, sizeof want, "%d of 4", k);
+  CHECK(strstr(report, want), "report without '%s':\n%s", want, report);
+  cJSON *root = cJSON_Parse(json);
+  const cJSON *b;
+  int i = 0, first = 0, marked = 0;
+  cJSON_ArrayForEach(b, cJSON_GetObjectItem(root, "blocks")) {
+    const char *name = cJSON_GetObjectItem(b, "name")->valuestring;
+    bool ck = cJSON_IsTrue(cJSON_GetObjectItem(b, "checkpoint"));
+    if (strncmp(name, "h.", 2))
+      continue;
+    marked += ck;
+    first += ck && atoi(name + 2) < k;
+    i++;
+  }
+  CHECK(i == 4 && marked == k && first == k, "plan.json checkpoints %d of %d layers, %d of the "
+        "first %d", marked, i, first, k);
+  cJSON_Delete(root);
+  free(report), free(json);
+
+  // Every layer deciding alone finds nothing faster, and checkpoints as many.
+  c.share_blocks = false;
+  SvPlan *q = plan(g, &c);
+  int alone = 0;
+  for (int l = 1; l <= 4 && q->sol.feasible; l++) {
+    int v = q->model->block[l].unit;
+    alone += q->prob->unit[v].choice[q->sol.pick[v]].ckpt;
+  }
+  CHECK(q->sol.feasible && near(q->sol.time, p->sol.time, 1e-6) && alone == k,
+        "--no-share: %.6f ms with %d checkpointed, shared %.6f ms with %d", q->sol.time * 1e3,
+        alone, p->sol.time * 1e3, k);
+  sv_plan_free(q);
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
+// ---- the plans mtc compile lowers ---------------------------------------------------------------
+
+// sv_apply_best (mtc compile --gpus) returns only what the lowering runs: one mesh, one
+// offload share for every block, and checkpointing of the first K repeated layers, never
+// of block 0. GPT-2 with 4 small layers on 2 GPUs, from memory where nothing binds to
+// memory where offload, ZeRO, tensor parallelism and checkpointing all come in (below
+// 1.4 MB nothing fits). Without the restriction 6 of these 8 plans do not compile: the
+// layers' optimizer state offloaded and block 0's not (3 to 1.6 MB), block 0 checkpointed
+// (2 and 1.4 MB). With every layer deciding alone (--no-share), the layers checkpointed
+// must also be the first ones (without the rows that say so, at 1.4 MB: h.0, h.1 and h.3).
+static void test_apply_lowerable(void) {
+  IrGraph *g = model("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2");
+  const double mbs[] = {100, 3, 2.5, 2.2, 2, 1.8, 1.6, 1.4};
+  int partial = 0;
+  for (size_t i = 0; i < 2 * sizeof mbs / sizeof mbs[0]; i++) {
+    SvConfig c = cluster("H100-80GB", 2, mbs[i / 2] * 1e6);
+    c.precision = SV_FP32;
+    c.share_blocks = i % 2 == 0;   // and with every layer deciding alone (--no-share)
+    SvApplied a;
+    SvPlan *kept;
+    IrDiag d = {0};
+    int rc = sv_apply_best(g, &c, &a, &kept, &d);
+    CHECK(!rc, "%.1f MB, sharing %d: %s", mbs[i / 2], c.share_blocks, d.msg);
+    if (rc)
+      continue;
+    int k = 0;
+    while (k + 1 < a.nblocks && a.ckpt[k + 1])
+      k++;
+    bool first_k = !a.ckpt[0], one_share = true;
+    for (int b = 1; b < a.nblocks; b++) {
+      first_k &= a.ckpt[b] == (b <= k);
+      one_share &= a.offload[b] == a.offload[0];
+    }
+    CHECK(first_k && one_share, "%.1f MB, sharing %d: checkpoints blocks %d%d%d%d%d, offloads "
+          "%g %g %g %g %g", mbs[i / 2], c.share_blocks, a.ckpt[0], a.ckpt[1], a.ckpt[2], a.ckpt[3], a.ckpt[4], a.offload[0],
+          a.offload[1], a.offload[2], a.offload[3], a.offload[4]);
+    partial += k > 0 && k < 4;
+    sv_applied_free(&a);
+    sv_plan_free(kept);
+  }
+  CHECK(partial >= 4, "only %d plans checkpoint some layers and not others", partial);
+  ir_graph_free(g);
+}
+
+// Without CPU memory for offloaded state (mtc compile --host-mem 0), memory the solver
+// met with offload takes tensor parallelism or ZeRO-3: GPT-2 small on 4 GPUs of 1.1 MB
+// (measured with mtc compile --gpus 4: with the H100's host memory dp 4, ZeRO-2, offload 1
+// and every layer checkpointed; with none, dp 2 x tp 2 from 0.9 to 1.25 MB).
+static void test_no_host_memory(void) {
+  IrGraph *g = model("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2");
+  for (int host = 1; host >= 0; host--) {
+    SvConfig c = cluster("H100-80GB", 4, 1.1e6);
+    c.precision = SV_FP32;
+    if (!host)
+      c.cluster.group[0].dev.host_mem = 0;
+    SvApplied a;
+    SvPlan *kept;
+    IrDiag d = {0};
+    int rc = sv_apply_best(g, &c, &a, &kept, &d);
+    CHECK(!rc, "host memory %d: %s", host, d.msg);
+    if (rc)
+      continue;
+    bool zero3 = false, offload = false;
+    for (int b = 0; b < a.nblocks; b++)
+      zero3 |= a.zero[b] == 3, offload |= a.offload[b] > 0;
+    if (host)
+      CHECK(offload, "with host memory: dp %d x tp %d without offload", a.dp, a.tp);
+    else
+      CHECK(!offload && (a.tp > 1 || zero3), "without host memory: dp %d x tp %d, ZeRO-3 %d, "
+            "offload %d; want tp > 1 or ZeRO-3 and no offload", a.dp, a.tp, zero3, offload);
+    sv_applied_free(&a);
+    sv_plan_free(kept);
+  }
+  ir_graph_free(g);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_solver EXAMPLES_DIR TESTS_SOLVER_DIR\n");
@@ -454,6 +681,10 @@ int main(int argc, char **argv) {
   test_megatron_activations();
   test_clusters();
   test_formulas_print();
+  test_seq_parallel();
+  test_checkpoint_k_of_l();
+  test_apply_lowerable();
+  test_no_host_memory();
   test_brute_force();
   test_small_model_gets_dp();
   test_big_model_shards();
