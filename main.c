@@ -356,12 +356,12 @@ static void print_checkpoint(const char *lead, const PassCtx *ctx) {
            ctx->nlayers);
 }
 
-static void print_memory(IrGraph *g) {
+static void print_memory(IrGraph *g, const MemPlan *m) {
   printf("# memory plan: arena %lld bytes = persistent %lld + transient %lld\n",
-         (long long)g->arena_bytes, (long long)g->persistent_bytes,
-         (long long)(g->arena_bytes - g->persistent_bytes));
-  printf("# peak live %lld bytes at schedule position %d = %s\n", (long long)g->peak_live_bytes,
-         g->peak_at, sym_str(&g->arena, g->peak_formula, &g->syms));
+         (long long)m->arena_bytes, (long long)m->persistent_bytes,
+         (long long)(m->arena_bytes - m->persistent_bytes));
+  printf("# peak live %lld bytes at schedule position %d = %s\n", (long long)m->peak_live_bytes,
+         m->peak_at, sym_str(&g->arena, m->peak_formula, &g->syms));
 }
 
 // The planner's configuration: the flags, and the cluster from --cluster or --gpus/--gpu.
@@ -545,12 +545,12 @@ int main(int argc, char **argv) {
   }
   if (!rc && inspect && !a.dot && a.checkpoint)
     print_checkpoint("# ", &ctx);
-  if (!rc && inspect && !a.dot)
-    print_memory(g);
+  if (!rc && inspect && !a.dot && ctx.mem)
+    print_memory(g, ctx.mem);
   if (!rc && plan)
     rc = run_plan(g, &a, &diag);
   if (!rc && !inspect && !plan) {
-    CgOptions co = {.outdir = a.outdir, .seed = a.seed, .source = a.model,
+    CgOptions co = {.mem = ctx.mem, .outdir = a.outdir, .seed = a.seed, .source = a.model,
                     .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
                                                              : MTC_SOURCE_DIR "/runtime",
                     .lowered = ctx.lowered};
@@ -568,13 +568,14 @@ int main(int argc, char **argv) {
       print_checkpoint("mtc: ", &ctx);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,
-             (long long)g->arena_bytes, a.outdir);
+             (long long)ctx.mem->arena_bytes, a.outdir);
   }
   if (rc)
     ir_diag_print(stderr, &diag);
   sv_applied_free(&ap);
   sv_plan_free(kept);
   free(plan_text);
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
   for (int i = 0; i < a.ndefines; i++)
     free((char *)a.defines[i].name);

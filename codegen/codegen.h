@@ -49,18 +49,19 @@ typedef struct CgCall {
   CgArg args[CG_MAXARGS];
 } CgCall;
 
-// The kernel calls that execute node n (split and concat take one per part).
-// Returns the number of calls written to `calls` (at most max), or -1.
-int cg_lower(IrGraph *g, const IrNode *n, CgCall *calls, int max, IrDiag *d);
+// The kernel calls that execute node n (split and concat take one per part)
+// under the memory plan m (a reshape it made a view moves nothing; m NULL:
+// none is). Returns the number of calls written to `calls` (at most max), or -1.
+int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d);
 // The SGD step for an adamw node's parameter (update() can switch at run time).
 void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *call);
 
 // ---- the interpreter (codegen/interp.c) -------------------------------------------
 
-// Executes a planned graph (after pass_memplan) in-process with the runtime's
-// CPU kernels, on one arena of g->arena_bytes bytes.
+// Executes a planned graph in-process with the runtime's CPU kernels, on one
+// arena of the memory plan m's arena_bytes (m stays the caller's).
 typedef struct CgInterp CgInterp;
-CgInterp *cg_interp_new(IrGraph *g, IrDiag *d);   // lowers every node; NULL on error
+CgInterp *cg_interp_new(IrGraph *g, const MemPlan *m, IrDiag *d); // lowers every node; NULL on error
 void cg_interp_free(CgInterp *it);
 char *cg_interp_arena(CgInterp *it);
 float *cg_interp_f32(CgInterp *it, const IrValue *v);
@@ -73,6 +74,7 @@ rt_hparams cg_default_hparams(const IrGraph *g);
 // ---- the emitted program (codegen/emit_c.c) -----------------------------------------
 
 typedef struct CgOptions {
+  const MemPlan *mem;       // the graph's memory plan (pass_memplan)
   const char *outdir;
   const char *runtime_dir;  // where runtime/ sources are (copied into outdir)
   uint64_t seed;            // initial weights
@@ -84,7 +86,7 @@ typedef struct CgOptions {
 } CgOptions;
 
 // Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,
-// README.md. The graph must be planned (pass_memplan).
+// README.md, from the graph and its memory plan opt->mem.
 int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d);
 
 // Initial values of a parameter (normal/zeros/ones from the seed), the same

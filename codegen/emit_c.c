@@ -31,6 +31,7 @@ typedef struct Loop {
 typedef struct Emit {
   IrGraph *g;
   const CgOptions *opt;
+  const MemPlan *m;     // the memory plan (opt->mem)
   FILE *f;
   const char **cname;   // cname[v->id]: the C identifier of each buffer
   const char *ind;      // indentation of a statement
@@ -164,13 +165,13 @@ static void emit_header(Emit *e, const char *source) {
   println(e, "// Do not edit: recompile the model instead.");
   println(e, "//");
   println(e, "// Memory plan: one arena of %lld bytes; persistent %lld bytes (inputs, parameters,",
-          (long long)g->arena_bytes, (long long)g->persistent_bytes);
+          (long long)e->m->arena_bytes, (long long)e->m->persistent_bytes);
   println(e, "// optimizer state), then transient buffers placed by liveness. Peak live bytes:");
-  println(e, "// %lld, at step %d of the schedule, = %s.", (long long)g->peak_live_bytes, g->peak_at,
-          sym_text(e, g->peak_formula));
-  if (g->host_bytes)
+  println(e, "// %lld, at step %d of the schedule, = %s.", (long long)e->m->peak_live_bytes,
+          e->m->peak_at, sym_text(e, e->m->peak_formula));
+  if (e->m->host_bytes)
     println(e, "// Host region (offloaded optimizer state, role h:...): %lld bytes, apart from the "
-            "arena.", (long long)g->host_bytes);
+            "arena.", (long long)e->m->host_bytes);
   println(e, "//");
   println(e, "// Identical blocks run as loops; their buffers are at a constant stride per");
   println(e, "// block: \"+ l * S\" below is the buffer of layer l (block l + 1).");
@@ -187,8 +188,8 @@ static void emit_header(Emit *e, const char *source) {
       snprintf(per, sizeof per, " %c l * %lld (%d blocks)", e->stride[i] < 0 ? '-' : '+',
                (long long)llabs(e->stride[i]), e->layers[i]);
     println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]%s", e->cname[i], role,
-            ir_shape_str(g, v), (long long)v->bytes, (long long)v->offset, v->first_use,
-            v->last_use, per);
+            ir_shape_str(g, v), (long long)e->m->bytes[i], (long long)e->m->offset[i],
+            e->m->first_use[i], e->m->last_use[i], per);
   }
   println(e, "#include \"dist.h\"");
   println(e, "#include \"kernels.h\"");
@@ -224,7 +225,7 @@ static void emit_dims(Emit *e, const char *code) {
   blank(e);
 }
 
-static bool has_host_values(const IrGraph *g) { return g->host_bytes > 0; }
+static bool has_host_values(const Emit *e) { return e->m->host_bytes > 0; }
 
 // The struct of the tensors in one memory (the device arena, or the host
 // region) and the function that binds it to the memory's base.
@@ -246,7 +247,7 @@ static void emit_bind(Emit *e, bool host) {
     const IrValue *v = g->values[i];
     if (v->host == host && e->used[i])
       println(e, "  b.%s = (%s *)(%s + %lld);", e->cname[i], v->dtype == DT_I32 ? "int" : "float",
-              base, (long long)v->offset);
+              base, (long long)e->m->offset[i]);
   }
   println(e, "  return b;");
   println(e, "}");
@@ -257,7 +258,7 @@ static void emit_bind(Emit *e, bool host) {
 static void emit_buffers(Emit *e) {
   println(e, "// Every tensor is a fixed offset in the arena.");
   emit_bind(e, false);
-  if (!has_host_values(e->g))
+  if (!has_host_values(e))
     return;
   println(e, "// Offload: the tensors in host memory, each a fixed offset in the host region.");
   emit_bind(e, true);
@@ -374,7 +375,7 @@ static void emit_adamw_call(Emit *e, const CgCall *adamw, const CgCall *sgd,
 // The calls that execute node n: cg_lower's, then (AdamW) the SGD step it
 // switches to. Returns how many, or -1.
 static int lower_node(Emit *e, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
-  int nc = cg_lower(e->g, n, calls, max - 1, d);
+  int nc = cg_lower(e->g, e->m, n, calls, max - 1, d);
   if (nc >= 0 && n->op == OP_ADAMW)
     cg_lower_adamw_as_sgd(e->g, n, &calls[nc++]);
   return nc;
@@ -385,13 +386,13 @@ static bool same_sym(const Sym *a, const Sym *b) { return a == b || (a && b && s
 // How argument y differs from x, the same argument of another block's call:
 // *delta is 0 when equal, the byte distance of two buffers otherwise, or the
 // difference of two integer constants. false when they differ otherwise.
-static bool arg_delta(const CgArg *x, const CgArg *y, int64_t *delta) {
+static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t *delta) {
   *delta = 0;
   if (x->kind != y->kind)
     return false;
   switch (x->kind) {
   case CG_BUF:
-    *delta = y->buf->offset - x->buf->offset;
+    *delta = m->offset[y->buf->id] - m->offset[x->buf->id];
     return x->buf->host == y->buf->host && x->buf->dtype == y->buf->dtype &&
            same_sym(x->rank_stride, y->rank_stride) && same_sym(x->elem_off, y->elem_off) &&
            *delta % ir_dtype_size(x->buf->dtype) == 0;
@@ -423,7 +424,7 @@ static bool arg_delta(const CgArg *x, const CgArg *y, int64_t *delta) {
 static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next) {
   (void)e;
   int64_t delta;
-  IR_ASSERT(arg_delta(a, next, &delta));
+  IR_ASSERT(arg_delta(e->m, a, next, &delta));
   return delta;
 }
 
@@ -457,8 +458,8 @@ static bool loop_check(Emit *e, const PassRun *r, Loop *L, IrDiag *d) {
         ok = cb[c].k == cj[c].k && cb[c].nargs == cj[c].nargs && cb[c].nargs == co[c].nargs;
         for (int a = 0; a < cb[c].nargs && ok; a++) {
           int64_t step, delta;
-          ok = arg_delta(&cb[c].args[a], &co[c].args[a], &step) &&
-               arg_delta(&cb[c].args[a], &cj[c].args[a], &delta) &&
+          ok = arg_delta(e->m, &cb[c].args[a], &co[c].args[a], &step) &&
+               arg_delta(e->m, &cb[c].args[a], &cj[c].args[a], &delta) &&
                delta == step * (block_of_stretch(r, j) - bb);
         }
       }
@@ -489,7 +490,7 @@ static void plan_loops(Emit *e, IrDiag *d) {
       IrValue *v = pass_run_value(g, run, L->base, p), *w = pass_run_value(g, run, L->other, p);
       if (v == w)
         continue;
-      e->stride[v->id] = w->offset - v->offset;
+      e->stride[v->id] = e->m->offset[w->id] - e->m->offset[v->id];
       e->layers[v->id] = run->count;
       for (int j = 0; j < run->count; j++)
         if (j != L->base)
@@ -545,7 +546,7 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
   println(e, "  Buffers b = bind(arena);");
-  if (phase == PHASE_UPDATE && has_host_values(g))
+  if (phase == PHASE_UPDATE && has_host_values(e))
     println(e, "  HostBuffers hb = bind_host(host);");
   else if (phase == PHASE_UPDATE)
     println(e, "  (void)host;");
@@ -589,7 +590,7 @@ static int emit_init_host(Emit *e, IrDiag *d) {
     const IrNode *n = g->nodes[i];
     if (n->op != OP_TO_DEVICE)
       continue;
-    if (cg_lower(g, n, calls, 4, d) != 1)
+    if (cg_lower(g, e->m, n, calls, 4, d) != 1)
       return -1;
     CgCall back = calls[0];
     back.k = CG_K_to_host;
@@ -636,11 +637,11 @@ static int64_t numel_of(Emit *e, const IrValue *v) { return ir_eval(e->g, ir_num
 
 // Per rank, in host memory (offload): the host's copies of parameters and
 // gradients, and optimizer state.
-static int64_t model_host_bytes(const IrGraph *g) {
+static int64_t model_host_bytes(const Emit *e) {
   int64_t total = 0;
-  for (int i = 0; i < g->nvalues; i++)
-    if (g->values[i]->host)
-      total += g->values[i]->bytes;
+  for (int i = 0; i < e->g->nvalues; i++)
+    if (e->g->values[i]->host)
+      total += e->m->bytes[i];
   return total;
 }
 
@@ -656,7 +657,7 @@ static int64_t model_state_bytes(Emit *e) {
   }
   for (int i = 0; i < e->g->nvalues; i++)
     if (e->g->values[i]->role == ROLE_STATE && !e->g->values[i]->host)
-      total += e->g->values[i]->bytes;
+      total += e->m->bytes[i];
   return total;
 }
 
@@ -670,8 +671,8 @@ static void emit_buckets(Emit *e) {
     const PassBucket *k = &lw->bucket[b];
     const IrValue *p = k->pshard ? k->pshard : k->params;
     println(e, "  {\"%s\", %lld, %d, %lld, %d, %lld, %d, %lld}, // block %d", k->name,
-            (long long)k->numel, k->zero, (long long)p->offset, k->pshard != NULL,
-            (long long)k->reduced->offset, k->reduced_sharded,
+            (long long)k->numel, k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
+            (long long)e->m->offset[k->reduced->id], k->reduced_sharded,
             (long long)numel_of(e, k->reduced), k->block);
   }
   println(e, "};");
@@ -697,7 +698,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
                     sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
       IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
       println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld, %d, %d},",
-              v->name, (long long)v->offset, (long long)ir_eval(g, ir_numel(g, &whole)),
+              v->name, (long long)e->m->offset[i], (long long)ir_eval(g, ir_numel(g, &whole)),
               v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
               role == ROLE_INPUT ? input_kind(v->input_kind)
               : pass              ? "RT_PARAM_CONST"
@@ -724,15 +725,15 @@ static void emit_grad_offsets(Emit *e) {
     const IrValue *v = g->values[i];
     if (v->role != ROLE_PARAM || v->producer)
       continue;
-    IR_ASSERT(v->grad && v->grad->offset >= 0);
-    println(e, "  %lld, // %s", (long long)v->grad->offset, e->cname[v->grad->id]);
+    IR_ASSERT(v->grad && e->m->offset[v->grad->id] >= 0);
+    println(e, "  %lld, // %s", (long long)e->m->offset[v->grad->id], e->cname[v->grad->id]);
     count++;
   }
   for (int i = 0; i < g->nvalues; i++) { // constants: no gradient; their own buffer
     const IrValue *v = g->values[i];
     if (v->role != ROLE_CONST || v->producer)
       continue;
-    println(e, "  %lld, // %s (a constant)", (long long)v->offset, e->cname[i]);
+    println(e, "  %lld, // %s (a constant)", (long long)e->m->offset[i], e->cname[i]);
     count++;
   }
   if (!count)
@@ -750,14 +751,14 @@ static int count_role(const IrGraph *g, IrRole role) {
 
 // Rows that count as tokens for tok/s: the token input's elements, else the
 // first dim of the first input.
-static int64_t tokens_per_step(const IrGraph *g) {
+static int64_t tokens_per_step(IrGraph *g) {
   const IrValue *first = NULL;
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     if (v->role != ROLE_INPUT)
       continue;
     if (v->input_kind == INPUT_TOKENS)
-      return v->bytes / 4;
+      return ir_eval(g, ir_numel(g, v));
     if (!first)
       first = v;
   }
@@ -785,7 +786,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
-           (has_host_values(g) && emit_init_host(e, d));
+           (has_host_values(e) && emit_init_host(e, d));
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -814,14 +815,14 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
     ndims += g->syms.bound[i];
   println(e, "    .n_dims = %d,", ndims);
   println(e, "    .dims = dims,");
-  println(e, "    .arena_bytes = %lld,", (long long)g->arena_bytes);
-  println(e, "    .persistent_bytes = %lld,", (long long)g->persistent_bytes);
-  println(e, "    .peak_live_bytes = %lld,", (long long)g->peak_live_bytes);
+  println(e, "    .arena_bytes = %lld,", (long long)e->m->arena_bytes);
+  println(e, "    .persistent_bytes = %lld,", (long long)e->m->persistent_bytes);
+  println(e, "    .peak_live_bytes = %lld,", (long long)e->m->peak_live_bytes);
   println(e, "    .n_inputs = %d,", count_role(g, ROLE_INPUT));
   println(e, "    .inputs = inputs,");
   println(e, "    .n_params = %d,", count_role(g, ROLE_PARAM) + count_role(g, ROLE_CONST));
   println(e, "    .params = params,");
-  println(e, "    .loss_offset = %lld,", (long long)g->loss->offset);
+  println(e, "    .loss_offset = %lld,", (long long)e->m->offset[g->loss->id]);
   println(e, "    .tokens_per_step = %lld,", (long long)tokens_per_step(g));
   println(e, "    .flops_per_step = %.6g,", total_flops(g));
   rt_hparams h = cg_default_hparams(g);
@@ -835,8 +836,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .forward = forward,");
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");
-  println(e, "    .host_bytes = %lld,", (long long)g->host_bytes);
-  println(e, "    .init_host = %s,", has_host_values(g) ? "init_host" : "0");
+  println(e, "    .host_bytes = %lld,", (long long)e->m->host_bytes);
+  println(e, "    .init_host = %s,", has_host_values(e) ? "init_host" : "0");
   println(e, "    .grad_offsets = grad_offsets,");
   const PassLowered *lw = e->opt->lowered;
   println(e, "    .dp = %d,", lw ? lw->dist.dp : 1);
@@ -847,7 +848,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .buckets = %s,", lw ? "buckets" : "0");
   println(e, "    .n_slots = %d,", lw ? lw->nslots : 0);
   println(e, "    .model_state_bytes = %lld,", (long long)model_state_bytes(e));
-  println(e, "    .model_host_bytes = %lld,", (long long)model_host_bytes(g));
+  println(e, "    .model_host_bytes = %lld,", (long long)model_host_bytes(e));
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
@@ -953,6 +954,7 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
 }
 
 static int write_readme(IrGraph *g, const CgOptions *opt, IrDiag *d) {
+  const MemPlan *m = opt->mem;
   FILE *f = open_out(opt->outdir, "README.md", d);
   if (!f)
     return -1;
@@ -969,16 +971,16 @@ static int write_readme(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   fprintf(f, "- `weights.bin`: the initial parameters (float32, seed %llu).\n\n",
           (unsigned long long)opt->seed);
   fprintf(f, "Memory: arena %lld bytes (persistent %lld), peak live %lld bytes = `%s`.\n",
-          (long long)g->arena_bytes, (long long)g->persistent_bytes, (long long)g->peak_live_bytes,
-          sym_str(&g->arena, g->peak_formula, &g->syms));
-  if (g->host_bytes)
+          (long long)m->arena_bytes, (long long)m->persistent_bytes, (long long)m->peak_live_bytes,
+          sym_str(&g->arena, m->peak_formula, &g->syms));
+  if (m->host_bytes)
     fprintf(f, "Host memory: %lld bytes of offloaded optimizer state (its update runs on the "
-               "host's threads; MTC_HOST_THREADS sets how many).\n", (long long)g->host_bytes);
+               "host's threads; MTC_HOST_THREADS sets how many).\n", (long long)m->host_bytes);
   return fclose(f) ? ir_error(d, (IrLoc){0}, "cannot write README.md") : 0;
 }
 
 int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
-  if (!g->loss || g->arena_bytes <= 0)
+  if (!g->loss || !opt->mem || opt->mem->arena_bytes <= 0)
     return ir_error(d, (IrLoc){0}, "codegen: the graph has no loss or no memory plan");
   for (int i = 0; i < g->syms.n; i++)
     if (!g->syms.bound[i])
@@ -998,7 +1000,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     if (copy_file(from, to, d))
       return -1;
   }
-  Emit e = {.g = g, .opt = opt, .ind = "  "};
+  Emit e = {.g = g, .opt = opt, .m = opt->mem, .ind = "  "};
   e.used = calloc((size_t)g->nvalues + 1, sizeof *e.used);
   IR_ASSERT(e.used);
   name_buffers(&e);

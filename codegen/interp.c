@@ -23,8 +23,9 @@ typedef struct Exec {
 
 struct CgInterp {
   IrGraph *g;
+  const MemPlan *mem;
   char *arena;
-  char *host;     // the host region (offload), g->host_bytes
+  char *host;     // the host region (offload)
   Exec *execs;
   int nexecs;
 };
@@ -38,7 +39,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     int64_t x = 0;
     switch (a->kind) {
     case CG_BUF:
-      e->p[j] = (a->buf->host ? it->host : it->arena) + a->buf->offset;
+      e->p[j] = (a->buf->host ? it->host : it->arena) + it->mem->offset[a->buf->id];
       if (a->rank_stride) // this rank's part of a bucket
         e->p[j] = (float *)e->p[j] + rt_dist.dp_rank * ir_eval(it->g, a->rank_stride);
       if (a->elem_off) // a range of it
@@ -64,19 +65,20 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
   return 0;
 }
 
-CgInterp *cg_interp_new(IrGraph *g, IrDiag *d) {
+CgInterp *cg_interp_new(IrGraph *g, const MemPlan *m, IrDiag *d) {
   CgInterp *it = calloc(1, sizeof *it);
   IR_ASSERT(it);
   it->g = g;
-  it->arena = aligned_alloc(64, (size_t)(g->arena_bytes + 64) / 64 * 64);
+  it->mem = m;
+  it->arena = aligned_alloc(64, (size_t)(m->arena_bytes + 64) / 64 * 64);
   IR_ASSERT(it->arena);
-  memset(it->arena, 0, (size_t)g->arena_bytes);
-  it->host = calloc((size_t)g->host_bytes + 64, 1);
+  memset(it->arena, 0, (size_t)m->arena_bytes);
+  it->host = calloc((size_t)m->host_bytes + 64, 1);
   IR_ASSERT(it->host);
   int cap = 0;
   CgCall calls[64];
   for (int i = 0; i < g->nnodes; i++) {
-    int nc = cg_lower(g, g->nodes[i], calls, 64, d);
+    int nc = cg_lower(g, m, g->nodes[i], calls, 64, d);
     if (nc < 0) {
       cg_interp_free(it);
       return NULL;
@@ -107,10 +109,10 @@ void cg_interp_free(CgInterp *it) {
 
 char *cg_interp_arena(CgInterp *it) { return it->arena; }
 float *cg_interp_f32(CgInterp *it, const IrValue *v) {
-  return (float *)((v->host ? it->host : it->arena) + v->offset);
+  return (float *)((v->host ? it->host : it->arena) + it->mem->offset[v->id]);
 }
 int32_t *cg_interp_i32(CgInterp *it, const IrValue *v) {
-  return (int32_t *)(it->arena + v->offset);
+  return (int32_t *)(it->arena + it->mem->offset[v->id]);
 }
 
 void cg_interp_init_params(CgInterp *it, uint64_t seed) {
@@ -122,7 +124,7 @@ void cg_interp_init_params(CgInterp *it, uint64_t seed) {
     else if (v->role == ROLE_CONST && !v->producer)
       cg_init_param(it->g, v, 0, seed, cg_interp_f32(it, v));
     else if (v->role == ROLE_STATE)
-      memset(cg_interp_f32(it, v), 0, (size_t)v->bytes);
+      memset(cg_interp_f32(it, v), 0, (size_t)it->mem->bytes[v->id]);
   }
   // the host's copies of device values (offload: the parameters the host
   // updates) start as those values, as the emitted init_host does

@@ -16,6 +16,7 @@ const char *cg_kernel_name(CgKernel k) { return kernel_names[k]; }
 
 typedef struct Lower {
   IrGraph *g;
+  const MemPlan *mem;   // NULL: before the memory plan (every reshape copies)
   CgCall *calls;
   int ncalls, max;
 } Lower;
@@ -238,7 +239,8 @@ static void lower_cross_entropy_bwd(Lower *L, const IrNode *n) {
 // A reshape the memory plan made a view (output at its input's offset, see
 // pass_view_of) moves nothing: no call. Otherwise a copy.
 static void lower_reshape(Lower *L, const IrNode *n) {
-  if (n->out[0]->offset >= 0 && n->out[0]->offset == n->in[0]->offset)
+  const MemPlan *m = L->mem;
+  if (m && m->offset[n->out[0]->id] >= 0 && m->offset[n->out[0]->id] == m->offset[n->in[0]->id])
     return;
   CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_copy_i32 : CG_K_copy);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
@@ -603,11 +605,11 @@ static LowerFn *const lower_fns[] = {
 #include "ops.def"
 };
 
-int cg_lower(IrGraph *g, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
+int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
   int need = n->nin > n->nout ? n->nin : n->nout;
   if (need > max)
     return ir_error(d, n->loc, "%s has too many parts (%d) to lower", ir_op_name(n->op), need);
-  Lower L = {.g = g, .calls = calls, .max = max};
+  Lower L = {.g = g, .mem = m, .calls = calls, .max = max};
   lower_fns[n->op](&L, n);
   return L.ncalls;
 }

@@ -150,7 +150,6 @@ IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role) {
   v->rank = -1;
   v->role = role;
   v->loc = g->cur_loc;
-  v->offset = -1;
   v->tp_dim = -1;
   v->tp_pieces = 1;
   push((void ***)&g->values, &g->nvalues, &g->capvalues, v);

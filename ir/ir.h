@@ -86,10 +86,6 @@ typedef struct IrValue {
   // ROLE_INPUT
   IrInputKind input_kind;
   const Sym *range;         // INPUT_CLASSES / TOKENS / TARGETS: values in [0, range)
-  // memory plan (passes/memplan.c); offset < 0 until planned
-  int64_t offset;
-  int64_t bytes;
-  int first_use, last_use;  // schedule positions of its live range
   // Placement (passes/lower.c): v lives inside `bucket` at byte offset
   // bucket_off; the memory plan places it there and keeps the bucket live
   // while v is.
@@ -103,7 +99,7 @@ typedef struct IrValue {
   int tp_pieces;
   // Placement (passes/lower.c, offload): v lives in host memory, not on the
   // device. The memory plan lays host values out in a host region of their
-  // own (offset is into it); only to_device and updates on the host read them.
+  // own; only to_device and updates on the host read them.
   bool host;
   // INIT_DATA (parameters and constants): numel elements of dtype, in the
   // graph's arena; NULL reads as zeros (the IR text does not carry data).
@@ -180,11 +176,6 @@ typedef struct IrGraph {
   IrValue *loss;            // the scalar trained on
   int batch_sym, seq_sym;   // the batch and sequence dims (symbol indices; -1: none),
                             // marked by the frontend
-  // memory plan summary (passes/memplan.c)
-  int64_t arena_bytes, persistent_bytes, peak_live_bytes;
-  int peak_at;              // schedule position of the peak
-  const Sym *peak_formula;  // bytes live at the peak, as a formula
-  int64_t host_bytes;       // the host region (host values, all persistent); 0: none
   // builder state: new nodes get these, and go before node insert_at (at the
   // end when it is negative)
   IrPhase cur_phase;

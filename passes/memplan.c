@@ -1,4 +1,5 @@
-// Liveness and the static memory plan.
+// Liveness and the static memory plan: a MemPlan, a table by value id beside
+// the graph (the graph itself is not changed), in ctx->mem.
 //
 // The schedule is the node order. A value produced at position p and last
 // read at position q is live on [p, q] (closed: a kernel never writes an
@@ -33,9 +34,10 @@
 // own place in a host region of host_bytes, for the whole program (the host
 // has room; the device is what the plan saves).
 //
-// Reported: arena_bytes (what the program allocates), peak_live_bytes (the
-// maximum over positions of the exact bytes live at once: the lower bound
-// any plan must meet) and peak_formula (those bytes as a formula).
+// Reported in the plan: arena_bytes (what the program allocates),
+// peak_live_bytes (the maximum over positions of the exact bytes live at
+// once: the lower bound any plan must meet) and peak_formula (those bytes as
+// a formula).
 #include "passes.h"
 
 #include <stdlib.h>
@@ -45,6 +47,12 @@
 #define MAXSTRIDES 64  // strides tried for a series
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+// v's entries in the plan m
+#define OFF(v) (m->offset[(v)->id])
+#define BYTES(v) (m->bytes[(v)->id])
+#define FIRST(v) (m->first_use[(v)->id])
+#define LAST(v) (m->last_use[(v)->id])
 
 bool pass_is_persistent(const IrValue *v) {
   return !v->producer || v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
@@ -56,21 +64,21 @@ static bool persistent(const IrGraph *g, const IrValue *v) {
   return pass_is_persistent(v) || v == g->loss;
 }
 
-const IrValue *pass_view_of(const IrValue *v) {
+const IrValue *pass_view_of(const MemPlan *m, const IrValue *v) {
   if (v->bucket)
     return v->bucket;
   const IrNode *n = v->producer;
-  if (!n || n->op != OP_RESHAPE || v->offset < 0 || n->in[0]->offset != v->offset)
+  if (!n || n->op != OP_RESHAPE || OFF(v) < 0 || OFF(n->in[0]) != OFF(v))
     return NULL;
   return n->in[0];
 }
 
-int64_t pass_live_bytes_at(const IrGraph *g, int t) {
+int64_t pass_live_bytes_at(const MemPlan *m, const IrGraph *g, int t) {
   int64_t total = 0;
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (v->offset >= 0 && !v->host && !pass_view_of(v) && v->first_use <= t && t <= v->last_use)
-      total += v->bytes;
+    if (OFF(v) >= 0 && !v->host && !pass_view_of(m, v) && FIRST(v) <= t && t <= LAST(v))
+      total += BYTES(v);
   }
   return total;
 }
@@ -153,8 +161,8 @@ static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n
 
 // Index range; bad when two members share an index or differ in size or
 // kind of memory (host, persistent, transient).
-static void series_close(SeriesSet *ss, const IrGraph *g, bool (*persist)(const IrGraph *,
-                                                                         const IrValue *)) {
+static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m,
+                         bool (*persist)(const IrGraph *, const IrValue *)) {
   for (int s = 0; s < ss->n; s++) {
     Series *x = &ss->s[s];
     if (x->n == 0)
@@ -166,7 +174,7 @@ static void series_close(SeriesSet *ss, const IrGraph *g, bool (*persist)(const 
       int i = ss->idx[v->id];
       x->lo = i < x->lo ? i : x->lo;
       x->hi = i > x->hi ? i : x->hi;
-      x->bad |= v->bytes != a->bytes || v->host != a->host || persist(g, v) != persist(g, a);
+      x->bad |= BYTES(v) != BYTES(a) || v->host != a->host || persist(g, v) != persist(g, a);
       for (int m = 0; m < k; m++)
         x->bad |= ss->idx[x->id[m]] == i;
     }
@@ -220,6 +228,7 @@ typedef struct Unit {
   int *rel;        // each one's index minus the series' lowest
   int n;
   int64_t bytes;   // each member's
+  int first;       // the first member's first use
   bool apart;      // a series whose members' live ranges are pairwise apart
 } Unit;
 
@@ -232,7 +241,7 @@ static int unit_order(const void *a, const void *b) {
     return x->bytes < y->bytes ? 1 : -1;
   if (x->apart != y->apart)
     return x->apart ? 1 : -1;
-  return x->v[0]->first_use - y->v[0]->first_use;
+  return x->first - y->first;
 }
 
 typedef struct Gap { int64_t lo, hi; } Gap;   // bases in (lo, hi) collide
@@ -242,20 +251,20 @@ static int gap_by_lo(const void *a, const void *b) {
   return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
-static bool live_together(const IrValue *a, const IrValue *b) {
-  return a->first_use <= b->last_use && b->first_use <= a->last_use;
+static bool live_together(const MemPlan *m, const IrValue *a, const IrValue *b) {
+  return FIRST(a) <= LAST(b) && FIRST(b) <= LAST(a);
 }
 
 // Lowest base (>= start) where each member k of u fits at base + rel[k] *
 // stride beside the placed buffers live at the same time as it.
-static int64_t place(const Unit *u, int64_t stride, IrValue *const *placed, int nplaced,
-                     int64_t start) {
+static int64_t place(const MemPlan *m, const Unit *u, int64_t stride, IrValue *const *placed,
+                     int nplaced, int64_t start) {
   int64_t need = align_up(u->bytes);
   Gap *gap = NULL;
   int n = 0, cap = 0;
   for (int k = 0; k < u->n; k++)
     for (int i = 0; i < nplaced; i++) {
-      if (!live_together(u->v[k], placed[i]))
+      if (!live_together(m, u->v[k], placed[i]))
         continue;
       if (n == cap) {
         cap = cap ? 2 * cap : 64;
@@ -263,8 +272,8 @@ static int64_t place(const Unit *u, int64_t stride, IrValue *const *placed, int 
         IR_ASSERT(gap);
       }
       int64_t shift = u->rel[k] * stride;
-      gap[n++] = (Gap){placed[i]->offset - shift - need,
-                       placed[i]->offset + align_up(placed[i]->bytes) - shift};
+      gap[n++] = (Gap){OFF(placed[i]) - shift - need,
+                       OFF(placed[i]) + align_up(BYTES(placed[i])) - shift};
     }
   if (n > 1)
     qsort(gap, (size_t)n, sizeof *gap, gap_by_lo);
@@ -277,16 +286,38 @@ static int64_t place(const Unit *u, int64_t stride, IrValue *const *placed, int 
 }
 
 // Members' live ranges pairwise apart: they can share one place.
-static bool apart(const Unit *u) {
+static bool apart(const MemPlan *m, const Unit *u) {
   for (int k = 0; k < u->n; k++)
-    for (int m = 0; m < k; m++)
-      if (live_together(u->v[k], u->v[m]))
+    for (int j = 0; j < k; j++)
+      if (live_together(m, u->v[k], u->v[j]))
         return false;
   return true;
 }
 
+void pass_memplan_free(MemPlan *m) {
+  if (!m)
+    return;
+  free(m->offset), free(m->bytes), free(m->first_use), free(m->last_use);
+  free(m);
+}
+
+static MemPlan *memplan_new(int nvalues) {
+  MemPlan *m = calloc(1, sizeof *m);
+  IR_ASSERT(m);
+  size_t n = (size_t)nvalues + 1;
+  m->nvalues = nvalues;
+  m->offset = malloc(n * sizeof *m->offset);
+  m->bytes = malloc(n * sizeof *m->bytes);
+  m->first_use = malloc(n * sizeof *m->first_use);
+  m->last_use = malloc(n * sizeof *m->last_use);
+  IR_ASSERT(m->offset && m->bytes && m->first_use && m->last_use);
+  return m;
+}
+
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
-  (void)ctx;
+  *changed = false; // the plan is a table beside the graph; the graph is unchanged
+  pass_memplan_free(ctx->mem);
+  MemPlan *m = ctx->mem = memplan_new(g->nvalues);
   int last = g->nnodes > 0 ? g->nnodes - 1 : 0;
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
@@ -295,20 +326,20 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       return ir_error(ctx->diag, v->loc,
                       "memplan: the size of '%s' %s is not known: bind every dim (-D NAME=VALUE)",
                       v->name, ir_shape_str(g, v));
-    v->bytes = bytes;
-    v->offset = -1;
+    BYTES(v) = bytes;
+    OFF(v) = -1;
     bool own = persistent(g, v) && !v->bucket; // members live as long as they are used
-    v->first_use = own ? 0 : v->producer ? v->producer->id : last + 1;
-    v->last_use = own ? last : v->producer ? v->first_use : -1;
+    FIRST(v) = own ? 0 : v->producer ? v->producer->id : last + 1;
+    LAST(v) = own ? last : v->producer ? FIRST(v) : -1;
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
     IR_ASSERT(n->id == i);
     for (int k = 0; k < n->nin; k++) {
-      if (n->in[k]->last_use < i)
-        n->in[k]->last_use = i;
-      if (n->in[k]->first_use > i)
-        n->in[k]->first_use = i;
+      if (LAST(n->in[k]) < i)
+        LAST(n->in[k]) = i;
+      if (FIRST(n->in[k]) > i)
+        FIRST(n->in[k]) = i;
     }
   }
   // A bucket is live while any value placed in it is.
@@ -316,11 +347,11 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     IrValue *v = g->values[i], *b = v->bucket;
     if (!b)
       continue;
-    IR_ASSERT(!b->bucket && v->bytes + v->bucket_off <= b->bytes);
-    if (v->first_use < b->first_use)
-      b->first_use = v->first_use;
-    if (v->last_use > b->last_use)
-      b->last_use = v->last_use;
+    IR_ASSERT(!b->bucket && BYTES(v) + v->bucket_off <= BYTES(b));
+    if (FIRST(v) < FIRST(b))
+      FIRST(b) = FIRST(v);
+    if (LAST(v) > LAST(b))
+      LAST(b) = LAST(v);
   }
   // Views: root[v->id] is the buffer v shares, or NULL. In schedule order,
   // so the root of a reshape of a view is already known.
@@ -337,17 +368,17 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     IrNode *n = g->nodes[i];
     IrValue *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
     if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || y->bucket || x->host ||
-        x->bytes != y->bytes)
+        BYTES(x) != BYTES(y))
       continue;
     IrValue *r = root[x->id] ? root[x->id] : x;
     root[y->id] = r;
     rootoff[y->id] = rootoff[x->id];
-    if (r->last_use < y->last_use)
-      r->last_use = y->last_use;
+    if (LAST(r) < LAST(y))
+      LAST(r) = LAST(y);
   }
   SeriesSet ss = {0};
   series_build(&ss, g, root, rootoff);
-  series_close(&ss, g, persistent);
+  series_close(&ss, g, m, persistent);
   // Host region, then the arena's persistent region: in value order, a
   // series at its first member, all of it, at a stride of one member.
   int64_t at = 0, host_at = 0;
@@ -365,12 +396,12 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     if (root[v->id] || (x && done[s]))
       continue;  // placed with its root, or with its series
     if (x && (v->host || persistent(g, v))) {
-      int64_t *next = v->host ? &host_at : &at, stride = align_up(v->bytes);
+      int64_t *next = v->host ? &host_at : &at, stride = align_up(BYTES(v));
       for (int k = 0; k < x->n; k++) {
-        IrValue *m = g->values[x->id[k]];
-        m->offset = *next + (ss.idx[m->id] - x->lo) * stride;
-        m->first_use = v->host ? 0 : m->first_use;
-        m->last_use = v->host ? last : m->last_use;
+        IrValue *w = g->values[x->id[k]];
+        OFF(w) = *next + (ss.idx[w->id] - x->lo) * stride;
+        FIRST(w) = v->host ? 0 : FIRST(w);
+        LAST(w) = v->host ? last : LAST(w);
       }
       *next += (x->hi - x->lo + 1) * stride;
       done[s] = true;
@@ -384,27 +415,29 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
         u->v[k] = g->values[x->id[k]];
         u->rel[k] = ss.idx[x->id[k]] - x->lo;
       }
-      u->bytes = v->bytes;
+      u->bytes = BYTES(v);
+      u->first = FIRST(u->v[0]);
       done[s] = true;
     } else if (v->host) {
-      v->offset = host_at;
-      host_at += align_up(v->bytes);
-      v->first_use = 0;
-      v->last_use = last;
+      OFF(v) = host_at;
+      host_at += align_up(BYTES(v));
+      FIRST(v) = 0;
+      LAST(v) = last;
     } else if (persistent(g, v)) {
-      v->offset = at;
-      at += align_up(v->bytes);
+      OFF(v) = at;
+      at += align_up(BYTES(v));
     } else {
       single[v->id] = v;
-      units[nu++] = (Unit){.v = &single[v->id], .rel = zero, .n = 1, .bytes = v->bytes};
+      units[nu++] = (Unit){.v = &single[v->id], .rel = zero, .n = 1, .bytes = BYTES(v),
+                                 .first = FIRST(v)};
     }
   }
-  g->persistent_bytes = at;
-  g->host_bytes = host_at;
+  m->persistent_bytes = at;
+  m->host_bytes = host_at;
   // Transient region: largest first; a series whose members live apart
   // shares one place (stride 0), otherwise its members follow each other.
   for (int i = 0; i < nu; i++)
-    units[i].apart = units[i].n > 1 && apart(&units[i]);
+    units[i].apart = units[i].n > 1 && apart(m, &units[i]);
   qsort(units, (size_t)nu, sizeof *units, unit_order);
   int64_t end = at;
   int nplaced = 0;
@@ -428,7 +461,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       if ((sc == 0 && u->n > 1 && !u->apart) || (sc != 0 && llabs(sc) < size))
         continue;
       int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
-      int64_t b = place(u, sc, placed, nplaced, g->persistent_bytes + lo);
+      int64_t b = place(m, u, sc, placed, nplaced, m->persistent_bytes + lo);
       if (b + hi + size < top)
         top = b + hi + size, base = b, stride = sc;
     }
@@ -438,38 +471,37 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     if (u->n > 1 && !seen && nstrides < MAXSTRIDES)
       strides[nstrides++] = stride;
     for (int k = 0; k < u->n; k++) {
-      u->v[k]->offset = base + u->rel[k] * stride;
+      OFF(u->v[k]) = base + u->rel[k] * stride;
       placed[nplaced++] = u->v[k];
-      if (u->v[k]->offset + align_up(u->bytes) > end)
-        end = u->v[k]->offset + align_up(u->bytes);
+      if (OFF(u->v[k]) + align_up(u->bytes) > end)
+        end = OFF(u->v[k]) + align_up(u->bytes);
     }
     if (u->v != &single[u->v[0]->id])
       free(u->v), free(u->rel);
   }
-  g->arena_bytes = end;
+  m->arena_bytes = end;
   for (int i = 0; i < g->nvalues; i++)
     if (root[i])
-      g->values[i]->offset = root[i]->offset + rootoff[i];
+      OFF(g->values[i]) = OFF(root[i]) + rootoff[i];
   // The peak of live bytes and its formula.
-  g->peak_live_bytes = 0;
-  g->peak_at = 0;
+  m->peak_live_bytes = 0;
+  m->peak_at = 0;
   for (int t = 0; t < g->nnodes; t++) {
-    int64_t live = pass_live_bytes_at(g, t);
-    if (live > g->peak_live_bytes) {
-      g->peak_live_bytes = live;
-      g->peak_at = t;
+    int64_t live = pass_live_bytes_at(m, g, t);
+    if (live > m->peak_live_bytes) {
+      m->peak_live_bytes = live;
+      m->peak_at = t;
     }
   }
   const Sym *f = sym_const(&g->arena, 0);
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
-    if (v->first_use <= g->peak_at && g->peak_at <= v->last_use && v->rank >= 0 && !v->host &&
-        !pass_view_of(v))
+    if (FIRST(v) <= m->peak_at && m->peak_at <= LAST(v) && v->rank >= 0 && !v->host &&
+        !pass_view_of(m, v))
       f = sym_add(&g->arena, f, ir_nbytes(g, v));
   }
-  g->peak_formula = f;
+  m->peak_formula = f;
   free(units), free(placed), free(single), free(zero), free(done), free(root), free(rootoff);
   series_free(&ss);
-  *changed = false; // annotations only; the graph is unchanged
   return 0;
 }

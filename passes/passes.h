@@ -72,6 +72,23 @@ typedef struct PassLowered {
   bool loss_tp_partial;    // each tp rank's loss is its term of a sum
 } PassLowered;
 
+// The static memory plan (passes/memplan.c): a table beside the graph, by
+// value id. Every rank of an SPMD program has the same one.
+typedef struct MemPlan {
+  int nvalues;
+  int64_t *offset;         // in the arena, or (a host value) in the host region
+  int64_t *bytes;
+  int *first_use, *last_use; // schedule positions of its live range
+  int64_t arena_bytes;     // what the program allocates
+  int64_t persistent_bytes;// the arena's first part: inputs, parameters, state, the loss
+  int64_t host_bytes;      // the host region (host values, all persistent); 0: none
+  int64_t peak_live_bytes; // the most bytes live at once: the lower bound of any plan
+  int peak_at;             // ... at this schedule position
+  const Sym *peak_formula; // ... as a formula
+} MemPlan;
+
+void pass_memplan_free(MemPlan *m);
+
 typedef struct PassCtx {
   PassOptions opt;
   IrDiag *diag;
@@ -79,6 +96,7 @@ typedef struct PassCtx {
   PassLowered *lowered;    // set by pass_lower when it lowered a plan
   int nlayers;             // set by pass_recompute: the model's repeated layers (IR blocks 1..)
   int ncheckpointed;       // ... and how many of them backward recomputes
+  MemPlan *mem;            // set by pass_memplan; the caller frees it (pass_memplan_free)
 } PassCtx;
 
 typedef struct Pass {
@@ -125,12 +143,13 @@ PassRun *pass_find_runs(const IrGraph *g, int *nruns);   // malloc'd, in schedul
 int pass_run_places(const IrGraph *g, const PassRun *r);
 IrValue *pass_run_value(const IrGraph *g, const PassRun *r, int stretch, int place);
 
-// Memory-plan queries (valid after pass_memplan).
+// Memory-plan queries.
 bool pass_is_persistent(const IrValue *v);   // lives for the whole program
 // The value whose bytes v shares when v is a view (a reshape's output placed
-// on its input), else NULL.
-const IrValue *pass_view_of(const IrValue *v);
-int64_t pass_live_bytes_at(const IrGraph *g, int t); // exact bytes live at schedule position t
+// on its input, or a value in a bucket), else NULL.
+const IrValue *pass_view_of(const MemPlan *m, const IrValue *v);
+// Exact bytes live at schedule position t.
+int64_t pass_live_bytes_at(const MemPlan *m, const IrGraph *g, int t);
 
 // ---- sharding (passes/shard.c) ---------------------------------------------------
 //

@@ -278,6 +278,7 @@ static void check_slice_default_axis(void) {
   IrGraph *g = ir_parse(slice_ir, "slice.ir", &d);
   PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
   if (!check(g && pass_run_all(g, &ctx) == 0, "slice without axis=: %s", d.msg)) {
+    pass_memplan_free(ctx.mem);
     ir_graph_free(g);
     return;
   }
@@ -287,7 +288,7 @@ static void check_slice_default_axis(void) {
   const IrNode *nodes[2] = {sl, bwd};
   for (int k = 0; k < 2; k++) {
     CgCall call;
-    int nc = cg_lower(g, nodes[k], &call, 1, &d);
+    int nc = cg_lower(g, ctx.mem, nodes[k], &call, 1, &d);
     check(nc == 1 && eval_arg(g, &call, 2) == 1 && eval_arg(g, &call, 3) == 4 &&
               eval_arg(g, &call, 4) == 3 && eval_arg(g, &call, 5) == 1 &&
               eval_arg(g, &call, 6) == 1 && eval_arg(g, &call, 7) == 2,
@@ -299,7 +300,7 @@ static void check_slice_default_axis(void) {
           (long long)eval_arg(g, &call, 7));
   }
   // Run it: y = x[1:3] and dx = 1 on rows 1 and 2, 0 elsewhere.
-  CgInterp *it = cg_interp_new(g, &d);
+  CgInterp *it = cg_interp_new(g, ctx.mem, &d);
   IR_ASSERT(it);
   cg_interp_init_params(it, 42);
   cg_interp_run(it, PHASE_FORWARD, NULL);
@@ -316,6 +317,7 @@ static void check_slice_default_axis(void) {
     bad += dx[i] != (i >= 3 && i < 9 ? 1.0f : 0.0f);
   check(bad == 0, "slice_bwd without axis= fills rows 1 and 2 (%d elements differ)", bad);
   cg_interp_free(it);
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
 
   // A slice of the last dim is not a slice along axis 0: the shape rule says so.

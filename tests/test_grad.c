@@ -144,7 +144,7 @@ static void fill_inputs(IrGraph *g, CgInterp *it, uint64_t seed) {
     IrValue *v = g->values[i];
     if (v->role != ROLE_INPUT)
       continue;
-    int64_t n = v->bytes / 4;
+    int64_t n = ir_eval(g, ir_numel(g, v));
     if (v->dtype == DT_I32) {
       int64_t range = ir_eval(g, v->range);
       for (int64_t k = 0; k < n; k++)
@@ -178,10 +178,11 @@ static void run_case(const Case *c) {
     printf("FAIL %s: ", c->name);
     ir_diag_print(stdout, &d);
     failed++;
+    pass_memplan_free(ctx.mem);
     ir_graph_free(g);
     return;
   }
-  CgInterp *it = cg_interp_new(g, &d);
+  CgInterp *it = cg_interp_new(g, ctx.mem, &d);
   IR_ASSERT(it);
   cg_interp_init_params(it, 42);
   fill_inputs(g, it, 7);
@@ -194,15 +195,16 @@ static void run_case(const Case *c) {
     IrValue *p = g->values[i];
     if (p->role != ROLE_PARAM)
       continue;
-    grads[i] = malloc((size_t)p->bytes);
-    memcpy(grads[i], cg_interp_f32(it, p->grad), (size_t)p->bytes);
+    size_t bytes = (size_t)ir_eval(g, ir_nbytes(g, p));
+    grads[i] = malloc(bytes);
+    memcpy(grads[i], cg_interp_f32(it, p->grad), bytes);
   }
   double worst = 0;
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *p = g->values[i];
     if (p->role != ROLE_PARAM)
       continue;
-    int64_t n = p->bytes / 4;
+    int64_t n = ir_eval(g, ir_numel(g, p));
     float *analytic = grads[i];
     float *x = cg_interp_f32(it, p);
     for (int64_t k = 0; k < n; k++) {
@@ -224,6 +226,7 @@ static void run_case(const Case *c) {
   printf("%s %s: max normalized error %.2e\n", ok ? "ok  " : "FAIL", c->name, worst);
   ok ? passed++ : failed++;
   cg_interp_free(it);
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
 }
 

@@ -42,13 +42,16 @@ static const char mlp_ir[] =
     "  %loss : f32[] = cross_entropy(%lo, %y)\n"
     "loss %loss\n";
 
-static IrGraph *compile(const char *text, IrDiag *d) {
+// The graph through every pass; its memory plan in *mem.
+static IrGraph *compile(const char *text, IrDiag *d, MemPlan **mem) {
   IrGraph *g = ir_parse(text, "test.ir", d);
   PassCtx ctx = {.opt = pass_default_options(), .diag = d};
   if (g && pass_run_all(g, &ctx)) {
+    pass_memplan_free(ctx.mem);
     ir_graph_free(g);
     return NULL;
   }
+  *mem = ctx.mem;
   return g;
 }
 
@@ -82,7 +85,7 @@ static void check_round_trip(const IrGraph *g, const char *what) {
 // 4), backward (4 to 1) and update (1 to 4), unless checkpointing makes some
 // blocks differ; and the memory plan puts the values at each place of a run
 // at a constant stride per block, so the emitted loops can address them.
-static void check_runs(const IrGraph *g, const char *what, int want_runs) {
+static void check_runs(const IrGraph *g, const MemPlan *m, const char *what, int want_runs) {
   int nruns = 0, uneven = 0, places = 0;
   PassRun *runs = pass_find_runs(g, &nruns);
   CHECK(nruns == want_runs, "%s: %d runs, not %d", what, nruns, want_runs);
@@ -92,24 +95,25 @@ static void check_runs(const IrGraph *g, const char *what, int want_runs) {
           what, r, run->count, run->step);
     for (int p = 0, np = pass_run_places(g, run); p < np; p++, places++) {
       const IrValue *v0 = pass_run_value(g, run, 0, p), *v1 = pass_run_value(g, run, 1, p);
-      int64_t stride = (v1->offset - v0->offset) * run->step;
+      int64_t stride = (m->offset[v1->id] - m->offset[v0->id]) * run->step;
       for (int j = 2; j < run->count; j++)
-        uneven += pass_run_value(g, run, j, p)->offset != v0->offset + j * run->step * stride;
+        uneven += m->offset[pass_run_value(g, run, j, p)->id] !=
+                  m->offset[v0->id] + j * run->step * stride;
     }
   }
   CHECK(uneven == 0, "%s: %d of %d places of runs are not at a constant stride", what, uneven,
         places);
   // Constant strides cost little: the arena stays within 5%% of the peak of live bytes.
-  CHECK(g->arena_bytes <= g->peak_live_bytes + g->peak_live_bytes / 20,
-        "%s: arena %lld bytes for a peak of %lld", what, (long long)g->arena_bytes,
-        (long long)g->peak_live_bytes);
+  CHECK(m->arena_bytes <= m->peak_live_bytes + m->peak_live_bytes / 20,
+        "%s: arena %lld bytes for a peak of %lld", what, (long long)m->arena_bytes,
+        (long long)m->peak_live_bytes);
   free(runs);
 }
 
 // The buffer a view shares (itself when v is not a view).
-static const IrValue *view_root(const IrValue *v) {
-  while (pass_view_of(v))
-    v = pass_view_of(v);
+static const IrValue *view_root(const MemPlan *m, const IrValue *v) {
+  while (pass_view_of(m, v))
+    v = pass_view_of(m, v);
   return v;
 }
 
@@ -118,25 +122,25 @@ static const IrValue *view_root(const IrValue *v) {
 // output at its input's offset, and its root stays live as long as it does;
 // the reported peak is the maximum over positions of live bytes (views add
 // none), recomputed here independently; the arena holds every buffer.
-static void check_memplan(const IrGraph *g, const char *what) {
+static void check_memplan(const IrGraph *g, const MemPlan *m, const char *what) {
   int overlaps = 0, views = 0;
   for (int i = 0; i < g->nvalues; i++) {
-    const IrValue *v = g->values[i], *r = view_root(v);
+    const IrValue *v = g->values[i], *r = view_root(m, v);
     if (r == v)
       continue;
     views++;
-    CHECK(v->producer && v->producer->op == OP_RESHAPE && v->bytes == r->bytes &&
-              r->first_use <= v->first_use && v->last_use <= r->last_use,
+    CHECK(v->producer && v->producer->op == OP_RESHAPE && m->bytes[v->id] == m->bytes[r->id] &&
+              m->first_use[r->id] <= m->first_use[v->id] && m->last_use[v->id] <= m->last_use[r->id],
           "%s: view '%s' is not a reshape inside the live range of '%s'", what, v->name,
           r->name);
   }
   for (int i = 0; i < g->nvalues; i++)
     for (int j = i + 1; j < g->nvalues; j++) {
       const IrValue *a = g->values[i], *b = g->values[j];
-      if (a->bytes == 0 || b->bytes == 0 || view_root(a) == view_root(b))
+      if (m->bytes[a->id] == 0 || m->bytes[b->id] == 0 || view_root(m, a) == view_root(m, b))
         continue;
-      bool live_together = a->first_use <= b->last_use && b->first_use <= a->last_use;
-      bool share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      bool live_together = m->first_use[a->id] <= m->last_use[b->id] && m->first_use[b->id] <= m->last_use[a->id];
+      bool share = m->offset[a->id] < m->offset[b->id] + m->bytes[b->id] && m->offset[b->id] < m->offset[a->id] + m->bytes[a->id];
       overlaps += live_together && share;
     }
   CHECK(overlaps == 0, "%s: %d pairs of live buffers overlap", what, overlaps);
@@ -145,26 +149,27 @@ static void check_memplan(const IrGraph *g, const char *what) {
     int64_t live = 0;
     for (int i = 0; i < g->nvalues; i++) {
       const IrValue *v = g->values[i];
-      live += v->first_use <= t && t <= v->last_use && view_root(v) == v ? v->bytes : 0;
+      bool on = m->first_use[v->id] <= t && t <= m->last_use[v->id] && view_root(m, v) == v;
+      live += on ? m->bytes[v->id] : 0;
     }
     if (live > peak)
       peak = live;
   }
-  CHECK(peak == g->peak_live_bytes, "%s: peak %lld, recomputed %lld", what,
-        (long long)g->peak_live_bytes, (long long)peak);
+  CHECK(peak == m->peak_live_bytes, "%s: peak %lld, recomputed %lld", what,
+        (long long)m->peak_live_bytes, (long long)peak);
   int64_t formula = 0;
-  sym_eval(g->peak_formula, &g->syms, &formula);
-  CHECK(formula == g->peak_live_bytes, "%s: peak formula gives %lld, not %lld", what,
-        (long long)formula, (long long)g->peak_live_bytes);
+  sym_eval(m->peak_formula, &g->syms, &formula);
+  CHECK(formula == m->peak_live_bytes, "%s: peak formula gives %lld, not %lld", what,
+        (long long)formula, (long long)m->peak_live_bytes);
   bool inside = true;
   for (int i = 0; i < g->nvalues; i++)
-    inside &= g->values[i]->offset >= 0 &&
-              g->values[i]->offset + g->values[i]->bytes <= g->arena_bytes;
+    inside &= m->offset[g->values[i]->id] >= 0 &&
+              m->offset[g->values[i]->id] + m->bytes[g->values[i]->id] <= m->arena_bytes;
   CHECK(inside, "%s: a buffer lies outside the arena", what);
-  CHECK(g->arena_bytes >= g->peak_live_bytes, "%s: arena smaller than the peak", what);
+  CHECK(m->arena_bytes >= m->peak_live_bytes, "%s: arena smaller than the peak", what);
   printf("%s: arena %lld bytes, peak live %lld bytes (%.1f%% over), %d views\n", what,
-         (long long)g->arena_bytes, (long long)g->peak_live_bytes,
-         100.0 * (double)(g->arena_bytes - g->peak_live_bytes) / (double)g->peak_live_bytes,
+         (long long)m->arena_bytes, (long long)m->peak_live_bytes,
+         100.0 * (double)(m->arena_bytes - m->peak_live_bytes) / (double)m->peak_live_bytes,
          views);
 }
 
@@ -311,7 +316,7 @@ static void check_set_op(void) {
 
 // Forward activations still live when backward starts, and the peak of
 // live bytes (pass_live_bytes_at, recomputed over the schedule).
-static void live_in_backward(const IrGraph *g, int *acts, int64_t *peak) {
+static void live_in_backward(const IrGraph *g, const MemPlan *m, int *acts, int64_t *peak) {
   int bwd = 0;
   while (bwd < g->nnodes && g->nodes[bwd]->phase == PHASE_FORWARD)
     bwd++;
@@ -319,12 +324,12 @@ static void live_in_backward(const IrGraph *g, int *acts, int64_t *peak) {
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     *acts += v->role == ROLE_ACT && v->producer && v->producer->phase == PHASE_FORWARD &&
-             v->last_use >= bwd;
+             m->last_use[v->id] >= bwd;
   }
   *peak = 0;
   for (int t = 0; t < g->nnodes; t++)
-    if (pass_live_bytes_at(g, t) > *peak)
-      *peak = pass_live_bytes_at(g, t);
+    if (pass_live_bytes_at(m, g, t) > *peak)
+      *peak = pass_live_bytes_at(m, g, t);
 }
 
 // Under ZeRO-3 (lowered after recompute), each checkpointed block's
@@ -359,6 +364,7 @@ static void check_recompute_zero3(const char *path) {
           clone_at[b]);
   CHECK(param_reads == 0, "ZeRO-3: clones read %d parameters instead of their copies",
         param_reads);
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
 }
 
@@ -411,16 +417,17 @@ static void check_recompute(const char *path) {
     CHECK(misplaced == 0, "recompute %d: %d clones out of place", ks[c], misplaced);
     CHECK(stale == 0, "recompute %d: a checkpointed block's backward reads %d originals", ks[c],
           stale);
-    live_in_backward(g, &acts[c], &peak[c]);
-    CHECK(peak[c] == g->peak_live_bytes, "recompute %d: peak %lld, memplan's %lld", ks[c],
-          (long long)peak[c], (long long)g->peak_live_bytes);
+    live_in_backward(g, ctx.mem, &acts[c], &peak[c]);
+    CHECK(peak[c] == ctx.mem->peak_live_bytes, "recompute %d: peak %lld, memplan's %lld", ks[c],
+          (long long)peak[c], (long long)ctx.mem->peak_live_bytes);
     char what[64];
     snprintf(what, sizeof what, "gpt2 --checkpoint %s", c == 0 ? "none" : c == 1 ? "1" : "all");
     check_round_trip(g, what);
-    check_memplan(g, what);
+    check_memplan(g, ctx.mem, what);
     // Checkpointing the first block alone makes its backward differ: blocks 4
     // to 2 stay one run there.
-    check_runs(g, what, 3);
+    check_runs(g, ctx.mem, what, 3);
+    pass_memplan_free(ctx.mem);
     ir_graph_free(g);
   }
   printf("recompute: forward activations live in backward %d, %d, %d; peak %lld, %lld, %lld "
@@ -449,20 +456,23 @@ static void check_dsl_model(const char *path) {
   CHECK(rc == 0, "%s: %s", path, d.msg);
   if (!rc) {
     check_round_trip(g, path);
-    check_memplan(g, path);
+    check_memplan(g, ctx.mem, path);
   }
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
 }
 
 int main(int argc, char **argv) {
   IrDiag d = {0};
-  IrGraph *g = compile(mlp_ir, &d);
+  MemPlan *mem = NULL;
+  IrGraph *g = compile(mlp_ir, &d, &mem);
   CHECK(g != NULL, "mlp: %s", d.msg);
   if (g) {
     check_round_trip(g, "mlp.ir");
-    check_memplan(g, "mlp.ir");
+    check_memplan(g, mem, "mlp.ir");
     CHECK(g->nodes[4]->loc.line == 0 && !strcmp(g->nodes[4]->loc.file, "node/7"),
           "ONNX-style location kept");
+    pass_memplan_free(mem);
     ir_graph_free(g);
   }
   // The SGD variant round-trips too.
@@ -472,6 +482,7 @@ int main(int argc, char **argv) {
   CHECK(s && pass_run_all(s, &ctx) == 0, "mlp sgd: %s", d.msg);
   if (s)
     check_round_trip(s, "mlp-sgd.ir");
+  pass_memplan_free(ctx.mem);
   ir_graph_free(s);
   check_errors();
   check_sizes_and_flops();

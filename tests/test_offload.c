@@ -113,17 +113,21 @@ static IrGraph *lowered_gpt2(int dp, int zero, double offload, PassCtx *ctx, IrD
     printf("FAIL: gpt2 dp %d ZeRO-%d offload %g: ", dp, zero, offload);
     ir_diag_print(stdout, d);
     nfail++;
+    pass_memplan_free(ctx->mem);
     ir_graph_free(g);
     return NULL;
   }
   return g;
 }
 
-static int64_t bytes_where(const IrGraph *g, bool host, IrRole role) {
+// v's size in bytes
+static int64_t nbytes(IrGraph *g, const IrValue *v) { return ir_eval(g, ir_nbytes(g, v)); }
+
+static int64_t bytes_where(IrGraph *g, bool host, IrRole role) {
   int64_t total = 0;
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->host == host && g->values[i]->role == role)
-      total += g->values[i]->bytes;
+      total += nbytes(g, g->values[i]);
   return total;
 }
 
@@ -146,9 +150,10 @@ static void test_lowering(int dp, int zero, double offload) {
     host += 16 * b->host_numel;   // parameters, gradient, two moments
     moments += 8 * (b->part - b->host_numel);
   }
-  check(g->host_bytes == host && bytes_where(g, true, ROLE_STATE) + bytes_where(g, true, ROLE_BUCKET) == host,
+  const MemPlan *m = ctx.mem;
+  check(m->host_bytes == host && bytes_where(g, true, ROLE_STATE) + bytes_where(g, true, ROLE_BUCKET) == host,
         "dp %d ZeRO-%d offload %g: host region %lld bytes, want %lld", dp, zero, offload,
-        (long long)g->host_bytes, (long long)host);
+        (long long)m->host_bytes, (long long)host);
   check(bytes_where(g, false, ROLE_STATE) == moments,
         "dp %d ZeRO-%d offload %g: %lld bytes of moments on the device, want %lld", dp, zero,
         offload, (long long)bytes_where(g, false, ROLE_STATE), (long long)moments);
@@ -158,7 +163,8 @@ static void test_lowering(int dp, int zero, double offload) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     for (int k = 0; k < n->nin; k++)
-      order_ok &= n->in[k]->offset >= 0 && (!n->in[k]->host || n->in[k]->offset < g->host_bytes);
+      order_ok &= m->offset[n->in[k]->id] >= 0 &&
+                  (!n->in[k]->host || m->offset[n->in[k]->id] < m->host_bytes);
     if (n->op != OP_TO_DEVICE)
       continue;
     copies++;
@@ -175,6 +181,7 @@ static void test_lowering(int dp, int zero, double offload) {
   check(offload == 0 || strstr(text, "%adamw.m.host.b1 : host f32["),
         "dp %d ZeRO-%d offload %g: the IR text marks host values", dp, zero, offload);
   free(text);
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
 }
 
@@ -224,7 +231,7 @@ static float **train3(double offload, int zero, IrGraph **gout) {
   if (!g)
     return NULL;
   rt_dist_init(1, 1, 1, ctx.lowered->nslots);
-  CgInterp *it = cg_interp_new(g, &d);
+  CgInterp *it = cg_interp_new(g, ctx.mem, &d);
   IR_ASSERT(it);
   cg_interp_init_params(it, 42);
   rt_rng r;
@@ -232,7 +239,7 @@ static float **train3(double offload, int zero, IrGraph **gout) {
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
     if (v->role == ROLE_INPUT)
-      for (int64_t k = 0; k < v->bytes / 4; k++)
+      for (int64_t k = 0; k < nbytes(g, v) / 4; k++)
         cg_interp_i32(it, v)[k] = (int32_t)rt_rng_below(&r, (uint64_t)ir_eval(g, v->range));
   }
   rt_hparams h = cg_default_hparams(g);
@@ -248,10 +255,11 @@ static float **train3(double offload, int zero, IrGraph **gout) {
     IrValue *p = g->values[i];
     if (p->role != ROLE_PARAM)
       continue;
-    params[i] = malloc((size_t)p->bytes);
-    memcpy(params[i], cg_interp_f32(it, p), (size_t)p->bytes);
+    params[i] = malloc((size_t)nbytes(g, p));
+    memcpy(params[i], cg_interp_f32(it, p), (size_t)nbytes(g, p));
   }
   cg_interp_free(it);
+  pass_memplan_free(ctx.mem);
   *gout = g;
   return params;
 }
@@ -267,7 +275,7 @@ static void test_interp(int zero, double offload) {
     if (!want[i])
       continue;
     n++;
-    long k = g0->values[i]->bytes / 4;
+    long k = (long)(nbytes(g0, g0->values[i]) / 4);
     same += got[i] && first_diff(want[i], got[i], k) < 0;
     // and training moved them: a program whose host range never came back
     // would keep its initial values there

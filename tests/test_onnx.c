@@ -143,12 +143,14 @@ static bool fixture_loss(const char *path, const Ref *r, bool fusion, double *lo
   if (!g || pass_run_all(g, &ctx)) {
     printf("     %s: ", path);
     ir_diag_print(stdout, &d);
+    pass_memplan_free(ctx.mem);
     ir_graph_free(g);
     return false;
   }
-  CgInterp *it = cg_interp_new(g, &d);
+  CgInterp *it = cg_interp_new(g, ctx.mem, &d);
   if (!it) {
     ir_diag_print(stdout, &d);
+    pass_memplan_free(ctx.mem);
     ir_graph_free(g);
     return false;
   }
@@ -156,7 +158,7 @@ static bool fixture_loss(const char *path, const Ref *r, bool fusion, double *lo
   bool ok = true;
   for (int i = 0; i < r->nin; i++) {
     const IrValue *v = ir_value_find(g, r->in[i].name);
-    if (!v || v->role != ROLE_INPUT || v->bytes / 4 != r->in[i].n) {
+    if (!v || v->role != ROLE_INPUT || ir_eval(g, ir_numel(g, v)) != r->in[i].n) {
       printf("     %s: input '%s' is missing or has the wrong size\n", path, r->in[i].name);
       ok = false;
       continue;
@@ -170,6 +172,7 @@ static bool fixture_loss(const char *path, const Ref *r, bool fusion, double *lo
   cg_interp_run(it, PHASE_FORWARD, NULL);
   *loss = *cg_interp_f32(it, g->loss);
   cg_interp_free(it);
+  pass_memplan_free(ctx.mem);
   if (out)
     *out = g;
   else
@@ -300,6 +303,7 @@ static bool try_mutant(const char *path, const FeOnnxOptions *o) {
   PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
   int rc = pass_run_all(g, &ctx);
   bool ok = rc == 0 || d.msg[0] != '\0';
+  pass_memplan_free(ctx.mem);
   ir_graph_free(g);
   return ok;
 }
