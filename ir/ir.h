@@ -283,6 +283,13 @@ void ir_mark_batch_dims(IrGraph *g);
 
 // ---- shapes, sizes, costs (ir/ops.c) -------------------------------------------
 
+// Tensor parallelism names its degree as a dim (passes/tp.c), so per-rank
+// shapes read C/TP.
+#define IR_TP_DIM "TP"
+// The degree of a tensor-parallel op with `shards` ranks as a formula: the
+// dim TP when the graph has it bound to that, else the number.
+const Sym *ir_tp_degree(IrGraph *g, int64_t shards);
+
 const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
 // v as the whole tensor its tp ranks hold parts of (a copy; v itself when not split).
 IrValue ir_whole(const IrValue *v);

@@ -655,6 +655,13 @@ static int shape_accumulate(IrGraph *g, IrNode *n, IrDiag *d) {
 
 // ---- tensor parallelism ----
 
+const Sym *ir_tp_degree(IrGraph *g, int64_t shards) {
+  int var = symtab_find(&g->syms, IR_TP_DIM);
+  if (var >= 0 && g->syms.bound[var] && g->syms.value[var] == shards)
+    return sym_var(&g->arena, var);
+  return sym_const(&g->arena, shards);
+}
+
 // x's shape with its tp-split dim times (gather) or over (slice) the degree;
 // -1 with d when the attributes do not fit x.
 static int tp_shape(IrGraph *g, IrNode *n, bool gather, const Sym **shape, IrDiag *d) {
@@ -666,8 +673,9 @@ static int tp_shape(IrGraph *g, IrNode *n, bool gather, const Sym **shape, IrDia
                     (long long)shards, (long long)pieces);
   for (int i = 0; i < x->rank; i++)
     shape[i] = x->shape[i];
-  shape[dim] = gather ? sym_scale(&g->arena, x->shape[dim], shards, 1)
-                      : sym_scale(&g->arena, x->shape[dim], 1, shards);
+  const Sym *deg = ir_tp_degree(g, shards);
+  shape[dim] = gather ? sym_mul(&g->arena, x->shape[dim], deg)
+                      : sym_div(&g->arena, x->shape[dim], deg);
   return 0;
 }
 
@@ -675,7 +683,8 @@ static int shape_tp_gather(IrGraph *g, IrNode *n, IrDiag *d) {
   const Sym *shape[IR_MAXRANK];
   if (need_dtype(n, 0, DT_F32, d) || tp_shape(g, n, true, shape, d))
     return -1;
-  const Sym *scratch = sym_scale(&g->arena, ir_numel(g, n->in[0]), ir_attr_i(n, "shards"), 1);
+  const Sym *scratch =
+      sym_mul(&g->arena, ir_numel(g, n->in[0]), ir_tp_degree(g, ir_attr_i(n, "shards")));
   return set_out(g, n, 0, DT_F32, n->in[0]->rank, shape, d) ||
          set_out(g, n, 1, DT_F32, 1, &scratch, d);
 }

@@ -40,6 +40,7 @@ typedef struct Conv {
 typedef struct Tp {
   IrGraph *g;
   int tp;
+  const Sym *deg;         // the degree as a formula: the dim TP
   PassLowered *out;
   IrDiag *d;
   ShardResult r;
@@ -74,7 +75,7 @@ static void place(Tp *t, IrValue *v, const ShardLayout *l, const Sym *const *who
   v->tp_pieces = pieces;
   if (d >= 0) {
     v->tp_whole = whole[d];
-    v->shape[d] = sym_scale(&t->g->arena, whole[d], 1, t->tp);
+    v->shape[d] = sym_div(&t->g->arena, whole[d], t->deg);
   }
 }
 
@@ -358,7 +359,7 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     const Sym *const *sizes = ir_attr_syms(n, "sizes", &ns);
     const Sym **local = ir_alloc(&t->g->arena, (size_t)(ns + 1) * sizeof *local);
     for (int k = 0; k < ns; k++)
-      local[k] = sym_scale(&t->g->arena, sizes[k], 1, t->tp);
+      local[k] = sym_div(&t->g->arena, sizes[k], t->deg);
     ir_set_syms(t->g, n, "sizes", local, ns);
     return 0;
   }
@@ -403,8 +404,26 @@ static int check_divides(Tp *t) {
   return 0;
 }
 
+// The dim TP, bound to the degree: per-rank shapes are C/TP.
+static const Sym *degree_dim(IrGraph *g, int tp, IrDiag *d) {
+  int var = symtab_find(&g->syms, IR_TP_DIM);
+  if (var >= 0 && !(g->syms.bound[var] && g->syms.value[var] == tp)) {
+    ir_error(d, (IrLoc){0}, "lower: the model has a dim named %s, the name tensor parallelism "
+             "gives its degree: rename the model's dim", IR_TP_DIM);
+    return NULL;
+  }
+  if (var < 0 && (var = symtab_add(&g->syms, IR_TP_DIM)) < 0) {
+    ir_error(d, (IrLoc){0}, "lower: the model has too many dims to name the tp degree");
+    return NULL;
+  }
+  symtab_bind(&g->syms, var, tp);
+  return sym_var(&g->arena, var);
+}
+
 int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
   Tp t = {.g = g, .tp = tp, .out = out, .d = d, .nv = g->nvalues, .nn = g->nnodes};
+  if (!(t.deg = degree_dim(g, tp, d)))
+    return -1;
   int nb = 1;
   for (int i = 0; i < g->nnodes; i++)
     nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
