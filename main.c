@@ -96,8 +96,8 @@ static void usage(FILE *f) {
         "                         GLPK's limits (default 20 s, 0.001)\n"
         "\n"
         "compile with --gpus N (or --cluster FILE): the program runs the planner's choice,\n"
-        "one mesh of dp x tp ranks and one offload share for every block (fp32, per-block\n"
-        "ZeRO, the first K layers checkpointed); plan.json in DIR\n"
+        "one mesh of dp x tp ranks for every block (fp32, per-block ZeRO and offload share,\n"
+        "the first K layers checkpointed); plan.json in DIR\n"
         "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"
         "one layout for every block (compile; ranks = dp x tp):\n"
@@ -423,11 +423,14 @@ static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, ch
                     size_t n) {
   const PassDist *D = &lw->dist;
   int zmin = 3, zmax = 0;
-  double state = 0, host = 0, comm = 0;
+  double state = 0, host = 0, comm = 0, omin = 1, omax = 0;
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
+    double share = k->nstate ? pass_offload_of(D, k->block) : 0;
     zmin = k->zero < zmin ? k->zero : zmin;
     zmax = k->zero > zmax ? k->zero : zmax;
+    omin = share < omin ? share : omin;
+    omax = share > omax ? share : omax;
     state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate) -
              sv_offload_device_bytes((double)k->host_numel, SV_FP32, k->nstate);
     host += sv_offload_host_bytes((double)k->host_numel, k->nstate);
@@ -442,8 +445,10 @@ static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, ch
     len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d", zmin);
   else if (lw->nbuckets)
     len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d to %d", zmin, zmax);
-  if (D->offload > 0 && len < n)
-    len += (size_t)snprintf(layout + len, n - len, ", offload %g", D->offload);
+  if (omax > 0 && omin == omax && len < n)
+    len += (size_t)snprintf(layout + len, n - len, ", offload %g", omax);
+  else if (omax > 0 && len < n)
+    len += (size_t)snprintf(layout + len, n - len, ", offload %g to %g", omin, omax);
   if (ctx->ncheckpointed && len < n)
     snprintf(layout + len, n - len, ", recompute %d of %d layers", ctx->ncheckpointed,
              ctx->nlayers);
@@ -485,18 +490,12 @@ static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, c
       return ir_error(d, (IrLoc){0}, "the plan checkpoints block %d, not as one of the first K "
                       "layers, which compiled programs do not do yet; choose the layout with "
                       "--dp/--tp/--zero/--checkpoint", b);
-    // offload: one share for every block (PassDist.offload)
-    if (ap->offload[b] != ap->offload[0])
-      return ir_error(d, (IrLoc){0}, "the plan offloads %g of block %d's optimizer state and "
-                      "%g of block 0's; compiled programs take one share for every block yet: "
-                      "choose the layout with --dp/--tp/--zero/--offload", ap->offload[b], b,
-                      ap->offload[0]);
   }
   if (!a->checkpoint)
     *checkpoint = k == ap->nblocks - 1 && k > 0 ? PASS_CHECKPOINT_ALL : k;
   *dist = (PassDist){.dp = ap->dp, .tp = ap->tp, .micro_batches = ap->micro_batches,
                      .nzero = ap->nblocks, .zero = ap->zero,
-                     .offload = ap->nblocks ? ap->offload[0] : 0};
+                     .noffload = ap->nblocks, .offloads = ap->offload};
   return 0;
 }
 

@@ -34,9 +34,10 @@
 //               backward gathers it again (the parameters' reads in backward
 //               are redirected to the second copy), each freed after its use
 //
-// Offload (ZeRO-Offload): with offload share F, the last F of the elements a
-// rank updates (the whole bucket under ZeRO 0, its shard under ZeRO 1-3;
-// rounded to whole blocks of 16, 64 bytes) are updated on the host. Their
+// Offload (ZeRO-Offload): with the block's offload share F, the last F of
+// the elements a rank updates (the whole bucket under ZeRO 0, its shard
+// under ZeRO 1-3; rounded to whole blocks of 16, 64 bytes) are updated on
+// the host. Their
 // AdamW moments live in host memory beside a copy of those parameters (the
 // master the host updates: in an fp32 program it equals the device's copy,
 // which the GPU build's bf16 parameters will not) and of their gradient:
@@ -282,17 +283,23 @@ static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) 
 
 // The host's share of an AdamW update of b: the update's last elements, in
 // whole blocks of ALIGN_ELEMS.
+double pass_offload_of(const PassDist *D, int block) {
+  return block < D->noffload ? D->offloads[block] : D->offload;
+}
+
 static int64_t host_share(const Lower *L, const PassBucket *b) {
   int64_t blocks = b->part / ALIGN_ELEMS;
-  return (int64_t)(L->dist->offload * (double)blocks + 0.5) * ALIGN_ELEMS;
+  return (int64_t)(pass_offload_of(L->dist, b->block) * (double)blocks + 0.5) * ALIGN_ELEMS;
 }
 
 // One update op for the bucket, replacing its parameters' own; with offload,
 // two (device and host) and the copies.
 static int lower_update(Lower *L, PassBucket *b) {
   IrGraph *g = L->g;
-  if (!(L->dist->offload >= 0 && L->dist->offload <= 1))
-    return ir_error(L->d, (IrLoc){0}, "lower: offload share %g (0 to 1)", L->dist->offload);
+  double share = pass_offload_of(L->dist, b->block);
+  if (!(share >= 0 && share <= 1))
+    return ir_error(L->d, (IrLoc){0}, "lower: block %d: offload share %g (0 to 1)", b->block,
+                    share);
   const IrNode *rule = NULL;
   for (int i = g->nnodes - 1; i >= 0; i--) {
     IrNode *u = g->nodes[i];

@@ -31,16 +31,21 @@ typedef struct PassOptions {
 PassOptions pass_default_options(void);
 
 // A parallel plan to lower (passes/lower.c): the mesh, micro-batches, and
-// the ZeRO stage of each block.
+// the ZeRO stage and offload share of each block.
 typedef struct PassDist {
   int dp, tp;              // the mesh: dp x tp ranks
   int micro_batches;       // forward/backward passes per optimizer step
   int nzero;               // entries of zero[] (IR block ids 0 .. nzero-1)
   const int *zero;         // ZeRO stage (0-3) per block
   int zero_all;            // the stage of blocks past nzero
-  double offload;          // share (0 to 1) of each bucket's update, and of its optimizer
-                           // state, that runs on the host (passes/lower.c: offload)
+  int noffload;            // entries of offloads[] (IR block ids 0 .. noffload-1)
+  const double *offloads;  // per block: the share (0 to 1) of its bucket's update, and of
+                           // its optimizer state, that runs on the host (passes/lower.c)
+  double offload;          // the share of blocks past noffload
 } PassDist;
+
+// Block b's offload share under D.
+double pass_offload_of(const PassDist *D, int block);
 
 // One block's parameters and gradients as flat buckets (see passes/lower.c).
 typedef struct PassBucket {

@@ -3,10 +3,10 @@
 // plan --json` or `mtc compile`, perhaps edited).
 //
 // What mtc lowers today: one mesh of dp x tp ranks for every block (1D tensor
-// parallelism; no 2D grid) on one group of identical GPUs, one offload share
-// for every block, and checkpointing of the first K repeated layers.
+// parallelism; no 2D grid) on one group of identical GPUs, any ZeRO stage and
+// offload share per block, and checkpointing of the first K repeated layers.
 // sv_apply_best asks the solver for that (one solve per tp that divides the
-// GPUs and per offload share, the fastest feasible kept; in a model with
+// GPUs, the fastest feasible kept; in a model with
 // layers of several kinds, each kind sharing variables, it may still
 // checkpoint a later kind and not an earlier one, which mtc compile refuses;
 // with --no-share the order holds); sv_apply_read refuses a file that asks
@@ -72,14 +72,10 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept
                     cfg->cluster.ngroups);
   int gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
-  static const int offloads[] = {0, 50, 100};
-  // no host memory (--host-mem 0): nothing to offload into
-  int nshares = cfg->cluster.group[0].dev.host_mem > 0 ? 3 : 1;
   for (int tp = 1; tp <= gpus && tp <= 64; tp++)
-    for (int o = 0; o < nshares && gpus % tp == 0; o++) {
+    if (gpus % tp == 0) {
       SvConfig c = *cfg;
       c.mesh_tp = tp;
-      c.mesh_offload = offloads[o];
       SvPlan *p;
       IrDiag quiet = {0};
       if (sv_plan(g, &c, &p, &quiet)) {

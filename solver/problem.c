@@ -64,9 +64,9 @@ static void add_choice(SvUnit *u, int *cap, const SvChoice *c) {
 
 static const int offloads[] = {0, 50, 100};
 
-// The unit's choices. For mtc compile (mesh_tp), only those it lowers: the one offload
-// share, and checkpointing only in the repeated layers (passes/recompute.c), not in
-// block 0 (everything outside them).
+// The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
+// only in the repeated layers (passes/recompute.c), not in block 0 (everything outside
+// them).
 static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *x) {
   int cap = 0;
   bool mesh = x->cfg->mesh_tp > 0;
@@ -80,8 +80,6 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
           if (z > 0 && (p->layout[l].dp == 1 || !has_state))
             continue;
           if (offloads[o] > 0 && (!has_state || !has_opt))
-            continue;
-          if (mesh && has_state && has_opt && offloads[o] != x->cfg->mesh_offload)
             continue;
           SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o]};
           for (int g = 0; g < p->ngroups; g++) {

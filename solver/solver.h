@@ -88,11 +88,9 @@ typedef struct SvConfig {
   double time_limit;      // seconds for GLPK (default 20)
   bool verbose;           // GLPK's log on stderr
   int mesh_tp;            // > 0: only what mtc compile lowers: every block on one mesh of
-                          // dp x mesh_tp, every block's optimizer state mesh_offload percent
-                          // on the host, checkpointing only of the first repeated layers
+                          // dp x mesh_tp, checkpointing only of the first repeated layers
                           // (SvProblem.ckpt_first);
                           // 0: any layout, offload share and checkpointing per block
-  int mesh_offload;       // with mesh_tp: 0, 50 or 100
 } SvConfig;
 
 SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on, no sequence parallelism
@@ -368,7 +366,7 @@ typedef struct SvApplied {
 } SvApplied;
 
 // The fastest feasible plan on one group of GPUs that mtc compile lowers (a
-// solve per tp that divides the GPUs and offload share: SvConfig.mesh_tp).
+// solve per tp that divides the GPUs: SvConfig.mesh_tp).
 // *kept is that plan (free it with sv_plan_free). -1 with d when none fits
 // (what binds, from the solver).
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d);

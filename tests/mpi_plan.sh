@@ -2,6 +2,8 @@
 # A saved and edited plan applied by `mtc compile --plan`: the planner's
 # plan.json for 4 GPUs, edited to dp 2 x tp 2 with ZeRO-3 on every block,
 # must run under mpirun and equal the one-rank program (tests/mpi.sh).
+# PLAN_OFFLOADS="0 1 0.5" gives block i the i-th share (cycled) of its
+# optimizer state on the host (0 for all without it).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
 set -euo pipefail
@@ -10,12 +12,13 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 "$mtc" plan "$model" "$@" -D B=2 --gpus 4 --json "$out/plan.json" > "$out/plan.txt"
-/usr/bin/python3 - "$out/plan.json" "$out/edited.json" <<'PY'
+/usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
+shares = [float(x) for x in sys.argv[3].split()]
 assert plan["batch"]["micro"] == 2 and plan["batch"]["micro_batches"] == 4, plan["batch"]
-for b in plan["blocks"]:
-    b.update(dp=2, tp=2, q=1, zero=3, checkpoint=False, offload=0)
+for i, b in enumerate(plan["blocks"]):
+    b.update(dp=2, tp=2, q=1, zero=3, checkpoint=False, offload=shares[i % len(shares)])
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 # global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each)

@@ -595,18 +595,19 @@ static void test_checkpoint_k_of_l(void) {
 
 // ---- the plans mtc compile lowers ---------------------------------------------------------------
 
-// sv_apply_best (mtc compile --gpus) returns only what the lowering runs: one mesh, one
-// offload share for every block, and checkpointing of the first K repeated layers, never
-// of block 0. GPT-2 with 4 small layers on 2 GPUs, from memory where nothing binds to
-// memory where offload, ZeRO, tensor parallelism and checkpointing all come in (below
-// 1.4 MB nothing fits). Without the restriction 6 of these 8 plans do not compile: the
-// layers' optimizer state offloaded and block 0's not (3 to 1.6 MB), block 0 checkpointed
-// (2 and 1.4 MB). With every layer deciding alone (--no-share), the layers checkpointed
-// must also be the first ones (without the rows that say so, at 1.4 MB: h.0, h.1 and h.3).
+// sv_apply_best (mtc compile --gpus) returns only what the lowering runs: one mesh for
+// every block (each with its own ZeRO stage and offload share) and checkpointing of the
+// first K repeated layers, never of block 0. GPT-2 with 4 small layers on 2 GPUs, from
+// memory where nothing binds to memory where offload, ZeRO, tensor parallelism and
+// checkpointing all come in (below 1.4 MB nothing fits). Without the restriction block 0
+// is checkpointed at 2 and 1.4 MB; with every layer deciding alone (--no-share), the
+// layers checkpointed must also be the first ones (without the rows that say so, at
+// 1.4 MB: h.0, h.1 and h.3). The blocks' offload shares differ in some of these plans
+// (the layers' state offloaded and block 0's not), which the lowering runs.
 static void test_apply_lowerable(void) {
   IrGraph *g = model("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2");
   const double mbs[] = {100, 3, 2.5, 2.2, 2, 1.8, 1.6, 1.4};
-  int partial = 0;
+  int partial = 0, mixed = 0;
   for (size_t i = 0; i < 2 * sizeof mbs / sizeof mbs[0]; i++) {
     SvConfig c = cluster("H100-80GB", 2, mbs[i / 2] * 1e6);
     c.precision = SV_FP32;
@@ -626,7 +627,8 @@ static void test_apply_lowerable(void) {
       first_k &= a.ckpt[b] == (b <= k);
       one_share &= a.offload[b] == a.offload[0];
     }
-    CHECK(first_k && one_share, "%.1f MB, sharing %d: checkpoints blocks %d%d%d%d%d, offloads "
+    mixed += !one_share;
+    CHECK(first_k, "%.1f MB, sharing %d: checkpoints blocks %d%d%d%d%d, offloads "
           "%g %g %g %g %g", mbs[i / 2], c.share_blocks, a.ckpt[0], a.ckpt[1], a.ckpt[2], a.ckpt[3], a.ckpt[4], a.offload[0],
           a.offload[1], a.offload[2], a.offload[3], a.offload[4]);
     partial += k > 0 && k < 4;
@@ -634,6 +636,7 @@ static void test_apply_lowerable(void) {
     sv_plan_free(kept);
   }
   CHECK(partial >= 4, "only %d plans checkpoint some layers and not others", partial);
+  CHECK(mixed >= 2, "only %d plans give blocks different offload shares", mixed);
   ir_graph_free(g);
 }
 
