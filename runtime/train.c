@@ -250,6 +250,9 @@ static void check_table(void) {
 // scatter_images puts each rank's part into the arena; gather_images makes
 // the images whole again from every rank's part (all-gather) for --save and
 // --dump-grads. Other parameters and the constants are at their offsets.
+// The images (and the whole tensors below) exist only while weights are
+// read or written, so that training holds no more than the arena and the
+// host region.
 
 //
 // A parameter split over the tp ranks (tp_dim >= 0) is read and written whole
@@ -275,6 +278,16 @@ static char *param_ptr(char *arena, int i) {
 
 static char *grad_ptr(char *arena, int i) {
   return whole[i] ? (char *)whole[i] : local_ptr(arena, i, true);
+}
+
+static void free_images(void) {
+  const rt_model *M = &mtc_model;
+  for (int b = 0; images && b < M->n_buckets; b++)
+    free(images[b]);
+  for (int i = 0; whole && i < M->n_params; i++)
+    free(whole[i]);
+  free(images), free(whole);
+  images = NULL, whole = NULL;
 }
 
 static void alloc_images(void) {
@@ -566,9 +579,13 @@ static void check_writable(const char *flag, const char *path) {
 // parameter's gradient, which is F32 (--dump-grads).
 static void save_params(const char *path, const char *flag, char *arena, bool grads) {
   const rt_model *M = &mtc_model;
+  alloc_images();
   gather_images(arena, grads);  // every rank takes part
   tp_gather(arena, grads);
-  if (rt_comm_rank() != 0) return;
+  if (rt_comm_rank() != 0) {
+    free_images();
+    return;
+  }
   rt_st_tensor *ts = calloc((size_t)M->n_params + 1, sizeof *ts);
   if (!ts) fail("out of memory");
   int n = 0;
@@ -588,6 +605,7 @@ static void save_params(const char *path, const char *flag, char *arena, bool gr
   char err[1024];
   if (rt_st_write(path, ts, n, meta, err, sizeof err)) fail("%s: %s", flag, err);
   free(ts);
+  free_images();
   printf("wrote %s: %s, %d tensors\n", path, content, n);
 }
 
@@ -832,7 +850,6 @@ int main(int argc, char **argv) {
   options opt = parse_args(argc, argv);
   check_table();
   make_global_inputs();
-  alloc_images();
 
   long n, vocab;  // over the global batch
   token_geometry(&n, &vocab);
@@ -861,6 +878,7 @@ int main(int argc, char **argv) {
   check_writable("--save", opt.save);
   check_writable("--dump-grads", opt.dump_grads);
   // the initial weights: --load by name, then weights.bin for what it lacks
+  alloc_images();
   bool *done = calloc((size_t)M->n_params + 1, sizeof *done);
   if (!done) fail("out of memory");
   bool all = false;
@@ -873,6 +891,7 @@ int main(int argc, char **argv) {
   free(done);
   tp_scatter(arena);
   scatter_images(arena);
+  free_images();
   if (M->init_host) M->init_host(arena, host);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
