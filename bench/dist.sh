@@ -194,7 +194,7 @@ row() {   # model-name steps "model flags" ranks layout-name "layout flags"
   mapfile -t planned < <(sed -n 's/.*memory: planned arena \([0-9]*\) bytes.*/\1/p' "$log")
   mapfile -t resident < <(sed -n 's/.*arena resident \([0-9]*\) bytes.*/\1/p' "$log")
   mapfile -t rss < <(sed -n 's/.*process peak RSS \([0-9]*\) bytes.*/\1/p' "$log")
-  mapfile -t state < <(sed -n 's/.*model state: \([0-9]*\) bytes (planner: \([0-9]*\)).*/\1 \2/p' "$log")
+  mapfile -t state < <(sed -n 's/.*model state: \([0-9]*\) bytes on device, [0-9]* bytes on host (planner: \([0-9]*\),.*/\1 \2/p' "$log")
   mapfile -t sent < <(sed -n 's/.*sent \([0-9]*\) bytes per step (planner: \([0-9]*\)).*/\1 \2/p' "$log")
   mapfile -t comm < <(sed -n 's/.*comm: \([0-9.]*\) ms per step.*/\1/p' "$log")
   mapfile -t share < <(sed -n 's/.*comm: .* (\([0-9.]*\)% of the step).*/\1/p' "$log")
