@@ -408,13 +408,7 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
   case CG_ENUM: return !strcmp(x->name, y->name);
   case CG_FLOAT: return x->f == y->f || (isnan(x->f) && isnan(y->f));
   case CG_HPARAM: return !strcmp(x->name, y->name);
-  case CG_INTS:
-    if (x->n != y->n)
-      return false;
-    for (int k = 0; k < x->n; k++)
-      if (!sym_eq(x->ints[k], y->ints[k]))
-        return false;
-    return true;
+  case CG_INTS: return x->n == y->n && sym_list_eq(x->ints, y->ints, x->n);
   }
   return false;
 }

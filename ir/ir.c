@@ -414,13 +414,7 @@ static bool attr_equal(const IrAttr *a, const IrAttr *b) {
   case ATTR_STR: return !strcmp(a->s, b->s);
   case ATTR_INTS:
     return a->n == b->n && !memcmp(a->ints, b->ints, (size_t)a->n * sizeof *a->ints);
-  case ATTR_SYMS:
-    if (a->n != b->n)
-      return false;
-    for (int i = 0; i < a->n; i++)
-      if (!sym_eq(a->syms[i], b->syms[i]))
-        return false;
-    return true;
+  case ATTR_SYMS: return a->n == b->n && sym_list_eq(a->syms, b->syms, a->n);
   }
   return false;
 }

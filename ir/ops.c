@@ -29,12 +29,7 @@ const Sym *ir_nbytes(IrGraph *g, const IrValue *v) {
 }
 
 bool ir_same_shape(const IrValue *a, const IrValue *b) {
-  if (a->rank != b->rank)
-    return false;
-  for (int i = 0; i < a->rank; i++)
-    if (!sym_eq(a->shape[i], b->shape[i]))
-      return false;
-  return true;
+  return a->rank == b->rank && sym_list_eq(a->shape, b->shape, a->rank);
 }
 
 static const char *shape_text(IrGraph *g, int rank, const Sym *const *shape) {

@@ -319,6 +319,13 @@ const Sym *sym_div(IrArena *a, const Sym *x, const Sym *y) {
 // Queries
 //
 
+bool sym_list_eq(const Sym *const *x, const Sym *const *y, int n) {
+  for (int i = 0; i < n; i++)
+    if (!sym_eq(x[i], y[i]))
+      return false;
+  return true;
+}
+
 bool sym_eq(const Sym *x, const Sym *y) {
   if (x == y)
     return true;

@@ -55,6 +55,8 @@ const Sym *sym_div(IrArena *a, const Sym *x, const Sym *y);
 
 // Queries.
 bool sym_eq(const Sym *x, const Sym *y);
+// Two lists of n formulas, equal one by one.
+bool sym_list_eq(const Sym *const *x, const Sym *const *y, int n);
 bool sym_is_const(const Sym *x, int64_t *value);      // an integer constant?
 bool sym_is_zero(const Sym *x);
 
