@@ -324,6 +324,8 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
       if ((sc == 0 && u->n > 1 && !u->apart) || (sc != 0 && llabs(sc) < size))
         continue;
       int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
+      if (m->persistent_bytes + lo + hi + size >= top)
+        continue;  // cannot beat the best so far even at the lowest base
       int64_t b = place(m, u, sc, placed, nplaced, m->persistent_bytes + lo);
       if (b + hi + size < top)
         top = b + hi + size, base = b, stride = sc;
