@@ -45,7 +45,6 @@ typedef struct Emit {
   int *layers;          // ... and its layers (0: not a base)
   bool *covered;        // the buffer is a loop's base buffer at another block
   const Loop *in;       // the loop being written
-  const CgCall *next;   // ... the call of the block after the base, beside the one written
 } Emit;
 
 __attribute__((format(printf, 2, 3))) static void println(Emit *e, const char *fmt, ...) {
@@ -416,7 +415,6 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
 // Per block, in the loop being written: how the argument moves (next is
 // the same argument in the block after the base block).
 static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next) {
-  (void)e;
   int64_t delta;
   IR_ASSERT(arg_delta(e->m, a, next, &delta));
   return delta;
@@ -430,36 +428,53 @@ static const IrNode *stretch_node(const IrGraph *g, const PassRun *r, int j, int
 
 #define MAXCALLS 64
 
+// Do calls x and y match: the same kernels, each argument the same or (a
+// buffer, an integer) moved? With steps set (the neighbour block's calls
+// gave them), each argument of y must be x's moved by `blocks` steps.
+static bool calls_match(Emit *e, const CgCall *x, const CgCall *y, int nc,
+                        int64_t steps[][CG_MAXARGS], int blocks) {
+  for (int c = 0; c < nc; c++) {
+    if (x[c].k != y[c].k || x[c].nargs != y[c].nargs)
+      return false;
+    for (int a = 0; a < x[c].nargs; a++) {
+      int64_t delta;
+      if (!arg_delta(e->m, &x[c].args[a], &y[c].args[a], &delta))
+        return false;
+      if (blocks == 1)
+        steps[c][a] = delta;
+      else if (delta != steps[c][a] * blocks)
+        return false;
+    }
+  }
+  return true;
+}
+
 // Can run r be a loop? Every call of every block must be the base block's
-// with each argument moved by (block - base block) times its step.
+// with each argument moved by (block - base block) times its step, the step
+// being what it moves from the base block to the next.
 static bool loop_check(Emit *e, const PassRun *r, Loop *L, IrDiag *d) {
   *L = (Loop){.run = r, .base = r->step > 0 ? 0 : r->count - 1};
   L->other = L->base == 0 ? 1 : L->base - 1;
   L->lo = block_of_stretch(r, L->base) - 1;
   L->hi = L->lo + r->count - 1;
-  CgCall *cb = malloc(3 * MAXCALLS * sizeof *cb), *co = cb + MAXCALLS, *cj = co + MAXCALLS;
-  IR_ASSERT(cb);
+  CgCall *cb = malloc(2 * MAXCALLS * sizeof *cb), *cj = cb + MAXCALLS;
+  int64_t (*steps)[CG_MAXARGS] = malloc(MAXCALLS * sizeof *steps);
+  IR_ASSERT(cb && steps);
   bool ok = true;
   int bb = block_of_stretch(r, L->base);
   for (int i = 0; i < r->len && ok; i++) {
     int nb = lower_node(e, stretch_node(e->g, r, L->base, i), cb, MAXCALLS, d);
-    int no = lower_node(e, stretch_node(e->g, r, L->other, i), co, MAXCALLS, d);
-    ok = nb >= 0 && nb == no;
-    for (int j = 0; j < r->count && ok; j++) {
+    ok = nb >= 0;
+    // the neighbour (one block up) first: it sets the steps
+    for (int k = 0; k < r->count && ok; k++) {
+      int j = k == 0 ? L->other : k == L->other ? 0 : k;
+      if (j == L->base)
+        continue;
       int nj = lower_node(e, stretch_node(e->g, r, j, i), cj, MAXCALLS, d);
-      ok = nj == nb;
-      for (int c = 0; c < nb && ok; c++) {
-        ok = cb[c].k == cj[c].k && cb[c].nargs == cj[c].nargs && cb[c].nargs == co[c].nargs;
-        for (int a = 0; a < cb[c].nargs && ok; a++) {
-          int64_t step, delta;
-          ok = arg_delta(e->m, &cb[c].args[a], &co[c].args[a], &step) &&
-               arg_delta(e->m, &cb[c].args[a], &cj[c].args[a], &delta) &&
-               delta == step * (block_of_stretch(r, j) - bb);
-        }
-      }
+      ok = nj == nb && calls_match(e, cb, cj, nb, steps, block_of_stretch(r, j) - bb);
     }
   }
-  free(cb);
+  free(cb), free(steps);
   if (!ok)
     L->run = NULL;
   return ok;

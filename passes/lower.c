@@ -37,10 +37,10 @@
 // Offload (ZeRO-Offload): with the block's offload share F, the last F of
 // the elements a rank updates (the whole bucket under ZeRO 0, its shard
 // under ZeRO 1-3; rounded to whole blocks of 16, 64 bytes) are updated on
-// the host. Their
-// AdamW moments live in host memory beside a copy of those parameters (the
-// master the host updates: in an fp32 program it equals the device's copy,
-// which the GPU build's bf16 parameters will not) and of their gradient:
+// the host. Their AdamW moments live in host memory beside a copy of those
+// parameters (the master the host updates: in an fp32 program it equals the
+// device's copy, which the GPU build's bf16 parameters will not) and of
+// their gradient:
 //
 //   to_host(reduced)          the gradient range, device -> host
 //   adamw(params, reduced, m, v) part=P   the device's range (its moments
@@ -281,11 +281,12 @@ static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) 
   return u;
 }
 
-// The host's share of an AdamW update of b: the update's last elements, in
-// whole blocks of ALIGN_ELEMS.
 double pass_offload_of(const PassDist *D, int block) {
   return block < D->noffload ? D->offloads[block] : D->offload;
 }
+
+// The host's share of an AdamW update of b: the update's last elements, in
+// whole blocks of ALIGN_ELEMS.
 
 static int64_t host_share(const Lower *L, const PassBucket *b) {
   int64_t blocks = b->part / ALIGN_ELEMS;

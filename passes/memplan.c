@@ -40,6 +40,7 @@
 // a formula).
 #include "passes.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,19 +122,21 @@ static void series_add(SeriesSet *ss, int s, int v, int index) {
   ss->idx[v] = index;
 }
 
-// A place of a run: its roots r[j] at indices key[j] (distinct roots).
+// A place of a run: its roots r[j] at indices key[j] (distinct roots). The
+// series its members are in must agree on the shift from key to index; they
+// merge into the largest of them (so that a member moves O(log n) times).
 static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n) {
   int target = -1, delta = 0;
-  for (int j = 0; j < n; j++) { // the series its members are in must agree on the shift
+  for (int j = 0; j < n; j++) {
     int s = ss->ser[r[j]->id];
     if (s < 0)
       continue;
     int d = ss->idx[r[j]->id] - key[j];
-    if (target < 0)
-      target = s, delta = d;
     for (int k = 0; k < j; k++)
       if (ss->ser[r[k]->id] == s && ss->idx[r[k]->id] - key[k] != d)
         return;
+    if (target < 0 || ss->s[s].n > ss->s[target].n)
+      target = s, delta = d;
   }
   if (target < 0) {
     if (ss->n == ss->cap) {
@@ -161,8 +164,7 @@ static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n
 
 // Index range; bad when two members share an index or differ in size or
 // kind of memory (host, persistent, transient).
-static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m,
-                         bool (*persist)(const IrGraph *, const IrValue *)) {
+static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
   for (int s = 0; s < ss->n; s++) {
     Series *x = &ss->s[s];
     if (x->n == 0)
@@ -174,7 +176,7 @@ static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m,
       int i = ss->idx[v->id];
       x->lo = i < x->lo ? i : x->lo;
       x->hi = i > x->hi ? i : x->hi;
-      x->bad |= BYTES(v) != BYTES(a) || v->host != a->host || persist(g, v) != persist(g, a);
+      x->bad |= BYTES(v) != BYTES(a) || v->host != a->host || persistent(g, v) != persistent(g, a);
       for (int m = 0; m < k; m++)
         x->bad |= ss->idx[x->id[m]] == i;
     }
@@ -228,7 +230,7 @@ typedef struct Unit {
   int *rel;        // each one's index minus the series' lowest
   int n;
   int64_t bytes;   // each member's
-  int first;       // the first member's first use
+  int first;       // the first use of any member
   bool apart;      // a series whose members' live ranges are pairwise apart
 } Unit;
 
@@ -242,6 +244,11 @@ static int unit_order(const void *a, const void *b) {
 
 typedef struct Gap { int64_t lo, hi; } Gap;   // bases in (lo, hi) collide
 
+typedef struct Gaps {   // place's scratch, kept between calls
+  Gap *gap;
+  int cap;
+} Gaps;
+
 static int gap_by_lo(const void *a, const void *b) {
   const Gap *x = a, *y = b;
   return (x->lo > y->lo) - (x->lo < y->lo);
@@ -254,30 +261,30 @@ static bool live_together(const MemPlan *m, const IrValue *a, const IrValue *b) 
 // Lowest base (>= start) where each member k of u fits at base + rel[k] *
 // stride beside the placed buffers live at the same time as it.
 static int64_t place(const MemPlan *m, const Unit *u, int64_t stride, IrValue *const *placed,
-                     int nplaced, int64_t start) {
+                     int nplaced, int64_t start, Gaps *gs) {
   int64_t need = align_up(u->bytes);
-  Gap *gap = NULL;
-  int n = 0, cap = 0;
+  int n = 0;
   for (int k = 0; k < u->n; k++)
     for (int i = 0; i < nplaced; i++) {
       if (!live_together(m, u->v[k], placed[i]))
         continue;
-      if (n == cap) {
-        cap = cap ? 2 * cap : 64;
-        gap = realloc(gap, (size_t)cap * sizeof *gap);
-        IR_ASSERT(gap);
+      if (n == gs->cap) {
+        gs->cap = gs->cap ? 2 * gs->cap : 64;
+        gs->gap = realloc(gs->gap, (size_t)gs->cap * sizeof *gs->gap);
+        IR_ASSERT(gs->gap);
       }
+      Gap *gap = gs->gap;
       int64_t shift = u->rel[k] * stride;
       gap[n++] = (Gap){OFF(placed[i]) - shift - need,
                        OFF(placed[i]) + align_up(BYTES(placed[i])) - shift};
     }
+  Gap *gap = gs->gap;
   if (n > 1)
     qsort(gap, (size_t)n, sizeof *gap, gap_by_lo);
   int64_t at = start;
   for (int i = 0; i < n && gap[i].lo < at; i++)
     if (at < gap[i].hi)
       at = gap[i].hi;
-  free(gap);
   return at;
 }
 
@@ -302,6 +309,7 @@ static bool apart(const MemPlan *m, const Unit *u) {
 static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed) {
   int64_t end = m->persistent_bytes, strides[MAXSTRIDES];
   int nplaced = 0, nstrides = 0;
+  Gaps gs = {0};
   for (int i = 0; i < nu; i++) {
     Unit *u = &units[i];
     int64_t stride = 0, base = 0, top = INT64_MAX, size = align_up(u->bytes);
@@ -326,7 +334,7 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
       int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
       if (m->persistent_bytes + lo + hi + size >= top)
         continue;  // cannot beat the best so far even at the lowest base
-      int64_t b = place(m, u, sc, placed, nplaced, m->persistent_bytes + lo);
+      int64_t b = place(m, u, sc, placed, nplaced, m->persistent_bytes + lo, &gs);
       if (b + hi + size < top)
         top = b + hi + size, base = b, stride = sc;
     }
@@ -341,6 +349,7 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
     }
     end = top > end ? top : end;
   }
+  free(gs.gap);
   return end;
 }
 
@@ -428,7 +437,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   }
   SeriesSet ss = {0};
   series_build(&ss, g, root, rootoff);
-  series_close(&ss, g, m, persistent);
+  series_close(&ss, g, m);
   // Host region, then the arena's persistent region: in value order, a
   // series at its first member, all of it, at a stride of one member.
   int64_t at = 0, host_at = 0;
@@ -461,12 +470,13 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       u->v = malloc((size_t)x->n * sizeof *u->v);
       u->rel = malloc((size_t)x->n * sizeof *u->rel);
       IR_ASSERT(u->v && u->rel);
+      u->first = INT_MAX;
       for (int k = 0; k < x->n; k++) {
         u->v[k] = g->values[x->id[k]];
         u->rel[k] = ss.idx[x->id[k]] - x->lo;
+        u->first = FIRST(u->v[k]) < u->first ? FIRST(u->v[k]) : u->first;
       }
       u->bytes = BYTES(v);
-      u->first = FIRST(u->v[0]);
       done[s] = true;
     } else if (v->host) {
       OFF(v) = host_at;
@@ -490,7 +500,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   qsort(units, (size_t)nu, sizeof *units, unit_order);
   int64_t end = place_transient(m, units, nu, placed);
   for (int i = 0; i < nu; i++)
-    if (units[i].v != &single[units[i].v[0]->id])
+    if (units[i].n > 1)   // a series (at least two members) owns its arrays
       free(units[i].v), free(units[i].rel);
   m->arena_bytes = end;
   for (int i = 0; i < g->nvalues; i++)

@@ -6,11 +6,11 @@
 // parallelism; no 2D grid) on one group of identical GPUs, any ZeRO stage and
 // offload share per block, and checkpointing of the first K repeated layers.
 // sv_apply_best asks the solver for that (one solve per tp that divides the
-// GPUs, the fastest feasible kept; in a model with
-// layers of several kinds, each kind sharing variables, it may still
-// checkpoint a later kind and not an earlier one, which mtc compile refuses;
-// with --no-share the order holds); sv_apply_read refuses a file that asks
-// for anything else, naming the block and the field.
+// GPUs, the fastest feasible kept; in a model with layers of several kinds,
+// each kind sharing variables, it may still checkpoint a later kind and not
+// an earlier one, which mtc compile refuses; with --no-share the order
+// holds); sv_apply_read refuses a file that asks for anything else, naming
+// the block and the field.
 #include "internal.h"
 
 #include <cjson/cJSON.h>
