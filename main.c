@@ -450,8 +450,14 @@ static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, ch
   else if (omax > 0 && len < n)
     len += (size_t)snprintf(layout + len, n - len, ", offload %g to %g", omin, omax);
   if (ctx->ncheckpointed && len < n)
-    snprintf(layout + len, n - len, ", recompute %d of %d layers", ctx->ncheckpointed,
-             ctx->nlayers);
+    len += (size_t)snprintf(layout + len, n - len, ", recompute %d of %d layers",
+                            ctx->ncheckpointed, ctx->nlayers);
+  if (lw->nreplicated && len < n)
+    snprintf(layout + len, n - len, ", %d weight%s whole under tp", lw->nreplicated,
+             lw->nreplicated > 1 ? "s" : "");
+  for (int i = 0; i < lw->nreplicated; i++)
+    fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
+            D->tp, lw->replicated[i]);
   co->layout = layout;
 }
 

@@ -706,7 +706,9 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       int batched = role == ROLE_INPUT && v->rank > 0 && g->batch_sym >= 0 &&
                     sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
       IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
-      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld, %d, %d},",
+      int64_t pad = v->tp_valid ? ir_eval(g, v->tp_whole) - ir_eval(g, v->tp_valid) : 0;
+      println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld, %d, %d, "
+              "%lld},",
               v->name, (long long)e->m->offset[i], (long long)ir_eval(g, ir_numel(g, &whole)),
               v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
               role == ROLE_INPUT ? input_kind(v->input_kind)
@@ -714,7 +716,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
                                   : "RT_PARAM_TRAINED",
               (long long)range, shape_values(e, &whole), v->rank, shape_sizes(e, &whole), batched,
               bucket_index(e, v), (long long)(v->bucket ? v->bucket_off / 4 : 0), v->tp_dim,
-              v->tp_pieces);
+              v->tp_pieces, (long long)pad);
       count++;
     }
   }

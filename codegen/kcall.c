@@ -531,18 +531,24 @@ static void lower_tp_slice(Lower *L, const IrNode *n) {
   tp_geometry(L, c, n, n->out[0]);
 }
 
+// The whole vocabulary: columns of the whole logits past it are padding.
+static void vocab(Lower *L, CgCall *c, const IrNode *n, const IrValue *lg) {
+  int64_t v = ir_attr_i(n, "vocab");
+  num(c, v ? sym_const(&L->g->arena, v) : lg->tp_whole);
+}
+
 static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_vp_crossentropy_fwd);
   const IrValue *lg = n->in[0];
   buf(c, n->out[0]), buf(c, n->out[1]), buf(c, lg), buf(c, n->in[1]);
-  num(c, rows(L, lg)), num(c, last(lg));
+  num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
 }
 
 static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_vp_crossentropy_bwd);
   const IrValue *lg = n->in[1];
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]), buf(c, n->in[3]);
-  num(c, rows(L, lg)), num(c, last(lg));
+  num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
 }
 
 static void lower_accumulate(Lower *L, const IrNode *n) {

@@ -94,8 +94,11 @@ typedef struct IrValue {
   // Tensor parallelism (passes/tp.c): the dim split over the tp ranks (-1:
   // none), that dim's size in the whole tensor, and the equal pieces it is
   // made of, each split (runtime/dist.h has the layout).
+  // A vocabulary the degree does not divide is padded (tp_whole is the padded
+  // size; tp_valid the model's, NULL when nothing is padded).
   int tp_dim;
   const Sym *tp_whole;
+  const Sym *tp_valid;
   int tp_pieces;
   // Placement (passes/lower.c, offload): v lives in host memory, not on the
   // device. The memory plan lays host values out in a host region of their
@@ -291,7 +294,8 @@ void ir_mark_batch_dims(IrGraph *g);
 const Sym *ir_tp_degree(IrGraph *g, int64_t shards);
 
 const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
-// v as the whole tensor its tp ranks hold parts of (a copy; v itself when not split).
+// v as the whole tensor its tp ranks hold parts of, in the model's shape (without a padded
+// vocabulary's padding; a copy; v itself when not split).
 IrValue ir_whole(const IrValue *v);
 const Sym *ir_nbytes(IrGraph *g, const IrValue *v);    // numel * dtype size
 int ir_dtype_size(IrDType dt);

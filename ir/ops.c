@@ -19,8 +19,9 @@ const Sym *ir_numel(IrGraph *g, const IrValue *v) {
 IrValue ir_whole(const IrValue *v) {
   IrValue w = *v;
   if (v->tp_dim >= 0)
-    w.shape[v->tp_dim] = v->tp_whole;
+    w.shape[v->tp_dim] = v->tp_valid ? v->tp_valid : v->tp_whole;
   w.tp_dim = -1;
+  w.tp_valid = NULL;
   return w;
 }
 

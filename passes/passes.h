@@ -75,6 +75,8 @@ typedef struct PassLowered {
   double tp_comm_elems;    // elements all-reduced over tp per micro-batch (an all-gather of n
                            // elements counts n/2), from the collectives pass_shard lists
   bool loss_tp_partial;    // each tp rank's loss is its term of a sum
+  int nreplicated;         // parameters tp leaves replicated on every rank of its group, and
+  const char **replicated; // why ("w2: its output dim K = 3 does not divide by tp = 2")
 } PassLowered;
 
 // The static memory plan (passes/memplan.c): a table beside the graph, by
@@ -189,6 +191,8 @@ typedef struct ShardSpec {
   int dp;                  // data-parallel degree (1: the batch is not split)
   int nblocks;             // entries of tp (IR block ids 0 .. nblocks-1)
   const int *tp;           // tp[b]: block b's tensor-parallel degree (1: none; SHARD_TP_ANY)
+  bool pad_vocab;          // an embedding table whose vocabulary the degree does not divide is
+                           // split all the same: the lowering pads it (passes/tp.c)
 } ShardSpec;
 
 typedef enum ShardKind { SHARD_ALL_REDUCE, SHARD_REDUCE_SCATTER, SHARD_ALL_GATHER } ShardKind;
@@ -242,6 +246,9 @@ typedef struct ShardResult {
   ShardNeed *need;
   int nnotes;
   ShardNote *note;
+  int nvocab;                // vocabularies (embedding tables' first dims, as formulas) split
+  const Sym *vocab[4];       // over tp though the degree does not divide them: spec->pad_vocab,
+                             // tp.c pads every dim of one of these formulas
 } ShardResult;
 
 // Propagates spec through g (after the optimizer pass). 0 with *out filled

@@ -28,7 +28,10 @@
 //     activation's gradient is a partial sum, Megatron's f). When the output
 //     dim does not divide by tp the weight stays replicated (a note says so).
 //   - embedding: the table is split on the vocabulary (each rank looks up its
-//     rows; the output is a partial sum).
+//     rows; the output is a partial sum). A vocabulary the degree does not
+//     divide stays replicated (a note says so), unless the spec lets the
+//     lowering pad it (pad_vocab, as Megatron does): then every dim of its
+//     size splits as if it divided (ShardResult.vocab).
 //   - everything else follows what it meets: a bias takes its matmul's split,
 //     LayerNorm's weights the (whole) last dim of its input, optimizer state
 //     its parameter's layout.
@@ -229,6 +232,15 @@ static int degree(const Shard *s, int tp, int axis) {
 // Can `dim` split over axis? Bound dims are checked; unbound ones, and every
 // dim when the degree is SHARD_TP_ANY, are assumed to divide (the pass records
 // the splits it assumed, once the rule has chosen).
+// The dim is a vocabulary the lowering pads to split it over tp: its formula
+// is the table's (4*C of the same value is not).
+static bool padded(const Shard *s, int axis, const Sym *dim) {
+  for (int k = 0; axis == TP && k < s->r->nvocab; k++)
+    if (sym_eq(s->r->vocab[k], dim))
+      return true;
+  return false;
+}
+
 static bool divides(ShardOp *op, const Sym *dim, int axis) {
   int deg = degree(op->s, op->tp, axis);
   if (deg == 1)
@@ -238,7 +250,23 @@ static bool divides(ShardOp *op, const Sym *dim, int axis) {
     return true;
   if (deg == SHARD_TP_ANY)
     return v >= 2;
-  return v % deg == 0 && v >= deg;
+  return (v % deg == 0 && v >= deg) || padded(op->s, axis, dim);
+}
+
+// With spec->pad_vocab: the embedding tables' vocabularies their blocks'
+// degrees do not divide.
+static void find_vocab(Shard *s) {
+  ShardResult *r = s->r;
+  for (int i = 0; s->spec->pad_vocab && i < s->g->nnodes; i++) {
+    const IrNode *n = s->g->nodes[i];
+    int deg = n->block >= 0 && n->block < s->spec->nblocks ? s->spec->tp[n->block] : 1;
+    int64_t v;
+    const Sym *dim = n->op == OP_EMBEDDING ? n->in[0]->shape[0] : NULL;
+    if (!dim || deg < 2 || sym_eval(dim, &s->g->syms, &v) || v % deg == 0 || padded(s, TP, dim) ||
+        r->nvocab == (int)(sizeof r->vocab / sizeof *r->vocab))
+      continue;
+    r->vocab[r->nvocab++] = dim;
+  }
 }
 
 // Elements per rank of v laid out as l (degrees not known are not divided by).
@@ -536,9 +564,20 @@ static int softmax_bwd(ShardOp *op) {
 static int shard_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
 
 // Attention over [..., T, HS]: the leading dims (batch, heads) split freely;
-// T and HS must be whole. Heads split over tp are Megatron's attention.
+// T and HS must be whole. Heads split over tp are Megatron's attention; in a
+// block with tp >= 2 heads that do not divide by it are an error (the block
+// would run its attention whole on every rank, its projections around it
+// whole too).
 static int attention(ShardOp *op, int first, int nqkv) {
   int ks[4], r = op->n->in[first]->rank;
+  const Sym *heads = r >= 4 ? op->n->in[first]->shape[r - 3] : NULL;
+  int64_t h;
+  if (heads && op->tp >= 2 && !sym_eval(heads, &op->g->syms, &h) && h % op->tp)
+    return ir_error(op->s->diag, op->n->loc, "%s: its %s = %lld heads do not divide by tp = %d "
+                    "(attention heads must divide by the block's tensor-parallel degree; give "
+                    "the block a tp that divides %lld)", ir_op_name(op->n->op),
+                    sym_str(&op->g->arena, heads, &op->g->syms), (long long)h, op->tp,
+                    (long long)h);
   for (int i = 0; i < op->n->nin; i++) {
     need_complete(op, i);
     need_whole_dim(op, i, r - 1);
@@ -984,7 +1023,7 @@ static int block_tp(const Shard *s, const IrNode *n) {
 }
 
 // A layout a rule gave: the value's rank, no axis used twice, and (when
-// known) every split dividing.
+// known) every split dividing, or a vocabulary the lowering pads.
 static int check_layout(Shard *s, const IrNode *n, int tp, const IrValue *v, const ShardLayout *l,
                         const char *what) {
   bool ok = l->rank == (v->rank < 0 ? 0 : v->rank);
@@ -998,7 +1037,7 @@ static int check_layout(Shard *s, const IrNode *n, int tp, const IrValue *v, con
     int deg = degree(s, tp, a);
     int64_t size;
     if (ok && deg != SHARD_TP_ANY && sym_eval(v->shape[i], &s->g->syms, &size) == 0)
-      ok = deg > 1 && size % deg == 0;
+      ok = deg > 1 && (size % deg == 0 || padded(s, a, v->shape[i]));
   }
   if (ok)
     return 0;
@@ -1208,6 +1247,7 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int i = 0; i < nn; i++)
     for (int k = 0; k < g->nodes[i]->nin; k++)
       s.readers[g->nodes[i]->in[k]->id]++;
+  find_vocab(&s);
   int rc = lay_inputs(&s);
   for (int i = 0, at = 0; !rc && i < nn; i++) {
     out->use_at[i] = at;

@@ -20,6 +20,11 @@
 //     are all-reduced inside and kept for backward), sum and mean over a split
 //     dim (the codegen divides by the whole count).
 //
+// A weight whose dims the degree does not divide (a 3-class head under tp 2)
+// stays whole on every rank of the group, as the propagation left it; the
+// lowering lists it (PassLowered.replicated) for the plan to say so. A
+// vocabulary is padded instead (below).
+//
 // The loss may be left a partial sum over tp (the step's log adds it up).
 // Data parallelism and ZeRO are lowered after this, on the per-rank shapes.
 #include "passes.h"
@@ -49,6 +54,7 @@ typedef struct Tp {
   int *use_at;            // [i]: index into r.use of node[i]'s first input
   ShardLayout *cur;       // [value id] what readers get (after a conversion right after it)
   int *pieces;            // [value id]
+  int *pad_dim;           // [value id] the dim a padded vocabulary pads (-1: none)
   Conv *conv;             // [value id * NCONV]
   int *nconv;
 } Tp;
@@ -309,8 +315,11 @@ static int convert_output(Tp *t, int i, int k) {
 // statistics its backward reads.
 static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   IrGraph *g = t->g;
+  const IrValue *logits = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
+  int64_t vocab = logits->tp_valid ? ir_eval(g, logits->tp_valid) : 0;
   if (n->op == OP_CROSS_ENTROPY) {
     ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY, n->in, n->nin);
+    ir_set_int(g, n, "vocab", vocab);
     char name[512];
     snprintf(name, sizeof name, "%s.stats", n->out[0]->name);
     ir_value_rename(g, n->out[1], name);
@@ -323,6 +332,7 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
                     "cross-entropy reads logits '%s' its forward did not", t->tp, n->in[1]->name);
   IrValue *in[4] = {n->in[0], n->in[1], n->in[2], s};
   ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY_BWD, in, 4);
+  ir_set_int(g, n, "vocab", vocab);
   return 0;
 }
 
@@ -377,30 +387,101 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
                   "smaller --tp or none", t->tp, ir_op_name(n->op));
 }
 
-// ---- the pass -------------------------------------------------------------------------------
+// ---- a padded vocabulary ----------------------------------------------------------------------
+//
+// A vocabulary the degree does not divide (GPT-2's 50257 under tp 2) is padded
+// to the next multiple of it, as Megatron does: each value the propagation
+// splits on a dim of that size (the table, the logits, their gradients, the
+// optimizer state) is that much larger there, the padding zero. It stays zero:
+// the table's extra rows load as zeros and no token looks them up; the
+// vocabulary-parallel cross-entropy leaves the extra logits out of its
+// softmax and gives them zero gradient (its `vocab` attribute), so the rows'
+// gradients, moments and updates are zero too. Only ops that keep zeros zero
+// may read or write a padded value.
 
-static int check_divides(Tp *t) {
-  IrGraph *g = t->g;
-  for (int i = 0; i < t->nv; i++) {
-    const IrValue *v = g->values[i];
-    int d = split_dim(&t->cur[i]);
-    int d2 = split_dim(&t->r.layout[i]);
-    for (int pass = 0; pass < 2; pass++) {
-      int dim = pass ? d2 : d;
-      if (dim < 0)
-        continue;
-      int64_t size;
-      if (sym_eval(v->shape[dim], &g->syms, &size))
-        return ir_error(t->d, v->loc, "lower: the size of '%s' is not known: bind every dim "
-                        "(-D NAME=VALUE)", v->name);
-      int64_t k = (int64_t)t->tp * t->pieces[i];
-      if (size % k)
-        return ir_error(t->d, v->loc, "lower: tp %d does not divide '%s' %s: its dim %d (%lld%s) "
-                        "must be a multiple of %lld; choose a tp that divides it", t->tp, v->name,
-                        ir_shape_str(g, v), dim, (long long)size,
-                        t->pieces[i] > 1 ? ", in equal pieces" : "", (long long)k);
+static bool is_vocab(const Tp *t, const Sym *dim) {
+  for (int k = 0; k < t->r.nvocab; k++)
+    if (sym_eq(t->r.vocab[k], dim))
+      return true;
+  return false;
+}
+
+// Does n keep a padded operand's padding zero (and not read it as data)?
+static bool keeps_padding(const Tp *t, const IrNode *n) {
+  switch (n->op) {
+  case OP_ADD:
+  case OP_SUB:   // zero + zero: every operand padded
+    for (int k = 0; k < n->nin; k++)
+      if (t->pad_dim[n->in[k]->id] < 0)
+        return false;
+    return true;
+  case OP_SCALE: return ir_attr_f(n, "b") == 0;
+  case OP_FILL: return ir_attr_f(n, "value") == 0;
+  case OP_MATMUL:
+  case OP_MUL:
+  case OP_TRANSPOSE:
+  case OP_SUM:
+  case OP_SUM_TO:
+  case OP_EMBEDDING:
+  case OP_EMBEDDING_BWD:
+  case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY_BWD:
+  case OP_ADAMW:
+  case OP_SGD:
+  case OP_ACCUMULATE: return true;
+  default: return false;
+  }
+}
+
+// 1 when a padded value has a reader that would not keep its padding zero.
+static int check_padding(const Tp *t) {
+  for (int i = 0; i < t->nn; i++) {
+    const IrNode *n = t->node[i];
+    for (int k = 0; k < n->nin + n->nout; k++) {
+      const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+      if (t->pad_dim[v->id] >= 0 && !keeps_padding(t, n))
+        return 1;
     }
   }
+  return 0;
+}
+
+// ---- the pass -------------------------------------------------------------------------------
+
+// v split on dim: the dim divides by the degree (in its pieces), or is a
+// vocabulary to pad (pad_dim).
+static int check_split(Tp *t, const IrValue *v, int dim) {
+  IrGraph *g = t->g;
+  int64_t size, k = (int64_t)t->tp * t->pieces[v->id];
+  if (dim < 0)
+    return 0;
+  if (sym_eval(v->shape[dim], &g->syms, &size))
+    return ir_error(t->d, v->loc, "lower: the size of '%s' is not known: bind every dim "
+                    "(-D NAME=VALUE)", v->name);
+  if (size % k == 0)
+    return 0;
+  if (t->pieces[v->id] == 1 && is_vocab(t, v->shape[dim]) &&
+      (t->pad_dim[v->id] < 0 || t->pad_dim[v->id] == dim)) {
+    t->pad_dim[v->id] = dim;
+    return 0;
+  }
+  return ir_error(t->d, v->loc, "lower: tp %d does not divide '%s' %s: its dim %d (%lld%s) must "
+                  "be a multiple of %lld; choose a tp that divides it", t->tp, v->name,
+                  ir_shape_str(g, v), dim, (long long)size,
+                  t->pieces[v->id] > 1 ? ", in equal pieces" : "", (long long)k);
+}
+
+// Every value as produced, as readers get it, and as each reader needs it.
+static int check_divides(Tp *t) {
+  for (int i = 0; i < t->nv; i++) {
+    const IrValue *v = t->g->values[i];
+    if (check_split(t, v, split_dim(&t->cur[i])) || check_split(t, v, split_dim(&t->r.layout[i])))
+      return -1;
+  }
+  for (int i = 0; i < t->nn; i++)
+    for (int k = 0; k < t->node[i]->nin; k++)
+      if (check_split(t, t->node[i]->in[k], split_dim(use_of(t, i, k))))
+        return -1;
   return 0;
 }
 
@@ -420,6 +501,47 @@ static const Sym *degree_dim(IrGraph *g, int tp, IrDiag *d) {
   return sym_var(&g->arena, var);
 }
 
+// The layouts pass_shard gives (padding a vocabulary the degree does not
+// divide when pad is true), the conversions right after producers, pieces and
+// padded dims. 1 (no error) when a padded value has a reader that would not
+// keep the padding zero: then the vocabulary stays replicated.
+static int layouts(Tp *t, const int *degree, int nb, bool pad) {
+  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .pad_vocab = pad};
+  pass_shard_free(&t->r);
+  if (pass_shard(t->g, &spec, &t->r, t->d))
+    return -1;
+  for (int i = 0; i < t->nn; i++)
+    t->use_at[i] = t->r.use_at[i];
+  for (int i = 0; i < t->nv; i++)
+    t->pad_dim[i] = -1;
+  // what readers get: the produced layout, or its conversion right after the producer
+  memcpy(t->cur, t->r.layout, (size_t)t->nv * sizeof *t->cur);
+  double elems = 0;
+  for (int i = 0; i < t->r.ncolls; i++) {
+    const ShardColl *c = &t->r.coll[i];
+    if (c->axis != TP)
+      continue;
+    elems += sym_evalf(pass_shard_allreduce_elems(t->g, c), &t->g->syms);
+    if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
+      return ir_error(t->d, c->node->loc, "lower: tp %d: %s with a collective inside is not "
+                      "lowered yet", t->tp, ir_op_name(c->node->op));
+    if (c->at != SHARD_AFTER)
+      continue;
+    ShardLayout *l = &t->cur[c->value->id];
+    if (c->kind == SHARD_ALL_REDUCE)
+      l->partial &= (unsigned char)~TPBIT;
+    else if (c->kind == SHARD_ALL_GATHER && split_dim(l) >= 0)
+      l->split[split_dim(l)] = IR_MESH_NONE;
+    else
+      return ir_error(t->d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet",
+                      t->tp, pass_shard_kind_name(c->kind), ir_op_name(c->node->op));
+  }
+  t->out->tp_comm_elems = elems;
+  if (count_pieces(t) || check_divides(t))
+    return -1;
+  return check_padding(t);
+}
+
 int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
   Tp t = {.g = g, .tp = tp, .out = out, .d = d, .nv = g->nvalues, .nn = g->nnodes};
   if (!(t.deg = degree_dim(g, tp, d)))
@@ -428,68 +550,45 @@ int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
   for (int i = 0; i < g->nnodes; i++)
     nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
   int *degree = malloc((size_t)nb * sizeof *degree);
-  IR_ASSERT(degree);
-  for (int b = 0; b < nb; b++)
-    degree[b] = tp;
-  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree};
-  int rc = pass_shard(g, &spec, &t.r, d);
-  free(degree);
-  if (rc)
-    return -1;
-  // a weight the degree does not divide would silently stay whole on every rank
-  if (t.r.nnotes) {
-    const ShardNote *n = &t.r.note[0];
-    rc = ir_error(d, n->node ? n->node->loc : n->param->loc, "lower: tp %d does not split '%s' "
-                  "(%s); choose a tp that divides the heads, the hidden sizes and the "
-                  "vocabulary", tp, n->param->name, n->text);
-    pass_shard_free(&t.r);
-    return rc;
-  }
   t.node = malloc((size_t)t.nn * sizeof *t.node);
   t.use_at = malloc((size_t)t.nn * sizeof *t.use_at);
   t.cur = malloc((size_t)t.nv * sizeof *t.cur);
   t.pieces = malloc((size_t)t.nv * sizeof *t.pieces);
+  t.pad_dim = malloc((size_t)t.nv * sizeof *t.pad_dim);
   t.conv = malloc((size_t)t.nv * NCONV * sizeof *t.conv);
   t.nconv = calloc((size_t)t.nv, sizeof *t.nconv);
   IrValue **stats_of = calloc((size_t)t.nv, sizeof *stats_of);
-  IR_ASSERT(t.node && t.use_at && t.cur && t.pieces && t.conv && t.nconv && stats_of);
-  for (int i = 0; i < t.nn; i++) {
+  IR_ASSERT(degree && t.node && t.use_at && t.cur && t.pieces && t.pad_dim && t.conv && t.nconv &&
+            stats_of);
+  for (int b = 0; b < nb; b++)
+    degree[b] = tp;
+  for (int i = 0; i < t.nn; i++)
     t.node[i] = g->nodes[i];
-    t.use_at[i] = t.r.use_at[i];
+  int rc = layouts(&t, degree, nb, true);
+  if (rc == 1)
+    rc = layouts(&t, degree, nb, false);
+  free(degree);
+  // a weight whose dims the degree does not divide stays whole on every rank (the plan says so)
+  out->nreplicated = rc ? 0 : t.r.nnotes;
+  out->replicated = ir_alloc(&g->arena, (size_t)out->nreplicated * sizeof *out->replicated + 1);
+  for (int i = 0; i < out->nreplicated; i++) {
+    const char *why = t.r.note[i].text;
+    out->replicated[i] = ir_strdup(&g->arena, strncmp(why, "replicated: ", 12) ? why : why + 12);
   }
-  // what readers get: the produced layout, or its conversion right after the producer
-  memcpy(t.cur, t.r.layout, (size_t)t.nv * sizeof *t.cur);
-  double elems = 0;
-  for (int i = 0; i < t.r.ncolls && !rc; i++) {
-    const ShardColl *c = &t.r.coll[i];
-    if (c->axis != TP)
-      continue;
-    elems += sym_evalf(pass_shard_allreduce_elems(g, c), &g->syms);
-    if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
-      rc = ir_error(d, c->node->loc, "lower: tp %d: %s with a collective inside is not lowered "
-                    "yet", tp, ir_op_name(c->node->op));
-    if (c->at != SHARD_AFTER)
-      continue;
-    ShardLayout *l = &t.cur[c->value->id];
-    if (c->kind == SHARD_ALL_REDUCE)
-      l->partial &= (unsigned char)~TPBIT;
-    else if (c->kind == SHARD_ALL_GATHER && split_dim(l) >= 0)
-      l->split[split_dim(l)] = IR_MESH_NONE;
-    else
-      rc = ir_error(d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet", tp,
-                    pass_shard_kind_name(c->kind), ir_op_name(c->node->op));
-  }
-  out->tp_comm_elems = elems;
-  if (!rc)
-    rc = count_pieces(&t);
-  if (!rc)
-    rc = check_divides(&t);
   // per-rank shapes: each value as its readers get it
   for (int i = 0; i < t.nv && !rc; i++) {
     IrValue *v = g->values[i];
     const Sym *whole[IR_MAXRANK];
     memcpy(whole, v->shape, sizeof whole);
+    int pd = t.pad_dim[i];
+    const Sym *valid = pd >= 0 ? whole[pd] : NULL;
+    if (pd >= 0) {
+      int64_t size = ir_eval(g, valid);
+      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (t.tp - size % t.tp) % t.tp));
+    }
     place(&t, v, &t.cur[i], whole, t.pieces[i]);
+    if (pd >= 0 && v->tp_dim == pd)
+      v->tp_valid = valid;
   }
   for (int i = 0; i < t.nn && !rc; i++) {
     IrNode *n = t.node[i];
@@ -509,7 +608,8 @@ int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
     out->loss_tp_partial = (t.cur[g->loss->id].partial & TPBIT) != 0;
   ir_remove_unused(g, ROLE_ACT);   // what a conversion's output was before it became the value
   ir_remove_unused(g, ROLE_GRAD);
-  free(t.node), free(t.use_at), free(t.cur), free(t.pieces), free(t.conv), free(t.nconv);
+  free(t.node), free(t.use_at), free(t.cur), free(t.pieces), free(t.pad_dim), free(t.conv);
+  free(t.nconv);
   free(stats_of);
   pass_shard_free(&t.r);
   g->cur_phase = PHASE_FORWARD;

@@ -121,15 +121,21 @@ void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, lon
   }
 }
 
+// Columns of this rank's v that are not padding.
+static long vocab_columns(long v, long vocab) {
+  long have = vocab - (long)rt_dist.tp_rank * v;
+  return have < 0 ? 0 : have < v ? have : v;
+}
+
 void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
-                            long n, long v) {
+                            long n, long v, long vocab) {
   float *mx = stats, *sum = stats + n;
-  long lo = (long)rt_dist.tp_rank * v;
+  long lo = (long)rt_dist.tp_rank * v, cols = vocab_columns(v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     float m = -INFINITY;
-    for (long j = 0; j < v; j++)
+    for (long j = 0; j < cols; j++)
       m = row[j] > m ? row[j] : m;
     mx[i] = m;
   }
@@ -138,7 +144,7 @@ void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, cons
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     double s = 0.0;
-    for (long j = 0; j < v; j++)
+    for (long j = 0; j < cols; j++)
       s += exp((double)row[j] - (double)mx[i]);
     sum[i] = (float)s;
   }
@@ -155,18 +161,20 @@ void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, cons
 }
 
 void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                            const int *targets, const float *stats, long n, long v) {
+                            const int *targets, const float *stats, long n, long v, long vocab) {
   if (n <= 0)
     return;
   float g = dloss[0] / (float)n;
-  long lo = (long)rt_dist.tp_rank * v;
+  long lo = (long)rt_dist.tp_rank * v, cols = vocab_columns(v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     float *drow = dlogits + i * v;
     double lse = stats[i];
-    for (long j = 0; j < v; j++)
+    for (long j = 0; j < cols; j++)
       drow[j] = g * (float)exp((double)row[j] - lse);
+    for (long j = cols; j < v; j++)
+      drow[j] = 0.0f;
     long t = targets[i] - lo;
     if (t >= 0 && t < v)
       drow[t] -= g;

@@ -72,11 +72,14 @@ void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, lon
 // Cross-entropy over logits split on the vocabulary (v columns per rank):
 // each row's max and sum of exponentials are all-reduced over tp; stats[i]
 // keeps the row's logsumexp for backward (stats[n + i] is scratch); loss is
-// this rank's term of the mean (the rows whose target it holds).
+// this rank's term of the mean (the rows whose target it holds). Columns at
+// or past `vocab` of the whole are padding (a vocabulary padded to a multiple
+// of tp): they take no part.
 void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
-                            long n, long v);
-// dlogits = (softmax - onehot(target)) * dloss / n on this rank's columns.
+                            long n, long v, long vocab);
+// dlogits = (softmax - onehot(target)) * dloss / n on this rank's columns,
+// zero on the padding.
 void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                            const int *targets, const float *stats, long n, long v);
+                            const int *targets, const float *stats, long n, long v, long vocab);
 
 #endif

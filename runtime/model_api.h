@@ -37,6 +37,8 @@ typedef struct rt_tensor {
   int tp_dim;         // params: the dim split over the tp ranks (-1: none); numel, rank and
                       // sizes are the whole tensor's, each rank holds numel / tp
   int tp_pieces;      // ... made of this many equal pieces, each split (runtime/dist.h)
+  long tp_pad;        // ... padded by this many (zero) entries of that dim to a multiple of
+                      // tp (a vocabulary): each rank holds (sizes[tp_dim] + tp_pad) / tp
 } rt_tensor;
 
 // A block's parameters and gradients as flat buckets (multi-rank programs;

@@ -210,6 +210,17 @@ static options parse_args(int argc, char **argv) {
 // ---------------------------------------------------------------------------
 // model table checks
 
+// Elements of t's whole tensor with a padded vocabulary's padding (numel without).
+static long padded_numel(const rt_tensor *t) {
+  if (t->tp_dim < 0 || !t->tp_pad) return t->numel;
+  return t->numel / t->sizes[t->tp_dim] * (t->sizes[t->tp_dim] + t->tp_pad);
+}
+
+// Elements this rank holds of t.
+static long local_numel(const rt_tensor *t) {
+  return t->tp_dim >= 0 ? padded_numel(t) / mtc_model.tp : t->numel;
+}
+
 static void check_table(void) {
   const rt_model *M = &mtc_model;
   if (M->arena_bytes <= 0) fail("model table: arena_bytes is %ld", M->arena_bytes);
@@ -218,7 +229,7 @@ static void check_table(void) {
     const rt_tensor *ts = pass ? M->inputs : M->params;
     for (int i = 0; i < n; i++) {
       const rt_tensor *t = &ts[i];
-      long bytes = t->numel / (t->tp_dim >= 0 ? M->tp : 1) * 4;  // f32 and i32 alike
+      long bytes = local_numel(t) * 4;  // f32 and i32 alike
       if (t->offset < 0 || t->numel < 0 || t->offset + bytes > M->arena_bytes)
         fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the "
              "arena of %ld bytes", pass ? "input" : "parameter", t->name,
@@ -233,7 +244,7 @@ static void check_table(void) {
   }
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
-    long at = M->grad_offsets[i], bytes = p->numel / (p->tp_dim >= 0 ? M->tp : 1) * 4;
+    long at = M->grad_offsets[i], bytes = local_numel(p) * 4;
     if (at < 0 || at + bytes > M->arena_bytes)
       fail("model table: the gradient of '%s' (offset %ld) lies outside the arena",
            M->params[i].name, at);
@@ -258,6 +269,8 @@ static void check_table(void) {
 // A parameter split over the tp ranks (tp_dim >= 0) is read and written whole
 // on the host (whole[i]); tp_scatter gives each rank its part of it, tp_gather
 // makes it whole again from every rank's part (runtime/dist.h has the layout).
+// A padded vocabulary is read and written without its padding: whole[i] has
+// room for it, and tp_scatter and tp_gather pad and unpad in place.
 
 static float **images;  // per bucket: numel floats
 static float **whole;   // per parameter: the whole tensor of one split over tp, else NULL
@@ -299,19 +312,37 @@ static void alloc_images(void) {
     if (!(images[b] = calloc((size_t)M->buckets[b].numel, sizeof(float))))
       fail("out of memory for the image of bucket %s", M->buckets[b].name);
   for (int i = 0; i < M->n_params; i++)
-    if (M->params[i].tp_dim >= 0 && !(whole[i] = calloc((size_t)M->params[i].numel, 4)))
+    if (M->params[i].tp_dim >= 0 && !(whole[i] = calloc((size_t)padded_numel(&M->params[i]), 4)))
       fail("out of memory for parameter %s", M->params[i].name);
 }
 
-// A split parameter around its split dim: [outer][pieces][tp][chunk] whole.
-static void tp_geometry(const rt_tensor *p, long *outer, long *chunk) {
-  long o = 1, inner = 1;
+// A split parameter around its split dim: [outer][pieces][tp][chunk] whole
+// (with any padding); inner: the elements of one entry of the dim.
+static void tp_geometry(const rt_tensor *p, long *outer, long *chunk, long *inner) {
+  long o = 1, in = 1;
   for (int k = 0; k < p->rank; k++) {
     if (k < p->tp_dim) o *= p->sizes[k];
-    if (k > p->tp_dim) inner *= p->sizes[k];
+    if (k > p->tp_dim) in *= p->sizes[k];
   }
   *outer = o;
-  *chunk = p->sizes[p->tp_dim] / ((long)mtc_model.tp * p->tp_pieces) * inner;
+  *chunk = (p->sizes[p->tp_dim] + p->tp_pad) / ((long)mtc_model.tp * p->tp_pieces) * in;
+  if (inner) *inner = in;
+}
+
+// whole[i] from the model's shape [outer][d][inner] to the padded one
+// [outer][d + tp_pad][inner] (pad), or back (!pad).
+static void tp_pad(int i, bool pad) {
+  const rt_tensor *p = &mtc_model.params[i];
+  if (!p->tp_pad) return;
+  long outer, chunk, inner;
+  tp_geometry(p, &outer, &chunk, &inner);
+  long have = p->sizes[p->tp_dim] * inner, room = have + p->tp_pad * inner;
+  for (long k = 0; k < outer; k++) {
+    long o = pad ? outer - 1 - k : k;  // growing: from the end, so nothing is overwritten
+    memmove(whole[i] + o * (pad ? room : have), whole[i] + o * (pad ? have : room),
+            (size_t)have * sizeof(float));
+    if (pad) memset(whole[i] + o * room + have, 0, (size_t)(room - have) * sizeof(float));
+  }
 }
 
 // The whole parameters into this rank's parts.
@@ -320,7 +351,8 @@ static void tp_scatter(char *arena) {
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i]) continue;
     long outer, chunk;
-    tp_geometry(&M->params[i], &outer, &chunk);
+    tp_pad(i, true);
+    tp_geometry(&M->params[i], &outer, &chunk, NULL);
     rt_tp_take((float *)local_ptr(arena, i, false), whole[i], outer, M->params[i].tp_pieces,
                chunk, rt_dist.tp_rank, M->tp);
   }
@@ -332,15 +364,16 @@ static void tp_gather(char *arena, bool grads) {
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i]) continue;
     const rt_tensor *p = &M->params[i];
-    long outer, chunk, n = p->numel / M->tp;
-    tp_geometry(p, &outer, &chunk);
-    float *parts = malloc((size_t)p->numel * sizeof *parts);
+    long outer, chunk, n = local_numel(p);
+    tp_geometry(p, &outer, &chunk, NULL);
+    float *parts = malloc((size_t)padded_numel(p) * sizeof *parts);
     if (!parts) fail("out of memory");
     memcpy(parts + rt_dist.tp_rank * n, local_ptr(arena, i, grads), (size_t)n * 4);
-    rt_allgather(rt_dist.group[RT_AXIS_TP], parts, p->numel, NULL);
+    rt_allgather(rt_dist.group[RT_AXIS_TP], parts, padded_numel(p), NULL);
     for (int r = 0; r < M->tp; r++)
       rt_tp_place(whole[i], parts + r * n, outer, p->tp_pieces, chunk, r, M->tp);
     free(parts);
+    tp_pad(i, false);
   }
 }
 

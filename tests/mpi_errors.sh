@@ -21,7 +21,7 @@ expect() { # NAME STATUS REGEX COMMAND...
     echo "FAIL $name: exit $rc (want $want), output: $got"
   fi
 }
-expect tp_not_dividing 1 "tp 3 does not split .*choose a tp that divides" \
+expect tp_not_dividing 1 "NH = 4 heads do not divide by tp = 3.*give the block a tp that divides 4" \
   "$mtc" compile "$model" --tp 3 -o "$out/tp3"
 [ -e "$out/tp3" ] && { echo "FAIL tp_not_dividing: $out/tp3 was written"; fails=$((fails + 1)); }
 expect zero_stage 2 "--zero takes a stage 0, 1, 2 or 3" "$mtc" compile "$model" --zero 4 -o "$out/z"
@@ -59,7 +59,7 @@ edit grid "[b.update(dp=1, tp=1, q=2) for b in p['blocks']]"
 expect plan_grid 1 "a 2D grid \(q 2\) is not lowered yet" \
   "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/p4"
 edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3"
-expect plan_tp3 1 "tp 3 does not split .*choose a tp that divides" \
+expect plan_tp3 1 "NH = 4 heads do not divide by tp = 3" \
   "$mtc" compile "$model" -D L=2 --plan "$out/tp3.json" -o "$out/p5"
 expect plan_batch 1 "the plan runs micro-batches of 4 sequences, the model's batch dim is 2: compile with --micro-batch 4" \
   "$mtc" compile "$model" -D L=2 -D B=2 --plan "$out/plan.json" -o "$out/p6"

@@ -675,14 +675,31 @@ static void test_crossentropy(long n, long v, int fd) {
     for (long j = 0; j < v; j++) sum += exp(ld[i * v + j] - maxv);
     rlse[i] = maxv + log(sum);
   }
-  rt_vp_crossentropy_fwd(&vloss, stats, logits, tg, n, v);
+  rt_vp_crossentropy_fwd(&vloss, stats, logits, tg, n, v, v);
   snprintf(name, sizeof name, "vp_crossentropy_fwd, one rank (%ld,%ld)", n, v);
   check(name, &vloss, &rloss, 1);
   snprintf(name, sizeof name, "vp_crossentropy_fwd row logsumexp (%ld,%ld)", n, v);
   check(name, stats, rlse, n);
-  rt_vp_crossentropy_bwd(vdl, &dloss, logits, tg, stats, n, v);
+  rt_vp_crossentropy_bwd(vdl, &dloss, logits, tg, stats, n, v, v);
   snprintf(name, sizeof name, "vp_crossentropy_bwd, one rank (%ld,%ld)", n, v);
   check(name, vdl, rdl, n * v);
+  // ... and over a vocabulary padded by 3 columns that hold large values: the
+  // padding takes no part, and its gradient is zero
+  long vp = v + 3;
+  float *padded = fbuf(n * vp), *pdl = fbuf(n * vp);
+  double *rpdl = dbuf(n * vp);
+  for (long i = 0; i < n; i++)
+    for (long j = 0; j < vp; j++) {
+      padded[i * vp + j] = j < v ? logits[i * v + j] : 40.0f;
+      rpdl[i * vp + j] = j < v ? rdl[i * v + j] : 0.0;
+    }
+  rt_vp_crossentropy_fwd(&vloss, stats, padded, tg, n, vp, v);
+  snprintf(name, sizeof name, "vp_crossentropy_fwd, padded vocabulary (%ld,%ld+3)", n, v);
+  check(name, &vloss, &rloss, 1);
+  rt_vp_crossentropy_bwd(pdl, &dloss, padded, tg, stats, n, vp, v);
+  snprintf(name, sizeof name, "vp_crossentropy_bwd, padded vocabulary (%ld,%ld+3)", n, v);
+  check(name, pdl, rpdl, n * vp);
+  free(padded); free(pdl); free(rpdl);
   free(stats); free(vdl); free(rlse);
   if (fd) {
     double *fdl = dbuf(n * v), h = 1e-6;

@@ -67,15 +67,20 @@ static int nblocks(const IrGraph *g) {
   return nb;
 }
 
-// Propagates tp on every block (and dp); -1 with d on error.
-static int shard(IrGraph *g, int tp, int dp, ShardResult *r, IrDiag *d) {
+// Propagates tp on every block (and dp), a vocabulary tp does not divide
+// split for the lowering to pad when pad; -1 with d on error.
+static int shard_pad(IrGraph *g, int tp, int dp, bool pad, ShardResult *r, IrDiag *d) {
   int nb = nblocks(g), *t = malloc((size_t)nb * sizeof *t);
   for (int b = 0; b < nb; b++)
     t[b] = tp;
-  ShardSpec spec = {.dp = dp, .nblocks = nb, .tp = t};
+  ShardSpec spec = {.dp = dp, .nblocks = nb, .tp = t, .pad_vocab = pad};
   int rc = pass_shard(g, &spec, r, d);
   free(t);
   return rc;
+}
+
+static int shard(IrGraph *g, int tp, int dp, ShardResult *r, IrDiag *d) {
+  return shard_pad(g, tp, dp, false, r, d);
 }
 
 // ---- queries --------------------------------------------------------------------------------
@@ -359,6 +364,12 @@ static void test_heads(void) {
             strstr(d.msg, "attention heads") && d.loc.file && strstr(d.loc.file, "gpt2.mtc") &&
             d.loc.line == 47,
         "gpt2 NH=4 tp=8: error at %s:%d '%s'", d.loc.file ? d.loc.file : "?", d.loc.line, d.msg);
+  // Heads the degree does not divide with every projection around them whole:
+  // the attention itself says so.
+  rc = shard(g, 3, 1, &r, &d);
+  check(rc == -1 && strstr(d.msg, "attention: its NH = 4 heads do not divide by tp = 3") &&
+            d.loc.line == 50,
+        "gpt2 NH=4 tp=3: error at line %d '%s'", d.loc.line, d.msg);
   // A degree not known yet: everything is assumed to divide, and recorded.
   if (check(!shard(g, SHARD_TP_ANY, 1, &r, &d), "gpt2 tp=any: %s", d.msg)) {
     bool nh = false;
@@ -372,6 +383,33 @@ static void test_heads(void) {
 
 // Per-block degrees: a block with tp = 1 keeps its parameters whole, and a
 // value crossing from a tp block is made whole on the way in.
+// A vocabulary tp does not divide (V = 255, tp 2): the table stays replicated
+// (a note says so); with pad_vocab it is split as if it divided, and so is
+// every dim of the formula V (the logits, the gradients, the moments), while
+// 4*C = V + 1 = 256 splits as it always does.
+static void test_vocab(void) {
+  IrGraph *g = example("gpt2.mtc", "L=1,C=64,V=255");
+  ShardResult r;
+  IrDiag d = {0};
+  if (check(!shard(g, 2, 1, &r, &d), "gpt2 V=255 tp=2: %s", d.msg)) {
+    check(r.nvocab == 0 && r.nnotes == 1 && strstr(r.note[0].text, "wte: its vocabulary dim V = "
+                                                   "255 does not divide by tp = 2"),
+          "gpt2 V=255 tp=2: the table replicated, with a note (%d notes)", r.nnotes);
+    expect_layout(g, &r, "wte", "[V, C]");
+    pass_shard_free(&r);
+  }
+  if (check(!shard_pad(g, 2, 1, true, &r, &d), "gpt2 V=255 tp=2 padded: %s", d.msg)) {
+    check(r.nvocab == 1 && !strcmp(formula(g, r.vocab[0]), "V") && r.nnotes == 0,
+          "gpt2 V=255 tp=2 padded: one vocabulary (%d), no note (%d)", r.nvocab, r.nnotes);
+    expect_layout(g, &r, "wte", "[V/tp, C]");
+    expect_layout(g, &r, "adamw.m.wte", "[V/tp, C]");
+    expect_layout(g, &r, "logits", "[B, T, V/tp]");
+    expect_layout(g, &r, "h.0.fc_w", "[C, 4*C/tp]");
+    pass_shard_free(&r);
+  }
+  ir_graph_free(g);
+}
+
 static void test_mixed_blocks(void) {
   IrGraph *g = example("gpt2.mtc", "L=2");
   int t[3] = {1, 2, 1};
@@ -535,6 +573,7 @@ int main(int argc, char **argv) {
   test_dp_only();
   test_mlp_head();
   test_heads();
+  test_vocab();
   test_mixed_blocks();
   test_examples();
   if (argc > 2)
