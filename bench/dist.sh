@@ -36,10 +36,10 @@
 # global batch is 4 x dp sequences of 64 tokens, so DP4 does 4 times the
 # work of one rank per step. A row that cannot run (a layout mtc refuses, no
 # mpirun, too little memory) is printed as skipped, with the reason below the
-# table. GPT-2 124M's vocabulary, 50257, is odd, so mtc refuses to split it
-# over tp 2 (vocabulary-parallel embedding and LM head): its TP rows are
-# skipped unless --vocab-124m pads it (50304, as llm.c does). Needs the build (cmake -S . -B build && cmake --build build), cc,
-# make, and for several ranks Open MPI (mpicc, mpirun).
+# table. GPT-2 124M's vocabulary, 50257, is odd: under tp 2 mtc pads it to
+# 50258 (vocabulary-parallel embedding and LM head); --vocab-124m changes it
+# (50304, as llm.c pads it). Needs the build (cmake -S . -B build && cmake
+# --build build), cc, make, and for several ranks Open MPI (mpicc, mpirun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmdline="bench/dist.sh${*:+ $*}"
