@@ -16,7 +16,6 @@
 typedef enum CgKernel {
 #define K(name, ...) CG_K_##name,
 #include "kernels.def"
-#undef K
   CG_K_COUNT
 } CgKernel;
 

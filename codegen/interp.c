@@ -177,17 +177,8 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
     rt_##name(__VA_ARGS__);                                                                      \
     break;
 #include "kernels.def"
-#undef K
     case CG_K_COUNT: break;
     }
-#undef K_OUT
-#undef K_IN
-#undef K_OUTI
-#undef K_INI
-#undef K_LONG
-#undef K_INT
-#undef K_FLT
-#undef K_DIMS
   }
 }
 

@@ -8,7 +8,6 @@
 static const char *const kernel_names[] = {
 #define K(name, ...) #name,
 #include "kernels.def"
-#undef K
 };
 
 const char *cg_kernel_name(CgKernel k) { return kernel_names[k]; }
@@ -26,23 +25,13 @@ enum { WANT_F32, WANT_I32, WANT_INT, WANT_FLT, WANT_DIMS };
 #define K_DIMS(i, x) (i) * 8 + WANT_DIMS
 #define K(name, ...) static const unsigned char want_##name[] = {__VA_ARGS__};
 #include "kernels.def"
-#undef K
 static const struct {
   const unsigned char *arg;
   int n;
 } want[] = {
 #define K(name, ...) {want_##name, (int)sizeof want_##name},
 #include "kernels.def"
-#undef K
 };
-#undef K_OUT
-#undef K_IN
-#undef K_OUTI
-#undef K_INI
-#undef K_LONG
-#undef K_INT
-#undef K_FLT
-#undef K_DIMS
 
 static bool arg_fits(const CgArg *a, int kind) {
   switch (a->kind) {

@@ -22,15 +22,6 @@ enum { RT_EXP, RT_LOG, RT_SQRT, RT_TANH, RT_ERF, RT_POW };  // rt_unary's op
 #define K_DIMS(i, x) const long *x
 #define K(name, ...) void rt_##name(__VA_ARGS__);
 #include "kernels.def"
-#undef K
-#undef K_OUT
-#undef K_IN
-#undef K_OUTI
-#undef K_INI
-#undef K_LONG
-#undef K_INT
-#undef K_FLT
-#undef K_DIMS
 
 // The host's threads (rt_adamw_host's default): $MTC_HOST_THREADS, else the
 // online CPUs.
