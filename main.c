@@ -455,9 +455,6 @@ static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, ch
   if (lw->nreplicated && len < n)
     snprintf(layout + len, n - len, ", %d weight%s whole under tp", lw->nreplicated,
              lw->nreplicated > 1 ? "s" : "");
-  for (int i = 0; i < lw->nreplicated; i++)
-    fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
-            D->tp, lw->replicated[i]);
   co->layout = layout;
 }
 
@@ -562,6 +559,9 @@ int main(int argc, char **argv) {
     char layout[128];
     if (ctx.lowered)
       predict(ctx.lowered, &ctx, &co, layout, sizeof layout);
+    for (int i = 0; ctx.lowered && i < ctx.lowered->nreplicated; i++)
+      fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
+              ctx.lowered->dist.tp, ctx.lowered->replicated[i]);
     rc = cg_emit_c(g, &co, &diag);
     if (!rc && apply)
       rc = save_plan(&a, kept, plan_text, &diag);

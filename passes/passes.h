@@ -259,6 +259,8 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d);
 void pass_shard_free(ShardResult *r);
 // The layout node n reads its input k in.
 const ShardLayout *pass_shard_use(const ShardResult *r, const IrNode *n, int k);
+// Is dim (as a formula) one of the vocabularies r splits for the lowering to pad?
+bool pass_shard_pads(const ShardResult *r, const Sym *dim);
 // "[B/dp, T, C/tp]", "[B, T, C] partial(tp)": v's dims with their splits (snprintf semantics).
 int pass_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
                           const ShardLayout *l);

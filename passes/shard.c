@@ -234,11 +234,15 @@ static int degree(const Shard *s, int tp, int axis) {
 // the splits it assumed, once the rule has chosen).
 // The dim is a vocabulary the lowering pads to split it over tp: its formula
 // is the table's (4*C of the same value is not).
-static bool padded(const Shard *s, int axis, const Sym *dim) {
-  for (int k = 0; axis == TP && k < s->r->nvocab; k++)
-    if (sym_eq(s->r->vocab[k], dim))
+bool pass_shard_pads(const ShardResult *r, const Sym *dim) {
+  for (int k = 0; k < r->nvocab; k++)
+    if (sym_eq(r->vocab[k], dim))
       return true;
   return false;
+}
+
+static bool padded(const Shard *s, int axis, const Sym *dim) {
+  return axis == TP && pass_shard_pads(s->r, dim);
 }
 
 static bool divides(ShardOp *op, const Sym *dim, int axis) {

@@ -399,13 +399,6 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
 // gradients, moments and updates are zero too. Only ops that keep zeros zero
 // may read or write a padded value.
 
-static bool is_vocab(const Tp *t, const Sym *dim) {
-  for (int k = 0; k < t->r.nvocab; k++)
-    if (sym_eq(t->r.vocab[k], dim))
-      return true;
-  return false;
-}
-
 // Does n keep a padded operand's padding zero (and not read it as data)?
 static bool keeps_padding(const Tp *t, const IrNode *n) {
   switch (n->op) {
@@ -460,7 +453,7 @@ static int check_split(Tp *t, const IrValue *v, int dim) {
                     "(-D NAME=VALUE)", v->name);
   if (size % k == 0)
     return 0;
-  if (t->pieces[v->id] == 1 && is_vocab(t, v->shape[dim]) &&
+  if (t->pieces[v->id] == 1 && pass_shard_pads(&t->r, v->shape[dim]) &&
       (t->pad_dim[v->id] < 0 || t->pad_dim[v->id] == dim)) {
     t->pad_dim[v->id] = dim;
     return 0;

@@ -331,7 +331,7 @@ static void tp_geometry(const rt_tensor *p, long *outer, long *chunk, long *inne
 
 // whole[i] from the model's shape [outer][d][inner] to the padded one
 // [outer][d + tp_pad][inner] (pad), or back (!pad).
-static void tp_pad(int i, bool pad) {
+static void pad_whole(int i, bool pad) {
   const rt_tensor *p = &mtc_model.params[i];
   if (!p->tp_pad) return;
   long outer, chunk, inner;
@@ -351,7 +351,7 @@ static void tp_scatter(char *arena) {
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i]) continue;
     long outer, chunk;
-    tp_pad(i, true);
+    pad_whole(i, true);
     tp_geometry(&M->params[i], &outer, &chunk, NULL);
     rt_tp_take((float *)local_ptr(arena, i, false), whole[i], outer, M->params[i].tp_pieces,
                chunk, rt_dist.tp_rank, M->tp);
@@ -373,7 +373,7 @@ static void tp_gather(char *arena, bool grads) {
     for (int r = 0; r < M->tp; r++)
       rt_tp_place(whole[i], parts + r * n, outer, p->tp_pieces, chunk, r, M->tp);
     free(parts);
-    tp_pad(i, false);
+    pad_whole(i, false);
   }
 }
 
