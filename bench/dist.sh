@@ -4,10 +4,11 @@
 # parallelism, ZeRO-3 and tensor parallelism.
 #
 #   bench/dist.sh [--steps N] [--steps-124m N] [--vocab-124m V] [--only small|124m]
-#                 [--wait S] [MTC]
+#                 [--layout NAME]... [--wait S] [MTC]
 #
 # MTC defaults to build/mtc. For every model and layout (1 rank; DP2; DP4;
-# ZeRO-3 at DP2 and DP4; TP2; DP2 x TP2) it compiles the model with that
+# ZeRO-3 at DP2 and DP4; TP2; DP2 x TP2; --layout picks some by name, e.g.
+# --layout TP2 --layout 'DP2 x TP2') it compiles the model with that
 # layout (`mtc compile ... --dp D --tp T --zero Z`), builds it (`make cpu`:
 # mpicc and comm_mpi.c when there are several ranks), runs it (several ranks
 # with tests/mpirun.sh: oversubscribed, unbound, a rank waiting in MPI yields
@@ -36,10 +37,10 @@
 # global batch is 4 x dp sequences of 64 tokens, so DP4 does 4 times the
 # work of one rank per step. A row that cannot run (a layout mtc refuses, no
 # mpirun, too little memory) is printed as skipped, with the reason below the
-# table. GPT-2 124M's vocabulary, 50257, is odd, so mtc refuses to split it
-# over tp 2 (vocabulary-parallel embedding and LM head): its TP rows are
-# skipped unless --vocab-124m pads it (50304, as llm.c does). Needs the build (cmake -S . -B build && cmake --build build), cc,
-# make, and for several ranks Open MPI (mpicc, mpirun).
+# table. GPT-2 124M's vocabulary, 50257, is odd: under tp 2 mtc pads it to
+# 50258 (vocabulary-parallel embedding and LM head); --vocab-124m changes it
+# (50304, as llm.c pads it). Needs the build (cmake -S . -B build && cmake
+# --build build), cc, make, and for several ranks Open MPI (mpicc, mpirun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmdline="bench/dist.sh${*:+ $*}"
@@ -48,6 +49,7 @@ steps=6
 steps_124m=2
 vocab_124m=50257
 only=""
+picked=()
 wait_s=120
 mtc=build/mtc
 while [ $# -gt 0 ]; do
@@ -56,6 +58,7 @@ while [ $# -gt 0 ]; do
   --steps-124m) steps_124m=$2; shift 2 ;;
   --vocab-124m) vocab_124m=$2; shift 2 ;;
   --only) only=$2; shift 2 ;;
+  --layout) picked+=("$2"); shift 2 ;;
   --wait) wait_s=$2; shift 2 ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   -*) echo "bench/dist.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -223,6 +226,7 @@ for m in "${models[@]}"; do
   [ "$name" != 124M ] || n=$steps_124m
   for l in "${layouts[@]}"; do
     IFS='|' read -r ranks lname lflags <<< "$l"
+    if [ ${#picked[@]} -gt 0 ] && ! printf '%s\n' "${picked[@]}" | grep -qxF "$lname"; then continue; fi
     row "$name" "$n" "$mflags" "$ranks" "$lname" "$lflags"
   done
 done

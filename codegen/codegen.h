@@ -12,8 +12,9 @@
 
 // ---- kernel calls (codegen/kcall.c) -------------------------------------------
 
+// The runtime's kernels (runtime/kernels.def): CG_K_matmul calls rt_matmul.
 typedef enum CgKernel {
-#define K(name, call) CG_K_##name,
+#define K(name, ...) CG_K_##name,
 #include "kernels.def"
   CG_K_COUNT
 } CgKernel;

@@ -162,24 +162,23 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
       rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay);
       continue;
     }
-#define P(j) ((float *)e->p[j])
-#define X(j) ((const int *)e->p[j])
-#define I(j) (e->i[j])
-#define F(j) (e->f[j])
-#define A(j) (e->a[j])
+    // argument i of each kernel (runtime/kernels.def), as the lowering gave it
+#define K_OUT(j, x) ((float *)e->p[j])
+#define K_IN(j, x) ((const float *)e->p[j])
+#define K_OUTI(j, x) ((int *)e->p[j])
+#define K_INI(j, x) ((const int *)e->p[j])
+#define K_LONG(j, x) (e->i[j])
+#define K_INT(j, x) ((int)e->i[j])
+#define K_FLT(j, x) (e->f[j])
+#define K_DIMS(j, x) (e->a[j])
     switch (e->k) {
-#define K(name, call)                                                                           \
+#define K(name, ...)                                                                            \
   case CG_K_##name:                                                                              \
-    call;                                                                                        \
+    rt_##name(__VA_ARGS__);                                                                      \
     break;
 #include "kernels.def"
     case CG_K_COUNT: break;
     }
-#undef P
-#undef X
-#undef I
-#undef F
-#undef A
   }
 }
 

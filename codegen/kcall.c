@@ -6,11 +6,58 @@
 #include <string.h>
 
 static const char *const kernel_names[] = {
-#define K(name, call) #name,
+#define K(name, ...) #name,
 #include "kernels.def"
 };
 
 const char *cg_kernel_name(CgKernel k) { return kernel_names[k]; }
+
+// What each argument of each kernel must be (runtime/kernels.def), encoded as
+// position * 8 + kind, so that a call can be checked against the table.
+enum { WANT_F32, WANT_I32, WANT_INT, WANT_FLT, WANT_DIMS };
+#define K_OUT(i, x) (i) * 8 + WANT_F32
+#define K_IN(i, x) (i) * 8 + WANT_F32
+#define K_OUTI(i, x) (i) * 8 + WANT_I32
+#define K_INI(i, x) (i) * 8 + WANT_I32
+#define K_LONG(i, x) (i) * 8 + WANT_INT
+#define K_INT(i, x) (i) * 8 + WANT_INT
+#define K_FLT(i, x) (i) * 8 + WANT_FLT
+#define K_DIMS(i, x) (i) * 8 + WANT_DIMS
+#define K(name, ...) static const unsigned char want_##name[] = {__VA_ARGS__};
+#include "kernels.def"
+static const struct {
+  const unsigned char *arg;
+  int n;
+} want[] = {
+#define K(name, ...) {want_##name, (int)sizeof want_##name},
+#include "kernels.def"
+};
+
+static bool arg_fits(const CgArg *a, int kind) {
+  switch (a->kind) {
+  case CG_BUF: return kind == (a->buf->dtype == DT_I32 ? WANT_I32 : WANT_F32);
+  case CG_INT:
+  case CG_ENUM: return kind == WANT_INT;
+  case CG_FLOAT: return kind == WANT_FLT;
+  case CG_INTS: return kind == WANT_DIMS;
+  case CG_HPARAM: return kind == WANT_FLT || kind == WANT_INT;
+  }
+  return false;
+}
+
+// A call against its kernel's declaration: the count of arguments, and each
+// one's kind at its position.
+static int check_call(const CgCall *c, const IrNode *n, IrDiag *d) {
+  const char *name = kernel_names[c->k];
+  if (c->nargs != want[c->k].n)
+    return ir_error(d, n->loc, "internal error: %s calls rt_%s with %d arguments, it takes %d",
+                    ir_op_name(n->op), name, c->nargs, want[c->k].n);
+  for (int i = 0; i < c->nargs; i++)
+    if (want[c->k].arg[i] / 8 != i || !arg_fits(&c->args[i], want[c->k].arg[i] % 8))
+      return ir_error(d, n->loc, "internal error: %s calls rt_%s with argument %d of another "
+                      "kind than runtime/kernels.def declares", ir_op_name(n->op), name, i);
+  return 0;
+}
 
 // ---- call builders -------------------------------------------------------------------
 
@@ -470,6 +517,8 @@ static void lower_sgd(Lower *L, const IrNode *n) {
 void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
   Lower L = {.g = g, .calls = out, .max = 1};
   sgd_call(&L, adamw->in[0], adamw->in[1], adamw_part(&L, adamw), numel(&L, adamw->in[2]));
+  IrDiag d = {0};
+  IR_ASSERT(check_call(out, adamw, &d) == 0);
 }
 
 // ---- distribution ----
@@ -617,5 +666,8 @@ int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int m
     return ir_error(d, n->loc, "%s has too many parts (%d) to lower", ir_op_name(n->op), need);
   Lower L = {.g = g, .mem = m, .calls = calls, .max = max};
   lower_fns[n->op](&L, n);
+  for (int i = 0; i < L.ncalls; i++)
+    if (check_call(&calls[i], n, d))
+      return -1;
   return L.ncalls;
 }

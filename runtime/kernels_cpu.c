@@ -466,19 +466,42 @@ void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
 // Every element of C is summed in the same order (K slices in order, p in
 // order within a slice) whatever the task split or the thread count, so
 // results are bit-identical run to run.
-#define GEMM_MR 12    // rows of a micro-tile: 12 x 2 vector accumulators
-#define GEMM_NR 32    // columns of a micro-tile: two 16-float vectors
+//
+// The micro-tile is GEMM_MR rows x GEMM_NV vectors of GEMM_VW floats, sized
+// so that its accumulators, the B vectors of one p and a broadcast fit the
+// vector registers (a spilled accumulator costs a load and a store per FMA):
+//  - AVX-512 (32 zmm): 12 x 32, 24 accumulators of 16 floats;
+//  - otherwise: 6 x 16, 12 accumulators of 8 floats (BLIS's Haswell shape),
+//    for AVX2's 16 ymm; without AVX each vector is split in two and some
+//    spill, but the code stays portable.
+// A larger tile loads less per FMA; one that spills runs many times slower.
+#if defined(__AVX512F__)
+typedef v16f gemm_v;
+#define GEMM_VW 16    // floats per vector
+#define GEMM_MR 12    // rows of a micro-tile
 #define GEMM_KC 512   // K slice: a packed B micro-panel is 64 KiB
 #define GEMM_NB 8     // B micro-panels packed together: 512 KiB (in L2)
-#define GEMM_MC 1032  // most rows per task: a packed A block is 2 MiB
+#else
+typedef float v8f __attribute__((vector_size(32)));
+typedef v8f gemm_v;
+#define GEMM_VW 8
+#define GEMM_MR 6
+#define GEMM_KC 512   // K slice: a packed B micro-panel is 32 KiB
+#define GEMM_NB 16    // B micro-panels packed together: 512 KiB (in L2)
+#endif
+#define GEMM_NV 2                    // vectors per row of a micro-tile
+#define GEMM_NR (GEMM_NV * GEMM_VW)  // columns of a micro-tile
+#define GEMM_MC 1032  // most rows per task, a multiple of MR: A block 2 MiB
+// the A packer transposes MR x VW blocks
+_Static_assert(GEMM_MC % GEMM_MR == 0 && GEMM_MR <= GEMM_VW, "GEMM blocking");
 
 static _Thread_local _Alignas(64) float gemm_pack_a[GEMM_MC * GEMM_KC];
 static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR];
 
-// A 16 x 16 block transposed in registers: for each bit b of the row and
-// column index the two are swapped, one two-input shuffle per output row
-// (4 stages x 16 shuffles), instead of 256 scalar loads from 16 rows far
-// apart. Needs __builtin_shufflevector (GCC 12, Clang); the packers below
+// A GEMM_VW x GEMM_VW block transposed in registers: for each bit b of the
+// row and column index the two are swapped, one two-input shuffle per output
+// row (log2 VW stages x VW shuffles), instead of VW^2 scalar loads from rows
+// far apart. Needs __builtin_shufflevector (GCC 12, Clang); the packers below
 // fall back to scalar loops without it.
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
 #define HAVE_SHUFFLEVECTOR 1
@@ -486,13 +509,14 @@ static _Thread_local _Alignas(64) float gemm_pack_b[GEMM_NB * GEMM_KC * GEMM_NR]
 // halves that differ in bit S of the column, LO and HI the shuffle indices.
 #define UNPAREN(...) __VA_ARGS__
 #define TRANSPOSE_STAGE(r, S, LO, HI)                         \
-  for (int i = 0; i < 16; i++) {                              \
+  for (int i = 0; i < GEMM_VW; i++) {                         \
     if (i & (S)) continue;                                    \
-    v16f x = (r)[i], y = (r)[i + (S)];                        \
+    gemm_v x = (r)[i], y = (r)[i + (S)];                      \
     (r)[i] = __builtin_shufflevector(x, y, UNPAREN LO);       \
     (r)[i + (S)] = __builtin_shufflevector(x, y, UNPAREN HI); \
   }
-__attribute__((always_inline)) static inline void transpose16(v16f r[16]) {
+__attribute__((always_inline)) static inline void transpose_vw(gemm_v r[GEMM_VW]) {
+#if GEMM_VW == 16
   TRANSPOSE_STAGE(r, 1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
                   (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
   TRANSPOSE_STAGE(r, 2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
@@ -501,23 +525,28 @@ __attribute__((always_inline)) static inline void transpose16(v16f r[16]) {
                   (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
   TRANSPOSE_STAGE(r, 8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
                   (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#else
+  TRANSPOSE_STAGE(r, 1, (0, 8, 2, 10, 4, 12, 6, 14), (1, 9, 3, 11, 5, 13, 7, 15))
+  TRANSPOSE_STAGE(r, 2, (0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15))
+  TRANSPOSE_STAGE(r, 4, (0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))
+#endif
 }
 #undef TRANSPOSE_STAGE
 #undef UNPAREN
 
-// Reads `rows` (<= 16) rows of 16 floats (row i at src + i*ld) and writes
+// Reads `rows` (<= VW) rows of VW floats (row i at src + i*ld) and writes
 // the block transposed: its column q, `rows` floats, to dst + q*dstride.
-static inline void pack_transposed16(float *dst, long dstride, const float *src, long ld,
-                                     int rows) {
-  v16f r[16];
-  for (int i = 0; i < 16; i++) {
+static inline void pack_transposed(float *dst, long dstride, const float *src, long ld,
+                                   int rows) {
+  gemm_v r[GEMM_VW];
+  for (int i = 0; i < GEMM_VW; i++) {
     if (i < rows)
       memcpy(&r[i], src + i * ld, sizeof r[i]);
     else
-      r[i] = (v16f){0};
+      r[i] = (gemm_v){0};
   }
-  transpose16(r);
-  for (int q = 0; q < 16; q++) memcpy(dst + q * dstride, &r[q], (size_t)rows * sizeof(float));
+  transpose_vw(r);
+  for (int q = 0; q < GEMM_VW; q++) memcpy(dst + q * dstride, &r[q], (size_t)rows * sizeof(float));
 }
 #endif
 
@@ -544,8 +573,8 @@ static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long
       if (mr == GEMM_MR) {
         long p = 0;
 #ifdef HAVE_SHUFFLEVECTOR
-        for (; p + 16 <= kc; p += 16)
-          pack_transposed16(d + p * GEMM_MR, GEMM_MR, s + p, lda, GEMM_MR);
+        for (; p + GEMM_VW <= kc; p += GEMM_VW)
+          pack_transposed(d + p * GEMM_MR, GEMM_MR, s + p, lda, GEMM_MR);
 #endif
         for (; p < kc; p++)
           for (long i = 0; i < GEMM_MR; i++) d[p * GEMM_MR + i] = s[i * lda + p];
@@ -561,15 +590,15 @@ static void gemm_pack_a_block(float *dst, const float *a, long lda, int ta, long
 // element (p, j) at [p*NR + j]; columns past nr are zero.
 static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long nr,
                               long kc) {
-  if (!tb && nr == GEMM_NR) {  // op(B)(p, j) = b[p*ldb + j]: rows of 32 floats
+  if (!tb && nr == GEMM_NR) {  // op(B)(p, j) = b[p*ldb + j]: rows of NR floats
     for (long p = 0; p < kc; p++)
       memcpy(dst + p * GEMM_NR, b + p * ldb, GEMM_NR * sizeof(float));
   } else if (tb && nr == GEMM_NR) {  // op(B)(p, j) = b[j*ldb + p]: a transpose
     long p = 0;
 #ifdef HAVE_SHUFFLEVECTOR
-    for (; p + 16 <= kc; p += 16)
-      for (long j = 0; j < GEMM_NR; j += 16)
-        pack_transposed16(dst + p * GEMM_NR + j, GEMM_NR, b + j * ldb + p, ldb, 16);
+    for (; p + GEMM_VW <= kc; p += GEMM_VW)
+      for (long j = 0; j < GEMM_NR; j += GEMM_VW)
+        pack_transposed(dst + p * GEMM_NR + j, GEMM_NR, b + j * ldb + p, ldb, GEMM_VW);
 #endif
     for (; p < kc; p++)
       for (long j = 0; j < GEMM_NR; j++) dst[p * GEMM_NR + j] = b[j * ldb + p];
@@ -590,8 +619,10 @@ static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long
 
 // The micro-kernel: the GEMM_MR x GEMM_NR tile c (row stride ldc, only
 // mr x nr of it valid) = (accumulate ? c : 0) + sum_p a[p, :] (x) b[p, :].
-// 24 accumulator vectors; per p: 2 vector loads, 12 broadcasts, 24 FMAs.
-// fp-contract is switched on here because -std=c11 turns it off.
+// MR x NV accumulator vectors; per p: NV vector loads, MR broadcasts,
+// MR x NV FMAs. The loops over i and v have fixed trip counts: unrolled, so
+// that acc lives in registers. fp-contract is switched on here because
+// -std=c11 turns it off.
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("fp-contract=fast")))
 #endif
@@ -601,41 +632,34 @@ static void gemm_micro(long kc, const float *a, const float *b, float *c, long l
     PREFETCH_W(c + i * ldc);
     PREFETCH_W(c + i * ldc + nr - 1);
   }
-  v16f c0[GEMM_MR], c1[GEMM_MR];
-  for (int i = 0; i < GEMM_MR; i++) {
-    c0[i] = (v16f){0};
-    c1[i] = (v16f){0};
-  }
+  gemm_v acc[GEMM_MR][GEMM_NV];
+  for (int i = 0; i < GEMM_MR; i++)
+    for (int v = 0; v < GEMM_NV; v++) acc[i][v] = (gemm_v){0};
   for (long p = 0; p < kc; p++) {
-    v16f b0, b1;
-    memcpy(&b0, b + p * GEMM_NR, sizeof b0);
-    memcpy(&b1, b + p * GEMM_NR + 16, sizeof b1);
+    gemm_v bv[GEMM_NV];
+    for (int v = 0; v < GEMM_NV; v++)
+      memcpy(&bv[v], b + p * GEMM_NR + v * GEMM_VW, sizeof bv[v]);
     const float *ap = a + p * GEMM_MR;
-    for (int i = 0; i < GEMM_MR; i++) {
-      c0[i] += ap[i] * b0;
-      c1[i] += ap[i] * b1;
-    }
+    for (int i = 0; i < GEMM_MR; i++)
+      for (int v = 0; v < GEMM_NV; v++) acc[i][v] += ap[i] * bv[v];
   }
   if (mr == GEMM_MR && nr == GEMM_NR) {
     for (int i = 0; i < GEMM_MR; i++) {
       float *ci = c + i * ldc;
-      if (accumulate) {
-        v16f x0, x1;
-        memcpy(&x0, ci, sizeof x0);
-        memcpy(&x1, ci + 16, sizeof x1);
-        c0[i] += x0;
-        c1[i] += x1;
+      for (int v = 0; v < GEMM_NV; v++) {
+        if (accumulate) {
+          gemm_v x;
+          memcpy(&x, ci + v * GEMM_VW, sizeof x);
+          acc[i][v] += x;
+        }
+        memcpy(ci + v * GEMM_VW, &acc[i][v], sizeof acc[i][v]);
       }
-      memcpy(ci, &c0[i], sizeof c0[i]);
-      memcpy(ci + 16, &c1[i], sizeof c1[i]);
     }
     return;
   }
   float t[GEMM_MR][GEMM_NR];  // an edge tile: through a buffer
-  for (int i = 0; i < GEMM_MR; i++) {
-    memcpy(t[i], &c0[i], sizeof c0[i]);
-    memcpy(t[i] + 16, &c1[i], sizeof c1[i]);
-  }
+  for (int i = 0; i < GEMM_MR; i++)
+    for (int v = 0; v < GEMM_NV; v++) memcpy(t[i] + v * GEMM_VW, &acc[i][v], sizeof acc[i][v]);
   for (long i = 0; i < mr; i++)
     for (long j = 0; j < nr; j++)
       c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i][j] : t[i][j];

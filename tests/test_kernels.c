@@ -374,8 +374,8 @@ static void test_matmul(void) {
     }
   matmul_case(1, 128, 96, 200, 0, 0, 0, 0, 0);
   matmul_case(8, 64, 64, 32, 0, 1, 0, 0, 0);
-  // partial micro-tiles (12 x 32) at the edges and K not a multiple of the
-  // 16-wide register transposes of the packers
+  // partial micro-tiles (12 x 32 with AVX-512, else 6 x 16) at the edges, and K not a
+  // multiple of the packers' register transposes (16 or 8 wide)
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) matmul_case(1, 397, 1061, 263, ta, tb, 0, 0, 0);
   matmul_case(3, 50, 70, 300, 1, 0, 0, 0, 1);
