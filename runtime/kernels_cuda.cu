@@ -1335,7 +1335,7 @@ void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long i
   LAUNCHED();
 }
 
-// ---- the launchers, by name: codegen/kernels.def less the kernels it names
+// ---- the launchers, by name: runtime/kernels.def less the kernels it names
 // that have no CUDA twin. A name of kernels.def is skipped when
 // RT_CUDA_SKIP_<name> is defined (to RT_CUDA_PROBE); any other name must have a
 // launcher here, or this table does not compile.
@@ -1363,7 +1363,7 @@ void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long i
 #define RT_CUDA_SKIP_vp_crossentropy_bwd RT_CUDA_PROBE
 
 extern "C" void *const rt_cuda_kernels[] = {
-#define K(name, call) RT_CUDA_CAT(RT_CUDA_ENTRY_, RT_CUDA_SKIPPED(name))(name)
-#include "../codegen/kernels.def"
+#define K(name, ...) RT_CUDA_CAT(RT_CUDA_ENTRY_, RT_CUDA_SKIPPED(name))(name)
+#include "kernels.def"
 };
 extern "C" const int rt_cuda_nkernels = (int)(sizeof rt_cuda_kernels / sizeof rt_cuda_kernels[0]);

@@ -632,8 +632,8 @@ static void test_onnx_ops(void) {
 // the launcher table: every name of kernels.def less the 12 without a twin
 static void test_table(void) {
   int total = 0
-#define K(name, call) +1
-#include "../codegen/kernels.def"
+#define K(name, ...) +1
+#include "kernels.def"
       ;
   int nonnull = 0;
   for (int i = 0; i < rt_cuda_nkernels; i++) nonnull += rt_cuda_kernels[i] != NULL;
