@@ -1,0 +1,1369 @@
+// CUDA fp32 twins of the CPU kernels (runtime/kernels_cpu.c; kernels.h has
+// the contract), in the style of llm.c: the __global__ functions first, then
+// the launchers.
+//
+// Every launcher has the name and the C prototype of its CPU twin and takes
+// device pointers for every tensor (float and int buffers); the shape and
+// stride arrays (`const long *`) are host arrays of at most RT_MAXRANK
+// entries, passed to the kernels by value. Launches are asynchronous on
+// rt_cuda_stream and checked with cudaGetLastError. Scalars the CPU reads
+// through a pointer (dloss[0], step[0]) are read on the device.
+//
+// Not here: the kernels of runtime/dist.h (collectives, tensor and
+// vocabulary parallelism: NCCL, later), and rt_adamw_host and
+// rt_host_threads, which run on the host over host memory in every build:
+// a CUDA build keeps their CPU implementation.
+//
+// Arithmetic follows the CPU code in its order of operations. The CPU build
+// (-std=c11) does not contract a*b + c into an FMA; this file is compiled
+// with --fmad=false so that its elementwise kernels round the same way.
+// Reductions sum in the CPU's precision (float, or double where the CPU uses
+// double) but in another order (per-thread partials, then warp shuffles), so
+// they agree with the CPU to rounding, not bit for bit.
+//
+// Scratch: layernorm_bwd, crossentropy_fwd and attention_bwd keep per-row
+// statistics in one device buffer allocated lazily and grown when needed
+// (TODO: planned memory, from the program's arena).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+#include "cuda_common.h"
+extern "C" {
+#include "kernels.h"
+}
+
+cudaStream_t rt_cuda_stream = 0;
+
+// Threads per block of the elementwise kernels; the grid is capped and the
+// kernels loop (grid-stride).
+#define NT 256
+#define MAX_GRID (1L << 20)
+
+#define GRID_LOOP(i, n)                                                   \
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long)gridDim.x * blockDim.x)
+
+// Shapes and up to two stride arrays, by value (rank <= RT_MAXRANK).
+struct Dims {
+  int rank;
+  long shape[RT_MAXRANK], s0[RT_MAXRANK], s1[RT_MAXRANK];
+};
+
+// ---- kernels ----
+
+// Offsets of element i of a contiguous array with shape d.shape in arrays
+// with strides d.s0 and d.s1.
+__device__ inline void dims_offsets(const Dims &d, long i, long *o0, long *o1) {
+  long a = 0, b = 0;
+  for (int k = d.rank - 1; k >= 0; k--) {
+    long q = i / d.shape[k], r = i - q * d.shape[k];
+    a += r * d.s0[k];
+    b += r * d.s1[k];
+    i = q;
+  }
+  *o0 = a;
+  *o1 = b;
+}
+
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+// The sum over the block, returned to every thread. blockDim.x is a multiple
+// of 32 (at most 1024); every thread of the block must call it.
+template <typename T>
+__device__ T block_sum(T v) {
+  __shared__ T part[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // part may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? part[lane] : T(0);
+  return warp_sum(v);
+}
+
+__device__ float block_max(float v) {
+  __shared__ float part[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? part[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+// ---- data movement
+
+__global__ void fill_kernel(float *out, long n, float value) {
+  GRID_LOOP(i, n) out[i] = value;
+}
+
+// out[i] = x[offset of i through d.s0]
+__global__ void strided_copy_kernel(float *out, const float *x, long n, Dims d) {
+  GRID_LOOP(i, n) {
+    long xo, unused;
+    dims_offsets(d, i, &xo, &unused);
+    out[i] = x[xo];
+  }
+}
+
+// The dims of reduce_sum split into kept ones (ostride != 0) and reduced ones
+// (ostride == 0); x is contiguous.
+struct ReduceDims {
+  int nk, nr;
+  long ksh[RT_MAXRANK], kx[RT_MAXRANK], ko[RT_MAXRANK];  // kept: shape, x stride, out stride
+  long rsh[RT_MAXRANK], rx[RT_MAXRANK];                 // reduced: shape, x stride
+};
+
+__device__ inline void reduce_kept(const ReduceDims &rd, long k, long *xo, long *oo) {
+  long a = 0, b = 0;
+  for (int d = rd.nk - 1; d >= 0; d--) {
+    long q = k / rd.ksh[d], r = k - q * rd.ksh[d];
+    a += r * rd.kx[d];
+    b += r * rd.ko[d];
+    k = q;
+  }
+  *xo = a;
+  *oo = b;
+}
+
+__device__ inline long reduce_inner(const ReduceDims &rd, long j) {
+  long a = 0;
+  for (int d = rd.nr - 1; d >= 0; d--) {
+    long q = j / rd.rsh[d];
+    a += (j - q * rd.rsh[d]) * rd.rx[d];
+    j = q;
+  }
+  return a;
+}
+
+// One thread per kept index: its R reduced elements summed in double, added
+// to out (zeroed by the launcher; each out element gets one addition unless
+// two kept indices share it).
+__global__ void reduce_sum_threads_kernel(float *out, const float *x, ReduceDims rd, long K,
+                                          long R, float scale) {
+  GRID_LOOP(k, K) {
+    long xo, oo;
+    reduce_kept(rd, k, &xo, &oo);
+    double s = 0.0;
+    for (long j = 0; j < R; j++) s += x[xo + reduce_inner(rd, j)];
+    atomicAdd(out + oo, (float)(scale * s));
+  }
+}
+
+// The same with one block per kept index (long reductions).
+__global__ void reduce_sum_blocks_kernel(float *out, const float *x, ReduceDims rd, long K,
+                                         long R, float scale) {
+  for (long k = blockIdx.x; k < K; k += gridDim.x) {
+    long xo, oo;
+    reduce_kept(rd, k, &xo, &oo);
+    double s = 0.0;
+    for (long j = threadIdx.x; j < R; j += blockDim.x) s += x[xo + reduce_inner(rd, j)];
+    s = block_sum(s);
+    if (threadIdx.x == 0) atomicAdd(out + oo, (float)(scale * s));
+  }
+}
+
+// out[o*len + i] = x[o*xinner + off + i]
+__global__ void slice_kernel(float *out, const float *x, long outer, long xinner, long off,
+                             long len) {
+  GRID_LOOP(e, outer * len) {
+    long o = e / len, i = e - o * len;
+    out[e] = x[o * xinner + off + i];
+  }
+}
+
+// out[o*oinner + off + i] = x[o*len + i]
+__global__ void unslice_kernel(float *out, const float *x, long outer, long oinner, long off,
+                               long len) {
+  GRID_LOOP(e, outer * len) {
+    long o = e / len, i = e - o * len;
+    out[o * oinner + off + i] = x[e];
+  }
+}
+
+// ---- elementwise
+
+// out[i] = a[.] op b[.], a through d.s0, b through d.s1
+__global__ void binary_kernel(int op, float *out, const float *a, const float *b, long n,
+                              Dims d) {
+  GRID_LOOP(i, n) {
+    long ao, bo;
+    dims_offsets(d, i, &ao, &bo);
+    float av = a[ao], bv = b[bo];
+    float r;
+    switch (op) {
+      case RT_ADD: r = av + bv; break;
+      case RT_SUB: r = av - bv; break;
+      case RT_MUL: r = av * bv; break;
+      case RT_DIV: r = av / bv; break;
+      default: continue;  // the CPU leaves out alone
+    }
+    out[i] = r;
+  }
+}
+
+__global__ void scale_kernel(float *out, const float *x, long n, float s, float b) {
+  GRID_LOOP(i, n) out[i] = s * x[i] + b;
+}
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
+#define GELU_COEF 0.044715f
+#define GELU_TAIL 20.0f
+
+// the CPU's form: 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), u clamped at +-20
+__global__ void gelu_fwd_kernel(float *y, const float *x, long n) {
+  GRID_LOOP(i, n) {
+    float xi = x[i];
+    float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
+    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
+    float s = 1.0f / (1.0f + expf(-2.0f * uc));
+    y[i] = u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s);
+  }
+}
+
+__global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+  GRID_LOOP(i, n) {
+    float xi = x[i];
+    float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
+    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
+    float e = expf(-2.0f * uc);
+    float s = 1.0f / (1.0f + e);
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_COEF * xi * xi);
+    float grad = s + 2.0f * xi * s * (e * s) * du;
+    grad = u > GELU_TAIL ? 1.0f : (u < -GELU_TAIL ? 0.0f : grad);
+    dx[i] = grad * dy[i];
+  }
+}
+
+__global__ void relu_fwd_kernel(float *y, const float *x, long n) {
+  GRID_LOOP(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+__global__ void relu_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+  GRID_LOOP(i, n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void unary_kernel(int op, float *y, const float *x, long n, float p) {
+  GRID_LOOP(i, n) {
+    float v = x[i], r;
+    switch (op) {
+      case RT_EXP: r = expf(v); break;
+      case RT_LOG: r = logf(v); break;
+      case RT_SQRT: r = sqrtf(v); break;
+      case RT_TANH: r = tanhf(v); break;
+      case RT_ERF: r = erff(v); break;
+      default: r = powf(v, p); break;
+    }
+    y[i] = r;
+  }
+}
+
+__global__ void gelu_erf_fwd_kernel(float *y, const float *x, long n) {
+  GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+__global__ void gelu_erf_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+  const float inv_sqrt_2pi = 0.3989422804014327f;
+  GRID_LOOP(i, n) {
+    float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
+    float pdf = inv_sqrt_2pi * expf(-0.5f * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+// ---- neural-net ops
+
+// out[i, j] = w[idx[i], j]
+__global__ void embedding_fwd_kernel(float *out, const float *w, const int *idx, long n, long c) {
+  GRID_LOOP(e, n * c) {
+    long i = e / c, j = e - i * c;
+    out[e] = w[(long)idx[i] * c + j];
+  }
+}
+
+// dw[idx[i], j] += dout[i, j] (dw zeroed by the launcher). Thread (j, g) owns
+// column j of the rows r of dw with r % EMB_GROUPS == g and adds the i in
+// order: no atomics, and the CPU's order of additions (the same bits).
+#define EMB_GROUPS 16
+__global__ void embedding_bwd_kernel(float *dw, const float *dout, const int *idx, long n,
+                                     long c) {
+  long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned g = blockIdx.y;
+  if (j >= c) return;
+  for (long i = 0; i < n; i++) {
+    int r = idx[i];
+    if ((unsigned)r % EMB_GROUPS != g) continue;
+    dw[(long)r * c + j] += dout[i * c + j];
+  }
+}
+
+// mean and 1/sqrt(biased variance + eps) of a row of c, in float (two passes)
+__device__ void row_stats(const float *xr, long c, float eps, float *mean, float *rstd) {
+  float s = 0.0f;
+  for (long j = threadIdx.x; j < c; j += blockDim.x) s += xr[j];
+  float m = block_sum(s) / (float)c;
+  float q = 0.0f;
+  for (long j = threadIdx.x; j < c; j += blockDim.x) {
+    float d = xr[j] - m;
+    q += d * d;
+  }
+  float var = block_sum(q);
+  *mean = m;
+  *rstd = 1.0f / sqrtf(var / (float)c + eps);
+}
+
+// one block per row
+__global__ void layernorm_fwd_kernel(float *y, const float *x, const float *w, const float *b,
+                                     long n, long c, float eps) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = x + row * c;
+    float *yr = y + row * c;
+    float mean, rstd;
+    row_stats(xr, c, eps, &mean, &rstd);
+    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+  }
+}
+
+// dx per row (one block per row); the row's mean and rstd to stats[2*row],
+// stats[2*row + 1] for the dw/db kernel.
+__global__ void layernorm_bwd_dx_kernel(float *dx, float *stats, const float *dy, const float *x,
+                                        const float *w, long n, long c, float eps) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = x + row * c, *dyr = dy + row * c;
+    float *dxr = dx + row * c;
+    float mu, rs;
+    row_stats(xr, c, eps, &mu, &rs);
+    float a1 = 0.0f, a2 = 0.0f;  // sums of dnorm, dnorm * norm
+    for (long j = threadIdx.x; j < c; j += blockDim.x) {
+      float dn = dyr[j] * w[j];
+      a1 += dn;
+      a2 += dn * ((xr[j] - mu) * rs);
+    }
+    float dm = block_sum(a1) / (float)c;
+    float dnm = block_sum(a2) / (float)c;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) {
+      float norm = (xr[j] - mu) * rs;
+      dxr[j] = (dyr[j] * w[j] - dm - norm * dnm) * rs;
+    }
+    if (threadIdx.x == 0) {
+      stats[2 * row] = mu;
+      stats[2 * row + 1] = rs;
+    }
+  }
+}
+
+// dw[j] = sum_rows dy * norm, db[j] = sum_rows dy. Block (32, LN_RG): column
+// blockIdx.x*32 + threadIdx.x, row group threadIdx.y takes the rows
+// y, y + LN_RG, ...; the groups' sums are added in order.
+#define LN_RG 16
+__global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const float *stats,
+                                          const float *dy, const float *x, long n, long c) {
+  __shared__ float sw[LN_RG][32], sb[LN_RG][32];
+  long j = (long)blockIdx.x * 32 + threadIdx.x;
+  float aw = 0.0f, ab = 0.0f;
+  if (j < c) {
+    for (long i = threadIdx.y; i < n; i += LN_RG) {
+      float mu = stats[2 * i], rs = stats[2 * i + 1];
+      float d = dy[i * c + j];
+      aw += d * ((x[i * c + j] - mu) * rs);
+      ab += d;
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < c) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int g = 0; g < LN_RG; g++) {
+      tw += sw[g][threadIdx.x];
+      tb += sb[g][threadIdx.x];
+    }
+    dw[j] = tw;
+    db[j] = tb;
+  }
+}
+
+// one block per row: y = exp(x - max) / sum
+__global__ void softmax_fwd_kernel(float *y, const float *x, long n, long c) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = x + row * c;
+    float *yr = y + row * c;
+    float m = -INFINITY;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = block_max(m);
+    float s = 0.0f;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) {
+      float e = expf(xr[j] - m);
+      yr[j] = e;
+      s += e;
+    }
+    float inv = 1.0f / block_sum(s);
+    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] *= inv;  // this thread's own yr[j]
+  }
+}
+
+// dx = y * (dy - sum(dy * y)) per row
+__global__ void softmax_bwd_kernel(float *dx, const float *dy, const float *y, long n, long c) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *dyr = dy + row * c, *yr = y + row * c;
+    float *dxr = dx + row * c;
+    float s = 0.0f;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += dyr[j] * yr[j];
+    float d = block_sum(s);
+    for (long j = threadIdx.x; j < c; j += blockDim.x) dxr[j] = yr[j] * (dyr[j] - d);
+  }
+}
+
+// Attention: one block per (head, row) of (bh, t, hs) tensors; keys (or, for
+// dk/dv, queries) in tiles of ATT_TILE. A warp computes one dot product of
+// length hs at a time; a thread owns output columns d = threadIdx.x + k *
+// blockDim.x (its accumulators in dynamic shared memory, hs floats each).
+#define ATT_THREADS 256
+#define ATT_TILE 256
+
+// sc[jj] = mul * (a . B[(j0 + jj) * hs ...]) for jj < jt, one warp per jj
+__device__ inline void att_dots(float *sc, const float *a, const float *B, long j0, long jt,
+                                long hs, float mul) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (long jj = warp; jj < jt; jj += nwarps) {
+    const float *bj = B + (j0 + jj) * hs;
+    float s = 0.0f;
+    for (long d = lane; d < hs; d += 32) s += a[d] * bj[d];
+    s = warp_sum(s);
+    if (lane == 0) sc[jj] = mul * s;
+  }
+}
+
+// Online softmax over the scores of query row qi against keys [0, jn) of kh:
+// the running max m and sum l of exp(s - m); with vh != NULL also
+// acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE floats of shared memory.
+__device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, const float *qi,
+                           const float *kh, const float *vh, long jn, long hs, float scale) {
+  float m = -INFINITY, l = 0.0f;
+  for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
+    long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
+    att_dots(pt, qi, kh, j0, jt, hs, scale);
+    __syncthreads();
+    float tm = -INFINITY;
+    for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) tm = pt[jj] > tm ? pt[jj] : tm;
+    tm = block_max(tm);
+    float mn = tm > m ? tm : m;
+    float corr = expf(m - mn);  // 0 on the first tile (m = -inf)
+    float ts = 0.0f;
+    for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
+      float e = expf(pt[jj] - mn);
+      pt[jj] = e;
+      ts += e;
+    }
+    ts = block_sum(ts);  // its barriers also publish pt
+    l = l * corr + ts;
+    if (vh)
+      for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+        float a = acc[d] * corr;
+        for (long jj = 0; jj < jt; jj++) a += pt[jj] * vh[(j0 + jj) * hs + d];
+        acc[d] = a;
+      }
+    m = mn;
+    __syncthreads();  // pt is rewritten by the next tile
+  }
+  *m_out = m;
+  *l_out = l;
+}
+
+// out row = softmax(q_i k^T scale) v; shared: acc (hs), pt (ATT_TILE)
+__global__ void attention_fwd_kernel(float *out, const float *q, const float *k, const float *v,
+                                     long bh, long t, long hs, int causal, float scale) {
+  extern __shared__ float smem[];
+  float *acc = smem, *pt = smem + hs;
+  for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
+    long h = row / t, i = row - h * t;
+    const float *kh = k + h * t * hs, *vh = v + h * t * hs;
+    long jn = causal ? i + 1 : t;
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
+    float m, l;
+    att_online(&m, &l, acc, pt, q + row * hs, kh, vh, jn, hs, scale);
+    float inv = 1.0f / l;
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = acc[d] * inv;
+  }
+}
+
+// Backward, per query row: the row's softmax max m and 1/sum (p_ij =
+// exp(s_ij - m) * inv), D_i = sum_j p_ij dp_ij (dp_ij = dout_i . v_j) into
+// stats[3*row ...], and dq_i = sum_j ds_ij k_j, ds_ij = scale p_ij (dp_ij - D_i).
+// shared: acc (hs), pt, dpt (ATT_TILE each)
+__global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *dout,
+                                        const float *q, const float *k, const float *v, long bh,
+                                        long t, long hs, int causal, float scale) {
+  extern __shared__ float smem[];
+  float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
+  for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
+    long h = row / t, i = row - h * t;
+    const float *kh = k + h * t * hs, *vh = v + h * t * hs;
+    const float *qi = q + row * hs, *doi = dout + row * hs;
+    long jn = causal ? i + 1 : t;
+    float m, l;
+    att_online(&m, &l, NULL, pt, qi, kh, NULL, jn, hs, scale);
+    float inv = 1.0f / l;
+    // D = sum_j p_j dp_j
+    float dpart = 0.0f;
+    for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
+      long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
+      att_dots(pt, qi, kh, j0, jt, hs, scale);
+      att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
+      __syncthreads();
+      for (long jj = threadIdx.x; jj < jt; jj += blockDim.x)
+        dpart += expf(pt[jj] - m) * inv * dpt[jj];
+      __syncthreads();
+    }
+    float D = block_sum(dpart);
+    // dq_i = sum_j ds_j k_j
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
+    for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
+      long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
+      att_dots(pt, qi, kh, j0, jt, hs, scale);
+      att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
+      __syncthreads();
+      for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
+        float p = expf(pt[jj] - m) * inv;
+        pt[jj] = scale * p * (dpt[jj] - D);  // ds
+      }
+      __syncthreads();
+      for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+        float a = acc[d];
+        for (long jj = 0; jj < jt; jj++) a += pt[jj] * kh[(j0 + jj) * hs + d];
+        acc[d] = a;
+      }
+      __syncthreads();
+    }
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) dq[row * hs + d] = acc[d];
+    if (threadIdx.x == 0) {
+      stats[3 * row] = m;
+      stats[3 * row + 1] = inv;
+      stats[3 * row + 2] = D;
+    }
+  }
+}
+
+// Backward, per key row j: dv_j = sum_i p_ij dout_i, dk_j = sum_i ds_ij q_i
+// over the queries that see j (i >= j when causal), with the rows' stats.
+// shared: acck, accv (hs each), pt, dst (ATT_TILE each)
+__global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *stats,
+                                          const float *dout, const float *q, const float *k,
+                                          const float *v, long bh, long t, long hs, int causal,
+                                          float scale) {
+  extern __shared__ float smem[];
+  float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
+    long h = row / t, j = row - h * t;
+    const float *qh = q + h * t * hs, *doh = dout + h * t * hs;
+    const float *kj = k + row * hs, *vj = v + row * hs;
+    const float *sh = stats + 3 * h * t;
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+      acck[d] = 0.0f;
+      accv[d] = 0.0f;
+    }
+    long i0 = causal ? j : 0;
+    for (long ib = i0; ib < t; ib += ATT_TILE) {
+      long it = t - ib < ATT_TILE ? t - ib : ATT_TILE;
+      for (long ii = warp; ii < it; ii += nwarps) {
+        long i = ib + ii;
+        const float *qi = qh + i * hs, *doi = doh + i * hs;
+        float s = 0.0f, dp = 0.0f;
+        for (long d = lane; d < hs; d += 32) {
+          s += qi[d] * kj[d];
+          dp += doi[d] * vj[d];
+        }
+        s = warp_sum(s);
+        dp = warp_sum(dp);
+        if (lane == 0) {
+          float p = expf(scale * s - sh[3 * i]) * sh[3 * i + 1];
+          pt[ii] = p;
+          dst[ii] = scale * p * (dp - sh[3 * i + 2]);
+        }
+      }
+      __syncthreads();
+      for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+        float ak = acck[d], av = accv[d];
+        for (long ii = 0; ii < it; ii++) {
+          av += pt[ii] * doh[(ib + ii) * hs + d];
+          ak += dst[ii] * qh[(ib + ii) * hs + d];
+        }
+        acck[d] = ak;
+        accv[d] = av;
+      }
+      __syncthreads();
+    }
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+      dk[row * hs + d] = acck[d];
+      dv[row * hs + d] = accv[d];
+    }
+  }
+}
+
+// per-row loss of cross-entropy: logsumexp(row) - row[target], in double,
+// to part[row] (one block per row)
+__global__ void crossentropy_rows_kernel(double *part, const float *logits, const int *targets,
+                                         long n, long v) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = logits + row * v;
+    float m = -INFINITY;
+    for (long j = threadIdx.x; j < v; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = block_max(m);
+    double s = 0.0;
+    for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(xr[j] - m);
+    s = block_sum(s);
+    if (threadIdx.x == 0) part[row] = (double)m + log(s) - (double)xr[targets[row]];
+  }
+}
+
+// loss[0] = mean of part[0..n) (one block)
+__global__ void mean_kernel(float *loss, const double *part, long n) {
+  double s = 0.0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) loss[0] = (float)(s / (double)n);
+}
+
+// dlogits = (softmax - onehot(target)) * dloss[0] / n, one block per row
+__global__ void crossentropy_bwd_kernel(float *dlogits, const float *dloss, const float *logits,
+                                        const int *targets, long n, long v) {
+  float g = dloss[0] / (float)n;
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = logits + row * v;
+    float *dr = dlogits + row * v;
+    float m = -INFINITY;
+    for (long j = threadIdx.x; j < v; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = block_max(m);
+    double s = 0.0;
+    for (long j = threadIdx.x; j < v; j += blockDim.x) {
+      float e = expf(xr[j] - m);
+      dr[j] = e;  // read back below by this thread only
+      s += e;
+    }
+    s = block_sum(s);
+    double lse = (double)m + log(s);
+    float scale = g * (float)exp((double)m - lse);
+    int target = targets[row];
+    for (long j = threadIdx.x; j < v; j += blockDim.x) {
+      float d = dr[j] * scale;
+      if (j == target) d -= g;
+      dr[j] = d;
+    }
+  }
+}
+
+// ---- optimizers
+
+// torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c)
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long n, float beta1,
+                             float beta2, float eps, float step_size, float bc2_sqrt,
+                             float decay) {
+  GRID_LOOP(i, n) {
+    float gi = g[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = p[i] * decay - step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+__global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd) {
+  GRID_LOOP(i, n) p[i] -= lr * (g[i] + wd * p[i]);
+}
+
+// ---- kernels for ONNX ops
+
+// out = mask[offset through d.s0] ? value : x
+__global__ void masked_fill_kernel(float *out, const float *x, const int *mask, long n, Dims d,
+                                   float value) {
+  GRID_LOOP(i, n) {
+    long mo, unused;
+    dims_offsets(d, i, &mo, &unused);
+    out[i] = mask[mo] ? value : x[i];
+  }
+}
+
+// splitmix64's finalizer
+__device__ inline unsigned long long mix64(unsigned long long z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// the CPU's generator: keep element i when its 24 random bits >= threshold
+__global__ void dropout_kernel(float *out, const float *x, const int *step, long n,
+                               float keep_scale, unsigned threshold, unsigned long long seed,
+                               unsigned long long key) {
+  unsigned long long base =
+      mix64(seed * 0x9E3779B97F4A7C15ull ^
+            mix64(key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));
+  GRID_LOOP(i, n) {
+    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * (unsigned long long)i) >> 40);
+    out[i] = bits >= threshold ? x[i] * keep_scale : 0.0f;
+  }
+}
+
+__global__ void tick_kernel(int *step) { step[0] += 1; }
+
+// one block per row: y = x - logsumexp(x), the sum of exponentials in double
+__global__ void log_softmax_fwd_kernel(float *y, const float *x, long n, long c) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = x + row * c;
+    float *yr = y + row * c;
+    float m = -INFINITY;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = block_max(m);
+    double s = 0.0;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += expf(xr[j] - m);
+    s = block_sum(s);
+    float lse = m + (float)log(s);
+    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = xr[j] - lse;
+  }
+}
+
+// dx = dy - exp(y) * sum(dy), the sum in double
+__global__ void log_softmax_bwd_kernel(float *dx, const float *dy, const float *y, long n,
+                                       long c) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *dyr = dy + row * c, *yr = y + row * c;
+    double s = 0.0;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += dyr[j];
+    float sum = (float)block_sum(s);
+    for (long j = threadIdx.x; j < c; j += blockDim.x) dx[row * c + j] = dyr[j] - expf(yr[j]) * sum;
+  }
+}
+
+// rows that count: a target in [0, c) that is not `ignore`
+__device__ inline bool nll_counts(int t, long c, long ignore) {
+  return t != ignore && t >= 0 && t < c;
+}
+
+// one block
+__global__ void nll_loss_fwd_kernel(float *loss, const float *logp, const int *targets, long n,
+                                    long c, int sum, long ignore) {
+  double s = 0.0;
+  long count = 0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) {
+    int t = targets[i];
+    if (nll_counts(t, c, ignore)) {
+      s -= logp[i * c + t];
+      count++;
+    }
+  }
+  s = block_sum(s);
+  count = block_sum(count);
+  if (threadIdx.x == 0)
+    loss[0] = sum ? (float)s : count ? (float)(s / (double)count) : 0.0f;
+}
+
+// one block; dlogp zeroed by the launcher
+__global__ void nll_loss_bwd_kernel(float *dlogp, const float *dloss, const int *targets, long n,
+                                    long c, int sum, long ignore) {
+  long count = 0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) count += nll_counts(targets[i], c, ignore);
+  count = block_sum(count);
+  float g = sum ? -dloss[0] : count ? -dloss[0] / (float)count : 0.0f;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) {
+    int t = targets[i];
+    if (nll_counts(t, c, ignore)) dlogp[i * c + t] = g;
+  }
+}
+
+// out (outer, len, inner) = x (outer, xdim, inner) at rows start + i*step;
+// bwd: the reverse (dx zeroed by the launcher)
+__global__ void slice_axis_kernel(float *out, const float *x, long outer, long xdim, long inner,
+                                  long start, long step, long len, int bwd) {
+  GRID_LOOP(e, outer * len * inner) {
+    long o = e / (len * inner), rem = e - o * (len * inner);
+    long i = rem / inner, kk = rem - i * inner;
+    long xe = (o * xdim + start + i * step) * inner + kk;
+    if (bwd)
+      out[xe] = x[e];
+    else
+      out[e] = x[xe];
+  }
+}
+
+// ---- launchers ----
+
+#define LAUNCHED() cudaCheck(cudaGetLastError())
+
+static unsigned grid_for(long n, int threads) {
+  long b = (n + threads - 1) / threads;
+  return (unsigned)(b < MAX_GRID ? b : MAX_GRID);
+}
+
+static unsigned grid_rows(long rows) { return (unsigned)(rows < MAX_GRID ? rows : MAX_GRID); }
+
+// Threads for one block per row of c: a multiple of 32, at most 512.
+static int row_threads(long c) {
+  if (c <= 32) return 32;
+  if (c <= 128) return 128;
+  if (c <= 256) return 256;
+  return 512;
+}
+
+static long numel_of(int rank, const long *shape) {
+  long n = 1;
+  for (int d = 0; d < rank; d++) n *= shape[d];
+  return n;
+}
+
+static void check_rank(int rank, const char *who) {
+  if (rank < 0 || rank > RT_MAXRANK) {
+    fprintf(stderr, "%s: rank %d is past RT_MAXRANK (%d)\n", who, rank, RT_MAXRANK);
+    exit(EXIT_FAILURE);
+  }
+}
+
+// kernels_cpu.c's coalesce: drops size-1 dims and merges neighbours that are
+// contiguous in both stride arrays (s1 may be NULL); rank >= 1 on return.
+static int coalesce(int rank, const long *shape, const long *s0, const long *s1, long *sh,
+                    long *t0, long *t1) {
+  int r = 0;
+  for (int d = 0; d < rank; d++) {
+    if (shape[d] == 1) continue;
+    long b0 = s0[d], b1 = s1 ? s1[d] : 0;
+    if (r > 0 && t0[r - 1] == b0 * shape[d] && t1[r - 1] == b1 * shape[d]) {
+      sh[r - 1] *= shape[d];
+      t0[r - 1] = b0;
+      t1[r - 1] = b1;
+    } else {
+      sh[r] = shape[d];
+      t0[r] = b0;
+      t1[r] = b1;
+      r++;
+    }
+  }
+  if (r == 0) {
+    sh[0] = 1;
+    t0[0] = 0;
+    t1[0] = 0;
+    r = 1;
+  }
+  return r;
+}
+
+static Dims make_dims(int rank, const long *shape, const long *s0, const long *s1) {
+  Dims d = {};
+  d.rank = coalesce(rank, shape, s0, s1, d.shape, d.s0, d.s1);
+  return d;
+}
+
+// The one scratch buffer (see the top of the file): at least `bytes`, grown
+// by reallocation (cudaFree waits for the kernels that may still use it).
+static void *scratch(size_t bytes) {
+  static void *buf = NULL;
+  static size_t cap = 0;
+  if (bytes > cap) {
+    if (buf) cudaCheck(cudaFree(buf));
+    cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    cudaCheck(cudaMalloc(&buf, cap));
+  }
+  return buf;
+}
+
+void rt_cuda_init(int device) {
+  cudaCheck(cudaSetDevice(device));
+  cudaCheck(cudaFree(0));  // creates the context now
+}
+
+void rt_cuda_sync(void) { cudaCheck(cudaStreamSynchronize(rt_cuda_stream)); }
+
+// ---- data movement
+
+void rt_fill(float *out, long n, float value) {
+  if (n <= 0) return;
+  fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, n, value);
+  LAUNCHED();
+}
+
+// memmove semantics: overlapping ranges are copied in chunks no longer than
+// the distance between them, in the order that reads before it overwrites.
+void rt_copy(float *out, const float *x, long n) {
+  if (n <= 0 || out == x) return;
+  long dist = out > x ? (long)(out - x) : (long)(x - out);
+  if (dist >= n) {
+    cudaCheck(cudaMemcpyAsync(out, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+                              rt_cuda_stream));
+  } else if (out < x) {
+    for (long i = 0; i < n; i += dist) {
+      long len = n - i < dist ? n - i : dist;
+      cudaCheck(cudaMemcpyAsync(out + i, x + i, (size_t)len * sizeof(float),
+                                cudaMemcpyDeviceToDevice, rt_cuda_stream));
+    }
+  } else {
+    for (long hi = n; hi > 0; hi -= dist) {
+      long lo = hi - dist > 0 ? hi - dist : 0;
+      cudaCheck(cudaMemcpyAsync(out + lo, x + lo, (size_t)(hi - lo) * sizeof(float),
+                                cudaMemcpyDeviceToDevice, rt_cuda_stream));
+    }
+  }
+}
+
+void rt_strided_copy(float *out, const float *x, int rank, const long *shape,
+                     const long *xstride) {
+  check_rank(rank, "rt_strided_copy");
+  long n = numel_of(rank, shape);
+  if (n <= 0) return;
+  Dims d = make_dims(rank, shape, xstride, NULL);
+  if (d.rank == 1 && d.s0[0] == 1) {  // contiguous
+    rt_copy(out, x, n);
+    return;
+  }
+  strided_copy_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, d);
+  LAUNCHED();
+}
+
+void rt_reduce_sum(float *out, const float *x, int rank, const long *shape,
+                   const long *ostride, long onumel, float scale) {
+  check_rank(rank, "rt_reduce_sum");
+  if (onumel > 0)
+    cudaCheck(cudaMemsetAsync(out, 0, (size_t)onumel * sizeof(float), rt_cuda_stream));
+  long n = numel_of(rank, shape);
+  if (n <= 0) return;
+  long sh[RT_MAXRANK], os[RT_MAXRANK], unused[RT_MAXRANK], xs[RT_MAXRANK];
+  int r = coalesce(rank, shape, ostride, NULL, sh, os, unused);
+  xs[r - 1] = 1;  // x is contiguous
+  for (int d = r - 2; d >= 0; d--) xs[d] = xs[d + 1] * sh[d + 1];
+  ReduceDims rd = {};
+  long K = 1, R = 1;
+  for (int d = 0; d < r; d++) {
+    if (os[d] != 0) {
+      rd.ksh[rd.nk] = sh[d];
+      rd.kx[rd.nk] = xs[d];
+      rd.ko[rd.nk] = os[d];
+      rd.nk++;
+      K *= sh[d];
+    } else {
+      rd.rsh[rd.nr] = sh[d];
+      rd.rx[rd.nr] = xs[d];
+      rd.nr++;
+      R *= sh[d];
+    }
+  }
+  if (R >= 256) {
+    reduce_sum_blocks_kernel<<<grid_rows(K), 512, 0, rt_cuda_stream>>>(out, x, rd, K, R, scale);
+  } else {
+    reduce_sum_threads_kernel<<<grid_for(K, NT), NT, 0, rt_cuda_stream>>>(out, x, rd, K, R,
+                                                                          scale);
+  }
+  LAUNCHED();
+}
+
+void rt_slice(float *out, const float *x, long outer, long xinner, long off, long len) {
+  if (len <= 0 || outer <= 0) return;
+  slice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xinner, off,
+                                                                    len);
+  LAUNCHED();
+}
+
+void rt_unslice(float *out, const float *x, long outer, long oinner, long off, long len) {
+  if (len <= 0 || outer <= 0) return;
+  unslice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, oinner,
+                                                                      off, len);
+  LAUNCHED();
+}
+
+// ---- elementwise
+
+void rt_binary(int op, float *out, const float *a, const float *b, int rank,
+               const long *shape, const long *astride, const long *bstride) {
+  check_rank(rank, "rt_binary");
+  long n = numel_of(rank, shape);
+  if (n <= 0) return;
+  Dims d = make_dims(rank, shape, astride, bstride);
+  binary_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(op, out, a, b, n, d);
+  LAUNCHED();
+}
+
+void rt_scale(float *out, const float *x, long n, float s, float b) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, s, b);
+  LAUNCHED();
+}
+
+void rt_gelu_fwd(float *y, const float *x, long n) {
+  if (n <= 0) return;
+  gelu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  LAUNCHED();
+}
+
+void rt_gelu_bwd(float *dx, const float *dy, const float *x, long n) {
+  if (n <= 0) return;
+  gelu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  LAUNCHED();
+}
+
+void rt_relu_fwd(float *y, const float *x, long n) {
+  if (n <= 0) return;
+  relu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  LAUNCHED();
+}
+
+void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
+  if (n <= 0) return;
+  relu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  LAUNCHED();
+}
+
+// ---- matmul
+
+static cublasHandle_t cublas_handle(void) {
+  static cublasHandle_t h = NULL;
+  if (!h) {
+    cublasCheck(cublasCreate(&h));
+    // fp32 compute, no TF32 (CUBLAS_TF32_TENSOR_OP_MATH would allow it)
+    cublasCheck(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  }
+  cublasCheck(cublasSetStream(h, rt_cuda_stream));
+  return h;
+}
+
+static int as_int(long x, const char *what) {
+  if (x < 0 || x > 2147483647L) {
+    fprintf(stderr, "rt_matmul: %s = %ld does not fit cuBLAS's int\n", what, x);
+    exit(EXIT_FAILURE);
+  }
+  return (int)x;
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
+// gets B first (its row-major storage read as column-major is B^T), then A.
+// sc == 0 with batch > 1 sums the products into one C: one GEMM per item,
+// beta = 1 after the first.
+void rt_matmul(float *c, const float *a, const float *b, long batch, long m, long n, long k,
+               int ta, int tb, long sa, long sb, long sc) {
+  if (m <= 0 || n <= 0) return;
+  if (batch <= 0 || k <= 0) {  // empty products are zero
+    long nc = (sc == 0 || batch <= 0) ? 1 : batch;
+    for (long i = 0; i < nc; i++) rt_fill(c + i * sc, m * n, 0.0f);
+    return;
+  }
+  cublasHandle_t h = cublas_handle();
+  int im = as_int(m, "m"), in = as_int(n, "n"), ik = as_int(k, "k"), ib = as_int(batch, "batch");
+  int lda = ta ? im : ik, ldb = tb ? ik : in;
+  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const float one = 1.0f, zero = 0.0f;
+  if (sc != 0 || batch == 1) {
+    cublasCheck(cublasSgemmStridedBatched(h, opb, opa, in, im, ik, &one, b, ldb, sb, a, lda, sa,
+                                          &zero, c, in, sc, ib));
+  } else {
+    for (long i = 0; i < batch; i++)
+      cublasCheck(cublasSgemm(h, opb, opa, in, im, ik, &one, b + i * sb, ldb, a + i * sa, lda,
+                              i == 0 ? &zero : &one, c, in));
+  }
+  LAUNCHED();
+}
+
+// ---- neural-net ops
+
+void rt_embedding_fwd(float *out, const float *w, const int *idx, long n, long c) {
+  if (n <= 0 || c <= 0) return;
+  embedding_fwd_kernel<<<grid_for(n * c, NT), NT, 0, rt_cuda_stream>>>(out, w, idx, n, c);
+  LAUNCHED();
+}
+
+void rt_embedding_bwd(float *dw, const float *dout, const int *idx, long n, long v, long c) {
+  if (v * c > 0) rt_fill(dw, v * c, 0.0f);
+  if (n <= 0 || c <= 0) return;
+  dim3 grid((unsigned)((c + 127) / 128), EMB_GROUPS);
+  embedding_bwd_kernel<<<grid, 128, 0, rt_cuda_stream>>>(dw, dout, idx, n, c);
+  LAUNCHED();
+}
+
+void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b, long n, long c,
+                      float eps) {
+  if (n <= 0 || c <= 0) return;
+  layernorm_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, w, b, n, c,
+                                                                            eps);
+  LAUNCHED();
+}
+
+void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                      const float *w, long n, long c, float eps) {
+  if (c <= 0) return;
+  float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float));
+  if (n > 0) {
+    layernorm_bwd_dx_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(
+        dx, stats, dy, x, w, n, c, eps);
+    LAUNCHED();
+  }
+  layernorm_bwd_dwdb_kernel<<<(unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream>>>(
+      dw, db, stats, dy, x, n > 0 ? n : 0, c);
+  LAUNCHED();
+}
+
+void rt_softmax_fwd(float *y, const float *x, long n, long c) {
+  if (n <= 0 || c <= 0) return;
+  softmax_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, n, c);
+  LAUNCHED();
+}
+
+void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c) {
+  if (n <= 0 || c <= 0) return;
+  softmax_bwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, dy, y, n, c);
+  LAUNCHED();
+}
+
+// dynamic shared memory of an attention kernel: opts in past the default
+// 48 KiB when hs needs it
+static size_t att_smem(const void *kernel, long floats) {
+  size_t bytes = (size_t)floats * sizeof(float);
+  if (bytes > 48 * 1024) {
+    int dev, most;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > (size_t)most) {
+      fprintf(stderr, "attention: head size %ld needs %zu bytes of shared memory (most %d)\n",
+              floats, bytes, most);
+      exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bytes));
+  }
+  return bytes;
+}
+
+void rt_attention_fwd(float *out, const float *q, const float *k, const float *v, long bh,
+                      long t, long hs, int causal) {
+  if (bh <= 0 || t <= 0 || hs <= 0) return;
+  float scale = 1.0f / sqrtf((float)hs);
+  size_t smem = att_smem((const void *)attention_fwd_kernel, hs + ATT_TILE);
+  attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
+      out, q, k, v, bh, t, hs, causal, scale);
+  LAUNCHED();
+}
+
+void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                      const float *k, const float *v, long bh, long t, long hs, int causal) {
+  if (bh <= 0 || t <= 0 || hs <= 0) return;
+  float scale = 1.0f / sqrtf((float)hs);
+  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float));
+  size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
+  attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
+      dq, stats, dout, q, k, v, bh, t, hs, causal, scale);
+  LAUNCHED();
+  smem = att_smem((const void *)attention_bwd_dkdv_kernel, 2 * hs + 2 * ATT_TILE);
+  attention_bwd_dkdv_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
+      dk, dv, stats, dout, q, k, v, bh, t, hs, causal, scale);
+  LAUNCHED();
+}
+
+void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets, long n, long v) {
+  if (n <= 0) {
+    cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));  // 0.0f
+    return;
+  }
+  double *part = (double *)scratch((size_t)n * sizeof(double));
+  crossentropy_rows_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(part, logits,
+                                                                                targets, n, v);
+  LAUNCHED();
+  mean_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, part, n);
+  LAUNCHED();
+}
+
+void rt_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
+                         const int *targets, long n, long v) {
+  if (n <= 0) return;
+  crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
+      dlogits, dloss, logits, targets, n, v);
+  LAUNCHED();
+}
+
+// ---- optimizers
+
+// the CPU's adamw_step, on the host
+void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+              float beta2, float eps, float wd, int t) {
+  if (n <= 0) return;
+  double bc1 = 1.0 - pow((double)beta1, (double)t);
+  double bc2 = 1.0 - pow((double)beta2, (double)t);
+  float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+  float decay = 1.0f - lr * wd;
+  adamw_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, m, v, n, beta1, beta2, eps,
+                                                          step_size, bc2_sqrt, decay);
+  LAUNCHED();
+}
+
+void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
+  if (n <= 0) return;
+  sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd);
+  LAUNCHED();
+}
+
+// ---- offload: host memory
+//
+// rt_adamw_host and rt_host_threads are host code over host memory: the CPU
+// implementation (kernels_cpu.c) in every build, so not here. The copies
+// below wait for the stream: the host reads or rewrites `host` right after
+// (TODO: pinned buffers and events, to overlap them with the device's work).
+
+void rt_to_host(float *host, const float *x, long n) {
+  if (n <= 0) return;
+  cudaCheck(cudaMemcpyAsync(host, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost,
+                            rt_cuda_stream));
+  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+}
+
+void rt_to_device(float *x, const float *host, long n) {
+  if (n <= 0) return;
+  cudaCheck(cudaMemcpyAsync(x, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
+                            rt_cuda_stream));
+  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+}
+
+// ---- kernels for ONNX ops
+
+void rt_copy_i32(int *out, const int *x, long n) {
+  if (n <= 0) return;
+  cudaCheck(cudaMemcpyAsync(out, x, (size_t)n * sizeof(int), cudaMemcpyDeviceToDevice,
+                            rt_cuda_stream));
+}
+
+void rt_unary(int op, float *y, const float *x, long n, float p) {
+  if (n <= 0) return;
+  unary_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(op, y, x, n, p);
+  LAUNCHED();
+}
+
+void rt_gelu_erf_fwd(float *y, const float *x, long n) {
+  if (n <= 0) return;
+  gelu_erf_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  LAUNCHED();
+}
+
+void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n) {
+  if (n <= 0) return;
+  gelu_erf_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  LAUNCHED();
+}
+
+void rt_masked_fill(float *out, const float *x, const int *mask, int rank, const long *shape,
+                    const long *mstride, float value) {
+  check_rank(rank, "rt_masked_fill");
+  long n = numel_of(rank, shape);  // 1 at rank 0
+  if (n <= 0) return;
+  Dims d = {};
+  d.rank = rank;
+  for (int k = 0; k < rank; k++) {
+    d.shape[k] = shape[k];
+    d.s0[k] = mstride[k];
+  }
+  masked_fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, mask, n, d, value);
+  LAUNCHED();
+}
+
+void rt_dropout(float *out, const float *x, const int *step, long n, float ratio, long seed,
+                long key) {
+  if (n <= 0) return;
+  float keep_scale = 1.0f / (1.0f - ratio);
+  unsigned threshold = (unsigned)(ratio * 16777216.0f);
+  dropout_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(
+      out, x, step, n, keep_scale, threshold, (unsigned long long)seed, (unsigned long long)key);
+  LAUNCHED();
+}
+
+void rt_tick(int *step) {
+  tick_kernel<<<1, 1, 0, rt_cuda_stream>>>(step);
+  LAUNCHED();
+}
+
+void rt_log_softmax_fwd(float *y, const float *x, long n, long c) {
+  if (n <= 0 || c <= 0) return;
+  log_softmax_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, n, c);
+  LAUNCHED();
+}
+
+void rt_log_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c) {
+  if (n <= 0 || c <= 0) return;
+  log_softmax_bwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, dy, y, n, c);
+  LAUNCHED();
+}
+
+void rt_nll_loss_fwd(float *loss, const float *logp, const int *targets, long n, long c, int sum,
+                     long ignore) {
+  nll_loss_fwd_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, logp, targets, n, c, sum, ignore);
+  LAUNCHED();
+}
+
+void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets, long n, long c,
+                     int sum, long ignore) {
+  if (n * c > 0)
+    cudaCheck(cudaMemsetAsync(dlogp, 0, (size_t)(n * c) * sizeof(float), rt_cuda_stream));
+  if (n <= 0) return;
+  nll_loss_bwd_kernel<<<1, 1024, 0, rt_cuda_stream>>>(dlogp, dloss, targets, n, c, sum, ignore);
+  LAUNCHED();
+}
+
+void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner, long start,
+                   long step, long len) {
+  long n = outer * len * inner;
+  if (outer <= 0 || len <= 0 || inner <= 0) return;
+  slice_axis_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xdim, inner,
+                                                               start, step, len, 0);
+  LAUNCHED();
+}
+
+void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long inner,
+                       long start, long step, long len) {
+  long nx = outer * xdim * inner;
+  if (nx > 0) cudaCheck(cudaMemsetAsync(dx, 0, (size_t)nx * sizeof(float), rt_cuda_stream));
+  if (outer <= 0 || len <= 0 || inner <= 0) return;
+  slice_axis_kernel<<<grid_for(outer * len * inner, NT), NT, 0, rt_cuda_stream>>>(
+      dx, dy, outer, xdim, inner, start, step, len, 1);
+  LAUNCHED();
+}
+
+// ---- the launchers, by name: runtime/kernels.def less the kernels it names
+// that have no CUDA twin. A name of kernels.def is skipped when
+// RT_CUDA_SKIP_<name> is defined (to RT_CUDA_PROBE); any other name must have a
+// launcher here, or this table does not compile.
+#define RT_CUDA_PROBE ~, 1
+#define RT_CUDA_SECOND(a, b, ...) b
+#define RT_CUDA_IS_PROBE(...) RT_CUDA_SECOND(__VA_ARGS__, 0, ~)
+#define RT_CUDA_SKIPPED(name) RT_CUDA_IS_PROBE(RT_CUDA_SKIP_##name)
+#define RT_CUDA_CAT(a, b) RT_CUDA_CAT_(a, b)
+#define RT_CUDA_CAT_(a, b) a##b
+#define RT_CUDA_ENTRY_0(name) (void *)rt_##name,
+#define RT_CUDA_ENTRY_1(name)
+// host code in every build
+#define RT_CUDA_SKIP_adamw_host RT_CUDA_PROBE
+// runtime/dist.h (NCCL, later)
+#define RT_CUDA_SKIP_comm_all_reduce RT_CUDA_PROBE
+#define RT_CUDA_SKIP_comm_reduce_scatter RT_CUDA_PROBE
+#define RT_CUDA_SKIP_comm_all_gather RT_CUDA_PROBE
+#define RT_CUDA_SKIP_comm_wait RT_CUDA_PROBE
+#define RT_CUDA_SKIP_unshard RT_CUDA_PROBE
+#define RT_CUDA_SKIP_accumulate RT_CUDA_PROBE
+#define RT_CUDA_SKIP_tp_gather RT_CUDA_PROBE
+#define RT_CUDA_SKIP_tp_slice RT_CUDA_PROBE
+#define RT_CUDA_SKIP_embedding_vp_fwd RT_CUDA_PROBE
+#define RT_CUDA_SKIP_vp_crossentropy_fwd RT_CUDA_PROBE
+#define RT_CUDA_SKIP_vp_crossentropy_bwd RT_CUDA_PROBE
+
+extern "C" void *const rt_cuda_kernels[] = {
+#define K(name, ...) RT_CUDA_CAT(RT_CUDA_ENTRY_, RT_CUDA_SKIPPED(name))(name)
+#include "kernels.def"
+};
+extern "C" const int rt_cuda_nkernels = (int)(sizeof rt_cuda_kernels / sizeof rt_cuda_kernels[0]);

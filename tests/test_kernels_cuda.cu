@@ -1,0 +1,672 @@
+// Every CUDA launcher (runtime/kernels_cuda.cu) against its CPU twin
+// (runtime/kernels_cpu.c, linked as cpu_rt_*: tests/kernels_cpu_renamed.h) on
+// random inputs of several sizes: odd ones, edge ones, rows longer than a
+// block. One line per case: `name: max abs diff X, max rel diff Y`, the
+// relative diff taken against the largest |cpu| value of the output (results
+// that cancel make an element-by-element ratio meaningless). Tolerances:
+// exact for data movement, integers and dropout masks, 1e-5 for elementwise
+// math, 1e-4 for reductions, matmul and attention. Without a CUDA device:
+// `no CUDA device: skipped`, exit 77.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda_common.h"
+extern "C" {
+#include "kernels.h"  // the CUDA launchers
+}
+#undef MTC_RT_KERNELS_H
+#include "kernels_cpu_renamed.h"
+namespace cpu {
+extern "C" {
+#include "kernels.h"  // the CPU twins, as cpu_rt_*
+}
+}  // namespace cpu
+#define CPU_RENAMED_UNDEF
+#include "kernels_cpu_renamed.h"
+
+#define CPU(f) cpu::cpu_##f
+
+typedef std::vector<float> Vec;
+typedef std::vector<int> IVec;
+
+static const double EXACT = 0.0, ELEM = 1e-5, RED = 1e-4;
+static int ncases, nfail;
+
+// ---- random inputs (xorshift64*: the same inputs every run)
+
+static unsigned long long rng = 0x9E3779B97F4A7C15ull;
+static unsigned long long next_u64(void) {
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return rng * 2685821657736338717ull;
+}
+static float uniform(float lo, float hi) {
+  return lo + (hi - lo) * (float)((next_u64() >> 40) * (1.0 / 16777216.0));
+}
+static Vec rand_vec(long n, float lo = -1.0f, float hi = 1.0f) {
+  Vec v((size_t)n);
+  for (auto &x : v) x = uniform(lo, hi);
+  return v;
+}
+static IVec rand_ivec(long n, int lo, int hi) {  // [lo, hi)
+  IVec v((size_t)n);
+  for (auto &x : v) x = lo + (int)(next_u64() % (unsigned long long)(hi - lo));
+  return v;
+}
+
+// ---- device buffers, freed after each case
+
+static std::vector<void *> allocs;
+
+template <typename T>
+static T *dev(const std::vector<T> &h) {
+  T *d;
+  cudaCheck(cudaMalloc(&d, (h.size() > 0 ? h.size() : 1) * sizeof(T)));
+  if (!h.empty()) cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  allocs.push_back(d);
+  return d;
+}
+
+template <typename T>
+static std::vector<T> host(const T *d, size_t n) {
+  std::vector<T> h(n);
+  rt_cuda_sync();
+  if (n) cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+static void free_all(void) {
+  cudaCheck(cudaDeviceSynchronize());
+  for (void *p : allocs) cudaCheck(cudaFree(p));
+  allocs.clear();
+}
+
+// ---- comparisons
+
+static void check(const char *name, const Vec &ref, const float *dgot, double tol) {
+  Vec got = host(dgot, ref.size());
+  double maxabs = 0.0, maxref = 0.0;
+  long worst = -1;
+  bool exact = true;
+  for (size_t i = 0; i < ref.size(); i++) {
+    double r = ref[i], g = got[i];
+    if (isnan(r) && isnan(g)) continue;
+    if (memcmp(&ref[i], &got[i], sizeof(float)) != 0) exact = false;
+    double d = isnan(r) || isnan(g) ? INFINITY : fabs(r - g);
+    if (!isinf(r) && fabs(r) > maxref) maxref = fabs(r);
+    if (isinf(r) && r == g) d = 0.0;
+    if (d > maxabs) {
+      maxabs = d;
+      worst = (long)i;
+    }
+  }
+  double rel = maxabs == 0.0 ? 0.0 : maxabs / (maxref > 0.0 ? maxref : 1e-30);
+  bool ok = tol == EXACT ? exact : rel <= tol;
+  ncases++;
+  printf("%s: max abs diff %.3g, max rel diff %.3g%s\n", name, maxabs, rel,
+         ok ? "" : (tol == EXACT ? "  FAIL (exact)" : "  FAIL"));
+  if (!ok) {
+    nfail++;
+    if (worst >= 0)
+      printf("  worst at %ld: cpu %.9g, gpu %.9g\n", worst, (double)ref[(size_t)worst],
+             (double)got[(size_t)worst]);
+  }
+}
+
+static void check_int(const char *name, const IVec &ref, const int *dgot) {
+  IVec got = host(dgot, ref.size());
+  long bad = 0;
+  for (size_t i = 0; i < ref.size(); i++) bad += ref[i] != got[i];
+  ncases++;
+  printf("%s: %ld of %zu ints differ%s\n", name, bad, ref.size(), bad ? "  FAIL" : "");
+  if (bad) nfail++;
+}
+
+static const char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static const char *fmt(const char *f, ...) {
+  static char buf[256];
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// ---- data movement
+
+static void test_fill_copy(void) {
+  for (long n : {1L, 7L, 1000L, (1L << 20) + 3}) {
+    Vec out = rand_vec(n);
+    float *dout = dev(out);
+    CPU(rt_fill)(out.data(), n, 3.25f);
+    rt_fill(dout, n, 3.25f);
+    check(fmt("fill n=%ld", n), out, dout, EXACT);
+
+    Vec x = rand_vec(n), o2 = rand_vec(n);
+    float *dx = dev(x), *do2 = dev(o2);
+    CPU(rt_copy)(o2.data(), x.data(), n);
+    rt_copy(do2, dx, n);
+    check(fmt("copy n=%ld", n), o2, do2, EXACT);
+
+    IVec xi = rand_ivec(n, -1000, 1000), oi = rand_ivec(n, 0, 5);
+    int *dxi = dev(xi), *doi = dev(oi);
+    CPU(rt_copy_i32)(oi.data(), xi.data(), n);
+    rt_copy_i32(doi, dxi, n);
+    check_int(fmt("copy_i32 n=%ld", n), oi, doi);
+    free_all();
+  }
+  // overlapping ranges (memmove), both directions
+  for (long shift : {-3L, 3L, -700L, 700L}) {
+    long n = 1000;
+    Vec buf = rand_vec(n + 800);
+    float *dbuf = dev(buf);
+    long oo = shift < 0 ? 0 : shift, xo = shift < 0 ? -shift : 0;
+    CPU(rt_copy)(buf.data() + oo, buf.data() + xo, n);
+    rt_copy(dbuf + oo, dbuf + xo, n);
+    check(fmt("copy overlapping shift=%ld", shift), buf, dbuf, EXACT);
+    free_all();
+  }
+}
+
+// the elements x needs for shape read through xstride (strides >= 0)
+static long span_of(int rank, const long *shape, const long *stride) {
+  long last = 0;
+  for (int d = 0; d < rank; d++) last += (shape[d] - 1) * stride[d];
+  return last + 1;
+}
+
+static long numel(int rank, const long *shape) {
+  long n = 1;
+  for (int d = 0; d < rank; d++) n *= shape[d];
+  return n;
+}
+
+static void test_strided_copy(void) {
+  struct Case {
+    int rank;
+    long shape[4], xstride[4];
+  } cases[] = {
+      {0, {0}, {0}},                          // one element
+      {1, {1000}, {1}},                       // contiguous
+      {2, {37, 53}, {1, 37}},                 // transpose
+      {2, {1025, 1023}, {1, 1025}},           // a large transpose
+      {3, {6, 4, 5}, {1, 30, 6}},             // permutation
+      {3, {5, 64, 7}, {0, 7, 1}},             // broadcast of the leading dim
+      {3, {5, 64, 7}, {7, 0, 1}},             // broadcast in the middle
+      {2, {300, 17}, {17, 0}},                // broadcast of the last dim
+      {4, {2, 1, 3, 129}, {3 * 129 * 2, 5, 129 * 2, 2}},  // a stride of 2, a dim of 1
+  };
+  for (const Case &c : cases) {
+    long n = numel(c.rank, c.shape);
+    Vec x = rand_vec(span_of(c.rank, c.shape, c.xstride)), out = rand_vec(n);
+    float *dx = dev(x), *dout = dev(out);
+    CPU(rt_strided_copy)(out.data(), x.data(), c.rank, c.shape, c.xstride);
+    rt_strided_copy(dout, dx, c.rank, c.shape, c.xstride);
+    check(fmt("strided_copy rank=%d n=%ld", c.rank, n), out, dout, EXACT);
+    free_all();
+  }
+}
+
+static void test_reduce_sum(void) {
+  struct Case {
+    int rank;
+    long shape[3], ostride[3], onumel;
+    float scale;
+  } cases[] = {
+      {0, {0}, {0}, 1, 2.0f},                          // one element
+      {2, {300, 77}, {0, 1}, 77, 1.0f},                // bias gradient (n, c) -> (c)
+      {2, {300, 77}, {1, 0}, 300, 0.5f},               // rows (n, c) -> (n)
+      {1, {(1L << 20) + 5}, {0}, 1, 0.25f},            // everything into one number
+      {2, {1000, 1000}, {0, 0}, 1, 1.0f},              // the same, two dims
+      {3, {4, 300, 6}, {6, 0, 1}, 24, 1.0f},           // the middle dim
+      {3, {4, 3, 600}, {0, 1, 0}, 3, 1.0f},            // the outer and the inner dims
+      {2, {5, 7}, {1, 5}, 35, -1.5f},                  // a permutation, no reduction
+      {3, {2, 3, 4}, {0, 0, 1}, 6, 1.0f},              // fewer outputs than onumel
+  };
+  for (const Case &c : cases) {
+    long n = numel(c.rank, c.shape);
+    Vec x = rand_vec(n), out = rand_vec(c.onumel);
+    float *dx = dev(x), *dout = dev(out);
+    CPU(rt_reduce_sum)(out.data(), x.data(), c.rank, c.shape, c.ostride, c.onumel, c.scale);
+    rt_reduce_sum(dout, dx, c.rank, c.shape, c.ostride, c.onumel, c.scale);
+    check(fmt("reduce_sum rank=%d n=%ld onumel=%ld", c.rank, n, c.onumel), out, dout, RED);
+    free_all();
+  }
+}
+
+static void test_slices(void) {
+  struct Case {
+    long outer, xinner, off, len;
+  } cases[] = {{1, 1, 0, 1}, {13, 100, 17, 50}, {1000, 768 * 3, 768, 768}, {7, 9, 0, 9}};
+  for (const Case &c : cases) {
+    Vec x = rand_vec(c.outer * c.xinner), out = rand_vec(c.outer * c.len);
+    float *dx = dev(x), *dout = dev(out);
+    CPU(rt_slice)(out.data(), x.data(), c.outer, c.xinner, c.off, c.len);
+    rt_slice(dout, dx, c.outer, c.xinner, c.off, c.len);
+    check(fmt("slice outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off, c.len), out,
+          dout, EXACT);
+    // unslice: the rest of its out is left alone
+    Vec y = rand_vec(c.outer * c.len), big = rand_vec(c.outer * c.xinner);
+    float *dy = dev(y), *dbig = dev(big);
+    CPU(rt_unslice)(big.data(), y.data(), c.outer, c.xinner, c.off, c.len);
+    rt_unslice(dbig, dy, c.outer, c.xinner, c.off, c.len);
+    check(fmt("unslice outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off, c.len),
+          big, dbig, EXACT);
+    free_all();
+  }
+  struct ACase {
+    long outer, xdim, inner, start, step, len;
+  } acases[] = {{1, 1, 1, 0, 1, 1}, {3, 10, 7, 1, 3, 3}, {4, 50, 33, 5, 1, 40}, {2, 9, 1000, 8, 1, 1}};
+  for (const ACase &c : acases) {
+    Vec x = rand_vec(c.outer * c.xdim * c.inner), out = rand_vec(c.outer * c.len * c.inner);
+    float *dx = dev(x), *dout = dev(out);
+    CPU(rt_slice_axis)(out.data(), x.data(), c.outer, c.xdim, c.inner, c.start, c.step, c.len);
+    rt_slice_axis(dout, dx, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
+    check(fmt("slice_axis outer=%ld xdim=%ld inner=%ld start=%ld step=%ld", c.outer, c.xdim,
+              c.inner, c.start, c.step),
+          out, dout, EXACT);
+    Vec dyv = rand_vec(c.outer * c.len * c.inner), dxv = rand_vec(c.outer * c.xdim * c.inner);
+    float *ddy = dev(dyv), *ddx = dev(dxv);
+    CPU(rt_slice_axis_bwd)(dxv.data(), dyv.data(), c.outer, c.xdim, c.inner, c.start, c.step,
+                           c.len);
+    rt_slice_axis_bwd(ddx, ddy, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
+    check(fmt("slice_axis_bwd outer=%ld xdim=%ld inner=%ld start=%ld step=%ld", c.outer, c.xdim,
+              c.inner, c.start, c.step),
+          dxv, ddx, EXACT);
+    free_all();
+  }
+}
+
+// ---- elementwise
+
+static void test_binary(void) {
+  struct Case {
+    int rank;
+    long shape[3], as[3], bs[3];
+  } cases[] = {
+      {1, {1}, {1}, {1}},
+      {1, {100003}, {1}, {1}},                   // same shape
+      {2, {64, 33}, {33, 1}, {0, 1}},            // b broadcast over rows
+      {2, {64, 33}, {33, 1}, {1, 0}},            // b broadcast over columns
+      {2, {64, 33}, {1, 64}, {33, 1}},           // a transposed
+      {3, {3, 5, 700}, {0, 700, 1}, {3500, 0, 1}},
+      {0, {0}, {0}, {0}},                        // scalars
+  };
+  const char *names[] = {"add", "sub", "mul", "div"};
+  for (int op = RT_ADD; op <= RT_DIV; op++)
+    for (const Case &c : cases) {
+      long n = numel(c.rank, c.shape);
+      Vec a = rand_vec(span_of(c.rank, c.shape, c.as)), b = rand_vec(span_of(c.rank, c.shape, c.bs));
+      for (auto &v : b) v = v < 0 ? v - 0.5f : v + 0.5f;  // away from 0 (div)
+      Vec out = rand_vec(n);
+      float *da = dev(a), *db = dev(b), *dout = dev(out);
+      CPU(rt_binary)(op, out.data(), a.data(), b.data(), c.rank, c.shape, c.as, c.bs);
+      rt_binary(op, dout, da, db, c.rank, c.shape, c.as, c.bs);
+      check(fmt("binary %s rank=%d n=%ld", names[op], c.rank, n), out, dout, EXACT);
+      free_all();
+    }
+}
+
+typedef void (*Fwd)(float *, const float *, long);
+typedef void (*Bwd)(float *, const float *, const float *, long);
+
+static void test_activations(void) {
+  struct F {
+    const char *name;
+    Fwd cpu, gpu;
+    double tol;
+  } fwds[] = {{"gelu_fwd", CPU(rt_gelu_fwd), rt_gelu_fwd, ELEM},
+              {"relu_fwd", CPU(rt_relu_fwd), rt_relu_fwd, EXACT},
+              {"gelu_erf_fwd", CPU(rt_gelu_erf_fwd), rt_gelu_erf_fwd, ELEM}};
+  struct B {
+    const char *name;
+    Bwd cpu, gpu;
+    double tol;
+  } bwds[] = {{"gelu_bwd", CPU(rt_gelu_bwd), rt_gelu_bwd, ELEM},
+              {"relu_bwd", CPU(rt_relu_bwd), rt_relu_bwd, EXACT},
+              {"gelu_erf_bwd", CPU(rt_gelu_erf_bwd), rt_gelu_erf_bwd, ELEM}};
+  for (long n : {1L, 17L, 1000L, (1L << 20) + 1}) {
+    Vec x = rand_vec(n, -6.0f, 6.0f), dy = rand_vec(n);
+    if (n > 4) x[0] = 30.0f, x[1] = -30.0f, x[2] = 0.0f, x[3] = -0.0f;  // the tails, and 0
+    float *dx = dev(x), *ddy = dev(dy);
+    for (const F &f : fwds) {
+      Vec y = rand_vec(n);
+      float *dyo = dev(y);
+      f.cpu(y.data(), x.data(), n);
+      f.gpu(dyo, dx, n);
+      check(fmt("%s n=%ld", f.name, n), y, dyo, f.tol);
+    }
+    for (const B &b : bwds) {
+      Vec g = rand_vec(n);
+      float *dg = dev(g);
+      b.cpu(g.data(), dy.data(), x.data(), n);
+      b.gpu(dg, ddy, dx, n);
+      check(fmt("%s n=%ld", b.name, n), g, dg, b.tol);
+    }
+    Vec s = rand_vec(n);
+    float *ds = dev(s);
+    CPU(rt_scale)(s.data(), x.data(), n, -0.75f, 0.125f);
+    rt_scale(ds, dx, n, -0.75f, 0.125f);
+    check(fmt("scale n=%ld", n), s, ds, ELEM);
+    free_all();
+  }
+}
+
+static void test_unary(void) {
+  struct U {
+    int op;
+    const char *name;
+    float lo, hi, p;
+  } ops[] = {{RT_EXP, "exp", -5, 5, 0},       {RT_LOG, "log", 0.01f, 10, 0},
+             {RT_SQRT, "sqrt", 0, 10, 0},     {RT_TANH, "tanh", -5, 5, 0},
+             {RT_ERF, "erf", -3, 3, 0},       {RT_POW, "pow 2.5", 0.1f, 3, 2.5f},
+             {RT_POW, "pow 2", -3, 3, 2.0f},  {RT_POW, "pow -0.5", 0.1f, 3, -0.5f}};
+  for (long n : {1L, 1000L, 65537L})
+    for (const U &u : ops) {
+      Vec x = rand_vec(n, u.lo, u.hi), y = rand_vec(n);
+      float *dx = dev(x), *dy = dev(y);
+      CPU(rt_unary)(u.op, y.data(), x.data(), n, u.p);
+      rt_unary(u.op, dy, dx, n, u.p);
+      check(fmt("unary %s n=%ld", u.name, n), y, dy, ELEM);
+      free_all();
+    }
+}
+
+// ---- matmul
+
+static void test_matmul(void) {
+  struct Case {
+    long batch, m, n, k;
+    int ta, tb;
+    int bsa, bsb, bsc;  // strides: 1 = a whole matrix, 0 = broadcast / summed
+  } cases[] = {
+      {1, 1, 1, 1, 0, 0, 1, 1, 1},       {1, 17, 33, 65, 0, 0, 1, 1, 1},
+      {1, 17, 33, 65, 1, 0, 1, 1, 1},    {1, 17, 33, 65, 0, 1, 1, 1, 1},
+      {1, 17, 33, 65, 1, 1, 1, 1, 1},    {1, 300, 200, 513, 0, 0, 1, 1, 1},
+      {4, 31, 29, 64, 0, 1, 1, 1, 1},    // batched
+      {3, 31, 29, 64, 1, 0, 0, 1, 1},    // a broadcast
+      {3, 31, 29, 64, 0, 0, 1, 0, 1},    // b broadcast
+      {5, 40, 24, 37, 1, 0, 1, 1, 0},    // summed into one C (a weight gradient)
+      {5, 40, 24, 37, 0, 1, 1, 0, 0},    // summed, b broadcast
+      {2, 9, 11, 0, 0, 0, 1, 1, 1},      // k = 0: zeros
+      {3, 9, 11, 0, 0, 0, 1, 1, 0},      // k = 0, summed
+      {1, 1, 50257, 64, 0, 1, 1, 1, 1},  // a wide, one-row product
+  };
+  for (const Case &c : cases) {
+    long sa = c.bsa ? c.m * c.k : 0, sb = c.bsb ? c.k * c.n : 0, sc = c.bsc ? c.m * c.n : 0;
+    long na = c.bsa ? c.batch * c.m * c.k : c.m * c.k, nb = c.bsb ? c.batch * c.k * c.n : c.k * c.n;
+    long nc = c.bsc ? c.batch * c.m * c.n : c.m * c.n;
+    Vec a = rand_vec(na), b = rand_vec(nb), out = rand_vec(nc);
+    float *da = dev(a), *db = dev(b), *dc = dev(out);
+    CPU(rt_matmul)(out.data(), a.data(), b.data(), c.batch, c.m, c.n, c.k, c.ta, c.tb, sa, sb, sc);
+    rt_matmul(dc, da, db, c.batch, c.m, c.n, c.k, c.ta, c.tb, sa, sb, sc);
+    check(fmt("matmul batch=%ld m=%ld n=%ld k=%ld ta=%d tb=%d sa=%ld sb=%ld sc=%ld", c.batch, c.m,
+              c.n, c.k, c.ta, c.tb, sa, sb, sc),
+          out, dc, RED);
+    free_all();
+  }
+}
+
+// ---- neural-net ops
+
+static void test_embedding(void) {
+  struct Case {
+    long n, v, c;
+  } cases[] = {{1, 1, 1}, {300, 50, 33}, {1024, 500, 768}, {7, 3, 1000}};
+  for (const Case &c : cases) {
+    IVec idx = rand_ivec(c.n, 0, (int)c.v);
+    Vec w = rand_vec(c.v * c.c), out = rand_vec(c.n * c.c);
+    int *didx = dev(idx);
+    float *dw = dev(w), *dout = dev(out);
+    CPU(rt_embedding_fwd)(out.data(), w.data(), idx.data(), c.n, c.c);
+    rt_embedding_fwd(dout, dw, didx, c.n, c.c);
+    check(fmt("embedding_fwd n=%ld v=%ld c=%ld", c.n, c.v, c.c), out, dout, EXACT);
+    Vec dy = rand_vec(c.n * c.c), g = rand_vec(c.v * c.c);
+    float *ddy = dev(dy), *dg = dev(g);
+    CPU(rt_embedding_bwd)(g.data(), dy.data(), idx.data(), c.n, c.v, c.c);
+    rt_embedding_bwd(dg, ddy, didx, c.n, c.v, c.c);
+    check(fmt("embedding_bwd n=%ld v=%ld c=%ld", c.n, c.v, c.c), g, dg, ELEM);
+    free_all();
+  }
+}
+
+// row shapes (n, c) of the row kernels: short, odd, longer than a block
+static const long row_cases[][2] = {{1, 1}, {3, 7}, {7, 33}, {64, 768}, {5, 3000}, {3, 50257}};
+
+static void test_layernorm(void) {
+  for (const auto &rc : row_cases) {
+    long n = rc[0], c = rc[1];
+    Vec x = rand_vec(n * c, -2, 3), w = rand_vec(c), b = rand_vec(c), y = rand_vec(n * c);
+    float *dx = dev(x), *dw = dev(w), *db = dev(b), *dy = dev(y);
+    CPU(rt_layernorm_fwd)(y.data(), x.data(), w.data(), b.data(), n, c, 1e-5f);
+    rt_layernorm_fwd(dy, dx, dw, db, n, c, 1e-5f);
+    check(fmt("layernorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
+    Vec g = rand_vec(n * c), gx = rand_vec(n * c), gw = rand_vec(c), gb = rand_vec(c);
+    float *dg = dev(g), *dgx = dev(gx), *dgw = dev(gw), *dgb = dev(gb);
+    CPU(rt_layernorm_bwd)(gx.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), n, c, 1e-5f);
+    rt_layernorm_bwd(dgx, dgw, dgb, dg, dx, dw, n, c, 1e-5f);
+    check(fmt("layernorm_bwd dx n=%ld c=%ld", n, c), gx, dgx, RED);
+    check(fmt("layernorm_bwd dw n=%ld c=%ld", n, c), gw, dgw, RED);
+    check(fmt("layernorm_bwd db n=%ld c=%ld", n, c), gb, dgb, RED);
+    free_all();
+  }
+}
+
+static void test_softmaxes(void) {
+  for (const auto &rc : row_cases) {
+    long n = rc[0], c = rc[1];
+    Vec x = rand_vec(n * c, -8, 8), dy = rand_vec(n * c);
+    float *dx = dev(x), *ddy = dev(dy);
+    Vec y = rand_vec(n * c), ly = rand_vec(n * c);
+    float *dyo = dev(y), *dly = dev(ly);
+    CPU(rt_softmax_fwd)(y.data(), x.data(), n, c);
+    rt_softmax_fwd(dyo, dx, n, c);
+    check(fmt("softmax_fwd n=%ld c=%ld", n, c), y, dyo, RED);
+    CPU(rt_log_softmax_fwd)(ly.data(), x.data(), n, c);
+    rt_log_softmax_fwd(dly, dx, n, c);
+    check(fmt("log_softmax_fwd n=%ld c=%ld", n, c), ly, dly, RED);
+    // the backwards from the CPU's forward outputs, on both sides
+    float *dyc = dev(y), *dlyc = dev(ly);
+    Vec g = rand_vec(n * c), lg = rand_vec(n * c);
+    float *dg = dev(g), *dlg = dev(lg);
+    CPU(rt_softmax_bwd)(g.data(), dy.data(), y.data(), n, c);
+    rt_softmax_bwd(dg, ddy, dyc, n, c);
+    check(fmt("softmax_bwd n=%ld c=%ld", n, c), g, dg, RED);
+    CPU(rt_log_softmax_bwd)(lg.data(), dy.data(), ly.data(), n, c);
+    rt_log_softmax_bwd(dlg, ddy, dlyc, n, c);
+    check(fmt("log_softmax_bwd n=%ld c=%ld", n, c), lg, dlg, RED);
+    free_all();
+  }
+}
+
+static void test_attention(void) {
+  struct Case {
+    long bh, t, hs;
+  } cases[] = {{1, 1, 1}, {2, 7, 16}, {3, 64, 64}, {2, 300, 80}, {1, 1030, 64}, {2, 33, 300}};
+  for (const Case &c : cases)
+    for (int causal = 0; causal <= 1; causal++) {
+      long n = c.bh * c.t * c.hs;
+      Vec q = rand_vec(n, -2, 2), k = rand_vec(n, -2, 2), v = rand_vec(n), out = rand_vec(n);
+      float *dq = dev(q), *dk = dev(k), *dv = dev(v), *dout = dev(out);
+      CPU(rt_attention_fwd)(out.data(), q.data(), k.data(), v.data(), c.bh, c.t, c.hs, causal);
+      rt_attention_fwd(dout, dq, dk, dv, c.bh, c.t, c.hs, causal);
+      check(fmt("attention_fwd bh=%ld t=%ld hs=%ld causal=%d", c.bh, c.t, c.hs, causal), out, dout,
+            RED);
+      Vec g = rand_vec(n), gq = rand_vec(n), gk = rand_vec(n), gv = rand_vec(n);
+      float *dg = dev(g), *dgq = dev(gq), *dgk = dev(gk), *dgv = dev(gv);
+      CPU(rt_attention_bwd)(gq.data(), gk.data(), gv.data(), g.data(), q.data(), k.data(), v.data(),
+                            c.bh, c.t, c.hs, causal);
+      rt_attention_bwd(dgq, dgk, dgv, dg, dq, dk, dv, c.bh, c.t, c.hs, causal);
+      check(fmt("attention_bwd dq bh=%ld t=%ld hs=%ld causal=%d", c.bh, c.t, c.hs, causal), gq,
+            dgq, RED);
+      check(fmt("attention_bwd dk bh=%ld t=%ld hs=%ld causal=%d", c.bh, c.t, c.hs, causal), gk,
+            dgk, RED);
+      check(fmt("attention_bwd dv bh=%ld t=%ld hs=%ld causal=%d", c.bh, c.t, c.hs, causal), gv,
+            dgv, RED);
+      free_all();
+    }
+}
+
+static void test_losses(void) {
+  for (const auto &rc : row_cases) {
+    long n = rc[0], v = rc[1];
+    Vec x = rand_vec(n * v, -6, 6);
+    IVec tg = rand_ivec(n, 0, (int)v);
+    Vec loss = {7.0f}, dloss = {0.7f}, g = rand_vec(n * v);
+    float *dx = dev(x), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
+    int *dtg = dev(tg);
+    CPU(rt_crossentropy_fwd)(loss.data(), x.data(), tg.data(), n, v);
+    rt_crossentropy_fwd(dl, dx, dtg, n, v);
+    check(fmt("crossentropy_fwd n=%ld v=%ld", n, v), loss, dl, RED);
+    CPU(rt_crossentropy_bwd)(g.data(), dloss.data(), x.data(), tg.data(), n, v);
+    rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v);
+    check(fmt("crossentropy_bwd n=%ld v=%ld", n, v), g, dg, RED);
+    free_all();
+  }
+  // nll_loss over log-probabilities; targets that are ignored or out of range
+  struct Case {
+    long n, c, ignore;
+    int sum, all_ignored;
+  } cases[] = {{1, 1, -100, 0, 0},  {5, 17, -100, 0, 0}, {300, 10, 3, 0, 0},
+               {300, 10, 3, 1, 0},  {4096, 1000, -100, 1, 0}, {6, 5, 2, 0, 1}};
+  for (const Case &c : cases) {
+    Vec lp = rand_vec(c.n * c.c, -9, 0);
+    IVec tg = rand_ivec(c.n, -1, (int)c.c + 1);  // -1 and c: out of range
+    for (long i = 0; i < c.n; i += 7) tg[(size_t)i] = (int)c.ignore;
+    if (c.all_ignored)
+      for (auto &t : tg) t = (int)c.ignore;
+    Vec loss = {7.0f}, dloss = {-1.3f}, g = rand_vec(c.n * c.c);
+    float *dlp = dev(lp), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
+    int *dtg = dev(tg);
+    CPU(rt_nll_loss_fwd)(loss.data(), lp.data(), tg.data(), c.n, c.c, c.sum, c.ignore);
+    rt_nll_loss_fwd(dl, dlp, dtg, c.n, c.c, c.sum, c.ignore);
+    check(fmt("nll_loss_fwd n=%ld c=%ld ignore=%ld sum=%d", c.n, c.c, c.ignore, c.sum), loss, dl,
+          RED);
+    CPU(rt_nll_loss_bwd)(g.data(), dloss.data(), tg.data(), c.n, c.c, c.sum, c.ignore);
+    rt_nll_loss_bwd(dg, ddl, dtg, c.n, c.c, c.sum, c.ignore);
+    check(fmt("nll_loss_bwd n=%ld c=%ld ignore=%ld sum=%d", c.n, c.c, c.ignore, c.sum), g, dg,
+          ELEM);
+    free_all();
+  }
+}
+
+// ---- optimizers
+
+static void test_optimizers(void) {
+  for (long n : {1L, 15L, 16L, 17L, 1000L, (1L << 20) + 1})
+    for (int t : {1, 10}) {
+      Vec p = rand_vec(n), g = rand_vec(n), m = rand_vec(n, -0.1f, 0.1f), v = rand_vec(n, 0, 0.01f);
+      float *dp = dev(p), *dg = dev(g), *dm = dev(m), *dv = dev(v);
+      CPU(rt_adamw)(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t);
+      rt_adamw(dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t);
+      check(fmt("adamw p n=%ld t=%d", n, t), p, dp, ELEM);
+      check(fmt("adamw m n=%ld t=%d", n, t), m, dm, ELEM);
+      check(fmt("adamw v n=%ld t=%d", n, t), v, dv, ELEM);
+      Vec s = rand_vec(n);
+      float *ds = dev(s);
+      CPU(rt_sgd)(s.data(), g.data(), n, 0.05f, 0.01f);
+      rt_sgd(ds, dg, n, 0.05f, 0.01f);
+      check(fmt("sgd n=%ld t=%d", n, t), s, ds, ELEM);
+      free_all();
+    }
+}
+
+// ---- kernels for ONNX ops, offload copies
+
+static void test_onnx_ops(void) {
+  struct Case {
+    int rank;
+    long shape[3], mstride[3];
+  } cases[] = {{0, {0}, {0}},
+               {3, {4, 5, 6}, {30, 6, 1}},
+               {3, {4, 5, 6}, {0, 6, 1}},      // broadcast over the batch
+               {3, {4, 5, 600}, {5, 1, 0}},    // broadcast along rows
+               {2, {64, 64}, {0, 0}}};         // one mask value
+  for (const Case &c : cases) {
+    long n = numel(c.rank, c.shape);
+    IVec mask = rand_ivec(span_of(c.rank, c.shape, c.mstride), 0, 2);
+    Vec x = rand_vec(n), out = rand_vec(n);
+    int *dmask = dev(mask);
+    float *dx = dev(x), *dout = dev(out);
+    CPU(rt_masked_fill)(out.data(), x.data(), mask.data(), c.rank, c.shape, c.mstride, -1e9f);
+    rt_masked_fill(dout, dx, dmask, c.rank, c.shape, c.mstride, -1e9f);
+    check(fmt("masked_fill rank=%d n=%ld", c.rank, n), out, dout, EXACT);
+    free_all();
+  }
+  for (long n : {1L, 1000L, (1L << 20) + 7})
+    for (float ratio : {0.0f, 0.1f, 0.5f})
+      for (int st : {0, 41, -3}) {
+        Vec x = rand_vec(n), out = rand_vec(n);
+        IVec step = {st};
+        float *dx = dev(x), *dout = dev(out);
+        int *dstep = dev(step);
+        CPU(rt_dropout)(out.data(), x.data(), step.data(), n, ratio, 1234, 77);
+        rt_dropout(dout, dx, dstep, n, ratio, 1234, 77);
+        check(fmt("dropout n=%ld ratio=%g step=%d", n, ratio, st), out, dout, EXACT);
+        CPU(rt_tick)(step.data());
+        rt_tick(dstep);
+        check_int(fmt("tick from %d", st), step, dstep);
+        free_all();
+      }
+  for (long n : {1L, 1000L}) {
+    Vec h = rand_vec(n), back = rand_vec(n);
+    float *d = dev(rand_vec(n));
+    rt_to_device(d, h.data(), n);
+    rt_to_host(back.data(), d, n);
+    ncases++;
+    bool ok = memcmp(h.data(), back.data(), (size_t)n * sizeof(float)) == 0;
+    printf("to_device, to_host n=%ld: round trip %s\n", n, ok ? "exact" : "differs  FAIL");
+    if (!ok) nfail++;
+    free_all();
+  }
+}
+
+// the launcher table: every name of kernels.def less the 12 without a twin
+static void test_table(void) {
+  int total = 0
+#define K(name, ...) +1
+#include "kernels.def"
+      ;
+  int nonnull = 0;
+  for (int i = 0; i < rt_cuda_nkernels; i++) nonnull += rt_cuda_kernels[i] != NULL;
+  ncases++;
+  bool ok = rt_cuda_nkernels == total - 12 && nonnull == rt_cuda_nkernels;
+  printf("rt_cuda_kernels: %d launchers of %d kernels in kernels.def%s\n", rt_cuda_nkernels, total,
+         ok ? "" : "  FAIL");
+  if (!ok) nfail++;
+}
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  rt_cuda_init(0);
+  test_table();
+  test_fill_copy();
+  test_strided_copy();
+  test_reduce_sum();
+  test_slices();
+  test_binary();
+  test_activations();
+  test_unary();
+  test_matmul();
+  test_embedding();
+  test_layernorm();
+  test_softmaxes();
+  test_attention();
+  test_losses();
+  test_optimizers();
+  test_onnx_ops();
+  printf("%d cases, %d failed\n", ncases, nfail);
+  return nfail ? 1 : 0;
+}
