@@ -946,9 +946,9 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
     fputs("CC ?= cc\n", f);
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
-  fprintf(f, "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/safetensors.c "
-             "runtime/dist.c runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
-  fputs("HDR = runtime/kernels.h runtime/kernels.def runtime/model_api.h runtime/rng.h runtime/safetensors.h "
+  fprintf(f, "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/host.c "
+             "runtime/safetensors.c runtime/dist.c runtime/dist_cpu.c runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
+  fputs("HDR = runtime/kernels.h runtime/kernels.def runtime/adamw_cpu.h runtime/model_api.h runtime/rng.h runtime/safetensors.h "
         "runtime/comm.h runtime/dist.h\n"
         "\n"
         "all: cpu\n"
@@ -1002,7 +1002,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
     return -1;
   static const char *const runtime_files[] = {
-      "kernels.h", "kernels.def", "kernels_cpu.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
+      "kernels.h", "kernels.def", "kernels_cpu.c", "adamw_cpu.h", "host.c", "dist_cpu.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];

@@ -34,7 +34,7 @@ void rt_dist_init(int dp, int tp, int micro_total, int nslots);
 
 // The kernels lowered code calls for collectives, shards of buckets, tensor
 // parallelism and the vocabulary-parallel embedding and loss are in
-// kernels.def (runtime/dist.c defines them).
+// kernels.def (runtime/dist_cpu.c defines them for the CPU build, kernels_cuda.cu for the GPU).
 
 // Every slot's collective, finished (before gradients are read: --dump-grads).
 void rt_comm_wait_all(void);

@@ -1,6 +1,7 @@
 // The kernels of the mtc runtime (prefix rt_): their prototypes, from the
-// table in kernels.def, which documents each. runtime/kernels_cpu.c and
-// runtime/dist.c define them for the CPU build.
+// table in kernels.def, which documents each. runtime/kernels_cpu.c,
+// dist_cpu.c and dist.c define them for the CPU build; kernels_cuda.cu and
+// dist.c for the GPU build; host.c has the host code of both.
 //
 // Every generated forward/backward/update is a straight-line list of calls to
 // these functions.

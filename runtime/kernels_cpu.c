@@ -8,22 +8,16 @@
 // the sum is split into a fixed number of chunks (independent of the thread
 // count) that are combined in order. Without -fopenmp the pragmas are
 // ignored and everything runs serially.
-#define _POSIX_C_SOURCE 200809L  // sysconf, pthreads under -std=c11
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX__)
-#include <immintrin.h>  // one instruction: sqrt16
-#endif
-
+#include "adamw_cpu.h"
 #include "kernels.h"
 
 // Below this many elements a parallel region costs more than it saves. A
@@ -107,10 +101,7 @@ static double det_sum(const float *x, long n) {
 // the result is the same on every run.
 #define LANES 16
 
-// 16 floats (and 16 ints): GCC/Clang vector extensions, for the few loops the
-// compiler does not vectorize by itself. With AVX-512 one register; without,
-// the compiler splits them, so the code stays portable.
-typedef float v16f __attribute__((vector_size(64)));
+// 16 ints, beside adamw_cpu.h's 16 floats (v16f).
 typedef int32_t v16i __attribute__((vector_size(64)));
 
 static long ceil_div(long a, long b) { return (a + b - 1) / b; }
@@ -1233,143 +1224,12 @@ void rt_crossentropy_bwd(float *dlogits, const float *dloss,
 // ---------------------------------------------------------------------------
 // optimizers
 
-// sqrt of each lane, in place. Loops of sqrtf vectorize only under
-// -fno-math-errno, which -std=c11 leaves off, so on x86 the instruction is
-// named here.
-static inline void sqrt16(v16f *x) {
-#if defined(__AVX512F__)
-  *x = (v16f)_mm512_sqrt_ps((__m512)*x);
-#elif defined(__AVX__)
-  __m256 h[2];
-  memcpy(h, x, sizeof h);
-  h[0] = _mm256_sqrt_ps(h[0]);
-  h[1] = _mm256_sqrt_ps(h[1]);
-  memcpy(x, h, sizeof h);
-#else
-  float f[16];
-  memcpy(f, x, sizeof f);
-  for (int l = 0; l < 16; l++) f[l] = sqrtf(f[l]);
-  memcpy(x, f, sizeof f);
-#endif
-}
-
-// torch.optim.AdamW (1.13, single-tensor path), in its order of operations:
-// p *= 1 - lr wd; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
-// p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc = 1 - beta^t.
-// 16 elements at a time (a short tail through zero-padded copies); one pass
-// over the four arrays, bound by memory bandwidth. The device kernel
-// (rt_adamw) and the host one (rt_adamw_host, offload) run the same
-// adamw_blocks on blocks of 16, so they give the same bits.
-typedef struct AdamwStep {
-  float beta1, beta2, eps, step_size, bc2_sqrt, decay;
-} AdamwStep;
-
-static AdamwStep adamw_step(float lr, float beta1, float beta2, float eps, float wd, int t) {
-  double bc1 = 1.0 - pow((double)beta1, (double)t);
-  double bc2 = 1.0 - pow((double)beta2, (double)t);
-  return (AdamwStep){.beta1 = beta1, .beta2 = beta2, .eps = eps,
-                     .step_size = (float)((double)lr / bc1), .bc2_sqrt = (float)sqrt(bc2),
-                     .decay = 1.0f - lr * wd};
-}
-
-// Blocks [b0, b1) of 16 elements of arrays of n.
-static inline void adamw_blocks(float *p, const float *g, float *m, float *v, long n, long b0,
-                                long b1, const AdamwStep *s) {
-  float beta1 = s->beta1, beta2 = s->beta2;
-  for (long blk = b0; blk < b1; blk++) {
-    long i = blk * 16, len = n - i < 16 ? n - i : 16;
-    float *pb = p + i, *mb = m + i, *vb = v + i;
-    const float *gb = g + i;
-    float tail[4][16] = {{0}};
-    if (len < 16) {
-      memcpy(tail[0], pb, (size_t)len * sizeof(float));
-      memcpy(tail[1], gb, (size_t)len * sizeof(float));
-      memcpy(tail[2], mb, (size_t)len * sizeof(float));
-      memcpy(tail[3], vb, (size_t)len * sizeof(float));
-      pb = tail[0], gb = tail[1], mb = tail[2], vb = tail[3];
-    }
-    v16f pi, gi, mi, vi, denom;
-    memcpy(&pi, pb, sizeof pi);
-    memcpy(&gi, gb, sizeof gi);
-    memcpy(&mi, mb, sizeof mi);
-    memcpy(&vi, vb, sizeof vi);
-    mi = beta1 * mi + (1.0f - beta1) * gi;
-    vi = beta2 * vi + (1.0f - beta2) * gi * gi;
-    denom = vi;
-    sqrt16(&denom);
-    denom = denom / s->bc2_sqrt + s->eps;
-    pi = pi * s->decay - s->step_size * (mi / denom);
-    memcpy(pb, &pi, sizeof pi);
-    memcpy(mb, &mi, sizeof mi);
-    memcpy(vb, &vi, sizeof vi);
-    if (len < 16) {
-      memcpy(p + i, tail[0], (size_t)len * sizeof(float));
-      memcpy(m + i, tail[2], (size_t)len * sizeof(float));
-      memcpy(v + i, tail[3], (size_t)len * sizeof(float));
-    }
-  }
-}
-
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
               float beta1, float beta2, float eps, float wd, int t) {
   AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t);
   long nblocks = (n + 15) / 16;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long blk = 0; blk < nblocks; blk++) adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
-}
-
-// ---- offload: host memory -----------------------------------------------------
-//
-// The host's AdamW runs on POSIX threads rather than OpenMP: in a GPU build
-// OpenMP is not the device's, and the host update runs beside the device's
-// work. Each thread takes a contiguous run of 16-element blocks.
-
-// Below this many elements per thread a thread costs more than it saves.
-#define HOST_MIN_PER_THREAD (1L << 16)
-#define HOST_MAX_THREADS 256
-
-typedef struct HostChunk {
-  float *p, *m, *v;
-  const float *g;
-  long n, b0, b1;
-  const AdamwStep *s;
-} HostChunk;
-
-static void *adamw_chunk(void *arg) {
-  const HostChunk *c = arg;
-  adamw_blocks(c->p, c->g, c->m, c->v, c->n, c->b0, c->b1, c->s);
-  return NULL;
-}
-
-int rt_host_threads(void) {
-  const char *env = getenv("MTC_HOST_THREADS");
-  long n = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : n > HOST_MAX_THREADS ? HOST_MAX_THREADS : (int)n;
-}
-
-void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-                   float beta2, float eps, float wd, int t, int threads) {
-  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t);
-  long nblocks = (n + 15) / 16;
-  long most = n / HOST_MIN_PER_THREAD > 1 ? n / HOST_MIN_PER_THREAD : 1;
-  long nt = threads > 0 ? threads : rt_host_threads();
-  nt = nt > most ? most : nt > HOST_MAX_THREADS ? HOST_MAX_THREADS : nt;
-  nt = nt > nblocks ? (nblocks > 0 ? nblocks : 1) : nt;
-  HostChunk chunk[HOST_MAX_THREADS];
-  pthread_t tid[HOST_MAX_THREADS];
-  bool started[HOST_MAX_THREADS] = {false};
-  for (long k = 0; k < nt; k++) {
-    chunk[k] = (HostChunk){.p = p, .g = g, .m = m, .v = v, .n = n, .b0 = nblocks * k / nt,
-                           .b1 = nblocks * (k + 1) / nt, .s = &s};
-    // the caller's thread takes chunk 0; a thread that cannot start leaves
-    // its chunk to the caller too
-    if (k > 0) started[k] = pthread_create(&tid[k], NULL, adamw_chunk, &chunk[k]) == 0;
-  }
-  adamw_chunk(&chunk[0]);
-  for (long k = 1; k < nt; k++) {
-    if (started[k]) pthread_join(tid[k], NULL);
-    else adamw_chunk(&chunk[k]);
-  }
 }
 
 // The CPU build's device memory is host memory: the copies are memcpy. (The

@@ -6,7 +6,6 @@
 // symbol of kernels_cpu.c is listed (nm the object when one is added).
 #ifndef CPU_RENAMED_UNDEF
 #define rt_adamw cpu_rt_adamw
-#define rt_adamw_host cpu_rt_adamw_host
 #define rt_attention_bwd cpu_rt_attention_bwd
 #define rt_attention_fwd cpu_rt_attention_fwd
 #define rt_binary cpu_rt_binary
@@ -22,7 +21,6 @@
 #define rt_gelu_erf_bwd cpu_rt_gelu_erf_bwd
 #define rt_gelu_erf_fwd cpu_rt_gelu_erf_fwd
 #define rt_gelu_fwd cpu_rt_gelu_fwd
-#define rt_host_threads cpu_rt_host_threads
 #define rt_layernorm_bwd cpu_rt_layernorm_bwd
 #define rt_layernorm_fwd cpu_rt_layernorm_fwd
 #define rt_log_softmax_bwd cpu_rt_log_softmax_bwd
@@ -49,7 +47,6 @@
 #define rt_unslice cpu_rt_unslice
 #else
 #undef rt_adamw
-#undef rt_adamw_host
 #undef rt_attention_bwd
 #undef rt_attention_fwd
 #undef rt_binary
@@ -65,7 +62,6 @@
 #undef rt_gelu_erf_bwd
 #undef rt_gelu_erf_fwd
 #undef rt_gelu_fwd
-#undef rt_host_threads
 #undef rt_layernorm_bwd
 #undef rt_layernorm_fwd
 #undef rt_log_softmax_bwd

@@ -1,5 +1,5 @@
 // Tests of the CPU runtime kernels (runtime/kernels_cpu.c), and of the
-// tensor-parallel kernels (runtime/dist.c) where one process can run them.
+// tensor-parallel kernels (runtime/dist_cpu.c) where one process can run them.
 //
 // Every kernel is compared against a naive double-precision reference written
 // here, on random inputs from a fixed seed, over several shapes (odd sizes,
@@ -717,7 +717,7 @@ static void test_crossentropy(long n, long v, int fd) {
 }
 
 // ---------------------------------------------------------------------------
-// tensor parallelism (runtime/dist.c)
+// tensor parallelism (runtime/dist_cpu.c)
 
 // rt_tp_take / rt_tp_place: rank r's part of [outer][pieces][tp][chunk] is
 // [outer][pieces][chunk] of its r-th chunks; placing every part rebuilds the

@@ -1,0 +1,63 @@
+// Host code of every build (CPU and CUDA): the update of optimizer state
+// offloaded to host memory (rt_adamw_host, declared in kernels.def) and the
+// number of host threads it uses.
+#define _POSIX_C_SOURCE 200809L  // sysconf, pthreads under -std=c11
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "adamw_cpu.h"
+#include "kernels.h"
+
+// The host's AdamW runs on POSIX threads rather than OpenMP: in a GPU build
+// OpenMP is not the device's, and the host update runs beside the device's
+// work. Each thread takes a contiguous run of 16-element blocks.
+
+// Below this many elements per thread a thread costs more than it saves.
+#define HOST_MIN_PER_THREAD (1L << 16)
+#define HOST_MAX_THREADS 256
+
+typedef struct HostChunk {
+  float *p, *m, *v;
+  const float *g;
+  long n, b0, b1;
+  const AdamwStep *s;
+} HostChunk;
+
+static void *adamw_chunk(void *arg) {
+  const HostChunk *c = arg;
+  adamw_blocks(c->p, c->g, c->m, c->v, c->n, c->b0, c->b1, c->s);
+  return NULL;
+}
+
+int rt_host_threads(void) {
+  const char *env = getenv("MTC_HOST_THREADS");
+  long n = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > HOST_MAX_THREADS ? HOST_MAX_THREADS : (int)n;
+}
+
+void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+                   float beta2, float eps, float wd, int t, int threads) {
+  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t);
+  long nblocks = (n + 15) / 16;
+  long most = n / HOST_MIN_PER_THREAD > 1 ? n / HOST_MIN_PER_THREAD : 1;
+  long nt = threads > 0 ? threads : rt_host_threads();
+  nt = nt > most ? most : nt > HOST_MAX_THREADS ? HOST_MAX_THREADS : nt;
+  nt = nt > nblocks ? (nblocks > 0 ? nblocks : 1) : nt;
+  HostChunk chunk[HOST_MAX_THREADS];
+  pthread_t tid[HOST_MAX_THREADS];
+  bool started[HOST_MAX_THREADS] = {false};
+  for (long k = 0; k < nt; k++) {
+    chunk[k] = (HostChunk){.p = p, .g = g, .m = m, .v = v, .n = n, .b0 = nblocks * k / nt,
+                           .b1 = nblocks * (k + 1) / nt, .s = &s};
+    // the caller's thread takes chunk 0; a thread that cannot start leaves
+    // its chunk to the caller too
+    if (k > 0) started[k] = pthread_create(&tid[k], NULL, adamw_chunk, &chunk[k]) == 0;
+  }
+  adamw_chunk(&chunk[0]);
+  for (long k = 1; k < nt; k++) {
+    if (started[k]) pthread_join(tid[k], NULL);
+    else adamw_chunk(&chunk[k]);
+  }
+}
