@@ -572,8 +572,10 @@ int main(int argc, char **argv) {
     if (!rc && a.checkpoint)
       print_checkpoint("mtc: ", &ctx);
     if (!rc)
-      printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu\n", a.outdir,
-             (long long)ctx.mem->arena_bytes, a.outdir);
+      printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu%s\n", a.outdir,
+             (long long)ctx.mem->arena_bytes, a.outdir,
+             ctx.lowered && ctx.lowered->dist.dp * ctx.lowered->dist.tp > 1
+                 ? "" : " (or make gpu: nvcc, for NVIDIA GPUs)");
   }
   if (rc)
     ir_diag_print(stderr, &diag);

@@ -54,6 +54,9 @@ typedef struct CgCall {
 // under the memory plan m (a reshape it made a view moves nothing; m NULL:
 // none is). Returns the number of calls written to `calls` (at most max), or -1.
 int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d);
+// Bytes of device scratch the call's GPU kernel needs (0 for most; KS in
+// runtime/kernels.def), at the graph's dim values.
+int64_t cg_call_scratch(const IrGraph *g, const CgCall *c);
 // The SGD step for an adamw node's parameter (update() can switch at run time).
 void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *call);
 

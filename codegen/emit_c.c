@@ -3,7 +3,7 @@
 //   DIR/model.c      generated: dims, the memory plan (arena and host region),
 //                    forward/backward/update
 //   DIR/runtime/     train.c (main), kernels, headers: copied from mtc's runtime/
-//   DIR/Makefile     `make cpu` builds ./train with cc and OpenMP
+//   DIR/Makefile     `make gpu` (nvcc; `make` for one rank) and `make cpu` (cc, OpenMP) build ./train
 //   DIR/weights.bin  initial parameters, float32, in the order of model.c's table
 //   DIR/README.md    how to build and run, and the plan
 #define _GNU_SOURCE
@@ -45,6 +45,7 @@ typedef struct Emit {
   int *layers;          // ... and its layers (0: not a base)
   bool *covered;        // the buffer is a loop's base buffer at another block
   const Loop *in;       // the loop being written
+  int64_t scratch;      // the most device scratch one call needs (GPU build)
 } Emit;
 
 __attribute__((format(printf, 2, 3))) static void println(Emit *e, const char *fmt, ...) {
@@ -341,6 +342,8 @@ static void emit_node_comment(Emit *e, const IrNode *n) {
 
 // A call; in a loop, next is the same call of the next block.
 static void emit_call(Emit *e, const CgCall *c, const CgCall *next) {
+  int64_t need = cg_call_scratch(e->g, c);
+  e->scratch = need > e->scratch ? need : e->scratch;
   fprintf(e->f, "%srt_%s(", e->ind, cg_kernel_name(c->k));
   for (int j = 0; j < c->nargs; j++) {
     if (j)
@@ -348,6 +351,12 @@ static void emit_call(Emit *e, const CgCall *c, const CgCall *next) {
     emit_arg(e, &c->args[j], next ? &next->args[j] : NULL);
   }
   fputs(");\n", e->f);
+}
+
+// The GPU build's device memory beside the arena: the GEMM library's
+// workspace and the largest scratch of one kernel, each 256-byte aligned.
+static int64_t workspace_bytes(const Emit *e) {
+  return RT_GEMM_WORKSPACE_BYTES + (e->scratch + 255) / 256 * 256;
 }
 
 static bool has_op(const IrGraph *g, IrOp op) {
@@ -829,6 +838,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .arena_bytes = %lld,", (long long)e->m->arena_bytes);
   println(e, "    .persistent_bytes = %lld,", (long long)e->m->persistent_bytes);
   println(e, "    .peak_live_bytes = %lld,", (long long)e->m->peak_live_bytes);
+  println(e, "    .workspace_bytes = %lld,", (long long)workspace_bytes(e));
   println(e, "    .n_inputs = %d,", count_role(g, ROLE_INPUT));
   println(e, "    .inputs = inputs,");
   println(e, "    .n_params = %d,", count_role(g, ROLE_PARAM) + count_role(g, ROLE_CONST));
@@ -929,61 +939,99 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   return 0;
 }
 
-// `make cpu`: cc and the one-rank comm, or (a program for several ranks) mpicc
-// and comm_mpi.c. `make` builds the same until the CUDA backend lands.
+// `make cpu`: cc and OpenMP with the one-rank comm, or (a program for several
+// ranks) mpicc and comm_mpi.c. `make gpu`: the kernels built by nvcc (CUDA_ARCH
+// picks the GPUs) and the host code by cc, linked with the CUDA runtime and
+// cuBLAS; one-rank programs only until the collectives run over NCCL. `make`
+// is `make gpu` for a one-rank program and `make cpu` for the others. Both
+// builds go to build/<kind>/train and are copied to ./train.
 static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   FILE *f = open_out(opt->outdir, "Makefile", d);
   if (!f)
     return -1;
   bool mpi = ranks > 1;
-  fprintf(f, "# Built by mtc. `make cpu` builds ./train with %s and OpenMP.\n"
-             "# (`make` builds the same until the CUDA backend lands.)\n",
-          mpi ? "mpicc (Open MPI)" : "cc");
+  fputs("# Built by mtc. `make gpu` builds ./train for NVIDIA GPUs with nvcc (CUDA_ARCH picks\n"
+        "# them: sm_80 and sm_90 by default); `make cpu` for the CPU with OpenMP.\n", f);
   if (mpi)
-    fprintf(f, "# This program runs on %d ranks: mpirun -np %d ./train\n"
+    fprintf(f, "# This program runs on %d ranks: mpirun -np %d ./train. `make` builds it for the\n"
+               "# CPU: its GPU build needs the collectives over NCCL, which mtc does not have yet.\n"
                "CC = mpicc\n", ranks, ranks);
   else
-    fputs("CC ?= cc\n", f);
+    fputs("# `make` is `make gpu`.\nCC ?= cc\n", f);
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
-  fprintf(f, "SRC = model.c runtime/train.c runtime/kernels_cpu.c runtime/host.c "
-             "runtime/safetensors.c runtime/dist.c runtime/dist_cpu.c runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
-  fputs("HDR = runtime/kernels.h runtime/kernels.def runtime/adamw_cpu.h runtime/model_api.h runtime/rng.h runtime/safetensors.h "
-        "runtime/comm.h runtime/dist.h\n"
+  fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
+             "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
+  fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
+        "HDR = runtime/kernels.h runtime/kernels.def runtime/adamw_cpu.h runtime/model_api.h "
+        "runtime/rng.h runtime/safetensors.h runtime/comm.h runtime/dist.h runtime/device.h\n"
         "\n"
-        "all: cpu\n"
-        "cpu: train\n"
-        "train: $(SRC) $(HDR)\n", f);
+        "CUDA ?= /usr/local/cuda\n"
+        "NVCC ?= $(CUDA)/bin/nvcc\n"
+        "CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90\n"
+        "# --fmad=false: the fp32 kernels round as the CPU build does\n"
+        "NVCCFLAGS ?= -O3 -std=c++17 --fmad=false -Xcompiler -Wall,-Wextra\n"
+        "GPU_CFLAGS ?= -O3 -march=native -std=c11 -Wall -Wextra\n"
+        "# the kernels' objects (a prebuilt archive of the same sources may be given instead)\n"
+        "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n"
+        "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublas -lcudart -lstdc++\n"
+        "\n", f);
+  fprintf(f, "all: %s\n", mpi ? "cpu" : "gpu");
+  fputs("cpu: build/cpu/train\n"
+        "\tcp build/cpu/train train\n"
+        "build/cpu/train: $(CPU_SRC) $(HDR)\n", f);
   if (mpi)
     fputs("\t@command -v $(CC) >/dev/null || { echo \"make: this program runs on several ranks "
           "and needs MPI: apt-get install openmpi-bin libopenmpi-dev\" >&2; exit 1; }\n", f);
-  fputs("\t$(CC) $(CFLAGS) -Iruntime -o $@ $(SRC) $(LDLIBS)\n"
-        "clean:\n"
-        "\trm -f train\n"
-        ".PHONY: all cpu clean\n", f);
+  fputs("\t@mkdir -p build/cpu\n"
+        "\t$(CC) $(CFLAGS) -Iruntime -o $@ $(CPU_SRC) $(LDLIBS)\n"
+        "\n", f);
+  if (mpi) {
+    fputs("gpu:\n"
+          "\t@echo \"make: the GPU build of a program for several ranks needs the collectives "
+          "over NCCL, which mtc does not have yet; make cpu builds it for the CPU\" >&2; exit 1\n",
+          f);
+  } else {
+    fputs("gpu: build/gpu/train\n"
+          "\tcp build/gpu/train train\n"
+          "build/gpu/train: $(COMMON) $(CUDA_OBJS) $(HDR)\n"
+          "\t@mkdir -p build/gpu\n"
+          "\t$(CC) $(GPU_CFLAGS) -Iruntime -o $@ $(COMMON) $(CUDA_OBJS) $(CUDA_LIBS) $(LDLIBS)\n"
+          "build/gpu/%.o: runtime/%.cu runtime/cuda_common.h $(HDR)\n"
+          "\t@test -x $(NVCC) || { echo \"make: no nvcc at $(NVCC): install the CUDA toolkit or "
+          "set CUDA=its folder; make cpu builds for the CPU\" >&2; exit 1; }\n"
+          "\t@mkdir -p build/gpu\n"
+          "\t$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -Iruntime -c -o $@ $<\n", f);
+  }
+  fputs("clean:\n"
+        "\trm -rf train build\n"
+        ".PHONY: all cpu gpu clean\n", f);
   return fclose(f) ? ir_error(d, (IrLoc){0}, "cannot write Makefile") : 0;
 }
 
-static int write_readme(IrGraph *g, const CgOptions *opt, IrDiag *d) {
+static int write_readme(IrGraph *g, const CgOptions *opt, int64_t workspace, IrDiag *d) {
   const MemPlan *m = opt->mem;
   FILE *f = open_out(opt->outdir, "README.md", d);
   if (!f)
     return -1;
   fprintf(f, "# %s, compiled by mtc\n\n", g->name);
   fprintf(f, "Generated from `%s`. Build and train:\n\n", opt->source ? opt->source : "?");
-  fprintf(f, "    make cpu\n    ./train --steps 30           # synthetic data: one fixed batch\n");
+  fprintf(f, "    make cpu                     # or make gpu: nvcc, for NVIDIA GPUs (fp32)\n"
+             "    ./train --steps 30           # synthetic data: one fixed batch\n");
   fprintf(f, "    ./train --data shard.bin --steps 1000 --lr 3e-4\n");
   fprintf(f, "    ./train --inputs batch.safetensors --load w.safetensors --save w2.safetensors\n");
   fprintf(f, "    ./train --inputs batch.safetensors --steps 1 --lr 0 --dump-grads g.safetensors"
              "\n\n");
   fprintf(f, "- `model.c`: dims, the memory plan (as a table at the top), `forward`, `backward`, "
              "`update`.\n");
-  fprintf(f, "- `runtime/`: the training main (`train.c`) and the CPU kernels.\n");
+  fprintf(f, "- `runtime/`: the training main (`train.c`), the CPU kernels and their CUDA twins.\n");
   fprintf(f, "- `weights.bin`: the initial parameters (float32, seed %llu).\n\n",
           (unsigned long long)opt->seed);
   fprintf(f, "Memory: arena %lld bytes (persistent %lld), peak live %lld bytes = `%s`.\n",
           (long long)m->arena_bytes, (long long)m->persistent_bytes, (long long)m->peak_live_bytes,
           sym_str(&g->arena, m->peak_formula, &g->syms));
+  fprintf(f, "On a GPU the program also takes a workspace of %lld bytes (GEMMs, kernels' "
+             "scratch) beside the arena.\n", (long long)workspace);
   if (m->host_bytes)
     fprintf(f, "Host memory: %lld bytes of offloaded optimizer state (its update runs on the "
                "host's threads; MTC_HOST_THREADS sets how many).\n", (long long)m->host_bytes);
@@ -1002,7 +1050,8 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
     return -1;
   static const char *const runtime_files[] = {
-      "kernels.h", "kernels.def", "kernels_cpu.c", "adamw_cpu.h", "host.c", "dist_cpu.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
+      "kernels.h", "kernels.def", "kernels_cpu.c", "adamw_cpu.h", "host.c", "dist_cpu.c",
+      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];
@@ -1017,6 +1066,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   name_buffers(&e);
   e.f = open_out(opt->outdir, "model.c", d);
   int rc = e.f ? emit_model(&e, opt->source, d) : -1;
+  int64_t workspace = workspace_bytes(&e);
   if (e.f && fclose(e.f) && !rc)
     rc = ir_error(d, (IrLoc){0}, "cannot write model.c: %s", strerror(errno));
   free(e.cname), free(e.used), free(e.runs), free(e.loop), free(e.stride), free(e.layers);
@@ -1026,7 +1076,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   int ranks = opt->lowered ? opt->lowered->dist.dp * opt->lowered->dist.tp : 1;
   if (write_makefile(opt, ranks, d))
     return -1;
-  if (write_weights(g, opt, d) || write_readme(g, opt, d))
+  if (write_weights(g, opt, d) || write_readme(g, opt, workspace, d))
     return -1;
   return 0;
 }

@@ -33,6 +33,23 @@ static const struct {
 #include "kernels.def"
 };
 
+// The device scratch of each kernel's GPU twin (KS in runtime/kernels.def).
+static const struct {
+  int64_t bytes;
+  int a, b;  // argument positions; b -1: none; bytes 0: the kernel needs none
+} scratch[CG_K_COUNT] = {
+#define KS(name, bytes_, a_, b_) [CG_K_##name] = {.bytes = (bytes_), .a = (a_), .b = (b_)},
+#define K(name, ...)
+#include "kernels.def"
+};
+
+int64_t cg_call_scratch(const IrGraph *g, const CgCall *c) {
+  if (!scratch[c->k].bytes)
+    return 0;
+  int64_t n = scratch[c->k].bytes * ir_eval(g, c->args[scratch[c->k].a].i);
+  return scratch[c->k].b < 0 ? n : n * ir_eval(g, c->args[scratch[c->k].b].i);
+}
+
 static bool arg_fits(const CgArg *a, int kind) {
   switch (a->kind) {
   case CG_BUF: return kind == (a->buf->dtype == DT_I32 ? WANT_I32 : WANT_F32);

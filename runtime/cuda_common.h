@@ -41,12 +41,18 @@ extern "C" {
 // program sets another). Launchers are asynchronous: rt_cuda_sync() waits.
 extern cudaStream_t rt_cuda_stream;
 
-// Selects the device (call before the first kernel).
+// Selects the device and creates its context and the GEMM library's handle
+// (call before the first kernel).
 void rt_cuda_init(int device);
+// The device memory the kernels take scratch from: the GEMM library's
+// workspace (RT_GEMM_WORKSPACE_BYTES, model_api.h), then the kernels' scratch
+// (the most one call needs: KS in kernels.def). Without it, scratch is
+// allocated when first needed (the kernel tests).
+void rt_cuda_set_workspace(void *p, size_t bytes);
 // Waits until everything launched on rt_cuda_stream has finished.
 void rt_cuda_sync(void);
 
-// The address of every launcher named in codegen/kernels.def except those of
+// The address of every launcher named in runtime/kernels.def except those of
 // runtime/dist.h and rt_adamw_host (host code in every build): a kernel of
 // kernels.def without a CUDA twin does not compile.
 extern void *const rt_cuda_kernels[];

@@ -9,10 +9,9 @@
 // rt_cuda_stream and checked with cudaGetLastError. Scalars the CPU reads
 // through a pointer (dloss[0], step[0]) are read on the device.
 //
-// Not here: the kernels of runtime/dist.h (collectives, tensor and
-// vocabulary parallelism: NCCL, later), and rt_adamw_host and
-// rt_host_threads, which run on the host over host memory in every build:
-// a CUDA build keeps their CPU implementation.
+// Not here: the collectives (runtime/dist.c, over comm.h in every build),
+// and rt_adamw_host and rt_host_threads, which run on the host over host
+// memory in every build (runtime/host.c).
 //
 // Arithmetic follows the CPU code in its order of operations. The CPU build
 // (-std=c11) does not contract a*b + c into an FMA; this file is compiled
@@ -22,8 +21,8 @@
 // they agree with the CPU to rounding, not bit for bit.
 //
 // Scratch: layernorm_bwd, crossentropy_fwd and attention_bwd keep per-row
-// statistics in one device buffer allocated lazily and grown when needed
-// (TODO: planned memory, from the program's arena).
+// statistics in the workspace a program plans beside its arena (KS in
+// kernels.def gives each one's size; rt_cuda_set_workspace).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +32,9 @@
 
 #include "cuda_common.h"
 extern "C" {
+#include "dist.h"
 #include "kernels.h"
+#include "model_api.h"
 }
 
 cudaStream_t rt_cuda_stream = 0;
@@ -804,6 +805,76 @@ __global__ void slice_axis_kernel(float *out, const float *x, long outer, long x
   }
 }
 
+// ---- dist.h's kernels: micro-batches, tensor and vocabulary parallelism
+
+__global__ void accumulate_kernel(float *acc, const float *x, long n, float scale, int first) {
+  GRID_LOOP(i, n) acc[i] = (first ? 0.0f : acc[i]) + scale * x[i];
+}
+
+// rows of this rank's part of the table [lo, lo + v), zero for other tokens
+__global__ void embedding_vp_fwd_kernel(float *out, const float *w, const int *idx, long n,
+                                        long c, long v, long lo) {
+  GRID_LOOP(e, n * c) {
+    long i = e / c, row = idx[i] - lo;
+    out[e] = row >= 0 && row < v ? w[row * c + e % c] : 0.0f;
+  }
+}
+
+// mx[i] = the max of the row's first cols logits, one block per row
+__global__ void vp_max_kernel(float *mx, const float *logits, long n, long v, long cols) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = logits + row * v;
+    float m = -INFINITY;
+    for (long j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = block_max(m);
+    if (threadIdx.x == 0) mx[row] = m;
+  }
+}
+
+// sum[i] = sum of exp(logit - mx[i]) over the row's first cols logits
+__global__ void vp_sum_kernel(float *sum, const float *mx, const float *logits, long n, long v,
+                              long cols) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = logits + row * v;
+    double s = 0.0;
+    for (long j = threadIdx.x; j < cols; j += blockDim.x) s += exp((double)xr[j] - (double)mx[row]);
+    s = block_sum(s);
+    if (threadIdx.x == 0) sum[row] = (float)s;
+  }
+}
+
+// stats[i] = lse of row i (over the group); loss[0] = this rank's part of the
+// mean of lse - logit[target] (one block)
+__global__ void vp_loss_kernel(float *loss, float *stats, const float *logits, const int *targets,
+                               long n, long v, long lo) {
+  double part = 0.0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) {
+    double lse = (double)stats[i] + log((double)stats[n + i]);
+    stats[i] = (float)lse;
+    long t = targets[i] - lo;
+    if (t >= 0 && t < v) part += lse - (double)logits[i * v + t];
+  }
+  part = block_sum(part);
+  if (threadIdx.x == 0) loss[0] = (float)(part / (double)n);
+}
+
+__global__ void vp_crossentropy_bwd_kernel(float *dlogits, const float *dloss,
+                                           const float *logits, const int *targets,
+                                           const float *stats, long n, long v, long cols,
+                                           long lo) {
+  float g = dloss[0] / (float)n;
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *xr = logits + row * v;
+    float *dr = dlogits + row * v;
+    double lse = stats[row];
+    for (long j = threadIdx.x; j < v; j += blockDim.x)
+      dr[j] = j < cols ? g * (float)exp((double)xr[j] - lse) : 0.0f;
+    __syncthreads();
+    long t = targets[row] - lo;
+    if (threadIdx.x == 0 && t >= 0 && t < v) dr[t] -= g;
+  }
+}
+
 // ---- launchers ----
 
 #define LAUNCHED() cudaCheck(cudaGetLastError())
@@ -870,13 +941,40 @@ static Dims make_dims(int rank, const long *shape, const long *s0, const long *s
   return d;
 }
 
-// The one scratch buffer (see the top of the file): at least `bytes`, grown
-// by reallocation (cudaFree waits for the kernels that may still use it).
-static void *scratch(size_t bytes) {
+// The workspace (rt_cuda_set_workspace): the GEMM library's, then the
+// kernels' scratch. A program plans it (KS in kernels.def); without one (the
+// kernel tests), scratch is allocated here and grown when needed.
+static char *workspace = NULL;
+static size_t workspace_bytes = 0;
+
+static cublasHandle_t cublas_handle(void);
+
+void rt_cuda_set_workspace(void *p, size_t bytes) {
+  if (bytes < (size_t)RT_GEMM_WORKSPACE_BYTES) {
+    fprintf(stderr, "train: error: a workspace of %zu bytes is less than the GEMM's %ld\n", bytes,
+            (long)RT_GEMM_WORKSPACE_BYTES);
+    exit(EXIT_FAILURE);
+  }
+  workspace = (char *)p;
+  workspace_bytes = bytes;
+  cublasCheck(cublasSetWorkspace(cublas_handle(), workspace, RT_GEMM_WORKSPACE_BYTES));
+}
+
+// At least `bytes` of scratch for the kernel `who`.
+static void *scratch(size_t bytes, const char *who) {
+  if (workspace) {
+    size_t have = workspace_bytes - (size_t)RT_GEMM_WORKSPACE_BYTES;
+    if (bytes > have) {
+      fprintf(stderr, "train: error: rt_%s needs %zu bytes of scratch, the planned workspace "
+              "has %zu (model and runtime disagree: KS in kernels.def)\n", who, bytes, have);
+      exit(EXIT_FAILURE);
+    }
+    return workspace + RT_GEMM_WORKSPACE_BYTES;
+  }
   static void *buf = NULL;
   static size_t cap = 0;
   if (bytes > cap) {
-    if (buf) cudaCheck(cudaFree(buf));
+    if (buf) cudaCheck(cudaFree(buf));  // waits for the kernels that may still use it
     cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
     cudaCheck(cudaMalloc(&buf, cap));
   }
@@ -886,6 +984,7 @@ static void *scratch(size_t bytes) {
 void rt_cuda_init(int device) {
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaFree(0));  // creates the context now
+  (void)cublas_handle();   // and the GEMM library's handle
 }
 
 void rt_cuda_sync(void) { cudaCheck(cudaStreamSynchronize(rt_cuda_stream)); }
@@ -1103,7 +1202,7 @@ void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b, 
 void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                       const float *w, long n, long c, float eps) {
   if (c <= 0) return;
-  float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float));
+  float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float), "layernorm_bwd");
   if (n > 0) {
     layernorm_bwd_dx_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(
         dx, stats, dy, x, w, n, c, eps);
@@ -1159,7 +1258,7 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                       const float *k, const float *v, long bh, long t, long hs, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float));
+  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
   attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
       dq, stats, dout, q, k, v, bh, t, hs, causal, scale);
@@ -1175,7 +1274,7 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets, l
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));  // 0.0f
     return;
   }
-  double *part = (double *)scratch((size_t)n * sizeof(double));
+  double *part = (double *)scratch((size_t)n * sizeof(double), "crossentropy_fwd");
   crossentropy_rows_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(part, logits,
                                                                                 targets, n, v);
   LAUNCHED();
@@ -1214,10 +1313,10 @@ void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
 
 // ---- offload: host memory
 //
-// rt_adamw_host and rt_host_threads are host code over host memory: the CPU
-// implementation (kernels_cpu.c) in every build, so not here. The copies
-// below wait for the stream: the host reads or rewrites `host` right after
-// (TODO: pinned buffers and events, to overlap them with the device's work).
+// rt_adamw_host and rt_host_threads are host code over host memory
+// (runtime/host.c in every build). The host region is pinned (device_cuda.cu);
+// the copies below wait for the stream, as the host reads or rewrites `host`
+// right after. They do not yet overlap the device's work.
 
 void rt_to_host(float *host, const float *x, long n) {
   if (n <= 0) return;
@@ -1335,6 +1434,90 @@ void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long i
   LAUNCHED();
 }
 
+// ---- dist.h's kernels (the collectives they call run over comm.h)
+
+void rt_unshard(float *out, const float *x, long k) {
+  if (k <= 0) return;
+  cudaCheck(cudaMemcpyAsync(out + (long)rt_dist.dp_rank * k, x, (size_t)k * sizeof(float),
+                            cudaMemcpyDeviceToDevice, rt_cuda_stream));
+}
+
+void rt_accumulate(float *acc, const float *x, long n, float scale) {
+  if (n <= 0) return;
+  accumulate_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(acc, x, n, scale,
+                                                               rt_dist.micro == 0);
+  LAUNCHED();
+}
+
+// part [outer * pieces][chunk] <-> whole [outer * pieces][tp][chunk], rank's column
+static void tp_copy(float *to, const float *from, long outer, long pieces, long chunk, int rank,
+                    int tp, bool place) {
+  if (outer * pieces <= 0 || chunk <= 0) return;
+  size_t w = (size_t)chunk * sizeof(float), wide = w * (size_t)tp;
+  if (place)
+    cudaCheck(cudaMemcpy2DAsync(to + rank * chunk, wide, from, w, w, (size_t)(outer * pieces),
+                                cudaMemcpyDeviceToDevice, rt_cuda_stream));
+  else
+    cudaCheck(cudaMemcpy2DAsync(to, w, from + rank * chunk, wide, w, (size_t)(outer * pieces),
+                                cudaMemcpyDeviceToDevice, rt_cuda_stream));
+}
+
+void rt_tp_gather(float *out, float *scratch, const float *x, long outer, long pieces,
+                  long chunk) {
+  long n = outer * pieces * chunk;
+  int tp = rt_dist.tp;
+  if (n > 0)
+    cudaCheck(cudaMemcpyAsync(scratch + (long)rt_dist.tp_rank * n, x, (size_t)n * sizeof(float),
+                              cudaMemcpyDeviceToDevice, rt_cuda_stream));
+  rt_allgather(rt_dist.group[RT_AXIS_TP], scratch, n * tp, NULL);
+  for (int r = 0; r < tp; r++) tp_copy(out, scratch + r * n, outer, pieces, chunk, r, tp, true);
+}
+
+void rt_tp_slice(float *out, const float *x, long outer, long pieces, long chunk) {
+  tp_copy(out, x, outer, pieces, chunk, rt_dist.tp_rank, rt_dist.tp, false);
+}
+
+void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, long c, long v) {
+  if (n <= 0 || c <= 0) return;
+  embedding_vp_fwd_kernel<<<grid_for(n * c, NT), NT, 0, rt_cuda_stream>>>(
+      out, w, idx, n, c, v, (long)rt_dist.tp_rank * v);
+  LAUNCHED();
+}
+
+// Columns of this rank's v that are not padding.
+static long vocab_columns(long v, long vocab) {
+  long have = vocab - (long)rt_dist.tp_rank * v;
+  return have < 0 ? 0 : have < v ? have : v;
+}
+
+void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
+                            long n, long v, long vocab) {
+  if (n <= 0) {
+    cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));
+    return;
+  }
+  long cols = vocab_columns(v, vocab), lo = (long)rt_dist.tp_rank * v;
+  rt_group *tp = rt_dist.group[RT_AXIS_TP];
+  vp_max_kernel<<<grid_rows(n), row_threads(cols), 0, rt_cuda_stream>>>(stats, logits, n, v, cols);
+  LAUNCHED();
+  rt_allreduce(tp, stats, n, RT_REDUCE_MAX, NULL);
+  vp_sum_kernel<<<grid_rows(n), row_threads(cols), 0, rt_cuda_stream>>>(stats + n, stats, logits,
+                                                                       n, v, cols);
+  LAUNCHED();
+  rt_allreduce(tp, stats + n, n, RT_REDUCE_SUM, NULL);
+  vp_loss_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, stats, logits, targets, n, v, lo);
+  LAUNCHED();
+}
+
+void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
+                            const int *targets, const float *stats, long n, long v, long vocab) {
+  if (n <= 0 || v <= 0) return;
+  vp_crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
+      dlogits, dloss, logits, targets, stats, n, v, vocab_columns(v, vocab),
+      (long)rt_dist.tp_rank * v);
+  LAUNCHED();
+}
+
 // ---- the launchers, by name: runtime/kernels.def less the kernels it names
 // that have no CUDA twin. A name of kernels.def is skipped when
 // RT_CUDA_SKIP_<name> is defined (to RT_CUDA_PROBE); any other name must have a
@@ -1349,18 +1532,11 @@ void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long i
 #define RT_CUDA_ENTRY_1(name)
 // host code in every build
 #define RT_CUDA_SKIP_adamw_host RT_CUDA_PROBE
-// runtime/dist.h (NCCL, later)
+// runtime/dist.c: the collectives, over comm.h in every build
 #define RT_CUDA_SKIP_comm_all_reduce RT_CUDA_PROBE
 #define RT_CUDA_SKIP_comm_reduce_scatter RT_CUDA_PROBE
 #define RT_CUDA_SKIP_comm_all_gather RT_CUDA_PROBE
 #define RT_CUDA_SKIP_comm_wait RT_CUDA_PROBE
-#define RT_CUDA_SKIP_unshard RT_CUDA_PROBE
-#define RT_CUDA_SKIP_accumulate RT_CUDA_PROBE
-#define RT_CUDA_SKIP_tp_gather RT_CUDA_PROBE
-#define RT_CUDA_SKIP_tp_slice RT_CUDA_PROBE
-#define RT_CUDA_SKIP_embedding_vp_fwd RT_CUDA_PROBE
-#define RT_CUDA_SKIP_vp_crossentropy_fwd RT_CUDA_PROBE
-#define RT_CUDA_SKIP_vp_crossentropy_bwd RT_CUDA_PROBE
 
 extern "C" void *const rt_cuda_kernels[] = {
 #define K(name, ...) RT_CUDA_CAT(RT_CUDA_ENTRY_, RT_CUDA_SKIPPED(name))(name)

@@ -7,6 +7,10 @@ enum { RT_F32, RT_I32 };
 
 #define RT_MAXRANK 8
 
+// The GPU build's GEMM workspace (cuBLAS's on Hopper: 32 MiB), a part of the
+// device memory the program plans (rt_model.workspace_bytes).
+#define RT_GEMM_WORKSPACE_BYTES (32L << 20)
+
 // Where an input's values come from when the program trains.
 enum {
   RT_IN_RANDN,    // synthetic: normal(0, 1) floats
@@ -77,6 +81,8 @@ typedef struct rt_model {
   long arena_bytes;        // planned arena size (persistent + transient)
   long persistent_bytes;   // parameters, optimizer state, inputs
   long peak_live_bytes;    // max over the schedule of bytes live at once
+  long workspace_bytes;    // GPU build: device memory beside the arena, for the GEMM library
+                           // and the kernels' scratch (the CPU build needs none)
   int n_inputs;
   const rt_tensor *inputs;
   int n_params;

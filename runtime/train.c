@@ -8,6 +8,14 @@
 // and the speed of every step, and at the end the planned versus measured
 // memory. It can dump the first step's gradients and save the trained weights
 // as safetensors.
+//
+// The arena is the device's (device.h): host memory in the CPU build, a GPU's
+// in the CUDA build. Everything here reads and writes a host copy of it, the
+// stage, at the arena's offsets: weights and inputs are written to the stage
+// and put to the device; the loss and the weights to save are got from it.
+// Everything train.c writes before the first step (inputs, parameters,
+// optimizer state) lies in the persistent part of the arena, [0,
+// persistent_bytes).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "dist.h"
 #include "model_api.h"
 #include "rng.h"
@@ -223,17 +232,22 @@ static long local_numel(const rt_tensor *t) {
 
 static void check_table(void) {
   const rt_model *M = &mtc_model;
-  if (M->arena_bytes <= 0) fail("model table: arena_bytes is %ld", M->arena_bytes);
+  if (M->arena_bytes <= 0 || M->persistent_bytes < 0 || M->persistent_bytes > M->arena_bytes)
+    fail("model table: arena_bytes is %ld, persistent_bytes %ld", M->arena_bytes,
+         M->persistent_bytes);
   for (int pass = 0; pass < 2; pass++) {
     int n = pass ? M->n_inputs : M->n_params;
     const rt_tensor *ts = pass ? M->inputs : M->params;
     for (int i = 0; i < n; i++) {
       const rt_tensor *t = &ts[i];
       long bytes = local_numel(t) * 4;  // f32 and i32 alike
-      if (t->offset < 0 || t->numel < 0 || t->offset + bytes > M->arena_bytes)
-        fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the "
-             "arena of %ld bytes", pass ? "input" : "parameter", t->name,
-             t->offset, t->numel, M->arena_bytes);
+      // train.c writes inputs and parameters at their offsets, except those in a
+      // bucket (written as the bucket, checked below)
+      long room = pass || t->bucket < 0 ? M->persistent_bytes : M->arena_bytes;
+      if (t->offset < 0 || t->numel < 0 || t->offset + bytes > room)
+        fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the %s %ld "
+             "bytes of the arena", pass ? "input" : "parameter", t->name, t->offset, t->numel,
+             room == M->arena_bytes ? "whole" : "persistent", room);
       long numel = 1;
       for (int k = 0; k < t->rank && k < RT_MAXRANK; k++) numel *= t->sizes[k];
       if (t->rank < 0 || t->rank > RT_MAXRANK || numel != t->numel)
@@ -248,6 +262,13 @@ static void check_table(void) {
     if (at < 0 || at + bytes > M->arena_bytes)
       fail("model table: the gradient of '%s' (offset %ld) lies outside the arena",
            M->params[i].name, at);
+  }
+  for (int b = 0; b < M->n_buckets; b++) {
+    const rt_bucket *k = &M->buckets[b];
+    long bytes = (k->params_sharded ? k->numel / M->dp : k->numel) * 4;
+    if (k->params_offset < 0 || k->params_offset + bytes > M->persistent_bytes)
+      fail("model table: bucket %s (offset %ld) lies outside the persistent %ld bytes of the "
+           "arena", k->name, k->params_offset, M->persistent_bytes);
   }
   if (M->loss_offset < 0 || M->loss_offset + 4 > M->arena_bytes)
     fail("model table: loss offset %ld lies outside the arena", M->loss_offset);
@@ -610,8 +631,12 @@ static void check_writable(const char *flag, const char *path) {
 // Writes the params table's tensors by name: with grads false every
 // parameter's and constant's value (--save); with grads true every
 // parameter's gradient, which is F32 (--dump-grads).
-static void save_params(const char *path, const char *flag, char *arena, bool grads) {
+static void save_params(const char *path, const char *flag, char *arena, char *stage,
+                        bool grads) {
   const rt_model *M = &mtc_model;
+  // the parameters are persistent; gradients anywhere in the arena
+  rt_device_get(stage, arena, 0, grads ? M->arena_bytes : M->persistent_bytes);
+  arena = stage;
   alloc_images();
   gather_images(arena, grads);  // every rank takes part
   tp_gather(arena, grads);
@@ -670,12 +695,13 @@ static void make_global_inputs(void) {
 }
 
 // Slice k of the global batch into the arena's inputs.
-static void take_slice(char *arena, long k) {
+static void take_slice(char *arena, char *stage, long k) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < NIN; i++) {
     const rt_tensor *t = &M->inputs[i];
     long from = IN[i].offset + (t->batched ? k * t->numel * 4 : 0);
-    memcpy(arena + t->offset, global + from, (size_t)t->numel * 4);
+    memcpy(stage + t->offset, global + from, (size_t)t->numel * 4);
+    rt_device_put(arena, stage, t->offset, t->numel * 4);
   }
 }
 
@@ -835,23 +861,6 @@ static double median(const double *v, int n) {
   return m;
 }
 
-// bytes of the arena resident in memory, by mincore()
-static long arena_resident(char *arena, long bytes) {
-  long page = sysconf(_SC_PAGESIZE);
-  long npages = (bytes + page - 1) / page;
-  unsigned char *vec = malloc((size_t)npages);
-  if (!vec) fail("out of memory");
-  if (mincore(arena, (size_t)bytes, vec) != 0) {
-    free(vec);
-    return -1;
-  }
-  long resident = 0;
-  for (long i = 0; i < npages; i++) resident += vec[i] & 1;
-  free(vec);
-  resident *= page;
-  return resident < bytes ? resident : bytes;
-}
-
 // ---------------------------------------------------------------------------
 
 static FILE *every_rank;  // stdout, also on ranks whose stdout is silenced
@@ -889,24 +898,11 @@ int main(int argc, char **argv) {
   if (opt.data && n == 0)
     usage_error("--data given, but the model '%s' has no token inputs", M->name);
 
-  // the arena: anonymous pages, zero-filled, resident only once touched
-  char *arena = mmap(NULL, (size_t)M->arena_bytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (arena == MAP_FAILED)
-    fail("cannot allocate the arena of %ld bytes: %s", M->arena_bytes,
-         strerror(errno));
-#ifdef MADV_HUGEPAGE
-  // 2 MiB pages where the kernel has them: a GEMM's packing reads rows
-  // far apart (one TLB entry per row with 4 KiB pages), and the first step
-  // faults in the whole arena. Advice only: failure changes nothing.
-  (void)madvise(arena, (size_t)M->arena_bytes, MADV_HUGEPAGE);
-#endif
-
-  // offload: the host region, apart from the arena (the GPU build will pin it)
-  char *host = NULL;
-  if (M->host_bytes > 0 && !(host = aligned_alloc(64, (size_t)(M->host_bytes + 63) / 64 * 64)))
-    fail("cannot allocate the host region of %ld bytes", M->host_bytes);
-  if (host) memset(host, 0, (size_t)M->host_bytes);
+  // the arena on the device, its host copy, and (offload) the host region
+  rt_device_init(rt_comm_rank());
+  char *arena = rt_device_alloc(M->arena_bytes, M->workspace_bytes);
+  char *stage = rt_device_stage(arena, M->arena_bytes);
+  char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
 
   check_writable("--save", opt.save);
   check_writable("--dump-grads", opt.dump_grads);
@@ -916,20 +912,24 @@ int main(int argc, char **argv) {
   if (!done) fail("out of memory");
   bool all = false;
   if (opt.load) {
-    load_named_weights(arena, opt.load, done);
+    load_named_weights(stage, opt.load, done);
     all = true;
     for (int i = 0; i < M->n_params; i++) all &= done[i];
   }
-  if (!all) load_weights(arena, opt.weights, argv[0], done);
+  if (!all) load_weights(stage, opt.weights, argv[0], done);
   free(done);
-  tp_scatter(arena);
-  scatter_images(arena);
+  tp_scatter(stage);
+  scatter_images(stage);
   free_images();
+  rt_device_put(arena, stage, 0, M->persistent_bytes);
   if (M->init_host) M->init_host(arena, host);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);
   printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
+  if (strcmp(rt_device_name(), "cpu"))
+    printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
+           (M->arena_bytes + 255) / 256 * 256 + M->workspace_bytes);
   if (M->dp * M->tp > 1 || M->micro_batches > 1)
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
            M->dp * M->tp, M->micro_batches, M->micro_batches > 1 ? "es" : "",
@@ -962,9 +962,11 @@ int main(int argc, char **argv) {
     double loss = 0;
     for (int m = 0; m < M->micro_batches; m++) {
       rt_dist.micro = m;
-      take_slice(arena, (long)rt_dist.dp_rank * M->micro_batches + m);
+      take_slice(arena, stage, (long)rt_dist.dp_rank * M->micro_batches + m);
       M->forward(arena);
-      float l = *(const float *)(arena + M->loss_offset);
+      rt_device_get(stage, arena, M->loss_offset, 4);
+      float l;
+      memcpy(&l, stage + M->loss_offset, sizeof l);
       if (!isfinite(l)) fail("loss is not finite at step %d", step);
       loss += l / M->micro_batches;
       M->backward(arena);
@@ -976,13 +978,14 @@ int main(int argc, char **argv) {
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
       double t = now_seconds(), comm = rt_comm_seconds();
       int64_t before = rt_comm_bytes_sent();
-      save_params(opt.dump_grads, "--dump-grads", arena, true);
+      save_params(opt.dump_grads, "--dump-grads", arena, stage, true);
       io_bytes += rt_comm_bytes_sent() - before;
       t0 += now_seconds() - t;
       comm0 += rt_comm_seconds() - comm;
     }
     opt.h.step = step;
     M->update(arena, host, &opt.h);
+    rt_device_sync();
     double dt = now_seconds() - t0;
     times[step - 1] = dt;
     comm_times[step - 1] = rt_comm_seconds() - comm0;
@@ -994,15 +997,16 @@ int main(int argc, char **argv) {
   }
   int64_t sent = rt_comm_bytes_sent() - io_bytes;
 
-  if (opt.save) save_params(opt.save, "--save", arena, false);
+  if (opt.save) save_params(opt.save, "--save", arena, stage, false);
 
-  long resident = arena_resident(arena, M->arena_bytes);
+  long measured = rt_device_measured(arena, M->arena_bytes);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   long peak_rss = (long)ru.ru_maxrss * 1024L;  // ru_maxrss is in KiB
   print_ranked("memory: planned arena %ld bytes (persistent %ld, peak live %ld) | "
-               "measured: arena resident %ld bytes, process peak RSS %ld bytes\n",
-               M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, resident, peak_rss);
+               "measured: %s %ld bytes, process peak RSS %ld bytes\n",
+               M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, rt_device_measure_how(),
+               measured, peak_rss);
   if (M->n_buckets > 0)
     print_ranked("model state: %ld bytes on device, %ld bytes on host (planner: %ld, %ld) | "
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
@@ -1021,8 +1025,9 @@ int main(int argc, char **argv) {
   free(comm_times);
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
-  munmap(arena, (size_t)M->arena_bytes);
-  free(host);
+  rt_device_free_stage(stage, arena, M->arena_bytes);
+  rt_device_free(arena, M->arena_bytes);
+  rt_device_host_free(host);
   rt_comm_finalize();
   return 0;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end: compile a model with mtc, build the emitted program with
-# `make cpu` (warnings are errors), train it on one fixed synthetic batch, and
+# `make cpu` (and its GPU build where nvcc is; warnings are errors), train it on one fixed synthetic batch, and
 # check the loss: it must at least halve in STEPS steps, the first loss must
 # be within 2% of FIRST (when given, e.g. ln(vocab)), and a second run with
 # the same seed must print bit-identical losses.
@@ -10,9 +10,12 @@ set -euo pipefail
 mtc=$1 model=$2 out=$3 steps=$4 first=$5 train_opts=$6
 shift 6
 
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+
 rm -rf "$out"
 "$mtc" compile "$model" -o "$out" "$@"
-make -s -C "$out" cpu CFLAGS="-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
+make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 # shellcheck disable=SC2086
 (cd "$out" && ./train --steps "$steps" --seed 7 $train_opts) | tee "$out/run1.log"
 # shellcheck disable=SC2086

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # End to end for every ONNX fixture: mtc compile (with the dims and options
-# of NAME.ref), make cpu (warnings are errors), train for STEPS steps on the
+# of NAME.ref), make cpu and the GPU build where nvcc is (warnings are errors), train for STEPS steps on the
 # synthetic batch; the last loss must be finite and below the first.
 #
 #   e2e_onnx.sh MTC FIXTURE_DIR OUT_DIR STEPS [NAME...]
 set -euo pipefail
 mtc=$1 dir=$2 out=$3 steps=$4
 shift 4
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   for ref in "$dir"/*.ref; do names+=("$(basename "$ref" .ref)"); done
@@ -20,7 +22,7 @@ for name in "${names[@]}"; do
   o="$out/$name.out"
   rm -rf "$o"
   if ! "$mtc" compile "$dir/$name.onnx" -o "$o" "${opts[@]}" > "$out/$name.log" 2>&1 ||
-     ! make -s -C "$o" cpu CFLAGS="-O2 -fopenmp -std=c11 -Wall -Wextra -Werror" >> "$out/$name.log" 2>&1 ||
+     ! (make_program "$o" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror") >> "$out/$name.log" 2>&1 ||
      ! (cd "$o" && ./train --steps "$steps" --seed 7) >> "$out/$name.log" 2>&1; then
     echo "FAIL $name: see $out/$name.log"; tail -5 "$out/$name.log"; fail=1; continue
   fi

@@ -1,13 +1,30 @@
 # Shared by the test scripts that compile a model and build its program.
 
 # build_program MTC MODEL DIR LOG ARGS...: `mtc compile MODEL -o DIR ARGS` (its output in LOG),
-# then `make cpu` at -O1 with -Werror. -O1: the programs a test compares are built alike, and
+# then make_program at -O1 with -Werror. -O1: the programs a test compares are built alike, and
 # the suite's time went to compiling (-O3 -march=native takes 6 s a program, -O1 1.7 s); the
 # numbers compared do not depend on it. Exits with the make output on failure.
 build_program() {
   local mtc=$1 model=$2 dir=$3 log=$4
   shift 4
   "$mtc" compile "$model" -o "$dir" "$@" > "$log"
-  make -s -C "$dir" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > "$dir.make.log" 2>&1 ||
-    { cat "$dir.make.log"; exit 1; }
+  make_program "$dir" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
+}
+
+# make_program DIR CFLAGS: the emitted program's GPU build when this machine has nvcc
+# (DIR/build/gpu/train; warnings are errors), then `make cpu` with CFLAGS (./train). With
+# MTC_CUDA_LIB (CMake's build of the same CUDA sources) the GPU build links it rather than
+# compiling them again, unless MTC_FULL_GPU_BUILD=1. Programs for several ranks have no GPU
+# build yet. Exits with the make output on failure.
+make_program() {
+  local dir=$1 cflags=$2 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+  if [ -x "$nvcc" ] && grep -q '^gpu: build/gpu/train' "$dir/Makefile"; then
+    local objs=()
+    [ -n "${MTC_CUDA_LIB:-}" ] && [ "${MTC_FULL_GPU_BUILD:-0}" != 1 ] && objs=(CUDA_OBJS="$MTC_CUDA_LIB")
+    make -s -C "$dir" build/gpu/train NVCC="$nvcc" "${objs[@]}" \
+      GPU_CFLAGS="-O1 -std=c11 -Wall -Wextra -Werror" \
+      NVCCFLAGS="-O3 -std=c++17 --fmad=false --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror" \
+      > "$dir.gpu.log" 2>&1 || { cat "$dir.gpu.log"; echo "FAIL: the GPU build of $dir"; exit 1; }
+  fi
+  make -s -C "$dir" cpu CFLAGS="$cflags" > "$dir.make.log" 2>&1 || { cat "$dir.make.log"; exit 1; }
 }

@@ -11,12 +11,14 @@
 set -euo pipefail
 mtc=$1 model=$2 out=$3
 shift 3
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
 rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1 MTC_HOST_THREADS=2
 for v in plain:0 offload:1; do
   "$mtc" compile "$model" -o "$out/${v%%:*}" "$@" --offload "${v##*:}" > /dev/null
-  make -s -C "$out/${v%%:*}" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > /dev/null 2>&1 || { echo "FAIL: cannot build ${v%%:*}"; exit 1; }
+  make_program "$out/${v%%:*}" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
 done
 fail=0
 for v in plain offload; do

@@ -17,6 +17,8 @@ set -euo pipefail
 mtc=$1 model=$2 fix=$3 out=$4
 # shellcheck source=tests/numpy.sh
 source "$(dirname "$0")/numpy.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
 check() { "$python" "$tools/parity_check.py" "$@"; }
 
 # shellcheck disable=SC2034  # adamw_args and sgd_args are read as ${!args}
@@ -40,7 +42,7 @@ if ! "$mtc" compile "$model" -o "$out" $mtc_args 2> "$out/compile.err"; then
   echo "FAIL: mtc compile $model"
   exit 1
 fi
-make -s -C "$out" cpu CFLAGS="-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
+make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 
 train() {
   local weights=()

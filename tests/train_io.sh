@@ -11,10 +11,12 @@ set -euo pipefail
 mtc=$1 model=$2 out=$3
 # shellcheck source=tests/numpy.sh
 source "$(dirname "$0")/numpy.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 rm -rf "$out"
 "$mtc" compile "$model" -o "$out" -D B=8 -D D=16 -D H=32 -D K=10
-make -s -C "$out" cpu CFLAGS="-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
+make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 cd "$out"
 fail() { echo "FAIL: $*"; exit 1; }
 losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); print $2 }' "$1"; }

@@ -1,0 +1,43 @@
+// The memory the kernels run on: host memory in the CPU build (device_cpu.c),
+// one GPU's in the CUDA build (device_cuda.cu). train.c reads and writes the
+// arena only through a host copy of it, the stage: it fills the stage's bytes
+// at the arena's offsets (weights, inputs) and puts them to the device, and
+// gets from the device the bytes it reads (the loss, weights to save). In the
+// CPU build the stage is the arena itself and putting and getting do nothing.
+// Errors end the program with one message (this is a program's runtime).
+#ifndef MTC_RT_DEVICE_H
+#define MTC_RT_DEVICE_H
+
+// Picks this rank's device (the rank's place among the ranks of its node,
+// modulo the devices there) and starts it. Before any other call.
+void rt_device_init(int rank);
+// "cpu", or the GPU's name.
+const char *rt_device_name(void);
+
+// The arena, zeroed, and beside it the workspace the GPU kernels take their
+// scratch from (ignored by the CPU build).
+char *rt_device_alloc(long arena_bytes, long workspace_bytes);
+void rt_device_free(char *arena, long arena_bytes);
+// The arena's host copy (the arena itself in the CPU build): zero until
+// written, its pages taken only where written.
+char *rt_device_stage(char *arena, long arena_bytes);
+void rt_device_free_stage(char *stage, char *arena, long arena_bytes);
+
+// stage[off, off + bytes) to the arena, and back.
+void rt_device_put(char *arena, const char *stage, long off, long bytes);
+void rt_device_get(char *stage, const char *arena, long off, long bytes);
+// Waits until the device has finished what was launched (step times).
+void rt_device_sync(void);
+
+// Host memory the device copies to and from (offloaded optimizer state):
+// pinned in the CUDA build. Zeroed.
+char *rt_device_host_alloc(long bytes);
+void rt_device_host_free(char *p);
+
+// Memory as measured: the bytes of device memory the program has taken since
+// rt_device_init (CPU build: the arena's resident pages), and a line that
+// names how it was measured.
+long rt_device_measured(const char *arena, long arena_bytes);
+const char *rt_device_measure_how(void);
+
+#endif

@@ -1,0 +1,125 @@
+// The CUDA build's device (device.h): one GPU per rank. The arena and the
+// workspace are one cudaMalloc; the stage is host memory mapped on demand;
+// the host region is pinned. Copies run on rt_cuda_stream, in order with the
+// kernels.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cuda_common.h"
+extern "C" {
+#include "device.h"
+}
+
+static char name[320];
+static size_t free_at_start;  // device memory free once the context and libraries are up
+
+static void fail_alloc(const char *what, long bytes, cudaError_t err) {
+  fprintf(stderr, "train: error: cannot allocate %s of %ld bytes on the GPU: %s\n", what, bytes,
+          cudaGetErrorString(err));
+  exit(EXIT_FAILURE);
+}
+
+// The rank's place among the ranks of its node, from Open MPI's environment
+// (0 without it).
+static int local_rank(int rank) {
+  const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return s ? atoi(s) : rank;
+}
+
+extern "C" void rt_device_init(int rank) {
+  // the kernels' code is loaded now, not at first launch, so that it is not
+  // counted as the program's memory below
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    fprintf(stderr, "train: error: this program was built for a GPU (make gpu), and none can "
+            "be used: %s; make cpu builds it for the CPU\n",
+            err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device was found");
+    exit(EXIT_FAILURE);
+  }
+  int dev = local_rank(rank) % count;
+  rt_cuda_init(dev);
+  cudaDeviceProp prop;
+  cudaCheck(cudaGetDeviceProperties(&prop, dev));
+  snprintf(name, sizeof name, "%s (device %d)", prop.name, dev);
+  size_t total;
+  cudaCheck(cudaMemGetInfo(&free_at_start, &total));
+}
+
+extern "C" const char *rt_device_name(void) { return name; }
+
+extern "C" char *rt_device_alloc(long arena_bytes, long workspace_bytes) {
+  long at = (arena_bytes + 255) / 256 * 256;  // the workspace, aligned, after the arena
+  char *p = NULL;
+  cudaError_t err = cudaMalloc((void **)&p, (size_t)(at + workspace_bytes));
+  if (err != cudaSuccess) fail_alloc("the arena and workspace", at + workspace_bytes, err);
+  cudaCheck(cudaMemset(p, 0, (size_t)arena_bytes));
+  rt_cuda_set_workspace(p + at, (size_t)workspace_bytes);
+  return p;
+}
+
+extern "C" void rt_device_free(char *arena, long arena_bytes) {
+  (void)arena_bytes;
+  cudaCheck(cudaFree(arena));
+}
+
+extern "C" char *rt_device_stage(char *arena, long arena_bytes) {
+  (void)arena;
+  void *s = mmap(NULL, (size_t)arena_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (s == MAP_FAILED) {
+    fprintf(stderr, "train: error: cannot map a host copy of the arena (%ld bytes)\n",
+            arena_bytes);
+    exit(EXIT_FAILURE);
+  }
+  return (char *)s;
+}
+
+extern "C" void rt_device_free_stage(char *stage, char *arena, long arena_bytes) {
+  (void)arena;
+  munmap(stage, (size_t)arena_bytes);
+}
+
+extern "C" void rt_device_put(char *arena, const char *stage, long off, long bytes) {
+  if (bytes <= 0) return;
+  cudaCheck(cudaMemcpyAsync(arena + off, stage + off, (size_t)bytes, cudaMemcpyHostToDevice,
+                            rt_cuda_stream));
+  // the stage is pageable: the copy has read it once the call returns, but
+  // waiting keeps the order plain for the host code that writes it next
+  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+}
+
+extern "C" void rt_device_get(char *stage, const char *arena, long off, long bytes) {
+  if (bytes <= 0) return;
+  cudaCheck(cudaMemcpyAsync(stage + off, arena + off, (size_t)bytes, cudaMemcpyDeviceToHost,
+                            rt_cuda_stream));
+  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+}
+
+extern "C" void rt_device_sync(void) { rt_cuda_sync(); }
+
+extern "C" char *rt_device_host_alloc(long bytes) {
+  char *p = NULL;
+  cudaError_t err = cudaMallocHost((void **)&p, (size_t)(bytes > 0 ? bytes : 1));
+  if (err != cudaSuccess) fail_alloc("the pinned host region", bytes, err);
+  memset(p, 0, (size_t)bytes);
+  return p;
+}
+
+extern "C" void rt_device_host_free(char *p) {
+  if (p) cudaCheck(cudaFreeHost(p));
+}
+
+extern "C" long rt_device_measured(const char *arena, long arena_bytes) {
+  (void)arena, (void)arena_bytes;
+  size_t free_now, total;
+  cudaCheck(cudaMemGetInfo(&free_now, &total));
+  return (long)(free_at_start - free_now);
+}
+
+extern "C" const char *rt_device_measure_how(void) {
+  return "device memory taken since start (cudaMemGetInfo)";
+}
