@@ -1,10 +1,11 @@
-// Renames the CPU kernels of runtime/kernels_cpu.c to cpu_rt_*, so that
+// Renames the CPU kernels of runtime/kernels_cpu.c and dist_cpu.c to cpu_rt_*, so that
 // tests/test_kernels_cuda.cu links them beside their CUDA twins, which have
-// the rt_* names: kernels_cpu.c is compiled for that test with -include
+// the rt_* names: both are compiled for that test with -include
 // this file; the test includes it around a second include of kernels.h, then
 // again with CPU_RENAMED_UNDEF defined to drop the names. Every external
-// symbol of kernels_cpu.c is listed (nm the object when one is added).
+// symbol of both is listed (nm the object when one is added).
 #ifndef CPU_RENAMED_UNDEF
+#define rt_accumulate cpu_rt_accumulate
 #define rt_adamw cpu_rt_adamw
 #define rt_attention_bwd cpu_rt_attention_bwd
 #define rt_attention_fwd cpu_rt_attention_fwd
@@ -16,6 +17,7 @@
 #define rt_dropout cpu_rt_dropout
 #define rt_embedding_bwd cpu_rt_embedding_bwd
 #define rt_embedding_fwd cpu_rt_embedding_fwd
+#define rt_embedding_vp_fwd cpu_rt_embedding_vp_fwd
 #define rt_fill cpu_rt_fill
 #define rt_gelu_bwd cpu_rt_gelu_bwd
 #define rt_gelu_erf_bwd cpu_rt_gelu_erf_bwd
@@ -43,9 +45,15 @@
 #define rt_tick cpu_rt_tick
 #define rt_to_device cpu_rt_to_device
 #define rt_to_host cpu_rt_to_host
+#define rt_tp_gather cpu_rt_tp_gather
+#define rt_tp_slice cpu_rt_tp_slice
 #define rt_unary cpu_rt_unary
+#define rt_unshard cpu_rt_unshard
 #define rt_unslice cpu_rt_unslice
+#define rt_vp_crossentropy_bwd cpu_rt_vp_crossentropy_bwd
+#define rt_vp_crossentropy_fwd cpu_rt_vp_crossentropy_fwd
 #else
+#undef rt_accumulate
 #undef rt_adamw
 #undef rt_attention_bwd
 #undef rt_attention_fwd
@@ -57,6 +65,7 @@
 #undef rt_dropout
 #undef rt_embedding_bwd
 #undef rt_embedding_fwd
+#undef rt_embedding_vp_fwd
 #undef rt_fill
 #undef rt_gelu_bwd
 #undef rt_gelu_erf_bwd
@@ -84,6 +93,11 @@
 #undef rt_tick
 #undef rt_to_device
 #undef rt_to_host
+#undef rt_tp_gather
+#undef rt_tp_slice
 #undef rt_unary
+#undef rt_unshard
 #undef rt_unslice
+#undef rt_vp_crossentropy_bwd
+#undef rt_vp_crossentropy_fwd
 #endif

@@ -1,5 +1,6 @@
 // Every CUDA launcher (runtime/kernels_cuda.cu) against its CPU twin
-// (runtime/kernels_cpu.c, linked as cpu_rt_*: tests/kernels_cpu_renamed.h) on
+// (runtime/kernels_cpu.c and dist_cpu.c, linked as cpu_rt_*:
+// tests/kernels_cpu_renamed.h) on
 // random inputs of several sizes: odd ones, edge ones, rows longer than a
 // block. One line per case: `name: max abs diff X, max rel diff Y`, the
 // relative diff taken against the largest |cpu| value of the output (results
@@ -19,6 +20,7 @@
 
 #include "cuda_common.h"
 extern "C" {
+#include "dist.h"
 #include "kernels.h"  // the CUDA launchers
 }
 #undef MTC_RT_KERNELS_H
@@ -630,6 +632,71 @@ static void test_onnx_ops(void) {
 }
 
 // the launcher table: every name of kernels.def less the 12 without a twin
+// ---- dist.h's kernels, on one rank: this rank plays tp rank 1 of 2 (the
+// collectives over a group of one leave the buffers as they are, on both sides)
+
+static void test_dist(void) {
+  int argc = 0;
+  char **argv = NULL;
+  rt_comm_init(&argc, &argv, 1, "one rank");
+  rt_dist_init(1, 1, 2, 0);
+  for (long n : {1L, 1000L, (1L << 18) + 3}) {
+    Vec acc = rand_vec(n), x = rand_vec(n);
+    float *dacc = dev(acc), *dx = dev(x);
+    for (int micro = 0; micro < 2; micro++) {  // restarts, then adds
+      rt_dist.micro = micro;
+      CPU(rt_accumulate)(acc.data(), x.data(), n, 0.5f);
+      rt_accumulate(dacc, dx, n, 0.5f);
+      check(fmt("accumulate n=%ld micro=%d", n, micro), acc, dacc, ELEM);
+    }
+    free_all();
+  }
+  rt_dist.micro = 0;
+  rt_dist.tp = 2;
+  rt_dist.tp_rank = 1;
+  long outer = 3, pieces = 3, chunk = 5;
+  Vec whole = rand_vec(outer * pieces * 2 * chunk), part((size_t)(outer * pieces * chunk));
+  float *dw = dev(whole), *dp = dev(part);
+  CPU(rt_tp_slice)(part.data(), whole.data(), outer, pieces, chunk);
+  rt_tp_slice(dp, dw, outer, pieces, chunk);
+  check("tp_slice outer=3 pieces=3 chunk=5 (rank 1 of 2)", part, dp, EXACT);
+  free_all();
+  for (const auto &rc : row_cases) {
+    long n = rc[0], v = rc[1], c = 7;
+    // this rank's v rows of the table or columns of the logits, the vocabulary
+    // ending inside them (padding after it)
+    long vocab = v + v / 2 + 1;
+    IVec idx = rand_ivec(n, 0, (int)(2 * v));
+    Vec w = rand_vec(v * c), out = rand_vec(n * c);
+    float *dw2 = dev(w), *dout = dev(out);
+    int *didx = dev(idx);
+    CPU(rt_embedding_vp_fwd)(out.data(), w.data(), idx.data(), n, c, v);
+    rt_embedding_vp_fwd(dout, dw2, didx, n, c, v);
+    check(fmt("embedding_vp_fwd n=%ld v=%ld (rank 1 of 2)", n, v), out, dout, EXACT);
+    Vec x = rand_vec(n * v, -6, 6), stats = rand_vec(2 * n), loss = {7.0f}, dloss = {0.7f};
+    Vec g = rand_vec(n * v);
+    float *dx = dev(x), *dst = dev(stats), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
+    CPU(rt_vp_crossentropy_fwd)(loss.data(), stats.data(), x.data(), idx.data(), n, v, vocab);
+    rt_vp_crossentropy_fwd(dl, dst, dx, didx, n, v, vocab);
+    check(fmt("vp_crossentropy_fwd n=%ld v=%ld (rank 1 of 2)", n, v), loss, dl, RED);
+    check(fmt("vp_crossentropy_fwd stats n=%ld v=%ld", n, v), Vec(stats.begin(), stats.begin() + n),
+          dst, RED);
+    CPU(rt_vp_crossentropy_bwd)(g.data(), dloss.data(), x.data(), idx.data(), stats.data(), n, v,
+                                vocab);
+    rt_vp_crossentropy_bwd(dg, ddl, dx, didx, dst, n, v, vocab);
+    check(fmt("vp_crossentropy_bwd n=%ld v=%ld (rank 1 of 2)", n, v), g, dg, RED);
+    free_all();
+  }
+  rt_dist.tp = 1;
+  rt_dist.tp_rank = 0;
+  Vec shard = rand_vec(11), full = rand_vec(11);
+  float *ds = dev(shard), *df = dev(full);
+  CPU(rt_unshard)(full.data(), shard.data(), 11);
+  rt_unshard(df, ds, 11);
+  check("unshard k=11", full, df, EXACT);
+  free_all();
+}
+
 static void test_table(void) {
   int total = 0
 #define K(name, ...) +1
@@ -638,7 +705,8 @@ static void test_table(void) {
   int nonnull = 0;
   for (int i = 0; i < rt_cuda_nkernels; i++) nonnull += rt_cuda_kernels[i] != NULL;
   ncases++;
-  bool ok = rt_cuda_nkernels == total - 12 && nonnull == rt_cuda_nkernels;
+  // less rt_adamw_host (host code) and the four collectives of dist.c
+  bool ok = rt_cuda_nkernels == total - 5 && nonnull == rt_cuda_nkernels;
   printf("rt_cuda_kernels: %d launchers of %d kernels in kernels.def%s\n", rt_cuda_nkernels, total,
          ok ? "" : "  FAIL");
   if (!ok) nfail++;
@@ -667,6 +735,7 @@ int main(void) {
   test_losses();
   test_optimizers();
   test_onnx_ops();
+  test_dist();
   printf("%d cases, %d failed\n", ncases, nfail);
   return nfail ? 1 : 0;
 }
