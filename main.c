@@ -572,10 +572,8 @@ int main(int argc, char **argv) {
     if (!rc && a.checkpoint)
       print_checkpoint("mtc: ", &ctx);
     if (!rc)
-      printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu%s\n", a.outdir,
-             (long long)ctx.mem->arena_bytes, a.outdir,
-             ctx.lowered && ctx.lowered->dist.dp * ctx.lowered->dist.tp > 1
-                 ? "" : " (or make gpu: nvcc, for NVIDIA GPUs)");
+      printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
+             "for NVIDIA GPUs)\n", a.outdir, (long long)ctx.mem->arena_bytes, a.outdir);
   }
   if (rc)
     ir_diag_print(stderr, &diag);

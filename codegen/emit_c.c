@@ -3,7 +3,7 @@
 //   DIR/model.c      generated: dims, the memory plan (arena and host region),
 //                    forward/backward/update
 //   DIR/runtime/     train.c (main), kernels, headers: copied from mtc's runtime/
-//   DIR/Makefile     `make gpu` (nvcc; `make` for one rank) and `make cpu` (cc, OpenMP) build ./train
+//   DIR/Makefile     `make` (nvcc, NCCL) and `make cpu` (cc, OpenMP) build ./train
 //   DIR/weights.bin  initial parameters, float32, in the order of model.c's table
 //   DIR/README.md    how to build and run, and the plan
 #define _GNU_SOURCE
@@ -940,24 +940,25 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
 }
 
 // `make cpu`: cc and OpenMP with the one-rank comm, or (a program for several
-// ranks) mpicc and comm_mpi.c. `make gpu`: the kernels built by nvcc (CUDA_ARCH
-// picks the GPUs) and the host code by cc, linked with the CUDA runtime and
-// cuBLAS; one-rank programs only until the collectives run over NCCL. `make`
-// is `make gpu` for a one-rank program and `make cpu` for the others. Both
-// builds go to build/<kind>/train and are copied to ./train.
+// ranks) mpicc and comm_mpi.c. `make gpu` (and `make`): the kernels built by
+// nvcc (CUDA_ARCH picks the GPUs), the host code by cc or mpicc, linked with
+// the CUDA runtime and cuBLAS; a program for several ranks runs its
+// collectives on device memory over NCCL (comm_mpi.c with RT_COMM_NCCL, and
+// comm_nccl.c). Both builds go to build/<kind>/train and are copied to ./train.
 static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   FILE *f = open_out(opt->outdir, "Makefile", d);
   if (!f)
     return -1;
   bool mpi = ranks > 1;
-  fputs("# Built by mtc. `make gpu` builds ./train for NVIDIA GPUs with nvcc (CUDA_ARCH picks\n"
-        "# them: sm_80 and sm_90 by default); `make cpu` for the CPU with OpenMP.\n", f);
+  fputs("# Built by mtc. `make` (or `make gpu`) builds ./train for NVIDIA GPUs with nvcc\n"
+        "# (CUDA_ARCH picks them: sm_80 and sm_90 by default); `make cpu` for the CPU with OpenMP.\n",
+        f);
   if (mpi)
-    fprintf(f, "# This program runs on %d ranks: mpirun -np %d ./train. `make` builds it for the\n"
-               "# CPU: its GPU build needs the collectives over NCCL, which mtc does not have yet.\n"
+    fprintf(f, "# This program runs on %d ranks: mpirun -np %d ./train (on GPUs, one per rank:\n"
+               "# the collectives run over NCCL).\n"
                "CC = mpicc\n", ranks, ranks);
   else
-    fputs("# `make` is `make gpu`.\nCC ?= cc\n", f);
+    fputs("CC ?= cc\n", f);
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
   fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
@@ -973,37 +974,44 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
         "NVCCFLAGS ?= -O3 -std=c++17 --fmad=false -Xcompiler -Wall,-Wextra\n"
         "GPU_CFLAGS ?= -O3 -march=native -std=c11 -Wall -Wextra\n"
         "# the kernels' objects (a prebuilt archive of the same sources may be given instead)\n"
-        "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n"
-        "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublas -lcudart -lstdc++\n"
-        "\n", f);
-  fprintf(f, "all: %s\n", mpi ? "cpu" : "gpu");
-  fputs("cpu: build/cpu/train\n"
-        "\tcp build/cpu/train train\n"
-        "build/cpu/train: $(CPU_SRC) $(HDR)\n", f);
+        "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n", f);
   if (mpi)
-    fputs("\t@command -v $(CC) >/dev/null || { echo \"make: this program runs on several ranks "
-          "and needs MPI: apt-get install openmpi-bin libopenmpi-dev\" >&2; exit 1; }\n", f);
+    fputs("GPU_SRC = $(COMMON) runtime/comm_nccl.c\n"
+          "GPU_DEFS = -DRT_COMM_NCCL -I$(CUDA)/include\n"
+          "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcublas -lcudart -lstdc++\n",
+          f);
+  else
+    fputs("GPU_SRC = $(COMMON)\n"
+          "GPU_DEFS =\n"
+          "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublas -lcudart -lstdc++\n", f);
+  fputs("\n"
+        "all: gpu\n"
+        "cpu: build/cpu/train\n"
+        "\tcp build/cpu/train train\n"
+        "gpu: build/gpu/train\n"
+        "\tcp build/gpu/train train\n"
+        "\n"
+        "build/cpu/train: $(CPU_SRC) $(HDR)\n", f);
+  const char *need_mpi = "\t@command -v $(CC) >/dev/null || { echo \"make: this program runs on "
+                         "several ranks and needs MPI: apt-get install openmpi-bin libopenmpi-dev\" "
+                         ">&2; exit 1; }\n";
+  if (mpi)
+    fputs(need_mpi, f);
   fputs("\t@mkdir -p build/cpu\n"
         "\t$(CC) $(CFLAGS) -Iruntime -o $@ $(CPU_SRC) $(LDLIBS)\n"
-        "\n", f);
-  if (mpi) {
-    fputs("gpu:\n"
-          "\t@echo \"make: the GPU build of a program for several ranks needs the collectives "
-          "over NCCL, which mtc does not have yet; make cpu builds it for the CPU\" >&2; exit 1\n",
-          f);
-  } else {
-    fputs("gpu: build/gpu/train\n"
-          "\tcp build/gpu/train train\n"
-          "build/gpu/train: $(COMMON) $(CUDA_OBJS) $(HDR)\n"
-          "\t@mkdir -p build/gpu\n"
-          "\t$(CC) $(GPU_CFLAGS) -Iruntime -o $@ $(COMMON) $(CUDA_OBJS) $(CUDA_LIBS) $(LDLIBS)\n"
-          "build/gpu/%.o: runtime/%.cu runtime/cuda_common.h $(HDR)\n"
-          "\t@test -x $(NVCC) || { echo \"make: no nvcc at $(NVCC): install the CUDA toolkit or "
-          "set CUDA=its folder; make cpu builds for the CPU\" >&2; exit 1; }\n"
-          "\t@mkdir -p build/gpu\n"
-          "\t$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -Iruntime -c -o $@ $<\n", f);
-  }
-  fputs("clean:\n"
+        "\n"
+        "build/gpu/train: $(GPU_SRC) $(CUDA_OBJS) $(HDR) runtime/comm_nccl.h\n", f);
+  if (mpi)
+    fputs(need_mpi, f);
+  fputs("\t@mkdir -p build/gpu\n"
+        "\t$(CC) $(GPU_CFLAGS) $(GPU_DEFS) -Iruntime -o $@ $(GPU_SRC) $(CUDA_OBJS) $(CUDA_LIBS) "
+        "$(LDLIBS)\n"
+        "build/gpu/%.o: runtime/%.cu runtime/cuda_common.h $(HDR)\n"
+        "\t@test -x $(NVCC) || { echo \"make: no nvcc at $(NVCC): install the CUDA toolkit or "
+        "set CUDA=its folder; make cpu builds for the CPU\" >&2; exit 1; }\n"
+        "\t@mkdir -p build/gpu\n"
+        "\t$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -Iruntime -c -o $@ $<\n"
+        "clean:\n"
         "\trm -rf train build\n"
         ".PHONY: all cpu gpu clean\n", f);
   return fclose(f) ? ir_error(d, (IrLoc){0}, "cannot write Makefile") : 0;
@@ -1051,7 +1059,8 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     return -1;
   static const char *const runtime_files[] = {
       "kernels.h", "kernels.def", "kernels_cpu.c", "adamw_cpu.h", "host.c", "dist_cpu.c",
-      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
+      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h",
+      "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];

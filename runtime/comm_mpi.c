@@ -11,6 +11,10 @@
 // every group); each is checked, printed as one line naming the rank, and
 // ends the job with MPI_Abort, so that no other rank waits forever in a
 // collective this one will never join.
+//
+// The GPU build compiles this file with -DRT_COMM_NCCL: collectives on device
+// memory go to NCCL (comm_nccl.c), each group having its NCCL communicator
+// beside its MPI one; MPI keeps the host buffers, scalars and barriers.
 #include "comm.h"
 
 #include <limits.h>
@@ -20,12 +24,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef RT_COMM_NCCL
+#include "comm_nccl.h"
+#endif
+
 _Static_assert(sizeof(MPI_Request) <= sizeof(((rt_request *)0)->impl),
                "an MPI_Request must fit in rt_request.impl");
 
 struct rt_group {
   MPI_Comm comm;
   int size, rank;
+#ifdef RT_COMM_NCCL
+  rt_nccl *nccl;   // the same ranks' NCCL communicator
+#endif
   rt_group *next;  // every group split off, freed by rt_comm_finalize
 };
 
@@ -37,6 +48,7 @@ enum {
   KIND_BROADCAST,       // S at the root
   KIND_MASK = 7,  // the bits above
   KIND_AVG = 8,  // scale the result by 1/n when it arrives
+  KIND_NCCL = 16,  // on device memory, over NCCL: rt_nccl_wait finishes it
 };
 
 static rt_group world;
@@ -149,6 +161,9 @@ void rt_comm_init(int *argc, char ***argv, int ranks, const char *what) {
     MPI_Finalize();
     exit(1);
   }
+#ifdef RT_COMM_NCCL
+  world.nccl = rt_nccl_world(MPI_COMM_WORLD, world.size, world.rank);
+#endif
 }
 
 void rt_comm_finalize(void) {
@@ -156,8 +171,14 @@ void rt_comm_finalize(void) {
     rt_group *g = groups;
     groups = g->next;
     mpi_check(MPI_Comm_free(&g->comm), "MPI_Comm_free");
+#ifdef RT_COMM_NCCL
+    rt_nccl_free(g->nccl);
+#endif
     free(g);
   }
+#ifdef RT_COMM_NCCL
+  rt_nccl_free(world.nccl);
+#endif
   mpi_check(MPI_Finalize(), "MPI_Finalize");
 }
 
@@ -174,6 +195,9 @@ rt_group *rt_group_split(rt_group *parent, int color, int key) {
   mpi_check(MPI_Comm_split(parent->comm, color, key, &g->comm), "MPI_Comm_split");
   mpi_check(MPI_Comm_size(g->comm, &g->size), "MPI_Comm_size");
   mpi_check(MPI_Comm_rank(g->comm, &g->rank), "MPI_Comm_rank");
+#ifdef RT_COMM_NCCL
+  g->nccl = rt_nccl_split(parent->nccl, color, key);
+#endif
   g->next = groups;
   groups = g;
   return g;
@@ -212,6 +236,17 @@ static void check_idle(const char *fn, const rt_request *req) {
   if (req && req->active) comm_fail("%s: the request is still in flight (rt_wait it first)", fn);
 }
 
+#ifdef RT_COMM_NCCL
+// A collective NCCL has started on device memory: rt_wait hands it back.
+static void device_started(rt_request *req, int kind, rt_group *g, double t0) {
+  if (req) {
+    req->kind = kind | KIND_NCCL;
+    req->group = g;
+  }
+  timer_stop(t0);
+}
+#endif
+
 void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
   double t0 = timer_start();
   const char *fn = "rt_allreduce";
@@ -220,6 +255,13 @@ void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) 
   MPI_Op mop = mpi_op(fn, op);
   int kind = KIND_ALLREDUCE | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
   count_bytes(kind, g, count * (long)sizeof *buf, 0);
+#ifdef RT_COMM_NCCL
+  if (rt_nccl_owns(buf)) {
+    rt_nccl_allreduce(g->nccl, buf, count, op, req);
+    device_started(req, kind, g, t0);
+    return;
+  }
+#endif
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm, &mreq),
@@ -242,6 +284,13 @@ void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *
   MPI_Op mop = mpi_op(fn, op);
   int kind = KIND_REDUCE_SCATTER | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
   count_bytes(kind, g, count * (long)sizeof *buf, 0);
+#ifdef RT_COMM_NCCL
+  if (rt_nccl_owns(buf)) {
+    rt_nccl_reduce_scatter(g->nccl, buf, count, op, req);
+    device_started(req, kind, g, t0);
+    return;
+  }
+#endif
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, MPI_FLOAT, mop, g->comm, &mreq),
@@ -263,6 +312,13 @@ void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
   check_shards(fn, g, count);
   int shard = (int)(count / g->size);
   count_bytes(KIND_ALLGATHER, g, count * (long)sizeof *buf, 0);
+#ifdef RT_COMM_NCCL
+  if (rt_nccl_owns(buf)) {
+    rt_nccl_allgather(g->nccl, buf, count, req);
+    device_started(req, KIND_ALLGATHER, g, t0);
+    return;
+  }
+#endif
   // in place: each rank's contribution is already at its shard of buf
   if (req) {
     MPI_Request mreq;
@@ -285,6 +341,13 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
   if (root < 0 || root >= g->size)
     comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
   count_bytes(KIND_BROADCAST, g, bytes, root);
+#ifdef RT_COMM_NCCL
+  if (rt_nccl_owns(buf)) {
+    rt_nccl_broadcast(g->nccl, buf, bytes, root, req);
+    device_started(req, KIND_BROADCAST, g, t0);
+    return;
+  }
+#endif
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ibcast(buf, n, MPI_BYTE, root, g->comm, &mreq), "MPI_Ibcast");
@@ -298,6 +361,13 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
 void rt_wait(rt_request *req) {
   if (!req->active) return;
   double t0 = timer_start();
+#ifdef RT_COMM_NCCL
+  if (req->kind & KIND_NCCL) {
+    rt_nccl_wait(req);
+    timer_stop(t0);
+    return;
+  }
+#endif
   MPI_Request mreq;
   memcpy(&mreq, req->impl, sizeof mreq);
   mpi_check(MPI_Wait(&mreq, MPI_STATUS_IGNORE), "MPI_Wait");

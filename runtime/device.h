@@ -8,9 +8,10 @@
 #ifndef MTC_RT_DEVICE_H
 #define MTC_RT_DEVICE_H
 
-// Picks this rank's device (the rank's place among the ranks of its node,
-// modulo the devices there) and starts it. Before any other call.
-void rt_device_init(int rank);
+// Picks this rank's device (its place among the ranks of its node, from
+// mpirun's environment, modulo the devices there) and starts it. Before any
+// other call, and before rt_comm_init (whose NCCL communicators live on it).
+void rt_device_init(void);
 // "cpu", or the GPU's name.
 const char *rt_device_name(void);
 

@@ -16,7 +16,7 @@ static void fail(const char *what, long bytes) {
   exit(1);
 }
 
-void rt_device_init(int rank) { (void)rank; }
+void rt_device_init(void) {}
 
 const char *rt_device_name(void) { return "cpu"; }
 

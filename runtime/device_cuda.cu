@@ -21,14 +21,15 @@ static void fail_alloc(const char *what, long bytes, cudaError_t err) {
   exit(EXIT_FAILURE);
 }
 
-// The rank's place among the ranks of its node, from Open MPI's environment
-// (0 without it).
-static int local_rank(int rank) {
+// The rank's place among the ranks of its node, from the launcher's
+// environment (Open MPI's, or Slurm's), before MPI starts; 0 without one.
+static int local_rank(void) {
   const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return s ? atoi(s) : rank;
+  if (!s) s = getenv("SLURM_LOCALID");
+  return s ? atoi(s) : 0;
 }
 
-extern "C" void rt_device_init(int rank) {
+extern "C" void rt_device_init(void) {
   // the kernels' code is loaded now, not at first launch, so that it is not
   // counted as the program's memory below
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
@@ -40,7 +41,7 @@ extern "C" void rt_device_init(int rank) {
             err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device was found");
     exit(EXIT_FAILURE);
   }
-  int dev = local_rank(rank) % count;
+  int dev = local_rank() % count;
   rt_cuda_init(dev);
   cudaDeviceProp prop;
   cudaCheck(cudaGetDeviceProperties(&prop, dev));

@@ -883,6 +883,7 @@ __attribute__((format(printf, 1, 2))) static void print_ranked(const char *fmt, 
 
 int main(int argc, char **argv) {
   const rt_model *M = &mtc_model;
+  rt_device_init();
   rt_comm_init(&argc, &argv, M->dp * M->tp, M->layout);
   rt_dist_init(M->dp, M->tp, M->micro_batches, M->n_slots);
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
@@ -899,7 +900,6 @@ int main(int argc, char **argv) {
     usage_error("--data given, but the model '%s' has no token inputs", M->name);
 
   // the arena on the device, its host copy, and (offload) the host region
-  rt_device_init(rt_comm_rank());
   char *arena = rt_device_alloc(M->arena_bytes, M->workspace_bytes);
   char *stage = rt_device_stage(arena, M->arena_bytes);
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;

@@ -14,11 +14,11 @@ build_program() {
 # make_program DIR CFLAGS: the emitted program's GPU build when this machine has nvcc
 # (DIR/build/gpu/train; warnings are errors), then `make cpu` with CFLAGS (./train). With
 # MTC_CUDA_LIB (CMake's build of the same CUDA sources) the GPU build links it rather than
-# compiling them again, unless MTC_FULL_GPU_BUILD=1. Programs for several ranks have no GPU
-# build yet. Exits with the make output on failure.
+# compiling them again, unless MTC_FULL_GPU_BUILD=1 (programs for several ranks link NCCL).
+# Exits with the make output on failure.
 make_program() {
   local dir=$1 cflags=$2 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
-  if [ -x "$nvcc" ] && grep -q '^gpu: build/gpu/train' "$dir/Makefile"; then
+  if [ -x "$nvcc" ]; then
     local objs=()
     [ -n "${MTC_CUDA_LIB:-}" ] && [ "${MTC_FULL_GPU_BUILD:-0}" != 1 ] && objs=(CUDA_OBJS="$MTC_CUDA_LIB")
     make -s -C "$dir" build/gpu/train NVCC="$nvcc" "${objs[@]}" \

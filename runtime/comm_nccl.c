@@ -1,0 +1,152 @@
+// NCCL under comm.h (see comm_nccl.h): the collectives of a multi-rank GPU
+// build on device memory.
+#include "comm_nccl.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "cuda_common.h"
+
+_Static_assert(sizeof(cudaEvent_t) <= sizeof(((rt_request *)0)->impl),
+               "a cudaEvent_t must fit in rt_request.impl");
+
+struct rt_nccl {
+  ncclComm_t comm;
+  int size, rank;
+};
+
+static cudaStream_t comm_stream;  // every collective's
+static int world_rank;
+
+_Noreturn static void nccl_fail(const char *call, const char *why) {
+  fflush(stdout);
+  fprintf(stderr, "train: error: rank %d: %s failed: %s\n", world_rank, call, why);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);  // MPI_Abort does not return
+}
+
+#define NCCL_CHECK(x)                                          \
+  do {                                                         \
+    ncclResult_t nccl_rc_ = (x);                               \
+    if (nccl_rc_ != ncclSuccess) nccl_fail(#x, ncclGetErrorString(nccl_rc_)); \
+  } while (0)
+
+// An event recorded on `from`, waited for by `to`; destroyed when done.
+static void order(cudaStream_t from, cudaStream_t to) {
+  cudaEvent_t e;
+  cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaCheck(cudaEventRecord(e, from));
+  cudaCheck(cudaStreamWaitEvent(to, e, 0));
+  cudaCheck(cudaEventDestroy(e));  // released once the wait is done
+}
+
+rt_nccl *rt_nccl_world(MPI_Comm world, int size, int rank) {
+  world_rank = rank;
+  ncclUniqueId id;
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, world) != MPI_SUCCESS)
+    nccl_fail("MPI_Bcast", "the NCCL id did not reach every rank");
+  rt_nccl *c = calloc(1, sizeof *c);
+  if (!c) nccl_fail("rt_nccl_world", "out of memory");
+  NCCL_CHECK(ncclCommInitRank(&c->comm, size, id, rank));
+  c->size = size;
+  c->rank = rank;
+  cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+  return c;
+}
+
+rt_nccl *rt_nccl_split(rt_nccl *parent, int color, int key) {
+  rt_nccl *c = calloc(1, sizeof *c);
+  if (!c) nccl_fail("rt_nccl_split", "out of memory");
+  NCCL_CHECK(ncclCommSplit(parent->comm, color, key, &c->comm, NULL));
+  NCCL_CHECK(ncclCommCount(c->comm, &c->size));
+  NCCL_CHECK(ncclCommUserRank(c->comm, &c->rank));
+  return c;
+}
+
+void rt_nccl_free(rt_nccl *c) {
+  if (!c) return;
+  cudaCheck(cudaStreamSynchronize(comm_stream));
+  NCCL_CHECK(ncclCommDestroy(c->comm));
+  free(c);
+}
+
+int rt_nccl_owns(const void *buf) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, buf) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unknown host pointer: not an error to keep
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static ncclRedOp_t nccl_op(int op) {
+  switch (op) {
+  case RT_REDUCE_SUM: return ncclSum;
+  case RT_REDUCE_AVG: return ncclAvg;
+  case RT_REDUCE_MAX: return ncclMax;
+  }
+  nccl_fail("rt_nccl", "unknown reduction");
+}
+
+// Before a collective: the comm stream waits for the kernels launched so far.
+static void start(void) { order(rt_cuda_stream, comm_stream); }
+
+// After it: the kernels' stream waits for it now (req NULL), or at rt_wait.
+static void started(rt_request *req, float *buf, long count) {
+  if (!req) {
+    order(comm_stream, rt_cuda_stream);
+    return;
+  }
+  cudaEvent_t e;
+  cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaCheck(cudaEventRecord(e, comm_stream));
+  memset(req->impl, 0, sizeof req->impl);
+  memcpy(req->impl, &e, sizeof e);
+  req->active = 1;
+  req->buf = buf;
+  req->count = count;
+}
+
+void rt_nccl_wait(rt_request *req) {
+  cudaEvent_t e;
+  memcpy(&e, req->impl, sizeof e);
+  cudaCheck(cudaStreamWaitEvent(rt_cuda_stream, e, 0));
+  cudaCheck(cudaEventDestroy(e));
+  req->active = 0;
+}
+
+void rt_nccl_allreduce(rt_nccl *c, float *buf, long count, int op, rt_request *req) {
+  start();
+  NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, nccl_op(op), c->comm, comm_stream));
+  started(req, buf, count);
+}
+
+// in place: rank r's shard is reduced at buf + r * shard (NCCL's in-place layout)
+void rt_nccl_reduce_scatter(rt_nccl *c, float *buf, long count, int op, rt_request *req) {
+  long shard = count / c->size;
+  start();
+  NCCL_CHECK(ncclReduceScatter(buf, buf + c->rank * shard, (size_t)shard, ncclFloat, nccl_op(op),
+                               c->comm, comm_stream));
+  started(req, buf, count);
+}
+
+// in place: rank r contributes buf + r * shard
+void rt_nccl_allgather(rt_nccl *c, float *buf, long count, rt_request *req) {
+  long shard = count / c->size;
+  start();
+  NCCL_CHECK(ncclAllGather(buf + c->rank * shard, buf, (size_t)shard, ncclFloat, c->comm,
+                           comm_stream));
+  started(req, buf, count);
+}
+
+void rt_nccl_broadcast(rt_nccl *c, void *buf, long bytes, int root, rt_request *req) {
+  start();
+  NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)bytes, ncclChar, root, c->comm, comm_stream));
+  started(req, (float *)buf, bytes);
+}
