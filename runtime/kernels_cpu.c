@@ -18,6 +18,7 @@
 #include <omp.h>
 #endif
 #include "adamw_cpu.h"
+#include "coalesce.h"
 #include "kernels.h"
 
 // Below this many elements a parallel region costs more than it saves. A
@@ -39,35 +40,6 @@ static long numel_of(int rank, const long *shape) {
   return n;
 }
 
-// Simplifies an iteration space: drops size-1 dims and merges neighbouring
-// dims that are contiguous with each other in every stride array (the
-// output, contiguous with `shape`, always is). s1 may be NULL. Returns the new
-// rank, at least 1. The caller has checked that no dim is zero.
-static int coalesce(int rank, const long *shape, const long *s0, const long *s1,
-                    long *sh, long *t0, long *t1) {
-  int r = 0;
-  for (int d = 0; d < rank; d++) {
-    if (shape[d] == 1) continue;
-    long b0 = s0[d], b1 = s1 ? s1[d] : 0;
-    if (r > 0 && t0[r - 1] == b0 * shape[d] && t1[r - 1] == b1 * shape[d]) {
-      sh[r - 1] *= shape[d];
-      t0[r - 1] = b0;
-      t1[r - 1] = b1;
-    } else {
-      sh[r] = shape[d];
-      t0[r] = b0;
-      t1[r] = b1;
-      r++;
-    }
-  }
-  if (r == 0) {  // a single element
-    sh[0] = 1;
-    t0[0] = 0;
-    t1[0] = 0;
-    r = 1;
-  }
-  return r;
-}
 
 // Offset of row `row` of the leading `nd` dims (row-major over sh[0..nd)).
 static long row_offset(long row, int nd, const long *sh, const long *st) {

@@ -30,6 +30,7 @@
 
 #include <cuda_runtime.h>
 
+#include "coalesce.h"
 #include "cuda_common.h"
 extern "C" {
 #include "dist.h"
@@ -907,33 +908,6 @@ static void check_rank(int rank, const char *who) {
   }
 }
 
-// kernels_cpu.c's coalesce: drops size-1 dims and merges neighbours that are
-// contiguous in both stride arrays (s1 may be NULL); rank >= 1 on return.
-static int coalesce(int rank, const long *shape, const long *s0, const long *s1, long *sh,
-                    long *t0, long *t1) {
-  int r = 0;
-  for (int d = 0; d < rank; d++) {
-    if (shape[d] == 1) continue;
-    long b0 = s0[d], b1 = s1 ? s1[d] : 0;
-    if (r > 0 && t0[r - 1] == b0 * shape[d] && t1[r - 1] == b1 * shape[d]) {
-      sh[r - 1] *= shape[d];
-      t0[r - 1] = b0;
-      t1[r - 1] = b1;
-    } else {
-      sh[r] = shape[d];
-      t0[r] = b0;
-      t1[r] = b1;
-      r++;
-    }
-  }
-  if (r == 0) {
-    sh[0] = 1;
-    t0[0] = 0;
-    t1[0] = 0;
-    r = 1;
-  }
-  return r;
-}
 
 static Dims make_dims(int rank, const long *shape, const long *s0, const long *s1) {
   Dims d = {};
