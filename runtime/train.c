@@ -411,10 +411,10 @@ static void scatter_images(char *arena) {
   }
 }
 
-// The images from the arena: the parameters, or the reduced gradients.
+// The images from the arena (save_params has waited for the collectives):
+// the parameters, or the reduced gradients.
 static void gather_images(char *arena, bool grads) {
   const rt_model *M = &mtc_model;
-  rt_comm_wait_all();
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
     long part = k->numel / M->dp, at = grads ? k->grads_offset : k->params_offset;
@@ -634,7 +634,9 @@ static void check_writable(const char *flag, const char *path) {
 static void save_params(const char *path, const char *flag, char *arena, char *stage,
                         bool grads) {
   const rt_model *M = &mtc_model;
-  // the parameters are persistent; gradients anywhere in the arena
+  // the parameters are persistent; gradients anywhere in the arena, once every
+  // collective still reducing them has finished
+  rt_comm_wait_all();
   rt_device_get(stage, arena, 0, grads ? M->arena_bytes : M->persistent_bytes);
   arena = stage;
   alloc_images();
