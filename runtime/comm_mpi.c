@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,10 @@
 #include "comm_nccl.h"
 #endif
 
-_Static_assert(sizeof(MPI_Request) <= sizeof(((rt_request *)0)->impl),
-               "an MPI_Request must fit in rt_request.impl");
+// An MPI_Request lives in the first half of rt_request.impl (comm_nccl.c keeps
+// its event in the second).
+_Static_assert(sizeof(MPI_Request) <= 2 * sizeof(((rt_request *)0)->impl[0]),
+               "an MPI_Request must fit in half of rt_request.impl");
 
 struct rt_group {
   MPI_Comm comm;
@@ -236,16 +239,29 @@ static void check_idle(const char *fn, const rt_request *req) {
   if (req && req->active) comm_fail("%s: the request is still in flight (rt_wait it first)", fn);
 }
 
+// A collective on device memory runs over NCCL (the GPU build): returns
+// whether it did. rt_wait hands a non-blocking one back to NCCL.
+static bool on_device(int kind, rt_group *g, void *buf, long count, int op, int root,
+                      rt_request *req, double t0) {
 #ifdef RT_COMM_NCCL
-// A collective NCCL has started on device memory: rt_wait hands it back.
-static void device_started(rt_request *req, int kind, rt_group *g, double t0) {
+  if (!rt_nccl_owns(buf)) return false;
+  switch (kind & KIND_MASK) {
+  case KIND_ALLREDUCE: rt_nccl_allreduce(g->nccl, buf, count, op, req); break;
+  case KIND_REDUCE_SCATTER: rt_nccl_reduce_scatter(g->nccl, buf, count, op, req); break;
+  case KIND_ALLGATHER: rt_nccl_allgather(g->nccl, buf, count, req); break;
+  case KIND_BROADCAST: rt_nccl_broadcast(g->nccl, buf, count, root, req); break;
+  }
   if (req) {
     req->kind = kind | KIND_NCCL;
     req->group = g;
   }
   timer_stop(t0);
-}
+  return true;
+#else
+  (void)kind, (void)g, (void)buf, (void)count, (void)op, (void)root, (void)req, (void)t0;
+  return false;
 #endif
+}
 
 void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
   double t0 = timer_start();
@@ -255,13 +271,7 @@ void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) 
   MPI_Op mop = mpi_op(fn, op);
   int kind = KIND_ALLREDUCE | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
   count_bytes(kind, g, count * (long)sizeof *buf, 0);
-#ifdef RT_COMM_NCCL
-  if (rt_nccl_owns(buf)) {
-    rt_nccl_allreduce(g->nccl, buf, count, op, req);
-    device_started(req, kind, g, t0);
-    return;
-  }
-#endif
+  if (on_device(kind, g, buf, count, op, 0, req, t0)) return;
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm, &mreq),
@@ -284,13 +294,7 @@ void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *
   MPI_Op mop = mpi_op(fn, op);
   int kind = KIND_REDUCE_SCATTER | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
   count_bytes(kind, g, count * (long)sizeof *buf, 0);
-#ifdef RT_COMM_NCCL
-  if (rt_nccl_owns(buf)) {
-    rt_nccl_reduce_scatter(g->nccl, buf, count, op, req);
-    device_started(req, kind, g, t0);
-    return;
-  }
-#endif
+  if (on_device(kind, g, buf, count, op, 0, req, t0)) return;
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, MPI_FLOAT, mop, g->comm, &mreq),
@@ -312,13 +316,7 @@ void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
   check_shards(fn, g, count);
   int shard = (int)(count / g->size);
   count_bytes(KIND_ALLGATHER, g, count * (long)sizeof *buf, 0);
-#ifdef RT_COMM_NCCL
-  if (rt_nccl_owns(buf)) {
-    rt_nccl_allgather(g->nccl, buf, count, req);
-    device_started(req, KIND_ALLGATHER, g, t0);
-    return;
-  }
-#endif
+  if (on_device(KIND_ALLGATHER, g, buf, count, 0, 0, req, t0)) return;
   // in place: each rank's contribution is already at its shard of buf
   if (req) {
     MPI_Request mreq;
@@ -341,13 +339,7 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
   if (root < 0 || root >= g->size)
     comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
   count_bytes(KIND_BROADCAST, g, bytes, root);
-#ifdef RT_COMM_NCCL
-  if (rt_nccl_owns(buf)) {
-    rt_nccl_broadcast(g->nccl, buf, bytes, root, req);
-    device_started(req, KIND_BROADCAST, g, t0);
-    return;
-  }
-#endif
+  if (on_device(KIND_BROADCAST, g, buf, bytes, 0, root, req, t0)) return;
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ibcast(buf, n, MPI_BYTE, root, g->comm, &mreq), "MPI_Ibcast");

@@ -12,8 +12,11 @@
 
 #include "cuda_common.h"
 
-_Static_assert(sizeof(cudaEvent_t) <= sizeof(((rt_request *)0)->impl),
-               "a cudaEvent_t must fit in rt_request.impl");
+// A request's event lives in the second half of rt_request.impl, apart from
+// where comm_mpi.c keeps an MPI_Request.
+#define REQ_EVENT(req) ((req)->impl + 2)
+_Static_assert(sizeof(cudaEvent_t) <= 2 * sizeof(((rt_request *)0)->impl[0]),
+               "a cudaEvent_t must fit in half of rt_request.impl");
 
 struct rt_nccl {
   ncclComm_t comm;
@@ -21,6 +24,9 @@ struct rt_nccl {
 };
 
 static cudaStream_t comm_stream;  // every collective's
+// Reused for the order of the two streams: an event can be recorded again as
+// soon as a stream's wait for it is queued (the wait keeps the recorded work).
+static cudaEvent_t kernels_done, comm_done;
 static int world_rank;
 
 _Noreturn static void nccl_fail(const char *call, const char *why) {
@@ -36,13 +42,10 @@ _Noreturn static void nccl_fail(const char *call, const char *why) {
     if (nccl_rc_ != ncclSuccess) nccl_fail(#x, ncclGetErrorString(nccl_rc_)); \
   } while (0)
 
-// An event recorded on `from`, waited for by `to`; destroyed when done.
-static void order(cudaStream_t from, cudaStream_t to) {
-  cudaEvent_t e;
-  cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+// `to` waits for what `from` has queued so far (e: an event of ours).
+static void order(cudaEvent_t e, cudaStream_t from, cudaStream_t to) {
   cudaCheck(cudaEventRecord(e, from));
   cudaCheck(cudaStreamWaitEvent(to, e, 0));
-  cudaCheck(cudaEventDestroy(e));  // released once the wait is done
 }
 
 rt_nccl *rt_nccl_world(MPI_Comm world, int size, int rank) {
@@ -57,6 +60,8 @@ rt_nccl *rt_nccl_world(MPI_Comm world, int size, int rank) {
   c->size = size;
   c->rank = rank;
   cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+  cudaCheck(cudaEventCreateWithFlags(&kernels_done, cudaEventDisableTiming));
+  cudaCheck(cudaEventCreateWithFlags(&comm_done, cudaEventDisableTiming));
   return c;
 }
 
@@ -95,19 +100,23 @@ static ncclRedOp_t nccl_op(int op) {
 }
 
 // Before a collective: the comm stream waits for the kernels launched so far.
-static void start(void) { order(rt_cuda_stream, comm_stream); }
+static void start(void) { order(kernels_done, rt_cuda_stream, comm_stream); }
 
 // After it: the kernels' stream waits for it now (req NULL), or at rt_wait.
+// A request keeps its own event from its first use on (requests are the
+// program's slots, reused every step; a zeroed impl has none yet).
 static void started(rt_request *req, float *buf, long count) {
   if (!req) {
-    order(comm_stream, rt_cuda_stream);
+    order(comm_done, comm_stream, rt_cuda_stream);
     return;
   }
-  cudaEvent_t e;
-  cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaEvent_t e = NULL;
+  memcpy(&e, REQ_EVENT(req), sizeof e);
+  if (!e) {
+    cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    memcpy(REQ_EVENT(req), &e, sizeof e);
+  }
   cudaCheck(cudaEventRecord(e, comm_stream));
-  memset(req->impl, 0, sizeof req->impl);
-  memcpy(req->impl, &e, sizeof e);
   req->active = 1;
   req->buf = buf;
   req->count = count;
@@ -115,9 +124,8 @@ static void started(rt_request *req, float *buf, long count) {
 
 void rt_nccl_wait(rt_request *req) {
   cudaEvent_t e;
-  memcpy(&e, req->impl, sizeof e);
+  memcpy(&e, REQ_EVENT(req), sizeof e);
   cudaCheck(cudaStreamWaitEvent(rt_cuda_stream, e, 0));
-  cudaCheck(cudaEventDestroy(e));
   req->active = 0;
 }
 

@@ -52,9 +52,9 @@ void rt_cuda_set_workspace(void *p, size_t bytes);
 // Waits until everything launched on rt_cuda_stream has finished.
 void rt_cuda_sync(void);
 
-// The address of every launcher named in runtime/kernels.def except those of
-// runtime/dist.h and rt_adamw_host (host code in every build): a kernel of
-// kernels.def without a CUDA twin does not compile.
+// The address of every launcher named in runtime/kernels.def except the
+// collectives (runtime/dist.c) and rt_adamw_host (runtime/host.c), host code
+// in every build: a kernel of kernels.def without a CUDA twin does not compile.
 extern void *const rt_cuda_kernels[];
 extern const int rt_cuda_nkernels;
 

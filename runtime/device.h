@@ -18,6 +18,8 @@ const char *rt_device_name(void);
 // The arena, zeroed, and beside it the workspace the GPU kernels take their
 // scratch from (ignored by the CPU build).
 char *rt_device_alloc(long arena_bytes, long workspace_bytes);
+// The bytes rt_device_alloc takes for them: the plan's device memory.
+long rt_device_planned(long arena_bytes, long workspace_bytes);
 void rt_device_free(char *arena, long arena_bytes);
 // The arena's host copy (the arena itself in the CPU build): zero until
 // written, its pages taken only where written.

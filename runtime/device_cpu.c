@@ -34,6 +34,11 @@ char *rt_device_alloc(long arena_bytes, long workspace_bytes) {
   return arena;
 }
 
+long rt_device_planned(long arena_bytes, long workspace_bytes) {
+  (void)workspace_bytes;
+  return arena_bytes;
+}
+
 void rt_device_free(char *arena, long arena_bytes) { munmap(arena, (size_t)arena_bytes); }
 
 char *rt_device_stage(char *arena, long arena_bytes) {

@@ -52,11 +52,18 @@ extern "C" void rt_device_init(void) {
 
 extern "C" const char *rt_device_name(void) { return name; }
 
+// The workspace, 256-byte aligned, after the arena.
+static long workspace_at(long arena_bytes) { return (arena_bytes + 255) / 256 * 256; }
+
+extern "C" long rt_device_planned(long arena_bytes, long workspace_bytes) {
+  return workspace_at(arena_bytes) + workspace_bytes;
+}
+
 extern "C" char *rt_device_alloc(long arena_bytes, long workspace_bytes) {
-  long at = (arena_bytes + 255) / 256 * 256;  // the workspace, aligned, after the arena
+  long at = workspace_at(arena_bytes), bytes = rt_device_planned(arena_bytes, workspace_bytes);
   char *p = NULL;
-  cudaError_t err = cudaMalloc((void **)&p, (size_t)(at + workspace_bytes));
-  if (err != cudaSuccess) fail_alloc("the arena and workspace", at + workspace_bytes, err);
+  cudaError_t err = cudaMalloc((void **)&p, (size_t)bytes);
+  if (err != cudaSuccess) fail_alloc("the arena and workspace", bytes, err);
   cudaCheck(cudaMemset(p, 0, (size_t)arena_bytes));
   rt_cuda_set_workspace(p + at, (size_t)workspace_bytes);
   return p;
@@ -86,18 +93,18 @@ extern "C" void rt_device_free_stage(char *stage, char *arena, long arena_bytes)
 
 extern "C" void rt_device_put(char *arena, const char *stage, long off, long bytes) {
   if (bytes <= 0) return;
+  // from pageable memory: the call returns once it has copied the bytes to a
+  // staging buffer, so the host may rewrite the stage right after, and the
+  // kernels queued before and after it need not be waited for
   cudaCheck(cudaMemcpyAsync(arena + off, stage + off, (size_t)bytes, cudaMemcpyHostToDevice,
                             rt_cuda_stream));
-  // the stage is pageable: the copy has read it once the call returns, but
-  // waiting keeps the order plain for the host code that writes it next
-  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
 }
 
 extern "C" void rt_device_get(char *stage, const char *arena, long off, long bytes) {
   if (bytes <= 0) return;
+  // to pageable memory: the call returns once the bytes are there
   cudaCheck(cudaMemcpyAsync(stage + off, arena + off, (size_t)bytes, cudaMemcpyDeviceToHost,
                             rt_cuda_stream));
-  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
 }
 
 extern "C" void rt_device_sync(void) { rt_cuda_sync(); }

@@ -1,7 +1,6 @@
 // The distributed state and the collectives lowered code calls (see dist.h).
 #include "dist.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +70,11 @@ void rt_comm_wait_all(void) {
 }
 
 // ---- tensor parallelism ----
+
+long rt_vocab_columns(long v, long vocab) {
+  long have = vocab - (long)rt_dist.tp_rank * v;
+  return have < 0 ? 0 : have < v ? have : v;
+}
 
 void rt_tp_take(float *part, const float *whole, long outer, long pieces, long chunk, int rank,
                 int tp) {

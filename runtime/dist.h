@@ -53,4 +53,9 @@ void rt_tp_take(float *part, const float *whole, long outer, long pieces, long c
 void rt_tp_place(float *whole, const float *part, long outer, long pieces, long chunk, int rank,
                  int tp);
 
+// Of this rank's v columns of a vocabulary-parallel table or logits, those
+// that are not padding: the vocabulary has `vocab` entries, rank r holds
+// [r*v, (r+1)*v) of it.
+long rt_vocab_columns(long v, long vocab);
+
 #endif

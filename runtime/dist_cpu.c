@@ -47,16 +47,10 @@ void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, lon
   }
 }
 
-// Columns of this rank's v that are not padding.
-static long vocab_columns(long v, long vocab) {
-  long have = vocab - (long)rt_dist.tp_rank * v;
-  return have < 0 ? 0 : have < v ? have : v;
-}
-
 void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
                             long n, long v, long vocab) {
   float *mx = stats, *sum = stats + n;
-  long lo = (long)rt_dist.tp_rank * v, cols = vocab_columns(v, vocab);
+  long lo = (long)rt_dist.tp_rank * v, cols = rt_vocab_columns(v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
@@ -91,7 +85,7 @@ void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *log
   if (n <= 0)
     return;
   float g = dloss[0] / (float)n;
-  long lo = (long)rt_dist.tp_rank * v, cols = vocab_columns(v, vocab);
+  long lo = (long)rt_dist.tp_rank * v, cols = rt_vocab_columns(v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;

@@ -1458,19 +1458,13 @@ void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, lon
   LAUNCHED();
 }
 
-// Columns of this rank's v that are not padding.
-static long vocab_columns(long v, long vocab) {
-  long have = vocab - (long)rt_dist.tp_rank * v;
-  return have < 0 ? 0 : have < v ? have : v;
-}
-
 void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
                             long n, long v, long vocab) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));
     return;
   }
-  long cols = vocab_columns(v, vocab), lo = (long)rt_dist.tp_rank * v;
+  long cols = rt_vocab_columns(v, vocab), lo = (long)rt_dist.tp_rank * v;
   rt_group *tp = rt_dist.group[RT_AXIS_TP];
   vp_max_kernel<<<grid_rows(n), row_threads(cols), 0, rt_cuda_stream>>>(stats, logits, n, v, cols);
   LAUNCHED();
@@ -1487,7 +1481,7 @@ void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *log
                             const int *targets, const float *stats, long n, long v, long vocab) {
   if (n <= 0 || v <= 0) return;
   vp_crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
-      dlogits, dloss, logits, targets, stats, n, v, vocab_columns(v, vocab),
+      dlogits, dloss, logits, targets, stats, n, v, rt_vocab_columns(v, vocab),
       (long)rt_dist.tp_rank * v);
   LAUNCHED();
 }

@@ -931,7 +931,7 @@ int main(int argc, char **argv) {
   printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
-           (M->arena_bytes + 255) / 256 * 256 + M->workspace_bytes);
+           rt_device_planned(M->arena_bytes, M->workspace_bytes));
   if (M->dp * M->tp > 1 || M->micro_batches > 1)
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
            M->dp * M->tp, M->micro_batches, M->micro_batches > 1 ? "es" : "",
