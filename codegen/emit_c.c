@@ -1053,6 +1053,13 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     if (!g->syms.bound[i])
       return ir_error(d, (IrLoc){0}, "codegen: dim %s has no value: pass -D %s=VALUE",
                       g->syms.name[i], g->syms.name[i]);
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->init.kind == INIT_DATA && !v->data)
+      return ir_error(d, v->loc, "codegen: '%s' takes its values from data the IR text does not "
+                      "carry (a parameter's initial weights): compile the model it was printed from",
+                      v->name);
+  }
   char rtdir[4096];
   snprintf(rtdir, sizeof rtdir, "%s/runtime", opt->outdir);
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))

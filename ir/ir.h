@@ -16,6 +16,9 @@
 #include "sym.h"
 
 #define IR_MAXRANK 8
+// The most elements one constant's data may hold (IR text, ONNX folding): 256 MiB of f32, a
+// causal mask for T = 8192.
+#define IR_DATA_MAX ((int64_t)1 << 26)
 
 // ---- ops -------------------------------------------------------------------
 
@@ -177,6 +180,8 @@ typedef struct IrGraph {
   IrNode **nodes;
   int nnodes, capnodes;
   IrValue *loss;            // the scalar trained on
+  const char *after;        // the last pass that changed the graph (IR text: `after NAME`);
+                            // NULL before any; the pipeline resumes after it
   int batch_sym, seq_sym;   // the batch and sequence dims (symbol indices; -1: none),
                             // marked by the frontend
   // builder state: new nodes get these, and go before node insert_at (at the

@@ -1,7 +1,7 @@
 // Reads the IR text that ir/print.c writes (see the grammar there).
 //
 //   file    = line*
-//   line    = "graph" STRING | "sym" NAME ("=" INT)?
+//   line    = "graph" STRING | "after" NAME | "sym" NAME ("=" INT)?
 //           | ("input" | "param" | "state" | "const") value ":" type extra* loc?
 //           | "forward" | "backward" | "update"
 //           | (value ":" type ("," value ":" type)* "=")? OP "(" values? ")" attr* ("#" INT)? loc?
@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -221,9 +222,52 @@ static int loc(Parser *ps, IrLoc *l) {
     int64_t a, b;
     if (integer(ps, &a) || expect(ps, ':') || integer(ps, &b))
       return -1;
+    if (a < 0 || a > INT_MAX || b < 0 || b > INT_MAX)
+      return fail(ps, "a line and column are at most %d", INT_MAX);
     l->line = (int)a;
     l->col = (int)b;
   }
+  return 0;
+}
+
+// A constant's values after `data`: [v, v*n, ...] (print.c), as many as its shape holds.
+static int data(Parser *ps, IrValue *v) {
+  int64_t n = 0;
+  if (sym_eval(ir_numel(ps->g, v), &ps->g->syms, &n) || n > IR_DATA_MAX)
+    return fail(ps, "a constant's data needs a shape of known size (every dim bound), at most %lld "
+                "elements", (long long)IR_DATA_MAX);
+  size_t es = (size_t)ir_dtype_size(v->dtype);
+  char *out = ir_alloc(&ps->g->arena, (size_t)n * es);
+  int64_t k = 0;
+  eat(ps, '[');
+  while (!eat(ps, ']')) {
+    if (k > 0 && expect(ps, ','))
+      return -1;
+    skip_space(ps);
+    const char *at = ps->p;
+    bool fl;
+    double x = number(ps, &fl);
+    if (ps->p == at)
+      return fail(ps, "expected a number");
+    int64_t run = 1;
+    if (eat(ps, '*') && integer(ps, &run))
+      return -1;
+    if (run < 1 || run > n - k)
+      return fail(ps, "the data has more values than the shape %s holds (%lld)",
+                  ir_shape_str(ps->g, v), (long long)n);
+    if (v->dtype == DT_I32 && (fl || !(x >= INT32_MIN && x <= INT32_MAX)))
+      return fail(ps, "i32 data holds integers, not %g", x);
+    for (int64_t i = 0; i < run; i++, k++) {
+      if (v->dtype == DT_I32)
+        ((int32_t *)out)[k] = (int32_t)x;
+      else
+        ((float *)out)[k] = (float)x;
+    }
+  }
+  if (k != n)
+    return fail(ps, "the data has %lld values; the shape %s holds %lld", (long long)k,
+                ir_shape_str(ps->g, v), (long long)n);
+  v->data = out;
   return 0;
 }
 
@@ -264,7 +308,9 @@ static int declaration(Parser *ps, IrRole role) {
       if (expect(ps, ')'))
         return -1;
     } else if (!strcmp(w, "data")) {
-      v->init.kind = INIT_DATA; // the text has no values: they read as zeros
+      v->init.kind = INIT_DATA; // without values (a parameter's): they read as zeros
+      if (*ps->p == '[' && data(ps, v))
+        return -1;
     } else
       return fail(ps, "unknown initializer '%s' (zeros, ones, normal(std), data)", w);
   }
@@ -432,6 +478,11 @@ static int line(Parser *ps) {
     if (!s)
       return fail(ps, "expected a quoted graph name");
     g->name = s;
+  } else if (keyword(ps, "after")) {
+    const char *name = word(ps);
+    if (!name)
+      return fail(ps, "expected the name of a pass");
+    g->after = name;
   } else if (keyword(ps, "sym")) {
     const char *name = word(ps);
     if (!name)

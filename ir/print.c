@@ -1,12 +1,14 @@
 // The IR as text (read back by ir/parse.c) and as Graphviz.
 //
 //   graph gpt2
+//   after optimizer                      (the last pass that changed the graph)
 //   sym B = 4
 //   input %idx : i32[B,T] tokens(V)
 //   param %wte : f32[V,C] normal(0.02)
 //   state %adamw.m.wte : f32[V,C] zeros
 //   state %adamw.m.b1.host : host f32[2048] zeros   (offload: in host memory)
-//   const %mask : i32[T,T] data          (ONNX constants; the text omits the values)
+//   const %mask : f32[2,2] data[0.0, -inf, 0.0*2]   (ONNX constants: the values, v*n for n
+//                                                    in a row; parameters' data is not printed)
 //   forward
 //     %x : f32[B,T,C] = embedding(%wte, %idx) @"gpt2.mtc":20:9
 //     %q : f32[B,T,C], %k : f32[B,T,C] = split(%h) axis=2 sizes=[C,C] #1 @"gpt2.mtc":31:3
@@ -74,7 +76,33 @@ static void print_type(FILE *f, const IrGraph *g, const IrValue *v) {
   fputc(']', f);
 }
 
-static void print_init(FILE *f, IrInit init) {
+// A constant's values, runs of one value as v*n: a causal mask of T x T takes 2T runs.
+static void print_data(FILE *f, const IrGraph *g, const IrValue *v) {
+  int64_t n = 0;
+  if (!v->data || sym_eval(ir_numel((IrGraph *)g, v), &g->syms, &n))
+    return;
+  const int32_t *iv = v->data;
+  const float *fv = v->data;
+  bool is_int = v->dtype == DT_I32;
+  fputc('[', f);
+  for (int64_t i = 0, run; i < n; i += run) {
+    for (run = 1; i + run < n; run++)
+      if (is_int ? iv[i + run] != iv[i] : memcmp(&fv[i + run], &fv[i], sizeof(float)))
+        break;
+    if (i)
+      fputs(", ", f);
+    if (is_int)
+      fprintf(f, "%d", (int)iv[i]);
+    else
+      print_float(f, fv[i]);
+    if (run > 1)
+      fprintf(f, "*%lld", (long long)run);
+  }
+  fputc(']', f);
+}
+
+static void print_init(FILE *f, const IrGraph *g, const IrValue *v) {
+  IrInit init = v->init;
   switch (init.kind) {
   case INIT_NONE: break;
   case INIT_ZEROS: fputs(" zeros", f); break;
@@ -84,7 +112,11 @@ static void print_init(FILE *f, IrInit init) {
     print_float(f, init.std);
     fputc(')', f);
     break;
-  case INIT_DATA: fputs(" data", f); break; // the values themselves are not printed
+  case INIT_DATA:
+    fputs(" data", f);
+    if (v->role == ROLE_CONST) // parameters' values (the weights) are not printed
+      print_data(f, g, v);
+    break;
   }
 }
 
@@ -159,6 +191,8 @@ void ir_print(FILE *f, const IrGraph *g) {
   fputs("graph ", f);
   print_quoted(f, g->name);
   fputc('\n', f);
+  if (g->after)
+    fprintf(f, "after %s\n", g->after);
   for (int i = 0; i < g->syms.n; i++) {
     fprintf(f, "sym %s", g->syms.name[i]);
     if (g->syms.bound[i])
@@ -185,7 +219,7 @@ void ir_print(FILE *f, const IrGraph *g) {
         fputc(')', f);
       }
       if (v->role != ROLE_INPUT)
-        print_init(f, v->init);
+        print_init(f, g, v);
       print_loc(f, v->loc);
       fputc('\n', f);
     }

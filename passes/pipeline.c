@@ -39,22 +39,50 @@ static void dump(IrGraph *g, PassCtx *ctx, const char *pass) {
   }
 }
 
+// Position of the pass called name in the pipeline; -1 for NULL, -2 when no pass has that name.
+static int pass_index(const char *name) {
+  if (!name)
+    return -1;
+  for (int i = 0; pass_pipeline[i].name; i++)
+    if (!strcmp(pass_pipeline[i].name, name))
+      return i;
+  return -2;
+}
+
 int pass_run_all(IrGraph *g, PassCtx *ctx) {
   if (ir_verify(g, "input", ctx->diag))
     return -1;
-  bool started = !ctx->opt.start_after;
-  for (const Pass *p = pass_pipeline; p->name; p++) {
-    if (!started) {
-      started = !strcmp(p->name, ctx->opt.start_after);
-      continue;
-    }
+  // Resume after the later of the caller's start and the last pass that changed the graph (IR
+  // text read back records it): the passes before it have run.
+  int done = pass_index(g->after), start = pass_index(ctx->opt.start_after),
+      stop = pass_index(ctx->opt.stop_after);
+  if (done == -2)
+    return ir_error(ctx->diag, (IrLoc){0}, "the IR says it is after pass '%s', which mtc does not have",
+                    g->after);
+  if (stop >= 0 && done > stop)
+    return ir_error(ctx->diag, (IrLoc){0},
+                    "the IR is after pass '%s', but this command needs it from no later than pass "
+                    "'%s': print it with `mtc inspect MODEL --dump-after %s`",
+                    g->after, ctx->opt.stop_after, ctx->opt.stop_after);
+  int want = ctx->opt.dump_after && strcmp(ctx->opt.dump_after, "all") ? pass_index(ctx->opt.dump_after) : -1;
+  if (want >= 0 && want < done)
+    return ir_error(ctx->diag, (IrLoc){0}, "--dump-after %s: the IR is already after pass '%s'",
+                    ctx->opt.dump_after, g->after);
+  if (want >= 0 && want == done)
+    dump(g, ctx, g->after); // the graph as read is the graph after that pass
+  int first = (done > start ? done : start) + 1;
+  for (int i = first; pass_pipeline[i].name; i++) {
+    const Pass *p = &pass_pipeline[i];
     bool changed = false;
     if (p->run(g, ctx, &changed))
       return -1;
-    if (changed && ir_verify(g, p->name, ctx->diag))
-      return -1;
+    if (changed) {
+      g->after = p->name;
+      if (ir_verify(g, p->name, ctx->diag))
+        return -1;
+    }
     dump(g, ctx, p->name);
-    if (ctx->opt.stop_after && !strcmp(ctx->opt.stop_after, p->name))
+    if (i == stop)
       break;
   }
   return 0;
