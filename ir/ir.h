@@ -19,6 +19,9 @@
 // The most elements one constant's data may hold (IR text, ONNX folding): 256 MiB of f32, a
 // causal mask for T = 8192.
 #define IR_DATA_MAX ((int64_t)1 << 26)
+// The largest tensor mtc plans, in bytes (256 TiB): a memory plan of fewer than 2^15 of them
+// cannot overflow int64.
+#define IR_BYTES_MAX ((int64_t)1 << 48)
 
 // ---- ops -------------------------------------------------------------------
 
@@ -210,6 +213,9 @@ int ir_error(IrDiag *d, IrLoc loc, const char *fmt, ...)
 // "file:line:col: error: msg", then the source line and a caret when the
 // file can be read. ONNX locations print as "node 'name': error: msg".
 void ir_diag_print(FILE *f, const IrDiag *d);
+// fopen(path, "rb") for a regular file; NULL with an error at loc saying why (missing, a
+// directory, a FIFO or device: never blocks on one).
+FILE *ir_open_file(const char *path, IrLoc loc, IrDiag *d);
 // Internal invariant: prints file, line and the condition, then aborts.
 #define IR_ASSERT(c) ((c) ? (void)0 : ir_assert_fail(#c, __FILE__, __LINE__))
 _Noreturn void ir_assert_fail(const char *cond, const char *file, int line);
@@ -310,6 +316,9 @@ bool ir_same_shape(const IrValue *a, const IrValue *b);
 const char *ir_shape_str(IrGraph *g, const IrValue *v);
 // FLOPs of one execution of the node, as a formula.
 const Sym *ir_flops(IrGraph *g, const IrNode *n);
+// Every value's dims that evaluate are integers of at least 1 and its size in bytes at most
+// IR_BYTES_MAX (dims bound to huge values overflow int64 otherwise); ir_verify checks this first.
+int ir_check_sizes(IrGraph *g, IrDiag *d);
 // Evaluate a formula under the graph's bindings; IR_ASSERTs it evaluates.
 int64_t ir_eval(const IrGraph *g, const Sym *s);
 

@@ -761,7 +761,59 @@ int ir_infer(IrGraph *g, IrNode *n, IrDiag *d) {
     if (n->in[i]->rank < 0)
       return ir_error(d, n->loc, "%s: input '%s' has no shape yet", ir_op_name(n->op),
                       n->in[i]->name);
-  return shape_fns[n->op](g, n, d);
+  if (shape_fns[n->op](g, n, d))
+    return -1;
+  for (int i = 0; i < n->nout; i++)
+    for (int k = 0; k < n->out[i]->rank; k++)
+      if (sym_overflowed(n->out[i]->shape[k]))
+        return ir_error(d, n->loc, "%s: dim %d of output '%s' overflows int64", ir_op_name(n->op),
+                        k, n->out[i]->name);
+  return 0;
+}
+
+// " with B = 8, T = 1024": the values of the dims s uses, for messages (into the arena).
+static const char *bindings_text(IrGraph *g, const Sym *s) {
+  char buf[512] = "";
+  size_t len = 0;
+  for (int v = 0; v < g->syms.n && s->n > 0; v++) {
+    bool used = false;
+    for (int k = 0; k < s->n; k++)
+      used |= s->t[k].exp[v] != 0;
+    if (used && len < sizeof buf)
+      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s %s = %lld", len ? "," : " with",
+                              g->syms.name[v], (long long)g->syms.value[v]);
+  }
+  return ir_strndup(&g->arena, buf, strlen(buf));
+}
+
+int ir_check_sizes(IrGraph *g, IrDiag *d) {
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i];
+    IrLoc loc = !v->loc.file && v->producer ? v->producer->loc : v->loc;
+    for (int k = 0; k < v->rank; k++) {
+      const Sym *s = v->shape[k];
+      int64_t x = 0;
+      int rc = sym_eval(s, &g->syms, &x);
+      if (rc == -3)
+        return ir_error(d, loc, "dim %d of '%s' (%s) overflows int64%s", k, v->name,
+                        sym_str(&g->arena, s, &g->syms), bindings_text(g, s));
+      if (rc == -2)
+        return ir_error(d, loc, "dim %d of '%s' (%s) is not an integer%s", k, v->name,
+                        sym_str(&g->arena, s, &g->syms), bindings_text(g, s));
+      if (rc == 0 && x < 1)
+        return ir_error(d, loc, "dim %d of '%s' (%s) is %lld%s; every dim is at least 1", k,
+                        v->name, sym_str(&g->arena, s, &g->syms), (long long)x,
+                        bindings_text(g, s));
+    }
+    const Sym *bytes = v->rank >= 0 ? ir_nbytes(g, v) : NULL;
+    int64_t x = 0;
+    int rc = bytes ? sym_eval(bytes, &g->syms, &x) : -1;
+    if (rc == -3 || (rc == 0 && x > IR_BYTES_MAX))
+      return ir_error(d, loc, "'%s' %s takes more than %lld TiB%s: mtc plans tensors up to that",
+                      v->name, ir_shape_str(g, v), (long long)(IR_BYTES_MAX >> 40),
+                      bindings_text(g, bytes));
+  }
+  return 0;
 }
 
 // ---- FLOP rules -------------------------------------------------------------------

@@ -492,8 +492,13 @@ static int line(Parser *ps) {
       return fail(ps, "too many symbols (at most 16) at '%s'", name);
     if (eat(ps, '=')) {
       int64_t v;
+      const char *at = ps->p;
       if (integer(ps, &v))
         return -1;
+      if (v < 1) {
+        ps->p = at;
+        return fail(ps, "dim %s is %lld; a dim is at least 1", name, (long long)v);
+      }
       symtab_bind(&g->syms, var, v);
     }
   } else if (keyword(ps, "input")) {

@@ -5,7 +5,9 @@
 // Coefficients are kept as reduced int64 fractions; products and sums are
 // formed in __int128 first, so overflow is detected exactly. The internal
 // helpers return NULL on overflow: the parser turns that into a syntax
-// error, the public constructors abort with a message.
+// error, the public constructors into the overflowed formula, which every
+// later operation passes on (as NaN does) and sym_eval reports, so that the
+// caller that owns the input can name it.
 #include "sym.h"
 
 #include <limits.h>
@@ -24,10 +26,16 @@ _Static_assert(sizeof(SymTerm) == 2 * sizeof(int64_t) + SYM_MAXVARS,
 #define EXP_MAX 127 // exponents stay in -EXP_MAX..EXP_MAX
 #define POW_MAX 64  // largest power accepted by the parser's '^'
 
-// Stops the compiler on an arithmetic overflow in a public operation.
-static void overflow(const char *what) {
-  fprintf(stderr, "mtc: sym.c: integer overflow in %s\n", what);
-  abort();
+// The result of an operation that overflowed int64 or divided by zero.
+static const Sym overflowed = {.n = -1};
+
+bool sym_overflowed(const Sym *x) {
+  return x->n < 0;
+}
+
+// r, or the overflowed formula when an internal helper gave NULL.
+static const Sym *checked(const Sym *r) {
+  return r ? r : &overflowed;
 }
 
 // Stops the compiler on a misuse of the API (bad index, zero divisor).
@@ -260,10 +268,7 @@ static Sym *pow_sym(IrArena *a, const Sym *x, int e) {
 //
 
 const Sym *sym_const(IrArena *a, int64_t c) {
-  Sym *r = const_sym(a, c);
-  if (!r)
-    overflow("sym_const");
-  return r;
+  return checked(const_sym(a, c));
 }
 
 const Sym *sym_var(IrArena *a, int var) {
@@ -277,42 +282,27 @@ const Sym *sym_var(IrArena *a, int var) {
 }
 
 const Sym *sym_add(IrArena *a, const Sym *x, const Sym *y) {
-  Sym *r = add_syms(a, x, y, 1);
-  if (!r)
-    overflow("sym_add");
-  return r;
+  return sym_overflowed(x) || sym_overflowed(y) ? &overflowed : checked(add_syms(a, x, y, 1));
 }
 
 const Sym *sym_sub(IrArena *a, const Sym *x, const Sym *y) {
-  Sym *r = add_syms(a, x, y, -1);
-  if (!r)
-    overflow("sym_sub");
-  return r;
+  return sym_overflowed(x) || sym_overflowed(y) ? &overflowed : checked(add_syms(a, x, y, -1));
 }
 
 const Sym *sym_mul(IrArena *a, const Sym *x, const Sym *y) {
-  Sym *r = mul_syms(a, x, y);
-  if (!r)
-    overflow("sym_mul");
-  return r;
+  return sym_overflowed(x) || sym_overflowed(y) ? &overflowed : checked(mul_syms(a, x, y));
 }
 
 const Sym *sym_scale(IrArena *a, const Sym *x, int64_t num, int64_t den) {
-  if (den == 0)
-    misuse("sym_scale: zero denominator");
-  Sym *r = scale_sym(a, x, num, den);
-  if (!r)
-    overflow("sym_scale");
-  return r;
+  return sym_overflowed(x) || den == 0 ? &overflowed : checked(scale_sym(a, x, num, den));
 }
 
 const Sym *sym_div(IrArena *a, const Sym *x, const Sym *y) {
+  if (sym_overflowed(x) || sym_overflowed(y))
+    return &overflowed;
   if (y->n != 1)
     return NULL;
-  Sym *r = div_term(a, x, &y->t[0]);
-  if (!r)
-    overflow("sym_div");
-  return r;
+  return checked(div_term(a, x, &y->t[0]));
 }
 
 //
@@ -336,7 +326,7 @@ bool sym_eq(const Sym *x, const Sym *y) {
 // True when x is an integer constant; its value goes to *value if non-NULL.
 bool sym_is_const(const Sym *x, int64_t *value) {
   int64_t v = 0;
-  if (x->n > 1)
+  if (x->n > 1 || x->n < 0)
     return false;
   if (x->n == 1) {
     const SymTerm *t = &x->t[0];
@@ -369,28 +359,29 @@ static bool all_bound(const Sym *x, const SymTab *tab) {
   return true;
 }
 
-// Checked i128 product for sym_eval.
-static i128 eval_mul(i128 a, i128 b) {
-  i128 r;
+// Checked i128 arithmetic for sym_eval: *ok turns false on overflow.
+static i128 eval_mul(i128 a, i128 b, bool *ok) {
+  i128 r = 0;
   if (__builtin_mul_overflow(a, b, &r))
-    overflow("sym_eval");
+    *ok = false;
   return r;
 }
 
-// Checked i128 sum for sym_eval.
-static i128 eval_add(i128 a, i128 b) {
-  i128 r;
+static i128 eval_add(i128 a, i128 b, bool *ok) {
+  i128 r = 0;
   if (__builtin_add_overflow(a, b, &r))
-    overflow("sym_eval");
+    *ok = false;
   return r;
 }
 
 // Reduces the fraction *num / *den (den != 0) to lowest terms, den > 0.
-static void eval_reduce(i128 *num, i128 *den) {
+static void eval_reduce(i128 *num, i128 *den, bool *ok) {
   if (*den < 0) {
-    *num = eval_mul(*num, -1);
-    *den = eval_mul(*den, -1);
+    *num = eval_mul(*num, -1, ok);
+    *den = eval_mul(*den, -1, ok);
   }
+  if (!*ok || *den == 0)
+    return;
   u128 g = gcd128(mag128(*num), (u128)*den); // g <= den < 2^127
   *num /= (i128)g;
   *den /= (i128)g;
@@ -399,53 +390,55 @@ static void eval_reduce(i128 *num, i128 *den) {
 // Exact value of term t as *num / *den; false when a symbol it divides by
 // is bound to zero.
 static bool eval_term(const SymTerm *t, const SymTab *tab, i128 *num,
-                      i128 *den) {
+                      i128 *den, bool *ok) {
   i128 n = t->num, d = t->den;
-  for (int i = 0; i < SYM_MAXVARS; i++) {
+  for (int i = 0; i < SYM_MAXVARS && *ok; i++) {
     int e = t->exp[i];
     if (e == 0)
       continue;
     i128 v = tab->value[i];
     if (e < 0 && v == 0)
       return false;
-    for (int k = 0; k < abs(e); k++) {
+    for (int k = 0; k < abs(e) && *ok; k++) {
       if (e > 0)
-        n = eval_mul(n, v);
+        n = eval_mul(n, v, ok);
       else
-        d = eval_mul(d, v);
+        d = eval_mul(d, v, ok);
     }
   }
-  eval_reduce(&n, &d);
+  eval_reduce(&n, &d, ok);
   *num = n;
   *den = d;
   return true;
 }
 
 int sym_eval(const Sym *x, const SymTab *tab, int64_t *out) {
+  if (sym_overflowed(x))
+    return -3;
   if (!all_bound(x, tab))
     return -1;
 
   // Sum the exact term values as a fraction sn/sd.
+  bool ok = true;
   i128 sn = 0, sd = 1;
-  for (int k = 0; k < x->n; k++) {
+  for (int k = 0; k < x->n && ok; k++) {
     i128 tn, td;
-    if (!eval_term(&x->t[k], tab, &tn, &td))
+    if (!eval_term(&x->t[k], tab, &tn, &td, &ok))
       return -2;
-    sn = eval_add(eval_mul(sn, td), eval_mul(tn, sd));
-    sd = eval_mul(sd, td);
-    eval_reduce(&sn, &sd);
+    sn = eval_add(eval_mul(sn, td, &ok), eval_mul(tn, sd, &ok), &ok);
+    sd = eval_mul(sd, td, &ok);
+    eval_reduce(&sn, &sd, &ok);
   }
-
+  if (!ok || sn > INT64_MAX || sn < INT64_MIN)
+    return -3;
   if (sd != 1)
     return -2;
-  if (sn > INT64_MAX || sn < INT64_MIN)
-    overflow("sym_eval");
   *out = (int64_t)sn;
   return 0;
 }
 
 double sym_evalf(const Sym *x, const SymTab *tab) {
-  if (!all_bound(x, tab))
+  if (sym_overflowed(x) || !all_bound(x, tab))
     return NAN;
   double sum = 0;
   for (int k = 0; k < x->n; k++) {
@@ -546,6 +539,8 @@ static void print_term(Out *o, const SymTerm *t, const SymTab *tab,
 
 int sym_print(char *buf, size_t n, const Sym *x, const SymTab *tab) {
   Out o = {buf, n, 0};
+  if (sym_overflowed(x))
+    out_str(&o, "overflow");
   if (x->n == 0)
     out_str(&o, "0");
   for (int k = 0; k < x->n; k++)
@@ -576,7 +571,11 @@ typedef struct Parser {
   SymTab *tab;
   const char *p;   // next character
   const char *err; // where the error is, once there is one
+  int depth;       // nesting of parentheses and unary minus
 } Parser;
+
+// Deepest nesting the parser follows (each level is a few C stack frames).
+#define PARSE_DEPTH_MAX 100
 
 static const Sym *parse_expr(Parser *ps);
 
@@ -650,8 +649,12 @@ static const Sym *parse_primary(Parser *ps) {
   }
 
   if (*start == '(') {
+    if (ps->depth >= PARSE_DEPTH_MAX)
+      return fail(ps, start);
     ps->p++;
+    ps->depth++;
     const Sym *x = parse_expr(ps);
+    ps->depth--;
     if (!x)
       return NULL;
     skip_space(ps);
@@ -668,8 +671,13 @@ static const Sym *parse_primary(Parser *ps) {
 static const Sym *parse_factor(Parser *ps) {
   skip_space(ps);
   if (*ps->p == '-') {
-    const char *minus = ps->p++;
+    const char *minus = ps->p;
+    if (ps->depth >= PARSE_DEPTH_MAX)
+      return fail(ps, minus);
+    ps->p++;
+    ps->depth++;
     const Sym *x = parse_factor(ps);
+    ps->depth--;
     if (!x)
       return NULL;
     x = scale_sym(ps->a, x, -1, 1);
@@ -744,7 +752,7 @@ static const Sym *parse_expr(Parser *ps) {
 
 const Sym *sym_parse(IrArena *a, SymTab *tab, const char *s,
                      const char **end) {
-  Parser ps = {a, tab, s, NULL};
+  Parser ps = {a, tab, s, NULL, 0};
   const Sym *x = parse_expr(&ps);
   if (x)
     skip_space(&ps);

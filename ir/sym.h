@@ -42,7 +42,10 @@ int symtab_find(const SymTab *tab, const char *name);  // index or -1
 int symtab_add(SymTab *tab, const char *name);         // index (existing or new); -1 when full or name too long
 void symtab_bind(SymTab *tab, int var, int64_t value);
 
-// Construction. Results live in the arena.
+// Construction. Results live in the arena. An operation whose coefficients
+// overflow int64 (or that scales by 1/0) gives the overflowed formula, and
+// every operation on it gives it again (as NaN in floating point): check
+// sym_overflowed, or sym_eval's -3, where a formula from input is used.
 const Sym *sym_const(IrArena *a, int64_t c);
 const Sym *sym_var(IrArena *a, int var);
 const Sym *sym_add(IrArena *a, const Sym *x, const Sym *y);
@@ -59,16 +62,19 @@ bool sym_eq(const Sym *x, const Sym *y);
 bool sym_list_eq(const Sym *const *x, const Sym *const *y, int n);
 bool sym_is_const(const Sym *x, int64_t *value);      // an integer constant?
 bool sym_is_zero(const Sym *x);
+bool sym_overflowed(const Sym *x);
 
 // Evaluation under the table's bindings.
 // Returns 0 and sets *out when every symbol used is bound and the result is
 // an integer; -1 when a symbol is unbound; -2 when the result is not an
-// integer.
+// integer (or divides by a symbol bound to 0); -3 when it overflows int64
+// (or x is the overflowed formula).
 int sym_eval(const Sym *x, const SymTab *tab, int64_t *out);
-double sym_evalf(const Sym *x, const SymTab *tab);     // NaN when unbound
+double sym_evalf(const Sym *x, const SymTab *tab);     // NaN when unbound or overflowed
 
 // Printing: "4*B*T*C + 2*B*T", "C/NH", "3*C/2", "T*T" (powers are written as
-// repeated products so the text is also a valid C expression), "0".
+// repeated products so the text is also a valid C expression), "0";
+// "overflow" for the overflowed formula.
 // snprintf semantics: returns the length the full text needs.
 int sym_print(char *buf, size_t n, const Sym *x, const SymTab *tab);
 // Convenience: print into the arena.

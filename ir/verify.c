@@ -41,6 +41,8 @@ int ir_verify_attrs(const IrNode *n, IrDiag *d) {
 
 int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
   const char *when = after ? after : "construction";
+  if (ir_check_sizes(g, d))
+    return -1;
   // defined[v] = 1 once v is available in the schedule
   char *defined = calloc((size_t)g->nvalues + 1, 1);
   IR_ASSERT(defined);

@@ -284,6 +284,34 @@ static void test_eval(void) {
   CHECK(sym_eval(x, &tab, &v) == 0 && v == 3);
 }
 
+// Overflow is an error value, never an abort: it passes through every operation, sym_eval
+// reports -3, and printing names it.
+static void test_overflow(void) {
+  reset_tab();
+  int64_t v = 0;
+  const Sym *min = num(INT64_MIN), *max = num(INT64_MAX);
+  CHECK(sym_overflowed(min) && !sym_overflowed(max));
+  CHECK(sym_overflowed(add(max, num(1))) && sym_overflowed(sub(num(-2), max)));
+  CHECK(sym_overflowed(mul(max, num(2))) && sym_overflowed(scale(max, 3, 1)));
+  CHECK(sym_overflowed(scale(var(B), 1, 0)));
+  const Sym *bad = add(max, max);
+  CHECK(sym_overflowed(mul(bad, num(0))) && sym_overflowed(add(bad, var(B))));
+  CHECK(sym_overflowed(dv(bad, var(B))) && sym_overflowed(dv(var(B), bad)));
+  CHECK(!sym_is_const(bad, &v) && !sym_is_zero(bad) && sym_eq(bad, add(min, var(T))));
+  CHECK(sym_eval(bad, &tab, &v) == -3 && isnan(sym_evalf(bad, &tab)));
+  char buf[32];
+  sym_print(buf, sizeof buf, bad, &tab);
+  check_str(buf, "overflow", __FILE__, __LINE__);
+  // a formula that fits, evaluated where its value does not
+  symtab_bind(&tab, B, INT64_MAX);
+  symtab_bind(&tab, T, 2);
+  CHECK(sym_eval(mul(var(B), var(T)), &tab, &v) == -3);
+  CHECK(sym_eval(add(var(B), num(1)), &tab, &v) == -3);
+  CHECK(sym_eval(sub(num(-2), var(B)), &tab, &v) == -3);
+  CHECK(sym_eval(sub(num(-1), var(B)), &tab, &v) == 0 && v == INT64_MIN);
+  CHECK(sym_eval(dv(mul(var(B), var(T)), var(T)), &tab, &v) == 0 && v == INT64_MAX);
+}
+
 static void test_parse(void) {
   reset_tab();
   const Sym *btc4 = mul(mul(mul(num(4), var(B)), var(T)), var(C));
@@ -442,6 +470,7 @@ int main(void) {
   test_print();
   test_algebra();
   test_eval();
+  test_overflow();
   test_parse();
   test_parse_errors();
   test_random();
