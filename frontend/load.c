@@ -14,17 +14,9 @@
 
 char *fe_read_text(const char *path, IrDiag *d) {
   IrLoc top = {path, 1, 1};
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    ir_error(d, top, "cannot read %s: %s", path, strerror(errno));
+  FILE *f = ir_open_file(path, top, d);
+  if (!f)
     return NULL;
-  }
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-    fclose(f);
-    ir_error(d, top, "cannot read %s: it is a directory", path);
-    return NULL;
-  }
   // Read at most MAX_FILE + 1 bytes so that a larger file is noticed.
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap + 1);

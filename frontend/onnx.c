@@ -324,9 +324,10 @@ static uint8_t *read_external(FeOnnx *cx, const Onnx__TensorProto *t, const char
                   what, (long long)off, (long long)len, want), NULL;
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", cx->dir, loc);
-  FILE *f = fopen(path, "rb");
+  IrDiag why = {0};
+  FILE *f = ir_open_file(path, (IrLoc){0}, &why);
   if (!f)
-    return fe_err(cx, "%s: cannot read external data %s: %s", what, path, strerror(errno)), NULL;
+    return fe_err(cx, "%s: external data: %s", what, why.msg), NULL;
   off_t size = fseeko(f, 0, SEEK_END) == 0 ? ftello(f) : -1;
   uint8_t *buf = size >= 0 && (uint64_t)off + want <= (uint64_t)size ? malloc(want + 1) : NULL;
   bool ok = buf && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(buf, 1, want, f) == want;
@@ -1023,9 +1024,9 @@ static int convert_graph(FeOnnx *cx) {
 }
 
 static uint8_t *read_all(const char *path, size_t *len, IrDiag *d) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = ir_open_file(path, (IrLoc){0}, d);
   if (!f)
-    return ir_error(d, (IrLoc){0}, "cannot read %s: %s", path, strerror(errno)), NULL;
+    return NULL;
   uint8_t *buf = NULL;
   size_t cap = 0;
   *len = 0;

@@ -18,7 +18,7 @@
 #include "onnx_internal.h"
 
 #define FOLD_MAX ((int64_t)1 << 22)   // largest result folded (elements)
-#define KNOWN_MAX ((int64_t)1 << 28)  // largest known tensor (elements)
+#define KNOWN_MAX IR_DATA_MAX         // largest known tensor (elements)
 #define SYM_LIMIT ((int64_t)1 << 31)  // formulas only over values this small
 
 // ---- known tensors -------------------------------------------------------------------------
@@ -67,15 +67,20 @@ FeConst *fe_const_new(FeOnnx *cx, int type, int rank, const Sym *const *shape) {
   k->type = type;
   k->rank = rank;
   k->n = 1;
+  double numel = 1;
   for (int i = 0; i < rank; i++) {
     int64_t d;
     if (fe_eval(cx, shape[i], &d))
       return NULL;
-    if (d < 0 || d > KNOWN_MAX || (k->n *= d) > KNOWN_MAX)
-      return fe_err(cx, "a known tensor with dim %lld is too large (at most %lld elements)",
-                    (long long)d, (long long)KNOWN_MAX), NULL;
+    if (d < 0)
+      return fe_err(cx, "a negative dim %lld", (long long)d), NULL;
+    numel *= (double)d;
     k->shape[i] = shape[i];
   }
+  if (numel > (double)KNOWN_MAX)
+    return fe_err(cx, "a tensor known at compile time would hold %.0f elements; mtc keeps at most "
+                  "%lld (2^26) there", numel, (long long)KNOWN_MAX), NULL;
+  k->n = (int64_t)numel;
   if (fe_is_float_type(type))
     k->f = ir_alloc(&cx->g->arena, (size_t)(k->n + 1) * sizeof *k->f);
   else
@@ -141,10 +146,22 @@ FeConst *fe_const_ints(FeOnnx *cx, int n, const Sym *const *s) {
 const Sym *fe_const_sym(FeOnnx *cx, const FeConst *k, int64_t i) {
   if (k->s)
     return k->s[i];
-  return sym_const(&cx->g->arena, k->i ? k->i[i] : (int64_t)k->f[i]);
+  return sym_const(&cx->g->arena, fe_const_int(k, i));
 }
 
 double fe_const_num(const FeConst *k, int64_t i) { return k->f ? k->f[i] : (double)k->i[i]; }
+
+int64_t fe_saturate(double x) {
+  if (isnan(x))
+    return 0;
+  if (x >= 0x1p63)
+    return INT64_MAX;
+  if (x <= -0x1p63)
+    return INT64_MIN;
+  return (int64_t)x;
+}
+
+int64_t fe_const_int(const FeConst *k, int64_t i) { return k->i ? k->i[i] : fe_saturate(k->f[i]); }
 
 int fe_const_int_list(FeOnnx *cx, const FeConst *k, const char *what, int64_t *v, int *n, int max) {
   if (!k->i || k->rank > 1 || k->n > max)
@@ -167,7 +184,7 @@ static void copy_elem(FeOnnx *cx, FeConst *dst, int64_t i, const FeConst *src, i
   if (dst->f)
     dst->f[i] = src->f ? src->f[j] : (float)src->i[j];
   else
-    dst->i[i] = src->i ? src->i[j] : (int64_t)src->f[j];
+    dst->i[i] = fe_const_int(src, j);
   if (dst->s)
     dst->s[i] = src->s ? src->s[j] : sym_const(&cx->g->arena, dst->i[i]);
 }
@@ -332,8 +349,9 @@ static int slice_one(FeOnnx *cx, const Sym *dim, const FeConst *ends, int i, int
     e += d;
   s = step > 0 ? clamp(s, 0, d) : clamp(s, 0, d - 1);
   e = step > 0 ? clamp(e, 0, d) : clamp(e, -1, d - 1);
-  int64_t len = step > 0 ? (e > s ? (e - s + step - 1) / step : 0)
-                         : (s > e ? (s - e + (-step) - 1) / (-step) : 0);
+  // 0 <= s, e <= d here, so e - s cannot overflow; -(i128)step can
+  int64_t len = step > 0 ? (e > s ? (e - s - 1) / step + 1 : 0)
+                         : (s > e ? (int64_t)((s - e - 1) / -(__int128)step + 1) : 0);
   out->start = s;
   out->step = step;
   out->len = sym_const(&cx->g->arena, len);
@@ -682,12 +700,8 @@ int fe_fold_Cast(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
       o->f[i] = (float)v;
     else if (to == FE_BOOL)
       o->i[i] = v != 0;
-    else if (x->i)
-      o->i[i] = x->i[i];
-    else if (!(fabs(v) < 9e18))
-      return fe_err(cx, "cannot cast %g to %s", v, fe_type_name((int)to));
     else
-      o->i[i] = (int64_t)v;
+      o->i[i] = fe_const_int(x, i); // NaN and infinities saturate (HF masks them out later)
   }
   if (o->i && x->s && to != FE_BOOL) { // integer to integer keeps the formulas
     o->s = x->s;
@@ -942,7 +956,11 @@ int fe_fold_Range(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
     return -1;
   if (dl == 0)
     return fe_err(cx, "delta is 0");
-  double count = ceil((l - s) / dl);
+  // integers exactly (int64 limits are not doubles), floats as ONNX does
+  bool ints = in[0]->i && in[1]->i && in[2]->i;
+  __int128 span = ints ? (__int128)in[1]->i[0] - in[0]->i[0] : 0, step = ints ? in[2]->i[0] : 1;
+  double count = ints ? (double)(span / step + (span % step != 0 && (span > 0) == (step > 0)))
+                      : ceil((l - s) / dl);
   if (!(count < (double)FOLD_MAX))
     return fe_err(cx, "%g elements is too many to evaluate", count);
   int64_t n = count > 0 ? (int64_t)count : 0;
@@ -957,7 +975,7 @@ int fe_fold_Range(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
     if ((*out)->f)
       (*out)->f[i] = (float)(s + (double)i * dl);
     else
-      (*out)->i[i] = (int64_t)s + i * (int64_t)dl;
+      (*out)->i[i] = (int64_t)(in[0]->i[0] + (__int128)i * step); // between start and limit
     if ((*out)->s)
       (*out)->s[i] = sym_const(&cx->g->arena, (*out)->i[i]);
   }
@@ -1002,7 +1020,7 @@ int fe_fold_Trilu(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   if (nin > 1 && in[1]) {
     if (fe_const_scalar(cx, in[1], "k", &kk))
       return -1;
-    k = (int64_t)kk;
+    k = fe_const_int(in[1], 0);
   }
   FeConst *x = in[0];
   if (x->rank < 2)

@@ -594,7 +594,7 @@ int fe_conv_Trilu(FeOnnx *cx) {
     FeConst *kc = known_arg(cx, 1, "k");
     if (!kc || fe_const_scalar(cx, kc, "k", &kk))
       return -1;
-    k = (int64_t)kk;
+    k = fe_const_int(kc, 0);
   }
   if (x->rank < 2 || fe_eval(cx, x->shape[x->rank - 2], &rows) ||
       fe_eval(cx, x->shape[x->rank - 1], &cols))

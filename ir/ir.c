@@ -1,9 +1,14 @@
 // The graph, its builder and diagnostics.
+#define _POSIX_C_SOURCE 200809L
 #include "ir.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 // ---- op table ----------------------------------------------------------------
 
@@ -45,14 +50,38 @@ int ir_error(IrDiag *d, IrLoc loc, const char *fmt, ...) {
   return -1;
 }
 
-// Print line `line` of `path` and a caret under column `col`, when readable.
+FILE *ir_open_file(const char *path, IrLoc loc, IrDiag *d) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    ir_error(d, loc, "cannot read %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  int flags = fcntl(fd, F_GETFL);
+  FILE *f = NULL;
+  if (fstat(fd, &st) != 0)
+    ir_error(d, loc, "cannot read %s: %s", path, strerror(errno));
+  else if (S_ISDIR(st.st_mode))
+    ir_error(d, loc, "cannot read %s: it is a directory", path);
+  else if (!S_ISREG(st.st_mode))
+    ir_error(d, loc, "cannot read %s: it is not a regular file", path);
+  else if (flags == -1 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == -1 || !(f = fdopen(fd, "rb")))
+    ir_error(d, loc, "cannot read %s: %s", path, strerror(errno));
+  if (!f)
+    close(fd);
+  return f;
+}
+
+// Print line `line` of `path` and a caret under column `col`, when it is a regular file whose
+// first 10^6 lines hold that line.
 static void print_source_line(FILE *f, const char *path, int line, int col) {
-  FILE *src = fopen(path, "r");
+  FILE *src = ir_open_file(path, (IrLoc){0}, NULL);
   if (!src)
     return;
   char buf[4096];
   int ln = 1;
-  while (fgets(buf, sizeof buf, src)) {
+  for (long reads = 0; reads < 1000000 && ln <= line && fgets(buf, sizeof buf, src); reads++) {
     size_t len = strlen(buf);
     bool whole = len > 0 && buf[len - 1] == '\n';
     if (ln == line) {

@@ -248,8 +248,12 @@ static void check_errors(const char *dir, const char *tmp) {
       {"bad_dangling", "node 'mm': error: MatMul: input 1 'nowhere' is not defined"},
       {"bad_tensor_size", "initializer 'w': raw data has 20 bytes; 12 float elements need 48"},
       {"bad_opset", "opset 11; mtc reads opsets 13 to 17"},
-      {"bad_external", "initializer 'w': cannot read external data"},
+      {"bad_external", "initializer 'w': external data: cannot read"},
       {"bad_shapes", "node 'mm': error: MatMul: matmul: inner dims differ"},
+      {"bad_known_size", "node 'trilu': error: Trilu: a tensor known at compile time would hold "
+                         "268435456 elements; mtc keeps at most 67108864"},
+      {"bad_int64_min_shape", "node 'reshape': error: Reshape: target dim 0 is -9223372036854775808"},
+      {"bad_range_size", "node 'range': error: Range: 1.84467e+19 elements is too many"},
   };
   FeDefine n8 = {"N", 8};
   FeOnnxOptions o = {.defines = &n8, .ndefines = 1};
@@ -257,6 +261,18 @@ static void check_errors(const char *dir, const char *tmp) {
   for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++) {
     snprintf(path, sizeof path, "%s/%s.onnx", dir, corpus[i].file);
     expect_error(corpus[i].file, path, &o, corpus[i].want);
+  }
+  // values at the ends of int64 that a valid model may hold: they load and compile
+  static const char *const edges[] = {"edge_int64_min_unused", "edge_range_int64_min",
+                                      "edge_slice_step_max", "edge_trilu_k_max", "edge_trilu_k_min"};
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, edges[i]);
+    IrDiag d = {0};
+    IrGraph *g = fe_onnx_load(path, &o, &d);
+    PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+    check(g && !pass_run_all(g, &ctx), "%s: loads and runs the passes: %s", edges[i], d.msg);
+    pass_memplan_free(ctx.mem);
+    ir_graph_free(g);
   }
   snprintf(path, sizeof path, "%s/mlp_ce_o14_eval.onnx", dir);
   FeOnnxOptions none = {0};

@@ -377,9 +377,55 @@ def write_bad(out):
         e = t.external_data.add()
         e.key, e.value = k, v
     bad["bad_external"] = ext
+    bad.update(hostile(mm, red, w))
     for name, model in bad.items():
         with open(os.path.join(out, name + ".onnx"), "wb") as f:
             f.write(model.SerializeToString())
+
+
+def hostile(mm, red, w):
+    """Values at the ends of int64 and tensors too large to keep at compile time: bad_* must fail
+    with a message naming the node, edge_* must load."""
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+    f32 = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
+    lo, hi = -2**63, 2**63 - 1
+
+    def plus_sum(nodes, out, inits):
+        """y = sum(x @ w) + sum(out): nodes compute out from the initializers."""
+        tail = [helper.make_node("ReduceSum", [out], ["os"], name="osum", keepdims=0),
+                helper.make_node("ReduceSum", ["h"], ["hs"], name="sum", keepdims=0),
+                helper.make_node("Add", ["hs", "os"], ["y"], name="add")]
+        return tiny_graph([mm] + nodes + tail, [w] + inits)
+
+    def rng(start, limit):
+        return plus_sum([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
+                         helper.make_node("Cast", ["r"], ["rf"], name="cast", to=TensorProto.FLOAT)],
+                        "rf", [i64("s", start), i64("l", limit), i64("d", 1)])
+
+    def slice_(start, end, step):
+        return tiny_graph([mm, helper.make_node("Slice", ["h", "st", "en", "ax", "sp"], ["s"], name="slice"),
+                           helper.make_node("ReduceSum", ["s"], ["y"], name="sum", keepdims=0)],
+                          [w, i64("st", [start]), i64("en", [end]), i64("ax", [1]), i64("sp", [step])])
+
+    def trilu(k):
+        return plus_sum([helper.make_node("Trilu", ["m", "k"], ["t"], name="trilu")], "t",
+                        [f32("m", np.ones((3, 3))), i64("k", k)])
+
+    return {
+        # a 2^28-element mask from a 16-byte shape (the folder must not build it)
+        "bad_known_size": plus_sum([helper.make_node("Expand", ["one", "shp"], ["e"], name="expand"),
+                                    helper.make_node("Trilu", ["e"], ["t"], name="trilu")],
+                                   "t", [f32("one", 1), i64("shp", [16384, 16384])]),
+        "bad_int64_min_shape": tiny_graph([mm, helper.make_node("Reshape", ["h", "shp"], ["r"], name="reshape"),
+                                           helper.make_node("ReduceSum", ["r"], ["y"], name="sum", keepdims=0)],
+                                          [w, i64("shp", [lo, 3])]),
+        "bad_range_size": rng(lo, hi),
+        "edge_int64_min_unused": tiny_graph([mm, red], [w, i64("big", [lo])]),
+        "edge_range_int64_min": rng(lo, lo + 3),
+        "edge_slice_step_max": slice_(0, hi, hi),
+        "edge_trilu_k_max": trilu(hi),
+        "edge_trilu_k_min": trilu(lo),
+    }
 
 
 def write_external(out):
