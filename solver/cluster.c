@@ -139,28 +139,56 @@ int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, do
 
 // ---- JSON cluster files -------------------------------------------------------------------------
 
-// A size or a bandwidth: a number, or a string like "40GiB" / "25GB"; positive, or with
-// zero_ok also 0.
-static int json_amount(const cJSON *o, const char *key, bool zero_ok, double *out,
+// What a size, bandwidth or rate in a cluster file may be: its unit, the range a real device's
+// value lies in (a number below it is most likely in another unit: 80 meant as 80 GiB, 300 as
+// 300 GB/s), and an example.
+typedef struct Amount {
+  const char *unit;
+  double lo, hi;
+  const char *example;
+} Amount;
+
+static const Amount BYTES = {"bytes", MiB, 0x1p60, "\"80GiB\""};
+static const Amount BYTES_PER_S = {"bytes/s", 1e6, 1e15, "\"450GB\" or 450e9"};
+static const Amount FLOPS = {"FLOP/s", 1e9, 1e18, "989e12"};
+static const Amount PARAMS_PER_S = {"parameters/s", 1e3, 1e15, "5e8"};
+
+// A number, or a string like "40GiB" / "25GB", in a's range; with zero_ok also 0.
+static int json_amount(const cJSON *o, const char *key, const Amount *a, bool zero_ok, double *out,
                        const char *where, IrDiag *d) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   if (!v)
     return 0;
-  double x = -1;
+  double x = NAN;
   if (cJSON_IsNumber(v))
     x = v->valuedouble;
   else if (cJSON_IsString(v) && sv_parse_size(v->valuestring, &x))
-    x = -1;
-  if (x > 0 || (zero_ok && x == 0)) {
+    x = NAN;
+  if ((zero_ok && x == 0) || (x >= a->lo && x <= a->hi)) {
     *out = x;
     return 0;
   }
-  return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a %s number or a size like \"40GiB\"",
-                  where, key, zero_ok ? "non-negative" : "positive");
+  if (isnan(x))
+    return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a number of %s or a string like %s",
+                    where, key, a->unit, a->example);
+  return ir_error(d, (IrLoc){0}, "%s: \"%s\" is %g %s; it must be %sfrom %g to %g %s (like %s)",
+                  where, key, x, a->unit, zero_ok ? "0 or " : "", a->lo, a->hi, a->unit,
+                  a->example);
 }
 
-static int json_size(const cJSON *o, const char *key, double *out, const char *where, IrDiag *d) {
-  return json_amount(o, key, false, out, where, d);
+// The keys of object o: each one of known, none twice.
+static int json_keys(const cJSON *o, const char *const *known, const char *where, IrDiag *d) {
+  for (const cJSON *it = o->child; it; it = it->next) {
+    bool ok = false;
+    for (int i = 0; known[i]; i++)
+      ok |= !strcmp(it->string, known[i]);
+    if (!ok)
+      return ir_error(d, (IrLoc){0}, "%s: unknown key \"%s\"", where, it->string);
+    for (const cJSON *before = o->child; before != it; before = before->next)
+      if (!strcmp(before->string, it->string))
+        return ir_error(d, (IrLoc){0}, "%s: the key \"%s\" is given twice", where, it->string);
+  }
+  return 0;
 }
 
 int sv_json_number(const cJSON *o, const char *key, double lo, double hi, bool whole,
@@ -186,18 +214,13 @@ static int json_int(const cJSON *o, const char *key, int *out, const char *where
 }
 
 static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d) {
-  static const char *known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
+  static const char *const known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
                                 "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
                                 "host_bw", "host_mem", "cpu_adam", NULL};
   if (!cJSON_IsObject(o))
     return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
-  for (const cJSON *it = o->child; it; it = it->next) {
-    bool ok = false;
-    for (int i = 0; known[i]; i++)
-      ok |= !strcmp(it->string, known[i]);
-    if (!ok)
-      return ir_error(d, (IrLoc){0}, "%s: unknown key \"%s\"", where, it->string);
-  }
+  if (json_keys(o, known, where, d))
+    return -1;
   const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
   if (!cJSON_IsString(gpu))
     return ir_error(d, (IrLoc){0}, "%s: \"gpu\" must name a device (%s)", where,
@@ -219,21 +242,46 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
     snprintf(gr->name, sizeof gr->name, "%s", name->valuestring);
   SvDevice *v = &gr->dev;
   if (json_int(o, "gpus_per_node", &gr->per_node, where, d) ||
-      json_size(o, "mem", &v->mem, where, d) || json_size(o, "reserve", &gr->reserve, where, d) ||
-      json_size(o, "flops_bf16", &v->flops_bf16, where, d) ||
-      json_size(o, "flops_fp32", &v->flops_fp32, where, d) ||
-      json_size(o, "hbm_bw", &v->hbm_bw, where, d) ||
-      json_size(o, "intra_bw", &v->intra_bw, where, d) ||
-      json_size(o, "inter_bw", &v->inter_bw, where, d) ||
-      json_size(o, "host_bw", &v->host_bw, where, d) ||
-      json_amount(o, "host_mem", true, &v->host_mem, where, d) ||   // 0: no offload
-      json_size(o, "cpu_adam", &v->cpu_adam, where, d))
+      json_amount(o, "mem", &BYTES, false, &v->mem, where, d) ||
+      json_amount(o, "reserve", &BYTES, true, &gr->reserve, where, d) ||
+      json_amount(o, "flops_bf16", &FLOPS, false, &v->flops_bf16, where, d) ||
+      json_amount(o, "flops_fp32", &FLOPS, false, &v->flops_fp32, where, d) ||
+      json_amount(o, "hbm_bw", &BYTES_PER_S, false, &v->hbm_bw, where, d) ||
+      json_amount(o, "intra_bw", &BYTES_PER_S, false, &v->intra_bw, where, d) ||
+      json_amount(o, "inter_bw", &BYTES_PER_S, false, &v->inter_bw, where, d) ||
+      json_amount(o, "host_bw", &BYTES_PER_S, false, &v->host_bw, where, d) ||
+      json_amount(o, "host_mem", &BYTES, true, &v->host_mem, where, d) ||   // 0: no offload
+      json_amount(o, "cpu_adam", &PARAMS_PER_S, false, &v->cpu_adam, where, d))
     return -1;
   if (gr->per_node > count)
     gr->per_node = count;
   if (gr->reserve >= v->mem)
     return ir_error(d, (IrLoc){0}, "%s: the reserve (%.1f GiB) leaves nothing of %.1f GiB", where,
                     gr->reserve / GiB, v->mem / GiB);
+  return 0;
+}
+
+// The top level: {"groups": [...], "cross_bw": ...}, its groups into c.
+static int parse_groups(SvCluster *c, const cJSON *root, const char *path, IrDiag *d) {
+  static const char *const known[] = {"groups", "cross_bw", NULL};
+  if (!cJSON_IsObject(root))
+    return ir_error(d, (IrLoc){0}, "%s: a cluster is a JSON object", path);
+  if (json_keys(root, known, path, d))
+    return -1;
+  const cJSON *groups = cJSON_GetObjectItemCaseSensitive(root, "groups");
+  int n = cJSON_GetArraySize(groups);
+  if (!cJSON_IsArray(groups) || n < 1)
+    return ir_error(d, (IrLoc){0},
+                    "%s: needs \"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 8}, ...]", path);
+  if (n > SV_MAXGROUPS)
+    return ir_error(d, (IrLoc){0}, "%s: %d groups; at most %d", path, n, SV_MAXGROUPS);
+  for (int i = 0; i < n; i++) {
+    char where[512];
+    snprintf(where, sizeof where, "%s: groups[%d]", path, i);
+    if (parse_group(&c->group[i], cJSON_GetArrayItem(groups, i), where, d))
+      return -1;
+  }
+  c->ngroups = n;
   return 0;
 }
 
@@ -247,36 +295,25 @@ int sv_cluster_parse(SvCluster *c, const char *json, const char *path, IrDiag *d
       line += *s == '\n';
     return ir_error(d, (IrLoc){0}, "%s:%d: not valid JSON", path, line);
   }
-  int rc = 0;
-  const cJSON *groups = cJSON_GetObjectItemCaseSensitive(root, "groups");
-  int n = cJSON_GetArraySize(groups);
-  if (!cJSON_IsArray(groups) || n < 1) {
-    rc = ir_error(d, (IrLoc){0},
-                  "%s: needs \"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 8}, ...]", path);
-  } else if (n > SV_MAXGROUPS) {
-    rc = ir_error(d, (IrLoc){0}, "%s: %d groups; at most %d", path, n, SV_MAXGROUPS);
-  } else {
-    for (int i = 0; i < n && !rc; i++) {
-      char where[512];
-      snprintf(where, sizeof where, "%s: groups[%d]", path, i);
-      rc = parse_group(&c->group[i], cJSON_GetArrayItem(groups, i), where, d);
-    }
-    c->ngroups = n;
-  }
+  int rc = parse_groups(c, root, path, d);
   if (!rc)
-    rc = json_size(root, "cross_bw", &c->cross_bw, path, d);
+    rc = json_amount(root, "cross_bw", &BYTES_PER_S, false, &c->cross_bw, path, d);
   cJSON_Delete(root);
   return rc;
 }
 
 int sv_cluster_load(SvCluster *c, const char *path, IrDiag *d) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = ir_open_file(path, (IrLoc){0}, d);
   if (!f)
-    return ir_error(d, (IrLoc){0}, "cannot read %s: %s", path, strerror(errno));
+    return -1;
   char *buf = malloc(1 << 20);
   size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-  bool big = !feof(f);
+  bool big = !feof(f), bad = ferror(f);
   fclose(f);
+  if (bad) {
+    free(buf);
+    return ir_error(d, (IrLoc){0}, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
+  }
   if (!buf || big) {
     free(buf);
     return ir_error(d, (IrLoc){0}, "%s: a cluster file is at most 1 MiB", path);

@@ -578,11 +578,21 @@ static int64_t largest_micro_batch(SvPlan *pl, IrDiag *d) {
     return -1;
   IrGraph *g = m->g;
   int64_t saved = g->syms.value[m->batch_sym], global = pl->global_batch;
-  int64_t cand[4096];
-  int n = 0;
-  for (int64_t b = 1; b < pl->micro_batch && n < 4096; b++)
-    if (global % b == 0)
+  // the divisors of the global batch below the micro-batch, ascending: pairs (b, global / b)
+  // for b up to sqrt(global), so 10^12 takes 10^6 steps (no number below 2^40 has 8192 divisors)
+  static int64_t cand[8192];
+  int n = 0, nhigh = 0;
+  int64_t high[4096];
+  for (int64_t b = 1; b <= global / b && n < 4096 && nhigh < 4096; b++) {
+    if (global % b)
+      continue;
+    if (b < pl->micro_batch)
       cand[n++] = b;
+    if (global / b != b && global / b < pl->micro_batch)
+      high[nhigh++] = global / b;
+  }
+  while (nhigh > 0)
+    cand[n++] = high[--nhigh];
   int lo = 0, hi = n - 1, found = -1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;

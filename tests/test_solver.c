@@ -451,6 +451,18 @@ static void test_clusters(void) {
       {"{\"groups\": [{\"gpu\": \"L4\"}]}", "\"count\""},
       {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"mem\": \"lots\"}]}", "\"mem\""},
       {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"colour\": 1}]}", "unknown key \"colour\""},
+      // numbers in other units than the file's (GB/s, GiB, TFLOP/s), infinities, typos, repeats
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"intra_bw\": 300}]}",
+       "\"intra_bw\" is 300 bytes/s; it must be from 1e+06 to 1e+15 bytes/s"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"mem\": 80}]}", "\"mem\" is 80 bytes"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"flops_bf16\": 989}]}", "\"flops_bf16\" is 989 FLOP/s"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"mem\": 1e999}]}", "\"mem\" is inf bytes"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"mem\": \"1e308TiB\"}]}", "\"mem\" is inf bytes"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2}], \"cross_bw\": 25}", "\"cross_bw\" is 25 bytes/s"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2}], \"crossbw\": 25e9}", "unknown key \"crossbw\""},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2, \"count\": 4}]}", "the key \"count\" is given twice"},
+      {"{\"groups\": [{\"gpu\": \"L4\", \"count\": 2}], \"groups\": []}", "the key \"groups\" is given twice"},
+      {"[1, 2]", "a cluster is a JSON object"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     d.msg[0] = '\0';
@@ -463,7 +475,7 @@ static void test_clusters(void) {
   CHECK(!sv_cluster_parse(&c, none, "c.json", &d) && c.group[0].dev.host_mem == 0,
         "host_mem 0: %s", d.msg);
   CHECK(sv_cluster_parse(&c, less, "c.json", &d) &&
-            strstr(d.msg, "\"host_mem\" must be a non-negative"),
+            strstr(d.msg, "\"host_mem\" is -1 bytes; it must be 0 or from"),
         "host_mem -1: '%s'", d.msg);
 }
 
