@@ -9,7 +9,9 @@
 //   [recompute: --checkpoint], [lower: a forced layout, --dp/--tp/--zero/--micro-batches/
 //   --offload, or the plan's with --gpus/--plan], memplan) -> codegen (C) -> solver (the plan,
 //   written to plan.json when neither a layout nor checkpointing is forced)
+#include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +121,13 @@ static void usage(FILE *f) {
 }
 
 // One line on stderr, exit 2: the command line is wrong.
-static _Noreturn void bad_usage(const char *fmt, const char *what) {
+static _Noreturn void bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void bad_usage(const char *fmt, ...) {
   fputs("mtc: error: ", stderr);
-  fprintf(stderr, fmt, what);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
   fputs(" (see mtc --help)\n", stderr);
   exit(2);
 }
@@ -135,11 +141,20 @@ static double parse_double(const char *flag, const char *s) {
   return x;
 }
 
+// A whole number from 1 to 10^12 (int64 counts: batches, sequence lengths).
 static int64_t parse_count(const char *flag, const char *s) {
   double x = parse_double(flag, s);
-  if (x < 1 || x > 1e12 || x != (double)(int64_t)x)
-    bad_usage("%s takes a positive whole number", flag);
+  if (!(x >= 1 && x <= 1e12) || x != (double)(int64_t)x)
+    bad_usage("%s takes a whole number from 1 to 10^12, not '%s'", flag, s);
   return (int64_t)x;
+}
+
+// A whole number from 1 to 10^6 (int counts: GPUs, ranks, micro-batches).
+static int parse_small_count(const char *flag, const char *s) {
+  int64_t x = parse_count(flag, s);
+  if (x > 1000000)
+    bad_usage("%s takes a whole number from 1 to 10^6, not '%s'", flag, s);
+  return (int)x;
 }
 
 // --checkpoint none|all|K: 0, PASS_CHECKPOINT_ALL or K >= 1 layers.
@@ -160,7 +175,7 @@ static int parse_checkpoint(const char *s) {
 static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
 #define NEXT() (next ? (++*i, next) : (bad_usage("%s needs a value", s), ""))
   if (!strcmp(s, "--gpus")) {
-    a->gpus = (int)parse_count(s, NEXT());
+    a->gpus = parse_small_count(s, NEXT());
   } else if (!strcmp(s, "--gpu")) {
     a->gpu = NEXT();
   } else if (!strcmp(s, "--gpu-mem")) {
@@ -172,7 +187,7 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     if (sv_parse_size(v, &a->host_mem))
       bad_usage("--host-mem takes a size like 256GiB, or 0 for no offload, not '%s'", v);
   } else if (!strcmp(s, "--gpus-per-node")) {
-    a->per_node = (int)parse_count(s, NEXT());
+    a->per_node = parse_small_count(s, NEXT());
   } else if (!strcmp(s, "--intra-bw")) {
     a->intra_bw = parse_count(s, NEXT()) * 1e9;
   } else if (!strcmp(s, "--inter-bw")) {
@@ -268,7 +283,14 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--weight-decay")) {
       a.pass.weight_decay = parse_double(s, VALUE());
     } else if (!strcmp(s, "--seed")) {
-      a.seed = (uint64_t)parse_double(s, VALUE());
+      const char *v = VALUE();
+      char *end;
+      errno = 0;
+      unsigned long long seed = strtoull(v, &end, 10);
+      if (!isdigit((unsigned char)*v) || *end || errno)
+        bad_usage("--seed takes a whole number from 0 to %llu, not '%s'",
+                  (unsigned long long)UINT64_MAX, v);
+      a.seed = seed;
     } else if (!strcmp(s, "--dump-after")) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
@@ -284,16 +306,16 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--labels")) {
       a.labels = VALUE();
     } else if (!strcmp(s, "--dp")) {
-      a.dist.dp = (int)parse_count(s, VALUE()), a.forced = true;
+      a.dist.dp = parse_small_count(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--tp")) {
-      a.dist.tp = (int)parse_count(s, VALUE()), a.forced = true;
+      a.dist.tp = parse_small_count(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--zero")) {
       const char *v = VALUE();
       if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
         bad_usage("--zero takes a stage 0, 1, 2 or 3, not '%s'", v);
       a.dist.zero_all = v[0] - '0', a.forced = true;
     } else if (!strcmp(s, "--micro-batches")) {
-      a.dist.micro_batches = (int)parse_count(s, VALUE()), a.forced = true;
+      a.dist.micro_batches = parse_small_count(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--plan")) {
       a.plan_file = VALUE();
     } else if (!strcmp(s, "--checkpoint")) {

@@ -1,6 +1,8 @@
 // The pass pipeline.
 #include "passes.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 const Pass pass_pipeline[] = {
@@ -49,8 +51,32 @@ static int pass_index(const char *name) {
   return -2;
 }
 
+// The optimizer settings are compiled into the program as float literals: each must be a float
+// in its range after that conversion (0.99999999999 is 1.0f, 1e39 is inf, 1e-50 is 0).
+static int check_options(const PassOptions *o, IrDiag *d) {
+  const struct {
+    const char *flag, *range;
+    double value;
+    bool above_zero, below_one;
+  } s[] = {
+      {"--lr", "at least 0", o->lr, false, false},
+      {"--beta1", "in [0, 1)", o->beta1, false, true},
+      {"--beta2", "in [0, 1)", o->beta2, false, true},
+      {"--eps", "above 0", o->eps, true, false},
+      {"--weight-decay", "at least 0", o->weight_decay, false, false},
+  };
+  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+    double x = s[i].value;
+    float f = fabs(x) <= FLT_MAX || isnan(x) ? (float)x : (float)copysign(INFINITY, x);
+    if (!isfinite(f) || f < 0 || (s[i].above_zero && f == 0) || (s[i].below_one && f >= 1))
+      return ir_error(d, (IrLoc){0}, "%s %.12g is %.9g as a float, where the program holds it; it "
+                      "must be a finite number %s", s[i].flag, x, (double)f, s[i].range);
+  }
+  return 0;
+}
+
 int pass_run_all(IrGraph *g, PassCtx *ctx) {
-  if (ir_verify(g, "input", ctx->diag))
+  if (check_options(&ctx->opt, ctx->diag) || ir_verify(g, "input", ctx->diag))
     return -1;
   // Resume after the later of the caller's start and the last pass that changed the graph (IR
   // text read back records it): the passes before it have run.
