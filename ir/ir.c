@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,7 +359,7 @@ IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
 enum { IS_OPTIONAL, IS_REQUIRED };
 
 static const IrAttrDecl attr_decls[] = {
-#define ATTR(E, name, kind, req, dflt) {OP_##E, #name, ATTR_##kind, IS_##req, dflt},
+#define ATTR(E, name, kind, req, dflt, lo, hi) {OP_##E, #name, ATTR_##kind, IS_##req, dflt, lo, hi},
 #include "attrs.def"
 };
 

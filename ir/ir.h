@@ -137,6 +137,7 @@ typedef struct IrAttrDecl {
   IrAttrKind kind;
   bool required;
   double dflt;              // INT, FLOAT: the value of an attribute a node does not set
+  double lo, hi;            // INT, FLOAT, INTS: the range of a value (inclusive)
 } IrAttrDecl;
 
 const IrAttrDecl *ir_op_attr(IrOp op, const char *name); // NULL when op does not declare it

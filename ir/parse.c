@@ -343,6 +343,7 @@ static int attribute(Parser *ps, IrNode *n) {
   const Sym *items[64];
   int count = 0;
   double x = 0;
+  int64_t i = 0;
   if (*ps->p == '"') {
     if (!(s = string(ps)))
       return fail(ps, "unterminated string");
@@ -368,6 +369,17 @@ static int attribute(Parser *ps, IrNode *n) {
     if (ps->p == value)
       return fail(ps, "expected a value for attribute '%s'", name);
     kind = fl ? ATTR_FLOAT : ATTR_INT;
+    if (kind == ATTR_INT) { // exactly, as an int64 (a double holds 2^53 exactly)
+      char *end;
+      errno = 0;
+      long long v = strtoll(value, &end, 10);
+      if (errno || end != ps->p) {
+        ps->p = value;
+        return fail(ps, "attribute '%s': %.*s is not an integer from %lld to %lld", name,
+                    (int)(end - value), value, LLONG_MIN, LLONG_MAX);
+      }
+      i = v;
+    }
   }
   bool ok = kind == decl->kind || (kind == ATTR_INT && decl->kind == ATTR_FLOAT) ||
             (kind == ATTR_INTS && decl->kind == ATTR_SYMS);
@@ -377,8 +389,8 @@ static int attribute(Parser *ps, IrNode *n) {
                 ir_attr_kind_name(decl->kind), ir_attr_kind_name(kind));
   }
   switch (decl->kind) {
-  case ATTR_INT: ir_set_int(ps->g, n, name, (int64_t)x); break;
-  case ATTR_FLOAT: ir_set_float(ps->g, n, name, x); break;
+  case ATTR_INT: ir_set_int(ps->g, n, name, i); break;
+  case ATTR_FLOAT: ir_set_float(ps->g, n, name, kind == ATTR_INT ? (double)i : x); break;
   case ATTR_STR: ir_set_str(ps->g, n, name, s); break;
   case ATTR_SYMS: ir_set_syms(ps->g, n, name, items, count); break;
   case ATTR_INTS: {

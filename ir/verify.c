@@ -26,6 +26,13 @@ int ir_verify_attrs(const IrNode *n, IrDiag *d) {
     if (a->kind != decl->kind)
       return ir_error(d, n->loc, "%s: attribute '%s' must be %s, not %s", op, a->name,
                       ir_attr_kind_name(decl->kind), ir_attr_kind_name(a->kind));
+    int count = a->kind == ATTR_INTS ? a->n : a->kind == ATTR_INT || a->kind == ATTR_FLOAT;
+    for (int k = 0; k < count; k++) {
+      double x = a->kind == ATTR_FLOAT ? a->f : (double)(a->kind == ATTR_INT ? a->i : a->ints[k]);
+      if (!(x >= decl->lo && x <= decl->hi))
+        return ir_error(d, n->loc, "%s: attribute %s=%.9g is out of its range [%.9g, %.9g]", op,
+                        a->name, x, decl->lo, decl->hi);
+    }
   }
   const IrAttrDecl *decl;
   for (int i = 0; (decl = ir_op_attr_at(n->op, i)); i++) {
