@@ -7,6 +7,7 @@ pkgs+=(libcjson-dev python3-numpy)  # train's safetensors I/O (cJSON); tools/par
 pkgs+=(libglpk-dev)                 # the planner's integer programs (solver/; it reads and writes JSON with cJSON)
 pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev)  # ONNX input: onnx.proto, protoc-c
 pkgs+=(openmpi-bin libopenmpi-dev)  # runtime/comm_mpi.c and the multi-rank tests (mpicc, mpirun)
+pkgs+=(clang libclang-rt-14-dev libomp-dev)  # tests/fuzz: libFuzzer, its sanitizers, OpenMP for clang
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
