@@ -1067,6 +1067,55 @@ static const char *stem(IrArena *a, const char *path, const char **dir) {
   return ir_strndup(a, base, dot && dot > base ? (size_t)(dot - base) : strlen(base));
 }
 
+// Messages nested deeper than this (graphs in attributes of nodes of graphs ...) are refused
+// before protobuf-c unpacks them, which recurses once per level.
+#define NESTING_MAX 64
+
+// The depth of nested messages in buf, read as `desc` on the wire, up to NESTING_MAX + 1 (the
+// recursion stops there). A malformed buffer counts as shallow: unpack then refuses it.
+static int nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
+                   int depth) {
+  int deepest = depth;
+  size_t i = 0;
+  while (i < len && deepest <= NESTING_MAX) {
+    uint64_t key = 0, n = 0;
+    for (int shift = 0; i < len && shift < 64; shift += 7) {
+      key |= (uint64_t)(buf[i] & 0x7f) << shift;
+      if (!(buf[i++] & 0x80))
+        break;
+    }
+    switch (key & 7) {
+    case 0: // varint
+      while (i < len && (buf[i++] & 0x80))
+        ;
+      break;
+    case 1: i += 8; break;
+    case 5: i += 4; break;
+    case 2: {
+      for (int shift = 0; i < len && shift < 64; shift += 7) {
+        n |= (uint64_t)(buf[i] & 0x7f) << shift;
+        if (!(buf[i++] & 0x80))
+          break;
+      }
+      if (n > len - i)
+        return deepest;
+      const ProtobufCFieldDescriptor *f =
+          key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3))
+                                 : NULL;
+      if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        int k = nesting(buf + i, (size_t)n, f->descriptor, depth + 1);
+        if (k > deepest)
+          deepest = k;
+      }
+      i += (size_t)n;
+      break;
+    }
+    default: return deepest; // groups (3, 4) and bad wire types: unpack decides
+    }
+  }
+  return deepest;
+}
+
 IrGraph *fe_onnx_load(const char *path, const FeOnnxOptions *opt, IrDiag *d) {
   FeOnnxOptions none = {0};
   if (!opt)
@@ -1079,6 +1128,12 @@ IrGraph *fe_onnx_load(const char *path, const FeOnnxOptions *opt, IrDiag *d) {
   uint8_t *buf = read_all(path, &len, d);
   if (!buf)
     return NULL;
+  if (nesting(buf, len, &onnx__model_proto__descriptor, 0) > NESTING_MAX) {
+    free(buf);
+    ir_error(d, (IrLoc){0}, "%s: messages nested more than %d deep (graphs inside attributes "
+             "inside graphs ...); mtc reads no such model", path, NESTING_MAX);
+    return NULL;
+  }
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
   free(buf);
   if (!m) {

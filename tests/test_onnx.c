@@ -254,6 +254,7 @@ static void check_errors(const char *dir, const char *tmp) {
                          "268435456 elements; mtc keeps at most 67108864"},
       {"bad_int64_min_shape", "node 'reshape': error: Reshape: target dim 0 is -9223372036854775808"},
       {"bad_range_size", "node 'range': error: Range: 1.84467e+19 elements is too many"},
+      {"bad_nesting", "messages nested more than 64 deep"},
   };
   FeDefine n8 = {"N", 8};
   FeOnnxOptions o = {.defines = &n8, .ndefines = 1};

@@ -411,7 +411,17 @@ def hostile(mm, red, w):
         return plus_sum([helper.make_node("Trilu", ["m", "k"], ["t"], name="trilu")], "t",
                         [f32("m", np.ones((3, 3))), i64("k", k)])
 
+    def nested_ifs(depth):
+        """If nodes whose then_branch holds an If node ... depth times: 3 messages per level."""
+        g = helper.make_graph([], "leaf", [], [])
+        for _ in range(depth):
+            node = helper.make_node("If", ["c"], [], then_branch=g)
+            g = helper.make_graph([node], "g", [], [])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
     return {
+        # deeper than the loader's limit on nested messages (protobuf-c recurses per level)
+        "bad_nesting": nested_ifs(30),
         # a 2^28-element mask from a 16-byte shape (the folder must not build it)
         "bad_known_size": plus_sum([helper.make_node("Expand", ["one", "shp"], ["e"], name="expand"),
                                     helper.make_node("Trilu", ["e"], ["t"], name="trilu")],
