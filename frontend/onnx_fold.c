@@ -45,7 +45,7 @@ int fe_eval(FeOnnx *cx, const Sym *s, int64_t *out) {
   if (rc == 0)
     return 0;
   return fe_err(cx, "the size %s %s", sym_str(&cx->g->arena, s, &cx->g->syms),
-                rc == -2 ? "is not an integer" : "has an unbound symbol");
+                rc == -3 ? "overflows int64" : rc == -2 ? "is not an integer" : "has an unbound symbol");
 }
 
 int fe_check_size(FeOnnx *cx, int rank, const Sym *const *shape) {
