@@ -17,7 +17,9 @@
 // optimizer state) lies in the persistent part of the arena, [0,
 // persistent_bytes).
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -41,6 +43,8 @@
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_BYTES (256 * 4)
+// The median step time is over the last this many steps (--steps goes to INT_MAX).
+#define TIMED_STEPS (1 << 20)
 
 // ---------------------------------------------------------------------------
 // errors
@@ -116,15 +120,47 @@ static void print_help(void) {
       mtc_model.name);
 }
 
+// The text of a number: no leading space or sign that strtol, strtoull and
+// strtod would skip or take ("-1" is 2^64 - 1 to strtoull).
+static bool plain_number(const char *s, bool sign) {
+  return *s != '\0' && !isspace((unsigned char)*s) && (sign || (*s != '-' && *s != '+'));
+}
+
 // an integer in [lo, hi], or a usage error naming the flag
 static long parse_int(const char *flag, const char *s, long lo, long hi,
                       const char *what) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi)
+  if (!plain_number(s, true) || *end != '\0' || errno || v < lo || v > hi)
     usage_error("%s expects %s, got '%s'", flag, what, s);
   return v;
+}
+
+// A setting the program uses as float32, in [0, hi) (hi: 1, the betas) or in
+// [0, FLT_MAX] (hi: 0). Checked after the conversion too: a value float32
+// rounds to infinity, to hi, or from non-zero to 0 is a usage error that says
+// what it became and the range float32 allows.
+static float parse_float(const char *flag, const char *s, double hi) {
+  char range[128];
+  if (hi > 0) snprintf(range, sizeof range, "a number in [0, %g)", hi);
+  else snprintf(range, sizeof range, "a number in [0, %g]", (double)FLT_MAX);
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!plain_number(s, true) || *end != '\0' || (errno && errno != ERANGE) || !isfinite(v) ||
+      v < 0.0 || (hi > 0 && v >= hi))
+    usage_error("%s expects %s, got '%s'", flag, range, s);
+  float f = (float)v;
+  if (!isfinite(f))
+    usage_error("%s expects %s, got '%s', which is infinite in float32", flag, range, s);
+  if (hi > 0 && f >= (float)hi)
+    usage_error("%s expects %s, got '%s', which is %g in float32 (the largest below it is %.9g)",
+                flag, range, s, (double)f, (double)nextafterf((float)hi, 0.0f));
+  if (f == 0.0f && v != 0.0)
+    usage_error("%s expects %s, got '%s', which is 0 in float32 (the smallest non-zero value "
+                "is %g)", flag, range, s, (double)FLT_TRUE_MIN);
+  return f;
 }
 
 static options parse_args(int argc, char **argv) {
@@ -146,9 +182,9 @@ static options parse_args(int argc, char **argv) {
     name[len] = '\0';
     const char *expects;
     if (!strcmp(name, "--steps") || !strcmp(name, "--log-every"))
-      expects = "a positive integer";
+      expects = "an integer in [1, 2147483647]";
     else if (!strcmp(name, "--seed"))
-      expects = "a non-negative integer";
+      expects = "an integer in [0, 18446744073709551615]";
     else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
              !strcmp(name, "--eps") || !strcmp(name, "--weight-decay"))
       expects = "a non-negative number";
@@ -172,29 +208,19 @@ static options parse_args(int argc, char **argv) {
       char *end;
       errno = 0;
       unsigned long long v = strtoull(val, &end, 10);
-      if (*val == '\0' || *val == '-' || *val == '+' || *end != '\0' || errno)
+      if (!plain_number(val, false) || *end != '\0' || errno)
         usage_error("%s expects %s, got '%s'", name, expects, val);
       o.seed = (uint64_t)v;
     } else if (!strcmp(name, "--lr")) {
-      char *end;
-      errno = 0;
-      double v = strtod(val, &end);
-      if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0)
-        usage_error("%s expects %s, got '%s'", name, expects, val);
-      o.h.lr = (float)v;
-    } else if (!strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
-               !strcmp(name, "--eps") || !strcmp(name, "--weight-decay")) {
-      char *end;
-      errno = 0;
-      double v = strtod(val, &end);
-      bool beta = name[2] == 'b';
-      if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0 || (beta && v >= 1.0))
-        usage_error("%s expects %s, got '%s'", name,
-                    beta ? "a number in [0, 1)" : expects, val);
-      if (!strcmp(name, "--beta1")) o.h.beta1 = (float)v;
-      else if (!strcmp(name, "--beta2")) o.h.beta2 = (float)v;
-      else if (!strcmp(name, "--eps")) o.h.eps = (float)v;
-      else o.h.weight_decay = (float)v;
+      o.h.lr = parse_float(name, val, 0);
+    } else if (!strcmp(name, "--beta1")) {
+      o.h.beta1 = parse_float(name, val, 1);
+    } else if (!strcmp(name, "--beta2")) {
+      o.h.beta2 = parse_float(name, val, 1);
+    } else if (!strcmp(name, "--eps")) {
+      o.h.eps = parse_float(name, val, 0);
+    } else if (!strcmp(name, "--weight-decay")) {
+      o.h.weight_decay = parse_float(name, val, 0);
     } else if (!strcmp(name, "--optimizer")) {
       if (!strcmp(val, "adamw")) o.h.optimizer = RT_OPT_ADAMW;
       else if (!strcmp(val, "sgd")) o.h.optimizer = RT_OPT_SGD;
@@ -213,6 +239,10 @@ static options parse_args(int argc, char **argv) {
     }
   }
   if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
+  // the host's threads (offloaded AdamW): rt_host_threads reads it at each update
+  const char *threads = getenv("MTC_HOST_THREADS");
+  if (threads)
+    parse_int("MTC_HOST_THREADS", threads, 1, 256, "an integer in [1, 256] (the environment)");
   return o;
 }
 
@@ -949,13 +979,16 @@ int main(int argc, char **argv) {
   if (opt.inputs) load_inputs(global, opt.inputs);
   else fill_synthetic(global, opt.seed, n, vocab, stream);
 
-  double *times = malloc((size_t)opt.steps * sizeof(double));
-  double *comm_times = malloc((size_t)opt.steps * sizeof(double));  // inside collectives
+  // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
+  int timed = opt.steps < TIMED_STEPS ? opt.steps : TIMED_STEPS;
+  double *times = malloc((size_t)timed * sizeof(double));
+  double *comm_times = malloc((size_t)timed * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
   long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
-  for (int step = 1; step <= opt.steps; step++) {
+  for (long next = 1; next <= opt.steps; next++) {  // long: --steps may be INT_MAX
+    int step = (int)next;
     double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
       next_window(&data, n, stream);
@@ -989,8 +1022,8 @@ int main(int argc, char **argv) {
     M->update(arena, host, &opt.h);
     rt_device_sync();
     double dt = now_seconds() - t0;
-    times[step - 1] = dt;
-    comm_times[step - 1] = rt_comm_seconds() - comm0;
+    times[(step - 1) % TIMED_STEPS] = dt;
+    comm_times[(step - 1) % TIMED_STEPS] = rt_comm_seconds() - comm0;
     if (step % opt.log_every == 0 || step == opt.steps) {
       double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
       printf("step %d | loss %.6f | %.1f ms | %.0f tok/s\n", step, loss, 1e3 * dt, tps);
@@ -1014,9 +1047,9 @@ int main(int argc, char **argv) {
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
                  (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
-  double med = median(times, opt.steps);
+  double med = median(times, timed);
   if (rt_comm_size() > 1) {  // this rank's median step and median time in collectives
-    double comm = median(comm_times, opt.steps);
+    double comm = median(comm_times, timed);
     print_ranked("comm: %.1f ms per step (%.1f%% of the step)\n", 1e3 * comm,
                  med > 0 ? 100 * comm / med : 0.0);
   }

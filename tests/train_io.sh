@@ -3,7 +3,8 @@
 #   --save / --load   3 SGD steps, save, 3 more from the saved weights = 6 steps
 #   --inputs          a batch with int64 labels trains exactly as with int32 ones
 #   --dump-grads      one tensor per parameter, named and shaped as the parameter
-#   errors            each bad file or flag fails with a message naming the problem
+#   errors            each bad file or flag fails with a message naming the problem; numeric
+#                     settings are checked after their conversion to float32 or int
 #
 #   train_io.sh MTC MODEL OUTDIR
 # Exits 77 (ctest: skipped) when numpy is missing (it writes the test inputs).
@@ -95,5 +96,19 @@ expect 1 "--load in_i32.safetensors: no tensor named 'w1' (the model's parameter
 expect 1 "--save no/such/dir/w.safetensors: cannot write into the folder no/such/dir" \
   --save no/such/dir/w.safetensors
 expect 2 "--data and --inputs exclude each other" --data x.bin --inputs in_i32.safetensors
+# settings are checked after their conversion to float32 and int
+expect 2 "--lr expects a number in [0, 3.40282e+38], got '1e39', which is infinite in float32" \
+  --lr 1e39
+expect 2 "--beta2 expects a number in [0, 1), got '0.99999999999', which is 1 in float32" \
+  --beta2 0.99999999999
+expect 2 "--eps expects a number in [0, 3.40282e+38], got '1e-50', which is 0 in float32" \
+  --eps 1e-50
+expect 2 "--weight-decay expects a number in [0, 3.40282e+38], got 'nan'" --weight-decay nan
+expect 2 "--seed expects an integer in [0, 18446744073709551615], got ' -1'" --seed " -1"
+expect 2 "--seed expects an integer in [0, 18446744073709551615], got '18446744073709551616'" \
+  --seed 18446744073709551616
+expect 2 "--steps expects an integer in [1, 2147483647], got '2147483648'" --steps 2147483648
+expect 2 "--log-every expects an integer in [1, 2147483647], got '0x10'" --log-every 0x10
+MTC_HOST_THREADS=1000 expect 2 "MTC_HOST_THREADS expects an integer in [1, 256]"
 ls ./*.tmp.* 2> /dev/null && fail "a temporary file was left behind"
 echo "ok: train --save, --load, --inputs, --dump-grads and their errors"
