@@ -22,6 +22,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,16 +50,44 @@
 // ---------------------------------------------------------------------------
 // errors
 
-// runtime failure: one line on stderr, exit 1
-__attribute__((format(printf, 1, 2))) _Noreturn static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+// one line on stderr: "train: error: ...", naming the rank when there are several
+static void print_error(const char *fmt, va_list ap) {
   fflush(stdout);
   if (rt_comm_size() > 1) fprintf(stderr, "train: error (rank %d): ", rt_comm_rank());
   else fputs("train: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+// runtime failure: one line on stderr, exit 1
+__attribute__((format(printf, 1, 2))) _Noreturn static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  print_error(fmt, ap);
   va_end(ap);
+  exit(1);
+}
+
+// Every rank stops here, or none does. `stop` says whether this rank must,
+// with its message; one collective over the world makes the ranks agree on
+// whose message is printed, once: the lowest `key` (a whole number below
+// 2^40), then the lowest rank. Every rank exits 1. Returns when none must
+// stop.
+__attribute__((format(printf, 3, 4))) static void stop_together(bool stop, double key,
+                                                                const char *fmt, ...) {
+  int n = rt_comm_size();
+  double mine = stop ? -(key * n + rt_comm_rank()) : -HUGE_VAL;
+  double first = n > 1 ? rt_allreduce_scalar(rt_group_world(), mine, RT_REDUCE_MAX) : mine;
+  if (first == -HUGE_VAL) return;
+  if (stop && first == mine) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(fmt, ap);
+    va_end(ap);
+  }
+  fflush(stdout);
+  fflush(stderr);
+  rt_comm_finalize();
   exit(1);
 }
 
@@ -645,17 +674,47 @@ static void load_inputs(char *arena, const char *path) {
   rt_st_close(&f);
 }
 
-// Fails now, not after training, when path's folder cannot take the file.
-static void check_writable(const char *flag, const char *path) {
+// --save and --dump-grads, checked before training rather than after: the
+// target is absent or a regular file and its folder takes a new file. Only
+// the rank that writes (0) touches the file system; it also removes the
+// temporary files that saves killed before they finished left there.
+static void check_target(const char *flag, const char *path) {
   if (!path) return;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
-  if (access(dir, W_OK | X_OK) != 0)
-    fail("%s %s: cannot write into the folder %s: %s", flag, path, dir, strerror(errno));
+  char err[1024] = "";
+  bool bad = false;
+  if (rt_comm_rank() == 0) {
+    bad = rt_st_check_target(path, err, sizeof err) != 0;
+    char removed[1024], why[1024];
+    int n = bad ? 0 : rt_st_remove_stale(path, removed, sizeof removed, why, sizeof why);
+    if (n > 0)
+      fprintf(stderr, "train: note: %s %s: removed %d temporary file%s of a save that did not "
+              "finish: %s\n", flag, path, n, n > 1 ? "s" : "", removed);
+    else if (n < 0)
+      fprintf(stderr, "train: note: %s %s\n", flag, why);
+  }
+  stop_together(bad, 0, "%s %s", flag, err);
+}
+
+// A kill during a save leaves no temporary file: SIGINT, SIGTERM and SIGHUP
+// remove it (rt_st_abandon) and end the program as they would have.
+static const int save_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction saved_actions[3];
+
+static void abandon_save(int sig) {
+  rt_st_abandon();
+  raise(sig);  // SA_RESETHAND: the default action, once this handler returns
+}
+
+static void guard_save(bool on) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = abandon_save;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; i++) {
+    if (on) sigaction(save_signals[i], &sa, &saved_actions[i]);
+    else sigaction(save_signals[i], &saved_actions[i], NULL);
+  }
 }
 
 // Writes the params table's tensors by name: with grads false every
@@ -693,7 +752,10 @@ static void save_params(const char *path, const char *flag, char *arena, char *s
   const char *content = grads ? "gradients after the first backward" : "weights";
   const char *meta[] = {"format", "pt", "model", M->name, "content", content, NULL};
   char err[1024];
-  if (rt_st_write(path, ts, n, meta, err, sizeof err)) fail("%s: %s", flag, err);
+  guard_save(true);
+  int rc = rt_st_write(path, ts, n, meta, err, sizeof err);
+  guard_save(false);
+  if (rc) fail("%s %s", flag, err);
   free(ts);
   free_images();
   printf("wrote %s: %s, %d tensors\n", path, content, n);
@@ -924,6 +986,8 @@ int main(int argc, char **argv) {
     fail("cannot silence the output of rank %d", rt_comm_rank());
   options opt = parse_args(argc, argv);
   check_table();
+  check_target("--save", opt.save);
+  check_target("--dump-grads", opt.dump_grads);
   make_global_inputs();
 
   long n, vocab;  // over the global batch
@@ -936,8 +1000,6 @@ int main(int argc, char **argv) {
   char *stage = rt_device_stage(arena, M->arena_bytes);
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
 
-  check_writable("--save", opt.save);
-  check_writable("--dump-grads", opt.dump_grads);
   // the initial weights: --load by name, then weights.bin for what it lacks
   alloc_images();
   bool *done = calloc((size_t)M->n_params + 1, sizeof *done);

@@ -5,6 +5,8 @@
 #   --dump-grads      one tensor per parameter, named and shaped as the parameter
 #   errors            each bad file or flag fails with a message naming the problem; numeric
 #                     settings are checked after their conversion to float32 or int
+#   targets           --save of a symlink, a folder or a FIFO fails before training and
+#                     leaves it; a stale temporary (its process gone) is removed at start
 #
 #   train_io.sh MTC MODEL OUTDIR
 # Exits 77 (ctest: skipped) when numpy is missing (it writes the test inputs).
@@ -110,5 +112,19 @@ expect 2 "--seed expects an integer in [0, 18446744073709551615], got '184467440
 expect 2 "--steps expects an integer in [1, 2147483647], got '2147483648'" --steps 2147483648
 expect 2 "--log-every expects an integer in [1, 2147483647], got '0x10'" --log-every 0x10
 MTC_HOST_THREADS=1000 expect 2 "MTC_HOST_THREADS expects an integer in [1, 256]"
-ls ./*.tmp.* 2> /dev/null && fail "a temporary file was left behind"
+# --save and --dump-grads refuse, before the first step, what is not a regular file, and leave it
+ln -sf w.safetensors link.safetensors && mkdir -p folder && rm -f fifo && mkfifo fifo
+expect 1 "--save link.safetensors: is a symbolic link" --save link.safetensors
+expect 1 "--save folder: is a folder" --save folder
+expect 1 "--dump-grads fifo: is a FIFO, not a regular file" --dump-grads fifo
+! grep -q "^step" err.out || fail "a refused --save target was found only after training"
+[ -L link.safetensors ] && [ -p fifo ] && [ -d folder ] || fail "a refused target was replaced"
+# a temporary of a save killed before its rename (its process gone) is removed at start
+sh -c 'exit 0' & dead=$!
+wait $dead
+touch ".w.safetensors.mtc-tmp.$(hostname).$dead"
+./train --steps 1 --save w.safetensors > /dev/null 2> stale.err
+grep -q "removed 1 temporary file of a save that did not finish" stale.err ||
+  fail "the stale temporary was not removed: $(cat stale.err)"
+ls -a | grep -q "mtc-tmp" && fail "a temporary file was left behind"
 echo "ok: train --save, --load, --inputs, --dump-grads and their errors"
