@@ -37,6 +37,7 @@
 
 #include "device.h"
 #include "dist.h"
+#include "kernels.h"
 #include "model_api.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -116,6 +117,7 @@ typedef struct {
   const char *save;     // safetensors: the weights at the end
   const char *dump_grads;  // safetensors: the gradients of the first backward
   int log_every;
+  bool check_finite;    // stop at a non-finite gradient or weight (--no-check-finite: don't)
 } options;
 
 static void print_help(void) {
@@ -145,6 +147,8 @@ static void print_help(void) {
       "  --dump-grads FILE  write every parameter's gradient after the first\n"
       "                  backward (before the first update) as safetensors\n"
       "  --log-every N   print every N steps; the last always prints (default 1)\n"
+      "  --no-check-finite  do not scan the gradients and weights of each step for\n"
+      "                  NaN and infinities (the loss is always checked)\n"
       "  -h, --help      show this help\n",
       mtc_model.name);
 }
@@ -194,7 +198,7 @@ static float parse_float(const char *flag, const char *s, double hi) {
 
 static options parse_args(int argc, char **argv) {
   options o = {.steps = 20, .h = mtc_model.defaults, .seed = 1337, .data = NULL,
-               .weights = NULL, .log_every = 1};
+               .weights = NULL, .log_every = 1, .check_finite = true};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -202,6 +206,10 @@ static options parse_args(int argc, char **argv) {
       exit(0);
     }
     if (strncmp(arg, "--", 2) != 0) usage_error("unexpected argument '%s'", arg);
+    if (!strcmp(arg, "--no-check-finite")) {
+      o.check_finite = false;
+      continue;
+    }
     // --flag VALUE or --flag=VALUE
     char name[64];
     const char *eq = strchr(arg, '='), *val = NULL;
@@ -762,6 +770,163 @@ static void save_params(const char *path, const char *flag, char *arena, char *s
 }
 
 // ---------------------------------------------------------------------------
+// the finite check
+//
+// Each step stops at a loss, a gradient or a weight that is NaN or infinite,
+// before the optimizer or --save uses it: the loss once reduced, the
+// gradients once reduced and before the update, the weights after it. Each
+// rank scans its own part of them (of a bucket, its dp shard: the one its
+// update writes; of a tensor split over tp, its part) with
+// rt_find_nonfinite, and the ranks agree through one collective
+// (stop_together). Pieces side by side in the arena are scanned as one run,
+// each run's result one int of train.c's bytes after the model's arena (at
+// check_at), all read with one rt_device_get; only when a run has a hit is
+// each tensor scanned alone, in table order, to name the first.
+
+// A piece of one parameter's values (or gradient) in this rank's arena.
+typedef struct piece {
+  int param;    // index in the params table
+  long offset;  // byte offset in the arena
+  long n;       // floats
+  long elem;    // the first one's index in this rank's part of the parameter
+} piece;
+
+typedef struct scan {
+  piece *pieces;  // in table order
+  int npieces;
+  piece *runs;    // the pieces by offset, neighbours merged (param, elem unused)
+  int nruns;
+} scan;
+
+static scan grad_scan, weight_scan;
+static long check_at;  // byte offset of the runs' results, after the model's arena
+
+#define RUN_MAX (1L << 30)  // floats per rt_find_nonfinite (its index is an int)
+
+static void add_piece(scan *s, int param, long offset, long n, long elem) {
+  for (long done = 0; done < n; done += RUN_MAX) {
+    piece *p = realloc(s->pieces, (size_t)(s->npieces + 1) * sizeof *p);
+    if (!p) fail("out of memory");
+    s->pieces = p;
+    long len = n - done < RUN_MAX ? n - done : RUN_MAX;
+    p[s->npieces++] = (piece){param, offset + done * 4, len, elem + done};
+  }
+}
+
+static int by_offset(const void *a, const void *b) {
+  const piece *x = a, *y = b;
+  return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+// This rank's shard of bucket k's reduced gradients (grads) or parameters:
+// elements [*lo, *lo + part) of the bucket, the first at byte offset *at.
+// Where the bucket is whole on every rank (not sharded), the dp ranks' shards
+// together cover it.
+static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
+  long part = k->numel / mtc_model.dp;
+  bool sharded = grads ? k->grads_sharded : k->params_sharded;
+  long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
+  *lo = rt_dist.dp_rank * part;
+  *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
+}
+
+// The pieces of every trained parameter's gradient (grads) or value.
+static void build_scan(scan *s, bool grads) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    if (p->kind != RT_PARAM_TRAINED) continue;
+    long n = local_numel(p);
+    if (p->bucket < 0) {
+      add_piece(s, i, grads ? M->grad_offsets[i] : p->offset, n, 0);
+      continue;
+    }
+    const rt_bucket *k = &M->buckets[p->bucket];
+    long lo, at, part = k->numel / M->dp;
+    bucket_shard(k, grads, &lo, &at);
+    long b0 = p->bucket_elem > lo ? p->bucket_elem : lo;
+    long b1 = p->bucket_elem + n < lo + part ? p->bucket_elem + n : lo + part;
+    if (b0 < b1) add_piece(s, i, at + (b0 - lo) * 4, b1 - b0, b0 - p->bucket_elem);
+  }
+  s->runs = malloc((size_t)s->npieces * sizeof *s->runs + 1);
+  if (!s->runs) fail("out of memory");
+  memcpy(s->runs, s->pieces, (size_t)s->npieces * sizeof *s->runs);
+  qsort(s->runs, (size_t)s->npieces, sizeof *s->runs, by_offset);
+  s->nruns = 0;
+  for (int r = 0; r < s->npieces; r++) {
+    piece *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
+    if (last && last->offset + last->n * 4 == s->runs[r].offset && last->n + s->runs[r].n <= RUN_MAX)
+      last->n += s->runs[r].n;
+    else
+      s->runs[s->nruns++] = s->runs[r];
+  }
+}
+
+// Element j of this rank's part of parameter i as an index of the whole
+// tensor; -1 in a padded vocabulary's padding.
+static long whole_index(int i, long j) {
+  const rt_tensor *p = &mtc_model.params[i];
+  if (p->tp_dim < 0) return j;
+  long outer, chunk, inner, tp = mtc_model.tp, pieces = p->tp_pieces;
+  tp_geometry(p, &outer, &chunk, &inner);
+  long o = j / (pieces * chunk), r = j % (pieces * chunk);
+  long w = ((o * pieces + r / chunk) * tp + rt_dist.tp_rank) * chunk + r % chunk;
+  long d = p->sizes[p->tp_dim], row = (d + p->tp_pad) * inner;  // padded [outer][d + pad][inner]
+  if (w % row >= d * inner) return -1;
+  return w / row * d * inner + w % row;
+}
+
+// The first non-finite value of s on this rank: its parameter (-1: none), its
+// element in this rank's part and the value.
+static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, float *value) {
+  int *result = (int *)(arena + check_at);  // on the device
+  const int *got = (const int *)(stage + check_at);
+  for (int r = 0; r < s->nruns; r++)
+    rt_find_nonfinite(result + r, (const float *)(arena + s->runs[r].offset), s->runs[r].n);
+  rt_device_get(stage, arena, check_at, (long)s->nruns * 4);
+  bool any = false;
+  for (int r = 0; r < s->nruns; r++) any |= got[r] >= 0;
+  if (!any) return -1;
+  for (int k = 0; k < s->npieces; k++) {  // which is first in table order
+    const piece *p = &s->pieces[k];
+    rt_find_nonfinite(result, (const float *)(arena + p->offset), p->n);
+    rt_device_get(stage, arena, check_at, 4);
+    if (got[0] < 0) continue;
+    long at = p->offset + (long)got[0] * 4;
+    rt_device_get(stage, arena, at, 4);
+    memcpy(value, stage + at, sizeof *value);
+    *elem = p->elem + got[0];
+    return p->param;
+  }
+  return -1;  // NEVER: a run's hit is in one of its pieces
+}
+
+// "nan", "inf" or "-inf" (printf may write "-nan")
+static const char *nonfinite_name(double x) {
+  return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
+
+// Stops every rank at step `step` when any has a non-finite gradient (grads)
+// or weight; the message names the first (in table order) and its element.
+static void check_finite(char *arena, char *stage, int step, bool grads) {
+  long elem = 0;
+  float value = 0;
+  int i = find_nonfinite(arena, stage, grads ? &grad_scan : &weight_scan, &elem, &value);
+  const char *name = i >= 0 ? mtc_model.params[i].name : "";
+  long at = i >= 0 ? whole_index(i, elem) : 0;
+  char where[64];
+  if (at >= 0) snprintf(where, sizeof where, "element %ld", at);
+  else snprintf(where, sizeof where, "its padding");
+  if (grads)
+    stop_together(i >= 0, i, "step %d: gradient of %s is not finite (first at %s: %s); stopping "
+                  "before the optimizer writes it", step, name, where, nonfinite_name(value));
+  else
+    stop_together(i >= 0, i, "step %d: parameter %s is not finite after the update (first at "
+                  "%s: %s); stopping before another step or --save uses it", step, name, where,
+                  nonfinite_name(value));
+}
+
+// ---------------------------------------------------------------------------
 // inputs
 //
 // The data is defined over the global batch: every input with a batch dim
@@ -995,9 +1160,15 @@ int main(int argc, char **argv) {
   if (opt.data && n == 0)
     usage_error("--data given, but the model '%s' has no token inputs", M->name);
 
-  // the arena on the device, its host copy, and (offload) the host region
-  char *arena = rt_device_alloc(M->arena_bytes, M->workspace_bytes);
-  char *stage = rt_device_stage(arena, M->arena_bytes);
+  // the arena on the device with train.c's bytes after it (the finite
+  // check's results), its host copy, and (offload) the host region
+  build_scan(&grad_scan, true);
+  build_scan(&weight_scan, false);
+  check_at = (M->arena_bytes + 63) / 64 * 64;
+  long device_bytes = check_at + 4L * (grad_scan.nruns > weight_scan.nruns ? grad_scan.nruns
+                                                                             : weight_scan.nruns) + 4;
+  char *arena = rt_device_alloc(device_bytes, M->workspace_bytes);
+  char *stage = rt_device_stage(arena, device_bytes);
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
 
   // the initial weights: --load by name, then weights.bin for what it lacks
@@ -1023,7 +1194,7 @@ int main(int argc, char **argv) {
   printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
-           rt_device_planned(M->arena_bytes, M->workspace_bytes));
+           rt_device_planned(device_bytes, M->workspace_bytes));
   if (M->dp * M->tp > 1 || M->micro_batches > 1)
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
            M->dp * M->tp, M->micro_batches, M->micro_batches > 1 ? "es" : "",
@@ -1064,7 +1235,6 @@ int main(int argc, char **argv) {
       rt_device_get(stage, arena, M->loss_offset, 4);
       float l;
       memcpy(&l, stage + M->loss_offset, sizeof l);
-      if (!isfinite(l)) fail("loss is not finite at step %d", step);
       loss += l / M->micro_batches;
       M->backward(arena);
     }
@@ -1072,6 +1242,13 @@ int main(int argc, char **argv) {
       loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_TP], loss, RT_REDUCE_SUM);
     // every loss of mtc is a mean over the batch: the global loss is the mean
     loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
+    if (!isfinite(loss))  // the same on every rank
+      stop_together(rt_comm_rank() == 0, 0, "step %d: the loss is not finite (%s); stopping "
+                    "before the optimizer writes the weights", step, nonfinite_name(loss));
+    if (opt.check_finite) {
+      rt_comm_wait_all();  // the gradients, reduced
+      check_finite(arena, stage, step, true);
+    }
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
       double t = now_seconds(), comm = rt_comm_seconds();
       int64_t before = rt_comm_bytes_sent();
@@ -1082,6 +1259,7 @@ int main(int argc, char **argv) {
     }
     opt.h.step = step;
     M->update(arena, host, &opt.h);
+    if (opt.check_finite) check_finite(arena, stage, step, false);
     rt_device_sync();
     double dt = now_seconds() - t0;
     times[(step - 1) % TIMED_STEPS] = dt;
@@ -1120,10 +1298,11 @@ int main(int argc, char **argv) {
 
   free(times);
   free(comm_times);
+  free(grad_scan.pieces), free(grad_scan.runs), free(weight_scan.pieces), free(weight_scan.runs);
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
-  rt_device_free_stage(stage, arena, M->arena_bytes);
-  rt_device_free(arena, M->arena_bytes);
+  rt_device_free_stage(stage, arena, device_bytes);
+  rt_device_free(arena, device_bytes);
   rt_device_host_free(host);
   rt_comm_finalize();
   return 0;
