@@ -232,27 +232,33 @@ static int parse_header(rt_st_file *f, const cJSON *root, const uint8_t *data, d
 
 int rt_st_read(rt_st_file *f, const char *path, char *err, size_t cap) {
   memset(f, 0, sizeof *f);
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return st_error(err, cap, "cannot open %s: %s", path, strerror(errno));
+  // O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused below)
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return st_error(err, cap, "cannot open %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0) {
-    fclose(fp);
-    return st_error(err, cap, "cannot stat %s: %s", path, strerror(errno));
+  if (fstat(fd, &st) != 0) {
+    int saved = errno;
+    close(fd);
+    return st_error(err, cap, "cannot stat %s: %s", path, strerror(saved));
   }
   if (!S_ISREG(st.st_mode)) {
-    fclose(fp);
-    return st_error(err, cap, "%s is not a regular file", path);
+    close(fd);
+    return st_error(err, cap, "%s is %s, not a regular file", path,
+                    S_ISDIR(st.st_mode)    ? "a folder"
+                    : S_ISFIFO(st.st_mode) ? "a FIFO"
+                    : S_ISSOCK(st.st_mode) ? "a socket"
+                                           : "a device");
   }
   size_t size = (size_t)st.st_size;
   if (size < 8) {
-    fclose(fp);
+    close(fd);
     return st_error(err, cap,
                     "%s is not a safetensors file: %zu bytes, less than the 8-byte "
                     "header length",
                     path, size);
   }
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(fp), 0);
-  fclose(fp);
+  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
   if (map == MAP_FAILED) return st_error(err, cap, "cannot map %s: %s", path, strerror(errno));
   f->map = map;
   f->map_bytes = size;

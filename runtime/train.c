@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -505,18 +506,38 @@ static int host_is_big_endian(void) {
   return *(const uint8_t *)&one == 0;
 }
 
+// path opened for reading if it is a regular file; NULL with errno when it
+// cannot be opened; a folder, a FIFO or a device fails with a message that
+// names `what` (a FIFO is opened without waiting for a writer).
+static FILE *open_regular(const char *what, const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0) fail("cannot stat %s %s: %s", what, path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail("%s %s is %s, not a regular file", what, path,
+         S_ISDIR(st.st_mode)    ? "a folder"
+         : S_ISFIFO(st.st_mode) ? "a FIFO"
+         : S_ISSOCK(st.st_mode) ? "a socket"
+                                : "a device");
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "rb");
+  if (!f) fail("cannot open %s %s: %s", what, path, strerror(errno));
+  return f;
+}
+
 // opens --weights, or weights.bin in the current directory, or weights.bin
 // in the directory of the program; the path used goes into `path`
 static FILE *open_weights(const char *given, const char *argv0, char *path,
                           size_t cap) {
   if (given) {
     snprintf(path, cap, "%s", given);
-    FILE *f = fopen(path, "rb");
+    FILE *f = open_regular("weights file", path);
     if (!f) fail("cannot open weights file %s: %s", path, strerror(errno));
     return f;
   }
   snprintf(path, cap, "weights.bin");
-  FILE *f = fopen(path, "rb");
+  FILE *f = open_regular("weights file", path);
   if (f) return f;
   // the directory of argv[0], or of the executable when argv[0] has no '/'
   char dir[4096];
@@ -532,7 +553,7 @@ static FILE *open_weights(const char *given, const char *argv0, char *path,
   }
   if (dir[0] == '\0') snprintf(dir, sizeof dir, "/");
   snprintf(path, cap, "%s/weights.bin", dir);
-  f = fopen(path, "rb");
+  f = open_regular("weights file", path);
   if (!f)
     fail("cannot find weights.bin in the current directory or in %s (use "
          "--weights FILE)", dir);
@@ -1054,7 +1075,7 @@ static long shard_token(const shard *s, long i) {
 
 static void open_shard(shard *s, const char *path, long n, long vocab) {
   s->path = path;
-  FILE *f = fopen(path, "rb");
+  FILE *f = open_regular("data file", path);
   if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
