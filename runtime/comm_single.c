@@ -12,6 +12,8 @@
 // process also has).
 #include "comm.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,15 +28,23 @@ static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2
 static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK",
                                         "SLURM_PROCID"};
 
+// A launcher's count in [0, INT_MAX], -1 when s is not one (atoi's overflow is undefined).
+static int env_count(const char *s) {
+  if (!s) return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  return *s == '\0' || *end != '\0' || errno || v < 0 || v > INT_MAX ? -1 : (int)v;
+}
+
 // The number of processes a launcher started (1 when none did); *var names
 // the variable that says so. Only the first process (rank 0) should speak.
 static int launched(const char **var, int *first) {
   for (int i = 0; i < (int)(sizeof size_vars / sizeof *size_vars); i++) {
-    const char *s = getenv(size_vars[i]), *r = getenv(rank_vars[i]);
-    int n = s ? atoi(s) : 0;
+    int n = env_count(getenv(size_vars[i])), r = env_count(getenv(rank_vars[i]));
     if (n > 1) {
       *var = size_vars[i];
-      *first = !r || atoi(r) == 0;
+      *first = r <= 0;
       return n;
     }
   }

@@ -2,6 +2,7 @@
 // workspace are one cudaMalloc; the stage is host memory mapped on demand;
 // the host region is pinned. Copies run on rt_cuda_stream, in order with the
 // kernels.
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,10 @@ static void fail_alloc(const char *what, long bytes, cudaError_t err) {
 static int local_rank(void) {
   const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!s) s = getenv("SLURM_LOCALID");
-  return s ? atoi(s) : 0;
+  if (!s) return 0;
+  char *end;
+  long r = strtol(s, &end, 10);  // atoi's overflow is undefined
+  return *s == '\0' || *end != '\0' || r < 0 || r > INT_MAX ? 0 : (int)r;
 }
 
 extern "C" void rt_device_init(void) {

@@ -1220,6 +1220,35 @@ void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
   for (long i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
 }
 
+// ---------------------------------------------------------------------------
+// checks
+
+// Blocks of 4096 floats in parallel. A block is first tested on its bits (NaN
+// and infinities have every exponent bit set: |x|'s bits >= 0x7f800000) by a
+// max that vectorizes, and searched only when it has one.
+void rt_find_nonfinite(int *at, const float *x, long n) {
+  enum { BLOCK = 4096 };
+  long nblocks = (n + BLOCK - 1) / BLOCK, first = n;
+#pragma omp parallel for reduction(min : first) if (n >= PAR_MIN)
+  for (long b = 0; b < nblocks; b++) {
+    long lo = b * BLOCK, hi = lo + BLOCK < n ? lo + BLOCK : n;
+    uint32_t most = 0;
+    for (long i = lo; i < hi; i++) {
+      uint32_t w;
+      memcpy(&w, &x[i], sizeof w);
+      w &= 0x7fffffffu;
+      most = w > most ? w : most;
+    }
+    if (most < 0x7f800000u) continue;
+    for (long i = lo; i < hi && i < first; i++) {
+      uint32_t w;
+      memcpy(&w, &x[i], sizeof w);
+      if ((w & 0x7f800000u) == 0x7f800000u) first = i;
+    }
+  }
+  *at = first < n ? (int)first : -1;
+}
+
 // ---- kernels for ONNX ops ----------------------------------------------------
 
 void rt_copy_i32(int *out, const int *x, long n) { memcpy(out, x, (size_t)n * sizeof *out); }

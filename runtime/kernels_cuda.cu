@@ -693,6 +693,19 @@ __global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd)
   GRID_LOOP(i, n) p[i] -= lr * (g[i] + wd * p[i]);
 }
 
+// ---- checks
+
+// at (set to 0xffffffff before: -1 as an int) <- the least i with x[i] NaN or
+// infinite: each thread's first is its least, so it stops there.
+__global__ void find_nonfinite_kernel(unsigned *at, const float *x, long n) {
+  GRID_LOOP(i, n) {
+    if (!isfinite(x[i])) {
+      atomicMin(at, (unsigned)i);
+      break;
+    }
+  }
+}
+
 // ---- kernels for ONNX ops
 
 // out = mask[offset through d.s0] ? value : x
@@ -1282,6 +1295,13 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, fl
 void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
   if (n <= 0) return;
   sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd);
+  LAUNCHED();
+}
+
+void rt_find_nonfinite(int *at, const float *x, long n) {
+  cudaCheck(cudaMemsetAsync(at, 0xff, sizeof *at, rt_cuda_stream));
+  if (n <= 0) return;
+  find_nonfinite_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>((unsigned *)at, x, n);
   LAUNCHED();
 }
 

@@ -1,11 +1,15 @@
 // safetensors files: the reader validates everything before a tensor is
-// handed out; the writer writes a temporary file and renames it over the
-// target. See safetensors.h for the format.
+// handed out; the writer writes a temporary file beside the target, syncs it
+// and renames it over the target. See safetensors.h for the format.
 #define _GNU_SOURCE
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -228,27 +232,33 @@ static int parse_header(rt_st_file *f, const cJSON *root, const uint8_t *data, d
 
 int rt_st_read(rt_st_file *f, const char *path, char *err, size_t cap) {
   memset(f, 0, sizeof *f);
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return st_error(err, cap, "cannot open %s: %s", path, strerror(errno));
+  // O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused below)
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return st_error(err, cap, "cannot open %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0) {
-    fclose(fp);
-    return st_error(err, cap, "cannot stat %s: %s", path, strerror(errno));
+  if (fstat(fd, &st) != 0) {
+    int saved = errno;
+    close(fd);
+    return st_error(err, cap, "cannot stat %s: %s", path, strerror(saved));
   }
   if (!S_ISREG(st.st_mode)) {
-    fclose(fp);
-    return st_error(err, cap, "%s is not a regular file", path);
+    close(fd);
+    return st_error(err, cap, "%s is %s, not a regular file", path,
+                    S_ISDIR(st.st_mode)    ? "a folder"
+                    : S_ISFIFO(st.st_mode) ? "a FIFO"
+                    : S_ISSOCK(st.st_mode) ? "a socket"
+                                           : "a device");
   }
   size_t size = (size_t)st.st_size;
   if (size < 8) {
-    fclose(fp);
+    close(fd);
     return st_error(err, cap,
                     "%s is not a safetensors file: %zu bytes, less than the 8-byte "
                     "header length",
                     path, size);
   }
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(fp), 0);
-  fclose(fp);
+  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
   if (map == MAP_FAILED) return st_error(err, cap, "cannot map %s: %s", path, strerror(errno));
   f->map = map;
   f->map_bytes = size;
@@ -363,17 +373,164 @@ static char *make_header(const rt_st_tensor *t, int n, const char *const *metada
   return out;
 }
 
+// ---- the target and its temporary ----------------------------------------------------
+//
+// rt_st_write writes DIR/.NAME.mtc-tmp.HOST.PID beside DIR/NAME and renames it
+// over NAME: the host and the process name a temporary that only that process
+// writes, so that a later run can tell one left by a killed save (its process
+// gone) from one being written.
+
+// What rt_st_write is writing now, for rt_st_abandon (a signal handler).
+static char partial[4096 + 512];
+static volatile sig_atomic_t writing;
+
+// path's folder ("." for a bare name) and its last component
+static void split_path(const char *path, char *dir, size_t dcap, const char **base) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) {
+    snprintf(dir, dcap, ".");
+    *base = path;
+  } else {
+    snprintf(dir, dcap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    *base = slash + 1;
+  }
+}
+
+static void host_name(char *host, size_t cap) {
+  if (gethostname(host, cap) != 0) snprintf(host, cap, "localhost");
+  host[cap - 1] = '\0';
+  for (char *c = host; *c; c++)
+    if (*c == '/') *c = '_';
+}
+
+// The prefix of path's temporaries, ".NAME.mtc-tmp.HOST." (NAME cut to 160
+// bytes so that the whole stays under NAME_MAX), into out.
+static void temp_prefix(const char *base, char *out, size_t cap) {
+  char host[64];
+  host_name(host, sizeof host);
+  snprintf(out, cap, ".%.160s.mtc-tmp.%s.", base, host);
+}
+
+// Why path cannot be a target (as an error), or 0: it is absent or a regular
+// file. A symlink is refused, not followed: rename would replace the link.
+static int check_kind(const char *path, char *err, size_t cap) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
+    return st_error(err, cap, "%s: cannot write: %s", path, strerror(errno));
+  }
+  if (S_ISREG(st.st_mode)) return 0;
+  if (S_ISLNK(st.st_mode))
+    return st_error(err, cap,
+                    "%s: is a symbolic link; the file would replace the link, not write "
+                    "through it: give the path it points to, or another name",
+                    path);
+  if (S_ISDIR(st.st_mode))
+    return st_error(err, cap, "%s: is a folder; give the name of a file", path);
+  return st_error(err, cap,
+                  "%s: is a %s, not a regular file; the file would replace it: give "
+                  "another name",
+                  path,
+                  S_ISFIFO(st.st_mode) ? "FIFO" : S_ISSOCK(st.st_mode) ? "socket" : "device");
+}
+
+// Creates path's temporary (exclusively) into tmp; the open descriptor, or
+// -1 with the error.
+static int create_temp(const char *path, char *tmp, size_t tcap, char *err, size_t cap) {
+  char dir[4096], prefix[512];
+  const char *base;
+  split_path(path, dir, sizeof dir, &base);
+  if (*base == '\0') return st_error(err, cap, "%s: is a folder; give the name of a file", path);
+  temp_prefix(base, prefix, sizeof prefix);
+  if (snprintf(tmp, tcap, "%s/%s%ld", dir, prefix, (long)getpid()) >= (int)tcap)
+    return st_error(err, cap, "%s: the path is too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd < 0)
+    return st_error(err, cap, "%s: cannot write into the folder %s: %s", path, dir,
+                    strerror(errno));
+  return fd;
+}
+
+int rt_st_check_target(const char *path, char *err, size_t cap) {
+  if (check_kind(path, err, cap)) return -1;
+  char tmp[4096 + 512];
+  int fd = create_temp(path, tmp, sizeof tmp, err, cap);
+  if (fd < 0) return -1;
+  close(fd);
+  unlink(tmp);
+  return 0;
+}
+
+int rt_st_remove_stale(const char *path, char *removed, size_t rcap, char *err, size_t cap) {
+  char dir[4096], prefix[512];
+  const char *base;
+  split_path(path, dir, sizeof dir, &base);
+  temp_prefix(base, prefix, sizeof prefix);
+  size_t plen = strlen(prefix);
+  if (rcap) removed[0] = '\0';
+  DIR *d = opendir(dir);
+  if (!d) return st_error(err, cap, "%s: cannot read the folder %s: %s", path, dir, strerror(errno));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, plen)) continue;
+    const char *digits = e->d_name + plen;
+    char *end;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (*digits < '0' || *digits > '9' || *end || errno || pid <= 0 || pid > INT_MAX ||
+        pid == (long)getpid())
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
+    char file[4096 + 512];
+    if (snprintf(file, sizeof file, "%s/%s", dir, e->d_name) >= (int)sizeof file) continue;
+    if (unlink(file) != 0) {
+      int saved = errno;
+      closedir(d);
+      return st_error(err, cap, "%s: cannot remove the stale temporary file %s: %s", path, file,
+                      strerror(saved));
+    }
+    if (rcap && strlen(removed) + strlen(file) + 3 < rcap)
+      snprintf(removed + strlen(removed), rcap - strlen(removed), "%s%s", n ? ", " : "", file);
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+void rt_st_abandon(void) {
+  if (writing) unlink(partial);
+}
+
+// ---- the writer ---------------------------------------------------------------------------
+
+// Writes all of buf to fd; false with errno set on failure.
+static bool write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k == 0) errno = EIO;
+      return false;
+    }
+    p += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
 // The tensor's bytes, little-endian whatever the host.
-static bool write_data(FILE *fp, const rt_st_tensor *t) {
+static bool write_data(int fd, const rt_st_tensor *t) {
   size_t es = dtypes[t->dtype].size, bytes = (size_t)t->numel * es;
-  if (!host_is_big_endian() || es == 1) return fwrite(t->data, 1, bytes, fp) == bytes;
+  if (!host_is_big_endian() || es == 1) return write_all(fd, t->data, bytes);
   uint8_t buf[1 << 12];
   const uint8_t *src = t->data;
   for (size_t at = 0; at < bytes; at += sizeof buf) {
     size_t len = bytes - at < sizeof buf ? bytes - at : sizeof buf;
     for (size_t i = 0; i < len; i += es)
       for (size_t k = 0; k < es; k++) buf[i + k] = src[at + i + es - 1 - k];
-    if (fwrite(buf, 1, len, fp) != len) return false;
+    if (!write_all(fd, buf, len)) return false;
   }
   return true;
 }
@@ -383,35 +540,53 @@ int rt_st_write(const char *path, const rt_st_tensor *t, int n, const char *cons
   for (int i = 0; i < n; i++)
     for (int k = 0; k < i; k++)
       if (!strcmp(t[i].name, t[k].name))
-        return st_error(err, cap, "cannot write %s: tensor '%s' twice", path, t[i].name);
+        return st_error(err, cap, "%s: cannot write tensor '%s' twice", path, t[i].name);
+  if (check_kind(path, err, cap)) return -1;
   size_t hlen;
   char *header = make_header(t, n, metadata, &hlen);
-  if (!header) return st_error(err, cap, "cannot write %s: out of memory", path);
+  if (!header) return st_error(err, cap, "%s: cannot write: out of memory", path);
 
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) {
+  char tmp[sizeof partial];
+  int fd = create_temp(path, tmp, sizeof tmp, err, cap);
+  if (fd < 0) {
     free(header);
-    return st_error(err, cap, "cannot write %s: %s", tmp, strerror(errno));
+    return -1;
   }
+  memcpy(partial, tmp, sizeof tmp);
+  writing = 1;
+  struct stat st;  // a file replaced keeps its permissions
+  if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) (void)fchmod(fd, st.st_mode & 07777);
   uint8_t len8[8];
   for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-  bool ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(header, 1, hlen, fp) == hlen;
+  bool ok = write_all(fd, len8, 8) && write_all(fd, header, hlen);
   free(header);
-  for (int i = 0; ok && i < n; i++) ok = write_data(fp, &t[i]);
-  ok = fflush(fp) == 0 && ok;
-  ok = fsync(fileno(fp)) == 0 && ok;
+  for (int i = 0; ok && i < n; i++) ok = write_data(fd, &t[i]);
+  ok = ok && fsync(fd) == 0;
   int saved = errno;
-  ok = fclose(fp) == 0 && ok;
-  if (!ok) {
+  if (close(fd) != 0 && ok) ok = false, saved = errno;
+  bool renamed = ok && rename(tmp, path) == 0;
+  if (!renamed) {
+    if (ok) saved = errno;
     unlink(tmp);
-    return st_error(err, cap, "cannot write %s: %s", tmp, strerror(saved ? saved : errno));
+    writing = 0;
+    return st_error(err, cap, ok ? "%s: cannot rename %s over it: %s"
+                                 : "%s: cannot write the temporary file %s: %s",
+                    path, tmp, strerror(saved));
   }
-  if (rename(tmp, path) != 0) {
+  writing = 0;
+  // the rename is durable once the folder is: a file system that cannot sync
+  // a folder (EINVAL) has nothing to sync
+  char dir[4096];
+  const char *base;
+  split_path(path, dir, sizeof dir, &base);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    int rc = fsync(dfd);
     saved = errno;
-    unlink(tmp);
-    return st_error(err, cap, "cannot rename %s to %s: %s", tmp, path, strerror(saved));
+    close(dfd);
+    if (rc != 0 && saved != EINVAL && saved != EROFS && saved != EBADF)
+      return st_error(err, cap, "%s: written, but its folder %s cannot be synced: %s", path, dir,
+                      strerror(saved));
   }
   return 0;
 }

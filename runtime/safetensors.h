@@ -10,8 +10,8 @@
 //             exactly, without holes or overlaps
 //
 // The training main uses it for --inputs, --dump-grads, --save and --load.
-// Library code: every function returns 0 or -1 with a message in `err`
-// (which names the file); the caller decides what to do.
+// Library code: every function returns 0 (or a count) or -1 with a message
+// in `err` (which names the file); the caller decides what to do.
 #ifndef MTC_RT_SAFETENSORS_H
 #define MTC_RT_SAFETENSORS_H
 
@@ -72,8 +72,27 @@ void rt_st_to_f32(const rt_st_tensor *t, float *out);
 int rt_st_to_i32(const rt_st_tensor *t, int32_t *out, char *err, size_t cap);
 
 // Writes n tensors and the metadata (pairs of strings: key, value, ..., NULL;
-// or NULL) to path, atomically: a temporary file next to it, then rename.
+// or NULL) to path, atomically and durably: a temporary file in path's folder
+// (.NAME.mtc-tmp.HOST.PID, created exclusively), written and synced, renamed
+// over path, and the folder synced. A path that exists and is not a regular
+// file (a symbolic link, a folder, a FIFO, a device) is refused, not
+// replaced. On any error the temporary file is removed and path is as it was.
 int rt_st_write(const char *path, const rt_st_tensor *t, int n, const char *const *metadata,
                 char *err, size_t cap);
+
+// Whether rt_st_write could write path, found before the work that makes the
+// tensors: path is absent or a regular file, and a file can be created in its
+// folder (one is created and removed).
+int rt_st_check_target(const char *path, char *err, size_t cap);
+
+// Removes the temporary files of rt_st_write calls on path, from this host,
+// whose process has ended (a save killed before its rename): the count, their
+// paths in `removed` (comma-separated, as many as fit), or -1.
+int rt_st_remove_stale(const char *path, char *removed, size_t rcap, char *err, size_t cap);
+
+// Removes the temporary file of the rt_st_write in progress, if any.
+// Async-signal-safe: for a program's SIGINT or SIGTERM handler, which then
+// re-raises the signal.
+void rt_st_abandon(void);
 
 #endif

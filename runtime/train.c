@@ -17,9 +17,13 @@
 // optimizer state) lies in the persistent part of the arena, [0,
 // persistent_bytes).
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,6 +38,7 @@
 
 #include "device.h"
 #include "dist.h"
+#include "kernels.h"
 #include "model_api.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -41,20 +46,50 @@
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_BYTES (256 * 4)
+// The median step time is over the last this many steps (--steps goes to INT_MAX).
+#define TIMED_STEPS (1 << 20)
 
 // ---------------------------------------------------------------------------
 // errors
 
-// runtime failure: one line on stderr, exit 1
-__attribute__((format(printf, 1, 2))) _Noreturn static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+// one line on stderr: "train: error: ...", naming the rank when there are several
+static void print_error(const char *fmt, va_list ap) {
   fflush(stdout);
   if (rt_comm_size() > 1) fprintf(stderr, "train: error (rank %d): ", rt_comm_rank());
   else fputs("train: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+// runtime failure: one line on stderr, exit 1
+__attribute__((format(printf, 1, 2))) _Noreturn static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  print_error(fmt, ap);
   va_end(ap);
+  exit(1);
+}
+
+// Every rank stops here, or none does. `stop` says whether this rank must,
+// with its message; one collective over the world makes the ranks agree on
+// whose message is printed, once: the lowest `key` (a whole number below
+// 2^40), then the lowest rank. Every rank exits 1. Returns when none must
+// stop.
+__attribute__((format(printf, 3, 4))) static void stop_together(bool stop, double key,
+                                                                const char *fmt, ...) {
+  int n = rt_comm_size();
+  double mine = stop ? -(key * n + rt_comm_rank()) : -HUGE_VAL;
+  double first = n > 1 ? rt_allreduce_scalar(rt_group_world(), mine, RT_REDUCE_MAX) : mine;
+  if (first == -HUGE_VAL) return;
+  if (stop && first == mine) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(fmt, ap);
+    va_end(ap);
+  }
+  fflush(stdout);
+  fflush(stderr);
+  rt_comm_finalize();
   exit(1);
 }
 
@@ -83,6 +118,7 @@ typedef struct {
   const char *save;     // safetensors: the weights at the end
   const char *dump_grads;  // safetensors: the gradients of the first backward
   int log_every;
+  bool check_finite;    // stop at a non-finite gradient or weight (--no-check-finite: don't)
 } options;
 
 static void print_help(void) {
@@ -112,8 +148,16 @@ static void print_help(void) {
       "  --dump-grads FILE  write every parameter's gradient after the first\n"
       "                  backward (before the first update) as safetensors\n"
       "  --log-every N   print every N steps; the last always prints (default 1)\n"
+      "  --no-check-finite  do not scan the gradients and weights of each step for\n"
+      "                  NaN and infinities (the loss is always checked)\n"
       "  -h, --help      show this help\n",
       mtc_model.name);
+}
+
+// The text of a number: no leading space or sign that strtol, strtoull and
+// strtod would skip or take ("-1" is 2^64 - 1 to strtoull).
+static bool plain_number(const char *s, bool sign) {
+  return *s != '\0' && !isspace((unsigned char)*s) && (sign || (*s != '-' && *s != '+'));
 }
 
 // an integer in [lo, hi], or a usage error naming the flag
@@ -122,14 +166,40 @@ static long parse_int(const char *flag, const char *s, long lo, long hi,
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi)
+  if (!plain_number(s, true) || *end != '\0' || errno || v < lo || v > hi)
     usage_error("%s expects %s, got '%s'", flag, what, s);
   return v;
 }
 
+// A setting the program uses as float32, in [0, hi) (hi: 1, the betas) or in
+// [0, FLT_MAX] (hi: 0). Checked after the conversion too: a value float32
+// rounds to infinity, to hi, or from non-zero to 0 is a usage error that says
+// what it became and the range float32 allows.
+static float parse_float(const char *flag, const char *s, double hi) {
+  char range[128];
+  if (hi > 0) snprintf(range, sizeof range, "a number in [0, %g)", hi);
+  else snprintf(range, sizeof range, "a number in [0, %g]", (double)FLT_MAX);
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!plain_number(s, true) || *end != '\0' || (errno && errno != ERANGE) || !isfinite(v) ||
+      v < 0.0 || (hi > 0 && v >= hi))
+    usage_error("%s expects %s, got '%s'", flag, range, s);
+  float f = (float)v;
+  if (!isfinite(f))
+    usage_error("%s expects %s, got '%s', which is infinite in float32", flag, range, s);
+  if (hi > 0 && f >= (float)hi)
+    usage_error("%s expects %s, got '%s', which is %g in float32 (the largest below it is %.9g)",
+                flag, range, s, (double)f, (double)nextafterf((float)hi, 0.0f));
+  if (f == 0.0f && v != 0.0)
+    usage_error("%s expects %s, got '%s', which is 0 in float32 (the smallest non-zero value "
+                "is %g)", flag, range, s, (double)FLT_TRUE_MIN);
+  return f;
+}
+
 static options parse_args(int argc, char **argv) {
   options o = {.steps = 20, .h = mtc_model.defaults, .seed = 1337, .data = NULL,
-               .weights = NULL, .log_every = 1};
+               .weights = NULL, .log_every = 1, .check_finite = true};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -137,6 +207,10 @@ static options parse_args(int argc, char **argv) {
       exit(0);
     }
     if (strncmp(arg, "--", 2) != 0) usage_error("unexpected argument '%s'", arg);
+    if (!strcmp(arg, "--no-check-finite")) {
+      o.check_finite = false;
+      continue;
+    }
     // --flag VALUE or --flag=VALUE
     char name[64];
     const char *eq = strchr(arg, '='), *val = NULL;
@@ -146,9 +220,9 @@ static options parse_args(int argc, char **argv) {
     name[len] = '\0';
     const char *expects;
     if (!strcmp(name, "--steps") || !strcmp(name, "--log-every"))
-      expects = "a positive integer";
+      expects = "an integer in [1, 2147483647]";
     else if (!strcmp(name, "--seed"))
-      expects = "a non-negative integer";
+      expects = "an integer in [0, 18446744073709551615]";
     else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
              !strcmp(name, "--eps") || !strcmp(name, "--weight-decay"))
       expects = "a non-negative number";
@@ -172,29 +246,19 @@ static options parse_args(int argc, char **argv) {
       char *end;
       errno = 0;
       unsigned long long v = strtoull(val, &end, 10);
-      if (*val == '\0' || *val == '-' || *val == '+' || *end != '\0' || errno)
+      if (!plain_number(val, false) || *end != '\0' || errno)
         usage_error("%s expects %s, got '%s'", name, expects, val);
       o.seed = (uint64_t)v;
     } else if (!strcmp(name, "--lr")) {
-      char *end;
-      errno = 0;
-      double v = strtod(val, &end);
-      if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0)
-        usage_error("%s expects %s, got '%s'", name, expects, val);
-      o.h.lr = (float)v;
-    } else if (!strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
-               !strcmp(name, "--eps") || !strcmp(name, "--weight-decay")) {
-      char *end;
-      errno = 0;
-      double v = strtod(val, &end);
-      bool beta = name[2] == 'b';
-      if (*val == '\0' || *end != '\0' || errno || !isfinite(v) || v < 0.0 || (beta && v >= 1.0))
-        usage_error("%s expects %s, got '%s'", name,
-                    beta ? "a number in [0, 1)" : expects, val);
-      if (!strcmp(name, "--beta1")) o.h.beta1 = (float)v;
-      else if (!strcmp(name, "--beta2")) o.h.beta2 = (float)v;
-      else if (!strcmp(name, "--eps")) o.h.eps = (float)v;
-      else o.h.weight_decay = (float)v;
+      o.h.lr = parse_float(name, val, 0);
+    } else if (!strcmp(name, "--beta1")) {
+      o.h.beta1 = parse_float(name, val, 1);
+    } else if (!strcmp(name, "--beta2")) {
+      o.h.beta2 = parse_float(name, val, 1);
+    } else if (!strcmp(name, "--eps")) {
+      o.h.eps = parse_float(name, val, 0);
+    } else if (!strcmp(name, "--weight-decay")) {
+      o.h.weight_decay = parse_float(name, val, 0);
     } else if (!strcmp(name, "--optimizer")) {
       if (!strcmp(val, "adamw")) o.h.optimizer = RT_OPT_ADAMW;
       else if (!strcmp(val, "sgd")) o.h.optimizer = RT_OPT_SGD;
@@ -213,6 +277,10 @@ static options parse_args(int argc, char **argv) {
     }
   }
   if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
+  // the host's threads (offloaded AdamW): rt_host_threads reads it at each update
+  const char *threads = getenv("MTC_HOST_THREADS");
+  if (threads)
+    parse_int("MTC_HOST_THREADS", threads, 1, 256, "an integer in [1, 256] (the environment)");
   return o;
 }
 
@@ -438,18 +506,38 @@ static int host_is_big_endian(void) {
   return *(const uint8_t *)&one == 0;
 }
 
+// path opened for reading if it is a regular file; NULL with errno when it
+// cannot be opened; a folder, a FIFO or a device fails with a message that
+// names `what` (a FIFO is opened without waiting for a writer).
+static FILE *open_regular(const char *what, const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0) fail("cannot stat %s %s: %s", what, path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail("%s %s is %s, not a regular file", what, path,
+         S_ISDIR(st.st_mode)    ? "a folder"
+         : S_ISFIFO(st.st_mode) ? "a FIFO"
+         : S_ISSOCK(st.st_mode) ? "a socket"
+                                : "a device");
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "rb");
+  if (!f) fail("cannot open %s %s: %s", what, path, strerror(errno));
+  return f;
+}
+
 // opens --weights, or weights.bin in the current directory, or weights.bin
 // in the directory of the program; the path used goes into `path`
 static FILE *open_weights(const char *given, const char *argv0, char *path,
                           size_t cap) {
   if (given) {
     snprintf(path, cap, "%s", given);
-    FILE *f = fopen(path, "rb");
+    FILE *f = open_regular("weights file", path);
     if (!f) fail("cannot open weights file %s: %s", path, strerror(errno));
     return f;
   }
   snprintf(path, cap, "weights.bin");
-  FILE *f = fopen(path, "rb");
+  FILE *f = open_regular("weights file", path);
   if (f) return f;
   // the directory of argv[0], or of the executable when argv[0] has no '/'
   char dir[4096];
@@ -465,7 +553,7 @@ static FILE *open_weights(const char *given, const char *argv0, char *path,
   }
   if (dir[0] == '\0') snprintf(dir, sizeof dir, "/");
   snprintf(path, cap, "%s/weights.bin", dir);
-  f = fopen(path, "rb");
+  f = open_regular("weights file", path);
   if (!f)
     fail("cannot find weights.bin in the current directory or in %s (use "
          "--weights FILE)", dir);
@@ -615,17 +703,47 @@ static void load_inputs(char *arena, const char *path) {
   rt_st_close(&f);
 }
 
-// Fails now, not after training, when path's folder cannot take the file.
-static void check_writable(const char *flag, const char *path) {
+// --save and --dump-grads, checked before training rather than after: the
+// target is absent or a regular file and its folder takes a new file. Only
+// the rank that writes (0) touches the file system; it also removes the
+// temporary files that saves killed before they finished left there.
+static void check_target(const char *flag, const char *path) {
   if (!path) return;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
-  if (access(dir, W_OK | X_OK) != 0)
-    fail("%s %s: cannot write into the folder %s: %s", flag, path, dir, strerror(errno));
+  char err[1024] = "";
+  bool bad = false;
+  if (rt_comm_rank() == 0) {
+    bad = rt_st_check_target(path, err, sizeof err) != 0;
+    char removed[1024], why[1024];
+    int n = bad ? 0 : rt_st_remove_stale(path, removed, sizeof removed, why, sizeof why);
+    if (n > 0)
+      fprintf(stderr, "train: note: %s %s: removed %d temporary file%s of a save that did not "
+              "finish: %s\n", flag, path, n, n > 1 ? "s" : "", removed);
+    else if (n < 0)
+      fprintf(stderr, "train: note: %s %s\n", flag, why);
+  }
+  stop_together(bad, 0, "%s %s", flag, err);
+}
+
+// A kill during a save leaves no temporary file: SIGINT, SIGTERM and SIGHUP
+// remove it (rt_st_abandon) and end the program as they would have.
+static const int save_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction saved_actions[3];
+
+static void abandon_save(int sig) {
+  rt_st_abandon();
+  raise(sig);  // SA_RESETHAND: the default action, once this handler returns
+}
+
+static void guard_save(bool on) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = abandon_save;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; i++) {
+    if (on) sigaction(save_signals[i], &sa, &saved_actions[i]);
+    else sigaction(save_signals[i], &saved_actions[i], NULL);
+  }
 }
 
 // Writes the params table's tensors by name: with grads false every
@@ -663,10 +781,170 @@ static void save_params(const char *path, const char *flag, char *arena, char *s
   const char *content = grads ? "gradients after the first backward" : "weights";
   const char *meta[] = {"format", "pt", "model", M->name, "content", content, NULL};
   char err[1024];
-  if (rt_st_write(path, ts, n, meta, err, sizeof err)) fail("%s: %s", flag, err);
+  guard_save(true);
+  int rc = rt_st_write(path, ts, n, meta, err, sizeof err);
+  guard_save(false);
+  if (rc) fail("%s %s", flag, err);
   free(ts);
   free_images();
   printf("wrote %s: %s, %d tensors\n", path, content, n);
+}
+
+// ---------------------------------------------------------------------------
+// the finite check
+//
+// Each step stops at a loss, a gradient or a weight that is NaN or infinite,
+// before the optimizer or --save uses it: the loss once reduced, the
+// gradients once reduced and before the update, the weights after it. Each
+// rank scans its own part of them (of a bucket, its dp shard: the one its
+// update writes; of a tensor split over tp, its part) with
+// rt_find_nonfinite, and the ranks agree through one collective
+// (stop_together). Pieces side by side in the arena are scanned as one run,
+// each run's result one int of train.c's bytes after the model's arena (at
+// check_at), all read with one rt_device_get; only when a run has a hit is
+// each tensor scanned alone, in table order, to name the first.
+
+// A piece of one parameter's values (or gradient) in this rank's arena.
+typedef struct piece {
+  int param;    // index in the params table
+  long offset;  // byte offset in the arena
+  long n;       // floats
+  long elem;    // the first one's index in this rank's part of the parameter
+} piece;
+
+typedef struct scan {
+  piece *pieces;  // in table order
+  int npieces;
+  piece *runs;    // the pieces by offset, neighbours merged (param, elem unused)
+  int nruns;
+} scan;
+
+static scan grad_scan, weight_scan;
+static long check_at;  // byte offset of the runs' results, after the model's arena
+
+#define RUN_MAX (1L << 30)  // floats per rt_find_nonfinite (its index is an int)
+
+static void add_piece(scan *s, int param, long offset, long n, long elem) {
+  for (long done = 0; done < n; done += RUN_MAX) {
+    piece *p = realloc(s->pieces, (size_t)(s->npieces + 1) * sizeof *p);
+    if (!p) fail("out of memory");
+    s->pieces = p;
+    long len = n - done < RUN_MAX ? n - done : RUN_MAX;
+    p[s->npieces++] = (piece){param, offset + done * 4, len, elem + done};
+  }
+}
+
+static int by_offset(const void *a, const void *b) {
+  const piece *x = a, *y = b;
+  return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+// This rank's shard of bucket k's reduced gradients (grads) or parameters:
+// elements [*lo, *lo + part) of the bucket, the first at byte offset *at.
+// Where the bucket is whole on every rank (not sharded), the dp ranks' shards
+// together cover it.
+static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
+  long part = k->numel / mtc_model.dp;
+  bool sharded = grads ? k->grads_sharded : k->params_sharded;
+  long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
+  *lo = rt_dist.dp_rank * part;
+  *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
+}
+
+// The pieces of every trained parameter's gradient (grads) or value.
+static void build_scan(scan *s, bool grads) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    if (p->kind != RT_PARAM_TRAINED) continue;
+    long n = local_numel(p);
+    if (p->bucket < 0) {
+      add_piece(s, i, grads ? M->grad_offsets[i] : p->offset, n, 0);
+      continue;
+    }
+    const rt_bucket *k = &M->buckets[p->bucket];
+    long lo, at, part = k->numel / M->dp;
+    bucket_shard(k, grads, &lo, &at);
+    long b0 = p->bucket_elem > lo ? p->bucket_elem : lo;
+    long b1 = p->bucket_elem + n < lo + part ? p->bucket_elem + n : lo + part;
+    if (b0 < b1) add_piece(s, i, at + (b0 - lo) * 4, b1 - b0, b0 - p->bucket_elem);
+  }
+  s->runs = malloc((size_t)s->npieces * sizeof *s->runs + 1);
+  if (!s->runs) fail("out of memory");
+  memcpy(s->runs, s->pieces, (size_t)s->npieces * sizeof *s->runs);
+  qsort(s->runs, (size_t)s->npieces, sizeof *s->runs, by_offset);
+  s->nruns = 0;
+  for (int r = 0; r < s->npieces; r++) {
+    piece *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
+    if (last && last->offset + last->n * 4 == s->runs[r].offset && last->n + s->runs[r].n <= RUN_MAX)
+      last->n += s->runs[r].n;
+    else
+      s->runs[s->nruns++] = s->runs[r];
+  }
+}
+
+// Element j of this rank's part of parameter i as an index of the whole
+// tensor; -1 in a padded vocabulary's padding.
+static long whole_index(int i, long j) {
+  const rt_tensor *p = &mtc_model.params[i];
+  if (p->tp_dim < 0) return j;
+  long outer, chunk, inner, tp = mtc_model.tp, pieces = p->tp_pieces;
+  tp_geometry(p, &outer, &chunk, &inner);
+  long o = j / (pieces * chunk), r = j % (pieces * chunk);
+  long w = ((o * pieces + r / chunk) * tp + rt_dist.tp_rank) * chunk + r % chunk;
+  long d = p->sizes[p->tp_dim], row = (d + p->tp_pad) * inner;  // padded [outer][d + pad][inner]
+  if (w % row >= d * inner) return -1;
+  return w / row * d * inner + w % row;
+}
+
+// The first non-finite value of s on this rank: its parameter (-1: none), its
+// element in this rank's part and the value.
+static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, float *value) {
+  int *result = (int *)(arena + check_at);  // on the device
+  const int *got = (const int *)(stage + check_at);
+  for (int r = 0; r < s->nruns; r++)
+    rt_find_nonfinite(result + r, (const float *)(arena + s->runs[r].offset), s->runs[r].n);
+  rt_device_get(stage, arena, check_at, (long)s->nruns * 4);
+  bool any = false;
+  for (int r = 0; r < s->nruns; r++) any |= got[r] >= 0;
+  if (!any) return -1;
+  for (int k = 0; k < s->npieces; k++) {  // which is first in table order
+    const piece *p = &s->pieces[k];
+    rt_find_nonfinite(result, (const float *)(arena + p->offset), p->n);
+    rt_device_get(stage, arena, check_at, 4);
+    if (got[0] < 0) continue;
+    long at = p->offset + (long)got[0] * 4;
+    rt_device_get(stage, arena, at, 4);
+    memcpy(value, stage + at, sizeof *value);
+    *elem = p->elem + got[0];
+    return p->param;
+  }
+  return -1;  // NEVER: a run's hit is in one of its pieces
+}
+
+// "nan", "inf" or "-inf" (printf may write "-nan")
+static const char *nonfinite_name(double x) {
+  return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
+
+// Stops every rank at step `step` when any has a non-finite gradient (grads)
+// or weight; the message names the first (in table order) and its element.
+static void check_finite(char *arena, char *stage, int step, bool grads) {
+  long elem = 0;
+  float value = 0;
+  int i = find_nonfinite(arena, stage, grads ? &grad_scan : &weight_scan, &elem, &value);
+  const char *name = i >= 0 ? mtc_model.params[i].name : "";
+  long at = i >= 0 ? whole_index(i, elem) : 0;
+  char where[64];
+  if (at >= 0) snprintf(where, sizeof where, "element %ld", at);
+  else snprintf(where, sizeof where, "its padding");
+  if (grads)
+    stop_together(i >= 0, i, "step %d: gradient of %s is not finite (first at %s: %s); stopping "
+                  "before the optimizer writes it", step, name, where, nonfinite_name(value));
+  else
+    stop_together(i >= 0, i, "step %d: parameter %s is not finite after the update (first at "
+                  "%s: %s); stopping before another step or --save uses it", step, name, where,
+                  nonfinite_name(value));
 }
 
 // ---------------------------------------------------------------------------
@@ -797,7 +1075,7 @@ static long shard_token(const shard *s, long i) {
 
 static void open_shard(shard *s, const char *path, long n, long vocab) {
   s->path = path;
-  FILE *f = fopen(path, "rb");
+  FILE *f = open_regular("data file", path);
   if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
@@ -894,6 +1172,8 @@ int main(int argc, char **argv) {
     fail("cannot silence the output of rank %d", rt_comm_rank());
   options opt = parse_args(argc, argv);
   check_table();
+  check_target("--save", opt.save);
+  check_target("--dump-grads", opt.dump_grads);
   make_global_inputs();
 
   long n, vocab;  // over the global batch
@@ -901,13 +1181,17 @@ int main(int argc, char **argv) {
   if (opt.data && n == 0)
     usage_error("--data given, but the model '%s' has no token inputs", M->name);
 
-  // the arena on the device, its host copy, and (offload) the host region
-  char *arena = rt_device_alloc(M->arena_bytes, M->workspace_bytes);
-  char *stage = rt_device_stage(arena, M->arena_bytes);
+  // the arena on the device with train.c's bytes after it (the finite
+  // check's results), its host copy, and (offload) the host region
+  build_scan(&grad_scan, true);
+  build_scan(&weight_scan, false);
+  check_at = (M->arena_bytes + 63) / 64 * 64;
+  long device_bytes = check_at + 4L * (grad_scan.nruns > weight_scan.nruns ? grad_scan.nruns
+                                                                             : weight_scan.nruns) + 4;
+  char *arena = rt_device_alloc(device_bytes, M->workspace_bytes);
+  char *stage = rt_device_stage(arena, device_bytes);
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
 
-  check_writable("--save", opt.save);
-  check_writable("--dump-grads", opt.dump_grads);
   // the initial weights: --load by name, then weights.bin for what it lacks
   alloc_images();
   bool *done = calloc((size_t)M->n_params + 1, sizeof *done);
@@ -931,7 +1215,7 @@ int main(int argc, char **argv) {
   printf(" | %d parameter tensors | arena %ld bytes\n", M->n_params, M->arena_bytes);
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
-           rt_device_planned(M->arena_bytes, M->workspace_bytes));
+           rt_device_planned(device_bytes, M->workspace_bytes));
   if (M->dp * M->tp > 1 || M->micro_batches > 1)
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
            M->dp * M->tp, M->micro_batches, M->micro_batches > 1 ? "es" : "",
@@ -949,13 +1233,16 @@ int main(int argc, char **argv) {
   if (opt.inputs) load_inputs(global, opt.inputs);
   else fill_synthetic(global, opt.seed, n, vocab, stream);
 
-  double *times = malloc((size_t)opt.steps * sizeof(double));
-  double *comm_times = malloc((size_t)opt.steps * sizeof(double));  // inside collectives
+  // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
+  int timed = opt.steps < TIMED_STEPS ? opt.steps : TIMED_STEPS;
+  double *times = malloc((size_t)timed * sizeof(double));
+  double *comm_times = malloc((size_t)timed * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
   long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
-  for (int step = 1; step <= opt.steps; step++) {
+  for (long next = 1; next <= opt.steps; next++) {  // long: --steps may be INT_MAX
+    int step = (int)next;
     double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
       next_window(&data, n, stream);
@@ -969,7 +1256,6 @@ int main(int argc, char **argv) {
       rt_device_get(stage, arena, M->loss_offset, 4);
       float l;
       memcpy(&l, stage + M->loss_offset, sizeof l);
-      if (!isfinite(l)) fail("loss is not finite at step %d", step);
       loss += l / M->micro_batches;
       M->backward(arena);
     }
@@ -977,6 +1263,13 @@ int main(int argc, char **argv) {
       loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_TP], loss, RT_REDUCE_SUM);
     // every loss of mtc is a mean over the batch: the global loss is the mean
     loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
+    if (!isfinite(loss))  // the same on every rank
+      stop_together(rt_comm_rank() == 0, 0, "step %d: the loss is not finite (%s); stopping "
+                    "before the optimizer writes the weights", step, nonfinite_name(loss));
+    if (opt.check_finite) {
+      rt_comm_wait_all();  // the gradients, reduced
+      check_finite(arena, stage, step, true);
+    }
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
       double t = now_seconds(), comm = rt_comm_seconds();
       int64_t before = rt_comm_bytes_sent();
@@ -987,10 +1280,11 @@ int main(int argc, char **argv) {
     }
     opt.h.step = step;
     M->update(arena, host, &opt.h);
+    if (opt.check_finite) check_finite(arena, stage, step, false);
     rt_device_sync();
     double dt = now_seconds() - t0;
-    times[step - 1] = dt;
-    comm_times[step - 1] = rt_comm_seconds() - comm0;
+    times[(step - 1) % TIMED_STEPS] = dt;
+    comm_times[(step - 1) % TIMED_STEPS] = rt_comm_seconds() - comm0;
     if (step % opt.log_every == 0 || step == opt.steps) {
       double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
       printf("step %d | loss %.6f | %.1f ms | %.0f tok/s\n", step, loss, 1e3 * dt, tps);
@@ -1014,9 +1308,9 @@ int main(int argc, char **argv) {
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
                  (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
-  double med = median(times, opt.steps);
+  double med = median(times, timed);
   if (rt_comm_size() > 1) {  // this rank's median step and median time in collectives
-    double comm = median(comm_times, opt.steps);
+    double comm = median(comm_times, timed);
     print_ranked("comm: %.1f ms per step (%.1f%% of the step)\n", 1e3 * comm,
                  med > 0 ? 100 * comm / med : 0.0);
   }
@@ -1025,10 +1319,11 @@ int main(int argc, char **argv) {
 
   free(times);
   free(comm_times);
+  free(grad_scan.pieces), free(grad_scan.runs), free(weight_scan.pieces), free(weight_scan.runs);
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
-  rt_device_free_stage(stage, arena, M->arena_bytes);
-  rt_device_free(arena, M->arena_bytes);
+  rt_device_free_stage(stage, arena, device_bytes);
+  rt_device_free(arena, device_bytes);
   rt_device_host_free(host);
   rt_comm_finalize();
   return 0;

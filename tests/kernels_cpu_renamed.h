@@ -18,6 +18,7 @@
 #define rt_embedding_bwd cpu_rt_embedding_bwd
 #define rt_embedding_fwd cpu_rt_embedding_fwd
 #define rt_embedding_vp_fwd cpu_rt_embedding_vp_fwd
+#define rt_find_nonfinite cpu_rt_find_nonfinite
 #define rt_fill cpu_rt_fill
 #define rt_gelu_bwd cpu_rt_gelu_bwd
 #define rt_gelu_erf_bwd cpu_rt_gelu_erf_bwd
@@ -66,6 +67,7 @@
 #undef rt_embedding_bwd
 #undef rt_embedding_fwd
 #undef rt_embedding_vp_fwd
+#undef rt_find_nonfinite
 #undef rt_fill
 #undef rt_gelu_bwd
 #undef rt_gelu_erf_bwd

@@ -10,6 +10,7 @@
 // rows are run twice and must give bit-identical results.
 //
 // Output: one "name: maxdiff X" line per check, then "N passed, M failed".
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -792,6 +793,43 @@ static void test_optimizers(void) {
 }
 
 // ---------------------------------------------------------------------------
+// the finite check: the first NaN or infinity, wherever the blocks and threads split
+
+static void test_find_nonfinite(void) {
+  long n = (1L << 20) + 37;  // above PAR_MIN: the blocks run in parallel
+  float *x = frand(n, -1e30f, 1e30f);
+  x[5] = FLT_MAX, x[6] = -FLT_MAX, x[7] = FLT_TRUE_MIN;  // finite extremes
+  struct {
+    long len;          // the prefix of x scanned
+    long at[3];        // where the bad values go (-1: unused)
+    float value;
+    int want;
+  } cases[] = {
+      {0, {-1, -1, -1}, 0, -1},
+      {n, {-1, -1, -1}, 0, -1},
+      {1, {0, -1, -1}, NAN, 0},
+      {n, {n - 1, -1, -1}, INFINITY, (int)(n - 1)},
+      {n, {900000, 4096, 4095}, -INFINITY, 4095},
+      {n, {700001, 300000, -1}, NAN, 300000},
+      {4097, {4096, -1, -1}, -NAN, 4096},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    float *y = malloc((size_t)n * sizeof *y);
+    memcpy(y, x, (size_t)n * sizeof *y);
+    for (int k = 0; k < 3; k++)
+      if (cases[c].at[k] >= 0) y[cases[c].at[k]] = cases[c].value;
+    int got = 7;
+    rt_find_nonfinite(&got, y, cases[c].len);
+    int ok = got == cases[c].want;
+    printf("find_nonfinite n=%ld (%g): %d%s\n", cases[c].len, (double)cases[c].value, got,
+           ok ? "" : "  FAILED");
+    ok ? n_passed++ : n_failed++;
+    free(y);
+  }
+  free(x);
+}
+
+// ---------------------------------------------------------------------------
 // determinism: the kernels whose sums cross rows, run twice
 
 static void test_determinism(void) {
@@ -935,6 +973,7 @@ int main(void) {
   test_crossentropy(64, 1000, 0);
   test_tensor_parallel();
   test_optimizers();
+  test_find_nonfinite();
   test_determinism();
   test_threads();
   printf("%d passed, %d failed\n", n_passed, n_failed);

@@ -631,6 +631,26 @@ static void test_onnx_ops(void) {
   }
 }
 
+// ---- the finite check: the GPU's first NaN or infinity is the CPU's
+
+static void test_find_nonfinite(void) {
+  long n = (1L << 20) + 37;
+  Vec x = rand_vec(n);
+  for (long at : {-1L, 0L, 4095L, 300000L, n - 1}) {
+    Vec y = x;
+    if (at >= 0) y[(size_t)at] = at % 2 ? NAN : -INFINITY;
+    if (at == 4095) y[(size_t)(n - 2)] = INFINITY;  // a later one too
+    float *dy = dev(y);
+    IVec got = {7};
+    int *dgot = dev(got);
+    IVec want = {7};
+    CPU(rt_find_nonfinite)(want.data(), y.data(), n);
+    rt_find_nonfinite(dgot, dy, n);
+    check_int(fmt("find_nonfinite n=%ld at %ld", n, at), want, dgot);
+    free_all();
+  }
+}
+
 // the launcher table: every name of kernels.def less the 12 without a twin
 // ---- dist.h's kernels, on one rank: this rank plays tp rank 1 of 2 (the
 // collectives over a group of one leave the buffers as they are, on both sides)
@@ -734,6 +754,7 @@ int main(void) {
   test_attention();
   test_losses();
   test_optimizers();
+  test_find_nonfinite();
   test_onnx_ops();
   test_dist();
   printf("%d cases, %d failed\n", ncases, nfail);

@@ -11,13 +11,22 @@
 // 4. 2000 mutations of a valid file (flipped bytes, truncations) each either
 //    read into tensors that lie inside the file or fail with a message; none
 //    crashes (CI runs this under ASan and UBSan).
+// 5. The target: a symlink, a FIFO or a folder is refused and left as it
+//    was; a replaced file keeps its mode; stale temporaries of ended
+//    processes are removed, no others; SIGTERM during a write (a handler
+//    calling rt_st_abandon) leaves neither the file nor its temporary.
 #define _GNU_SOURCE
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -55,6 +64,22 @@ static unsigned char *read_bytes(const char *path, size_t *n) {
   return p;
 }
 
+// Files in tmpdir named like a temporary of `name` (.NAME.mtc-tmp.*).
+static int count_temps(const char *name) {
+  char prefix[512];
+  snprintf(prefix, sizeof prefix, ".%s.mtc-tmp.", name);
+  DIR *d = opendir(tmpdir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+  if (d) closedir(d);
+  return n;
+}
+
+static void abandon_and_die(int sig) {
+  rt_st_abandon();
+  raise(sig);
+}
+
 // ---- 1, 2: round trip -------------------------------------------------------------------
 
 static void test_round_trip(void) {
@@ -75,9 +100,7 @@ static void test_round_trip(void) {
   const char *path = tmp_path("round.safetensors");
   unlink(path);
   check(rt_st_write(path, in, n, meta, err, sizeof err) == 0, "write: %s", err);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  check(access(tmp, F_OK) != 0, "the temporary file %s is left behind", tmp);
+  check(count_temps("round.safetensors") == 0, "a temporary file of round.safetensors is left");
 
   size_t size;
   unsigned char *raw = read_bytes(path, &size);
@@ -122,6 +145,98 @@ static void test_round_trip(void) {
   check(rt_st_write("/nonexistent-dir/x.safetensors", in, 1, NULL, err, sizeof err) != 0 &&
             strstr(err, "cannot write"),
         "writing into a missing folder: '%s'", err);
+}
+
+// ---- 5: the target ----------------------------------------------------------------------
+
+// A symlink, a folder and a FIFO are refused and left as they were; a file
+// replaced keeps its permissions; stale temporaries of ended processes go,
+// others stay; a kill during the write leaves neither the file nor a
+// temporary.
+static void test_target(void) {
+  float w[2] = {1, 2};
+  rt_st_tensor t = {.name = "w", .dtype = RT_ST_F32, .rank = 1, .shape = {2}, .numel = 2, .data = w};
+  char err[1024] = "";
+  const char *file = tmp_path("target.safetensors"), *link = tmp_path("link.safetensors");
+  const char *fifo = tmp_path("fifo.safetensors"), *dir = tmp_path("dir.safetensors");
+  unlink(file), unlink(link), unlink(fifo), rmdir(dir);
+  check(rt_st_check_target(file, err, sizeof err) == 0, "an absent file as target: %s", err);
+  check(rt_st_write(file, &t, 1, NULL, err, sizeof err) == 0, "write: %s", err);
+  check(symlink(file, link) == 0 && mkfifo(fifo, 0644) == 0 && mkdir(dir, 0755) == 0,
+        "cannot make a symlink, FIFO and folder in %s", tmpdir);
+  struct {
+    const char *path, *want;
+  } refused[] = {{link, "is a symbolic link"}, {fifo, "is a FIFO"}, {dir, "is a folder"}};
+  for (int i = 0; i < 3; i++) {
+    check(rt_st_check_target(refused[i].path, err, sizeof err) != 0 &&
+              strstr(err, refused[i].want) && strstr(err, refused[i].path),
+          "check_target %s: '%s', expected '%s'", refused[i].path, err, refused[i].want);
+    check(rt_st_write(refused[i].path, &t, 1, NULL, err, sizeof err) != 0 &&
+              strstr(err, refused[i].want),
+          "write %s: '%s', expected '%s'", refused[i].path, err, refused[i].want);
+  }
+  struct stat st;
+  check(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the symlink was replaced");
+  check(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
+  check(rt_st_check_target("/nonexistent-dir/x", err, sizeof err) != 0 &&
+            strstr(err, "cannot write into the folder /nonexistent-dir"),
+        "check_target in a missing folder: '%s'", err);
+
+  chmod(file, 0600);
+  check(rt_st_write(file, &t, 1, NULL, err, sizeof err) == 0, "rewrite: %s", err);
+  check(stat(file, &st) == 0 && (st.st_mode & 0777) == 0600, "the mode 0600 became %o",
+        (unsigned)(st.st_mode & 0777));
+
+  // a temporary of an ended process (a child, reaped), one of this process, one of another host
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, NULL, 0);
+  char host[64], name[600];
+  gethostname(host, sizeof host);
+  host[sizeof host - 1] = '\0';
+  long pids[2] = {(long)child, (long)getpid()};
+  for (int i = 0; i < 2; i++) {
+    snprintf(name, sizeof name, ".target.safetensors.mtc-tmp.%s.%ld", host, pids[i]);
+    write_bytes(tmp_path(name), "x", 1);
+  }
+  write_bytes(tmp_path(".target.safetensors.mtc-tmp.otherhost.1"), "x", 1);
+  char removed[1024];
+  int n = rt_st_remove_stale(file, removed, sizeof removed, err, sizeof err);
+  check(n == 1 && strstr(removed, name) == NULL, "remove_stale: %d removed (%s): %s", n, removed,
+        err);
+  check(count_temps("target.safetensors") == 2, "remove_stale left %d temporaries, expected 2",
+        count_temps("target.safetensors"));
+  unlink(tmp_path(name));
+  unlink(tmp_path(".target.safetensors.mtc-tmp.otherhost.1"));
+
+  // SIGTERM while a 128 MiB tensor (zero pages) is written: the child's handler abandons it
+  const char *big_path = tmp_path("killed.safetensors");
+  unlink(big_path);
+  long big_n = 1L << 25;
+  float *big = mmap(NULL, (size_t)big_n * 4, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (!check(big != MAP_FAILED, "cannot map 128 MiB")) return;
+  child = fork();
+  if (child == 0) {
+    struct sigaction sa = {.sa_handler = abandon_and_die, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    rt_st_tensor b = {.name = "big", .dtype = RT_ST_F32, .rank = 1, .shape = {big_n},
+                      .numel = big_n, .data = big};
+    _exit(rt_st_write(big_path, &b, 1, NULL, err, sizeof err) == 0 ? 0 : 3);
+  }
+  for (int i = 0; i < 5000 && count_temps("killed.safetensors") == 0; i++) usleep(1000);
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  munmap(big, (size_t)big_n * 4);
+  if (WIFEXITED(status)) {
+    printf("kill during a write: skipped (the write finished first)\n");
+    unlink(big_path);
+    return;
+  }
+  check(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "the writer did not die of SIGTERM");
+  check(access(big_path, F_OK) != 0, "a killed write left %s", big_path);
+  check(count_temps("killed.safetensors") == 0, "a killed write left its temporary file");
 }
 
 // ---- 3: broken files ---------------------------------------------------------------------
@@ -267,6 +382,7 @@ int main(int argc, char **argv) {
   test_round_trip();
   test_broken();
   test_mutations();
+  test_target();
   printf("safetensors: %d checks passed, %d failed\n", npass, nfail);
   return nfail ? 1 : 0;
 }

@@ -3,7 +3,10 @@
 #   --save / --load   3 SGD steps, save, 3 more from the saved weights = 6 steps
 #   --inputs          a batch with int64 labels trains exactly as with int32 ones
 #   --dump-grads      one tensor per parameter, named and shaped as the parameter
-#   errors            each bad file or flag fails with a message naming the problem
+#   errors            each bad file or flag fails with a message naming the problem; numeric
+#                     settings are checked after their conversion to float32 or int
+#   targets           --save of a symlink, a folder or a FIFO fails before training and
+#                     leaves it; a stale temporary (its process gone) is removed at start
 #
 #   train_io.sh MTC MODEL OUTDIR
 # Exits 77 (ctest: skipped) when numpy is missing (it writes the test inputs).
@@ -95,5 +98,33 @@ expect 1 "--load in_i32.safetensors: no tensor named 'w1' (the model's parameter
 expect 1 "--save no/such/dir/w.safetensors: cannot write into the folder no/such/dir" \
   --save no/such/dir/w.safetensors
 expect 2 "--data and --inputs exclude each other" --data x.bin --inputs in_i32.safetensors
-ls ./*.tmp.* 2> /dev/null && fail "a temporary file was left behind"
+# settings are checked after their conversion to float32 and int
+expect 2 "--lr expects a number in [0, 3.40282e+38], got '1e39', which is infinite in float32" \
+  --lr 1e39
+expect 2 "--beta2 expects a number in [0, 1), got '0.99999999999', which is 1 in float32" \
+  --beta2 0.99999999999
+expect 2 "--eps expects a number in [0, 3.40282e+38], got '1e-50', which is 0 in float32" \
+  --eps 1e-50
+expect 2 "--weight-decay expects a number in [0, 3.40282e+38], got 'nan'" --weight-decay nan
+expect 2 "--seed expects an integer in [0, 18446744073709551615], got ' -1'" --seed " -1"
+expect 2 "--seed expects an integer in [0, 18446744073709551615], got '18446744073709551616'" \
+  --seed 18446744073709551616
+expect 2 "--steps expects an integer in [1, 2147483647], got '2147483648'" --steps 2147483648
+expect 2 "--log-every expects an integer in [1, 2147483647], got '0x10'" --log-every 0x10
+MTC_HOST_THREADS=1000 expect 2 "MTC_HOST_THREADS expects an integer in [1, 256]"
+# --save and --dump-grads refuse, before the first step, what is not a regular file, and leave it
+ln -sf w.safetensors link.safetensors && mkdir -p folder && rm -f fifo && mkfifo fifo
+expect 1 "--save link.safetensors: is a symbolic link" --save link.safetensors
+expect 1 "--save folder: is a folder" --save folder
+expect 1 "--dump-grads fifo: is a FIFO, not a regular file" --dump-grads fifo
+! grep -q "^step" err.out || fail "a refused --save target was found only after training"
+[ -L link.safetensors ] && [ -p fifo ] && [ -d folder ] || fail "a refused target was replaced"
+# a temporary of a save killed before its rename (its process gone) is removed at start
+sh -c 'exit 0' & dead=$!
+wait $dead
+touch ".w.safetensors.mtc-tmp.$(hostname).$dead"
+./train --steps 1 --save w.safetensors > /dev/null 2> stale.err
+grep -q "removed 1 temporary file of a save that did not finish" stale.err ||
+  fail "the stale temporary was not removed: $(cat stale.err)"
+ls -a | grep -q "mtc-tmp" && fail "a temporary file was left behind"
 echo "ok: train --save, --load, --inputs, --dump-grads and their errors"
