@@ -11,6 +11,7 @@
 //   written to plan.json when neither a layout nor checkpointing is forced)
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,20 +142,20 @@ static double parse_double(const char *flag, const char *s) {
   return x;
 }
 
-// A whole number from 1 to 10^12 (int64 counts: batches, sequence lengths).
-static int64_t parse_count(const char *flag, const char *s) {
+// A whole number from 1 to max.
+static int64_t parse_whole(const char *flag, const char *s, double max) {
   double x = parse_double(flag, s);
-  if (!(x >= 1 && x <= 1e12) || x != (double)(int64_t)x)
-    bad_usage("%s takes a whole number from 1 to 10^12, not '%s'", flag, s);
+  if (!(x >= 1 && x <= max) || x != floor(x))
+    bad_usage("%s takes a whole number from 1 to %.0f, not '%s'", flag, max, s);
   return (int64_t)x;
 }
 
-// A whole number from 1 to 10^6 (int counts: GPUs, ranks, micro-batches).
+// int64 counts: batches, sequence lengths.
+static int64_t parse_count(const char *flag, const char *s) { return parse_whole(flag, s, 1e12); }
+
+// int counts: GPUs, ranks, micro-batches.
 static int parse_small_count(const char *flag, const char *s) {
-  int64_t x = parse_count(flag, s);
-  if (x > 1000000)
-    bad_usage("%s takes a whole number from 1 to 10^6, not '%s'", flag, s);
-  return (int)x;
+  return (int)parse_whole(flag, s, 1e6);
 }
 
 // --checkpoint none|all|K: 0, PASS_CHECKPOINT_ALL or K >= 1 layers.

@@ -37,7 +37,7 @@ expect "--lr -1 is -1 as a float" compile "$mlp" -o "$out/c2" --lr -1
 expect "--lr 1e+39 is inf as a float" compile "$mlp" -o "$out/c3" --lr 1e39
 expect "--beta1 5 is 5 as a float" compile "$mlp" -o "$out/c4" --beta1 5
 expect "--beta2 0.99999999999 is 1 as a float" compile "$mlp" -o "$out/c5" --beta2 0.99999999999
-expect "--gpus takes a whole number from 1 to 10^6" plan "$gpt2" --gpus 1e9
+expect "--gpus takes a whole number from 1 to 1000000" plan "$gpt2" --gpus 1e9
 expect "-D B=-3: the value must be a positive integer" inspect "$mlp" -D B=-3
 expect "takes more than 256 TiB" plan "$gpt2" --micro-batch 1000000000000
 expect "the largest micro-batch that fits is" plan "$gpt2" --micro-batch 100000000 --batch 200000000 --gpu-mem 8GiB

@@ -25,7 +25,7 @@ expect tp_not_dividing 1 "NH = 4 heads do not divide by tp = 3.*give the block a
   "$mtc" compile "$model" --tp 3 -o "$out/tp3"
 [ -e "$out/tp3" ] && { echo "FAIL tp_not_dividing: $out/tp3 was written"; fails=$((fails + 1)); }
 expect zero_stage 2 "--zero takes a stage 0, 1, 2 or 3" "$mtc" compile "$model" --zero 4 -o "$out/z"
-expect dp_zero 2 "--dp takes a positive whole number" "$mtc" compile "$model" --dp 0 -o "$out/z"
+expect dp_zero 2 "--dp takes a whole number from 1 to 1000000" "$mtc" compile "$model" --dp 0 -o "$out/z"
 expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
 # plans that do not fit the model, applied with compile --plan: nothing is written
 "$mtc" plan "$model" -D L=2 --gpus 4 --json "$out/plan.json" > /dev/null ||
