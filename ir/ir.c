@@ -101,6 +101,7 @@ IrGraph *ir_graph_new(const char *name) {
 void ir_graph_free(IrGraph *g) {
   if (!g)
     return;
+  free(g->name_slot);
   free(g->values);
   free(g->nodes);
   ir_arena_free(&g->arena);
@@ -117,10 +118,55 @@ static void push(void ***vec, int *n, int *cap, void *item) {
   (*vec)[(*n)++] = item;
 }
 
-IrValue *ir_value_find(const IrGraph *g, const char *name) {
+// ---- the name index -----------------------------------------------------------------
+//
+// Every value is entered under the name it has when it is made or renamed.
+// Entries are never taken out: a lookup skips one whose value has another
+// name now or is no longer the graph's (ir_remove_unused, fusion), and the
+// table is built again from the graph's values when half of it is used.
+
+static uint64_t name_hash(const char *s) { // FNV-1a
+  uint64_t h = 1469598103934665603u;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
+}
+
+static void index_put(IrGraph *g, IrValue *v) {
+  size_t mask = (size_t)g->name_cap - 1, i = name_hash(v->name) & mask;
+  while (g->name_slot[i])
+    i = (i + 1) & mask;
+  g->name_slot[i] = v;
+  g->name_used++;
+}
+
+// Enter v (one of g's values) under its name.
+static void index_add(IrGraph *g, IrValue *v) {
+  if (2 * (g->name_used + 1) <= g->name_cap) {
+    index_put(g, v);
+    return;
+  }
+  int cap = 64;
+  while (cap < 4 * g->nvalues)
+    cap *= 2;
+  free(g->name_slot);
+  g->name_slot = calloc((size_t)cap, sizeof *g->name_slot);
+  IR_ASSERT(g->name_slot);
+  g->name_cap = cap;
+  g->name_used = 0;
   for (int i = 0; i < g->nvalues; i++)
-    if (strcmp(g->values[i]->name, name) == 0)
-      return g->values[i];
+    index_put(g, g->values[i]);
+}
+
+IrValue *ir_value_find(const IrGraph *g, const char *name) {
+  if (!g->name_cap)
+    return NULL;
+  size_t mask = (size_t)g->name_cap - 1;
+  for (size_t i = name_hash(name) & mask; g->name_slot[i]; i = (i + 1) & mask) {
+    IrValue *v = g->name_slot[i];
+    if (v->id >= 0 && v->id < g->nvalues && g->values[v->id] == v && !strcmp(v->name, name))
+      return v;
+  }
   return NULL;
 }
 
@@ -153,6 +199,7 @@ IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role) {
   v->tp_dim = -1;
   v->tp_pieces = 1;
   push((void ***)&g->values, &g->nvalues, &g->capvalues, v);
+  index_add(g, v);
   return v;
 }
 
@@ -496,6 +543,12 @@ const Sym *const *ir_attr_syms(const IrNode *n, const char *name, int *count) {
 void ir_value_rename(IrGraph *g, IrValue *v, const char *name) {
   v->name = ""; // so the old name does not count as taken
   v->name = unique_name(g, name);
+  index_add(g, v);
+}
+
+void ir_value_set_name(IrGraph *g, IrValue *v, const char *name) {
+  v->name = name;
+  index_add(g, v);
 }
 
 // The symbol a dim is, when it is exactly one symbol; else -1.
