@@ -226,6 +226,33 @@ static void check_errors(void) {
   }
 }
 
+// The graph's name index finds values after they are made, renamed and
+// removed; the verifier finds two values named alike however far apart.
+static void check_names(void) {
+  IrGraph *g = ir_graph_new("names");
+  IrValue *v[600];
+  for (int i = 0; i < 600; i++)
+    v[i] = ir_value_new(g, i % 2 ? "x" : NULL, DT_F32, ROLE_CONST);
+  CHECK(ir_value_find(g, "x") == v[1] && ir_value_find(g, "x.5") == v[11] &&
+            ir_value_find(g, "598") == v[598] && !ir_value_find(g, "x.300"),
+        "names: made values are found");
+  ir_value_rename(g, v[1], "y");
+  IrValue *x = ir_value_new(g, "x", DT_F32, ROLE_CONST);
+  CHECK(ir_value_find(g, "y") == v[1] && ir_value_find(g, "x") == x && !strcmp(x->name, "x"),
+        "names: a renamed value is found by its new name only");
+  ir_value_set_name(g, x, "z");
+  CHECK(ir_value_find(g, "z") == x && !ir_value_find(g, "x"), "names: set_name");
+  IrDiag d = {0};
+  CHECK(ir_verify(g, "names", &d) == 0, "names: unique names verify: %s", d.msg);
+  v[590]->name = v[3]->name; // behind the index's back, as a buggy pass would
+  CHECK(ir_verify(g, "names", &d) != 0 && strstr(d.msg, "two values are named 'x.1'"),
+        "names: a duplicate is found: '%s'", d.msg);
+  ir_remove_unused(g, ROLE_CONST);
+  CHECK(g->nvalues == 0 && !ir_value_find(g, "y") && !ir_value_find(g, "z"),
+        "names: removed values are not found");
+  ir_graph_free(g);
+}
+
 static void check_sizes_and_flops(void) {
   IrDiag d = {0};
   IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
@@ -485,6 +512,7 @@ int main(int argc, char **argv) {
   pass_memplan_free(ctx.mem);
   ir_graph_free(s);
   check_errors();
+  check_names();
   check_sizes_and_flops();
   check_clone();
   check_set_op();
