@@ -506,16 +506,28 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   for (int i = 0; i < g->nvalues; i++)
     if (root[i])
       OFF(g->values[i]) = OFF(root[i]) + rootoff[i];
-  // The peak of live bytes and its formula.
+  // The peak of live bytes (pass_live_bytes_at at every position, in one
+  // sweep: each buffer adds its bytes at its first use and takes them away
+  // after its last) and its formula.
+  int64_t *delta = calloc((size_t)g->nnodes + 2, sizeof *delta);
+  IR_ASSERT(delta);
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    int a = FIRST(v) > 0 ? FIRST(v) : 0, b = LAST(v) < g->nnodes ? LAST(v) : g->nnodes - 1;
+    if (OFF(v) >= 0 && !v->host && !pass_view_of(m, v) && a <= b)
+      delta[a] += BYTES(v), delta[b + 1] -= BYTES(v);
+  }
   m->peak_live_bytes = 0;
   m->peak_at = 0;
+  int64_t live = 0;
   for (int t = 0; t < g->nnodes; t++) {
-    int64_t live = pass_live_bytes_at(m, g, t);
+    live += delta[t];
     if (live > m->peak_live_bytes) {
       m->peak_live_bytes = live;
       m->peak_at = t;
     }
   }
+  free(delta);
   const Sym *f = sym_const(&g->arena, 0);
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
