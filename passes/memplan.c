@@ -242,9 +242,147 @@ static int unit_order(const void *a, const void *b) {
   return x->first - y->first;
 }
 
+// ---- the placed buffers, by time and address -----------------------------------------
+//
+// place() asks: the lowest base at which a buffer of `need` bytes, live over
+// positions [f, l], overlaps no placed buffer live at some position of
+// [f, l]. Scanning every placed buffer made placing n buffers O(n^2), so
+// they are kept in a segment tree over the schedule's positions. A buffer
+// live over [f, l] goes into `cover` of the O(log T) nodes whose ranges make
+// up [f, l] (it is live over all of each one's range), and into `meet` of
+// those nodes and of the nodes on the paths from f's and l's leaves to the
+// root (it is live at some position of each one's range). The buffers live
+// at some position of [f, l] are then exactly those in `meet` of [f, l]'s
+// nodes and in `cover` of the nodes on its two paths: O(log T) sets.
+//
+// A set keeps only the bytes its buffers occupy, as sorted runs, joined
+// where they touch, so that one step passes a whole stack of buffers. A base
+// b collides with a run [lo, hi) when lo - need < b < hi; for need > 0 that
+// is the union of what its buffers rule out, touching ones included. (A
+// buffer of no bytes is ruled out only strictly inside one: those are placed
+// by scanning, as before.)
+
+typedef struct Run { int64_t lo, hi; } Run;      // bytes [lo, hi)
+
+typedef struct Runs {   // sorted, apart (no two touch)
+  Run *r;
+  int n, cap;
+} Runs;
+
+typedef struct Placed {
+  int leaves;           // a power of two above the last position
+  Runs *cover, *meet;   // by node: 1 the root, 2i and 2i + 1 the children of i
+} Placed;
+
+#define MAXSETS 128     // sets a query reads: 4 log2(leaves) at most
+
+// The first run that ends above a.
+static int runs_above(const Runs *s, int64_t a) {
+  int lo = 0, hi = s->n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (s->r[mid].hi > a)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+static void runs_add(Runs *s, int64_t lo, int64_t hi) {
+  int i = runs_above(s, lo - 1), j = i;   // the first run that ends at lo or above
+  for (; j < s->n && s->r[j].lo <= hi; j++) {
+    lo = s->r[j].lo < lo ? s->r[j].lo : lo;
+    hi = s->r[j].hi > hi ? s->r[j].hi : hi;
+  }
+  if (i == j) { // a run of its own
+    if (s->n == s->cap) {
+      s->cap = s->cap ? 2 * s->cap : 4;
+      s->r = realloc(s->r, (size_t)s->cap * sizeof *s->r);
+      IR_ASSERT(s->r);
+    }
+    memmove(&s->r[i + 1], &s->r[i], (size_t)(s->n - i) * sizeof *s->r);
+    s->n++;
+  } else if (j > i + 1) { // runs i..j-1 become one
+    memmove(&s->r[i + 1], &s->r[j], (size_t)(s->n - j) * sizeof *s->r);
+    s->n -= j - i - 1;
+  }
+  s->r[i] = (Run){lo, hi};
+}
+
+// The lowest base >= a that no run of s collides with (need > 0).
+static int64_t runs_fit(const Runs *s, int64_t a, int64_t need) {
+  for (int i = runs_above(s, a); i < s->n && s->r[i].lo < a + need; i++)
+    a = s->r[i].hi;
+  return a;
+}
+
+static void placed_init(Placed *p, int positions) {
+  p->leaves = 1;
+  while (p->leaves < positions)
+    p->leaves *= 2;
+  p->cover = calloc(2 * (size_t)p->leaves, sizeof *p->cover);
+  p->meet = calloc(2 * (size_t)p->leaves, sizeof *p->meet);
+  IR_ASSERT(p->cover && p->meet);
+}
+
+static void placed_free(Placed *p) {
+  for (int i = 0; i < 2 * p->leaves; i++)
+    free(p->cover[i].r), free(p->meet[i].r);
+  free(p->cover), free(p->meet);
+}
+
+// A buffer at bytes [lo, hi), live over positions [f, l].
+static void placed_add(Placed *p, int f, int l, int64_t lo, int64_t hi) {
+  IR_ASSERT(0 <= f && f <= l && l < p->leaves);
+  for (int a = f + p->leaves, b = l + p->leaves + 1; a < b; a /= 2, b /= 2) {
+    if (a & 1) {
+      runs_add(&p->cover[a], lo, hi);
+      runs_add(&p->meet[a], lo, hi);
+      a++;
+    }
+    if (b & 1) {
+      b--;
+      runs_add(&p->cover[b], lo, hi);
+      runs_add(&p->meet[b], lo, hi);
+    }
+  }
+  for (int a = (f + p->leaves) / 2, b = (l + p->leaves) / 2; a >= 1; a /= 2, b /= 2) {
+    runs_add(&p->meet[a], lo, hi);
+    if (b != a)
+      runs_add(&p->meet[b], lo, hi);
+  }
+}
+
+// The sets that hold the buffers live at some position of [f, l] (those
+// with runs), into set[]; returns how many.
+static int placed_sets(const Placed *p, int f, int l, const Runs **set) {
+  int n = 0;
+  for (int a = f + p->leaves, b = l + p->leaves + 1; a < b; a /= 2, b /= 2) {
+    if (a & 1) {
+      if (p->meet[a].n)
+        set[n++] = &p->meet[a];
+      a++;
+    }
+    if (b & 1) {
+      b--;
+      if (p->meet[b].n)
+        set[n++] = &p->meet[b];
+    }
+  }
+  for (int a = (f + p->leaves) / 2, b = (l + p->leaves) / 2; a >= 1; a /= 2, b /= 2) {
+    if (p->cover[a].n)
+      set[n++] = &p->cover[a];
+    if (b != a && p->cover[b].n)
+      set[n++] = &p->cover[b];
+  }
+  IR_ASSERT(n <= MAXSETS);
+  return n;
+}
+
 typedef struct Gap { int64_t lo, hi; } Gap;   // bases in (lo, hi) collide
 
-typedef struct Gaps {   // place's scratch, kept between calls
+typedef struct Gaps {   // place_scan's scratch, kept between calls
   Gap *gap;
   int cap;
 } Gaps;
@@ -258,10 +396,9 @@ static bool live_together(const MemPlan *m, const IrValue *a, const IrValue *b) 
   return FIRST(a) <= LAST(b) && FIRST(b) <= LAST(a);
 }
 
-// Lowest base (>= start) where each member k of u fits at base + rel[k] *
-// stride beside the placed buffers live at the same time as it.
-static int64_t place(const MemPlan *m, const Unit *u, int64_t stride, IrValue *const *placed,
-                     int nplaced, int64_t start, Gaps *gs) {
+// place() for a unit of no bytes: scans every placed buffer.
+static int64_t place_scan(const MemPlan *m, const Unit *u, int64_t stride,
+                          IrValue *const *placed, int nplaced, int64_t start, Gaps *gs) {
   int64_t need = align_up(u->bytes);
   int n = 0;
   for (int k = 0; k < u->n; k++)
@@ -288,6 +425,34 @@ static int64_t place(const MemPlan *m, const Unit *u, int64_t stride, IrValue *c
   return at;
 }
 
+// Lowest base (>= start) where each member k of u fits at base + rel[k] *
+// stride beside the placed buffers live at the same time as it. Member k's
+// sets are set[k * MAXSETS ...], nset[k] of them. A base where a member
+// collides moves up to the lowest place that member fits, which passes no
+// base where all fit; when no member moves the base, all fit.
+static int64_t place(const Unit *u, int64_t stride, const Runs *const *set, const int *nset,
+                     int64_t start) {
+  int64_t need = align_up(u->bytes), base = start;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int k = 0; k < u->n; k++) {
+      const Runs *const *s = &set[(size_t)k * MAXSETS];
+      int64_t at = base + u->rel[k] * stride, a = at;
+      for (bool again = true; again;) {
+        again = false;
+        for (int j = 0; j < nset[k]; j++) {
+          int64_t b = runs_fit(s[j], a, need);
+          again |= b != a;
+          a = b;
+        }
+      }
+      if (a != at)
+        base += a - at, moved = true;
+    }
+  }
+  return base;
+}
+
 // Members' live ranges pairwise apart: they can share one place.
 static bool apart(const MemPlan *m, const Unit *u) {
   for (int k = 0; k < u->n; k++)
@@ -308,10 +473,22 @@ static bool apart(const MemPlan *m, const Unit *u) {
 // peak of live bytes on GPT-2 with and without data and tensor parallelism.
 static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed) {
   int64_t end = m->persistent_bytes, strides[MAXSTRIDES];
-  int nplaced = 0, nstrides = 0;
+  int nplaced = 0, nstrides = 0, last = 0, most = 1;
+  for (int i = 0; i < nu; i++) {
+    most = units[i].n > most ? units[i].n : most;
+    for (int k = 0; k < units[i].n; k++)
+      last = LAST(units[i].v[k]) > last ? LAST(units[i].v[k]) : last;
+  }
+  Placed pl;
+  placed_init(&pl, last + 1);
+  const Runs **set = malloc((size_t)most * MAXSETS * sizeof *set);
+  int *nset = malloc((size_t)most * sizeof *nset);
+  IR_ASSERT(set && nset);
   Gaps gs = {0};
   for (int i = 0; i < nu; i++) {
     Unit *u = &units[i];
+    for (int k = 0; k < u->n && u->bytes > 0; k++)
+      nset[k] = placed_sets(&pl, FIRST(u->v[k]), LAST(u->v[k]), &set[(size_t)k * MAXSETS]);
     int64_t stride = 0, base = 0, top = INT64_MAX, size = align_up(u->bytes);
     int relmax = 0, born = 0;
     for (int k = 0; k < u->n; k++) {
@@ -334,7 +511,8 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
       int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
       if (m->persistent_bytes + lo + hi + size >= top)
         continue;  // cannot beat the best so far even at the lowest base
-      int64_t b = place(m, u, sc, placed, nplaced, m->persistent_bytes + lo, &gs);
+      int64_t b = u->bytes > 0 ? place(u, sc, set, nset, m->persistent_bytes + lo)
+                               : place_scan(m, u, sc, placed, nplaced, m->persistent_bytes + lo, &gs);
       if (b + hi + size < top)
         top = b + hi + size, base = b, stride = sc;
     }
@@ -346,10 +524,12 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
     for (int k = 0; k < u->n; k++) {
       OFF(u->v[k]) = base + u->rel[k] * stride;
       placed[nplaced++] = u->v[k];
+      placed_add(&pl, FIRST(u->v[k]), LAST(u->v[k]), OFF(u->v[k]), OFF(u->v[k]) + size);
     }
     end = top > end ? top : end;
   }
-  free(gs.gap);
+  free(gs.gap), free(set), free(nset);
+  placed_free(&pl);
   return end;
 }
 
