@@ -158,6 +158,43 @@ static void index_add(IrGraph *g, IrValue *v) {
     index_put(g, g->values[i]);
 }
 
+// ---- a set of strings -------------------------------------------------------------------
+
+bool ir_strset_has(const IrStrSet *set, const char *s) {
+  if (!set->cap)
+    return false;
+  for (size_t i = name_hash(s) & (set->cap - 1); set->slot[i]; i = (i + 1) & (set->cap - 1))
+    if (!strcmp(set->slot[i], s))
+      return true;
+  return false;
+}
+
+bool ir_strset_add(IrStrSet *set, const char *s) {
+  if (ir_strset_has(set, s))
+    return false;
+  if (2 * (set->n + 1) > set->cap) {
+    IrStrSet big = {.cap = set->cap ? 2 * set->cap : 64};
+    big.slot = calloc(big.cap, sizeof *big.slot);
+    IR_ASSERT(big.slot);
+    for (size_t i = 0; i < set->cap; i++)
+      if (set->slot[i])
+        ir_strset_add(&big, set->slot[i]);
+    free(set->slot);
+    *set = big;
+  }
+  size_t i = name_hash(s) & (set->cap - 1);
+  while (set->slot[i])
+    i = (i + 1) & (set->cap - 1);
+  set->slot[i] = s;
+  set->n++;
+  return true;
+}
+
+void ir_strset_free(IrStrSet *set) {
+  free(set->slot);
+  *set = (IrStrSet){0};
+}
+
 IrValue *ir_value_find(const IrGraph *g, const char *name) {
   if (!g->name_cap)
     return NULL;

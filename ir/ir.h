@@ -195,6 +195,20 @@ typedef struct IrGraph {
 IrGraph *ir_graph_new(const char *name);
 void ir_graph_free(IrGraph *g);
 
+// ---- a set of strings (ir/ir.c) ------------------------------------------------
+
+// For making many names unique in one pass. The set keeps the caller's
+// pointers: the strings must outlive it (in the graph's arena, say).
+typedef struct IrStrSet {
+  const char **slot;        // open addressing; NULL: empty
+  size_t cap, n;
+} IrStrSet;
+
+bool ir_strset_has(const IrStrSet *set, const char *s);
+// Adds s; false when the set has it already.
+bool ir_strset_add(IrStrSet *set, const char *s);
+void ir_strset_free(IrStrSet *set);
+
 // ---- diagnostics -------------------------------------------------------------
 
 // Library code never exits: it returns -1 and fills an IrDiag; the CLI prints.

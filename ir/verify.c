@@ -39,40 +39,12 @@ int ir_verify_attrs(const IrNode *n, IrDiag *d) {
   return 0;
 }
 
-// The names seen: a hash table of value ids, open addressing.
-typedef struct Names {
-  int *slot;   // -1: empty
-  size_t mask;
-} Names;
-
-static uint64_t hash(const char *s) { // FNV-1a
-  uint64_t h = 1469598103934665603u;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211u;
-  return h;
-}
-
-// Enters value i of g; false when an earlier value has its name.
-static bool names_add(Names *t, const IrGraph *g, int i) {
-  const char *name = g->values[i]->name;
-  size_t k = hash(name) & t->mask;
-  for (; t->slot[k] >= 0; k = (k + 1) & t->mask)
-    if (!strcmp(g->values[t->slot[k]]->name, name))
-      return false;
-  t->slot[k] = i;
-  return true;
-}
-
 int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
   const char *when = after ? after : "construction";
   // defined[v] = 1 once v is available in the schedule
   char *defined = calloc((size_t)g->nvalues + 1, 1);
-  Names names = {.mask = 63};
-  while (names.mask + 1 < 2 * (size_t)g->nvalues)
-    names.mask = 2 * names.mask + 1;
-  names.slot = malloc((names.mask + 1) * sizeof *names.slot);
-  IR_ASSERT(defined && names.slot);
-  memset(names.slot, -1, (names.mask + 1) * sizeof *names.slot);
+  IR_ASSERT(defined);
+  IrStrSet names = {0};
   int rc = 0;
   for (int i = 0; i < g->nvalues && !rc; i++) {
     IrValue *v = g->values[i];
@@ -82,7 +54,7 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
     if (!v->producer && (v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
                          v->role == ROLE_STATE || v->role == ROLE_CONST || v->role == ROLE_BUCKET))
       defined[i] = 1;
-    if (!rc && !names_add(&names, g, i))
+    if (!rc && !ir_strset_add(&names, v->name))
       rc = ir_error(d, v->loc, "two values are named '%s' (after pass '%s')", v->name, when);
   }
   for (int i = 0; i < g->nnodes && !rc; i++) {
@@ -120,6 +92,6 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
     rc = ir_error(d, g->loss->loc, "the loss '%s' must be a scalar f32, not %s%s", g->loss->name,
                   ir_dtype_name(g->loss->dtype), ir_shape_str(g, g->loss));
   free(defined);
-  free(names.slot);
+  ir_strset_free(&names);
   return rc;
 }

@@ -251,6 +251,23 @@ static void check_names(void) {
   CHECK(g->nvalues == 0 && !ir_value_find(g, "y") && !ir_value_find(g, "z"),
         "names: removed values are not found");
   ir_graph_free(g);
+  // A set of strings, through several growths.
+  IrStrSet set = {0};
+  static char str[1000][8];
+  bool added = true, again = false, has = true;
+  for (int i = 0; i < 1000; i++) {
+    snprintf(str[i], sizeof str[i], "s%d", i);
+    added &= ir_strset_add(&set, str[i]);
+  }
+  for (int i = 0; i < 1000; i++) {
+    char copy[8];
+    snprintf(copy, sizeof copy, "s%d", i);
+    again |= ir_strset_add(&set, copy);
+    has &= ir_strset_has(&set, copy);
+  }
+  CHECK(added && !again && has && set.n == 1000 && !ir_strset_has(&set, "s1000"),
+        "strset: 1000 strings added once each");
+  ir_strset_free(&set);
 }
 
 static void check_sizes_and_flops(void) {
