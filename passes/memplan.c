@@ -102,12 +102,14 @@ typedef struct Series {
   int *id;        // member value ids
   bool bad;
   int lo, hi;     // index range (after series_close)
+  int seen, d;    // series_tuple: the tuple that last met it, and its shift there
 } Series;
 
 typedef struct SeriesSet {
   int n, cap;
   Series *s;
   int *ser, *idx; // per value id: its series (-1: none) and index
+  int tuples;     // series_tuple calls so far
 } SeriesSet;
 
 static void series_add(SeriesSet *ss, int s, int v, int index) {
@@ -126,15 +128,15 @@ static void series_add(SeriesSet *ss, int s, int v, int index) {
 // series its members are in must agree on the shift from key to index; they
 // merge into the largest of them (so that a member moves O(log n) times).
 static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n) {
-  int target = -1, delta = 0;
+  int target = -1, delta = 0, tuple = ++ss->tuples;
   for (int j = 0; j < n; j++) {
     int s = ss->ser[r[j]->id];
     if (s < 0)
       continue;
     int d = ss->idx[r[j]->id] - key[j];
-    for (int k = 0; k < j; k++)
-      if (ss->ser[r[k]->id] == s && ss->idx[r[k]->id] - key[k] != d)
-        return;
+    if (ss->s[s].seen == tuple && ss->s[s].d != d)
+      return;   // an earlier member of s has another shift
+    ss->s[s].seen = tuple, ss->s[s].d = d;
     if (target < 0 || ss->s[s].n > ss->s[target].n)
       target = s, delta = d;
   }
@@ -162,9 +164,19 @@ static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n
   }
 }
 
+static int int_order(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 // Index range; bad when two members share an index or differ in size or
 // kind of memory (host, persistent, transient).
 static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
+  int most = 0;
+  for (int s = 0; s < ss->n; s++)
+    most = ss->s[s].n > most ? ss->s[s].n : most;
+  int *index = malloc(((size_t)most + 1) * sizeof *index);
+  IR_ASSERT(index);
   for (int s = 0; s < ss->n; s++) {
     Series *x = &ss->s[s];
     if (x->n == 0)
@@ -173,14 +185,16 @@ static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
     x->lo = x->hi = ss->idx[x->id[0]];
     for (int k = 0; k < x->n; k++) {
       const IrValue *v = g->values[x->id[k]];
-      int i = ss->idx[v->id];
+      int i = index[k] = ss->idx[v->id];
       x->lo = i < x->lo ? i : x->lo;
       x->hi = i > x->hi ? i : x->hi;
       x->bad |= BYTES(v) != BYTES(a) || v->host != a->host || persistent(g, v) != persistent(g, a);
-      for (int m = 0; m < k; m++)
-        x->bad |= ss->idx[x->id[m]] == i;
     }
+    qsort(index, (size_t)x->n, sizeof *index, int_order);
+    for (int k = 1; k < x->n; k++)
+      x->bad |= index[k - 1] == index[k];
   }
+  free(index);
 }
 
 static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
@@ -190,6 +204,8 @@ static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
   IR_ASSERT(ss->ser && ss->idx);
   for (int i = 0; i < g->nvalues; i++)
     ss->ser[i] = -1;
+  int *mark = calloc((size_t)g->nvalues + 1, sizeof *mark), tuple = 0; // roots seen in a tuple
+  IR_ASSERT(mark);
   int nruns;
   PassRun *runs = pass_find_runs(g, &nruns);
   for (int r = 0; r < nruns; r++) {
@@ -200,20 +216,21 @@ static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
     IR_ASSERT(rt && key);
     for (int p = 0; p < places; p++) {
       bool ok = true;
+      tuple++;
       for (int j = 0; j < run->count && ok; j++) {
         IrValue *v = pass_run_value(g, run, j, p);
         rt[j] = root[v->id] ? root[v->id] : v;
         key[j] = run->block + j * run->step;
-        ok = rootoff[v->id] == rootoff[pass_run_value(g, run, 0, p)->id];
-        for (int k = 0; k < j && ok; k++)
-          ok = rt[k] != rt[j];
+        ok = rootoff[v->id] == rootoff[pass_run_value(g, run, 0, p)->id] &&
+             mark[rt[j]->id] != tuple;  // distinct roots
+        mark[rt[j]->id] = tuple;
       }
       if (ok)
         series_tuple(ss, rt, key, run->count);
     }
     free(rt), free(key);
   }
-  free(runs);
+  free(runs), free(mark);
 }
 
 static void series_free(SeriesSet *ss) {
@@ -310,8 +327,10 @@ static void runs_add(Runs *s, int64_t lo, int64_t hi) {
   s->r[i] = (Run){lo, hi};
 }
 
-// The lowest base >= a that no run of s collides with (need > 0).
+// The lowest base >= a that no run of s (which has runs) collides with (need > 0).
 static int64_t runs_fit(const Runs *s, int64_t a, int64_t need) {
+  if (s->r[s->n - 1].hi <= a || s->r[0].lo >= a + need)
+    return a;   // all below a, or all above what a needs
   for (int i = runs_above(s, a); i < s->n && s->r[i].lo < a + need; i++)
     a = s->r[i].hi;
   return a;
@@ -453,13 +472,30 @@ static int64_t place(const Unit *u, int64_t stride, const Runs *const *set, cons
   return base;
 }
 
-// Members' live ranges pairwise apart: they can share one place.
+typedef struct Span { int first, last; } Span;   // a live range
+
+static int span_order(const void *a, const void *b) {
+  const Span *x = a, *y = b;
+  return (x->first > y->first) - (x->first < y->first);
+}
+
+// Members' live ranges pairwise apart: they can share one place. By first
+// use, each range must start after every range before it ends.
 static bool apart(const MemPlan *m, const Unit *u) {
-  for (int k = 0; k < u->n; k++)
-    for (int j = 0; j < k; j++)
-      if (live_together(m, u->v[k], u->v[j]))
-        return false;
-  return true;
+  Span *sp = malloc((size_t)u->n * sizeof *sp);
+  IR_ASSERT(sp);
+  for (int k = 0; k < u->n; k++) {
+    sp[k] = (Span){FIRST(u->v[k]), LAST(u->v[k])};
+    IR_ASSERT(sp[k].first <= sp[k].last); // transient: made, then read
+  }
+  qsort(sp, (size_t)u->n, sizeof *sp, span_order);
+  bool ok = true;
+  for (int k = 1, end = sp[0].last; k < u->n && ok; k++) {
+    ok = sp[k].first > end;
+    end = sp[k].last > end ? sp[k].last : end;
+  }
+  free(sp);
+  return ok;
 }
 
 // Places the transient units in their order above the persistent region;
