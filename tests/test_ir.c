@@ -270,6 +270,53 @@ static void check_names(void) {
   ir_strset_free(&set);
 }
 
+// A long graph: an MLP of about n nodes as IR text (each layer h = h +
+// gelu(h @ w)), through every pass, each verified, and planned. With the
+// pairwise name checks and buffer placement of before, 40,000 nodes took
+// minutes (the CTest test ir_large runs this under a timeout that catches
+// that); they now take about a second. bench/compile_time.sh times them.
+static void check_large(int n) {
+  int layers = (n - 2) / 3;
+  size_t cap = 256 + (size_t)layers * 200, len = 0;
+  char *text = malloc(cap);
+  IR_ASSERT(text);
+  len += (size_t)snprintf(text + len, cap - len,
+                          "graph \"chain\"\nsym B = 4\nsym C = 16\nsym K = 10\n"
+                          "input %%x : f32[B,C]\ninput %%y : i32[B] classes(K)\n");
+  for (int i = 1; i <= layers; i++)
+    len += (size_t)snprintf(text + len, cap - len, "param %%w%d : f32[C,C] normal(0.02)\n", i);
+  len += (size_t)snprintf(text + len, cap - len, "param %%head : f32[C,K] normal(0.02)\nforward\n");
+  char h[32] = "x"; // the layer's input
+  for (int i = 1; i <= layers; i++) {
+    len += (size_t)snprintf(text + len, cap - len,
+                            "%%a%d : f32[B,C] = matmul(%%%s, %%w%d)\n%%g%d : f32[B,C] = gelu(%%a%d)\n"
+                            "%%h%d : f32[B,C] = add(%%%s, %%g%d)\n",
+                            i, h, i, i, i, i, h, i);
+    snprintf(h, sizeof h, "h%d", i);
+  }
+  snprintf(text + len, cap - len,
+           "%%logits : f32[B,K] = matmul(%%%s, %%head)\n"
+           "%%loss : f32[] = cross_entropy(%%logits, %%y)\nloss %%loss\n", h);
+  IrDiag d = {0};
+  MemPlan *mem = NULL;
+  IrGraph *g = compile(text, &d, &mem);
+  CHECK(g != NULL, "large: %d nodes: %s", n, d.msg);
+  if (g) {
+    const IrValue *v = ir_value_find(g, h);
+    CHECK(g->nnodes > 2 * n && v && v->producer && v->producer->op == OP_ADD,
+          "large: %d nodes in the training graph, '%s' found", g->nnodes, h);
+    CHECK(mem->arena_bytes >= mem->peak_live_bytes &&
+              mem->arena_bytes <= mem->peak_live_bytes + mem->peak_live_bytes / 20,
+          "large: arena %lld bytes for a peak of %lld", (long long)mem->arena_bytes,
+          (long long)mem->peak_live_bytes);
+    printf("large: %d nodes of IR text, %d in training: arena %lld bytes, peak live %lld\n", n,
+           g->nnodes, (long long)mem->arena_bytes, (long long)mem->peak_live_bytes);
+  }
+  pass_memplan_free(mem);
+  ir_graph_free(g);
+  free(text);
+}
+
 static void check_sizes_and_flops(void) {
   IrDiag d = {0};
   IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
@@ -507,6 +554,11 @@ static void check_dsl_model(const char *path) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--large")) { // test_ir --large N
+    check_large(atoi(argv[2]));
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+  }
   IrDiag d = {0};
   MemPlan *mem = NULL;
   IrGraph *g = compile(mlp_ir, &d, &mem);
