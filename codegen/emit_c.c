@@ -107,11 +107,13 @@ static bool is_keyword(const char *s) {
 }
 
 // C identifiers for every buffer: the value's name with other characters
-// turned into '_', unique.
+// turned into '_', unique (the first of name, name_1, name_2, ... that no
+// value before it has).
 static void name_buffers(Emit *e) {
   IrGraph *g = e->g;
   e->cname = calloc((size_t)g->nvalues, sizeof *e->cname);
   IR_ASSERT(e->cname);
+  IrStrSet taken = {0};
   for (int i = 0; i < g->nvalues; i++) {
     const char *src = g->values[i]->name;
     size_t n = strlen(src);
@@ -124,13 +126,12 @@ static void name_buffers(Emit *e) {
     *p = '\0';
     if (is_keyword(s))
       strcat(s, "_");
-    for (int k = 0, dup = 1; k < i; k++)
-      if (!strcmp(e->cname[k], s)) {
-        snprintf(p, 16, "_%d", dup++);
-        k = -1; // start over with the new suffix
-      }
+    for (int dup = 1; ir_strset_has(&taken, s); dup++)
+      snprintf(p, 16, "_%d", dup);
+    ir_strset_add(&taken, s);
     e->cname[i] = s;
   }
+  ir_strset_free(&taken);
 }
 
 static const char *role_name(IrRole r) {

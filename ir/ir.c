@@ -132,6 +132,7 @@ IrGraph *ir_graph_new(const char *name) {
 void ir_graph_free(IrGraph *g) {
   if (!g)
     return;
+  free(g->name_slot);
   free(g->values);
   free(g->nodes);
   ir_arena_free(&g->arena);
@@ -148,10 +149,92 @@ static void push(void ***vec, int *n, int *cap, void *item) {
   (*vec)[(*n)++] = item;
 }
 
-IrValue *ir_value_find(const IrGraph *g, const char *name) {
+// ---- the name index -----------------------------------------------------------------
+//
+// Every value is entered under the name it has when it is made or renamed.
+// Entries are never taken out: a lookup skips one whose value has another
+// name now or is no longer the graph's (ir_remove_unused, fusion), and the
+// table is built again from the graph's values when half of it is used.
+
+static uint64_t name_hash(const char *s) { // FNV-1a
+  uint64_t h = 1469598103934665603u;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
+}
+
+static void index_put(IrGraph *g, IrValue *v) {
+  size_t mask = (size_t)g->name_cap - 1, i = name_hash(v->name) & mask;
+  while (g->name_slot[i])
+    i = (i + 1) & mask;
+  g->name_slot[i] = v;
+  g->name_used++;
+}
+
+// Enter v (one of g's values) under its name.
+static void index_add(IrGraph *g, IrValue *v) {
+  if (2 * (g->name_used + 1) <= g->name_cap) {
+    index_put(g, v);
+    return;
+  }
+  int cap = 64;
+  while (cap < 4 * g->nvalues)
+    cap *= 2;
+  free(g->name_slot);
+  g->name_slot = calloc((size_t)cap, sizeof *g->name_slot);
+  IR_ASSERT(g->name_slot);
+  g->name_cap = cap;
+  g->name_used = 0;
   for (int i = 0; i < g->nvalues; i++)
-    if (strcmp(g->values[i]->name, name) == 0)
-      return g->values[i];
+    index_put(g, g->values[i]);
+}
+
+// ---- a set of strings -------------------------------------------------------------------
+
+bool ir_strset_has(const IrStrSet *set, const char *s) {
+  if (!set->cap)
+    return false;
+  for (size_t i = name_hash(s) & (set->cap - 1); set->slot[i]; i = (i + 1) & (set->cap - 1))
+    if (!strcmp(set->slot[i], s))
+      return true;
+  return false;
+}
+
+bool ir_strset_add(IrStrSet *set, const char *s) {
+  if (ir_strset_has(set, s))
+    return false;
+  if (2 * (set->n + 1) > set->cap) {
+    IrStrSet big = {.cap = set->cap ? 2 * set->cap : 64};
+    big.slot = calloc(big.cap, sizeof *big.slot);
+    IR_ASSERT(big.slot);
+    for (size_t i = 0; i < set->cap; i++)
+      if (set->slot[i])
+        ir_strset_add(&big, set->slot[i]);
+    free(set->slot);
+    *set = big;
+  }
+  size_t i = name_hash(s) & (set->cap - 1);
+  while (set->slot[i])
+    i = (i + 1) & (set->cap - 1);
+  set->slot[i] = s;
+  set->n++;
+  return true;
+}
+
+void ir_strset_free(IrStrSet *set) {
+  free(set->slot);
+  *set = (IrStrSet){0};
+}
+
+IrValue *ir_value_find(const IrGraph *g, const char *name) {
+  if (!g->name_cap)
+    return NULL;
+  size_t mask = (size_t)g->name_cap - 1;
+  for (size_t i = name_hash(name) & mask; g->name_slot[i]; i = (i + 1) & mask) {
+    IrValue *v = g->name_slot[i];
+    if (v->id >= 0 && v->id < g->nvalues && g->values[v->id] == v && !strcmp(v->name, name))
+      return v;
+  }
   return NULL;
 }
 
@@ -184,6 +267,7 @@ IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role) {
   v->tp_dim = -1;
   v->tp_pieces = 1;
   push((void ***)&g->values, &g->nvalues, &g->capvalues, v);
+  index_add(g, v);
   return v;
 }
 
@@ -527,6 +611,12 @@ const Sym *const *ir_attr_syms(const IrNode *n, const char *name, int *count) {
 void ir_value_rename(IrGraph *g, IrValue *v, const char *name) {
   v->name = ""; // so the old name does not count as taken
   v->name = unique_name(g, name);
+  index_add(g, v);
+}
+
+void ir_value_set_name(IrGraph *g, IrValue *v, const char *name) {
+  v->name = name;
+  index_add(g, v);
 }
 
 // The symbol a dim is, when it is exactly one symbol; else -1.

@@ -183,6 +183,11 @@ typedef struct IrGraph {
   int nvalues, capvalues;
   IrNode **nodes;
   int nnodes, capnodes;
+  // ir_value_find's index (ir.c): a hash table of values by name, open
+  // addressing; an entry whose value was renamed or removed since is skipped
+  // and dropped when the table is built again.
+  IrValue **name_slot;
+  int name_cap, name_used;
   IrValue *loss;            // the scalar trained on
   const char *after;        // the last pass that changed the graph (IR text: `after NAME`);
                             // NULL before any; the pipeline resumes after it
@@ -198,6 +203,20 @@ typedef struct IrGraph {
 
 IrGraph *ir_graph_new(const char *name);
 void ir_graph_free(IrGraph *g);
+
+// ---- a set of strings (ir/ir.c) ------------------------------------------------
+
+// For making many names unique in one pass. The set keeps the caller's
+// pointers: the strings must outlive it (in the graph's arena, say).
+typedef struct IrStrSet {
+  const char **slot;        // open addressing; NULL: empty
+  size_t cap, n;
+} IrStrSet;
+
+bool ir_strset_has(const IrStrSet *set, const char *s);
+// Adds s; false when the set has it already.
+bool ir_strset_add(IrStrSet *set, const char *s);
+void ir_strset_free(IrStrSet *set);
 
 // ---- diagnostics -------------------------------------------------------------
 
@@ -226,9 +245,12 @@ _Noreturn void ir_assert_fail(const char *cond, const char *file, int line);
 // A new value with a unique name (NULL: "%N"; an existing name gets ".1", ".2" ...).
 IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role);
 void ir_value_set_shape(IrValue *v, int rank, const Sym *const *shape);
-IrValue *ir_value_find(const IrGraph *g, const char *name);
+IrValue *ir_value_find(const IrGraph *g, const char *name); // NULL when none has it
 // Rename v to `name`, made unique like ir_value_new does.
 void ir_value_rename(IrGraph *g, IrValue *v, const char *name);
+// Name v exactly `name`; the caller sees to it that no other value keeps that
+// name (the IR text's parser names a node's outputs as the text does).
+void ir_value_set_name(IrGraph *g, IrValue *v, const char *name);
 
 IrValue *ir_input(IrGraph *g, const char *name, IrDType dt, int rank, const Sym *const *shape,
                   IrInputKind kind, const Sym *range);

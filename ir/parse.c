@@ -453,7 +453,7 @@ static int node_line(Parser *ps) {
     return fail(ps, "wrong number of inputs or outputs for '%s'", opname);
   IrNode *n = ir_node_new(g, op, in, nin, nout);
   for (int i = 0; i < nout; i++) {
-    n->out[i]->name = names[i];
+    ir_value_set_name(g, n->out[i], names[i]);
     n->out[i]->dtype = types[i].dtype;
     n->out[i]->host = types[i].host;
     ir_value_set_shape(n->out[i], types[i].rank, types[i].shape);

@@ -53,6 +53,7 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
   // defined[v] = 1 once v is available in the schedule
   char *defined = calloc((size_t)g->nvalues + 1, 1);
   IR_ASSERT(defined);
+  IrStrSet names = {0};
   int rc = 0;
   for (int i = 0; i < g->nvalues && !rc; i++) {
     IrValue *v = g->values[i];
@@ -62,9 +63,8 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
     if (!v->producer && (v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
                          v->role == ROLE_STATE || v->role == ROLE_CONST || v->role == ROLE_BUCKET))
       defined[i] = 1;
-    for (int j = 0; j < i && !rc; j++)
-      if (!strcmp(g->values[j]->name, v->name))
-        rc = ir_error(d, v->loc, "two values are named '%s' (after pass '%s')", v->name, when);
+    if (!rc && !ir_strset_add(&names, v->name))
+      rc = ir_error(d, v->loc, "two values are named '%s' (after pass '%s')", v->name, when);
   }
   for (int i = 0; i < g->nnodes && !rc; i++) {
     IrNode *n = g->nodes[i];
@@ -101,5 +101,6 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
     rc = ir_error(d, g->loss->loc, "the loss '%s' must be a scalar f32, not %s%s", g->loss->name,
                   ir_dtype_name(g->loss->dtype), ir_shape_str(g, g->loss));
   free(defined);
+  ir_strset_free(&names);
   return rc;
 }

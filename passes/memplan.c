@@ -102,12 +102,14 @@ typedef struct Series {
   int *id;        // member value ids
   bool bad;
   int lo, hi;     // index range (after series_close)
+  int seen, d;    // series_tuple: the tuple that last met it, and its shift there
 } Series;
 
 typedef struct SeriesSet {
   int n, cap;
   Series *s;
   int *ser, *idx; // per value id: its series (-1: none) and index
+  int tuples;     // series_tuple calls so far
 } SeriesSet;
 
 static void series_add(SeriesSet *ss, int s, int v, int index) {
@@ -126,15 +128,15 @@ static void series_add(SeriesSet *ss, int s, int v, int index) {
 // series its members are in must agree on the shift from key to index; they
 // merge into the largest of them (so that a member moves O(log n) times).
 static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n) {
-  int target = -1, delta = 0;
+  int target = -1, delta = 0, tuple = ++ss->tuples;
   for (int j = 0; j < n; j++) {
     int s = ss->ser[r[j]->id];
     if (s < 0)
       continue;
     int d = ss->idx[r[j]->id] - key[j];
-    for (int k = 0; k < j; k++)
-      if (ss->ser[r[k]->id] == s && ss->idx[r[k]->id] - key[k] != d)
-        return;
+    if (ss->s[s].seen == tuple && ss->s[s].d != d)
+      return;   // an earlier member of s has another shift
+    ss->s[s].seen = tuple, ss->s[s].d = d;
     if (target < 0 || ss->s[s].n > ss->s[target].n)
       target = s, delta = d;
   }
@@ -162,9 +164,19 @@ static void series_tuple(SeriesSet *ss, IrValue *const *r, const int *key, int n
   }
 }
 
+static int int_order(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 // Index range; bad when two members share an index or differ in size or
 // kind of memory (host, persistent, transient).
 static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
+  int most = 0;
+  for (int s = 0; s < ss->n; s++)
+    most = ss->s[s].n > most ? ss->s[s].n : most;
+  int *index = malloc(((size_t)most + 1) * sizeof *index);
+  IR_ASSERT(index);
   for (int s = 0; s < ss->n; s++) {
     Series *x = &ss->s[s];
     if (x->n == 0)
@@ -173,14 +185,16 @@ static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
     x->lo = x->hi = ss->idx[x->id[0]];
     for (int k = 0; k < x->n; k++) {
       const IrValue *v = g->values[x->id[k]];
-      int i = ss->idx[v->id];
+      int i = index[k] = ss->idx[v->id];
       x->lo = i < x->lo ? i : x->lo;
       x->hi = i > x->hi ? i : x->hi;
       x->bad |= BYTES(v) != BYTES(a) || v->host != a->host || persistent(g, v) != persistent(g, a);
-      for (int m = 0; m < k; m++)
-        x->bad |= ss->idx[x->id[m]] == i;
     }
+    qsort(index, (size_t)x->n, sizeof *index, int_order);
+    for (int k = 1; k < x->n; k++)
+      x->bad |= index[k - 1] == index[k];
   }
+  free(index);
 }
 
 static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
@@ -190,6 +204,8 @@ static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
   IR_ASSERT(ss->ser && ss->idx);
   for (int i = 0; i < g->nvalues; i++)
     ss->ser[i] = -1;
+  int *mark = calloc((size_t)g->nvalues + 1, sizeof *mark), tuple = 0; // roots seen in a tuple
+  IR_ASSERT(mark);
   int nruns;
   PassRun *runs = pass_find_runs(g, &nruns);
   for (int r = 0; r < nruns; r++) {
@@ -200,20 +216,21 @@ static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
     IR_ASSERT(rt && key);
     for (int p = 0; p < places; p++) {
       bool ok = true;
+      tuple++;
       for (int j = 0; j < run->count && ok; j++) {
         IrValue *v = pass_run_value(g, run, j, p);
         rt[j] = root[v->id] ? root[v->id] : v;
         key[j] = run->block + j * run->step;
-        ok = rootoff[v->id] == rootoff[pass_run_value(g, run, 0, p)->id];
-        for (int k = 0; k < j && ok; k++)
-          ok = rt[k] != rt[j];
+        ok = rootoff[v->id] == rootoff[pass_run_value(g, run, 0, p)->id] &&
+             mark[rt[j]->id] != tuple;  // distinct roots
+        mark[rt[j]->id] = tuple;
       }
       if (ok)
         series_tuple(ss, rt, key, run->count);
     }
     free(rt), free(key);
   }
-  free(runs);
+  free(runs), free(mark);
 }
 
 static void series_free(SeriesSet *ss) {
@@ -242,9 +259,149 @@ static int unit_order(const void *a, const void *b) {
   return x->first - y->first;
 }
 
+// ---- the placed buffers, by time and address -----------------------------------------
+//
+// place() asks: the lowest base at which a buffer of `need` bytes, live over
+// positions [f, l], overlaps no placed buffer live at some position of
+// [f, l]. Scanning every placed buffer made placing n buffers O(n^2), so
+// they are kept in a segment tree over the schedule's positions. A buffer
+// live over [f, l] goes into `cover` of the O(log T) nodes whose ranges make
+// up [f, l] (it is live over all of each one's range), and into `meet` of
+// those nodes and of the nodes on the paths from f's and l's leaves to the
+// root (it is live at some position of each one's range). The buffers live
+// at some position of [f, l] are then exactly those in `meet` of [f, l]'s
+// nodes and in `cover` of the nodes on its two paths: O(log T) sets.
+//
+// A set keeps only the bytes its buffers occupy, as sorted runs, joined
+// where they touch, so that one step passes a whole stack of buffers. A base
+// b collides with a run [lo, hi) when lo - need < b < hi; for need > 0 that
+// is the union of what its buffers rule out, touching ones included. (A
+// buffer of no bytes is ruled out only strictly inside one: those are placed
+// by scanning, as before.)
+
+typedef struct Run { int64_t lo, hi; } Run;      // bytes [lo, hi)
+
+typedef struct Runs {   // sorted, apart (no two touch)
+  Run *r;
+  int n, cap;
+} Runs;
+
+typedef struct Placed {
+  int leaves;           // a power of two above the last position
+  Runs *cover, *meet;   // by node: 1 the root, 2i and 2i + 1 the children of i
+} Placed;
+
+#define MAXSETS 128     // sets a query reads: 4 log2(leaves) at most
+
+// The first run that ends above a.
+static int runs_above(const Runs *s, int64_t a) {
+  int lo = 0, hi = s->n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (s->r[mid].hi > a)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+static void runs_add(Runs *s, int64_t lo, int64_t hi) {
+  int i = runs_above(s, lo - 1), j = i;   // the first run that ends at lo or above
+  for (; j < s->n && s->r[j].lo <= hi; j++) {
+    lo = s->r[j].lo < lo ? s->r[j].lo : lo;
+    hi = s->r[j].hi > hi ? s->r[j].hi : hi;
+  }
+  if (i == j) { // a run of its own
+    if (s->n == s->cap) {
+      s->cap = s->cap ? 2 * s->cap : 4;
+      s->r = realloc(s->r, (size_t)s->cap * sizeof *s->r);
+      IR_ASSERT(s->r);
+    }
+    memmove(&s->r[i + 1], &s->r[i], (size_t)(s->n - i) * sizeof *s->r);
+    s->n++;
+  } else if (j > i + 1) { // runs i..j-1 become one
+    memmove(&s->r[i + 1], &s->r[j], (size_t)(s->n - j) * sizeof *s->r);
+    s->n -= j - i - 1;
+  }
+  s->r[i] = (Run){lo, hi};
+}
+
+// The lowest base >= a that no run of s (which has runs) collides with (need > 0).
+static int64_t runs_fit(const Runs *s, int64_t a, int64_t need) {
+  if (s->r[s->n - 1].hi <= a || s->r[0].lo >= a + need)
+    return a;   // all below a, or all above what a needs
+  for (int i = runs_above(s, a); i < s->n && s->r[i].lo < a + need; i++)
+    a = s->r[i].hi;
+  return a;
+}
+
+static void placed_init(Placed *p, int positions) {
+  p->leaves = 1;
+  while (p->leaves < positions)
+    p->leaves *= 2;
+  p->cover = calloc(2 * (size_t)p->leaves, sizeof *p->cover);
+  p->meet = calloc(2 * (size_t)p->leaves, sizeof *p->meet);
+  IR_ASSERT(p->cover && p->meet);
+}
+
+static void placed_free(Placed *p) {
+  for (int i = 0; i < 2 * p->leaves; i++)
+    free(p->cover[i].r), free(p->meet[i].r);
+  free(p->cover), free(p->meet);
+}
+
+// A buffer at bytes [lo, hi), live over positions [f, l].
+static void placed_add(Placed *p, int f, int l, int64_t lo, int64_t hi) {
+  IR_ASSERT(0 <= f && f <= l && l < p->leaves);
+  for (int a = f + p->leaves, b = l + p->leaves + 1; a < b; a /= 2, b /= 2) {
+    if (a & 1) {
+      runs_add(&p->cover[a], lo, hi);
+      runs_add(&p->meet[a], lo, hi);
+      a++;
+    }
+    if (b & 1) {
+      b--;
+      runs_add(&p->cover[b], lo, hi);
+      runs_add(&p->meet[b], lo, hi);
+    }
+  }
+  for (int a = (f + p->leaves) / 2, b = (l + p->leaves) / 2; a >= 1; a /= 2, b /= 2) {
+    runs_add(&p->meet[a], lo, hi);
+    if (b != a)
+      runs_add(&p->meet[b], lo, hi);
+  }
+}
+
+// The sets that hold the buffers live at some position of [f, l] (those
+// with runs), into set[]; returns how many.
+static int placed_sets(const Placed *p, int f, int l, const Runs **set) {
+  int n = 0;
+  for (int a = f + p->leaves, b = l + p->leaves + 1; a < b; a /= 2, b /= 2) {
+    if (a & 1) {
+      if (p->meet[a].n)
+        set[n++] = &p->meet[a];
+      a++;
+    }
+    if (b & 1) {
+      b--;
+      if (p->meet[b].n)
+        set[n++] = &p->meet[b];
+    }
+  }
+  for (int a = (f + p->leaves) / 2, b = (l + p->leaves) / 2; a >= 1; a /= 2, b /= 2) {
+    if (p->cover[a].n)
+      set[n++] = &p->cover[a];
+    if (b != a && p->cover[b].n)
+      set[n++] = &p->cover[b];
+  }
+  IR_ASSERT(n <= MAXSETS);
+  return n;
+}
+
 typedef struct Gap { int64_t lo, hi; } Gap;   // bases in (lo, hi) collide
 
-typedef struct Gaps {   // place's scratch, kept between calls
+typedef struct Gaps {   // place_scan's scratch, kept between calls
   Gap *gap;
   int cap;
 } Gaps;
@@ -258,10 +415,9 @@ static bool live_together(const MemPlan *m, const IrValue *a, const IrValue *b) 
   return FIRST(a) <= LAST(b) && FIRST(b) <= LAST(a);
 }
 
-// Lowest base (>= start) where each member k of u fits at base + rel[k] *
-// stride beside the placed buffers live at the same time as it.
-static int64_t place(const MemPlan *m, const Unit *u, int64_t stride, IrValue *const *placed,
-                     int nplaced, int64_t start, Gaps *gs) {
+// place() for a unit of no bytes: scans every placed buffer.
+static int64_t place_scan(const MemPlan *m, const Unit *u, int64_t stride,
+                          IrValue *const *placed, int nplaced, int64_t start, Gaps *gs) {
   int64_t need = align_up(u->bytes);
   int n = 0;
   for (int k = 0; k < u->n; k++)
@@ -288,13 +444,58 @@ static int64_t place(const MemPlan *m, const Unit *u, int64_t stride, IrValue *c
   return at;
 }
 
-// Members' live ranges pairwise apart: they can share one place.
+// Lowest base (>= start) where each member k of u fits at base + rel[k] *
+// stride beside the placed buffers live at the same time as it. Member k's
+// sets are set[k * MAXSETS ...], nset[k] of them. A base where a member
+// collides moves up to the lowest place that member fits, which passes no
+// base where all fit; when no member moves the base, all fit.
+static int64_t place(const Unit *u, int64_t stride, const Runs *const *set, const int *nset,
+                     int64_t start) {
+  int64_t need = align_up(u->bytes), base = start;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int k = 0; k < u->n; k++) {
+      const Runs *const *s = &set[(size_t)k * MAXSETS];
+      int64_t at = base + u->rel[k] * stride, a = at;
+      for (bool again = true; again;) {
+        again = false;
+        for (int j = 0; j < nset[k]; j++) {
+          int64_t b = runs_fit(s[j], a, need);
+          again |= b != a;
+          a = b;
+        }
+      }
+      if (a != at)
+        base += a - at, moved = true;
+    }
+  }
+  return base;
+}
+
+typedef struct Span { int first, last; } Span;   // a live range
+
+static int span_order(const void *a, const void *b) {
+  const Span *x = a, *y = b;
+  return (x->first > y->first) - (x->first < y->first);
+}
+
+// Members' live ranges pairwise apart: they can share one place. By first
+// use, each range must start after every range before it ends.
 static bool apart(const MemPlan *m, const Unit *u) {
-  for (int k = 0; k < u->n; k++)
-    for (int j = 0; j < k; j++)
-      if (live_together(m, u->v[k], u->v[j]))
-        return false;
-  return true;
+  Span *sp = malloc((size_t)u->n * sizeof *sp);
+  IR_ASSERT(sp);
+  for (int k = 0; k < u->n; k++) {
+    sp[k] = (Span){FIRST(u->v[k]), LAST(u->v[k])};
+    IR_ASSERT(sp[k].first <= sp[k].last); // transient: made, then read
+  }
+  qsort(sp, (size_t)u->n, sizeof *sp, span_order);
+  bool ok = true;
+  for (int k = 1, end = sp[0].last; k < u->n && ok; k++) {
+    ok = sp[k].first > end;
+    end = sp[k].last > end ? sp[k].last : end;
+  }
+  free(sp);
+  return ok;
 }
 
 // Places the transient units in their order above the persistent region;
@@ -308,10 +509,22 @@ static bool apart(const MemPlan *m, const Unit *u) {
 // peak of live bytes on GPT-2 with and without data and tensor parallelism.
 static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed) {
   int64_t end = m->persistent_bytes, strides[MAXSTRIDES];
-  int nplaced = 0, nstrides = 0;
+  int nplaced = 0, nstrides = 0, last = 0, most = 1;
+  for (int i = 0; i < nu; i++) {
+    most = units[i].n > most ? units[i].n : most;
+    for (int k = 0; k < units[i].n; k++)
+      last = LAST(units[i].v[k]) > last ? LAST(units[i].v[k]) : last;
+  }
+  Placed pl;
+  placed_init(&pl, last + 1);
+  const Runs **set = malloc((size_t)most * MAXSETS * sizeof *set);
+  int *nset = malloc((size_t)most * sizeof *nset);
+  IR_ASSERT(set && nset);
   Gaps gs = {0};
   for (int i = 0; i < nu; i++) {
     Unit *u = &units[i];
+    for (int k = 0; k < u->n && u->bytes > 0; k++)
+      nset[k] = placed_sets(&pl, FIRST(u->v[k]), LAST(u->v[k]), &set[(size_t)k * MAXSETS]);
     int64_t stride = 0, base = 0, top = INT64_MAX, size = align_up(u->bytes);
     int relmax = 0, born = 0;
     for (int k = 0; k < u->n; k++) {
@@ -334,7 +547,8 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
       int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
       if (m->persistent_bytes + lo + hi + size >= top)
         continue;  // cannot beat the best so far even at the lowest base
-      int64_t b = place(m, u, sc, placed, nplaced, m->persistent_bytes + lo, &gs);
+      int64_t b = u->bytes > 0 ? place(u, sc, set, nset, m->persistent_bytes + lo)
+                               : place_scan(m, u, sc, placed, nplaced, m->persistent_bytes + lo, &gs);
       if (b + hi + size < top)
         top = b + hi + size, base = b, stride = sc;
     }
@@ -346,10 +560,12 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
     for (int k = 0; k < u->n; k++) {
       OFF(u->v[k]) = base + u->rel[k] * stride;
       placed[nplaced++] = u->v[k];
+      placed_add(&pl, FIRST(u->v[k]), LAST(u->v[k]), OFF(u->v[k]), OFF(u->v[k]) + size);
     }
     end = top > end ? top : end;
   }
-  free(gs.gap);
+  free(gs.gap), free(set), free(nset);
+  placed_free(&pl);
   return end;
 }
 
@@ -506,16 +722,28 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   for (int i = 0; i < g->nvalues; i++)
     if (root[i])
       OFF(g->values[i]) = OFF(root[i]) + rootoff[i];
-  // The peak of live bytes and its formula.
+  // The peak of live bytes (pass_live_bytes_at at every position, in one
+  // sweep: each buffer adds its bytes at its first use and takes them away
+  // after its last) and its formula.
+  int64_t *delta = calloc((size_t)g->nnodes + 2, sizeof *delta);
+  IR_ASSERT(delta);
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    int a = FIRST(v) > 0 ? FIRST(v) : 0, b = LAST(v) < g->nnodes ? LAST(v) : g->nnodes - 1;
+    if (OFF(v) >= 0 && !v->host && !pass_view_of(m, v) && a <= b)
+      delta[a] += BYTES(v), delta[b + 1] -= BYTES(v);
+  }
   m->peak_live_bytes = 0;
   m->peak_at = 0;
+  int64_t live = 0;
   for (int t = 0; t < g->nnodes; t++) {
-    int64_t live = pass_live_bytes_at(m, g, t);
+    live += delta[t];
     if (live > m->peak_live_bytes) {
       m->peak_live_bytes = live;
       m->peak_at = t;
     }
   }
+  free(delta);
   const Sym *f = sym_const(&g->arena, 0);
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];

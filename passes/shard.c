@@ -76,7 +76,9 @@ typedef struct Shard {
   int *readers;        // [value id] inputs of nodes that read it
   ShardLayout *have;   // [value id * HAVE] conversions placed before a reader
   unsigned char *nhave;
-  int capc, capn, capo;
+  int capc, capn, capo, capp;
+  int *need_last;      // [block] its last entry in r->need (-1: none) ...
+  int *need_prev;      // [need] ... and the one before it of the same block
   const IrValue *batch;  // the first input (its first dim is the batch)
 } Shard;
 
@@ -197,10 +199,13 @@ static ShardColl *add_coll(Shard *s, const IrNode *n, ShardAt at, int operand, c
 
 static void need(Shard *s, const IrNode *n, const Sym *dim, IrMeshAxis axis) {
   ShardResult *r = s->r;
-  for (int i = 0; i < r->nneeds; i++)
-    if (r->need[i].block == n->block && r->need[i].axis == axis && sym_eq(r->need[i].dim, dim))
+  for (int i = s->need_last[n->block]; i >= 0; i = s->need_prev[i])
+    if (r->need[i].axis == axis && sym_eq(r->need[i].dim, dim))
       return;
   r->need = grow(r->need, r->nneeds, &s->capn, sizeof *r->need);
+  s->need_prev = grow(s->need_prev, r->nneeds, &s->capp, sizeof *s->need_prev);
+  s->need_prev[r->nneeds] = s->need_last[n->block];
+  s->need_last[n->block] = r->nneeds;
   r->need[r->nneeds++] = (ShardNeed){n, dim, axis, n->block};
 }
 
@@ -1220,9 +1225,11 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int b = 0; b < spec->nblocks; b++)
     if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)
       return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d", b, spec->tp[b]);
-  int nv = g->nvalues, nn = g->nnodes, nuse = 0, maxin = 1, maxout = 1;
+  int nv = g->nvalues, nn = g->nnodes, nuse = 0, maxin = 1, maxout = 1, nblocks = 1;
   for (int i = 0; i < nn; i++) {
-    IR_ASSERT(g->nodes[i]->id == i);
+    IR_ASSERT(g->nodes[i]->id == i && g->nodes[i]->block >= 0);
+    if (g->nodes[i]->block + 1 > nblocks)
+      nblocks = g->nodes[i]->block + 1;
     nuse += g->nodes[i]->nin;
     if (g->nodes[i]->nin > maxin)
       maxin = g->nodes[i]->nin;
@@ -1242,10 +1249,13 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   s.have = calloc((size_t)nv * HAVE + 1, sizeof *s.have);
   s.nhave = calloc((size_t)nv + 1, 1);
   s.readers = calloc((size_t)nv + 1, sizeof *s.readers);
+  s.need_last = malloc((size_t)nblocks * sizeof *s.need_last);
+  for (int b = 0; s.need_last && b < nblocks; b++)
+    s.need_last[b] = -1;
   ShardLayout *in = calloc((size_t)maxin, sizeof *in), *outs = calloc((size_t)maxout, sizeof *outs);
   bool *seed = calloc((size_t)maxin, sizeof *seed);
   IR_ASSERT(out->layout && out->use_at && out->use && s.laid && s.read && s.cur && s.deg &&
-            s.have && s.nhave && s.readers && in && outs && seed);
+            s.have && s.nhave && s.readers && s.need_last && in && outs && seed);
   for (int i = 0; i < nv; i++)
     IR_ASSERT(g->values[i]->id == i);
   for (int i = 0; i < nn; i++)
@@ -1263,7 +1273,7 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
     if (!s.laid[i])
       out->layout[i] = whole(g->values[i]->rank);
   free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.nhave);
-  free(s.readers);
+  free(s.readers), free(s.need_last), free(s.need_prev);
   free(in), free(outs), free(seed);
   if (rc)
     pass_shard_free(out);

@@ -146,32 +146,100 @@ static bool tp_split(const ShardLayout *l) {
   return false;
 }
 
-// The live backward temporaries (activation gradients; parameter gradients
-// count as model state) at the moment of the block's backward where they
-// peak under the current bindings, as a formula.
-static const Sym *backward_work(IrGraph *g, const SvBlock *b, const int *last, const bool *pgrad,
-                                const double *numel) {
-  int best_t = -1;
-  double best = -1;
-  for (int k = 0; k < b->nbwd; k++) {
-    int t = b->bwd[k]->id;
-    double live = 0;
-    for (int i = 0; i < g->nvalues; i++) {
-      const IrValue *v = g->values[i];
-      if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= t && last[i] >= t)
-        live += numel[i];
-    }
-    if (live > best)
-      best = live, best_t = t;
-  }
-  const Sym *f = sym_const(&g->arena, 0);
-  for (int i = 0; best_t >= 0 && i < g->nvalues; i++) {
+// ---- backward temporaries ----------------------------------------------------------------------
+//
+// A block's backward work: the live backward temporaries (activation
+// gradients; parameter gradients count as model state) at the moment of the
+// block's backward where they peak under the current bindings, as a formula.
+// A temporary is live from its producer to its last reader. One sweep over
+// the schedule keeps the set live at each position, so that every block is
+// done in time linear in the schedule and the live sets of its backward.
+
+typedef struct Live {
+  int *id, n;         // the temporaries live now (value ids), in no order
+  int *at;            // per value id: its index in id[]
+  int *sorted;        // scratch: id[] in id order
+} Live;
+
+static int by_id(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+// The live set in value order (sums add in the order a scan of the values would).
+static const int *live_sorted(Live *l) {
+  memcpy(l->sorted, l->id, (size_t)l->n * sizeof *l->id);
+  qsort(l->sorted, (size_t)l->n, sizeof *l->sorted, by_id);
+  return l->sorted;
+}
+
+static void backward_work(IrGraph *g, SvModel *m, const int *last, const bool *pgrad,
+                          const double *numel) {
+  int nv = g->nvalues, nn = g->nnodes;
+  // born[t] and dies[t]: the temporaries made and last read at t, lists into
+  // birth[] and death[] (CSR: value ids from born[t] to born[t + 1]).
+  int *born = calloc((size_t)nn + 2, sizeof *born), *dies = calloc((size_t)nn + 2, sizeof *dies);
+  int *birth = malloc(((size_t)nv + 1) * sizeof *birth);
+  int *death = malloc(((size_t)nv + 1) * sizeof *death);
+  double *live_at = malloc(((size_t)nn + 1) * sizeof *live_at);
+  int *best_at = malloc(((size_t)m->nblocks + 1) * sizeof *best_at);
+  Live l = {.id = malloc(((size_t)nv + 1) * sizeof(int)),
+            .at = malloc(((size_t)nv + 1) * sizeof(int)),
+            .sorted = malloc(((size_t)nv + 1) * sizeof(int))};
+  IR_ASSERT(born && dies && birth && death && live_at && best_at && l.id && l.at && l.sorted);
+  for (int i = 0; i < nv; i++) {
     const IrValue *v = g->values[i];
-    if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= best_t &&
-        last[i] >= best_t)
-      f = s_add(g, f, ir_numel(g, v));
+    l.at[i] = -1;
+    if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= last[i])
+      born[v->producer->id + 1]++, dies[last[i] + 1]++;
   }
-  return f;
+  for (int t = 0; t < nn; t++)
+    born[t + 1] += born[t], dies[t + 1] += dies[t];
+  for (int i = 0; i < nv; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= last[i])
+      birth[born[v->producer->id]++] = i, death[dies[last[i]]++] = i;
+  }
+  for (int t = nn; t > 0; t--) // back to the starts
+    born[t] = born[t - 1], dies[t] = dies[t - 1];
+  born[0] = dies[0] = 0;
+  for (int b = 0; b < m->nblocks; b++)
+    best_at[b] = -1;
+  // Two sweeps: the bytes live at each backward position, then the formula of
+  // those at each block's peak.
+  for (int pass = 0; pass < 2; pass++) {
+    l.n = 0;
+    for (int t = 0; t < nn; t++) {
+      for (int k = born[t]; k < born[t + 1]; k++)
+        l.at[birth[k]] = l.n, l.id[l.n++] = birth[k];
+      const IrNode *n = g->nodes[t];
+      if (pass == 0 && n->phase == PHASE_BACKWARD) {
+        const int *id = live_sorted(&l);
+        double live = 0;
+        for (int k = 0; k < l.n; k++)
+          live += numel[id[k]];
+        live_at[t] = live;
+      } else if (pass == 1 && best_at[n->block] == t) {
+        const int *id = live_sorted(&l);
+        const Sym *f = sym_const(&g->arena, 0);
+        for (int k = 0; k < l.n; k++)
+          f = s_add(g, f, ir_numel(g, g->values[id[k]]));
+        m->block[n->block].work = f;
+      }
+      for (int k = dies[t]; k < dies[t + 1]; k++) { // out of the set: the last one moves in
+        int v = death[k], at = l.at[v];
+        l.id[at] = l.id[--l.n];
+        l.at[l.id[at]] = at;
+      }
+    }
+    for (int b = 0; pass == 0 && b < m->nblocks; b++) {
+      double best = -1;
+      for (int k = 0; k < m->block[b].nbwd; k++) {
+        int t = m->block[b].bwd[k]->id;
+        if (live_at[t] > best)
+          best = live_at[t], best_at[b] = t;
+      }
+    }
+  }
+  free(born), free(dies), free(birth), free(death), free(live_at), free(best_at);
+  free(l.id), free(l.at), free(l.sorted);
 }
 
 static bool same_shapes(IrNode *const *x, IrNode *const *y, int n) {
@@ -358,9 +426,9 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
         if (v->producer)
           add_flow(m, v->producer->block, bi, ir_numel(g, v), g);
       }
-    b->work = backward_work(g, b, last, pgrad, numel);
     b->name = block_name(g, bi, prefix[bi]);
   }
+  backward_work(g, m, last, pgrad, numel);
 
   // Units: every block with nodes gets one, or shares one with an identical block.
   for (int bi = 0; bi < nb; bi++) {

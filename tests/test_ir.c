@@ -226,6 +226,97 @@ static void check_errors(void) {
   }
 }
 
+// The graph's name index finds values after they are made, renamed and
+// removed; the verifier finds two values named alike however far apart.
+static void check_names(void) {
+  IrGraph *g = ir_graph_new("names");
+  IrValue *v[600];
+  for (int i = 0; i < 600; i++)
+    v[i] = ir_value_new(g, i % 2 ? "x" : NULL, DT_F32, ROLE_CONST);
+  CHECK(ir_value_find(g, "x") == v[1] && ir_value_find(g, "x.5") == v[11] &&
+            ir_value_find(g, "598") == v[598] && !ir_value_find(g, "x.300"),
+        "names: made values are found");
+  ir_value_rename(g, v[1], "y");
+  IrValue *x = ir_value_new(g, "x", DT_F32, ROLE_CONST);
+  CHECK(ir_value_find(g, "y") == v[1] && ir_value_find(g, "x") == x && !strcmp(x->name, "x"),
+        "names: a renamed value is found by its new name only");
+  ir_value_set_name(g, x, "z");
+  CHECK(ir_value_find(g, "z") == x && !ir_value_find(g, "x"), "names: set_name");
+  IrDiag d = {0};
+  CHECK(ir_verify(g, "names", &d) == 0, "names: unique names verify: %s", d.msg);
+  v[590]->name = v[3]->name; // behind the index's back, as a buggy pass would
+  CHECK(ir_verify(g, "names", &d) != 0 && strstr(d.msg, "two values are named 'x.1'"),
+        "names: a duplicate is found: '%s'", d.msg);
+  ir_remove_unused(g, ROLE_CONST);
+  CHECK(g->nvalues == 0 && !ir_value_find(g, "y") && !ir_value_find(g, "z"),
+        "names: removed values are not found");
+  ir_graph_free(g);
+  // A set of strings, through several growths.
+  IrStrSet set = {0};
+  static char str[1000][8];
+  bool added = true, again = false, has = true;
+  for (int i = 0; i < 1000; i++) {
+    snprintf(str[i], sizeof str[i], "s%d", i);
+    added &= ir_strset_add(&set, str[i]);
+  }
+  for (int i = 0; i < 1000; i++) {
+    char copy[8];
+    snprintf(copy, sizeof copy, "s%d", i);
+    again |= ir_strset_add(&set, copy);
+    has &= ir_strset_has(&set, copy);
+  }
+  CHECK(added && !again && has && set.n == 1000 && !ir_strset_has(&set, "s1000"),
+        "strset: 1000 strings added once each");
+  ir_strset_free(&set);
+}
+
+// A long graph: an MLP of about n nodes as IR text (each layer h = h +
+// gelu(h @ w)), through every pass, each verified, and planned. With the
+// pairwise name checks and buffer placement of before, 40,000 nodes took
+// minutes (the CTest test ir_large runs this under a timeout that catches
+// that); they now take about a second. bench/compile_time.sh times them.
+static void check_large(int n) {
+  int layers = (n - 2) / 3;
+  size_t cap = 256 + (size_t)layers * 200, len = 0;
+  char *text = malloc(cap);
+  IR_ASSERT(text);
+  len += (size_t)snprintf(text + len, cap - len,
+                          "graph \"chain\"\nsym B = 4\nsym C = 16\nsym K = 10\n"
+                          "input %%x : f32[B,C]\ninput %%y : i32[B] classes(K)\n");
+  for (int i = 1; i <= layers; i++)
+    len += (size_t)snprintf(text + len, cap - len, "param %%w%d : f32[C,C] normal(0.02)\n", i);
+  len += (size_t)snprintf(text + len, cap - len, "param %%head : f32[C,K] normal(0.02)\nforward\n");
+  char h[32] = "x"; // the layer's input
+  for (int i = 1; i <= layers; i++) {
+    len += (size_t)snprintf(text + len, cap - len,
+                            "%%a%d : f32[B,C] = matmul(%%%s, %%w%d)\n%%g%d : f32[B,C] = gelu(%%a%d)\n"
+                            "%%h%d : f32[B,C] = add(%%%s, %%g%d)\n",
+                            i, h, i, i, i, i, h, i);
+    snprintf(h, sizeof h, "h%d", i);
+  }
+  snprintf(text + len, cap - len,
+           "%%logits : f32[B,K] = matmul(%%%s, %%head)\n"
+           "%%loss : f32[] = cross_entropy(%%logits, %%y)\nloss %%loss\n", h);
+  IrDiag d = {0};
+  MemPlan *mem = NULL;
+  IrGraph *g = compile(text, &d, &mem);
+  CHECK(g != NULL, "large: %d nodes: %s", n, d.msg);
+  if (g) {
+    const IrValue *v = ir_value_find(g, h);
+    CHECK(g->nnodes > 2 * n && v && v->producer && v->producer->op == OP_ADD,
+          "large: %d nodes in the training graph, '%s' found", g->nnodes, h);
+    CHECK(mem->arena_bytes >= mem->peak_live_bytes &&
+              mem->arena_bytes <= mem->peak_live_bytes + mem->peak_live_bytes / 20,
+          "large: arena %lld bytes for a peak of %lld", (long long)mem->arena_bytes,
+          (long long)mem->peak_live_bytes);
+    printf("large: %d nodes of IR text, %d in training: arena %lld bytes, peak live %lld\n", n,
+           g->nnodes, (long long)mem->arena_bytes, (long long)mem->peak_live_bytes);
+  }
+  pass_memplan_free(mem);
+  ir_graph_free(g);
+  free(text);
+}
+
 static void check_sizes_and_flops(void) {
   IrDiag d = {0};
   IrGraph *g = ir_parse(mlp_ir, "mlp.ir", &d);
@@ -463,6 +554,11 @@ static void check_dsl_model(const char *path) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--large")) { // test_ir --large N
+    check_large(atoi(argv[2]));
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+  }
   IrDiag d = {0};
   MemPlan *mem = NULL;
   IrGraph *g = compile(mlp_ir, &d, &mem);
@@ -485,6 +581,7 @@ int main(int argc, char **argv) {
   pass_memplan_free(ctx.mem);
   ir_graph_free(s);
   check_errors();
+  check_names();
   check_sizes_and_flops();
   check_clone();
   check_set_op();
