@@ -197,15 +197,20 @@ void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed,
       memset(out, 0, bytes);
     return;
   }
-  rt_rng rng;
-  rt_rng_seed(&rng, seed * 1000003u + (uint64_t)index);
-  for (int64_t i = 0; i < n; i++) {
-    switch (p->init.kind) {
-    case INIT_NONE:
-    case INIT_ZEROS: out[i] = 0.0f; break;
-    case INIT_ONES: out[i] = 1.0f; break;
-    case INIT_NORMAL: out[i] = (float)p->init.std * rt_rng_normal(&rng); break;
-    case INIT_DATA: break; // copied above
-    }
+  if (p->init.kind != INIT_NORMAL) {
+    for (int64_t i = 0; i < n; i++)
+      out[i] = p->init.kind == INIT_ONES ? 1.0f : 0.0f;
+    return;
+  }
+  // element i takes draws 2i and 2i + 1 of the parameter's stream: chunks in parallel give the
+  // same values as one pass
+  const int64_t chunk = 1 << 12;
+#pragma omp parallel for schedule(static) if (n > chunk)
+  for (int64_t c = 0; c < n; c += chunk) {
+    rt_rng rng;
+    rt_rng_seed(&rng, seed * 1000003u + (uint64_t)index);
+    rt_rng_skip(&rng, 2 * (uint64_t)c);
+    for (int64_t i = c; i < n && i < c + chunk; i++)
+      out[i] = (float)p->init.std * rt_rng_normal(&rng);
   }
 }

@@ -594,6 +594,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   pass_memplan_free(ctx->mem);
   MemPlan *m = ctx->mem = memplan_new(g->nvalues);
   int last = g->nnodes > 0 ? g->nnodes - 1 : 0;
+  int64_t total = 0; // every offset the plan gives is below this sum: it must fit int64
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
     int64_t bytes = 0;
@@ -601,6 +602,9 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       return ir_error(ctx->diag, v->loc,
                       "memplan: the size of '%s' %s is not known: bind every dim (-D NAME=VALUE)",
                       v->name, ir_shape_str(g, v));
+    if ((total += align_up(bytes)) > (INT64_C(1) << 60)) // bytes <= IR_BYTES_MAX: no overflow
+      return ir_error(ctx->diag, v->loc, "memplan: the tensors up to '%s' take more than 1 EiB",
+                      v->name);
     BYTES(v) = bytes;
     OFF(v) = -1;
     bool own = persistent(g, v) && !v->bucket; // members live as long as they are used

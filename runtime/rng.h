@@ -18,6 +18,10 @@ typedef struct rt_rng {
 
 static inline void rt_rng_seed(rt_rng *r, uint64_t seed) { r->state = seed; }
 
+// The stream n draws of rt_rng_u64 further on (the state is a counter: any
+// position is one multiply away, so parts of a stream can be drawn in parallel).
+static inline void rt_rng_skip(rt_rng *r, uint64_t n) { r->state += n * 0x9E3779B97F4A7C15ull; }
+
 // next 64 random bits
 static inline uint64_t rt_rng_u64(rt_rng *r) {
   uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
