@@ -25,29 +25,7 @@ limit=${MTC_BENCH_TIMEOUT:-600}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# chain N: an MLP of N nodes as IR text (each layer h = h + gelu(h @ w), then
-# a cross-entropy head), the form mtc inspect prints and reads back.
-chain() {
-  awk -v n="$1" 'BEGIN {
-    layers = int((n - 2) / 3)
-    print "graph \"chain\""; print "sym B = 4"; print "sym C = 16"; print "sym K = 10"
-    print "input %x : f32[B,C]"; print "input %y : i32[B] classes(K)"
-    for (i = 1; i <= layers; i++) printf "param %%w%d : f32[C,C] normal(0.02)\n", i
-    print "param %head : f32[C,K] normal(0.02)"
-    print "forward"
-    h = "x"
-    for (i = 1; i <= layers; i++) {
-      printf "  %%a%d : f32[B,C] = matmul(%%%s, %%w%d)\n", i, h, i
-      printf "  %%g%d : f32[B,C] = gelu(%%a%d)\n", i, i
-      printf "  %%h%d : f32[B,C] = add(%%%s, %%g%d)\n", i, h, i
-      h = "h" i
-    }
-    printf "  %%logits : f32[B,K] = matmul(%%%s, %%head)\n", h
-    print "  %loss : f32[] = cross_entropy(%logits, %y)"
-    print "loss %loss"
-  }'
-}
-chain 20000 > "$tmp/chain20000.ir"
+tools/chain_ir.sh 20000 > "$tmp/chain20000.ir"
 
 # Seconds one mtc command takes ("> limit" when it runs out of time, "(exit N)"
 # after them when it fails); its output in $tmp/out.txt.

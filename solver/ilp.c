@@ -286,6 +286,7 @@ int ilp_solve(Ilp *p, const IlpOptions *o, IlpResult *r) {
     glp_init_smcp(&sp);
     sp.msg_lev = parm.msg_lev;
     sp.tm_lim = parm.tm_lim;
+    glp_scale_prob(lp, GLP_SF_AUTO); // as presolve would: coefficients far from 1 otherwise
     rc = glp_simplex(lp, &sp);
     if (!rc && glp_get_status(lp) == GLP_NOFEAS)
       rc = GLP_ENOPFS;
