@@ -42,10 +42,8 @@
 #include "model_api.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "shard.h"
 
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
-#define SHARD_HEADER_BYTES (256 * 4)
 // The median step time is over the last this many steps (--steps goes to INT_MAX).
 #define TIMED_STEPS (1 << 20)
 
@@ -1054,67 +1052,18 @@ static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
   if (n > 0) fill_tokens(arena, stream);
 }
 
-// an llm.c token shard, mapped read-only
-typedef struct {
-  const char *path;
-  const uint8_t *map;   // the whole file
-  size_t map_bytes;
-  const uint8_t *toks;  // little-endian uint16 tokens
-  long ntok;
-  long pos;             // start of the next window
-} shard;
-
-static int32_t read_le32(const uint8_t *p) {
-  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                   (uint32_t)p[3] << 24);
-}
-
-static long shard_token(const shard *s, long i) {
-  return (long)s->toks[2 * i] | (long)s->toks[2 * i + 1] << 8;
-}
-
-static void open_shard(shard *s, const char *path, long n, long vocab) {
-  s->path = path;
+// an llm.c token shard (shard.h), mapped read-only
+static void open_shard(rt_shard *s, const char *path, long n, long vocab) {
   FILE *f = open_regular("data file", path);
   if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
-  long long size = (long long)st.st_size;
-  if (size < SHARD_HEADER_BYTES)
-    fail("%s is not a token shard: %lld bytes, less than the %d-byte header", path,
-         size, SHARD_HEADER_BYTES);
-  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+  size_t size = (size_t)st.st_size;
+  void *m = size > 0 ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0) : NULL;
   if (m == MAP_FAILED) fail("cannot map %s: %s", path, strerror(errno));
   fclose(f);
-  s->map = m;
-  s->map_bytes = (size_t)size;
-  int32_t magic = read_le32(s->map), version = read_le32(s->map + 4);
-  int32_t ntok = read_le32(s->map + 8);
-  if (magic != SHARD_MAGIC)
-    fail("%s is not a token shard: magic number %d, expected %d", path, magic,
-         SHARD_MAGIC);
-  if (version != SHARD_VERSION)
-    fail("%s: unsupported token shard version %d, expected %d", path, version,
-         SHARD_VERSION);
-  if (ntok < 0 || SHARD_HEADER_BYTES + 2LL * ntok != size)
-    fail("%s: the header says %d tokens (%lld bytes), but the file has %lld bytes "
-         "after the header", path, ntok, 2LL * ntok, size - SHARD_HEADER_BYTES);
-  s->toks = s->map + SHARD_HEADER_BYTES;
-  s->ntok = ntok;
-  s->pos = 0;
-  if (s->ntok < n + 1)
-    fail("%s has %ld tokens, one step needs %ld", path, s->ntok, n + 1);
-  for (long i = 0; i < s->ntok; i++)
-    if (shard_token(s, i) >= vocab)
-      fail("%s: token %ld at position %ld is out of range for the model's "
-           "vocabulary of %ld", path, shard_token(s, i), i, vocab);
-}
-
-// the next window of n+1 tokens, wrapping to the start at the end
-static void next_window(shard *s, long n, int32_t *stream) {
-  if (s->pos + n + 1 > s->ntok) s->pos = 0;
-  for (long j = 0; j <= n; j++) stream[j] = (int32_t)shard_token(s, s->pos + j);
-  s->pos += n;
+  char err[1024];
+  if (rt_shard_parse(s, m, size, n + 1, vocab, path, err, sizeof err)) fail("%s", err);
 }
 
 // ---------------------------------------------------------------------------
@@ -1228,7 +1177,7 @@ int main(int argc, char **argv) {
 
   int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
   if (!stream) fail("out of memory");
-  shard data = {0};
+  rt_shard data = {0};
   if (opt.data) open_shard(&data, opt.data, n, vocab);
   if (opt.inputs) load_inputs(global, opt.inputs);
   else fill_synthetic(global, opt.seed, n, vocab, stream);
@@ -1245,7 +1194,7 @@ int main(int argc, char **argv) {
     int step = (int)next;
     double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
-      next_window(&data, n, stream);
+      rt_shard_next(&data, n, stream);
       fill_tokens(global, stream);
     }
     double loss = 0;
