@@ -390,13 +390,19 @@ static int max_nin(IrNode *const *nodes, int n) {
   return m;
 }
 
-void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase phase) {
+void ir_replace_uses_in_phase(IrGraph *g, IrValue *const *from, IrValue *const *to, int count,
+                              IrPhase phase) {
+  IrValue **map = calloc((size_t)g->nvalues + 1, sizeof *map); // one sweep for all of them
+  IR_ASSERT(map);
+  for (int i = 0; i < count; i++)
+    map[from[i]->id] = to[i];
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
     for (int k = 0; n->phase == phase && k < n->nin; k++)
-      if (n->in[k] == from)
-        n->in[k] = to;
+      if (map[n->in[k]->id])
+        n->in[k] = map[n->in[k]->id];
   }
+  free(map);
 }
 
 IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,

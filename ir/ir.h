@@ -276,8 +276,9 @@ void ir_node_set_output(IrNode *n, int k, IrValue *v);
 void ir_node_remove(IrGraph *g, IrNode *n);
 // Drops the values of `role` that no node makes or reads (ids stay positions).
 void ir_remove_unused(IrGraph *g, IrRole role);
-// Reads of `from` in nodes of `phase` read `to` instead.
-void ir_replace_uses_in_phase(IrGraph *g, IrValue *from, IrValue *to, IrPhase phase);
+// Reads of from[i] in nodes of `phase` read to[i] instead (i < count; one sweep of the graph).
+void ir_replace_uses_in_phase(IrGraph *g, IrValue *const *from, IrValue *const *to, int count,
+                              IrPhase phase);
 // Clones nodes[0..n), in that order, at the insertion point, with the
 // builder's phase and block; each clone keeps its node's op, attributes and
 // location. An input v of a clone is map[v->id] where that is set, else v

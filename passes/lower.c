@@ -228,8 +228,8 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n
     ir_value_set_shape(copy[i], members[i]->rank, members[i]->shape);
     copy[i]->loc = members[i]->loc;
     copy[i]->bucket_off = members[i]->bucket_off;
-    ir_replace_uses_in_phase(g, members[i], copy[i], PHASE_BACKWARD);
   }
+  ir_replace_uses_in_phase(g, members, copy, n, PHASE_BACKWARD);
   gather_params(L, b, members, n, PHASE_FORWARD);
   gather_params(L, b, copy, n, PHASE_BACKWARD);
   free(copy);
