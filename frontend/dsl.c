@@ -373,42 +373,6 @@ static int eval_dim(Eval *e, Node *n, const Sym **out) {
   }
 }
 
-// sym_eval works in exact 128-bit fractions and stops the compiler when they
-// overflow; this checks in floating point that s is far from that.
-static bool eval_fits(const Sym *s, const SymTab *tab) {
-  double den = 0, num = 0; // log2 of the sum of the denominators, the largest numerator
-  for (int k = 0; k < s->n; k++) {
-    const SymTerm *t = &s->t[k];
-    double ln = log2(fabs((double)t->num)), ld = log2((double)t->den);
-    for (int v = 0; v < SYM_MAXVARS; v++) {
-      double lv = t->exp[v] ? log2((double)tab->value[v]) : 0;
-      if (t->exp[v] > 0)
-        ln += t->exp[v] * lv;
-      else
-        ld -= t->exp[v] * lv;
-    }
-    den += ld;
-    if (ln > num)
-      num = ln;
-  }
-  return den + num + log2(s->n + 1.0) < 100;
-}
-
-// " with C = 767, NH = 12": the values of the dims s uses, for messages.
-static const char *values_text(Eval *e, const Sym *s) {
-  const SymTab *tab = &e->g->syms;
-  const char *text = "";
-  for (int v = 0; v < tab->n; v++) {
-    bool used = false;
-    for (int k = 0; k < s->n; k++)
-      used |= s->t[k].exp[v] != 0;
-    if (used)
-      text = fmt(e, "%s%s %s = %lld", text, text[0] ? "," : " with", tab->name[v],
-                 (long long)tab->value[v]);
-  }
-  return text;
-}
-
 // A formula without dims (a number)?
 static bool all_const(const Sym *s) {
   for (int k = 0; k < s->n; k++)
@@ -421,18 +385,22 @@ static bool all_const(const Sym *s) {
 // The value of a dim formula, which must be a positive integer; what names
 // the formula in messages.
 static int dim_value(Eval *e, Node *at, const Sym *s, const char *what, int64_t *out) {
+  int64_t v;
+  int rc = sym_eval(s, &e->g->syms, &v);
   double f = sym_evalf(s, &e->g->syms);
-  if (isnan(f))
+  if (rc == -3)
+    return fail_expr(e, at, "%s '%s' is too large (it overflows int64)%s", what, sym_text(e, s),
+                     ir_bindings_text(e->g, s));
+  if (rc == -1)
     return fail_expr(e, at, "%s '%s' uses a dim without a value", what, sym_text(e, s));
   if ((f < 1 || f != floor(f)) && s->n <= 1 && all_const(s))
     return fail_expr(e, at, "%s %s: it must be a positive integer", what, sym_text(e, s));
   if (f < 1 || f != floor(f))
     return fail_expr(e, at, "%s '%s' is %g%s; it must be a positive integer", what,
-                     sym_text(e, s), f, values_text(e, s));
-  if (f > 1e15 || !eval_fits(s, &e->g->syms))
+                     sym_text(e, s), f, ir_bindings_text(e->g, s));
+  if (f > 1e15)
     return fail_expr(e, at, "%s '%s' is too large (%g)", what, sym_text(e, s), f);
-  int64_t v;
-  if (sym_eval(s, &e->g->syms, &v) != 0)
+  if (rc != 0)
     return fail_expr(e, at, "%s '%s' is %g; it must be an integer", what, sym_text(e, s), f);
   *out = v;
   return 0;

@@ -340,6 +340,9 @@ bool ir_same_shape(const IrValue *a, const IrValue *b);
 const char *ir_shape_str(IrGraph *g, const IrValue *v);
 // FLOPs of one execution of the node, as a formula.
 const Sym *ir_flops(IrGraph *g, const IrNode *n);
+// " with B = 8, T = 1024": the bound values of the dims s uses, for messages (in the arena;
+// "" when it uses none).
+const char *ir_bindings_text(IrGraph *g, const Sym *s);
 // Every value's dims that evaluate are integers of at least 1 and its size in bytes at most
 // IR_BYTES_MAX (dims bound to huge values overflow int64 otherwise); ir_verify checks this first.
 int ir_check_sizes(IrGraph *g, IrDiag *d);

@@ -771,8 +771,7 @@ int ir_infer(IrGraph *g, IrNode *n, IrDiag *d) {
   return 0;
 }
 
-// " with B = 8, T = 1024": the values of the dims s uses, for messages (into the arena).
-static const char *bindings_text(IrGraph *g, const Sym *s) {
+const char *ir_bindings_text(IrGraph *g, const Sym *s) {
   char buf[512] = "";
   size_t len = 0;
   for (int v = 0; v < g->syms.n && s->n > 0; v++) {
@@ -790,28 +789,33 @@ int ir_check_sizes(IrGraph *g, IrDiag *d) {
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
     IrLoc loc = !v->loc.file && v->producer ? v->producer->loc : v->loc;
+    // the bytes as numbers (ir_nbytes would build a formula per value on every verify)
+    int64_t bytes = ir_dtype_size(v->dtype);
+    bool known = v->rank >= 0, big = false;
     for (int k = 0; k < v->rank; k++) {
       const Sym *s = v->shape[k];
       int64_t x = 0;
       int rc = sym_eval(s, &g->syms, &x);
       if (rc == -3)
         return ir_error(d, loc, "dim %d of '%s' (%s) overflows int64%s", k, v->name,
-                        sym_str(&g->arena, s, &g->syms), bindings_text(g, s));
+                        sym_str(&g->arena, s, &g->syms), ir_bindings_text(g, s));
       if (rc == -2)
         return ir_error(d, loc, "dim %d of '%s' (%s) is not an integer%s", k, v->name,
-                        sym_str(&g->arena, s, &g->syms), bindings_text(g, s));
+                        sym_str(&g->arena, s, &g->syms), ir_bindings_text(g, s));
       if (rc == 0 && x < 1)
         return ir_error(d, loc, "dim %d of '%s' (%s) is %lld%s; every dim is at least 1", k,
                         v->name, sym_str(&g->arena, s, &g->syms), (long long)x,
-                        bindings_text(g, s));
+                        ir_bindings_text(g, s));
+      known &= rc == 0;
+      big |= rc == 0 && (x > IR_BYTES_MAX || __builtin_mul_overflow(bytes, x, &bytes) ||
+                         bytes > IR_BYTES_MAX);
     }
-    const Sym *bytes = v->rank >= 0 ? ir_nbytes(g, v) : NULL;
-    int64_t x = 0;
-    int rc = bytes ? sym_eval(bytes, &g->syms, &x) : -1;
-    if (rc == -3 || (rc == 0 && x > IR_BYTES_MAX))
+    if (known && big) {
+      const Sym *nbytes = ir_nbytes(g, v);
       return ir_error(d, loc, "'%s' %s takes more than %lld TiB%s: mtc plans tensors up to that",
                       v->name, ir_shape_str(g, v), (long long)(IR_BYTES_MAX >> 40),
-                      bindings_text(g, bytes));
+                      ir_bindings_text(g, nbytes));
+    }
   }
   return 0;
 }
