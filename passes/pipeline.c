@@ -21,13 +21,6 @@ PassOptions pass_default_options(void) {
                        .weight_decay = 0.0};
 }
 
-bool pass_exists(const char *name) {
-  for (const Pass *p = pass_pipeline; p->name; p++)
-    if (!strcmp(p->name, name))
-      return true;
-  return false;
-}
-
 static void dump(IrGraph *g, PassCtx *ctx, const char *pass) {
   const char *want = ctx->opt.dump_after;
   if (!want || (strcmp(want, "all") && strcmp(want, pass)))
@@ -51,26 +44,27 @@ static int pass_index(const char *name) {
   return -2;
 }
 
-// The optimizer settings are compiled into the program as float literals: each must be a float
-// in its range after that conversion (0.99999999999 is 1.0f, 1e39 is inf, 1e-50 is 0).
+bool pass_exists(const char *name) { return pass_index(name) >= 0; }
+
+// The optimizer settings are compiled into the program as float literals: each must lie in its
+// attribute's range (ir/attrs.def) as the float it becomes (0.99999999999 is 1.0f, 1e39 is inf,
+// 1e-50 is 0).
 static int check_options(const PassOptions *o, IrDiag *d) {
   const struct {
-    const char *flag, *range;
+    const char *flag, *attr;
     double value;
-    bool above_zero, below_one;
   } s[] = {
-      {"--lr", "at least 0", o->lr, false, false},
-      {"--beta1", "in [0, 1)", o->beta1, false, true},
-      {"--beta2", "in [0, 1)", o->beta2, false, true},
-      {"--eps", "above 0", o->eps, true, false},
-      {"--weight-decay", "at least 0", o->weight_decay, false, false},
+      {"--lr", "lr", o->lr},          {"--beta1", "beta1", o->beta1},
+      {"--beta2", "beta2", o->beta2}, {"--eps", "eps", o->eps},
+      {"--weight-decay", "weight_decay", o->weight_decay},
   };
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+    const IrAttrDecl *a = ir_op_attr(OP_ADAMW, s[i].attr); // SGD's lr and decay: the same
     double x = s[i].value;
     float f = fabs(x) <= FLT_MAX || isnan(x) ? (float)x : (float)copysign(INFINITY, x);
-    if (!isfinite(f) || f < 0 || (s[i].above_zero && f == 0) || (s[i].below_one && f >= 1))
+    if (!(f >= a->lo && f <= a->hi))
       return ir_error(d, (IrLoc){0}, "%s %.12g is %.9g as a float, where the program holds it; it "
-                      "must be a finite number %s", s[i].flag, x, (double)f, s[i].range);
+                      "must be a number in [%.9g, %.9g]", s[i].flag, x, (double)f, a->lo, a->hi);
   }
   return 0;
 }
@@ -90,7 +84,8 @@ int pass_run_all(IrGraph *g, PassCtx *ctx) {
                     "the IR is after pass '%s', but this command needs it from no later than pass "
                     "'%s': print it with `mtc inspect MODEL --dump-after %s`",
                     g->after, ctx->opt.stop_after, ctx->opt.stop_after);
-  int want = ctx->opt.dump_after && strcmp(ctx->opt.dump_after, "all") ? pass_index(ctx->opt.dump_after) : -1;
+  bool one = ctx->opt.dump_after && strcmp(ctx->opt.dump_after, "all");
+  int want = one ? pass_index(ctx->opt.dump_after) : -1;
   if (want >= 0 && want < done)
     return ir_error(ctx->diag, (IrLoc){0}, "--dump-after %s: the IR is already after pass '%s'",
                     ctx->opt.dump_after, g->after);
