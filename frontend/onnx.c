@@ -1071,6 +1071,17 @@ static const char *stem(IrArena *a, const char *path, const char **dir) {
 // before protobuf-c unpacks them, which recurses once per level.
 #define NESTING_MAX 64
 
+// A base-128 varint at buf[*i], *i moved past it (at most 10 bytes; stops at len).
+static uint64_t varint(const uint8_t *buf, size_t len, size_t *i) {
+  uint64_t x = 0;
+  for (int shift = 0; *i < len && shift < 64; shift += 7) {
+    x |= (uint64_t)(buf[*i] & 0x7f) << shift;
+    if (!(buf[(*i)++] & 0x80))
+      break;
+  }
+  return x;
+}
+
 // The depth of nested messages in buf, read as `desc` on the wire, up to NESTING_MAX + 1 (the
 // recursion stops there). A malformed buffer counts as shallow: unpack then refuses it.
 static int nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
@@ -1078,25 +1089,13 @@ static int nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescrip
   int deepest = depth;
   size_t i = 0;
   while (i < len && deepest <= NESTING_MAX) {
-    uint64_t key = 0, n = 0;
-    for (int shift = 0; i < len && shift < 64; shift += 7) {
-      key |= (uint64_t)(buf[i] & 0x7f) << shift;
-      if (!(buf[i++] & 0x80))
-        break;
-    }
+    uint64_t key = varint(buf, len, &i);
     switch (key & 7) {
-    case 0: // varint
-      while (i < len && (buf[i++] & 0x80))
-        ;
-      break;
+    case 0: varint(buf, len, &i); break;
     case 1: i += 8; break;
     case 5: i += 4; break;
     case 2: {
-      for (int shift = 0; i < len && shift < 64; shift += 7) {
-        n |= (uint64_t)(buf[i] & 0x7f) << shift;
-        if (!(buf[i++] & 0x80))
-          break;
-      }
+      uint64_t n = varint(buf, len, &i);
       if (n > len - i)
         return deepest;
       const ProtobufCFieldDescriptor *f =

@@ -151,7 +151,7 @@ const Sym *fe_const_sym(FeOnnx *cx, const FeConst *k, int64_t i) {
 
 double fe_const_num(const FeConst *k, int64_t i) { return k->f ? k->f[i] : (double)k->i[i]; }
 
-int64_t fe_saturate(double x) {
+static int64_t saturate(double x) {
   if (isnan(x))
     return 0;
   if (x >= 0x1p63)
@@ -161,7 +161,7 @@ int64_t fe_saturate(double x) {
   return (int64_t)x;
 }
 
-int64_t fe_const_int(const FeConst *k, int64_t i) { return k->i ? k->i[i] : fe_saturate(k->f[i]); }
+int64_t fe_const_int(const FeConst *k, int64_t i) { return k->i ? k->i[i] : saturate(k->f[i]); }
 
 int fe_const_int_list(FeOnnx *cx, const FeConst *k, const char *what, int64_t *v, int *n, int max) {
   if (!k->i || k->rank > 1 || k->n > max)

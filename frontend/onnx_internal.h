@@ -139,7 +139,6 @@ double fe_const_num(const FeConst *k, int64_t i);
 // Element i as an integer: an integer tensor's own, a float tensor's converted as a saturating
 // cast does (NaN is 0; beyond int64, its ends).
 int64_t fe_const_int(const FeConst *k, int64_t i);
-int64_t fe_saturate(double x);
 // Integer values of a known 1-D (or scalar) tensor into v[*n], at most max.
 int fe_const_int_list(FeOnnx *cx, const FeConst *k, const char *what, int64_t *v, int *n, int max);
 // Scalar value (numel 1) of a known tensor; -1 when it has more elements.
