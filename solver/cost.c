@@ -163,6 +163,11 @@ typedef struct Live {
 
 static int by_id(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+// v is a backward temporary: an activation gradient that some node reads.
+static bool temporary(const IrValue *v, const bool *pgrad, const int *last) {
+  return v->role == ROLE_GRAD && v->producer && !pgrad[v->id] && v->producer->id <= last[v->id];
+}
+
 // The live set in value order (sums add in the order a scan of the values would).
 static const int *live_sorted(Live *l) {
   memcpy(l->sorted, l->id, (size_t)l->n * sizeof *l->id);
@@ -187,14 +192,14 @@ static void backward_work(IrGraph *g, SvModel *m, const int *last, const bool *p
   for (int i = 0; i < nv; i++) {
     const IrValue *v = g->values[i];
     l.at[i] = -1;
-    if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= last[i])
+    if (temporary(v, pgrad, last))
       born[v->producer->id + 1]++, dies[last[i] + 1]++;
   }
   for (int t = 0; t < nn; t++)
     born[t + 1] += born[t], dies[t + 1] += dies[t];
   for (int i = 0; i < nv; i++) {
     const IrValue *v = g->values[i];
-    if (v->role == ROLE_GRAD && v->producer && !pgrad[i] && v->producer->id <= last[i])
+    if (temporary(v, pgrad, last))
       birth[born[v->producer->id]++] = i, death[dies[last[i]]++] = i;
   }
   for (int t = nn; t > 0; t--) // back to the starts

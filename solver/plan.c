@@ -580,19 +580,21 @@ static int64_t largest_micro_batch(SvPlan *pl, IrDiag *d) {
   int64_t saved = g->syms.value[m->batch_sym], global = pl->global_batch;
   // the divisors of the global batch below the micro-batch, ascending: pairs (b, global / b)
   // for b up to sqrt(global), so 10^12 takes 10^6 steps (no number below 2^40 has 8192 divisors)
-  static int64_t cand[8192];
+  // (the small ones fill cand from the front, their cofactors from the back, both ascending)
+  enum { MAXCAND = 8192 };
+  int64_t *cand = malloc(MAXCAND * sizeof *cand);
+  IR_ASSERT(cand);
   int n = 0, nhigh = 0;
-  int64_t high[4096];
-  for (int64_t b = 1; b <= global / b && n < 4096 && nhigh < 4096; b++) {
+  for (int64_t b = 1; b <= global / b && n + nhigh < MAXCAND - 1; b++) {
     if (global % b)
       continue;
     if (b < pl->micro_batch)
       cand[n++] = b;
     if (global / b != b && global / b < pl->micro_batch)
-      high[nhigh++] = global / b;
+      cand[MAXCAND - 1 - nhigh++] = global / b;
   }
-  while (nhigh > 0)
-    cand[n++] = high[--nhigh];
+  memmove(cand + n, cand + MAXCAND - nhigh, (size_t)nhigh * sizeof *cand);
+  n += nhigh;
   int lo = 0, hi = n - 1, found = -1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
@@ -617,7 +619,9 @@ static int64_t largest_micro_batch(SvPlan *pl, IrDiag *d) {
       hi = mid - 1;
   }
   symtab_bind(&g->syms, m->batch_sym, saved);
-  return found < 0 ? 0 : cand[found];
+  int64_t best = found < 0 ? 0 : cand[found];
+  free(cand);
+  return best;
 }
 
 static void explain(SvPlan *pl, IrDiag *d) {
