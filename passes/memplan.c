@@ -74,11 +74,17 @@ const IrValue *pass_view_of(const MemPlan *m, const IrValue *v) {
   return n->in[0];
 }
 
+// v's bytes count as device memory of their own while v is live (placed, on the device, not a
+// view of another buffer).
+static bool occupies(const MemPlan *m, const IrValue *v) {
+  return OFF(v) >= 0 && !v->host && !pass_view_of(m, v);
+}
+
 int64_t pass_live_bytes_at(const MemPlan *m, const IrGraph *g, int t) {
   int64_t total = 0;
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (OFF(v) >= 0 && !v->host && !pass_view_of(m, v) && FIRST(v) <= t && t <= LAST(v))
+    if (occupies(m, v) && FIRST(v) <= t && t <= LAST(v))
       total += BYTES(v);
   }
   return total;
@@ -734,7 +740,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     int a = FIRST(v) > 0 ? FIRST(v) : 0, b = LAST(v) < g->nnodes ? LAST(v) : g->nnodes - 1;
-    if (OFF(v) >= 0 && !v->host && !pass_view_of(m, v) && a <= b)
+    if (occupies(m, v) && a <= b)
       delta[a] += BYTES(v), delta[b + 1] -= BYTES(v);
   }
   m->peak_live_bytes = 0;
