@@ -230,25 +230,40 @@ static int parse_header(rt_st_file *f, const cJSON *root, const uint8_t *data, d
   return rc;
 }
 
-int rt_st_read(rt_st_file *f, const char *path, char *err, size_t cap) {
-  memset(f, 0, sizeof *f);
+// "a folder", "a FIFO", "a socket" or "a device": what a file that is not regular is.
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode) ? "a folder" : S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket"
+                                                                   : "a device";
+}
+
+int rt_st_open_regular(const char *path, struct stat *st, char *err, size_t cap) {
   // O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused below)
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return st_error(err, cap, "cannot open %s: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
+  if (fd < 0) {
+    int saved = errno;
+    st_error(err, cap, "cannot open %s: %s", path, strerror(saved));
+    errno = saved;
+    return -1;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (fstat(fd, st) != 0 || flags == -1 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     int saved = errno;
     close(fd);
     return st_error(err, cap, "cannot stat %s: %s", path, strerror(saved));
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st->st_mode)) {
     close(fd);
-    return st_error(err, cap, "%s is %s, not a regular file", path,
-                    S_ISDIR(st.st_mode)    ? "a folder"
-                    : S_ISFIFO(st.st_mode) ? "a FIFO"
-                    : S_ISSOCK(st.st_mode) ? "a socket"
-                                           : "a device");
+    st_error(err, cap, "%s is %s, not a regular file", path, file_kind(st->st_mode));
+    return -2;
   }
+  return fd;
+}
+
+int rt_st_read(rt_st_file *f, const char *path, char *err, size_t cap) {
+  memset(f, 0, sizeof *f);
+  struct stat st;
+  int fd = rt_st_open_regular(path, &st, err, cap);
+  if (fd < 0) return -1;
   size_t size = (size_t)st.st_size;
   if (size < 8) {
     close(fd);
@@ -428,10 +443,8 @@ static int check_kind(const char *path, char *err, size_t cap) {
   if (S_ISDIR(st.st_mode))
     return st_error(err, cap, "%s: is a folder; give the name of a file", path);
   return st_error(err, cap,
-                  "%s: is a %s, not a regular file; the file would replace it: give "
-                  "another name",
-                  path,
-                  S_ISFIFO(st.st_mode) ? "FIFO" : S_ISSOCK(st.st_mode) ? "socket" : "device");
+                  "%s: is %s, not a regular file; the file would replace it: give another name",
+                  path, file_kind(st.st_mode));
 }
 
 // Creates path's temporary (exclusively) into tmp; the open descriptor, or

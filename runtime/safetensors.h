@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define RT_ST_MAXRANK 8
 
@@ -58,6 +59,12 @@ typedef struct rt_st_file {
 
 const char *rt_st_dtype_name(rt_st_dtype dt);  // "F32"
 size_t rt_st_dtype_size(rt_st_dtype dt);       // bytes per element
+
+// Opens path for reading when it is a regular file: a descriptor, or -1 when it cannot be opened
+// (errno kept: ENOENT for a missing file) and -2 when it is a folder, FIFO, socket or device
+// ("PATH is a FIFO, not a regular file"), with the message in err. Never waits on a FIFO. train
+// opens its other inputs with it too.
+int rt_st_open_regular(const char *path, struct stat *st, char *err, size_t cap);
 
 // Maps and validates the file: the header length against the file size, the
 // JSON, every entry's dtype, shape and offsets, duplicate names, and that the

@@ -19,7 +19,6 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -477,21 +476,31 @@ static void scatter_images(char *arena) {
   }
 }
 
+// This rank's shard of bucket k's reduced gradients (grads) or parameters:
+// elements [*lo, *lo + part) of the bucket, the first at byte offset *at.
+// Where the bucket is whole on every rank (not sharded), the dp ranks' shards
+// together cover it.
+static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
+  long part = k->numel / mtc_model.dp;
+  bool sharded = grads ? k->grads_sharded : k->params_sharded;
+  long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
+  *lo = rt_dist.dp_rank * part;
+  *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
+}
+
 // The images from the arena (save_params has waited for the collectives):
 // the parameters, or the reduced gradients.
 static void gather_images(char *arena, bool grads) {
   const rt_model *M = &mtc_model;
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
-    long part = k->numel / M->dp, at = grads ? k->grads_offset : k->params_offset;
-    bool sharded = grads ? k->grads_sharded : k->params_sharded;
-    long have = grads ? k->grads_numel : sharded ? part : k->numel;
-    if (!sharded) {
-      memcpy(images[b], arena + at, (size_t)k->numel * 4);
+    if (!(grads ? k->grads_sharded : k->params_sharded)) {
+      memcpy(images[b], arena + (grads ? k->grads_offset : k->params_offset), (size_t)k->numel * 4);
       continue;
     }
-    const float *mine = (const float *)(arena + at) + (have == k->numel ? rt_dist.dp_rank * part : 0);
-    memcpy(images[b] + rt_dist.dp_rank * part, mine, (size_t)part * 4);
+    long lo, at;
+    bucket_shard(k, grads, &lo, &at);
+    memcpy(images[b] + lo, arena + at, (size_t)(k->numel / M->dp) * 4);
     rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
   }
 }
@@ -508,17 +517,11 @@ static int host_is_big_endian(void) {
 // cannot be opened; a folder, a FIFO or a device fails with a message that
 // names `what` (a FIFO is opened without waiting for a writer).
 static FILE *open_regular(const char *what, const char *path) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return NULL;
   struct stat st;
-  if (fstat(fd, &st) != 0) fail("cannot stat %s %s: %s", what, path, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    fail("%s %s is %s, not a regular file", what, path,
-         S_ISDIR(st.st_mode)    ? "a folder"
-         : S_ISFIFO(st.st_mode) ? "a FIFO"
-         : S_ISSOCK(st.st_mode) ? "a socket"
-                                : "a device");
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  char err[1024];
+  int fd = rt_st_open_regular(path, &st, err, sizeof err);
+  if (fd == -2) fail("%s %s", what, err);
+  if (fd < 0) return NULL;
   FILE *f = fdopen(fd, "rb");
   if (!f) fail("cannot open %s %s: %s", what, path, strerror(errno));
   return f;
@@ -835,18 +838,6 @@ static void add_piece(scan *s, int param, long offset, long n, long elem) {
 static int by_offset(const void *a, const void *b) {
   const piece *x = a, *y = b;
   return (x->offset > y->offset) - (x->offset < y->offset);
-}
-
-// This rank's shard of bucket k's reduced gradients (grads) or parameters:
-// elements [*lo, *lo + part) of the bucket, the first at byte offset *at.
-// Where the bucket is whole on every rank (not sharded), the dp ranks' shards
-// together cover it.
-static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
-  long part = k->numel / mtc_model.dp;
-  bool sharded = grads ? k->grads_sharded : k->params_sharded;
-  long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
-  *lo = rt_dist.dp_rank * part;
-  *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
 }
 
 // The pieces of every trained parameter's gradient (grads) or value.
