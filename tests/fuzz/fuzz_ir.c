@@ -1,8 +1,6 @@
 // IR text: what parses prints as text that parses to the same text again
 // (print -> parse -> print), and the passes after the one it records run.
-#include "fuzz.h"
-#include "ir.h"
-#include "passes.h"
+#include "fuzz_graph.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fuzz_text(data, size);
@@ -11,11 +9,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   IrDiag d = {0};
   IrGraph *g = ir_parse(text, "fuzz.ir", &d);
   free(text);
-  if (!g) {
-    if (!d.msg[0])
-      __builtin_trap(); // every failure says why
+  if (!fuzz_loaded(g, &d))
     return 0;
-  }
   char *a = ir_print_str(g);
   IrGraph *h = ir_parse(a, "printed.ir", &d);
   char *b = h ? ir_print_str(h) : NULL;
@@ -23,11 +18,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     __builtin_trap(); // the round trip must hold
   free(a), free(b);
   ir_graph_free(h);
-  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
-  d.msg[0] = '\0';
-  if (pass_run_all(g, &ctx) && !d.msg[0])
-    __builtin_trap();
-  pass_memplan_free(ctx.mem);
-  ir_graph_free(g);
+  fuzz_passes(g);
   return 0;
 }
