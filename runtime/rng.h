@@ -45,13 +45,29 @@ static inline float rt_rng_uniform(rt_rng *r) {
   return (float)(rt_rng_u32(r) >> 8) * (1.0f / 16777216.0f);
 }
 
+// u1 in (0, 1] so its log is finite, u2 in [0, 1): the pair Box-Muller maps
+static inline void rt_rng_box_muller(rt_rng *r, double *radius, double *angle) {
+  double u1 = ((double)(rt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  double u2 = (double)(rt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+  *radius = sqrt(-2.0 * log(u1));
+  *angle = 6.283185307179586 * u2;
+}
+
 // float from normal(0, 1) by Box-Muller; one draw per call (the state stays a
 // single uint64), computed in double and rounded once.
 static inline float rt_rng_normal(rt_rng *r) {
-  // u1 in (0, 1] so the log is finite; u2 in [0, 1)
-  double u1 = ((double)(rt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-  double u2 = (double)(rt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
-  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  double radius, angle;
+  rt_rng_box_muller(r, &radius, &angle);
+  return (float)(radius * cos(angle));
+}
+
+// two independent floats from normal(0, 1), both outputs of one Box-Muller
+// pair (two draws of the stream): half the work per value of rt_rng_normal.
+static inline void rt_rng_normal2(rt_rng *r, float *a, float *b) {
+  double radius, angle;
+  rt_rng_box_muller(r, &radius, &angle);
+  *a = (float)(radius * cos(angle));
+  *b = (float)(radius * sin(angle));
 }
 
 #endif
