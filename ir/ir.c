@@ -135,6 +135,8 @@ void ir_graph_free(IrGraph *g) {
   free(g->name_slot);
   free(g->values);
   free(g->nodes);
+  free(g->pending);
+  free(g->pending_at);
   ir_arena_free(&g->arena);
   free(g);
 }
@@ -313,6 +315,19 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
     n->out[i] = ir_value_new(g, NULL, DT_F32, role);
     n->out[i]->producer = n;
   }
+  if (g->batching) {
+    int at = g->insert_at >= 0 ? g->insert_at : g->nnodes;
+    n->id = at;
+    int cap = g->cappending;
+    push((void ***)&g->pending, &g->npending, &cap, n);
+    if (cap != g->cappending) {
+      g->cappending = cap;
+      g->pending_at = realloc(g->pending_at, (size_t)cap * sizeof *g->pending_at);
+      IR_ASSERT(g->pending_at);
+    }
+    g->pending_at[g->npending - 1] = at;
+    return n;
+  }
   push((void ***)&g->nodes, &g->nnodes, &g->capnodes, n);
   if (g->insert_at >= 0 && g->insert_at < g->nnodes - 1) {
     int at = g->insert_at++;
@@ -325,6 +340,46 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
 }
 
 void ir_insert_before(IrGraph *g, int pos) { g->insert_at = pos; }
+
+void ir_batch_begin(IrGraph *g) {
+  IR_ASSERT(!g->batching);
+  g->batching = true;
+  g->npending = 0;
+}
+
+void ir_batch_end(IrGraph *g) {
+  IR_ASSERT(g->batching);
+  g->batching = false;
+  // the waiting nodes by insertion point, in the order made (a counting sort)
+  int n = g->nnodes, *start = calloc((size_t)n + 2, sizeof *start);
+  IrNode **sorted = malloc(((size_t)g->npending + 1) * sizeof *sorted);
+  IR_ASSERT(start && sorted);
+  for (int i = 0; i < g->npending; i++)
+    start[g->pending_at[i] + 1]++;
+  for (int i = 0; i <= n; i++)
+    start[i + 1] += start[i];
+  for (int i = 0; i < g->npending; i++)
+    sorted[start[g->pending_at[i]]++] = g->pending[i];
+  // start[i] is now the end of point i's run, and so the start of i + 1's
+  int total = n + g->npending;
+  IrNode **nodes = malloc(((size_t)total + 1) * sizeof *nodes);
+  IR_ASSERT(nodes);
+  int out = 0, next = 0;
+  for (int i = 0; i <= n; i++) {
+    for (; next < start[i]; next++)
+      nodes[out++] = sorted[next];
+    if (i < n && g->nodes[i]->id >= 0)
+      nodes[out++] = g->nodes[i];
+  }
+  for (int i = 0; i < out; i++)
+    nodes[i]->id = i;
+  free(g->nodes);
+  g->nodes = nodes;
+  g->nnodes = out;
+  g->capnodes = total + 1;
+  g->npending = 0;
+  free(start), free(sorted);
+}
 
 void ir_node_set_op(IrGraph *g, IrNode *n, IrOp op, IrValue *const *in, int nin) {
   int nout = ir_op_nout(op);
@@ -354,6 +409,10 @@ void ir_node_set_output(IrNode *n, int k, IrValue *v) {
 
 void ir_node_remove(IrGraph *g, IrNode *n) {
   IR_ASSERT(n->id >= 0 && n->id < g->nnodes && g->nodes[n->id] == n);
+  if (g->batching) {
+    n->id = -1; // taken out by ir_batch_end
+    return;
+  }
   for (int i = n->id; i + 1 < g->nnodes; i++) {
     g->nodes[i] = g->nodes[i + 1];
     g->nodes[i]->id = i;

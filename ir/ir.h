@@ -199,6 +199,12 @@ typedef struct IrGraph {
   int cur_block;
   IrLoc cur_loc;
   int insert_at;
+  // a batch of edits (ir_batch_begin): the nodes waiting to go in, each with
+  // the position it goes before
+  bool batching;
+  IrNode **pending;
+  int *pending_at;
+  int npending, cappending;
 } IrGraph;
 
 IrGraph *ir_graph_new(const char *name);
@@ -265,6 +271,15 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
 // Editing a scheduled graph. New nodes go before node `pos` (the nodes after
 // move up; ids stay positions); -1 returns to appending.
 void ir_insert_before(IrGraph *g, int pos);
+// Many edits in one sweep. Between ir_batch_begin and ir_batch_end the
+// schedule does not move: a new node waits, to go in (in the order made)
+// before the node that is at its insertion point now, or at the end when
+// appending; a removed node stays in g->nodes with id -1. So positions taken
+// from ids stay valid for the whole batch, and each edit costs O(1) instead of
+// O(nodes). A waiting node's id is its insertion point. ir_batch_end puts the
+// new nodes in and takes the removed out.
+void ir_batch_begin(IrGraph *g);
+void ir_batch_end(IrGraph *g);
 // Makes n an `op` node over in[0..nin): the outputs it has stay, and those the
 // new op has beyond them are fresh values (as ir_node_new makes them). For
 // lowerings that specialize an op in place (its outputs keep their readers).

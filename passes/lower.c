@@ -62,11 +62,20 @@
 
 #define ALIGN_ELEMS 16   // 64 bytes of f32
 
+// The pass edits the graph in one batch (ir_batch_begin): positions are those
+// of the graph as it came, found in sweeps made before any edit.
 typedef struct Lower {
   IrGraph *g;
   const PassDist *dist;
   PassLowered *out;
   IrDiag *d;
+  // by value id: the position of the first forward and backward node that reads
+  // it (g->nnodes: none), and a parameter's update (NULL: none)
+  int *first_fwd, *first_bwd;
+  IrNode **update;
+  // ZeRO-3: backward's reads of from[i] become reads of to[i] (one sweep at the end)
+  IrValue **from, **to;
+  int nswap;
 } Lower;
 
 static int64_t round_up(int64_t x, int64_t k) { return (x + k - 1) / k * k; }
@@ -113,17 +122,13 @@ static IrNode *accumulate(Lower *L, IrValue *acc, IrValue *x) {
   return n;
 }
 
-// Schedule position of the first node of `phase` that reads one of vals[0..n)
-// (or -1).
-static int first_read(const IrGraph *g, IrValue *const *vals, int n, IrPhase phase) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *node = g->nodes[i];
-    for (int k = 0; node->phase == phase && k < node->nin; k++)
-      for (int j = 0; j < n; j++)
-        if (node->in[k] == vals[j])
-          return i;
-  }
-  return -1;
+// Position of the first node of `phase` that reads one of vals[0..n) (or -1).
+static int first_read(const Lower *L, IrValue *const *vals, int n, IrPhase phase) {
+  const int *first = phase == PHASE_FORWARD ? L->first_fwd : L->first_bwd;
+  int at = L->g->nnodes;
+  for (int j = 0; j < n; j++)
+    at = first[vals[j]->id] < at ? first[vals[j]->id] : at;
+  return at < L->g->nnodes ? at : -1;
 }
 
 // The block's parameters into buckets: offsets, padding, the bucket's name.
@@ -169,7 +174,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   for (int i = 0; i < n; i++)
     members[i]->grad->bucket = b->grads;
 
-  ir_insert_before(g, last + 2); // after the last gradient (the fill moved it by one)
+  ir_insert_before(g, last + 1); // after the last gradient
   bool micro = L->dist->micro_batches > 1;
   if (b->zero <= 1) {
     IrValue *red = b->grads;
@@ -191,11 +196,12 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 }
 
 // ZeRO-3: the whole bucket gathered from the shards before the first read of
-// any of vals[0..n) in `phase`, and vals placed in it (nothing when that phase
-// reads none of them).
-static void gather_params(Lower *L, PassBucket *b, IrValue *const *vals, int n, IrPhase phase) {
+// any of reads[0..n) in `phase`, and vals[0..n) placed in it (nothing when that
+// phase reads none of them).
+static void gather_params(Lower *L, PassBucket *b, IrValue *const *reads, IrValue *const *vals,
+                          int n, IrPhase phase) {
   IrGraph *g = L->g;
-  int at = first_read(g, vals, n, phase);
+  int at = first_read(L, reads, n, phase);
   if (at < 0)
     return;
   g->cur_phase = phase;
@@ -219,9 +225,9 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n
   IrGraph *g = L->g;
   b->pshard = flat(L, "params.shard", b, ROLE_BUCKET, b->numel / L->dist->dp);
   // backward reads copies of the members, placed in a second gathered bucket
-  IrValue **copy = malloc((size_t)n * sizeof *copy);
-  IR_ASSERT(copy);
+  IrValue **copy = L->to + L->nswap;
   for (int i = 0; i < n; i++) {
+    L->from[L->nswap++] = members[i];
     char name[512];
     snprintf(name, sizeof name, "%s.bwd", members[i]->name);
     copy[i] = ir_value_new(g, name, DT_F32, ROLE_ACT);
@@ -229,10 +235,8 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n
     copy[i]->loc = members[i]->loc;
     copy[i]->bucket_off = members[i]->bucket_off;
   }
-  ir_replace_uses_in_phase(g, members, copy, n, PHASE_BACKWARD);
-  gather_params(L, b, members, n, PHASE_FORWARD);
-  gather_params(L, b, copy, n, PHASE_BACKWARD);
-  free(copy);
+  gather_params(L, b, members, members, n, PHASE_FORWARD);
+  gather_params(L, b, members, copy, n, PHASE_BACKWARD); // the reads the copies take over
 }
 
 // A flat host value of n elements, named like flat()'s ("adamw.m.host.b3").
@@ -295,23 +299,22 @@ static int64_t host_share(const Lower *L, const PassBucket *b) {
 
 // One update op for the bucket, replacing its parameters' own; with offload,
 // two (device and host) and the copies.
-static int lower_update(Lower *L, PassBucket *b) {
+static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n) {
   IrGraph *g = L->g;
   double share = pass_offload_of(L->dist, b->block);
   if (!(share >= 0 && share <= 1))
     return ir_error(L->d, (IrLoc){0}, "lower: block %d: offload share %g (0 to 1)", b->block,
                     share);
-  const IrNode *rule = NULL;
-  for (int i = g->nnodes - 1; i >= 0; i--) {
-    IrNode *u = g->nodes[i];
-    // a member's update: its parameter's gradient is in the bucket
-    if ((u->op == OP_ADAMW || u->op == OP_SGD) && u->in[0]->grad &&
-        u->in[0]->grad->bucket == b->grads) {
+  const IrNode *rule = NULL; // the first of the members' updates
+  for (int i = 0; i < n; i++) {
+    IrNode *u = L->update[members[i]->id];
+    if (u && (!rule || u->id < rule->id))
       rule = u;
-      ir_node_remove(g, u);
-    }
   }
   IR_ASSERT(rule);
+  for (int i = 0; i < n; i++)
+    if (L->update[members[i]->id])
+      ir_node_remove(g, L->update[members[i]->id]);
   g->cur_phase = PHASE_UPDATE;
   g->cur_block = b->block;
   int dp = L->dist->dp;
@@ -356,24 +359,32 @@ static int lower_update(Lower *L, PassBucket *b) {
   return 0;
 }
 
-// Parameters in the order the forward graph first reads them, grouped by the
-// block that reads them first.
-static int owners(const IrGraph *g, int *owner) {
+// One sweep of the graph as it came: each value's first forward and backward
+// reader, each parameter's update, and the number of blocks.
+static int sweep(Lower *L) {
+  const IrGraph *g = L->g;
   int nb = 1;
-  for (int i = 0; i < g->nvalues; i++)
-    owner[i] = -1;
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = g->nodes[i];
-    if (n->block + 1 > nb)
-      nb = n->block + 1;
-    for (int k = 0; n->phase == PHASE_FORWARD && k < n->nin; k++)
-      if (n->in[k]->role == ROLE_PARAM && owner[n->in[k]->id] < 0)
-        owner[n->in[k]->id] = n->block;
+  for (int i = 0; i < g->nvalues; i++) {
+    L->first_fwd[i] = L->first_bwd[i] = g->nnodes;
+    L->update[i] = NULL;
   }
-  for (int i = 0; i < g->nvalues; i++)
-    if (g->values[i]->role == ROLE_PARAM && owner[i] < 0)
-      owner[i] = 0;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    IrNode *n = g->nodes[i];
+    nb = n->block + 1 > nb ? n->block + 1 : nb;
+    int *first = n->phase == PHASE_FORWARD ? L->first_fwd
+                 : n->phase == PHASE_BACKWARD ? L->first_bwd : NULL;
+    for (int k = 0; first && k < n->nin; k++)
+      first[n->in[k]->id] = i;
+    if ((n->op == OP_ADAMW || n->op == OP_SGD) && n->in[0]->role == ROLE_PARAM)
+      L->update[n->in[0]->id] = n;
+  }
   return nb;
+}
+
+// The block that first reads parameter v in forward (0 when none does).
+static int owner(const Lower *L, const IrValue *v) {
+  int at = L->first_fwd[v->id];
+  return at < L->g->nnodes ? L->g->nodes[at]->block : 0;
 }
 
 static int check(Lower *L) {
@@ -404,16 +415,30 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   Lower L = {.g = g, .dist = D, .out = out, .d = ctx->diag};
   if (check(&L) || (D->tp > 1 && pass_lower_tp(g, D->tp, out, ctx->diag)))
     return -1;
-  int *owner = malloc((size_t)g->nvalues * sizeof *owner);
-  IrValue **members = malloc((size_t)g->nvalues * sizeof *members);
-  IR_ASSERT(owner && members);
-  int nb = owners(g, owner), nvalues = g->nvalues, rc = 0;
+  size_t nv = (size_t)g->nvalues + 1;
+  L.first_fwd = malloc(nv * sizeof *L.first_fwd);
+  L.first_bwd = malloc(nv * sizeof *L.first_bwd);
+  L.update = malloc(nv * sizeof *L.update);
+  L.from = malloc(nv * sizeof *L.from);
+  L.to = malloc(nv * sizeof *L.to);
+  // the parameters by block (a counting sort), in the order of their ids
+  IrValue **members = malloc(nv * sizeof *members);
+  int nb = sweep(&L), rc = 0, *start = calloc((size_t)nb + 1, sizeof *start);
+  IR_ASSERT(L.first_fwd && L.first_bwd && L.update && L.from && L.to && members && start);
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->role == ROLE_PARAM)
+      start[owner(&L, g->values[i]) + 1]++;
+  for (int blk = 0; blk < nb; blk++)
+    start[blk + 1] += start[blk];
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->role == ROLE_PARAM)
+      members[start[owner(&L, g->values[i])]++] = g->values[i];
+  // start[blk] is now where block blk + 1's parameters start
   out->bucket = ir_alloc(&g->arena, (size_t)nb * sizeof *out->bucket);
+  ir_batch_begin(g);
   for (int blk = 0; blk < nb && !rc; blk++) {
-    int n = 0;
-    for (int i = 0; i < nvalues; i++)
-      if (g->values[i]->role == ROLE_PARAM && owner[i] == blk)
-        members[n++] = g->values[i];
+    IrValue **mine = blk ? members + start[blk - 1] : members;
+    int n = (int)(members + start[blk] - mine);
     if (!n)
       continue;
     PassBucket *b = &out->bucket[out->nbuckets++];
@@ -426,20 +451,23 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
       rc = ir_error(ctx->diag, (IrLoc){0}, "lower: ZeRO stage %d (0 to 3)", b->zero);
       break;
     }
-    if ((rc = place_members(&L, b, members, n)))
+    if ((rc = place_members(&L, b, mine, n)))
       break;
     if (b->zero < 3) {
       b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
       for (int i = 0; i < n; i++)
-        members[i]->bucket = b->params;
+        mine[i]->bucket = b->params;
     }
-    lower_grads(&L, b, members, n);
+    lower_grads(&L, b, mine, n);
     if (b->zero == 3)
-      lower_params_zero3(&L, b, members, n);
-    if ((rc = lower_update(&L, b)))
+      lower_params_zero3(&L, b, mine, n);
+    if ((rc = lower_update(&L, b, mine, n)))
       break;
   }
-  free(owner), free(members);
+  ir_batch_end(g);
+  ir_replace_uses_in_phase(g, L.from, L.to, L.nswap, PHASE_BACKWARD);
+  free(L.first_fwd), free(L.first_bwd), free(L.update), free(L.from), free(L.to);
+  free(members), free(start);
   ir_remove_unused(g, ROLE_STATE); // the parameters' own moments
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
