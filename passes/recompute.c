@@ -42,61 +42,80 @@ static int count_layers(const IrGraph *g) {
   return n;
 }
 
+// The pass's state. It edits the graph in one batch (ir_batch_begin), so the
+// positions of the graph as it came hold throughout, and the work for a block
+// is that of its own nodes.
+typedef struct Recompute {
+  IrGraph *g;
+  IrNode **by_block;   // the nodes in schedule order, grouped by block (a counting sort)
+  int *start;          // block b's nodes are by_block[start[b] .. start[b + 1])
+  char *needed;        // by value id (the graph's values before the pass): a clone is needed
+  IrValue **map;       // by value id: its clone (while a block is done; NULL otherwise)
+  int nv;              // the values before the pass
+} Recompute;
+
+// v is an output of a forward node of block b.
+static bool mine(const IrValue *v, int b) {
+  return v->producer && v->producer->phase == PHASE_FORWARD && v->producer->block == b;
+}
+
 // Recompute block b's activations in its backward. Returns the number of
 // nodes cloned (0: b's backward reads none of them), -1 with d on error.
-static int recompute_block(IrGraph *g, int b, IrDiag *d) {
-  int nv = g->nvalues, first_bwd = -1;
-  char *mine = calloc((size_t)nv + 1, 1), *needed = calloc((size_t)nv + 1, 1);
-  char *take = calloc((size_t)g->nnodes + 1, 1);
-  IrNode **list = malloc(((size_t)g->nnodes + 1) * sizeof *list);
-  IrValue **map = calloc((size_t)nv + 1, sizeof *map);
-  IR_ASSERT(mine && needed && take && list && map);
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = g->nodes[i];
-    if (n->block != b)
-      continue;
-    if (n->phase == PHASE_FORWARD)
-      for (int k = 0; k < n->nout; k++)
-        mine[n->out[k]->id] = 1;
+static int recompute_block(Recompute *R, int b, IrDiag *d) {
+  IrGraph *g = R->g;
+  IrNode **node = R->by_block + R->start[b];
+  int count = R->start[b + 1] - R->start[b], first_bwd = -1;
+  for (int i = 0; i < count; i++) {
+    const IrNode *n = node[i];
     if (n->phase != PHASE_BACKWARD)
       continue;
     if (first_bwd < 0)
-      first_bwd = i;
+      first_bwd = n->id;
     for (int k = 0; k < n->nin; k++)
-      needed[n->in[k]->id] |= mine[n->in[k]->id];
+      R->needed[n->in[k]->id] |= mine(n->in[k], b);
   }
   // b's forward nodes that the needed values depend on (walking back from
   // b's backward), then in schedule order into list.
-  for (int i = first_bwd - 1; i >= 0; i--) {
-    IrNode *f = g->nodes[i];
-    bool need = false;
-    for (int k = 0; f->phase == PHASE_FORWARD && f->block == b && k < f->nout; k++)
-      need |= needed[f->out[k]->id];
-    take[i] = need;
-    for (int k = 0; need && k < f->nin; k++)
-      needed[f->in[k]->id] |= mine[f->in[k]->id];
+  IrNode **list = malloc(((size_t)count + 1) * sizeof *list);
+  char *take = calloc((size_t)count + 1, 1);
+  IR_ASSERT(list && take);
+  for (int i = count - 1; i >= 0; i--) {
+    IrNode *f = node[i];
+    if (f->phase != PHASE_FORWARD || f->id >= first_bwd)
+      continue;
+    for (int k = 0; k < f->nout; k++)
+      take[i] |= R->needed[f->out[k]->id];
+    for (int k = 0; take[i] && k < f->nin; k++)
+      R->needed[f->in[k]->id] |= mine(f->in[k], b);
   }
   int n = 0;
-  for (int i = 0; i < first_bwd; i++)
+  for (int i = 0; i < count; i++)
     if (take[i])
-      list[n++] = g->nodes[i];
+      list[n++] = node[i];
   int rc = n;
   if (n > 0) {
     g->cur_phase = PHASE_BACKWARD;
     g->cur_block = b;
     ir_insert_before(g, first_bwd);
-    if (!ir_clone_nodes(g, list, n, map, "rc", d))
+    if (!ir_clone_nodes(g, list, n, R->map, "rc", d))
       rc = -1;
     ir_insert_before(g, -1);
   }
-  // b's backward reads the clones (theirs are already mapped).
-  for (int i = first_bwd + n; rc > 0 && i < g->nnodes; i++) {
-    IrNode *u = g->nodes[i];
-    for (int k = 0; u->phase == PHASE_BACKWARD && u->block == b && k < u->nin; k++)
-      if (u->in[k]->id < nv && map[u->in[k]->id])
-        u->in[k] = map[u->in[k]->id];
+  // the marks go for the next block (before the reads below change)
+  for (int i = 0; i < count; i++)
+    for (int k = 0; k < node[i]->nin; k++)
+      R->needed[node[i]->in[k]->id] = 0;
+  // b's backward reads the clones (theirs are already mapped)
+  for (int i = 0; i < count && rc > 0; i++) {
+    IrNode *u = node[i];
+    for (int k = 0; u->phase == PHASE_BACKWARD && k < u->nin; k++)
+      if (u->in[k]->id < R->nv && R->map[u->in[k]->id])
+        u->in[k] = R->map[u->in[k]->id];
   }
-  free(mine), free(needed), free(take), free(list), free(map);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < list[i]->nout; k++)
+      R->map[list[i]->out[k]->id] = NULL;
+  free(list), free(take);
   return rc;
 }
 
@@ -113,14 +132,31 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
     return ir_error(ctx->diag, (IrLoc){0}, "recompute: --checkpoint %d, but the model has %d "
                     "repeated layer%s (use 1 to %d, all or none)", want, ctx->nlayers,
                     ctx->nlayers == 1 ? "" : "s", ctx->nlayers);
-  int last = want == PASS_CHECKPOINT_ALL ? ctx->nlayers : want;
-  for (int b = 1; b <= last; b++) {
-    int rc = recompute_block(g, b, ctx->diag);
-    if (rc < 0)
-      return -1;
+  int last = want == PASS_CHECKPOINT_ALL ? ctx->nlayers : want, nb = 1, rc = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
+  Recompute R = {.g = g, .nv = g->nvalues};
+  R.by_block = malloc(((size_t)g->nnodes + 1) * sizeof *R.by_block);
+  R.start = calloc((size_t)nb + 2, sizeof *R.start);
+  R.needed = calloc((size_t)R.nv + 1, 1);
+  R.map = calloc((size_t)R.nv + 1, sizeof *R.map);
+  IR_ASSERT(R.by_block && R.start && R.needed && R.map);
+  for (int i = 0; i < g->nnodes; i++)
+    R.start[g->nodes[i]->block + 2]++;
+  for (int b = 0; b < nb; b++)
+    R.start[b + 2] += R.start[b + 1];
+  for (int i = 0; i < g->nnodes; i++)   // start[b + 1] ends as the end of b's nodes
+    R.by_block[R.start[g->nodes[i]->block + 1]++] = g->nodes[i];
+  ir_batch_begin(g);
+  for (int b = 1; b <= last && rc >= 0; b++) {
+    rc = recompute_block(&R, b, ctx->diag);
     ctx->ncheckpointed += rc > 0;
     *changed |= rc > 0;
   }
+  ir_batch_end(g);
+  free(R.by_block), free(R.start), free(R.needed), free(R.map);
+  if (rc < 0)
+    return -1;
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   return 0;
