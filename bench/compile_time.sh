@@ -12,6 +12,10 @@
 # plan, 1 GPU) and `mtc compile` (all of it, and writing the program), and
 # the size of the initial weights compile draws and writes (weights.bin:
 # linear in the parameters, 0.8 GB and most of compile's time at L = 1024).
+# A second table times the lowered plans (`inspect` and `compile`; `plan`
+# takes no layout): dp 2 x tp 2 with ZeRO-3 and every layer checkpointed,
+# the layout whose passes edit the graph most (recompute clones, tp
+# conversions, ZeRO-3 gathers).
 # A run that takes longer than MTC_BENCH_TIMEOUT seconds (default 600)
 # prints as "> N". Targets on a 2-core machine: under 1 s for the
 # 20,000-node file and under 5 s for GPT-2 at L = 1024, each of inspect,
@@ -39,12 +43,17 @@ timed() {
   [ "$rc" = 0 ] || echo " (exit $rc)"
 }
 
+# The node lines of the IR the last `timed inspect` printed ("?" when it failed).
+nodes_of() {   # inspect's time
+  if [ "$1" = "${1%)}" ] && [ "$1" = "${1#>}" ]; then grep -c '^  ' "$tmp/out.txt" || true
+  else echo "?"; fi
+}
+
 row() {   # name model flags...
   local name=$1 model=$2 inspect plan compile nodes weights
   shift 2
   inspect=$(timed inspect "$model" "$@")
-  nodes=$(grep -c '^  ' "$tmp/out.txt" || true)
-  [ "$inspect" = "${inspect%)}" ] && [ "$inspect" = "${inspect#>}" ] || nodes="?"
+  nodes=$(nodes_of "$inspect")
   plan=$(timed plan "$model" "$@")
   rm -rf "$tmp/out"
   compile=$(timed compile "$model" "$@" -o "$tmp/out")
@@ -61,3 +70,21 @@ for L in 12 48 96 256 1024; do
   row "GPT-2 L=$L" examples/gpt2.mtc -D L="$L"
 done
 row "IR text, 20,000 nodes" "$tmp/chain20000.ir"
+
+lowered_row() {   # name model flags...
+  local name=$1 model=$2 inspect compile nodes
+  shift 2
+  inspect=$(timed inspect "$model" "$@")
+  nodes=$(nodes_of "$inspect")
+  rm -rf "$tmp/out"
+  compile=$(timed compile "$model" "$@" -o "$tmp/out")
+  rm -rf "$tmp/out"
+  printf "| %s | %s | %s | %s |\n" "$name" "$nodes" "$inspect" "$compile"
+}
+
+echo
+echo "| lowered: --dp 2 --tp 2 --zero 3 --checkpoint all | nodes | mtc inspect (s) | mtc compile (s) |"
+echo "|---|---:|---:|---:|"
+for L in 256 1024; do
+  lowered_row "GPT-2 L=$L" examples/gpt2.mtc -D L="$L" --dp 2 --tp 2 --zero 3 --checkpoint all
+done
