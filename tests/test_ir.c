@@ -553,6 +553,37 @@ static void check_dsl_model(const char *path) {
   ir_graph_free(g);
 }
 
+// A batch of edits: nodes wait and go in, in the order made, before the node
+// that was at their point when the batch began; removed nodes go at the end.
+static void check_batch(void) {
+  IrGraph *g = ir_graph_new("batch");
+  const Sym *n4 = sym_const(&g->arena, 4);
+  IrValue *x = ir_param(g, "x", 1, &n4, (IrInit){.kind = INIT_ZEROS});
+  IrNode *orig[4];
+  for (int i = 0; i < 4; i++)
+    orig[i] = ir_node_new(g, OP_RELU, &x, 1, 1);
+  ir_batch_begin(g);
+  ir_insert_before(g, 2);
+  IrNode *a = ir_node_new(g, OP_EXP, &x, 1, 1), *b = ir_node_new(g, OP_LOG, &x, 1, 1);
+  ir_insert_before(g, 0);
+  IrNode *c = ir_node_new(g, OP_TANH, &x, 1, 1);
+  ir_insert_before(g, 2);   // the same point as a and b, made after them
+  IrNode *e = ir_node_new(g, OP_SQRT, &x, 1, 1);
+  ir_insert_before(g, -1);
+  IrNode *f = ir_node_new(g, OP_ERF, &x, 1, 1);
+  ir_node_remove(g, orig[1]);
+  CHECK(g->nnodes == 4 && g->nodes[2] == orig[2] && orig[2]->id == 2 && a->id == 2 &&
+            orig[1]->id == -1,
+        "batch: the schedule stays as it was until the end");
+  ir_batch_end(g);
+  IrNode *want[] = {c, orig[0], a, b, e, orig[2], orig[3], f};
+  int same = g->nnodes == 8;
+  for (int i = 0; same && i < 8; i++)
+    same = g->nodes[i] == want[i] && want[i]->id == i;
+  CHECK(same, "batch: new nodes at their points in the order made, the removed node gone");
+  ir_graph_free(g);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--large")) { // test_ir --large N
     check_large(atoi(argv[2]));
@@ -584,6 +615,7 @@ int main(int argc, char **argv) {
   check_names();
   check_sizes_and_flops();
   check_clone();
+  check_batch();
   check_set_op();
   for (int i = 1; i < argc; i++) {
     check_dsl_model(argv[i]);
