@@ -2,6 +2,7 @@
 // expanded from ops.def). Sizes stay formulas so the emitted C reads
 // `rt_layernorm_fwd(out, x, w, b, B*T, C, 1e-05f)`.
 #include "codegen.h"
+#include "kernels.h"
 
 #include <string.h>
 
@@ -105,6 +106,9 @@ static void num(CgCall *c, const Sym *s) { arg(c, CG_INT)->i = s; }
 static void flt(CgCall *c, double f) { arg(c, CG_FLOAT)->f = f; }
 static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena, k)); }
 
+// An enum argument: its name in the program and its value in the interpreter.
+#define OP_CODE(e) #e, e
+
 static void enm(Lower *L, CgCall *c, const char *name, int64_t v) {
   CgArg *a = arg(c, CG_ENUM);
   a->name = name;
@@ -199,10 +203,10 @@ static void binary(Lower *L, const IrNode *n, const char *opname, int op) {
   broadcast_strides(L, b, o, bs);
   numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, as), ints(c, o->rank, bs);
 }
-static void lower_add(Lower *L, const IrNode *n) { binary(L, n, "RT_ADD", 0); }
-static void lower_sub(Lower *L, const IrNode *n) { binary(L, n, "RT_SUB", 1); }
-static void lower_mul(Lower *L, const IrNode *n) { binary(L, n, "RT_MUL", 2); }
-static void lower_div(Lower *L, const IrNode *n) { binary(L, n, "RT_DIV", 3); }
+static void lower_add(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_ADD)); }
+static void lower_sub(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_SUB)); }
+static void lower_mul(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_MUL)); }
+static void lower_div(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_DIV)); }
 
 static void lower_scale(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_scale);
@@ -408,12 +412,12 @@ static void unary(Lower *L, const IrNode *n, const char *opname, int op, double 
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
   flt(c, p);
 }
-static void lower_exp(Lower *L, const IrNode *n) { unary(L, n, "RT_EXP", 0, 1.0); }
-static void lower_log(Lower *L, const IrNode *n) { unary(L, n, "RT_LOG", 1, 1.0); }
-static void lower_sqrt(Lower *L, const IrNode *n) { unary(L, n, "RT_SQRT", 2, 1.0); }
-static void lower_tanh(Lower *L, const IrNode *n) { unary(L, n, "RT_TANH", 3, 1.0); }
-static void lower_erf(Lower *L, const IrNode *n) { unary(L, n, "RT_ERF", 4, 1.0); }
-static void lower_pow(Lower *L, const IrNode *n) { unary(L, n, "RT_POW", 5, ir_attr_f(n, "p")); }
+static void lower_exp(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_EXP), 1.0); }
+static void lower_log(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_LOG), 1.0); }
+static void lower_sqrt(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SQRT), 1.0); }
+static void lower_tanh(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_TANH), 1.0); }
+static void lower_erf(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_ERF), 1.0); }
+static void lower_pow(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_POW), ir_attr_f(n, "p")); }
 static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_erf_fwd); }
 static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
   elementwise(L, n, CG_K_gelu_erf_bwd);

@@ -10,8 +10,13 @@
 
 #define RT_MAXRANK 8
 
-enum { RT_ADD, RT_SUB, RT_MUL, RT_DIV };                   // rt_binary's op
-enum { RT_EXP, RT_LOG, RT_SQRT, RT_TANH, RT_ERF, RT_POW };  // rt_unary's op
+// rt_binary's and rt_unary's ops, each list once: the enums, and the names
+// codegen writes into the program (RT_EXP, ...)
+#define RT_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV)
+#define RT_UNARY_OPS(X) X(EXP) X(LOG) X(SQRT) X(TANH) X(ERF) X(POW)
+#define RT_OP_ENUM(name) RT_##name,
+enum { RT_BINARY_OPS(RT_OP_ENUM) };
+enum { RT_UNARY_OPS(RT_OP_ENUM) };
 
 #define K_OUT(i, x) float *x
 #define K_IN(i, x) const float *x
