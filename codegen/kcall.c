@@ -418,6 +418,11 @@ static void lower_sqrt(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SQRT)
 static void lower_tanh(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_TANH), 1.0); }
 static void lower_erf(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_ERF), 1.0); }
 static void lower_pow(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_POW), ir_attr_f(n, "p")); }
+static void lower_sin(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIN), 1.0); }
+static void lower_cos(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_COS), 1.0); }
+static void lower_abs(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_ABS), 1.0); }
+static void lower_sign(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGN), 1.0); }
+static void lower_sigmoid(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGMOID), 1.0); }
 static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_erf_fwd); }
 static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
   elementwise(L, n, CG_K_gelu_erf_bwd);

@@ -491,6 +491,11 @@ static int shape_sqrt(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, 
 static int shape_tanh(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_pow(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_sin(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_cos(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_abs(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_sign(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_sigmoid(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_gelu_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_gelu_erf_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
 static int shape_log_softmax(IrGraph *g, IrNode *n, IrDiag *d) { return shape_softmax(g, n, d); }
@@ -896,6 +901,11 @@ static const Sym *flops_sqrt(IrGraph *g, const IrNode *n) { return flops_out(g, 
 static const Sym *flops_tanh(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_pow(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
+static const Sym *flops_sin(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
+static const Sym *flops_cos(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
+static const Sym *flops_abs(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_sign(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_sigmoid(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_gelu_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
 static const Sym *flops_gelu_erf_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 14); }
 static const Sym *flops_masked_fill(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }

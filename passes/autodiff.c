@@ -333,6 +333,32 @@ static void grad_erf(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = scale(ad, op2(ad, OP_MUL, dy[0], e), 1.1283791670955126);
 }
 
+// y = sin x: dx = dy * cos x
+static void grad_sin(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_MUL, dy[0], op1(ad, OP_COS, n->in[0]));
+}
+
+// y = cos x: dx = -dy * sin x
+static void grad_cos(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = scale(ad, op2(ad, OP_MUL, dy[0], op1(ad, OP_SIN, n->in[0])), -1.0);
+}
+
+// y = |x|: dx = dy * sign x (0 at 0, as PyTorch)
+static void grad_abs(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_MUL, dy[0], op1(ad, OP_SIGN, n->in[0]));
+}
+
+// y = sign x: flat, no gradient
+static void grad_sign(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  (void)ad, (void)n, (void)dy, (void)dx;
+}
+
+// y = sigmoid x: dx = dy * y * (1 - y)
+static void grad_sigmoid(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *y = n->out[0];
+  dx[0] = op2(ad, OP_MUL, op2(ad, OP_MUL, dy[0], y), affine(ad, y, -1.0, 1.0));
+}
+
 // y = x^p: dx = dy * p * x^(p-1)
 static void grad_pow(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   double p = ir_attr_f(n, "p");

@@ -1260,7 +1260,12 @@ static float unary_one(int op, float x, float p) {
   case RT_SQRT: return sqrtf(x);
   case RT_TANH: return tanhf(x);
   case RT_ERF: return erff(x);
-  default: return powf(x, p);
+  case RT_POW: return powf(x, p);
+  case RT_SIN: return sinf(x);
+  case RT_COS: return cosf(x);
+  case RT_ABS: return fabsf(x);
+  case RT_SIGN: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
+  default: return 1.0f / (1.0f + expf(-x)); // RT_SIGMOID: e^-x overflows to inf, giving 0
   }
 }
 

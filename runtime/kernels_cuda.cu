@@ -271,7 +271,12 @@ __global__ void unary_kernel(int op, float *y, const float *x, long n, float p) 
       case RT_SQRT: r = sqrtf(v); break;
       case RT_TANH: r = tanhf(v); break;
       case RT_ERF: r = erff(v); break;
-      default: r = powf(v, p); break;
+      case RT_POW: r = powf(v, p); break;
+      case RT_SIN: r = sinf(v); break;
+      case RT_COS: r = cosf(v); break;
+      case RT_ABS: r = fabsf(v); break;
+      case RT_SIGN: r = v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v; break;
+      default: r = 1.0f / (1.0f + expf(-v)); break;  // RT_SIGMOID
     }
     y[i] = r;
   }

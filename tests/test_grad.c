@@ -114,6 +114,13 @@ static const Case cases[] = {
     {"pow2", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = pow(%x) p=2.0\n", "f32[N]", 1e-2},
     {"pow_reciprocal", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
      "%q : f32[N] = scale(%x) s=0.2 b=2.0\n%y : f32[N] = pow(%q) p=-1.0\n", "f32[N]", 1e-2},
+    {"sin", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = sin(%x)\n", "f32[N]", 1e-2},
+    {"cos", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = cos(%x)\n", "f32[N]", 1e-2},
+    {"abs", "sym N = 6\nparam %x : f32[N] normal(1.0)\n", "%y : f32[N] = abs(%x)\n", "f32[N]", 1e-2},
+    {"sign_times_x", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
+     "%s : f32[N] = sign(%x)\n%y : f32[N] = mul(%s, %x)\n", "f32[N]", 1e-2},
+    {"sigmoid", "sym N = 6\nparam %x : f32[N] normal(2.0)\n", "%y : f32[N] = sigmoid(%x)\n", "f32[N]",
+     1e-2},
     {"gelu_erf", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
      "%y : f32[N,C] = gelu_erf(%x)\n", "f32[N,C]", 1e-2},
     {"masked_fill", "sym B = 2\nsym T = 3\nsym C = 4\ninput %m : i32[T,C] classes(2)\n"

@@ -288,6 +288,45 @@ static double ref_gelu_grad(double x) {
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+static double ref_sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+// rt_unary's ops against libm in double, over a range and at the edges
+static void test_unary_ops(void) {
+  static const struct {
+    int op;
+    const char *name;
+    double (*f)(double);
+    float lo, hi;
+  } ops[] = {{RT_EXP, "exp", exp, -20, 20},      {RT_LOG, "log", log, 1e-3f, 1e3f},
+             {RT_SQRT, "sqrt", sqrt, 0, 100},    {RT_TANH, "tanh", tanh, -10, 10},
+             {RT_ERF, "erf", erf, -4, 4},        {RT_SIN, "sin", sin, -100, 100},
+             {RT_COS, "cos", cos, -100, 100},    {RT_ABS, "abs", fabs, -5, 5},
+             {RT_SIGN, "sign", ref_sign, -5, 5}, {RT_SIGMOID, "sigmoid", ref_sigmoid, -30, 30}};
+  long n = 10007;
+  float edges[] = {-1e30f, -100.0f, -1.0f, -0.0f, 0.0f, 1e-30f, 1.0f, 100.0f, 1e30f};
+  long ne = (long)(sizeof edges / sizeof edges[0]);
+  float *y = fbuf(n);
+  double *ref = dbuf(n);
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    float *x = frand(n, ops[k].lo, ops[k].hi);
+    rt_unary(ops[k].op, y, x, n, 1.0f);
+    for (long i = 0; i < n; i++) ref[i] = ops[k].f(x[i]);
+    check(ops[k].name, y, ref, n);
+    free(x);
+    if (ops[k].op == RT_LOG || ops[k].op == RT_SQRT || ops[k].op == RT_EXP)
+      continue; // their edges are inf, nan or overflow
+    rt_unary(ops[k].op, y, edges, ne, 1.0f);
+    for (long i = 0; i < ne; i++) ref[i] = ops[k].f(edges[i]);
+    check(ops[k].name, y, ref, ne);
+  }
+  float pw[] = {0.5f, 1.0f, 2.0f, 3.5f};
+  rt_unary(RT_POW, y, pw, 4, 2.5f);
+  for (long i = 0; i < 4; i++) ref[i] = pow(pw[i], 2.5);
+  check("pow 2.5", y, ref, 4);
+  free(y), free(ref);
+}
+
 static void test_unary(void) {
   long n = 20011;
   float *x = frand(n, -5, 5), *dy = frand(n, -1, 1), *out = fbuf(n);
@@ -951,6 +990,7 @@ int main(void) {
   test_slice();
   test_binary();
   test_unary();
+  test_unary_ops();
   test_matmul();
   test_embedding(40, 13, 7);
   test_embedding(1000, 97, 200);

@@ -370,7 +370,10 @@ static void test_unary(void) {
   } ops[] = {{RT_EXP, "exp", -5, 5, 0},       {RT_LOG, "log", 0.01f, 10, 0},
              {RT_SQRT, "sqrt", 0, 10, 0},     {RT_TANH, "tanh", -5, 5, 0},
              {RT_ERF, "erf", -3, 3, 0},       {RT_POW, "pow 2.5", 0.1f, 3, 2.5f},
-             {RT_POW, "pow 2", -3, 3, 2.0f},  {RT_POW, "pow -0.5", 0.1f, 3, -0.5f}};
+             {RT_POW, "pow 2", -3, 3, 2.0f},  {RT_POW, "pow -0.5", 0.1f, 3, -0.5f},
+             {RT_SIN, "sin", -10, 10, 0},     {RT_COS, "cos", -10, 10, 0},
+             {RT_ABS, "abs", -5, 5, 0},       {RT_SIGN, "sign", -5, 5, 0},
+             {RT_SIGMOID, "sigmoid", -20, 20, 0}};
   for (long n : {1L, 1000L, 65537L})
     for (const U &u : ops) {
       Vec x = rand_vec(n, u.lo, u.hi), y = rand_vec(n);
