@@ -600,38 +600,123 @@ int fe_fold_Max(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   return fold_minmax(cx, A_MAX, in, nin, out);
 }
 
-// Unary folds: f(x) on floats (Neg also on integers).
-static int fold_unary(FeOnnx *cx, FeConst **in, int nin, FeConst **out, double (*f)(double)) {
+// Unary folds: f(x) on floats; on integers fi(x), false on overflow (Neg, Abs, Sign; other
+// integer math runs). Neg also negates the formulas of symbolic sizes.
+static int fold_unary(FeOnnx *cx, FeConst **in, int nin, FeConst **out, double (*f)(double),
+                      bool (*fi)(int64_t, int64_t *));
+static bool neg_i(int64_t x, int64_t *y) { return !__builtin_sub_overflow((int64_t)0, x, y); }
+static bool abs_i(int64_t x, int64_t *y) { return x < 0 ? neg_i(x, y) : (*y = x, true); }
+static bool sign_i(int64_t x, int64_t *y) { return *y = (x > 0) - (x < 0), true; }
+static double neg(double x) { return -x; }
+static double recip(double x) { return 1.0 / x; }
+static double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static int fold_unary(FeOnnx *cx, FeConst **in, int nin, FeConst **out, double (*f)(double),
+                      bool (*fi)(int64_t, int64_t *)) {
   if (need_inputs(cx, in, nin, 1))
     return -1;
   FeConst *x = in[0];
-  if (!x->f && f != NULL)
-    return 1; // integer math other than Neg: run it
+  if (!x->f && !fi)
+    return 1; // integer math other than these: run it
   int rc = new_out(cx, x->type, x->rank, x->shape, out);
   if (rc)
     return rc;
   for (int64_t i = 0; i < x->n; i++) {
     if (x->f)
-      (*out)->f[i] = (float)(f ? f(x->f[i]) : -x->f[i]);
-    else if (__builtin_sub_overflow((int64_t)0, x->i[i], &(*out)->i[i]))
+      (*out)->f[i] = (float)f(x->f[i]);
+    else if (!fi(x->i[i], &(*out)->i[i]))
       return fe_err(cx, "integer overflow");
   }
-  if (x->s && (*out)->i) {
+  if (x->s && (*out)->i && fi != sign_i) { // the formulas of -x and |x| (by x's sign now)
     with_syms(cx, *out);
-    for (int64_t i = 0; i < x->n; i++)
-      (*out)->s[i] = tame(cx, sym_scale(&cx->g->arena, x->s[i], -1, 1), (*out)->i[i]);
+    for (int64_t i = 0; i < x->n; i++) {
+      bool flip = fi == neg_i || x->i[i] < 0;
+      (*out)->s[i] = tame(cx, flip ? sym_scale(&cx->g->arena, x->s[i], -1, 1) : x->s[i],
+                          (*out)->i[i]);
+    }
   }
+  with_syms(cx, *out);
   return 0;
 }
-static double recip(double x) { return 1.0 / x; }
-int fe_fold_Neg(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
-  return fold_unary(cx, in, nin, out, NULL);
-}
-int fe_fold_Sqrt(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
-  return fold_unary(cx, in, nin, out, sqrt);
-}
-int fe_fold_Reciprocal(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
-  return fold_unary(cx, in, nin, out, recip);
+#define FOLD_UNARY(Name, f, fi)                                                          \
+  int fe_fold_##Name(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {                \
+    return fold_unary(cx, in, nin, out, f, fi);                                          \
+  }
+FOLD_UNARY(Neg, neg, neg_i)
+FOLD_UNARY(Abs, fabs, abs_i)
+FOLD_UNARY(Sign, sign, sign_i)
+FOLD_UNARY(Sqrt, sqrt, NULL)
+FOLD_UNARY(Reciprocal, recip, NULL)
+FOLD_UNARY(Exp, exp, NULL)
+FOLD_UNARY(Log, log, NULL)
+FOLD_UNARY(Tanh, tanh, NULL)
+FOLD_UNARY(Erf, erf, NULL)
+FOLD_UNARY(Sin, sin, NULL)
+FOLD_UNARY(Cos, cos, NULL)
+FOLD_UNARY(Sigmoid, sigmoid, NULL)
+
+// MatMul of float constants (rotary tables, say), numpy's semantics: a rank-1
+// operand is a row (a) or a column (b), the batch dims broadcast. Sums in
+// double, rounded once. Integer operands, and products too costly to fold
+// (over 2^32 multiply-adds), run.
+int fe_fold_MatMul(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  if (need_inputs(cx, in, nin, 2))
+    return -1;
+  FeConst *a = in[0], *b = in[1];
+  if (!a->f || !b->f)
+    return 1;
+  if (a->rank < 1 || b->rank < 1)
+    return fe_err(cx, "an operand is a scalar; MatMul needs rank 1 or more");
+  // a as [batch.., M, K], b as [batch.., K, N]
+  const Sym *one = sym_const(&cx->g->arena, 1), *as[IR_MAXRANK + 1], *bs[IR_MAXRANK + 1];
+  int ra = a->rank, rb = b->rank;
+  memcpy(as + (ra == 1), a->shape, (size_t)ra * sizeof *as);
+  memcpy(bs, b->shape, (size_t)rb * sizeof *bs);
+  if (ra == 1)
+    as[0] = one, ra = 2;
+  if (rb == 1)
+    bs[1] = one, rb = 2;
+  int64_t m, k, kb, n;
+  if (fe_eval(cx, as[ra - 2], &m) || fe_eval(cx, as[ra - 1], &k) || fe_eval(cx, bs[rb - 2], &kb) ||
+      fe_eval(cx, bs[rb - 1], &n))
+    return -1;
+  if (k != kb)
+    return fe_err(cx, "the inner dims differ: %lld and %lld", (long long)k, (long long)kb);
+  int r;
+  const Sym *shape[IR_MAXRANK + 2];
+  if (fe_broadcast(cx, ra - 2, as, rb - 2, bs, &r, shape))
+    return -1;
+  int orank = r;
+  if (a->rank > 1)
+    shape[orank++] = as[ra - 2];
+  if (b->rank > 1)
+    shape[orank++] = bs[rb - 1];
+  if (orank > IR_MAXRANK)
+    return fe_err(cx, "the result has rank %d (at most %d)", orank, IR_MAXRANK);
+  int rc = new_out(cx, a->type, orank, shape, out);
+  if (rc)
+    return rc;
+  FeConst *o = *out;
+  if ((double)o->n * (double)k > 0x1p32)
+    return 1;
+  int64_t od[IR_MAXRANK], ad[IR_MAXRANK], bd[IR_MAXRANK], batch = 1;
+  dims_of(cx, r, shape, od), dims_of(cx, ra - 2, as, ad), dims_of(cx, rb - 2, bs, bd);
+  for (int i = 0; i < r; i++)
+    batch *= od[i];
+  for (int64_t t = 0; t < batch; t++) {
+    const float *pa = a->f + bcast_offset(t, r, od, ra - 2, ad) * m * k;
+    const float *pb = b->f + bcast_offset(t, r, od, rb - 2, bd) * k * n;
+    float *po = o->f + t * m * n;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double acc = 0.0;
+        for (int64_t q = 0; q < k; q++)
+          acc += (double)pa[i * k + q] * pb[q * n + j];
+        po[i * n + j] = (float)acc;
+      }
+  }
+  return 0;
 }
 
 int fe_fold_Not(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {

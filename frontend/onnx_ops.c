@@ -206,11 +206,11 @@ int fe_conv_Relu(FeOnnx *cx) { return unary(cx, OP_RELU); }
 int fe_conv_Neg(FeOnnx *cx) { return set(cx, scale(cx, farg(cx, 0), -1.0, 0.0)); }
 int fe_conv_Reciprocal(FeOnnx *cx) { return set(cx, power(cx, farg(cx, 0), -1.0)); }
 
-// Sigmoid(x) = 1 / (1 + e^-x)
-int fe_conv_Sigmoid(FeOnnx *cx) {
-  IrValue *e = fe_op(cx, OP_EXP, scale(cx, farg(cx, 0), -1.0, 0.0), NULL);
-  return set(cx, power(cx, scale(cx, e, 1.0, 1.0), -1.0));
-}
+int fe_conv_Sigmoid(FeOnnx *cx) { return unary(cx, OP_SIGMOID); }
+int fe_conv_Sin(FeOnnx *cx) { return unary(cx, OP_SIN); }
+int fe_conv_Cos(FeOnnx *cx) { return unary(cx, OP_COS); }
+int fe_conv_Abs(FeOnnx *cx) { return unary(cx, OP_ABS); }
+int fe_conv_Sign(FeOnnx *cx) { return unary(cx, OP_SIGN); }
 
 // ---- constants and shapes -------------------------------------------------------------------------
 

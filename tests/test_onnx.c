@@ -244,7 +244,7 @@ static void check_errors(const char *dir, const char *tmp) {
     const char *file, *want;
   } corpus[] = {
       {"bad_unsupported_op", "node 'my_celu': error: unsupported ONNX op 'Celu' (domain 'ai.onnx', opset 17)"},
-      {"bad_unsupported_op", "mtc supports (domain ai.onnx, opsets 13 to 17): Add, And,"},
+      {"bad_unsupported_op", "mtc supports (domain ai.onnx, opsets 13 to 17): Abs, Add, And,"},
       {"bad_dangling", "node 'mm': error: MatMul: input 1 'nowhere' is not defined"},
       {"bad_tensor_size", "initializer 'w': raw data has 20 bytes; 12 float elements need 48"},
       {"bad_opset", "opset 11; mtc reads opsets 13 to 17"},
@@ -380,7 +380,7 @@ static const char *const fixtures[] = {
     "encoder_o17_train", "encoder_relu_prenorm_o17_eval", "mha_o14_eval", "mha_o17_train",
     "mlp_ce_o14_eval", "mlp_ce_o17_train", "mlp_nll_o17_eval", "mlp_softmax_nll_o14_eval",
     "mlp_logsoftmax_o17_eval", "mlp_mse_o17_eval", "mlp_mse_o14_train", "mlp_logits_o17_eval",
-    "mlp_ext", "handmade_o17", "gpt_o13_eval", NULL};
+    "mlp_ext", "handmade_o17", "math_o17", "gpt_o13_eval", NULL};
 
 int main(int argc, char **argv) {
   if (argc < 2) {

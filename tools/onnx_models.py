@@ -525,6 +525,74 @@ def write_handmade(out):
         fh.write(f"loss {float(loss)!r}\n")
 
 
+def write_math(out):
+    """math_o17: elementwise math at run time (Sigmoid, Sin, Cos, Abs, Sign) and folded at compile
+    time (MatMul, Cos, Sin, Exp, Log, Tanh, Erf, Abs, Sign, Sigmoid of constants, as rotary tables
+    are made), a Cast of -inf to int64 (saturates) that a Where then discards, Abs on int64; the
+    reference loss from numpy."""
+    n = B * 2
+    rng = np.random.default_rng(7)
+    w = (0.5 * rng.standard_normal((6, 6))).astype(np.float32)
+    x = rng.standard_normal((n, 6)).astype(np.float32)
+    p = np.array([[0.5, 1.0, 2.0]], np.float32)
+    q = rng.standard_normal((3, 6)).astype(np.float32)
+    z = np.arange(6, dtype=np.float32)
+    ii = np.array([-3, -2, 0, 1, 2, 5], np.int64)
+    H = helper
+
+    def const(name, arr):
+        return H.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+    nodes = [
+        H.make_node("MatMul", ["x", "W"], ["h"]),
+        const("P", p), const("Q", q), H.make_node("MatMul", ["P", "Q"], ["F"]),
+        H.make_node("Cos", ["F"], ["cf"]), H.make_node("Sin", ["F"], ["sf"]),
+        H.make_node("Sigmoid", ["F"], ["smf"]), H.make_node("Exp", ["F"], ["ef"]),
+        H.make_node("Log", ["ef"], ["lf"]), H.make_node("Tanh", ["F"], ["tf"]),
+        H.make_node("Erf", ["F"], ["erf"]), const("one", np.array(1.0, np.float32)),
+        H.make_node("Sub", ["F", "one"], ["f1"]), H.make_node("Abs", ["f1"], ["af"]),
+        H.make_node("Sign", ["f1"], ["sgf"]),
+        H.make_node("Mul", ["sf", "smf"], ["t1"]), H.make_node("Mul", ["tf", "erf"], ["t2"]),
+        H.make_node("Mul", ["af", "sgf"], ["t3"]), const("tenth", np.array(0.1, np.float32)),
+        H.make_node("Mul", ["lf", "tenth"], ["t4"]), H.make_node("Add", ["cf", "t1"], ["u1"]),
+        H.make_node("Add", ["u1", "t2"], ["u2"]), H.make_node("Add", ["u2", "t3"], ["u3"]),
+        H.make_node("Add", ["u3", "t4"], ["table"]),
+        const("z", z), H.make_node("Log", ["z"], ["lz"]),
+        H.make_node("Cast", ["lz"], ["ci"], to=TensorProto.INT64),
+        const("ii", ii), H.make_node("Abs", ["ii"], ["ai"]), const("zero", np.array(0.0, np.float32)),
+        H.make_node("Equal", ["z", "zero"], ["isz"]), H.make_node("Where", ["isz", "ai", "ci"], ["safe"]),
+        H.make_node("Cast", ["safe"], ["sf2"], to=TensorProto.FLOAT),
+        H.make_node("Sigmoid", ["h"], ["sh"]), H.make_node("Mul", ["sh", "table"], ["r1"]),
+        H.make_node("Sin", ["h"], ["sinh"]), H.make_node("Cos", ["h"], ["cosh"]),
+        H.make_node("Mul", ["sinh", "cosh"], ["r2"]), H.make_node("Abs", ["h"], ["abh"]),
+        H.make_node("Mul", ["abh", "sf2"], ["r3"]), H.make_node("Sign", ["h"], ["sgh"]),
+        H.make_node("Mul", ["sgh", "h"], ["r4"]),
+        H.make_node("Add", ["r1", "r2"], ["v1"]), H.make_node("Add", ["v1", "r3"], ["v2"]),
+        H.make_node("Add", ["v2", "r4"], ["v3"]), H.make_node("Mul", ["v3", "v3"], ["sq"]),
+        H.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0),
+    ]
+    graph = H.make_graph(nodes, "math", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                         initializer=[numpy_helper.from_array(w, "W")])
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "math_o17.onnx"))
+    # the same in numpy (float64)
+    from math import erf
+    f = p.astype(np.float64) @ q
+    table = (np.cos(f) + np.sin(f) / (1.0 + np.exp(-f)) + np.tanh(f) * np.vectorize(erf)(f)
+             + np.abs(f - 1.0) * np.sign(f - 1.0) + 0.1 * f)
+    sf2 = np.array([3, 0, 0, 1, 1, 1], np.float64)  # Where(z == 0, |ii|, int(log z))
+    h = x.astype(np.float64) @ w
+    v = 1.0 / (1.0 + np.exp(-h)) * table + np.sin(h) * np.cos(h) + np.abs(h) * sf2 + np.abs(h)
+    loss = (v * v).mean()
+    with open(os.path.join(out, "math_o17.ref"), "w") as fh:
+        fh.write("# math_o17: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"dim N {n}\n")
+        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
 # ---- GPT-2 124M ---------------------------------------------------------------------------------
 
 
@@ -561,6 +629,7 @@ def main():
     if not a.names:
         write_external(a.out)
         write_handmade(a.out)
+        write_math(a.out)
         write_bad(a.out)
 
 
