@@ -207,6 +207,8 @@ static void lower_add(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_ADD))
 static void lower_sub(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_SUB)); }
 static void lower_mul(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_MUL)); }
 static void lower_div(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_DIV)); }
+static void lower_min(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_MIN)); }
+static void lower_max(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_MAX)); }
 
 static void lower_scale(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_scale);

@@ -225,6 +225,8 @@ static int shape_add(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, 
 static int shape_sub(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
 static int shape_mul(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
 static int shape_div(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
+static int shape_min(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
+static int shape_max(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
 
 // Unary elementwise ops: the output is like the input.
 static int shape_unary(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -853,6 +855,8 @@ static const Sym *flops_in(IrGraph *g, const IrNode *n, int64_t k) {
   return numel_times(g, n->in[0], k);
 }
 static const Sym *flops_add(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_min(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_max(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sub(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_mul(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_div(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }

@@ -333,6 +333,20 @@ static void grad_erf(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = scale(ad, op2(ad, OP_MUL, dy[0], e), 1.1283791670955126);
 }
 
+// y = max(a, b) (sel = 1) or min(a, b) (sel = -1): the gradient goes to the operand taken, half
+// to each at a tie (as PyTorch): dA = dy * (1 + sel * sign(a - b)) / 2, dB = dy - dA's share.
+static void grad_select(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx, double sel) {
+  IrValue *s = op1(ad, OP_SIGN, op2(ad, OP_SUB, n->in[0], n->in[1]));
+  dx[0] = sum_to(ad, op2(ad, OP_MUL, dy[0], affine(ad, s, 0.5 * sel, 0.5)), n->in[0]);
+  dx[1] = sum_to(ad, op2(ad, OP_MUL, dy[0], affine(ad, s, -0.5 * sel, 0.5)), n->in[1]);
+}
+static void grad_max(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  grad_select(ad, n, dy, dx, 1.0);
+}
+static void grad_min(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  grad_select(ad, n, dy, dx, -1.0);
+}
+
 // y = sin x: dx = dy * cos x
 static void grad_sin(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = op2(ad, OP_MUL, dy[0], op1(ad, OP_COS, n->in[0]));

@@ -505,6 +505,8 @@ static int shard_add(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
 static int shard_sub(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
 static int shard_mul(ShardOp *op) { return elementwise(op, 2, LIN_ONE); }
 static int shard_div(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
+static int shard_min(ShardOp *op) { return elementwise(op, 2, LIN_NONE); }
+static int shard_max(ShardOp *op) { return elementwise(op, 2, LIN_NONE); }
 
 // s * x + b is linear when b = 0.
 static int shard_scale(ShardOp *op) {

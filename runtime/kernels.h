@@ -12,7 +12,7 @@
 
 // rt_binary's and rt_unary's ops, each list once: the enums, and the names
 // codegen writes into the program (RT_EXP, ...)
-#define RT_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV)
+#define RT_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV) X(MIN) X(MAX)
 #define RT_UNARY_OPS(X) X(EXP) X(LOG) X(SQRT) X(TANH) X(ERF) X(POW) X(SIN) X(COS) X(ABS) X(SIGN) \
   X(SIGMOID)
 #define RT_OP_ENUM(name) RT_##name,

@@ -328,6 +328,8 @@ static void binary_row(int op, float *o, const float *a, long as,
     case RT_SUB: BINARY_ROW(av - bv); break;
     case RT_MUL: BINARY_ROW(av * bv); break;
     case RT_DIV: BINARY_ROW(av / bv); break;
+    case RT_MIN: BINARY_ROW(av < bv || av != av ? av : bv); break;
+    case RT_MAX: BINARY_ROW(av > bv || av != av ? av : bv); break;
     default: break;
   }
 }

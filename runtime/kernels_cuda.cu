@@ -215,6 +215,8 @@ __global__ void binary_kernel(int op, float *out, const float *a, const float *b
       case RT_SUB: r = av - bv; break;
       case RT_MUL: r = av * bv; break;
       case RT_DIV: r = av / bv; break;
+      case RT_MIN: r = av < bv || av != av ? av : bv; break;
+      case RT_MAX: r = av > bv || av != av ? av : bv; break;
       default: continue;  // the CPU leaves out alone
     }
     out[i] = r;

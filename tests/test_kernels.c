@@ -232,13 +232,15 @@ static void test_slice(void) {
 // ---------------------------------------------------------------------------
 // elementwise
 
-static const char *op_name[] = {"add", "sub", "mul", "div"};
+static const char *op_name[] = {"add", "sub", "mul", "div", "min", "max"};
 
 static double ref_op(int op, double a, double b) {
   switch (op) {
     case RT_ADD: return a + b;
     case RT_SUB: return a - b;
     case RT_MUL: return a * b;
+    case RT_MIN: return a < b ? a : b;
+    case RT_MAX: return a > b ? a : b;
     default: return a / b;
   }
 }
@@ -251,7 +253,7 @@ static void binary_case(const char *what, int rank, const long *shape, const lon
   for (long i = 0; i < nb; i++)
     if (i % 3 == 1) b[i] = -b[i];  // both signs, away from zero for div
   double *ref = dbuf(n);
-  for (int op = RT_ADD; op <= RT_DIV; op++) {
+  for (int op = RT_ADD; op <= RT_MAX; op++) {
     for (long i = 0; i < n; i++)
       ref[i] = ref_op(op, a[offset_of(i, rank, shape, as)], b[offset_of(i, rank, shape, bs)]);
     rt_binary(op, out, a, b, rank, shape, as, bs);

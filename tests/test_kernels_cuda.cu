@@ -302,8 +302,8 @@ static void test_binary(void) {
       {3, {3, 5, 700}, {0, 700, 1}, {3500, 0, 1}},
       {0, {0}, {0}, {0}},                        // scalars
   };
-  const char *names[] = {"add", "sub", "mul", "div"};
-  for (int op = RT_ADD; op <= RT_DIV; op++)
+  const char *names[] = {"add", "sub", "mul", "div", "min", "max"};
+  for (int op = RT_ADD; op <= RT_MAX; op++)
     for (const Case &c : cases) {
       long n = numel(c.rank, c.shape);
       Vec a = rand_vec(span_of(c.rank, c.shape, c.as)), b = rand_vec(span_of(c.rank, c.shape, c.bs));
