@@ -188,6 +188,16 @@ int fe_conv_Sub(FeOnnx *cx) { return binary(cx, B_SUB); }
 int fe_conv_Mul(FeOnnx *cx) { return binary(cx, B_MUL); }
 int fe_conv_Div(FeOnnx *cx) { return binary(cx, B_DIV); }
 
+// Min and Max over any number of inputs (broadcasting), left to right.
+static int minmax(FeOnnx *cx, IrOp op) {
+  IrValue *acc = farg(cx, 0);
+  for (int i = 1; acc && i < fe_nin(cx); i++)
+    acc = fe_op(cx, op, acc, farg(cx, i));
+  return set(cx, acc);
+}
+int fe_conv_Min(FeOnnx *cx) { return minmax(cx, OP_MIN); }
+int fe_conv_Max(FeOnnx *cx) { return minmax(cx, OP_MAX); }
+
 // Pow(x, p) for a constant p.
 int fe_conv_Pow(FeOnnx *cx) {
   double p;

@@ -526,7 +526,7 @@ def write_handmade(out):
 
 
 def write_math(out):
-    """math_o17: elementwise math at run time (Sigmoid, Sin, Cos, Abs, Sign) and folded at compile
+    """math_o17: elementwise math at run time (Sigmoid, Sin, Cos, Abs, Sign, Max, Min) and folded at compile
     time (MatMul, Cos, Sin, Exp, Log, Tanh, Erf, Abs, Sign, Sigmoid of constants, as rotary tables
     are made), a Cast of -inf to int64 (saturates) that a Where then discards, Abs on int64; the
     reference loss from numpy."""
@@ -568,7 +568,10 @@ def write_math(out):
         H.make_node("Mul", ["abh", "sf2"], ["r3"]), H.make_node("Sign", ["h"], ["sgh"]),
         H.make_node("Mul", ["sgh", "h"], ["r4"]),
         H.make_node("Add", ["r1", "r2"], ["v1"]), H.make_node("Add", ["v1", "r3"], ["v2"]),
-        H.make_node("Add", ["v2", "r4"], ["v3"]), H.make_node("Mul", ["v3", "v3"], ["sq"]),
+        H.make_node("Add", ["v2", "r4"], ["v3"]), const("floor", np.array(-0.5, np.float32)),
+        H.make_node("Max", ["h", "floor"], ["r5"]), H.make_node("Min", ["h", "sh", "sinh"], ["r6"]),
+        H.make_node("Add", ["v3", "r5"], ["v4"]), H.make_node("Add", ["v4", "r6"], ["v5"]),
+        H.make_node("Mul", ["v5", "v5"], ["sq"]),
         H.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0),
     ]
     graph = H.make_graph(nodes, "math", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
@@ -584,7 +587,9 @@ def write_math(out):
              + np.abs(f - 1.0) * np.sign(f - 1.0) + 0.1 * f)
     sf2 = np.array([3, 0, 0, 1, 1, 1], np.float64)  # Where(z == 0, |ii|, int(log z))
     h = x.astype(np.float64) @ w
-    v = 1.0 / (1.0 + np.exp(-h)) * table + np.sin(h) * np.cos(h) + np.abs(h) * sf2 + np.abs(h)
+    sh = 1.0 / (1.0 + np.exp(-h))
+    v = sh * table + np.sin(h) * np.cos(h) + np.abs(h) * sf2 + np.abs(h)
+    v = v + np.maximum(h, -0.5) + np.minimum(np.minimum(h, sh), np.sin(h))
     loss = (v * v).mean()
     with open(os.path.join(out, "math_o17.ref"), "w") as fh:
         fh.write("# math_o17: written by tools/onnx_models.py (reference: numpy)\n")
