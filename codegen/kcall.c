@@ -487,7 +487,8 @@ static void slice_axis(Lower *L, const IrNode *n, CgKernel k, const IrValue *big
   num(c, small->shape[axis]);
 }
 static void lower_slice(Lower *L, const IrNode *n) {
-  slice_axis(L, n, CG_K_slice_axis, n->in[0], n->out[0]);
+  CgKernel k = n->in[0]->dtype == DT_I32 ? CG_K_slice_axis_i32 : CG_K_slice_axis;
+  slice_axis(L, n, k, n->in[0], n->out[0]);
 }
 static void lower_slice_bwd(Lower *L, const IrNode *n) {
   slice_axis(L, n, CG_K_slice_axis_bwd, n->out[0], n->in[0]);

@@ -1386,13 +1386,24 @@ void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets,
     if (nll_counts(targets[i], c, ignore)) dlogp[i * c + targets[i]] = g;
 }
 
-void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner,
-                   long start, long step, long len) {
+// rt_slice_axis on elements of `size` bytes
+static void slice_rows(char *out, const char *x, size_t size, long outer, long xdim, long inner,
+                       long start, long step, long len) {
 #pragma omp parallel for if (outer * len * inner >= PAR_MIN)
   for (long o = 0; o < outer; o++)
     for (long i = 0; i < len; i++)
-      memcpy(out + (o * len + i) * inner, x + (o * xdim + start + i * step) * inner,
-             (size_t)inner * sizeof *out);
+      memcpy(out + (size_t)((o * len + i) * inner) * size,
+             x + (size_t)((o * xdim + start + i * step) * inner) * size, (size_t)inner * size);
+}
+
+void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner,
+                   long start, long step, long len) {
+  slice_rows((char *)out, (const char *)x, sizeof *out, outer, xdim, inner, start, step, len);
+}
+
+void rt_slice_axis_i32(int *out, const int *x, long outer, long xdim, long inner,
+                       long start, long step, long len) {
+  slice_rows((char *)out, (const char *)x, sizeof *out, outer, xdim, inner, start, step, len);
 }
 
 void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim,

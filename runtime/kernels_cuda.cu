@@ -813,7 +813,8 @@ __global__ void nll_loss_bwd_kernel(float *dlogp, const float *dloss, const int 
 
 // out (outer, len, inner) = x (outer, xdim, inner) at rows start + i*step;
 // bwd: the reverse (dx zeroed by the launcher)
-__global__ void slice_axis_kernel(float *out, const float *x, long outer, long xdim, long inner,
+template <typename T>
+__global__ void slice_axis_kernel(T *out, const T *x, long outer, long xdim, long inner,
                                   long start, long step, long len, int bwd) {
   GRID_LOOP(e, outer * len * inner) {
     long o = e / (len * inner), rem = e - o * (len * inner);
@@ -1418,6 +1419,15 @@ void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets, long 
 
 void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner, long start,
                    long step, long len) {
+  long n = outer * len * inner;
+  if (outer <= 0 || len <= 0 || inner <= 0) return;
+  slice_axis_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xdim, inner,
+                                                               start, step, len, 0);
+  LAUNCHED();
+}
+
+void rt_slice_axis_i32(int *out, const int *x, long outer, long xdim, long inner, long start,
+                       long step, long len) {
   long n = outer * len * inner;
   if (outer <= 0 || len <= 0 || inner <= 0) return;
   slice_axis_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xdim, inner,

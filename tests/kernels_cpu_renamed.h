@@ -40,6 +40,7 @@
 #define rt_slice cpu_rt_slice
 #define rt_slice_axis cpu_rt_slice_axis
 #define rt_slice_axis_bwd cpu_rt_slice_axis_bwd
+#define rt_slice_axis_i32 cpu_rt_slice_axis_i32
 #define rt_softmax_bwd cpu_rt_softmax_bwd
 #define rt_softmax_fwd cpu_rt_softmax_fwd
 #define rt_strided_copy cpu_rt_strided_copy
@@ -89,6 +90,7 @@
 #undef rt_slice
 #undef rt_slice_axis
 #undef rt_slice_axis_bwd
+#undef rt_slice_axis_i32
 #undef rt_softmax_bwd
 #undef rt_softmax_fwd
 #undef rt_strided_copy

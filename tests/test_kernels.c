@@ -226,7 +226,19 @@ static void test_slice(void) {
     for (long i = 0; i < len; i++) ref2[o * oinner + off + i] = x2[o * len + i];
   rt_unslice(o2, x2, outer, oinner, off, len);
   check("unslice", o2, ref2, outer * oinner);
+  // along a middle axis, on integers: (3, 9, 2) rows 1, 3, 5
+  int *xi = irand(3 * 9 * 2, 1000), *oi = ibuf(3 * 3 * 2);
+  double *got = dbuf(3 * 3 * 2), *want = dbuf(3 * 3 * 2);
+  rt_slice_axis_i32(oi, xi, 3, 9, 2, 1, 2, 3);
+  for (long o = 0; o < 3; o++)
+    for (long i = 0; i < 3; i++)
+      for (long k = 0; k < 2; k++) {
+        want[(o * 3 + i) * 2 + k] = xi[(o * 9 + 1 + 2 * i) * 2 + k];
+        got[(o * 3 + i) * 2 + k] = oi[(o * 3 + i) * 2 + k];
+      }
+  check_dd("slice_axis_i32", got, want, 3 * 3 * 2);
   free(x); free(out); free(ref); free(x2); free(o2); free(ref2);
+  free(xi); free(oi); free(got); free(want);
 }
 
 // ---------------------------------------------------------------------------

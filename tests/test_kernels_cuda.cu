@@ -283,6 +283,11 @@ static void test_slices(void) {
     check(fmt("slice_axis_bwd outer=%ld xdim=%ld inner=%ld start=%ld step=%ld", c.outer, c.xdim,
               c.inner, c.start, c.step),
           dxv, ddx, EXACT);
+    IVec xi = rand_ivec(c.outer * c.xdim * c.inner, -1000, 1000), oi = rand_ivec(c.outer * c.len * c.inner, 0, 5);
+    int *dxi = dev(xi), *doi = dev(oi);
+    CPU(rt_slice_axis_i32)(oi.data(), xi.data(), c.outer, c.xdim, c.inner, c.start, c.step, c.len);
+    rt_slice_axis_i32(doi, dxi, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
+    check_int(fmt("slice_axis_i32 outer=%ld xdim=%ld inner=%ld", c.outer, c.xdim, c.inner), oi, doi);
     free_all();
   }
 }
