@@ -342,7 +342,7 @@ static int slice_one(FeOnnx *cx, const Sym *dim, const FeConst *ends, int i, int
     return -1;
   if (step == 0)
     return fe_err(cx, "a slice step of 0");
-  int64_t e0 = e;
+  int64_t e0 = e, s0 = s;
   if (s < 0)
     s += d;
   if (e < 0)
@@ -359,6 +359,8 @@ static int slice_one(FeOnnx *cx, const Sym *dim, const FeConst *ends, int i, int
     out->len = tame(cx, fe_const_sym(cx, ends, i), len);   // x[:T]
   else if (step == 1 && e == d && e0 >= d)
     out->len = tame(cx, sym_sub(&cx->g->arena, dim, sym_const(&cx->g->arena, s)), len); // x[s:]
+  else if (step == 1 && s0 >= 0 && e0 < 0 && e == e0 + d && e > s)   // x[s:-k]: dim - k - s
+    out->len = tame(cx, sym_sub(&cx->g->arena, dim, sym_const(&cx->g->arena, s - e0)), len);
   return 0;
 }
 
