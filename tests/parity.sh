@@ -8,7 +8,9 @@
 #   parity.sh MTC MODEL FIXTURE OUTDIR
 #
 # FIXTURE/parity.env says how: mtc_args (e.g. -D B=4), load (initial weights
-# by name, for DSL models; ONNX models carry theirs), adamw_args, sgd_args.
+# by name, for DSL models; ONNX models carry theirs), adamw_args, sgd_args,
+# and dynamic_args: the mtc_args of a MODEL named *_dyn.onnx (exported with
+# dynamic axes, so its dims need values).
 # PARITY_STEPS=N runs and checks only the first N optimizer steps (default
 # 10; for large models). Exits 77 (ctest: skipped) when MODEL is ONNX and this
 # mtc cannot read ONNX yet (or has no --loss/--labels yet), or when numpy is
@@ -22,9 +24,10 @@ source "$(dirname "$0")/lib.sh"
 check() { "$python" "$tools/parity_check.py" "$@"; }
 
 # shellcheck disable=SC2034  # adamw_args and sgd_args are read as ${!args}
-mtc_args="" load="" adamw_args="" sgd_args=""
+mtc_args="" load="" adamw_args="" sgd_args="" dynamic_args=""
 # shellcheck source=/dev/null
 source "$fix/parity.env"
+case $model in *_dyn.onnx) mtc_args=$dynamic_args ;; esac
 
 rm -rf "$out"
 mkdir -p "$out"

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers models, exported to ONNX as a user would, and the
+reference numbers mtc's CPU program must reproduce (tests/parity.sh).
+
+    tools/parity_hf.py                  # every family, into tests/fixtures/parity/hf_*
+    tools/parity_hf.py llama gpt2       # some of them
+    tools/parity_hf.py --out DIR        # elsewhere
+    tools/parity_hf.py --list
+
+Each family is a small random-init config (no weights are downloaded) of a
+transformers model class with its own loss (labels in, loss out), exported with
+torch.onnx.export in training mode without constant folding, at opsets 17 and
+14 with the batch and sequence dims fixed, and at opset 17 with them as
+dynamic axes (model_o17_dyn.onnx, compiled with -D B=.. -D T=..). The folder
+hf_NAME holds the models and the reference of parity_lib.py (first loss,
+every gradient, 10 AdamW and 10 SGD losses on one fixed batch).
+
+transformers is not a dependency of mtc or of its tests: run this script with a
+virtualenv that sees Debian's python3-torch (torch 1.13):
+
+    /usr/bin/python3 -m venv --system-site-packages ~/venv-hf
+    ~/venv-hf/bin/pip install transformers==4.40.2
+    ~/venv-hf/bin/python tools/parity_hf.py
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+import parity_lib as pl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "parity")
+B, T = 2, 16
+OPTS = {"adamw": dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1),
+        "sgd": dict(lr=0.1, weight_decay=0.01)}
+
+
+class CausalLM(torch.nn.Module):
+    """A causal language model and its shifted loss: (idx, labels) -> loss."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx, labels):
+        return self.m(input_ids=idx, labels=labels, use_cache=False).loss
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return CausalLM(LlamaForCausalLM(cfg)), 128
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0)
+    return CausalLM(GPT2LMHeadModel(cfg)), 128
+
+
+FAMILIES = {"llama": llama, "gpt2": gpt2}
+
+
+def perturb_norms(model, seed):
+    """Norm weights ~ N(1, 0.1) and biases ~ N(0, 0.1) instead of ones and zeros
+    (LayerNorm, and RMSNorm classes, which have no bias), so that a mix-up
+    cannot hide in the gradients."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if not type(m).__name__.endswith(("Norm", "LayerNorm")):
+                continue
+            m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
+            if getattr(m, "bias", None) is not None:
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+
+
+def loss_fn(model, batch):
+    return model(batch["idx"], batch["labels"])
+
+
+def write(name, out_root):
+    torch.manual_seed(0)
+    model, vocab = FAMILIES[name]()
+    perturb_norms(model, 1)
+    model.eval()
+    batch = {"idx": pl.tokens((B, T), vocab, 1), "labels": pl.tokens((B, T), vocab, 2)}
+    ref, grads = pl.reference(model, loss_fn, batch, OPTS)
+    note = pl.float64_drift(model, loss_fn, batch, grads)
+    print(name, note)
+    out = os.path.join(out_root, "hf_" + name)
+    os.makedirs(out, exist_ok=True)
+    for opset in (17, 14):
+        pl.export_onnx(model, batch, os.path.join(out, f"model_o{opset}.onnx"), opset, None)
+    dynamic = {"idx": {0: "B", 1: "T"}, "labels": {0: "B", 1: "T"}}
+    pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
+    pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
+    with open(os.path.join(out, "parity.env"), "a") as f:
+        f.write(f"dynamic_args='-D B={B} -D T={T}'\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=FIXTURES, help="where the fixture folders go")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args()
+    if a.list:
+        print("\n".join(FAMILIES))
+        return 0
+    for name in a.names or FAMILIES:
+        write(name, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
