@@ -698,6 +698,19 @@ static void emit_buckets(Emit *e) {
   blank(e);
 }
 
+// The label a loss reading `in` as its targets (through views) skips, if any.
+static bool ignored_label(const IrGraph *g, const IrValue *in, int64_t *ignore) {
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = g->nodes[i];
+    if ((n->op == OP_NLL_LOSS || n->op == OP_CROSS_ENTROPY || n->op == OP_VP_CROSS_ENTROPY) &&
+        ir_view_root(n->in[1]) == in) {
+      *ignore = ir_attr_i(n, "ignore_index");
+      return true;
+    }
+  }
+  return false;
+}
+
 // The params table lists the trainable parameters, then the constants
 // (ONNX initializers that are not trained: kind RT_PARAM_CONST); weights.bin holds both
 // in this order.
@@ -717,8 +730,10 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
                     sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
       IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
       int64_t pad = v->tp_valid ? ir_eval(g, v->tp_whole) - ir_eval(g, v->tp_valid) : 0;
+      int64_t ignore = 0;
+      bool ignores = role == ROLE_INPUT && v->dtype == DT_I32 && ignored_label(g, v, &ignore);
       println(e, "  {\"%s\", %lld, %lld, %s, %s, %lld, \"%s\", %d, %s, %d, %d, %lld, %d, %d, "
-              "%lld},",
+              "%lld, %d, %lld},",
               v->name, (long long)e->m->offset[i], (long long)ir_eval(g, ir_numel(g, &whole)),
               v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
               role == ROLE_INPUT ? input_kind(v->input_kind)
@@ -726,7 +741,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
                                   : "RT_PARAM_TRAINED",
               (long long)range, shape_values(e, &whole), v->rank, shape_sizes(e, &whole), batched,
               bucket_index(e, v), (long long)(v->bucket ? v->bucket_off / 4 : 0), v->tp_dim,
-              v->tp_pieces, (long long)pad);
+              v->tp_pieces, (long long)pad, ignores, (long long)ignore);
       count++;
     }
   }

@@ -297,13 +297,14 @@ static void lower_cross_entropy(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_crossentropy_fwd);
   const IrValue *lg = n->in[0];
   buf(c, n->out[0]), buf(c, lg), buf(c, n->in[1]), num(c, rows(L, lg)), num(c, last(lg));
+  numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 static void lower_cross_entropy_bwd(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_crossentropy_bwd);
   const IrValue *lg = n->in[1];
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]);
-  num(c, rows(L, lg)), num(c, last(lg));
+  num(c, rows(L, lg)), num(c, last(lg)), numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 // A reshape the memory plan made a view (output at its input's offset, see
@@ -620,6 +621,7 @@ static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {
   const IrValue *lg = n->in[0];
   buf(c, n->out[0]), buf(c, n->out[1]), buf(c, lg), buf(c, n->in[1]);
   num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
+  numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
@@ -627,6 +629,7 @@ static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
   const IrValue *lg = n->in[1];
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]), buf(c, n->in[3]);
   num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
+  numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 static void lower_accumulate(Lower *L, const IrNode *n) {

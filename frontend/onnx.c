@@ -617,17 +617,10 @@ int fe_shape(FeOnnx *cx, FeTensor *t, int *rank, const Sym **shape) {
 
 // ---- integer inputs ------------------------------------------------------------------------
 
-// The graph input a value is a reshaped/sliced/transposed view of, or NULL.
-static IrValue *root_input(IrValue *v) {
-  while (v && v->producer &&
-         (v->producer->op == OP_RESHAPE || v->producer->op == OP_TRANSPOSE ||
-          v->producer->op == OP_SLICE || v->producer->op == OP_BROADCAST))
-    v = v->producer->in[0];
-  return v && v->role == ROLE_INPUT ? v : NULL;
-}
-
 void fe_note_use(IrValue *v, FeUse use, const Sym *range) {
-  IrValue *in = root_input(v);
+  IrValue *in = v ? ir_view_root(v) : NULL;
+  if (in && in->role != ROLE_INPUT)
+    in = NULL;
   if (!in || in->dtype != DT_I32 || in->range)
     return;
   in->input_kind = use == FE_USE_INDICES ? INPUT_TOKENS : INPUT_CLASSES;

@@ -341,6 +341,13 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
 
 void ir_insert_before(IrGraph *g, int pos) { g->insert_at = pos; }
 
+IrValue *ir_view_root(IrValue *v) {
+  while (v->producer && (v->producer->op == OP_RESHAPE || v->producer->op == OP_TRANSPOSE ||
+                         v->producer->op == OP_SLICE || v->producer->op == OP_BROADCAST))
+    v = v->producer->in[0];
+  return v;
+}
+
 void ir_batch_begin(IrGraph *g) {
   IR_ASSERT(!g->batching);
   g->batching = true;

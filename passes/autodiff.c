@@ -172,9 +172,13 @@ static void grad_embedding(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) 
   dx[0] = finish(ad, shaped(ad, OP_EMBEDDING_BWD, in, 2, n->in[0]))->out[0];
 }
 
+static void copy_attrs(AD *ad, IrNode *to, const IrNode *from);
+
 static void grad_cross_entropy(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
-  dx[0] = finish(ad, emit(ad, OP_CROSS_ENTROPY_BWD, in, 3, 1))->out[0];
+  IrNode *b = emit(ad, OP_CROSS_ENTROPY_BWD, in, 3, 1);
+  copy_attrs(ad, b, n);
+  dx[0] = finish(ad, b)->out[0];
 }
 
 static void grad_reshape(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {

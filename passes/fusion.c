@@ -366,8 +366,7 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
 // ---- cross-entropy --------------------------------------------------------------------------------
 
 // nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t), mean over
-// rows -> cross_entropy(x, t). (cross_entropy has no ignore_index: the
-// labels are class indices.)
+// rows -> cross_entropy(x, t), with the same ignore_index.
 static bool fuse_cross_entropy(Fuser *F, IrNode *n) {
   if (n->op != OP_NLL_LOSS || ir_attr_i(n, "sum"))
     return false;
@@ -377,7 +376,10 @@ static bool fuse_cross_entropy(Fuser *F, IrNode *n) {
   if (!x)
     return false;
   IrValue *in[2] = {x, n->in[1]};
-  return check(F, replace(F, n, OP_CROSS_ENTROPY, in, 2));
+  int64_t ignore = ir_attr_i(n, "ignore_index");
+  IrNode *ce = replace(F, n, OP_CROSS_ENTROPY, in, 2);
+  ir_set_int(F->g, ce, "ignore_index", ignore);
+  return check(F, ce);
 }
 
 // ---- dead nodes -----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, lon
 }
 
 void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
-                            long n, long v, long vocab) {
+                            long n, long v, long vocab, long ignore) {
   float *mx = stats, *sum = stats + n;
   long lo = (long)rt_dist.tp_rank * v, cols = rt_vocab_columns(v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
@@ -74,23 +74,28 @@ void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, cons
     double lse = (double)mx[i] + log((double)sum[i]);
     stats[i] = (float)lse;
     long t = targets[i] - lo;
-    if (t >= 0 && t < v)
+    if (targets[i] != ignore && t >= 0 && t < v)
       part += lse - (double)logits[i * v + t];
   }
-  loss[0] = n > 0 ? (float)(part / (double)n) : 0.0f;
+  long count = rt_counted_rows(targets, n, ignore);
+  loss[0] = count > 0 ? (float)(part / (double)count) : 0.0f;
 }
 
 void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                            const int *targets, const float *stats, long n, long v, long vocab) {
-  if (n <= 0)
-    return;
-  float g = dloss[0] / (float)n;
+                            const int *targets, const float *stats, long n, long v, long vocab,
+                            long ignore) {
+  long count = rt_counted_rows(targets, n, ignore);
+  float g = count ? dloss[0] / (float)count : 0.0f;
   long lo = (long)rt_dist.tp_rank * v, cols = rt_vocab_columns(v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     float *drow = dlogits + i * v;
     double lse = stats[i];
+    if (targets[i] == ignore) {
+      memset(drow, 0, (size_t)v * sizeof *drow);
+      continue;
+    }
     for (long j = 0; j < cols; j++)
       drow[j] = g * (float)exp((double)row[j] - lse);
     for (long j = cols; j < v; j++)

@@ -34,4 +34,11 @@ enum { RT_UNARY_OPS(RT_OP_ENUM) };
 // online CPUs.
 int rt_host_threads(void);
 
+// The rows of a cross-entropy that count: those whose target (on the host) is not `ignore`.
+static inline long rt_counted_rows(const int *targets, long n, long ignore) {
+  long count = 0;
+  for (long i = 0; i < n; i++) count += targets[i] != ignore;
+  return count;
+}
+
 #endif

@@ -1151,11 +1151,12 @@ static double logsumexp_row(const float *row, float *exps, long v, float *maxp) 
   return (double)maxv + log(sum);
 }
 
-// loss[0] = mean over rows of logsumexp(row) - row[target]; rows summed in
-// SUM_CHUNKS fixed chunks
+// loss[0] = mean over counted rows of logsumexp(row) - row[target]; rows
+// summed in SUM_CHUNKS fixed chunks
 void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
-                         long n, long v) {
-  if (n <= 0) {
+                         long n, long v, long ignore) {
+  long count = rt_counted_rows(targets, n, ignore);
+  if (count == 0) {
     loss[0] = 0.0f;
     return;
   }
@@ -1165,6 +1166,7 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
     long lo = n * ch / SUM_CHUNKS, hi = n * (ch + 1) / SUM_CHUNKS;
     double s = 0.0;
     for (long i = lo; i < hi; i++) {
+      if (targets[i] == ignore) continue;
       float maxv;
       const float *row = logits + i * v;
       s += logsumexp_row(row, NULL, v, &maxv) - (double)row[targets[i]];
@@ -1173,19 +1175,23 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
   }
   double s = 0.0;
   for (int ch = 0; ch < SUM_CHUNKS; ch++) s += part[ch];
-  loss[0] = (float)(s / (double)n);
+  loss[0] = (float)(s / (double)count);
 }
 
-// dlogits = (softmax(logits) - onehot(target)) * dloss[0] / n, row by row
+// dlogits = (softmax(logits) - onehot(target)) * dloss[0] / count, row by row
 void rt_crossentropy_bwd(float *dlogits, const float *dloss,
                          const float *logits, const int *targets, long n,
-                         long v) {
-  if (n <= 0) return;
-  float g = dloss[0] / (float)n;
+                         long v, long ignore) {
+  long count = rt_counted_rows(targets, n, ignore);
+  float g = count ? dloss[0] / (float)count : 0.0f;
 #pragma omp parallel for schedule(dynamic, 1) if (n * v >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *row = logits + i * v;
     float *drow = dlogits + i * v;
+    if (targets[i] == ignore) {
+      memset(drow, 0, (size_t)v * sizeof *drow);
+      continue;
+    }
     float maxv;
     double lse = logsumexp_row(row, drow, v, &maxv);  // drow = exp(row - max)
     // softmax_j = exp(row_j - lse) = exp(row_j - max) * e^(max - lse)

@@ -630,7 +630,7 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
 // per-row loss of cross-entropy: logsumexp(row) - row[target], in double,
 // to part[row] (one block per row)
 __global__ void crossentropy_rows_kernel(double *part, const float *logits, const int *targets,
-                                         long n, long v) {
+                                         long n, long v, long ignore) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *xr = logits + row * v;
     float m = -INFINITY;
@@ -639,25 +639,46 @@ __global__ void crossentropy_rows_kernel(double *part, const float *logits, cons
     double s = 0.0;
     for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(xr[j] - m);
     s = block_sum(s);
-    if (threadIdx.x == 0) part[row] = (double)m + log(s) - (double)xr[targets[row]];
+    if (threadIdx.x == 0)
+      part[row] = targets[row] == ignore ? 0.0 : (double)m + log(s) - (double)xr[targets[row]];
   }
 }
 
-// loss[0] = mean of part[0..n) (one block)
-__global__ void mean_kernel(float *loss, const double *part, long n) {
-  double s = 0.0;
-  for (long i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
-  s = block_sum(s);
-  if (threadIdx.x == 0) loss[0] = (float)(s / (double)n);
+// *count = the rows whose target is not `ignore` (one block)
+__global__ void count_rows_kernel(long *count, const int *targets, long n, long ignore) {
+  long c = 0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) c += targets[i] != ignore;
+  c = block_sum(c);
+  if (threadIdx.x == 0) *count = c;
 }
 
-// dlogits = (softmax - onehot(target)) * dloss[0] / n, one block per row
+// loss[0] = the sum of part[0..n) over the rows that count (0 when none; one block)
+__global__ void mean_kernel(float *loss, const double *part, const int *targets, long n,
+                            long ignore) {
+  double s = 0.0;
+  long c = 0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) {
+    s += part[i];
+    c += targets[i] != ignore;
+  }
+  s = block_sum(s);
+  c = block_sum(c);
+  if (threadIdx.x == 0) loss[0] = c ? (float)(s / (double)c) : 0.0f;
+}
+
+// dlogits = (softmax - onehot(target)) * dloss[0] / count, zero on ignored
+// rows, one block per row
 __global__ void crossentropy_bwd_kernel(float *dlogits, const float *dloss, const float *logits,
-                                        const int *targets, long n, long v) {
-  float g = dloss[0] / (float)n;
+                                        const int *targets, long n, long v, const long *count,
+                                        long ignore) {
+  float g = *count ? dloss[0] / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *xr = logits + row * v;
     float *dr = dlogits + row * v;
+    if (targets[row] == ignore) {
+      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = 0.0f;
+      continue;
+    }
     float m = -INFINITY;
     for (long j = threadIdx.x; j < v; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
     m = block_max(m);
@@ -868,27 +889,34 @@ __global__ void vp_sum_kernel(float *sum, const float *mx, const float *logits, 
 // stats[i] = lse of row i (over the group); loss[0] = this rank's part of the
 // mean of lse - logit[target] (one block)
 __global__ void vp_loss_kernel(float *loss, float *stats, const float *logits, const int *targets,
-                               long n, long v, long lo) {
+                               long n, long v, long lo, long ignore) {
   double part = 0.0;
+  long count = 0;
   for (long i = threadIdx.x; i < n; i += blockDim.x) {
     double lse = (double)stats[i] + log((double)stats[n + i]);
     stats[i] = (float)lse;
     long t = targets[i] - lo;
-    if (t >= 0 && t < v) part += lse - (double)logits[i * v + t];
+    count += targets[i] != ignore;
+    if (targets[i] != ignore && t >= 0 && t < v) part += lse - (double)logits[i * v + t];
   }
   part = block_sum(part);
-  if (threadIdx.x == 0) loss[0] = (float)(part / (double)n);
+  count = block_sum(count);
+  if (threadIdx.x == 0) loss[0] = count ? (float)(part / (double)count) : 0.0f;
 }
 
 __global__ void vp_crossentropy_bwd_kernel(float *dlogits, const float *dloss,
                                            const float *logits, const int *targets,
                                            const float *stats, long n, long v, long cols,
-                                           long lo) {
-  float g = dloss[0] / (float)n;
+                                           long lo, const long *count, long ignore) {
+  float g = *count ? dloss[0] / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *xr = logits + row * v;
     float *dr = dlogits + row * v;
     double lse = stats[row];
+    if (targets[row] == ignore) {
+      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = 0.0f;
+      continue;
+    }
     for (long j = threadIdx.x; j < v; j += blockDim.x)
       dr[j] = j < cols ? g * (float)exp((double)xr[j] - lse) : 0.0f;
     __syncthreads();
@@ -1264,24 +1292,34 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
   LAUNCHED();
 }
 
-void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets, long n, long v) {
+void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets, long n, long v,
+                         long ignore) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));  // 0.0f
     return;
   }
   double *part = (double *)scratch((size_t)n * sizeof(double), "crossentropy_fwd");
-  crossentropy_rows_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(part, logits,
-                                                                                targets, n, v);
+  crossentropy_rows_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
+      part, logits, targets, n, v, ignore);
   LAUNCHED();
-  mean_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, part, n);
+  mean_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, part, targets, n, ignore);
   LAUNCHED();
 }
 
+// the rows that count, into the scratch (8 x n bytes, kernels.def)
+static long *count_rows(const int *targets, long n, long ignore, const char *who) {
+  long *count = (long *)scratch((size_t)n * sizeof(long), who);
+  count_rows_kernel<<<1, 1024, 0, rt_cuda_stream>>>(count, targets, n, ignore);
+  LAUNCHED();
+  return count;
+}
+
 void rt_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                         const int *targets, long n, long v) {
+                         const int *targets, long n, long v, long ignore) {
   if (n <= 0) return;
+  long *count = count_rows(targets, n, ignore, "crossentropy_bwd");
   crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
-      dlogits, dloss, logits, targets, n, v);
+      dlogits, dloss, logits, targets, n, v, count, ignore);
   LAUNCHED();
 }
 
@@ -1496,7 +1534,7 @@ void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, lon
 }
 
 void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
-                            long n, long v, long vocab) {
+                            long n, long v, long vocab, long ignore) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));
     return;
@@ -1510,16 +1548,18 @@ void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, cons
                                                                        n, v, cols);
   LAUNCHED();
   rt_allreduce(tp, stats + n, n, RT_REDUCE_SUM, NULL);
-  vp_loss_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, stats, logits, targets, n, v, lo);
+  vp_loss_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, stats, logits, targets, n, v, lo, ignore);
   LAUNCHED();
 }
 
 void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                            const int *targets, const float *stats, long n, long v, long vocab) {
+                            const int *targets, const float *stats, long n, long v, long vocab,
+                            long ignore) {
   if (n <= 0 || v <= 0) return;
+  long *count = count_rows(targets, n, ignore, "vp_crossentropy_bwd");
   vp_crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
       dlogits, dloss, logits, targets, stats, n, v, rt_vocab_columns(v, vocab),
-      (long)rt_dist.tp_rank * v);
+      (long)rt_dist.tp_rank * v, count, ignore);
   LAUNCHED();
 }
 

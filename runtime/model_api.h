@@ -43,6 +43,8 @@ typedef struct rt_tensor {
   int tp_pieces;      // ... made of this many equal pieces, each split (runtime/dist.h)
   long tp_pad;        // ... padded by this many (zero) entries of that dim to a multiple of
                       // tp (a vocabulary): each rank holds (sizes[tp_dim] + tp_pad) / tp
+  int ignores;        // inputs: labels of a loss that skips rows labelled `ignore` (HF's -100),
+  long ignore;        // which --inputs may hold besides [0, range)
 } rt_tensor;
 
 // A block's parameters and gradients as flat buckets (multi-rank programs;

@@ -684,7 +684,7 @@ static void load_named_weights(char *arena, const char *path, bool *done) {
 
 // --inputs: every input by name, of its shape: F32 for float inputs, I32 or
 // I64 for integer ones (each value must fit in int32, and lie in [0, range)
-// for classes and tokens).
+// for classes and tokens, or be the ignored label of a loss's labels).
 static void load_inputs(char *arena, const char *path) {
   rt_st_file f;
   open_safetensors(&f, "--inputs", path);
@@ -695,10 +695,11 @@ static void load_inputs(char *arena, const char *path) {
     if (t->dtype != RT_I32 || t->range <= 0) continue;
     const int32_t *dst = (const int32_t *)(arena + t->offset);
     for (long j = 0; j < t->numel; j++)
-      if (dst[j] < 0 || dst[j] >= t->range)
+      if ((dst[j] < 0 || dst[j] >= t->range) && !(t->ignores && dst[j] == t->ignore))
         fail("--inputs %s: tensor '%s': element %ld is %d, outside [0, %ld) (the model's "
-             "%s)", path, t->name, j, dst[j], t->range,
-             t->kind == RT_IN_CLASSES ? "classes" : "vocabulary");
+             "%s)%s", path, t->name, j, dst[j], t->range,
+             t->kind == RT_IN_CLASSES ? "classes" : "vocabulary",
+             t->ignores ? " and not the ignored label" : "");
   }
   note_unused(&f, "--inputs", path, IN, NIN, "input");
   rt_st_close(&f);

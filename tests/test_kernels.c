@@ -688,35 +688,48 @@ static void test_attention(long bh, long t, long hs, int causal, int fd) {
   free(qd); free(kd); free(vd); free(dod); free(rout); free(rdq); free(rdk); free(rdv);
 }
 
+#define IGNORE (-100)  // the ignored target of the cross-entropy tests (HF's)
+
+static long counted(const int *targets, long n) {
+  long c = 0;
+  for (long i = 0; i < n; i++) c += targets[i] != IGNORE;
+  return c;
+}
+
+// the mean over rows whose target is not IGNORE
 static double ref_crossentropy(const double *logits, const int *targets, long n, long v) {
   double total = 0;
   for (long i = 0; i < n; i++) {
+    if (targets[i] == IGNORE) continue;
     const double *r = logits + i * v;
     double maxv = -INFINITY, sum = 0;
     for (long j = 0; j < v; j++) maxv = fmax(maxv, r[j]);
     for (long j = 0; j < v; j++) sum += exp(r[j] - maxv);
     total += maxv + log(sum) - r[targets[i]];
   }
-  return total / n;
+  return counted(targets, n) ? total / counted(targets, n) : 0.0;
 }
 
 static void test_crossentropy(long n, long v, int fd) {
   float *logits = frand(n * v, -6, 6), *dl = fbuf(n * v), loss = -1.0f, dloss = 0.7f;
   int *tg = irand(n, v);
+  for (long i = 3; i < n; i += 4) tg[i] = IGNORE;  // every fourth row ignored
   double *ld = to_d(logits, n * v), *rdl = dbuf(n * v);
   double rloss = ref_crossentropy(ld, tg, n, v);
+  long count = counted(tg, n);
   for (long i = 0; i < n; i++) {
     double maxv = -INFINITY, sum = 0;
     for (long j = 0; j < v; j++) maxv = fmax(maxv, ld[i * v + j]);
     for (long j = 0; j < v; j++) sum += exp(ld[i * v + j] - maxv);
     for (long j = 0; j < v; j++)
-      rdl[i * v + j] = (exp(ld[i * v + j] - maxv) / sum - (j == tg[i])) * dloss / n;
+      rdl[i * v + j] = tg[i] == IGNORE ? 0.0
+                       : (exp(ld[i * v + j] - maxv) / sum - (j == tg[i])) * dloss / count;
   }
   char name[96];
-  rt_crossentropy_fwd(&loss, logits, tg, n, v);
+  rt_crossentropy_fwd(&loss, logits, tg, n, v, IGNORE);
   snprintf(name, sizeof name, "crossentropy_fwd (%ld,%ld)", n, v);
   check(name, &loss, &rloss, 1);
-  rt_crossentropy_bwd(dl, &dloss, logits, tg, n, v);
+  rt_crossentropy_bwd(dl, &dloss, logits, tg, n, v, IGNORE);
   snprintf(name, sizeof name, "crossentropy_bwd (%ld,%ld)", n, v);
   check(name, dl, rdl, n * v);
   // the vocabulary-parallel kernels on one rank (the whole vocabulary): the same
@@ -729,12 +742,12 @@ static void test_crossentropy(long n, long v, int fd) {
     for (long j = 0; j < v; j++) sum += exp(ld[i * v + j] - maxv);
     rlse[i] = maxv + log(sum);
   }
-  rt_vp_crossentropy_fwd(&vloss, stats, logits, tg, n, v, v);
+  rt_vp_crossentropy_fwd(&vloss, stats, logits, tg, n, v, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_fwd, one rank (%ld,%ld)", n, v);
   check(name, &vloss, &rloss, 1);
   snprintf(name, sizeof name, "vp_crossentropy_fwd row logsumexp (%ld,%ld)", n, v);
   check(name, stats, rlse, n);
-  rt_vp_crossentropy_bwd(vdl, &dloss, logits, tg, stats, n, v, v);
+  rt_vp_crossentropy_bwd(vdl, &dloss, logits, tg, stats, n, v, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_bwd, one rank (%ld,%ld)", n, v);
   check(name, vdl, rdl, n * v);
   // ... and over a vocabulary padded by 3 columns that hold large values: the
@@ -747,10 +760,10 @@ static void test_crossentropy(long n, long v, int fd) {
       padded[i * vp + j] = j < v ? logits[i * v + j] : 40.0f;
       rpdl[i * vp + j] = j < v ? rdl[i * v + j] : 0.0;
     }
-  rt_vp_crossentropy_fwd(&vloss, stats, padded, tg, n, vp, v);
+  rt_vp_crossentropy_fwd(&vloss, stats, padded, tg, n, vp, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_fwd, padded vocabulary (%ld,%ld+3)", n, v);
   check(name, &vloss, &rloss, 1);
-  rt_vp_crossentropy_bwd(pdl, &dloss, padded, tg, stats, n, vp, v);
+  rt_vp_crossentropy_bwd(pdl, &dloss, padded, tg, stats, n, vp, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_bwd, padded vocabulary (%ld,%ld+3)", n, v);
   check(name, pdl, rpdl, n * vp);
   free(padded); free(pdl); free(rpdl);
@@ -927,8 +940,8 @@ static void test_determinism(void) {
     long n = 256, v = 1000;
     float *logits = frand(n * v, -6, 6), l1, l2;
     int *tg = irand(n, v);
-    rt_crossentropy_fwd(&l1, logits, tg, n, v);
-    rt_crossentropy_fwd(&l2, logits, tg, n, v);
+    rt_crossentropy_fwd(&l1, logits, tg, n, v, IGNORE);
+    rt_crossentropy_fwd(&l2, logits, tg, n, v, IGNORE);
     check_same("determinism crossentropy_fwd", &l1, &l2, 1);
     free(logits); free(tg);
   }
@@ -960,8 +973,8 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   long shape[] = {4096, 300}, cols[] = {0, 1};
   rt_reduce_sum(o, q[3], 2, shape, cols, 300, 1.0f), o += 300;
   rt_embedding_bwd(o, q[3], ix[0], 4096, 50, 300), o += 50 * 300;
-  rt_crossentropy_fwd(o, q[4], ix[1], 256, 1000), o += 1;
-  rt_crossentropy_bwd(o, d[2], q[4], ix[1], 256, 1000), o += 256 * 1000;
+  rt_crossentropy_fwd(o, q[4], ix[1], 256, 1000, IGNORE), o += 1;
+  rt_crossentropy_bwd(o, d[2], q[4], ix[1], 256, 1000, IGNORE), o += 256 * 1000;
   rt_softmax_fwd(o, q[4], 256, 1000), o += 256 * 1000;
   rt_gelu_bwd(o, d[3], q[3], 4096 * 300), o += 4096 * 300;
   long np = 1 << 21;

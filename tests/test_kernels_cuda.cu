@@ -530,14 +530,15 @@ static void test_losses(void) {
     long n = rc[0], v = rc[1];
     Vec x = rand_vec(n * v, -6, 6);
     IVec tg = rand_ivec(n, 0, (int)v);
+    for (long i = 3; i < n; i += 4) tg[i] = -100;  // every fourth row ignored
     Vec loss = {7.0f}, dloss = {0.7f}, g = rand_vec(n * v);
     float *dx = dev(x), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
     int *dtg = dev(tg);
-    CPU(rt_crossentropy_fwd)(loss.data(), x.data(), tg.data(), n, v);
-    rt_crossentropy_fwd(dl, dx, dtg, n, v);
+    CPU(rt_crossentropy_fwd)(loss.data(), x.data(), tg.data(), n, v, -100);
+    rt_crossentropy_fwd(dl, dx, dtg, n, v, -100);
     check(fmt("crossentropy_fwd n=%ld v=%ld", n, v), loss, dl, RED);
-    CPU(rt_crossentropy_bwd)(g.data(), dloss.data(), x.data(), tg.data(), n, v);
-    rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v);
+    CPU(rt_crossentropy_bwd)(g.data(), dloss.data(), x.data(), tg.data(), n, v, -100);
+    rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v, -100);
     check(fmt("crossentropy_bwd n=%ld v=%ld", n, v), g, dg, RED);
     free_all();
   }
@@ -695,6 +696,7 @@ static void test_dist(void) {
     // ending inside them (padding after it)
     long vocab = v + v / 2 + 1;
     IVec idx = rand_ivec(n, 0, (int)(2 * v));
+    for (long i = 5; i < n; i += 7) idx[i] = -100;  // some rows ignored by the cross-entropy
     Vec w = rand_vec(v * c), out = rand_vec(n * c);
     float *dw2 = dev(w), *dout = dev(out);
     int *didx = dev(idx);
@@ -704,14 +706,14 @@ static void test_dist(void) {
     Vec x = rand_vec(n * v, -6, 6), stats = rand_vec(2 * n), loss = {7.0f}, dloss = {0.7f};
     Vec g = rand_vec(n * v);
     float *dx = dev(x), *dst = dev(stats), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
-    CPU(rt_vp_crossentropy_fwd)(loss.data(), stats.data(), x.data(), idx.data(), n, v, vocab);
-    rt_vp_crossentropy_fwd(dl, dst, dx, didx, n, v, vocab);
+    CPU(rt_vp_crossentropy_fwd)(loss.data(), stats.data(), x.data(), idx.data(), n, v, vocab, -100);
+    rt_vp_crossentropy_fwd(dl, dst, dx, didx, n, v, vocab, -100);
     check(fmt("vp_crossentropy_fwd n=%ld v=%ld (rank 1 of 2)", n, v), loss, dl, RED);
     check(fmt("vp_crossentropy_fwd stats n=%ld v=%ld", n, v), Vec(stats.begin(), stats.begin() + n),
           dst, RED);
     CPU(rt_vp_crossentropy_bwd)(g.data(), dloss.data(), x.data(), idx.data(), stats.data(), n, v,
-                                vocab);
-    rt_vp_crossentropy_bwd(dg, ddl, dx, didx, dst, n, v, vocab);
+                                vocab, -100);
+    rt_vp_crossentropy_bwd(dg, ddl, dx, didx, dst, n, v, vocab, -100);
     check(fmt("vp_crossentropy_bwd n=%ld v=%ld (rank 1 of 2)", n, v), g, dg, RED);
     free_all();
   }
