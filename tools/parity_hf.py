@@ -48,21 +48,52 @@ class CausalLM(torch.nn.Module):
         return self.m(input_ids=idx, labels=labels, use_cache=False).loss
 
 
+class MaskedLM(torch.nn.Module):
+    """A masked language model: (idx, labels) -> loss, labels -100 where not masked."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx, labels):
+        return self.m(input_ids=idx, labels=labels).loss
+
+
+def lm_batch(vocab):
+    return {"idx": pl.tokens((B, T), vocab, 1), "labels": pl.tokens((B, T), vocab, 2)}
+
+
+def mlm_batch(vocab):
+    """A quarter of the positions labelled, the rest -100 (HF's ignore index)."""
+    b = lm_batch(vocab)
+    b["labels"] = torch.where(pl.tokens((B, T), 4, 3) == 0, b["labels"], torch.full((B, T), -100))
+    return b
+
+
+# Each family: the model and its fixed batch.
 def llama():
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return CausalLM(LlamaForCausalLM(cfg)), 128
+    return CausalLM(LlamaForCausalLM(cfg)), lm_batch(128)
 
 
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
-    return CausalLM(GPT2LMHeadModel(cfg)), 128
+    return CausalLM(GPT2LMHeadModel(cfg)), lm_batch(128)
 
 
-FAMILIES = {"llama": llama, "gpt2": gpt2}
+def bert_mlm():
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+    return MaskedLM(BertForMaskedLM(cfg)), mlm_batch(128)
+
+
+FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm}
 
 
 def perturb_norms(model, seed):
@@ -85,10 +116,9 @@ def loss_fn(model, batch):
 
 def write(name, out_root):
     torch.manual_seed(0)
-    model, vocab = FAMILIES[name]()
+    model, batch = FAMILIES[name]()
     perturb_norms(model, 1)
     model.eval()
-    batch = {"idx": pl.tokens((B, T), vocab, 1), "labels": pl.tokens((B, T), vocab, 2)}
     ref, grads = pl.reference(model, loss_fn, batch, OPTS)
     note = pl.float64_drift(model, loss_fn, batch, grads)
     print(name, note)
@@ -96,7 +126,7 @@ def write(name, out_root):
     os.makedirs(out, exist_ok=True)
     for opset in (17, 14):
         pl.export_onnx(model, batch, os.path.join(out, f"model_o{opset}.onnx"), opset, None)
-    dynamic = {"idx": {0: "B", 1: "T"}, "labels": {0: "B", 1: "T"}}
+    dynamic = {k: {0: "B", 1: "T"} for k, v in batch.items() if v.dim() == 2}
     pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
     pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
     with open(os.path.join(out, "parity.env"), "a") as f:
