@@ -1455,8 +1455,9 @@ void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets, long 
   LAUNCHED();
 }
 
-void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner, long start,
-                   long step, long len) {
+template <typename T>
+static void slice_axis(T *out, const T *x, long outer, long xdim, long inner, long start,
+                       long step, long len) {
   long n = outer * len * inner;
   if (outer <= 0 || len <= 0 || inner <= 0) return;
   slice_axis_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xdim, inner,
@@ -1464,13 +1465,14 @@ void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner
   LAUNCHED();
 }
 
+void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner, long start,
+                   long step, long len) {
+  slice_axis(out, x, outer, xdim, inner, start, step, len);
+}
+
 void rt_slice_axis_i32(int *out, const int *x, long outer, long xdim, long inner, long start,
                        long step, long len) {
-  long n = outer * len * inner;
-  if (outer <= 0 || len <= 0 || inner <= 0) return;
-  slice_axis_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xdim, inner,
-                                                               start, step, len, 0);
-  LAUNCHED();
+  slice_axis(out, x, outer, xdim, inner, start, step, len);
 }
 
 void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long inner,
