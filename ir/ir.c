@@ -136,7 +136,6 @@ void ir_graph_free(IrGraph *g) {
   free(g->values);
   free(g->nodes);
   free(g->pending);
-  free(g->pending_at);
   ir_arena_free(&g->arena);
   free(g);
 }
@@ -316,16 +315,8 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
     n->out[i]->producer = n;
   }
   if (g->batching) {
-    int at = g->insert_at >= 0 ? g->insert_at : g->nnodes;
-    n->id = at;
-    int cap = g->cappending;
-    push((void ***)&g->pending, &g->npending, &cap, n);
-    if (cap != g->cappending) {
-      g->cappending = cap;
-      g->pending_at = realloc(g->pending_at, (size_t)cap * sizeof *g->pending_at);
-      IR_ASSERT(g->pending_at);
-    }
-    g->pending_at[g->npending - 1] = at;
+    n->id = g->insert_at >= 0 ? g->insert_at : g->nnodes;
+    push((void ***)&g->pending, &g->npending, &g->cappending, n);
     return n;
   }
   push((void ***)&g->nodes, &g->nnodes, &g->capnodes, n);
@@ -362,11 +353,11 @@ void ir_batch_end(IrGraph *g) {
   IrNode **sorted = malloc(((size_t)g->npending + 1) * sizeof *sorted);
   IR_ASSERT(start && sorted);
   for (int i = 0; i < g->npending; i++)
-    start[g->pending_at[i] + 1]++;
+    start[g->pending[i]->id + 1]++;
   for (int i = 0; i <= n; i++)
     start[i + 1] += start[i];
   for (int i = 0; i < g->npending; i++)
-    sorted[start[g->pending_at[i]]++] = g->pending[i];
+    sorted[start[g->pending[i]->id]++] = g->pending[i];
   // start[i] is now the end of point i's run, and so the start of i + 1's
   int total = n + g->npending;
   IrNode **nodes = malloc(((size_t)total + 1) * sizeof *nodes);

@@ -199,11 +199,10 @@ typedef struct IrGraph {
   int cur_block;
   IrLoc cur_loc;
   int insert_at;
-  // a batch of edits (ir_batch_begin): the nodes waiting to go in, each with
-  // the position it goes before
+  // a batch of edits (ir_batch_begin): the nodes waiting to go in (each one's
+  // id is the position it goes before)
   bool batching;
   IrNode **pending;
-  int *pending_at;
   int npending, cappending;
 } IrGraph;
 
