@@ -332,6 +332,13 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
 
 void ir_insert_before(IrGraph *g, int pos) { g->insert_at = pos; }
 
+int ir_nblocks(const IrGraph *g) {
+  int nb = 1;
+  for (int i = 0; i < g->nnodes; i++)
+    nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
+  return nb;
+}
+
 IrValue *ir_view_root(IrValue *v) {
   while (v->producer && (v->producer->op == OP_RESHAPE || v->producer->op == OP_TRANSPOSE ||
                          v->producer->op == OP_SLICE || v->producer->op == OP_BROADCAST))

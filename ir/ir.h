@@ -267,6 +267,8 @@ IrValue *ir_param(IrGraph *g, const char *name, int rank, const Sym *const *shap
 // output shape the op cannot infer (reshape, broadcast, sum_to, fill,
 // embedding_bwd), then call ir_infer.
 IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
+// The number of blocks: the largest block id of a node, plus 1 (1 for no nodes).
+int ir_nblocks(const IrGraph *g);
 // The value v is a view of (through reshape, transpose, slice and broadcast), or v.
 IrValue *ir_view_root(IrValue *v);
 // Editing a scheduled graph. New nodes go before node `pos` (the nodes after

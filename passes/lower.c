@@ -360,17 +360,15 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
 }
 
 // One sweep of the graph as it came: each value's first forward and backward
-// reader, each parameter's update, and the number of blocks.
-static int sweep(Lower *L) {
+// reader, and each parameter's update.
+static void sweep(Lower *L) {
   const IrGraph *g = L->g;
-  int nb = 1;
   for (int i = 0; i < g->nvalues; i++) {
     L->first_fwd[i] = L->first_bwd[i] = g->nnodes;
     L->update[i] = NULL;
   }
   for (int i = g->nnodes - 1; i >= 0; i--) {
     IrNode *n = g->nodes[i];
-    nb = n->block + 1 > nb ? n->block + 1 : nb;
     int *first = n->phase == PHASE_FORWARD ? L->first_fwd
                  : n->phase == PHASE_BACKWARD ? L->first_bwd : NULL;
     for (int k = 0; first && k < n->nin; k++)
@@ -378,7 +376,6 @@ static int sweep(Lower *L) {
     if ((n->op == OP_ADAMW || n->op == OP_SGD) && n->in[0]->role == ROLE_PARAM)
       L->update[n->in[0]->id] = n;
   }
-  return nb;
 }
 
 // The block that first reads parameter v in forward (0 when none does).
@@ -423,7 +420,8 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   L.to = malloc(nv * sizeof *L.to);
   // the parameters by block (a counting sort), in the order of their ids
   IrValue **members = malloc(nv * sizeof *members);
-  int nb = sweep(&L), rc = 0, *start = calloc((size_t)nb + 1, sizeof *start);
+  sweep(&L);
+  int nb = ir_nblocks(g), rc = 0, *start = calloc((size_t)nb + 1, sizeof *start);
   IR_ASSERT(L.first_fwd && L.first_bwd && L.update && L.from && L.to && members && start);
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->role == ROLE_PARAM)

@@ -132,9 +132,7 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
     return ir_error(ctx->diag, (IrLoc){0}, "recompute: --checkpoint %d, but the model has %d "
                     "repeated layer%s (use 1 to %d, all or none)", want, ctx->nlayers,
                     ctx->nlayers == 1 ? "" : "s", ctx->nlayers);
-  int last = want == PASS_CHECKPOINT_ALL ? ctx->nlayers : want, nb = 1, rc = 0;
-  for (int i = 0; i < g->nnodes; i++)
-    nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
+  int last = want == PASS_CHECKPOINT_ALL ? ctx->nlayers : want, nb = ir_nblocks(g), rc = 0;
   Recompute R = {.g = g, .nv = g->nvalues};
   R.by_block = malloc(((size_t)g->nnodes + 1) * sizeof *R.by_block);
   R.start = calloc((size_t)nb + 2, sizeof *R.start);

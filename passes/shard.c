@@ -1232,11 +1232,9 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int b = 0; b < spec->nblocks; b++)
     if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)
       return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d", b, spec->tp[b]);
-  int nv = g->nvalues, nn = g->nnodes, nuse = 0, maxin = 1, maxout = 1, nblocks = 1;
+  int nv = g->nvalues, nn = g->nnodes, nuse = 0, maxin = 1, maxout = 1, nblocks = ir_nblocks(g);
   for (int i = 0; i < nn; i++) {
     IR_ASSERT(g->nodes[i]->id == i && g->nodes[i]->block >= 0);
-    if (g->nodes[i]->block + 1 > nblocks)
-      nblocks = g->nodes[i]->block + 1;
     nuse += g->nodes[i]->nin;
     if (g->nodes[i]->nin > maxin)
       maxin = g->nodes[i]->nin;

@@ -539,9 +539,7 @@ int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
   Tp t = {.g = g, .tp = tp, .out = out, .d = d, .nv = g->nvalues, .nn = g->nnodes};
   if (!(t.deg = degree_dim(g, tp, d)))
     return -1;
-  int nb = 1;
-  for (int i = 0; i < g->nnodes; i++)
-    nb = g->nodes[i]->block + 1 > nb ? g->nodes[i]->block + 1 : nb;
+  int nb = ir_nblocks(g);
   int *degree = malloc((size_t)nb * sizeof *degree);
   t.node = malloc((size_t)t.nn * sizeof *t.node);
   t.use_at = malloc((size_t)t.nn * sizeof *t.use_at);

@@ -282,12 +282,10 @@ static void add_flow(SvModel *m, int from, int to, const Sym *elems, IrGraph *g)
 }
 
 SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
-  int nb = 1;
+  int nb = ir_nblocks(g);
   bool has_update = false;
   for (int i = 0; i < g->nnodes; i++) {
     IR_ASSERT(g->nodes[i]->id == i);
-    if (g->nodes[i]->block + 1 > nb)
-      nb = g->nodes[i]->block + 1;
     has_update |= g->nodes[i]->phase == PHASE_UPDATE;
   }
   if (!has_update) {

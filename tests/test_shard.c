@@ -59,18 +59,10 @@ static IrGraph *example(const char *file, const char *defs) {
   return g;
 }
 
-static int nblocks(const IrGraph *g) {
-  int nb = 1;
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->block + 1 > nb)
-      nb = g->nodes[i]->block + 1;
-  return nb;
-}
-
 // Propagates tp on every block (and dp), a vocabulary tp does not divide
 // split for the lowering to pad when pad; -1 with d on error.
 static int shard_pad(IrGraph *g, int tp, int dp, bool pad, ShardResult *r, IrDiag *d) {
-  int nb = nblocks(g), *t = malloc((size_t)nb * sizeof *t);
+  int nb = ir_nblocks(g), *t = malloc((size_t)nb * sizeof *t);
   for (int b = 0; b < nb; b++)
     t[b] = tp;
   ShardSpec spec = {.dp = dp, .nblocks = nb, .tp = t, .pad_vocab = pad};
