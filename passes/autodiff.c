@@ -172,7 +172,19 @@ static void grad_embedding(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) 
   dx[0] = finish(ad, shaped(ad, OP_EMBEDDING_BWD, in, 2, n->in[0]))->out[0];
 }
 
-static void copy_attrs(AD *ad, IrNode *to, const IrNode *from);
+// Copy every attribute of `from` onto `to` (a backward node of the same kind).
+static void copy_attrs(AD *ad, IrNode *to, const IrNode *from) {
+  for (int i = 0; i < from->nattr; i++) {
+    const IrAttr *a = &from->attr[i];
+    switch (a->kind) {
+    case ATTR_INT: ir_set_int(ad->g, to, a->name, a->i); break;
+    case ATTR_FLOAT: ir_set_float(ad->g, to, a->name, a->f); break;
+    case ATTR_INTS: ir_set_ints(ad->g, to, a->name, a->ints, a->n); break;
+    case ATTR_SYMS: ir_set_syms(ad->g, to, a->name, a->syms, a->n); break;
+    case ATTR_STR: ir_set_str(ad->g, to, a->name, a->s); break;
+    }
+  }
+}
 
 static void grad_cross_entropy(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
@@ -293,20 +305,6 @@ static IrValue *affine(AD *ad, IrValue *x, double s, double b) {
   ir_set_float(ad->g, n, "s", s);
   ir_set_float(ad->g, n, "b", b);
   return finish(ad, n)->out[0];
-}
-
-// Copy every attribute of `from` onto `to` (a backward node of the same kind).
-static void copy_attrs(AD *ad, IrNode *to, const IrNode *from) {
-  for (int i = 0; i < from->nattr; i++) {
-    const IrAttr *a = &from->attr[i];
-    switch (a->kind) {
-    case ATTR_INT: ir_set_int(ad->g, to, a->name, a->i); break;
-    case ATTR_FLOAT: ir_set_float(ad->g, to, a->name, a->f); break;
-    case ATTR_INTS: ir_set_ints(ad->g, to, a->name, a->ints, a->n); break;
-    case ATTR_SYMS: ir_set_syms(ad->g, to, a->name, a->syms, a->n); break;
-    case ATTR_STR: ir_set_str(ad->g, to, a->name, a->s); break;
-    }
-  }
 }
 
 // y = e^x: dx = dy * y
