@@ -602,10 +602,6 @@ int fe_fold_Max(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   return fold_minmax(cx, A_MAX, in, nin, out);
 }
 
-// Unary folds: f(x) on floats; on integers fi(x), false on overflow (Neg, Abs, Sign; other
-// integer math runs). Neg also negates the formulas of symbolic sizes.
-static int fold_unary(FeOnnx *cx, FeConst **in, int nin, FeConst **out, double (*f)(double),
-                      bool (*fi)(int64_t, int64_t *));
 static bool neg_i(int64_t x, int64_t *y) { return !__builtin_sub_overflow((int64_t)0, x, y); }
 static bool abs_i(int64_t x, int64_t *y) { return x < 0 ? neg_i(x, y) : (*y = x, true); }
 static bool sign_i(int64_t x, int64_t *y) { return *y = (x > 0) - (x < 0), true; }
@@ -614,6 +610,8 @@ static double recip(double x) { return 1.0 / x; }
 static double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
 static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+// Unary folds: f(x) on floats; on integers fi(x), false on overflow (Neg, Abs, Sign; other
+// integer math runs). The formulas of symbolic sizes go through Neg and Abs.
 static int fold_unary(FeOnnx *cx, FeConst **in, int nin, FeConst **out, double (*f)(double),
                       bool (*fi)(int64_t, int64_t *)) {
   if (need_inputs(cx, in, nin, 1))
@@ -630,15 +628,12 @@ static int fold_unary(FeOnnx *cx, FeConst **in, int nin, FeConst **out, double (
     else if (!fi(x->i[i], &(*out)->i[i]))
       return fe_err(cx, "integer overflow");
   }
-  if (x->s && (*out)->i && fi != sign_i) { // the formulas of -x and |x| (by x's sign now)
-    with_syms(cx, *out);
-    for (int64_t i = 0; i < x->n; i++) {
-      bool flip = fi == neg_i || x->i[i] < 0;
-      (*out)->s[i] = tame(cx, flip ? sym_scale(&cx->g->arena, x->s[i], -1, 1) : x->s[i],
-                          (*out)->i[i]);
-    }
-  }
   with_syms(cx, *out);
+  for (int64_t i = 0; x->s && (*out)->s && fi != sign_i && i < x->n; i++) {
+    bool flip = fi == neg_i || x->i[i] < 0; // the formulas of -x and |x| (by x's sign now)
+    (*out)->s[i] = tame(cx, flip ? sym_scale(&cx->g->arena, x->s[i], -1, 1) : x->s[i],
+                        (*out)->i[i]);
+  }
   return 0;
 }
 #define FOLD_UNARY(Name, f, fi)                                                          \
