@@ -513,13 +513,12 @@ static int host_is_big_endian(void) {
   return *(const uint8_t *)&one == 0;
 }
 
-// path opened for reading if it is a regular file; NULL with errno when it
-// cannot be opened; a folder, a FIFO or a device fails with a message that
-// names `what` (a FIFO is opened without waiting for a writer).
-static FILE *open_regular(const char *what, const char *path) {
-  struct stat st;
+// path opened for reading if it is a regular file (its stat into *st); NULL
+// with errno when it cannot be opened; a folder, a FIFO or a device fails with
+// a message that names `what` (a FIFO is opened without waiting for a writer).
+static FILE *open_regular(const char *what, const char *path, struct stat *st) {
   char err[1024];
-  int fd = rt_st_open_regular(path, &st, err, sizeof err);
+  int fd = rt_st_open_regular(path, st, err, sizeof err);
   if (fd == -2) fail("%s %s", what, err);
   if (fd < 0) return NULL;
   FILE *f = fdopen(fd, "rb");
@@ -528,17 +527,18 @@ static FILE *open_regular(const char *what, const char *path) {
 }
 
 // opens --weights, or weights.bin in the current directory, or weights.bin
-// in the directory of the program; the path used goes into `path`
+// in the directory of the program; the path used goes into `path`, its stat
+// into *st
 static FILE *open_weights(const char *given, const char *argv0, char *path,
-                          size_t cap) {
+                          size_t cap, struct stat *st) {
   if (given) {
     snprintf(path, cap, "%s", given);
-    FILE *f = open_regular("weights file", path);
+    FILE *f = open_regular("weights file", path, st);
     if (!f) fail("cannot open weights file %s: %s", path, strerror(errno));
     return f;
   }
   snprintf(path, cap, "weights.bin");
-  FILE *f = open_regular("weights file", path);
+  FILE *f = open_regular("weights file", path, st);
   if (f) return f;
   // the directory of argv[0], or of the executable when argv[0] has no '/'
   char dir[4096];
@@ -554,7 +554,7 @@ static FILE *open_weights(const char *given, const char *argv0, char *path,
   }
   if (dir[0] == '\0') snprintf(dir, sizeof dir, "/");
   snprintf(path, cap, "%s/weights.bin", dir);
-  f = open_regular("weights file", path);
+  f = open_regular("weights file", path, st);
   if (!f)
     fail("cannot find weights.bin in the current directory or in %s (use "
          "--weights FILE)", dir);
@@ -566,9 +566,8 @@ static FILE *open_weights(const char *given, const char *argv0, char *path,
 static void load_weights(char *arena, const char *given, const char *argv0, const bool *done) {
   const rt_model *M = &mtc_model;
   char path[4200];
-  FILE *f = open_weights(given, argv0, path, sizeof path);
   struct stat st;
-  if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
+  FILE *f = open_weights(given, argv0, path, sizeof path, &st);
   long expected = 0;
   for (int i = 0; i < M->n_params; i++) expected += M->params[i].numel * 4;
   if ((long long)st.st_size != (long long)expected)
@@ -1046,10 +1045,9 @@ static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
 
 // an llm.c token shard (shard.h), mapped read-only
 static void open_shard(rt_shard *s, const char *path, long n, long vocab) {
-  FILE *f = open_regular("data file", path);
-  if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
+  FILE *f = open_regular("data file", path, &st);
+  if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
   size_t size = (size_t)st.st_size;
   void *m = size > 0 ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0) : NULL;
   if (m == MAP_FAILED) fail("cannot map %s: %s", path, strerror(errno));
