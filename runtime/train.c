@@ -815,7 +815,7 @@ typedef struct piece {
 
 typedef struct scan {
   piece *pieces;  // in table order
-  int npieces;
+  int npieces, cap;
   piece *runs;    // the pieces by offset, neighbours merged (param, elem unused)
   int nruns;
 } scan;
@@ -827,11 +827,13 @@ static long check_at;  // byte offset of the runs' results, after the model's ar
 
 static void add_piece(scan *s, int param, long offset, long n, long elem) {
   for (long done = 0; done < n; done += RUN_MAX) {
-    piece *p = realloc(s->pieces, (size_t)(s->npieces + 1) * sizeof *p);
-    if (!p) fail("out of memory");
-    s->pieces = p;
+    if (s->npieces == s->cap) {
+      s->cap = s->cap ? 2 * s->cap : 64;
+      s->pieces = realloc(s->pieces, (size_t)s->cap * sizeof *s->pieces);
+      if (!s->pieces) fail("out of memory");
+    }
     long len = n - done < RUN_MAX ? n - done : RUN_MAX;
-    p[s->npieces++] = (piece){param, offset + done * 4, len, elem + done};
+    s->pieces[s->npieces++] = (piece){param, offset + done * 4, len, elem + done};
   }
 }
 
