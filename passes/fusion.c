@@ -7,7 +7,8 @@
 //                  -> * w -> + b                         (LayerNorm below opset 17)
 //   gelu           x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 //   gelu_erf       x/2 * (1 + erf(x / sqrt(2)))
-//   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none
+//   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none: a
+//                  fill or an addend of -inf or the lowest float, or all zeros
 //   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
 //
 // Two clean-ups come first, because the patterns rely on them: a scale of a
@@ -21,6 +22,7 @@
 // renumbered, so the graph stays valid for the verifier.
 #include "passes.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,50 +271,70 @@ static bool fuse_gelu(Fuser *F, IrNode *n) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// mask[.., i, j] (broadcast over the leading dims) is set exactly where j > i:
-// i32 (nonzero = masked) or f32 (-inf = masked, 0 = kept).
-static bool is_causal_mask(const IrGraph *g, const IrValue *m, int64_t t) {
+// What a constant mask does to scores [.., T, T] (the exporters' ways of
+// writing a causal mask, or none):
+typedef enum { MASK_OTHER, MASK_NONE, MASK_CAUSAL } MaskKind;
+
+// A fill or an addend that removes a score: -inf, or the lowest float
+// (HF's torch.finfo(dtype).min). Both give exp() = 0 in the softmax, the same
+// result as long as a row keeps one score, which a causal mask always does.
+static bool removes(double v) { return v <= -FLT_MAX; }
+
+// m, broadcast over the leading dims of [.., T, T], as a mask: i32 (nonzero
+// = masked) or f32 additive (removes() = masked, +-0 = kept). All kept is
+// MASK_NONE (m may then broadcast over any dims, BERT's [B, 1, 1, T] of
+// zeros); set exactly where j > i is MASK_CAUSAL (m's last two dims T, T).
+static MaskKind mask_kind(const IrGraph *g, const IrValue *m, int64_t t) {
   if (m->role != ROLE_CONST || !m->data || m->rank < 2)
-    return false;
-  int64_t r, c, n = 1, lead = 1;
-  if (sym_eval(m->shape[m->rank - 2], &g->syms, &r) || sym_eval(m->shape[m->rank - 1], &g->syms, &c) ||
-      r != t || c != t)
-    return false;
-  for (int i = 0; i < m->rank - 2; i++) {
+    return MASK_OTHER;
+  int64_t r, c, n = 1;
+  for (int i = 0; i < m->rank; i++) {
     int64_t d;
     if (sym_eval(m->shape[i], &g->syms, &d))
-      return false;
-    lead *= d;
+      return MASK_OTHER;
+    n *= d;
   }
-  n = lead * t * t;
-  for (int64_t k = 0; k < n; k++) {
-    int64_t i = (k / t) % t, j = k % t;
-    bool masked = m->dtype == DT_I32 ? ((const int32_t *)m->data)[k] != 0
-                                     : ((const float *)m->data)[k] == -INFINITY;
-    bool kept_ok = m->dtype == DT_I32 || masked || ((const float *)m->data)[k] == 0.0f;
-    if (masked != (j > i) || !kept_ok)
-      return false;
+  if (sym_eval(m->shape[m->rank - 2], &g->syms, &r) || sym_eval(m->shape[m->rank - 1], &g->syms, &c))
+    return MASK_OTHER;
+  bool none = true, causal = r == t && c == t;
+  for (int64_t k = 0; k < n && (none || causal); k++) {
+    bool masked, kept;
+    if (m->dtype == DT_I32) {
+      masked = ((const int32_t *)m->data)[k] != 0;
+      kept = !masked;
+    } else {
+      float x = ((const float *)m->data)[k];
+      masked = removes(x);
+      kept = x == 0.0f;
+    }
+    if (!masked && !kept)
+      return MASK_OTHER;
+    none &= kept;
+    causal = causal && masked == (k % t > (k / t) % t);
   }
-  return true;
+  return none ? MASK_NONE : causal ? MASK_CAUSAL : MASK_OTHER;
 }
 
-// The scores before the mask: s = masked_fill(x, causal) value=-inf, or
-// x + causal (-inf/0), or x itself (*causal = 0). NULL when the mask is
-// something else.
+// The scores before the mask: s = masked_fill(x, m) with a value that
+// removes scores, or x + m (m additive), or x itself (*causal = 0). NULL when
+// the mask is not one mask_kind() knows.
 static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal) {
   IrNode *mf = made_by(s, OP_MASKED_FILL);
-  *causal = 1;
+  *causal = 0;
   if (mf) {
-    double v = ir_attr_f(mf, "value");
-    return isinf(v) && v < 0 && is_causal_mask(g, mf->in[1], t) ? mf->in[0] : NULL;
+    MaskKind k = removes(ir_attr_f(mf, "value")) ? mask_kind(g, mf->in[1], t) : MASK_OTHER;
+    *causal = k == MASK_CAUSAL;
+    return k == MASK_OTHER ? NULL : mf->in[0];
   }
   IrNode *add = made_by(s, OP_ADD);
-  for (int i = 0; add && i < 2; i++)
-    if (add->in[1 - i]->role == ROLE_CONST && is_causal_mask(g, add->in[1 - i], t) &&
-        ir_same_shape(add->in[i], s))
+  for (int i = 0; add && i < 2; i++) {
+    MaskKind k = ir_same_shape(add->in[i], s) ? mask_kind(g, add->in[1 - i], t) : MASK_OTHER;
+    if (k != MASK_OTHER) {
+      *causal = k == MASK_CAUSAL;
       return add->in[i];
-  *causal = 0;
-  return s;
+    }
+  }
+  return add ? NULL : s;
 }
 
 // matmul(softmax(mask(c * matmul(a * q, k, tb=1))), v) -> attention(q', k, v)
