@@ -244,6 +244,21 @@ static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
   num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
 }
 
+static void lower_rmsnorm(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_rmsnorm_fwd);
+  const IrValue *x = n->in[0];
+  buf(c, n->out[0]), buf(c, x), buf(c, n->in[1]);
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
+}
+
+static void lower_rmsnorm_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_rmsnorm_bwd);
+  const IrValue *x = n->in[1];
+  buf(c, n->out[0]), buf(c, n->out[1]);
+  buf(c, n->in[0]), buf(c, x), buf(c, n->in[2]);
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
+}
+
 // Row-wise ops over the last dim: k(out, in..., rows, last).
 static void rowwise(Lower *L, const IrNode *n, CgKernel k) {
   CgCall *c = call(L, k);
@@ -259,6 +274,15 @@ static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_so
 static void attention_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
   num(c, dims(L, q, 0, q->rank - 2)), num(c, q->shape[q->rank - 2]), num(c, last(q));
   numk(L, c, ir_attr_i(n, "causal"));
+}
+
+// rt_rope(out, x, rows, t, hs, theta, inverse)
+static void lower_rope(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_rope);
+  const IrValue *x = n->in[0];
+  buf(c, n->out[0]), buf(c, x);
+  num(c, dims(L, x, 0, x->rank - 2)), num(c, x->shape[x->rank - 2]), num(c, last(x));
+  flt(c, ir_attr_f(n, "theta")), numk(L, c, ir_attr_i(n, "inverse"));
 }
 
 static void lower_attention(Lower *L, const IrNode *n) {
@@ -430,6 +454,8 @@ static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_g
 static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
   elementwise(L, n, CG_K_gelu_erf_bwd);
 }
+static void lower_silu(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_silu_fwd); }
+static void lower_silu_bwd(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_silu_bwd); }
 
 // rt_masked_fill(out, x, mask, rank, shape, mstride, value)
 static void lower_masked_fill(Lower *L, const IrNode *n) {

@@ -278,6 +278,30 @@ static int shape_layernorm_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return 0;
 }
 
+static int shape_rmsnorm(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 0, 1, d) || need_last_dim_vector(g, n, 0, 1, d))
+    return -1;
+  return same_as(g, n, 0, n->in[0], d);
+}
+
+static int shape_rmsnorm_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 1, 1, d) || need_same(g, n, 0, 1, d) || need_last_dim_vector(g, n, 1, 2, d))
+    return -1;
+  return same_as(g, n, 0, n->in[1], d) || same_as(g, n, 1, n->in[2], d) ? -1 : 0;
+}
+
+// x [..., T, HS], HS even: its halves are the rotated pairs.
+static int shape_rope(IrGraph *g, IrNode *n, IrDiag *d) {
+  const IrValue *x = n->in[0];
+  int64_t hs;
+  if (need_dtype(n, 0, DT_F32, d) || need_rank(g, n, 0, 2, d))
+    return -1;
+  if (!sym_eval(x->shape[x->rank - 1], &g->syms, &hs) && hs % 2)
+    return ir_error(d, n->loc, "rope: '%s' has shape %s; its last dim (the head size) must be "
+                    "even, its two halves rotated in pairs", x->name, ir_shape_str(g, x));
+  return same_as(g, n, 0, x, d);
+}
+
 static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_rank(g, n, 0, 2, d) || need_same(g, n, 0, 1, d) || need_same(g, n, 0, 2, d))
     return -1;
@@ -500,6 +524,8 @@ static int shape_sign(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, 
 static int shape_sigmoid(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_gelu_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_gelu_erf_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
+static int shape_silu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+static int shape_silu_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
 static int shape_log_softmax(IrGraph *g, IrNode *n, IrDiag *d) { return shape_softmax(g, n, d); }
 static int shape_log_softmax_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return shape_unary_bwd(g, n, d);
@@ -867,6 +893,9 @@ static const Sym *flops_relu(IrGraph *g, const IrNode *n) { return flops_out(g, 
 static const Sym *flops_relu_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_layernorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
 static const Sym *flops_layernorm_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 12); }
+static const Sym *flops_rmsnorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
+static const Sym *flops_rope(IrGraph *g, const IrNode *n) { return flops_out(g, n, 3); }
+static const Sym *flops_rmsnorm_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 9); }
 static const Sym *flops_softmax(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
 static const Sym *flops_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
 
@@ -912,6 +941,8 @@ static const Sym *flops_sign(IrGraph *g, const IrNode *n) { return flops_out(g, 
 static const Sym *flops_sigmoid(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_gelu_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
 static const Sym *flops_gelu_erf_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 14); }
+static const Sym *flops_silu(IrGraph *g, const IrNode *n) { return flops_out(g, n, 7); }
+static const Sym *flops_silu_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 10); }
 static const Sym *flops_masked_fill(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_dropout(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
 static const Sym *flops_tick(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }

@@ -158,6 +158,23 @@ static void grad_layernorm(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) 
     dx[i] = b->out[i];
 }
 
+static void grad_rmsnorm(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
+  IrNode *b = emit(ad, OP_RMSNORM_BWD, in, 3, 2);
+  ir_set_float(ad->g, b, "eps", ir_attr_f(n, "eps"));
+  finish(ad, b);
+  dx[0] = b->out[0];
+  dx[1] = b->out[1];
+}
+
+// A rotation: its gradient is the rotation back.
+static void grad_rope(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrNode *b = emit(ad, OP_ROPE, dy, 1, 1);
+  ir_set_float(ad->g, b, "theta", ir_attr_f(n, "theta"));
+  ir_set_int(ad->g, b, "inverse", !ir_attr_i(n, "inverse"));
+  dx[0] = finish(ad, b)->out[0];
+}
+
 static void grad_attention(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[4] = {dy[0], n->in[0], n->in[1], n->in[2]};
   IrNode *b = emit(ad, OP_ATTENTION_BWD, in, 4, 3);
@@ -398,6 +415,10 @@ static void grad_gelu_erf(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = op2(ad, OP_GELU_ERF_BWD, dy[0], n->in[0]);
 }
 
+static void grad_silu(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  dx[0] = op2(ad, OP_SILU_BWD, dy[0], n->in[0]);
+}
+
 // Filled elements do not depend on x: dx = masked_fill(dy, mask) value=0.
 static void grad_masked_fill(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[2] = {dy[0], n->in[1]};
@@ -446,10 +467,12 @@ NO_GRAD(gelu_bwd)
 NO_GRAD(relu_bwd)
 NO_GRAD(softmax_bwd)
 NO_GRAD(layernorm_bwd)
+NO_GRAD(rmsnorm_bwd)
 NO_GRAD(attention_bwd)
 NO_GRAD(embedding_bwd)
 NO_GRAD(cross_entropy_bwd)
 NO_GRAD(gelu_erf_bwd)
+NO_GRAD(silu_bwd)
 NO_GRAD(log_softmax_bwd)
 NO_GRAD(nll_loss_bwd)
 NO_GRAD(slice_bwd)

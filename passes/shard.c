@@ -559,6 +559,26 @@ static int shard_layernorm_bwd(ShardOp *op) {
   return 0;
 }
 
+// RMSNorm: as layernorm, without the bias.
+static int shard_rmsnorm(ShardOp *op) {
+  int last = op->n->in[0]->rank - 1;
+  need_complete(op, 0);
+  need_whole_dim(op, 0, last);
+  op->in[1] = whole(1);
+  op->out[0] = op->in[0];
+  return 0;
+}
+
+// (dy, x, w) -> dx, dw: as layernorm_bwd, without db.
+static int shard_rmsnorm_bwd(ShardOp *op) {
+  rowwise_bwd(op);
+  op->in[2] = whole(1);
+  op->out[0] = op->in[1];
+  op->out[1] = whole(1);
+  op->out[1].partial = (unsigned char)split_axes(&op->in[1], -1);
+  return 0;
+}
+
 static int shard_softmax(ShardOp *op) {
   need_complete(op, 0);
   need_whole_dim(op, 0, op->n->in[0]->rank - 1);
@@ -601,6 +621,9 @@ static int attention(ShardOp *op, int first, int nqkv) {
   return 0;
 }
 static int shard_attention(ShardOp *op) { return attention(op, 0, 1); }
+// Rotary embedding over [..., T, HS]: as attention, one operand (positions
+// are T's indices, and the pairs are HS's halves, so both stay whole).
+static int shard_rope(ShardOp *op) { return attention(op, 0, 1); }
 static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3); }
 
 // embedding(w [V, C], idx [...]) -> [..., C]. Seeded vocabulary-parallel: each
@@ -903,6 +926,8 @@ static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_sigmoid(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
+static int shard_silu(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_silu_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
 
 // masked_fill(x, mask): linear in x when the fill value is 0.
 static int shard_masked_fill(ShardOp *op) {

@@ -746,10 +746,11 @@ void rt_embedding_bwd(float *dw, const float *dout, const int *idx, long n,
   }
 }
 
-// mean and 1/sqrt(biased variance + eps) of one row (two passes)
-static void row_stats(const float *x, long c, float eps, float *mean,
+// A row's mean and 1/sqrt(biased variance + eps) (two passes); uncentered
+// (RMSNorm): mean 0, so the variance is the mean square.
+static void row_stats(const float *x, long c, float eps, bool centered, float *mean,
                       float *rstd) {
-  float m = sum_lanes(x, c) / (float)c;
+  float m = centered ? sum_lanes(x, c) / (float)c : 0.0f;
   float acc[LANES] = {0};
   long j = 0;
   for (; j + LANES <= c; j += LANES)
@@ -766,29 +767,42 @@ static void row_stats(const float *x, long c, float eps, float *mean,
   *rstd = 1.0f / sqrtf(var / (float)c + eps);
 }
 
-// y = (x - mean) * rstd * w + b, row by row
-void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b,
-                      long n, long c, float eps) {
+// y = (x - mean) * rstd * w (+ b), row by row: layernorm, or RMSNorm when
+// not centered (b is then NULL).
+static void norm_fwd(float *y, const float *x, const float *w, const float *b, long n, long c,
+                     float eps, bool centered) {
 #pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *xr = x + i * c;
     float *yr = y + i * c;
     float mean, rstd;
-    row_stats(xr, c, eps, &mean, &rstd);
-    for (long j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+    row_stats(xr, c, eps, centered, &mean, &rstd);
+    if (b)
+      for (long j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+    else
+      for (long j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd * w[j];
   }
 }
 
-// Rows per pass of layernorm_bwd: their mean and rstd live on the stack.
+void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b,
+                      long n, long c, float eps) {
+  norm_fwd(y, x, w, b, n, c, eps, true);
+}
+
+void rt_rmsnorm_fwd(float *y, const float *x, const float *w, long n, long c, float eps) {
+  norm_fwd(y, x, w, NULL, n, c, eps, false);
+}
+
+// Rows per pass of norm_bwd: their mean and rstd live on the stack.
 #define LN_ROWS 256
 
 // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy*w;
-// dw = sum_rows dy * norm, db = sum_rows dy. In passes of LN_ROWS rows:
-// first the rows' statistics and dx (threads split the rows), then dw and db
+// dw = sum_rows dy * norm, db = sum_rows dy. Not centered (RMSNorm): the
+// mean(dnorm) term drops and db is NULL. In passes of LN_ROWS rows: first
+// the rows' statistics and dx (threads split the rows), then dw and db
 // (threads split the columns; each column adds the rows in order).
-void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
-                      const float *x, const float *w, long n, long c,
-                      float eps) {
+static void norm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                     const float *w, long n, long c, float eps, bool centered) {
   float mean[LN_ROWS], rstd[LN_ROWS];
   long nblocks = (c + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel if (n * c >= PAR_MIN_MATH)
@@ -796,7 +810,7 @@ void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
 #pragma omp for
     for (long j = 0; j < c; j++) {
       dw[j] = 0.0f;
-      db[j] = 0.0f;
+      if (db) db[j] = 0.0f;
     }
     for (long r0 = 0; r0 < n; r0 += LN_ROWS) {
       long r1 = r0 + LN_ROWS < n ? r0 + LN_ROWS : n;
@@ -805,7 +819,7 @@ void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
         const float *xr = x + i * c, *dyr = dy + i * c;
         float *dxr = dx + i * c;
         float mu, rs;
-        row_stats(xr, c, eps, &mu, &rs);
+        row_stats(xr, c, eps, centered, &mu, &rs);
         mean[i - r0] = mu;
         rstd[i - r0] = rs;
         float a1[LANES] = {0}, a2[LANES] = {0};  // sums of dnorm, dnorm*norm
@@ -821,7 +835,8 @@ void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
           a1[l] += dn;
           a2[l] += dn * ((xr[j + l] - mu) * rs);
         }
-        float dm = lanes_total(a1) / (float)c, dnm = lanes_total(a2) / (float)c;
+        float dm = centered ? lanes_total(a1) / (float)c : 0.0f;
+        float dnm = lanes_total(a2) / (float)c;
         for (j = 0; j < c; j++) {
           float norm = (xr[j] - mu) * rs;
           dxr[j] = (dyr[j] * w[j] - dm - norm * dnm) * rs;
@@ -833,14 +848,47 @@ void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
         for (long i = r0; i < r1; i++) {
           const float *xr = x + i * c, *dyr = dy + i * c;
           float mu = mean[i - r0], rs = rstd[i - r0];
-          for (long j = lo; j < hi; j++) {
-            dw[j] += dyr[j] * ((xr[j] - mu) * rs);
-            db[j] += dyr[j];
-          }
+          if (db)
+            for (long j = lo; j < hi; j++) {
+              dw[j] += dyr[j] * ((xr[j] - mu) * rs);
+              db[j] += dyr[j];
+            }
+          else
+            for (long j = lo; j < hi; j++) dw[j] += dyr[j] * ((xr[j] - mu) * rs);
         }
       }  // implicit barrier before the next pass overwrites mean and rstd
     }
   }
+}
+
+void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
+                      const float *x, const float *w, long n, long c,
+                      float eps) {
+  norm_bwd(dx, dw, db, dy, x, w, n, c, eps, true);
+}
+
+void rt_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                    long n, long c, float eps) {
+  norm_bwd(dx, dw, NULL, dy, x, w, n, c, eps, false);
+}
+
+// The angles in double (cos and sin of p * theta^(-2i/hs)), rounded once to
+// float; one (cos, sin) per position and pair serves every row.
+void rt_rope(float *out, const float *x, long rows, long t, long hs, float theta, int inverse) {
+  long half = hs / 2;
+#pragma omp parallel for if (rows * t * hs >= PAR_MIN_MATH)
+  for (long p = 0; p < t; p++)
+    for (long i = 0; i < half; i++) {
+      double a = (double)p * pow((double)theta, -2.0 * (double)i / (double)hs);
+      float c = (float)cos(a), s = inverse ? -(float)sin(a) : (float)sin(a);
+      for (long r = 0; r < rows; r++) {
+        const float *xr = x + (r * t + p) * hs;
+        float *yr = out + (r * t + p) * hs;
+        float x1 = xr[i], x2 = xr[i + half];
+        yr[i] = x1 * c - x2 * s;
+        yr[i + half] = x2 * c + x1 * s;
+      }
+    }
 }
 
 // y = softmax over each row of x (n, c), max subtracted for stability
@@ -1294,6 +1342,19 @@ void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n) {
     float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
     float pdf = inv_sqrt_2pi * expf(-0.5f * x[i] * x[i]);
     dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+void rt_silu_fwd(float *y, const float *x, long n) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));  // e^-x = inf: -0
+}
+
+void rt_silu_bwd(float *dx, const float *dy, const float *x, long n) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) {
+    float s = 1.0f / (1.0f + expf(-x[i]));
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
   }
 }
 

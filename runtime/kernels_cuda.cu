@@ -297,6 +297,32 @@ __global__ void gelu_erf_bwd_kernel(float *dx, const float *dy, const float *x, 
   }
 }
 
+__global__ void silu_fwd_kernel(float *y, const float *x, long n) {
+  GRID_LOOP(i, n) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+__global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+  GRID_LOOP(i, n) {
+    float s = 1.0f / (1.0f + expf(-x[i]));
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+// one thread per (row, position, pair); the angle in double, as on the CPU
+__global__ void rope_kernel(float *out, const float *x, long rows, long t, long hs, float theta,
+                            int inverse) {
+  long half = hs / 2;
+  GRID_LOOP(k, rows * t * half) {
+    long i = k % half, rp = k / half, p = rp % t;
+    double a = (double)p * pow((double)theta, -2.0 * (double)i / (double)hs);
+    float c = (float)cos(a), s = inverse ? -(float)sin(a) : (float)sin(a);
+    const float *xr = x + rp * hs;
+    float x1 = xr[i], x2 = xr[i + half];
+    out[rp * hs + i] = x1 * c - x2 * s;
+    out[rp * hs + i + half] = x2 * c + x1 * s;
+  }
+}
+
 // ---- neural-net ops
 
 // out[i, j] = w[idx[i], j]
@@ -323,11 +349,16 @@ __global__ void embedding_bwd_kernel(float *dw, const float *dout, const int *id
   }
 }
 
-// mean and 1/sqrt(biased variance + eps) of a row of c, in float (two passes)
-__device__ void row_stats(const float *xr, long c, float eps, float *mean, float *rstd) {
-  float s = 0.0f;
-  for (long j = threadIdx.x; j < c; j += blockDim.x) s += xr[j];
-  float m = block_sum(s) / (float)c;
+// mean and 1/sqrt(biased variance + eps) of a row of c, in float (two
+// passes); uncentered (RMSNorm): mean 0, the variance is the mean square.
+__device__ void row_stats(const float *xr, long c, float eps, bool centered, float *mean,
+                          float *rstd) {
+  float m = 0.0f;
+  if (centered) {
+    float s = 0.0f;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += xr[j];
+    m = block_sum(s) / (float)c;
+  }
   float q = 0.0f;
   for (long j = threadIdx.x; j < c; j += blockDim.x) {
     float d = xr[j] - m;
@@ -338,34 +369,36 @@ __device__ void row_stats(const float *xr, long c, float eps, float *mean, float
   *rstd = 1.0f / sqrtf(var / (float)c + eps);
 }
 
-// one block per row
-__global__ void layernorm_fwd_kernel(float *y, const float *x, const float *w, const float *b,
-                                     long n, long c, float eps) {
+// one block per row: layernorm, or RMSNorm when not centered (b NULL)
+__global__ void norm_fwd_kernel(float *y, const float *x, const float *w, const float *b, long n,
+                                long c, float eps, bool centered) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *xr = x + row * c;
     float *yr = y + row * c;
     float mean, rstd;
-    row_stats(xr, c, eps, &mean, &rstd);
-    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+    row_stats(xr, c, eps, centered, &mean, &rstd);
+    for (long j = threadIdx.x; j < c; j += blockDim.x)
+      yr[j] = (xr[j] - mean) * rstd * w[j] + (b ? b[j] : 0.0f);
   }
 }
 
 // dx per row (one block per row); the row's mean and rstd to stats[2*row],
-// stats[2*row + 1] for the dw/db kernel.
-__global__ void layernorm_bwd_dx_kernel(float *dx, float *stats, const float *dy, const float *x,
-                                        const float *w, long n, long c, float eps) {
+// stats[2*row + 1] for the dw/db kernel. Not centered (RMSNorm): the
+// mean(dnorm) term drops.
+__global__ void norm_bwd_dx_kernel(float *dx, float *stats, const float *dy, const float *x,
+                                   const float *w, long n, long c, float eps, bool centered) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *xr = x + row * c, *dyr = dy + row * c;
     float *dxr = dx + row * c;
     float mu, rs;
-    row_stats(xr, c, eps, &mu, &rs);
+    row_stats(xr, c, eps, centered, &mu, &rs);
     float a1 = 0.0f, a2 = 0.0f;  // sums of dnorm, dnorm * norm
     for (long j = threadIdx.x; j < c; j += blockDim.x) {
       float dn = dyr[j] * w[j];
       a1 += dn;
       a2 += dn * ((xr[j] - mu) * rs);
     }
-    float dm = block_sum(a1) / (float)c;
+    float dm = centered ? block_sum(a1) / (float)c : 0.0f;
     float dnm = block_sum(a2) / (float)c;
     for (long j = threadIdx.x; j < c; j += blockDim.x) {
       float norm = (xr[j] - mu) * rs;
@@ -380,9 +413,9 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, float *stats, const float *dy
 
 // dw[j] = sum_rows dy * norm, db[j] = sum_rows dy. Block (32, LN_RG): column
 // blockIdx.x*32 + threadIdx.x, row group threadIdx.y takes the rows
-// y, y + LN_RG, ...; the groups' sums are added in order.
+// y, y + LN_RG, ...; the groups' sums are added in order. db NULL: no bias.
 #define LN_RG 16
-__global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const float *stats,
+__global__ void norm_bwd_dwdb_kernel(float *dw, float *db, const float *stats,
                                           const float *dy, const float *x, long n, long c) {
   __shared__ float sw[LN_RG][32], sb[LN_RG][32];
   long j = (long)blockIdx.x * 32 + threadIdx.x;
@@ -405,7 +438,7 @@ __global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const float *sta
       tb += sb[g][threadIdx.x];
     }
     dw[j] = tw;
-    db[j] = tb;
+    if (db) db[j] = tb;
   }
 }
 
@@ -1214,26 +1247,46 @@ void rt_embedding_bwd(float *dw, const float *dout, const int *idx, long n, long
   LAUNCHED();
 }
 
+static void norm_fwd(float *y, const float *x, const float *w, const float *b, long n, long c,
+                     float eps, bool centered) {
+  if (n <= 0 || c <= 0) return;
+  norm_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, w, b, n, c, eps,
+                                                                       centered);
+  LAUNCHED();
+}
+
 void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b, long n, long c,
                       float eps) {
-  if (n <= 0 || c <= 0) return;
-  layernorm_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, w, b, n, c,
-                                                                            eps);
+  norm_fwd(y, x, w, b, n, c, eps, true);
+}
+
+void rt_rmsnorm_fwd(float *y, const float *x, const float *w, long n, long c, float eps) {
+  norm_fwd(y, x, w, NULL, n, c, eps, false);
+}
+
+static void norm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                     const float *w, long n, long c, float eps, bool centered) {
+  if (c <= 0) return;
+  float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float),
+                                  centered ? "layernorm_bwd" : "rmsnorm_bwd");
+  if (n > 0) {
+    norm_bwd_dx_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, stats, dy, x, w, n,
+                                                                           c, eps, centered);
+    LAUNCHED();
+  }
+  norm_bwd_dwdb_kernel<<<(unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream>>>(
+      dw, db, stats, dy, x, n > 0 ? n : 0, c);
   LAUNCHED();
 }
 
 void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                       const float *w, long n, long c, float eps) {
-  if (c <= 0) return;
-  float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float), "layernorm_bwd");
-  if (n > 0) {
-    layernorm_bwd_dx_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(
-        dx, stats, dy, x, w, n, c, eps);
-    LAUNCHED();
-  }
-  layernorm_bwd_dwdb_kernel<<<(unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream>>>(
-      dw, db, stats, dy, x, n > 0 ? n : 0, c);
-  LAUNCHED();
+  norm_bwd(dx, dw, db, dy, x, w, n, c, eps, true);
+}
+
+void rt_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, long n,
+                    long c, float eps) {
+  norm_bwd(dx, dw, NULL, dy, x, w, n, c, eps, false);
 }
 
 void rt_softmax_fwd(float *y, const float *x, long n, long c) {
@@ -1395,6 +1448,25 @@ void rt_gelu_erf_fwd(float *y, const float *x, long n) {
 void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n) {
   if (n <= 0) return;
   gelu_erf_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  LAUNCHED();
+}
+
+void rt_rope(float *out, const float *x, long rows, long t, long hs, float theta, int inverse) {
+  long n = rows * t * (hs / 2);
+  if (n <= 0) return;
+  rope_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, rows, t, hs, theta, inverse);
+  LAUNCHED();
+}
+
+void rt_silu_fwd(float *y, const float *x, long n) {
+  if (n <= 0) return;
+  silu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  LAUNCHED();
+}
+
+void rt_silu_bwd(float *dx, const float *dy, const float *x, long n) {
+  if (n <= 0) return;
+  silu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
   LAUNCHED();
 }
 

@@ -18,8 +18,8 @@
 #define rt_embedding_bwd cpu_rt_embedding_bwd
 #define rt_embedding_fwd cpu_rt_embedding_fwd
 #define rt_embedding_vp_fwd cpu_rt_embedding_vp_fwd
-#define rt_find_nonfinite cpu_rt_find_nonfinite
 #define rt_fill cpu_rt_fill
+#define rt_find_nonfinite cpu_rt_find_nonfinite
 #define rt_gelu_bwd cpu_rt_gelu_bwd
 #define rt_gelu_erf_bwd cpu_rt_gelu_erf_bwd
 #define rt_gelu_erf_fwd cpu_rt_gelu_erf_fwd
@@ -35,8 +35,13 @@
 #define rt_reduce_sum cpu_rt_reduce_sum
 #define rt_relu_bwd cpu_rt_relu_bwd
 #define rt_relu_fwd cpu_rt_relu_fwd
+#define rt_rmsnorm_bwd cpu_rt_rmsnorm_bwd
+#define rt_rmsnorm_fwd cpu_rt_rmsnorm_fwd
+#define rt_rope cpu_rt_rope
 #define rt_scale cpu_rt_scale
 #define rt_sgd cpu_rt_sgd
+#define rt_silu_bwd cpu_rt_silu_bwd
+#define rt_silu_fwd cpu_rt_silu_fwd
 #define rt_slice cpu_rt_slice
 #define rt_slice_axis cpu_rt_slice_axis
 #define rt_slice_axis_bwd cpu_rt_slice_axis_bwd
@@ -68,8 +73,8 @@
 #undef rt_embedding_bwd
 #undef rt_embedding_fwd
 #undef rt_embedding_vp_fwd
-#undef rt_find_nonfinite
 #undef rt_fill
+#undef rt_find_nonfinite
 #undef rt_gelu_bwd
 #undef rt_gelu_erf_bwd
 #undef rt_gelu_erf_fwd
@@ -85,8 +90,13 @@
 #undef rt_reduce_sum
 #undef rt_relu_bwd
 #undef rt_relu_fwd
+#undef rt_rmsnorm_bwd
+#undef rt_rmsnorm_fwd
+#undef rt_rope
 #undef rt_scale
 #undef rt_sgd
+#undef rt_silu_bwd
+#undef rt_silu_fwd
 #undef rt_slice
 #undef rt_slice_axis
 #undef rt_slice_axis_bwd

@@ -63,6 +63,13 @@ static const Case cases[] = {
     {"layernorm", "sym N = 4\nsym C = 6\nparam %x : f32[N,C] normal(1.0)\n"
                   "param %w : f32[C] normal(1.0)\nparam %b : f32[C] normal(1.0)\n",
      "%y : f32[N,C] = layernorm(%x, %w, %b) eps=1e-5\n", "f32[N,C]", 1e-2},
+    {"rmsnorm", "sym N = 4\nsym C = 6\nparam %x : f32[N,C] normal(1.0)\n"
+                "param %w : f32[C] normal(1.0)\n",
+     "%y : f32[N,C] = rmsnorm(%x, %w) eps=1e-6\n", "f32[N,C]", 1e-2},
+    {"rope", "sym B = 2\nsym T = 5\nsym D = 6\nparam %x : f32[B,T,D] normal(1.0)\n",
+     "%y : f32[B,T,D] = rope(%x) theta=10.0\n", "f32[B,T,D]", 1e-2},
+    {"rope_inverse", "sym T = 4\nsym D = 4\nparam %x : f32[T,D] normal(1.0)\n",
+     "%y : f32[T,D] = rope(%x) inverse=1\n", "f32[T,D]", 1e-2},
     {"softmax", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
      "%y : f32[N,C] = softmax(%x)\n", "f32[N,C]", 1e-2},
     {"attention_causal", "sym B = 2\nsym H = 2\nsym T = 4\nsym D = 3\n"
@@ -125,6 +132,8 @@ static const Case cases[] = {
      "%s : f32[N] = sign(%x)\n%y : f32[N] = mul(%s, %x)\n", "f32[N]", 1e-2},
     {"sigmoid", "sym N = 6\nparam %x : f32[N] normal(2.0)\n", "%y : f32[N] = sigmoid(%x)\n", "f32[N]",
      1e-2},
+    {"silu", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(2.0)\n",
+     "%y : f32[N,C] = silu(%x)\n", "f32[N,C]", 1e-2},
     {"gelu_erf", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
      "%y : f32[N,C] = gelu_erf(%x)\n", "f32[N,C]", 1e-2},
     {"masked_fill", "sym B = 2\nsym T = 3\nsym C = 4\ninput %m : i32[T,C] classes(2)\n"

@@ -341,6 +341,24 @@ static void test_unary_ops(void) {
   free(y), free(ref);
 }
 
+static double ref_silu(double x) { return x / (1.0 + exp(-x)); }
+
+// SiLU against double, its backward against central differences of that,
+// over a range and at the tails (e^-x overflows below -88).
+static void test_silu(void) {
+  long n = 10007;
+  float *x = frand(n, -20, 20), *dy = frand(n, -1, 1), *y = fbuf(n);
+  x[0] = -100.0f, x[1] = 100.0f, x[2] = -0.0f, x[3] = 1e-30f;
+  double *ref = dbuf(n), h = 1e-6;
+  rt_silu_fwd(y, x, n);
+  for (long i = 0; i < n; i++) ref[i] = ref_silu(x[i]);
+  check("silu_fwd", y, ref, n);
+  rt_silu_bwd(y, dy, x, n);
+  for (long i = 0; i < n; i++) ref[i] = dy[i] * (ref_silu(x[i] + h) - ref_silu(x[i] - h)) / (2 * h);
+  check("silu_bwd vs finite differences", y, ref, n);
+  free(x), free(dy), free(y), free(ref);
+}
+
 static void test_unary(void) {
   long n = 20011;
   float *x = frand(n, -5, 5), *dy = frand(n, -1, 1), *out = fbuf(n);
@@ -508,6 +526,75 @@ static double dot_d(const double *a, const double *b, long n) {
   double s = 0;
   for (long i = 0; i < n; i++) s += a[i] * b[i];
   return s;
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w, in double
+static void ref_rmsnorm_row(double *y, const double *x, const double *w, long c, double eps) {
+  double ms = 0;
+  for (long j = 0; j < c; j++) ms += x[j] * x[j];
+  double r = 1.0 / sqrt(ms / c + eps);
+  for (long j = 0; j < c; j++) y[j] = x[j] * r * w[j];
+}
+
+// The kernels against the double reference; the backward against central
+// differences of that reference (a row's inputs change only that row).
+static void test_rmsnorm(long n, long c) {
+  float eps = 1e-6f;
+  float *x = frand(n * c, -2, 2), *w = frand(c, 0.5f, 1.5f), *dy = frand(n * c, -1, 1);
+  for (long i = 0; i < n; i++)  // rows of different scales, some off zero
+    for (long j = 0; j < c; j++) x[i * c + j] = x[i * c + j] * (1 + i % 3) + (float)(i % 2);
+  float *y = fbuf(n * c), *dx = fbuf(n * c), *dw = frand(c, -1, 1);
+  double *xd = to_d(x, n * c), *wd = to_d(w, c), *dyd = to_d(dy, n * c);
+  double *ry = dbuf(n * c), *fdx = dbuf(n * c), *fdw = dbuf(c), *tmp = dbuf(c), h = 1e-6;
+  for (long i = 0; i < n; i++) {
+    double *xr = xd + i * c;
+    ref_rmsnorm_row(ry + i * c, xr, wd, c, eps);
+    for (long j = 0; j < c; j++) {
+      double s = xr[j];
+      xr[j] = s + h; ref_rmsnorm_row(tmp, xr, wd, c, eps); double lp = dot_d(tmp, dyd + i * c, c);
+      xr[j] = s - h; ref_rmsnorm_row(tmp, xr, wd, c, eps); double lm = dot_d(tmp, dyd + i * c, c);
+      xr[j] = s;
+      fdx[i * c + j] = (lp - lm) / (2 * h);
+    }
+  }
+  for (long i = 0; i < n; i++)  // y is linear in w: dw[j] = sum_rows dy * y / w
+    for (long j = 0; j < c; j++) fdw[j] += dyd[i * c + j] * ry[i * c + j] / wd[j];
+  char name[96];
+  rt_rmsnorm_fwd(y, x, w, n, c, eps);
+  snprintf(name, sizeof name, "rmsnorm_fwd (%ld,%ld)", n, c);
+  check(name, y, ry, n * c);
+  rt_rmsnorm_bwd(dx, dw, dy, x, w, n, c, eps);
+  snprintf(name, sizeof name, "rmsnorm_bwd dx (%ld,%ld) vs finite differences", n, c);
+  check(name, dx, fdx, n * c);
+  snprintf(name, sizeof name, "rmsnorm_bwd dw (%ld,%ld)", n, c);
+  check(name, dw, fdw, c);
+  free(x); free(w); free(dy); free(y); free(dx); free(dw);
+  free(xd); free(wd); free(dyd); free(ry); free(fdx); free(fdw); free(tmp);
+}
+
+// rope against a double reference (the rotation written out), and the
+// inverse rotation taking it back to x.
+static void test_rope(long rows, long t, long hs, float theta) {
+  long n = rows * t * hs, half = hs / 2;
+  float *x = frand(n, -2, 2), *y = fbuf(n), *back = fbuf(n);
+  double *ref = dbuf(n);
+  for (long r = 0; r < rows; r++)
+    for (long p = 0; p < t; p++)
+      for (long i = 0; i < half; i++) {
+        const float *xr = x + (r * t + p) * hs;
+        double a = p / pow(theta, 2.0 * i / hs), x1 = xr[i], x2 = xr[i + half];
+        ref[(r * t + p) * hs + i] = x1 * cos(a) - x2 * sin(a);
+        ref[(r * t + p) * hs + i + half] = x1 * sin(a) + x2 * cos(a);
+      }
+  char name[96];
+  rt_rope(y, x, rows, t, hs, theta, 0);
+  snprintf(name, sizeof name, "rope (%ld,%ld,%ld) theta %g", rows, t, hs, theta);
+  check(name, y, ref, n);
+  rt_rope(back, y, rows, t, hs, theta, 1);
+  double *xd = to_d(x, n);
+  snprintf(name, sizeof name, "rope inverse (%ld,%ld,%ld)", rows, t, hs);
+  check(name, back, xd, n);
+  free(x), free(y), free(back), free(ref), free(xd);
 }
 
 static void test_layernorm(long n, long c, int fd) {
@@ -1018,6 +1105,7 @@ int main(void) {
   test_binary();
   test_unary();
   test_unary_ops();
+  test_silu();
   test_matmul();
   test_embedding(40, 13, 7);
   test_embedding(1000, 97, 200);
@@ -1025,6 +1113,12 @@ int main(void) {
   test_layernorm(5, 7, 0);
   test_layernorm(64, 129, 0);
   test_layernorm(256, 768, 0);
+  test_rmsnorm(3, 5);
+  test_rope(1, 5, 2, 10000.0f);
+  test_rope(6, 33, 16, 10000.0f);
+  test_rope(2, 256, 64, 500000.0f);
+  test_rmsnorm(64, 129);
+  test_rmsnorm(256, 768);
   test_softmax(4, 9);
   test_softmax(100, 1000);
   test_attention(2, 5, 3, 1, 1);

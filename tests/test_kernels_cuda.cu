@@ -332,14 +332,16 @@ static void test_activations(void) {
     double tol;
   } fwds[] = {{"gelu_fwd", CPU(rt_gelu_fwd), rt_gelu_fwd, ELEM},
               {"relu_fwd", CPU(rt_relu_fwd), rt_relu_fwd, EXACT},
-              {"gelu_erf_fwd", CPU(rt_gelu_erf_fwd), rt_gelu_erf_fwd, ELEM}};
+              {"gelu_erf_fwd", CPU(rt_gelu_erf_fwd), rt_gelu_erf_fwd, ELEM},
+              {"silu_fwd", CPU(rt_silu_fwd), rt_silu_fwd, ELEM}};
   struct B {
     const char *name;
     Bwd cpu, gpu;
     double tol;
   } bwds[] = {{"gelu_bwd", CPU(rt_gelu_bwd), rt_gelu_bwd, ELEM},
               {"relu_bwd", CPU(rt_relu_bwd), rt_relu_bwd, EXACT},
-              {"gelu_erf_bwd", CPU(rt_gelu_erf_bwd), rt_gelu_erf_bwd, ELEM}};
+              {"gelu_erf_bwd", CPU(rt_gelu_erf_bwd), rt_gelu_erf_bwd, ELEM},
+              {"silu_bwd", CPU(rt_silu_bwd), rt_silu_bwd, ELEM}};
   for (long n : {1L, 17L, 1000L, (1L << 20) + 1}) {
     Vec x = rand_vec(n, -6.0f, 6.0f), dy = rand_vec(n);
     if (n > 4) x[0] = 30.0f, x[1] = -30.0f, x[2] = 0.0f, x[3] = -0.0f;  // the tails, and 0
@@ -470,6 +472,24 @@ static void test_layernorm(void) {
   }
 }
 
+static void test_rmsnorm(void) {
+  for (const auto &rc : row_cases) {
+    long n = rc[0], c = rc[1];
+    Vec x = rand_vec(n * c, -2, 3), w = rand_vec(c), y = rand_vec(n * c);
+    float *dx = dev(x), *dw = dev(w), *dy = dev(y);
+    CPU(rt_rmsnorm_fwd)(y.data(), x.data(), w.data(), n, c, 1e-6f);
+    rt_rmsnorm_fwd(dy, dx, dw, n, c, 1e-6f);
+    check(fmt("rmsnorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
+    Vec g = rand_vec(n * c), gx = rand_vec(n * c), gw = rand_vec(c);
+    float *dg = dev(g), *dgx = dev(gx), *dgw = dev(gw);
+    CPU(rt_rmsnorm_bwd)(gx.data(), gw.data(), g.data(), x.data(), w.data(), n, c, 1e-6f);
+    rt_rmsnorm_bwd(dgx, dgw, dg, dx, dw, n, c, 1e-6f);
+    check(fmt("rmsnorm_bwd dx n=%ld c=%ld", n, c), gx, dgx, RED);
+    check(fmt("rmsnorm_bwd dw n=%ld c=%ld", n, c), gw, dgw, RED);
+    free_all();
+  }
+}
+
 static void test_softmaxes(void) {
   for (const auto &rc : row_cases) {
     long n = rc[0], c = rc[1];
@@ -495,6 +515,20 @@ static void test_softmaxes(void) {
     check(fmt("log_softmax_bwd n=%ld c=%ld", n, c), lg, dlg, RED);
     free_all();
   }
+}
+
+static void test_rope(void) {
+  const long cases[][3] = {{1, 1, 2}, {6, 17, 64}, {3, 128, 128}};
+  for (const auto &cs : cases)
+    for (int inverse = 0; inverse < 2; inverse++) {
+      long rows = cs[0], t = cs[1], hs = cs[2], n = rows * t * hs;
+      Vec x = rand_vec(n, -2, 2), y = rand_vec(n);
+      float *dx = dev(x), *dy = dev(y);
+      CPU(rt_rope)(y.data(), x.data(), rows, t, hs, 10000.0f, inverse);
+      rt_rope(dy, dx, rows, t, hs, 10000.0f, inverse);
+      check(fmt("rope rows=%ld t=%ld hs=%ld inverse=%d", rows, t, hs, inverse), y, dy, ELEM);
+      free_all();
+    }
 }
 
 static void test_attention(void) {
@@ -760,8 +794,10 @@ int main(void) {
   test_matmul();
   test_embedding();
   test_layernorm();
+  test_rmsnorm();
   test_softmaxes();
   test_attention();
+  test_rope();
   test_losses();
   test_optimizers();
   test_find_nonfinite();
