@@ -5,8 +5,10 @@
 //
 //   layernorm      mean(x) -> sub -> pow 2 -> mean -> + eps -> sqrt -> div
 //                  -> * w -> + b                         (LayerNorm below opset 17)
+//   rmsnorm        x * rsqrt(mean(x^2) + eps) * w         (Llama, T5)
 //   gelu           x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 //   gelu_erf       x/2 * (1 + erf(x / sqrt(2)))
+//   silu           x * sigmoid(x)
 //   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none: a
 //                  fill or an addend of -inf or the lowest float, or all zeros
 //   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
@@ -214,6 +216,66 @@ static bool fuse_layernorm(Fuser *F, IrNode *n) {
   return false;
 }
 
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+// v = x^2 as pow(x, 2) or x * x: x.
+static IrValue *square_of(const IrValue *v) {
+  IrNode *p = v ? v->producer : NULL;
+  if (p && p->op == OP_POW && near(ir_attr_f(p, "p"), 2.0))
+    return p->in[0];
+  return p && p->op == OP_MUL && p->in[0] == p->in[1] ? p->in[0] : NULL;
+}
+
+// y = x / sqrt(mean(x^2) + eps) over the last dim, written as x * pow(q, -1)
+// (Reciprocal, rsqrt) in either order, or x / q, q = sqrt(mean(x^2) + eps):
+// x, and eps through *eps. NULL when y is something else.
+static IrValue *rms_normed(const IrValue *y, double *eps) {
+  IrNode *n = y ? y->producer : NULL;
+  for (int i = 0; n && i < 2; i++) {
+    IrValue *x = n->in[i], *q = NULL;
+    IrNode *rcp = made_by(n->in[1 - i], OP_POW);
+    if (n->op == OP_MUL && rcp && near(ir_attr_f(rcp, "p"), -1.0))
+      q = rcp->in[0];
+    else if (n->op == OP_DIV && i == 0)
+      q = n->in[1];
+    IrNode *sq = made_by(q, OP_SQRT);
+    IrNode *add = sq ? made_by(sq->in[0], OP_SCALE) : NULL;
+    IrNode *mean = add && near(ir_attr_f(add, "s"), 1.0) ? add->in[0]->producer : NULL;
+    if (mean && is_last_axis_mean(mean, x) && square_of(mean->in[0]) == x &&
+        ir_attr_f(add, "b") > 0) {
+      *eps = ir_attr_f(add, "b");
+      return x;
+    }
+  }
+  return NULL;
+}
+
+// x = a - mean(a) over the last dim: the inside of a layernorm.
+static bool is_centered(const IrValue *x) {
+  IrNode *sub = made_by(x, OP_SUB);
+  IrNode *mean = sub ? sub->in[1]->producer : NULL;
+  return mean && is_last_axis_mean(mean, sub->in[0]) && mean->in[0] == sub->in[0];
+}
+
+// mul(w, x / sqrt(mean(x^2) + eps)) (either order) -> rmsnorm(x, w): Llama's
+// and T5's RMSNorm. Not when x is centered: that is a layernorm, which
+// fuse_layernorm takes at its last node (the bias add).
+static bool fuse_rmsnorm(Fuser *F, IrNode *n) {
+  if (n->op != OP_MUL)
+    return false;
+  for (int ws = 0; ws < 2; ws++) {
+    double eps;
+    IrValue *w = n->in[ws], *x = rms_normed(n->in[1 - ws], &eps);
+    if (!x || is_centered(x) || !is_channel_vector(w, x) || !ir_same_shape(x, n->out[0]))
+      continue;
+    IrValue *in[2] = {x, w};
+    IrNode *rn = replace(F, n, OP_RMSNORM, in, 2);
+    ir_set_float(F->g, rn, "eps", eps);
+    return check(F, rn);
+  }
+  return false;
+}
+
 // ---- GELU ---------------------------------------------------------------------------------------
 
 // x^3 as pow(x, 3), x * (x * x) or (x * x) * x.
@@ -267,6 +329,17 @@ static bool gelu_shape(Fuser *F, IrNode *n, IrOp fused, IrValue *(*arg)(const Ir
 
 static bool fuse_gelu(Fuser *F, IrNode *n) {
   return gelu_shape(F, n, OP_GELU, tanh_gelu_arg) || gelu_shape(F, n, OP_GELU_ERF, erf_gelu_arg);
+}
+
+// x * sigmoid(x), either order -> silu(x) (torch.nn.SiLU as exported; the
+// gate of Llama's SwiGLU MLP).
+static bool fuse_silu(Fuser *F, IrNode *n) {
+  for (int i = 0; n->op == OP_MUL && i < 2; i++) {
+    IrNode *sg = made_by(n->in[1 - i], OP_SIGMOID);
+    if (sg && sg->in[0] == n->in[i])
+      return check(F, replace(F, n, OP_SILU, &n->in[i], 1));
+  }
+  return false;
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -456,8 +529,9 @@ static void remove_dead(IrGraph *g) {
 // ---- the pass -------------------------------------------------------------------------------------
 
 typedef bool Rewrite(Fuser *F, IrNode *n);
-static Rewrite *const rewrites[] = {merge_scales, absorb_transposes, fuse_layernorm,
-                                    fuse_gelu, fuse_attention, fuse_cross_entropy};
+static Rewrite *const rewrites[] = {merge_scales,   absorb_transposes, fuse_layernorm,
+                                    fuse_rmsnorm,   fuse_gelu,         fuse_silu,
+                                    fuse_attention, fuse_cross_entropy};
 
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (ctx->opt.no_fusion || !g->loss)
