@@ -646,7 +646,10 @@ static const Builtin builtins[] = {
   {"layernorm", OP_LAYERNORM, false, "layernorm(x, w, b, eps=1e-5)",
    {{"x", ARG_F32, false}, {"w", ARG_F32, false}, {"b", ARG_F32, false},
     {"eps", ARG_NUM, true}}},
+  {"rmsnorm", OP_RMSNORM, false, "rmsnorm(x, w, eps=1e-6)",
+   {{"x", ARG_F32, false}, {"w", ARG_F32, false}, {"eps", ARG_NUM, true}}},
   {"gelu", OP_GELU, false, "gelu(x)", {{"x", ARG_F32, false}}},
+  {"silu", OP_SILU, false, "silu(x)", {{"x", ARG_F32, false}}},
   {"relu", OP_RELU, false, "relu(x)", {{"x", ARG_F32, false}}},
   {"sigmoid", OP_SIGMOID, false, "sigmoid(x)", {{"x", ARG_F32, false}}},
   {"tanh", OP_TANH, false, "tanh(x)", {{"x", ARG_F32, false}}},
@@ -660,9 +663,13 @@ static const Builtin builtins[] = {
   {"attention", OP_ATTENTION, false, "attention(q, k, v, causal=1)",
    {{"q", ARG_F32, false}, {"k", ARG_F32, false}, {"v", ARG_F32, false},
     {"causal", ARG_NUM, true}}},
+  {"rope", OP_ROPE, false, "rope(x, theta=10000)",
+   {{"x", ARG_F32, false}, {"theta", ARG_NUM, true}}},
   {"embedding", OP_EMBEDDING, false, "embedding(w, idx)",
    {{"w", ARG_F32, false}, {"idx", ARG_I32, false}}},
   {"reshape", OP_RESHAPE, false, "reshape(x, [dims])",
+   {{"x", ARG_ANY, false}, {"shape", ARG_LIST, false}}},
+  {"expand", OP_BROADCAST, false, "expand(x, [dims])",
    {{"x", ARG_ANY, false}, {"shape", ARG_LIST, false}}},
   {"transpose", OP_TRANSPOSE, false, "transpose(x, [perm])",
    {{"x", ARG_ANY, false}, {"perm", ARG_LIST, false}}},
@@ -886,14 +893,26 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
       ir_set_int(g, n, "tb", 1);
     break;
   }
-  case OP_LAYERNORM: {
-    double eps = 1e-5;
-    if (slot[3] && eval_num(e, slot[3], "layernorm: argument 'eps'", &eps) < 0)
+  case OP_LAYERNORM:
+  case OP_RMSNORM: {
+    int at = b->op == OP_LAYERNORM ? 3 : 2; // the eps argument
+    double eps = b->op == OP_LAYERNORM ? 1e-5 : 1e-6;
+    if (slot[at] && eval_num(e, slot[at], fmt(e, "%s: argument 'eps'", b->name), &eps) < 0)
       return -1;
     if (!(eps > 0 && eps < 1))
-      return fail(e, slot[3], "layernorm: eps must be in (0, 1), got %g", eps);
-    n = new_node(e, call, OP_LAYERNORM, in, 3, 1);
+      return fail(e, slot[at], "%s: eps must be in (0, 1), got %g", b->name, eps);
+    n = new_node(e, call, b->op, in, at, 1);
     ir_set_float(g, n, "eps", eps);
+    break;
+  }
+  case OP_ROPE: {
+    double theta = 10000;
+    if (slot[1] && eval_num(e, slot[1], "rope: argument 'theta'", &theta) < 0)
+      return -1;
+    if (!(theta >= 1 && theta <= 1e30))
+      return fail(e, slot[1], "rope: theta must be in [1, 1e30], got %g", theta);
+    n = new_node(e, call, OP_ROPE, in, 1, 1);
+    ir_set_float(g, n, "theta", theta);
     break;
   }
   case OP_SOFTMAX:
@@ -911,19 +930,20 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     n = new_node(e, call, OP_ATTENTION, in, 3, 1);
     ir_set_int(g, n, "causal", v);
     break;
-  case OP_RESHAPE: {
+  case OP_RESHAPE:
+  case OP_BROADCAST: { // expand: x numpy-broadcast to the shape
     Node *elem[MAX_LIST];
     const Sym *shape[IR_MAXRANK];
     if (arg_list(e, b, 1, slot[1], elem, &count) < 0)
       return -1;
     if (count > IR_MAXRANK)
-      return fail(e, slot[1], "reshape: at most %d dims, got %d", IR_MAXRANK, count);
+      return fail(e, slot[1], "%s: at most %d dims, got %d", b->name, IR_MAXRANK, count);
     for (int k = 0; k < count; k++)
-      if (eval_size(e, elem[k], "reshape dim", &shape[k], NULL) < 0)
+      if (eval_size(e, elem[k], fmt(e, "%s dim", b->name), &shape[k], NULL) < 0)
         return -1;
     if (check_shape(e, slot[1], count, shape) < 0)
       return -1;
-    n = new_node(e, call, OP_RESHAPE, in, 1, 1);
+    n = new_node(e, call, b->op, in, 1, 1);
     ir_value_set_shape(n->out[0], count, shape);
     n->out[0]->dtype = x->dtype;
     break;

@@ -6,6 +6,7 @@ reference numbers mtc's CPU program must reproduce (tests/parity.sh).
     tools/parity_hf.py llama gpt2       # some of them
     tools/parity_hf.py --out DIR        # elsewhere
     tools/parity_hf.py --list
+    tools/parity_hf.py llama_dsl        # examples/llama.mtc with HF Llama's weights
 
 Each family is a small random-init config (no weights are downloaded) of a
 transformers model class with its own loss (labels in, loss out), exported with
@@ -29,6 +30,7 @@ import sys
 import torch
 
 import parity_lib as pl
+from parity_check import st_write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "parity")
@@ -133,6 +135,70 @@ def write(name, out_root):
         f.write(f"dynamic_args='-D B={B} -D T={T}'\n")
 
 
+# ---- examples/llama.mtc against transformers' Llama -------------------------------------------
+
+class NextTokenLoss(torch.nn.Module):
+    """The DSL's loss: cross-entropy of every position's logits against targets
+    [B, T] as given (no shift inside, unlike HF's labels)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx, targets):
+        logits = self.m(input_ids=idx, use_cache=False).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+# examples/llama.mtc's names in block h.N: (the name in model.layers.N, transposed: the DSL
+# computes x @ W, a torch Linear x @ W.T)
+LLAMA_DSL_BLOCK = {"attn_norm": ("input_layernorm.weight", False),
+                   "wq": ("self_attn.q_proj.weight", True), "wk": ("self_attn.k_proj.weight", True),
+                   "wv": ("self_attn.v_proj.weight", True), "wo": ("self_attn.o_proj.weight", True),
+                   "mlp_norm": ("post_attention_layernorm.weight", False),
+                   "w_gate": ("mlp.gate_proj.weight", True), "w_up": ("mlp.up_proj.weight", True),
+                   "w_down": ("mlp.down_proj.weight", True)}
+
+
+def llama_dsl_names(layers):
+    """{DSL name: (name in the wrapped model, transposed)}."""
+    names = {"wte": ("m.model.embed_tokens.weight", False), "norm": ("m.model.norm.weight", False),
+             "lm_head": ("m.lm_head.weight", True)}
+    for i in range(layers):
+        for dsl, (pt, tr) in LLAMA_DSL_BLOCK.items():
+            names[f"h.{i}.{dsl}"] = (f"m.model.layers.{i}.{pt}", tr)
+    return names
+
+
+def write_llama_dsl(out_root):
+    """tests/fixtures/parity/llama_dsl: examples/llama.mtc with a transformers
+    LlamaForCausalLM's initial weights (weights.safetensors, by DSL name), its
+    gradients and losses under the DSL's loss."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    dims = dict(B=B, T=T, C=32, L=2, NH=4, NKV=2, F=64, V=128)
+    cfg = LlamaConfig(vocab_size=dims["V"], hidden_size=dims["C"], intermediate_size=dims["F"],
+                      num_hidden_layers=dims["L"], num_attention_heads=dims["NH"],
+                      num_key_value_heads=dims["NKV"], max_position_embeddings=64, rms_norm_eps=1e-5,
+                      rope_theta=10000.0)
+    model = NextTokenLoss(LlamaForCausalLM(cfg))
+    perturb_norms(model, 1)
+    model.eval()
+    batch = {"idx": pl.tokens((B, T), dims["V"], 1), "targets": pl.tokens((B, T), dims["V"], 2)}
+    fn = lambda m, b: m(b["idx"], b["targets"])  # noqa: E731
+    ref, grads = pl.reference(model, fn, batch, OPTS)
+    note = pl.float64_drift(model, fn, batch, grads)
+    print("llama_dsl", note)
+    names = llama_dsl_names(dims["L"])
+    weights = {n: p.detach().numpy() for n, p in model.named_parameters()}
+    to_dsl = lambda t: {d: (t[pt].T if tr else t[pt]).copy() for d, (pt, tr) in names.items()}  # noqa: E731
+    out = os.path.join(out_root, "llama_dsl")
+    mtc_args = " ".join(f"-D {k}={v}" for k, v in dims.items())
+    pl.write_fixture(out, {k: v.to(torch.int32) for k, v in batch.items()}, ref, to_dsl(grads), OPTS,
+                     mtc_args, load="weights.safetensors", note=note)
+    st_write(os.path.join(out, "weights.safetensors"), to_dsl(weights), {"content": "initial weights"})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=FIXTURES, help="where the fixture folders go")
@@ -140,10 +206,13 @@ def main():
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     if a.list:
-        print("\n".join(FAMILIES))
+        print("\n".join(list(FAMILIES) + ["llama_dsl"]))
         return 0
-    for name in a.names or FAMILIES:
-        write(name, a.out)
+    for name in a.names or list(FAMILIES) + ["llama_dsl"]:
+        if name == "llama_dsl":
+            write_llama_dsl(a.out)
+        else:
+            write(name, a.out)
     return 0
 
 
