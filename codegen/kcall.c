@@ -450,6 +450,10 @@ static void lower_cos(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_COS), 
 static void lower_abs(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_ABS), 1.0); }
 static void lower_sign(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGN), 1.0); }
 static void lower_sigmoid(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGMOID), 1.0); }
+static void lower_cast(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_cast_i32_f32);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+}
 static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_erf_fwd); }
 static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
   elementwise(L, n, CG_K_gelu_erf_bwd);

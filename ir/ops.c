@@ -522,6 +522,12 @@ static int shape_cos(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n
 static int shape_abs(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_sign(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_sigmoid(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+// cast(x): an i32 tensor as f32, same shape.
+static int shape_cast(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_dtype(n, 0, DT_I32, d))
+    return -1;
+  return set_out(g, n, 0, DT_F32, n->in[0]->rank, n->in[0]->shape, d);
+}
 static int shape_gelu_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_gelu_erf_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
 static int shape_silu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
@@ -938,6 +944,7 @@ static const Sym *flops_sin(IrGraph *g, const IrNode *n) { return flops_out(g, n
 static const Sym *flops_cos(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_abs(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sign(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_cast(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sigmoid(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_gelu_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
 static const Sym *flops_gelu_erf_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 14); }

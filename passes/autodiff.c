@@ -386,6 +386,11 @@ static void grad_sign(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   (void)ad, (void)n, (void)dy, (void)dx;
 }
 
+// y = float(x) of an integer x: no gradient
+static void grad_cast(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  (void)ad, (void)n, (void)dy, (void)dx;
+}
+
 // y = sigmoid x: dx = dy * y * (1 - y)
 static void grad_sigmoid(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *y = n->out[0];

@@ -923,6 +923,7 @@ static int shard_sin(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_cos(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_abs(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
+static int shard_cast(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_sigmoid(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }

@@ -1309,6 +1309,10 @@ void rt_find_nonfinite(int *at, const float *x, long n) {
 
 void rt_copy_i32(int *out, const int *x, long n) { memcpy(out, x, (size_t)n * sizeof *out); }
 
+void rt_cast_i32_f32(float *out, const int *x, long n) {
+  for (long i = 0; i < n; i++) out[i] = (float)x[i];
+}
+
 static float unary_one(int op, float x, float p) {
   switch (op) {
   case RT_EXP: return expf(x);

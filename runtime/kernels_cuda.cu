@@ -264,6 +264,10 @@ __global__ void relu_bwd_kernel(float *dx, const float *dy, const float *x, long
   GRID_LOOP(i, n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+__global__ void cast_i32_f32_kernel(float *out, const int *x, long n) {
+  GRID_LOOP(i, n) out[i] = (float)x[i];
+}
+
 __global__ void unary_kernel(int op, float *y, const float *x, long n, float p) {
   GRID_LOOP(i, n) {
     float v = x[i], r;
@@ -1431,6 +1435,12 @@ void rt_copy_i32(int *out, const int *x, long n) {
   if (n <= 0) return;
   cudaCheck(cudaMemcpyAsync(out, x, (size_t)n * sizeof(int), cudaMemcpyDeviceToDevice,
                             rt_cuda_stream));
+}
+
+void rt_cast_i32_f32(float *out, const int *x, long n) {
+  if (n <= 0) return;
+  cast_i32_f32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n);
+  LAUNCHED();
 }
 
 void rt_unary(int op, float *y, const float *x, long n, float p) {

@@ -12,6 +12,7 @@
 #define rt_binary cpu_rt_binary
 #define rt_copy cpu_rt_copy
 #define rt_copy_i32 cpu_rt_copy_i32
+#define rt_cast_i32_f32 cpu_rt_cast_i32_f32
 #define rt_crossentropy_bwd cpu_rt_crossentropy_bwd
 #define rt_crossentropy_fwd cpu_rt_crossentropy_fwd
 #define rt_dropout cpu_rt_dropout
@@ -67,6 +68,7 @@
 #undef rt_binary
 #undef rt_copy
 #undef rt_copy_i32
+#undef rt_cast_i32_f32
 #undef rt_crossentropy_bwd
 #undef rt_crossentropy_fwd
 #undef rt_dropout

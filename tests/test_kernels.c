@@ -153,6 +153,11 @@ static void test_fill_copy(void) {
   rt_copy(out, x, n);
   for (long i = 0; i < n; i++) ref[i] = x[i];
   check("copy", out, ref, n);
+  int *xi = malloc((size_t)n * sizeof *xi);
+  for (long i = 0; i < n; i++) xi[i] = (int)(i % 2001) - 1000, ref[i] = xi[i];
+  rt_cast_i32_f32(out, xi, n);
+  check("cast_i32_f32", out, ref, n);
+  free(xi);
   free(out); free(x); free(ref);
 }
 

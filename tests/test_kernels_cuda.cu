@@ -163,6 +163,12 @@ static void test_fill_copy(void) {
     CPU(rt_copy_i32)(oi.data(), xi.data(), n);
     rt_copy_i32(doi, dxi, n);
     check_int(fmt("copy_i32 n=%ld", n), oi, doi);
+
+    Vec co = rand_vec(n);
+    float *dco = dev(co);
+    CPU(rt_cast_i32_f32)(co.data(), xi.data(), n);
+    rt_cast_i32_f32(dco, dxi, n);
+    check(fmt("cast_i32_f32 n=%ld", n), co, dco, EXACT);
     free_all();
   }
   // overlapping ranges (memmove), both directions
