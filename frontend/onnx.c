@@ -623,7 +623,9 @@ void fe_note_use(IrValue *v, FeUse use, const Sym *range) {
     in = NULL;
   if (!in || in->dtype != DT_I32 || in->range)
     return;
-  in->input_kind = use == FE_USE_INDICES ? INPUT_TOKENS : INPUT_CLASSES;
+  in->input_kind = use == FE_USE_INDICES ? INPUT_TOKENS
+                  : use == FE_USE_MASK  ? INPUT_MASK
+                                        : INPUT_CLASSES;
   in->range = range;
 }
 
@@ -640,8 +642,8 @@ static int finish_inputs(FeOnnx *cx) {
       continue;
     if (!v->range)
       return ir_error(cx->d, (IrLoc){0},
-                      "integer input '%s' is not used as embedding indices or class labels, so "
-                      "mtc cannot tell which values to feed it", v->name);
+                      "integer input '%s' is not used as embedding indices, class labels or a mask "
+                      "in float arithmetic, so mtc cannot tell which values to feed it", v->name);
     if (v->input_kind == INPUT_CLASSES && tokens && sym_eq(v->range, tokens->range) &&
         sym_eq(ir_numel(g, v), ir_numel(g, tokens)))
       v->input_kind = INPUT_TARGETS;

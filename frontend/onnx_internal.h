@@ -58,7 +58,12 @@ typedef struct FeTensor {
 } FeTensor;
 
 // The range an integer graph input is found to have from its uses.
-typedef enum FeUse { FE_USE_NONE, FE_USE_INDICES, FE_USE_LABELS } FeUse;
+typedef enum FeUse {
+  FE_USE_NONE,
+  FE_USE_INDICES,  // embedding rows: tokens
+  FE_USE_LABELS,   // a loss's classes
+  FE_USE_MASK,     // cast to float at run time: a 0/1 padding mask
+} FeUse;
 
 typedef struct FeOnnx {
   IrGraph *g;

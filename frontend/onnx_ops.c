@@ -287,7 +287,9 @@ int fe_conv_Size(FeOnnx *cx) {
 // Identity of a run-time value: the same value.
 int fe_conv_Identity(FeOnnx *cx) { return set(cx, arg(cx, 0)); }
 
-// Cast at run time: float stays float, integers stay integers (i32).
+// Cast at run time: float stays float, integers stay integers (i32), and an
+// integer tensor becomes float (a 0/1 attention mask: an integer input cast
+// so is fed as a padding mask).
 int fe_conv_Cast(FeOnnx *cx) {
   int64_t to;
   IrValue *x = arg(cx, 0);
@@ -296,6 +298,10 @@ int fe_conv_Cast(FeOnnx *cx) {
   if ((x->dtype == DT_F32 && fe_is_float_type((int)to)) ||
       (x->dtype == DT_I32 && fe_is_int_type((int)to) && to != FE_BOOL))
     return set(cx, x);
+  if (x->dtype == DT_I32 && fe_is_float_type((int)to)) {
+    fe_note_use(x, FE_USE_MASK, sym_const(&cx->g->arena, 2));
+    return set(cx, fe_op(cx, OP_CAST, x, NULL));
+  }
   return fe_err(cx, "cannot cast the run-time %s tensor '%s' to %s", ir_dtype_name(x->dtype),
                 x->name, fe_type_name((int)to));
 }

@@ -66,7 +66,13 @@ typedef struct IrInit {
 } IrInit;
 
 // Where an input's data comes from (mirrors runtime/model_api.h RT_IN_*).
-typedef enum IrInputKind { INPUT_RANDN, INPUT_CLASSES, INPUT_TOKENS, INPUT_TARGETS } IrInputKind;
+typedef enum IrInputKind {
+  INPUT_RANDN,    // normal(0, 1) floats
+  INPUT_CLASSES,  // integers in [0, range)
+  INPUT_TOKENS,   // token positions of the batch
+  INPUT_TARGETS,  // the tokens that follow them
+  INPUT_MASK,     // a padding mask: per row of the last dim, 1 up to a valid length, then 0
+} IrInputKind;
 
 // A source location: DSL file:line:col, or (line == 0) an ONNX node name in
 // `file`. file == NULL means none.
@@ -91,7 +97,7 @@ typedef struct IrValue {
   struct IrValue *grad;     // ROLE_PARAM: its gradient, set by autodiff
   // ROLE_INPUT
   IrInputKind input_kind;
-  const Sym *range;         // INPUT_CLASSES / TOKENS / TARGETS: values in [0, range)
+  const Sym *range;         // INPUT_CLASSES / TOKENS / TARGETS / MASK: values in [0, range)
   // Placement (passes/lower.c): v lives inside `bucket` at byte offset
   // bucket_off; the memory plan places it there and keeps the bucket live
   // while v is.

@@ -290,8 +290,10 @@ static int declaration(Parser *ps, IrRole role) {
       v->input_kind = INPUT_TARGETS;
     else if (!strcmp(w, "classes"))
       v->input_kind = INPUT_CLASSES;
+    else if (!strcmp(w, "mask"))
+      v->input_kind = INPUT_MASK;
     else
-      return fail(ps, "unknown input kind '%s' (tokens, targets, classes)", w);
+      return fail(ps, "unknown input kind '%s' (tokens, targets, classes, mask)", w);
     if (expect(ps, '(') || !(v->range = formula(ps)) || expect(ps, ')'))
       return -1;
   } else if (w) {

@@ -17,6 +17,8 @@ enum {
   RT_IN_CLASSES,  // synthetic: integers uniform in [0, range)
   RT_IN_TOKENS,   // token stream positions [0, n) of the batch (range = vocab)
   RT_IN_TARGETS,  // token stream positions [1, n+1): next-token targets
+  RT_IN_MASK,     // synthetic: a padding mask, each row of the last dim 1 for a random
+                  // length in [1, row], then 0 (range = 2)
 };
 
 // What an entry of the params table is (its kind).

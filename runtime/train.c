@@ -693,12 +693,13 @@ static void load_inputs(char *arena, const char *path) {
             "input");
     if (t->dtype != RT_I32 || t->range <= 0) continue;
     const int32_t *dst = (const int32_t *)(arena + t->offset);
+    const char *why = t->kind == RT_IN_CLASSES ? "the model's classes"
+                      : t->kind == RT_IN_MASK  ? "a padding mask holds 0 and 1"
+                                               : "the model's vocabulary";
     for (long j = 0; j < t->numel; j++)
       if ((dst[j] < 0 || dst[j] >= t->range) && !(t->ignores && dst[j] == t->ignore))
-        fail("--inputs %s: tensor '%s': element %ld is %d, outside [0, %ld) (the model's "
-             "%s)%s", path, t->name, j, dst[j], t->range,
-             t->kind == RT_IN_CLASSES ? "classes" : "vocabulary",
-             t->ignores ? " and not the ignored label" : "");
+        fail("--inputs %s: tensor '%s': element %ld is %d, outside [0, %ld) (%s)%s", path,
+             t->name, j, dst[j], t->range, why, t->ignores ? " and not the ignored label" : "");
   }
   note_unused(&f, "--inputs", path, IN, NIN, "input");
   rt_st_close(&f);
@@ -1038,6 +1039,14 @@ static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
         for (long j = 0; j < t->numel; j++)
           store(arena, t, j, rt_rng_below(&r, (uint64_t)t->range));
         break;
+      case RT_IN_MASK: {  // each row: 1 for a valid length in [1, row], then 0
+        long row = t->rank > 0 ? t->sizes[t->rank - 1] : 1;
+        for (long j = 0; row > 0 && j < t->numel; j += row) {
+          long len = 1 + (long)rt_rng_below(&r, (uint64_t)row);
+          for (long c = 0; c < row; c++) store(arena, t, j + c, c < len);
+        }
+        break;
+      }
       default:
         break;
     }

@@ -139,6 +139,9 @@ static const Case cases[] = {
     {"masked_fill", "sym B = 2\nsym T = 3\nsym C = 4\ninput %m : i32[T,C] classes(2)\n"
                     "param %x : f32[B,T,C] normal(1.0)\n",
      "%y : f32[B,T,C] = masked_fill(%x, %m) value=-2.5\n", "f32[B,T,C]", 1e-2},
+    {"cast_mask_times_x", "sym B = 2\nsym T = 5\ninput %m : i32[B,T] mask(2)\n"
+                          "param %x : f32[B,T] normal(1.0)\n",
+     "%c : f32[B,T] = cast(%m)\n%y : f32[B,T] = mul(%x, %c)\n", "f32[B,T]", 1e-2},
     {"dropout", "sym N = 4\nsym C = 8\nstate %step : i32[] zeros\nparam %x : f32[N,C] normal(1.0)\n",
      "%y : f32[N,C] = dropout(%x, %step) ratio=0.3 seed=5 key=2\n", "f32[N,C]", 1e-2},
     {"log_softmax", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",

@@ -7,6 +7,7 @@ reference numbers mtc's CPU program must reproduce (tests/parity.sh).
     tools/parity_hf.py --out DIR        # elsewhere
     tools/parity_hf.py --list
     tools/parity_hf.py llama_dsl        # examples/llama.mtc with HF Llama's weights
+    tools/parity_hf.py --big --out DIR  # GPT-2 124M and a 100M Llama, to compile and train
 
 Each family is a small random-init config (no weights are downloaded) of a
 transformers model class with its own loss (labels in, loss out), exported with
@@ -61,6 +62,17 @@ class MaskedLM(torch.nn.Module):
         return self.m(input_ids=idx, labels=labels).loss
 
 
+class Classifier(torch.nn.Module):
+    """A sequence classifier on padded rows: (idx, attention_mask, labels) -> loss."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx, attention_mask, labels):
+        return self.m(input_ids=idx, attention_mask=attention_mask, labels=labels).loss
+
+
 def lm_batch(vocab):
     return {"idx": pl.tokens((B, T), vocab, 1), "labels": pl.tokens((B, T), vocab, 2)}
 
@@ -95,7 +107,21 @@ def bert_mlm():
     return MaskedLM(BertForMaskedLM(cfg)), mlm_batch(128)
 
 
-FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm}
+def bert_cls():
+    """BERT for classification with the tokenizer's attention_mask: the second
+    row padded after 10 tokens, the padding ids arbitrary (they must not count)."""
+    from transformers import BertConfig, BertForSequenceClassification
+    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, num_labels=3)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 10:] = 0
+    batch = {"idx": pl.tokens((B, T), 128, 1), "attention_mask": mask,
+             "labels": pl.tokens((B,), 3, 2)}
+    return Classifier(BertForSequenceClassification(cfg)), batch
+
+
+FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm, "bert_cls": bert_cls}
 
 
 def perturb_norms(model, seed):
@@ -113,7 +139,7 @@ def perturb_norms(model, seed):
 
 
 def loss_fn(model, batch):
-    return model(batch["idx"], batch["labels"])
+    return model(**batch)
 
 
 def write(name, out_root):
@@ -128,7 +154,7 @@ def write(name, out_root):
     os.makedirs(out, exist_ok=True)
     for opset in (17, 14):
         pl.export_onnx(model, batch, os.path.join(out, f"model_o{opset}.onnx"), opset, None)
-    dynamic = {k: {0: "B", 1: "T"} for k, v in batch.items() if v.dim() == 2}
+    dynamic = {k: dict(enumerate(("B", "T")[:v.dim()])) for k, v in batch.items()}
     pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
     pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
     with open(os.path.join(out, "parity.env"), "a") as f:
@@ -199,14 +225,58 @@ def write_llama_dsl(out_root):
     st_write(os.path.join(out, "weights.safetensors"), to_dsl(weights), {"content": "initial weights"})
 
 
+# ---- full-size models: compile and train, not committed ----------------------------------------
+
+def gpt2_124m():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # GPT-2 small: 124M
+    return CausalLM(GPT2LMHeadModel(cfg)), cfg.vocab_size
+
+
+def llama_100m():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                      num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=1024)
+    return CausalLM(LlamaForCausalLM(cfg)), cfg.vocab_size
+
+
+BIG = {"gpt2_124M": gpt2_124m, "llama_100M": llama_100m}
+
+
+def write_big(name, out_root, b=4, t=128):
+    """OUT/hf_NAME: model_o17.onnx (batch and sequence as dynamic axes) and
+    batch.safetensors ([b, t]); prints the parameter count and PyTorch's loss
+    on that batch, which `train --inputs batch.safetensors` starts from."""
+    torch.manual_seed(0)
+    model, vocab = BIG[name]()
+    model.eval()
+    batch = {"idx": pl.tokens((b, t), vocab, 1), "labels": pl.tokens((b, t), vocab, 2)}
+    with torch.no_grad():
+        loss = float(loss_fn(model, batch))
+    out = os.path.join(out_root, "hf_" + name)
+    os.makedirs(out, exist_ok=True)
+    dynamic = {k: {0: "B", 1: "T"} for k in batch}
+    pl.export_onnx(model, batch, os.path.join(out, "model_o17.onnx"), 17, dynamic)
+    st_write(os.path.join(out, "batch.safetensors"), {k: v.to(torch.int32).numpy() for k, v in batch.items()})
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {out}: {n / 1e6:.1f}M parameters; PyTorch loss on batch.safetensors {loss:.6f} "
+          f"(compile with -D B={b} -D T={t})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=FIXTURES, help="where the fixture folders go")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--big", action="store_true", help="the full-size models (GPT-2 124M, a Llama of "
+                    "100M) into --out, for compiling and training; not fixtures")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     if a.list:
-        print("\n".join(list(FAMILIES) + ["llama_dsl"]))
+        print("\n".join(list(FAMILIES) + ["llama_dsl"] + [f"{n} (--big)" for n in BIG]))
+        return 0
+    if a.big:
+        for name in a.names or BIG:
+            write_big(name, a.out)
         return 0
     for name in a.names or list(FAMILIES) + ["llama_dsl"]:
         if name == "llama_dsl":
