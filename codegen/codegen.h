@@ -28,6 +28,7 @@ typedef enum CgArgKind {
   CG_FLOAT,   // a float constant
   CG_INTS,    // an array of integers, as formulas
   CG_HPARAM,  // an optimizer hyper-parameter read at run time: h->name
+  CG_NONE,    // an optional tensor that is absent: NULL
 } CgArgKind;
 
 typedef struct CgArg {

@@ -192,6 +192,8 @@ static void emit_header(Emit *e, const char *source) {
             ir_shape_str(g, v), (long long)e->m->bytes[i], (long long)e->m->offset[i],
             e->m->first_use[i], e->m->last_use[i], per);
   }
+  println(e, "#include <stddef.h>  // NULL: an absent optional tensor");
+  blank(e);
   println(e, "#include \"dist.h\"");
   println(e, "#include \"kernels.h\"");
   println(e, "#include \"model_api.h\"");
@@ -322,6 +324,7 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
     fputc('}', e->f);
     break;
   case CG_HPARAM: fprintf(e->f, "h->%s", a->name); break;
+  case CG_NONE: fputs("NULL", e->f); break;
   }
 }
 
@@ -417,6 +420,7 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
   case CG_ENUM: return !strcmp(x->name, y->name);
   case CG_FLOAT: return x->f == y->f || (isnan(x->f) && isnan(y->f));
   case CG_HPARAM: return !strcmp(x->name, y->name);
+  case CG_NONE: return true;
   case CG_INTS: return x->n == y->n && sym_list_eq(x->ints, y->ints, x->n);
   }
   return false;

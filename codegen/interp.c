@@ -60,6 +60,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
       }
       break;
     case CG_HPARAM: e->hparam[j] = a->name; break;
+    case CG_NONE: e->p[j] = NULL; break;
     }
   }
   return 0;

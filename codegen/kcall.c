@@ -59,6 +59,7 @@ static bool arg_fits(const CgArg *a, int kind) {
   case CG_FLOAT: return kind == WANT_FLT;
   case CG_INTS: return kind == WANT_DIMS;
   case CG_HPARAM: return kind == WANT_FLT || kind == WANT_INT;
+  case CG_NONE: return kind == WANT_F32 || kind == WANT_I32;
   }
   return false;
 }
@@ -102,6 +103,13 @@ static CgArg *arg(CgCall *c, CgArgKind kind) {
 }
 
 static void buf(CgCall *c, const IrValue *v) { arg(c, CG_BUF)->buf = v; }
+// An optional tensor: v's buffer, or NULL when v is NULL.
+static void opt_buf(CgCall *c, const IrValue *v) {
+  if (v)
+    buf(c, v);
+  else
+    arg(c, CG_NONE);
+}
 static void num(CgCall *c, const Sym *s) { arg(c, CG_INT)->i = s; }
 static void flt(CgCall *c, double f) { arg(c, CG_FLOAT)->f = f; }
 static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena, k)); }
@@ -270,9 +278,17 @@ static void rowwise(Lower *L, const IrNode *n, CgKernel k) {
 static void lower_softmax(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_fwd); }
 static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_bwd); }
 
-// q, k, v: [..., T, HS]; the leading dims are batch x heads.
-static void attention_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
+// q, k, v: [..., T, HS]; the leading dims are batch x heads. The key-padding
+// mask (input `at` when there) [P.., T] has a row for the first dims of q, its
+// heads the dims after them.
+static void attention_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *q, int at) {
+  const IrValue *keep = n->nin > at ? n->in[at] : NULL;
+  opt_buf(c, keep);
   num(c, dims(L, q, 0, q->rank - 2)), num(c, q->shape[q->rank - 2]), num(c, last(q));
+  if (keep)
+    num(c, dims(L, q, keep->rank - 1, q->rank - 2));
+  else
+    num(c, dims(L, q, 0, q->rank - 2));
   numk(L, c, ir_attr_i(n, "causal"));
 }
 
@@ -288,7 +304,7 @@ static void lower_rope(Lower *L, const IrNode *n) {
 static void lower_attention(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_attention_fwd);
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
-  attention_dims(L, c, n, n->in[0]);
+  attention_args(L, c, n, n->in[0], 3);
 }
 
 static void lower_attention_bwd(Lower *L, const IrNode *n) {
@@ -297,7 +313,7 @@ static void lower_attention_bwd(Lower *L, const IrNode *n) {
     buf(c, n->out[i]);
   for (int i = 0; i < 4; i++)
     buf(c, n->in[i]);
-  attention_dims(L, c, n, n->in[1]);
+  attention_args(L, c, n, n->in[1], 4);
 }
 
 // A table split over tp (shards > 1) holds this rank's rows only.

@@ -302,15 +302,39 @@ static int shape_rope(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, x, d);
 }
 
+// Attention's optional key-padding mask, input `i` of n when there: i32
+// [P.., T] where P.. are the first dims of q [..., T, HS] (the batch; the
+// heads after them share a row of the mask).
+static int need_keep(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
+  if (n->nin != nqkv && n->nin != nqkv + 1)
+    return ir_error(d, n->loc, "%s takes %d inputs, or %d with a key-padding mask; it has %d",
+                    ir_op_name(n->op), nqkv, nqkv + 1, n->nin);
+  if (n->nin == nqkv)
+    return 0;
+  const IrValue *q = n->in[nqkv - 3], *m = n->in[nqkv];
+  if (need_dtype(n, nqkv, DT_I32, d))
+    return -1;
+  bool ok = m->rank >= 1 && m->rank <= q->rank - 1 &&
+            sym_eq(m->shape[m->rank - 1], q->shape[q->rank - 2]);
+  for (int i = 0; ok && i < m->rank - 1; i++)
+    ok = sym_eq(m->shape[i], q->shape[i]);
+  if (ok)
+    return 0;
+  return ir_error(d, n->loc, "%s: the key-padding mask '%s' %s must be [.., T]: q's first dims "
+                  "and its keys, for q %s", ir_op_name(n->op), m->name, ir_shape_str(g, m),
+                  ir_shape_str(g, q));
+}
+
 static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_rank(g, n, 0, 2, d) || need_same(g, n, 0, 1, d) || need_same(g, n, 0, 2, d))
+  if (need_keep(g, n, 3, d) || need_rank(g, n, 0, 2, d) || need_same(g, n, 0, 1, d) ||
+      need_same(g, n, 0, 2, d))
     return -1;
   return same_as(g, n, 0, n->in[0], d);
 }
 
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_rank(g, n, 1, 2, d) || need_same(g, n, 0, 1, d) || need_same(g, n, 1, 2, d) ||
-      need_same(g, n, 1, 3, d))
+  if (need_keep(g, n, 4, d) || need_rank(g, n, 1, 2, d) || need_same(g, n, 0, 1, d) ||
+      need_same(g, n, 1, 2, d) || need_same(g, n, 1, 3, d))
     return -1;
   for (int i = 0; i < 3; i++)
     if (same_as(g, n, i, n->in[i + 1], d))

@@ -175,9 +175,10 @@ static void grad_rope(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = finish(ad, b)->out[0];
 }
 
+// The key-padding mask (an integer input) has no gradient.
 static void grad_attention(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  IrValue *in[4] = {dy[0], n->in[0], n->in[1], n->in[2]};
-  IrNode *b = emit(ad, OP_ATTENTION_BWD, in, 4, 3);
+  IrValue *in[5] = {dy[0], n->in[0], n->in[1], n->in[2], n->nin > 3 ? n->in[3] : NULL};
+  IrNode *b = emit(ad, OP_ATTENTION_BWD, in, n->nin + 1, 3);
   ir_set_int(ad->g, b, "causal", ir_attr_i(n, "causal"));
   finish(ad, b);
   for (int i = 0; i < 3; i++)

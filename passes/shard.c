@@ -598,8 +598,10 @@ static int shard_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
 // T and HS must be whole. Heads split over tp are Megatron's attention; in a
 // block with tp >= 2 heads that do not divide by it are an error (the block
 // would run its attention whole on every rank, its projections around it
-// whole too).
-static int attention(ShardOp *op, int first, int nqkv) {
+// whole too). Inputs [0, nin) are [..., T, HS] (q, k, v; dout before them in the
+// backward; rope's x), and a key-padding mask [P.., T] may follow: P.. split
+// as q's first dims, T whole. Outputs are laid out as inputs first.. first+nqkv.
+static int attention(ShardOp *op, int first, int nqkv, int nin) {
   int ks[4], r = op->n->in[first]->rank;
   const Sym *heads = r >= 4 ? op->n->in[first]->shape[r - 3] : NULL;
   int64_t h;
@@ -609,22 +611,30 @@ static int attention(ShardOp *op, int first, int nqkv) {
                     "the block a tp that divides %lld)", ir_op_name(op->n->op),
                     sym_str(&op->g->arena, heads, &op->g->syms), (long long)h, op->tp,
                     (long long)h);
-  for (int i = 0; i < op->n->nin; i++) {
+  for (int i = 0; i < nin; i++) {
     need_complete(op, i);
     need_whole_dim(op, i, r - 1);
     need_whole_dim(op, i, r - 2);
     ks[i] = i;
   }
-  unify_leading(op, op->n->nin, ks, r - 2);
+  unify_leading(op, nin, ks, r - 2);
+  if (op->n->nin > nin) { // the mask [P.., T]: P.. split as q's, T whole
+    int m = op->n->in[nin]->rank;
+    for (int dim = 0; dim < m - 1; dim++)
+      if (!try_split(op, nin, dim, op->in[first].split[dim]))
+        for (int i = 0; i <= nin; i++)
+          op->in[i].split[dim] = NONE;
+    need_whole_dim(op, nin, m - 1);
+  }
   for (int i = 0; i < nqkv; i++)
     op->out[i] = op->in[first + i];
   return 0;
 }
-static int shard_attention(ShardOp *op) { return attention(op, 0, 1); }
+static int shard_attention(ShardOp *op) { return attention(op, 0, 1, 3); }
 // Rotary embedding over [..., T, HS]: as attention, one operand (positions
 // are T's indices, and the pairs are HS's halves, so both stay whole).
-static int shard_rope(ShardOp *op) { return attention(op, 0, 1); }
-static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3); }
+static int shard_rope(ShardOp *op) { return attention(op, 0, 1, 1); }
+static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3, 4); }
 
 // embedding(w [V, C], idx [...]) -> [..., C]. Seeded vocabulary-parallel: each
 // rank looks up the rows it holds and writes zeros for the others, so the

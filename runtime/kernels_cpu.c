@@ -1001,11 +1001,25 @@ static void att_rows_out(float *out, long mr, long hs, const float *a, const flo
                min_l(GEMM_NR, hs - c));
 }
 
+// The scores s[0, len) of one query's window, scaled. With a key-padding
+// mask the masked keys get -inf, and a window that keeps none attends to all
+// its keys alike (scores 0), as an additive mask of the lowest float does.
+static void att_scale_row(float *s, long len, float scale, const int *keep) {
+  long kept = 0;
+  if (!keep) {
+    for (long j = 0; j < len; j++) s[j] *= scale;
+    return;
+  }
+  for (long j = 0; j < len; j++) kept += keep[j] != 0;
+  for (long j = 0; j < len; j++) s[j] = !kept ? 0.0f : keep[j] ? s[j] * scale : -INFINITY;
+}
+
 // Row r of a row block starting at query i0: softmax of scale * s over the
-// keys it sees (j <= i0 + r when causal), zeros up to jn.
-static void att_softmax_row(float *s, long i, long t, long jn, int causal, float scale) {
+// keys it sees (j <= i0 + r when causal, and kept), zeros up to jn.
+static void att_softmax_row(float *s, long i, long t, long jn, int causal, float scale,
+                            const int *keep) {
   long len = causal ? i + 1 : t;
-  for (long j = 0; j < len; j++) s[j] *= scale;
+  att_scale_row(s, len, scale, keep);
   float maxv = max_lanes(s, len);
   for (long j = 0; j < len; j++) s[j] = exp_fast(s[j] - maxv);
   float inv = 1.0f / sum_lanes(s, len);
@@ -1016,8 +1030,9 @@ static void att_softmax_row(float *s, long i, long t, long jn, int causal, float
 // p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
 // of one row of scores (the row form); returns their sum.
 static float attention_row(float *p, const float *qi, const float *kh, long jn,
-                           long hs, float scale) {
-  for (long j = 0; j < jn; j++) p[j] = scale * dot_lanes(qi, kh + j * hs, hs);
+                           long hs, float scale, const int *keep) {
+  for (long j = 0; j < jn; j++) p[j] = dot_lanes(qi, kh + j * hs, hs);
+  att_scale_row(p, jn, scale, keep);
   float maxv = max_lanes(p, jn);
   for (long j = 0; j < jn; j++) p[j] = exp_fast(p[j] - maxv);
   return sum_lanes(p, jn);
@@ -1025,8 +1040,8 @@ static float attention_row(float *p, const float *qi, const float *kh, long jn,
 
 // One head, block form: oh = softmax(qh kh^T scale) vh.
 static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
-                                 const float *vh, long t, long hs, int causal, float scale,
-                                 const att_layout *L) {
+                                 const float *vh, const int *keep, long t, long hs, int causal,
+                                 float scale, const att_layout *L) {
   long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
   float *kp = sc + L->kp, *vp = sc + L->vp, *st = sc + L->st, *pa = sc + L->pa, *qa = sc + L->qa;
@@ -1036,7 +1051,8 @@ static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
     long mr = min_l(GEMM_MR, t - i0), jn = causal ? i0 + mr : t;
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);  // S = Q_blk K^T
-    for (long r = 0; r < mr; r++) att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale);
+    for (long r = 0; r < mr; r++)
+      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, keep);
     gemm_pack_a_block(pa, st, tp, 0, mr, jn);
     att_rows_out(oh + i0 * hs, mr, hs, pa, vp, jn, t, 0);  // O_blk = P V
   }
@@ -1044,12 +1060,13 @@ static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
 
 // One head, row form.
 static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
-                               const float *vh, long t, long hs, int causal, float scale) {
+                               const float *vh, const int *keep, long t, long hs, int causal,
+                               float scale) {
   float p[t];
   for (long i = 0; i < t; i++) {
     float *restrict oi = oh + i * hs;
     long jn = causal ? i + 1 : t;
-    float inv = 1.0f / attention_row(p, qh + i * hs, kh, jn, hs, scale);
+    float inv = 1.0f / attention_row(p, qh + i * hs, kh, jn, hs, scale, keep);
     for (long d = 0; d < hs; d++) oi[d] = 0.0f;
     for (long j = 0; j < jn; j++) {
       const float *restrict vj = vh + j * hs;
@@ -1060,8 +1077,8 @@ static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
 }
 
 // out = softmax(q k^T / sqrt(hs)) v per head; threads share the heads
-void rt_attention_fwd(float *out, const float *q, const float *k,
-                      const float *v, long bh, long t, long hs, int causal) {
+void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
+                      const int *keep, long bh, long t, long hs, long heads, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(t, hs, 0);
@@ -1069,17 +1086,19 @@ void rt_attention_fwd(float *out, const float *q, const float *k,
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
     long o = h * t * hs;
+    const int *kh = keep ? keep + h / heads * t : NULL;
     if (blocks)
-      attention_fwd_blocks(out + o, q + o, k + o, v + o, t, hs, causal, scale, &L);
+      attention_fwd_blocks(out + o, q + o, k + o, v + o, kh, t, hs, causal, scale, &L);
     else
-      attention_fwd_rows(out + o, q + o, k + o, v + o, t, hs, causal, scale);
+      attention_fwd_rows(out + o, q + o, k + o, v + o, kh, t, hs, causal, scale);
   }
 }
 
 // One head, block form, dqh overwritten; dkh and dvh zeroed by the caller.
 static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float *doh,
-                                 const float *qh, const float *kh, const float *vh, long t,
-                                 long hs, int causal, float scale, const att_layout *L) {
+                                 const float *qh, const float *kh, const float *vh,
+                                 const int *keep, long t, long hs, int causal, float scale,
+                                 const att_layout *L) {
   long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
   float *kp = sc + L->kp, *vtp = sc + L->vtp, *kb = sc + L->kb, *st = sc + L->st;
@@ -1095,7 +1114,8 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float
     att_pack_cols(qb, qh + i0 * hs, mr, hs);  // Q_blk, dO_blk as B operands (mr deep)
     att_pack_cols(dob, doh + i0 * hs, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);    // S = Q_blk K^T, then P
-    for (long r = 0; r < mr; r++) att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale);
+    for (long r = 0; r < mr; r++)
+      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, keep);
     att_tile(dst, tp, doa, vtp, hs, jn);  // dP = dO_blk V^T, then dS
     for (long r = 0; r < mr; r++) {
       float *pr = st + r * tp, *dr = dst + r * tp;
@@ -1118,14 +1138,14 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float
 
 // One head, row form, dqh, dkh, dvh zeroed by the caller.
 static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, const float *doh,
-                               const float *qh, const float *kh, const float *vh, long t,
-                               long hs, int causal, float scale) {
+                               const float *qh, const float *kh, const float *vh,
+                               const int *keep, long t, long hs, int causal, float scale) {
   float p[t], dp[t];
   for (long i = 0; i < t; i++) {
     const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
     float *restrict dqi = dqh + i * hs;
     long jn = causal ? i + 1 : t;
-    float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale);
+    float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale, keep);
     // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
     for (long j = 0; j < jn; j++) {
       float *restrict dvj = dvh + j * hs;
@@ -1150,8 +1170,8 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, const float *
 // Backward of the above; the probabilities are recomputed. dk and dv sum
 // over the rows i of a head, so one thread owns each head.
 void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
-                      const float *q, const float *k, const float *v, long bh,
-                      long t, long hs, int causal) {
+                      const float *q, const float *k, const float *v, const int *keep,
+                      long bh, long t, long hs, long heads, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(t, hs, 1);
@@ -1162,11 +1182,12 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
     memset(dq + o, 0, (size_t)(t * hs) * sizeof(float));
     memset(dk + o, 0, (size_t)(t * hs) * sizeof(float));
     memset(dv + o, 0, (size_t)(t * hs) * sizeof(float));
+    const int *kh = keep ? keep + h / heads * t : NULL;
     if (blocks)
-      attention_bwd_blocks(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, t, hs,
+      attention_bwd_blocks(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, kh, t, hs,
                            causal, scale, &L);
     else
-      attention_bwd_rows(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, t, hs,
+      attention_bwd_rows(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, kh, t, hs,
                          causal, scale);
   }
 }

@@ -497,24 +497,48 @@ __device__ inline void att_dots(float *sc, const float *a, const float *B, long 
   }
 }
 
-// Online softmax over the scores of query row qi against keys [0, jn) of kh:
-// the running max m and sum l of exp(s - m); with vh != NULL also
-// acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE floats of shared memory.
+// The first key a key-padding mask keeps (t when none; 0 without a mask), over
+// the whole block.
+__device__ long att_first_kept(const int *keep, long t) {
+  if (!keep) return 0;
+  float f = -INFINITY;  // -j of the first kept key j
+  for (long j = threadIdx.x; j < t; j += blockDim.x)
+    if (keep[j] && -(float)j > f) f = -(float)j;
+  f = block_max(f);
+  return f == -INFINITY ? t : (long)-f;
+}
+
+// Key j's score s as the softmax sees it: -inf where the key-padding mask
+// drops j, and 0 for every key of a query's window that keeps none (`none`),
+// as an additive mask of the lowest float does.
+__device__ inline float att_keep(float s, const int *keep, long j, bool none) {
+  return !keep ? s : none ? 0.0f : keep[j] ? s : -INFINITY;
+}
+
+// Online softmax over the scores of query row qi against keys [0, jn) of kh
+// (masked by keep, as att_keep): the running max m and sum l of exp(s - m);
+// with vh != NULL also acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE
+// floats of shared memory.
 __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, const float *qi,
-                           const float *kh, const float *vh, long jn, long hs, float scale) {
+                           const float *kh, const float *vh, const int *keep, bool none,
+                           long jn, long hs, float scale) {
   float m = -INFINITY, l = 0.0f;
   for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
     long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
     att_dots(pt, qi, kh, j0, jt, hs, scale);
     __syncthreads();
     float tm = -INFINITY;
-    for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) tm = pt[jj] > tm ? pt[jj] : tm;
+    for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
+      pt[jj] = att_keep(pt[jj], keep, j0 + jj, none);
+      tm = pt[jj] > tm ? pt[jj] : tm;
+    }
     tm = block_max(tm);
     float mn = tm > m ? tm : m;
-    float corr = expf(m - mn);  // 0 on the first tile (m = -inf)
+    // 0 on the first tile (m = -inf); 1 while every key so far is masked
+    float corr = mn == -INFINITY ? 1.0f : expf(m - mn);
     float ts = 0.0f;
     for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
-      float e = expf(pt[jj] - mn);
+      float e = pt[jj] == -INFINITY ? 0.0f : expf(pt[jj] - mn);
       pt[jj] = e;
       ts += e;
     }
@@ -535,16 +559,19 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
 
 // out row = softmax(q_i k^T scale) v; shared: acc (hs), pt (ATT_TILE)
 __global__ void attention_fwd_kernel(float *out, const float *q, const float *k, const float *v,
-                                     long bh, long t, long hs, int causal, float scale) {
+                                     const int *keep, long bh, long t, long hs, long heads,
+                                     int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs;
   for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
     long h = row / t, i = row - h * t;
     const float *kh = k + h * t * hs, *vh = v + h * t * hs;
+    const int *keeph = keep ? keep + h / heads * t : NULL;
     long jn = causal ? i + 1 : t;
+    bool none = att_first_kept(keeph, t) >= jn;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
     float m, l;
-    att_online(&m, &l, acc, pt, q + row * hs, kh, vh, jn, hs, scale);
+    att_online(&m, &l, acc, pt, q + row * hs, kh, vh, keeph, none, jn, hs, scale);
     float inv = 1.0f / l;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = acc[d] * inv;
   }
@@ -555,17 +582,20 @@ __global__ void attention_fwd_kernel(float *out, const float *q, const float *k,
 // stats[3*row ...], and dq_i = sum_j ds_ij k_j, ds_ij = scale p_ij (dp_ij - D_i).
 // shared: acc (hs), pt, dpt (ATT_TILE each)
 __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *dout,
-                                        const float *q, const float *k, const float *v, long bh,
-                                        long t, long hs, int causal, float scale) {
+                                        const float *q, const float *k, const float *v,
+                                        const int *keep, long bh, long t, long hs, long heads,
+                                        int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
   for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
     long h = row / t, i = row - h * t;
     const float *kh = k + h * t * hs, *vh = v + h * t * hs;
     const float *qi = q + row * hs, *doi = dout + row * hs;
+    const int *keeph = keep ? keep + h / heads * t : NULL;
     long jn = causal ? i + 1 : t;
+    bool none = att_first_kept(keeph, t) >= jn;
     float m, l;
-    att_online(&m, &l, NULL, pt, qi, kh, NULL, jn, hs, scale);
+    att_online(&m, &l, NULL, pt, qi, kh, NULL, keeph, none, jn, hs, scale);
     float inv = 1.0f / l;
     // D = sum_j p_j dp_j
     float dpart = 0.0f;
@@ -575,7 +605,7 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
       att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
       __syncthreads();
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x)
-        dpart += expf(pt[jj] - m) * inv * dpt[jj];
+        dpart += expf(att_keep(pt[jj], keeph, j0 + jj, none) - m) * inv * dpt[jj];
       __syncthreads();
     }
     float D = block_sum(dpart);
@@ -587,7 +617,7 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
       att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
       __syncthreads();
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
-        float p = expf(pt[jj] - m) * inv;
+        float p = expf(att_keep(pt[jj], keeph, j0 + jj, none) - m) * inv;
         pt[jj] = scale * p * (dpt[jj] - D);  // ds
       }
       __syncthreads();
@@ -612,8 +642,8 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
 // shared: acck, accv (hs each), pt, dst (ATT_TILE each)
 __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *stats,
                                           const float *dout, const float *q, const float *k,
-                                          const float *v, long bh, long t, long hs, int causal,
-                                          float scale) {
+                                          const float *v, const int *keep, long bh, long t,
+                                          long hs, long heads, int causal, float scale) {
   extern __shared__ float smem[];
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -622,6 +652,8 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
     const float *qh = q + h * t * hs, *doh = dout + h * t * hs;
     const float *kj = k + row * hs, *vj = v + row * hs;
     const float *sh = stats + 3 * h * t;
+    const int *keeph = keep ? keep + h / heads * t : NULL;
+    long first = att_first_kept(keeph, t);  // query i's window keeps none when i < first
     for (long d = threadIdx.x; d < hs; d += blockDim.x) {
       acck[d] = 0.0f;
       accv[d] = 0.0f;
@@ -640,7 +672,8 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
         s = warp_sum(s);
         dp = warp_sum(dp);
         if (lane == 0) {
-          float p = expf(scale * s - sh[3 * i]) * sh[3 * i + 1];
+          bool none = first >= (causal ? i + 1 : t);
+          float p = expf(att_keep(scale * s, keeph, j, none) - sh[3 * i]) * sh[3 * i + 1];
           pt[ii] = p;
           dst[ii] = scale * p * (dp - sh[3 * i + 2]);
         }
@@ -1324,28 +1357,29 @@ static size_t att_smem(const void *kernel, long floats) {
   return bytes;
 }
 
-void rt_attention_fwd(float *out, const float *q, const float *k, const float *v, long bh,
-                      long t, long hs, int causal) {
+void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
+                      const int *keep, long bh, long t, long hs, long heads, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   size_t smem = att_smem((const void *)attention_fwd_kernel, hs + ATT_TILE);
   attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      out, q, k, v, bh, t, hs, causal, scale);
+      out, q, k, v, keep, bh, t, hs, heads, causal, scale);
   LAUNCHED();
 }
 
 void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                      const float *k, const float *v, long bh, long t, long hs, int causal) {
+                      const float *k, const float *v, const int *keep, long bh, long t, long hs,
+                      long heads, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
   attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dq, stats, dout, q, k, v, bh, t, hs, causal, scale);
+      dq, stats, dout, q, k, v, keep, bh, t, hs, heads, causal, scale);
   LAUNCHED();
   smem = att_smem((const void *)attention_bwd_dkdv_kernel, 2 * hs + 2 * ATT_TILE);
   attention_bwd_dkdv_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dk, dv, stats, dout, q, k, v, bh, t, hs, causal, scale);
+      dk, dv, stats, dout, q, k, v, keep, bh, t, hs, heads, causal, scale);
   LAUNCHED();
 }
 

@@ -679,9 +679,17 @@ static void test_softmax(long n, long c) {
   free(x); free(dy); free(y); free(dx); free(ry); free(rdx); free(yf);
 }
 
-// out (bh, t, hs) = softmax(q k^T / sqrt(hs), masked) v
+// The additive mask of key j of head h, as Hugging Face writes a padding mask:
+// the lowest float where keep drops the key (a window that keeps none is left
+// with equal scores, the lowest float swamping them), 0 elsewhere.
+static double ref_keep(const int *keep, long heads, long h, long t, long j) {
+  return keep && !keep[h / heads * t + j] ? -FLT_MAX : 0.0;
+}
+
+// out (bh, t, hs) = softmax(q k^T / sqrt(hs) + padding mask, causal) v
 static void ref_attention_fwd(double *out, const double *q, const double *k, const double *v,
-                              long bh, long t, long hs, int causal) {
+                              const int *keep, long bh, long t, long hs, long heads,
+                              int causal) {
   double *p = dbuf(t);
   double scale = 1.0 / sqrt((double)hs);
   for (long h = 0; h < bh; h++)
@@ -690,7 +698,7 @@ static void ref_attention_fwd(double *out, const double *q, const double *k, con
       long jn = causal ? i + 1 : t;
       double maxv = -INFINITY, sum = 0;
       for (long j = 0; j < jn; j++) {
-        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs);
+        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_keep(keep, heads, h, t, j);
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
@@ -704,8 +712,9 @@ static void ref_attention_fwd(double *out, const double *q, const double *k, con
 }
 
 static void ref_attention_bwd(double *dq, double *dk, double *dv, const double *dout,
-                              const double *q, const double *k, const double *v, long bh,
-                              long t, long hs, int causal) {
+                              const double *q, const double *k, const double *v,
+                              const int *keep, long bh, long t, long hs, long heads,
+                              int causal) {
   double *p = dbuf(t), *dp = dbuf(t);
   double scale = 1.0 / sqrt((double)hs);
   for (long i = 0; i < bh * t * hs; i++) dq[i] = dk[i] = dv[i] = 0;
@@ -715,7 +724,7 @@ static void ref_attention_bwd(double *dq, double *dk, double *dv, const double *
       long jn = causal ? i + 1 : t;
       double maxv = -INFINITY, sum = 0, pdp = 0;
       for (long j = 0; j < jn; j++) {
-        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs);
+        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_keep(keep, heads, h, t, j);
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
@@ -736,20 +745,38 @@ static void ref_attention_bwd(double *dq, double *dk, double *dv, const double *
   free(p); free(dp);
 }
 
-static void test_attention(long bh, long t, long hs, int causal, int fd) {
+// A key-padding mask of rows x t: row 0 keeps every key, row 1 none, the
+// others a scattered pattern (each window of a causal mask before the first
+// kept key keeps none). With `every`, each window keeps a key (key 0).
+static int *padding_mask(long rows, long t, int every) {
+  int *m = malloc((size_t)(rows * t) * sizeof *m);
+  for (long r = 0; r < rows; r++)
+    for (long j = 0; j < t; j++)
+      m[r * t + j] = r == 0 || (every && j == 0) ? 1 : r == 1 ? 0 : (j * 7 + r * 3) % 5 > 1;
+  return m;
+}
+
+// heads > 0: with a key-padding mask of bh / heads rows. A window whose keys
+// are all masked attends to them alike, and its gradient is PyTorch's (the
+// softmax's at equal scores, as if the mask's lowest float did not swamp
+// them), not the flat function's 0, so the finite differences (fd) run on
+// masks that leave every window a key.
+static void test_attention(long bh, long t, long hs, int causal, long heads, int fd) {
   long n = bh * t * hs;
   float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dout = frand(n, -1, 1);
   float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(n, -1, 1), *dv = frand(n, -1, 1);
   double *qd = to_d(q, n), *kd = to_d(k, n), *vd = to_d(v, n), *dod = to_d(dout, n);
   double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(n), *rdv = dbuf(n);
-  ref_attention_fwd(rout, qd, kd, vd, bh, t, hs, causal);
-  ref_attention_bwd(rdq, rdk, rdv, dod, qd, kd, vd, bh, t, hs, causal);
+  int *keep = heads ? padding_mask(bh / heads, t, fd) : NULL;
+  heads = heads ? heads : bh;
+  ref_attention_fwd(rout, qd, kd, vd, keep, bh, t, hs, heads, causal);
+  ref_attention_bwd(rdq, rdk, rdv, dod, qd, kd, vd, keep, bh, t, hs, heads, causal);
   char name[128];
-  const char *cs = causal ? "causal" : "non-causal";
-  rt_attention_fwd(out, q, k, v, bh, t, hs, causal);
+  const char *cs = causal ? (keep ? "causal, padded" : "causal") : keep ? "padded" : "non-causal";
+  rt_attention_fwd(out, q, k, v, keep, bh, t, hs, heads, causal);
   snprintf(name, sizeof name, "attention_fwd bh %ld t %ld hs %ld %s", bh, t, hs, cs);
   check(name, out, rout, n);
-  rt_attention_bwd(dq, dk, dv, dout, q, k, v, bh, t, hs, causal);
+  rt_attention_bwd(dq, dk, dv, dout, q, k, v, keep, bh, t, hs, heads, causal);
   snprintf(name, sizeof name, "attention_bwd dq bh %ld t %ld hs %ld %s", bh, t, hs, cs);
   check(name, dq, rdq, n);
   snprintf(name, sizeof name, "attention_bwd dk bh %ld t %ld hs %ld %s", bh, t, hs, cs);
@@ -763,8 +790,10 @@ static void test_attention(long bh, long t, long hs, int causal, int fd) {
     for (int which = 0; which < 3; which++)
       for (long i = 0; i < n; i++) {
         double *a = arr[which], s = a[i];
-        a[i] = s + h; ref_attention_fwd(tmp, qd, kd, vd, bh, t, hs, causal); double lp = dot_d(tmp, dod, n);
-        a[i] = s - h; ref_attention_fwd(tmp, qd, kd, vd, bh, t, hs, causal); double lm = dot_d(tmp, dod, n);
+        a[i] = s + h; ref_attention_fwd(tmp, qd, kd, vd, keep, bh, t, hs, heads, causal);
+        double lp = dot_d(tmp, dod, n);
+        a[i] = s - h; ref_attention_fwd(tmp, qd, kd, vd, keep, bh, t, hs, heads, causal);
+        double lm = dot_d(tmp, dod, n);
         a[i] = s;
         fds[which][i] = (lp - lm) / (2 * h);
       }
@@ -778,6 +807,7 @@ static void test_attention(long bh, long t, long hs, int causal, int fd) {
   }
   free(q); free(k); free(v); free(dout); free(out); free(dq); free(dk); free(dv);
   free(qd); free(kd); free(vd); free(dod); free(rout); free(rdq); free(rdk); free(rdv);
+  free(keep);
 }
 
 #define IGNORE (-100)  // the ignored target of the cross-entropy tests (HF's)
@@ -995,8 +1025,8 @@ static void test_determinism(void) {
     long bh = 6, t = 128, hs = 32, n = bh * t * hs;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *d = frand(n, -1, 1);
     float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n);
-    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, d, q, k, v, bh, t, hs, 1);
-    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, d, q, k, v, bh, t, hs, 1);
+    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, d, q, k, v, NULL, bh, t, hs, bh, 1);
+    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, d, q, k, v, NULL, bh, t, hs, bh, 1);
     check_same("determinism attention_bwd", r1, r2, 3 * n);
     free(q); free(k); free(v); free(d); free(r1); free(r2);
   }
@@ -1055,8 +1085,9 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   long n = 1024, c = 768;                                // layernorm rows
   long m = 300, nn = 1100, kk = 700;                     // matmul
   float *o = out;
-  rt_attention_fwd(o, q[0], k[0], v[0], bh, t, hs, 1), o += na;
-  rt_attention_bwd(o, o + na, o + 2 * na, d[0], q[0], k[0], v[0], bh, t, hs, 1), o += 3 * na;
+  rt_attention_fwd(o, q[0], k[0], v[0], NULL, bh, t, hs, bh, 1), o += na;
+  rt_attention_bwd(o, o + na, o + 2 * na, d[0], q[0], k[0], v[0], NULL, bh, t, hs, bh, 1),
+      o += 3 * na;
   rt_layernorm_fwd(o, q[1], k[1], v[1], n, c, 1e-5f), o += n * c;
   rt_layernorm_bwd(o, o + n * c, o + n * c + c, d[1], q[1], k[1], n, c, 1e-5f);
   o += n * c + 2 * c;
@@ -1126,14 +1157,19 @@ int main(void) {
   test_rmsnorm(256, 768);
   test_softmax(4, 9);
   test_softmax(100, 1000);
-  test_attention(2, 5, 3, 1, 1);
-  test_attention(2, 5, 3, 0, 1);
-  test_attention(3, 7, 5, 1, 0);
-  test_attention(3, 7, 5, 0, 0);
-  test_attention(4, 64, 16, 1, 0);
-  test_attention(4, 64, 16, 0, 0);
-  test_attention(2, 1, 8, 1, 0);
-  test_attention(1, 1100, 128, 1, 0);  // too big for the block form: rows
+  test_attention(2, 5, 3, 1, 0, 1);
+  test_attention(2, 5, 3, 0, 0, 1);
+  test_attention(3, 7, 5, 1, 0, 0);
+  test_attention(3, 7, 5, 0, 0, 0);
+  test_attention(4, 64, 16, 1, 0, 0);
+  test_attention(4, 64, 16, 0, 0, 0);
+  test_attention(2, 1, 8, 1, 0, 0);
+  test_attention(1, 1100, 128, 1, 0, 0);  // too big for the block form: rows
+  test_attention(6, 5, 3, 0, 2, 1);       // key-padding masks: 3 rows of 2 heads
+  test_attention(6, 5, 3, 1, 2, 1);
+  test_attention(8, 64, 16, 0, 2, 0);
+  test_attention(8, 64, 16, 1, 4, 0);
+  test_attention(3, 1100, 128, 0, 1, 0);  // rows
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);
