@@ -10,7 +10,8 @@
 //   gelu_erf       x/2 * (1 + erf(x / sqrt(2)))
 //   silu           x * sigmoid(x)
 //   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none: a
-//                  fill or an addend of -inf or the lowest float, or all zeros
+//                  fill or an addend of -inf or the lowest float, or all zeros;
+//                  and a key-padding mask from an input, (1 - mask) * lowest
 //   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
 //
 // Two clean-ups come first, because the patterns rely on them: a scale of a
@@ -388,10 +389,49 @@ static MaskKind mask_kind(const IrGraph *g, const IrValue *m, int64_t t) {
   return none ? MASK_NONE : causal ? MASK_CAUSAL : MASK_OTHER;
 }
 
+// A key-padding mask added to the scores [P.., H.., T, T], as Hugging Face
+// writes a tokenizer's attention_mask: (1 - float(m)) * lowest, i.e.
+// scale(cast(m), s, b) with s + b = 0 (kept where m is 1) and b removing
+// scores (dropped where m is 0), m a mask input (0 or 1: train checks it) of
+// shape [P.., 1.., 1, T]. Returns m, and in *p the count of its dims P.. that
+// are the scores' own; NULL when a is not such a mask.
+static bool is_one(const Sym *d) {
+  int64_t c;
+  return sym_is_const(d, &c) && c == 1;
+}
+
+static IrValue *padding_addend(const IrValue *a, const IrValue *scores, int *p) {
+  IrNode *sc = made_by(a, OP_SCALE);
+  IrNode *cast = sc ? made_by(sc->in[0], OP_CAST) : NULL;
+  if (!cast)
+    return NULL;
+  double s = ir_attr_f(sc, "s"), b = ir_attr_f(sc, "b");
+  IrValue *m = cast->in[0];
+  const IrValue *root = ir_view_root(m);  // through the reshapes of Unsqueeze
+  int r = scores->rank;
+  if (!removes(b) || fabs(s + b) > 1e-6 * fabs(b) || root->role != ROLE_INPUT ||
+      root->input_kind != INPUT_MASK || m->rank != r || r < 2 ||
+      !sym_eq(m->shape[r - 1], scores->shape[r - 1]))
+    return NULL;
+  for (*p = 0; *p < r - 2 && sym_eq(m->shape[*p], scores->shape[*p]); ++*p) {
+  }
+  for (int i = *p; i < r - 1; i++)
+    if (!is_one(m->shape[i]))
+      return NULL;
+  return m;
+}
+
 // The scores before the mask: s = masked_fill(x, m) with a value that
 // removes scores, or x + m (m additive), or x itself (*causal = 0). NULL when
-// the mask is not one mask_kind() knows.
-static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal) {
+// the mask is not one mask_kind() knows. A key-padding mask added on top
+// (padding_addend) is peeled first: *keep and *p as it gives them, else NULL.
+static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal, IrValue **keep,
+                       int *p) {
+  IrNode *pad = made_by(s, OP_ADD);
+  *keep = NULL;
+  for (int i = 0; pad && i < 2 && !*keep; i++)
+    if (ir_same_shape(pad->in[i], s) && (*keep = padding_addend(pad->in[1 - i], s, p)))
+      s = pad->in[i];
   IrNode *mf = made_by(s, OP_MASKED_FILL);
   *causal = 0;
   if (mf) {
@@ -422,8 +462,9 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   int64_t t;
   if (sym_eval(v->shape[v->rank - 2], &F->g->syms, &t))
     return false;
-  int causal;
-  IrValue *s = unmask(F->g, sm->in[0], t, &causal);
+  int causal, p = 0;
+  IrValue *keep;
+  IrValue *s = unmask(F->g, sm->in[0], t, &causal, &keep, &p);
   double c = 1.0;
   IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
   if (sc && ir_attr_f(sc, "b") == 0.0) {
@@ -452,8 +493,18 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
       return false;
     q = pre->out[0];
   }
-  IrValue *in[3] = {q, k, v};
-  IrNode *at = replace(F, n, OP_ATTENTION, in, 3);
+  if (keep) { // [P.., T], the mask's rows
+    IrNode *r = insert(F, n->id, OP_RESHAPE, &keep, 1);
+    const Sym *shape[IR_MAXRANK];
+    memcpy(shape, keep->shape, (size_t)p * sizeof *shape);
+    shape[p] = keep->shape[keep->rank - 1];
+    ir_value_set_shape(r->out[0], p + 1, shape);
+    if (!check(F, r))
+      return false;
+    keep = r->out[0];
+  }
+  IrValue *in[4] = {q, k, v, keep};
+  IrNode *at = replace(F, n, OP_ATTENTION, in, keep ? 4 : 3);
   ir_set_int(F->g, at, "causal", causal);
   return check(F, at);
 }
