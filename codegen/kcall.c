@@ -194,6 +194,71 @@ static void lower_matmul(Lower *L, const IrNode *n) {
   num(c, sa), num(c, sb), num(c, sc);
 }
 
+// ---- convolution: im2col (or col2im) and one batched GEMM over the images
+
+// rt_im2col / rt_col2im's arguments after the two buffers: the planes of the
+// images x [N,C,H,W], the filter's KH KW, the output's OH OW, then the window.
+static void conv_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *x, const IrValue *w,
+                      const IrValue *y) {
+  IrConvWindow win;
+  IR_ASSERT(ir_conv_window(n, &win) == 0);
+  num(c, dims(L, x, 0, 2)), num(c, x->shape[2]), num(c, x->shape[3]);
+  num(c, w->shape[2]), num(c, w->shape[3]), num(c, y->shape[2]), num(c, y->shape[3]);
+  numk(L, c, win.stride[0]), numk(L, c, win.stride[1]);
+  numk(L, c, win.pad_begin[0]), numk(L, c, win.pad_begin[1]);
+  numk(L, c, win.dilation[0]), numk(L, c, win.dilation[1]);
+}
+
+// rt_matmul over the N images of a convolution: out_i = op(a_i) @ op(b_i), m x nn
+// by k, strides sa sb sc (0: the operand is shared, or the products summed).
+static void conv_gemm(Lower *L, const IrValue *out, const IrValue *a, const IrValue *b,
+                      const Sym *batch, const Sym *const mnk[3], int ta, int tb,
+                      const Sym *const strides[3]) {
+  CgCall *c = call(L, CG_K_matmul);
+  buf(c, out), buf(c, a), buf(c, b);
+  num(c, batch), num(c, mnk[0]), num(c, mnk[1]), num(c, mnk[2]);
+  numk(L, c, ta), numk(L, c, tb);
+  num(c, strides[0]), num(c, strides[1]), num(c, strides[2]);
+}
+
+// y = conv2d(x, w): col = im2col(x) [N, CKK, P] (CKK = C*KH*KW, P = OH*OW),
+// then y_i [OC, P] = w [OC, CKK] @ col_i.
+static void lower_conv2d(Lower *L, const IrNode *n) {
+  const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0], *col = n->out[1];
+  IrArena *ar = &L->g->arena;
+  const Sym *ckk = col->shape[1], *p = col->shape[2], *oc = w->shape[0];
+  CgCall *c = call(L, CG_K_im2col);
+  buf(c, col), buf(c, x);
+  conv_dims(L, c, n, x, w, y);
+  const Sym *mnk[3] = {oc, p, ckk}, *st[3] = {sym_const(ar, 0), sym_mul(ar, ckk, p), sym_mul(ar, oc, p)};
+  conv_gemm(L, y, w, col, x->shape[0], mnk, 0, 0, st);
+}
+
+// dx = conv2d_bwd_data(dy, w): dcol_i [CKK, P] = w^T @ dy_i [OC, P], then dx = col2im(dcol).
+static void lower_conv2d_bwd_data(Lower *L, const IrNode *n) {
+  const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0], *dcol = n->out[1];
+  IrArena *ar = &L->g->arena;
+  const Sym *ckk = dcol->shape[1], *p = dcol->shape[2], *oc = w->shape[0];
+  const Sym *mnk[3] = {ckk, p, oc}, *st[3] = {sym_const(ar, 0), sym_mul(ar, oc, p), sym_mul(ar, ckk, p)};
+  conv_gemm(L, dcol, w, dy, dx->shape[0], mnk, 1, 0, st);
+  CgCall *c = call(L, CG_K_col2im);
+  buf(c, dx), buf(c, dcol);
+  conv_dims(L, c, n, dx, w, dy);
+}
+
+// dw = conv2d_bwd_filter(dy, x): col = im2col(x), then dw [OC, CKK] = the sum
+// over the images of dy_i [OC, P] @ col_i^T.
+static void lower_conv2d_bwd_filter(Lower *L, const IrNode *n) {
+  const IrValue *dy = n->in[0], *x = n->in[1], *dw = n->out[0], *col = n->out[1];
+  IrArena *ar = &L->g->arena;
+  const Sym *ckk = col->shape[1], *p = col->shape[2], *oc = dw->shape[0];
+  CgCall *c = call(L, CG_K_im2col);
+  buf(c, col), buf(c, x);
+  conv_dims(L, c, n, x, dw, dy);
+  const Sym *mnk[3] = {oc, ckk, p}, *st[3] = {sym_mul(ar, oc, p), sym_mul(ar, ckk, p), sym_const(ar, 0)};
+  conv_gemm(L, dw, dy, col, x->shape[0], mnk, 0, 1, st);
+}
+
 // rt_binary(op, out, a, b, rank, shape, astride, bstride); same-shape
 // operands run as one flat loop.
 static void binary(Lower *L, const IrNode *n, const char *opname, int op) {

@@ -332,6 +332,16 @@ double ir_attr_f(const IrNode *n, const char *name);    // FLOAT
 const int64_t *ir_attr_ints(const IrNode *n, const char *name, int *count);
 const Sym *const *ir_attr_syms(const IrNode *n, const char *name, int *count);
 
+// The window of conv2d and its backward ops, per spatial dim (0: height, 1:
+// width), from the attributes strides [2], pads [4] (top, left, bottom,
+// right, as ONNX) and dilations [2]; absent strides and dilations are 1,
+// absent pads 0. Returns -1 when a list has another length (the shape rule
+// says so; after ir_infer it cannot).
+typedef struct IrConvWindow {
+  int64_t stride[2], pad_begin[2], pad_end[2], dilation[2];
+} IrConvWindow;
+int ir_conv_window(const IrNode *n, IrConvWindow *w);
+
 // Check the node's arity and attributes (ir_verify_attrs), then run the op's
 // shape rule: fills unknown output shapes and dtypes, checks known ones. On a
 // mismatch returns -1 with a message naming both shapes and the node's

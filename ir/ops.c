@@ -210,6 +210,117 @@ static int shape_matmul(IrGraph *g, IrNode *n, IrDiag *d) {
   return set_out(g, n, 0, DT_F32, r, shape, d);
 }
 
+// ---- conv2d: x [N,C,H,W], w [OC,C,KH,KW] -> y [N,OC,OH,OW], col [N,C*KH*KW,OH*OW]
+
+int ir_conv_window(const IrNode *n, IrConvWindow *w) {
+  int ns, np, nd;
+  const int64_t *st = ir_attr_ints(n, "strides", &ns), *pa = ir_attr_ints(n, "pads", &np);
+  const int64_t *di = ir_attr_ints(n, "dilations", &nd);
+  if ((st && ns != 2) || (pa && np != 4) || (di && nd != 2))
+    return -1;
+  for (int i = 0; i < 2; i++) {
+    w->stride[i] = st ? st[i] : 1;
+    w->dilation[i] = di ? di[i] : 1;
+    w->pad_begin[i] = pa ? pa[i] : 0;
+    w->pad_end[i] = pa ? pa[2 + i] : 0;
+  }
+  return 0;
+}
+
+static int conv_window(IrNode *n, IrConvWindow *w, IrDiag *d) {
+  if (ir_conv_window(n, w) == 0)
+    return 0;
+  return ir_error(d, n->loc, "%s: strides and dilations take 2 values (height, width) and pads 4 "
+                  "(top, left, bottom, right)", ir_op_name(n->op));
+}
+
+// One spatial dim of the output: (size + pads - dilation*(k-1) - 1) / stride + 1.
+// A number when size is one; a formula (size + constant) when the stride is 1.
+static int conv_out_dim(IrGraph *g, IrNode *n, const IrConvWindow *w, int i, const Sym *size,
+                        const Sym *k, const Sym **out, IrDiag *d) {
+  const char *what = i ? "width" : "height";
+  int64_t kk, sz;
+  if (!sym_is_const(k, &kk))
+    return ir_error(d, n->loc, "%s: the filter's %s %s must be a number", ir_op_name(n->op), what,
+                    sym_str(&g->arena, k, &g->syms));
+  int64_t span = w->dilation[i] * (kk - 1) + 1, pads = w->pad_begin[i] + w->pad_end[i];
+  if (sym_is_const(size, &sz)) {
+    if (sz + pads < span)
+      return ir_error(d, n->loc, "%s: the image's %s %lld (padded: %lld) is less than the "
+                      "filter's span %lld", ir_op_name(n->op), what, (long long)sz,
+                      (long long)(sz + pads), (long long)span);
+    *out = sym_const(&g->arena, (sz + pads - span) / w->stride[i] + 1);
+    return 0;
+  }
+  if (w->stride[i] == 1) {
+    *out = sym_add(&g->arena, size, sym_const(&g->arena, pads - span + 1));
+    return 0;
+  }
+  return ir_error(d, n->loc, "%s: the image's %s %s must be a number when the stride is %lld",
+                  ir_op_name(n->op), what, sym_str(&g->arena, size, &g->syms),
+                  (long long)w->stride[i]);
+}
+
+// y: the shape of x [N,C,H,W] convolved with w [OC,C,KH,KW], [N,OC,OH,OW];
+// col: that of x's patches, [N,C*KH*KW,OH*OW].
+static int conv_shapes(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *w,
+                       const Sym **y, const Sym **col, IrDiag *d) {
+  IrConvWindow win;
+  if (conv_window(n, &win, d))
+    return -1;
+  if (x->rank != 4 || w->rank != 4 || x->dtype != DT_F32 || w->dtype != DT_F32)
+    return ir_error(d, n->loc, "%s: the image '%s' %s%s and the filter '%s' %s%s must be f32 of "
+                    "4 dims ([N,C,H,W] and [OC,C,KH,KW])", ir_op_name(n->op), x->name,
+                    ir_dtype_name(x->dtype), ir_shape_str(g, x), w->name,
+                    ir_dtype_name(w->dtype), ir_shape_str(g, w));
+  if (!same_size(g, x->shape[1], w->shape[1]))
+    return ir_error(d, n->loc, "%s: the image '%s' %s has %s channels, the filter '%s' %s %s "
+                    "(only group=1 convolutions)", ir_op_name(n->op), x->name,
+                    ir_shape_str(g, x), sym_str(&g->arena, x->shape[1], &g->syms), w->name,
+                    ir_shape_str(g, w), sym_str(&g->arena, w->shape[1], &g->syms));
+  y[0] = x->shape[0], y[1] = w->shape[0];
+  if (conv_out_dim(g, n, &win, 0, x->shape[2], w->shape[2], &y[2], d) ||
+      conv_out_dim(g, n, &win, 1, x->shape[3], w->shape[3], &y[3], d))
+    return -1;
+  IrArena *a = &g->arena;
+  col[0] = x->shape[0];
+  col[1] = sym_mul(a, x->shape[1], sym_mul(a, w->shape[2], w->shape[3]));
+  col[2] = sym_mul(a, y[2], y[3]);
+  return 0;
+}
+
+static int shape_conv2d(IrGraph *g, IrNode *n, IrDiag *d) {
+  const Sym *y[4], *col[3];
+  if (conv_shapes(g, n, n->in[0], n->in[1], y, col, d))
+    return -1;
+  return set_out(g, n, 0, DT_F32, 4, y, d) || set_out(g, n, 1, DT_F32, 3, col, d);
+}
+
+// dy must be what the given dx (or dw) and the other operand convolve to.
+static int conv_bwd(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *w, IrDiag *d) {
+  const Sym *y[4], *col[3];
+  const IrValue *dy = n->in[0];
+  if (need_declared(n, d) || conv_shapes(g, n, x, w, y, col, d))
+    return -1;
+  bool ok = dy->rank == 4 && dy->dtype == DT_F32;
+  for (int i = 0; ok && i < 4; i++)
+    ok = same_size(g, dy->shape[i], y[i]);
+  if (!ok)
+    return ir_error(d, n->loc, "%s: the output's gradient '%s' is %s%s, but '%s' %s and '%s' %s "
+                    "convolve to %s", ir_op_name(n->op), dy->name, ir_dtype_name(dy->dtype),
+                    ir_shape_str(g, dy), x->name, ir_shape_str(g, x), w->name, ir_shape_str(g, w),
+                    shape_text(g, 4, y));
+  return set_out(g, n, 1, DT_F32, 3, col, d);
+}
+
+static int shape_conv2d_bwd_data(IrGraph *g, IrNode *n, IrDiag *d) {
+  return conv_bwd(g, n, n->out[0], n->in[1], d);
+}
+
+static int shape_conv2d_bwd_filter(IrGraph *g, IrNode *n, IrDiag *d) {
+  return conv_bwd(g, n, n->in[1], n->out[0], d);
+}
+
 static int shape_binary(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *a = n->in[0], *b = n->in[1];
   if (need_dtype(n, 0, DT_F32, d) || need_dtype(n, 1, DT_F32, d))
@@ -902,6 +1013,21 @@ static const Sym *flops_matmul(IrGraph *g, const IrNode *n) {
       batch_mn = sym_mul(&g->arena, batch_mn, big->shape[i]);
   }
   return sym_scale(&g->arena, sym_mul(&g->arena, batch_mn, k), 2, 1);
+}
+
+// Each output element (or each of dy's, backward) is a dot product of C*KH*KW
+// terms: col's rows.
+static const Sym *flops_conv(IrGraph *g, const IrValue *y, const IrValue *col) {
+  return sym_scale(&g->arena, sym_mul(&g->arena, ir_numel(g, y), col->shape[1]), 2, 1);
+}
+static const Sym *flops_conv2d(IrGraph *g, const IrNode *n) {
+  return flops_conv(g, n->out[0], n->out[1]);
+}
+static const Sym *flops_conv2d_bwd_data(IrGraph *g, const IrNode *n) {
+  return flops_conv(g, n->in[0], n->out[1]);
+}
+static const Sym *flops_conv2d_bwd_filter(IrGraph *g, const IrNode *n) {
+  return flops_conv(g, n->in[0], n->out[1]);
 }
 
 static const Sym *flops_out(IrGraph *g, const IrNode *n, int64_t k) {

@@ -204,6 +204,30 @@ static void copy_attrs(AD *ad, IrNode *to, const IrNode *from) {
   }
 }
 
+// One backward op per wanted gradient, with conv2d's window; output 0 is
+// shaped like `like`, output 1 is its scratch (patches).
+static IrValue *conv_grad(AD *ad, const IrNode *n, IrOp op, IrValue *dy, IrValue *other,
+                          const IrValue *like) {
+  IrValue *in[2] = {dy, other};
+  IrNode *b = emit(ad, op, in, 2, 2);
+  ir_value_set_shape(b->out[0], like->rank, like->shape);
+  b->out[0]->dtype = like->dtype;
+  copy_attrs(ad, b, n);
+  return finish(ad, b)->out[0];
+}
+
+// y = conv2d(x, w): dx = conv2d_bwd_data(dy, w) (the transposed convolution),
+// dw = conv2d_bwd_filter(dy, x); an image that needs no gradient (the model's
+// input) gets none. The patches (output 1) have no gradient.
+static void grad_conv2d(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  if (!dy[0])
+    return;
+  if (ad->needs[n->in[0]->id])
+    dx[0] = conv_grad(ad, n, OP_CONV2D_BWD_DATA, dy[0], n->in[1], n->in[0]);
+  if (ad->needs[n->in[1]->id])
+    dx[1] = conv_grad(ad, n, OP_CONV2D_BWD_FILTER, dy[0], n->in[0], n->in[1]);
+}
+
 static void grad_cross_entropy(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
   IrNode *b = emit(ad, OP_CROSS_ENTROPY_BWD, in, 3, 1);
@@ -469,6 +493,8 @@ static void grad_slice(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
     (void)dy, (void)dx;                                                                 \
     no_grad(ad, n);                                                                     \
   }
+NO_GRAD(conv2d_bwd_data)
+NO_GRAD(conv2d_bwd_filter)
 NO_GRAD(gelu_bwd)
 NO_GRAD(relu_bwd)
 NO_GRAD(softmax_bwd)

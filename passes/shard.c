@@ -501,6 +501,42 @@ static int shard_matmul(ShardOp *op) {
   return 0;
 }
 
+// Convolutions: only the batch (dim 0 of the image, its gradient and the
+// patches) splits, each rank convolving its own images; channels, the image's
+// height and width and the filter stay whole (a split there is gathered), and
+// partial sums are reduced first. conv2d(x, w) -> y, col.
+static void conv_images(ShardOp *op, int k) {
+  need_complete(op, k);
+  for (int d = 1; d < 4; d++)
+    need_whole_dim(op, k, d);
+}
+
+// (images, filter) -> images, patches: both outputs split as the input's batch.
+static int conv_batch(ShardOp *op) {
+  conv_images(op, 0);
+  op->in[1] = whole(4);
+  op->out[0] = whole(4);
+  op->out[1] = whole(3);
+  op->out[0].split[0] = op->out[1].split[0] = op->in[0].split[0];
+  return 0;
+}
+static int shard_conv2d(ShardOp *op) { return conv_batch(op); }
+// (dy, w) -> dx, dcol
+static int shard_conv2d_bwd_data(ShardOp *op) { return conv_batch(op); }
+
+// (dy, x) -> dw, col: dy and x split alike on the batch; dw sums over it, so
+// a split batch leaves each rank a partial sum (the data-parallel reduction).
+static int shard_conv2d_bwd_filter(ShardOp *op) {
+  conv_images(op, 0);
+  conv_images(op, 1);
+  int axis = unify2(op, 0, 0, 1, 0);
+  op->out[0] = whole(4);
+  op->out[0].partial = (unsigned char)(axis != NONE ? BIT(axis) : 0);
+  op->out[1] = whole(3);
+  op->out[1].split[0] = (unsigned char)axis;
+  return 0;
+}
+
 static int shard_add(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
 static int shard_sub(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
 static int shard_mul(ShardOp *op) { return elementwise(op, 2, LIN_ONE); }

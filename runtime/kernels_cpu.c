@@ -719,6 +719,57 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
 }
 
 // ---------------------------------------------------------------------------
+// convolution: im2col and its adjoint (the GEMMs are rt_matmul)
+
+// One row of col per (plane, i, j), parallel over those rows; padding reads 0.
+void rt_im2col(float *col, const float *x, long nc, long h, long w, long kh, long kw, long oh,
+               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
+  long rows = nc * kh * kw;
+#pragma omp parallel for if (rows * oh * ow >= PAR_MIN)
+  for (long r = 0; r < rows; r++) {
+    long p = r / (kh * kw), i = r / kw % kh, j = r % kw;
+    const float *xp = x + p * h * w;
+    float *cr = col + r * oh * ow;
+    for (long y = 0; y < oh; y++) {
+      long iy = y * sh - ph + i * dh;
+      float *c = cr + y * ow;
+      if (iy < 0 || iy >= h) {
+        memset(c, 0, (size_t)ow * sizeof(float));
+        continue;
+      }
+      const float *xr = xp + iy * w;
+      for (long xo = 0; xo < ow; xo++) {
+        long ix = xo * sw - pw + j * dw;
+        c[xo] = ix >= 0 && ix < w ? xr[ix] : 0.0f;
+      }
+    }
+  }
+}
+
+// Each pixel gathers its col entries in the order of (i, j), one thread per
+// image row: deterministic, and the order the CUDA kernel adds in.
+void rt_col2im(float *x, const float *col, long nc, long h, long w, long kh, long kw, long oh,
+               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
+#pragma omp parallel for if (nc * h * w * kh * kw >= PAR_MIN)
+  for (long r = 0; r < nc * h; r++) {
+    long p = r / h, iy = r % h;
+    float *xr = x + r * w;
+    memset(xr, 0, (size_t)w * sizeof(float));
+    for (long i = 0; i < kh; i++) {
+      long ty = iy + ph - i * dh;
+      if (ty < 0 || ty % sh || ty / sh >= oh) continue;
+      for (long j = 0; j < kw; j++) {
+        const float *cr = col + ((p * kh + i) * kw + j) * oh * ow + ty / sh * ow;
+        for (long ix = 0; ix < w; ix++) {
+          long tx = ix + pw - j * dw;
+          if (tx >= 0 && tx % sw == 0 && tx / sw < ow) xr[ix] += cr[tx / sw];
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // neural-net ops
 
 // out[i, :] = w[idx[i], :]

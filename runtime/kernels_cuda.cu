@@ -327,6 +327,40 @@ __global__ void rope_kernel(float *out, const float *x, long rows, long t, long 
   }
 }
 
+// ---- convolution: im2col and its adjoint
+
+// one thread per col entry (plane, i, j, y, x)
+__global__ void im2col_kernel(float *col, const float *x, long nc, long h, long w, long kh,
+                              long kw, long oh, long ow, long sh, long sw, long ph, long pw,
+                              long dh, long dw) {
+  GRID_LOOP(e, nc * kh * kw * oh * ow) {
+    long xo = e % ow, y = e / ow % oh, r = e / (ow * oh);
+    long j = r % kw, i = r / kw % kh, p = r / (kw * kh);
+    long iy = y * sh - ph + i * dh, ix = xo * sw - pw + j * dw;
+    col[e] = iy >= 0 && iy < h && ix >= 0 && ix < w ? x[(p * h + iy) * w + ix] : 0.0f;
+  }
+}
+
+// one thread per pixel, adding its col entries in the order of (i, j), as on the CPU
+__global__ void col2im_kernel(float *x, const float *col, long nc, long h, long w, long kh,
+                              long kw, long oh, long ow, long sh, long sw, long ph, long pw,
+                              long dh, long dw) {
+  GRID_LOOP(e, nc * h * w) {
+    long ix = e % w, iy = e / w % h, p = e / (w * h);
+    float s = 0.0f;
+    for (long i = 0; i < kh; i++) {
+      long ty = iy + ph - i * dh;
+      if (ty < 0 || ty % sh || ty / sh >= oh) continue;
+      for (long j = 0; j < kw; j++) {
+        long tx = ix + pw - j * dw;
+        if (tx >= 0 && tx % sw == 0 && tx / sw < ow)
+          s += col[((p * kh + i) * kw + j) * oh * ow + ty / sh * ow + tx / sw];
+      }
+    }
+    x[e] = s;
+  }
+}
+
 // ---- neural-net ops
 
 // out[i, j] = w[idx[i], j]
@@ -1265,6 +1299,26 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m, lon
       cublasCheck(cublasSgemm(h, opb, opa, in, im, ik, &one, b + i * sb, ldb, a + i * sa, lda,
                               i == 0 ? &zero : &one, c, in));
   }
+  LAUNCHED();
+}
+
+// ---- convolution
+
+void rt_im2col(float *col, const float *x, long nc, long h, long w, long kh, long kw, long oh,
+               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
+  long n = nc * kh * kw * oh * ow;
+  if (n <= 0) return;
+  im2col_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(col, x, nc, h, w, kh, kw, oh, ow, sh,
+                                                             sw, ph, pw, dh, dw);
+  LAUNCHED();
+}
+
+void rt_col2im(float *x, const float *col, long nc, long h, long w, long kh, long kw, long oh,
+               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
+  long n = nc * h * w;
+  if (n <= 0) return;
+  col2im_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(x, col, nc, h, w, kh, kw, oh, ow, sh,
+                                                             sw, ph, pw, dh, dw);
   LAUNCHED();
 }
 

@@ -10,6 +10,7 @@
 #define rt_attention_bwd cpu_rt_attention_bwd
 #define rt_attention_fwd cpu_rt_attention_fwd
 #define rt_binary cpu_rt_binary
+#define rt_col2im cpu_rt_col2im
 #define rt_copy cpu_rt_copy
 #define rt_copy_i32 cpu_rt_copy_i32
 #define rt_cast_i32_f32 cpu_rt_cast_i32_f32
@@ -25,6 +26,7 @@
 #define rt_gelu_erf_bwd cpu_rt_gelu_erf_bwd
 #define rt_gelu_erf_fwd cpu_rt_gelu_erf_fwd
 #define rt_gelu_fwd cpu_rt_gelu_fwd
+#define rt_im2col cpu_rt_im2col
 #define rt_layernorm_bwd cpu_rt_layernorm_bwd
 #define rt_layernorm_fwd cpu_rt_layernorm_fwd
 #define rt_log_softmax_bwd cpu_rt_log_softmax_bwd
@@ -66,6 +68,7 @@
 #undef rt_attention_bwd
 #undef rt_attention_fwd
 #undef rt_binary
+#undef rt_col2im
 #undef rt_copy
 #undef rt_copy_i32
 #undef rt_cast_i32_f32
@@ -81,6 +84,7 @@
 #undef rt_gelu_erf_bwd
 #undef rt_gelu_erf_fwd
 #undef rt_gelu_fwd
+#undef rt_im2col
 #undef rt_layernorm_bwd
 #undef rt_layernorm_fwd
 #undef rt_log_softmax_bwd

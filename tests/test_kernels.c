@@ -533,6 +533,98 @@ static double dot_d(const double *a, const double *b, long n) {
   return s;
 }
 
+// convolution: im2col + rt_matmul (as codegen/kcall.c lowers conv2d) against a
+// direct convolution
+
+typedef struct ConvCase {
+  long n, c, h, w, oc, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw;
+} ConvCase;
+
+// The input pixel tap (i, j) of output (y, x) reads, or -1 in the padding.
+static long conv_tap(const ConvCase *k, long y, long x, long i, long j) {
+  long iy = y * k->sh - k->pt + i * k->dh, ix = x * k->sw - k->pl + j * k->dw;
+  return iy < 0 || iy >= k->h || ix < 0 || ix >= k->w ? -1 : iy * k->w + ix;
+}
+
+// y = conv(x, w) and, for dy, the adjoints dx and dw, all in double by the definition.
+static void ref_conv(const ConvCase *k, long oh, long ow, const double *x, const double *w,
+                     const double *dy, double *y, double *dx, double *dw) {
+  long hw = k->h * k->w, ckk = k->c * k->kh * k->kw;
+  memset(dx, 0, (size_t)(k->n * k->c * hw) * sizeof *dx);
+  memset(dw, 0, (size_t)(k->oc * ckk) * sizeof *dw);
+  for (long b = 0; b < k->n; b++)
+    for (long o = 0; o < k->oc; o++)
+      for (long py = 0; py < oh; py++)
+        for (long px = 0; px < ow; px++) {
+          long at = ((b * k->oc + o) * oh + py) * ow + px;
+          double s = 0;
+          for (long c = 0; c < k->c; c++)
+            for (long i = 0; i < k->kh; i++)
+              for (long j = 0; j < k->kw; j++) {
+                long t = conv_tap(k, py, px, i, j);
+                if (t < 0) continue;
+                long xi = (b * k->c + c) * hw + t, wi = ((o * k->c + c) * k->kh + i) * k->kw + j;
+                s += x[xi] * w[wi];
+                dx[xi] += dy[at] * w[wi];
+                dw[wi] += dy[at] * x[xi];
+              }
+          y[at] = s;
+        }
+}
+
+static void test_conv2d(ConvCase k) {
+  long oh = (k.h + k.pt + k.pb - k.dh * (k.kh - 1) - 1) / k.sh + 1;
+  long ow = (k.w + k.pl + k.pr - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+  long nx = k.n * k.c * k.h * k.w, ckk = k.c * k.kh * k.kw, p = oh * ow;
+  long nw = k.oc * ckk, ny = k.n * k.oc * p, ncol = k.n * ckk * p;
+  float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *dy = frand(ny, -1, 1);
+  float *y = frand(ny, -1, 1), *col = frand(ncol, -1, 1), *dx = frand(nx, -1, 1);
+  float *dw = frand(nw, -1, 1);
+  double *xd = to_d(x, nx), *wd = to_d(w, nw), *dyd = to_d(dy, ny);
+  double *ry = dbuf(ny), *rdx = dbuf(nx), *rdw = dbuf(nw);
+  ref_conv(&k, oh, ow, xd, wd, dyd, ry, rdx, rdw);
+  // The references agree: <conv(x, w), dy> = <x, dx> = <w, dw> (bilinear).
+  double f = dot_d(ry, dyd, ny), fx = dot_d(xd, rdx, nx), fw = dot_d(wd, rdw, nw);
+  char name[160];
+  snprintf(name, sizeof name, "conv2d reference adjoints (%ld,%ld,%ld,%ld)*(%ld,%ld,%ld)", k.n,
+           k.c, k.h, k.w, k.oc, k.kh, k.kw);
+  check_dd(name, (double[]){fx, fw}, (double[]){f, f}, 2);
+
+  long win[13] = {k.n * k.c, k.h, k.w, k.kh, k.kw, oh, ow, k.sh, k.sw, k.pt, k.pl, k.dh, k.dw};
+#define CONV_ARGS win[0], win[1], win[2], win[3], win[4], win[5], win[6], win[7], win[8], win[9], \
+                  win[10], win[11], win[12]
+  snprintf(name, sizeof name, "conv2d (%ld,%ld,%ld,%ld)*(%ld,%ld,%ld) stride %ldx%ld pads "
+           "%ld,%ld,%ld,%ld dilation %ldx%ld", k.n, k.c, k.h, k.w, k.oc, k.kh, k.kw, k.sh, k.sw,
+           k.pt, k.pl, k.pb, k.pr, k.dh, k.dw);
+  rt_im2col(col, x, CONV_ARGS);
+  rt_matmul(y, w, col, k.n, k.oc, p, ckk, 0, 0, 0, ckk * p, k.oc * p);
+  check(name, y, ry, ny);
+  rt_matmul(col, w, dy, k.n, ckk, p, k.oc, 1, 0, 0, k.oc * p, ckk * p);
+  rt_col2im(dx, col, CONV_ARGS);
+  snprintf(name, sizeof name, "conv2d dx (col2im) (%ld,%ld,%ld,%ld)*(%ld,%ld,%ld)", k.n, k.c, k.h,
+           k.w, k.oc, k.kh, k.kw);
+  check(name, dx, rdx, nx);
+  rt_im2col(col, x, CONV_ARGS);
+  rt_matmul(dw, dy, col, k.n, k.oc, ckk, p, 0, 1, k.oc * p, ckk * p, 0);
+  snprintf(name, sizeof name, "conv2d dw (%ld,%ld,%ld,%ld)*(%ld,%ld,%ld)", k.n, k.c, k.h, k.w,
+           k.oc, k.kh, k.kw);
+  check(name, dw, rdw, nw);
+#undef CONV_ARGS
+  free(x), free(w), free(dy), free(y), free(col), free(dx), free(dw);
+  free(xd), free(wd), free(dyd), free(ry), free(rdx), free(rdw);
+}
+
+static void test_conv2ds(void) {
+  // n c h w oc kh kw sh sw pt pl pb pr dh dw
+  test_conv2d((ConvCase){2, 3, 16, 16, 32, 4, 4, 4, 4, 0, 0, 0, 0, 1, 1});  // ViT's patches
+  test_conv2d((ConvCase){1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1});
+  test_conv2d((ConvCase){2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1});     // "same" padding
+  test_conv2d((ConvCase){3, 2, 11, 8, 4, 3, 2, 2, 3, 1, 0, 2, 1, 1, 1});    // uneven everything
+  test_conv2d((ConvCase){2, 4, 10, 12, 3, 3, 3, 1, 2, 2, 1, 0, 2, 2, 3});   // dilated
+  test_conv2d((ConvCase){1, 2, 6, 6, 3, 5, 5, 3, 3, 2, 2, 2, 2, 1, 1});     // taps past the edge
+  test_conv2d((ConvCase){4, 16, 34, 30, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}); // the parallel paths
+}
+
 // y = x / sqrt(mean(x^2) + eps) * w, in double
 static void ref_rmsnorm_row(double *y, const double *x, const double *w, long c, double eps) {
   double ms = 0;
@@ -1143,6 +1235,7 @@ int main(void) {
   test_unary_ops();
   test_silu();
   test_matmul();
+  test_conv2ds();
   test_embedding(40, 13, 7);
   test_embedding(1000, 97, 200);
   test_layernorm(3, 5, 1);

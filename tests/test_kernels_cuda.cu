@@ -433,6 +433,38 @@ static void test_matmul(void) {
   }
 }
 
+// ---- convolution: im2col and col2im against the CPU's (the GEMMs are rt_matmul's,
+// checked above); im2col only copies, and col2im adds in the CPU's order
+
+static void test_conv(void) {
+  struct Case {
+    long nc, h, w, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw;
+  } cases[] = {
+      {6, 16, 16, 4, 4, 4, 4, 0, 0, 0, 0, 1, 1},     // ViT's patches
+      {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},
+      {6, 11, 8, 3, 2, 2, 3, 1, 0, 2, 1, 1, 1},      // uneven
+      {8, 10, 12, 3, 3, 1, 2, 2, 1, 0, 2, 2, 3},     // dilated
+      {64, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    // a ResNet layer's worth
+  };
+  for (const Case &c : cases) {
+    long oh = (c.h + c.pt + c.pb - c.dh * (c.kh - 1) - 1) / c.sh + 1;
+    long ow = (c.w + c.pl + c.pr - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+    long nx = c.nc * c.h * c.w, ncol = c.nc * c.kh * c.kw * oh * ow;
+    Vec x = rand_vec(nx), col = rand_vec(ncol), back = rand_vec(nx), out = rand_vec(ncol);
+    float *dx = dev(x), *dcol = dev(out), *dback = dev(back);
+    CPU(rt_im2col)(out.data(), x.data(), c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt, c.pl,
+                   c.dh, c.dw);
+    rt_im2col(dcol, dx, c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt, c.pl, c.dh, c.dw);
+    check(fmt("im2col nc=%ld %ldx%ld k=%ldx%ld", c.nc, c.h, c.w, c.kh, c.kw), out, dcol, EXACT);
+    float *dc = dev(col);
+    CPU(rt_col2im)(back.data(), col.data(), c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt,
+                   c.pl, c.dh, c.dw);
+    rt_col2im(dback, dc, c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt, c.pl, c.dh, c.dw);
+    check(fmt("col2im nc=%ld %ldx%ld k=%ldx%ld", c.nc, c.h, c.w, c.kh, c.kw), back, dback, ELEM);
+    free_all();
+  }
+}
+
 // ---- neural-net ops
 
 static void test_embedding(void) {
@@ -804,6 +836,7 @@ int main(void) {
   test_activations();
   test_unary();
   test_matmul();
+  test_conv();
   test_embedding();
   test_layernorm();
   test_rmsnorm();
