@@ -695,6 +695,73 @@ int fe_conv_Gemm(FeOnnx *cx) {
   return set(cx, fe_op(cx, OP_ADD, y, scale(cx, farg(cx, 2), beta, 0.0)));
 }
 
+// ---- convolution ----------------------------------------------------------------------------------
+
+// One of Conv's window attributes: absent (n = 0), or `want` integers each
+// within [lo, INT32_MAX].
+static int conv_attr(FeOnnx *cx, const char *name, int want, int64_t lo, int64_t *v, int *n) {
+  const int64_t *a;
+  int na;
+  if (fe_attr_ints(cx, name, &a, &na))
+    return -1;
+  *n = na < 0 ? 0 : na;
+  if (na < 0)
+    return 0;
+  if (na != want)
+    return fe_err(cx, "attribute '%s' has %d values; a 2-D convolution takes %d", name, na, want);
+  for (int i = 0; i < na; i++) {
+    if (a[i] < lo || a[i] > INT32_MAX)
+      return fe_err(cx, "attribute '%s' value %lld is out of range (%lld to %d)", name,
+                    (long long)a[i], (long long)lo, INT32_MAX);
+    v[i] = a[i];
+  }
+  return 0;
+}
+
+// Conv(X [N,C,H,W], W [M,C,KH,KW], B [M]) kernel_shape strides pads dilations
+// group auto_pad: a 2-D convolution with group 1 and explicit pads (auto_pad
+// NOTSET, or VALID: none), -> conv2d; the bias is an add over [M,1,1].
+int fe_conv_Conv(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0), *w = x ? farg(cx, 1) : NULL;
+  int64_t group, ks[2], st[2], pads[4], dil[2];
+  int nks, nst, npads, ndil;
+  const char *auto_pad;
+  if (!w || fe_attr_int(cx, "group", 1, &group) ||
+      fe_attr_str(cx, "auto_pad", "NOTSET", &auto_pad) ||
+      conv_attr(cx, "kernel_shape", 2, 1, ks, &nks) || conv_attr(cx, "strides", 2, 1, st, &nst) ||
+      conv_attr(cx, "pads", 4, 0, pads, &npads) || conv_attr(cx, "dilations", 2, 1, dil, &ndil))
+    return -1;
+  if (x->rank != 4 || w->rank != 4)
+    return fe_err(cx, "mtc convolves 2-D images only: X must be [N,C,H,W] and W [M,C,KH,KW], "
+                  "not X %s and W %s", ir_shape_str(cx->g, x), ir_shape_str(cx->g, w));
+  if (group != 1)
+    return fe_err(cx, "group=%lld: mtc convolves with group=1 only (no grouped or depthwise "
+                  "convolutions)", (long long)group);
+  bool valid = !strcmp(auto_pad, "VALID");
+  if (!valid && strcmp(auto_pad, "NOTSET"))
+    return fe_err(cx, "auto_pad=%s: mtc takes explicit pads (auto_pad NOTSET or VALID); export "
+                  "the model with the padding written out", auto_pad);
+  for (int i = 0; i < nks; i++) {
+    int64_t k;
+    if (!sym_is_const(w->shape[2 + i], &k) || k != ks[i])
+      return fe_err(cx, "kernel_shape [%lld,%lld] differs from W's %s", (long long)ks[0],
+                    (long long)ks[1], ir_shape_str(cx->g, w));
+  }
+  IrValue *in[2] = {x, w};
+  IrNode *n = node(cx, OP_CONV2D, in, 2, 2);
+  if (nst)
+    ir_set_ints(cx->g, n, "strides", st, 2);
+  if (npads && !valid)
+    ir_set_ints(cx->g, n, "pads", pads, 4);
+  if (ndil)
+    ir_set_ints(cx->g, n, "dilations", dil, 2);
+  IrValue *y = infer(cx, n) ? NULL : n->out[0];
+  if (!y || !fe_in(cx, 2))
+    return set(cx, y);
+  const Sym *bshape[3] = {w->shape[0], sym_const(&cx->g->arena, 1), sym_const(&cx->g->arena, 1)};
+  return set(cx, fe_op(cx, OP_ADD, y, reshape(cx, farg(cx, 2), 3, bshape)));
+}
+
 // ---- normalization, softmax, reductions ----------------------------------------------------------
 
 // Softmax / LogSoftmax over `axis` (default -1): transposed to the last dim

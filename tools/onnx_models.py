@@ -20,7 +20,7 @@ Each fixture NAME.onnx comes with NAME.ref, a small text file the C tests read:
 Models: a nanoGPT-style GPT-2 (tanh-GELU, causal mask buffer, tied LM head),
 torch.nn.TransformerEncoderLayer and torch.nn.MultiheadAttention models with
 an MSE loss, MLPs with LayerNorm/ReLU/GELU and cross-entropy, log-softmax +
-NLL, softmax + log + NLL and MSE losses; exported at opsets 14 and 17, in eval
+NLL, softmax + log + NLL and MSE losses, a small CNN (Conv2d); exported at opsets 14 and 17, in eval
 mode and with training=TrainingMode.TRAINING. The script also writes a few
 broken files (bad_*.onnx) for the frontend's error tests.
 """
@@ -188,6 +188,21 @@ class MLP(nn.Module):
         return z  # no loss: mtc adds one (--loss)
 
 
+class CNN(nn.Module):
+    """Two convolutions (strided and padded with a bias; dilated, padded unevenly by height and
+    width, without one), ReLU, flatten, a classifier and cross-entropy."""
+
+    def __init__(self, k=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 4, (3, 2), padding=(2, 1), dilation=2, bias=False)
+        self.fc = nn.Linear(4 * 5 * 5, k)
+
+    def forward(self, x, y):
+        h = F.relu(self.conv2(F.relu(self.conv1(x))))
+        return F.cross_entropy(self.fc(torch.flatten(h, 1)), y)
+
+
 # ---- fixtures ----------------------------------------------------------------------------
 
 B, T, D = 2, 8, 16
@@ -253,6 +268,13 @@ def mlp_case(opset, mode, act="relu", loss="ce", dropout=0.0):
                 dims={"N": B * 4}, outputs=["loss"], fused=fused)
 
 
+def cnn_case(opset, mode):
+    torch.manual_seed(13)
+    return dict(model=CNN(), inputs={"x": randn((B, 3, 9, 10), 14), "y": tokens((B,), 10, 15)}, opset=opset,
+                mode=mode, dynamic={"x": {0: "B"}, "y": {0: "B"}}, dims={"B": B}, outputs=["loss"],
+                fused={"cross_entropy": 1})
+
+
 CASES = {
     "gpt_o13_eval": lambda: gpt_case(13, EVAL),
     "gpt_o14_eval": lambda: gpt_case(14, EVAL),
@@ -276,6 +298,8 @@ CASES = {
     "mlp_mse_o14_train": lambda: mlp_case(14, TRAIN, "gelu", "mse"),
     "mlp_logits_o17_eval": lambda: mlp_case(17, EVAL, "relu", "none"),
     "mlp_logsoftmax_o17_eval": lambda: mlp_case(17, EVAL, "gelu", "logsoftmax"),
+    "cnn_o14_eval": lambda: cnn_case(14, EVAL),
+    "cnn_o17_train": lambda: cnn_case(17, TRAIN),
 }
 
 
@@ -368,6 +392,7 @@ def write_bad(out):
         # shapes that do not agree
         "bad_shapes": tiny_graph([mm, red], [numpy_helper.from_array(np.ones((5, 3), np.float32), "w")]),
     }
+    bad.update(bad_conv())
     ext = tiny_graph([mm, red], [w])
     t = ext.graph.initializer[0]
     t.ClearField("raw_data")
@@ -381,6 +406,21 @@ def write_bad(out):
     for name, model in bad.items():
         with open(os.path.join(out, name + ".onnx"), "wb") as f:
             f.write(model.SerializeToString())
+
+
+def bad_conv():
+    """Conv nodes mtc refuses: grouped, and window attributes of the wrong length or range."""
+    image = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])]
+    w = numpy_helper.from_array(np.ones((6, 2, 3, 3), np.float32), "w")
+    w1 = numpy_helper.from_array(np.ones((6, 4, 3, 3), np.float32), "w")
+
+    def conv(weight, **attrs):
+        return tiny_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", **attrs),
+                           helper.make_node("ReduceSum", ["c"], ["y"], name="sum", keepdims=0)],
+                          [weight], inputs=image)
+    return {"bad_conv_group": conv(w, group=2), "bad_conv_pads": conv(w1, pads=[1, 1]),
+            "bad_conv_strides": conv(w1, strides=[0, 1]), "bad_conv_kernel": conv(w1, kernel_shape=[3, 2]),
+            "bad_conv_auto_pad": conv(w1, auto_pad="SAME_UPPER")}
 
 
 def hostile(mm, red, w):
