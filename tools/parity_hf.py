@@ -13,7 +13,8 @@ Each family is a small random-init config (no weights are downloaded) of a
 transformers model class with its own loss (labels in, loss out), exported with
 torch.onnx.export in training mode without constant folding, at opsets 17 and
 14 with the batch and sequence dims fixed, and at opset 17 with them as
-dynamic axes (model_o17_dyn.onnx, compiled with -D B=.. -D T=..). The folder
+dynamic axes (model_o17_dyn.onnx, compiled with -D B=.. -D T=..; an image
+model's batch alone, -D B=..). The folder
 hf_NAME holds the models and the reference of parity_lib.py (first loss,
 every gradient, 10 AdamW and 10 SGD losses on one fixed batch).
 
@@ -73,6 +74,17 @@ class Classifier(torch.nn.Module):
         return self.m(input_ids=idx, attention_mask=attention_mask, labels=labels).loss
 
 
+class ImageClassifier(torch.nn.Module):
+    """An image classifier and its own loss: (pixel_values, labels) -> loss."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, pixel_values, labels):
+        return self.m(pixel_values=pixel_values, labels=labels).loss
+
+
 def lm_batch(vocab):
     return {"idx": pl.tokens((B, T), vocab, 1), "labels": pl.tokens((B, T), vocab, 2)}
 
@@ -121,7 +133,18 @@ def bert_cls():
     return Classifier(BertForSequenceClassification(cfg)), batch
 
 
-FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm, "bert_cls": bert_cls}
+def vit():
+    """ViT on 16x16 images of 3 channels, 4x4 patches (a 4x4 grid and the CLS
+    token: 17 positions), 10 classes; labels [B]."""
+    from transformers import ViTConfig, ViTForImageClassification
+    cfg = ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, intermediate_size=64, num_labels=10, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+    batch = {"pixel_values": pl.randn((B, 3, 16, 16), 1), "labels": pl.tokens((B,), 10, 2)}
+    return ImageClassifier(ViTForImageClassification(cfg)), batch
+
+
+FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit}
 
 
 def perturb_norms(model, seed):
@@ -139,7 +162,7 @@ def perturb_norms(model, seed):
 
 
 def loss_fn(model, batch):
-    return model(**batch)
+    return model(*batch.values())
 
 
 def write(name, out_root):
@@ -154,11 +177,13 @@ def write(name, out_root):
     os.makedirs(out, exist_ok=True)
     for opset in (17, 14):
         pl.export_onnx(model, batch, os.path.join(out, f"model_o{opset}.onnx"), opset, None)
-    dynamic = {k: dict(enumerate(("B", "T")[:v.dim()])) for k, v in batch.items()}
+    # Token inputs [B, T] vary in both dims; images [B, C, H, W] and labels [B] in the batch only.
+    dynamic = {k: {0: "B", 1: "T"} if v.dim() == 2 else {0: "B"} for k, v in batch.items()}
     pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
     pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
+    dims = f"-D B={B} -D T={T}" if any(v.dim() == 2 for v in batch.values()) else f"-D B={B}"
     with open(os.path.join(out, "parity.env"), "a") as f:
-        f.write(f"dynamic_args='-D B={B} -D T={T}'\n")
+        f.write(f"dynamic_args='{dims}'\n")
 
 
 # ---- examples/llama.mtc against transformers' Llama -------------------------------------------
