@@ -43,10 +43,10 @@ static const Case cases[] = {
     {"matmul_batched_tb", "sym B = 2\nsym M = 3\nsym K = 4\nsym N = 5\n"
                           "param %a : f32[B,M,K] normal(1.0)\nparam %b : f32[N,K] normal(1.0)\n",
      "%y : f32[B,M,N] = matmul(%a, %b) tb=1\n", "f32[B,M,N]", 1e-2},
-    {"conv2d", "sym N = 2\nsym C = 3\nsym O = 4\nparam %x : f32[N,C,5,6] normal(1.0)\n"
+    {"conv2d", "sym N = 2\nsym C = 3\nsym O = 4\nparam %x : f32[N,C,7,6] normal(1.0)\n"
                "param %w : f32[O,C,3,2] normal(1.0)\n",
      "%y : f32[N,O,2,5], %col : f32[N,6*C,10] = conv2d(%x, %w) strides=[2,1] pads=[1,0,0,1] "
-     "dilations=[1,2]\n", "f32[N,O,2,5]", 1e-2},
+     "dilations=[2,2]\n", "f32[N,O,2,5]", 1e-2},
     {"conv2d_patches_bias", "sym N = 2\nsym O = 4\nparam %x : f32[N,3,8,8] normal(1.0)\n"
                             "param %w : f32[O,3,4,4] normal(1.0)\nparam %b : f32[O,1,1] normal(1.0)\n",
      "%c : f32[N,O,2,2], %col : f32[N,48,4] = conv2d(%x, %w) strides=[4,4]\n"
