@@ -756,6 +756,11 @@ int fe_conv_Conv(FeOnnx *cx) {
   if (ndil)
     ir_set_ints(cx->g, n, "dilations", dil, 2);
   IrValue *y = infer(cx, n) ? NULL : n->out[0];
+  if (y && fe_nout(cx) > 0) { // the patches, named after the output: "<Y>.col"
+    char name[512];
+    snprintf(name, sizeof name, "%.500s.col", cx->node->output[0]);
+    ir_value_rename(cx->g, n->out[1], name);
+  }
   if (!y || !fe_in(cx, 2))
     return set(cx, y);
   const Sym *bshape[3] = {w->shape[0], sym_const(&cx->g->arena, 1), sym_const(&cx->g->arena, 1)};

@@ -213,6 +213,10 @@ static IrValue *conv_grad(AD *ad, const IrNode *n, IrOp op, IrValue *dy, IrValue
   ir_value_set_shape(b->out[0], like->rank, like->shape);
   b->out[0]->dtype = like->dtype;
   copy_attrs(ad, b, n);
+  // Output 1 is the patches again (filter) or their gradient (data).
+  char name[512];
+  snprintf(name, sizeof name, "%s%.500s", op == OP_CONV2D_BWD_DATA ? "d." : "", n->out[1]->name);
+  ir_value_rename(ad->g, b->out[1], name);
   return finish(ad, b)->out[0];
 }
 
