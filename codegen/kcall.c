@@ -344,16 +344,15 @@ static void lower_softmax(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softma
 static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_bwd); }
 
 // q, k, v: [..., T, HS]; the leading dims are batch x heads. The key-padding
-// mask (input `at` when there) [P.., T] has a row for the first dims of q, its
-// heads the dims after them.
-static void attention_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *q, int at) {
-  const IrValue *keep = n->nin > at ? n->in[at] : NULL;
-  opt_buf(c, keep);
+// mask [P.., T] has a row for the first dims of q, its heads the dims after
+// them; the bias [1.., H.., T, T] is shared by q's leading dims before H...
+static void attention_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
+  IrValue *keep, *bias;
+  ir_attention_extras(n, &keep, &bias);
+  opt_buf(c, keep), opt_buf(c, bias);
   num(c, dims(L, q, 0, q->rank - 2)), num(c, q->shape[q->rank - 2]), num(c, last(q));
-  if (keep)
-    num(c, dims(L, q, keep->rank - 1, q->rank - 2));
-  else
-    num(c, dims(L, q, 0, q->rank - 2));
+  num(c, dims(L, q, keep ? keep->rank - 1 : 0, q->rank - 2));
+  num(c, bias ? dims(L, bias, 0, bias->rank - 2) : sym_const(&L->g->arena, 1));
   numk(L, c, ir_attr_i(n, "causal"));
 }
 
@@ -369,16 +368,17 @@ static void lower_rope(Lower *L, const IrNode *n) {
 static void lower_attention(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_attention_fwd);
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
-  attention_args(L, c, n, n->in[0], 3);
+  attention_args(L, c, n, n->in[0]);
 }
 
 static void lower_attention_bwd(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_attention_bwd);
   for (int i = 0; i < 3; i++)
     buf(c, n->out[i]);
+  opt_buf(c, n->nout > 3 ? n->out[3] : NULL);
   for (int i = 0; i < 4; i++)
     buf(c, n->in[i]);
-  attention_args(L, c, n, n->in[1], 4);
+  attention_args(L, c, n, n->in[1]);
 }
 
 // A table split over tp (shards > 1) holds this rank's rows only.

@@ -277,6 +277,9 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
 int ir_nblocks(const IrGraph *g);
 // The value v is a view of (through reshape, transpose, slice and broadcast), or v.
 IrValue *ir_view_root(IrValue *v);
+// An attention or attention_bwd node's optional inputs after (q, k, v): the
+// i32 key-padding mask and the f32 additive bias of the scores, NULL when absent.
+void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias);
 // Editing a scheduled graph. New nodes go before node `pos` (the nodes after
 // move up; ids stay positions); -1 returns to appending.
 void ir_insert_before(IrGraph *g, int pos);

@@ -413,43 +413,79 @@ static int shape_rope(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, x, d);
 }
 
-// Attention's optional key-padding mask, input `i` of n when there: i32
-// [P.., T] where P.. are the first dims of q [..., T, HS] (the batch; the
-// heads after them share a row of the mask).
-static int need_keep(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
-  if (n->nin != nqkv && n->nin != nqkv + 1)
-    return ir_error(d, n->loc, "%s takes %d inputs, or %d with a key-padding mask; it has %d",
-                    ir_op_name(n->op), nqkv, nqkv + 1, n->nin);
-  if (n->nin == nqkv)
-    return 0;
-  const IrValue *q = n->in[nqkv - 3], *m = n->in[nqkv];
-  if (need_dtype(n, nqkv, DT_I32, d))
-    return -1;
-  bool ok = m->rank >= 1 && m->rank <= q->rank - 1 &&
-            sym_eq(m->shape[m->rank - 1], q->shape[q->rank - 2]);
-  for (int i = 0; ok && i < m->rank - 1; i++)
+void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
+  int first = n->op == OP_ATTENTION ? 3 : 4;
+  *keep = *bias = NULL;
+  for (int i = first; i < n->nin; i++) {
+    if (n->in[i]->dtype == DT_I32 && !*keep && !*bias)
+      *keep = n->in[i];
+    else if (n->in[i]->dtype == DT_F32 && !*bias)
+      *bias = n->in[i];
+  }
+}
+
+// Attention's optional inputs after (q, k, v) (ir_attention_extras): the
+// key-padding mask i32 [P.., T], P.. the first dims of q [..., T, HS] (the
+// batch; the heads after them share a row of the mask), then the bias
+// f32 [1.., H.., T, T], H.. the last leading dims of q (the heads: a bias
+// shared by the batch) or all of them.
+static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
+  IrValue *m, *b;
+  ir_attention_extras(n, &m, &b);
+  if (n->nin != nqkv + (m != NULL) + (b != NULL))
+    return ir_error(d, n->loc, "%s takes %d inputs, then a key-padding mask (i32) and a bias "
+                    "(f32) when there, in that order; it has %d", ir_op_name(n->op), nqkv,
+                    n->nin);
+  const IrValue *q = n->in[nqkv - 3];
+  int r = q->rank;
+  bool ok = !m || (m->rank >= 1 && m->rank <= r - 1 && sym_eq(m->shape[m->rank - 1], q->shape[r - 2]));
+  for (int i = 0; m && ok && i < m->rank - 1; i++)
     ok = sym_eq(m->shape[i], q->shape[i]);
-  if (ok)
-    return 0;
-  return ir_error(d, n->loc, "%s: the key-padding mask '%s' %s must be [.., T]: q's first dims "
-                  "and its keys, for q %s", ir_op_name(n->op), m->name, ir_shape_str(g, m),
-                  ir_shape_str(g, q));
+  if (!ok)
+    return ir_error(d, n->loc, "%s: the key-padding mask '%s' %s must be [.., T]: q's first "
+                    "dims and its keys, for q %s", ir_op_name(n->op), m->name, ir_shape_str(g, m),
+                    ir_shape_str(g, q));
+  ok = !b || (b->rank == r && sym_eq(b->shape[r - 1], q->shape[r - 2]) &&
+              sym_eq(b->shape[r - 2], q->shape[r - 2]));
+  int lead = 0; // b's leading dims of size 1 that q broadcasts over, then q's own
+  while (b && ok && lead < r - 2 && is_one(b->shape[lead]) && !is_one(q->shape[lead]))
+    lead++;
+  for (int i = lead; b && ok && i < r - 2; i++)
+    ok = sym_eq(b->shape[i], q->shape[i]);
+  if (!ok)
+    return ir_error(d, n->loc, "%s: the bias '%s' %s must be [.., T, T] with q's last leading "
+                    "dims (ones before them), for q %s", ir_op_name(n->op), b->name,
+                    ir_shape_str(g, b), ir_shape_str(g, q));
+  return 0;
 }
 
 static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_keep(g, n, 3, d) || need_rank(g, n, 0, 2, d) || need_same(g, n, 0, 1, d) ||
+  if (need_rank(g, n, 0, 2, d) || need_extras(g, n, 3, d) || need_same(g, n, 0, 1, d) ||
       need_same(g, n, 0, 2, d))
     return -1;
   return same_as(g, n, 0, n->in[0], d);
 }
 
+// With a bias, a fourth output: the gradient of the scores, q's leading dims x [T, T].
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_keep(g, n, 4, d) || need_rank(g, n, 1, 2, d) || need_same(g, n, 0, 1, d) ||
+  IrValue *keep, *bias;
+  if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 4, d) || need_same(g, n, 0, 1, d) ||
       need_same(g, n, 1, 2, d) || need_same(g, n, 1, 3, d))
     return -1;
+  ir_attention_extras(n, &keep, &bias);
+  if (n->nout != (bias ? 4 : 3))
+    return ir_error(d, n->loc, "attention_bwd: %d outputs; it gives dq, dk, dv%s", n->nout,
+                    bias ? " and the bias's gradient" : "");
   for (int i = 0; i < 3; i++)
     if (same_as(g, n, i, n->in[i + 1], d))
       return -1;
+  if (bias) {
+    const IrValue *q = n->in[1];
+    const Sym *shape[IR_MAXRANK];
+    memcpy(shape, q->shape, (size_t)q->rank * sizeof *shape);
+    shape[q->rank - 1] = q->shape[q->rank - 2];
+    return set_out(g, n, 3, DT_F32, q->rank, shape, d);
+  }
   return 0;
 }
 

@@ -635,8 +635,9 @@ static int shard_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
 // block with tp >= 2 heads that do not divide by it are an error (the block
 // would run its attention whole on every rank, its projections around it
 // whole too). Inputs [0, nin) are [..., T, HS] (q, k, v; dout before them in the
-// backward; rope's x), and a key-padding mask [P.., T] may follow: P.. split
-// as q's first dims, T whole. Outputs are laid out as inputs first.. first+nqkv.
+// backward; rope's x); a key-padding mask [P.., T] and a bias [1.., H.., T, T]
+// may follow, their dims that are q's split as q's, T whole. Outputs are laid
+// out as inputs first.. first+nqkv; the backward's gradient of the scores, as q.
 static int attention(ShardOp *op, int first, int nqkv, int nin) {
   int ks[4], r = op->n->in[first]->rank;
   const Sym *heads = r >= 4 ? op->n->in[first]->shape[r - 3] : NULL;
@@ -654,16 +655,29 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
     ks[i] = i;
   }
   unify_leading(op, nin, ks, r - 2);
-  if (op->n->nin > nin) { // the mask [P.., T]: P.. split as q's, T whole
-    int m = op->n->in[nin]->rank;
-    for (int dim = 0; dim < m - 1; dim++)
-      if (!try_split(op, nin, dim, op->in[first].split[dim]))
-        for (int i = 0; i <= nin; i++)
-          op->in[i].split[dim] = NONE;
-    need_whole_dim(op, nin, m - 1);
+  for (int k = nin; k < op->n->nin; k++) { // a mask or a bias
+    const IrValue *x = op->n->in[k];
+    int m = x->rank, lead = x->dtype == DT_I32 ? 0 : m - r; // x's dim d is q's d - lead
+    need_complete(op, k);
+    for (int dim = 0; dim < m; dim++) {
+      int qd = dim - lead;
+      bool own = qd >= 0 && qd < r - 2 && !(x->dtype == DT_I32 && dim == m - 1) &&
+                 sym_eq(x->shape[dim], op->n->in[first]->shape[qd]);
+      if (!own) {
+        need_whole_dim(op, k, dim);
+        continue;
+      }
+      if (!try_split(op, k, dim, op->in[first].split[qd]))
+        for (int i = 0; i < nin; i++)
+          op->in[i].split[qd] = op->in[k].split[dim] = NONE;
+    }
   }
   for (int i = 0; i < nqkv; i++)
     op->out[i] = op->in[first + i];
+  if (op->n->nout > nqkv) { // dscores [.., T, T]
+    op->out[nqkv] = op->in[first];
+    op->out[nqkv].split[r - 1] = NONE;
+  }
   return 0;
 }
 static int shard_attention(ShardOp *op) { return attention(op, 0, 1, 3); }

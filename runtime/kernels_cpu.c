@@ -1052,25 +1052,32 @@ static void att_rows_out(float *out, long mr, long hs, const float *a, const flo
                min_l(GEMM_NR, hs - c));
 }
 
-// The scores s[0, len) of one query's window, scaled. With a key-padding
-// mask the masked keys get -inf, and a window that keeps none attends to all
-// its keys alike (scores 0), as an additive mask of the lowest float does.
-static void att_scale_row(float *s, long len, float scale, const int *keep) {
+// One head's optional operands: its row of the key-padding mask (t) and its
+// bias (t x t), each NULL when absent.
+typedef struct att_extras {
+  const int *keep;
+  const float *bias;
+} att_extras;
+
+// The scores s[0, len) of query i's window, scaled, plus the bias. With a
+// key-padding mask the masked keys get -inf, and a window that keeps none
+// attends to all its keys alike (scores 0), as an additive mask of the lowest
+// float does.
+static void att_scale_row(float *s, long i, long t, long len, float scale, att_extras x) {
+  const float *b = x.bias ? x.bias + i * t : NULL;
   long kept = 0;
-  if (!keep) {
-    for (long j = 0; j < len; j++) s[j] *= scale;
-    return;
-  }
-  for (long j = 0; j < len; j++) kept += keep[j] != 0;
-  for (long j = 0; j < len; j++) s[j] = !kept ? 0.0f : keep[j] ? s[j] * scale : -INFINITY;
+  for (long j = 0; j < len; j++) s[j] = s[j] * scale + (b ? b[j] : 0.0f);
+  if (!x.keep) return;
+  for (long j = 0; j < len; j++) kept += x.keep[j] != 0;
+  for (long j = 0; j < len; j++) s[j] = !kept ? 0.0f : x.keep[j] ? s[j] : -INFINITY;
 }
 
 // Row r of a row block starting at query i0: softmax of scale * s over the
 // keys it sees (j <= i0 + r when causal, and kept), zeros up to jn.
 static void att_softmax_row(float *s, long i, long t, long jn, int causal, float scale,
-                            const int *keep) {
+                            att_extras x) {
   long len = causal ? i + 1 : t;
-  att_scale_row(s, len, scale, keep);
+  att_scale_row(s, i, t, len, scale, x);
   float maxv = max_lanes(s, len);
   for (long j = 0; j < len; j++) s[j] = exp_fast(s[j] - maxv);
   float inv = 1.0f / sum_lanes(s, len);
@@ -1080,10 +1087,10 @@ static void att_softmax_row(float *s, long i, long t, long jn, int causal, float
 
 // p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
 // of one row of scores (the row form); returns their sum.
-static float attention_row(float *p, const float *qi, const float *kh, long jn,
-                           long hs, float scale, const int *keep) {
+static float attention_row(float *p, const float *qi, const float *kh, long i, long t,
+                           long jn, long hs, float scale, att_extras x) {
   for (long j = 0; j < jn; j++) p[j] = dot_lanes(qi, kh + j * hs, hs);
-  att_scale_row(p, jn, scale, keep);
+  att_scale_row(p, i, t, jn, scale, x);
   float maxv = max_lanes(p, jn);
   for (long j = 0; j < jn; j++) p[j] = exp_fast(p[j] - maxv);
   return sum_lanes(p, jn);
@@ -1091,7 +1098,7 @@ static float attention_row(float *p, const float *qi, const float *kh, long jn,
 
 // One head, block form: oh = softmax(qh kh^T scale) vh.
 static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
-                                 const float *vh, const int *keep, long t, long hs, int causal,
+                                 const float *vh, att_extras x, long t, long hs, int causal,
                                  float scale, const att_layout *L) {
   long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
@@ -1103,7 +1110,7 @@ static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);  // S = Q_blk K^T
     for (long r = 0; r < mr; r++)
-      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, keep);
+      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, x);
     gemm_pack_a_block(pa, st, tp, 0, mr, jn);
     att_rows_out(oh + i0 * hs, mr, hs, pa, vp, jn, t, 0);  // O_blk = P V
   }
@@ -1111,13 +1118,13 @@ static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
 
 // One head, row form.
 static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
-                               const float *vh, const int *keep, long t, long hs, int causal,
+                               const float *vh, att_extras x, long t, long hs, int causal,
                                float scale) {
   float p[t];
   for (long i = 0; i < t; i++) {
     float *restrict oi = oh + i * hs;
     long jn = causal ? i + 1 : t;
-    float inv = 1.0f / attention_row(p, qh + i * hs, kh, jn, hs, scale, keep);
+    float inv = 1.0f / attention_row(p, qh + i * hs, kh, i, t, jn, hs, scale, x);
     for (long d = 0; d < hs; d++) oi[d] = 0.0f;
     for (long j = 0; j < jn; j++) {
       const float *restrict vj = vh + j * hs;
@@ -1127,9 +1134,15 @@ static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
   }
 }
 
-// out = softmax(q k^T / sqrt(hs)) v per head; threads share the heads
+static att_extras att_head(const int *keep, const float *bias, long h, long t, long heads,
+                           long nb) {
+  return (att_extras){keep ? keep + h / heads * t : NULL, bias ? bias + h % nb * t * t : NULL};
+}
+
+// out = softmax(q k^T / sqrt(hs) + bias) v per head; threads share the heads
 void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
-                      const int *keep, long bh, long t, long hs, long heads, int causal) {
+                      const int *keep, const float *bias, long bh, long t, long hs, long heads,
+                      long nb, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(t, hs, 0);
@@ -1137,19 +1150,27 @@ void rt_attention_fwd(float *out, const float *q, const float *k, const float *v
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
     long o = h * t * hs;
-    const int *kh = keep ? keep + h / heads * t : NULL;
+    att_extras x = att_head(keep, bias, h, t, heads, nb);
     if (blocks)
-      attention_fwd_blocks(out + o, q + o, k + o, v + o, kh, t, hs, causal, scale, &L);
+      attention_fwd_blocks(out + o, q + o, k + o, v + o, x, t, hs, causal, scale, &L);
     else
-      attention_fwd_rows(out + o, q + o, k + o, v + o, kh, t, hs, causal, scale);
+      attention_fwd_rows(out + o, q + o, k + o, v + o, x, t, hs, causal, scale);
   }
 }
 
-// One head, block form, dqh overwritten; dkh and dvh zeroed by the caller.
-static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float *doh,
-                                 const float *qh, const float *kh, const float *vh,
-                                 const int *keep, long t, long hs, int causal, float scale,
-                                 const att_layout *L) {
+// The gradient of row i's scores (after the scale) into dsh (t x t) when
+// there: g[0, jn), then zeros.
+static void att_store_ds(float *dsh, long i, long t, const float *g, long jn) {
+  if (!dsh) return;
+  memcpy(dsh + i * t, g, (size_t)jn * sizeof *g);
+  memset(dsh + i * t + jn, 0, (size_t)(t - jn) * sizeof *g);
+}
+
+// One head, block form, dqh and dsh overwritten; dkh and dvh zeroed by the caller.
+static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, float *dsh,
+                                 const float *doh, const float *qh, const float *kh,
+                                 const float *vh, att_extras x, long t, long hs, int causal,
+                                 float scale, const att_layout *L) {
   long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
   float *kp = sc + L->kp, *vtp = sc + L->vtp, *kb = sc + L->kb, *st = sc + L->st;
@@ -1166,12 +1187,14 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float
     att_pack_cols(dob, doh + i0 * hs, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);    // S = Q_blk K^T, then P
     for (long r = 0; r < mr; r++)
-      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, keep);
+      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, x);
     att_tile(dst, tp, doa, vtp, hs, jn);  // dP = dO_blk V^T, then dS
     for (long r = 0; r < mr; r++) {
       float *pr = st + r * tp, *dr = dst + r * tp;
       float pdp = dot_lanes(pr, dr, jn);
-      for (long j = 0; j < jn; j++) dr[j] = scale * pr[j] * (dr[j] - pdp);
+      for (long j = 0; j < jn; j++) dr[j] = pr[j] * (dr[j] - pdp);
+      att_store_ds(dsh, i0 + r, t, dr, jn);
+      for (long j = 0; j < jn; j++) dr[j] *= scale;
     }
     gemm_pack_a_block(pa, dst, tp, 0, mr, jn);
     att_rows_out(dqh + i0 * hs, mr, hs, pa, kb, jn, t, 0);  // dQ_blk = dS K
@@ -1187,16 +1210,17 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, const float
   }
 }
 
-// One head, row form, dqh, dkh, dvh zeroed by the caller.
-static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, const float *doh,
-                               const float *qh, const float *kh, const float *vh,
-                               const int *keep, long t, long hs, int causal, float scale) {
+// One head, row form, dqh, dkh, dvh zeroed by the caller, dsh overwritten.
+static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
+                               const float *doh, const float *qh, const float *kh,
+                               const float *vh, att_extras x, long t, long hs, int causal,
+                               float scale) {
   float p[t], dp[t];
   for (long i = 0; i < t; i++) {
     const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
     float *restrict dqi = dqh + i * hs;
     long jn = causal ? i + 1 : t;
-    float inv = 1.0f / attention_row(p, qi, kh, jn, hs, scale, keep);
+    float inv = 1.0f / attention_row(p, qi, kh, i, t, jn, hs, scale, x);
     // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
     for (long j = 0; j < jn; j++) {
       float *restrict dvj = dvh + j * hs;
@@ -1206,10 +1230,12 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, const float *
     }
     float pdp = dot_lanes(p, dp, jn);
     // ds_ij = p_ij (dp_ij - sum_j p_ij dp_ij); dq_i, dk_j through the scores
+    for (long j = 0; j < jn; j++) dp[j] = p[j] * (dp[j] - pdp);
+    att_store_ds(dsh, i, t, dp, jn);
     for (long j = 0; j < jn; j++) {
       const float *restrict kj = kh + j * hs;
       float *restrict dkj = dkh + j * hs;
-      float ds = scale * p[j] * (dp[j] - pdp);
+      float ds = scale * dp[j];
       for (long d = 0; d < hs; d++) {
         dqi[d] += ds * kj[d];
         dkj[d] += ds * qi[d];
@@ -1220,9 +1246,10 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, const float *
 
 // Backward of the above; the probabilities are recomputed. dk and dv sum
 // over the rows i of a head, so one thread owns each head.
-void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
                       const float *q, const float *k, const float *v, const int *keep,
-                      long bh, long t, long hs, long heads, int causal) {
+                      const float *bias, long bh, long t, long hs, long heads, long nb,
+                      int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(t, hs, 1);
@@ -1233,12 +1260,13 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
     memset(dq + o, 0, (size_t)(t * hs) * sizeof(float));
     memset(dk + o, 0, (size_t)(t * hs) * sizeof(float));
     memset(dv + o, 0, (size_t)(t * hs) * sizeof(float));
-    const int *kh = keep ? keep + h / heads * t : NULL;
+    att_extras x = att_head(keep, bias, h, t, heads, nb);
+    float *dsh = dscores ? dscores + h * t * t : NULL;
     if (blocks)
-      attention_bwd_blocks(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, kh, t, hs,
-                           causal, scale, &L);
+      attention_bwd_blocks(dq + o, dk + o, dv + o, dsh, dout + o, q + o, k + o, v + o, x, t,
+                           hs, causal, scale, &L);
     else
-      attention_bwd_rows(dq + o, dk + o, dv + o, dout + o, q + o, k + o, v + o, kh, t, hs,
+      attention_bwd_rows(dq + o, dk + o, dv + o, dsh, dout + o, q + o, k + o, v + o, x, t, hs,
                          causal, scale);
   }
 }

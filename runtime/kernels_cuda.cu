@@ -549,13 +549,36 @@ __device__ inline float att_keep(float s, const int *keep, long j, bool none) {
   return !keep ? s : none ? 0.0f : keep[j] ? s : -INFINITY;
 }
 
+// One query row's optional operands: its key-padding mask row (t), whether
+// its window keeps no key, and its bias row (t); keep and bias NULL when absent.
+struct att_row {
+  const int *keep;
+  bool none;
+  const float *bias;
+};
+
+// Key j's score: the scaled dot product s plus the bias, as the softmax sees it (att_keep).
+__device__ inline float att_score(float s, att_row x, long j) {
+  return att_keep(x.bias ? s + x.bias[j] : s, x.keep, j, x.none);
+}
+
+// Query i's row of head h's extras; the mask's first kept key is computed by the whole block.
+__device__ att_row att_row_of(const int *keep, const float *bias, long h, long i, long t,
+                              long heads, long nb, int causal) {
+  att_row x;
+  x.keep = keep ? keep + h / heads * t : NULL;
+  x.none = att_first_kept(x.keep, t) >= (causal ? i + 1 : t);
+  x.bias = bias ? bias + (h % nb * t + i) * t : NULL;
+  return x;
+}
+
 // Online softmax over the scores of query row qi against keys [0, jn) of kh
-// (masked by keep, as att_keep): the running max m and sum l of exp(s - m);
-// with vh != NULL also acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE
-// floats of shared memory.
+// (att_score): the running max m and sum l of exp(s - m); with vh != NULL
+// also acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE floats of shared
+// memory.
 __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, const float *qi,
-                           const float *kh, const float *vh, const int *keep, bool none,
-                           long jn, long hs, float scale) {
+                           const float *kh, const float *vh, att_row x, long jn, long hs,
+                           float scale) {
   float m = -INFINITY, l = 0.0f;
   for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
     long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
@@ -563,7 +586,7 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
     __syncthreads();
     float tm = -INFINITY;
     for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
-      pt[jj] = att_keep(pt[jj], keep, j0 + jj, none);
+      pt[jj] = att_score(pt[jj], x, j0 + jj);
       tm = pt[jj] > tm ? pt[jj] : tm;
     }
     tm = block_max(tm);
@@ -591,21 +614,20 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
   *l_out = l;
 }
 
-// out row = softmax(q_i k^T scale) v; shared: acc (hs), pt (ATT_TILE)
+// out row = softmax(q_i k^T scale + bias) v; shared: acc (hs), pt (ATT_TILE)
 __global__ void attention_fwd_kernel(float *out, const float *q, const float *k, const float *v,
-                                     const int *keep, long bh, long t, long hs, long heads,
-                                     int causal, float scale) {
+                                     const int *keep, const float *bias, long bh, long t,
+                                     long hs, long heads, long nb, int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs;
   for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
     long h = row / t, i = row - h * t;
     const float *kh = k + h * t * hs, *vh = v + h * t * hs;
-    const int *keeph = keep ? keep + h / heads * t : NULL;
+    att_row x = att_row_of(keep, bias, h, i, t, heads, nb, causal);
     long jn = causal ? i + 1 : t;
-    bool none = att_first_kept(keeph, t) >= jn;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
     float m, l;
-    att_online(&m, &l, acc, pt, q + row * hs, kh, vh, keeph, none, jn, hs, scale);
+    att_online(&m, &l, acc, pt, q + row * hs, kh, vh, x, jn, hs, scale);
     float inv = 1.0f / l;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = acc[d] * inv;
   }
@@ -615,9 +637,12 @@ __global__ void attention_fwd_kernel(float *out, const float *q, const float *k,
 // exp(s_ij - m) * inv), D_i = sum_j p_ij dp_ij (dp_ij = dout_i . v_j) into
 // stats[3*row ...], and dq_i = sum_j ds_ij k_j, ds_ij = scale p_ij (dp_ij - D_i).
 // shared: acc (hs), pt, dpt (ATT_TILE each)
-__global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *dout,
-                                        const float *q, const float *k, const float *v,
-                                        const int *keep, long bh, long t, long hs, long heads,
+// With dscores, also the row's gradient of the scores after the scale,
+// p_ij (dp_ij - D_i), zeros past the window.
+__global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
+                                        const float *dout, const float *q, const float *k,
+                                        const float *v, const int *keep, const float *bias,
+                                        long bh, long t, long hs, long heads, long nb,
                                         int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
@@ -625,11 +650,10 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
     long h = row / t, i = row - h * t;
     const float *kh = k + h * t * hs, *vh = v + h * t * hs;
     const float *qi = q + row * hs, *doi = dout + row * hs;
-    const int *keeph = keep ? keep + h / heads * t : NULL;
+    att_row x = att_row_of(keep, bias, h, i, t, heads, nb, causal);
     long jn = causal ? i + 1 : t;
-    bool none = att_first_kept(keeph, t) >= jn;
     float m, l;
-    att_online(&m, &l, NULL, pt, qi, kh, NULL, keeph, none, jn, hs, scale);
+    att_online(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
     float inv = 1.0f / l;
     // D = sum_j p_j dp_j
     float dpart = 0.0f;
@@ -639,7 +663,7 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
       att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
       __syncthreads();
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x)
-        dpart += expf(att_keep(pt[jj], keeph, j0 + jj, none) - m) * inv * dpt[jj];
+        dpart += expf(att_score(pt[jj], x, j0 + jj) - m) * inv * dpt[jj];
       __syncthreads();
     }
     float D = block_sum(dpart);
@@ -651,8 +675,10 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
       att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
       __syncthreads();
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
-        float p = expf(att_keep(pt[jj], keeph, j0 + jj, none) - m) * inv;
-        pt[jj] = scale * p * (dpt[jj] - D);  // ds
+        float p = expf(att_score(pt[jj], x, j0 + jj) - m) * inv;
+        float g = p * (dpt[jj] - D);
+        if (dscores) dscores[row * t + j0 + jj] = g;
+        pt[jj] = scale * g;  // ds
       }
       __syncthreads();
       for (long d = threadIdx.x; d < hs; d += blockDim.x) {
@@ -663,6 +689,8 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
       __syncthreads();
     }
     for (long d = threadIdx.x; d < hs; d += blockDim.x) dq[row * hs + d] = acc[d];
+    if (dscores)
+      for (long j = jn + threadIdx.x; j < t; j += blockDim.x) dscores[row * t + j] = 0.0f;
     if (threadIdx.x == 0) {
       stats[3 * row] = m;
       stats[3 * row + 1] = inv;
@@ -676,8 +704,9 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *stats, const float *do
 // shared: acck, accv (hs each), pt, dst (ATT_TILE each)
 __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *stats,
                                           const float *dout, const float *q, const float *k,
-                                          const float *v, const int *keep, long bh, long t,
-                                          long hs, long heads, int causal, float scale) {
+                                          const float *v, const int *keep, const float *bias,
+                                          long bh, long t, long hs, long heads, long nb,
+                                          int causal, float scale) {
   extern __shared__ float smem[];
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -687,6 +716,7 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
     const float *kj = k + row * hs, *vj = v + row * hs;
     const float *sh = stats + 3 * h * t;
     const int *keeph = keep ? keep + h / heads * t : NULL;
+    const float *biash = bias ? bias + h % nb * t * t : NULL;
     long first = att_first_kept(keeph, t);  // query i's window keeps none when i < first
     for (long d = threadIdx.x; d < hs; d += blockDim.x) {
       acck[d] = 0.0f;
@@ -706,8 +736,8 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
         s = warp_sum(s);
         dp = warp_sum(dp);
         if (lane == 0) {
-          bool none = first >= (causal ? i + 1 : t);
-          float p = expf(att_keep(scale * s, keeph, j, none) - sh[3 * i]) * sh[3 * i + 1];
+          att_row x = {keeph, first >= (causal ? i + 1 : t), biash ? biash + i * t : NULL};
+          float p = expf(att_score(scale * s, x, j) - sh[3 * i]) * sh[3 * i + 1];
           pt[ii] = p;
           dst[ii] = scale * p * (dp - sh[3 * i + 2]);
         }
@@ -1412,28 +1442,30 @@ static size_t att_smem(const void *kernel, long floats) {
 }
 
 void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
-                      const int *keep, long bh, long t, long hs, long heads, int causal) {
+                      const int *keep, const float *bias, long bh, long t, long hs, long heads,
+                      long nb, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   size_t smem = att_smem((const void *)attention_fwd_kernel, hs + ATT_TILE);
   attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      out, q, k, v, keep, bh, t, hs, heads, causal, scale);
+      out, q, k, v, keep, bias, bh, t, hs, heads, nb, causal, scale);
   LAUNCHED();
 }
 
-void rt_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                      const float *k, const float *v, const int *keep, long bh, long t, long hs,
-                      long heads, int causal) {
+void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
+                      const float *q, const float *k, const float *v, const int *keep,
+                      const float *bias, long bh, long t, long hs, long heads, long nb,
+                      int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
   attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dq, stats, dout, q, k, v, keep, bh, t, hs, heads, causal, scale);
+      dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, nb, causal, scale);
   LAUNCHED();
   smem = att_smem((const void *)attention_bwd_dkdv_kernel, 2 * hs + 2 * ATT_TILE);
   attention_bwd_dkdv_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dk, dv, stats, dout, q, k, v, keep, bh, t, hs, heads, causal, scale);
+      dk, dv, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, nb, causal, scale);
   LAUNCHED();
 }
 

@@ -778,10 +778,24 @@ static double ref_keep(const int *keep, long heads, long h, long t, long j) {
   return keep && !keep[h / heads * t + j] ? -FLT_MAX : 0.0;
 }
 
-// out (bh, t, hs) = softmax(q k^T / sqrt(hs) + padding mask, causal) v
+// An attention case's optional operands: a key-padding mask (heads per row)
+// and a bias (nb, t, t), each NULL when absent.
+typedef struct att_opt {
+  const int *keep;
+  long heads;
+  const double *bias;
+  long nb;
+} att_opt;
+
+// The score of query i and key j of head h past the scaled dot product: the
+// bias and the padding mask.
+static double ref_extra(att_opt o, long h, long i, long j, long t) {
+  return ref_keep(o.keep, o.heads, h, t, j) + (o.bias ? o.bias[(h % o.nb * t + i) * t + j] : 0.0);
+}
+
+// out (bh, t, hs) = softmax(q k^T / sqrt(hs) + bias + padding mask, causal) v
 static void ref_attention_fwd(double *out, const double *q, const double *k, const double *v,
-                              const int *keep, long bh, long t, long hs, long heads,
-                              int causal) {
+                              att_opt o, long bh, long t, long hs, int causal) {
   double *p = dbuf(t);
   double scale = 1.0 / sqrt((double)hs);
   for (long h = 0; h < bh; h++)
@@ -790,7 +804,7 @@ static void ref_attention_fwd(double *out, const double *q, const double *k, con
       long jn = causal ? i + 1 : t;
       double maxv = -INFINITY, sum = 0;
       for (long j = 0; j < jn; j++) {
-        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_keep(keep, heads, h, t, j);
+        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_extra(o, h, i, j, t);
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
@@ -803,20 +817,21 @@ static void ref_attention_fwd(double *out, const double *q, const double *k, con
   free(p);
 }
 
-static void ref_attention_bwd(double *dq, double *dk, double *dv, const double *dout,
-                              const double *q, const double *k, const double *v,
-                              const int *keep, long bh, long t, long hs, long heads,
-                              int causal) {
+// ... and its gradients; ds (bh, t, t): the scores' after the scale
+static void ref_attention_bwd(double *dq, double *dk, double *dv, double *ds_all,
+                              const double *dout, const double *q, const double *k,
+                              const double *v, att_opt o, long bh, long t, long hs, int causal) {
   double *p = dbuf(t), *dp = dbuf(t);
   double scale = 1.0 / sqrt((double)hs);
   for (long i = 0; i < bh * t * hs; i++) dq[i] = dk[i] = dv[i] = 0;
+  for (long i = 0; i < bh * t * t; i++) ds_all[i] = 0;
   for (long h = 0; h < bh; h++)
     for (long i = 0; i < t; i++) {
       const double *qi = q + (h * t + i) * hs, *doi = dout + (h * t + i) * hs;
       long jn = causal ? i + 1 : t;
       double maxv = -INFINITY, sum = 0, pdp = 0;
       for (long j = 0; j < jn; j++) {
-        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_keep(keep, heads, h, t, j);
+        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_extra(o, h, i, j, t);
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
@@ -828,6 +843,7 @@ static void ref_attention_bwd(double *dq, double *dk, double *dv, const double *
       }
       for (long j = 0; j < jn; j++) {
         double ds = p[j] * (dp[j] - pdp);
+        ds_all[(h * t + i) * t + j] = ds;
         for (long d = 0; d < hs; d++) {
           dq[(h * t + i) * hs + d] += scale * ds * k[(h * t + j) * hs + d];
           dk[(h * t + j) * hs + d] += scale * ds * qi[d];
@@ -848,58 +864,68 @@ static int *padding_mask(long rows, long t, int every) {
   return m;
 }
 
-// heads > 0: with a key-padding mask of bh / heads rows. A window whose keys
-// are all masked attends to them alike, and its gradient is PyTorch's (the
-// softmax's at equal scores, as if the mask's lowest float did not swamp
-// them), not the flat function's 0, so the finite differences (fd) run on
-// masks that leave every window a key.
-static void test_attention(long bh, long t, long hs, int causal, long heads, int fd) {
-  long n = bh * t * hs;
+// heads > 0: with a key-padding mask of bh / heads rows; nb > 0: with a bias
+// of nb heads. A window whose keys are all masked attends to them alike, and
+// its gradient is PyTorch's (the softmax's at equal scores, as if the mask's
+// lowest float did not swamp them), not the flat function's 0, so the finite
+// differences (fd) run on masks that leave every window a key.
+static void test_attention(long bh, long t, long hs, int causal, long heads, long nb, int fd) {
+  long n = bh * t * hs, nd = bh * t * t;
   float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dout = frand(n, -1, 1);
   float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(n, -1, 1), *dv = frand(n, -1, 1);
+  float *bias = nb ? frand(nb * t * t, -2, 2) : NULL, *ds = nb ? frand(nd, -1, 1) : NULL;
   double *qd = to_d(q, n), *kd = to_d(k, n), *vd = to_d(v, n), *dod = to_d(dout, n);
-  double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(n), *rdv = dbuf(n);
+  double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(n), *rdv = dbuf(n), *rds = dbuf(nd);
+  double *biasd = nb ? to_d(bias, nb * t * t) : NULL;
   int *keep = heads ? padding_mask(bh / heads, t, fd) : NULL;
-  heads = heads ? heads : bh;
-  ref_attention_fwd(rout, qd, kd, vd, keep, bh, t, hs, heads, causal);
-  ref_attention_bwd(rdq, rdk, rdv, dod, qd, kd, vd, keep, bh, t, hs, heads, causal);
-  char name[128];
-  const char *cs = causal ? (keep ? "causal, padded" : "causal") : keep ? "padded" : "non-causal";
-  rt_attention_fwd(out, q, k, v, keep, bh, t, hs, heads, causal);
+  att_opt o = {keep, heads ? heads : bh, biasd, nb ? nb : 1};
+  ref_attention_fwd(rout, qd, kd, vd, o, bh, t, hs, causal);
+  ref_attention_bwd(rdq, rdk, rdv, rds, dod, qd, kd, vd, o, bh, t, hs, causal);
+  char cs[64], name[160];
+  snprintf(cs, sizeof cs, "%s%s%s", causal ? "causal" : "non-causal", keep ? ", padded" : "",
+           nb ? ", bias" : "");
+  rt_attention_fwd(out, q, k, v, keep, bias, bh, t, hs, o.heads, o.nb, causal);
   snprintf(name, sizeof name, "attention_fwd bh %ld t %ld hs %ld %s", bh, t, hs, cs);
   check(name, out, rout, n);
-  rt_attention_bwd(dq, dk, dv, dout, q, k, v, keep, bh, t, hs, heads, causal);
-  snprintf(name, sizeof name, "attention_bwd dq bh %ld t %ld hs %ld %s", bh, t, hs, cs);
-  check(name, dq, rdq, n);
-  snprintf(name, sizeof name, "attention_bwd dk bh %ld t %ld hs %ld %s", bh, t, hs, cs);
-  check(name, dk, rdk, n);
-  snprintf(name, sizeof name, "attention_bwd dv bh %ld t %ld hs %ld %s", bh, t, hs, cs);
-  check(name, dv, rdv, n);
-  if (fd) {
-    double *tmp = dbuf(n), *fdq = dbuf(n), *fdk = dbuf(n), *fdv = dbuf(n);
-    double *arr[3] = {qd, kd, vd}, *fds[3] = {fdq, fdk, fdv};
+  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, keep, bias, bh, t, hs, o.heads, o.nb, causal);
+  const char *what[4] = {"dq", "dk", "dv", "dscores"};
+  float *got[4] = {dq, dk, dv, ds};
+  double *want[4] = {rdq, rdk, rdv, rds};
+  for (int w = 0; w < (nb ? 4 : 3); w++) {
+    snprintf(name, sizeof name, "attention_bwd %s bh %ld t %ld hs %ld %s", what[w], bh, t, hs, cs);
+    check(name, got[w], want[w], w < 3 ? n : nd);
+  }
+  if (fd) { // the reference's gradients against its forward: q, k, v and the bias
+    double *tmp = dbuf(n), *arr[4] = {qd, kd, vd, biasd};
+    long sizes[4] = {n, n, n, nb * t * t};
     double h = 1e-6;
-    for (int which = 0; which < 3; which++)
-      for (long i = 0; i < n; i++) {
-        double *a = arr[which], s = a[i];
-        a[i] = s + h; ref_attention_fwd(tmp, qd, kd, vd, keep, bh, t, hs, heads, causal);
+    for (int w = 0; w < (nb ? 4 : 3); w++) {
+      double *fds = dbuf(sizes[w]), *a = arr[w];
+      for (long i = 0; i < sizes[w]; i++) {
+        double s = a[i];
+        a[i] = s + h; ref_attention_fwd(tmp, qd, kd, vd, o, bh, t, hs, causal);
         double lp = dot_d(tmp, dod, n);
-        a[i] = s - h; ref_attention_fwd(tmp, qd, kd, vd, keep, bh, t, hs, heads, causal);
+        a[i] = s - h; ref_attention_fwd(tmp, qd, kd, vd, o, bh, t, hs, causal);
         double lm = dot_d(tmp, dod, n);
         a[i] = s;
-        fds[which][i] = (lp - lm) / (2 * h);
+        fds[i] = (lp - lm) / (2 * h);
       }
-    snprintf(name, sizeof name, "attention reference dq vs finite differences (%s)", cs);
-    check_dd(name, rdq, fdq, n);
-    snprintf(name, sizeof name, "attention reference dk vs finite differences (%s)", cs);
-    check_dd(name, rdk, fdk, n);
-    snprintf(name, sizeof name, "attention reference dv vs finite differences (%s)", cs);
-    check_dd(name, rdv, fdv, n);
-    free(tmp); free(fdq); free(fdk); free(fdv);
+      double *ref = want[w];
+      if (w == 3) { // the bias's gradient: the scores' summed over the heads sharing it
+        ref = dbuf(sizes[3]);
+        for (long i = 0; i < nd; i++) ref[(i / (t * t)) % nb * t * t + i % (t * t)] += rds[i];
+      }
+      snprintf(name, sizeof name, "attention reference %s vs finite differences (%s)",
+               w == 3 ? "dbias" : what[w], cs);
+      check_dd(name, ref, fds, sizes[w]);
+      if (w == 3) free(ref);
+      free(fds);
+    }
+    free(tmp);
   }
   free(q); free(k); free(v); free(dout); free(out); free(dq); free(dk); free(dv);
   free(qd); free(kd); free(vd); free(dod); free(rout); free(rdq); free(rdk); free(rdv);
-  free(keep);
+  free(keep); free(bias); free(ds); free(rds); free(biasd);
 }
 
 #define IGNORE (-100)  // the ignored target of the cross-entropy tests (HF's)
@@ -1117,8 +1143,8 @@ static void test_determinism(void) {
     long bh = 6, t = 128, hs = 32, n = bh * t * hs;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *d = frand(n, -1, 1);
     float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n);
-    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, d, q, k, v, NULL, bh, t, hs, bh, 1);
-    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, d, q, k, v, NULL, bh, t, hs, bh, 1);
+    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1);
+    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1);
     check_same("determinism attention_bwd", r1, r2, 3 * n);
     free(q); free(k); free(v); free(d); free(r1); free(r2);
   }
@@ -1177,9 +1203,9 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   long n = 1024, c = 768;                                // layernorm rows
   long m = 300, nn = 1100, kk = 700;                     // matmul
   float *o = out;
-  rt_attention_fwd(o, q[0], k[0], v[0], NULL, bh, t, hs, bh, 1), o += na;
-  rt_attention_bwd(o, o + na, o + 2 * na, d[0], q[0], k[0], v[0], NULL, bh, t, hs, bh, 1),
-      o += 3 * na;
+  rt_attention_fwd(o, q[0], k[0], v[0], NULL, NULL, bh, t, hs, bh, 1, 1), o += na;
+  rt_attention_bwd(o, o + na, o + 2 * na, NULL, d[0], q[0], k[0], v[0], NULL, NULL, bh, t, hs,
+                   bh, 1, 1), o += 3 * na;
   rt_layernorm_fwd(o, q[1], k[1], v[1], n, c, 1e-5f), o += n * c;
   rt_layernorm_bwd(o, o + n * c, o + n * c + c, d[1], q[1], k[1], n, c, 1e-5f);
   o += n * c + 2 * c;
@@ -1250,19 +1276,23 @@ int main(void) {
   test_rmsnorm(256, 768);
   test_softmax(4, 9);
   test_softmax(100, 1000);
-  test_attention(2, 5, 3, 1, 0, 1);
-  test_attention(2, 5, 3, 0, 0, 1);
-  test_attention(3, 7, 5, 1, 0, 0);
-  test_attention(3, 7, 5, 0, 0, 0);
-  test_attention(4, 64, 16, 1, 0, 0);
-  test_attention(4, 64, 16, 0, 0, 0);
-  test_attention(2, 1, 8, 1, 0, 0);
-  test_attention(1, 1100, 128, 1, 0, 0);  // too big for the block form: rows
-  test_attention(6, 5, 3, 0, 2, 1);       // key-padding masks: 3 rows of 2 heads
-  test_attention(6, 5, 3, 1, 2, 1);
-  test_attention(8, 64, 16, 0, 2, 0);
-  test_attention(8, 64, 16, 1, 4, 0);
-  test_attention(3, 1100, 128, 0, 1, 0);  // rows
+  test_attention(2, 5, 3, 1, 0, 0, 1);
+  test_attention(2, 5, 3, 0, 0, 0, 1);
+  test_attention(3, 7, 5, 1, 0, 0, 0);
+  test_attention(3, 7, 5, 0, 0, 0, 0);
+  test_attention(4, 64, 16, 1, 0, 0, 0);
+  test_attention(4, 64, 16, 0, 0, 0, 0);
+  test_attention(2, 1, 8, 1, 0, 0, 0);
+  test_attention(1, 1100, 128, 1, 0, 0, 0);  // too big for the block form: rows
+  test_attention(6, 5, 3, 0, 2, 0, 1);       // key-padding masks: 3 rows of 2 heads
+  test_attention(6, 5, 3, 1, 2, 0, 1);
+  test_attention(8, 64, 16, 0, 2, 0, 0);
+  test_attention(8, 64, 16, 1, 4, 0, 0);
+  test_attention(3, 1100, 128, 0, 1, 0, 0);  // rows
+  test_attention(6, 5, 3, 0, 0, 3, 1);       // a bias shared by 2 batch rows of 3 heads
+  test_attention(6, 5, 3, 1, 2, 3, 1);       // ... with causal and padding masks
+  test_attention(4, 64, 16, 0, 2, 4, 0);     // ... one per head
+  test_attention(2, 1100, 128, 1, 0, 1, 0);  // rows
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);
