@@ -11,7 +11,8 @@
 //   silu           x * sigmoid(x)
 //   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none: a
 //                  fill or an addend of -inf or the lowest float, or all zeros;
-//                  and a key-padding mask from an input, (1 - mask) * lowest
+//                  and a key-padding mask from an input, (1 - mask) * lowest;
+//                  and an additive bias (T5's relative positions)
 //   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
 //
 // Two clean-ups come first, because the patterns rely on them: a scale of a
@@ -421,32 +422,57 @@ static IrValue *padding_addend(const IrValue *a, const IrValue *scores, int *p) 
   return m;
 }
 
-// The scores before the mask: s = masked_fill(x, m) with a value that
-// removes scores, or x + m (m additive), or x itself (*causal = 0). NULL when
-// the mask is not one mask_kind() knows. A key-padding mask added on top
-// (padding_addend) is peeled first: *keep and *p as it gives them, else NULL.
-static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, int *causal, IrValue **keep,
-                       int *p) {
+// A bias added to the scores [.., T, T]: f32 of their shape, or shared by
+// their first dims (size 1 there), as attention takes it (T5's position bias).
+static bool is_bias(const IrValue *b, const IrValue *scores) {
+  int r = scores->rank, lead = 0;
+  if (b->dtype != DT_F32 || b->rank != r)
+    return false;
+  while (lead < r - 2 && is_one(b->shape[lead]) && !is_one(scores->shape[lead]))
+    lead++;
+  for (int i = lead; i < r; i++)
+    if (!sym_eq(b->shape[i], scores->shape[i]))
+      return false;
+  return true;
+}
+
+// What a softmax's input adds to the scaled scores.
+typedef struct Masks {
+  int causal;      // a causal mask (constant)
+  IrValue *keep;   // a key-padding mask from an input (padding_addend), or NULL
+  int keep_dims;   // ... its dims that are the scores' own
+  IrValue *bias;   // an additive bias (is_bias), or NULL
+} Masks;
+
+// The scores before the masks: s = masked_fill(x, m) with a value that
+// removes scores, or x + m (m additive), or x itself, m a constant mask_kind()
+// knows; or x + bias. A key-padding mask added on top (padding_addend) is
+// peeled first. NULL when s is none of these.
+static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, Masks *m) {
   IrNode *pad = made_by(s, OP_ADD);
-  *keep = NULL;
-  for (int i = 0; pad && i < 2 && !*keep; i++)
-    if (ir_same_shape(pad->in[i], s) && (*keep = padding_addend(pad->in[1 - i], s, p)))
+  memset(m, 0, sizeof *m);
+  for (int i = 0; pad && i < 2 && !m->keep; i++)
+    if (ir_same_shape(pad->in[i], s) && (m->keep = padding_addend(pad->in[1 - i], s, &m->keep_dims)))
       s = pad->in[i];
   IrNode *mf = made_by(s, OP_MASKED_FILL);
-  *causal = 0;
   if (mf) {
     MaskKind k = removes(ir_attr_f(mf, "value")) ? mask_kind(g, mf->in[1], t) : MASK_OTHER;
-    *causal = k == MASK_CAUSAL;
+    m->causal = k == MASK_CAUSAL;
     return k == MASK_OTHER ? NULL : mf->in[0];
   }
   IrNode *add = made_by(s, OP_ADD);
   for (int i = 0; add && i < 2; i++) {
     MaskKind k = ir_same_shape(add->in[i], s) ? mask_kind(g, add->in[1 - i], t) : MASK_OTHER;
     if (k != MASK_OTHER) {
-      *causal = k == MASK_CAUSAL;
+      m->causal = k == MASK_CAUSAL;
       return add->in[i];
     }
   }
+  for (int i = 0; add && i < 2; i++)
+    if (ir_same_shape(add->in[i], s) && is_bias(add->in[1 - i], s)) {
+      m->bias = add->in[1 - i];
+      return add->in[i];
+    }
   return add ? NULL : s;
 }
 
@@ -462,9 +488,8 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   int64_t t;
   if (sym_eval(v->shape[v->rank - 2], &F->g->syms, &t))
     return false;
-  int causal, p = 0;
-  IrValue *keep;
-  IrValue *s = unmask(F->g, sm->in[0], t, &causal, &keep, &p);
+  Masks m;
+  IrValue *s = unmask(F->g, sm->in[0], t, &m);
   double c = 1.0;
   IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
   if (sc && ir_attr_f(sc, "b") == 0.0) {
@@ -493,19 +518,22 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
       return false;
     q = pre->out[0];
   }
+  IrValue *in[5] = {q, k, v}, *keep = m.keep;
+  int nin = 3;
   if (keep) { // [P.., T], the mask's rows
     IrNode *r = insert(F, n->id, OP_RESHAPE, &keep, 1);
     const Sym *shape[IR_MAXRANK];
-    memcpy(shape, keep->shape, (size_t)p * sizeof *shape);
-    shape[p] = keep->shape[keep->rank - 1];
-    ir_value_set_shape(r->out[0], p + 1, shape);
+    memcpy(shape, keep->shape, (size_t)m.keep_dims * sizeof *shape);
+    shape[m.keep_dims] = keep->shape[keep->rank - 1];
+    ir_value_set_shape(r->out[0], m.keep_dims + 1, shape);
     if (!check(F, r))
       return false;
-    keep = r->out[0];
+    in[nin++] = r->out[0];
   }
-  IrValue *in[4] = {q, k, v, keep};
-  IrNode *at = replace(F, n, OP_ATTENTION, in, keep ? 4 : 3);
-  ir_set_int(F->g, at, "causal", causal);
+  if (m.bias)
+    in[nin++] = m.bias;
+  IrNode *at = replace(F, n, OP_ATTENTION, in, nin);
+  ir_set_int(F->g, at, "causal", m.causal);
   return check(F, at);
 }
 
