@@ -462,7 +462,7 @@ static void lower_split(Lower *L, const IrNode *n) {
   parts(L, n, n->in[0], n->out, n->nout, CG_K_slice);
 }
 static void lower_concat(Lower *L, const IrNode *n) {
-  parts(L, n, n->out[0], n->in, n->nin, CG_K_unslice);
+  parts(L, n, n->out[0], n->in, n->nin, n->out[0]->dtype == DT_I32 ? CG_K_unslice_i32 : CG_K_unslice);
 }
 
 static void lower_broadcast(Lower *L, const IrNode *n) {
@@ -542,15 +542,27 @@ static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
 static void lower_silu(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_silu_fwd); }
 static void lower_silu_bwd(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_silu_bwd); }
 
-// rt_masked_fill(out, x, mask, rank, shape, mstride, value)
+// rt_masked_fill(out, x, mask, rank, shape, mstride, value); on integers
+// rt_masked_fill_i32, the value an int
 static void lower_masked_fill(Lower *L, const IrNode *n) {
   const IrValue *o = n->out[0];
   const Sym *ms[IR_MAXRANK];
+  bool ints_x = o->dtype == DT_I32;
   broadcast_strides(L, n->in[1], o, ms);
-  CgCall *c = call(L, CG_K_masked_fill);
+  CgCall *c = call(L, ints_x ? CG_K_masked_fill_i32 : CG_K_masked_fill);
   buf(c, o), buf(c, n->in[0]), buf(c, n->in[1]);
   numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, ms);
-  flt(c, ir_attr_f(n, "value"));
+  if (ints_x)
+    numk(L, c, (int64_t)ir_attr_f(n, "value"));
+  else
+    flt(c, ir_attr_f(n, "value"));
+}
+
+// rt_equal_i32(out, x, n, value)
+static void lower_equal(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_equal_i32);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  numk(L, c, ir_attr_i(n, "value"));
 }
 
 // rt_dropout(out, x, step, n, ratio, seed, key)

@@ -708,14 +708,26 @@ static int shape_log_softmax_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return shape_unary_bwd(g, n, d);
 }
 
-// masked_fill(x, mask): the i32 mask broadcasts to x; the output is like x.
+// masked_fill(x, mask): the i32 mask broadcasts to x; the output is like x. An i32 x (token
+// ids) takes an integer value.
 static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_dtype(n, 0, DT_F32, d) || need_dtype(n, 1, DT_I32, d))
+  if (need_dtype(n, 1, DT_I32, d))
     return -1;
+  double v = ir_attr_f(n, "value");
+  if (n->in[0]->dtype == DT_I32 && !(v == (double)(int32_t)v && v >= INT32_MIN && v <= INT32_MAX))
+    return ir_error(d, n->loc, "masked_fill: the value %g for the i32 tensor '%s' is not an i32",
+                    v, n->in[0]->name);
   if (!broadcasts_to(n->in[1], n->in[0]))
     return ir_error(d, n->loc, "masked_fill: the mask %s does not broadcast to %s",
                     ir_shape_str(g, n->in[1]), ir_shape_str(g, n->in[0]));
   return same_as(g, n, 0, n->in[0], d);
+}
+
+// equal(x i32) value: an i32 mask of x's shape.
+static int shape_equal(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_dtype(n, 0, DT_I32, d))
+    return -1;
+  return set_out(g, n, 0, DT_I32, n->in[0]->rank, n->in[0]->shape, d);
 }
 
 // The step counter of dropout and tick: an i32 scalar.
@@ -1137,6 +1149,7 @@ static const Sym *flops_gelu_erf_bwd(IrGraph *g, const IrNode *n) { return flops
 static const Sym *flops_silu(IrGraph *g, const IrNode *n) { return flops_out(g, n, 7); }
 static const Sym *flops_silu_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 10); }
 static const Sym *flops_masked_fill(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_equal(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_dropout(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
 static const Sym *flops_tick(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
 static const Sym *flops_log_softmax(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }

@@ -426,6 +426,11 @@ static void grad_cast(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   (void)ad, (void)n, (void)dy, (void)dx;
 }
 
+// an i32 mask: nothing flows through integers
+static void grad_equal(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  (void)ad, (void)n, (void)dy, (void)dx;
+}
+
 // y = sigmoid x: dx = dy * y * (1 - y)
 static void grad_sigmoid(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *y = n->out[0];

@@ -995,6 +995,9 @@ static int shard_masked_fill(ShardOp *op) {
   return elementwise(op, 2, ir_attr_f(op->n, "value") == 0.0 ? LIN_FIRST : LIN_NONE);
 }
 
+// x == value: elementwise, on integers.
+static int shard_equal(ShardOp *op) { return unary(op, LIN_NONE); }
+
 // x * keep / (1 - ratio): linear; the step counter is replicated.
 static int shard_dropout(ShardOp *op) {
   op->in[1] = whole(0);

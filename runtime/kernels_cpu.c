@@ -298,6 +298,13 @@ void rt_unslice(float *out, const float *x, long outer, long oinner, long off,
     memcpy(out + o * oinner + off, x + o * len, (size_t)len * sizeof(float));
 }
 
+void rt_unslice_i32(int *out, const int *x, long outer, long oinner, long off, long len) {
+  if (len <= 0) return;
+#pragma omp parallel for if (outer * len >= PAR_MIN)
+  for (long o = 0; o < outer; o++)
+    memcpy(out + o * oinner + off, x + o * len, (size_t)len * sizeof(int));
+}
+
 // ---------------------------------------------------------------------------
 // elementwise
 
@@ -1462,6 +1469,16 @@ void rt_silu_bwd(float *dx, const float *dy, const float *x, long n) {
   }
 }
 
+// The mask offset of row r of a (rows, shape[rank-1]) view of `shape`.
+static long mask_row_offset(long r, int rank, const long *shape, const long *mstride) {
+  long moff = 0, rest = r;
+  for (int d = rank - 2; d >= 0; d--) {
+    moff += (rest % shape[d]) * mstride[d];
+    rest /= shape[d];
+  }
+  return moff;
+}
+
 void rt_masked_fill(float *out, const float *x, const int *mask, int rank,
                     const long *shape, const long *mstride, float value) {
   if (rank == 0) {
@@ -1472,15 +1489,31 @@ void rt_masked_fill(float *out, const float *x, const int *mask, int rank,
   long ms = mstride[rank - 1];
 #pragma omp parallel for if (rows * inner >= PAR_MIN)
   for (long r = 0; r < rows; r++) {
-    long moff = 0, rest = r;  // the mask offset of row r
-    for (int d = rank - 2; d >= 0; d--) {
-      moff += (rest % shape[d]) * mstride[d];
-      rest /= shape[d];
-    }
+    long moff = mask_row_offset(r, rank, shape, mstride);
     const float *xr = x + r * inner;
     float *o = out + r * inner;
     for (long j = 0; j < inner; j++) o[j] = mask[moff + j * ms] ? value : xr[j];
   }
+}
+
+void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const long *shape,
+                        const long *mstride, int value) {
+  if (rank == 0) {
+    out[0] = mask[0] ? value : x[0];
+    return;
+  }
+  long inner = shape[rank - 1], rows = numel_of(rank - 1, shape);
+  long ms = mstride[rank - 1];
+#pragma omp parallel for if (rows * inner >= PAR_MIN)
+  for (long r = 0; r < rows; r++) {
+    long moff = mask_row_offset(r, rank, shape, mstride);
+    for (long j = 0; j < inner; j++) out[r * inner + j] = mask[moff + j * ms] ? value : x[r * inner + j];
+  }
+}
+
+void rt_equal_i32(int *out, const int *x, long n, int value) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) out[i] = x[i] == value;
 }
 
 // splitmix64's finalizer: a bijective mix of 64 bits

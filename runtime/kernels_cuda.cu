@@ -192,8 +192,8 @@ __global__ void slice_kernel(float *out, const float *x, long outer, long xinner
 }
 
 // out[o*oinner + off + i] = x[o*len + i]
-__global__ void unslice_kernel(float *out, const float *x, long outer, long oinner, long off,
-                               long len) {
+template <typename T>
+__global__ void unslice_kernel(T *out, const T *x, long outer, long oinner, long off, long len) {
   GRID_LOOP(e, outer * len) {
     long o = e / len, i = e - o * len;
     out[o * oinner + off + i] = x[e];
@@ -871,13 +871,17 @@ __global__ void find_nonfinite_kernel(unsigned *at, const float *x, long n) {
 // ---- kernels for ONNX ops
 
 // out = mask[offset through d.s0] ? value : x
-__global__ void masked_fill_kernel(float *out, const float *x, const int *mask, long n, Dims d,
-                                   float value) {
+template <typename T>
+__global__ void masked_fill_kernel(T *out, const T *x, const int *mask, long n, Dims d, T value) {
   GRID_LOOP(i, n) {
     long mo, unused;
     dims_offsets(d, i, &mo, &unused);
     out[i] = mask[mo] ? value : x[i];
   }
+}
+
+__global__ void equal_i32_kernel(int *out, const int *x, long n, int value) {
+  GRID_LOOP(i, n) out[i] = x[i] == value;
 }
 
 // splitmix64's finalizer
@@ -1235,6 +1239,13 @@ void rt_slice(float *out, const float *x, long outer, long xinner, long off, lon
 }
 
 void rt_unslice(float *out, const float *x, long outer, long oinner, long off, long len) {
+  if (len <= 0 || outer <= 0) return;
+  unslice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, oinner,
+                                                                      off, len);
+  LAUNCHED();
+}
+
+void rt_unslice_i32(int *out, const int *x, long outer, long oinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
   unslice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, oinner,
                                                                       off, len);
@@ -1600,9 +1611,10 @@ void rt_silu_bwd(float *dx, const float *dy, const float *x, long n) {
   LAUNCHED();
 }
 
-void rt_masked_fill(float *out, const float *x, const int *mask, int rank, const long *shape,
-                    const long *mstride, float value) {
-  check_rank(rank, "rt_masked_fill");
+template <typename T>
+static void masked_fill_launch(T *out, const T *x, const int *mask, int rank, const long *shape,
+                               const long *mstride, T value, const char *who) {
+  check_rank(rank, who);
   long n = numel_of(rank, shape);  // 1 at rank 0
   if (n <= 0) return;
   Dims d = {};
@@ -1612,6 +1624,22 @@ void rt_masked_fill(float *out, const float *x, const int *mask, int rank, const
     d.s0[k] = mstride[k];
   }
   masked_fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, mask, n, d, value);
+  LAUNCHED();
+}
+
+void rt_masked_fill(float *out, const float *x, const int *mask, int rank, const long *shape,
+                    const long *mstride, float value) {
+  masked_fill_launch(out, x, mask, rank, shape, mstride, value, "rt_masked_fill");
+}
+
+void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const long *shape,
+                        const long *mstride, int value) {
+  masked_fill_launch(out, x, mask, rank, shape, mstride, value, "rt_masked_fill_i32");
+}
+
+void rt_equal_i32(int *out, const int *x, long n, int value) {
+  if (n <= 0) return;
+  equal_i32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, value);
   LAUNCHED();
 }
 

@@ -20,6 +20,7 @@
 #define rt_embedding_bwd cpu_rt_embedding_bwd
 #define rt_embedding_fwd cpu_rt_embedding_fwd
 #define rt_embedding_vp_fwd cpu_rt_embedding_vp_fwd
+#define rt_equal_i32 cpu_rt_equal_i32
 #define rt_fill cpu_rt_fill
 #define rt_find_nonfinite cpu_rt_find_nonfinite
 #define rt_gelu_bwd cpu_rt_gelu_bwd
@@ -32,6 +33,7 @@
 #define rt_log_softmax_bwd cpu_rt_log_softmax_bwd
 #define rt_log_softmax_fwd cpu_rt_log_softmax_fwd
 #define rt_masked_fill cpu_rt_masked_fill
+#define rt_masked_fill_i32 cpu_rt_masked_fill_i32
 #define rt_matmul cpu_rt_matmul
 #define rt_nll_loss_bwd cpu_rt_nll_loss_bwd
 #define rt_nll_loss_fwd cpu_rt_nll_loss_fwd
@@ -60,6 +62,7 @@
 #define rt_unary cpu_rt_unary
 #define rt_unshard cpu_rt_unshard
 #define rt_unslice cpu_rt_unslice
+#define rt_unslice_i32 cpu_rt_unslice_i32
 #define rt_vp_crossentropy_bwd cpu_rt_vp_crossentropy_bwd
 #define rt_vp_crossentropy_fwd cpu_rt_vp_crossentropy_fwd
 #else
@@ -78,6 +81,7 @@
 #undef rt_embedding_bwd
 #undef rt_embedding_fwd
 #undef rt_embedding_vp_fwd
+#undef rt_equal_i32
 #undef rt_fill
 #undef rt_find_nonfinite
 #undef rt_gelu_bwd
@@ -90,6 +94,7 @@
 #undef rt_log_softmax_bwd
 #undef rt_log_softmax_fwd
 #undef rt_masked_fill
+#undef rt_masked_fill_i32
 #undef rt_matmul
 #undef rt_nll_loss_bwd
 #undef rt_nll_loss_fwd
@@ -118,6 +123,7 @@
 #undef rt_unary
 #undef rt_unshard
 #undef rt_unslice
+#undef rt_unslice_i32
 #undef rt_vp_crossentropy_bwd
 #undef rt_vp_crossentropy_fwd
 #endif

@@ -246,6 +246,41 @@ static void test_slice(void) {
   free(xi); free(oi); free(got); free(want);
 }
 
+// Integer token ids at run time (T5's decoder inputs: labels shifted right, -100 replaced):
+// concatenation, masked_fill and equal on i32.
+static void test_int_ops(void) {
+  // unslice_i32 into a prefilled (4, 7): columns 2..4 change, the rest stays
+  long outer = 4, oinner = 7, off = 2, len = 3;
+  int *x = irand(outer * len, 1000), *o = irand(outer * oinner, 1000);
+  double *got = dbuf(outer * oinner), *want = dbuf(outer * oinner);
+  for (long i = 0; i < outer * oinner; i++) want[i] = o[i];
+  for (long r = 0; r < outer; r++)
+    for (long i = 0; i < len; i++) want[r * oinner + off + i] = x[r * len + i];
+  rt_unslice_i32(o, x, outer, oinner, off, len);
+  for (long i = 0; i < outer * oinner; i++) got[i] = o[i];
+  check_dd("unslice_i32", got, want, outer * oinner);
+  // equal_i32: ids against -100, some of them -100
+  long n = 3 * 5;
+  int *ids = irand(n, 4), *eq = ibuf(n);
+  for (long i = 0; i < n; i += 3) ids[i] = -100;
+  rt_equal_i32(eq, ids, n, -100);
+  int right = 0;
+  for (long i = 0; i < n; i++) right += eq[i] == (ids[i] == -100);
+  check_dd("equal_i32", (double[]){right}, (double[]){n}, 1);
+  // masked_fill_i32 (3, 5) with that mask, then with a mask broadcast over the rows (0, 1)
+  long shape[2] = {3, 5}, full[2] = {5, 1}, rows[2] = {0, 1};
+  int *filled = ibuf(n), *colmask = irand(5, 2);
+  double *g2 = dbuf(n), *w2 = dbuf(n);
+  rt_masked_fill_i32(filled, ids, eq, 2, shape, full, 7);
+  for (long i = 0; i < n; i++) g2[i] = filled[i], w2[i] = ids[i] == -100 ? 7 : ids[i];
+  check_dd("masked_fill_i32", g2, w2, n);
+  rt_masked_fill_i32(filled, ids, colmask, 2, shape, rows, -5);
+  for (long i = 0; i < n; i++) g2[i] = filled[i], w2[i] = colmask[i % 5] ? -5 : ids[i];
+  check_dd("masked_fill_i32 broadcast", g2, w2, n);
+  free(x); free(o); free(got); free(want); free(ids); free(eq); free(filled); free(colmask);
+  free(g2); free(w2);
+}
+
 // ---------------------------------------------------------------------------
 // elementwise
 
@@ -1256,6 +1291,7 @@ int main(void) {
   test_strided_copy();
   test_reduce_sum();
   test_slice();
+  test_int_ops();
   test_binary();
   test_unary();
   test_unary_ops();

@@ -268,6 +268,12 @@ static void test_slices(void) {
     rt_unslice(dbig, dy, c.outer, c.xinner, c.off, c.len);
     check(fmt("unslice outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off, c.len),
           big, dbig, EXACT);
+    IVec yi = rand_ivec(c.outer * c.len, -1000, 1000), bigi = rand_ivec(c.outer * c.xinner, 0, 5);
+    int *dyi = dev(yi), *dbigi = dev(bigi);
+    CPU(rt_unslice_i32)(bigi.data(), yi.data(), c.outer, c.xinner, c.off, c.len);
+    rt_unslice_i32(dbigi, dyi, c.outer, c.xinner, c.off, c.len);
+    check_int(fmt("unslice_i32 outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off,
+                  c.len), bigi, dbigi);
     free_all();
   }
   struct ACase {
@@ -694,6 +700,14 @@ static void test_onnx_ops(void) {
     CPU(rt_masked_fill)(out.data(), x.data(), mask.data(), c.rank, c.shape, c.mstride, -1e9f);
     rt_masked_fill(dout, dx, dmask, c.rank, c.shape, c.mstride, -1e9f);
     check(fmt("masked_fill rank=%d n=%ld", c.rank, n), out, dout, EXACT);
+    IVec xi = rand_ivec(n, -3, 3), outi = rand_ivec(n, 0, 5), eq = rand_ivec(n, 0, 5);
+    int *dxi = dev(xi), *douti = dev(outi), *deq = dev(eq);
+    CPU(rt_masked_fill_i32)(outi.data(), xi.data(), mask.data(), c.rank, c.shape, c.mstride, -100);
+    rt_masked_fill_i32(douti, dxi, dmask, c.rank, c.shape, c.mstride, -100);
+    check_int(fmt("masked_fill_i32 rank=%d n=%ld", c.rank, n), outi, douti);
+    CPU(rt_equal_i32)(eq.data(), xi.data(), n, -2);
+    rt_equal_i32(deq, dxi, n, -2);
+    check_int(fmt("equal_i32 n=%ld", n), eq, deq);
     free_all();
   }
   for (long n : {1L, 1000L, (1L << 20) + 7})
