@@ -1029,6 +1029,111 @@ int fe_fold_Expand(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   return 0;
 }
 
+// Tile(x, repeats): dim i repeated repeats[i] times (out[.., j, ..] = x[.., j mod dim, ..]);
+// the decoder mask of T5 tiles an arange.
+int fe_fold_Tile(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  if (need_inputs(cx, in, nin, 2))
+    return -1;
+  FeConst *x = in[0];
+  int64_t reps[IR_MAXRANK], xd[IR_MAXRANK], od[IR_MAXRANK];
+  int n;
+  if (fe_const_int_list(cx, in[1], "repeats", reps, &n, IR_MAXRANK))
+    return -1;
+  if (n != x->rank)
+    return fe_err(cx, "repeats has %d entries for a rank-%d input", n, x->rank);
+  const Sym *shape[IR_MAXRANK];
+  for (int i = 0; i < n; i++) {
+    if (reps[i] < 0 || reps[i] > SYM_LIMIT)
+      return fe_err(cx, "repeats[%d] is %lld", i, (long long)reps[i]);
+    shape[i] = sym_mul(&cx->g->arena, x->shape[i], fe_const_sym(cx, in[1], i));
+  }
+  int rc = new_out(cx, x->type, x->rank, shape, out);
+  if (rc)
+    return rc;
+  with_syms(cx, *out);
+  dims_of(cx, x->rank, x->shape, xd), dims_of(cx, x->rank, shape, od);
+  for (int64_t i = 0; i < (*out)->n; i++) {
+    int64_t rest = i, off = 0, stride = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+      off += (rest % od[d]) % xd[d] * stride;
+      rest /= od[d];
+      stride *= xd[d];
+    }
+    copy_elem(cx, *out, i, x, off);
+  }
+  return 0;
+}
+
+int fe_scatter_map(FeOnnx *cx, int xrank, const Sym *const *xshape, const FeConst *idx, int urank,
+                   const Sym *const *ushape, int64_t **map, int64_t *n) {
+  const Onnx__AttributeProto *red = fe_attr(cx, "reduction");
+  if (red && !(red->s.len == 4 && !memcmp(red->s.data, "none", 4)))
+    return fe_err(cx, "reduction '%.*s' is not supported (only 'none')", (int)red->s.len,
+                  (const char *)red->s.data);
+  int64_t xd[IR_MAXRANK], ud[IR_MAXRANK], id[IR_MAXRANK], k;
+  if (!idx->i || idx->rank < 1)
+    return fe_err(cx, "indices must be integers [..., k]");
+  if (fe_check_size(cx, xrank, xshape) || fe_check_size(cx, urank, ushape))
+    return -1;
+  dims_of(cx, xrank, xshape, xd), dims_of(cx, urank, ushape, ud);
+  dims_of(cx, idx->rank, idx->shape, id);
+  k = id[idx->rank - 1];
+  bool ok = k >= 1 && k <= xrank && urank == idx->rank - 1 + xrank - (int)k;
+  for (int i = 0; ok && i < idx->rank - 1; i++)
+    ok = ud[i] == id[i];
+  for (int i = (int)k; ok && i < xrank; i++)
+    ok = ud[idx->rank - 1 + i - k] == xd[i];
+  if (!ok)
+    return fe_err(cx, "indices [..., %lld] and updates of rank %d do not fit data of rank %d",
+                  (long long)k, urank, xrank);
+  int64_t inner = 1, total = 1;
+  for (int i = 0; i < xrank; i++)
+    total *= xd[i], inner *= i >= k ? xd[i] : 1;
+  int64_t *m = ir_alloc(&cx->g->arena, (size_t)(total + 1) * sizeof *m);
+  for (int64_t i = 0; i < total; i++)
+    m[i] = -1;
+  for (int64_t j = 0; j * k < idx->n; j++) {
+    int64_t off = 0;
+    for (int a = 0; a < k; a++) {
+      int64_t v = idx->i[j * k + a];
+      if (v < -xd[a] || v >= xd[a])
+        return fe_err(cx, "index %lld is out of range for dim %d (%lld)", (long long)v, a,
+                      (long long)xd[a]);
+      off = off * xd[a] + (v < 0 ? v + xd[a] : v);
+    }
+    for (int64_t e = 0; e < inner; e++)
+      m[off * inner + e] = j * inner + e;
+  }
+  *map = m;
+  *n = total;
+  return 0;
+}
+
+// ScatterND(data, indices, updates): data with the slices that indices name
+// replaced by updates.
+int fe_fold_ScatterND(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  if (need_inputs(cx, in, nin, 3))
+    return -1;
+  FeConst *x = in[0], *u = in[2];
+  if (fe_is_float_type(x->type) != fe_is_float_type(u->type))
+    return fe_err(cx, "data and updates have types %s and %s", fe_type_name(x->type),
+                  fe_type_name(u->type));
+  int64_t *map, n;
+  if (fe_scatter_map(cx, x->rank, x->shape, in[1], u->rank, u->shape, &map, &n))
+    return -1;
+  int rc = new_out(cx, x->type, x->rank, x->shape, out);
+  if (rc)
+    return rc;
+  with_syms(cx, *out);
+  for (int64_t i = 0; i < n; i++) {
+    if (map[i] < 0)
+      copy_elem(cx, *out, i, x, i);
+    else
+      copy_elem(cx, *out, i, u, map[i]);
+  }
+  return 0;
+}
+
 // Range(start, limit, delta): max(ceil((limit - start) / delta), 0)
 // elements; arange(0, T) has the length T as a formula.
 int fe_fold_Range(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {

@@ -179,6 +179,10 @@ typedef struct FeSliceAxis {
 // in[0..3]: starts, ends, axes, steps (axes and steps may be NULL).
 int fe_slice_axes(FeOnnx *cx, int rank, const Sym *const *shape, FeConst *const *in,
                   FeSliceAxis *out, int *n);
+// ScatterND's indices against data and updates of these shapes (reduction 'none'): map[i] (of n,
+// data's element count) is the element of updates that output element i takes, -1 for data's.
+int fe_scatter_map(FeOnnx *cx, int xrank, const Sym *const *xshape, const FeConst *idx, int urank,
+                   const Sym *const *ushape, int64_t **map, int64_t *n);
 // The 0/1 mask of Trilu for a [.., R, C] shape (1 = kept).
 bool fe_trilu_keep(int64_t r, int64_t c, int64_t k, bool upper);
 

@@ -287,16 +287,21 @@ int fe_conv_Size(FeOnnx *cx) {
 // Identity of a run-time value: the same value.
 int fe_conv_Identity(FeOnnx *cx) { return set(cx, arg(cx, 0)); }
 
-// Cast at run time: float stays float, integers stay integers (i32), and an
-// integer tensor becomes float (a 0/1 attention mask: an integer input cast
-// so is fed as a padding mask).
+// A run-time i32 tensor that holds only 0 and 1 (a comparison's mask).
+static bool is_mask(const IrValue *v) {
+  return v->dtype == DT_I32 && v->producer && v->producer->op == OP_EQUAL;
+}
+
+// Cast at run time: float stays float, integers stay integers (i32), a mask is
+// its own bool, and an integer tensor becomes float (a 0/1 attention mask: an
+// integer input cast so is fed as a padding mask).
 int fe_conv_Cast(FeOnnx *cx) {
   int64_t to;
   IrValue *x = arg(cx, 0);
   if (!x || fe_attr_int(cx, "to", 0, &to))
     return -1;
   if ((x->dtype == DT_F32 && fe_is_float_type((int)to)) ||
-      (x->dtype == DT_I32 && fe_is_int_type((int)to) && to != FE_BOOL))
+      (x->dtype == DT_I32 && fe_is_int_type((int)to) && (to != FE_BOOL || is_mask(x))))
     return set(cx, x);
   if (x->dtype == DT_I32 && fe_is_float_type((int)to)) {
     fe_note_use(x, FE_USE_MASK, sym_const(&cx->g->arena, 2));
@@ -496,6 +501,81 @@ int fe_conv_Slice(FeOnnx *cx) {
   return set(cx, x);
 }
 
+// Does map (ScatterND's, over data of dims xd) write the slab [s, s + m) of axis a, updates in
+// its order (viewed as data's dims with dim a = m), and nothing else?
+static bool scatter_slab(const int64_t *map, int64_t n, int rank, const int64_t *xd, int a,
+                         int64_t *s, int64_t *m) {
+  int64_t inner = 1, lo = -1, hi = -1;
+  for (int i = a + 1; i < rank; i++)
+    inner *= xd[i];
+  for (int64_t i = 0; i < n; i++)
+    if (map[i] >= 0) {
+      int64_t c = i / inner % xd[a];
+      lo = lo < 0 || c < lo ? c : lo;
+      hi = c + 1 > hi ? c + 1 : hi;
+    }
+  if (lo < 0)
+    return false;
+  *s = lo, *m = hi - lo;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c = i / inner % xd[a], outer = i / inner / xd[a], e = i % inner;
+    bool in = c >= lo && c < hi;
+    if (in ? map[i] != (outer * *m + c - lo) * inner + e : map[i] != -1)
+      return false;
+  }
+  return true;
+}
+
+// ScatterND(data, indices, updates) at run time with known indices, as
+// torch.onnx writes x[..., s:s+m] = y: a concat along that axis of data's
+// head, updates and data's tail (T5's decoder inputs: the start token, then
+// labels[:, :-1]). Other patterns of indices are refused.
+int fe_conv_ScatterND(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  FeConst *idx = x ? known_arg(cx, 1, "the indices") : NULL;
+  IrValue *u = idx ? arg(cx, 2) : NULL;
+  int64_t *map, n, xd[IR_MAXRANK], s = 0, m = 0;
+  if (!u || fe_scatter_map(cx, x->rank, x->shape, idx, u->rank, u->shape, &map, &n))
+    return -1;
+  if (x->dtype != u->dtype)
+    return fe_err(cx, "data '%s' is %s but updates '%s' are %s", x->name, ir_dtype_name(x->dtype),
+                  u->name, ir_dtype_name(u->dtype));
+  for (int i = 0; i < x->rank; i++)
+    if (fe_eval(cx, x->shape[i], &xd[i]))
+      return -1;
+  int a = 0;
+  while (a < x->rank && !scatter_slab(map, n, x->rank, xd, a, &s, &m))
+    a++;
+  bool none = true;
+  for (int64_t i = 0; i < n; i++)
+    none &= map[i] < 0;
+  if (none)
+    return set(cx, x);
+  if (a == x->rank)
+    return fe_err(cx, "mtc runs ScatterND when it writes one contiguous range of one axis "
+                      "(x[..., a:b] = y); these indices write another pattern");
+  IrArena *ar = &cx->g->arena;
+  const Sym *dim = x->shape[a], *shape[IR_MAXRANK];
+  bool tail = s + m < xd[a];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[a] = tail ? sym_const(ar, m) : sym_sub(ar, dim, sym_const(ar, s));
+  IrValue *in[3];
+  int k = 0;
+  if (s > 0)
+    in[k++] = slice(cx, x, a, 0, 1, sym_const(ar, s));
+  in[k++] = reshape(cx, u, x->rank, shape);
+  if (tail)
+    in[k++] = slice(cx, x, a, s + m, 1, sym_sub(ar, dim, sym_const(ar, s + m)));
+  for (int i = 0; i < k; i++)
+    if (!in[i])
+      return -1;
+  if (k == 1)
+    return set(cx, in[0]);
+  IrNode *c = node(cx, OP_CONCAT, in, k, 1);
+  ir_set_int(cx->g, c, "axis", a);
+  return set(cx, infer(cx, c) ? NULL : c->out[0]);
+}
+
 // Known indices that step evenly (start, start+step, ...), or false.
 static bool progression(const FeConst *k, int64_t dim, int64_t *start, int64_t *step) {
   if (!k->i || k->n < 1)
@@ -516,11 +596,11 @@ static bool progression(const FeConst *k, int64_t dim, int64_t *start, int64_t *
 
 // Gather(data, indices) axis: an embedding lookup (run-time indices into a
 // [V, C] table), or a slice when the indices are known and evenly spaced
-// (wpe[arange(T)] is the first T rows; x[:, -1] one row).
+// (wpe[arange(T)] is the first T rows; x[:, -1] one row; token ids too).
 int fe_conv_Gather(FeOnnx *cx) {
   int64_t axis;
   int a;
-  IrValue *x = farg(cx, 0);
+  IrValue *x = arg(cx, 0);
   FeTensor *ti = fe_in(cx, 1);
   if (!x || !ti || fe_attr_int(cx, "axis", 0, &axis) || fe_axis(cx, axis, x->rank, &a))
     return x && !ti ? fe_err(cx, "needs indices") : -1;
@@ -541,7 +621,7 @@ int fe_conv_Gather(FeOnnx *cx) {
   IrValue *idx = fe_value(cx, ti);
   if (!idx)
     return -1;
-  if (a != 0 || x->rank != 2 || idx->dtype != DT_I32)
+  if (a != 0 || x->rank != 2 || idx->dtype != DT_I32 || x->dtype != DT_F32)
     return fe_err(cx, "mtc reads Gather as an embedding lookup (integer indices into a [V, C] "
                       "table along axis 0) or as evenly spaced known indices");
   fe_note_use(idx, FE_USE_INDICES, x->shape[0]);
@@ -570,14 +650,64 @@ static IrValue *negated(FeOnnx *cx, FeTensor *tc, const FeConst *c) {
   return fe_const_value(cx, nc, name);
 }
 
+// Equal(x, c) at run time: x integers (token ids), c a known number: an i32
+// mask (x == c), for a Where to read (T5 replaces the ignored labels -100 of
+// its decoder inputs by the pad id).
+int fe_conv_Equal(FeOnnx *cx) {
+  FeTensor *ta = fe_in(cx, 0), *tb = fe_in(cx, 1);
+  double c;
+  bool kb = scalar_const(cx, tb, &c), ka = !kb && scalar_const(cx, ta, &c);
+  IrValue *x = ka ? arg(cx, 1) : kb ? arg(cx, 0) : NULL;
+  if (!ka && !kb)
+    return fe_err(cx, "at run time mtc compares with a known number only; both inputs here are "
+                      "run-time tensors");
+  if (!x)
+    return -1;
+  if (x->dtype != DT_I32 || c != (double)(int32_t)c)
+    return fe_err(cx, "at run time mtc compares integer tensors with an integer; '%s' is %s and "
+                      "the number %g", x->name, ir_dtype_name(x->dtype), c);
+  IrNode *n = node(cx, OP_EQUAL, &x, 1, 1);
+  ir_set_int(cx->g, n, "value", (int64_t)c);
+  return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
+// Where(cond, c, y) with cond a run-time mask (Equal) and c a known number:
+// masked_fill(y, cond) value=c, on floats or integers.
+static int where_at_run_time(FeOnnx *cx, FeTensor *tc, FeTensor *tx) {
+  IrValue *cond = fe_value(cx, tc);
+  double vx;
+  if (!cond)
+    return -1;
+  if (!scalar_const(cx, tx, &vx))
+    return fe_err(cx, "the condition '%s' is only known at run time; mtc then takes x as a known "
+                      "number (Where(mask, c, y)), which '%s' is not", tc->name, tx->name);
+  IrValue *y = arg(cx, 2);
+  if (!y)
+    return -1;
+  if (!is_mask(cond))
+    return fe_err(cx, "the run-time condition '%s' must come from Equal", tc->name);
+  if (y->dtype == DT_I32 && vx != (double)(int32_t)vx)
+    return fe_err(cx, "fills the integer tensor '%s' with %g, which is not an i32", y->name, vx);
+  const Sym *shape[IR_MAXRANK];
+  int r;
+  if (fe_broadcast(cx, cond->rank, cond->shape, y->rank, y->shape, &r, shape))
+    return -1;
+  return set(cx, masked(cx, broadcast(cx, y, r, shape), cond, vx));
+}
+
 // Where(cond, x, y) with cond known at compile time (a mask): masked_fill
 // of the run-time side, cond ? c : y = masked_fill(y, cond) value=c; with
 // both sides at run time, masked_fill(x, !cond, 0) + masked_fill(y, cond, 0).
+// A condition known only at run time: where_at_run_time.
 int fe_conv_Where(FeOnnx *cx) {
   FeTensor *tc = fe_in(cx, 0), *tx = fe_in(cx, 1), *ty = fe_in(cx, 2);
-  FeConst *c = known_arg(cx, 0, "the condition");
-  if (!c || !tx || !ty)
-    return c ? fe_err(cx, "needs 3 inputs") : -1;
+  if (!tc || !tx || !ty)
+    return fe_err(cx, "needs 3 inputs");
+  FeConst *c = tc->k || tc->lazy ? fe_known(cx, tc) : NULL;
+  if (!c && cx->failed)
+    return -1;
+  if (!c)
+    return where_at_run_time(cx, tc, tx);
   if (!c->i)
     return fe_err(cx, "the condition must be bool");
   int rx, ry, r1, r;

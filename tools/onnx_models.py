@@ -638,6 +638,79 @@ def write_math(out):
         fh.write(f"loss {float(loss)!r}\n")
 
 
+def write_seq2seq(out):
+    """seq2seq_o17: what T5's export does with integers and masks, by hand: labels [N, 6]
+    (some -100) shifted right into decoder ids by two ScatterNDs at run time (x[:, 1:] =
+    labels[:, :-1], then x[:, 0] = 3), -100 replaced by 0 through Equal, Cast to bool and
+    Where at run time; a causal mask from a Tile of an arange (folded); a ScatterND of
+    constants (folded); the ids embedded, mixed by the mask, and scored against the labels
+    with ignore_index -100; the reference loss from numpy."""
+    n, t, v, c = 2, 6, 8, 4
+    rng = np.random.default_rng(11)
+    emb = rng.standard_normal((v, c)).astype(np.float32)
+    wout = rng.standard_normal((c, v)).astype(np.float32)
+    labels = rng.integers(0, v, (n, t))
+    labels[1, -2:] = -100
+    H = helper
+
+    def const(name, arr):
+        return H.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+    rows = np.arange(n)[:, None, None]
+    idx_tail = np.concatenate([np.broadcast_to(rows, (n, t - 1, 1)),
+                               np.broadcast_to(np.arange(1, t)[None, :, None], (n, t - 1, 1))], axis=2)
+    idx_head = np.stack([np.arange(n), np.zeros(n, np.int64)], axis=1)[:, None, :]
+    nodes = [
+        const("zeros", np.zeros((n, t), np.int64)),
+        const("s0", np.array([0], np.int64)), const("e1", np.array([-1], np.int64)),
+        const("ax1", np.array([1], np.int64)),
+        H.make_node("Slice", ["labels", "s0", "e1", "ax1"], ["head"]),
+        const("idx_tail", idx_tail.astype(np.int64)),
+        H.make_node("ScatterND", ["zeros", "idx_tail", "head"], ["sh1"]),
+        const("idx_head", idx_head.astype(np.int64)), const("start", np.full((n, 1), 3, np.int64)),
+        H.make_node("ScatterND", ["sh1", "idx_head", "start"], ["sh2"]),
+        const("ignored", np.array(-100, np.int64)), H.make_node("Equal", ["sh2", "ignored"], ["eq"]),
+        H.make_node("Cast", ["eq"], ["eqb"], to=TensorProto.BOOL),
+        const("pad", np.array(0, np.int64)), H.make_node("Where", ["eqb", "pad", "sh2"], ["dec"]),
+        H.make_node("Gather", ["E", "dec"], ["x"]),
+        const("ar", np.arange(t, dtype=np.int64)[None, :]), const("reps", np.array([t, 1], np.int64)),
+        H.make_node("Tile", ["ar", "reps"], ["cols"]),
+        const("rowsr", np.arange(t, dtype=np.int64)[:, None]),
+        H.make_node("LessOrEqual", ["cols", "rowsr"], ["causal"]),
+        H.make_node("Cast", ["causal"], ["causalf"], to=TensorProto.FLOAT),
+        H.make_node("MatMul", ["causalf", "x"], ["mixed"]),
+        const("sc_data", np.ones(c, np.float32)), const("sc_idx", np.array([[1], [3]], np.int64)),
+        const("sc_upd", np.array([0.5, 2.0], np.float32)),
+        H.make_node("ScatterND", ["sc_data", "sc_idx", "sc_upd"], ["colscale"]),
+        H.make_node("Mul", ["mixed", "colscale"], ["scaled"]),
+        H.make_node("MatMul", ["scaled", "W"], ["logits"]),
+        const("flat", np.array([-1, v], np.int64)), H.make_node("Reshape", ["logits", "flat"], ["l2"]),
+        const("flat1", np.array([-1], np.int64)), H.make_node("Reshape", ["labels", "flat1"], ["y"]),
+        H.make_node("SoftmaxCrossEntropyLoss", ["l2", "y"], ["loss"], ignore_index=-100),
+    ]
+    graph = H.make_graph(nodes, "seq2seq", [H.make_tensor_value_info("labels", TensorProto.INT64, [n, t])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                         initializer=[numpy_helper.from_array(emb, "E"), numpy_helper.from_array(wout, "W")])
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "seq2seq_o17.onnx"))
+    # the same in numpy (float64)
+    dec = np.concatenate([np.full((n, 1), 3), labels[:, :-1]], axis=1)
+    dec = np.where(dec == -100, 0, dec)
+    x = emb.astype(np.float64)[dec]
+    causal = (np.arange(t)[None, :] <= np.arange(t)[:, None]).astype(np.float64)
+    scale = np.array([1.0, 0.5, 1.0, 2.0])
+    logits = ((causal @ x) * scale @ wout).reshape(-1, v)
+    y = labels.reshape(-1)
+    keep = y != -100
+    lse = np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
+    loss = (lse[keep] - logits[keep, y[keep]]).mean()
+    with open(os.path.join(out, "seq2seq_o17.ref"), "w") as fh:
+        fh.write("# seq2seq_o17: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"input labels i32 {labels.size} " + " ".join(str(int(v)) for v in labels.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
 # ---- GPT-2 124M ---------------------------------------------------------------------------------
 
 
@@ -675,6 +748,7 @@ def main():
         write_external(a.out)
         write_handmade(a.out)
         write_math(a.out)
+        write_seq2seq(a.out)
         write_bad(a.out)
 
 
