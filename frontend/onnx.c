@@ -629,13 +629,21 @@ void fe_note_use(IrValue *v, FeUse use, const Sym *range) {
   in->range = range;
 }
 
-// Labels of the same size as a token input are next-token targets.
+// A token input of v's size and range, or NULL.
+static const IrValue *tokens_like(IrGraph *g, const IrValue *v) {
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *t = g->values[i];
+    if (t->role == ROLE_INPUT && t->input_kind == INPUT_TOKENS && sym_eq(v->range, t->range) &&
+        sym_eq(ir_numel(g, v), ir_numel(g, t)))
+      return t;
+  }
+  return NULL;
+}
+
+// Labels of the size and range of a token input (of any: an encoder-decoder
+// has two) are next-token targets.
 static int finish_inputs(FeOnnx *cx) {
   IrGraph *g = cx->g;
-  const IrValue *tokens = NULL;
-  for (int i = 0; i < g->nvalues; i++)
-    if (g->values[i]->role == ROLE_INPUT && g->values[i]->input_kind == INPUT_TOKENS)
-      tokens = tokens ? tokens : g->values[i];
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
     if (v->role != ROLE_INPUT || v->dtype != DT_I32)
@@ -644,8 +652,7 @@ static int finish_inputs(FeOnnx *cx) {
       return ir_error(cx->d, (IrLoc){0},
                       "integer input '%s' is not used as embedding indices, class labels or a mask "
                       "in float arithmetic, so mtc cannot tell which values to feed it", v->name);
-    if (v->input_kind == INPUT_CLASSES && tokens && sym_eq(v->range, tokens->range) &&
-        sym_eq(ir_numel(g, v), ir_numel(g, tokens)))
+    if (v->input_kind == INPUT_CLASSES && tokens_like(g, v))
       v->input_kind = INPUT_TARGETS;
   }
   return 0;

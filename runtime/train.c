@@ -130,7 +130,8 @@ static void print_help(void) {
       "                  compiled; see the first line the program prints)\n"
       "  --seed N        seed of the synthetic inputs (default 1337)\n"
       "  --data FILE     llm.c token shard to train on (default: one fixed\n"
-      "                  synthetic batch, reused every step)\n"
+      "                  synthetic batch, reused every step); token inputs of\n"
+      "                  different lengths each take the first of a step's tokens\n"
       "  --inputs FILE   a fixed batch, reused every step: a safetensors file with\n"
       "                  one tensor per model input, by name (F32 for float\n"
       "                  inputs, I32 or I64 for integer inputs)\n"
@@ -988,30 +989,25 @@ static int is_token_input(const rt_tensor *t) {
   return t->kind == RT_IN_TOKENS || t->kind == RT_IN_TARGETS;
 }
 
-// n (tokens per step) and the smallest vocabulary over the token inputs;
-// n is 0 when the model has none
+// n (tokens per step: the largest token input's element count) and the
+// smallest vocabulary over the token inputs; n is 0 when the model has none.
+// Token inputs may differ in length (an encoder's [B, TE] and a decoder's
+// [B, TD]): each takes the first of the step's tokens it holds.
 static void token_geometry(long *n, long *vocab) {
   *n = 0;
   *vocab = 0;
-  for (int pass = 0; pass < 2 && *n == 0; pass++)
-    for (int i = 0; i < NIN; i++)
-      if (IN[i].kind == (pass ? RT_IN_TARGETS : RT_IN_TOKENS)) {
-        *n = IN[i].numel;
-        break;
-      }
   for (int i = 0; i < NIN; i++) {
     const rt_tensor *t = &IN[i];
     if (!is_token_input(t)) continue;
-    if (t->numel != *n)
-      fail("model table: token input '%s' has %ld elements, the others %ld",
-           t->name, t->numel, *n);
     if (t->range <= 0 || t->range > (1L << 31))
       fail("model table: token input '%s' has range %ld", t->name, t->range);
+    if (t->numel > *n) *n = t->numel;
     if (*vocab == 0 || t->range < *vocab) *vocab = t->range;
   }
 }
 
-// token inputs from a stream of n+1 tokens: TOKENS [0, n), TARGETS [1, n+1)
+// token inputs from a stream of n+1 tokens: TOKENS its first numel, TARGETS
+// the numel after the first (the next token of each)
 static void fill_tokens(char *arena, const int32_t *stream) {
   for (int i = 0; i < NIN; i++) {
     const rt_tensor *t = &IN[i];
