@@ -18,6 +18,11 @@ model's batch alone, -D B=..). The folder
 hf_NAME holds the models and the reference of parity_lib.py (first loss,
 every gradient, 10 AdamW and 10 SGD losses on one fixed batch).
 
+T5 (t5: ReLU feed-forward, exported at opsets 17 and 14; t5_gated: gated-GELU,
+with dynamic axes B, TE, TD) is an encoder-decoder: input_ids [B, TE=16],
+labels [B, TD=8] (two of them -100), which the model shifts right into its
+decoder's inputs.
+
 transformers is not a dependency of mtc or of its tests: run this script with a
 virtualenv that sees Debian's python3-torch (torch 1.13):
 
@@ -85,6 +90,18 @@ class ImageClassifier(torch.nn.Module):
         return self.m(pixel_values=pixel_values, labels=labels).loss
 
 
+class Seq2SeqLM(torch.nn.Module):
+    """An encoder-decoder with its own loss: (idx [B, TE], labels [B, TD]) -> loss; the model
+    shifts the labels right into its decoder's inputs (-100 becomes the pad id there)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx, labels):
+        return self.m(input_ids=idx, labels=labels, use_cache=False).loss
+
+
 def lm_batch(vocab):
     return {"idx": pl.tokens((B, T), vocab, 1), "labels": pl.tokens((B, T), vocab, 2)}
 
@@ -144,7 +161,43 @@ def vit():
     return ImageClassifier(ViTForImageClassification(cfg)), batch
 
 
-FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit}
+TE, TD = 16, 8  # T5's encoder and decoder lengths
+
+
+def t5_config(ff):
+    from transformers import T5Config
+    return T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                    relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                    dropout_rate=0.0, feed_forward_proj=ff, decoder_start_token_id=0, pad_token_id=0)
+
+
+def t5_batch(vocab):
+    """Encoder ids [B, TE]; labels [B, TD] with the last two of the second row -100 (padding)."""
+    labels = pl.tokens((B, TD), vocab, 2)
+    labels[1, -2:] = -100
+    return {"idx": pl.tokens((B, TE), vocab, 1), "labels": labels}
+
+
+def t5():
+    from transformers import T5ForConditionalGeneration
+    return Seq2SeqLM(T5ForConditionalGeneration(t5_config("relu"))), t5_batch(128)
+
+
+def t5_gated():
+    from transformers import T5ForConditionalGeneration
+    return Seq2SeqLM(T5ForConditionalGeneration(t5_config("gated-gelu"))), t5_batch(128)
+
+
+FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit,
+            "t5": t5, "t5_gated": t5_gated}
+# The models each family exports (default: all three). The T5 models are larger (an encoder and
+# a decoder), so each of the two T5 fixtures stays under 1 MB with part of the set: the ReLU
+# one at the fixed opsets, the gated-GELU one with dynamic axes.
+VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",)}
+# The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
+# values that parity.env gives them
+DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
+                        f"-D B={B} -D TE={TE} -D TD={TD}")}
 
 
 def perturb_norms(model, seed):
@@ -175,15 +228,21 @@ def write(name, out_root):
     print(name, note)
     out = os.path.join(out_root, "hf_" + name)
     os.makedirs(out, exist_ok=True)
+    variants = VARIANTS.get(name, ("o17", "o14", "o17_dyn"))
     for opset in (17, 14):
-        pl.export_onnx(model, batch, os.path.join(out, f"model_o{opset}.onnx"), opset, None)
+        if f"o{opset}" in variants:
+            pl.export_onnx(model, batch, os.path.join(out, f"model_o{opset}.onnx"), opset, None)
     # Token inputs [B, T] vary in both dims; images [B, C, H, W] and labels [B] in the batch only.
     dynamic = {k: {0: "B", 1: "T"} if v.dim() == 2 else {0: "B"} for k, v in batch.items()}
-    pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
+    dynamic_args = f"-D B={B} -D T={T}" if any(v.dim() == 2 for v in batch.values()) else f"-D B={B}"
+    if name in DYNAMIC:
+        dynamic, dynamic_args = DYNAMIC[name]
+    if "o17_dyn" in variants:
+        pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
     pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
-    dims = f"-D B={B} -D T={T}" if any(v.dim() == 2 for v in batch.values()) else f"-D B={B}"
-    with open(os.path.join(out, "parity.env"), "a") as f:
-        f.write(f"dynamic_args='{dims}'\n")
+    if "o17_dyn" in variants:
+        with open(os.path.join(out, "parity.env"), "a") as f:
+            f.write(f"dynamic_args='{dynamic_args}'\n")
 
 
 # ---- examples/llama.mtc against transformers' Llama -------------------------------------------
