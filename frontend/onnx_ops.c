@@ -553,7 +553,8 @@ int fe_conv_ScatterND(FeOnnx *cx) {
     return set(cx, x);
   if (a == x->rank)
     return fe_err(cx, "mtc runs ScatterND when it writes one contiguous range of one axis "
-                      "(x[..., a:b] = y); these indices write another pattern");
+                      "(x[..., a:b] = y); these indices write another pattern (build the tensor "
+                      "with torch.cat instead)");
   IrArena *ar = &cx->g->arena;
   const Sym *dim = x->shape[a], *shape[IR_MAXRANK];
   bool tail = s + m < xd[a];
