@@ -651,6 +651,9 @@ static IrValue *negated(FeOnnx *cx, FeTensor *tc, const FeConst *c) {
   return fe_const_value(cx, nc, name);
 }
 
+// Is c an i32 (tested in range before the cast, which is undefined outside it)?
+static bool is_i32(double c) { return c >= INT32_MIN && c <= INT32_MAX && c == (double)(int32_t)c; }
+
 // Equal(x, c) at run time: x integers (token ids), c a known number: an i32
 // mask (x == c), for a Where to read (T5 replaces the ignored labels -100 of
 // its decoder inputs by the pad id).
@@ -664,7 +667,7 @@ int fe_conv_Equal(FeOnnx *cx) {
                       "run-time tensors");
   if (!x)
     return -1;
-  if (x->dtype != DT_I32 || c != (double)(int32_t)c)
+  if (x->dtype != DT_I32 || !is_i32(c))
     return fe_err(cx, "at run time mtc compares integer tensors with an integer; '%s' is %s and "
                       "the number %g", x->name, ir_dtype_name(x->dtype), c);
   IrNode *n = node(cx, OP_EQUAL, &x, 1, 1);
@@ -687,7 +690,7 @@ static int where_at_run_time(FeOnnx *cx, FeTensor *tc, FeTensor *tx) {
     return -1;
   if (!is_mask(cond))
     return fe_err(cx, "the run-time condition '%s' must come from Equal", tc->name);
-  if (y->dtype == DT_I32 && vx != (double)(int32_t)vx)
+  if (y->dtype == DT_I32 && !is_i32(vx))
     return fe_err(cx, "fills the integer tensor '%s' with %g, which is not an i32", y->name, vx);
   const Sym *shape[IR_MAXRANK];
   int r;

@@ -714,7 +714,7 @@ static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_dtype(n, 1, DT_I32, d))
     return -1;
   double v = ir_attr_f(n, "value");
-  if (n->in[0]->dtype == DT_I32 && !(v == (double)(int32_t)v && v >= INT32_MIN && v <= INT32_MAX))
+  if (n->in[0]->dtype == DT_I32 && !(v >= INT32_MIN && v <= INT32_MAX && v == (double)(int32_t)v))
     return ir_error(d, n->loc, "masked_fill: the value %g for the i32 tensor '%s' is not an i32",
                     v, n->in[0]->name);
   if (!broadcasts_to(n->in[1], n->in[0]))
