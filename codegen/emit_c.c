@@ -730,7 +730,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       int64_t range = 0;
       if (role == ROLE_INPUT && v->range)
         range = ir_eval(g, v->range);
-      int batched = role == ROLE_INPUT && v->rank > 0 && g->batch_sym >= 0 &&
+      int batched = (role == ROLE_INPUT || pass) && v->rank > 0 && g->batch_sym >= 0 &&
                     sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
       IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
       int64_t pad = v->tp_valid ? ir_eval(g, v->tp_whole) - ir_eval(g, v->tp_valid) : 0;

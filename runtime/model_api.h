@@ -37,7 +37,8 @@ typedef struct rt_tensor {
   const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"
   int rank;
   long sizes[RT_MAXRANK];  // the shape's values, e.g. {4, 64, 128}
-  int batched;        // inputs: the first dim is the batch (each rank takes its slice)
+  int batched;        // inputs: the first dim is the batch (each rank takes its slice);
+                      // constants: shaped by the rank's batch (a mask over it), no weight
   int bucket;         // params: the bucket it lives in (-1: none, at offset)
   long bucket_elem;   // ... and its first element there
   int tp_dim;         // params: the dim split over the tp ranks (-1: none); numel, rank and

@@ -750,10 +750,10 @@ static void guard_save(bool on) {
 }
 
 // Writes the params table's tensors by name: with grads false every
-// parameter's and float constant's value (--save; integer constants are
-// indices the compiler folded, such as token types expanded over the batch,
-// which are no weights and may be shaped by the rank's batch); with grads
-// true every parameter's gradient, which is F32 (--dump-grads).
+// parameter's and constant's value (--save), but for the constants shaped by
+// the rank's batch (token types or a mask expanded over it), which are no
+// weights; with grads true every parameter's gradient, which is F32
+// (--dump-grads).
 static void save_params(const char *path, const char *flag, char *arena, char *stage,
                         bool grads) {
   const rt_model *M = &mtc_model;
@@ -774,7 +774,7 @@ static void save_params(const char *path, const char *flag, char *arena, char *s
   int n = 0;
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
-    if (p->kind != RT_PARAM_TRAINED && (grads || p->dtype == RT_I32)) continue;
+    if (p->kind != RT_PARAM_TRAINED && (grads || p->batched)) continue;
     rt_st_tensor *t = &ts[n++];
     t->name = p->name;
     t->dtype = p->dtype == RT_I32 ? RT_ST_I32 : RT_ST_F32;
