@@ -204,10 +204,6 @@ static bool same_dim(FeOnnx *cx, const Sym *a, const Sym *b) {
                           x == y);
 }
 
-static bool is_one(const Sym *s) {
-  int64_t c;
-  return sym_is_const(s, &c) && c == 1;
-}
 
 int fe_broadcast(FeOnnx *cx, int ra, const Sym *const *a, int rb, const Sym *const *b, int *r,
                  const Sym **out) {
@@ -215,9 +211,9 @@ int fe_broadcast(FeOnnx *cx, int ra, const Sym *const *a, int rb, const Sym *con
   for (int i = 0; i < *r; i++) {
     int ia = i - (*r - ra), ib = i - (*r - rb);
     const Sym *da = ia >= 0 ? a[ia] : NULL, *db = ib >= 0 ? b[ib] : NULL;
-    if (!da || (db && is_one(da)))
+    if (!da || (db && sym_is_one(da)))
       out[i] = db;
-    else if (!db || is_one(db) || same_dim(cx, da, db))
+    else if (!db || sym_is_one(db) || same_dim(cx, da, db))
       out[i] = da;
     else
       return fe_err(cx, "shapes do not broadcast: dim %s against %s",
@@ -302,13 +298,13 @@ int fe_squeeze_shape(FeOnnx *cx, int xrank, const Sym *const *xs, const int64_t 
     int a = 0;
     if (fe_axis(cx, axes[i], xrank, &a))
       return -1;
-    if (!is_one(xs[a]))
+    if (!sym_is_one(xs[a]))
       return fe_err(cx, "cannot squeeze dim %d of size %s", a,
                     sym_str(&cx->g->arena, xs[a], &cx->g->syms));
     drop[a] = true;
   }
   for (int i = 0; naxes < 0 && i < xrank; i++)
-    drop[i] = is_one(xs[i]);
+    drop[i] = sym_is_one(xs[i]);
   *rank = 0;
   for (int i = 0; i < xrank; i++)
     if (!drop[i])

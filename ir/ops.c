@@ -72,10 +72,6 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
   return sym_eval(a, &g->syms, &x) == 0 && sym_eval(b, &g->syms, &y) == 0 && x == y;
 }
 
-static bool is_one(const Sym *s) {
-  int64_t c;
-  return sym_is_const(s, &c) && c == 1;
-}
 
 // Set output i of n to (dt, rank, shape), or check it against what is there.
 static int set_out(IrGraph *g, IrNode *n, int i, IrDType dt, int rank, const Sym *const *shape,
@@ -138,9 +134,9 @@ static bool broadcast_shape(const IrValue *a, const IrValue *b, int *rank, const
     const Sym *da = ia >= 0 ? a->shape[ia] : NULL, *db = ib >= 0 ? b->shape[ib] : NULL;
     if (!da)
       out[i] = db;
-    else if (!db || sym_eq(da, db) || is_one(db))
+    else if (!db || sym_eq(da, db) || sym_is_one(db))
       out[i] = da;
-    else if (is_one(da))
+    else if (sym_is_one(da))
       out[i] = db;
     else
       return false;
@@ -155,7 +151,7 @@ static bool broadcasts_to(const IrValue *x, const IrValue *to) {
     return false;
   for (int i = 0; i < x->rank; i++) {
     const Sym *dx = x->shape[i], *dt = to->shape[i + to->rank - x->rank];
-    if (!sym_eq(dx, dt) && !is_one(dx))
+    if (!sym_eq(dx, dt) && !sym_is_one(dx))
       return false;
   }
   return true;
@@ -448,7 +444,7 @@ static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
   ok = !b || (b->rank == r && sym_eq(b->shape[r - 1], q->shape[r - 2]) &&
               sym_eq(b->shape[r - 2], q->shape[r - 2]));
   int lead = 0; // b's leading dims of size 1 that q broadcasts over, then q's own
-  while (b && ok && lead < r - 2 && is_one(b->shape[lead]) && !is_one(q->shape[lead]))
+  while (b && ok && lead < r - 2 && sym_is_one(b->shape[lead]) && !sym_is_one(q->shape[lead]))
     lead++;
   for (int i = lead; b && ok && i < r - 2; i++)
     ok = sym_eq(b->shape[i], q->shape[i]);

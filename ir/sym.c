@@ -342,6 +342,11 @@ bool sym_is_const(const Sym *x, int64_t *value) {
   return true;
 }
 
+bool sym_is_one(const Sym *x) {
+  int64_t c;
+  return sym_is_const(x, &c) && c == 1;
+}
+
 bool sym_is_zero(const Sym *x) {
   return x->n == 0;
 }

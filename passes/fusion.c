@@ -396,11 +396,6 @@ static MaskKind mask_kind(const IrGraph *g, const IrValue *m, int64_t t) {
 // scores (dropped where m is 0), m a mask input (0 or 1: train checks it) of
 // shape [P.., 1.., 1, T]. Returns m, and in *p the count of its dims P.. that
 // are the scores' own; NULL when a is not such a mask.
-static bool is_one(const Sym *d) {
-  int64_t c;
-  return sym_is_const(d, &c) && c == 1;
-}
-
 static IrValue *padding_addend(const IrValue *a, const IrValue *scores, int *p) {
   IrNode *sc = made_by(a, OP_SCALE);
   IrNode *cast = sc ? made_by(sc->in[0], OP_CAST) : NULL;
@@ -417,7 +412,7 @@ static IrValue *padding_addend(const IrValue *a, const IrValue *scores, int *p) 
   for (*p = 0; *p < r - 2 && sym_eq(m->shape[*p], scores->shape[*p]); ++*p) {
   }
   for (int i = *p; i < r - 1; i++)
-    if (!is_one(m->shape[i]))
+    if (!sym_is_one(m->shape[i]))
       return NULL;
   return m;
 }
@@ -428,7 +423,7 @@ static bool is_bias(const IrValue *b, const IrValue *scores) {
   int r = scores->rank, lead = 0;
   if (b->dtype != DT_F32 || b->rank != r)
     return false;
-  while (lead < r - 2 && is_one(b->shape[lead]) && !is_one(scores->shape[lead]))
+  while (lead < r - 2 && sym_is_one(b->shape[lead]) && !sym_is_one(scores->shape[lead]))
     lead++;
   for (int i = lead; i < r; i++)
     if (!sym_eq(b->shape[i], scores->shape[i]))

@@ -126,10 +126,6 @@ static bool slices_to(const ShardLayout *from, const ShardLayout *to) {
   return true;
 }
 
-static bool is_one(const Sym *s) {
-  int64_t c;
-  return sym_is_const(s, &c) && c == 1;
-}
 
 // Equal as formulas, or under the bindings.
 static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
@@ -403,7 +399,7 @@ static int elementwise(ShardOp *op, int nin, Linear lin) {
       int xd = d - (o->rank - x->rank);
       if (xd < 0)
         continue;
-      if (is_one(x->shape[xd]) && !is_one(o->shape[d])) {
+      if (sym_is_one(x->shape[xd]) && !sym_is_one(o->shape[d])) {
         op->in[k].split[xd] = NONE;   // broadcast: a size-1 dim is whole
         continue;
       }
@@ -808,10 +804,10 @@ static int shard_reshape(ShardOp *op) {
       break;
     int xm = -1, om = -1;   // each side's leading dim that is not 1
     for (int a = i; a < i2 && xm < 0; a++)
-      if (!is_one(x->shape[a]))
+      if (!sym_is_one(x->shape[a]))
         xm = a;
     for (int b = j; b < j2 && om < 0; b++)
-      if (!is_one(o->shape[b]))
+      if (!sym_is_one(o->shape[b]))
         om = b;
     for (int a = i; a < i2; a++) {
       int axis = in->split[a];
@@ -823,9 +819,9 @@ static int shard_reshape(ShardOp *op) {
       }
       bool one_to_one = true;   // the group has one dim (besides 1s) on each side
       for (int b = om + 1; b < j2; b++)
-        one_to_one &= is_one(o->shape[b]);
+        one_to_one &= sym_is_one(o->shape[b]);
       for (int c = xm + 1; c < i2; c++)
-        one_to_one &= is_one(x->shape[c]);
+        one_to_one &= sym_is_one(x->shape[c]);
       if (one_to_one || divides(op, o->shape[om], axis)) {
         out->split[om] = (unsigned char)axis;
         continue;
