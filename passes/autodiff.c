@@ -416,20 +416,14 @@ static void grad_abs(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = op2(ad, OP_MUL, dy[0], op1(ad, OP_SIGN, n->in[0]));
 }
 
-// y = sign x: flat, no gradient
-static void grad_sign(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  (void)ad, (void)n, (void)dy, (void)dx;
-}
-
-// y = float(x) of an integer x: no gradient
-static void grad_cast(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  (void)ad, (void)n, (void)dy, (void)dx;
-}
-
-// an i32 mask: nothing flows through integers
-static void grad_equal(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  (void)ad, (void)n, (void)dy, (void)dx;
-}
+// Ops no gradient flows through: flat in their inputs, or of integers.
+#define FLAT(name)                                                                      \
+  static void grad_##name(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {        \
+    (void)ad, (void)n, (void)dy, (void)dx;                                              \
+  }
+FLAT(sign)   // y = sign x: flat
+FLAT(cast)   // y = float(x) of an integer x
+FLAT(equal)  // an i32 mask of integers
 
 // y = sigmoid x: dx = dy * y * (1 - y)
 static void grad_sigmoid(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
