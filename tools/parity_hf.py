@@ -68,6 +68,18 @@ class MaskedLM(torch.nn.Module):
         return self.m(input_ids=idx, labels=labels).loss
 
 
+class PaddedCausalLM(torch.nn.Module):
+    """A causal language model on padded rows: (idx, attention_mask, labels) -> loss."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx, attention_mask, labels):
+        return self.m(input_ids=idx, attention_mask=attention_mask, labels=labels,
+                      use_cache=False).loss
+
+
 class Classifier(torch.nn.Module):
     """A sequence classifier on padded rows: (idx, attention_mask, labels) -> loss."""
 
@@ -126,6 +138,22 @@ def gpt2():
     cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
     return CausalLM(GPT2LMHeadModel(cfg)), lm_batch(128)
+
+
+def padded_lm_batch(vocab):
+    """The second row padded after 10 tokens: attention_mask 0 and labels -100 there."""
+    b = lm_batch(vocab)
+    b["attention_mask"] = torch.ones(B, T, dtype=torch.long)
+    b["attention_mask"][1, 10:] = 0
+    b["labels"][1, 10:] = -100
+    return {k: b[k] for k in ("idx", "attention_mask", "labels")}
+
+
+def gpt2_mask():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0)
+    return PaddedCausalLM(GPT2LMHeadModel(cfg)), padded_lm_batch(128)
 
 
 def bert_mlm():
@@ -188,12 +216,13 @@ def t5_gated():
     return Seq2SeqLM(T5ForConditionalGeneration(t5_config("gated-gelu"))), t5_batch(128)
 
 
-FAMILIES = {"llama": llama, "gpt2": gpt2, "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit,
-            "t5": t5, "t5_gated": t5_gated}
+FAMILIES = {"llama": llama, "gpt2": gpt2, "gpt2_mask": gpt2_mask, "bert_mlm": bert_mlm,
+            "bert_cls": bert_cls, "vit": vit, "t5": t5, "t5_gated": t5_gated}
 # The models each family exports (default: all three). The T5 models are larger (an encoder and
 # a decoder), so each of the two T5 fixtures stays under 1 MB with part of the set: the ReLU
-# one at the fixed opsets, the gated-GELU one with dynamic axes.
-VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",)}
+# one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 with a padding mask adds
+# to the plain GPT-2's three what the mask changes: opset 17, fixed and dynamic.
+VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn")}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
