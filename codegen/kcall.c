@@ -345,14 +345,18 @@ static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_so
 
 // q, k, v: [..., T, HS]; the leading dims are batch x heads. The key-padding
 // mask [P.., T] has a row for the first dims of q, its heads the dims after
-// them; the bias [1.., H.., T, T] is shared by q's leading dims before H...
+// them; the bias [1.., M.., 1.., T, T] one for each of M.. (q's dims from..to):
+// head h's is h / bdiv (the dims after M..) % bmod (M..).
 static void attention_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
   IrValue *keep, *bias;
+  int from = 0, to = 0, lead = q->rank - 2;
   ir_attention_extras(n, &keep, &bias);
+  bool fits = bias && ir_attention_bias_fits(bias, q, &from, &to);
+  IR_ASSERT(!bias || fits);  // the shape rule checked it
   opt_buf(c, keep), opt_buf(c, bias);
-  num(c, dims(L, q, 0, q->rank - 2)), num(c, q->shape[q->rank - 2]), num(c, last(q));
-  num(c, dims(L, q, keep ? keep->rank - 1 : 0, q->rank - 2));
-  num(c, bias ? dims(L, bias, 0, bias->rank - 2) : sym_const(&L->g->arena, 1));
+  num(c, dims(L, q, 0, lead)), num(c, q->shape[lead]), num(c, last(q));
+  num(c, dims(L, q, keep ? keep->rank - 1 : 0, lead));
+  num(c, dims(L, q, to, lead)), num(c, dims(L, q, from, to));
   numk(L, c, ir_attr_i(n, "causal"));
 }
 
@@ -558,11 +562,15 @@ static void lower_masked_fill(Lower *L, const IrNode *n) {
     flt(c, ir_attr_f(n, "value"));
 }
 
-// rt_equal_i32(out, x, n, value)
+// rt_equal_i32(out, x, n, value), or rt_equal_f32 for a float x
 static void lower_equal(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_equal_i32);
+  bool f = n->in[0]->dtype == DT_F32;
+  CgCall *c = call(L, f ? CG_K_equal_f32 : CG_K_equal_i32);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  numk(L, c, ir_attr_i(n, "value"));
+  if (f)
+    flt(c, (double)ir_attr_i(n, "value"));
+  else
+    numk(L, c, ir_attr_i(n, "value"));
 }
 
 // rt_dropout(out, x, step, n, ratio, seed, key)

@@ -667,9 +667,9 @@ int fe_conv_Equal(FeOnnx *cx) {
                       "run-time tensors");
   if (!x)
     return -1;
-  if (x->dtype != DT_I32 || !is_i32(c))
-    return fe_err(cx, "at run time mtc compares integer tensors with an integer; '%s' is %s and "
-                      "the number %g", x->name, ir_dtype_name(x->dtype), c);
+  if (!is_i32(c))
+    return fe_err(cx, "at run time mtc compares a tensor with an integer; '%s' is %s and the "
+                      "number %g", x->name, ir_dtype_name(x->dtype), c);
   IrNode *n = node(cx, OP_EQUAL, &x, 1, 1);
   ir_set_int(cx->g, n, "value", (int64_t)c);
   return set(cx, infer(cx, n) ? NULL : n->out[0]);

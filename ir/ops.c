@@ -409,6 +409,21 @@ static int shape_rope(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, x, d);
 }
 
+bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, int *from, int *to) {
+  int r = q->rank, lead = r - 2;
+  if (b->dtype != DT_F32 || b->rank != r || r < 2 || !sym_eq(b->shape[r - 1], q->shape[r - 2]) ||
+      !sym_eq(b->shape[r - 2], q->shape[r - 2]))
+    return false;
+  for (*from = 0; *from < lead && sym_is_one(b->shape[*from]); ++*from) {
+  }
+  for (*to = *from; *to < lead && sym_eq(b->shape[*to], q->shape[*to]); ++*to) {
+  }
+  for (int i = *to; i < lead; i++)
+    if (!sym_is_one(b->shape[i]))
+      return false;
+  return true;
+}
+
 void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
   int first = n->op == OP_ATTENTION ? 3 : 4;
   *keep = *bias = NULL;
@@ -423,8 +438,7 @@ void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
 // Attention's optional inputs after (q, k, v) (ir_attention_extras): the
 // key-padding mask i32 [P.., T], P.. the first dims of q [..., T, HS] (the
 // batch; the heads after them share a row of the mask), then the bias
-// f32 [1.., H.., T, T], H.. the last leading dims of q (the heads: a bias
-// shared by the batch) or all of them.
+// (ir_attention_bias_fits).
 static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
   IrValue *m, *b;
   ir_attention_extras(n, &m, &b);
@@ -441,16 +455,10 @@ static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
     return ir_error(d, n->loc, "%s: the key-padding mask '%s' %s must be [.., T]: q's first "
                     "dims and its keys, for q %s", ir_op_name(n->op), m->name, ir_shape_str(g, m),
                     ir_shape_str(g, q));
-  ok = !b || (b->rank == r && sym_eq(b->shape[r - 1], q->shape[r - 2]) &&
-              sym_eq(b->shape[r - 2], q->shape[r - 2]));
-  int lead = 0; // b's leading dims of size 1 that q broadcasts over, then q's own
-  while (b && ok && lead < r - 2 && sym_is_one(b->shape[lead]) && !sym_is_one(q->shape[lead]))
-    lead++;
-  for (int i = lead; b && ok && i < r - 2; i++)
-    ok = sym_eq(b->shape[i], q->shape[i]);
-  if (!ok)
-    return ir_error(d, n->loc, "%s: the bias '%s' %s must be [.., T, T] with q's last leading "
-                    "dims (ones before them), for q %s", ir_op_name(n->op), b->name,
+  int from, to;
+  if (b && !ir_attention_bias_fits(b, q, &from, &to))
+    return ir_error(d, n->loc, "%s: the bias '%s' %s must be f32 [.., T, T], its leading dims "
+                    "1 but for one run of q's own, for q %s", ir_op_name(n->op), b->name,
                     ir_shape_str(g, b), ir_shape_str(g, q));
   return 0;
 }
@@ -462,20 +470,21 @@ static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, n->in[0], d);
 }
 
-// With a bias, a fourth output: the gradient of the scores, q's leading dims x [T, T].
+// With a bias that takes a gradient, a fourth output: the gradient of the
+// scores, q's leading dims x [T, T].
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *keep, *bias;
   if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 4, d) || need_same(g, n, 0, 1, d) ||
       need_same(g, n, 1, 2, d) || need_same(g, n, 1, 3, d))
     return -1;
   ir_attention_extras(n, &keep, &bias);
-  if (n->nout != (bias ? 4 : 3))
+  if (n->nout != 3 && !(bias && n->nout == 4))
     return ir_error(d, n->loc, "attention_bwd: %d outputs; it gives dq, dk, dv%s", n->nout,
-                    bias ? " and the bias's gradient" : "");
+                    bias ? ", and the bias's gradient when it takes one" : "");
   for (int i = 0; i < 3; i++)
     if (same_as(g, n, i, n->in[i + 1], d))
       return -1;
-  if (bias) {
+  if (n->nout == 4) {
     const IrValue *q = n->in[1];
     const Sym *shape[IR_MAXRANK];
     memcpy(shape, q->shape, (size_t)q->rank * sizeof *shape);
@@ -721,7 +730,7 @@ static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
 
 // equal(x i32) value: an i32 mask of x's shape.
 static int shape_equal(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_dtype(n, 0, DT_I32, d))
+  if (n->in[0]->dtype != DT_F32 && need_dtype(n, 0, DT_I32, d))
     return -1;
   return set_out(g, n, 0, DT_I32, n->in[0]->rank, n->in[0]->shape, d);
 }

@@ -417,18 +417,11 @@ static IrValue *padding_addend(const IrValue *a, const IrValue *scores, int *p) 
   return m;
 }
 
-// A bias added to the scores [.., T, T]: f32 of their shape, or shared by
-// their first dims (size 1 there), as attention takes it (T5's position bias).
+// A bias added to the scores [.., T, T] as attention takes it (T5's position
+// bias [1, H, T, T], Llama's causal and padding mask [B, 1, T, T]).
 static bool is_bias(const IrValue *b, const IrValue *scores) {
-  int r = scores->rank, lead = 0;
-  if (b->dtype != DT_F32 || b->rank != r)
-    return false;
-  while (lead < r - 2 && sym_is_one(b->shape[lead]) && !sym_is_one(scores->shape[lead]))
-    lead++;
-  for (int i = lead; i < r; i++)
-    if (!sym_eq(b->shape[i], scores->shape[i]))
-      return false;
-  return true;
+  int from, to;
+  return ir_attention_bias_fits(b, scores, &from, &to);
 }
 
 // What a softmax's input adds to the scaled scores.

@@ -1142,14 +1142,15 @@ static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
 }
 
 static att_extras att_head(const int *keep, const float *bias, long h, long t, long heads,
-                           long nb) {
-  return (att_extras){keep ? keep + h / heads * t : NULL, bias ? bias + h % nb * t * t : NULL};
+                           long bdiv, long bmod) {
+  return (att_extras){keep ? keep + h / heads * t : NULL,
+                      bias ? bias + h / bdiv % bmod * t * t : NULL};
 }
 
 // out = softmax(q k^T / sqrt(hs) + bias) v per head; threads share the heads
 void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
                       const int *keep, const float *bias, long bh, long t, long hs, long heads,
-                      long nb, int causal) {
+                      long bdiv, long bmod, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(t, hs, 0);
@@ -1157,7 +1158,7 @@ void rt_attention_fwd(float *out, const float *q, const float *k, const float *v
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
     long o = h * t * hs;
-    att_extras x = att_head(keep, bias, h, t, heads, nb);
+    att_extras x = att_head(keep, bias, h, t, heads, bdiv, bmod);
     if (blocks)
       attention_fwd_blocks(out + o, q + o, k + o, v + o, x, t, hs, causal, scale, &L);
     else
@@ -1255,8 +1256,8 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
 // over the rows i of a head, so one thread owns each head.
 void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
                       const float *q, const float *k, const float *v, const int *keep,
-                      const float *bias, long bh, long t, long hs, long heads, long nb,
-                      int causal) {
+                      const float *bias, long bh, long t, long hs, long heads, long bdiv,
+                      long bmod, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(t, hs, 1);
@@ -1267,7 +1268,7 @@ void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const flo
     memset(dq + o, 0, (size_t)(t * hs) * sizeof(float));
     memset(dk + o, 0, (size_t)(t * hs) * sizeof(float));
     memset(dv + o, 0, (size_t)(t * hs) * sizeof(float));
-    att_extras x = att_head(keep, bias, h, t, heads, nb);
+    att_extras x = att_head(keep, bias, h, t, heads, bdiv, bmod);
     float *dsh = dscores ? dscores + h * t * t : NULL;
     if (blocks)
       attention_bwd_blocks(dq + o, dk + o, dv + o, dsh, dout + o, q + o, k + o, v + o, x, t,
@@ -1512,6 +1513,11 @@ void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const
 }
 
 void rt_equal_i32(int *out, const int *x, long n, int value) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) out[i] = x[i] == value;
+}
+
+void rt_equal_f32(int *out, const float *x, long n, float value) {
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) out[i] = x[i] == value;
 }

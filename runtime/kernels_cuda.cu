@@ -564,11 +564,11 @@ __device__ inline float att_score(float s, att_row x, long j) {
 
 // Query i's row of head h's extras; the mask's first kept key is computed by the whole block.
 __device__ att_row att_row_of(const int *keep, const float *bias, long h, long i, long t,
-                              long heads, long nb, int causal) {
+                              long heads, long bdiv, long bmod, int causal) {
   att_row x;
   x.keep = keep ? keep + h / heads * t : NULL;
   x.none = att_first_kept(x.keep, t) >= (causal ? i + 1 : t);
-  x.bias = bias ? bias + (h % nb * t + i) * t : NULL;
+  x.bias = bias ? bias + (h / bdiv % bmod * t + i) * t : NULL;
   return x;
 }
 
@@ -617,13 +617,14 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
 // out row = softmax(q_i k^T scale + bias) v; shared: acc (hs), pt (ATT_TILE)
 __global__ void attention_fwd_kernel(float *out, const float *q, const float *k, const float *v,
                                      const int *keep, const float *bias, long bh, long t,
-                                     long hs, long heads, long nb, int causal, float scale) {
+                                     long hs, long heads, long bdiv, long bmod, int causal,
+                                     float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs;
   for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
     long h = row / t, i = row - h * t;
     const float *kh = k + h * t * hs, *vh = v + h * t * hs;
-    att_row x = att_row_of(keep, bias, h, i, t, heads, nb, causal);
+    att_row x = att_row_of(keep, bias, h, i, t, heads, bdiv, bmod, causal);
     long jn = causal ? i + 1 : t;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
     float m, l;
@@ -642,15 +643,15 @@ __global__ void attention_fwd_kernel(float *out, const float *q, const float *k,
 __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
                                         const float *dout, const float *q, const float *k,
                                         const float *v, const int *keep, const float *bias,
-                                        long bh, long t, long hs, long heads, long nb,
-                                        int causal, float scale) {
+                                        long bh, long t, long hs, long heads, long bdiv,
+                                        long bmod, int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
   for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
     long h = row / t, i = row - h * t;
     const float *kh = k + h * t * hs, *vh = v + h * t * hs;
     const float *qi = q + row * hs, *doi = dout + row * hs;
-    att_row x = att_row_of(keep, bias, h, i, t, heads, nb, causal);
+    att_row x = att_row_of(keep, bias, h, i, t, heads, bdiv, bmod, causal);
     long jn = causal ? i + 1 : t;
     float m, l;
     att_online(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
@@ -705,8 +706,8 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
 __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *stats,
                                           const float *dout, const float *q, const float *k,
                                           const float *v, const int *keep, const float *bias,
-                                          long bh, long t, long hs, long heads, long nb,
-                                          int causal, float scale) {
+                                          long bh, long t, long hs, long heads, long bdiv,
+                                          long bmod, int causal, float scale) {
   extern __shared__ float smem[];
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -716,7 +717,7 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
     const float *kj = k + row * hs, *vj = v + row * hs;
     const float *sh = stats + 3 * h * t;
     const int *keeph = keep ? keep + h / heads * t : NULL;
-    const float *biash = bias ? bias + h % nb * t * t : NULL;
+    const float *biash = bias ? bias + h / bdiv % bmod * t * t : NULL;
     long first = att_first_kept(keeph, t);  // query i's window keeps none when i < first
     for (long d = threadIdx.x; d < hs; d += blockDim.x) {
       acck[d] = 0.0f;
@@ -881,6 +882,10 @@ __global__ void masked_fill_kernel(T *out, const T *x, const int *mask, long n, 
 }
 
 __global__ void equal_i32_kernel(int *out, const int *x, long n, int value) {
+  GRID_LOOP(i, n) out[i] = x[i] == value;
+}
+
+__global__ void equal_f32_kernel(int *out, const float *x, long n, float value) {
   GRID_LOOP(i, n) out[i] = x[i] == value;
 }
 
@@ -1454,29 +1459,29 @@ static size_t att_smem(const void *kernel, long floats) {
 
 void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
                       const int *keep, const float *bias, long bh, long t, long hs, long heads,
-                      long nb, int causal) {
+                      long bdiv, long bmod, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   size_t smem = att_smem((const void *)attention_fwd_kernel, hs + ATT_TILE);
   attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      out, q, k, v, keep, bias, bh, t, hs, heads, nb, causal, scale);
+      out, q, k, v, keep, bias, bh, t, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 
 void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
                       const float *q, const float *k, const float *v, const int *keep,
-                      const float *bias, long bh, long t, long hs, long heads, long nb,
-                      int causal) {
+                      const float *bias, long bh, long t, long hs, long heads, long bdiv,
+                      long bmod, int causal) {
   if (bh <= 0 || t <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
   attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, nb, causal, scale);
+      dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
   smem = att_smem((const void *)attention_bwd_dkdv_kernel, 2 * hs + 2 * ATT_TILE);
   attention_bwd_dkdv_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dk, dv, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, nb, causal, scale);
+      dk, dv, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 
@@ -1640,6 +1645,12 @@ void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const
 void rt_equal_i32(int *out, const int *x, long n, int value) {
   if (n <= 0) return;
   equal_i32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, value);
+  LAUNCHED();
+}
+
+void rt_equal_f32(int *out, const float *x, long n, float value) {
+  if (n <= 0) return;
+  equal_f32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, value);
   LAUNCHED();
 }
 

@@ -21,6 +21,7 @@
 #define rt_embedding_fwd cpu_rt_embedding_fwd
 #define rt_embedding_vp_fwd cpu_rt_embedding_vp_fwd
 #define rt_equal_i32 cpu_rt_equal_i32
+#define rt_equal_f32 cpu_rt_equal_f32
 #define rt_fill cpu_rt_fill
 #define rt_find_nonfinite cpu_rt_find_nonfinite
 #define rt_gelu_bwd cpu_rt_gelu_bwd
@@ -82,6 +83,7 @@
 #undef rt_embedding_fwd
 #undef rt_embedding_vp_fwd
 #undef rt_equal_i32
+#undef rt_equal_f32
 #undef rt_fill
 #undef rt_find_nonfinite
 #undef rt_gelu_bwd

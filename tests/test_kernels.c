@@ -267,6 +267,13 @@ static void test_int_ops(void) {
   int right = 0;
   for (long i = 0; i < n; i++) right += eq[i] == (ids[i] == -100);
   check_dd("equal_i32", (double[]){right}, (double[]){n}, 1);
+  // equal_f32: a causal mask's 0s and lowest floats against 0
+  float xs[6] = {0.0f, -FLT_MAX, -0.0f, 1e-30f, -FLT_MAX, 0.0f};
+  int eqf[6];
+  rt_equal_f32(eqf, xs, 6, 0.0f);
+  right = 0;
+  for (long i = 0; i < 6; i++) right += eqf[i] == (xs[i] == 0.0f);
+  check_dd("equal_f32", (double[]){right}, (double[]){6}, 1);
   // masked_fill_i32 (3, 5) with that mask, then with a mask broadcast over the rows (0, 1)
   long shape[2] = {3, 5}, full[2] = {5, 1}, rows[2] = {0, 1};
   int *filled = ibuf(n), *colmask = irand(5, 2);
@@ -814,18 +821,19 @@ static double ref_keep(const int *keep, long heads, long h, long t, long j) {
 }
 
 // An attention case's optional operands: a key-padding mask (heads per row)
-// and a bias (nb, t, t), each NULL when absent.
+// and a bias (bmod, t, t), head h's bias[h / bdiv % bmod], each NULL when absent.
 typedef struct att_opt {
   const int *keep;
   long heads;
   const double *bias;
-  long nb;
+  long bdiv, bmod;
 } att_opt;
 
 // The score of query i and key j of head h past the scaled dot product: the
 // bias and the padding mask.
 static double ref_extra(att_opt o, long h, long i, long j, long t) {
-  return ref_keep(o.keep, o.heads, h, t, j) + (o.bias ? o.bias[(h % o.nb * t + i) * t + j] : 0.0);
+  long b = h / o.bdiv % o.bmod;
+  return ref_keep(o.keep, o.heads, h, t, j) + (o.bias ? o.bias[(b * t + i) * t + j] : 0.0);
 }
 
 // out (bh, t, hs) = softmax(q k^T / sqrt(hs) + bias + padding mask, causal) v
@@ -900,11 +908,12 @@ static int *padding_mask(long rows, long t, int every) {
 }
 
 // heads > 0: with a key-padding mask of bh / heads rows; nb > 0: with a bias
-// of nb heads. A window whose keys are all masked attends to them alike, and
+// of nb heads, head h's h / bdiv % nb. A window whose keys are all masked attends to them alike, and
 // its gradient is PyTorch's (the softmax's at equal scores, as if the mask's
 // lowest float did not swamp them), not the flat function's 0, so the finite
 // differences (fd) run on masks that leave every window a key.
-static void test_attention(long bh, long t, long hs, int causal, long heads, long nb, int fd) {
+static void test_attention(long bh, long t, long hs, int causal, long heads, long nb, long bdiv,
+                           int fd) {
   long n = bh * t * hs, nd = bh * t * t;
   float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dout = frand(n, -1, 1);
   float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(n, -1, 1), *dv = frand(n, -1, 1);
@@ -913,16 +922,17 @@ static void test_attention(long bh, long t, long hs, int causal, long heads, lon
   double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(n), *rdv = dbuf(n), *rds = dbuf(nd);
   double *biasd = nb ? to_d(bias, nb * t * t) : NULL;
   int *keep = heads ? padding_mask(bh / heads, t, fd) : NULL;
-  att_opt o = {keep, heads ? heads : bh, biasd, nb ? nb : 1};
+  att_opt o = {keep, heads ? heads : bh, biasd, bdiv, nb ? nb : 1};
   ref_attention_fwd(rout, qd, kd, vd, o, bh, t, hs, causal);
   ref_attention_bwd(rdq, rdk, rdv, rds, dod, qd, kd, vd, o, bh, t, hs, causal);
   char cs[64], name[160];
   snprintf(cs, sizeof cs, "%s%s%s", causal ? "causal" : "non-causal", keep ? ", padded" : "",
            nb ? ", bias" : "");
-  rt_attention_fwd(out, q, k, v, keep, bias, bh, t, hs, o.heads, o.nb, causal);
+  rt_attention_fwd(out, q, k, v, keep, bias, bh, t, hs, o.heads, o.bdiv, o.bmod, causal);
   snprintf(name, sizeof name, "attention_fwd bh %ld t %ld hs %ld %s", bh, t, hs, cs);
   check(name, out, rout, n);
-  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, keep, bias, bh, t, hs, o.heads, o.nb, causal);
+  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, keep, bias, bh, t, hs, o.heads, o.bdiv, o.bmod,
+                   causal);
   const char *what[4] = {"dq", "dk", "dv", "dscores"};
   float *got[4] = {dq, dk, dv, ds};
   double *want[4] = {rdq, rdk, rdv, rds};
@@ -948,7 +958,7 @@ static void test_attention(long bh, long t, long hs, int causal, long heads, lon
       double *ref = want[w];
       if (w == 3) { // the bias's gradient: the scores' summed over the heads sharing it
         ref = dbuf(sizes[3]);
-        for (long i = 0; i < nd; i++) ref[(i / (t * t)) % nb * t * t + i % (t * t)] += rds[i];
+        for (long i = 0; i < nd; i++) ref[i / (t * t) / bdiv % nb * t * t + i % (t * t)] += rds[i];
       }
       snprintf(name, sizeof name, "attention reference %s vs finite differences (%s)",
                w == 3 ? "dbias" : what[w], cs);
@@ -1178,8 +1188,8 @@ static void test_determinism(void) {
     long bh = 6, t = 128, hs = 32, n = bh * t * hs;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *d = frand(n, -1, 1);
     float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n);
-    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1);
-    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1);
+    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1, 1);
+    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1, 1);
     check_same("determinism attention_bwd", r1, r2, 3 * n);
     free(q); free(k); free(v); free(d); free(r1); free(r2);
   }
@@ -1238,9 +1248,9 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   long n = 1024, c = 768;                                // layernorm rows
   long m = 300, nn = 1100, kk = 700;                     // matmul
   float *o = out;
-  rt_attention_fwd(o, q[0], k[0], v[0], NULL, NULL, bh, t, hs, bh, 1, 1), o += na;
+  rt_attention_fwd(o, q[0], k[0], v[0], NULL, NULL, bh, t, hs, bh, 1, 1, 1), o += na;
   rt_attention_bwd(o, o + na, o + 2 * na, NULL, d[0], q[0], k[0], v[0], NULL, NULL, bh, t, hs,
-                   bh, 1, 1), o += 3 * na;
+                   bh, 1, 1, 1), o += 3 * na;
   rt_layernorm_fwd(o, q[1], k[1], v[1], n, c, 1e-5f), o += n * c;
   rt_layernorm_bwd(o, o + n * c, o + n * c + c, d[1], q[1], k[1], n, c, 1e-5f);
   o += n * c + 2 * c;
@@ -1312,23 +1322,24 @@ int main(void) {
   test_rmsnorm(256, 768);
   test_softmax(4, 9);
   test_softmax(100, 1000);
-  test_attention(2, 5, 3, 1, 0, 0, 1);
-  test_attention(2, 5, 3, 0, 0, 0, 1);
-  test_attention(3, 7, 5, 1, 0, 0, 0);
-  test_attention(3, 7, 5, 0, 0, 0, 0);
-  test_attention(4, 64, 16, 1, 0, 0, 0);
-  test_attention(4, 64, 16, 0, 0, 0, 0);
-  test_attention(2, 1, 8, 1, 0, 0, 0);
-  test_attention(1, 1100, 128, 1, 0, 0, 0);  // too big for the block form: rows
-  test_attention(6, 5, 3, 0, 2, 0, 1);       // key-padding masks: 3 rows of 2 heads
-  test_attention(6, 5, 3, 1, 2, 0, 1);
-  test_attention(8, 64, 16, 0, 2, 0, 0);
-  test_attention(8, 64, 16, 1, 4, 0, 0);
-  test_attention(3, 1100, 128, 0, 1, 0, 0);  // rows
-  test_attention(6, 5, 3, 0, 0, 3, 1);       // a bias shared by 2 batch rows of 3 heads
-  test_attention(6, 5, 3, 1, 2, 3, 1);       // ... with causal and padding masks
-  test_attention(4, 64, 16, 0, 2, 4, 0);     // ... one per head
-  test_attention(2, 1100, 128, 1, 0, 1, 0);  // rows
+  test_attention(2, 5, 3, 1, 0, 0, 1, 1);
+  test_attention(2, 5, 3, 0, 0, 0, 1, 1);
+  test_attention(3, 7, 5, 1, 0, 0, 1, 0);
+  test_attention(3, 7, 5, 0, 0, 0, 1, 0);
+  test_attention(4, 64, 16, 1, 0, 0, 1, 0);
+  test_attention(4, 64, 16, 0, 0, 0, 1, 0);
+  test_attention(2, 1, 8, 1, 0, 0, 1, 0);
+  test_attention(1, 1100, 128, 1, 0, 0, 1, 0);  // too big for the block form: rows
+  test_attention(6, 5, 3, 0, 2, 0, 1, 1);       // key-padding masks: 3 rows of 2 heads
+  test_attention(6, 5, 3, 1, 2, 0, 1, 1);
+  test_attention(8, 64, 16, 0, 2, 0, 1, 0);
+  test_attention(8, 64, 16, 1, 4, 0, 1, 0);
+  test_attention(3, 1100, 128, 0, 1, 0, 1, 0);  // rows
+  test_attention(6, 5, 3, 0, 0, 3, 1, 1);       // a bias shared by 2 batch rows of 3 heads
+  test_attention(6, 5, 3, 1, 2, 3, 1, 1);       // ... with causal and padding masks
+  test_attention(6, 5, 3, 1, 0, 2, 3, 1);       // a bias per batch row, shared by its 3 heads
+  test_attention(4, 64, 16, 0, 2, 4, 1, 0);     // one per head
+  test_attention(2, 1100, 128, 1, 0, 1, 1, 0);  // rows
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);

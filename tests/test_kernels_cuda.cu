@@ -598,14 +598,14 @@ static void test_attention(void) {
       snprintf(what, sizeof what, "bh=%ld t=%ld hs=%ld causal=%d padded=%d biased=%d", c.bh, c.t,
                c.hs, causal, padded, biased);
       CPU(rt_attention_fwd)(out.data(), q.data(), k.data(), v.data(), hk, hb, c.bh, c.t, c.hs, 1,
-                            1, causal);
-      rt_attention_fwd(dout, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.hs, 1, 1, causal);
+                            1, 1, causal);
+      rt_attention_fwd(dout, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.hs, 1, 1, 1, causal);
       check(fmt("attention_fwd %s", what), out, dout, RED);
       Vec g = rand_vec(n), gq = rand_vec(n), gk = rand_vec(n), gv = rand_vec(n);
       float *dg = dev(g), *dgq = dev(gq), *dgk = dev(gk), *dgv = dev(gv);
       CPU(rt_attention_bwd)(gq.data(), gk.data(), gv.data(), hds, g.data(), q.data(), k.data(),
-                            v.data(), hk, hb, c.bh, c.t, c.hs, 1, 1, causal);
-      rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.hs, 1, 1,
+                            v.data(), hk, hb, c.bh, c.t, c.hs, 1, 1, 1, causal);
+      rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.hs, 1, 1, 1,
                        causal);
       check(fmt("attention_bwd dq %s", what), gq, dgq, RED);
       check(fmt("attention_bwd dk %s", what), gk, dgk, RED);
@@ -708,6 +708,12 @@ static void test_onnx_ops(void) {
     CPU(rt_equal_i32)(eq.data(), xi.data(), n, -2);
     rt_equal_i32(deq, dxi, n, -2);
     check_int(fmt("equal_i32 n=%ld", n), eq, deq);
+    Vec xf = rand_vec(n);
+    for (long i = 0; i < n; i += 3) xf[i] = 0.0f;
+    float *dxf = dev(xf);
+    CPU(rt_equal_f32)(eq.data(), xf.data(), n, 0.0f);
+    rt_equal_f32(deq, dxf, n, 0.0f);
+    check_int(fmt("equal_f32 n=%ld", n), eq, deq);
     free_all();
   }
   for (long n : {1L, 1000L, (1L << 20) + 7})

@@ -263,8 +263,8 @@ static void check_errors(const char *dir, const char *tmp) {
       {"bad_conv_auto_pad", "node 'conv': error: Conv: auto_pad=SAME_UPPER: mtc takes explicit pads"},
       {"bad_scatter_pattern", "node 'scatter': error: ScatterND: mtc runs ScatterND when it "
                               "writes one contiguous range of one axis"},
-      {"bad_equal_float", "node 'equal': error: Equal: at run time mtc compares integer tensors "
-                          "with an integer; 'h' is f32"},
+      {"bad_equal_float", "node 'equal': error: Equal: at run time mtc compares a tensor with an "
+                          "integer; 'h' is f32 and the number 0.5"},
   };
   FeDefine n8 = {"N", 8};
   FeOnnxOptions o = {.defines = &n8, .ndefines = 1};
