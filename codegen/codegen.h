@@ -43,7 +43,7 @@ typedef struct CgArg {
   const Sym *ints[IR_MAXRANK];
 } CgArg;
 
-#define CG_MAXARGS 20  // attention_bwd has 17
+#define CG_MAXARGS 20  // attention_bwd has 18
 
 typedef struct CgCall {
   CgKernel k;

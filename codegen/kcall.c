@@ -343,18 +343,19 @@ static void rowwise(Lower *L, const IrNode *n, CgKernel k) {
 static void lower_softmax(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_fwd); }
 static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_bwd); }
 
-// q, k, v: [..., T, HS]; the leading dims are batch x heads. The key-padding
-// mask [P.., T] has a row for the first dims of q, its heads the dims after
-// them; the bias [1.., M.., 1.., T, T] one for each of M.. (q's dims from..to):
-// head h's is h / bdiv (the dims after M..) % bmod (M..).
-static void attention_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *q) {
+// q [..., T, HS], k and v [..., TK, HS]; the leading dims are batch x heads.
+// The key-padding mask [P.., TK] has a row for the first dims of q, its heads
+// the dims after them; the bias [1.., M.., 1.., T, TK] one for each of M..
+// (q's dims from..to): head h's is h / bdiv (the dims after M..) % bmod (M..).
+static void attention_args(Lower *L, CgCall *c, const IrNode *n, const IrValue *q,
+                           const IrValue *k) {
   IrValue *keep, *bias;
   int from = 0, to = 0, lead = q->rank - 2;
   ir_attention_extras(n, &keep, &bias);
-  bool fits = bias && ir_attention_bias_fits(bias, q, &from, &to);
+  bool fits = bias && ir_attention_bias_fits(bias, q, k->shape[lead], &from, &to);
   IR_ASSERT(!bias || fits);  // the shape rule checked it
   opt_buf(c, keep), opt_buf(c, bias);
-  num(c, dims(L, q, 0, lead)), num(c, q->shape[lead]), num(c, last(q));
+  num(c, dims(L, q, 0, lead)), num(c, q->shape[lead]), num(c, k->shape[lead]), num(c, last(q));
   num(c, dims(L, q, keep ? keep->rank - 1 : 0, lead));
   num(c, dims(L, q, to, lead)), num(c, dims(L, q, from, to));
   numk(L, c, ir_attr_i(n, "causal"));
@@ -372,7 +373,7 @@ static void lower_rope(Lower *L, const IrNode *n) {
 static void lower_attention(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_attention_fwd);
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
-  attention_args(L, c, n, n->in[0]);
+  attention_args(L, c, n, n->in[0], n->in[1]);
 }
 
 static void lower_attention_bwd(Lower *L, const IrNode *n) {
@@ -382,7 +383,7 @@ static void lower_attention_bwd(Lower *L, const IrNode *n) {
   opt_buf(c, n->nout > 3 ? n->out[3] : NULL);
   for (int i = 0; i < 4; i++)
     buf(c, n->in[i]);
-  attention_args(L, c, n, n->in[1]);
+  attention_args(L, c, n, n->in[1], n->in[2]);
 }
 
 // A table split over tp (shards > 1) holds this rank's rows only.

@@ -280,11 +280,12 @@ IrValue *ir_view_root(IrValue *v);
 // An attention or attention_bwd node's optional inputs after (q, k, v): the
 // i32 key-padding mask and the f32 additive bias of the scores, NULL when absent.
 void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias);
-// Whether b fits as attention's bias for q [..., T, HS] (or the scores
-// [..., T, T], whose leading dims are q's): f32 [.., T, T] whose leading dims
-// are 1 but for one run [*from, *to) of q's own (T5's heads [1, H], Llama's
-// batch [B, 1], or all of them).
-bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, int *from, int *to);
+// Whether b fits as attention's bias for q [..., T, HS] and tk keys (or for
+// the scores [..., T, TK], whose leading dims are q's): f32 [.., T, TK] whose
+// leading dims are 1 but for one run [*from, *to) of q's own (T5's heads
+// [1, H], Llama's batch [B, 1], or all of them).
+bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, const Sym *tk, int *from,
+                            int *to);
 // Editing a scheduled graph. New nodes go before node `pos` (the nodes after
 // move up; ids stay positions); -1 returns to appending.
 void ir_insert_before(IrGraph *g, int pos);

@@ -409,9 +409,10 @@ static int shape_rope(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, x, d);
 }
 
-bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, int *from, int *to) {
+bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, const Sym *tk, int *from,
+                            int *to) {
   int r = q->rank, lead = r - 2;
-  if (b->dtype != DT_F32 || b->rank != r || r < 2 || !sym_eq(b->shape[r - 1], q->shape[r - 2]) ||
+  if (b->dtype != DT_F32 || b->rank != r || r < 2 || !sym_eq(b->shape[r - 1], tk) ||
       !sym_eq(b->shape[r - 2], q->shape[r - 2]))
     return false;
   for (*from = 0; *from < lead && sym_is_one(b->shape[*from]); ++*from) {
@@ -435,10 +436,11 @@ void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
   }
 }
 
-// Attention's optional inputs after (q, k, v) (ir_attention_extras): the
-// key-padding mask i32 [P.., T], P.. the first dims of q [..., T, HS] (the
-// batch; the heads after them share a row of the mask), then the bias
-// (ir_attention_bias_fits).
+// Attention's operands: q [..., T, HS], k and v [..., TK, HS] (TK = T but in
+// cross-attention; causal needs them equal), then the optional inputs
+// (ir_attention_extras): the key-padding mask i32 [P.., TK], P.. the first
+// dims of q (the batch; the heads after them share a row of the mask), and
+// the bias (ir_attention_bias_fits).
 static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
   IrValue *m, *b;
   ir_attention_extras(n, &m, &b);
@@ -446,9 +448,17 @@ static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
     return ir_error(d, n->loc, "%s takes %d inputs, then a key-padding mask (i32) and a bias "
                     "(f32) when there, in that order; it has %d", ir_op_name(n->op), nqkv,
                     n->nin);
-  const IrValue *q = n->in[nqkv - 3];
+  const IrValue *q = n->in[nqkv - 3], *k = n->in[nqkv - 2];
   int r = q->rank;
-  bool ok = !m || (m->rank >= 1 && m->rank <= r - 1 && sym_eq(m->shape[m->rank - 1], q->shape[r - 2]));
+  bool ok = k->rank == r && sym_eq(k->shape[r - 1], q->shape[r - 1]);
+  for (int i = 0; ok && i < r - 2; i++)
+    ok = sym_eq(k->shape[i], q->shape[i]);
+  if (!ok || (ir_attr_i(n, "causal") && !sym_eq(k->shape[r - 2], q->shape[r - 2])))
+    return ir_error(d, n->loc, "%s: q %s and k %s must share their leading dims and head size "
+                    "(and their length when causal)", ir_op_name(n->op), ir_shape_str(g, q),
+                    ir_shape_str(g, k));
+  const Sym *tk = k->shape[r - 2];
+  ok = !m || (m->rank >= 1 && m->rank <= r - 1 && sym_eq(m->shape[m->rank - 1], tk));
   for (int i = 0; m && ok && i < m->rank - 1; i++)
     ok = sym_eq(m->shape[i], q->shape[i]);
   if (!ok)
@@ -456,16 +466,15 @@ static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
                     "dims and its keys, for q %s", ir_op_name(n->op), m->name, ir_shape_str(g, m),
                     ir_shape_str(g, q));
   int from, to;
-  if (b && !ir_attention_bias_fits(b, q, &from, &to))
-    return ir_error(d, n->loc, "%s: the bias '%s' %s must be f32 [.., T, T], its leading dims "
-                    "1 but for one run of q's own, for q %s", ir_op_name(n->op), b->name,
-                    ir_shape_str(g, b), ir_shape_str(g, q));
+  if (b && !ir_attention_bias_fits(b, q, tk, &from, &to))
+    return ir_error(d, n->loc, "%s: the bias '%s' %s must be f32 [.., T, TK], its leading dims "
+                    "1 but for one run of q's own, for q %s and k %s", ir_op_name(n->op), b->name,
+                    ir_shape_str(g, b), ir_shape_str(g, q), ir_shape_str(g, k));
   return 0;
 }
 
 static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_rank(g, n, 0, 2, d) || need_extras(g, n, 3, d) || need_same(g, n, 0, 1, d) ||
-      need_same(g, n, 0, 2, d))
+  if (need_rank(g, n, 0, 2, d) || need_extras(g, n, 3, d) || need_same(g, n, 1, 2, d))
     return -1;
   return same_as(g, n, 0, n->in[0], d);
 }
@@ -475,7 +484,7 @@ static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *keep, *bias;
   if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 4, d) || need_same(g, n, 0, 1, d) ||
-      need_same(g, n, 1, 2, d) || need_same(g, n, 1, 3, d))
+      need_same(g, n, 2, 3, d))
     return -1;
   ir_attention_extras(n, &keep, &bias);
   if (n->nout != 3 && !(bias && n->nout == 4))
@@ -484,11 +493,11 @@ static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   for (int i = 0; i < 3; i++)
     if (same_as(g, n, i, n->in[i + 1], d))
       return -1;
-  if (n->nout == 4) {
+  if (n->nout == 4) { // q's leading dims x [T, TK]
     const IrValue *q = n->in[1];
     const Sym *shape[IR_MAXRANK];
     memcpy(shape, q->shape, (size_t)q->rank * sizeof *shape);
-    shape[q->rank - 1] = q->shape[q->rank - 2];
+    shape[q->rank - 1] = n->in[2]->shape[q->rank - 2];
     return set_out(g, n, 3, DT_F32, q->rank, shape, d);
   }
   return 0;
@@ -1108,19 +1117,21 @@ static const Sym *flops_rmsnorm_bwd(IrGraph *g, const IrNode *n) { return flops_
 static const Sym *flops_softmax(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
 static const Sym *flops_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
 
-// Attention on [..., T, HS]: QK^T and PV are 2*T*T*HS each per head (half
-// under the causal mask); the backward recomputes QK^T and does four more.
-static const Sym *attention_flops(IrGraph *g, const IrNode *n, const IrValue *q, int64_t gemms) {
-  const Sym *t = q->shape[q->rank - 2];
-  const Sym *f = sym_mul(&g->arena, ir_numel(g, q), t);
+// Attention on q [..., T, HS] and TK keys: QK^T and PV are 2*T*TK*HS each
+// per head (half under the causal mask); the backward recomputes QK^T and
+// does four more.
+static const Sym *attention_flops(IrGraph *g, const IrNode *n, const IrValue *q,
+                                  const IrValue *k, int64_t gemms) {
+  const Sym *tk = k->shape[k->rank - 2];
+  const Sym *f = sym_mul(&g->arena, ir_numel(g, q), tk);
   bool causal = ir_attr_i(n, "causal");
   return sym_scale(&g->arena, f, 2 * gemms, causal ? 2 : 1);
 }
 static const Sym *flops_attention(IrGraph *g, const IrNode *n) {
-  return attention_flops(g, n, n->in[0], 2);
+  return attention_flops(g, n, n->in[0], n->in[1], 2);
 }
 static const Sym *flops_attention_bwd(IrGraph *g, const IrNode *n) {
-  return attention_flops(g, n, n->in[1], 5);
+  return attention_flops(g, n, n->in[1], n->in[2], 5);
 }
 static const Sym *flops_embedding(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
 static const Sym *flops_embedding_bwd(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }

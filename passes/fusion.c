@@ -421,7 +421,7 @@ static IrValue *padding_addend(const IrValue *a, const IrValue *scores, int *p) 
 // bias [1, H, T, T], Llama's causal and padding mask [B, 1, T, T]).
 static bool is_bias(const IrValue *b, const IrValue *scores) {
   int from, to;
-  return ir_attention_bias_fits(b, scores, &from, &to);
+  return ir_attention_bias_fits(b, scores, scores->shape[scores->rank - 1], &from, &to);
 }
 
 // What a softmax's input adds to the scaled scores.
@@ -493,8 +493,12 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
     c *= ir_attr_f(qs, "s");
     q = qs->in[0];
   }
-  if (!ir_same_shape(q, k) || !ir_same_shape(q, v))
+  int r = q->rank;
+  if (!ir_same_shape(k, v) || k->rank != r || !sym_eq(q->shape[r - 1], k->shape[r - 1]))
     return false;
+  for (int i = 0; i < r - 2; i++)  // the same heads; T and TK may differ (cross-attention)
+    if (!sym_eq(q->shape[i], k->shape[i]))
+      return false;
   int64_t hs;
   if (sym_eval(q->shape[q->rank - 1], &F->g->syms, &hs) || hs <= 0)
     return false;

@@ -1059,8 +1059,8 @@ static void att_rows_out(float *out, long mr, long hs, const float *a, const flo
                min_l(GEMM_NR, hs - c));
 }
 
-// One head's optional operands: its row of the key-padding mask (t) and its
-// bias (t x t), each NULL when absent.
+// One head's optional operands: its row of the key-padding mask (tk keys)
+// and its bias (tq queries x tk), each NULL when absent.
 typedef struct att_extras {
   const int *keep;
   const float *bias;
@@ -1070,8 +1070,8 @@ typedef struct att_extras {
 // key-padding mask the masked keys get -inf, and a window that keeps none
 // attends to all its keys alike (scores 0), as an additive mask of the lowest
 // float does.
-static void att_scale_row(float *s, long i, long t, long len, float scale, att_extras x) {
-  const float *b = x.bias ? x.bias + i * t : NULL;
+static void att_scale_row(float *s, long i, long tk, long len, float scale, att_extras x) {
+  const float *b = x.bias ? x.bias + i * tk : NULL;
   long kept = 0;
   for (long j = 0; j < len; j++) s[j] = s[j] * scale + (b ? b[j] : 0.0f);
   if (!x.keep) return;
@@ -1081,10 +1081,10 @@ static void att_scale_row(float *s, long i, long t, long len, float scale, att_e
 
 // Row r of a row block starting at query i0: softmax of scale * s over the
 // keys it sees (j <= i0 + r when causal, and kept), zeros up to jn.
-static void att_softmax_row(float *s, long i, long t, long jn, int causal, float scale,
+static void att_softmax_row(float *s, long i, long tk, long jn, int causal, float scale,
                             att_extras x) {
-  long len = causal ? i + 1 : t;
-  att_scale_row(s, i, t, len, scale, x);
+  long len = causal ? i + 1 : tk;
+  att_scale_row(s, i, tk, len, scale, x);
   float maxv = max_lanes(s, len);
   for (long j = 0; j < len; j++) s[j] = exp_fast(s[j] - maxv);
   float inv = 1.0f / sum_lanes(s, len);
@@ -1094,44 +1094,44 @@ static void att_softmax_row(float *s, long i, long t, long jn, int causal, float
 
 // p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
 // of one row of scores (the row form); returns their sum.
-static float attention_row(float *p, const float *qi, const float *kh, long i, long t,
+static float attention_row(float *p, const float *qi, const float *kh, long i, long tk,
                            long jn, long hs, float scale, att_extras x) {
   for (long j = 0; j < jn; j++) p[j] = dot_lanes(qi, kh + j * hs, hs);
-  att_scale_row(p, i, t, jn, scale, x);
+  att_scale_row(p, i, tk, jn, scale, x);
   float maxv = max_lanes(p, jn);
   for (long j = 0; j < jn; j++) p[j] = exp_fast(p[j] - maxv);
   return sum_lanes(p, jn);
 }
 
-// One head, block form: oh = softmax(qh kh^T scale) vh.
+// One head, block form: oh = softmax(qh kh^T scale) vh, tq queries and tk keys.
 static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
-                                 const float *vh, att_extras x, long t, long hs, int causal,
-                                 float scale, const att_layout *L) {
-  long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
+                                 const float *vh, att_extras x, long tq, long tk, long hs,
+                                 int causal, float scale, const att_layout *L) {
+  long tp = ceil_div(tk, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
   float *kp = sc + L->kp, *vp = sc + L->vp, *st = sc + L->st, *pa = sc + L->pa, *qa = sc + L->qa;
-  att_pack_rows_t(kp, kh, t, hs);
-  att_pack_cols(vp, vh, t, hs);
-  for (long i0 = 0; i0 < t; i0 += GEMM_MR) {
-    long mr = min_l(GEMM_MR, t - i0), jn = causal ? i0 + mr : t;
+  att_pack_rows_t(kp, kh, tk, hs);
+  att_pack_cols(vp, vh, tk, hs);
+  for (long i0 = 0; i0 < tq; i0 += GEMM_MR) {
+    long mr = min_l(GEMM_MR, tq - i0), jn = causal ? i0 + mr : tk;
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);  // S = Q_blk K^T
     for (long r = 0; r < mr; r++)
-      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, x);
+      att_softmax_row(st + r * tp, i0 + r, tk, jn, causal, scale, x);
     gemm_pack_a_block(pa, st, tp, 0, mr, jn);
-    att_rows_out(oh + i0 * hs, mr, hs, pa, vp, jn, t, 0);  // O_blk = P V
+    att_rows_out(oh + i0 * hs, mr, hs, pa, vp, jn, tk, 0);  // O_blk = P V
   }
 }
 
 // One head, row form.
 static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
-                               const float *vh, att_extras x, long t, long hs, int causal,
-                               float scale) {
-  float p[t];
-  for (long i = 0; i < t; i++) {
+                               const float *vh, att_extras x, long tq, long tk, long hs,
+                               int causal, float scale) {
+  float p[tk];
+  for (long i = 0; i < tq; i++) {
     float *restrict oi = oh + i * hs;
-    long jn = causal ? i + 1 : t;
-    float inv = 1.0f / attention_row(p, qh + i * hs, kh, i, t, jn, hs, scale, x);
+    long jn = causal ? i + 1 : tk;
+    float inv = 1.0f / attention_row(p, qh + i * hs, kh, i, tk, jn, hs, scale, x);
     for (long d = 0; d < hs; d++) oi[d] = 0.0f;
     for (long j = 0; j < jn; j++) {
       const float *restrict vj = vh + j * hs;
@@ -1141,71 +1141,71 @@ static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
   }
 }
 
-static att_extras att_head(const int *keep, const float *bias, long h, long t, long heads,
-                           long bdiv, long bmod) {
-  return (att_extras){keep ? keep + h / heads * t : NULL,
-                      bias ? bias + h / bdiv % bmod * t * t : NULL};
+static att_extras att_head(const int *keep, const float *bias, long h, long tq, long tk,
+                           long heads, long bdiv, long bmod) {
+  return (att_extras){keep ? keep + h / heads * tk : NULL,
+                      bias ? bias + h / bdiv % bmod * tq * tk : NULL};
 }
 
 // out = softmax(q k^T / sqrt(hs) + bias) v per head; threads share the heads
 void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
-                      const int *keep, const float *bias, long bh, long t, long hs, long heads,
-                      long bdiv, long bmod, int causal) {
-  if (bh <= 0 || t <= 0 || hs <= 0) return;
+                      const int *keep, const float *bias, long bh, long tq, long tk, long hs,
+                      long heads, long bdiv, long bmod, int causal) {
+  if (bh <= 0 || tq <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  att_layout L = att_plan(t, hs, 0);
+  att_layout L = att_plan(tk, hs, 0);
   int blocks = L.total <= ATT_SCRATCH;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
-    long o = h * t * hs;
-    att_extras x = att_head(keep, bias, h, t, heads, bdiv, bmod);
+    long oq = h * tq * hs, ok = h * tk * hs;
+    att_extras x = att_head(keep, bias, h, tq, tk, heads, bdiv, bmod);
     if (blocks)
-      attention_fwd_blocks(out + o, q + o, k + o, v + o, x, t, hs, causal, scale, &L);
+      attention_fwd_blocks(out + oq, q + oq, k + ok, v + ok, x, tq, tk, hs, causal, scale, &L);
     else
-      attention_fwd_rows(out + o, q + o, k + o, v + o, x, t, hs, causal, scale);
+      attention_fwd_rows(out + oq, q + oq, k + ok, v + ok, x, tq, tk, hs, causal, scale);
   }
 }
 
-// The gradient of row i's scores (after the scale) into dsh (t x t) when
+// The gradient of row i's scores (after the scale) into dsh (rows of tk) when
 // there: g[0, jn), then zeros.
-static void att_store_ds(float *dsh, long i, long t, const float *g, long jn) {
+static void att_store_ds(float *dsh, long i, long tk, const float *g, long jn) {
   if (!dsh) return;
-  memcpy(dsh + i * t, g, (size_t)jn * sizeof *g);
-  memset(dsh + i * t + jn, 0, (size_t)(t - jn) * sizeof *g);
+  memcpy(dsh + i * tk, g, (size_t)jn * sizeof *g);
+  memset(dsh + i * tk + jn, 0, (size_t)(tk - jn) * sizeof *g);
 }
 
 // One head, block form, dqh and dsh overwritten; dkh and dvh zeroed by the caller.
 static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, float *dsh,
                                  const float *doh, const float *qh, const float *kh,
-                                 const float *vh, att_extras x, long t, long hs, int causal,
-                                 float scale, const att_layout *L) {
-  long tp = ceil_div(t, GEMM_NR) * GEMM_NR;
+                                 const float *vh, att_extras x, long tq, long tk, long hs,
+                                 int causal, float scale, const att_layout *L) {
+  long tp = ceil_div(tk, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
   float *kp = sc + L->kp, *vtp = sc + L->vtp, *kb = sc + L->kb, *st = sc + L->st;
   float *dst = sc + L->dst, *pa = sc + L->pa, *qa = sc + L->qa, *doa = sc + L->doa;
   float *ta = sc + L->ta, *qb = sc + L->qb, *dob = sc + L->dob;
-  att_pack_rows_t(kp, kh, t, hs);
-  att_pack_rows_t(vtp, vh, t, hs);
-  att_pack_cols(kb, kh, t, hs);
-  for (long i0 = 0; i0 < t; i0 += GEMM_MR) {
-    long mr = min_l(GEMM_MR, t - i0), jn = causal ? i0 + mr : t;
+  att_pack_rows_t(kp, kh, tk, hs);
+  att_pack_rows_t(vtp, vh, tk, hs);
+  att_pack_cols(kb, kh, tk, hs);
+  for (long i0 = 0; i0 < tq; i0 += GEMM_MR) {
+    long mr = min_l(GEMM_MR, tq - i0), jn = causal ? i0 + mr : tk;
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     gemm_pack_a_block(doa, doh + i0 * hs, hs, 0, mr, hs);
     att_pack_cols(qb, qh + i0 * hs, mr, hs);  // Q_blk, dO_blk as B operands (mr deep)
     att_pack_cols(dob, doh + i0 * hs, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);    // S = Q_blk K^T, then P
     for (long r = 0; r < mr; r++)
-      att_softmax_row(st + r * tp, i0 + r, t, jn, causal, scale, x);
+      att_softmax_row(st + r * tp, i0 + r, tk, jn, causal, scale, x);
     att_tile(dst, tp, doa, vtp, hs, jn);  // dP = dO_blk V^T, then dS
     for (long r = 0; r < mr; r++) {
       float *pr = st + r * tp, *dr = dst + r * tp;
       float pdp = dot_lanes(pr, dr, jn);
       for (long j = 0; j < jn; j++) dr[j] = pr[j] * (dr[j] - pdp);
-      att_store_ds(dsh, i0 + r, t, dr, jn);
+      att_store_ds(dsh, i0 + r, tk, dr, jn);
       for (long j = 0; j < jn; j++) dr[j] *= scale;
     }
     gemm_pack_a_block(pa, dst, tp, 0, mr, jn);
-    att_rows_out(dqh + i0 * hs, mr, hs, pa, kb, jn, t, 0);  // dQ_blk = dS K
+    att_rows_out(dqh + i0 * hs, mr, hs, pa, kb, jn, tk, 0);  // dQ_blk = dS K
     // dK[0, jn) += dS^T Q_blk and dV[0, jn) += P^T dO_blk, GEMM_MR keys at a time
     gemm_pack_a_block(ta, dst, tp, 1, jn, mr);
     for (long j = 0; j < jn; j += GEMM_MR)
@@ -1221,14 +1221,14 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, float *dsh,
 // One head, row form, dqh, dkh, dvh zeroed by the caller, dsh overwritten.
 static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
                                const float *doh, const float *qh, const float *kh,
-                               const float *vh, att_extras x, long t, long hs, int causal,
-                               float scale) {
-  float p[t], dp[t];
-  for (long i = 0; i < t; i++) {
+                               const float *vh, att_extras x, long tq, long tk, long hs,
+                               int causal, float scale) {
+  float p[tk], dp[tk];
+  for (long i = 0; i < tq; i++) {
     const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
     float *restrict dqi = dqh + i * hs;
-    long jn = causal ? i + 1 : t;
-    float inv = 1.0f / attention_row(p, qi, kh, i, t, jn, hs, scale, x);
+    long jn = causal ? i + 1 : tk;
+    float inv = 1.0f / attention_row(p, qi, kh, i, tk, jn, hs, scale, x);
     // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
     for (long j = 0; j < jn; j++) {
       float *restrict dvj = dvh + j * hs;
@@ -1239,7 +1239,7 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
     float pdp = dot_lanes(p, dp, jn);
     // ds_ij = p_ij (dp_ij - sum_j p_ij dp_ij); dq_i, dk_j through the scores
     for (long j = 0; j < jn; j++) dp[j] = p[j] * (dp[j] - pdp);
-    att_store_ds(dsh, i, t, dp, jn);
+    att_store_ds(dsh, i, tk, dp, jn);
     for (long j = 0; j < jn; j++) {
       const float *restrict kj = kh + j * hs;
       float *restrict dkj = dkh + j * hs;
@@ -1256,26 +1256,26 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
 // over the rows i of a head, so one thread owns each head.
 void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
                       const float *q, const float *k, const float *v, const int *keep,
-                      const float *bias, long bh, long t, long hs, long heads, long bdiv,
-                      long bmod, int causal) {
-  if (bh <= 0 || t <= 0 || hs <= 0) return;
+                      const float *bias, long bh, long tq, long tk, long hs, long heads,
+                      long bdiv, long bmod, int causal) {
+  if (bh <= 0 || tq <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  att_layout L = att_plan(t, hs, 1);
+  att_layout L = att_plan(tk, hs, 1);
   int blocks = L.total <= ATT_SCRATCH;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long h = 0; h < bh; h++) {
-    long o = h * t * hs;
-    memset(dq + o, 0, (size_t)(t * hs) * sizeof(float));
-    memset(dk + o, 0, (size_t)(t * hs) * sizeof(float));
-    memset(dv + o, 0, (size_t)(t * hs) * sizeof(float));
-    att_extras x = att_head(keep, bias, h, t, heads, bdiv, bmod);
-    float *dsh = dscores ? dscores + h * t * t : NULL;
+    long oq = h * tq * hs, ok = h * tk * hs;
+    memset(dq + oq, 0, (size_t)(tq * hs) * sizeof(float));
+    memset(dk + ok, 0, (size_t)(tk * hs) * sizeof(float));
+    memset(dv + ok, 0, (size_t)(tk * hs) * sizeof(float));
+    att_extras x = att_head(keep, bias, h, tq, tk, heads, bdiv, bmod);
+    float *dsh = dscores ? dscores + h * tq * tk : NULL;
     if (blocks)
-      attention_bwd_blocks(dq + o, dk + o, dv + o, dsh, dout + o, q + o, k + o, v + o, x, t,
-                           hs, causal, scale, &L);
+      attention_bwd_blocks(dq + oq, dk + ok, dv + ok, dsh, dout + oq, q + oq, k + ok, v + ok, x,
+                           tq, tk, hs, causal, scale, &L);
     else
-      attention_bwd_rows(dq + o, dk + o, dv + o, dsh, dout + o, q + o, k + o, v + o, x, t, hs,
-                         causal, scale);
+      attention_bwd_rows(dq + oq, dk + ok, dv + ok, dsh, dout + oq, q + oq, k + ok, v + ok, x, tq,
+                         tk, hs, causal, scale);
   }
 }
 

@@ -549,8 +549,9 @@ __device__ inline float att_keep(float s, const int *keep, long j, bool none) {
   return !keep ? s : none ? 0.0f : keep[j] ? s : -INFINITY;
 }
 
-// One query row's optional operands: its key-padding mask row (t), whether
-// its window keeps no key, and its bias row (t); keep and bias NULL when absent.
+// One query row's optional operands: its key-padding mask row (tk keys),
+// whether its window keeps no key, and its bias row (tk); keep and bias NULL
+// when absent.
 struct att_row {
   const int *keep;
   bool none;
@@ -563,12 +564,12 @@ __device__ inline float att_score(float s, att_row x, long j) {
 }
 
 // Query i's row of head h's extras; the mask's first kept key is computed by the whole block.
-__device__ att_row att_row_of(const int *keep, const float *bias, long h, long i, long t,
-                              long heads, long bdiv, long bmod, int causal) {
+__device__ att_row att_row_of(const int *keep, const float *bias, long h, long i, long tq,
+                              long tk, long heads, long bdiv, long bmod, int causal) {
   att_row x;
-  x.keep = keep ? keep + h / heads * t : NULL;
-  x.none = att_first_kept(x.keep, t) >= (causal ? i + 1 : t);
-  x.bias = bias ? bias + (h / bdiv % bmod * t + i) * t : NULL;
+  x.keep = keep ? keep + h / heads * tk : NULL;
+  x.none = att_first_kept(x.keep, tk) >= (causal ? i + 1 : tk);
+  x.bias = bias ? bias + (h / bdiv % bmod * tq + i) * tk : NULL;
   return x;
 }
 
@@ -616,16 +617,16 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
 
 // out row = softmax(q_i k^T scale + bias) v; shared: acc (hs), pt (ATT_TILE)
 __global__ void attention_fwd_kernel(float *out, const float *q, const float *k, const float *v,
-                                     const int *keep, const float *bias, long bh, long t,
-                                     long hs, long heads, long bdiv, long bmod, int causal,
-                                     float scale) {
+                                     const int *keep, const float *bias, long bh, long tq,
+                                     long tk, long hs, long heads, long bdiv, long bmod,
+                                     int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs;
-  for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
-    long h = row / t, i = row - h * t;
-    const float *kh = k + h * t * hs, *vh = v + h * t * hs;
-    att_row x = att_row_of(keep, bias, h, i, t, heads, bdiv, bmod, causal);
-    long jn = causal ? i + 1 : t;
+  for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
+    long h = row / tq, i = row - h * tq;
+    const float *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    att_row x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
+    long jn = causal ? i + 1 : tk;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
     float m, l;
     att_online(&m, &l, acc, pt, q + row * hs, kh, vh, x, jn, hs, scale);
@@ -643,16 +644,16 @@ __global__ void attention_fwd_kernel(float *out, const float *q, const float *k,
 __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
                                         const float *dout, const float *q, const float *k,
                                         const float *v, const int *keep, const float *bias,
-                                        long bh, long t, long hs, long heads, long bdiv,
-                                        long bmod, int causal, float scale) {
+                                        long bh, long tq, long tk, long hs, long heads,
+                                        long bdiv, long bmod, int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
-  for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
-    long h = row / t, i = row - h * t;
-    const float *kh = k + h * t * hs, *vh = v + h * t * hs;
+  for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
+    long h = row / tq, i = row - h * tq;
+    const float *kh = k + h * tk * hs, *vh = v + h * tk * hs;
     const float *qi = q + row * hs, *doi = dout + row * hs;
-    att_row x = att_row_of(keep, bias, h, i, t, heads, bdiv, bmod, causal);
-    long jn = causal ? i + 1 : t;
+    att_row x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
+    long jn = causal ? i + 1 : tk;
     float m, l;
     att_online(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
     float inv = 1.0f / l;
@@ -678,7 +679,7 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
         float p = expf(att_score(pt[jj], x, j0 + jj) - m) * inv;
         float g = p * (dpt[jj] - D);
-        if (dscores) dscores[row * t + j0 + jj] = g;
+        if (dscores) dscores[row * tk + j0 + jj] = g;
         pt[jj] = scale * g;  // ds
       }
       __syncthreads();
@@ -691,7 +692,7 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
     }
     for (long d = threadIdx.x; d < hs; d += blockDim.x) dq[row * hs + d] = acc[d];
     if (dscores)
-      for (long j = jn + threadIdx.x; j < t; j += blockDim.x) dscores[row * t + j] = 0.0f;
+      for (long j = jn + threadIdx.x; j < tk; j += blockDim.x) dscores[row * tk + j] = 0.0f;
     if (threadIdx.x == 0) {
       stats[3 * row] = m;
       stats[3 * row + 1] = inv;
@@ -706,26 +707,26 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
 __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *stats,
                                           const float *dout, const float *q, const float *k,
                                           const float *v, const int *keep, const float *bias,
-                                          long bh, long t, long hs, long heads, long bdiv,
-                                          long bmod, int causal, float scale) {
+                                          long bh, long tq, long tk, long hs, long heads,
+                                          long bdiv, long bmod, int causal, float scale) {
   extern __shared__ float smem[];
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-  for (long row = blockIdx.x; row < bh * t; row += gridDim.x) {
-    long h = row / t, j = row - h * t;
-    const float *qh = q + h * t * hs, *doh = dout + h * t * hs;
+  for (long row = blockIdx.x; row < bh * tk; row += gridDim.x) {
+    long h = row / tk, j = row - h * tk;
+    const float *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
     const float *kj = k + row * hs, *vj = v + row * hs;
-    const float *sh = stats + 3 * h * t;
-    const int *keeph = keep ? keep + h / heads * t : NULL;
-    const float *biash = bias ? bias + h / bdiv % bmod * t * t : NULL;
-    long first = att_first_kept(keeph, t);  // query i's window keeps none when i < first
+    const float *sh = stats + 3 * h * tq;
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    const float *biash = bias ? bias + h / bdiv % bmod * tq * tk : NULL;
+    long first = att_first_kept(keeph, tk);  // query i's window keeps none when i < first
     for (long d = threadIdx.x; d < hs; d += blockDim.x) {
       acck[d] = 0.0f;
       accv[d] = 0.0f;
     }
     long i0 = causal ? j : 0;
-    for (long ib = i0; ib < t; ib += ATT_TILE) {
-      long it = t - ib < ATT_TILE ? t - ib : ATT_TILE;
+    for (long ib = i0; ib < tq; ib += ATT_TILE) {
+      long it = tq - ib < ATT_TILE ? tq - ib : ATT_TILE;
       for (long ii = warp; ii < it; ii += nwarps) {
         long i = ib + ii;
         const float *qi = qh + i * hs, *doi = doh + i * hs;
@@ -737,7 +738,7 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
         s = warp_sum(s);
         dp = warp_sum(dp);
         if (lane == 0) {
-          att_row x = {keeph, first >= (causal ? i + 1 : t), biash ? biash + i * t : NULL};
+          att_row x = {keeph, first >= (causal ? i + 1 : tk), biash ? biash + i * tk : NULL};
           float p = expf(att_score(scale * s, x, j) - sh[3 * i]) * sh[3 * i + 1];
           pt[ii] = p;
           dst[ii] = scale * p * (dp - sh[3 * i + 2]);
@@ -1458,30 +1459,31 @@ static size_t att_smem(const void *kernel, long floats) {
 }
 
 void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
-                      const int *keep, const float *bias, long bh, long t, long hs, long heads,
-                      long bdiv, long bmod, int causal) {
-  if (bh <= 0 || t <= 0 || hs <= 0) return;
+                      const int *keep, const float *bias, long bh, long t, long tk, long hs,
+                      long heads, long bdiv, long bmod, int causal) {
+  if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   size_t smem = att_smem((const void *)attention_fwd_kernel, hs + ATT_TILE);
   attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      out, q, k, v, keep, bias, bh, t, hs, heads, bdiv, bmod, causal, scale);
+      out, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 
 void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
                       const float *q, const float *k, const float *v, const int *keep,
-                      const float *bias, long bh, long t, long hs, long heads, long bdiv,
-                      long bmod, int causal) {
-  if (bh <= 0 || t <= 0 || hs <= 0) return;
+                      const float *bias, long bh, long t, long tk, long hs, long heads,
+                      long bdiv, long bmod, int causal) {
+  if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
   attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, bdiv, bmod, causal, scale);
+      dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
+      scale);
   LAUNCHED();
   smem = att_smem((const void *)attention_bwd_dkdv_kernel, 2 * hs + 2 * ATT_TILE);
-  attention_bwd_dkdv_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dk, dv, stats, dout, q, k, v, keep, bias, bh, t, hs, heads, bdiv, bmod, causal, scale);
+  attention_bwd_dkdv_kernel<<<grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream>>>(
+      dk, dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 

@@ -813,152 +813,169 @@ static void test_softmax(long n, long c) {
   free(x); free(dy); free(y); free(dx); free(ry); free(rdx); free(yf);
 }
 
-// The additive mask of key j of head h, as Hugging Face writes a padding mask:
-// the lowest float where keep drops the key (a window that keeps none is left
-// with equal scores, the lowest float swamping them), 0 elsewhere.
-static double ref_keep(const int *keep, long heads, long h, long t, long j) {
-  return keep && !keep[h / heads * t + j] ? -FLT_MAX : 0.0;
+// The additive mask of key j of head h (tk keys), as Hugging Face writes a
+// padding mask: the lowest float where keep drops the key (a window that
+// keeps none is left with equal scores, the lowest float swamping them), 0
+// elsewhere.
+static double ref_keep(const int *keep, long heads, long h, long tk, long j) {
+  return keep && !keep[h / heads * tk + j] ? -FLT_MAX : 0.0;
 }
 
-// An attention case's optional operands: a key-padding mask (heads per row)
-// and a bias (bmod, t, t), head h's bias[h / bdiv % bmod], each NULL when absent.
+// An attention case: bh heads of t queries and tk keys (0: t) of size hs;
+// with heads > 0 a key-padding mask of bh / heads rows, with nb > 0 a bias
+// of nb (t, tk) tables, head h's the table h / bdiv % nb (bdiv 0: 1); fd:
+// the reference's gradients against finite differences too.
+typedef struct att_case {
+  long bh, t, tk, hs;
+  int causal;
+  long heads, nb, bdiv;
+  int fd;
+} att_case;
+
+// A case's optional operands in double, as the reference reads them.
 typedef struct att_opt {
   const int *keep;
-  long heads;
   const double *bias;
-  long bdiv, bmod;
 } att_opt;
 
 // The score of query i and key j of head h past the scaled dot product: the
 // bias and the padding mask.
-static double ref_extra(att_opt o, long h, long i, long j, long t) {
-  long b = h / o.bdiv % o.bmod;
-  return ref_keep(o.keep, o.heads, h, t, j) + (o.bias ? o.bias[(b * t + i) * t + j] : 0.0);
+static double ref_extra(const att_case *c, att_opt o, long h, long i, long j) {
+  long b = h / c->bdiv % (c->nb ? c->nb : 1);
+  return ref_keep(o.keep, c->heads ? c->heads : c->bh, h, c->tk, j) +
+         (o.bias ? o.bias[(b * c->t + i) * c->tk + j] : 0.0);
 }
 
 // out (bh, t, hs) = softmax(q k^T / sqrt(hs) + bias + padding mask, causal) v
 static void ref_attention_fwd(double *out, const double *q, const double *k, const double *v,
-                              att_opt o, long bh, long t, long hs, int causal) {
-  double *p = dbuf(t);
+                              const att_case *c, att_opt o) {
+  long t = c->t, tk = c->tk, hs = c->hs;
+  double *p = dbuf(tk);
   double scale = 1.0 / sqrt((double)hs);
-  for (long h = 0; h < bh; h++)
+  for (long h = 0; h < c->bh; h++)
     for (long i = 0; i < t; i++) {
       const double *qi = q + (h * t + i) * hs;
-      long jn = causal ? i + 1 : t;
+      long jn = c->causal ? i + 1 : tk;
       double maxv = -INFINITY, sum = 0;
       for (long j = 0; j < jn; j++) {
-        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_extra(o, h, i, j, t);
+        p[j] = scale * dot_d(qi, k + (h * tk + j) * hs, hs) + ref_extra(c, o, h, i, j);
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
       for (long d = 0; d < hs; d++) {
         double s = 0;
-        for (long j = 0; j < jn; j++) s += p[j] / sum * v[(h * t + j) * hs + d];
+        for (long j = 0; j < jn; j++) s += p[j] / sum * v[(h * tk + j) * hs + d];
         out[(h * t + i) * hs + d] = s;
       }
     }
   free(p);
 }
 
-// ... and its gradients; ds (bh, t, t): the scores' after the scale
+// ... and its gradients; ds (bh, t, tk): the scores' after the scale
 static void ref_attention_bwd(double *dq, double *dk, double *dv, double *ds_all,
                               const double *dout, const double *q, const double *k,
-                              const double *v, att_opt o, long bh, long t, long hs, int causal) {
-  double *p = dbuf(t), *dp = dbuf(t);
+                              const double *v, const att_case *c, att_opt o) {
+  long t = c->t, tk = c->tk, hs = c->hs, bh = c->bh;
+  double *p = dbuf(tk), *dp = dbuf(tk);
   double scale = 1.0 / sqrt((double)hs);
-  for (long i = 0; i < bh * t * hs; i++) dq[i] = dk[i] = dv[i] = 0;
-  for (long i = 0; i < bh * t * t; i++) ds_all[i] = 0;
+  for (long i = 0; i < bh * t * hs; i++) dq[i] = 0;
+  for (long i = 0; i < bh * tk * hs; i++) dk[i] = dv[i] = 0;
+  for (long i = 0; i < bh * t * tk; i++) ds_all[i] = 0;
   for (long h = 0; h < bh; h++)
     for (long i = 0; i < t; i++) {
       const double *qi = q + (h * t + i) * hs, *doi = dout + (h * t + i) * hs;
-      long jn = causal ? i + 1 : t;
+      long jn = c->causal ? i + 1 : tk;
       double maxv = -INFINITY, sum = 0, pdp = 0;
       for (long j = 0; j < jn; j++) {
-        p[j] = scale * dot_d(qi, k + (h * t + j) * hs, hs) + ref_extra(o, h, i, j, t);
+        p[j] = scale * dot_d(qi, k + (h * tk + j) * hs, hs) + ref_extra(c, o, h, i, j);
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
       for (long j = 0; j < jn; j++) {
         p[j] /= sum;
-        dp[j] = dot_d(doi, v + (h * t + j) * hs, hs);
+        dp[j] = dot_d(doi, v + (h * tk + j) * hs, hs);
         pdp += p[j] * dp[j];
-        for (long d = 0; d < hs; d++) dv[(h * t + j) * hs + d] += p[j] * doi[d];
+        for (long d = 0; d < hs; d++) dv[(h * tk + j) * hs + d] += p[j] * doi[d];
       }
       for (long j = 0; j < jn; j++) {
         double ds = p[j] * (dp[j] - pdp);
-        ds_all[(h * t + i) * t + j] = ds;
+        ds_all[(h * t + i) * tk + j] = ds;
         for (long d = 0; d < hs; d++) {
-          dq[(h * t + i) * hs + d] += scale * ds * k[(h * t + j) * hs + d];
-          dk[(h * t + j) * hs + d] += scale * ds * qi[d];
+          dq[(h * t + i) * hs + d] += scale * ds * k[(h * tk + j) * hs + d];
+          dk[(h * tk + j) * hs + d] += scale * ds * qi[d];
         }
       }
     }
   free(p); free(dp);
 }
 
-// A key-padding mask of rows x t: row 0 keeps every key, row 1 none, the
+// A key-padding mask of rows x tk: row 0 keeps every key, row 1 none, the
 // others a scattered pattern (each window of a causal mask before the first
 // kept key keeps none). With `every`, each window keeps a key (key 0).
-static int *padding_mask(long rows, long t, int every) {
-  int *m = malloc((size_t)(rows * t) * sizeof *m);
+static int *padding_mask(long rows, long tk, int every) {
+  int *m = malloc((size_t)(rows * tk) * sizeof *m);
   for (long r = 0; r < rows; r++)
-    for (long j = 0; j < t; j++)
-      m[r * t + j] = r == 0 || (every && j == 0) ? 1 : r == 1 ? 0 : (j * 7 + r * 3) % 5 > 1;
+    for (long j = 0; j < tk; j++)
+      m[r * tk + j] = r == 0 || (every && j == 0) ? 1 : r == 1 ? 0 : (j * 7 + r * 3) % 5 > 1;
   return m;
 }
 
-// heads > 0: with a key-padding mask of bh / heads rows; nb > 0: with a bias
-// of nb heads, head h's h / bdiv % nb. A window whose keys are all masked attends to them alike, and
-// its gradient is PyTorch's (the softmax's at equal scores, as if the mask's
-// lowest float did not swamp them), not the flat function's 0, so the finite
-// differences (fd) run on masks that leave every window a key.
-static void test_attention(long bh, long t, long hs, int causal, long heads, long nb, long bdiv,
-                           int fd) {
-  long n = bh * t * hs, nd = bh * t * t;
-  float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dout = frand(n, -1, 1);
-  float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(n, -1, 1), *dv = frand(n, -1, 1);
-  float *bias = nb ? frand(nb * t * t, -2, 2) : NULL, *ds = nb ? frand(nd, -1, 1) : NULL;
-  double *qd = to_d(q, n), *kd = to_d(k, n), *vd = to_d(v, n), *dod = to_d(dout, n);
-  double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(n), *rdv = dbuf(n), *rds = dbuf(nd);
-  double *biasd = nb ? to_d(bias, nb * t * t) : NULL;
-  int *keep = heads ? padding_mask(bh / heads, t, fd) : NULL;
-  att_opt o = {keep, heads ? heads : bh, biasd, bdiv, nb ? nb : 1};
-  ref_attention_fwd(rout, qd, kd, vd, o, bh, t, hs, causal);
-  ref_attention_bwd(rdq, rdk, rdv, rds, dod, qd, kd, vd, o, bh, t, hs, causal);
-  char cs[64], name[160];
-  snprintf(cs, sizeof cs, "%s%s%s", causal ? "causal" : "non-causal", keep ? ", padded" : "",
-           nb ? ", bias" : "");
-  rt_attention_fwd(out, q, k, v, keep, bias, bh, t, hs, o.heads, o.bdiv, o.bmod, causal);
-  snprintf(name, sizeof name, "attention_fwd bh %ld t %ld hs %ld %s", bh, t, hs, cs);
+// The kernels against the reference. A window whose keys are all masked
+// attends to them alike, and its gradient is PyTorch's (the softmax's at
+// equal scores, as if the mask's lowest float did not swamp them), not the
+// flat function's 0, so the finite differences run on masks that leave every
+// window a key.
+static void test_attention(att_case c) {
+  c.tk = c.tk ? c.tk : c.t;
+  c.bdiv = c.bdiv ? c.bdiv : 1;
+  long bh = c.bh, t = c.t, tk = c.tk, hs = c.hs, nb = c.nb;
+  long n = bh * t * hs, nk = bh * tk * hs, nd = bh * t * tk, nbias = nb * t * tk;
+  float *q = frand(n, -2, 2), *k = frand(nk, -2, 2), *v = frand(nk, -1, 1), *dout = frand(n, -1, 1);
+  float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(nk, -1, 1), *dv = frand(nk, -1, 1);
+  float *bias = nb ? frand(nbias, -2, 2) : NULL, *ds = nb ? frand(nd, -1, 1) : NULL;
+  double *qd = to_d(q, n), *kd = to_d(k, nk), *vd = to_d(v, nk), *dod = to_d(dout, n);
+  double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(nk), *rdv = dbuf(nk), *rds = dbuf(nd);
+  double *biasd = nb ? to_d(bias, nbias) : NULL;
+  int *keep = c.heads ? padding_mask(bh / c.heads, tk, c.fd) : NULL;
+  att_opt o = {keep, biasd};
+  ref_attention_fwd(rout, qd, kd, vd, &c, o);
+  ref_attention_bwd(rdq, rdk, rdv, rds, dod, qd, kd, vd, &c, o);
+  char cs[96], name[192];
+  snprintf(cs, sizeof cs, "bh %ld t %ld tk %ld hs %ld %s%s%s", bh, t, tk, hs,
+           c.causal ? "causal" : "non-causal", keep ? ", padded" : "", nb ? ", bias" : "");
+  long heads = c.heads ? c.heads : bh, bmod = nb ? nb : 1;
+  rt_attention_fwd(out, q, k, v, keep, bias, bh, t, tk, hs, heads, c.bdiv, bmod, c.causal);
+  snprintf(name, sizeof name, "attention_fwd %s", cs);
   check(name, out, rout, n);
-  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, keep, bias, bh, t, hs, o.heads, o.bdiv, o.bmod,
-                   causal);
+  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, c.bdiv, bmod,
+                   c.causal);
   const char *what[4] = {"dq", "dk", "dv", "dscores"};
   float *got[4] = {dq, dk, dv, ds};
   double *want[4] = {rdq, rdk, rdv, rds};
+  long sizes[4] = {n, nk, nk, nbias};
   for (int w = 0; w < (nb ? 4 : 3); w++) {
-    snprintf(name, sizeof name, "attention_bwd %s bh %ld t %ld hs %ld %s", what[w], bh, t, hs, cs);
-    check(name, got[w], want[w], w < 3 ? n : nd);
+    snprintf(name, sizeof name, "attention_bwd %s %s", what[w], cs);
+    check(name, got[w], want[w], w < 3 ? sizes[w] : nd);
   }
-  if (fd) { // the reference's gradients against its forward: q, k, v and the bias
+  if (c.fd) { // the reference's gradients against its forward: q, k, v and the bias
     double *tmp = dbuf(n), *arr[4] = {qd, kd, vd, biasd};
-    long sizes[4] = {n, n, n, nb * t * t};
     double h = 1e-6;
     for (int w = 0; w < (nb ? 4 : 3); w++) {
       double *fds = dbuf(sizes[w]), *a = arr[w];
       for (long i = 0; i < sizes[w]; i++) {
-        double s = a[i];
-        a[i] = s + h; ref_attention_fwd(tmp, qd, kd, vd, o, bh, t, hs, causal);
+        double s0 = a[i];
+        a[i] = s0 + h; ref_attention_fwd(tmp, qd, kd, vd, &c, o);
         double lp = dot_d(tmp, dod, n);
-        a[i] = s - h; ref_attention_fwd(tmp, qd, kd, vd, o, bh, t, hs, causal);
+        a[i] = s0 - h; ref_attention_fwd(tmp, qd, kd, vd, &c, o);
         double lm = dot_d(tmp, dod, n);
-        a[i] = s;
+        a[i] = s0;
         fds[i] = (lp - lm) / (2 * h);
       }
       double *ref = want[w];
       if (w == 3) { // the bias's gradient: the scores' summed over the heads sharing it
-        ref = dbuf(sizes[3]);
-        for (long i = 0; i < nd; i++) ref[i / (t * t) / bdiv % nb * t * t + i % (t * t)] += rds[i];
+        ref = dbuf(nbias);
+        for (long i = 0; i < nd; i++)
+          ref[i / (t * tk) / c.bdiv % nb * t * tk + i % (t * tk)] += rds[i];
       }
       snprintf(name, sizeof name, "attention reference %s vs finite differences (%s)",
                w == 3 ? "dbias" : what[w], cs);
@@ -1188,8 +1205,10 @@ static void test_determinism(void) {
     long bh = 6, t = 128, hs = 32, n = bh * t * hs;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *d = frand(n, -1, 1);
     float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n);
-    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1, 1);
-    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, hs, bh, 1, 1, 1);
+    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, t, hs, bh, 1, 1,
+                     1);
+    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, t, hs, bh, 1, 1,
+                     1);
     check_same("determinism attention_bwd", r1, r2, 3 * n);
     free(q); free(k); free(v); free(d); free(r1); free(r2);
   }
@@ -1248,8 +1267,8 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   long n = 1024, c = 768;                                // layernorm rows
   long m = 300, nn = 1100, kk = 700;                     // matmul
   float *o = out;
-  rt_attention_fwd(o, q[0], k[0], v[0], NULL, NULL, bh, t, hs, bh, 1, 1, 1), o += na;
-  rt_attention_bwd(o, o + na, o + 2 * na, NULL, d[0], q[0], k[0], v[0], NULL, NULL, bh, t, hs,
+  rt_attention_fwd(o, q[0], k[0], v[0], NULL, NULL, bh, t, t, hs, bh, 1, 1, 1), o += na;
+  rt_attention_bwd(o, o + na, o + 2 * na, NULL, d[0], q[0], k[0], v[0], NULL, NULL, bh, t, t, hs,
                    bh, 1, 1, 1), o += 3 * na;
   rt_layernorm_fwd(o, q[1], k[1], v[1], n, c, 1e-5f), o += n * c;
   rt_layernorm_bwd(o, o + n * c, o + n * c + c, d[1], q[1], k[1], n, c, 1e-5f);
@@ -1322,24 +1341,33 @@ int main(void) {
   test_rmsnorm(256, 768);
   test_softmax(4, 9);
   test_softmax(100, 1000);
-  test_attention(2, 5, 3, 1, 0, 0, 1, 1);
-  test_attention(2, 5, 3, 0, 0, 0, 1, 1);
-  test_attention(3, 7, 5, 1, 0, 0, 1, 0);
-  test_attention(3, 7, 5, 0, 0, 0, 1, 0);
-  test_attention(4, 64, 16, 1, 0, 0, 1, 0);
-  test_attention(4, 64, 16, 0, 0, 0, 1, 0);
-  test_attention(2, 1, 8, 1, 0, 0, 1, 0);
-  test_attention(1, 1100, 128, 1, 0, 0, 1, 0);  // too big for the block form: rows
-  test_attention(6, 5, 3, 0, 2, 0, 1, 1);       // key-padding masks: 3 rows of 2 heads
-  test_attention(6, 5, 3, 1, 2, 0, 1, 1);
-  test_attention(8, 64, 16, 0, 2, 0, 1, 0);
-  test_attention(8, 64, 16, 1, 4, 0, 1, 0);
-  test_attention(3, 1100, 128, 0, 1, 0, 1, 0);  // rows
-  test_attention(6, 5, 3, 0, 0, 3, 1, 1);       // a bias shared by 2 batch rows of 3 heads
-  test_attention(6, 5, 3, 1, 2, 3, 1, 1);       // ... with causal and padding masks
-  test_attention(6, 5, 3, 1, 0, 2, 3, 1);       // a bias per batch row, shared by its 3 heads
-  test_attention(4, 64, 16, 0, 2, 4, 1, 0);     // one per head
-  test_attention(2, 1100, 128, 1, 0, 1, 1, 0);  // rows
+  test_attention((att_case){.bh = 2, .t = 5, .hs = 3, .causal = 1, .fd = 1});
+  test_attention((att_case){.bh = 2, .t = 5, .hs = 3, .fd = 1});
+  test_attention((att_case){.bh = 3, .t = 7, .hs = 5, .causal = 1});
+  test_attention((att_case){.bh = 3, .t = 7, .hs = 5});
+  test_attention((att_case){.bh = 4, .t = 64, .hs = 16, .causal = 1});
+  test_attention((att_case){.bh = 4, .t = 64, .hs = 16});
+  test_attention((att_case){.bh = 2, .t = 1, .hs = 8, .causal = 1});
+  // too big for the block form: rows
+  test_attention((att_case){.bh = 1, .t = 1100, .hs = 128, .causal = 1});
+  // key-padding masks: 3 rows of 2 heads
+  test_attention((att_case){.bh = 6, .t = 5, .hs = 3, .heads = 2, .fd = 1});
+  test_attention((att_case){.bh = 6, .t = 5, .hs = 3, .causal = 1, .heads = 2, .fd = 1});
+  test_attention((att_case){.bh = 8, .t = 64, .hs = 16, .heads = 2});
+  test_attention((att_case){.bh = 8, .t = 64, .hs = 16, .causal = 1, .heads = 4});
+  test_attention((att_case){.bh = 3, .t = 1100, .hs = 128, .heads = 1});
+  // biases: shared by 2 batch rows of 3 heads, with causal and padding masks, per batch row
+  // (shared by its 3 heads), one per head, and in the row form
+  test_attention((att_case){.bh = 6, .t = 5, .hs = 3, .nb = 3, .fd = 1});
+  test_attention((att_case){.bh = 6, .t = 5, .hs = 3, .causal = 1, .heads = 2, .nb = 3, .fd = 1});
+  test_attention((att_case){.bh = 6, .t = 5, .hs = 3, .causal = 1, .nb = 2, .bdiv = 3, .fd = 1});
+  test_attention((att_case){.bh = 4, .t = 64, .hs = 16, .heads = 2, .nb = 4});
+  test_attention((att_case){.bh = 2, .t = 1100, .hs = 128, .causal = 1, .nb = 1});
+  // cross-attention: fewer and more keys than queries, with a mask and a bias, both forms
+  test_attention((att_case){.bh = 4, .t = 5, .tk = 7, .hs = 3, .heads = 2, .nb = 2, .fd = 1});
+  test_attention((att_case){.bh = 2, .t = 9, .tk = 4, .hs = 3, .nb = 2, .fd = 1});
+  test_attention((att_case){.bh = 4, .t = 40, .tk = 70, .hs = 16, .heads = 2, .nb = 4});
+  test_attention((att_case){.bh = 2, .t = 300, .tk = 1100, .hs = 128, .heads = 1});
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);

@@ -575,38 +575,41 @@ static void test_rope(void) {
     }
 }
 
-// padded: a key-padding mask per head, row 1 keeping no key, the others
-// scattered; biased: one bias (t x t) shared by every head
+// t queries, tk keys (cross-attention when they differ); padded: a key-padding
+// mask per head, row 1 keeping no key, the others scattered; biased: one bias
+// (t x tk) shared by every head
 static void test_attention(void) {
   struct Case {
-    long bh, t, hs;
-  } cases[] = {{1, 1, 1}, {2, 7, 16}, {3, 64, 64}, {2, 300, 80}, {1, 1030, 64}, {2, 33, 300}};
+    long bh, t, tk, hs;
+  } cases[] = {{1, 1, 1, 1},      {2, 7, 7, 16},      {3, 64, 64, 64}, {2, 300, 300, 80},
+               {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80}};
   for (const Case &c : cases)
     for (int mode = 0; mode < 8; mode++) {
       int causal = mode & 1, padded = (mode >> 1) & 1, biased = mode >> 2;
-      long n = c.bh * c.t * c.hs, nd = c.bh * c.t * c.t;
-      Vec q = rand_vec(n, -2, 2), k = rand_vec(n, -2, 2), v = rand_vec(n), out = rand_vec(n);
+      if (causal && c.t != c.tk) continue;
+      long n = c.bh * c.t * c.hs, nk = c.bh * c.tk * c.hs, nd = c.bh * c.t * c.tk;
+      Vec q = rand_vec(n, -2, 2), k = rand_vec(nk, -2, 2), v = rand_vec(nk), out = rand_vec(n);
       float *dq = dev(q), *dk = dev(k), *dv = dev(v), *dout = dev(out);
-      IVec keep(c.bh * c.t);
+      IVec keep(c.bh * c.tk);
       for (long r = 0; r < c.bh; r++)
-        for (long j = 0; j < c.t; j++) keep[r * c.t + j] = r == 1 ? 0 : (j * 7 + r * 3) % 5 > 1;
-      Vec bias = rand_vec(c.t * c.t, -2, 2), ds = rand_vec(nd);
+        for (long j = 0; j < c.tk; j++) keep[r * c.tk + j] = r == 1 ? 0 : (j * 7 + r * 3) % 5 > 1;
+      Vec bias = rand_vec(c.t * c.tk, -2, 2), ds = rand_vec(nd);
       const int *hk = padded ? keep.data() : NULL, *dkeep = padded ? dev(keep) : NULL;
       const float *hb = biased ? bias.data() : NULL, *dbias = biased ? dev(bias) : NULL;
       float *hds = biased ? ds.data() : NULL, *dds = biased ? dev(ds) : NULL;
       char what[128];
-      snprintf(what, sizeof what, "bh=%ld t=%ld hs=%ld causal=%d padded=%d biased=%d", c.bh, c.t,
-               c.hs, causal, padded, biased);
-      CPU(rt_attention_fwd)(out.data(), q.data(), k.data(), v.data(), hk, hb, c.bh, c.t, c.hs, 1,
-                            1, 1, causal);
-      rt_attention_fwd(dout, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.hs, 1, 1, 1, causal);
+      snprintf(what, sizeof what, "bh=%ld t=%ld tk=%ld hs=%ld causal=%d padded=%d biased=%d", c.bh,
+               c.t, c.tk, c.hs, causal, padded, biased);
+      CPU(rt_attention_fwd)(out.data(), q.data(), k.data(), v.data(), hk, hb, c.bh, c.t, c.tk, c.hs,
+                            1, 1, 1, causal);
+      rt_attention_fwd(dout, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
       check(fmt("attention_fwd %s", what), out, dout, RED);
-      Vec g = rand_vec(n), gq = rand_vec(n), gk = rand_vec(n), gv = rand_vec(n);
+      Vec g = rand_vec(n), gq = rand_vec(n), gk = rand_vec(nk), gv = rand_vec(nk);
       float *dg = dev(g), *dgq = dev(gq), *dgk = dev(gk), *dgv = dev(gv);
       CPU(rt_attention_bwd)(gq.data(), gk.data(), gv.data(), hds, g.data(), q.data(), k.data(),
-                            v.data(), hk, hb, c.bh, c.t, c.hs, 1, 1, 1, causal);
-      rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.hs, 1, 1, 1,
-                       causal);
+                            v.data(), hk, hb, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
+      rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1,
+                       1, causal);
       check(fmt("attention_bwd dq %s", what), gq, dgq, RED);
       check(fmt("attention_bwd dk %s", what), gk, dgk, RED);
       check(fmt("attention_bwd dv %s", what), gv, dgv, RED);
