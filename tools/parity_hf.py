@@ -46,72 +46,28 @@ OPTS = {"adamw": dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1),
         "sgd": dict(lr=0.1, weight_decay=0.01)}
 
 
-class CausalLM(torch.nn.Module):
-    """A causal language model and its shifted loss: (idx, labels) -> loss."""
+class Loss(torch.nn.Module):
+    """A transformers model and its own loss: the batch's tensors, in order, as
+    the model's keyword arguments `names` (idx as input_ids, ...), with `extra`."""
 
-    def __init__(self, m):
+    def __init__(self, m, names, **extra):
         super().__init__()
         self.m = m
+        self.names = names
+        self.extra = extra
 
-    def forward(self, idx, labels):
-        return self.m(input_ids=idx, labels=labels, use_cache=False).loss
-
-
-class MaskedLM(torch.nn.Module):
-    """A masked language model: (idx, labels) -> loss, labels -100 where not masked."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, idx, labels):
-        return self.m(input_ids=idx, labels=labels).loss
+    def forward(self, *tensors):
+        return self.m(**dict(zip(self.names, tensors)), **self.extra).loss
 
 
-class PaddedCausalLM(torch.nn.Module):
-    """A causal language model on padded rows: (idx, attention_mask, labels) -> loss."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, idx, attention_mask, labels):
-        return self.m(input_ids=idx, attention_mask=attention_mask, labels=labels,
-                      use_cache=False).loss
+def causal_lm(m):
+    """(idx, labels) -> the shifted loss"""
+    return Loss(m, ("input_ids", "labels"), use_cache=False)
 
 
-class Classifier(torch.nn.Module):
-    """A sequence classifier on padded rows: (idx, attention_mask, labels) -> loss."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, idx, attention_mask, labels):
-        return self.m(input_ids=idx, attention_mask=attention_mask, labels=labels).loss
-
-
-class ImageClassifier(torch.nn.Module):
-    """An image classifier and its own loss: (pixel_values, labels) -> loss."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, pixel_values, labels):
-        return self.m(pixel_values=pixel_values, labels=labels).loss
-
-
-class Seq2SeqLM(torch.nn.Module):
-    """An encoder-decoder with its own loss: (idx [B, TE], labels [B, TD]) -> loss; the model
-    shifts the labels right into its decoder's inputs (-100 becomes the pad id there)."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, idx, labels):
-        return self.m(input_ids=idx, labels=labels, use_cache=False).loss
+def padded_causal_lm(m):
+    """(idx, attention_mask, labels) -> the shifted loss over padded rows"""
+    return Loss(m, ("input_ids", "attention_mask", "labels"), use_cache=False)
 
 
 def lm_batch(vocab):
@@ -130,14 +86,14 @@ def llama():
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return CausalLM(LlamaForCausalLM(cfg)), lm_batch(128)
+    return causal_lm(LlamaForCausalLM(cfg)), lm_batch(128)
 
 
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
-    return CausalLM(GPT2LMHeadModel(cfg)), lm_batch(128)
+    return causal_lm(GPT2LMHeadModel(cfg)), lm_batch(128)
 
 
 def padded_lm_batch(vocab):
@@ -153,14 +109,14 @@ def llama_mask():
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return PaddedCausalLM(LlamaForCausalLM(cfg)), padded_lm_batch(128)
+    return padded_causal_lm(LlamaForCausalLM(cfg)), padded_lm_batch(128)
 
 
 def gpt2_mask():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
-    return PaddedCausalLM(GPT2LMHeadModel(cfg)), padded_lm_batch(128)
+    return padded_causal_lm(GPT2LMHeadModel(cfg)), padded_lm_batch(128)
 
 
 def bert_mlm():
@@ -168,7 +124,7 @@ def bert_mlm():
     cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0)
-    return MaskedLM(BertForMaskedLM(cfg)), mlm_batch(128)
+    return Loss(BertForMaskedLM(cfg), ("input_ids", "labels")), mlm_batch(128)
 
 
 def bert_cls():
@@ -182,7 +138,8 @@ def bert_cls():
     mask[1, 10:] = 0
     batch = {"idx": pl.tokens((B, T), 128, 1), "attention_mask": mask,
              "labels": pl.tokens((B,), 3, 2)}
-    return Classifier(BertForSequenceClassification(cfg)), batch
+    names = ("input_ids", "attention_mask", "labels")
+    return Loss(BertForSequenceClassification(cfg), names), batch
 
 
 def vit():
@@ -193,10 +150,16 @@ def vit():
                     num_attention_heads=4, intermediate_size=64, num_labels=10, hidden_dropout_prob=0.0,
                     attention_probs_dropout_prob=0.0)
     batch = {"pixel_values": pl.randn((B, 3, 16, 16), 1), "labels": pl.tokens((B,), 10, 2)}
-    return ImageClassifier(ViTForImageClassification(cfg)), batch
+    return Loss(ViTForImageClassification(cfg), ("pixel_values", "labels")), batch
 
 
 TE, TD = 16, 8  # T5's encoder and decoder lengths
+
+
+def seq2seq_lm(m):
+    """(idx [B, TE], labels [B, TD]) -> loss; the model shifts the labels right into its
+    decoder's inputs (-100 becomes the pad id there)."""
+    return Loss(m, ("input_ids", "labels"), use_cache=False)
 
 
 def t5_config(ff):
@@ -215,12 +178,12 @@ def t5_batch(vocab):
 
 def t5():
     from transformers import T5ForConditionalGeneration
-    return Seq2SeqLM(T5ForConditionalGeneration(t5_config("relu"))), t5_batch(128)
+    return seq2seq_lm(T5ForConditionalGeneration(t5_config("relu"))), t5_batch(128)
 
 
 def t5_gated():
     from transformers import T5ForConditionalGeneration
-    return Seq2SeqLM(T5ForConditionalGeneration(t5_config("gated-gelu"))), t5_batch(128)
+    return seq2seq_lm(T5ForConditionalGeneration(t5_config("gated-gelu"))), t5_batch(128)
 
 
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "gpt2": gpt2, "gpt2_mask": gpt2_mask,
@@ -351,14 +314,14 @@ def write_llama_dsl(out_root):
 def gpt2_124m():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # GPT-2 small: 124M
-    return CausalLM(GPT2LMHeadModel(cfg)), cfg.vocab_size
+    return causal_lm(GPT2LMHeadModel(cfg)), cfg.vocab_size
 
 
 def llama_100m():
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
                       num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=1024)
-    return CausalLM(LlamaForCausalLM(cfg)), cfg.vocab_size
+    return causal_lm(LlamaForCausalLM(cfg)), cfg.vocab_size
 
 
 BIG = {"gpt2_124M": gpt2_124m, "llama_100M": llama_100m}
