@@ -6,6 +6,7 @@
 //   layernorm      mean(x) -> sub -> pow 2 -> mean -> + eps -> sqrt -> div
 //                  -> * w -> + b                         (LayerNorm below opset 17)
 //   rmsnorm        x * rsqrt(mean(x^2) + eps) * w         (Llama, T5)
+//   rope           x * cos + rotate_half(x) * sin, the tables constant (Llama)
 //   gelu           x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 //   gelu_erf       x/2 * (1 + erf(x / sqrt(2)))
 //   silu           x * sigmoid(x)
@@ -274,6 +275,96 @@ static bool fuse_rmsnorm(Fuser *F, IrNode *n) {
     IrNode *rn = replace(F, n, OP_RMSNORM, in, 2);
     ir_set_float(F->g, rn, "eps", eps);
     return check(F, rn);
+  }
+  return false;
+}
+
+// ---- rotary embedding -----------------------------------------------------------------------------
+
+// x[..., start : start + len] along the last dim, as a slice of step 1.
+static bool is_last_slice(const IrValue *v, const IrValue *x, int64_t start, int64_t len,
+                          const IrGraph *g) {
+  IrNode *sl = made_by(v, OP_SLICE);
+  int64_t axis = sl ? ir_attr_i(sl, "axis") : 0, got;
+  return sl && sl->in[0] == x && (axis == x->rank - 1 || axis == -1) &&
+         ir_attr_i(sl, "start") == start && ir_attr_i(sl, "step") == 1 &&
+         !sym_eval(v->shape[v->rank - 1], &g->syms, &got) && got == len;
+}
+
+// rotate_half(x) = concat(-x[..., h:], x[..., :h]) along the last dim of HS = 2h.
+static bool is_rotate_half(const IrValue *v, const IrValue *x, int64_t h, const IrGraph *g) {
+  IrNode *cat = made_by(v, OP_CONCAT);
+  int64_t axis = cat ? ir_attr_i(cat, "axis") : 0;
+  return cat && cat->nin == 2 && (axis == x->rank - 1 || axis == -1) &&
+         is_last_slice(scale_of(cat->in[0], -1.0, 0.0), x, h, h, g) &&
+         is_last_slice(cat->in[1], x, 0, h, g);
+}
+
+// A constant table [1.., T, HS] (its data [T, HS]) for x [..., T, HS]: NULL otherwise.
+static const float *rope_table(const IrValue *c, const IrValue *x) {
+  int r = c->rank;
+  if (c->role != ROLE_CONST || !c->data || c->dtype != DT_F32 || r < 2 || r > x->rank ||
+      !sym_eq(c->shape[r - 1], x->shape[x->rank - 1]) ||
+      !sym_eq(c->shape[r - 2], x->shape[x->rank - 2]))
+    return NULL;
+  for (int i = 0; i < r - 2; i++)
+    if (!sym_is_one(c->shape[i]))
+      return NULL;
+  return c->data;
+}
+
+// The base theta of the rotary tables cos and sin [T, HS] when cos[p, i] =
+// cos(p * theta^(-2 (i mod h) / HS)) and sin likewise, within float32's
+// rounding of the angles (HS = 2h); 0 when they are not such tables. theta
+// comes from the slowest frequency at p = 1 (the most digits), rounded to an
+// integer when within 1e-5 of one, as configs give it.
+static double rope_theta(const float *cs, const float *sn, int64_t t, int64_t hs) {
+  int64_t h = hs / 2;
+  double theta = 10000.0;  // any: with h = 1 the angle is p
+  if (h > 1 && t > 1) {
+    double slow = atan2(sn[hs + h - 1], cs[hs + h - 1]);  // theta^(-2 (h-1) / hs)
+    if (!(slow > 0.0))
+      return 0.0;
+    theta = pow(slow, -(double)hs / (2.0 * (double)(h - 1)));
+    if (fabs(theta - nearbyint(theta)) <= 1e-5 * theta)
+      theta = nearbyint(theta);
+  }
+  for (int64_t p = 0; p < t; p++)
+    for (int64_t i = 0; i < hs; i++) {
+      double a = (double)p * pow(theta, -2.0 * (double)(i % h) / (double)hs);
+      double tol = 1e-6 + 2e-7 * (double)p;
+      if (fabs(cs[p * hs + i] - cos(a)) > tol || fabs(sn[p * hs + i] - sin(a)) > tol)
+        return 0.0;
+    }
+  return theta;
+}
+
+// x * cos + rotate_half(x) * sin, with cos and sin the constant tables of
+// positions 0..T-1 (Hugging Face's Llama, as exported) -> rope(x) theta.
+static bool fuse_rope(Fuser *F, IrNode *n) {
+  if (n->op != OP_ADD)
+    return false;
+  for (int o = 0; o < 4; o++) { // which add input is x * cos, and which mul input is x
+    IrNode *mc = made_by(n->in[o & 1], OP_MUL), *ms = made_by(n->in[1 - (o & 1)], OP_MUL);
+    if (!mc || !ms)
+      continue;
+    IrValue *x = mc->in[o >> 1];
+    int64_t t, hs;
+    if (x->rank < 2 || !ir_same_shape(x, n->out[0]) ||
+        sym_eval(x->shape[x->rank - 2], &F->g->syms, &t) ||
+        sym_eval(x->shape[x->rank - 1], &F->g->syms, &hs) || hs % 2)
+      continue;
+    const float *cs = rope_table(mc->in[1 - (o >> 1)], x);
+    for (int k = 0; cs && k < 2; k++) {
+      const float *sn = rope_table(ms->in[1 - k], x);
+      double theta = sn && is_rotate_half(ms->in[k], x, hs / 2, F->g) ? rope_theta(cs, sn, t, hs)
+                                                                       : 0.0;
+      if (theta <= 0.0)
+        continue;
+      IrNode *r = replace(F, n, OP_ROPE, &x, 1);
+      ir_set_float(F->g, r, "theta", theta);
+      return check(F, r);
+    }
   }
   return false;
 }
@@ -600,9 +691,9 @@ static void remove_dead(IrGraph *g) {
 // ---- the pass -------------------------------------------------------------------------------------
 
 typedef bool Rewrite(Fuser *F, IrNode *n);
-static Rewrite *const rewrites[] = {merge_scales,   absorb_transposes, fuse_layernorm,
-                                    fuse_rmsnorm,   fuse_gelu,         fuse_silu,
-                                    fuse_attention, fuse_cross_entropy};
+static Rewrite *const rewrites[] = {merge_scales, absorb_transposes, fuse_layernorm,
+                                    fuse_rmsnorm, fuse_rope,         fuse_gelu,
+                                    fuse_silu,    fuse_attention,    fuse_cross_entropy};
 
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (ctx->opt.no_fusion || !g->loss)
