@@ -210,6 +210,18 @@ static const struct {
     {"sym N = 2\nparam %a : f32[N\n", 2, "expected ']'"},
     {"sym N = 2\nparam %a : f32[N]\nforward\n%l : f32[N] = gelu(%a)\nloss %l\n", 0,
      "must be a scalar"},
+    // attention's operands: a bias of the wrong shape, a mask over other keys, and causal
+    // attention with queries and keys of two lengths
+    {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nparam %b : f32[B,T,D]\nforward\n"
+     "%y : f32[B,T,D] = attention(%q, %q, %q, %b)\n", 7,
+     "the bias 'b' [B,T,D] must be f32 [.., T, TK]"},
+    {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\ninput %m : i32[B,D] mask(2)\n"
+     "forward\n"
+     "%y : f32[B,T,D] = attention(%q, %q, %q, %m)\n", 7,
+     "the key-padding mask 'm' [B,D] must be [.., T]"},
+    {"sym B = 2\nsym T = 3\nsym S = 4\nsym D = 2\nparam %q : f32[B,T,D]\nparam %k : f32[B,S,D]\n"
+     "forward\n%y : f32[B,T,D] = attention(%q, %k, %k) causal=1\n", 8,
+     "(and their length when causal)"},
 };
 
 static void check_errors(void) {
