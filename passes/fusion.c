@@ -279,7 +279,7 @@ static bool fuse_rmsnorm(Fuser *F, IrNode *n) {
   return false;
 }
 
-// ---- rotary embedding -----------------------------------------------------------------------------
+// ---- rotary embedding ---------------------------------------------------------------------------
 
 // x[..., start : start + len] along the last dim, as a slice of step 1.
 static bool is_last_slice(const IrValue *v, const IrValue *x, int64_t start, int64_t len,
@@ -530,9 +530,11 @@ typedef struct Masks {
 static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, Masks *m) {
   IrNode *pad = made_by(s, OP_ADD);
   memset(m, 0, sizeof *m);
-  for (int i = 0; pad && i < 2 && !m->keep; i++)
-    if (ir_same_shape(pad->in[i], s) && (m->keep = padding_addend(pad->in[1 - i], s, &m->keep_dims)))
+  for (int i = 0; pad && i < 2 && !m->keep; i++) {
+    m->keep = ir_same_shape(pad->in[i], s) ? padding_addend(pad->in[1 - i], s, &m->keep_dims) : NULL;
+    if (m->keep)
       s = pad->in[i];
+  }
   IrNode *mf = made_by(s, OP_MASKED_FILL);
   if (mf) {
     MaskKind k = removes(ir_attr_f(mf, "value")) ? mask_kind(g, mf->in[1], t) : MASK_OTHER;
