@@ -70,4 +70,13 @@ static inline void rt_rng_normal2(rt_rng *r, float *a, float *b) {
   *b = (float)(radius * sin(angle));
 }
 
+// A padding mask of n values in rows of `row` (a tokenizer's attention_mask):
+// each row 1 up to a length uniform in [1, row], then 0.
+static inline void rt_rng_padding_mask(rt_rng *r, int32_t *out, long n, long row) {
+  for (long j = 0; row > 0 && j < n; j += row) {
+    long len = 1 + (long)rt_rng_below(r, (uint64_t)row);
+    for (long c = 0; c < row && j + c < n; c++) out[j + c] = c < len;
+  }
+}
+
 #endif

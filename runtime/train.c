@@ -1037,14 +1037,10 @@ static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
         for (long j = 0; j < t->numel; j++)
           store(arena, t, j, rt_rng_below(&r, (uint64_t)t->range));
         break;
-      case RT_IN_MASK: {  // each row: 1 for a valid length in [1, row], then 0
-        long row = t->rank > 0 ? t->sizes[t->rank - 1] : 1;
-        for (long j = 0; row > 0 && j < t->numel; j += row) {
-          long len = 1 + (long)rt_rng_below(&r, (uint64_t)row);
-          for (long c = 0; c < row; c++) store(arena, t, j + c, c < len);
-        }
+      case RT_IN_MASK:  // each row of the last dim: 1 for a valid length, then 0
+        rt_rng_padding_mask(&r, (int32_t *)(arena + t->offset), t->numel,
+                            t->rank > 0 ? t->sizes[t->rank - 1] : 1);
         break;
-      }
       default:
         break;
     }

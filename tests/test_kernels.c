@@ -161,6 +161,30 @@ static void test_fill_copy(void) {
   free(out); free(x); free(ref);
 }
 
+// The synthetic padding mask (train's RT_IN_MASK): each row 1s then 0s, at
+// least one 1, the lengths varied; the same seed the same mask.
+static void test_padding_mask(void) {
+  enum { ROWS = 64, ROW = 16 };
+  int32_t m[ROWS * ROW], again[ROWS * ROW];
+  rt_rng r;
+  rt_rng_seed(&r, 7);
+  rt_rng_padding_mask(&r, m, ROWS * ROW, ROW);
+  rt_rng_seed(&r, 7);
+  rt_rng_padding_mask(&r, again, ROWS * ROW, ROW);
+  int prefix_rows = 0, seen[ROW + 1] = {0}, lengths = 0;
+  for (int i = 0; i < ROWS; i++) {
+    int len = 0;
+    while (len < ROW && m[i * ROW + len] == 1) len++;
+    int zeros = 1;
+    for (int c = len; c < ROW; c++) zeros &= m[i * ROW + c] == 0;
+    prefix_rows += zeros && len >= 1;
+    lengths += !seen[len]++;
+  }
+  double got[3] = {prefix_rows, lengths >= 8, !memcmp(m, again, sizeof m)};
+  double want[3] = {ROWS, 1, 1};
+  check_dd("padding mask: rows of 1s then 0s, lengths varied, seeded", got, want, 3);
+}
+
 static void strided_case(const char *name, int rank, const long *shape, const long *xs) {
   long n = numel(rank, shape), ne = extent(rank, shape, xs);
   float *x = frand(ne, -1, 1), *out = fbuf(n);
@@ -1317,6 +1341,7 @@ static void test_threads(void) {
 int main(void) {
   rt_rng_seed(&rng, 42);
   test_fill_copy();
+  test_padding_mask();
   test_strided_copy();
   test_reduce_sum();
   test_slice();
