@@ -77,6 +77,8 @@ typedef struct Fuser {
   IrGraph *g;
   IrDiag *d;
   int err;
+  const float *rope_cos, *rope_sin;  // the rotary tables last checked (every layer reads them)
+  double rope_theta;                 // ... and their theta (0: not rotary tables)
 } Fuser;
 
 // A node of op over `in` in the place of `old`, producing old's output.
@@ -329,14 +331,27 @@ static double rope_theta(const float *cs, const float *sn, int64_t t, int64_t hs
     if (fabs(theta - nearbyint(theta)) <= 1e-5 * theta)
       theta = nearbyint(theta);
   }
-  for (int64_t p = 0; p < t; p++)
-    for (int64_t i = 0; i < hs; i++) {
-      double a = (double)p * pow(theta, -2.0 * (double)(i % h) / (double)hs);
-      double tol = 1e-6 + 2e-7 * (double)p;
-      if (fabs(cs[p * hs + i] - cos(a)) > tol || fabs(sn[p * hs + i] - sin(a)) > tol)
-        return 0.0;
+  double *freq = malloc((size_t)h * sizeof *freq);
+  IR_ASSERT(freq);
+  for (int64_t i = 0; i < h; i++)
+    freq[i] = pow(theta, -2.0 * (double)i / (double)hs);
+  bool ok = true;
+  for (int64_t p = 0; ok && p < t; p++)
+    for (int64_t i = 0; ok && i < hs; i++) {
+      double a = (double)p * freq[i % h], tol = 1e-6 + 2e-7 * (double)p;
+      ok = fabs(cs[p * hs + i] - cos(a)) <= tol && fabs(sn[p * hs + i] - sin(a)) <= tol;
     }
-  return theta;
+  free(freq);
+  return ok ? theta : 0.0;
+}
+
+// rope_theta, once for the tables every layer reads.
+static double rope_theta_of(Fuser *F, const float *cs, const float *sn, int64_t t, int64_t hs) {
+  if (cs != F->rope_cos || sn != F->rope_sin) {
+    F->rope_cos = cs, F->rope_sin = sn;
+    F->rope_theta = rope_theta(cs, sn, t, hs);
+  }
+  return F->rope_theta;
 }
 
 // x * cos + rotate_half(x) * sin, with cos and sin the constant tables of
@@ -357,8 +372,9 @@ static bool fuse_rope(Fuser *F, IrNode *n) {
     const float *cs = rope_table(mc->in[1 - (o >> 1)], x);
     for (int k = 0; cs && k < 2; k++) {
       const float *sn = rope_table(ms->in[1 - k], x);
-      double theta = sn && is_rotate_half(ms->in[k], x, hs / 2, F->g) ? rope_theta(cs, sn, t, hs)
-                                                                       : 0.0;
+      double theta = sn && is_rotate_half(ms->in[k], x, hs / 2, F->g)
+                         ? rope_theta_of(F, cs, sn, t, hs)
+                         : 0.0;
       if (theta <= 0.0)
         continue;
       IrNode *r = replace(F, n, OP_ROPE, &x, 1);
