@@ -230,7 +230,8 @@ static void lower_conv2d(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_im2col);
   buf(c, col), buf(c, x);
   conv_dims(L, c, n, x, w, y);
-  const Sym *mnk[3] = {oc, p, ckk}, *st[3] = {sym_const(ar, 0), sym_mul(ar, ckk, p), sym_mul(ar, oc, p)};
+  const Sym *mnk[3] = {oc, p, ckk};
+  const Sym *st[3] = {sym_const(ar, 0), sym_mul(ar, ckk, p), sym_mul(ar, oc, p)};
   conv_gemm(L, y, w, col, x->shape[0], mnk, 0, 0, st);
 }
 
@@ -239,7 +240,8 @@ static void lower_conv2d_bwd_data(Lower *L, const IrNode *n) {
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0], *dcol = n->out[1];
   IrArena *ar = &L->g->arena;
   const Sym *ckk = dcol->shape[1], *p = dcol->shape[2], *oc = w->shape[0];
-  const Sym *mnk[3] = {ckk, p, oc}, *st[3] = {sym_const(ar, 0), sym_mul(ar, oc, p), sym_mul(ar, ckk, p)};
+  const Sym *mnk[3] = {ckk, p, oc};
+  const Sym *st[3] = {sym_const(ar, 0), sym_mul(ar, oc, p), sym_mul(ar, ckk, p)};
   conv_gemm(L, dcol, w, dy, dx->shape[0], mnk, 1, 0, st);
   CgCall *c = call(L, CG_K_col2im);
   buf(c, dx), buf(c, dcol);
@@ -255,7 +257,8 @@ static void lower_conv2d_bwd_filter(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_im2col);
   buf(c, col), buf(c, x);
   conv_dims(L, c, n, x, dw, dy);
-  const Sym *mnk[3] = {oc, ckk, p}, *st[3] = {sym_mul(ar, oc, p), sym_mul(ar, ckk, p), sym_const(ar, 0)};
+  const Sym *mnk[3] = {oc, ckk, p};
+  const Sym *st[3] = {sym_mul(ar, oc, p), sym_mul(ar, ckk, p), sym_const(ar, 0)};
   conv_gemm(L, dw, dy, col, x->shape[0], mnk, 0, 1, st);
 }
 
@@ -467,7 +470,8 @@ static void lower_split(Lower *L, const IrNode *n) {
   parts(L, n, n->in[0], n->out, n->nout, CG_K_slice);
 }
 static void lower_concat(Lower *L, const IrNode *n) {
-  parts(L, n, n->out[0], n->in, n->nin, n->out[0]->dtype == DT_I32 ? CG_K_unslice_i32 : CG_K_unslice);
+  bool ints = n->out[0]->dtype == DT_I32;
+  parts(L, n, n->out[0], n->in, n->nin, ints ? CG_K_unslice_i32 : CG_K_unslice);
 }
 
 static void lower_broadcast(Lower *L, const IrNode *n) {

@@ -204,7 +204,6 @@ static bool same_dim(FeOnnx *cx, const Sym *a, const Sym *b) {
                           x == y);
 }
 
-
 int fe_broadcast(FeOnnx *cx, int ra, const Sym *const *a, int rb, const Sym *const *b, int *r,
                  const Sym **out) {
   *r = ra > rb ? ra : rb;

@@ -72,7 +72,6 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
   return sym_eval(a, &g->syms, &x) == 0 && sym_eval(b, &g->syms, &y) == 0 && x == y;
 }
 
-
 // Set output i of n to (dt, rank, shape), or check it against what is there.
 static int set_out(IrGraph *g, IrNode *n, int i, IrDType dt, int rank, const Sym *const *shape,
                    IrDiag *d) {
@@ -462,7 +461,7 @@ static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
   for (int i = 0; m && ok && i < m->rank - 1; i++)
     ok = sym_eq(m->shape[i], q->shape[i]);
   if (!ok)
-    return ir_error(d, n->loc, "%s: the key-padding mask '%s' %s must be [.., T]: q's first "
+    return ir_error(d, n->loc, "%s: the key-padding mask '%s' %s must be [.., TK]: q's first "
                     "dims and its keys, for q %s", ir_op_name(n->op), m->name, ir_shape_str(g, m),
                     ir_shape_str(g, q));
   int from, to;
@@ -480,7 +479,7 @@ static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
 }
 
 // With a bias that takes a gradient, a fourth output: the gradient of the
-// scores, q's leading dims x [T, T].
+// scores, q's leading dims x [T, TK].
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *keep, *bias;
   if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 4, d) || need_same(g, n, 0, 1, d) ||
@@ -737,7 +736,7 @@ static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, n->in[0], d);
 }
 
-// equal(x i32) value: an i32 mask of x's shape.
+// equal(x i32 or f32) value: an i32 mask of x's shape.
 static int shape_equal(IrGraph *g, IrNode *n, IrDiag *d) {
   if (n->in[0]->dtype != DT_F32 && need_dtype(n, 0, DT_I32, d))
     return -1;

@@ -126,7 +126,6 @@ static bool slices_to(const ShardLayout *from, const ShardLayout *to) {
   return true;
 }
 
-
 // Equal as formulas, or under the bindings.
 static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
   int64_t x, y;

@@ -218,7 +218,7 @@ static const struct {
     {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\ninput %m : i32[B,D] mask(2)\n"
      "forward\n"
      "%y : f32[B,T,D] = attention(%q, %q, %q, %m)\n", 7,
-     "the key-padding mask 'm' [B,D] must be [.., T]"},
+     "the key-padding mask 'm' [B,D] must be [.., TK]"},
     {"sym B = 2\nsym T = 3\nsym S = 4\nsym D = 2\nparam %q : f32[B,T,D]\nparam %k : f32[B,S,D]\n"
      "forward\n%y : f32[B,T,D] = attention(%q, %k, %k) causal=1\n", 8,
      "(and their length when causal)"},
