@@ -650,26 +650,22 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
     ks[i] = i;
   }
   unify_leading(op, nin, ks, r - 2);
-  for (int k = nin; k < op->n->nin; k++) { // a mask or a bias
+  for (int k = nin; k < op->n->nin; k++) { // a mask or a bias: its dim d is q's dim d
     const IrValue *x = op->n->in[k];
-    int m = x->rank, lead = x->dtype == DT_I32 ? 0 : m - r; // x's dim d is q's d - lead
     need_complete(op, k);
-    for (int dim = 0; dim < m; dim++) {
-      int qd = dim - lead;
-      bool own = qd >= 0 && qd < r - 2 && !(x->dtype == DT_I32 && dim == m - 1) &&
-                 sym_eq(x->shape[dim], op->n->in[first]->shape[qd]);
-      if (!own) {
-        need_whole_dim(op, k, dim);
-        continue;
-      }
-      if (!try_split(op, k, dim, op->in[first].split[qd]))
+    for (int d = 0; d < x->rank; d++) {
+      bool own = d < r - 2 && !(x->dtype == DT_I32 && d == x->rank - 1) &&
+                 sym_eq(x->shape[d], op->n->in[first]->shape[d]);
+      if (!own)
+        need_whole_dim(op, k, d);
+      else if (!try_split(op, k, d, op->in[first].split[d]))
         for (int i = 0; i < nin; i++)
-          op->in[i].split[qd] = op->in[k].split[dim] = NONE;
+          op->in[i].split[d] = op->in[k].split[d] = NONE;
     }
   }
   for (int i = 0; i < nqkv; i++)
     op->out[i] = op->in[first + i];
-  if (op->n->nout > nqkv) { // dscores [.., T, T]
+  if (op->n->nout > nqkv) { // dscores [.., T, TK]
     op->out[nqkv] = op->in[first];
     op->out[nqkv].split[r - 1] = NONE;
   }
