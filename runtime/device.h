@@ -37,10 +37,15 @@ void rt_device_sync(void);
 char *rt_device_host_alloc(long bytes);
 void rt_device_host_free(char *p);
 
-// Memory as measured: the bytes of device memory the program has taken since
-// rt_device_init (CPU build: the arena's resident pages), and a line that
-// names how it was measured.
+// Memory as measured: the bytes of device memory the arena and workspace took
+// (CUDA build: the device's free memory before and after their allocation;
+// CPU build: the arena's resident pages), and a line that names how it was
+// measured.
 long rt_device_measured(const char *arena, long arena_bytes);
 const char *rt_device_measure_how(void);
+// The device memory taken since just before the arena's allocation, the
+// arena included: beyond it, CUDA's code loaded at first launch and whatever
+// a library allocated on its own. -1 in the CPU build.
+long rt_device_measured_since(void);
 
 #endif

@@ -88,3 +88,5 @@ long rt_device_measured(const char *arena, long arena_bytes) {
 }
 
 const char *rt_device_measure_how(void) { return "arena resident"; }
+
+long rt_device_measured_since(void) { return -1; }

@@ -14,7 +14,10 @@ extern "C" {
 }
 
 static char name[320];
-static size_t free_at_start;  // device memory free once the context and libraries are up
+// device memory free just before the arena's allocation (the context, the
+// libraries and the communicators are up by then), and what the allocation took
+static size_t free_before_alloc;
+static long alloc_took;
 
 static void fail_alloc(const char *what, long bytes, cudaError_t err) {
   fprintf(stderr, "train: error: cannot allocate %s of %ld bytes on the GPU: %s\n", what, bytes,
@@ -34,9 +37,6 @@ static int local_rank(void) {
 }
 
 extern "C" void rt_device_init(void) {
-  // the kernels' code is loaded now, not at first launch, so that it is not
-  // counted as the program's memory below
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -50,8 +50,6 @@ extern "C" void rt_device_init(void) {
   cudaDeviceProp prop;
   cudaCheck(cudaGetDeviceProperties(&prop, dev));
   snprintf(name, sizeof name, "%s (device %d)", prop.name, dev);
-  size_t total;
-  cudaCheck(cudaMemGetInfo(&free_at_start, &total));
 }
 
 extern "C" const char *rt_device_name(void) { return name; }
@@ -66,8 +64,12 @@ extern "C" long rt_device_planned(long arena_bytes, long workspace_bytes) {
 extern "C" char *rt_device_alloc(long arena_bytes, long workspace_bytes) {
   long at = workspace_at(arena_bytes), bytes = rt_device_planned(arena_bytes, workspace_bytes);
   char *p = NULL;
+  size_t total, free_after;
+  cudaCheck(cudaMemGetInfo(&free_before_alloc, &total));
   cudaError_t err = cudaMalloc((void **)&p, (size_t)bytes);
   if (err != cudaSuccess) fail_alloc("the arena and workspace", bytes, err);
+  cudaCheck(cudaMemGetInfo(&free_after, &total));
+  alloc_took = (long)(free_before_alloc - free_after);
   cudaCheck(cudaMemset(p, 0, (size_t)arena_bytes));
   rt_cuda_set_workspace(p + at, (size_t)workspace_bytes);
   return p;
@@ -106,9 +108,11 @@ extern "C" void rt_device_put(char *arena, const char *stage, long off, long byt
 
 extern "C" void rt_device_get(char *stage, const char *arena, long off, long bytes) {
   if (bytes <= 0) return;
-  // to pageable memory: the call returns once the bytes are there
   cudaCheck(cudaMemcpyAsync(stage + off, arena + off, (size_t)bytes, cudaMemcpyDeviceToHost,
                             rt_cuda_stream));
+  // the caller reads the stage next: the copy must be done, whatever CUDA
+  // does for pageable memory
+  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
 }
 
 extern "C" void rt_device_sync(void) { rt_cuda_sync(); }
@@ -127,11 +131,15 @@ extern "C" void rt_device_host_free(char *p) {
 
 extern "C" long rt_device_measured(const char *arena, long arena_bytes) {
   (void)arena, (void)arena_bytes;
-  size_t free_now, total;
-  cudaCheck(cudaMemGetInfo(&free_now, &total));
-  return (long)(free_at_start - free_now);
+  return alloc_took;
 }
 
 extern "C" const char *rt_device_measure_how(void) {
-  return "device memory taken since start (cudaMemGetInfo)";
+  return "device memory the arena and workspace took (cudaMemGetInfo)";
+}
+
+extern "C" long rt_device_measured_since(void) {
+  size_t free_now, total;
+  cudaCheck(cudaMemGetInfo(&free_now, &total));
+  return (long)(free_before_alloc - free_now);
 }

@@ -1308,8 +1308,10 @@ static cublasHandle_t cublas_handle(void) {
     cublasCheck(cublasCreate(&h));
     // fp32 compute, no TF32 (CUBLAS_TF32_TENSOR_OP_MATH would allow it)
     cublasCheck(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    // once: cublasSetStream also puts back cuBLAS's own workspace, so calling
+    // it again would undo rt_cuda_set_workspace's
+    cublasCheck(cublasSetStream(h, rt_cuda_stream));
   }
-  cublasCheck(cublasSetStream(h, rt_cuda_stream));
   return h;
 }
 

@@ -1107,6 +1107,7 @@ __attribute__((format(printf, 1, 2))) static void print_ranked(const char *fmt, 
 
 int main(int argc, char **argv) {
   const rt_model *M = &mtc_model;
+  options opt = parse_args(argc, argv);  // first: --help and flag errors need no GPU
   rt_device_init();
   rt_comm_init(&argc, &argv, M->dp * M->tp, M->layout);
   rt_dist_init(M->dp, M->tp, M->micro_batches, M->n_slots);
@@ -1114,7 +1115,6 @@ int main(int argc, char **argv) {
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));
   if (rt_comm_rank() != 0 && !freopen("/dev/null", "w", stdout))  // rank 0 prints the run
     fail("cannot silence the output of rank %d", rt_comm_rank());
-  options opt = parse_args(argc, argv);
   check_table();
   check_target("--save", opt.save);
   check_target("--dump-grads", opt.dump_grads);
@@ -1247,6 +1247,11 @@ int main(int argc, char **argv) {
                "measured: %s %ld bytes, process peak RSS %ld bytes\n",
                M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, rt_device_measure_how(),
                measured, peak_rss);
+  long since = rt_device_measured_since();
+  if (since >= 0)
+    print_ranked("device memory taken since the arena's allocation began: %ld bytes (%ld beyond "
+                 "the arena and workspace: CUDA's code loaded at first launch, libraries' own)\n",
+                 since, since - measured);
   if (M->n_buckets > 0)
     print_ranked("model state: %ld bytes on device, %ld bytes on host (planner: %ld, %ld) | "
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
