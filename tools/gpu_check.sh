@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# The one-shot GPU check. A GPU is lent now and then, for minutes; this script
+# splits the work so that everything that needs no GPU is done beforehand:
+#
+#   tools/gpu_check.sh prepare DIR   # here, without a GPU
+#   tools/gpu_check.sh run DIR OUT   # on the GPU machine, from the repository root
+#
+# prepare builds mtc and the kernel twin test (tests/test_kernels_cuda.cu),
+# compiles every test program (the parity fixtures: DSL, ONNX and Hugging Face
+# exports) and builds each twice, with nvcc for sm_90 and for the CPU; runs
+# the CPU builds for the references (first loss and gradients; 10 AdamW steps
+# and the weights after them); compiles the benchmark programs (GPT-2 at
+# T=1024; their weights are drawn on the device by the carried mtc); and
+# copies the shared libraries the binaries need that the device image lacks.
+# DIR must be ignored by git (it travels as a carried path); it stays small.
+#
+# run does, each stage under its own timeout, logging into OUT as it goes:
+# nvidia-smi; the kernel twins; every program's GPU build against its CPU
+# build and against PyTorch's reference (1e-4, fp32 with TF32 off), and its
+# measured device memory against the planned; compute-sanitizer memcheck and
+# racecheck on a small program; the program's start-up time; the benchmark
+# (bench/gpu_gpt2.py). It ends with a summary table (OUT/summary.txt) and
+# OUT/logs.tgz.
+#
+#   tools/gpu_check.sh one MTC NAME OUTDIR   # one case, prepared and run (ctest's gpu tests)
+#
+# GPU_CHECK_ONLY=REGEX (prepare and run) keeps the cases whose names match;
+# GPU_CHECK_TORCH=MODES the PyTorch runs of the benchmark (none: "none").
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+fixtures=tests/fixtures/parity
+
+# name|model|fixture, the model relative to the repository root
+cases() {
+  local c
+  for c in "gpt2_dsl|examples/gpt2.mtc|gpt2_dsl" "llama_dsl|examples/llama.mtc|llama_dsl" \
+    "mlp_dsl|$fixtures/mlp_dsl/mlp.mtc|mlp_dsl"; do
+    echo "$c"
+  done
+  for m in gpt2 encoder mlp; do echo "${m}_o17|$fixtures/$m/model_o17.onnx|$m"; done
+  for m in gpt2 gpt2_mask llama llama_mask bert_mlm bert_cls vit t5; do
+    echo "hf_${m}_o17|$fixtures/hf_$m/model_o17.onnx|hf_$m"
+  done
+  echo "hf_t5_gated_o17_dyn|$fixtures/hf_t5_gated/model_o17_dyn.onnx|hf_t5_gated"
+}
+
+selected_cases() { cases | grep -E "^(${GPU_CHECK_ONLY:-.*})\|" || true; }
+
+# fixture variables: mtc_args, load, adamw_args (and dynamic_args for *_dyn models)
+read_fixture() {  # read_fixture FIXTURE MODEL
+  mtc_args="" load="" adamw_args="" sgd_args="" dynamic_args=""
+  # shellcheck source=/dev/null
+  source "$root/$fixtures/$1/parity.env"
+  case $2 in *_dyn.onnx) mtc_args=$dynamic_args ;; esac
+}
+
+# train_case BIN FIXTURE LOG ARGS...: run a case's program on the fixture's batch and weights
+train_case() {
+  local bin=$1 fix=$2 log=$3
+  shift 3
+  local weights=()
+  [ -n "$load" ] && weights=(--load "$root/$fixtures/$fix/$load")
+  "$bin" --inputs "$root/$fixtures/$fix/batch.safetensors" "${weights[@]}" "$@" > "$log" 2>&1
+}
+
+die() { echo "gpu_check: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------
+# prepare (no GPU)
+
+# the shared libraries BIN needs that are not part of libc, libstdc++ or CUDA
+copy_libs() {  # copy_libs DEST BIN...
+  local dest=$1
+  shift
+  ldd "$@" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+    case $(basename "$lib") in
+      libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libstdc++* | \
+        libgcc_s*) ;;
+      libcu* | libnccl*) ;;  # the CUDA toolkit's, from the device's /usr/local/cuda
+      libgomp*) [ "$(basename "$dest")" = mtc ] && cp -L "$lib" "$dest/" ;;  # torch has its own
+      *) cp -L "$lib" "$dest/" ;;
+    esac
+  done
+}
+
+build_gpu() {  # build_gpu PROGDIR: the program's nvcc build for the H100 (sm_90)
+  make -s -C "$1" build/gpu/train CUDA_ARCH="-gencode arch=compute_90,code=sm_90" \
+    GPU_CFLAGS="-O2 -std=c11 -Wall -Wextra -Werror" > "$1.gpu.log" 2>&1 ||
+    { cat "$1.gpu.log"; die "the GPU build of $1 failed"; }
+}
+
+prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
+  local dir=$1 name=$2 model=$3 fix=$4
+  local c=$dir/cases/$name
+  read_fixture "$fix" "$model"
+  rm -rf "$c"
+  mkdir -p "$c"
+  # shellcheck disable=SC2086
+  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" $mtc_args > "$c/compile.log" 2>&1 ||
+    { cat "$c/compile.log"; die "mtc compile $model failed"; }
+  build_gpu "$c/prog"
+  make -s -C "$c/prog" cpu CFLAGS="-O2 -fopenmp -std=c11" > "$c/prog.make.log" 2>&1 ||
+    { cat "$c/prog.make.log"; die "the CPU build of $model failed"; }
+  cp "$c/prog/build/gpu/train" "$c/train_gpu"
+  train_case "$c/prog/train" "$fix" "$c/grads_cpu.log" --steps 1 --lr 0 \
+    --dump-grads "$c/grads_cpu.safetensors" || die "$name: the CPU program failed"
+  # shellcheck disable=SC2086
+  train_case "$c/prog/train" "$fix" "$c/adamw_cpu.log" --steps 10 $adamw_args ||
+    die "$name: the CPU program failed"
+  # shellcheck disable=SC2086
+  train_case "$c/prog/train" "$fix" "$c/sgd_cpu.log" --steps 10 $sgd_args \
+    --save "$c/w_cpu.safetensors" || die "$name: the CPU program failed"
+  # the GPU binary finds weights.bin next to it; the rest is not needed there
+  mv "$c/prog/weights.bin" "$c/weights.bin"
+  rm -rf "$c/prog"
+  echo "$name|$model|$fix" >> "$dir/cases.txt"
+}
+
+# The benchmark programs: GPT-2 at T=1024 (weights drawn on the device).
+BENCH_DIMS_124M="-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=1024"
+prepare_bench() {  # prepare_bench DIR
+  local dir=$1 b=$1/bench/gpt2_124M_fp32
+  mkdir -p "$dir/bench"
+  # shellcheck disable=SC2086
+  "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $BENCH_DIMS_124M -D B=8 -o "$b" \
+    --lr 1e-4 --beta2 0.95 > "$b.compile.log" || die "mtc compile (bench) failed"
+  build_gpu "$b"
+  cp "$b/build/gpu/train" "$b/train"
+  rm -rf "$b/weights.bin" "$b/build"
+  echo "gpt2_124M_fp32|$BENCH_DIMS_124M -D B=8" >> "$dir/bench.txt"
+}
+
+prepare() {
+  local dir=$1
+  case $dir in /*) ;; *) dir=$root/$dir ;; esac
+  mkdir -p "$dir"
+  git -C "$root" check-ignore -q "$dir" || die "$dir is not ignored by git (add it to .gitignore)"
+  rm -rf "$dir"
+  mkdir -p "$dir/bin" "$dir/lib/mtc" "$dir/lib/prog" "$dir/cases"
+  cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > /dev/null || die "cmake failed"
+  cmake --build "$root/build" -j"$(nproc)" --target mtc test_kernels_cuda > /dev/null ||
+    die "building mtc and test_kernels_cuda failed"
+  cp "$root/build/mtc" "$root/build/tests/test_kernels_cuda" "$dir/bin/"
+  local line name model fix
+  for line in $(selected_cases); do
+    IFS='|' read -r name model fix <<< "$line"
+    echo "prepare: $name"
+    prepare_case "$dir" "$name" "$model" "$fix"
+  done
+  echo "prepare: bench"
+  prepare_bench "$dir"
+  # apart, so that the programs' (libcjson) do not replace the device's own under Python
+  copy_libs "$dir/lib/mtc" "$dir/bin/mtc"
+  copy_libs "$dir/lib/prog" "$dir/bin/test_kernels_cuda" "$dir"/cases/*/train_gpu \
+    "$dir"/bench/*/train
+  du -sh "$dir"
+}
+
+# ---------------------------------------------------------------------------
+# run (on the GPU machine)
+
+summary=()
+stage() {  # stage NAME TIMEOUT CMD...: run CMD under a timeout, its output into the log
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS rc
+  timeout --kill-after=10 "$limit" bash -c '"$@"' stage "$@" > "$logs/$name.log" 2>&1
+  rc=$?
+  local verdict=ok
+  [ "$rc" -eq 0 ] || verdict="FAIL (exit $rc)"
+  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && verdict="TIMEOUT (${limit}s)"
+  summary+=("$(printf '%-28s %-18s %4ds' "$name" "$verdict" $((SECONDS - t0)))")
+  printf '%s\n' "${summary[-1]}"
+  tar -czf "$out/logs.tgz" -C "$logs" . 2> /dev/null
+  return "$rc"
+}
+
+check() { python3 "$root/tools/parity_check.py" "$@"; }
+
+# one case on the GPU: the same runs as prepare's on the CPU, then the comparisons
+run_case() {  # run_case DIR NAME MODEL FIXTURE
+  local dir=$1 name=$2 model=$3 fix=$4 c=$1/cases/$2 w=$logs/$2
+  read_fixture "$fix" "$model"
+  mkdir -p "$w"
+  local status=0
+  train_case "$c/train_gpu" "$fix" "$w/grads_gpu.log" --steps 1 --lr 0 \
+    --dump-grads "$w/grads_gpu.safetensors" || { cat "$w/grads_gpu.log"; return 1; }
+  # shellcheck disable=SC2086
+  train_case "$c/train_gpu" "$fix" "$w/adamw_gpu.log" --steps 10 $adamw_args ||
+    { cat "$w/adamw_gpu.log"; return 1; }
+  # shellcheck disable=SC2086
+  train_case "$c/train_gpu" "$fix" "$w/sgd_gpu.log" --steps 10 $sgd_args \
+    --save "$w/w_gpu.safetensors" || { cat "$w/sgd_gpu.log"; return 1; }
+  # Weights are compared after SGD, not AdamW: AdamW divides each gradient by
+  # its own running size, so an element whose true gradient is 0 (a key bias:
+  # softmax ignores a shift shared by all keys) moves by +-lr at the sign of
+  # its rounding noise, different on any two machines; the losses still agree.
+  echo "== against the CPU build: first loss, gradients, 10 AdamW and 10 SGD steps, weights"
+  check logs "$c/grads_cpu.log" "$w/grads_gpu.log" --tol 1e-4 || status=1
+  check grads "$c/grads_cpu.safetensors" "$w/grads_gpu.safetensors" --tol 1e-4 || status=1
+  check logs "$c/adamw_cpu.log" "$w/adamw_gpu.log" --tol 1e-4 || status=1
+  check logs "$c/sgd_cpu.log" "$w/sgd_gpu.log" --tol 1e-4 || status=1
+  check grads "$c/w_cpu.safetensors" "$w/w_gpu.safetensors" --tol 1e-4 || status=1
+  echo "== against PyTorch: first loss, gradients, 10 AdamW losses"
+  check losses "$root/$fixtures/$fix/ref.json" loss "$w/grads_gpu.log" || status=1
+  check grads "$root/$fixtures/$fix/grads.safetensors" "$w/grads_gpu.safetensors" || status=1
+  check losses "$root/$fixtures/$fix/ref.json" adamw "$w/adamw_gpu.log" --steps 10 || status=1
+  local planned measured beyond
+  planned=$(sed -n 's/^device: .*| arena and workspace \([0-9]*\) bytes$/\1/p' "$w/adamw_gpu.log")
+  measured=$(sed -n 's/.*(cudaMemGetInfo) \([0-9]*\) bytes.*/\1/p' "$w/adamw_gpu.log")
+  beyond=$(sed -n 's/.*bytes (\([0-9]*\) beyond the arena.*/\1/p' "$w/adamw_gpu.log")
+  echo "== device memory: planned ${planned:-?} bytes, measured ${measured:-?}," \
+    "${beyond:-?} more since (CUDA's code, libraries)"
+  [ -n "$beyond" ] && [ "$beyond" -le $((16 << 20)) ] ||
+    { echo "FAIL: more than 16 MiB taken beyond the arena"; status=1; }
+  if [ -z "$planned" ] || [ -z "$measured" ]; then
+    status=1
+  else
+    local granule=$((2 << 20))
+    local rounded=$(((planned + granule - 1) / granule * granule))
+    [ "$measured" -ge "$planned" ] && [ "$measured" -le "$rounded" ] ||
+      { echo "FAIL: measured is not the planned (rounded up to 2 MiB: $rounded)"; status=1; }
+  fi
+  rm -f "$w"/*.safetensors
+  return $status
+}
+
+sanitize() {  # sanitize DIR TOOL: compute-sanitizer on the GPT-2 DSL case, 2 steps
+  local c=$1/cases/gpt2_dsl
+  read_fixture gpt2_dsl examples/gpt2.mtc
+  compute-sanitizer --tool "$2" --error-exitcode 3 "$c/train_gpu" \
+    --inputs "$root/$fixtures/gpt2_dsl/batch.safetensors" --load "$root/$fixtures/gpt2_dsl/$load" \
+    --steps 2
+}
+
+startup() {  # startup DIR: wall time of one step of a small program, eager and lazy loading
+  local c=$1/cases/gpt2_dsl mode t0
+  for mode in EAGER LAZY EAGER LAZY; do
+    t0=$(date +%s%N)
+    CUDA_MODULE_LOADING=$mode "$c/train_gpu" --steps 1 | grep -E "^(step|memory|device)"
+    echo "CUDA_MODULE_LOADING=$mode: $((($(date +%s%N) - t0) / 1000000)) ms"
+  done
+}
+
+bench() {  # bench DIR: draw the benchmark programs' weights, then bench/gpu_gpt2.py
+  local dir=$1 line name dims
+  while IFS='|' read -r name dims; do
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH=$dir/lib/mtc "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $dims \
+      -o /tmp/gpu_check_w > /dev/null ||
+      return 1
+    mv /tmp/gpu_check_w/weights.bin "$dir/bench/$name/weights.bin"
+  done < "$dir/bench.txt"
+  local progs=()
+  for line in "$dir"/bench/*/; do progs+=(--mtc "$line"); done
+  python3 "$root/bench/gpu_gpt2.py" "${progs[@]}" --B 8 --T 1024 --steps 12 --rounds 1 \
+    --torch "$(echo "${GPU_CHECK_TORCH:-eager-bf16,compile-bf16,eager-fp32}" | sed 's/^none$//')"
+}
+
+# profile DIR: one step of the first benchmark program under Nsight Compute,
+# each kernel's time, summed by kernel name (the top of the table)
+profile() {
+  local b
+  b=$(find "$1/bench" -mindepth 1 -maxdepth 1 -type d | sort | head -1)
+  (cd "$b" && ncu --metrics gpu__time_duration.sum --csv --launch-count 3000 \
+    ./train --steps 1 --no-check-finite > "$logs/ncu.csv" 2> "$logs/ncu.err") || return 1
+  python3 - "$logs/ncu.csv" << 'EOF_PY'
+import csv, collections, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, rows = rows[0], rows[1:]
+k, u, v = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
+scale = {"ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "nsecond": 1e-6}
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows:
+    name = r[k].split("(")[0][:60]
+    tot[name] += float(r[v].replace(",", "")) * scale.get(r[u], 1e-6)
+    cnt[name] += 1
+all_ms = sum(tot.values())
+print(f"{len(rows)} kernel launches, {all_ms:.1f} ms of kernel time in one step")
+print(f"{'ms':>9} {'%':>6} {'calls':>6}  kernel")
+for name, ms in tot.most_common(30):
+    print(f"{ms:9.2f} {100 * ms / all_ms:5.1f}% {cnt[name]:6d}  {name}")
+EOF_PY
+}
+
+run() {
+  local dir=$1
+  out=$2
+  case $dir in /*) ;; *) dir=$root/$dir ;; esac
+  [ -f "$dir/cases.txt" ] || die "$dir: not prepared (tools/gpu_check.sh prepare $dir)"
+  logs=$(mktemp -d)
+  export logs
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH=$dir/lib/prog${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OMP_NUM_THREADS=4
+  stage nvidia_smi 30 eval 'nvidia-smi; nvcc --version | tail -2;
+    python3 -c "import torch; print(\"torch\", torch.__version__, torch.cuda.get_device_name())"'
+  stage startup 60 startup "$dir"
+  LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$dir/lib/mtc stage kernels_cuda 90 "$dir/bin/test_kernels_cuda"
+  local line name model fix
+  while IFS='|' read -r name model fix; do
+    [[ $name =~ ^(${GPU_CHECK_ONLY:-.*})$ ]] || continue
+    stage "case_$name" 60 run_case "$dir" "$name" "$model" "$fix"
+  done < "$dir/cases.txt"
+  [ -d "$dir/cases/gpt2_dsl" ] && stage memcheck 90 sanitize "$dir" memcheck
+  [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-200}" bench "$dir"
+  [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage profile 150 profile "$dir"
+  [ -d "$dir/cases/gpt2_dsl" ] && stage racecheck 90 sanitize "$dir" racecheck
+  tail -n 12 "$logs/bench.log" 2> /dev/null
+  head -n 25 "$logs/profile.log" 2> /dev/null
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  tar -czf "$out/logs.tgz" -C "$logs" .
+}
+
+# one MTC NAME OUTDIR: the case NAME (of `cases`) with the given mtc, here;
+# exits 77 (ctest: skipped) without nvcc or a CUDA device
+one() {
+  local line name model fix
+  line=$(cases | grep "^$2|") || die "no case named $2"
+  IFS='|' read -r name model fix <<< "$line"
+  [ -x "${NVCC:-/usr/local/cuda/bin/nvcc}" ] || { echo "SKIP: no nvcc"; exit 77; }
+  nvidia-smi -L > /dev/null 2>&1 || { echo "SKIP: no CUDA device (nvidia-smi -L)"; exit 77; }
+  python3 -c 'import numpy' 2> /dev/null || { echo "SKIP: python3 has no numpy"; exit 77; }
+  rm -rf "$3"
+  mkdir -p "$3/cases" "$3/logs"
+  logs=$3/logs
+  MTC=$1 prepare_case "$3" "$name" "$model" "$fix"
+  run_case "$3" "$name" "$model" "$fix" && echo "ok: $name: the GPU build matches the CPU build"
+}
+
+export -f run_case sanitize startup bench profile train_case read_fixture check die
+export root fixtures logs
+
+case ${1:-} in
+  prepare) [ $# -eq 2 ] || die "usage: gpu_check.sh prepare DIR"; prepare "$2" ;;
+  run) [ $# -eq 3 ] || die "usage: gpu_check.sh run DIR OUT"; run "$2" "$3" ;;
+  one) [ $# -eq 4 ] || die "usage: gpu_check.sh one MTC NAME OUTDIR"; one "$2" "$3" "$4" ;;
+  *) die "usage: gpu_check.sh prepare DIR | run DIR OUT | one MTC NAME OUTDIR" ;;
+esac
