@@ -12,10 +12,12 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codegen.h"
 #include "frontend.h"
@@ -153,9 +155,14 @@ static int64_t parse_whole(const char *flag, const char *s, double max) {
 // int64 counts: batches, sequence lengths.
 static int64_t parse_count(const char *flag, const char *s) { return parse_whole(flag, s, 1e12); }
 
-// int counts: GPUs, ranks, micro-batches.
+// int counts: micro-batches, layers.
 static int parse_small_count(const char *flag, const char *s) {
   return (int)parse_whole(flag, s, 1e6);
+}
+
+// GPUs and ranks: at most SV_MAX_GPUS.
+static int parse_gpus(const char *flag, const char *s) {
+  return (int)parse_whole(flag, s, SV_MAX_GPUS);
 }
 
 // --checkpoint none|all|K: 0, PASS_CHECKPOINT_ALL or K >= 1 layers.
@@ -176,7 +183,7 @@ static int parse_checkpoint(const char *s) {
 static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
 #define NEXT() (next ? (++*i, next) : (bad_usage("%s needs a value", s), ""))
   if (!strcmp(s, "--gpus")) {
-    a->gpus = parse_small_count(s, NEXT());
+    a->gpus = parse_gpus(s, NEXT());
   } else if (!strcmp(s, "--gpu")) {
     a->gpu = NEXT();
   } else if (!strcmp(s, "--gpu-mem")) {
@@ -188,7 +195,7 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     if (sv_parse_size(v, &a->host_mem))
       bad_usage("--host-mem takes a size like 256GiB, or 0 for no offload, not '%s'", v);
   } else if (!strcmp(s, "--gpus-per-node")) {
-    a->per_node = parse_small_count(s, NEXT());
+    a->per_node = parse_gpus(s, NEXT());
   } else if (!strcmp(s, "--intra-bw")) {
     a->intra_bw = parse_count(s, NEXT()) * 1e9;
   } else if (!strcmp(s, "--inter-bw")) {
@@ -307,9 +314,9 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--labels")) {
       a.labels = VALUE();
     } else if (!strcmp(s, "--dp")) {
-      a.dist.dp = parse_small_count(s, VALUE()), a.forced = true;
+      a.dist.dp = parse_gpus(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--tp")) {
-      a.dist.tp = parse_small_count(s, VALUE()), a.forced = true;
+      a.dist.tp = parse_gpus(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--zero")) {
       const char *v = VALUE();
       if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
@@ -358,6 +365,9 @@ static Args parse_args(int argc, char **argv) {
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
+  if ((int64_t)a.dist.dp * a.dist.tp > SV_MAX_GPUS)
+    bad_usage("--dp %d --tp %d: %lld ranks, more than %d", a.dist.dp, a.dist.tp,
+              (long long)a.dist.dp * a.dist.tp, SV_MAX_GPUS);
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;
@@ -425,13 +435,13 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
 }
 
 // mtc compile: the plan goes into DIR/plan.json (lowering it is still to come).
-static int write_plan(IrGraph *g, const Args *a, IrDiag *d) {
+static int write_plan(IrGraph *g, const Args *a, const char *dir, IrDiag *d) {
   SvConfig cfg;
   SvPlan *p;
   if (plan_config(a, &cfg, d) || sv_plan(g, &cfg, &p, d))
     return -1;
-  char path[4096];
-  snprintf(path, sizeof path, "%s/plan.json", a->outdir);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/plan.json", dir);
   int rc = sv_write_json(p, path, d);
   if (!rc && !p->sol.feasible)
     fprintf(stderr, "mtc: warning: %s\n", p->why);
@@ -526,9 +536,9 @@ static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, c
 }
 
 // DIR/plan.json: the plan the program runs.
-static int save_plan(const Args *a, const SvPlan *kept, const char *text, IrDiag *d) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/plan.json", a->outdir);
+static int save_plan(const char *dir, const SvPlan *kept, const char *text, IrDiag *d) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/plan.json", dir);
   if (kept)
     return sv_write_json(kept, path, d);
   FILE *f = fopen(path, "w");
@@ -537,9 +547,34 @@ static int save_plan(const Args *a, const SvPlan *kept, const char *text, IrDiag
   return 0;
 }
 
+// compile's output folder, taken back on SIGINT, SIGTERM and SIGHUP
+static CgOutdir outdir;
+
+// The signal may reach any thread, and more than one: the first cleans up and
+// ends the process with the signal; the others wait for that.
+static void on_signal(int sig) {
+  static int taken;
+  if (__atomic_exchange_n(&taken, 1, __ATOMIC_SEQ_CST))
+    for (;;)
+      pause();
+  cg_outdir_abort(&outdir);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv) {
   Args a = parse_args(argc, argv);
   IrDiag diag = {0};
+  bool compile = !strcmp(a.cmd, "compile");
+  if (compile) {  // the target first: a folder mtc may not replace is said before any work
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    if (cg_outdir_begin(&outdir, a.outdir, &diag)) {
+      ir_diag_print(stderr, &diag);
+      return 1;
+    }
+  }
   PassCtx ctx = {.opt = a.pass, .diag = &diag};
   bool inspect = !strcmp(a.cmd, "inspect"), plan = !strcmp(a.cmd, "plan");
   if (inspect && !a.pass.dump_after)
@@ -575,7 +610,7 @@ int main(int argc, char **argv) {
   if (!rc && plan)
     rc = run_plan(g, &a, &diag);
   if (!rc && !inspect && !plan) {
-    CgOptions co = {.mem = ctx.mem, .outdir = a.outdir, .seed = a.seed, .source = a.model,
+    CgOptions co = {.mem = ctx.mem, .outdir = outdir.tmp, .seed = a.seed, .source = a.model,
                     .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
                                                              : MTC_SOURCE_DIR "/runtime",
                     .lowered = ctx.lowered};
@@ -587,11 +622,13 @@ int main(int argc, char **argv) {
               ctx.lowered->dist.tp, ctx.lowered->replicated[i]);
     rc = cg_emit_c(g, &co, &diag);
     if (!rc && apply)
-      rc = save_plan(&a, kept, plan_text, &diag);
+      rc = save_plan(outdir.tmp, kept, plan_text, &diag);
     // The planner reads the training graph as autodiff made it: a graph with a layout or
     // recompute applied is not one it can plan.
     else if (!rc && !ctx.lowered && !a.checkpoint)
-      rc = write_plan(g, &a, &diag);
+      rc = write_plan(g, &a, outdir.tmp, &diag);
+    if (!rc)
+      rc = cg_outdir_commit(&outdir, &diag);
     if (!rc && a.checkpoint)
       print_checkpoint("mtc: ", &ctx);
     if (!rc)
@@ -600,6 +637,8 @@ int main(int argc, char **argv) {
   }
   if (rc)
     ir_diag_print(stderr, &diag);
+  if (compile)
+    cg_outdir_abort(&outdir);  // after an error: nothing of the program is left
   sv_applied_free(&ap);
   sv_plan_free(kept);
   free(plan_text);

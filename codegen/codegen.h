@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ir.h"
 #include "model_api.h"
@@ -93,6 +94,40 @@ typedef struct CgOptions {
 // Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,
 // README.md, from the graph and its memory plan opt->mem.
 int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d);
+
+// ---- names from the model in the emitted C (codegen/cnames.c) ---------------------
+
+// A C identifier of mtc's own for `name` (its first `max` bytes): letters,
+// digits and '_', a letter first, never a C keyword, a name the headers of
+// model.c define, one model.c defines itself or the runtime's rt_/RT_/mtc_
+// prefix; unique in `taken` (added to it). In `arena`.
+const char *cg_ident(IrArena *arena, const char *name, IrStrSet *taken, size_t max);
+// Would `s` clash with C or the emitted program's own names?
+bool cg_reserved(const char *s);
+// `s` as a C string literal, quotes included: '"', '\\', '?', control and
+// non-ASCII bytes escaped.
+void cg_put_string(FILE *f, const char *s);
+// `s` in a // comment: as it is when it holds only letters, digits and
+// "_.:-+@[], /", else as cg_put_string writes it.
+void cg_put_comment_name(FILE *f, const char *s);
+
+// ---- the output folder, written whole or not at all (codegen/outdir.c) -------------
+
+typedef struct CgOutdir {
+  char target[4096];  // the folder the user named
+  char tmp[4200];     // where the program is written: beside it, hidden (empty: none)
+  char old[4200];     // where a previous program moves while the new one takes its place
+  char doomed[4200];  // where o->tmp moves to be removed (cg_outdir_abort)
+} CgOutdir;
+
+// Checks the target (absent, empty, or a folder mtc wrote: nothing else is
+// replaced), removes temporary folders that killed compiles left, and
+// creates o->tmp to write into.
+int cg_outdir_begin(CgOutdir *o, const char *target, IrDiag *d);
+// Renames o->tmp onto the target (a previous program there is removed).
+int cg_outdir_commit(CgOutdir *o, IrDiag *d);
+// Removes o->tmp and everything in it (after an error, or on a signal).
+void cg_outdir_abort(CgOutdir *o);
 
 // Initial values of a parameter (normal/zeros/ones from the seed), the same
 // in the interpreter and in weights.bin. `index` is the parameter's position.

@@ -13,9 +13,10 @@
 // Every error names the ONNX node (its name, or OpType#index) and op type.
 // Nothing is trusted: sizes, types, names and edges are checked, so a
 // truncated or corrupted file gives a message, never a crash.
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -309,12 +310,17 @@ static uint8_t *read_external(FeOnnx *cx, const Onnx__TensorProto *t, const char
     const Onnx__StringStringEntryProto *e = t->external_data[i];
     if (!e || !e->key || !e->value)
       continue;
-    if (!strcmp(e->key, "location"))
+    if (!strcmp(e->key, "location")) {
       loc = e->value;
-    else if (!strcmp(e->key, "offset"))
-      off = strtoll(e->value, NULL, 10);
-    else if (!strcmp(e->key, "length"))
-      len = strtoll(e->value, NULL, 10);
+    } else if (!strcmp(e->key, "offset") || !strcmp(e->key, "length")) {
+      char *end;
+      errno = 0;
+      long long x = strtoll(e->value, &end, 10);
+      if (errno || end == e->value || *end || x < 0)
+        return fe_err(cx, "%s: external data's %s '%s' is not a non-negative integer", what,
+                      e->key, e->value), NULL;
+      *(e->key[0] == 'o' ? &off : &len) = x;
+    }
   }
   if (!loc || !loc[0] || loc[0] == '/' || strstr(loc, ".."))
     return fe_err(cx, "%s: external data needs a relative 'location' inside the model's folder",
@@ -324,8 +330,22 @@ static uint8_t *read_external(FeOnnx *cx, const Onnx__TensorProto *t, const char
                   what, (long long)off, (long long)len, want), NULL;
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", cx->dir, loc);
+  // inside the folder after symbolic links are followed too (CVE-2024-27318):
+  // a link in an unpacked archive must not read the user's other files
+  char dir_real[PATH_MAX], path_real[PATH_MAX];
   IrDiag why = {0};
-  FILE *f = ir_open_file(path, (IrLoc){0}, &why);
+  if (!realpath(cx->dir, dir_real) || !realpath(path, path_real)) {
+    FILE *f = ir_open_file(path, (IrLoc){0}, &why);  // says why it cannot be read
+    if (f)
+      fclose(f);
+    return fe_err(cx, "%s: external data: %s", what, f ? strerror(errno) : why.msg), NULL;
+  }
+  size_t dn = strlen(dir_real);
+  if (strncmp(path_real, dir_real, dn) != 0 || (path_real[dn] != '/' && dn > 1))
+    return fe_err(cx, "%s: external data '%s' resolves to %s, outside the model's folder %s "
+                  "(through a symbolic link): copy the data into the folder", what, loc, path_real,
+                  dir_real), NULL;
+  FILE *f = ir_open_file(path_real, (IrLoc){0}, &why);
   if (!f)
     return fe_err(cx, "%s: external data: %s", what, why.msg), NULL;
   off_t size = fseeko(f, 0, SEEK_END) == 0 ? ftello(f) : -1;
@@ -973,10 +993,18 @@ static int choose_loss(FeOnnx *cx) {
     if (!y || !(loss = add_loss(cx, y)))
       return -1;
   } else {
-    for (size_t i = 0; i < gp->n_output && !loss; i++) {
+    const char *first = NULL;
+    for (size_t i = 0; i < gp->n_output; i++) {
       IrValue *v = fe_lookup(cx, str(gp->output[i]->name))->v;
-      if (v && v->rank == 0 && v->dtype == DT_F32)
-        loss = v;
+      if (!v || v->rank != 0 || v->dtype != DT_F32)
+        continue;
+      if (loss)  // a second one: training on either alone would ignore the other
+        return ir_error(cx->d, (IrLoc){0}, "the model has several scalar float outputs ('%.100s' "
+                        "and '%.100s' at least); mtc trains on one loss: export the model with "
+                        "the loss (or the sum of the losses) as its only scalar output", first,
+                        str(gp->output[i]->name));
+      loss = v;
+      first = str(gp->output[i]->name);
     }
     if (!loss)
       return ir_error(cx->d, (IrLoc){0}, "the model has no scalar float output to train on "

@@ -157,9 +157,9 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, SvApplied *a, cons
       break;
     }
     seen[id] = true;
-    if ((rc = whole(b, "dp", 1, 1e6, &dp, where, path, d)) ||
-        (rc = whole(b, "tp", 1, 1e6, &tp, where, path, d)) ||
-        (rc = whole(b, "q", 1, 1e6, &q, where, path, d)) ||
+    if ((rc = whole(b, "dp", 1, SV_MAX_GPUS, &dp, where, path, d)) ||
+        (rc = whole(b, "tp", 1, SV_MAX_GPUS, &tp, where, path, d)) ||
+        (rc = whole(b, "q", 1, 256, &q, where, path, d)) ||
         (rc = whole(b, "zero", 0, 3, &zero, where, path, d)) ||
         (rc = number(b, "offload", 0, 1, &off, where, path, d)))
       break;
@@ -190,6 +190,66 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, SvApplied *a, cons
                     m->block[k].name);
   free(seen);
   return rc;
+}
+
+// The plan names the model it was made for, at which dims: this one, at these.
+static int check_model(const cJSON *root, const IrGraph *g, int64_t seq, const char *path,
+                       IrDiag *d) {
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const char *name = g->name ? g->name : "model";
+  if (!cJSON_IsString(model))
+    return ir_error(d, (IrLoc){0}, "%s: \"model\" must name the model the plan is for", path);
+  if (strcmp(model->valuestring, name))
+    return ir_error(d, (IrLoc){0}, "%s is a plan for the model \"%s\", not \"%s\": plan this "
+                    "model (mtc plan MODEL --json FILE)", path, model->valuestring, name);
+  const cJSON *dims = cJSON_GetObjectItemCaseSensitive(root, "dims");
+  if (!cJSON_IsObject(dims))
+    return ir_error(d, (IrLoc){0}, "%s: \"dims\" must be an object of the model's dims as "
+                    "planned (plans from before it: plan again with mtc plan --json)", path);
+  for (int i = 0; i < g->syms.n; i++) {
+    if (!g->syms.bound[i])
+      continue;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(dims, g->syms.name[i]);
+    if (!cJSON_IsNumber(v))
+      return ir_error(d, (IrLoc){0}, "%s: \"dims\" has no %s: the plan is for another model",
+                      path, g->syms.name[i]);
+    if (v->valuedouble != (double)g->syms.value[i])
+      return ir_error(d, (IrLoc){0}, "%s: the plan is for %s = %.0f, the model has %s = %lld: "
+                      "compile with -D %s=%.0f, or plan again", path, g->syms.name[i],
+                      v->valuedouble, g->syms.name[i], (long long)g->syms.value[i],
+                      g->syms.name[i], v->valuedouble);
+  }
+  const cJSON *v;
+  cJSON_ArrayForEach(v, dims) {
+    if (symtab_find(&g->syms, v->string) < 0)
+      return ir_error(d, (IrLoc){0}, "%s: \"dims\" has %s, which the model does not have: the "
+                      "plan is for another model", path, v->string);
+  }
+  int64_t want = 0;
+  if (g->seq_sym >= 0 && g->syms.bound[g->seq_sym])
+    want = g->syms.value[g->seq_sym];
+  if (seq != want)
+    return ir_error(d, (IrLoc){0}, "%s: \"batch\": \"seq\" is %lld, the model's sequence "
+                    "length is %lld", path, (long long)seq, (long long)want);
+  return 0;
+}
+
+// One group of identical GPUs, as many as the mesh has ranks.
+static int check_groups(const cJSON *groups, const SvApplied *a, const char *path, IrDiag *d) {
+  int n = cJSON_GetArraySize(groups);
+  if (!cJSON_IsArray(groups) || n < 1)
+    return ir_error(d, (IrLoc){0}, "%s: \"groups\" must be an array of the cluster's groups "
+                    "of GPUs", path);
+  if (n != 1)
+    return ir_error(d, (IrLoc){0}, "%s: the plan is for a cluster of %d groups of GPUs; a "
+                    "compiled program runs on one group of identical GPUs for now", path, n);
+  int64_t count;
+  if (whole(cJSON_GetArrayItem(groups, 0), "count", 1, SV_MAX_GPUS, &count, "groups[0]", path, d))
+    return -1;
+  if (count != (int64_t)a->dp * a->tp)
+    return ir_error(d, (IrLoc){0}, "%s: groups[0] has %lld GPUs, the blocks' mesh dp %d x tp %d "
+                    "runs on %d", path, (long long)count, a->dp, a->tp, a->dp * a->tp);
+  return 0;
 }
 
 int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out, IrDiag *d) {
@@ -225,7 +285,11 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out
       !(rc = whole(batch, "micro_batches", 1, 1e9, &total, "batch", path, d)))
     rc = whole(batch, "seq", 0, 1e9, &seq, "batch", path, d);
   if (!rc)
+    rc = check_model(root, g, seq, path, d);
+  if (!rc)
     rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
+  if (!rc)
+    rc = check_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, path, d);
   if (!rc && total % out->dp)
     rc = ir_error(d, (IrLoc){0}, "%s: %lld micro-batches do not divide over dp %d replicas",
                   path, (long long)total, out->dp);

@@ -118,8 +118,8 @@ int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, do
   const SvDevice *dev = sv_device_find(gpu);
   if (!dev)
     return ir_error(d, (IrLoc){0}, "unknown GPU '%s' (known: %s)", gpu, sv_device_names());
-  if (count < 1 || count > 65536)
-    return ir_error(d, (IrLoc){0}, "--gpus %d: give between 1 and 65536 GPUs", count);
+  if (count < 1 || count > SV_MAX_GPUS)
+    return ir_error(d, (IrLoc){0}, "--gpus %d: give from 1 to %d GPUs", count, SV_MAX_GPUS);
   memset(c, 0, sizeof *c);
   c->ngroups = 1;
   SvGroup *gr = &c->group[0];
@@ -207,7 +207,7 @@ int sv_json_number(const cJSON *o, const char *key, double lo, double hi, bool w
 
 static int json_int(const cJSON *o, const char *key, int *out, const char *where, IrDiag *d) {
   double x = *out;
-  if (sv_json_number(o, key, 1, 65536, true, false, &x, where, d))
+  if (sv_json_number(o, key, 1, SV_MAX_GPUS, true, false, &x, where, d))
     return -1;
   *out = (int)x;
   return 0;

@@ -244,6 +244,12 @@ static cJSON *plan_json(const SvPlan *pl) {
   cJSON_AddNumberToObject(batch, "micro", (double)pl->micro_batch);
   cJSON_AddNumberToObject(batch, "micro_batches", (double)p->micro_total);
   cJSON_AddNumberToObject(batch, "seq", (double)pl->seq);
+  // the model's dims as planned: a plan applies to this model at these sizes only
+  const IrGraph *mg = pl->model->g;
+  cJSON *dims = cJSON_AddObjectToObject(root, "dims");
+  for (int i = 0; i < mg->syms.n; i++)
+    if (mg->syms.bound[i])
+      cJSON_AddNumberToObject(dims, mg->syms.name[i], (double)mg->syms.value[i]);
 
   cJSON *groups = cJSON_AddArrayToObject(root, "groups");
   for (int g = 0; g < p->ngroups; g++) {

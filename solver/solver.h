@@ -42,6 +42,7 @@ const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL whe
 const char *sv_device_names(void);
 
 #define SV_MAXGROUPS 8
+#define SV_MAX_GPUS 65536  // GPUs in a cluster, ranks of a program: the one limit of every flag and file
 
 // A group of identical devices (all of a homogeneous cluster).
 typedef struct SvGroup {

@@ -2,9 +2,9 @@
 # Hostile command lines and inputs to mtc: each must end within 10 s with exit status 1 or 2
 # and one error that says what is wrong (the text given), and `compile` must write nothing.
 #
-#   hostile_cli.sh MTC OUTDIR
+#   hostile_cli.sh MTC ONNX_EDIT OUTDIR
 set -uo pipefail
-mtc=$1 out=$2
+mtc=$1 edit=$2 out=$3
 rm -rf "$out"
 mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +37,12 @@ expect "--lr -1 is -1 as a float" compile "$mlp" -o "$out/c2" --lr -1
 expect "--lr 1e+39 is inf as a float" compile "$mlp" -o "$out/c3" --lr 1e39
 expect "--beta1 5 is 5 as a float" compile "$mlp" -o "$out/c4" --beta1 5
 expect "--beta2 0.99999999999 is 1 as a float" compile "$mlp" -o "$out/c5" --beta2 0.99999999999
-expect "--gpus takes a whole number from 1 to 1000000" plan "$gpt2" --gpus 1e9
+expect "--gpus takes a whole number from 1 to 65536" plan "$gpt2" --gpus 1e9
+expect "--gpus takes a whole number from 1 to 65536" plan "$gpt2" --gpus 1000000
+expect "--gpus takes a whole number from 1 to 65536" plan "$gpt2" --gpus 1000001
+expect "--dp 65536 --tp 65536: 4294967296 ranks, more than 65536" compile "$mlp" -o "$out/c7" \
+  --dp 65536 --tp 65536
+expect "--tp takes a whole number from 1 to 65536" compile "$mlp" -o "$out/c8" --tp 100000
 expect "-D B=-3: the value must be a positive integer" inspect "$mlp" -D B=-3
 expect "takes more than 256 TiB" plan "$gpt2" --micro-batch 1000000000000
 expect "the largest micro-batch that fits is" plan "$gpt2" --micro-batch 100000000 --batch 200000000 --gpu-mem 8GiB
@@ -60,7 +65,59 @@ expect '"intra_bw" is 450 bytes/s' plan "$gpt2" --cluster "$out/gbs.json"
 echo '{"groups": [{"gpu": "H100", "count": 8}], "cross": 1}' > "$out/key.json"
 expect 'unknown key "cross"' plan "$gpt2" --cluster "$out/key.json"
 
-for d in c1 c2 c3 c4 c5 c6; do
+# ---- the output folder: never a folder of other files, never half a program
+mkdir -p "$out/mine" && echo "keep me" > "$out/mine/notes.txt"
+expect "is a folder mtc did not write" compile "$mlp" -o "$out/mine"
+grep -q "keep me" "$out/mine/notes.txt" || { echo "FAIL: compile touched $out/mine"; fails=$((fails + 1)); }
+echo x > "$out/afile"
+expect "exists and is not a folder" compile "$mlp" -o "$out/afile"
+"$mtc" compile "$mlp" -o "$out/prev" > /dev/null
+expect "--lr nan is nan" compile "$mlp" -o "$out/prev" --lr nan
+[ -f "$out/prev/model.c" ] || { echo "FAIL: a failed compile removed the previous program"; fails=$((fails + 1)); }
+# a signal mid-compile leaves nothing: the planner of GPT-2 1.5B on 64 GPUs runs for seconds
+timeout -s INT 0.5 "$mtc" compile "$gpt2" -o "$out/sig" --gpus 64 -D L=48 -D C=1600 -D NH=25 \
+  -D V=50257 -D T=1024 > /dev/null 2>&1
+if [ -e "$out/sig" ] || ls -a "$out" | grep -q "^\.sig\.mtc-"; then
+  echo "FAIL: an interrupted compile left files: $(ls -a "$out" | grep sig)"
+  fails=$((fails + 1))
+fi
+# weights.bin larger than any disk (3.9 TB): refused before a byte is written
+expect "GB on disk (weights.bin" compile "$gpt2" -o "$out/c16" -D V=60000000 -D C=16384 \
+  -D NH=16 -D L=1 -D T=64 -D B=1
+
+# ---- plans for another model, other dims, another cluster
+"$mtc" plan "$gpt2" --gpus 2 --json "$out/gpt2.json" > /dev/null
+expect 'is a plan for the model "gpt2", not "mlp"' compile "$mlp" -o "$out/c9" --plan "$out/gpt2.json"
+expect "the plan is for T = 64, the model has T = 32" compile "$gpt2" -D T=32 -o "$out/c10" \
+  --plan "$out/gpt2.json"
+sed 's/"seq":\t64/"seq":\t999999999/' "$out/gpt2.json" > "$out/seq.json"
+expect '"seq" is 999999999, the model' compile "$gpt2" -o "$out/c11" --plan "$out/seq.json"
+python3 - "$out/gpt2.json" "$out/groups.json" << 'EOF_PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["groups"].append(dict(p["groups"][0], name="other"))
+json.dump(p, open(sys.argv[2], "w"))
+EOF_PY
+expect "the plan is for a cluster of 2 groups" compile "$gpt2" -o "$out/c12" --plan "$out/groups.json"
+
+# ---- external data: inside the model's folder after symbolic links are followed
+onnx=$src/tests/fixtures/parity/mlp/model_o17.onnx
+mkdir -p "$out/ext/sub" "$out/secret"
+"$edit" external "$onnx" "$out/ext/model.onnx"
+mv "$out/ext/data.bin" "$out/secret/data.bin"
+ln -s ../secret/data.bin "$out/ext/data.bin"
+expect "outside the model's folder" compile "$out/ext/model.onnx" -o "$out/c13" -D B=16 \
+  --loss cross-entropy
+ln -sf "$out/secret/data.bin" "$out/ext/data.bin"
+expect "outside the model's folder" compile "$out/ext/model.onnx" -o "$out/c14" -D B=16 \
+  --loss cross-entropy
+mv "$out/secret/data.bin" "$out/ext/sub/real.bin" && ln -sf sub/real.bin "$out/ext/data.bin"
+"$mtc" compile "$out/ext/model.onnx" -o "$out/ext_ok" -D B=16 --loss cross-entropy > /dev/null ||
+  { echo "FAIL: external data through a link inside the folder"; fails=$((fails + 1)); }
+truncate -s 100 "$out/ext/sub/real.bin"
+expect "has fewer than" compile "$out/ext/model.onnx" -o "$out/c15" -D B=16 --loss cross-entropy
+
+for d in c1 c2 c3 c4 c5 c6 c7 c8 c9 c10 c11 c12 c13 c14 c15 c16; do
   if [ -e "$out/$d" ]; then
     echo "FAIL: a failed compile wrote $out/$d"
     fails=$((fails + 1))

@@ -25,7 +25,7 @@ expect tp_not_dividing 1 "NH = 4 heads do not divide by tp = 3.*give the block a
   "$mtc" compile "$model" --tp 3 -o "$out/tp3"
 [ -e "$out/tp3" ] && { echo "FAIL tp_not_dividing: $out/tp3 was written"; fails=$((fails + 1)); }
 expect zero_stage 2 "--zero takes a stage 0, 1, 2 or 3" "$mtc" compile "$model" --zero 4 -o "$out/z"
-expect dp_zero 2 "--dp takes a whole number from 1 to 1000000" "$mtc" compile "$model" --dp 0 -o "$out/z"
+expect dp_zero 2 "--dp takes a whole number from 1 to 65536" "$mtc" compile "$model" --dp 0 -o "$out/z"
 expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
 # plans that do not fit the model, applied with compile --plan: nothing is written
 "$mtc" plan "$model" -D L=2 --gpus 4 --json "$out/plan.json" > /dev/null ||
@@ -50,7 +50,10 @@ expect plan_two_meshes 1 "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp
 edit no_block "p['blocks'][1]['id'] = 9"
 expect plan_no_block 1 "block 9 does not exist: the model has blocks 0 to 2" \
   "$mtc" compile "$model" -D L=2 --plan "$out/no_block.json" -o "$out/p2"
-expect plan_missing 1 "block 3 \(h.2\) has no entry in \"blocks\"" \
+edit missing "del p['blocks'][2]"
+expect plan_missing 1 "block 2 \(h.1\) has no entry in \"blocks\"" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/missing.json" -o "$out/p3"
+expect plan_dims 1 "the plan is for L = 2, the model has L = 4: compile with -D L=2, or plan again" \
   "$mtc" compile "$model" -D L=4 --plan "$out/plan.json" -o "$out/p3"
 edit renamed "p['blocks'][2]['name'] = 'h.7'"
 expect plan_other_model 1 "block 2 of this model is \"h.1\", not \"h.7\": the plan is for another model" \
@@ -58,10 +61,10 @@ expect plan_other_model 1 "block 2 of this model is \"h.1\", not \"h.7\": the pl
 edit grid "[b.update(dp=1, tp=1, q=2) for b in p['blocks']]"
 expect plan_grid 1 "a 2D grid \(q 2\) is not lowered yet" \
   "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/p4"
-edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3"
+edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3; p['groups'][0]['count'] = 3"
 expect plan_tp3 1 "NH = 4 heads do not divide by tp = 3" \
   "$mtc" compile "$model" -D L=2 --plan "$out/tp3.json" -o "$out/p5"
-expect plan_batch 1 "the plan runs micro-batches of 4 sequences, the model's batch dim is 2: compile with --micro-batch 4" \
+expect plan_batch 1 "the plan is for B = 4, the model has B = 2: compile with -D B=4, or plan again" \
   "$mtc" compile "$model" -D L=2 -D B=2 --plan "$out/plan.json" -o "$out/p6"
 expect plan_and_dp 2 "--plan .* is a layout for compile: leave out --dp" \
   "$mtc" compile "$model" --plan "$out/plan.json" --dp 2 -o "$out/p7"

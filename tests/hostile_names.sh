@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Names are data: a model whose names are hostile C compiles (model.c with
+# -Wall -Wextra -Werror) and trains exactly as the same model with plain names,
+# and nothing of a name runs. Through the DSL (dims, parameters, lets, the
+# model named after C keywords, macros and model.c's and the runtime's own
+# names: a dim named l was once shadowed by the layer loop's counter) and
+# ONNX (tests/onnx_edit.c gives every value, node and the graph a hostile
+# name: code after a newline, a trailing backslash, quotes, trigraphs, control
+# and non-ASCII bytes; dim_params named l and b; the model's file name holds a
+# quote, a backslash and a newline).
+#
+#   hostile_names.sh MTC ONNX_EDIT OUTDIR
+set -euo pipefail
+mtc=$1 edit=$2 out=$3
+src=$(cd "$(dirname "$0")/.." && pwd)
+rm -rf "$out"
+mkdir -p "$out"
+fails=0
+
+# losses NAME MODEL ARGS...: compile, build with warnings as errors, train 3
+# steps; prints the losses (and fails on any output that says PWNED)
+losses() {
+  local dir=$out/$1 model=$2
+  shift 2
+  "$mtc" compile "$model" -o "$dir" "$@" > "$dir.log" 2>&1 ||
+    { cat "$dir.log"; echo "FAIL: mtc compile ($1)" >&2; return 1; }
+  make -s -C "$dir" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > "$dir.make" 2>&1 ||
+    { head -40 "$dir.make"; echo "FAIL: model.c of $dir does not compile" >&2; return 1; }
+  (cd "$dir" && ./train --steps 3) > "$dir.train" 2>&1 ||
+    { cat "$dir.train"; echo "FAIL: train ($dir)" >&2; return 1; }
+  if grep -q PWNED "$dir.train"; then
+    echo "FAIL: a name ran as code in $dir" >&2
+    return 1
+  fi
+  sed -n 's/^\(step [0-9]* | loss [^ ]*\).*/\1/p' "$dir.train"
+}
+
+# same WHAT PLAIN HOSTILE: the two runs' losses, equal to the last digit
+same() {
+  if [ -n "$2" ] && [ "$2" = "$3" ]; then
+    echo "ok: $1: the same losses with hostile names"
+  else
+    echo "FAIL: $1: plain names gave"
+    echo "$2"
+    echo "  hostile names gave"
+    echo "$3"
+    fails=$((fails + 1))
+  fi
+}
+
+# ---- the DSL: GPT-2 with every identifier a C keyword, macro or emitted name
+dims=(-D B=2 -D T=8 -D C=32 -D L=2 -D NH=2 -D V=64)
+sed -E -e 's/\bB\b/l/g; s/\bT\b/int/g; s/\bC\b/b/g; s/\bL\b/arena/g; s/\bNH\b/NULL/g' \
+  -e 's/\bV\b/size_t/g; s/\bHS\b/forward/g; s/\bwte\b/_Bool/g; s/\bwpe\b/SIZE_MAX/g' \
+  -e 's/\bln1_w\b/__attribute__/g; s/\bqkv_w\b/update/g; s/\bfc_b\b/Buffers/g' \
+  -e 's/\blnf_w\b/rt_matmul/g; s/\blnf_b\b/mtc_model/g; s/\bidx\b/hb/g; s/^input targets:/input h:/; s/, targets\)/, h)/' \
+  -e 's/\blogits\b/INT8_C/g; s/\bx\b/bind/g; s/\bq\b/_Generic/g; s/\by\b/main/g' \
+  -e 's/^model gpt2;/model l;/' "$src/examples/gpt2.mtc" > "$out/hostile.mtc"
+plain=$(losses dsl_plain "$src/examples/gpt2.mtc" "${dims[@]}")
+hostile=$(losses dsl_hostile "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 -D NULL=2 \
+  -D size_t=64)
+same "DSL GPT-2" "$plain" "$hostile"
+
+# ---- ONNX: PyTorch's GPT-2 export, every name hostile, in a file named with " \ and a newline
+fix=$src/tests/fixtures/parity
+evil=$out/$'q"x\\\n.onnx'
+"$edit" names "$fix/gpt2/model_o17.onnx" "$evil"
+plain=$(losses onnx_plain "$fix/gpt2/model_o17.onnx" -D B=4 -D T=16)
+hostile=$(losses onnx_hostile "$evil" -D B=4 -D T=16)
+same "ONNX GPT-2" "$plain" "$hostile"
+
+# ---- ONNX with dims by name: Hugging Face GPT-2 exported with dynamic axes, B and T renamed
+"$edit" names "$fix/hf_gpt2/model_o17_dyn.onnx" "$out/hf_dyn.onnx" B=l T=b
+plain=$(losses hf_plain "$fix/hf_gpt2/model_o17_dyn.onnx" -D B=2 -D T=16)
+hostile=$(losses hf_hostile "$out/hf_dyn.onnx" -D l=2 -D b=16)
+same "HF GPT-2, dims l and b" "$plain" "$hostile"
+
+[ "$fails" -eq 0 ] && echo "ok: hostile names change nothing"
+exit $((fails > 0))
