@@ -1048,8 +1048,71 @@ static int check_opset(FeOnnx *cx, const Onnx__ModelProto *m) {
   return 0;
 }
 
+// Is s valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF)?
+static bool utf8(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    int n = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
+    if (n < 0 || (n == 1 && *p < 0xc2) || (n == 3 && *p > 0xf4))
+      return false;
+    uint32_t c = *p++ & (0x7f >> n);
+    for (int k = 0; k < n; k++, p++) {
+      if ((*p & 0xc0) != 0x80)
+        return false;
+      c = c << 6 | (*p & 0x3f);
+    }
+    if ((n == 2 && (c < 0x800 || (c >= 0xd800 && c <= 0xdfff))) || (n == 3 && (c < 0x10000 || c > 0x10ffff)))
+      return false;
+  }
+  return true;
+}
+
+static int check_name(FeOnnx *cx, const char *name, const char *what, size_t index) {
+  if (utf8(str(name)))
+    return 0;
+  return ir_error(cx->d, (IrLoc){0}, "%s %zu has a name that is not UTF-8 (ONNX strings are); "
+                  "re-export the model", what, index);
+}
+
+// Every name in the graph is UTF-8, as ONNX requires: names travel into the
+// program's strings and its safetensors files, whose headers are JSON.
+static int check_names(FeOnnx *cx) {
+  const Onnx__GraphProto *g = cx->graph;
+  int rc = check_name(cx, g->name, "the graph", 0);
+  Onnx__ValueInfoProto **lists[] = {g->input, g->output, g->value_info};
+  size_t counts[] = {g->n_input, g->n_output, g->n_value_info};
+  const char *whats[] = {"graph input", "graph output", "value_info"};
+  for (int l = 0; l < 3 && !rc; l++)
+    for (size_t i = 0; i < counts[l] && !rc; i++) {
+      const Onnx__ValueInfoProto *v = lists[l][i];
+      rc = check_name(cx, v ? v->name : NULL, whats[l], i);
+      const Onnx__TypeProto *t = v ? v->type : NULL;
+      if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type ||
+          !t->tensor_type->shape)
+        continue;
+      const Onnx__TensorShapeProto *sh = t->tensor_type->shape;
+      for (size_t k = 0; k < sh->n_dim && !rc; k++)
+        if (sh->dim[k] && sh->dim[k]->value_case ==
+                              ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+          rc = check_name(cx, sh->dim[k]->dim_param, "a dim_param of", i);
+    }
+  for (size_t i = 0; i < g->n_initializer && !rc; i++)
+    rc = check_name(cx, g->initializer[i] ? g->initializer[i]->name : NULL, "initializer", i);
+  for (size_t i = 0; i < g->n_node && !rc; i++) {
+    const Onnx__NodeProto *n = g->node[i];
+    if (!n)
+      continue;
+    rc = check_name(cx, n->name, "node", i);
+    for (size_t k = 0; k < n->n_input && !rc; k++)
+      rc = check_name(cx, n->input[k], "an input of node", i);
+    for (size_t k = 0; k < n->n_output && !rc; k++)
+      rc = check_name(cx, n->output[k], "an output of node", i);
+  }
+  return rc;
+}
+
 static int convert_graph(FeOnnx *cx) {
-  return declare_inputs(cx) || check_defines(cx) || declare_initializers(cx) ||
+  return check_names(cx) || declare_inputs(cx) || check_defines(cx) || declare_initializers(cx) ||
          convert_nodes(cx) || choose_loss(cx) || finish_inputs(cx);
 }
 

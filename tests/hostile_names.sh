@@ -75,5 +75,25 @@ plain=$(losses hf_plain "$fix/hf_gpt2/model_o17_dyn.onnx" -D B=2 -D T=16)
 hostile=$(losses hf_hostile "$out/hf_dyn.onnx" -D l=2 -D b=16)
 same "HF GPT-2, dims l and b" "$plain" "$hostile"
 
+# ---- the hostile ONNX program under ASan and UBSan: --save writes its names into JSON that
+# parses (as UTF-8), --load and --dump-grads read and write them back, no sanitizer report
+dir=$out/onnx_hostile
+san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+make -s -C "$dir" clean && make -s -C "$dir" cpu CFLAGS="-O1 -g -fopenmp -std=c11 -Wall -Werror $san" \
+  > "$dir.asan.make" 2>&1 || { cat "$dir.asan.make"; echo "FAIL: the ASan build"; exit 1; }
+(
+  cd "$dir"
+  export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+  ./train --steps 2 --save w.st --dump-grads g.st > save.log 2>&1 &&
+    ./train --steps 1 --load w.st --save w2.st > load.log 2>&1 &&
+    python3 -c 'import json, struct, sys
+for path in sys.argv[1:]:
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    names = json.loads(b[8:8 + n].decode("utf-8"))
+    assert {"a\\b", "q??/", "ctl\x01\x02", "\u00e9t\u00e9"} <= set(names), (path, list(names))' \
+      w.st g.st w2.st
+) || { cat "$dir"/*.log; echo "FAIL: the hostile program's safetensors"; fails=$((fails + 1)); }
+
 [ "$fails" -eq 0 ] && echo "ok: hostile names change nothing"
 exit $((fails > 0))

@@ -6,7 +6,7 @@
 // names: IN with every name replaced by one of a list of hostile names
 // (tests/hostile_names.sh): C's punctuation,
 // quotes, backslashes (one at the end), trigraphs, newlines with code after
-// them, control and non-ASCII bytes, C keywords and macros, and the names
+// them, control characters and non-ASCII UTF-8, C keywords and macros, and the names
 // model.c and the runtime define. Values take the list in order (then the list
 // again with a number); nodes and the graph the list from its other end;
 // each dim_param OLD given as OLD=NEW becomes NEW (the others stay).
@@ -29,7 +29,7 @@ static const char *const hostile[] = {
     "tab\there",
     "ctl\001\002",
     "\xc3\xa9t\xc3\xa9",
-    "\xff\xfe",
+    "\xf0\x9f\x98\x80\xe2\x80\xae",  // an emoji, a right-to-left override
     "int", "_Bool", "_Generic", "SIZE_MAX", "__attribute__", "NULL", "size_t", "l", "b", "hb",
     "h", "arena", "host", "forward", "backward", "update", "Buffers", "HostBuffers", "bind",
     "dims", "params", "inputs", "rt_matmul", "RT_ADD", "mtc_model", "main", "INT8_C",

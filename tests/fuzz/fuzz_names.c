@@ -1,5 +1,6 @@
-// Names are data. The input's bytes, split at NUL bytes, become every name of
-// an ONNX model (values, nodes, the graph: tests/fixtures/parity/mlp) and,
+// Names are data. The input's bytes, split at NUL bytes (each byte the code
+// point of its value, in UTF-8), become every name of an ONNX model (values,
+// nodes, the graph: tests/fixtures/parity/mlp) and,
 // each byte taken into [A-Za-z0-9_], every identifier of the same MLP in the
 // DSL (the model, its dims, inputs, parameters and lets). Whatever the names,
 // the emitted model.c must be the plain-named model's token for token outside
@@ -283,10 +284,17 @@ static const char *nth_name(Names *in, int index, char *buf, size_t cap) {
   for (size_t i = 0; i < in->size && k; i++)
     if (in->data[i] == 0 && --k == 0)
       start = i + 1;
+  // each byte as the code point of its value, in UTF-8 (ONNX names are UTF-8)
   size_t n = 0;
-  while (start + n < in->size && in->data[start + n] && n + 12 < cap)
-    n++;
-  memcpy(buf, in->data + start, n);
+  for (size_t i = start; i < in->size && in->data[i] && n + 14 < cap; i++) {
+    uint8_t c = in->data[i];
+    if (c < 0x80) {
+      buf[n++] = (char)c;
+    } else {
+      buf[n++] = (char)(0xc0 | c >> 6);
+      buf[n++] = (char)(0x80 | (c & 0x3f));
+    }
+  }
   buf[n] = '\0';
   bool dup = n == 0;
   for (int i = 0; i < in->ngiven && !dup; i++)
