@@ -131,6 +131,15 @@ static void name_buffers(Emit *e) {
   ir_strset_free(&dims);
 }
 
+// The runtime's name of a dtype: RT_F32, RT_I32, RT_BF16 (runtime/dtypes.def).
+static const char *rt_dtype(IrDType dt) {
+  static const char *const names[] = {
+#define DT(name, text, bytes, ctype) "RT_" #name,
+#include "dtypes.def"
+  };
+  return names[dt];
+}
+
 static const char *role_name(IrRole r) {
   static const char *const names[] = {"input", "param", "act", "grad", "state", "const",
                                       "bucket"};
@@ -239,7 +248,7 @@ static void emit_bind(Emit *e, bool host) {
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     if (v->host == host && e->used[i])
-      println(e, "  %s *%s; // %s %s", v->dtype == DT_I32 ? "int" : "float", e->cname[i],
+      println(e, "  %s *%s; // %s %s", ir_dtype_ctype(v->dtype), e->cname[i],
               role_name(v->role), c_shape(e, v));
   }
   println(e, "} %s;", type);
@@ -249,7 +258,7 @@ static void emit_bind(Emit *e, bool host) {
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     if (v->host == host && e->used[i])
-      println(e, "  b.%s = (%s *)(%s + %lld);", e->cname[i], v->dtype == DT_I32 ? "int" : "float",
+      println(e, "  b.%s = (%s *)(%s + %lld);", e->cname[i], ir_dtype_ctype(v->dtype),
               base, (long long)e->m->offset[i]);
   }
   println(e, "  return b;");
@@ -749,7 +758,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       cg_put_string(e->f, v->name);
       fprintf(e->f, ", %lld, %lld, %s, %s, %lld, ", (long long)e->m->offset[i],
               (long long)ir_eval(g, ir_numel(g, &whole)),
-              v->dtype == DT_I32 ? "RT_I32" : "RT_F32",
+              rt_dtype(v->dtype),
               role == ROLE_INPUT ? input_kind(v->input_kind)
               : pass              ? "RT_PARAM_CONST"
                                   : "RT_PARAM_TRAINED",
@@ -1043,7 +1052,7 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
              "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
-        "HDR = runtime/kernels.h runtime/kernels.def runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
+        "HDR = runtime/kernels.h runtime/kernels.def runtime/dtypes.def runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
         "runtime/rng.h runtime/safetensors.h runtime/shard.h runtime/comm.h runtime/dist.h "
         "runtime/device.h\n"
         "\n"
@@ -1145,7 +1154,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
     return -1;
   static const char *const runtime_files[] = {
-      "kernels.h", "kernels.def", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
+      "kernels.h", "kernels.def", "dtypes.def", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "shard.h", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};

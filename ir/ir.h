@@ -43,7 +43,13 @@ IrOp ir_op_lookup(const char *name); // OP_COUNT when unknown
 
 // ---- values ----------------------------------------------------------------
 
-typedef enum IrDType { DT_F32, DT_I32 } IrDType;   // printed "f32", "i32"
+// The element types, from runtime/dtypes.def (the runtime's RT_<NAME> have the
+// same values): DT_F32, DT_I32, DT_BF16, ...; printed by their text names.
+typedef enum IrDType {
+#define DT(name, text, bytes, ctype) DT_##name,
+#include "dtypes.def"
+  DT_COUNT
+} IrDType;
 
 typedef enum IrRole {
   ROLE_INPUT,   // fed by the data loader every step
@@ -376,8 +382,10 @@ const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
 // vocabulary's padding; a copy; v itself when not split).
 IrValue ir_whole(const IrValue *v);
 const Sym *ir_nbytes(IrGraph *g, const IrValue *v);    // numel * dtype size
-int ir_dtype_size(IrDType dt);
-const char *ir_dtype_name(IrDType dt);
+int ir_dtype_size(IrDType dt);         // bytes per element
+const char *ir_dtype_name(IrDType dt); // "f32", "bf16", "i32"
+const char *ir_dtype_ctype(IrDType dt); // the C type of an element in model.c: "float", ...
+IrDType ir_dtype_lookup(const char *name); // DT_COUNT when unknown
 bool ir_same_shape(const IrValue *a, const IrValue *b);
 // "[B,T,C]" into the arena
 const char *ir_shape_str(IrGraph *g, const IrValue *v);

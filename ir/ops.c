@@ -6,8 +6,24 @@
 
 // ---- sizes ---------------------------------------------------------------------
 
-int ir_dtype_size(IrDType dt) { return dt == DT_F32 || dt == DT_I32 ? 4 : 0; }
-const char *ir_dtype_name(IrDType dt) { return dt == DT_I32 ? "i32" : "f32"; }
+static const struct {
+  const char *text, *ctype;
+  int bytes;
+} dtypes[] = {
+#define DT(name, text, bytes, ctype) {text, #ctype, bytes},
+#include "dtypes.def"
+};
+
+int ir_dtype_size(IrDType dt) { return dt < DT_COUNT ? dtypes[dt].bytes : 0; }
+const char *ir_dtype_name(IrDType dt) { return dt < DT_COUNT ? dtypes[dt].text : "?"; }
+const char *ir_dtype_ctype(IrDType dt) { return dt < DT_COUNT ? dtypes[dt].ctype : "?"; }
+
+IrDType ir_dtype_lookup(const char *name) {
+  for (int i = 0; i < DT_COUNT; i++)
+    if (!strcmp(name, dtypes[i].text))
+      return (IrDType)i;
+  return DT_COUNT;
+}
 
 const Sym *ir_numel(IrGraph *g, const IrValue *v) {
   const Sym *n = sym_const(&g->arena, 1);

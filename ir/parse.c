@@ -7,7 +7,7 @@
 //           | (value ":" type ("," value ":" type)* "=")? OP "(" values? ")" attr* ("#" INT)? loc?
 //           | "loss" value | "grad" value value
 //   value   = "%" (NAME | STRING)
-//   type    = ("f32" | "i32") "[" (formula ("," formula)*)? "]"
+//   type    = ("f32" | "bf16" | "i32") "[" (formula ("," formula)*)? "]"
 //   attr    = NAME "=" (INT | FLOAT | STRING | "[" (formula ("," formula)*)? "]")
 //             (a name the op declares in ir/attrs.def, a value of its kind)
 //   loc     = "@" STRING (":" INT ":" INT)?
@@ -169,16 +169,16 @@ static const Sym *formula(Parser *ps) {
   return s;
 }
 
-// ("f32" | "i32") "[" formulas "]"
+// ("f32" | "bf16" | "i32") "[" formulas "]" (runtime/dtypes.def's names)
 static int type(Parser *ps, IrValue *v) {
   const char *w = word(ps);
   if (w && !strcmp(w, "host")) { // placed in host memory (offload)
     v->host = true;
     w = word(ps);
   }
-  if (!w || (strcmp(w, "f32") && strcmp(w, "i32")))
-    return fail(ps, "expected a type (f32[...] or i32[...])");
-  v->dtype = strcmp(w, "i32") ? DT_F32 : DT_I32;
+  v->dtype = w ? ir_dtype_lookup(w) : DT_COUNT;
+  if (v->dtype == DT_COUNT)
+    return fail(ps, "expected a type (f32[...], bf16[...] or i32[...])");
   if (expect(ps, '['))
     return -1;
   const Sym *shape[IR_MAXRANK];

@@ -3,7 +3,17 @@
 #ifndef MTC_RT_MODEL_API_H
 #define MTC_RT_MODEL_API_H
 
-enum { RT_F32, RT_I32 };
+#include <stdint.h>
+
+// bfloat16: the upper 16 bits of an IEEE float32 (runtime/dtypes.def)
+typedef uint16_t rt_bf16;
+
+// The element types (RT_F32, RT_I32, RT_BF16, ...), in runtime/dtypes.def's order.
+enum {
+#define DT(name, text, bytes, ctype) RT_##name,
+#include "dtypes.def"
+  RT_NDTYPES
+};
 
 #define RT_MAXRANK 8
 
@@ -31,7 +41,7 @@ typedef struct rt_tensor {
   const char *name;   // as in the model (parameter or input name)
   long offset;        // byte offset in the arena
   long numel;         // element count
-  int dtype;          // RT_F32 | RT_I32
+  int dtype;          // RT_F32, RT_I32, ... (dtypes.def)
   int kind;           // inputs: RT_IN_*; params: RT_PARAM_*
   long range;         // inputs only: number of classes / vocabulary size
   const char *shape;  // human-readable, e.g. "(B, T, C) = (4, 64, 128)"

@@ -137,10 +137,12 @@ prepare() {
   git -C "$root" check-ignore -q "$dir" || die "$dir is not ignored by git (add it to .gitignore)"
   rm -rf "$dir"
   mkdir -p "$dir/bin" "$dir/lib/mtc" "$dir/lib/prog" "$dir/cases"
-  cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > /dev/null || die "cmake failed"
-  cmake --build "$root/build" -j"$(nproc)" --target mtc test_kernels_cuda > /dev/null ||
+  # a build folder of its own (Release), apart from the test suite's
+  cmake -S "$root" -B "$root/build-gpucheck" -DCMAKE_BUILD_TYPE=Release > /dev/null ||
+    die "cmake failed"
+  cmake --build "$root/build-gpucheck" -j"$(nproc)" --target mtc test_kernels_cuda > /dev/null ||
     die "building mtc and test_kernels_cuda failed"
-  cp "$root/build/mtc" "$root/build/tests/test_kernels_cuda" "$dir/bin/"
+  cp "$root/build-gpucheck/mtc" "$root/build-gpucheck/tests/test_kernels_cuda" "$dir/bin/"
   local line name model fix
   for line in $(selected_cases); do
     IFS='|' read -r name model fix <<< "$line"
