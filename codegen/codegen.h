@@ -16,6 +16,8 @@
 // The runtime's kernels (runtime/kernels.def): CG_K_matmul calls rt_matmul.
 typedef enum CgKernel {
 #define K(name, ...) CG_K_##name,
+#define KT K
+#define KTU K
 #include "kernels.def"
   CG_K_COUNT
 } CgKernel;
@@ -50,12 +52,16 @@ typedef struct CgCall {
   CgKernel k;
   int nargs;
   CgArg args[CG_MAXARGS];
+  IrDType t, u;  // the element types of its tensors of kinds T and U (runtime/kernels.def)
 } CgCall;
 
 // The kernel calls that execute node n (split and concat take one per part)
 // under the memory plan m (a reshape it made a view moves nothing; m NULL:
 // none is). Returns the number of calls written to `calls` (at most max), or -1.
 int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d);
+// The suffix of the variant a lowered call runs ("" for float32, "_bf16", ...):
+// the function is rt_<cg_kernel_name(c->k)><suffix> (runtime/kernels.h).
+const char *cg_call_suffix(const CgCall *c);
 // Bytes of device scratch the call's GPU kernel needs (0 for most; KS in
 // runtime/kernels.def), at the graph's dim values.
 int64_t cg_call_scratch(const IrGraph *g, const CgCall *c);

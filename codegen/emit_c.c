@@ -365,7 +365,7 @@ static void emit_node_comment(Emit *e, const IrNode *n) {
 static void emit_call(Emit *e, const CgCall *c, const CgCall *next) {
   int64_t need = cg_call_scratch(e->g, c);
   e->scratch = need > e->scratch ? need : e->scratch;
-  fprintf(e->f, "%srt_%s(", e->ind, cg_kernel_name(c->k));
+  fprintf(e->f, "%srt_%s%s(", e->ind, cg_kernel_name(c->k), cg_call_suffix(c));
   for (int j = 0; j < c->nargs; j++) {
     if (j)
       fputs(", ", e->f);

@@ -13,6 +13,7 @@
 // One lowered call with its arguments resolved to numbers and pointers.
 typedef struct Exec {
   CgKernel k;
+  IrDType t, u;  // the call's element types (its variant)
   IrPhase phase;
   void *p[CG_MAXARGS];
   long i[CG_MAXARGS];
@@ -33,6 +34,8 @@ struct CgInterp {
 static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag *d) {
   memset(e, 0, sizeof *e);
   e->k = c->k;
+  e->t = c->t;
+  e->u = c->u;
   e->phase = phase;
   for (int j = 0; j < c->nargs; j++) {
     const CgArg *a = &c->args[j];
@@ -164,18 +167,43 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
       continue;
     }
     // argument i of each kernel (runtime/kernels.def), as the lowering gave it
-#define K_OUT(j, x) ((float *)e->p[j])
-#define K_IN(j, x) ((const float *)e->p[j])
-#define K_OUTI(j, x) ((int *)e->p[j])
-#define K_INI(j, x) ((const int *)e->p[j])
+    // (tensors as void pointers: the variant's prototype gives their types)
+#define K_OUT(j, x) (e->p[j])
+#define K_IN(j, x) (e->p[j])
+#define K_OUTU(j, x) (e->p[j])
+#define K_OUTF(j, x) (e->p[j])
+#define K_INF(j, x) (e->p[j])
+#define K_OUTI(j, x) (e->p[j])
+#define K_INI(j, x) (e->p[j])
 #define K_LONG(j, x) (e->i[j])
 #define K_INT(j, x) ((int)e->i[j])
 #define K_FLT(j, x) (e->f[j])
 #define K_DIMS(j, x) (e->a[j])
+    // a typed kernel: the variant of the call's element types
+#define CALL_T(suffix, T, name, ...)                                                           \
+  if (e->t == DT_##T) {                                                                        \
+    rt_##name##suffix(__VA_ARGS__);                                                              \
+    break;                                                                                       \
+  }
+#define CALL_TU(suffix, T, U, name, ...)                                                       \
+  if (e->t == DT_##T && e->u == DT_##U) {                                                      \
+    rt_##name##suffix(__VA_ARGS__);                                                              \
+    break;                                                                                       \
+  }
     switch (e->k) {
 #define K(name, ...)                                                                            \
   case CG_K_##name:                                                                              \
     rt_##name(__VA_ARGS__);                                                                      \
+    break;
+#define KT(name, ...)                                                                           \
+  case CG_K_##name:                                                                              \
+    RT_T_VARIANTS(CALL_T, name, __VA_ARGS__)                                                     \
+    IR_ASSERT(!"a variant the lowering checked");                                                \
+    break;
+#define KTU(name, ...)                                                                          \
+  case CG_K_##name:                                                                              \
+    RT_TU_VARIANTS(CALL_TU, name, __VA_ARGS__)                                                   \
+    IR_ASSERT(!"a variant the lowering checked");                                                \
     break;
 #include "kernels.def"
     case CG_K_COUNT: break;

@@ -8,16 +8,69 @@
 
 static const char *const kernel_names[] = {
 #define K(name, ...) #name,
+#define KT K
+#define KTU K
 #include "kernels.def"
 };
 
 const char *cg_kernel_name(CgKernel k) { return kernel_names[k]; }
 
+// Which element types each kernel is generic in (kernels.def's K, KT, KTU).
+enum { FIXED, GENERIC_T, GENERIC_TU };
+static const unsigned char generic[] = {
+#define K(name, ...) FIXED,
+#define KT(name, ...) GENERIC_T,
+#define KTU(name, ...) GENERIC_TU,
+#include "kernels.def"
+};
+
+// The variants of the typed kernels (RT_T_VARIANTS, RT_TU_VARIANTS in
+// runtime/kernels.h): their element types and the suffix of their names.
+static const struct {
+  IrDType t;
+  const char *suffix;
+} t_variants[] = {
+#define X(suffix, T, ...) {DT_##T, #suffix},
+    RT_T_VARIANTS(X, _)
+#undef X
+};
+static const struct {
+  IrDType t, u;
+  const char *suffix;
+} tu_variants[] = {
+#define X(suffix, T, U, ...) {DT_##T, DT_##U, #suffix},
+    RT_TU_VARIANTS(X, _)
+#undef X
+};
+#define NT_VARIANTS (int)(sizeof t_variants / sizeof t_variants[0])
+#define NTU_VARIANTS (int)(sizeof tu_variants / sizeof tu_variants[0])
+
+// The variant of a call of a typed kernel, from its element types; -1: none.
+static int variant_of(CgKernel k, IrDType t, IrDType u) {
+  for (int i = 0; generic[k] == GENERIC_T && i < NT_VARIANTS; i++)
+    if (t_variants[i].t == t)
+      return i;
+  for (int i = 0; generic[k] == GENERIC_TU && i < NTU_VARIANTS; i++)
+    if (tu_variants[i].t == t && tu_variants[i].u == u)
+      return i;
+  return generic[k] == FIXED ? 0 : -1;
+}
+
+const char *cg_call_suffix(const CgCall *c) {
+  int v = variant_of(c->k, c->t, c->u);
+  IR_ASSERT(v >= 0);
+  return generic[c->k] == GENERIC_T ? t_variants[v].suffix
+         : generic[c->k] == GENERIC_TU ? tu_variants[v].suffix : "";
+}
+
 // What each argument of each kernel must be (runtime/kernels.def), encoded as
 // position * 8 + kind, so that a call can be checked against the table.
-enum { WANT_F32, WANT_I32, WANT_INT, WANT_FLT, WANT_DIMS };
-#define K_OUT(i, x) (i) * 8 + WANT_F32
-#define K_IN(i, x) (i) * 8 + WANT_F32
+enum { WANT_T, WANT_U, WANT_F32, WANT_I32, WANT_INT, WANT_FLT, WANT_DIMS };
+#define K_OUT(i, x) (i) * 8 + WANT_T
+#define K_IN(i, x) (i) * 8 + WANT_T
+#define K_OUTU(i, x) (i) * 8 + WANT_U
+#define K_OUTF(i, x) (i) * 8 + WANT_F32
+#define K_INF(i, x) (i) * 8 + WANT_F32
 #define K_OUTI(i, x) (i) * 8 + WANT_I32
 #define K_INI(i, x) (i) * 8 + WANT_I32
 #define K_LONG(i, x) (i) * 8 + WANT_INT
@@ -25,12 +78,16 @@ enum { WANT_F32, WANT_I32, WANT_INT, WANT_FLT, WANT_DIMS };
 #define K_FLT(i, x) (i) * 8 + WANT_FLT
 #define K_DIMS(i, x) (i) * 8 + WANT_DIMS
 #define K(name, ...) static const unsigned char want_##name[] = {__VA_ARGS__};
+#define KT K
+#define KTU K
 #include "kernels.def"
 static const struct {
   const unsigned char *arg;
   int n;
 } want[] = {
 #define K(name, ...) {want_##name, (int)sizeof want_##name},
+#define KT K
+#define KTU K
 #include "kernels.def"
 };
 
@@ -41,6 +98,8 @@ static const struct {
 } scratch[CG_K_COUNT] = {
 #define KS(name, bytes_, a_, b_) [CG_K_##name] = {.bytes = (bytes_), .a = (a_), .b = (b_)},
 #define K(name, ...)
+#define KT K
+#define KTU K
 #include "kernels.def"
 };
 
@@ -51,30 +110,54 @@ int64_t cg_call_scratch(const IrGraph *g, const CgCall *c) {
   return scratch[c->k].b < 0 ? n : n * ir_eval(g, c->args[scratch[c->k].b].i);
 }
 
-static bool arg_fits(const CgArg *a, int kind) {
+// Does argument a fit the kind? A tensor of kind T or U must be a float
+// type, the same for every argument of that kind (*t, *u: DT_COUNT until the
+// first sets it).
+static bool arg_fits(const CgArg *a, int kind, IrDType *t, IrDType *u) {
   switch (a->kind) {
-  case CG_BUF: return kind == (a->buf->dtype == DT_I32 ? WANT_I32 : WANT_F32);
+  case CG_BUF: {
+    IrDType dt = a->buf->dtype;
+    if (kind == WANT_F32)
+      return dt == DT_F32;
+    if (kind == WANT_I32)
+      return dt == DT_I32;
+    IrDType *want = kind == WANT_T ? t : kind == WANT_U ? u : NULL;
+    if (!want || dt == DT_I32)
+      return false;
+    if (*want == DT_COUNT)
+      *want = dt;
+    return *want == dt;
+  }
   case CG_INT:
   case CG_ENUM: return kind == WANT_INT;
   case CG_FLOAT: return kind == WANT_FLT;
   case CG_INTS: return kind == WANT_DIMS;
   case CG_HPARAM: return kind == WANT_FLT || kind == WANT_INT;
-  case CG_NONE: return kind == WANT_F32 || kind == WANT_I32;
+  case CG_NONE: return kind == WANT_T || kind == WANT_U || kind == WANT_F32 || kind == WANT_I32;
   }
   return false;
 }
 
-// A call against its kernel's declaration: the count of arguments, and each
-// one's kind at its position.
-static int check_call(const CgCall *c, const IrNode *n, IrDiag *d) {
+// A call against its kernel's declaration: the count of arguments, each
+// one's kind and element type at its position, and a variant of the kernel
+// in those types. Sets c->t and c->u (DT_F32 where no tensor says).
+static int check_call(CgCall *c, const IrNode *n, IrDiag *d) {
   const char *name = kernel_names[c->k];
   if (c->nargs != want[c->k].n)
     return ir_error(d, n->loc, "internal error: %s calls rt_%s with %d arguments, it takes %d",
                     ir_op_name(n->op), name, c->nargs, want[c->k].n);
+  IrDType t = DT_COUNT, u = DT_COUNT;
   for (int i = 0; i < c->nargs; i++)
-    if (want[c->k].arg[i] / 8 != i || !arg_fits(&c->args[i], want[c->k].arg[i] % 8))
+    if (want[c->k].arg[i] / 8 != i || !arg_fits(&c->args[i], want[c->k].arg[i] % 8, &t, &u))
       return ir_error(d, n->loc, "internal error: %s calls rt_%s with argument %d of another "
-                      "kind than runtime/kernels.def declares", ir_op_name(n->op), name, i);
+                      "kind or element type than runtime/kernels.def declares", ir_op_name(n->op),
+                      name, i);
+  c->t = t == DT_COUNT ? DT_F32 : t;
+  c->u = u == DT_COUNT ? DT_F32 : u;
+  if (variant_of(c->k, c->t, c->u) < 0)
+    return ir_error(d, n->loc, "internal error: %s calls rt_%s in %s (and %s), which the runtime "
+                    "has no variant of", ir_op_name(n->op), name, ir_dtype_name(c->t),
+                    ir_dtype_name(c->u));
   return 0;
 }
 

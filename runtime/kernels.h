@@ -19,16 +19,39 @@
 enum { RT_BINARY_OPS(RT_OP_ENUM) };
 enum { RT_UNARY_OPS(RT_OP_ENUM) };
 
-#define K_OUT(i, x) float *x
-#define K_IN(i, x) const float *x
+// The variants of the typed kernels (kernels.def's KT and KTU), each listed
+// once: X(suffix, T) for KT kernels, X(suffix, T, U) for KTU kernels, T and U
+// the names of element types in runtime/dtypes.def; the function of a variant
+// is rt_<name><suffix>. The lowering picks the variant
+// whose types are those of a call's tensors (codegen/kcall.c).
+// (Extra arguments after X are passed on to it.)
+#define RT_T_VARIANTS(X, ...) X(, F32, __VA_ARGS__)
+#define RT_TU_VARIANTS(X, ...) X(, F32, F32, __VA_ARGS__)
+// The C type of an element type's name in those lists (runtime/dtypes.def).
+#define RT_CTYPE_F32 float
+#define RT_CTYPE_I32 int
+
+// The prototypes: kernels.def read once per variant, its kinds naming that
+// variant's types (RT_T, RT_U).
+#define K_OUT(i, x) RT_T *x
+#define K_IN(i, x) const RT_T *x
+#define K_OUTU(i, x) RT_U *x
+#define K_OUTF(i, x) float *x
+#define K_INF(i, x) const float *x
 #define K_OUTI(i, x) int *x
 #define K_INI(i, x) const int *x
 #define K_LONG(i, x) long x
 #define K_INT(i, x) int x
 #define K_FLT(i, x) float x
 #define K_DIMS(i, x) const long *x
+#define RT_T float
+#define RT_U float
 #define K(name, ...) void rt_##name(__VA_ARGS__);
+#define KT K
+#define KTU K
 #include "kernels.def"
+#undef RT_T
+#undef RT_U
 
 // The host's threads (rt_adamw_host's default): $MTC_HOST_THREADS, else the
 // online CPUs.

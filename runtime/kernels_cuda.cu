@@ -1830,8 +1830,12 @@ void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *log
 #define RT_CUDA_SKIP_comm_all_gather RT_CUDA_PROBE
 #define RT_CUDA_SKIP_comm_wait RT_CUDA_PROBE
 
+#define RT_CUDA_ENTRY_T(suffix, T, name) RT_CUDA_CAT(RT_CUDA_ENTRY_, RT_CUDA_SKIPPED(name))(name##suffix)
+#define RT_CUDA_ENTRY_TU(suffix, T, U, name) RT_CUDA_ENTRY_T(suffix, T, name)
 extern "C" void *const rt_cuda_kernels[] = {
 #define K(name, ...) RT_CUDA_CAT(RT_CUDA_ENTRY_, RT_CUDA_SKIPPED(name))(name)
+#define KT(name, ...) RT_T_VARIANTS(RT_CUDA_ENTRY_T, name)
+#define KTU(name, ...) RT_TU_VARIANTS(RT_CUDA_ENTRY_TU, name)
 #include "kernels.def"
 };
 extern "C" const int rt_cuda_nkernels = (int)(sizeof rt_cuda_kernels / sizeof rt_cuda_kernels[0]);

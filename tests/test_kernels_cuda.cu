@@ -837,6 +837,9 @@ static void test_dist(void) {
 static void test_table(void) {
   int total = 0
 #define K(name, ...) +1
+#define KT_ONE(...) +1
+#define KT(name, ...) RT_T_VARIANTS(KT_ONE, name)
+#define KTU(name, ...) RT_TU_VARIANTS(KT_ONE, name)
 #include "kernels.def"
       ;
   int nonnull = 0;
