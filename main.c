@@ -5,7 +5,7 @@
 //   mtc plan MODEL --gpus N [options]    choose the parallel strategy and explain it (solver/)
 //
 // The pipeline, as `compile` runs it:
-//   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer,
+//   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer, precision,
 //   [recompute: --checkpoint], [lower: a forced layout, --dp/--tp/--zero/--micro-batches/
 //   --offload, or the plan's with --gpus/--plan], memplan) -> codegen (C) -> solver (the plan,
 //   written to plan.json when neither a layout nor checkpointing is forced)
@@ -212,7 +212,7 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     const char *v = NEXT();
     if (strcmp(v, "bf16") && strcmp(v, "fp32"))
       bad_usage("--precision takes bf16 or fp32, not '%s'", v);
-    a->sv.precision = !strcmp(v, "bf16") ? SV_BF16 : SV_FP32;
+    a->pass.precision = !strcmp(v, "bf16") ? PASS_PRECISION_BF16 : PASS_PRECISION_FP32;
   } else if (!strcmp(s, "--json")) {
     a->json = NEXT();
   } else if (!strcmp(s, "--formulas")) {
@@ -255,6 +255,7 @@ static void parse_define(Args *a, const char *s) {
 static Args parse_args(int argc, char **argv) {
   Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config(),
             .host_mem = -1, .dist = {.dp = 1, .tp = 1, .micro_batches = 1}};
+  a.pass.precision = PASS_PRECISION_BF16;  // compile, inspect and plan: what users train with
   if (argc < 2) {
     usage(stderr);
     exit(2);
@@ -419,7 +420,7 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
     SvModel *m = sv_model_build(g, cfg.share_blocks, d);
     if (!m)
       return -1;
-    sv_print_formulas(stdout, m, cfg.precision);
+    sv_print_formulas(stdout, m);
     sv_model_free(m);
     return 0;
   }
@@ -450,8 +451,8 @@ static int write_plan(IrGraph *g, const Args *a, const char *dir, IrDiag *d) {
 }
 
 // The plan in words, and what the planner predicts for it per rank: model
-// state on the device and (offload) in host memory, and bytes sent per step
-// (fp32 programs: 4 bytes a value; AdamW keeps two more per parameter).
+// state on the device and (offload) in host memory, and bytes sent per step,
+// by the planner's formulas over the buckets' element types.
 static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, char *layout,
                     size_t n) {
   const PassDist *D = &lw->dist;
@@ -464,12 +465,19 @@ static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, ch
     zmax = k->zero > zmax ? k->zero : zmax;
     omin = share < omin ? share : omin;
     omax = share > omax ? share : omax;
-    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, SV_FP32, k->nstate) -
-             sv_offload_device_bytes((double)k->host_numel, SV_FP32, k->nstate);
-    host += sv_offload_host_bytes((double)k->host_numel, k->nstate);
-    comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, 4, 4);
+    // bytes per parameter: the weights forward reads (bf16: the working copies),
+    // the reduced gradients, the float32 masters apart from them, the moments
+    const IrValue *p = k->pshard ? k->pshard : k->params;
+    SvStateBytes per = {ir_dtype_size(k->copies ? k->copies->dtype : p->dtype),
+                        ir_dtype_size(k->reduced->dtype),
+                        k->copies ? ir_dtype_size(p->dtype) : 0,
+                        (double)k->nstate * ir_dtype_size(DT_F32)};
+    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, per) -
+             sv_offload_device_bytes((double)k->host_numel, per);
+    host += sv_offload_host_bytes((double)k->host_numel, per);
+    comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, per);
   }
-  comm += sv_tp_comm_bytes(lw->tp_comm_elems, D->tp, D->micro_batches, 4);
+  comm += sv_tp_comm_bytes(lw->tp_comm_bytes, D->tp, D->micro_batches);
   co->planner_state_bytes = (int64_t)state;
   co->planner_host_bytes = (int64_t)host;
   co->planner_comm_bytes = (int64_t)comm;
@@ -492,7 +500,7 @@ static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, ch
 }
 
 // compile --gpus N / --cluster FILE / --plan FILE: the layout the plan
-// chose, as the lowering takes it. The program is fp32 without sequence
+// chose, as the lowering takes it. The program runs without sequence
 // parallelism, so the solver is asked for that.
 static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, char **text,
                       PassDist *dist, int *checkpoint, IrDiag *d) {
@@ -503,7 +511,6 @@ static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, c
   } else {
     SvConfig cfg;
     rc = plan_config(a, &cfg, d);
-    cfg.precision = SV_FP32;
     cfg.seq_parallel = false;
     if (!rc)
       rc = sv_apply_best(g, &cfg, ap, kept, d);
@@ -580,7 +587,7 @@ int main(int argc, char **argv) {
   if (inspect && !a.pass.dump_after)
     ctx.opt.dump_after = "memplan";
   if (plan && !ctx.opt.stop_after)
-    ctx.opt.stop_after = "optimizer";   // the planner reads the training graph; no memory plan
+    ctx.opt.stop_after = "precision";   // the planner reads the training graph; no memory plan
 
   if (a.forced)
     ctx.dist = &a.dist;
@@ -588,7 +595,7 @@ int main(int argc, char **argv) {
   // the rest with the plan's layout
   bool apply = !strcmp(a.cmd, "compile") && !a.forced && (a.plan_file || a.gpus || a.cluster);
   if (apply)
-    ctx.opt.stop_after = "optimizer";
+    ctx.opt.stop_after = "precision";
   IrGraph *g = load(&a, &diag);
   int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
   if (!rc)
@@ -600,7 +607,7 @@ int main(int argc, char **argv) {
   if (!rc && apply && !(rc = apply_plan(g, &a, &ap, &kept, &plan_text, &dist, &ctx.opt.checkpoint, &diag))) {
     ctx.dist = &dist;
     ctx.opt.stop_after = a.pass.stop_after;
-    ctx.opt.start_after = "optimizer";
+    ctx.opt.start_after = "precision";
     rc = pass_run_all(g, &ctx);
   }
   if (!rc && inspect && !a.dot && a.checkpoint)

@@ -142,7 +142,7 @@ static const char *rt_dtype(IrDType dt) {
 
 static const char *role_name(IrRole r) {
   static const char *const names[] = {"input", "param", "act", "grad", "state", "const",
-                                      "bucket"};
+                                      "bucket", "copy"};
   return names[r];
 }
 
@@ -643,6 +643,47 @@ static int emit_init_host(Emit *e, IrDiag *d) {
   return 0;
 }
 
+// bf16 mixed precision: the parameters' working copies start as the parameters,
+// each written as the update writes it: its assign node and (ZeRO 1-2, where
+// a rank writes its part of the copies) the all-gather of the copies.
+static bool writes_copies(const Emit *e, const IrNode *n) {
+  if (n->op == OP_ASSIGN)
+    return true;
+  const PassLowered *lw = e->opt->lowered;
+  if (n->phase != PHASE_UPDATE || (n->op != OP_ALL_GATHER && n->op != OP_COMM_WAIT) || !lw)
+    return false;
+  for (int b = 0; b < lw->nbuckets; b++)
+    if (lw->bucket[b].copies && n->in[0] == lw->bucket[b].copies)
+      return true;
+  return false;
+}
+
+static bool has_copies(const Emit *e) {
+  for (int i = 0; i < e->g->nvalues; i++)
+    if (e->g->values[i]->role == ROLE_COPY)
+      return true;
+  return false;
+}
+
+static int emit_init_copies(Emit *e, IrDiag *d) {
+  IrGraph *g = e->g;
+  println(e, "static void init_copies(char *arena) {");
+  println(e, "  Buffers b = bind(arena);");
+  CgCall calls[MAXCALLS];
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (!writes_copies(e, n))
+      continue;
+    int nc = lower_node(e, n, calls, MAXCALLS, d);
+    if (nc < 0)
+      return -1;
+    emit_node(e, n, calls, nc, NULL);
+  }
+  println(e, "}");
+  blank(e);
+  return 0;
+}
+
 static const char *input_kind(IrInputKind k) {
   static const char *const names[] = {"RT_IN_RANDN", "RT_IN_CLASSES", "RT_IN_TOKENS",
                                       "RT_IN_TARGETS", "RT_IN_MASK"};
@@ -694,6 +735,8 @@ static int64_t model_state_bytes(Emit *e) {
     const PassBucket *k = &lw->bucket[b];
     total += 4 * (k->pshard ? numel_of(e, k->pshard) : k->numel);
     total += 4 * numel_of(e, k->reduced);
+    if (k->copies)  // bf16: the working copies
+      total += e->m->bytes[k->copies->id];
   }
   for (int i = 0; i < e->g->nvalues; i++)
     if (e->g->values[i]->role == ROLE_STATE && !e->g->values[i]->host)
@@ -848,7 +891,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
-           (has_host_values(e) && emit_init_host(e, d));
+           (has_host_values(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d));
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -906,6 +949,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .update = update,");
   println(e, "    .host_bytes = %lld,", (long long)e->m->host_bytes);
   println(e, "    .init_host = %s,", has_host_values(e) ? "init_host" : "0");
+  println(e, "    .init_copies = %s,", has_copies(e) ? "init_copies" : "0");
   println(e, "    .grad_offsets = grad_offsets,");
   const PassLowered *lw = e->opt->lowered;
   println(e, "    .dp = %d,", lw ? lw->dist.dp : 1);
@@ -1052,7 +1096,8 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
              "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
-        "HDR = runtime/kernels.h runtime/kernels.def runtime/dtypes.def runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
+        "HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/dtypes.def runtime/bf16.h "
+        "runtime/cpu_variants.h runtime/kernels_cpu_t.h runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
         "runtime/rng.h runtime/safetensors.h runtime/shard.h runtime/comm.h runtime/dist.h "
         "runtime/device.h\n"
         "\n"
@@ -1154,7 +1199,8 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
     return -1;
   static const char *const runtime_files[] = {
-      "kernels.h", "kernels.def", "dtypes.def", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
+      "kernels.h", "kernels.def", "kernels_kinds.h", "dtypes.def", "bf16.h", "cpu_variants.h",
+      "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "shard.h", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};

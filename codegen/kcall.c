@@ -623,10 +623,12 @@ static void lower_cos(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_COS), 
 static void lower_abs(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_ABS), 1.0); }
 static void lower_sign(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGN), 1.0); }
 static void lower_sigmoid(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGMOID), 1.0); }
+// an integer mask to float (rt_cast_i32_f32), or one float type to another (rt_cast)
 static void lower_cast(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_cast_i32_f32);
+  CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_cast_i32_f32 : CG_K_cast);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
 }
+
 static void lower_gelu_erf(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_gelu_erf_fwd); }
 static void lower_gelu_erf_bwd(Lower *L, const IrNode *n) {
   elementwise(L, n, CG_K_gelu_erf_bwd);
@@ -652,7 +654,7 @@ static void lower_masked_fill(Lower *L, const IrNode *n) {
 
 // rt_equal_i32(out, x, n, value), or rt_equal_f32 for a float x
 static void lower_equal(Lower *L, const IrNode *n) {
-  bool f = n->in[0]->dtype == DT_F32;
+  bool f = ir_is_float(n->in[0]->dtype);
   CgCall *c = call(L, f ? CG_K_equal_f32 : CG_K_equal_i32);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
   if (f)
@@ -724,6 +726,14 @@ static void part_buf(Lower *L, CgCall *c, const IrValue *v, const Sym *part) {
   buf(c, v);
   if (!sym_eq(numel(L, v), part))
     c->args[c->nargs - 1].rank_stride = part;
+}
+
+// dst <- src in dst's type: a parameter's working copy (rt_cast); dst may be
+// a whole bucket of which this rank's part is written (ZeRO 1-2)
+static void lower_assign(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_cast);
+  part_buf(L, c, n->in[0], numel(L, n->in[1]));
+  buf(c, n->in[1]), num(c, numel(L, n->in[1]));
 }
 
 // The elements of this rank's part of p and g an adamw node has: its `part`

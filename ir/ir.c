@@ -658,6 +658,12 @@ int64_t ir_attr_i(const IrNode *n, const char *name) {
   return a ? a->i : (int64_t)decl->dflt;
 }
 
+const char *ir_attr_s(const IrNode *n, const char *name) {
+  const IrAttrDecl *decl;
+  const IrAttr *a = read_attr(n, name, ATTR_STR, &decl);
+  return a ? a->s : NULL;
+}
+
 double ir_attr_f(const IrNode *n, const char *name) {
   const IrAttrDecl *decl;
   const IrAttr *a = read_attr(n, name, ATTR_FLOAT, &decl);

@@ -60,6 +60,8 @@ typedef enum IrRole {
   ROLE_CONST,   // constant
   ROLE_BUCKET,  // a flat buffer that other values live in (passes/lower.c): the
                 // parameters or gradients of one block, or a shard of them
+  ROLE_COPY,    // a parameter's working copy in the compute dtype (bf16), written from
+                // the parameter by the update (passes/precision.c): persistent
 } IrRole;
 
 // INIT_DATA: the value's elements are given (IrValue.data), e.g. an ONNX
@@ -109,6 +111,12 @@ typedef struct IrValue {
   // while v is.
   struct IrValue *bucket;
   int64_t bucket_off;
+  // in_shard: v's elements live only as the ranks' shards of its bucket, which
+  // is this rank's shard (a bf16 program's float32 masters under ZeRO-3, which
+  // only the update reads, bucket-wide): bucket_off is its place in the whole
+  // bucket, and v has no buffer of its own (the memory plan places it at the
+  // shard, and nothing reads it there).
+  bool in_shard;
   // Tensor parallelism (passes/tp.c): the dim split over the tp ranks (-1:
   // none), that dim's size in the whole tensor, and the equal pieces it is
   // made of, each split (runtime/dist.h has the layout).
@@ -342,6 +350,7 @@ bool ir_attrs_equal(const IrNode *a, const IrNode *b, bool but_ints);
 // that names the op and the attribute.
 int64_t ir_attr_i(const IrNode *n, const char *name);   // INT
 double ir_attr_f(const IrNode *n, const char *name);    // FLOAT
+const char *ir_attr_s(const IrNode *n, const char *name); // STR; NULL when absent
 // INTS / SYMS: the list, *count its length; NULL and 0 when the node does not
 // set it (lists have no default; the op's rule says what absent means).
 const int64_t *ir_attr_ints(const IrNode *n, const char *name, int *count);
@@ -386,6 +395,7 @@ int ir_dtype_size(IrDType dt);         // bytes per element
 const char *ir_dtype_name(IrDType dt); // "f32", "bf16", "i32"
 const char *ir_dtype_ctype(IrDType dt); // the C type of an element in model.c: "float", ...
 IrDType ir_dtype_lookup(const char *name); // DT_COUNT when unknown
+bool ir_is_float(IrDType dt);          // f32 or bf16
 bool ir_same_shape(const IrValue *a, const IrValue *b);
 // "[B,T,C]" into the arena
 const char *ir_shape_str(IrGraph *g, const IrValue *v);

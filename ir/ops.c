@@ -89,6 +89,12 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
 }
 
 // Set output i of n to (dt, rank, shape), or check it against what is there.
+bool ir_is_float(IrDType dt) { return dt == DT_F32 || dt == DT_BF16; }
+
+// Output i is (dt, rank, shape), or is checked against it. A float output
+// that already has a float type keeps it: the shape rules are the same in
+// every float type, and the precision pass (passes/precision.c) picks each
+// value's (the kernels check that a variant exists for the mix).
 static int set_out(IrGraph *g, IrNode *n, int i, IrDType dt, int rank, const Sym *const *shape,
                    IrDiag *d) {
   IrValue *o = n->out[i];
@@ -97,7 +103,7 @@ static int set_out(IrGraph *g, IrNode *n, int i, IrDType dt, int rank, const Sym
     o->dtype = dt;
     return 0;
   }
-  bool ok = o->rank == rank && o->dtype == dt;
+  bool ok = o->rank == rank && (o->dtype == dt || (ir_is_float(o->dtype) && ir_is_float(dt)));
   for (int k = 0; ok && k < rank; k++)
     ok = sym_eq(o->shape[k], shape[k]);
   if (ok)
@@ -118,8 +124,9 @@ static int need_rank(IrGraph *g, IrNode *n, int i, int min_rank, IrDiag *d) {
                   ir_op_name(n->op), i + 1, n->in[i]->name, ir_shape_str(g, n->in[i]), min_rank);
 }
 
+// Input i is of type dt (DT_F32: any float type, see set_out).
 static int need_dtype(IrNode *n, int i, IrDType dt, IrDiag *d) {
-  if (n->in[i]->dtype == dt)
+  if (n->in[i]->dtype == dt || (dt == DT_F32 && ir_is_float(n->in[i]->dtype)))
     return 0;
   return ir_error(d, n->loc, "%s: input %d '%s' is %s; it must be %s", ir_op_name(n->op), i + 1,
                   n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_dtype_name(dt));
@@ -279,7 +286,7 @@ static int conv_shapes(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *w
   IrConvWindow win;
   if (conv_window(n, &win, d))
     return -1;
-  if (x->rank != 4 || w->rank != 4 || x->dtype != DT_F32 || w->dtype != DT_F32)
+  if (x->rank != 4 || w->rank != 4 || !ir_is_float(x->dtype) || !ir_is_float(w->dtype))
     return ir_error(d, n->loc, "%s: the image '%s' %s%s and the filter '%s' %s%s must be f32 of "
                     "4 dims ([N,C,H,W] and [OC,C,KH,KW])", ir_op_name(n->op), x->name,
                     ir_dtype_name(x->dtype), ir_shape_str(g, x), w->name,
@@ -313,7 +320,7 @@ static int conv_bwd(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *w, I
   const IrValue *dy = n->in[0];
   if (need_declared(n, d) || conv_shapes(g, n, x, w, y, col, d))
     return -1;
-  bool ok = dy->rank == 4 && dy->dtype == DT_F32;
+  bool ok = dy->rank == 4 && ir_is_float(dy->dtype);
   for (int i = 0; ok && i < 4; i++)
     ok = same_size(g, dy->shape[i], y[i]);
   if (!ok)
@@ -427,7 +434,7 @@ static int shape_rope(IrGraph *g, IrNode *n, IrDiag *d) {
 bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, const Sym *tk, int *from,
                             int *to) {
   int r = q->rank, lead = r - 2;
-  if (b->dtype != DT_F32 || b->rank != r || r < 2 || !sym_eq(b->shape[r - 1], tk) ||
+  if (!ir_is_float(b->dtype) || b->rank != r || r < 2 || !sym_eq(b->shape[r - 1], tk) ||
       !sym_eq(b->shape[r - 2], q->shape[r - 2]))
     return false;
   for (*from = 0; *from < lead && sym_is_one(b->shape[*from]); ++*from) {
@@ -446,7 +453,7 @@ void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
   for (int i = first; i < n->nin; i++) {
     if (n->in[i]->dtype == DT_I32 && !*keep && !*bias)
       *keep = n->in[i];
-    else if (n->in[i]->dtype == DT_F32 && !*bias)
+    else if (ir_is_float(n->in[i]->dtype) && !*bias)
       *bias = n->in[i];
   }
 }
@@ -724,10 +731,18 @@ static int shape_sign(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, 
 static int shape_sigmoid(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 // cast(x): an i32 tensor as f32, same shape.
 static int shape_cast(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_dtype(n, 0, DT_I32, d))
-    return -1;
-  return set_out(g, n, 0, DT_F32, n->in[0]->rank, n->in[0]->shape, d);
+  const char *to = ir_attr_s(n, "to");
+  IrDType dt = to ? ir_dtype_lookup(to) : DT_F32;
+  if (!ir_is_float(dt))
+    return ir_error(d, n->loc, "cast: to=\"%s\" is not a float type (f32, bf16)", to);
+  IrValue *o = n->out[0];
+  if (o->rank >= 0 && o->dtype != dt)  // the output's declared type is the cast's
+    return ir_error(d, n->loc, "cast: output '%s' is declared %s, the cast is to %s", o->name,
+                    ir_dtype_name(o->dtype), ir_dtype_name(dt));
+  o->dtype = dt;
+  return set_out(g, n, 0, dt, n->in[0]->rank, n->in[0]->shape, d);
 }
+
 static int shape_gelu_erf(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_gelu_erf_bwd(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary_bwd(g, n, d); }
 static int shape_silu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
@@ -754,7 +769,7 @@ static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
 
 // equal(x i32 or f32) value: an i32 mask of x's shape.
 static int shape_equal(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (n->in[0]->dtype != DT_F32 && need_dtype(n, 0, DT_I32, d))
+  if (!ir_is_float(n->in[0]->dtype) && need_dtype(n, 0, DT_I32, d))
     return -1;
   return set_out(g, n, 0, DT_I32, n->in[0]->rank, n->in[0]->shape, d);
 }
@@ -822,7 +837,7 @@ static int shape_slice_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
 static int need_part(IrGraph *g, IrNode *n, int i, const Sym *part, IrDiag *d) {
   int64_t shards = ir_attr_i(n, "shards");
   const Sym *have = ir_numel(g, n->in[i]);
-  if (n->in[i]->dtype == DT_F32 &&
+  if (ir_is_float(n->in[i]->dtype) &&
       (sym_eq(have, part) || sym_eq(have, sym_scale(&g->arena, part, shards, 1))))
     return 0;
   return ir_error(d, n->loc, "%s: input %d '%s' %s must hold %s elements or %lld times that",
@@ -873,10 +888,22 @@ static int shape_sgd(IrGraph *g, IrNode *n, IrDiag *d) {
 // ---- distribution ----
 
 static int need_flat(IrGraph *g, IrNode *n, int i, IrDiag *d) {
-  if (n->in[i]->dtype == DT_F32 && n->in[i]->rank == 1)
+  if (ir_is_float(n->in[i]->dtype) && n->in[i]->rank == 1)
     return 0;
-  return ir_error(d, n->loc, "%s: '%s' must be a flat f32 bucket, not %s%s", ir_op_name(n->op),
+  return ir_error(d, n->loc, "%s: '%s' must be a flat float bucket, not %s%s", ir_op_name(n->op),
                   n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_shape_str(g, n->in[i]));
+}
+
+static int shape_assign(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (ir_attr_i(n, "shards") > 1)  // a whole bucket and this rank's part of it
+    return need_flat(g, n, 0, d) || need_flat(g, n, 1, d) ||
+           need_part(g, n, 0, ir_numel(g, n->in[1]), d);
+  if (!ir_is_float(n->in[0]->dtype) || !ir_is_float(n->in[1]->dtype) ||
+      !ir_same_shape(n->in[0], n->in[1]))
+    return ir_error(d, n->loc, "assign: '%s' %s%s and '%s' %s%s must be floats of one shape",
+                    n->in[0]->name, ir_dtype_name(n->in[0]->dtype), ir_shape_str(g, n->in[0]),
+                    n->in[1]->name, ir_dtype_name(n->in[1]->dtype), ir_shape_str(g, n->in[1]));
+  return 0;
 }
 
 // all_reduce and comm_wait also take a tensor of any shape (tensor parallelism reduces
@@ -893,7 +920,7 @@ static int shape_unshard(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_flat(g, n, 0, d))
     return -1;
   const Sym *whole = sym_scale(&g->arena, n->in[0]->shape[0], ir_attr_i(n, "shards"), 1);
-  return set_out(g, n, 0, DT_F32, 1, &whole, d);
+  return set_out(g, n, 0, n->in[0]->dtype, 1, &whole, d);
 }
 
 static int shape_accumulate(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -932,8 +959,8 @@ static int shape_tp_gather(IrGraph *g, IrNode *n, IrDiag *d) {
     return -1;
   const Sym *scratch =
       sym_mul(&g->arena, ir_numel(g, n->in[0]), ir_tp_degree(g, ir_attr_i(n, "shards")));
-  return set_out(g, n, 0, DT_F32, n->in[0]->rank, shape, d) ||
-         set_out(g, n, 1, DT_F32, 1, &scratch, d);
+  IrDType t = n->in[0]->dtype;
+  return set_out(g, n, 0, t, n->in[0]->rank, shape, d) || set_out(g, n, 1, t, 1, &scratch, d);
 }
 
 static int shape_tp_slice(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -971,8 +998,8 @@ static int need_host_range(IrGraph *g, IrNode *n, const IrValue *x, const IrValu
   if (x->host || !h->host)
     return ir_error(d, n->loc, "%s: '%s' must be in device memory and '%s' in host memory",
                     ir_op_name(n->op), x->name, h->name);
-  if (h->dtype != DT_F32 || h->rank != 1)
-    return ir_error(d, n->loc, "%s: '%s' must be a flat f32 range, not %s%s", ir_op_name(n->op),
+  if (!ir_is_float(h->dtype) || h->rank != 1)
+    return ir_error(d, n->loc, "%s: '%s' must be a flat float range, not %s%s", ir_op_name(n->op),
                     h->name, ir_dtype_name(h->dtype), ir_shape_str(g, h));
   int64_t offset = ir_attr_i(n, "offset"), shards = ir_attr_i(n, "shards"), nx, nh;
   if (sym_eval(x->shape[0], &g->syms, &nx) || sym_eval(h->shape[0], &g->syms, &nh))
@@ -1174,6 +1201,7 @@ static const Sym *flops_cos(IrGraph *g, const IrNode *n) { return flops_out(g, n
 static const Sym *flops_abs(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sign(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_cast(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_assign(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
 static const Sym *flops_sigmoid(IrGraph *g, const IrNode *n) { return flops_out(g, n, 6); }
 static const Sym *flops_gelu_erf(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
 static const Sym *flops_gelu_erf_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 14); }

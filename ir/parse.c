@@ -2,7 +2,7 @@
 //
 //   file    = line*
 //   line    = "graph" STRING | "after" NAME | "sym" NAME ("=" INT)?
-//           | ("input" | "param" | "state" | "const") value ":" type extra* loc?
+//           | ("input" | "param" | "state" | "const" | "bucket" | "copy") value ":" type extra* loc?
 //           | "forward" | "backward" | "update"
 //           | (value ":" type ("," value ":" type)* "=")? OP "(" values? ")" attr* ("#" INT)? loc?
 //           | "loss" value | "grad" value value
@@ -525,6 +525,8 @@ static int line(Parser *ps) {
     return declaration(ps, ROLE_CONST);
   } else if (keyword(ps, "bucket")) {
     return declaration(ps, ROLE_BUCKET);
+  } else if (keyword(ps, "copy")) {
+    return declaration(ps, ROLE_COPY);
   } else if (keyword(ps, "forward")) {
     g->cur_phase = PHASE_FORWARD;
   } else if (keyword(ps, "backward")) {

@@ -202,9 +202,9 @@ void ir_print(FILE *f, const IrGraph *g) {
   }
   static const char *const decl[] = {[ROLE_INPUT] = "input", [ROLE_PARAM] = "param",
                                      [ROLE_STATE] = "state", [ROLE_CONST] = "const",
-                                     [ROLE_BUCKET] = "bucket"};
-  IrRole order[] = {ROLE_INPUT, ROLE_PARAM, ROLE_STATE, ROLE_CONST, ROLE_BUCKET};
-  for (int r = 0; r < 5; r++)
+                                     [ROLE_BUCKET] = "bucket", [ROLE_COPY] = "copy"};
+  IrRole order[] = {ROLE_INPUT, ROLE_PARAM, ROLE_STATE, ROLE_CONST, ROLE_BUCKET, ROLE_COPY};
+  for (int r = 0; r < 6; r++)
     for (int i = 0; i < g->nvalues; i++) {
       const IrValue *v = g->values[i];
       if (v->role != order[r] || v->producer)

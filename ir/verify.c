@@ -61,7 +61,8 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
       rc = ir_error(d, v->loc, "value '%s' has id %d at position %d (after pass '%s')", v->name,
                     v->id, i, when);
     if (!v->producer && (v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
-                         v->role == ROLE_STATE || v->role == ROLE_CONST || v->role == ROLE_BUCKET))
+                         v->role == ROLE_STATE || v->role == ROLE_CONST || v->role == ROLE_BUCKET ||
+                         v->role == ROLE_COPY))
       defined[i] = 1;
     if (!rc && !ir_strset_add(&names, v->name))
       rc = ir_error(d, v->loc, "two values are named '%s' (after pass '%s')", v->name, when);

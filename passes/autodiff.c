@@ -481,6 +481,10 @@ static void grad_tick(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   (void)ad, (void)n, (void)dy, (void)dx; // no outputs: never reached
 }
 
+static void grad_assign(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  (void)ad, (void)n, (void)dy, (void)dx; // no outputs (the update's): never reached
+}
+
 static void grad_log_softmax(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = op2(ad, OP_LOG_SOFTMAX_BWD, dy[0], n->out[0]);
 }

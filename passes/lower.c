@@ -53,6 +53,20 @@
 // weights (init_host), so --load, --save and --dump-grads, which read the
 // device, see what they always did.
 //
+// bf16 mixed precision (passes/precision.c): the parameters are the float32
+// masters and their gradients float32, lowered as above; their bf16 working
+// copies, which forward and backward read, are one more bucket per block
+// (copies.bN, laid out as the parameters), written from the masters by one
+// assign after the update (and after offload's copy back):
+//
+//   ZeRO 0      the whole bucket of masters, the whole bucket of copies
+//   ZeRO 1, 2   masters as this rank's shard only (params.shard, which only
+//               the update reads); the assign writes this rank's part of the
+//               copies and all_gather(copies) the rest: half the bytes of
+//               float32's all-gather
+//   ZeRO 3      masters and copies as shards (copies.shard); the copies are
+//               what forward and backward gather
+//
 // Collectives start and return; comm_wait finishes them (slots pair them).
 #include "passes.h"
 
@@ -70,9 +84,10 @@ typedef struct Lower {
   PassLowered *out;
   IrDiag *d;
   // by value id: the position of the first forward and backward node that reads
-  // it (g->nnodes: none), and a parameter's update (NULL: none)
+  // it (g->nnodes: none), a parameter's update (NULL: none), and (bf16) its
+  // working copy and the assign that writes it
   int *first_fwd, *first_bwd;
-  IrNode **update;
+  IrNode **update, **assign;
   // ZeRO-3: backward's reads of from[i] become reads of to[i] (one sweep at the end)
   IrValue **from, **to;
   int nswap;
@@ -141,6 +156,8 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
                       "dim (-D NAME=VALUE)", members[i]->name);
     members[i]->bucket_off = at * 4;
     members[i]->grad->bucket_off = at * 4;
+    if (L->assign[members[i]->id])  // the working copy, bf16
+      L->assign[members[i]->id]->in[0]->bucket_off = at * 2;
     at += round_up(numel, ALIGN_ELEMS);
   }
   b->numel = round_up(at, (int64_t)ALIGN_ELEMS * L->dist->dp);
@@ -198,8 +215,8 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 // ZeRO-3: the whole bucket gathered from the shards before the first read of
 // any of reads[0..n) in `phase`, and vals[0..n) placed in it (nothing when that
 // phase reads none of them).
-static void gather_params(Lower *L, PassBucket *b, IrValue *const *reads, IrValue *const *vals,
-                          int n, IrPhase phase) {
+static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *const *reads,
+                          IrValue *const *vals, int n, IrPhase phase) {
   IrGraph *g = L->g;
   int at = first_read(L, reads, n, phase);
   if (at < 0)
@@ -207,13 +224,14 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *const *reads, IrValu
   g->cur_phase = phase;
   g->cur_block = b->block;
   ir_insert_before(g, at);
-  IrNode *u = ir_node_new(g, OP_UNSHARD, &b->pshard, 1, 1);
+  IrNode *u = ir_node_new(g, OP_UNSHARD, &shard, 1, 1);
   ir_set_int(g, u, "shards", L->dist->dp);
   IR_ASSERT(infer(L, u) == 0);
   IrValue *whole = u->out[0];
   whole->role = ROLE_BUCKET;
   char name[256];
-  snprintf(name, sizeof name, "params.%s.%s", phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
+  snprintf(name, sizeof name, "%s.%s.%s", shard == b->pshard ? "params" : "copies",
+           phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
   ir_value_rename(g, whole, name);
   wait(L, collective(L, OP_ALL_GATHER, whole, false, false));
   ir_insert_before(g, -1);
@@ -221,22 +239,23 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *const *reads, IrValu
     vals[i]->bucket = whole;
 }
 
-static void lower_params_zero3(Lower *L, PassBucket *b, IrValue **members, int n) {
+// ZeRO-3: the values forward and backward read (the parameters, or in bf16
+// their working copies) are gathered from `shard` before each phase's first
+// read; backward reads copies of them placed in the second gathered bucket.
+static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *shard, IrValue **vals, int n) {
   IrGraph *g = L->g;
-  b->pshard = flat(L, "params.shard", b, ROLE_BUCKET, b->numel / L->dist->dp);
-  // backward reads copies of the members, placed in a second gathered bucket
   IrValue **copy = L->to + L->nswap;
   for (int i = 0; i < n; i++) {
-    L->from[L->nswap++] = members[i];
+    L->from[L->nswap++] = vals[i];
     char name[512];
-    snprintf(name, sizeof name, "%s.bwd", members[i]->name);
-    copy[i] = ir_value_new(g, name, DT_F32, ROLE_ACT);
-    ir_value_set_shape(copy[i], members[i]->rank, members[i]->shape);
-    copy[i]->loc = members[i]->loc;
-    copy[i]->bucket_off = members[i]->bucket_off;
+    snprintf(name, sizeof name, "%s.bwd", vals[i]->name);
+    copy[i] = ir_value_new(g, name, vals[i]->dtype, ROLE_ACT);
+    ir_value_set_shape(copy[i], vals[i]->rank, vals[i]->shape);
+    copy[i]->loc = vals[i]->loc;
+    copy[i]->bucket_off = vals[i]->bucket_off;
   }
-  gather_params(L, b, members, members, n, PHASE_FORWARD);
-  gather_params(L, b, members, copy, n, PHASE_BACKWARD); // the reads the copies take over
+  gather_params(L, b, shard, vals, vals, n, PHASE_FORWARD);
+  gather_params(L, b, shard, vals, copy, n, PHASE_BACKWARD); // the reads the copies take over
 }
 
 // A flat host value of n elements, named like flat()'s ("adamw.m.host.b3").
@@ -320,7 +339,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   int dp = L->dist->dp;
   if (b->reduce)
     wait(L, b->reduce);
-  IrValue *p = b->zero == 3 ? b->pshard : b->params;
+  IrValue *p = b->pshard ? b->pshard : b->params;
   IrNode *u;
   b->nstate = rule->op == OP_ADAMW ? 2 : 0;
   b->part = b->zero == 0 ? b->numel : b->numel / dp;
@@ -339,7 +358,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   }
   // SGD has no state to shard: under ZeRO-1 it updates the whole bucket (the
   // shards other ranks reduced are then overwritten by the all-gather)
-  bool sharded = b->zero >= 2 || (b->zero == 1 && rule->op == OP_ADAMW);
+  bool sharded = b->zero >= 2 || (b->zero == 1 && (rule->op == OP_ADAMW || b->pshard));
   if (u) {
     ir_set_int(g, u, "shards", sharded ? dp : 1);
     if (b->host_numel)
@@ -354,8 +373,43 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     IR_ASSERT(infer(L, update_like(L, rule, in, 4)) == 0);
     to_device(L, b, p, b->host_params);
   }
-  if (b->zero == 1 || b->zero == 2)
-    wait(L, collective(L, OP_ALL_GATHER, b->params, false, false));
+  if (b->copies) {  // the working copies from the updated masters (ZeRO-1, 2: this rank's part)
+    IrValue *in[2] = {b->copies, p};
+    IrNode *a = ir_node_new(g, OP_ASSIGN, in, 2, 0);
+    ir_set_int(g, a, "shards", b->zero == 1 || b->zero == 2 ? dp : 1);
+    IR_ASSERT(infer(L, a) == 0);
+  }
+  if (b->zero == 1 || b->zero == 2)  // every rank's part to all (bf16: of the copies)
+    wait(L, collective(L, OP_ALL_GATHER, b->copies ? b->copies : b->params, false, false));
+  return 0;
+}
+
+// bf16: the bucket of the members' working copies, in place of their assigns
+// (ZeRO-3: this rank's shard of it, gathered before forward's and backward's
+// reads as the parameters are in float32; the masters are then only shards).
+static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
+  IrValue *copies = NULL, **vals = L->to + L->nswap + n;  // scratch past the swaps
+  int nc = 0;
+  for (int i = 0; i < n; i++) {
+    IrNode *a = L->assign[members[i]->id];
+    if (!a)
+      continue;
+    if (!copies) {
+      int64_t numel = b->zero == 3 ? b->numel / L->dist->dp : b->numel;
+      copies = flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET, numel);
+      copies->dtype = DT_BF16;
+    }
+    vals[nc++] = a->in[0];
+    if (b->zero < 3)
+      a->in[0]->bucket = copies;
+    ir_node_remove(L->g, a);
+  }
+  b->copies = copies;
+  if (copies && b->zero == 3) {
+    IrValue *keep[nc > 0 ? nc : 1];
+    memcpy(keep, vals, (size_t)nc * sizeof *keep);
+    lower_params_zero3(L, b, copies, keep, nc);
+  }
   return 0;
 }
 
@@ -365,7 +419,7 @@ static void sweep(Lower *L) {
   const IrGraph *g = L->g;
   for (int i = 0; i < g->nvalues; i++) {
     L->first_fwd[i] = L->first_bwd[i] = g->nnodes;
-    L->update[i] = NULL;
+    L->update[i] = L->assign[i] = NULL;
   }
   for (int i = g->nnodes - 1; i >= 0; i--) {
     IrNode *n = g->nodes[i];
@@ -375,11 +429,16 @@ static void sweep(Lower *L) {
       first[n->in[k]->id] = i;
     if ((n->op == OP_ADAMW || n->op == OP_SGD) && n->in[0]->role == ROLE_PARAM)
       L->update[n->in[0]->id] = n;
+    if (n->op == OP_ASSIGN && n->in[1]->role == ROLE_PARAM)
+      L->assign[n->in[1]->id] = n;
   }
 }
 
-// The block that first reads parameter v in forward (0 when none does).
+// The block that first reads parameter v (bf16: its working copy) in forward
+// (0 when none does).
 static int owner(const Lower *L, const IrValue *v) {
+  if (L->assign[v->id])
+    v = L->assign[v->id]->in[0];
   int at = L->first_fwd[v->id];
   return at < L->g->nnodes ? L->g->nodes[at]->block : 0;
 }
@@ -397,7 +456,7 @@ static int check(Lower *L) {
                     "micro-batches need a mean (export the loss with reduction='mean')");
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->phase == PHASE_UPDATE && g->nodes[i]->op != OP_ADAMW &&
-        g->nodes[i]->op != OP_SGD)
+        g->nodes[i]->op != OP_SGD && g->nodes[i]->op != OP_ASSIGN)
       return ir_error(L->d, g->nodes[i]->loc, "lower: the update has a %s op; only adamw and "
                       "sgd updates are lowered", ir_op_name(g->nodes[i]->op));
   return 0;
@@ -416,13 +475,15 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);
   L.first_bwd = malloc(nv * sizeof *L.first_bwd);
   L.update = malloc(nv * sizeof *L.update);
+  L.assign = malloc(nv * sizeof *L.assign);
   L.from = malloc(nv * sizeof *L.from);
   L.to = malloc(nv * sizeof *L.to);
   // the parameters by block (a counting sort), in the order of their ids
   IrValue **members = malloc(nv * sizeof *members);
   sweep(&L);
   int nb = ir_nblocks(g), rc = 0, *start = calloc((size_t)nb + 1, sizeof *start);
-  IR_ASSERT(L.first_fwd && L.first_bwd && L.update && L.from && L.to && members && start);
+  IR_ASSERT(L.first_fwd && L.first_bwd && L.update && L.assign && L.from && L.to && members &&
+            start);
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->role == ROLE_PARAM)
       start[owner(&L, g->values[i]) + 1]++;
@@ -451,20 +512,31 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     }
     if ((rc = place_members(&L, b, mine, n)))
       break;
-    if (b->zero < 3) {
+    // bf16: forward and backward read the working copies, so the masters are
+    // only shards from ZeRO-1 on (the optimizer state shards them)
+    bool copies = L.assign[mine[0]->id] != NULL;
+    if (b->zero == 3 || (copies && b->zero >= 1)) {
+      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / D->dp);
+    } else {
       b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
       for (int i = 0; i < n; i++)
         mine[i]->bucket = b->params;
     }
+    if ((rc = lower_copies(&L, b, mine, n)))
+      break;
     lower_grads(&L, b, mine, n);
-    if (b->zero == 3)
-      lower_params_zero3(&L, b, mine, n);
+    if (b->zero == 3 && !b->copies)
+      lower_params_zero3(&L, b, b->pshard, mine, n);
+    for (int i = 0; b->copies && b->pshard && i < n; i++) {
+      mine[i]->bucket = b->pshard;
+      mine[i]->in_shard = true;
+    }
     if ((rc = lower_update(&L, b, mine, n)))
       break;
   }
   ir_batch_end(g);
   ir_replace_uses_in_phase(g, L.from, L.to, L.nswap, PHASE_BACKWARD);
-  free(L.first_fwd), free(L.first_bwd), free(L.update), free(L.from), free(L.to);
+  free(L.first_fwd), free(L.first_bwd), free(L.update), free(L.assign), free(L.from), free(L.to);
   free(members), free(start);
   ir_remove_unused(g, ROLE_STATE); // the parameters' own moments
   g->cur_phase = PHASE_FORWARD;

@@ -57,7 +57,7 @@ static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
 bool pass_is_persistent(const IrValue *v) {
   return !v->producer || v->role == ROLE_INPUT || v->role == ROLE_PARAM ||
-         v->role == ROLE_STATE || v->role == ROLE_CONST;
+         v->role == ROLE_STATE || v->role == ROLE_CONST || v->role == ROLE_COPY;
 }
 
 // The loss is read by the training loop after the step, so it persists too.
@@ -632,7 +632,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     IrValue *v = g->values[i], *b = v->bucket;
     if (!b)
       continue;
-    IR_ASSERT(!b->bucket && BYTES(v) + v->bucket_off <= BYTES(b));
+    IR_ASSERT(!b->bucket && (v->in_shard || BYTES(v) + v->bucket_off <= BYTES(b)));
     if (FIRST(v) < FIRST(b))
       FIRST(b) = FIRST(v);
     if (LAST(v) > LAST(b))
@@ -647,7 +647,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->bucket) {
       root[i] = g->values[i]->bucket;
-      rootoff[i] = g->values[i]->bucket_off;
+      rootoff[i] = g->values[i]->in_shard ? 0 : g->values[i]->bucket_off;
     }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];

@@ -11,6 +11,8 @@
 
 typedef enum PassOptimizer { OPTIM_ADAMW, OPTIM_SGD } PassOptimizer;
 
+typedef enum PassPrecision { PASS_PRECISION_FP32, PASS_PRECISION_BF16 } PassPrecision;
+
 typedef struct PassOptions {
   PassOptimizer optimizer;
   double lr;                               // default learning rate (train --lr overrides)
@@ -23,6 +25,7 @@ typedef struct PassOptions {
   bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
   int checkpoint;          // repeated layers recomputed in backward (passes/recompute.c): the
                            // first K (IR blocks 1..K), PASS_CHECKPOINT_ALL, or 0 (none)
+  PassPrecision precision; // bf16 mixed precision (passes/precision.c), or fp32 throughout
 } PassOptions;
 
 #define PASS_CHECKPOINT_ALL (-1)
@@ -64,6 +67,8 @@ typedef struct PassBucket {
   int64_t part;            // elements this rank updates: numel (ZeRO 0) or numel/dp
   int64_t host_numel;      // offload: the last ones of them, updated on the host (AdamW)
   IrValue *host_params;    // offload: the host's copy of those parameters (NULL: none)
+  IrValue *copies;         // bf16 mixed precision: the parameters' working copies, a bucket of
+                           // numel bf16 laid out as params, written from it after the update
 } PassBucket;
 
 typedef struct PassLowered {
@@ -72,8 +77,8 @@ typedef struct PassLowered {
   PassBucket *bucket;      // in the graph's arena
   int nslots;              // request slots the collectives use
   // tensor parallelism (passes/tp.c)
-  double tp_comm_elems;    // elements all-reduced over tp per micro-batch (an all-gather of n
-                           // elements counts n/2), from the collectives pass_shard lists
+  double tp_comm_bytes;    // bytes all-reduced over tp per micro-batch (an all-gather of n
+                           // bytes counts n/2), from the collectives pass_shard lists
   bool loss_tp_partial;    // each tp rank's loss is its term of a sum
   int nreplicated;         // parameters tp leaves replicated on every rank of its group, and
   const char **replicated; // why ("w2: its output dim K = 3 does not divide by tp = 2")
@@ -123,6 +128,7 @@ int pass_shapes(IrGraph *g, PassCtx *ctx, bool *changed);     // infer/check eve
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed);     // fused ops for known patterns
 int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed);   // backward graph from g->loss
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed);  // AdamW / SGD update ops
+int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed);  // bf16 mixed precision (--precision)
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
@@ -270,6 +276,8 @@ const char *pass_shard_kind_name(ShardKind k);
 // all-reduce, half of it for an all-gather or reduce-scatter (one ring pass
 // instead of two). The cost model prices it and the lowering predicts bytes from it.
 const Sym *pass_shard_allreduce_elems(IrGraph *g, const ShardColl *c);
+// ... as bytes: of the value's element type (float32 for an op's row statistics).
+const Sym *pass_shard_allreduce_bytes(IrGraph *g, const ShardColl *c);
 // Every node with its layouts, each collective under its node, the notes and
 // requirements: for tests and for reading a plan.
 void pass_shard_print(FILE *f, IrGraph *g, const ShardResult *r);

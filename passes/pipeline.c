@@ -10,6 +10,7 @@ const Pass pass_pipeline[] = {
     {"fusion", pass_fusion},       // layernorm, GELU, attention, cross-entropy from their parts
     {"autodiff", pass_autodiff},   // reverse-mode gradients of the loss
     {"optimizer", pass_optimizer}, // parameter updates
+    {"precision", pass_precision}, // bf16 mixed precision: master weights, working copies, casts
     {"recompute", pass_recompute}, // checkpointed layers recomputed in backward (none unless asked)
     {"lower", pass_lower},         // a parallel plan: buckets, collectives (none without one)
     {"memplan", pass_memplan},     // liveness and the static memory plan

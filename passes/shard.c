@@ -18,9 +18,10 @@
 // readers is reduced before the first, so that no linear reader (a bias
 // gradient's sum) carries it on to be reduced a second time.
 //
-// Seeding: parameters (and optimizer state) have no layout until a node of a
-// block with tp > 1 first reads them; that node's rule chooses one, so
-// propagation decides:
+// Seeding: parameters (bf16: their working copies, which forward reads; the
+// float32 master then takes its copy's layout) and optimizer state have no
+// layout until a node of a block with tp > 1 first reads them; that node's
+// rule chooses one, so propagation decides:
 //   - matmul: a weight whose activation is split on the contracted dim is
 //     split on its input dim (row-parallel: the output is a partial sum,
 //     Megatron's g reduces it); one whose activation is whole there is split
@@ -80,6 +81,7 @@ typedef struct Shard {
   int *need_last;      // [block] its last entry in r->need (-1: none) ...
   int *need_prev;      // [need] ... and the one before it of the same block
   const IrValue *batch;  // the first input (its first dim is the batch)
+  const IrValue **copy;  // [value id] a parameter's bf16 working copy (NULL: none)
 } Shard;
 
 // One node's rule at work: the inputs' layouts, to be rewritten into the
@@ -169,6 +171,11 @@ const char *pass_shard_kind_name(ShardKind k) {
 
 const Sym *pass_shard_allreduce_elems(IrGraph *g, const ShardColl *c) {
   return c->kind == SHARD_ALL_REDUCE ? c->count : sym_scale(&g->arena, c->count, 1, 2);
+}
+
+const Sym *pass_shard_allreduce_bytes(IrGraph *g, const ShardColl *c) {
+  IrDType t = c->at == SHARD_WITHIN ? DT_F32 : c->value->dtype;  // row statistics: float32
+  return sym_scale(&g->arena, pass_shard_allreduce_elems(g, c), (int64_t)ir_dtype_size(t), 1);
 }
 
 // ---- the result's lists -----------------------------------------------------------------
@@ -1038,7 +1045,9 @@ static int shard_slice_bwd(ShardOp *op) { return slice(op, op->n->in[0]); }
 // (the state is seeded with it). A gradient that is a partial sum over tp is
 // reduced here; one over dp is left to the data-parallel reduction.
 static int optimizer(ShardOp *op) {
-  ShardLayout p = op->in[0];
+  // a parameter no earlier op laid out (a bf16 master whose working copy no
+  // op reads) takes its gradient's layout
+  ShardLayout p = op->seed[0] ? op->in[1] : op->in[0];
   p.partial = 0;
   op->in[0] = p;
   unsigned dp = op->in[1].partial & BIT(DP);
@@ -1050,6 +1059,14 @@ static int optimizer(ShardOp *op) {
 }
 static int shard_adamw(ShardOp *op) { return optimizer(op); }
 static int shard_sgd(ShardOp *op) { return optimizer(op); }
+
+// A parameter's working copy and the parameter have one layout: the copy's,
+// which forward's reads seeded (the parameter took it through its gradient).
+static int shard_assign(ShardOp *op) {
+  op->in[0].partial = 0;
+  op->in[1] = op->in[0];
+  return 0;
+}
 
 // The distribution ops come after this pass (passes/lower.c inserts them) and
 // work on flat buckets that every rank holds whole.
@@ -1230,9 +1247,16 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
   for (int k = 0; k < n->nin; k++) {
     const IrValue *v = n->in[k];
     seed[k] = false;
+    const IrValue *c = s->copy[v->id];
+    if (!s->laid[v->id] && c && s->laid[c->id]) {  // a bf16 master: its copy's layout
+      s->laid[v->id] = true;
+      s->cur[v->id] = s->r->layout[v->id] = s->r->layout[c->id];
+      s->cur[v->id].partial = s->r->layout[v->id].partial = 0;
+      s->deg[v->id] = s->deg[c->id];
+    }
     if (!s->laid[v->id]) {
       in[k] = whole(v->rank);
-      if ((v->role == ROLE_PARAM || v->role == ROLE_STATE) && tp != 1) {
+      if ((v->role == ROLE_PARAM || v->role == ROLE_COPY || v->role == ROLE_STATE) && tp != 1) {
         seed[k] = true;
         continue;
       }
@@ -1334,18 +1358,23 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   s.have = calloc((size_t)nv * HAVE + 1, sizeof *s.have);
   s.nhave = calloc((size_t)nv + 1, 1);
   s.readers = calloc((size_t)nv + 1, sizeof *s.readers);
+  s.copy = calloc((size_t)nv + 1, sizeof *s.copy);
   s.need_last = malloc((size_t)nblocks * sizeof *s.need_last);
   for (int b = 0; s.need_last && b < nblocks; b++)
     s.need_last[b] = -1;
   ShardLayout *in = calloc((size_t)maxin, sizeof *in), *outs = calloc((size_t)maxout, sizeof *outs);
   bool *seed = calloc((size_t)maxin, sizeof *seed);
   IR_ASSERT(out->layout && out->use_at && out->use && s.laid && s.read && s.cur && s.deg &&
-            s.have && s.nhave && s.readers && s.need_last && in && outs && seed);
+            s.have && s.nhave && s.readers && s.copy && s.need_last && in && outs && seed);
   for (int i = 0; i < nv; i++)
     IR_ASSERT(g->values[i]->id == i);
-  for (int i = 0; i < nn; i++)
-    for (int k = 0; k < g->nodes[i]->nin; k++)
-      s.readers[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < nn; i++) {
+    const IrNode *n = g->nodes[i];
+    for (int k = 0; k < n->nin; k++)
+      s.readers[n->in[k]->id]++;
+    if (n->op == OP_ASSIGN)
+      s.copy[n->in[1]->id] = n->in[0];
+  }
   find_vocab(&s);
   int rc = lay_inputs(&s);
   for (int i = 0, at = 0; !rc && i < nn; i++) {
@@ -1358,7 +1387,7 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
     if (!s.laid[i])
       out->layout[i] = whole(g->values[i]->rank);
   free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.nhave);
-  free(s.readers), free(s.need_last), free(s.need_prev);
+  free(s.readers), free(s.copy), free(s.need_last), free(s.need_prev);
   free(in), free(outs), free(seed);
   if (rc)
     pass_shard_free(out);

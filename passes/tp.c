@@ -509,12 +509,12 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
     t->pad_dim[i] = -1;
   // what readers get: the produced layout, or its conversion right after the producer
   memcpy(t->cur, t->r.layout, (size_t)t->nv * sizeof *t->cur);
-  double elems = 0;
+  double bytes = 0;
   for (int i = 0; i < t->r.ncolls; i++) {
     const ShardColl *c = &t->r.coll[i];
     if (c->axis != TP)
       continue;
-    elems += sym_evalf(pass_shard_allreduce_elems(t->g, c), &t->g->syms);
+    bytes += sym_evalf(pass_shard_allreduce_bytes(t->g, c), &t->g->syms);
     if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
       return ir_error(t->d, c->node->loc, "lower: tp %d: %s with a collective inside is not "
                       "lowered yet", t->tp, ir_op_name(c->node->op));
@@ -529,7 +529,7 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
       return ir_error(t->d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet",
                       t->tp, pass_shard_kind_name(c->kind), ir_op_name(c->node->op));
   }
-  t->out->tp_comm_elems = elems;
+  t->out->tp_comm_bytes = bytes;
   if (count_pieces(t) || check_divides(t))
     return -1;
   return check_padding(t);

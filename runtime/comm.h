@@ -3,7 +3,9 @@
 // multi-rank program), comm_single.c (one rank, no MPI needed) and, for GPU
 // builds, comm_nccl.c.
 //
-// Buffers are float32 and collectives work in place, as NCCL's do:
+// Buffers hold elements of a dtype (model_api.h's RT_F32 or RT_BF16; a bf16
+// sum or average is computed in float32 and rounded once, as NCCL does), and
+// collectives work in place, as NCCL's do:
 //   allreduce       buf[0, count) <- op over the group of buf[0, count)
 //   reduce_scatter  rank r's shard buf[r*count/n, (r+1)*count/n) <- op over the
 //                   group of that shard; the rest of buf is left undefined
@@ -27,6 +29,8 @@
 
 #include <stdint.h>
 
+#include "model_api.h"  // RT_F32, RT_BF16
+
 typedef struct rt_group rt_group;   // a process group (opaque)
 
 enum { RT_REDUCE_SUM, RT_REDUCE_AVG, RT_REDUCE_MAX };
@@ -36,8 +40,9 @@ enum { RT_REDUCE_SUM, RT_REDUCE_AVG, RT_REDUCE_MAX };
 typedef struct rt_request {
   int active;          // started and not yet waited for
   int kind;            // the collective (implementation's use)
-  float *buf;
+  void *buf;
   long count;
+  int dtype;
   rt_group *group;
   uint64_t impl[4];    // the implementation's handle (an MPI_Request)
 } rt_request;
@@ -59,9 +64,21 @@ rt_group *rt_group_split(rt_group *parent, int color, int key);
 int rt_group_rank(const rt_group *g);
 int rt_group_size(const rt_group *g);
 
-void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req);
-void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *req);
-void rt_allgather(rt_group *g, float *buf, long count, rt_request *req);
+void rt_allreduce_typed(rt_group *g, void *buf, long count, int dtype, int op, rt_request *req);
+void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int op,
+                             rt_request *req);
+void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_request *req);
+// the same on float32 buffers
+static inline void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
+  rt_allreduce_typed(g, buf, count, RT_F32, op, req);
+}
+static inline void rt_reduce_scatter(rt_group *g, float *buf, long count, int op,
+                                     rt_request *req) {
+  rt_reduce_scatter_typed(g, buf, count, RT_F32, op, req);
+}
+static inline void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
+  rt_allgather_typed(g, buf, count, RT_F32, req);
+}
 void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req);
 void rt_wait(rt_request *req);      // no-op when req is not active
 void rt_barrier(rt_group *g);
@@ -71,7 +88,7 @@ double rt_allreduce_scalar(rt_group *g, double x, int op);
 // Bytes this rank has sent since the last reset, counted as a ring algorithm
 // sends them (what the planner predicts): all-reduce 2(n-1)/n x S,
 // reduce-scatter and all-gather (n-1)/n x S, broadcast S at the root; S the
-// buffer's bytes (count x 4), n the group's size, rounded down to whole bytes.
+// buffer's bytes (count x the dtype's size), n the group's size, rounded down to whole bytes.
 // Counted when a collective starts. One-rank groups send nothing.
 int64_t rt_comm_bytes_sent(void);
 void rt_comm_reset_bytes(void);

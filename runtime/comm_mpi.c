@@ -91,13 +91,38 @@ static int mpi_count(const char *fn, long count, const char *unit) {
   return (int)count;
 }
 
-static MPI_Op mpi_op(const char *fn, int op) {
-  switch (op) {
-  case RT_REDUCE_SUM:
-  case RT_REDUCE_AVG: return MPI_SUM;  // then scaled by 1/n in finish()
-  case RT_REDUCE_MAX: return MPI_MAX;
-  }
-  comm_fail("%s: unknown reduction %d", fn, op);
+// bf16 reductions: MPI has no bf16 type, so its elements travel as
+// MPI_UINT16_T and are reduced by these user operations, each partial result
+// computed in float32 and rounded to bf16 (as NCCL's bf16 reductions are).
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const rt_bf16 *a = in;
+  rt_bf16 *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = rt_f32_to_bf16(rt_bf16_to_f32(a[i]) + rt_bf16_to_f32(b[i]));
+}
+
+static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const rt_bf16 *a = in;
+  rt_bf16 *b = inout;
+  for (int i = 0; i < *len; i++)
+    if (rt_bf16_to_f32(a[i]) > rt_bf16_to_f32(b[i])) b[i] = a[i];
+}
+
+static MPI_Op bf16_ops[2];  // sum, max: made when first needed
+static bool have_bf16_ops[2];
+
+static MPI_Datatype mpi_type(int dtype) { return dtype == RT_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+
+static MPI_Op mpi_op(const char *fn, int op, int dtype) {
+  if (op != RT_REDUCE_SUM && op != RT_REDUCE_AVG && op != RT_REDUCE_MAX)
+    comm_fail("%s: unknown reduction %d", fn, op);
+  bool max = op == RT_REDUCE_MAX;  // a sum and an average are sums, scaled by 1/n in finish()
+  if (dtype != RT_BF16) return max ? MPI_MAX : MPI_SUM;
+  if (!have_bf16_ops[max])
+    mpi_check(MPI_Op_create(max ? bf16_max : bf16_sum, 1, &bf16_ops[max]), "MPI_Op_create");
+  have_bf16_ops[max] = true;
+  return bf16_ops[max];
 }
 
 // reduce_scatter and allgather split the buffer into one shard per rank
@@ -211,26 +236,34 @@ rt_group *rt_group_split(rt_group *parent, int color, int key) {
 
 // What is left after MPI is done: the reduce-scatter shard to its place,
 // the average's 1/n.
-static void finish(int kind, const rt_group *g, float *buf, long count) {
+static void finish(int kind, const rt_group *g, void *buf, long count, int dtype) {
   long shard = count / g->size, lo = 0, n = count;
+  size_t size = (size_t)rt_dtype_size(dtype);
   if ((kind & KIND_MASK) == KIND_REDUCE_SCATTER) {
     lo = g->rank * shard;
     n = shard;
-    if (lo) memmove(buf + lo, buf, shard * sizeof *buf);
+    if (lo) memmove((char *)buf + (size_t)lo * size, buf, (size_t)shard * size);
   }
   if ((kind & KIND_AVG) && g->size > 1) {
     float scale = 1.0f / g->size;
-    for (long i = lo; i < lo + n; i++) buf[i] *= scale;
+    if (dtype == RT_BF16)
+      for (long i = lo; i < lo + n; i++) {
+        rt_bf16 *b = (rt_bf16 *)buf + i;
+        *b = rt_f32_to_bf16(rt_bf16_to_f32(*b) * scale);
+      }
+    else
+      for (long i = lo; i < lo + n; i++) ((float *)buf)[i] *= scale;
   }
 }
 
 // Records a started collective in req, for rt_wait.
-static void pending(rt_request *req, int kind, rt_group *g, float *buf, long count,
+static void pending(rt_request *req, int kind, rt_group *g, void *buf, long count, int dtype,
                     MPI_Request mreq) {
   req->active = 1;
   req->kind = kind;
   req->buf = buf;
   req->count = count;
+  req->dtype = dtype;
   req->group = g;
   memcpy(req->impl, &mreq, sizeof mreq);
 }
@@ -241,14 +274,14 @@ static void check_idle(const char *fn, const rt_request *req) {
 
 // A collective on device memory runs over NCCL (the GPU build): returns
 // whether it did. rt_wait hands a non-blocking one back to NCCL.
-static bool on_device(int kind, rt_group *g, void *buf, long count, int op, int root,
+static bool on_device(int kind, rt_group *g, void *buf, long count, int dtype, int op, int root,
                       rt_request *req, double t0) {
 #ifdef RT_COMM_NCCL
   if (!rt_nccl_owns(buf)) return false;
   switch (kind & KIND_MASK) {
-  case KIND_ALLREDUCE: rt_nccl_allreduce(g->nccl, buf, count, op, req); break;
-  case KIND_REDUCE_SCATTER: rt_nccl_reduce_scatter(g->nccl, buf, count, op, req); break;
-  case KIND_ALLGATHER: rt_nccl_allgather(g->nccl, buf, count, req); break;
+  case KIND_ALLREDUCE: rt_nccl_allreduce(g->nccl, buf, count, dtype, op, req); break;
+  case KIND_REDUCE_SCATTER: rt_nccl_reduce_scatter(g->nccl, buf, count, dtype, op, req); break;
+  case KIND_ALLGATHER: rt_nccl_allgather(g->nccl, buf, count, dtype, req); break;
   case KIND_BROADCAST: rt_nccl_broadcast(g->nccl, buf, count, root, req); break;
   }
   if (req) {
@@ -258,74 +291,77 @@ static bool on_device(int kind, rt_group *g, void *buf, long count, int op, int 
   timer_stop(t0);
   return true;
 #else
-  (void)kind, (void)g, (void)buf, (void)count, (void)op, (void)root, (void)req, (void)t0;
+  (void)kind, (void)g, (void)buf, (void)count, (void)dtype, (void)op, (void)root, (void)req,
+      (void)t0;
   return false;
 #endif
 }
 
-void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
+void rt_allreduce_typed(rt_group *g, void *buf, long count, int dtype, int op, rt_request *req) {
   double t0 = timer_start();
   const char *fn = "rt_allreduce";
   check_idle(fn, req);
   int n = mpi_count(fn, count, "elements");
-  MPI_Op mop = mpi_op(fn, op);
+  MPI_Op mop = mpi_op(fn, op, dtype);
+  MPI_Datatype type = mpi_type(dtype);
   int kind = KIND_ALLREDUCE | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
-  count_bytes(kind, g, count * (long)sizeof *buf, 0);
-  if (on_device(kind, g, buf, count, op, 0, req, t0)) return;
+  count_bytes(kind, g, count * rt_dtype_size(dtype), 0);
+  if (on_device(kind, g, buf, count, dtype, op, 0, req, t0)) return;
   if (req) {
     MPI_Request mreq;
-    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm, &mreq),
-              "MPI_Iallreduce");
-    pending(req, kind, g, buf, count, mreq);
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, mop, g->comm, &mreq), "MPI_Iallreduce");
+    pending(req, kind, g, buf, count, dtype, mreq);
   } else {
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, mop, g->comm), "MPI_Allreduce");
-    finish(kind, g, buf, count);
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, type, mop, g->comm), "MPI_Allreduce");
+    finish(kind, g, buf, count, dtype);
   }
   timer_stop(t0);
 }
 
-void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *req) {
+void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int op,
+                             rt_request *req) {
   double t0 = timer_start();
   const char *fn = "rt_reduce_scatter";
   check_idle(fn, req);
   mpi_count(fn, count, "elements");
   check_shards(fn, g, count);
   int shard = (int)(count / g->size);
-  MPI_Op mop = mpi_op(fn, op);
+  MPI_Op mop = mpi_op(fn, op, dtype);
+  MPI_Datatype type = mpi_type(dtype);
   int kind = KIND_REDUCE_SCATTER | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
-  count_bytes(kind, g, count * (long)sizeof *buf, 0);
-  if (on_device(kind, g, buf, count, op, 0, req, t0)) return;
+  count_bytes(kind, g, count * rt_dtype_size(dtype), 0);
+  if (on_device(kind, g, buf, count, dtype, op, 0, req, t0)) return;
   if (req) {
     MPI_Request mreq;
-    mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, MPI_FLOAT, mop, g->comm, &mreq),
+    mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm, &mreq),
               "MPI_Ireduce_scatter_block");
-    pending(req, kind, g, buf, count, mreq);
+    pending(req, kind, g, buf, count, dtype, mreq);
   } else {
-    mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, MPI_FLOAT, mop, g->comm),
+    mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm),
               "MPI_Reduce_scatter_block");
-    finish(kind, g, buf, count);
+    finish(kind, g, buf, count, dtype);
   }
   timer_stop(t0);
 }
 
-void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
+void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_request *req) {
   double t0 = timer_start();
   const char *fn = "rt_allgather";
   check_idle(fn, req);
   mpi_count(fn, count, "elements");
   check_shards(fn, g, count);
   int shard = (int)(count / g->size);
-  count_bytes(KIND_ALLGATHER, g, count * (long)sizeof *buf, 0);
-  if (on_device(KIND_ALLGATHER, g, buf, count, 0, 0, req, t0)) return;
+  MPI_Datatype type = mpi_type(dtype);
+  count_bytes(KIND_ALLGATHER, g, count * rt_dtype_size(dtype), 0);
+  if (on_device(KIND_ALLGATHER, g, buf, count, dtype, 0, 0, req, t0)) return;
   // in place: each rank's contribution is already at its shard of buf
   if (req) {
     MPI_Request mreq;
-    mpi_check(
-        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, MPI_FLOAT, g->comm, &mreq),
-        "MPI_Iallgather");
-    pending(req, KIND_ALLGATHER, g, buf, count, mreq);
+    mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm, &mreq),
+              "MPI_Iallgather");
+    pending(req, KIND_ALLGATHER, g, buf, count, dtype, mreq);
   } else {
-    mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, MPI_FLOAT, g->comm),
+    mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm),
               "MPI_Allgather");
   }
   timer_stop(t0);
@@ -339,11 +375,11 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
   if (root < 0 || root >= g->size)
     comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
   count_bytes(KIND_BROADCAST, g, bytes, root);
-  if (on_device(KIND_BROADCAST, g, buf, bytes, 0, root, req, t0)) return;
+  if (on_device(KIND_BROADCAST, g, buf, bytes, RT_F32, 0, root, req, t0)) return;
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ibcast(buf, n, MPI_BYTE, root, g->comm, &mreq), "MPI_Ibcast");
-    pending(req, KIND_BROADCAST, g, (float *)buf, bytes, mreq);  // nothing to finish
+    pending(req, KIND_BROADCAST, g, buf, bytes, RT_F32, mreq);  // nothing to finish
   } else {
     mpi_check(MPI_Bcast(buf, n, MPI_BYTE, root, g->comm), "MPI_Bcast");
   }
@@ -365,7 +401,7 @@ void rt_wait(rt_request *req) {
   mpi_check(MPI_Wait(&mreq, MPI_STATUS_IGNORE), "MPI_Wait");
   req->active = 0;
   if ((req->kind & KIND_MASK) != KIND_BROADCAST)
-    finish(req->kind, req->group, req->buf, req->count);
+    finish(req->kind, req->group, req->buf, req->count, req->dtype);
   timer_stop(t0);
 }
 
@@ -377,7 +413,7 @@ void rt_barrier(rt_group *g) {
 
 double rt_allreduce_scalar(rt_group *g, double x, int op) {
   double t0 = timer_start();
-  MPI_Op mop = mpi_op("rt_allreduce_scalar", op);
+  MPI_Op mop = mpi_op("rt_allreduce_scalar", op, RT_F32);
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, mop, g->comm), "MPI_Allreduce");
   timer_stop(t0);
   return op == RT_REDUCE_AVG ? x / g->size : x;

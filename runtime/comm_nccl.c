@@ -105,7 +105,7 @@ static void start(void) { order(kernels_done, rt_cuda_stream, comm_stream); }
 // After it: the kernels' stream waits for it now (req NULL), or at rt_wait.
 // A request keeps its own event from its first use on (requests are the
 // program's slots, reused every step; a zeroed impl has none yet).
-static void started(rt_request *req, float *buf, long count) {
+static void started(rt_request *req, void *buf, long count) {
   if (!req) {
     order(comm_done, comm_stream, rt_cuda_stream);
     return;
@@ -129,32 +129,39 @@ void rt_nccl_wait(rt_request *req) {
   req->active = 0;
 }
 
-void rt_nccl_allreduce(rt_nccl *c, float *buf, long count, int op, rt_request *req) {
+// NCCL's type of an element type
+static ncclDataType_t nccl_type(int dtype) { return dtype == RT_BF16 ? ncclBfloat16 : ncclFloat; }
+static size_t elem_size(int dtype) { return (size_t)rt_dtype_size(dtype); }
+
+void rt_nccl_allreduce(rt_nccl *c, void *buf, long count, int dtype, int op, rt_request *req) {
   start();
-  NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, nccl_op(op), c->comm, comm_stream));
+  NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, nccl_type(dtype), nccl_op(op), c->comm,
+                           comm_stream));
   started(req, buf, count);
 }
 
 // in place: rank r's shard is reduced at buf + r * shard (NCCL's in-place layout)
-void rt_nccl_reduce_scatter(rt_nccl *c, float *buf, long count, int op, rt_request *req) {
+void rt_nccl_reduce_scatter(rt_nccl *c, void *buf, long count, int dtype, int op,
+                            rt_request *req) {
   long shard = count / c->size;
+  char *mine = (char *)buf + (size_t)(c->rank * shard) * elem_size(dtype);
   start();
-  NCCL_CHECK(ncclReduceScatter(buf, buf + c->rank * shard, (size_t)shard, ncclFloat, nccl_op(op),
-                               c->comm, comm_stream));
+  NCCL_CHECK(ncclReduceScatter(buf, mine, (size_t)shard, nccl_type(dtype), nccl_op(op), c->comm,
+                               comm_stream));
   started(req, buf, count);
 }
 
 // in place: rank r contributes buf + r * shard
-void rt_nccl_allgather(rt_nccl *c, float *buf, long count, rt_request *req) {
+void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, rt_request *req) {
   long shard = count / c->size;
+  char *mine = (char *)buf + (size_t)(c->rank * shard) * elem_size(dtype);
   start();
-  NCCL_CHECK(ncclAllGather(buf + c->rank * shard, buf, (size_t)shard, ncclFloat, c->comm,
-                           comm_stream));
+  NCCL_CHECK(ncclAllGather(mine, buf, (size_t)shard, nccl_type(dtype), c->comm, comm_stream));
   started(req, buf, count);
 }
 
 void rt_nccl_broadcast(rt_nccl *c, void *buf, long bytes, int root, rt_request *req) {
   start();
   NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)bytes, ncclChar, root, c->comm, comm_stream));
-  started(req, (float *)buf, bytes);
+  started(req, buf, bytes);
 }

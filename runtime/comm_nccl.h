@@ -28,9 +28,10 @@ int rt_nccl_owns(const void *buf);
 
 // The collectives of comm.h on device memory, in place, with NCCL's in-place
 // layouts (which are comm.h's). req, when given, gets what rt_nccl_wait needs.
-void rt_nccl_allreduce(rt_nccl *c, float *buf, long count, int op, rt_request *req);
-void rt_nccl_reduce_scatter(rt_nccl *c, float *buf, long count, int op, rt_request *req);
-void rt_nccl_allgather(rt_nccl *c, float *buf, long count, rt_request *req);
+void rt_nccl_allreduce(rt_nccl *c, void *buf, long count, int dtype, int op, rt_request *req);
+void rt_nccl_reduce_scatter(rt_nccl *c, void *buf, long count, int dtype, int op,
+                            rt_request *req);
+void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, rt_request *req);
 void rt_nccl_broadcast(rt_nccl *c, void *buf, long bytes, int root, rt_request *req);
 void rt_nccl_wait(rt_request *req);
 

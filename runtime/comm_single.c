@@ -95,7 +95,7 @@ int rt_group_size(const rt_group *g) { return g->size; }
 
 // A non-blocking collective is already done; the request only records it, so
 // that rt_wait and the request's reuse behave as they do with MPI.
-static void pending(const char *fn, rt_request *req, rt_group *g, float *buf, long count) {
+static void pending(const char *fn, rt_request *req, rt_group *g, void *buf, long count) {
   if (!req) return;
   if (req->active) {
     fprintf(stderr, "train: error: %s: the request is still in flight (rt_wait it first)\n", fn);
@@ -104,17 +104,19 @@ static void pending(const char *fn, rt_request *req, rt_group *g, float *buf, lo
   *req = (rt_request){.active = 1, .buf = buf, .count = count, .group = g};
 }
 
-void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
-  (void)op;
+void rt_allreduce_typed(rt_group *g, void *buf, long count, int dtype, int op, rt_request *req) {
+  (void)dtype, (void)op;
   pending("rt_allreduce", req, g, buf, count);
 }
 
-void rt_reduce_scatter(rt_group *g, float *buf, long count, int op, rt_request *req) {
-  (void)op;
+void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int op,
+                             rt_request *req) {
+  (void)dtype, (void)op;
   pending("rt_reduce_scatter", req, g, buf, count);
 }
 
-void rt_allgather(rt_group *g, float *buf, long count, rt_request *req) {
+void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_request *req) {
+  (void)dtype;
   pending("rt_allgather", req, g, buf, count);
 }
 

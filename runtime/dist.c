@@ -1,5 +1,6 @@
 // The distributed state and the collectives lowered code calls (see dist.h).
 #include "dist.h"
+#include "kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,22 +42,28 @@ static int skip(int last_micro) {
   return last_micro && rt_dist.micro != rt_dist.micro_total - 1;
 }
 
-void rt_comm_all_reduce(int axis, float *x, long n, int avg, int slot, int last_micro) {
-  if (skip(last_micro))
-    return;
-  rt_allreduce(rt_dist.group[axis], x, n, avg ? RT_REDUCE_AVG : RT_REDUCE_SUM, slot_req(slot));
-}
-
-void rt_comm_reduce_scatter(int axis, float *x, long n, int avg, int slot, int last_micro) {
-  if (skip(last_micro))
-    return;
-  rt_reduce_scatter(rt_dist.group[axis], x, n, avg ? RT_REDUCE_AVG : RT_REDUCE_SUM,
-                    slot_req(slot));
-}
-
-void rt_comm_all_gather(int axis, float *x, long n, int slot) {
-  rt_allgather(rt_dist.group[axis], x, n, slot_req(slot));
-}
+// The collectives of lowered code, one per element type of RT_T_VARIANTS
+// (rt_comm_all_reduce, rt_comm_all_reduce_bf16, ...).
+#define COMM_KERNELS(suffix, T, ...)                                                          \
+  void rt_comm_all_reduce##suffix(int axis, RT_CTYPE_##T *x, long n, int avg, int slot,       \
+                                  int last_micro) {                                           \
+    if (skip(last_micro))                                                                     \
+      return;                                                                                 \
+    rt_allreduce_typed(rt_dist.group[axis], x, n, RT_##T, avg ? RT_REDUCE_AVG : RT_REDUCE_SUM, \
+                       slot_req(slot));                                                       \
+  }                                                                                           \
+  void rt_comm_reduce_scatter##suffix(int axis, RT_CTYPE_##T *x, long n, int avg, int slot,   \
+                                      int last_micro) {                                       \
+    if (skip(last_micro))                                                                     \
+      return;                                                                                 \
+    rt_reduce_scatter_typed(rt_dist.group[axis], x, n, RT_##T,                                \
+                            avg ? RT_REDUCE_AVG : RT_REDUCE_SUM, slot_req(slot));             \
+  }                                                                                           \
+  void rt_comm_all_gather##suffix(int axis, RT_CTYPE_##T *x, long n, int slot) {              \
+    rt_allgather_typed(rt_dist.group[axis], x, n, RT_##T, slot_req(slot));                    \
+  }
+RT_T_VARIANTS(COMM_KERNELS, _)
+#undef COMM_KERNELS
 
 void rt_comm_wait(int slot, int last_micro) {
   if (skip(last_micro))
@@ -76,14 +83,18 @@ long rt_vocab_columns(long v, long vocab) {
   return have < 0 ? 0 : have < v ? have : v;
 }
 
-void rt_tp_take(float *part, const float *whole, long outer, long pieces, long chunk, int rank,
-                int tp) {
+void rt_tp_take_bytes(void *part, const void *whole, long outer, long pieces, long chunk, int rank,
+                      int tp, size_t size) {
+  size_t row = (size_t)chunk * size;
   for (long o = 0; o < outer * pieces; o++)
-    memcpy(part + o * chunk, whole + (o * tp + rank) * chunk, (size_t)chunk * sizeof *part);
+    memcpy((char *)part + (size_t)o * row, (const char *)whole + (size_t)(o * tp + rank) * row,
+           row);
 }
 
-void rt_tp_place(float *whole, const float *part, long outer, long pieces, long chunk, int rank,
-                 int tp) {
+void rt_tp_place_bytes(void *whole, const void *part, long outer, long pieces, long chunk,
+                       int rank, int tp, size_t size) {
+  size_t row = (size_t)chunk * size;
   for (long o = 0; o < outer * pieces; o++)
-    memcpy(whole + (o * tp + rank) * chunk, part + o * chunk, (size_t)chunk * sizeof *part);
+    memcpy((char *)whole + (size_t)(o * tp + rank) * row, (const char *)part + (size_t)o * row,
+           row);
 }

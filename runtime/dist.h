@@ -12,6 +12,8 @@
 #ifndef MTC_RT_DIST_H
 #define MTC_RT_DIST_H
 
+#include <stddef.h>
+
 #include "comm.h"
 
 enum { RT_AXIS_DP, RT_AXIS_TP };
@@ -47,11 +49,20 @@ void rt_comm_wait_all(void);
 // it is [outer][pieces][chunk] on each rank and [outer][pieces][tp][chunk]
 // whole.
 
-// part = rank's part of whole; whole's place for rank's part = part.
-void rt_tp_take(float *part, const float *whole, long outer, long pieces, long chunk, int rank,
-                int tp);
-void rt_tp_place(float *whole, const float *part, long outer, long pieces, long chunk, int rank,
-                 int tp);
+// part = rank's part of whole; whole's place for rank's part = part. Elements
+// of `size` bytes (rt_tp_take and rt_tp_place: float32).
+void rt_tp_take_bytes(void *part, const void *whole, long outer, long pieces, long chunk, int rank,
+                      int tp, size_t size);
+void rt_tp_place_bytes(void *whole, const void *part, long outer, long pieces, long chunk,
+                       int rank, int tp, size_t size);
+static inline void rt_tp_take(float *part, const float *whole, long outer, long pieces,
+                              long chunk, int rank, int tp) {
+  rt_tp_take_bytes(part, whole, outer, pieces, chunk, rank, tp, sizeof *part);
+}
+static inline void rt_tp_place(float *whole, const float *part, long outer, long pieces,
+                               long chunk, int rank, int tp) {
+  rt_tp_place_bytes(whole, part, outer, pieces, chunk, rank, tp, sizeof *part);
+}
 
 // Of this rank's v columns of a vocabulary-parallel table or logits, those
 // that are not padding: the vocabulary has `vocab` entries, rank r holds

@@ -8,6 +8,8 @@
 #ifndef MTC_RT_KERNELS_H
 #define MTC_RT_KERNELS_H
 
+#include "bf16.h"
+
 #define RT_MAXRANK 8
 
 // rt_binary's and rt_unary's ops, each list once: the enums, and the names
@@ -25,30 +27,54 @@ enum { RT_UNARY_OPS(RT_OP_ENUM) };
 // is rt_<name><suffix>. The lowering picks the variant
 // whose types are those of a call's tensors (codegen/kcall.c).
 // (Extra arguments after X are passed on to it.)
-#define RT_T_VARIANTS(X, ...) X(, F32, __VA_ARGS__)
-#define RT_TU_VARIANTS(X, ...) X(, F32, F32, __VA_ARGS__)
+#define RT_T_VARIANTS(X, ...) X(, F32, __VA_ARGS__) X(_bf16, BF16, __VA_ARGS__)
+#define RT_TU_VARIANTS(X, ...)                                                 \
+  X(, F32, F32, __VA_ARGS__) X(_bf16, BF16, BF16, __VA_ARGS__)                 \
+  X(_bf16_f32, BF16, F32, __VA_ARGS__) X(_f32_bf16, F32, BF16, __VA_ARGS__)
 // The C type of an element type's name in those lists (runtime/dtypes.def).
 #define RT_CTYPE_F32 float
+#define RT_CTYPE_BF16 rt_bf16
 #define RT_CTYPE_I32 int
 
-// The prototypes: kernels.def read once per variant, its kinds naming that
-// variant's types (RT_T, RT_U).
-#define K_OUT(i, x) RT_T *x
-#define K_IN(i, x) const RT_T *x
-#define K_OUTU(i, x) RT_U *x
-#define K_OUTF(i, x) float *x
-#define K_INF(i, x) const float *x
-#define K_OUTI(i, x) int *x
-#define K_INI(i, x) const int *x
-#define K_LONG(i, x) long x
-#define K_INT(i, x) int x
-#define K_FLT(i, x) float x
-#define K_DIMS(i, x) const long *x
+// The prototypes: kernels.def read once per variant (runtime/kernels_kinds.h
+// names its types RT_T and RT_U in each reading): float32 (every kernel),
+// bf16 (KT and KTU), then the KTU pairs of two types.
 #define RT_T float
 #define RT_U float
+#include "kernels_kinds.h"
 #define K(name, ...) void rt_##name(__VA_ARGS__);
 #define KT K
 #define KTU K
+#include "kernels.def"
+#undef RT_T
+#undef RT_U
+
+#define RT_T rt_bf16
+#define RT_U rt_bf16
+#include "kernels_kinds.h"
+#define K(name, ...)
+#define KT(name, ...) void rt_##name##_bf16(__VA_ARGS__);
+#define KTU KT
+#include "kernels.def"
+#undef RT_T
+#undef RT_U
+
+#define RT_T rt_bf16
+#define RT_U float
+#include "kernels_kinds.h"
+#define K(name, ...)
+#define KT(name, ...)
+#define KTU(name, ...) void rt_##name##_bf16_f32(__VA_ARGS__);
+#include "kernels.def"
+#undef RT_T
+#undef RT_U
+
+#define RT_T float
+#define RT_U rt_bf16
+#include "kernels_kinds.h"
+#define K(name, ...)
+#define KT(name, ...)
+#define KTU(name, ...) void rt_##name##_f32_bf16(__VA_ARGS__);
 #include "kernels.def"
 #undef RT_T
 #undef RT_U

@@ -51,21 +51,6 @@ static long row_offset(long row, int nd, const long *sh, const long *st) {
   return off;
 }
 
-// Deterministic sum of x[0..n) in double: SUM_CHUNKS fixed chunks, combined
-// in order, so the result does not depend on the number of threads.
-static double det_sum(const float *x, long n) {
-  double part[SUM_CHUNKS];
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (int ch = 0; ch < SUM_CHUNKS; ch++) {
-    long lo = n * ch / SUM_CHUNKS, hi = n * (ch + 1) / SUM_CHUNKS;
-    double s = 0.0;
-    for (long i = lo; i < hi; i++) s += x[i];
-    part[ch] = s;
-  }
-  double s = 0.0;
-  for (int ch = 0; ch < SUM_CHUNKS; ch++) s += part[ch];
-  return s;
-}
 
 // Row reductions in LANES interleaved partial results (x[i] goes to lane
 // i % LANES), combined in lane order at the end: the lanes are independent,
@@ -149,154 +134,11 @@ static inline float exp_fast(float x) {
 // ---------------------------------------------------------------------------
 // data movement
 
-void rt_fill(float *out, long n, float value) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) out[i] = value;
-}
 
-void rt_copy(float *out, const float *x, long n) {
-  if (n > 0 && out != x) memmove(out, x, (size_t)n * sizeof(float));
-}
 
-// out (contiguous) = x read through strides; rows of the last dim at a time,
-// with a tiled path for a plain 2-D transpose.
-void rt_strided_copy(float *out, const float *x, int rank, const long *shape,
-                     const long *xstride) {
-  long n = numel_of(rank, shape);
-  if (n <= 0) return;
-  long sh[RT_MAXRANK], xs[RT_MAXRANK], unused[RT_MAXRANK];
-  int r = coalesce(rank, shape, xstride, NULL, sh, xs, unused);
-  long len = sh[r - 1], xi = xs[r - 1], rows = n / len;
-  if (r == 1 && xi == 1) {  // contiguous
-    rt_copy(out, x, n);
-    return;
-  }
-  if (r == 2 && xs[0] == 1 && xi != 0) {
-    // transpose: out[i][j] = x[i + j*xi], in 32x32 tiles
-    const long TB = 32;
-#pragma omp parallel for collapse(2) if (n >= PAR_MIN)
-    for (long i0 = 0; i0 < rows; i0 += TB) {
-      for (long j0 = 0; j0 < len; j0 += TB) {
-        long i1 = i0 + TB < rows ? i0 + TB : rows;
-        long j1 = j0 + TB < len ? j0 + TB : len;
-        for (long j = j0; j < j1; j++)
-          for (long i = i0; i < i1; i++) out[i * len + j] = x[i + j * xi];
-      }
-    }
-    return;
-  }
-  // rows in chunks; within a chunk the offset of x steps like an odometer
-  // over the leading dims (no division per row)
-  int nd = r - 1;
-  long nch = n >= PAR_MIN ? 16 : 1;
-#pragma omp parallel for if (nch > 1)
-  for (long ch = 0; ch < nch; ch++) {
-    long r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
-    long idx[RT_MAXRANK], off = 0, rem = r0;
-    for (int d = nd - 1; d >= 0; d--) {
-      idx[d] = rem % sh[d];
-      rem /= sh[d];
-      off += idx[d] * xs[d];
-    }
-    for (long row = r0; row < r1; row++) {
-      const float *xr = x + off;
-      float *o = out + row * len;
-      if (xi == 1) {
-        memcpy(o, xr, (size_t)len * sizeof(float));
-      } else if (xi == 0) {
-        for (long i = 0; i < len; i++) o[i] = xr[0];
-      } else {
-        for (long i = 0; i < len; i++) o[i] = xr[i * xi];
-      }
-      for (int d = nd - 1; d >= 0; d--) {  // the next row
-        off += xs[d];
-        if (++idx[d] < sh[d]) break;
-        off -= sh[d] * xs[d];
-        idx[d] = 0;
-      }
-    }
-  }
-}
 
-// out = 0, then out[idx . ostride] += scale * x[idx]. Each output element is
-// summed in the order of x's rows, whichever thread does it.
-void rt_reduce_sum(float *out, const float *x, int rank, const long *shape,
-                   const long *ostride, long onumel, float scale) {
-  if (onumel > 0) memset(out, 0, (size_t)onumel * sizeof(float));
-  long n = numel_of(rank, shape);
-  if (n <= 0) return;
-  long sh[RT_MAXRANK], os[RT_MAXRANK], unused[RT_MAXRANK];
-  int r = coalesce(rank, shape, ostride, NULL, sh, os, unused);
-  long len = sh[r - 1], oi = os[r - 1], rows = n / len;
-  // does every row of x land on its own output elements?
-  int injective = 1;
-  for (int d = 0; d < r - 1; d++)
-    if (os[d] == 0) injective = 0;
 
-  if (r == 1 && oi == 0) {  // everything into one number
-    out[0] = (float)(scale * det_sum(x, n));
-    return;
-  }
-  if (oi == 0) {
-    // the last dim is reduced: one sum per row
-    if (injective) {
-#pragma omp parallel for if (n >= PAR_MIN)
-      for (long row = 0; row < rows; row++) {
-        const float *xr = x + row * len;
-        double s = 0.0;
-        for (long i = 0; i < len; i++) s += xr[i];
-        out[row_offset(row, r - 1, sh, os)] = (float)(scale * s);
-      }
-    } else {
-      for (long row = 0; row < rows; row++) {
-        const float *xr = x + row * len;
-        double s = 0.0;
-        for (long i = 0; i < len; i++) s += xr[i];
-        out[row_offset(row, r - 1, sh, os)] += (float)(scale * s);
-      }
-    }
-    return;
-  }
-  if (injective) {  // no reduction at all, only a permutation
-#pragma omp parallel for if (n >= PAR_MIN)
-    for (long row = 0; row < rows; row++) {
-      const float *xr = x + row * len;
-      float *o = out + row_offset(row, r - 1, sh, os);
-      for (long i = 0; i < len; i++) o[i * oi] = scale * xr[i];
-    }
-    return;
-  }
-  // leading dims reduced (e.g. a bias gradient (n, c) -> (c)): parallel over
-  // blocks of the last dim, each adding all rows in order.
-  long nblocks = (len + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(dynamic) if (n >= PAR_MIN && nblocks > 1)
-  for (long blk = 0; blk < nblocks; blk++) {
-    long lo = blk * COL_BLOCK, hi = lo + COL_BLOCK < len ? lo + COL_BLOCK : len;
-    for (long row = 0; row < rows; row++) {
-      const float *xr = x + row * len;
-      float *o = out + row_offset(row, r - 1, sh, os);
-      for (long i = lo; i < hi; i++) o[i * oi] += scale * xr[i];
-    }
-  }
-}
 
-// out[o, :len] = x[o, off : off + len]
-void rt_slice(float *out, const float *x, long outer, long xinner, long off,
-              long len) {
-  if (len <= 0) return;
-#pragma omp parallel for if (outer * len >= PAR_MIN)
-  for (long o = 0; o < outer; o++)
-    memcpy(out + o * len, x + o * xinner + off, (size_t)len * sizeof(float));
-}
-
-// out[o, off : off + len] = x[o, :len]; the rest of out is left alone
-void rt_unslice(float *out, const float *x, long outer, long oinner, long off,
-                long len) {
-  if (len <= 0) return;
-#pragma omp parallel for if (outer * len >= PAR_MIN)
-  for (long o = 0; o < outer; o++)
-    memcpy(out + o * oinner + off, x + o * len, (size_t)len * sizeof(float));
-}
 
 void rt_unslice_i32(int *out, const int *x, long outer, long oinner, long off, long len) {
   if (len <= 0) return;
@@ -308,70 +150,9 @@ void rt_unslice_i32(int *out, const int *x, long outer, long oinner, long off, l
 // ---------------------------------------------------------------------------
 // elementwise
 
-// one row of out = a op b with element strides as and bs; the common stride
-// patterns get their own loops so that they vectorize.
-#define BINARY_ROW(EXPR)                                                   \
-  do {                                                                     \
-    if (as == 1 && bs == 1) {                                              \
-      for (long i = 0; i < len; i++) { float av = a[i], bv = b[i]; o[i] = (EXPR); } \
-    } else if (as == 1 && bs == 0) {                                       \
-      const float bv = b[0];                                               \
-      for (long i = 0; i < len; i++) { float av = a[i]; o[i] = (EXPR); }   \
-    } else if (as == 0 && bs == 1) {                                       \
-      const float av = a[0];                                               \
-      for (long i = 0; i < len; i++) { float bv = b[i]; o[i] = (EXPR); }   \
-    } else {                                                               \
-      for (long i = 0; i < len; i++) {                                     \
-        float av = a[i * as], bv = b[i * bs];                              \
-        o[i] = (EXPR);                                                     \
-      }                                                                    \
-    }                                                                      \
-  } while (0)
 
-static void binary_row(int op, float *o, const float *a, long as,
-                       const float *b, long bs, long len) {
-  switch (op) {
-    case RT_ADD: BINARY_ROW(av + bv); break;
-    case RT_SUB: BINARY_ROW(av - bv); break;
-    case RT_MUL: BINARY_ROW(av * bv); break;
-    case RT_DIV: BINARY_ROW(av / bv); break;
-    case RT_MIN: BINARY_ROW(av < bv || av != av ? av : bv); break;
-    case RT_MAX: BINARY_ROW(av > bv || av != av ? av : bv); break;
-    default: break;
-  }
-}
 
-// out = a op b, a and b read through (possibly zero) strides
-void rt_binary(int op, float *out, const float *a, const float *b, int rank,
-               const long *shape, const long *astride, const long *bstride) {
-  long n = numel_of(rank, shape);
-  if (n <= 0) return;
-  long sh[RT_MAXRANK], as[RT_MAXRANK], bs[RT_MAXRANK];
-  int r = coalesce(rank, shape, astride, bstride, sh, as, bs);
-  long len = sh[r - 1], rows = n / len;
-  if (rows == 1) {
-    // one long row (e.g. same-shape contiguous): split it into chunks
-    long nch = n >= PAR_MIN ? SUM_CHUNKS : 1;
-#pragma omp parallel for if (nch > 1)
-    for (long ch = 0; ch < nch; ch++) {
-      long lo = n * ch / nch, hi = n * (ch + 1) / nch;
-      binary_row(op, out + lo, a + lo * as[0], as[0], b + lo * bs[0], bs[0],
-                 hi - lo);
-    }
-    return;
-  }
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long row = 0; row < rows; row++) {
-    binary_row(op, out + row * len, a + row_offset(row, r - 1, sh, as),
-               as[r - 1], b + row_offset(row, r - 1, sh, bs), bs[r - 1], len);
-  }
-}
 
-// out = s * x + b
-void rt_scale(float *out, const float *x, long n, float s, float b) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) out[i] = s * x[i] + b;
-}
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
 #define GELU_COEF 0.044715f
@@ -383,44 +164,9 @@ void rt_scale(float *out, const float *x, long n, float s, float b) {
 // and the loops vectorize (selects, no branches).
 #define GELU_TAIL 20.0f
 
-// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-void rt_gelu_fwd(float *y, const float *x, long n) {
-#pragma omp parallel for simd if (n >= PAR_MIN_MATH)
-  for (long i = 0; i < n; i++) {
-    float xi = x[i];
-    float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
-    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
-    float s = 1.0f / (1.0f + exp_fast(-2.0f * uc));  // 0.5 (1 + tanh u)
-    y[i] = u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s);
-  }
-}
 
-// dx = dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx)
-void rt_gelu_bwd(float *dx, const float *dy, const float *x, long n) {
-#pragma omp parallel for simd if (n >= PAR_MIN_MATH)
-  for (long i = 0; i < n; i++) {
-    float xi = x[i];
-    float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
-    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
-    float e = exp_fast(-2.0f * uc);
-    float s = 1.0f / (1.0f + e);  // 0.5 (1 + tanh u)
-    float du = GELU_SCALE * (1.0f + 3.0f * GELU_COEF * xi * xi);
-    float grad = s + 2.0f * xi * s * (e * s) * du;  // e*s = 1 - s
-    grad = u > GELU_TAIL ? 1.0f : (u < -GELU_TAIL ? 0.0f : grad);
-    dx[i] = grad * dy[i];
-  }
-}
 
-void rt_relu_fwd(float *y, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
 
-// dx = dy where x > 0, else 0
-void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
-}
 
 // ---------------------------------------------------------------------------
 // matmul
@@ -691,8 +437,8 @@ static int max_threads(void) {
 // more column blocks re-packs A: of the splits with a multiple of the thread
 // count of tasks (up to 4 per thread), the one that packs least is taken.
 // The split changes the speed, never the result.
-void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
-               long n, long k, int ta, int tb, long sa, long sb, long sc) {
+static void matmul_f32(float *c, const float *a, const float *b, long batch, long m,
+                       long n, long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
   if (batch <= 0 || k <= 0) {  // empty products are zero
     long nc = (sc == 0 || batch <= 0) ? 1 : batch;
@@ -728,81 +474,12 @@ void rt_matmul(float *c, const float *a, const float *b, long batch, long m,
 // ---------------------------------------------------------------------------
 // convolution: im2col and its adjoint (the GEMMs are rt_matmul)
 
-// One row of col per (plane, i, j), parallel over those rows; padding reads 0.
-void rt_im2col(float *col, const float *x, long nc, long h, long w, long kh, long kw, long oh,
-               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
-  long rows = nc * kh * kw;
-#pragma omp parallel for if (rows * oh * ow >= PAR_MIN)
-  for (long r = 0; r < rows; r++) {
-    long p = r / (kh * kw), i = r / kw % kh, j = r % kw;
-    const float *xp = x + p * h * w;
-    float *cr = col + r * oh * ow;
-    for (long y = 0; y < oh; y++) {
-      long iy = y * sh - ph + i * dh;
-      float *c = cr + y * ow;
-      if (iy < 0 || iy >= h) {
-        memset(c, 0, (size_t)ow * sizeof(float));
-        continue;
-      }
-      const float *xr = xp + iy * w;
-      for (long xo = 0; xo < ow; xo++) {
-        long ix = xo * sw - pw + j * dw;
-        c[xo] = ix >= 0 && ix < w ? xr[ix] : 0.0f;
-      }
-    }
-  }
-}
 
-// Each pixel gathers its col entries in the order of (i, j), one thread per
-// image row: deterministic, and the order the CUDA kernel adds in.
-void rt_col2im(float *x, const float *col, long nc, long h, long w, long kh, long kw, long oh,
-               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
-#pragma omp parallel for if (nc * h * w * kh * kw >= PAR_MIN)
-  for (long r = 0; r < nc * h; r++) {
-    long p = r / h, iy = r % h;
-    float *xr = x + r * w;
-    memset(xr, 0, (size_t)w * sizeof(float));
-    for (long i = 0; i < kh; i++) {
-      long ty = iy + ph - i * dh;
-      if (ty < 0 || ty % sh || ty / sh >= oh) continue;
-      for (long j = 0; j < kw; j++) {
-        const float *cr = col + ((p * kh + i) * kw + j) * oh * ow + ty / sh * ow;
-        for (long ix = 0; ix < w; ix++) {
-          long tx = ix + pw - j * dw;
-          if (tx >= 0 && tx % sw == 0 && tx / sw < ow) xr[ix] += cr[tx / sw];
-        }
-      }
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------
 // neural-net ops
 
-// out[i, :] = w[idx[i], :]
-void rt_embedding_fwd(float *out, const float *w, const int *idx, long n,
-                      long c) {
-#pragma omp parallel for if (n * c >= PAR_MIN)
-  for (long i = 0; i < n; i++)
-    memcpy(out + i * c, w + (long)idx[i] * c, (size_t)c * sizeof(float));
-}
 
-// dw = 0; dw[idx[i], :] += dout[i, :]. Parallel over column blocks, so each
-// element of dw is summed by one thread in the order of i.
-void rt_embedding_bwd(float *dw, const float *dout, const int *idx, long n,
-                      long v, long c) {
-  rt_fill(dw, v * c, 0.0f);
-  long nblocks = (c + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(dynamic) if (n * c >= PAR_MIN && nblocks > 1)
-  for (long blk = 0; blk < nblocks; blk++) {
-    long lo = blk * COL_BLOCK, hi = lo + COL_BLOCK < c ? lo + COL_BLOCK : c;
-    for (long i = 0; i < n; i++) {
-      float *dwr = dw + (long)idx[i] * c;
-      const float *dr = dout + i * c;
-      for (long j = lo; j < hi; j++) dwr[j] += dr[j];
-    }
-  }
-}
 
 // A row's mean and 1/sqrt(biased variance + eps) (two passes); uncentered
 // (RMSNorm): mean 0, so the variance is the mean square.
@@ -842,14 +519,7 @@ static void norm_fwd(float *y, const float *x, const float *w, const float *b, l
   }
 }
 
-void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b,
-                      long n, long c, float eps) {
-  norm_fwd(y, x, w, b, n, c, eps, true);
-}
 
-void rt_rmsnorm_fwd(float *y, const float *x, const float *w, long n, long c, float eps) {
-  norm_fwd(y, x, w, NULL, n, c, eps, false);
-}
 
 // Rows per pass of norm_bwd: their mean and rstd live on the stack.
 #define LN_ROWS 256
@@ -919,38 +589,11 @@ static void norm_bwd(float *dx, float *dw, float *db, const float *dy, const flo
   }
 }
 
-void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
-                      const float *x, const float *w, long n, long c,
-                      float eps) {
-  norm_bwd(dx, dw, db, dy, x, w, n, c, eps, true);
-}
 
-void rt_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                    long n, long c, float eps) {
-  norm_bwd(dx, dw, NULL, dy, x, w, n, c, eps, false);
-}
 
-// The angles in double (cos and sin of p * theta^(-2i/hs)), rounded once to
-// float; one (cos, sin) per position and pair serves every row.
-void rt_rope(float *out, const float *x, long rows, long t, long hs, float theta, int inverse) {
-  long half = hs / 2;
-#pragma omp parallel for if (rows * t * hs >= PAR_MIN_MATH)
-  for (long p = 0; p < t; p++)
-    for (long i = 0; i < half; i++) {
-      double a = (double)p * pow((double)theta, -2.0 * (double)i / (double)hs);
-      float c = (float)cos(a), s = inverse ? -(float)sin(a) : (float)sin(a);
-      for (long r = 0; r < rows; r++) {
-        const float *xr = x + (r * t + p) * hs;
-        float *yr = out + (r * t + p) * hs;
-        float x1 = xr[i], x2 = xr[i + half];
-        yr[i] = x1 * c - x2 * s;
-        yr[i + half] = x2 * c + x1 * s;
-      }
-    }
-}
 
 // y = softmax over each row of x (n, c), max subtracted for stability
-void rt_softmax_fwd(float *y, const float *x, long n, long c) {
+static void softmax_fwd_f32(float *y, const float *x, long n, long c) {
 #pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *xr = x + i * c;
@@ -963,8 +606,7 @@ void rt_softmax_fwd(float *y, const float *x, long n, long c) {
 }
 
 // dx = y * (dy - sum(dy * y)) per row
-void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n,
-                    long c) {
+static void softmax_bwd_f32(float *dx, const float *dy, const float *y, long n, long c) {
 #pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *dyr = dy + i * c, *yr = y + i * c;
@@ -1148,8 +790,8 @@ static att_extras att_head(const int *keep, const float *bias, long h, long tq, 
 }
 
 // out = softmax(q k^T / sqrt(hs) + bias) v per head; threads share the heads
-void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
-                      const int *keep, const float *bias, long bh, long tq, long tk, long hs,
+static void attention_fwd_f32(float *out, const float *q, const float *k, const float *v,
+                              const int *keep, const float *bias, long bh, long tq, long tk, long hs,
                       long heads, long bdiv, long bmod, int causal) {
   if (bh <= 0 || tq <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
@@ -1254,8 +896,8 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
 
 // Backward of the above; the probabilities are recomputed. dk and dv sum
 // over the rows i of a head, so one thread owns each head.
-void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
-                      const float *q, const float *k, const float *v, const int *keep,
+static void attention_bwd_f32(float *dq, float *dk, float *dv, float *dscores,
+                              const float *dout, const float *q, const float *k, const float *v, const int *keep,
                       const float *bias, long bh, long tq, long tk, long hs, long heads,
                       long bdiv, long bmod, int causal) {
   if (bh <= 0 || tq <= 0 || tk <= 0 || hs <= 0) return;
@@ -1309,8 +951,8 @@ static double logsumexp_row(const float *row, float *exps, long v, float *maxp) 
 
 // loss[0] = mean over counted rows of logsumexp(row) - row[target]; rows
 // summed in SUM_CHUNKS fixed chunks
-void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
-                         long n, long v, long ignore) {
+static void crossentropy_fwd_f32(float *loss, const float *logits, const int *targets,
+                                 long n, long v, long ignore) {
   long count = rt_counted_rows(targets, n, ignore);
   if (count == 0) {
     loss[0] = 0.0f;
@@ -1335,8 +977,8 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets,
 }
 
 // dlogits = (softmax(logits) - onehot(target)) * dloss[0] / count, row by row
-void rt_crossentropy_bwd(float *dlogits, const float *dloss,
-                         const float *logits, const int *targets, long n,
+static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
+                                 const float *logits, const int *targets, long n,
                          long v, long ignore) {
   long count = rt_counted_rows(targets, n, ignore);
   float g = count ? dloss[0] / (float)count : 0.0f;
@@ -1368,15 +1010,7 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
   for (long blk = 0; blk < nblocks; blk++) adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
 }
 
-// The CPU build's device memory is host memory: the copies are memcpy. (The
-// GPU build copies to and from pinned memory, asynchronously.)
-void rt_to_host(float *host, const float *x, long n) {
-  memcpy(host, x, (size_t)n * sizeof *x);
-}
 
-void rt_to_device(float *x, const float *host, long n) {
-  memcpy(x, host, (size_t)n * sizeof *x);
-}
 
 // p -= lr * (g + wd * p)
 void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
@@ -1390,7 +1024,7 @@ void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
 // Blocks of 4096 floats in parallel. A block is first tested on its bits (NaN
 // and infinities have every exponent bit set: |x|'s bits >= 0x7f800000) by a
 // max that vectorizes, and searched only when it has one.
-void rt_find_nonfinite(int *at, const float *x, long n) {
+static void find_nonfinite_f32(int *at, const float *x, long n) {
   enum { BLOCK = 4096 };
   long nblocks = (n + BLOCK - 1) / BLOCK, first = n;
 #pragma omp parallel for reduction(min : first) if (n >= PAR_MIN)
@@ -1417,9 +1051,6 @@ void rt_find_nonfinite(int *at, const float *x, long n) {
 
 void rt_copy_i32(int *out, const int *x, long n) { memcpy(out, x, (size_t)n * sizeof *out); }
 
-void rt_cast_i32_f32(float *out, const int *x, long n) {
-  for (long i = 0; i < n; i++) out[i] = (float)x[i];
-}
 
 static float unary_one(int op, float x, float p) {
   switch (op) {
@@ -1437,38 +1068,10 @@ static float unary_one(int op, float x, float p) {
   }
 }
 
-void rt_unary(int op, float *y, const float *x, long n, float p) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) y[i] = unary_one(op, x[i], p);
-}
 
-void rt_gelu_erf_fwd(float *y, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
-}
 
-void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n) {
-  const float inv_sqrt_2pi = 0.3989422804014327f;
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
-    float pdf = inv_sqrt_2pi * expf(-0.5f * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
-  }
-}
 
-void rt_silu_fwd(float *y, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));  // e^-x = inf: -0
-}
 
-void rt_silu_bwd(float *dx, const float *dy, const float *x, long n) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    float s = 1.0f / (1.0f + expf(-x[i]));
-    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-  }
-}
 
 // The mask offset of row r of a (rows, shape[rank-1]) view of `shape`.
 static long mask_row_offset(long r, int rank, const long *shape, const long *mstride) {
@@ -1480,22 +1083,6 @@ static long mask_row_offset(long r, int rank, const long *shape, const long *mst
   return moff;
 }
 
-void rt_masked_fill(float *out, const float *x, const int *mask, int rank,
-                    const long *shape, const long *mstride, float value) {
-  if (rank == 0) {
-    out[0] = mask[0] ? value : x[0];
-    return;
-  }
-  long inner = shape[rank - 1], rows = numel_of(rank - 1, shape);
-  long ms = mstride[rank - 1];
-#pragma omp parallel for if (rows * inner >= PAR_MIN)
-  for (long r = 0; r < rows; r++) {
-    long moff = mask_row_offset(r, rank, shape, mstride);
-    const float *xr = x + r * inner;
-    float *o = out + r * inner;
-    for (long j = 0; j < inner; j++) o[j] = mask[moff + j * ms] ? value : xr[j];
-  }
-}
 
 void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const long *shape,
                         const long *mstride, int value) {
@@ -1517,10 +1104,6 @@ void rt_equal_i32(int *out, const int *x, long n, int value) {
   for (long i = 0; i < n; i++) out[i] = x[i] == value;
 }
 
-void rt_equal_f32(int *out, const float *x, long n, float value) {
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) out[i] = x[i] == value;
-}
 
 // splitmix64's finalizer: a bijective mix of 64 bits
 static unsigned long long mix64(unsigned long long z) {
@@ -1529,45 +1112,10 @@ static unsigned long long mix64(unsigned long long z) {
   return z ^ (z >> 31);
 }
 
-void rt_dropout(float *out, const float *x, const int *step, long n,
-                float ratio, long seed, long key) {
-  unsigned long long base =
-      mix64((unsigned long long)seed * 0x9E3779B97F4A7C15ull ^
-            mix64((unsigned long long)key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));
-  float keep_scale = 1.0f / (1.0f - ratio);
-  unsigned threshold = (unsigned)(ratio * 16777216.0f);  // keep when 24 random bits >= it
-#pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * (unsigned long long)i) >> 40);
-    out[i] = bits >= threshold ? x[i] * keep_scale : 0.0f;
-  }
-}
 
 void rt_tick(int *step) { step[0] += 1; }
 
-void rt_log_softmax_fwd(float *y, const float *x, long n, long c) {
-#pragma omp parallel for if (n * c >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    const float *xr = x + i * c;
-    float *yr = y + i * c;
-    float maxv = -INFINITY;
-    for (long j = 0; j < c; j++) maxv = xr[j] > maxv ? xr[j] : maxv;
-    double sum = 0.0;
-    for (long j = 0; j < c; j++) sum += expf(xr[j] - maxv);
-    float lse = maxv + (float)log(sum);
-    for (long j = 0; j < c; j++) yr[j] = xr[j] - lse;
-  }
-}
 
-void rt_log_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c) {
-#pragma omp parallel for if (n * c >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    const float *dyr = dy + i * c, *yr = y + i * c;
-    double sum = 0.0;
-    for (long j = 0; j < c; j++) sum += dyr[j];
-    for (long j = 0; j < c; j++) dx[i * c + j] = dyr[j] - expf(yr[j]) * (float)sum;
-  }
-}
 
 // Rows that count: a target in [0, c) that is not `ignore`.
 static int nll_counts(int t, long c, long ignore) { return t != ignore && t >= 0 && t < c; }
@@ -1578,23 +1126,7 @@ static long nll_rows(const int *targets, long n, long c, long ignore) {
   return count;
 }
 
-void rt_nll_loss_fwd(float *loss, const float *logp, const int *targets, long n,
-                     long c, int sum, long ignore) {
-  double s = 0.0;
-  for (long i = 0; i < n; i++)
-    if (nll_counts(targets[i], c, ignore)) s -= logp[i * c + targets[i]];
-  long count = nll_rows(targets, n, c, ignore);
-  loss[0] = sum ? (float)s : count ? (float)(s / (double)count) : 0.0f;
-}
 
-void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets,
-                     long n, long c, int sum, long ignore) {
-  long count = nll_rows(targets, n, c, ignore);
-  float g = sum ? -dloss[0] : count ? -dloss[0] / (float)count : 0.0f;
-  memset(dlogp, 0, (size_t)(n * c) * sizeof *dlogp);
-  for (long i = 0; i < n; i++)
-    if (nll_counts(targets[i], c, ignore)) dlogp[i * c + targets[i]] = g;
-}
 
 // rt_slice_axis on elements of `size` bytes
 static void slice_rows(char *out, const char *x, size_t size, long outer, long xdim, long inner,
@@ -1606,22 +1138,14 @@ static void slice_rows(char *out, const char *x, size_t size, long outer, long x
              x + (size_t)((o * xdim + start + i * step) * inner) * size, (size_t)inner * size);
 }
 
-void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner,
-                   long start, long step, long len) {
-  slice_rows((char *)out, (const char *)x, sizeof *out, outer, xdim, inner, start, step, len);
-}
 
 void rt_slice_axis_i32(int *out, const int *x, long outer, long xdim, long inner,
                        long start, long step, long len) {
   slice_rows((char *)out, (const char *)x, sizeof *out, outer, xdim, inner, start, step, len);
 }
 
-void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim,
-                       long inner, long start, long step, long len) {
-  memset(dx, 0, (size_t)(outer * xdim * inner) * sizeof *dx);
-#pragma omp parallel for if (outer * len * inner >= PAR_MIN)
-  for (long o = 0; o < outer; o++)
-    for (long i = 0; i < len; i++)
-      memcpy(dx + (o * xdim + start + i * step) * inner, dy + (o * len + i) * inner,
-             (size_t)inner * sizeof *dx);
-}
+// ---------------------------------------------------------------------------
+// the typed kernels, once per variant (float32, bf16, ...): runtime/kernels_cpu_t.h
+
+#define RT_TEMPLATE "kernels_cpu_t.h"
+#include "cpu_variants.h"

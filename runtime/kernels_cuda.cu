@@ -1,13 +1,23 @@
-// CUDA fp32 twins of the CPU kernels (runtime/kernels_cpu.c; kernels.h has
-// the contract), in the style of llm.c: the __global__ functions first, then
-// the launchers.
+// CUDA twins of the CPU kernels (runtime/kernels_cpu.c; kernels.h has the
+// contract), in the style of llm.c: the __global__ functions first, then the
+// launchers.
 //
 // Every launcher has the name and the C prototype of its CPU twin and takes
-// device pointers for every tensor (float and int buffers); the shape and
-// stride arrays (`const long *`) are host arrays of at most RT_MAXRANK
+// device pointers for every tensor (float, bf16 and int buffers); the shape
+// and stride arrays (`const long *`) are host arrays of at most RT_MAXRANK
 // entries, passed to the kernels by value. Launches are asynchronous on
 // rt_cuda_stream and checked with cudaGetLastError. Scalars the CPU reads
 // through a pointer (dloss[0], step[0]) are read on the device.
+//
+// Element types: the kernels of kernels.def's KT and KTU lines are written
+// once, as templates over their element types T (and U): float, or CUDA's
+// __nv_bfloat16 for rt_bf16 (the same 16 bits, llm.c's floatX). They read an
+// element with ld() (widened to float, exact) and write one with to<T>()
+// (rounded to nearest even), and compute and accumulate in float (or double)
+// in between; for float both are the identity, so the float32 variants are
+// the kernels they always were. The launchers are templates too, and the C
+// entry points of each variant (rt_gelu_fwd, rt_gelu_fwd_bf16, ...) are
+// one-line wrappers (RT_CUDA_KT, RT_CUDA_KTU).
 //
 // Not here: the collectives (runtime/dist.c, over comm.h in every build),
 // and rt_adamw_host and rt_host_threads, which run on the host over host
@@ -22,12 +32,16 @@
 //
 // Scratch: layernorm_bwd, crossentropy_fwd and attention_bwd keep per-row
 // statistics in the workspace a program plans beside its arena (KS in
-// kernels.def gives each one's size; rt_cuda_set_workspace).
+// kernels.def gives each one's size; rt_cuda_set_workspace). The statistics
+// are float (or double) in every variant, so the sizes do not depend on T.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <type_traits>
+
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "coalesce.h"
@@ -39,6 +53,13 @@ extern "C" {
 }
 
 cudaStream_t rt_cuda_stream = 0;
+
+// bf16 on the device is __nv_bfloat16; a launcher hands an rt_bf16 buffer
+// to the kernels as one (dev()), which is sound because both are the upper
+// 16 bits of an IEEE float32.
+static_assert(sizeof(rt_bf16) == sizeof(__nv_bfloat16) &&
+                  alignof(rt_bf16) == alignof(__nv_bfloat16),
+              "rt_bf16 and __nv_bfloat16 must have the same layout");
 
 // Threads per block of the elementwise kernels; the grid is capped and the
 // kernels loop (grid-stride).
@@ -56,6 +77,23 @@ struct Dims {
 };
 
 // ---- kernels ----
+
+// Loading and storing an element: ld widens it to float (exact for bf16),
+// to<T> rounds a float to T (bf16: to nearest, ties to even, as the CPU's
+// rt_f32_to_bf16; a NaN stays a NaN). For float both do nothing.
+__host__ __device__ inline float ld(float x) { return x; }
+__host__ __device__ inline float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__host__ __device__ inline T to(float x);
+template <>
+__host__ __device__ inline float to<float>(float x) {
+  return x;
+}
+template <>
+__host__ __device__ inline __nv_bfloat16 to<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 // Offsets of element i of a contiguous array with shape d.shape in arrays
 // with strides d.s0 and d.s1.
@@ -112,12 +150,20 @@ __device__ float block_max(float v) {
 
 // ---- data movement
 
-__global__ void fill_kernel(float *out, long n, float value) {
+template <typename T>
+__global__ void fill_kernel(T *out, long n, T value) {
   GRID_LOOP(i, n) out[i] = value;
 }
 
+// out[i] = x[i] in another element type
+template <typename T, typename U>
+__global__ void cast_kernel(U *out, const T *x, long n) {
+  GRID_LOOP(i, n) out[i] = to<U>(ld(x[i]));
+}
+
 // out[i] = x[offset of i through d.s0]
-__global__ void strided_copy_kernel(float *out, const float *x, long n, Dims d) {
+template <typename T>
+__global__ void strided_copy_kernel(T *out, const T *x, long n, Dims d) {
   GRID_LOOP(i, n) {
     long xo, unused;
     dims_offsets(d, i, &xo, &unused);
@@ -157,34 +203,37 @@ __device__ inline long reduce_inner(const ReduceDims &rd, long j) {
 
 // One thread per kept index: its R reduced elements summed in double, added
 // to out (zeroed by the launcher; each out element gets one addition unless
-// two kept indices share it).
-__global__ void reduce_sum_threads_kernel(float *out, const float *x, ReduceDims rd, long K,
-                                          long R, float scale) {
+// two kept indices share it). out is float32 (a bf16 result is rounded from
+// it by the launcher).
+template <typename T>
+__global__ void reduce_sum_threads_kernel(float *out, const T *x, ReduceDims rd, long K, long R,
+                                          float scale) {
   GRID_LOOP(k, K) {
     long xo, oo;
     reduce_kept(rd, k, &xo, &oo);
     double s = 0.0;
-    for (long j = 0; j < R; j++) s += x[xo + reduce_inner(rd, j)];
+    for (long j = 0; j < R; j++) s += ld(x[xo + reduce_inner(rd, j)]);
     atomicAdd(out + oo, (float)(scale * s));
   }
 }
 
 // The same with one block per kept index (long reductions).
-__global__ void reduce_sum_blocks_kernel(float *out, const float *x, ReduceDims rd, long K,
-                                         long R, float scale) {
+template <typename T>
+__global__ void reduce_sum_blocks_kernel(float *out, const T *x, ReduceDims rd, long K, long R,
+                                         float scale) {
   for (long k = blockIdx.x; k < K; k += gridDim.x) {
     long xo, oo;
     reduce_kept(rd, k, &xo, &oo);
     double s = 0.0;
-    for (long j = threadIdx.x; j < R; j += blockDim.x) s += x[xo + reduce_inner(rd, j)];
+    for (long j = threadIdx.x; j < R; j += blockDim.x) s += ld(x[xo + reduce_inner(rd, j)]);
     s = block_sum(s);
     if (threadIdx.x == 0) atomicAdd(out + oo, (float)(scale * s));
   }
 }
 
 // out[o*len + i] = x[o*xinner + off + i]
-__global__ void slice_kernel(float *out, const float *x, long outer, long xinner, long off,
-                             long len) {
+template <typename T>
+__global__ void slice_kernel(T *out, const T *x, long outer, long xinner, long off, long len) {
   GRID_LOOP(e, outer * len) {
     long o = e / len, i = e - o * len;
     out[e] = x[o * xinner + off + i];
@@ -203,12 +252,12 @@ __global__ void unslice_kernel(T *out, const T *x, long outer, long oinner, long
 // ---- elementwise
 
 // out[i] = a[.] op b[.], a through d.s0, b through d.s1
-__global__ void binary_kernel(int op, float *out, const float *a, const float *b, long n,
-                              Dims d) {
+template <typename T>
+__global__ void binary_kernel(int op, T *out, const T *a, const T *b, long n, Dims d) {
   GRID_LOOP(i, n) {
     long ao, bo;
     dims_offsets(d, i, &ao, &bo);
-    float av = a[ao], bv = b[bo];
+    float av = ld(a[ao]), bv = ld(b[bo]);
     float r;
     switch (op) {
       case RT_ADD: r = av + bv; break;
@@ -219,12 +268,13 @@ __global__ void binary_kernel(int op, float *out, const float *a, const float *b
       case RT_MAX: r = av > bv || av != av ? av : bv; break;
       default: continue;  // the CPU leaves out alone
     }
-    out[i] = r;
+    out[i] = to<T>(r);
   }
 }
 
-__global__ void scale_kernel(float *out, const float *x, long n, float s, float b) {
-  GRID_LOOP(i, n) out[i] = s * x[i] + b;
+template <typename T>
+__global__ void scale_kernel(T *out, const T *x, long n, float s, float b) {
+  GRID_LOOP(i, n) out[i] = to<T>(s * ld(x[i]) + b);
 }
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
@@ -232,19 +282,21 @@ __global__ void scale_kernel(float *out, const float *x, long n, float s, float 
 #define GELU_TAIL 20.0f
 
 // the CPU's form: 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), u clamped at +-20
-__global__ void gelu_fwd_kernel(float *y, const float *x, long n) {
+template <typename T>
+__global__ void gelu_fwd_kernel(T *y, const T *x, long n) {
   GRID_LOOP(i, n) {
-    float xi = x[i];
+    float xi = ld(x[i]);
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
     float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
     float s = 1.0f / (1.0f + expf(-2.0f * uc));
-    y[i] = u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s);
+    y[i] = to<T>(u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s));
   }
 }
 
-__global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+__global__ void gelu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
   GRID_LOOP(i, n) {
-    float xi = x[i];
+    float xi = ld(x[i]);
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
     float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
     float e = expf(-2.0f * uc);
@@ -252,25 +304,29 @@ __global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, long
     float du = GELU_SCALE * (1.0f + 3.0f * GELU_COEF * xi * xi);
     float grad = s + 2.0f * xi * s * (e * s) * du;
     grad = u > GELU_TAIL ? 1.0f : (u < -GELU_TAIL ? 0.0f : grad);
-    dx[i] = grad * dy[i];
+    dx[i] = to<T>(grad * ld(dy[i]));
   }
 }
 
-__global__ void relu_fwd_kernel(float *y, const float *x, long n) {
-  GRID_LOOP(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+template <typename T>
+__global__ void relu_fwd_kernel(T *y, const T *x, long n) {
+  GRID_LOOP(i, n) y[i] = ld(x[i]) > 0.0f ? x[i] : to<T>(0.0f);
 }
 
-__global__ void relu_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
-  GRID_LOOP(i, n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+template <typename T>
+__global__ void relu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
+  GRID_LOOP(i, n) dx[i] = ld(x[i]) > 0.0f ? dy[i] : to<T>(0.0f);
 }
 
-__global__ void cast_i32_f32_kernel(float *out, const int *x, long n) {
-  GRID_LOOP(i, n) out[i] = (float)x[i];
+template <typename T>
+__global__ void cast_i32_f32_kernel(T *out, const int *x, long n) {
+  GRID_LOOP(i, n) out[i] = to<T>((float)x[i]);
 }
 
-__global__ void unary_kernel(int op, float *y, const float *x, long n, float p) {
+template <typename T>
+__global__ void unary_kernel(int op, T *y, const T *x, long n, float p) {
   GRID_LOOP(i, n) {
-    float v = x[i], r;
+    float v = ld(x[i]), r;
     switch (op) {
       case RT_EXP: r = expf(v); break;
       case RT_LOG: r = logf(v); break;
@@ -284,67 +340,82 @@ __global__ void unary_kernel(int op, float *y, const float *x, long n, float p) 
       case RT_SIGN: r = v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v; break;
       default: r = 1.0f / (1.0f + expf(-v)); break;  // RT_SIGMOID
     }
-    y[i] = r;
+    y[i] = to<T>(r);
   }
 }
 
-__global__ void gelu_erf_fwd_kernel(float *y, const float *x, long n) {
-  GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+template <typename T>
+__global__ void gelu_erf_fwd_kernel(T *y, const T *x, long n) {
+  GRID_LOOP(i, n) {
+    float xi = ld(x[i]);
+    y[i] = to<T>(0.5f * xi * (1.0f + erff(xi * 0.70710678118654752f)));
+  }
 }
 
-__global__ void gelu_erf_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+__global__ void gelu_erf_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
   const float inv_sqrt_2pi = 0.3989422804014327f;
   GRID_LOOP(i, n) {
-    float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
-    float pdf = inv_sqrt_2pi * expf(-0.5f * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
+    float xi = ld(x[i]);
+    float cdf = 0.5f * (1.0f + erff(xi * 0.70710678118654752f));
+    float pdf = inv_sqrt_2pi * expf(-0.5f * xi * xi);
+    dx[i] = to<T>(ld(dy[i]) * (cdf + xi * pdf));
   }
 }
 
-__global__ void silu_fwd_kernel(float *y, const float *x, long n) {
-  GRID_LOOP(i, n) y[i] = x[i] / (1.0f + expf(-x[i]));
+template <typename T>
+__global__ void silu_fwd_kernel(T *y, const T *x, long n) {
+  GRID_LOOP(i, n) {
+    float xi = ld(x[i]);
+    y[i] = to<T>(xi / (1.0f + expf(-xi)));
+  }
 }
 
-__global__ void silu_bwd_kernel(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+__global__ void silu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
   GRID_LOOP(i, n) {
-    float s = 1.0f / (1.0f + expf(-x[i]));
-    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    float xi = ld(x[i]);
+    float s = 1.0f / (1.0f + expf(-xi));
+    dx[i] = to<T>(ld(dy[i]) * s * (1.0f + xi * (1.0f - s)));
   }
 }
 
 // one thread per (row, position, pair); the angle in double, as on the CPU
-__global__ void rope_kernel(float *out, const float *x, long rows, long t, long hs, float theta,
+template <typename T>
+__global__ void rope_kernel(T *out, const T *x, long rows, long t, long hs, float theta,
                             int inverse) {
   long half = hs / 2;
   GRID_LOOP(k, rows * t * half) {
     long i = k % half, rp = k / half, p = rp % t;
     double a = (double)p * pow((double)theta, -2.0 * (double)i / (double)hs);
     float c = (float)cos(a), s = inverse ? -(float)sin(a) : (float)sin(a);
-    const float *xr = x + rp * hs;
-    float x1 = xr[i], x2 = xr[i + half];
-    out[rp * hs + i] = x1 * c - x2 * s;
-    out[rp * hs + i + half] = x2 * c + x1 * s;
+    const T *xr = x + rp * hs;
+    float x1 = ld(xr[i]), x2 = ld(xr[i + half]);
+    out[rp * hs + i] = to<T>(x1 * c - x2 * s);
+    out[rp * hs + i + half] = to<T>(x2 * c + x1 * s);
   }
 }
 
 // ---- convolution: im2col and its adjoint
 
 // one thread per col entry (plane, i, j, y, x)
-__global__ void im2col_kernel(float *col, const float *x, long nc, long h, long w, long kh,
-                              long kw, long oh, long ow, long sh, long sw, long ph, long pw,
-                              long dh, long dw) {
+template <typename T>
+__global__ void im2col_kernel(T *col, const T *x, long nc, long h, long w, long kh, long kw,
+                              long oh, long ow, long sh, long sw, long ph, long pw, long dh,
+                              long dw) {
   GRID_LOOP(e, nc * kh * kw * oh * ow) {
     long xo = e % ow, y = e / ow % oh, r = e / (ow * oh);
     long j = r % kw, i = r / kw % kh, p = r / (kw * kh);
     long iy = y * sh - ph + i * dh, ix = xo * sw - pw + j * dw;
-    col[e] = iy >= 0 && iy < h && ix >= 0 && ix < w ? x[(p * h + iy) * w + ix] : 0.0f;
+    col[e] = iy >= 0 && iy < h && ix >= 0 && ix < w ? x[(p * h + iy) * w + ix] : to<T>(0.0f);
   }
 }
 
 // one thread per pixel, adding its col entries in the order of (i, j), as on the CPU
-__global__ void col2im_kernel(float *x, const float *col, long nc, long h, long w, long kh,
-                              long kw, long oh, long ow, long sh, long sw, long ph, long pw,
-                              long dh, long dw) {
+template <typename T>
+__global__ void col2im_kernel(T *x, const T *col, long nc, long h, long w, long kh, long kw,
+                              long oh, long ow, long sh, long sw, long ph, long pw, long dh,
+                              long dw) {
   GRID_LOOP(e, nc * h * w) {
     long ix = e % w, iy = e / w % h, p = e / (w * h);
     float s = 0.0f;
@@ -354,52 +425,54 @@ __global__ void col2im_kernel(float *x, const float *col, long nc, long h, long 
       for (long j = 0; j < kw; j++) {
         long tx = ix + pw - j * dw;
         if (tx >= 0 && tx % sw == 0 && tx / sw < ow)
-          s += col[((p * kh + i) * kw + j) * oh * ow + ty / sh * ow + tx / sw];
+          s += ld(col[((p * kh + i) * kw + j) * oh * ow + ty / sh * ow + tx / sw]);
       }
     }
-    x[e] = s;
+    x[e] = to<T>(s);
   }
 }
 
 // ---- neural-net ops
 
 // out[i, j] = w[idx[i], j]
-__global__ void embedding_fwd_kernel(float *out, const float *w, const int *idx, long n, long c) {
+template <typename T>
+__global__ void embedding_fwd_kernel(T *out, const T *w, const int *idx, long n, long c) {
   GRID_LOOP(e, n * c) {
     long i = e / c, j = e - i * c;
     out[e] = w[(long)idx[i] * c + j];
   }
 }
 
-// dw[idx[i], j] += dout[i, j] (dw zeroed by the launcher). Thread (j, g) owns
-// column j of the rows r of dw with r % EMB_GROUPS == g and adds the i in
-// order: no atomics, and the CPU's order of additions (the same bits).
+// dw[idx[i], j] += dout[i, j] (dw float32, zeroed by the launcher). Thread
+// (j, g) owns column j of the rows r of dw with r % EMB_GROUPS == g and adds
+// the i in order: no atomics, and the CPU's order of additions (the same bits).
 #define EMB_GROUPS 16
-__global__ void embedding_bwd_kernel(float *dw, const float *dout, const int *idx, long n,
-                                     long c) {
+template <typename T>
+__global__ void embedding_bwd_kernel(float *dw, const T *dout, const int *idx, long n, long c) {
   long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
   unsigned g = blockIdx.y;
   if (j >= c) return;
   for (long i = 0; i < n; i++) {
     int r = idx[i];
     if ((unsigned)r % EMB_GROUPS != g) continue;
-    dw[(long)r * c + j] += dout[i * c + j];
+    dw[(long)r * c + j] += ld(dout[i * c + j]);
   }
 }
 
 // mean and 1/sqrt(biased variance + eps) of a row of c, in float (two
 // passes); uncentered (RMSNorm): mean 0, the variance is the mean square.
-__device__ void row_stats(const float *xr, long c, float eps, bool centered, float *mean,
+template <typename T>
+__device__ void row_stats(const T *xr, long c, float eps, bool centered, float *mean,
                           float *rstd) {
   float m = 0.0f;
   if (centered) {
     float s = 0.0f;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) s += xr[j];
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += ld(xr[j]);
     m = block_sum(s) / (float)c;
   }
   float q = 0.0f;
   for (long j = threadIdx.x; j < c; j += blockDim.x) {
-    float d = xr[j] - m;
+    float d = ld(xr[j]) - m;
     q += d * d;
   }
   float var = block_sum(q);
@@ -408,39 +481,41 @@ __device__ void row_stats(const float *xr, long c, float eps, bool centered, flo
 }
 
 // one block per row: layernorm, or RMSNorm when not centered (b NULL)
-__global__ void norm_fwd_kernel(float *y, const float *x, const float *w, const float *b, long n,
-                                long c, float eps, bool centered) {
+template <typename T>
+__global__ void norm_fwd_kernel(T *y, const T *x, const T *w, const T *b, long n, long c,
+                                float eps, bool centered) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = x + row * c;
-    float *yr = y + row * c;
+    const T *xr = x + row * c;
+    T *yr = y + row * c;
     float mean, rstd;
     row_stats(xr, c, eps, centered, &mean, &rstd);
     for (long j = threadIdx.x; j < c; j += blockDim.x)
-      yr[j] = (xr[j] - mean) * rstd * w[j] + (b ? b[j] : 0.0f);
+      yr[j] = to<T>((ld(xr[j]) - mean) * rstd * ld(w[j]) + (b ? ld(b[j]) : 0.0f));
   }
 }
 
 // dx per row (one block per row); the row's mean and rstd to stats[2*row],
 // stats[2*row + 1] for the dw/db kernel. Not centered (RMSNorm): the
 // mean(dnorm) term drops.
-__global__ void norm_bwd_dx_kernel(float *dx, float *stats, const float *dy, const float *x,
-                                   const float *w, long n, long c, float eps, bool centered) {
+template <typename T>
+__global__ void norm_bwd_dx_kernel(T *dx, float *stats, const T *dy, const T *x, const T *w,
+                                   long n, long c, float eps, bool centered) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = x + row * c, *dyr = dy + row * c;
-    float *dxr = dx + row * c;
+    const T *xr = x + row * c, *dyr = dy + row * c;
+    T *dxr = dx + row * c;
     float mu, rs;
     row_stats(xr, c, eps, centered, &mu, &rs);
     float a1 = 0.0f, a2 = 0.0f;  // sums of dnorm, dnorm * norm
     for (long j = threadIdx.x; j < c; j += blockDim.x) {
-      float dn = dyr[j] * w[j];
+      float dn = ld(dyr[j]) * ld(w[j]);
       a1 += dn;
-      a2 += dn * ((xr[j] - mu) * rs);
+      a2 += dn * ((ld(xr[j]) - mu) * rs);
     }
     float dm = centered ? block_sum(a1) / (float)c : 0.0f;
     float dnm = block_sum(a2) / (float)c;
     for (long j = threadIdx.x; j < c; j += blockDim.x) {
-      float norm = (xr[j] - mu) * rs;
-      dxr[j] = (dyr[j] * w[j] - dm - norm * dnm) * rs;
+      float norm = (ld(xr[j]) - mu) * rs;
+      dxr[j] = to<T>((ld(dyr[j]) * ld(w[j]) - dm - norm * dnm) * rs);
     }
     if (threadIdx.x == 0) {
       stats[2 * row] = mu;
@@ -452,17 +527,19 @@ __global__ void norm_bwd_dx_kernel(float *dx, float *stats, const float *dy, con
 // dw[j] = sum_rows dy * norm, db[j] = sum_rows dy. Block (32, LN_RG): column
 // blockIdx.x*32 + threadIdx.x, row group threadIdx.y takes the rows
 // y, y + LN_RG, ...; the groups' sums are added in order. db NULL: no bias.
+// Summed in float, written once (in U).
 #define LN_RG 16
-__global__ void norm_bwd_dwdb_kernel(float *dw, float *db, const float *stats,
-                                          const float *dy, const float *x, long n, long c) {
+template <typename T, typename U>
+__global__ void norm_bwd_dwdb_kernel(U *dw, U *db, const float *stats, const T *dy, const T *x,
+                                     long n, long c) {
   __shared__ float sw[LN_RG][32], sb[LN_RG][32];
   long j = (long)blockIdx.x * 32 + threadIdx.x;
   float aw = 0.0f, ab = 0.0f;
   if (j < c) {
     for (long i = threadIdx.y; i < n; i += LN_RG) {
       float mu = stats[2 * i], rs = stats[2 * i + 1];
-      float d = dy[i * c + j];
-      aw += d * ((x[i * c + j] - mu) * rs);
+      float d = ld(dy[i * c + j]);
+      aw += d * ((ld(x[i * c + j]) - mu) * rs);
       ab += d;
     }
   }
@@ -475,57 +552,61 @@ __global__ void norm_bwd_dwdb_kernel(float *dw, float *db, const float *stats,
       tw += sw[g][threadIdx.x];
       tb += sb[g][threadIdx.x];
     }
-    dw[j] = tw;
-    if (db) db[j] = tb;
+    dw[j] = to<U>(tw);
+    if (db) db[j] = to<U>(tb);
   }
 }
 
-// one block per row: y = exp(x - max) / sum
-__global__ void softmax_fwd_kernel(float *y, const float *x, long n, long c) {
+// one block per row: y = exp(x - max) / sum. The exponentials are computed
+// again in the last pass rather than kept in y, so that a bf16 y is rounded
+// once (the float32 results are the same bits either way).
+template <typename T>
+__global__ void softmax_fwd_kernel(T *y, const T *x, long n, long c) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = x + row * c;
-    float *yr = y + row * c;
+    const T *xr = x + row * c;
+    T *yr = y + row * c;
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     float s = 0.0f;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) {
-      float e = expf(xr[j] - m);
-      yr[j] = e;
-      s += e;
-    }
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += expf(ld(xr[j]) - m);
     float inv = 1.0f / block_sum(s);
-    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] *= inv;  // this thread's own yr[j]
+    // this thread's own xr[j] and yr[j]: y may be x
+    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = to<T>(expf(ld(xr[j]) - m) * inv);
   }
 }
 
 // dx = y * (dy - sum(dy * y)) per row
-__global__ void softmax_bwd_kernel(float *dx, const float *dy, const float *y, long n, long c) {
+template <typename T>
+__global__ void softmax_bwd_kernel(T *dx, const T *dy, const T *y, long n, long c) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *dyr = dy + row * c, *yr = y + row * c;
-    float *dxr = dx + row * c;
+    const T *dyr = dy + row * c, *yr = y + row * c;
+    T *dxr = dx + row * c;
     float s = 0.0f;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) s += dyr[j] * yr[j];
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += ld(dyr[j]) * ld(yr[j]);
     float d = block_sum(s);
-    for (long j = threadIdx.x; j < c; j += blockDim.x) dxr[j] = yr[j] * (dyr[j] - d);
+    for (long j = threadIdx.x; j < c; j += blockDim.x)
+      dxr[j] = to<T>(ld(yr[j]) * (ld(dyr[j]) - d));
   }
 }
 
 // Attention: one block per (head, row) of (bh, t, hs) tensors; keys (or, for
 // dk/dv, queries) in tiles of ATT_TILE. A warp computes one dot product of
 // length hs at a time; a thread owns output columns d = threadIdx.x + k *
-// blockDim.x (its accumulators in dynamic shared memory, hs floats each).
+// blockDim.x (its accumulators in dynamic shared memory, hs floats each, in
+// every variant).
 #define ATT_THREADS 256
 #define ATT_TILE 256
 
 // sc[jj] = mul * (a . B[(j0 + jj) * hs ...]) for jj < jt, one warp per jj
-__device__ inline void att_dots(float *sc, const float *a, const float *B, long j0, long jt,
-                                long hs, float mul) {
+template <typename T>
+__device__ inline void att_dots(float *sc, const T *a, const T *B, long j0, long jt, long hs,
+                                float mul) {
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   for (long jj = warp; jj < jt; jj += nwarps) {
-    const float *bj = B + (j0 + jj) * hs;
+    const T *bj = B + (j0 + jj) * hs;
     float s = 0.0f;
-    for (long d = lane; d < hs; d += 32) s += a[d] * bj[d];
+    for (long d = lane; d < hs; d += 32) s += ld(a[d]) * ld(bj[d]);
     s = warp_sum(s);
     if (lane == 0) sc[jj] = mul * s;
   }
@@ -552,21 +633,24 @@ __device__ inline float att_keep(float s, const int *keep, long j, bool none) {
 // One query row's optional operands: its key-padding mask row (tk keys),
 // whether its window keeps no key, and its bias row (tk); keep and bias NULL
 // when absent.
+template <typename T>
 struct att_row {
   const int *keep;
   bool none;
-  const float *bias;
+  const T *bias;
 };
 
 // Key j's score: the scaled dot product s plus the bias, as the softmax sees it (att_keep).
-__device__ inline float att_score(float s, att_row x, long j) {
-  return att_keep(x.bias ? s + x.bias[j] : s, x.keep, j, x.none);
+template <typename T>
+__device__ inline float att_score(float s, att_row<T> x, long j) {
+  return att_keep(x.bias ? s + ld(x.bias[j]) : s, x.keep, j, x.none);
 }
 
 // Query i's row of head h's extras; the mask's first kept key is computed by the whole block.
-__device__ att_row att_row_of(const int *keep, const float *bias, long h, long i, long tq,
-                              long tk, long heads, long bdiv, long bmod, int causal) {
-  att_row x;
+template <typename T>
+__device__ att_row<T> att_row_of(const int *keep, const T *bias, long h, long i, long tq, long tk,
+                                 long heads, long bdiv, long bmod, int causal) {
+  att_row<T> x;
   x.keep = keep ? keep + h / heads * tk : NULL;
   x.none = att_first_kept(x.keep, tk) >= (causal ? i + 1 : tk);
   x.bias = bias ? bias + (h / bdiv % bmod * tq + i) * tk : NULL;
@@ -577,8 +661,9 @@ __device__ att_row att_row_of(const int *keep, const float *bias, long h, long i
 // (att_score): the running max m and sum l of exp(s - m); with vh != NULL
 // also acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE floats of shared
 // memory.
-__device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, const float *qi,
-                           const float *kh, const float *vh, att_row x, long jn, long hs,
+template <typename T>
+__device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, const T *qi,
+                           const T *kh, const T *vh, att_row<T> x, long jn, long hs,
                            float scale) {
   float m = -INFINITY, l = 0.0f;
   for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
@@ -605,7 +690,7 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
     if (vh)
       for (long d = threadIdx.x; d < hs; d += blockDim.x) {
         float a = acc[d] * corr;
-        for (long jj = 0; jj < jt; jj++) a += pt[jj] * vh[(j0 + jj) * hs + d];
+        for (long jj = 0; jj < jt; jj++) a += pt[jj] * ld(vh[(j0 + jj) * hs + d]);
         acc[d] = a;
       }
     m = mn;
@@ -616,22 +701,22 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
 }
 
 // out row = softmax(q_i k^T scale + bias) v; shared: acc (hs), pt (ATT_TILE)
-__global__ void attention_fwd_kernel(float *out, const float *q, const float *k, const float *v,
-                                     const int *keep, const float *bias, long bh, long tq,
-                                     long tk, long hs, long heads, long bdiv, long bmod,
-                                     int causal, float scale) {
+template <typename T>
+__global__ void attention_fwd_kernel(T *out, const T *q, const T *k, const T *v, const int *keep,
+                                     const T *bias, long bh, long tq, long tk, long hs,
+                                     long heads, long bdiv, long bmod, int causal, float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs;
   for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
     long h = row / tq, i = row - h * tq;
-    const float *kh = k + h * tk * hs, *vh = v + h * tk * hs;
-    att_row x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
+    const T *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    att_row<T> x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
     long jn = causal ? i + 1 : tk;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
     float m, l;
     att_online(&m, &l, acc, pt, q + row * hs, kh, vh, x, jn, hs, scale);
     float inv = 1.0f / l;
-    for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = acc[d] * inv;
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = to<T>(acc[d] * inv);
   }
 }
 
@@ -641,21 +726,22 @@ __global__ void attention_fwd_kernel(float *out, const float *q, const float *k,
 // shared: acc (hs), pt, dpt (ATT_TILE each)
 // With dscores, also the row's gradient of the scores after the scale,
 // p_ij (dp_ij - D_i), zeros past the window.
-__global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
-                                        const float *dout, const float *q, const float *k,
-                                        const float *v, const int *keep, const float *bias,
-                                        long bh, long tq, long tk, long hs, long heads,
-                                        long bdiv, long bmod, int causal, float scale) {
+template <typename T>
+__global__ void attention_bwd_dq_kernel(T *dq, T *dscores, float *stats, const T *dout,
+                                        const T *q, const T *k, const T *v, const int *keep,
+                                        const T *bias, long bh, long tq, long tk, long hs,
+                                        long heads, long bdiv, long bmod, int causal,
+                                        float scale) {
   extern __shared__ float smem[];
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
   for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
     long h = row / tq, i = row - h * tq;
-    const float *kh = k + h * tk * hs, *vh = v + h * tk * hs;
-    const float *qi = q + row * hs, *doi = dout + row * hs;
-    att_row x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
+    const T *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    const T *qi = q + row * hs, *doi = dout + row * hs;
+    att_row<T> x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
     long jn = causal ? i + 1 : tk;
     float m, l;
-    att_online(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
+    att_online<T>(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
     float inv = 1.0f / l;
     // D = sum_j p_j dp_j
     float dpart = 0.0f;
@@ -679,20 +765,21 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
         float p = expf(att_score(pt[jj], x, j0 + jj) - m) * inv;
         float g = p * (dpt[jj] - D);
-        if (dscores) dscores[row * tk + j0 + jj] = g;
+        if (dscores) dscores[row * tk + j0 + jj] = to<T>(g);
         pt[jj] = scale * g;  // ds
       }
       __syncthreads();
       for (long d = threadIdx.x; d < hs; d += blockDim.x) {
         float a = acc[d];
-        for (long jj = 0; jj < jt; jj++) a += pt[jj] * kh[(j0 + jj) * hs + d];
+        for (long jj = 0; jj < jt; jj++) a += pt[jj] * ld(kh[(j0 + jj) * hs + d]);
         acc[d] = a;
       }
       __syncthreads();
     }
-    for (long d = threadIdx.x; d < hs; d += blockDim.x) dq[row * hs + d] = acc[d];
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) dq[row * hs + d] = to<T>(acc[d]);
     if (dscores)
-      for (long j = jn + threadIdx.x; j < tk; j += blockDim.x) dscores[row * tk + j] = 0.0f;
+      for (long j = jn + threadIdx.x; j < tk; j += blockDim.x)
+        dscores[row * tk + j] = to<T>(0.0f);
     if (threadIdx.x == 0) {
       stats[3 * row] = m;
       stats[3 * row + 1] = inv;
@@ -704,21 +791,22 @@ __global__ void attention_bwd_dq_kernel(float *dq, float *dscores, float *stats,
 // Backward, per key row j: dv_j = sum_i p_ij dout_i, dk_j = sum_i ds_ij q_i
 // over the queries that see j (i >= j when causal), with the rows' stats.
 // shared: acck, accv (hs each), pt, dst (ATT_TILE each)
-__global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *stats,
-                                          const float *dout, const float *q, const float *k,
-                                          const float *v, const int *keep, const float *bias,
-                                          long bh, long tq, long tk, long hs, long heads,
-                                          long bdiv, long bmod, int causal, float scale) {
+template <typename T>
+__global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, const T *dout,
+                                          const T *q, const T *k, const T *v, const int *keep,
+                                          const T *bias, long bh, long tq, long tk, long hs,
+                                          long heads, long bdiv, long bmod, int causal,
+                                          float scale) {
   extern __shared__ float smem[];
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   for (long row = blockIdx.x; row < bh * tk; row += gridDim.x) {
     long h = row / tk, j = row - h * tk;
-    const float *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
-    const float *kj = k + row * hs, *vj = v + row * hs;
+    const T *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
+    const T *kj = k + row * hs, *vj = v + row * hs;
     const float *sh = stats + 3 * h * tq;
     const int *keeph = keep ? keep + h / heads * tk : NULL;
-    const float *biash = bias ? bias + h / bdiv % bmod * tq * tk : NULL;
+    const T *biash = bias ? bias + h / bdiv % bmod * tq * tk : NULL;
     long first = att_first_kept(keeph, tk);  // query i's window keeps none when i < first
     for (long d = threadIdx.x; d < hs; d += blockDim.x) {
       acck[d] = 0.0f;
@@ -729,16 +817,16 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
       long it = tq - ib < ATT_TILE ? tq - ib : ATT_TILE;
       for (long ii = warp; ii < it; ii += nwarps) {
         long i = ib + ii;
-        const float *qi = qh + i * hs, *doi = doh + i * hs;
+        const T *qi = qh + i * hs, *doi = doh + i * hs;
         float s = 0.0f, dp = 0.0f;
         for (long d = lane; d < hs; d += 32) {
-          s += qi[d] * kj[d];
-          dp += doi[d] * vj[d];
+          s += ld(qi[d]) * ld(kj[d]);
+          dp += ld(doi[d]) * ld(vj[d]);
         }
         s = warp_sum(s);
         dp = warp_sum(dp);
         if (lane == 0) {
-          att_row x = {keeph, first >= (causal ? i + 1 : tk), biash ? biash + i * tk : NULL};
+          att_row<T> x = {keeph, first >= (causal ? i + 1 : tk), biash ? biash + i * tk : NULL};
           float p = expf(att_score(scale * s, x, j) - sh[3 * i]) * sh[3 * i + 1];
           pt[ii] = p;
           dst[ii] = scale * p * (dp - sh[3 * i + 2]);
@@ -748,8 +836,8 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
       for (long d = threadIdx.x; d < hs; d += blockDim.x) {
         float ak = acck[d], av = accv[d];
         for (long ii = 0; ii < it; ii++) {
-          av += pt[ii] * doh[(ib + ii) * hs + d];
-          ak += dst[ii] * qh[(ib + ii) * hs + d];
+          av += pt[ii] * ld(doh[(ib + ii) * hs + d]);
+          ak += dst[ii] * ld(qh[(ib + ii) * hs + d]);
         }
         acck[d] = ak;
         accv[d] = av;
@@ -757,26 +845,28 @@ __global__ void attention_bwd_dkdv_kernel(float *dk, float *dv, const float *sta
       __syncthreads();
     }
     for (long d = threadIdx.x; d < hs; d += blockDim.x) {
-      dk[row * hs + d] = acck[d];
-      dv[row * hs + d] = accv[d];
+      dk[row * hs + d] = to<T>(acck[d]);
+      dv[row * hs + d] = to<T>(accv[d]);
     }
   }
 }
 
 // per-row loss of cross-entropy: logsumexp(row) - row[target], in double,
 // to part[row] (one block per row)
-__global__ void crossentropy_rows_kernel(double *part, const float *logits, const int *targets,
-                                         long n, long v, long ignore) {
+template <typename T>
+__global__ void crossentropy_rows_kernel(double *part, const T *logits, const int *targets, long n,
+                                         long v, long ignore) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = logits + row * v;
+    const T *xr = logits + row * v;
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    for (long j = threadIdx.x; j < v; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     double s = 0.0;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(xr[j] - m);
+    for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(ld(xr[j]) - m);
     s = block_sum(s);
     if (threadIdx.x == 0)
-      part[row] = targets[row] == ignore ? 0.0 : (double)m + log(s) - (double)xr[targets[row]];
+      part[row] =
+          targets[row] == ignore ? 0.0 : (double)m + log(s) - (double)ld(xr[targets[row]]);
   }
 }
 
@@ -803,40 +893,38 @@ __global__ void mean_kernel(float *loss, const double *part, const int *targets,
 }
 
 // dlogits = (softmax - onehot(target)) * dloss[0] / count, zero on ignored
-// rows, one block per row
-__global__ void crossentropy_bwd_kernel(float *dlogits, const float *dloss, const float *logits,
+// rows, one block per row. The exponentials are computed again in the last
+// pass rather than kept in dlogits, so that a bf16 dlogits is rounded once.
+template <typename T>
+__global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T *logits,
                                         const int *targets, long n, long v, const long *count,
                                         long ignore) {
   float g = *count ? dloss[0] / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = logits + row * v;
-    float *dr = dlogits + row * v;
+    const T *xr = logits + row * v;
+    T *dr = dlogits + row * v;
     if (targets[row] == ignore) {
-      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = 0.0f;
+      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(0.0f);
       continue;
     }
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    for (long j = threadIdx.x; j < v; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     double s = 0.0;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) {
-      float e = expf(xr[j] - m);
-      dr[j] = e;  // read back below by this thread only
-      s += e;
-    }
+    for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(ld(xr[j]) - m);
     s = block_sum(s);
     double lse = (double)m + log(s);
     float scale = g * (float)exp((double)m - lse);
     int target = targets[row];
     for (long j = threadIdx.x; j < v; j += blockDim.x) {
-      float d = dr[j] * scale;
+      float d = expf(ld(xr[j]) - m) * scale;
       if (j == target) d -= g;
-      dr[j] = d;
+      dr[j] = to<T>(d);
     }
   }
 }
 
-// ---- optimizers
+// ---- optimizers (float32 only: master weights, gradients and moments)
 
 // torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c)
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long n, float beta1,
@@ -861,9 +949,10 @@ __global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd)
 
 // at (set to 0xffffffff before: -1 as an int) <- the least i with x[i] NaN or
 // infinite: each thread's first is its least, so it stops there.
-__global__ void find_nonfinite_kernel(unsigned *at, const float *x, long n) {
+template <typename T>
+__global__ void find_nonfinite_kernel(unsigned *at, const T *x, long n) {
   GRID_LOOP(i, n) {
-    if (!isfinite(x[i])) {
+    if (!isfinite(ld(x[i]))) {
       atomicMin(at, (unsigned)i);
       break;
     }
@@ -886,8 +975,9 @@ __global__ void equal_i32_kernel(int *out, const int *x, long n, int value) {
   GRID_LOOP(i, n) out[i] = x[i] == value;
 }
 
-__global__ void equal_f32_kernel(int *out, const float *x, long n, float value) {
-  GRID_LOOP(i, n) out[i] = x[i] == value;
+template <typename T>
+__global__ void equal_f32_kernel(int *out, const T *x, long n, float value) {
+  GRID_LOOP(i, n) out[i] = ld(x[i]) == value;
 }
 
 // splitmix64's finalizer
@@ -898,45 +988,48 @@ __device__ inline unsigned long long mix64(unsigned long long z) {
 }
 
 // the CPU's generator: keep element i when its 24 random bits >= threshold
-__global__ void dropout_kernel(float *out, const float *x, const int *step, long n,
-                               float keep_scale, unsigned threshold, unsigned long long seed,
+template <typename T>
+__global__ void dropout_kernel(T *out, const T *x, const int *step, long n, float keep_scale,
+                               unsigned threshold, unsigned long long seed,
                                unsigned long long key) {
   unsigned long long base =
       mix64(seed * 0x9E3779B97F4A7C15ull ^
             mix64(key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));
   GRID_LOOP(i, n) {
     unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * (unsigned long long)i) >> 40);
-    out[i] = bits >= threshold ? x[i] * keep_scale : 0.0f;
+    out[i] = to<T>(bits >= threshold ? ld(x[i]) * keep_scale : 0.0f);
   }
 }
 
 __global__ void tick_kernel(int *step) { step[0] += 1; }
 
 // one block per row: y = x - logsumexp(x), the sum of exponentials in double
-__global__ void log_softmax_fwd_kernel(float *y, const float *x, long n, long c) {
+template <typename T>
+__global__ void log_softmax_fwd_kernel(T *y, const T *x, long n, long c) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = x + row * c;
-    float *yr = y + row * c;
+    const T *xr = x + row * c;
+    T *yr = y + row * c;
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     double s = 0.0;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) s += expf(xr[j] - m);
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += expf(ld(xr[j]) - m);
     s = block_sum(s);
     float lse = m + (float)log(s);
-    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = xr[j] - lse;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = to<T>(ld(xr[j]) - lse);
   }
 }
 
 // dx = dy - exp(y) * sum(dy), the sum in double
-__global__ void log_softmax_bwd_kernel(float *dx, const float *dy, const float *y, long n,
-                                       long c) {
+template <typename T>
+__global__ void log_softmax_bwd_kernel(T *dx, const T *dy, const T *y, long n, long c) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *dyr = dy + row * c, *yr = y + row * c;
+    const T *dyr = dy + row * c, *yr = y + row * c;
     double s = 0.0;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) s += dyr[j];
+    for (long j = threadIdx.x; j < c; j += blockDim.x) s += ld(dyr[j]);
     float sum = (float)block_sum(s);
-    for (long j = threadIdx.x; j < c; j += blockDim.x) dx[row * c + j] = dyr[j] - expf(yr[j]) * sum;
+    for (long j = threadIdx.x; j < c; j += blockDim.x)
+      dx[row * c + j] = to<T>(ld(dyr[j]) - expf(ld(yr[j])) * sum);
   }
 }
 
@@ -946,14 +1039,15 @@ __device__ inline bool nll_counts(int t, long c, long ignore) {
 }
 
 // one block
-__global__ void nll_loss_fwd_kernel(float *loss, const float *logp, const int *targets, long n,
-                                    long c, int sum, long ignore) {
+template <typename T>
+__global__ void nll_loss_fwd_kernel(float *loss, const T *logp, const int *targets, long n, long c,
+                                    int sum, long ignore) {
   double s = 0.0;
   long count = 0;
   for (long i = threadIdx.x; i < n; i += blockDim.x) {
     int t = targets[i];
     if (nll_counts(t, c, ignore)) {
-      s -= logp[i * c + t];
+      s -= ld(logp[i * c + t]);
       count++;
     }
   }
@@ -964,7 +1058,8 @@ __global__ void nll_loss_fwd_kernel(float *loss, const float *logp, const int *t
 }
 
 // one block; dlogp zeroed by the launcher
-__global__ void nll_loss_bwd_kernel(float *dlogp, const float *dloss, const int *targets, long n,
+template <typename T>
+__global__ void nll_loss_bwd_kernel(T *dlogp, const float *dloss, const int *targets, long n,
                                     long c, int sum, long ignore) {
   long count = 0;
   for (long i = threadIdx.x; i < n; i += blockDim.x) count += nll_counts(targets[i], c, ignore);
@@ -972,7 +1067,7 @@ __global__ void nll_loss_bwd_kernel(float *dlogp, const float *dloss, const int 
   float g = sum ? -dloss[0] : count ? -dloss[0] / (float)count : 0.0f;
   for (long i = threadIdx.x; i < n; i += blockDim.x) {
     int t = targets[i];
-    if (nll_counts(t, c, ignore)) dlogp[i * c + t] = g;
+    if (nll_counts(t, c, ignore)) dlogp[i * c + t] = to<T>(g);
   }
 }
 
@@ -994,37 +1089,42 @@ __global__ void slice_axis_kernel(T *out, const T *x, long outer, long xdim, lon
 
 // ---- dist.h's kernels: micro-batches, tensor and vocabulary parallelism
 
-__global__ void accumulate_kernel(float *acc, const float *x, long n, float scale, int first) {
-  GRID_LOOP(i, n) acc[i] = (first ? 0.0f : acc[i]) + scale * x[i];
+template <typename T>
+__global__ void accumulate_kernel(T *acc, const T *x, long n, float scale, int first) {
+  GRID_LOOP(i, n) acc[i] = to<T>((first ? 0.0f : ld(acc[i])) + scale * ld(x[i]));
 }
 
 // rows of this rank's part of the table [lo, lo + v), zero for other tokens
-__global__ void embedding_vp_fwd_kernel(float *out, const float *w, const int *idx, long n,
-                                        long c, long v, long lo) {
+template <typename T>
+__global__ void embedding_vp_fwd_kernel(T *out, const T *w, const int *idx, long n, long c,
+                                        long v, long lo) {
   GRID_LOOP(e, n * c) {
     long i = e / c, row = idx[i] - lo;
-    out[e] = row >= 0 && row < v ? w[row * c + e % c] : 0.0f;
+    out[e] = row >= 0 && row < v ? w[row * c + e % c] : to<T>(0.0f);
   }
 }
 
 // mx[i] = the max of the row's first cols logits, one block per row
-__global__ void vp_max_kernel(float *mx, const float *logits, long n, long v, long cols) {
+template <typename T>
+__global__ void vp_max_kernel(float *mx, const T *logits, long n, long v, long cols) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = logits + row * v;
+    const T *xr = logits + row * v;
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    for (long j = threadIdx.x; j < cols; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     if (threadIdx.x == 0) mx[row] = m;
   }
 }
 
 // sum[i] = sum of exp(logit - mx[i]) over the row's first cols logits
-__global__ void vp_sum_kernel(float *sum, const float *mx, const float *logits, long n, long v,
+template <typename T>
+__global__ void vp_sum_kernel(float *sum, const float *mx, const T *logits, long n, long v,
                               long cols) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = logits + row * v;
+    const T *xr = logits + row * v;
     double s = 0.0;
-    for (long j = threadIdx.x; j < cols; j += blockDim.x) s += exp((double)xr[j] - (double)mx[row]);
+    for (long j = threadIdx.x; j < cols; j += blockDim.x)
+      s += exp((double)ld(xr[j]) - (double)mx[row]);
     s = block_sum(s);
     if (threadIdx.x == 0) sum[row] = (float)s;
   }
@@ -1032,7 +1132,8 @@ __global__ void vp_sum_kernel(float *sum, const float *mx, const float *logits, 
 
 // stats[i] = lse of row i (over the group); loss[0] = this rank's part of the
 // mean of lse - logit[target] (one block)
-__global__ void vp_loss_kernel(float *loss, float *stats, const float *logits, const int *targets,
+template <typename T>
+__global__ void vp_loss_kernel(float *loss, float *stats, const T *logits, const int *targets,
                                long n, long v, long lo, long ignore) {
   double part = 0.0;
   long count = 0;
@@ -1041,31 +1142,33 @@ __global__ void vp_loss_kernel(float *loss, float *stats, const float *logits, c
     stats[i] = (float)lse;
     long t = targets[i] - lo;
     count += targets[i] != ignore;
-    if (targets[i] != ignore && t >= 0 && t < v) part += lse - (double)logits[i * v + t];
+    if (targets[i] != ignore && t >= 0 && t < v) part += lse - (double)ld(logits[i * v + t]);
   }
   part = block_sum(part);
   count = block_sum(count);
   if (threadIdx.x == 0) loss[0] = count ? (float)(part / (double)count) : 0.0f;
 }
 
-__global__ void vp_crossentropy_bwd_kernel(float *dlogits, const float *dloss,
-                                           const float *logits, const int *targets,
-                                           const float *stats, long n, long v, long cols,
-                                           long lo, const long *count, long ignore) {
+// The target's column is written, read back and written again, as on the
+// CPU (whose bf16 variant rounds it twice too).
+template <typename T>
+__global__ void vp_crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T *logits,
+                                           const int *targets, const float *stats, long n, long v,
+                                           long cols, long lo, const long *count, long ignore) {
   float g = *count ? dloss[0] / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = logits + row * v;
-    float *dr = dlogits + row * v;
+    const T *xr = logits + row * v;
+    T *dr = dlogits + row * v;
     double lse = stats[row];
     if (targets[row] == ignore) {
-      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = 0.0f;
+      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(0.0f);
       continue;
     }
     for (long j = threadIdx.x; j < v; j += blockDim.x)
-      dr[j] = j < cols ? g * (float)exp((double)xr[j] - lse) : 0.0f;
+      dr[j] = to<T>(j < cols ? g * (float)exp((double)ld(xr[j]) - lse) : 0.0f);
     __syncthreads();
     long t = targets[row] - lo;
-    if (threadIdx.x == 0 && t >= 0 && t < v) dr[t] -= g;
+    if (threadIdx.x == 0 && t >= 0 && t < v) dr[t] = to<T>(ld(dr[t]) - g);
   }
 }
 
@@ -1148,6 +1251,21 @@ static void *scratch(size_t bytes, const char *who) {
   return buf;
 }
 
+// A float32 buffer of n elements for a bf16 result that is summed in place
+// (atomics, GEMMs with beta = 1): the sum is kept in float32 and rounded
+// once, as the CPU's bf16 variants do. Only the bf16 variants that sum into
+// their output take one (reduce_sum, embedding_bwd, some matmuls), so it is
+// not part of the planned workspace (KS in kernels.def sizes the float32
+// kernels' scratch, which the bf16 variants share). Stream-ordered
+// (cudaMallocAsync): freed after the kernels that use it, without waiting.
+static float *temp_f32(long n) {
+  void *p = NULL;
+  cudaCheck(cudaMallocAsync(&p, (size_t)(n > 0 ? n : 1) * sizeof(float), rt_cuda_stream));
+  return (float *)p;
+}
+
+static void temp_free(float *p) { cudaCheck(cudaFreeAsync(p, rt_cuda_stream)); }
+
 void rt_cuda_init(int device) {
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaFree(0));  // creates the context now
@@ -1156,53 +1274,111 @@ void rt_cuda_init(int device) {
 
 void rt_cuda_sync(void) { cudaCheck(cudaStreamSynchronize(rt_cuda_stream)); }
 
+// ---- the C entry points of the typed kernels
+//
+// A tensor as the kernels see it: an rt_bf16 buffer as __nv_bfloat16 (the
+// same bits: the static_assert at the top), float as itself.
+static inline float *dev(float *p) { return p; }
+static inline const float *dev(const float *p) { return p; }
+static inline __nv_bfloat16 *dev(rt_bf16 *p) { return reinterpret_cast<__nv_bfloat16 *>(p); }
+static inline const __nv_bfloat16 *dev(const rt_bf16 *p) {
+  return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
+// RT_CUDA_KT(name, params, args) defines rt_<name><suffix> for each variant
+// of kernels.h's RT_T_VARIANTS: rt_gelu_fwd (T float) and rt_gelu_fwd_bf16
+// (T rt_bf16). `params` is the kernel's prototype from kernels.def, written
+// over T; `args` calls the launcher template `name`, each tensor through
+// dev(). RT_CUDA_KTU does the same for RT_TU_VARIANTS, over T and U.
+//
+// Each wrapper is defined inside a namespace of its variant,
+// rt_variant<suffix>, where T (and U) are typedefs of the variant's C types.
+// A function with C linkage is the same function in every namespace, so the
+// wrapper defines kernels.h's declaration of it; a parameter list that
+// differs from kernels.h's is a "conflicting C language linkage" diagnostic
+// here, and an undefined symbol at link time.
+#define RT_CUDA_KT(name, params, args) RT_T_VARIANTS(RT_CUDA_KT_VARIANT, name, params, args)
+#define RT_CUDA_KT_VARIANT(suffix, tname, name, params, args) \
+  namespace rt_variant##suffix {                              \
+  typedef RT_CTYPE_##tname T;                                 \
+  extern "C" void rt_##name##suffix params { name args; }     \
+  }
+#define RT_CUDA_KTU(name, params, args) RT_TU_VARIANTS(RT_CUDA_KTU_VARIANT, name, params, args)
+#define RT_CUDA_KTU_VARIANT(suffix, tname, uname, name, params, args) \
+  namespace rt_variant##suffix {                                      \
+  typedef RT_CTYPE_##tname T;                                         \
+  typedef RT_CTYPE_##uname U;                                         \
+  extern "C" void rt_##name##suffix params { name args; }             \
+  }
+
 // ---- data movement
 
-void rt_fill(float *out, long n, float value) {
+template <typename T>
+static void fill(T *out, long n, float value) {
   if (n <= 0) return;
-  fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, n, value);
+  fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, n, to<T>(value));
   LAUNCHED();
 }
+RT_CUDA_KT(fill, (T *out, long n, float value), (dev(out), n, value))
 
 // memmove semantics: overlapping ranges are copied in chunks no longer than
 // the distance between them, in the order that reads before it overwrites.
-void rt_copy(float *out, const float *x, long n) {
+template <typename T>
+static void copy(T *out, const T *x, long n) {
   if (n <= 0 || out == x) return;
   long dist = out > x ? (long)(out - x) : (long)(x - out);
   if (dist >= n) {
-    cudaCheck(cudaMemcpyAsync(out, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+    cudaCheck(cudaMemcpyAsync(out, x, (size_t)n * sizeof(T), cudaMemcpyDeviceToDevice,
                               rt_cuda_stream));
   } else if (out < x) {
     for (long i = 0; i < n; i += dist) {
       long len = n - i < dist ? n - i : dist;
-      cudaCheck(cudaMemcpyAsync(out + i, x + i, (size_t)len * sizeof(float),
+      cudaCheck(cudaMemcpyAsync(out + i, x + i, (size_t)len * sizeof(T),
                                 cudaMemcpyDeviceToDevice, rt_cuda_stream));
     }
   } else {
     for (long hi = n; hi > 0; hi -= dist) {
       long lo = hi - dist > 0 ? hi - dist : 0;
-      cudaCheck(cudaMemcpyAsync(out + lo, x + lo, (size_t)(hi - lo) * sizeof(float),
+      cudaCheck(cudaMemcpyAsync(out + lo, x + lo, (size_t)(hi - lo) * sizeof(T),
                                 cudaMemcpyDeviceToDevice, rt_cuda_stream));
     }
   }
 }
+RT_CUDA_KT(copy, (T *out, const T *x, long n), (dev(out), dev(x), n))
 
-void rt_strided_copy(float *out, const float *x, int rank, const long *shape,
-                     const long *xstride) {
+// float32 to bf16 rounds to nearest even, bf16 to float32 is exact; between
+// two buffers of one type it is rt_copy
+template <typename T, typename U>
+static void cast(U *out, const T *x, long n) {
+  if constexpr (std::is_same<T, U>::value) {
+    copy(out, x, n);
+  } else {
+    if (n <= 0) return;
+    cast_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n);
+    LAUNCHED();
+  }
+}
+RT_CUDA_KTU(cast, (U *out, const T *x, long n), (dev(out), dev(x), n))
+
+template <typename T>
+static void strided_copy(T *out, const T *x, int rank, const long *shape, const long *xstride) {
   check_rank(rank, "rt_strided_copy");
   long n = numel_of(rank, shape);
   if (n <= 0) return;
   Dims d = make_dims(rank, shape, xstride, NULL);
   if (d.rank == 1 && d.s0[0] == 1) {  // contiguous
-    rt_copy(out, x, n);
+    copy(out, x, n);
     return;
   }
   strided_copy_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, d);
   LAUNCHED();
 }
+RT_CUDA_KT(strided_copy, (T *out, const T *x, int rank, const long *shape, const long *xstride),
+           (dev(out), dev(x), rank, shape, xstride))
 
-void rt_reduce_sum(float *out, const float *x, int rank, const long *shape,
-                   const long *ostride, long onumel, float scale) {
+template <typename T>
+static void reduce_sum(float *out, const T *x, int rank, const long *shape, const long *ostride,
+                       long onumel, float scale) {
   check_rank(rank, "rt_reduce_sum");
   if (onumel > 0)
     cudaCheck(cudaMemsetAsync(out, 0, (size_t)onumel * sizeof(float), rt_cuda_stream));
@@ -1237,31 +1413,50 @@ void rt_reduce_sum(float *out, const float *x, int rank, const long *shape,
   LAUNCHED();
 }
 
-void rt_slice(float *out, const float *x, long outer, long xinner, long off, long len) {
+// a bf16 out: summed in float32 (the kernels add with atomics), rounded once
+template <typename T>
+static void reduce_sum(__nv_bfloat16 *out, const T *x, int rank, const long *shape,
+                       const long *ostride, long onumel, float scale) {
+  if (onumel <= 0) return;
+  float *f = temp_f32(onumel);
+  reduce_sum(f, x, rank, shape, ostride, onumel, scale);
+  cast(out, f, onumel);
+  temp_free(f);
+}
+RT_CUDA_KTU(reduce_sum,
+            (U *out, const T *x, int rank, const long *shape, const long *ostride, long onumel,
+             float scale),
+            (dev(out), dev(x), rank, shape, ostride, onumel, scale))
+
+template <typename T>
+static void slice(T *out, const T *x, long outer, long xinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
   slice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xinner, off,
                                                                     len);
   LAUNCHED();
 }
+RT_CUDA_KT(slice, (T *out, const T *x, long outer, long xinner, long off, long len),
+           (dev(out), dev(x), outer, xinner, off, len))
 
-void rt_unslice(float *out, const float *x, long outer, long oinner, long off, long len) {
+template <typename T>
+static void unslice(T *out, const T *x, long outer, long oinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
   unslice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, oinner,
                                                                       off, len);
   LAUNCHED();
 }
+RT_CUDA_KT(unslice, (T *out, const T *x, long outer, long oinner, long off, long len),
+           (dev(out), dev(x), outer, oinner, off, len))
 
 void rt_unslice_i32(int *out, const int *x, long outer, long oinner, long off, long len) {
-  if (len <= 0 || outer <= 0) return;
-  unslice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, oinner,
-                                                                      off, len);
-  LAUNCHED();
+  unslice(out, x, outer, oinner, off, len);
 }
 
 // ---- elementwise
 
-void rt_binary(int op, float *out, const float *a, const float *b, int rank,
-               const long *shape, const long *astride, const long *bstride) {
+template <typename T>
+static void binary(int op, T *out, const T *a, const T *b, int rank, const long *shape,
+                   const long *astride, const long *bstride) {
   check_rank(rank, "rt_binary");
   long n = numel_of(rank, shape);
   if (n <= 0) return;
@@ -1269,36 +1464,50 @@ void rt_binary(int op, float *out, const float *a, const float *b, int rank,
   binary_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(op, out, a, b, n, d);
   LAUNCHED();
 }
+RT_CUDA_KT(binary,
+           (int op, T *out, const T *a, const T *b, int rank, const long *shape,
+            const long *astride, const long *bstride),
+           (op, dev(out), dev(a), dev(b), rank, shape, astride, bstride))
 
-void rt_scale(float *out, const float *x, long n, float s, float b) {
+template <typename T>
+static void scale(T *out, const T *x, long n, float s, float b) {
   if (n <= 0) return;
   scale_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, s, b);
   LAUNCHED();
 }
+RT_CUDA_KT(scale, (T *out, const T *x, long n, float s, float b), (dev(out), dev(x), n, s, b))
 
-void rt_gelu_fwd(float *y, const float *x, long n) {
+template <typename T>
+static void gelu_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
   gelu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(gelu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
-void rt_gelu_bwd(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+static void gelu_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
   gelu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(gelu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
-void rt_relu_fwd(float *y, const float *x, long n) {
+template <typename T>
+static void relu_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
   relu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(relu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
-void rt_relu_bwd(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+static void relu_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
   relu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(relu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
 // ---- matmul
 
@@ -1323,89 +1532,198 @@ static int as_int(long x, const char *what) {
   return (int)x;
 }
 
+// cuBLAS's name of an element type
+static cudaDataType_t cuda_type(const float *) { return CUDA_R_32F; }
+static cudaDataType_t cuda_type(const __nv_bfloat16 *) { return CUDA_R_16BF; }
+
+// The GEMMs of rt_matmul, in cuBLAS's column-major terms: C (n x m, ldc n) =
+// op(B) op(A), alpha 1. float32 operands and product: SGEMM, as the float32
+// kernel has always run (no TF32: cublas_handle). bf16 operands: GemmEx,
+// accumulating in float32 (CUBLAS_COMPUTE_32F), into a bf16 or a float32 C.
+// (No cuBLAS GEMM reads float32 and writes bf16: rt_matmul_f32_bf16 rounds
+// an SGEMM's product.)
+//
+// One GEMM, C = op(B) op(A) + beta C:
+static void gemm(cublasHandle_t h, cublasOperation_t opb, cublasOperation_t opa, int n, int m,
+                 int k, const float *b, int ldb, const float *a, int lda, const float *beta,
+                 float *c) {
+  const float one = 1.0f;
+  cublasCheck(cublasSgemm(h, opb, opa, n, m, k, &one, b, ldb, a, lda, beta, c, n));
+}
+
+template <typename U>
+static void gemm(cublasHandle_t h, cublasOperation_t opb, cublasOperation_t opa, int n, int m,
+                 int k, const __nv_bfloat16 *b, int ldb, const __nv_bfloat16 *a, int lda,
+                 const float *beta, U *c) {
+  const float one = 1.0f;
+  cublasCheck(cublasGemmEx(h, opb, opa, n, m, k, &one, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda,
+                           beta, c, cuda_type(c), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// A strided batch of them, C_i = op(B_i) op(A_i):
+static void gemm_batched(cublasHandle_t h, cublasOperation_t opb, cublasOperation_t opa, int n,
+                         int m, int k, const float *b, int ldb, long sb, const float *a, int lda,
+                         long sa, float *c, long sc, int batch) {
+  const float one = 1.0f, zero = 0.0f;
+  cublasCheck(cublasSgemmStridedBatched(h, opb, opa, n, m, k, &one, b, ldb, sb, a, lda, sa, &zero,
+                                        c, n, sc, batch));
+}
+
+template <typename U>
+static void gemm_batched(cublasHandle_t h, cublasOperation_t opb, cublasOperation_t opa, int n,
+                         int m, int k, const __nv_bfloat16 *b, int ldb, long sb,
+                         const __nv_bfloat16 *a, int lda, long sa, U *c, long sc, int batch) {
+  const float one = 1.0f, zero = 0.0f;
+  cublasCheck(cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &one, b, CUDA_R_16BF, ldb, sb, a,
+                                         CUDA_R_16BF, lda, sa, &zero, c, cuda_type(c), n, sc,
+                                         batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
 // gets B first (its row-major storage read as column-major is B^T), then A.
 // sc == 0 with batch > 1 sums the products into one C: one GEMM per item,
-// beta = 1 after the first.
-void rt_matmul(float *c, const float *a, const float *b, long batch, long m, long n, long k,
-               int ta, int tb, long sa, long sb, long sc) {
+// beta = 1 after the first (into a bf16 C: in float32, rounded once, as
+// beta = 1 on a bf16 C would round after every item).
+template <typename T, typename U>
+static void matmul(U *c, const T *a, const T *b, long batch, long m, long n, long k, int ta,
+                   int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
   if (batch <= 0 || k <= 0) {  // empty products are zero
     long nc = (sc == 0 || batch <= 0) ? 1 : batch;
-    for (long i = 0; i < nc; i++) rt_fill(c + i * sc, m * n, 0.0f);
+    for (long i = 0; i < nc; i++) fill(c + i * sc, m * n, 0.0f);
+    return;
+  }
+  if (std::is_same<U, __nv_bfloat16>::value && sc == 0 && batch > 1) {
+    float *f = temp_f32(m * n);
+    matmul(f, a, b, batch, m, n, k, ta, tb, sa, sb, 0L);
+    cast(c, f, m * n);
+    temp_free(f);
     return;
   }
   cublasHandle_t h = cublas_handle();
   int im = as_int(m, "m"), in = as_int(n, "n"), ik = as_int(k, "k"), ib = as_int(batch, "batch");
   int lda = ta ? im : ik, ldb = tb ? ik : in;
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const float one = 1.0f, zero = 0.0f;
   if (sc != 0 || batch == 1) {
-    cublasCheck(cublasSgemmStridedBatched(h, opb, opa, in, im, ik, &one, b, ldb, sb, a, lda, sa,
-                                          &zero, c, in, sc, ib));
+    gemm_batched(h, opb, opa, in, im, ik, b, ldb, sb, a, lda, sa, c, sc, ib);
   } else {
+    const float one = 1.0f, zero = 0.0f;
     for (long i = 0; i < batch; i++)
-      cublasCheck(cublasSgemm(h, opb, opa, in, im, ik, &one, b + i * sb, ldb, a + i * sa, lda,
-                              i == 0 ? &zero : &one, c, in));
+      gemm(h, opb, opa, in, im, ik, b + i * sb, ldb, a + i * sa, lda, i == 0 ? &zero : &one, c);
   }
   LAUNCHED();
 }
 
+// float32 operands, a bf16 product (rt_matmul_f32_bf16): rt_matmul's
+// float32 products into a temporary, each rounded once into its place in c.
+static void matmul(__nv_bfloat16 *c, const float *a, const float *b, long batch, long m, long n,
+                   long k, int ta, int tb, long sa, long sb, long sc) {
+  if (m <= 0 || n <= 0) return;
+  long items = sc == 0 || batch <= 1 ? 1 : batch, mn = m * n;
+  float *f = temp_f32(items * mn);
+  matmul(f, a, b, batch, m, n, k, ta, tb, sa, sb, items == 1 ? 0L : mn);
+  if (items == 1 || sc == mn) {
+    cast(c, f, items * mn);
+  } else {
+    for (long i = 0; i < items; i++) cast(c + i * sc, f + i * mn, mn);
+  }
+  temp_free(f);
+}
+RT_CUDA_KTU(matmul,
+            (U *c, const T *a, const T *b, long batch, long m, long n, long k, int ta, int tb,
+             long sa, long sb, long sc),
+            (dev(c), dev(a), dev(b), batch, m, n, k, ta, tb, sa, sb, sc))
+
 // ---- convolution
 
-void rt_im2col(float *col, const float *x, long nc, long h, long w, long kh, long kw, long oh,
-               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
+template <typename T>
+static void im2col(T *col, const T *x, long nc, long h, long w, long kh, long kw, long oh,
+                   long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
   long n = nc * kh * kw * oh * ow;
   if (n <= 0) return;
   im2col_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(col, x, nc, h, w, kh, kw, oh, ow, sh,
                                                              sw, ph, pw, dh, dw);
   LAUNCHED();
 }
+RT_CUDA_KT(im2col,
+           (T *col, const T *x, long nc, long h, long w, long kh, long kw, long oh, long ow,
+            long sh, long sw, long ph, long pw, long dh, long dw),
+           (dev(col), dev(x), nc, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw))
 
-void rt_col2im(float *x, const float *col, long nc, long h, long w, long kh, long kw, long oh,
-               long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
+template <typename T>
+static void col2im(T *x, const T *col, long nc, long h, long w, long kh, long kw, long oh,
+                   long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
   long n = nc * h * w;
   if (n <= 0) return;
   col2im_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(x, col, nc, h, w, kh, kw, oh, ow, sh,
                                                              sw, ph, pw, dh, dw);
   LAUNCHED();
 }
+RT_CUDA_KT(col2im,
+           (T *x, const T *col, long nc, long h, long w, long kh, long kw, long oh, long ow,
+            long sh, long sw, long ph, long pw, long dh, long dw),
+           (dev(x), dev(col), nc, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw))
 
 // ---- neural-net ops
 
-void rt_embedding_fwd(float *out, const float *w, const int *idx, long n, long c) {
+template <typename T>
+static void embedding_fwd(T *out, const T *w, const int *idx, long n, long c) {
   if (n <= 0 || c <= 0) return;
   embedding_fwd_kernel<<<grid_for(n * c, NT), NT, 0, rt_cuda_stream>>>(out, w, idx, n, c);
   LAUNCHED();
 }
+RT_CUDA_KT(embedding_fwd, (T *out, const T *w, const int *idx, long n, long c),
+           (dev(out), dev(w), idx, n, c))
 
-void rt_embedding_bwd(float *dw, const float *dout, const int *idx, long n, long v, long c) {
-  if (v * c > 0) rt_fill(dw, v * c, 0.0f);
+template <typename T>
+static void embedding_bwd(float *dw, const T *dout, const int *idx, long n, long v, long c) {
+  if (v * c > 0) fill(dw, v * c, 0.0f);
   if (n <= 0 || c <= 0) return;
   dim3 grid((unsigned)((c + 127) / 128), EMB_GROUPS);
   embedding_bwd_kernel<<<grid, 128, 0, rt_cuda_stream>>>(dw, dout, idx, n, c);
   LAUNCHED();
 }
 
-static void norm_fwd(float *y, const float *x, const float *w, const float *b, long n, long c,
-                     float eps, bool centered) {
+// a bf16 dw: summed in float32, rounded once
+template <typename T>
+static void embedding_bwd(__nv_bfloat16 *dw, const T *dout, const int *idx, long n, long v,
+                          long c) {
+  if (v * c <= 0) return;
+  float *f = temp_f32(v * c);
+  embedding_bwd(f, dout, idx, n, v, c);
+  cast(dw, f, v * c);
+  temp_free(f);
+}
+RT_CUDA_KTU(embedding_bwd, (U *dw, const T *dout, const int *idx, long n, long v, long c),
+            (dev(dw), dev(dout), idx, n, v, c))
+
+template <typename T>
+static void norm_fwd(T *y, const T *x, const T *w, const T *b, long n, long c, float eps,
+                     bool centered) {
   if (n <= 0 || c <= 0) return;
   norm_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, w, b, n, c, eps,
                                                                        centered);
   LAUNCHED();
 }
 
-void rt_layernorm_fwd(float *y, const float *x, const float *w, const float *b, long n, long c,
-                      float eps) {
+template <typename T>
+static void layernorm_fwd(T *y, const T *x, const T *w, const T *b, long n, long c, float eps) {
   norm_fwd(y, x, w, b, n, c, eps, true);
 }
+RT_CUDA_KT(layernorm_fwd,
+           (T *y, const T *x, const T *w, const T *b, long n, long c, float eps),
+           (dev(y), dev(x), dev(w), dev(b), n, c, eps))
 
-void rt_rmsnorm_fwd(float *y, const float *x, const float *w, long n, long c, float eps) {
-  norm_fwd(y, x, w, NULL, n, c, eps, false);
+template <typename T>
+static void rmsnorm_fwd(T *y, const T *x, const T *w, long n, long c, float eps) {
+  norm_fwd(y, x, w, (const T *)NULL, n, c, eps, false);
 }
+RT_CUDA_KT(rmsnorm_fwd, (T *y, const T *x, const T *w, long n, long c, float eps),
+           (dev(y), dev(x), dev(w), n, c, eps))
 
-static void norm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
-                     const float *w, long n, long c, float eps, bool centered) {
+template <typename T, typename U>
+static void norm_bwd(T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, long n, long c,
+                     float eps, bool centered) {
   if (c <= 0) return;
   float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float),
                                   centered ? "layernorm_bwd" : "rmsnorm_bwd");
@@ -1419,36 +1737,49 @@ static void norm_bwd(float *dx, float *dw, float *db, const float *dy, const flo
   LAUNCHED();
 }
 
-void rt_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
-                      const float *w, long n, long c, float eps) {
+template <typename T, typename U>
+static void layernorm_bwd(T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, long n,
+                          long c, float eps) {
   norm_bwd(dx, dw, db, dy, x, w, n, c, eps, true);
 }
+RT_CUDA_KTU(layernorm_bwd,
+            (T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, long n, long c, float eps),
+            (dev(dx), dev(dw), dev(db), dev(dy), dev(x), dev(w), n, c, eps))
 
-void rt_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, long n,
-                    long c, float eps) {
-  norm_bwd(dx, dw, NULL, dy, x, w, n, c, eps, false);
+template <typename T, typename U>
+static void rmsnorm_bwd(T *dx, U *dw, const T *dy, const T *x, const T *w, long n, long c,
+                        float eps) {
+  norm_bwd(dx, dw, (U *)NULL, dy, x, w, n, c, eps, false);
 }
+RT_CUDA_KTU(rmsnorm_bwd,
+            (T *dx, U *dw, const T *dy, const T *x, const T *w, long n, long c, float eps),
+            (dev(dx), dev(dw), dev(dy), dev(x), dev(w), n, c, eps))
 
-void rt_softmax_fwd(float *y, const float *x, long n, long c) {
+template <typename T>
+static void softmax_fwd(T *y, const T *x, long n, long c) {
   if (n <= 0 || c <= 0) return;
   softmax_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, n, c);
   LAUNCHED();
 }
+RT_CUDA_KT(softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x), n, c))
 
-void rt_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c) {
+template <typename T>
+static void softmax_bwd(T *dx, const T *dy, const T *y, long n, long c) {
   if (n <= 0 || c <= 0) return;
   softmax_bwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, dy, y, n, c);
   LAUNCHED();
 }
+RT_CUDA_KT(softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
+           (dev(dx), dev(dy), dev(y), n, c))
 
 // dynamic shared memory of an attention kernel: opts in past the default
 // 48 KiB when hs needs it
 static size_t att_smem(const void *kernel, long floats) {
   size_t bytes = (size_t)floats * sizeof(float);
   if (bytes > 48 * 1024) {
-    int dev, most;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    int device, most;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (bytes > (size_t)most) {
       fprintf(stderr, "attention: head size %ld needs %zu bytes of shared memory (most %d)\n",
               floats, bytes, most);
@@ -1460,37 +1791,50 @@ static size_t att_smem(const void *kernel, long floats) {
   return bytes;
 }
 
-void rt_attention_fwd(float *out, const float *q, const float *k, const float *v,
-                      const int *keep, const float *bias, long bh, long t, long tk, long hs,
-                      long heads, long bdiv, long bmod, int causal) {
+template <typename T>
+static void attention_fwd(T *out, const T *q, const T *k, const T *v, const int *keep,
+                          const T *bias, long bh, long t, long tk, long hs, long heads, long bdiv,
+                          long bmod, int causal) {
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  size_t smem = att_smem((const void *)attention_fwd_kernel, hs + ATT_TILE);
+  size_t smem = att_smem((const void *)attention_fwd_kernel<T>, hs + ATT_TILE);
   attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
       out, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
+RT_CUDA_KT(attention_fwd,
+           (T *out, const T *q, const T *k, const T *v, const int *keep, const T *bias, long bh,
+            long t, long tk, long hs, long heads, long bdiv, long bmod, int causal),
+           (dev(out), dev(q), dev(k), dev(v), keep, dev(bias), bh, t, tk, hs, heads, bdiv, bmod,
+            causal))
 
-void rt_attention_bwd(float *dq, float *dk, float *dv, float *dscores, const float *dout,
-                      const float *q, const float *k, const float *v, const int *keep,
-                      const float *bias, long bh, long t, long tk, long hs, long heads,
-                      long bdiv, long bmod, int causal) {
+template <typename T>
+static void attention_bwd(T *dq, T *dk, T *dv, T *dscores, const T *dout, const T *q, const T *k,
+                          const T *v, const int *keep, const T *bias, long bh, long t, long tk,
+                          long hs, long heads, long bdiv, long bmod, int causal) {
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
-  size_t smem = att_smem((const void *)attention_bwd_dq_kernel, hs + 2 * ATT_TILE);
+  size_t smem = att_smem((const void *)attention_bwd_dq_kernel<T>, hs + 2 * ATT_TILE);
   attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
       dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
       scale);
   LAUNCHED();
-  smem = att_smem((const void *)attention_bwd_dkdv_kernel, 2 * hs + 2 * ATT_TILE);
+  smem = att_smem((const void *)attention_bwd_dkdv_kernel<T>, 2 * hs + 2 * ATT_TILE);
   attention_bwd_dkdv_kernel<<<grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream>>>(
       dk, dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
+RT_CUDA_KT(attention_bwd,
+           (T *dq, T *dk, T *dv, T *dscores, const T *dout, const T *q, const T *k, const T *v,
+            const int *keep, const T *bias, long bh, long t, long tk, long hs, long heads,
+            long bdiv, long bmod, int causal),
+           (dev(dq), dev(dk), dev(dv), dev(dscores), dev(dout), dev(q), dev(k), dev(v), keep,
+            dev(bias), bh, t, tk, hs, heads, bdiv, bmod, causal))
 
-void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets, long n, long v,
-                         long ignore) {
+template <typename T>
+static void crossentropy_fwd(float *loss, const T *logits, const int *targets, long n, long v,
+                             long ignore) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));  // 0.0f
     return;
@@ -1502,6 +1846,9 @@ void rt_crossentropy_fwd(float *loss, const float *logits, const int *targets, l
   mean_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, part, targets, n, ignore);
   LAUNCHED();
 }
+RT_CUDA_KT(crossentropy_fwd,
+           (float *loss, const T *logits, const int *targets, long n, long v, long ignore),
+           (loss, dev(logits), targets, n, v, ignore))
 
 // the rows that count, into the scratch (8 x n bytes, kernels.def)
 static long *count_rows(const int *targets, long n, long ignore, const char *who) {
@@ -1511,14 +1858,19 @@ static long *count_rows(const int *targets, long n, long ignore, const char *who
   return count;
 }
 
-void rt_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                         const int *targets, long n, long v, long ignore) {
+template <typename T>
+static void crossentropy_bwd(T *dlogits, const float *dloss, const T *logits, const int *targets,
+                             long n, long v, long ignore) {
   if (n <= 0) return;
   long *count = count_rows(targets, n, ignore, "crossentropy_bwd");
   crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
       dlogits, dloss, logits, targets, n, v, count, ignore);
   LAUNCHED();
 }
+RT_CUDA_KT(crossentropy_bwd,
+           (T *dlogits, const float *dloss, const T *logits, const int *targets, long n, long v,
+            long ignore),
+           (dev(dlogits), dloss, dev(logits), targets, n, v, ignore))
 
 // ---- optimizers
 
@@ -1541,12 +1893,14 @@ void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
   LAUNCHED();
 }
 
-void rt_find_nonfinite(int *at, const float *x, long n) {
+template <typename T>
+static void find_nonfinite(int *at, const T *x, long n) {
   cudaCheck(cudaMemsetAsync(at, 0xff, sizeof *at, rt_cuda_stream));
   if (n <= 0) return;
   find_nonfinite_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>((unsigned *)at, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(find_nonfinite, (int *at, const T *x, long n), (at, dev(x), n))
 
 // ---- offload: host memory
 //
@@ -1555,19 +1909,23 @@ void rt_find_nonfinite(int *at, const float *x, long n) {
 // the copies below wait for the stream, as the host reads or rewrites `host`
 // right after. They do not yet overlap the device's work.
 
-void rt_to_host(float *host, const float *x, long n) {
+template <typename T>
+static void to_host(T *host, const T *x, long n) {
   if (n <= 0) return;
-  cudaCheck(cudaMemcpyAsync(host, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost,
+  cudaCheck(cudaMemcpyAsync(host, x, (size_t)n * sizeof(T), cudaMemcpyDeviceToHost,
                             rt_cuda_stream));
   cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
 }
+RT_CUDA_KT(to_host, (T *host, const T *x, long n), (dev(host), dev(x), n))
 
-void rt_to_device(float *x, const float *host, long n) {
+template <typename T>
+static void to_device(T *x, const T *host, long n) {
   if (n <= 0) return;
-  cudaCheck(cudaMemcpyAsync(x, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
+  cudaCheck(cudaMemcpyAsync(x, host, (size_t)n * sizeof(T), cudaMemcpyHostToDevice,
                             rt_cuda_stream));
   cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
 }
+RT_CUDA_KT(to_device, (T *x, const T *host, long n), (dev(x), dev(host), n))
 
 // ---- kernels for ONNX ops
 
@@ -1577,48 +1935,64 @@ void rt_copy_i32(int *out, const int *x, long n) {
                             rt_cuda_stream));
 }
 
-void rt_cast_i32_f32(float *out, const int *x, long n) {
+template <typename T>
+static void cast_i32_f32(T *out, const int *x, long n) {
   if (n <= 0) return;
   cast_i32_f32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(cast_i32_f32, (T *out, const int *x, long n), (dev(out), x, n))
 
-void rt_unary(int op, float *y, const float *x, long n, float p) {
+template <typename T>
+static void unary(int op, T *y, const T *x, long n, float p) {
   if (n <= 0) return;
   unary_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(op, y, x, n, p);
   LAUNCHED();
 }
+RT_CUDA_KT(unary, (int op, T *y, const T *x, long n, float p), (op, dev(y), dev(x), n, p))
 
-void rt_gelu_erf_fwd(float *y, const float *x, long n) {
+template <typename T>
+static void gelu_erf_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
   gelu_erf_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(gelu_erf_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
-void rt_gelu_erf_bwd(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+static void gelu_erf_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
   gelu_erf_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(gelu_erf_bwd, (T *dx, const T *dy, const T *x, long n),
+           (dev(dx), dev(dy), dev(x), n))
 
-void rt_rope(float *out, const float *x, long rows, long t, long hs, float theta, int inverse) {
+template <typename T>
+static void rope(T *out, const T *x, long rows, long t, long hs, float theta, int inverse) {
   long n = rows * t * (hs / 2);
   if (n <= 0) return;
   rope_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, rows, t, hs, theta, inverse);
   LAUNCHED();
 }
+RT_CUDA_KT(rope, (T *out, const T *x, long rows, long t, long hs, float theta, int inverse),
+           (dev(out), dev(x), rows, t, hs, theta, inverse))
 
-void rt_silu_fwd(float *y, const float *x, long n) {
+template <typename T>
+static void silu_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
   silu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(silu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
-void rt_silu_bwd(float *dx, const float *dy, const float *x, long n) {
+template <typename T>
+static void silu_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
   silu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
   LAUNCHED();
 }
+RT_CUDA_KT(silu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
 template <typename T>
 static void masked_fill_launch(T *out, const T *x, const int *mask, int rank, const long *shape,
@@ -1636,10 +2010,15 @@ static void masked_fill_launch(T *out, const T *x, const int *mask, int rank, co
   LAUNCHED();
 }
 
-void rt_masked_fill(float *out, const float *x, const int *mask, int rank, const long *shape,
-                    const long *mstride, float value) {
-  masked_fill_launch(out, x, mask, rank, shape, mstride, value, "rt_masked_fill");
+template <typename T>
+static void masked_fill(T *out, const T *x, const int *mask, int rank, const long *shape,
+                        const long *mstride, float value) {
+  masked_fill_launch(out, x, mask, rank, shape, mstride, to<T>(value), "rt_masked_fill");
 }
+RT_CUDA_KT(masked_fill,
+           (T *out, const T *x, const int *mask, int rank, const long *shape, const long *mstride,
+            float value),
+           (dev(out), dev(x), mask, rank, shape, mstride, value))
 
 void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const long *shape,
                         const long *mstride, int value) {
@@ -1652,14 +2031,17 @@ void rt_equal_i32(int *out, const int *x, long n, int value) {
   LAUNCHED();
 }
 
-void rt_equal_f32(int *out, const float *x, long n, float value) {
+template <typename T>
+static void equal_f32(int *out, const T *x, long n, float value) {
   if (n <= 0) return;
   equal_f32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, value);
   LAUNCHED();
 }
+RT_CUDA_KT(equal_f32, (int *out, const T *x, long n, float value), (out, dev(x), n, value))
 
-void rt_dropout(float *out, const float *x, const int *step, long n, float ratio, long seed,
-                long key) {
+template <typename T>
+static void dropout(T *out, const T *x, const int *step, long n, float ratio, long seed,
+                    long key) {
   if (n <= 0) return;
   float keep_scale = 1.0f / (1.0f - ratio);
   unsigned threshold = (unsigned)(ratio * 16777216.0f);
@@ -1667,38 +2049,54 @@ void rt_dropout(float *out, const float *x, const int *step, long n, float ratio
       out, x, step, n, keep_scale, threshold, (unsigned long long)seed, (unsigned long long)key);
   LAUNCHED();
 }
+RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, long seed, long key),
+           (dev(out), dev(x), step, n, ratio, seed, key))
 
 void rt_tick(int *step) {
   tick_kernel<<<1, 1, 0, rt_cuda_stream>>>(step);
   LAUNCHED();
 }
 
-void rt_log_softmax_fwd(float *y, const float *x, long n, long c) {
+template <typename T>
+static void log_softmax_fwd(T *y, const T *x, long n, long c) {
   if (n <= 0 || c <= 0) return;
   log_softmax_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, n, c);
   LAUNCHED();
 }
+RT_CUDA_KT(log_softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x), n, c))
 
-void rt_log_softmax_bwd(float *dx, const float *dy, const float *y, long n, long c) {
+template <typename T>
+static void log_softmax_bwd(T *dx, const T *dy, const T *y, long n, long c) {
   if (n <= 0 || c <= 0) return;
   log_softmax_bwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, dy, y, n, c);
   LAUNCHED();
 }
+RT_CUDA_KT(log_softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
+           (dev(dx), dev(dy), dev(y), n, c))
 
-void rt_nll_loss_fwd(float *loss, const float *logp, const int *targets, long n, long c, int sum,
-                     long ignore) {
+template <typename T>
+static void nll_loss_fwd(float *loss, const T *logp, const int *targets, long n, long c, int sum,
+                         long ignore) {
   nll_loss_fwd_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, logp, targets, n, c, sum, ignore);
   LAUNCHED();
 }
+RT_CUDA_KT(nll_loss_fwd,
+           (float *loss, const T *logp, const int *targets, long n, long c, int sum, long ignore),
+           (loss, dev(logp), targets, n, c, sum, ignore))
 
-void rt_nll_loss_bwd(float *dlogp, const float *dloss, const int *targets, long n, long c,
-                     int sum, long ignore) {
+template <typename T>
+static void nll_loss_bwd(T *dlogp, const float *dloss, const int *targets, long n, long c, int sum,
+                         long ignore) {
   if (n * c > 0)
-    cudaCheck(cudaMemsetAsync(dlogp, 0, (size_t)(n * c) * sizeof(float), rt_cuda_stream));
+    cudaCheck(cudaMemsetAsync(dlogp, 0, (size_t)(n * c) * sizeof(T), rt_cuda_stream));
   if (n <= 0) return;
   nll_loss_bwd_kernel<<<1, 1024, 0, rt_cuda_stream>>>(dlogp, dloss, targets, n, c, sum, ignore);
   LAUNCHED();
 }
+RT_CUDA_KT(nll_loss_bwd,
+           (T *dlogp, const float *dloss, const int *targets, long n, long c, int sum,
+            long ignore),
+           (dev(dlogp), dloss, targets, n, c, sum, ignore))
 
 template <typename T>
 static void slice_axis(T *out, const T *x, long outer, long xdim, long inner, long start,
@@ -1709,79 +2107,101 @@ static void slice_axis(T *out, const T *x, long outer, long xdim, long inner, lo
                                                                start, step, len, 0);
   LAUNCHED();
 }
-
-void rt_slice_axis(float *out, const float *x, long outer, long xdim, long inner, long start,
-                   long step, long len) {
-  slice_axis(out, x, outer, xdim, inner, start, step, len);
-}
+RT_CUDA_KT(slice_axis,
+           (T *out, const T *x, long outer, long xdim, long inner, long start, long step,
+            long len),
+           (dev(out), dev(x), outer, xdim, inner, start, step, len))
 
 void rt_slice_axis_i32(int *out, const int *x, long outer, long xdim, long inner, long start,
                        long step, long len) {
   slice_axis(out, x, outer, xdim, inner, start, step, len);
 }
 
-void rt_slice_axis_bwd(float *dx, const float *dy, long outer, long xdim, long inner,
-                       long start, long step, long len) {
+template <typename T>
+static void slice_axis_bwd(T *dx, const T *dy, long outer, long xdim, long inner, long start,
+                           long step, long len) {
   long nx = outer * xdim * inner;
-  if (nx > 0) cudaCheck(cudaMemsetAsync(dx, 0, (size_t)nx * sizeof(float), rt_cuda_stream));
+  if (nx > 0) cudaCheck(cudaMemsetAsync(dx, 0, (size_t)nx * sizeof(T), rt_cuda_stream));
   if (outer <= 0 || len <= 0 || inner <= 0) return;
   slice_axis_kernel<<<grid_for(outer * len * inner, NT), NT, 0, rt_cuda_stream>>>(
       dx, dy, outer, xdim, inner, start, step, len, 1);
   LAUNCHED();
 }
+RT_CUDA_KT(slice_axis_bwd,
+           (T *dx, const T *dy, long outer, long xdim, long inner, long start, long step,
+            long len),
+           (dev(dx), dev(dy), outer, xdim, inner, start, step, len))
 
 // ---- dist.h's kernels (the collectives they call run over comm.h)
 
-void rt_unshard(float *out, const float *x, long k) {
+// model_api.h's name of an element type (the collectives' dtype)
+static int dtype_of(const float *) { return RT_F32; }
+static int dtype_of(const __nv_bfloat16 *) { return RT_BF16; }
+
+template <typename T>
+static void unshard(T *out, const T *x, long k) {
   if (k <= 0) return;
-  cudaCheck(cudaMemcpyAsync(out + (long)rt_dist.dp_rank * k, x, (size_t)k * sizeof(float),
+  cudaCheck(cudaMemcpyAsync(out + (long)rt_dist.dp_rank * k, x, (size_t)k * sizeof(T),
                             cudaMemcpyDeviceToDevice, rt_cuda_stream));
 }
+RT_CUDA_KT(unshard, (T *out, const T *x, long k), (dev(out), dev(x), k))
 
-void rt_accumulate(float *acc, const float *x, long n, float scale) {
+template <typename T>
+static void accumulate(T *acc, const T *x, long n, float scale) {
   if (n <= 0) return;
   accumulate_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(acc, x, n, scale,
                                                                rt_dist.micro == 0);
   LAUNCHED();
 }
+RT_CUDA_KT(accumulate, (T *acc, const T *x, long n, float scale), (dev(acc), dev(x), n, scale))
 
 // part [outer * pieces][chunk] <-> whole [outer * pieces][tp][chunk], rank's column
-static void tp_copy(float *to, const float *from, long outer, long pieces, long chunk, int rank,
-                    int tp, bool place) {
+template <typename T>
+static void tp_copy(T *dst, const T *src, long outer, long pieces, long chunk, int rank, int tp,
+                    bool place) {
   if (outer * pieces <= 0 || chunk <= 0) return;
-  size_t w = (size_t)chunk * sizeof(float), wide = w * (size_t)tp;
+  size_t w = (size_t)chunk * sizeof(T), wide = w * (size_t)tp;
   if (place)
-    cudaCheck(cudaMemcpy2DAsync(to + rank * chunk, wide, from, w, w, (size_t)(outer * pieces),
+    cudaCheck(cudaMemcpy2DAsync(dst + rank * chunk, wide, src, w, w, (size_t)(outer * pieces),
                                 cudaMemcpyDeviceToDevice, rt_cuda_stream));
   else
-    cudaCheck(cudaMemcpy2DAsync(to, w, from + rank * chunk, wide, w, (size_t)(outer * pieces),
+    cudaCheck(cudaMemcpy2DAsync(dst, w, src + rank * chunk, wide, w, (size_t)(outer * pieces),
                                 cudaMemcpyDeviceToDevice, rt_cuda_stream));
 }
 
-void rt_tp_gather(float *out, float *scratch, const float *x, long outer, long pieces,
-                  long chunk) {
+template <typename T>
+static void tp_gather(T *out, T *scratch, const T *x, long outer, long pieces, long chunk) {
   long n = outer * pieces * chunk;
   int tp = rt_dist.tp;
   if (n > 0)
-    cudaCheck(cudaMemcpyAsync(scratch + (long)rt_dist.tp_rank * n, x, (size_t)n * sizeof(float),
+    cudaCheck(cudaMemcpyAsync(scratch + (long)rt_dist.tp_rank * n, x, (size_t)n * sizeof(T),
                               cudaMemcpyDeviceToDevice, rt_cuda_stream));
-  rt_allgather(rt_dist.group[RT_AXIS_TP], scratch, n * tp, NULL);
+  rt_allgather_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, dtype_of(x), NULL);
   for (int r = 0; r < tp; r++) tp_copy(out, scratch + r * n, outer, pieces, chunk, r, tp, true);
 }
+RT_CUDA_KT(tp_gather, (T *out, T *scratch, const T *x, long outer, long pieces, long chunk),
+           (dev(out), dev(scratch), dev(x), outer, pieces, chunk))
 
-void rt_tp_slice(float *out, const float *x, long outer, long pieces, long chunk) {
+template <typename T>
+static void tp_slice(T *out, const T *x, long outer, long pieces, long chunk) {
   tp_copy(out, x, outer, pieces, chunk, rt_dist.tp_rank, rt_dist.tp, false);
 }
+RT_CUDA_KT(tp_slice, (T *out, const T *x, long outer, long pieces, long chunk),
+           (dev(out), dev(x), outer, pieces, chunk))
 
-void rt_embedding_vp_fwd(float *out, const float *w, const int *idx, long n, long c, long v) {
+template <typename T>
+static void embedding_vp_fwd(T *out, const T *w, const int *idx, long n, long c, long v) {
   if (n <= 0 || c <= 0) return;
   embedding_vp_fwd_kernel<<<grid_for(n * c, NT), NT, 0, rt_cuda_stream>>>(
       out, w, idx, n, c, v, (long)rt_dist.tp_rank * v);
   LAUNCHED();
 }
+RT_CUDA_KT(embedding_vp_fwd, (T *out, const T *w, const int *idx, long n, long c, long v),
+           (dev(out), dev(w), idx, n, c, v))
 
-void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, const int *targets,
-                            long n, long v, long vocab, long ignore) {
+template <typename T>
+static void vp_crossentropy_fwd(float *loss, float *stats, const T *logits, const int *targets,
+                                long n, long v, long vocab, long ignore) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));
     return;
@@ -1798,10 +2218,15 @@ void rt_vp_crossentropy_fwd(float *loss, float *stats, const float *logits, cons
   vp_loss_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, stats, logits, targets, n, v, lo, ignore);
   LAUNCHED();
 }
+RT_CUDA_KT(vp_crossentropy_fwd,
+           (float *loss, float *stats, const T *logits, const int *targets, long n, long v,
+            long vocab, long ignore),
+           (loss, stats, dev(logits), targets, n, v, vocab, ignore))
 
-void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *logits,
-                            const int *targets, const float *stats, long n, long v, long vocab,
-                            long ignore) {
+template <typename T>
+static void vp_crossentropy_bwd(T *dlogits, const float *dloss, const T *logits,
+                                const int *targets, const float *stats, long n, long v,
+                                long vocab, long ignore) {
   if (n <= 0 || v <= 0) return;
   long *count = count_rows(targets, n, ignore, "vp_crossentropy_bwd");
   vp_crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
@@ -1809,6 +2234,10 @@ void rt_vp_crossentropy_bwd(float *dlogits, const float *dloss, const float *log
       (long)rt_dist.tp_rank * v, count, ignore);
   LAUNCHED();
 }
+RT_CUDA_KT(vp_crossentropy_bwd,
+           (T *dlogits, const float *dloss, const T *logits, const int *targets,
+            const float *stats, long n, long v, long vocab, long ignore),
+           (dev(dlogits), dloss, dev(logits), targets, stats, n, v, vocab, ignore))
 
 // ---- the launchers, by name: runtime/kernels.def less the kernels it names
 // that have no CUDA twin. A name of kernels.def is skipped when

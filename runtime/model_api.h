@@ -3,10 +3,7 @@
 #ifndef MTC_RT_MODEL_API_H
 #define MTC_RT_MODEL_API_H
 
-#include <stdint.h>
-
-// bfloat16: the upper 16 bits of an IEEE float32 (runtime/dtypes.def)
-typedef uint16_t rt_bf16;
+#include "bf16.h"  // rt_bf16 (runtime/dtypes.def's bf16)
 
 // The element types (RT_F32, RT_I32, RT_BF16, ...), in runtime/dtypes.def's order.
 enum {
@@ -14,6 +11,15 @@ enum {
 #include "dtypes.def"
   RT_NDTYPES
 };
+
+// Bytes per element of an RT_ type.
+static inline int rt_dtype_size(int dtype) {
+  static const int bytes[] = {
+#define DT(name, text, bytes, ctype) bytes,
+#include "dtypes.def"
+  };
+  return dtype >= 0 && dtype < RT_NDTYPES ? bytes[dtype] : 0;
+}
 
 #define RT_MAXRANK 8
 
@@ -115,6 +121,9 @@ typedef struct rt_model {
   // Fills the host's copies of device values (the parameters the host
   // updates) from the arena, once the weights are loaded; NULL: nothing to fill.
   void (*init_host)(char *arena, char *host);
+  // Writes the parameters' bf16 working copies from the float32 parameters
+  // (--precision bf16), once the weights are loaded; NULL: the program has none.
+  void (*init_copies)(char *arena);
   // Byte offset of params[i]'s gradient (for constants: their own buffer).
   // Gradients are transient buffers, but each stays intact from the end of
   // backward() until its update.

@@ -322,6 +322,14 @@ void rt_st_close(rt_st_file *f) {
 }
 
 void rt_st_to_f32(const rt_st_tensor *t, float *out) {
+  if (t->dtype == RT_ST_BF16) {  // widened: the upper half of a float32, little-endian
+    const uint8_t *p = t->data;
+    for (long i = 0; i < t->numel; i++) {
+      uint32_t u = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
+      memcpy(out + i, &u, sizeof u);
+    }
+    return;
+  }
   memcpy(out, t->data, (size_t)t->numel * 4);
   if (host_is_big_endian()) {
     uint32_t *w = (uint32_t *)out;

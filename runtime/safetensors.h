@@ -73,7 +73,7 @@ int rt_st_read(rt_st_file *f, const char *path, char *err, size_t cap);
 const rt_st_tensor *rt_st_find(const rt_st_file *f, const char *name);  // NULL if absent
 void rt_st_close(rt_st_file *f);
 
-// t's values as float32; t must be F32.
+// t's values as float32; t must be F32 or BF16 (widened exactly).
 void rt_st_to_f32(const rt_st_tensor *t, float *out);
 // t's values as int32; t must be I32 or I64 (each value checked to fit).
 int rt_st_to_i32(const rt_st_tensor *t, int32_t *out, char *err, size_t cap);

@@ -310,7 +310,10 @@ static void check_table(void) {
       // train.c writes inputs and parameters at their offsets, except those in a
       // bucket (written as the bucket, checked below)
       long room = pass || t->bucket < 0 ? M->persistent_bytes : M->arena_bytes;
-      if (t->offset < 0 || t->numel < 0 || t->offset + bytes > room)
+      // a parameter held only as its bucket's shards (bf16 masters under ZeRO-3)
+      // has no buffer of its own: written and read as the bucket
+      bool shards_only = !pass && t->bucket >= 0 && M->buckets[t->bucket].params_sharded;
+      if (t->offset < 0 || t->numel < 0 || (!shards_only && t->offset + bytes > room))
         fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the %s %ld "
              "bytes of the arena", pass ? "input" : "parameter", t->name, t->offset, t->numel,
              room == M->arena_bytes ? "whole" : "persistent", room);
@@ -645,14 +648,15 @@ static void note_unused(const rt_st_file *f, const char *flag, const char *path,
   }
 }
 
-// s into t's buffer: F32 for a float tensor, I32 or I64 for an int32 one.
+// s into t's buffer: F32 or BF16 (widened, exactly) for a float tensor, I32 or
+// I64 for an int32 one.
 static void copy_in(char *dst, const rt_tensor *t, const rt_st_tensor *s, const char *flag,
                     const char *path, const char *what) {
   const char *got = rt_st_dtype_name(s->dtype);
   if (t->dtype == RT_F32) {
-    if (s->dtype != RT_ST_F32)
-      fail("%s %s: tensor '%s' is %s; the model's %s is float32: expected F32", flag, path,
-           t->name, got, what);
+    if (s->dtype != RT_ST_F32 && s->dtype != RT_ST_BF16)
+      fail("%s %s: tensor '%s' is %s; the model's %s is float32: expected F32 or BF16", flag,
+           path, t->name, got, what);
     rt_st_to_f32(s, (float *)dst);
     return;
   }
@@ -1153,6 +1157,7 @@ int main(int argc, char **argv) {
   free_images();
   rt_device_put(arena, stage, 0, M->persistent_bytes);
   if (M->init_host) M->init_host(arena, host);
+  if (M->init_copies) M->init_copies(arena);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);

@@ -1,12 +1,14 @@
 // The cost model.
 //
-// Part 1 reads the training graph (after autodiff and the optimizer pass)
-// and writes, per block, formulas in the model's symbols: parameters,
-// optimizer state, FLOPs, the activations backward reads, what a
-// checkpointed block keeps, backward temporaries, and the traffic of tensor
-// parallelism (the collectives that passes/shard.c's propagation of Megatron's
-// layout implies, so that the plan prices what the lowering will insert).
-// Nothing is run; the formulas are evaluated under bindings.
+// Part 1 reads the training graph (after autodiff, the optimizer and the
+// precision pass) and writes, per block, formulas in the model's symbols:
+// parameters and the bytes of their model state, FLOPs, the activations
+// backward reads, what a checkpointed block keeps, backward temporaries, and
+// the traffic of tensor parallelism (the collectives that passes/shard.c's
+// propagation of Megatron's layout implies, so that the plan prices what the
+// lowering will insert). Every size is bytes of the element type the IR gives
+// the value (ir_nbytes): the planner has no table of its own. Nothing is run;
+// the formulas are evaluated under bindings.
 //
 // Part 2 prices one joint choice (layout, checkpointing, ZeRO stage, offload
 // share) of one block on one device: seconds per micro-batch and per step,
@@ -82,7 +84,7 @@ static const char *common_prefix(IrGraph *g, const char *prefix, const char *nam
 
 // 2D (Optimus, SUMMA) bookkeeping: every forward matmul of an activation by a
 // weight runs q broadcast steps over both operands (and two more in
-// backward), embeddings broadcast their output.
+// backward), embeddings broadcast their output. In bytes.
 static void summa(IrGraph *g, SvModel *m) {
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
@@ -92,16 +94,17 @@ static void summa(IrGraph *g, SvModel *m) {
     IrValue *w = NULL, *a = NULL;
     for (int k = 0; k < n->nin; k++) {
       IrValue *v = n->in[k];
-      if (v->role == ROLE_PARAM && !w)
+      bool weight = v->role == ROLE_PARAM || v->role == ROLE_COPY;
+      if (weight && !w)
         w = v;
-      else if (v->role != ROLE_PARAM && v->role != ROLE_CONST && !a)
+      else if (!weight && v->role != ROLE_CONST && !a)
         a = v;
     }
     if (n->op == OP_MATMUL && w && a) {
-      b->summa = s_add(g, b->summa, s_scale(g, s_add(g, ir_numel(g, a), ir_numel(g, w)), 3));
+      b->summa = s_add(g, b->summa, s_scale(g, s_add(g, ir_nbytes(g, a), ir_nbytes(g, w)), 3));
       b->nmm++;
     } else if (n->op == OP_EMBEDDING) {
-      b->summa = s_add(g, b->summa, s_scale(g, ir_numel(g, n->out[0]), 3));
+      b->summa = s_add(g, b->summa, s_scale(g, ir_nbytes(g, n->out[0]), 3));
     }
   }
 }
@@ -111,9 +114,10 @@ static void summa(IrGraph *g, SvModel *m) {
 // divide): the collectives over tp per block, forward (Megatron's g, the
 // embedding's reduction, the vocabulary-parallel loss's row statistics) and
 // backward (f; update-phase reductions, none for Megatron's layout, are
-// counted there too). tp_fwd and tp_bwd are all-reduce volumes: an all-gather
-// or reduce-scatter moves half an all-reduce of the same buffer, so it counts
-// half. The shard result stays with the caller (act_rep reads its layouts).
+// counted there too). tp_fwd and tp_bwd are all-reduce volumes in bytes: an
+// all-gather or reduce-scatter moves half an all-reduce of the same buffer, so
+// it counts half. The shard result stays with the caller (act_rep reads its
+// layouts).
 static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
   int *tp = malloc((size_t)m->nblocks * sizeof *tp);
   IR_ASSERT(tp);
@@ -129,7 +133,7 @@ static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     if (c->axis != IR_MESH_TP)
       continue;
     SvBlock *b = &m->block[c->block];
-    const Sym *e = pass_shard_allreduce_elems(g, c);
+    const Sym *e = pass_shard_allreduce_bytes(g, c);
     if (c->phase == PHASE_FORWARD)
       b->tp_fwd = s_add(g, b->tp_fwd, e);
     else
@@ -148,9 +152,10 @@ static bool tp_split(const ShardLayout *l) {
 
 // ---- backward temporaries ----------------------------------------------------------------------
 //
-// A block's backward work: the live backward temporaries (activation
-// gradients; parameter gradients count as model state) at the moment of the
-// block's backward where they peak under the current bindings, as a formula.
+// A block's backward work: the bytes of the live backward temporaries
+// (activation gradients; parameter gradients count as model state) at the
+// moment of the block's backward where they peak under the current bindings,
+// as a formula.
 // A temporary is live from its producer to its last reader. One sweep over
 // the schedule keeps the set live at each position, so that every block is
 // done in time linear in the schedule and the live sets of its backward.
@@ -176,7 +181,7 @@ static const int *live_sorted(Live *l) {
 }
 
 static void backward_work(IrGraph *g, SvModel *m, const int *last, const bool *pgrad,
-                          const double *numel) {
+                          const double *bytes) {
   int nv = g->nvalues, nn = g->nnodes;
   // born[t] and dies[t]: the temporaries made and last read at t, lists into
   // birth[] and death[] (CSR: value ids from born[t] to born[t + 1]).
@@ -219,13 +224,13 @@ static void backward_work(IrGraph *g, SvModel *m, const int *last, const bool *p
         const int *id = live_sorted(&l);
         double live = 0;
         for (int k = 0; k < l.n; k++)
-          live += numel[id[k]];
+          live += bytes[id[k]];
         live_at[t] = live;
       } else if (pass == 1 && best_at[n->block] == t) {
         const int *id = live_sorted(&l);
         const Sym *f = sym_const(&g->arena, 0);
         for (int k = 0; k < l.n; k++)
-          f = s_add(g, f, ir_numel(g, g->values[id[k]]));
+          f = s_add(g, f, ir_nbytes(g, g->values[id[k]]));
         m->block[n->block].work = f;
       }
       for (int k = dies[t]; k < dies[t + 1]; k++) { // out of the set: the last one moves in
@@ -265,20 +270,22 @@ static bool same_shapes(IrNode *const *x, IrNode *const *y, int n) {
 // cost the same under every choice, so they can share variables.
 static bool same_kind(const SvBlock *a, const SvBlock *b) {
   return a->nfwd == b->nfwd && a->nbwd == b->nbwd && a->nmm == b->nmm &&
-         sym_eq(a->params, b->params) && sym_eq(a->state, b->state) && sym_eq(a->act, b->act) &&
+         sym_eq(a->params, b->params) && sym_eq(a->param_bytes, b->param_bytes) &&
+         sym_eq(a->grad_bytes, b->grad_bytes) && sym_eq(a->master_bytes, b->master_bytes) &&
+         sym_eq(a->state_bytes, b->state_bytes) && sym_eq(a->act, b->act) &&
          sym_eq(a->ckpt, b->ckpt) && sym_eq(a->work, b->work) &&
          same_shapes(a->fwd, b->fwd, a->nfwd) && same_shapes(a->bwd, b->bwd, a->nbwd);
 }
 
-static void add_flow(SvModel *m, int from, int to, const Sym *elems, IrGraph *g) {
+static void add_flow(SvModel *m, int from, int to, const Sym *bytes, IrGraph *g) {
   for (int i = 0; i < m->nflows; i++)
     if (m->flow[i].from == from && m->flow[i].to == to) {
-      m->flow[i].elems = s_add(g, m->flow[i].elems, elems);
+      m->flow[i].bytes = s_add(g, m->flow[i].bytes, bytes);
       return;
     }
   m->flow = realloc(m->flow, (size_t)(m->nflows + 1) * sizeof *m->flow);
   IR_ASSERT(m->flow);
-  m->flow[m->nflows++] = (SvFlow){from, to, elems};
+  m->flow[m->nflows++] = (SvFlow){from, to, bytes};
 }
 
 SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
@@ -302,17 +309,25 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
   int *stamp = malloc((size_t)nv * sizeof *stamp), *last = malloc((size_t)nv * sizeof *last);
   int *owner = malloc((size_t)nv * sizeof *owner);
   bool *whole = calloc((size_t)nv, 1), *pgrad = calloc((size_t)nv, 1);
-  double *numel = malloc((size_t)nv * sizeof *numel);
+  double *bytes = malloc((size_t)nv * sizeof *bytes);
   const char **prefix = calloc((size_t)nb, sizeof *prefix);
-  IR_ASSERT(m->block && stamp && last && owner && whole && pgrad && numel && prefix);
+  // bf16: a parameter's working copy (what forward and backward read), and back
+  const IrValue **copy = calloc((size_t)nv, sizeof *copy), **master = calloc((size_t)nv, sizeof *master);
+  IR_ASSERT(m->block && stamp && last && owner && whole && pgrad && bytes && prefix && copy &&
+            master);
   for (int i = 0; i < nv; i++) {
     stamp[i] = last[i] = owner[i] = -1;
     IrValue *v = g->values[i];
     IR_ASSERT(v->id == i);
-    numel[i] = v->rank >= 0 ? sym_evalf(ir_numel(g, v), &g->syms) : 0;
+    bytes[i] = v->rank >= 0 ? sym_evalf(ir_nbytes(g, v), &g->syms) : 0;
     if (v->role == ROLE_PARAM && v->grad)
       pgrad[v->grad->id] = true;
   }
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_ASSIGN) {
+      copy[g->nodes[i]->in[1]->id] = g->nodes[i]->in[0];
+      master[g->nodes[i]->in[0]->id] = g->nodes[i]->in[1];
+    }
 
   // Node lists per block and phase.
   for (int b = 0; b < nb; b++) {
@@ -320,7 +335,8 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
     blk->id = b;
     blk->unit = -1;
     const Sym *z = sym_const(&g->arena, 0);
-    blk->params = blk->state = blk->act = blk->act_int = blk->act_rep = z;
+    blk->params = blk->param_bytes = blk->grad_bytes = blk->master_bytes = blk->state_bytes = z;
+    blk->act = blk->act_int = blk->act_rep = z;
     blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
     blk->tp_fwd = blk->tp_bwd = blk->summa = z;
   }
@@ -349,6 +365,8 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
       b->flops_fwd = s_add(g, b->flops_fwd, fl);
       for (int k = 0; k < n->nin; k++) {
         IrValue *v = n->in[k];
+        if (v->role == ROLE_COPY && master[v->id])
+          v = (IrValue *)master[v->id];
         if (v->role == ROLE_PARAM && owner[v->id] < 0) {
           owner[v->id] = n->block;
           prefix[n->block] = common_prefix(g, prefix[n->block], v->name);
@@ -360,29 +378,39 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
     }
   }
 
-  // Parameters belong to the block that first reads them; so does their state.
+  // Parameters belong to the block that first reads them (bf16: their working
+  // copies); so do their gradients and optimizer state. The weights forward
+  // reads are the copies where there are any, and the parameters then only the
+  // optimizer's float32 masters.
   for (int i = 0; i < nv; i++) {
     IrValue *v = g->values[i];
-    if (v->role == ROLE_PARAM) {
-      SvBlock *b = &m->block[owner[i] < 0 ? 0 : owner[i]];
-      b->params = s_add(g, b->params, ir_numel(g, v));
-    }
+    if (v->role != ROLE_PARAM)
+      continue;
+    SvBlock *b = &m->block[owner[i] < 0 ? 0 : owner[i]];
+    const IrValue *c = copy[i];
+    b->params = s_add(g, b->params, ir_numel(g, v));
+    b->param_bytes = s_add(g, b->param_bytes, c ? ir_nbytes(g, c) : ir_nbytes(g, v));
+    if (c)
+      b->master_bytes = s_add(g, b->master_bytes, ir_nbytes(g, v));
+    if (v->grad)
+      b->grad_bytes = s_add(g, b->grad_bytes, ir_nbytes(g, v->grad));
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
-    if (n->phase != PHASE_UPDATE || n->nin < 1)
+    if (n->phase != PHASE_UPDATE || n->nin < 1 || n->op == OP_ASSIGN)
       continue;
     int o = owner[n->in[0]->id];
     SvBlock *b = &m->block[o < 0 ? 0 : o];
     for (int k = 1; k < n->nin; k++)
       if (n->in[k]->role == ROLE_STATE)
-        b->state = s_add(g, b->state, ir_numel(g, n->in[k]));
+        b->state_bytes = s_add(g, b->state_bytes, ir_nbytes(g, n->in[k]));
   }
 
   summa(g, m);
   ShardResult shard;
   if (tensor_parallel(g, m, &shard, d)) {
-    free(stamp), free(last), free(owner), free(whole), free(pgrad), free(numel), free(prefix);
+    free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes), free(prefix);
+    free(copy), free(master);
     sv_model_free(m);
     return NULL;
   }
@@ -407,11 +435,11 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
           continue;
         stamp[v->id] = 2 * bi;
         if (v->dtype == DT_I32) {
-          b->act_int = s_add(g, b->act_int, ir_numel(g, v));
+          b->act_int = s_add(g, b->act_int, ir_nbytes(g, v));
         } else {
-          b->act = s_add(g, b->act, ir_numel(g, v));
+          b->act = s_add(g, b->act, ir_nbytes(g, v));
           if (whole[v->id])
-            b->act_rep = s_add(g, b->act_rep, ir_numel(g, v));
+            b->act_rep = s_add(g, b->act_rep, ir_nbytes(g, v));
         }
       }
     // What forward reads from outside the block: all a checkpointed block keeps.
@@ -423,15 +451,15 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
           continue;
         stamp[v->id] = 2 * bi + 1;
         if (v->dtype == DT_I32)
-          b->ckpt_int = s_add(g, b->ckpt_int, ir_numel(g, v));
+          b->ckpt_int = s_add(g, b->ckpt_int, ir_nbytes(g, v));
         else
-          b->ckpt = s_add(g, b->ckpt, ir_numel(g, v));
+          b->ckpt = s_add(g, b->ckpt, ir_nbytes(g, v));
         if (v->producer)
-          add_flow(m, v->producer->block, bi, ir_numel(g, v), g);
+          add_flow(m, v->producer->block, bi, ir_nbytes(g, v), g);
       }
     b->name = block_name(g, bi, prefix[bi]);
   }
-  backward_work(g, m, last, pgrad, numel);
+  backward_work(g, m, last, pgrad, bytes);
 
   // Units: every block with nodes gets one, or shares one with an identical block.
   for (int bi = 0; bi < nb; bi++) {
@@ -445,10 +473,12 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
       b->unit = m->nunits++;
   }
 
+  for (int i = 0; i < nv; i++)
+    m->bf16 |= g->values[i]->role == ROLE_COPY;
   m->batch_sym = g->batch_sym;  // marked by the frontend
   m->seq_sym = g->seq_sym;
-  free(stamp), free(last), free(owner), free(whole), free(pgrad), free(numel);
-  free(prefix);
+  free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes);
+  free(prefix), free(copy), free(master);
   return m;
 }
 
@@ -485,14 +515,6 @@ int sv_bind_dims(IrGraph *g, const SvConfig *cfg, IrDiag *d) {
 
 // ---- printing the formulas ----------------------------------------------------------------------
 
-static int act_bytes_per(SvPrecision p) { return p == SV_BF16 ? 2 : 4; }
-
-// Optimizer-state bytes per parameter: fp32 master weights under bf16, plus
-// the optimizer's own state (4 bytes per value; nstate values per parameter).
-static double opt_bytes_per(SvPrecision p, double nstate) {
-  return (p == SV_BF16 ? 4 : 0) + 4 * nstate;
-}
-
 static void print_formula(FILE *f, IrGraph *g, const char *what, const Sym *s, const char *unit) {
   double v = sym_evalf(s, &g->syms);
   fprintf(f, "  %-26s %s", what, sym_str(&g->arena, s, &g->syms));
@@ -501,23 +523,15 @@ static void print_formula(FILE *f, IrGraph *g, const char *what, const Sym *s, c
   fputc('\n', f);
 }
 
-static const Sym *bytes_of(IrGraph *g, const Sym *floats, const Sym *ints, SvPrecision p) {
-  return s_add(g, s_scale(g, floats, act_bytes_per(p)), s_scale(g, ints, 4));
-}
-
-void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec) {
+void sv_print_formulas(FILE *f, const SvModel *m) {
   IrGraph *g = m->g;
-  int ab = act_bytes_per(prec);
-  fprintf(f, "# per-block formulas of %s (one micro-batch; %s: %d bytes per activation, "
-             "model states %s)\n# bindings:",
-          g->name ? g->name : "model", prec == SV_BF16 ? "bf16" : "fp32", ab,
-          prec == SV_BF16 ? "2 param + 2 grad + 4 master + 4 per optimizer value"
-                          : "4 param + 4 grad + 4 per optimizer value");
+  fprintf(f, "# per-block formulas of %s (one micro-batch; sizes in bytes of the IR's element "
+             "types)\n# bindings:", g->name ? g->name : "model");
   for (int i = 0; i < g->syms.n; i++)
     if (g->syms.bound[i])
       fprintf(f, " %s=%lld", g->syms.name[i], (long long)g->syms.value[i]);
   fputc('\n', f);
-  const Sym *tot_p = sym_const(&g->arena, 0), *tot_f = tot_p, *tot_a = tot_p;
+  const Sym *tot_p = sym_const(&g->arena, 0), *tot_f = tot_p, *tot_a = tot_p, *tot_s = tot_p;
   for (int u = 0; u < m->nunits; u++) {
     const SvBlock *b = NULL;
     int count = 0;
@@ -533,50 +547,53 @@ void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec) {
       fprintf(f, "\nblock %s\n", b->name);
     else
       fprintf(f, "\nblocks %s .. %s (%d identical blocks; each)\n", b->name, last, count);
-    // 8 bytes per parameter either way: bf16 2 + 2 + a 4-byte master, or fp32 4 + 4.
-    const Sym *states = s_add(g, s_scale(g, b->params, 8), s_scale(g, b->state, 4));
+    const Sym *states = s_add(g, s_add(g, b->param_bytes, b->grad_bytes),
+                              s_add(g, b->master_bytes, b->state_bytes));
     const Sym *fl = s_add(g, b->flops_fwd, b->flops_bwd);
-    const Sym *act = bytes_of(g, b->act, b->act_int, prec);
+    const Sym *act = s_add(g, b->act, b->act_int);
     print_formula(f, g, "parameters", b->params, "");
-    print_formula(f, g, "optimizer state (values)", b->state, "");
+    print_formula(f, g, "weight bytes (fwd, bwd)", b->param_bytes, " B");
+    print_formula(f, g, "gradient bytes", b->grad_bytes, " B");
+    print_formula(f, g, "master weight bytes", b->master_bytes, " B");
+    print_formula(f, g, "optimizer state bytes", b->state_bytes, " B");
     print_formula(f, g, "model-state bytes", states, " B");
     print_formula(f, g, "activation bytes kept", act, " B");
-    print_formula(f, g, "  of which TP replicates", s_scale(g, b->act_rep, ab), " B");
-    print_formula(f, g, "checkpointed, keeps", bytes_of(g, b->ckpt, b->ckpt_int, prec), " B");
-    print_formula(f, g, "backward temporaries", s_scale(g, b->work, ab), " B");
+    print_formula(f, g, "  of which TP replicates", b->act_rep, " B");
+    print_formula(f, g, "checkpointed, keeps", s_add(g, b->ckpt, b->ckpt_int), " B");
+    print_formula(f, g, "backward temporaries", b->work, " B");
     print_formula(f, g, "FLOPs forward", b->flops_fwd, "");
     print_formula(f, g, "FLOPs backward", b->flops_bwd, "");
-    print_formula(f, g, "TP all-reduce fwd (elems)", b->tp_fwd, "");
-    print_formula(f, g, "TP all-reduce bwd (elems)", b->tp_bwd, "");
-    print_formula(f, g, "2D SUMMA traffic x q", b->summa, "");
+    print_formula(f, g, "TP all-reduce fwd", b->tp_fwd, " B");
+    print_formula(f, g, "TP all-reduce bwd", b->tp_bwd, " B");
+    print_formula(f, g, "2D SUMMA traffic x q", b->summa, " B");
     tot_p = s_add(g, tot_p, s_scale(g, b->params, count));
+    tot_s = s_add(g, tot_s, s_scale(g, states, count));
     tot_f = s_add(g, tot_f, s_scale(g, fl, count));
     tot_a = s_add(g, tot_a, s_scale(g, act, count));
   }
   fprintf(f, "\nwhole model\n");
   print_formula(f, g, "parameters", tot_p, "");
+  print_formula(f, g, "model-state bytes", tot_s, " B");
   print_formula(f, g, "FLOPs per micro-batch", tot_f, "");
   print_formula(f, g, "activation bytes kept", tot_a, " B");
 }
 
 // ---- evaluating a block -------------------------------------------------------------------------
 
-static double value_bytes(IrGraph *g, const IrValue *v, int ab) {
-  if (v->rank < 0)
-    return 0;
-  return sym_evalf(ir_numel(g, v), &g->syms) * (v->dtype == DT_I32 ? 4 : ab);
+static double value_bytes(IrGraph *g, const IrValue *v) {
+  return v->rank < 0 ? 0 : sym_evalf(ir_nbytes(g, v), &g->syms);
 }
 
-// Roofline: the slower of the arithmetic and the memory traffic.
-static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev, SvPrecision p) {
-  int ab = act_bytes_per(p);
+// Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
+// attention run at the tensor cores' rate for their operands' type.
+static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   double bytes = 0;
   for (int k = 0; k < n->nin; k++)
-    bytes += value_bytes(g, n->in[k], ab);
+    bytes += value_bytes(g, n->in[k]);
   for (int k = 0; k < n->nout; k++)
-    bytes += value_bytes(g, n->out[k], ab);
+    bytes += value_bytes(g, n->out[k]);
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
-  double peak = p == SV_BF16 ? dev->flops_bf16 : dev->flops_fp32;
+  double peak = n->nin && n->in[0]->dtype == DT_BF16 ? dev->flops_bf16 : dev->flops_fp32;
   double rate = dev->flops_fp32 * EFF_SIMT;
   if (n->op == OP_MATMUL)
     rate = peak * EFF_GEMM;
@@ -591,7 +608,11 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   const SymTab *t = &g->syms;
   memset(o, 0, sizeof *o);
   o->params = sym_evalf(b->params, t);
-  o->state = sym_evalf(b->state, t);
+  if (o->params > 0)  // per parameter
+    o->per = (SvStateBytes){sym_evalf(b->param_bytes, t) / o->params,
+                            sym_evalf(b->grad_bytes, t) / o->params,
+                            sym_evalf(b->master_bytes, t) / o->params,
+                            sym_evalf(b->state_bytes, t) / o->params};
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
   o->act_rep = sym_evalf(b->act_rep, t);
@@ -609,31 +630,32 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   for (int gi = 0; gi < cfg->cluster.ngroups; gi++) {
     const SvDevice *dev = &cfg->cluster.group[gi].dev;
     for (int k = 0; k < b->nfwd; k++)
-      o->roof_fwd[gi] += node_time(g, b->fwd[k], dev, cfg->precision);
+      o->roof_fwd[gi] += node_time(g, b->fwd[k], dev);
     for (int k = 0; k < b->nbwd; k++)
-      o->roof_bwd[gi] += node_time(g, b->bwd[k], dev, cfg->precision);
+      o->roof_bwd[gi] += node_time(g, b->bwd[k], dev);
   }
 }
 
 // ---- formulas of REFERENCES.md ------------------------------------------------------------------
 
-double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate) {
-  double pb = act_bytes_per(prec), gb = pb, ob = opt_bytes_per(prec, nstate);
-  return psi * (pb / (stage >= 3 ? n : 1) + gb / (stage >= 2 ? n : 1) + ob / (stage >= 1 ? n : 1));
+double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b) {
+  return psi * (b.param / (stage >= 3 ? n : 1) + b.grad / (stage >= 2 ? n : 1) +
+                (b.master + b.state) / (stage >= 1 ? n : 1));
 }
 
-double sv_offload_host_bytes(double psi_host, double nstate) {
-  return psi_host * (4 + 4 + 4 * nstate);   // master parameters, gradient, state
+// The host updates a float32 master: the device's weights in fp32, or its master.
+static double host_master(SvStateBytes b) { return b.master > 0 ? b.master : b.param; }
+
+double sv_offload_host_bytes(double psi_host, SvStateBytes b) {
+  return psi_host * (host_master(b) + b.grad + b.state);
 }
 
-double sv_offload_device_bytes(double psi_host, SvPrecision prec, double nstate) {
-  return psi_host * opt_bytes_per(prec, nstate);
-}
+double sv_offload_device_bytes(double psi_host, SvStateBytes b) { return psi_host * b.state; }
 
-double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int gbytes) {
+double sv_dp_comm_bytes(double psi, int n, int stage, int micro, SvStateBytes b) {
   if (n <= 1)
     return 0;
-  double ring = (double)(n - 1) / n, g = psi * gbytes, p = psi * pbytes;
+  double ring = (double)(n - 1) / n, g = psi * b.grad, p = psi * b.param;
   switch (stage) {
   case 0: return 2 * ring * g;                      // all-reduce once
   case 1: return ring * g + ring * p;               // reduce-scatter once, all-gather the update
@@ -642,8 +664,8 @@ double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int
   }
 }
 
-double sv_tp_comm_bytes(double allreduce_elems, int n, int micro, int bytes) {
-  return n <= 1 ? 0 : micro * 2.0 * (n - 1) / n * allreduce_elems * bytes;
+double sv_tp_comm_bytes(double allreduce_bytes, int n, int micro) {
+  return n <= 1 ? 0 : micro * 2.0 * (n - 1) / n * allreduce_bytes;
 }
 
 double sv_allreduce_time(double bytes, int n, double bw, double alpha) {
@@ -687,10 +709,10 @@ static double exposed(double comm, double compute, Link l, int collectives) {
 // sequence parallelism replicates part of them; otherwise they split over
 // the inner group (Megatron SP splits the sequence, Optimus 2D splits batch
 // and hidden: 1/q^2).
-static double held(double floats, double rep, double ints, SvLayout l, int ab, bool sp) {
+static double held(double floats, double rep, double ints, SvLayout l, bool sp) {
   int s = l.tp * l.q * l.q;
   double f = l.tp > 1 && !sp ? rep + (floats - rep) / l.tp : floats / s;
-  return f * ab + ints * 4;
+  return f + ints;
 }
 
 void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload, int g,
@@ -700,9 +722,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   const SvGroup *gr = &cl->group[g];
   const SvDevice *dev = &gr->dev;
   memset(o, 0, sizeof *o);
-  int ab = act_bytes_per(cfg->precision), pb = ab, gb = ab;
-  double nstate = n->params > 0 ? n->state / n->params : 0;
-  double ob = opt_bytes_per(cfg->precision, nstate);
+  const SvStateBytes *b = &n->per;   // per parameter
   int s = l.tp * l.q * l.q, d = l.dp;
   bool sp = cfg->seq_parallel;
 
@@ -727,10 +747,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   Link in = link_for(cl, g, s, false);
   double tp = 0;
   if (l.tp > 1) {
-    double f = ar(n->tp_fwd * ab, l.tp, in), b = ar(n->tp_bwd * ab, l.tp, in);
-    tp = f + b + (ckpt ? f : 0);
+    double f = ar(n->tp_fwd, l.tp, in), bw = ar(n->tp_bwd, l.tp, in);
+    tp = f + bw + (ckpt ? f : 0);
   } else if (l.q > 1) {  // SUMMA broadcasts and reduces along rows and columns
-    double vol = n->summa * ab / l.q, lat = 3.0 * n->nmm * l.q * in.alpha;
+    double vol = n->summa / l.q, lat = 3.0 * n->nmm * l.q * in.alpha;
     tp = vol / in.bw + lat + (ckpt ? (vol / in.bw + lat) / 3 : 0);
   }
   o->t_micro[SV_T_TP] = per * tp;
@@ -740,7 +760,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   double slice = n->params / s;
   if (d > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
-    double gr_b = slice * gb, pr_b = slice * pb;
+    double gr_b = slice * b->grad, pr_b = slice * b->param;   // bf16: the copies gathered
     double micro = 0, step = 0;
     switch (zero) {
     case 0:   // all-reduce once
@@ -763,26 +783,26 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   }
 
   // The optimizer step for the parameters this device owns (with ZeRO-1+:
-  // 1/d of its slice): state read and written, the gradient read, the
-  // low-precision copy written. The offloaded share runs on the CPU:
-  // gradients down during backward, the CPU's AdamW, parameters up during
-  // the next forward.
+  // 1/d of its slice): the float32 weights (or masters) and the state read and
+  // written, the gradient read, a bf16 working copy written. The offloaded
+  // share runs on the CPU: gradients down during backward, the CPU's AdamW,
+  // the float32 weights up during the next forward.
   double own = slice / (zero >= 1 ? d : 1), fo = offload / 100.0;
-  double upd = 2 * (ob + (cfg->precision == SV_FP32 ? 4 : 0)) + gb +
-               (cfg->precision == SV_BF16 ? pb : 0);
+  double master = b->master > 0 ? b->master : b->param;
+  double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
   o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * EFF_HBM);
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * EFF_PCIE;
     Link host = {pcie, 0};
-    o->t_step[SV_T_OFFLOAD] = exposed(moved * gb / pcie, tb, host, 0) + moved / dev->cpu_adam +
-                              exposed(moved * pb / pcie, tf, host, 0);
+    o->t_step[SV_T_OFFLOAD] = exposed(moved * b->grad / pcie, tb, host, 0) +
+                              moved / dev->cpu_adam + exposed(moved * master / pcie, tf, host, 0);
   }
 
   // Memory. Sharded state is held at share 1 here: the group's devices hold
   // share * slice / (count / s) each, which is slice / d on one group.
   double sh = d > 1 ? (double)s / gr->count : 1;
-  double cat[SV_NM] = {slice * pb, slice * gb,
-                       slice * ob - sv_offload_device_bytes(fo * slice, cfg->precision, nstate), 0};
+  double cat[SV_NM] = {slice * b->param, slice * b->grad,
+                       slice * (b->master + b->state) - sv_offload_device_bytes(fo * slice, *b), 0};
   int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category
   for (int k = 0; k < SV_M_ACT; k++) {
     if (zero >= from[k])
@@ -790,17 +810,17 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     else
       o->mem[k] = cat[k];
   }
-  double host = sv_offload_host_bytes(fo * slice, nstate);
+  double host = sv_offload_host_bytes(fo * slice, *b);
   if (zero >= 1)
     o->host_shard = host * sh;
   else
     o->host = host;
-  double act = held(n->act, n->act_rep, n->act_int, l, ab, sp);
-  double keep = ckpt ? held(n->ckpt, n->ckpt, n->ckpt_int, l, ab, sp) : act;  // inputs: replicated
+  double act = held(n->act, n->act_rep, n->act_int, l, sp);
+  double keep = ckpt ? held(n->ckpt, n->ckpt, n->ckpt_int, l, sp) : act;  // inputs: replicated
   o->mem[SV_M_ACT] = keep;
   // While the block runs backward: its recomputed activations, its
   // temporaries, and under ZeRO-3 its gathered parameters (double-buffered).
-  o->peak = (ckpt ? act : 0) + n->work * ab / s + (zero == 3 ? 2 * slice * pb : 0);
+  o->peak = (ckpt ? act : 0) + n->work / s + (zero == 3 ? 2 * slice * b->param : 0);
 }
 
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {

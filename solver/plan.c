@@ -674,7 +674,7 @@ static void explain(SvPlan *pl, IrDiag *d) {
 // ---- sv_plan ------------------------------------------------------------------------------------
 
 SvConfig sv_default_config(void) {
-  SvConfig c = {.precision = SV_BF16, .share_blocks = true, .seq_parallel = false,
+  SvConfig c = {.share_blocks = true, .seq_parallel = false,
                 .mip_gap = 1e-3, .time_limit = 20};
   sv_cluster_simple(&c.cluster, "H100-80GB", 1, 0, 0, 0, 0, NULL);
   return c;

@@ -72,7 +72,7 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
   bool mesh = x->cfg->mesh_tp > 0;
   bool has_state = n->params > 0;
   bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && !(mesh && u->block == 0);
-  bool has_opt = x->cfg->precision == SV_BF16 || n->state > 0;
+  bool has_opt = n->per.state > 0;   // offload moves the optimizer state
   for (int l = 0; l < p->nlayouts; l++)
     for (int ck = 0; ck <= (can_ckpt ? 1 : 0); ck++)
       for (int z = 0; z <= 3; z++)
@@ -171,12 +171,11 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     build_choices(p, un, &nums[u], &x);
   }
   free(last);
-  int ab = cfg->precision == SV_BF16 ? 2 : 4;
   for (int i = 0; i < m->nflows; i++) {
     int u = m->block[m->flow[i].from].unit, v = m->block[m->flow[i].to].unit;
     if (u < 0 || v < 0 || u == v)
       continue;   // identical blocks share a layout: nothing to reshard
-    double bytes = sym_evalf(m->flow[i].elems, &m->g->syms) * ab;
+    double bytes = sym_evalf(m->flow[i].bytes, &m->g->syms);
     SvEdge *e = find_edge(p, u < v ? u : v, u < v ? v : u);
     e->count++;
     for (int g = 0; g < p->ngroups; g++)

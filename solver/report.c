@@ -70,7 +70,7 @@ static double mfu(const SvPlan *pl, const SvSolution *s) {
   flops *= (double)p->micro_total;
   for (int g = 0; g < p->ngroups; g++) {
     const SvDevice *d = &pl->cfg.cluster.group[g].dev;
-    peak += p->gpus[g] * (pl->cfg.precision == SV_BF16 ? d->flops_bf16 : d->flops_fp32);
+    peak += p->gpus[g] * (pl->model->bf16 ? d->flops_bf16 : d->flops_fp32);
   }
   return flops / (s->time * peak);
 }
@@ -94,7 +94,7 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
     fprintf(f, " of %lld tokens", (long long)pl->seq);
   fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
           pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
-          pl->cfg.precision == SV_BF16 ? "bf16 with fp32 master weights" : "fp32");
+          pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
   if (pl->cfg.seq_parallel)
     fprintf(f, "sequence parallelism: assumed under tensor parallelism (--seq-parallel); "
                "compiled programs do not run it yet, so mtc compile --plan refuses this plan\n");
@@ -237,7 +237,7 @@ static cJSON *plan_json(const SvPlan *pl) {
   cJSON_AddBoolToObject(root, "feasible", s->feasible);
   if (!s->feasible)
     cJSON_AddStringToObject(root, "why", pl->why);
-  cJSON_AddStringToObject(root, "precision", pl->cfg.precision == SV_BF16 ? "bf16" : "fp32");
+  cJSON_AddStringToObject(root, "precision", pl->model->bf16 ? "bf16" : "fp32");
   cJSON_AddBoolToObject(root, "seq_parallel", pl->cfg.seq_parallel);
   cJSON *batch = cJSON_AddObjectToObject(root, "batch");
   cJSON_AddNumberToObject(batch, "global", (double)pl->global_batch);

@@ -71,17 +71,11 @@ int sv_cluster_gpus(const SvCluster *c);
 
 // ---- configuration -------------------------------------------------------------------
 
-typedef enum SvPrecision {
-  SV_BF16,  // bf16 params, grads and activations; fp32 master weights in the optimizer state
-  SV_FP32,  // everything fp32
-} SvPrecision;
-
 typedef struct SvConfig {
   SvCluster cluster;
   int64_t global_batch;   // sequences per step (0: micro_batch x GPUs)
   int64_t micro_batch;    // sequences per model replica per micro-step (0: the model's batch dim)
   int64_t seq;            // sequence length (0: the model's)
-  SvPrecision precision;
   bool share_blocks;      // identical blocks share one set of variables (default on)
   bool seq_parallel;      // 1D tensor parallelism with Megatron sequence parallelism (default
                           // off: compiled programs do not run it; mtc plan --seq-parallel)
@@ -109,17 +103,21 @@ typedef struct SvBlock {
   int id;                   // the IR's node->block
   const char *name;         // "h.0", or "rest" for block 0
   int unit;                 // the unit (set of variables) it belongs to
+  // Sizes are bytes, of the element types the IR gives the values.
   const Sym *params;        // parameter elements
-  const Sym *state;         // optimizer-state elements (AdamW: 2 per parameter)
-  const Sym *act;           // float elements kept from forward for backward
-  const Sym *act_int;       // integer elements kept (token ids, targets)
+  const Sym *param_bytes;   // the weights forward and backward read (bf16: the working copies)
+  const Sym *grad_bytes;    // the parameters' gradients, as the update reads them
+  const Sym *master_bytes;  // float32 masters apart from the weights read (bf16 programs)
+  const Sym *state_bytes;   // optimizer state (AdamW: 2 values per parameter)
+  const Sym *act;           // float bytes kept from forward for backward
+  const Sym *act_int;       // integer bytes kept (token ids, targets)
   const Sym *act_rep;       // part of act whole on every rank under 1D TP without sequence
                             // parallelism (read unsplit by backward in passes/shard.c's layout)
-  const Sym *ckpt;          // float elements of the block's inputs (all it keeps when checkpointed)
+  const Sym *ckpt;          // float bytes of the block's inputs (all it keeps when checkpointed)
   const Sym *ckpt_int;
-  const Sym *work;          // float elements of backward temporaries at the block's peak
+  const Sym *work;          // bytes of backward temporaries at the block's peak
   const Sym *flops_fwd, *flops_bwd;
-  // The collectives passes/shard.c's propagation implies under 1D TP, as elements all-reduced
+  // The collectives passes/shard.c's propagation implies under 1D TP, as bytes all-reduced
   // (an all-gather or reduce-scatter counts half its buffer):
   const Sym *tp_fwd;        // in forward (Megatron's g, vocabulary-parallel embedding and loss)
   const Sym *tp_bwd;        // in backward and update (Megatron's f)
@@ -132,7 +130,7 @@ typedef struct SvBlock {
 // An activation passed from one block to another in forward.
 typedef struct SvFlow {
   int from, to;             // block ids
-  const Sym *elems;
+  const Sym *bytes;
 } SvFlow;
 
 typedef struct SvModel {
@@ -143,12 +141,24 @@ typedef struct SvModel {
   SvFlow *flow;
   int batch_sym, seq_sym;   // symbol indices, -1 when the model has none
   int nunits;               // distinct units after sharing
+  bool bf16;                // bf16 mixed precision (the precision pass made working copies)
 } SvModel;
 
 // A block's formulas evaluated under the graph's bindings (one micro-batch),
 // and its roofline time on each group's device (one device, unsharded).
+// A block's model state in bytes per parameter, by the ZeRO stage that
+// shards each part first (sv_model_build reads them from the IR's types):
+typedef struct SvStateBytes {
+  double param;    // the weights forward and backward read (float32 parameters, or bf16
+                   // working copies): ZeRO-3, and what ZeRO's parameter all-gathers move
+  double grad;     // the gradients the update reads: ZeRO-2
+  double master;   // float32 masters apart from those weights (bf16 programs): ZeRO-1
+  double state;    // the optimizer's state (AdamW's moments): ZeRO-1; offload moves it
+} SvStateBytes;
+
 typedef struct SvNum {   // one unit's representative block
-  double params, state;
+  double params;
+  SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
   double tp_fwd, tp_bwd, summa;
   double flops_fwd, flops_bwd;
@@ -156,34 +166,36 @@ typedef struct SvNum {   // one unit's representative block
   int nfwd, nbwd, nmm;
 } SvNum;
 
-// Builds the formulas (run the passes through "optimizer" first).
+// Builds the formulas (run the passes through "precision" first).
 SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d);
 void sv_model_free(SvModel *m);
 // Per-block memory and FLOPs as formulas (mtc plan --formulas).
-void sv_print_formulas(FILE *f, const SvModel *m, SvPrecision prec);
+void sv_print_formulas(FILE *f, const SvModel *m);
 
-// Formulas of REFERENCES.md, used by the cost model and checked by the tests.
+// Formulas of REFERENCES.md, used by the cost model and checked by the tests,
+// with b a block's bytes per parameter (fp32 AdamW: 4 + 4 + 0 + 8; bf16 with
+// float32 masters and gradients: 2 + 4 + 4 + 8).
 // Model-state bytes per GPU for psi parameters over n data-parallel ranks at a
-// ZeRO stage (0-3); nstate optimizer-state values per parameter (AdamW 2).
-double sv_zero_state_bytes(double psi, int n, int stage, SvPrecision prec, int nstate);
+// ZeRO stage (0-3).
+double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b);
 // Offload (ZeRO-Offload, REFERENCES.md section 3): the optimizer state of
-// psi_host of the parameters a rank updates lives in host memory, with an
-// fp32 master copy of those parameters (the one the host's AdamW updates; in
-// a bf16 program the device's copy is not it) and an fp32 copy of their
-// gradient: 4 + 4 + 4 x nstate bytes each in host memory (16 for AdamW,
-// DeepSpeed's figure), and their optimizer state (moments, and in bf16 the
-// master) leaves the device. The planner's memory rows and the compiled
-// program's report (mtc compile --offload) both use these.
-double sv_offload_host_bytes(double psi_host, double nstate);
-double sv_offload_device_bytes(double psi_host, SvPrecision prec, double nstate);
+// psi_host of the parameters a rank updates lives in host memory, with a
+// float32 master copy of those parameters (the one the host's AdamW updates)
+// and a copy of their gradient: 4 + 4 + 8 bytes each in host memory for AdamW
+// (DeepSpeed's 16), and their optimizer state leaves the device (the device
+// keeps its float32 weights or masters, which the host's update is copied
+// back into). The planner's memory rows and the compiled program's report
+// (mtc compile --offload) both use these.
+double sv_offload_host_bytes(double psi_host, SvStateBytes b);
+double sv_offload_device_bytes(double psi_host, SvStateBytes b);
 // Bytes one rank sends per step for data parallelism over n ranks at a ZeRO
 // stage, with ring collectives (the volumes the cost model prices): psi
-// parameters of pbytes each, their gradients of gbytes, micro micro-batches
-// per step.
-double sv_dp_comm_bytes(double psi, int n, int stage, int micro, int pbytes, int gbytes);
-// Bytes a rank sends per step for tensor parallelism over n ranks: allreduce_elems
+// parameters, their gradients reduced at b.grad bytes each and the weights
+// gathered at b.param (bf16: the working copies), micro micro-batches per step.
+double sv_dp_comm_bytes(double psi, int n, int stage, int micro, SvStateBytes b);
+// Bytes a rank sends per step for tensor parallelism over n ranks: allreduce_bytes
 // all-reduced per micro-batch (the cost model's tp_fwd + tp_bwd, ring all-reduce).
-double sv_tp_comm_bytes(double allreduce_elems, int n, int micro, int bytes);
+double sv_tp_comm_bytes(double allreduce_bytes, int n, int micro);
 // Ring collectives: alpha + beta * volume (bytes per rank S, n ranks, bandwidth bw).
 double sv_allreduce_time(double bytes, int n, double bw, double alpha);
 double sv_allgather_time(double bytes, int n, double bw, double alpha);  // also reduce-scatter

@@ -14,7 +14,7 @@ shift 6
 source "$(dirname "$0")/lib.sh"
 
 rm -rf "$out"
-"$mtc" compile "$model" -o "$out" "$@"
+"$mtc" compile "$model" -o "$out" --precision fp32 "$@"
 make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 # shellcheck disable=SC2086
 (cd "$out" && ./train --steps "$steps" --seed 7 $train_opts) | tee "$out/run1.log"

@@ -10,6 +10,12 @@
 #     step are what the planner predicts;
 #   - with MPI_EXPECT_PLAN set (an extended regex), the program's plan line
 #     matches it: the solver's own choice (--gpus) is the one a case is about.
+# MPI_LOSS_TOL replaces the losses' tolerance, and MPI_WEIGHT_TOL=none drops the
+# weights' comparison: bf16 programs round every activation, and N ranks round
+# other partial sums than one rank does, which AdamW's normalized step turns
+# into per-element differences of up to lr for gradients near zero (a bias
+# that starts at 0: measured 5-11% of its size after 10 steps, while the
+# losses agree to 7e-5); for them the losses are compared, within 1e-3.
 #
 #   tests/mpi.sh MTC MODEL OUT RANKS GLOBAL_B LOCAL_B "PLAN FLAGS" [MTC ARGS...]
 set -euo pipefail
@@ -57,8 +63,13 @@ if [ -n "${MPI_EXPECT_PLAN:-}" ]; then
   grep -qE -e "$MPI_EXPECT_PLAN" <<< "$line" ||
     { echo "FAIL: the plan is '$line', which does not match /$MPI_EXPECT_PLAN/"; ok=1; }
 fi
-$check logs "$out/one.log" "$out/plan.log" --tol 1e-5 | tail -1 || ok=1
-$check grads "$out/one.safetensors" "$out/plan.safetensors" --tol 1e-4 > "$out/weights.txt" || ok=1
+$check logs "$out/one.log" "$out/plan.log" --tol "${MPI_LOSS_TOL:-1e-5}" | tail -1 || ok=1
+if [ "${MPI_WEIGHT_TOL:-}" = none ]; then
+  echo "gradients: weights not compared (MPI_WEIGHT_TOL=none)" > "$out/weights.txt"
+else
+  $check grads "$out/one.safetensors" "$out/plan.safetensors" --tol "${MPI_WEIGHT_TOL:-1e-4}" \
+    > "$out/weights.txt" || ok=1
+fi
 echo "weights: $(tail -1 "$out/weights.txt")"
 grep FAIL "$out/weights.txt" || true
 # per rank: "rank R: memory: planned arena A bytes ... arena resident A bytes"

@@ -17,7 +17,7 @@ rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1 MTC_HOST_THREADS=2
 for v in plain:0 offload:1; do
-  "$mtc" compile "$model" -o "$out/${v%%:*}" "$@" --offload "${v##*:}" > /dev/null
+  "$mtc" compile "$model" -o "$out/${v%%:*}" --precision fp32 "$@" --offload "${v##*:}" > /dev/null
   make_program "$out/${v%%:*}" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
 done
 fail=0

@@ -32,7 +32,7 @@ case $model in *_dyn.onnx) mtc_args=$dynamic_args ;; esac
 rm -rf "$out"
 mkdir -p "$out"
 # shellcheck disable=SC2086
-if ! "$mtc" compile "$model" -o "$out" $mtc_args 2> "$out.compile.err"; then
+if ! "$mtc" compile "$model" -o "$out" --precision fp32 $mtc_args 2> "$out.compile.err"; then
   cat "$out.compile.err" >&2
   if grep -q "ONNX input is not supported" "$out.compile.err"; then
     echo "SKIP: this mtc cannot read ONNX yet ($model)"

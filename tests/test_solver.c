@@ -184,7 +184,8 @@ static void test_brute_force(void) {
 // ---- models -------------------------------------------------------------------------------------
 
 // examples/FILE with defines "L=48,C=1600", through the optimizer pass.
-static IrGraph *model(const char *file, const char *defs) {
+// The training graph of an example as the planner reads it, in a precision.
+static IrGraph *model_in(const char *file, const char *defs, PassPrecision precision) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", examples, file);
   FeDefine d[16];
@@ -206,12 +207,18 @@ static IrGraph *model(const char *file, const char *defs) {
     exit(1);
   }
   PassCtx ctx = {.opt = pass_default_options(), .diag = &diag};
-  ctx.opt.stop_after = "optimizer";
+  ctx.opt.stop_after = "precision";
+  ctx.opt.precision = precision;
   if (pass_run_all(g, &ctx)) {
     ir_diag_print(stderr, &diag);
     exit(1);
   }
   return g;
+}
+
+// ... in bf16 mixed precision (mtc plan's default).
+static IrGraph *model(const char *file, const char *defs) {
+  return model_in(file, defs, PASS_PRECISION_BF16);
 }
 
 #define GPT2_15B "L=48,C=1600,NH=25,V=50257,T=1024"
@@ -259,11 +266,11 @@ static void test_big_model_shards(void) {
   SvConfig c = cluster("L4-24GB", 8, 0);
   SvPlan *p = plan(g, &c);
   const SvProblem *q = p->prob;
-  // Its model states alone (16 bytes per parameter) exceed one GPU.
+  // Its model states alone (18 bytes per parameter) exceed one GPU.
   double psi = 0;
   for (int u = 0; u < q->nunits; u++)
     psi += q->unit[u].count * p->nums[u].params;
-  CHECK(16 * psi > q->cap[0], "1.5B states %.1f GiB fit in one L4 (%.1f GiB)", 16 * psi / GiB,
+  CHECK(18 * psi > q->cap[0], "1.5B states %.1f GiB fit in one L4 (%.1f GiB)", 18 * psi / GiB,
         q->cap[0] / GiB);
   CHECK(!p->baseline[0].sol.feasible, "plain DP fits: %.1f GiB", p->baseline[0].sol.mem[0] / GiB);
   CHECK(p->sol.feasible, "GPT-2 1.5B does not fit on 8 x L4: %s", p->why);
@@ -280,8 +287,10 @@ static void test_big_model_shards(void) {
   sv_plan_free(p);
 
   // Too little memory: one message with what would fit. (One whole L4 holds
-  // 1.5B with its optimizer state offloaded and checkpointing; 9 GiB does not.)
-  SvConfig one = cluster("L4-24GB", 1, 9 * GiB);
+  // 1.5B with its optimizer state offloaded and checkpointing; 18 GiB of it does
+  // not: the bf16 weights, float32 gradients and masters stay, 10 bytes a
+  // parameter, 14.5 GiB.)
+  SvConfig one = cluster("L4-24GB", 1, 18 * GiB);
   p = plan(g, &one);
   CHECK(!p->sol.feasible, "1.5B fits on 9 GiB");
   CHECK(strstr(p->why, "GPU memory binds") && strstr(p->why, "GPUs with") &&
@@ -347,15 +356,21 @@ static void test_heterogeneous(void) {
 // ---- formulas against REFERENCES.md -------------------------------------------------------------
 
 static void test_zero_formulas(void) {
-  // REFERENCES.md section 3: mixed-precision AdamW, K = 12.
+  // REFERENCES.md section 3: mixed-precision AdamW with bf16 gradients, K = 12 ...
   const double psi = 1e9;
   const int n = 64;
-  CHECK(near(sv_zero_state_bytes(psi, n, 0, SV_BF16, 2), 16 * psi, 1e-12), "DP");
-  CHECK(near(sv_zero_state_bytes(psi, n, 1, SV_BF16, 2), 4 * psi + 12 * psi / n, 1e-12), "ZeRO-1");
-  CHECK(near(sv_zero_state_bytes(psi, n, 2, SV_BF16, 2), 2 * psi + 14 * psi / n, 1e-12), "ZeRO-2");
-  CHECK(near(sv_zero_state_bytes(psi, n, 3, SV_BF16, 2), 16 * psi / n, 1e-12), "ZeRO-3");
+  SvStateBytes zero = {2, 2, 4, 8};
+  CHECK(near(sv_zero_state_bytes(psi, n, 0, zero), 16 * psi, 1e-12), "DP");
+  CHECK(near(sv_zero_state_bytes(psi, n, 1, zero), 4 * psi + 12 * psi / n, 1e-12), "ZeRO-1");
+  CHECK(near(sv_zero_state_bytes(psi, n, 2, zero), 2 * psi + 14 * psi / n, 1e-12), "ZeRO-2");
+  CHECK(near(sv_zero_state_bytes(psi, n, 3, zero), 16 * psi / n, 1e-12), "ZeRO-3");
+  // ... and as mtc's programs keep it: float32 gradients, 18 bytes a parameter
+  SvStateBytes mtc = {2, 4, 4, 8};
+  CHECK(near(sv_zero_state_bytes(psi, n, 0, mtc), 18 * psi, 1e-12), "DP");
+  CHECK(near(sv_zero_state_bytes(psi, n, 2, mtc), 2 * psi + 16 * psi / n, 1e-12), "ZeRO-2");
 
-  // The cost model's memory per GPU, by stage, for every unit of GPT-2 under pure DP.
+  // The cost model's memory per GPU, by stage, for every unit of GPT-2 under pure DP: the
+  // bytes per parameter are what the IR's types say (bf16 weights read, float32 rest).
   IrGraph *g = model("gpt2.mtc", "L=2");
   SvConfig c = cluster("H100-80GB", 8, 0);
   SvPlan *p = plan(g, &c);
@@ -370,7 +385,7 @@ static void test_zero_formulas(void) {
       double states = 0;
       for (int i = SV_M_PARAMS; i <= SV_M_OPT; i++)
         states += k.mem[i] + k.mem_shard[i];
-      double want = sv_zero_state_bytes(p->nums[u].params, 8, ch->zero, SV_BF16, 2);
+      double want = sv_zero_state_bytes(p->nums[u].params, 8, ch->zero, mtc);
       CHECK(near(states, want, 1e-9), "%s ZeRO-%d: %.0f bytes, want %.0f", p->prob->unit[u].name,
             ch->zero, states, want);
       checked++;
@@ -395,8 +410,8 @@ static void test_megatron_activations(void) {
     SvPlan *p = plan(g, &c);
     int u = p->model->block[1].unit;
     double sbh = (double)(s * b * h);
-    CHECK(near(p->nums[u].act * 2, 32 * sbh, 1e-12), "kept %.0f bytes, want 32 sbh = %.0f",
-          p->nums[u].act * 2, 32 * sbh);
+    CHECK(near(p->nums[u].act, 32 * sbh, 1e-12), "kept %.0f bytes, want 32 sbh = %.0f",
+          p->nums[u].act, 32 * sbh);
     int checked = 0;
     for (int k = 0; k < p->prob->unit[u].nchoices; k++) {
       const SvChoice *ch = &p->prob->unit[u].choice[k];
@@ -486,10 +501,13 @@ static void test_formulas_print(void) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
-  sv_print_formulas(f, m, SV_BF16);
+  sv_print_formulas(f, m);
   fclose(f);
   CHECK(strstr(buf, "12*C*C + 13*C"), "layer parameters formula missing:\n%s", buf);
-  CHECK(strstr(buf, "32*B*T*C"), "layer activation formula missing");
+  CHECK(strstr(buf, "activation bytes kept      32*B*T*C "), "layer activations (bf16) "
+        "missing:\n%s", buf);
+  CHECK(strstr(buf, "model-state bytes          216*C*C + 234*C "), "layer model state "
+        "(18 bytes a parameter) missing:\n%s", buf);
   CHECK(m->nunits == 2, "%d units; identical layers must share one", m->nunits);
   free(buf);
   sv_model_free(m);
@@ -553,12 +571,12 @@ static void test_seq_parallel(void) {
 
 // ---- checkpointing K of L identical blocks ----------------------------------------------------
 
-// GPT-2 with 4 layers on one GPU of 20 MB (measured with mtc plan -D L=4 --gpu-mem: 22 MB
-// holds every layer's activations, 18 MB needs all 4 checkpointed and offload): the
-// optimum checkpoints some layers and not others, with one set of variables for the 4.
+// GPT-2 with 4 layers on one GPU of 22 MB (measured with mtc plan -D L=4 --gpu-mem: 24 MB
+// holds every layer's activations, 20 MB and less offload too): the optimum checkpoints
+// some layers and not others, with one set of variables for the 4.
 static void test_checkpoint_k_of_l(void) {
   IrGraph *g = model("gpt2.mtc", "L=4");
-  SvConfig c = cluster("H100-80GB", 1, 20e6);
+  SvConfig c = cluster("H100-80GB", 1, 22e6);
   SvPlan *p = plan(g, &c);
   int u = p->model->block[1].unit;
   CHECK(p->sol.feasible && p->prob->unit[u].count == 4, "%s", p->why);
@@ -617,12 +635,11 @@ static void test_checkpoint_k_of_l(void) {
 // 1.4 MB: h.0, h.1 and h.3). The blocks' offload shares differ in some of these plans
 // (the layers' state offloaded and block 0's not), which the lowering runs.
 static void test_apply_lowerable(void) {
-  IrGraph *g = model("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2");
+  IrGraph *g = model_in("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   const double mbs[] = {100, 3, 2.5, 2.2, 2, 1.8, 1.6, 1.4};
   int partial = 0, mixed = 0;
   for (size_t i = 0; i < 2 * sizeof mbs / sizeof mbs[0]; i++) {
     SvConfig c = cluster("H100-80GB", 2, mbs[i / 2] * 1e6);
-    c.precision = SV_FP32;
     c.share_blocks = i % 2 == 0;   // and with every layer deciding alone (--no-share)
     SvApplied a;
     SvPlan *kept;
@@ -657,10 +674,9 @@ static void test_apply_lowerable(void) {
 // (measured with mtc compile --gpus 4: with the H100's host memory dp 4, ZeRO-2, offload 1
 // and every layer checkpointed; with none, dp 2 x tp 2 from 0.9 to 1.25 MB).
 static void test_no_host_memory(void) {
-  IrGraph *g = model("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2");
+  IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   for (int host = 1; host >= 0; host--) {
     SvConfig c = cluster("H100-80GB", 4, 1.1e6);
-    c.precision = SV_FP32;
     if (!host)
       c.cluster.group[0].dev.host_mem = 0;
     SvApplied a;

@@ -16,7 +16,7 @@ source "$(dirname "$0")/numpy.sh"
 source "$(dirname "$0")/lib.sh"
 
 rm -rf "$out"
-"$mtc" compile "$model" -o "$out" -D B=2 -D TE=12 -D TD=5 -D C=8 -D V=32
+"$mtc" compile "$model" -o "$out" -D B=2 -D TE=12 -D TD=5 -D C=8 -D V=32 --precision fp32
 make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 cd "$out"
 fail() { echo "FAIL: $*"; exit 1; }

@@ -87,7 +87,7 @@ expect() {  # expect STATUS TEXT train-args...
 }
 expect 1 "no tensor named 'y' (the model's input" --inputs no_y.safetensors
 expect 1 "tensor 'x' has shape [16, 8], the model's input expects [8, 16]" --inputs bad_shape.safetensors
-expect 1 "tensor 'x' is F64; the model's input is float32: expected F32" --inputs bad_f64.safetensors
+expect 1 "tensor 'x' is F64; the model's input is float32: expected F32 or BF16" --inputs bad_f64.safetensors
 expect 1 "tensor 'y' is F32; the model's input is int32: expected I32 or I64" --inputs bad_float_y.safetensors
 expect 1 "element 3 is 1099511627776, which does not fit in int32" --inputs bad_i64.safetensors
 expect 1 "element 5 is 10, outside [0, 10)" --inputs bad_range.safetensors

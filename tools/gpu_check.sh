@@ -96,7 +96,8 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
   rm -rf "$c"
   mkdir -p "$c"
   # shellcheck disable=SC2086
-  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" $mtc_args > "$c/compile.log" 2>&1 ||
+  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" --precision fp32 $mtc_args \
+    > "$c/compile.log" 2>&1 ||
     { cat "$c/compile.log"; die "mtc compile $model failed"; }
   build_gpu "$c/prog"
   make -s -C "$c/prog" cpu CFLAGS="-O2 -fopenmp -std=c11" > "$c/prog.make.log" 2>&1 ||
@@ -122,7 +123,7 @@ prepare_bench() {  # prepare_bench DIR
   local dir=$1 b=$1/bench/gpt2_124M_fp32
   mkdir -p "$dir/bench"
   # shellcheck disable=SC2086
-  "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $BENCH_DIMS_124M -D B=8 -o "$b" \
+  "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $BENCH_DIMS_124M -D B=8 -o "$b" --precision fp32 \
     --lr 1e-4 --beta2 0.95 > "$b.compile.log" || die "mtc compile (bench) failed"
   build_gpu "$b"
   cp "$b/build/gpu/train" "$b/train"
@@ -248,7 +249,7 @@ bench() {  # bench DIR: draw the benchmark programs' weights, then bench/gpu_gpt
   local dir=$1 line name dims
   while IFS='|' read -r name dims; do
     # shellcheck disable=SC2086
-    LD_LIBRARY_PATH=$dir/lib/mtc "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $dims \
+    LD_LIBRARY_PATH=$dir/lib/mtc "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $dims --precision fp32 \
       -o /tmp/gpu_check_w > /dev/null ||
       return 1
     mv /tmp/gpu_check_w/weights.bin "$dir/bench/$name/weights.bin"

@@ -4,6 +4,7 @@
     parity_check.py grads REF.safetensors GOT.safetensors [--tol 1e-4]
     parity_check.py losses REF.json KEY LOG [--tol 1e-4] [--steps N]
     parity_check.py logs REF.log GOT.log [--tol 1e-5]
+    parity_check.py cosine REF.safetensors GOT.safetensors [--min 0.999]
 
 `grads` compares every tensor of the reference (PyTorch's gradients after one
 backward) with the tensor of the same name that `train --dump-grads` wrote,
@@ -126,6 +127,39 @@ def check_grads(ref_path, got_path, tol):
     return ok
 
 
+def check_cosine(ref_path, got_path, least):
+    """Mixed precision: each gradient's direction against PyTorch's bf16 one
+    (cosine similarity at least `least`); their sizes are compared by the loss
+    trajectory. A tensor whose reference is zero in exact arithmetic (its
+    largest element below GRAD_FLOOR of the model's largest gradient) holds
+    rounding noise in both: it must be as small in mtc's."""
+    ref, got = st_read(ref_path), st_read(got_path)
+    ok, worst = True, 1.0
+    print(f"gradients: cosine similarity to torch per tensor (at least {least:g})")
+    width = max(len(n) for n in list(ref) + list(got))
+    floor = GRAD_FLOOR * max((float(np.max(np.abs(r))) for r in ref.values() if r.size), default=0.0)
+    for name, r in ref.items():
+        g = got.get(name)
+        if g is None or g.shape != r.shape:
+            print(f"  FAIL {name:<{width}}  missing from {got_path}, or of another shape")
+            ok = False
+            continue
+        r64, g64 = r.astype(np.float64).ravel(), g.astype(np.float64).ravel()
+        if float(np.max(np.abs(r64))) < floor:
+            small = float(np.max(np.abs(g64))) < 10 * floor
+            ok &= small
+            print(f"  {'OK  ' if small else 'FAIL'} {name:<{width}}  zero in torch (noise); "
+                  f"max|mtc| {float(np.max(np.abs(g64))):.3e}")
+            continue
+        cos = float(r64 @ g64 / (np.linalg.norm(r64) * np.linalg.norm(g64) + 1e-300))
+        worst = min(worst, cos)
+        good = cos >= least
+        ok &= good
+        print(f"  {'OK  ' if good else 'FAIL'} {name:<{width}}  {str(list(r.shape)):<14} cosine {cos:.6f}")
+    print(f"gradients: {len(ref)} tensors, lowest cosine {worst:.6f}: {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def logged_losses(path):
     losses = []
     with open(path) as f:
@@ -183,6 +217,10 @@ def main():
     l.add_argument("log")
     l.add_argument("--tol", type=float, default=1e-4)
     l.add_argument("--steps", type=int, default=None)
+    c = sub.add_parser("cosine")
+    c.add_argument("ref")
+    c.add_argument("got")
+    c.add_argument("--min", type=float, default=0.999)
     o = sub.add_parser("logs")
     o.add_argument("ref")
     o.add_argument("got")
@@ -190,6 +228,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "grads":
         ok = check_grads(a.ref, a.got, a.tol)
+    elif a.cmd == "cosine":
+        ok = check_cosine(a.ref, a.got, a.min)
     elif a.cmd == "logs":
         ok = check_logs(a.ref, a.got, a.tol)
     else:

@@ -51,15 +51,21 @@ def loss_fn(model, batch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=FIXTURES, help="where the fixture folders go")
+    ap.add_argument("--bf16-only", action="store_true",
+                    help="only the bf16 references (ref_bf16.json, grads_bf16.safetensors)")
     a = ap.parse_args()
     torch.manual_seed(1337)
     model = Encoder()
     pl.perturb_norms(model, 1)
     model.eval()
     batch = {"x": pl.randn((B, T, DIN), 1), "y": pl.randn((B, T, DOUT), 2)}
+    out = os.path.join(a.out, "encoder")
+    ref16, grads16 = pl.reference_bf16(model, loss_fn, batch, OPTS)
+    pl.write_bf16(out, ref16, grads16)
+    if a.bf16_only:
+        return 0
     ref, grads = pl.reference(model, loss_fn, batch, OPTS)
     note = pl.float64_drift(model, loss_fn, batch, grads)
-    out = os.path.join(a.out, "encoder")
     os.makedirs(out, exist_ok=True)
     dynamic = {"x": {0: "B", 1: "T"}, "y": {0: "B", 1: "T"}}
     for opset in (17, 14):

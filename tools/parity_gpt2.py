@@ -173,6 +173,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=FIXTURES, help="where the fixture folders go")
     ap.add_argument("--124M", dest="big", action="store_true", help="GPT-2 124M")
+    ap.add_argument("--bf16-only", action="store_true",
+                    help="only the bf16 references (ref_bf16.json, grads_bf16.safetensors)")
     a = ap.parse_args()
     cfg = GPT2_124M if a.big else SMALL
     torch.manual_seed(1337)
@@ -181,11 +183,16 @@ def main():
     model.eval()
     B, T, V = cfg["batch"], cfg["seq"], cfg["vocab"]
     batch = {"idx": pl.tokens((B, T), V, 1), "targets": pl.tokens((B, T), V, 2)}
+    name = "gpt2_124M" if a.big else "gpt2"
+    ref16, grads16 = pl.reference_bf16(model, loss_fn, batch, OPTS)
+    pl.write_bf16(os.path.join(a.out, name), ref16, grads16)
+    pl.write_bf16(os.path.join(a.out, name + "_dsl"), ref16, to_dsl(grads16, cfg))
+    if a.bf16_only:
+        return 0
     ref, grads = pl.reference(model, loss_fn, batch, OPTS)
     note = pl.float64_drift(model, loss_fn, batch, grads)
     print(note)
 
-    name = "gpt2_124M" if a.big else "gpt2"
     out = os.path.join(a.out, name)
     os.makedirs(out, exist_ok=True)
     dynamic = {"idx": {0: "B", 1: "T"}, "targets": {0: "B", 1: "T"}}

@@ -218,15 +218,24 @@ def loss_fn(model, batch):
     return model(*batch.values())
 
 
-def write(name, out_root):
+# the families with a bf16 reference too (ref_bf16.json, grads_bf16.safetensors)
+BF16 = ("llama",)
+
+
+def write(name, out_root, bf16_only=False):
     torch.manual_seed(0)
     model, batch = FAMILIES[name]()
     perturb_norms(model, 1)
     model.eval()
+    out = os.path.join(out_root, "hf_" + name)
+    if name in BF16:
+        ref16, grads16 = pl.reference_bf16(model, loss_fn, batch, OPTS)
+        pl.write_bf16(out, ref16, grads16)
+    if bf16_only:
+        return
     ref, grads = pl.reference(model, loss_fn, batch, OPTS)
     note = pl.float64_drift(model, loss_fn, batch, grads)
     print(name, note)
-    out = os.path.join(out_root, "hf_" + name)
     os.makedirs(out, exist_ok=True)
     variants = VARIANTS.get(name, ("o17", "o14", "o17_dyn"))
     for opset in (17, 14):
@@ -353,6 +362,8 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--big", action="store_true", help="the full-size models (GPT-2 124M, a Llama of "
                     "100M) into --out, for compiling and training; not fixtures")
+    ap.add_argument("--bf16-only", action="store_true",
+                    help="only the bf16 references of the families in BF16")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     if a.list:
@@ -365,8 +376,8 @@ def main():
     for name in a.names or list(FAMILIES) + ["llama_dsl"]:
         if name == "llama_dsl":
             write_llama_dsl(a.out)
-        else:
-            write(name, a.out)
+        elif not a.bf16_only or name in BF16:
+            write(name, a.out, a.bf16_only)
     return 0
 
 

@@ -6,6 +6,8 @@ program against:
     batch.safetensors   the fixed batch, one tensor per model input (train --inputs)
     grads.safetensors   every parameter's gradient after one backward, by name
     ref.json            the first loss and the losses of STEPS AdamW and SGD steps
+    ref_bf16.json, grads_bf16.safetensors
+                        the same under PyTorch's bf16 autocast (AdamW only; some fixtures)
     parity.env          how to compile and run: mtc_args, load, adamw_args, sgd_args
     model_o17.onnx ...  the exported model (ONNX fixtures)
     weights.safetensors the initial weights by DSL name (DSL fixtures: train --load)
@@ -67,6 +69,54 @@ def reference(model, loss_fn, batch, opts, steps=STEPS):
         out[kind] = losses
     model.load_state_dict(start)
     return out, grads
+
+
+def reference_bf16(model, loss_fn, batch, opts, steps=STEPS):
+    """reference() under PyTorch's own mixed precision, as users train: the
+    forward in torch.autocast("cpu", dtype=torch.bfloat16), the parameters
+    (master weights), their gradients and AdamW's state in float32. Only the
+    AdamW trajectory (opts["adamw"])."""
+    start = copy.deepcopy(model.state_dict())
+    # LayerNorm in float32, as autocast's CUDA policy has it (torch 1.13's CPU
+    # autocast leaves it out and then refuses a bf16 input with a float32 weight)
+    hooks = [m.register_forward_pre_hook(lambda mod, args: tuple(
+                 a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args))
+             for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(model, batch)
+    loss.float().backward()
+    out = {"loss": float(loss)}
+    grads = {n: p.grad.detach().float().numpy().copy() for n, p in model.named_parameters()
+             if p.grad is not None}
+    opt = make_optimizer("adamw", opts["adamw"], model.parameters())
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = loss_fn(model, batch)
+        losses.append(float(loss))
+        loss.float().backward()
+        opt.step()
+    out["adamw"] = losses
+    for h in hooks:
+        h.remove()
+    model.load_state_dict(start)
+    model.zero_grad(set_to_none=True)
+    return out, grads
+
+
+def write_bf16(out, ref, grads):
+    """The bf16 reference beside a fixture: ref_bf16.json, grads_bf16.safetensors."""
+    st_write(os.path.join(out, "grads_bf16.safetensors"), grads,
+             {"content": "PyTorch gradients after one backward under bf16 autocast"})
+    with open(os.path.join(out, "ref_bf16.json"), "w") as f:
+        json.dump(dict(ref, torch=torch.__version__,
+                       note="torch.autocast('cpu', dtype=torch.bfloat16), float32 master weights"),
+                  f, indent=1)
+        f.write("\n")
+    print(f"wrote {out} (bf16): loss {ref['loss']:.6f}; adamw {ref['adamw'][0]:.4f} -> "
+          f"{ref['adamw'][-1]:.4f}")
 
 
 def float64_drift(model, loss_fn, batch, grads):

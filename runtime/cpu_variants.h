@@ -1,0 +1,124 @@
+// Defines the typed kernels of a CPU source once per variant of
+// runtime/kernels.h's RT_T_VARIANTS and RT_TU_VARIANTS: the includer defines
+// RT_TEMPLATE, the file of kernels written over RT_T and RT_U (see
+// runtime/kernels_cpu_t.h for what it may use), and includes this file once.
+//   float32        KT and KTU kernels   rt_<name>
+//   bf16           KT and KTU kernels   rt_<name>_bf16
+//   bf16, float32  KTU kernels          rt_<name>_bf16_f32
+//   float32, bf16  KTU kernels          rt_<name>_f32_bf16
+#ifndef RT_TEMPLATE
+#error "RT_TEMPLATE must name the file of typed kernels"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+
+// n floats for a bf16 kernel's float32 copy of a tensor (the program ends,
+// saying so, when memory is out)
+static inline float *rt_cpu_alloc(long n) {
+  float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+  if (!f) {
+    fprintf(stderr, "train: error: out of memory for a float32 copy of %ld elements\n", n);
+    exit(1);
+  }
+  return f;
+}
+
+static inline float rt_ld_f32(float x) { return x; }
+// an element of either type, widened to float (exact)
+#define LD(x) _Generic((x), rt_bf16: rt_bf16_to_f32, default: rt_ld_f32)(x)
+#define RT_CAT(a, b) RT_CAT_(a, b)
+#define RT_CAT_(a, b) a##b
+#define RT_NAME(name) RT_CAT(rt_##name, RT_SUFFIX)
+#define RT_NAME_TF(name) RT_CAT(rt_##name, RT_TF_SUFFIX)
+#define RT_LOCAL(name) RT_CAT(name##_, RT_SUFFIX)
+
+#define RT_T float
+#define RT_U float
+#define RT_T_F32 1
+#define RT_U_F32 1
+#define RT_KT 1
+#define RT_SUFFIX
+#define RT_TF_SUFFIX
+#define TO_T(x) (x)
+#define TO_U(x) (x)
+#define RT_DTYPE RT_F32
+#include RT_TEMPLATE
+#undef RT_DTYPE
+#undef RT_T
+#undef RT_U
+#undef RT_T_F32
+#undef RT_U_F32
+#undef RT_KT
+#undef RT_SUFFIX
+#undef RT_TF_SUFFIX
+#undef TO_T
+#undef TO_U
+
+#define RT_T rt_bf16
+#define RT_U rt_bf16
+#define RT_T_F32 0
+#define RT_U_F32 0
+#define RT_KT 1
+#define RT_SUFFIX _bf16
+#define RT_TF_SUFFIX _bf16_f32
+#define TO_T(x) rt_f32_to_bf16(x)
+#define TO_U(x) rt_f32_to_bf16(x)
+#define RT_DTYPE RT_BF16
+#include RT_TEMPLATE
+#undef RT_DTYPE
+#undef RT_T
+#undef RT_U
+#undef RT_T_F32
+#undef RT_U_F32
+#undef RT_KT
+#undef RT_SUFFIX
+#undef RT_TF_SUFFIX
+#undef TO_T
+#undef TO_U
+
+#define RT_T rt_bf16
+#define RT_U float
+#define RT_T_F32 0
+#define RT_U_F32 1
+#define RT_KT 0
+#define RT_SUFFIX _bf16_f32
+#define RT_TF_SUFFIX _bf16_f32
+#define TO_T(x) rt_f32_to_bf16(x)
+#define TO_U(x) (x)
+#define RT_DTYPE RT_BF16
+#include RT_TEMPLATE
+#undef RT_DTYPE
+#undef RT_T
+#undef RT_U
+#undef RT_T_F32
+#undef RT_U_F32
+#undef RT_KT
+#undef RT_SUFFIX
+#undef RT_TF_SUFFIX
+#undef TO_T
+#undef TO_U
+
+#define RT_T float
+#define RT_U rt_bf16
+#define RT_T_F32 1
+#define RT_U_F32 0
+#define RT_KT 0
+#define RT_SUFFIX _f32_bf16
+#define RT_TF_SUFFIX
+#define TO_T(x) (x)
+#define TO_U(x) rt_f32_to_bf16(x)
+#define RT_DTYPE RT_F32
+#include RT_TEMPLATE
+#undef RT_DTYPE
+#undef RT_T
+#undef RT_U
+#undef RT_T_F32
+#undef RT_U_F32
+#undef RT_KT
+#undef RT_SUFFIX
+#undef RT_TF_SUFFIX
+#undef TO_T
+#undef TO_U
+
+#undef RT_TEMPLATE
