@@ -1,5 +1,6 @@
-// bench/gemm.c: mtc's CPU SGEMM (rt_matmul) on the GEMMs of a GPT-2 124M
-// training step, against this machine's fp32 FMA peak.
+// bench/gemm.c: mtc's CPU SGEMM (rt_matmul) and its bf16 GEMM
+// (rt_matmul_bf16: bf16 operands and result, float32 accumulators) on the
+// GEMMs of a GPT-2 124M training step, against this machine's fp32 FMA peak.
 //
 //   cc -O3 -march=native -fopenmp -std=c11 -Iruntime bench/gemm.c
 //      runtime/kernels_cpu.c -lm -o /tmp/gemm && /tmp/gemm [T] [reps]
@@ -7,7 +8,8 @@
 //
 // For batch 4 and sequence length T (default 256) it times every distinct
 // GEMM shape of the forward and backward pass (best of `reps`, default 10),
-// prints GFLOP/s per shape, the GEMM time of one step (each shape times the
+// prints GFLOP/s per shape in float32 and in bf16 (and which bf16 path the
+// build took: rt_cpu_gemm_bf16_kind), the GEMM time of one step (each shape times the
 // number of times a step runs it) and the peak: every thread running
 // independent vector FMAs from registers, no memory traffic.
 #define _DEFAULT_SOURCE  // MAP_ANONYMOUS
@@ -79,6 +81,28 @@ static float *buffer(long n) {  // anonymous pages, as the training program's ar
   return p;
 }
 
+static rt_bf16 *buffer_bf16(long n) {  // the same values in bf16, on their own pages
+  rt_bf16 *p = (rt_bf16 *)buffer((n + 1) / 2);
+  for (long i = 0; i < n; i++) p[i] = rt_f32_to_bf16((float)(i % 7) * 0.1f - 0.3f);
+  return p;
+}
+
+// The best of reps runs of one GEMM, in seconds; bf16 operands and result when bf16.
+static double best_time(int bf16, void *c, const void *a, const void *b, long m, long n, long k,
+                        int ta, int tb, long reps) {
+  double best = 1e30;
+  for (long r = 0; r < reps; r++) {
+    double t = now();
+    if (bf16)
+      rt_matmul_bf16(c, a, b, 1, m, n, k, ta, tb, 0, 0, 0);
+    else
+      rt_matmul(c, a, b, 1, m, n, k, ta, tb, 0, 0, 0);
+    t = now() - t;
+    if (t < best) best = t;
+  }
+  return best;
+}
+
 int main(int argc, char **argv) {
   long T = argc > 1 ? atol(argv[1]) : 256, reps = argc > 2 ? atol(argv[2]) : 10;
   const long L = 12, C = 768, V = 50257, BT = 4 * T;
@@ -99,29 +123,30 @@ int main(int argc, char **argv) {
   };
   long most = BT * V > V * C ? BT * V : V * C;
   float *a = buffer(most), *b = buffer(most), *c = buffer(most);
+  rt_bf16 *ah = buffer_bf16(most), *bh = buffer_bf16(most), *ch = buffer_bf16(most);
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
-  printf("GPT-2 124M GEMMs, B=4 T=%ld, %d threads, best of %ld\n\n", T, threads, reps);
-  printf("| GEMM | m | n | k | ms | GFLOP/s |\n|---|---|---|---|---|---|\n");
-  double step = 0.0, step_flops = 0.0;
+  printf("GPT-2 124M GEMMs, B=4 T=%ld, %d threads, best of %ld; bf16: %s\n\n", T, threads, reps,
+         rt_cpu_gemm_bf16_kind());
+  printf("| GEMM | m | n | k | fp32 ms | fp32 GFLOP/s | bf16 ms | bf16 GFLOP/s |\n"
+         "|---|---|---|---|---|---|---|---|\n");
+  double step = 0.0, step16 = 0.0, step_flops = 0.0;
   for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
-    double best = 1e30;
-    for (long r = 0; r < reps; r++) {
-      double t = now();
-      rt_matmul(c, a, b, 1, g[i].m, g[i].n, g[i].k, g[i].ta, g[i].tb, 0, 0, 0);
-      t = now() - t;
-      if (t < best) best = t;
-    }
+    double t32 = best_time(0, c, a, b, g[i].m, g[i].n, g[i].k, g[i].ta, g[i].tb, reps);
+    double t16 = best_time(1, ch, ah, bh, g[i].m, g[i].n, g[i].k, g[i].ta, g[i].tb, reps);
     double flops = 2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k;
-    printf("| %s | %ld | %ld | %ld | %.2f | %.0f |\n", g[i].name, g[i].m, g[i].n, g[i].k,
-           best * 1e3, flops / best * 1e-9);
-    step += best * (double)g[i].per_step;
+    printf("| %s | %ld | %ld | %ld | %.2f | %.0f | %.2f | %.0f |\n", g[i].name, g[i].m, g[i].n,
+           g[i].k, t32 * 1e3, flops / t32 * 1e-9, t16 * 1e3, flops / t16 * 1e-9);
+    step += t32 * (double)g[i].per_step;
+    step16 += t16 * (double)g[i].per_step;
     step_flops += flops * (double)g[i].per_step;
   }
   double peak = fma_peak();
-  printf("\nGEMMs of one step: %.0f ms, %.0f GFLOP/s; FMA peak %.0f GFLOP/s (%.0f%%)\n",
-         step * 1e3, step_flops / step * 1e-9, peak, 100.0 * step_flops / step * 1e-9 / peak);
+  printf("\nGEMMs of one step: fp32 %.0f ms, %.0f GFLOP/s; bf16 %.0f ms, %.0f GFLOP/s; "
+         "fp32 FMA peak %.0f GFLOP/s (fp32 at %.0f%% of it)\n",
+         step * 1e3, step_flops / step * 1e-9, step16 * 1e3, step_flops / step16 * 1e-9, peak,
+         100.0 * step_flops / step * 1e-9 / peak);
   return 0;
 }

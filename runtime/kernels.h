@@ -79,6 +79,10 @@ enum { RT_UNARY_OPS(RT_OP_ENUM) };
 #undef RT_T
 #undef RT_U
 
+// How the CPU build multiplies bf16 matrices (chosen when kernels_cpu.c is
+// compiled): "avx512-bf16 dot products" or "bf16 widened to float32".
+const char *rt_cpu_gemm_bf16_kind(void);
+
 // The host's threads (rt_adamw_host's default): $MTC_HOST_THREADS, else the
 // online CPUs.
 int rt_host_threads(void);

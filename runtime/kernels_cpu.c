@@ -335,6 +335,33 @@ static void gemm_pack_b_panel(float *dst, const float *b, long ldb, int tb, long
 #define PREFETCH_W(p) ((void)(p))
 #endif
 
+// Writes the accumulators of a micro-tile into c (row stride ldc; only its
+// mr x nr corner is valid), adding what c holds when accumulating.
+__attribute__((always_inline)) static inline void gemm_store(gemm_v acc[GEMM_MR][GEMM_NV],
+                                                             float *c, long ldc, int accumulate,
+                                                             long mr, long nr) {
+  if (mr == GEMM_MR && nr == GEMM_NR) {
+    for (int i = 0; i < GEMM_MR; i++) {
+      float *ci = c + i * ldc;
+      for (int v = 0; v < GEMM_NV; v++) {
+        if (accumulate) {
+          gemm_v x;
+          memcpy(&x, ci + v * GEMM_VW, sizeof x);
+          acc[i][v] += x;
+        }
+        memcpy(ci + v * GEMM_VW, &acc[i][v], sizeof acc[i][v]);
+      }
+    }
+    return;
+  }
+  float t[GEMM_MR][GEMM_NR];  // an edge tile: through a buffer
+  for (int i = 0; i < GEMM_MR; i++)
+    for (int v = 0; v < GEMM_NV; v++) memcpy(t[i] + v * GEMM_VW, &acc[i][v], sizeof acc[i][v]);
+  for (long i = 0; i < mr; i++)
+    for (long j = 0; j < nr; j++)
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+
 // The micro-kernel: the GEMM_MR x GEMM_NR tile c (row stride ldc, only
 // mr x nr of it valid) = (accumulate ? c : 0) + sum_p a[p, :] (x) b[p, :].
 // MR x NV accumulator vectors; per p: NV vector loads, MR broadcasts,
@@ -361,42 +388,214 @@ static void gemm_micro(long kc, const float *a, const float *b, float *c, long l
     for (int i = 0; i < GEMM_MR; i++)
       for (int v = 0; v < GEMM_NV; v++) acc[i][v] += ap[i] * bv[v];
   }
-  if (mr == GEMM_MR && nr == GEMM_NR) {
-    for (int i = 0; i < GEMM_MR; i++) {
-      float *ci = c + i * ldc;
-      for (int v = 0; v < GEMM_NV; v++) {
-        if (accumulate) {
-          gemm_v x;
-          memcpy(&x, ci + v * GEMM_VW, sizeof x);
-          acc[i][v] += x;
+  gemm_store(acc, c, ldc, accumulate, mr, nr);
+}
+
+// ---- bf16 operands, float32 results and accumulators
+//
+// With AVX512-BF16 (GCC/Clang's __AVX512BF16__, as -march=native gives on
+// CPUs that have it) the micro-kernel multiplies bf16 pairs: vdpbf16ps adds
+// a[p] b[p] + a[p+1] b[p+1] (each product exact in float32) to 16 float32
+// accumulators, twice the multiply-adds of a float32 FMA per instruction.
+// The packed panels hold pairs of consecutive p side by side:
+//   A panel   the pair (i, pp) at 32-bit word [pp*MR + i],
+//   B panel   the pair (pp, j) at 32-bit word [pp*NR + j],
+// so that one 32-bit broadcast of A and one vector load of B feed a
+// vdpbf16ps; an odd K slice ends with a zero. Elsewhere (or built with
+// -DMTC_GEMM_NO_BF16_DOT, as a test forces) the packers widen bf16 to
+// float32 panels and the float32 micro-kernel runs: exactly the float32
+// GEMM of the widened operands. The two differ only in the order of the
+// float32 additions (and vdpbf16ps flushes subnormal inputs and results
+// to zero).
+#if defined(__AVX512BF16__) && GEMM_VW == 16 && !defined(MTC_GEMM_NO_BF16_DOT)
+#define GEMM_BF16_DOT 1
+#include <immintrin.h>
+#else
+#define GEMM_BF16_DOT 0
+#endif
+
+const char *rt_cpu_gemm_bf16_kind(void) {
+  return GEMM_BF16_DOT ? "avx512-bf16 dot products" : "bf16 widened to float32";
+}
+
+// op(X)(r, q) of a bf16 matrix at x with leading dimension ld (t: transposed)
+static inline rt_bf16 gemm_op16(const rt_bf16 *x, long ld, int t, long r, long q) {
+  return t ? x[q * ld + r] : x[r * ld + q];
+}
+
+#if GEMM_BF16_DOT
+static inline uint32_t bf16_pair(rt_bf16 lo, rt_bf16 hi) {
+  return (uint32_t)lo.bits | (uint32_t)hi.bits << 16;
+}
+
+// A block of op(A) (rows [0, mc), columns [0, kc)) as pair panels of MR
+// rows. Full panels with an even slice read each row of A in order.
+static void gemm_pack_a_pairs(uint32_t *dst, const rt_bf16 *a, long lda, int ta, long mc,
+                              long kc) {
+  long kp = (kc + 1) / 2;
+  for (long r = 0; r < mc; r += GEMM_MR) {
+    long mr = min_l(GEMM_MR, mc - r);
+    uint32_t *d = dst + r * kp;
+    if (mr == GEMM_MR && kc % 2 == 0) {
+      if (ta)  // op(A)(i, p) = a[p*lda + i]: rows p and p+1 interleaved
+        for (long pp = 0; pp < kp; pp++) {
+          const rt_bf16 *s0 = a + 2 * pp * lda + r, *s1 = s0 + lda;
+          for (long i = 0; i < GEMM_MR; i++) d[pp * GEMM_MR + i] = bf16_pair(s0[i], s1[i]);
         }
-        memcpy(ci + v * GEMM_VW, &acc[i][v], sizeof acc[i][v]);
-      }
+      else  // op(A)(i, p) = a[i*lda + p]: a pair is two neighbours
+        for (long i = 0; i < GEMM_MR; i++) {
+          const rt_bf16 *s = a + (r + i) * lda;
+          for (long pp = 0; pp < kp; pp++)
+            d[pp * GEMM_MR + i] = bf16_pair(s[2 * pp], s[2 * pp + 1]);
+        }
+      continue;
     }
+    for (long pp = 0; pp < kp; pp++)
+      for (long i = 0; i < GEMM_MR; i++) {
+        rt_bf16 lo = {0}, hi = {0};
+        if (i < mr) {
+          lo = gemm_op16(a, lda, ta, r + i, 2 * pp);
+          if (2 * pp + 1 < kc) hi = gemm_op16(a, lda, ta, r + i, 2 * pp + 1);
+        }
+        d[pp * GEMM_MR + i] = bf16_pair(lo, hi);
+      }
+  }
+}
+
+// Columns [0, nr) x rows [0, kc) of op(B) as one pair panel.
+static void gemm_pack_b_pairs(uint32_t *dst, const rt_bf16 *b, long ldb, int tb, long nr,
+                              long kc) {
+  long kp = (kc + 1) / 2;
+  if (nr == GEMM_NR && kc % 2 == 0) {
+    if (tb)  // op(B)(p, j) = b[j*ldb + p]: a pair is two neighbours
+      for (long j = 0; j < GEMM_NR; j++) {
+        const rt_bf16 *s = b + j * ldb;
+        for (long pp = 0; pp < kp; pp++) dst[pp * GEMM_NR + j] = bf16_pair(s[2 * pp], s[2 * pp + 1]);
+      }
+    else  // op(B)(p, j) = b[p*ldb + j]: rows p and p+1 interleaved
+      for (long pp = 0; pp < kp; pp++) {
+        const rt_bf16 *s0 = b + 2 * pp * ldb, *s1 = s0 + ldb;
+        for (long j = 0; j < GEMM_NR; j++) dst[pp * GEMM_NR + j] = bf16_pair(s0[j], s1[j]);
+      }
     return;
   }
-  float t[GEMM_MR][GEMM_NR];  // an edge tile: through a buffer
-  for (int i = 0; i < GEMM_MR; i++)
-    for (int v = 0; v < GEMM_NV; v++) memcpy(t[i] + v * GEMM_VW, &acc[i][v], sizeof acc[i][v]);
-  for (long i = 0; i < mr; i++)
-    for (long j = 0; j < nr; j++)
-      c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i][j] : t[i][j];
+  for (long pp = 0; pp < kp; pp++)
+    for (long j = 0; j < GEMM_NR; j++) {
+      rt_bf16 lo = {0}, hi = {0};
+      if (j < nr) {
+        lo = gemm_op16(b, ldb, tb, 2 * pp, j);
+        if (2 * pp + 1 < kc) hi = gemm_op16(b, ldb, tb, 2 * pp + 1, j);
+      }
+      dst[pp * GEMM_NR + j] = bf16_pair(lo, hi);
+    }
 }
+
+// The micro-kernel of the pair panels (kp pairs): as gemm_micro.
+static void gemm_micro_dot(long kp, const uint32_t *a, const uint32_t *b, float *c, long ldc,
+                           int accumulate, long mr, long nr) {
+  for (long i = 0; i < mr; i++) {
+    PREFETCH_W(c + i * ldc);
+    PREFETCH_W(c + i * ldc + nr - 1);
+  }
+  gemm_v acc[GEMM_MR][GEMM_NV];
+  for (int i = 0; i < GEMM_MR; i++)
+    for (int v = 0; v < GEMM_NV; v++) acc[i][v] = (gemm_v){0};
+  for (long pp = 0; pp < kp; pp++) {
+    __m512bh bv[GEMM_NV];
+    for (int v = 0; v < GEMM_NV; v++)
+      bv[v] = (__m512bh)_mm512_loadu_si512(b + pp * GEMM_NR + v * GEMM_VW);
+    const uint32_t *ap = a + pp * GEMM_MR;
+    for (int i = 0; i < GEMM_MR; i++) {
+      __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i]);
+      for (int v = 0; v < GEMM_NV; v++)
+        acc[i][v] = (gemm_v)_mm512_dpbf16_ps((__m512)acc[i][v], ai, bv[v]);
+    }
+  }
+  gemm_store(acc, c, ldc, accumulate, mr, nr);
+}
+#else
+// A block of op(A) widened into float32 micro-panels (as gemm_pack_a_block).
+static void gemm_pack_a_wide(float *dst, const rt_bf16 *a, long lda, int ta, long mc, long kc) {
+  for (long r = 0; r < mc; r += GEMM_MR) {
+    long mr = min_l(GEMM_MR, mc - r);
+    float *d = dst + r * kc;
+    for (long p = 0; p < kc; p++)
+      for (long i = 0; i < GEMM_MR; i++)
+        d[p * GEMM_MR + i] = i < mr ? rt_bf16_to_f32(gemm_op16(a, lda, ta, r + i, p)) : 0.0f;
+  }
+}
+
+// A micro-panel of op(B) widened to float32 (as gemm_pack_b_panel).
+static void gemm_pack_b_wide(float *dst, const rt_bf16 *b, long ldb, int tb, long nr, long kc) {
+  for (long p = 0; p < kc; p++)
+    for (long j = 0; j < GEMM_NR; j++)
+      dst[p * GEMM_NR + j] = j < nr ? rt_bf16_to_f32(gemm_op16(b, ldb, tb, p, j)) : 0.0f;
+}
+#endif
 
 // One task: rows [i0, i0+mc) x columns [j0, j1) of C for batch items
 // [b0, b1). With sc == 0 the items add into one C (the first overwrites).
+// The operands are float32, or bf16 (bf16 set).
 typedef struct gemm_args {
   float *c;
-  const float *a, *b;
+  const void *a, *b;
   long m, n, k, lda, ldb, sa, sb, sc;
-  int ta, tb;
+  int ta, tb, bf16;
 } gemm_args;
+
+// The task with bf16 operands: gemm_task's loops over the pair panels, or
+// over widened float32 panels.
+static void gemm_task_bf16(const gemm_args *g, long b0, long b1, long i0, long mc, long j0,
+                           long j1) {
+  for (long bi = b0; bi < b1; bi++) {
+    const rt_bf16 *a = (const rt_bf16 *)g->a + bi * g->sa, *b = (const rt_bf16 *)g->b + bi * g->sb;
+    float *c = g->c + bi * g->sc + i0 * g->n;
+    for (long p0 = 0; p0 < g->k; p0 += GEMM_KC) {
+      long kc = min_l(GEMM_KC, g->k - p0);
+      int accumulate = p0 > 0 || (g->sc == 0 && bi > 0);
+      const rt_bf16 *ap = g->ta ? a + p0 * g->lda + i0 : a + i0 * g->lda + p0;
+#if GEMM_BF16_DOT
+      long kp = (kc + 1) / 2;  // pairs; a panel of pairs takes half the bytes of a float panel
+      uint32_t *pa = (uint32_t *)gemm_pack_a, *pb = (uint32_t *)gemm_pack_b;
+      gemm_pack_a_pairs(pa, ap, g->lda, g->ta, mc, kc);
+#else
+      long kp = kc;
+      float *pa = gemm_pack_a, *pb = gemm_pack_b;
+      gemm_pack_a_wide(pa, ap, g->lda, g->ta, mc, kc);
+#endif
+      for (long jg = j0; jg < j1; jg += GEMM_NB * GEMM_NR) {
+        long jend = min_l(j1, jg + GEMM_NB * GEMM_NR);
+        for (long j = jg; j < jend; j += GEMM_NR) {
+          const rt_bf16 *bj = g->tb ? b + j * g->ldb + p0 : b + p0 * g->ldb + j;
+#if GEMM_BF16_DOT
+          gemm_pack_b_pairs(pb + (j - jg) * kp, bj, g->ldb, g->tb, min_l(GEMM_NR, jend - j), kc);
+#else
+          gemm_pack_b_wide(pb + (j - jg) * kp, bj, g->ldb, g->tb, min_l(GEMM_NR, jend - j), kc);
+#endif
+        }
+        for (long r = 0; r < mc; r += GEMM_MR)
+          for (long j = jg; j < jend; j += GEMM_NR)
+#if GEMM_BF16_DOT
+            gemm_micro_dot(kp, pa + r * kp, pb + (j - jg) * kp, c + r * g->n + j, g->n,
+                           accumulate, min_l(GEMM_MR, mc - r), min_l(GEMM_NR, jend - j));
+#else
+            gemm_micro(kp, pa + r * kp, pb + (j - jg) * kp, c + r * g->n + j, g->n, accumulate,
+                       min_l(GEMM_MR, mc - r), min_l(GEMM_NR, jend - j));
+#endif
+      }
+    }
+  }
+}
 
 static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, long j0,
                       long j1) {
+  if (g->bf16) {
+    gemm_task_bf16(g, b0, b1, i0, mc, j0, j1);
+    return;
+  }
   float *pa = gemm_pack_a, *pb = gemm_pack_b;
   for (long bi = b0; bi < b1; bi++) {
-    const float *a = g->a + bi * g->sa, *b = g->b + bi * g->sb;
+    const float *a = (const float *)g->a + bi * g->sa, *b = (const float *)g->b + bi * g->sb;
     float *c = g->c + bi * g->sc + i0 * g->n;
     for (long p0 = 0; p0 < g->k; p0 += GEMM_KC) {
       long kc = min_l(GEMM_KC, g->k - p0);
@@ -437,7 +636,7 @@ static int max_threads(void) {
 // more column blocks re-packs A: of the splits with a multiple of the thread
 // count of tasks (up to 4 per thread), the one that packs least is taken.
 // The split changes the speed, never the result.
-static void matmul_f32(float *c, const float *a, const float *b, long batch, long m,
+static void matmul_any(float *c, const void *a, const void *b, int bf16, long batch, long m,
                        long n, long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
   if (batch <= 0 || k <= 0) {  // empty products are zero
@@ -445,7 +644,7 @@ static void matmul_f32(float *c, const float *a, const float *b, long batch, lon
     for (long i = 0; i < nc; i++) rt_fill(c + i * sc, m * n, 0.0f);
     return;
   }
-  gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb};
+  gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb, bf16};
   long nb = sc == 0 ? 1 : batch;  // batch tasks
   long nth = max_threads(), rpanels = ceil_div(m, GEMM_MR), cpanels = ceil_div(n, GEMM_NR);
   double a_ns = (double)(nb * m * k) * (ta ? PACK_NS_COPY : PACK_NS_TRANSPOSE);
@@ -469,6 +668,17 @@ static void matmul_f32(float *c, const float *a, const float *b, long batch, lon
     long b0 = sc == 0 ? 0 : bt, b1 = sc == 0 ? batch : bt + 1;
     gemm_task(&g, b0, b1, i0, m - i0 < mc ? m - i0 : mc, j0, j0 + nc < n ? j0 + nc : n);
   }
+}
+
+static void matmul_f32(float *c, const float *a, const float *b, long batch, long m, long n,
+                       long k, int ta, int tb, long sa, long sb, long sc) {
+  matmul_any(c, a, b, 0, batch, m, n, k, ta, tb, sa, sb, sc);
+}
+
+// bf16 operands, float32 results
+static void matmul_bf16(float *c, const rt_bf16 *a, const rt_bf16 *b, long batch, long m,
+                        long n, long k, int ta, int tb, long sa, long sb, long sc) {
+  matmul_any(c, a, b, 1, batch, m, n, k, ta, tb, sa, sb, sc);
 }
 
 // ---------------------------------------------------------------------------

@@ -715,11 +715,11 @@ void RT_NAME(matmul)(RT_U *c, const RT_T *a, const RT_T *b, long batch, long m, 
   RT_LOCAL(narrow_u)(c, f, cn);
 #else
   (void)cn;
-  float *oa, *ob;
-  const float *af = RT_LOCAL(widen)(a, RT_LOCAL(operand_span)(batch, m, k, sa), &oa);
-  const float *bf = RT_LOCAL(widen)(b, RT_LOCAL(operand_span)(batch, k, n, sb), &ob);
-  matmul_f32(c, af, bf, batch, m, n, k, ta, tb, sa, sb, sc);
-  free(oa), free(ob);
+#if RT_T_F32
+  matmul_f32(c, a, b, batch, m, n, k, ta, tb, sa, sb, sc);
+#else
+  matmul_bf16(c, a, b, batch, m, n, k, ta, tb, sa, sb, sc);  // bf16 operands packed as they are
+#endif
 #endif
 }
 

@@ -350,31 +350,70 @@ static void test_losses(void) {
   free(t), drop(logits), drop(dl), drop(lp);
 }
 
-static void test_matmul(void) {
-  long batch = 3, m = 17, n = 23, k = 31;
+// The GEMM with bf16 operands runs one of two paths (rt_cpu_gemm_bf16_kind):
+// bf16 widened to float32 panels, which is the float32 GEMM of the same
+// values (checked bit for bit), or AVX512-BF16 dot products, which add the
+// same exact products in another order: its float32 results must be within
+// 2 k 2^-24 sum_p |a_ip b_pj| of the float32 GEMM's (twice the bound of
+// either sum's rounding error), its bf16 results within an ulp.
+static bool gemm_dot;
+
+static void close_gemm(const char *what, const float *want, const float *got, const float *absdot,
+                       long n, long k) {
+  long bad = 0;
+  for (long i = 0; i < n; i++) {
+    double tol = 2.0 * (double)k * ldexp(1.0, -24) * absdot[i] + 1e-30;
+    bad += !(fabs((double)want[i] - (double)got[i]) <= tol);
+  }
+  verdict(what, bad, n, " (by more than the rounding bound)");
+}
+
+static void test_matmul_size(long batch, long m, long n, long k) {
   Buf a = in(batch * m * k, -1, 1), b = in(k * n, -1, 1), c = out(batch * m * n);
   float *c32 = alloc((size_t)(batch * m * n) * sizeof(float));
+  float *aa = alloc((size_t)(batch * m * k) * sizeof(float)), *ab = alloc((size_t)(k * n) * sizeof(float));
+  float *absdot = alloc((size_t)(batch * m * n) * sizeof(float));
+  for (long i = 0; i < batch * m * k; i++) aa[i] = fabsf(a.f[i]);
+  for (long i = 0; i < k * n; i++) ab[i] = fabsf(b.f[i]);
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
-      char what[64];
+      char what[96];
+      rt_matmul(absdot, aa, ab, batch, m, n, k, ta, tb, m * k, 0, m * n);
       rt_matmul(c.f, a.f, b.f, batch, m, n, k, ta, tb, m * k, 0, m * n);
       rt_matmul_bf16(c.h, a.h, b.h, batch, m, n, k, ta, tb, m * k, 0, m * n);
-      snprintf(what, sizeof what, "matmul bf16 ta=%d tb=%d (b broadcast)", ta, tb);
-      same(what, c);
+      snprintf(what, sizeof what, "matmul bf16 %ldx%ldx%ldx%ld ta=%d tb=%d (b broadcast)", batch, m,
+               n, k, ta, tb);
+      same_ulps(what, c, gemm_dot);
       rt_matmul_bf16_f32(c32, a.h, b.h, batch, m, n, k, ta, tb, m * k, 0, m * n);
-      snprintf(what, sizeof what, "matmul bf16 -> f32 ta=%d tb=%d", ta, tb);
-      same_f32(what, c.f, c32, batch * m * n);
+      snprintf(what, sizeof what, "matmul bf16 -> f32 %ldx%ldx%ldx%ld ta=%d tb=%d", batch, m, n, k,
+               ta, tb);
+      if (gemm_dot)
+        close_gemm(what, c.f, c32, absdot, batch * m * n, k);
+      else
+        same_f32(what, c.f, c32, batch * m * n);
       rt_matmul_f32_bf16(c.h, a.f, b.f, batch, m, n, k, ta, tb, m * k, 0, m * n);
-      snprintf(what, sizeof what, "matmul f32 -> bf16 ta=%d tb=%d", ta, tb);
+      snprintf(what, sizeof what, "matmul f32 -> bf16 %ldx%ldx%ldx%ld ta=%d tb=%d", batch, m, n, k,
+               ta, tb);
       same(what, c);
     }
   // sc = 0: every product summed into one result (a weight's gradient over the batch)
-  Buf g = out(m * n);
-  rt_matmul(g.f, a.f, a.f, batch, m, n < k ? n : k, m, 1, 0, m * k, m * k, 0);
-  rt_matmul_bf16(g.h, a.h, a.h, batch, m, n < k ? n : k, m, 1, 0, m * k, m * k, 0);
-  g.n = m * (n < k ? n : k);
-  same("matmul bf16, products summed (sc = 0)", g);
-  free(c32), drop(a), drop(b), drop(c), drop(g);
+  long n2 = n < k ? n : k;
+  Buf g = out(m * n2);
+  rt_matmul(g.f, a.f, a.f, batch, m, n2, m, 1, 0, m * k, m * k, 0);
+  rt_matmul_bf16(g.h, a.h, a.h, batch, m, n2, m, 1, 0, m * k, m * k, 0);
+  g.n = m * n2;
+  char what[96];
+  snprintf(what, sizeof what, "matmul bf16 %ldx%ldx%ldx%ld, products summed (sc = 0)", batch, m,
+           n2, m);
+  same_ulps(what, g, gemm_dot);
+  free(c32), free(aa), free(ab), free(absdot), drop(a), drop(b), drop(c), drop(g);
+}
+
+static void test_matmul(void) {
+  gemm_dot = strstr(rt_cpu_gemm_bf16_kind(), "dot") != NULL;
+  printf("bf16 GEMM: %s\n", rt_cpu_gemm_bf16_kind());
+  test_matmul_size(3, 17, 23, 31);   // edge tiles only, an odd k
+  test_matmul_size(2, 40, 70, 1029);  // full and edge tiles, three K slices, the last odd
 }
 
 static void test_reductions(void) {
