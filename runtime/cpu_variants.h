@@ -10,19 +10,12 @@
 #error "RT_TEMPLATE must name the file of typed kernels"
 #endif
 
-#include <stdio.h>
-#include <stdlib.h>
-
-// n floats for a bf16 kernel's float32 copy of a tensor (the program ends,
-// saying so, when memory is out)
-static inline float *rt_cpu_alloc(long n) {
-  float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
-  if (!f) {
-    fprintf(stderr, "train: error: out of memory for a float32 copy of %ld elements\n", n);
-    exit(1);
-  }
-  return f;
-}
+// n floats of scratch for a bf16 kernel's float32 copy of a tensor, and its
+// release (runtime/kernels_cpu.c: one buffer per thread, reused from call to
+// call, so that a step allocates nothing once the first has run; the program
+// ends, saying so, when memory is out)
+float *rt_cpu_alloc(long n);
+void rt_cpu_free(float *p);
 
 static inline float rt_ld_f32(float x) { return x; }
 // an element of either type, widened to float (exact)

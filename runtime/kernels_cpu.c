@@ -9,6 +9,7 @@
 // count) that are combined in order. Without -fopenmp the pragmas are
 // ignored and everything runs serially.
 #include <math.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -407,7 +408,8 @@ static void gemm_micro(long kc, const float *a, const float *b, float *c, long l
 // GEMM of the widened operands. The two differ only in the order of the
 // float32 additions (and vdpbf16ps flushes subnormal inputs and results
 // to zero).
-#if defined(__AVX512BF16__) && GEMM_VW == 16 && !defined(MTC_GEMM_NO_BF16_DOT)
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(HAVE_SHUFFLEVECTOR) && GEMM_VW == 16 && !defined(MTC_GEMM_NO_BF16_DOT)
 #define GEMM_BF16_DOT 1
 #include <immintrin.h>
 #else
@@ -428,26 +430,49 @@ static inline uint32_t bf16_pair(rt_bf16 lo, rt_bf16 hi) {
   return (uint32_t)lo.bits | (uint32_t)hi.bits << 16;
 }
 
+// Pairs (s0[j], s1[j]) of two rows, j < n, as 32-bit words at d: 16 at a
+// time, by one word permutation of the two rows' halves.
+static void interleave_rows(uint32_t *d, const rt_bf16 *s0, const rt_bf16 *s1, long n) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                       8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (long j = 0; j < n; j += 16) {
+    __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+    __m256i lo = _mm256_maskz_loadu_epi16(m, s0 + j), hi = _mm256_maskz_loadu_epi16(m, s1 + j);
+    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    _mm512_mask_storeu_epi32(d + j, m, _mm512_permutexvar_epi16(idx, both));
+  }
+}
+
+// The words of pair panel rows whose pairs are two neighbours in memory:
+// word (q, i) = the pair at s + i*ld + 2q (ld even), i < rows (<= VW), for
+// q in [0, VW), written to d + q*dstride: a VW x VW transpose of 32-bit words.
+static inline void transpose_pairs(uint32_t *d, long dstride, const rt_bf16 *s, long ld,
+                                   int rows) {
+  pack_transposed((float *)d, dstride, (const float *)s, ld / 2, rows);
+}
+
 // A block of op(A) (rows [0, mc), columns [0, kc)) as pair panels of MR
-// rows. Full panels with an even slice read each row of A in order.
+// rows. Full panels with an even slice go by vectors.
 static void gemm_pack_a_pairs(uint32_t *dst, const rt_bf16 *a, long lda, int ta, long mc,
                               long kc) {
   long kp = (kc + 1) / 2;
   for (long r = 0; r < mc; r += GEMM_MR) {
     long mr = min_l(GEMM_MR, mc - r);
     uint32_t *d = dst + r * kp;
-    if (mr == GEMM_MR && kc % 2 == 0) {
-      if (ta)  // op(A)(i, p) = a[p*lda + i]: rows p and p+1 interleaved
-        for (long pp = 0; pp < kp; pp++) {
-          const rt_bf16 *s0 = a + 2 * pp * lda + r, *s1 = s0 + lda;
-          for (long i = 0; i < GEMM_MR; i++) d[pp * GEMM_MR + i] = bf16_pair(s0[i], s1[i]);
-        }
-      else  // op(A)(i, p) = a[i*lda + p]: a pair is two neighbours
-        for (long i = 0; i < GEMM_MR; i++) {
-          const rt_bf16 *s = a + (r + i) * lda;
-          for (long pp = 0; pp < kp; pp++)
-            d[pp * GEMM_MR + i] = bf16_pair(s[2 * pp], s[2 * pp + 1]);
-        }
+    if (mr == GEMM_MR && kc % 2 == 0 && (ta || lda % 2 == 0)) {
+      if (ta) {  // op(A)(i, p) = a[p*lda + i]: rows p and p+1 interleaved
+        for (long pp = 0; pp < kp; pp++)
+          interleave_rows(d + pp * GEMM_MR, a + 2 * pp * lda + r, a + (2 * pp + 1) * lda + r,
+                          GEMM_MR);
+      } else {  // op(A)(i, p) = a[i*lda + p]: a pair is two neighbours
+        const rt_bf16 *s = a + r * lda;
+        long pp = 0;
+        for (; pp + GEMM_VW <= kp; pp += GEMM_VW)
+          transpose_pairs(d + pp * GEMM_MR, GEMM_MR, s + 2 * pp, lda, GEMM_MR);
+        for (; pp < kp; pp++)
+          for (long i = 0; i < GEMM_MR; i++)
+            d[pp * GEMM_MR + i] = bf16_pair(s[i * lda + 2 * pp], s[i * lda + 2 * pp + 1]);
+      }
       continue;
     }
     for (long pp = 0; pp < kp; pp++)
@@ -466,17 +491,19 @@ static void gemm_pack_a_pairs(uint32_t *dst, const rt_bf16 *a, long lda, int ta,
 static void gemm_pack_b_pairs(uint32_t *dst, const rt_bf16 *b, long ldb, int tb, long nr,
                               long kc) {
   long kp = (kc + 1) / 2;
-  if (nr == GEMM_NR && kc % 2 == 0) {
-    if (tb)  // op(B)(p, j) = b[j*ldb + p]: a pair is two neighbours
-      for (long j = 0; j < GEMM_NR; j++) {
-        const rt_bf16 *s = b + j * ldb;
-        for (long pp = 0; pp < kp; pp++) dst[pp * GEMM_NR + j] = bf16_pair(s[2 * pp], s[2 * pp + 1]);
-      }
-    else  // op(B)(p, j) = b[p*ldb + j]: rows p and p+1 interleaved
-      for (long pp = 0; pp < kp; pp++) {
-        const rt_bf16 *s0 = b + 2 * pp * ldb, *s1 = s0 + ldb;
-        for (long j = 0; j < GEMM_NR; j++) dst[pp * GEMM_NR + j] = bf16_pair(s0[j], s1[j]);
-      }
+  if (nr == GEMM_NR && kc % 2 == 0 && (!tb || ldb % 2 == 0)) {
+    if (tb) {  // op(B)(p, j) = b[j*ldb + p]: a pair is two neighbours
+      long pp = 0;
+      for (; pp + GEMM_VW <= kp; pp += GEMM_VW)
+        for (long j = 0; j < GEMM_NR; j += GEMM_VW)
+          transpose_pairs(dst + pp * GEMM_NR + j, GEMM_NR, b + j * ldb + 2 * pp, ldb, GEMM_VW);
+      for (; pp < kp; pp++)
+        for (long j = 0; j < GEMM_NR; j++)
+          dst[pp * GEMM_NR + j] = bf16_pair(b[j * ldb + 2 * pp], b[j * ldb + 2 * pp + 1]);
+    } else {  // op(B)(p, j) = b[p*ldb + j]: rows p and p+1 interleaved
+      for (long pp = 0; pp < kp; pp++)
+        interleave_rows(dst + pp * GEMM_NR, b + 2 * pp * ldb, b + (2 * pp + 1) * ldb, GEMM_NR);
+    }
     return;
   }
   for (long pp = 0; pp < kp; pp++)
@@ -1356,6 +1383,53 @@ void rt_slice_axis_i32(int *out, const int *x, long outer, long xdim, long inner
 
 // ---------------------------------------------------------------------------
 // the typed kernels, once per variant (float32, bf16, ...): runtime/kernels_cpu_t.h
+
+// ---------------------------------------------------------------------------
+// scratch for the bf16 variants' float32 copies: a stack in one buffer per
+// thread, emptied when the last piece is given back. A request that does not
+// fit is malloc'd and remembered; the next time the stack is empty, the
+// buffer grows to the most it was asked to hold, so from the second step on
+// every kernel's pieces come from it (no page faults, no system calls).
+
+#define SCRATCH_ALIGN 64  // bytes: each piece starts on a cache line
+
+static _Thread_local struct {
+  char *base;
+  size_t cap, top, want;  // bytes: the buffer's, in use, the most asked for at once
+  long live;              // pieces not given back (from the buffer or malloc)
+} scratch;
+
+static void *scratch_fail(long n) {
+  fprintf(stderr, "train: error: out of memory for a float32 copy of %ld elements\n", n);
+  exit(1);
+}
+
+float *rt_cpu_alloc(long n) {
+  size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + SCRATCH_ALIGN - 1) /
+                 SCRATCH_ALIGN * SCRATCH_ALIGN;
+  if (scratch.live == 0 && scratch.want > scratch.cap) {  // grow while empty
+    free(scratch.base);
+    scratch.base = aligned_alloc(SCRATCH_ALIGN, scratch.want);
+    scratch.cap = scratch.base ? scratch.want : 0;
+  }
+  scratch.live++;
+  if (scratch.top + bytes > scratch.want) scratch.want = scratch.top + bytes;
+  if (scratch.top + bytes <= scratch.cap) {
+    float *p = (float *)(scratch.base + scratch.top);
+    scratch.top += bytes;
+    return p;
+  }
+  scratch.top += bytes;  // counted as if in the buffer, so that want covers it next time
+  float *p = malloc(bytes);
+  return p ? p : scratch_fail(n);
+}
+
+void rt_cpu_free(float *p) {
+  if (!p) return;
+  char *c = (char *)p;
+  if (!(scratch.base && c >= scratch.base && c < scratch.base + scratch.cap)) free(p);
+  if (--scratch.live == 0) scratch.top = 0;
+}
 
 #define RT_TEMPLATE "kernels_cpu_t.h"
 #include "cpu_variants.h"

@@ -56,7 +56,7 @@ static inline void RT_LOCAL(narrow)(RT_T *out, float *f, long n) {
   if (!out) return;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) out[i] = rt_f32_to_bf16(f[i]);
-  free(f);
+  rt_cpu_free(f);
 #endif
 }
 
@@ -331,7 +331,7 @@ void RT_NAME(layernorm_fwd)(RT_T *y, const RT_T *x, const RT_T *w, const RT_T *b
   float *yf = RT_LOCAL(result)(y, n * c);
   norm_fwd(yf, xf, wf, bf, n, c, eps, true);
   RT_LOCAL(narrow)(y, yf, n * c);
-  free(ox), free(ow), free(ob);
+  rt_cpu_free(ox), rt_cpu_free(ow), rt_cpu_free(ob);
 }
 
 void RT_NAME(rmsnorm_fwd)(RT_T *y, const RT_T *x, const RT_T *w, long n, long c, float eps) {
@@ -340,7 +340,7 @@ void RT_NAME(rmsnorm_fwd)(RT_T *y, const RT_T *x, const RT_T *w, long n, long c,
   float *yf = RT_LOCAL(result)(y, n * c);
   norm_fwd(yf, xf, wf, NULL, n, c, eps, false);
   RT_LOCAL(narrow)(y, yf, n * c);
-  free(ox), free(ow);
+  rt_cpu_free(ox), rt_cpu_free(ow);
 }
 
 // The angles in double (cos and sin of p * theta^(-2i/hs)), rounded once to
@@ -368,7 +368,7 @@ void RT_NAME(softmax_fwd)(RT_T *y, const RT_T *x, long n, long c) {
   float *yf = RT_LOCAL(result)(y, n * c);
   softmax_fwd_f32(yf, xf, n, c);
   RT_LOCAL(narrow)(y, yf, n * c);
-  free(ox);
+  rt_cpu_free(ox);
 }
 
 void RT_NAME(softmax_bwd)(RT_T *dx, const RT_T *dy, const RT_T *y, long n, long c) {
@@ -377,7 +377,7 @@ void RT_NAME(softmax_bwd)(RT_T *dx, const RT_T *dy, const RT_T *y, long n, long 
   float *dxf = RT_LOCAL(result)(dx, n * c);
   softmax_bwd_f32(dxf, dyf, yf, n, c);
   RT_LOCAL(narrow)(dx, dxf, n * c);
-  free(ody), free(oy);
+  rt_cpu_free(ody), rt_cpu_free(oy);
 }
 
 void RT_NAME(attention_fwd)(RT_T *out, const RT_T *q, const RT_T *k, const RT_T *v,
@@ -390,7 +390,7 @@ void RT_NAME(attention_fwd)(RT_T *out, const RT_T *q, const RT_T *k, const RT_T 
   float *outf = RT_LOCAL(result)(out, nq);
   attention_fwd_f32(outf, qf, kf, vf, keep, bf, bh, tq, tk, hs, heads, bdiv, bmod, causal);
   RT_LOCAL(narrow)(out, outf, nq);
-  free(oq), free(ok), free(ov), free(ob);
+  rt_cpu_free(oq), rt_cpu_free(ok), rt_cpu_free(ov), rt_cpu_free(ob);
 }
 
 void RT_NAME(attention_bwd)(RT_T *dq, RT_T *dk, RT_T *dv, RT_T *dscores, const RT_T *dout,
@@ -408,7 +408,7 @@ void RT_NAME(attention_bwd)(RT_T *dq, RT_T *dk, RT_T *dv, RT_T *dscores, const R
                     bmod, causal);
   RT_LOCAL(narrow)(dq, dqf, nq), RT_LOCAL(narrow)(dk, dkf, nk), RT_LOCAL(narrow)(dv, dvf, nk);
   RT_LOCAL(narrow)(dscores, dsf, ns);
-  free(odo), free(oq), free(ok), free(ov), free(ob);
+  rt_cpu_free(odo), rt_cpu_free(oq), rt_cpu_free(ok), rt_cpu_free(ov), rt_cpu_free(ob);
 }
 
 void RT_NAME(crossentropy_fwd)(float *loss, const RT_T *logits, const int *targets, long n, long v,
@@ -416,7 +416,7 @@ void RT_NAME(crossentropy_fwd)(float *loss, const RT_T *logits, const int *targe
   float *ol;
   const float *lf = RT_LOCAL(widen)(logits, n * v, &ol);
   crossentropy_fwd_f32(loss, lf, targets, n, v, ignore);
-  free(ol);
+  rt_cpu_free(ol);
 }
 
 void RT_NAME(crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T *logits,
@@ -426,7 +426,7 @@ void RT_NAME(crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T *lo
   float *df = RT_LOCAL(result)(dlogits, n * v);
   crossentropy_bwd_f32(df, dloss, lf, targets, n, v, ignore);
   RT_LOCAL(narrow)(dlogits, df, n * v);
-  free(ol);
+  rt_cpu_free(ol);
 }
 
 // The CPU build's device memory is host memory: the copies are memcpy. (The
@@ -610,7 +610,7 @@ void RT_NAME(cast)(RT_U *out, const RT_T *x, long n) {
 static inline void RT_LOCAL(narrow_u)(RT_U *out, float *f, long n) {
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) out[i] = TO_U(f[i]);
-  free(f);
+  rt_cpu_free(f);
 }
 #endif
 
@@ -758,7 +758,7 @@ void RT_NAME(layernorm_bwd)(RT_T *dx, RT_U *dw, RT_U *db, const RT_T *dy, const 
   float *dxf = RT_LOCAL(result)(dx, n * c);
   norm_bwd(dxf, dw, db, dyf, xf, wf, n, c, eps, true);
   RT_LOCAL(narrow)(dx, dxf, n * c);
-  free(ody), free(ox), free(ow);
+  rt_cpu_free(ody), rt_cpu_free(ox), rt_cpu_free(ow);
 #endif
 }
 
@@ -775,6 +775,6 @@ void RT_NAME(rmsnorm_bwd)(RT_T *dx, RT_U *dw, const RT_T *dy, const RT_T *x, con
   float *dxf = RT_LOCAL(result)(dx, n * c);
   norm_bwd(dxf, dw, NULL, dyf, xf, wf, n, c, eps, false);
   RT_LOCAL(narrow)(dx, dxf, n * c);
-  free(ody), free(ox), free(ow);
+  rt_cpu_free(ody), rt_cpu_free(ox), rt_cpu_free(ow);
 #endif
 }

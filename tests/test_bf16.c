@@ -414,6 +414,7 @@ static void test_matmul(void) {
   printf("bf16 GEMM: %s\n", rt_cpu_gemm_bf16_kind());
   test_matmul_size(3, 17, 23, 31);   // edge tiles only, an odd k
   test_matmul_size(2, 40, 70, 1029);  // full and edge tiles, three K slices, the last odd
+  test_matmul_size(2, 40, 70, 1030);  // the same, even: the vector packers
 }
 
 static void test_reductions(void) {
