@@ -2,31 +2,42 @@
 """CPU training speed: mtc's emitted program against PyTorch, GPT-2 124M.
 
     /usr/bin/python3 bench/cpu_gpt2.py [--T 64 256] [--steps 6] [--rounds 3]
+        [--precision fp32|bf16] [--python PYTHON]
 
-For each sequence length T (batch B=4, fp32, AdamW): compiles
-examples/gpt2.mtc at the 124M dims (`mtc compile ... && make cpu`), then
-alternates, --rounds times, one run of mtc's ./train and one run of the same
-model in PyTorch (an nn.Module with AdamW, torch.set_num_threads = cores),
---steps steps each, in fresh processes. Both print the time of every step;
-the first two steps of every run are warm-up and are dropped. Prints a
-Markdown table: the median ms/step over the kept steps of all rounds,
-tokens/s at that median, the peak RSS of the process (largest over rounds),
-and mtc's step time over PyTorch's.
+For each sequence length T (batch B=4, AdamW): compiles examples/gpt2.mtc at
+the 124M dims (`mtc compile ... && make cpu`), then alternates, --rounds
+times, one run of each side in fresh processes, --steps steps each:
 
-Both sides get the same machine; the order alternates round by round so that
-drift (other load, clock changes) hits both. Other processes on the machine
-distort both, OpenMP programs most (a thread that waits at a barrier for a
+  --precision fp32 (default)  mtc fp32 and PyTorch fp32 (an nn.Module with
+                              AdamW, torch.set_num_threads = cores);
+  --precision bf16            mtc bf16 (fp32 master weights), mtc fp32, and
+                              PyTorch with torch.autocast("cpu", bfloat16)
+                              over fp32 parameters, as users train.
+
+The PyTorch side runs on --python (default: this interpreter): for a current
+PyTorch from PyPI, make a virtualenv (python3 -m venv .venv-bench &&
+.venv-bench/bin/pip install torch numpy) and pass its python. Every side
+prints the time of every step; the first two steps of every run are warm-up
+and are dropped. Prints a Markdown table: the median ms/step over the kept
+steps of all rounds, tokens/s at that median, the peak RSS of the process
+(largest over rounds), the first loss, and each step time over PyTorch's.
+
+All sides get the same machine; the order alternates round by round so that
+drift (other load, clock changes) hits all. Other processes on the machine
+distort them, OpenMP programs most (a thread that waits at a barrier for a
 preempted sibling spins): before each run the script waits (up to --wait
 seconds) until the CPUs are idle, and it prints, for every run, the share of
-the CPUs that other processes used while it ran. Debian's OpenBLAS 0.3.21 does not
-know some newer Intel CPUs and falls back to its slow generic kernels there
-(corename "Prescott"); PyTorch's GEMMs run on that OpenBLAS, so by default
-(--torch-blas auto) the PyTorch runs get OPENBLAS_CORETYPE=SkylakeX on a CPU
-with AVX-512 (Haswell with AVX2) when that happens: the stronger baseline.
-mtc does not use BLAS. `--torch-blas default` leaves OpenBLAS alone.
+the CPUs that other processes used while it ran. Debian's OpenBLAS 0.3.21
+does not know some newer Intel CPUs and falls back to its slow generic
+kernels there (corename "Prescott"); Debian's PyTorch runs its GEMMs on that
+OpenBLAS, so by default (--torch-blas auto) the PyTorch runs get
+OPENBLAS_CORETYPE=SkylakeX on a CPU with AVX-512 (Haswell with AVX2) when
+that happens: the stronger baseline (PyPI's PyTorch uses oneDNN and MKL and
+is not affected). mtc does not use BLAS. `--torch-blas default` leaves
+OpenBLAS alone.
 
-Runs with /usr/bin/python3 (Debian's python3-torch 1.13); needs the build
-(cmake -S . -B build && cmake --build build) and cc, make, OpenMP.
+Needs the build (cmake -S . -B build && cmake --build build) and cc, make,
+OpenMP.
 """
 import argparse
 import ctypes
@@ -46,7 +57,8 @@ STEP_RE = re.compile(r"^step (\d+) \| loss ([-0-9.naninf]+) \| ([0-9.]+) ms")
 # ---------------------------------------------------------------------------
 # the PyTorch side (runs in its own process: --torch-worker T STEPS)
 
-def torch_worker(T, steps):
+def torch_worker(T, steps, precision):
+    import contextlib
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -96,12 +108,15 @@ def torch_worker(T, steps):
     idx = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
     blas = openblas_corename()
-    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | "
+    print(f"torch {torch.__version__} | {precision} | threads {torch.get_num_threads()} | "
           f"OpenBLAS core {blas}", flush=True)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" \
+        else contextlib.nullcontext
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, targets)
+        with autocast():
+            loss = model(idx, targets)
         loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -199,11 +214,11 @@ def run(cmd, cwd, env):
     return times, losses, usage.ru_maxrss * 1024, out, wall, others
 
 
-def build_mtc(mtc, T, out):
+def build_mtc(mtc, T, precision, out):
     dims = f"-D L={L} -D C={C} -D NH={NH} -D V={V} -D T={T} -D B={B}".split()
     os.makedirs(os.path.dirname(out), exist_ok=True)
     subprocess.run([mtc, "compile", os.path.join(ROOT, "examples/gpt2.mtc"), *dims,
-                    "-o", out], check=True, stdout=subprocess.DEVNULL)
+                    "--precision", precision, "-o", out], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["make", "-s", "-C", out, "cpu"], check=True)
 
 
@@ -222,56 +237,68 @@ def main():
                     help="most seconds to wait for idle CPUs before each run")
     ap.add_argument("--torch-blas", default="auto",
                     help="auto | default | an OPENBLAS_CORETYPE for the PyTorch runs")
-    ap.add_argument("--torch-worker", nargs=2, type=int, metavar=("T", "STEPS"),
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32: mtc and PyTorch in fp32; bf16: mtc bf16, mtc fp32 and "
+                    "PyTorch's bf16 autocast")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter of the PyTorch side")
+    ap.add_argument("--torch-worker", nargs=3, metavar=("T", "STEPS", "PRECISION"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker:
-        torch_worker(*a.torch_worker)
+        torch_worker(int(a.torch_worker[0]), int(a.torch_worker[1]), a.torch_worker[2])
         return
     if a.steps < 3:
         sys.exit("--steps must be at least 3 (the first two are warm-up)")
 
     tenv, tnote = torch_env(a.torch_blas)
-    print(f"GPT-2 124M (L={L} C={C} NH={NH} V={V}), B={B}, fp32, AdamW; {os.cpu_count()} "
+    p = a.precision
+    mtc_sides = ["bf16", "fp32"] if p == "bf16" else ["fp32"]
+    print(f"GPT-2 124M (L={L} C={C} NH={NH} V={V}), B={B}, {p}, AdamW; {os.cpu_count()} "
           f"cores; {a.rounds} alternating rounds of {a.steps} steps, first 2 dropped")
-    print(f"PyTorch: {tnote}")
+    print(f"PyTorch: {a.python}; {tnote}")
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     rows = []
     for T in a.T:
-        out = os.path.join(a.out, f"gpt2_124M_T{T}")
-        build_mtc(a.mtc, T, out)
-        mtc_cmd = ["./train", "--steps", str(a.steps)]
-        torch_cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", str(T),
-                     str(a.steps)]
-        kept = {"mtc": [], "pytorch": []}
-        rss = {"mtc": 0, "pytorch": 0}
+        order = []
+        for mp in mtc_sides:
+            out = os.path.join(a.out, f"gpt2_124M_T{T}_{mp}")
+            build_mtc(a.mtc, T, mp, out)
+            order.append((f"mtc {mp}", ["./train", "--steps", str(a.steps)], out,
+                          dict(os.environ)))
+        torch_cmd = [a.python, os.path.abspath(__file__), "--torch-worker", str(T),
+                     str(a.steps), p]
+        order.append((f"pytorch {p}", torch_cmd, ROOT, tenv))
+        kept = {name: [] for name, *_ in order}
+        rss = {name: 0 for name in kept}
         loss = {}
-        order = [("mtc", mtc_cmd, out, dict(os.environ)),
-                 ("pytorch", torch_cmd, ROOT, tenv)]
         for r in range(a.rounds):
             for name, cmd, cwd, env in (order if r % 2 == 0 else order[::-1]):
                 idle_wait = wait_for_idle(a.wait)
-                times, losses, peak, _, wall, others = run(cmd, cwd, env)
+                times, losses, peak, out_text, wall, others = run(cmd, cwd, env)
+                if r == 0 and name.startswith("pytorch"):
+                    print("  " + out_text.splitlines()[0])
                 kept[name] += times[2:]
                 rss[name] = max(rss[name], peak)
                 loss.setdefault(name, losses[0])
-                print(f"  T={T} round {r + 1} {name:7s}: median "
+                print(f"  T={T} round {r + 1} {name:12s}: median "
                       f"{statistics.median(times[2:]):8.1f} ms/step "
                       f"(steps {', '.join(f'{t:.0f}' for t in times)}) [{wall:.0f} s; "
                       f"CPUs busy before {100 * idle_wait:.0f}%, others during "
                       f"{100 * others:.0f}%]", flush=True)
         med = {k: statistics.median(v) for k, v in kept.items()}
-        for name in ("mtc", "pytorch"):
+        ref = med[f"pytorch {p}"]
+        for name in kept:
             rows.append((T, name, med[name], B * T / (med[name] / 1e3), rss[name],
-                         loss[name], med[name] / med["pytorch"]))
+                         loss[name], med[name] / ref))
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     print()
-    print("| T | program | median ms/step | tokens/s | peak RSS | first loss | vs PyTorch |")
+    print(f"| T | program | median ms/step | tokens/s | peak RSS | first loss | "
+          f"vs PyTorch {p} |")
     print("|---|---|---|---|---|---|---|")
     for T, name, ms, tps, peak, l0, ratio in rows:
         print(f"| {T} | {name} | {ms:.0f} | {tps:.0f} | {fmt_bytes(peak)} | {l0:.3f} | "
               f"{ratio:.2f}x |")
-
 
 if __name__ == "__main__":
     main()
