@@ -278,6 +278,16 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out
     rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\": true: the plan assumes Megatron "
                   "sequence parallelism, which compiled programs do not run yet; plan again "
                   "without --seq-parallel (mtc plan ... --json FILE)", path);
+  // The plan priced the model in one precision; the program must be that one.
+  const cJSON *prec = cJSON_GetObjectItemCaseSensitive(root, "precision");
+  const char *want = m && m->bf16 ? "bf16" : "fp32";
+  if (!rc && prec && !(cJSON_IsString(prec) && (!strcmp(prec->valuestring, "bf16") ||
+                                                 !strcmp(prec->valuestring, "fp32"))))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"precision\" must be \"bf16\" or \"fp32\"", path);
+  if (!rc && prec && strcmp(prec->valuestring, want))
+    rc = ir_error(d, (IrLoc){0}, "%s: the plan is for %s and this program would be %s: compile "
+                  "with --precision %s, or plan again with --precision %s", path,
+                  prec->valuestring, want, prec->valuestring, want);
   if (!rc && !cJSON_IsObject(batch))
     rc = ir_error(d, (IrLoc){0}, "%s: \"batch\" must be an object {global, micro, "
                   "micro_batches, seq}", path);

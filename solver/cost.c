@@ -423,6 +423,20 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
         if (!tp_split(pass_shard_use(&shard, n, j)))
           whole[n->in[j]->id] = true;
     }
+  // Each block's parameters as its bucket holds them: split over tp or whole
+  // (bf16: as the working copy is laid out, which the master follows).
+  for (int i = 0; i < nv; i++) {
+    IrValue *v = g->values[i];
+    if (v->role != ROLE_PARAM)
+      continue;
+    SvBlock *b = &m->block[owner[i] < 0 ? 0 : owner[i]];
+    const IrValue *c = copy[i] ? copy[i] : v;
+    b->member = realloc(b->member, (size_t)(b->nmembers + 1) * sizeof *b->member);
+    b->member_split = realloc(b->member_split, (size_t)(b->nmembers + 1) * sizeof *b->member_split);
+    IR_ASSERT(b->member && b->member_split);
+    b->member[b->nmembers] = ir_numel(g, v);
+    b->member_split[b->nmembers++] = tp_split(&shard.layout[c->id]);
+  }
   pass_shard_free(&shard);
 
   for (int bi = 0; bi < nb; bi++) {
@@ -485,8 +499,10 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
 void sv_model_free(SvModel *m) {
   if (!m)
     return;
-  for (int b = 0; b < m->nblocks; b++)
+  for (int b = 0; b < m->nblocks; b++) {
     free(m->block[b].fwd), free(m->block[b].bwd);
+    free(m->block[b].member), free(m->block[b].member_split);
+  }
   free(m->block);
   free(m->flow);
   free(m);
@@ -613,6 +629,13 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
                             sym_evalf(b->grad_bytes, t) / o->params,
                             sym_evalf(b->master_bytes, t) / o->params,
                             sym_evalf(b->state_bytes, t) / o->params};
+  for (int k = 0; k < b->nmembers; k++) {
+    double e = sym_evalf(b->member[k], t);
+    for (int tp = 1; tp <= SV_MAXTP; tp++) {
+      double local = b->member_split[k] ? ceil(e / tp) : e;
+      o->bucket[tp] += ceil(local / SV_ALIGN_ELEMS) * SV_ALIGN_ELEMS;
+    }
+  }
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
   o->act_rep = sym_evalf(b->act_rep, t);
@@ -756,8 +779,14 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   o->t_micro[SV_T_TP] = per * tp;
 
   // Data parallelism over d replicas: gradients of this device's parameter
-  // slice (params / s) are reduced, hidden behind backward where possible.
+  // slice are reduced, hidden behind backward where possible. Under 1D TP the
+  // slice is the program's bucket: split parameters 1/tp, the others whole,
+  // each padded, the bucket padded to divide among the d replicas (2D: params / q^2).
   double slice = n->params / s;
+  if (l.q == 1 && l.tp <= SV_MAXTP && n->params > 0) {
+    double align = (double)SV_ALIGN_ELEMS * d;
+    slice = ceil(n->bucket[l.tp] / align) * align;
+  }
   if (d > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
     double gr_b = slice * b->grad, pr_b = slice * b->param;   // bf16: the copies gathered
@@ -787,7 +816,12 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // written, the gradient read, a bf16 working copy written. The offloaded
   // share runs on the CPU: gradients down during backward, the CPU's AdamW,
   // the float32 weights up during the next forward.
-  double own = slice / (zero >= 1 ? d : 1), fo = offload / 100.0;
+  // The offloaded share is whole runs of SV_ALIGN_ELEMS of the elements this
+  // device updates, as the program cuts it.
+  double own = slice / (zero >= 1 ? d : 1);
+  double fo = own > 0 ? floor(offload / 100.0 * floor(own / SV_ALIGN_ELEMS) + 0.5) *
+                            SV_ALIGN_ELEMS / own
+                      : 0;
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
   o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * EFF_HBM);

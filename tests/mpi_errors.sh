@@ -68,7 +68,12 @@ expect plan_batch 1 "the plan is for B = 4, the model has B = 2: compile with -D
   "$mtc" compile "$model" -D L=2 -D B=2 --plan "$out/plan.json" -o "$out/p6"
 expect plan_and_dp 2 "--plan .* is a layout for compile: leave out --dp" \
   "$mtc" compile "$model" --plan "$out/plan.json" --dp 2 -o "$out/p7"
-for p in p1 p2 p3 p4 p5 p6 p7 p8 p9; do
+expect plan_precision 1 "the plan is for bf16 and this program would be fp32: compile with --precision bf16" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/plan.json" --precision fp32 -o "$out/p10"
+edit precision "p['precision'] = 'fp8'"
+expect plan_precision_bad 1 "\"precision\" must be \"bf16\" or \"fp32\"" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/precision.json" -o "$out/p10"
+for p in p1 p2 p3 p4 p5 p6 p7 p8 p9 p10; do
   [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
 done
 # --checkpoint none|all|K: K a number of layers, at most the model's (gpt2 -D L=2: 2)

@@ -11,7 +11,7 @@ mtc=$1 model=$2 out=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-"$mtc" plan "$model" "$@" -D B=2 --gpus 4 --json "$out/plan.json" > "$out/plan.txt"
+"$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision fp32 --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
