@@ -101,7 +101,7 @@ static void usage(FILE *f) {
         "                         GLPK's limits (default 20 s, 0.001)\n"
         "\n"
         "compile with --gpus N (or --cluster FILE): the program runs the planner's choice,\n"
-        "one mesh of dp x tp ranks for every block (fp32, per-block ZeRO and offload share,\n"
+        "one mesh of dp x tp ranks for every block (per-block ZeRO and offload share,\n"
         "the first K layers checkpointed); plan.json in DIR\n"
         "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"

@@ -103,11 +103,36 @@ static const struct {
 #include "kernels.def"
 };
 
-int64_t cg_call_scratch(const IrGraph *g, const CgCall *c) {
-  if (!scratch[c->k].bytes)
+// The float32 sum a bf16-output variant keeps before rounding once
+// (runtime/kernels_cuda.cu's temp_f32), in bytes: reduce_sum's and
+// embedding_bwd's whole output; matmul's when its products add into one
+// output (sc = 0, several items), or all of them when its operands are
+// float32. The argument positions are kernels.def's.
+static int64_t bf16_sum_scratch(const IrGraph *g, const CgCall *c) {
+  if (c->u != DT_BF16)
     return 0;
+#define ARG(pos) ir_eval(g, c->args[pos].i)
+  switch (c->k) {
+  case CG_K_reduce_sum: return 4 * ARG(5);             // onumel
+  case CG_K_embedding_bwd: return 4 * ARG(4) * ARG(5);  // v x c
+  case CG_K_matmul: {
+    int64_t batch = ARG(3), mn = ARG(4) * ARG(5), sc = ARG(11);
+    if (c->t == DT_F32)
+      return 4 * (sc == 0 || batch <= 1 ? 1 : batch) * mn;
+    return sc == 0 && batch > 1 ? 4 * mn : 0;
+  }
+  default: return 0;
+  }
+#undef ARG
+}
+
+int64_t cg_call_scratch(const IrGraph *g, const CgCall *c) {
+  int64_t sum = bf16_sum_scratch(g, c);
+  if (!scratch[c->k].bytes)
+    return sum;
   int64_t n = scratch[c->k].bytes * ir_eval(g, c->args[scratch[c->k].a].i);
-  return scratch[c->k].b < 0 ? n : n * ir_eval(g, c->args[scratch[c->k].b].i);
+  n = scratch[c->k].b < 0 ? n : n * ir_eval(g, c->args[scratch[c->k].b].i);
+  return n > sum ? n : sum;
 }
 
 // Does argument a fit the kind? A tensor of kind T or U must be a float

@@ -1253,18 +1253,13 @@ static void *scratch(size_t bytes, const char *who) {
 
 // A float32 buffer of n elements for a bf16 result that is summed in place
 // (atomics, GEMMs with beta = 1): the sum is kept in float32 and rounded
-// once, as the CPU's bf16 variants do. Only the bf16 variants that sum into
-// their output take one (reduce_sum, embedding_bwd, some matmuls), so it is
-// not part of the planned workspace (KS in kernels.def sizes the float32
-// kernels' scratch, which the bf16 variants share). Stream-ordered
-// (cudaMallocAsync): freed after the kernels that use it, without waiting.
-static float *temp_f32(long n) {
-  void *p = NULL;
-  cudaCheck(cudaMallocAsync(&p, (size_t)(n > 0 ? n : 1) * sizeof(float), rt_cuda_stream));
-  return (float *)p;
+// once, as the CPU's bf16 variants do. Only the bf16-output variants of
+// reduce_sum, embedding_bwd and matmul take one, from the kernels' scratch
+// (their float32 bodies take none), which the program plans for them
+// (codegen/kcall.c's cg_call_scratch).
+static float *temp_f32(long n, const char *who) {
+  return (float *)scratch((size_t)(n > 0 ? n : 1) * sizeof(float), who);
 }
-
-static void temp_free(float *p) { cudaCheck(cudaFreeAsync(p, rt_cuda_stream)); }
 
 void rt_cuda_init(int device) {
   cudaCheck(cudaSetDevice(device));
@@ -1418,10 +1413,9 @@ template <typename T>
 static void reduce_sum(__nv_bfloat16 *out, const T *x, int rank, const long *shape,
                        const long *ostride, long onumel, float scale) {
   if (onumel <= 0) return;
-  float *f = temp_f32(onumel);
+  float *f = temp_f32(onumel, "reduce_sum");
   reduce_sum(f, x, rank, shape, ostride, onumel, scale);
   cast(out, f, onumel);
-  temp_free(f);
 }
 RT_CUDA_KTU(reduce_sum,
             (U *out, const T *x, int rank, const long *shape, const long *ostride, long onumel,
@@ -1594,10 +1588,9 @@ static void matmul(U *c, const T *a, const T *b, long batch, long m, long n, lon
     return;
   }
   if (std::is_same<U, __nv_bfloat16>::value && sc == 0 && batch > 1) {
-    float *f = temp_f32(m * n);
+    float *f = temp_f32(m * n, "matmul");
     matmul(f, a, b, batch, m, n, k, ta, tb, sa, sb, 0L);
     cast(c, f, m * n);
-    temp_free(f);
     return;
   }
   cublasHandle_t h = cublas_handle();
@@ -1620,14 +1613,13 @@ static void matmul(__nv_bfloat16 *c, const float *a, const float *b, long batch,
                    long k, int ta, int tb, long sa, long sb, long sc) {
   if (m <= 0 || n <= 0) return;
   long items = sc == 0 || batch <= 1 ? 1 : batch, mn = m * n;
-  float *f = temp_f32(items * mn);
+  float *f = temp_f32(items * mn, "matmul");
   matmul(f, a, b, batch, m, n, k, ta, tb, sa, sb, items == 1 ? 0L : mn);
   if (items == 1 || sc == mn) {
     cast(c, f, items * mn);
   } else {
     for (long i = 0; i < items; i++) cast(c + i * sc, f + i * mn, mn);
   }
-  temp_free(f);
 }
 RT_CUDA_KTU(matmul,
             (U *c, const T *a, const T *b, long batch, long m, long n, long k, int ta, int tb,
@@ -1689,10 +1681,9 @@ template <typename T>
 static void embedding_bwd(__nv_bfloat16 *dw, const T *dout, const int *idx, long n, long v,
                           long c) {
   if (v * c <= 0) return;
-  float *f = temp_f32(v * c);
+  float *f = temp_f32(v * c, "embedding_bwd");
   embedding_bwd(f, dout, idx, n, v, c);
   cast(dw, f, v * c);
-  temp_free(f);
 }
 RT_CUDA_KTU(embedding_bwd, (U *dw, const T *dout, const int *idx, long n, long v, long c),
             (dev(dw), dev(dout), idx, n, v, c))

@@ -16,7 +16,9 @@
 #
 # run does, each stage under its own timeout, logging into OUT as it goes:
 # nvidia-smi; the kernel twins; every program's GPU build against its CPU
-# build and against PyTorch's reference (1e-4, fp32 with TF32 off), and its
+# build and against PyTorch's reference (1e-4, fp32 with TF32 off; the _bf16
+# cases against the CPU's bf16 build and PyTorch's bf16 autocast, with
+# tests/parity_bf16.sh's tolerances), and its
 # measured device memory against the planned; compute-sanitizer memcheck and
 # racecheck on a small program; the program's start-up time; the benchmark
 # (bench/gpu_gpt2.py). It ends with a summary table (OUT/summary.txt) and
@@ -42,7 +44,15 @@ cases() {
     echo "hf_${m}_o17|$fixtures/hf_$m/model_o17.onnx|hf_$m"
   done
   echo "hf_t5_gated_o17_dyn|$fixtures/hf_t5_gated/model_o17_dyn.onnx|hf_t5_gated"
+  # bf16 mixed precision (a name ending in _bf16), against the CPU's bf16 build and PyTorch's
+  # bf16 autocast (the fixtures with ref_bf16.json)
+  echo "gpt2_dsl_bf16|examples/gpt2.mtc|gpt2_dsl"
+  for m in gpt2 encoder; do echo "${m}_o17_bf16|$fixtures/$m/model_o17.onnx|$m"; done
+  echo "hf_llama_o17_bf16|$fixtures/hf_llama/model_o17.onnx|hf_llama"
 }
+
+# precision_of NAME: the precision a case compiles in
+precision_of() { case $1 in *_bf16) echo bf16 ;; *) echo fp32 ;; esac; }
 
 selected_cases() { cases | grep -E "^(${GPU_CHECK_ONLY:-.*})\|" || true; }
 
@@ -96,7 +106,7 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
   rm -rf "$c"
   mkdir -p "$c"
   # shellcheck disable=SC2086
-  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" --precision fp32 $mtc_args \
+  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" --precision "$(precision_of "$name")" $mtc_args \
     > "$c/compile.log" 2>&1 ||
     { cat "$c/compile.log"; die "mtc compile $model failed"; }
   build_gpu "$c/prog"
@@ -119,16 +129,19 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
 
 # The benchmark programs: GPT-2 at T=1024 (weights drawn on the device).
 BENCH_DIMS_124M="-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=1024"
-prepare_bench() {  # prepare_bench DIR
-  local dir=$1 b=$1/bench/gpt2_124M_fp32
+prepare_bench() {  # prepare_bench DIR: GPT-2 124M in bf16 and in fp32
+  local dir=$1 p b
   mkdir -p "$dir/bench"
-  # shellcheck disable=SC2086
-  "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $BENCH_DIMS_124M -D B=8 -o "$b" --precision fp32 \
-    --lr 1e-4 --beta2 0.95 > "$b.compile.log" || die "mtc compile (bench) failed"
-  build_gpu "$b"
-  cp "$b/build/gpu/train" "$b/train"
-  rm -rf "$b/weights.bin" "$b/build"
-  echo "gpt2_124M_fp32|$BENCH_DIMS_124M -D B=8" >> "$dir/bench.txt"
+  for p in bf16 fp32; do
+    b=$dir/bench/gpt2_124M_$p
+    # shellcheck disable=SC2086
+    "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $BENCH_DIMS_124M -D B=8 -o "$b" --precision $p \
+      --lr 1e-4 --beta2 0.95 > "$b.compile.log" || die "mtc compile (bench) failed"
+    build_gpu "$b"
+    cp "$b/build/gpu/train" "$b/train"
+    rm -rf "$b/weights.bin" "$b/build"
+    echo "gpt2_124M_$p|$BENCH_DIMS_124M -D B=8" >> "$dir/bench.txt"
+  done
 }
 
 prepare() {
@@ -198,16 +211,32 @@ run_case() {  # run_case DIR NAME MODEL FIXTURE
   # its own running size, so an element whose true gradient is 0 (a key bias:
   # softmax ignores a shift shared by all keys) moves by +-lr at the sign of
   # its rounding noise, different on any two machines; the losses still agree.
-  echo "== against the CPU build: first loss, gradients, 10 AdamW and 10 SGD steps, weights"
-  check logs "$c/grads_cpu.log" "$w/grads_gpu.log" --tol 1e-4 || status=1
-  check grads "$c/grads_cpu.safetensors" "$w/grads_gpu.safetensors" --tol 1e-4 || status=1
-  check logs "$c/adamw_cpu.log" "$w/adamw_gpu.log" --tol 1e-4 || status=1
-  check logs "$c/sgd_cpu.log" "$w/sgd_gpu.log" --tol 1e-4 || status=1
-  check grads "$c/w_cpu.safetensors" "$w/w_gpu.safetensors" --tol 1e-4 || status=1
-  echo "== against PyTorch: first loss, gradients, 10 AdamW losses"
-  check losses "$root/$fixtures/$fix/ref.json" loss "$w/grads_gpu.log" || status=1
-  check grads "$root/$fixtures/$fix/grads.safetensors" "$w/grads_gpu.safetensors" || status=1
-  check losses "$root/$fixtures/$fix/ref.json" adamw "$w/adamw_gpu.log" --steps 10 || status=1
+  if [ "$(precision_of "$name")" = bf16 ]; then
+    # bf16 on two machines: the same values rounded after different float32 sums
+    # (cuBLAS's order, atomics), so the checks are tests/parity_bf16.sh's
+    echo "== bf16, against the CPU's bf16 build: first loss, gradients, 10 AdamW and 10 SGD steps"
+    check logs "$c/grads_cpu.log" "$w/grads_gpu.log" --tol 1e-2 || status=1
+    check cosine "$c/grads_cpu.safetensors" "$w/grads_gpu.safetensors" --min 0.999 || status=1
+    check logs "$c/adamw_cpu.log" "$w/adamw_gpu.log" --tol 2e-2 || status=1
+    check logs "$c/sgd_cpu.log" "$w/sgd_gpu.log" --tol 2e-2 || status=1
+    check cosine "$c/w_cpu.safetensors" "$w/w_gpu.safetensors" --min 0.999 || status=1
+    echo "== bf16, against PyTorch's bf16 autocast: first loss, gradients, 10 AdamW losses"
+    check losses "$root/$fixtures/$fix/ref_bf16.json" loss "$w/grads_gpu.log" --tol 1e-2 || status=1
+    check cosine "$root/$fixtures/$fix/grads_bf16.safetensors" "$w/grads_gpu.safetensors" \
+      --min 0.999 || status=1
+    check losses "$root/$fixtures/$fix/ref_bf16.json" adamw "$w/adamw_gpu.log" --tol 0.02 || status=1
+  else
+    echo "== against the CPU build: first loss, gradients, 10 AdamW and 10 SGD steps, weights"
+    check logs "$c/grads_cpu.log" "$w/grads_gpu.log" --tol 1e-4 || status=1
+    check grads "$c/grads_cpu.safetensors" "$w/grads_gpu.safetensors" --tol 1e-4 || status=1
+    check logs "$c/adamw_cpu.log" "$w/adamw_gpu.log" --tol 1e-4 || status=1
+    check logs "$c/sgd_cpu.log" "$w/sgd_gpu.log" --tol 1e-4 || status=1
+    check grads "$c/w_cpu.safetensors" "$w/w_gpu.safetensors" --tol 1e-4 || status=1
+    echo "== against PyTorch: first loss, gradients, 10 AdamW losses"
+    check losses "$root/$fixtures/$fix/ref.json" loss "$w/grads_gpu.log" || status=1
+    check grads "$root/$fixtures/$fix/grads.safetensors" "$w/grads_gpu.safetensors" || status=1
+    check losses "$root/$fixtures/$fix/ref.json" adamw "$w/adamw_gpu.log" --steps 10 || status=1
+  fi
   local planned measured beyond
   planned=$(sed -n 's/^device: .*| arena and workspace \([0-9]*\) bytes$/\1/p' "$w/adamw_gpu.log")
   measured=$(sed -n 's/.*(cudaMemGetInfo) \([0-9]*\) bytes.*/\1/p' "$w/adamw_gpu.log")
@@ -249,7 +278,8 @@ bench() {  # bench DIR: draw the benchmark programs' weights, then bench/gpu_gpt
   local dir=$1 line name dims
   while IFS='|' read -r name dims; do
     # shellcheck disable=SC2086
-    LD_LIBRARY_PATH=$dir/lib/mtc "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $dims --precision fp32 \
+    LD_LIBRARY_PATH=$dir/lib/mtc "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $dims \
+      --precision "$(precision_of "$name")" \
       -o /tmp/gpu_check_w > /dev/null ||
       return 1
     mv /tmp/gpu_check_w/weights.bin "$dir/bench/$name/weights.bin"
@@ -331,7 +361,7 @@ one() {
   run_case "$3" "$name" "$model" "$fix" && echo "ok: $name: the GPU build matches the CPU build"
 }
 
-export -f run_case sanitize startup bench profile train_case read_fixture check die
+export -f run_case sanitize startup bench profile train_case read_fixture check die precision_of
 export root fixtures logs
 
 case ${1:-} in
