@@ -450,6 +450,29 @@ static int write_plan(IrGraph *g, const Args *a, const char *dir, IrDiag *d) {
   return rc;
 }
 
+// How --data feeds the token inputs, one line (none without any): a model
+// that shifts its labels itself gets the tokens, one that does not the next
+// tokens (frontend/onnx.c decides from the graph).
+static void print_token_inputs(const IrGraph *g) {
+  const char *sep = "mtc: --data feeds ";
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role != ROLE_INPUT)
+      continue;
+    const char *what = v->input_kind == INPUT_TOKENS    ? "the tokens"
+                       : v->input_kind == INPUT_TARGETS ? "the next tokens (targets)"
+                       : v->input_kind == INPUT_LABELS  ? "the tokens again (labels the model "
+                                                          "shifts itself)"
+                                                        : NULL;
+    if (!what)
+      continue;
+    printf("%s'%s' %s", sep, v->name, what);
+    sep = ", ";
+  }
+  if (strcmp(sep, ", ") == 0)
+    printf("\n");
+}
+
 // The plan in words, and what the planner predicts for it per rank: model
 // state on the device and (offload) in host memory, and bytes sent per step,
 // by the planner's formulas over the buckets' element types.
@@ -638,6 +661,8 @@ int main(int argc, char **argv) {
       rc = cg_outdir_commit(&outdir, &diag);
     if (!rc && a.checkpoint)
       print_checkpoint("mtc: ", &ctx);
+    if (!rc)
+      print_token_inputs(g);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
              "for NVIDIA GPUs)\n", a.outdir, (long long)ctx.mem->arena_bytes, a.outdir);

@@ -686,7 +686,7 @@ static int emit_init_copies(Emit *e, IrDiag *d) {
 
 static const char *input_kind(IrInputKind k) {
   static const char *const names[] = {"RT_IN_RANDN", "RT_IN_CLASSES", "RT_IN_TOKENS",
-                                      "RT_IN_TARGETS", "RT_IN_MASK"};
+                                      "RT_IN_TARGETS", "RT_IN_MASK", "RT_IN_LABELS"};
   return names[k];
 }
 

@@ -689,7 +689,7 @@ static const Builtin builtins[] = {
 
 // Names that mean something only in declarations.
 static const char *const decl_words[] = {"normal", "zeros", "ones", "tokens", "targets",
-                                         "classes", "f32", "i32"};
+                                         "labels", "classes", "f32", "i32"};
 
 static const Builtin *find_builtin(const char *name) {
   for (int i = 0; i < NBUILTINS; i++)
@@ -1186,7 +1186,7 @@ static int eval_call(Eval *e, Node *n, Val *out) {
     return fail(e, n, "%s() is an initializer: use it as 'param w: [C] = %s'", n->name,
                 strcmp(n->name, "normal") == 0 ? "normal(0.02)" : n->name);
   if (strcmp(n->name, "tokens") == 0 || strcmp(n->name, "targets") == 0 ||
-      strcmp(n->name, "classes") == 0)
+      strcmp(n->name, "labels") == 0 || strcmp(n->name, "classes") == 0)
     return fail(e, n, "%s() is a data kind: use it as 'input idx: i32[B, T] %s(V)'", n->name,
                 n->name);
   return fail(e, n, "unknown function '%s' (built-ins: %s)", n->name, function_list(e));
@@ -1379,10 +1379,13 @@ static int exec_input(Eval *e, Node *s) {
       kind = INPUT_TOKENS;
     else if (strcmp(k->name, "targets") == 0)
       kind = INPUT_TARGETS;
+    else if (strcmp(k->name, "labels") == 0)
+      kind = INPUT_LABELS;
     else if (strcmp(k->name, "classes") == 0)
       kind = INPUT_CLASSES;
     else
-      return fail(e, k, "unknown data kind '%s' (kinds: tokens(R), targets(R), classes(R))",
+      return fail(e, k, "unknown data kind '%s' (kinds: tokens(R), targets(R), labels(R), "
+                  "classes(R))",
                   k->name);
     if (dt != DT_I32)
       return fail(e, k, "%s(...) is for i32 inputs; a float input takes no kind (its data is "

@@ -660,8 +660,33 @@ static const IrValue *tokens_like(IrGraph *g, const IrValue *v) {
   return NULL;
 }
 
+// Does the model shift labels v itself? Hugging Face's causal LMs compare
+// labels[..., 1:] with logits[..., :-1, :]: a slice that drops the first
+// position on the way from v to the loss (through integer values only).
+static bool shifted_inside(IrGraph *g, const IrValue *v) {
+  bool *from = calloc((size_t)g->nvalues + 1, sizeof *from), shifted = false;
+  IR_ASSERT(from);
+  from[v->id] = true;
+  for (int i = 0; i < g->nnodes && !shifted; i++) {
+    const IrNode *n = g->nodes[i];
+    bool reads = false;
+    for (int k = 0; k < n->nin; k++)
+      reads |= n->in[k] && from[n->in[k]->id];
+    if (!reads)
+      continue;
+    if (n->op == OP_SLICE && from[n->in[0]->id] && ir_attr_i(n, "start") >= 1)
+      shifted = true;
+    for (int k = 0; k < n->nout; k++)
+      if (n->out[k] && n->out[k]->dtype == DT_I32)
+        from[n->out[k]->id] = true;
+  }
+  free(from);
+  return shifted;
+}
+
 // Labels of the size and range of a token input (of any: an encoder-decoder
-// has two) are next-token targets.
+// has two) are next-token targets, or the tokens themselves where the model
+// shifts them (shifted_inside).
 static int finish_inputs(FeOnnx *cx) {
   IrGraph *g = cx->g;
   for (int i = 0; i < g->nvalues; i++) {
@@ -673,7 +698,7 @@ static int finish_inputs(FeOnnx *cx) {
                       "integer input '%s' is not used as embedding indices, class labels or a mask "
                       "in float arithmetic, so mtc cannot tell which values to feed it", v->name);
     if (v->input_kind == INPUT_CLASSES && tokens_like(g, v))
-      v->input_kind = INPUT_TARGETS;
+      v->input_kind = shifted_inside(g, v) ? INPUT_LABELS : INPUT_TARGETS;
   }
   return 0;
 }

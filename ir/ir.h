@@ -80,6 +80,8 @@ typedef enum IrInputKind {
   INPUT_TOKENS,   // token positions of the batch
   INPUT_TARGETS,  // the tokens that follow them
   INPUT_MASK,     // a padding mask: per row of the last dim, 1 up to a valid length, then 0
+  INPUT_LABELS,   // the token positions again, as labels the model shifts itself (Hugging
+                  // Face's causal LMs: labels[..., 1:] against logits[..., :-1, :])
 } IrInputKind;
 
 // A source location: DSL file:line:col, or (line == 0) an ONNX node name in

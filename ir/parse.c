@@ -292,8 +292,10 @@ static int declaration(Parser *ps, IrRole role) {
       v->input_kind = INPUT_CLASSES;
     else if (!strcmp(w, "mask"))
       v->input_kind = INPUT_MASK;
+    else if (!strcmp(w, "labels"))
+      v->input_kind = INPUT_LABELS;
     else
-      return fail(ps, "unknown input kind '%s' (tokens, targets, classes, mask)", w);
+      return fail(ps, "unknown input kind '%s' (tokens, targets, labels, classes, mask)", w);
     if (expect(ps, '(') || !(v->range = formula(ps)) || expect(ps, ')'))
       return -1;
   } else if (w) {

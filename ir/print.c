@@ -183,6 +183,7 @@ static const char *input_kind_name(IrInputKind k) {
   case INPUT_TARGETS: return "targets";
   case INPUT_CLASSES: return "classes";
   case INPUT_MASK: return "mask";
+  case INPUT_LABELS: return "labels";
   case INPUT_RANDN: break;
   }
   return NULL;

@@ -35,6 +35,7 @@ enum {
   RT_IN_TARGETS,  // token stream positions [1, n+1): next-token targets
   RT_IN_MASK,     // synthetic: a padding mask, each row of the last dim 1 for a random
                   // length in [1, row], then 0 (range = 2)
+  RT_IN_LABELS,   // token stream positions [0, n) again: labels the model shifts itself
 };
 
 // What an entry of the params table is (its kind).

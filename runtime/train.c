@@ -990,7 +990,7 @@ static void store(char *arena, const rt_tensor *t, long i, double value) {
 }
 
 static int is_token_input(const rt_tensor *t) {
-  return t->kind == RT_IN_TOKENS || t->kind == RT_IN_TARGETS;
+  return t->kind == RT_IN_TOKENS || t->kind == RT_IN_TARGETS || t->kind == RT_IN_LABELS;
 }
 
 // n (tokens per step: the largest token input's element count) and the
@@ -1010,8 +1010,9 @@ static void token_geometry(long *n, long *vocab) {
   }
 }
 
-// token inputs from a stream of n+1 tokens: TOKENS its first numel, TARGETS
-// the numel after the first (the next token of each)
+// token inputs from a stream of n+1 tokens: TOKENS (and LABELS, which the
+// model shifts itself) its first numel, TARGETS the numel after the first
+// (the next token of each)
 static void fill_tokens(char *arena, const int32_t *stream) {
   for (int i = 0; i < NIN; i++) {
     const rt_tensor *t = &IN[i];
