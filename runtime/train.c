@@ -41,6 +41,7 @@
 #include "model_api.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "schedule.h"
 #include "shard.h"
 
 // The median step time is over the last this many steps (--steps goes to INT_MAX).
@@ -116,6 +117,7 @@ typedef struct {
   const char *dump_grads;  // safetensors: the gradients of the first backward
   int log_every;
   bool check_finite;    // stop at a non-finite gradient or weight (--no-check-finite: don't)
+  rt_schedule sched;    // the learning rate per step (its lr and steps filled in at the end)
 } options;
 
 static void print_help(void) {
@@ -128,6 +130,11 @@ static void print_help(void) {
       "  --lr F --beta1 F --beta2 F --eps F --weight-decay F\n"
       "                  optimizer settings, PyTorch semantics (defaults: as\n"
       "                  compiled; see the first line the program prints)\n"
+      "  --lr-schedule constant|linear|cosine  the rate per step (default constant):\n"
+      "                  after the warmup, constant at --lr, or decaying to --lr-min\n"
+      "                  at the last step, linearly or along a half cosine\n"
+      "  --warmup N      steps of linear warmup from lr/N to lr (default 0)\n"
+      "  --lr-min F      the rate a decay ends at (default 0)\n"
       "  --seed N        seed of the synthetic inputs (default 1337)\n"
       "  --data FILE     llm.c token shard to train on (default: one fixed\n"
       "                  synthetic batch, reused every step); token inputs of\n"
@@ -219,10 +226,14 @@ static options parse_args(int argc, char **argv) {
     const char *expects;
     if (!strcmp(name, "--steps") || !strcmp(name, "--log-every"))
       expects = "an integer in [1, 2147483647]";
+    else if (!strcmp(name, "--warmup"))
+      expects = "an integer in [0, 2147483647]";
+    else if (!strcmp(name, "--lr-schedule"))
+      expects = "constant, linear or cosine";
     else if (!strcmp(name, "--seed"))
       expects = "an integer in [0, 18446744073709551615]";
     else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
-             !strcmp(name, "--eps") || !strcmp(name, "--weight-decay"))
+             !strcmp(name, "--eps") || !strcmp(name, "--weight-decay") || !strcmp(name, "--lr-min"))
       expects = "a non-negative number";
     else if (!strcmp(name, "--optimizer"))
       expects = "adamw or sgd";
@@ -247,6 +258,12 @@ static options parse_args(int argc, char **argv) {
       if (!plain_number(val, false) || *end != '\0' || errno)
         usage_error("%s expects %s, got '%s'", name, expects, val);
       o.seed = (uint64_t)v;
+    } else if (!strcmp(name, "--warmup")) {
+      o.sched.warmup = parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--lr-schedule")) {
+      if (rt_schedule_kind(val, &o.sched.kind)) usage_error("%s expects %s, got '%s'", name, expects, val);
+    } else if (!strcmp(name, "--lr-min")) {
+      o.sched.lr_min = parse_float(name, val, 0);
     } else if (!strcmp(name, "--lr")) {
       o.h.lr = parse_float(name, val, 0);
     } else if (!strcmp(name, "--beta1")) {
@@ -275,6 +292,13 @@ static options parse_args(int argc, char **argv) {
     }
   }
   if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
+  o.sched.lr = o.h.lr;
+  o.sched.steps = o.steps;
+  if (o.sched.kind != RT_LR_CONSTANT && o.sched.lr_min > o.sched.lr)
+    usage_error("--lr-min %g is above --lr %g: a decay ends below where it starts", o.sched.lr_min,
+                o.sched.lr);
+  if (o.sched.kind == RT_LR_CONSTANT && o.sched.lr_min > 0)
+    usage_error("--lr-min is the end of a decay: give --lr-schedule linear or cosine");
   // the host's threads (offloaded AdamW): rt_host_threads reads it at each update
   const char *threads = getenv("MTC_HOST_THREADS");
   if (threads)
@@ -1175,6 +1199,10 @@ int main(int argc, char **argv) {
   else
     printf("optimizer adamw | lr %g | betas %g %g | eps %g | weight decay %g\n", opt.h.lr,
            opt.h.beta1, opt.h.beta2, opt.h.eps, opt.h.weight_decay);
+  if (opt.sched.kind != RT_LR_CONSTANT || opt.sched.warmup > 0)
+    printf("lr schedule %s | warmup %ld steps | to lr %g at step %ld\n",
+           rt_schedule_name(opt.sched.kind), opt.sched.warmup,
+           opt.sched.kind == RT_LR_CONSTANT ? opt.sched.lr : opt.sched.lr_min, opt.sched.steps);
 
   int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
   if (!stream) fail("out of memory");
@@ -1229,6 +1257,7 @@ int main(int argc, char **argv) {
       comm0 += rt_comm_seconds() - comm;
     }
     opt.h.step = step;
+    opt.h.lr = (float)rt_schedule_lr(&opt.sched, step);
     M->update(arena, host, &opt.h);
     if (opt.check_finite) check_finite(arena, stage, step, false);
     rt_device_sync();
@@ -1237,7 +1266,8 @@ int main(int argc, char **argv) {
     comm_times[(step - 1) % TIMED_STEPS] = rt_comm_seconds() - comm0;
     if (step % opt.log_every == 0 || step == opt.steps) {
       double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
-      printf("step %d | loss %.6f | %.1f ms | %.0f tok/s\n", step, loss, 1e3 * dt, tps);
+      printf("step %d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g\n", step, loss, 1e3 * dt, tps,
+             opt.h.lr);
       fflush(stdout);
     }
   }

@@ -5,6 +5,7 @@
 #   --dump-grads      one tensor per parameter, named and shaped as the parameter
 #   errors            each bad file or flag fails with a message naming the problem; numeric
 #                     settings are checked after their conversion to float32 or int
+#   schedule          --lr-schedule/--warmup/--lr-min: the rate printed per step and used
 #   targets           --save of a symlink, a folder or a FIFO fails before training and
 #                     leaves it; a stale temporary (its process gone) is removed at start
 #
@@ -113,6 +114,22 @@ expect 2 "--steps expects an integer in [1, 2147483647], got '2147483648'" --ste
 expect 2 "--log-every expects an integer in [1, 2147483647], got '0x10'" --log-every 0x10
 MTC_HOST_THREADS=1000 expect 2 "MTC_HOST_THREADS expects an integer in [1, 256]"
 # --save and --dump-grads refuse, before the first step, what is not a regular file, and leave it
+# the learning-rate schedule: the printed rate per step, and the rate reaches the update (a
+# warmup of 2 to 0.02 takes its first step at 0.01, as a constant 0.01 does: the same second loss)
+./train --steps 6 --log-every 1 --optimizer sgd --lr 0.02 --lr-schedule cosine --warmup 2 \
+  --lr-min 0.002 > sched.out
+lrs=$(sed -n 's/^step.*| lr \(.*\)$/\1/p' sched.out | tr '\n' ' ')
+# steps 1-2 warm up; steps 3-6 decay, p = 1/4, 1/2, 3/4, 1 (%.4g as printed)
+[ "$lrs" = "0.01 0.02 0.01736 0.011 0.004636 0.002 " ] || fail "scheduled rates: $lrs"
+./train --steps 2 --log-every 1 --optimizer sgd --lr 0.01 > const.out
+[ "$(losses sched.out | sed -n 2p)" = "$(losses const.out | sed -n 2p)" ] ||
+  fail "the warmup's first rate did not reach the update: $(losses sched.out | head -2) vs $(losses const.out)"
+expect 2 "--lr-schedule expects constant, linear or cosine, got 'step'" --lr-schedule step
+expect 2 "--lr-min 0.5 is above --lr 0.1: a decay ends below where it starts" --lr 0.1 \
+  --lr-schedule linear --lr-min 0.5
+expect 2 "--lr-min is the end of a decay: give --lr-schedule linear or cosine" --lr-min 0.001
+expect 2 "--warmup expects an integer in [0, 2147483647]" --warmup -1
+echo "ok: the learning-rate schedule"
 ln -sf w.safetensors link.safetensors && mkdir -p folder && rm -f fifo && mkfifo fifo
 expect 1 "--save link.safetensors: is a symbolic link" --save link.safetensors
 expect 1 "--save folder: is a folder" --save folder
