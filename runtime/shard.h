@@ -62,12 +62,20 @@ static inline int rt_shard_parse(rt_shard *s, const uint8_t *map, size_t bytes, 
     snprintf(err, cap, "%s has %ld tokens, one step needs %ld", path, s->ntok, need);
     return -1;
   }
-  for (long i = 0; i < s->ntok; i++)
-    if (rt_shard_token(s, i) >= vocab) {
-      snprintf(err, cap, "%s: token %ld at position %ld is out of range for the model's "
-               "vocabulary of %ld", path, rt_shard_token(s, i), i, vocab);
-      return -1;
-    }
+  long first = -1, most = 0;  // the first token past the vocabulary, the largest token
+  for (long i = 0; i < s->ntok; i++) {
+    long t = rt_shard_token(s, i);
+    if (t >= vocab && first < 0) first = i;
+    if (t > most) most = t;
+  }
+  if (first >= 0) {
+    snprintf(err, cap, "%s: token %ld at position %ld is out of range for the model's "
+             "vocabulary of %ld (tokens 0 to %ld); the file's largest token is %ld: compile the "
+             "model with a vocabulary of at least %ld (e.g. mtc compile ... -D V=%ld), or "
+             "tokenize the data for this one", path, rt_shard_token(s, first), first, vocab,
+             vocab - 1, most, most + 1, most + 1);
+    return -1;
+  }
   return 0;
 }
 

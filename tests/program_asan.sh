@@ -103,7 +103,7 @@ make -s -C ../g cpu CFLAGS="-O1 -g -fopenmp -std=c11 -Wall -Wextra -Werror $san"
 for f in tokens_*.bin folder.st fifo.st; do cp -a "$f" ../g/ 2> /dev/null || true; done
 cd ../g
 rm -f fifo.st && mkfifo fifo.st && mkdir -p folder.st
-expect "token 65535 at position 0 is out of range for the model's vocabulary of 64" \
+expect "token 65535 at position 0 is out of range for the model's vocabulary of 64 (tokens 0 to 63); the file's largest token is 65535: compile the model with a vocabulary of at least 65536 (e.g. mtc compile ... -D V=65536)" \
   --data tokens_range.bin
 expect "the header says 1000 tokens" --data tokens_size.bin
 expect "the header says -5 tokens" --data tokens_negative.bin
