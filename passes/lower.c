@@ -74,8 +74,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN_ELEMS 16   // 64 bytes of f32
-
 // The pass edits the graph in one batch (ir_batch_begin): positions are those
 // of the graph as it came, found in sweeps made before any edit.
 typedef struct Lower {
@@ -158,9 +156,9 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
     members[i]->grad->bucket_off = at * 4;
     if (L->assign[members[i]->id])  // the working copy, bf16
       L->assign[members[i]->id]->in[0]->bucket_off = at * 2;
-    at += round_up(numel, ALIGN_ELEMS);
+    at += round_up(numel, PASS_ALIGN_ELEMS);
   }
-  b->numel = round_up(at, (int64_t)ALIGN_ELEMS * L->dist->dp);
+  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * L->dist->dp);
   return 0;
 }
 
@@ -308,12 +306,9 @@ double pass_offload_of(const PassDist *D, int block) {
   return block < D->noffload ? D->offloads[block] : D->offload;
 }
 
-// The host's share of an AdamW update of b: the update's last elements, in
-// whole blocks of ALIGN_ELEMS.
-
+// The host's share of an AdamW update of b.
 static int64_t host_share(const Lower *L, const PassBucket *b) {
-  int64_t blocks = b->part / ALIGN_ELEMS;
-  return (int64_t)(pass_offload_of(L->dist, b->block) * (double)blocks + 0.5) * ALIGN_ELEMS;
+  return pass_offload_elems(b->part, pass_offload_of(L->dist, b->block));
 }
 
 // One update op for the bucket, replacing its parameters' own; with offload,

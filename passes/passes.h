@@ -50,6 +50,16 @@ typedef struct PassDist {
 // Block b's offload share under D.
 double pass_offload_of(const PassDist *D, int block);
 
+// A bucket (passes/lower.c) pads every parameter to PASS_ALIGN_ELEMS elements
+// (64 bytes of f32) and itself to PASS_ALIGN_ELEMS x dp; the planner prices
+// the same layout (solver/cost.c).
+#define PASS_ALIGN_ELEMS 16
+// The elements of a part of `part` that an offload share moves to the host:
+// its last ones, in whole runs of PASS_ALIGN_ELEMS, the share rounded to them.
+static inline int64_t pass_offload_elems(int64_t part, double share) {
+  return (int64_t)(share * (double)(part / PASS_ALIGN_ELEMS) + 0.5) * PASS_ALIGN_ELEMS;
+}
+
 // One block's parameters and gradients as flat buckets (see passes/lower.c).
 typedef struct PassBucket {
   const char *name;        // "b3" for IR block 3

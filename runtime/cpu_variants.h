@@ -36,17 +36,7 @@ static inline float rt_ld_f32(float x) { return x; }
 #define TO_T(x) (x)
 #define TO_U(x) (x)
 #define RT_DTYPE RT_F32
-#include RT_TEMPLATE
-#undef RT_DTYPE
-#undef RT_T
-#undef RT_U
-#undef RT_T_F32
-#undef RT_U_F32
-#undef RT_KT
-#undef RT_SUFFIX
-#undef RT_TF_SUFFIX
-#undef TO_T
-#undef TO_U
+#include "cpu_variant.h"
 
 #define RT_T rt_bf16
 #define RT_U rt_bf16
@@ -58,17 +48,7 @@ static inline float rt_ld_f32(float x) { return x; }
 #define TO_T(x) rt_f32_to_bf16(x)
 #define TO_U(x) rt_f32_to_bf16(x)
 #define RT_DTYPE RT_BF16
-#include RT_TEMPLATE
-#undef RT_DTYPE
-#undef RT_T
-#undef RT_U
-#undef RT_T_F32
-#undef RT_U_F32
-#undef RT_KT
-#undef RT_SUFFIX
-#undef RT_TF_SUFFIX
-#undef TO_T
-#undef TO_U
+#include "cpu_variant.h"
 
 #define RT_T rt_bf16
 #define RT_U float
@@ -80,17 +60,7 @@ static inline float rt_ld_f32(float x) { return x; }
 #define TO_T(x) rt_f32_to_bf16(x)
 #define TO_U(x) (x)
 #define RT_DTYPE RT_BF16
-#include RT_TEMPLATE
-#undef RT_DTYPE
-#undef RT_T
-#undef RT_U
-#undef RT_T_F32
-#undef RT_U_F32
-#undef RT_KT
-#undef RT_SUFFIX
-#undef RT_TF_SUFFIX
-#undef TO_T
-#undef TO_U
+#include "cpu_variant.h"
 
 #define RT_T float
 #define RT_U rt_bf16
@@ -102,16 +72,6 @@ static inline float rt_ld_f32(float x) { return x; }
 #define TO_T(x) (x)
 #define TO_U(x) rt_f32_to_bf16(x)
 #define RT_DTYPE RT_F32
-#include RT_TEMPLATE
-#undef RT_DTYPE
-#undef RT_T
-#undef RT_U
-#undef RT_T_F32
-#undef RT_U_F32
-#undef RT_KT
-#undef RT_SUFFIX
-#undef RT_TF_SUFFIX
-#undef TO_T
-#undef TO_U
+#include "cpu_variant.h"
 
 #undef RT_TEMPLATE

@@ -745,36 +745,34 @@ void RT_NAME(embedding_bwd)(RT_U *dw, const RT_T *dout, const int *idx, long n, 
 #endif
 }
 
-void RT_NAME(layernorm_bwd)(RT_T *dx, RT_U *dw, RT_U *db, const RT_T *dy, const RT_T *x,
-                            const RT_T *w, long n, long c, float eps) {
-#if !RT_U_F32
-  float *fw = rt_cpu_alloc(c), *fb = rt_cpu_alloc(c);
-  RT_NAME_TF(layernorm_bwd)(dx, fw, fb, dy, x, w, n, c, eps);
-  RT_LOCAL(narrow_u)(dw, fw, c), RT_LOCAL(narrow_u)(db, fb, c);
-#else
+// Layernorm's (centered) or RMSNorm's backward: the float32 body on widened
+// operands; dw and db (NULL for RMSNorm) summed in float32, rounded once.
+static void RT_LOCAL(norm_bwd_any)(RT_T *dx, RT_U *dw, RT_U *db, const RT_T *dy, const RT_T *x,
+                                   const RT_T *w, long n, long c, float eps, bool centered) {
   float *ody, *ox, *ow;
   const float *dyf = RT_LOCAL(widen)(dy, n * c, &ody), *xf = RT_LOCAL(widen)(x, n * c, &ox),
               *wf = RT_LOCAL(widen)(w, c, &ow);
   float *dxf = RT_LOCAL(result)(dx, n * c);
-  norm_bwd(dxf, dw, db, dyf, xf, wf, n, c, eps, true);
-  RT_LOCAL(narrow)(dx, dxf, n * c);
-  rt_cpu_free(ody), rt_cpu_free(ox), rt_cpu_free(ow);
+#if RT_U_F32
+  float *fw = dw, *fb = db;
+#else
+  float *fw = rt_cpu_alloc(c), *fb = db ? rt_cpu_alloc(c) : NULL;
 #endif
+  norm_bwd(dxf, fw, fb, dyf, xf, wf, n, c, eps, centered);
+  RT_LOCAL(narrow)(dx, dxf, n * c);
+#if !RT_U_F32
+  RT_LOCAL(narrow_u)(dw, fw, c);
+  if (db) RT_LOCAL(narrow_u)(db, fb, c);
+#endif
+  rt_cpu_free(ody), rt_cpu_free(ox), rt_cpu_free(ow);
+}
+
+void RT_NAME(layernorm_bwd)(RT_T *dx, RT_U *dw, RT_U *db, const RT_T *dy, const RT_T *x,
+                            const RT_T *w, long n, long c, float eps) {
+  RT_LOCAL(norm_bwd_any)(dx, dw, db, dy, x, w, n, c, eps, true);
 }
 
 void RT_NAME(rmsnorm_bwd)(RT_T *dx, RT_U *dw, const RT_T *dy, const RT_T *x, const RT_T *w, long n,
                           long c, float eps) {
-#if !RT_U_F32
-  float *fw = rt_cpu_alloc(c);
-  RT_NAME_TF(rmsnorm_bwd)(dx, fw, dy, x, w, n, c, eps);
-  RT_LOCAL(narrow_u)(dw, fw, c);
-#else
-  float *ody, *ox, *ow;
-  const float *dyf = RT_LOCAL(widen)(dy, n * c, &ody), *xf = RT_LOCAL(widen)(x, n * c, &ox),
-              *wf = RT_LOCAL(widen)(w, c, &ow);
-  float *dxf = RT_LOCAL(result)(dx, n * c);
-  norm_bwd(dxf, dw, NULL, dyf, xf, wf, n, c, eps, false);
-  RT_LOCAL(narrow)(dx, dxf, n * c);
-  rt_cpu_free(ody), rt_cpu_free(ox), rt_cpu_free(ow);
-#endif
+  RT_LOCAL(norm_bwd_any)(dx, dw, NULL, dy, x, w, n, c, eps, false);
 }

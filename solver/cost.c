@@ -633,7 +633,7 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
     double e = sym_evalf(b->member[k], t);
     for (int tp = 1; tp <= SV_MAXTP; tp++) {
       double local = b->member_split[k] ? ceil(e / tp) : e;
-      o->bucket[tp] += ceil(local / SV_ALIGN_ELEMS) * SV_ALIGN_ELEMS;
+      o->bucket[tp] += ceil(local / PASS_ALIGN_ELEMS) * PASS_ALIGN_ELEMS;
     }
   }
   o->act = sym_evalf(b->act, t);
@@ -784,7 +784,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // each padded, the bucket padded to divide among the d replicas (2D: params / q^2).
   double slice = n->params / s;
   if (l.q == 1 && l.tp <= SV_MAXTP && n->params > 0) {
-    double align = (double)SV_ALIGN_ELEMS * d;
+    double align = (double)PASS_ALIGN_ELEMS * d;
     slice = ceil(n->bucket[l.tp] / align) * align;
   }
   if (d > 1 && slice > 0) {
@@ -816,12 +816,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // written, the gradient read, a bf16 working copy written. The offloaded
   // share runs on the CPU: gradients down during backward, the CPU's AdamW,
   // the float32 weights up during the next forward.
-  // The offloaded share is whole runs of SV_ALIGN_ELEMS of the elements this
+  // The offloaded share is whole runs of PASS_ALIGN_ELEMS of the elements this
   // device updates, as the program cuts it.
   double own = slice / (zero >= 1 ? d : 1);
-  double fo = own > 0 ? floor(offload / 100.0 * floor(own / SV_ALIGN_ELEMS) + 0.5) *
-                            SV_ALIGN_ELEMS / own
-                      : 0;
+  double fo = own > 0 ? (double)pass_offload_elems((int64_t)own, offload / 100.0) / own : 0;
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
   o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * EFF_HBM);

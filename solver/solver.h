@@ -106,7 +106,7 @@ typedef struct SvBlock {
   // Sizes are bytes, of the element types the IR gives the values.
   const Sym *params;        // parameter elements
   // The parameters one by one, as the program's bucket of the block holds them: each padded
-  // to SV_ALIGN_ELEMS elements, split over tp or whole (passes/shard.c's layout)
+  // to PASS_ALIGN_ELEMS elements, split over tp or whole (passes/shard.c's layout)
   int nmembers;
   const Sym **member;
   bool *member_split;
@@ -161,15 +161,12 @@ typedef struct SvStateBytes {
   double state;    // the optimizer's state (AdamW's moments): ZeRO-1; offload moves it
 } SvStateBytes;
 
-// The program's buckets (passes/lower.c) pad every parameter to this many
-// elements, and a bucket to this many times the data-parallel degree.
-#define SV_ALIGN_ELEMS 16
 #define SV_MAXTP 64  // the most 1D tensor-parallel ranks a layout has
 
 typedef struct SvNum {   // one unit's representative block
   double params;
   // elements of the block's bucket on one rank of tp ranks (before the padding to
-  // SV_ALIGN_ELEMS x dp): bucket[tp], tp in 1..SV_MAXTP
+  // PASS_ALIGN_ELEMS x dp): bucket[tp], tp in 1..SV_MAXTP
   double bucket[SV_MAXTP + 1];
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
