@@ -10,14 +10,18 @@
 // GEMM shape of the forward and backward pass (best of `reps`, default 10),
 // prints GFLOP/s per shape in float32 and in bf16 (and which bf16 path the
 // build took: rt_cpu_gemm_bf16_kind), the GEMM time of one step (each shape times the
-// number of times a step runs it) and the peak: every thread running
-// independent vector FMAs from registers, no memory traffic.
+// number of times a step runs it) and the peaks: every thread running
+// independent vector FMAs (and, with AVX512-BF16, bf16 dot products) from
+// registers, no memory traffic.
 #define _DEFAULT_SOURCE  // MAP_ANONYMOUS
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -68,6 +72,33 @@ static double fma_peak(void) {
     flops = (double)iters * NCHAINS * (sizeof(vec) / sizeof(float)) * 2;
   }
   return flops / (now() - t) * 1e-9;
+}
+
+// GFLOP/s of NCHAINS independent chains of bf16 dot products (vdpbf16ps:
+// 2 products per float32 lane) per thread; 0 on a target without them.
+static double bf16_peak(void) {
+#if defined(__AVX512BF16__)
+  const long iters = 100000000;
+  double flops = 0.0, t = now();
+#pragma omp parallel reduction(+ : flops)
+  {
+    volatile float seed = 1.0f;
+    __m512bh x = (__m512bh)_mm512_set1_epi16((short)0x3f80), y = x;  // bf16 1.0
+#define INIT16(i) __m512 d##i = _mm512_set1_ps(seed * (float)(i));
+#define STEP16(i) d##i = _mm512_dpbf16_ps(d##i, x, y);
+#define KEEP16(i) __asm__ volatile("" : : "v"(d##i));  // the sums are used
+    CHAINS(INIT16)
+    for (long it = 0; it < iters; it++) {
+      CHAINS(STEP16)
+      __asm__ volatile("" : "+v"(x));  // a new operand every round: nothing to hoist
+    }
+    CHAINS(KEEP16)
+    flops = (double)iters * NCHAINS * 16 * 4;
+  }
+  return flops / (now() - t) * 1e-9;
+#else
+  return 0.0;
+#endif
 }
 
 static float *buffer(long n) {  // anonymous pages, as the training program's arena
@@ -143,10 +174,14 @@ int main(int argc, char **argv) {
     step16 += t16 * (double)g[i].per_step;
     step_flops += flops * (double)g[i].per_step;
   }
-  double peak = fma_peak();
+  double peak = fma_peak(), peak16 = bf16_peak();
   printf("\nGEMMs of one step: fp32 %.0f ms, %.0f GFLOP/s; bf16 %.0f ms, %.0f GFLOP/s; "
          "fp32 FMA peak %.0f GFLOP/s (fp32 at %.0f%% of it)\n",
          step * 1e3, step_flops / step * 1e-9, step16 * 1e3, step_flops / step16 * 1e-9, peak,
          100.0 * step_flops / step * 1e-9 / peak);
+  if (peak16 > 0)
+    printf("bf16 dot-product peak %.0f GFLOP/s (bf16 at %.0f%% of it): a step's GEMMs take at "
+           "least %.0f ms in bf16\n", peak16, 100.0 * step_flops / step16 * 1e-9 / peak16,
+           step_flops / peak16 * 1e-6);
   return 0;
 }

@@ -11,9 +11,16 @@
 //     in float32 and round their results once), but for the loss and the
 //     other scalars and the vocabulary-parallel loss's row statistics, which
 //     stay float32.
-//   - A parameter's gradient is made in bf16, as PyTorch's is for the bf16
-//     copy autocast makes, and cast to a float32 gradient that the optimizer
-//     reads (and the data-parallel reduction sums).
+//   - A parameter's gradient is float32 where it is made: the ops that sum
+//     into a weight's gradient (a matmul's dW, a bias's sum, an embedding's
+//     scatter-add, a norm's dw and db) read bf16 operands and write their
+//     float32 sums (the kernels' U type, runtime/kernels.def), so nothing is
+//     rounded to bf16 on the way to the optimizer and the data-parallel
+//     reduction. A gradient made by any other op, the sum of the partial
+//     gradients of a parameter used twice (a tied embedding) among them, is
+//     made in bf16 and cast to float32, as PyTorch's is for the bf16 copy
+//     autocast makes (partial sums in float32 would hold two float32 copies
+//     of the gradient at once, where this holds bf16 ones).
 // Casts are nodes, so the memory plan counts every copy.
 #include "passes.h"
 
@@ -49,6 +56,20 @@ static bool stays_f32(const IrNode *n, int k) {
   return n->out[k]->rank == 0 || (n->op == OP_VP_CROSS_ENTROPY && k == 1);
 }
 
+// Can output k of n be written in float32 from bf16 operands (a K_OUTU
+// argument of the kernel the op lowers to, codegen/kcall.c)?
+static bool sums_in_f32(const IrNode *n, int k) {
+  switch (n->op) {
+  case OP_MATMUL:
+  case OP_SUM_TO:
+  case OP_SUM:
+  case OP_EMBEDDING_BWD: return k == 0;
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM_BWD: return k >= 1;
+  default: return false;
+  }
+}
+
 // Float32 inputs whatever the compute type: a loss's gradient and the row
 // statistics of the vocabulary-parallel loss (the kernels' K_INF arguments).
 static bool takes_f32(const IrNode *n, int k) {
@@ -69,7 +90,8 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
   // parameter's update node.
   IrNode **first = calloc((size_t)nv + 1, sizeof *first), **update = calloc((size_t)nv + 1, sizeof *update);
   IrValue **from = calloc((size_t)nv + 1, sizeof *from), **to = calloc((size_t)nv + 1, sizeof *to);
-  IR_ASSERT(first && update && from && to);
+  bool *grad32 = calloc((size_t)nv + 1, sizeof *grad32);  // gradients made in float32
+  IR_ASSERT(first && update && from && to && grad32);
   for (int i = 0; i < nn; i++) {
     IrNode *n = g->nodes[i];
     for (int k = 0; k < n->nin; k++) {
@@ -120,20 +142,29 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
         if (casts[i]->in[0] == to[k])
           casts[i]->in[0] = from[k];
   }
-  // 2. what forward and backward make, in bf16
+  // 2. what forward and backward make, in bf16, but the parameters' gradients
+  // where they are sums in float32
+  for (int i = 0; i < nv; i++) {
+    IrValue *p = g->values[i];
+    if (p->role == ROLE_PARAM && p->grad && p->grad->producer &&
+        p->grad->producer->phase == PHASE_BACKWARD)
+      grad32[p->grad->id] = true;
+  }
   for (int i = 0; i < g->nnodes && !rc; i++) {
     IrNode *n = g->nodes[i];
     if (n->phase == PHASE_UPDATE)
       continue;
     for (int k = 0; k < n->nout; k++)
-      if (ir_is_float(n->out[k]->dtype) && !stays_f32(n, k))
+      if (ir_is_float(n->out[k]->dtype) && !stays_f32(n, k) &&
+          !(grad32[n->out[k]->id] && sums_in_f32(n, k)))
         n->out[k]->dtype = DT_BF16;
     if (n->op == OP_CAST && n->in[0]->dtype == DT_I32 && n->out[0]->dtype == DT_BF16)
       ir_set_str(g, n, "to", "bf16");  // an integer mask in bf16 arithmetic
   }
   // 2b. a float input of another type than the node computes in (a float32
   // scalar broadcast into bf16, the gradient of a mean) is cast to it, but
-  // the float32 inputs kernels take as such (a loss's gradient, the row statistics)
+  // the float32 inputs kernels take as such (a loss's gradient, the row
+  // statistics). A float32 sum into a gradient computes in bf16.
   int made = g->nnodes;
   ir_batch_begin(g);
   for (int i = 0; i < made && !rc; i++) {
@@ -141,9 +172,15 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
     if (n->phase == PHASE_UPDATE)
       continue;
     IrDType t = DT_COUNT;
-    for (int k = 0; k < n->nout && t == DT_COUNT; k++)
-      if (ir_is_float(n->out[k]->dtype) && !stays_f32(n, k))
+    bool sums = false;
+    for (int k = 0; k < n->nout && t == DT_COUNT; k++) {
+      bool u = grad32[n->out[k]->id] && sums_in_f32(n, k);
+      sums |= u;
+      if (ir_is_float(n->out[k]->dtype) && !stays_f32(n, k) && !u)
         t = n->out[k]->dtype;
+    }
+    if (t == DT_COUNT && sums)
+      t = DT_BF16;
     for (int k = 0; k < n->nin && t != DT_COUNT && !rc; k++) {
       IrValue *x = n->in[k];
       if (!ir_is_float(x->dtype) || x->dtype == t || takes_f32(n, k))
@@ -178,7 +215,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
   // 4. the shape rules agree with the types (and the casts' with theirs)
   for (int i = 0; i < g->nnodes && !rc; i++)
     rc = ir_infer(g, g->nodes[i], d);
-  free(first), free(update), free(from), free(to), free(casts);
+  free(first), free(update), free(from), free(to), free(casts), free(grad32);
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   g->cur_loc = (IrLoc){0};
