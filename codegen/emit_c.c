@@ -618,6 +618,17 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
   return 0;
 }
 
+// A to_device whose host value must start as the device's: the parameters
+// the host updates (float32 offload), not the bf16 copies the host makes.
+static bool inits_host(const IrNode *n) { return n->op == OP_TO_DEVICE && !n->in[1]->producer; }
+
+static bool has_init_host(const Emit *e) {
+  for (int i = 0; i < e->g->nnodes; i++)
+    if (inits_host(e->g->nodes[i]))
+      return true;
+  return false;
+}
+
 // Offload: the host's copies of device values (the parameters the host
 // updates) start as those values: each to_device of the update, backwards.
 static int emit_init_host(Emit *e, IrDiag *d) {
@@ -628,7 +639,7 @@ static int emit_init_host(Emit *e, IrDiag *d) {
   CgCall calls[4];
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
-    if (n->op != OP_TO_DEVICE)
+    if (!inits_host(n))
       continue;
     if (cg_lower(g, e->m, n, calls, 4, d) != 1)
       return -1;
@@ -644,13 +655,15 @@ static int emit_init_host(Emit *e, IrDiag *d) {
 }
 
 // bf16 mixed precision: the parameters' working copies start as the parameters,
-// each written as the update writes it: its assign node and (ZeRO 1-2, where
-// a rank writes its part of the copies) the all-gather of the copies.
+// each written as the update writes it: its assign node, (offload) the host's
+// cast of its masters and their copy to the device, and (ZeRO 1-2, where a
+// rank writes its part of the copies) the all-gather of the copies.
 static bool writes_copies(const Emit *e, const IrNode *n) {
-  if (n->op == OP_ASSIGN)
+  if (n->op == OP_ASSIGN || (n->op == OP_CAST && n->phase == PHASE_UPDATE && n->in[0]->host))
     return true;
   const PassLowered *lw = e->opt->lowered;
-  if (n->phase != PHASE_UPDATE || (n->op != OP_ALL_GATHER && n->op != OP_COMM_WAIT) || !lw)
+  if (n->phase != PHASE_UPDATE || !lw ||
+      (n->op != OP_ALL_GATHER && n->op != OP_COMM_WAIT && n->op != OP_TO_DEVICE))
     return false;
   for (int b = 0; b < lw->nbuckets; b++)
     if (lw->bucket[b].copies && n->in[0] == lw->bucket[b].copies)
@@ -667,8 +680,12 @@ static bool has_copies(const Emit *e) {
 
 static int emit_init_copies(Emit *e, IrDiag *d) {
   IrGraph *g = e->g;
-  println(e, "static void init_copies(char *arena) {");
+  println(e, "static void init_copies(char *arena, char *host) {");
   println(e, "  Buffers b = bind(arena);");
+  if (has_host_values(e))
+    println(e, "  HostBuffers hb = bind_host(host);");
+  else
+    println(e, "  (void)host;");
   CgCall calls[MAXCALLS];
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
@@ -733,8 +750,9 @@ static int64_t model_state_bytes(Emit *e) {
   int64_t total = 0;
   for (int b = 0; lw && b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
-    total += 4 * (k->pshard ? numel_of(e, k->pshard) : k->numel);
-    total += 4 * numel_of(e, k->reduced);
+    const IrValue *p = k->pshard ? k->pshard : k->params;  // (bf16 offload: the device's range)
+    total += numel_of(e, p) * ir_dtype_size(p->dtype);
+    total += numel_of(e, k->reduced) * ir_dtype_size(k->reduced->dtype);
     if (k->copies)  // bf16: the working copies
       total += e->m->bytes[k->copies->id];
   }
@@ -755,9 +773,12 @@ static void emit_buckets(Emit *e) {
     const IrValue *p = k->pshard ? k->pshard : k->params;
     fputs("  {", e->f);
     cg_put_string(e->f, k->name);
-    println(e, ", %lld, %d, %lld, %d, %lld, %d, %lld}, // block %d", (long long)k->numel, k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
+    bool cut = k->copies && k->host_params;  // bf16 offload: the host's masters
+    println(e, ", %lld, %d, %lld, %d, %lld, %d, %lld, %lld, %lld}, // block %d", (long long)k->numel,
+            k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
             (long long)e->m->offset[k->reduced->id], k->reduced_sharded,
-            (long long)numel_of(e, k->reduced), k->block);
+            (long long)numel_of(e, k->reduced), (long long)(cut ? k->host_numel : 0),
+            (long long)(cut ? e->m->offset[k->host_params->id] : 0), k->block);
   }
   println(e, "};");
   blank(e);
@@ -891,7 +912,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
-           (has_host_values(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d));
+           (has_init_host(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d));
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -948,7 +969,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");
   println(e, "    .host_bytes = %lld,", (long long)e->m->host_bytes);
-  println(e, "    .init_host = %s,", has_host_values(e) ? "init_host" : "0");
+  println(e, "    .init_host = %s,", has_init_host(e) ? "init_host" : "0");
   println(e, "    .init_copies = %s,", has_copies(e) ? "init_copies" : "0");
   println(e, "    .grad_offsets = grad_offsets,");
   const PassLowered *lw = e->opt->lowered;

@@ -650,7 +650,9 @@ static void lower_sign(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGN)
 static void lower_sigmoid(Lower *L, const IrNode *n) { unary(L, n, OP_CODE(RT_SIGMOID), 1.0); }
 // an integer mask to float (rt_cast_i32_f32), or one float type to another (rt_cast)
 static void lower_cast(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_cast_i32_f32 : CG_K_cast);
+  CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_cast_i32_f32
+                      : n->in[0]->host           ? CG_K_cast_host
+                                                 : CG_K_cast);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
 }
 
@@ -746,18 +748,20 @@ static void lower_slice_bwd(Lower *L, const IrNode *n) {
 static void hparam(CgCall *c, const char *name) { arg(c, CG_HPARAM)->name = name; }
 
 // v, or this rank's part of it when v holds a whole bucket of `part`-sized
-// parts (sharded updates and accumulation under ZeRO).
+// parts (sharded updates and accumulation under ZeRO). A v smaller than a
+// part is this rank's (bf16 offload: the device's range of its masters).
 static void part_buf(Lower *L, CgCall *c, const IrValue *v, const Sym *part) {
   buf(c, v);
-  if (!sym_eq(numel(L, v), part))
+  if (ir_eval(L->g, numel(L, v)) > ir_eval(L->g, part))
     c->args[c->nargs - 1].rank_stride = part;
 }
 
 // dst <- src in dst's type: a parameter's working copy (rt_cast); dst may be
-// a whole bucket of which this rank's part is written (ZeRO 1-2)
+// a whole bucket of `shards` parts, of which this rank's is written (ZeRO
+// 1-2), from its start (bf16 offload writes the device's range)
 static void lower_assign(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_cast);
-  part_buf(L, c, n->in[0], numel(L, n->in[1]));
+  part_buf(L, c, n->in[0], sym_scale(&L->g->arena, numel(L, n->in[0]), 1, ir_attr_i(n, "shards")));
   buf(c, n->in[1]), num(c, numel(L, n->in[1]));
 }
 

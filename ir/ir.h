@@ -113,11 +113,12 @@ typedef struct IrValue {
   // while v is.
   struct IrValue *bucket;
   int64_t bucket_off;
-  // in_shard: v's elements live only as the ranks' shards of its bucket, which
-  // is this rank's shard (a bf16 program's float32 masters under ZeRO-3, which
-  // only the update reads, bucket-wide): bucket_off is its place in the whole
-  // bucket, and v has no buffer of its own (the memory plan places it at the
-  // shard, and nothing reads it there).
+  // in_shard: v's elements live only as parts of its bucket, which is this
+  // rank's shard or range (a bf16 program's float32 masters under ZeRO-1-3,
+  // or under offload, where the host holds the rest; only the update reads
+  // them, bucket-wide): bucket_off is its place in the whole bucket, and v
+  // has no buffer of its own (the memory plan places it at the bucket, and
+  // nothing reads it there).
   bool in_shard;
   // Tensor parallelism (passes/tp.c): the dim split over the tp ranks (-1:
   // none), that dim's size in the whole tensor, and the equal pieces it is

@@ -875,7 +875,11 @@ static int shape_adamw(IrGraph *g, IrNode *n, IrDiag *d) {
   if (whole && (sym_eval(ir_numel(g, n->in[2]), &g->syms, &moments) || moments > whole))
     return ir_error(d, n->loc, "adamw: the moments '%s' %s must hold at most part=%lld elements",
                     n->in[2]->name, ir_shape_str(g, n->in[2]), (long long)whole);
-  return need_same(g, n, 2, 3, d) || need_part(g, n, 0, part, d) || need_part(g, n, 1, part, d);
+  // bf16 offload: p may hold only the moments' elements (the host has the rest of the masters)
+  bool p_cut = whole && ir_is_float(n->in[0]->dtype) &&
+               sym_eq(ir_numel(g, n->in[0]), ir_numel(g, n->in[2]));
+  return need_same(g, n, 2, 3, d) || (!p_cut && need_part(g, n, 0, part, d)) ||
+         need_part(g, n, 1, part, d);
 }
 
 static int shape_sgd(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -894,10 +898,22 @@ static int need_flat(IrGraph *g, IrNode *n, int i, IrDiag *d) {
                   n->in[i]->name, ir_dtype_name(n->in[i]->dtype), ir_shape_str(g, n->in[i]));
 }
 
+// dst <- src. Flat buckets: dst holds `shards` parts and src is written at the
+// start of this rank's part (all of it, or, bf16 offload, the device's range
+// of it); else one shape.
 static int shape_assign(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (ir_attr_i(n, "shards") > 1)  // a whole bucket and this rank's part of it
-    return need_flat(g, n, 0, d) || need_flat(g, n, 1, d) ||
-           need_part(g, n, 0, ir_numel(g, n->in[1]), d);
+  int64_t shards = ir_attr_i(n, "shards"), dst, src;
+  bool flat = n->in[0]->rank == 1 && n->in[1]->rank == 1;
+  if (flat && (shards > 1 || !sym_eq(ir_numel(g, n->in[0]), ir_numel(g, n->in[1])))) {
+    if (need_flat(g, n, 0, d) || need_flat(g, n, 1, d))
+      return -1;
+    if (!sym_eval(ir_numel(g, n->in[0]), &g->syms, &dst) &&
+        !sym_eval(ir_numel(g, n->in[1]), &g->syms, &src) && (dst % shards || src > dst / shards))
+      return ir_error(d, n->loc, "assign: '%s' %s does not fit in one of the %lld parts of '%s' %s",
+                      n->in[1]->name, ir_shape_str(g, n->in[1]), (long long)shards,
+                      n->in[0]->name, ir_shape_str(g, n->in[0]));
+    return 0;
+  }
   if (!ir_is_float(n->in[0]->dtype) || !ir_is_float(n->in[1]->dtype) ||
       !ir_same_shape(n->in[0], n->in[1]))
     return ir_error(d, n->loc, "assign: '%s' %s%s and '%s' %s%s must be floats of one shape",
@@ -1080,7 +1096,8 @@ int ir_check_sizes(IrGraph *g, IrDiag *d) {
       if (rc == -2)
         return ir_error(d, loc, "dim %d of '%s' (%s) is not an integer%s", k, v->name,
                         sym_str(&g->arena, s, &g->syms), ir_bindings_text(g, s));
-      if (rc == 0 && x < 1)
+      // (a flat bucket may be empty: the device's range of masters the host holds all of)
+      if (rc == 0 && x < (v->role == ROLE_BUCKET && v->rank == 1 ? 0 : 1))
         return ir_error(d, loc, "dim %d of '%s' (%s) is %lld%s; every dim is at least 1", k,
                         v->name, sym_str(&g->arena, s, &g->syms), (long long)x,
                         ir_bindings_text(g, s));

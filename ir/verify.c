@@ -79,9 +79,11 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
       if (!defined[x->id])
         rc = ir_error(d, n->loc, "%s reads '%s' before it is defined (after pass '%s')",
                       ir_op_name(n->op), n->in[k]->name, when);
-      else if (x->host && n->op != OP_TO_DEVICE && ir_op_kind(n->op) != KIND_OPT)
-        rc = ir_error(d, n->loc, "%s reads '%s', which is in host memory: only to_device and "
-                      "updates do (after pass '%s')", ir_op_name(n->op), x->name, when);
+      else if (x->host && n->op != OP_TO_DEVICE && ir_op_kind(n->op) != KIND_OPT &&
+               !(n->op == OP_CAST && n->out[0]->host))
+        rc = ir_error(d, n->loc, "%s reads '%s', which is in host memory: only to_device, "
+                      "updates and casts into host memory do (after pass '%s')",
+                      ir_op_name(n->op), x->name, when);
       else if (x->host && x->bucket)
         rc = ir_error(d, n->loc, "'%s' is in host memory and placed in the device bucket '%s' "
                       "(after pass '%s')", x->name, x->bucket->name, when);

@@ -38,9 +38,8 @@
 // the elements a rank updates (the whole bucket under ZeRO 0, its shard
 // under ZeRO 1-3; rounded to whole blocks of 16, 64 bytes) are updated on
 // the host. Their AdamW moments live in host memory beside a copy of those
-// parameters (the master the host updates: in an fp32 program it equals the
-// device's copy, which the GPU build's bf16 parameters will not) and of
-// their gradient:
+// parameters (the master the host updates; in an fp32 program it equals the
+// device's copy) and of their gradient:
 //
 //   to_host(reduced)          the gradient range, device -> host
 //   adamw(params, reduced, m, v) part=P   the device's range (its moments
@@ -52,6 +51,19 @@
 // The program fills the host's parameters from the device's after loading the
 // weights (init_host), so --load, --save and --dump-grads, which read the
 // device, see what they always did.
+//
+// bf16 offload keeps the offloaded range's float32 masters on the host only
+// (the device's masters are the first P - H elements of the part) and sends
+// bf16 copies back, half the bytes:
+//
+//   adamw(host params, ...)             the host's masters
+//   cast(host params) -> copies.host    rounded on the host (rt_cast_host)
+//   to_device(copies, copies.host)      the copies' range, before their assign
+//                                       writes the device's range and any
+//                                       all_gather of the copies
+//
+// The program loads and saves those masters in the host region (train.c,
+// rt_bucket.host_numel).
 //
 // bf16 mixed precision (passes/precision.c): the parameters are the float32
 // masters and their gradients float32, lowered as above; their bf16 working
@@ -340,6 +352,13 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   b->part = b->zero == 0 ? b->numel : b->numel / dp;
   b->host_numel = rule->op == OP_ADAMW ? host_share(L, b) : 0; // SGD has no state
   int64_t on_device = b->part - b->host_numel;
+  if (b->copies && b->host_numel) {  // bf16: the host's masters are on the host only
+    const Sym *dev = sym_const(&g->arena, on_device);
+    ir_value_set_shape(p, 1, &dev);
+    for (int i = 0; i < n; i++)  // read and written only as the bucket
+      if (members[i]->bucket == p)
+        members[i]->in_shard = true;
+  }
   IrValue *host_grads = b->host_numel ? to_host(L, b, "grads", b->reduced) : NULL;
   if (rule->op == OP_ADAMW && on_device) {
     IrValue *in[4] = {p, b->reduced, flat(L, "adamw.m", b, ROLE_STATE, on_device),
@@ -366,9 +385,23 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
                       host_flat(L, "adamw.m", b, ROLE_STATE, b->host_numel),
                       host_flat(L, "adamw.v", b, ROLE_STATE, b->host_numel)};
     IR_ASSERT(infer(L, update_like(L, rule, in, 4)) == 0);
-    to_device(L, b, p, b->host_params);
+    if (b->copies) {  // bf16: the host's masters rounded there, the copies sent
+      IrValue *m = b->host_params;
+      IrNode *c = ir_node_new(g, OP_CAST, &m, 1, 1);
+      ir_set_str(g, c, "to", ir_dtype_name(b->copies->dtype));
+      IrValue *hc = c->out[0];
+      char name[64];
+      snprintf(name, sizeof name, "copies.host.%s", b->name);
+      ir_value_rename(g, hc, name);
+      hc->role = ROLE_BUCKET;
+      hc->host = true;
+      IR_ASSERT(infer(L, c) == 0);
+      to_device(L, b, b->copies, hc);
+    } else {
+      to_device(L, b, p, b->host_params);
+    }
   }
-  if (b->copies) {  // the working copies from the updated masters (ZeRO-1, 2: this rank's part)
+  if (b->copies && on_device) {  // the working copies from the updated masters (ZeRO-1, 2: this rank's part)
     IrValue *in[2] = {b->copies, p};
     IrNode *a = ir_node_new(g, OP_ASSIGN, in, 2, 0);
     ir_set_int(g, a, "shards", b->zero == 1 || b->zero == 2 ? dp : 1);

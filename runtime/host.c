@@ -1,6 +1,7 @@
 // Host code of every build (CPU and CUDA): the update of optimizer state
-// offloaded to host memory (rt_adamw_host, declared in kernels.def) and the
-// number of host threads it uses.
+// offloaded to host memory (rt_adamw_host, declared in kernels.def), the
+// number of host threads it uses, and the casts of host arrays
+// (rt_cast_host: bf16 offload's working copies from the host's masters).
 #define _POSIX_C_SOURCE 200809L  // sysconf, pthreads under -std=c11
 #include <pthread.h>
 #include <stdbool.h>
@@ -61,3 +62,16 @@ void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float l
     else adamw_chunk(&chunk[k]);
   }
 }
+
+// rt_cast_host in each pair of element types (RT_TU_VARIANTS): widened to
+// float32 as read, rounded to nearest even as written, as rt_cast does.
+static inline float host_ld_F32(float x) { return x; }
+static inline float host_ld_BF16(rt_bf16 x) { return rt_bf16_to_f32(x); }
+static inline float host_st_F32(float x) { return x; }
+static inline rt_bf16 host_st_BF16(float x) { return rt_f32_to_bf16(x); }
+#define CAST_HOST(suffix, T, U, ...)                                                      \
+  void rt_cast_host##suffix(RT_CTYPE_##U *out, const RT_CTYPE_##T *x, long n) {           \
+    for (long i = 0; i < n; i++) out[i] = host_st_##U(host_ld_##T(x[i]));                 \
+  }
+RT_TU_VARIANTS(CAST_HOST, _)
+#undef CAST_HOST

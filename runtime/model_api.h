@@ -79,6 +79,9 @@ typedef struct rt_bucket {
   long grads_offset;       // byte offset of the reduced gradient (after the step's collectives)
   int grads_sharded;       // only this rank's shard is reduced
   long grads_numel;        // elements at grads_offset: numel (the shard at its slot) or numel/dp
+  long host_numel;         // bf16 offload: the last host_numel elements of this rank's part of
+  long host_offset;        // the parameters (the shard, or the whole bucket) are not in the
+                           // arena but at this byte offset of the host region
 } rt_bucket;
 
 // Optimizer hyper-parameters: defaults compiled into the model, overridable
@@ -123,8 +126,9 @@ typedef struct rt_model {
   // updates) from the arena, once the weights are loaded; NULL: nothing to fill.
   void (*init_host)(char *arena, char *host);
   // Writes the parameters' bf16 working copies from the float32 parameters
-  // (--precision bf16), once the weights are loaded; NULL: the program has none.
-  void (*init_copies)(char *arena);
+  // (--precision bf16; offloaded ones from the host region), once the weights
+  // are loaded; NULL: the program has none.
+  void (*init_copies)(char *arena, char *host);
   // Byte offset of params[i]'s gradient (for constants: their own buffer).
   // Gradients are transient buffers, but each stays intact from the end of
   // backward() until its update.

@@ -320,6 +320,15 @@ static long local_numel(const rt_tensor *t) {
   return t->tp_dim >= 0 ? padded_numel(t) / mtc_model.tp : t->numel;
 }
 
+// This rank's part of bucket k's parameters, the whole bucket where it is not
+// sharded: its first element in the bucket (*lo) and its size. Its last
+// k->host_numel are in the host region (bf16 offload), the others in the arena.
+static long params_part(const rt_bucket *k, long *lo) {
+  long part = k->numel / mtc_model.dp;
+  *lo = k->params_sharded ? rt_dist.dp_rank * part : 0;
+  return k->params_sharded ? part : k->numel;
+}
+
 static void check_table(void) {
   const rt_model *M = &mtc_model;
   if (M->arena_bytes <= 0 || M->persistent_bytes < 0 || M->persistent_bytes > M->arena_bytes)
@@ -334,9 +343,11 @@ static void check_table(void) {
       // train.c writes inputs and parameters at their offsets, except those in a
       // bucket (written as the bucket, checked below)
       long room = pass || t->bucket < 0 ? M->persistent_bytes : M->arena_bytes;
-      // a parameter held only as its bucket's shards (bf16 masters under ZeRO-3)
-      // has no buffer of its own: written and read as the bucket
-      bool shards_only = !pass && t->bucket >= 0 && M->buckets[t->bucket].params_sharded;
+      // a parameter held only as its bucket's shards (bf16 masters under ZeRO-1-3)
+      // or partly in the host region (bf16 offload) has no buffer of its own:
+      // written and read as the bucket
+      bool shards_only = !pass && t->bucket >= 0 && (M->buckets[t->bucket].params_sharded ||
+                                                     M->buckets[t->bucket].host_numel);
       if (t->offset < 0 || t->numel < 0 || (!shards_only && t->offset + bytes > room))
         fail("model table: %s '%s' (offset %ld, %ld elements) lies outside the %s %ld "
              "bytes of the arena", pass ? "input" : "parameter", t->name, t->offset, t->numel,
@@ -358,10 +369,13 @@ static void check_table(void) {
   }
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
-    long bytes = (k->params_sharded ? k->numel / M->dp : k->numel) * 4;
-    if (k->params_offset < 0 || k->params_offset + bytes > M->persistent_bytes)
+    long lo, bytes = (params_part(k, &lo) - k->host_numel) * 4;
+    if (k->params_offset < 0 || bytes < 0 || k->params_offset + bytes > M->persistent_bytes)
       fail("model table: bucket %s (offset %ld) lies outside the persistent %ld bytes of the "
            "arena", k->name, k->params_offset, M->persistent_bytes);
+    if (k->host_numel && (k->host_offset < 0 || k->host_offset + 4 * k->host_numel > M->host_bytes))
+      fail("model table: the host's part of bucket %s (offset %ld) lies outside the %ld bytes "
+           "of the host region", k->name, k->host_offset, M->host_bytes);
   }
   if (M->loss_offset < 0 || M->loss_offset + 4 > M->arena_bytes)
     fail("model table: loss offset %ld lies outside the arena", M->loss_offset);
@@ -491,16 +505,18 @@ static void tp_gather(char *arena, bool grads) {
   }
 }
 
-// The images into the arena: the whole bucket, or this rank's shard of it.
+static char *host_region;  // the host region (offload), NULL: none
+
+// The images into the arena (and the host region): the whole bucket, or this
+// rank's shard of it.
 static void scatter_images(char *arena) {
   const rt_model *M = &mtc_model;
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
-    long part = k->numel / M->dp;
-    if (k->params_sharded)
-      memcpy(arena + k->params_offset, images[b] + rt_dist.dp_rank * part, (size_t)part * 4);
-    else
-      memcpy(arena + k->params_offset, images[b], (size_t)k->numel * 4);
+    long lo, n = params_part(k, &lo), dev = n - k->host_numel;
+    memcpy(arena + k->params_offset, images[b] + lo, (size_t)dev * 4);
+    if (k->host_numel)
+      memcpy(host_region + k->host_offset, images[b] + lo + dev, (size_t)k->host_numel * 4);
   }
 }
 
@@ -522,8 +538,16 @@ static void gather_images(char *arena, bool grads) {
   const rt_model *M = &mtc_model;
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
-    if (!(grads ? k->grads_sharded : k->params_sharded)) {
-      memcpy(images[b], arena + (grads ? k->grads_offset : k->params_offset), (size_t)k->numel * 4);
+    if (!grads) {
+      long lo, n = params_part(k, &lo), dev = n - k->host_numel;
+      memcpy(images[b] + lo, arena + k->params_offset, (size_t)dev * 4);
+      if (k->host_numel)
+        memcpy(images[b] + lo + dev, host_region + k->host_offset, (size_t)k->host_numel * 4);
+      if (k->params_sharded) rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
+      continue;
+    }
+    if (!k->grads_sharded) {
+      memcpy(images[b], arena + k->grads_offset, (size_t)k->numel * 4);
       continue;
     }
     long lo, at;
@@ -886,10 +910,14 @@ static void build_scan(scan *s, bool grads) {
       continue;
     }
     const rt_bucket *k = &M->buckets[p->bucket];
-    long lo, at, part = k->numel / M->dp;
+    long lo, at, part = k->numel / M->dp, plo;
     bucket_shard(k, grads, &lo, &at);
     long b0 = p->bucket_elem > lo ? p->bucket_elem : lo;
     long b1 = p->bucket_elem + n < lo + part ? p->bucket_elem + n : lo + part;
+    if (!grads) {  // (bf16 offload: the parameters past dev_end are on the host)
+      long dev_end = params_part(k, &plo) - k->host_numel;
+      if (b1 > plo + dev_end) b1 = plo + dev_end;
+    }
     if (b0 < b1) add_piece(s, i, at + (b0 - lo) * 4, b1 - b0, b0 - p->bucket_elem);
   }
   s->runs = malloc((size_t)s->npieces * sizeof *s->runs + 1);
@@ -945,6 +973,31 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
   return -1;  // NEVER: a run's hit is in one of its pieces
 }
 
+// The same for the parameters in the host region (bf16 offload), which the
+// host scans: the first in table order with a non-finite value.
+static int find_nonfinite_host(long *elem, float *value) {
+  const rt_model *M = &mtc_model;
+  int first = -1;
+  for (int b = 0; b < M->n_buckets; b++) {
+    const rt_bucket *k = &M->buckets[b];
+    const float *x = (const float *)(host_region + k->host_offset);
+    long j = 0;
+    while (j < k->host_numel && isfinite(x[j])) j++;
+    if (j == k->host_numel) continue;
+    long lo, e0 = params_part(k, &lo) - k->host_numel;
+    e0 += lo;  // the bucket element at x[0]
+    for (int i = 0; i < M->n_params && (first < 0 || i < first); i++) {
+      const rt_tensor *p = &M->params[i];
+      if (p->bucket != b || p->kind != RT_PARAM_TRAINED) continue;
+      long e = p->bucket_elem > e0 ? p->bucket_elem : e0, end = p->bucket_elem + local_numel(p);
+      end = end < e0 + k->host_numel ? end : e0 + k->host_numel;
+      for (; e < end && isfinite(x[e - e0]); e++) {}
+      if (e < end) first = i, *elem = e - p->bucket_elem, *value = x[e - e0];
+    }
+  }
+  return first;
+}
+
 // "nan", "inf" or "-inf" (printf may write "-nan")
 static const char *nonfinite_name(double x) {
   return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
@@ -956,6 +1009,10 @@ static void check_finite(char *arena, char *stage, int step, bool grads) {
   long elem = 0;
   float value = 0;
   int i = find_nonfinite(arena, stage, grads ? &grad_scan : &weight_scan, &elem, &value);
+  long host_elem = 0;
+  float host_value = 0;
+  int ih = grads || !host_region ? -1 : find_nonfinite_host(&host_elem, &host_value);
+  if (ih >= 0 && (i < 0 || ih < i)) i = ih, elem = host_elem, value = host_value;
   const char *name = i >= 0 ? mtc_model.params[i].name : "";
   long at = i >= 0 ? whole_index(i, elem) : 0;
   char where[64];
@@ -1164,6 +1221,7 @@ int main(int argc, char **argv) {
   char *arena = rt_device_alloc(device_bytes, M->workspace_bytes);
   char *stage = rt_device_stage(arena, device_bytes);
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
+  host_region = host;
 
   // the initial weights: --load by name, then weights.bin for what it lacks
   alloc_images();
@@ -1182,7 +1240,7 @@ int main(int argc, char **argv) {
   free_images();
   rt_device_put(arena, stage, 0, M->persistent_bytes);
   if (M->init_host) M->init_host(arena, host);
-  if (M->init_copies) M->init_copies(arena);
+  if (M->init_copies) M->init_copies(arena, host);
   printf("model %s |", M->name);
   for (int i = 0; i < M->n_dims; i++)
     printf(" %s=%ld", M->dims[i].name, M->dims[i].value);

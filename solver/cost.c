@@ -669,11 +669,18 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b) {
 // The host updates a float32 master: the device's weights in fp32, or its master.
 static double host_master(SvStateBytes b) { return b.master > 0 ? b.master : b.param; }
 
+// The host holds the offloaded share's float32 master, its gradient and its
+// state; with a separate master (bf16), also the working copies it rounds
+// and sends back.
 double sv_offload_host_bytes(double psi_host, SvStateBytes b) {
-  return psi_host * (host_master(b) + b.grad + b.state);
+  return psi_host * (host_master(b) + b.grad + b.state + (b.master > 0 ? b.param : 0));
 }
 
-double sv_offload_device_bytes(double psi_host, SvStateBytes b) { return psi_host * b.state; }
+// The device no longer holds the offloaded share's state, nor its separate
+// master (bf16: the host has it); its weights stay.
+double sv_offload_device_bytes(double psi_host, SvStateBytes b) {
+  return psi_host * (b.state + b.master);
+}
 
 double sv_dp_comm_bytes(double psi, int n, int stage, int micro, SvStateBytes b) {
   if (n <= 1)
@@ -815,7 +822,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // 1/d of its slice): the float32 weights (or masters) and the state read and
   // written, the gradient read, a bf16 working copy written. The offloaded
   // share runs on the CPU: gradients down during backward, the CPU's AdamW,
-  // the float32 weights up during the next forward.
+  // the weights forward reads (float32, or the bf16 copies) up during the
+  // next forward.
   // The offloaded share is whole runs of PASS_ALIGN_ELEMS of the elements this
   // device updates, as the program cuts it.
   double own = slice / (zero >= 1 ? d : 1);
@@ -827,7 +835,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     double moved = fo * own, pcie = dev->host_bw * EFF_PCIE;
     Link host = {pcie, 0};
     o->t_step[SV_T_OFFLOAD] = exposed(moved * b->grad / pcie, tb, host, 0) +
-                              moved / dev->cpu_adam + exposed(moved * master / pcie, tf, host, 0);
+                              moved / dev->cpu_adam + exposed(moved * b->param / pcie, tf, host, 0);
   }
 
   // Memory. Sharded state is held at share 1 here: the group's devices hold

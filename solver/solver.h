@@ -192,10 +192,12 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b);
 // psi_host of the parameters a rank updates lives in host memory, with a
 // float32 master copy of those parameters (the one the host's AdamW updates)
 // and a copy of their gradient: 4 + 4 + 8 bytes each in host memory for AdamW
-// (DeepSpeed's 16), and their optimizer state leaves the device (the device
-// keeps its float32 weights or masters, which the host's update is copied
-// back into). The planner's memory rows and the compiled program's report
-// (mtc compile --offload) both use these.
+// (DeepSpeed's 16), and their optimizer state leaves the device. In float32
+// the device keeps its weights, which the host's update is copied back into;
+// in bf16 the float32 masters leave the device too and the host sends back
+// the bf16 copies it rounds (2 more bytes on the host: 18; 12 fewer on the
+// device). The planner's memory rows and the compiled program's report (mtc
+// compile --offload) both use these.
 double sv_offload_host_bytes(double psi_host, SvStateBytes b);
 double sv_offload_device_bytes(double psi_host, SvStateBytes b);
 // Bytes one rank sends per step for data parallelism over n ranks at a ZeRO

@@ -11,11 +11,13 @@
 #   later     SGD with lr 1e38: step 2, the loss
 #   --no-check-finite  the weight case trains on
 # With RANKS=2 the program is compiled for dp 2 with ZeRO-3 (each rank scans its shard) and runs
-# under tests/mpirun.sh: the same messages, printed once.
+# under tests/mpirun.sh: the same messages, printed once. With MODE offload (one rank) it is
+# compiled in bf16 with every master weight offloaded to the host region, which the host scans:
+# the weight case.
 #
-#   finite.sh MTC MODEL OUTDIR [RANKS]
+#   finite.sh MTC MODEL OUTDIR [RANKS [MODE]]
 set -euo pipefail
-mtc=$1 model=$2 out=$3 ranks=${4:-1}
+mtc=$1 model=$2 out=$3 ranks=${4:-1} mode=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/lib.sh
 source "$here/lib.sh"
@@ -24,6 +26,9 @@ mkdir -p "$out"
 if [ "$ranks" -gt 1 ]; then
   build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=16 --dp 2 --zero 3
   run() { "$here/mpirun.sh" 2 "$out/p/train" "$@"; }
+elif [ "$mode" = offload ]; then
+  build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32 --precision bf16 --offload 1
+  run() { "$out/p/train" "$@"; }
 else
   build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32
   run() { "$out/p/train" "$@"; }
@@ -52,6 +57,12 @@ expect() {  # expect TEXT train-args...: exit 1, TEXT once on stderr, no step li
   [ ! -e saved.st ] || fail "train $*: --save wrote the weights"
   echo "ok: train $* -> $(grep -F -- "$text" err.log)"
 }
+if [ "$mode" = offload ]; then
+  expect "step 1: parameter b1 is not finite after the update (first at element 7: -inf)" \
+    --load b1.st --steps 3
+  echo "ok: a non-finite weight in host memory stops training"
+  exit 0
+fi
 expect "step 1: the loss is not finite (nan)" --load loss.st --steps 3
 expect "step 1: gradient of ln_b is not finite (first at element 5: -inf); stopping before the" \
   --load grad.st --inputs label0.st --steps 3

@@ -3,7 +3,7 @@
 // The host AdamW against the device AdamW: the same parameters, gradients
 // and moments through three steps give bit-identical results for every
 // thread count, on sizes with short tails and sizes that take many threads;
-// the copies move exactly their range.
+// the copies move exactly their range; the host's bf16 rounding is the device's.
 //
 // The lowering: GPT-2 (examples/gpt2.mtc, small dims) with offload shares 0.5
 // and 1 under ZeRO 0-3 has, per bucket, the host's range in whole blocks of
@@ -11,6 +11,7 @@
 // the host plan and not the arena; and one rank running the lowered program
 // in the interpreter for three AdamW steps ends with the same bits in every
 // parameter as without offload.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +98,25 @@ static void test_copies(void) {
     ok &= dev[i] == before[i] + 1.0f;
   check(ok, "to_device: 300 floats back to offset 100, nothing else changed");
   free(dev), free(host), free(before);
+}
+
+// The host's rounding of its masters to bf16 copies (bf16 offload) gives the
+// device cast's bits, NaN, infinities and ties included; and back.
+static void test_cast_host(void) {
+  long n = 4096;
+  float *x = randoms(n, 3.0f);
+  const float odd[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.00390625f, 1.01171875f,
+                       3.4e38f, -3.4e38f, 1e-40f};
+  memcpy(x, odd, sizeof odd);
+  rt_bf16 *dev = calloc((size_t)n, sizeof *dev), *host = calloc((size_t)n, sizeof *host);
+  float *back_dev = calloc((size_t)n, sizeof *back_dev), *back_host = calloc((size_t)n, 4);
+  rt_cast_f32_bf16(dev, x, n);
+  rt_cast_host_f32_bf16(host, x, n);
+  check(!memcmp(dev, host, (size_t)n * sizeof *dev), "cast_host f32 -> bf16: the device's bits");
+  rt_cast_bf16_f32(back_dev, dev, n);
+  rt_cast_host_bf16_f32(back_host, host, n);
+  check(first_diff(back_dev, back_host, n) < 0, "cast_host bf16 -> f32: the device's bits");
+  free(x), free(dev), free(host), free(back_dev), free(back_host);
 }
 
 // ---- the lowering -------------------------------------------------------------
@@ -303,6 +323,7 @@ int main(int argc, char **argv) {
     for (size_t t = 0; t < sizeof threads / sizeof *threads; t++)
       test_adamw_host(sizes[s], threads[t]);
   test_copies();
+  test_cast_host();
   for (int zero = 0; zero <= 3; zero++) {
     test_lowering(2, zero, 0.5);
     test_lowering(4, zero, 1.0);
