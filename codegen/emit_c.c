@@ -959,7 +959,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .flops_per_step = %.6g,", total_flops(g));
   rt_hparams h = cg_default_hparams(g);
   char f[5][64];
-  println(e, "    .defaults = {%s, %s, %s, %s, %s, %s, 1},",
+  println(e, "    .defaults = {%s, %s, %s, %s, %s, %s, 1, 1.0f},",
           h.optimizer == RT_OPT_SGD ? "RT_OPT_SGD" : "RT_OPT_ADAMW",
           float_literal(f[0], 64, h.lr), float_literal(f[1], 64, h.beta1),
           float_literal(f[2], 64, h.beta2), float_literal(f[3], 64, h.eps),

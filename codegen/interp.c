@@ -147,11 +147,12 @@ static void bind_hparams(Exec *e, const rt_hparams *h) {
     if (!strcmp(s, "step"))
       e->i[j] = h->step;
     else
-      e->f[j] = !strcmp(s, "lr")      ? h->lr
-                : !strcmp(s, "beta1") ? h->beta1
-                : !strcmp(s, "beta2") ? h->beta2
-                : !strcmp(s, "eps")   ? h->eps
-                                      : h->weight_decay;
+      e->f[j] = !strcmp(s, "lr")           ? h->lr
+                : !strcmp(s, "beta1")      ? h->beta1
+                : !strcmp(s, "beta2")      ? h->beta2
+                : !strcmp(s, "eps")        ? h->eps
+                : !strcmp(s, "grad_scale") ? h->grad_scale
+                                           : h->weight_decay;
   }
 }
 
@@ -164,7 +165,8 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
       bind_hparams(e, h);
     if ((e->k == CG_K_adamw || e->k == CG_K_adamw_host) && h &&
         h->optimizer == RT_OPT_SGD) { // run-time switch, as update() has
-      rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay);
+      rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay,
+             h->grad_scale);
       continue;
     }
     // argument i of each kernel (runtime/kernels.def), as the lowering gave it

@@ -784,7 +784,7 @@ static void lower_adamw(Lower *L, const IrNode *n) {
   buf(c, n->in[2]), buf(c, n->in[3]);
   num(c, numel(L, n->in[2]));
   hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
-  hparam(c, "weight_decay"), hparam(c, "step");
+  hparam(c, "weight_decay"), hparam(c, "step"), hparam(c, "grad_scale");
   if (host)
     numk(L, c, 0);
 }
@@ -795,7 +795,7 @@ static void sgd_call(Lower *L, const IrValue *p, const IrValue *g, const Sym *pa
                      const Sym *count) {
   CgCall *c = call(L, CG_K_sgd);
   part_buf(L, c, p, part), part_buf(L, c, g, part), num(c, count);
-  hparam(c, "lr"), hparam(c, "weight_decay");
+  hparam(c, "lr"), hparam(c, "weight_decay"), hparam(c, "grad_scale");
 }
 
 static void lower_sgd(Lower *L, const IrNode *n) {
@@ -942,7 +942,8 @@ rt_hparams cg_default_hparams(const IrGraph *g) {
                       .beta2 = hparam_value(opt, "beta2"),
                       .eps = hparam_value(opt, "eps"),
                       .weight_decay = hparam_value(opt, "weight_decay"),
-                      .step = 1};
+                      .step = 1,
+                      .grad_scale = 1};
 }
 
 static LowerFn *const lower_fns[] = {

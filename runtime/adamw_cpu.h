@@ -44,16 +44,18 @@ static inline void sqrt16(v16f *x) {
 // over the four arrays, bound by memory bandwidth. The device kernel
 // (rt_adamw) and the host one (rt_adamw_host, offload) run the same
 // adamw_blocks on blocks of 16, so they give the same bits.
+// The gradient is read as g * gscale (gradient clipping; 1 leaves its bits).
 typedef struct AdamwStep {
-  float beta1, beta2, eps, step_size, bc2_sqrt, decay;
+  float beta1, beta2, eps, step_size, bc2_sqrt, decay, gscale;
 } AdamwStep;
 
-static AdamwStep adamw_step(float lr, float beta1, float beta2, float eps, float wd, int t) {
+static AdamwStep adamw_step(float lr, float beta1, float beta2, float eps, float wd, int t,
+                            float gscale) {
   double bc1 = 1.0 - pow((double)beta1, (double)t);
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   return (AdamwStep){.beta1 = beta1, .beta2 = beta2, .eps = eps,
                      .step_size = (float)((double)lr / bc1), .bc2_sqrt = (float)sqrt(bc2),
-                     .decay = 1.0f - lr * wd};
+                     .decay = 1.0f - lr * wd, .gscale = gscale};
 }
 
 // Blocks [b0, b1) of 16 elements of arrays of n.
@@ -77,6 +79,7 @@ static inline void adamw_blocks(float *p, const float *g, float *m, float *v, lo
     memcpy(&gi, gb, sizeof gi);
     memcpy(&mi, mb, sizeof mi);
     memcpy(&vi, vb, sizeof vi);
+    gi = gi * s->gscale;
     mi = beta1 * mi + (1.0f - beta1) * gi;
     vi = beta2 * vi + (1.0f - beta2) * gi * gi;
     denom = vi;

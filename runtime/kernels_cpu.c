@@ -1240,8 +1240,8 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
 // optimizers
 
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
-              float beta1, float beta2, float eps, float wd, int t) {
-  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t);
+              float beta1, float beta2, float eps, float wd, int t, float gscale) {
+  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale);
   long nblocks = (n + 15) / 16;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long blk = 0; blk < nblocks; blk++) adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
@@ -1249,10 +1249,10 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
 
 
 
-// p -= lr * (g + wd * p)
-void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
+// p -= lr * (g * gscale + wd * p)
+void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale) {
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] * gscale + wd * p[i]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1282,6 +1282,26 @@ static void find_nonfinite_f32(int *at, const float *x, long n) {
     }
   }
   *at = first < n ? (int)first : -1;
+}
+
+// NORM2_CHUNKS fixed chunks summed in float64, combined in order: the same
+// bits whatever the number of threads.
+#define NORM2_CHUNKS 64
+void rt_norm2(float *out, const float *x, long n) {
+  double part[NORM2_CHUNKS];
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (int ch = 0; ch < NORM2_CHUNKS; ch++) {
+    long lo = n * ch / NORM2_CHUNKS, hi = n * (ch + 1) / NORM2_CHUNKS;
+    double acc[8] = {0};  // eight lanes (they vectorize), combined in a fixed order
+    long i = lo;
+    for (; i + 8 <= hi; i += 8)
+      for (int k = 0; k < 8; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
+    for (; i < hi; i++) acc[0] += (double)x[i] * (double)x[i];
+    part[ch] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  double s = 0.0;
+  for (int ch = 0; ch < NORM2_CHUNKS; ch++) s += part[ch];
+  out[0] = (float)sqrt(s);
 }
 
 // ---- kernels for ONNX ops ----------------------------------------------------

@@ -929,9 +929,9 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
 // torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c)
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long n, float beta1,
                              float beta2, float eps, float step_size, float bc2_sqrt,
-                             float decay) {
+                             float decay, float gscale) {
   GRID_LOOP(i, n) {
-    float gi = g[i];
+    float gi = g[i] * gscale;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
@@ -941,8 +941,25 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long 
   }
 }
 
-__global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd) {
-  GRID_LOOP(i, n) p[i] -= lr * (g[i] + wd * p[i]);
+__global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd, float gscale) {
+  GRID_LOOP(i, n) p[i] -= lr * (g[i] * gscale + wd * p[i]);
+}
+
+// out[0] = sqrt(sum x^2) in float64, deterministic: one block, each thread a
+// fixed stride of x, then a tree over the threads in a fixed order. (One SM:
+// about a millisecond per 100 MB on an H100; a two-pass grid would be faster.)
+#define NORM2_THREADS 1024
+__global__ void norm2_kernel(float *out, const float *x, long n) {
+  __shared__ double part[NORM2_THREADS];
+  double s = 0.0;
+  for (long i = threadIdx.x; i < n; i += NORM2_THREADS) s += (double)x[i] * (double)x[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = NORM2_THREADS / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = (float)sqrt(part[0]);
 }
 
 // ---- checks
@@ -1867,20 +1884,25 @@ RT_CUDA_KT(crossentropy_bwd,
 
 // the CPU's adamw_step, on the host
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-              float beta2, float eps, float wd, int t) {
+              float beta2, float eps, float wd, int t, float gscale) {
   if (n <= 0) return;
   double bc1 = 1.0 - pow((double)beta1, (double)t);
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
   adamw_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, m, v, n, beta1, beta2, eps,
-                                                          step_size, bc2_sqrt, decay);
+                                                          step_size, bc2_sqrt, decay, gscale);
   LAUNCHED();
 }
 
-void rt_sgd(float *p, const float *g, long n, float lr, float wd) {
+void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale) {
   if (n <= 0) return;
-  sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd);
+  sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd, gscale);
+  LAUNCHED();
+}
+
+void rt_norm2(float *out, const float *x, long n) {
+  norm2_kernel<<<1, NORM2_THREADS, 0, rt_cuda_stream>>>(out, x, n);
   LAUNCHED();
 }
 

@@ -92,6 +92,7 @@ typedef struct rt_hparams {
   int optimizer;        // RT_OPT_ADAMW | RT_OPT_SGD
   float lr, beta1, beta2, eps, weight_decay;
   int step;             // 1-based step number (AdamW bias correction)
+  float grad_scale;     // the update reads the gradients times this (clipping; 1: none)
 } rt_hparams;
 
 typedef struct rt_dim {

@@ -117,6 +117,7 @@ typedef struct {
   const char *dump_grads;  // safetensors: the gradients of the first backward
   int log_every;
   bool check_finite;    // stop at a non-finite gradient or weight (--no-check-finite: don't)
+  double grad_clip;     // the most global gradient norm the update sees (0: no clipping)
   rt_schedule sched;    // the learning rate per step (its lr and steps filled in at the end)
 } options;
 
@@ -135,6 +136,9 @@ static void print_help(void) {
       "                  at the last step, linearly or along a half cosine\n"
       "  --warmup N      steps of linear warmup from lr/N to lr (default 0)\n"
       "  --lr-min F      the rate a decay ends at (default 0)\n"
+      "  --grad-clip F   scale the gradients down to a global norm of at most F\n"
+      "                  (over every rank's part, as torch.nn.utils.clip_grad_norm_;\n"
+      "                  default 0: no clipping); the step line shows the norm\n"
       "  --seed N        seed of the synthetic inputs (default 1337)\n"
       "  --data FILE     llm.c token shard to train on (default: one fixed\n"
       "                  synthetic batch, reused every step); token inputs of\n"
@@ -233,7 +237,8 @@ static options parse_args(int argc, char **argv) {
     else if (!strcmp(name, "--seed"))
       expects = "an integer in [0, 18446744073709551615]";
     else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
-             !strcmp(name, "--eps") || !strcmp(name, "--weight-decay") || !strcmp(name, "--lr-min"))
+             !strcmp(name, "--eps") || !strcmp(name, "--weight-decay") || !strcmp(name, "--lr-min") ||
+             !strcmp(name, "--grad-clip"))
       expects = "a non-negative number";
     else if (!strcmp(name, "--optimizer"))
       expects = "adamw or sgd";
@@ -264,6 +269,8 @@ static options parse_args(int argc, char **argv) {
       if (rt_schedule_kind(val, &o.sched.kind)) usage_error("%s expects %s, got '%s'", name, expects, val);
     } else if (!strcmp(name, "--lr-min")) {
       o.sched.lr_min = parse_float(name, val, 0);
+    } else if (!strcmp(name, "--grad-clip")) {
+      o.grad_clip = parse_float(name, val, 0);
     } else if (!strcmp(name, "--lr")) {
       o.h.lr = parse_float(name, val, 0);
     } else if (!strcmp(name, "--beta1")) {
@@ -877,6 +884,7 @@ typedef struct scan {
 } scan;
 
 static scan grad_scan, weight_scan;
+static scan norm_scan;  // the gradients this rank counts in the global norm
 static long check_at;  // byte offset of the runs' results, after the model's arena
 
 #define RUN_MAX (1L << 30)  // floats per rt_find_nonfinite (its index is an int)
@@ -898,12 +906,16 @@ static int by_offset(const void *a, const void *b) {
   return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-// The pieces of every trained parameter's gradient (grads) or value.
-static void build_scan(scan *s, bool grads) {
+// The pieces of every trained parameter's gradient (grads) or value. For the
+// global norm (norm), each element once over all ranks: a gradient whole on
+// every tp rank only on tp rank 0, one outside the buckets only on dp rank 0.
+static void build_scan(scan *s, bool grads, bool norm) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     if (p->kind != RT_PARAM_TRAINED) continue;
+    if (norm && ((p->tp_dim < 0 && rt_dist.tp_rank != 0) || (p->bucket < 0 && rt_dist.dp_rank != 0)))
+      continue;
     long n = local_numel(p);
     if (p->bucket < 0) {
       add_piece(s, i, grads ? M->grad_offsets[i] : p->offset, n, 0);
@@ -996,6 +1008,21 @@ static int find_nonfinite_host(long *elem, float *value) {
     }
   }
   return first;
+}
+
+// The global norm of the gradients (every rank's part), as
+// torch.nn.utils.clip_grad_norm_ computes it: rt_norm2 of each run, summed
+// in float64 in order, then over the ranks.
+static double grad_norm(char *arena, char *stage) {
+  float *result = (float *)(arena + check_at);  // on the device
+  const float *got = (const float *)(stage + check_at);
+  for (int r = 0; r < norm_scan.nruns; r++)
+    rt_norm2(result + r, (const float *)(arena + norm_scan.runs[r].offset), norm_scan.runs[r].n);
+  rt_device_get(stage, arena, check_at, (long)norm_scan.nruns * 4);
+  double sum = 0.0;
+  for (int r = 0; r < norm_scan.nruns; r++) sum += (double)got[r] * (double)got[r];
+  if (rt_comm_size() > 1) sum = rt_allreduce_scalar(rt_group_world(), sum, RT_REDUCE_SUM);
+  return sqrt(sum);
 }
 
 // "nan", "inf" or "-inf" (printf may write "-nan")
@@ -1213,11 +1240,13 @@ int main(int argc, char **argv) {
 
   // the arena on the device with train.c's bytes after it (the finite
   // check's results), its host copy, and (offload) the host region
-  build_scan(&grad_scan, true);
-  build_scan(&weight_scan, false);
+  build_scan(&grad_scan, true, false);
+  build_scan(&weight_scan, false, false);
+  build_scan(&norm_scan, true, true);
   check_at = (M->arena_bytes + 63) / 64 * 64;
-  long device_bytes = check_at + 4L * (grad_scan.nruns > weight_scan.nruns ? grad_scan.nruns
-                                                                             : weight_scan.nruns) + 4;
+  int most_runs = grad_scan.nruns > weight_scan.nruns ? grad_scan.nruns : weight_scan.nruns;
+  most_runs = norm_scan.nruns > most_runs ? norm_scan.nruns : most_runs;
+  long device_bytes = check_at + 4L * most_runs + 4;
   char *arena = rt_device_alloc(device_bytes, M->workspace_bytes);
   char *stage = rt_device_stage(arena, device_bytes);
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
@@ -1302,10 +1331,13 @@ int main(int argc, char **argv) {
     if (!isfinite(loss))  // the same on every rank
       stop_together(rt_comm_rank() == 0, 0, "step %d: the loss is not finite (%s); stopping "
                     "before the optimizer writes the weights", step, nonfinite_name(loss));
-    if (opt.check_finite) {
-      rt_comm_wait_all();  // the gradients, reduced
-      check_finite(arena, stage, step, true);
-    }
+    rt_comm_wait_all();  // the gradients, reduced
+    // their norm; a non-finite one (the same on every rank) is a non-finite
+    // gradient, which check_finite names
+    double norm = grad_norm(arena, stage);
+    if (opt.check_finite && !isfinite(norm)) check_finite(arena, stage, step, true);
+    double coef = opt.grad_clip / (norm + 1e-6);  // torch's clip_grad_norm_
+    opt.h.grad_scale = opt.grad_clip > 0 && isfinite(norm) && coef < 1 ? (float)coef : 1.0f;
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
       double t = now_seconds(), comm = rt_comm_seconds();
       int64_t before = rt_comm_bytes_sent();
@@ -1324,8 +1356,8 @@ int main(int argc, char **argv) {
     comm_times[(step - 1) % TIMED_STEPS] = rt_comm_seconds() - comm0;
     if (step % opt.log_every == 0 || step == opt.steps) {
       double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
-      printf("step %d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g\n", step, loss, 1e3 * dt, tps,
-             opt.h.lr);
+      printf("step %d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g | norm %.4f\n", step, loss,
+             1e3 * dt, tps, opt.h.lr, norm);
       fflush(stdout);
     }
   }
@@ -1363,6 +1395,7 @@ int main(int argc, char **argv) {
   free(times);
   free(comm_times);
   free(grad_scan.pieces), free(grad_scan.runs), free(weight_scan.pieces), free(weight_scan.runs);
+  free(norm_scan.pieces), free(norm_scan.runs);
   free(stream);
   if (data.map) munmap((void *)data.map, data.map_bytes);
   rt_device_free_stage(stage, arena, device_bytes);

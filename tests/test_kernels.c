@@ -1164,24 +1164,54 @@ static void test_optimizers(void) {
   for (long i = 0; i < n; i++) m[i] = v[i] = 0.0f;
   for (int t = 1; t <= 3; t++) {
     float *g = frand(n, -1, 1);
+    float gscale = t == 2 ? 0.25f : 1.0f;  // step 2 clipped
     for (long i = 0; i < n; i++) {
+      double gi = (double)g[i] * gscale;
       pd[i] *= 1.0 - (double)lr * wd;
-      md[i] = b1 * md[i] + (1.0 - b1) * g[i];
-      vd[i] = b2 * vd[i] + (1.0 - b2) * (double)g[i] * g[i];
+      md[i] = b1 * md[i] + (1.0 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1.0 - b2) * gi * gi;
       double mhat = md[i] / (1.0 - pow(b1, t)), vhat = vd[i] / (1.0 - pow(b2, t));
       pd[i] -= lr * mhat / (sqrt(vhat) + eps);
     }
-    rt_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+    rt_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t, gscale);
     free(g);
   }
   check("adamw p (3 steps)", p, pd, n);
   check("adamw m (3 steps)", m, md, n);
   check("adamw v (3 steps)", v, vd, n);
   float *g = frand(n, -1, 1);
-  for (long i = 0; i < n; i++) pd[i] = p[i] - (double)lr * (g[i] + (double)wd * p[i]);
-  rt_sgd(p, g, n, lr, wd);
+  for (long i = 0; i < n; i++) pd[i] = p[i] - (double)lr * (g[i] * 0.5 + (double)wd * p[i]);
+  rt_sgd(p, g, n, lr, wd, 0.5f);
   check("sgd", p, pd, n);
   free(p); free(m); free(v); free(pd); free(md); free(vd); free(g);
+}
+
+// the norm of a run of gradients: sqrt(sum x^2) to float precision, the same
+// bits for every thread count
+static void test_norm2(void) {
+  long sizes[] = {1, 7, 8, 63, 1000, (1L << 19) + 13};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    long n = sizes[k];
+    float *x = frand(n, -2, 2), out[1], again[1];
+    double s = 0;
+    for (long i = 0; i < n; i++) s += (double)x[i] * x[i];
+    double want = sqrt(s);
+    char name[64];
+    snprintf(name, sizeof name, "norm2 n=%ld", n);
+    rt_norm2(out, x, n);
+    check(name, out, &want, 1);
+#ifdef _OPENMP
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    rt_norm2(again, x, n);
+    omp_set_num_threads(threads);
+    snprintf(name, sizeof name, "norm2 n=%ld on one thread", n);
+    check_same(name, out, again, 1);
+#else
+    (void)again;
+#endif
+    free(x);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1310,7 +1340,7 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   memcpy(o, q[5], (size_t)np * sizeof(float));  // AdamW updates in place
   memcpy(o + np, k[5], (size_t)np * sizeof(float));
   memcpy(o + 2 * np, v[5], (size_t)np * sizeof(float));
-  rt_adamw(o, d[4], o + np, o + 2 * np, np, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3);
+  rt_adamw(o, d[4], o + np, o + 2 * np, np, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 1.0f);
 }
 
 static void test_threads(void) {
@@ -1398,6 +1428,7 @@ int main(void) {
   test_crossentropy(64, 1000, 0);
   test_tensor_parallel();
   test_optimizers();
+  test_norm2();
   test_find_nonfinite();
   test_determinism();
   test_threads();

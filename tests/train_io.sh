@@ -118,7 +118,7 @@ MTC_HOST_THREADS=1000 expect 2 "MTC_HOST_THREADS expects an integer in [1, 256]"
 # warmup of 2 to 0.02 takes its first step at 0.01, as a constant 0.01 does: the same second loss)
 ./train --steps 6 --log-every 1 --optimizer sgd --lr 0.02 --lr-schedule cosine --warmup 2 \
   --lr-min 0.002 > sched.out
-lrs=$(sed -n 's/^step.*| lr \(.*\)$/\1/p' sched.out | tr '\n' ' ')
+lrs=$(sed -n 's/^step.*| lr \([^ |]*\).*$/\1/p' sched.out | tr '\n' ' ')
 # steps 1-2 warm up; steps 3-6 decay, p = 1/4, 1/2, 3/4, 1 (%.4g as printed)
 [ "$lrs" = "0.01 0.02 0.01736 0.011 0.004636 0.002 " ] || fail "scheduled rates: $lrs"
 ./train --steps 2 --log-every 1 --optimizer sgd --lr 0.01 > const.out
@@ -130,6 +130,34 @@ expect 2 "--lr-min 0.5 is above --lr 0.1: a decay ends below where it starts" --
 expect 2 "--lr-min is the end of a decay: give --lr-schedule linear or cosine" --lr-min 0.001
 expect 2 "--warmup expects an integer in [0, 2147483647]" --warmup -1
 echo "ok: the learning-rate schedule"
+# the gradient norm each step prints is that of the gradients (--dump-grads), before clipping;
+# --grad-clip above it changes nothing, and one at a quarter of it scales the first SGD step
+# as a quarter of the rate does (the second loss, to print precision)
+norm() { sed -n 's/^step.*| norm \([0-9.]*\)$/\1/p' "$1" | sed -n "${2}p"; }
+./train --inputs in_i32.safetensors --optimizer sgd --lr 0.5 --steps 2 --dump-grads g1.st > plain.out
+n1=$(norm plain.out 1)
+"$python" - "$tools" g1.st "$n1" << 'EOF'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from parity_check import st_read
+grads = st_read(sys.argv[2])
+want = float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
+got = float(sys.argv[3])
+assert abs(got - want) <= 1e-4 * want + 5e-5, f"printed norm {got}, the gradients' {want}"
+EOF
+./train --inputs in_i32.safetensors --optimizer sgd --lr 0.5 --steps 2 --grad-clip 1e6 > loose.out
+[ "$(losses loose.out)" = "$(losses plain.out)" ] || fail "--grad-clip above the norm changed the losses"
+clip=$("$python" -c "import sys; print(float(sys.argv[1]) / 4)" "$n1")
+./train --inputs in_i32.safetensors --optimizer sgd --lr 0.5 --steps 2 --grad-clip "$clip" > clip.out
+./train --inputs in_i32.safetensors --optimizer sgd --lr 0.125 --steps 2 > quarter.out
+[ "$(norm clip.out 1)" = "$n1" ] || fail "the clipped run printed norm $(norm clip.out 1), not $n1"
+"$python" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); assert abs(a - b) <= 1e-4 * abs(b), (a, b)" \
+  "$(losses clip.out | sed -n 2p)" "$(losses quarter.out | sed -n 2p)" ||
+  fail "clipping to a quarter of the norm is not a quarter of the step"
+[ "$(losses clip.out | sed -n 2p)" != "$(losses plain.out | sed -n 2p)" ] || fail "--grad-clip did nothing"
+expect 2 "--grad-clip expects a number in [0, 3.40282e+38], got '-1'" --grad-clip -1
+echo "ok: the gradient norm and clipping"
 ln -sf w.safetensors link.safetensors && mkdir -p folder && rm -f fifo && mkfifo fifo
 expect 1 "--save link.safetensors: is a symbolic link" --save link.safetensors
 expect 1 "--save folder: is a folder" --save folder

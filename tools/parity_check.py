@@ -13,7 +13,8 @@ GOT that PyTorch has no gradient for (a float buffer the ONNX file stores as
 an initializer) must be all zeros.
 
 `logs` compares the losses two `train` runs printed, step by step (a run on
-N ranks against the one-rank program).
+N ranks against the one-rank program), and their gradient norms (within ten
+times the tolerance, at least 1e-4: gradients move more than the loss).
 
 `losses` compares the losses printed by `train` (lines `step N | loss X | ...`
 in LOG) with REF.json's KEY: "loss" (one number: the first loss) or "adamw" /
@@ -170,6 +171,17 @@ def logged_losses(path):
     return losses
 
 
+def logged_norms(path):
+    """The gradient norms `train` printed (`... | norm X` ending a step line)."""
+    norms = []
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"step \d+ \|.*\| norm ([-+0-9.eEinfa]+)$", line.strip())
+            if m:
+                norms.append(float(m.group(1)))
+    return norms
+
+
 def compare_losses(got, ref, tol, title, names):
     """Prints got against ref step by step; True when every relative error is within tol."""
     ok, worst = True, 0.0
@@ -201,7 +213,15 @@ def check_logs(ref_path, got_path, tol):
     if not ref or len(got) != len(ref):
         print(f"FAIL: {got_path} has {len(got)} losses, {ref_path} {len(ref)}")
         return False
-    return compare_losses(got, ref, tol, "losses", ("got", "ref"))
+    ok = compare_losses(got, ref, tol, "losses", ("got", "ref"))
+    # the global gradient norms, where both print them (summed over every rank's part)
+    ref_n, got_n = logged_norms(ref_path), logged_norms(got_path)
+    if ref_n and len(got_n) != len(ref_n):
+        print(f"FAIL: {got_path} has {len(got_n)} gradient norms, {ref_path} {len(ref_n)}")
+        return False
+    if ref_n:
+        ok &= compare_losses(got_n, ref_n, max(10 * tol, 1e-4), "gradient norms", ("got", "ref"))
+    return ok
 
 
 def main():
