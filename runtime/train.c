@@ -41,6 +41,7 @@
 #include "model_api.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "log.h"
 #include "schedule.h"
 #include "shard.h"
 
@@ -115,6 +116,7 @@ typedef struct {
   const char *load;     // safetensors: the weights by name, instead of weights.bin
   const char *save;     // safetensors: the weights at the end
   const char *dump_grads;  // safetensors: the gradients of the first backward
+  const char *log;      // JSON lines: a record per step (NULL: none)
   int log_every;
   bool check_finite;    // stop at a non-finite gradient or weight (--no-check-finite: don't)
   double grad_clip;     // the most global gradient norm the update sees (0: no clipping)
@@ -157,6 +159,9 @@ static void print_help(void) {
       "  --dump-grads FILE  write every parameter's gradient after the first\n"
       "                  backward (before the first update) as safetensors\n"
       "  --log-every N   print every N steps; the last always prints (default 1)\n"
+      "  --log FILE      write a JSON line per step (step, loss, lr, grad_norm, ms,\n"
+      "                  tokens_per_s, gflops_per_s) to FILE, whatever --log-every;\n"
+      "                  tools/plot_log.py draws it\n"
       "  --no-check-finite  do not scan the gradients and weights of each step for\n"
       "                  NaN and infinities (the loss is always checked)\n"
       "  -h, --help      show this help\n",
@@ -244,7 +249,7 @@ static options parse_args(int argc, char **argv) {
       expects = "adamw or sgd";
     else if (!strcmp(name, "--data") || !strcmp(name, "--weights") ||
              !strcmp(name, "--inputs") || !strcmp(name, "--load") || !strcmp(name, "--save") ||
-             !strcmp(name, "--dump-grads"))
+             !strcmp(name, "--dump-grads") || !strcmp(name, "--log"))
       expects = "a file name";
     else
       usage_error("unknown option '%s'", arg);
@@ -295,6 +300,7 @@ static options parse_args(int argc, char **argv) {
       else if (!strcmp(name, "--weights")) o.weights = val;
       else if (!strcmp(name, "--load")) o.load = val;
       else if (!strcmp(name, "--save")) o.save = val;
+      else if (!strcmp(name, "--log")) o.log = val;
       else o.dump_grads = val;
     }
   }
@@ -1231,6 +1237,11 @@ int main(int argc, char **argv) {
   check_table();
   check_target("--save", opt.save);
   check_target("--dump-grads", opt.dump_grads);
+  rt_log log = {0};  // rank 0 writes it
+  if (opt.log) {
+    bool bad = rt_comm_rank() == 0 && rt_log_open(&log, opt.log) != 0;
+    stop_together(bad, 0, "--log %s: cannot write it: %s", opt.log, bad ? strerror(errno) : "");
+  }
   make_global_inputs();
 
   long n, vocab;  // over the global batch
@@ -1354,8 +1365,12 @@ int main(int argc, char **argv) {
     double dt = now_seconds() - t0;
     times[(step - 1) % TIMED_STEPS] = dt;
     comm_times[(step - 1) % TIMED_STEPS] = rt_comm_seconds() - comm0;
+    double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
+    rt_log_write_step(&log, &(rt_log_step){.step = step, .steps = opt.steps, .loss = loss,
+                                           .lr = opt.h.lr, .grad_norm = norm, .ms = 1e3 * dt,
+                                           .tokens_per_s = tps,
+                                           .gflops_per_s = dt > 0 ? M->flops_per_step / dt / 1e9 : 0});
     if (step % opt.log_every == 0 || step == opt.steps) {
-      double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
       printf("step %d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g | norm %.4f\n", step, loss,
              1e3 * dt, tps, opt.h.lr, norm);
       fflush(stdout);
@@ -1363,6 +1378,7 @@ int main(int argc, char **argv) {
   }
   int64_t sent = rt_comm_bytes_sent() - io_bytes;
 
+  rt_log_close(&log);
   if (opt.save) save_params(opt.save, "--save", arena, stage, false);
 
   long measured = rt_device_measured(arena, M->arena_bytes);

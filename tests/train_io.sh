@@ -158,6 +158,27 @@ clip=$("$python" -c "import sys; print(float(sys.argv[1]) / 4)" "$n1")
 [ "$(losses clip.out | sed -n 2p)" != "$(losses plain.out | sed -n 2p)" ] || fail "--grad-clip did nothing"
 expect 2 "--grad-clip expects a number in [0, 3.40282e+38], got '-1'" --grad-clip -1
 echo "ok: the gradient norm and clipping"
+# --log: a JSON line per step whatever --log-every, each as its step line says; a file it cannot
+# write stops the program before the first step
+./train --inputs in_i32.safetensors --optimizer sgd --lr 0.5 --steps 3 --log-every 2 \
+  --log run.jsonl > logged.out
+"$python" - run.jsonl logged.out << 'EOF'
+import json, re, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+assert [r["step"] for r in recs] == [1, 2, 3] and all(r["steps"] == 3 for r in recs), recs
+assert all(r["kind"] == "train" and r["ms"] > 0 and r["tokens_per_s"] > 0 for r in recs), recs
+for line in open(sys.argv[2]):
+    m = re.match(r"step (\d+) \| loss (\S+) \|.*\| lr (\S+) \| norm (\S+)$", line.strip())
+    if m:
+        r = recs[int(m.group(1)) - 1]
+        assert f"{r['loss']:.6f}" == m.group(2), (r, line)
+        assert f"{r['lr']:.4g}" == m.group(3) and f"{r['grad_norm']:.4f}" == m.group(4), (r, line)
+EOF
+[ "$(grep -c '^step' logged.out)" -eq 2 ] || fail "--log changed what the program prints"
+expect 1 "--log no/such/dir/run.jsonl: cannot write it: No such file or directory" \
+  --log no/such/dir/run.jsonl
+! grep -q "^step" err.out || fail "an unwritable --log was found only after training"
+echo "ok: --log"
 ln -sf w.safetensors link.safetensors && mkdir -p folder && rm -f fifo && mkfifo fifo
 expect 1 "--save link.safetensors: is a symbolic link" --save link.safetensors
 expect 1 "--save folder: is a folder" --save folder

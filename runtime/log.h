@@ -1,0 +1,29 @@
+// The training log (train's --log FILE.jsonl): one JSON object per line, per
+// step, flushed as written, so that a run killed midway leaves every step it
+// finished. tools/plot_log.py draws it.
+#ifndef MTC_RT_LOG_H
+#define MTC_RT_LOG_H
+
+#include <stdio.h>
+
+typedef struct rt_log {
+  FILE *f;  // NULL: no log
+} rt_log;
+
+// One training step, as its step line prints it (NaN and infinities as null).
+typedef struct rt_log_step {
+  long step, steps;  // 1-based, of the run's
+  double loss;       // the global batch's mean loss
+  double lr;         // the rate the update used
+  double grad_norm;  // the global gradient norm, before clipping
+  double ms;         // the step's time
+  double tokens_per_s;
+  double gflops_per_s;  // the model's forward, backward and update FLOPs over the step's time
+} rt_log_step;
+
+// Opens path for writing (replacing it); -1 with errno set when it cannot.
+int rt_log_open(rt_log *log, const char *path);
+void rt_log_write_step(rt_log *log, const rt_log_step *s);
+void rt_log_close(rt_log *log);
+
+#endif
