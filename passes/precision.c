@@ -90,8 +90,8 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
   // parameter's update node.
   IrNode **first = calloc((size_t)nv + 1, sizeof *first), **update = calloc((size_t)nv + 1, sizeof *update);
   IrValue **from = calloc((size_t)nv + 1, sizeof *from), **to = calloc((size_t)nv + 1, sizeof *to);
-  bool *grad32 = calloc((size_t)nv + 1, sizeof *grad32);  // gradients made in float32
-  IR_ASSERT(first && update && from && to && grad32);
+  bool *grad32 = NULL;  // by value id: gradients made in float32 (step 2)
+  IR_ASSERT(first && update && from && to);
   for (int i = 0; i < nn; i++) {
     IrNode *n = g->nodes[i];
     for (int k = 0; k < n->nin; k++) {
@@ -143,7 +143,9 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
           casts[i]->in[0] = from[k];
   }
   // 2. what forward and backward make, in bf16, but the parameters' gradients
-  // where they are sums in float32
+  // where they are sums in float32 (over the values step 1 made too)
+  grad32 = calloc((size_t)g->nvalues + 1, sizeof *grad32);
+  IR_ASSERT(grad32);
   for (int i = 0; i < nv; i++) {
     IrValue *p = g->values[i];
     if (p->role == ROLE_PARAM && p->grad && p->grad->producer &&
