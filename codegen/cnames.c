@@ -40,8 +40,15 @@ static const char *const reserved[] = {
     "WCHAR_MAX", "WINT_MIN", "WINT_MAX",
     // model.c: its functions, tables and types, and the locals of its functions
     "Buffers", "HostBuffers", "bind", "bind_host", "forward", "backward", "update", "init_host",
-    "dims", "inputs", "params", "grad_offsets", "buckets", "b", "hb", "h", "l", "arena", "host",
-    "main", NULL};
+    "init_copies", "dims", "inputs", "params", "grad_offsets", "buckets", "b", "hb", "h", "l",
+    "arena", "host", "main",
+    // the fields of the model table it fills by name (.n_dims = ...), so that a model's name
+    // never shares a token with them
+    "name", "n_dims", "arena_bytes", "persistent_bytes", "peak_live_bytes", "workspace_bytes",
+    "n_inputs", "n_params", "loss_offset", "tokens_per_step", "flops_per_step", "defaults",
+    "has_adam_state", "host_bytes", "dp", "tp", "micro_batches", "layout", "n_buckets",
+    "n_slots", "model_state_bytes", "model_host_bytes", "planner_state_bytes",
+    "planner_host_bytes", "planner_comm_bytes", "loss_tp_partial", NULL};
 
 static bool starts_with(const char *s, const char *prefix) {
   return !strncmp(s, prefix, strlen(prefix));
