@@ -67,6 +67,9 @@ static void usage(FILE *f) {
         "  --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
         "                         optimizer defaults compiled into the program (train's\n"
         "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
+        "  --no-decay REGEX       parameters whose names match REGEX (POSIX extended) get\n"
+        "                         no weight decay, all others do (default: none of rank\n"
+        "                         0 or 1, i.e. norms and biases; '^$' decays every one)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
         "                         optimizer, recompute, lower, memplan, or all)\n"
@@ -291,6 +294,8 @@ static Args parse_args(int argc, char **argv) {
       a.pass.eps = parse_double(s, VALUE());
     } else if (!strcmp(s, "--weight-decay")) {
       a.pass.weight_decay = parse_double(s, VALUE());
+    } else if (!strcmp(s, "--no-decay")) {
+      a.pass.no_decay = VALUE();
     } else if (!strcmp(s, "--seed")) {
       const char *v = VALUE();
       char *end;
@@ -471,6 +476,20 @@ static void print_token_inputs(const IrGraph *g) {
   }
   if (strcmp(sep, ", ") == 0)
     printf("\n");
+}
+
+// Which parameters weight decay reaches, one line.
+static void print_decay(const IrGraph *g, const PassOptions *o) {
+  int n, decayed;
+  IrDiag d = {0};
+  if (pass_count_decayed(g, o, &n, &decayed, &d) || !n)
+    return;  // pass_optimizer has reported a bad pattern
+  if (o->no_decay)
+    printf("mtc: weight decay reaches %d of %d parameters (those --no-decay '%s' does not "
+           "match)\n", decayed, n, o->no_decay);
+  else
+    printf("mtc: weight decay reaches %d of %d parameters (those of rank 2 or more; the "
+           "norms' and biases' none: --no-decay REGEX to choose)\n", decayed, n);
 }
 
 // The plan in words, and what the planner predicts for it per rank: model
@@ -663,6 +682,8 @@ int main(int argc, char **argv) {
       print_checkpoint("mtc: ", &ctx);
     if (!rc)
       print_token_inputs(g);
+    if (!rc)
+      print_decay(g, &ctx.opt);
     if (!rc)
       printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
              "for NVIDIA GPUs)\n", a.outdir, (long long)ctx.mem->arena_bytes, a.outdir);

@@ -37,7 +37,8 @@ typedef enum CgArgKind {
 typedef struct CgArg {
   CgArgKind kind;
   const IrValue *buf;
-  const Sym *rank_stride;  // CG_BUF: when set, this rank's part: buf + dp_rank * rank_stride elements
+  const Sym *rank_stride;  // CG_BUF: when set, this rank's part: buf + dp_rank * rank_stride elements;
+                           // CG_INT: i - dp_rank * rank_stride (an offset into this rank's part)
   const Sym *elem_off;     // CG_BUF: when set, that many elements further (a range of the part)
   const Sym *i;
   const char *name;     // CG_ENUM, CG_HPARAM (a field of rt_hparams)

@@ -311,15 +311,20 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
     }
     break;
   case CG_INT:
-    if (step) {
+    if (step || a->rank_stride)
       fputc('(', e->f);
-      print_int(e, a->i);
+    print_int(e, a->i);
+    if (a->rank_stride) { // less this rank's start
+      fputs(" - rt_dist.dp_rank * ", e->f);
+      print_int(e, a->rank_stride);
+    }
+    if (step) {
       fputs(" + ", e->f);
       emit_layer_times(e);
-      fprintf(e->f, "%lld)", (long long)step);
-    } else {
-      print_int(e, a->i);
+      fprintf(e->f, "%lld", (long long)step);
     }
+    if (step || a->rank_stride)
+      fputc(')', e->f);
     break;
   case CG_ENUM: fputs(a->name, e->f); break;
   case CG_FLOAT: print_float(e, a->f); break;
@@ -427,6 +432,8 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
            *delta % ir_dtype_size(x->buf->dtype) == 0;
   case CG_INT: {
     int64_t a, b;
+    if (!same_sym(x->rank_stride, y->rank_stride))
+      return false;
     if (sym_eq(x->i, y->i))
       return true;
     if (!sym_is_const(x->i, &a) || !sym_is_const(y->i, &b))

@@ -52,6 +52,8 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     case CG_ENUM:
       if (sym_eval(a->i, &it->g->syms, &x))
         return ir_error(d, (IrLoc){0}, "interp: a size does not evaluate to an integer");
+      if (a->rank_stride) // less this rank's start
+        x -= rt_dist.dp_rank * ir_eval(it->g, a->rank_stride);
       e->i[j] = (long)x;
       break;
     case CG_FLOAT: e->f[j] = (float)a->f; break;
@@ -166,7 +168,7 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
     if ((e->k == CG_K_adamw || e->k == CG_K_adamw_host) && h &&
         h->optimizer == RT_OPT_SGD) { // run-time switch, as update() has
       rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay,
-             h->grad_scale);
+             h->grad_scale, e->i[12]);
       continue;
     }
     // argument i of each kernel (runtime/kernels.def), as the lowering gave it

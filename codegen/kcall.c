@@ -773,6 +773,20 @@ static const Sym *adamw_part(Lower *L, const IrNode *n) {
   return part ? sym_const(&L->g->arena, part) : numel(L, n->in[2]);
 }
 
+// The elements of an update's range that weight decay reaches (decay_n of
+// adamw and sgd): all of its `count` without a decay_end, else decay_end less
+// this rank's start (decay_stride elements per data-parallel rank).
+static void decay_arg(Lower *L, CgCall *c, const IrNode *n, const Sym *count) {
+  int64_t end = ir_attr_i(n, "decay_end"), stride = ir_attr_i(n, "decay_stride");
+  if (end < 0) {
+    num(c, count);
+    return;
+  }
+  numk(L, c, end);
+  if (stride)
+    c->args[c->nargs - 1].rank_stride = sym_const(&L->g->arena, stride);
+}
+
 // (p, g, m, v); sharded: the moments are this rank's part (offload: its first
 // elements), p and g may be whole buckets. On the host (offload) the host's
 // AdamW, on its default threads.
@@ -785,26 +799,27 @@ static void lower_adamw(Lower *L, const IrNode *n) {
   num(c, numel(L, n->in[2]));
   hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
   hparam(c, "weight_decay"), hparam(c, "step"), hparam(c, "grad_scale");
+  decay_arg(L, c, n, numel(L, n->in[2]));
   if (host)
     numk(L, c, 0);
 }
 
 // (p, g) over `count` elements of this rank's part of `part` elements; p and
-// g may be whole buckets of such parts.
-static void sgd_call(Lower *L, const IrValue *p, const IrValue *g, const Sym *part,
-                     const Sym *count) {
+// g may be whole buckets of such parts. n: the update node (its decay).
+static void sgd_call(Lower *L, const IrNode *n, const Sym *part, const Sym *count) {
   CgCall *c = call(L, CG_K_sgd);
-  part_buf(L, c, p, part), part_buf(L, c, g, part), num(c, count);
+  part_buf(L, c, n->in[0], part), part_buf(L, c, n->in[1], part), num(c, count);
   hparam(c, "lr"), hparam(c, "weight_decay"), hparam(c, "grad_scale");
+  decay_arg(L, c, n, count);
 }
 
 static void lower_sgd(Lower *L, const IrNode *n) {
-  sgd_call(L, n->in[0], n->in[1], numel(L, n->in[1]), numel(L, n->in[1]));
+  sgd_call(L, n, numel(L, n->in[1]), numel(L, n->in[1]));
 }
 
 void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
   Lower L = {.g = g, .calls = out, .max = 1};
-  sgd_call(&L, adamw->in[0], adamw->in[1], adamw_part(&L, adamw), numel(&L, adamw->in[2]));
+  sgd_call(&L, adamw, adamw_part(&L, adamw), numel(&L, adamw->in[2]));
   IrDiag d = {0};
   IR_ASSERT(check_call(out, adamw, &d) == 0);
 }

@@ -156,10 +156,30 @@ static int first_read(const Lower *L, IrValue *const *vals, int n, IrPhase phase
   return at < L->g->nnodes ? at : -1;
 }
 
+// Whether parameter p's own update applies weight decay (passes/optimizer.c).
+static bool decayed(const Lower *L, const IrValue *p) {
+  const IrNode *u = L->update[p->id];
+  return !u || ir_attr_i(u, "decay_end") != 0;
+}
+
 // The block's parameters into buckets: offsets, padding, the bucket's name.
+// The decayed ones first (a stable partition), so that one update reaches
+// them all with a single boundary, decay_end.
 static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) {
+  IrValue **rest = L->to + L->nswap; // scratch past the swaps
+  int nd = 0, nr = 0;
+  for (int i = 0; i < n; i++) {
+    if (decayed(L, members[i]))
+      members[nd++] = members[i];
+    else
+      rest[nr++] = members[i];
+  }
+  memcpy(members + nd, rest, (size_t)nr * sizeof *rest);
+  b->decay_end = nr ? 0 : -1;
   int64_t at = 0;
   for (int i = 0; i < n; i++) {
+    if (i == nd && nr)
+      b->decay_end = at;
     int64_t numel;
     if (sym_eval(ir_numel(L->g, members[i]), &L->g->syms, &numel))
       return ir_error(L->d, members[i]->loc, "lower: the size of '%s' is not known: bind every "
@@ -314,6 +334,16 @@ static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) 
   return u;
 }
 
+// The weight decay of update u of b, which starts `first` elements into this
+// rank's part (the part at rank x part when sharded).
+static void set_decay(Lower *L, IrNode *u, const PassBucket *b, int64_t first, bool sharded) {
+  int64_t end = b->decay_end < 0 ? -1 : b->decay_end - first;
+  if (end < -1 || (end == -1 && b->decay_end >= 0))
+    end = 0; // decay ends before this range starts, on every rank
+  ir_set_int(L->g, u, "decay_end", end);
+  ir_set_int(L->g, u, "decay_stride", end > 0 && sharded ? b->part : 0);
+}
+
 double pass_offload_of(const PassDist *D, int block) {
   return block < D->noffload ? D->offloads[block] : D->offload;
 }
@@ -377,6 +407,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     ir_set_int(g, u, "shards", sharded ? dp : 1);
     if (b->host_numel)
       ir_set_int(g, u, "part", b->part);
+    set_decay(L, u, b, 0, sharded);
     IR_ASSERT(infer(L, u) == 0);
   }
   if (b->host_numel) {
@@ -384,7 +415,9 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     IrValue *in[4] = {b->host_params, host_grads,
                       host_flat(L, "adamw.m", b, ROLE_STATE, b->host_numel),
                       host_flat(L, "adamw.v", b, ROLE_STATE, b->host_numel)};
-    IR_ASSERT(infer(L, update_like(L, rule, in, 4)) == 0);
+    IrNode *h = update_like(L, rule, in, 4);
+    set_decay(L, h, b, on_device, sharded);
+    IR_ASSERT(infer(L, h) == 0);
     if (b->copies) {  // bf16: the host's masters rounded there, the copies sent
       IrValue *m = b->host_params;
       IrNode *c = ir_node_new(g, OP_CAST, &m, 1, 1);

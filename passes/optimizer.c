@@ -2,8 +2,15 @@
 // update phase, reading the parameter's gradient. AdamW's moments are
 // optimizer-state values initialized to zero. The learning rate and step
 // number are not attributes: the training program passes them at run time.
+//
+// Weight decay by role: a parameter of rank 2 or more (matrices, embeddings,
+// convolution kernels) is decayed, one of rank 0 or 1 (norms, biases) is not,
+// as nanoGPT and llm.c group them; --no-decay REGEX replaces the rule: the
+// parameters whose names it matches are not decayed, all others are. An
+// undecayed parameter's update has decay_end 0 (ir/attrs.def).
 #include "passes.h"
 
+#include <regex.h>
 #include <stdio.h>
 
 static IrValue *state_like(IrGraph *g, const IrValue *p, const char *what) {
@@ -16,7 +23,12 @@ static IrValue *state_like(IrGraph *g, const IrValue *p, const char *what) {
   return s;
 }
 
-int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
+// Whether p's update applies weight decay (no_decay: --no-decay's pattern, or NULL).
+static bool decays(const IrValue *p, const regex_t *no_decay) {
+  return no_decay ? regexec(no_decay, p->name, 0, NULL, 0) != 0 : p->rank >= 2;
+}
+
+static int add_updates(IrGraph *g, PassCtx *ctx, const regex_t *no_decay, bool *changed) {
   const PassOptions *o = &ctx->opt;
   int nvalues = g->nvalues;
   g->cur_phase = PHASE_UPDATE;
@@ -42,6 +54,8 @@ int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
     }
     ir_set_float(g, n, "lr", o->lr);
     ir_set_float(g, n, "weight_decay", o->weight_decay);
+    if (!decays(p, no_decay))
+      ir_set_int(g, n, "decay_end", 0);
     if (ir_infer(g, n, ctx->diag))
       return -1;
     *changed = true;
@@ -49,5 +63,45 @@ int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   g->cur_loc = (IrLoc){0};
+  return 0;
+}
+
+static int compile_pattern(regex_t *re, const char *pattern, IrDiag *d) {
+  int rc = regcomp(re, pattern, REG_EXTENDED | REG_NOSUB);
+  if (rc) {
+    char why[256];
+    regerror(rc, re, why, sizeof why);
+    return ir_error(d, (IrLoc){0}, "--no-decay '%s' is not a regular expression: %s", pattern,
+                    why);
+  }
+  return 0;
+}
+
+int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
+  const char *pattern = ctx->opt.no_decay;
+  regex_t no_decay;
+  if (pattern && compile_pattern(&no_decay, pattern, ctx->diag))
+    return -1;
+  int rc = add_updates(g, ctx, pattern ? &no_decay : NULL, changed);
+  if (pattern)
+    regfree(&no_decay);
+  return rc;
+}
+
+int pass_count_decayed(const IrGraph *g, const PassOptions *o, int *nparams, int *ndecayed,
+                       IrDiag *d) {
+  regex_t no_decay;
+  if (o->no_decay && compile_pattern(&no_decay, o->no_decay, d))
+    return -1;
+  *nparams = *ndecayed = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *p = g->values[i];
+    if (p->role != ROLE_PARAM)
+      continue;
+    ++*nparams;
+    *ndecayed += decays(p, o->no_decay ? &no_decay : NULL);
+  }
+  if (o->no_decay)
+    regfree(&no_decay);
   return 0;
 }

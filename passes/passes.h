@@ -17,6 +17,8 @@ typedef struct PassOptions {
   PassOptimizer optimizer;
   double lr;                               // default learning rate (train --lr overrides)
   double beta1, beta2, eps, weight_decay;  // AdamW (SGD uses weight_decay)
+  const char *no_decay;    // POSIX extended regex: the parameters it matches (by name) get no
+                           // weight decay; NULL: those of rank < 2 (norms, biases), as nanoGPT
   const char *dump_after;  // print the IR after this pass ("all": after every pass)
   FILE *dump;              // where dumps go (stdout when NULL)
   bool dot;                // dumps as Graphviz instead of IR text
@@ -76,6 +78,8 @@ typedef struct PassBucket {
   int nstate;              // optimizer-state values per parameter (AdamW 2, SGD 0)
   int64_t part;            // elements this rank updates: numel (ZeRO 0) or numel/dp
   int64_t host_numel;      // offload: the last ones of them, updated on the host (AdamW)
+  int64_t decay_end;       // weight decay reaches the elements before it (its decayed members
+                           // come first), -1: all of them
   IrValue *host_params;    // offload: the host's copy of those parameters (NULL: none)
   IrValue *copies;         // bf16 mixed precision: the parameters' working copies, a bucket of
                            // numel bf16 laid out as params, written from it after the update
@@ -138,6 +142,10 @@ int pass_shapes(IrGraph *g, PassCtx *ctx, bool *changed);     // infer/check eve
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed);     // fused ops for known patterns
 int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed);   // backward graph from g->loss
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed);  // AdamW / SGD update ops
+// How many of g's parameters there are, and how many of them the optimizer
+// pass decays under o (weight decay by role, --no-decay).
+int pass_count_decayed(const IrGraph *g, const PassOptions *o, int *nparams, int *ndecayed,
+                       IrDiag *d);
 int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed);  // bf16 mixed precision (--precision)
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives

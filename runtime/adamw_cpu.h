@@ -45,17 +45,20 @@ static inline void sqrt16(v16f *x) {
 // (rt_adamw) and the host one (rt_adamw_host, offload) run the same
 // adamw_blocks on blocks of 16, so they give the same bits.
 // The gradient is read as g * gscale (gradient clipping; 1 leaves its bits).
+// Weight decay reaches elements [0, decay_n) only; the others are multiplied
+// by 1 (torch's p *= 1 - lr * 0: the same bits).
 typedef struct AdamwStep {
   float beta1, beta2, eps, step_size, bc2_sqrt, decay, gscale;
+  long decay_n;
 } AdamwStep;
 
 static AdamwStep adamw_step(float lr, float beta1, float beta2, float eps, float wd, int t,
-                            float gscale) {
+                            float gscale, long decay_n) {
   double bc1 = 1.0 - pow((double)beta1, (double)t);
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   return (AdamwStep){.beta1 = beta1, .beta2 = beta2, .eps = eps,
                      .step_size = (float)((double)lr / bc1), .bc2_sqrt = (float)sqrt(bc2),
-                     .decay = 1.0f - lr * wd, .gscale = gscale};
+                     .decay = 1.0f - lr * wd, .gscale = gscale, .decay_n = decay_n};
 }
 
 // Blocks [b0, b1) of 16 elements of arrays of n.
@@ -74,7 +77,9 @@ static inline void adamw_blocks(float *p, const float *g, float *m, float *v, lo
       memcpy(tail[3], vb, (size_t)len * sizeof(float));
       pb = tail[0], gb = tail[1], mb = tail[2], vb = tail[3];
     }
-    v16f pi, gi, mi, vi, denom;
+    v16f pi, gi, mi, vi, denom, decay;
+    for (int l = 0; l < 16; l++)
+      decay[l] = i + 16 <= s->decay_n ? s->decay : i + l < s->decay_n ? s->decay : 1.0f;
     memcpy(&pi, pb, sizeof pi);
     memcpy(&gi, gb, sizeof gi);
     memcpy(&mi, mb, sizeof mi);
@@ -85,7 +90,7 @@ static inline void adamw_blocks(float *p, const float *g, float *m, float *v, lo
     denom = vi;
     sqrt16(&denom);
     denom = denom / s->bc2_sqrt + s->eps;
-    pi = pi * s->decay - s->step_size * (mi / denom);
+    pi = pi * decay - s->step_size * (mi / denom);
     memcpy(pb, &pi, sizeof pi);
     memcpy(mb, &mi, sizeof mi);
     memcpy(vb, &vi, sizeof vi);

@@ -39,8 +39,9 @@ int rt_host_threads(void) {
 }
 
 void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-                   float beta2, float eps, float wd, int t, float gscale, int threads) {
-  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale);
+                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
+                   int threads) {
+  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
   long nblocks = (n + 15) / 16;
   long most = n / HOST_MIN_PER_THREAD > 1 ? n / HOST_MIN_PER_THREAD : 1;
   long nt = threads > 0 ? threads : rt_host_threads();

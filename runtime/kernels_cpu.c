@@ -1240,8 +1240,8 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
 // optimizers
 
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
-              float beta1, float beta2, float eps, float wd, int t, float gscale) {
-  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale);
+              float beta1, float beta2, float eps, float wd, int t, float gscale, long decay_n) {
+  AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
   long nblocks = (n + 15) / 16;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long blk = 0; blk < nblocks; blk++) adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
@@ -1249,10 +1249,10 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
 
 
 
-// p -= lr * (g * gscale + wd * p)
-void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale) {
+// p -= lr * (g * gscale + wd * p), wd on [0, decay_n) only
+void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] * gscale + wd * p[i]);
+  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
 }
 
 // ---------------------------------------------------------------------------

@@ -929,20 +929,21 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
 // torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c)
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long n, float beta1,
                              float beta2, float eps, float step_size, float bc2_sqrt,
-                             float decay, float gscale) {
+                             float decay, float gscale, long decay_n) {
   GRID_LOOP(i, n) {
     float gi = g[i] * gscale;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = p[i] * decay - step_size * (mi / denom);
+    p[i] = p[i] * (i < decay_n ? decay : 1.0f) - step_size * (mi / denom);
     m[i] = mi;
     v[i] = vi;
   }
 }
 
-__global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd, float gscale) {
-  GRID_LOOP(i, n) p[i] -= lr * (g[i] * gscale + wd * p[i]);
+__global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd, float gscale,
+                           long decay_n) {
+  GRID_LOOP(i, n) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
 }
 
 // out[0] = sqrt(sum x^2) in float64, deterministic: one block, each thread a
@@ -1884,20 +1885,21 @@ RT_CUDA_KT(crossentropy_bwd,
 
 // the CPU's adamw_step, on the host
 void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-              float beta2, float eps, float wd, int t, float gscale) {
+              float beta2, float eps, float wd, int t, float gscale, long decay_n) {
   if (n <= 0) return;
   double bc1 = 1.0 - pow((double)beta1, (double)t);
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
   adamw_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, m, v, n, beta1, beta2, eps,
-                                                          step_size, bc2_sqrt, decay, gscale);
+                                                          step_size, bc2_sqrt, decay, gscale,
+                                                          decay_n);
   LAUNCHED();
 }
 
-void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale) {
+void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
   if (n <= 0) return;
-  sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd, gscale);
+  sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd, gscale, decay_n);
   LAUNCHED();
 }
 

@@ -37,6 +37,7 @@ expect "--lr -1 is -1 as a float" compile "$mlp" -o "$out/c2" --lr -1
 expect "--lr 1e+39 is inf as a float" compile "$mlp" -o "$out/c3" --lr 1e39
 expect "--beta1 5 is 5 as a float" compile "$mlp" -o "$out/c4" --beta1 5
 expect "--beta2 0.99999999999 is 1 as a float" compile "$mlp" -o "$out/c5" --beta2 0.99999999999
+expect "--no-decay 'w(' is not a regular expression" compile "$mlp" -o "$out/c9" --no-decay 'w('
 expect "--gpus takes a whole number from 1 to 65536" plan "$gpt2" --gpus 1e9
 expect "--gpus takes a whole number from 1 to 65536" plan "$gpt2" --gpus 1000000
 expect "--gpus takes a whole number from 1 to 65536" plan "$gpt2" --gpus 1000001

@@ -1157,7 +1157,7 @@ static void test_tensor_parallel(void) {
 // optimizers
 
 static void test_optimizers(void) {
-  long n = 20003;
+  long n = 20003, decay_n = 12345;  // weight decay on [0, decay_n) only (not a block edge)
   float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   float *p = frand(n, -1, 1), *m = fbuf(n), *v = fbuf(n);
   double *pd = to_d(p, n), *md = dbuf(n), *vd = dbuf(n);
@@ -1167,21 +1167,22 @@ static void test_optimizers(void) {
     float gscale = t == 2 ? 0.25f : 1.0f;  // step 2 clipped
     for (long i = 0; i < n; i++) {
       double gi = (double)g[i] * gscale;
-      pd[i] *= 1.0 - (double)lr * wd;
+      if (i < decay_n) pd[i] *= 1.0 - (double)lr * wd;
       md[i] = b1 * md[i] + (1.0 - b1) * gi;
       vd[i] = b2 * vd[i] + (1.0 - b2) * gi * gi;
       double mhat = md[i] / (1.0 - pow(b1, t)), vhat = vd[i] / (1.0 - pow(b2, t));
       pd[i] -= lr * mhat / (sqrt(vhat) + eps);
     }
-    rt_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t, gscale);
+    rt_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t, gscale, decay_n);
     free(g);
   }
   check("adamw p (3 steps)", p, pd, n);
   check("adamw m (3 steps)", m, md, n);
   check("adamw v (3 steps)", v, vd, n);
   float *g = frand(n, -1, 1);
-  for (long i = 0; i < n; i++) pd[i] = p[i] - (double)lr * (g[i] * 0.5 + (double)wd * p[i]);
-  rt_sgd(p, g, n, lr, wd, 0.5f);
+  for (long i = 0; i < n; i++)
+    pd[i] = p[i] - (double)lr * (g[i] * 0.5 + (i < decay_n ? (double)wd : 0.0) * p[i]);
+  rt_sgd(p, g, n, lr, wd, 0.5f, decay_n);
   check("sgd", p, pd, n);
   free(p); free(m); free(v); free(pd); free(md); free(vd); free(g);
 }
@@ -1340,7 +1341,7 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   memcpy(o, q[5], (size_t)np * sizeof(float));  // AdamW updates in place
   memcpy(o + np, k[5], (size_t)np * sizeof(float));
   memcpy(o + 2 * np, v[5], (size_t)np * sizeof(float));
-  rt_adamw(o, d[4], o + np, o + 2 * np, np, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 1.0f);
+  rt_adamw(o, d[4], o + np, o + 2 * np, np, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 1.0f, np);
 }
 
 static void test_threads(void) {

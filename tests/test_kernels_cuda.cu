@@ -670,16 +670,17 @@ static void test_optimizers(void) {
       Vec p = rand_vec(n), g = rand_vec(n), m = rand_vec(n, -0.1f, 0.1f), v = rand_vec(n, 0, 0.01f);
       float *dp = dev(p), *dg = dev(g), *dm = dev(m), *dv = dev(v);
       float gscale = t == 10 ? 0.5f : 1.0f;  // a clipped step
+      long decay_n = t == 10 ? n / 3 : n;  // norms and biases after the decayed part
       CPU(rt_adamw)(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t,
-                    gscale);
-      rt_adamw(dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, gscale);
+                    gscale, decay_n);
+      rt_adamw(dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, gscale, decay_n);
       check(fmt("adamw p n=%ld t=%d", n, t), p, dp, ELEM);
       check(fmt("adamw m n=%ld t=%d", n, t), m, dm, ELEM);
       check(fmt("adamw v n=%ld t=%d", n, t), v, dv, ELEM);
       Vec s = rand_vec(n);
       float *ds = dev(s);
-      CPU(rt_sgd)(s.data(), g.data(), n, 0.05f, 0.01f, gscale);
-      rt_sgd(ds, dg, n, 0.05f, 0.01f, gscale);
+      CPU(rt_sgd)(s.data(), g.data(), n, 0.05f, 0.01f, gscale, decay_n);
+      rt_sgd(ds, dg, n, 0.05f, 0.01f, gscale, decay_n);
       check(fmt("sgd n=%ld t=%d", n, t), s, ds, ELEM);
       // the gradients' norm (float64 sums in another order: float precision)
       Vec want(1), got(1);

@@ -57,9 +57,10 @@ static void test_adamw_host(long n, int threads) {
   float *hp = copy_of(p, n), *hm = copy_of(m, n), *hv = copy_of(v, n);
   for (int t = 1; t <= 3; t++) {
     float *g = randoms(n, 0.5f);
-    rt_adamw(p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, t == 2 ? 0.3f : 1.0f);
+    long decay_n = n - n / 3;  // the last third undecayed (norms and biases)
+    rt_adamw(p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, t == 2 ? 0.3f : 1.0f, decay_n);
     rt_adamw_host(hp, g, hm, hv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, t == 2 ? 0.3f : 1.0f,
-                  threads);
+                  decay_n, threads);
     free(g);
   }
   const char *what[3] = {"p", "m", "v"};
@@ -75,7 +76,7 @@ static void test_adamw_host(long n, int threads) {
   long moved = 0;
   float *p0 = copy_of(hp, n);
   float *g = randoms(n, 0.5f);
-  rt_adamw_host(hp, g, hm, hv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, threads);
+  rt_adamw_host(hp, g, hm, hv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, n, threads);
   for (long i = 0; i < n; i++)
     moved += hp[i] != p0[i];
   check(moved >= n - n / 1000, "adamw_host n=%ld threads=%d: step 4 moved only %ld of %ld parameters", n,

@@ -38,11 +38,20 @@ def optimizer_args(kind, o):
     return f"--optimizer sgd --lr {o['lr']!r} --weight-decay {o['weight_decay']!r}"
 
 
-def make_optimizer(kind, o, params):
+def param_groups(model, weight_decay):
+    """nanoGPT's groups, which mtc compiles by default: weight decay on the
+    parameters of two or more dims (matrices, embeddings), none on the others
+    (norms, biases)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def make_optimizer(kind, o, model):
+    groups = param_groups(model, o["weight_decay"])
     if kind == "adamw":
-        return torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"],
-                                 weight_decay=o["weight_decay"])
-    return torch.optim.SGD(params, lr=o["lr"], weight_decay=o["weight_decay"])
+        return torch.optim.AdamW(groups, lr=o["lr"], betas=o["betas"], eps=o["eps"])
+    return torch.optim.SGD(groups, lr=o["lr"])
 
 
 def reference(model, loss_fn, batch, opts, steps=STEPS):
@@ -58,7 +67,7 @@ def reference(model, loss_fn, batch, opts, steps=STEPS):
     grads = {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
     for kind, o in opts.items():
         model.load_state_dict(start)
-        opt = make_optimizer(kind, o, model.parameters())
+        opt = make_optimizer(kind, o, model)
         losses = []
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
@@ -89,7 +98,7 @@ def reference_bf16(model, loss_fn, batch, opts, steps=STEPS):
     out = {"loss": float(loss)}
     grads = {n: p.grad.detach().float().numpy().copy() for n, p in model.named_parameters()
              if p.grad is not None}
-    opt = make_optimizer("adamw", opts["adamw"], model.parameters())
+    opt = make_optimizer("adamw", opts["adamw"], model)
     losses = []
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
