@@ -1122,13 +1122,13 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
   fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
-             "runtime/schedule.c runtime/log.c runtime/tokenizer.c "
+             "runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c "
              "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
         "HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/dtypes.def runtime/bf16.h "
         "runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
         "runtime/rng.h runtime/safetensors.h runtime/schedule.h runtime/log.h runtime/shard.h "
-        "runtime/tokenizer.h runtime/comm.h "
+        "runtime/tokenizer.h runtime/data.h runtime/comm.h "
         "runtime/dist.h "
         "runtime/device.h\n"
         "\n"
@@ -1234,7 +1234,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
-      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
+      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);

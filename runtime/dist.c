@@ -7,6 +7,7 @@
 #include <string.h>
 
 rt_dist_state rt_dist = {.dp = 1, .tp = 1, .micro_total = 1};
+int rt_eval_mode;
 
 void rt_dist_init(int dp, int tp, int micro_total, int nslots) {
   int rank = rt_comm_rank();

@@ -83,6 +83,11 @@ enum { RT_UNARY_OPS(RT_OP_ENUM) };
 // compiled): "avx512-bf16 dot products" or "bf16 widened to float32".
 const char *rt_cpu_gemm_bf16_kind(void);
 
+// Non-zero while the program runs forward in eval mode (validation, sampling):
+// dropout passes its input through, as PyTorch's model.eval() has it.
+// Defined in dist.c, which every build links.
+extern int rt_eval_mode;
+
 // The host's threads (rt_adamw_host's default): $MTC_HOST_THREADS, else the
 // online CPUs.
 int rt_host_threads(void);

@@ -1370,7 +1370,10 @@ static unsigned long long mix64(unsigned long long z) {
 }
 
 
-void rt_tick(int *step) { step[0] += 1; }
+// not in eval mode: a validation or sampling forward leaves training's masks as they were
+void rt_tick(int *step) {
+  if (!rt_eval_mode) step[0] += 1;
+}
 
 
 

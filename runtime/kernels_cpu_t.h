@@ -523,6 +523,7 @@ void RT_NAME(equal_f32)(int *out, const RT_T *x, long n, float value) {
 
 void RT_NAME(dropout)(RT_T *out, const RT_T *x, const int *step, long n, float ratio, long seed,
                       long key) {
+  if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
   unsigned long long base =
       mix64((unsigned long long)seed * 0x9E3779B97F4A7C15ull ^
             mix64((unsigned long long)key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));

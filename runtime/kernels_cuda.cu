@@ -2058,6 +2058,7 @@ template <typename T>
 static void dropout(T *out, const T *x, const int *step, long n, float ratio, long seed,
                     long key) {
   if (n <= 0) return;
+  if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
   float keep_scale = 1.0f / (1.0f - ratio);
   unsigned threshold = (unsigned)(ratio * 16777216.0f);
   dropout_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(
@@ -2068,6 +2069,7 @@ RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, l
            (dev(out), dev(x), step, n, ratio, seed, key))
 
 void rt_tick(int *step) {
+  if (rt_eval_mode) return;  // a validation or sampling forward leaves the masks as they were
   tick_kernel<<<1, 1, 0, rt_cuda_stream>>>(step);
   LAUNCHED();
 }

@@ -16,6 +16,18 @@ static void add_number(cJSON *o, const char *name, double x) {
   else cJSON_AddNullToObject(o, name);
 }
 
+// Writes o as one line and frees it.
+static void write_line(rt_log *log, cJSON *o) {
+  char *text = cJSON_PrintUnformatted(o);
+  if (text) {
+    fputs(text, log->f);
+    fputc('\n', log->f);
+    fflush(log->f);
+    cJSON_free(text);
+  }
+  cJSON_Delete(o);
+}
+
 void rt_log_write_step(rt_log *log, const rt_log_step *s) {
   if (!log->f) return;
   cJSON *o = cJSON_CreateObject();
@@ -29,14 +41,19 @@ void rt_log_write_step(rt_log *log, const rt_log_step *s) {
   add_number(o, "ms", s->ms);
   add_number(o, "tokens_per_s", s->tokens_per_s);
   add_number(o, "gflops_per_s", s->gflops_per_s);
-  char *text = cJSON_PrintUnformatted(o);
-  if (text) {
-    fputs(text, log->f);
-    fputc('\n', log->f);
-    fflush(log->f);
-    cJSON_free(text);
-  }
-  cJSON_Delete(o);
+  write_line(log, o);
+}
+
+void rt_log_write_val(rt_log *log, long step, long steps, double loss, long batches) {
+  if (!log->f) return;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return;
+  cJSON_AddStringToObject(o, "kind", "val");
+  cJSON_AddNumberToObject(o, "step", (double)step);
+  cJSON_AddNumberToObject(o, "steps", (double)steps);
+  add_number(o, "loss", loss);
+  cJSON_AddNumberToObject(o, "batches", (double)batches);
+  write_line(log, o);
 }
 
 void rt_log_close(rt_log *log) {

@@ -43,7 +43,7 @@
 #include "safetensors.h"
 #include "log.h"
 #include "schedule.h"
-#include "shard.h"
+#include "data.h"
 
 // The median step time is over the last this many steps (--steps goes to INT_MAX).
 #define TIMED_STEPS (1 << 20)
@@ -110,7 +110,11 @@ typedef struct {
   int steps;
   rt_hparams h;         // optimizer: compiled-in defaults, then the flags
   uint64_t seed;
-  const char *data;     // NULL: synthetic
+  const char *data;     // token shards (a file, glob or folder; data.h); NULL: synthetic
+  const char *val_data; // the same for validation (NULL: none)
+  int val_every;        // validate every N steps (0: at the end only)
+  int val_steps;        // global batches per validation
+  bool shuffle;         // --data's windows in an order drawn per epoch (--no-shuffle: in order)
   const char *inputs;   // safetensors: one fixed batch, by input name
   const char *weights;  // NULL: weights.bin here or next to the program
   const char *load;     // safetensors: the weights by name, instead of weights.bin
@@ -142,9 +146,19 @@ static void print_help(void) {
       "                  (over every rank's part, as torch.nn.utils.clip_grad_norm_;\n"
       "                  default 0: no clipping); the step line shows the norm\n"
       "  --seed N        seed of the synthetic inputs (default 1337)\n"
-      "  --data FILE     llm.c token shard to train on (default: one fixed\n"
+      "  --data FILES    llm.c token shards to train on: a file, a glob in quotes\n"
+      "                  ('data/*train*.bin') or a folder (its *train*.bin files);\n"
+      "                  each epoch visits the shards, and each shard's batches,\n"
+      "                  in an order drawn from --seed (default: one fixed\n"
       "                  synthetic batch, reused every step); token inputs of\n"
       "                  different lengths each take the first of a step's tokens\n"
+      "  --no-shuffle    read --data's shards and batches in order\n"
+      "  --val-data FILES  shards to validate on (a folder: its *val*.bin files);\n"
+      "                  the mean loss of --val-steps batches from their start, in\n"
+      "                  eval mode (no dropout, no backward), after the last step\n"
+      "                  and every --val-every steps\n"
+      "  --val-every N   validate every N steps too (default 0: at the end only)\n"
+      "  --val-steps N   global batches per validation (default 20)\n"
       "  --inputs FILE   a fixed batch, reused every step: a safetensors file with\n"
       "                  one tensor per model input, by name (F32 for float\n"
       "                  inputs, I32 or I64 for integer inputs)\n"
@@ -213,7 +227,8 @@ static float parse_float(const char *flag, const char *s, double hi) {
 
 static options parse_args(int argc, char **argv) {
   options o = {.steps = 20, .h = mtc_model.defaults, .seed = 1337, .data = NULL,
-               .weights = NULL, .log_every = 1, .check_finite = true};
+               .weights = NULL, .log_every = 1, .check_finite = true, .val_steps = 20,
+               .shuffle = true};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -225,6 +240,10 @@ static options parse_args(int argc, char **argv) {
       o.check_finite = false;
       continue;
     }
+    if (!strcmp(arg, "--no-shuffle")) {
+      o.shuffle = false;
+      continue;
+    }
     // --flag VALUE or --flag=VALUE
     char name[64];
     const char *eq = strchr(arg, '='), *val = NULL;
@@ -233,9 +252,9 @@ static options parse_args(int argc, char **argv) {
     memcpy(name, arg, len);
     name[len] = '\0';
     const char *expects;
-    if (!strcmp(name, "--steps") || !strcmp(name, "--log-every"))
+    if (!strcmp(name, "--steps") || !strcmp(name, "--log-every") || !strcmp(name, "--val-steps"))
       expects = "an integer in [1, 2147483647]";
-    else if (!strcmp(name, "--warmup"))
+    else if (!strcmp(name, "--warmup") || !strcmp(name, "--val-every"))
       expects = "an integer in [0, 2147483647]";
     else if (!strcmp(name, "--lr-schedule"))
       expects = "constant, linear or cosine";
@@ -249,7 +268,8 @@ static options parse_args(int argc, char **argv) {
       expects = "adamw or sgd";
     else if (!strcmp(name, "--data") || !strcmp(name, "--weights") ||
              !strcmp(name, "--inputs") || !strcmp(name, "--load") || !strcmp(name, "--save") ||
-             !strcmp(name, "--dump-grads") || !strcmp(name, "--log"))
+             !strcmp(name, "--dump-grads") || !strcmp(name, "--log") ||
+             !strcmp(name, "--val-data"))
       expects = "a file name";
     else
       usage_error("unknown option '%s'", arg);
@@ -261,6 +281,10 @@ static options parse_args(int argc, char **argv) {
       o.steps = (int)parse_int(name, val, 1, INT_MAX, expects);
     } else if (!strcmp(name, "--log-every")) {
       o.log_every = (int)parse_int(name, val, 1, INT_MAX, expects);
+    } else if (!strcmp(name, "--val-steps")) {
+      o.val_steps = (int)parse_int(name, val, 1, INT_MAX, expects);
+    } else if (!strcmp(name, "--val-every")) {
+      o.val_every = (int)parse_int(name, val, 0, INT_MAX, expects);
     } else if (!strcmp(name, "--seed")) {
       char *end;
       errno = 0;
@@ -301,10 +325,12 @@ static options parse_args(int argc, char **argv) {
       else if (!strcmp(name, "--load")) o.load = val;
       else if (!strcmp(name, "--save")) o.save = val;
       else if (!strcmp(name, "--log")) o.log = val;
+      else if (!strcmp(name, "--val-data")) o.val_data = val;
       else o.dump_grads = val;
     }
   }
   if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
+  if (o.val_every && !o.val_data) usage_error("--val-every: give the data with --val-data");
   o.sched.lr = o.h.lr;
   o.sched.steps = o.steps;
   if (o.sched.kind != RT_LR_CONSTANT && o.sched.lr_min > o.sched.lr)
@@ -418,6 +444,7 @@ static float **whole;   // per parameter: the whole tensor of one split over tp,
 static rt_tensor *IN;   // the inputs over the global batch (see make_global_inputs)
 static int NIN;
 static char *global;    // their values
+static long global_bytes;
 
 // This rank's values of parameter i (its part when split over tp), or of its gradient.
 static char *local_ptr(char *arena, int i, bool grads) {
@@ -1084,7 +1111,8 @@ static void make_global_inputs(void) {
     IN[i].offset = at;
     at += IN[i].numel * 4;
   }
-  if (!(global = calloc((size_t)at + 4, 1))) fail("out of memory for the global batch");
+  global_bytes = at + 4;
+  if (!(global = calloc((size_t)global_bytes, 1))) fail("out of memory for the global batch");
 }
 
 // Slice k of the global batch into the arena's inputs.
@@ -1167,17 +1195,58 @@ static void fill_synthetic(char *arena, uint64_t seed, long n, long vocab,
   if (n > 0) fill_tokens(arena, stream);
 }
 
-// an llm.c token shard (shard.h), mapped read-only
-static void open_shard(rt_shard *s, const char *path, long n, long vocab) {
-  struct stat st;
-  FILE *f = open_regular("data file", path, &st);
-  if (!f) fail("cannot open data file %s: %s", path, strerror(errno));
-  size_t size = (size_t)st.st_size;
-  void *m = size > 0 ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0) : NULL;
-  if (m == MAP_FAILED) fail("cannot map %s: %s", path, strerror(errno));
-  fclose(f);
+// The shards flag names (data.h), or a message naming them and the exit.
+static void open_data(rt_data *d, const char *flag, const char *spec, const char *pattern, long n,
+                      long vocab, bool shuffle, uint64_t seed) {
   char err[1024];
-  if (rt_shard_parse(s, m, size, n + 1, vocab, path, err, sizeof err)) fail("%s", err);
+  if (rt_data_open(d, flag, spec, pattern, n, vocab, shuffle, seed, err, sizeof err))
+    fail("%s", err);
+  printf("%s: %d shard%s, %ld batches of %ld tokens%s\n", flag, d->nshards,
+         d->nshards == 1 ? "" : "s", d->total, n, shuffle ? ", shuffled per epoch" : "");
+}
+
+// ---------------------------------------------------------------------------
+// steps
+
+// Forward (training: and backward) over this rank's micro-batches of the
+// global batch in `global`: the global batch's mean loss, the same on every
+// rank.
+static double run_batch(char *arena, char *stage, bool train) {
+  const rt_model *M = &mtc_model;
+  double loss = 0;
+  for (int m = 0; m < M->micro_batches; m++) {
+    rt_dist.micro = m;
+    take_slice(arena, stage, (long)rt_dist.dp_rank * M->micro_batches + m);
+    M->forward(arena);
+    rt_device_get(stage, arena, M->loss_offset, 4);
+    float l;
+    memcpy(&l, stage + M->loss_offset, sizeof l);
+    loss += l / M->micro_batches;
+    if (train) M->backward(arena);
+  }
+  if (M->loss_tp_partial)  // each tp rank has its term (a vocabulary-parallel loss)
+    loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_TP], loss, RT_REDUCE_SUM);
+  // every loss of mtc is a mean over the batch: the global loss is the mean
+  return rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
+}
+
+// The mean loss of the first `batches` global batches of val, forward only in
+// eval mode, on val_batch (the training batch in `global` stays as it is).
+static double validate(char *arena, char *stage, rt_data *val, long batches, char *val_batch,
+                       int32_t *stream) {
+  char *train_batch = global;
+  global = val_batch;
+  rt_eval_mode = 1;
+  rt_data_rewind(val);
+  double sum = 0;
+  for (long i = 0; i < batches; i++) {
+    rt_data_next(val, stream);
+    fill_tokens(global, stream);
+    sum += run_batch(arena, stage, false);
+  }
+  rt_eval_mode = 0;
+  global = train_batch;
+  return sum / (double)batches;
 }
 
 // ---------------------------------------------------------------------------
@@ -1304,10 +1373,22 @@ int main(int argc, char **argv) {
 
   int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
   if (!stream) fail("out of memory");
-  rt_shard data = {0};
-  if (opt.data) open_shard(&data, opt.data, n, vocab);
+  rt_data data = {0}, val = {0};
+  if (opt.data) open_data(&data, "--data", opt.data, "*train*.bin", n, vocab, opt.shuffle, opt.seed);
   if (opt.inputs) load_inputs(global, opt.inputs);
   else fill_synthetic(global, opt.seed, n, vocab, stream);
+  char *val_batch = NULL;  // the validation's global batch: its other inputs as training's
+  long val_batches = 0;
+  if (opt.val_data) {
+    if (n == 0) usage_error("--val-data given, but the model '%s' has no token inputs", M->name);
+    open_data(&val, "--val-data", opt.val_data, "*val*.bin", n, vocab, false, 0);
+    val_batches = opt.val_steps < val.total ? opt.val_steps : val.total;
+    if (val_batches < opt.val_steps)
+      printf("--val-data: %ld batches, fewer than --val-steps %d: each validation reads them all\n",
+             val.total, opt.val_steps);
+    if (!(val_batch = malloc((size_t)global_bytes))) fail("out of memory");
+    memcpy(val_batch, global, (size_t)global_bytes);
+  }
 
   // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
   int timed = opt.steps < TIMED_STEPS ? opt.steps : TIMED_STEPS;
@@ -1321,24 +1402,10 @@ int main(int argc, char **argv) {
     int step = (int)next;
     double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
-      rt_shard_next(&data, n, stream);
+      rt_data_next(&data, stream);
       fill_tokens(global, stream);
     }
-    double loss = 0;
-    for (int m = 0; m < M->micro_batches; m++) {
-      rt_dist.micro = m;
-      take_slice(arena, stage, (long)rt_dist.dp_rank * M->micro_batches + m);
-      M->forward(arena);
-      rt_device_get(stage, arena, M->loss_offset, 4);
-      float l;
-      memcpy(&l, stage + M->loss_offset, sizeof l);
-      loss += l / M->micro_batches;
-      M->backward(arena);
-    }
-    if (M->loss_tp_partial)  // each tp rank has its term (a vocabulary-parallel loss)
-      loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_TP], loss, RT_REDUCE_SUM);
-    // every loss of mtc is a mean over the batch: the global loss is the mean
-    loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
+    double loss = run_batch(arena, stage, true);
     if (!isfinite(loss))  // the same on every rank
       stop_together(rt_comm_rank() == 0, 0, "step %d: the loss is not finite (%s); stopping "
                     "before the optimizer writes the weights", step, nonfinite_name(loss));
@@ -1374,6 +1441,16 @@ int main(int argc, char **argv) {
       printf("step %d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g | norm %.4f\n", step, loss,
              1e3 * dt, tps, opt.h.lr, norm);
       fflush(stdout);
+    }
+    if (opt.val_data && (step == opt.steps || (opt.val_every && step % opt.val_every == 0))) {
+      double t = now_seconds();
+      int64_t before = rt_comm_bytes_sent();
+      double vloss = validate(arena, stage, &val, val_batches, val_batch, stream);
+      io_bytes += rt_comm_bytes_sent() - before;  // not the steps' traffic
+      printf("val | step %d | loss %.6f | %ld batches | %.1f ms\n", step, vloss, val_batches,
+             1e3 * (now_seconds() - t));
+      fflush(stdout);
+      rt_log_write_val(&log, step, opt.steps, vloss, val_batches);
     }
   }
   int64_t sent = rt_comm_bytes_sent() - io_bytes;
@@ -1413,7 +1490,9 @@ int main(int argc, char **argv) {
   free(grad_scan.pieces), free(grad_scan.runs), free(weight_scan.pieces), free(weight_scan.runs);
   free(norm_scan.pieces), free(norm_scan.runs);
   free(stream);
-  if (data.map) munmap((void *)data.map, data.map_bytes);
+  rt_data_close(&data);
+  rt_data_close(&val);
+  free(val_batch);
   rt_device_free_stage(stage, arena, device_bytes);
   rt_device_free(arena, device_bytes);
   rt_device_host_free(host);

@@ -108,8 +108,8 @@ expect "token 65535 at position 0 is out of range for the model's vocabulary of 
 expect "the header says 1000 tokens" --data tokens_size.bin
 expect "the header says -5 tokens" --data tokens_negative.bin
 expect "less than the 1024-byte header" --data tokens_short.bin
-expect "data file folder.st is a folder, not a regular file" --data folder.st
-expect "data file fifo.st is a FIFO, not a regular file" --data fifo.st
+expect "--data folder.st: the folder has no *train*.bin files" --data folder.st
+expect "--data: fifo.st is a FIFO, not a regular file" --data fifo.st
 ASAN_OPTIONS=detect_leaks=1 ./train --steps 1 > good.log 2>&1 ||
   fail "a normal GPT-2 run failed under the sanitizers: $(cat good.log)"
 echo "ok: the emitted program under ASan and UBSan on bad input"

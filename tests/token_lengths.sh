@@ -71,7 +71,7 @@ compare() {
 losses inputs.log > inputs.losses
 compare inputs.losses ref_inputs "--inputs"
 
-./train --load weights.safetensors --data shard.bin --optimizer sgd --lr 0 --steps 3 > data.log
+./train --load weights.safetensors --data shard.bin --no-shuffle --optimizer sgd --lr 0 --steps 3 > data.log
 losses data.log > data.losses
 compare data.losses ref_data "--data"
 
