@@ -898,6 +898,30 @@ static int64_t tokens_per_step(IrGraph *g) {
   return first && first->rank > 0 ? ir_eval(g, first->shape[0]) : 1;
 }
 
+// The logits a sampler reads (train --sample): the input of the
+// cross-entropy over a token input's next tokens, whose rows run over the
+// batch's sequences, `rows` per sequence (T, or T - 1 where the model shifts
+// its labels itself), each of `vocab` values. NULL when there is none: no
+// such loss, or one whose logits are split over tensor-parallel ranks.
+static const IrValue *sample_logits(IrGraph *g, int64_t *rows, int64_t *vocab) {
+  const IrValue *tokens = NULL, *logits = NULL;
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->role == ROLE_INPUT && g->values[i]->input_kind == INPUT_TOKENS && !tokens)
+      tokens = g->values[i];
+  for (int i = 0; i < g->nnodes && !logits; i++)
+    if (g->nodes[i]->op == OP_CROSS_ENTROPY && g->nodes[i]->phase == PHASE_FORWARD)
+      logits = g->nodes[i]->in[0];
+  if (!tokens || tokens->rank != 2 || !logits || logits->rank < 1)
+    return NULL;
+  int64_t batch = ir_eval(g, tokens->shape[0]), per_seq = ir_eval(g, tokens->shape[1]);
+  *vocab = ir_eval(g, logits->shape[logits->rank - 1]);
+  int64_t all = ir_eval(g, ir_numel(g, logits)) / *vocab;
+  *rows = all / batch;
+  if (all % batch || (*rows != per_seq && *rows != per_seq - 1))
+    return NULL;
+  return logits;
+}
+
 static double total_flops(IrGraph *g) {
   double f = 0;
   for (int i = 0; i < g->nnodes; i++)
@@ -963,6 +987,12 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .params = params,");
   println(e, "    .loss_offset = %lld,", (long long)e->m->offset[g->loss->id]);
   println(e, "    .tokens_per_step = %lld,", (long long)tokens_per_step(g));
+  int64_t rows = 0, vocab = 0;
+  const IrValue *logits = sample_logits(g, &rows, &vocab);
+  println(e, "    .logits_offset = %lld,", logits ? (long long)e->m->offset[logits->id] : -1LL);
+  println(e, "    .logits_dtype = %s,", rt_dtype(logits ? logits->dtype : DT_F32));
+  println(e, "    .logits_rows = %lld,", (long long)rows);
+  println(e, "    .logits_vocab = %lld,", (long long)vocab);
   println(e, "    .flops_per_step = %.6g,", total_flops(g));
   rt_hparams h = cg_default_hparams(g);
   char f[5][64];

@@ -198,3 +198,16 @@ void rt_data_close(rt_data *d) {
   free(d->shards), free(d->paths), free(d->order), free(d->windows);
   *d = (rt_data){0};
 }
+
+int rt_data_read_tokens(const char *flag, const char *path, long vocab, int32_t **out,
+                        long *count, char *err, size_t cap) {
+  rt_shard s;
+  if (map_shard(&s, flag, path, 1, vocab, err, cap)) return -1;
+  *count = s.ntok;
+  *out = malloc((size_t)s.ntok * sizeof **out);
+  if (*out)
+    for (long i = 0; i < s.ntok; i++) (*out)[i] = (int32_t)rt_shard_token(&s, i);
+  munmap((void *)s.map, s.map_bytes);
+  if (!*out) snprintf(err, cap, "out of memory");
+  return *out ? 0 : -1;
+}

@@ -58,4 +58,9 @@ int rt_data_seek(rt_data *d, rt_data_pos pos);
 
 void rt_data_close(rt_data *d);
 
+// All tokens of one shard (a prompt: tools/prep_text.py encode writes one) into
+// a new array *out of *count; 0, or non-zero with a message naming the file.
+int rt_data_read_tokens(const char *flag, const char *path, long vocab, int32_t **out,
+                        long *count, char *err, size_t cap);
+
 #endif

@@ -116,6 +116,14 @@ typedef struct rt_model {
   long loss_offset;           // byte offset of the scalar loss
   long tokens_per_step;       // rows of the batch that count as tokens (B*T), for tok/s
   double flops_per_step;      // forward + backward + update, from the cost rules
+  // Sampling (train --sample): the logits the loss reads, intact after forward:
+  // per sequence of this rank's batch logits_rows rows of logits_vocab values,
+  // row t scoring the token after position t (logits_rows is T, or T - 1 for a
+  // model that shifts its labels itself); logits_offset -1: none (no token
+  // loss, or logits split over tensor-parallel ranks).
+  long logits_offset;
+  int logits_dtype;
+  long logits_rows, logits_vocab;
   void (*forward)(char *arena);
   void (*backward)(char *arena);
   rt_hparams defaults;         // as compiled (mtc compile --optimizer, --beta1, ...)

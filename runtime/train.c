@@ -44,6 +44,7 @@
 #include "log.h"
 #include "schedule.h"
 #include "data.h"
+#include "tokenizer.h"
 
 // The median step time is over the last this many steps (--steps goes to INT_MAX).
 #define TIMED_STEPS (1 << 20)
@@ -115,6 +116,12 @@ typedef struct {
   int val_every;        // validate every N steps (0: at the end only)
   int val_steps;        // global batches per validation
   bool shuffle;         // --data's windows in an order drawn per epoch (--no-shuffle: in order)
+  int sample;           // tokens to generate after training (0: none)
+  const char *prompt;   // their prompt as text (the tokenizer encodes it), or
+  const char *prompt_tokens;  // as a token shard
+  const char *tokenizer;      // tokenizer.bin (NULL: the one beside --data's shards, if any)
+  float temperature;    // 0: the most likely token each time
+  int top_k;            // draw among the k most likely (0: all)
   const char *inputs;   // safetensors: one fixed batch, by input name
   const char *weights;  // NULL: weights.bin here or next to the program
   const char *load;     // safetensors: the weights by name, instead of weights.bin
@@ -159,6 +166,15 @@ static void print_help(void) {
       "                  and every --val-every steps\n"
       "  --val-every N   validate every N steps too (default 0: at the end only)\n"
       "  --val-steps N   global batches per validation (default 20)\n"
+      "  --sample N      after training, generate N tokens from the weights with\n"
+      "                  forwards in eval mode, printed as text through the\n"
+      "                  tokenizer (else as token ids); --steps 0 samples only\n"
+      "  --prompt TEXT   what the sample continues (default: the end-of-text token)\n"
+      "  --prompt-tokens FILE  the same as a token shard (tools/prep_text.py encode)\n"
+      "  --tokenizer FILE  tokenizer.bin (tools/prep_text.py writes it; default: the\n"
+      "                  one beside --data's shards)\n"
+      "  --temperature F  divides the logits (default 1; 0: the most likely token)\n"
+      "  --top-k K       draw among the K most likely tokens (default 0: all)\n"
       "  --inputs FILE   a fixed batch, reused every step: a safetensors file with\n"
       "                  one tensor per model input, by name (F32 for float\n"
       "                  inputs, I32 or I64 for integer inputs)\n"
@@ -228,7 +244,7 @@ static float parse_float(const char *flag, const char *s, double hi) {
 static options parse_args(int argc, char **argv) {
   options o = {.steps = 20, .h = mtc_model.defaults, .seed = 1337, .data = NULL,
                .weights = NULL, .log_every = 1, .check_finite = true, .val_steps = 20,
-               .shuffle = true};
+               .shuffle = true, .temperature = 1.0f};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -252,9 +268,10 @@ static options parse_args(int argc, char **argv) {
     memcpy(name, arg, len);
     name[len] = '\0';
     const char *expects;
-    if (!strcmp(name, "--steps") || !strcmp(name, "--log-every") || !strcmp(name, "--val-steps"))
+    if (!strcmp(name, "--log-every") || !strcmp(name, "--val-steps"))
       expects = "an integer in [1, 2147483647]";
-    else if (!strcmp(name, "--warmup") || !strcmp(name, "--val-every"))
+    else if (!strcmp(name, "--warmup") || !strcmp(name, "--val-every") ||
+             !strcmp(name, "--steps") || !strcmp(name, "--sample") || !strcmp(name, "--top-k"))
       expects = "an integer in [0, 2147483647]";
     else if (!strcmp(name, "--lr-schedule"))
       expects = "constant, linear or cosine";
@@ -262,14 +279,17 @@ static options parse_args(int argc, char **argv) {
       expects = "an integer in [0, 18446744073709551615]";
     else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
              !strcmp(name, "--eps") || !strcmp(name, "--weight-decay") || !strcmp(name, "--lr-min") ||
-             !strcmp(name, "--grad-clip"))
+             !strcmp(name, "--grad-clip") || !strcmp(name, "--temperature"))
       expects = "a non-negative number";
+    else if (!strcmp(name, "--prompt"))
+      expects = "a text";
     else if (!strcmp(name, "--optimizer"))
       expects = "adamw or sgd";
     else if (!strcmp(name, "--data") || !strcmp(name, "--weights") ||
              !strcmp(name, "--inputs") || !strcmp(name, "--load") || !strcmp(name, "--save") ||
              !strcmp(name, "--dump-grads") || !strcmp(name, "--log") ||
-             !strcmp(name, "--val-data"))
+             !strcmp(name, "--val-data") || !strcmp(name, "--prompt-tokens") ||
+             !strcmp(name, "--tokenizer"))
       expects = "a file name";
     else
       usage_error("unknown option '%s'", arg);
@@ -278,7 +298,15 @@ static options parse_args(int argc, char **argv) {
     else usage_error("%s expects %s, but no value was given", name, expects);
 
     if (!strcmp(name, "--steps")) {
-      o.steps = (int)parse_int(name, val, 1, INT_MAX, expects);
+      o.steps = (int)parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--sample")) {
+      o.sample = (int)parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--top-k")) {
+      o.top_k = (int)parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--temperature")) {
+      o.temperature = parse_float(name, val, 0);
+    } else if (!strcmp(name, "--prompt")) {
+      o.prompt = val;
     } else if (!strcmp(name, "--log-every")) {
       o.log_every = (int)parse_int(name, val, 1, INT_MAX, expects);
     } else if (!strcmp(name, "--val-steps")) {
@@ -326,11 +354,20 @@ static options parse_args(int argc, char **argv) {
       else if (!strcmp(name, "--save")) o.save = val;
       else if (!strcmp(name, "--log")) o.log = val;
       else if (!strcmp(name, "--val-data")) o.val_data = val;
+      else if (!strcmp(name, "--prompt-tokens")) o.prompt_tokens = val;
+      else if (!strcmp(name, "--tokenizer")) o.tokenizer = val;
       else o.dump_grads = val;
     }
   }
   if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
   if (o.val_every && !o.val_data) usage_error("--val-every: give the data with --val-data");
+  if (o.prompt && o.prompt_tokens) usage_error("--prompt and --prompt-tokens exclude each other");
+  if ((o.prompt || o.prompt_tokens || o.top_k) && !o.sample)
+    usage_error("--prompt, --prompt-tokens and --top-k are for sampling: give --sample N");
+  if (o.sample && mtc_model.logits_offset < 0)
+    usage_error("--sample: the model '%s' has no next-token logits to sample from (a "
+                "cross-entropy over its token input's next tokens, not split over tensor-parallel "
+                "ranks)", mtc_model.name);
   o.sched.lr = o.h.lr;
   o.sched.steps = o.steps;
   if (o.sched.kind != RT_LR_CONSTANT && o.sched.lr_min > o.sched.lr)
@@ -1250,6 +1287,144 @@ static double validate(char *arena, char *stage, rt_data *val, long batches, cha
 }
 
 // ---------------------------------------------------------------------------
+// sampling
+
+// The tokenizer for --sample: --tokenizer, else tokenizer.bin in the folder
+// of --data's first shard (where tools/prep_text.py writes it); false: none.
+static bool load_tokenizer(rt_tokenizer *t, const options *o, const rt_data *data) {
+  char path[4096], err[1024];
+  const char *file = o->tokenizer;
+  if (!file && data->nshards > 0) {
+    const char *first = data->paths[0], *slash = strrchr(first, '/');
+    int len = slash ? (int)(slash - first) : 1;
+    snprintf(path, sizeof path, "%.*s/tokenizer.bin", len, slash ? first : ".");
+    if (access(path, R_OK) != 0) return false;
+    file = path;
+  }
+  if (!file) return false;
+  if (rt_tok_load(t, file, err, sizeof err)) fail("--tokenizer: %s", err);
+  printf("sample: tokenizer %s (vocabulary %d)\n", file, t->vocab);
+  return true;
+}
+
+// A token of the logits row l (v values): the most likely at temperature 0,
+// else drawn from softmax(l / temperature) over the top_k largest (0: all).
+static int draw_token(const float *l, long v, float temperature, int top_k, rt_rng *r,
+                      float *scratch) {
+  long best = 0;
+  for (long i = 1; i < v; i++) best = l[i] > l[best] ? i : best;
+  if (temperature == 0.0f) return (int)best;
+  float cut = -INFINITY;  // the k-th largest value
+  if (top_k > 0 && top_k < v) {
+    memcpy(scratch, l, (size_t)v * sizeof *scratch);
+    for (int k = 0; k < top_k; k++) {  // k partial passes of a selection: k is small
+      long m = k;
+      for (long i = k + 1; i < v; i++) m = scratch[i] > scratch[m] ? i : m;
+      float t = scratch[k];
+      scratch[k] = scratch[m];
+      scratch[m] = t;
+    }
+    cut = scratch[top_k - 1];
+  }
+  double sum = 0;
+  for (long i = 0; i < v; i++)
+    sum += l[i] >= cut ? exp((double)(l[i] - l[best]) / temperature) : 0.0;
+  double u = (double)rt_rng_uniform(r) * sum, acc = 0;
+  for (long i = 0; i < v; i++) {
+    if (l[i] < cut) continue;
+    acc += exp((double)(l[i] - l[best]) / temperature);
+    if (acc > u) return (int)i;
+  }
+  return (int)best;
+}
+
+static void print_token(const rt_tokenizer *t, bool text, int id) {
+  size_t len;
+  const char *piece = text ? rt_tok_piece(t, id, &len) : NULL;
+  if (piece) fwrite(piece, 1, len, stdout);
+  else printf("%d ", id);
+  fflush(stdout);
+}
+
+// --sample: o->sample tokens after the prompt, each from the logits of a
+// forward in eval mode over the last context tokens (every sequence of the
+// global batch holds them, so every rank reads the same row and draws the same
+// token), drawn from --seed; printed as text through the tokenizer, else as ids.
+// batch: the global batch buffer to use; n: its tokens (B x T), vocab: the
+// model's.
+static void sample(char *arena, char *stage, const options *o, const rt_data *data, char *batch,
+                   long n, long vocab, int32_t *stream) {
+  const rt_model *M = &mtc_model;
+  rt_tokenizer tok = {0};
+  bool text = load_tokenizer(&tok, o, data);
+  long seq = 0;  // tokens per sequence: the token input's second dim
+  for (int i = 0; i < M->n_inputs; i++)
+    if (M->inputs[i].kind == RT_IN_TOKENS) seq = M->inputs[i].sizes[1];
+  long ctx = M->logits_rows, v = M->logits_vocab < vocab ? M->logits_vocab : vocab;
+  if (text && tok.vocab < v) v = tok.vocab;
+  int32_t *tokens = NULL;
+  long count = 0;
+  char err[1024];
+  if (o->prompt_tokens) {
+    if (rt_data_read_tokens("--prompt-tokens", o->prompt_tokens, vocab, &tokens, &count, err,
+                            sizeof err))
+      fail("%s", err);
+  } else if (o->prompt) {
+    if (!text)
+      usage_error("--prompt needs a tokenizer: --tokenizer FILE (tools/prep_text.py writes "
+                  "DIR/tokenizer.bin), or give token ids with --prompt-tokens");
+    long cap = (long)strlen(o->prompt) + 1;
+    if (!(tokens = malloc((size_t)cap * sizeof *tokens))) fail("out of memory");
+    if ((count = rt_tok_encode(&tok, o->prompt, tokens, cap, err, sizeof err)) < 0)
+      fail("--prompt: %s", err);
+    for (long i = 0; i < count; i++)
+      if (tokens[i] >= vocab)
+        fail("--prompt: token %d is outside the model's vocabulary of %ld", tokens[i], vocab);
+  }
+  if (count == 0) {  // the start of a document
+    free(tokens);
+    if (!(tokens = malloc(sizeof *tokens))) fail("out of memory");
+    tokens[0] = text && tok.eot >= 0 && tok.eot < vocab ? tok.eot : 0;
+    count = 1;
+  }
+  long total = count + o->sample;
+  int32_t *all = realloc(tokens, (size_t)total * sizeof *all);
+  float *logits = malloc((size_t)M->logits_vocab * sizeof *logits);
+  float *scratch = malloc((size_t)M->logits_vocab * sizeof *scratch);
+  if (!all || !logits || !scratch) fail("out of memory");
+  printf("sample: %d tokens after a prompt of %ld, temperature %g, top-k %d, context %ld\n",
+         o->sample, count, (double)o->temperature, o->top_k, ctx);
+  printf("----\n");
+  for (long i = 0; i < count; i++) print_token(&tok, text, all[i]);
+  rt_rng r;
+  rt_rng_seed(&r, o->seed ^ 0x5A4D504C45ull);  // "SAMPLE": apart from the inputs' stream
+  char *train_batch = global;
+  global = batch;
+  rt_eval_mode = 1;
+  int dsize = rt_dtype_size(M->logits_dtype);
+  for (long have = count; have < total; have++) {
+    long len = have < ctx ? have : ctx, from = have - len;
+    for (long j = 0; j <= n; j++)  // every sequence: the context, then zeros
+      stream[j] = j < n && j % seq < len ? all[from + j % seq] : 0;
+    fill_tokens(global, stream);
+    run_batch(arena, stage, false);
+    long at = M->logits_offset + (len - 1) * M->logits_vocab * dsize;
+    rt_device_get(stage, arena, at, M->logits_vocab * dsize);
+    for (long i = 0; i < M->logits_vocab; i++)
+      logits[i] = M->logits_dtype == RT_BF16 ? rt_bf16_to_f32(((rt_bf16 *)(stage + at))[i])
+                                             : ((float *)(stage + at))[i];
+    all[have] = draw_token(logits, v, o->temperature, o->top_k, &r, scratch);
+    print_token(&tok, text, all[have]);
+  }
+  rt_eval_mode = 0;
+  global = train_batch;
+  printf("\n----\n");
+  fflush(stdout);  // before lines other ranks' stream writes
+  free(all), free(logits), free(scratch);
+  if (text) rt_tok_free(&tok);
+}
+
+// ---------------------------------------------------------------------------
 // measurement
 
 static double now_seconds(void) {
@@ -1392,8 +1567,8 @@ int main(int argc, char **argv) {
 
   // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
   int timed = opt.steps < TIMED_STEPS ? opt.steps : TIMED_STEPS;
-  double *times = malloc((size_t)timed * sizeof(double));
-  double *comm_times = malloc((size_t)timed * sizeof(double));  // inside collectives
+  double *times = malloc((size_t)(timed + 1) * sizeof(double));
+  double *comm_times = malloc((size_t)(timed + 1) * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
   long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
   rt_comm_reset_bytes();
@@ -1457,6 +1632,13 @@ int main(int argc, char **argv) {
 
   rt_log_close(&log);
   if (opt.save) save_params(opt.save, "--save", arena, stage, false);
+  if (opt.sample) {  // on a batch of its own: the training batch's other inputs
+    char *batch = malloc((size_t)global_bytes);
+    if (!batch) fail("out of memory");
+    memcpy(batch, global, (size_t)global_bytes);
+    sample(arena, stage, &opt, &data, batch, n, vocab, stream);
+    free(batch);
+  }
 
   long measured = rt_device_measured(arena, M->arena_bytes);
   struct rusage ru;
@@ -1476,8 +1658,8 @@ int main(int argc, char **argv) {
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
                  (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
-  double med = median(times, timed);
-  if (rt_comm_size() > 1) {  // this rank's median step and median time in collectives
+  double med = timed > 0 ? median(times, timed) : 0.0;
+  if (rt_comm_size() > 1 && timed > 0) {  // this rank's median step and median time in collectives
     double comm = median(comm_times, timed);
     print_ranked("comm: %.1f ms per step (%.1f%% of the step)\n", 1e3 * comm,
                  med > 0 ? 100 * comm / med : 0.0);
