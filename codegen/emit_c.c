@@ -769,11 +769,27 @@ static int64_t model_state_bytes(Emit *e) {
   return total;
 }
 
+// The AdamW update of parameter value p (a parameter, a bucket or the host's
+// part of one), or NULL.
+static const IrNode *adamw_of(const IrGraph *g, const IrValue *p) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_ADAMW && g->nodes[i]->in[0] == p)
+      return g->nodes[i];
+  return NULL;
+}
+
+// The byte offsets of an update's moments (m, v; the host region's for the
+// host's update), or -1, -1 without one.
+static void moment_offsets(const Emit *e, const IrNode *u, long long *m, long long *v) {
+  *m = u ? (long long)e->m->offset[u->in[2]->id] : -1;
+  *v = u ? (long long)e->m->offset[u->in[3]->id] : -1;
+}
+
 static void emit_buckets(Emit *e) {
   const PassLowered *lw = e->opt->lowered;
   if (!lw)
     return;
-  println(e, "// The blocks' parameters and gradients as flat buckets (offsets in bytes).");
+  println(e, "// The blocks' parameters, gradients and AdamW moments as flat buckets (offsets in bytes).");
   println(e, "static const rt_bucket buckets[] = {");
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
@@ -781,12 +797,36 @@ static void emit_buckets(Emit *e) {
     fputs("  {", e->f);
     cg_put_string(e->f, k->name);
     bool cut = k->copies && k->host_params;  // bf16 offload: the host's masters
-    println(e, ", %lld, %d, %lld, %d, %lld, %d, %lld, %lld, %lld}, // block %d", (long long)k->numel,
+    long long m, v, hm, hv;
+    moment_offsets(e, adamw_of(e->g, p), &m, &v);
+    moment_offsets(e, k->host_params ? adamw_of(e->g, k->host_params) : NULL, &hm, &hv);
+    println(e, ", %lld, %d, %lld, %d, %lld, %d, %lld, %lld, %lld, %d, %lld, %lld, %lld, %lld, %lld},"
+            " // block %d", (long long)k->numel,
             k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
             (long long)e->m->offset[k->reduced->id], k->reduced_sharded,
             (long long)numel_of(e, k->reduced), (long long)(cut ? k->host_numel : 0),
-            (long long)(cut ? e->m->offset[k->host_params->id] : 0), k->block);
+            (long long)(cut ? e->m->offset[k->host_params->id] : 0), k->part != k->numel,
+            (long long)(k->nstate ? k->host_numel : 0), m, v, hm, hv, k->block);
   }
+  println(e, "};");
+  blank(e);
+}
+
+// Per parameter outside buckets, the byte offsets of its AdamW moments m and
+// v (-1: none: SGD, a bucket's, a constant).
+static void emit_adam_offsets(Emit *e) {
+  IrGraph *g = e->g;
+  println(e, "static const long adam_offsets[] = {");
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < g->nvalues; i++) {
+      const IrValue *v = g->values[i];
+      if (v->role != (pass ? ROLE_CONST : ROLE_PARAM) || v->producer)
+        continue;
+      long long m, vv;
+      moment_offsets(e, pass ? NULL : adamw_of(g, v), &m, &vv);
+      println(e, "  %lld, %lld,", m, vv);
+    }
+  println(e, "  -1, -1,");
   println(e, "};");
   blank(e);
 }
@@ -922,6 +962,14 @@ static const IrValue *sample_logits(IrGraph *g, int64_t *rows, int64_t *vocab) {
   return logits;
 }
 
+// The dropout masks' step counter (the state tick advances), or NULL.
+static const IrValue *dropout_counter(const IrGraph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_TICK)
+      return g->nodes[i]->in[0];
+  return NULL;
+}
+
 static double total_flops(IrGraph *g) {
   double f = 0;
   for (int i = 0; i < g->nnodes; i++)
@@ -967,6 +1015,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   emit_table(e, "inputs", ROLE_INPUT);
   emit_table(e, "params", ROLE_PARAM);
   emit_grad_offsets(e);
+  emit_adam_offsets(e);
   emit_buckets(e);
   println(e, "const rt_model mtc_model = {");
   fputs("    .name = ", e->f);
@@ -1009,6 +1058,9 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .init_host = %s,", has_init_host(e) ? "init_host" : "0");
   println(e, "    .init_copies = %s,", has_copies(e) ? "init_copies" : "0");
   println(e, "    .grad_offsets = grad_offsets,");
+  println(e, "    .adam_offsets = adam_offsets,");
+  const IrValue *counter = dropout_counter(g);
+  println(e, "    .dropout_step_offset = %lld,", counter ? (long long)e->m->offset[counter->id] : -1LL);
   const PassLowered *lw = e->opt->lowered;
   println(e, "    .dp = %d,", lw ? lw->dist.dp : 1);
   println(e, "    .tp = %d,", lw ? lw->dist.tp : 1);
@@ -1152,13 +1204,13 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
   fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
-             "runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c "
+             "runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c runtime/checkpoint.c "
              "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
         "HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/dtypes.def runtime/bf16.h "
         "runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
         "runtime/rng.h runtime/safetensors.h runtime/schedule.h runtime/log.h runtime/shard.h "
-        "runtime/tokenizer.h runtime/data.h runtime/comm.h "
+        "runtime/tokenizer.h runtime/data.h runtime/checkpoint.h runtime/comm.h "
         "runtime/dist.h "
         "runtime/device.h\n"
         "\n"
@@ -1264,7 +1316,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
-      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
+      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);

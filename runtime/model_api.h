@@ -82,6 +82,14 @@ typedef struct rt_bucket {
   long host_numel;         // bf16 offload: the last host_numel elements of this rank's part of
   long host_offset;        // the parameters (the shard, or the whole bucket) are not in the
                            // arena but at this byte offset of the host region
+  // AdamW's moments cover this rank's part of the bucket: its shard when
+  // state_sharded, else the whole bucket; the first part - state_host_numel
+  // elements at byte offsets m_offset and v_offset of the arena (-1: none), the
+  // last state_host_numel (offload) at m_host_offset and v_host_offset of the
+  // host region
+  int state_sharded;
+  long state_host_numel;
+  long m_offset, v_offset, m_host_offset, v_host_offset;
 } rt_bucket;
 
 // Optimizer hyper-parameters: defaults compiled into the model, overridable
@@ -142,6 +150,10 @@ typedef struct rt_model {
   // Gradients are transient buffers, but each stays intact from the end of
   // backward() until its update.
   const long *grad_offsets;
+  // Byte offsets of params[i]'s AdamW moments at [2i] (m) and [2i + 1] (v);
+  // -1: none (SGD, a constant, or in a bucket: rt_bucket has them).
+  const long *adam_offsets;
+  long dropout_step_offset;   // the dropout masks' step counter (int32), -1: no dropout
   // The parallel plan (1, 1, 1 and no buckets for a one-rank program).
   int dp, tp;                 // mesh: dp x tp ranks
   int micro_batches;          // forward/backward passes per step; the global batch is

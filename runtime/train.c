@@ -43,6 +43,7 @@
 #include "safetensors.h"
 #include "log.h"
 #include "schedule.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "tokenizer.h"
 
@@ -122,6 +123,10 @@ typedef struct {
   const char *tokenizer;      // tokenizer.bin (NULL: the one beside --data's shards, if any)
   float temperature;    // 0: the most likely token each time
   int top_k;            // draw among the k most likely (0: all)
+  const char *ckpt_dir; // checkpoints go here (checkpoint.h; NULL: none)
+  int ckpt_every;       // ... every N steps (0: at the end and on SIGINT/SIGTERM only)
+  int keep;             // ... the newest K of them stay (0: all)
+  const char *resume;   // continue from a checkpoint (a --checkpoint-dir, or one step_* folder)
   const char *inputs;   // safetensors: one fixed batch, by input name
   const char *weights;  // NULL: weights.bin here or next to the program
   const char *load;     // safetensors: the weights by name, instead of weights.bin
@@ -186,6 +191,13 @@ static void print_help(void) {
       "                  constants that FILE lacks)\n"
       "  --save FILE     write the weights (and constants) at the end as\n"
       "                  safetensors\n"
+      "  --checkpoint-dir DIR  write checkpoints into DIR (step_N folders: weights,\n"
+      "                  AdamW moments, step, data position; DIR/latest names the\n"
+      "                  newest) at the end, on SIGINT or SIGTERM (then stop), and\n"
+      "  --checkpoint-every N  every N steps (default 0: those only)\n"
+      "  --keep K        keep the newest K checkpoints (default 0: all)\n"
+      "  --resume DIR    continue a run from DIR's latest checkpoint (or a step_N\n"
+      "                  folder) up to --steps, on this program's layout\n"
       "  --dump-grads FILE  write every parameter's gradient after the first\n"
       "                  backward (before the first update) as safetensors\n"
       "  --log-every N   print every N steps; the last always prints (default 1)\n"
@@ -271,7 +283,8 @@ static options parse_args(int argc, char **argv) {
     if (!strcmp(name, "--log-every") || !strcmp(name, "--val-steps"))
       expects = "an integer in [1, 2147483647]";
     else if (!strcmp(name, "--warmup") || !strcmp(name, "--val-every") ||
-             !strcmp(name, "--steps") || !strcmp(name, "--sample") || !strcmp(name, "--top-k"))
+             !strcmp(name, "--steps") || !strcmp(name, "--sample") || !strcmp(name, "--top-k") ||
+             !strcmp(name, "--checkpoint-every") || !strcmp(name, "--keep"))
       expects = "an integer in [0, 2147483647]";
     else if (!strcmp(name, "--lr-schedule"))
       expects = "constant, linear or cosine";
@@ -289,7 +302,8 @@ static options parse_args(int argc, char **argv) {
              !strcmp(name, "--inputs") || !strcmp(name, "--load") || !strcmp(name, "--save") ||
              !strcmp(name, "--dump-grads") || !strcmp(name, "--log") ||
              !strcmp(name, "--val-data") || !strcmp(name, "--prompt-tokens") ||
-             !strcmp(name, "--tokenizer"))
+             !strcmp(name, "--tokenizer") || !strcmp(name, "--checkpoint-dir") ||
+             !strcmp(name, "--resume"))
       expects = "a file name";
     else
       usage_error("unknown option '%s'", arg);
@@ -301,6 +315,10 @@ static options parse_args(int argc, char **argv) {
       o.steps = (int)parse_int(name, val, 0, INT_MAX, expects);
     } else if (!strcmp(name, "--sample")) {
       o.sample = (int)parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--checkpoint-every")) {
+      o.ckpt_every = (int)parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--keep")) {
+      o.keep = (int)parse_int(name, val, 0, INT_MAX, expects);
     } else if (!strcmp(name, "--top-k")) {
       o.top_k = (int)parse_int(name, val, 0, INT_MAX, expects);
     } else if (!strcmp(name, "--temperature")) {
@@ -356,12 +374,18 @@ static options parse_args(int argc, char **argv) {
       else if (!strcmp(name, "--val-data")) o.val_data = val;
       else if (!strcmp(name, "--prompt-tokens")) o.prompt_tokens = val;
       else if (!strcmp(name, "--tokenizer")) o.tokenizer = val;
+      else if (!strcmp(name, "--checkpoint-dir")) o.ckpt_dir = val;
+      else if (!strcmp(name, "--resume")) o.resume = val;
       else o.dump_grads = val;
     }
   }
   if (o.data && o.inputs) usage_error("--data and --inputs exclude each other");
   if (o.val_every && !o.val_data) usage_error("--val-every: give the data with --val-data");
   if (o.prompt && o.prompt_tokens) usage_error("--prompt and --prompt-tokens exclude each other");
+  if ((o.ckpt_every || o.keep) && !o.ckpt_dir)
+    usage_error("--checkpoint-every and --keep: give the folder with --checkpoint-dir");
+  if (o.resume && (o.load || o.weights))
+    usage_error("--resume gives the weights: leave out --load and --weights");
   if ((o.prompt || o.prompt_tokens || o.top_k) && !o.sample)
     usage_error("--prompt, --prompt-tokens and --top-k are for sampling: give --sample N");
   if (o.sample && mtc_model.logits_offset < 0)
@@ -453,6 +477,30 @@ static void check_table(void) {
       fail("model table: the host's part of bucket %s (offset %ld) lies outside the %ld bytes "
            "of the host region", k->name, k->host_offset, M->host_bytes);
   }
+  for (int i = 0; i < M->n_params; i++)
+    for (int k = 0; k < 2; k++) {
+      long at = M->adam_offsets[2 * i + k];
+      if (at >= 0 && at + local_numel(&M->params[i]) * 4 > M->persistent_bytes)
+        fail("model table: the AdamW moments of '%s' (offset %ld) lie outside the persistent "
+             "%ld bytes of the arena", M->params[i].name, at, M->persistent_bytes);
+    }
+  for (int b = 0; b < M->n_buckets; b++) {
+    const rt_bucket *k = &M->buckets[b];
+    long part = k->state_sharded ? k->numel / M->dp : k->numel, dev = part - k->state_host_numel;
+    long m[2] = {k->m_offset, k->v_offset}, h[2] = {k->m_host_offset, k->v_host_offset};
+    for (int j = 0; j < 2; j++)
+      if ((m[j] >= 0 && m[j] + dev * 4 > M->persistent_bytes) ||
+          (h[j] >= 0 && h[j] + k->state_host_numel * 4 > M->host_bytes))
+        fail("model table: the AdamW moments of bucket %s lie outside the arena or the host "
+             "region", k->name);
+  }
+  if (M->dropout_step_offset >= M->persistent_bytes)
+    fail("model table: the dropout counter (offset %ld) lies outside the persistent arena",
+         M->dropout_step_offset);
+  if (M->logits_offset >= 0 &&
+      M->logits_offset + M->logits_rows * M->logits_vocab * rt_dtype_size(M->logits_dtype) >
+          M->arena_bytes)
+    fail("model table: the logits (offset %ld) lie outside the arena", M->logits_offset);
   if (M->loss_offset < 0 || M->loss_offset + 4 > M->arena_bytes)
     fail("model table: loss offset %ld lies outside the arena", M->loss_offset);
 }
@@ -483,20 +531,29 @@ static int NIN;
 static char *global;    // their values
 static long global_bytes;
 
-// This rank's values of parameter i (its part when split over tp), or of its gradient.
-static char *local_ptr(char *arena, int i, bool grads) {
-  const rt_tensor *p = &mtc_model.params[i];
+// What the images and whole tensors hold: the parameters (float32: bf16's
+// masters), their gradients, or AdamW's first or second moments, all laid out
+// alike (a bucket's moments are its parameters' part).
+typedef enum { VIEW_PARAMS, VIEW_GRADS, VIEW_M, VIEW_V } view;
+
+// This rank's values of parameter i (its part when split over tp) in view w.
+static char *local_ptr(char *arena, int i, view w) {
+  const rt_model *M = &mtc_model;
+  const rt_tensor *p = &M->params[i];
   if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
-  return arena + (grads ? mtc_model.grad_offsets[i] : p->offset);
+  switch (w) {
+    case VIEW_PARAMS: return arena + p->offset;
+    case VIEW_GRADS: return arena + M->grad_offsets[i];
+    default: return arena + M->adam_offsets[2 * i + (w == VIEW_V)];
+  }
 }
 
-static char *param_ptr(char *arena, int i) {
-  return whole[i] ? (char *)whole[i] : local_ptr(arena, i, false);
+// Parameter i in view w: the whole tensor.
+static char *view_ptr(char *arena, int i, view w) {
+  return whole[i] ? (char *)whole[i] : local_ptr(arena, i, w);
 }
 
-static char *grad_ptr(char *arena, int i) {
-  return whole[i] ? (char *)whole[i] : local_ptr(arena, i, true);
-}
+static char *param_ptr(char *arena, int i) { return view_ptr(arena, i, VIEW_PARAMS); }
 
 static void free_images(void) {
   const rt_model *M = &mtc_model;
@@ -551,29 +608,34 @@ static void pad_whole(int i, bool pad) {
 }
 
 // The whole parameters into this rank's parts.
-static void tp_scatter(char *arena) {
+static bool has_moments(int i);
+
+// Whether parameter i has values in view w (the moments: where AdamW keeps them).
+static bool has_view(int i, view w) { return (w != VIEW_M && w != VIEW_V) || has_moments(i); }
+
+static void tp_scatter(char *arena, view w) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < M->n_params; i++) {
-    if (!whole[i]) continue;
+    if (!whole[i] || !has_view(i, w)) continue;
     long outer, chunk;
     pad_whole(i, true);
     tp_geometry(&M->params[i], &outer, &chunk, NULL);
-    rt_tp_take((float *)local_ptr(arena, i, false), whole[i], outer, M->params[i].tp_pieces,
+    rt_tp_take((float *)local_ptr(arena, i, w), whole[i], outer, M->params[i].tp_pieces,
                chunk, rt_dist.tp_rank, M->tp);
   }
 }
 
-// Every tp rank's part into the whole parameters (or gradients).
-static void tp_gather(char *arena, bool grads) {
+// Every tp rank's part into the whole tensors of view w.
+static void tp_gather(char *arena, view w) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < M->n_params; i++) {
-    if (!whole[i]) continue;
+    if (!whole[i] || !has_view(i, w)) continue;
     const rt_tensor *p = &M->params[i];
     long outer, chunk, n = local_numel(p);
     tp_geometry(p, &outer, &chunk, NULL);
     float *parts = malloc((size_t)padded_numel(p) * sizeof *parts);
     if (!parts) fail("out of memory");
-    memcpy(parts + rt_dist.tp_rank * n, local_ptr(arena, i, grads), (size_t)n * 4);
+    memcpy(parts + rt_dist.tp_rank * n, local_ptr(arena, i, w), (size_t)n * 4);
     rt_allgather(rt_dist.group[RT_AXIS_TP], parts, padded_numel(p), NULL);
     for (int r = 0; r < M->tp; r++)
       rt_tp_place(whole[i], parts + r * n, outer, p->tp_pieces, chunk, r, M->tp);
@@ -584,12 +646,28 @@ static void tp_gather(char *arena, bool grads) {
 
 static char *host_region;  // the host region (offload), NULL: none
 
+// This rank's part of bucket k's AdamW moments: elements [*lo, *lo + part).
+static long state_part(const rt_bucket *k, long *lo) {
+  long part = k->state_sharded ? k->numel / mtc_model.dp : k->numel;
+  *lo = k->state_sharded ? rt_dist.dp_rank * part : 0;
+  return part;
+}
+
 // The images into the arena (and the host region): the whole bucket, or this
-// rank's shard of it.
-static void scatter_images(char *arena) {
+// rank's shard of it; the parameters or the moments.
+static void scatter_images(char *arena, view w) {
   const rt_model *M = &mtc_model;
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
+    if (w == VIEW_M || w == VIEW_V) {
+      long lo, n = state_part(k, &lo), dev = n - k->state_host_numel;
+      long at = w == VIEW_M ? k->m_offset : k->v_offset;
+      long host = w == VIEW_M ? k->m_host_offset : k->v_host_offset;
+      if (at >= 0) memcpy(arena + at, images[b] + lo, (size_t)dev * 4);
+      if (host >= 0)
+        memcpy(host_region + host, images[b] + lo + dev, (size_t)k->state_host_numel * 4);
+      continue;
+    }
     long lo, n = params_part(k, &lo), dev = n - k->host_numel;
     memcpy(arena + k->params_offset, images[b] + lo, (size_t)dev * 4);
     if (k->host_numel)
@@ -609,13 +687,23 @@ static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
   *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
 }
 
-// The images from the arena (save_params has waited for the collectives):
-// the parameters, or the reduced gradients.
-static void gather_images(char *arena, bool grads) {
+// The images from the arena (save_view has waited for the collectives):
+// the parameters, the reduced gradients or the moments.
+static void gather_images(char *arena, view w) {
   const rt_model *M = &mtc_model;
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
-    if (!grads) {
+    if (w == VIEW_M || w == VIEW_V) {
+      long lo, n = state_part(k, &lo), dev = n - k->state_host_numel;
+      long at = w == VIEW_M ? k->m_offset : k->v_offset;
+      long host = w == VIEW_M ? k->m_host_offset : k->v_host_offset;
+      if (at >= 0) memcpy(images[b] + lo, arena + at, (size_t)dev * 4);
+      if (host >= 0)
+        memcpy(images[b] + lo + dev, host_region + host, (size_t)k->state_host_numel * 4);
+      if (k->state_sharded) rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
+      continue;
+    }
+    if (w == VIEW_PARAMS) {
       long lo, n = params_part(k, &lo), dev = n - k->host_numel;
       memcpy(images[b] + lo, arena + k->params_offset, (size_t)dev * 4);
       if (k->host_numel)
@@ -628,7 +716,7 @@ static void gather_images(char *arena, bool grads) {
       continue;
     }
     long lo, at;
-    bucket_shard(k, grads, &lo, &at);
+    bucket_shard(k, true, &lo, &at);
     memcpy(images[b] + lo, arena + at, (size_t)(k->numel / M->dp) * 4);
     rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
   }
@@ -795,19 +883,19 @@ static void copy_in(char *dst, const rt_tensor *t, const rt_st_tensor *s, const 
 
 // --load: every parameter by name, of its shape, F32; the constants the file
 // has (done[i] marks what was loaded; weights.bin gives the rest).
-static void load_named_weights(char *arena, const char *path, bool *done) {
+static void load_named_weights(char *arena, const char *flag, const char *path, bool *done) {
   const rt_model *M = &mtc_model;
   rt_st_file f;
-  open_safetensors(&f, "--load", path);
+  open_safetensors(&f, flag, path);
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     bool trained = p->kind == RT_PARAM_TRAINED;
     if (!trained && !rt_st_find(&f, p->name)) continue;
-    const rt_st_tensor *s = find_like(&f, "--load", path, p, trained ? "parameter" : "constant");
-    copy_in(param_ptr(arena, i), p, s, "--load", path, trained ? "parameter" : "constant");
+    const rt_st_tensor *s = find_like(&f, flag, path, p, trained ? "parameter" : "constant");
+    copy_in(param_ptr(arena, i), p, s, flag, path, trained ? "parameter" : "constant");
     done[i] = true;
   }
-  note_unused(&f, "--load", path, M->params, M->n_params, "parameter or constant");
+  note_unused(&f, flag, path, M->params, M->n_params, "parameter or constant");
   rt_st_close(&f);
 }
 
@@ -878,41 +966,61 @@ static void guard_save(bool on) {
   }
 }
 
-// Writes the params table's tensors by name: with grads false every
-// parameter's and constant's value (--save), but for the constants shaped by
-// the rank's batch (token types or a mask expanded over it), which are no
-// weights; with grads true every parameter's gradient, which is F32
-// (--dump-grads).
-static void save_params(const char *path, const char *flag, char *arena, char *stage,
-                        bool grads) {
+// Whether parameter i has AdamW moments in the arena (in a bucket or its own).
+static bool has_moments(int i) {
   const rt_model *M = &mtc_model;
-  // the parameters are persistent; gradients anywhere in the arena, once every
-  // collective still reducing them has finished
+  const rt_tensor *p = &M->params[i];
+  if (p->kind != RT_PARAM_TRAINED || !M->has_adam_state) return false;
+  if (p->bucket < 0) return M->adam_offsets[2 * i] >= 0;
+  const rt_bucket *k = &M->buckets[p->bucket];
+  return k->m_offset >= 0 || k->m_host_offset >= 0;
+}
+
+// Whether view w writes parameter i: for the weights (--save) every parameter
+// and constant but the constants shaped by the rank's batch (token types or a
+// mask expanded over it), which are no weights; gradients (--dump-grads) every
+// parameter's; moments every parameter's that has them.
+static bool in_view(int i, view w) {
+  const rt_tensor *p = &mtc_model.params[i];
+  if (w == VIEW_PARAMS) return p->kind == RT_PARAM_TRAINED || !p->batched;
+  if (w == VIEW_GRADS) return p->kind == RT_PARAM_TRAINED;
+  return has_moments(i);
+}
+
+// Writes view w of the params table by name, whole (gathered over the ranks),
+// as safetensors: --save, --dump-grads and the checkpoints. The number of
+// tensors written (rank 0; 0 on the others).
+static int save_view(const char *path, const char *flag, char *arena, char *stage, view w) {
+  const rt_model *M = &mtc_model;
+  // the parameters and moments are persistent; gradients anywhere in the
+  // arena, once every collective still reducing them has finished
   rt_comm_wait_all();
-  rt_device_get(stage, arena, 0, grads ? M->arena_bytes : M->persistent_bytes);
+  rt_device_get(stage, arena, 0, w == VIEW_GRADS ? M->arena_bytes : M->persistent_bytes);
   arena = stage;
   alloc_images();
-  gather_images(arena, grads);  // every rank takes part
-  tp_gather(arena, grads);
+  gather_images(arena, w);  // every rank takes part
+  tp_gather(arena, w);
   if (rt_comm_rank() != 0) {
     free_images();
-    return;
+    return 0;
   }
   rt_st_tensor *ts = calloc((size_t)M->n_params + 1, sizeof *ts);
   if (!ts) fail("out of memory");
   int n = 0;
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
-    if (p->kind != RT_PARAM_TRAINED && (grads || p->batched)) continue;
+    if (!in_view(i, w)) continue;
     rt_st_tensor *t = &ts[n++];
     t->name = p->name;
     t->dtype = p->dtype == RT_I32 ? RT_ST_I32 : RT_ST_F32;
     t->rank = p->rank;
     memcpy(t->shape, p->sizes, sizeof p->sizes);
     t->numel = p->numel;
-    t->data = grads ? grad_ptr(arena, i) : param_ptr(arena, i);
+    t->data = view_ptr(arena, i, w);
   }
-  const char *content = grads ? "gradients after the first backward" : "weights";
+  static const char *const contents[] = {"weights", "gradients after the first backward",
+                                         "AdamW's first moments", "AdamW's second moments"};
+  const char *content = contents[w];
   const char *meta[] = {"format", "pt", "model", M->name, "content", content, NULL};
   char err[1024];
   guard_save(true);
@@ -921,7 +1029,88 @@ static void save_params(const char *path, const char *flag, char *arena, char *s
   if (rc) fail("%s %s", flag, err);
   free(ts);
   free_images();
-  printf("wrote %s: %s, %d tensors\n", path, content, n);
+  return n;
+}
+
+// --save and --dump-grads
+static void save_file(const char *path, const char *flag, char *arena, char *stage, view w) {
+  int n = save_view(path, flag, arena, stage, w);
+  if (rt_comm_rank() == 0)
+    printf("wrote %s: %s, %d tensors\n", path, w == VIEW_GRADS ? "gradients after the first "
+           "backward" : "weights", n);
+}
+
+// A checkpoint after `step` (checkpoint.h): the weights and moments gathered
+// whole, written by rank 0 with the state, then named latest.
+static void write_checkpoint(const options *o, char *arena, char *stage, long step,
+                             const rt_data *data) {
+  const rt_model *M = &mtc_model;
+  char err[1024] = "", dir[4096], file[4200];
+  bool bad = rt_comm_rank() == 0 && rt_ckpt_begin(o->ckpt_dir, step, err, sizeof err);
+  stop_together(bad, 0, "--checkpoint-dir %s", err);
+  rt_ckpt_path(o->ckpt_dir, step, true, dir, sizeof dir);
+  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  save_view(file, "--checkpoint-dir", arena, stage, VIEW_PARAMS);
+  if (M->has_adam_state) {
+    snprintf(file, sizeof file, "%s/adam_m.safetensors", dir);
+    save_view(file, "--checkpoint-dir", arena, stage, VIEW_M);
+    snprintf(file, sizeof file, "%s/adam_v.safetensors", dir);
+    save_view(file, "--checkpoint-dir", arena, stage, VIEW_V);
+  }
+  rt_ckpt_state s = {.step = step, .seed = o->seed, .dropout_step = -1};
+  snprintf(s.model, sizeof s.model, "%s", M->name);
+  snprintf(s.layout, sizeof s.layout, "%s", M->layout);
+  snprintf(s.optimizer, sizeof s.optimizer, "%s",
+           o->h.optimizer == RT_OPT_SGD || !M->has_adam_state ? "sgd" : "adamw");
+  if (data->nshards) {
+    s.has_data = true;
+    s.data = data->pos;
+    s.window_tokens = data->n;
+  }
+  if (M->dropout_step_offset >= 0) {
+    int32_t counter;
+    rt_device_get(stage, arena, M->dropout_step_offset, 4);
+    memcpy(&counter, stage + M->dropout_step_offset, 4);
+    s.dropout_step = counter;
+  }
+  bad = rt_comm_rank() == 0 && rt_ckpt_commit(o->ckpt_dir, &s, o->keep, err, sizeof err);
+  stop_together(bad, 0, "--checkpoint-dir %s", err);
+  rt_ckpt_path(o->ckpt_dir, step, false, dir, sizeof dir);
+  printf("checkpoint %s (step %ld)\n", dir, step);
+  fflush(stdout);
+}
+
+// SIGINT and SIGTERM with --checkpoint-dir: the run stops after the step in
+// progress, with a checkpoint (a second signal ends it at once).
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+// A checkpoint's moments (view w) by name into the stage and the host region.
+static void load_moments(char *stage, const char *path, view w) {
+  const rt_model *M = &mtc_model;
+  rt_st_file f;
+  open_safetensors(&f, "--resume", path);
+  alloc_images();
+  for (int i = 0; i < M->n_params; i++)
+    if (has_moments(i))
+      copy_in(view_ptr(stage, i, w), &M->params[i],
+              find_like(&f, "--resume", path, &M->params[i], "parameter's moment"), "--resume",
+              path, "parameter's moment");
+  rt_st_close(&f);
+  tp_scatter(stage, w);
+  scatter_images(stage, w);
+  free_images();
 }
 
 // ---------------------------------------------------------------------------
@@ -1507,21 +1696,50 @@ int main(int argc, char **argv) {
   char *host = M->host_bytes > 0 ? rt_device_host_alloc(M->host_bytes) : NULL;
   host_region = host;
 
-  // the initial weights: --load by name, then weights.bin for what it lacks
+  // the checkpoint to resume from
+  rt_ckpt_state resumed = {0};
+  char resume_dir[4096], file[4200];
+  if (opt.resume) {
+    char err[1024];
+    if (rt_ckpt_open(opt.resume, resume_dir, sizeof resume_dir, &resumed, err, sizeof err))
+      fail("--resume %s", err);
+    if (strcmp(resumed.model, M->name))
+      fail("--resume %s: a checkpoint of the model '%s'; this program trains '%s'", resume_dir,
+           resumed.model, M->name);
+  }
+  if (opt.ckpt_dir) catch_stop_signals();
+
+  // the initial weights: --resume's or --load's by name, then weights.bin for what they lack
   alloc_images();
   bool *done = calloc((size_t)M->n_params + 1, sizeof *done);
   if (!done) fail("out of memory");
   bool all = false;
-  if (opt.load) {
-    load_named_weights(stage, opt.load, done);
+  if (opt.load || opt.resume) {
+    snprintf(file, sizeof file, "%s/model.safetensors", resume_dir);
+    load_named_weights(stage, opt.resume ? "--resume" : "--load", opt.resume ? file : opt.load,
+                       done);
     all = true;
     for (int i = 0; i < M->n_params; i++) all &= done[i];
   }
   if (!all) load_weights(stage, opt.weights, argv[0], done);
   free(done);
-  tp_scatter(stage);
-  scatter_images(stage);
+  tp_scatter(stage, VIEW_PARAMS);
+  scatter_images(stage, VIEW_PARAMS);
   free_images();
+  if (opt.resume) {  // the moments, the dropout masks' counter
+    if (M->has_adam_state && !strcmp(resumed.optimizer, "adamw")) {
+      snprintf(file, sizeof file, "%s/adam_m.safetensors", resume_dir);
+      load_moments(stage, file, VIEW_M);
+      snprintf(file, sizeof file, "%s/adam_v.safetensors", resume_dir);
+      load_moments(stage, file, VIEW_V);
+    } else if (M->has_adam_state) {
+      printf("--resume: the checkpoint was trained with SGD: AdamW's moments start at zero\n");
+    }
+    if (M->dropout_step_offset >= 0 && resumed.dropout_step >= 0)
+      memcpy(stage + M->dropout_step_offset, &(int32_t){(int32_t)resumed.dropout_step}, 4);
+    printf("resumed from %s: step %ld (written by %s)\n", resume_dir, resumed.step,
+           resumed.layout);
+  }
   rt_device_put(arena, stage, 0, M->persistent_bytes);
   if (M->init_host) M->init_host(arena, host);
   if (M->init_copies) M->init_copies(arena, host);
@@ -1549,7 +1767,19 @@ int main(int argc, char **argv) {
   int32_t *stream = malloc((size_t)(n + 1) * sizeof(int32_t));
   if (!stream) fail("out of memory");
   rt_data data = {0}, val = {0};
-  if (opt.data) open_data(&data, "--data", opt.data, "*train*.bin", n, vocab, opt.shuffle, opt.seed);
+  if (opt.data)  // a resumed run's data order is the checkpoint's
+    open_data(&data, "--data", opt.data, "*train*.bin", n, vocab, opt.shuffle,
+              opt.resume && resumed.has_data ? resumed.seed : opt.seed);
+  if (opt.data && opt.resume && resumed.has_data) {
+    if (resumed.window_tokens != n)
+      fail("--resume %s: the checkpoint's run read batches of %ld tokens, this program's global "
+           "batch has %ld: resume with the same global batch (B x data-parallel ranks x "
+           "micro-batches)", resume_dir, resumed.window_tokens, n);
+    if (rt_data_seek(&data, resumed.data))
+      fail("--resume %s: the checkpoint's data position (epoch %ld, shard %ld, batch %ld) is "
+           "not in --data's shards: resume on the data the run read", resume_dir,
+           resumed.data.epoch, resumed.data.shard, resumed.data.window);
+  }
   if (opt.inputs) load_inputs(global, opt.inputs);
   else fill_synthetic(global, opt.seed, n, vocab, stream);
   char *val_batch = NULL;  // the validation's global batch: its other inputs as training's
@@ -1566,14 +1796,19 @@ int main(int argc, char **argv) {
   }
 
   // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
-  int timed = opt.steps < TIMED_STEPS ? opt.steps : TIMED_STEPS;
+  long first = opt.resume ? resumed.step + 1 : 1, run = opt.steps - first + 1;  // steps to run
+  if (run < 0) run = 0;
+  if (opt.resume && run == 0)
+    printf("--resume: the checkpoint is at step %ld, --steps %d: no step to run\n", resumed.step,
+           opt.steps);
+  int timed = run < TIMED_STEPS ? (int)run : TIMED_STEPS;
   double *times = malloc((size_t)(timed + 1) * sizeof(double));
   double *comm_times = malloc((size_t)(timed + 1) * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
   long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
-  for (long next = 1; next <= opt.steps; next++) {  // long: --steps may be INT_MAX
+  for (long next = first; next <= opt.steps; next++) {  // long: --steps may be INT_MAX
     int step = (int)next;
     double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
@@ -1594,7 +1829,7 @@ int main(int argc, char **argv) {
     if (step == 1 && opt.dump_grads) {  // not counted in the step's time
       double t = now_seconds(), comm = rt_comm_seconds();
       int64_t before = rt_comm_bytes_sent();
-      save_params(opt.dump_grads, "--dump-grads", arena, stage, true);
+      save_file(opt.dump_grads, "--dump-grads", arena, stage, VIEW_GRADS);
       io_bytes += rt_comm_bytes_sent() - before;
       t0 += now_seconds() - t;
       comm0 += rt_comm_seconds() - comm;
@@ -1605,8 +1840,8 @@ int main(int argc, char **argv) {
     if (opt.check_finite) check_finite(arena, stage, step, false);
     rt_device_sync();
     double dt = now_seconds() - t0;
-    times[(step - 1) % TIMED_STEPS] = dt;
-    comm_times[(step - 1) % TIMED_STEPS] = rt_comm_seconds() - comm0;
+    times[(next - first) % TIMED_STEPS] = dt;
+    comm_times[(next - first) % TIMED_STEPS] = rt_comm_seconds() - comm0;
     double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
     rt_log_write_step(&log, &(rt_log_step){.step = step, .steps = opt.steps, .loss = loss,
                                            .lr = opt.h.lr, .grad_norm = norm, .ms = 1e3 * dt,
@@ -1627,11 +1862,26 @@ int main(int argc, char **argv) {
       fflush(stdout);
       rt_log_write_val(&log, step, opt.steps, vloss, val_batches);
     }
+    if (opt.ckpt_dir) {  // every N steps, at the end, and on a signal (on any rank)
+      int sig = stop_signal;
+      if (rt_comm_size() > 1) sig = (int)rt_allreduce_scalar(rt_group_world(), sig, RT_REDUCE_MAX);
+      int64_t before = rt_comm_bytes_sent();
+      if (sig || step == opt.steps || (opt.ckpt_every && step % opt.ckpt_every == 0))
+        write_checkpoint(&opt, arena, stage, step, &data);
+      io_bytes += rt_comm_bytes_sent() - before;
+      if (sig) {
+        printf("stopped by signal %d after step %d\n", sig, step);
+        fflush(stdout);
+        rt_log_close(&log);
+        rt_comm_finalize();
+        exit(128 + sig);
+      }
+    }
   }
   int64_t sent = rt_comm_bytes_sent() - io_bytes;
 
   rt_log_close(&log);
-  if (opt.save) save_params(opt.save, "--save", arena, stage, false);
+  if (opt.save) save_file(opt.save, "--save", arena, stage, VIEW_PARAMS);
   if (opt.sample) {  // on a batch of its own: the training batch's other inputs
     char *batch = malloc((size_t)global_bytes);
     if (!batch) fail("out of memory");
@@ -1657,7 +1907,7 @@ int main(int argc, char **argv) {
     print_ranked("model state: %ld bytes on device, %ld bytes on host (planner: %ld, %ld) | "
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
-                 (long long)(opt.steps > 0 ? sent / opt.steps : 0), M->planner_comm_bytes);
+                 (long long)(run > 0 ? sent / run : 0), M->planner_comm_bytes);
   double med = timed > 0 ? median(times, timed) : 0.0;
   if (rt_comm_size() > 1 && timed > 0) {  // this rank's median step and median time in collectives
     double comm = median(comm_times, timed);

@@ -110,7 +110,7 @@ expect 2 "--weight-decay expects a number in [0, 3.40282e+38], got 'nan'" --weig
 expect 2 "--seed expects an integer in [0, 18446744073709551615], got ' -1'" --seed " -1"
 expect 2 "--seed expects an integer in [0, 18446744073709551615], got '18446744073709551616'" \
   --seed 18446744073709551616
-expect 2 "--steps expects an integer in [1, 2147483647], got '2147483648'" --steps 2147483648
+expect 2 "--steps expects an integer in [0, 2147483647], got '2147483648'" --steps 2147483648
 expect 2 "--log-every expects an integer in [1, 2147483647], got '0x10'" --log-every 0x10
 MTC_HOST_THREADS=1000 expect 2 "MTC_HOST_THREADS expects an integer in [1, 256]"
 # --save and --dump-grads refuse, before the first step, what is not a regular file, and leave it
