@@ -10,8 +10,8 @@
 # node lines), then the wall time of `mtc inspect` (frontend and every pass,
 # memory plan included, and printing the IR), `mtc plan` (to the solver's
 # plan, 1 GPU) and `mtc compile` (all of it, and writing the program), and
-# the size of the initial weights compile draws and writes (weights.bin:
-# linear in the parameters, 0.8 GB and most of compile's time at L = 1024).
+# the size of weights.bin (none since the programs of a DSL model draw their own
+# initial weights; it was 0.8 GB and most of compile's time at L = 1024).
 # A second table times the lowered plans (`inspect` and `compile`; `plan`
 # takes no layout): dp 2 x tp 2 with ZeRO-3 and every layer checkpointed,
 # the layout whose passes edit the graph most (recompute clones, tp
@@ -57,8 +57,8 @@ row() {   # name model flags...
   plan=$(timed plan "$model" "$@")
   rm -rf "$tmp/out"
   compile=$(timed compile "$model" "$@" -o "$tmp/out")
-  weights=$(stat -c %s "$tmp/out/weights.bin" 2> /dev/null || echo "?")
-  [ "$weights" = "?" ] || weights=$(awk -v b="$weights" 'BEGIN { printf "%.1f", b / 1e6 }')
+  weights=$(stat -c %s "$tmp/out/weights.bin" 2> /dev/null || echo "none")
+  [ "$weights" = "none" ] || weights=$(awk -v b="$weights" 'BEGIN { printf "%.1f", b / 1e6 }')
   rm -rf "$tmp/out"
   printf "| %s | %s | %s | %s | %s | %s |\n" "$name" "$nodes" "$inspect" "$plan" "$compile" \
     "$weights"

@@ -4,7 +4,8 @@
 //                    forward/backward/update
 //   DIR/runtime/     train.c (main), kernels, headers: copied from mtc's runtime/
 //   DIR/Makefile     `make` (nvcc, NCCL) and `make cpu` (cc, OpenMP) build ./train
-//   DIR/weights.bin  initial parameters, float32, in the order of model.c's table
+//   DIR/weights.bin  initial parameters, float32, in the order of model.c's table (only for a
+//                    model that gives them, e.g. ONNX; the program draws the others)
 //   DIR/README.md    how to build and run, and the plan
 #define _GNU_SOURCE
 #include "codegen.h"
@@ -844,6 +845,18 @@ static bool ignored_label(const IrGraph *g, const IrValue *in, int64_t *ignore) 
   return false;
 }
 
+// Whether the model gives initial values (an ONNX model's initializers): then
+// they go into weights.bin; otherwise the program draws them.
+static bool has_given_weights(const IrGraph *g) {
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if ((v->role == ROLE_PARAM || v->role == ROLE_CONST) && !v->producer &&
+        v->init.kind == INIT_DATA)
+      return true;
+  }
+  return false;
+}
+
 // The params table lists the trainable parameters, then the constants
 // (ONNX initializers that are not trained: kind RT_PARAM_CONST); weights.bin holds both
 // in this order.
@@ -875,10 +888,18 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
                                   : "RT_PARAM_TRAINED",
               (long long)range);
       cg_put_string(e->f, shape_values(e, &whole));
-      println(e, ", %d, %s, %d, %d, %lld, %d, %d, %lld, %d, %lld},", v->rank,
+      static const char *const inits[] = {[INIT_NONE] = "RT_INIT_ZEROS",
+                                          [INIT_ZEROS] = "RT_INIT_ZEROS",
+                                          [INIT_ONES] = "RT_INIT_ONES",
+                                          [INIT_NORMAL] = "RT_INIT_NORMAL",
+                                          [INIT_DATA] = "RT_INIT_DATA"};
+      char std[64];
+      println(e, ", %d, %s, %d, %d, %lld, %d, %d, %lld, %d, %lld, %s, %s},", v->rank,
               shape_sizes(e, &whole), batched, bucket_index(e, v),
               (long long)(v->bucket ? v->bucket_off / 4 : 0), v->tp_dim, v->tp_pieces,
-              (long long)pad, ignores, (long long)ignore);
+              (long long)pad, ignores, (long long)ignore,
+              role == ROLE_INPUT ? "RT_INIT_ZEROS" : inits[v->init.kind],
+              float_literal(std, sizeof std, v->init.kind == INIT_NORMAL ? v->init.std : 0.0));
       count++;
     }
   }
@@ -1034,6 +1055,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .inputs = inputs,");
   println(e, "    .n_params = %d,", count_role(g, ROLE_PARAM) + count_role(g, ROLE_CONST));
   println(e, "    .params = params,");
+  println(e, "    .weights_file = %d,", has_given_weights(g));
+  println(e, "    .init_seed = %lluull,", (unsigned long long)e->opt->seed);
   println(e, "    .loss_offset = %lld,", (long long)e->m->offset[g->loss->id]);
   println(e, "    .tokens_per_step = %lld,", (long long)tokens_per_step(g));
   int64_t rows = 0, vocab = 0;
@@ -1280,8 +1303,12 @@ static int write_readme(IrGraph *g, const CgOptions *opt, int64_t workspace, IrD
   fprintf(f, "- `model.c`: dims, the memory plan (as a table at the top), `forward`, `backward`, "
              "`update`.\n");
   fprintf(f, "- `runtime/`: the training main (`train.c`), the CPU kernels and their CUDA twins.\n");
-  fprintf(f, "- `weights.bin`: the initial parameters (float32, seed %llu).\n\n",
-          (unsigned long long)opt->seed);
+  if (has_given_weights(g))
+    fprintf(f, "- `weights.bin`: the initial parameters (float32, the model's own values).\n\n");
+  else
+    fprintf(f, "- no weights file: the program draws the initial parameters itself (seed %llu, "
+            "the values `mtc compile --seed %llu` would have written).\n\n",
+            (unsigned long long)opt->seed, (unsigned long long)opt->seed);
   fprintf(f, "Memory: arena %lld bytes (persistent %lld), peak live %lld bytes = `%s`.\n",
           (long long)m->arena_bytes, (long long)m->persistent_bytes, (long long)m->peak_live_bytes,
           sym_str(&g->arena, m->peak_formula, &g->syms));
@@ -1340,7 +1367,9 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   int ranks = opt->lowered ? opt->lowered->dist.dp * opt->lowered->dist.tp : 1;
   if (write_makefile(opt, ranks, d))
     return -1;
-  if (check_space(g, opt, d) || write_weights(g, opt, d) || write_readme(g, opt, workspace, d))
+  bool given = has_given_weights(g);
+  if ((given && (check_space(g, opt, d) || write_weights(g, opt, d))) ||
+      write_readme(g, opt, workspace, d))
     return -1;
   return 0;
 }

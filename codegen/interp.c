@@ -236,22 +236,5 @@ void cg_init_param(const IrGraph *g, const IrValue *p, int index, uint64_t seed,
       out[i] = p->init.kind == INIT_ONES ? 1.0f : 0.0f;
     return;
   }
-  // elements i and i + 1 (i even) are one Box-Muller pair from draws i and i + 1 of the
-  // parameter's stream: chunks (of even length) in parallel give the same values as one pass
-  const int64_t chunk = 1 << 12;
-  const float std = (float)p->init.std;
-#pragma omp parallel for schedule(static) if (n > chunk)
-  for (int64_t c = 0; c < n; c += chunk) {
-    rt_rng rng;
-    rt_rng_seed(&rng, seed * 1000003u + (uint64_t)index);
-    rt_rng_skip(&rng, (uint64_t)c);
-    int64_t end = c + chunk < n ? c + chunk : n;
-    for (int64_t i = c; i < end; i += 2) {
-      float a, b;
-      rt_rng_normal2(&rng, &a, &b);
-      out[i] = std * a;
-      if (i + 1 < end)
-        out[i + 1] = std * b;
-    }
-  }
+  rt_rng_init_normal(out, (long)n, (float)p->init.std, seed, index);
 }

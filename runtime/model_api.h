@@ -44,6 +44,10 @@ enum {
   RT_PARAM_CONST,    // a constant of the model (an ONNX initializer that is not trained)
 };
 
+// How a parameter's initial values come (the program draws them unless the
+// model has given values: rt_model.weights_file).
+enum { RT_INIT_DATA, RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL };
+
 typedef struct rt_tensor {
   const char *name;   // as in the model (parameter or input name)
   long offset;        // byte offset in the arena
@@ -65,6 +69,8 @@ typedef struct rt_tensor {
                       // tp (a vocabulary): each rank holds (sizes[tp_dim] + tp_pad) / tp
   int ignores;        // inputs: labels of a loss that skips rows labelled `ignore` (HF's -100),
   long ignore;        // which --inputs may hold besides [0, range)
+  int init;           // params: RT_INIT_*; normal(0, init_std) from rt_rng_init_normal's
+  float init_std;     // stream (rt_model.init_seed, the index in the params table)
 } rt_tensor;
 
 // A block's parameters and gradients as flat buckets (multi-rank programs;
@@ -121,6 +127,9 @@ typedef struct rt_model {
   const rt_tensor *inputs;
   int n_params;
   const rt_tensor *params;    // parameters, then constants; in weights-file order
+  int weights_file;           // 1: the initial values are in weights.bin (the model gives
+                              // some: an ONNX model's); 0: the program draws them
+  unsigned long long init_seed;  // mtc compile --seed: the drawn values' streams
   long loss_offset;           // byte offset of the scalar loss
   long tokens_per_step;       // rows of the batch that count as tokens (B*T), for tok/s
   double flops_per_step;      // forward + backward + update, from the cost rules

@@ -79,4 +79,29 @@ static inline void rt_rng_padding_mask(rt_rng *r, int32_t *out, long n, long row
   }
 }
 
+// A parameter's initial normal(0, std) values, out[i] for i in [0, n): a
+// stream of its own (seed and the parameter's index in the model's table),
+// elements i and i + 1 (i even) one Box-Muller pair of draws i and i + 1, so
+// that chunks of even length drawn apart (threads, ranks) give the values of
+// one pass. mtc compile (weights.bin, the interpreter) and the programs that
+// draw their own weights share it: the same values everywhere.
+static inline void rt_rng_init_normal(float *out, long n, float std, uint64_t seed, int index) {
+  const long chunk = 1 << 12;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > chunk)
+#endif
+  for (long c = 0; c < n; c += chunk) {
+    rt_rng rng;
+    rt_rng_seed(&rng, seed * 1000003u + (uint64_t)index);
+    rt_rng_skip(&rng, (uint64_t)c);
+    long end = c + chunk < n ? c + chunk : n;
+    for (long i = c; i < end; i += 2) {
+      float a, b;
+      rt_rng_normal2(&rng, &a, &b);
+      out[i] = std * a;
+      if (i + 1 < end) out[i + 1] = std * b;
+    }
+  }
+}
+
 #endif

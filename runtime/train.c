@@ -184,8 +184,9 @@ static void print_help(void) {
       "                  one tensor per model input, by name (F32 for float\n"
       "                  inputs, I32 or I64 for integer inputs)\n"
       "  --weights FILE  initial weights: raw float32 parameters in model order\n"
-      "                  (default weights.bin in the current directory, else\n"
-      "                  next to this program)\n"
+      "                  (default: drawn from the compiled seed, or for a model\n"
+      "                  that gives its own values weights.bin in the current\n"
+      "                  directory, else next to this program)\n"
       "  --load FILE     initial weights from a safetensors file, by name (F32),\n"
       "                  instead of weights.bin (which still gives the model's\n"
       "                  constants that FILE lacks)\n"
@@ -805,6 +806,24 @@ static void load_weights(char *arena, const char *given, const char *argv0, cons
     }
   }
   fclose(f);
+}
+
+// The initial values of a model that gives none (rt_model.weights_file 0),
+// drawn as mtc compile --seed would have written them into weights.bin: each
+// parameter from its own stream (rt_rng_init_normal), whatever the layout.
+static void draw_weights(char *arena, const bool *done) {
+  const rt_model *M = &mtc_model;
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    if (done && done[i]) continue;
+    float *dst = (float *)param_ptr(arena, i);
+    if (p->init == RT_INIT_NORMAL) {
+      rt_rng_init_normal(dst, p->numel, p->init_std, M->init_seed, i);
+    } else {
+      float v = p->init == RT_INIT_ONES ? 1.0f : 0.0f;
+      for (long j = 0; j < p->numel; j++) dst[j] = v;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1721,7 +1740,8 @@ int main(int argc, char **argv) {
     all = true;
     for (int i = 0; i < M->n_params; i++) all &= done[i];
   }
-  if (!all) load_weights(stage, opt.weights, argv[0], done);
+  if (!all && (opt.weights || M->weights_file)) load_weights(stage, opt.weights, argv[0], done);
+  else if (!all) draw_weights(stage, done);
   free(done);
   tp_scatter(stage, VIEW_PARAMS);
   scatter_images(stage, VIEW_PARAMS);

@@ -121,8 +121,9 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
   # shellcheck disable=SC2086
   train_case "$c/prog/train" "$fix" "$c/sgd_cpu.log" --steps 10 $sgd_args \
     --save "$c/w_cpu.safetensors" || die "$name: the CPU program failed"
-  # the GPU binary finds weights.bin next to it; the rest is not needed there
-  mv "$c/prog/weights.bin" "$c/weights.bin"
+  # the GPU binary finds weights.bin next to it (a model that gives its weights; the others
+  # draw them); the rest is not needed there
+  if [ -e "$c/prog/weights.bin" ]; then mv "$c/prog/weights.bin" "$c/weights.bin"; fi
   rm -rf "$c/prog"
   echo "$name|$model|$fix" >> "$dir/cases.txt"
 }
@@ -282,7 +283,9 @@ bench() {  # bench DIR: draw the benchmark programs' weights, then bench/gpu_gpt
       --precision "$(precision_of "$name")" \
       -o /tmp/gpu_check_w > /dev/null ||
       return 1
-    mv /tmp/gpu_check_w/weights.bin "$dir/bench/$name/weights.bin"
+    if [ -e /tmp/gpu_check_w/weights.bin ]; then  # the DSL's programs draw their own
+      mv /tmp/gpu_check_w/weights.bin "$dir/bench/$name/weights.bin"
+    fi
   done < "$dir/bench.txt"
   local progs=()
   for line in "$dir"/bench/*/; do progs+=(--mtc "$line"); done
