@@ -7,7 +7,8 @@
 // element-by-element ratio meaningless). Tolerances:
 // exact for data movement, integers and dropout masks, 1e-5 for elementwise
 // math, 1e-4 for reductions, matmul and attention. Without a CUDA device:
-// `no CUDA device: skipped`, exit 77.
+// `no CUDA device: skipped`, exit 77. The test cuda_emu runs this file over
+// the CUDA emulation (tests/cuda_emu/cuda_emu.h), its big cases smaller (BIG).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,6 +41,15 @@ typedef std::vector<int> IVec;
 
 static const double EXACT = 0.0, ELEM = 1e-5, RED = 1e-4;
 static int ncases, nfail;
+
+// BIG(gpu, emu): a big case's size, `gpu` on a GPU and the smaller `emu` under
+// the CUDA emulation (tests/cuda_emu), which runs every GPU thread as a fiber
+// on one core.
+#ifdef MTC_CUDA_EMU
+#define BIG(gpu, emu) (emu)
+#else
+#define BIG(gpu, emu) (gpu)
+#endif
 
 // ---- random inputs (xorshift64*: the same inputs every run)
 
@@ -145,7 +155,7 @@ static const char *fmt(const char *f, ...) {
 // ---- data movement
 
 static void test_fill_copy(void) {
-  for (long n : {1L, 7L, 1000L, (1L << 20) + 3}) {
+  for (long n : {1L, 7L, 1000L, BIG(1L << 20, 1L << 14) + 3}) {
     Vec out = rand_vec(n);
     float *dout = dev(out);
     CPU(rt_fill)(out.data(), n, 3.25f);
@@ -205,7 +215,7 @@ static void test_strided_copy(void) {
       {0, {0}, {0}},                          // one element
       {1, {1000}, {1}},                       // contiguous
       {2, {37, 53}, {1, 37}},                 // transpose
-      {2, {1025, 1023}, {1, 1025}},           // a large transpose
+      {2, {BIG(1025, 129), BIG(1023, 127)}, {1, BIG(1025, 129)}},  // a large transpose
       {3, {6, 4, 5}, {1, 30, 6}},             // permutation
       {3, {5, 64, 7}, {0, 7, 1}},             // broadcast of the leading dim
       {3, {5, 64, 7}, {7, 0, 1}},             // broadcast in the middle
@@ -253,7 +263,7 @@ static void test_reduce_sum(void) {
 static void test_slices(void) {
   struct Case {
     long outer, xinner, off, len;
-  } cases[] = {{1, 1, 0, 1}, {13, 100, 17, 50}, {1000, 768 * 3, 768, 768}, {7, 9, 0, 9}};
+  } cases[] = {{1, 1, 0, 1}, {13, 100, 17, 50}, {BIG(1000, 20), 768 * 3, 768, 768}, {7, 9, 0, 9}};
   for (const Case &c : cases) {
     Vec x = rand_vec(c.outer * c.xinner), out = rand_vec(c.outer * c.len);
     float *dx = dev(x), *dout = dev(out);
@@ -312,7 +322,7 @@ static void test_binary(void) {
     long shape[3], as[3], bs[3];
   } cases[] = {
       {1, {1}, {1}, {1}},
-      {1, {100003}, {1}, {1}},                   // same shape
+      {1, {BIG(100003, 10007)}, {1}, {1}},       // same shape
       {2, {64, 33}, {33, 1}, {0, 1}},            // b broadcast over rows
       {2, {64, 33}, {33, 1}, {1, 0}},            // b broadcast over columns
       {2, {64, 33}, {1, 64}, {33, 1}},           // a transposed
@@ -354,7 +364,7 @@ static void test_activations(void) {
               {"relu_bwd", CPU(rt_relu_bwd), rt_relu_bwd, EXACT},
               {"gelu_erf_bwd", CPU(rt_gelu_erf_bwd), rt_gelu_erf_bwd, ELEM},
               {"silu_bwd", CPU(rt_silu_bwd), rt_silu_bwd, ELEM}};
-  for (long n : {1L, 17L, 1000L, (1L << 20) + 1}) {
+  for (long n : {1L, 17L, 1000L, BIG(1L << 20, 1L << 14) + 1}) {
     Vec x = rand_vec(n, -6.0f, 6.0f), dy = rand_vec(n);
     if (n > 4) x[0] = 30.0f, x[1] = -30.0f, x[2] = 0.0f, x[3] = -0.0f;  // the tails, and 0
     float *dx = dev(x), *ddy = dev(dy);
@@ -393,7 +403,7 @@ static void test_unary(void) {
              {RT_SIN, "sin", -10, 10, 0},     {RT_COS, "cos", -10, 10, 0},
              {RT_ABS, "abs", -5, 5, 0},       {RT_SIGN, "sign", -5, 5, 0},
              {RT_SIGMOID, "sigmoid", -20, 20, 0}};
-  for (long n : {1L, 1000L, 65537L})
+  for (long n : {1L, 1000L, BIG(65537L, 4097L)})
     for (const U &u : ops) {
       Vec x = rand_vec(n, u.lo, u.hi), y = rand_vec(n);
       float *dx = dev(x), *dy = dev(y);
@@ -450,7 +460,7 @@ static void test_conv(void) {
       {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},
       {6, 11, 8, 3, 2, 2, 3, 1, 0, 2, 1, 1, 1},      // uneven
       {8, 10, 12, 3, 3, 1, 2, 2, 1, 0, 2, 2, 3},     // dilated
-      {64, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    // a ResNet layer's worth
+      {BIG(64, 4), 56, 56, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // a ResNet layer's worth
   };
   for (const Case &c : cases) {
     long oh = (c.h + c.pt + c.pb - c.dh * (c.kh - 1) - 1) / c.sh + 1;
@@ -476,7 +486,7 @@ static void test_conv(void) {
 static void test_embedding(void) {
   struct Case {
     long n, v, c;
-  } cases[] = {{1, 1, 1}, {300, 50, 33}, {1024, 500, 768}, {7, 3, 1000}};
+  } cases[] = {{1, 1, 1}, {300, 50, 33}, {BIG(1024, 64), 500, 768}, {7, 3, 1000}};
   for (const Case &c : cases) {
     IVec idx = rand_ivec(c.n, 0, (int)c.v);
     Vec w = rand_vec(c.v * c.c), out = rand_vec(c.n * c.c);
@@ -495,7 +505,8 @@ static void test_embedding(void) {
 }
 
 // row shapes (n, c) of the row kernels: short, odd, longer than a block
-static const long row_cases[][2] = {{1, 1}, {3, 7}, {7, 33}, {64, 768}, {5, 3000}, {3, 50257}};
+static const long row_cases[][2] = {{1, 1},           {3, 7},    {7, 33},
+                                    {BIG(64, 8), 768}, {5, 3000}, {3, BIG(50257, 5003)}};
 
 static void test_layernorm(void) {
   for (const auto &rc : row_cases) {
@@ -581,12 +592,21 @@ static void test_rope(void) {
 static void test_attention(void) {
   struct Case {
     long bh, t, tk, hs;
-  } cases[] = {{1, 1, 1, 1},      {2, 7, 7, 16},      {3, 64, 64, 64}, {2, 300, 300, 80},
-               {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80}};
+    int only = -1;  // the one mode to run (below), or every mode
+  } cases[] = {
+#ifndef MTC_CUDA_EMU
+      {1, 1, 1, 1},     {2, 7, 7, 16},      {3, 64, 64, 64}, {2, 300, 300, 80},
+      {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80}};
+#else
+      // the emulation: fewer query rows; two tiles of keys (ATT_TILE = 256),
+      // and of queries for dk, dv, in the plain mode and the padded, biased one
+      {1, 1, 1, 1},        {2, 7, 7, 16},       {1, 5, 5, 300}, {2, 7, 19, 16},
+      {2, 3, 300, 80, 0}, {2, 3, 300, 80, 6}, {1, 260, 3, 16, 6}};
+#endif
   for (const Case &c : cases)
     for (int mode = 0; mode < 8; mode++) {
       int causal = mode & 1, padded = (mode >> 1) & 1, biased = mode >> 2;
-      if (causal && c.t != c.tk) continue;
+      if ((causal && c.t != c.tk) || (c.only >= 0 && mode != c.only)) continue;
       long n = c.bh * c.t * c.hs, nk = c.bh * c.tk * c.hs, nd = c.bh * c.t * c.tk;
       Vec q = rand_vec(n, -2, 2), k = rand_vec(nk, -2, 2), v = rand_vec(nk), out = rand_vec(n);
       float *dq = dev(q), *dk = dev(k), *dv = dev(v), *dout = dev(out);
@@ -665,7 +685,7 @@ static void test_losses(void) {
 // ---- optimizers
 
 static void test_optimizers(void) {
-  for (long n : {1L, 15L, 16L, 17L, 1000L, (1L << 20) + 1})
+  for (long n : {1L, 15L, 16L, 17L, 1000L, BIG(1L << 20, 1L << 14) + 1})
     for (int t : {1, 10}) {
       Vec p = rand_vec(n), g = rand_vec(n), m = rand_vec(n, -0.1f, 0.1f), v = rand_vec(n, 0, 0.01f);
       float *dp = dev(p), *dg = dev(g), *dm = dev(m), *dv = dev(v);
@@ -728,7 +748,7 @@ static void test_onnx_ops(void) {
     check_int(fmt("equal_f32 n=%ld", n), eq, deq);
     free_all();
   }
-  for (long n : {1L, 1000L, (1L << 20) + 7})
+  for (long n : {1L, 1000L, BIG(1L << 20, 1L << 14) + 7})
     for (float ratio : {0.0f, 0.1f, 0.5f})
       for (int st : {0, 41, -3}) {
         Vec x = rand_vec(n), out = rand_vec(n);
@@ -759,9 +779,9 @@ static void test_onnx_ops(void) {
 // ---- the finite check: the GPU's first NaN or infinity is the CPU's
 
 static void test_find_nonfinite(void) {
-  long n = (1L << 20) + 37;
+  long n = BIG(1L << 20, 1L << 14) + 37;
   Vec x = rand_vec(n);
-  for (long at : {-1L, 0L, 4095L, 300000L, n - 1}) {
+  for (long at : {-1L, 0L, 4095L, BIG(300000L, 9001L), n - 1}) {
     Vec y = x;
     if (at >= 0) y[(size_t)at] = at % 2 ? NAN : -INFINITY;
     if (at == 4095) y[(size_t)(n - 2)] = INFINITY;  // a later one too
@@ -785,7 +805,7 @@ static void test_dist(void) {
   char **argv = NULL;
   rt_comm_init(&argc, &argv, 1, "one rank");
   rt_dist_init(1, 1, 2, 0);
-  for (long n : {1L, 1000L, (1L << 18) + 3}) {
+  for (long n : {1L, 1000L, BIG(1L << 18, 1L << 14) + 3}) {
     Vec acc = rand_vec(n), x = rand_vec(n);
     float *dacc = dev(acc), *dx = dev(x);
     for (int micro = 0; micro < 2; micro++) {  // restarts, then adds
