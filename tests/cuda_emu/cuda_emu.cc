@@ -21,7 +21,7 @@ namespace emu {
 dim3 grid_dim, block_dim;
 uint3 block_idx, thread_idx;
 
-#define STACK_BYTES (64 * 1024)  // a thread's stack
+#define STACK_BYTES (32 * 1024)  // a thread's stack (the kernels take under 4 KiB)
 #define MAX_THREADS 1024         // a block's
 #define MAX_SMEM (227 * 1024)    // dynamic shared memory a block may have (H100)
 #define GUARD 256                // bytes after the dynamic shared memory, checked after each block
@@ -159,10 +159,14 @@ static uint64_t warp_result(int i) {
 // must be there), and says whether there were any.
 static bool release_warp(int w) {
   int lo = 32 * w, hi = lo + 32 < nthreads ? lo + 32 : nthreads;
+  unsigned checked = 0;  // lanes whose warp op is known to be complete
   bool any = false;
   for (int i = lo; i < hi; i++)
     if (threads[i].state == WARP) {
-      check_warp(i);
+      if (!(checked >> (i - lo) & 1)) {
+        check_warp(i);
+        checked |= threads[i].mask;
+      }
       threads[i].res = warp_result(i);
       any = true;
     }
