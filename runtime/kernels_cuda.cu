@@ -705,7 +705,7 @@ template <typename T>
 __global__ void attention_fwd_kernel(T *out, const T *q, const T *k, const T *v, const int *keep,
                                      const T *bias, long bh, long tq, long tk, long hs,
                                      long heads, long bdiv, long bmod, int causal, float scale) {
-  extern __shared__ float smem[];
+  RT_DYNAMIC_SHARED(float, smem);
   float *acc = smem, *pt = smem + hs;
   for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
     long h = row / tq, i = row - h * tq;
@@ -732,7 +732,7 @@ __global__ void attention_bwd_dq_kernel(T *dq, T *dscores, float *stats, const T
                                         const T *bias, long bh, long tq, long tk, long hs,
                                         long heads, long bdiv, long bmod, int causal,
                                         float scale) {
-  extern __shared__ float smem[];
+  RT_DYNAMIC_SHARED(float, smem);
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
   for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
     long h = row / tq, i = row - h * tq;
@@ -797,7 +797,7 @@ __global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, cons
                                           const T *bias, long bh, long tq, long tk, long hs,
                                           long heads, long bdiv, long bmod, int causal,
                                           float scale) {
-  extern __shared__ float smem[];
+  RT_DYNAMIC_SHARED(float, smem);
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   for (long row = blockIdx.x; row < bh * tk; row += gridDim.x) {
@@ -1329,7 +1329,7 @@ static inline const __nv_bfloat16 *dev(const rt_bf16 *p) {
 template <typename T>
 static void fill(T *out, long n, float value) {
   if (n <= 0) return;
-  fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, n, to<T>(value));
+  RT_LAUNCH(fill_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, n, to<T>(value));
   LAUNCHED();
 }
 RT_CUDA_KT(fill, (T *out, long n, float value), (dev(out), n, value))
@@ -1367,7 +1367,7 @@ static void cast(U *out, const T *x, long n) {
     copy(out, x, n);
   } else {
     if (n <= 0) return;
-    cast_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n);
+    RT_LAUNCH(cast_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n);
     LAUNCHED();
   }
 }
@@ -1383,7 +1383,7 @@ static void strided_copy(T *out, const T *x, int rank, const long *shape, const 
     copy(out, x, n);
     return;
   }
-  strided_copy_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, d);
+  RT_LAUNCH(strided_copy_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, d);
   LAUNCHED();
 }
 RT_CUDA_KT(strided_copy, (T *out, const T *x, int rank, const long *shape, const long *xstride),
@@ -1418,10 +1418,11 @@ static void reduce_sum(float *out, const T *x, int rank, const long *shape, cons
     }
   }
   if (R >= 256) {
-    reduce_sum_blocks_kernel<<<grid_rows(K), 512, 0, rt_cuda_stream>>>(out, x, rd, K, R, scale);
+    RT_LAUNCH(reduce_sum_blocks_kernel, grid_rows(K), 512, 0, rt_cuda_stream, out, x, rd, K, R,
+              scale);
   } else {
-    reduce_sum_threads_kernel<<<grid_for(K, NT), NT, 0, rt_cuda_stream>>>(out, x, rd, K, R,
-                                                                          scale);
+    RT_LAUNCH(reduce_sum_threads_kernel, grid_for(K, NT), NT, 0, rt_cuda_stream, out, x, rd, K, R,
+              scale);
   }
   LAUNCHED();
 }
@@ -1443,8 +1444,8 @@ RT_CUDA_KTU(reduce_sum,
 template <typename T>
 static void slice(T *out, const T *x, long outer, long xinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
-  slice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xinner, off,
-                                                                    len);
+  RT_LAUNCH(slice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer, xinner,
+            off, len);
   LAUNCHED();
 }
 RT_CUDA_KT(slice, (T *out, const T *x, long outer, long xinner, long off, long len),
@@ -1453,8 +1454,8 @@ RT_CUDA_KT(slice, (T *out, const T *x, long outer, long xinner, long off, long l
 template <typename T>
 static void unslice(T *out, const T *x, long outer, long oinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
-  unslice_kernel<<<grid_for(outer * len, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, oinner,
-                                                                      off, len);
+  RT_LAUNCH(unslice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer, oinner,
+            off, len);
   LAUNCHED();
 }
 RT_CUDA_KT(unslice, (T *out, const T *x, long outer, long oinner, long off, long len),
@@ -1473,7 +1474,7 @@ static void binary(int op, T *out, const T *a, const T *b, int rank, const long 
   long n = numel_of(rank, shape);
   if (n <= 0) return;
   Dims d = make_dims(rank, shape, astride, bstride);
-  binary_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(op, out, a, b, n, d);
+  RT_LAUNCH(binary_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, out, a, b, n, d);
   LAUNCHED();
 }
 RT_CUDA_KT(binary,
@@ -1484,7 +1485,7 @@ RT_CUDA_KT(binary,
 template <typename T>
 static void scale(T *out, const T *x, long n, float s, float b) {
   if (n <= 0) return;
-  scale_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, s, b);
+  RT_LAUNCH(scale_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, s, b);
   LAUNCHED();
 }
 RT_CUDA_KT(scale, (T *out, const T *x, long n, float s, float b), (dev(out), dev(x), n, s, b))
@@ -1492,7 +1493,7 @@ RT_CUDA_KT(scale, (T *out, const T *x, long n, float s, float b), (dev(out), dev
 template <typename T>
 static void gelu_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
-  gelu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  RT_LAUNCH(gelu_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(gelu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
@@ -1500,7 +1501,7 @@ RT_CUDA_KT(gelu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 template <typename T>
 static void gelu_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
-  gelu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  RT_LAUNCH(gelu_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(gelu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
@@ -1508,7 +1509,7 @@ RT_CUDA_KT(gelu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy)
 template <typename T>
 static void relu_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
-  relu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  RT_LAUNCH(relu_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(relu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
@@ -1516,7 +1517,7 @@ RT_CUDA_KT(relu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 template <typename T>
 static void relu_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
-  relu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  RT_LAUNCH(relu_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(relu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
@@ -1651,8 +1652,8 @@ static void im2col(T *col, const T *x, long nc, long h, long w, long kh, long kw
                    long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
   long n = nc * kh * kw * oh * ow;
   if (n <= 0) return;
-  im2col_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(col, x, nc, h, w, kh, kw, oh, ow, sh,
-                                                             sw, ph, pw, dh, dw);
+  RT_LAUNCH(im2col_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, col, x, nc, h, w, kh, kw, oh, ow,
+            sh, sw, ph, pw, dh, dw);
   LAUNCHED();
 }
 RT_CUDA_KT(im2col,
@@ -1665,8 +1666,8 @@ static void col2im(T *x, const T *col, long nc, long h, long w, long kh, long kw
                    long ow, long sh, long sw, long ph, long pw, long dh, long dw) {
   long n = nc * h * w;
   if (n <= 0) return;
-  col2im_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(x, col, nc, h, w, kh, kw, oh, ow, sh,
-                                                             sw, ph, pw, dh, dw);
+  RT_LAUNCH(col2im_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, x, col, nc, h, w, kh, kw, oh, ow,
+            sh, sw, ph, pw, dh, dw);
   LAUNCHED();
 }
 RT_CUDA_KT(col2im,
@@ -1679,7 +1680,7 @@ RT_CUDA_KT(col2im,
 template <typename T>
 static void embedding_fwd(T *out, const T *w, const int *idx, long n, long c) {
   if (n <= 0 || c <= 0) return;
-  embedding_fwd_kernel<<<grid_for(n * c, NT), NT, 0, rt_cuda_stream>>>(out, w, idx, n, c);
+  RT_LAUNCH(embedding_fwd_kernel, grid_for(n * c, NT), NT, 0, rt_cuda_stream, out, w, idx, n, c);
   LAUNCHED();
 }
 RT_CUDA_KT(embedding_fwd, (T *out, const T *w, const int *idx, long n, long c),
@@ -1690,7 +1691,7 @@ static void embedding_bwd(float *dw, const T *dout, const int *idx, long n, long
   if (v * c > 0) fill(dw, v * c, 0.0f);
   if (n <= 0 || c <= 0) return;
   dim3 grid((unsigned)((c + 127) / 128), EMB_GROUPS);
-  embedding_bwd_kernel<<<grid, 128, 0, rt_cuda_stream>>>(dw, dout, idx, n, c);
+  RT_LAUNCH(embedding_bwd_kernel, grid, 128, 0, rt_cuda_stream, dw, dout, idx, n, c);
   LAUNCHED();
 }
 
@@ -1710,8 +1711,8 @@ template <typename T>
 static void norm_fwd(T *y, const T *x, const T *w, const T *b, long n, long c, float eps,
                      bool centered) {
   if (n <= 0 || c <= 0) return;
-  norm_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, w, b, n, c, eps,
-                                                                       centered);
+  RT_LAUNCH(norm_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, w, b, n, c, eps,
+            centered);
   LAUNCHED();
 }
 
@@ -1737,12 +1738,12 @@ static void norm_bwd(T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, l
   float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float),
                                   centered ? "layernorm_bwd" : "rmsnorm_bwd");
   if (n > 0) {
-    norm_bwd_dx_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, stats, dy, x, w, n,
-                                                                           c, eps, centered);
+    RT_LAUNCH(norm_bwd_dx_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, dx, stats, dy, x,
+              w, n, c, eps, centered);
     LAUNCHED();
   }
-  norm_bwd_dwdb_kernel<<<(unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream>>>(
-      dw, db, stats, dy, x, n > 0 ? n : 0, c);
+  RT_LAUNCH(norm_bwd_dwdb_kernel, (unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream, dw,
+            db, stats, dy, x, n > 0 ? n : 0, c);
   LAUNCHED();
 }
 
@@ -1767,7 +1768,7 @@ RT_CUDA_KTU(rmsnorm_bwd,
 template <typename T>
 static void softmax_fwd(T *y, const T *x, long n, long c) {
   if (n <= 0 || c <= 0) return;
-  softmax_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, n, c);
+  RT_LAUNCH(softmax_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, n, c);
   LAUNCHED();
 }
 RT_CUDA_KT(softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x), n, c))
@@ -1775,7 +1776,7 @@ RT_CUDA_KT(softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x), n, 
 template <typename T>
 static void softmax_bwd(T *dx, const T *dy, const T *y, long n, long c) {
   if (n <= 0 || c <= 0) return;
-  softmax_bwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, dy, y, n, c);
+  RT_LAUNCH(softmax_bwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, dx, dy, y, n, c);
   LAUNCHED();
 }
 RT_CUDA_KT(softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
@@ -1807,8 +1808,8 @@ static void attention_fwd(T *out, const T *q, const T *k, const T *v, const int 
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   size_t smem = att_smem((const void *)attention_fwd_kernel<T>, hs + ATT_TILE);
-  attention_fwd_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      out, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
+  RT_LAUNCH(attention_fwd_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, out, q, k,
+            v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 RT_CUDA_KT(attention_fwd,
@@ -1825,13 +1826,13 @@ static void attention_bwd(T *dq, T *dk, T *dv, T *dscores, const T *dout, const 
   float scale = 1.0f / sqrtf((float)hs);
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel<T>, hs + 2 * ATT_TILE);
-  attention_bwd_dq_kernel<<<grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dq, dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
-      scale);
+  RT_LAUNCH(attention_bwd_dq_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, dq,
+            dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
+            scale);
   LAUNCHED();
   smem = att_smem((const void *)attention_bwd_dkdv_kernel<T>, 2 * hs + 2 * ATT_TILE);
-  attention_bwd_dkdv_kernel<<<grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream>>>(
-      dk, dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
+  RT_LAUNCH(attention_bwd_dkdv_kernel, grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream, dk,
+            dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 RT_CUDA_KT(attention_bwd,
@@ -1849,10 +1850,10 @@ static void crossentropy_fwd(float *loss, const T *logits, const int *targets, l
     return;
   }
   double *part = (double *)scratch((size_t)n * sizeof(double), "crossentropy_fwd");
-  crossentropy_rows_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
-      part, logits, targets, n, v, ignore);
+  RT_LAUNCH(crossentropy_rows_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, part, logits,
+            targets, n, v, ignore);
   LAUNCHED();
-  mean_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, part, targets, n, ignore);
+  RT_LAUNCH(mean_kernel, 1, 1024, 0, rt_cuda_stream, loss, part, targets, n, ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(crossentropy_fwd,
@@ -1862,7 +1863,7 @@ RT_CUDA_KT(crossentropy_fwd,
 // the rows that count, into the scratch (8 x n bytes, kernels.def)
 static long *count_rows(const int *targets, long n, long ignore, const char *who) {
   long *count = (long *)scratch((size_t)n * sizeof(long), who);
-  count_rows_kernel<<<1, 1024, 0, rt_cuda_stream>>>(count, targets, n, ignore);
+  RT_LAUNCH(count_rows_kernel, 1, 1024, 0, rt_cuda_stream, count, targets, n, ignore);
   LAUNCHED();
   return count;
 }
@@ -1872,8 +1873,8 @@ static void crossentropy_bwd(T *dlogits, const float *dloss, const T *logits, co
                              long n, long v, long ignore) {
   if (n <= 0) return;
   long *count = count_rows(targets, n, ignore, "crossentropy_bwd");
-  crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
-      dlogits, dloss, logits, targets, n, v, count, ignore);
+  RT_LAUNCH(crossentropy_bwd_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, dlogits,
+            dloss, logits, targets, n, v, count, ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(crossentropy_bwd,
@@ -1891,20 +1892,19 @@ void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, fl
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
-  adamw_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, m, v, n, beta1, beta2, eps,
-                                                          step_size, bc2_sqrt, decay, gscale,
-                                                          decay_n);
+  RT_LAUNCH(adamw_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, m, v, n, beta1, beta2, eps,
+            step_size, bc2_sqrt, decay, gscale, decay_n);
   LAUNCHED();
 }
 
 void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
   if (n <= 0) return;
-  sgd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(p, g, n, lr, wd, gscale, decay_n);
+  RT_LAUNCH(sgd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, n, lr, wd, gscale, decay_n);
   LAUNCHED();
 }
 
 void rt_norm2(float *out, const float *x, long n) {
-  norm2_kernel<<<1, NORM2_THREADS, 0, rt_cuda_stream>>>(out, x, n);
+  RT_LAUNCH(norm2_kernel, 1, NORM2_THREADS, 0, rt_cuda_stream, out, x, n);
   LAUNCHED();
 }
 
@@ -1912,7 +1912,7 @@ template <typename T>
 static void find_nonfinite(int *at, const T *x, long n) {
   cudaCheck(cudaMemsetAsync(at, 0xff, sizeof *at, rt_cuda_stream));
   if (n <= 0) return;
-  find_nonfinite_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>((unsigned *)at, x, n);
+  RT_LAUNCH(find_nonfinite_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, (unsigned *)at, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(find_nonfinite, (int *at, const T *x, long n), (at, dev(x), n))
@@ -1953,7 +1953,7 @@ void rt_copy_i32(int *out, const int *x, long n) {
 template <typename T>
 static void cast_i32_f32(T *out, const int *x, long n) {
   if (n <= 0) return;
-  cast_i32_f32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n);
+  RT_LAUNCH(cast_i32_f32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(cast_i32_f32, (T *out, const int *x, long n), (dev(out), x, n))
@@ -1961,7 +1961,7 @@ RT_CUDA_KT(cast_i32_f32, (T *out, const int *x, long n), (dev(out), x, n))
 template <typename T>
 static void unary(int op, T *y, const T *x, long n, float p) {
   if (n <= 0) return;
-  unary_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(op, y, x, n, p);
+  RT_LAUNCH(unary_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, y, x, n, p);
   LAUNCHED();
 }
 RT_CUDA_KT(unary, (int op, T *y, const T *x, long n, float p), (op, dev(y), dev(x), n, p))
@@ -1969,7 +1969,7 @@ RT_CUDA_KT(unary, (int op, T *y, const T *x, long n, float p), (op, dev(y), dev(
 template <typename T>
 static void gelu_erf_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
-  gelu_erf_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  RT_LAUNCH(gelu_erf_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(gelu_erf_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
@@ -1977,7 +1977,7 @@ RT_CUDA_KT(gelu_erf_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 template <typename T>
 static void gelu_erf_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
-  gelu_erf_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  RT_LAUNCH(gelu_erf_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(gelu_erf_bwd, (T *dx, const T *dy, const T *x, long n),
@@ -1987,7 +1987,8 @@ template <typename T>
 static void rope(T *out, const T *x, long rows, long t, long hs, float theta, int inverse) {
   long n = rows * t * (hs / 2);
   if (n <= 0) return;
-  rope_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, rows, t, hs, theta, inverse);
+  RT_LAUNCH(rope_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, rows, t, hs, theta,
+            inverse);
   LAUNCHED();
 }
 RT_CUDA_KT(rope, (T *out, const T *x, long rows, long t, long hs, float theta, int inverse),
@@ -1996,7 +1997,7 @@ RT_CUDA_KT(rope, (T *out, const T *x, long rows, long t, long hs, float theta, i
 template <typename T>
 static void silu_fwd(T *y, const T *x, long n) {
   if (n <= 0) return;
-  silu_fwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(y, x, n);
+  RT_LAUNCH(silu_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(silu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
@@ -2004,7 +2005,7 @@ RT_CUDA_KT(silu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 template <typename T>
 static void silu_bwd(T *dx, const T *dy, const T *x, long n) {
   if (n <= 0) return;
-  silu_bwd_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(dx, dy, x, n);
+  RT_LAUNCH(silu_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
   LAUNCHED();
 }
 RT_CUDA_KT(silu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
@@ -2021,7 +2022,7 @@ static void masked_fill_launch(T *out, const T *x, const int *mask, int rank, co
     d.shape[k] = shape[k];
     d.s0[k] = mstride[k];
   }
-  masked_fill_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, mask, n, d, value);
+  RT_LAUNCH(masked_fill_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, mask, n, d, value);
   LAUNCHED();
 }
 
@@ -2042,14 +2043,14 @@ void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const
 
 void rt_equal_i32(int *out, const int *x, long n, int value) {
   if (n <= 0) return;
-  equal_i32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, value);
+  RT_LAUNCH(equal_i32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, value);
   LAUNCHED();
 }
 
 template <typename T>
 static void equal_f32(int *out, const T *x, long n, float value) {
   if (n <= 0) return;
-  equal_f32_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, n, value);
+  RT_LAUNCH(equal_f32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, value);
   LAUNCHED();
 }
 RT_CUDA_KT(equal_f32, (int *out, const T *x, long n, float value), (out, dev(x), n, value))
@@ -2061,8 +2062,8 @@ static void dropout(T *out, const T *x, const int *step, long n, float ratio, lo
   if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
   float keep_scale = 1.0f / (1.0f - ratio);
   unsigned threshold = (unsigned)(ratio * 16777216.0f);
-  dropout_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(
-      out, x, step, n, keep_scale, threshold, (unsigned long long)seed, (unsigned long long)key);
+  RT_LAUNCH(dropout_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, step, n, keep_scale,
+            threshold, (unsigned long long)seed, (unsigned long long)key);
   LAUNCHED();
 }
 RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, long seed, long key),
@@ -2070,14 +2071,14 @@ RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, l
 
 void rt_tick(int *step) {
   if (rt_eval_mode) return;  // a validation or sampling forward leaves the masks as they were
-  tick_kernel<<<1, 1, 0, rt_cuda_stream>>>(step);
+  RT_LAUNCH(tick_kernel, 1, 1, 0, rt_cuda_stream, step);
   LAUNCHED();
 }
 
 template <typename T>
 static void log_softmax_fwd(T *y, const T *x, long n, long c) {
   if (n <= 0 || c <= 0) return;
-  log_softmax_fwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(y, x, n, c);
+  RT_LAUNCH(log_softmax_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, n, c);
   LAUNCHED();
 }
 RT_CUDA_KT(log_softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x), n, c))
@@ -2085,7 +2086,8 @@ RT_CUDA_KT(log_softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x),
 template <typename T>
 static void log_softmax_bwd(T *dx, const T *dy, const T *y, long n, long c) {
   if (n <= 0 || c <= 0) return;
-  log_softmax_bwd_kernel<<<grid_rows(n), row_threads(c), 0, rt_cuda_stream>>>(dx, dy, y, n, c);
+  RT_LAUNCH(log_softmax_bwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, dx, dy, y, n,
+            c);
   LAUNCHED();
 }
 RT_CUDA_KT(log_softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
@@ -2094,7 +2096,8 @@ RT_CUDA_KT(log_softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
 template <typename T>
 static void nll_loss_fwd(float *loss, const T *logp, const int *targets, long n, long c, int sum,
                          long ignore) {
-  nll_loss_fwd_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, logp, targets, n, c, sum, ignore);
+  RT_LAUNCH(nll_loss_fwd_kernel, 1, 1024, 0, rt_cuda_stream, loss, logp, targets, n, c, sum,
+            ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(nll_loss_fwd,
@@ -2107,7 +2110,8 @@ static void nll_loss_bwd(T *dlogp, const float *dloss, const int *targets, long 
   if (n * c > 0)
     cudaCheck(cudaMemsetAsync(dlogp, 0, (size_t)(n * c) * sizeof(T), rt_cuda_stream));
   if (n <= 0) return;
-  nll_loss_bwd_kernel<<<1, 1024, 0, rt_cuda_stream>>>(dlogp, dloss, targets, n, c, sum, ignore);
+  RT_LAUNCH(nll_loss_bwd_kernel, 1, 1024, 0, rt_cuda_stream, dlogp, dloss, targets, n, c, sum,
+            ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(nll_loss_bwd,
@@ -2120,8 +2124,8 @@ static void slice_axis(T *out, const T *x, long outer, long xdim, long inner, lo
                        long step, long len) {
   long n = outer * len * inner;
   if (outer <= 0 || len <= 0 || inner <= 0) return;
-  slice_axis_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(out, x, outer, xdim, inner,
-                                                               start, step, len, 0);
+  RT_LAUNCH(slice_axis_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, outer, xdim, inner,
+            start, step, len, 0);
   LAUNCHED();
 }
 RT_CUDA_KT(slice_axis,
@@ -2140,8 +2144,8 @@ static void slice_axis_bwd(T *dx, const T *dy, long outer, long xdim, long inner
   long nx = outer * xdim * inner;
   if (nx > 0) cudaCheck(cudaMemsetAsync(dx, 0, (size_t)nx * sizeof(T), rt_cuda_stream));
   if (outer <= 0 || len <= 0 || inner <= 0) return;
-  slice_axis_kernel<<<grid_for(outer * len * inner, NT), NT, 0, rt_cuda_stream>>>(
-      dx, dy, outer, xdim, inner, start, step, len, 1);
+  RT_LAUNCH(slice_axis_kernel, grid_for(outer * len * inner, NT), NT, 0, rt_cuda_stream, dx, dy,
+            outer, xdim, inner, start, step, len, 1);
   LAUNCHED();
 }
 RT_CUDA_KT(slice_axis_bwd,
@@ -2166,8 +2170,8 @@ RT_CUDA_KT(unshard, (T *out, const T *x, long k), (dev(out), dev(x), k))
 template <typename T>
 static void accumulate(T *acc, const T *x, long n, float scale) {
   if (n <= 0) return;
-  accumulate_kernel<<<grid_for(n, NT), NT, 0, rt_cuda_stream>>>(acc, x, n, scale,
-                                                               rt_dist.micro == 0);
+  RT_LAUNCH(accumulate_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, acc, x, n, scale,
+            rt_dist.micro == 0);
   LAUNCHED();
 }
 RT_CUDA_KT(accumulate, (T *acc, const T *x, long n, float scale), (dev(acc), dev(x), n, scale))
@@ -2209,8 +2213,8 @@ RT_CUDA_KT(tp_slice, (T *out, const T *x, long outer, long pieces, long chunk),
 template <typename T>
 static void embedding_vp_fwd(T *out, const T *w, const int *idx, long n, long c, long v) {
   if (n <= 0 || c <= 0) return;
-  embedding_vp_fwd_kernel<<<grid_for(n * c, NT), NT, 0, rt_cuda_stream>>>(
-      out, w, idx, n, c, v, (long)rt_dist.tp_rank * v);
+  RT_LAUNCH(embedding_vp_fwd_kernel, grid_for(n * c, NT), NT, 0, rt_cuda_stream, out, w, idx, n, c,
+            v, (long)rt_dist.tp_rank * v);
   LAUNCHED();
 }
 RT_CUDA_KT(embedding_vp_fwd, (T *out, const T *w, const int *idx, long n, long c, long v),
@@ -2225,14 +2229,16 @@ static void vp_crossentropy_fwd(float *loss, float *stats, const T *logits, cons
   }
   long cols = rt_vocab_columns(v, vocab), lo = (long)rt_dist.tp_rank * v;
   rt_group *tp = rt_dist.group[RT_AXIS_TP];
-  vp_max_kernel<<<grid_rows(n), row_threads(cols), 0, rt_cuda_stream>>>(stats, logits, n, v, cols);
+  RT_LAUNCH(vp_max_kernel, grid_rows(n), row_threads(cols), 0, rt_cuda_stream, stats, logits, n, v,
+            cols);
   LAUNCHED();
   rt_allreduce(tp, stats, n, RT_REDUCE_MAX, NULL);
-  vp_sum_kernel<<<grid_rows(n), row_threads(cols), 0, rt_cuda_stream>>>(stats + n, stats, logits,
-                                                                       n, v, cols);
+  RT_LAUNCH(vp_sum_kernel, grid_rows(n), row_threads(cols), 0, rt_cuda_stream, stats + n, stats,
+            logits, n, v, cols);
   LAUNCHED();
   rt_allreduce(tp, stats + n, n, RT_REDUCE_SUM, NULL);
-  vp_loss_kernel<<<1, 1024, 0, rt_cuda_stream>>>(loss, stats, logits, targets, n, v, lo, ignore);
+  RT_LAUNCH(vp_loss_kernel, 1, 1024, 0, rt_cuda_stream, loss, stats, logits, targets, n, v, lo,
+            ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(vp_crossentropy_fwd,
@@ -2246,9 +2252,9 @@ static void vp_crossentropy_bwd(T *dlogits, const float *dloss, const T *logits,
                                 long vocab, long ignore) {
   if (n <= 0 || v <= 0) return;
   long *count = count_rows(targets, n, ignore, "vp_crossentropy_bwd");
-  vp_crossentropy_bwd_kernel<<<grid_rows(n), row_threads(v), 0, rt_cuda_stream>>>(
-      dlogits, dloss, logits, targets, stats, n, v, rt_vocab_columns(v, vocab),
-      (long)rt_dist.tp_rank * v, count, ignore);
+  RT_LAUNCH(vp_crossentropy_bwd_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, dlogits,
+            dloss, logits, targets, stats, n, v, rt_vocab_columns(v, vocab),
+            (long)rt_dist.tp_rank * v, count, ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(vp_crossentropy_bwd,

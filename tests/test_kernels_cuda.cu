@@ -1,19 +1,25 @@
 // Every CUDA launcher (runtime/kernels_cuda.cu) against its CPU twin
 // (runtime/kernels_cpu.c and dist_cpu.c, linked as cpu_rt_*: the header
 // kernels_cpu_renamed.h that tests/gen_renamed.cmake writes) on random inputs
-// of several sizes: odd ones, edge ones, rows longer than a block. One line
-// per case: `name: max abs diff X, max rel diff Y`, the relative diff taken
+// of several sizes: odd ones, edge ones, rows longer than a block; in float32,
+// then the bf16 variants and the mixed ones of the KTU kernels on the same
+// cases (bf16 inputs on both sides). One line per case, the variant first
+// (`bf16 `, `bf16->f32 `: bf16 operands, a float32 result):
+// `name: max abs diff X, max rel diff Y`, the relative diff taken
 // against the largest |cpu| value of the output (results that cancel make an
 // element-by-element ratio meaningless). Tolerances:
 // exact for data movement, integers and dropout masks, 1e-5 for elementwise
-// math, 1e-4 for reductions, matmul and attention. Without a CUDA device:
-// `no CUDA device: skipped`, exit 77.
+// math, 1e-4 for reductions, matmul and attention (BF16, 1e-2, for a bf16
+// result that is not exact). Without a CUDA device:
+// `no CUDA device: skipped`, exit 77. The test cuda_emu runs this file over
+// the CUDA emulation (tests/cuda_emu/cuda_emu.h), its big cases smaller (BIG).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -33,13 +39,53 @@ extern "C" {
 #define CPU_RENAMED_UNDEF
 #include "kernels_cpu_renamed.h"
 
+// The variants of kernels.def's KT and KTU kernels, in bf16 (rt_gelu_fwd_bf16)
+// and in mixed types (rt_matmul_bf16_f32: bf16 operands, a float32 product),
+// as overloads of the float32 names on both sides: a case written once over
+// its element types calls rt_gelu_fwd(y, x, n) and CPU(rt_gelu_fwd)(y, x, n)
+// in every variant, the variant the one its arguments' types take.
+#define VARIANT_OF(f, suffix)                        \
+  template <typename... A>                           \
+  static auto f(A... a)->decltype(f##suffix(a...)) { \
+    return f##suffix(a...);                          \
+  }
+#define VARIANT_F32(suffix, name)  // the float32 functions themselves
+#define VARIANT_BF16(suffix, name) \
+  VARIANT_OF(rt_##name, suffix) namespace cpu { VARIANT_OF(cpu_rt_##name, suffix) }
+#define VARIANT_F32_F32 VARIANT_F32
+#define VARIANT_BF16_BF16 VARIANT_BF16
+#define VARIANT_BF16_F32 VARIANT_BF16
+#define VARIANT_F32_BF16 VARIANT_BF16
+#define VARIANT_T(suffix, tname, name) VARIANT_##tname(suffix, name)
+#define VARIANT_TU(suffix, tname, uname, name) VARIANT_##tname##_##uname(suffix, name)
+#define K(name, ...)
+#define KT(name, ...) RT_T_VARIANTS(VARIANT_T, name)
+#define KTU(name, ...) RT_TU_VARIANTS(VARIANT_TU, name)
+#include "kernels.def"
+
 #define CPU(f) cpu::cpu_##f
 
 typedef std::vector<float> Vec;
 typedef std::vector<int> IVec;
+template <typename T>
+using Buf = std::vector<T>;  // host values of element type T (float or rt_bf16)
 
-static const double EXACT = 0.0, ELEM = 1e-5, RED = 1e-4;
+// Tolerances; a bf16 result may round to the neighbour of the CPU's (1 ulp, up
+// to 2^-7 of the value): BF16 for every bf16 result that is not exact.
+static const double EXACT = 0.0, ELEM = 1e-5, RED = 1e-4, BF16 = 1e-2;
 static int ncases, nfail;
+// the element types of the cases running ("" float32; "bf16 ", "bf16->f32 "
+// (bf16 operands, a float32 result) ...), before their names
+static const char *variant = "";
+
+// BIG(gpu, emu): a big case's size, `gpu` on a GPU and the smaller `emu` under
+// the CUDA emulation (tests/cuda_emu), which runs every GPU thread as a fiber
+// on one core.
+#ifdef MTC_CUDA_EMU
+#define BIG(gpu, emu) (emu)
+#else
+#define BIG(gpu, emu) (gpu)
+#endif
 
 // ---- random inputs (xorshift64*: the same inputs every run)
 
@@ -53,9 +99,24 @@ static unsigned long long next_u64(void) {
 static float uniform(float lo, float hi) {
   return lo + (hi - lo) * (float)((next_u64() >> 40) * (1.0 / 16777216.0));
 }
-static Vec rand_vec(long n, float lo = -1.0f, float hi = 1.0f) {
-  Vec v((size_t)n);
-  for (auto &x : v) x = uniform(lo, hi);
+
+// An element as a float (exact), and a float as an element (to nearest even).
+static float wide(float x) { return x; }
+static float wide(rt_bf16 x) { return rt_bf16_to_f32(x); }
+template <typename T>
+static T narrow(float x) {
+  if constexpr (std::is_same<T, float>::value)
+    return x;
+  else
+    return rt_f32_to_bf16(x);
+}
+template <typename T>
+static constexpr bool is_f32 = std::is_same<T, float>::value;
+
+template <typename T = float>
+static Buf<T> rand_vec(long n, float lo = -1.0f, float hi = 1.0f) {
+  Buf<T> v((size_t)n);
+  for (auto &x : v) x = narrow<T>(uniform(lo, hi));
   return v;
 }
 static IVec rand_ivec(long n, int lo, int hi) {  // [lo, hi)
@@ -93,15 +154,17 @@ static void free_all(void) {
 
 // ---- comparisons
 
-static void check(const char *name, const Vec &ref, const float *dgot, double tol) {
-  Vec got = host(dgot, ref.size());
+template <typename T>
+static void check(const char *name, const Buf<T> &ref, const T *dgot, double tol) {
+  Buf<T> got = host(dgot, ref.size());
+  if (!is_f32<T> && tol != EXACT && tol < BF16) tol = BF16;
   double maxabs = 0.0, maxref = 0.0;
   long worst = -1;
   bool exact = true;
   for (size_t i = 0; i < ref.size(); i++) {
-    double r = ref[i], g = got[i];
+    double r = wide(ref[i]), g = wide(got[i]);
     if (isnan(r) && isnan(g)) continue;
-    if (memcmp(&ref[i], &got[i], sizeof(float)) != 0) exact = false;
+    if (memcmp(&ref[i], &got[i], sizeof(T)) != 0) exact = false;
     double d = isnan(r) || isnan(g) ? INFINITY : fabs(r - g);
     if (!isinf(r) && fabs(r) > maxref) maxref = fabs(r);
     if (isinf(r) && r == g) d = 0.0;
@@ -113,13 +176,13 @@ static void check(const char *name, const Vec &ref, const float *dgot, double to
   double rel = maxabs == 0.0 ? 0.0 : maxabs / (maxref > 0.0 ? maxref : 1e-30);
   bool ok = tol == EXACT ? exact : rel <= tol;
   ncases++;
-  printf("%s: max abs diff %.3g, max rel diff %.3g%s\n", name, maxabs, rel,
+  printf("%s%s: max abs diff %.3g, max rel diff %.3g%s\n", variant, name, maxabs, rel,
          ok ? "" : (tol == EXACT ? "  FAIL (exact)" : "  FAIL"));
   if (!ok) {
     nfail++;
     if (worst >= 0)
-      printf("  worst at %ld: cpu %.9g, gpu %.9g\n", worst, (double)ref[(size_t)worst],
-             (double)got[(size_t)worst]);
+      printf("  worst at %ld: cpu %.9g, gpu %.9g\n", worst, (double)wide(ref[(size_t)worst]),
+             (double)wide(got[(size_t)worst]));
   }
 }
 
@@ -128,7 +191,7 @@ static void check_int(const char *name, const IVec &ref, const int *dgot) {
   long bad = 0;
   for (size_t i = 0; i < ref.size(); i++) bad += ref[i] != got[i];
   ncases++;
-  printf("%s: %ld of %zu ints differ%s\n", name, bad, ref.size(), bad ? "  FAIL" : "");
+  printf("%s%s: %ld of %zu ints differ%s\n", variant, name, bad, ref.size(), bad ? "  FAIL" : "");
   if (bad) nfail++;
 }
 
@@ -144,28 +207,31 @@ static const char *fmt(const char *f, ...) {
 
 // ---- data movement
 
+template <typename T>
 static void test_fill_copy(void) {
-  for (long n : {1L, 7L, 1000L, (1L << 20) + 3}) {
-    Vec out = rand_vec(n);
-    float *dout = dev(out);
+  for (long n : {1L, 7L, 1000L, BIG(1L << 20, 1L << 14) + 3}) {
+    Buf<T> out = rand_vec<T>(n);
+    T *dout = dev(out);
     CPU(rt_fill)(out.data(), n, 3.25f);
     rt_fill(dout, n, 3.25f);
     check(fmt("fill n=%ld", n), out, dout, EXACT);
 
-    Vec x = rand_vec(n), o2 = rand_vec(n);
-    float *dx = dev(x), *do2 = dev(o2);
+    Buf<T> x = rand_vec<T>(n), o2 = rand_vec<T>(n);
+    T *dx = dev(x), *do2 = dev(o2);
     CPU(rt_copy)(o2.data(), x.data(), n);
     rt_copy(do2, dx, n);
     check(fmt("copy n=%ld", n), o2, do2, EXACT);
 
     IVec xi = rand_ivec(n, -1000, 1000), oi = rand_ivec(n, 0, 5);
     int *dxi = dev(xi), *doi = dev(oi);
-    CPU(rt_copy_i32)(oi.data(), xi.data(), n);
-    rt_copy_i32(doi, dxi, n);
-    check_int(fmt("copy_i32 n=%ld", n), oi, doi);
+    if (is_f32<T>) {  // int32 only
+      CPU(rt_copy_i32)(oi.data(), xi.data(), n);
+      rt_copy_i32(doi, dxi, n);
+      check_int(fmt("copy_i32 n=%ld", n), oi, doi);
+    }
 
-    Vec co = rand_vec(n);
-    float *dco = dev(co);
+    Buf<T> co = rand_vec<T>(n);
+    T *dco = dev(co);
     CPU(rt_cast_i32_f32)(co.data(), xi.data(), n);
     rt_cast_i32_f32(dco, dxi, n);
     check(fmt("cast_i32_f32 n=%ld", n), co, dco, EXACT);
@@ -174,12 +240,30 @@ static void test_fill_copy(void) {
   // overlapping ranges (memmove), both directions
   for (long shift : {-3L, 3L, -700L, 700L}) {
     long n = 1000;
-    Vec buf = rand_vec(n + 800);
-    float *dbuf = dev(buf);
+    Buf<T> buf = rand_vec<T>(n + 800);
+    T *dbuf = dev(buf);
     long oo = shift < 0 ? 0 : shift, xo = shift < 0 ? -shift : 0;
     CPU(rt_copy)(buf.data() + oo, buf.data() + xo, n);
     rt_copy(dbuf + oo, dbuf + xo, n);
     check(fmt("copy overlapping shift=%ld", shift), buf, dbuf, EXACT);
+    free_all();
+  }
+}
+
+// between every pair of element types (a copy between two of one type); to
+// bf16 to nearest even, ties included, NaN a NaN, past the largest bf16 infinity
+template <typename T, typename U>
+static void test_cast(void) {
+  const float special[] = {NAN, INFINITY, -0.0f, 1.00390625f, 1.01171875f, 3.4e38f};
+  for (long n : {1L, 1000L, BIG(1L << 20, 1L << 14) + 5}) {
+    Buf<T> x = rand_vec<T>(n, -4, 4);
+    for (long i = 0; i < n && i < 6; i++) x[i] = narrow<T>(special[i]);
+    Buf<U> out = rand_vec<U>(n);
+    T *dx = dev(x);
+    U *dout = dev(out);
+    CPU(rt_cast)(out.data(), x.data(), n);
+    rt_cast(dout, dx, n);
+    check(fmt("cast n=%ld", n), out, dout, EXACT);
     free_all();
   }
 }
@@ -197,6 +281,7 @@ static long numel(int rank, const long *shape) {
   return n;
 }
 
+template <typename T>
 static void test_strided_copy(void) {
   struct Case {
     int rank;
@@ -205,7 +290,7 @@ static void test_strided_copy(void) {
       {0, {0}, {0}},                          // one element
       {1, {1000}, {1}},                       // contiguous
       {2, {37, 53}, {1, 37}},                 // transpose
-      {2, {1025, 1023}, {1, 1025}},           // a large transpose
+      {2, {BIG(1025, 129), BIG(1023, 127)}, {1, BIG(1025, 129)}},  // a large transpose
       {3, {6, 4, 5}, {1, 30, 6}},             // permutation
       {3, {5, 64, 7}, {0, 7, 1}},             // broadcast of the leading dim
       {3, {5, 64, 7}, {7, 0, 1}},             // broadcast in the middle
@@ -214,8 +299,8 @@ static void test_strided_copy(void) {
   };
   for (const Case &c : cases) {
     long n = numel(c.rank, c.shape);
-    Vec x = rand_vec(span_of(c.rank, c.shape, c.xstride)), out = rand_vec(n);
-    float *dx = dev(x), *dout = dev(out);
+    Buf<T> x = rand_vec<T>(span_of(c.rank, c.shape, c.xstride)), out = rand_vec<T>(n);
+    T *dx = dev(x), *dout = dev(out);
     CPU(rt_strided_copy)(out.data(), x.data(), c.rank, c.shape, c.xstride);
     rt_strided_copy(dout, dx, c.rank, c.shape, c.xstride);
     check(fmt("strided_copy rank=%d n=%ld", c.rank, n), out, dout, EXACT);
@@ -223,6 +308,7 @@ static void test_strided_copy(void) {
   }
 }
 
+template <typename T, typename U>
 static void test_reduce_sum(void) {
   struct Case {
     int rank;
@@ -241,8 +327,10 @@ static void test_reduce_sum(void) {
   };
   for (const Case &c : cases) {
     long n = numel(c.rank, c.shape);
-    Vec x = rand_vec(n), out = rand_vec(c.onumel);
-    float *dx = dev(x), *dout = dev(out);
+    Buf<T> x = rand_vec<T>(n);
+    Buf<U> out = rand_vec<U>(c.onumel);
+    T *dx = dev(x);
+    U *dout = dev(out);
     CPU(rt_reduce_sum)(out.data(), x.data(), c.rank, c.shape, c.ostride, c.onumel, c.scale);
     rt_reduce_sum(dout, dx, c.rank, c.shape, c.ostride, c.onumel, c.scale);
     check(fmt("reduce_sum rank=%d n=%ld onumel=%ld", c.rank, n, c.onumel), out, dout, RED);
@@ -250,69 +338,81 @@ static void test_reduce_sum(void) {
   }
 }
 
+template <typename T>
 static void test_slices(void) {
   struct Case {
     long outer, xinner, off, len;
-  } cases[] = {{1, 1, 0, 1}, {13, 100, 17, 50}, {1000, 768 * 3, 768, 768}, {7, 9, 0, 9}};
+  } cases[] = {{1, 1, 0, 1}, {13, 100, 17, 50}, {BIG(1000, 20), 768 * 3, 768, 768}, {7, 9, 0, 9}};
   for (const Case &c : cases) {
-    Vec x = rand_vec(c.outer * c.xinner), out = rand_vec(c.outer * c.len);
-    float *dx = dev(x), *dout = dev(out);
+    Buf<T> x = rand_vec<T>(c.outer * c.xinner), out = rand_vec<T>(c.outer * c.len);
+    T *dx = dev(x), *dout = dev(out);
     CPU(rt_slice)(out.data(), x.data(), c.outer, c.xinner, c.off, c.len);
     rt_slice(dout, dx, c.outer, c.xinner, c.off, c.len);
     check(fmt("slice outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off, c.len), out,
           dout, EXACT);
     // unslice: the rest of its out is left alone
-    Vec y = rand_vec(c.outer * c.len), big = rand_vec(c.outer * c.xinner);
-    float *dy = dev(y), *dbig = dev(big);
+    Buf<T> y = rand_vec<T>(c.outer * c.len), big = rand_vec<T>(c.outer * c.xinner);
+    T *dy = dev(y), *dbig = dev(big);
     CPU(rt_unslice)(big.data(), y.data(), c.outer, c.xinner, c.off, c.len);
     rt_unslice(dbig, dy, c.outer, c.xinner, c.off, c.len);
     check(fmt("unslice outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off, c.len),
           big, dbig, EXACT);
-    IVec yi = rand_ivec(c.outer * c.len, -1000, 1000), bigi = rand_ivec(c.outer * c.xinner, 0, 5);
-    int *dyi = dev(yi), *dbigi = dev(bigi);
-    CPU(rt_unslice_i32)(bigi.data(), yi.data(), c.outer, c.xinner, c.off, c.len);
-    rt_unslice_i32(dbigi, dyi, c.outer, c.xinner, c.off, c.len);
-    check_int(fmt("unslice_i32 outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off,
-                  c.len), bigi, dbigi);
+    if (is_f32<T>) {  // int32 only
+      IVec yi = rand_ivec(c.outer * c.len, -1000, 1000), bigi = rand_ivec(c.outer * c.xinner, 0, 5);
+      int *dyi = dev(yi), *dbigi = dev(bigi);
+      CPU(rt_unslice_i32)(bigi.data(), yi.data(), c.outer, c.xinner, c.off, c.len);
+      rt_unslice_i32(dbigi, dyi, c.outer, c.xinner, c.off, c.len);
+      check_int(
+          fmt("unslice_i32 outer=%ld inner=%ld off=%ld len=%ld", c.outer, c.xinner, c.off, c.len),
+          bigi, dbigi);
+    }
     free_all();
   }
   struct ACase {
     long outer, xdim, inner, start, step, len;
   } acases[] = {{1, 1, 1, 0, 1, 1}, {3, 10, 7, 1, 3, 3}, {4, 50, 33, 5, 1, 40}, {2, 9, 1000, 8, 1, 1}};
   for (const ACase &c : acases) {
-    Vec x = rand_vec(c.outer * c.xdim * c.inner), out = rand_vec(c.outer * c.len * c.inner);
-    float *dx = dev(x), *dout = dev(out);
+    Buf<T> x = rand_vec<T>(c.outer * c.xdim * c.inner),
+           out = rand_vec<T>(c.outer * c.len * c.inner);
+    T *dx = dev(x), *dout = dev(out);
     CPU(rt_slice_axis)(out.data(), x.data(), c.outer, c.xdim, c.inner, c.start, c.step, c.len);
     rt_slice_axis(dout, dx, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
     check(fmt("slice_axis outer=%ld xdim=%ld inner=%ld start=%ld step=%ld", c.outer, c.xdim,
               c.inner, c.start, c.step),
           out, dout, EXACT);
-    Vec dyv = rand_vec(c.outer * c.len * c.inner), dxv = rand_vec(c.outer * c.xdim * c.inner);
-    float *ddy = dev(dyv), *ddx = dev(dxv);
+    Buf<T> dyv = rand_vec<T>(c.outer * c.len * c.inner),
+           dxv = rand_vec<T>(c.outer * c.xdim * c.inner);
+    T *ddy = dev(dyv), *ddx = dev(dxv);
     CPU(rt_slice_axis_bwd)(dxv.data(), dyv.data(), c.outer, c.xdim, c.inner, c.start, c.step,
                            c.len);
     rt_slice_axis_bwd(ddx, ddy, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
     check(fmt("slice_axis_bwd outer=%ld xdim=%ld inner=%ld start=%ld step=%ld", c.outer, c.xdim,
               c.inner, c.start, c.step),
           dxv, ddx, EXACT);
-    IVec xi = rand_ivec(c.outer * c.xdim * c.inner, -1000, 1000), oi = rand_ivec(c.outer * c.len * c.inner, 0, 5);
-    int *dxi = dev(xi), *doi = dev(oi);
-    CPU(rt_slice_axis_i32)(oi.data(), xi.data(), c.outer, c.xdim, c.inner, c.start, c.step, c.len);
-    rt_slice_axis_i32(doi, dxi, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
-    check_int(fmt("slice_axis_i32 outer=%ld xdim=%ld inner=%ld", c.outer, c.xdim, c.inner), oi, doi);
+    if (is_f32<T>) {  // int32 only
+      IVec xi = rand_ivec(c.outer * c.xdim * c.inner, -1000, 1000),
+           oi = rand_ivec(c.outer * c.len * c.inner, 0, 5);
+      int *dxi = dev(xi), *doi = dev(oi);
+      CPU(rt_slice_axis_i32)(oi.data(), xi.data(), c.outer, c.xdim, c.inner, c.start, c.step,
+                             c.len);
+      rt_slice_axis_i32(doi, dxi, c.outer, c.xdim, c.inner, c.start, c.step, c.len);
+      check_int(fmt("slice_axis_i32 outer=%ld xdim=%ld inner=%ld", c.outer, c.xdim, c.inner), oi,
+                doi);
+    }
     free_all();
   }
 }
 
 // ---- elementwise
 
+template <typename T>
 static void test_binary(void) {
   struct Case {
     int rank;
     long shape[3], as[3], bs[3];
   } cases[] = {
       {1, {1}, {1}, {1}},
-      {1, {100003}, {1}, {1}},                   // same shape
+      {1, {BIG(100003, 10007)}, {1}, {1}},       // same shape
       {2, {64, 33}, {33, 1}, {0, 1}},            // b broadcast over rows
       {2, {64, 33}, {33, 1}, {1, 0}},            // b broadcast over columns
       {2, {64, 33}, {1, 64}, {33, 1}},           // a transposed
@@ -323,10 +423,11 @@ static void test_binary(void) {
   for (int op = RT_ADD; op <= RT_MAX; op++)
     for (const Case &c : cases) {
       long n = numel(c.rank, c.shape);
-      Vec a = rand_vec(span_of(c.rank, c.shape, c.as)), b = rand_vec(span_of(c.rank, c.shape, c.bs));
-      for (auto &v : b) v = v < 0 ? v - 0.5f : v + 0.5f;  // away from 0 (div)
-      Vec out = rand_vec(n);
-      float *da = dev(a), *db = dev(b), *dout = dev(out);
+      Buf<T> a = rand_vec<T>(span_of(c.rank, c.shape, c.as)),
+             b = rand_vec<T>(span_of(c.rank, c.shape, c.bs));
+      for (auto &v : b) v = narrow<T>(wide(v) < 0 ? wide(v) - 0.5f : wide(v) + 0.5f);  // from 0
+      Buf<T> out = rand_vec<T>(n);
+      T *da = dev(a), *db = dev(b), *dout = dev(out);
       CPU(rt_binary)(op, out.data(), a.data(), b.data(), c.rank, c.shape, c.as, c.bs);
       rt_binary(op, dout, da, db, c.rank, c.shape, c.as, c.bs);
       check(fmt("binary %s rank=%d n=%ld", names[op], c.rank, n), out, dout, EXACT);
@@ -334,10 +435,10 @@ static void test_binary(void) {
     }
 }
 
-typedef void (*Fwd)(float *, const float *, long);
-typedef void (*Bwd)(float *, const float *, const float *, long);
-
+template <typename T>
 static void test_activations(void) {
+  typedef void (*Fwd)(T *, const T *, long);
+  typedef void (*Bwd)(T *, const T *, const T *, long);
   struct F {
     const char *name;
     Fwd cpu, gpu;
@@ -354,26 +455,29 @@ static void test_activations(void) {
               {"relu_bwd", CPU(rt_relu_bwd), rt_relu_bwd, EXACT},
               {"gelu_erf_bwd", CPU(rt_gelu_erf_bwd), rt_gelu_erf_bwd, ELEM},
               {"silu_bwd", CPU(rt_silu_bwd), rt_silu_bwd, ELEM}};
-  for (long n : {1L, 17L, 1000L, (1L << 20) + 1}) {
-    Vec x = rand_vec(n, -6.0f, 6.0f), dy = rand_vec(n);
-    if (n > 4) x[0] = 30.0f, x[1] = -30.0f, x[2] = 0.0f, x[3] = -0.0f;  // the tails, and 0
-    float *dx = dev(x), *ddy = dev(dy);
+  for (long n : {1L, 17L, 1000L, BIG(1L << 20, 1L << 14) + 1}) {
+    Buf<T> x = rand_vec<T>(n, -6.0f, 6.0f), dy = rand_vec<T>(n);
+    if (n > 4) {  // the tails, and 0
+      x[0] = narrow<T>(30.0f), x[1] = narrow<T>(-30.0f);
+      x[2] = narrow<T>(0.0f), x[3] = narrow<T>(-0.0f);
+    }
+    T *dx = dev(x), *ddy = dev(dy);
     for (const F &f : fwds) {
-      Vec y = rand_vec(n);
-      float *dyo = dev(y);
+      Buf<T> y = rand_vec<T>(n);
+      T *dyo = dev(y);
       f.cpu(y.data(), x.data(), n);
       f.gpu(dyo, dx, n);
       check(fmt("%s n=%ld", f.name, n), y, dyo, f.tol);
     }
     for (const B &b : bwds) {
-      Vec g = rand_vec(n);
-      float *dg = dev(g);
+      Buf<T> g = rand_vec<T>(n);
+      T *dg = dev(g);
       b.cpu(g.data(), dy.data(), x.data(), n);
       b.gpu(dg, ddy, dx, n);
       check(fmt("%s n=%ld", b.name, n), g, dg, b.tol);
     }
-    Vec s = rand_vec(n);
-    float *ds = dev(s);
+    Buf<T> s = rand_vec<T>(n);
+    T *ds = dev(s);
     CPU(rt_scale)(s.data(), x.data(), n, -0.75f, 0.125f);
     rt_scale(ds, dx, n, -0.75f, 0.125f);
     check(fmt("scale n=%ld", n), s, ds, ELEM);
@@ -381,6 +485,7 @@ static void test_activations(void) {
   }
 }
 
+template <typename T>
 static void test_unary(void) {
   struct U {
     int op;
@@ -393,10 +498,10 @@ static void test_unary(void) {
              {RT_SIN, "sin", -10, 10, 0},     {RT_COS, "cos", -10, 10, 0},
              {RT_ABS, "abs", -5, 5, 0},       {RT_SIGN, "sign", -5, 5, 0},
              {RT_SIGMOID, "sigmoid", -20, 20, 0}};
-  for (long n : {1L, 1000L, 65537L})
+  for (long n : {1L, 1000L, BIG(65537L, 4097L)})
     for (const U &u : ops) {
-      Vec x = rand_vec(n, u.lo, u.hi), y = rand_vec(n);
-      float *dx = dev(x), *dy = dev(y);
+      Buf<T> x = rand_vec<T>(n, u.lo, u.hi), y = rand_vec<T>(n);
+      T *dx = dev(x), *dy = dev(y);
       CPU(rt_unary)(u.op, y.data(), x.data(), n, u.p);
       rt_unary(u.op, dy, dx, n, u.p);
       check(fmt("unary %s n=%ld", u.name, n), y, dy, ELEM);
@@ -406,6 +511,7 @@ static void test_unary(void) {
 
 // ---- matmul
 
+template <typename T, typename U>
 static void test_matmul(void) {
   struct Case {
     long batch, m, n, k;
@@ -428,8 +534,10 @@ static void test_matmul(void) {
     long sa = c.bsa ? c.m * c.k : 0, sb = c.bsb ? c.k * c.n : 0, sc = c.bsc ? c.m * c.n : 0;
     long na = c.bsa ? c.batch * c.m * c.k : c.m * c.k, nb = c.bsb ? c.batch * c.k * c.n : c.k * c.n;
     long nc = c.bsc ? c.batch * c.m * c.n : c.m * c.n;
-    Vec a = rand_vec(na), b = rand_vec(nb), out = rand_vec(nc);
-    float *da = dev(a), *db = dev(b), *dc = dev(out);
+    Buf<T> a = rand_vec<T>(na), b = rand_vec<T>(nb);
+    Buf<U> out = rand_vec<U>(nc);
+    T *da = dev(a), *db = dev(b);
+    U *dc = dev(out);
     CPU(rt_matmul)(out.data(), a.data(), b.data(), c.batch, c.m, c.n, c.k, c.ta, c.tb, sa, sb, sc);
     rt_matmul(dc, da, db, c.batch, c.m, c.n, c.k, c.ta, c.tb, sa, sb, sc);
     check(fmt("matmul batch=%ld m=%ld n=%ld k=%ld ta=%d tb=%d sa=%ld sb=%ld sc=%ld", c.batch, c.m,
@@ -442,6 +550,7 @@ static void test_matmul(void) {
 // ---- convolution: im2col and col2im against the CPU's (the GEMMs are rt_matmul's,
 // checked above); im2col only copies, and col2im adds in the CPU's order
 
+template <typename T>
 static void test_conv(void) {
   struct Case {
     long nc, h, w, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw;
@@ -450,19 +559,20 @@ static void test_conv(void) {
       {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},
       {6, 11, 8, 3, 2, 2, 3, 1, 0, 2, 1, 1, 1},      // uneven
       {8, 10, 12, 3, 3, 1, 2, 2, 1, 0, 2, 2, 3},     // dilated
-      {64, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    // a ResNet layer's worth
+      {BIG(64, 4), 56, 56, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // a ResNet layer's worth
   };
   for (const Case &c : cases) {
     long oh = (c.h + c.pt + c.pb - c.dh * (c.kh - 1) - 1) / c.sh + 1;
     long ow = (c.w + c.pl + c.pr - c.dw * (c.kw - 1) - 1) / c.sw + 1;
     long nx = c.nc * c.h * c.w, ncol = c.nc * c.kh * c.kw * oh * ow;
-    Vec x = rand_vec(nx), col = rand_vec(ncol), back = rand_vec(nx), out = rand_vec(ncol);
-    float *dx = dev(x), *dcol = dev(out), *dback = dev(back);
+    Buf<T> x = rand_vec<T>(nx), col = rand_vec<T>(ncol), back = rand_vec<T>(nx),
+           out = rand_vec<T>(ncol);
+    T *dx = dev(x), *dcol = dev(out), *dback = dev(back);
     CPU(rt_im2col)(out.data(), x.data(), c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt, c.pl,
                    c.dh, c.dw);
     rt_im2col(dcol, dx, c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt, c.pl, c.dh, c.dw);
     check(fmt("im2col nc=%ld %ldx%ld k=%ldx%ld", c.nc, c.h, c.w, c.kh, c.kw), out, dcol, EXACT);
-    float *dc = dev(col);
+    T *dc = dev(col);
     CPU(rt_col2im)(back.data(), col.data(), c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt,
                    c.pl, c.dh, c.dw);
     rt_col2im(dback, dc, c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.pt, c.pl, c.dh, c.dw);
@@ -473,20 +583,25 @@ static void test_conv(void) {
 
 // ---- neural-net ops
 
+template <typename T, typename U>
 static void test_embedding(void) {
   struct Case {
     long n, v, c;
-  } cases[] = {{1, 1, 1}, {300, 50, 33}, {1024, 500, 768}, {7, 3, 1000}};
+  } cases[] = {{1, 1, 1}, {300, 50, 33}, {BIG(1024, 64), 500, 768}, {7, 3, 1000}};
   for (const Case &c : cases) {
     IVec idx = rand_ivec(c.n, 0, (int)c.v);
-    Vec w = rand_vec(c.v * c.c), out = rand_vec(c.n * c.c);
     int *didx = dev(idx);
-    float *dw = dev(w), *dout = dev(out);
-    CPU(rt_embedding_fwd)(out.data(), w.data(), idx.data(), c.n, c.c);
-    rt_embedding_fwd(dout, dw, didx, c.n, c.c);
-    check(fmt("embedding_fwd n=%ld v=%ld c=%ld", c.n, c.v, c.c), out, dout, EXACT);
-    Vec dy = rand_vec(c.n * c.c), g = rand_vec(c.v * c.c);
-    float *ddy = dev(dy), *dg = dev(g);
+    if (std::is_same<T, U>::value) {  // the forward is KT: once per T
+      Buf<T> w = rand_vec<T>(c.v * c.c), out = rand_vec<T>(c.n * c.c);
+      T *dw = dev(w), *dout = dev(out);
+      CPU(rt_embedding_fwd)(out.data(), w.data(), idx.data(), c.n, c.c);
+      rt_embedding_fwd(dout, dw, didx, c.n, c.c);
+      check(fmt("embedding_fwd n=%ld v=%ld c=%ld", c.n, c.v, c.c), out, dout, EXACT);
+    }
+    Buf<T> dy = rand_vec<T>(c.n * c.c);
+    Buf<U> g = rand_vec<U>(c.v * c.c);
+    T *ddy = dev(dy);
+    U *dg = dev(g);
     CPU(rt_embedding_bwd)(g.data(), dy.data(), idx.data(), c.n, c.v, c.c);
     rt_embedding_bwd(dg, ddy, didx, c.n, c.v, c.c);
     check(fmt("embedding_bwd n=%ld v=%ld c=%ld", c.n, c.v, c.c), g, dg, ELEM);
@@ -495,18 +610,25 @@ static void test_embedding(void) {
 }
 
 // row shapes (n, c) of the row kernels: short, odd, longer than a block
-static const long row_cases[][2] = {{1, 1}, {3, 7}, {7, 33}, {64, 768}, {5, 3000}, {3, 50257}};
+static const long row_cases[][2] = {{1, 1},           {3, 7},    {7, 33},
+                                    {BIG(64, 8), 768}, {5, 3000}, {3, BIG(50257, 5003)}};
 
+template <typename T, typename U>
 static void test_layernorm(void) {
   for (const auto &rc : row_cases) {
     long n = rc[0], c = rc[1];
-    Vec x = rand_vec(n * c, -2, 3), w = rand_vec(c), b = rand_vec(c), y = rand_vec(n * c);
-    float *dx = dev(x), *dw = dev(w), *db = dev(b), *dy = dev(y);
-    CPU(rt_layernorm_fwd)(y.data(), x.data(), w.data(), b.data(), n, c, 1e-5f);
-    rt_layernorm_fwd(dy, dx, dw, db, n, c, 1e-5f);
-    check(fmt("layernorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
-    Vec g = rand_vec(n * c), gx = rand_vec(n * c), gw = rand_vec(c), gb = rand_vec(c);
-    float *dg = dev(g), *dgx = dev(gx), *dgw = dev(gw), *dgb = dev(gb);
+    Buf<T> x = rand_vec<T>(n * c, -2, 3), w = rand_vec<T>(c), b = rand_vec<T>(c),
+           y = rand_vec<T>(n * c);
+    T *dx = dev(x), *dw = dev(w), *db = dev(b), *dy = dev(y);
+    if (std::is_same<T, U>::value) {  // the forward is KT: once per T
+      CPU(rt_layernorm_fwd)(y.data(), x.data(), w.data(), b.data(), n, c, 1e-5f);
+      rt_layernorm_fwd(dy, dx, dw, db, n, c, 1e-5f);
+      check(fmt("layernorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
+    }
+    Buf<T> g = rand_vec<T>(n * c), gx = rand_vec<T>(n * c);
+    Buf<U> gw = rand_vec<U>(c), gb = rand_vec<U>(c);
+    T *dg = dev(g), *dgx = dev(gx);
+    U *dgw = dev(gw), *dgb = dev(gb);
     CPU(rt_layernorm_bwd)(gx.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), n, c, 1e-5f);
     rt_layernorm_bwd(dgx, dgw, dgb, dg, dx, dw, n, c, 1e-5f);
     check(fmt("layernorm_bwd dx n=%ld c=%ld", n, c), gx, dgx, RED);
@@ -516,16 +638,21 @@ static void test_layernorm(void) {
   }
 }
 
+template <typename T, typename U>
 static void test_rmsnorm(void) {
   for (const auto &rc : row_cases) {
     long n = rc[0], c = rc[1];
-    Vec x = rand_vec(n * c, -2, 3), w = rand_vec(c), y = rand_vec(n * c);
-    float *dx = dev(x), *dw = dev(w), *dy = dev(y);
-    CPU(rt_rmsnorm_fwd)(y.data(), x.data(), w.data(), n, c, 1e-6f);
-    rt_rmsnorm_fwd(dy, dx, dw, n, c, 1e-6f);
-    check(fmt("rmsnorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
-    Vec g = rand_vec(n * c), gx = rand_vec(n * c), gw = rand_vec(c);
-    float *dg = dev(g), *dgx = dev(gx), *dgw = dev(gw);
+    Buf<T> x = rand_vec<T>(n * c, -2, 3), w = rand_vec<T>(c), y = rand_vec<T>(n * c);
+    T *dx = dev(x), *dw = dev(w), *dy = dev(y);
+    if (std::is_same<T, U>::value) {  // the forward is KT: once per T
+      CPU(rt_rmsnorm_fwd)(y.data(), x.data(), w.data(), n, c, 1e-6f);
+      rt_rmsnorm_fwd(dy, dx, dw, n, c, 1e-6f);
+      check(fmt("rmsnorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
+    }
+    Buf<T> g = rand_vec<T>(n * c), gx = rand_vec<T>(n * c);
+    Buf<U> gw = rand_vec<U>(c);
+    T *dg = dev(g), *dgx = dev(gx);
+    U *dgw = dev(gw);
     CPU(rt_rmsnorm_bwd)(gx.data(), gw.data(), g.data(), x.data(), w.data(), n, c, 1e-6f);
     rt_rmsnorm_bwd(dgx, dgw, dg, dx, dw, n, c, 1e-6f);
     check(fmt("rmsnorm_bwd dx n=%ld c=%ld", n, c), gx, dgx, RED);
@@ -534,13 +661,14 @@ static void test_rmsnorm(void) {
   }
 }
 
+template <typename T>
 static void test_softmaxes(void) {
   for (const auto &rc : row_cases) {
     long n = rc[0], c = rc[1];
-    Vec x = rand_vec(n * c, -8, 8), dy = rand_vec(n * c);
-    float *dx = dev(x), *ddy = dev(dy);
-    Vec y = rand_vec(n * c), ly = rand_vec(n * c);
-    float *dyo = dev(y), *dly = dev(ly);
+    Buf<T> x = rand_vec<T>(n * c, -8, 8), dy = rand_vec<T>(n * c);
+    T *dx = dev(x), *ddy = dev(dy);
+    Buf<T> y = rand_vec<T>(n * c), ly = rand_vec<T>(n * c);
+    T *dyo = dev(y), *dly = dev(ly);
     CPU(rt_softmax_fwd)(y.data(), x.data(), n, c);
     rt_softmax_fwd(dyo, dx, n, c);
     check(fmt("softmax_fwd n=%ld c=%ld", n, c), y, dyo, RED);
@@ -548,9 +676,9 @@ static void test_softmaxes(void) {
     rt_log_softmax_fwd(dly, dx, n, c);
     check(fmt("log_softmax_fwd n=%ld c=%ld", n, c), ly, dly, RED);
     // the backwards from the CPU's forward outputs, on both sides
-    float *dyc = dev(y), *dlyc = dev(ly);
-    Vec g = rand_vec(n * c), lg = rand_vec(n * c);
-    float *dg = dev(g), *dlg = dev(lg);
+    T *dyc = dev(y), *dlyc = dev(ly);
+    Buf<T> g = rand_vec<T>(n * c), lg = rand_vec<T>(n * c);
+    T *dg = dev(g), *dlg = dev(lg);
     CPU(rt_softmax_bwd)(g.data(), dy.data(), y.data(), n, c);
     rt_softmax_bwd(dg, ddy, dyc, n, c);
     check(fmt("softmax_bwd n=%ld c=%ld", n, c), g, dg, RED);
@@ -561,13 +689,14 @@ static void test_softmaxes(void) {
   }
 }
 
+template <typename T>
 static void test_rope(void) {
   const long cases[][3] = {{1, 1, 2}, {6, 17, 64}, {3, 128, 128}};
   for (const auto &cs : cases)
     for (int inverse = 0; inverse < 2; inverse++) {
       long rows = cs[0], t = cs[1], hs = cs[2], n = rows * t * hs;
-      Vec x = rand_vec(n, -2, 2), y = rand_vec(n);
-      float *dx = dev(x), *dy = dev(y);
+      Buf<T> x = rand_vec<T>(n, -2, 2), y = rand_vec<T>(n);
+      T *dx = dev(x), *dy = dev(y);
       CPU(rt_rope)(y.data(), x.data(), rows, t, hs, 10000.0f, inverse);
       rt_rope(dy, dx, rows, t, hs, 10000.0f, inverse);
       check(fmt("rope rows=%ld t=%ld hs=%ld inverse=%d", rows, t, hs, inverse), y, dy, ELEM);
@@ -578,25 +707,37 @@ static void test_rope(void) {
 // t queries, tk keys (cross-attention when they differ); padded: a key-padding
 // mask per head, row 1 keeping no key, the others scattered; biased: one bias
 // (t x tk) shared by every head
+template <typename T>
 static void test_attention(void) {
   struct Case {
     long bh, t, tk, hs;
-  } cases[] = {{1, 1, 1, 1},      {2, 7, 7, 16},      {3, 64, 64, 64}, {2, 300, 300, 80},
-               {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80}};
+    int only = -1;  // the one mode to run (below), or every mode
+  } cases[] = {
+#ifndef MTC_CUDA_EMU
+      {1, 1, 1, 1},     {2, 7, 7, 16},      {3, 64, 64, 64}, {2, 300, 300, 80},
+      {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80}};
+#else
+      // the emulation: fewer query rows; two tiles of keys (ATT_TILE = 256),
+      // and of queries for dk, dv, in the plain mode and the padded, biased
+      // one, in float32 (the bf16 kernels are the same templates)
+      {1, 1, 1, 1},       {2, 7, 7, 16},      {1, 5, 5, 300},    {2, 7, 19, 16},
+      {2, 3, 300, 80, 0}, {2, 3, 300, 80, 6}, {1, 260, 3, 16, 6}};
+#endif
   for (const Case &c : cases)
     for (int mode = 0; mode < 8; mode++) {
       int causal = mode & 1, padded = (mode >> 1) & 1, biased = mode >> 2;
-      if (causal && c.t != c.tk) continue;
+      if ((causal && c.t != c.tk) || (c.only >= 0 && (mode != c.only || !is_f32<T>))) continue;
       long n = c.bh * c.t * c.hs, nk = c.bh * c.tk * c.hs, nd = c.bh * c.t * c.tk;
-      Vec q = rand_vec(n, -2, 2), k = rand_vec(nk, -2, 2), v = rand_vec(nk), out = rand_vec(n);
-      float *dq = dev(q), *dk = dev(k), *dv = dev(v), *dout = dev(out);
+      Buf<T> q = rand_vec<T>(n, -2, 2), k = rand_vec<T>(nk, -2, 2), v = rand_vec<T>(nk),
+             out = rand_vec<T>(n);
+      T *dq = dev(q), *dk = dev(k), *dv = dev(v), *dout = dev(out);
       IVec keep(c.bh * c.tk);
       for (long r = 0; r < c.bh; r++)
         for (long j = 0; j < c.tk; j++) keep[r * c.tk + j] = r == 1 ? 0 : (j * 7 + r * 3) % 5 > 1;
-      Vec bias = rand_vec(c.t * c.tk, -2, 2), ds = rand_vec(nd);
+      Buf<T> bias = rand_vec<T>(c.t * c.tk, -2, 2), ds = rand_vec<T>(nd);
       const int *hk = padded ? keep.data() : NULL, *dkeep = padded ? dev(keep) : NULL;
-      const float *hb = biased ? bias.data() : NULL, *dbias = biased ? dev(bias) : NULL;
-      float *hds = biased ? ds.data() : NULL, *dds = biased ? dev(ds) : NULL;
+      const T *hb = biased ? bias.data() : NULL, *dbias = biased ? dev(bias) : NULL;
+      T *hds = biased ? ds.data() : NULL, *dds = biased ? dev(ds) : NULL;
       char what[128];
       snprintf(what, sizeof what, "bh=%ld t=%ld tk=%ld hs=%ld causal=%d padded=%d biased=%d", c.bh,
                c.t, c.tk, c.hs, causal, padded, biased);
@@ -604,8 +745,8 @@ static void test_attention(void) {
                             1, 1, 1, causal);
       rt_attention_fwd(dout, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
       check(fmt("attention_fwd %s", what), out, dout, RED);
-      Vec g = rand_vec(n), gq = rand_vec(n), gk = rand_vec(nk), gv = rand_vec(nk);
-      float *dg = dev(g), *dgq = dev(gq), *dgk = dev(gk), *dgv = dev(gv);
+      Buf<T> g = rand_vec<T>(n), gq = rand_vec<T>(n), gk = rand_vec<T>(nk), gv = rand_vec<T>(nk);
+      T *dg = dev(g), *dgq = dev(gq), *dgk = dev(gk), *dgv = dev(gv);
       CPU(rt_attention_bwd)(gq.data(), gk.data(), gv.data(), hds, g.data(), q.data(), k.data(),
                             v.data(), hk, hb, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
       rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1,
@@ -618,14 +759,17 @@ static void test_attention(void) {
     }
 }
 
+template <typename T>
 static void test_losses(void) {
   for (const auto &rc : row_cases) {
     long n = rc[0], v = rc[1];
-    Vec x = rand_vec(n * v, -6, 6);
+    Buf<T> x = rand_vec<T>(n * v, -6, 6);
     IVec tg = rand_ivec(n, 0, (int)v);
     for (long i = 3; i < n; i += 4) tg[i] = -100;  // every fourth row ignored
-    Vec loss = {7.0f}, dloss = {0.7f}, g = rand_vec(n * v);
-    float *dx = dev(x), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
+    Vec loss = {7.0f}, dloss = {0.7f};  // float32 in every variant
+    Buf<T> g = rand_vec<T>(n * v);
+    T *dx = dev(x), *dg = dev(g);
+    float *dl = dev(loss), *ddl = dev(dloss);
     int *dtg = dev(tg);
     CPU(rt_crossentropy_fwd)(loss.data(), x.data(), tg.data(), n, v, -100);
     rt_crossentropy_fwd(dl, dx, dtg, n, v, -100);
@@ -642,13 +786,15 @@ static void test_losses(void) {
   } cases[] = {{1, 1, -100, 0, 0},  {5, 17, -100, 0, 0}, {300, 10, 3, 0, 0},
                {300, 10, 3, 1, 0},  {4096, 1000, -100, 1, 0}, {6, 5, 2, 0, 1}};
   for (const Case &c : cases) {
-    Vec lp = rand_vec(c.n * c.c, -9, 0);
+    Buf<T> lp = rand_vec<T>(c.n * c.c, -9, 0);
     IVec tg = rand_ivec(c.n, -1, (int)c.c + 1);  // -1 and c: out of range
     for (long i = 0; i < c.n; i += 7) tg[(size_t)i] = (int)c.ignore;
     if (c.all_ignored)
       for (auto &t : tg) t = (int)c.ignore;
-    Vec loss = {7.0f}, dloss = {-1.3f}, g = rand_vec(c.n * c.c);
-    float *dlp = dev(lp), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
+    Vec loss = {7.0f}, dloss = {-1.3f};
+    Buf<T> g = rand_vec<T>(c.n * c.c);
+    T *dlp = dev(lp), *dg = dev(g);
+    float *dl = dev(loss), *ddl = dev(dloss);
     int *dtg = dev(tg);
     CPU(rt_nll_loss_fwd)(loss.data(), lp.data(), tg.data(), c.n, c.c, c.sum, c.ignore);
     rt_nll_loss_fwd(dl, dlp, dtg, c.n, c.c, c.sum, c.ignore);
@@ -665,7 +811,7 @@ static void test_losses(void) {
 // ---- optimizers
 
 static void test_optimizers(void) {
-  for (long n : {1L, 15L, 16L, 17L, 1000L, (1L << 20) + 1})
+  for (long n : {1L, 15L, 16L, 17L, 1000L, BIG(1L << 20, 1L << 14) + 1})
     for (int t : {1, 10}) {
       Vec p = rand_vec(n), g = rand_vec(n), m = rand_vec(n, -0.1f, 0.1f), v = rand_vec(n, 0, 0.01f);
       float *dp = dev(p), *dg = dev(g), *dm = dev(m), *dv = dev(v);
@@ -694,6 +840,7 @@ static void test_optimizers(void) {
 
 // ---- kernels for ONNX ops, offload copies
 
+template <typename T>
 static void test_onnx_ops(void) {
   struct Case {
     int rank;
@@ -706,51 +853,57 @@ static void test_onnx_ops(void) {
   for (const Case &c : cases) {
     long n = numel(c.rank, c.shape);
     IVec mask = rand_ivec(span_of(c.rank, c.shape, c.mstride), 0, 2);
-    Vec x = rand_vec(n), out = rand_vec(n);
+    Buf<T> x = rand_vec<T>(n), out = rand_vec<T>(n);
     int *dmask = dev(mask);
-    float *dx = dev(x), *dout = dev(out);
+    T *dx = dev(x), *dout = dev(out);
     CPU(rt_masked_fill)(out.data(), x.data(), mask.data(), c.rank, c.shape, c.mstride, -1e9f);
     rt_masked_fill(dout, dx, dmask, c.rank, c.shape, c.mstride, -1e9f);
     check(fmt("masked_fill rank=%d n=%ld", c.rank, n), out, dout, EXACT);
     IVec xi = rand_ivec(n, -3, 3), outi = rand_ivec(n, 0, 5), eq = rand_ivec(n, 0, 5);
     int *dxi = dev(xi), *douti = dev(outi), *deq = dev(eq);
-    CPU(rt_masked_fill_i32)(outi.data(), xi.data(), mask.data(), c.rank, c.shape, c.mstride, -100);
-    rt_masked_fill_i32(douti, dxi, dmask, c.rank, c.shape, c.mstride, -100);
-    check_int(fmt("masked_fill_i32 rank=%d n=%ld", c.rank, n), outi, douti);
-    CPU(rt_equal_i32)(eq.data(), xi.data(), n, -2);
-    rt_equal_i32(deq, dxi, n, -2);
-    check_int(fmt("equal_i32 n=%ld", n), eq, deq);
-    Vec xf = rand_vec(n);
-    for (long i = 0; i < n; i += 3) xf[i] = 0.0f;
-    float *dxf = dev(xf);
+    if (is_f32<T>) {  // int32 only
+      CPU(rt_masked_fill_i32)(outi.data(), xi.data(), mask.data(), c.rank, c.shape, c.mstride,
+                              -100);
+      rt_masked_fill_i32(douti, dxi, dmask, c.rank, c.shape, c.mstride, -100);
+      check_int(fmt("masked_fill_i32 rank=%d n=%ld", c.rank, n), outi, douti);
+      CPU(rt_equal_i32)(eq.data(), xi.data(), n, -2);
+      rt_equal_i32(deq, dxi, n, -2);
+      check_int(fmt("equal_i32 n=%ld", n), eq, deq);
+    }
+    Buf<T> xf = rand_vec<T>(n);
+    for (long i = 0; i < n; i += 3) xf[i] = narrow<T>(0.0f);
+    T *dxf = dev(xf);
     CPU(rt_equal_f32)(eq.data(), xf.data(), n, 0.0f);
     rt_equal_f32(deq, dxf, n, 0.0f);
     check_int(fmt("equal_f32 n=%ld", n), eq, deq);
     free_all();
   }
-  for (long n : {1L, 1000L, (1L << 20) + 7})
+  for (long n : {1L, 1000L, BIG(1L << 20, 1L << 14) + 7})
     for (float ratio : {0.0f, 0.1f, 0.5f})
       for (int st : {0, 41, -3}) {
-        Vec x = rand_vec(n), out = rand_vec(n);
+        Buf<T> x = rand_vec<T>(n), out = rand_vec<T>(n);
         IVec step = {st};
-        float *dx = dev(x), *dout = dev(out);
+        T *dx = dev(x), *dout = dev(out);
         int *dstep = dev(step);
         CPU(rt_dropout)(out.data(), x.data(), step.data(), n, ratio, 1234, 77);
         rt_dropout(dout, dx, dstep, n, ratio, 1234, 77);
         check(fmt("dropout n=%ld ratio=%g step=%d", n, ratio, st), out, dout, EXACT);
-        CPU(rt_tick)(step.data());
-        rt_tick(dstep);
-        check_int(fmt("tick from %d", st), step, dstep);
+        if (is_f32<T>) {  // int32 only
+          CPU(rt_tick)(step.data());
+          rt_tick(dstep);
+          check_int(fmt("tick from %d", st), step, dstep);
+        }
         free_all();
       }
   for (long n : {1L, 1000L}) {
-    Vec h = rand_vec(n), back = rand_vec(n);
-    float *d = dev(rand_vec(n));
+    Buf<T> h = rand_vec<T>(n), back = rand_vec<T>(n);
+    T *d = dev(rand_vec<T>(n));
     rt_to_device(d, h.data(), n);
     rt_to_host(back.data(), d, n);
     ncases++;
-    bool ok = memcmp(h.data(), back.data(), (size_t)n * sizeof(float)) == 0;
-    printf("to_device, to_host n=%ld: round trip %s\n", n, ok ? "exact" : "differs  FAIL");
+    bool ok = memcmp(h.data(), back.data(), (size_t)n * sizeof(T)) == 0;
+    printf("%sto_device, to_host n=%ld: round trip %s\n", variant, n,
+           ok ? "exact" : "differs  FAIL");
     if (!ok) nfail++;
     free_all();
   }
@@ -758,14 +911,15 @@ static void test_onnx_ops(void) {
 
 // ---- the finite check: the GPU's first NaN or infinity is the CPU's
 
+template <typename T>
 static void test_find_nonfinite(void) {
-  long n = (1L << 20) + 37;
-  Vec x = rand_vec(n);
-  for (long at : {-1L, 0L, 4095L, 300000L, n - 1}) {
-    Vec y = x;
-    if (at >= 0) y[(size_t)at] = at % 2 ? NAN : -INFINITY;
-    if (at == 4095) y[(size_t)(n - 2)] = INFINITY;  // a later one too
-    float *dy = dev(y);
+  long n = BIG(1L << 20, 1L << 14) + 37;
+  Buf<T> x = rand_vec<T>(n);
+  for (long at : {-1L, 0L, 4095L, BIG(300000L, 9001L), n - 1}) {
+    Buf<T> y = x;
+    if (at >= 0) y[(size_t)at] = narrow<T>(at % 2 ? NAN : -INFINITY);
+    if (at == 4095) y[(size_t)(n - 2)] = narrow<T>(INFINITY);  // a later one too
+    T *dy = dev(y);
     IVec got = {7};
     int *dgot = dev(got);
     IVec want = {7};
@@ -776,18 +930,15 @@ static void test_find_nonfinite(void) {
   }
 }
 
-// the launcher table: every name of kernels.def less the 12 without a twin
-// ---- dist.h's kernels, on one rank: this rank plays tp rank 1 of 2 (the
-// collectives over a group of one leave the buffers as they are, on both sides)
+// ---- dist.h's kernels, on one rank (main calls rt_comm_init, rt_dist_init):
+// this rank plays tp rank 1 of 2 (the collectives over a group of one leave
+// the buffers as they are, on both sides)
 
+template <typename T>
 static void test_dist(void) {
-  int argc = 0;
-  char **argv = NULL;
-  rt_comm_init(&argc, &argv, 1, "one rank");
-  rt_dist_init(1, 1, 2, 0);
-  for (long n : {1L, 1000L, (1L << 18) + 3}) {
-    Vec acc = rand_vec(n), x = rand_vec(n);
-    float *dacc = dev(acc), *dx = dev(x);
+  for (long n : {1L, 1000L, BIG(1L << 18, 1L << 14) + 3}) {
+    Buf<T> acc = rand_vec<T>(n), x = rand_vec<T>(n);
+    T *dacc = dev(acc), *dx = dev(x);
     for (int micro = 0; micro < 2; micro++) {  // restarts, then adds
       rt_dist.micro = micro;
       CPU(rt_accumulate)(acc.data(), x.data(), n, 0.5f);
@@ -800,11 +951,19 @@ static void test_dist(void) {
   rt_dist.tp = 2;
   rt_dist.tp_rank = 1;
   long outer = 3, pieces = 3, chunk = 5;
-  Vec whole = rand_vec(outer * pieces * 2 * chunk), part((size_t)(outer * pieces * chunk));
-  float *dw = dev(whole), *dp = dev(part);
+  Buf<T> whole = rand_vec<T>(outer * pieces * 2 * chunk), part((size_t)(outer * pieces * chunk));
+  T *dw = dev(whole), *dp = dev(part);
   CPU(rt_tp_slice)(part.data(), whole.data(), outer, pieces, chunk);
   rt_tp_slice(dp, dw, outer, pieces, chunk);
   check("tp_slice outer=3 pieces=3 chunk=5 (rank 1 of 2)", part, dp, EXACT);
+  // tp_gather: this rank's part into its place in the scratch, the other
+  // rank's part left as it was there; then both placed
+  Buf<T> scratch = rand_vec<T>(2 * outer * pieces * chunk), gathered = rand_vec<T>(whole.size());
+  T *dscratch = dev(scratch), *dgathered = dev(gathered);
+  CPU(rt_tp_gather)(gathered.data(), scratch.data(), part.data(), outer, pieces, chunk);
+  rt_tp_gather(dgathered, dscratch, dp, outer, pieces, chunk);
+  check("tp_gather outer=3 pieces=3 chunk=5 (rank 1 of 2)", gathered, dgathered, EXACT);
+  check("tp_gather scratch (rank 1 of 2)", scratch, dscratch, EXACT);
   free_all();
   for (const auto &rc : row_cases) {
     long n = rc[0], v = rc[1], c = 7;
@@ -813,15 +972,16 @@ static void test_dist(void) {
     long vocab = v + v / 2 + 1;
     IVec idx = rand_ivec(n, 0, (int)(2 * v));
     for (long i = 5; i < n; i += 7) idx[i] = -100;  // some rows ignored by the cross-entropy
-    Vec w = rand_vec(v * c), out = rand_vec(n * c);
-    float *dw2 = dev(w), *dout = dev(out);
+    Buf<T> w = rand_vec<T>(v * c), out = rand_vec<T>(n * c);
+    T *dw2 = dev(w), *dout = dev(out);
     int *didx = dev(idx);
     CPU(rt_embedding_vp_fwd)(out.data(), w.data(), idx.data(), n, c, v);
     rt_embedding_vp_fwd(dout, dw2, didx, n, c, v);
     check(fmt("embedding_vp_fwd n=%ld v=%ld (rank 1 of 2)", n, v), out, dout, EXACT);
-    Vec x = rand_vec(n * v, -6, 6), stats = rand_vec(2 * n), loss = {7.0f}, dloss = {0.7f};
-    Vec g = rand_vec(n * v);
-    float *dx = dev(x), *dst = dev(stats), *dl = dev(loss), *ddl = dev(dloss), *dg = dev(g);
+    Buf<T> x = rand_vec<T>(n * v, -6, 6), g = rand_vec<T>(n * v);
+    Vec stats = rand_vec(2 * n), loss = {7.0f}, dloss = {0.7f};  // float32 in every variant
+    T *dx = dev(x), *dg = dev(g);
+    float *dst = dev(stats), *dl = dev(loss), *ddl = dev(dloss);
     CPU(rt_vp_crossentropy_fwd)(loss.data(), stats.data(), x.data(), idx.data(), n, v, vocab, -100);
     rt_vp_crossentropy_fwd(dl, dst, dx, didx, n, v, vocab, -100);
     check(fmt("vp_crossentropy_fwd n=%ld v=%ld (rank 1 of 2)", n, v), loss, dl, RED);
@@ -835,8 +995,8 @@ static void test_dist(void) {
   }
   rt_dist.tp = 1;
   rt_dist.tp_rank = 0;
-  Vec shard = rand_vec(11), full = rand_vec(11);
-  float *ds = dev(shard), *df = dev(full);
+  Buf<T> shard = rand_vec<T>(11), full = rand_vec<T>(11);
+  T *ds = dev(shard), *df = dev(full);
   CPU(rt_unshard)(full.data(), shard.data(), 11);
   rt_unshard(df, ds, 11);
   check("unshard k=11", full, df, EXACT);
@@ -853,9 +1013,10 @@ static void test_table(void) {
 #include "kernels.def"
       ;
   // less those without a CUDA twin (kernels_cuda.cu's RT_CUDA_SKIP_*), in all
-  // their variants: rt_adamw_host (host code) and the collectives of dist.c
-  const char *const no_twin[] = {"adamw_host", "comm_all_reduce", "comm_reduce_scatter",
-                                 "comm_all_gather", "comm_wait"};
+  // their variants: rt_adamw_host and rt_cast_host (host code) and the
+  // collectives of dist.c
+  const char *const no_twin[] = {"adamw_host",          "cast_host",       "comm_all_reduce",
+                                 "comm_reduce_scatter", "comm_all_gather", "comm_wait"};
   auto skipped = [&](const char *name) {
     for (const char *s : no_twin)
       if (strcmp(name, s) == 0) return 1;
@@ -877,6 +1038,38 @@ static void test_table(void) {
   if (!ok) nfail++;
 }
 
+// The cases of an element type T (float32, bf16), and of a pair (T, U) of a
+// KTU kernel's.
+template <typename T>
+static void test_t(const char *name) {
+  variant = name;
+  test_fill_copy<T>();
+  test_strided_copy<T>();
+  test_slices<T>();
+  test_binary<T>();
+  test_activations<T>();
+  test_unary<T>();
+  test_conv<T>();
+  test_softmaxes<T>();
+  test_attention<T>();
+  test_rope<T>();
+  test_losses<T>();
+  test_find_nonfinite<T>();
+  test_onnx_ops<T>();
+  test_dist<T>();
+}
+
+template <typename T, typename U>
+static void test_tu(const char *name) {
+  variant = name;
+  test_cast<T, U>();
+  test_reduce_sum<T, U>();
+  test_matmul<T, U>();
+  test_embedding<T, U>();
+  test_layernorm<T, U>();
+  test_rmsnorm<T, U>();
+}
+
 int main(void) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -884,27 +1077,18 @@ int main(void) {
     return 77;
   }
   rt_cuda_init(0);
+  int argc = 0;
+  char **argv = NULL;
+  rt_comm_init(&argc, &argv, 1, "one rank");
+  rt_dist_init(1, 1, 2, 0);
   test_table();
-  test_fill_copy();
-  test_strided_copy();
-  test_reduce_sum();
-  test_slices();
-  test_binary();
-  test_activations();
-  test_unary();
-  test_matmul();
-  test_conv();
-  test_embedding();
-  test_layernorm();
-  test_rmsnorm();
-  test_softmaxes();
-  test_attention();
-  test_rope();
-  test_losses();
-  test_optimizers();
-  test_find_nonfinite();
-  test_onnx_ops();
-  test_dist();
+  test_optimizers();  // float32 only
+  test_t<float>("");
+  test_tu<float, float>("");
+  test_t<rt_bf16>("bf16 ");
+  test_tu<rt_bf16, rt_bf16>("bf16 ");
+  test_tu<rt_bf16, float>("bf16->f32 ");
+  test_tu<float, rt_bf16>("f32->bf16 ");
   printf("%d cases, %d failed\n", ncases, nfail);
   return nfail ? 1 : 0;
 }

@@ -1,0 +1,558 @@
+// The CUDA emulation (cuda_emu.h says what it models and checks): the
+// scheduler that runs a launch's threads as fibers, and the CUDA runtime and
+// cuBLAS calls of runtime/kernels_cuda.cu over host memory.
+#include "cuda_emu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+// ASan must be told when the stack changes (or it reports false stack
+// errors): the scheduler's stack to a fiber's and back.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
+
+namespace emu {
+
+dim3 grid_dim, block_dim;
+uint3 block_idx, thread_idx;
+
+#define STACK_BYTES (32 * 1024)  // a thread's stack (the kernels take under 4 KiB)
+#define MAX_THREADS 1024         // a block's
+#define MAX_SMEM (227 * 1024)    // dynamic shared memory a block may have (H100)
+#define GUARD 256                // bytes after the dynamic shared memory, checked after each block
+
+enum State {
+  RUN,   // runs (or is ready to) until it waits or exits
+  SYNC,  // waits at __syncthreads()
+  WARP,  // waits at a warp op
+  DONE,  // has exited
+};
+
+// A thread of the running block: a fiber, and where it waits.
+struct Thread {
+  ucontext_t ctx;
+  char *stack;
+  uint3 idx;
+  State state;
+  const char *file;  // the barrier or warp op it waits at
+  int line;
+  WarpOp op;
+  unsigned mask;
+  int arg, width;
+  uint64_t val, res;  // its value for the warp op, and what it reads
+  void *fake_stack;   // ASan's, while it waits
+};
+
+static const char *const op_names[] = {"__shfl_sync",     "__shfl_up_sync", "__shfl_down_sync",
+                                       "__shfl_xor_sync", "__ballot_sync",  "__any_sync",
+                                       "__all_sync"};
+
+static const char *kernel;  // the running launch's name
+static Thread threads[MAX_THREADS];
+static int nthreads;               // of the running block
+static Thread *cur;                // the running thread
+static void (*thread_fn)(void *);  // what each thread runs
+static void *thread_arg;
+static char *smem;  // the launch's dynamic shared memory, GUARD bytes after it
+static size_t smem_bytes;
+static ucontext_t sched, proto;  // the scheduler's context; one to copy for each fiber
+#ifdef EMU_ASAN
+static const void *sched_stack;  // the scheduler's stack
+static size_t sched_stack_bytes;
+#endif
+
+// ---- errors
+
+// Reports what went wrong in the running block, and aborts.
+[[noreturn]] static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+  fprintf(stderr, "cuda_emu: %s, block (%u,%u,%u): ", kernel, block_idx.x, block_idx.y,
+          block_idx.z);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  fflush(stdout);
+  abort();
+}
+
+// "thread (x,y,z)", and where a thread waits: "__syncthreads at file:line"
+struct Text {
+  char s[160];
+};
+static Text name(const Thread &t) {
+  Text x;
+  snprintf(x.s, sizeof x.s, "thread (%u,%u,%u)", t.idx.x, t.idx.y, t.idx.z);
+  return x;
+}
+static Text where(const Thread &t) {
+  Text x;
+  if (t.state == DONE) {  // (its file and line are a previous wait's, or none)
+    snprintf(x.s, sizeof x.s, "has exited");
+    return x;
+  }
+  const char *base = strrchr(t.file, '/') ? strrchr(t.file, '/') + 1 : t.file;
+  if (t.state == SYNC)
+    snprintf(x.s, sizeof x.s, "waits at __syncthreads at %s:%d", base, t.line);
+  else
+    snprintf(x.s, sizeof x.s, "waits at %s(mask 0x%08x) at %s:%d", op_names[t.op], t.mask, base,
+             t.line);
+  return x;
+}
+
+// ---- barriers: where the threads wait, and who may go on
+
+static bool same_place(const Thread &a, const Thread &b) {
+  return a.state == b.state && a.line == b.line &&
+         (a.file == b.file || strcmp(a.file, b.file) == 0) &&
+         (a.state != WARP || (a.op == b.op && a.mask == b.mask));
+}
+
+// Checks that every lane of the warp op thread i waits at is there too.
+static void check_warp(int i) {
+  const Thread &t = threads[i];
+  int lane = i % 32, base = i - lane;
+  if (t.width < 1 || t.width > 32 || (t.width & (t.width - 1)))
+    fail("%s %s with width %d (not a power of 2 up to 32)", name(t).s, where(t).s, t.width);
+  if (!(t.mask >> lane & 1))
+    fail("%s %s, which leaves out its own lane %d", name(t).s, where(t).s, lane);
+  for (int l = 0; l < 32; l++) {
+    if (!(t.mask >> l & 1)) continue;
+    if (base + l >= nthreads)
+      fail("%s %s, and lane %d of the mask is not a thread of the block (%d threads)", name(t).s,
+           where(t).s, l, nthreads);
+    const Thread &u = threads[base + l];
+    if (!same_place(t, u))
+      fail("%s %s, and lane %d of its mask, %s, %s: %s", name(t).s, where(t).s, l, name(u).s,
+           where(u).s, u.state == SYNC ? "deadlock" : "divergent warp op");
+  }
+}
+
+// What thread i (waiting at a warp op whose every lane has arrived) reads.
+static uint64_t warp_result(int i) {
+  const Thread &t = threads[i];
+  int lane = i % 32, base = i - lane, w = t.width, seg = lane & ~(w - 1), src = lane;
+  switch (t.op) {
+    case SHFL: src = seg + (t.arg & (w - 1)); break;
+    case SHFL_UP: src = lane - t.arg >= seg ? lane - t.arg : lane; break;
+    case SHFL_DOWN: src = lane + t.arg < seg + w ? lane + t.arg : lane; break;
+    case SHFL_XOR: src = (lane ^ t.arg) < seg + w ? lane ^ t.arg : lane; break;
+    default: {  // votes
+      unsigned ballot = 0;
+      for (int l = 0; l < 32; l++)
+        if ((t.mask >> l & 1) && threads[base + l].val) ballot |= 1u << l;
+      return t.op == BALLOT ? ballot : t.op == ANY ? ballot != 0 : ballot == t.mask;
+    }
+  }
+  if (!(t.mask >> src & 1))
+    fail("%s %s, which reads lane %d, not in its mask", name(t).s, where(t).s, src);
+  return threads[base + src].val;
+}
+
+// No thread of warp w runs: lets its warp ops go on (every lane of their masks
+// must be there), and says whether there were any.
+static bool release_warp(int w) {
+  int lo = 32 * w, hi = lo + 32 < nthreads ? lo + 32 : nthreads;
+  unsigned checked = 0;  // lanes whose warp op is known to be complete
+  bool any = false;
+  for (int i = lo; i < hi; i++)
+    if (threads[i].state == WARP) {
+      if (!(checked >> (i - lo) & 1)) {
+        check_warp(i);
+        checked |= threads[i].mask;
+      }
+      threads[i].res = warp_result(i);
+      any = true;
+    }
+  for (int i = lo; i < hi; i++)  // after every lane has read the others' values
+    if (threads[i].state == WARP) threads[i].state = RUN;
+  return any;
+}
+
+// No thread runs: the warp ops go on, else the block's barrier, when every
+// thread waits at the same one.
+static void release(void) {
+  bool warp = false;
+  for (int w = 0; 32 * w < nthreads; w++) warp |= release_warp(w);
+  if (warp) return;
+  const Thread *first = NULL;
+  for (int i = 0; i < nthreads && !first; i++)
+    if (threads[i].state == SYNC) first = &threads[i];
+  for (int i = 0; i < nthreads; i++)
+    if (!same_place(*first, threads[i]))
+      fail("divergent __syncthreads: %s %s, %s %s", name(*first).s, where(*first).s,
+           name(threads[i]).s, where(threads[i]).s);
+  for (int i = 0; i < nthreads; i++) threads[i].state = RUN;
+}
+
+// ---- the schedule: from one barrier to the next, the threads take turns in
+// one of four orders, the next block the next order:
+//   0, 1: rounds; each thread that can runs one turn, in index order (1: in
+//         reverse), until every thread waits; then release() lets some go on;
+//   2, 3: warp by warp (3: the last warp first, lanes in reverse too), each
+//         warp until it waits at __syncthreads or has exited, its warp ops
+//         going on as soon as their lanes are there.
+// Rounds give a missing barrier between the threads of a warp a chance to
+// show, warps that run ahead one between warps.
+
+static int order;     // the block's order
+static int turn;      // 0, 1: turns taken this round; 2, 3: warps done
+static long nblocks;  // blocks run so far
+
+// The next thread to run, or NULL when they all wait or have exited.
+static Thread *next_ready(void) {
+  if (order < 2) {
+    while (++turn < nthreads) {
+      Thread *t = &threads[order ? nthreads - 1 - turn : turn];
+      if (t->state == RUN) return t;
+    }
+    return NULL;
+  }
+  for (int nwarps = (nthreads + 31) / 32; turn < nwarps;) {
+    int w = order == 3 ? nwarps - 1 - turn : turn;
+    for (int l = 0; l < 32; l++) {
+      int i = 32 * w + (order == 3 ? 31 - l : l);
+      if (i < nthreads && threads[i].state == RUN) return &threads[i];
+    }
+    if (!release_warp(w)) turn++;  // the warp waits at __syncthreads or has exited
+  }
+  return NULL;
+}
+
+// ---- switching: each thread switches straight to the next (one swapcontext
+// a turn); the last before all wait, back to the scheduler.
+
+// Leaves the running thread, or the scheduler (from NULL), for thread `to`, or
+// for the scheduler (to NULL); a thread that has exited never comes back.
+static void switch_to(Thread *from, Thread *to) {
+  ucontext_t *save = from ? &from->ctx : &sched;
+  cur = to;
+  if (to) thread_idx = to->idx;
+#ifdef EMU_ASAN
+  void *fake, **save_fake = !from ? &fake : from->state == DONE ? NULL : &from->fake_stack;
+  if (to)
+    __sanitizer_start_switch_fiber(save_fake, to->stack, STACK_BYTES);
+  else
+    __sanitizer_start_switch_fiber(save_fake, sched_stack, sched_stack_bytes);
+#endif
+  swapcontext(save, to ? &to->ctx : &sched);
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(from ? from->fake_stack : fake, NULL, NULL);
+#endif
+}
+
+// The running thread waits (or has exited): the next one runs.
+static void leave(State s) {
+  cur->state = s;
+  switch_to(cur, next_ready());
+}
+
+static void thread_main(void) {
+#ifdef EMU_ASAN
+  // the first switch of all comes from the scheduler: its stack
+  const void *from;
+  size_t from_bytes;
+  __sanitizer_finish_switch_fiber(NULL, &from, &from_bytes);
+  if (!sched_stack) sched_stack = from, sched_stack_bytes = from_bytes;
+#endif
+  thread_fn(thread_arg);
+  leave(DONE);
+}
+
+void syncthreads(const char *file, int line) {
+  if (!cur) {
+    fprintf(stderr, "cuda_emu: __syncthreads outside a kernel (%s:%d)\n", file, line);
+    abort();
+  }
+  cur->file = file;
+  cur->line = line;
+  leave(SYNC);
+}
+
+uint64_t warp_op(WarpOp op, unsigned mask, uint64_t v, int arg, int width, const char *file,
+                 int line) {
+  if (!cur) {
+    fprintf(stderr, "cuda_emu: %s outside a kernel (%s:%d)\n", op_names[op], file, line);
+    abort();
+  }
+  Thread *t = cur;
+  t->op = op;
+  t->mask = mask;
+  t->val = v;
+  t->arg = arg;
+  t->width = width;
+  t->file = file;
+  t->line = line;
+  leave(WARP);
+  return t->res;
+}
+
+void *dynamic_shared(void) { return smem; }
+
+// ---- launches
+
+static void run_block(void) {
+  int bx = (int)block_dim.x, by = (int)block_dim.y;
+  memset(smem, 0xff, smem_bytes);  // NaN as floats: reads before writes show
+  memset(smem + smem_bytes, 0xa5, GUARD);
+#ifdef EMU_ASAN
+  ASAN_POISON_MEMORY_REGION(smem + smem_bytes, GUARD);
+#endif
+  for (int i = 0; i < nthreads; i++) {
+    Thread &t = threads[i];
+    t.idx = make_uint3((unsigned)(i % bx), (unsigned)(i / bx % by), (unsigned)(i / (bx * by)));
+    t.state = RUN;
+    t.ctx = proto;
+    t.ctx.uc_stack.ss_sp = t.stack;
+    t.ctx.uc_stack.ss_size = STACK_BYTES;
+    t.ctx.uc_link = NULL;
+    makecontext(&t.ctx, thread_main, 0);
+  }
+  order = (int)(nblocks++ % 4);
+  for (;;) {
+    turn = order < 2 ? -1 : 0;
+    Thread *first = next_ready();
+    if (first) switch_to(NULL, first);
+    int done = 0;
+    for (int i = 0; i < nthreads; i++) done += threads[i].state == DONE;
+    if (done == nthreads) break;
+    release();
+  }
+#ifdef EMU_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(smem + smem_bytes, GUARD);
+#endif
+  size_t past = 0;  // bytes up to the last one written in the guard
+  for (size_t i = 0; i < GUARD; i++)
+    if ((unsigned char)smem[smem_bytes + i] != 0xa5) past = i + 1;
+  if (past) fail("wrote %zu bytes past its %zu bytes of dynamic shared memory", past, smem_bytes);
+}
+
+void run(const char *name, dim3 grid, dim3 block, size_t smem_size, void (*fn)(void *), void *arg) {
+  kernel = name;
+  block_idx = make_uint3(0, 0, 0);
+  long n = (long)block.x * block.y * block.z;
+  if (n < 1 || n > MAX_THREADS || block.z > 64 || grid.x < 1 || grid.y < 1 || grid.z < 1 ||
+      grid.y > 65535 || grid.z > 65535 || smem_size > MAX_SMEM)
+    fail("(%u,%u,%u) blocks of (%u,%u,%u) threads, %zu bytes of shared memory: past the limits",
+         grid.x, grid.y, grid.z, block.x, block.y, block.z, smem_size);
+  static bool started;
+  if (!started) {  // once: the stacks, and a context to copy
+    for (Thread &t : threads)
+      if (!(t.stack = (char *)malloc(STACK_BYTES))) fail("out of memory");
+    getcontext(&proto);
+    started = true;
+  }
+  grid_dim = grid;
+  block_dim = block;
+  nthreads = (int)n;
+  thread_fn = fn;
+  thread_arg = arg;
+  smem_bytes = smem_size;
+  smem = (char *)malloc(smem_bytes + GUARD);
+  if (!smem) fail("out of memory");
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        block_idx = make_uint3(x, y, z);
+        run_block();
+      }
+  free(smem);
+  smem = NULL;
+}
+
+}  // namespace emu
+
+// ---- the CUDA runtime: host memory, one device, everything synchronous
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+  *p = malloc(bytes ? bytes : 1);  // the exact size: ASan sees a kernel read past it
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind) {
+  memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind,
+                            cudaStream_t) {
+  memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind, cudaStream_t) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+  for (size_t r = 0; r < height; r++)
+    memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+  memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
+  memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+const char *cudaGetErrorString(cudaError_t err) {
+  static char s[64];
+  snprintf(s, sizeof s, "emulated CUDA error %d", (int)err);
+  return s;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t cudaGetDevice(int *device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int) {
+  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+  *value = MAX_SMEM;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
+
+}  // extern "C"
+
+// ---- cuBLAS: a reference GEMM
+
+struct cublasContext {
+  cublasMath_t math;
+};
+
+// Element i of a matrix of type t, as a float.
+static float load(const void *p, cudaDataType t, long i) {
+  return t == CUDA_R_32F ? ((const float *)p)[i] : __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+// For each of batch items b: C_b = alpha op(A_b) op(B_b) + beta C_b, column-major:
+// op(A_b) m x k, op(B_b) k x n, C_b m x n; X_b = X + b * stride. Summed in
+// double, the product times alpha plus beta C (C not read when beta is 0) rounded
+// once to C's type. Float or bf16 operands (both the same), a float or bf16 C.
+static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const void *a, cudaDataType at,
+                           int lda, long long sa, const void *b, cudaDataType bt, int ldb,
+                           long long sb, const float *beta, void *c, cudaDataType ct, int ldc,
+                           long long sc, int batch) {
+  if (!h || h->math != CUBLAS_DEFAULT_MATH) return CUBLAS_STATUS_NOT_SUPPORTED;  // no TF32
+  bool ok_types = at == bt && (at == CUDA_R_32F || at == CUDA_R_16BF) &&
+                  (ct == CUDA_R_32F || ct == CUDA_R_16BF) && (at == CUDA_R_16BF || ct == at);
+  if (!ok_types) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
+      m < 0 || n < 0 || k < 0 || batch < 0 || lda < (ta == CUBLAS_OP_N ? m : k) || lda < 1 ||
+      ldb < (tb == CUBLAS_OP_N ? k : n) || ldb < 1 || ldc < m || ldc < 1)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  for (int i = 0; i < batch; i++)
+    for (int col = 0; col < n; col++)
+      for (int row = 0; row < m; row++) {
+        double s = 0.0;
+        for (int l = 0; l < k; l++) {
+          long ia = ta == CUBLAS_OP_N ? row + (long)l * lda : l + (long)row * lda;
+          long ib = tb == CUBLAS_OP_N ? l + (long)col * ldb : col + (long)l * ldb;
+          s += (double)load(a, at, i * sa + ia) * (double)load(b, bt, i * sb + ib);
+        }
+        long ic = i * sc + row + (long)col * ldc;
+        double r = *alpha * s + (*beta != 0.0f ? *beta * (double)load(c, ct, ic) : 0.0);
+        if (ct == CUDA_R_32F)
+          ((float *)c)[ic] = (float)r;
+        else
+          ((__nv_bfloat16 *)c)[ic] = __float2bfloat16_rn((float)r);
+      }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+  static cublasContext ctx;
+  ctx.math = CUBLAS_DEFAULT_MATH;
+  *h = &ctx;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+  h->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void *, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t st) {
+  static char s[64];
+  snprintf(s, sizeof s, "emulated cuBLAS status %d", (int)st);
+  return s;
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                              int n, int k, const float *alpha, const float *a, int lda,
+                              const float *b, int ldb, const float *beta, float *c, int ldc) {
+  return gemm(h, ta, tb, m, n, k, alpha, a, CUDA_R_32F, lda, 0, b, CUDA_R_32F, ldb, 0, beta, c,
+              CUDA_R_32F, ldc, 0, 1);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                         cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *a, int lda, long long sa,
+                                         const float *b, int ldb, long long sb, const float *beta,
+                                         float *c, int ldc, long long sc, int batch) {
+  return gemm(h, ta, tb, m, n, k, alpha, a, CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb, sb, beta, c,
+              CUDA_R_32F, ldc, sc, batch);
+}
+
+// float32 accumulation (CUBLAS_COMPUTE_32F), alpha and beta floats
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *a, cudaDataType at,
+                            int lda, const void *b, cudaDataType bt, int ldb, const void *beta,
+                            void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+  if (compute != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  return gemm(h, ta, tb, m, n, k, (const float *)alpha, a, at, lda, 0, b, bt, ldb, 0,
+              (const float *)beta, c, ct, ldc, 0, 1);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *a, cudaDataType at,
+                                          int lda, long long sa, const void *b, cudaDataType bt,
+                                          int ldb, long long sb, const void *beta, void *c,
+                                          cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+  if (compute != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  return gemm(h, ta, tb, m, n, k, (const float *)alpha, a, at, lda, sa, b, bt, ldb, sb,
+              (const float *)beta, c, ct, ldc, sc, batch);
+}
+
+}  // extern "C"
