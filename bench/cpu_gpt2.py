@@ -51,7 +51,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, C, L, NH, V = 4, 768, 12, 12, 50257
-STEP_RE = re.compile(r"^step (\d+) \| loss ([-0-9.naninf]+) \| ([0-9.]+) ms")
+STEP_RE = re.compile(r"^step (\d+)(?:/\d+)? \| loss ([-0-9.naninf]+) \| ([0-9.]+) ms")
 
 
 # ---------------------------------------------------------------------------

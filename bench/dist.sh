@@ -184,7 +184,7 @@ row() {   # model-name steps "model flags" ranks layout-name "layout flags"
 
   # rank 0's step times, the first dropped when there are others
   local step
-  step=$(awk -v keep=$((nsteps > 1 ? 2 : 1)) -F' [|] ' '/^step [0-9]+ [|]/ {
+  step=$(awk -v keep=$((nsteps > 1 ? 2 : 1)) -F' [|] ' '/^step [0-9]+(\/[0-9]+)? [|]/ {
            split($1, s, " "); if (s[2] >= keep) { sub(/ ms$/, "", $3); print $3 } }' "$log" |
          sort -g | awk '{ v[NR] = $1 } END { printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
   local dp tokens tps

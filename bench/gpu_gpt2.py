@@ -29,7 +29,7 @@ import sys
 
 SIZES = {"124M": (12, 768, 12), "350M": (24, 1024, 16)}  # L, C, NH
 V = 50257
-STEP_RE = re.compile(r"^step (\d+) \| loss ([-0-9.naninfe+]+) \| ([0-9.]+) ms")
+STEP_RE = re.compile(r"^step (\d+)(?:/\d+)? \| loss ([-0-9.naninfe+]+) \| ([0-9.]+) ms")
 MEM_RE = re.compile(r"\(cudaMemGetInfo\) (\d+) bytes")
 WARMUP = 3
 

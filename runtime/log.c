@@ -41,6 +41,7 @@ void rt_log_write_step(rt_log *log, const rt_log_step *s) {
   add_number(o, "ms", s->ms);
   add_number(o, "tokens_per_s", s->tokens_per_s);
   add_number(o, "gflops_per_s", s->gflops_per_s);
+  add_number(o, "mfu", s->mfu);
   write_line(log, o);
 }
 

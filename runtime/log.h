@@ -19,6 +19,7 @@ typedef struct rt_log_step {
   double ms;         // the step's time
   double tokens_per_s;
   double gflops_per_s;  // the model's forward, backward and update FLOPs over the step's time
+  double mfu;           // ... over the device's peak (NaN: unknown)
 } rt_log_step;
 
 // Opens path for writing (replacing it); -1 with errno set when it cannot.

@@ -123,6 +123,7 @@ typedef struct {
   const char *tokenizer;      // tokenizer.bin (NULL: the one beside --data's shards, if any)
   float temperature;    // 0: the most likely token each time
   int top_k;            // draw among the k most likely (0: all)
+  double peak_tflops;   // the device's peak for MFU (0: a GPU's published one, if known)
   const char *ckpt_dir; // checkpoints go here (checkpoint.h; NULL: none)
   int ckpt_every;       // ... every N steps (0: at the end and on SIGINT/SIGTERM only)
   int keep;             // ... the newest K of them stay (0: all)
@@ -201,7 +202,12 @@ static void print_help(void) {
       "                  folder) up to --steps, on this program's layout\n"
       "  --dump-grads FILE  write every parameter's gradient after the first\n"
       "                  backward (before the first update) as safetensors\n"
-      "  --log-every N   print every N steps; the last always prints (default 1)\n"
+      "  --log-every N   print every N steps; the last always prints (default 1);\n"
+      "                  each line: step n/N, loss, time, tokens/s, lr, gradient\n"
+      "                  norm, the time left (ETA) and, where the peak is known,\n"
+      "                  MFU (the model's FLOPs over the device's peak)\n"
+      "  --peak-tflops F  the device's peak for MFU (default: a GPU's published\n"
+      "                  dense figure in the program's precision; a CPU has none)\n"
       "  --log FILE      write a JSON line per step (step, loss, lr, grad_norm, ms,\n"
       "                  tokens_per_s, gflops_per_s) to FILE, whatever --log-every;\n"
       "                  tools/plot_log.py draws it\n"
@@ -293,7 +299,8 @@ static options parse_args(int argc, char **argv) {
       expects = "an integer in [0, 18446744073709551615]";
     else if (!strcmp(name, "--lr") || !strcmp(name, "--beta1") || !strcmp(name, "--beta2") ||
              !strcmp(name, "--eps") || !strcmp(name, "--weight-decay") || !strcmp(name, "--lr-min") ||
-             !strcmp(name, "--grad-clip") || !strcmp(name, "--temperature"))
+             !strcmp(name, "--grad-clip") || !strcmp(name, "--temperature") ||
+             !strcmp(name, "--peak-tflops"))
       expects = "a non-negative number";
     else if (!strcmp(name, "--prompt"))
       expects = "a text";
@@ -322,6 +329,8 @@ static options parse_args(int argc, char **argv) {
       o.keep = (int)parse_int(name, val, 0, INT_MAX, expects);
     } else if (!strcmp(name, "--top-k")) {
       o.top_k = (int)parse_int(name, val, 0, INT_MAX, expects);
+    } else if (!strcmp(name, "--peak-tflops")) {
+      o.peak_tflops = parse_float(name, val, 0);
     } else if (!strcmp(name, "--temperature")) {
       o.temperature = parse_float(name, val, 0);
     } else if (!strcmp(name, "--prompt")) {
@@ -1656,6 +1665,33 @@ static double median(const double *v, int n) {
   return m;
 }
 
+// "1h02m", "3m05s", "42s"
+static void format_seconds(char *out, size_t cap, double s) {
+  long t = isfinite(s) && s > 0 ? (long)(s + 0.5) : 0;
+  if (t >= 3600) snprintf(out, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else if (t >= 60) snprintf(out, cap, "%ldm%02lds", t / 60, t % 60);
+  else snprintf(out, cap, "%lds", t);
+}
+
+// The dense peak FLOP/s of this rank's device in the program's precision, for
+// MFU: --peak-tflops, else the published figure of a GPU mtc knows (NVIDIA's
+// data sheets: tensor cores in bf16, CUDA cores in float32), else 0 (a CPU:
+// bench/gemm.c measures one).
+static double peak_flops(const options *o) {
+  if (o->peak_tflops > 0) return o->peak_tflops * 1e12;
+  static const struct {
+    const char *gpu;
+    double bf16, fp32;  // TFLOP/s
+  } known[] = {{"H200", 989.4, 66.9}, {"H100 80GB HBM3", 989.4, 66.9}, {"H100 PCIe", 756.0, 51.2},
+               {"H100", 989.4, 66.9}, {"A100", 312.0, 19.5}, {"L4", 121.0, 30.3},
+               {"L40S", 362.0, 91.6}, {"A10", 125.0, 31.2}};
+  const char *name = rt_device_name();
+  bool bf16 = mtc_model.init_copies != NULL;  // bf16 programs have working copies
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strstr(name, known[i].gpu)) return 1e12 * (bf16 ? known[i].bf16 : known[i].fp32);
+  return 0;
+}
+
 // ---------------------------------------------------------------------------
 
 static FILE *every_rank;  // stdout, also on ranks whose stdout is silenced
@@ -1816,6 +1852,7 @@ int main(int argc, char **argv) {
   }
 
   // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
+  double peak = peak_flops(&opt);  // for MFU (0: unknown)
   long first = opt.resume ? resumed.step + 1 : 1, run = opt.steps - first + 1;  // steps to run
   if (run < 0) run = 0;
   if (opt.resume && run == 0)
@@ -1863,13 +1900,22 @@ int main(int argc, char **argv) {
     times[(next - first) % TIMED_STEPS] = dt;
     comm_times[(next - first) % TIMED_STEPS] = rt_comm_seconds() - comm0;
     double tps = dt > 0 ? (double)global_tokens / dt : 0.0;
+    double mfu = peak > 0 && dt > 0 ? M->flops_per_step / dt / peak : NAN;
     rt_log_write_step(&log, &(rt_log_step){.step = step, .steps = opt.steps, .loss = loss,
                                            .lr = opt.h.lr, .grad_norm = norm, .ms = 1e3 * dt,
                                            .tokens_per_s = tps,
-                                           .gflops_per_s = dt > 0 ? M->flops_per_step / dt / 1e9 : 0});
+                                           .gflops_per_s = dt > 0 ? M->flops_per_step / dt / 1e9 : 0,
+                                           .mfu = mfu});
     if (step % opt.log_every == 0 || step == opt.steps) {
-      printf("step %d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g | norm %.4f\n", step, loss,
-             1e3 * dt, tps, opt.h.lr, norm);
+      char eta[32], util[32] = "";
+      // the time left: the mean of the last (up to 10) steps' times for each step to come
+      long done = next - first + 1, k = done < 10 ? done : 10;
+      double recent = 0;
+      for (long j = done - k; j < done; j++) recent += times[j % TIMED_STEPS];
+      format_seconds(eta, sizeof eta, recent / (double)k * (double)(opt.steps - step));
+      if (isfinite(mfu)) snprintf(util, sizeof util, " | MFU %.1f%%", 100 * mfu);
+      printf("step %d/%d | loss %.6f | %.1f ms | %.0f tok/s | lr %.4g | norm %.4f | ETA %s%s\n",
+             step, opt.steps, loss, 1e3 * dt, tps, opt.h.lr, norm, eta, util);
       fflush(stdout);
     }
     if (opt.val_data && (step == opt.steps || (opt.val_every && step % opt.val_every == 0))) {

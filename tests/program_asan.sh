@@ -23,7 +23,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # a good run, leaks checked; its weights are the base of the bad files
 ASAN_OPTIONS=detect_leaks=1 ./train --steps 1 --save w.st > good.log 2>&1 ||
   fail "a normal run failed under the sanitizers: $(cat good.log)"
-grep -q "^step 1 |" good.log || fail "no step in the normal run"
+grep -q "^step 1/" good.log || fail "no step in the normal run"
 python3 "$here/st_poke.py" inputs in.st 1 8 16 3
 
 python3 - << 'EOF2'

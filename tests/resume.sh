@@ -19,8 +19,8 @@ rm -rf "$out"
 mkdir -p "$out"
 cd "$out"
 fail() { echo "FAIL: $*"; exit 1; }
-# the step lines without their times: step, loss, lr, norm
-steps_of() { grep '^step' "$@" | awk -F'|' '{ print $1 $2 $5 $6 }'; }
+# the step lines without their times and step counts: step, loss, lr, norm
+steps_of() { grep '^step' "$@" | awk -F'|' '{ sub(/\/[0-9]+/, "", $1); print $1 $2 $5 $6 }'; }
 same() {  # same WHAT FILE1 FILE2
   diff <(steps_of "$2") <(steps_of "$3") > /dev/null ||
     { paste -d'\n' <(steps_of "$2") <(steps_of "$3") | head -20; fail "$1"; }
@@ -113,7 +113,7 @@ fi
 # SIGTERM: a checkpoint after the step in progress, exit 143; it resumes as if never stopped
 one/train "${adamw[@]}" --steps 1000000 --checkpoint-dir ck5 --keep 2 > sig.run &
 pid=$!
-for _ in $(seq 200); do grep -q '^step 30 ' sig.run && break; sleep 0.05; done
+for _ in $(seq 200); do grep -q '^step 30/' sig.run && break; sleep 0.05; done
 kill -TERM $pid
 set +e
 wait $pid

@@ -133,7 +133,7 @@ echo "ok: the learning-rate schedule"
 # the gradient norm each step prints is that of the gradients (--dump-grads), before clipping;
 # --grad-clip above it changes nothing, and one at a quarter of it scales the first SGD step
 # as a quarter of the rate does (the second loss, to print precision)
-norm() { sed -n 's/^step.*| norm \([0-9.]*\)$/\1/p' "$1" | sed -n "${2}p"; }
+norm() { sed -n 's/^step.*| norm \([0-9.]*\) |.*$/\1/p' "$1" | sed -n "${2}p"; }
 ./train --inputs in_i32.safetensors --optimizer sgd --lr 0.5 --steps 2 --dump-grads g1.st > plain.out
 n1=$(norm plain.out 1)
 "$python" - "$tools" g1.st "$n1" << 'EOF'
@@ -167,12 +167,15 @@ import json, re, sys
 recs = [json.loads(line) for line in open(sys.argv[1])]
 assert [r["step"] for r in recs] == [1, 2, 3] and all(r["steps"] == 3 for r in recs), recs
 assert all(r["kind"] == "train" and r["ms"] > 0 and r["tokens_per_s"] > 0 for r in recs), recs
+matched = 0
 for line in open(sys.argv[2]):
-    m = re.match(r"step (\d+) \| loss (\S+) \|.*\| lr (\S+) \| norm (\S+)$", line.strip())
+    m = re.match(r"step (\d+)/3 \| loss (\S+) \|.*\| lr (\S+) \| norm (\S+) \| ETA \S+$", line.strip())
     if m:
+        matched += 1
         r = recs[int(m.group(1)) - 1]
         assert f"{r['loss']:.6f}" == m.group(2), (r, line)
         assert f"{r['lr']:.4g}" == m.group(3) and f"{r['grad_norm']:.4f}" == m.group(4), (r, line)
+assert matched == 2, f"{matched} step lines of the form 'step n/3 | ... | norm X | ETA T'"
 EOF
 [ "$(grep -c '^step' logged.out)" -eq 2 ] || fail "--log changed what the program prints"
 expect 1 "--log no/such/dir/run.jsonl: cannot write it: No such file or directory" \

@@ -165,18 +165,18 @@ def logged_losses(path):
     losses = []
     with open(path) as f:
         for line in f:
-            m = re.match(r"step (\d+) \| loss ([-+0-9.eEinfa]+) ", line)
+            m = re.match(r"step (\d+)(?:/\d+)? \| loss ([-+0-9.eEinfa]+) ", line)
             if m:
                 losses.append(float(m.group(2)))
     return losses
 
 
 def logged_norms(path):
-    """The gradient norms `train` printed (`... | norm X` ending a step line)."""
+    """The gradient norms `train` printed (`... | norm X |` in a step line)."""
     norms = []
     with open(path) as f:
         for line in f:
-            m = re.match(r"step \d+ \|.*\| norm ([-+0-9.eEinfa]+)$", line.strip())
+            m = re.match(r"step \d+(?:/\d+)? \|.*\| norm ([-+0-9.eEinfa]+)(?: \||$)", line.strip())
             if m:
                 norms.append(float(m.group(1)))
     return norms
