@@ -818,6 +818,7 @@ static void emit_buckets(Emit *e) {
 static void emit_adam_offsets(Emit *e) {
   IrGraph *g = e->g;
   println(e, "static const long adam_offsets[] = {");
+  int n = 0;  // sixteen pairs a line, in the params table's order
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < g->nvalues; i++) {
       const IrValue *v = g->values[i];
@@ -825,9 +826,11 @@ static void emit_adam_offsets(Emit *e) {
         continue;
       long long m, vv;
       moment_offsets(e, pass ? NULL : adamw_of(g, v), &m, &vv);
-      println(e, "  %lld, %lld,", m, vv);
+      fprintf(e->f, "%s%lld, %lld,", n % 16 ? " " : "  ", m, vv);
+      if (++n % 16 == 0)
+        fputc('\n', e->f);
     }
-  println(e, "  -1, -1,");
+  println(e, "%s-1, -1,", n % 16 ? " " : "  ");
   println(e, "};");
   blank(e);
 }

@@ -32,7 +32,7 @@ losses() {
     echo "FAIL: a name ran as code in $dir" >&2
     return 1
   fi
-  sed -n 's/^\(step [0-9]* | loss [^ ]*\).*/\1/p' "$dir.train"
+  sed -n 's/^\(step [0-9/]* | loss [^ ]*\).*/\1/p' "$dir.train"
 }
 
 # same WHAT PLAIN HOSTILE: the two runs' losses, equal to the last digit
