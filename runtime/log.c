@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-int rt_log_open(rt_log *log, const char *path) {
-  log->f = fopen(path, "w");
+int rt_log_open(rt_log *log, const char *path, int append) {
+  log->f = fopen(path, append ? "a" : "w");
   return log->f ? 0 : -1;
 }
 

@@ -22,8 +22,9 @@ typedef struct rt_log_step {
   double mfu;           // ... over the device's peak (NaN: unknown)
 } rt_log_step;
 
-// Opens path for writing (replacing it); -1 with errno set when it cannot.
-int rt_log_open(rt_log *log, const char *path);
+// Opens path for writing: replacing it, or (a resumed run) appending to it;
+// -1 with errno set when it cannot.
+int rt_log_open(rt_log *log, const char *path, int append);
 void rt_log_write_step(rt_log *log, const rt_log_step *s);
 // A validation after step `step` of `steps`: the mean loss over `batches` global batches.
 void rt_log_write_val(rt_log *log, long step, long steps, double loss, long batches);

@@ -128,6 +128,7 @@ typedef struct {
   int ckpt_every;       // ... every N steps (0: at the end and on SIGINT/SIGTERM only)
   int keep;             // ... the newest K of them stay (0: all)
   const char *resume;   // continue from a checkpoint (a --checkpoint-dir, or one step_* folder)
+  const char *init_from;  // safetensors: the weights it has by name, over the initial ones
   const char *inputs;   // safetensors: one fixed batch, by input name
   const char *weights;  // NULL: weights.bin here or next to the program
   const char *load;     // safetensors: the weights by name, instead of weights.bin
@@ -188,6 +189,10 @@ static void print_help(void) {
       "                  (default: drawn from the compiled seed, or for a model\n"
       "                  that gives its own values weights.bin in the current\n"
       "                  directory, else next to this program)\n"
+      "  --init-from FILE  start from the weights a safetensors file has by name (a\n"
+      "                  Hugging Face checkpoint: F32 or BF16; a matrix stored\n"
+      "                  transposed, as GPT-2's Conv1D, is transposed), the others\n"
+      "                  as initialized (listed); for fine-tuning\n"
       "  --load FILE     initial weights from a safetensors file, by name (F32),\n"
       "                  instead of weights.bin (which still gives the model's\n"
       "                  constants that FILE lacks)\n"
@@ -209,7 +214,8 @@ static void print_help(void) {
       "  --peak-tflops F  the device's peak for MFU (default: a GPU's published\n"
       "                  dense figure in the program's precision; a CPU has none)\n"
       "  --log FILE      write a JSON line per step (step, loss, lr, grad_norm, ms,\n"
-      "                  tokens_per_s, gflops_per_s) to FILE, whatever --log-every;\n"
+      "                  tokens_per_s, gflops_per_s, mfu) and per validation to FILE,\n"
+      "                  whatever --log-every (appended to with --resume);\n"
       "                  tools/plot_log.py draws it\n"
       "  --no-check-finite  do not scan the gradients and weights of each step for\n"
       "                  NaN and infinities (the loss is always checked)\n"
@@ -311,7 +317,7 @@ static options parse_args(int argc, char **argv) {
              !strcmp(name, "--dump-grads") || !strcmp(name, "--log") ||
              !strcmp(name, "--val-data") || !strcmp(name, "--prompt-tokens") ||
              !strcmp(name, "--tokenizer") || !strcmp(name, "--checkpoint-dir") ||
-             !strcmp(name, "--resume"))
+             !strcmp(name, "--resume") || !strcmp(name, "--init-from"))
       expects = "a file name";
     else
       usage_error("unknown option '%s'", arg);
@@ -386,6 +392,7 @@ static options parse_args(int argc, char **argv) {
       else if (!strcmp(name, "--tokenizer")) o.tokenizer = val;
       else if (!strcmp(name, "--checkpoint-dir")) o.ckpt_dir = val;
       else if (!strcmp(name, "--resume")) o.resume = val;
+      else if (!strcmp(name, "--init-from")) o.init_from = val;
       else o.dump_grads = val;
     }
   }
@@ -394,8 +401,10 @@ static options parse_args(int argc, char **argv) {
   if (o.prompt && o.prompt_tokens) usage_error("--prompt and --prompt-tokens exclude each other");
   if ((o.ckpt_every || o.keep) && !o.ckpt_dir)
     usage_error("--checkpoint-every and --keep: give the folder with --checkpoint-dir");
-  if (o.resume && (o.load || o.weights))
-    usage_error("--resume gives the weights: leave out --load and --weights");
+  if (o.resume && (o.load || o.weights || o.init_from))
+    usage_error("--resume gives the weights: leave out --load, --weights and --init-from");
+  if (o.init_from && o.load)
+    usage_error("--init-from and --load exclude each other (--load needs every parameter)");
   if ((o.prompt || o.prompt_tokens || o.top_k) && !o.sample)
     usage_error("--prompt, --prompt-tokens and --top-k are for sampling: give --sample N");
   if (o.sample && mtc_model.logits_offset < 0)
@@ -924,6 +933,57 @@ static void load_named_weights(char *arena, const char *flag, const char *path, 
     done[i] = true;
   }
   note_unused(&f, flag, path, M->params, M->n_params, "parameter or constant");
+  rt_st_close(&f);
+}
+
+// --init-from: over the initial weights (in arena), every trained parameter
+// the file has by name, F32 or BF16, of the parameter's shape or (a matrix)
+// its transpose; the others keep their initial values, listed in a note.
+static void init_from(char *arena, const char *path) {
+  const rt_model *M = &mtc_model;
+  rt_st_file f;
+  open_safetensors(&f, "--init-from", path);
+  int found = 0, transposed = 0, missing = 0;
+  char names[600] = "";
+  for (int i = 0; i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    const rt_st_tensor *t = rt_st_find(&f, p->name);
+    if (p->kind != RT_PARAM_TRAINED) continue;
+    if (!t) {
+      if (strlen(names) < 500)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
+                 missing ? ", " : "", p->name);
+      missing++;
+      continue;
+    }
+    bool same = t->rank == p->rank, flip = p->rank == 2 && t->rank == 2 &&
+                                           t->shape[0] == p->sizes[1] && t->shape[1] == p->sizes[0];
+    for (int k = 0; same && k < p->rank; k++) same = t->shape[k] == p->sizes[k];
+    if (!same && !flip) find_like(&f, "--init-from", path, p, "parameter");  // says how
+    if (t->dtype != RT_ST_F32 && t->dtype != RT_ST_BF16)
+      fail("--init-from %s: tensor '%s' is %s; expected F32 or BF16", path, p->name,
+           rt_st_dtype_name(t->dtype));
+    float *dst = (float *)param_ptr(arena, i);
+    if (same) {
+      rt_st_to_f32(t, dst);
+    } else {  // [cols, rows] as stored: transpose into [rows, cols]
+      float *tmp = malloc((size_t)p->numel * sizeof *tmp);
+      if (!tmp) fail("out of memory");
+      rt_st_to_f32(t, tmp);
+      long rows = p->sizes[0], cols = p->sizes[1];
+      for (long r = 0; r < rows; r++)
+        for (long c = 0; c < cols; c++) dst[r * cols + c] = tmp[c * rows + r];
+      free(tmp);
+      transposed++;
+    }
+    found++;
+  }
+  printf("--init-from %s: %d parameters (%d of them transposed)", path, found, transposed);
+  if (missing)
+    printf("; %d not in the file keep their initial values: %s%s", missing, names,
+           strlen(names) >= 500 ? ", ..." : "");
+  printf("\n");
+  note_unused(&f, "--init-from", path, M->params, M->n_params, "parameter");
   rt_st_close(&f);
 }
 
@@ -1727,7 +1787,7 @@ int main(int argc, char **argv) {
   check_target("--dump-grads", opt.dump_grads);
   rt_log log = {0};  // rank 0 writes it
   if (opt.log) {
-    bool bad = rt_comm_rank() == 0 && rt_log_open(&log, opt.log) != 0;
+    bool bad = rt_comm_rank() == 0 && rt_log_open(&log, opt.log, opt.resume != NULL) != 0;
     stop_together(bad, 0, "--log %s: cannot write it: %s", opt.log, bad ? strerror(errno) : "");
   }
   make_global_inputs();
@@ -1778,6 +1838,7 @@ int main(int argc, char **argv) {
   }
   if (!all && (opt.weights || M->weights_file)) load_weights(stage, opt.weights, argv[0], done);
   else if (!all) draw_weights(stage, done);
+  if (opt.init_from) init_from(stage, opt.init_from);
   free(done);
   tp_scatter(stage, VIEW_PARAMS);
   scatter_images(stage, VIEW_PARAMS);

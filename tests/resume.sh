@@ -6,6 +6,7 @@
 #   - a model with dropout: 3 + resume + 3 = 6 straight (the masks' counter);
 #   - across layouts: one rank -> ZeRO-3 on two ranks -> tp 2 -> one rank, each
 #     resuming the last one's checkpoint, within 1e-5 of 24 steps straight;
+#   - --log appends to the log of the run it resumes;
 #   - SIGTERM stops a run after its step with a checkpoint (exit 143), which
 #     resumes as if never stopped; --keep keeps the newest; a truncated file or a
 #     damaged state is refused with a message.
@@ -41,9 +42,10 @@ adamw=(--optimizer adamw --lr 3e-3 --eps 1e-4 --weight-decay 0.1 --data train_00
 # one rank, float32: bit for bit
 build_program "$mtc" "$gpt2" one one.log "${dims[@]}" -D B=4
 one/train "${adamw[@]}" --steps 20 --save straight.st > straight.run
-one/train "${adamw[@]}" --steps 10 --checkpoint-dir ck1 > first.run
+one/train "${adamw[@]}" --steps 10 --checkpoint-dir ck1 --log run.jsonl > first.run
 grep -q "^checkpoint ck1/step_00000010 (step 10)" first.run || fail "no checkpoint at the end"
-one/train "${adamw[@]}" --steps 20 --resume ck1 --save resumed.st > second.run
+one/train "${adamw[@]}" --steps 20 --resume ck1 --save resumed.st --log run.jsonl > second.run
+[ "$(grep -c '"kind":"train"' run.jsonl)" = 20 ] || fail "--log with --resume: $(wc -l < run.jsonl) records, want 20 (appended)"
 grep -q "resumed from ck1/step_00000010: step 10" second.run || fail "no resume line"
 same "one rank: 10 + 10 steps differ from 20" straight.run <(cat first.run second.run)
 cmp -s straight.st resumed.st || fail "one rank: the weights after 10 + 10 steps differ from 20"

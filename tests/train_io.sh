@@ -196,4 +196,32 @@ touch ".w.safetensors.mtc-tmp.$(hostname).$dead"
 grep -q "removed 1 temporary file of a save that did not finish" stale.err ||
   fail "the stale temporary was not removed: $(cat stale.err)"
 ls -a | grep -q "mtc-tmp" && fail "a temporary file was left behind"
-echo "ok: train --save, --load, --inputs, --dump-grads and their errors"
+# --init-from: the parameters the file has over the initial ones; a transposed matrix (GPT-2's
+# Conv1D) transposed; the others as initialized; extra tensors noted
+./train --steps 1 --lr 0 --optimizer sgd --save init.safetensors > /dev/null
+"$python" - "$tools" << 'EOF'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from parity_check import st_write
+rng = np.random.default_rng(3)
+w1 = rng.standard_normal((16, 32)).astype(np.float32)   # the model's [D, H]
+b1 = rng.standard_normal(32).astype(np.float32)
+st_write("hf.safetensors", {"w1": np.ascontiguousarray(w1.T), "b1": b1, "unused": b1})
+np.save("w1.npy", w1), np.save("b1.npy", b1)
+EOF
+./train --init-from hf.safetensors --steps 1 --lr 0 --optimizer sgd --save from.safetensors > from.out 2>&1
+grep -q -- "--init-from hf.safetensors: 2 parameters (1 of them transposed); 4 not in the file keep their initial values: 'ln_w', 'ln_b', 'w2', 'b2'" from.out ||
+  fail "--init-from: $(cat from.out)"
+"$python" - "$tools" << 'EOF'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from parity_check import st_read
+got, init = st_read("from.safetensors"), st_read("init.safetensors")
+assert np.array_equal(got["w1"], np.load("w1.npy")) and np.array_equal(got["b1"], np.load("b1.npy"))
+for name in ("ln_w", "ln_b", "w2", "b2"):
+    assert np.array_equal(got[name], init[name]), name
+EOF
+expect 2 "--init-from and --load exclude each other" --init-from hf.safetensors --load init.safetensors
+echo "ok: train --save, --load, --init-from, --inputs, --dump-grads and their errors"
