@@ -2041,8 +2041,9 @@ int main(int argc, char **argv) {
     print_ranked("comm: %.1f ms per step (%.1f%% of the step)\n", 1e3 * comm,
                  med > 0 ? 100 * comm / med : 0.0);
   }
-  printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
-         med > 0 ? M->flops_per_step / med / 1e9 : 0.0);
+  if (timed > 0)
+    printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
+           med > 0 ? M->flops_per_step / med / 1e9 : 0.0);
 
   free(times);
   free(comm_times);
