@@ -42,6 +42,8 @@ void rt_log_write_step(rt_log *log, const rt_log_step *s) {
   add_number(o, "tokens_per_s", s->tokens_per_s);
   add_number(o, "gflops_per_s", s->gflops_per_s);
   add_number(o, "mfu", s->mfu);
+  cJSON_AddNumberToObject(o, "memory_bytes", (double)s->memory_bytes);
+  cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)s->peak_rss_bytes);
   write_line(log, o);
 }
 

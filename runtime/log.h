@@ -20,6 +20,8 @@ typedef struct rt_log_step {
   double tokens_per_s;
   double gflops_per_s;  // the model's forward, backward and update FLOPs over the step's time
   double mfu;           // ... over the device's peak (NaN: unknown)
+  long memory_bytes;    // the device memory the program planned (arena and workspace)
+  long peak_rss_bytes;  // the process's peak resident memory so far
 } rt_log_step;
 
 // Opens path for writing: replacing it, or (a resumed run) appending to it;

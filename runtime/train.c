@@ -1725,6 +1725,13 @@ static double median(const double *v, int n) {
   return m;
 }
 
+// The process's peak resident memory so far, in bytes.
+static long peak_rss(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (long)ru.ru_maxrss * 1024L;  // ru_maxrss is in KiB
+}
+
 // "1h02m", "3m05s", "42s"
 static void format_seconds(char *out, size_t cap, double s) {
   long t = isfinite(s) && s > 0 ? (long)(s + 0.5) : 0;
@@ -1914,6 +1921,7 @@ int main(int argc, char **argv) {
 
   // the times of the last TIMED_STEPS steps, at (step - 1) % TIMED_STEPS
   double peak = peak_flops(&opt);  // for MFU (0: unknown)
+  long planned_bytes = rt_device_planned(device_bytes, M->workspace_bytes);
   long first = opt.resume ? resumed.step + 1 : 1, run = opt.steps - first + 1;  // steps to run
   if (run < 0) run = 0;
   if (opt.resume && run == 0)
@@ -1966,7 +1974,8 @@ int main(int argc, char **argv) {
                                            .lr = opt.h.lr, .grad_norm = norm, .ms = 1e3 * dt,
                                            .tokens_per_s = tps,
                                            .gflops_per_s = dt > 0 ? M->flops_per_step / dt / 1e9 : 0,
-                                           .mfu = mfu});
+                                           .mfu = mfu, .memory_bytes = planned_bytes,
+                                           .peak_rss_bytes = log.f ? peak_rss() : 0});
     if (step % opt.log_every == 0 || step == opt.steps) {
       char eta[32], util[32] = "";
       // the time left: the mean of the last (up to 10) steps' times for each step to come
@@ -2018,13 +2027,11 @@ int main(int argc, char **argv) {
   }
 
   long measured = rt_device_measured(arena, M->arena_bytes);
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  long peak_rss = (long)ru.ru_maxrss * 1024L;  // ru_maxrss is in KiB
+  long rss = peak_rss();
   print_ranked("memory: planned arena %ld bytes (persistent %ld, peak live %ld) | "
                "measured: %s %ld bytes, process peak RSS %ld bytes\n",
                M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, rt_device_measure_how(),
-               measured, peak_rss);
+               measured, rss);
   long since = rt_device_measured_since();
   if (since >= 0)
     print_ranked("device memory taken since the arena's allocation began: %ld bytes (%ld beyond "
