@@ -39,6 +39,7 @@ typedef struct Emit {
   SymTab csyms;         // the graph's dims under their C identifiers (cg_ident)
   const char *ind;      // indentation of a statement
   bool *used;           // used[v->id]: the code names the buffer
+  const IrNode **adamw; // adamw[v->id]: the AdamW update of parameter value v, or NULL
   // loops
   PassRun *runs;
   int nruns;
@@ -772,12 +773,7 @@ static int64_t model_state_bytes(Emit *e) {
 
 // The AdamW update of parameter value p (a parameter, a bucket or the host's
 // part of one), or NULL.
-static const IrNode *adamw_of(const IrGraph *g, const IrValue *p) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->op == OP_ADAMW && g->nodes[i]->in[0] == p)
-      return g->nodes[i];
-  return NULL;
-}
+static const IrNode *adamw_of(const Emit *e, const IrValue *p) { return e->adamw[p->id]; }
 
 // The byte offsets of an update's moments (m, v; the host region's for the
 // host's update), or -1, -1 without one.
@@ -799,8 +795,8 @@ static void emit_buckets(Emit *e) {
     cg_put_string(e->f, k->name);
     bool cut = k->copies && k->host_params;  // bf16 offload: the host's masters
     long long m, v, hm, hv;
-    moment_offsets(e, adamw_of(e->g, p), &m, &v);
-    moment_offsets(e, k->host_params ? adamw_of(e->g, k->host_params) : NULL, &hm, &hv);
+    moment_offsets(e, adamw_of(e, p), &m, &v);
+    moment_offsets(e, k->host_params ? adamw_of(e, k->host_params) : NULL, &hm, &hv);
     println(e, ", %lld, %d, %lld, %d, %lld, %d, %lld, %lld, %lld, %d, %lld, %lld, %lld, %lld, %lld},"
             " // block %d", (long long)k->numel,
             k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
@@ -825,7 +821,7 @@ static void emit_adam_offsets(Emit *e) {
       if (v->role != (pass ? ROLE_CONST : ROLE_PARAM) || v->producer)
         continue;
       long long m, vv;
-      moment_offsets(e, pass ? NULL : adamw_of(g, v), &m, &vv);
+      moment_offsets(e, pass ? NULL : adamw_of(e, v), &m, &vv);
       fprintf(e->f, "%s%lld, %lld,", n % 16 ? " " : "  ", m, vv);
       if (++n % 16 == 0)
         fputc('\n', e->f);
@@ -1356,14 +1352,18 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   }
   Emit e = {.g = g, .opt = opt, .m = opt->mem, .ind = "  "};
   e.used = calloc((size_t)g->nvalues + 1, sizeof *e.used);
-  IR_ASSERT(e.used);
+  e.adamw = calloc((size_t)g->nvalues + 1, sizeof *e.adamw);
+  IR_ASSERT(e.used && e.adamw);
+  for (int i = 0; i < g->nnodes; i++)  // one pass: the tables look each parameter up
+    if (g->nodes[i]->op == OP_ADAMW && !e.adamw[g->nodes[i]->in[0]->id])
+      e.adamw[g->nodes[i]->in[0]->id] = g->nodes[i];
   name_buffers(&e);
   e.f = open_out(opt->outdir, "model.c", d);
   int rc = e.f ? emit_model(&e, opt->source, d) : -1;
   int64_t workspace = workspace_bytes(&e);
   if (e.f && close_out(e.f, "model.c", d) && !rc)
     rc = -1;
-  free(e.cname), free(e.used), free(e.runs), free(e.loop), free(e.stride), free(e.layers);
+  free(e.cname), free(e.used), free(e.adamw), free(e.runs), free(e.loop), free(e.stride), free(e.layers);
   free(e.covered);
   if (rc)
     return -1;

@@ -337,9 +337,8 @@ static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) 
 // The weight decay of update u of b, which starts `first` elements into this
 // rank's part (the part at rank x part when sharded).
 static void set_decay(Lower *L, IrNode *u, const PassBucket *b, int64_t first, bool sharded) {
-  int64_t end = b->decay_end < 0 ? -1 : b->decay_end - first;
-  if (end < -1 || (end == -1 && b->decay_end >= 0))
-    end = 0; // decay ends before this range starts, on every rank
+  // -1: all of it; 0: decay ends before this range starts, on every rank
+  int64_t end = b->decay_end < 0 ? -1 : b->decay_end > first ? b->decay_end - first : 0;
   ir_set_int(L->g, u, "decay_end", end);
   ir_set_int(L->g, u, "decay_stride", end > 0 && sharded ? b->part : 0);
 }

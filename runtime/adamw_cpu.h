@@ -77,9 +77,10 @@ static inline void adamw_blocks(float *p, const float *g, float *m, float *v, lo
       memcpy(tail[3], vb, (size_t)len * sizeof(float));
       pb = tail[0], gb = tail[1], mb = tail[2], vb = tail[3];
     }
-    v16f pi, gi, mi, vi, denom, decay;
-    for (int l = 0; l < 16; l++)
-      decay[l] = i + 16 <= s->decay_n ? s->decay : i + l < s->decay_n ? s->decay : 1.0f;
+    v16f pi, gi, mi, vi, denom;
+    v16f decay = (v16f){0} + (i < s->decay_n ? s->decay : 1.0f);
+    if (i < s->decay_n && s->decay_n < i + 16)  // the block the decayed run ends in
+      for (long l = s->decay_n - i; l < 16; l++) decay[l] = 1.0f;
     memcpy(&pi, pb, sizeof pi);
     memcpy(&gi, gb, sizeof gi);
     memcpy(&mi, mb, sizeof mi);

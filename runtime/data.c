@@ -165,9 +165,7 @@ fail:
 }
 
 void rt_data_next(rt_data *d, int32_t *stream) {
-  const rt_shard *s = &d->shards[d->order[d->pos.shard]];
-  long start = d->windows[d->pos.window] * d->n;
-  for (long j = 0; j <= d->n; j++) stream[j] = (int32_t)rt_shard_token(s, start + j);
+  rt_shard_window(&d->shards[d->order[d->pos.shard]], d->windows[d->pos.window], d->n, stream);
   if (++d->pos.window == d->nwindows) {
     d->pos.window = 0;
     if (++d->pos.shard == d->nshards) {

@@ -18,7 +18,6 @@ typedef struct rt_shard {
   size_t map_bytes;
   const uint8_t *toks;  // little-endian uint16 tokens
   long ntok;
-  long pos;             // start of the next window
 } rt_shard;
 
 static inline int32_t rt_shard_le32(const uint8_t *p) {
@@ -79,11 +78,10 @@ static inline int rt_shard_parse(rt_shard *s, const uint8_t *map, size_t bytes, 
   return 0;
 }
 
-// The next window of n+1 tokens into stream, wrapping to the start at the end (ntok > n).
-static inline void rt_shard_next(rt_shard *s, long n, int32_t *stream) {
-  if (s->pos + n + 1 > s->ntok) s->pos = 0;
-  for (long j = 0; j <= n; j++) stream[j] = (int32_t)rt_shard_token(s, s->pos + j);
-  s->pos += n;
+// Window w of n + 1 tokens into stream: tokens [w n, w n + n], for w below
+// (ntok - 1) / n, the shard's count of windows (runtime/data.c).
+static inline void rt_shard_window(const rt_shard *s, long w, long n, int32_t *stream) {
+  for (long j = 0; j <= n; j++) stream[j] = (int32_t)rt_shard_token(s, w * n + j);
 }
 
 #endif

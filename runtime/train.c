@@ -1075,16 +1075,20 @@ static bool in_view(int i, view w) {
   return has_moments(i);
 }
 
-// Writes view w of the params table by name, whole (gathered over the ranks),
-// as safetensors: --save, --dump-grads and the checkpoints. The number of
-// tensors written (rank 0; 0 on the others).
-static int save_view(const char *path, const char *flag, char *arena, char *stage, view w) {
-  const rt_model *M = &mtc_model;
-  // the parameters and moments are persistent; gradients anywhere in the
-  // arena, once every collective still reducing them has finished
+// The device's values into the stage for save_view: the persistent bytes
+// (parameters, moments), or with grads the whole arena (gradients lie
+// anywhere in it), once every collective still reducing them has finished.
+static void stage_values(char *arena, char *stage, bool grads) {
   rt_comm_wait_all();
-  rt_device_get(stage, arena, 0, w == VIEW_GRADS ? M->arena_bytes : M->persistent_bytes);
-  arena = stage;
+  rt_device_get(stage, arena, 0, grads ? mtc_model.arena_bytes : mtc_model.persistent_bytes);
+}
+
+// Writes view w of the params table by name, whole (gathered over the ranks),
+// from the stage stage_values filled, as safetensors: --save, --dump-grads and
+// the checkpoints. The number of tensors written (rank 0; 0 on the others).
+static int save_view(const char *path, const char *flag, char *stage, view w) {
+  const rt_model *M = &mtc_model;
+  char *arena = stage;
   alloc_images();
   gather_images(arena, w);  // every rank takes part
   tp_gather(arena, w);
@@ -1122,7 +1126,8 @@ static int save_view(const char *path, const char *flag, char *arena, char *stag
 
 // --save and --dump-grads
 static void save_file(const char *path, const char *flag, char *arena, char *stage, view w) {
-  int n = save_view(path, flag, arena, stage, w);
+  stage_values(arena, stage, w == VIEW_GRADS);
+  int n = save_view(path, flag, stage, w);
   if (rt_comm_rank() == 0)
     printf("wrote %s: %s, %d tensors\n", path, w == VIEW_GRADS ? "gradients after the first "
            "backward" : "weights", n);
@@ -1137,13 +1142,14 @@ static void write_checkpoint(const options *o, char *arena, char *stage, long st
   bool bad = rt_comm_rank() == 0 && rt_ckpt_begin(o->ckpt_dir, step, err, sizeof err);
   stop_together(bad, 0, "--checkpoint-dir %s", err);
   rt_ckpt_path(o->ckpt_dir, step, true, dir, sizeof dir);
+  stage_values(arena, stage, false);  // weights, moments and the dropout counter: persistent
   snprintf(file, sizeof file, "%s/model.safetensors", dir);
-  save_view(file, "--checkpoint-dir", arena, stage, VIEW_PARAMS);
+  save_view(file, "--checkpoint-dir", stage, VIEW_PARAMS);
   if (M->has_adam_state) {
     snprintf(file, sizeof file, "%s/adam_m.safetensors", dir);
-    save_view(file, "--checkpoint-dir", arena, stage, VIEW_M);
+    save_view(file, "--checkpoint-dir", stage, VIEW_M);
     snprintf(file, sizeof file, "%s/adam_v.safetensors", dir);
-    save_view(file, "--checkpoint-dir", arena, stage, VIEW_V);
+    save_view(file, "--checkpoint-dir", stage, VIEW_V);
   }
   rt_ckpt_state s = {.step = step, .seed = o->seed, .dropout_step = -1};
   snprintf(s.model, sizeof s.model, "%s", M->name);
@@ -1157,7 +1163,6 @@ static void write_checkpoint(const options *o, char *arena, char *stage, long st
   }
   if (M->dropout_step_offset >= 0) {
     int32_t counter;
-    rt_device_get(stage, arena, M->dropout_step_offset, 4);
     memcpy(&counter, stage + M->dropout_step_offset, 4);
     s.dropout_step = counter;
   }

@@ -13,8 +13,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   int32_t window[9];
-  for (int step = 0; step < 4; step++) {
-    rt_shard_next(&s, need - 1, window);
+  long windows = (s.ntok - 1) / (need - 1);  // every one read inside the file
+  for (long w = 0; w < windows && w < 4; w++) {
+    rt_shard_window(&s, windows - 1 - w, need - 1, window);
     for (int j = 0; j < need; j++)
       if (window[j] < 0 || window[j] >= vocab)
         __builtin_trap();
