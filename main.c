@@ -45,11 +45,11 @@ typedef struct Args {
   double host_mem;         // --host-mem: CPU bytes per GPU for offloaded state (< 0: the type's)
   const char *json;        // plan --json FILE
   bool formulas;           // plan --formulas
-  // compile: one layout for every block instead of the solver's choice
-  PassDist dist;
+  // compile, inspect: one layout for every block instead of the solver's choice
+  Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
   bool forced;             // --dp, --tp, --zero, --micro-batches or --offload given
   const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
-  bool checkpoint;         // --checkpoint given (pass.checkpoint says which layers)
+  bool checkpoint;         // --checkpoint given (layout.checkpoint says which layers)
 } Args;
 
 static void usage(FILE *f) {
@@ -168,12 +168,12 @@ static int parse_gpus(const char *flag, const char *s) {
   return (int)parse_whole(flag, s, SV_MAX_GPUS);
 }
 
-// --checkpoint none|all|K: 0, PASS_CHECKPOINT_ALL or K >= 1 layers.
+// --checkpoint none|all|K: 0, PLAN_CHECKPOINT_ALL or K >= 1 layers.
 static int parse_checkpoint(const char *s) {
   if (!strcmp(s, "none"))
     return 0;
   if (!strcmp(s, "all"))
-    return PASS_CHECKPOINT_ALL;
+    return PLAN_CHECKPOINT_ALL;
   char *end;
   errno = 0;
   long k = strtol(s, &end, 10);
@@ -257,7 +257,8 @@ static void parse_define(Args *a, const char *s) {
 
 static Args parse_args(int argc, char **argv) {
   Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config(),
-            .host_mem = -1, .dist = {.dp = 1, .tp = 1, .micro_batches = 1}};
+            .host_mem = -1, .layout = plan_single()};
+  a.layout.lower = true;
   a.pass.precision = PASS_PRECISION_BF16;  // compile, inspect and plan: what users train with
   if (argc < 2) {
     usage(stderr);
@@ -320,26 +321,26 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--labels")) {
       a.labels = VALUE();
     } else if (!strcmp(s, "--dp")) {
-      a.dist.dp = parse_gpus(s, VALUE()), a.forced = true;
+      a.layout.mesh.size[IR_MESH_DP] = parse_gpus(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--tp")) {
-      a.dist.tp = parse_gpus(s, VALUE()), a.forced = true;
+      a.layout.mesh.size[IR_MESH_TP] = parse_gpus(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--zero")) {
       const char *v = VALUE();
       if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
         bad_usage("--zero takes a stage 0, 1, 2 or 3, not '%s'", v);
-      a.dist.zero_all = v[0] - '0', a.forced = true;
+      a.layout.rest.zero = v[0] - '0', a.forced = true;
     } else if (!strcmp(s, "--micro-batches")) {
-      a.dist.micro_batches = parse_small_count(s, VALUE()), a.forced = true;
+      a.layout.micro_batches = parse_small_count(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--plan")) {
       a.plan_file = VALUE();
     } else if (!strcmp(s, "--checkpoint")) {
-      a.pass.checkpoint = parse_checkpoint(VALUE()), a.checkpoint = true;
+      a.layout.checkpoint = parse_checkpoint(VALUE()), a.checkpoint = true;
     } else if (!strcmp(s, "--offload")) {
       const char *v = VALUE();
       char *end;
       errno = 0;
-      a.dist.offload = strtod(v, &end);
-      if (!*v || *end || errno || !(a.dist.offload >= 0 && a.dist.offload <= 1))
+      double share = a.layout.rest.offload = strtod(v, &end);
+      if (!*v || *end || errno || !(share >= 0 && share <= 1))
         bad_usage("--offload takes a share of the optimizer state from 0 to 1, not '%s'", v);
       a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
@@ -371,9 +372,10 @@ static Args parse_args(int argc, char **argv) {
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
-  if ((int64_t)a.dist.dp * a.dist.tp > SV_MAX_GPUS)
-    bad_usage("--dp %d --tp %d: %lld ranks, more than %d", a.dist.dp, a.dist.tp,
-              (long long)a.dist.dp * a.dist.tp, SV_MAX_GPUS);
+  int dp = a.layout.mesh.size[IR_MESH_DP], tp = a.layout.mesh.size[IR_MESH_TP];
+  if ((int64_t)dp * tp > SV_MAX_GPUS)
+    bad_usage("--dp %d --tp %d: %lld ranks, more than %d", dp, tp, (long long)dp * tp,
+              SV_MAX_GPUS);
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;
@@ -492,95 +494,41 @@ static void print_decay(const IrGraph *g, const PassOptions *o) {
            "norms' and biases' none: --no-decay REGEX to choose)\n", decayed, n);
 }
 
-// The plan in words, and what the planner predicts for it per rank: model
-// state on the device and (offload) in host memory, and bytes sent per step,
-// by the planner's formulas over the buckets' element types.
-static void predict(const PassLowered *lw, const PassCtx *ctx, CgOptions *co, char *layout,
-                    size_t n) {
-  const PassDist *D = &lw->dist;
-  int zmin = 3, zmax = 0;
-  double state = 0, host = 0, comm = 0, omin = 1, omax = 0;
-  for (int b = 0; b < lw->nbuckets; b++) {
-    const PassBucket *k = &lw->bucket[b];
-    double share = k->nstate ? pass_offload_of(D, k->block) : 0;
-    zmin = k->zero < zmin ? k->zero : zmin;
-    zmax = k->zero > zmax ? k->zero : zmax;
-    omin = share < omin ? share : omin;
-    omax = share > omax ? share : omax;
-    // bytes per parameter: the weights forward reads (bf16: the working copies),
-    // the reduced gradients, the float32 masters apart from them, the moments
-    const IrValue *p = k->pshard ? k->pshard : k->params;
-    SvStateBytes per = {ir_dtype_size(k->copies ? k->copies->dtype : p->dtype),
-                        ir_dtype_size(k->reduced->dtype),
-                        k->copies ? ir_dtype_size(p->dtype) : 0,
-                        (double)k->nstate * ir_dtype_size(DT_F32)};
-    state += sv_zero_state_bytes((double)k->numel, D->dp, k->zero, per) -
-             sv_offload_device_bytes((double)k->host_numel, per);
-    host += sv_offload_host_bytes((double)k->host_numel, per);
-    comm += sv_dp_comm_bytes((double)k->numel, D->dp, k->zero, D->micro_batches, per);
+// The plan the program runs: the layout the flags force (--dp, --tp, ...), a
+// saved plan (compile --plan FILE), the solver's (compile --gpus N or
+// --cluster FILE: *kept is its plan, for plan.json), or one rank as the model
+// is. The program runs without sequence parallelism, so the solver is asked
+// for that. --checkpoint overrides the plan's checkpointing.
+static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, char **text,
+                       IrDiag *d) {
+  bool apply = !strcmp(a->cmd, "compile") && !a->forced && (a->plan_file || a->gpus || a->cluster);
+  if (a->forced || !apply) {
+    *plan = a->layout;
+    plan->lower = a->forced;
+    return 0;
   }
-  comm += sv_tp_comm_bytes(lw->tp_comm_bytes, D->tp, D->micro_batches);
-  co->planner_state_bytes = (int64_t)state;
-  co->planner_host_bytes = (int64_t)host;
-  co->planner_comm_bytes = (int64_t)comm;
-  size_t len = (size_t)snprintf(layout, n, "dp %d x tp %d", D->dp, D->tp);
-  if (lw->nbuckets && zmin == zmax)
-    len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d", zmin);
-  else if (lw->nbuckets)
-    len += (size_t)snprintf(layout + len, n - len, ", ZeRO-%d to %d", zmin, zmax);
-  if (omax > 0 && omin == omax && len < n)
-    len += (size_t)snprintf(layout + len, n - len, ", offload %g", omax);
-  else if (omax > 0 && len < n)
-    len += (size_t)snprintf(layout + len, n - len, ", offload %g to %g", omin, omax);
-  if (ctx->ncheckpointed && len < n)
-    len += (size_t)snprintf(layout + len, n - len, ", recompute %d of %d layers",
-                            ctx->ncheckpointed, ctx->nlayers);
-  if (lw->nreplicated && len < n)
-    snprintf(layout + len, n - len, ", %d weight%s whole under tp", lw->nreplicated,
-             lw->nreplicated > 1 ? "s" : "");
-  co->layout = layout;
-}
-
-// compile --gpus N / --cluster FILE / --plan FILE: the layout the plan
-// chose, as the lowering takes it. The program runs without sequence
-// parallelism, so the solver is asked for that.
-static int apply_plan(IrGraph *g, const Args *a, SvApplied *ap, SvPlan **kept, char **text,
-                      PassDist *dist, int *checkpoint, IrDiag *d) {
   int rc;
   if (a->plan_file) {
     *text = fe_read_text(a->plan_file, d);
-    rc = *text ? sv_apply_read(g, a->plan_file, *text, ap, d) : -1;
+    rc = *text ? sv_apply_read(g, a->plan_file, *text, plan, d) : -1;
   } else {
     SvConfig cfg;
     rc = plan_config(a, &cfg, d);
     cfg.seq_parallel = false;
     if (!rc)
-      rc = sv_apply_best(g, &cfg, ap, kept, d);
+      rc = sv_apply_best(g, &cfg, plan, kept, d);
   }
   if (rc)
     return -1;
   int64_t batch = 0;
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
     return ir_error(d, (IrLoc){0}, "the model has no batch dim to apply a plan to");
-  if (ap->micro != batch)
+  if (plan->micro != batch)
     return ir_error(d, (IrLoc){0}, "the plan runs micro-batches of %lld sequences, the model's "
-                    "batch dim is %lld: compile with --micro-batch %lld", (long long)ap->micro,
-                    (long long)batch, (long long)ap->micro);
-  // checkpointing: the first K repeated layers (IR blocks 1..K), as passes/recompute.c does
-  int k = 0;
-  while (k + 1 < ap->nblocks && ap->ckpt[k + 1])
-    k++;
-  for (int b = 0; b < ap->nblocks; b++) {
-    if (ap->ckpt[b] && (b == 0 || b > k))
-      return ir_error(d, (IrLoc){0}, "the plan checkpoints block %d, not as one of the first K "
-                      "layers, which compiled programs do not do yet; choose the layout with "
-                      "--dp/--tp/--zero/--checkpoint", b);
-  }
-  if (!a->checkpoint)
-    *checkpoint = k == ap->nblocks - 1 && k > 0 ? PASS_CHECKPOINT_ALL : k;
-  *dist = (PassDist){.dp = ap->dp, .tp = ap->tp, .micro_batches = ap->micro_batches,
-                     .nzero = ap->nblocks, .zero = ap->zero,
-                     .noffload = ap->nblocks, .offloads = ap->offload};
+                    "batch dim is %lld: compile with --micro-batch %lld", (long long)plan->micro,
+                    (long long)batch, (long long)plan->micro);
+  if (a->checkpoint)
+    plan->checkpoint = a->layout.checkpoint;
   return 0;
 }
 
@@ -611,10 +559,53 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
+// compile's last stage: the program, its plan.json, and what it says it did.
+static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kept,
+                const char *plan_text, IrDiag *d) {
+  const PassLowered *lw = ctx->lowered;
+  CgOptions co = {.mem = ctx->mem, .outdir = outdir.tmp, .seed = a->seed, .source = a->model,
+                  .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
+                                                           : MTC_SOURCE_DIR "/runtime",
+                  .lowered = lw};
+  SvPredicted pr;
+  if (lw) {
+    sv_predict(lw, ctx->ncheckpointed, ctx->nlayers, &pr);
+    co.layout = pr.layout;
+    co.planner_state_bytes = pr.state_bytes;
+    co.planner_host_bytes = pr.host_bytes;
+    co.planner_comm_bytes = pr.comm_bytes;
+  }
+  for (int i = 0; lw && i < lw->nreplicated; i++)
+    fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
+            lw->plan.mesh.size[IR_MESH_TP], lw->replicated[i]);
+  int rc = cg_emit_c(g, &co, d);
+  if (!rc && (kept || plan_text))
+    rc = save_plan(outdir.tmp, kept, plan_text, d);
+  // The planner reads the training graph as autodiff made it: a graph with a layout or
+  // recompute applied is not one it can plan.
+  else if (!rc && !lw && !a->checkpoint)
+    rc = write_plan(g, a, outdir.tmp, d);
+  if (!rc)
+    rc = cg_outdir_commit(&outdir, d);
+  if (rc)
+    return -1;
+  if (a->checkpoint)
+    print_checkpoint("mtc: ", ctx);
+  print_token_inputs(g);
+  print_decay(g, &ctx->opt);
+  printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
+         "for NVIDIA GPUs)\n", a->outdir, (long long)ctx->mem->arena_bytes, a->outdir);
+  return 0;
+}
+
+// The pipeline, as chibicc's cc1: load -> the training graph -> the plan ->
+// its lowering and memory plan -> the program (or, for plan and inspect, what
+// they print).
 int main(int argc, char **argv) {
   Args a = parse_args(argc, argv);
   IrDiag diag = {0};
-  bool compile = !strcmp(a.cmd, "compile");
+  bool compile = !strcmp(a.cmd, "compile"), inspect = !strcmp(a.cmd, "inspect"),
+       plan = !strcmp(a.cmd, "plan");
   if (compile) {  // the target first: a folder mtc may not replace is said before any work
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -625,74 +616,33 @@ int main(int argc, char **argv) {
     }
   }
   PassCtx ctx = {.opt = a.pass, .diag = &diag};
-  bool inspect = !strcmp(a.cmd, "inspect"), plan = !strcmp(a.cmd, "plan");
   if (inspect && !a.pass.dump_after)
     ctx.opt.dump_after = "memplan";
-  if (plan && !ctx.opt.stop_after)
-    ctx.opt.stop_after = "precision";   // the planner reads the training graph; no memory plan
+  Plan layout = plan_single();
+  SvPlan *kept = NULL;
+  char *plan_text = NULL;
 
-  if (a.forced)
-    ctx.dist = &a.dist;
-  // compile with a cluster or a plan file: the passes up to the training graph, the plan, then
-  // the rest with the plan's layout
-  bool apply = !strcmp(a.cmd, "compile") && !a.forced && (a.plan_file || a.gpus || a.cluster);
-  if (apply)
-    ctx.opt.stop_after = "precision";
   IrGraph *g = load(&a, &diag);
   int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
   if (!rc)
-    rc = pass_run_all(g, &ctx);
-  SvApplied ap = {0};
-  SvPlan *kept = NULL;
-  char *plan_text = NULL;
-  PassDist dist;
-  if (!rc && apply && !(rc = apply_plan(g, &a, &ap, &kept, &plan_text, &dist, &ctx.opt.checkpoint, &diag))) {
-    ctx.dist = &dist;
-    ctx.opt.stop_after = a.pass.stop_after;
-    ctx.opt.start_after = "precision";
-    rc = pass_run_all(g, &ctx);
+    rc = pass_build_training(g, &ctx);
+  if (!rc && plan)
+    rc = run_plan(g, &a, &diag);
+  if (!rc && !plan && !(rc = choose_plan(g, &a, &layout, &kept, &plan_text, &diag))) {
+    ctx.plan = &layout;
+    rc = pass_lower_plan(g, &ctx);
   }
   if (!rc && inspect && !a.dot && a.checkpoint)
     print_checkpoint("# ", &ctx);
   if (!rc && inspect && !a.dot && ctx.mem)
     print_memory(g, ctx.mem);
-  if (!rc && plan)
-    rc = run_plan(g, &a, &diag);
-  if (!rc && !inspect && !plan) {
-    CgOptions co = {.mem = ctx.mem, .outdir = outdir.tmp, .seed = a.seed, .source = a.model,
-                    .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
-                                                             : MTC_SOURCE_DIR "/runtime",
-                    .lowered = ctx.lowered};
-    char layout[128];
-    if (ctx.lowered)
-      predict(ctx.lowered, &ctx, &co, layout, sizeof layout);
-    for (int i = 0; ctx.lowered && i < ctx.lowered->nreplicated; i++)
-      fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
-              ctx.lowered->dist.tp, ctx.lowered->replicated[i]);
-    rc = cg_emit_c(g, &co, &diag);
-    if (!rc && apply)
-      rc = save_plan(outdir.tmp, kept, plan_text, &diag);
-    // The planner reads the training graph as autodiff made it: a graph with a layout or
-    // recompute applied is not one it can plan.
-    else if (!rc && !ctx.lowered && !a.checkpoint)
-      rc = write_plan(g, &a, outdir.tmp, &diag);
-    if (!rc)
-      rc = cg_outdir_commit(&outdir, &diag);
-    if (!rc && a.checkpoint)
-      print_checkpoint("mtc: ", &ctx);
-    if (!rc)
-      print_token_inputs(g);
-    if (!rc)
-      print_decay(g, &ctx.opt);
-    if (!rc)
-      printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
-             "for NVIDIA GPUs)\n", a.outdir, (long long)ctx.mem->arena_bytes, a.outdir);
-  }
+  if (!rc && compile)
+    rc = emit(g, &a, &ctx, kept, plan_text, &diag);
   if (rc)
     ir_diag_print(stderr, &diag);
   if (compile)
     cg_outdir_abort(&outdir);  // after an error: nothing of the program is left
-  sv_applied_free(&ap);
+  plan_free(&layout);
   sv_plan_free(kept);
   free(plan_text);
   pass_memplan_free(ctx.mem);

@@ -1084,9 +1084,9 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   const IrValue *counter = dropout_counter(g);
   println(e, "    .dropout_step_offset = %lld,", counter ? (long long)e->m->offset[counter->id] : -1LL);
   const PassLowered *lw = e->opt->lowered;
-  println(e, "    .dp = %d,", lw ? lw->dist.dp : 1);
-  println(e, "    .tp = %d,", lw ? lw->dist.tp : 1);
-  println(e, "    .micro_batches = %d,", lw ? lw->dist.micro_batches : 1);
+  println(e, "    .dp = %d,", lw ? lw->plan.mesh.size[IR_MESH_DP] : 1);
+  println(e, "    .tp = %d,", lw ? lw->plan.mesh.size[IR_MESH_TP] : 1);
+  println(e, "    .micro_batches = %d,", lw ? lw->plan.micro_batches : 1);
   fputs("    .layout = ", e->f);
   cg_put_string(e->f, e->opt->layout ? e->opt->layout : "one rank");
   println(e, ",");
@@ -1367,7 +1367,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   free(e.covered);
   if (rc)
     return -1;
-  int ranks = opt->lowered ? opt->lowered->dist.dp * opt->lowered->dist.tp : 1;
+  int ranks = opt->lowered ? mesh_ranks(&opt->lowered->plan.mesh) : 1;
   if (write_makefile(opt, ranks, d))
     return -1;
   bool given = has_given_weights(g);

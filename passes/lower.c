@@ -90,7 +90,8 @@
 // of the graph as it came, found in sweeps made before any edit.
 typedef struct Lower {
   IrGraph *g;
-  const PassDist *dist;
+  const Plan *plan;
+  int dp, tp, micro;         // the plan's mesh and micro-batches
   PassLowered *out;
   IrDiag *d;
   // by value id: the position of the first forward and backward node that reads
@@ -141,9 +142,9 @@ static IrNode *wait(Lower *L, IrNode *started) {
 static IrNode *accumulate(Lower *L, IrValue *acc, IrValue *x) {
   IrValue *in[2] = {acc, x};
   IrNode *n = ir_node_new(L->g, OP_ACCUMULATE, in, 2, 0);
-  ir_set_int(L->g, n, "shards", L->dist->dp);
-  if (L->dist->micro_batches > 1)
-    ir_set_float(L->g, n, "scale", 1.0 / L->dist->micro_batches);
+  ir_set_int(L->g, n, "shards", L->dp);
+  if (L->micro > 1)
+    ir_set_float(L->g, n, "scale", 1.0 / L->micro);
   return n;
 }
 
@@ -190,7 +191,7 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
       L->assign[members[i]->id]->in[0]->bucket_off = at * 2;
     at += round_up(numel, PASS_ALIGN_ELEMS);
   }
-  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * L->dist->dp);
+  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * L->dp);
   return 0;
 }
 
@@ -222,7 +223,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
     members[i]->grad->bucket = b->grads;
 
   ir_insert_before(g, last + 1); // after the last gradient
-  bool micro = L->dist->micro_batches > 1;
+  bool micro = L->micro > 1;
   if (b->zero <= 1) {
     IrValue *red = b->grads;
     if (micro) {
@@ -235,7 +236,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   } else {
     IrNode *rs = collective(L, OP_REDUCE_SCATTER, b->grads, true, false);
     wait(L, rs);
-    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->numel / L->dist->dp);
+    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->numel / L->dp);
     b->reduced_sharded = true;
     accumulate(L, b->reduced, b->grads);
   }
@@ -255,7 +256,7 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
   g->cur_block = b->block;
   ir_insert_before(g, at);
   IrNode *u = ir_node_new(g, OP_UNSHARD, &shard, 1, 1);
-  ir_set_int(g, u, "shards", L->dist->dp);
+  ir_set_int(g, u, "shards", L->dp);
   IR_ASSERT(infer(L, u) == 0);
   IrValue *whole = u->out[0];
   whole->role = ROLE_BUCKET;
@@ -302,7 +303,7 @@ static IrValue *host_flat(Lower *L, const char *what, const PassBucket *b, IrRol
 // part of bucket x (a whole bucket, or that part itself).
 static void host_range(Lower *L, IrNode *n, const PassBucket *b, const IrValue *x) {
   ir_set_int(L->g, n, "offset", b->part - b->host_numel);
-  ir_set_int(L->g, n, "shards", ir_eval(L->g, ir_numel(L->g, x)) == b->part ? 1 : L->dist->dp);
+  ir_set_int(L->g, n, "shards", ir_eval(L->g, ir_numel(L->g, x)) == b->part ? 1 : L->dp);
   IR_ASSERT(infer(L, n) == 0);
 }
 
@@ -343,20 +344,16 @@ static void set_decay(Lower *L, IrNode *u, const PassBucket *b, int64_t first, b
   ir_set_int(L->g, u, "decay_stride", end > 0 && sharded ? b->part : 0);
 }
 
-double pass_offload_of(const PassDist *D, int block) {
-  return block < D->noffload ? D->offloads[block] : D->offload;
-}
-
 // The host's share of an AdamW update of b.
 static int64_t host_share(const Lower *L, const PassBucket *b) {
-  return pass_offload_elems(b->part, pass_offload_of(L->dist, b->block));
+  return pass_offload_elems(b->part, plan_block(L->plan, b->block)->offload);
 }
 
 // One update op for the bucket, replacing its parameters' own; with offload,
 // two (device and host) and the copies.
 static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n) {
   IrGraph *g = L->g;
-  double share = pass_offload_of(L->dist, b->block);
+  double share = plan_block(L->plan, b->block)->offload;
   if (!(share >= 0 && share <= 1))
     return ir_error(L->d, (IrLoc){0}, "lower: block %d: offload share %g (0 to 1)", b->block,
                     share);
@@ -372,7 +369,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
       ir_node_remove(g, L->update[members[i]->id]);
   g->cur_phase = PHASE_UPDATE;
   g->cur_block = b->block;
-  int dp = L->dist->dp;
+  int dp = L->dp;
   if (b->reduce)
     wait(L, b->reduce);
   IrValue *p = b->pshard ? b->pshard : b->params;
@@ -455,7 +452,7 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
     if (!a)
       continue;
     if (!copies) {
-      int64_t numel = b->zero == 3 ? b->numel / L->dist->dp : b->numel;
+      int64_t numel = b->zero == 3 ? b->numel / L->dp : b->numel;
       copies = flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET, numel);
       copies->dtype = DT_BF16;
     }
@@ -504,14 +501,13 @@ static int owner(const Lower *L, const IrValue *v) {
 }
 
 static int check(Lower *L) {
-  const PassDist *D = L->dist;
   IrGraph *g = L->g;
-  if (D->dp < 1 || D->tp < 1 || D->micro_batches < 1)
+  if (L->dp < 1 || L->tp < 1 || L->micro < 1)
     return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
   if (!g->loss || !g->loss->producer)
     return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");
   const IrNode *l = g->loss->producer;
-  if (l->op == OP_NLL_LOSS && ir_attr_i(l, "sum") && (D->dp > 1 || D->micro_batches > 1))
+  if (l->op == OP_NLL_LOSS && ir_attr_i(l, "sum") && (L->dp > 1 || L->micro > 1))
     return ir_error(L->d, l->loc, "lower: the loss is a sum over the batch; data parallelism and "
                     "micro-batches need a mean (export the loss with reduction='mean')");
   for (int i = 0; i < g->nnodes; i++)
@@ -523,13 +519,14 @@ static int check(Lower *L) {
 }
 
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
-  const PassDist *D = ctx->dist;
-  if (!D)
+  const Plan *P = ctx->plan;
+  if (!P || !P->lower)
     return 0;
   PassLowered *out = ir_alloc(&g->arena, sizeof *out);
-  out->dist = *D;
-  Lower L = {.g = g, .dist = D, .out = out, .d = ctx->diag};
-  if (check(&L) || (D->tp > 1 && pass_lower_tp(g, D->tp, out, ctx->diag)))
+  out->plan = *P;
+  Lower L = {.g = g, .plan = P, .dp = P->mesh.size[IR_MESH_DP], .tp = P->mesh.size[IR_MESH_TP],
+             .micro = P->micro_batches, .out = out, .d = ctx->diag};
+  if (check(&L) || (L.tp > 1 && pass_lower_tp(g, L.tp, out, ctx->diag)))
     return -1;
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);
@@ -565,7 +562,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     snprintf(name, sizeof name, "b%d", blk);
     b->name = ir_strdup(&g->arena, name);
     b->block = blk;
-    b->zero = blk < D->nzero ? D->zero[blk] : D->zero_all;
+    b->zero = plan_block(P, blk)->zero;
     if (b->zero < 0 || b->zero > 3) {
       rc = ir_error(ctx->diag, (IrLoc){0}, "lower: ZeRO stage %d (0 to 3)", b->zero);
       break;
@@ -576,7 +573,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     // only shards from ZeRO-1 on (the optimizer state shards them)
     bool copies = L.assign[mine[0]->id] != NULL;
     if (b->zero == 3 || (copies && b->zero >= 1)) {
-      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / D->dp);
+      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / L.dp);
     } else {
       b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
       for (int i = 0; i < n; i++)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "ir.h"
+#include "plan.h"
 
 typedef enum PassOptimizer { OPTIM_ADAMW, OPTIM_SGD } PassOptimizer;
 
@@ -23,34 +24,12 @@ typedef struct PassOptions {
   FILE *dump;              // where dumps go (stdout when NULL)
   bool dot;                // dumps as Graphviz instead of IR text
   const char *stop_after;  // stop the pipeline after this pass (NULL: run all)
-  const char *start_after; // resume a pipeline stopped after this pass (NULL: from the start)
   bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
-  int checkpoint;          // repeated layers recomputed in backward (passes/recompute.c): the
-                           // first K (IR blocks 1..K), PASS_CHECKPOINT_ALL, or 0 (none)
   PassPrecision precision; // bf16 mixed precision (passes/precision.c), or fp32 throughout
 } PassOptions;
 
-#define PASS_CHECKPOINT_ALL (-1)
-
 // PyTorch's AdamW defaults, except weight decay 0.
 PassOptions pass_default_options(void);
-
-// A parallel plan to lower (passes/lower.c): the mesh, micro-batches, and
-// the ZeRO stage and offload share of each block.
-typedef struct PassDist {
-  int dp, tp;              // the mesh: dp x tp ranks
-  int micro_batches;       // forward/backward passes per optimizer step
-  int nzero;               // entries of zero[] (IR block ids 0 .. nzero-1)
-  const int *zero;         // ZeRO stage (0-3) per block
-  int zero_all;            // the stage of blocks past nzero
-  int noffload;            // entries of offloads[] (IR block ids 0 .. noffload-1)
-  const double *offloads;  // per block: the share (0 to 1) of its bucket's update, and of
-                           // its optimizer state, that runs on the host (passes/lower.c)
-  double offload;          // the share of blocks past noffload
-} PassDist;
-
-// Block b's offload share under D.
-double pass_offload_of(const PassDist *D, int block);
 
 // A bucket (passes/lower.c) pads every parameter to PASS_ALIGN_ELEMS elements
 // (64 bytes of f32) and itself to PASS_ALIGN_ELEMS x dp; the planner prices
@@ -86,7 +65,7 @@ typedef struct PassBucket {
 } PassBucket;
 
 typedef struct PassLowered {
-  PassDist dist;
+  Plan plan;               // the plan lowered (its blocks: the caller's)
   int nbuckets;
   PassBucket *bucket;      // in the graph's arena
   int nslots;              // request slots the collectives use
@@ -118,7 +97,8 @@ void pass_memplan_free(MemPlan *m);
 typedef struct PassCtx {
   PassOptions opt;
   IrDiag *diag;
-  const PassDist *dist;    // a plan to lower, or NULL (one rank, nothing to lower)
+  const Plan *plan;        // the layout to lower (recompute, lower), or NULL: one rank as the
+                           // model is (so inspect and plan need none)
   PassLowered *lowered;    // set by pass_lower when it lowered a plan
   int nlayers;             // set by pass_recompute: the model's repeated layers (IR blocks 1..)
   int ncheckpointed;       // ... and how many of them backward recomputes
@@ -136,6 +116,12 @@ bool pass_exists(const char *name);
 
 // Run the whole pipeline (or up to opt.stop_after). -1 and ctx->diag on error.
 int pass_run_all(IrGraph *g, PassCtx *ctx);
+// The pipeline in the two stages the plan goes between (main): the training
+// graph (shapes .. precision: what the planner reads), then the plan's
+// lowering (recompute, lower, memplan; up to opt.stop_after).
+#define PASS_TRAINING_LAST "precision"
+int pass_build_training(IrGraph *g, PassCtx *ctx);
+int pass_lower_plan(IrGraph *g, PassCtx *ctx);
 
 // The passes, for tests.
 int pass_shapes(IrGraph *g, PassCtx *ctx, bool *changed);     // infer/check every shape

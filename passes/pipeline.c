@@ -70,29 +70,33 @@ static int check_options(const PassOptions *o, IrDiag *d) {
   return 0;
 }
 
-int pass_run_all(IrGraph *g, PassCtx *ctx) {
+// Checks that g (perhaps IR text read back after some pass) can go on to pass
+// `stop` (-1: any), and dumps it as read when --dump-after names the pass it
+// is after. *done: the last pass that has run on it (-1: none).
+static int begin(IrGraph *g, PassCtx *ctx, int stop, int *done) {
   if (check_options(&ctx->opt, ctx->diag) || ir_verify(g, "input", ctx->diag))
     return -1;
-  // Resume after the later of the caller's start and the last pass that changed the graph (IR
-  // text read back records it): the passes before it have run.
-  int done = pass_index(g->after), start = pass_index(ctx->opt.start_after),
-      stop = pass_index(ctx->opt.stop_after);
-  if (done == -2)
+  *done = pass_index(g->after);
+  if (*done == -2)
     return ir_error(ctx->diag, (IrLoc){0}, "the IR says it is after pass '%s', which mtc does not have",
                     g->after);
-  if (stop >= 0 && done > stop)
+  if (stop >= 0 && *done > stop)
     return ir_error(ctx->diag, (IrLoc){0},
                     "the IR is after pass '%s', but this command needs it from no later than pass "
                     "'%s': print it with `mtc inspect MODEL --dump-after %s`",
-                    g->after, ctx->opt.stop_after, ctx->opt.stop_after);
+                    g->after, pass_pipeline[stop].name, pass_pipeline[stop].name);
   bool one = ctx->opt.dump_after && strcmp(ctx->opt.dump_after, "all");
   int want = one ? pass_index(ctx->opt.dump_after) : -1;
-  if (want >= 0 && want < done)
+  if (want >= 0 && want < *done)
     return ir_error(ctx->diag, (IrLoc){0}, "--dump-after %s: the IR is already after pass '%s'",
                     ctx->opt.dump_after, g->after);
-  if (want >= 0 && want == done)
+  if (want >= 0 && want == *done)
     dump(g, ctx, g->after); // the graph as read is the graph after that pass
-  int first = (done > start ? done : start) + 1;
+  return 0;
+}
+
+// Passes first .. last (-1: to the end), each verified after it changes the graph.
+static int run(IrGraph *g, PassCtx *ctx, int first, int last) {
   for (int i = first; pass_pipeline[i].name; i++) {
     const Pass *p = &pass_pipeline[i];
     bool changed = false;
@@ -104,8 +108,31 @@ int pass_run_all(IrGraph *g, PassCtx *ctx) {
         return -1;
     }
     dump(g, ctx, p->name);
-    if (i == stop)
+    if (i == last)
       break;
   }
   return 0;
+}
+
+int pass_run_all(IrGraph *g, PassCtx *ctx) {
+  int done, stop = pass_index(ctx->opt.stop_after);
+  if (begin(g, ctx, stop, &done))
+    return -1;
+  return run(g, ctx, done + 1, stop);
+}
+
+int pass_build_training(IrGraph *g, PassCtx *ctx) {
+  int done, last = pass_index(PASS_TRAINING_LAST), stop = pass_index(ctx->opt.stop_after);
+  if (begin(g, ctx, stop, &done))
+    return -1;
+  return done >= last ? 0 : run(g, ctx, done + 1, stop >= 0 && stop < last ? stop : last);
+}
+
+int pass_lower_plan(IrGraph *g, PassCtx *ctx) {
+  // the graph is as pass_build_training left it: the passes it is after have run
+  int done = pass_index(g->after), last = pass_index(PASS_TRAINING_LAST),
+      stop = pass_index(ctx->opt.stop_after);
+  if (stop >= 0 && stop <= last)
+    return 0;
+  return run(g, ctx, (done > last ? done : last) + 1, stop);
 }

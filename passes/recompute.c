@@ -3,7 +3,7 @@
 //
 // The blocks are the IR's block ids: 1..L are the repeated layers (the DSL's
 // `repeat`, ONNX names like "/h.3/..."), block 0 is everything outside them.
-// opt.checkpoint picks the first K layers (Megatron's --recompute-num-layers)
+// the plan's checkpoint picks the first K layers (Megatron's --recompute-num-layers)
 // or all of them. For each checkpointed block b:
 //
 //   - its activations are the outputs of b's forward nodes;
@@ -120,7 +120,7 @@ static int recompute_block(Recompute *R, int b, IrDiag *d) {
 }
 
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
-  int want = ctx->opt.checkpoint;
+  int want = ctx->plan ? ctx->plan->checkpoint : 0;
   ctx->nlayers = count_layers(g);
   ctx->ncheckpointed = 0;
   if (want == 0)
@@ -132,7 +132,7 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
     return ir_error(ctx->diag, (IrLoc){0}, "recompute: --checkpoint %d, but the model has %d "
                     "repeated layer%s (use 1 to %d, all or none)", want, ctx->nlayers,
                     ctx->nlayers == 1 ? "" : "s", ctx->nlayers);
-  int last = want == PASS_CHECKPOINT_ALL ? ctx->nlayers : want, nb = ir_nblocks(g), rc = 0;
+  int last = want == PLAN_CHECKPOINT_ALL ? ctx->nlayers : want, nb = ir_nblocks(g), rc = 0;
   Recompute R = {.g = g, .nv = g->nvalues};
   R.by_block = malloc(((size_t)g->nnodes + 1) * sizeof *R.by_block);
   R.start = calloc((size_t)nb + 2, sizeof *R.start);

@@ -19,24 +19,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int alloc_blocks(SvApplied *a, int n) {
-  a->nblocks = n;
-  a->zero = calloc((size_t)n + 1, sizeof *a->zero);
-  a->ckpt = calloc((size_t)n + 1, sizeof *a->ckpt);
-  a->offload = calloc((size_t)n + 1, sizeof *a->offload);
-  return a->zero && a->ckpt && a->offload ? 0 : -1;
+// The plan's checkpointing from each block's choice: the first K repeated
+// layers (IR blocks 1..K), as passes/recompute.c does them, or an error
+// naming the first block outside them.
+static int checkpoint_of(const bool *ckpt, int nblocks, Plan *p, IrDiag *d) {
+  int k = 0;
+  while (k + 1 < nblocks && ckpt[k + 1])
+    k++;
+  for (int b = 0; b < nblocks; b++)
+    if (ckpt[b] && (b == 0 || b > k))
+      return ir_error(d, (IrLoc){0}, "the plan checkpoints block %d, not as one of the first K "
+                      "layers, which compiled programs do not do yet; choose the layout with "
+                      "--dp/--tp/--zero/--checkpoint", b);
+  p->checkpoint = k == nblocks - 1 && k > 0 ? PLAN_CHECKPOINT_ALL : k;
+  return 0;
 }
 
-void sv_applied_free(SvApplied *a) {
-  free(a->zero), free(a->ckpt), free(a->offload);
-  memset(a, 0, sizeof *a);
+// A lowered plan with room for n blocks, and their checkpoint flags.
+static bool *begin_plan(Plan *p, int n) {
+  *p = plan_single();
+  p->lower = true;
+  return plan_alloc_blocks(p, n) ? NULL : calloc((size_t)n + 1, sizeof(bool));
 }
 
 // The solution's choice for each block.
-static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
+static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   const SvProblem *p = pl->prob;
   const SvModel *m = pl->model;
-  if (alloc_blocks(a, m->nblocks))
+  bool *ckpt = begin_plan(a, m->nblocks);
+  if (!ckpt)
     return ir_error(d, (IrLoc){0}, "out of memory");
   a->micro = pl->micro_batch;
   a->seq = pl->seq;
@@ -47,25 +58,28 @@ static int from_plan(const SvPlan *pl, SvApplied *a, IrDiag *d) {
     const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
     SvLayout l = p->layout[c->layout];
     if (b == 0)
-      a->dp = l.dp, a->tp = l.tp;
-    IR_ASSERT(l.dp == a->dp && l.tp == a->tp && l.q == 1);  // mesh_tp asked for one mesh
-    a->zero[b] = c->zero;
-    a->ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
-    a->offload[b] = c->offload / 100.0;
+      a->mesh = mesh_make(l.dp, l.tp);
+    // mesh_tp asked for one mesh
+    IR_ASSERT(l.dp == a->mesh.size[IR_MESH_DP] && l.tp == a->mesh.size[IR_MESH_TP] && l.q == 1);
+    a->block[b].zero = c->zero;
+    ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
+    a->block[b].offload = c->offload / 100.0;
   }
   free(seen);
-  int64_t total = p->micro_total;
-  if (total % a->dp)
-    return ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %d replicas; the "
-                    "program needs a multiple of %d (choose --batch)", (long long)total, a->dp,
-                    a->dp);
-  a->micro_batches = (int)(total / a->dp);
-  return 0;
+  int rc = checkpoint_of(ckpt, m->nblocks, a, d);
+  free(ckpt);
+  int64_t total = p->micro_total, dp = a->mesh.size[IR_MESH_DP];
+  if (!rc && total % dp)
+    return ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %lld replicas; the "
+                    "program needs a multiple of %lld (choose --batch)", (long long)total,
+                    (long long)dp, (long long)dp);
+  a->micro_batches = (int)(total / dp);
+  return rc;
 }
 
-int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d) {
+int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d) {
   *kept = NULL;
-  memset(out, 0, sizeof *out);
+  *out = plan_single();
   if (cfg->cluster.ngroups != 1)
     return ir_error(d, (IrLoc){0}, "the cluster has %d groups of GPUs; a compiled program runs "
                     "on one group of identical GPUs for now (mtc plan explains mixed clusters)",
@@ -120,12 +134,13 @@ static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t 
   return 0;
 }
 
-static int read_blocks(const cJSON *blocks, const SvModel *m, SvApplied *a, const char *path,
+static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const char *path,
                        IrDiag *d) {
   if (!cJSON_IsArray(blocks))
     return ir_error(d, (IrLoc){0}, "%s: \"blocks\" must be an array (the plan's choice per "
                     "block, as mtc plan --json writes it)", path);
-  if (alloc_blocks(a, m->nblocks))
+  bool *ckpt = begin_plan(a, m->nblocks);
+  if (!ckpt)
     return ir_error(d, (IrLoc){0}, "out of memory");
   bool *seen = calloc((size_t)m->nblocks + 1, 1);
   IR_ASSERT(seen);
@@ -172,23 +187,29 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, SvApplied *a, cons
                     "q 1", path, where, m->block[id].name, (long long)q);
       break;
     }
-    if (!a->dp)
-      a->dp = (int)dp, a->tp = (int)tp;
-    if (dp != a->dp || tp != a->tp) {
-      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s) is dp %lld x tp %lld, the blocks before it dp %d "
-                    "x tp %d: a program has one mesh for every block", path, where,
-                    m->block[id].name, (long long)dp, (long long)tp, a->dp, a->tp);
+    Mesh mesh = mesh_make((int)dp, (int)tp);
+    if (i == 1)
+      a->mesh = mesh;
+    if (memcmp(&mesh, &a->mesh, sizeof mesh)) {
+      char have[64], want[64];
+      mesh_str(have, sizeof have, &mesh);
+      mesh_str(want, sizeof want, &a->mesh);
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s) is %s, the blocks before it %s: a program has "
+                    "one mesh for every block", path, where, m->block[id].name, have, want);
       break;
     }
-    a->zero[id] = (int)zero;
-    a->ckpt[id] = cJSON_IsTrue(ck);
-    a->offload[id] = off;
+    a->block[id].zero = (int)zero;
+    ckpt[id] = cJSON_IsTrue(ck);
+    a->block[id].offload = off;
   }
   for (int k = 0; k < m->nblocks && !rc; k++)
     if (!seen[k])
       rc = ir_error(d, (IrLoc){0}, "%s: block %d (%s) has no entry in \"blocks\"", path, k,
                     m->block[k].name);
+  if (!rc)
+    rc = checkpoint_of(ckpt, m->nblocks, a, d);
   free(seen);
+  free(ckpt);
   return rc;
 }
 
@@ -235,7 +256,7 @@ static int check_model(const cJSON *root, const IrGraph *g, int64_t seq, const c
 }
 
 // One group of identical GPUs, as many as the mesh has ranks.
-static int check_groups(const cJSON *groups, const SvApplied *a, const char *path, IrDiag *d) {
+static int check_groups(const cJSON *groups, const Plan *a, const char *path, IrDiag *d) {
   int n = cJSON_GetArraySize(groups);
   if (!cJSON_IsArray(groups) || n < 1)
     return ir_error(d, (IrLoc){0}, "%s: \"groups\" must be an array of the cluster's groups "
@@ -246,14 +267,17 @@ static int check_groups(const cJSON *groups, const SvApplied *a, const char *pat
   int64_t count;
   if (whole(cJSON_GetArrayItem(groups, 0), "count", 1, SV_MAX_GPUS, &count, "groups[0]", path, d))
     return -1;
-  if (count != (int64_t)a->dp * a->tp)
-    return ir_error(d, (IrLoc){0}, "%s: groups[0] has %lld GPUs, the blocks' mesh dp %d x tp %d "
-                    "runs on %d", path, (long long)count, a->dp, a->tp, a->dp * a->tp);
+  if (count != mesh_ranks(&a->mesh)) {
+    char mesh[64];
+    mesh_str(mesh, sizeof mesh, &a->mesh);
+    return ir_error(d, (IrLoc){0}, "%s: groups[0] has %lld GPUs, the blocks' mesh %s runs on %d",
+                    path, (long long)count, mesh, mesh_ranks(&a->mesh));
+  }
   return 0;
 }
 
-int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out, IrDiag *d) {
-  memset(out, 0, sizeof *out);
+int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrDiag *d) {
+  *out = plan_single();
   cJSON *root = cJSON_Parse(text);
   if (!root)
     return ir_error(d, (IrLoc){0}, "%s is not JSON (near \"%.20s\")", path,
@@ -300,15 +324,64 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out
     rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
   if (!rc)
     rc = check_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, path, d);
-  if (!rc && total % out->dp)
+  int dp = out->mesh.size[IR_MESH_DP];
+  if (!rc && total % dp)
     rc = ir_error(d, (IrLoc){0}, "%s: %lld micro-batches do not divide over dp %d replicas",
-                  path, (long long)total, out->dp);
+                  path, (long long)total, dp);
   if (!rc) {
     out->micro = micro;
     out->seq = seq;
-    out->micro_batches = (int)(total / out->dp);
+    out->micro_batches = (int)(total / dp);
   }
   sv_model_free(m);
   cJSON_Delete(root);
   return rc;
+}
+
+// ---- what a lowered program should measure --------------------------------------------------
+
+void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredicted *out) {
+  const Plan *P = &lw->plan;
+  int dp = P->mesh.size[IR_MESH_DP], tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
+  int zmin = 3, zmax = 0;
+  double state = 0, host = 0, comm = 0, omin = 1, omax = 0;
+  for (int b = 0; b < lw->nbuckets; b++) {
+    const PassBucket *k = &lw->bucket[b];
+    double share = k->nstate ? plan_block(P, k->block)->offload : 0;
+    zmin = k->zero < zmin ? k->zero : zmin;
+    zmax = k->zero > zmax ? k->zero : zmax;
+    omin = share < omin ? share : omin;
+    omax = share > omax ? share : omax;
+    // bytes per parameter: the weights forward reads (bf16: the working copies),
+    // the reduced gradients, the float32 masters apart from them, the moments
+    const IrValue *p = k->pshard ? k->pshard : k->params;
+    SvStateBytes per = {ir_dtype_size(k->copies ? k->copies->dtype : p->dtype),
+                        ir_dtype_size(k->reduced->dtype),
+                        k->copies ? ir_dtype_size(p->dtype) : 0,
+                        (double)k->nstate * ir_dtype_size(DT_F32)};
+    state += sv_zero_state_bytes((double)k->numel, dp, k->zero, per) -
+             sv_offload_device_bytes((double)k->host_numel, per);
+    host += sv_offload_host_bytes((double)k->host_numel, per);
+    comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, per);
+  }
+  comm += sv_tp_comm_bytes(lw->tp_comm_bytes, tp, micro);
+  out->state_bytes = (int64_t)state;
+  out->host_bytes = (int64_t)host;
+  out->comm_bytes = (int64_t)comm;
+  char *s = out->layout;
+  size_t n = sizeof out->layout, len = (size_t)mesh_str(s, n, &P->mesh);
+  if (lw->nbuckets && zmin == zmax && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", ZeRO-%d", zmin);
+  else if (lw->nbuckets && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", ZeRO-%d to %d", zmin, zmax);
+  if (omax > 0 && omin == omax && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", offload %g", omax);
+  else if (omax > 0 && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", offload %g to %g", omin, omax);
+  if (ncheckpointed && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", recompute %d of %d layers", ncheckpointed,
+                            nlayers);
+  if (lw->nreplicated && len < n)
+    snprintf(s + len, n - len, ", %d weight%s whole under tp", lw->nreplicated,
+             lw->nreplicated > 1 ? "s" : "");
 }

@@ -21,6 +21,8 @@
 #include <stdio.h>
 
 #include "ir.h"
+#include "passes.h"
+#include "plan.h"
 
 // ---- devices and clusters (solver/cluster.c) ---------------------------------------
 
@@ -380,25 +382,25 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
 // ---- applying a plan (solver/apply.c) -----------------------------------------------------------
 
 // A plan as mtc compile lowers it: one mesh of dp x tp ranks for every block.
-typedef struct SvApplied {
-  int dp, tp;
-  int micro_batches;     // per replica per step
-  int64_t micro, seq;    // sequences per micro-batch, sequence length (0: not given)
-  int nblocks;           // IR block ids 0 .. nblocks-1
-  int *zero;             // ZeRO stage per block
-  bool *ckpt;            // recompute the block in backward
-  double *offload;       // share of its optimizer state on the host
-} SvApplied;
-
 // The fastest feasible plan on one group of GPUs that mtc compile lowers (a
 // solve per tp that divides the GPUs: SvConfig.mesh_tp).
 // *kept is that plan (free it with sv_plan_free). -1 with d when none fits
 // (what binds, from the solver).
-int sv_apply_best(IrGraph *g, const SvConfig *cfg, SvApplied *out, SvPlan **kept, IrDiag *d);
+int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d);
 // The plan in a plan.json text (path names it in errors), checked against g's
 // blocks. -1 with d naming the block and field that does not fit.
-int sv_apply_read(IrGraph *g, const char *path, const char *text, SvApplied *out, IrDiag *d);
-void sv_applied_free(SvApplied *a);
+int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrDiag *d);
+
+// What the planner's formulas say a lowered program holds and sends per rank,
+// from its buckets' element types: model state on the device and (offload) in
+// host memory, bytes sent per step; and its layout in words ("dp 2 x tp 2,
+// ZeRO-1, recompute 2 of 4 layers"). The program prints them beside what it
+// measures.
+typedef struct SvPredicted {
+  int64_t state_bytes, host_bytes, comm_bytes;
+  char layout[160];
+} SvPredicted;
+void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredicted *out);
 
 // ---- output (solver/report.c) ------------------------------------------------------------------
 

@@ -442,9 +442,12 @@ static void live_in_backward(const IrGraph *g, const MemPlan *m, int *acts, int6
 static void check_recompute_zero3(const char *path) {
   IrDiag d = {0};
   IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
-  PassDist dist = {.dp = 2, .tp = 1, .micro_batches = 1, .zero_all = 3};
-  PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .dist = &dist};
-  ctx.opt.checkpoint = PASS_CHECKPOINT_ALL;
+  Plan plan = plan_single();
+  plan.lower = true;
+  plan.mesh = mesh_make(2, 1);
+  plan.rest.zero = 3;
+  plan.checkpoint = PLAN_CHECKPOINT_ALL;
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .plan = &plan};
   int rc = g ? pass_run_all(g, &ctx) : -1;
   CHECK(rc == 0, "recompute under ZeRO-3: %s", d.msg);
   int wait_at[5], clone_at[5], param_reads = 0;
@@ -479,20 +482,21 @@ static void check_recompute_zero3(const char *path) {
 // backward and the peak drops, more with more layers; K beyond the layers
 // is an error that says how many there are.
 static void check_recompute(const char *path) {
-  int acts[3] = {0}, ks[3] = {0, 1, PASS_CHECKPOINT_ALL};
+  int acts[3] = {0}, ks[3] = {0, 1, PLAN_CHECKPOINT_ALL};
   int64_t peak[3] = {0};
   for (int c = 0; c < 3; c++) {
     IrDiag d = {0};
     IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
-    PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
-    ctx.opt.checkpoint = ks[c];
+    Plan plan = plan_single();
+    plan.checkpoint = ks[c];
+    PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .plan = &plan};
     int rc = g ? pass_run_all(g, &ctx) : -1;
     CHECK(rc == 0, "recompute %d: %s", ks[c], d.msg);
     if (rc) {
       ir_graph_free(g);
       continue;
     }
-    int want = ks[c] == PASS_CHECKPOINT_ALL ? 4 : ks[c];
+    int want = ks[c] == PLAN_CHECKPOINT_ALL ? 4 : ks[c];
     CHECK(ctx.nlayers == 4 && ctx.ncheckpointed == want, "recompute %d: %d of %d layers", ks[c],
           ctx.ncheckpointed, ctx.nlayers);
     int clones[5] = {0}, stale = 0, misplaced = 0;
@@ -543,8 +547,9 @@ static void check_recompute(const char *path) {
   // More layers than the model has: an error naming the count.
   IrDiag d = {0};
   IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
-  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
-  ctx.opt.checkpoint = 5;
+  Plan five = plan_single();
+  five.checkpoint = 5;
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .plan = &five};
   CHECK(g && pass_run_all(g, &ctx) != 0 && strstr(d.msg, "has 4 repeated layers"),
         "recompute 5 of 4 layers: '%s'", d.msg);
   ir_graph_free(g);

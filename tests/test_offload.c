@@ -127,9 +127,12 @@ static const char *gpt2_path;
 
 static IrGraph *lowered_gpt2(int dp, int zero, double offload, PassCtx *ctx, IrDiag *d) {
   static const FeDefine defs[] = {{"L", 2}, {"C", 32}, {"NH", 2}, {"T", 8}, {"V", 64}, {"B", 2}};
-  static PassDist dist;
-  dist = (PassDist){.dp = dp, .tp = 1, .micro_batches = 1, .zero_all = zero, .offload = offload};
-  *ctx = (PassCtx){.opt = pass_default_options(), .diag = d, .dist = &dist};
+  static Plan plan;
+  plan = plan_single();
+  plan.lower = true;
+  plan.mesh = mesh_make(dp, 1);
+  plan.rest = (PlanBlock){.zero = zero, .offload = offload};
+  *ctx = (PassCtx){.opt = pass_default_options(), .diag = d, .plan = &plan};
   IrGraph *g = fe_dsl_load(gpt2_path, defs, 6, d);
   if (!g || pass_run_all(g, ctx)) {
     printf("FAIL: gpt2 dp %d ZeRO-%d offload %g: ", dp, zero, offload);

@@ -24,11 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fuzz_text(data, size);
   if (!text)
     return 0;
-  SvApplied ap = {0};
+  Plan ap = plan_single();
   IrDiag d = {0};
   if (sv_apply_read(model(), "fuzz.json", text, &ap, &d) && !d.msg[0])
     __builtin_trap(); // every failure says why
-  sv_applied_free(&ap);
+  plan_free(&ap);
   free(text);
   return 0;
 }

@@ -1,0 +1,50 @@
+// The plan's small helpers (ir/plan.h).
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+Mesh mesh_make(int dp, int tp) {
+  Mesh m;
+  for (int a = 0; a < IR_MESH_NAXES; a++)
+    m.size[a] = 1;
+  m.size[IR_MESH_DP] = dp;
+  m.size[IR_MESH_TP] = tp;
+  return m;
+}
+
+int mesh_ranks(const Mesh *m) {
+  int n = 1;
+  for (int a = 0; a < IR_MESH_NAXES; a++)
+    n *= m->size[a];
+  return n;
+}
+
+int mesh_str(char *buf, size_t n, const Mesh *m) {
+  return snprintf(buf, n, "dp %d x tp %d", m->size[IR_MESH_DP], m->size[IR_MESH_TP]);
+}
+
+Plan plan_single(void) { return (Plan){.mesh = mesh_make(1, 1), .micro_batches = 1}; }
+
+int plan_alloc_blocks(Plan *p, int n) {
+  free(p->block);
+  p->nblocks = 0;
+  p->block = malloc(((size_t)n + 1) * sizeof *p->block);
+  if (!p->block)
+    return -1;
+  for (int b = 0; b < n; b++)
+    p->block[b] = p->rest;
+  p->nblocks = n;
+  return 0;
+}
+
+void plan_free(Plan *p) {
+  free(p->block);
+  p->block = NULL;
+  p->nblocks = 0;
+}
+
+const PlanBlock *plan_block(const Plan *p, int b) {
+  return b >= 0 && b < p->nblocks ? &p->block[b] : &p->rest;
+}

@@ -1,0 +1,56 @@
+// The plan: the layout a program runs, as one struct from the planner (or
+// the flags that force a layout) through the lowering to the emitted program.
+//
+// A Mesh names the axes of the device mesh with their sizes; a value's layout
+// (passes/shard.c) splits its dims over these axes. Every rank of the program
+// runs the same code on its coordinates in the mesh (SPMD).
+#ifndef MTC_PLAN_H
+#define MTC_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+typedef struct Mesh {
+  int size[IR_MESH_NAXES];   // ranks along each axis (1: not split; size[IR_MESH_NONE] is 1)
+} Mesh;
+
+Mesh mesh_make(int dp, int tp);
+int mesh_ranks(const Mesh *m);
+// "dp 2 x tp 2" (snprintf semantics)
+int mesh_str(char *buf, size_t n, const Mesh *m);
+
+// Checkpointing every repeated layer (Plan.checkpoint).
+#define PLAN_CHECKPOINT_ALL (-1)
+
+// What the plan chose for one block.
+typedef struct PlanBlock {
+  int zero;            // ZeRO stage, 0 to 3
+  double offload;      // the share (0 to 1) of its optimizer state, and of its update, on the
+                       // host (passes/lower.c)
+} PlanBlock;
+
+typedef struct Plan {
+  bool lower;          // false: the model as it is on one rank, nothing lowered (no buckets,
+                       // no collectives); true: the layout below, even on one rank
+  Mesh mesh;           // every block's
+  int micro_batches;   // forward/backward passes per replica per optimizer step
+  int64_t micro, seq;  // sequences per micro-batch and their length as planned (0: the model's)
+  int checkpoint;      // repeated layers whose forward backward recomputes (passes/recompute.c):
+                       // the first K (IR blocks 1..K), PLAN_CHECKPOINT_ALL, or 0 (none)
+  int nblocks;         // entries of block (IR block ids 0 .. nblocks-1)
+  PlanBlock *block;    // malloc'd (plan_free)
+  PlanBlock rest;      // the choice of blocks past nblocks
+} Plan;
+
+// One rank, nothing lowered, no checkpointing.
+Plan plan_single(void);
+// Room for n blocks' choices, each `rest`. -1 when out of memory.
+int plan_alloc_blocks(Plan *p, int n);
+void plan_free(Plan *p);
+// Block b's choice.
+const PlanBlock *plan_block(const Plan *p, int b);
+
+#endif
