@@ -185,7 +185,7 @@ struct IrNode {
 
 // ---- the device mesh -----------------------------------------------------------
 
-// The axes of the device mesh a value can be split over (passes/shard.c lays
+// The axes of the device mesh a value can be split over (ir/shard.c lays
 // values out on them; collectives name the axis they run along).
 typedef enum IrMeshAxis {
   IR_MESH_NONE,  // not split: replicated

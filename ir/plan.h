@@ -2,7 +2,7 @@
 // the flags that force a layout) through the lowering to the emitted program.
 //
 // A Mesh names the axes of the device mesh with their sizes; a value's layout
-// (passes/shard.c) splits its dims over these axes. Every rank of the program
+// (ir/shard.c) splits its dims over these axes. Every rank of the program
 // runs the same code on its coordinates in the mesh (SPMD).
 #ifndef MTC_PLAN_H
 #define MTC_PLAN_H

@@ -9,6 +9,7 @@
 
 #include "ir.h"
 #include "plan.h"
+#include "shard.h"
 
 typedef enum PassOptimizer { OPTIM_ADAMW, OPTIM_SGD } PassOptimizer;
 
@@ -71,7 +72,7 @@ typedef struct PassLowered {
   int nslots;              // request slots the collectives use
   // tensor parallelism (passes/tp.c)
   double tp_comm_bytes;    // bytes all-reduced over tp per micro-batch (an all-gather of n
-                           // bytes counts n/2), from the collectives pass_shard lists
+                           // bytes counts n/2), from the collectives ir_shard lists
   bool loss_tp_partial;    // each tp rank's loss is its term of a sum
   int nreplicated;         // parameters tp leaves replicated on every rank of its group, and
   const char **replicated; // why ("w2: its output dim K = 3 does not divide by tp = 2")
@@ -167,123 +168,5 @@ bool pass_is_persistent(const IrValue *v);   // lives for the whole program
 const IrValue *pass_view_of(const MemPlan *m, const IrValue *v);
 // Exact bytes live at schedule position t.
 int64_t pass_live_bytes_at(const MemPlan *m, const IrGraph *g, int t);
-
-// ---- sharding (passes/shard.c) ---------------------------------------------------
-//
-// GSPMD-style layouts: per dim of a value, replicated or split over a mesh
-// axis, plus the axes over which it is a partial sum still to be reduced. Each
-// op of ir/ops.def has a sharding rule (shard_<op>) that maps its inputs'
-// layouts to the layouts it needs them in and to its outputs' layouts;
-// pass_shard propagates a plan's per-block tensor-parallel degrees through the
-// whole training graph (forward, backward, update) and lists the collectives
-// those layouts imply. It does not change the graph: the lowering reads the
-// result, and the cost model (solver/cost.c) prices the same collectives.
-//
-// Converting a value between layouts: replicated -> split is free (each rank
-// keeps its slice); split -> replicated is an all_gather; partial ->
-// replicated an all_reduce; partial -> split a reduce_scatter.
-
-// The tp degree of a block whose degree is not known yet (the cost model
-// prices every tp > 1 from one propagation): every split is assumed to divide
-// and recorded as a requirement.
-#define SHARD_TP_ANY (-1)
-
-typedef struct ShardLayout {
-  int rank;                          // the value's rank
-  unsigned char split[IR_MAXRANK];   // per dim: IR_MESH_NONE (replicated) or the axis it is
-                                     // split over
-  unsigned char partial;             // bit (1 << axis): a partial sum over that axis, pending
-                                     // reduction
-} ShardLayout;
-
-// What to propagate: the batch split over dp ranks, each block's tp degree.
-typedef struct ShardSpec {
-  int dp;                  // data-parallel degree (1: the batch is not split)
-  int nblocks;             // entries of tp (IR block ids 0 .. nblocks-1)
-  const int *tp;           // tp[b]: block b's tensor-parallel degree (1: none; SHARD_TP_ANY)
-  bool pad_vocab;          // an embedding table whose vocabulary the degree does not divide is
-                           // split all the same: the lowering pads it (passes/tp.c)
-} ShardSpec;
-
-typedef enum ShardKind { SHARD_ALL_REDUCE, SHARD_REDUCE_SCATTER, SHARD_ALL_GATHER } ShardKind;
-
-// Where a collective goes relative to its node.
-typedef enum ShardAt {
-  SHARD_BEFORE,   // on input `operand` before the node runs (that consumer needs another layout)
-  SHARD_AFTER,    // on output `operand` right after the node (every later reader sees the result)
-  SHARD_WITHIN,   // inside the node's kernel (a vocabulary-parallel cross-entropy's row statistics)
-} ShardAt;
-
-typedef struct ShardColl {
-  const IrNode *node;
-  ShardAt at;
-  int operand;               // input (BEFORE) or output (AFTER) index; -1 WITHIN
-  const IrValue *value;      // the value reduced or gathered (WITHIN: the input it comes from)
-  ShardKind kind;
-  IrMeshAxis axis;
-  const Sym *count;          // elements per rank: the buffer a ring all-reduce moves 2(n-1)/n of,
-                             // an all-gather or reduce-scatter (n-1)/n of
-  IrPhase phase;             // node->phase
-  int block;                 // node->block
-  char what[96];             // "partial sum of a row-parallel matmul", "row max", ...
-} ShardColl;
-
-// A split the propagation assumed divides: dim must be a multiple of the
-// axis's degree (the degree is unknown, or the dim is unbound).
-typedef struct ShardNeed {
-  const IrNode *node;
-  const Sym *dim;
-  IrMeshAxis axis;
-  int block;
-} ShardNeed;
-
-// A parameter left replicated in a tensor-parallel block, and why.
-typedef struct ShardNote {
-  const IrValue *param;
-  const IrNode *node;
-  char text[160];            // "replicated: w2: its output dim K = 3 does not divide by tp = 2"
-} ShardNote;
-
-typedef struct ShardResult {
-  int nvalues, nnodes;
-  ShardLayout *layout;       // [value id]: as produced (parameters and state: as seeded;
-                             // inputs: as fed)
-  int *use_at;               // [node id]: index into use of its first input
-  ShardLayout *use;          // the layout each node reads each input in (after any collective)
-  int ncolls;
-  ShardColl *coll;
-  int nneeds;
-  ShardNeed *need;
-  int nnotes;
-  ShardNote *note;
-  int nvocab;                // vocabularies (embedding tables' first dims, as formulas) split
-  const Sym *vocab[4];       // over tp though the degree does not divide them: spec->pad_vocab,
-                             // tp.c pads every dim of one of these formulas
-} ShardResult;
-
-// Propagates spec through g (after the optimizer pass). 0 with *out filled
-// (free it with pass_shard_free); -1 with d when a layout cannot be carried:
-// attention heads that do not divide by the block's tp, a batch that does not
-// divide by dp. Never fails with SHARD_TP_ANY and dp 1.
-int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d);
-void pass_shard_free(ShardResult *r);
-// The layout node n reads its input k in.
-const ShardLayout *pass_shard_use(const ShardResult *r, const IrNode *n, int k);
-// Is dim (as a formula) one of the vocabularies r splits for the lowering to pad?
-bool pass_shard_pads(const ShardResult *r, const Sym *dim);
-// "[B/dp, T, C/tp]", "[B, T, C] partial(tp)": v's dims with their splits (snprintf semantics).
-int pass_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
-                          const ShardLayout *l);
-// "all_reduce", "reduce_scatter", "all_gather"
-const char *pass_shard_kind_name(ShardKind k);
-// What collective c moves, as elements of a ring all-reduce: its count for an
-// all-reduce, half of it for an all-gather or reduce-scatter (one ring pass
-// instead of two). The cost model prices it and the lowering predicts bytes from it.
-const Sym *pass_shard_allreduce_elems(IrGraph *g, const ShardColl *c);
-// ... as bytes: of the value's element type (float32 for an op's row statistics).
-const Sym *pass_shard_allreduce_bytes(IrGraph *g, const ShardColl *c);
-// Every node with its layouts, each collective under its node, the notes and
-// requirements: for tests and for reading a plan.
-void pass_shard_print(FILE *f, IrGraph *g, const ShardResult *r);
 
 #endif

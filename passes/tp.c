@@ -1,7 +1,7 @@
 // Lowering tensor parallelism (Megatron's 1D): every rank of a tp group runs
 // the same graph on its part of each split tensor.
 //
-// pass_shard propagates the plan's degree through the training graph and says,
+// ir_shard propagates the plan's degree through the training graph and says,
 // for every value, the layout it is produced in, and for every read the layout
 // the reader needs. This pass makes the graph do exactly that:
 //
@@ -453,7 +453,7 @@ static int check_split(Tp *t, const IrValue *v, int dim) {
                     "(-D NAME=VALUE)", v->name);
   if (size % k == 0)
     return 0;
-  if (t->pieces[v->id] == 1 && pass_shard_pads(&t->r, v->shape[dim]) &&
+  if (t->pieces[v->id] == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
       (t->pad_dim[v->id] < 0 || t->pad_dim[v->id] == dim)) {
     t->pad_dim[v->id] = dim;
     return 0;
@@ -494,14 +494,14 @@ static const Sym *degree_dim(IrGraph *g, int tp, IrDiag *d) {
   return sym_var(&g->arena, var);
 }
 
-// The layouts pass_shard gives (padding a vocabulary the degree does not
+// The layouts ir_shard gives (padding a vocabulary the degree does not
 // divide when pad is true), the conversions right after producers, pieces and
 // padded dims. 1 (no error) when a padded value has a reader that would not
 // keep the padding zero: then the vocabulary stays replicated.
 static int layouts(Tp *t, const int *degree, int nb, bool pad) {
   ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .pad_vocab = pad};
-  pass_shard_free(&t->r);
-  if (pass_shard(t->g, &spec, &t->r, t->d))
+  ir_shard_free(&t->r);
+  if (ir_shard(t->g, &spec, &t->r, t->d))
     return -1;
   for (int i = 0; i < t->nn; i++)
     t->use_at[i] = t->r.use_at[i];
@@ -514,7 +514,7 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
     const ShardColl *c = &t->r.coll[i];
     if (c->axis != TP)
       continue;
-    bytes += sym_evalf(pass_shard_allreduce_bytes(t->g, c), &t->g->syms);
+    bytes += sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms);
     if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
       return ir_error(t->d, c->node->loc, "lower: tp %d: %s with a collective inside is not "
                       "lowered yet", t->tp, ir_op_name(c->node->op));
@@ -527,7 +527,7 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
       l->split[split_dim(l)] = IR_MESH_NONE;
     else
       return ir_error(t->d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet",
-                      t->tp, pass_shard_kind_name(c->kind), ir_op_name(c->node->op));
+                      t->tp, ir_shard_kind_name(c->kind), ir_op_name(c->node->op));
   }
   t->out->tp_comm_bytes = bytes;
   if (count_pieces(t) || check_divides(t))
@@ -602,7 +602,7 @@ int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
   free(t.node), free(t.use_at), free(t.cur), free(t.pieces), free(t.pad_dim), free(t.conv);
   free(t.nconv);
   free(stats_of);
-  pass_shard_free(&t.r);
+  ir_shard_free(&t.r);
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   return rc;

@@ -4,7 +4,7 @@
 // precision pass) and writes, per block, formulas in the model's symbols:
 // parameters and the bytes of their model state, FLOPs, the activations
 // backward reads, what a checkpointed block keeps, backward temporaries, and
-// the traffic of tensor parallelism (the collectives that passes/shard.c's
+// the traffic of tensor parallelism (the collectives that ir/shard.c's
 // propagation of Megatron's layout implies, so that the plan prices what the
 // lowering will insert). Every size is bytes of the element type the IR gives
 // the value (ir_nbytes): the planner has no table of its own. Nothing is run;
@@ -109,7 +109,7 @@ static void summa(IrGraph *g, SvModel *m) {
   }
 }
 
-// Megatron's 1D tensor parallelism as passes/shard.c lays it out with every
+// Megatron's 1D tensor parallelism as ir/shard.c lays it out with every
 // block tensor-parallel (its degree left open, so every split is assumed to
 // divide): the collectives over tp per block, forward (Megatron's g, the
 // embedding's reduction, the vocabulary-parallel loss's row statistics) and
@@ -124,7 +124,7 @@ static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
   for (int b = 0; b < m->nblocks; b++)
     tp[b] = SHARD_TP_ANY;
   ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = tp};
-  int rc = pass_shard(g, &spec, r, d);
+  int rc = ir_shard(g, &spec, r, d);
   free(tp);
   if (rc)
     return -1;
@@ -133,7 +133,7 @@ static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     if (c->axis != IR_MESH_TP)
       continue;
     SvBlock *b = &m->block[c->block];
-    const Sym *e = pass_shard_allreduce_bytes(g, c);
+    const Sym *e = ir_shard_allreduce_bytes(g, c);
     if (c->phase == PHASE_FORWARD)
       b->tp_fwd = s_add(g, b->tp_fwd, e);
     else
@@ -420,7 +420,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
     for (int k = 0; k < m->block[bi].nbwd; k++) {
       const IrNode *n = m->block[bi].bwd[k];
       for (int j = 0; j < n->nin; j++)
-        if (!tp_split(pass_shard_use(&shard, n, j)))
+        if (!tp_split(ir_shard_use(&shard, n, j)))
           whole[n->in[j]->id] = true;
     }
   // Each block's parameters as its bucket holds them: split over tp or whole
@@ -437,7 +437,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
     b->member[b->nmembers] = ir_numel(g, v);
     b->member_split[b->nmembers++] = tp_split(&shard.layout[c->id]);
   }
-  pass_shard_free(&shard);
+  ir_shard_free(&shard);
 
   for (int bi = 0; bi < nb; bi++) {
     SvBlock *b = &m->block[bi];

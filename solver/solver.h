@@ -108,7 +108,7 @@ typedef struct SvBlock {
   // Sizes are bytes, of the element types the IR gives the values.
   const Sym *params;        // parameter elements
   // The parameters one by one, as the program's bucket of the block holds them: each padded
-  // to PASS_ALIGN_ELEMS elements, split over tp or whole (passes/shard.c's layout)
+  // to PASS_ALIGN_ELEMS elements, split over tp or whole (ir/shard.c's layout)
   int nmembers;
   const Sym **member;
   bool *member_split;
@@ -119,12 +119,12 @@ typedef struct SvBlock {
   const Sym *act;           // float bytes kept from forward for backward
   const Sym *act_int;       // integer bytes kept (token ids, targets)
   const Sym *act_rep;       // part of act whole on every rank under 1D TP without sequence
-                            // parallelism (read unsplit by backward in passes/shard.c's layout)
+                            // parallelism (read unsplit by backward in ir/shard.c's layout)
   const Sym *ckpt;          // float bytes of the block's inputs (all it keeps when checkpointed)
   const Sym *ckpt_int;
   const Sym *work;          // bytes of backward temporaries at the block's peak
   const Sym *flops_fwd, *flops_bwd;
-  // The collectives passes/shard.c's propagation implies under 1D TP, as bytes all-reduced
+  // The collectives ir/shard.c's propagation implies under 1D TP, as bytes all-reduced
   // (an all-gather or reduce-scatter counts half its buffer):
   const Sym *tp_fwd;        // in forward (Megatron's g, vocabulary-parallel embedding and loss)
   const Sym *tp_bwd;        // in backward and update (Megatron's f)

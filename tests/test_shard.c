@@ -1,4 +1,4 @@
-// Sharding rules and their propagation (passes/shard.c): Megatron's layouts
+// Sharding rules and their propagation (ir/shard.c): Megatron's layouts
 // and collectives for GPT-2, a classifier head too small to split, heads that
 // do not divide, data parallelism alone, and every layout of every example
 // and ONNX fixture consistent with its value's shape.
@@ -66,7 +66,7 @@ static int shard_pad(IrGraph *g, int tp, int dp, bool pad, ShardResult *r, IrDia
   for (int b = 0; b < nb; b++)
     t[b] = tp;
   ShardSpec spec = {.dp = dp, .nblocks = nb, .tp = t, .pad_vocab = pad};
-  int rc = pass_shard(g, &spec, r, d);
+  int rc = ir_shard(g, &spec, r, d);
   free(t);
   return rc;
 }
@@ -84,7 +84,7 @@ static const char *layout_of(IrGraph *g, const ShardResult *r, const char *name)
   if (!v)
     return "(no such value)";
   char *b = buf[next++ % 8];
-  pass_shard_layout_str(b, 256, g, v, &r->layout[v->id]);
+  ir_shard_layout_str(b, 256, g, v, &r->layout[v->id]);
   return b;
 }
 
@@ -137,7 +137,7 @@ static bool consistent(IrGraph *g, int tp, int dp, const char *what, const IrVal
   }
   if (!ok) {
     char buf[256];
-    pass_shard_layout_str(buf, sizeof buf, g, v, l);
+    ir_shard_layout_str(buf, sizeof buf, g, v, l);
     check(false, "%s: '%s' %s laid out %s (tp %d, dp %d)", what, v->name, ir_shape_str(g, v), buf,
           tp, dp);
   }
@@ -150,7 +150,7 @@ static void check_consistent(IrGraph *g, const ShardResult *r, int tp, int dp, c
     ok &= consistent(g, tp, dp, what, g->values[i], &r->layout[i]);
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i]->nin; k++)
-      ok &= consistent(g, tp, dp, what, g->nodes[i]->in[k], pass_shard_use(r, g->nodes[i], k));
+      ok &= consistent(g, tp, dp, what, g->nodes[i]->in[k], ir_shard_use(r, g->nodes[i], k));
   check(ok, "%s: every layout fits its value (tp %d, dp %d)", what, tp, dp);
 }
 
@@ -167,7 +167,7 @@ static void test_gpt2_megatron(void) {
     return;
   }
   char *after = ir_print_str(g);
-  check(!strcmp(before, after), "pass_shard leaves the graph as it was");
+  check(!strcmp(before, after), "ir_shard leaves the graph as it was");
   free(before), free(after);
   check_consistent(g, &r, 2, 1, "gpt2 tp=2");
   for (int l = 0; l < 2; l++) {
@@ -209,7 +209,7 @@ static void test_gpt2_megatron(void) {
   expect_layout(g, &r, "loss", "[] partial(tp)");
   const IrValue *emb = ir_value_find(g, "x")->producer->in[0];
   char buf[256];
-  pass_shard_layout_str(buf, sizeof buf, g, emb, &r.layout[emb->id]);
+  ir_shard_layout_str(buf, sizeof buf, g, emb, &r.layout[emb->id]);
   check(!strcmp(buf, "[B, T, C] partial(tp)"), "the embedding's output: %s", buf);
 
   // Collectives per block and phase: Megatron's g twice in forward, f twice in backward.
@@ -223,7 +223,7 @@ static void test_gpt2_megatron(void) {
     for (int i = 0; i < n && i < 2; i++) {
       check(c[i]->kind == SHARD_ALL_REDUCE && !strcmp(formula(g, c[i]->count), "B*T*C"),
             "block %d forward collective %d: %s of %s elements", b, i,
-            pass_shard_kind_name(c[i]->kind), formula(g, c[i]->count));
+            ir_shard_kind_name(c[i]->kind), formula(g, c[i]->count));
       check(c[i]->at == SHARD_AFTER && made_by_matmul_of(c[i]->value, i ? w2 : w1),
             "block %d forward collective %d: after %%%s, want after the row-parallel %s", b, i,
             c[i]->value->name, i ? w2 : w1);
@@ -235,7 +235,7 @@ static void test_gpt2_megatron(void) {
     for (int i = 0; i < n && i < 2; i++) {
       check(c[i]->kind == SHARD_ALL_REDUCE && !strcmp(formula(g, c[i]->count), "B*T*C"),
             "block %d backward collective %d: %s of %s elements", b, i,
-            pass_shard_kind_name(c[i]->kind), formula(g, c[i]->count));
+            ir_shard_kind_name(c[i]->kind), formula(g, c[i]->count));
       check(made_by_matmul_of(c[i]->value, i ? w2 : w1),
             "block %d backward collective %d: of %%%s, want the input gradient of %s", b, i,
             c[i]->value->name, i ? w2 : w1);
@@ -251,7 +251,7 @@ static void test_gpt2_megatron(void) {
     check(c[0]->kind == SHARD_ALL_REDUCE && c[0]->value == emb &&
               !strcmp(formula(g, c[0]->count), "B*T*C"),
           "rest forward: the embedding's all-reduce (%s of %%%s, %s elements)",
-          pass_shard_kind_name(c[0]->kind), c[0]->value->name, formula(g, c[0]->count));
+          ir_shard_kind_name(c[0]->kind), c[0]->value->name, formula(g, c[0]->count));
     for (int i = 1; i < 3; i++)
       check(c[i]->at == SHARD_WITHIN && c[i]->node->op == OP_CROSS_ENTROPY &&
                 c[i]->kind == SHARD_ALL_REDUCE && !strcmp(formula(g, c[i]->count), "B*T"),
@@ -263,7 +263,7 @@ static void test_gpt2_megatron(void) {
             !strcmp(formula(g, c[0]->count), "B*T*C"),
         "rest backward: %d collectives, want the all-reduce of the LM head's input gradient", n);
   check(r.nnotes == 0, "gpt2: no parameter left replicated (%s)", r.nnotes ? r.note[0].text : "");
-  pass_shard_free(&r);
+  ir_shard_free(&r);
 
   // tp with dp: the same collectives over each replica's share of the batch
   if (check(!shard(g, 2, 2, &r, &d), "gpt2 tp=2 dp=2: %s", d.msg)) {
@@ -274,7 +274,7 @@ static void test_gpt2_megatron(void) {
           m ? formula(g, c[0]->count) : "-");
     expect_layout(g, &r, "h.0.q.1", "[B/dp, NH/tp, T, C/NH]");
     expect_layout(g, &r, "grad.h.0.fc_w", "[C, 4*C/tp] partial(dp)");
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   ir_graph_free(g);
 }
@@ -296,13 +296,13 @@ static void test_dp_only(void) {
     expect_layout(g, &r, "grad.h.0.qkv_w", "[C, 3*C] partial(dp)");
     expect_layout(g, &r, "grad.wte", "[V, C] partial(dp)");
     expect_layout(g, &r, "grad.h.0.ln1_w", "[C] partial(dp)");
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   // Nothing split at all: nothing to do.
   if (check(!shard(g, 1, 1, &r, &d), "gpt2 replicated: %s", d.msg)) {
     check(r.ncolls == 0 && r.nneeds == 0, "gpt2 replicated: %d collectives, %d requirements",
           r.ncolls, r.nneeds);
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   // A batch that does not divide
   check(shard(g, 1, 3, &r, &d) && strstr(d.msg, "does not divide by dp = 3"),
@@ -333,7 +333,7 @@ static void test_mlp_head(void) {
           "mlp K=3 forward: %d collectives, want one all_gather of B*H", n);
     n = colls(&r, 0, PHASE_BACKWARD, c, 8);
     check(n == 0, "mlp K=3 backward: %d collectives, want none", n);
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   ir_graph_free(g);
   // K = 10 divides: the head is column-parallel.
@@ -341,7 +341,7 @@ static void test_mlp_head(void) {
   if (check(!shard(g, 2, 1, &r, &d), "mlp tp=2: %s", d.msg)) {
     expect_layout(g, &r, "w2", "[H, K/tp]");
     check(r.nnotes == 0, "mlp K=10: no note");
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   ir_graph_free(g);
 }
@@ -368,7 +368,7 @@ static void test_heads(void) {
     for (int i = 0; i < r.nneeds; i++)
       nh |= !strcmp(formula(g, r.need[i].dim), "NH") && r.need[i].axis == IR_MESH_TP;
     check(nh, "gpt2 tp=any: NH must divide by tp (%d requirements)", r.nneeds);
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   ir_graph_free(g);
 }
@@ -388,7 +388,7 @@ static void test_vocab(void) {
                                                    "255 does not divide by tp = 2"),
           "gpt2 V=255 tp=2: the table replicated, with a note (%d notes)", r.nnotes);
     expect_layout(g, &r, "wte", "[V, C]");
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   if (check(!shard_pad(g, 2, 1, true, &r, &d), "gpt2 V=255 tp=2 padded: %s", d.msg)) {
     check(r.nvocab == 1 && !strcmp(formula(g, r.vocab[0]), "V") && r.nnotes == 0,
@@ -397,7 +397,7 @@ static void test_vocab(void) {
     expect_layout(g, &r, "adamw.m.wte", "[V/tp, C]");
     expect_layout(g, &r, "logits", "[B, T, V/tp]");
     expect_layout(g, &r, "h.0.fc_w", "[C, 4*C/tp]");
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   ir_graph_free(g);
 }
@@ -408,7 +408,7 @@ static void test_mixed_blocks(void) {
   ShardSpec spec = {.dp = 1, .nblocks = 3, .tp = t};
   ShardResult r;
   IrDiag d = {0};
-  if (check(!pass_shard(g, &spec, &r, &d), "gpt2 tp 1,2,1: %s", d.msg)) {
+  if (check(!ir_shard(g, &spec, &r, &d), "gpt2 tp 1,2,1: %s", d.msg)) {
     expect_layout(g, &r, "wte", "[V, C]");
     expect_layout(g, &r, "h.0.qkv_w", "[C, 3*C/tp]");
     expect_layout(g, &r, "h.1.qkv_w", "[C, 3*C]");
@@ -417,7 +417,7 @@ static void test_mixed_blocks(void) {
     check(colls(&r, 1, PHASE_FORWARD, c, 8) == 2 && colls(&r, 2, PHASE_FORWARD, c, 8) == 0 &&
               colls(&r, 0, PHASE_FORWARD, c, 8) == 0,
           "gpt2 tp 1,2,1: collectives only in block 1");
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
   ir_graph_free(g);
 }
@@ -437,7 +437,7 @@ static void sweep(IrGraph *g, const char *what) {
       continue;
     }
     check_consistent(g, &r, tps[i][0], tps[i][1], label);
-    pass_shard_free(&r);
+    ir_shard_free(&r);
   }
 }
 
@@ -547,8 +547,8 @@ static int print_model(int argc, char **argv) {
     ir_diag_print(stdout, &d);
     return 1;
   }
-  pass_shard_print(stdout, g, &r);
-  pass_shard_free(&r);
+  ir_shard_print(stdout, g, &r);
+  ir_shard_free(&r);
   ir_graph_free(g);
   return 0;
 }

@@ -52,7 +52,7 @@
 // side by side, as Megatron lays it out); elementwise ops with index-dependent
 // results (dropout's mask) index by global position; sum and mean over a
 // split dim divide by the global count.
-#include "passes.h"
+#include "shard.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -136,7 +136,7 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
   return sym_eval(a, &g->syms, &x) == 0 && sym_eval(b, &g->syms, &y) == 0 && x == y;
 }
 
-int pass_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
+int ir_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
                           const ShardLayout *l) {
   size_t len = 0;
 #define PUT(...)                                                                        \
@@ -164,18 +164,18 @@ int pass_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *
   return (int)len;
 }
 
-const char *pass_shard_kind_name(ShardKind k) {
+const char *ir_shard_kind_name(ShardKind k) {
   return k == SHARD_ALL_REDUCE ? "all_reduce" : k == SHARD_REDUCE_SCATTER ? "reduce_scatter"
                                                                           : "all_gather";
 }
 
-const Sym *pass_shard_allreduce_elems(IrGraph *g, const ShardColl *c) {
+const Sym *ir_shard_allreduce_elems(IrGraph *g, const ShardColl *c) {
   return c->kind == SHARD_ALL_REDUCE ? c->count : sym_scale(&g->arena, c->count, 1, 2);
 }
 
-const Sym *pass_shard_allreduce_bytes(IrGraph *g, const ShardColl *c) {
+const Sym *ir_shard_allreduce_bytes(IrGraph *g, const ShardColl *c) {
   IrDType t = c->at == SHARD_WITHIN ? DT_F32 : c->value->dtype;  // row statistics: float32
-  return sym_scale(&g->arena, pass_shard_allreduce_elems(g, c), (int64_t)ir_dtype_size(t), 1);
+  return sym_scale(&g->arena, ir_shard_allreduce_elems(g, c), (int64_t)ir_dtype_size(t), 1);
 }
 
 // ---- the result's lists -----------------------------------------------------------------
@@ -241,7 +241,7 @@ static int degree(const Shard *s, int tp, int axis) {
 // the splits it assumed, once the rule has chosen).
 // The dim is a vocabulary the lowering pads to split it over tp: its formula
 // is the table's (4*C of the same value is not).
-bool pass_shard_pads(const ShardResult *r, const Sym *dim) {
+bool ir_shard_pads(const ShardResult *r, const Sym *dim) {
   for (int k = 0; k < r->nvocab; k++)
     if (sym_eq(r->vocab[k], dim))
       return true;
@@ -249,7 +249,7 @@ bool pass_shard_pads(const ShardResult *r, const Sym *dim) {
 }
 
 static bool padded(const Shard *s, int axis, const Sym *dim) {
-  return axis == TP && pass_shard_pads(s->r, dim);
+  return axis == TP && ir_shard_pads(s->r, dim);
 }
 
 static bool divides(ShardOp *op, const Sym *dim, int axis) {
@@ -1155,7 +1155,7 @@ static int check_layout(Shard *s, const IrNode *n, int tp, const IrValue *v, con
   if (ok)
     return 0;
   char buf[512];
-  pass_shard_layout_str(buf, sizeof buf, s->g, v, l);
+  ir_shard_layout_str(buf, sizeof buf, s->g, v, l);
   return ir_error(s->diag, n->loc,
                   "shard: %s's rule gives %s '%s' %s the layout %s, which it cannot have",
                   ir_op_name(n->op), what, v->name, ir_shape_str(s->g, v), buf);
@@ -1329,7 +1329,7 @@ static int lay_inputs(Shard *s) {
   return 0;
 }
 
-int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
+int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   memset(out, 0, sizeof *out);
   if (spec->dp < 1)
     return ir_error(d, (IrLoc){0}, "shard: dp = %d must be at least 1", spec->dp);
@@ -1390,16 +1390,16 @@ int pass_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   free(s.readers), free(s.copy), free(s.need_last), free(s.need_prev);
   free(in), free(outs), free(seed);
   if (rc)
-    pass_shard_free(out);
+    ir_shard_free(out);
   return rc;
 }
 
-void pass_shard_free(ShardResult *r) {
+void ir_shard_free(ShardResult *r) {
   free(r->layout), free(r->use_at), free(r->use), free(r->coll), free(r->need), free(r->note);
   memset(r, 0, sizeof *r);
 }
 
-const ShardLayout *pass_shard_use(const ShardResult *r, const IrNode *n, int k) {
+const ShardLayout *ir_shard_use(const ShardResult *r, const IrNode *n, int k) {
   IR_ASSERT(n->id >= 0 && n->id < r->nnodes && k >= 0 && k < n->nin);
   return &r->use[r->use_at[n->id] + k];
 }
@@ -1408,12 +1408,12 @@ const ShardLayout *pass_shard_use(const ShardResult *r, const IrNode *n, int k) 
 
 static void print_coll(FILE *f, IrGraph *g, const ShardColl *c) {
   static const char *at[] = {"before", "after", "within"};
-  fprintf(f, "    %s(%s) %s %%%s: %s elements (%s)\n", pass_shard_kind_name(c->kind),
+  fprintf(f, "    %s(%s) %s %%%s: %s elements (%s)\n", ir_shard_kind_name(c->kind),
           ir_mesh_axis_name(c->axis), at[c->at], c->value ? c->value->name : "?",
           sym_str(&g->arena, c->count, &g->syms), c->what);
 }
 
-void pass_shard_print(FILE *f, IrGraph *g, const ShardResult *r) {
+void ir_shard_print(FILE *f, IrGraph *g, const ShardResult *r) {
   static const char *phase[] = {"forward", "backward", "update"};
   char buf[512];
   int last_phase = -1;
@@ -1423,12 +1423,12 @@ void pass_shard_print(FILE *f, IrGraph *g, const ShardResult *r) {
       fprintf(f, "%s\n", phase[n->phase]), last_phase = (int)n->phase;
     fprintf(f, "  ");
     for (int k = 0; k < n->nout; k++) {
-      pass_shard_layout_str(buf, sizeof buf, g, n->out[k], &r->layout[n->out[k]->id]);
+      ir_shard_layout_str(buf, sizeof buf, g, n->out[k], &r->layout[n->out[k]->id]);
       fprintf(f, "%s%%%s %s", k ? ", " : "", n->out[k]->name, buf);
     }
     fprintf(f, "%s%s(", n->nout ? " = " : "", ir_op_name(n->op));
     for (int k = 0; k < n->nin; k++) {
-      pass_shard_layout_str(buf, sizeof buf, g, n->in[k], pass_shard_use(r, n, k));
+      ir_shard_layout_str(buf, sizeof buf, g, n->in[k], ir_shard_use(r, n, k));
       fprintf(f, "%s%%%s %s", k ? ", " : "", n->in[k]->name, buf);
     }
     if (n->block)
