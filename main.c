@@ -98,8 +98,9 @@ static void usage(FILE *f) {
         "  --json FILE            write the plan as JSON (plan)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
-        "  --seq-parallel         assume Megatron sequence parallelism under tensor\n"
-        "                         parallelism (plan; compiled programs do not run it yet)\n"
+        "  --seq-parallel         Megatron sequence parallelism under tensor parallelism:\n"
+        "                         the activations between its regions split on the\n"
+        "                         sequence (plan, and the programs compile writes)\n"
         "  --time-limit S --mip-gap X\n"
         "                         GLPK's limits (default 20 s, 0.001)\n"
         "\n"
@@ -366,9 +367,7 @@ static Args parse_args(int argc, char **argv) {
   if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
     bad_usage("--dp, --tp, --zero, --micro-batches, --offload and --checkpoint fix the layout "
               "for %s; plan chooses it", "compile and inspect");
-  if (a.sv.seq_parallel && strcmp(a.cmd, "plan"))
-    bad_usage("--seq-parallel is for plan: %s programs do not run sequence parallelism yet",
-              "compiled");
+  a.layout.seq_parallel = a.sv.seq_parallel;
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
@@ -424,7 +423,7 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
   if (plan_config(a, &cfg, d))
     return -1;
   if (a->formulas) {
-    SvModel *m = sv_model_build(g, cfg.share_blocks, d);
+    SvModel *m = sv_model_build(g, cfg.share_blocks, cfg.seq_parallel, d);
     if (!m)
       return -1;
     sv_print_formulas(stdout, m);
@@ -497,8 +496,7 @@ static void print_decay(const IrGraph *g, const PassOptions *o) {
 // The plan the program runs: the layout the flags force (--dp, --tp, ...), a
 // saved plan (compile --plan FILE), the solver's (compile --gpus N or
 // --cluster FILE: *kept is its plan, for plan.json), or one rank as the model
-// is. The program runs without sequence parallelism, so the solver is asked
-// for that. --checkpoint overrides the plan's checkpointing.
+// is. --checkpoint overrides the plan's checkpointing.
 static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, char **text,
                        IrDiag *d) {
   bool apply = !strcmp(a->cmd, "compile") && !a->forced && (a->plan_file || a->gpus || a->cluster);
@@ -514,7 +512,6 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
   } else {
     SvConfig cfg;
     rc = plan_config(a, &cfg, d);
-    cfg.seq_parallel = false;
     if (!rc)
       rc = sv_apply_best(g, &cfg, plan, kept, d);
   }
@@ -529,6 +526,7 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
                     (long long)batch, (long long)plan->micro);
   if (a->checkpoint)
     plan->checkpoint = a->layout.checkpoint;
+  plan->seq_parallel |= a->sv.seq_parallel;
   return 0;
 }
 

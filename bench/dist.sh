@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Distributed training on this machine: GPT-2 small (examples/gpt2.mtc's
 # default config) and GPT-2 124M, T=64, at 1, 2 and 4 ranks, for data
-# parallelism, ZeRO-3 and tensor parallelism.
+# parallelism, ZeRO-3 and tensor parallelism (with and without Megatron's
+# sequence parallelism, +SP).
 #
 #   bench/dist.sh [--steps N] [--steps-124m N] [--vocab-124m V] [--only small|124m]
 #                 [--layout NAME]... [--wait S] [MTC]
 #
 # MTC defaults to build/mtc. For every model and layout (1 rank; DP2; DP4;
-# ZeRO-3 at DP2 and DP4; TP2; DP2 x TP2; --layout picks some by name, e.g.
+# ZeRO-3 at DP2 and DP4; TP2, TP4 and DP2 x TP2, each also +SP; --layout picks some by name, e.g.
 # --layout TP2 --layout 'DP2 x TP2') it compiles the model with that
 # layout (`mtc compile ... --dp D --tp T --zero Z`), builds it (`make cpu`:
 # mpicc and comm_mpi.c when there are several ranks), runs it (several ranks
@@ -85,7 +86,11 @@ layouts=(   # ranks|name|flags
   "2|ZeRO-3 DP2|--dp 2 --zero 3"
   "4|ZeRO-3 DP4|--dp 4 --zero 3"
   "2|TP2|--tp 2"
+  "2|TP2+SP|--tp 2 --seq-parallel"
+  "4|TP4|--tp 4"
+  "4|TP4+SP|--tp 4 --seq-parallel"
   "4|DP2 x TP2|--dp 2 --tp 2"
+  "4|DP2 x TP2+SP|--dp 2 --tp 2 --seq-parallel"
 )
 
 skipped=()

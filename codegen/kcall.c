@@ -877,6 +877,12 @@ static void lower_tp_gather(Lower *L, const IrNode *n) {
   tp_geometry(L, c, n, n->in[0]);
 }
 
+static void lower_tp_reduce_scatter(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_tp_reduce_scatter);
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
+  tp_geometry(L, c, n, n->out[0]);
+}
+
 static void lower_tp_slice(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_tp_slice);
   buf(c, n->out[0]), buf(c, n->in[0]);

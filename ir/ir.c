@@ -696,7 +696,7 @@ void ir_value_set_name(IrGraph *g, IrValue *v, const char *name) {
 }
 
 // The symbol a dim is, when it is exactly one symbol; else -1.
-static int lone_symbol(const Sym *s) {
+int ir_lone_symbol(const Sym *s) {
   int64_t c;
   if (!s || s->n != 1 || sym_is_const(s, &c) || s->t[0].num != 1 || s->t[0].den != 1)
     return -1;
@@ -716,8 +716,8 @@ void ir_mark_batch_dims(IrGraph *g) {
     const IrValue *v = g->values[i];
     if (v->role != ROLE_INPUT)
       continue;
-    g->batch_sym = v->rank >= 1 ? lone_symbol(v->shape[0]) : -1;
-    g->seq_sym = v->rank >= 2 && v->dtype == DT_I32 ? lone_symbol(v->shape[1]) : -1;
+    g->batch_sym = v->rank >= 1 ? ir_lone_symbol(v->shape[0]) : -1;
+    g->seq_sym = v->rank >= 2 && v->dtype == DT_I32 ? ir_lone_symbol(v->shape[1]) : -1;
     return;
   }
 }

@@ -986,6 +986,15 @@ static int shape_tp_slice(IrGraph *g, IrNode *n, IrDiag *d) {
   return set_out(g, n, 0, n->in[0]->dtype, n->in[0]->rank, shape, d);
 }
 
+static int shape_tp_reduce_scatter(IrGraph *g, IrNode *n, IrDiag *d) {
+  const Sym *shape[IR_MAXRANK];
+  if (tp_shape(g, n, false, shape, d))
+    return -1;
+  const Sym *scratch = ir_numel(g, n->in[0]);
+  IrDType t = n->in[0]->dtype;
+  return set_out(g, n, 0, t, n->in[0]->rank, shape, d) || set_out(g, n, 1, t, 1, &scratch, d);
+}
+
 static int shape_vp_cross_entropy(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_targets(g, n, 0, 1, d))
     return -1;
@@ -1247,6 +1256,7 @@ static const Sym *flops_unshard(IrGraph *g, const IrNode *n) { return flops_in(g
 static const Sym *flops_accumulate(IrGraph *g, const IrNode *n) { return flops_in(g, n, 1); }
 static const Sym *flops_tp_gather(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_tp_slice(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_tp_reduce_scatter(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_vp_cross_entropy(IrGraph *g, const IrNode *n) { return flops_in(g, n, 5); }
 static const Sym *flops_vp_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
   return flops_out(g, n, 5);

@@ -36,6 +36,7 @@ typedef struct Plan {
   bool lower;          // false: the model as it is on one rank, nothing lowered (no buckets,
                        // no collectives); true: the layout below, even on one rank
   Mesh mesh;           // every block's
+  bool seq_parallel;   // Megatron's sequence parallelism under tp (passes/shard.c)
   int micro_batches;   // forward/backward passes per replica per optimizer step
   int64_t micro, seq;  // sequences per micro-batch and their length as planned (0: the model's)
   int checkpoint;      // repeated layers whose forward backward recomputes (passes/recompute.c):

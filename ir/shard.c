@@ -76,11 +76,14 @@ typedef struct Shard {
   bool *read;          // [value id] a reader has read cur
   int *readers;        // [value id] inputs of nodes that read it
   ShardLayout *have;   // [value id * HAVE] conversions placed before a reader
+  unsigned char *have_phase;  // ... the phase of the reader (under seq_parallel a conversion
+                              // serves the readers of its phase only)
   unsigned char *nhave;
   int capc, capn, capo, capp;
   int *need_last;      // [block] its last entry in r->need (-1: none) ...
   int *need_prev;      // [need] ... and the one before it of the same block
   const IrValue *batch;  // the first input (its first dim is the batch)
+  const Sym *seq;        // the model's sequence dim (NULL: none), split under seq_parallel
   const IrValue **copy;  // [value id] a parameter's bf16 working copy (NULL: none)
 } Shard;
 
@@ -195,7 +198,8 @@ static ShardColl *add_coll(Shard *s, const IrNode *n, ShardAt at, int operand, c
   r->coll = grow(r->coll, r->ncolls, &s->capc, sizeof *r->coll);
   ShardColl *c = &r->coll[r->ncolls++];
   *c = (ShardColl){.node = n, .at = at, .operand = operand, .value = v, .kind = kind,
-                   .axis = axis, .count = count, .phase = n->phase, .block = n->block};
+                   .axis = axis, .dim = -1, .count = count, .phase = n->phase,
+                   .block = n->block};
   return c;
 }
 
@@ -344,6 +348,73 @@ static void unify_leading(ShardOp *op, int n, const int *ks, int lead) {
 static void need_whole_dim(ShardOp *op, int k, int dim) { op->in[k].split[dim] = NONE; }
 static void need_complete(ShardOp *op, int k) { op->in[k].partial = 0; }
 
+// ---- sequence parallelism (Megatron) ----
+//
+// Under spec->seq_parallel, a tensor-parallel block's partial sums over tp
+// that a norm, a residual add or any op not linear in them must have complete
+// are reduce-scattered onto the sequence dim instead of all-reduced (Megatron's
+// g becomes a reduce-scatter): the ops between the tensor-parallel regions
+// then run on 1/tp of the tokens, the residual stream and the norms'
+// activations held split. A matmul reads its operands with the sequence whole
+// (the all-gather before a column-parallel linear, and in backward before a
+// row-parallel one's), so its own layout is Megatron's 1D.
+
+// Is the node in a block where the sequence splits over tp?
+static bool seq_parallel(const ShardOp *op) {
+  return op->s->spec->seq_parallel && op->tp != 1 && op->s->seq;
+}
+
+// The dim of input k that is the sequence and could split over tp: not the
+// last (a row's features), whole, the input using tp nowhere, dividing. -1: none.
+static int seq_dim(ShardOp *op, int k) {
+  const IrValue *v = op->n->in[k];
+  const ShardLayout *l = &op->in[k];
+  if (!seq_parallel(op) || (split_axes(l, -1) & BIT(TP)))
+    return -1;
+  for (int d = 0; d < v->rank - 1; d++)
+    if (sym_eq(v->shape[d], op->s->seq))
+      return l->split[d] == NONE && divides(op, v->shape[d], TP) ? d : -1;
+  return -1;
+}
+
+// Input k, which was partial over tp (before) and is to be complete now:
+// under sequence parallelism, reduce-scattered onto its sequence dim.
+static void scatter_seq(ShardOp *op, int k, unsigned before) {
+  if (!(before & BIT(TP)) || (op->in[k].partial & BIT(TP)))
+    return;
+  int d = seq_dim(op, k);
+  if (d >= 0)
+    op->in[k].split[d] = TP;
+}
+
+// Ops Megatron runs on the sequence's parts between the tensor-parallel
+// regions: norms, residual and bias adds, dropout, scaling.
+static bool between_regions(const IrNode *n) {
+  switch (n->op) {
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_DROPOUT:
+  case OP_LAYERNORM: case OP_RMSNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD:
+    return true;
+  default:
+    return false;
+  }
+}
+
+// Input k complete (need_complete), a partial sum over tp reduce-scattered
+// onto the sequence under sequence parallelism.
+static void complete(ShardOp *op, int k) {
+  unsigned before = op->in[k].partial;
+  op->in[k].partial = 0;
+  scatter_seq(op, k, before);
+}
+
+// Under sequence parallelism: input k's sequence dim whole (all-gathered).
+static void gather_seq(ShardOp *op, int k) {
+  const IrValue *v = op->n->in[k];
+  for (int d = 0; seq_parallel(op) && d < v->rank; d++)
+    if (op->in[k].split[d] == TP && sym_eq(v->shape[d], op->s->seq))
+      need_whole_dim(op, k, d);
+}
+
 // Inputs that can carry partial sums through the op, by how the op is linear.
 typedef enum Linear {
   LIN_NONE,   // not linear: every input must be complete
@@ -395,7 +466,12 @@ static void settle_partials(ShardOp *op, ShardLayout *out, int nin) {
 static int elementwise(ShardOp *op, int nin, Linear lin) {
   const IrNode *n = op->n;
   const IrValue *o = n->out[0];
+  unsigned before[8] = {0};
+  for (int k = 0; k < nin && k < 8; k++)
+    before[k] = op->in[k].partial;
   unsigned p = linear_partials(op, nin, lin);
+  for (int k = 0; k < nin && k < 8; k++)
+    scatter_seq(op, k, before[k]);
   ShardLayout *out = &op->out[0];
   *out = whole(o->rank);
   for (int d = 0; d < o->rank; d++) {
@@ -421,7 +497,7 @@ static int elementwise(ShardOp *op, int nin, Linear lin) {
 // One input, one output of the same shape.
 static int unary(ShardOp *op, Linear lin) {
   if (lin == LIN_NONE)
-    need_complete(op, 0);
+    complete(op, 0);
   op->out[0] = op->in[0];
   return 0;
 }
@@ -462,6 +538,8 @@ static int shard_matmul(ShardOp *op) {
   // partial sums are reduced first, where they are smallest.
   need_complete(op, 0);
   need_complete(op, 1);
+  gather_seq(op, 0);
+  gather_seq(op, 1);
   if (op->tp != 1 && op->seed[0] != op->seed[1]) {
     if (op->seed[1])
       seed_weight(op, 1, bn, ak);
@@ -560,7 +638,7 @@ static int shard_relu_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
 // weights follow that (whole) dim.
 static int shard_layernorm(ShardOp *op) {
   int last = op->n->in[0]->rank - 1;
-  need_complete(op, 0);
+  complete(op, 0);
   need_whole_dim(op, 0, last);
   op->in[1] = whole(1);
   op->in[2] = whole(1);
@@ -576,7 +654,7 @@ static int shard_layernorm(ShardOp *op) {
 // whole, the leading dims split alike. Returns the last dim.
 static int rowwise_bwd(ShardOp *op) {
   int last = op->n->in[1]->rank - 1;
-  need_complete(op, 0);
+  complete(op, 0);
   need_complete(op, 1);
   need_whole_dim(op, 0, last);
   need_whole_dim(op, 1, last);
@@ -600,7 +678,7 @@ static int shard_layernorm_bwd(ShardOp *op) {
 // RMSNorm: as layernorm, without the bias.
 static int shard_rmsnorm(ShardOp *op) {
   int last = op->n->in[0]->rank - 1;
-  need_complete(op, 0);
+  complete(op, 0);
   need_whole_dim(op, 0, last);
   op->in[1] = whole(1);
   op->out[0] = op->in[0];
@@ -721,6 +799,7 @@ static int shard_embedding_bwd(ShardOp *op) {
   const IrNode *n = op->n;
   int lead = n->in[1]->rank;
   need_complete(op, 1);
+  gather_seq(op, 0);   // an all-gather of the tokens' gradients, not a reduction of the table's
   for (int d = 0; d < lead; d++)
     unify2(op, 0, d, 1, d);
   ShardLayout *out = &op->out[0];
@@ -1031,8 +1110,11 @@ static int slice(ShardOp *op, const IrValue *piece) {
   const IrNode *n = op->n;
   int ax = norm_axis(n, n->in[0]->rank), axis = op->in[0].split[ax];
   int64_t start = ir_attr_i(n, "start"), deg = degree(op->s, op->tp, axis);
+  // the sequence split under sequence parallelism is not made of pieces (a
+  // position table sliced to T rows): gathered
+  bool seq = seq_parallel(op) && axis == TP && sym_eq(n->in[0]->shape[ax], op->s->seq);
   if (axis != NONE &&
-      (ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) ||
+      (seq || ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) ||
        !divides(op, piece->shape[ax], axis)))
     need_whole_dim(op, 0, ax);
   op->out[0] = op->in[0];
@@ -1088,18 +1170,20 @@ static int shard_to_device(ShardOp *op) { return whole_buckets(op); }
 
 // The tensor-parallel ops come after this pass too (passes/tp.c inserts them
 // where a layout changes); their rules state what they do.
-static int tp_move(ShardOp *op, bool gather) {
+static int tp_move(ShardOp *op, bool gather, bool sum) {
   int dim = (int)ir_attr_i(op->n, "dim");
   ShardLayout l = whole(op->n->in[0]->rank);
   l.split[dim] = TP;
   op->in[0] = gather ? l : whole(l.rank);
+  op->in[0].partial = (unsigned char)(sum ? BIT(TP) : 0);
   op->out[0] = gather ? whole(l.rank) : l;
-  if (gather)
+  if (op->n->nout > 1)
     op->out[1] = whole(1);
   return 0;
 }
-static int shard_tp_gather(ShardOp *op) { return tp_move(op, true); }
-static int shard_tp_slice(ShardOp *op) { return tp_move(op, false); }
+static int shard_tp_gather(ShardOp *op) { return tp_move(op, true, false); }
+static int shard_tp_slice(ShardOp *op) { return tp_move(op, false, false); }
+static int shard_tp_reduce_scatter(ShardOp *op) { return tp_move(op, false, true); }
 // Vocabulary-parallel cross-entropy: logits split on V, the loss a partial sum
 // over tp; its row statistics are whole (all-reduced inside).
 static int shard_vp_cross_entropy(ShardOp *op) {
@@ -1178,13 +1262,22 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
   ShardLayout m = s->cur[v->id];
   if (slices_to(&m, to))
     return;
+  // Under sequence parallelism a gathered value is not kept from forward for
+  // backward (Megatron gathers the norms' outputs again in backward: 1/tp of
+  // them is held instead of all), so conversions serve one phase's readers.
+  bool phased = s->spec->seq_parallel;
   for (int h = 0; h < s->nhave[v->id]; h++)
-    if (slices_to(&s->have[v->id * HAVE + h], to))
+    if (slices_to(&s->have[v->id * HAVE + h], to) &&
+        (!phased || s->have_phase[v->id * HAVE + h] == n->phase))
       return;
+  bool gathers = false;   // a dim m splits that `to` does not
+  for (int i = 0; i < m.rank; i++)
+    gathers |= m.split[i] != NONE && m.split[i] != to->split[i];
   const IrNode *at = n;
   ShardAt where = SHARD_BEFORE;
   int operand = k;
-  if (v->producer && !s->read[v->id] && v->producer->phase == n->phase) {
+  if (v->producer && !s->read[v->id] && v->producer->phase == n->phase &&
+      !(phased && gathers)) {
     at = v->producer;
     where = SHARD_AFTER;
     for (int i = 0; i < at->nout; i++)
@@ -1202,6 +1295,7 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
     ShardKind kind = d >= 0 ? SHARD_REDUCE_SCATTER : SHARD_ALL_REDUCE;
     ShardColl *c = add_coll(s, at, where, operand, v, kind, (IrMeshAxis)a,
                             local_numel(s, tp, v, &m));
+    c->dim = d;
     snprintf(c->what, sizeof c->what, "partial sum of %s, for %s",
              v->producer ? ir_op_name(v->producer->op) : v->name, ir_op_name(n->op));
     m.partial &= (unsigned char)~BIT(a);
@@ -1216,6 +1310,7 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
     m.split[i] = NONE;
     ShardColl *c = add_coll(s, at, where, operand, v, SHARD_ALL_GATHER, (IrMeshAxis)a,
                             local_numel(s, tp, v, &m));
+    c->dim = i;
     snprintf(c->what, sizeof c->what, "dim %d whole, for %s", i, ir_op_name(n->op));
     ncoll++;
   }
@@ -1223,8 +1318,10 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
     return;   // only local slices
   if (where == SHARD_AFTER)
     s->cur[v->id] = m;
-  else if (s->nhave[v->id] < HAVE)
+  else if (s->nhave[v->id] < HAVE) {
+    s->have_phase[v->id * HAVE + s->nhave[v->id]] = (unsigned char)n->phase;
     s->have[v->id * HAVE + s->nhave[v->id]++] = m;
+  }
 }
 
 // The layout node n sees input k in before its rule runs: the value's, or,
@@ -1267,9 +1364,15 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
     }
     in[k] = input_layout(s, v, tp);
     // A partial sum with several readers is reduced at once, before a
-    // linear reader carries it on and another reduces it again.
-    if (s->readers[v->id] > 1)
+    // linear reader carries it on and another reduces it again (under
+    // sequence parallelism, reduce-scattered onto the sequence when the
+    // first reader is one of the ops between tensor-parallel regions).
+    if (s->readers[v->id] > 1) {
+      unsigned before = in[k].partial;
       in[k].partial = 0;
+      if (between_regions(n))
+        scatter_seq(&op, k, before);
+    }
   }
   for (int k = 0; k < n->nout; k++)
     out[k] = whole(n->out[k]->rank);
@@ -1329,6 +1432,23 @@ static int lay_inputs(Shard *s) {
   return 0;
 }
 
+// The dim sequence parallelism splits: the model's sequence (its token
+// inputs' second dim), or for a model fed activations [B, T, ...] (no
+// tokens) their second dim, when it is a symbol of its own. NULL: none.
+static const Sym *sequence(IrGraph *g) {
+  if (g->seq_sym >= 0)
+    return sym_var(&g->arena, g->seq_sym);
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role != ROLE_INPUT)
+      continue;
+    if (v->rank < 3)
+      return NULL;
+    return ir_lone_symbol(v->shape[1]) >= 0 ? v->shape[1] : NULL;
+  }
+  return NULL;
+}
+
 int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   memset(out, 0, sizeof *out);
   if (spec->dp < 1)
@@ -1350,13 +1470,14 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   out->layout = calloc((size_t)nv + 1, sizeof *out->layout);
   out->use_at = calloc((size_t)nn + 1, sizeof *out->use_at);
   out->use = calloc((size_t)nuse + 1, sizeof *out->use);
-  Shard s = {.g = g, .spec = spec, .diag = d, .r = out};
+  Shard s = {.g = g, .spec = spec, .diag = d, .r = out, .seq = sequence(g)};
   s.laid = calloc((size_t)nv + 1, sizeof *s.laid);
   s.read = calloc((size_t)nv + 1, sizeof *s.read);
   s.cur = calloc((size_t)nv + 1, sizeof *s.cur);
   s.deg = calloc((size_t)nv + 1, sizeof *s.deg);
   s.have = calloc((size_t)nv * HAVE + 1, sizeof *s.have);
   s.nhave = calloc((size_t)nv + 1, 1);
+  s.have_phase = calloc((size_t)nv * HAVE + 1, 1);
   s.readers = calloc((size_t)nv + 1, sizeof *s.readers);
   s.copy = calloc((size_t)nv + 1, sizeof *s.copy);
   s.need_last = malloc((size_t)nblocks * sizeof *s.need_last);
@@ -1365,7 +1486,7 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   ShardLayout *in = calloc((size_t)maxin, sizeof *in), *outs = calloc((size_t)maxout, sizeof *outs);
   bool *seed = calloc((size_t)maxin, sizeof *seed);
   IR_ASSERT(out->layout && out->use_at && out->use && s.laid && s.read && s.cur && s.deg &&
-            s.have && s.nhave && s.readers && s.copy && s.need_last && in && outs && seed);
+            s.have && s.have_phase && s.nhave && s.readers && s.copy && s.need_last && in && outs && seed);
   for (int i = 0; i < nv; i++)
     IR_ASSERT(g->values[i]->id == i);
   for (int i = 0; i < nn; i++) {
@@ -1386,7 +1507,8 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int i = 0; !rc && i < nv; i++)
     if (!s.laid[i])
       out->layout[i] = whole(g->values[i]->rank);
-  free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.nhave);
+  free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.have_phase),
+      free(s.nhave);
   free(s.readers), free(s.copy), free(s.need_last), free(s.need_prev);
   free(in), free(outs), free(seed);
   if (rc)

@@ -41,6 +41,8 @@ typedef struct ShardSpec {
   const int *tp;           // tp[b]: block b's tensor-parallel degree (1: none; SHARD_TP_ANY)
   bool pad_vocab;          // an embedding table whose vocabulary the degree does not divide is
                            // split all the same: the lowering pads it (passes/tp.c)
+  bool seq_parallel;       // Megatron's sequence parallelism in tensor-parallel blocks: the
+                           // activations between their tp regions split on the sequence
 } ShardSpec;
 
 typedef enum ShardKind { SHARD_ALL_REDUCE, SHARD_REDUCE_SCATTER, SHARD_ALL_GATHER } ShardKind;
@@ -59,6 +61,8 @@ typedef struct ShardColl {
   const IrValue *value;      // the value reduced or gathered (WITHIN: the input it comes from)
   ShardKind kind;
   IrMeshAxis axis;
+  int dim;                   // the dim a reduce_scatter splits or an all_gather makes whole
+                             // (-1: an all_reduce)
   const Sym *count;          // elements per rank: the buffer a ring all-reduce moves 2(n-1)/n of,
                              // an all-gather or reduce-scatter (n-1)/n of
   IrPhase phase;             // node->phase

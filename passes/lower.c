@@ -201,10 +201,18 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   IrGraph *g = L->g;
   int first = g->nnodes, last = -1;
   for (int i = 0; i < n; i++) {
-    const IrNode *p = members[i]->grad->producer;
+    const IrValue *v = members[i]->grad;
+    const IrNode *p = v->producer;
     IR_ASSERT(p && p->phase == PHASE_BACKWARD);
     first = p->id < first ? p->id : first;
-    last = p->id > last ? p->id : last;
+    // the gradient is final after any reduction of it in place (over tp: the
+    // norms' weights under sequence parallelism)
+    int at = p->id;
+    while (at + 1 < g->nnodes && (g->nodes[at + 1]->op == OP_ALL_REDUCE ||
+                                  g->nodes[at + 1]->op == OP_COMM_WAIT) &&
+           g->nodes[at + 1]->in[0] == v)
+      at++;
+    last = at > last ? at : last;
   }
   g->cur_phase = PHASE_BACKWARD;
   g->cur_block = b->block;
@@ -526,7 +534,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   out->plan = *P;
   Lower L = {.g = g, .plan = P, .dp = P->mesh.size[IR_MESH_DP], .tp = P->mesh.size[IR_MESH_TP],
              .micro = P->micro_batches, .out = out, .d = ctx->diag};
-  if (check(&L) || (L.tp > 1 && pass_lower_tp(g, L.tp, out, ctx->diag)))
+  if (check(&L) || (L.tp > 1 && pass_lower_tp(g, L.tp, P->seq_parallel, out, ctx->diag)))
     return -1;
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);

@@ -137,10 +137,10 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed);  // bf16 mixed prec
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
-// Tensor parallelism of degree tp over every block (passes/tp.c; pass_lower
-// calls it before data parallelism): per-rank shapes and the conversions
-// between layouts. -1 with d when the plan cannot be lowered.
-int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d);
+// Tensor parallelism of degree tp over every block, with Megatron's sequence
+// parallelism or without (passes/tp.c; pass_lower calls it before data
+// parallelism): per-rank shapes and the conversions between layouts. -1 with d when the plan cannot be lowered.
+int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDiag *d);
 
 // Repeated blocks (passes/repeat.c). A run is `count` consecutive stretches
 // of the schedule, each all the nodes of one block in one phase, for blocks

@@ -12,8 +12,11 @@
 //   - where a reader needs another layout than the value has, a conversion is
 //     inserted: a partial sum is all-reduced (in place right after the
 //     producer when every reader needs it reduced, else on a copy before the
-//     reader), a split dim is gathered (tp_gather), a whole dim sliced
-//     (tp_slice, free: each rank keeps its part);
+//     reader) or, where the reader needs it split (sequence parallelism),
+//     reduce-scattered (tp_reduce_scatter), a split dim is gathered
+//     (tp_gather), a whole dim sliced (tp_slice, free: each rank keeps its
+//     part); under sequence parallelism a conversion serves the readers of
+//     one phase (backward gathers again what forward gathered);
 //   - ops whose arithmetic depends on the global index learn their part: an
 //     embedding over a vocabulary-split table (shards), the cross-entropy
 //     over vocabulary-split logits (vp_cross_entropy, whose row statistics
@@ -39,12 +42,14 @@
 
 typedef struct Conv {
   ShardLayout want;
+  IrPhase phase;          // of the reader it was made for
   IrValue *v;
 } Conv;
 
 typedef struct Tp {
   IrGraph *g;
   int tp;
+  bool seq_parallel;      // Megatron's sequence parallelism (ir/shard.c)
   const Sym *deg;         // the degree as a formula: the dim TP
   PassLowered *out;
   IrDiag *d;
@@ -192,11 +197,23 @@ static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int nout) {
 static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *want,
                         const IrNode *reader) {
   IrGraph *g = t->g;
+  int w = split_dim(want);
+  if ((have.partial & TPBIT) && !(want->partial & TPBIT) && w >= 0 && split_dim(&have) < 0) {
+    // sequence parallelism: each rank gets its part of the sum (its own value)
+    IrNode *c = tp_move(t, OP_TP_REDUCE_SCATTER, x, w, 2);
+    if (infer(t, c))
+      return NULL;
+    IrValue *y = named(t, c, x, "part");
+    y->tp_dim = w, y->tp_whole = x->shape[w], y->tp_pieces = ir_attr_i(c, "pieces");
+    x = y;
+    have.partial &= (unsigned char)~TPBIT;
+    have.split[w] = TP;
+  }
   if ((have.partial & TPBIT) && !(want->partial & TPBIT)) {
-    if (split_dim(want) >= 0 && split_dim(want) != split_dim(&have))
-      return ir_error(t->d, reader->loc, "lower: tp %d: '%s' is a partial sum that %s needs "
-                      "split (a reduce-scatter), which is not lowered yet", t->tp, x->name,
-                      ir_op_name(reader->op)), NULL;
+    if (w >= 0 && w != split_dim(&have))
+      return ir_error(t->d, reader->loc, "lower: tp %d: '%s' is a partial sum split on dim %d "
+                      "that %s needs split on dim %d, which is not lowered yet", t->tp, x->name,
+                      split_dim(&have), ir_op_name(reader->op), w), NULL;
     IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);  // a copy: other readers keep the partial sum
     IR_ASSERT(infer(t, c) == 0);
     IrValue *y = named(t, c, x, "sum");
@@ -213,7 +230,6 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
     x = named(t, c, x, "whole");
     have.split[d] = IR_MESH_NONE;
   }
-  int w = split_dim(want);
   if (w >= 0 && have.split[w] != TP) {
     IrNode *c = tp_move(t, OP_TP_SLICE, x, w, 1);
     if (infer(t, c))
@@ -238,8 +254,8 @@ static int convert_input(Tp *t, int i, int k) {
   if (same_tp(&t->cur[v->id], want))
     return 0;
   Conv *c = &t->conv[v->id * NCONV];
-  for (int j = 0; j < t->nconv[v->id]; j++)
-    if (same_tp(&c[j].want, want)) {
+  for (int j = 0; j < t->nconv[v->id]; j++)   // under sequence parallelism: of this phase
+    if (same_tp(&c[j].want, want) && (!t->seq_parallel || c[j].phase == n->phase)) {
       n->in[k] = c[j].v;
       return 0;
     }
@@ -265,7 +281,7 @@ static int convert_input(Tp *t, int i, int k) {
     n->in[0]->grad = y;
   n->in[k] = y;
   if (t->nconv[v->id] < NCONV)
-    c[t->nconv[v->id]++] = (Conv){*want, y};
+    c[t->nconv[v->id]++] = (Conv){*want, n->phase, y};
   return 0;
 }
 
@@ -373,8 +389,11 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     ir_set_syms(t->g, n, "sizes", local, ns);
     return 0;
   }
-  case OP_SLICE:
-  case OP_SLICE_BWD:
+  case OP_SLICE:      // along a whole dim, a slice of each rank's part (another dim split:
+  case OP_SLICE_BWD:  // sequence parallelism)
+    if (use_of(t, i, 0)->split[norm_axis(n, n->in[0]->rank)] == TP)
+      break;
+    return 0;
   case OP_DROPOUT:
   case OP_MASKED_FILL:
     if (any_split(t, i))
@@ -499,7 +518,8 @@ static const Sym *degree_dim(IrGraph *g, int tp, IrDiag *d) {
 // padded dims. 1 (no error) when a padded value has a reader that would not
 // keep the padding zero: then the vocabulary stays replicated.
 static int layouts(Tp *t, const int *degree, int nb, bool pad) {
-  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .pad_vocab = pad};
+  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .pad_vocab = pad,
+                    .seq_parallel = t->seq_parallel};
   ir_shard_free(&t->r);
   if (ir_shard(t->g, &spec, &t->r, t->d))
     return -1;
@@ -525,6 +545,8 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
       l->partial &= (unsigned char)~TPBIT;
     else if (c->kind == SHARD_ALL_GATHER && split_dim(l) >= 0)
       l->split[split_dim(l)] = IR_MESH_NONE;
+    else if (c->kind == SHARD_REDUCE_SCATTER && c->dim >= 0 && split_dim(l) < 0)
+      l->partial &= (unsigned char)~TPBIT, l->split[c->dim] = TP;
     else
       return ir_error(t->d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet",
                       t->tp, ir_shard_kind_name(c->kind), ir_op_name(c->node->op));
@@ -535,8 +557,9 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
   return check_padding(t);
 }
 
-int pass_lower_tp(IrGraph *g, int tp, PassLowered *out, IrDiag *d) {
-  Tp t = {.g = g, .tp = tp, .out = out, .d = d, .nv = g->nvalues, .nn = g->nnodes};
+int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDiag *d) {
+  Tp t = {.g = g, .tp = tp, .seq_parallel = seq_parallel, .out = out, .d = d, .nv = g->nvalues,
+          .nn = g->nnodes};
   if (!(t.deg = degree_dim(g, tp, d)))
     return -1;
   int nb = ir_nblocks(g);

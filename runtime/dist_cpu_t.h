@@ -29,6 +29,17 @@ void RT_NAME(tp_slice)(RT_T *out, const RT_T *x, long outer, long pieces, long c
   rt_tp_take_bytes(out, x, outer, pieces, chunk, rt_dist.tp_rank, rt_dist.tp, sizeof *x);
 }
 
+void RT_NAME(tp_reduce_scatter)(RT_T *out, RT_T *scratch, const RT_T *x, long outer, long pieces,
+                                long chunk) {
+  long n = outer * pieces * chunk;
+  int tp = rt_dist.tp;
+  for (int r = 0; r < tp; r++)   // rank r's part first, then the next rank's: the shards in order
+    rt_tp_take_bytes(scratch + r * n, x, outer, pieces, chunk, r, tp, sizeof *x);
+  rt_reduce_scatter_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, RT_DTYPE, RT_REDUCE_SUM,
+                          NULL);
+  memcpy(out, scratch + (long)rt_dist.tp_rank * n, (size_t)n * sizeof *x);
+}
+
 void RT_NAME(embedding_vp_fwd)(RT_T *out, const RT_T *w, const int *idx, long n, long c, long v) {
   long lo = (long)rt_dist.tp_rank * v;
 #pragma omp parallel for if (n * c >= 65536)

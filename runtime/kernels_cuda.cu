@@ -2211,6 +2211,21 @@ RT_CUDA_KT(tp_slice, (T *out, const T *x, long outer, long pieces, long chunk),
            (dev(out), dev(x), outer, pieces, chunk))
 
 template <typename T>
+static void tp_reduce_scatter(T *out, T *scratch, const T *x, long outer, long pieces,
+                              long chunk) {
+  long n = outer * pieces * chunk;
+  int tp = rt_dist.tp;
+  for (int r = 0; r < tp; r++) tp_copy(scratch + r * n, x, outer, pieces, chunk, r, tp, false);
+  rt_reduce_scatter_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, dtype_of(x), RT_REDUCE_SUM,
+                          NULL);
+  if (n > 0)
+    cudaCheck(cudaMemcpyAsync(out, scratch + (long)rt_dist.tp_rank * n, (size_t)n * sizeof(T),
+                              cudaMemcpyDeviceToDevice, rt_cuda_stream));
+}
+RT_CUDA_KT(tp_reduce_scatter, (T *out, T *scratch, const T *x, long outer, long pieces, long chunk),
+           (dev(out), dev(scratch), dev(x), outer, pieces, chunk))
+
+template <typename T>
 static void embedding_vp_fwd(T *out, const T *w, const int *idx, long n, long c, long v) {
   if (n <= 0 || c <= 0) return;
   RT_LAUNCH(embedding_vp_fwd_kernel, grid_for(n * c, NT), NT, 0, rt_cuda_stream, out, w, idx, n, c,

@@ -66,6 +66,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     a->block[b].offload = c->offload / 100.0;
   }
   free(seen);
+  a->seq_parallel = pl->cfg.seq_parallel;
   int rc = checkpoint_of(ckpt, m->nblocks, a, d);
   free(ckpt);
   int64_t total = p->micro_total, dp = a->mesh.size[IR_MESH_DP];
@@ -282,7 +283,7 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
   if (!root)
     return ir_error(d, (IrLoc){0}, "%s is not JSON (near \"%.20s\")", path,
                     cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
-  SvModel *m = sv_model_build(g, true, d);
+  SvModel *m = sv_model_build(g, true, false, d);
   int rc = m ? 0 : -1;
   const cJSON *feasible = cJSON_GetObjectItemCaseSensitive(root, "feasible");
   const cJSON *batch = cJSON_GetObjectItemCaseSensitive(root, "batch");
@@ -292,16 +293,11 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
   if (!rc && !cJSON_IsTrue(feasible))
     rc = ir_error(d, (IrLoc){0}, "%s: the plan does not fit its cluster (\"feasible\": false); "
                   "there is nothing to apply", path);
-  // Megatron sequence parallelism is a planner's assumption the lowering does not
-  // execute. Files from before the field lack it: read as false (their layouts lower the
-  // same; only their estimates assumed it).
+  // Megatron sequence parallelism under tp. Files from before the field lack it: read as
+  // false.
   const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "seq_parallel");
   if (!rc && sp && !cJSON_IsBool(sp))
     rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" must be true or false", path);
-  if (!rc && cJSON_IsTrue(sp))
-    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\": true: the plan assumes Megatron "
-                  "sequence parallelism, which compiled programs do not run yet; plan again "
-                  "without --seq-parallel (mtc plan ... --json FILE)", path);
   // The plan priced the model in one precision; the program must be that one.
   const cJSON *prec = cJSON_GetObjectItemCaseSensitive(root, "precision");
   const char *want = m && m->bf16 ? "bf16" : "fp32";
@@ -332,6 +328,7 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
     out->micro = micro;
     out->seq = seq;
     out->micro_batches = (int)(total / dp);
+    out->seq_parallel = cJSON_IsTrue(sp);
   }
   sv_model_free(m);
   cJSON_Delete(root);
@@ -370,6 +367,8 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
   out->comm_bytes = (int64_t)comm;
   char *s = out->layout;
   size_t n = sizeof out->layout, len = (size_t)mesh_str(s, n, &P->mesh);
+  if (P->seq_parallel && tp > 1 && len < n)
+    len += (size_t)snprintf(s + len, n - len, " (sequence parallel)");
   if (lw->nbuckets && zmin == zmax && len < n)
     len += (size_t)snprintf(s + len, n - len, ", ZeRO-%d", zmin);
   else if (lw->nbuckets && len < n)

@@ -118,12 +118,13 @@ static void summa(IrGraph *g, SvModel *m) {
 // all-gather or reduce-scatter moves half an all-reduce of the same buffer, so
 // it counts half. The shard result stays with the caller (act_rep reads its
 // layouts).
-static int tensor_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
+static int tensor_parallel(IrGraph *g, SvModel *m, bool seq_parallel, ShardResult *r,
+                           IrDiag *d) {
   int *tp = malloc((size_t)m->nblocks * sizeof *tp);
   IR_ASSERT(tp);
   for (int b = 0; b < m->nblocks; b++)
     tp[b] = SHARD_TP_ANY;
-  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = tp};
+  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = tp, .seq_parallel = seq_parallel};
   int rc = ir_shard(g, &spec, r, d);
   free(tp);
   if (rc)
@@ -288,7 +289,7 @@ static void add_flow(SvModel *m, int from, int to, const Sym *bytes, IrGraph *g)
   m->flow[m->nflows++] = (SvFlow){from, to, bytes};
 }
 
-SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
+SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag *d) {
   int nb = ir_nblocks(g);
   bool has_update = false;
   for (int i = 0; i < g->nnodes; i++) {
@@ -408,21 +409,39 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d) {
 
   summa(g, m);
   ShardResult shard;
-  if (tensor_parallel(g, m, &shard, d)) {
+  if (tensor_parallel(g, m, seq_parallel, &shard, d)) {
     free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes), free(prefix);
     free(copy), free(master);
     sv_model_free(m);
     return NULL;
   }
   // A kept activation is held whole under tp when backward reads it unsplit
-  // (a partial sum is whole-sized too).
+  // (a partial sum is whole-sized too). Under sequence parallelism backward
+  // gathers again what it reads whole, so what is kept is the value as held
+  // in forward: as produced, after any conversion right after its producer.
+  ShardLayout *held = seq_parallel ? malloc(((size_t)nv + 1) * sizeof *held) : NULL;
+  if (held) {
+    memcpy(held, shard.layout, (size_t)nv * sizeof *held);
+    for (int i = 0; i < shard.ncolls; i++) {
+      const ShardColl *c = &shard.coll[i];
+      ShardLayout *l = &held[c->value->id];
+      if (c->at != SHARD_AFTER)
+        continue;
+      l->partial &= (unsigned char)~(1u << c->axis);
+      if (c->dim >= 0)
+        l->split[c->dim] = (unsigned char)(c->kind == SHARD_ALL_GATHER ? IR_MESH_NONE : c->axis);
+    }
+  }
   for (int bi = 0; bi < nb; bi++)
     for (int k = 0; k < m->block[bi].nbwd; k++) {
       const IrNode *n = m->block[bi].bwd[k];
-      for (int j = 0; j < n->nin; j++)
-        if (!tp_split(ir_shard_use(&shard, n, j)))
-          whole[n->in[j]->id] = true;
+      for (int j = 0; j < n->nin; j++) {
+        const IrValue *v = n->in[j];
+        if (!tp_split(held ? &held[v->id] : ir_shard_use(&shard, n, j)))
+          whole[v->id] = true;
+      }
     }
+  free(held);
   // Each block's parameters as its bucket holds them: split over tp or whole
   // (bf16: as the working copy is laid out, which the master follows).
   for (int i = 0; i < nv; i++) {
@@ -735,13 +754,13 @@ static double exposed(double comm, double compute, Link l, int collectives) {
   return fmax(collectives * l.alpha, comm - OVERLAP * compute);
 }
 
-// Activation bytes a device holds for a block under layout l: 1D TP without
-// sequence parallelism replicates part of them; otherwise they split over
-// the inner group (Megatron SP splits the sequence, Optimus 2D splits batch
-// and hidden: 1/q^2).
-static double held(double floats, double rep, double ints, SvLayout l, bool sp) {
+// Activation bytes a device holds for a block under layout l: 1D TP
+// replicates part of them (less with sequence parallelism, as the model was
+// built: what ir/shard.c leaves whole); Optimus 2D splits batch and hidden:
+// 1/q^2.
+static double held(double floats, double rep, double ints, SvLayout l) {
   int s = l.tp * l.q * l.q;
-  double f = l.tp > 1 && !sp ? rep + (floats - rep) / l.tp : floats / s;
+  double f = l.tp > 1 ? rep + (floats - rep) / l.tp : floats / s;
   return f + ints;
 }
 
@@ -772,8 +791,9 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   o->t_micro[SV_T_RECOMPUTE] = ckpt ? per * tf : 0;
 
   // Tensor parallelism: on the critical path. Megatron's f and g are
-  // all-reduces (with SP: reduce-scatter + all-gather, the same volume);
-  // recomputing the forward repeats g.
+  // all-reduces (with SP: reduce-scatters and all-gathers, as ir/shard.c
+  // lists them; the volumes count all-reduces); recomputing the forward
+  // repeats g.
   Link in = link_for(cl, g, s, false);
   double tp = 0;
   if (l.tp > 1) {
@@ -855,8 +875,9 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     o->host_shard = host * sh;
   else
     o->host = host;
-  double act = held(n->act, n->act_rep, n->act_int, l, sp);
-  double keep = ckpt ? held(n->ckpt, n->ckpt, n->ckpt_int, l, sp) : act;  // inputs: replicated
+  double act = held(n->act, n->act_rep, n->act_int, l);
+  // a checkpointed block keeps its inputs: replicated, or with sequence parallelism split
+  double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
   o->mem[SV_M_ACT] = keep;
   // While the block runs backward: its recomputed activations, its
   // temporaries, and under ZeRO-3 its gathered parameters (double-buffered).

@@ -724,7 +724,7 @@ static int64_t bound_value(const IrGraph *g, int var) {
 // the large one. Identical blocks have identical choice lists, so a shared
 // choice index means the same choice for each of its blocks.
 static bool shared_seed(SvPlan *pl, SvSolution *out, IrDiag *d) {
-  SvModel *m = pl->model, *ms = sv_model_build(m->g, true, d);
+  SvModel *m = pl->model, *ms = sv_model_build(m->g, true, pl->cfg.seq_parallel, d);
   SvNum *nums = NULL;
   SvProblem *ps = ms ? sv_problem_build(ms, &pl->cfg, &nums, d) : NULL;
   bool ok = false;
@@ -766,7 +766,7 @@ int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
   SvPlan *pl = calloc(1, sizeof *pl);
   IR_ASSERT(pl);
   pl->cfg = *cfg;
-  pl->model = sv_model_build(g, cfg->share_blocks, d);
+  pl->model = sv_model_build(g, cfg->share_blocks, cfg->seq_parallel, d);
   if (!pl->model) {
     sv_plan_free(pl);
     return -1;

@@ -96,10 +96,10 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
           pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
           pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
   if (pl->cfg.seq_parallel)
-    fprintf(f, "sequence parallelism: assumed under tensor parallelism (--seq-parallel); "
-               "compiled programs do not run it yet, so mtc compile --plan refuses this plan\n");
+    fprintf(f, "sequence parallelism: on under tensor parallelism (--seq-parallel): the "
+               "activations between its regions split on the sequence\n");
   else
-    fprintf(f, "sequence parallelism: off (as compiled programs run; --seq-parallel assumes it)\n");
+    fprintf(f, "sequence parallelism: off (--seq-parallel turns it on)\n");
 }
 
 static void print_blocks(FILE *f, const SvPlan *pl) {

@@ -178,8 +178,10 @@ typedef struct SvNum {   // one unit's representative block
   int nfwd, nbwd, nmm;
 } SvNum;
 
-// Builds the formulas (run the passes through "precision" first).
-SvModel *sv_model_build(IrGraph *g, bool share_blocks, IrDiag *d);
+// Builds the formulas (run the passes through "precision" first), the
+// tensor-parallel collectives and replicated activations as ir/shard.c lays
+// them out with Megatron's sequence parallelism or without.
+SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag *d);
 void sv_model_free(SvModel *m);
 // Per-block memory and FLOPs as formulas (mtc plan --formulas).
 void sv_print_formulas(FILE *f, const SvModel *m);

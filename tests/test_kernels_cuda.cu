@@ -964,6 +964,15 @@ static void test_dist(void) {
   rt_tp_gather(dgathered, dscratch, dp, outer, pieces, chunk);
   check("tp_gather outer=3 pieces=3 chunk=5 (rank 1 of 2)", gathered, dgathered, EXACT);
   check("tp_gather scratch (rank 1 of 2)", scratch, dscratch, EXACT);
+  // tp_reduce_scatter: each rank's part of x into the scratch in rank order, reduced over
+  // the group (one process here: as it is), this rank's part out: the slice's
+  Buf<T> rs = rand_vec<T>(part.size()), rscratch = rand_vec<T>(whole.size());
+  T *drs = dev(rs), *drscratch = dev(rscratch);
+  CPU(rt_tp_reduce_scatter)(rs.data(), rscratch.data(), whole.data(), outer, pieces, chunk);
+  rt_tp_reduce_scatter(drs, drscratch, dw, outer, pieces, chunk);
+  check("tp_reduce_scatter outer=3 pieces=3 chunk=5 (rank 1 of 2)", rs, drs, EXACT);
+  check("tp_reduce_scatter scratch (rank 1 of 2)", rscratch, drscratch, EXACT);
+  check("tp_reduce_scatter = tp_slice on one process", part, drs, EXACT);
   free_all();
   for (const auto &rc : row_cases) {
     long n = rc[0], v = rc[1], c = 7;

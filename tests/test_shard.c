@@ -279,6 +279,66 @@ static void test_gpt2_megatron(void) {
   ir_graph_free(g);
 }
 
+// GPT-2 under Megatron's sequence parallelism (Korthikanti et al. 2022): the
+// row-parallel matmuls' partial sums are reduce-scattered onto the sequence,
+// the norms and residual adds run on T/tp tokens, and each column-parallel
+// matmul all-gathers its input; backward gathers the norms' outputs again (so
+// forward keeps only their parts) and the output gradient before a
+// row-parallel matmul, and reduce-scatters the input gradients of the
+// column-parallel ones. The norms' weight gradients sum over T: partial over tp.
+static void test_gpt2_seq_parallel(void) {
+  IrGraph *g = example("gpt2.mtc", "L=2");
+  int nb = ir_nblocks(g), t[8];
+  for (int b = 0; b < nb; b++)
+    t[b] = 2;
+  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = t, .seq_parallel = true};
+  ShardResult r;
+  IrDiag d = {0};
+  if (!check(!ir_shard(g, &spec, &r, &d), "gpt2 tp=2 sp: %s", d.msg)) {
+    ir_graph_free(g);
+    return;
+  }
+  check_consistent(g, &r, 2, 1, "gpt2 tp=2 sp");
+  expect_layout(g, &r, "h.0.x", "[B, T/tp, C]");          // the residual stream
+  expect_layout(g, &r, "h.0.h", "[B, T/tp, C]");          // ln1's output, as kept
+  expect_layout(g, &r, "h.0.qkv_w", "[C, 3*C/tp]");       // Megatron's 1D, as without sp
+  expect_layout(g, &r, "h.0.attproj_w", "[C/tp, C]");
+  expect_layout(g, &r, "grad.h.0.ln1_w", "[C] partial(tp)");
+  expect_layout(g, &r, "logits", "[B, T, V/tp]");
+  const ShardColl *c[16];
+  for (int b = 1; b <= 2; b++) {
+    int kinds[2][3] = {{0}};  // [forward, backward][all_reduce, reduce_scatter, all_gather]
+    for (int ph = 0; ph < 2; ph++) {
+      int n = colls(&r, b, ph ? PHASE_BACKWARD : PHASE_FORWARD, c, 16);
+      for (int i = 0; i < n && i < 16; i++) {
+        kinds[ph][c[i]->kind]++;
+        if (c[i]->kind != SHARD_ALL_REDUCE)
+          check(c[i]->dim == 1 && !strcmp(formula(g, c[i]->count), "B*T*C"),
+                "block %d: a %s on dim %d of %s elements, want dim 1 (T) of B*T*C", b,
+                ir_shard_kind_name(c[i]->kind), c[i]->dim, formula(g, c[i]->count));
+      }
+    }
+    check(kinds[0][SHARD_ALL_REDUCE] == 0 && kinds[0][SHARD_REDUCE_SCATTER] == 2 &&
+              kinds[0][SHARD_ALL_GATHER] == 2,
+          "block %d forward: %d all-reduces, %d reduce-scatters, %d all-gathers; want 0, 2, 2", b,
+          kinds[0][0], kinds[0][1], kinds[0][2]);
+    // backward: the two norms' outputs and two output gradients gathered, two input
+    // gradients scattered
+    check(kinds[1][SHARD_ALL_REDUCE] == 0 && kinds[1][SHARD_REDUCE_SCATTER] == 2 &&
+              kinds[1][SHARD_ALL_GATHER] == 4,
+          "block %d backward: %d all-reduces, %d reduce-scatters, %d all-gathers; want 0, 2, 4",
+          b, kinds[1][0], kinds[1][1], kinds[1][2]);
+    // for the update: the norms' weights and biases and the row-parallel biases all-reduced
+    int n = colls(&r, b, PHASE_UPDATE, c, 16), all = 0;
+    for (int i = 0; i < n && i < 16; i++)
+      all += c[i]->kind == SHARD_ALL_REDUCE && c[i]->value->rank == 1;
+    check(n == 6 && all == 6, "block %d update: %d collectives, %d all-reduces of vectors; "
+          "want 6", b, n, all);
+  }
+  ir_shard_free(&r);
+  ir_graph_free(g);
+}
+
 // Data parallelism alone: the batch split carries through every op without a
 // collective; parameter gradients are left as partial sums over dp.
 static void test_dp_only(void) {
@@ -562,6 +622,7 @@ int main(int argc, char **argv) {
   }
   examples = argv[1];
   test_gpt2_megatron();
+  test_gpt2_seq_parallel();
   test_dp_only();
   test_mlp_head();
   test_heads();
