@@ -874,7 +874,9 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       int batched = (role == ROLE_INPUT || pass) && v->rank > 0 && g->batch_sym >= 0 &&
                     sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
       IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
-      int64_t pad = v->tp_valid ? ir_eval(g, v->tp_whole) - ir_eval(g, v->tp_valid) : 0;
+      int tp_dim = ir_split_dim(v, IR_MESH_TP);
+      const IrDimLayout *split = tp_dim >= 0 ? &v->layout[tp_dim] : NULL;
+      int64_t pad = split && split->valid ? ir_eval(g, split->whole) - ir_eval(g, split->valid) : 0;
       int64_t ignore = 0;
       bool ignores = role == ROLE_INPUT && v->dtype == DT_I32 && ignored_label(g, v, &ignore);
       fputs("  {", e->f);
@@ -895,7 +897,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       char std[64];
       println(e, ", %d, %s, %d, %d, %lld, %d, %d, %lld, %d, %lld, %s, %s},", v->rank,
               shape_sizes(e, &whole), batched, bucket_index(e, v),
-              (long long)(v->bucket ? v->bucket_off / 4 : 0), v->tp_dim, v->tp_pieces,
+              (long long)(v->bucket ? v->bucket_off / 4 : 0), tp_dim, v->pieces,
               (long long)pad, ignores, (long long)ignore,
               role == ROLE_INPUT ? "RT_INIT_ZEROS" : inits[v->init.kind],
               float_literal(std, sizeof std, v->init.kind == INIT_NORMAL ? v->init.std : 0.0));

@@ -616,7 +616,7 @@ static void sum_or_mean(Lower *L, const IrNode *n, bool mean) {
       r |= (axes[k] < 0 ? axes[k] + x->rank : axes[k]) == i;
     small.shape[i] = r ? sym_const(ar, 1) : x->shape[i];
     if (r) // a dim split over tp counts whole: the ranks' terms are summed later
-      count = sym_mul(ar, count, x->tp_dim == i ? x->tp_whole : x->shape[i]);
+      count = sym_mul(ar, count, ir_whole_dim(x, i));
   }
   reduce(L, n, &small, mean ? 1.0 / (double)ir_eval(L->g, count) : 1.0);
 }
@@ -892,7 +892,7 @@ static void lower_tp_slice(Lower *L, const IrNode *n) {
 // The whole vocabulary: columns of the whole logits past it are padding.
 static void vocab(Lower *L, CgCall *c, const IrNode *n, const IrValue *lg) {
   int64_t v = ir_attr_i(n, "vocab");
-  num(c, v ? sym_const(&L->g->arena, v) : lg->tp_whole);
+  num(c, v ? sym_const(&L->g->arena, v) : ir_whole_dim(lg, lg->rank - 1));
 }
 
 static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {

@@ -265,8 +265,7 @@ IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, IrRole role) {
   v->rank = -1;
   v->role = role;
   v->loc = g->cur_loc;
-  v->tp_dim = -1;
-  v->tp_pieces = 1;
+  v->pieces = 1;   // every dim whole (IR_MESH_NONE is 0)
   push((void ***)&g->values, &g->nvalues, &g->capvalues, v);
   index_add(g, v);
   return v;

@@ -93,6 +93,29 @@ typedef struct IrLoc {
 
 typedef struct IrNode IrNode;
 
+// ---- the device mesh -----------------------------------------------------------
+
+// The axes of the device mesh a value can be split over (ir/shard.c lays
+// values out on them; collectives name the axis they run along).
+typedef enum IrMeshAxis {
+  IR_MESH_NONE,  // not split: replicated
+  IR_MESH_DP,    // data parallel: replicas of the model, each on its share of the batch
+  IR_MESH_TP,    // tensor parallel (Megatron 1D): the ranks that share one replica's ops
+  IR_MESH_NAXES
+} IrMeshAxis;
+
+const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp" ("-" for none)
+
+// How a dim of a value lies over the mesh once a plan is lowered
+// (passes/tp.c): split over an axis, with shape[] holding this rank's part,
+// or whole. A vocabulary the degree does not divide is padded: `whole` is
+// the padded size, `valid` the model's (NULL: nothing padded).
+typedef struct IrDimLayout {
+  IrMeshAxis axis;          // IR_MESH_NONE: the dim is whole on every rank
+  const Sym *whole;         // its size in the whole tensor (split dims)
+  const Sym *valid;
+} IrDimLayout;
+
 typedef struct IrValue {
   int id;
   const char *name;         // unique in the graph
@@ -120,15 +143,12 @@ typedef struct IrValue {
   // has no buffer of its own (the memory plan places it at the bucket, and
   // nothing reads it there).
   bool in_shard;
-  // Tensor parallelism (passes/tp.c): the dim split over the tp ranks (-1:
-  // none), that dim's size in the whole tensor, and the equal pieces it is
-  // made of, each split (runtime/dist.h has the layout).
-  // A vocabulary the degree does not divide is padded (tp_whole is the padded
-  // size; tp_valid the model's, NULL when nothing is padded).
-  int tp_dim;
-  const Sym *tp_whole;
-  const Sym *tp_valid;
-  int tp_pieces;
+  // Its layout over the device mesh (passes/tp.c), per dim; the dim split
+  // over tp is made of `pieces` equal pieces, each split (a fused QKV output
+  // holds this rank's q, k and v parts side by side; runtime/dist.h has the
+  // layout).
+  IrDimLayout layout[IR_MAXRANK];
+  int pieces;
   // Placement (passes/lower.c, offload): v lives in host memory, not on the
   // device. The memory plan lays host values out in a host region of their
   // own; only to_device and updates on the host read them.
@@ -182,19 +202,6 @@ struct IrNode {
   IrPhase phase;
   IrLoc loc;
 };
-
-// ---- the device mesh -----------------------------------------------------------
-
-// The axes of the device mesh a value can be split over (ir/shard.c lays
-// values out on them; collectives name the axis they run along).
-typedef enum IrMeshAxis {
-  IR_MESH_NONE,  // not split: replicated
-  IR_MESH_DP,    // data parallel: replicas of the model, each on its share of the batch
-  IR_MESH_TP,    // tensor parallel (Megatron 1D): the ranks that share one replica's ops
-  IR_MESH_NAXES
-} IrMeshAxis;
-
-const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp" ("-" for none)
 
 // ---- graph -----------------------------------------------------------------
 
@@ -395,6 +402,10 @@ const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
 // v as the whole tensor its tp ranks hold parts of, in the model's shape (without a padded
 // vocabulary's padding; a copy; v itself when not split).
 IrValue ir_whole(const IrValue *v);
+// The dim of v split over axis a (-1: none).
+int ir_split_dim(const IrValue *v, IrMeshAxis a);
+// Dim d's size in the whole tensor (padded): shape[d] when the dim is whole.
+const Sym *ir_whole_dim(const IrValue *v, int d);
 const Sym *ir_nbytes(IrGraph *g, const IrValue *v);    // numel * dtype size
 int ir_dtype_size(IrDType dt);         // bytes per element
 const char *ir_dtype_name(IrDType dt); // "f32", "bf16", "i32"

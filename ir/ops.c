@@ -34,11 +34,24 @@ const Sym *ir_numel(IrGraph *g, const IrValue *v) {
 
 IrValue ir_whole(const IrValue *v) {
   IrValue w = *v;
-  if (v->tp_dim >= 0)
-    w.shape[v->tp_dim] = v->tp_valid ? v->tp_valid : v->tp_whole;
-  w.tp_dim = -1;
-  w.tp_valid = NULL;
+  for (int d = 0; d < v->rank; d++) {
+    const IrDimLayout *l = &v->layout[d];
+    if (l->axis != IR_MESH_NONE)
+      w.shape[d] = l->valid ? l->valid : l->whole;
+    w.layout[d] = (IrDimLayout){IR_MESH_NONE, NULL, NULL};
+  }
   return w;
+}
+
+int ir_split_dim(const IrValue *v, IrMeshAxis a) {
+  for (int d = 0; d < v->rank; d++)
+    if (v->layout[d].axis == a)
+      return d;
+  return -1;
+}
+
+const Sym *ir_whole_dim(const IrValue *v, int d) {
+  return v->layout[d].axis != IR_MESH_NONE ? v->layout[d].whole : v->shape[d];
 }
 
 const Sym *ir_nbytes(IrGraph *g, const IrValue *v) {

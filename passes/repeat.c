@@ -54,11 +54,19 @@ static int stretch_len(const IrGraph *g, int p) {
   return q - p;
 }
 
+// Split over the same axes on the same dims, in as many pieces.
+static bool same_layout(const IrValue *a, const IrValue *b) {
+  for (int d = 0; d < a->rank && d < b->rank; d++)
+    if (a->layout[d].axis != b->layout[d].axis)
+      return false;
+  return a->pieces == b->pieces;
+}
+
 static bool same_value_kind(const IrValue *a, const IrValue *b) {
   return a->dtype == b->dtype && a->role == b->role && a->host == b->host &&
          ir_same_shape(a, b) && !a->bucket == !b->bucket &&
-         (!a->bucket || a->bucket_off == b->bucket_off) && a->tp_dim == b->tp_dim &&
-         a->tp_pieces == b->tp_pieces && !a->producer == !b->producer;
+         (!a->bucket || a->bucket_off == b->bucket_off) && same_layout(a, b) &&
+         !a->producer == !b->producer;
 }
 
 // Numbers each value of the stretch at p (len nodes) by first appearance

@@ -6,8 +6,9 @@
 // the reader needs. This pass makes the graph do exactly that:
 //
 //   - shapes become per-rank: a dim split over tp is that dim / tp, and the
-//     value remembers the whole size (tp_dim, tp_whole) and the equal pieces
-//     the dim is made of (tp_pieces: a fused QKV output holds this rank's q, k
+//     value remembers the whole size (its layout: the dim's axis and whole
+//     size) and the equal pieces the dim is made of (pieces: a fused QKV
+//     output holds this rank's q, k
 //     and v parts side by side);
 //   - where a reader needs another layout than the value has, a conversion is
 //     inserted: a partial sum is all-reduced (in place right after the
@@ -77,17 +78,23 @@ static bool same_tp(const ShardLayout *a, const ShardLayout *b) {
 
 static const ShardLayout *use_of(const Tp *t, int i, int k) { return &t->r.use[t->use_at[i] + k]; }
 
+// v's dim d, of size `whole` in the whole tensor, split over tp in pieces.
+static void split_as(Tp *t, IrValue *v, int d, const Sym *whole, int pieces) {
+  v->layout[d] = (IrDimLayout){TP, whole, NULL};
+  v->shape[d] = sym_div(&t->g->arena, whole, t->deg);
+  v->pieces = pieces;
+}
+
 // v's per-rank shape and tensor-parallel placement for layout l.
 static void place(Tp *t, IrValue *v, const ShardLayout *l, const Sym *const *whole, int pieces) {
   int d = split_dim(l);
-  for (int i = 0; i < v->rank; i++)
+  for (int i = 0; i < v->rank; i++) {
     v->shape[i] = whole[i];
-  v->tp_dim = d;
-  v->tp_pieces = pieces;
-  if (d >= 0) {
-    v->tp_whole = whole[d];
-    v->shape[d] = sym_div(&t->g->arena, whole[d], t->deg);
+    v->layout[i] = (IrDimLayout){IR_MESH_NONE, NULL, NULL};
   }
+  v->pieces = pieces;
+  if (d >= 0)
+    split_as(t, v, d, whole[d], pieces);
 }
 
 // ---- pieces ---------------------------------------------------------------------------------
@@ -188,7 +195,7 @@ static void reduce_in_place(Tp *t, IrValue *x) {
 static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int nout) {
   IrNode *n = ir_node_new(t->g, op, &x, 1, nout);
   ir_set_int(t->g, n, "dim", dim);
-  ir_set_int(t->g, n, "pieces", x->tp_pieces);
+  ir_set_int(t->g, n, "pieces", x->pieces);
   ir_set_int(t->g, n, "shards", t->tp);
   return n;
 }
@@ -204,7 +211,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
     if (infer(t, c))
       return NULL;
     IrValue *y = named(t, c, x, "part");
-    y->tp_dim = w, y->tp_whole = x->shape[w], y->tp_pieces = ir_attr_i(c, "pieces");
+    y->layout[w] = (IrDimLayout){TP, x->shape[w], NULL};
+    y->pieces = (int)ir_attr_i(c, "pieces");
     x = y;
     have.partial &= (unsigned char)~TPBIT;
     have.split[w] = TP;
@@ -217,7 +225,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
     IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);  // a copy: other readers keep the partial sum
     IR_ASSERT(infer(t, c) == 0);
     IrValue *y = named(t, c, x, "sum");
-    y->tp_dim = x->tp_dim, y->tp_whole = x->tp_whole, y->tp_pieces = x->tp_pieces;
+    memcpy(y->layout, x->layout, sizeof y->layout);
+    y->pieces = x->pieces;
     reduce_in_place(t, y);
     x = y;
     have.partial &= (unsigned char)~TPBIT;
@@ -235,7 +244,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
     if (infer(t, c))
       return NULL;
     IrValue *y = named(t, c, x, "part");
-    y->tp_dim = w, y->tp_whole = x->shape[w], y->tp_pieces = ir_attr_i(c, "pieces");
+    y->layout[w] = (IrDimLayout){TP, x->shape[w], NULL};
+    y->pieces = (int)ir_attr_i(c, "pieces");
     x = y;
     have.split[w] = TP;
   }
@@ -308,7 +318,7 @@ static int convert_output(Tp *t, int i, int k) {
     raw->rank = v->rank;
     const Sym *whole[IR_MAXRANK];
     for (int j = 0; j < v->rank; j++)
-      whole[j] = v->tp_dim == j ? v->tp_whole : v->shape[j];
+      whole[j] = ir_whole_dim(v, j);
     place(t, raw, made, whole, t->pieces[v->id]);
     ir_node_set_output(n, k, raw);   // v has no producer until the conversion makes it
     IrValue *y = convert(t, raw, *made, want, n);
@@ -332,7 +342,8 @@ static int convert_output(Tp *t, int i, int k) {
 static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   IrGraph *g = t->g;
   const IrValue *logits = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
-  int64_t vocab = logits->tp_valid ? ir_eval(g, logits->tp_valid) : 0;
+  const Sym *valid = logits->layout[logits->rank - 1].valid;
+  int64_t vocab = valid ? ir_eval(g, valid) : 0;
   if (n->op == OP_CROSS_ENTROPY) {
     ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY, n->in, n->nin);
     ir_set_int(g, n, "vocab", vocab);
@@ -601,8 +612,8 @@ int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDia
       whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (t.tp - size % t.tp) % t.tp));
     }
     place(&t, v, &t.cur[i], whole, t.pieces[i]);
-    if (pd >= 0 && v->tp_dim == pd)
-      v->tp_valid = valid;
+    if (pd >= 0 && v->layout[pd].axis == TP)
+      v->layout[pd].valid = valid;
   }
   for (int i = 0; i < t.nn && !rc; i++) {
     IrNode *n = t.node[i];
