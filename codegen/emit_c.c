@@ -753,7 +753,8 @@ static int64_t model_host_bytes(const Emit *e) {
 }
 
 // Per rank, on the device: parameters, reduced gradients and optimizer
-// state, as allocated.
+// state, as allocated (not dropout's step counter, an integer state value that
+// is no parameter's).
 static int64_t model_state_bytes(Emit *e) {
   const PassLowered *lw = e->opt->lowered;
   int64_t total = 0;
@@ -766,7 +767,8 @@ static int64_t model_state_bytes(Emit *e) {
       total += e->m->bytes[k->copies->id];
   }
   for (int i = 0; i < e->g->nvalues; i++)
-    if (e->g->values[i]->role == ROLE_STATE && !e->g->values[i]->host)
+    if (e->g->values[i]->role == ROLE_STATE && !e->g->values[i]->host &&
+        e->g->values[i]->dtype != DT_I32)
       total += e->m->bytes[i];
   return total;
 }

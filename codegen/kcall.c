@@ -690,12 +690,23 @@ static void lower_equal(Lower *L, const IrNode *n) {
     numk(L, c, ir_attr_i(n, "value"));
 }
 
-// rt_dropout(out, x, step, n, ratio, seed, key)
+// rt_dropout(out, x, step, n, ratio, seed, key, chunk, batched): the mask one
+// rank would draw, at each element's place in the whole tensor: x split over
+// tp is [outer][chunk] of [outer][tp][chunk] (its split dim's pieces each a
+// part of the outer), and its batch (dim 0) is this dp rank's part.
 static void lower_dropout(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_dropout);
-  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, n->in[0]));
+  const IrValue *x = n->in[0];
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, x));
   flt(c, ir_attr_f(n, "ratio"));
   numk(L, c, ir_attr_i(n, "seed")), numk(L, c, ir_attr_i(n, "key"));
+  int d = ir_split_dim(x, IR_MESH_TP);
+  if (d >= 0)
+    num(c, sym_scale(&L->g->arena, dims(L, x, d, x->rank), 1, x->pieces));
+  else
+    numk(L, c, 0);
+  numk(L, c, x->rank > 0 && L->g->batch_sym >= 0 &&
+                 sym_eq(x->shape[0], sym_var(&L->g->arena, L->g->batch_sym)));
 }
 
 static void lower_tick(Lower *L, const IrNode *n) { buf(call(L, CG_K_tick), n->in[0]); }

@@ -363,17 +363,6 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   return 0;
 }
 
-static bool any_split(const Tp *t, int i) {
-  const IrNode *n = t->node[i];
-  for (int k = 0; k < n->nin; k++)
-    if (split_dim(use_of(t, i, k)) >= 0)
-      return true;
-  for (int k = 0; k < n->nout; k++)
-    if (split_dim(&t->r.layout[n->out[k]->id]) >= 0)
-      return true;
-  return false;
-}
-
 static int learn_part(Tp *t, int i, IrValue **stats_of) {
   IrNode *n = t->node[i];
   switch (n->op) {
@@ -405,12 +394,8 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     if (use_of(t, i, 0)->split[norm_axis(n, n->in[0]->rank)] == TP)
       break;
     return 0;
-  case OP_DROPOUT:
-  case OP_MASKED_FILL:
-    if (any_split(t, i))
-      break;
-    return 0;
-  default:
+  default:   // dropout draws each element's mask bit at its place in the whole tensor
+             // (codegen/kcall.c); masked_fill's mask is laid out as x (sliced or broadcast)
     return 0;
   }
   return ir_error(t->d, n->loc, "lower: tp %d: %s over a split dim is not lowered yet; use a "

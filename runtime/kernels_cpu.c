@@ -20,6 +20,7 @@
 #endif
 #include "adamw_cpu.h"
 #include "coalesce.h"
+#include "dist.h"
 #include "kernels.h"
 
 // Below this many elements a parallel region costs more than it saves. A

@@ -522,8 +522,11 @@ void RT_NAME(equal_f32)(int *out, const RT_T *x, long n, float value) {
 }
 
 void RT_NAME(dropout)(RT_T *out, const RT_T *x, const int *step, long n, float ratio, long seed,
-                      long key) {
+                      long key, long chunk, int batched) {
   if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
+  long tp = chunk > 0 ? rt_dist.tp : 1, rank = chunk > 0 ? rt_dist.tp_rank : 0;
+  unsigned long long first = batched ? (unsigned long long)rt_dist.dp_rank * n * tp : 0;
+  if (chunk <= 0) chunk = n > 0 ? n : 1;
   unsigned long long base =
       mix64((unsigned long long)seed * 0x9E3779B97F4A7C15ull ^
             mix64((unsigned long long)key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));
@@ -531,7 +534,8 @@ void RT_NAME(dropout)(RT_T *out, const RT_T *x, const int *step, long n, float r
   unsigned threshold = (unsigned)(ratio * 16777216.0f);  // keep when 24 random bits >= it
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long i = 0; i < n; i++) {
-    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * (unsigned long long)i) >> 40);
+    unsigned long long g = first + (unsigned long long)((i / chunk * tp + rank) * chunk + i % chunk);
+    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * g) >> 40);
     out[i] = TO_T(bits >= threshold ? LD(x[i]) * keep_scale : 0.0f);
   }
 }

@@ -1009,12 +1009,14 @@ __device__ inline unsigned long long mix64(unsigned long long z) {
 template <typename T>
 __global__ void dropout_kernel(T *out, const T *x, const int *step, long n, float keep_scale,
                                unsigned threshold, unsigned long long seed,
-                               unsigned long long key) {
+                               unsigned long long key, long chunk, long tp, long rank,
+                               unsigned long long first) {
   unsigned long long base =
       mix64(seed * 0x9E3779B97F4A7C15ull ^
             mix64(key + 0xD1B54A32D192ED03ull * (unsigned long long)step[0]));
   GRID_LOOP(i, n) {
-    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * (unsigned long long)i) >> 40);
+    unsigned long long g = first + (unsigned long long)((i / chunk * tp + rank) * chunk + i % chunk);
+    unsigned bits = (unsigned)(mix64(base + 0x9E3779B97F4A7C15ull * g) >> 40);
     out[i] = to<T>(bits >= threshold ? ld(x[i]) * keep_scale : 0.0f);
   }
 }
@@ -2057,17 +2059,21 @@ RT_CUDA_KT(equal_f32, (int *out, const T *x, long n, float value), (out, dev(x),
 
 template <typename T>
 static void dropout(T *out, const T *x, const int *step, long n, float ratio, long seed,
-                    long key) {
+                    long key, long chunk, int batched) {
   if (n <= 0) return;
   if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
   float keep_scale = 1.0f / (1.0f - ratio);
   unsigned threshold = (unsigned)(ratio * 16777216.0f);
+  long tp = chunk > 0 ? rt_dist.tp : 1, rank = chunk > 0 ? rt_dist.tp_rank : 0;
+  unsigned long long first = batched ? (unsigned long long)rt_dist.dp_rank * n * tp : 0;
   RT_LAUNCH(dropout_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, step, n, keep_scale,
-            threshold, (unsigned long long)seed, (unsigned long long)key);
+            threshold, (unsigned long long)seed, (unsigned long long)key, chunk > 0 ? chunk : n,
+            tp, rank, first);
   LAUNCHED();
 }
-RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, long seed, long key),
-           (dev(out), dev(x), step, n, ratio, seed, key))
+RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, long seed, long key,
+                     long chunk, int batched),
+           (dev(out), dev(x), step, n, ratio, seed, key, chunk, batched))
 
 void rt_tick(int *step) {
   if (rt_eval_mode) return;  // a validation or sampling forward leaves the masks as they were
