@@ -4,11 +4,11 @@
 //   mtc inspect MODEL [options]          print the IR (after any pass) and the memory plan
 //   mtc plan MODEL --gpus N [options]    choose the parallel strategy and explain it (solver/)
 //
-// The pipeline, as `compile` runs it:
-//   frontend (DSL, ONNX or IR text) -> passes (shapes, fusion, autodiff, optimizer, precision,
-//   [recompute: --checkpoint], [lower: a forced layout, --dp/--tp/--zero/--micro-batches/
-//   --offload, or the plan's with --gpus/--plan], memplan) -> codegen (C) -> solver (the plan,
-//   written to plan.json when neither a layout nor checkpointing is forced)
+// The pipeline, as `compile` runs it (main, at the end of this file):
+//   load (DSL, ONNX or IR text) -> the training graph (passes: shapes, fusion, autodiff,
+//   optimizer, precision) -> the plan (ir/plan.h: the layout flags --dp/--tp/--zero/...,
+//   a plan file --plan, the solver's with --gpus/--cluster, or one rank) -> its lowering
+//   (recompute, lower, memplan) -> the program (codegen) and its plan.json
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
