@@ -259,7 +259,6 @@ static void parse_define(Args *a, const char *s) {
 static Args parse_args(int argc, char **argv) {
   Args a = {.pass = pass_default_options(), .seed = 1337, .sv = sv_default_config(),
             .host_mem = -1, .layout = plan_single()};
-  a.layout.lower = true;
   a.pass.precision = PASS_PRECISION_BF16;  // compile, inspect and plan: what users train with
   if (argc < 2) {
     usage(stderr);

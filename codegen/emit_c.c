@@ -873,8 +873,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       int64_t range = 0;
       if (role == ROLE_INPUT && v->range)
         range = ir_eval(g, v->range);
-      int batched = (role == ROLE_INPUT || pass) && v->rank > 0 && g->batch_sym >= 0 &&
-                    sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
+      int batched = (role == ROLE_INPUT || pass) && ir_batched(g, v);
       IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
       int tp_dim = ir_split_dim(v, IR_MESH_TP);
       const IrDimLayout *split = tp_dim >= 0 ? &v->layout[tp_dim] : NULL;

@@ -705,8 +705,7 @@ static void lower_dropout(Lower *L, const IrNode *n) {
     num(c, sym_scale(&L->g->arena, dims(L, x, d, x->rank), 1, x->pieces));
   else
     numk(L, c, 0);
-  numk(L, c, x->rank > 0 && L->g->batch_sym >= 0 &&
-                 sym_eq(x->shape[0], sym_var(&L->g->arena, L->g->batch_sym)));
+  numk(L, c, ir_batched(L->g, x));
 }
 
 static void lower_tick(Lower *L, const IrNode *n) { buf(call(L, CG_K_tick), n->in[0]); }

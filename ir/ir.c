@@ -709,6 +709,10 @@ int ir_lone_symbol(const Sym *s) {
   return var;
 }
 
+bool ir_batched(IrGraph *g, const IrValue *v) {
+  return v->rank > 0 && g->batch_sym >= 0 && sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
+}
+
 void ir_mark_batch_dims(IrGraph *g) {
   g->batch_sym = g->seq_sym = -1;
   for (int i = 0; i < g->nvalues; i++) {

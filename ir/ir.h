@@ -385,6 +385,8 @@ int ir_infer(IrGraph *g, IrNode *n, IrDiag *d);
 // The frontends mark the batch and sequence dims with this one rule: the
 // batch is the first input's first dim, the sequence its second when the
 // input holds integers (tokens), each when it is a single symbol.
+// Is v's first dim the model's batch (split over dp ranks under data parallelism)?
+bool ir_batched(IrGraph *g, const IrValue *v);
 // The symbol a dim is, when it is exactly one symbol (T, not 2*T or T*B); else -1.
 int ir_lone_symbol(const Sym *s);
 void ir_mark_batch_dims(IrGraph *g);

@@ -106,6 +106,14 @@ typedef struct Lower {
 
 static int64_t round_up(int64_t x, int64_t k) { return (x + k - 1) / k * k; }
 
+int pass_reduced_at(const IrGraph *g, int at, const IrValue *v) {
+  while (at + 1 < g->nnodes && (g->nodes[at + 1]->op == OP_ALL_REDUCE ||
+                                g->nodes[at + 1]->op == OP_COMM_WAIT) &&
+         g->nodes[at + 1]->in[0] == v)
+    at++;
+  return at;
+}
+
 static IrValue *flat(Lower *L, const char *what, const PassBucket *b, IrRole role, int64_t n) {
   char name[256];
   snprintf(name, sizeof name, "%s.%s", what, b->name);
@@ -207,11 +215,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
     first = p->id < first ? p->id : first;
     // the gradient is final after any reduction of it in place (over tp: the
     // norms' weights under sequence parallelism)
-    int at = p->id;
-    while (at + 1 < g->nnodes && (g->nodes[at + 1]->op == OP_ALL_REDUCE ||
-                                  g->nodes[at + 1]->op == OP_COMM_WAIT) &&
-           g->nodes[at + 1]->in[0] == v)
-      at++;
+    int at = pass_reduced_at(g, p->id, v);
     last = at > last ? at : last;
   }
   g->cur_phase = PHASE_BACKWARD;

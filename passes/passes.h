@@ -142,6 +142,10 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + aren
 // parallelism): per-rank shapes and the conversions between layouts. -1 with d when the plan cannot be lowered.
 int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDiag *d);
 
+// Node `at` made v: the position of the last node that finishes it, the
+// all_reduce and comm_wait over it in place that follow `at`, if any.
+int pass_reduced_at(const IrGraph *g, int at, const IrValue *v);
+
 // Repeated blocks (passes/repeat.c). A run is `count` consecutive stretches
 // of the schedule, each all the nodes of one block in one phase, for blocks
 // block, block + step, ... (step +1 in forward order, -1 in backward), each

@@ -200,6 +200,17 @@ static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int nout) {
   return n;
 }
 
+// This rank's part of x along dim w, by op (tp_slice: of x; tp_reduce_scatter:
+// of the sum of x over tp), named x.part. NULL with t->d on error.
+static IrValue *part_of(Tp *t, IrOp op, IrValue *x, int w) {
+  IrNode *c = tp_move(t, op, x, w, op == OP_TP_SLICE ? 1 : 2);
+  if (infer(t, c))
+    return NULL;
+  IrValue *y = named(t, c, x, "part");
+  split_as(t, y, w, x->shape[w], (int)ir_attr_i(c, "pieces"));
+  return y;
+}
+
 // x (in layout have) in layout want, built at the graph's insertion point.
 static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *want,
                         const IrNode *reader) {
@@ -207,13 +218,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
   int w = split_dim(want);
   if ((have.partial & TPBIT) && !(want->partial & TPBIT) && w >= 0 && split_dim(&have) < 0) {
     // sequence parallelism: each rank gets its part of the sum (its own value)
-    IrNode *c = tp_move(t, OP_TP_REDUCE_SCATTER, x, w, 2);
-    if (infer(t, c))
+    if (!(x = part_of(t, OP_TP_REDUCE_SCATTER, x, w)))
       return NULL;
-    IrValue *y = named(t, c, x, "part");
-    y->layout[w] = (IrDimLayout){TP, x->shape[w], NULL};
-    y->pieces = (int)ir_attr_i(c, "pieces");
-    x = y;
     have.partial &= (unsigned char)~TPBIT;
     have.split[w] = TP;
   }
@@ -240,13 +246,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
     have.split[d] = IR_MESH_NONE;
   }
   if (w >= 0 && have.split[w] != TP) {
-    IrNode *c = tp_move(t, OP_TP_SLICE, x, w, 1);
-    if (infer(t, c))
+    if (!(x = part_of(t, OP_TP_SLICE, x, w)))
       return NULL;
-    IrValue *y = named(t, c, x, "part");
-    y->layout[w] = (IrDimLayout){TP, x->shape[w], NULL};
-    y->pieces = (int)ir_attr_i(c, "pieces");
-    x = y;
     have.split[w] = TP;
   }
   if (!same_tp(&have, want))
@@ -274,12 +275,7 @@ static int convert_input(Tp *t, int i, int k) {
   // then reads (and the lowering buckets) the converted value.
   bool grad = n->phase == PHASE_UPDATE && v->producer && v->producer->phase == PHASE_BACKWARD;
   IrNode *at = grad ? v->producer : n;
-  int pos = at->id;
-  if (grad)
-    for (pos++; pos < g->nnodes && (g->nodes[pos]->op == OP_ALL_REDUCE ||
-                                    g->nodes[pos]->op == OP_COMM_WAIT) &&
-                g->nodes[pos]->in[0] == v; pos++)
-      ;
+  int pos = grad ? pass_reduced_at(g, at->id, v) + 1 : at->id;
   g->cur_phase = at->phase;
   g->cur_block = at->block;
   ir_insert_before(g, pos);
