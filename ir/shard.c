@@ -4,7 +4,9 @@
 //
 // A layout says, per dim of a value, whether it is replicated or split over a
 // mesh axis (dp: the batch; tp: Megatron's 1D tensor parallelism), and over
-// which axes the value is a partial sum still to be reduced (passes.h).
+// which axes the value is a partial sum still to be reduced (ir/shard.h).
+// Under sequence parallelism tp also splits the sequence between the
+// tensor-parallel regions (seq_dim, below).
 //
 // The pass walks the nodes in schedule order (forward, backward, update). For
 // each node it hands the rule its inputs' layouts; the rule rewrites them into
@@ -140,7 +142,7 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
 }
 
 int ir_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
-                          const ShardLayout *l) {
+                        const ShardLayout *l) {
   size_t len = 0;
 #define PUT(...)                                                                        \
   do {                                                                                  \

@@ -115,7 +115,7 @@ const ShardLayout *ir_shard_use(const ShardResult *r, const IrNode *n, int k);
 bool ir_shard_pads(const ShardResult *r, const Sym *dim);
 // "[B/dp, T, C/tp]", "[B, T, C] partial(tp)": v's dims with their splits (snprintf semantics).
 int ir_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
-                          const ShardLayout *l);
+                        const ShardLayout *l);
 // "all_reduce", "reduce_scatter", "all_gather"
 const char *ir_shard_kind_name(ShardKind k);
 // What collective c moves, as elements of a ring all-reduce: its count for an
