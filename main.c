@@ -109,13 +109,16 @@ static void usage(FILE *f) {
         "the first K layers checkpointed); plan.json in DIR\n"
         "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"
-        "one layout for every block (compile; ranks = dp x tp):\n"
+        "one layout for every block (compile; ranks = dp x tp, or dp x Q x Q):\n"
         "  --dp D                 data-parallel ranks; the global batch is the model's\n"
         "                         batch dim x D x micro-batches\n"
         "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
         "  --micro-batches M      forward/backward passes per optimizer step (default 1)\n"
         "  --tp T                 tensor-parallel ranks (Megatron 1D; T divides the heads,\n"
         "                         hidden sizes and vocabulary)\n"
+        "  --tp2d Q               Optimus 2D: each replica on a Q x Q grid (Q*Q ranks; the\n"
+        "                         batch over its rows, features and weights over both;\n"
+        "                         Q divides the batch, heads and hidden sizes)\n"
         "  --checkpoint none|all|K\n"
         "                         activation checkpointing: backward recomputes the forward\n"
         "                         of no layer (default), every repeated layer, or the first\n"
@@ -324,6 +327,9 @@ static Args parse_args(int argc, char **argv) {
       a.layout.mesh.size[IR_MESH_DP] = parse_gpus(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--tp")) {
       a.layout.mesh.size[IR_MESH_TP] = parse_gpus(s, VALUE()), a.forced = true;
+    } else if (!strcmp(s, "--tp2d")) {
+      int q = parse_gpus(s, VALUE());
+      a.layout.mesh.size[IR_MESH_ROW] = a.layout.mesh.size[IR_MESH_COL] = q, a.forced = true;
     } else if (!strcmp(s, "--zero")) {
       const char *v = VALUE();
       if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
@@ -364,16 +370,23 @@ static Args parse_args(int argc, char **argv) {
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
   if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
-    bad_usage("--dp, --tp, --zero, --micro-batches, --offload and --checkpoint fix the layout "
+    bad_usage("--dp, --tp, --tp2d, --zero, --micro-batches, --offload and --checkpoint fix the "
+              "layout "
               "for %s; plan chooses it", "compile and inspect");
   a.layout.seq_parallel = a.sv.seq_parallel;
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
   int dp = a.layout.mesh.size[IR_MESH_DP], tp = a.layout.mesh.size[IR_MESH_TP];
-  if ((int64_t)dp * tp > SV_MAX_GPUS)
-    bad_usage("--dp %d --tp %d: %lld ranks, more than %d", dp, tp, (long long)dp * tp,
-              SV_MAX_GPUS);
+  int q = a.layout.mesh.size[IR_MESH_ROW];
+  if (tp > 1 && q > 1)
+    bad_usage("--tp %d --tp2d %d: a replica is split over tp ranks (Megatron 1D) or over a "
+              "q x q grid (Optimus 2D), not both", tp, q);
+  double ranks = (double)dp * tp * q * q;   // (exact: at most 2^64)
+  if (ranks > SV_MAX_GPUS && q > 1)
+    bad_usage("--dp %d --tp2d %d: %.0f ranks, more than %d", dp, q, ranks, SV_MAX_GPUS);
+  if (ranks > SV_MAX_GPUS)
+    bad_usage("--dp %d --tp %d: %.0f ranks, more than %d", dp, tp, ranks, SV_MAX_GPUS);
   if (!strcmp(a.cmd, "compile") && !a.outdir)
     bad_usage("compile needs an output folder: -o %s", "DIR");
   return a;

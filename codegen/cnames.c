@@ -48,7 +48,8 @@ static const char *const reserved[] = {
     "n_inputs", "n_params", "loss_offset", "tokens_per_step", "flops_per_step", "defaults",
     "has_adam_state", "host_bytes", "dp", "tp", "micro_batches", "layout", "n_buckets",
     "n_slots", "model_state_bytes", "model_host_bytes", "planner_state_bytes",
-    "planner_host_bytes", "planner_comm_bytes", "loss_tp_partial", "logits_offset", "logits_dtype",
+    "planner_host_bytes", "planner_comm_bytes", "loss_partial_axes", "grid_side",
+    "logits_offset", "logits_dtype",
     "logits_rows", "logits_vocab", "adam_offsets", "dropout_step_offset", "weights_file", "init_seed", NULL};
 
 static bool starts_with(const char *s, const char *prefix) {

@@ -717,6 +717,33 @@ static const char *input_kind(IrInputKind k) {
 }
 
 // "{4, 64, 128}" ("{0}" for a scalar)
+// The runtime's name of a mesh axis (runtime/dist.h: RT_AXIS_*, IrMeshAxis's order from dp).
+static const char *rt_axis_name(int a) {
+  static const char *const names[IR_MESH_NAXES] = {"-", "RT_AXIS_DP", "RT_AXIS_TP",
+                                                   "RT_AXIS_ROW", "RT_AXIS_COL"};
+  return names[a];
+}
+
+// A params-table entry's rt_split[2]: v's dims split over ranks, {dim, axis,
+// pieces, pad} each ({-1, 0, 1, 0}: none). Pieces are the tp or column
+// split's (passes/tp.c); a padded vocabulary is tp's.
+static void split_table(Emit *e, const IrValue *v, char *buf, size_t n) {
+  int len = snprintf(buf, n, "{"), k = 0;
+  for (int a = IR_MESH_TP; a < IR_MESH_NAXES; a++) {
+    int d = v->role == ROLE_INPUT ? -1 : ir_split_dim(v, (IrMeshAxis)a);
+    if (d < 0)
+      continue;
+    IR_ASSERT(k < 2);
+    const IrDimLayout *l = &v->layout[d];
+    int64_t pad = l->valid ? ir_eval(e->g, l->whole) - ir_eval(e->g, l->valid) : 0;
+    len += snprintf(buf + len, n - (size_t)len, "%s{%d, %s, %d, %lld}", k++ ? ", " : "", d,
+                    rt_axis_name(a), a == IR_MESH_ROW ? 1 : v->pieces, (long long)pad);
+  }
+  for (; k < 2; k++)
+    len += snprintf(buf + len, n - (size_t)len, "%s{-1, 0, 1, 0}", k ? ", " : "");
+  snprintf(buf + len, n - (size_t)len, "}");
+}
+
 static const char *shape_sizes(Emit *e, const IrValue *v) {
   char s[512] = "{";
   if (v->rank == 0)
@@ -873,11 +900,11 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
       int64_t range = 0;
       if (role == ROLE_INPUT && v->range)
         range = ir_eval(g, v->range);
-      int batched = (role == ROLE_INPUT || pass) && ir_batched(g, v);
-      IrValue whole = ir_whole(v);  // a parameter split over tp: named and saved whole
-      int tp_dim = ir_split_dim(v, IR_MESH_TP);
-      const IrDimLayout *split = tp_dim >= 0 ? &v->layout[tp_dim] : NULL;
-      int64_t pad = split && split->valid ? ir_eval(g, split->whole) - ir_eval(g, split->valid) : 0;
+      // a parameter split over ranks is named and saved whole; an input is fed this rank's part
+      IrValue whole = role == ROLE_INPUT ? *v : ir_whole(v), global = ir_whole(v);
+      int batched = (role == ROLE_INPUT || pass) && ir_batched(g, &global);
+      char splits[160];
+      split_table(e, v, splits, sizeof splits);
       int64_t ignore = 0;
       bool ignores = role == ROLE_INPUT && v->dtype == DT_I32 && ignored_label(g, v, &ignore);
       fputs("  {", e->f);
@@ -896,10 +923,9 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
                                           [INIT_NORMAL] = "RT_INIT_NORMAL",
                                           [INIT_DATA] = "RT_INIT_DATA"};
       char std[64];
-      println(e, ", %d, %s, %d, %d, %lld, %d, %d, %lld, %d, %lld, %s, %s},", v->rank,
+      println(e, ", %d, %s, %d, %d, %lld, %s, %d, %lld, %s, %s},", v->rank,
               shape_sizes(e, &whole), batched, bucket_index(e, v),
-              (long long)(v->bucket ? v->bucket_off / 4 : 0), tp_dim, v->pieces,
-              (long long)pad, ignores, (long long)ignore,
+              (long long)(v->bucket ? v->bucket_off / 4 : 0), splits, ignores, (long long)ignore,
               role == ROLE_INPUT ? "RT_INIT_ZEROS" : inits[v->init.kind],
               float_literal(std, sizeof std, v->init.kind == INIT_NORMAL ? v->init.std : 0.0));
       count++;
@@ -1089,6 +1115,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   const PassLowered *lw = e->opt->lowered;
   println(e, "    .dp = %d,", lw ? lw->plan.mesh.size[IR_MESH_DP] : 1);
   println(e, "    .tp = %d,", lw ? lw->plan.mesh.size[IR_MESH_TP] : 1);
+  println(e, "    .grid_side = %d,", lw ? lw->plan.mesh.size[IR_MESH_ROW] : 1);
   println(e, "    .micro_batches = %d,", lw ? lw->plan.micro_batches : 1);
   fputs("    .layout = ", e->f);
   cg_put_string(e->f, e->opt->layout ? e->opt->layout : "one rank");
@@ -1101,8 +1128,13 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
-  if (e->opt->lowered && e->opt->lowered->loss_tp_partial)
-    println(e, "    .loss_tp_partial = 1,");
+  if (lw && lw->loss_partial) {
+    fputs("    .loss_partial_axes = ", e->f);
+    for (int a = IR_MESH_TP, k = 0; a < IR_MESH_NAXES; a++)
+      if (lw->loss_partial & (1u << a))
+        fprintf(e->f, "%s1 << %s", k++ ? " | " : "", rt_axis_name(a));
+    println(e, ",");
+  }
   println(e, "};");
   return 0;
 }

@@ -225,6 +225,9 @@ static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena
 // An enum argument: its name in the program and its value in the interpreter.
 #define OP_CODE(e) #e, e
 
+// The runtime's mesh axes (runtime/dist.h), by the number a collective's "axis" names.
+static const char *const rt_axes[] = {"RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW", "RT_AXIS_COL"};
+
 static void enm(Lower *L, CgCall *c, const char *name, int64_t v) {
   CgArg *a = arg(c, CG_ENUM);
   a->name = name;
@@ -413,15 +416,26 @@ static void lower_gelu_bwd(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_g
 static void lower_relu(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_relu_fwd); }
 static void lower_relu_bwd(Lower *L, const IrNode *n) { elementwise(L, n, CG_K_relu_bwd); }
 
+// A norm's call: over a dim split along a mesh axis (the attribute
+// split_axis), the _split kernel, which takes the axis first.
+static CgCall *norm_call(Lower *L, const IrNode *n, CgKernel whole, CgKernel split) {
+  int64_t a = ir_attr_i(n, "split_axis");
+  if (!a)
+    return call(L, whole);
+  CgCall *c = call(L, split);
+  enm(L, c, rt_axes[a], a);
+  return c;
+}
+
 static void lower_layernorm(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_layernorm_fwd);
+  CgCall *c = norm_call(L, n, CG_K_layernorm_fwd, CG_K_layernorm_fwd_split);
   const IrValue *x = n->in[0];
   buf(c, n->out[0]), buf(c, x), buf(c, n->in[1]), buf(c, n->in[2]);
   num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
 }
 
 static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_layernorm_bwd);
+  CgCall *c = norm_call(L, n, CG_K_layernorm_bwd, CG_K_layernorm_bwd_split);
   const IrValue *x = n->in[1];
   buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->out[2]);
   buf(c, n->in[0]), buf(c, x), buf(c, n->in[2]);
@@ -429,14 +443,14 @@ static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
 }
 
 static void lower_rmsnorm(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_rmsnorm_fwd);
+  CgCall *c = norm_call(L, n, CG_K_rmsnorm_fwd, CG_K_rmsnorm_fwd_split);
   const IrValue *x = n->in[0];
   buf(c, n->out[0]), buf(c, x), buf(c, n->in[1]);
   num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
 }
 
 static void lower_rmsnorm_bwd(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_rmsnorm_bwd);
+  CgCall *c = norm_call(L, n, CG_K_rmsnorm_bwd, CG_K_rmsnorm_bwd_split);
   const IrValue *x = n->in[1];
   buf(c, n->out[0]), buf(c, n->out[1]);
   buf(c, n->in[0]), buf(c, x), buf(c, n->in[2]);
@@ -836,9 +850,11 @@ void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
 
 // ---- distribution ----
 
+// The runtime's mesh axis a collective runs along (its "axis" attribute).
 static void axis(Lower *L, CgCall *c, const IrNode *n) {
   int64_t a = ir_attr_i(n, "axis");
-  enm(L, c, a ? "RT_AXIS_TP" : "RT_AXIS_DP", a);
+  IR_ASSERT(a >= 0 && a < (int64_t)(sizeof rt_axes / sizeof *rt_axes));
+  enm(L, c, rt_axes[a], a);
 }
 
 static void lower_all_reduce(Lower *L, const IrNode *n) {
@@ -883,19 +899,19 @@ static void tp_geometry(Lower *L, CgCall *c, const IrNode *n, const IrValue *par
 
 static void lower_tp_gather(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_tp_gather);
-  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
+  axis(L, c, n), buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
   tp_geometry(L, c, n, n->in[0]);
 }
 
 static void lower_tp_reduce_scatter(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_tp_reduce_scatter);
-  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
+  axis(L, c, n), buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
   tp_geometry(L, c, n, n->out[0]);
 }
 
 static void lower_tp_slice(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_tp_slice);
-  buf(c, n->out[0]), buf(c, n->in[0]);
+  axis(L, c, n), buf(c, n->out[0]), buf(c, n->in[0]);
   tp_geometry(L, c, n, n->out[0]);
 }
 

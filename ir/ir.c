@@ -36,7 +36,8 @@ IrOp ir_op_lookup(const char *name) {
 }
 
 const char *ir_mesh_axis_name(IrMeshAxis a) {
-  return a == IR_MESH_DP ? "dp" : a == IR_MESH_TP ? "tp" : "-";
+  static const char *const names[IR_MESH_NAXES] = {"-", "dp", "tp", "row", "col"};
+  return a >= 0 && a < IR_MESH_NAXES ? names[a] : "-";
 }
 
 // ---- diagnostics -----------------------------------------------------------------

@@ -101,10 +101,19 @@ typedef enum IrMeshAxis {
   IR_MESH_NONE,  // not split: replicated
   IR_MESH_DP,    // data parallel: replicas of the model, each on its share of the batch
   IR_MESH_TP,    // tensor parallel (Megatron 1D): the ranks that share one replica's ops
+  // Optimus 2D: one replica's ranks as a q x q grid, rank (i, j) at i * q + j.
+  // A dim split over ROW is cut by the grid row i (the batch, a weight's input
+  // dim), over COL by the grid column j (features, a weight's output dim); a
+  // collective over ROW runs among the q ranks of one grid column, over COL
+  // among those of one grid row.
+  IR_MESH_ROW,
+  IR_MESH_COL,
   IR_MESH_NAXES
 } IrMeshAxis;
 
-const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp" ("-" for none)
+const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col" ("-" for none)
+// The axes that split one replica's ops (tp, row, col), as bits (1 << axis).
+#define IR_MESH_MODEL_AXES ((1u << IR_MESH_TP) | (1u << IR_MESH_ROW) | (1u << IR_MESH_COL))
 
 // How a dim of a value lies over the mesh once a plan is lowered
 // (passes/tp.c): split over an axis, with shape[] holding this rank's part,
@@ -396,8 +405,10 @@ void ir_mark_batch_dims(IrGraph *g);
 // Tensor parallelism names its degree as a dim (passes/tp.c), so per-rank
 // shapes read C/TP.
 #define IR_TP_DIM "TP"
+// ... and Optimus 2D the side of its grid: C/Q.
+#define IR_Q_DIM "Q"
 // The degree of a tensor-parallel op with `shards` ranks as a formula: the
-// dim TP when the graph has it bound to that, else the number.
+// dim TP (or Q) when the graph has it bound to that, else the number.
 const Sym *ir_tp_degree(IrGraph *g, int64_t shards);
 
 const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims

@@ -959,9 +959,12 @@ static int shape_accumulate(IrGraph *g, IrNode *n, IrDiag *d) {
 // ---- tensor parallelism ----
 
 const Sym *ir_tp_degree(IrGraph *g, int64_t shards) {
-  int var = symtab_find(&g->syms, IR_TP_DIM);
-  if (var >= 0 && g->syms.bound[var] && g->syms.value[var] == shards)
-    return sym_var(&g->arena, var);
+  static const char *const names[] = {IR_TP_DIM, IR_Q_DIM};
+  for (int k = 0; k < 2; k++) {
+    int var = symtab_find(&g->syms, names[k]);
+    if (var >= 0 && g->syms.bound[var] && g->syms.value[var] == shards)
+      return sym_var(&g->arena, var);
+  }
   return sym_const(&g->arena, shards);
 }
 

@@ -14,6 +14,12 @@ Mesh mesh_make(int dp, int tp) {
   return m;
 }
 
+Mesh mesh_grid(int dp, int q) {
+  Mesh m = mesh_make(dp, 1);
+  m.size[IR_MESH_ROW] = m.size[IR_MESH_COL] = q;
+  return m;
+}
+
 int mesh_ranks(const Mesh *m) {
   int n = 1;
   for (int a = 0; a < IR_MESH_NAXES; a++)
@@ -22,6 +28,9 @@ int mesh_ranks(const Mesh *m) {
 }
 
 int mesh_str(char *buf, size_t n, const Mesh *m) {
+  if (m->size[IR_MESH_ROW] > 1)
+    return snprintf(buf, n, "dp %d x 2D %dx%d", m->size[IR_MESH_DP], m->size[IR_MESH_ROW],
+                    m->size[IR_MESH_COL]);
   return snprintf(buf, n, "dp %d x tp %d", m->size[IR_MESH_DP], m->size[IR_MESH_TP]);
 }
 

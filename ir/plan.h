@@ -18,8 +18,10 @@ typedef struct Mesh {
 } Mesh;
 
 Mesh mesh_make(int dp, int tp);
+// dp replicas of a q x q grid (Optimus 2D).
+Mesh mesh_grid(int dp, int q);
 int mesh_ranks(const Mesh *m);
-// "dp 2 x tp 2" (snprintf semantics)
+// "dp 2 x tp 2", "dp 1 x 2D 2x2" (snprintf semantics)
 int mesh_str(char *buf, size_t n, const Mesh *m);
 
 // Checkpointing every repeated layer (Plan.checkpoint).

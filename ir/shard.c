@@ -3,8 +3,9 @@
 // through the training graph.
 //
 // A layout says, per dim of a value, whether it is replicated or split over a
-// mesh axis (dp: the batch; tp: Megatron's 1D tensor parallelism), and over
-// which axes the value is a partial sum still to be reduced (ir/shard.h).
+// mesh axis (dp: the batch; tp: Megatron's 1D tensor parallelism; row and col:
+// Optimus's 2D grid), and over which axes the value is a partial sum still to
+// be reduced (ir/shard.h).
 // Under sequence parallelism tp also splits the sequence between the
 // tensor-parallel regions (seq_dim, below).
 //
@@ -63,6 +64,8 @@
 #define NONE IR_MESH_NONE
 #define DP IR_MESH_DP
 #define TP IR_MESH_TP
+#define ROW IR_MESH_ROW
+#define COL IR_MESH_COL
 #define BIT(axis) (1u << (axis))
 #define HAVE 4   // conversions of one value remembered
 
@@ -87,6 +90,8 @@ typedef struct Shard {
   const IrValue *batch;  // the first input (its first dim is the batch)
   const Sym *seq;        // the model's sequence dim (NULL: none), split under seq_parallel
   const IrValue **copy;  // [value id] a parameter's bf16 working copy (NULL: none)
+  const IrValue **grad_of;  // [value id] the parameter whose gradient it is, or a term of
+                            // (2D: a weight gradient's matmul keeps the weight's splits)
 } Shard;
 
 // One node's rule at work: the inputs' layouts, to be rewritten into the
@@ -96,9 +101,12 @@ typedef struct ShardOp {
   IrGraph *g;
   const IrNode *n;
   int tp;              // the node's block's tp degree: 1, >= 2 or SHARD_TP_ANY
+  int q;               // the side of the block's 2D grid (1: none)
   ShardLayout *in;
   bool *seed;          // in[k] is a parameter or state without a layout yet: what the rule
-                       // leaves in in[k] is its seed
+                       // leaves in in[k] is its seed ...
+  int seed_k;          // ... unless k is seed_k (-1: none): then seed_as, which the pass
+  ShardLayout seed_as; // converts to in[k] for this node (a 2D weight, gathered to be read)
   ShardLayout *out;
 } ShardOp;
 
@@ -194,14 +202,17 @@ static void *grow(void *p, int n, int *cap, size_t size) {
   return p;
 }
 
+// count: elements per rank of the buffer laid out as `l`, which it is split
+// over (ShardColl.over).
 static ShardColl *add_coll(Shard *s, const IrNode *n, ShardAt at, int operand, const IrValue *v,
-                           ShardKind kind, IrMeshAxis axis, const Sym *count) {
+                           ShardKind kind, IrMeshAxis axis, const Sym *count,
+                           const ShardLayout *l) {
   ShardResult *r = s->r;
   r->coll = grow(r->coll, r->ncolls, &s->capc, sizeof *r->coll);
   ShardColl *c = &r->coll[r->ncolls++];
   *c = (ShardColl){.node = n, .at = at, .operand = operand, .value = v, .kind = kind,
                    .axis = axis, .dim = -1, .count = count, .phase = n->phase,
-                   .block = n->block};
+                   .block = n->block, .over = (unsigned char)split_axes(l, -1)};
   return c;
 }
 
@@ -238,9 +249,18 @@ static void note(ShardOp *op, const IrValue *param, const char *fmt, ...) {
 
 // ---- degrees and divisibility ---------------------------------------------------------------
 
-static int degree(const Shard *s, int tp, int axis) {
-  return axis == DP ? s->spec->dp : axis == TP ? tp : 1;
+// The side of the 2D grid: 1 (none), >= 2, or SHARD_TP_ANY (the cost model's
+// propagation, every split assumed to divide).
+static int grid(const Shard *s) {
+  return s->spec->q > 1 || s->spec->q == SHARD_TP_ANY ? s->spec->q : 1;
 }
+
+static int degree(const Shard *s, int tp, int axis) {
+  return axis == DP ? s->spec->dp : axis == TP ? tp : axis == ROW || axis == COL ? grid(s) : 1;
+}
+
+// Does the node's block split its ops over ranks (tensor parallel or a 2D grid)?
+static bool model_parallel(const ShardOp *op) { return op->tp != 1 || op->q != 1; }
 
 // Can `dim` split over axis? Bound dims are checked; unbound ones, and every
 // dim when the degree is SHARD_TP_ANY, are assumed to divide (the pass records
@@ -464,10 +484,35 @@ static void settle_partials(ShardOp *op, ShardLayout *out, int nin) {
   out->partial &= (unsigned char)~clash;
 }
 
+// On a 2D grid, an input that is a partial sum over a grid axis another
+// input is split over (on the same dim of the output) is reduce-scattered onto
+// that dim rather than carried, so that the split one is not gathered (the
+// gradient of an activation a row-split matmul returns, meeting the activation
+// in the activation function's backward).
+static void scatter_partials_2d(ShardOp *op, int nin) {
+  const IrNode *n = op->n;
+  const IrValue *o = n->out[0];
+  for (int k = 0; op->q != 1 && k < nin; k++)
+    for (int j = 0; j < nin && op->in[k].partial; j++)
+      for (int d = 0; d < o->rank; d++) {
+        int kd = d - (o->rank - n->in[k]->rank), jd = d - (o->rank - n->in[j]->rank);
+        if (j == k || kd < 0 || jd < 0)
+          continue;
+        int a = op->in[j].split[jd];
+        if ((a == ROW || a == COL) && (op->in[k].partial & BIT(a)) &&
+            op->in[k].split[kd] == NONE && same_size(op->g, n->in[k]->shape[kd],
+                                                     n->in[j]->shape[jd])) {
+          op->in[k].partial &= (unsigned char)~BIT(a);
+          try_split(op, k, kd, a);   // (when the dim does not divide: reduced whole)
+        }
+      }
+}
+
 // Elementwise over numpy-broadcast inputs 0 .. nin-1 into output 0.
 static int elementwise(ShardOp *op, int nin, Linear lin) {
   const IrNode *n = op->n;
   const IrValue *o = n->out[0];
+  scatter_partials_2d(op, nin);
   unsigned before[8] = {0};
   for (int k = 0; k < nin && k < 8; k++)
     before[k] = op->in[k].partial;
@@ -526,6 +571,55 @@ static void seed_weight(ShardOp *op, int w, int wn, int xk) {
        (long long)ir_eval(op->g, wv->shape[wn]), op->tp);
 }
 
+// Optimus's seeding of a matmul weight in a 2D block: [k/q, n/q], its input
+// dim over the grid's rows and its output dim over its columns (each when it
+// divides; a note says when neither does). The matmul then gathers its
+// activation's features along the grid row and the weight's input dim along
+// the grid column (SUMMA's broadcasts, as one all-gather each).
+static void seed_weight_2d(ShardOp *op, int w, int wk, int wn) {
+  const IrValue *wv = op->n->in[w];
+  if (divides(op, wv->shape[wk], ROW))
+    op->in[w].split[wk] = ROW;
+  if (divides(op, wv->shape[wn], COL))
+    op->in[w].split[wn] = COL;
+  else if (op->in[w].split[wk] == NONE)
+    note(op, wv, "neither dim %s nor %s divides by q = %d",
+         sym_str(&op->g->arena, wv->shape[wk], &op->g->syms),
+         sym_str(&op->g->arena, wv->shape[wn], &op->g->syms), op->q);
+  op->seed_k = w;
+  op->seed_as = op->in[w];
+}
+
+// The layout a 2D block's matmul should give its output dim `d` (of rank
+// `rank`): that of the parameter whose gradient the output is (a term of), so
+// that a reduce-scatter, not a gather, makes it the parameter's. NONE: none.
+static int wanted_split(const ShardOp *op, int d) {
+  const IrValue *p = op->q != 1 ? op->s->grad_of[op->n->out[0]->id] : NULL;
+  if (!p)
+    return NONE;
+  const IrValue *c = op->s->copy[p->id];
+  const IrValue *at = op->s->laid[p->id] ? p : c && op->s->laid[c->id] ? c : NULL;
+  return at && d < op->s->cur[at->id].rank ? op->s->cur[at->id].split[d] : NONE;
+}
+
+// A 2D block's matmul that makes a weight's gradient (X^T dY) gives it the
+// weight's column split where it can (dY's columns, sliced if whole) and
+// leaves its rows whole (X's features gathered): the rows' partial sum over
+// the batch is then reduce-scattered onto the weight's [k/q, n/q].
+static void weight_grad_2d(ShardOp *op, int am, int bn) {
+  if (op->q == 1 || !op->s->grad_of[op->n->out[0]->id])
+    return;
+  int rout = op->n->out[0]->rank, want_m = wanted_split(op, rout - 2);
+  int want_n = wanted_split(op, rout - 1);
+  if (op->in[0].split[am] != want_m)
+    op->in[0].split[am] = NONE;
+  if (op->in[1].split[bn] != want_n) {
+    op->in[1].split[bn] = NONE;
+    if (want_n != NONE)
+      try_split(op, 1, bn, want_n);
+  }
+}
+
 // matmul(a, b) ta tb sum_batch: op(a) [..., M, K] @ op(b) [..., K, N].
 static int shard_matmul(ShardOp *op) {
   const IrNode *n = op->n;
@@ -542,7 +636,12 @@ static int shard_matmul(ShardOp *op) {
   need_complete(op, 1);
   gather_seq(op, 0);
   gather_seq(op, 1);
-  if (op->tp != 1 && op->seed[0] != op->seed[1]) {
+  if (op->q != 1 && op->seed[0] != op->seed[1]) {
+    if (op->seed[1])
+      seed_weight_2d(op, 1, bk, bn);
+    else
+      seed_weight_2d(op, 0, ak, am);
+  } else if (op->tp != 1 && op->seed[0] != op->seed[1]) {
     if (op->seed[1])
       seed_weight(op, 1, bn, ak);
     else
@@ -551,6 +650,7 @@ static int shard_matmul(ShardOp *op) {
   if (ra > 2 && rb > 2)
     for (int i = 0; i < ra - 2; i++)
       unify2(op, 0, i, 1, i);
+  weight_grad_2d(op, am, bn);
   int kaxis = unify2(op, 0, ak, 1, bk);
   // b's dims may not reuse an axis a's side of the output already uses.
   unsigned a_out = BIT(a->split[am]) | BIT(kaxis);
@@ -636,14 +736,43 @@ static int shard_relu(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
 static int shard_relu_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
 
+// Optimus on a 2D grid: a norm over a last dim split over the grid's columns
+// stays split, each rank normalizing its part of every row with the rows'
+// statistics all-reduced along the grid row (`stats` all-reduces of one float
+// per row, listed as the op's own collectives); the weights are split alike.
+// Returns whether it does: in a 2D block, input x's last dim split over COL.
+static bool norm_on_grid(ShardOp *op, int x, int nweights, int stats) {
+  const IrValue *v = op->n->in[x];
+  int last = v->rank - 1;
+  if (op->q == 1 || op->in[x].split[last] != COL)
+    return false;
+  ShardLayout w = whole(1);
+  w.split[0] = COL;
+  for (int k = 0; k < nweights; k++)
+    op->in[op->n->nin - nweights + k] = w;
+  ShardLayout rows = op->in[x];
+  rows.split[last] = NONE;
+  rows.partial = 0;
+  const Sym *count = sym_div(&op->g->arena, local_numel(op->s, op->tp, v, &rows), v->shape[last]);
+  for (int k = 0; k < stats; k++) {
+    ShardColl *c = add_coll(op->s, op->n, SHARD_WITHIN, -1, v, SHARD_ALL_REDUCE, IR_MESH_COL,
+                            count, &rows);
+    snprintf(c->what, sizeof c->what, "row statistics of the norm over the grid's columns");
+  }
+  return true;
+}
+
 // Normalizing over the last dim needs it whole and the input complete; the
-// weights follow that (whole) dim.
+// weights follow that (whole) dim. On a 2D grid, see norm_on_grid: the mean
+// and the variance (two passes).
 static int shard_layernorm(ShardOp *op) {
   int last = op->n->in[0]->rank - 1;
   complete(op, 0);
-  need_whole_dim(op, 0, last);
-  op->in[1] = whole(1);
-  op->in[2] = whole(1);
+  if (!norm_on_grid(op, 0, 2, 2)) {
+    need_whole_dim(op, 0, last);
+    op->in[1] = whole(1);
+    op->in[2] = whole(1);
+  }
   op->out[0] = op->in[0];
   return 0;
 }
@@ -665,35 +794,59 @@ static int rowwise_bwd(ShardOp *op) {
   return last;
 }
 
+// On a 2D grid the norms' backward keeps dy and x split as forward did: the
+// statistics again, then each row's sums of dnorm and dnorm * norm (one
+// all-reduce of two floats a row: `stats` counts it twice).
+static bool norm_bwd_on_grid(ShardOp *op, int stats) {
+  int last = op->n->in[1]->rank - 1;
+  complete(op, 0);
+  need_complete(op, 1);
+  if (!(op->q != 1 && op->in[1].split[last] == COL &&
+        (op->in[0].split[last] == COL || op->in[0].split[last] == NONE)))
+    return false;
+  op->in[0].split[last] = COL;   // dy as x (sliced, when whole)
+  int ks[2] = {0, 1};
+  unify_leading(op, 2, ks, last);
+  if (op->in[1].split[last] != COL)
+    return false;
+  norm_on_grid(op, 1, 1, stats);
+  return true;
+}
+
 static int shard_layernorm_bwd(ShardOp *op) {
-  rowwise_bwd(op);
-  op->in[2] = whole(1);
+  if (!norm_bwd_on_grid(op, 4))
+    rowwise_bwd(op);
+  int last = op->n->in[1]->rank - 1;
+  op->in[2] = op->in[1].split[last] == COL ? op->in[2] : whole(1);
   op->out[0] = op->in[1];
-  unsigned p = split_axes(&op->in[1], -1);
-  for (int k = 1; k < 3; k++) {
-    op->out[k] = whole(1);
-    op->out[k].partial = (unsigned char)p;
+  for (int k = 1; k < 3; k++) {   // summed over the rows: partial over the axes they split over
+    op->out[k] = op->in[2];
+    op->out[k].partial = (unsigned char)split_axes(&op->in[1], last);
   }
   return 0;
 }
 
-// RMSNorm: as layernorm, without the bias.
+// RMSNorm: as layernorm, without the bias (on a 2D grid: the mean square, one pass).
 static int shard_rmsnorm(ShardOp *op) {
   int last = op->n->in[0]->rank - 1;
   complete(op, 0);
-  need_whole_dim(op, 0, last);
-  op->in[1] = whole(1);
+  if (!norm_on_grid(op, 0, 1, 1)) {
+    need_whole_dim(op, 0, last);
+    op->in[1] = whole(1);
+  }
   op->out[0] = op->in[0];
   return 0;
 }
 
 // (dy, x, w) -> dx, dw: as layernorm_bwd, without db.
 static int shard_rmsnorm_bwd(ShardOp *op) {
-  rowwise_bwd(op);
-  op->in[2] = whole(1);
+  if (!norm_bwd_on_grid(op, 3))   // the mean square, then both row sums (as layernorm's)
+    rowwise_bwd(op);
+  int last = op->n->in[1]->rank - 1;
+  op->in[2] = op->in[1].split[last] == COL ? op->in[2] : whole(1);
   op->out[0] = op->in[1];
-  op->out[1] = whole(1);
-  op->out[1].partial = (unsigned char)split_axes(&op->in[1], -1);
+  op->out[1] = op->in[2];
+  op->out[1].partial = (unsigned char)split_axes(&op->in[1], last);
   return 0;
 }
 
@@ -724,12 +877,14 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
   int ks[4], r = op->n->in[first]->rank;
   const Sym *heads = r >= 4 ? op->n->in[first]->shape[r - 3] : NULL;
   int64_t h;
-  if (heads && op->tp >= 2 && !sym_eval(heads, &op->g->syms, &h) && h % op->tp)
-    return ir_error(op->s->diag, op->n->loc, "%s: its %s = %lld heads do not divide by tp = %d "
-                    "(attention heads must divide by the block's tensor-parallel degree; give "
-                    "the block a tp that divides %lld)", ir_op_name(op->n->op),
-                    sym_str(&op->g->arena, heads, &op->g->syms), (long long)h, op->tp,
-                    (long long)h);
+  int deg = op->q != 1 ? op->q : op->tp;
+  const char *what = op->q != 1 ? "q" : "tp";
+  if (heads && deg >= 2 && !sym_eval(heads, &op->g->syms, &h) && h % deg)
+    return ir_error(op->s->diag, op->n->loc, "%s in block %d: its %s = %lld heads do not divide "
+                    "by %s = %d (attention heads must divide by the block's %s; give the block "
+                    "a %s that divides %lld)", ir_op_name(op->n->op), op->n->block,
+                    sym_str(&op->g->arena, heads, &op->g->syms), (long long)h, what, deg,
+                    op->q != 1 ? "2D grid's side" : "tensor-parallel degree", what, (long long)h);
   for (int i = 0; i < nin; i++) {
     need_complete(op, i);
     need_whole_dim(op, i, r - 1);
@@ -771,7 +926,9 @@ static int shard_embedding(ShardOp *op) {
   const IrNode *n = op->n;
   ShardLayout *w = &op->in[0], *idx = &op->in[1];
   need_complete(op, 1);
-  if (op->tp != 1 && op->seed[0] && !(axes_used(idx) & BIT(TP))) {
+  if (op->q != 1 && op->seed[0] && divides(op, n->in[0]->shape[1], COL))
+    w->split[1] = COL;   // 2D: the features over the grid's columns, every row's whole vocabulary
+  else if (op->tp != 1 && op->seed[0] && !(axes_used(idx) & BIT(TP))) {
     if (divides(op, n->in[0]->shape[0], TP))
       w->split[0] = TP;
     else
@@ -830,15 +987,18 @@ static int shard_cross_entropy(ShardOp *op) {
   const IrNode *n = op->n;
   int lead = n->in[1]->rank;
   loss_rows(op, 0, 1);
+  if (op->in[0].split[lead] != TP)   // vocabulary-parallel over tp only: else gathered
+    need_whole_dim(op, 0, lead);
   int v = op->in[0].split[lead];
   op->out[0] = whole(0);
   op->out[0].partial = (unsigned char)split_axes(&op->in[1], -1);
   if (v != NONE) {
     const Sym *rows = local_numel(op->s, op->tp, n->in[1], &op->in[1]);
     ShardColl *c = add_coll(op->s, n, SHARD_WITHIN, -1, n->in[0], SHARD_ALL_REDUCE,
-                            (IrMeshAxis)v, rows);
+                            (IrMeshAxis)v, rows, &op->in[1]);
     snprintf(c->what, sizeof c->what, "row max of the vocabulary-parallel cross-entropy");
-    c = add_coll(op->s, n, SHARD_WITHIN, -1, n->in[0], SHARD_ALL_REDUCE, (IrMeshAxis)v, rows);
+    c = add_coll(op->s, n, SHARD_WITHIN, -1, n->in[0], SHARD_ALL_REDUCE, (IrMeshAxis)v, rows,
+                 &op->in[1]);
     snprintf(c->what, sizeof c->what, "row sum of exp of the vocabulary-parallel cross-entropy");
     op->out[0].partial |= (unsigned char)BIT(v);
   }
@@ -851,6 +1011,9 @@ static int shard_cross_entropy(ShardOp *op) {
 static int loss_bwd(ShardOp *op) {
   need_complete(op, 0);
   loss_rows(op, 1, 2);
+  int last = op->n->in[1]->rank - 1;
+  if (op->in[1].split[last] != TP)   // vocabulary-parallel over tp only
+    need_whole_dim(op, 1, last);
   op->out[0] = op->in[1];
   return 0;
 }
@@ -909,14 +1072,19 @@ static int shard_reshape(ShardOp *op) {
         out->split[om] = (unsigned char)axis;
         continue;
       }
-      if (axis == TP)
+      if (axis == TP || axis == COL) {
+        const char *what = axis == TP ? "tp" : "q";
         return ir_error(op->s->diag, n->loc,
-                        "reshape to '%s' %s: its dim %s = %lld does not divide by tp = %d, so the "
-                        "split of '%s' %s cannot carry over (attention heads must divide by the "
-                        "block's tensor-parallel degree; give the block a tp that divides %s)",
-                        o->name, ir_shape_str(g, o), sym_str(&g->arena, o->shape[om], &g->syms),
-                        (long long)ir_eval(g, o->shape[om]), op->tp, x->name, ir_shape_str(g, x),
+                        "reshape to '%s' %s in block %d: its dim %s = %lld does not divide by "
+                        "%s = %d, so the split of '%s' %s cannot carry over (attention heads "
+                        "must divide by the block's %s; give the block a %s that divides %s)",
+                        o->name, ir_shape_str(g, o), n->block,
+                        sym_str(&g->arena, o->shape[om], &g->syms),
+                        (long long)ir_eval(g, o->shape[om]), what, degree(op->s, op->tp, axis),
+                        x->name, ir_shape_str(g, x),
+                        axis == TP ? "tensor-parallel degree" : "2D grid's side", what,
                         sym_str(&g->arena, o->shape[om], &g->syms));
+      }
       in->split[a] = NONE;
     }
     i = i2, j = j2;
@@ -1115,8 +1283,13 @@ static int slice(ShardOp *op, const IrValue *piece) {
   // the sequence split under sequence parallelism is not made of pieces (a
   // position table sliced to T rows): gathered
   bool seq = seq_parallel(op) && axis == TP && sym_eq(n->in[0]->shape[ax], op->s->seq);
+  int64_t whole_len, len;
+  const IrValue *whole = piece == n->in[0] ? n->out[0] : n->in[0];
+  bool piece_of = sym_eval(whole->shape[ax], &op->g->syms, &whole_len) ||
+                  sym_eval(piece->shape[ax], &op->g->syms, &len) ||
+                  (len > 0 && whole_len % len == 0 && start % len == 0);
   if (axis != NONE &&
-      (seq || ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) ||
+      (seq || ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) || !piece_of ||
        !divides(op, piece->shape[ax], axis)))
     need_whole_dim(op, 0, ax);
   op->out[0] = op->in[0];
@@ -1174,10 +1347,11 @@ static int shard_to_device(ShardOp *op) { return whole_buckets(op); }
 // where a layout changes); their rules state what they do.
 static int tp_move(ShardOp *op, bool gather, bool sum) {
   int dim = (int)ir_attr_i(op->n, "dim");
+  int axis = (int)ir_attr_i(op->n, "axis") + 1;   // the runtime's axes start at dp (0)
   ShardLayout l = whole(op->n->in[0]->rank);
-  l.split[dim] = TP;
+  l.split[dim] = (unsigned char)axis;
   op->in[0] = gather ? l : whole(l.rank);
-  op->in[0].partial = (unsigned char)(sum ? BIT(TP) : 0);
+  op->in[0].partial = (unsigned char)(sum ? BIT(axis) : 0);
   op->out[0] = gather ? whole(l.rank) : l;
   if (op->n->nout > 1)
     op->out[1] = whole(1);
@@ -1267,7 +1441,7 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
   // Under sequence parallelism a gathered value is not kept from forward for
   // backward (Megatron gathers the norms' outputs again in backward: 1/tp of
   // them is held instead of all), so conversions serve one phase's readers.
-  bool phased = s->spec->seq_parallel;
+  bool phased = s->spec->seq_parallel || grid(s) != 1;   // 2D: Optimus broadcasts again too
   for (int h = 0; h < s->nhave[v->id]; h++)
     if (slices_to(&s->have[v->id * HAVE + h], to) &&
         (!phased || s->have_phase[v->id * HAVE + h] == n->phase))
@@ -1296,7 +1470,7 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
         d = i;
     ShardKind kind = d >= 0 ? SHARD_REDUCE_SCATTER : SHARD_ALL_REDUCE;
     ShardColl *c = add_coll(s, at, where, operand, v, kind, (IrMeshAxis)a,
-                            local_numel(s, tp, v, &m));
+                            local_numel(s, tp, v, &m), &m);
     c->dim = d;
     snprintf(c->what, sizeof c->what, "partial sum of %s, for %s",
              v->producer ? ir_op_name(v->producer->op) : v->name, ir_op_name(n->op));
@@ -1311,7 +1485,7 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
       continue;
     m.split[i] = NONE;
     ShardColl *c = add_coll(s, at, where, operand, v, SHARD_ALL_GATHER, (IrMeshAxis)a,
-                            local_numel(s, tp, v, &m));
+                            local_numel(s, tp, v, &m), &m);
     c->dim = i;
     snprintf(c->what, sizeof c->what, "dim %d whole, for %s", i, ir_op_name(n->op));
     ncoll++;
@@ -1342,7 +1516,8 @@ static ShardLayout input_layout(Shard *s, const IrValue *v, int tp) {
 static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, ShardLayout *out,
                     int use_at) {
   int tp = block_tp(s, n);
-  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .in = in, .seed = seed, .out = out};
+  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .q = grid(s), .in = in, .seed = seed,
+                .seed_k = -1, .out = out};
   for (int k = 0; k < n->nin; k++) {
     const IrValue *v = n->in[k];
     seed[k] = false;
@@ -1355,7 +1530,8 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
     }
     if (!s->laid[v->id]) {
       in[k] = whole(v->rank);
-      if ((v->role == ROLE_PARAM || v->role == ROLE_COPY || v->role == ROLE_STATE) && tp != 1) {
+      if ((v->role == ROLE_PARAM || v->role == ROLE_COPY || v->role == ROLE_STATE) &&
+          model_parallel(&op)) {
         seed[k] = true;
         continue;
       }
@@ -1386,12 +1562,14 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
       return -1;
     assumed(s, n, tp, v, &in[k]);
     if (seed[k] && !s->laid[v->id]) {
+      const ShardLayout *l = k == op.seed_k ? &op.seed_as : &in[k];
+      if (check_layout(s, n, tp, v, l, "parameter"))
+        return -1;
       s->laid[v->id] = true;
-      s->cur[v->id] = s->r->layout[v->id] = in[k];
+      s->cur[v->id] = s->r->layout[v->id] = *l;
       s->deg[v->id] = tp;
-    } else {
-      convert(s, n, k, tp, v, &in[k]);
     }
+    convert(s, n, k, tp, v, &in[k]);
     s->read[v->id] = true;
     s->r->use[use_at + k] = in[k];
   }
@@ -1407,7 +1585,8 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
   return 0;
 }
 
-// Inputs: the batch (the first input's first dim) split over dp.
+// Inputs: the batch (the first input's first dim) split over dp, or over the
+// rows of a 2D grid.
 static int lay_inputs(Shard *s) {
   IrGraph *g = s->g;
   for (int i = 0; i < g->nvalues; i++) {
@@ -1417,15 +1596,18 @@ static int lay_inputs(Shard *s) {
     ShardLayout l = whole(v->rank);
     if (v->role == ROLE_INPUT && !s->batch)
       s->batch = v;
-    if (v->role == ROLE_INPUT && s->spec->dp > 1 && v->rank >= 1 && s->batch->rank >= 1 &&
+    int axis = s->spec->dp > 1 ? DP : grid(s) != 1 ? ROW : NONE;
+    int deg = degree(s, 1, axis);
+    if (v->role == ROLE_INPUT && axis != NONE && v->rank >= 1 && s->batch->rank >= 1 &&
         sym_eq(v->shape[0], s->batch->shape[0])) {
       int64_t b;
-      if (sym_eval(v->shape[0], &g->syms, &b) == 0 && (b % s->spec->dp || b < s->spec->dp))
+      if (deg != SHARD_TP_ANY && sym_eval(v->shape[0], &g->syms, &b) == 0 &&
+          (b % deg || b < deg))
         return ir_error(s->diag, v->loc,
-                        "the batch dim %s = %lld of '%s' does not divide by dp = %d",
+                        "the batch dim %s = %lld of '%s' does not divide by %s = %d",
                         sym_str(&g->arena, v->shape[0], &g->syms), (long long)b, v->name,
-                        s->spec->dp);
-      l.split[0] = DP;
+                        axis == DP ? "dp" : "q", deg);
+      l.split[0] = (unsigned char)axis;
     }
     s->laid[i] = true;
     s->cur[i] = s->r->layout[i] = l;
@@ -1458,6 +1640,11 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int b = 0; b < spec->nblocks; b++)
     if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)
       return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d", b, spec->tp[b]);
+  for (int b = 0; (spec->q > 1 || spec->q == SHARD_TP_ANY) && b < spec->nblocks; b++)
+    if (spec->tp[b] != 1 || spec->dp != 1)
+      return ir_error(d, (IrLoc){0}, "shard: a 2D grid (q = %d) with tp = %d and dp = %d in "
+                      "block %d: the grid is one replica's only split", spec->q, spec->tp[b],
+                      spec->dp, b);
   int nv = g->nvalues, nn = g->nnodes, nuse = 0, maxin = 1, maxout = 1, nblocks = ir_nblocks(g);
   for (int i = 0; i < nn; i++) {
     IR_ASSERT(g->nodes[i]->id == i && g->nodes[i]->block >= 0);
@@ -1482,13 +1669,14 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   s.have_phase = calloc((size_t)nv * HAVE + 1, 1);
   s.readers = calloc((size_t)nv + 1, sizeof *s.readers);
   s.copy = calloc((size_t)nv + 1, sizeof *s.copy);
+  s.grad_of = calloc((size_t)nv + 1, sizeof *s.grad_of);
   s.need_last = malloc((size_t)nblocks * sizeof *s.need_last);
   for (int b = 0; s.need_last && b < nblocks; b++)
     s.need_last[b] = -1;
   ShardLayout *in = calloc((size_t)maxin, sizeof *in), *outs = calloc((size_t)maxout, sizeof *outs);
   bool *seed = calloc((size_t)maxin, sizeof *seed);
   IR_ASSERT(out->layout && out->use_at && out->use && s.laid && s.read && s.cur && s.deg &&
-            s.have && s.have_phase && s.nhave && s.readers && s.copy && s.need_last && in && outs && seed);
+            s.have && s.have_phase && s.nhave && s.readers && s.copy && s.grad_of && s.need_last && in && outs && seed);
   for (int i = 0; i < nv; i++)
     IR_ASSERT(g->values[i]->id == i);
   for (int i = 0; i < nn; i++) {
@@ -1497,6 +1685,16 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
       s.readers[n->in[k]->id]++;
     if (n->op == OP_ASSIGN)
       s.copy[n->in[1]->id] = n->in[0];
+  }
+  for (int i = 0; i < nv; i++)
+    if (g->values[i]->role == ROLE_PARAM && g->values[i]->grad)
+      s.grad_of[g->values[i]->grad->id] = g->values[i];
+  for (int i = nn - 1; i >= 0; i--) {   // the terms a gradient is the sum of
+    const IrNode *n = g->nodes[i];
+    if (n->op == OP_ADD && n->nout == 1 && s.grad_of[n->out[0]->id])
+      for (int k = 0; k < n->nin; k++)
+        if (!s.grad_of[n->in[k]->id])
+          s.grad_of[n->in[k]->id] = s.grad_of[n->out[0]->id];
   }
   find_vocab(&s);
   int rc = lay_inputs(&s);
@@ -1511,7 +1709,7 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
       out->layout[i] = whole(g->values[i]->rank);
   free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.have_phase),
       free(s.nhave);
-  free(s.readers), free(s.copy), free(s.need_last), free(s.need_prev);
+  free(s.readers), free(s.copy), free(s.grad_of), free(s.need_last), free(s.need_prev);
   free(in), free(outs), free(seed);
   if (rc)
     ir_shard_free(out);

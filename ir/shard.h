@@ -34,7 +34,8 @@ typedef struct ShardLayout {
                                      // reduction
 } ShardLayout;
 
-// What to propagate: the batch split over dp ranks, each block's tp degree.
+// What to propagate: the batch split over dp ranks, each block's tp degree
+// or the 2D grid.
 typedef struct ShardSpec {
   int dp;                  // data-parallel degree (1: the batch is not split)
   int nblocks;             // entries of tp (IR block ids 0 .. nblocks-1)
@@ -43,6 +44,10 @@ typedef struct ShardSpec {
                            // split all the same: the lowering pads it (passes/tp.c)
   bool seq_parallel;       // Megatron's sequence parallelism in tensor-parallel blocks: the
                            // activations between their tp regions split on the sequence
+  int q;                   // Optimus 2D: the side of every block's q x q grid (0 or 1: none;
+                           // SHARD_TP_ANY: not known yet; with tp 1 and dp 1): the batch
+                           // splits over its rows, features over its columns, a weight
+                           // [k, n] as [k/q, n/q]
 } ShardSpec;
 
 typedef enum ShardKind { SHARD_ALL_REDUCE, SHARD_REDUCE_SCATTER, SHARD_ALL_GATHER } ShardKind;
@@ -65,6 +70,8 @@ typedef struct ShardColl {
                              // (-1: an all_reduce)
   const Sym *count;          // elements per rank: the buffer a ring all-reduce moves 2(n-1)/n of,
                              // an all-gather or reduce-scatter (n-1)/n of
+  unsigned char over;        // the axes (1 << axis) that buffer is split over: count is divided
+                             // by their degrees, except those that are SHARD_TP_ANY
   IrPhase phase;             // node->phase
   int block;                 // node->block
   char what[96];             // "partial sum of a row-parallel matmul", "row max", ...

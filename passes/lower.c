@@ -538,7 +538,8 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   out->plan = *P;
   Lower L = {.g = g, .plan = P, .dp = P->mesh.size[IR_MESH_DP], .tp = P->mesh.size[IR_MESH_TP],
              .micro = P->micro_batches, .out = out, .d = ctx->diag};
-  if (check(&L) || (L.tp > 1 && pass_lower_tp(g, L.tp, P->seq_parallel, out, ctx->diag)))
+  bool split = L.tp > 1 || P->mesh.size[IR_MESH_ROW] > 1;
+  if (check(&L) || (split && pass_lower_tp(g, &P->mesh, P->seq_parallel, out, ctx->diag)))
     return -1;
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);

@@ -71,9 +71,11 @@ typedef struct PassLowered {
   PassBucket *bucket;      // in the graph's arena
   int nslots;              // request slots the collectives use
   // tensor parallelism (passes/tp.c)
-  double tp_comm_bytes;    // bytes all-reduced over tp per micro-batch (an all-gather of n
+  double tp_comm_bytes;    // bytes all-reduced over tp (2D: the grid's rows and columns) per
+                           // micro-batch (an all-gather of n
                            // bytes counts n/2), from the collectives ir_shard lists
-  bool loss_tp_partial;    // each tp rank's loss is its term of a sum
+  unsigned loss_partial;   // the axes (1 << IrMeshAxis: tp, row) over which each rank's loss
+                           // is its term of a sum
   int nreplicated;         // parameters tp leaves replicated on every rank of its group, and
   const char **replicated; // why ("w2: its output dim K = 3 does not divide by tp = 2")
 } PassLowered;
@@ -137,10 +139,12 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed);  // bf16 mixed prec
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
-// Tensor parallelism of degree tp over every block, with Megatron's sequence
-// parallelism or without (passes/tp.c; pass_lower calls it before data
-// parallelism): per-rank shapes and the conversions between layouts. -1 with d when the plan cannot be lowered.
-int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDiag *d);
+// Tensor parallelism of the mesh's tp (with Megatron's sequence parallelism or
+// without), or its q x q grid (Optimus 2D), over every block (passes/tp.c;
+// pass_lower calls it before data parallelism): per-rank shapes and the
+// conversions between layouts. -1 with d when the plan cannot be lowered.
+int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *out,
+                  IrDiag *d);
 
 // Node `at` made v: the position of the last node that finishes it, the
 // all_reduce and comm_wait over it in place that follow `at`, if any.

@@ -1,11 +1,12 @@
-// Lowering tensor parallelism (Megatron's 1D): every rank of a tp group runs
-// the same graph on its part of each split tensor.
+// Lowering tensor parallelism (Megatron's 1D, or Optimus's 2D grid): every
+// rank of a replica runs the same graph on its part of each split tensor.
 //
 // ir_shard propagates the plan's degree through the training graph and says,
 // for every value, the layout it is produced in, and for every read the layout
 // the reader needs. This pass makes the graph do exactly that:
 //
-//   - shapes become per-rank: a dim split over tp is that dim / tp, and the
+//   - shapes become per-rank: a dim split over tp is that dim / tp (over a
+//     2D grid's rows or columns, / q), and the
 //     value remembers the whole size (its layout: the dim's axis and whole
 //     size) and the equal pieces the dim is made of (pieces: a fused QKV
 //     output holds this rank's q, k
@@ -29,7 +30,11 @@
 // lowering lists it (PassLowered.replicated) for the plan to say so. A
 // vocabulary is padded instead (below).
 //
-// The loss may be left a partial sum over tp (the step's log adds it up).
+// The loss may be left a partial sum over tp or the grid's rows (the step's
+// log adds it up). On a 2D grid the batch splits over the rows, and a loss
+// that is a mean over its rows (cross-entropy) is scaled by 1/q, forward and
+// backward, so that the sum over the rows is the mean over the batch.
+//
 // Data parallelism and ZeRO are lowered after this, on the per-rank shapes.
 #include "passes.h"
 
@@ -38,8 +43,14 @@
 #include <string.h>
 
 #define TP IR_MESH_TP
-#define TPBIT (1u << IR_MESH_TP)
+#define ROW IR_MESH_ROW
+#define COL IR_MESH_COL
+#define BIT(axis) (1u << (axis))
 #define NCONV 4   // conversions of one value remembered
+
+// The axes this pass lowers, in the order a conversion takes them.
+static const int model_axes[] = {TP, ROW, COL};
+#define NMODEL ((int)(sizeof model_axes / sizeof *model_axes))
 
 typedef struct Conv {
   ShardLayout want;
@@ -49,9 +60,12 @@ typedef struct Conv {
 
 typedef struct Tp {
   IrGraph *g;
-  int tp;
+  int tp;                 // the mesh's tp (1D) ...
+  int q;                  // ... or the side of its 2D grid (1: none)
+  char mesh[32];          // "tp 2", "2D 2x2": for messages
   bool seq_parallel;      // Megatron's sequence parallelism (ir/shard.c)
-  const Sym *deg;         // the degree as a formula: the dim TP
+  int size[IR_MESH_NAXES];        // each axis's degree (1: not split over)
+  const Sym *deg[IR_MESH_NAXES];  // ... as a formula: the dim TP or Q
   PassLowered *out;
   IrDiag *d;
   ShardResult r;
@@ -65,36 +79,55 @@ typedef struct Tp {
   int *nconv;
 } Tp;
 
-static int split_dim(const ShardLayout *l) {
+// The dim l splits over axis (-1: none).
+static int split_dim(const ShardLayout *l, int axis) {
   for (int i = 0; i < l->rank; i++)
-    if (l->split[i] == TP)
+    if (l->split[i] == axis)
       return i;
   return -1;
 }
 
+// The dim a value's pieces are in: the one split over tp or the grid's
+// columns (a fused QKV's output dim). The grid's rows split a batch or a
+// weight's input dim, which are never made of pieces.
+static int pieces_dim(const ShardLayout *l) {
+  int d = split_dim(l, TP);
+  return d >= 0 ? d : split_dim(l, COL);
+}
+
+// Do a and b agree on every axis this pass lowers?
 static bool same_tp(const ShardLayout *a, const ShardLayout *b) {
-  return split_dim(a) == split_dim(b) && (a->partial & TPBIT) == (b->partial & TPBIT);
+  for (int k = 0; k < NMODEL; k++) {
+    int x = model_axes[k];
+    if (split_dim(a, x) != split_dim(b, x) || (a->partial & BIT(x)) != (b->partial & BIT(x)))
+      return false;
+  }
+  return true;
 }
 
 static const ShardLayout *use_of(const Tp *t, int i, int k) { return &t->r.use[t->use_at[i] + k]; }
 
-// v's dim d, of size `whole` in the whole tensor, split over tp in pieces.
-static void split_as(Tp *t, IrValue *v, int d, const Sym *whole, int pieces) {
-  v->layout[d] = (IrDimLayout){TP, whole, NULL};
-  v->shape[d] = sym_div(&t->g->arena, whole, t->deg);
-  v->pieces = pieces;
+// v's dim d, of size `whole` in the whole tensor, split over axis (in pieces
+// when it is the pieces' dim).
+static void split_as(Tp *t, IrValue *v, int d, int axis, const Sym *whole, int pieces) {
+  v->layout[d] = (IrDimLayout){(IrMeshAxis)axis, whole, NULL};
+  v->shape[d] = sym_div(&t->g->arena, whole, t->deg[axis]);
+  if (axis != ROW)
+    v->pieces = pieces;
 }
 
-// v's per-rank shape and tensor-parallel placement for layout l.
+// v's per-rank shape and placement for layout l.
 static void place(Tp *t, IrValue *v, const ShardLayout *l, const Sym *const *whole, int pieces) {
-  int d = split_dim(l);
   for (int i = 0; i < v->rank; i++) {
     v->shape[i] = whole[i];
     v->layout[i] = (IrDimLayout){IR_MESH_NONE, NULL, NULL};
   }
   v->pieces = pieces;
-  if (d >= 0)
-    split_as(t, v, d, whole[d], pieces);
+  for (int k = 0; k < NMODEL; k++) {
+    int d = split_dim(l, model_axes[k]);
+    if (d >= 0)
+      split_as(t, v, d, model_axes[k], whole[d], pieces);
+  }
 }
 
 // ---- pieces ---------------------------------------------------------------------------------
@@ -128,7 +161,8 @@ static int count_pieces(Tp *t) {
         IrValue *const *parts = split ? n->out : n->in;
         int np = split ? n->nout : n->nin;
         const ShardLayout *wl = split ? use_of(t, i, 0) : &t->r.layout[whole->id];
-        if (wl->split[norm_axis(n, whole->rank)] != TP)
+        int along = wl->split[norm_axis(n, whole->rank)];
+        if (along != TP && along != COL)
           continue;
         int sum = 0, most = 1;
         for (int k = 0; k < np; k++) {
@@ -136,8 +170,8 @@ static int count_pieces(Tp *t) {
           most = t->pieces[parts[k]->id] > most ? t->pieces[parts[k]->id] : most;
           if (!sym_eq(parts[k]->shape[norm_axis(n, whole->rank)],
                       parts[0]->shape[norm_axis(n, whole->rank)]))
-            return ir_error(t->d, n->loc, "lower: tp %d: %s '%s' has parts of different sizes "
-                            "along its split dim; only equal parts are lowered", t->tp,
+            return ir_error(t->d, n->loc, "lower: %s: %s '%s' has parts of different sizes "
+                            "along its split dim; only equal parts are lowered", t->mesh,
                             ir_op_name(n->op), whole->name);
         }
         changed |= raise(&t->pieces[whole->id], sum > most * np ? sum : most * np);
@@ -145,17 +179,30 @@ static int count_pieces(Tp *t) {
           changed |= raise(&t->pieces[parts[k]->id], t->pieces[whole->id] / np);
         continue;
       }
+      if (n->op == OP_SLICE || n->op == OP_SLICE_BWD) {   // one of np equal pieces
+        bool fwd = n->op == OP_SLICE;
+        const IrValue *whole = fwd ? n->in[0] : n->out[0], *part = fwd ? n->out[0] : n->in[0];
+        int ax = norm_axis(n, whole->rank), along = use_of(t, i, 0)->split[ax];
+        int64_t w, p;
+        if ((along == TP || along == COL) && !sym_eval(whole->shape[ax], &t->g->syms, &w) &&
+            !sym_eval(part->shape[ax], &t->g->syms, &p) && p > 0 && w % p == 0) {
+          int np = (int)(w / p);
+          changed |= raise(&t->pieces[whole->id], np * t->pieces[part->id]);
+          changed |= raise(&t->pieces[part->id], t->pieces[whole->id] / np);
+          continue;
+        }
+      }
       int most = 1;
       for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < n->nin; k++)
-          if (split_dim(use_of(t, i, k)) >= 0) {
+          if (pieces_dim(use_of(t, i, k)) >= 0) {
             if (pass)
               changed |= raise(&t->pieces[n->in[k]->id], most);
             else
               most = t->pieces[n->in[k]->id] > most ? t->pieces[n->in[k]->id] : most;
           }
         for (int k = 0; k < n->nout; k++)
-          if (split_dim(&t->r.layout[n->out[k]->id]) >= 0) {
+          if (pieces_dim(&t->r.layout[n->out[k]->id]) >= 0) {
             if (pass)
               changed |= raise(&t->pieces[n->out[k]->id], most);
             else
@@ -166,8 +213,8 @@ static int count_pieces(Tp *t) {
     if (!changed)
       return 0;
   }
-  return ir_error(t->d, (IrLoc){0}, "lower: tp %d: the pieces of the split dims do not settle",
-                  t->tp);
+  return ir_error(t->d, (IrLoc){0}, "lower: %s: the pieces of the split dims do not settle",
+                  t->mesh);
 }
 
 // ---- conversions ----------------------------------------------------------------------------
@@ -181,80 +228,105 @@ static IrValue *named(Tp *t, IrNode *n, const IrValue *from, const char *suffix)
 
 static int infer(Tp *t, IrNode *n) { return ir_infer(t->g, n, t->d); }
 
-// all_reduce over tp of x in place, and its wait.
-static void reduce_in_place(Tp *t, IrValue *x) {
+// all_reduce over axis of x in place, and its wait.
+static void reduce_in_place(Tp *t, IrValue *x, int axis) {
   IrNode *n = ir_node_new(t->g, OP_ALL_REDUCE, &x, 1, 0);
   int slot = t->out->nslots++;
-  ir_set_int(t->g, n, "axis", 1);   // the collectives' mesh axis: 0 dp, 1 tp
+  ir_set_int(t->g, n, "axis", axis - 1);   // the runtime's axes: 0 dp, 1 tp, 2 row, 3 col
   ir_set_int(t->g, n, "slot", slot);
   IrNode *w = ir_node_new(t->g, OP_COMM_WAIT, &x, 1, 0);
   ir_set_int(t->g, w, "slot", slot);
   IR_ASSERT(infer(t, n) == 0 && infer(t, w) == 0);
 }
 
-static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int nout) {
+static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int axis, int nout) {
   IrNode *n = ir_node_new(t->g, op, &x, 1, nout);
   ir_set_int(t->g, n, "dim", dim);
-  ir_set_int(t->g, n, "pieces", x->pieces);
-  ir_set_int(t->g, n, "shards", t->tp);
+  ir_set_int(t->g, n, "pieces", axis == ROW ? 1 : x->pieces);
+  ir_set_int(t->g, n, "shards", t->size[axis]);
+  if (axis != TP)
+    ir_set_int(t->g, n, "axis", axis - 1);
   return n;
 }
 
-// This rank's part of x along dim w, by op (tp_slice: of x; tp_reduce_scatter:
-// of the sum of x over tp), named x.part. NULL with t->d on error.
-static IrValue *part_of(Tp *t, IrOp op, IrValue *x, int w) {
-  IrNode *c = tp_move(t, op, x, w, op == OP_TP_SLICE ? 1 : 2);
+// This rank's part of x along dim w over axis, by op (tp_slice: of x;
+// tp_reduce_scatter: of the sum of x over the axis), named x.part. NULL with
+// t->d on error.
+static IrValue *part_of(Tp *t, IrOp op, IrValue *x, int w, int axis) {
+  IrNode *c = tp_move(t, op, x, w, axis, op == OP_TP_SLICE ? 1 : 2);
   if (infer(t, c))
     return NULL;
   IrValue *y = named(t, c, x, "part");
-  split_as(t, y, w, x->shape[w], (int)ir_attr_i(c, "pieces"));
+  memcpy(y->layout, x->layout, sizeof y->layout);
+  y->pieces = x->pieces;
+  split_as(t, y, w, axis, x->shape[w], (int)ir_attr_i(c, "pieces"));
   return y;
 }
 
-// x (in layout have) in layout want, built at the graph's insertion point.
+// x (in layout have) in layout want, built at the graph's insertion point:
+// partial sums reduced (reduce-scattered where want splits a dim have has
+// whole), then dims gathered, then dims sliced, axis by axis.
 static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *want,
                         const IrNode *reader) {
   IrGraph *g = t->g;
-  int w = split_dim(want);
-  if ((have.partial & TPBIT) && !(want->partial & TPBIT) && w >= 0 && split_dim(&have) < 0) {
-    // sequence parallelism: each rank gets its part of the sum (its own value)
-    if (!(x = part_of(t, OP_TP_REDUCE_SCATTER, x, w)))
-      return NULL;
-    have.partial &= (unsigned char)~TPBIT;
-    have.split[w] = TP;
-  }
-  if ((have.partial & TPBIT) && !(want->partial & TPBIT)) {
-    if (w >= 0 && w != split_dim(&have))
-      return ir_error(t->d, reader->loc, "lower: tp %d: '%s' is a partial sum split on dim %d "
-                      "that %s needs split on dim %d, which is not lowered yet", t->tp, x->name,
-                      split_dim(&have), ir_op_name(reader->op), w), NULL;
+  for (int k = 0; k < NMODEL; k++) {
+    int a = model_axes[k], w = split_dim(want, a);
+    if (!(have.partial & BIT(a)) || (want->partial & BIT(a)))
+      continue;
+    if (w >= 0 && split_dim(&have, a) < 0 && have.split[w] == IR_MESH_NONE) {
+      // each rank gets its part of the sum (sequence parallelism; a 2D weight's gradient)
+      if (!(x = part_of(t, OP_TP_REDUCE_SCATTER, x, w, a)))
+        return NULL;
+      have.partial &= (unsigned char)~BIT(a);
+      have.split[w] = (unsigned char)a;
+      continue;
+    }
+    if (w >= 0 && w != split_dim(&have, a))
+      return ir_error(t->d, reader->loc, "lower: %s: '%s' is a partial sum split on dim %d "
+                      "that %s needs split on dim %d, which is not lowered yet", t->mesh,
+                      x->name, split_dim(&have, a), ir_op_name(reader->op), w), NULL;
     IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);  // a copy: other readers keep the partial sum
     IR_ASSERT(infer(t, c) == 0);
     IrValue *y = named(t, c, x, "sum");
     memcpy(y->layout, x->layout, sizeof y->layout);
     y->pieces = x->pieces;
-    reduce_in_place(t, y);
+    reduce_in_place(t, y, a);
     x = y;
-    have.partial &= (unsigned char)~TPBIT;
+    have.partial &= (unsigned char)~BIT(a);
   }
-  int d = split_dim(&have);
-  if (d >= 0 && want->split[d] != TP) {
-    IrNode *c = tp_move(t, OP_TP_GATHER, x, d, 2);
+  for (int k = 0; k < NMODEL; k++) {
+    int a = model_axes[k], d = split_dim(&have, a);
+    if (d < 0 || want->split[d] == a)
+      continue;
+    IrNode *c = tp_move(t, OP_TP_GATHER, x, d, a, 2);
     if (infer(t, c))
       return NULL;
-    x = named(t, c, x, "whole");
+    IrValue *y = named(t, c, x, "whole");
+    memcpy(y->layout, x->layout, sizeof y->layout);
+    y->layout[d] = (IrDimLayout){IR_MESH_NONE, NULL, NULL};
+    y->pieces = x->pieces;
+    x = y;
     have.split[d] = IR_MESH_NONE;
   }
-  if (w >= 0 && have.split[w] != TP) {
-    if (!(x = part_of(t, OP_TP_SLICE, x, w)))
+  for (int k = 0; k < NMODEL; k++) {
+    int a = model_axes[k], w = split_dim(want, a);
+    if (w < 0 || have.split[w] == a)
+      continue;
+    if (have.split[w] != IR_MESH_NONE)
+      break;   // reported below
+    if (!(x = part_of(t, OP_TP_SLICE, x, w, a)))
       return NULL;
-    have.split[w] = TP;
+    have.split[w] = (unsigned char)a;
   }
   if (!same_tp(&have, want))
-    return ir_error(t->d, reader->loc, "lower: tp %d: %s reads '%s' in a layout no conversion "
-                    "gives", t->tp, ir_op_name(reader->op), x->name), NULL;
+    return ir_error(t->d, reader->loc, "lower: %s: %s reads '%s' in a layout no conversion "
+                    "gives", t->mesh, ir_op_name(reader->op), x->name), NULL;
   return x;
 }
+
+// Does a conversion serve only the readers of its phase (ir/shard.c: sequence
+// parallelism and the 2D grid gather again in backward what forward gathered)?
+static bool phased(const Tp *t) { return t->seq_parallel || t->q > 1; }
 
 // The value node[i] reads as its input k, converted when it needs another layout.
 static int convert_input(Tp *t, int i, int k) {
@@ -266,7 +338,7 @@ static int convert_input(Tp *t, int i, int k) {
     return 0;
   Conv *c = &t->conv[v->id * NCONV];
   for (int j = 0; j < t->nconv[v->id]; j++)   // under sequence parallelism: of this phase
-    if (same_tp(&c[j].want, want) && (!t->seq_parallel || c[j].phase == n->phase)) {
+    if (same_tp(&c[j].want, want) && (!phased(t) || c[j].phase == n->phase)) {
       n->in[k] = c[j].v;
       return 0;
     }
@@ -303,8 +375,13 @@ static int convert_output(Tp *t, int i, int k) {
   g->cur_block = n->block;
   ir_insert_before(g, n->id + 1);
   int rc = 0;
-  if (split_dim(made) == split_dim(want)) {   // a partial sum, reduced for every reader
-    reduce_in_place(t, v);
+  bool splits_alike = true;
+  for (int a = 0; a < NMODEL; a++)
+    splits_alike &= split_dim(made, model_axes[a]) == split_dim(want, model_axes[a]);
+  if (splits_alike) {   // a partial sum, reduced for every reader
+    for (int a = 0; a < NMODEL; a++)
+      if ((made->partial & ~want->partial) & BIT(model_axes[a]))
+        reduce_in_place(t, v, model_axes[a]);
   } else {
     // the producer writes its part to a new value; the gather writes v
     IrValue *raw = ir_value_new(g, NULL, v->dtype, v->role);
@@ -351,8 +428,9 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   }
   IrValue *s = stats_of[n->in[1]->id];
   if (!s)
-    return ir_error(t->d, n->loc, "lower: tp %d: the backward of the vocabulary-parallel "
-                    "cross-entropy reads logits '%s' its forward did not", t->tp, n->in[1]->name);
+    return ir_error(t->d, n->loc, "lower: %s: the backward of the vocabulary-parallel "
+                    "cross-entropy reads logits '%s' its forward did not", t->mesh,
+                    n->in[1]->name);
   IrValue *in[4] = {n->in[0], n->in[1], n->in[2], s};
   ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY_BWD, in, 4);
   ir_set_int(g, n, "vocab", vocab);
@@ -364,7 +442,7 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
   switch (n->op) {
   case OP_EMBEDDING:  // split on the rows: this rank's; on the columns: nothing to learn
     if (use_of(t, i, 0)->split[0] == TP)
-      ir_set_int(t->g, n, "shards", t->tp);
+      ir_set_int(t->g, n, "shards", t->size[TP]);
     return 0;
   case OP_CROSS_ENTROPY:
     if (use_of(t, i, 0)->split[n->in[0]->rank - 1] == TP)
@@ -374,28 +452,89 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     if (use_of(t, i, 1)->split[n->in[1]->rank - 1] == TP)
       return vocab_parallel_loss(t, n, stats_of);
     return 0;
+  case OP_LAYERNORM:       // over a dim split along the 2D grid's rows (ir/shard.c's
+  case OP_RMSNORM:         // norm_on_grid): the row statistics are all-reduced inside
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM_BWD: {
+    int x = n->op == OP_LAYERNORM || n->op == OP_RMSNORM ? 0 : 1;
+    int over = use_of(t, i, x)->split[n->in[x]->rank - 1];
+    if (over != IR_MESH_NONE)
+      ir_set_int(t->g, n, "split_axis", over - 1);
+    return 0;
+  }
   case OP_SPLIT: {
     int axis = norm_axis(n, n->in[0]->rank), ns;
-    if (use_of(t, i, 0)->split[axis] != TP)
+    int over = use_of(t, i, 0)->split[axis];
+    if (over == IR_MESH_NONE)
       return 0;
     const Sym *const *sizes = ir_attr_syms(n, "sizes", &ns);
     const Sym **local = ir_alloc(&t->g->arena, (size_t)(ns + 1) * sizeof *local);
     for (int k = 0; k < ns; k++)
-      local[k] = sym_div(&t->g->arena, sizes[k], t->deg);
+      local[k] = sym_div(&t->g->arena, sizes[k], t->deg[over]);
     ir_set_syms(t->g, n, "sizes", local, ns);
     return 0;
   }
   case OP_SLICE:      // along a whole dim, a slice of each rank's part (another dim split:
-  case OP_SLICE_BWD:  // sequence parallelism)
-    if (use_of(t, i, 0)->split[norm_axis(n, n->in[0]->rank)] == TP)
+  case OP_SLICE_BWD: {  // sequence parallelism); along a split dim, one of its equal pieces
+    int over = use_of(t, i, 0)->split[norm_axis(n, n->in[0]->rank)];
+    if (over == IR_MESH_NONE)
+      return 0;
+    if (over == ROW)
       break;
+    ir_set_int(t->g, n, "start", ir_attr_i(n, "start") / t->size[over]);
     return 0;
+  }
   default:   // dropout draws each element's mask bit at its place in the whole tensor
              // (codegen/kcall.c); masked_fill's mask is laid out as x (sliced or broadcast)
     return 0;
   }
-  return ir_error(t->d, n->loc, "lower: tp %d: %s over a split dim is not lowered yet; use a "
-                  "smaller --tp or none", t->tp, ir_op_name(n->op));
+  return ir_error(t->d, n->loc, "lower: %s: %s over a split dim is not lowered yet; use a "
+                  "smaller --tp or none", t->mesh, ir_op_name(n->op));
+}
+
+// A loss that is the mean over its rows, with the rows (the batch) split
+// over the 2D grid's rows: each rank's mean is over its 1/q of them, so the
+// loss and the gradient flowing into the loss's backward are scaled by 1/q
+// (the loss is then a partial sum over the grid's rows, as the propagation
+// says).
+static bool mean_over_row_split(const Tp *t, int i) {
+  const IrNode *n = t->node[i];
+  int tg;   // the targets' input
+  switch (n->op) {
+  case OP_CROSS_ENTROPY: tg = 1; break;
+  case OP_CROSS_ENTROPY_BWD: tg = 2; break;
+  case OP_NLL_LOSS: tg = ir_attr_i(n, "sum") ? -1 : 1; break;
+  case OP_NLL_LOSS_BWD: tg = ir_attr_i(n, "sum") ? -1 : 2; break;
+  default: tg = -1; break;
+  }
+  return tg >= 0 && n->in[tg]->rank > 0 && use_of(t, i, tg)->split[0] == ROW;
+}
+
+static void scale_rows(Tp *t, int i) {
+  IrGraph *g = t->g;
+  IrNode *n = t->node[i];
+  g->cur_phase = n->phase;
+  g->cur_block = n->block;
+  bool fwd = n->op == OP_CROSS_ENTROPY || n->op == OP_NLL_LOSS;
+  ir_insert_before(g, fwd ? n->id + 1 : n->id);
+  IrValue *x = fwd ? ir_value_new(g, NULL, n->out[0]->dtype, n->out[0]->role) : n->in[0];
+  if (fwd) {   // the op writes its mean to x, the scale writes the loss
+    char name[512];
+    snprintf(name, sizeof name, "%s.rows", n->out[0]->name);
+    ir_value_rename(g, x, name);
+    x->rank = 0;
+  }
+  IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);
+  ir_set_float(g, c, "s", 1.0 / t->q);
+  IR_ASSERT(infer(t, c) == 0);
+  if (fwd) {
+    IrValue *loss = n->out[0];
+    ir_node_set_output(n, 0, x);
+    ir_node_set_output(c, 0, loss);
+  } else {
+    n->in[0] = named(t, c, n->in[0], "rows");
+  }
+  ir_insert_before(g, -1);
 }
 
 // ---- a padded vocabulary ----------------------------------------------------------------------
@@ -452,11 +591,12 @@ static int check_padding(const Tp *t) {
 
 // ---- the pass -------------------------------------------------------------------------------
 
-// v split on dim: the dim divides by the degree (in its pieces), or is a
-// vocabulary to pad (pad_dim).
-static int check_split(Tp *t, const IrValue *v, int dim) {
+// v split on dim over axis: the dim divides by the degree (in its pieces), or
+// is a vocabulary to pad (pad_dim).
+static int check_split(Tp *t, const IrValue *v, int dim, int axis) {
   IrGraph *g = t->g;
-  int64_t size, k = (int64_t)t->tp * t->pieces[v->id];
+  int pieces = axis == ROW ? 1 : t->pieces[v->id];
+  int64_t size, k = (int64_t)t->size[axis] * pieces;
   if (dim < 0)
     return 0;
   if (sym_eval(v->shape[dim], &g->syms, &size))
@@ -464,45 +604,61 @@ static int check_split(Tp *t, const IrValue *v, int dim) {
                     "(-D NAME=VALUE)", v->name);
   if (size % k == 0)
     return 0;
-  if (t->pieces[v->id] == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
+  if (axis == TP && pieces == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
       (t->pad_dim[v->id] < 0 || t->pad_dim[v->id] == dim)) {
     t->pad_dim[v->id] = dim;
     return 0;
   }
-  return ir_error(t->d, v->loc, "lower: tp %d does not divide '%s' %s: its dim %d (%lld%s) must "
-                  "be a multiple of %lld; choose a tp that divides it", t->tp, v->name,
-                  ir_shape_str(g, v), dim, (long long)size,
-                  t->pieces[v->id] > 1 ? ", in equal pieces" : "", (long long)k);
+  return ir_error(t->d, v->loc, "lower: %s %d does not divide '%s' %s in block %d: its dim %d "
+                  "(%lld%s) must be a multiple of %lld; choose a %s that divides it",
+                  axis == TP ? "tp" : "q", t->size[axis], v->name, ir_shape_str(g, v),
+                  v->producer ? v->producer->block : 0, dim, (long long)size,
+                  pieces > 1 ? ", in equal pieces" : "", (long long)k, axis == TP ? "tp" : "q");
+}
+
+// Every split of l divides.
+static int check_splits(Tp *t, const IrValue *v, const ShardLayout *l) {
+  for (int k = 0; k < NMODEL; k++)
+    if (check_split(t, v, split_dim(l, model_axes[k]), model_axes[k]))
+      return -1;
+  return 0;
 }
 
 // Every value as produced, as readers get it, and as each reader needs it.
 static int check_divides(Tp *t) {
   for (int i = 0; i < t->nv; i++) {
     const IrValue *v = t->g->values[i];
-    if (check_split(t, v, split_dim(&t->cur[i])) || check_split(t, v, split_dim(&t->r.layout[i])))
+    if (check_splits(t, v, &t->cur[i]) || check_splits(t, v, &t->r.layout[i]))
       return -1;
   }
   for (int i = 0; i < t->nn; i++)
     for (int k = 0; k < t->node[i]->nin; k++)
-      if (check_split(t, t->node[i]->in[k], split_dim(use_of(t, i, k))))
+      if (check_splits(t, t->node[i]->in[k], use_of(t, i, k)))
         return -1;
   return 0;
 }
 
-// The dim TP, bound to the degree: per-rank shapes are C/TP.
-static const Sym *degree_dim(IrGraph *g, int tp, IrDiag *d) {
-  int var = symtab_find(&g->syms, IR_TP_DIM);
-  if (var >= 0 && !(g->syms.bound[var] && g->syms.value[var] == tp)) {
+// The dim `name` (TP or Q), bound to the degree: per-rank shapes are C/TP.
+static const Sym *degree_dim(IrGraph *g, const char *name, int degree, IrDiag *d) {
+  int var = symtab_find(&g->syms, name);
+  if (var >= 0 && !(g->syms.bound[var] && g->syms.value[var] == degree)) {
     ir_error(d, (IrLoc){0}, "lower: the model has a dim named %s, the name tensor parallelism "
-             "gives its degree: rename the model's dim", IR_TP_DIM);
+             "gives its degree: rename the model's dim", name);
     return NULL;
   }
-  if (var < 0 && (var = symtab_add(&g->syms, IR_TP_DIM)) < 0) {
+  if (var < 0 && (var = symtab_add(&g->syms, name)) < 0) {
     ir_error(d, (IrLoc){0}, "lower: the model has too many dims to name the tp degree");
     return NULL;
   }
-  symtab_bind(&g->syms, var, tp);
+  symtab_bind(&g->syms, var, degree);
   return sym_var(&g->arena, var);
+}
+
+// Ops whose own collectives (ShardColl at SHARD_WITHIN) the runtime's kernels
+// run: the vocabulary-parallel cross-entropy's, and the norms' over a split dim.
+static bool within_lowered(IrOp op) {
+  return op == OP_CROSS_ENTROPY || op == OP_LAYERNORM || op == OP_RMSNORM ||
+         op == OP_LAYERNORM_BWD || op == OP_RMSNORM_BWD;
 }
 
 // The layouts ir_shard gives (padding a vocabulary the degree does not
@@ -511,7 +667,7 @@ static const Sym *degree_dim(IrGraph *g, int tp, IrDiag *d) {
 // keep the padding zero: then the vocabulary stays replicated.
 static int layouts(Tp *t, const int *degree, int nb, bool pad) {
   ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .pad_vocab = pad,
-                    .seq_parallel = t->seq_parallel};
+                    .seq_parallel = t->seq_parallel, .q = t->q};
   ir_shard_free(&t->r);
   if (ir_shard(t->g, &spec, &t->r, t->d))
     return -1;
@@ -524,24 +680,25 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
   double bytes = 0;
   for (int i = 0; i < t->r.ncolls; i++) {
     const ShardColl *c = &t->r.coll[i];
-    if (c->axis != TP)
+    if (!(IR_MESH_MODEL_AXES & BIT(c->axis)))
       continue;
     bytes += sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms);
-    if (c->at == SHARD_WITHIN && c->node->op != OP_CROSS_ENTROPY)
-      return ir_error(t->d, c->node->loc, "lower: tp %d: %s with a collective inside is not "
-                      "lowered yet", t->tp, ir_op_name(c->node->op));
+    if (c->at == SHARD_WITHIN && !within_lowered(c->node->op))
+      return ir_error(t->d, c->node->loc, "lower: %s: %s with a collective inside is not "
+                      "lowered yet", t->mesh, ir_op_name(c->node->op));
     if (c->at != SHARD_AFTER)
       continue;
     ShardLayout *l = &t->cur[c->value->id];
+    int d = split_dim(l, c->axis);
     if (c->kind == SHARD_ALL_REDUCE)
-      l->partial &= (unsigned char)~TPBIT;
-    else if (c->kind == SHARD_ALL_GATHER && split_dim(l) >= 0)
-      l->split[split_dim(l)] = IR_MESH_NONE;
-    else if (c->kind == SHARD_REDUCE_SCATTER && c->dim >= 0 && split_dim(l) < 0)
-      l->partial &= (unsigned char)~TPBIT, l->split[c->dim] = TP;
+      l->partial &= (unsigned char)~BIT(c->axis);
+    else if (c->kind == SHARD_ALL_GATHER && d >= 0)
+      l->split[d] = IR_MESH_NONE;
+    else if (c->kind == SHARD_REDUCE_SCATTER && c->dim >= 0 && d < 0)
+      l->partial &= (unsigned char)~BIT(c->axis), l->split[c->dim] = (unsigned char)c->axis;
     else
-      return ir_error(t->d, c->node->loc, "lower: tp %d: a %s after %s is not lowered yet",
-                      t->tp, ir_shard_kind_name(c->kind), ir_op_name(c->node->op));
+      return ir_error(t->d, c->node->loc, "lower: %s: a %s after %s is not lowered yet",
+                      t->mesh, ir_shard_kind_name(c->kind), ir_op_name(c->node->op));
   }
   t->out->tp_comm_bytes = bytes;
   if (count_pieces(t) || check_divides(t))
@@ -549,10 +706,21 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
   return check_padding(t);
 }
 
-int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDiag *d) {
-  Tp t = {.g = g, .tp = tp, .seq_parallel = seq_parallel, .out = out, .d = d, .nv = g->nvalues,
-          .nn = g->nnodes};
-  if (!(t.deg = degree_dim(g, tp, d)))
+int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *out,
+                  IrDiag *d) {
+  int tp = mesh->size[TP], q = mesh->size[ROW];
+  Tp t = {.g = g, .tp = tp, .q = q, .seq_parallel = seq_parallel, .out = out, .d = d,
+          .nv = g->nvalues, .nn = g->nnodes};
+  for (int a = 0; a < IR_MESH_NAXES; a++)
+    t.size[a] = 1;
+  t.size[TP] = tp;
+  t.size[ROW] = t.size[COL] = q;
+  if (q > 1)
+    snprintf(t.mesh, sizeof t.mesh, "2D %dx%d", q, q);
+  else
+    snprintf(t.mesh, sizeof t.mesh, "tp %d", tp);
+  if ((tp > 1 && !(t.deg[TP] = degree_dim(g, IR_TP_DIM, tp, d))) ||
+      (q > 1 && !(t.deg[ROW] = t.deg[COL] = degree_dim(g, IR_Q_DIM, q, d))))
     return -1;
   int nb = ir_nblocks(g);
   int *degree = malloc((size_t)nb * sizeof *degree);
@@ -590,7 +758,7 @@ int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDia
     const Sym *valid = pd >= 0 ? whole[pd] : NULL;
     if (pd >= 0) {
       int64_t size = ir_eval(g, valid);
-      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (t.tp - size % t.tp) % t.tp));
+      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (tp - size % tp) % tp));
     }
     place(&t, v, &t.cur[i], whole, t.pieces[i]);
     if (pd >= 0 && v->layout[pd].axis == TP)
@@ -605,13 +773,16 @@ int pass_lower_tp(IrGraph *g, int tp, bool seq_parallel, PassLowered *out, IrDia
     for (int k = 0; k < n->nout && !rc && n->op != OP_VP_CROSS_ENTROPY; k++)
       rc = convert_output(&t, i, k);
   }
+  for (int i = 0; i < t.nn && !rc; i++)
+    if (mean_over_row_split(&t, i))
+      scale_rows(&t, i);
   // every node checked against the per-rank shapes (rules infer their outputs again)
   for (int i = 0; i < g->nnodes && !rc; i++)
     if (ir_infer(g, g->nodes[i], d))
-      rc = ir_error(d, g->nodes[i]->loc, "lower: tp %d: internal error: %s does not fit the "
-                    "per-rank shapes (above)", tp, ir_op_name(g->nodes[i]->op));
+      rc = ir_error(d, g->nodes[i]->loc, "lower: %s: internal error: %s does not fit the "
+                    "per-rank shapes (above)", t.mesh, ir_op_name(g->nodes[i]->op));
   if (!rc && g->loss)
-    out->loss_tp_partial = (t.cur[g->loss->id].partial & TPBIT) != 0;
+    out->loss_partial = t.cur[g->loss->id].partial & IR_MESH_MODEL_AXES;
   ir_remove_unused(g, ROLE_ACT);   // what a conversion's output was before it became the value
   ir_remove_unused(g, ROLE_GRAD);
   free(t.node), free(t.use_at), free(t.cur), free(t.pieces), free(t.pad_dim), free(t.conv);

@@ -6,19 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-rt_dist_state rt_dist = {.dp = 1, .tp = 1, .micro_total = 1};
+rt_dist_state rt_dist = {.dp = 1, .tp = 1, .q = 1, .micro_total = 1};
 int rt_eval_mode;
 
-void rt_dist_init(int dp, int tp, int micro_total, int nslots) {
-  int rank = rt_comm_rank();
+void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots) {
+  int rank = rt_comm_rank(), n = tp * q * q;
   rt_dist.dp = dp;
   rt_dist.tp = tp;
-  rt_dist.dp_rank = rank / tp;
-  rt_dist.tp_rank = rank % tp;
+  rt_dist.q = q;
+  rt_dist.dp_rank = rank / n;
+  rt_dist.tp_rank = rank % n;
   // ranks with the same tp_rank hold the same part of the model: a dp group;
-  // ranks with the same dp_rank split one replica: a tp group
+  // ranks with the same dp_rank split one replica: a tp group (the grid)
   rt_dist.group[RT_AXIS_DP] = rt_group_split(rt_group_world(), rt_dist.tp_rank, rt_dist.dp_rank);
   rt_dist.group[RT_AXIS_TP] = rt_group_split(rt_group_world(), rt_dist.dp_rank, rt_dist.tp_rank);
+  rt_dist.group[RT_AXIS_ROW] = rt_dist.group[RT_AXIS_COL] = NULL;
+  if (q > 1) {   // a grid column's ranks (same j), ordered by row; a grid row's, by column
+    int i = rt_axis_rank(RT_AXIS_ROW), j = rt_axis_rank(RT_AXIS_COL);
+    rt_dist.group[RT_AXIS_ROW] = rt_group_split(rt_group_world(), rt_dist.dp_rank * q + j, i);
+    rt_dist.group[RT_AXIS_COL] = rt_group_split(rt_group_world(), rt_dist.dp_rank * q + i, j);
+  }
   rt_dist.micro = 0;
   rt_dist.micro_total = micro_total;
   rt_dist.nslots = nslots;

@@ -1,10 +1,13 @@
 // The distributed state of a training program: its mesh of ranks and the
 // kernels that lowered code calls for collectives, over comm.h.
 //
-// The mesh is dp x tp ranks, tensor-parallel ranks adjacent: world rank
-// r = d * tp + t. Collectives name a mesh axis (RT_AXIS_DP, RT_AXIS_TP) and a
-// request slot: a collective starts in one place of the step and its
-// comm_wait finishes it in another (gradients reduced while backward goes on).
+// The mesh is dp replicas of the model, each on tp ranks (Megatron 1D) or on
+// a q x q grid (Optimus 2D), one replica's ranks adjacent: world rank
+// r = d * n + t with n = tp * q * q, and on the grid t = i * q + j (grid row
+// i, column j). Collectives name a mesh axis (RT_AXIS_*, the order of mtc's
+// IrMeshAxis) and a request slot: a collective starts in one place of the
+// step and its comm_wait finishes it in another (gradients reduced while
+// backward goes on).
 //
 // Micro-batches: train.c runs forward and backward micro_total times per step
 // (rt_dist.micro = 0, 1, ...). Accumulation restarts at micro-batch 0, and
@@ -16,12 +19,16 @@
 
 #include "comm.h"
 
-enum { RT_AXIS_DP, RT_AXIS_TP };
+// RT_AXIS_ROW: a dim cut by the grid row (the collective runs among the q
+// ranks of a grid column); RT_AXIS_COL: cut by the grid column.
+enum { RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_NAXES };
 
 typedef struct rt_dist_state {
-  int dp, tp;                 // the mesh
-  int dp_rank, tp_rank;       // this rank's place in it
-  rt_group *group[2];         // [RT_AXIS_DP]: ranks holding the same model part; [RT_AXIS_TP]
+  int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none)
+  int dp_rank, tp_rank;       // this rank's place in it: its replica, its rank in the replica
+  rt_group *group[RT_NAXES];  // [RT_AXIS_DP]: ranks holding the same model part; [RT_AXIS_TP]:
+                              // one replica's ranks; [RT_AXIS_ROW], [RT_AXIS_COL]: a grid
+                              // column's, a grid row's (q > 1)
   int micro, micro_total;     // the micro-batch running, and how many a step has
   int nslots;
   rt_request *req;            // one per slot
@@ -32,7 +39,18 @@ typedef struct rt_dist_state {
 extern rt_dist_state rt_dist;
 
 // After rt_comm_init: the mesh's groups and nslots request slots.
-void rt_dist_init(int dp, int tp, int micro_total, int nslots);
+void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots);
+
+// The ranks along a mesh axis, and this rank's place among them.
+static inline int rt_axis_size(int axis) {
+  return axis == RT_AXIS_DP ? rt_dist.dp : axis == RT_AXIS_TP ? rt_dist.tp : rt_dist.q;
+}
+static inline int rt_axis_rank(int axis) {
+  return axis == RT_AXIS_DP    ? rt_dist.dp_rank
+         : axis == RT_AXIS_TP  ? rt_dist.tp_rank
+         : axis == RT_AXIS_ROW ? rt_dist.tp_rank / rt_dist.q
+                               : rt_dist.tp_rank % rt_dist.q;
+}
 
 // The kernels lowered code calls for collectives, shards of buckets, tensor
 // parallelism and the vocabulary-parallel embedding and loss are in
@@ -43,11 +61,11 @@ void rt_comm_wait_all(void);
 
 // ---- tensor parallelism --------------------------------------------------------------
 //
-// A tensor split over the tp ranks along one dim holds, in each of the dim's
-// `pieces` equal parts, this rank's contiguous 1/tp (Megatron's fused QKV
-// weight: this rank's q, k and v columns side by side). Viewed around that dim
-// it is [outer][pieces][chunk] on each rank and [outer][pieces][tp][chunk]
-// whole.
+// A tensor split over the ranks of an axis (tp, or a grid's rows or columns)
+// along one dim holds, in each of the dim's `pieces` equal parts, this rank's
+// contiguous 1/n (Megatron's fused QKV weight: this rank's q, k and v columns
+// side by side). Viewed around that dim it is [outer][pieces][chunk] on each
+// rank and [outer][pieces][n][chunk] whole.
 
 // part = rank's part of whole; whole's place for rank's part = part. Elements
 // of `size` bytes (rt_tp_take and rt_tp_place: float32).

@@ -4,6 +4,9 @@
 // type (runtime/dist_cpu_t.h). They run on host memory and call the
 // collectives of comm.h; kernels_cuda.cu has their device twins.
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dist.h"

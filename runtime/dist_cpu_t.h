@@ -15,29 +15,29 @@ void RT_NAME(accumulate)(RT_T *acc, const RT_T *x, long n, float scale) {
 
 // ---- tensor parallelism ----
 
-void RT_NAME(tp_gather)(RT_T *out, RT_T *scratch, const RT_T *x, long outer, long pieces,
-                        long chunk) {
+void RT_NAME(tp_gather)(int axis, RT_T *out, RT_T *scratch, const RT_T *x, long outer,
+                        long pieces, long chunk) {
   long n = outer * pieces * chunk;
-  int tp = rt_dist.tp;
-  memcpy(scratch + (long)rt_dist.tp_rank * n, x, (size_t)n * sizeof *x);
-  rt_allgather_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, RT_DTYPE, NULL);
-  for (int r = 0; r < tp; r++)
-    rt_tp_place_bytes(out, scratch + r * n, outer, pieces, chunk, r, tp, sizeof *x);
+  int size = rt_axis_size(axis);
+  memcpy(scratch + (long)rt_axis_rank(axis) * n, x, (size_t)n * sizeof *x);
+  rt_allgather_typed(rt_dist.group[axis], scratch, n * size, RT_DTYPE, NULL);
+  for (int r = 0; r < size; r++)
+    rt_tp_place_bytes(out, scratch + r * n, outer, pieces, chunk, r, size, sizeof *x);
 }
 
-void RT_NAME(tp_slice)(RT_T *out, const RT_T *x, long outer, long pieces, long chunk) {
-  rt_tp_take_bytes(out, x, outer, pieces, chunk, rt_dist.tp_rank, rt_dist.tp, sizeof *x);
+void RT_NAME(tp_slice)(int axis, RT_T *out, const RT_T *x, long outer, long pieces, long chunk) {
+  rt_tp_take_bytes(out, x, outer, pieces, chunk, rt_axis_rank(axis), rt_axis_size(axis),
+                   sizeof *x);
 }
 
-void RT_NAME(tp_reduce_scatter)(RT_T *out, RT_T *scratch, const RT_T *x, long outer, long pieces,
-                                long chunk) {
+void RT_NAME(tp_reduce_scatter)(int axis, RT_T *out, RT_T *scratch, const RT_T *x, long outer,
+                                long pieces, long chunk) {
   long n = outer * pieces * chunk;
-  int tp = rt_dist.tp;
-  for (int r = 0; r < tp; r++)   // rank r's part first, then the next rank's: the shards in order
-    rt_tp_take_bytes(scratch + r * n, x, outer, pieces, chunk, r, tp, sizeof *x);
-  rt_reduce_scatter_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, RT_DTYPE, RT_REDUCE_SUM,
-                          NULL);
-  memcpy(out, scratch + (long)rt_dist.tp_rank * n, (size_t)n * sizeof *x);
+  int size = rt_axis_size(axis);
+  for (int r = 0; r < size; r++)   // rank r's part first, then the next rank's: the shards in order
+    rt_tp_take_bytes(scratch + r * n, x, outer, pieces, chunk, r, size, sizeof *x);
+  rt_reduce_scatter_typed(rt_dist.group[axis], scratch, n * size, RT_DTYPE, RT_REDUCE_SUM, NULL);
+  memcpy(out, scratch + (long)rt_axis_rank(axis) * n, (size_t)n * sizeof *x);
 }
 
 void RT_NAME(embedding_vp_fwd)(RT_T *out, const RT_T *w, const int *idx, long n, long c, long v) {
@@ -112,3 +112,121 @@ void RT_NAME(vp_crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T 
 }
 
 #endif  // RT_KT
+
+// ---- norms over a dim split along a mesh axis (Optimus 2D) ----
+//
+// Each rank holds c columns of every row, the whole row c x (the axis's
+// ranks); the rows' statistics are all-reduced along the axis. Two passes, as
+// the one-rank kernels: the mean, then the variance about it (RMSNorm: the
+// mean square alone).
+
+// v (n floats) summed over the axis's ranks.
+static void RT_LOCAL(rows_allreduce)(int axis, float *v, long n) {
+  if (rt_axis_size(axis) > 1) rt_allreduce(rt_dist.group[axis], v, n, RT_REDUCE_SUM, NULL);
+}
+
+// Each row's mean (0 when not centered) and 1 / sqrt(variance + eps) over the whole row.
+static void RT_LOCAL(split_stats)(int axis, float *mean, float *rstd, const RT_T *x, long n,
+                                  long c, float eps, bool centered) {
+  float whole = (float)(c * rt_axis_size(axis));
+  for (long i = 0; i < n; i++) {
+    float s = 0.0f;
+    for (long j = 0; centered && j < c; j++) s += LD(x[i * c + j]);
+    mean[i] = s;
+  }
+  if (centered) RT_LOCAL(rows_allreduce)(axis, mean, n);
+  for (long i = 0; i < n; i++) {
+    float m = mean[i] / whole, q = 0.0f;
+    for (long j = 0; j < c; j++) {
+      float d = LD(x[i * c + j]) - m;
+      q += d * d;
+    }
+    mean[i] = m;
+    rstd[i] = q;
+  }
+  RT_LOCAL(rows_allreduce)(axis, rstd, n);
+  for (long i = 0; i < n; i++) rstd[i] = 1.0f / sqrtf(rstd[i] / whole + eps);
+}
+
+static float *RT_LOCAL(stats_buffer)(long n, int k) {
+  float *s = malloc((size_t)(n > 0 ? n : 1) * (size_t)k * sizeof *s);
+  if (!s) {
+    fputs("train: error: out of memory for a norm's row statistics\n", stderr);
+    exit(1);
+  }
+  return s;
+}
+
+// dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy*w,
+// the means over the whole row; dw = sum_rows dy * norm, db = sum_rows dy
+// over this rank's rows (a partial sum over the axes the rows are split on).
+static void RT_LOCAL(norm_bwd_split)(int axis, RT_T *dx, RT_U *dw, RT_U *db, const RT_T *dy,
+                                     const RT_T *x, const RT_T *w, long n, long c, float eps,
+                                     bool centered) {
+  float *mean = RT_LOCAL(stats_buffer)(n, 4), *rstd = mean + n, *sums = mean + 2 * n;
+  float whole = (float)(c * rt_axis_size(axis));
+  RT_LOCAL(split_stats)(axis, mean, rstd, x, n, c, eps, centered);
+  for (long i = 0; i < n; i++) {
+    float a1 = 0.0f, a2 = 0.0f;   // sums of dnorm, dnorm * norm
+    for (long j = 0; j < c; j++) {
+      float dn = LD(dy[i * c + j]) * LD(w[j]);
+      a1 += dn;
+      a2 += dn * ((LD(x[i * c + j]) - mean[i]) * rstd[i]);
+    }
+    sums[2 * i] = a1;
+    sums[2 * i + 1] = a2;
+  }
+  RT_LOCAL(rows_allreduce)(axis, sums, 2 * n);
+  for (long j = 0; j < c; j++) {
+    float aw = 0.0f, ab = 0.0f;
+    for (long i = 0; i < n; i++) {
+      float d = LD(dy[i * c + j]);
+      aw += d * ((LD(x[i * c + j]) - mean[i]) * rstd[i]);
+      ab += d;
+    }
+    dw[j] = TO_U(aw);
+    if (db) db[j] = TO_U(ab);
+  }
+  for (long i = 0; i < n; i++) {
+    float dm = centered ? sums[2 * i] / whole : 0.0f, dnm = sums[2 * i + 1] / whole;
+    for (long j = 0; j < c; j++) {
+      float norm = (LD(x[i * c + j]) - mean[i]) * rstd[i];
+      dx[i * c + j] = TO_T((LD(dy[i * c + j]) * LD(w[j]) - dm - norm * dnm) * rstd[i]);
+    }
+  }
+  free(mean);
+}
+
+void RT_NAME(layernorm_bwd_split)(int axis, RT_T *dx, RT_U *dw, RT_U *db, const RT_T *dy,
+                                  const RT_T *x, const RT_T *w, long n, long c, float eps) {
+  RT_LOCAL(norm_bwd_split)(axis, dx, dw, db, dy, x, w, n, c, eps, true);
+}
+
+void RT_NAME(rmsnorm_bwd_split)(int axis, RT_T *dx, RT_U *dw, const RT_T *dy, const RT_T *x,
+                                const RT_T *w, long n, long c, float eps) {
+  RT_LOCAL(norm_bwd_split)(axis, dx, dw, NULL, dy, x, w, n, c, eps, false);
+}
+
+#if RT_KT
+static void RT_LOCAL(norm_fwd_split)(int axis, RT_T *y, const RT_T *x, const RT_T *w,
+                                     const RT_T *b, long n, long c, float eps, bool centered) {
+  float *mean = RT_LOCAL(stats_buffer)(n, 2), *rstd = mean + n;
+  RT_LOCAL(split_stats)(axis, mean, rstd, x, n, c, eps, centered);
+  for (long i = 0; i < n; i++)
+    for (long j = 0; j < c; j++) {
+      float v = (LD(x[i * c + j]) - mean[i]) * rstd[i] * LD(w[j]);
+      y[i * c + j] = TO_T(b ? v + LD(b[j]) : v);
+    }
+  free(mean);
+}
+
+void RT_NAME(layernorm_fwd_split)(int axis, RT_T *y, const RT_T *x, const RT_T *w, const RT_T *b,
+                                  long n, long c, float eps) {
+  RT_LOCAL(norm_fwd_split)(axis, y, x, w, b, n, c, eps, true);
+}
+
+void RT_NAME(rmsnorm_fwd_split)(int axis, RT_T *y, const RT_T *x, const RT_T *w, long n, long c,
+                                float eps) {
+  RT_LOCAL(norm_fwd_split)(axis, y, x, w, NULL, n, c, eps, false);
+}
+#endif

@@ -2197,39 +2197,42 @@ static void tp_copy(T *dst, const T *src, long outer, long pieces, long chunk, i
 }
 
 template <typename T>
-static void tp_gather(T *out, T *scratch, const T *x, long outer, long pieces, long chunk) {
+static void tp_gather(int axis, T *out, T *scratch, const T *x, long outer, long pieces,
+                      long chunk) {
   long n = outer * pieces * chunk;
-  int tp = rt_dist.tp;
+  int size = rt_axis_size(axis);
   if (n > 0)
-    cudaCheck(cudaMemcpyAsync(scratch + (long)rt_dist.tp_rank * n, x, (size_t)n * sizeof(T),
+    cudaCheck(cudaMemcpyAsync(scratch + (long)rt_axis_rank(axis) * n, x, (size_t)n * sizeof(T),
                               cudaMemcpyDeviceToDevice, rt_cuda_stream));
-  rt_allgather_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, dtype_of(x), NULL);
-  for (int r = 0; r < tp; r++) tp_copy(out, scratch + r * n, outer, pieces, chunk, r, tp, true);
+  rt_allgather_typed(rt_dist.group[axis], scratch, n * size, dtype_of(x), NULL);
+  for (int r = 0; r < size; r++) tp_copy(out, scratch + r * n, outer, pieces, chunk, r, size, true);
 }
-RT_CUDA_KT(tp_gather, (T *out, T *scratch, const T *x, long outer, long pieces, long chunk),
-           (dev(out), dev(scratch), dev(x), outer, pieces, chunk))
+RT_CUDA_KT(tp_gather, (int axis, T *out, T *scratch, const T *x, long outer, long pieces,
+                       long chunk),
+           (axis, dev(out), dev(scratch), dev(x), outer, pieces, chunk))
 
 template <typename T>
-static void tp_slice(T *out, const T *x, long outer, long pieces, long chunk) {
-  tp_copy(out, x, outer, pieces, chunk, rt_dist.tp_rank, rt_dist.tp, false);
+static void tp_slice(int axis, T *out, const T *x, long outer, long pieces, long chunk) {
+  tp_copy(out, x, outer, pieces, chunk, rt_axis_rank(axis), rt_axis_size(axis), false);
 }
-RT_CUDA_KT(tp_slice, (T *out, const T *x, long outer, long pieces, long chunk),
-           (dev(out), dev(x), outer, pieces, chunk))
+RT_CUDA_KT(tp_slice, (int axis, T *out, const T *x, long outer, long pieces, long chunk),
+           (axis, dev(out), dev(x), outer, pieces, chunk))
 
 template <typename T>
-static void tp_reduce_scatter(T *out, T *scratch, const T *x, long outer, long pieces,
+static void tp_reduce_scatter(int axis, T *out, T *scratch, const T *x, long outer, long pieces,
                               long chunk) {
   long n = outer * pieces * chunk;
-  int tp = rt_dist.tp;
-  for (int r = 0; r < tp; r++) tp_copy(scratch + r * n, x, outer, pieces, chunk, r, tp, false);
-  rt_reduce_scatter_typed(rt_dist.group[RT_AXIS_TP], scratch, n * tp, dtype_of(x), RT_REDUCE_SUM,
+  int size = rt_axis_size(axis);
+  for (int r = 0; r < size; r++) tp_copy(scratch + r * n, x, outer, pieces, chunk, r, size, false);
+  rt_reduce_scatter_typed(rt_dist.group[axis], scratch, n * size, dtype_of(x), RT_REDUCE_SUM,
                           NULL);
   if (n > 0)
-    cudaCheck(cudaMemcpyAsync(out, scratch + (long)rt_dist.tp_rank * n, (size_t)n * sizeof(T),
+    cudaCheck(cudaMemcpyAsync(out, scratch + (long)rt_axis_rank(axis) * n, (size_t)n * sizeof(T),
                               cudaMemcpyDeviceToDevice, rt_cuda_stream));
 }
-RT_CUDA_KT(tp_reduce_scatter, (T *out, T *scratch, const T *x, long outer, long pieces, long chunk),
-           (dev(out), dev(scratch), dev(x), outer, pieces, chunk))
+RT_CUDA_KT(tp_reduce_scatter, (int axis, T *out, T *scratch, const T *x, long outer, long pieces,
+                               long chunk),
+           (axis, dev(out), dev(scratch), dev(x), outer, pieces, chunk))
 
 template <typename T>
 static void embedding_vp_fwd(T *out, const T *w, const int *idx, long n, long c, long v) {
@@ -2282,6 +2285,179 @@ RT_CUDA_KT(vp_crossentropy_bwd,
            (T *dlogits, const float *dloss, const T *logits, const int *targets,
             const float *stats, long n, long v, long vocab, long ignore),
            (dev(dlogits), dloss, dev(logits), targets, stats, n, v, vocab, ignore))
+
+// ---- norms over a dim split along a mesh axis (Optimus 2D; dist_cpu_t.h has the math) ----
+
+// Each row's part of a split norm's statistics (one block per row): the sum
+// of x, or (squares) of (x - mean)^2 with mean = sums[row] / whole (0 when
+// sums is NULL: RMSNorm's mean square).
+template <typename T>
+__global__ void split_rowsum_kernel(float *out, const T *x, const float *sums, long n, long c,
+                                    float whole, int squares) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const T *xr = x + row * c;
+    float m = squares && sums ? sums[row] / whole : 0.0f, s = 0.0f;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) {
+      float v = ld(xr[j]);
+      float d = v - m;
+      s += squares ? d * d : v;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) out[row] = s;
+  }
+}
+
+// stats[2i], stats[2i + 1]: row i's mean and 1 / sqrt(variance + eps).
+__global__ void split_stats_kernel(float *stats, const float *sums, const float *sq, long n,
+                                   float whole, float eps) {
+  GRID_LOOP(i, n) {
+    stats[2 * i] = sums ? sums[i] / whole : 0.0f;
+    stats[2 * i + 1] = 1.0f / sqrtf(sq[i] / whole + eps);
+  }
+}
+
+template <typename T>
+__global__ void split_norm_apply_kernel(T *y, const T *x, const T *w, const T *b,
+                                        const float *stats, long n, long c) {
+  GRID_LOOP(e, n * c) {
+    long i = e / c, j = e - i * c;
+    float v = (ld(x[e]) - stats[2 * i]) * stats[2 * i + 1] * ld(w[j]);
+    y[e] = to<T>(b ? v + ld(b[j]) : v);
+  }
+}
+
+// sums[2 row], sums[2 row + 1]: this rank's part of the row's sums of dnorm
+// and dnorm * norm (one block per row).
+template <typename T>
+__global__ void split_bwd_sums_kernel(float *sums, const T *dy, const T *x, const T *w,
+                                      const float *stats, long n, long c) {
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    float mu = stats[2 * row], rs = stats[2 * row + 1], a1 = 0.0f, a2 = 0.0f;
+    for (long j = threadIdx.x; j < c; j += blockDim.x) {
+      float dn = ld(dy[row * c + j]) * ld(w[j]);
+      a1 += dn;
+      a2 += dn * ((ld(x[row * c + j]) - mu) * rs);
+    }
+    a1 = block_sum(a1);
+    a2 = block_sum(a2);
+    if (threadIdx.x == 0) {
+      sums[2 * row] = a1;
+      sums[2 * row + 1] = a2;
+    }
+  }
+}
+
+template <typename T>
+__global__ void split_bwd_dx_kernel(T *dx, const T *dy, const T *x, const T *w,
+                                    const float *stats, const float *sums, long n, long c,
+                                    float whole, int centered) {
+  GRID_LOOP(e, n * c) {
+    long i = e / c, j = e - i * c;
+    float mu = stats[2 * i], rs = stats[2 * i + 1];
+    float dm = centered ? sums[2 * i] / whole : 0.0f, dnm = sums[2 * i + 1] / whole;
+    float norm = (ld(x[e]) - mu) * rs;
+    dx[e] = to<T>((ld(dy[e]) * ld(w[j]) - dm - norm * dnm) * rs);
+  }
+}
+
+// v (n floats on the device) summed over the axis's ranks.
+static void rows_allreduce(int axis, float *v, long n) {
+  if (rt_axis_size(axis) > 1) rt_allreduce(rt_dist.group[axis], v, n, RT_REDUCE_SUM, NULL);
+}
+
+// stats (2n floats): each row's mean and rstd over the whole row, two
+// passes each all-reduced along the axis (tmp: 2n floats).
+template <typename T>
+static void split_stats(int axis, float *stats, float *tmp, const T *x, long n, long c,
+                        float eps, bool centered) {
+  float whole = (float)(c * rt_axis_size(axis));
+  float *sums = centered ? tmp : NULL, *sq = tmp + n;
+  if (centered) {
+    RT_LAUNCH(split_rowsum_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, sums, x,
+              (const float *)NULL, n, c, whole, 0);
+    LAUNCHED();
+    rows_allreduce(axis, sums, n);
+  }
+  RT_LAUNCH(split_rowsum_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, sq, x,
+            (const float *)sums, n, c, whole, 1);
+  LAUNCHED();
+  rows_allreduce(axis, sq, n);
+  RT_LAUNCH(split_stats_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, stats,
+            (const float *)sums, (const float *)sq, n, whole, eps);
+  LAUNCHED();
+}
+
+template <typename T>
+static void norm_fwd_split(int axis, T *y, const T *x, const T *w, const T *b, long n, long c,
+                           float eps, bool centered) {
+  if (n <= 0 || c <= 0) return;
+  float *stats = (float *)scratch((size_t)n * 4 * sizeof(float),
+                                  centered ? "layernorm_fwd_split" : "rmsnorm_fwd_split");
+  split_stats(axis, stats, stats + 2 * n, x, n, c, eps, centered);
+  RT_LAUNCH(split_norm_apply_kernel, grid_for(n * c, NT), NT, 0, rt_cuda_stream, y, x, w, b,
+            (const float *)stats, n, c);
+  LAUNCHED();
+}
+
+template <typename T>
+static void layernorm_fwd_split(int axis, T *y, const T *x, const T *w, const T *b, long n, long c,
+                                float eps) {
+  norm_fwd_split(axis, y, x, w, b, n, c, eps, true);
+}
+RT_CUDA_KT(layernorm_fwd_split,
+           (int axis, T *y, const T *x, const T *w, const T *b, long n, long c, float eps),
+           (axis, dev(y), dev(x), dev(w), dev(b), n, c, eps))
+
+template <typename T>
+static void rmsnorm_fwd_split(int axis, T *y, const T *x, const T *w, long n, long c, float eps) {
+  norm_fwd_split(axis, y, x, w, (const T *)NULL, n, c, eps, false);
+}
+RT_CUDA_KT(rmsnorm_fwd_split, (int axis, T *y, const T *x, const T *w, long n, long c, float eps),
+           (axis, dev(y), dev(x), dev(w), n, c, eps))
+
+template <typename T, typename U>
+static void norm_bwd_split(int axis, T *dx, U *dw, U *db, const T *dy, const T *x, const T *w,
+                           long n, long c, float eps, bool centered) {
+  if (c <= 0) return;
+  long rows = n > 0 ? n : 1;
+  float *stats = (float *)scratch((size_t)rows * 6 * sizeof(float),
+                                  centered ? "layernorm_bwd_split" : "rmsnorm_bwd_split");
+  float *sums = stats + 4 * rows;
+  if (n > 0) {
+    split_stats(axis, stats, stats + 2 * rows, x, n, c, eps, centered);
+    RT_LAUNCH(split_bwd_sums_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, sums, dy,
+              x, w, (const float *)stats, n, c);
+    LAUNCHED();
+    rows_allreduce(axis, sums, 2 * n);
+    RT_LAUNCH(split_bwd_dx_kernel, grid_for(n * c, NT), NT, 0, rt_cuda_stream, dx, dy, x, w,
+              (const float *)stats, (const float *)sums, n, c,
+              (float)(c * rt_axis_size(axis)), centered ? 1 : 0);
+    LAUNCHED();
+  }
+  RT_LAUNCH(norm_bwd_dwdb_kernel, (unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream, dw,
+            db, (const float *)stats, dy, x, n > 0 ? n : 0, c);
+  LAUNCHED();
+}
+
+template <typename T, typename U>
+static void layernorm_bwd_split(int axis, T *dx, U *dw, U *db, const T *dy, const T *x,
+                                const T *w, long n, long c, float eps) {
+  norm_bwd_split(axis, dx, dw, db, dy, x, w, n, c, eps, true);
+}
+RT_CUDA_KTU(layernorm_bwd_split,
+            (int axis, T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, long n, long c,
+             float eps),
+            (axis, dev(dx), dev(dw), dev(db), dev(dy), dev(x), dev(w), n, c, eps))
+
+template <typename T, typename U>
+static void rmsnorm_bwd_split(int axis, T *dx, U *dw, const T *dy, const T *x, const T *w, long n,
+                              long c, float eps) {
+  norm_bwd_split(axis, dx, dw, (U *)NULL, dy, x, w, n, c, eps, false);
+}
+RT_CUDA_KTU(rmsnorm_bwd_split,
+            (int axis, T *dx, U *dw, const T *dy, const T *x, const T *w, long n, long c,
+             float eps),
+            (axis, dev(dx), dev(dw), dev(dy), dev(x), dev(w), n, c, eps))
 
 // ---- the launchers, by name: runtime/kernels.def less the kernels it names
 // that have no CUDA twin. A name of kernels.def is skipped when

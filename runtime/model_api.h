@@ -48,6 +48,15 @@ enum {
 // model has given values: rt_model.weights_file).
 enum { RT_INIT_DATA, RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL };
 
+// A dim of a parameter split over the ranks of a mesh axis (runtime/dist.h).
+typedef struct rt_split {
+  int dim;            // -1: none
+  int axis;           // RT_AXIS_TP, RT_AXIS_ROW or RT_AXIS_COL
+  int pieces;         // the dim is made of this many equal pieces, each split
+  long pad;           // ... padded by this many (zero) entries to a multiple of the axis's
+                      // ranks (a vocabulary): each rank holds (sizes[dim] + pad) / ranks
+} rt_split;
+
 typedef struct rt_tensor {
   const char *name;   // as in the model (parameter or input name)
   long offset;        // byte offset in the arena
@@ -62,11 +71,9 @@ typedef struct rt_tensor {
                       // constants: shaped by the rank's batch (a mask over it), no weight
   int bucket;         // params: the bucket it lives in (-1: none, at offset)
   long bucket_elem;   // ... and its first element there
-  int tp_dim;         // params: the dim split over the tp ranks (-1: none); numel, rank and
-                      // sizes are the whole tensor's, each rank holds numel / tp
-  int tp_pieces;      // ... made of this many equal pieces, each split (runtime/dist.h)
-  long tp_pad;        // ... padded by this many (zero) entries of that dim to a multiple of
-                      // tp (a vocabulary): each rank holds (sizes[tp_dim] + tp_pad) / tp
+  rt_split split[2];  // params: the dims split over ranks (tp: one; a 2D grid: a row's and a
+                      // column's); numel, rank and sizes are the whole tensor's. Inputs: their
+                      // sizes are this rank's (a 2D grid splits the batch over its rows)
   int ignores;        // inputs: labels of a loss that skips rows labelled `ignore` (HF's -100),
   long ignore;        // which --inputs may hold besides [0, range)
   int init;           // params: RT_INIT_*; normal(0, init_std) from rt_rng_init_normal's
@@ -164,7 +171,8 @@ typedef struct rt_model {
   const long *adam_offsets;
   long dropout_step_offset;   // the dropout masks' step counter (int32), -1: no dropout
   // The parallel plan (1, 1, 1 and no buckets for a one-rank program).
-  int dp, tp;                 // mesh: dp x tp ranks
+  int dp, tp;                 // mesh: dp x tp ranks, or (tp 1) dp x a grid of
+  int grid_side;              // grid_side x grid_side ranks (Optimus 2D; 1: none)
   int micro_batches;          // forward/backward passes per step; the global batch is
                               // batch x dp x micro_batches
   const char *layout;         // "dp 4 x tp 1, ZeRO-3" for messages
@@ -178,7 +186,8 @@ typedef struct rt_model {
   long planner_state_bytes;   // what the planner predicts for model_state_bytes (0: not given)
   long planner_host_bytes;    // ... and for model_host_bytes
   long planner_comm_bytes;    // bytes the planner predicts each rank sends per step
-  int loss_tp_partial;        // each tp rank's loss is its term of a sum over tp
+  int loss_partial_axes;      // bits (1 << RT_AXIS_*): the axes over which each rank's loss is
+                              // its term of a sum (a vocabulary-parallel loss; a 2D grid's rows)
 } rt_model;
 
 extern const rt_model mtc_model;

@@ -428,15 +428,22 @@ static options parse_args(int argc, char **argv) {
 // ---------------------------------------------------------------------------
 // model table checks
 
-// Elements of t's whole tensor with a padded vocabulary's padding (numel without).
-static long padded_numel(const rt_tensor *t) {
-  if (t->tp_dim < 0 || !t->tp_pad) return t->numel;
-  return t->numel / t->sizes[t->tp_dim] * (t->sizes[t->tp_dim] + t->tp_pad);
+// The ranks the program runs on: dp replicas of tp ranks or of a grid.
+static int world_ranks(void) {
+  return mtc_model.dp * mtc_model.tp * mtc_model.grid_side * mtc_model.grid_side;
 }
+
+// Is parameter t split over ranks (tensor parallel, a 2D grid)?
+static bool is_split(const rt_tensor *t) { return t->split[0].dim >= 0; }
 
 // Elements this rank holds of t.
 static long local_numel(const rt_tensor *t) {
-  return t->tp_dim >= 0 ? padded_numel(t) / mtc_model.tp : t->numel;
+  long n = t->numel;
+  for (int k = 0; k < 2 && t->split[k].dim >= 0; k++) {
+    const rt_split *s = &t->split[k];
+    n = n / t->sizes[s->dim] * ((t->sizes[s->dim] + s->pad) / rt_axis_size(s->axis));
+  }
+  return n;
 }
 
 // This rank's part of bucket k's parameters, the whole bucket where it is not
@@ -537,11 +544,11 @@ static void check_table(void) {
 // host region.
 
 //
-// A parameter split over the tp ranks (tp_dim >= 0) is read and written whole
-// on the host (whole[i]); tp_scatter gives each rank its part of it, tp_gather
-// makes it whole again from every rank's part (runtime/dist.h has the layout).
-// A padded vocabulary is read and written without its padding: whole[i] has
-// room for it, and tp_scatter and tp_gather pad and unpad in place.
+// A parameter split over ranks (tensor parallel, a 2D grid) is read and
+// written whole on the host (whole[i]); tp_scatter gives each rank its part
+// of it, tp_gather makes it whole again from every rank's part, element by
+// element through whole_index (runtime/dist.h has the layout). A padded
+// vocabulary's padding is in no whole tensor: its elements are zeros.
 
 static float **images;  // per bucket: numel floats
 static float **whole;   // per parameter: the whole tensor of one split over tp, else NULL
@@ -593,37 +600,45 @@ static void alloc_images(void) {
     if (!(images[b] = calloc((size_t)M->buckets[b].numel, sizeof(float))))
       fail("out of memory for the image of bucket %s", M->buckets[b].name);
   for (int i = 0; i < M->n_params; i++)
-    if (M->params[i].tp_dim >= 0 && !(whole[i] = calloc((size_t)padded_numel(&M->params[i]), 4)))
+    if (is_split(&M->params[i]) && !(whole[i] = calloc((size_t)M->params[i].numel, 4)))
       fail("out of memory for parameter %s", M->params[i].name);
 }
 
-// A split parameter around its split dim: [outer][pieces][tp][chunk] whole
-// (with any padding); inner: the elements of one entry of the dim.
-static void tp_geometry(const rt_tensor *p, long *outer, long *chunk, long *inner) {
-  long o = 1, in = 1;
-  for (int k = 0; k < p->rank; k++) {
-    if (k < p->tp_dim) o *= p->sizes[k];
-    if (k > p->tp_dim) in *= p->sizes[k];
+// Element j of the part of parameter p that the rank at place `at` of a
+// replica (rt_dist.tp_rank's numbering) holds, as an index of the whole
+// tensor; -1 in a padded vocabulary's padding. A split dim of whole size d
+// (+ pad) in P pieces over n ranks holds, in each piece, the rank's
+// contiguous (d + pad) / (P n).
+static long whole_index_at(const rt_tensor *p, long j, int at) {
+  long local[RT_MAXRANK], idx = 0;
+  for (int k = p->rank - 1; k >= 0; k--) {   // j's coordinates in the part
+    long size = p->sizes[k];
+    for (int s = 0; s < 2; s++)
+      if (p->split[s].dim == k)
+        size = (size + p->split[s].pad) / rt_axis_size(p->split[s].axis);
+    local[k] = j % size;
+    j /= size;
   }
-  *outer = o;
-  *chunk = (p->sizes[p->tp_dim] + p->tp_pad) / ((long)mtc_model.tp * p->tp_pieces) * in;
-  if (inner) *inner = in;
+  for (int k = 0; k < p->rank; k++) {
+    long c = local[k];
+    for (int s = 0; s < 2; s++) {
+      const rt_split *sp = &p->split[s];
+      if (sp->dim != k) continue;
+      int n = rt_axis_size(sp->axis), q = rt_dist.q;
+      int r = sp->axis == RT_AXIS_TP ? at : sp->axis == RT_AXIS_ROW ? at / q : at % q;
+      long chunk = (p->sizes[k] + sp->pad) / ((long)n * sp->pieces);
+      c = ((c / chunk) * n + r) * chunk + c % chunk;
+      if (c >= p->sizes[k]) return -1;   // padding
+    }
+    idx = idx * p->sizes[k] + c;
+  }
+  return idx;
 }
 
-// whole[i] from the model's shape [outer][d][inner] to the padded one
-// [outer][d + tp_pad][inner] (pad), or back (!pad).
-static void pad_whole(int i, bool pad) {
+// ... of the part this rank holds.
+static long whole_index(int i, long j) {
   const rt_tensor *p = &mtc_model.params[i];
-  if (!p->tp_pad) return;
-  long outer, chunk, inner;
-  tp_geometry(p, &outer, &chunk, &inner);
-  long have = p->sizes[p->tp_dim] * inner, room = have + p->tp_pad * inner;
-  for (long k = 0; k < outer; k++) {
-    long o = pad ? outer - 1 - k : k;  // growing: from the end, so nothing is overwritten
-    memmove(whole[i] + o * (pad ? room : have), whole[i] + o * (pad ? have : room),
-            (size_t)have * sizeof(float));
-    if (pad) memset(whole[i] + o * room + have, 0, (size_t)(room - have) * sizeof(float));
-  }
+  return is_split(p) ? whole_index_at(p, j, rt_dist.tp_rank) : j;
 }
 
 // The whole parameters into this rank's parts.
@@ -636,30 +651,32 @@ static void tp_scatter(char *arena, view w) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i] || !has_view(i, w)) continue;
-    long outer, chunk;
-    pad_whole(i, true);
-    tp_geometry(&M->params[i], &outer, &chunk, NULL);
-    rt_tp_take((float *)local_ptr(arena, i, w), whole[i], outer, M->params[i].tp_pieces,
-               chunk, rt_dist.tp_rank, M->tp);
+    float *part = (float *)local_ptr(arena, i, w);
+    for (long j = 0, n = local_numel(&M->params[i]); j < n; j++) {
+      long k = whole_index(i, j);
+      part[j] = k < 0 ? 0.0f : whole[i][k];
+    }
   }
 }
 
-// Every tp rank's part into the whole tensors of view w.
+// Every replica rank's part into the whole tensors of view w.
 static void tp_gather(char *arena, view w) {
   const rt_model *M = &mtc_model;
+  int ranks = rt_axis_size(RT_AXIS_TP) * rt_dist.q * rt_dist.q;
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i] || !has_view(i, w)) continue;
     const rt_tensor *p = &M->params[i];
-    long outer, chunk, n = local_numel(p);
-    tp_geometry(p, &outer, &chunk, NULL);
-    float *parts = malloc((size_t)padded_numel(p) * sizeof *parts);
+    long n = local_numel(p);
+    float *parts = malloc((size_t)(n * ranks) * sizeof *parts + 1);
     if (!parts) fail("out of memory");
     memcpy(parts + rt_dist.tp_rank * n, local_ptr(arena, i, w), (size_t)n * 4);
-    rt_allgather(rt_dist.group[RT_AXIS_TP], parts, padded_numel(p), NULL);
-    for (int r = 0; r < M->tp; r++)
-      rt_tp_place(whole[i], parts + r * n, outer, p->tp_pieces, chunk, r, M->tp);
+    rt_allgather(rt_dist.group[RT_AXIS_TP], parts, n * ranks, NULL);
+    for (int r = 0; r < ranks; r++)
+      for (long j = 0; j < n; j++) {
+        long k = whole_index_at(p, j, r);
+        if (k >= 0) whole[i][k] = parts[r * n + j];
+      }
     free(parts);
-    pad_whole(i, false);
   }
 }
 
@@ -1258,15 +1275,27 @@ static int by_offset(const void *a, const void *b) {
   return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
+// Of the replica's ranks that hold the same values of p (those along the axes
+// it is not split over), is this rank the first?
+static bool replica_owner(const rt_tensor *p) {
+  for (int a = RT_AXIS_TP; a < RT_NAXES; a++) {
+    bool split = false;
+    for (int k = 0; k < 2; k++) split |= p->split[k].dim >= 0 && p->split[k].axis == a;
+    if (!split && rt_axis_size(a) > 1 && rt_axis_rank(a) != 0) return false;
+  }
+  return true;
+}
+
 // The pieces of every trained parameter's gradient (grads) or value. For the
 // global norm (norm), each element once over all ranks: a gradient whole on
-// every tp rank only on tp rank 0, one outside the buckets only on dp rank 0.
+// some replica ranks only on the first of them, one outside the buckets only
+// on dp rank 0.
 static void build_scan(scan *s, bool grads, bool norm) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     if (p->kind != RT_PARAM_TRAINED) continue;
-    if (norm && ((p->tp_dim < 0 && rt_dist.tp_rank != 0) || (p->bucket < 0 && rt_dist.dp_rank != 0)))
+    if (norm && (!replica_owner(p) || (p->bucket < 0 && rt_dist.dp_rank != 0)))
       continue;
     long n = local_numel(p);
     if (p->bucket < 0) {
@@ -1296,20 +1325,6 @@ static void build_scan(scan *s, bool grads, bool norm) {
     else
       s->runs[s->nruns++] = s->runs[r];
   }
-}
-
-// Element j of this rank's part of parameter i as an index of the whole
-// tensor; -1 in a padded vocabulary's padding.
-static long whole_index(int i, long j) {
-  const rt_tensor *p = &mtc_model.params[i];
-  if (p->tp_dim < 0) return j;
-  long outer, chunk, inner, tp = mtc_model.tp, pieces = p->tp_pieces;
-  tp_geometry(p, &outer, &chunk, &inner);
-  long o = j / (pieces * chunk), r = j % (pieces * chunk);
-  long w = ((o * pieces + r / chunk) * tp + rt_dist.tp_rank) * chunk + r % chunk;
-  long d = p->sizes[p->tp_dim], row = (d + p->tp_pad) * inner;  // padded [outer][d + pad][inner]
-  if (w % row >= d * inner) return -1;
-  return w / row * d * inner + w % row;
 }
 
 // The first non-finite value of s on this rank: its parameter (-1: none), its
@@ -1413,11 +1428,13 @@ static void check_finite(char *arena, char *stage, int step, bool grads) {
 // holds dp x micro_batches of the model's batches (IN, on the host). Rank d
 // runs slices d*micro_batches ... (d+1)*micro_batches - 1, one per
 // micro-batch, so that a run on any number of ranks sees the same tokens.
+// On a 2D grid each of those is cut in grid_side slices (a rank's inputs), one
+// per grid row.
 
 
 static void make_global_inputs(void) {
   const rt_model *M = &mtc_model;
-  long G = (long)M->dp * M->micro_batches, at = 0;
+  long G = (long)M->dp * M->micro_batches * M->grid_side, at = 0;
   NIN = M->n_inputs;
   IN = calloc((size_t)NIN + 1, sizeof *IN);
   if (!IN) fail("out of memory");
@@ -1535,7 +1552,8 @@ static double run_batch(char *arena, char *stage, bool train) {
   double loss = 0;
   for (int m = 0; m < M->micro_batches; m++) {
     rt_dist.micro = m;
-    take_slice(arena, stage, (long)rt_dist.dp_rank * M->micro_batches + m);
+    take_slice(arena, stage, ((long)rt_dist.dp_rank * M->micro_batches + m) * M->grid_side +
+                                 (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) : 0));
     M->forward(arena);
     rt_device_get(stage, arena, M->loss_offset, 4);
     float l;
@@ -1543,8 +1561,9 @@ static double run_batch(char *arena, char *stage, bool train) {
     loss += l / M->micro_batches;
     if (train) M->backward(arena);
   }
-  if (M->loss_tp_partial)  // each tp rank has its term (a vocabulary-parallel loss)
-    loss = rt_allreduce_scalar(rt_dist.group[RT_AXIS_TP], loss, RT_REDUCE_SUM);
+  for (int a = RT_AXIS_TP; a < RT_NAXES; a++)  // each rank has its term (a vocabulary-parallel
+    if (M->loss_partial_axes & (1 << a))         // loss; a 2D grid's rows)
+      loss = rt_allreduce_scalar(rt_dist.group[a], loss, RT_REDUCE_SUM);
   // every loss of mtc is a mean over the batch: the global loss is the mean
   return rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
 }
@@ -1788,8 +1807,8 @@ int main(int argc, char **argv) {
   const rt_model *M = &mtc_model;
   options opt = parse_args(argc, argv);  // first: --help and flag errors need no GPU
   rt_device_init();
-  rt_comm_init(&argc, &argv, M->dp * M->tp, M->layout);
-  rt_dist_init(M->dp, M->tp, M->micro_batches, M->n_slots);
+  rt_comm_init(&argc, &argv, world_ranks(), M->layout);
+  rt_dist_init(M->dp, M->tp, M->grid_side, M->micro_batches, M->n_slots);
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));
   if (rt_comm_rank() != 0 && !freopen("/dev/null", "w", stdout))  // rank 0 prints the run
@@ -1879,9 +1898,9 @@ int main(int argc, char **argv) {
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
            rt_device_planned(device_bytes, M->workspace_bytes));
-  if (M->dp * M->tp > 1 || M->micro_batches > 1)
+  if (world_ranks() > 1 || M->micro_batches > 1)
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
-           M->dp * M->tp, M->micro_batches, M->micro_batches > 1 ? "es" : "",
+           world_ranks(), M->micro_batches, M->micro_batches > 1 ? "es" : "",
            (long)M->dp * M->micro_batches);
   if (opt.h.optimizer == RT_OPT_SGD)
     printf("optimizer sgd | lr %g | weight decay %g\n", opt.h.lr, opt.h.weight_decay);
@@ -1936,7 +1955,7 @@ int main(int argc, char **argv) {
   double *times = malloc((size_t)(timed + 1) * sizeof(double));
   double *comm_times = malloc((size_t)(timed + 1) * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
-  long global_tokens = M->tokens_per_step * M->dp * M->micro_batches;
+  long global_tokens = M->tokens_per_step * M->dp * M->micro_batches * M->grid_side;
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
   for (long next = first; next <= opt.steps; next++) {  // long: --steps may be INT_MAX

@@ -57,10 +57,10 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     int u = m->block[b].unit;
     const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
     SvLayout l = p->layout[c->layout];
+    Mesh mesh = l.q > 1 ? mesh_grid(l.dp, l.q) : mesh_make(l.dp, l.tp);
     if (b == 0)
-      a->mesh = mesh_make(l.dp, l.tp);
-    // mesh_tp asked for one mesh
-    IR_ASSERT(l.dp == a->mesh.size[IR_MESH_DP] && l.tp == a->mesh.size[IR_MESH_TP] && l.q == 1);
+      a->mesh = mesh;
+    IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
     a->block[b].zero = c->zero;
     ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
     a->block[b].offload = c->offload / 100.0;
@@ -87,29 +87,34 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrD
                     cfg->cluster.ngroups);
   int gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
-  for (int tp = 1; tp <= gpus && tp <= 64; tp++)
-    if (gpus % tp == 0) {
-      SvConfig c = *cfg;
-      c.mesh_tp = tp;
-      SvPlan *p;
-      IrDiag quiet = {0};
-      if (sv_plan(g, &c, &p, &quiet)) {
-        if (!why[0])
-          snprintf(why, sizeof why, "%.900s", quiet.msg);
-        continue;
-      }
-      if (!p->sol.feasible) {
-        snprintf(why, sizeof why, "%s", p->why);
-        sv_plan_free(p);
-        continue;
-      }
-      if (!*kept || p->sol.time < (*kept)->sol.time) {
-        sv_plan_free(*kept);
-        *kept = p;
-      } else {
-        sv_plan_free(p);
-      }
+  // the meshes mtc compile lowers: dp x tp for each tp that divides the GPUs, then dp x a
+  // q x q grid for each q * q that does
+  for (int k = 0; k < 2 * 64; k++) {
+    int tp = k < 64 ? k + 1 : 1, q = k < 64 ? 1 : k - 64 + 2;
+    if (tp * q * q > gpus || gpus % (tp * q * q))
+      continue;
+    SvConfig c = *cfg;
+    c.mesh_tp = tp;
+    c.mesh_q = q;
+    SvPlan *p;
+    IrDiag quiet = {0};
+    if (sv_plan(g, &c, &p, &quiet)) {
+      if (!why[0])
+        snprintf(why, sizeof why, "%.900s", quiet.msg);
+      continue;
     }
+    if (!p->sol.feasible) {
+      snprintf(why, sizeof why, "%s", p->why);
+      sv_plan_free(p);
+      continue;
+    }
+    if (!*kept || p->sol.time < (*kept)->sol.time) {
+      sv_plan_free(*kept);
+      *kept = p;
+    } else {
+      sv_plan_free(p);
+    }
+  }
   if (!*kept)
     return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block fits: %s", why);
   return from_plan(*kept, out, d);
@@ -183,12 +188,13 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       rc = ir_error(d, (IrLoc){0}, "%s: %s: \"checkpoint\" must be true or false", path, where);
       break;
     }
-    if (q != 1) {
-      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): a 2D grid (q %lld) is not lowered yet; use "
-                    "q 1", path, where, m->block[id].name, (long long)q);
+    if (q > 1 && tp > 1) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): tp %lld and q %lld: a block is split over tp "
+                    "ranks or over a q x q grid, not both", path, where, m->block[id].name,
+                    (long long)tp, (long long)q);
       break;
     }
-    Mesh mesh = mesh_make((int)dp, (int)tp);
+    Mesh mesh = q > 1 ? mesh_grid((int)dp, (int)q) : mesh_make((int)dp, (int)tp);
     if (i == 1)
       a->mesh = mesh;
     if (memcmp(&mesh, &a->mesh, sizeof mesh)) {
@@ -361,7 +367,9 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
     host += sv_offload_host_bytes((double)k->host_numel, per);
     comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, per);
   }
-  comm += sv_tp_comm_bytes(lw->tp_comm_bytes, tp, micro);
+  // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
+  int q = P->mesh.size[IR_MESH_ROW];
+  comm += sv_tp_comm_bytes(lw->tp_comm_bytes, q > 1 ? q : tp, micro);
   out->state_bytes = (int64_t)state;
   out->host_bytes = (int64_t)host;
   out->comm_bytes = (int64_t)comm;

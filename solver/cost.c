@@ -82,31 +82,43 @@ static const char *common_prefix(IrGraph *g, const char *prefix, const char *nam
   return n ? ir_strndup(&g->arena, name, n) : NULL;
 }
 
-// 2D (Optimus, SUMMA) bookkeeping: every forward matmul of an activation by a
-// weight runs q broadcast steps over both operands (and two more in
-// backward), embeddings broadcast their output. In bytes.
-static void summa(IrGraph *g, SvModel *m) {
-  for (int i = 0; i < g->nnodes; i++) {
-    IrNode *n = g->nodes[i];
-    if (n->phase != PHASE_FORWARD)
+// How many of the 2D grid's axes (0 to 2) the axes `over` (1 << axis) include.
+static int grid_axes(unsigned over) {
+  return ((over >> IR_MESH_ROW) & 1) + ((over >> IR_MESH_COL) & 1);
+}
+
+// What a value is held as once forward made it: as produced, after any
+// conversion right after its producer (ir/shard.c). Under sequence
+// parallelism and on a 2D grid, backward gathers again what it reads whole,
+// so this is what a kept activation costs.
+static ShardLayout *held_layouts(const ShardResult *r, int nv) {
+  ShardLayout *held = malloc(((size_t)nv + 1) * sizeof *held);
+  IR_ASSERT(held);
+  memcpy(held, r->layout, (size_t)nv * sizeof *held);
+  for (int i = 0; i < r->ncolls; i++) {
+    const ShardColl *c = &r->coll[i];
+    ShardLayout *l = &held[c->value->id];
+    if (c->at != SHARD_AFTER)
       continue;
-    SvBlock *b = &m->block[n->block];
-    IrValue *w = NULL, *a = NULL;
-    for (int k = 0; k < n->nin; k++) {
-      IrValue *v = n->in[k];
-      bool weight = v->role == ROLE_PARAM || v->role == ROLE_COPY;
-      if (weight && !w)
-        w = v;
-      else if (!weight && v->role != ROLE_CONST && !a)
-        a = v;
-    }
-    if (n->op == OP_MATMUL && w && a) {
-      b->summa = s_add(g, b->summa, s_scale(g, s_add(g, ir_nbytes(g, a), ir_nbytes(g, w)), 3));
-      b->nmm++;
-    } else if (n->op == OP_EMBEDDING) {
-      b->summa = s_add(g, b->summa, s_scale(g, ir_nbytes(g, n->out[0]), 3));
-    }
+    l->partial &= (unsigned char)~(1u << c->axis);
+    if (c->dim >= 0)
+      l->split[c->dim] = (unsigned char)(c->kind == SHARD_ALL_GATHER ? IR_MESH_NONE : c->axis);
   }
+  return held;
+}
+
+// ir/shard.c's propagation of tp (or a q x q grid) on every block, one replica.
+static int propagate(IrGraph *g, const SvModel *m, int tp, int q, bool seq_parallel,
+                     ShardResult *r, IrDiag *d) {
+  int *deg = malloc((size_t)m->nblocks * sizeof *deg + 1);
+  IR_ASSERT(deg);
+  for (int b = 0; b < m->nblocks; b++)
+    deg[b] = tp;
+  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = deg, .seq_parallel = seq_parallel,
+                    .q = q};
+  int rc = ir_shard(g, &spec, r, d);
+  free(deg);
+  return rc;
 }
 
 // Megatron's 1D tensor parallelism as ir/shard.c lays it out with every
@@ -120,14 +132,7 @@ static void summa(IrGraph *g, SvModel *m) {
 // layouts).
 static int tensor_parallel(IrGraph *g, SvModel *m, bool seq_parallel, ShardResult *r,
                            IrDiag *d) {
-  int *tp = malloc((size_t)m->nblocks * sizeof *tp);
-  IR_ASSERT(tp);
-  for (int b = 0; b < m->nblocks; b++)
-    tp[b] = SHARD_TP_ANY;
-  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = tp, .seq_parallel = seq_parallel};
-  int rc = ir_shard(g, &spec, r, d);
-  free(tp);
-  if (rc)
+  if (propagate(g, m, SHARD_TP_ANY, 1, seq_parallel, r, d))
     return -1;
   for (int i = 0; i < r->ncolls; i++) {
     const ShardColl *c = &r->coll[i];
@@ -139,6 +144,31 @@ static int tensor_parallel(IrGraph *g, SvModel *m, bool seq_parallel, ShardResul
       b->tp_fwd = s_add(g, b->tp_fwd, e);
     else
       b->tp_bwd = s_add(g, b->tp_bwd, e);
+  }
+  return 0;
+}
+
+// Optimus 2D as ir/shard.c lays it out on every block's grid (its side left
+// open): the collectives along the grid's rows and columns per block, as bytes
+// all-reduced, by how many grid axes the buffer is split over (grid_fwd[k]
+// and grid_bwd[k] are divided by q^k). The shard result stays with the caller.
+static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
+  if (propagate(g, m, 1, SHARD_TP_ANY, false, r, d))
+    return -1;
+  for (int i = 0; i < r->ncolls; i++) {
+    const ShardColl *c = &r->coll[i];
+    if (c->axis != IR_MESH_ROW && c->axis != IR_MESH_COL)
+      continue;
+    SvBlock *b = &m->block[c->block];
+    int k = grid_axes(c->over);
+    const Sym *e = ir_shard_allreduce_bytes(g, c);
+    if (c->phase == PHASE_FORWARD) {
+      b->grid_fwd[k] = s_add(g, b->grid_fwd[k], e);
+      b->ngrid_fwd++;
+    } else {
+      b->grid_bwd[k] = s_add(g, b->grid_bwd[k], e);
+      b->ngrid_bwd++;
+    }
   }
   return 0;
 }
@@ -270,7 +300,7 @@ static bool same_shapes(IrNode *const *x, IrNode *const *y, int n) {
 // Blocks whose forward and backward are the same ops on the same shapes
 // cost the same under every choice, so they can share variables.
 static bool same_kind(const SvBlock *a, const SvBlock *b) {
-  return a->nfwd == b->nfwd && a->nbwd == b->nbwd && a->nmm == b->nmm &&
+  return a->nfwd == b->nfwd && a->nbwd == b->nbwd &&
          sym_eq(a->params, b->params) && sym_eq(a->param_bytes, b->param_bytes) &&
          sym_eq(a->grad_bytes, b->grad_bytes) && sym_eq(a->master_bytes, b->master_bytes) &&
          sym_eq(a->state_bytes, b->state_bytes) && sym_eq(a->act, b->act) &&
@@ -339,7 +369,9 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     blk->params = blk->param_bytes = blk->grad_bytes = blk->master_bytes = blk->state_bytes = z;
     blk->act = blk->act_int = blk->act_rep = z;
     blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
-    blk->tp_fwd = blk->tp_bwd = blk->summa = z;
+    blk->tp_fwd = blk->tp_bwd = z;
+    for (int k = 0; k < 3; k++)
+      blk->grid_fwd[k] = blk->grid_bwd[k] = blk->grid_act[k] = z;
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
@@ -407,8 +439,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
         b->state_bytes = s_add(g, b->state_bytes, ir_nbytes(g, n->in[k]));
   }
 
-  summa(g, m);
-  ShardResult shard;
+  ShardResult shard, grid;
   if (tensor_parallel(g, m, seq_parallel, &shard, d)) {
     free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes), free(prefix);
     free(copy), free(master);
@@ -419,19 +450,26 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   // (a partial sum is whole-sized too). Under sequence parallelism backward
   // gathers again what it reads whole, so what is kept is the value as held
   // in forward: as produced, after any conversion right after its producer.
-  ShardLayout *held = seq_parallel ? malloc(((size_t)nv + 1) * sizeof *held) : NULL;
-  if (held) {
-    memcpy(held, shard.layout, (size_t)nv * sizeof *held);
-    for (int i = 0; i < shard.ncolls; i++) {
-      const ShardColl *c = &shard.coll[i];
-      ShardLayout *l = &held[c->value->id];
-      if (c->at != SHARD_AFTER)
-        continue;
-      l->partial &= (unsigned char)~(1u << c->axis);
-      if (c->dim >= 0)
-        l->split[c->dim] = (unsigned char)(c->kind == SHARD_ALL_GATHER ? IR_MESH_NONE : c->axis);
+  // On a 2D grid: the grid's collectives, and how many grid axes split each value as held
+  // (kept activations) and as laid out (parameters: bf16's working copies). A model the
+  // propagation cannot lay out on a grid gets no 2D layouts (SvModel.grid_ok).
+  IrDiag quiet = {0};
+  unsigned char *gsplit = calloc((size_t)nv + 1, 1);
+  IR_ASSERT(gsplit);
+  m->grid_ok = grid_parallel(g, m, &grid, &quiet) == 0;
+  if (m->grid_ok) {
+    ShardLayout *gheld = held_layouts(&grid, nv);
+    for (int i = 0; i < nv; i++) {
+      const ShardLayout *l = g->values[i]->role == ROLE_PARAM ? &grid.layout[i] : &gheld[i];
+      unsigned over = 0;
+      for (int k = 0; k < l->rank; k++)
+        over |= 1u << l->split[k];
+      gsplit[i] = (unsigned char)grid_axes(over);
     }
+    free(gheld);
+    ir_shard_free(&grid);
   }
+  ShardLayout *held = seq_parallel ? held_layouts(&shard, nv) : NULL;
   for (int bi = 0; bi < nb; bi++)
     for (int k = 0; k < m->block[bi].nbwd; k++) {
       const IrNode *n = m->block[bi].bwd[k];
@@ -452,7 +490,9 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     const IrValue *c = copy[i] ? copy[i] : v;
     b->member = realloc(b->member, (size_t)(b->nmembers + 1) * sizeof *b->member);
     b->member_split = realloc(b->member_split, (size_t)(b->nmembers + 1) * sizeof *b->member_split);
-    IR_ASSERT(b->member && b->member_split);
+    b->member_grid = realloc(b->member_grid, (size_t)(b->nmembers + 1) * sizeof *b->member_grid);
+    IR_ASSERT(b->member && b->member_split && b->member_grid);
+    b->member_grid[b->nmembers] = gsplit[c->id];
     b->member[b->nmembers] = ir_numel(g, v);
     b->member_split[b->nmembers++] = tp_split(&shard.layout[c->id]);
   }
@@ -467,6 +507,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
         if (!from_forward(v) || stamp[v->id] == 2 * bi)
           continue;
         stamp[v->id] = 2 * bi;
+        b->grid_act[gsplit[v->id]] = s_add(g, b->grid_act[gsplit[v->id]], ir_nbytes(g, v));
         if (v->dtype == DT_I32) {
           b->act_int = s_add(g, b->act_int, ir_nbytes(g, v));
         } else {
@@ -511,7 +552,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   m->batch_sym = g->batch_sym;  // marked by the frontend
   m->seq_sym = g->seq_sym;
   free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes);
-  free(prefix), free(copy), free(master);
+  free(prefix), free(copy), free(master), free(gsplit);
   return m;
 }
 
@@ -520,7 +561,7 @@ void sv_model_free(SvModel *m) {
     return;
   for (int b = 0; b < m->nblocks; b++) {
     free(m->block[b].fwd), free(m->block[b].bwd);
-    free(m->block[b].member), free(m->block[b].member_split);
+    free(m->block[b].member), free(m->block[b].member_split), free(m->block[b].member_grid);
   }
   free(m->block);
   free(m->flow);
@@ -600,7 +641,18 @@ void sv_print_formulas(FILE *f, const SvModel *m) {
     print_formula(f, g, "FLOPs backward", b->flops_bwd, "");
     print_formula(f, g, "TP all-reduce fwd", b->tp_fwd, " B");
     print_formula(f, g, "TP all-reduce bwd", b->tp_bwd, " B");
-    print_formula(f, g, "2D SUMMA traffic x q", b->summa, " B");
+    // on a q x q grid, by how many of its axes split them: a line "x q" is q times the bytes
+    // each rank holds or moves
+    static const char *const grid_what[3][3] = {
+        {"2D kept, whole", "2D kept x q", "2D kept x q^2"},
+        {"2D all-reduce fwd", "2D all-reduce fwd x q", "2D all-reduce fwd x q^2"},
+        {"2D all-reduce bwd", "2D all-reduce bwd x q", "2D all-reduce bwd x q^2"}};
+    for (int k = 0; k < 3; k++) {
+      const Sym *by[3] = {b->grid_act[k], b->grid_fwd[k], b->grid_bwd[k]};
+      for (int w = 0; w < 3; w++)
+        if (!sym_is_zero(by[w]))
+          print_formula(f, g, grid_what[w][k], by[w], " B");
+    }
     tot_p = s_add(g, tot_p, s_scale(g, b->params, count));
     tot_s = s_add(g, tot_s, s_scale(g, states, count));
     tot_f = s_add(g, tot_f, s_scale(g, fl, count));
@@ -654,7 +706,18 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
       double local = b->member_split[k] ? ceil(e / tp) : e;
       o->bucket[tp] += ceil(local / PASS_ALIGN_ELEMS) * PASS_ALIGN_ELEMS;
     }
+    int split = b->member_grid[k];
+    o->grid_members[split] += e;
+    for (int q = 2; q <= SV_MAXQ; q++)
+      o->bucket_grid[q] += ceil(ceil(e / pow(q, split)) / PASS_ALIGN_ELEMS) * PASS_ALIGN_ELEMS;
   }
+  for (int k = 0; k < 3; k++) {
+    o->grid_fwd[k] = sym_evalf(b->grid_fwd[k], t);
+    o->grid_bwd[k] = sym_evalf(b->grid_bwd[k], t);
+    o->grid_act[k] = sym_evalf(b->grid_act[k], t);
+  }
+  o->ngrid_fwd = b->ngrid_fwd;
+  o->ngrid_bwd = b->ngrid_bwd;
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
   o->act_rep = sym_evalf(b->act_rep, t);
@@ -663,12 +726,10 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->work = sym_evalf(b->work, t);
   o->tp_fwd = sym_evalf(b->tp_fwd, t);
   o->tp_bwd = sym_evalf(b->tp_bwd, t);
-  o->summa = sym_evalf(b->summa, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
   o->nfwd = b->nfwd;
   o->nbwd = b->nbwd;
-  o->nmm = b->nmm;
   for (int gi = 0; gi < cfg->cluster.ngroups; gi++) {
     const SvDevice *dev = &cfg->cluster.group[gi].dev;
     for (int k = 0; k < b->nfwd; k++)
@@ -757,11 +818,16 @@ static double exposed(double comm, double compute, Link l, int collectives) {
 // Activation bytes a device holds for a block under layout l: 1D TP
 // replicates part of them (less with sequence parallelism, as the model was
 // built: what ir/shard.c leaves whole); Optimus 2D splits batch and hidden:
-// 1/q^2.
+// 1/q^2 (a checkpointed block's inputs, the residual stream).
 static double held(double floats, double rep, double ints, SvLayout l) {
   int s = l.tp * l.q * l.q;
   double f = l.tp > 1 ? rep + (floats - rep) / l.tp : floats / s;
   return f + ints;
+}
+
+// Bytes by the number k of grid axes that split them ([k] is divided by q^k).
+static double on_grid(const double *by_split, int q) {
+  return by_split[0] + by_split[1] / q + by_split[2] / ((double)q * q);
 }
 
 void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload, int g,
@@ -783,10 +849,6 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // Compute for one micro-step of one replica, on one device.
   double tf = n->roof_fwd[g] / s + n->nfwd * LAUNCH;
   double tb = n->roof_bwd[g] / s + n->nbwd * LAUNCH;
-  if (l.q > 1) {  // SUMMA: q steps per weight matmul, forward and two in backward
-    tf += n->nmm * (l.q - 1) * LAUNCH;
-    tb += 2.0 * n->nmm * (l.q - 1) * LAUNCH;
-  }
   o->t_micro[SV_T_COMPUTE] = per * (tf + tb);
   o->t_micro[SV_T_RECOMPUTE] = ckpt ? per * tf : 0;
 
@@ -799,20 +861,21 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   if (l.tp > 1) {
     double f = ar(n->tp_fwd, l.tp, in), bw = ar(n->tp_bwd, l.tp, in);
     tp = f + bw + (ckpt ? f : 0);
-  } else if (l.q > 1) {  // SUMMA broadcasts and reduces along rows and columns
-    double vol = n->summa / l.q, lat = 3.0 * n->nmm * l.q * in.alpha;
-    tp = vol / in.bw + lat + (ckpt ? (vol / in.bw + lat) / 3 : 0);
+  } else if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks)
+    double f = ar(on_grid(n->grid_fwd, l.q), l.q, in), bw = ar(on_grid(n->grid_bwd, l.q), l.q, in);
+    tp = f + bw + (ckpt ? f : 0);
   }
   o->t_micro[SV_T_TP] = per * tp;
 
   // Data parallelism over d replicas: gradients of this device's parameter
   // slice are reduced, hidden behind backward where possible. Under 1D TP the
   // slice is the program's bucket: split parameters 1/tp, the others whole,
-  // each padded, the bucket padded to divide among the d replicas (2D: params / q^2).
-  double slice = n->params / s;
-  if (l.q == 1 && l.tp <= SV_MAXTP && n->params > 0) {
+  // each padded, the bucket padded to divide among the d replicas (on a 2D
+  // grid: each 1/q^2, 1/q or whole, as the grid splits it).
+  double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / s;
+  if (n->params > 0 && ((l.q == 1 && l.tp <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
     double align = (double)PASS_ALIGN_ELEMS * d;
-    slice = ceil(n->bucket[l.tp] / align) * align;
+    slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[l.tp]) / align) * align;
   }
   if (d > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
@@ -875,7 +938,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     o->host_shard = host * sh;
   else
     o->host = host;
-  double act = held(n->act, n->act_rep, n->act_int, l);
+  double act = l.q > 1 ? on_grid(n->grid_act, l.q) : held(n->act, n->act_rep, n->act_int, l);
   // a checkpointed block keeps its inputs: replicated, or with sequence parallelism split
   double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
   o->mem[SV_M_ACT] = keep;

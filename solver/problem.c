@@ -129,10 +129,17 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
   }
   p->micro_total = cfg->global_batch / cfg->micro_batch;
   p->nlayouts = sv_layouts(cl, p->micro_total, p->layout, SV_MAXLAYOUTS);
-  if (cfg->mesh_tp > 0) { // one mesh for every block: dp x mesh_tp, no 2D grid
+  if (!m->grid_ok) {   // a model ir/shard.c cannot lay out on a 2D grid: none
     int n = 0;
     for (int l = 0; l < p->nlayouts; l++)
-      if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == 1)
+      if (p->layout[l].q == 1)
+        p->layout[n++] = p->layout[l];
+    p->nlayouts = n;
+  }
+  if (cfg->mesh_tp > 0) { // one mesh for every block: dp x mesh_tp, or dp x a mesh_q grid
+    int n = 0, q = cfg->mesh_q > 1 ? cfg->mesh_q : 1;
+    for (int l = 0; l < p->nlayouts; l++)
+      if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == q)
         p->layout[n++] = p->layout[l];
     p->nlayouts = n;
   }

@@ -86,6 +86,7 @@ typedef struct SvConfig {
   bool verbose;           // GLPK's log on stderr
   int mesh_tp;            // > 0: only what mtc compile lowers: every block on one mesh of
                           // dp x mesh_tp, checkpointing only of the first repeated layers
+  int mesh_q;             // ... with mesh_tp 1 and mesh_q > 1: of dp x a mesh_q x mesh_q grid
                           // (SvProblem.ckpt_first);
                           // 0: any layout, offload share and checkpointing per block
 } SvConfig;
@@ -128,10 +129,15 @@ typedef struct SvBlock {
   // (an all-gather or reduce-scatter counts half its buffer):
   const Sym *tp_fwd;        // in forward (Megatron's g, vocabulary-parallel embedding and loss)
   const Sym *tp_bwd;        // in backward and update (Megatron's f)
-  const Sym *summa;         // 3 * sum over weight matmuls (|A| + |W|): 2D traffic is summa/q
+  // Optimus 2D as ir/shard.c lays it out (the grid's side left open): the collectives along
+  // the grid's rows and columns as bytes all-reduced, and the activations kept, by the number
+  // k of grid axes the buffer is split over (a term of [k] is divided by q^k); how many grid
+  // axes each member splits.
+  const Sym *grid_fwd[3], *grid_bwd[3], *grid_act[3];
+  int ngrid_fwd, ngrid_bwd;  // ... collectives in forward, in backward and update
+  unsigned char *member_grid;
   int nfwd, nbwd;           // kernels (nodes) in forward and backward
   IrNode **fwd, **bwd;      // those nodes, in schedule order
-  int nmm;                  // weight matmuls (SUMMA runs q steps each)
 } SvBlock;
 
 // An activation passed from one block to another in forward.
@@ -149,6 +155,7 @@ typedef struct SvModel {
   int batch_sym, seq_sym;   // symbol indices, -1 when the model has none
   int nunits;               // distinct units after sharing
   bool bf16;                // bf16 mixed precision (the precision pass made working copies)
+  bool grid_ok;             // ir/shard.c lays the model out on a 2D grid (else no layout has one)
 } SvModel;
 
 // A block's formulas evaluated under the graph's bindings (one micro-batch),
@@ -164,18 +171,24 @@ typedef struct SvStateBytes {
 } SvStateBytes;
 
 #define SV_MAXTP 64  // the most 1D tensor-parallel ranks a layout has
+#define SV_MAXQ 16   // the largest 2D grid side whose buckets are counted padded
 
 typedef struct SvNum {   // one unit's representative block
   double params;
   // elements of the block's bucket on one rank of tp ranks (before the padding to
   // PASS_ALIGN_ELEMS x dp): bucket[tp], tp in 1..SV_MAXTP
   double bucket[SV_MAXTP + 1];
+  // ... on one rank of a q x q grid: bucket_grid[q], q in 2..SV_MAXQ (larger: without padding)
+  double bucket_grid[SV_MAXQ + 1];
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
-  double tp_fwd, tp_bwd, summa;
+  double tp_fwd, tp_bwd;
+  double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];   // (grid_members: elements
+                                                                    // by split axes)
+  int ngrid_fwd, ngrid_bwd;
   double flops_fwd, flops_bwd;
   double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
-  int nfwd, nbwd, nmm;
+  int nfwd, nbwd;
 } SvNum;
 
 // Builds the formulas (run the passes through "precision" first), the
@@ -383,9 +396,10 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
 
 // ---- applying a plan (solver/apply.c) -----------------------------------------------------------
 
-// A plan as mtc compile lowers it: one mesh of dp x tp ranks for every block.
+// A plan as mtc compile lowers it: one mesh of dp x tp ranks, or of dp x a
+// q x q grid, for every block.
 // The fastest feasible plan on one group of GPUs that mtc compile lowers (a
-// solve per tp that divides the GPUs: SvConfig.mesh_tp).
+// solve per tp that divides the GPUs, and per 2D grid: SvConfig.mesh_tp, mesh_q).
 // *kept is that plan (free it with sv_plan_free). -1 with d when none fits
 // (what binds, from the solver).
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d);

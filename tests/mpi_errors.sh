@@ -56,9 +56,25 @@ expect plan_dims 1 "the plan is for L = 2, the model has L = 4: compile with -D 
 edit renamed "p['blocks'][2]['name'] = 'h.7'"
 expect plan_other_model 1 "block 2 of this model is \"h.1\", not \"h.7\": the plan is for another model" \
   "$mtc" compile "$model" -D L=2 --plan "$out/renamed.json" -o "$out/p8"
+edit grid_tp "[b.update(dp=1, tp=2, q=2) for b in p['blocks']]"
+expect plan_grid_tp 1 "blocks\[0\] \(rest\): tp 2 and q 2: a block is split over tp ranks or over a q x q grid, not both" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/grid_tp.json" -o "$out/p4"
+expect tp2d_heads 1 "attention in block 1: its NH = 4 heads do not divide by q = 3 .*give the block a q that divides 4" \
+  "$mtc" compile "$model" -D B=6 --tp2d 3 -o "$out/p4"
+expect tp2d_batch 1 "the batch dim B = 4 of 'idx' does not divide by q = 3" \
+  "$mtc" compile "$model" --tp2d 3 -o "$out/p4"
+expect tp2d_and_tp 2 "--tp 2 --tp2d 2: a replica is split over tp ranks .* or over a q x q grid .*, not both" \
+  "$mtc" compile "$model" --tp 2 --tp2d 2 -o "$out/p4"
+# a plan of a 2D grid (every block q 2 on the plan's 4 GPUs) compiles and says so
 edit grid "[b.update(dp=1, tp=1, q=2) for b in p['blocks']]"
-expect plan_grid 1 "a 2D grid \(q 2\) is not lowered yet" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/p4"
+if "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/grid" > "$out/grid.log" 2>&1 &&
+    grep -q '"dp 1 x 2D 2x2' "$out/grid/model.c"; then
+  passes=$((passes + 1))
+else
+  fails=$((fails + 1))
+  echo "FAIL plan_grid: a plan of 2D grids does not compile to dp 1 x 2D 2x2:"
+  cat "$out/grid.log"
+fi
 edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3; p['groups'][0]['count'] = 3"
 expect plan_tp3 1 "NH = 4 heads do not divide by tp = 3" \
   "$mtc" compile "$model" -D L=2 --plan "$out/tp3.json" -o "$out/p5"

@@ -504,9 +504,9 @@ static void test_dist(void) {
   rt_unshard(sh.f, x.f, n), rt_unshard_bf16(sh.h, x.h, n);
   same("unshard (one rank)", sh);
   Buf g = out(n), scr = out(n);
-  rt_tp_gather(g.f, scr.f, x.f, 3, 2, 50), rt_tp_gather_bf16(g.h, scr.h, x.h, 3, 2, 50);
+  rt_tp_gather(RT_AXIS_TP, g.f, scr.f, x.f, 3, 2, 50), rt_tp_gather_bf16(RT_AXIS_TP, g.h, scr.h, x.h, 3, 2, 50);
   same("tp_gather (one rank)", g);
-  rt_tp_slice(g.f, x.f, 3, 2, 50), rt_tp_slice_bf16(g.h, x.h, 3, 2, 50);
+  rt_tp_slice(RT_AXIS_TP, g.f, x.f, 3, 2, 50), rt_tp_slice_bf16(RT_AXIS_TP, g.h, x.h, 3, 2, 50);
   same("tp_slice (one rank)", g);
   int *idx = ints(10, 30);
   Buf w = in(30 * 10, -1, 1), e = out(10 * 10);

@@ -1134,7 +1134,7 @@ static void test_tensor_parallel(void) {
   rt_dist_state saved = rt_dist;
   rt_dist.tp = (int)tp;
   rt_dist.tp_rank = 1;
-  rt_tp_slice(part, whole, outer, pieces, chunk);
+  rt_tp_slice(RT_AXIS_TP, part, whole, outer, pieces, chunk);
   rt_tp_take(back, whole, outer, pieces, chunk, 1, (int)tp);
   check_same("tp_slice: this rank's part", part, back, part_n);
   long n = 50, v = 4, c = 6;   // this rank: rows 4..7 of a 12-row table

@@ -624,6 +624,14 @@ static void test_layernorm(void) {
       CPU(rt_layernorm_fwd)(y.data(), x.data(), w.data(), b.data(), n, c, 1e-5f);
       rt_layernorm_fwd(dy, dx, dw, db, n, c, 1e-5f);
       check(fmt("layernorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
+      // over a dim split along an axis of one rank: as the whole-row kernels, on either side
+      Buf<T> ys = rand_vec<T>(n * c);
+      T *dys = dev(ys);
+      CPU(rt_layernorm_fwd_split)(RT_AXIS_COL, ys.data(), x.data(), w.data(), b.data(), n, c,
+                                  1e-5f);
+      check(fmt("layernorm_fwd_split (CPU) n=%ld c=%ld", n, c), ys, dy, RED);
+      rt_layernorm_fwd_split(RT_AXIS_COL, dys, dx, dw, db, n, c, 1e-5f);
+      check(fmt("layernorm_fwd_split n=%ld c=%ld", n, c), y, dys, RED);
     }
     Buf<T> g = rand_vec<T>(n * c), gx = rand_vec<T>(n * c);
     Buf<U> gw = rand_vec<U>(c), gb = rand_vec<U>(c);
@@ -634,6 +642,19 @@ static void test_layernorm(void) {
     check(fmt("layernorm_bwd dx n=%ld c=%ld", n, c), gx, dgx, RED);
     check(fmt("layernorm_bwd dw n=%ld c=%ld", n, c), gw, dgw, RED);
     check(fmt("layernorm_bwd db n=%ld c=%ld", n, c), gb, dgb, RED);
+    Buf<T> sx = rand_vec<T>(n * c);
+    Buf<U> sw = rand_vec<U>(c), sb = rand_vec<U>(c);
+    T *dsx = dev(sx);
+    U *dsw = dev(sw), *dsb = dev(sb);
+    CPU(rt_layernorm_bwd_split)(RT_AXIS_COL, sx.data(), sw.data(), sb.data(), g.data(), x.data(),
+                                w.data(), n, c, 1e-5f);
+    check(fmt("layernorm_bwd_split (CPU) dx n=%ld c=%ld", n, c), sx, dgx, RED);
+    check(fmt("layernorm_bwd_split (CPU) dw n=%ld c=%ld", n, c), sw, dgw, RED);
+    check(fmt("layernorm_bwd_split (CPU) db n=%ld c=%ld", n, c), sb, dgb, RED);
+    rt_layernorm_bwd_split(RT_AXIS_COL, dsx, dsw, dsb, dg, dx, dw, n, c, 1e-5f);
+    check(fmt("layernorm_bwd_split dx n=%ld c=%ld", n, c), gx, dsx, RED);
+    check(fmt("layernorm_bwd_split dw n=%ld c=%ld", n, c), gw, dsw, RED);
+    check(fmt("layernorm_bwd_split db n=%ld c=%ld", n, c), gb, dsb, RED);
     free_all();
   }
 }
@@ -648,6 +669,12 @@ static void test_rmsnorm(void) {
       CPU(rt_rmsnorm_fwd)(y.data(), x.data(), w.data(), n, c, 1e-6f);
       rt_rmsnorm_fwd(dy, dx, dw, n, c, 1e-6f);
       check(fmt("rmsnorm_fwd n=%ld c=%ld", n, c), y, dy, RED);
+      Buf<T> ys = rand_vec<T>(n * c);
+      T *dys = dev(ys);
+      CPU(rt_rmsnorm_fwd_split)(RT_AXIS_COL, ys.data(), x.data(), w.data(), n, c, 1e-6f);
+      check(fmt("rmsnorm_fwd_split (CPU) n=%ld c=%ld", n, c), ys, dy, RED);
+      rt_rmsnorm_fwd_split(RT_AXIS_COL, dys, dx, dw, n, c, 1e-6f);
+      check(fmt("rmsnorm_fwd_split n=%ld c=%ld", n, c), y, dys, RED);
     }
     Buf<T> g = rand_vec<T>(n * c), gx = rand_vec<T>(n * c);
     Buf<U> gw = rand_vec<U>(c);
@@ -657,6 +684,17 @@ static void test_rmsnorm(void) {
     rt_rmsnorm_bwd(dgx, dgw, dg, dx, dw, n, c, 1e-6f);
     check(fmt("rmsnorm_bwd dx n=%ld c=%ld", n, c), gx, dgx, RED);
     check(fmt("rmsnorm_bwd dw n=%ld c=%ld", n, c), gw, dgw, RED);
+    Buf<T> sx = rand_vec<T>(n * c);
+    Buf<U> sw = rand_vec<U>(c);
+    T *dsx = dev(sx);
+    U *dsw = dev(sw);
+    CPU(rt_rmsnorm_bwd_split)(RT_AXIS_COL, sx.data(), sw.data(), g.data(), x.data(), w.data(), n,
+                              c, 1e-6f);
+    check(fmt("rmsnorm_bwd_split (CPU) dx n=%ld c=%ld", n, c), sx, dgx, RED);
+    check(fmt("rmsnorm_bwd_split (CPU) dw n=%ld c=%ld", n, c), sw, dgw, RED);
+    rt_rmsnorm_bwd_split(RT_AXIS_COL, dsx, dsw, dg, dx, dw, n, c, 1e-6f);
+    check(fmt("rmsnorm_bwd_split dx n=%ld c=%ld", n, c), gx, dsx, RED);
+    check(fmt("rmsnorm_bwd_split dw n=%ld c=%ld", n, c), gw, dsw, RED);
     free_all();
   }
 }
@@ -953,23 +991,23 @@ static void test_dist(void) {
   long outer = 3, pieces = 3, chunk = 5;
   Buf<T> whole = rand_vec<T>(outer * pieces * 2 * chunk), part((size_t)(outer * pieces * chunk));
   T *dw = dev(whole), *dp = dev(part);
-  CPU(rt_tp_slice)(part.data(), whole.data(), outer, pieces, chunk);
-  rt_tp_slice(dp, dw, outer, pieces, chunk);
+  CPU(rt_tp_slice)(RT_AXIS_TP, part.data(), whole.data(), outer, pieces, chunk);
+  rt_tp_slice(RT_AXIS_TP, dp, dw, outer, pieces, chunk);
   check("tp_slice outer=3 pieces=3 chunk=5 (rank 1 of 2)", part, dp, EXACT);
   // tp_gather: this rank's part into its place in the scratch, the other
   // rank's part left as it was there; then both placed
   Buf<T> scratch = rand_vec<T>(2 * outer * pieces * chunk), gathered = rand_vec<T>(whole.size());
   T *dscratch = dev(scratch), *dgathered = dev(gathered);
-  CPU(rt_tp_gather)(gathered.data(), scratch.data(), part.data(), outer, pieces, chunk);
-  rt_tp_gather(dgathered, dscratch, dp, outer, pieces, chunk);
+  CPU(rt_tp_gather)(RT_AXIS_TP, gathered.data(), scratch.data(), part.data(), outer, pieces, chunk);
+  rt_tp_gather(RT_AXIS_TP, dgathered, dscratch, dp, outer, pieces, chunk);
   check("tp_gather outer=3 pieces=3 chunk=5 (rank 1 of 2)", gathered, dgathered, EXACT);
   check("tp_gather scratch (rank 1 of 2)", scratch, dscratch, EXACT);
   // tp_reduce_scatter: each rank's part of x into the scratch in rank order, reduced over
   // the group (one process here: as it is), this rank's part out: the slice's
   Buf<T> rs = rand_vec<T>(part.size()), rscratch = rand_vec<T>(whole.size());
   T *drs = dev(rs), *drscratch = dev(rscratch);
-  CPU(rt_tp_reduce_scatter)(rs.data(), rscratch.data(), whole.data(), outer, pieces, chunk);
-  rt_tp_reduce_scatter(drs, drscratch, dw, outer, pieces, chunk);
+  CPU(rt_tp_reduce_scatter)(RT_AXIS_TP, rs.data(), rscratch.data(), whole.data(), outer, pieces, chunk);
+  rt_tp_reduce_scatter(RT_AXIS_TP, drs, drscratch, dw, outer, pieces, chunk);
   check("tp_reduce_scatter outer=3 pieces=3 chunk=5 (rank 1 of 2)", rs, drs, EXACT);
   check("tp_reduce_scatter scratch (rank 1 of 2)", rscratch, drscratch, EXACT);
   check("tp_reduce_scatter = tp_slice on one process", part, drs, EXACT);
@@ -1089,7 +1127,7 @@ int main(void) {
   int argc = 0;
   char **argv = NULL;
   rt_comm_init(&argc, &argv, 1, "one rank");
-  rt_dist_init(1, 1, 2, 0);
+  rt_dist_init(1, 1, 1, 2, 0);
   test_table();
   test_optimizers();  // float32 only
   test_t<float>("");

@@ -255,7 +255,7 @@ static float **train3(double offload, int zero, IrGraph **gout) {
   IrGraph *g = lowered_gpt2(1, zero, offload, &ctx, &d);
   if (!g)
     return NULL;
-  rt_dist_init(1, 1, 1, ctx.lowered->nslots);
+  rt_dist_init(1, 1, 1, 1, ctx.lowered->nslots);
   CgInterp *it = cg_interp_new(g, ctx.mem, &d);
   IR_ASSERT(it);
   cg_interp_init_params(it, 42);

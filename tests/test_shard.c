@@ -339,6 +339,80 @@ static void test_gpt2_seq_parallel(void) {
   ir_graph_free(g);
 }
 
+// ---- GPT-2 on Optimus's 2D grid ----------------------------------------------------------------
+
+// Collectives of block b in phase ph over axis, of kind k.
+static int count_colls(const ShardResult *r, int b, IrPhase ph, IrMeshAxis axis, ShardKind k) {
+  int n = 0;
+  for (int i = 0; i < r->ncolls; i++)
+    n += r->coll[i].block == b && r->coll[i].phase == ph && r->coll[i].axis == axis &&
+         r->coll[i].kind == k;
+  return n;
+}
+
+// q = 2 on every block: the batch over the grid's rows, features and heads
+// over its columns, every weight [k/q, n/q]. A matmul gathers its activation's
+// features along the grid row and its weight's rows along the grid column
+// (SUMMA's broadcasts as all-gathers); a weight's gradient (X^T dY: dY's
+// columns kept, X's features gathered) is reduce-scattered over the rows onto
+// the weight's blocks; the norms normalize their parts of the rows, all-reducing
+// the rows' statistics along the grid row.
+static void test_gpt2_2d(void) {
+  IrGraph *g = example("gpt2.mtc", "L=2");
+  int nb = ir_nblocks(g), t[8];
+  for (int b = 0; b < nb; b++)
+    t[b] = 1;
+  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = t, .q = 2};
+  ShardResult r;
+  IrDiag d = {0};
+  if (!check(!ir_shard(g, &spec, &r, &d), "gpt2 2D q=2: %s", d.msg)) {
+    ir_graph_free(g);
+    return;
+  }
+  check_consistent(g, &r, 2, 1, "gpt2 2D q=2");   // (both grid axes have degree 2)
+  static const struct { const char *value, *layout; } want[] = {
+      {"h.0.qkv_w", "[C/row, 3*C/col]"}, {"h.0.qkv_b", "[3*C/col]"},
+      {"h.0.attproj_w", "[C/row, C/col]"}, {"h.0.fc_w", "[C/row, 4*C/col]"},
+      {"h.0.fcproj_w", "[4*C/row, C/col]"}, {"h.0.ln1_w", "[C/col]"}, {"wte", "[V, C/col]"},
+      {"wpe", "[T, C/col]"}, {"h.0.x", "[B/row, T, C/col]"},   // the residual stream
+      {"adamw.m.h.0.fc_w", "[C/row, 4*C/col]"},
+      {"grad.h.0.fc_w", "[C, 4*C/col] partial(row)"},   // as made: reduce-scattered after
+      {"grad.h.0.ln1_w", "[C/col] partial(row)"}, {"loss", "[] partial(row)"},
+      {"h.0.h", "[B/row, T, C/col]"},   // ln1's output, as kept: the norm runs on the split rows
+  };
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    expect_layout(g, &r, want[i].value, want[i].layout);
+  for (int b = 1; b <= 2; b++) {
+    // forward: four weights gathered over the rows; ln1's and ln2's outputs, the attention's
+    // output and the MLP's hidden activations gathered over the columns
+    int fw = count_colls(&r, b, PHASE_FORWARD, IR_MESH_ROW, SHARD_ALL_GATHER);
+    int fa = count_colls(&r, b, PHASE_FORWARD, IR_MESH_COL, SHARD_ALL_GATHER);
+    check(fw == 4 && fa == 4 && r.ncolls > 0, "block %d forward: %d row gathers, %d column "
+          "gathers; want 4, 4", b, fw, fa);
+    // the norms' statistics (ln1, ln2: the mean and the variance each) inside the ops, and in
+    // backward the statistics and the two row sums of each
+    int sf = count_colls(&r, b, PHASE_FORWARD, IR_MESH_COL, SHARD_ALL_REDUCE);
+    int sb = count_colls(&r, b, PHASE_BACKWARD, IR_MESH_COL, SHARD_ALL_REDUCE);
+    check(sf == 4 && sb == 8, "block %d: %d and %d all-reduces along the grid rows in forward "
+          "and backward; want 4, 8", b, sf, sb);
+    // for the update (the lowering places them in backward, where the gradients are made):
+    // the four weights' gradients reduce-scattered over the rows onto their blocks, the
+    // vectors' (norms, biases) all-reduced over the rows
+    int rs = count_colls(&r, b, PHASE_UPDATE, IR_MESH_ROW, SHARD_REDUCE_SCATTER);
+    int ar = count_colls(&r, b, PHASE_UPDATE, IR_MESH_ROW, SHARD_ALL_REDUCE);
+    check(rs == 4 && ar == 8, "block %d update: %d reduce-scatters and %d all-reduces over the "
+          "rows; want 4, 8", b, rs, ar);
+    // nothing over tp or dp
+    for (int ph = 0; ph < 3; ph++)
+      for (int k = 0; k < 3; k++)
+        check(!count_colls(&r, b, (IrPhase)ph, IR_MESH_TP, (ShardKind)k) &&
+                  !count_colls(&r, b, (IrPhase)ph, IR_MESH_DP, (ShardKind)k),
+              "block %d: a collective over tp or dp", b);
+  }
+  ir_shard_free(&r);
+  ir_graph_free(g);
+}
+
 // Data parallelism alone: the batch split carries through every op without a
 // collective; parameter gradients are left as partial sums over dp.
 static void test_dp_only(void) {
@@ -419,7 +493,7 @@ static void test_heads(void) {
   // Heads the degree does not divide with every projection around them whole:
   // the attention itself says so.
   rc = shard(g, 3, 1, &r, &d);
-  check(rc == -1 && strstr(d.msg, "attention: its NH = 4 heads do not divide by tp = 3") &&
+  check(rc == -1 && strstr(d.msg, "attention in block 1: its NH = 4 heads do not divide by tp = 3") &&
             d.loc.line == 50,
         "gpt2 NH=4 tp=3: error at line %d '%s'", d.loc.line, d.msg);
   // A degree not known yet: everything is assumed to divide, and recorded.
@@ -623,6 +697,7 @@ int main(int argc, char **argv) {
   examples = argv[1];
   test_gpt2_megatron();
   test_gpt2_seq_parallel();
+  test_gpt2_2d();
   test_dp_only();
   test_mlp_head();
   test_heads();
