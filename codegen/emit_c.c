@@ -737,7 +737,8 @@ static void split_table(Emit *e, const IrValue *v, char *buf, size_t n) {
     const IrDimLayout *l = &v->layout[d];
     int64_t pad = l->valid ? ir_eval(e->g, l->whole) - ir_eval(e->g, l->valid) : 0;
     len += snprintf(buf + len, n - (size_t)len, "%s{%d, %s, %d, %lld}", k++ ? ", " : "", d,
-                    rt_axis_name(a), a == IR_MESH_ROW ? 1 : v->pieces, (long long)pad);
+                    rt_axis_name(a), ir_mesh_pieces((IrMeshAxis)a) ? v->pieces : 1,
+                    (long long)pad);
   }
   for (; k < 2; k++)
     len += snprintf(buf + len, n - (size_t)len, "%s{-1, 0, 1, 0}", k ? ", " : "");

@@ -114,6 +114,10 @@ typedef enum IrMeshAxis {
 const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col" ("-" for none)
 // The axes that split one replica's ops (tp, row, col), as bits (1 << axis).
 #define IR_MESH_MODEL_AXES ((1u << IR_MESH_TP) | (1u << IR_MESH_ROW) | (1u << IR_MESH_COL))
+// Can a dim split over axis a be made of equal pieces, each split (IrValue.pieces: a fused
+// QKV output dim)? Over tp and the grid's columns, which split output dims; the grid's rows
+// split a batch or a weight's input dim, never made of pieces.
+static inline bool ir_mesh_pieces(IrMeshAxis a) { return a == IR_MESH_TP || a == IR_MESH_COL; }
 
 // How a dim of a value lies over the mesh once a plan is lowered
 // (passes/tp.c): split over an axis, with shape[] holding this rank's part,

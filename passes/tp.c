@@ -87,16 +87,21 @@ static int split_dim(const ShardLayout *l, int axis) {
   return -1;
 }
 
-// The dim a value's pieces are in: the one split over tp or the grid's
-// columns (a fused QKV's output dim). The grid's rows split a batch or a
-// weight's input dim, which are never made of pieces.
+// The dim a value's pieces are in (ir_mesh_pieces), -1: none.
 static int pieces_dim(const ShardLayout *l) {
-  int d = split_dim(l, TP);
-  return d >= 0 ? d : split_dim(l, COL);
+  for (int i = 0; i < l->rank; i++)
+    if (ir_mesh_pieces((IrMeshAxis)l->split[i]))
+      return i;
+  return -1;
+}
+
+// The pieces of a dim split over axis, of a value made of `pieces`.
+static int pieces_on(int pieces, int axis) {
+  return ir_mesh_pieces((IrMeshAxis)axis) ? pieces : 1;
 }
 
 // Do a and b agree on every axis this pass lowers?
-static bool same_tp(const ShardLayout *a, const ShardLayout *b) {
+static bool same_layout(const ShardLayout *a, const ShardLayout *b) {
   for (int k = 0; k < NMODEL; k++) {
     int x = model_axes[k];
     if (split_dim(a, x) != split_dim(b, x) || (a->partial & BIT(x)) != (b->partial & BIT(x)))
@@ -112,7 +117,7 @@ static const ShardLayout *use_of(const Tp *t, int i, int k) { return &t->r.use[t
 static void split_as(Tp *t, IrValue *v, int d, int axis, const Sym *whole, int pieces) {
   v->layout[d] = (IrDimLayout){(IrMeshAxis)axis, whole, NULL};
   v->shape[d] = sym_div(&t->g->arena, whole, t->deg[axis]);
-  if (axis != ROW)
+  if (ir_mesh_pieces((IrMeshAxis)axis))
     v->pieces = pieces;
 }
 
@@ -162,7 +167,7 @@ static int count_pieces(Tp *t) {
         int np = split ? n->nout : n->nin;
         const ShardLayout *wl = split ? use_of(t, i, 0) : &t->r.layout[whole->id];
         int along = wl->split[norm_axis(n, whole->rank)];
-        if (along != TP && along != COL)
+        if (!ir_mesh_pieces((IrMeshAxis)along))
           continue;
         int sum = 0, most = 1;
         for (int k = 0; k < np; k++) {
@@ -184,7 +189,7 @@ static int count_pieces(Tp *t) {
         const IrValue *whole = fwd ? n->in[0] : n->out[0], *part = fwd ? n->out[0] : n->in[0];
         int ax = norm_axis(n, whole->rank), along = use_of(t, i, 0)->split[ax];
         int64_t w, p;
-        if ((along == TP || along == COL) && !sym_eval(whole->shape[ax], &t->g->syms, &w) &&
+        if (ir_mesh_pieces((IrMeshAxis)along) && !sym_eval(whole->shape[ax], &t->g->syms, &w) &&
             !sym_eval(part->shape[ax], &t->g->syms, &p) && p > 0 && w % p == 0) {
           int np = (int)(w / p);
           changed |= raise(&t->pieces[whole->id], np * t->pieces[part->id]);
@@ -242,7 +247,7 @@ static void reduce_in_place(Tp *t, IrValue *x, int axis) {
 static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int axis, int nout) {
   IrNode *n = ir_node_new(t->g, op, &x, 1, nout);
   ir_set_int(t->g, n, "dim", dim);
-  ir_set_int(t->g, n, "pieces", axis == ROW ? 1 : x->pieces);
+  ir_set_int(t->g, n, "pieces", pieces_on(x->pieces, axis));
   ir_set_int(t->g, n, "shards", t->size[axis]);
   if (axis != TP)
     ir_set_int(t->g, n, "axis", axis - 1);
@@ -318,7 +323,7 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
       return NULL;
     have.split[w] = (unsigned char)a;
   }
-  if (!same_tp(&have, want))
+  if (!same_layout(&have, want))
     return ir_error(t->d, reader->loc, "lower: %s: %s reads '%s' in a layout no conversion "
                     "gives", t->mesh, ir_op_name(reader->op), x->name), NULL;
   return x;
@@ -334,11 +339,11 @@ static int convert_input(Tp *t, int i, int k) {
   IrNode *n = t->node[i];
   IrValue *v = n->in[k];
   const ShardLayout *want = use_of(t, i, k);
-  if (same_tp(&t->cur[v->id], want))
+  if (same_layout(&t->cur[v->id], want))
     return 0;
   Conv *c = &t->conv[v->id * NCONV];
   for (int j = 0; j < t->nconv[v->id]; j++)   // under sequence parallelism: of this phase
-    if (same_tp(&c[j].want, want) && (!phased(t) || c[j].phase == n->phase)) {
+    if (same_layout(&c[j].want, want) && (!phased(t) || c[j].phase == n->phase)) {
       n->in[k] = c[j].v;
       return 0;
     }
@@ -369,7 +374,7 @@ static int convert_output(Tp *t, int i, int k) {
   IrNode *n = t->node[i];
   IrValue *v = n->out[k];
   const ShardLayout *made = &t->r.layout[v->id], *want = &t->cur[v->id];
-  if (same_tp(made, want))
+  if (same_layout(made, want))
     return 0;
   g->cur_phase = n->phase;
   g->cur_block = n->block;
@@ -595,7 +600,7 @@ static int check_padding(const Tp *t) {
 // is a vocabulary to pad (pad_dim).
 static int check_split(Tp *t, const IrValue *v, int dim, int axis) {
   IrGraph *g = t->g;
-  int pieces = axis == ROW ? 1 : t->pieces[v->id];
+  int pieces = pieces_on(t->pieces[v->id], axis);
   int64_t size, k = (int64_t)t->size[axis] * pieces;
   if (dim < 0)
     return 0;

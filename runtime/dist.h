@@ -45,11 +45,12 @@ void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots);
 static inline int rt_axis_size(int axis) {
   return axis == RT_AXIS_DP ? rt_dist.dp : axis == RT_AXIS_TP ? rt_dist.tp : rt_dist.q;
 }
+// The place along a replica's axis (tp, row, col) of the replica's rank t.
+static inline int rt_axis_place(int axis, int t) {
+  return axis == RT_AXIS_TP ? t : axis == RT_AXIS_ROW ? t / rt_dist.q : t % rt_dist.q;
+}
 static inline int rt_axis_rank(int axis) {
-  return axis == RT_AXIS_DP    ? rt_dist.dp_rank
-         : axis == RT_AXIS_TP  ? rt_dist.tp_rank
-         : axis == RT_AXIS_ROW ? rt_dist.tp_rank / rt_dist.q
-                               : rt_dist.tp_rank % rt_dist.q;
+  return axis == RT_AXIS_DP ? rt_dist.dp_rank : rt_axis_place(axis, rt_dist.tp_rank);
 }
 
 // The kernels lowered code calls for collectives, shards of buckets, tensor

@@ -624,8 +624,7 @@ static long whole_index_at(const rt_tensor *p, long j, int at) {
     for (int s = 0; s < 2; s++) {
       const rt_split *sp = &p->split[s];
       if (sp->dim != k) continue;
-      int n = rt_axis_size(sp->axis), q = rt_dist.q;
-      int r = sp->axis == RT_AXIS_TP ? at : sp->axis == RT_AXIS_ROW ? at / q : at % q;
+      int n = rt_axis_size(sp->axis), r = rt_axis_place(sp->axis, at);
       long chunk = (p->sizes[k] + sp->pad) / ((long)n * sp->pieces);
       c = ((c / chunk) * n + r) * chunk + c % chunk;
       if (c >= p->sizes[k]) return -1;   // padding
