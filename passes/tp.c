@@ -576,6 +576,8 @@ static bool keeps_padding(const Tp *t, const IrNode *n) {
   case OP_CROSS_ENTROPY_BWD:
   case OP_ADAMW:
   case OP_SGD:
+  case OP_CAST:     // bf16: a gradient cast to float32, a master rounded to its working copy
+  case OP_ASSIGN:
   case OP_ACCUMULATE: return true;
   default: return false;
   }
