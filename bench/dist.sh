@@ -2,15 +2,15 @@
 # Distributed training on this machine: GPT-2 small (examples/gpt2.mtc's
 # default config) and GPT-2 124M, T=64, at 1, 2 and 4 ranks, for data
 # parallelism, ZeRO-3 and tensor parallelism (with and without Megatron's
-# sequence parallelism, +SP).
+# sequence parallelism, +SP; and Optimus 2D on a 2 x 2 grid).
 #
 #   bench/dist.sh [--steps N] [--steps-124m N] [--vocab-124m V] [--only small|124m]
 #                 [--layout NAME]... [--wait S] [MTC]
 #
 # MTC defaults to build/mtc. For every model and layout (1 rank; DP2; DP4;
-# ZeRO-3 at DP2 and DP4; TP2, TP4 and DP2 x TP2, each also +SP; --layout picks some by name, e.g.
-# --layout TP2 --layout 'DP2 x TP2') it compiles the model with that
-# layout (`mtc compile ... --dp D --tp T --zero Z`), builds it (`make cpu`:
+# ZeRO-3 at DP2 and DP4; TP2, TP4 and DP2 x TP2, each also +SP; 2D 2x2; --layout picks
+# some by name, e.g. --layout TP2 --layout 'DP2 x TP2') it compiles the model with that
+# layout (`mtc compile ... --dp D --tp T --zero Z`, or `--tp2d 2`), builds it (`make cpu`:
 # mpicc and comm_mpi.c when there are several ranks), runs it (several ranks
 # with tests/mpirun.sh: oversubscribed, unbound, a rank waiting in MPI yields
 # its core) with OMP_NUM_THREADS=1 per rank for --steps steps (default 6;
@@ -91,6 +91,7 @@ layouts=(   # ranks|name|flags
   "4|TP4+SP|--tp 4 --seq-parallel"
   "4|DP2 x TP2|--dp 2 --tp 2"
   "4|DP2 x TP2+SP|--dp 2 --tp 2 --seq-parallel"
+  "4|2D 2x2|--tp2d 2"
 )
 
 skipped=()
@@ -154,7 +155,7 @@ row() {   # model-name steps "model flags" ranks layout-name "layout flags"
     return
   fi
   # shellcheck disable=SC2086
-  if ! "$mtc" compile examples/gpt2.mtc $mflags $lflags -o "$dir" > "$tmp/compile" 2>&1; then
+  if ! "$mtc" compile examples/gpt2.mtc --precision fp32 $mflags $lflags -o "$dir" > "$tmp/compile" 2>&1; then
     skip "$name" "$lname" "$ranks" "mtc compile refuses it: $(grep -m1 error: "$tmp/compile" | sed 's/^[^ ]*: error: //')"
     return
   fi
