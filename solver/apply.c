@@ -262,8 +262,12 @@ static int check_model(const cJSON *root, const IrGraph *g, int64_t seq, const c
   return 0;
 }
 
-// One group of identical GPUs, as many as the mesh has ranks.
-static int check_groups(const cJSON *groups, const Plan *a, const char *path, IrDiag *d) {
+// One group of identical GPUs, as many as the mesh has ranks, running the
+// plan's micro-batches and holding all of the state: a group's own
+// "micro_batches" and "state_share" (a mixed cluster's per-group shares) are
+// read only to refuse what the program would not run as written.
+static int check_groups(const cJSON *groups, const Plan *a, int64_t total, const char *path,
+                        IrDiag *d) {
   int n = cJSON_GetArraySize(groups);
   if (!cJSON_IsArray(groups) || n < 1)
     return ir_error(d, (IrLoc){0}, "%s: \"groups\" must be an array of the cluster's groups "
@@ -280,6 +284,20 @@ static int check_groups(const cJSON *groups, const Plan *a, const char *path, Ir
     return ir_error(d, (IrLoc){0}, "%s: groups[0] has %lld GPUs, the blocks' mesh %s runs on %d",
                     path, (long long)count, mesh, mesh_ranks(&a->mesh));
   }
+  const cJSON *g0 = cJSON_GetArrayItem(groups, 0);
+  const cJSON *mb = cJSON_GetObjectItemCaseSensitive(g0, "micro_batches");
+  const cJSON *share = cJSON_GetObjectItemCaseSensitive(g0, "state_share");
+  if ((mb && !cJSON_IsNumber(mb)) || (share && !cJSON_IsNumber(share)))
+    return ir_error(d, (IrLoc){0}, "%s: groups[0]: \"micro_batches\" and \"state_share\" must "
+                    "be numbers", path);
+  if (mb && mb->valuedouble != (double)total)
+    return ir_error(d, (IrLoc){0}, "%s: groups[0] runs %g micro-batches and \"batch\" says %lld: "
+                    "one group runs all of them, evenly over its replicas (uneven shares are "
+                    "not compiled yet); make them equal", path, mb->valuedouble, (long long)total);
+  if (share && share->valuedouble != 1.0)
+    return ir_error(d, (IrLoc){0}, "%s: groups[0] holds a state share of %g; one group holds "
+                    "all of the training state (1), sharded evenly by ZeRO (uneven shares are "
+                    "not compiled yet)", path, share->valuedouble);
   return 0;
 }
 
@@ -325,7 +343,7 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
   if (!rc)
     rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
   if (!rc)
-    rc = check_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, path, d);
+    rc = check_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, total, path, d);
   int dp = out->mesh.size[IR_MESH_DP];
   if (!rc && total % dp)
     rc = ir_error(d, (IrLoc){0}, "%s: %lld micro-batches do not divide over dp %d replicas",

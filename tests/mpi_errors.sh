@@ -45,6 +45,12 @@ expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --gpu-mem, --ho
 edit two_meshes "p['blocks'][1]['tp'] = 2"
 expect plan_two_meshes 1 "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" \
   "$mtc" compile "$model" -D L=2 --plan "$out/two_meshes.json" -o "$out/p1"
+edit uneven "p['groups'][0]['micro_batches'] = 3"
+expect plan_uneven_micro 1 "groups\[0\] runs 3 micro-batches and \"batch\" says 4: one group runs all of them" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/uneven.json" -o "$out/p11"
+edit share "p['groups'][0]['state_share'] = 0.75"
+expect plan_state_share 1 "groups\[0\] holds a state share of 0.75; one group holds all of the training state" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/share.json" -o "$out/p11"
 edit no_block "p['blocks'][1]['id'] = 9"
 expect plan_no_block 1 "block 9 does not exist: the model has blocks 0 to 2" \
   "$mtc" compile "$model" -D L=2 --plan "$out/no_block.json" -o "$out/p2"
@@ -75,7 +81,7 @@ else
   echo "FAIL plan_grid: a plan of 2D grids does not compile to dp 1 x 2D 2x2:"
   cat "$out/grid.log"
 fi
-edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3; p['groups'][0]['count'] = 3"
+edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3; p['groups'][0]['count'] = 3; p['groups'][0]['micro_batches'] = 3"
 expect plan_tp3 1 "NH = 4 heads do not divide by tp = 3" \
   "$mtc" compile "$model" -D L=2 --plan "$out/tp3.json" -o "$out/p5"
 expect plan_batch 1 "the plan is for B = 4, the model has B = 2: compile with -D B=4, or plan again" \
@@ -87,7 +93,7 @@ expect plan_precision 1 "the plan is for bf16 and this program would be fp32: co
 edit precision "p['precision'] = 'fp8'"
 expect plan_precision_bad 1 "\"precision\" must be \"bf16\" or \"fp32\"" \
   "$mtc" compile "$model" -D L=2 --plan "$out/precision.json" -o "$out/p10"
-for p in p1 p2 p3 p4 p5 p6 p7 p8 p9 p10; do
+for p in p1 p2 p3 p4 p5 p6 p7 p8 p9 p10 p11; do
   [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
 done
 # --checkpoint none|all|K: K a number of layers, at most the model's (gpt2 -D L=2: 2)
