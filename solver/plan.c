@@ -565,8 +565,15 @@ static void baselines(SvPlan *pl) {
 
 // ---- when nothing fits --------------------------------------------------------------------------
 
+// bytes as GiB to a tenth, or in MiB or KiB below a tenth of the unit above
+// (a small model's plan would read "0.0 GiB").
 static const char *gib(char *buf, double bytes) {
-  snprintf(buf, 32, "%.1f GiB", bytes / GiB);
+  if (fabs(bytes) >= 0.1 * GiB)
+    snprintf(buf, 32, "%.1f GiB", bytes / GiB);
+  else if (fabs(bytes) >= 0.1 * 1024 * 1024)
+    snprintf(buf, 32, "%.1f MiB", bytes / (1024 * 1024));
+  else
+    snprintf(buf, 32, "%.1f KiB", bytes / 1024);
   return buf;
 }
 
