@@ -73,7 +73,8 @@ static void usage(FILE *f) {
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
         "                         optimizer, recompute, lower, memplan, or all)\n"
-        "  --dot                  print Graphviz instead of IR text\n"
+        "  --dot                  print Graphviz instead of IR text (inspect) or of the\n"
+        "                         report (plan: a box per block, an edge per activation)\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
         "                         output) over the output --labels names\n"
         "  --labels OUTPUT        ONNX: the graph output the loss is over (default: the\n"
@@ -445,7 +446,10 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
   SvPlan *p;
   if (sv_plan(g, &cfg, &p, d))
     return -1;
-  sv_report(stdout, p);
+  if (a->dot)
+    sv_report_dot(stdout, p);
+  else
+    sv_report(stdout, p);
   int rc = a->json ? sv_write_json(p, a->json, d) : 0;
   if (!rc && !p->sol.feasible)
     rc = ir_error(d, (IrLoc){0}, "%s", p->why);

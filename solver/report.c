@@ -102,39 +102,55 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
     fprintf(f, "sequence parallelism: off (--seq-parallel turns it on)\n");
 }
 
-static void print_blocks(FILE *f, const SvPlan *pl) {
+// Unit u of the solution as its row of the report: its name (identical
+// blocks: "h.0 .. h.47 (48)"), layout and checkpointing, seconds per step and
+// bytes per GPU of group g.
+typedef struct UnitRow {
+  char name[300], layout[32], ckpt[32];
+  int zero, offload;
+  double t, m;
+} UnitRow;
+
+static void unit_row(const SvPlan *pl, int u, int g, UnitRow *r) {
   const SvProblem *p = pl->prob;
   const SvSolution *s = &pl->sol;
-  int g = slowest(p, s);
+  const SvUnit *un = &p->unit[u];
+  const SvChoice *c = &un->choice[s->pick[u]];
+  SvCost k;
+  sv_plan_unit_cost(pl, s, u, g, &k);
+  r->t = r->m = 0;
+  for (int i = 0; i < SV_NT; i++)
+    r->t += k.t_micro[i] * (double)s->batch[g] + k.t_step[i];
+  for (int i = 0; i < SV_NM; i++)
+    r->m += k.mem[i] + s->share[g] * k.mem_shard[i];
+  // ckpt: yes or no for one block; for identical blocks, how many of them (the first ones)
+  if (un->count > 1) {
+    snprintf(r->name, sizeof r->name, "%s (%d)", un->name, un->count);
+    snprintf(r->ckpt, sizeof r->ckpt, "%d of %d", sv_ckpt_blocks(p, s, u), un->count);
+  } else {
+    snprintf(r->name, sizeof r->name, "%s", un->name);
+    snprintf(r->ckpt, sizeof r->ckpt, "%s", c->ckpt ? "yes" : "no");
+  }
+  sv_layout_str(r->layout, sizeof r->layout, p->layout[c->layout]);
+  r->zero = c->zero;
+  r->offload = c->offload;
+}
+
+static void print_blocks(FILE *f, const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  int g = slowest(p, &pl->sol);
   int w = 6;
   for (int u = 0; u < p->nunits; u++) {
     int n = (int)strlen(p->unit[u].name) + (p->unit[u].count > 1 ? 6 : 0);
     w = n > w ? n : w;
   }
-  // ckpt: yes or no for one block; for identical blocks, how many of them (the first ones)
   fprintf(f, "\n%-*s  %-14s %-9s %-5s %-8s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
           "offload", "ms/step", "GiB/GPU");
   for (int u = 0; u < p->nunits; u++) {
-    const SvUnit *un = &p->unit[u];
-    const SvChoice *c = &un->choice[s->pick[u]];
-    SvCost k;
-    sv_plan_unit_cost(pl, s, u, g, &k);
-    double t = 0, m = 0;
-    for (int i = 0; i < SV_NT; i++)
-      t += k.t_micro[i] * (double)s->batch[g] + k.t_step[i];
-    for (int i = 0; i < SV_NM; i++)
-      m += k.mem[i] + s->share[g] * k.mem_shard[i];
-    char name[300], lay[32], ck[32];
-    if (un->count > 1) {
-      snprintf(name, sizeof name, "%s (%d)", un->name, un->count);
-      snprintf(ck, sizeof ck, "%d of %d", sv_ckpt_blocks(p, s, u), un->count);
-    } else {
-      snprintf(name, sizeof name, "%s", un->name);
-      snprintf(ck, sizeof ck, "%s", c->ckpt ? "yes" : "no");
-    }
-    fprintf(f, "%-*s  %-14s %-9s %-5d %7d%% %10.2f %9.2f\n", w, name,
-            sv_layout_str(lay, sizeof lay, p->layout[c->layout]), ck, c->zero, c->offload,
-            t * 1e3, gb(m));
+    UnitRow r;
+    unit_row(pl, u, g, &r);
+    fprintf(f, "%-*s  %-14s %-9s %-5d %7d%% %10.2f %9.2f\n", w, r.name, r.layout, r.ckpt, r.zero,
+            r.offload, r.t * 1e3, gb(r.m));
   }
 }
 
@@ -214,6 +230,56 @@ void sv_report(FILE *f, const SvPlan *pl) {
   fprintf(f, "        %s, gap %.3f%%, %.3f s%s%s; planning took %.3f s in all\n", st->status,
           100 * (isfinite(st->gap) ? st->gap : 1), st->seconds,
           st->seeded ? ", seeded with " : "", st->seeded ? st->seed : "", pl->seconds);
+}
+
+// ---- the plan as a graph (mtc plan --dot) --------------------------------------------------------
+
+// s as a DOT string's contents: quotes and backslashes escaped, so that no
+// name a model gives can break the graph.
+static void dot_string(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      fputc('\\', f);
+    fputc(*s == '\n' ? ' ' : *s, f);
+  }
+}
+
+void sv_report_dot(FILE *f, const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvModel *m = pl->model;
+  fprintf(f, "digraph plan {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n");
+  fputs("  label=\"", f);
+  dot_string(f, m->g->name ? m->g->name : "model");
+  if (!pl->sol.feasible) {
+    fputs(": no plan fits\";\n}\n", f);
+    return;
+  }
+  int g = slowest(p, &pl->sol);
+  fprintf(f, ": %.2f ms per step\";\n", pl->sol.time * 1e3);
+  for (int u = 0; u < p->nunits; u++) {
+    UnitRow r;
+    unit_row(pl, u, g, &r);
+    fprintf(f, "  u%d [label=\"", u);
+    dot_string(f, r.name);
+    fprintf(f, "\\n%s, checkpoint %s\\nZeRO-%d, offload %d%%\\n%.2f ms/step, %.2f GiB/GPU\"];\n",
+            r.layout, r.ckpt, r.zero, r.offload, r.t * 1e3, gb(r.m));
+  }
+  // activations flowing between units (forward; their gradients flow back), per micro-batch
+  int nu = p->nunits;
+  double *bytes = calloc((size_t)nu * (size_t)nu + 1, sizeof *bytes);
+  IR_ASSERT(bytes);
+  for (int i = 0; i < m->nflows; i++) {
+    int a = m->block[m->flow[i].from].unit, b = m->block[m->flow[i].to].unit;
+    if (a >= 0 && b >= 0 && a != b)
+      bytes[a * nu + b] += sym_evalf(m->flow[i].bytes, &m->g->syms);
+  }
+  for (int a = 0; a < nu; a++)
+    for (int b = 0; b < nu; b++)
+      if (bytes[a * nu + b] > 0)
+        fprintf(f, "  u%d -> u%d [label=\"%.2f MiB\"];\n", a, b,
+                bytes[a * nu + b] / (1024.0 * 1024.0));
+  free(bytes);
+  fputs("}\n", f);
 }
 
 // ---- plan.json ----------------------------------------------------------------------------------

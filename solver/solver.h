@@ -421,6 +421,10 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
 // ---- output (solver/report.c) ------------------------------------------------------------------
 
 void sv_report(FILE *f, const SvPlan *p);
+// The plan as a Graphviz graph (mtc plan --dot): a box per unit with its layout,
+// checkpointing, ZeRO stage, offload, time and memory; an edge per flow of
+// activations between units, in MiB per micro-batch.
+void sv_report_dot(FILE *f, const SvPlan *p);
 int sv_write_json(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
 // "8 x DP", "2 x TP4", "2 x 2D 2x2"
 const char *sv_layout_str(char *buf, size_t n, SvLayout l);
