@@ -23,6 +23,7 @@ typedef enum CgKernel {
 } CgKernel;
 
 const char *cg_kernel_name(CgKernel k);   // "matmul" (the C function is rt_matmul)
+const char *cg_rt_axis_name(IrMeshAxis a); // "RT_AXIS_ROW": the runtime's name of a mesh axis
 
 typedef enum CgArgKind {
   CG_BUF,     // a tensor: its arena buffer

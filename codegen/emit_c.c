@@ -716,13 +716,6 @@ static const char *input_kind(IrInputKind k) {
   return names[k];
 }
 
-// "{4, 64, 128}" ("{0}" for a scalar)
-// The runtime's name of a mesh axis (runtime/dist.h: RT_AXIS_*, IrMeshAxis's order from dp).
-static const char *rt_axis_name(int a) {
-  static const char *const names[IR_MESH_NAXES] = {"-", "RT_AXIS_DP", "RT_AXIS_TP",
-                                                   "RT_AXIS_ROW", "RT_AXIS_COL"};
-  return names[a];
-}
 
 // A params-table entry's rt_split[2]: v's dims split over ranks, {dim, axis,
 // pieces, pad} each ({-1, 0, 1, 0}: none). Pieces are the tp or column
@@ -737,7 +730,7 @@ static void split_table(Emit *e, const IrValue *v, char *buf, size_t n) {
     const IrDimLayout *l = &v->layout[d];
     int64_t pad = l->valid ? ir_eval(e->g, l->whole) - ir_eval(e->g, l->valid) : 0;
     len += snprintf(buf + len, n - (size_t)len, "%s{%d, %s, %d, %lld}", k++ ? ", " : "", d,
-                    rt_axis_name(a), ir_mesh_pieces((IrMeshAxis)a) ? v->pieces : 1,
+                    cg_rt_axis_name((IrMeshAxis)a), ir_mesh_pieces((IrMeshAxis)a) ? v->pieces : 1,
                     (long long)pad);
   }
   for (; k < 2; k++)
@@ -745,6 +738,7 @@ static void split_table(Emit *e, const IrValue *v, char *buf, size_t n) {
   snprintf(buf + len, n - (size_t)len, "}");
 }
 
+// "{4, 64, 128}" ("{0}" for a scalar)
 static const char *shape_sizes(Emit *e, const IrValue *v) {
   char s[512] = "{";
   if (v->rank == 0)
@@ -1133,7 +1127,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
     fputs("    .loss_partial_axes = ", e->f);
     for (int a = IR_MESH_TP, k = 0; a < IR_MESH_NAXES; a++)
       if (lw->loss_partial & (1u << a))
-        fprintf(e->f, "%s1 << %s", k++ ? " | " : "", rt_axis_name(a));
+        fprintf(e->f, "%s1 << %s", k++ ? " | " : "", cg_rt_axis_name((IrMeshAxis)a));
     println(e, ",");
   }
   println(e, "};");

@@ -225,8 +225,12 @@ static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena
 // An enum argument: its name in the program and its value in the interpreter.
 #define OP_CODE(e) #e, e
 
-// The runtime's mesh axes (runtime/dist.h), by the number a collective's "axis" names.
-static const char *const rt_axes[] = {"RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW", "RT_AXIS_COL"};
+const char *cg_rt_axis_name(IrMeshAxis a) {
+  static const char *const names[] = {"RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW", "RT_AXIS_COL"};
+  int rt = ir_rt_axis(a);
+  IR_ASSERT(rt >= 0 && rt < (int)(sizeof names / sizeof *names));
+  return names[rt];
+}
 
 static void enm(Lower *L, CgCall *c, const char *name, int64_t v) {
   CgArg *a = arg(c, CG_ENUM);
@@ -423,7 +427,7 @@ static CgCall *norm_call(Lower *L, const IrNode *n, CgKernel whole, CgKernel spl
   if (!a)
     return call(L, whole);
   CgCall *c = call(L, split);
-  enm(L, c, rt_axes[a], a);
+  enm(L, c, cg_rt_axis_name(ir_mesh_axis_of_rt(a)), a);
   return c;
 }
 
@@ -853,8 +857,7 @@ void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
 // The runtime's mesh axis a collective runs along (its "axis" attribute).
 static void axis(Lower *L, CgCall *c, const IrNode *n) {
   int64_t a = ir_attr_i(n, "axis");
-  IR_ASSERT(a >= 0 && a < (int64_t)(sizeof rt_axes / sizeof *rt_axes));
-  enm(L, c, rt_axes[a], a);
+  enm(L, c, cg_rt_axis_name(ir_mesh_axis_of_rt(a)), a);
 }
 
 static void lower_all_reduce(Lower *L, const IrNode *n) {

@@ -118,6 +118,10 @@ const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col" ("-" 
 // QKV output dim)? Over tp and the grid's columns, which split output dims; the grid's rows
 // split a batch or a weight's input dim, never made of pieces.
 static inline bool ir_mesh_pieces(IrMeshAxis a) { return a == IR_MESH_TP || a == IR_MESH_COL; }
+// The runtime numbers the axes from dp (runtime/dist.h RT_AXIS_*: dp 0, tp 1, row 2, col 3):
+// the "axis" and "split_axis" attributes of the ops that run collectives hold that number.
+static inline int ir_rt_axis(IrMeshAxis a) { return (int)a - IR_MESH_DP; }
+static inline IrMeshAxis ir_mesh_axis_of_rt(int64_t rt) { return (IrMeshAxis)(rt + IR_MESH_DP); }
 
 // How a dim of a value lies over the mesh once a plan is lowered
 // (passes/tp.c): split over an axis, with shape[] holding this rank's part,

@@ -1347,7 +1347,7 @@ static int shard_to_device(ShardOp *op) { return whole_buckets(op); }
 // where a layout changes); their rules state what they do.
 static int tp_move(ShardOp *op, bool gather, bool sum) {
   int dim = (int)ir_attr_i(op->n, "dim");
-  int axis = (int)ir_attr_i(op->n, "axis") + 1;   // the runtime's axes start at dp (0)
+  int axis = ir_mesh_axis_of_rt(ir_attr_i(op->n, "axis"));
   ShardLayout l = whole(op->n->in[0]->rank);
   l.split[dim] = (unsigned char)axis;
   op->in[0] = gather ? l : whole(l.rank);

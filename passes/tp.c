@@ -237,7 +237,7 @@ static int infer(Tp *t, IrNode *n) { return ir_infer(t->g, n, t->d); }
 static void reduce_in_place(Tp *t, IrValue *x, int axis) {
   IrNode *n = ir_node_new(t->g, OP_ALL_REDUCE, &x, 1, 0);
   int slot = t->out->nslots++;
-  ir_set_int(t->g, n, "axis", axis - 1);   // the runtime's axes: 0 dp, 1 tp, 2 row, 3 col
+  ir_set_int(t->g, n, "axis", ir_rt_axis((IrMeshAxis)axis));
   ir_set_int(t->g, n, "slot", slot);
   IrNode *w = ir_node_new(t->g, OP_COMM_WAIT, &x, 1, 0);
   ir_set_int(t->g, w, "slot", slot);
@@ -250,7 +250,7 @@ static IrNode *tp_move(Tp *t, IrOp op, IrValue *x, int dim, int axis, int nout) 
   ir_set_int(t->g, n, "pieces", pieces_on(x->pieces, axis));
   ir_set_int(t->g, n, "shards", t->size[axis]);
   if (axis != TP)
-    ir_set_int(t->g, n, "axis", axis - 1);
+    ir_set_int(t->g, n, "axis", ir_rt_axis((IrMeshAxis)axis));
   return n;
 }
 
@@ -464,7 +464,7 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     int x = n->op == OP_LAYERNORM || n->op == OP_RMSNORM ? 0 : 1;
     int over = use_of(t, i, x)->split[n->in[x]->rank - 1];
     if (over != IR_MESH_NONE)
-      ir_set_int(t->g, n, "split_axis", over - 1);
+      ir_set_int(t->g, n, "split_axis", ir_rt_axis((IrMeshAxis)over));
     return 0;
   }
   case OP_SPLIT: {

@@ -162,13 +162,10 @@ static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     SvBlock *b = &m->block[c->block];
     int k = grid_axes(c->over);
     const Sym *e = ir_shard_allreduce_bytes(g, c);
-    if (c->phase == PHASE_FORWARD) {
+    if (c->phase == PHASE_FORWARD)
       b->grid_fwd[k] = s_add(g, b->grid_fwd[k], e);
-      b->ngrid_fwd++;
-    } else {
+    else
       b->grid_bwd[k] = s_add(g, b->grid_bwd[k], e);
-      b->ngrid_bwd++;
-    }
   }
   return 0;
 }
@@ -716,8 +713,6 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
     o->grid_bwd[k] = sym_evalf(b->grid_bwd[k], t);
     o->grid_act[k] = sym_evalf(b->grid_act[k], t);
   }
-  o->ngrid_fwd = b->ngrid_fwd;
-  o->ngrid_bwd = b->ngrid_bwd;
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
   o->act_rep = sym_evalf(b->act_rep, t);

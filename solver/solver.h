@@ -134,7 +134,6 @@ typedef struct SvBlock {
   // k of grid axes the buffer is split over (a term of [k] is divided by q^k); how many grid
   // axes each member splits.
   const Sym *grid_fwd[3], *grid_bwd[3], *grid_act[3];
-  int ngrid_fwd, ngrid_bwd;  // ... collectives in forward, in backward and update
   unsigned char *member_grid;
   int nfwd, nbwd;           // kernels (nodes) in forward and backward
   IrNode **fwd, **bwd;      // those nodes, in schedule order
@@ -183,9 +182,9 @@ typedef struct SvNum {   // one unit's representative block
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
   double tp_fwd, tp_bwd;
-  double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];   // (grid_members: elements
-                                                                    // by split axes)
-  int ngrid_fwd, ngrid_bwd;
+  // on a 2D grid, by the number of grid axes that split them: bytes all-reduced, activation
+  // bytes kept, parameter elements
+  double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];
   double flops_fwd, flops_bwd;
   double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
   int nfwd, nbwd;
