@@ -18,15 +18,17 @@ mkdir -p "$out"
 fails=0
 
 # losses NAME MODEL ARGS...: compile, build with warnings as errors, train 3
-# steps; prints the losses (and fails on any output that says PWNED)
+# steps (on $RANKS ranks under tests/mpirun.sh when set); prints the losses
+# (and fails on any output that says PWNED)
 losses() {
-  local dir=$out/$1 model=$2
+  local dir=$out/$1 model=$2 run=()
   shift 2
+  [ -n "${RANKS:-}" ] && run=(env OMP_NUM_THREADS=1 "$src/tests/mpirun.sh" "$RANKS")
   "$mtc" compile "$model" -o "$dir" "$@" > "$dir.log" 2>&1 ||
     { cat "$dir.log"; echo "FAIL: mtc compile ($1)" >&2; return 1; }
   make -s -C "$dir" cpu CFLAGS="-O1 -fopenmp -std=c11 -Wall -Wextra -Werror" > "$dir.make" 2>&1 ||
     { head -40 "$dir.make"; echo "FAIL: model.c of $dir does not compile" >&2; return 1; }
-  (cd "$dir" && ./train --steps 3) > "$dir.train" 2>&1 ||
+  (cd "$dir" && "${run[@]}" ./train --steps 3) > "$dir.train" 2>&1 ||
     { cat "$dir.train"; echo "FAIL: train ($dir)" >&2; return 1; }
   if grep -q PWNED "$dir.train"; then
     echo "FAIL: a name ran as code in $dir" >&2
@@ -60,6 +62,15 @@ plain=$(losses dsl_plain "$src/examples/gpt2.mtc" "${dims[@]}")
 hostile=$(losses dsl_hostile "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 -D NULL=2 \
   -D size_t=64)
 same "DSL GPT-2" "$plain" "$hostile"
+
+# ---- the same on a 2 x 2 grid (Optimus 2D, 4 ranks): the params table's splits, the split
+# norms' and tp kernels' axes and the loss's partial axes are emitted beside the names
+if command -v mpirun > /dev/null; then
+  plain=$(RANKS=4 losses dsl_plain_2d "$src/examples/gpt2.mtc" "${dims[@]}" --tp2d 2)
+  hostile=$(RANKS=4 losses dsl_hostile_2d "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 \
+    -D arena=2 -D NULL=2 -D size_t=64 --tp2d 2)
+  same "DSL GPT-2 on a 2 x 2 grid" "$plain" "$hostile"
+fi
 
 # ---- ONNX: PyTorch's GPT-2 export, every name hostile, in a file named with " \ and a newline
 fix=$src/tests/fixtures/parity

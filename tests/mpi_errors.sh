@@ -33,38 +33,35 @@ expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
 edit() { # NAME PYTHON: plan.json edited by PYTHON (p is the plan) into NAME.json
   /usr/bin/python3 -c "import json; p = json.load(open('$out/plan.json')); $2; json.dump(p, open('$out/$1.json', 'w'))"
 }
+refused() { # NAME PYTHON REGEX OUT: plan.json edited by PYTHON, compiled: refused with REGEX,
+            # OUT not written (checked below)
+  edit "$1" "$2"
+  expect "plan_$1" 1 "$3" "$mtc" compile "$model" -D L=2 --plan "$out/$1.json" -o "$out/$4"
+}
 grep -q '"seq_parallel":[[:space:]]*false' "$out/plan.json" ||
   { echo "FAIL: plan.json does not say \"seq_parallel\": false"; fails=$((fails + 1)); }
-edit seq_parallel "p['seq_parallel'] = 'yes'"
-expect plan_seq_parallel 1 "seq_parallel.json: \"seq_parallel\" must be true or false" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/seq_parallel.json" -o "$out/p9"
+refused seq_parallel "p['seq_parallel'] = 'yes'" \
+  "seq_parallel.json: \"seq_parallel\" must be true or false" p9
 expect host_mem_bad 2 "--host-mem takes a size like 256GiB, or 0 for no offload, not 'lots'" \
   "$mtc" plan "$model" --gpus 4 --host-mem lots
 expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --gpu-mem, --host-mem" \
   "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
-edit two_meshes "p['blocks'][1]['tp'] = 2"
-expect plan_two_meshes 1 "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/two_meshes.json" -o "$out/p1"
-edit uneven "p['groups'][0]['micro_batches'] = 3"
-expect plan_uneven_micro 1 "groups\[0\] runs 3 micro-batches and \"batch\" says 4: one group runs all of them" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/uneven.json" -o "$out/p11"
-edit share "p['groups'][0]['state_share'] = 0.75"
-expect plan_state_share 1 "groups\[0\] holds a state share of 0.75; one group holds all of the training state" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/share.json" -o "$out/p11"
-edit no_block "p['blocks'][1]['id'] = 9"
-expect plan_no_block 1 "block 9 does not exist: the model has blocks 0 to 2" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/no_block.json" -o "$out/p2"
-edit missing "del p['blocks'][2]"
-expect plan_missing 1 "block 2 \(h.1\) has no entry in \"blocks\"" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/missing.json" -o "$out/p3"
+refused two_meshes "p['blocks'][1]['tp'] = 2" \
+  "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" p1
+refused uneven "p['groups'][0]['micro_batches'] = 3" \
+  "groups\[0\] runs 3 micro-batches and \"batch\" says 4: one group runs all of them" p11
+refused share "p['groups'][0]['state_share'] = 0.75" \
+  "groups\[0\] holds a state share of 0.75; one group holds all of the training state" p11
+refused no_block "p['blocks'][1]['id'] = 9" \
+  "block 9 does not exist: the model has blocks 0 to 2" p2
+refused missing "del p['blocks'][2]" \
+  "block 2 \(h.1\) has no entry in \"blocks\"" p3
 expect plan_dims 1 "the plan is for L = 2, the model has L = 4: compile with -D L=2, or plan again" \
   "$mtc" compile "$model" -D L=4 --plan "$out/plan.json" -o "$out/p3"
-edit renamed "p['blocks'][2]['name'] = 'h.7'"
-expect plan_other_model 1 "block 2 of this model is \"h.1\", not \"h.7\": the plan is for another model" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/renamed.json" -o "$out/p8"
-edit grid_tp "[b.update(dp=1, tp=2, q=2) for b in p['blocks']]"
-expect plan_grid_tp 1 "blocks\[0\] \(rest\): tp 2 and q 2: a block is split over tp ranks or over a q x q grid, not both" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/grid_tp.json" -o "$out/p4"
+refused renamed "p['blocks'][2]['name'] = 'h.7'" \
+  "block 2 of this model is \"h.1\", not \"h.7\": the plan is for another model" p8
+refused grid_tp "[b.update(dp=1, tp=2, q=2) for b in p['blocks']]" \
+  "blocks\[0\] \(rest\): tp 2 and q 2: a block is split over tp ranks or over a q x q grid, not both" p4
 expect tp2d_heads 1 "attention in block 1: its NH = 4 heads do not divide by q = 3 .*give the block a q that divides 4" \
   "$mtc" compile "$model" -D B=6 --tp2d 3 -o "$out/p4"
 expect tp2d_batch 1 "the batch dim B = 4 of 'idx' does not divide by q = 3" \
@@ -81,18 +78,16 @@ else
   echo "FAIL plan_grid: a plan of 2D grids does not compile to dp 1 x 2D 2x2:"
   cat "$out/grid.log"
 fi
-edit tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3; p['groups'][0]['count'] = 3; p['groups'][0]['micro_batches'] = 3"
-expect plan_tp3 1 "NH = 4 heads do not divide by tp = 3" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/tp3.json" -o "$out/p5"
+refused tp3 "[b.update(dp=1, tp=3) for b in p['blocks']]; p['batch']['micro_batches'] = 3; p['groups'][0]['count'] = 3; p['groups'][0]['micro_batches'] = 3" \
+  "NH = 4 heads do not divide by tp = 3" p5
 expect plan_batch 1 "the plan is for B = 4, the model has B = 2: compile with -D B=4, or plan again" \
   "$mtc" compile "$model" -D L=2 -D B=2 --plan "$out/plan.json" -o "$out/p6"
 expect plan_and_dp 2 "--plan .* is a layout for compile: leave out --dp" \
   "$mtc" compile "$model" --plan "$out/plan.json" --dp 2 -o "$out/p7"
 expect plan_precision 1 "the plan is for bf16 and this program would be fp32: compile with --precision bf16" \
   "$mtc" compile "$model" -D L=2 --plan "$out/plan.json" --precision fp32 -o "$out/p10"
-edit precision "p['precision'] = 'fp8'"
-expect plan_precision_bad 1 "\"precision\" must be \"bf16\" or \"fp32\"" \
-  "$mtc" compile "$model" -D L=2 --plan "$out/precision.json" -o "$out/p10"
+refused precision_bad "p['precision'] = 'fp8'" \
+  "\"precision\" must be \"bf16\" or \"fp32\"" p10
 for p in p1 p2 p3 p4 p5 p6 p7 p8 p9 p10 p11; do
   [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
 done
