@@ -28,6 +28,7 @@
 #
 # GPU_CHECK_ONLY=REGEX (prepare and run) keeps the cases whose names match;
 # GPU_CHECK_TORCH=MODES the PyTorch runs of the benchmark (none: "none").
+# GPU_CHECK_CASE_LIMIT=SECONDS (run) each case's time limit (60).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fixtures=tests/fixtures/parity
@@ -336,7 +337,7 @@ run() {
   local line name model fix
   while IFS='|' read -r name model fix; do
     [[ $name =~ ^(${GPU_CHECK_ONLY:-.*})$ ]] || continue
-    stage "case_$name" 60 run_case "$dir" "$name" "$model" "$fix"
+    stage "case_$name" "${GPU_CHECK_CASE_LIMIT:-60}" run_case "$dir" "$name" "$model" "$fix"
   done < "$dir/cases.txt"
   [ -d "$dir/cases/gpt2_dsl" ] && stage memcheck 90 sanitize "$dir" memcheck
   [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-200}" bench "$dir"
