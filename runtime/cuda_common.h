@@ -35,14 +35,15 @@
 
 // Launches `kernel` on `grid` blocks of `block` threads, with `smem` bytes of
 // dynamic shared memory, on `stream`, and the kernel reads that memory as an
-// array RT_DYNAMIC_SHARED(type, name). Under nvcc these are the <<<...>>>
-// launch and an extern __shared__ array; the CUDA emulation of the kernel
+// array RT_DYNAMIC_SHARED(type, name), 128-byte aligned (wmma's tiles need
+// 32). Under nvcc these are the <<<...>>> launch and an extern __shared__
+// array; the CUDA emulation of the kernel
 // tests (tests/cuda_emu/cuda_emu.h, included first) defines them to run the
 // blocks as host code.
 #ifndef RT_LAUNCH
 #define RT_LAUNCH(kernel, grid, block, smem, stream, ...) \
   kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
-#define RT_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define RT_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #endif
 
 #ifdef __cplusplus

@@ -43,6 +43,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#ifndef MTC_CUDA_EMU
+#include <mma.h>  // the emulation has its own nvcuda::wmma
+#endif
 
 #include "coalesce.h"
 #include "cuda_common.h"
@@ -849,6 +852,380 @@ __global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, cons
       dv[row * hs + d] = to<T>(accv[d]);
     }
   }
+}
+
+// ---- attention on the tensor cores (bf16)
+//
+// FlashAttention-2's tiling through wmma: a block takes FA_ROWS query rows of
+// one head (forward, dq) or FA_ROWS keys (dk, dv), 16 to a warp, and walks the
+// other side in tiles of FA_COLS, each tile staged in shared memory; the
+// products (q k^T, p v, dout v^T, ds k, p^T dout, ds^T q) are 16 x 16 x 16
+// bf16 wmma ops summing in float, the softmax in float between them, its
+// probabilities (and ds) rounded to bf16 for the next product. Head sizes are
+// padded with zeros to HS (32, 64 or 128). The masks are att_score's: causal,
+// and the key-padding mask with its all-masked rows. Used for bf16 without a
+// bias or dscores, on sm_80 and later; otherwise the kernels above.
+#define FA_ROWS 64
+#define FA_COLS 64
+#define FA_THREADS 128
+#define FA_MAXHS 128
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define FA_ARCH_OK 0  // no bf16 wmma: the kernels trap, and the launchers never pick them
+#else
+#define FA_ARCH_OK 1
+#endif
+
+typedef __nv_bfloat16 bf16;
+
+// Shared memory carved in 128-byte pieces, at `base` (or from 0, to size it on the host).
+struct fa_carve {
+  char *base;
+  size_t off;
+  template <typename X>
+  __host__ __device__ X *take(long n) {
+    X *p = base ? (X *)(base + off) : NULL;
+    off += ((size_t)n * sizeof(X) + 127) / 128 * 128;
+    return p;
+  }
+};
+
+// The tiles of the three kernels. Leading dimensions in elements, padded by 16
+// bytes against bank conflicts: bf16 [rows][HS] (LDH), float scores (LDS),
+// bf16 probabilities (LDP), float [rows][HS] sums (LDO).
+template <int HS>
+struct fa_tiles {
+  static constexpr int LDH = HS + 8, LDS = FA_COLS + 4, LDP = FA_COLS + 8, LDO = HS + 4;
+  enum Kind { FWD, DQ, DKDV };
+  bf16 *a, *b, *k, *v;  // fwd, dq: q, dout, keys, values; dkdv: q, dout, own keys, own values
+  float *s, *dp;        // scores, dout . v
+  bf16 *p, *ds;         // probabilities, score gradients
+  float *o, *o2;        // fwd, dq: out (then dq); dkdv: dk, dv
+  float *m, *l, *c, *d;  // per row: max, sum, correction, D (dkdv: the query tile's stats)
+  int *none;             // dkdv: the query tile's rows that keep no key
+  size_t bytes;
+  __host__ __device__ fa_tiles(char *base, Kind kind) {
+    fa_carve t = {base, 0};
+    bool dq = kind == DQ, dkdv = kind == DKDV;
+    a = t.take<bf16>(FA_ROWS * LDH);
+    b = dq || dkdv ? t.take<bf16>(FA_ROWS * LDH) : NULL;
+    k = t.take<bf16>(FA_COLS * LDH);
+    v = t.take<bf16>(FA_COLS * LDH);
+    s = t.take<float>(FA_ROWS * LDS);
+    dp = dq || dkdv ? t.take<float>(FA_ROWS * LDS) : NULL;
+    p = t.take<bf16>(FA_ROWS * LDP);
+    ds = dkdv ? t.take<bf16>(FA_ROWS * LDP) : NULL;
+    o = t.take<float>(FA_ROWS * LDO);
+    o2 = dkdv ? t.take<float>(FA_ROWS * LDO) : NULL;
+    m = t.take<float>(FA_COLS);
+    l = t.take<float>(FA_COLS);
+    c = t.take<float>(FA_COLS);
+    d = t.take<float>(FA_COLS);
+    none = t.take<int>(FA_COLS);
+    bytes = t.off;
+  }
+};
+
+// dst[r][d] (ld HS + 8) <- rows [r0, r0 + 64) of src (n rows of hs), zeros
+// past n and hs; 16 bytes a thread when vec (hs % 8 == 0, src 16-byte aligned)
+template <int HS>
+__device__ void fa_load(bf16 *dst, const bf16 *src, long r0, long n, long hs, bool vec) {
+  constexpr int LD = HS + 8;
+  if (vec) {
+    constexpr int per = HS / 8;
+    for (int e = threadIdx.x; e < 64 * per; e += blockDim.x) {
+      int r = e / per, c = e % per * 8;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r0 + r < n && c < hs) x = *(const uint4 *)(src + (r0 + r) * hs + c);
+      *(uint4 *)(dst + r * LD + c) = x;
+    }
+  } else {
+    for (int e = threadIdx.x; e < 64 * HS; e += blockDim.x) {
+      int r = e / HS, c = e % HS;
+      dst[r * LD + c] = r0 + r < n && c < hs ? src[(r0 + r) * hs + c] : __float2bfloat16(0.0f);
+    }
+  }
+}
+
+#if FA_ARCH_OK
+namespace wmma = nvcuda::wmma;
+
+// A warp's product c (16 x 16 NB floats, ld ldc) = a (16 x K bf16, row-major,
+// lda) times b (K x 16 NB), plus c when acc. b is row-major (ldb), or when BT
+// given as its transpose, (16 NB x K) row-major.
+template <int K, int NB, bool BT>
+__device__ void fa_mm(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb,
+                      bool acc) {
+  typedef typename std::conditional<BT, wmma::col_major, wmma::row_major>::type BL;
+  for (int n = 0; n < NB; n++) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
+    if (acc)
+      wmma::load_matrix_sync(f, c + n * 16, ldc, wmma::mem_row_major);
+    else
+      wmma::fill_fragment(f, 0.0f);
+    for (int k = 0; k < K / 16; k++) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BL> fb;
+      wmma::load_matrix_sync(fa, a + k * 16, lda);
+      wmma::load_matrix_sync(fb, BT ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
+      wmma::mma_sync(f, fa, fb, f);
+    }
+    wmma::store_matrix_sync(c + n * 16, f, ldc, wmma::mem_row_major);
+  }
+}
+#endif
+
+// The score of query i for key j as the softmax sees it (att_keep), s the
+// scaled product: -inf outside the query's window (past tk; after i when causal).
+__device__ inline float fa_score(float s, long i, long j, long tk, int causal, const int *keep,
+                                 bool none) {
+  if (j >= tk || (causal && j > i)) return -INFINITY;
+  return att_keep(s, keep, j, none);
+}
+
+// Whether query i's window keeps no key (first: the mask's first kept key).
+__device__ inline bool fa_none(const int *keep, long first, long i, long tk, int causal) {
+  return keep && first >= (causal ? i + 1 : tk);
+}
+
+// The forward pass of a block's 64 query rows q0.. (staged in t.a) over the keys
+// of head h: t.o <- the unnormalized output, t.m, t.l <- each row's max and sum.
+template <int HS>
+__device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
+                                const int *keeph, long first, long q0, long tk, long hs,
+                                int causal, float scale, bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  for (int e = threadIdx.x; e < FA_ROWS * HS; e += blockDim.x) t.o[e / HS * F::LDO + e % HS] = 0;
+  for (int r = threadIdx.x; r < FA_ROWS; r += blockDim.x) {
+    t.m[r] = -INFINITY;
+    t.l[r] = 0.0f;
+  }
+  long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
+  int rr = r0 + lane / 2, c0 = lane % 2 * 32;  // a lane's row and half of the tile
+  long i = q0 + rr;
+  bool none = fa_none(keeph, first, i, tk, causal);
+  for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
+    __syncthreads();  // the previous tile is read
+    fa_load<HS>(t.k, kh, j0, tk, hs, vec);
+    fa_load<HS>(t.v, vh, j0, tk, hs, vec);
+    __syncthreads();
+    fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
+                                  F::LDH, false);
+    __syncwarp();
+    float *srow = t.s + rr * F::LDS, mx = -INFINITY;
+    for (int c = c0; c < c0 + 32; c++) {
+      float s = fa_score(scale * srow[c], i, j0 + c, tk, causal, keeph, none);
+      srow[c] = s;
+      mx = s > mx ? s : mx;
+    }
+    float other = __shfl_xor_sync(0xffffffffu, mx, 1);
+    mx = other > mx ? other : mx;
+    float mo = t.m[rr], mn = mx > mo ? mx : mo;
+    // 0 on the first tile (mo = -inf); 1 while every key so far is masked
+    float corr = mn == -INFINITY ? 1.0f : expf(mo - mn), sum = 0.0f;
+    bf16 *prow = t.p + rr * F::LDP;
+    for (int c = c0; c < c0 + 32; c++) {
+      float e = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mn);
+      prow[c] = __float2bfloat16_rn(e);
+      sum += e;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (lane % 2 == 0) {
+      t.m[rr] = mn;
+      t.l[rr] = t.l[rr] * corr + sum;
+      t.c[rr] = corr;
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] *= t.c[r0 + e / HS];
+    __syncwarp();
+    fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.v,
+                                   F::LDH, true);
+  }
+  __syncwarp();
+#endif
+}
+
+// out = softmax(q k^T scale) v for blocks of 64 query rows
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_fwd_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int *keep,
+                     long bh, long tq, long tk, long hs, long heads, int causal, float scale,
+                     bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  RT_DYNAMIC_SHARED(float, smem);
+  F t((char *)smem, F::FWD);
+  long nq = (tq + FA_ROWS - 1) / FA_ROWS;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
+    long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;  // the longest causal rows first
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    long first = att_first_kept(keeph, tk);
+    __syncthreads();  // the previous block's rows are written
+    fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
+    fa_forward_rows<HS>(t, k + h * tk * hs, v + h * tk * hs, keeph, first, q0, tk, hs, causal,
+                        scale, vec);
+    for (int e = lane; e < 16 * HS; e += 32) {
+      int r = r0 + e / HS, d = e % HS;
+      if (q0 + r < tq && d < hs)
+        out[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d] / t.l[r]);
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+// Backward, per block of 64 query rows: the forward again (each row's max,
+// sum and output), D = dout . out, then dq = sum_j ds_ij k_j over the key
+// tiles, ds_ij = scale p_ij (dp_ij - D_i); the rows' max, 1/sum and D into stats.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_bwd_dq_kernel(bf16 *dq, float *stats, const bf16 *dout, const bf16 *q, const bf16 *k,
+                        const bf16 *v, const int *keep, long bh, long tq, long tk, long hs,
+                        long heads, int causal, float scale, bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  RT_DYNAMIC_SHARED(float, smem);
+  F t((char *)smem, F::DQ);
+  long nq = (tq + FA_ROWS - 1) / FA_ROWS;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  int rr = r0 + lane / 2, c0 = lane % 2 * 32;
+  for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
+    long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    const bf16 *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    long first = att_first_kept(keeph, tk), i = q0 + rr;
+    bool none = fa_none(keeph, first, i, tk, causal);
+    __syncthreads();
+    fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
+    fa_load<HS>(t.b, dout + h * tq * hs, q0, tq, hs, vec);
+    fa_forward_rows<HS>(t, kh, vh, keeph, first, q0, tk, hs, causal, scale, vec);
+    // D = dout . out, half a row a lane; then t.o holds dq
+    float D = 0.0f;
+    for (int d = lane % 2 * (HS / 2); d < (lane % 2 + 1) * (HS / 2); d++)
+      D += __bfloat162float(t.b[rr * F::LDH + d]) * t.o[rr * F::LDO + d];
+    D += __shfl_xor_sync(0xffffffffu, D, 1);
+    float m = t.m[rr], inv = 1.0f / t.l[rr];
+    D *= inv;
+    __syncwarp();
+    for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] = 0.0f;
+    long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
+    for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
+      __syncthreads();
+      fa_load<HS>(t.k, kh, j0, tk, hs, vec);
+      fa_load<HS>(t.v, vh, j0, tk, hs, vec);
+      __syncthreads();
+      fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
+                                    F::LDH, false);
+      fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.b + r0 * F::LDH, F::LDH, t.v,
+                                    F::LDH, false);
+      __syncwarp();
+      const float *srow = t.s + rr * F::LDS, *dprow = t.dp + rr * F::LDS;
+      bf16 *dsrow = t.p + rr * F::LDP;
+      for (int c = c0; c < c0 + 32; c++) {
+        float s = fa_score(scale * srow[c], i, j0 + c, tk, causal, keeph, none);
+        float p = s == -INFINITY ? 0.0f : expf(s - m) * inv;
+        dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - D));
+      }
+      __syncwarp();
+      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.k,
+                                     F::LDH, true);
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * HS; e += 32) {
+      int r = r0 + e / HS, d = e % HS;
+      if (q0 + r < tq && d < hs)
+        dq[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
+    }
+    if (lane % 2 == 0 && i < tq) {
+      float *st = stats + 3 * (h * tq + i);
+      st[0] = m;
+      st[1] = inv;
+      st[2] = D;
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+// Backward, per block of 64 keys: dv_j = sum_i p_ij dout_i and dk_j = sum_i
+// ds_ij q_i over the query tiles that see them, with the rows' stats.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const float *stats, const bf16 *dout,
+                          const bf16 *q, const bf16 *k, const bf16 *v, const int *keep, long bh,
+                          long tq, long tk, long hs, long heads, int causal, float scale,
+                          bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  RT_DYNAMIC_SHARED(float, smem);
+  F t((char *)smem, F::DKDV);
+  long nk = (tk + FA_ROWS - 1) / FA_ROWS;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  int rr = r0 + lane / 2, c0 = lane % 2 * 32;
+  for (long blk = blockIdx.x; blk < bh * nk; blk += gridDim.x) {
+    long h = blk / nk, j0 = blk % nk * FA_ROWS, j = j0 + rr;
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    const bf16 *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
+    const float *sh = stats + 3 * h * tq;
+    long first = att_first_kept(keeph, tk);
+    __syncthreads();
+    fa_load<HS>(t.k, k + h * tk * hs, j0, tk, hs, vec);
+    fa_load<HS>(t.v, v + h * tk * hs, j0, tk, hs, vec);
+    for (int e = threadIdx.x; e < FA_ROWS * HS; e += blockDim.x) {
+      t.o[e / HS * F::LDO + e % HS] = 0.0f;
+      t.o2[e / HS * F::LDO + e % HS] = 0.0f;
+    }
+    for (long i0 = causal ? j0 : 0; i0 < tq; i0 += FA_COLS) {
+      __syncthreads();  // the previous query tile is read
+      fa_load<HS>(t.a, qh, i0, tq, hs, vec);
+      fa_load<HS>(t.b, doh, i0, tq, hs, vec);
+      for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
+        long i = i0 + c;
+        bool in = i < tq;
+        t.m[c] = in ? sh[3 * i] : 0.0f;
+        t.l[c] = in ? sh[3 * i + 1] : 0.0f;
+        t.d[c] = in ? sh[3 * i + 2] : 0.0f;
+        t.none[c] = in && fa_none(keeph, first, i, tk, causal);
+      }
+      __syncthreads();
+      // s^T = k q^T and dp^T = v dout^T, the warp's 16 keys against the tile's queries
+      fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.k + r0 * F::LDH, F::LDH, t.a,
+                                    F::LDH, false);
+      fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.v + r0 * F::LDH, F::LDH, t.b,
+                                    F::LDH, false);
+      __syncwarp();
+      const float *srow = t.s + rr * F::LDS, *dprow = t.dp + rr * F::LDS;
+      bf16 *prow = t.p + rr * F::LDP, *dsrow = t.ds + rr * F::LDP;
+      for (int c = c0; c < c0 + 32; c++) {
+        long i = i0 + c;
+        float s = i < tq ? fa_score(scale * srow[c], i, j, tk, causal, keeph, t.none[c])
+                         : -INFINITY;
+        float p = s == -INFINITY ? 0.0f : expf(s - t.m[c]) * t.l[c];
+        prow[c] = __float2bfloat16_rn(p);
+        dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - t.d[c]));
+      }
+      __syncwarp();
+      fa_mm<FA_COLS, HS / 16, false>(t.o2 + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.b,
+                                     F::LDH, true);
+      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.ds + r0 * F::LDP, F::LDP, t.a,
+                                     F::LDH, true);
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * HS; e += 32) {
+      int r = r0 + e / HS, d = e % HS;
+      if (j0 + r < tk && d < hs) {
+        dk[(h * tk + j0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
+        dv[(h * tk + j0 + r) * hs + d] = __float2bfloat16_rn(t.o2[r * F::LDO + d]);
+      }
+    }
+  }
+#else
+  __trap();
+#endif
 }
 
 // per-row loss of cross-entropy: logsumexp(row) - row[target], in double,
@@ -1786,15 +2163,14 @@ RT_CUDA_KT(softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
 
 // dynamic shared memory of an attention kernel: opts in past the default
 // 48 KiB when hs needs it
-static size_t att_smem(const void *kernel, long floats) {
-  size_t bytes = (size_t)floats * sizeof(float);
+static size_t att_smem(const void *kernel, size_t bytes, long hs) {
   if (bytes > 48 * 1024) {
     int device, most;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (bytes > (size_t)most) {
       fprintf(stderr, "attention: head size %ld needs %zu bytes of shared memory (most %d)\n",
-              floats, bytes, most);
+              hs, bytes, most);
       exit(EXIT_FAILURE);
     }
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1803,13 +2179,83 @@ static size_t att_smem(const void *kernel, long floats) {
   return bytes;
 }
 
+// The padded head size (32, 64, 128) of the tensor-core attention for these
+// operands, or 0 when it does not take them: bf16, no bias, no dscores, hs at
+// most FA_MAXHS, a device of compute capability 8.0 or later.
+template <typename T>
+static int fa_hs(long hs, const void *bias, const void *dscores) {
+  if (!std::is_same<T, bf16>::value || bias || dscores || hs > FA_MAXHS) return 0;
+  static int major = -1;
+  if (major < 0) {
+    int device;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  }
+  return major < 8 ? 0 : hs <= 32 ? 32 : hs <= 64 ? 64 : 128;
+}
+
+// f(std::integral_constant<int, HS>()) for the padded head size hsp; false when hsp is 0
+template <typename F>
+static bool fa_dispatch(int hsp, F f) {
+  switch (hsp) {
+    case 32: f(std::integral_constant<int, 32>()); return true;
+    case 64: f(std::integral_constant<int, 64>()); return true;
+    case 128: f(std::integral_constant<int, 128>()); return true;
+  }
+  return false;
+}
+
+// whether rows of hs bf16 at each pointer (NULL: none) load 16 bytes at a time
+static bool fa_vec(long hs, const void *a, const void *b, const void *c, const void *d) {
+  const void *ps[] = {a, b, c, d};
+  for (const void *p : ps)
+    if ((uintptr_t)p % 16 != 0) return false;
+  return hs % 8 == 0;
+}
+
+template <int HS>
+static void flash_fwd(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int *keep,
+                      long bh, long t, long tk, long hs, long heads, int causal, float scale) {
+  size_t smem = att_smem((const void *)flash_fwd_kernel<HS>,
+                         fa_tiles<HS>(NULL, fa_tiles<HS>::FWD).bytes, hs);
+  RT_LAUNCH(flash_fwd_kernel<HS>, grid_rows(bh * ((t + FA_ROWS - 1) / FA_ROWS)), FA_THREADS, smem,
+            rt_cuda_stream, out, q, k, v, keep, bh, t, tk, hs, heads, causal, scale,
+            fa_vec(hs, q, k, v, NULL));
+  LAUNCHED();
+}
+
+template <int HS>
+static void flash_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q,
+                      const bf16 *k, const bf16 *v, const int *keep, long bh, long t, long tk,
+                      long hs, long heads, int causal, float scale) {
+  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
+  bool vec = fa_vec(hs, q, k, v, dout);
+  size_t smem = att_smem((const void *)flash_bwd_dq_kernel<HS>,
+                         fa_tiles<HS>(NULL, fa_tiles<HS>::DQ).bytes, hs);
+  RT_LAUNCH(flash_bwd_dq_kernel<HS>, grid_rows(bh * ((t + FA_ROWS - 1) / FA_ROWS)), FA_THREADS,
+            smem, rt_cuda_stream, dq, stats, dout, q, k, v, keep, bh, t, tk, hs, heads, causal,
+            scale, vec);
+  LAUNCHED();
+  smem = att_smem((const void *)flash_bwd_dkdv_kernel<HS>,
+                  fa_tiles<HS>(NULL, fa_tiles<HS>::DKDV).bytes, hs);
+  RT_LAUNCH(flash_bwd_dkdv_kernel<HS>, grid_rows(bh * ((tk + FA_ROWS - 1) / FA_ROWS)),
+            FA_THREADS, smem, rt_cuda_stream, dk, dv, stats, dout, q, k, v, keep, bh, t, tk, hs,
+            heads, causal, scale, vec);
+  LAUNCHED();
+}
+
 template <typename T>
 static void attention_fwd(T *out, const T *q, const T *k, const T *v, const int *keep,
                           const T *bias, long bh, long t, long tk, long hs, long heads, long bdiv,
                           long bmod, int causal) {
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
-  size_t smem = att_smem((const void *)attention_fwd_kernel<T>, hs + ATT_TILE);
+  if constexpr (std::is_same<T, bf16>::value)
+    if (fa_dispatch(fa_hs<T>(hs, bias, NULL), [&](auto hsp) {
+          flash_fwd<decltype(hsp)::value>(out, q, k, v, keep, bh, t, tk, hs, heads, causal, scale);
+        }))
+      return;
+  size_t smem = att_smem((const void *)attention_fwd_kernel<T>, (hs + ATT_TILE) * sizeof(float), hs);
   RT_LAUNCH(attention_fwd_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, out, q, k,
             v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
@@ -1826,13 +2272,20 @@ static void attention_bwd(T *dq, T *dk, T *dv, T *dscores, const T *dout, const 
                           long hs, long heads, long bdiv, long bmod, int causal) {
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
+  if constexpr (std::is_same<T, bf16>::value)
+    if (fa_dispatch(fa_hs<T>(hs, bias, dscores), [&](auto hsp) {
+          flash_bwd<decltype(hsp)::value>(dq, dk, dv, dout, q, k, v, keep, bh, t, tk, hs, heads,
+                                          causal, scale);
+        }))
+      return;
   float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
-  size_t smem = att_smem((const void *)attention_bwd_dq_kernel<T>, hs + 2 * ATT_TILE);
+  size_t smem = att_smem((const void *)attention_bwd_dq_kernel<T>, (hs + 2 * ATT_TILE) * sizeof(float), hs);
   RT_LAUNCH(attention_bwd_dq_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, dq,
             dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
             scale);
   LAUNCHED();
-  smem = att_smem((const void *)attention_bwd_dkdv_kernel<T>, 2 * hs + 2 * ATT_TILE);
+  smem = att_smem((const void *)attention_bwd_dkdv_kernel<T>, (2 * hs + 2 * ATT_TILE) * sizeof(float),
+                  hs);
   RT_LAUNCH(attention_bwd_dkdv_kernel, grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream, dk,
             dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();

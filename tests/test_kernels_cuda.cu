@@ -750,21 +750,28 @@ static void test_attention(void) {
   struct Case {
     long bh, t, tk, hs;
     int only = -1;  // the one mode to run (below), or every mode
+    int tensor_cores = 0;  // 1: bf16 only, without a bias (the tensor-core kernels)
   } cases[] = {
 #ifndef MTC_CUDA_EMU
       {1, 1, 1, 1},     {2, 7, 7, 16},      {3, 64, 64, 64}, {2, 300, 300, 80},
-      {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80}};
+      {1, 1030, 1030, 64}, {2, 33, 33, 300}, {2, 7, 19, 16},  {3, 300, 64, 80},
+      {2, 200, 200, 128}, {2, 70, 70, 24}};
 #else
       // the emulation: fewer query rows; two tiles of keys (ATT_TILE = 256),
       // and of queries for dk, dv, in the plain mode and the padded, biased
-      // one, in float32 (the bf16 kernels are the same templates)
+      // one, in float32 (the bf16 kernels are the same templates); bf16's
+      // tensor-core kernels (64 x 64 tiles) over two or three tiles, each
+      // padded head size (24 -> 32, 64, 128)
       {1, 1, 1, 1},       {2, 7, 7, 16},      {1, 5, 5, 300},    {2, 7, 19, 16},
-      {2, 3, 300, 80, 0}, {2, 3, 300, 80, 6}, {1, 260, 3, 16, 6}};
+      {2, 3, 300, 80, 0}, {2, 3, 300, 80, 6}, {1, 260, 3, 16, 6}, {2, 70, 70, 24, -1, 1},
+      {1, 66, 130, 64, -1, 1}, {1, 80, 80, 128, -1, 1}};
 #endif
   for (const Case &c : cases)
     for (int mode = 0; mode < 8; mode++) {
       int causal = mode & 1, padded = (mode >> 1) & 1, biased = mode >> 2;
-      if ((causal && c.t != c.tk) || (c.only >= 0 && (mode != c.only || !is_f32<T>))) continue;
+      if ((causal && c.t != c.tk) || (c.only >= 0 && (mode != c.only || !is_f32<T>)) ||
+          (c.tensor_cores && (is_f32<T> || biased)))
+        continue;
       long n = c.bh * c.t * c.hs, nk = c.bh * c.tk * c.hs, nd = c.bh * c.t * c.tk;
       Buf<T> q = rand_vec<T>(n, -2, 2), k = rand_vec<T>(nk, -2, 2), v = rand_vec<T>(nk),
              out = rand_vec<T>(n);

@@ -50,7 +50,7 @@ struct Thread {
 
 static const char *const op_names[] = {"__shfl_sync",     "__shfl_up_sync", "__shfl_down_sync",
                                        "__shfl_xor_sync", "__ballot_sync",  "__any_sync",
-                                       "__all_sync"};
+                                       "__all_sync",      "__syncwarp"};
 
 static const char *kernel;  // the running launch's name
 static Thread threads[MAX_THREADS];
@@ -143,6 +143,7 @@ static uint64_t warp_result(int i) {
     case SHFL_UP: src = lane - t.arg >= seg ? lane - t.arg : lane; break;
     case SHFL_DOWN: src = lane + t.arg < seg + w ? lane + t.arg : lane; break;
     case SHFL_XOR: src = (lane ^ t.arg) < seg + w ? lane ^ t.arg : lane; break;
+    case SYNCWARP: return 0;  // a barrier of the lanes only
     default: {  // votes
       unsigned ballot = 0;
       for (int l = 0; l < 32; l++)
@@ -295,6 +296,11 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t v, int arg, int width, const
 
 void *dynamic_shared(void) { return smem; }
 
+void wmma_misuse(const void *p, unsigned ldm, const char *file, int line) {
+  fail("wmma at %s:%d: pointer %p (not 32-byte aligned) or leading dimension %u (not a multiple "
+       "of 16 bytes)", file, line, p, ldm);
+}
+
 // ---- launches
 
 static void run_block(void) {
@@ -354,7 +360,8 @@ void run(const char *name, dim3 grid, dim3 block, size_t smem_size, void (*fn)(v
   thread_fn = fn;
   thread_arg = arg;
   smem_bytes = smem_size;
-  smem = (char *)malloc(smem_bytes + GUARD);
+  // aligned as the device's (wmma's loads and stores need 32 bytes)
+  smem = (char *)aligned_alloc(128, (smem_bytes + GUARD + 127) / 128 * 128);
   if (!smem) fail("out of memory");
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)
@@ -434,9 +441,11 @@ cudaError_t cudaGetDevice(int *device) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int) {
-  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-  *value = MAX_SMEM;
-  return cudaSuccess;
+  switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = MAX_SMEM; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;  // an H100's
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
