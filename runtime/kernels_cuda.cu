@@ -1323,21 +1323,46 @@ __global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd,
   GRID_LOOP(i, n) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
 }
 
-// out[0] = sqrt(sum x^2) in float64, deterministic: one block, each thread a
-// fixed stride of x, then a tree over the threads in a fixed order. (One SM:
-// about a millisecond per 100 MB on an H100; a two-pass grid would be faster.)
-#define NORM2_THREADS 1024
-__global__ void norm2_kernel(float *out, const float *x, long n) {
+// out[0] = sqrt(sum x^2) in float64, deterministic: norm2_parts_kernel's
+// blocks (their number a function of n alone, at most NORM2_BLOCKS) each sum
+// a fixed part of x, every thread NORM2_UNROLL loads in flight at a time,
+// then a tree over the threads in a fixed order, into norm2_part;
+// norm2_kernel sums the parts the same way.
+#define NORM2_THREADS 256
+#define NORM2_BLOCKS 1024
+#define NORM2_UNROLL 4
+__device__ double norm2_part[NORM2_BLOCKS];
+
+// the sum over the block of each thread's v, in a fixed tree, to thread 0
+__device__ double norm2_tree(double v) {
   __shared__ double part[NORM2_THREADS];
-  double s = 0.0;
-  for (long i = threadIdx.x; i < n; i += NORM2_THREADS) s += (double)x[i] * (double)x[i];
-  part[threadIdx.x] = s;
+  __syncthreads();  // the previous tree's part[0] is read
+  part[threadIdx.x] = v;
   __syncthreads();
   for (int w = NORM2_THREADS / 2; w > 0; w /= 2) {
     if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = (float)sqrt(part[0]);
+  return part[0];
+}
+
+__global__ void norm2_parts_kernel(const float *x, long n) {
+  long stride = (long)gridDim.x * NORM2_THREADS;
+  double s = 0.0;
+  for (long i = blockIdx.x * NORM2_THREADS + threadIdx.x; i < n; i += NORM2_UNROLL * stride) {
+    float v[NORM2_UNROLL];
+    for (int u = 0; u < NORM2_UNROLL; u++) v[u] = i + u * stride < n ? x[i + u * stride] : 0.0f;
+    for (int u = 0; u < NORM2_UNROLL; u++) s += (double)v[u] * (double)v[u];
+  }
+  double b = norm2_tree(s);
+  if (threadIdx.x == 0) norm2_part[blockIdx.x] = b;
+}
+
+__global__ void norm2_kernel(float *out, int parts) {
+  double b = norm2_tree(threadIdx.x < parts ? norm2_part[threadIdx.x] : 0.0);
+  for (int p = NORM2_THREADS; p < parts; p += NORM2_THREADS)  // whole trees, in order
+    b += norm2_tree(threadIdx.x + p < parts ? norm2_part[threadIdx.x + p] : 0.0);
+  if (threadIdx.x == 0) out[0] = (float)sqrt(b);
 }
 
 // ---- checks
@@ -2359,7 +2384,11 @@ void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, 
 }
 
 void rt_norm2(float *out, const float *x, long n) {
-  RT_LAUNCH(norm2_kernel, 1, NORM2_THREADS, 0, rt_cuda_stream, out, x, n);
+  long per = (long)NORM2_THREADS * NORM2_UNROLL, parts = (n + per - 1) / per;
+  parts = parts < 1 ? 1 : parts > NORM2_BLOCKS ? NORM2_BLOCKS : parts;
+  RT_LAUNCH(norm2_parts_kernel, (unsigned)parts, NORM2_THREADS, 0, rt_cuda_stream, x, n);
+  LAUNCHED();
+  RT_LAUNCH(norm2_kernel, 1, NORM2_THREADS, 0, rt_cuda_stream, out, (int)parts);
   LAUNCHED();
 }
 

@@ -881,6 +881,15 @@ static void test_optimizers(void) {
       check(fmt("norm2 n=%ld", n), want, dout, ELEM);
       free_all();
     }
+  // the norm over more parts than a block has threads, each thread several strides
+  for (long n : {BIG(5L << 20, 300000L) + 3}) {
+    Vec g = rand_vec(n), want(1), got(1);
+    float *dg = dev(g), *dout = dev(got);
+    CPU(rt_norm2)(want.data(), g.data(), n);
+    rt_norm2(dout, dg, n);
+    check(fmt("norm2 n=%ld", n), want, dout, ELEM);
+    free_all();
+  }
 }
 
 // ---- kernels for ONNX ops, offload copies
