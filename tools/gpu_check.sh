@@ -12,7 +12,10 @@
 # and the weights after them); compiles the benchmark programs (GPT-2 at
 # T=1024; their weights are drawn on the device by the carried mtc); and
 # copies the shared libraries the binaries need that the device image lacks.
-# DIR must be ignored by git (it travels as a carried path); it stays small.
+# DIR must be ignored by git, and DIR.txz too: prepare packs DIR into it
+# (xz over the whole folder: the programs' binaries are nearly the same, 7 MB
+# for 63), and that file travels as the carried path; run unpacks it when DIR
+# is not there.
 #
 # run does, each stage under its own timeout, logging into OUT as it goes:
 # nvidia-smi; the kernel twins; every program's GPU build against its CPU
@@ -171,7 +174,10 @@ prepare() {
   copy_libs "$dir/lib/mtc" "$dir/bin/mtc"
   copy_libs "$dir/lib/prog" "$dir/bin/test_kernels_cuda" "$dir"/cases/*/train_gpu \
     "$dir"/bench/*/train
-  du -sh "$dir"
+  git -C "$root" check-ignore -q "$dir.txz" || die "$dir.txz is not ignored by git (add it to .gitignore)"
+  tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | xz -9 -T0 > "$dir.txz" ||
+    die "packing $dir failed"
+  du -sh "$dir" "$dir.txz"
 }
 
 # ---------------------------------------------------------------------------
@@ -324,6 +330,9 @@ run() {
   local dir=$1
   out=$2
   case $dir in /*) ;; *) dir=$root/$dir ;; esac
+  if [ ! -d "$dir" ] && [ -f "$dir.txz" ]; then
+    tar -C "$(dirname "$dir")" -xJf "$dir.txz" || die "unpacking $dir.txz failed"
+  fi
   [ -f "$dir/cases.txt" ] || die "$dir: not prepared (tools/gpu_check.sh prepare $dir)"
   logs=$(mktemp -d)
   export logs
