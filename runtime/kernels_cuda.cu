@@ -898,7 +898,7 @@ struct fa_tiles {
   enum Kind { FWD, DQ, DKDV };
   bf16 *a, *b, *k, *v;  // fwd, dq: q, dout, keys, values; dkdv: q, dout, own keys, own values
   float *s, *dp;        // scores, dout . v
-  bf16 *p, *ds;         // probabilities, score gradients
+  bf16 *p;              // probabilities (dq: score gradients)
   float *o, *o2;        // fwd, dq: out (then dq); dkdv: dk, dv
   float *m, *l, *c, *d;  // per row: max, sum, correction, D (dkdv: the query tile's stats)
   int *none;             // dkdv: the query tile's rows that keep no key
@@ -912,8 +912,7 @@ struct fa_tiles {
     v = t.take<bf16>(FA_COLS * LDH);
     s = t.take<float>(FA_ROWS * LDS);
     dp = dq || dkdv ? t.take<float>(FA_ROWS * LDS) : NULL;
-    p = t.take<bf16>(FA_ROWS * LDP);
-    ds = dkdv ? t.take<bf16>(FA_ROWS * LDP) : NULL;
+    p = dkdv ? NULL : t.take<bf16>(FA_ROWS * LDP);  // dkdv: over s and dp
     o = t.take<float>(FA_ROWS * LDO);
     o2 = dkdv ? t.take<float>(FA_ROWS * LDO) : NULL;
     m = t.take<float>(FA_COLS);
@@ -951,31 +950,56 @@ namespace wmma = nvcuda::wmma;
 
 // A warp's product c (16 x 16 NB floats, ld ldc) = a (16 x K bf16, row-major,
 // lda) times b (K x 16 NB), plus c when acc. b is row-major (ldb), or when BT
-// given as its transpose, (16 NB x K) row-major.
+// given as its transpose, (16 NB x K) row-major. a's fragments are loaded once.
 template <int K, int NB, bool BT>
 __device__ void fa_mm(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb,
                       bool acc) {
   typedef typename std::conditional<BT, wmma::col_major, wmma::row_major>::type BL;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[K / 16];
+#pragma unroll
+  for (int k = 0; k < K / 16; k++) wmma::load_matrix_sync(fa[k], a + k * 16, lda);
+#pragma unroll
   for (int n = 0; n < NB; n++) {
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
     if (acc)
       wmma::load_matrix_sync(f, c + n * 16, ldc, wmma::mem_row_major);
     else
       wmma::fill_fragment(f, 0.0f);
+#pragma unroll
     for (int k = 0; k < K / 16; k++) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
       wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BL> fb;
-      wmma::load_matrix_sync(fa, a + k * 16, lda);
       wmma::load_matrix_sync(fb, BT ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(f, fa, fb, f);
+      wmma::mma_sync(f, fa[k], fb, f);
     }
     wmma::store_matrix_sync(c + n * 16, f, ldc, wmma::mem_row_major);
   }
 }
 #endif
 
+// A lane's share of its warp's 16 x 64 tile of scores: rows FA_ROW(h) for
+// h < 2, columns FA_COL(k) for k < 16. Four lanes share a row; for one k the
+// warp's accesses (rows 8 apart, row strides of 4 mod 32 words) hit 32
+// different banks.
+#define FA_ROW(h) (threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4 + 8 * (h))
+#define FA_COL(k) (threadIdx.x % 4 + 4 * (k))
+#define FA_LOG2E 1.4426950408889634f
+
+// the max and the sum over the four lanes of a row
+__device__ inline float fa_row_max(float v) {
+  for (int o = 1; o < 4; o <<= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+__device__ inline float fa_row_sum(float v) {
+  for (int o = 1; o < 4; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // The score of query i for key j as the softmax sees it (att_keep), s the
-// scaled product: -inf outside the query's window (past tk; after i when causal).
+// scaled product (in log2 units: the kernels take exp2): -inf outside the
+// query's window (past tk; after i when causal).
 __device__ inline float fa_score(float s, long i, long j, long tk, int causal, const int *keep,
                                  bool none) {
   if (j >= tk || (causal && j > i)) return -INFINITY;
@@ -988,11 +1012,12 @@ __device__ inline bool fa_none(const int *keep, long first, long i, long tk, int
 }
 
 // The forward pass of a block's 64 query rows q0.. (staged in t.a) over the keys
-// of head h: t.o <- the unnormalized output, t.m, t.l <- each row's max and sum.
+// of head h: t.o <- the unnormalized output, t.m, t.l <- each row's max (log2
+// units, of the scores times scale2) and sum.
 template <int HS>
 __device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
                                 const int *keeph, long first, long q0, long tk, long hs,
-                                int causal, float scale, bool vec) {
+                                int causal, float scale2, bool vec) {
 #if FA_ARCH_OK
   typedef fa_tiles<HS> F;
   int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
@@ -1002,9 +1027,8 @@ __device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
     t.l[r] = 0.0f;
   }
   long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
-  int rr = r0 + lane / 2, c0 = lane % 2 * 32;  // a lane's row and half of the tile
-  long i = q0 + rr;
-  bool none = fa_none(keeph, first, i, tk, causal);
+  bool none[2];
+  for (int h = 0; h < 2; h++) none[h] = fa_none(keeph, first, q0 + FA_ROW(h), tk, causal);
   for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
     __syncthreads();  // the previous tile is read
     fa_load<HS>(t.k, kh, j0, tk, hs, vec);
@@ -1013,31 +1037,42 @@ __device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
     fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
                                   F::LDH, false);
     __syncwarp();
-    float *srow = t.s + rr * F::LDS, mx = -INFINITY;
-    for (int c = c0; c < c0 + 32; c++) {
-      float s = fa_score(scale * srow[c], i, j0 + c, tk, causal, keeph, none);
-      srow[c] = s;
-      mx = s > mx ? s : mx;
-    }
-    float other = __shfl_xor_sync(0xffffffffu, mx, 1);
-    mx = other > mx ? other : mx;
-    float mo = t.m[rr], mn = mx > mo ? mx : mo;
-    // 0 on the first tile (mo = -inf); 1 while every key so far is masked
-    float corr = mn == -INFINITY ? 1.0f : expf(mo - mn), sum = 0.0f;
-    bf16 *prow = t.p + rr * F::LDP;
-    for (int c = c0; c < c0 + 32; c++) {
-      float e = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mn);
-      prow[c] = __float2bfloat16_rn(e);
-      sum += e;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    if (lane % 2 == 0) {
-      t.m[rr] = mn;
-      t.l[rr] = t.l[rr] * corr + sum;
-      t.c[rr] = corr;
+    bool rescale = false;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int r = FA_ROW(h);
+      long i = q0 + r;
+      const float *srow = t.s + r * F::LDS;
+      float sv[16], mx = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < 16; k++) {
+        sv[k] = fa_score(scale2 * srow[FA_COL(k)], i, j0 + FA_COL(k), tk, causal, keeph, none[h]);
+        mx = sv[k] > mx ? sv[k] : mx;
+      }
+      mx = fa_row_max(mx);
+      float mo = t.m[r], mn = mx > mo ? mx : mo;
+      // 0 on the first tile (mo = -inf); 1 while every key so far is masked
+      float corr = mn == -INFINITY ? 1.0f : exp2f(mo - mn), sum = 0.0f;
+      bf16 *prow = t.p + r * F::LDP;
+#pragma unroll
+      for (int k = 0; k < 16; k++) {
+        float e = sv[k] == -INFINITY ? 0.0f : exp2f(sv[k] - mn);
+        prow[FA_COL(k)] = __float2bfloat16_rn(e);
+        sum += e;
+      }
+      sum = fa_row_sum(sum);
+      __syncwarp();  // the row's lanes have read t.m[r]
+      if (lane % 4 == 0) {
+        t.m[r] = mn;
+        t.l[r] = t.l[r] * corr + sum;
+        t.c[r] = corr;
+      }
+      rescale |= corr != 1.0f;
     }
     __syncwarp();
-    for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] *= t.c[r0 + e / HS];
+    if (__any_sync(0xffffffffu, rescale))  // once the rows' maxima settle, seldom
+      for (int e = lane; e < 16 * HS; e += 32)
+        t.o[(r0 + e / HS) * F::LDO + e % HS] *= t.c[r0 + e / HS];
     __syncwarp();
     fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.v,
                                    F::LDH, true);
@@ -1065,7 +1100,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();  // the previous block's rows are written
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
     fa_forward_rows<HS>(t, k + h * tk * hs, v + h * tk * hs, keeph, first, q0, tk, hs, causal,
-                        scale, vec);
+                        scale * FA_LOG2E, vec);
     for (int e = lane; e < 16 * HS; e += 32) {
       int r = r0 + e / HS, d = e % HS;
       if (q0 + r < tq && d < hs)
@@ -1079,7 +1114,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 // Backward, per block of 64 query rows: the forward again (each row's max,
 // sum and output), D = dout . out, then dq = sum_j ds_ij k_j over the key
-// tiles, ds_ij = scale p_ij (dp_ij - D_i); the rows' max, 1/sum and D into stats.
+// tiles, ds_ij = scale p_ij (dp_ij - D_i); the rows' max (log2 units), 1/sum
+// and D into stats.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_bwd_dq_kernel(bf16 *dq, float *stats, const bf16 *dout, const bf16 *q, const bf16 *k,
@@ -1091,25 +1127,31 @@ __global__ void __launch_bounds__(FA_THREADS)
   F t((char *)smem, F::DQ);
   long nq = (tq + FA_ROWS - 1) / FA_ROWS;
   int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
-  int rr = r0 + lane / 2, c0 = lane % 2 * 32;
+  float scale2 = scale * FA_LOG2E;
   for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
     long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;
     const int *keeph = keep ? keep + h / heads * tk : NULL;
     const bf16 *kh = k + h * tk * hs, *vh = v + h * tk * hs;
-    long first = att_first_kept(keeph, tk), i = q0 + rr;
-    bool none = fa_none(keeph, first, i, tk, causal);
+    long first = att_first_kept(keeph, tk);
     __syncthreads();
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
     fa_load<HS>(t.b, dout + h * tq * hs, q0, tq, hs, vec);
-    fa_forward_rows<HS>(t, kh, vh, keeph, first, q0, tk, hs, causal, scale, vec);
-    // D = dout . out, half a row a lane; then t.o holds dq
-    float D = 0.0f;
-    for (int d = lane % 2 * (HS / 2); d < (lane % 2 + 1) * (HS / 2); d++)
-      D += __bfloat162float(t.b[rr * F::LDH + d]) * t.o[rr * F::LDO + d];
-    D += __shfl_xor_sync(0xffffffffu, D, 1);
-    float m = t.m[rr], inv = 1.0f / t.l[rr];
-    D *= inv;
-    __syncwarp();
+    fa_forward_rows<HS>(t, kh, vh, keeph, first, q0, tk, hs, causal, scale2, vec);
+    // a lane's two rows: max, 1/sum, D = dout . out (a quarter of the row a lane)
+    float m[2], inv[2], D[2];
+    bool none[2];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+      int r = FA_ROW(h2);
+      float s = 0.0f;
+      for (int d = lane % 4; d < HS; d += 4)
+        s += __bfloat162float(t.b[r * F::LDH + d]) * t.o[r * F::LDO + d];
+      m[h2] = t.m[r];
+      inv[h2] = 1.0f / t.l[r];
+      D[h2] = fa_row_sum(s) * inv[h2];
+      none[h2] = fa_none(keeph, first, q0 + r, tk, causal);
+    }
+    __syncwarp();  // t.o is read; it holds dq next
     for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] = 0.0f;
     long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
     for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
@@ -1122,12 +1164,18 @@ __global__ void __launch_bounds__(FA_THREADS)
       fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.b + r0 * F::LDH, F::LDH, t.v,
                                     F::LDH, false);
       __syncwarp();
-      const float *srow = t.s + rr * F::LDS, *dprow = t.dp + rr * F::LDS;
-      bf16 *dsrow = t.p + rr * F::LDP;
-      for (int c = c0; c < c0 + 32; c++) {
-        float s = fa_score(scale * srow[c], i, j0 + c, tk, causal, keeph, none);
-        float p = s == -INFINITY ? 0.0f : expf(s - m) * inv;
-        dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - D));
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++) {
+        int r = FA_ROW(h2);
+        const float *srow = t.s + r * F::LDS, *dprow = t.dp + r * F::LDS;
+        bf16 *dsrow = t.p + r * F::LDP;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+          int c = FA_COL(k);
+          float s = fa_score(scale2 * srow[c], q0 + r, j0 + c, tk, causal, keeph, none[h2]);
+          float p = s == -INFINITY ? 0.0f : exp2f(s - m[h2]) * inv[h2];
+          dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - D[h2]));
+        }
       }
       __syncwarp();
       fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.k,
@@ -1139,12 +1187,16 @@ __global__ void __launch_bounds__(FA_THREADS)
       if (q0 + r < tq && d < hs)
         dq[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
     }
-    if (lane % 2 == 0 && i < tq) {
-      float *st = stats + 3 * (h * tq + i);
-      st[0] = m;
-      st[1] = inv;
-      st[2] = D;
-    }
+    if (lane % 4 == 0)
+      for (int h2 = 0; h2 < 2; h2++) {
+        long i = q0 + FA_ROW(h2);
+        if (i < tq) {
+          float *st = stats + 3 * (h * tq + i);
+          st[0] = m[h2];
+          st[1] = inv[h2];
+          st[2] = D[h2];
+        }
+      }
   }
 #else
   __trap();
@@ -1165,9 +1217,9 @@ __global__ void __launch_bounds__(FA_THREADS)
   F t((char *)smem, F::DKDV);
   long nk = (tk + FA_ROWS - 1) / FA_ROWS;
   int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
-  int rr = r0 + lane / 2, c0 = lane % 2 * 32;
+  float scale2 = scale * FA_LOG2E;
   for (long blk = blockIdx.x; blk < bh * nk; blk += gridDim.x) {
-    long h = blk / nk, j0 = blk % nk * FA_ROWS, j = j0 + rr;
+    long h = blk / nk, j0 = blk % nk * FA_ROWS;
     const int *keeph = keep ? keep + h / heads * tk : NULL;
     const bf16 *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
     const float *sh = stats + 3 * h * tq;
@@ -1198,21 +1250,40 @@ __global__ void __launch_bounds__(FA_THREADS)
       fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.v + r0 * F::LDH, F::LDH, t.b,
                                     F::LDH, false);
       __syncwarp();
-      const float *srow = t.s + rr * F::LDS, *dprow = t.dp + rr * F::LDS;
-      bf16 *prow = t.p + rr * F::LDP, *dsrow = t.ds + rr * F::LDP;
-      for (int c = c0; c < c0 + 32; c++) {
-        long i = i0 + c;
-        float s = i < tq ? fa_score(scale * srow[c], i, j, tk, causal, keeph, t.none[c])
-                         : -INFINITY;
-        float p = s == -INFINITY ? 0.0f : expf(s - t.m[c]) * t.l[c];
-        prow[c] = __float2bfloat16_rn(p);
-        dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - t.d[c]));
+      float pv[2][16], dsv[2][16];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++) {
+        int r = FA_ROW(h2);
+        long j = j0 + r;
+        const float *srow = t.s + r * F::LDS, *dprow = t.dp + r * F::LDS;
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+          int c = FA_COL(kk);
+          long i = i0 + c;
+          float s = i < tq ? fa_score(scale2 * srow[c], i, j, tk, causal, keeph, t.none[c])
+                           : -INFINITY;
+          pv[h2][kk] = s == -INFINITY ? 0.0f : exp2f(s - t.m[c]) * t.l[c];
+          dsv[h2][kk] = scale * pv[h2][kk] * (dprow[c] - t.d[c]);
+        }
       }
+      // p^T and ds^T in bf16 over the first half of the rows of s^T and dp^T,
+      // once every lane has read them (a tile less of shared memory: two
+      // blocks an SM at HS 64)
       __syncwarp();
-      fa_mm<FA_COLS, HS / 16, false>(t.o2 + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.b,
-                                     F::LDH, true);
-      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.ds + r0 * F::LDP, F::LDP, t.a,
-                                     F::LDH, true);
+      bf16 *pt = (bf16 *)t.s, *dst = (bf16 *)t.dp;
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++)
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+          int at = FA_ROW(h2) * 2 * F::LDS + FA_COL(kk);
+          pt[at] = __float2bfloat16_rn(pv[h2][kk]);
+          dst[at] = __float2bfloat16_rn(dsv[h2][kk]);
+        }
+      __syncwarp();
+      fa_mm<FA_COLS, HS / 16, false>(t.o2 + r0 * F::LDO, F::LDO, pt + r0 * 2 * F::LDS, 2 * F::LDS,
+                                     t.b, F::LDH, true);
+      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, dst + r0 * 2 * F::LDS,
+                                     2 * F::LDS, t.a, F::LDH, true);
     }
     __syncwarp();
     for (int e = lane; e < 16 * HS; e += 32) {
