@@ -265,16 +265,17 @@ run_case() {  # run_case DIR NAME MODEL FIXTURE
   return $status
 }
 
-sanitize() {  # sanitize DIR TOOL: compute-sanitizer on the GPT-2 DSL case, 2 steps
-  local c=$1/cases/gpt2_dsl
+# sanitize DIR TOOL CASE: compute-sanitizer on a GPT-2 DSL case (fp32 or bf16), 2 steps
+sanitize() {
+  local c=$1/cases/$3
   read_fixture gpt2_dsl examples/gpt2.mtc
   compute-sanitizer --tool "$2" --error-exitcode 3 "$c/train_gpu" \
     --inputs "$root/$fixtures/gpt2_dsl/batch.safetensors" --load "$root/$fixtures/gpt2_dsl/$load" \
     --steps 2
 }
 
-startup() {  # startup DIR: wall time of one step of a small program, eager and lazy loading
-  local c=$1/cases/gpt2_dsl mode t0
+startup() {  # startup DIR CASE: wall time of one step of a small program, eager and lazy loading
+  local c=$1/cases/$2 mode t0
   for mode in EAGER LAZY EAGER LAZY; do
     t0=$(date +%s%N)
     CUDA_MODULE_LOADING=$mode "$c/train_gpu" --steps 1 | grep -E "^(step|memory|device)"
@@ -341,17 +342,19 @@ run() {
   export OMP_NUM_THREADS=4
   stage nvidia_smi 30 eval 'nvidia-smi; nvcc --version | tail -2;
     python3 -c "import torch; print(\"torch\", torch.__version__, torch.cuda.get_device_name())"'
-  stage startup 60 startup "$dir"
+  local small  # the GPT-2 DSL cases prepared (GPU_CHECK_ONLY), for start-up and the sanitizers
+  small=$(cd "$dir/cases" && ls -d gpt2_dsl gpt2_dsl_bf16 2> /dev/null)
+  [ -n "$small" ] && stage startup 60 startup "$dir" "$(echo "$small" | head -1)"
   LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$dir/lib/mtc stage kernels_cuda 90 "$dir/bin/test_kernels_cuda"
-  local line name model fix
+  local line name model fix c
   while IFS='|' read -r name model fix; do
     [[ $name =~ ^(${GPU_CHECK_ONLY:-.*})$ ]] || continue
     stage "case_$name" "${GPU_CHECK_CASE_LIMIT:-60}" run_case "$dir" "$name" "$model" "$fix"
   done < "$dir/cases.txt"
-  [ -d "$dir/cases/gpt2_dsl" ] && stage memcheck 90 sanitize "$dir" memcheck
+  for c in $small; do stage "memcheck_$c" 90 sanitize "$dir" memcheck "$c"; done
   [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-200}" bench "$dir"
   [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage profile 150 profile "$dir"
-  [ -d "$dir/cases/gpt2_dsl" ] && stage racecheck 90 sanitize "$dir" racecheck
+  for c in $small; do stage "racecheck_$c" 90 sanitize "$dir" racecheck "$c"; done
   tail -n 12 "$logs/bench.log" 2> /dev/null
   head -n 25 "$logs/profile.log" 2> /dev/null
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
