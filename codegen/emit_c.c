@@ -1305,7 +1305,7 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
   fputs("\t@mkdir -p build/gpu\n"
         "\t$(CC) $(GPU_CFLAGS) $(GPU_DEFS) -Iruntime -o $@ $(GPU_SRC) $(CUDA_OBJS) $(CUDA_LIBS) "
         "$(LDLIBS)\n"
-        "build/gpu/%.o: runtime/%.cu runtime/cuda_common.h $(HDR)\n"
+        "build/gpu/%.o: runtime/%.cu runtime/cuda_common.h runtime/attention_cuda.cuh $(HDR)\n"
         "\t@test -x $(NVCC) || { echo \"make: no nvcc at $(NVCC): install the CUDA toolkit or "
         "set CUDA=its folder; make cpu builds for the CPU\" >&2; exit 1; }\n"
         "\t@mkdir -p build/gpu\n"
@@ -1370,7 +1370,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   static const char *const runtime_files[] = {
       "kernels.h", "kernels.def", "kernels_kinds.h", "dtypes.def", "bf16.h", "cpu_variants.h", "cpu_variant.h",
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
-      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "cuda_common.h",
+      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
   for (int i = 0; runtime_files[i]; i++) {

@@ -1,0 +1,850 @@
+// Scaled dot-product attention (kernels.def's attention_fwd and attention_bwd)
+// on the GPU: its kernels and their launchers, included by kernels_cuda.cu
+// where the launchers' helpers are defined (ld, to, the block sums, scratch,
+// RT_CUDA_KT). Two sets: the CUDA-core kernels, for every variant and
+// operand (a bias, its gradient dscores, any head size), and bf16's
+// tensor-core kernels for the common case.
+
+// Attention: one block per (head, row) of (bh, t, hs) tensors; keys (or, for
+// dk/dv, queries) in tiles of ATT_TILE. A warp computes one dot product of
+// length hs at a time; a thread owns output columns d = threadIdx.x + k *
+// blockDim.x (its accumulators in dynamic shared memory, hs floats each, in
+// every variant).
+#define ATT_THREADS 256
+#define ATT_TILE 256
+
+// sc[jj] = mul * (a . B[(j0 + jj) * hs ...]) for jj < jt, one warp per jj
+template <typename T>
+__device__ inline void att_dots(float *sc, const T *a, const T *B, long j0, long jt, long hs,
+                                float mul) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (long jj = warp; jj < jt; jj += nwarps) {
+    const T *bj = B + (j0 + jj) * hs;
+    float s = 0.0f;
+    for (long d = lane; d < hs; d += 32) s += ld(a[d]) * ld(bj[d]);
+    s = warp_sum(s);
+    if (lane == 0) sc[jj] = mul * s;
+  }
+}
+
+// The first key a key-padding mask keeps (t when none; 0 without a mask), over
+// the whole block.
+__device__ long att_first_kept(const int *keep, long t) {
+  if (!keep) return 0;
+  float f = -INFINITY;  // -j of the first kept key j
+  for (long j = threadIdx.x; j < t; j += blockDim.x)
+    if (keep[j] && -(float)j > f) f = -(float)j;
+  f = block_max(f);
+  return f == -INFINITY ? t : (long)-f;
+}
+
+// Key j's score s as the softmax sees it: -inf where the key-padding mask
+// drops j, and 0 for every key of a query's window that keeps none (`none`),
+// as an additive mask of the lowest float does.
+__device__ inline float att_keep(float s, const int *keep, long j, bool none) {
+  return !keep ? s : none ? 0.0f : keep[j] ? s : -INFINITY;
+}
+
+// One query row's optional operands: its key-padding mask row (tk keys),
+// whether its window keeps no key, and its bias row (tk); keep and bias NULL
+// when absent.
+template <typename T>
+struct att_row {
+  const int *keep;
+  bool none;
+  const T *bias;
+};
+
+// Key j's score: the scaled dot product s plus the bias, as the softmax sees it (att_keep).
+template <typename T>
+__device__ inline float att_score(float s, att_row<T> x, long j) {
+  return att_keep(x.bias ? s + ld(x.bias[j]) : s, x.keep, j, x.none);
+}
+
+// Query i's row of head h's extras; the mask's first kept key is computed by the whole block.
+template <typename T>
+__device__ att_row<T> att_row_of(const int *keep, const T *bias, long h, long i, long tq, long tk,
+                                 long heads, long bdiv, long bmod, int causal) {
+  att_row<T> x;
+  x.keep = keep ? keep + h / heads * tk : NULL;
+  x.none = att_first_kept(x.keep, tk) >= (causal ? i + 1 : tk);
+  x.bias = bias ? bias + (h / bdiv % bmod * tq + i) * tk : NULL;
+  return x;
+}
+
+// Online softmax over the scores of query row qi against keys [0, jn) of kh
+// (att_score): the running max m and sum l of exp(s - m); with vh != NULL
+// also acc[d] = sum_j exp(s_j - m) vh[j, d]. pt: ATT_TILE floats of shared
+// memory.
+template <typename T>
+__device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, const T *qi,
+                           const T *kh, const T *vh, att_row<T> x, long jn, long hs,
+                           float scale) {
+  float m = -INFINITY, l = 0.0f;
+  for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
+    long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
+    att_dots(pt, qi, kh, j0, jt, hs, scale);
+    __syncthreads();
+    float tm = -INFINITY;
+    for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
+      pt[jj] = att_score(pt[jj], x, j0 + jj);
+      tm = pt[jj] > tm ? pt[jj] : tm;
+    }
+    tm = block_max(tm);
+    float mn = tm > m ? tm : m;
+    // 0 on the first tile (m = -inf); 1 while every key so far is masked
+    float corr = mn == -INFINITY ? 1.0f : expf(m - mn);
+    float ts = 0.0f;
+    for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
+      float e = pt[jj] == -INFINITY ? 0.0f : expf(pt[jj] - mn);
+      pt[jj] = e;
+      ts += e;
+    }
+    ts = block_sum(ts);  // its barriers also publish pt
+    l = l * corr + ts;
+    if (vh)
+      for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+        float a = acc[d] * corr;
+        for (long jj = 0; jj < jt; jj++) a += pt[jj] * ld(vh[(j0 + jj) * hs + d]);
+        acc[d] = a;
+      }
+    m = mn;
+    __syncthreads();  // pt is rewritten by the next tile
+  }
+  *m_out = m;
+  *l_out = l;
+}
+
+// out row = softmax(q_i k^T scale + bias) v; shared: acc (hs), pt (ATT_TILE)
+template <typename T>
+__global__ void attention_fwd_kernel(T *out, const T *q, const T *k, const T *v, const int *keep,
+                                     const T *bias, long bh, long tq, long tk, long hs,
+                                     long heads, long bdiv, long bmod, int causal, float scale) {
+  RT_DYNAMIC_SHARED(float, smem);
+  float *acc = smem, *pt = smem + hs;
+  for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
+    long h = row / tq, i = row - h * tq;
+    const T *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    att_row<T> x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
+    long jn = causal ? i + 1 : tk;
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
+    float m, l;
+    att_online(&m, &l, acc, pt, q + row * hs, kh, vh, x, jn, hs, scale);
+    float inv = 1.0f / l;
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = to<T>(acc[d] * inv);
+  }
+}
+
+// Backward, per query row: the row's softmax max m and 1/sum (p_ij =
+// exp(s_ij - m) * inv), D_i = sum_j p_ij dp_ij (dp_ij = dout_i . v_j) into
+// stats[3*row ...], and dq_i = sum_j ds_ij k_j, ds_ij = scale p_ij (dp_ij - D_i).
+// shared: acc (hs), pt, dpt (ATT_TILE each)
+// With dscores, also the row's gradient of the scores after the scale,
+// p_ij (dp_ij - D_i), zeros past the window.
+template <typename T>
+__global__ void attention_bwd_dq_kernel(T *dq, T *dscores, float *stats, const T *dout,
+                                        const T *q, const T *k, const T *v, const int *keep,
+                                        const T *bias, long bh, long tq, long tk, long hs,
+                                        long heads, long bdiv, long bmod, int causal,
+                                        float scale) {
+  RT_DYNAMIC_SHARED(float, smem);
+  float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
+  for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
+    long h = row / tq, i = row - h * tq;
+    const T *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    const T *qi = q + row * hs, *doi = dout + row * hs;
+    att_row<T> x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
+    long jn = causal ? i + 1 : tk;
+    float m, l;
+    att_online<T>(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
+    float inv = 1.0f / l;
+    // D = sum_j p_j dp_j
+    float dpart = 0.0f;
+    for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
+      long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
+      att_dots(pt, qi, kh, j0, jt, hs, scale);
+      att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
+      __syncthreads();
+      for (long jj = threadIdx.x; jj < jt; jj += blockDim.x)
+        dpart += expf(att_score(pt[jj], x, j0 + jj) - m) * inv * dpt[jj];
+      __syncthreads();
+    }
+    float D = block_sum(dpart);
+    // dq_i = sum_j ds_j k_j
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
+    for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
+      long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
+      att_dots(pt, qi, kh, j0, jt, hs, scale);
+      att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
+      __syncthreads();
+      for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
+        float p = expf(att_score(pt[jj], x, j0 + jj) - m) * inv;
+        float g = p * (dpt[jj] - D);
+        if (dscores) dscores[row * tk + j0 + jj] = to<T>(g);
+        pt[jj] = scale * g;  // ds
+      }
+      __syncthreads();
+      for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+        float a = acc[d];
+        for (long jj = 0; jj < jt; jj++) a += pt[jj] * ld(kh[(j0 + jj) * hs + d]);
+        acc[d] = a;
+      }
+      __syncthreads();
+    }
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) dq[row * hs + d] = to<T>(acc[d]);
+    if (dscores)
+      for (long j = jn + threadIdx.x; j < tk; j += blockDim.x)
+        dscores[row * tk + j] = to<T>(0.0f);
+    if (threadIdx.x == 0) {
+      stats[3 * row] = m;
+      stats[3 * row + 1] = inv;
+      stats[3 * row + 2] = D;
+    }
+  }
+}
+
+// Backward, per key row j: dv_j = sum_i p_ij dout_i, dk_j = sum_i ds_ij q_i
+// over the queries that see j (i >= j when causal), with the rows' stats.
+// shared: acck, accv (hs each), pt, dst (ATT_TILE each)
+template <typename T>
+__global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, const T *dout,
+                                          const T *q, const T *k, const T *v, const int *keep,
+                                          const T *bias, long bh, long tq, long tk, long hs,
+                                          long heads, long bdiv, long bmod, int causal,
+                                          float scale) {
+  RT_DYNAMIC_SHARED(float, smem);
+  float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (long row = blockIdx.x; row < bh * tk; row += gridDim.x) {
+    long h = row / tk, j = row - h * tk;
+    const T *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
+    const T *kj = k + row * hs, *vj = v + row * hs;
+    const float *sh = stats + 3 * h * tq;
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    const T *biash = bias ? bias + h / bdiv % bmod * tq * tk : NULL;
+    long first = att_first_kept(keeph, tk);  // query i's window keeps none when i < first
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+      acck[d] = 0.0f;
+      accv[d] = 0.0f;
+    }
+    long i0 = causal ? j : 0;
+    for (long ib = i0; ib < tq; ib += ATT_TILE) {
+      long it = tq - ib < ATT_TILE ? tq - ib : ATT_TILE;
+      for (long ii = warp; ii < it; ii += nwarps) {
+        long i = ib + ii;
+        const T *qi = qh + i * hs, *doi = doh + i * hs;
+        float s = 0.0f, dp = 0.0f;
+        for (long d = lane; d < hs; d += 32) {
+          s += ld(qi[d]) * ld(kj[d]);
+          dp += ld(doi[d]) * ld(vj[d]);
+        }
+        s = warp_sum(s);
+        dp = warp_sum(dp);
+        if (lane == 0) {
+          att_row<T> x = {keeph, first >= (causal ? i + 1 : tk), biash ? biash + i * tk : NULL};
+          float p = expf(att_score(scale * s, x, j) - sh[3 * i]) * sh[3 * i + 1];
+          pt[ii] = p;
+          dst[ii] = scale * p * (dp - sh[3 * i + 2]);
+        }
+      }
+      __syncthreads();
+      for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+        float ak = acck[d], av = accv[d];
+        for (long ii = 0; ii < it; ii++) {
+          av += pt[ii] * ld(doh[(ib + ii) * hs + d]);
+          ak += dst[ii] * ld(qh[(ib + ii) * hs + d]);
+        }
+        acck[d] = ak;
+        accv[d] = av;
+      }
+      __syncthreads();
+    }
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+      dk[row * hs + d] = to<T>(acck[d]);
+      dv[row * hs + d] = to<T>(accv[d]);
+    }
+  }
+}
+
+// ---- attention on the tensor cores (bf16)
+//
+// FlashAttention-2's tiling through wmma: a block takes FA_ROWS query rows of
+// one head (forward, dq) or FA_ROWS keys (dk, dv), 16 to a warp, and walks the
+// other side in tiles of FA_COLS, each tile staged in shared memory; the
+// products (q k^T, p v, dout v^T, ds k, p^T dout, ds^T q) are 16 x 16 x 16
+// bf16 wmma ops summing in float, the softmax in float between them, its
+// probabilities (and ds) rounded to bf16 for the next product. Head sizes are
+// padded with zeros to HS (32, 64 or 128). The masks are att_score's: causal,
+// and the key-padding mask with its all-masked rows. Used for bf16 without a
+// bias or dscores, on sm_80 and later; otherwise the kernels above.
+#define FA_ROWS 64
+#define FA_COLS 64
+#define FA_THREADS 128
+#define FA_MAXHS 128
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define FA_ARCH_OK 0  // no bf16 wmma: the kernels trap, and the launchers never pick them
+#else
+#define FA_ARCH_OK 1
+#endif
+
+typedef __nv_bfloat16 bf16;
+
+// Shared memory carved in 128-byte pieces, at `base` (or from 0, to size it on the host).
+struct fa_carve {
+  char *base;
+  size_t off;
+  template <typename X>
+  __host__ __device__ X *take(long n) {
+    X *p = base ? (X *)(base + off) : NULL;
+    off += ((size_t)n * sizeof(X) + 127) / 128 * 128;
+    return p;
+  }
+};
+
+// The tiles of the three kernels. Leading dimensions in elements, padded by 16
+// bytes against bank conflicts: bf16 [rows][HS] (LDH), float scores (LDS),
+// bf16 probabilities (LDP), float [rows][HS] sums (LDO).
+template <int HS>
+struct fa_tiles {
+  static constexpr int LDH = HS + 8, LDS = FA_COLS + 4, LDP = FA_COLS + 8, LDO = HS + 4;
+  enum Kind { FWD, DQ, DKDV };
+  bf16 *a, *b, *k, *v;  // fwd, dq: q, dout, keys, values; dkdv: q, dout, own keys, own values
+  float *s, *dp;        // scores, dout . v
+  bf16 *p;              // probabilities (dq: score gradients)
+  float *o, *o2;        // fwd, dq: out (then dq); dkdv: dk, dv
+  float *m, *l, *c, *d;  // per row: max, sum, correction, D (dkdv: the query tile's stats)
+  int *none;             // dkdv: the query tile's rows that keep no key
+  size_t bytes;
+  __host__ __device__ fa_tiles(char *base, Kind kind) {
+    fa_carve t = {base, 0};
+    bool dq = kind == DQ, dkdv = kind == DKDV;
+    a = t.take<bf16>(FA_ROWS * LDH);
+    b = dq || dkdv ? t.take<bf16>(FA_ROWS * LDH) : NULL;
+    k = t.take<bf16>(FA_COLS * LDH);
+    v = t.take<bf16>(FA_COLS * LDH);
+    s = t.take<float>(FA_ROWS * LDS);
+    dp = dq || dkdv ? t.take<float>(FA_ROWS * LDS) : NULL;
+    p = dkdv ? NULL : t.take<bf16>(FA_ROWS * LDP);  // dkdv: over s and dp
+    o = t.take<float>(FA_ROWS * LDO);
+    o2 = dkdv ? t.take<float>(FA_ROWS * LDO) : NULL;
+    m = t.take<float>(FA_COLS);
+    l = t.take<float>(FA_COLS);
+    c = t.take<float>(FA_COLS);
+    d = t.take<float>(FA_COLS);
+    none = t.take<int>(FA_COLS);
+    bytes = t.off;
+  }
+};
+
+// dst[r][d] (ld HS + 8) <- rows [r0, r0 + 64) of src (n rows of hs), zeros
+// past n and hs; 16 bytes a thread when vec (hs % 8 == 0, src 16-byte aligned)
+template <int HS>
+__device__ void fa_load(bf16 *dst, const bf16 *src, long r0, long n, long hs, bool vec) {
+  constexpr int LD = HS + 8;
+  if (vec) {
+    constexpr int per = HS / 8;
+    for (int e = threadIdx.x; e < 64 * per; e += blockDim.x) {
+      int r = e / per, c = e % per * 8;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r0 + r < n && c < hs) x = *(const uint4 *)(src + (r0 + r) * hs + c);
+      *(uint4 *)(dst + r * LD + c) = x;
+    }
+  } else {
+    for (int e = threadIdx.x; e < 64 * HS; e += blockDim.x) {
+      int r = e / HS, c = e % HS;
+      dst[r * LD + c] = r0 + r < n && c < hs ? src[(r0 + r) * hs + c] : __float2bfloat16(0.0f);
+    }
+  }
+}
+
+#if FA_ARCH_OK
+namespace wmma = nvcuda::wmma;
+
+// A warp's product c (16 x 16 NB floats, ld ldc) = a (16 x K bf16, row-major,
+// lda) times b (K x 16 NB), plus c when acc. b is row-major (ldb), or when BT
+// given as its transpose, (16 NB x K) row-major. a's fragments are loaded once.
+template <int K, int NB, bool BT>
+__device__ void fa_mm(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb,
+                      bool acc) {
+  typedef typename std::conditional<BT, wmma::col_major, wmma::row_major>::type BL;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[K / 16];
+#pragma unroll
+  for (int k = 0; k < K / 16; k++) wmma::load_matrix_sync(fa[k], a + k * 16, lda);
+#pragma unroll
+  for (int n = 0; n < NB; n++) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
+    if (acc)
+      wmma::load_matrix_sync(f, c + n * 16, ldc, wmma::mem_row_major);
+    else
+      wmma::fill_fragment(f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < K / 16; k++) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BL> fb;
+      wmma::load_matrix_sync(fb, BT ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
+      wmma::mma_sync(f, fa[k], fb, f);
+    }
+    wmma::store_matrix_sync(c + n * 16, f, ldc, wmma::mem_row_major);
+  }
+}
+#endif
+
+// A lane's share of its warp's 16 x 64 tile of scores: rows FA_ROW(h) for
+// h < 2, columns FA_COL(k) for k < 16. Four lanes share a row; for one k the
+// warp's accesses (rows 8 apart, row strides of 4 mod 32 words) hit 32
+// different banks.
+#define FA_ROW(h) (threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4 + 8 * (h))
+#define FA_COL(k) (threadIdx.x % 4 + 4 * (k))
+#define FA_LOG2E 1.4426950408889634f
+
+// the max and the sum over the four lanes of a row
+__device__ inline float fa_row_max(float v) {
+  for (int o = 1; o < 4; o <<= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+__device__ inline float fa_row_sum(float v) {
+  for (int o = 1; o < 4; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The score of query i for key j as the softmax sees it (att_keep), s the
+// scaled product (in log2 units: the kernels take exp2): -inf outside the
+// query's window (past tk; after i when causal).
+__device__ inline float fa_score(float s, long i, long j, long tk, int causal, const int *keep,
+                                 bool none) {
+  if (j >= tk || (causal && j > i)) return -INFINITY;
+  return att_keep(s, keep, j, none);
+}
+
+// Whether query i's window keeps no key (first: the mask's first kept key).
+__device__ inline bool fa_none(const int *keep, long first, long i, long tk, int causal) {
+  return keep && first >= (causal ? i + 1 : tk);
+}
+
+// The forward pass of a block's 64 query rows q0.. (staged in t.a) over the keys
+// of head h: t.o <- the unnormalized output, t.m, t.l <- each row's max (log2
+// units, of the scores times scale2) and sum.
+template <int HS>
+__device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
+                                const int *keeph, long first, long q0, long tk, long hs,
+                                int causal, float scale2, bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  for (int e = threadIdx.x; e < FA_ROWS * HS; e += blockDim.x) t.o[e / HS * F::LDO + e % HS] = 0;
+  for (int r = threadIdx.x; r < FA_ROWS; r += blockDim.x) {
+    t.m[r] = -INFINITY;
+    t.l[r] = 0.0f;
+  }
+  long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
+  bool none[2];
+  for (int h = 0; h < 2; h++) none[h] = fa_none(keeph, first, q0 + FA_ROW(h), tk, causal);
+  for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
+    __syncthreads();  // the previous tile is read
+    fa_load<HS>(t.k, kh, j0, tk, hs, vec);
+    fa_load<HS>(t.v, vh, j0, tk, hs, vec);
+    __syncthreads();
+    fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
+                                  F::LDH, false);
+    __syncwarp();
+    bool rescale = false;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int r = FA_ROW(h);
+      long i = q0 + r;
+      const float *srow = t.s + r * F::LDS;
+      float sv[16], mx = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < 16; k++) {
+        sv[k] = fa_score(scale2 * srow[FA_COL(k)], i, j0 + FA_COL(k), tk, causal, keeph, none[h]);
+        mx = sv[k] > mx ? sv[k] : mx;
+      }
+      mx = fa_row_max(mx);
+      float mo = t.m[r], mn = mx > mo ? mx : mo;
+      // 0 on the first tile (mo = -inf); 1 while every key so far is masked
+      float corr = mn == -INFINITY ? 1.0f : exp2f(mo - mn), sum = 0.0f;
+      bf16 *prow = t.p + r * F::LDP;
+#pragma unroll
+      for (int k = 0; k < 16; k++) {
+        float e = sv[k] == -INFINITY ? 0.0f : exp2f(sv[k] - mn);
+        prow[FA_COL(k)] = __float2bfloat16_rn(e);
+        sum += e;
+      }
+      sum = fa_row_sum(sum);
+      __syncwarp();  // the row's lanes have read t.m[r]
+      if (lane % 4 == 0) {
+        t.m[r] = mn;
+        t.l[r] = t.l[r] * corr + sum;
+        t.c[r] = corr;
+      }
+      rescale |= corr != 1.0f;
+    }
+    __syncwarp();
+    if (__any_sync(0xffffffffu, rescale))  // once the rows' maxima settle, seldom
+      for (int e = lane; e < 16 * HS; e += 32)
+        t.o[(r0 + e / HS) * F::LDO + e % HS] *= t.c[r0 + e / HS];
+    __syncwarp();
+    fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.v,
+                                   F::LDH, true);
+  }
+  __syncwarp();
+#endif
+}
+
+// out = softmax(q k^T scale) v for blocks of 64 query rows
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_fwd_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int *keep,
+                     long bh, long tq, long tk, long hs, long heads, int causal, float scale,
+                     bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  RT_DYNAMIC_SHARED(float, smem);
+  F t((char *)smem, F::FWD);
+  long nq = (tq + FA_ROWS - 1) / FA_ROWS;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
+    long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;  // the longest causal rows first
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    long first = att_first_kept(keeph, tk);
+    __syncthreads();  // the previous block's rows are written
+    fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
+    fa_forward_rows<HS>(t, k + h * tk * hs, v + h * tk * hs, keeph, first, q0, tk, hs, causal,
+                        scale * FA_LOG2E, vec);
+    for (int e = lane; e < 16 * HS; e += 32) {
+      int r = r0 + e / HS, d = e % HS;
+      if (q0 + r < tq && d < hs)
+        out[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d] / t.l[r]);
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+// Backward, per block of 64 query rows: the forward again (each row's max,
+// sum and output), D = dout . out, then dq = sum_j ds_ij k_j over the key
+// tiles, ds_ij = scale p_ij (dp_ij - D_i); the rows' max (log2 units), 1/sum
+// and D into stats.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_bwd_dq_kernel(bf16 *dq, float *stats, const bf16 *dout, const bf16 *q, const bf16 *k,
+                        const bf16 *v, const int *keep, long bh, long tq, long tk, long hs,
+                        long heads, int causal, float scale, bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  RT_DYNAMIC_SHARED(float, smem);
+  F t((char *)smem, F::DQ);
+  long nq = (tq + FA_ROWS - 1) / FA_ROWS;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  float scale2 = scale * FA_LOG2E;
+  for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
+    long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    const bf16 *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    long first = att_first_kept(keeph, tk);
+    __syncthreads();
+    fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
+    fa_load<HS>(t.b, dout + h * tq * hs, q0, tq, hs, vec);
+    fa_forward_rows<HS>(t, kh, vh, keeph, first, q0, tk, hs, causal, scale2, vec);
+    // a lane's two rows: max, 1/sum, D = dout . out (a quarter of the row a lane)
+    float m[2], inv[2], D[2];
+    bool none[2];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+      int r = FA_ROW(h2);
+      float s = 0.0f;
+      for (int d = lane % 4; d < HS; d += 4)
+        s += __bfloat162float(t.b[r * F::LDH + d]) * t.o[r * F::LDO + d];
+      m[h2] = t.m[r];
+      inv[h2] = 1.0f / t.l[r];
+      D[h2] = fa_row_sum(s) * inv[h2];
+      none[h2] = fa_none(keeph, first, q0 + r, tk, causal);
+    }
+    __syncwarp();  // t.o is read; it holds dq next
+    for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] = 0.0f;
+    long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
+    for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
+      __syncthreads();
+      fa_load<HS>(t.k, kh, j0, tk, hs, vec);
+      fa_load<HS>(t.v, vh, j0, tk, hs, vec);
+      __syncthreads();
+      fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
+                                    F::LDH, false);
+      fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.b + r0 * F::LDH, F::LDH, t.v,
+                                    F::LDH, false);
+      __syncwarp();
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++) {
+        int r = FA_ROW(h2);
+        const float *srow = t.s + r * F::LDS, *dprow = t.dp + r * F::LDS;
+        bf16 *dsrow = t.p + r * F::LDP;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+          int c = FA_COL(k);
+          float s = fa_score(scale2 * srow[c], q0 + r, j0 + c, tk, causal, keeph, none[h2]);
+          float p = s == -INFINITY ? 0.0f : exp2f(s - m[h2]) * inv[h2];
+          dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - D[h2]));
+        }
+      }
+      __syncwarp();
+      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.k,
+                                     F::LDH, true);
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * HS; e += 32) {
+      int r = r0 + e / HS, d = e % HS;
+      if (q0 + r < tq && d < hs)
+        dq[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
+    }
+    if (lane % 4 == 0)
+      for (int h2 = 0; h2 < 2; h2++) {
+        long i = q0 + FA_ROW(h2);
+        if (i < tq) {
+          float *st = stats + 3 * (h * tq + i);
+          st[0] = m[h2];
+          st[1] = inv[h2];
+          st[2] = D[h2];
+        }
+      }
+  }
+#else
+  __trap();
+#endif
+}
+
+// Backward, per block of 64 keys: dv_j = sum_i p_ij dout_i and dk_j = sum_i
+// ds_ij q_i over the query tiles that see them, with the rows' stats.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const float *stats, const bf16 *dout,
+                          const bf16 *q, const bf16 *k, const bf16 *v, const int *keep, long bh,
+                          long tq, long tk, long hs, long heads, int causal, float scale,
+                          bool vec) {
+#if FA_ARCH_OK
+  typedef fa_tiles<HS> F;
+  RT_DYNAMIC_SHARED(float, smem);
+  F t((char *)smem, F::DKDV);
+  long nk = (tk + FA_ROWS - 1) / FA_ROWS;
+  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  float scale2 = scale * FA_LOG2E;
+  for (long blk = blockIdx.x; blk < bh * nk; blk += gridDim.x) {
+    long h = blk / nk, j0 = blk % nk * FA_ROWS;
+    const int *keeph = keep ? keep + h / heads * tk : NULL;
+    const bf16 *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
+    const float *sh = stats + 3 * h * tq;
+    long first = att_first_kept(keeph, tk);
+    __syncthreads();
+    fa_load<HS>(t.k, k + h * tk * hs, j0, tk, hs, vec);
+    fa_load<HS>(t.v, v + h * tk * hs, j0, tk, hs, vec);
+    for (int e = threadIdx.x; e < FA_ROWS * HS; e += blockDim.x) {
+      t.o[e / HS * F::LDO + e % HS] = 0.0f;
+      t.o2[e / HS * F::LDO + e % HS] = 0.0f;
+    }
+    for (long i0 = causal ? j0 : 0; i0 < tq; i0 += FA_COLS) {
+      __syncthreads();  // the previous query tile is read
+      fa_load<HS>(t.a, qh, i0, tq, hs, vec);
+      fa_load<HS>(t.b, doh, i0, tq, hs, vec);
+      for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
+        long i = i0 + c;
+        bool in = i < tq;
+        t.m[c] = in ? sh[3 * i] : 0.0f;
+        t.l[c] = in ? sh[3 * i + 1] : 0.0f;
+        t.d[c] = in ? sh[3 * i + 2] : 0.0f;
+        t.none[c] = in && fa_none(keeph, first, i, tk, causal);
+      }
+      __syncthreads();
+      // s^T = k q^T and dp^T = v dout^T, the warp's 16 keys against the tile's queries
+      fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.k + r0 * F::LDH, F::LDH, t.a,
+                                    F::LDH, false);
+      fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.v + r0 * F::LDH, F::LDH, t.b,
+                                    F::LDH, false);
+      __syncwarp();
+      float pv[2][16], dsv[2][16];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++) {
+        int r = FA_ROW(h2);
+        long j = j0 + r;
+        const float *srow = t.s + r * F::LDS, *dprow = t.dp + r * F::LDS;
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+          int c = FA_COL(kk);
+          long i = i0 + c;
+          float s = i < tq ? fa_score(scale2 * srow[c], i, j, tk, causal, keeph, t.none[c])
+                           : -INFINITY;
+          pv[h2][kk] = s == -INFINITY ? 0.0f : exp2f(s - t.m[c]) * t.l[c];
+          dsv[h2][kk] = scale * pv[h2][kk] * (dprow[c] - t.d[c]);
+        }
+      }
+      // p^T and ds^T in bf16 over the first half of the rows of s^T and dp^T,
+      // once every lane has read them (a tile less of shared memory: two
+      // blocks an SM at HS 64)
+      __syncwarp();
+      bf16 *pt = (bf16 *)t.s, *dst = (bf16 *)t.dp;
+#pragma unroll
+      for (int h2 = 0; h2 < 2; h2++)
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+          int at = FA_ROW(h2) * 2 * F::LDS + FA_COL(kk);
+          pt[at] = __float2bfloat16_rn(pv[h2][kk]);
+          dst[at] = __float2bfloat16_rn(dsv[h2][kk]);
+        }
+      __syncwarp();
+      fa_mm<FA_COLS, HS / 16, false>(t.o2 + r0 * F::LDO, F::LDO, pt + r0 * 2 * F::LDS, 2 * F::LDS,
+                                     t.b, F::LDH, true);
+      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, dst + r0 * 2 * F::LDS,
+                                     2 * F::LDS, t.a, F::LDH, true);
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * HS; e += 32) {
+      int r = r0 + e / HS, d = e % HS;
+      if (j0 + r < tk && d < hs) {
+        dk[(h * tk + j0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
+        dv[(h * tk + j0 + r) * hs + d] = __float2bfloat16_rn(t.o2[r * F::LDO + d]);
+      }
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+// ---- launchers
+
+// dynamic shared memory of an attention kernel: opts in past the default
+// 48 KiB when hs needs it
+static size_t att_smem(const void *kernel, size_t bytes, long hs) {
+  if (bytes > 48 * 1024) {
+    int device, most;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (bytes > (size_t)most) {
+      fprintf(stderr, "attention: head size %ld needs %zu bytes of shared memory (most %d)\n",
+              hs, bytes, most);
+      exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bytes));
+  }
+  return bytes;
+}
+
+// The padded head size (32, 64, 128) of the tensor-core attention for these
+// operands, or 0 when it does not take them: bf16, no bias, no dscores, hs at
+// most FA_MAXHS, a device of compute capability 8.0 or later.
+template <typename T>
+static int fa_hs(long hs, const void *bias, const void *dscores) {
+  if (!std::is_same<T, bf16>::value || bias || dscores || hs > FA_MAXHS) return 0;
+  static int major = -1;
+  if (major < 0) {
+    int device;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  }
+  return major < 8 ? 0 : hs <= 32 ? 32 : hs <= 64 ? 64 : 128;
+}
+
+// f(std::integral_constant<int, HS>()) for the padded head size hsp; false when hsp is 0
+template <typename F>
+static bool fa_dispatch(int hsp, F f) {
+  switch (hsp) {
+    case 32: f(std::integral_constant<int, 32>()); return true;
+    case 64: f(std::integral_constant<int, 64>()); return true;
+    case 128: f(std::integral_constant<int, 128>()); return true;
+  }
+  return false;
+}
+
+// whether rows of hs bf16 at each pointer (NULL: none) load 16 bytes at a time
+static bool fa_vec(long hs, const void *a, const void *b, const void *c, const void *d) {
+  const void *ps[] = {a, b, c, d};
+  for (const void *p : ps)
+    if ((uintptr_t)p % 16 != 0) return false;
+  return hs % 8 == 0;
+}
+
+template <int HS>
+static void flash_fwd(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int *keep,
+                      long bh, long t, long tk, long hs, long heads, int causal, float scale) {
+  size_t smem = att_smem((const void *)flash_fwd_kernel<HS>,
+                         fa_tiles<HS>(NULL, fa_tiles<HS>::FWD).bytes, hs);
+  RT_LAUNCH(flash_fwd_kernel<HS>, grid_rows(bh * ((t + FA_ROWS - 1) / FA_ROWS)), FA_THREADS, smem,
+            rt_cuda_stream, out, q, k, v, keep, bh, t, tk, hs, heads, causal, scale,
+            fa_vec(hs, q, k, v, NULL));
+  LAUNCHED();
+}
+
+template <int HS>
+static void flash_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q,
+                      const bf16 *k, const bf16 *v, const int *keep, long bh, long t, long tk,
+                      long hs, long heads, int causal, float scale) {
+  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
+  bool vec = fa_vec(hs, q, k, v, dout);
+  size_t smem = att_smem((const void *)flash_bwd_dq_kernel<HS>,
+                         fa_tiles<HS>(NULL, fa_tiles<HS>::DQ).bytes, hs);
+  RT_LAUNCH(flash_bwd_dq_kernel<HS>, grid_rows(bh * ((t + FA_ROWS - 1) / FA_ROWS)), FA_THREADS,
+            smem, rt_cuda_stream, dq, stats, dout, q, k, v, keep, bh, t, tk, hs, heads, causal,
+            scale, vec);
+  LAUNCHED();
+  smem = att_smem((const void *)flash_bwd_dkdv_kernel<HS>,
+                  fa_tiles<HS>(NULL, fa_tiles<HS>::DKDV).bytes, hs);
+  RT_LAUNCH(flash_bwd_dkdv_kernel<HS>, grid_rows(bh * ((tk + FA_ROWS - 1) / FA_ROWS)),
+            FA_THREADS, smem, rt_cuda_stream, dk, dv, stats, dout, q, k, v, keep, bh, t, tk, hs,
+            heads, causal, scale, vec);
+  LAUNCHED();
+}
+
+template <typename T>
+static void attention_fwd(T *out, const T *q, const T *k, const T *v, const int *keep,
+                          const T *bias, long bh, long t, long tk, long hs, long heads, long bdiv,
+                          long bmod, int causal) {
+  if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
+  float scale = 1.0f / sqrtf((float)hs);
+  if constexpr (std::is_same<T, bf16>::value)
+    if (fa_dispatch(fa_hs<T>(hs, bias, NULL), [&](auto hsp) {
+          flash_fwd<decltype(hsp)::value>(out, q, k, v, keep, bh, t, tk, hs, heads, causal, scale);
+        }))
+      return;
+  size_t smem = att_smem((const void *)attention_fwd_kernel<T>, (hs + ATT_TILE) * sizeof(float), hs);
+  RT_LAUNCH(attention_fwd_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, out, q, k,
+            v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
+  LAUNCHED();
+}
+RT_CUDA_KT(attention_fwd,
+           (T *out, const T *q, const T *k, const T *v, const int *keep, const T *bias, long bh,
+            long t, long tk, long hs, long heads, long bdiv, long bmod, int causal),
+           (dev(out), dev(q), dev(k), dev(v), keep, dev(bias), bh, t, tk, hs, heads, bdiv, bmod,
+            causal))
+
+template <typename T>
+static void attention_bwd(T *dq, T *dk, T *dv, T *dscores, const T *dout, const T *q, const T *k,
+                          const T *v, const int *keep, const T *bias, long bh, long t, long tk,
+                          long hs, long heads, long bdiv, long bmod, int causal) {
+  if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
+  float scale = 1.0f / sqrtf((float)hs);
+  if constexpr (std::is_same<T, bf16>::value)
+    if (fa_dispatch(fa_hs<T>(hs, bias, dscores), [&](auto hsp) {
+          flash_bwd<decltype(hsp)::value>(dq, dk, dv, dout, q, k, v, keep, bh, t, tk, hs, heads,
+                                          causal, scale);
+        }))
+      return;
+  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
+  size_t smem = att_smem((const void *)attention_bwd_dq_kernel<T>, (hs + 2 * ATT_TILE) * sizeof(float), hs);
+  RT_LAUNCH(attention_bwd_dq_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, dq,
+            dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
+            scale);
+  LAUNCHED();
+  smem = att_smem((const void *)attention_bwd_dkdv_kernel<T>, (2 * hs + 2 * ATT_TILE) * sizeof(float),
+                  hs);
+  RT_LAUNCH(attention_bwd_dkdv_kernel, grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream, dk,
+            dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
+  LAUNCHED();
+}
+RT_CUDA_KT(attention_bwd,
+           (T *dq, T *dk, T *dv, T *dscores, const T *dout, const T *q, const T *k, const T *v,
+            const int *keep, const T *bias, long bh, long t, long tk, long hs, long heads,
+            long bdiv, long bmod, int causal),
+           (dev(dq), dev(dk), dev(dv), dev(dscores), dev(dout), dev(q), dev(k), dev(v), keep,
+            dev(bias), bh, t, tk, hs, heads, bdiv, bmod, causal))
