@@ -500,7 +500,10 @@ static void fixed_plan(const SvProblem *p, const Fixed *f, int l, SvBaseline *b)
     m0 = m1;
   }
   sv_solution_free(&alt);
-  b->need = b->sol.feasible ? 0 : m0;
+  b->need = b->sol.feasible ? 0 : fmax(m0, 0);
+  b->host_need = 0;
+  for (int g = 0; g < p->ngroups; g++)
+    b->host_need = fmax(b->host_need, b->sol.host[g] - p->host_cap[g]);
 }
 
 // a is a better baseline than b: it fits and is faster, or neither fits and a is closer.
@@ -565,9 +568,7 @@ static void baselines(SvPlan *pl) {
 
 // ---- when nothing fits --------------------------------------------------------------------------
 
-// bytes as GiB to a tenth, or in MiB or KiB below a tenth of the unit above
-// (a small model's plan would read "0.0 GiB").
-static const char *gib(char *buf, double bytes) {
+const char *sv_bytes_str(char *buf, double bytes) {
   if (fabs(bytes) >= 0.1 * GiB)
     snprintf(buf, 32, "%.1f GiB", bytes / GiB);
   else if (fabs(bytes) >= 0.1 * 1024 * 1024)
@@ -576,6 +577,7 @@ static const char *gib(char *buf, double bytes) {
     snprintf(buf, 32, "%.1f KiB", bytes / 1024);
   return buf;
 }
+#define gib sv_bytes_str
 
 // The largest micro-batch that divides the global batch and fits (0: none),
 // by bisection: memory grows with the micro-batch.
@@ -631,6 +633,32 @@ static int64_t largest_micro_batch(SvPlan *pl, IrDiag *d) {
   return best;
 }
 
+// The leanest plan's GPU memory per GPU with unlimited CPU memory for
+// offloaded state, when that is less than with the cluster's (CPU memory
+// binds too); else 0.
+static double host_unbound(SvPlan *pl, IrDiag *d) {
+  SvConfig cfg = pl->cfg;
+  for (int g = 0; g < cfg.cluster.ngroups; g++)
+    cfg.cluster.group[g].dev.host_mem = 1e18;
+  SvNum *nums = NULL;
+  SvProblem *p = sv_problem_build(pl->model, &cfg, &nums, d);
+  double lean = 0;
+  if (p) {
+    SvSolution s = sv_solution_new(p), t = sv_solution_new(pl->prob);
+    SvSolveStats st;
+    SvSolveOptions o = {.mip_gap = 1e-3, .time_limit = 10, .min_memory = true};
+    // min_memory's objective: bytes over capacity on the group that binds
+    if (!sv_solve(p, &o, &s, &st, d) && s.feasible && !sv_solve(pl->prob, &o, &t, &st, d) &&
+        t.feasible && s.time < t.time - 1e-6 * fabs(t.time) - 1)
+      lean = p->cap[0] + s.time;
+    sv_solution_free(&s);
+    sv_solution_free(&t);
+  }
+  sv_problem_free(p);
+  free(nums);
+  return lean;
+}
+
 static void explain(SvPlan *pl, IrDiag *d) {
   const SvProblem *p = pl->prob;
   char a[32], b[32], c[32], e[32], f[32], h[32], k[32], l[32];
@@ -669,6 +697,12 @@ static void explain(SvPlan *pl, IrDiag *d) {
                  gib(l, p->cap[worst] + s.time + gr->reserve));
   }
   sv_solution_free(&s);
+  double lean = host_unbound(pl, d);
+  if (n < (int)cap && lean > 0)
+    n += snprintf(pl->why + n, cap - (size_t)n,
+                  "; CPU memory binds too (%s per GPU for offloaded state): with unlimited CPU "
+                  "memory the leanest plan would need %s per GPU",
+                  gib(a, p->host_cap[0]), gib(b, lean));
   int64_t mb = largest_micro_batch(pl, d);
   if (n < (int)cap && mb > 0)
     snprintf(pl->why + n, cap - (size_t)n, "; the largest micro-batch that fits is %lld (now %lld)",

@@ -204,9 +204,14 @@ static void print_baselines(FILE *f, const SvPlan *pl) {
     if (b->sol.feasible)
       fprintf(f, "%-30s %9.2f ms %8.2f GiB %9.2fx\n", name, b->sol.time * 1e3, gb(m),
               b->sol.time / best);
-    else
-      fprintf(f, "%-30s %12s %8.2f GiB   does not fit (%.2f GiB over)\n", name, "-", gb(m),
-              gb(b->need));
+    else {
+      char over[32], host[32];
+      fprintf(f, "%-30s %12s %8.2f GiB   does not fit (%s over", name, "-", gb(m),
+              sv_bytes_str(over, b->need));
+      if (b->host_need > 0)
+        fprintf(f, "; CPU memory %s over", sv_bytes_str(host, b->host_need));
+      fputs(")\n", f);
+    }
   }
 }
 
@@ -404,6 +409,7 @@ static cJSON *plan_json(const SvPlan *pl) {
         cJSON_AddNumberToObject(o, "speedup", b->sol.time / s->time);
     } else {
       cJSON_AddNumberToObject(o, "over_bytes", b->need);
+      cJSON_AddNumberToObject(o, "host_over_bytes", b->host_need);
     }
     cJSON_AddItemToArray(bl, o);
   }

@@ -358,11 +358,16 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
 
 // ---- planning a model (solver/plan.c) --------------------------------------------------------
 
+// bytes as GiB to a tenth, or in MiB or KiB below a tenth of the unit above
+// (a small model's plan would read "0.0 GiB"), into buf (32 bytes); returns buf
+const char *sv_bytes_str(char *buf, double bytes);
+
 typedef struct SvBaseline {
   char name[48];                  // "DP", "ZeRO-3", "Megatron TP=8", ...
   SvSolution sol;
   bool ckpt;                      // needed checkpointing to fit
   double need;                    // when it does not fit: bytes per GPU over capacity
+  double host_need;               // bytes of CPU memory per GPU over capacity (0: fits)
 } SvBaseline;
 
 #define SV_MAXBASELINES 6
