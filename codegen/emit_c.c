@@ -1239,7 +1239,9 @@ static int write_weights(IrGraph *g, const CgOptions *opt, IrDiag *d) {
 // the CUDA runtime and cuBLAS; a program for several ranks runs its
 // collectives on device memory over NCCL (comm_mpi.c with RT_COMM_NCCL, and
 // comm_nccl.c). Both builds go to build/<kind>/train and are copied to ./train.
-static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
+// bf16: the program keeps working copies of its parameters (a bf16 program); its
+// kernels need not round as the CPU build does, so nvcc may contract a*b + c.
+static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d) {
   FILE *f = open_out(opt->outdir, "Makefile", d);
   if (!f)
     return -1;
@@ -1268,10 +1270,13 @@ static int write_makefile(const CgOptions *opt, int ranks, IrDiag *d) {
         "\n"
         "CUDA ?= /usr/local/cuda\n"
         "NVCC ?= $(CUDA)/bin/nvcc\n"
-        "CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90\n"
-        "# --fmad=false: the fp32 kernels round as the CPU build does\n"
-        "NVCCFLAGS ?= -O3 -std=c++17 --fmad=false -Xcompiler -Wall,-Wextra\n"
-        "GPU_CFLAGS ?= -O3 -march=native -std=c11 -Wall -Wextra\n"
+        "CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90\n",
+        f);
+  fputs(bf16 ? "# bf16: no --fmad=false (that is for fp32 programs, to round as the CPU build does)\n"
+               "NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra\n"
+             : "# --fmad=false: the fp32 kernels round as the CPU build does\n"
+               "NVCCFLAGS ?= -O3 -std=c++17 --fmad=false -Xcompiler -Wall,-Wextra\n", f);
+  fputs("GPU_CFLAGS ?= -O3 -march=native -std=c11 -Wall -Wextra\n"
         "# the kernels' objects (a prebuilt archive of the same sources may be given instead)\n"
         "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n", f);
   if (mpi)
@@ -1398,7 +1403,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (rc)
     return -1;
   int ranks = opt->lowered ? mesh_ranks(&opt->lowered->plan.mesh) : 1;
-  if (write_makefile(opt, ranks, d))
+  if (write_makefile(opt, ranks, has_copies(&e), d))
     return -1;
   bool given = has_given_weights(g);
   if ((given && (check_space(g, opt, d) || write_weights(g, opt, d))) ||

@@ -28,8 +28,10 @@
 // memory in every build (runtime/host.c).
 //
 // Arithmetic follows the CPU code in its order of operations. The CPU build
-// (-std=c11) does not contract a*b + c into an FMA; this file is compiled
-// with --fmad=false so that its elementwise kernels round the same way.
+// (-std=c11) does not contract a*b + c into an FMA; an fp32 program compiles
+// this file with --fmad=false so that its elementwise kernels round the same
+// way (a bf16 program's Makefile leaves the flag out: its checks allow bf16's
+// rounding).
 // Reductions sum in the CPU's precision (float, or double where the CPU uses
 // double) but in another order (per-thread partials, then warp shuffles), so
 // they agree with the CPU to rounding, not bit for bit.
