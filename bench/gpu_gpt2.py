@@ -12,7 +12,8 @@ fused AdamW), in fresh processes: eager or torch.compile, in bf16 autocast
 (fp32 master weights) or fp32 (TF32 off, as mtc's fp32 build). Runs alternate
 round by round; the first 3 steps of every run are warm-up and are dropped.
 
-Prints a Markdown table: median ms/step over the kept steps, tokens/s at that
+Prints a Markdown table (a run that fails, out of memory say, leaves its row
+empty): median ms/step over the kept steps, tokens/s at that
 median, MFU, and peak device memory (PyTorch: max_memory_reserved; mtc: the
 device memory the program measured, cudaMemGetInfo). MFU counts
 6N + 6LCT FLOPs per token (N: the parameters, wte once; llm.c's count) over
@@ -149,22 +150,25 @@ def main():
         if rnd % 2:
             order.reverse()
         for kind, what in order:
-            if kind == "mtc":
-                label = "mtc " + os.path.basename(os.path.normpath(what))
-                out = run(["./train", "--steps", str(args.steps), "--seed", str(args.seed)],
-                          cwd=what, timeout=args.timeout)
-                m = MEM_RE.search(out)
-                peak = int(m.group(1)) if m else 0
-                prec = "bf16" if "bf16" in label else "fp32"
-            else:
-                label = "torch " + what
-                out = run([sys.executable, __file__, "--worker", what, "--size", args.size,
-                           "--B", str(args.B), "--T", str(args.T), "--steps", str(args.steps),
-                           "--seed", str(args.seed)], timeout=args.timeout)
-                info = json.loads(out.strip().splitlines()[-1])
-                nparams, peak = info["params"], info["peak"]
-                prec = what.split("-")[1]
+            label = ("mtc " + os.path.basename(os.path.normpath(what)) if kind == "mtc"
+                     else "torch " + what)
+            prec = ("bf16" if "bf16" in label else "fp32") if kind == "mtc" else what.split("-")[1]
             r = runs.setdefault(label, {"ms": [], "peak": 0, "prec": prec})
+            try:  # a run that fails (out of memory) leaves its row empty, the others go on
+                if kind == "mtc":
+                    out = run(["./train", "--steps", str(args.steps), "--seed", str(args.seed)],
+                              cwd=what, timeout=args.timeout)
+                    m = MEM_RE.search(out)
+                    peak = int(m.group(1)) if m else 0
+                else:
+                    out = run([sys.executable, __file__, "--worker", what, "--size", args.size,
+                               "--B", str(args.B), "--T", str(args.T), "--steps",
+                               str(args.steps), "--seed", str(args.seed)], timeout=args.timeout)
+                    info = json.loads(out.strip().splitlines()[-1])
+                    nparams, peak = info["params"], info["peak"]
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                print(f"{label}: failed: {e}", file=sys.stderr)
+                continue
             r["ms"] += step_times(out)
             r["peak"] = max(r["peak"], peak)
     if nparams is None:  # GPT-2's parameters, wte counted once

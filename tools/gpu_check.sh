@@ -9,8 +9,8 @@
 # compiles every test program (the parity fixtures: DSL, ONNX and Hugging Face
 # exports) and builds each twice, with nvcc for sm_90 and for the CPU; runs
 # the CPU builds for the references (first loss and gradients; 10 AdamW steps
-# and the weights after them); compiles the benchmark programs (GPT-2 at
-# T=1024; their weights are drawn on the device by the carried mtc); and
+# and the weights after them); compiles the benchmark programs (GPT-2 124M
+# and 350M at T=1024, BENCH_RUNS; the programs draw their weights); and
 # copies the shared libraries the binaries need that the device image lacks.
 # DIR must be ignored by git, and DIR.txz too: prepare packs DIR into it
 # (xz over the whole folder: the programs' binaries are nearly the same, 7 MB
@@ -132,20 +132,30 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
   echo "$name|$model|$fix" >> "$dir/cases.txt"
 }
 
-# The benchmark programs: GPT-2 at T=1024 (weights drawn on the device).
-BENCH_DIMS_124M="-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=1024"
-prepare_bench() {  # prepare_bench DIR: GPT-2 124M in bf16 and in fp32
-  local dir=$1 p b
+# The benchmark programs: GPT-2 at T=1024, weights drawn by the program.
+# name|size|B|precision: 124M at B=8 in bf16 and fp32, then bf16 at larger
+# micro-batches and 350M (bench/gpu_gpt2.py's sizes)
+BENCH_RUNS="gpt2_124M_bf16|124M|8|bf16 gpt2_124M_fp32|124M|8|fp32 gpt2_124M_bf16_B32|124M|32|bf16
+  gpt2_350M_bf16_B16|350M|16|bf16"
+bench_dims() {  # bench_dims SIZE B: the -D flags of examples/gpt2.mtc
+  case $1 in
+    124M) echo "-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=1024 -D B=$2" ;;
+    350M) echo "-D L=24 -D C=1024 -D NH=16 -D V=50257 -D T=1024 -D B=$2" ;;
+  esac
+}
+prepare_bench() {  # prepare_bench DIR
+  local dir=$1 run name size b p dst
   mkdir -p "$dir/bench"
-  for p in bf16 fp32; do
-    b=$dir/bench/gpt2_124M_$p
-    # shellcheck disable=SC2086
-    "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $BENCH_DIMS_124M -D B=8 -o "$b" --precision $p \
-      --lr 1e-4 --beta2 0.95 > "$b.compile.log" || die "mtc compile (bench) failed"
-    build_gpu "$b"
-    cp "$b/build/gpu/train" "$b/train"
-    rm -rf "$b/weights.bin" "$b/build"
-    echo "gpt2_124M_$p|$BENCH_DIMS_124M -D B=8" >> "$dir/bench.txt"
+  for run in $BENCH_RUNS; do
+    IFS='|' read -r name size b p <<< "$run"
+    dst=$dir/bench/$name
+    # shellcheck disable=SC2046
+    "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $(bench_dims "$size" "$b") -o "$dst" \
+      --precision "$p" --lr 1e-4 --beta2 0.95 > "$dst.compile.log" || die "mtc compile (bench) failed"
+    build_gpu "$dst"
+    cp "$dst/build/gpu/train" "$dst/train"
+    rm -rf "$dst/weights.bin" "$dst/build"
+    echo "$run" >> "$dir/bench.txt"
   done
 }
 
@@ -172,8 +182,9 @@ prepare() {
   prepare_bench "$dir"
   # apart, so that the programs' (libcjson) do not replace the device's own under Python
   copy_libs "$dir/lib/mtc" "$dir/bin/mtc"
-  copy_libs "$dir/lib/prog" "$dir/bin/test_kernels_cuda" "$dir"/cases/*/train_gpu \
-    "$dir"/bench/*/train
+  local bins=("$dir/bin/test_kernels_cuda") b
+  for b in "$dir"/cases/*/train_gpu "$dir"/bench/*/train; do [ -e "$b" ] && bins+=("$b"); done
+  copy_libs "$dir/lib/prog" "${bins[@]}"
   git -C "$root" check-ignore -q "$dir.txz" || die "$dir.txz is not ignored by git (add it to .gitignore)"
   tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | xz -9 -T0 > "$dir.txz" ||
     die "packing $dir failed"
@@ -283,22 +294,24 @@ startup() {  # startup DIR CASE: wall time of one step of a small program, eager
   done
 }
 
-bench() {  # bench DIR: draw the benchmark programs' weights, then bench/gpu_gpt2.py
-  local dir=$1 line name dims
-  while IFS='|' read -r name dims; do
-    # shellcheck disable=SC2086
-    LD_LIBRARY_PATH=$dir/lib/mtc "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $dims \
-      --precision "$(precision_of "$name")" \
-      -o /tmp/gpu_check_w > /dev/null ||
-      return 1
-    if [ -e /tmp/gpu_check_w/weights.bin ]; then  # the DSL's programs draw their own
-      mv /tmp/gpu_check_w/weights.bin "$dir/bench/$name/weights.bin"
-    fi
+# bench DIR: bench/gpu_gpt2.py for each size and micro-batch of the prepared
+# programs, against PyTorch's bf16 modes (and eager fp32 beside an fp32 program)
+bench() {
+  local dir=$1 name size b p key keys=() progs modes
+  while IFS='|' read -r name size b p; do
+    key="$size|$b"
+    [[ " ${keys[*]} " == *" $key "* ]] || keys+=("$key")
   done < "$dir/bench.txt"
-  local progs=()
-  for line in "$dir"/bench/*/; do progs+=(--mtc "$line"); done
-  python3 "$root/bench/gpu_gpt2.py" "${progs[@]}" --B 8 --T 1024 --steps 12 --rounds 1 \
-    --torch "$(echo "${GPU_CHECK_TORCH:-eager-bf16,compile-bf16,eager-fp32}" | sed 's/^none$//')"
+  for key in "${keys[@]}"; do
+    progs=() modes=eager-bf16,compile-bf16
+    while IFS='|' read -r name size b p; do
+      [ "$size|$b" = "$key" ] || continue
+      progs+=(--mtc "$dir/bench/$name")
+      [ "$p" = fp32 ] && modes=$modes,eager-fp32
+    done < "$dir/bench.txt"
+    python3 "$root/bench/gpu_gpt2.py" "${progs[@]}" --size "${key%|*}" --B "${key#*|}" --T 1024 \
+      --steps 12 --rounds 1 --torch "$(echo "${GPU_CHECK_TORCH:-$modes}" | sed 's/^none$//')"
+  done
 }
 
 # profile DIR: one step of the first benchmark program under Nsight Compute,
@@ -352,10 +365,10 @@ run() {
     stage "case_$name" "${GPU_CHECK_CASE_LIMIT:-60}" run_case "$dir" "$name" "$model" "$fix"
   done < "$dir/cases.txt"
   for c in $small; do stage "memcheck_$c" 90 sanitize "$dir" memcheck "$c"; done
-  [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-200}" bench "$dir"
+  [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-330}" bench "$dir"
   [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage profile 150 profile "$dir"
   for c in $small; do stage "racecheck_$c" 90 sanitize "$dir" racecheck "$c"; done
-  tail -n 12 "$logs/bench.log" 2> /dev/null
+  grep -E "^(\||GPT-2)" "$logs/bench.log" 2> /dev/null
   head -n 25 "$logs/profile.log" 2> /dev/null
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
   tar -czf "$out/logs.tgz" -C "$logs" .
