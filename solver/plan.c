@@ -633,30 +633,26 @@ static int64_t largest_micro_batch(SvPlan *pl, IrDiag *d) {
   return best;
 }
 
-// The leanest plan's GPU memory per GPU with unlimited CPU memory for
-// offloaded state, when that is less than with the cluster's (CPU memory
-// binds too); else 0.
-static double host_unbound(SvPlan *pl, IrDiag *d) {
+// The bytes over capacity of the leanest plan (min_memory's objective) with
+// unlimited CPU memory for offloaded state; INFINITY when none is found.
+static double over_without_host_limit(SvPlan *pl, IrDiag *d) {
   SvConfig cfg = pl->cfg;
   for (int g = 0; g < cfg.cluster.ngroups; g++)
     cfg.cluster.group[g].dev.host_mem = 1e18;
   SvNum *nums = NULL;
   SvProblem *p = sv_problem_build(pl->model, &cfg, &nums, d);
-  double lean = 0;
+  double over = INFINITY;
   if (p) {
-    SvSolution s = sv_solution_new(p), t = sv_solution_new(pl->prob);
+    SvSolution s = sv_solution_new(p);
     SvSolveStats st;
     SvSolveOptions o = {.mip_gap = 1e-3, .time_limit = 10, .min_memory = true};
-    // min_memory's objective: bytes over capacity on the group that binds
-    if (!sv_solve(p, &o, &s, &st, d) && s.feasible && !sv_solve(pl->prob, &o, &t, &st, d) &&
-        t.feasible && s.time < t.time - 1e-6 * fabs(t.time) - 1)
-      lean = p->cap[0] + s.time;
+    if (!sv_solve(p, &o, &s, &st, d) && s.feasible)
+      over = s.time;
     sv_solution_free(&s);
-    sv_solution_free(&t);
   }
   sv_problem_free(p);
   free(nums);
-  return lean;
+  return over;
 }
 
 static void explain(SvPlan *pl, IrDiag *d) {
@@ -695,14 +691,15 @@ static void explain(SvPlan *pl, IrDiag *d) {
                  gib(f, cat[SV_M_PARAMS] + cat[SV_M_GRADS] + cat[SV_M_OPT]),
                  gib(h, cat[SV_M_ACT]), gib(k, cat[SV_NM]),
                  gib(l, p->cap[worst] + s.time + gr->reserve));
+    // CPU memory binds too when more of it would make the leanest plan leaner
+    double over = over_without_host_limit(pl, d);
+    if (n < (int)cap && over < s.time - 1e-3 * fabs(s.time) - 1)
+      n += snprintf(pl->why + n, cap - (size_t)n,
+                    "; CPU memory binds too (%s per GPU for offloaded state): with unlimited CPU "
+                    "memory the leanest plan would need %s per GPU",
+                    gib(a, p->host_cap[worst]), gib(b, p->cap[worst] + over));
   }
   sv_solution_free(&s);
-  double lean = host_unbound(pl, d);
-  if (n < (int)cap && lean > 0)
-    n += snprintf(pl->why + n, cap - (size_t)n,
-                  "; CPU memory binds too (%s per GPU for offloaded state): with unlimited CPU "
-                  "memory the leanest plan would need %s per GPU",
-                  gib(a, p->host_cap[0]), gib(b, lean));
   int64_t mb = largest_micro_batch(pl, d);
   if (n < (int)cap && mb > 0)
     snprintf(pl->why + n, cap - (size_t)n, "; the largest micro-batch that fits is %lld (now %lld)",
