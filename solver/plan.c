@@ -693,11 +693,14 @@ static void explain(SvPlan *pl, IrDiag *d) {
                  gib(l, p->cap[worst] + s.time + gr->reserve));
     // CPU memory binds too when more of it would make the leanest plan leaner
     double over = over_without_host_limit(pl, d);
-    if (n < (int)cap && over < s.time - 1e-3 * fabs(s.time) - 1)
+    if (n < (int)cap && over < s.time - 1e-3 * fabs(s.time) - 1) {
+      if (p->host_cap[worst] > 0)
+        snprintf(a, sizeof a, "%s per GPU", gib(c, p->host_cap[worst]));
       n += snprintf(pl->why + n, cap - (size_t)n,
-                    "; CPU memory binds too (%s per GPU for offloaded state): with unlimited CPU "
-                    "memory the leanest plan would need %s per GPU",
-                    gib(a, p->host_cap[worst]), gib(b, p->cap[worst] + over));
+                    "; CPU memory binds too (%s for offloaded state): with unlimited CPU memory "
+                    "the leanest plan would need %s per GPU",
+                    p->host_cap[worst] > 0 ? a : "none", gib(b, p->cap[worst] + over));
+    }
   }
   sv_solution_free(&s);
   int64_t mb = largest_micro_batch(pl, d);
