@@ -118,7 +118,9 @@ void RT_NAME(vp_crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T 
 // Each rank holds c columns of every row, the whole row c x (the axis's
 // ranks); the rows' statistics are all-reduced along the axis. Two passes, as
 // the one-rank kernels: the mean, then the variance about it (RMSNorm: the
-// mean square alone).
+// mean square alone). Rows (and dw's columns) are split over OpenMP's
+// threads, each summed in its own order, so every thread count gives the
+// same bits.
 
 // v (n floats) summed over the axis's ranks.
 static void RT_LOCAL(rows_allreduce)(int axis, float *v, long n) {
@@ -129,12 +131,14 @@ static void RT_LOCAL(rows_allreduce)(int axis, float *v, long n) {
 static void RT_LOCAL(split_stats)(int axis, float *mean, float *rstd, const RT_T *x, long n,
                                   long c, float eps, bool centered) {
   float whole = (float)(c * rt_axis_size(axis));
+#pragma omp parallel for if (n * c >= 65536)
   for (long i = 0; i < n; i++) {
     float s = 0.0f;
     for (long j = 0; centered && j < c; j++) s += LD(x[i * c + j]);
     mean[i] = s;
   }
   if (centered) RT_LOCAL(rows_allreduce)(axis, mean, n);
+#pragma omp parallel for if (n * c >= 65536)
   for (long i = 0; i < n; i++) {
     float m = mean[i] / whole, q = 0.0f;
     for (long j = 0; j < c; j++) {
@@ -166,6 +170,7 @@ static void RT_LOCAL(norm_bwd_split)(int axis, RT_T *dx, RT_U *dw, RT_U *db, con
   float *mean = RT_LOCAL(stats_buffer)(n, 4), *rstd = mean + n, *sums = mean + 2 * n;
   float whole = (float)(c * rt_axis_size(axis));
   RT_LOCAL(split_stats)(axis, mean, rstd, x, n, c, eps, centered);
+#pragma omp parallel for if (n * c >= 65536)
   for (long i = 0; i < n; i++) {
     float a1 = 0.0f, a2 = 0.0f;   // sums of dnorm, dnorm * norm
     for (long j = 0; j < c; j++) {
@@ -177,6 +182,7 @@ static void RT_LOCAL(norm_bwd_split)(int axis, RT_T *dx, RT_U *dw, RT_U *db, con
     sums[2 * i + 1] = a2;
   }
   RT_LOCAL(rows_allreduce)(axis, sums, 2 * n);
+#pragma omp parallel for if (n * c >= 65536)
   for (long j = 0; j < c; j++) {
     float aw = 0.0f, ab = 0.0f;
     for (long i = 0; i < n; i++) {
@@ -187,6 +193,7 @@ static void RT_LOCAL(norm_bwd_split)(int axis, RT_T *dx, RT_U *dw, RT_U *db, con
     dw[j] = TO_U(aw);
     if (db) db[j] = TO_U(ab);
   }
+#pragma omp parallel for if (n * c >= 65536)
   for (long i = 0; i < n; i++) {
     float dm = centered ? sums[2 * i] / whole : 0.0f, dnm = sums[2 * i + 1] / whole;
     for (long j = 0; j < c; j++) {
@@ -212,6 +219,7 @@ static void RT_LOCAL(norm_fwd_split)(int axis, RT_T *y, const RT_T *x, const RT_
                                      const RT_T *b, long n, long c, float eps, bool centered) {
   float *mean = RT_LOCAL(stats_buffer)(n, 2), *rstd = mean + n;
   RT_LOCAL(split_stats)(axis, mean, rstd, x, n, c, eps, centered);
+#pragma omp parallel for if (n * c >= 65536)
   for (long i = 0; i < n; i++)
     for (long j = 0; j < c; j++) {
       float v = (LD(x[i * c + j]) - mean[i]) * rstd[i] * LD(w[j]);
