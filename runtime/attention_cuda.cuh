@@ -493,6 +493,19 @@ __device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
 #endif
 }
 
+// A warp's 16 rows of a float tile (src, ld LD, from row r0) to bf16 rows of
+// hs at dst (the tile's row 0 is dst's), each divided by div[r] when div is
+// given; rows at or past n (the tile's first rows count) are left out.
+template <int HS, int LD>
+__device__ void fa_store_rows(bf16 *dst, const float *src, const float *div, int r0, long n,
+                              long hs) {
+  for (int e = threadIdx.x % 32; e < 16 * HS; e += 32) {
+    int r = r0 + e / HS, d = e % HS;
+    if (r < n && d < hs)
+      dst[(long)r * hs + d] = __float2bfloat16_rn(div ? src[r * LD + d] / div[r] : src[r * LD + d]);
+  }
+}
+
 // out = softmax(q k^T scale) v for blocks of 64 query rows
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -504,7 +517,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   RT_DYNAMIC_SHARED(float, smem);
   F t((char *)smem, F::FWD);
   long nq = (tq + FA_ROWS - 1) / FA_ROWS;
-  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  int r0 = threadIdx.x / 32 * 16;
   for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
     long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;  // the longest causal rows first
     const int *keeph = keep ? keep + h / heads * tk : NULL;
@@ -513,11 +526,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
     fa_forward_rows<HS>(t, k + h * tk * hs, v + h * tk * hs, keeph, first, q0, tk, hs, causal,
                         scale * FA_LOG2E, vec);
-    for (int e = lane; e < 16 * HS; e += 32) {
-      int r = r0 + e / HS, d = e % HS;
-      if (q0 + r < tq && d < hs)
-        out[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d] / t.l[r]);
-    }
+    fa_store_rows<HS, F::LDO>(out + (h * tq + q0) * hs, t.o, t.l, r0, tq - q0, hs);
   }
 #else
   __trap();
@@ -594,11 +603,7 @@ __global__ void __launch_bounds__(FA_THREADS)
                                      F::LDH, true);
     }
     __syncwarp();
-    for (int e = lane; e < 16 * HS; e += 32) {
-      int r = r0 + e / HS, d = e % HS;
-      if (q0 + r < tq && d < hs)
-        dq[(h * tq + q0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
-    }
+    fa_store_rows<HS, F::LDO>(dq + (h * tq + q0) * hs, t.o, NULL, r0, tq - q0, hs);
     if (lane % 4 == 0)
       for (int h2 = 0; h2 < 2; h2++) {
         long i = q0 + FA_ROW(h2);
@@ -628,7 +633,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   RT_DYNAMIC_SHARED(float, smem);
   F t((char *)smem, F::DKDV);
   long nk = (tk + FA_ROWS - 1) / FA_ROWS;
-  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  int r0 = threadIdx.x / 32 * 16;
   float scale2 = scale * FA_LOG2E;
   for (long blk = blockIdx.x; blk < bh * nk; blk += gridDim.x) {
     long h = blk / nk, j0 = blk % nk * FA_ROWS;
@@ -698,13 +703,8 @@ __global__ void __launch_bounds__(FA_THREADS)
                                      2 * F::LDS, t.a, F::LDH, true);
     }
     __syncwarp();
-    for (int e = lane; e < 16 * HS; e += 32) {
-      int r = r0 + e / HS, d = e % HS;
-      if (j0 + r < tk && d < hs) {
-        dk[(h * tk + j0 + r) * hs + d] = __float2bfloat16_rn(t.o[r * F::LDO + d]);
-        dv[(h * tk + j0 + r) * hs + d] = __float2bfloat16_rn(t.o2[r * F::LDO + d]);
-      }
-    }
+    fa_store_rows<HS, F::LDO>(dk + (h * tk + j0) * hs, t.o, NULL, r0, tk - j0, hs);
+    fa_store_rows<HS, F::LDO>(dv + (h * tk + j0) * hs, t.o2, NULL, r0, tk - j0, hs);
   }
 #else
   __trap();

@@ -577,7 +577,6 @@ const char *sv_bytes_str(char *buf, double bytes) {
     snprintf(buf, 32, "%.1f KiB", bytes / 1024);
   return buf;
 }
-#define gib sv_bytes_str
 
 // The largest micro-batch that divides the global batch and fits (0: none),
 // by bisection: memory grows with the micro-batch.
@@ -666,7 +665,7 @@ static void explain(SvPlan *pl, IrDiag *d) {
   if (sv_solve(p, &o, &s, &st, d) || !s.feasible) {
     n = snprintf(pl->why, cap, "no plan fits: not even with unlimited GPU memory (CPU memory "
                                "for offloaded state: %s per GPU)",
-                 gib(a, p->host_cap[0]));
+                 sv_bytes_str(a, p->host_cap[0]));
   } else {
     // The leanest plan's memory on the group that binds.
     int worst = 0;
@@ -686,20 +685,20 @@ static void explain(SvPlan *pl, IrDiag *d) {
                  "no plan fits in the %s usable per GPU (%s of each %s minus a %s reserve): "
                  "GPU memory binds. The leanest plan needs %s per GPU (model states %s, "
                  "activations %s, buffers %s), so GPUs with %s would do",
-                 gib(a, p->cap[worst]), gib(b, gr->dev.mem), gr->dev.name, gib(c, gr->reserve),
-                 gib(e, p->cap[worst] + s.time),
-                 gib(f, cat[SV_M_PARAMS] + cat[SV_M_GRADS] + cat[SV_M_OPT]),
-                 gib(h, cat[SV_M_ACT]), gib(k, cat[SV_NM]),
-                 gib(l, p->cap[worst] + s.time + gr->reserve));
+                 sv_bytes_str(a, p->cap[worst]), sv_bytes_str(b, gr->dev.mem), gr->dev.name, sv_bytes_str(c, gr->reserve),
+                 sv_bytes_str(e, p->cap[worst] + s.time),
+                 sv_bytes_str(f, cat[SV_M_PARAMS] + cat[SV_M_GRADS] + cat[SV_M_OPT]),
+                 sv_bytes_str(h, cat[SV_M_ACT]), sv_bytes_str(k, cat[SV_NM]),
+                 sv_bytes_str(l, p->cap[worst] + s.time + gr->reserve));
     // CPU memory binds too when more of it would make the leanest plan leaner
     double over = over_without_host_limit(pl, d);
     if (n < (int)cap && over < s.time - 1e-3 * fabs(s.time) - 1) {
       if (p->host_cap[worst] > 0)
-        snprintf(a, sizeof a, "%s per GPU", gib(c, p->host_cap[worst]));
+        snprintf(a, sizeof a, "%s per GPU", sv_bytes_str(c, p->host_cap[worst]));
       n += snprintf(pl->why + n, cap - (size_t)n,
                     "; CPU memory binds too (%s for offloaded state): with unlimited CPU memory "
                     "the leanest plan would need %s per GPU",
-                    p->host_cap[worst] > 0 ? a : "none", gib(b, p->cap[worst] + over));
+                    p->host_cap[worst] > 0 ? a : "none", sv_bytes_str(b, p->cap[worst] + over));
     }
   }
   sv_solution_free(&s);
