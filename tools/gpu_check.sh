@@ -32,6 +32,7 @@
 # GPU_CHECK_ONLY=REGEX (prepare and run) keeps the cases whose names match;
 # GPU_CHECK_TORCH=MODES the PyTorch runs of the benchmark (none: "none").
 # GPU_CHECK_CASE_LIMIT=SECONDS (run) each case's time limit (60).
+# GPU_CHECK_BENCH_RUNS="NAME|SIZE|B|PRECISION ..." (prepare) the benchmark programs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fixtures=tests/fixtures/parity
@@ -135,8 +136,8 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
 # The benchmark programs: GPT-2 at T=1024, weights drawn by the program.
 # name|size|B|precision: 124M at B=8 in bf16 and fp32, then bf16 at larger
 # micro-batches and 350M (bench/gpu_gpt2.py's sizes)
-BENCH_RUNS="gpt2_124M_bf16|124M|8|bf16 gpt2_124M_fp32|124M|8|fp32 gpt2_124M_bf16_B32|124M|32|bf16
-  gpt2_350M_bf16_B16|350M|16|bf16"
+BENCH_RUNS=${GPU_CHECK_BENCH_RUNS:-"gpt2_124M_bf16|124M|8|bf16 gpt2_124M_fp32|124M|8|fp32
+  gpt2_124M_bf16_B32|124M|32|bf16 gpt2_350M_bf16_B16|350M|16|bf16"}
 bench_dims() {  # bench_dims SIZE B: the -D flags of examples/gpt2.mtc
   case $1 in
     124M) echo "-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=1024 -D B=$2" ;;
