@@ -72,7 +72,8 @@ static void usage(FILE *f) {
         "                         0 or 1, i.e. norms and biases; '^$' decays every one)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
-        "                         optimizer, recompute, lower, memplan, or all)\n"
+        "                         optimizer, precision, vocab, recompute, lower, memplan,\n"
+        "                         or all)\n"
         "  --dot                  print Graphviz instead of IR text (inspect) or of the\n"
         "                         report (plan: a box per block, an edge per activation)\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
@@ -314,7 +315,7 @@ static Args parse_args(int argc, char **argv) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
         bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, "
-                  "recompute, lower, memplan, all)",
+                  "precision, vocab, recompute, lower, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;

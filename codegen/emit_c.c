@@ -717,21 +717,33 @@ static const char *input_kind(IrInputKind k) {
 }
 
 
+// The dim of v padded but whole on every rank (a bf16 program's vocabulary), or -1.
+static int padded_whole_dim(const IrValue *v) {
+  for (int d = 0; d < v->rank; d++)
+    if (v->layout[d].axis == IR_MESH_NONE && v->layout[d].valid)
+      return d;
+  return -1;
+}
+
 // A params-table entry's rt_split[2]: v's dims split over ranks, {dim, axis,
-// pieces, pad} each ({-1, 0, 1, 0}: none). Pieces are the tp or column
-// split's (passes/tp.c); a padded vocabulary is tp's.
+// pieces, pad} each ({-1, 0, 1, 0}: none), then a padded dim that is not
+// split (axis RT_AXIS_NONE). Pieces are the tp or column split's
+// (passes/tp.c).
 static void split_table(Emit *e, const IrValue *v, char *buf, size_t n) {
   int len = snprintf(buf, n, "{"), k = 0;
-  for (int a = IR_MESH_TP; a < IR_MESH_NAXES; a++) {
-    int d = v->role == ROLE_INPUT ? -1 : ir_split_dim(v, (IrMeshAxis)a);
+  for (int a = IR_MESH_TP; a <= IR_MESH_NAXES; a++) {
+    bool split = a < IR_MESH_NAXES;
+    int d = v->role == ROLE_INPUT ? -1
+            : split               ? ir_split_dim(v, (IrMeshAxis)a)
+                                  : padded_whole_dim(v);
     if (d < 0)
       continue;
     IR_ASSERT(k < 2);
     const IrDimLayout *l = &v->layout[d];
     int64_t pad = l->valid ? ir_eval(e->g, l->whole) - ir_eval(e->g, l->valid) : 0;
+    IrMeshAxis axis = split ? (IrMeshAxis)a : IR_MESH_NONE;
     len += snprintf(buf + len, n - (size_t)len, "%s{%d, %s, %d, %lld}", k++ ? ", " : "", d,
-                    cg_rt_axis_name((IrMeshAxis)a), ir_mesh_pieces((IrMeshAxis)a) ? v->pieces : 1,
-                    (long long)pad);
+                    cg_rt_axis_name(axis), ir_mesh_pieces(axis) ? v->pieces : 1, (long long)pad);
   }
   for (; k < 2; k++)
     len += snprintf(buf + len, n - (size_t)len, "%s{-1, 0, 1, 0}", k ? ", " : "");

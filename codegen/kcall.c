@@ -226,8 +226,9 @@ static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena
 #define OP_CODE(e) #e, e
 
 const char *cg_rt_axis_name(IrMeshAxis a) {
-  static const char *const names[] = {"RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW", "RT_AXIS_COL"};
-  int rt = ir_rt_axis(a);
+  static const char *const names[] = {"RT_AXIS_NONE", "RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW",
+                                      "RT_AXIS_COL"};
+  int rt = ir_rt_axis(a) + 1;
   IR_ASSERT(rt >= 0 && rt < (int)(sizeof names / sizeof *names));
   return names[rt];
 }
@@ -532,18 +533,25 @@ static void lower_embedding_bwd(Lower *L, const IrNode *n) {
   num(c, numel(L, n->in[1])), num(c, dw->shape[0]), num(c, dw->shape[1]);
 }
 
+// The whole vocabulary: columns of the whole logits past it are padding.
+static void vocab(Lower *L, CgCall *c, const IrNode *n, const IrValue *lg) {
+  int64_t v = ir_attr_i(n, "vocab");
+  num(c, v ? sym_const(&L->g->arena, v) : ir_whole_dim(lg, lg->rank - 1));
+}
+
 static void lower_cross_entropy(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_crossentropy_fwd);
   const IrValue *lg = n->in[0];
   buf(c, n->out[0]), buf(c, lg), buf(c, n->in[1]), num(c, rows(L, lg)), num(c, last(lg));
-  numk(L, c, ir_attr_i(n, "ignore_index"));
+  vocab(L, c, n, lg), numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 static void lower_cross_entropy_bwd(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_crossentropy_bwd);
   const IrValue *lg = n->in[1];
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]);
-  num(c, rows(L, lg)), num(c, last(lg)), numk(L, c, ir_attr_i(n, "ignore_index"));
+  num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
+  numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
 // A reshape the memory plan made a view (output at its input's offset, see
@@ -916,12 +924,6 @@ static void lower_tp_slice(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_tp_slice);
   axis(L, c, n), buf(c, n->out[0]), buf(c, n->in[0]);
   tp_geometry(L, c, n, n->out[0]);
-}
-
-// The whole vocabulary: columns of the whole logits past it are padding.
-static void vocab(Lower *L, CgCall *c, const IrNode *n, const IrValue *lg) {
-  int64_t v = ir_attr_i(n, "vocab");
-  num(c, v ? sym_const(&L->g->arena, v) : ir_whole_dim(lg, lg->rank - 1));
 }
 
 static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {

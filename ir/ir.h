@@ -125,8 +125,9 @@ static inline IrMeshAxis ir_mesh_axis_of_rt(int64_t rt) { return (IrMeshAxis)(rt
 
 // How a dim of a value lies over the mesh once a plan is lowered
 // (passes/tp.c): split over an axis, with shape[] holding this rank's part,
-// or whole. A vocabulary the degree does not divide is padded: `whole` is
-// the padded size, `valid` the model's (NULL: nothing padded).
+// or whole. A padded vocabulary (bf16 programs pad it to a multiple of 128,
+// tp to a multiple of its degree: passes/tp.c) has `whole` the padded size
+// and `valid` the model's, split or not (NULL: nothing padded).
 typedef struct IrDimLayout {
   IrMeshAxis axis;          // IR_MESH_NONE: the dim is whole on every rank
   const Sym *whole;         // its size in the whole tensor (split dims)

@@ -36,7 +36,7 @@ IrValue ir_whole(const IrValue *v) {
   IrValue w = *v;
   for (int d = 0; d < v->rank; d++) {
     const IrDimLayout *l = &v->layout[d];
-    if (l->axis != IR_MESH_NONE)
+    if (l->axis != IR_MESH_NONE || l->valid)
       w.shape[d] = l->valid ? l->valid : l->whole;
     w.layout[d] = (IrDimLayout){IR_MESH_NONE, NULL, NULL};
   }

@@ -122,7 +122,7 @@ int pass_run_all(IrGraph *g, PassCtx *ctx);
 // The pipeline in the two stages the plan goes between (main): the training
 // graph (shapes .. precision: what the planner reads), then the plan's
 // lowering (recompute, lower, memplan; up to opt.stop_after).
-#define PASS_TRAINING_LAST "precision"
+#define PASS_TRAINING_LAST "vocab"
 int pass_build_training(IrGraph *g, PassCtx *ctx);
 int pass_lower_plan(IrGraph *g, PassCtx *ctx);
 
@@ -145,6 +145,13 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + aren
 // conversions between layouts. -1 with d when the plan cannot be lowered.
 int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *out,
                   IrDiag *d);
+// The vocabulary of the loss's logits padded with zeros to a multiple of
+// align (passes/tp.c says where it can be): its tables, logits and their
+// gradients, so that each row of logits starts aligned. Nothing is padded
+// where align <= 1 or an op would not keep the padding zero.
+int pass_pad_vocab(IrGraph *g, int align, IrDiag *d);
+#define PASS_VOCAB_ALIGN 128   // bf16 programs' (llm.c's and Megatron's multiple)
+int pass_vocab(IrGraph *g, PassCtx *ctx, bool *changed);      // bf16: pass_pad_vocab
 
 // Node `at` made v: the position of the last node that finishes it, the
 // all_reduce and comm_wait over it in place that follow `at`, if any.

@@ -11,6 +11,7 @@ const Pass pass_pipeline[] = {
     {"autodiff", pass_autodiff},   // reverse-mode gradients of the loss
     {"optimizer", pass_optimizer}, // parameter updates
     {"precision", pass_precision}, // bf16 mixed precision: master weights, working copies, casts
+    {"vocab", pass_vocab},         // bf16: the vocabulary padded to a multiple of 128
     {"recompute", pass_recompute}, // checkpointed layers recomputed in backward (none unless asked)
     {"lower", pass_lower},         // a parallel plan: buckets, collectives (none without one)
     {"memplan", pass_memplan},     // liveness and the static memory plan

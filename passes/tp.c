@@ -417,11 +417,11 @@ static int convert_output(Tp *t, int i, int k) {
 
 // cross_entropy over vocabulary-split logits -> vp_cross_entropy, whose row
 // statistics its backward reads.
-static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
-  IrGraph *g = t->g;
+static int vocab_parallel_loss(IrGraph *g, IrNode *n, IrValue **stats_of, const char *mesh,
+                               IrDiag *d) {
   const IrValue *logits = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
   const Sym *valid = logits->layout[logits->rank - 1].valid;
-  int64_t vocab = valid ? ir_eval(g, valid) : 0;
+  int64_t vocab = valid ? ir_eval(g, valid) : ir_attr_i(n, "vocab");
   if (n->op == OP_CROSS_ENTROPY) {
     ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY, n->in, n->nin);
     ir_set_int(g, n, "vocab", vocab);
@@ -433,8 +433,8 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   }
   IrValue *s = stats_of[n->in[1]->id];
   if (!s)
-    return ir_error(t->d, n->loc, "lower: %s: the backward of the vocabulary-parallel "
-                    "cross-entropy reads logits '%s' its forward did not", t->mesh,
+    return ir_error(d, n->loc, "lower: %s: the backward of the vocabulary-parallel "
+                    "cross-entropy reads logits '%s' its forward did not", mesh,
                     n->in[1]->name);
   IrValue *in[4] = {n->in[0], n->in[1], n->in[2], s};
   ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY_BWD, in, 4);
@@ -451,11 +451,11 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     return 0;
   case OP_CROSS_ENTROPY:
     if (use_of(t, i, 0)->split[n->in[0]->rank - 1] == TP)
-      return vocab_parallel_loss(t, n, stats_of);
+      return vocab_parallel_loss(t->g, n, stats_of, t->mesh, t->d);
     return 0;
   case OP_CROSS_ENTROPY_BWD:
     if (use_of(t, i, 1)->split[n->in[1]->rank - 1] == TP)
-      return vocab_parallel_loss(t, n, stats_of);
+      return vocab_parallel_loss(t->g, n, stats_of, t->mesh, t->d);
     return 0;
   case OP_LAYERNORM:       // over a dim split along the 2D grid's rows (ir/shard.c's
   case OP_RMSNORM:         // norm_on_grid): the row statistics are all-reduced inside
@@ -555,12 +555,12 @@ static void scale_rows(Tp *t, int i) {
 // may read or write a padded value.
 
 // Does n keep a padded operand's padding zero (and not read it as data)?
-static bool keeps_padding(const Tp *t, const IrNode *n) {
+static bool keeps_padding(const int *pad_dim, const IrNode *n) {
   switch (n->op) {
   case OP_ADD:
   case OP_SUB:   // zero + zero: every operand padded
     for (int k = 0; k < n->nin; k++)
-      if (t->pad_dim[n->in[k]->id] < 0)
+      if (pad_dim[n->in[k]->id] < 0)
         return false;
     return true;
   case OP_SCALE: return ir_attr_f(n, "b") == 0;
@@ -589,7 +589,7 @@ static int check_padding(const Tp *t) {
     const IrNode *n = t->node[i];
     for (int k = 0; k < n->nin + n->nout; k++) {
       const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
-      if (t->pad_dim[v->id] >= 0 && !keeps_padding(t, n))
+      if (t->pad_dim[v->id] >= 0 && !keeps_padding(t->pad_dim, n))
         return 1;
     }
   }
@@ -761,15 +761,27 @@ int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *
     IrValue *v = g->values[i];
     const Sym *whole[IR_MAXRANK];
     memcpy(whole, v->shape, sizeof whole);
+    // a vocabulary padded before (pass_pad_vocab) keeps the model's size as valid
+    int pre = -1;
+    for (int k = 0; k < v->rank && pre < 0; k++)
+      if (v->layout[k].valid)
+        pre = k;
+    const Sym *pre_valid = pre >= 0 ? v->layout[pre].valid : NULL;
     int pd = t.pad_dim[i];
     const Sym *valid = pd >= 0 ? whole[pd] : NULL;
     if (pd >= 0) {
       int64_t size = ir_eval(g, valid);
       whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (tp - size % tp) % tp));
+      if (pre == pd)
+        valid = pre_valid;
     }
     place(&t, v, &t.cur[i], whole, t.pieces[i]);
     if (pd >= 0 && v->layout[pd].axis == TP)
       v->layout[pd].valid = valid;
+    if (pre >= 0 && pre != pd)
+      v->layout[pre] = v->layout[pre].axis == IR_MESH_NONE
+                           ? (IrDimLayout){IR_MESH_NONE, whole[pre], pre_valid}
+                           : (IrDimLayout){v->layout[pre].axis, v->layout[pre].whole, pre_valid};
   }
   for (int i = 0; i < t.nn && !rc; i++) {
     IrNode *n = t.node[i];
@@ -799,4 +811,112 @@ int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   return rc;
+}
+
+// ---- a vocabulary padded on one rank ----------------------------------------------------------
+//
+// Without tensor parallelism a vocabulary is still padded, to a multiple of
+// `align`, where the lowering asks (bf16 programs: 128, as llm.c and Megatron
+// pad): 50257 logits a row put every row but the first off the 16-byte
+// alignment cuBLASLt's tensor-core kernels need, so the LM head's three GEMMs
+// ran on slow fallback kernels (19 of 96 ms of a GPT-2 124M step on an H100).
+// The padding is the one above, over a tp of one: the values a vocabulary
+// dim reaches from the loss's logits (the head's weight or the tied table,
+// their gradients, working copies and optimizer state) grow by zeros that
+// stay zero, the cross-entropy learns where its scores end (its `vocab`: the
+// padding is left out of the softmax and gets zero gradient, so the result is
+// the unpadded one), and the params table's split names the pad,
+// so that loading and saving see the model's shape. When an op that would
+// not keep the padding zero reads one of those values (a reshape of the
+// logits, say), nothing is padded.
+
+// Add to the padded set every value a node touching it reaches with a dim of
+// size vocab; 0 when nothing was added, -1 when a value has two such dims.
+static int reach(IrGraph *g, const Sym *vocab, int *pad_dim) {
+  int added = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    bool touches = false;
+    for (int k = 0; k < n->nin + n->nout && !touches; k++)
+      touches = pad_dim[(k < n->nin ? n->in[k] : n->out[k - n->nin])->id] >= 0;
+    for (int k = 0; touches && k < n->nin + n->nout; k++) {
+      const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+      int dim = -1, count = 0;
+      for (int j = 0; j < v->rank; j++)
+        if (sym_eq(v->shape[j], vocab))
+          dim = j, count++;
+      if (count > 1)
+        return -1;
+      if (dim >= 0 && pad_dim[v->id] < 0)
+        pad_dim[v->id] = dim, added = 1;
+    }
+  }
+  return added;
+}
+
+// The values padded with the logits of cross-entropy node n (pad_dim), or
+// false when padding them could change the result.
+static bool pad_set(IrGraph *g, const IrNode *ce, int *pad_dim) {
+  const IrValue *logits = ce->in[0];
+  const Sym *vocab = logits->shape[logits->rank - 1];
+  for (int i = 0; i < g->nvalues; i++)
+    pad_dim[i] = -1;
+  pad_dim[logits->id] = logits->rank - 1;
+  int rc;
+  while ((rc = reach(g, vocab, pad_dim)) > 0) {
+  }
+  if (rc < 0)
+    return false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    for (int k = 0; k < n->nin + n->nout; k++) {
+      const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+      if (pad_dim[v->id] >= 0 && !keeps_padding(pad_dim, n))
+        return false;
+    }
+  }
+  return true;
+}
+
+int pass_pad_vocab(IrGraph *g, int align, IrDiag *d) {
+  const IrNode *ce = NULL;
+  for (int i = 0; i < g->nnodes && !ce; i++)
+    if (g->nodes[i]->op == OP_CROSS_ENTROPY && g->nodes[i]->phase == PHASE_FORWARD)
+      ce = g->nodes[i];
+  int64_t size;
+  if (align <= 1 || !ce ||
+      sym_eval(ce->in[0]->shape[ce->in[0]->rank - 1], &g->syms, &size) || size % align == 0)
+    return 0;
+  int nv = g->nvalues, rc = 0;
+  int *pad_dim = malloc((size_t)nv * sizeof *pad_dim);
+  IR_ASSERT(pad_dim);
+  if (pad_set(g, ce, pad_dim)) {
+    const Sym *valid = ce->in[0]->shape[ce->in[0]->rank - 1];
+    const Sym *whole = sym_add(&g->arena, valid, sym_const(&g->arena, align - size % align));
+    for (int i = 0; i < nv; i++) {
+      int dim = pad_dim[i];
+      if (dim < 0)
+        continue;
+      g->values[i]->shape[dim] = whole;
+      g->values[i]->layout[dim] = (IrDimLayout){IR_MESH_NONE, whole, valid};
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+      IrNode *n = g->nodes[i];
+      if ((n->op == OP_CROSS_ENTROPY && pad_dim[n->in[0]->id] >= 0) ||
+          (n->op == OP_CROSS_ENTROPY_BWD && pad_dim[n->in[1]->id] >= 0))
+        ir_set_int(g, n, "vocab", size);
+    }
+    for (int i = 0; i < g->nnodes && !rc; i++)
+      if (ir_infer(g, g->nodes[i], d))
+        rc = ir_error(d, g->nodes[i]->loc, "vocab: internal error: %s does not fit the padded "
+                      "vocabulary (above)", ir_op_name(g->nodes[i]->op));
+  }
+  free(pad_dim);
+  return rc;
+}
+
+int pass_vocab(IrGraph *g, PassCtx *ctx, bool *changed) {
+  (void)changed;
+  return ctx->opt.precision == PASS_PRECISION_BF16 ? pass_pad_vocab(g, PASS_VOCAB_ALIGN, ctx->diag)
+                                                   : 0;
 }

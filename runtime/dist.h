@@ -21,7 +21,8 @@
 
 // RT_AXIS_ROW: a dim cut by the grid row (the collective runs among the q
 // ranks of a grid column); RT_AXIS_COL: cut by the grid column.
-enum { RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_NAXES };
+// RT_AXIS_NONE: over no axis (a parameter's padded dim that is whole on every rank, rt_split)
+enum { RT_AXIS_NONE = -1, RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_NAXES };
 
 typedef struct rt_dist_state {
   int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none)
@@ -43,11 +44,17 @@ void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots);
 
 // The ranks along a mesh axis, and this rank's place among them.
 static inline int rt_axis_size(int axis) {
-  return axis == RT_AXIS_DP ? rt_dist.dp : axis == RT_AXIS_TP ? rt_dist.tp : rt_dist.q;
+  return axis == RT_AXIS_NONE ? 1
+         : axis == RT_AXIS_DP ? rt_dist.dp
+         : axis == RT_AXIS_TP ? rt_dist.tp
+                              : rt_dist.q;
 }
 // The place along a replica's axis (tp, row, col) of the replica's rank t.
 static inline int rt_axis_place(int axis, int t) {
-  return axis == RT_AXIS_TP ? t : axis == RT_AXIS_ROW ? t / rt_dist.q : t % rt_dist.q;
+  return axis == RT_AXIS_NONE ? 0
+         : axis == RT_AXIS_TP ? t
+         : axis == RT_AXIS_ROW ? t / rt_dist.q
+                               : t % rt_dist.q;
 }
 static inline int rt_axis_rank(int axis) {
   return axis == RT_AXIS_DP ? rt_dist.dp_rank : rt_axis_place(axis, rt_dist.tp_rank);

@@ -1188,9 +1188,10 @@ static double logsumexp_row(const float *row, float *exps, long v, float *maxp) 
 }
 
 // loss[0] = mean over counted rows of logsumexp(row) - row[target]; rows
-// summed in SUM_CHUNKS fixed chunks
+// summed in SUM_CHUNKS fixed chunks. A row is v values, the first vocab of
+// them scores (the rest padding).
 static void crossentropy_fwd_f32(float *loss, const float *logits, const int *targets,
-                                 long n, long v, long ignore) {
+                                 long n, long v, long vocab, long ignore) {
   long count = rt_counted_rows(targets, n, ignore);
   if (count == 0) {
     loss[0] = 0.0f;
@@ -1205,7 +1206,7 @@ static void crossentropy_fwd_f32(float *loss, const float *logits, const int *ta
       if (targets[i] == ignore) continue;
       float maxv;
       const float *row = logits + i * v;
-      s += logsumexp_row(row, NULL, v, &maxv) - (double)row[targets[i]];
+      s += logsumexp_row(row, NULL, vocab, &maxv) - (double)row[targets[i]];
     }
     part[ch] = s;
   }
@@ -1214,10 +1215,11 @@ static void crossentropy_fwd_f32(float *loss, const float *logits, const int *ta
   loss[0] = (float)(s / (double)count);
 }
 
-// dlogits = (softmax(logits) - onehot(target)) * dloss[0] / count, row by row
+// dlogits = (softmax(logits) - onehot(target)) * dloss[0] / count, row by
+// row; zero on the padding (columns vocab .. v-1)
 static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
                                  const float *logits, const int *targets, long n,
-                         long v, long ignore) {
+                                 long v, long vocab, long ignore) {
   long count = rt_counted_rows(targets, n, ignore);
   float g = count ? dloss[0] / (float)count : 0.0f;
 #pragma omp parallel for schedule(dynamic, 1) if (n * v >= PAR_MIN_MATH)
@@ -1229,10 +1231,11 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
       continue;
     }
     float maxv;
-    double lse = logsumexp_row(row, drow, v, &maxv);  // drow = exp(row - max)
+    double lse = logsumexp_row(row, drow, vocab, &maxv);  // drow = exp(row - max)
     // softmax_j = exp(row_j - lse) = exp(row_j - max) * e^(max - lse)
     float scale = g * (float)exp((double)maxv - lse);
-    for (long j = 0; j < v; j++) drow[j] *= scale;
+    for (long j = 0; j < vocab; j++) drow[j] *= scale;
+    for (long j = vocab; j < v; j++) drow[j] = 0.0f;
     drow[targets[i]] -= g;
   }
 }

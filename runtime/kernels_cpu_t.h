@@ -412,19 +412,19 @@ void RT_NAME(attention_bwd)(RT_T *dq, RT_T *dk, RT_T *dv, RT_T *dscores, const R
 }
 
 void RT_NAME(crossentropy_fwd)(float *loss, const RT_T *logits, const int *targets, long n, long v,
-                               long ignore) {
+                               long vocab, long ignore) {
   float *ol;
   const float *lf = RT_LOCAL(widen)(logits, n * v, &ol);
-  crossentropy_fwd_f32(loss, lf, targets, n, v, ignore);
+  crossentropy_fwd_f32(loss, lf, targets, n, v, vocab, ignore);
   rt_cpu_free(ol);
 }
 
 void RT_NAME(crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T *logits,
-                               const int *targets, long n, long v, long ignore) {
+                               const int *targets, long n, long v, long vocab, long ignore) {
   float *ol;
   const float *lf = RT_LOCAL(widen)(logits, n * v, &ol);
   float *df = RT_LOCAL(result)(dlogits, n * v);
-  crossentropy_bwd_f32(df, dloss, lf, targets, n, v, ignore);
+  crossentropy_bwd_f32(df, dloss, lf, targets, n, v, vocab, ignore);
   RT_LOCAL(narrow)(dlogits, df, n * v);
   rt_cpu_free(ol);
 }

@@ -600,17 +600,17 @@ __global__ void softmax_bwd_kernel(T *dx, const T *dy, const T *y, long n, long 
 }
 
 // per-row loss of cross-entropy: logsumexp(row) - row[target], in double,
-// to part[row] (one block per row)
+// to part[row] (one block per row; the row's first vocab of v values)
 template <typename T>
 __global__ void crossentropy_rows_kernel(double *part, const T *logits, const int *targets, long n,
-                                         long v, long ignore) {
+                                         long v, long vocab, long ignore) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = logits + row * v;
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
+    for (long j = threadIdx.x; j < vocab; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     double s = 0.0;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(ld(xr[j]) - m);
+    for (long j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(ld(xr[j]) - m);
     s = block_sum(s);
     if (threadIdx.x == 0)
       part[row] =
@@ -645,8 +645,8 @@ __global__ void mean_kernel(float *loss, const double *part, const int *targets,
 // pass rather than kept in dlogits, so that a bf16 dlogits is rounded once.
 template <typename T>
 __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T *logits,
-                                        const int *targets, long n, long v, const long *count,
-                                        long ignore) {
+                                        const int *targets, long n, long v, long vocab,
+                                        const long *count, long ignore) {
   float g = *count ? dloss[0] / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = logits + row * v;
@@ -656,16 +656,16 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
       continue;
     }
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
+    for (long j = threadIdx.x; j < vocab; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     double s = 0.0;
-    for (long j = threadIdx.x; j < v; j += blockDim.x) s += expf(ld(xr[j]) - m);
+    for (long j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(ld(xr[j]) - m);
     s = block_sum(s);
     double lse = (double)m + log(s);
     float scale = g * (float)exp((double)m - lse);
     int target = targets[row];
     for (long j = threadIdx.x; j < v; j += blockDim.x) {
-      float d = expf(ld(xr[j]) - m) * scale;
+      float d = j < vocab ? expf(ld(xr[j]) - m) * scale : 0.0f;
       if (j == target) d -= g;
       dr[j] = to<T>(d);
     }
@@ -1561,21 +1561,22 @@ RT_CUDA_KT(softmax_bwd, (T *dx, const T *dy, const T *y, long n, long c),
 
 template <typename T>
 static void crossentropy_fwd(float *loss, const T *logits, const int *targets, long n, long v,
-                             long ignore) {
+                             long vocab, long ignore) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));  // 0.0f
     return;
   }
   double *part = (double *)scratch((size_t)n * sizeof(double), "crossentropy_fwd");
-  RT_LAUNCH(crossentropy_rows_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, part, logits,
-            targets, n, v, ignore);
+  RT_LAUNCH(crossentropy_rows_kernel, grid_rows(n), row_threads(vocab), 0, rt_cuda_stream, part,
+            logits, targets, n, v, vocab, ignore);
   LAUNCHED();
   RT_LAUNCH(mean_kernel, 1, 1024, 0, rt_cuda_stream, loss, part, targets, n, ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(crossentropy_fwd,
-           (float *loss, const T *logits, const int *targets, long n, long v, long ignore),
-           (loss, dev(logits), targets, n, v, ignore))
+           (float *loss, const T *logits, const int *targets, long n, long v, long vocab,
+            long ignore),
+           (loss, dev(logits), targets, n, v, vocab, ignore))
 
 // the rows that count, into the scratch (8 x n bytes, kernels.def)
 static long *count_rows(const int *targets, long n, long ignore, const char *who) {
@@ -1587,17 +1588,17 @@ static long *count_rows(const int *targets, long n, long ignore, const char *who
 
 template <typename T>
 static void crossentropy_bwd(T *dlogits, const float *dloss, const T *logits, const int *targets,
-                             long n, long v, long ignore) {
+                             long n, long v, long vocab, long ignore) {
   if (n <= 0) return;
   long *count = count_rows(targets, n, ignore, "crossentropy_bwd");
   RT_LAUNCH(crossentropy_bwd_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, dlogits,
-            dloss, logits, targets, n, v, count, ignore);
+            dloss, logits, targets, n, v, vocab, count, ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(crossentropy_bwd,
            (T *dlogits, const float *dloss, const T *logits, const int *targets, long n, long v,
-            long ignore),
-           (dev(dlogits), dloss, dev(logits), targets, n, v, ignore))
+            long vocab, long ignore),
+           (dev(dlogits), dloss, dev(logits), targets, n, v, vocab, ignore))
 
 // ---- optimizers
 

@@ -51,7 +51,8 @@ enum { RT_INIT_DATA, RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL };
 // A dim of a parameter split over the ranks of a mesh axis (runtime/dist.h).
 typedef struct rt_split {
   int dim;            // -1: none
-  int axis;           // RT_AXIS_TP, RT_AXIS_ROW or RT_AXIS_COL
+  int axis;           // RT_AXIS_TP, RT_AXIS_ROW or RT_AXIS_COL; RT_AXIS_NONE: the dim is only
+                      // padded (bf16's vocabulary), whole on every rank
   int pieces;         // the dim is made of this many equal pieces, each split
   long pad;           // ... padded by this many (zero) entries to a multiple of the axis's
                       // ranks (a vocabulary): each rank holds (sizes[dim] + pad) / ranks

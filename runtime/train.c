@@ -433,7 +433,7 @@ static int world_ranks(void) {
   return mtc_model.dp * mtc_model.tp * mtc_model.grid_side * mtc_model.grid_side;
 }
 
-// Is parameter t split over ranks (tensor parallel, a 2D grid)?
+// Is parameter t split over ranks (tensor parallel, a 2D grid), or padded?
 static bool is_split(const rt_tensor *t) { return t->split[0].dim >= 0; }
 
 // Elements this rank holds of t.

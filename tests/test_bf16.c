@@ -337,11 +337,11 @@ static void test_losses(void) {
   int *t = ints(n, v);
   t[3] = -100;  // an ignored row
   float loss32, loss16, dloss = 1.5f;
-  rt_crossentropy_fwd(&loss32, logits.f, t, n, v, -100);
-  rt_crossentropy_fwd_bf16(&loss16, logits.h, t, n, v, -100);
+  rt_crossentropy_fwd(&loss32, logits.f, t, n, v, v, -100);
+  rt_crossentropy_fwd_bf16(&loss16, logits.h, t, n, v, v, -100);
   verdict("crossentropy_fwd (a float32 loss)", loss32 != loss16, 1, "");
-  rt_crossentropy_bwd(dl.f, &dloss, logits.f, t, n, v, -100);
-  rt_crossentropy_bwd_bf16(dl.h, &dloss, logits.h, t, n, v, -100);
+  rt_crossentropy_bwd(dl.f, &dloss, logits.f, t, n, v, v, -100);
+  rt_crossentropy_bwd_bf16(dl.h, &dloss, logits.h, t, n, v, v, -100);
   same("crossentropy_bwd", dl);
   Buf lp = in(n * v, -8, -0.01f);
   rt_nll_loss_fwd(&loss32, lp.f, t, n, v, 0, -100), rt_nll_loss_fwd_bf16(&loss16, lp.h, t, n, v, 0, -100);

@@ -807,21 +807,22 @@ static void test_attention(void) {
 template <typename T>
 static void test_losses(void) {
   for (const auto &rc : row_cases) {
-    long n = rc[0], v = rc[1];
+    // the vocabulary padded (bf16 programs, passes/tp.c): the last columns are padding
+    long n = rc[0], v = rc[1], vocab = v > 16 ? v - 7 : v;
     Buf<T> x = rand_vec<T>(n * v, -6, 6);
-    IVec tg = rand_ivec(n, 0, (int)v);
+    IVec tg = rand_ivec(n, 0, (int)vocab);
     for (long i = 3; i < n; i += 4) tg[i] = -100;  // every fourth row ignored
     Vec loss = {7.0f}, dloss = {0.7f};  // float32 in every variant
     Buf<T> g = rand_vec<T>(n * v);
     T *dx = dev(x), *dg = dev(g);
     float *dl = dev(loss), *ddl = dev(dloss);
     int *dtg = dev(tg);
-    CPU(rt_crossentropy_fwd)(loss.data(), x.data(), tg.data(), n, v, -100);
-    rt_crossentropy_fwd(dl, dx, dtg, n, v, -100);
-    check(fmt("crossentropy_fwd n=%ld v=%ld", n, v), loss, dl, RED);
-    CPU(rt_crossentropy_bwd)(g.data(), dloss.data(), x.data(), tg.data(), n, v, -100);
-    rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v, -100);
-    check(fmt("crossentropy_bwd n=%ld v=%ld", n, v), g, dg, RED);
+    CPU(rt_crossentropy_fwd)(loss.data(), x.data(), tg.data(), n, v, vocab, -100);
+    rt_crossentropy_fwd(dl, dx, dtg, n, v, vocab, -100);
+    check(fmt("crossentropy_fwd n=%ld v=%ld vocab=%ld", n, v, vocab), loss, dl, RED);
+    CPU(rt_crossentropy_bwd)(g.data(), dloss.data(), x.data(), tg.data(), n, v, vocab, -100);
+    rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v, vocab, -100);
+    check(fmt("crossentropy_bwd n=%ld v=%ld vocab=%ld", n, v, vocab), g, dg, RED);
     free_all();
   }
   // nll_loss over log-probabilities; targets that are ignored or out of range
