@@ -118,6 +118,25 @@ __device__ inline void dims_offsets(const Dims &d, long i, long *o0, long *o1) {
   *o1 = b;
 }
 
+// Sixteen bytes of T (8 bf16 or 4 floats): the elementwise kernels move a
+// pack a thread with one 128-bit load or store where the shapes and strides
+// allow it (packable()).
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int N = 16 / sizeof(T);
+  T v[N];
+};
+
+// The pack at p: N consecutive elements (stride 1), or one element N times (stride 0).
+template <typename T>
+__device__ inline Pack<T> load_pack(const T *p, long stride) {
+  if (stride) return *(const Pack<T> *)p;
+  Pack<T> r;
+#pragma unroll
+  for (int k = 0; k < Pack<T>::N; k++) r.v[k] = *p;
+  return r;
+}
+
 template <typename T>
 __device__ inline T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -177,6 +196,17 @@ __global__ void strided_copy_kernel(T *out, const T *x, long n, Dims d) {
     long xo, unused;
     dims_offsets(d, i, &xo, &unused);
     out[i] = x[xo];
+  }
+}
+
+// ... a pack a thread (packable(d, n, ...)): a head's transpose moves 16 bytes at a time
+template <typename T>
+__global__ void strided_copy_packs_kernel(T *out, const T *x, long n, Dims d) {
+  constexpr int N = Pack<T>::N;
+  GRID_LOOP(p, n / N) {
+    long xo, unused;
+    dims_offsets(d, p * N, &xo, &unused);
+    *(Pack<T> *)(out + p * N) = load_pack(x + xo, d.s0[d.rank - 1]);
   }
 }
 
@@ -240,18 +270,47 @@ __global__ void reduce_sum_blocks_kernel(float *out, const T *x, ReduceDims rd, 
   }
 }
 
-// out[o*len + i] = x[o*xinner + off + i]
+// The sums of the columns of x [R, K] (a bias gradient), scaled, added to
+// out: a block of 32 x COL_ROWS threads takes 32 columns, each thread the
+// rows y, y + COL_ROWS, ... of its column (a warp reads a row's 32 columns
+// together), summed in double; the block's partial sums then in a fixed
+// order, so the bits do not depend on timing, and each column's total is
+// added to out once.
+#define COL_ROWS 32
 template <typename T>
-__global__ void slice_kernel(T *out, const T *x, long outer, long xinner, long off, long len) {
+__global__ void reduce_cols_kernel(float *out, const T *x, long R, long K, float scale) {
+  __shared__ double part[COL_ROWS][33];
+  for (long c0 = (long)blockIdx.x * 32; c0 < K; c0 += (long)gridDim.x * 32) {
+    long c = c0 + threadIdx.x;
+    double s = 0.0;
+    if (c < K) {
+#pragma unroll 4
+      for (long r = threadIdx.y; r < R; r += COL_ROWS) s += ld(x[r * K + c]);
+    }
+    __syncthreads();  // part may still be read for the previous columns
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < K) {
+      double t = 0.0;
+      for (int y = 0; y < COL_ROWS; y++) t += part[y][threadIdx.x];
+      atomicAdd(out + c, (float)(scale * t));
+    }
+  }
+}
+
+// out[o*len + i] = x[o*xinner + off + i], in units of U: T itself, or a
+// Pack<T> where len, xinner and off are whole packs (slice())
+template <typename U>
+__global__ void slice_kernel(U *out, const U *x, long outer, long xinner, long off, long len) {
   GRID_LOOP(e, outer * len) {
     long o = e / len, i = e - o * len;
     out[e] = x[o * xinner + off + i];
   }
 }
 
-// out[o*oinner + off + i] = x[o*len + i]
-template <typename T>
-__global__ void unslice_kernel(T *out, const T *x, long outer, long oinner, long off, long len) {
+// out[o*oinner + off + i] = x[o*len + i], the same way
+template <typename U>
+__global__ void unslice_kernel(U *out, const U *x, long outer, long oinner, long off, long len) {
   GRID_LOOP(e, outer * len) {
     long o = e / len, i = e - o * len;
     out[o * oinner + off + i] = x[e];
@@ -260,24 +319,39 @@ __global__ void unslice_kernel(T *out, const T *x, long outer, long oinner, long
 
 // ---- elementwise
 
+// a op b for op RT_ADD .. RT_MAX (binary() launches no other)
+__device__ inline float binary_op(int op, float a, float b) {
+  switch (op) {
+    case RT_ADD: return a + b;
+    case RT_SUB: return a - b;
+    case RT_MUL: return a * b;
+    case RT_DIV: return a / b;
+    case RT_MIN: return a < b || a != a ? a : b;
+    default: return a > b || a != a ? a : b;  // RT_MAX
+  }
+}
+
 // out[i] = a[.] op b[.], a through d.s0, b through d.s1
 template <typename T>
 __global__ void binary_kernel(int op, T *out, const T *a, const T *b, long n, Dims d) {
   GRID_LOOP(i, n) {
     long ao, bo;
     dims_offsets(d, i, &ao, &bo);
-    float av = ld(a[ao]), bv = ld(b[bo]);
-    float r;
-    switch (op) {
-      case RT_ADD: r = av + bv; break;
-      case RT_SUB: r = av - bv; break;
-      case RT_MUL: r = av * bv; break;
-      case RT_DIV: r = av / bv; break;
-      case RT_MIN: r = av < bv || av != av ? av : bv; break;
-      case RT_MAX: r = av > bv || av != av ? av : bv; break;
-      default: continue;  // the CPU leaves out alone
-    }
-    out[i] = to<T>(r);
+    out[i] = to<T>(binary_op(op, ld(a[ao]), ld(b[bo])));
+  }
+}
+
+// ... a pack a thread (packable(d, n, ...)): residual and bias adds
+template <typename T>
+__global__ void binary_packs_kernel(int op, T *out, const T *a, const T *b, long n, Dims d) {
+  constexpr int N = Pack<T>::N;
+  GRID_LOOP(p, n / N) {
+    long ao, bo;
+    dims_offsets(d, p * N, &ao, &bo);
+    Pack<T> x = load_pack(a + ao, d.s0[d.rank - 1]), y = load_pack(b + bo, d.s1[d.rank - 1]), r;
+#pragma unroll
+    for (int k = 0; k < N; k++) r.v[k] = to<T>(binary_op(op, ld(x.v[k]), ld(y.v[k])));
+    *(Pack<T> *)(out + p * N) = r;
   }
 }
 
@@ -641,8 +715,9 @@ __global__ void mean_kernel(float *loss, const double *part, const int *targets,
 }
 
 // dlogits = (softmax - onehot(target)) * dloss[0] / count, zero on ignored
-// rows, one block per row. The exponentials are computed again in the last
-// pass rather than kept in dlogits, so that a bf16 dlogits is rounded once.
+// rows and the padding, one block per row. The exponentials are computed
+// again in the last pass rather than kept in dlogits, so that a bf16 dlogits
+// is rounded once.
 template <typename T>
 __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T *logits,
                                         const int *targets, long n, long v, long vocab,
@@ -1004,6 +1079,32 @@ static Dims make_dims(int rank, const long *shape, const long *s0, const long *s
   return d;
 }
 
+static bool aligned16(const void *p) { return p == NULL || (uintptr_t)p % 16 == 0; }
+
+// Can a kernel over d (n elements of T; s1 NULL: one input) move whole
+// packs (Pack<T>)? The last dim's size a multiple of a pack, its strides 0
+// or 1, every other stride a multiple of a pack, the pointers 16-byte
+// aligned: then each pack of the output reads whole aligned packs (or one
+// element) of the inputs.
+template <typename T>
+static bool packable(const Dims &d, long n, const T *out, const T *a, const T *b) {
+  const long N = Pack<T>::N;
+  int last = d.rank - 1;
+  if (d.rank < 1 || n % N || d.shape[last] % N || !aligned16(out) || !aligned16(a) ||
+      !aligned16(b))
+    return false;
+  for (int k = 0; k <= last; k++) {
+    long s0 = d.s0[k], s1 = b ? d.s1[k] : 0;
+    if (k == last ? (s0 > 1 || s1 > 1) : (s0 % N || s1 % N)) return false;
+  }
+  return true;
+}
+
+// Do slice's rows (len elements at off of rows of inner) fall in whole packs of N?
+static bool packs_of(long N, const void *out, const void *x, long inner, long off, long len) {
+  return inner % N == 0 && off % N == 0 && len % N == 0 && aligned16(out) && aligned16(x);
+}
+
 // The workspace (rt_cuda_set_workspace): the GEMM library's, then the
 // kernels' scratch. A program plans it (KS in kernels.def); without one (the
 // kernel tests), scratch is allocated here and grown when needed.
@@ -1158,7 +1259,13 @@ static void strided_copy(T *out, const T *x, int rank, const long *shape, const 
     copy(out, x, n);
     return;
   }
-  RT_LAUNCH(strided_copy_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, d);
+  if (packable<T>(d, n, out, x, NULL)) {
+    long packs = n / Pack<T>::N;
+    RT_LAUNCH(strided_copy_packs_kernel, grid_for(packs, NT), NT, 0, rt_cuda_stream, out, x, n,
+              d);
+  } else {
+    RT_LAUNCH(strided_copy_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, d);
+  }
   LAUNCHED();
 }
 RT_CUDA_KT(strided_copy, (T *out, const T *x, int rank, const long *shape, const long *xstride),
@@ -1192,7 +1299,10 @@ static void reduce_sum(float *out, const T *x, int rank, const long *shape, cons
       R *= sh[d];
     }
   }
-  if (R >= 256) {
+  if (rd.nk == 1 && rd.kx[0] == 1 && R >= COL_ROWS) {  // x [R, K]: sums of its columns
+    RT_LAUNCH(reduce_cols_kernel, grid_rows((K + 31) / 32), dim3(32, COL_ROWS), 0, rt_cuda_stream,
+              out, x, R, K, scale);
+  } else if (R >= 256) {
     RT_LAUNCH(reduce_sum_blocks_kernel, grid_rows(K), 512, 0, rt_cuda_stream, out, x, rd, K, R,
               scale);
   } else {
@@ -1219,8 +1329,14 @@ RT_CUDA_KTU(reduce_sum,
 template <typename T>
 static void slice(T *out, const T *x, long outer, long xinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
-  RT_LAUNCH(slice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer, xinner,
-            off, len);
+  constexpr int N = Pack<T>::N;
+  if (packs_of(N, out, x, xinner, off, len)) {
+    RT_LAUNCH(slice_kernel, grid_for(outer * len / N, NT), NT, 0, rt_cuda_stream,
+              (Pack<T> *)out, (const Pack<T> *)x, outer, xinner / N, off / N, len / N);
+  } else {
+    RT_LAUNCH(slice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer,
+              xinner, off, len);
+  }
   LAUNCHED();
 }
 RT_CUDA_KT(slice, (T *out, const T *x, long outer, long xinner, long off, long len),
@@ -1229,8 +1345,14 @@ RT_CUDA_KT(slice, (T *out, const T *x, long outer, long xinner, long off, long l
 template <typename T>
 static void unslice(T *out, const T *x, long outer, long oinner, long off, long len) {
   if (len <= 0 || outer <= 0) return;
-  RT_LAUNCH(unslice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer, oinner,
-            off, len);
+  constexpr int N = Pack<T>::N;
+  if (packs_of(N, out, x, oinner, off, len)) {
+    RT_LAUNCH(unslice_kernel, grid_for(outer * len / N, NT), NT, 0, rt_cuda_stream,
+              (Pack<T> *)out, (const Pack<T> *)x, outer, oinner / N, off / N, len / N);
+  } else {
+    RT_LAUNCH(unslice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer,
+              oinner, off, len);
+  }
   LAUNCHED();
 }
 RT_CUDA_KT(unslice, (T *out, const T *x, long outer, long oinner, long off, long len),
@@ -1248,8 +1370,15 @@ static void binary(int op, T *out, const T *a, const T *b, int rank, const long 
   check_rank(rank, "rt_binary");
   long n = numel_of(rank, shape);
   if (n <= 0) return;
+  if (op < RT_ADD || op > RT_MAX) return;  // the CPU leaves out alone
   Dims d = make_dims(rank, shape, astride, bstride);
-  RT_LAUNCH(binary_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, out, a, b, n, d);
+  if (packable(d, n, out, a, b)) {
+    long packs = n / Pack<T>::N;
+    RT_LAUNCH(binary_packs_kernel, grid_for(packs, NT), NT, 0, rt_cuda_stream, op, out, a, b, n,
+              d);
+  } else {
+    RT_LAUNCH(binary_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, out, a, b, n, d);
+  }
   LAUNCHED();
 }
 RT_CUDA_KT(binary,

@@ -296,6 +296,8 @@ static void test_strided_copy(void) {
       {3, {5, 64, 7}, {7, 0, 1}},             // broadcast in the middle
       {2, {300, 17}, {17, 0}},                // broadcast of the last dim
       {4, {2, 1, 3, 129}, {3 * 129 * 2, 5, 129 * 2, 2}},  // a stride of 2, a dim of 1
+      {4, {2, 3, 5, 16}, {240, 16, 48, 1}},   // a head transpose, in 16-byte packs
+      {2, {40, 16}, {16, 0}},                 // packs of one element
   };
   for (const Case &c : cases) {
     long n = numel(c.rank, c.shape);
@@ -324,6 +326,8 @@ static void test_reduce_sum(void) {
       {3, {4, 3, 600}, {0, 1, 0}, 3, 1.0f},            // the outer and the inner dims
       {2, {5, 7}, {1, 5}, 35, -1.5f},                  // a permutation, no reduction
       {3, {2, 3, 4}, {0, 0, 1}, 6, 1.0f},              // fewer outputs than onumel
+      {3, {4, 300, 96}, {0, 0, 1}, 96, 1.0f},          // the columns of x [R, K]
+      {2, {BIG(8192, 64), 768}, {0, 1}, 768, 1.0f},     // ... a GPT-2 bias gradient
   };
   for (const Case &c : cases) {
     long n = numel(c.rank, c.shape);
@@ -342,7 +346,8 @@ template <typename T>
 static void test_slices(void) {
   struct Case {
     long outer, xinner, off, len;
-  } cases[] = {{1, 1, 0, 1}, {13, 100, 17, 50}, {BIG(1000, 20), 768 * 3, 768, 768}, {7, 9, 0, 9}};
+  } cases[] = {{1, 1, 0, 1},   {13, 100, 17, 50}, {BIG(1000, 20), 768 * 3, 768, 768},
+               {7, 9, 0, 9}, {13, 96, 16, 48}};  // the last two whole rows; packs
   for (const Case &c : cases) {
     Buf<T> x = rand_vec<T>(c.outer * c.xinner), out = rand_vec<T>(c.outer * c.len);
     T *dx = dev(x), *dout = dev(out);
@@ -417,6 +422,9 @@ static void test_binary(void) {
       {2, {64, 33}, {33, 1}, {1, 0}},            // b broadcast over columns
       {2, {64, 33}, {1, 64}, {33, 1}},           // a transposed
       {3, {3, 5, 700}, {0, 700, 1}, {3500, 0, 1}},
+      {2, {64, 48}, {48, 1}, {0, 1}},            // a bias add, in 16-byte packs
+      {3, {3, 5, 704}, {0, 704, 1}, {3520, 0, 1}},  // packs with broadcasts
+      {2, {64, 48}, {48, 0}, {48, 1}},           // packs of one element
       {0, {0}, {0}, {0}},                        // scalars
   };
   const char *names[] = {"add", "sub", "mul", "div", "min", "max"};
