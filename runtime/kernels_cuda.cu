@@ -270,33 +270,75 @@ __global__ void reduce_sum_blocks_kernel(float *out, const T *x, ReduceDims rd, 
   }
 }
 
-// The sums of the columns of x [R, K] (a bias gradient), scaled, added to
-// out: a block of 32 x COL_ROWS threads takes 32 columns, each thread the
-// rows y, y + COL_ROWS, ... of its column (a warp reads a row's 32 columns
-// together), summed in double; the block's partial sums then in a fixed
-// order, so the bits do not depend on timing, and each column's total is
-// added to out once.
-#define COL_ROWS 32
-template <typename T>
-__global__ void reduce_cols_kernel(float *out, const T *x, long R, long K, float scale) {
-  __shared__ double part[COL_ROWS][33];
-  for (long c0 = (long)blockIdx.x * 32; c0 < K; c0 += (long)gridDim.x * 32) {
-    long c = c0 + threadIdx.x;
-    double s = 0.0;
-    if (c < K) {
-#pragma unroll 4
-      for (long r = threadIdx.y; r < R; r += COL_ROWS) s += ld(x[r * K + c]);
+// ---- column sums: an [R, K] matrix summed over its rows, deterministically
+//
+// Bias gradients and a norm's weight and bias gradients sum the columns of
+// [R, K] matrices. Two passes: blocks of 32 x COL_Y threads each sum 32
+// columns over one chunk of the rows (a warp reads 32 adjacent elements of
+// a row), into a partial per chunk and column; then a thread per column adds
+// its chunks' partials in order. The chunks make enough blocks to fill the
+// GPU however few columns there are, and the bits depend on neither timing
+// nor the grid. NV sums a column (f adds its terms of row r, column c to
+// acc[0 .. NV)); the partials lie in the GEMM's workspace (col_parts_buffer).
+#define COL_Y 8
+#define COL_CHUNKS 64
+
+template <int NV, typename F>
+__global__ void col_parts_kernel(float *parts, long R, long K, long per, F f) {
+  __shared__ float sh[NV][COL_Y][33];
+  long c = (long)blockIdx.x * 32 + threadIdx.x, r0 = (long)blockIdx.y * per;
+  long r1 = r0 + per < R ? r0 + per : R;
+  float acc[NV] = {};
+  if (c < K)
+    for (long r = r0 + threadIdx.y; r < r1; r += COL_Y) f(r, c, acc);
+#pragma unroll
+  for (int v = 0; v < NV; v++) sh[v][threadIdx.y][threadIdx.x] = acc[v];
+  __syncthreads();
+  if (threadIdx.y == 0 && c < K)
+#pragma unroll
+    for (int v = 0; v < NV; v++) {
+      float t = 0.0f;
+      for (int y = 0; y < COL_Y; y++) t += sh[v][y][threadIdx.x];
+      parts[((long)v * gridDim.y + blockIdx.y) * K + c] = t;
     }
-    __syncthreads();  // part may still be read for the previous columns
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < K) {
+}
+
+// out_v[c * ostride] = scale * (the sum of column c's partials of sum v), in order
+template <int NV, typename U>
+__global__ void col_sums_kernel(U *out0, U *out1, const float *parts, long K, int chunks,
+                                long ostride, float scale) {
+  GRID_LOOP(c, K) {
+#pragma unroll
+    for (int v = 0; v < NV; v++) {
+      U *out = v ? out1 : out0;
+      if (!out) continue;
       double t = 0.0;
-      for (int y = 0; y < COL_ROWS; y++) t += part[y][threadIdx.x];
-      atomicAdd(out + c, (float)(scale * t));
+      for (int ch = 0; ch < chunks; ch++) t += parts[((long)v * chunks + ch) * K + c];
+      out[c * ostride] = to<U>((float)(scale * t));
     }
   }
 }
+
+// The terms of reduce_sum's columns: x[r, c]
+template <typename T>
+struct ColumnOf {
+  const T *x;
+  long K;
+  __device__ void operator()(long r, long c, float *acc) const { acc[0] += ld(x[r * K + c]); }
+};
+
+// ... of a norm's weight and bias gradients: dy * norm(x) and dy (stats: each row's mean, rstd)
+template <typename T>
+struct NormGradsOf {
+  const T *dy, *x;
+  const float *stats;
+  long K;
+  __device__ void operator()(long r, long c, float *acc) const {
+    float d = ld(dy[r * K + c]);
+    acc[0] += d * ((ld(x[r * K + c]) - stats[2 * r]) * stats[2 * r + 1]);
+    acc[1] += d;
+  }
+};
 
 // out[o*len + i] = x[o*xinner + off + i], in units of U: T itself, or a
 // Pack<T> where len, xinner and off are whole packs (slice())
@@ -673,6 +715,27 @@ __global__ void softmax_bwd_kernel(T *dx, const T *dy, const T *y, long n, long 
   }
 }
 
+// A row's max and sum of exp(x - max) over its first vocab values, in one
+// pass (online softmax: a thread's sum is rescaled when its max moves), then
+// over the block; every thread of the block gets them.
+template <typename T>
+__device__ void row_softmax_stats(const T *xr, long vocab, float *max, double *sum) {
+  float m = -INFINITY;
+  double s = 0.0;
+  for (long j = threadIdx.x; j < vocab; j += blockDim.x) {
+    float x = ld(xr[j]);
+    if (x > m) {
+      s = s * (double)expf(m - x) + 1.0;  // 0 * exp(-inf) = 0 at the first element
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  float bm = block_max(m);
+  *sum = block_sum(m == -INFINITY ? 0.0 : s * (double)expf(m - bm));
+  *max = bm;
+}
+
 // per-row loss of cross-entropy: logsumexp(row) - row[target], in double,
 // to part[row] (one block per row; the row's first vocab of v values)
 template <typename T>
@@ -680,12 +743,9 @@ __global__ void crossentropy_rows_kernel(double *part, const T *logits, const in
                                          long v, long vocab, long ignore) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = logits + row * v;
-    float m = -INFINITY;
-    for (long j = threadIdx.x; j < vocab; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
-    m = block_max(m);
-    double s = 0.0;
-    for (long j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(ld(xr[j]) - m);
-    s = block_sum(s);
+    float m;
+    double s;
+    row_softmax_stats(xr, vocab, &m, &s);
     if (threadIdx.x == 0)
       part[row] =
           targets[row] == ignore ? 0.0 : (double)m + log(s) - (double)ld(xr[targets[row]]);
@@ -730,12 +790,9 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
       for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(0.0f);
       continue;
     }
-    float m = -INFINITY;
-    for (long j = threadIdx.x; j < vocab; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
-    m = block_max(m);
-    double s = 0.0;
-    for (long j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(ld(xr[j]) - m);
-    s = block_sum(s);
+    float m;
+    double s;
+    row_softmax_stats(xr, vocab, &m, &s);
     double lse = (double)m + log(s);
     float scale = g * (float)exp((double)m - lse);
     int target = targets[row];
@@ -1155,6 +1212,45 @@ static float *temp_f32(long n, const char *who) {
   return (float *)scratch((size_t)(n > 0 ? n : 1) * sizeof(float), who);
 }
 
+// The GEMM's workspace, lent to the column sums for their partials (bytes <=
+// RT_GEMM_WORKSPACE_BYTES): every GEMM and kernel runs on rt_cuda_stream, so
+// no GEMM is in flight while they run. Without a planned workspace (the
+// kernel tests), a buffer of its own, grown when needed.
+static float *col_parts_buffer(size_t bytes) {
+  if (workspace) return (float *)workspace;
+  static void *buf = NULL;
+  static size_t cap = 0;
+  if (bytes > cap) {
+    if (buf) cudaCheck(cudaFree(buf));  // waits for the kernels that may still use it
+    cudaCheck(cudaMalloc(&buf, bytes));
+    cap = bytes;
+  }
+  return (float *)buf;
+}
+
+// The NV column sums of an [R, K] matrix whose terms f gives, times scale,
+// into out0 and out1 (NULL: not wanted; element c at c * ostride). False
+// (nothing done) when the partials of even two chunks would not fit the
+// GEMM's workspace or there are too few rows to split: the caller sums
+// another way.
+template <int NV, typename U, typename F>
+static bool col_sums(U *out0, U *out1, long R, long K, long ostride, float scale, F f) {
+  long fit = RT_GEMM_WORKSPACE_BYTES / ((long)NV * K * (long)sizeof(float));
+  long chunks = R / 64 < COL_CHUNKS ? R / 64 : COL_CHUNKS;
+  if (chunks > fit) chunks = fit;
+  if (chunks < 2 || K <= 0) return false;
+  long per = (R + chunks - 1) / chunks;
+  chunks = (R + per - 1) / per;  // none empty
+  float *parts = col_parts_buffer((size_t)(NV * chunks * K) * sizeof(float));
+  RT_LAUNCH(col_parts_kernel<NV>, dim3((unsigned)((K + 31) / 32), (unsigned)chunks),
+            dim3(32, COL_Y), 0, rt_cuda_stream, parts, R, K, per, f);
+  LAUNCHED();
+  RT_LAUNCH(col_sums_kernel<NV>, grid_for(K, NT), NT, 0, rt_cuda_stream, out0, out1,
+            (const float *)parts, K, (int)chunks, ostride, scale);
+  LAUNCHED();
+  return true;
+}
+
 void rt_cuda_init(int device) {
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaFree(0));  // creates the context now
@@ -1299,10 +1395,10 @@ static void reduce_sum(float *out, const T *x, int rank, const long *shape, cons
       R *= sh[d];
     }
   }
-  if (rd.nk == 1 && rd.kx[0] == 1 && R >= COL_ROWS) {  // x [R, K]: sums of its columns
-    RT_LAUNCH(reduce_cols_kernel, grid_rows((K + 31) / 32), dim3(32, COL_ROWS), 0, rt_cuda_stream,
-              out, x, R, K, scale);
-  } else if (R >= 256) {
+  if (rd.nk == 1 && rd.kx[0] == 1 &&  // x [R, K]: the sums of its columns
+      col_sums<1>(out, (float *)NULL, R, K, rd.ko[0], scale, ColumnOf<T>{x, K}))
+    return;
+  if (R >= 256) {
     RT_LAUNCH(reduce_sum_blocks_kernel, grid_rows(K), 512, 0, rt_cuda_stream, out, x, rd, K, R,
               scale);
   } else {
@@ -1635,6 +1731,17 @@ static void rmsnorm_fwd(T *y, const T *x, const T *w, long n, long c, float eps)
 RT_CUDA_KT(rmsnorm_fwd, (T *y, const T *x, const T *w, long n, long c, float eps),
            (dev(y), dev(x), dev(w), n, c, eps))
 
+// A norm's dw and db (NULL: no bias) from dy, x and the rows' stats: the
+// column sums in chunks where there are rows enough, else one block a
+// 32 columns.
+template <typename T, typename U>
+static void norm_dwdb(U *dw, U *db, const float *stats, const T *dy, const T *x, long n, long c) {
+  if (col_sums<2>(dw, db, n, c, 1L, 1.0f, NormGradsOf<T>{dy, x, stats, c})) return;
+  RT_LAUNCH(norm_bwd_dwdb_kernel, (unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream, dw,
+            db, stats, dy, x, n, c);
+  LAUNCHED();
+}
+
 template <typename T, typename U>
 static void norm_bwd(T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, long n, long c,
                      float eps, bool centered) {
@@ -1646,9 +1753,7 @@ static void norm_bwd(T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, l
               w, n, c, eps, centered);
     LAUNCHED();
   }
-  RT_LAUNCH(norm_bwd_dwdb_kernel, (unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream, dw,
-            db, stats, dy, x, n > 0 ? n : 0, c);
-  LAUNCHED();
+  norm_dwdb(dw, db, (const float *)stats, dy, x, n > 0 ? n : 0, c);
 }
 
 template <typename T, typename U>
@@ -2283,9 +2388,7 @@ static void norm_bwd_split(int axis, T *dx, U *dw, U *db, const T *dy, const T *
               (float)(c * rt_axis_size(axis)), centered ? 1 : 0);
     LAUNCHED();
   }
-  RT_LAUNCH(norm_bwd_dwdb_kernel, (unsigned)((c + 31) / 32), dim3(32, LN_RG), 0, rt_cuda_stream, dw,
-            db, (const float *)stats, dy, x, n > 0 ? n : 0, c);
-  LAUNCHED();
+  norm_dwdb(dw, db, (const float *)stats, dy, x, n > 0 ? n : 0, c);
 }
 
 template <typename T, typename U>

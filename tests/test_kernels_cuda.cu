@@ -327,7 +327,7 @@ static void test_reduce_sum(void) {
       {2, {5, 7}, {1, 5}, 35, -1.5f},                  // a permutation, no reduction
       {3, {2, 3, 4}, {0, 0, 1}, 6, 1.0f},              // fewer outputs than onumel
       {3, {4, 300, 96}, {0, 0, 1}, 96, 1.0f},          // the columns of x [R, K]
-      {2, {BIG(8192, 64), 768}, {0, 1}, 768, 1.0f},     // ... a GPT-2 bias gradient
+      {2, {BIG(8192, 256), 768}, {0, 1}, 768, 1.0f},    // ... a GPT-2 bias gradient
   };
   for (const Case &c : cases) {
     long n = numel(c.rank, c.shape);
@@ -618,8 +618,10 @@ static void test_embedding(void) {
 }
 
 // row shapes (n, c) of the row kernels: short, odd, longer than a block
+// (the last: rows enough for the column sums in chunks, col_sums)
 static const long row_cases[][2] = {{1, 1},           {3, 7},    {7, 33},
-                                    {BIG(64, 8), 768}, {5, 3000}, {3, BIG(50257, 5003)}};
+                                    {BIG(64, 8), 768}, {5, 3000}, {3, BIG(50257, 5003)},
+                                    {BIG(4096, 160), 96}};
 
 template <typename T, typename U>
 static void test_layernorm(void) {
