@@ -656,7 +656,7 @@ static double over_without_host_limit(SvPlan *pl, IrDiag *d) {
 
 static void explain(SvPlan *pl, IrDiag *d) {
   const SvProblem *p = pl->prob;
-  char a[32], b[32], c[32], e[32], f[32], h[32], k[32], l[32];
+  char a[48], b[32], c[32], e[32], f[32], h[32], k[32], l[32];
   SvSolution s = sv_solution_new(p);
   SvSolveStats st;
   SvSolveOptions o = {.mip_gap = 1e-3, .time_limit = 10, .min_memory = true};
