@@ -67,13 +67,16 @@ static void usage(FILE *f) {
         "  --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
         "                         optimizer defaults compiled into the program (train's\n"
         "                         flags override them; 1e-3, 0.9, 0.999, 1e-8, 0)\n"
+        "  --freeze REGEX         parameters whose names match REGEX (POSIX extended) are\n"
+        "                         not trained: constants of the model, no gradient, no\n"
+        "                         optimizer state (PyTorch's requires_grad=False)\n"
         "  --no-decay REGEX       parameters whose names match REGEX (POSIX extended) get\n"
         "                         no weight decay, all others do (default: none of rank\n"
         "                         0 or 1, i.e. norms and biases; '^$' decays every one)\n"
         "  --seed N               seed of the initial weights (default 1337)\n"
-        "  --dump-after PASS      print the IR after PASS (shapes, fusion, autodiff,\n"
-        "                         optimizer, precision, vocab, recompute, lower, memplan,\n"
-        "                         or all)\n"
+        "  --dump-after PASS      print the IR after PASS (shapes, fusion, freeze,\n"
+        "                         autodiff, optimizer, precision, vocab, recompute, lower,\n"
+        "                         memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text (inspect) or of the\n"
         "                         report (plan: a box per block, an edge per activation)\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
@@ -302,6 +305,8 @@ static Args parse_args(int argc, char **argv) {
       a.pass.weight_decay = parse_double(s, VALUE());
     } else if (!strcmp(s, "--no-decay")) {
       a.pass.no_decay = VALUE();
+    } else if (!strcmp(s, "--freeze")) {
+      a.pass.freeze = VALUE();
     } else if (!strcmp(s, "--seed")) {
       const char *v = VALUE();
       char *end;
@@ -314,8 +319,8 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--dump-after")) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
-        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, autodiff, optimizer, "
-                  "precision, vocab, recompute, lower, memplan, all)",
+        bad_usage("--dump-after: no pass named '%s' (shapes, fusion, freeze, autodiff, "
+                  "optimizer, precision, vocab, recompute, lower, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;
@@ -496,6 +501,16 @@ static void print_token_inputs(const IrGraph *g) {
     printf("\n");
 }
 
+// What --freeze froze, one line.
+static void print_frozen(const IrGraph *g) {
+  char names[400];
+  int64_t elems;
+  int n = pass_frozen(g, names, sizeof names, &elems);
+  if (n)
+    printf("mtc: --freeze leaves %d parameters (%lld elements) untrained: %s%s\n", n,
+           (long long)elems, names, strlen(names) + 1 >= sizeof names ? " ..." : "");
+}
+
 // Which parameters weight decay reaches, one line.
 static void print_decay(const IrGraph *g, const PassOptions *o) {
   int n, decayed;
@@ -607,6 +622,7 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
   if (a->checkpoint)
     print_checkpoint("mtc: ", ctx);
   print_token_inputs(g);
+  print_frozen(g);
   print_decay(g, &ctx->opt);
   printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
          "for NVIDIA GPUs)\n", a->outdir, (long long)ctx->mem->arena_bytes, a->outdir);

@@ -141,6 +141,7 @@ typedef struct IrValue {
   int rank;                 // -1 while unknown (before shape inference)
   const Sym *shape[IR_MAXRANK];
   IrRole role;
+  bool frozen;              // a parameter --freeze made a constant (passes/freeze.c)
   IrNode *producer;         // NULL for inputs, params, state, constants
   IrLoc loc;
   // ROLE_PARAM / ROLE_STATE

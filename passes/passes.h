@@ -21,6 +21,8 @@ typedef struct PassOptions {
   double beta1, beta2, eps, weight_decay;  // AdamW (SGD uses weight_decay)
   const char *no_decay;    // POSIX extended regex: the parameters it matches (by name) get no
                            // weight decay; NULL: those of rank < 2 (norms, biases), as nanoGPT
+  const char *freeze;      // POSIX extended regex: the parameters it matches are not trained
+                           // (passes/freeze.c); NULL: every parameter is
   const char *dump_after;  // print the IR after this pass ("all": after every pass)
   FILE *dump;              // where dumps go (stdout when NULL)
   bool dot;                // dumps as Graphviz instead of IR text
@@ -105,6 +107,7 @@ typedef struct PassCtx {
   PassLowered *lowered;    // set by pass_lower when it lowered a plan
   int nlayers;             // set by pass_recompute: the model's repeated layers (IR blocks 1..)
   int ncheckpointed;       // ... and how many of them backward recomputes
+  int nfrozen;             // set by pass_freeze: the parameters --freeze made constants
   MemPlan *mem;            // set by pass_memplan; the caller frees it (pass_memplan_free)
 } PassCtx;
 
@@ -136,6 +139,10 @@ int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed);  // AdamW / SGD upd
 int pass_count_decayed(const IrGraph *g, const PassOptions *o, int *nparams, int *ndecayed,
                        IrDiag *d);
 int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed);  // bf16 mixed precision (--precision)
+int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed);     // --freeze: parameters made constants
+// How many parameters --freeze froze (pass_freeze), their names in the graph's
+// order into names ("" when none; at most cap bytes) and their elements.
+int pass_frozen(const IrGraph *g, char *names, size_t cap, int64_t *elems);
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets

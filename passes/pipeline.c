@@ -8,6 +8,7 @@
 const Pass pass_pipeline[] = {
     {"shapes", pass_shapes},       // symbolic shape inference and checks
     {"fusion", pass_fusion},       // layernorm, GELU, attention, cross-entropy from their parts
+    {"freeze", pass_freeze},       // --freeze: the parameters it names become constants
     {"autodiff", pass_autodiff},   // reverse-mode gradients of the loss
     {"optimizer", pass_optimizer}, // parameter updates
     {"precision", pass_precision}, // bf16 mixed precision: master weights, working copies, casts
