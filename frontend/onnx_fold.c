@@ -421,7 +421,7 @@ static int64_t bcast_offset(int64_t idx, int ro, const int64_t *od, int ri, cons
 
 // ---- elementwise folds ------------------------------------------------------------------------
 
-typedef enum Arith { A_ADD, A_SUB, A_MUL, A_DIV, A_POW, A_MIN, A_MAX } Arith;
+typedef enum Arith { A_ADD, A_SUB, A_MUL, A_DIV, A_POW, A_MIN, A_MAX, A_MOD, A_FMOD } Arith;
 typedef enum Cmp { C_EQ, C_LT, C_GT, C_LE, C_GE, C_AND, C_OR } Cmp;
 
 static double arith_num(Arith op, double a, double b) {
@@ -432,6 +432,11 @@ static double arith_num(Arith op, double a, double b) {
   case A_DIV: return a / b;
   case A_POW: return pow(a, b);
   case A_MIN: return a < b ? a : b;
+  case A_FMOD: return fmod(a, b);  // the sign of a (Mod fmod=1, the only float Mod)
+  case A_MOD: {                    // the sign of b (Python's %)
+    double r = fmod(a, b);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+  }
   default: return a > b ? a : b;
   }
 }
@@ -463,6 +468,14 @@ static const Sym *arith_int(FeOnnx *cx, Arith op, const Sym *sa, int64_t a, cons
     int64_t qv;
     return tame(cx, q && sym_eval(q, &cx->g->syms, &qv) == 0 && qv == *v ? q : NULL, *v);
   }
+  case A_MOD:
+  case A_FMOD:
+    if (b == 0 || (a == INT64_MIN && b == -1))
+      return NULL;
+    *v = a % b;
+    if (op == A_MOD && *v != 0 && (*v < 0) != (b < 0))
+      *v += b;
+    return sym_const(ar, *v);
   case A_MIN: *v = a < b ? a : b; return *v == a ? sa : sb;
   case A_MAX: *v = a > b ? a : b; return *v == a ? sa : sb;
   default: {
@@ -564,6 +577,17 @@ ARITH(Sub, A_SUB)
 ARITH(Mul, A_MUL)
 ARITH(Div, A_DIV)
 ARITH(Pow, A_POW)
+
+// Mod: fmod 0 takes the divisor's sign (integers only), fmod 1 the dividend's
+// (Swin's window padding, (w - H mod w) mod w, folds this way).
+int fe_fold_Mod(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  int64_t fm;
+  if (need_inputs(cx, in, nin, 2) || fe_attr_int(cx, "fmod", 0, &fm))
+    return -1;
+  if (!fm && (fe_is_float_type(in[0]->type) || fe_is_float_type(in[1]->type)))
+    return fe_err(cx, "fmod=0 on floats is not defined (ONNX); floats take fmod=1");
+  return fold_arith(cx, fm ? A_FMOD : A_MOD, in[0], in[1], out);
+}
 
 #define COMPARE(Op, code)                                                              \
   int fe_fold_##Op(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {                 \

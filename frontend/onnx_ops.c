@@ -475,6 +475,114 @@ static IrValue *slice(FeOnnx *cx, IrValue *x, int axis, int64_t start, int64_t s
   return infer(cx, n) ? NULL : n->out[0];
 }
 
+// Pad's arguments for x of rank r: the mode (constant only), each padded
+// axis's pads at its start and end (negative: cut), and the value. pads, the
+// value and axes are inputs from opset 11 on, attributes before.
+static int pad_args(FeOnnx *cx, int r, int64_t *axes, int64_t *begin, int64_t *end, int *na,
+                    double *value) {
+  const char *mode;
+  if (fe_attr_str(cx, "mode", "constant", &mode))
+    return -1;
+  if (strcmp(mode, "constant"))
+    return fe_err(cx, "mode '%s': mtc pads with a constant only (mode 'constant')", mode);
+  int64_t pads[2 * IR_MAXRANK];
+  int np;
+  *value = 0.0;
+  if (fe_in(cx, 1)) {
+    FeConst *k = known_arg(cx, 1, "pads");
+    if (!k || fe_const_int_list(cx, k, "pads", pads, &np, 2 * IR_MAXRANK))
+      return -1;
+    FeConst *v = fe_in(cx, 2) ? known_arg(cx, 2, "the constant value") : NULL;
+    if (fe_in(cx, 2) && !v)
+      return -1;
+    if (v && v->n != 1)
+      return fe_err(cx, "the constant value has %lld elements, not 1", (long long)v->n);
+    *value = v ? fe_const_num(v, 0) : 0.0;
+  } else {
+    const int64_t *a;
+    if (fe_attr_ints(cx, "pads", &a, &np) || fe_attr_float(cx, "value", 0.0, value))
+      return -1;
+    if (np < 0)
+      return fe_err(cx, "needs pads");
+    if (np > 2 * IR_MAXRANK)
+      return fe_err(cx, "%d pads for at most %d dims", np, IR_MAXRANK);
+    memcpy(pads, a, (size_t)np * sizeof *pads);
+  }
+  int nax = r;
+  if (fe_in(cx, 3)) {
+    FeConst *k = known_arg(cx, 3, "axes");
+    if (!k || fe_const_int_list(cx, k, "axes", axes, &nax, IR_MAXRANK))
+      return -1;
+  } else {
+    for (int i = 0; i < r; i++)
+      axes[i] = i;
+  }
+  if (np != 2 * nax)
+    return fe_err(cx, "%d pads for %d axes (2 an axis: all starts, then all ends)", np, nax);
+  for (int i = 0; i < nax; i++) {
+    int a;
+    if (fe_axis(cx, axes[i], r, &a))
+      return -1;
+    axes[i] = a, begin[i] = pads[i], end[i] = pads[nax + i];
+  }
+  *na = nax;
+  return 0;
+}
+
+// A tensor like x with axis a of size len, every element value (made at run time).
+static IrValue *filled(FeOnnx *cx, const IrValue *x, int a, int64_t len, double value) {
+  const Sym *shape[IR_MAXRANK];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[a] = sym_const(&cx->g->arena, len);
+  IrNode *n = node(cx, OP_FILL, NULL, 0, 1);
+  ir_value_set_shape(n->out[0], x->rank, shape);
+  n->out[0]->dtype = x->dtype;
+  ir_set_float(cx->g, n, "value", value);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
+static IrValue *slice(FeOnnx *cx, IrValue *x, int axis, int64_t start, int64_t step, const Sym *len);
+
+// Pad(x, pads, constant_value, axes), mode constant, pads known: per axis, a
+// slice where a pad is negative, then a concat with blocks of the value where
+// one is positive (Swin pads its windows so; their gradients are the slice's
+// and the concat's).
+int fe_conv_Pad(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  int64_t axes[IR_MAXRANK], begin[IR_MAXRANK], end[IR_MAXRANK];
+  int na = 0;
+  double value;
+  if (!x || pad_args(cx, x->rank, axes, begin, end, &na, &value))
+    return -1;
+  for (int i = 0; i < na && x; i++) {
+    int a = (int)axes[i];
+    int64_t dim, cut0 = begin[i] < 0 ? -begin[i] : 0, cut1 = end[i] < 0 ? -end[i] : 0;
+    if (fe_eval(cx, x->shape[a], &dim))
+      return -1;
+    if (dim - cut0 - cut1 < 1)
+      return fe_err(cx, "pads %lld and %lld leave nothing of axis %d (%lld)",
+                    (long long)begin[i], (long long)end[i], a, (long long)dim);
+    if (cut0 || cut1)
+      x = slice(cx, x, a, cut0, 1, sym_const(&cx->g->arena, dim - cut0 - cut1));
+    if (x && (begin[i] > 0 || end[i] > 0)) {
+      IrValue *parts[3];
+      int n = 0;
+      if (begin[i] > 0)
+        parts[n++] = filled(cx, x, a, begin[i], value);
+      parts[n++] = x;
+      if (end[i] > 0)
+        parts[n++] = filled(cx, x, a, end[i], value);
+      for (int k = 0; k < n; k++)
+        if (!parts[k])
+          return -1;
+      IrNode *c = node(cx, OP_CONCAT, parts, n, 1);
+      ir_set_int(cx->g, c, "axis", a);
+      x = infer(cx, c) ? NULL : c->out[0];
+    }
+  }
+  return set(cx, x);
+}
+
 // Slice(x, starts, ends, axes, steps): one slice op per axis that changes.
 int fe_conv_Slice(FeOnnx *cx) {
   IrValue *x = arg(cx, 0);
@@ -959,6 +1067,25 @@ static int reduce(FeOnnx *cx, IrOp op, bool axes_from_input) {
   return set(cx, infer(cx, r) ? NULL : r->out[0]);
 }
 int fe_conv_ReduceMean(FeOnnx *cx) { return reduce(cx, OP_MEAN, false); }
+
+// GlobalAveragePool(x [N, C, spatial...]): the mean over the spatial dims,
+// kept as 1s (ResNet's and Swin's pooled heads).
+int fe_conv_GlobalAveragePool(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0);
+  if (!x)
+    return -1;
+  if (x->rank < 3)
+    return fe_err(cx, "input '%s' has rank %d; it takes [N, C, spatial dims...]", x->name,
+                  x->rank);
+  int64_t axes[IR_MAXRANK];
+  int n = 0;
+  for (int d = 2; d < x->rank; d++)
+    axes[n++] = d;
+  IrNode *r = node(cx, OP_MEAN, &x, 1, 1);
+  ir_set_ints(cx->g, r, "axes", axes, n);
+  ir_set_int(cx->g, r, "keepdims", 1);
+  return set(cx, infer(cx, r) ? NULL : r->out[0]);
+}
 int fe_conv_ReduceSum(FeOnnx *cx) { return reduce(cx, OP_SUM, true); }
 
 // LayerNormalization(x, scale, bias) over the last dim (axis -1); a missing

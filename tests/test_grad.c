@@ -171,6 +171,14 @@ static const Case cases[] = {
      "%y : f32[N,3] = slice(%x) axis=1 start=1 step=2\n", "f32[N,3]", 1e-2},
     {"slice_rows", "sym N = 5\nsym C = 3\nparam %x : f32[N,C] normal(1.0)\n",
      "%y : f32[2,C] = slice(%x) axis=0 start=2\n", "f32[2,C]", 1e-2},
+    // ONNX's Pad (frontend/onnx_ops.c): blocks of the value concatenated, a cut sliced off
+    {"pad", "sym N = 2\nparam %x : f32[N,3,4] normal(1.0)\n",
+     "%f0 : f32[N,1,4] = fill() value=0.5\n%f1 : f32[N,2,4] = fill() value=0.5\n"
+     "%c : f32[N,6,4] = concat(%f0, %x, %f1) axis=1\n%y : f32[N,6,3] = slice(%c) axis=2 start=1\n",
+     "f32[N,6,3]", 1e-2},
+    // ... and GlobalAveragePool: the mean over the spatial dims, kept
+    {"global_average_pool", "param %x : f32[2,3,4,5] normal(1.0)\n",
+     "%y : f32[2,3,1,1] = mean(%x) axes=[2,3] keepdims=1\n", "f32[2,3,1,1]", 1e-2},
 };
 
 static int passed, failed;

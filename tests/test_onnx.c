@@ -265,6 +265,9 @@ static void check_errors(const char *dir, const char *tmp) {
                               "writes one contiguous range of one axis"},
       {"bad_equal_float", "node 'equal': error: Equal: at run time mtc compares a tensor with an "
                           "integer; 'h' is f32 and the number 0.5"},
+      {"bad_pad_mode", "node 'pad': error: Pad: mode 'reflect': mtc pads with a constant only"},
+      {"bad_mod_runtime", "node 'mod': error: Mod: input 'h' is only known at run time; mtc "
+                          "evaluates Mod at compile time"},
   };
   FeDefine n8 = {"N", 8};
   FeOnnxOptions o = {.defines = &n8, .ndefines = 1};
@@ -391,7 +394,7 @@ static const char *const fixtures[] = {
     "mlp_ce_o14_eval", "mlp_ce_o17_train", "mlp_nll_o17_eval", "mlp_softmax_nll_o14_eval",
     "mlp_logsoftmax_o17_eval", "mlp_mse_o17_eval", "mlp_mse_o14_train", "mlp_logits_o17_eval",
     "mlp_ext", "handmade_o17", "math_o17", "seq2seq_o17", "gpt_o13_eval", "cnn_o14_eval",
-    "cnn_o17_train", NULL};
+    "cnn_o17_train", "pool_o17", NULL};
 
 int main(int argc, char **argv) {
   if (argc < 2) {

@@ -393,6 +393,7 @@ def write_bad(out):
         "bad_shapes": tiny_graph([mm, red], [numpy_helper.from_array(np.ones((5, 3), np.float32), "w")]),
     }
     bad.update(bad_conv())
+    bad.update(bad_pad_mod(mm, red, w))
     ext = tiny_graph([mm, red], [w])
     t = ext.graph.initializer[0]
     t.ClearField("raw_data")
@@ -406,6 +407,18 @@ def write_bad(out):
     for name, model in bad.items():
         with open(os.path.join(out, name + ".onnx"), "wb") as f:
             f.write(model.SerializeToString())
+
+
+def bad_pad_mod(mm, red, w):
+    """Pad in a mode mtc does not run, and Mod of a run-time tensor (mtc folds Mod only)."""
+    pads = numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    return {
+        "bad_pad_mode": tiny_graph([mm, helper.make_node("Pad", ["h", "pads"], ["p"], name="pad", mode="reflect"),
+                                    helper.make_node("ReduceSum", ["p"], ["y"], name="sum", keepdims=0)], [w, pads]),
+        "bad_mod_runtime": tiny_graph([mm, helper.make_node("Mod", ["h", "two"], ["m"], name="mod", fmod=1),
+                                       helper.make_node("ReduceSum", ["m"], ["y"], name="sum", keepdims=0)], [w, two]),
+    }
 
 
 def bad_conv():
@@ -647,6 +660,59 @@ def write_math(out):
         fh.write(f"loss {float(loss)!r}\n")
 
 
+def write_pool(out):
+    """pool_o17: what Swin's and ResNet's exports do around pooling, by hand: the padding of
+    H up to a multiple of the window computed from Shape(x) with Mod (folded: (w - H mod w)
+    mod w), a Pad in constant mode with a cut (a negative pad) and the value 0.5 around a
+    trained per-channel scale, GlobalAveragePool, Flatten, a float Mod with fmod=1 of
+    constants (folded), MatMul; the reference loss from numpy."""
+    n, c, hh, ww = B, 3, 5, 4
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((n, c, hh, ww)).astype(np.float32)
+    sc = (1.0 + 0.5 * rng.standard_normal((1, c, 1, 1))).astype(np.float32)
+    w = rng.standard_normal((c, 4)).astype(np.float32)
+    H = helper
+
+    def const(name, arr):
+        return H.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+    nodes = [
+        H.make_node("Mul", ["x", "S"], ["xs"]),
+        H.make_node("Shape", ["x"], ["sx"]), const("i2", np.array(2, np.int64)),
+        H.make_node("Gather", ["sx", "i2"], ["h"]), const("win", np.array(4, np.int64)),
+        H.make_node("Mod", ["h", "win"], ["hm"]), H.make_node("Sub", ["win", "hm"], ["ph0"]),
+        H.make_node("Mod", ["ph0", "win"], ["ph"]), const("ax0", np.array([0], np.int64)),
+        H.make_node("Unsqueeze", ["ph", "ax0"], ["phu"]),
+        const("m7", np.array(-7, np.int64)), H.make_node("Mod", ["m7", "win"], ["one"]),
+        H.make_node("Unsqueeze", ["one", "ax0"], ["oneu"]),
+        const("pa", np.array([0, 0, 1, -1, 0, 0], np.int64)),
+        H.make_node("Concat", ["pa", "phu", "oneu"], ["pads"], axis=0),
+        const("pv", np.array(0.5, np.float32)), H.make_node("Pad", ["xs", "pads", "pv"], ["xp"]),
+        H.make_node("GlobalAveragePool", ["xp"], ["gp"]), H.make_node("Flatten", ["gp"], ["f"], axis=1),
+        const("cf", np.array([5.5, -5.5, 7.0], np.float32)), const("two", np.array(2.0, np.float32)),
+        H.make_node("Mod", ["cf", "two"], ["fm"], fmod=1), H.make_node("Mul", ["f", "fm"], ["g"]),
+        H.make_node("MatMul", ["g", "W"], ["o"]), H.make_node("Mul", ["o", "o"], ["sq"]),
+        H.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0),
+    ]
+    graph = H.make_graph(nodes, "pool", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", c, hh, ww])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                         initializer=[numpy_helper.from_array(sc, "S"), numpy_helper.from_array(w, "W")])
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "pool_o17.onnx"))
+    # the same in numpy (float64): pads (0, 0, 1, -1) at the starts, (0, 0, 3, 1) at the ends
+    xs = x.astype(np.float64) * sc
+    xp = np.pad(xs[:, :, :, 1:], ((0, 0), (0, 0), (1, 3), (0, 1)), constant_values=0.5)
+    g = xp.mean(axis=(2, 3)) * np.array([1.5, -1.5, 1.0])
+    o = g @ w
+    loss = (o * o).mean()
+    with open(os.path.join(out, "pool_o17.ref"), "w") as fh:
+        fh.write("# pool_o17: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"dim N {n}\n")
+        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
 def write_seq2seq(out):
     """seq2seq_o17: what T5's export does with integers and masks, by hand: labels [N, 6]
     (some -100) shifted right into decoder ids by two ScatterNDs at run time (x[:, 1:] =
@@ -758,6 +824,7 @@ def main():
         write_handmade(a.out)
         write_math(a.out)
         write_seq2seq(a.out)
+        write_pool(a.out)
         write_bad(a.out)
 
 
