@@ -941,7 +941,8 @@ int fe_conv_Gemm(FeOnnx *cx) {
 
 // One of Conv's window attributes: absent (n = 0), or `want` integers each
 // within [lo, INT32_MAX].
-static int conv_attr(FeOnnx *cx, const char *name, int want, int64_t lo, int64_t *v, int *n) {
+static int conv_attr(FeOnnx *cx, const char *name, int want, int dims, int64_t lo, int64_t *v,
+                     int *n) {
   const int64_t *a;
   int na;
   if (fe_attr_ints(cx, name, &a, &na))
@@ -950,7 +951,8 @@ static int conv_attr(FeOnnx *cx, const char *name, int want, int64_t lo, int64_t
   if (na < 0)
     return 0;
   if (na != want)
-    return fe_err(cx, "attribute '%s' has %d values; a 2-D convolution takes %d", name, na, want);
+    return fe_err(cx, "attribute '%s' has %d values; a %d-D convolution takes %d", name, na, dims,
+                  want);
   for (int i = 0; i < na; i++) {
     if (a[i] < lo || a[i] > INT32_MAX)
       return fe_err(cx, "attribute '%s' value %lld is out of range (%lld to %d)", name,
@@ -962,20 +964,26 @@ static int conv_attr(FeOnnx *cx, const char *name, int want, int64_t lo, int64_t
 
 // Conv(X [N,C,H,W], W [M,C,KH,KW], B [M]) kernel_shape strides pads dilations
 // group auto_pad: a 2-D convolution with group 1 and explicit pads (auto_pad
-// NOTSET, or VALID: none), -> conv2d; the bias is an add over [M,1,1].
+// NOTSET, or VALID: none), -> conv2d; the bias is an add over [M,1,1]. A 1-D
+// convolution (X [N,C,L], W [M,C,K]: Whisper's front end) is the 2-D one over
+// images of height 1: X, W and the output reshaped around it.
 int fe_conv_Conv(FeOnnx *cx) {
   IrValue *x = farg(cx, 0), *w = x ? farg(cx, 1) : NULL;
   int64_t group, ks[2], st[2], pads[4], dil[2];
   int nks, nst, npads, ndil;
   const char *auto_pad;
+  int dims = x ? x->rank - 2 : 2;
+  if (w && (dims < 1 || dims > 2 || w->rank != x->rank))
+    return fe_err(cx, "mtc convolves 1-D and 2-D inputs: X must be [N,C,L] or [N,C,H,W] and W "
+                  "[M,C,K] or [M,C,KH,KW], not X %s and W %s", ir_shape_str(cx->g, x),
+                  ir_shape_str(cx->g, w));
   if (!w || fe_attr_int(cx, "group", 1, &group) ||
       fe_attr_str(cx, "auto_pad", "NOTSET", &auto_pad) ||
-      conv_attr(cx, "kernel_shape", 2, 1, ks, &nks) || conv_attr(cx, "strides", 2, 1, st, &nst) ||
-      conv_attr(cx, "pads", 4, 0, pads, &npads) || conv_attr(cx, "dilations", 2, 1, dil, &ndil))
+      conv_attr(cx, "kernel_shape", dims, dims, 1, ks, &nks) ||
+      conv_attr(cx, "strides", dims, dims, 1, st, &nst) ||
+      conv_attr(cx, "pads", 2 * dims, dims, 0, pads, &npads) ||
+      conv_attr(cx, "dilations", dims, dims, 1, dil, &ndil))
     return -1;
-  if (x->rank != 4 || w->rank != 4)
-    return fe_err(cx, "mtc convolves 2-D images only: X must be [N,C,H,W] and W [M,C,KH,KW], "
-                  "not X %s and W %s", ir_shape_str(cx->g, x), ir_shape_str(cx->g, w));
   if (group != 1)
     return fe_err(cx, "group=%lld: mtc convolves with group=1 only (no grouped or depthwise "
                   "convolutions)", (long long)group);
@@ -986,8 +994,21 @@ int fe_conv_Conv(FeOnnx *cx) {
   for (int i = 0; i < nks; i++) {
     int64_t k;
     if (!sym_is_const(w->shape[2 + i], &k) || k != ks[i])
-      return fe_err(cx, "kernel_shape [%lld,%lld] differs from W's %s", (long long)ks[0],
-                    (long long)ks[1], ir_shape_str(cx->g, w));
+      return fe_err(cx, "kernel_shape [%lld%s%lld] differs from W's %s", (long long)ks[0],
+                    dims == 2 ? "," : "", dims == 2 ? (long long)ks[1] : 0LL,
+                    ir_shape_str(cx->g, w));
+  }
+  IrArena *ar = &cx->g->arena;
+  const Sym *one = sym_const(ar, 1);
+  if (dims == 1) {  // height 1: the attributes of the width, the height's the identity's
+    const Sym *xs[4] = {x->shape[0], x->shape[1], one, x->shape[2]};
+    const Sym *ws[4] = {w->shape[0], w->shape[1], one, w->shape[2]};
+    x = reshape(cx, x, 4, xs), w = reshape(cx, w, 4, ws);
+    if (!x || !w)
+      return -1;
+    st[1] = st[0], st[0] = 1, dil[1] = dil[0], dil[0] = 1;
+    pads[3] = pads[1], pads[1] = pads[0], pads[0] = pads[2] = 0;
+    npads *= 2;
   }
   IrValue *in[2] = {x, w};
   IrNode *n = node(cx, OP_CONV2D, in, 2, 2);
@@ -1003,10 +1024,15 @@ int fe_conv_Conv(FeOnnx *cx) {
     snprintf(name, sizeof name, "%.500s.col", cx->node->output[0]);
     ir_value_rename(cx->g, n->out[1], name);
   }
-  if (!y || !fe_in(cx, 2))
-    return set(cx, y);
-  const Sym *bshape[3] = {w->shape[0], sym_const(&cx->g->arena, 1), sym_const(&cx->g->arena, 1)};
-  return set(cx, fe_op(cx, OP_ADD, y, reshape(cx, farg(cx, 2), 3, bshape)));
+  if (y && fe_in(cx, 2)) {
+    const Sym *bshape[3] = {w->shape[0], one, one};
+    y = fe_op(cx, OP_ADD, y, reshape(cx, farg(cx, 2), 3, bshape));
+  }
+  if (y && dims == 1) {
+    const Sym *ys[3] = {y->shape[0], y->shape[1], y->shape[3]};
+    y = reshape(cx, y, 3, ys);
+  }
+  return set(cx, y);
 }
 
 // ---- normalization, softmax, reductions ----------------------------------------------------------

@@ -203,6 +203,21 @@ class CNN(nn.Module):
         return F.cross_entropy(self.fc(torch.flatten(h, 1)), y)
 
 
+class CNN1D(nn.Module):
+    """Whisper's front end in small: two 1-D convolutions (padded with a bias; strided,
+    dilated and padded unevenly, without one), GELU, flatten, a classifier and cross-entropy."""
+
+    def __init__(self, k=10):
+        super().__init__()
+        self.conv1 = nn.Conv1d(4, 6, 3, padding=1)
+        self.conv2 = nn.Conv1d(6, 5, 3, stride=2, padding=2, dilation=2, bias=False)
+        self.fc = nn.Linear(5 * 6, k)
+
+    def forward(self, x, y):
+        h = F.gelu(self.conv2(F.gelu(self.conv1(x))))
+        return F.cross_entropy(self.fc(torch.flatten(h, 1)), y)
+
+
 # ---- fixtures ----------------------------------------------------------------------------
 
 B, T, D = 2, 8, 16
@@ -275,6 +290,13 @@ def cnn_case(opset, mode):
                 fused={"cross_entropy": 1})
 
 
+def cnn1d_case(opset, mode):
+    torch.manual_seed(17)
+    return dict(model=CNN1D(), inputs={"x": randn((B, 4, 12), 18), "y": tokens((B,), 10, 19)}, opset=opset,
+                mode=mode, dynamic={"x": {0: "B"}, "y": {0: "B"}}, dims={"B": B}, outputs=["loss"],
+                fused={"cross_entropy": 1})
+
+
 CASES = {
     "gpt_o13_eval": lambda: gpt_case(13, EVAL),
     "gpt_o14_eval": lambda: gpt_case(14, EVAL),
@@ -300,6 +322,7 @@ CASES = {
     "mlp_logsoftmax_o17_eval": lambda: mlp_case(17, EVAL, "gelu", "logsoftmax"),
     "cnn_o14_eval": lambda: cnn_case(14, EVAL),
     "cnn_o17_train": lambda: cnn_case(17, TRAIN),
+    "cnn1d_o17_eval": lambda: cnn1d_case(17, EVAL),
 }
 
 
