@@ -988,6 +988,50 @@ int fe_fold_Gather(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   return 0;
 }
 
+// GatherElements(data, indices) axis: out[i] = data[i with its axis-th index
+// replaced by indices[i]] (out has the indices' shape; their other dims are no
+// larger than data's), as GPT-J's and CodeGen's exports index their rotary
+// tables with the positions.
+int fe_fold_GatherElements(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  int a;
+  if (fold_axis(cx, in, nin, 2, 0, 0, &a))
+    return -1;
+  FeConst *x = in[0], *idx = in[1];
+  if (!idx->i)
+    return fe_err(cx, "indices must be integers");
+  if (idx->rank != x->rank)
+    return fe_err(cx, "indices of rank %d for data of rank %d (they must be equal)", idx->rank,
+                  x->rank);
+  int64_t xd[IR_MAXRANK], id[IR_MAXRANK];
+  dims_of(cx, x->rank, x->shape, xd), dims_of(cx, idx->rank, idx->shape, id);
+  for (int d = 0; d < x->rank; d++)
+    if (d != a && id[d] > xd[d])
+      return fe_err(cx, "indices dim %d (%lld) is larger than data's (%lld)", d, (long long)id[d],
+                    (long long)xd[d]);
+  int rc = new_out(cx, x->type, idx->rank, idx->shape, out);
+  if (rc)
+    return rc;
+  with_syms(cx, *out);
+  for (int64_t j = 0; j < idx->n; j++) {
+    int64_t rest = j, off = 0, stride = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+      int64_t c = rest % id[d];
+      rest /= id[d];
+      if (d == a) {
+        int64_t k = idx->i[j] < 0 ? idx->i[j] + xd[a] : idx->i[j];
+        if (k < 0 || k >= xd[a])
+          return fe_err(cx, "index %lld is out of range for dim %lld", (long long)idx->i[j],
+                        (long long)xd[a]);
+        c = k;
+      }
+      off += c * stride;
+      stride *= xd[d];
+    }
+    copy_elem(cx, *out, j, x, off);
+  }
+  return 0;
+}
+
 int fe_fold_Slice(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   if (need_inputs(cx, in, nin, 3))
     return -1;

@@ -736,6 +736,50 @@ def write_pool(out):
         fh.write(f"loss {float(loss)!r}\n")
 
 
+def write_gather_elements(out):
+    """gather_elements_o17: GatherElements of constants (folded), along the rows and along
+    the columns with negative indices, as GPT-J and CodeGen index their rotary tables with
+    the positions; the results scale a run-time product; the reference loss from numpy."""
+    n = B * 2
+    rng = np.random.default_rng(17)
+    w = (0.5 * rng.standard_normal((6, 6))).astype(np.float32)
+    x = rng.standard_normal((n, 6)).astype(np.float32)
+    t = rng.standard_normal((4, 6)).astype(np.float32)
+    i0 = rng.integers(-4, 4, (3, 6)).astype(np.int64)
+    i1 = rng.integers(-6, 6, (4, 2)).astype(np.int64)
+    H = helper
+
+    def const(name, arr):
+        return H.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+    nodes = [
+        H.make_node("MatMul", ["x", "W"], ["h"]), const("T", t), const("I0", i0), const("I1", i1),
+        H.make_node("GatherElements", ["T", "I0"], ["g0"], axis=0),
+        H.make_node("GatherElements", ["T", "I1"], ["g1"], axis=-1),
+        const("ax0", np.array([0], np.int64)),
+        H.make_node("ReduceSum", ["g0", "ax0"], ["s0"], keepdims=1),
+        H.make_node("ReduceSum", ["g1"], ["s1"], keepdims=0),
+        H.make_node("Mul", ["h", "s0"], ["r"]), H.make_node("Mul", ["r", "r"], ["sq"]),
+        H.make_node("ReduceMean", ["sq"], ["m"], keepdims=0), H.make_node("Add", ["m", "s1"], ["loss"]),
+    ]
+    graph = H.make_graph(nodes, "gather_elements", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                         initializer=[numpy_helper.from_array(w, "W")])
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "gather_elements_o17.onnx"))
+    t64 = t.astype(np.float64)
+    g0 = np.take_along_axis(t64, np.where(i0 < 0, i0 + 4, i0), axis=0)
+    g1 = np.take_along_axis(t64, np.where(i1 < 0, i1 + 6, i1), axis=1)
+    r = (x.astype(np.float64) @ w) * g0.sum(axis=0, keepdims=True)
+    loss = (r * r).mean() + g1.sum()
+    with open(os.path.join(out, "gather_elements_o17.ref"), "w") as fh:
+        fh.write("# gather_elements_o17: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"dim N {n}\n")
+        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
 def write_seq2seq(out):
     """seq2seq_o17: what T5's export does with integers and masks, by hand: labels [N, 6]
     (some -100) shifted right into decoder ids by two ScatterNDs at run time (x[:, 1:] =
@@ -848,6 +892,7 @@ def main():
         write_math(a.out)
         write_seq2seq(a.out)
         write_pool(a.out)
+        write_gather_elements(a.out)
         write_bad(a.out)
 
 
