@@ -13,17 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int compile(regex_t *re, const char *pattern, IrDiag *d) {
-  int rc = regcomp(re, pattern, REG_EXTENDED | REG_NOSUB);
-  if (rc) {
-    char why[256];
-    regerror(rc, re, why, sizeof why);
-    return ir_error(d, (IrLoc){0}, "--freeze '%s' is not a regular expression: %s", pattern,
-                    why);
-  }
-  return 0;
-}
-
 static bool frozen(const IrValue *v, const regex_t *re) {
   return !v->producer && regexec(re, v->name, 0, NULL, 0) == 0;
 }
@@ -33,7 +22,7 @@ int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (!pattern)
     return 0;
   regex_t re;
-  if (compile(&re, pattern, ctx->diag))
+  if (pass_regex(&re, "--freeze", pattern, ctx->diag))
     return -1;
   int nparams = 0, nfrozen = 0;
   const char *first = NULL;

@@ -66,15 +66,18 @@ static int add_updates(IrGraph *g, PassCtx *ctx, const regex_t *no_decay, bool *
   return 0;
 }
 
-static int compile_pattern(regex_t *re, const char *pattern, IrDiag *d) {
+int pass_regex(regex_t *re, const char *flag, const char *pattern, IrDiag *d) {
   int rc = regcomp(re, pattern, REG_EXTENDED | REG_NOSUB);
   if (rc) {
     char why[256];
     regerror(rc, re, why, sizeof why);
-    return ir_error(d, (IrLoc){0}, "--no-decay '%s' is not a regular expression: %s", pattern,
-                    why);
+    return ir_error(d, (IrLoc){0}, "%s '%s' is not a regular expression: %s", flag, pattern, why);
   }
   return 0;
+}
+
+static int compile_pattern(regex_t *re, const char *pattern, IrDiag *d) {
+  return pass_regex(re, "--no-decay", pattern, d);
 }
 
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {

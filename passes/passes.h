@@ -4,6 +4,7 @@
 #ifndef MTC_PASSES_H
 #define MTC_PASSES_H
 
+#include <regex.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -140,6 +141,9 @@ int pass_count_decayed(const IrGraph *g, const PassOptions *o, int *nparams, int
                        IrDiag *d);
 int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed);  // bf16 mixed precision (--precision)
 int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed);     // --freeze: parameters made constants
+// A flag's pattern (--no-decay, --freeze: POSIX extended, names only) compiled
+// into *re (regfree it), or -1 with d naming the flag.
+int pass_regex(regex_t *re, const char *flag, const char *pattern, IrDiag *d);
 // How many parameters --freeze froze (pass_freeze), their names in the graph's
 // order into names ("" when none; at most cap bytes) and their elements.
 int pass_frozen(const IrGraph *g, char *names, size_t cap, int64_t *elems);
