@@ -815,20 +815,20 @@ int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *
 
 // ---- a vocabulary padded on one rank ----------------------------------------------------------
 //
-// Without tensor parallelism a vocabulary is still padded, to a multiple of
-// `align`, where the lowering asks (bf16 programs: 128, as llm.c and Megatron
-// pad): 50257 logits a row put every row but the first off the 16-byte
-// alignment cuBLASLt's tensor-core kernels need, so the LM head's three GEMMs
-// ran on slow fallback kernels (19 of 96 ms of a GPT-2 124M step on an H100).
-// The padding is the one above, over a tp of one: the values a vocabulary
-// dim reaches from the loss's logits (the head's weight or the tied table,
-// their gradients, working copies and optimizer state) grow by zeros that
-// stay zero, the cross-entropy learns where its scores end (its `vocab`: the
-// padding is left out of the softmax and gets zero gradient, so the result is
-// the unpadded one), and the params table's split names the pad,
-// so that loading and saving see the model's shape. When an op that would
-// not keep the padding zero reads one of those values (a reshape of the
-// logits, say), nothing is padded.
+// The vocab pass (bf16 programs, before the plan) pads the loss's vocabulary
+// to a multiple of `align` (128, as llm.c and Megatron pad): 50257 logits a
+// row put every row but the first off the 16-byte alignment the tensor
+// cores' GEMMs need, so the LM head's three GEMMs ran on a fallback kernel
+// (19 of 96 ms of a GPT-2 124M step on an H100). tp then splits the padded
+// size (pass_lower_tp keeps `valid`). The padding is the one above: the
+// values a vocabulary dim reaches from the loss's logits (the head's weight
+// or the tied table, their gradients, working copies and optimizer state)
+// grow by zeros that stay zero, the cross-entropy learns where its scores
+// end (its `vocab`: the padding is left out of the softmax and gets zero
+// gradient, so the result is the unpadded one), and the params table names
+// the pad (RT_AXIS_NONE), so that loading and saving see the model's shape.
+// When an op that would not keep the padding zero reads one of those values
+// (a reshape of the logits, say), nothing is padded.
 
 // Add to the padded set every value a node touching it reaches with a dim of
 // size vocab; 0 when nothing was added, -1 when a value has two such dims.
@@ -854,7 +854,7 @@ static int reach(IrGraph *g, const Sym *vocab, int *pad_dim) {
   return added;
 }
 
-// The values padded with the logits of cross-entropy node n (pad_dim), or
+// The values padded with the logits of cross-entropy node ce (pad_dim), or
 // false when padding them could change the result.
 static bool pad_set(IrGraph *g, const IrNode *ce, int *pad_dim) {
   const IrValue *logits = ce->in[0];
