@@ -340,22 +340,15 @@ struct NormGradsOf {
   }
 };
 
-// out[o*len + i] = x[o*xinner + off + i], in units of U: T itself, or a
-// Pack<T> where len, xinner and off are whole packs (slice())
+// out[o*oinner + ooff + i] = x[o*xinner + xoff + i] for i < len: slice
+// (oinner = len) and unslice (xinner = len), in units of U: T itself, or a
+// Pack<T> where every row and offset is whole packs (rows_copy())
 template <typename U>
-__global__ void slice_kernel(U *out, const U *x, long outer, long xinner, long off, long len) {
+__global__ void rows_copy_kernel(U *out, const U *x, long outer, long len, long oinner,
+                                 long ooff, long xinner, long xoff) {
   GRID_LOOP(e, outer * len) {
     long o = e / len, i = e - o * len;
-    out[e] = x[o * xinner + off + i];
-  }
-}
-
-// out[o*oinner + off + i] = x[o*len + i], the same way
-template <typename U>
-__global__ void unslice_kernel(U *out, const U *x, long outer, long oinner, long off, long len) {
-  GRID_LOOP(e, outer * len) {
-    long o = e / len, i = e - o * len;
-    out[o * oinner + off + i] = x[e];
+    out[o * oinner + ooff + i] = x[o * xinner + xoff + i];
   }
 }
 
@@ -1157,10 +1150,6 @@ static bool packable(const Dims &d, long n, const T *out, const T *a, const T *b
   return true;
 }
 
-// Do slice's rows (len elements at off of rows of inner) fall in whole packs of N?
-static bool packs_of(long N, const void *out, const void *x, long inner, long off, long len) {
-  return inner % N == 0 && off % N == 0 && len % N == 0 && aligned16(out) && aligned16(x);
-}
 
 // The workspace (rt_cuda_set_workspace): the GEMM library's, then the
 // kernels' scratch. A program plans it (KS in kernels.def); without one (the
@@ -1181,6 +1170,17 @@ void rt_cuda_set_workspace(void *p, size_t bytes) {
   cublasCheck(cublasSetWorkspace(cublas_handle(), workspace, RT_GEMM_WORKSPACE_BYTES));
 }
 
+// *buf of at least `bytes` (*cap: its size), reallocated when it is smaller:
+// the kernel tests' buffers, where no workspace is planned.
+static void *grown(void **buf, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    if (*buf) cudaCheck(cudaFree(*buf));  // waits for the kernels that may still use it
+    *cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    cudaCheck(cudaMalloc(buf, *cap));
+  }
+  return *buf;
+}
+
 // At least `bytes` of scratch for the kernel `who`.
 static void *scratch(size_t bytes, const char *who) {
   if (workspace) {
@@ -1194,12 +1194,7 @@ static void *scratch(size_t bytes, const char *who) {
   }
   static void *buf = NULL;
   static size_t cap = 0;
-  if (bytes > cap) {
-    if (buf) cudaCheck(cudaFree(buf));  // waits for the kernels that may still use it
-    cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
-    cudaCheck(cudaMalloc(&buf, cap));
-  }
-  return buf;
+  return grown(&buf, &cap, bytes);
 }
 
 // A float32 buffer of n elements for a bf16 result that is summed in place
@@ -1220,12 +1215,7 @@ static float *col_parts_buffer(size_t bytes) {
   if (workspace) return (float *)workspace;
   static void *buf = NULL;
   static size_t cap = 0;
-  if (bytes > cap) {
-    if (buf) cudaCheck(cudaFree(buf));  // waits for the kernels that may still use it
-    cudaCheck(cudaMalloc(&buf, bytes));
-    cap = bytes;
-  }
-  return (float *)buf;
+  return (float *)grown(&buf, &cap, bytes);
 }
 
 // The NV column sums of an [R, K] matrix whose terms f gives, times scale,
@@ -1422,34 +1412,35 @@ RT_CUDA_KTU(reduce_sum,
              float scale),
             (dev(out), dev(x), rank, shape, ostride, onumel, scale))
 
+// rows_copy_kernel over elements, or over 16-byte packs where every row,
+// offset and pointer falls in whole packs
 template <typename T>
-static void slice(T *out, const T *x, long outer, long xinner, long off, long len) {
+static void rows_copy(T *out, const T *x, long outer, long len, long oinner, long ooff,
+                      long xinner, long xoff) {
   if (len <= 0 || outer <= 0) return;
-  constexpr int N = Pack<T>::N;
-  if (packs_of(N, out, x, xinner, off, len)) {
-    RT_LAUNCH(slice_kernel, grid_for(outer * len / N, NT), NT, 0, rt_cuda_stream,
-              (Pack<T> *)out, (const Pack<T> *)x, outer, xinner / N, off / N, len / N);
+  constexpr long N = Pack<T>::N;
+  if (len % N == 0 && oinner % N == 0 && ooff % N == 0 && xinner % N == 0 && xoff % N == 0 &&
+      aligned16(out) && aligned16(x)) {
+    RT_LAUNCH(rows_copy_kernel, grid_for(outer * len / N, NT), NT, 0, rt_cuda_stream,
+              (Pack<T> *)out, (const Pack<T> *)x, outer, len / N, oinner / N, ooff / N,
+              xinner / N, xoff / N);
   } else {
-    RT_LAUNCH(slice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer,
-              xinner, off, len);
+    RT_LAUNCH(rows_copy_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer,
+              len, oinner, ooff, xinner, xoff);
   }
   LAUNCHED();
+}
+
+template <typename T>
+static void slice(T *out, const T *x, long outer, long xinner, long off, long len) {
+  rows_copy(out, x, outer, len, len, 0L, xinner, off);
 }
 RT_CUDA_KT(slice, (T *out, const T *x, long outer, long xinner, long off, long len),
            (dev(out), dev(x), outer, xinner, off, len))
 
 template <typename T>
 static void unslice(T *out, const T *x, long outer, long oinner, long off, long len) {
-  if (len <= 0 || outer <= 0) return;
-  constexpr int N = Pack<T>::N;
-  if (packs_of(N, out, x, oinner, off, len)) {
-    RT_LAUNCH(unslice_kernel, grid_for(outer * len / N, NT), NT, 0, rt_cuda_stream,
-              (Pack<T> *)out, (const Pack<T> *)x, outer, oinner / N, off / N, len / N);
-  } else {
-    RT_LAUNCH(unslice_kernel, grid_for(outer * len, NT), NT, 0, rt_cuda_stream, out, x, outer,
-              oinner, off, len);
-  }
-  LAUNCHED();
+  rows_copy(out, x, outer, len, oinner, off, len, 0L);
 }
 RT_CUDA_KT(unslice, (T *out, const T *x, long outer, long oinner, long off, long len),
            (dev(out), dev(x), outer, oinner, off, len))
