@@ -13,10 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool frozen(const IrValue *v, const regex_t *re) {
-  return !v->producer && regexec(re, v->name, 0, NULL, 0) == 0;
-}
-
 int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed) {
   const char *pattern = ctx->opt.freeze;
   if (!pattern)
@@ -24,16 +20,22 @@ int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed) {
   regex_t re;
   if (pass_regex(&re, "--freeze", pattern, ctx->diag))
     return -1;
+  // each match made a constant here; a pattern refused below fails the compile
   int nparams = 0, nfrozen = 0;
   const char *first = NULL;
   for (int i = 0; i < g->nvalues; i++) {
-    const IrValue *v = g->values[i];
+    IrValue *v = g->values[i];
     if (v->role != ROLE_PARAM || v->producer)
       continue;
     nparams++;
-    nfrozen += frozen(v, &re);
     first = first ? first : v->name;
+    if (regexec(&re, v->name, 0, NULL, 0) == 0) {
+      v->role = ROLE_CONST;
+      v->frozen = *changed = true;
+      nfrozen++;
+    }
   }
+  regfree(&re);
   int rc = 0;
   if (!nfrozen)
     rc = ir_error(ctx->diag, (IrLoc){0}, "--freeze '%s' matches none of the %d parameters' names "
@@ -42,16 +44,6 @@ int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed) {
   else if (nfrozen == nparams)
     rc = ir_error(ctx->diag, (IrLoc){0}, "--freeze '%s' matches every parameter: nothing would "
                   "train; name fewer", pattern);
-  for (int i = 0; i < g->nvalues && !rc; i++) {
-    IrValue *v = g->values[i];
-    if (v->role == ROLE_PARAM && frozen(v, &re)) {
-      v->role = ROLE_CONST;
-      v->frozen = true;
-      *changed = true;
-    }
-  }
-  ctx->nfrozen = rc ? 0 : nfrozen;
-  regfree(&re);
   return rc;
 }
 

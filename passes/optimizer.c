@@ -76,14 +76,10 @@ int pass_regex(regex_t *re, const char *flag, const char *pattern, IrDiag *d) {
   return 0;
 }
 
-static int compile_pattern(regex_t *re, const char *pattern, IrDiag *d) {
-  return pass_regex(re, "--no-decay", pattern, d);
-}
-
 int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
   const char *pattern = ctx->opt.no_decay;
   regex_t no_decay;
-  if (pattern && compile_pattern(&no_decay, pattern, ctx->diag))
+  if (pattern && pass_regex(&no_decay, "--no-decay", pattern, ctx->diag))
     return -1;
   int rc = add_updates(g, ctx, pattern ? &no_decay : NULL, changed);
   if (pattern)
@@ -94,7 +90,7 @@ int pass_optimizer(IrGraph *g, PassCtx *ctx, bool *changed) {
 int pass_count_decayed(const IrGraph *g, const PassOptions *o, int *nparams, int *ndecayed,
                        IrDiag *d) {
   regex_t no_decay;
-  if (o->no_decay && compile_pattern(&no_decay, o->no_decay, d))
+  if (o->no_decay && pass_regex(&no_decay, "--no-decay", o->no_decay, d))
     return -1;
   *nparams = *ndecayed = 0;
   for (int i = 0; i < g->nvalues; i++) {

@@ -108,7 +108,6 @@ typedef struct PassCtx {
   PassLowered *lowered;    // set by pass_lower when it lowered a plan
   int nlayers;             // set by pass_recompute: the model's repeated layers (IR blocks 1..)
   int ncheckpointed;       // ... and how many of them backward recomputes
-  int nfrozen;             // set by pass_freeze: the parameters --freeze made constants
   MemPlan *mem;            // set by pass_memplan; the caller frees it (pass_memplan_free)
 } PassCtx;
 

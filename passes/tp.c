@@ -417,8 +417,8 @@ static int convert_output(Tp *t, int i, int k) {
 
 // cross_entropy over vocabulary-split logits -> vp_cross_entropy, whose row
 // statistics its backward reads.
-static int vocab_parallel_loss(IrGraph *g, IrNode *n, IrValue **stats_of, const char *mesh,
-                               IrDiag *d) {
+static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
+  IrGraph *g = t->g;
   const IrValue *logits = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
   const Sym *valid = logits->layout[logits->rank - 1].valid;
   int64_t vocab = valid ? ir_eval(g, valid) : ir_attr_i(n, "vocab");
@@ -433,8 +433,8 @@ static int vocab_parallel_loss(IrGraph *g, IrNode *n, IrValue **stats_of, const 
   }
   IrValue *s = stats_of[n->in[1]->id];
   if (!s)
-    return ir_error(d, n->loc, "lower: %s: the backward of the vocabulary-parallel "
-                    "cross-entropy reads logits '%s' its forward did not", mesh,
+    return ir_error(t->d, n->loc, "lower: %s: the backward of the vocabulary-parallel "
+                    "cross-entropy reads logits '%s' its forward did not", t->mesh,
                     n->in[1]->name);
   IrValue *in[4] = {n->in[0], n->in[1], n->in[2], s};
   ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY_BWD, in, 4);
@@ -451,11 +451,11 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     return 0;
   case OP_CROSS_ENTROPY:
     if (use_of(t, i, 0)->split[n->in[0]->rank - 1] == TP)
-      return vocab_parallel_loss(t->g, n, stats_of, t->mesh, t->d);
+      return vocab_parallel_loss(t, n, stats_of);
     return 0;
   case OP_CROSS_ENTROPY_BWD:
     if (use_of(t, i, 1)->split[n->in[1]->rank - 1] == TP)
-      return vocab_parallel_loss(t->g, n, stats_of, t->mesh, t->d);
+      return vocab_parallel_loss(t, n, stats_of);
     return 0;
   case OP_LAYERNORM:       // over a dim split along the 2D grid's rows (ir/shard.c's
   case OP_RMSNORM:         // norm_on_grid): the row statistics are all-reduced inside
