@@ -17,6 +17,13 @@ def read(path):
     return blob, json.loads(blob[8:8 + n]), 8 + n
 
 
+def tensors(path):
+    """name -> the tensor's raw bytes"""
+    blob, header, data = read(path)
+    return {k: bytes(blob[data + v["data_offsets"][0]:data + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+
+
 def write(path, tensors):
     """tensors: [(name, dtype, shape, bytes)]"""
     header, at = {}, 0
@@ -46,4 +53,5 @@ def main(argv):
         sys.exit(__doc__)
 
 
-main(sys.argv[1:])
+if __name__ == "__main__":
+    main(sys.argv[1:])
