@@ -48,7 +48,7 @@ typedef struct CgArg {
   const Sym *ints[IR_MAXRANK];
 } CgArg;
 
-#define CG_MAXARGS 20  // attention_bwd has 18
+#define CG_MAXARGS 20  // attention_bwd has 20
 
 typedef struct CgCall {
   CgKernel k;

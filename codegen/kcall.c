@@ -502,7 +502,7 @@ static void lower_rope(Lower *L, const IrNode *n) {
 
 static void lower_attention(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_attention_fwd);
-  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
   attention_args(L, c, n, n->in[0], n->in[1]);
 }
 
@@ -511,7 +511,7 @@ static void lower_attention_bwd(Lower *L, const IrNode *n) {
   for (int i = 0; i < 3; i++)
     buf(c, n->out[i]);
   opt_buf(c, n->nout > 3 ? n->out[3] : NULL);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 6; i++)   // dout, q, k, v, out, lse
     buf(c, n->in[i]);
   attention_args(L, c, n, n->in[1], n->in[2]);
 }

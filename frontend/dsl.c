@@ -927,7 +927,7 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
   case OP_ATTENTION:
     if (arg_int(e, b, 3, slot[3], 1, 0, 1, &v) < 0)
       return -1;
-    n = new_node(e, call, OP_ATTENTION, in, 3, 1);
+    n = new_node(e, call, OP_ATTENTION, in, 3, 2);
     ir_set_int(g, n, "causal", v);
     break;
   case OP_RESHAPE:

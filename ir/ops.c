@@ -461,7 +461,7 @@ bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, const Sym *tk, i
 }
 
 void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
-  int first = n->op == OP_ATTENTION ? 3 : 4;
+  int first = n->op == OP_ATTENTION ? 3 : 6;
   *keep = *bias = NULL;
   for (int i = first; i < n->nin; i++) {
     if (n->in[i]->dtype == DT_I32 && !*keep && !*bias)
@@ -471,19 +471,19 @@ void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
   }
 }
 
-// Attention's operands: q [..., T, HS], k and v [..., TK, HS] (TK = T but in
-// cross-attention; causal needs them equal), then the optional inputs
-// (ir_attention_extras): the key-padding mask i32 [P.., TK], P.. the first
-// dims of q (the batch; the heads after them share a row of the mask), and
-// the bias (ir_attention_bias_fits).
-static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
+// Attention's operands: q [..., T, HS] (input qi), k and v [..., TK, HS] (TK
+// = T but in cross-attention; causal needs them equal) after it, then, from
+// input nfixed, the optional inputs (ir_attention_extras): the key-padding
+// mask i32 [P.., TK], P.. the first dims of q (the batch; the heads after
+// them share a row of the mask), and the bias (ir_attention_bias_fits).
+static int need_extras(IrGraph *g, IrNode *n, int qi, int nfixed, IrDiag *d) {
   IrValue *m, *b;
   ir_attention_extras(n, &m, &b);
-  if (n->nin != nqkv + (m != NULL) + (b != NULL))
+  if (n->nin != nfixed + (m != NULL) + (b != NULL))
     return ir_error(d, n->loc, "%s takes %d inputs, then a key-padding mask (i32) and a bias "
-                    "(f32) when there, in that order; it has %d", ir_op_name(n->op), nqkv,
+                    "(f32) when there, in that order; it has %d", ir_op_name(n->op), nfixed,
                     n->nin);
-  const IrValue *q = n->in[nqkv - 3], *k = n->in[nqkv - 2];
+  const IrValue *q = n->in[qi], *k = n->in[qi + 1];
   int r = q->rank;
   bool ok = k->rank == r && sym_eq(k->shape[r - 1], q->shape[r - 1]);
   for (int i = 0; ok && i < r - 2; i++)
@@ -508,19 +508,36 @@ static int need_extras(IrGraph *g, IrNode *n, int nqkv, IrDiag *d) {
   return 0;
 }
 
+// The log-sum-exp of each query's scores: f32 [..., T] for q [..., T, HS].
+static int lse_shape(const IrValue *q, const Sym **shape) {
+  memcpy(shape, q->shape, (size_t)(q->rank - 1) * sizeof *shape);
+  return q->rank - 1;
+}
+
 static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_rank(g, n, 0, 2, d) || need_extras(g, n, 3, d) || need_same(g, n, 1, 2, d))
+  if (need_rank(g, n, 0, 2, d) || need_extras(g, n, 0, 3, d) || need_same(g, n, 1, 2, d))
     return -1;
-  return same_as(g, n, 0, n->in[0], d);
+  const Sym *shape[IR_MAXRANK];
+  int rank = lse_shape(n->in[0], shape);
+  return same_as(g, n, 0, n->in[0], d) || set_out(g, n, 1, DT_F32, rank, shape, d) ? -1 : 0;
 }
 
 // With a bias that takes a gradient, a fourth output: the gradient of the
 // scores, q's leading dims x [T, TK].
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *keep, *bias;
-  if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 4, d) || need_same(g, n, 0, 1, d) ||
-      need_same(g, n, 2, 3, d))
+  if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 1, 6, d) || need_same(g, n, 0, 1, d) ||
+      need_same(g, n, 2, 3, d) || need_same(g, n, 4, 1, d))
     return -1;
+  const Sym *shape[IR_MAXRANK];
+  const IrValue *lse = n->in[5];
+  int rank = lse_shape(n->in[1], shape);
+  bool ok = lse->rank == rank && ir_is_float(lse->dtype);
+  for (int i = 0; ok && i < rank; i++)
+    ok = sym_eq(lse->shape[i], shape[i]);
+  if (!ok)
+    return ir_error(d, n->loc, "attention_bwd: the log-sum-exp '%s' %s must be f32 [..., T] "
+                    "for q %s", lse->name, ir_shape_str(g, lse), ir_shape_str(g, n->in[1]));
   ir_attention_extras(n, &keep, &bias);
   if (n->nout != 3 && !(bias && n->nout == 4))
     return ir_error(d, n->loc, "attention_bwd: %d outputs; it gives dq, dk, dv%s", n->nout,

@@ -869,12 +869,14 @@ static int shard_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
 // T and HS must be whole. Heads split over tp are Megatron's attention; in a
 // block with tp >= 2 heads that do not divide by it are an error (the block
 // would run its attention whole on every rank, its projections around it
-// whole too). Inputs [0, nin) are [..., T, HS] (q, k, v; dout before them in the
-// backward; rope's x); a key-padding mask [P.., T] and a bias [1.., H.., T, T]
-// may follow, their dims that are q's split as q's, T whole. Outputs are laid
-// out as inputs first.. first+nqkv; the backward's gradient of the scores, as q.
+// whole too). Inputs [0, nin) are [..., T, HS] (q, k, v; in the backward dout
+// before them and out after; rope's x); the backward's log-sum-exp [..., T], a
+// key-padding mask [P.., T] and a bias [1.., H.., T, T] may follow, their dims
+// that are q's split as q's, T whole. Outputs are laid out as inputs first..
+// first+nqkv; the forward's log-sum-exp as q without its last dim; the
+// backward's gradient of the scores, as q.
 static int attention(ShardOp *op, int first, int nqkv, int nin) {
-  int ks[4], r = op->n->in[first]->rank;
+  int ks[5], r = op->n->in[first]->rank;
   const Sym *heads = r >= 4 ? op->n->in[first]->shape[r - 3] : NULL;
   int64_t h;
   int deg = op->q != 1 ? op->q : op->tp;
@@ -907,9 +909,11 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
   }
   for (int i = 0; i < nqkv; i++)
     op->out[i] = op->in[first + i];
-  if (op->n->nout > nqkv) { // dscores [.., T, TK]
+  if (op->n->nout > nqkv) { // the forward's lse [.., T]; the backward's dscores [.., T, TK]
     op->out[nqkv] = op->in[first];
     op->out[nqkv].split[r - 1] = NONE;
+    if (op->n->op == OP_ATTENTION)
+      op->out[nqkv].rank = r - 1;
   }
   return 0;
 }
@@ -917,7 +921,7 @@ static int shard_attention(ShardOp *op) { return attention(op, 0, 1, 3); }
 // Rotary embedding over [..., T, HS]: as attention, one operand (positions
 // are T's indices, and the pairs are HS's halves, so both stay whole).
 static int shard_rope(ShardOp *op) { return attention(op, 0, 1, 1); }
-static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3, 4); }
+static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3, 5); }
 
 // embedding(w [V, C], idx [...]) -> [..., C]. Seeded vocabulary-parallel: each
 // rank looks up the rows it holds and writes zeros for the others, so the

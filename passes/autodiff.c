@@ -175,16 +175,20 @@ static void grad_rope(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = finish(ad, b)->out[0];
 }
 
-// The key-padding mask (an integer input) has no gradient; the bias's, when
-// it depends on a parameter (T5's, not a mask's), is the scores' (attention_bwd's
-// fourth output) summed over the dims it broadcasts over.
+// The backward reads the forward's output and each query's log-sum-exp
+// rather than run the forward again. The key-padding mask (an integer input)
+// has no gradient; the bias's, when it depends on a parameter (T5's, not a
+// mask's), is the scores' (attention_bwd's fourth output) summed over the
+// dims it broadcasts over.
 static void grad_attention(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
-  IrValue *in[6] = {dy[0]}, *keep, *bias;
-  for (int i = 0; i < n->nin; i++)
-    in[i + 1] = n->in[i];
+  if (!dy[0])
+    return;   // only the log-sum-exp is read, by no op that takes a gradient
+  IrValue *in[8] = {dy[0], n->in[0], n->in[1], n->in[2], n->out[0], n->out[1]}, *keep, *bias;
+  for (int i = 3; i < n->nin; i++)
+    in[i + 3] = n->in[i];
   ir_attention_extras(n, &keep, &bias);
   bool dbias = bias && ad->needs[bias->id];
-  IrNode *b = emit(ad, OP_ATTENTION_BWD, in, n->nin + 1, dbias ? 4 : 3);
+  IrNode *b = emit(ad, OP_ATTENTION_BWD, in, n->nin + 3, dbias ? 4 : 3);
   ir_set_int(ad->g, b, "causal", ir_attr_i(n, "causal"));
   finish(ad, b);
   for (int i = 0; i < 3; i++)

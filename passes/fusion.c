@@ -81,8 +81,10 @@ typedef struct Fuser {
   double rope_theta;                 // ... and their theta (0: not rotary tables)
 } Fuser;
 
-// A node of op over `in` in the place of `old`, producing old's output.
-static IrNode *replace(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, int nin) {
+// A node of op over `in` in the place of `old`, producing old's output, then
+// nout - 1 fresh ones.
+static IrNode *replace_outs(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, int nin,
+                           int nout) {
   IrGraph *g = F->g;
   g->cur_phase = old->phase;
   g->cur_block = old->block;
@@ -91,10 +93,19 @@ static IrNode *replace(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, int n
   g->nnodes--; // it takes old's slot, not the end
   n->id = old->id;
   g->nodes[n->id] = n;
-  n->nout = 1;
+  n->out = ir_alloc(&g->arena, (size_t)(nout + 1) * sizeof *n->out);
+  n->nout = nout;
   n->out[0] = old->out[0];
-  n->out[0]->producer = n;
+  for (int i = 1; i < nout; i++)
+    n->out[i] = ir_value_new(g, NULL, DT_F32, old->out[0]->role);
+  for (int i = 0; i < nout; i++)
+    n->out[i]->producer = n;
   return n;
+}
+
+// Node `old` replaced by op on `in`, in its place and with its output.
+static IrNode *replace(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, int nin) {
+  return replace_outs(F, old, op, in, nin, 1);
 }
 
 // A new node (one fresh output) inserted just before position `at`.
@@ -633,7 +644,7 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   }
   if (m.bias)
     in[nin++] = m.bias;
-  IrNode *at = replace(F, n, OP_ATTENTION, in, nin);
+  IrNode *at = replace_outs(F, n, OP_ATTENTION, in, nin, 2);  // and a fresh log-sum-exp
   ir_set_int(F->g, at, "causal", m.causal);
   return check(F, at);
 }

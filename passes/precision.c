@@ -51,9 +51,11 @@ static IrValue *cast(IrGraph *g, IrValue *x, IrDType dt, IrPhase phase, int bloc
 }
 
 // Float values forward and backward make that stay float32: scalars (the
-// loss, its gradient) and the vocabulary-parallel loss's row statistics.
+// loss, its gradient), the vocabulary-parallel loss's row statistics and
+// attention's log-sum-exp.
 static bool stays_f32(const IrNode *n, int k) {
-  return n->out[k]->rank == 0 || (n->op == OP_VP_CROSS_ENTROPY && k == 1);
+  return n->out[k]->rank == 0 || (n->op == OP_VP_CROSS_ENTROPY && k == 1) ||
+         (n->op == OP_ATTENTION && k == 1);
 }
 
 // Can output k of n be written in float32 from bf16 operands (a K_OUTU
@@ -71,12 +73,14 @@ static bool sums_in_f32(const IrNode *n, int k) {
 }
 
 // Float32 inputs whatever the compute type: a loss's gradient and the row
-// statistics of the vocabulary-parallel loss (the kernels' K_INF arguments).
+// statistics of the vocabulary-parallel loss and of attention (the kernels'
+// K_INF arguments).
 static bool takes_f32(const IrNode *n, int k) {
   switch (n->op) {
   case OP_CROSS_ENTROPY_BWD:
   case OP_NLL_LOSS_BWD: return k == 0;
   case OP_VP_CROSS_ENTROPY_BWD: return k == 0 || k == 3;
+  case OP_ATTENTION_BWD: return k == 5;
   default: return false;
   }
 }

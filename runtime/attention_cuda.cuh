@@ -115,11 +115,13 @@ __device__ void att_online(float *m_out, float *l_out, float *acc, float *pt, co
   *l_out = l;
 }
 
-// out row = softmax(q_i k^T scale + bias) v; shared: acc (hs), pt (ATT_TILE)
+// out row = softmax(q_i k^T scale + bias) v, lse its log-sum-exp; shared: acc
+// (hs), pt (ATT_TILE)
 template <typename T>
-__global__ void attention_fwd_kernel(T *out, const T *q, const T *k, const T *v, const int *keep,
-                                     const T *bias, long bh, long tq, long tk, long hs,
-                                     long heads, long bdiv, long bmod, int causal, float scale) {
+__global__ void attention_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v,
+                                     const int *keep, const T *bias, long bh, long tq, long tk,
+                                     long hs, long heads, long bdiv, long bmod, int causal,
+                                     float scale) {
   RT_DYNAMIC_SHARED(float, smem);
   float *acc = smem, *pt = smem + hs;
   for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
@@ -132,53 +134,43 @@ __global__ void attention_fwd_kernel(T *out, const T *q, const T *k, const T *v,
     att_online(&m, &l, acc, pt, q + row * hs, kh, vh, x, jn, hs, scale);
     float inv = 1.0f / l;
     for (long d = threadIdx.x; d < hs; d += blockDim.x) out[row * hs + d] = to<T>(acc[d] * inv);
+    if (threadIdx.x == 0) lse[row] = m + logf(l);
   }
 }
 
-// Backward, per query row: the row's softmax max m and 1/sum (p_ij =
-// exp(s_ij - m) * inv), D_i = sum_j p_ij dp_ij (dp_ij = dout_i . v_j) into
-// stats[3*row ...], and dq_i = sum_j ds_ij k_j, ds_ij = scale p_ij (dp_ij - D_i).
+// Backward, per query row: D_i = dout_i . out_i (sum_j p_ij dp_ij) into dsum[row], and
+// dq_i = sum_j ds_ij k_j, ds_ij = scale p_ij (dp_ij - D_i), p_ij = exp(s_ij - lse_i).
 // shared: acc (hs), pt, dpt (ATT_TILE each)
 // With dscores, also the row's gradient of the scores after the scale,
 // p_ij (dp_ij - D_i), zeros past the window.
 template <typename T>
-__global__ void attention_bwd_dq_kernel(T *dq, T *dscores, float *stats, const T *dout,
-                                        const T *q, const T *k, const T *v, const int *keep,
-                                        const T *bias, long bh, long tq, long tk, long hs,
-                                        long heads, long bdiv, long bmod, int causal,
-                                        float scale) {
+__global__ void attention_bwd_dq_kernel(T *dq, T *dscores, float *dsum, const T *dout,
+                                        const T *q, const T *k, const T *v, const T *out,
+                                        const float *lse, const int *keep, const T *bias,
+                                        long bh, long tq, long tk, long hs, long heads,
+                                        long bdiv, long bmod, int causal, float scale) {
   RT_DYNAMIC_SHARED(float, smem);
   float *acc = smem, *pt = smem + hs, *dpt = pt + ATT_TILE;
   for (long row = blockIdx.x; row < bh * tq; row += gridDim.x) {
     long h = row / tq, i = row - h * tq;
     const T *kh = k + h * tk * hs, *vh = v + h * tk * hs;
-    const T *qi = q + row * hs, *doi = dout + row * hs;
+    const T *qi = q + row * hs, *doi = dout + row * hs, *oi = out + row * hs;
     att_row<T> x = att_row_of(keep, bias, h, i, tq, tk, heads, bdiv, bmod, causal);
     long jn = causal ? i + 1 : tk;
-    float m, l;
-    att_online<T>(&m, &l, NULL, pt, qi, kh, NULL, x, jn, hs, scale);
-    float inv = 1.0f / l;
-    // D = sum_j p_j dp_j
-    float dpart = 0.0f;
-    for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
-      long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
-      att_dots(pt, qi, kh, j0, jt, hs, scale);
-      att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
-      __syncthreads();
-      for (long jj = threadIdx.x; jj < jt; jj += blockDim.x)
-        dpart += expf(att_score(pt[jj], x, j0 + jj) - m) * inv * dpt[jj];
-      __syncthreads();
+    float dpart = 0.0f, L = lse[row];
+    for (long d = threadIdx.x; d < hs; d += blockDim.x) {
+      dpart += ld(doi[d]) * ld(oi[d]);
+      acc[d] = 0.0f;
     }
     float D = block_sum(dpart);
     // dq_i = sum_j ds_j k_j
-    for (long d = threadIdx.x; d < hs; d += blockDim.x) acc[d] = 0.0f;
     for (long j0 = 0; j0 < jn; j0 += ATT_TILE) {
       long jt = jn - j0 < ATT_TILE ? jn - j0 : ATT_TILE;
       att_dots(pt, qi, kh, j0, jt, hs, scale);
       att_dots(dpt, doi, vh, j0, jt, hs, 1.0f);
       __syncthreads();
       for (long jj = threadIdx.x; jj < jt; jj += blockDim.x) {
-        float p = expf(att_score(pt[jj], x, j0 + jj) - m) * inv;
+        float p = expf(att_score(pt[jj], x, j0 + jj) - L);
         float g = p * (dpt[jj] - D);
         if (dscores) dscores[row * tk + j0 + jj] = to<T>(g);
         pt[jj] = scale * g;  // ds
@@ -195,23 +187,19 @@ __global__ void attention_bwd_dq_kernel(T *dq, T *dscores, float *stats, const T
     if (dscores)
       for (long j = jn + threadIdx.x; j < tk; j += blockDim.x)
         dscores[row * tk + j] = to<T>(0.0f);
-    if (threadIdx.x == 0) {
-      stats[3 * row] = m;
-      stats[3 * row + 1] = inv;
-      stats[3 * row + 2] = D;
-    }
+    if (threadIdx.x == 0) dsum[row] = D;
   }
 }
 
 // Backward, per key row j: dv_j = sum_i p_ij dout_i, dk_j = sum_i ds_ij q_i
-// over the queries that see j (i >= j when causal), with the rows' stats.
-// shared: acck, accv (hs each), pt, dst (ATT_TILE each)
+// over the queries that see j (i >= j when causal), with the rows' lse and D
+// (dsum). shared: acck, accv (hs each), pt, dst (ATT_TILE each)
 template <typename T>
-__global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, const T *dout,
-                                          const T *q, const T *k, const T *v, const int *keep,
-                                          const T *bias, long bh, long tq, long tk, long hs,
-                                          long heads, long bdiv, long bmod, int causal,
-                                          float scale) {
+__global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *lse, const float *dsum,
+                                          const T *dout, const T *q, const T *k, const T *v,
+                                          const int *keep, const T *bias, long bh, long tq,
+                                          long tk, long hs, long heads, long bdiv, long bmod,
+                                          int causal, float scale) {
   RT_DYNAMIC_SHARED(float, smem);
   float *acck = smem, *accv = smem + hs, *pt = smem + 2 * hs, *dst = pt + ATT_TILE;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -219,7 +207,7 @@ __global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, cons
     long h = row / tk, j = row - h * tk;
     const T *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
     const T *kj = k + row * hs, *vj = v + row * hs;
-    const float *sh = stats + 3 * h * tq;
+    const float *lh = lse + h * tq, *dh = dsum + h * tq;
     const int *keeph = keep ? keep + h / heads * tk : NULL;
     const T *biash = bias ? bias + h / bdiv % bmod * tq * tk : NULL;
     long first = att_first_kept(keeph, tk);  // query i's window keeps none when i < first
@@ -242,9 +230,9 @@ __global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *stats, cons
         dp = warp_sum(dp);
         if (lane == 0) {
           att_row<T> x = {keeph, first >= (causal ? i + 1 : tk), biash ? biash + i * tk : NULL};
-          float p = expf(att_score(scale * s, x, j) - sh[3 * i]) * sh[3 * i + 1];
+          float p = expf(att_score(scale * s, x, j) - lh[i]);
           pt[ii] = p;
-          dst[ii] = scale * p * (dp - sh[3 * i + 2]);
+          dst[ii] = scale * p * (dp - dh[i]);
         }
       }
       __syncthreads();
@@ -312,7 +300,8 @@ struct fa_tiles {
   float *s, *dp;        // scores, dout . v
   bf16 *p;              // probabilities (dq: score gradients)
   float *o, *o2;        // fwd, dq: out (then dq); dkdv: dk, dv
-  float *m, *l, *c, *d;  // per row: max, sum, correction, D (dkdv: the query tile's stats)
+  float *m, *l, *c, *d;  // per row: max, sum, correction; dkdv: the query tile's lse (log2
+                         // units) and D
   int *none;             // dkdv: the query tile's rows that keep no key
   size_t bytes;
   __host__ __device__ fa_tiles(char *base, Kind kind) {
@@ -506,12 +495,12 @@ __device__ void fa_store_rows(bf16 *dst, const float *src, const float *div, int
   }
 }
 
-// out = softmax(q k^T scale) v for blocks of 64 query rows
+// out = softmax(q k^T scale) v for blocks of 64 query rows, lse each row's log-sum-exp
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_fwd_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int *keep,
-                     long bh, long tq, long tk, long hs, long heads, int causal, float scale,
-                     bool vec) {
+    flash_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                     const int *keep, long bh, long tq, long tk, long hs, long heads, int causal,
+                     float scale, bool vec) {
 #if FA_ARCH_OK
   typedef fa_tiles<HS> F;
   RT_DYNAMIC_SHARED(float, smem);
@@ -527,21 +516,24 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_forward_rows<HS>(t, k + h * tk * hs, v + h * tk * hs, keeph, first, q0, tk, hs, causal,
                         scale * FA_LOG2E, vec);
     fa_store_rows<HS, F::LDO>(out + (h * tq + q0) * hs, t.o, t.l, r0, tq - q0, hs);
+    int r = r0 + threadIdx.x % 32;  // the warp's own rows: max and sum in log2 units
+    if (threadIdx.x % 32 < 16 && q0 + r < tq)
+      lse[h * tq + q0 + r] = (t.m[r] + log2f(t.l[r])) / FA_LOG2E;
   }
 #else
   __trap();
 #endif
 }
 
-// Backward, per block of 64 query rows: the forward again (each row's max,
-// sum and output), D = dout . out, then dq = sum_j ds_ij k_j over the key
-// tiles, ds_ij = scale p_ij (dp_ij - D_i); the rows' max (log2 units), 1/sum
-// and D into stats.
+// Backward, per block of 64 query rows: D = dout . out, then dq = sum_j ds_ij
+// k_j over the key tiles, ds_ij = scale p_ij (dp_ij - D_i), p_ij = exp(s_ij -
+// lse_i); the rows' D into dsum.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_bwd_dq_kernel(bf16 *dq, float *stats, const bf16 *dout, const bf16 *q, const bf16 *k,
-                        const bf16 *v, const int *keep, long bh, long tq, long tk, long hs,
-                        long heads, int causal, float scale, bool vec) {
+    flash_bwd_dq_kernel(bf16 *dq, float *dsum, const bf16 *dout, const bf16 *q, const bf16 *k,
+                        const bf16 *v, const bf16 *out, const float *lse, const int *keep,
+                        long bh, long tq, long tk, long hs, long heads, int causal, float scale,
+                        bool vec) {
 #if FA_ARCH_OK
   typedef fa_tiles<HS> F;
   RT_DYNAMIC_SHARED(float, smem);
@@ -557,22 +549,22 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
     fa_load<HS>(t.b, dout + h * tq * hs, q0, tq, hs, vec);
-    fa_forward_rows<HS>(t, kh, vh, keeph, first, q0, tk, hs, causal, scale2, vec);
-    // a lane's two rows: max, 1/sum, D = dout . out (a quarter of the row a lane)
-    float m[2], inv[2], D[2];
+    __syncthreads();
+    // a lane's two rows: lse (log2 units) and D = dout . out (a quarter of the row a lane)
+    float m[2], D[2];
     bool none[2];
 #pragma unroll
     for (int h2 = 0; h2 < 2; h2++) {
       int r = FA_ROW(h2);
+      long i = q0 + r;
       float s = 0.0f;
-      for (int d = lane % 4; d < HS; d += 4)
-        s += __bfloat162float(t.b[r * F::LDH + d]) * t.o[r * F::LDO + d];
-      m[h2] = t.m[r];
-      inv[h2] = 1.0f / t.l[r];
-      D[h2] = fa_row_sum(s) * inv[h2];
-      none[h2] = fa_none(keeph, first, q0 + r, tk, causal);
+      if (i < tq)
+        for (int d = lane % 4; d < hs; d += 4)
+          s += __bfloat162float(t.b[r * F::LDH + d]) * __bfloat162float(out[(h * tq + i) * hs + d]);
+      m[h2] = i < tq ? lse[h * tq + i] * FA_LOG2E : 0.0f;
+      D[h2] = fa_row_sum(s);
+      none[h2] = fa_none(keeph, first, i, tk, causal);
     }
-    __syncwarp();  // t.o is read; it holds dq next
     for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] = 0.0f;
     long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
     for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
@@ -594,7 +586,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         for (int k = 0; k < 16; k++) {
           int c = FA_COL(k);
           float s = fa_score(scale2 * srow[c], q0 + r, j0 + c, tk, causal, keeph, none[h2]);
-          float p = s == -INFINITY ? 0.0f : exp2f(s - m[h2]) * inv[h2];
+          float p = s == -INFINITY ? 0.0f : exp2f(s - m[h2]);
           dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - D[h2]));
         }
       }
@@ -607,12 +599,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     if (lane % 4 == 0)
       for (int h2 = 0; h2 < 2; h2++) {
         long i = q0 + FA_ROW(h2);
-        if (i < tq) {
-          float *st = stats + 3 * (h * tq + i);
-          st[0] = m[h2];
-          st[1] = inv[h2];
-          st[2] = D[h2];
-        }
+        if (i < tq) dsum[h * tq + i] = D[h2];
       }
   }
 #else
@@ -624,10 +611,10 @@ __global__ void __launch_bounds__(FA_THREADS)
 // ds_ij q_i over the query tiles that see them, with the rows' stats.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const float *stats, const bf16 *dout,
-                          const bf16 *q, const bf16 *k, const bf16 *v, const int *keep, long bh,
-                          long tq, long tk, long hs, long heads, int causal, float scale,
-                          bool vec) {
+    flash_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const float *lse, const float *dsum,
+                          const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+                          const int *keep, long bh, long tq, long tk, long hs, long heads,
+                          int causal, float scale, bool vec) {
 #if FA_ARCH_OK
   typedef fa_tiles<HS> F;
   RT_DYNAMIC_SHARED(float, smem);
@@ -639,7 +626,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     long h = blk / nk, j0 = blk % nk * FA_ROWS;
     const int *keeph = keep ? keep + h / heads * tk : NULL;
     const bf16 *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
-    const float *sh = stats + 3 * h * tq;
+    const float *lh = lse + h * tq, *dh = dsum + h * tq;
     long first = att_first_kept(keeph, tk);
     __syncthreads();
     fa_load<HS>(t.k, k + h * tk * hs, j0, tk, hs, vec);
@@ -655,9 +642,8 @@ __global__ void __launch_bounds__(FA_THREADS)
       for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
         long i = i0 + c;
         bool in = i < tq;
-        t.m[c] = in ? sh[3 * i] : 0.0f;
-        t.l[c] = in ? sh[3 * i + 1] : 0.0f;
-        t.d[c] = in ? sh[3 * i + 2] : 0.0f;
+        t.m[c] = in ? lh[i] * FA_LOG2E : 0.0f;
+        t.d[c] = in ? dh[i] : 0.0f;
         t.none[c] = in && fa_none(keeph, first, i, tk, causal);
       }
       __syncthreads();
@@ -679,7 +665,7 @@ __global__ void __launch_bounds__(FA_THREADS)
           long i = i0 + c;
           float s = i < tq ? fa_score(scale2 * srow[c], i, j, tk, causal, keeph, t.none[c])
                            : -INFINITY;
-          pv[h2][kk] = s == -INFINITY ? 0.0f : exp2f(s - t.m[c]) * t.l[c];
+          pv[h2][kk] = s == -INFINITY ? 0.0f : exp2f(s - t.m[c]);
           dsv[h2][kk] = scale * pv[h2][kk] * (dprow[c] - t.d[c]);
         }
       }
@@ -766,85 +752,90 @@ static bool fa_vec(long hs, const void *a, const void *b, const void *c, const v
 }
 
 template <int HS>
-static void flash_fwd(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int *keep,
-                      long bh, long t, long tk, long hs, long heads, int causal, float scale) {
+static void flash_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                      const int *keep, long bh, long t, long tk, long hs, long heads, int causal,
+                      float scale) {
   size_t smem = att_smem((const void *)flash_fwd_kernel<HS>,
                          fa_tiles<HS>(NULL, fa_tiles<HS>::FWD).bytes, hs);
   RT_LAUNCH(flash_fwd_kernel<HS>, grid_rows(bh * ((t + FA_ROWS - 1) / FA_ROWS)), FA_THREADS, smem,
-            rt_cuda_stream, out, q, k, v, keep, bh, t, tk, hs, heads, causal, scale,
+            rt_cuda_stream, out, lse, q, k, v, keep, bh, t, tk, hs, heads, causal, scale,
             fa_vec(hs, q, k, v, NULL));
   LAUNCHED();
 }
 
 template <int HS>
 static void flash_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q,
-                      const bf16 *k, const bf16 *v, const int *keep, long bh, long t, long tk,
-                      long hs, long heads, int causal, float scale) {
-  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
+                      const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
+                      const int *keep, long bh, long t, long tk, long hs, long heads, int causal,
+                      float scale) {
+  float *dsum = (float *)scratch((size_t)(bh * t) * sizeof(float), "attention_bwd");
   bool vec = fa_vec(hs, q, k, v, dout);
   size_t smem = att_smem((const void *)flash_bwd_dq_kernel<HS>,
                          fa_tiles<HS>(NULL, fa_tiles<HS>::DQ).bytes, hs);
   RT_LAUNCH(flash_bwd_dq_kernel<HS>, grid_rows(bh * ((t + FA_ROWS - 1) / FA_ROWS)), FA_THREADS,
-            smem, rt_cuda_stream, dq, stats, dout, q, k, v, keep, bh, t, tk, hs, heads, causal,
-            scale, vec);
+            smem, rt_cuda_stream, dq, dsum, dout, q, k, v, out, lse, keep, bh, t, tk, hs, heads,
+            causal, scale, vec);
   LAUNCHED();
   smem = att_smem((const void *)flash_bwd_dkdv_kernel<HS>,
                   fa_tiles<HS>(NULL, fa_tiles<HS>::DKDV).bytes, hs);
   RT_LAUNCH(flash_bwd_dkdv_kernel<HS>, grid_rows(bh * ((tk + FA_ROWS - 1) / FA_ROWS)),
-            FA_THREADS, smem, rt_cuda_stream, dk, dv, stats, dout, q, k, v, keep, bh, t, tk, hs,
-            heads, causal, scale, vec);
+            FA_THREADS, smem, rt_cuda_stream, dk, dv, lse, dsum, dout, q, k, v, keep, bh, t, tk,
+            hs, heads, causal, scale, vec);
   LAUNCHED();
 }
 
 template <typename T>
-static void attention_fwd(T *out, const T *q, const T *k, const T *v, const int *keep,
+static void attention_fwd(T *out, float *lse, const T *q, const T *k, const T *v, const int *keep,
                           const T *bias, long bh, long t, long tk, long hs, long heads, long bdiv,
                           long bmod, int causal) {
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   if constexpr (std::is_same<T, bf16>::value)
     if (fa_dispatch(fa_hs<T>(hs, bias, NULL), [&](auto hsp) {
-          flash_fwd<decltype(hsp)::value>(out, q, k, v, keep, bh, t, tk, hs, heads, causal, scale);
+          flash_fwd<decltype(hsp)::value>(out, lse, q, k, v, keep, bh, t, tk, hs, heads, causal,
+                                          scale);
         }))
       return;
   size_t smem = att_smem((const void *)attention_fwd_kernel<T>, (hs + ATT_TILE) * sizeof(float), hs);
-  RT_LAUNCH(attention_fwd_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, out, q, k,
-            v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
+  RT_LAUNCH(attention_fwd_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, out, lse,
+            q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
   LAUNCHED();
 }
 RT_CUDA_KT(attention_fwd,
-           (T *out, const T *q, const T *k, const T *v, const int *keep, const T *bias, long bh,
-            long t, long tk, long hs, long heads, long bdiv, long bmod, int causal),
-           (dev(out), dev(q), dev(k), dev(v), keep, dev(bias), bh, t, tk, hs, heads, bdiv, bmod,
-            causal))
+           (T *out, float *lse, const T *q, const T *k, const T *v, const int *keep, const T *bias,
+            long bh, long t, long tk, long hs, long heads, long bdiv, long bmod, int causal),
+           (dev(out), lse, dev(q), dev(k), dev(v), keep, dev(bias), bh, t, tk, hs, heads, bdiv,
+            bmod, causal))
 
 template <typename T>
 static void attention_bwd(T *dq, T *dk, T *dv, T *dscores, const T *dout, const T *q, const T *k,
-                          const T *v, const int *keep, const T *bias, long bh, long t, long tk,
-                          long hs, long heads, long bdiv, long bmod, int causal) {
+                          const T *v, const T *out, const float *lse, const int *keep,
+                          const T *bias, long bh, long t, long tk, long hs, long heads, long bdiv,
+                          long bmod, int causal) {
   if (bh <= 0 || t <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   if constexpr (std::is_same<T, bf16>::value)
     if (fa_dispatch(fa_hs<T>(hs, bias, dscores), [&](auto hsp) {
-          flash_bwd<decltype(hsp)::value>(dq, dk, dv, dout, q, k, v, keep, bh, t, tk, hs, heads,
-                                          causal, scale);
+          flash_bwd<decltype(hsp)::value>(dq, dk, dv, dout, q, k, v, out, lse, keep, bh, t, tk,
+                                          hs, heads, causal, scale);
         }))
       return;
-  float *stats = (float *)scratch((size_t)(bh * t) * 3 * sizeof(float), "attention_bwd");
+  float *dsum = (float *)scratch((size_t)(bh * t) * sizeof(float), "attention_bwd");
   size_t smem = att_smem((const void *)attention_bwd_dq_kernel<T>, (hs + 2 * ATT_TILE) * sizeof(float), hs);
   RT_LAUNCH(attention_bwd_dq_kernel, grid_rows(bh * t), ATT_THREADS, smem, rt_cuda_stream, dq,
-            dscores, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
-            scale);
+            dscores, dsum, dout, q, k, v, out, lse, keep, bias, bh, t, tk, hs, heads, bdiv, bmod,
+            causal, scale);
   LAUNCHED();
   smem = att_smem((const void *)attention_bwd_dkdv_kernel<T>, (2 * hs + 2 * ATT_TILE) * sizeof(float),
                   hs);
   RT_LAUNCH(attention_bwd_dkdv_kernel, grid_rows(bh * tk), ATT_THREADS, smem, rt_cuda_stream, dk,
-            dv, stats, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal, scale);
+            dv, lse, dsum, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, bdiv, bmod, causal,
+            scale);
   LAUNCHED();
 }
 RT_CUDA_KT(attention_bwd,
            (T *dq, T *dk, T *dv, T *dscores, const T *dout, const T *q, const T *k, const T *v,
-            const int *keep, const T *bias, long bh, long t, long tk, long hs, long heads,
-            long bdiv, long bmod, int causal),
-           (dev(dq), dev(dk), dev(dv), dev(dscores), dev(dout), dev(q), dev(k), dev(v), keep,
-            dev(bias), bh, t, tk, hs, heads, bdiv, bmod, causal))
+            const T *out, const float *lse, const int *keep, const T *bias, long bh, long t,
+            long tk, long hs, long heads, long bdiv, long bmod, int causal),
+           (dev(dq), dev(dk), dev(dv), dev(dscores), dev(dout), dev(q), dev(k), dev(v), dev(out),
+            lse, keep, dev(bias), bh, t, tk, hs, heads, bdiv, bmod, causal))

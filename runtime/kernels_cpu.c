@@ -959,32 +959,48 @@ static void att_scale_row(float *s, long i, long tk, long len, float scale, att_
   for (long j = 0; j < len; j++) s[j] = !kept ? 0.0f : x.keep[j] ? s[j] : -INFINITY;
 }
 
-// Row r of a row block starting at query i0: softmax of scale * s over the
-// keys it sees (j <= i0 + r when causal, and kept), zeros up to jn.
-static void att_softmax_row(float *s, long i, long tk, long jn, int causal, float scale,
-                            att_extras x) {
+// Query i's row of scale * s: its softmax over the keys it sees (j <= i
+// when causal, and kept), zeros up to jn; returns the log-sum-exp of the
+// scores (att_scale_row's).
+static float att_softmax_row(float *s, long i, long tk, long jn, int causal, float scale,
+                             att_extras x) {
   long len = causal ? i + 1 : tk;
   att_scale_row(s, i, tk, len, scale, x);
   float maxv = max_lanes(s, len);
   for (long j = 0; j < len; j++) s[j] = exp_fast(s[j] - maxv);
-  float inv = 1.0f / sum_lanes(s, len);
+  float sum = sum_lanes(s, len), inv = 1.0f / sum;
   for (long j = 0; j < len; j++) s[j] *= inv;
+  for (long j = len; j < jn; j++) s[j] = 0.0f;
+  return maxv + logf(sum);
+}
+
+// The backward's form of the above: the probabilities exp(s_j - lse) from
+// the forward's log-sum-exp.
+static void att_prob_row(float *s, long i, long tk, long jn, int causal, float scale,
+                         att_extras x, float lse) {
+  long len = causal ? i + 1 : tk;
+  att_scale_row(s, i, tk, len, scale, x);
+  for (long j = 0; j < len; j++) s[j] = exp_fast(s[j] - lse);
   for (long j = len; j < jn; j++) s[j] = 0.0f;
 }
 
 // p[j] = exp(scale * q_i . k_j - max) for j < jn: the unnormalized softmax
-// of one row of scores (the row form); returns their sum.
-static float attention_row(float *p, const float *qi, const float *kh, long i, long tk,
-                           long jn, long hs, float scale, att_extras x) {
+// of one row of scores (the row form); returns their sum, and the
+// log-sum-exp in *lse.
+static float attention_row(float *p, float *lse, const float *qi, const float *kh, long i,
+                           long tk, long jn, long hs, float scale, att_extras x) {
   for (long j = 0; j < jn; j++) p[j] = dot_lanes(qi, kh + j * hs, hs);
   att_scale_row(p, i, tk, jn, scale, x);
   float maxv = max_lanes(p, jn);
   for (long j = 0; j < jn; j++) p[j] = exp_fast(p[j] - maxv);
-  return sum_lanes(p, jn);
+  float sum = sum_lanes(p, jn);
+  *lse = maxv + logf(sum);
+  return sum;
 }
 
-// One head, block form: oh = softmax(qh kh^T scale) vh, tq queries and tk keys.
-static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
+// One head, block form: oh = softmax(qh kh^T scale) vh, tq queries and tk
+// keys; lh each query's log-sum-exp.
+static void attention_fwd_blocks(float *oh, float *lh, const float *qh, const float *kh,
                                  const float *vh, att_extras x, long tq, long tk, long hs,
                                  int causal, float scale, const att_layout *L) {
   long tp = ceil_div(tk, GEMM_NR) * GEMM_NR;
@@ -997,21 +1013,21 @@ static void attention_fwd_blocks(float *oh, const float *qh, const float *kh,
     gemm_pack_a_block(qa, qh + i0 * hs, hs, 0, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);  // S = Q_blk K^T
     for (long r = 0; r < mr; r++)
-      att_softmax_row(st + r * tp, i0 + r, tk, jn, causal, scale, x);
+      lh[i0 + r] = att_softmax_row(st + r * tp, i0 + r, tk, jn, causal, scale, x);
     gemm_pack_a_block(pa, st, tp, 0, mr, jn);
     att_rows_out(oh + i0 * hs, mr, hs, pa, vp, jn, tk, 0);  // O_blk = P V
   }
 }
 
 // One head, row form.
-static void attention_fwd_rows(float *oh, const float *qh, const float *kh,
+static void attention_fwd_rows(float *oh, float *lh, const float *qh, const float *kh,
                                const float *vh, att_extras x, long tq, long tk, long hs,
                                int causal, float scale) {
   float p[tk];
   for (long i = 0; i < tq; i++) {
     float *restrict oi = oh + i * hs;
     long jn = causal ? i + 1 : tk;
-    float inv = 1.0f / attention_row(p, qh + i * hs, kh, i, tk, jn, hs, scale, x);
+    float inv = 1.0f / attention_row(p, &lh[i], qh + i * hs, kh, i, tk, jn, hs, scale, x);
     for (long d = 0; d < hs; d++) oi[d] = 0.0f;
     for (long j = 0; j < jn; j++) {
       const float *restrict vj = vh + j * hs;
@@ -1027,10 +1043,12 @@ static att_extras att_head(const int *keep, const float *bias, long h, long tq, 
                       bias ? bias + h / bdiv % bmod * tq * tk : NULL};
 }
 
-// out = softmax(q k^T / sqrt(hs) + bias) v per head; threads share the heads
-static void attention_fwd_f32(float *out, const float *q, const float *k, const float *v,
-                              const int *keep, const float *bias, long bh, long tq, long tk, long hs,
-                      long heads, long bdiv, long bmod, int causal) {
+// out = softmax(q k^T / sqrt(hs) + bias) v per head, lse each query's
+// log-sum-exp; threads share the heads
+static void attention_fwd_f32(float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int *keep, const float *bias, long bh,
+                              long tq, long tk, long hs, long heads, long bdiv, long bmod,
+                              int causal) {
   if (bh <= 0 || tq <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(tk, hs, 0);
@@ -1040,9 +1058,11 @@ static void attention_fwd_f32(float *out, const float *q, const float *k, const 
     long oq = h * tq * hs, ok = h * tk * hs;
     att_extras x = att_head(keep, bias, h, tq, tk, heads, bdiv, bmod);
     if (blocks)
-      attention_fwd_blocks(out + oq, q + oq, k + ok, v + ok, x, tq, tk, hs, causal, scale, &L);
+      attention_fwd_blocks(out + oq, lse + h * tq, q + oq, k + ok, v + ok, x, tq, tk, hs, causal,
+                           scale, &L);
     else
-      attention_fwd_rows(out + oq, q + oq, k + ok, v + ok, x, tq, tk, hs, causal, scale);
+      attention_fwd_rows(out + oq, lse + h * tq, q + oq, k + ok, v + ok, x, tq, tk, hs, causal,
+                         scale);
   }
 }
 
@@ -1054,11 +1074,12 @@ static void att_store_ds(float *dsh, long i, long tk, const float *g, long jn) {
   memset(dsh + i * tk + jn, 0, (size_t)(tk - jn) * sizeof *g);
 }
 
-// One head, block form, dqh and dsh overwritten; dkh and dvh zeroed by the caller.
+// One head, block form, dqh and dsh overwritten; dkh and dvh zeroed by the
+// caller. lh: the forward's log-sum-exp of each query.
 static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, float *dsh,
                                  const float *doh, const float *qh, const float *kh,
-                                 const float *vh, att_extras x, long tq, long tk, long hs,
-                                 int causal, float scale, const att_layout *L) {
+                                 const float *vh, const float *lh, att_extras x, long tq,
+                                 long tk, long hs, int causal, float scale, const att_layout *L) {
   long tp = ceil_div(tk, GEMM_NR) * GEMM_NR;
   float *sc = att_scratch;
   float *kp = sc + L->kp, *vtp = sc + L->vtp, *kb = sc + L->kb, *st = sc + L->st;
@@ -1075,7 +1096,7 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, float *dsh,
     att_pack_cols(dob, doh + i0 * hs, mr, hs);
     att_tile(st, tp, qa, kp, hs, jn);    // S = Q_blk K^T, then P
     for (long r = 0; r < mr; r++)
-      att_softmax_row(st + r * tp, i0 + r, tk, jn, causal, scale, x);
+      att_prob_row(st + r * tp, i0 + r, tk, jn, causal, scale, x, lh[i0 + r]);
     att_tile(dst, tp, doa, vtp, hs, jn);  // dP = dO_blk V^T, then dS
     for (long r = 0; r < mr; r++) {
       float *pr = st + r * tp, *dr = dst + r * tp;
@@ -1098,21 +1119,22 @@ static void attention_bwd_blocks(float *dqh, float *dkh, float *dvh, float *dsh,
   }
 }
 
-// One head, row form, dqh, dkh, dvh zeroed by the caller, dsh overwritten.
+// One head, row form, dqh, dkh, dvh zeroed by the caller, dsh overwritten;
+// lh as in the block form.
 static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
                                const float *doh, const float *qh, const float *kh,
-                               const float *vh, att_extras x, long tq, long tk, long hs,
-                               int causal, float scale) {
+                               const float *vh, const float *lh, att_extras x, long tq, long tk,
+                               long hs, int causal, float scale) {
   float p[tk], dp[tk];
   for (long i = 0; i < tq; i++) {
     const float *restrict qi = qh + i * hs, *restrict doi = doh + i * hs;
     float *restrict dqi = dqh + i * hs;
     long jn = causal ? i + 1 : tk;
-    float inv = 1.0f / attention_row(p, qi, kh, i, tk, jn, hs, scale, x);
-    // p_ij normalized; dp_ij = dout_i . v_j; dv_j += p_ij dout_i
+    for (long j = 0; j < jn; j++) p[j] = dot_lanes(qi, kh + j * hs, hs);
+    att_prob_row(p, i, tk, jn, causal, scale, x, lh[i]);
+    // dp_ij = dout_i . v_j; dv_j += p_ij dout_i
     for (long j = 0; j < jn; j++) {
       float *restrict dvj = dvh + j * hs;
-      p[j] *= inv;
       dp[j] = dot_lanes(doi, vh + j * hs, hs);
       for (long d = 0; d < hs; d++) dvj[d] += p[j] * doi[d];
     }
@@ -1132,12 +1154,17 @@ static void attention_bwd_rows(float *dqh, float *dkh, float *dvh, float *dsh,
   }
 }
 
-// Backward of the above; the probabilities are recomputed. dk and dv sum
+// Backward of the above, its probabilities from the forward's lse. Each row
+// of scores is at hand whole, so sum_j p_ij dp_ij is summed from them (the
+// GPU's kernels, which walk the keys in tiles, take it as dout_i . out_i:
+// the same sum in exact arithmetic; a key bias's gradient, 0 in exact
+// arithmetic, then follows PyTorch's rounding more closely). dk and dv sum
 // over the rows i of a head, so one thread owns each head.
 static void attention_bwd_f32(float *dq, float *dk, float *dv, float *dscores,
-                              const float *dout, const float *q, const float *k, const float *v, const int *keep,
-                      const float *bias, long bh, long tq, long tk, long hs, long heads,
-                      long bdiv, long bmod, int causal) {
+                              const float *dout, const float *q, const float *k, const float *v,
+                              const float *lse, const int *keep,
+                              const float *bias, long bh, long tq, long tk, long hs, long heads,
+                              long bdiv, long bmod, int causal) {
   if (bh <= 0 || tq <= 0 || tk <= 0 || hs <= 0) return;
   float scale = 1.0f / sqrtf((float)hs);
   att_layout L = att_plan(tk, hs, 1);
@@ -1151,11 +1178,11 @@ static void attention_bwd_f32(float *dq, float *dk, float *dv, float *dscores,
     att_extras x = att_head(keep, bias, h, tq, tk, heads, bdiv, bmod);
     float *dsh = dscores ? dscores + h * tq * tk : NULL;
     if (blocks)
-      attention_bwd_blocks(dq + oq, dk + ok, dv + ok, dsh, dout + oq, q + oq, k + ok, v + ok, x,
-                           tq, tk, hs, causal, scale, &L);
+      attention_bwd_blocks(dq + oq, dk + ok, dv + ok, dsh, dout + oq, q + oq, k + ok, v + ok,
+                           lse + h * tq, x, tq, tk, hs, causal, scale, &L);
     else
-      attention_bwd_rows(dq + oq, dk + ok, dv + ok, dsh, dout + oq, q + oq, k + ok, v + ok, x, tq,
-                         tk, hs, causal, scale);
+      attention_bwd_rows(dq + oq, dk + ok, dv + ok, dsh, dout + oq, q + oq, k + ok, v + ok,
+                         lse + h * tq, x, tq, tk, hs, causal, scale);
   }
 }
 

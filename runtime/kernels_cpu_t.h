@@ -380,7 +380,7 @@ void RT_NAME(softmax_bwd)(RT_T *dx, const RT_T *dy, const RT_T *y, long n, long 
   rt_cpu_free(ody), rt_cpu_free(oy);
 }
 
-void RT_NAME(attention_fwd)(RT_T *out, const RT_T *q, const RT_T *k, const RT_T *v,
+void RT_NAME(attention_fwd)(RT_T *out, float *lse, const RT_T *q, const RT_T *k, const RT_T *v,
                             const int *keep, const RT_T *bias, long bh, long tq, long tk, long hs,
                             long heads, long bdiv, long bmod, int causal) {
   long nq = bh * tq * hs, nk = bh * tk * hs;
@@ -388,15 +388,18 @@ void RT_NAME(attention_fwd)(RT_T *out, const RT_T *q, const RT_T *k, const RT_T 
   const float *qf = RT_LOCAL(widen)(q, nq, &oq), *kf = RT_LOCAL(widen)(k, nk, &ok),
               *vf = RT_LOCAL(widen)(v, nk, &ov), *bf = RT_LOCAL(widen)(bias, bmod * tq * tk, &ob);
   float *outf = RT_LOCAL(result)(out, nq);
-  attention_fwd_f32(outf, qf, kf, vf, keep, bf, bh, tq, tk, hs, heads, bdiv, bmod, causal);
+  attention_fwd_f32(outf, lse, qf, kf, vf, keep, bf, bh, tq, tk, hs, heads, bdiv, bmod, causal);
   RT_LOCAL(narrow)(out, outf, nq);
   rt_cpu_free(oq), rt_cpu_free(ok), rt_cpu_free(ov), rt_cpu_free(ob);
 }
 
+// out is the GPU kernels' (attention_bwd_f32 sums p dp itself)
 void RT_NAME(attention_bwd)(RT_T *dq, RT_T *dk, RT_T *dv, RT_T *dscores, const RT_T *dout,
-                            const RT_T *q, const RT_T *k, const RT_T *v, const int *keep,
-                            const RT_T *bias, long bh, long tq, long tk, long hs, long heads,
-                            long bdiv, long bmod, int causal) {
+                            const RT_T *q, const RT_T *k, const RT_T *v, const RT_T *out,
+                            const float *lse, const int *keep, const RT_T *bias, long bh,
+                            long tq, long tk, long hs, long heads, long bdiv, long bmod,
+                            int causal) {
+  (void)out;
   long nq = bh * tq * hs, nk = bh * tk * hs, ns = bh * tq * tk;
   float *odo, *oq, *ok, *ov, *ob;
   const float *dof = RT_LOCAL(widen)(dout, nq, &odo), *qf = RT_LOCAL(widen)(q, nq, &oq),
@@ -404,8 +407,8 @@ void RT_NAME(attention_bwd)(RT_T *dq, RT_T *dk, RT_T *dv, RT_T *dscores, const R
               *bf = RT_LOCAL(widen)(bias, bmod * tq * tk, &ob);
   float *dqf = RT_LOCAL(result)(dq, nq), *dkf = RT_LOCAL(result)(dk, nk),
         *dvf = RT_LOCAL(result)(dv, nk), *dsf = RT_LOCAL(result)(dscores, ns);
-  attention_bwd_f32(dqf, dkf, dvf, dsf, dof, qf, kf, vf, keep, bf, bh, tq, tk, hs, heads, bdiv,
-                    bmod, causal);
+  attention_bwd_f32(dqf, dkf, dvf, dsf, dof, qf, kf, vf, lse, keep, bf, bh, tq, tk, hs, heads,
+                    bdiv, bmod, causal);
   RT_LOCAL(narrow)(dq, dqf, nq), RT_LOCAL(narrow)(dk, dkf, nk), RT_LOCAL(narrow)(dv, dvf, nk);
   RT_LOCAL(narrow)(dscores, dsf, ns);
   rt_cpu_free(odo), rt_cpu_free(oq), rt_cpu_free(ok), rt_cpu_free(ov), rt_cpu_free(ob);

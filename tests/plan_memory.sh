@@ -25,7 +25,7 @@ cases=(
   "dp|"
   "zero2|--gpu-mem 600KB --host-mem 10MB"
   "zero2_offload|--gpu-mem 500KB --host-mem 10MB"
-  "dp2_tp2_offload|--gpu-mem 304KB --host-mem 10MB"
+  "dp2_tp2_offload|--gpu-mem 264KB --host-mem 10MB"
   "fp32_zero2_offload|--gpu-mem 700KB --host-mem 10MB --precision fp32"
 )
 ok=0

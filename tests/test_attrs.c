@@ -68,7 +68,7 @@ static void check_defaults(void) {
                         "param %q : f32[2,N,C]\ninput %t : i32[N] classes(C)\nforward\n"
                         "%m : f32[N,N] = matmul(%x, %x) tb=1\n"
                         "%l : f32[N,C] = layernorm(%x, %w, %w)\n"
-                        "%a : f32[2,N,C] = attention(%q, %q, %q)\n"
+                        "%a : f32[2,N,C], %e : f32[2,N] = attention(%q, %q, %q)\n"
                         "%p : f32[N,2], %r : f32[N,4] = split(%x) sizes=[2,4]\n"
                         "%s : f32[1,C] = slice(%x)\n"
                         "%n : f32[] = nll_loss(%x, %t)\n"

@@ -463,20 +463,27 @@ static void test_attention(int causal, long tk) {
   int *keep = ints(2 * tk, 4);  // 3 in 4 kept
   for (long i = 0; i < 2 * tk; i++) keep[i] = keep[i] != 0;
   char what[64];
-  rt_attention_fwd(o.f, q.f, k.f, v.f, keep, bias.f, bh, t, tk, hs, heads, 1, heads, causal);
-  rt_attention_fwd_bf16(o.h, q.h, k.h, v.h, keep, bias.h, bh, t, tk, hs, heads, 1, heads, causal);
+  float *lse = alloc((size_t)(bh * t) * sizeof(float));
+  float *lse16 = alloc((size_t)(bh * t) * sizeof(float));
+  rt_attention_fwd(o.f, lse, q.f, k.f, v.f, keep, bias.f, bh, t, tk, hs, heads, 1, heads, causal);
+  rt_attention_fwd_bf16(o.h, lse16, q.h, k.h, v.h, keep, bias.h, bh, t, tk, hs, heads, 1, heads,
+                        causal);
   snprintf(what, sizeof what, "attention_fwd causal=%d t=%ld tk=%ld", causal, t, tk);
   same(what, o);
+  snprintf(what, sizeof what, "attention_fwd causal=%d t=%ld tk=%ld: lse", causal, t, tk);
+  same_f32(what, lse, lse16, bh * t);
+  // the backward reads the bf16 variant's output in both types
+  for (long i = 0; i < o.n; i++) o.f[i] = rt_bf16_to_f32(o.h[i]);
   Buf dq = out(bh * t * hs), dk = out(bh * tk * hs), dv = out(bh * tk * hs), ds = out(bh * t * tk);
-  rt_attention_bwd(dq.f, dk.f, dv.f, ds.f, dout.f, q.f, k.f, v.f, keep, bias.f, bh, t, tk, hs,
-                   heads, 1, heads, causal);
-  rt_attention_bwd_bf16(dq.h, dk.h, dv.h, ds.h, dout.h, q.h, k.h, v.h, keep, bias.h, bh, t, tk,
-                        hs, heads, 1, heads, causal);
+  rt_attention_bwd(dq.f, dk.f, dv.f, ds.f, dout.f, q.f, k.f, v.f, o.f, lse, keep, bias.f, bh, t,
+                   tk, hs, heads, 1, heads, causal);
+  rt_attention_bwd_bf16(dq.h, dk.h, dv.h, ds.h, dout.h, q.h, k.h, v.h, o.h, lse, keep, bias.h, bh,
+                        t, tk, hs, heads, 1, heads, causal);
   snprintf(what, sizeof what, "attention_bwd causal=%d: dq", causal);
   same(what, dq);
   snprintf(what, sizeof what, "attention_bwd causal=%d: dk, dv, dscores", causal);
   same(what, dk), same(what, dv), same(what, ds);
-  free(keep);
+  free(keep), free(lse), free(lse16);
   drop(q), drop(k), drop(v), drop(bias), drop(o), drop(dout), drop(dq), drop(dk), drop(dv), drop(ds);
 }
 

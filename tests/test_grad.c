@@ -83,19 +83,19 @@ static const Case cases[] = {
     {"attention_causal", "sym B = 2\nsym H = 2\nsym T = 4\nsym D = 3\n"
                          "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,T,D] normal(1.0)\n"
                          "param %v : f32[B,H,T,D] normal(1.0)\n",
-     "%y : f32[B,H,T,D] = attention(%q, %k, %v) causal=1\n", "f32[B,H,T,D]", 1e-2},
+     "%y : f32[B,H,T,D], %lse : f32[B,H,T] = attention(%q, %k, %v) causal=1\n", "f32[B,H,T,D]", 1e-2},
     {"attention_full", "sym B = 1\nsym H = 2\nsym T = 5\nsym D = 3\n"
                        "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,T,D] normal(1.0)\n"
                        "param %v : f32[B,H,T,D] normal(1.0)\n",
-     "%y : f32[B,H,T,D] = attention(%q, %k, %v) causal=0\n", "f32[B,H,T,D]", 1e-2},
+     "%y : f32[B,H,T,D], %lse : f32[B,H,T] = attention(%q, %k, %v) causal=0\n", "f32[B,H,T,D]", 1e-2},
     {"attention_bias", "sym B = 2\nsym H = 2\nsym T = 4\nsym D = 3\n"
                        "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,T,D] normal(1.0)\n"
                        "param %v : f32[B,H,T,D] normal(1.0)\nparam %b : f32[1,H,T,T] normal(1.0)\n",
-     "%y : f32[B,H,T,D] = attention(%q, %k, %v, %b) causal=1\n", "f32[B,H,T,D]", 1e-2},
+     "%y : f32[B,H,T,D], %lse : f32[B,H,T] = attention(%q, %k, %v, %b) causal=1\n", "f32[B,H,T,D]", 1e-2},
     {"attention_cross", "sym B = 2\nsym H = 2\nsym T = 3\nsym S = 5\nsym D = 3\n"
                         "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,S,D] normal(1.0)\n"
                         "param %v : f32[B,H,S,D] normal(1.0)\nparam %b : f32[1,H,T,S] normal(1.0)\n",
-     "%y : f32[B,H,T,D] = attention(%q, %k, %v, %b) causal=0\n", "f32[B,H,T,D]", 1e-2},
+     "%y : f32[B,H,T,D], %lse : f32[B,H,T] = attention(%q, %k, %v, %b) causal=0\n", "f32[B,H,T,D]", 1e-2},
     {"embedding", "sym V = 7\nsym C = 4\nsym B = 2\nsym T = 5\ninput %idx : i32[B,T] classes(V)\n"
                   "param %w : f32[V,C] normal(1.0)\n",
      "%y : f32[B,T,C] = embedding(%w, %idx)\n", "f32[B,T,C]", 1e-2},

@@ -213,15 +213,18 @@ static const struct {
     // attention's operands: a bias of the wrong shape, a mask over other keys, and causal
     // attention with queries and keys of two lengths
     {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nparam %b : f32[B,T,D]\nforward\n"
-     "%y : f32[B,T,D] = attention(%q, %q, %q, %b)\n", 7,
+     "%y : f32[B,T,D], %lse : f32[B,T] = attention(%q, %q, %q, %b)\n", 7,
      "the bias 'b' [B,T,D] must be f32 [.., T, TK]"},
     {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\ninput %m : i32[B,D] mask(2)\n"
      "forward\n"
-     "%y : f32[B,T,D] = attention(%q, %q, %q, %m)\n", 7,
+     "%y : f32[B,T,D], %lse : f32[B,T] = attention(%q, %q, %q, %m)\n", 7,
      "the key-padding mask 'm' [B,D] must be [.., TK]"},
     {"sym B = 2\nsym T = 3\nsym S = 4\nsym D = 2\nparam %q : f32[B,T,D]\nparam %k : f32[B,S,D]\n"
-     "forward\n%y : f32[B,T,D] = attention(%q, %k, %k) causal=1\n", 8,
+     "forward\n%y : f32[B,T,D], %lse : f32[B,T] = attention(%q, %k, %k) causal=1\n", 8,
      "(and their length when causal)"},
+    {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nforward\n"
+     "%y : f32[B,T,D] = attention(%q, %q, %q)\n", 6,
+     "wrong number of inputs or outputs for 'attention'"},
 };
 
 static void check_errors(void) {

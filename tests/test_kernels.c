@@ -870,9 +870,11 @@ static double ref_extra(const att_case *c, att_opt o, long h, long i, long j) {
          (o.bias ? o.bias[(b * c->t + i) * c->tk + j] : 0.0);
 }
 
-// out (bh, t, hs) = softmax(q k^T / sqrt(hs) + bias + padding mask, causal) v
-static void ref_attention_fwd(double *out, const double *q, const double *k, const double *v,
-                              const att_case *c, att_opt o) {
+// out (bh, t, hs) = softmax(q k^T / sqrt(hs) + bias + padding mask, causal) v;
+// lse (bh, t, NULL: not wanted) each query's log-sum-exp of those scores (of
+// zeros where the mask keeps none of its keys)
+static void ref_attention_fwd(double *out, double *lse, const double *q, const double *k,
+                              const double *v, const att_case *c, att_opt o) {
   long t = c->t, tk = c->tk, hs = c->hs;
   double *p = dbuf(tk);
   double scale = 1.0 / sqrt((double)hs);
@@ -886,6 +888,8 @@ static void ref_attention_fwd(double *out, const double *q, const double *k, con
         maxv = fmax(maxv, p[j]);
       }
       for (long j = 0; j < jn; j++) sum += (p[j] = exp(p[j] - maxv));
+      // a window that keeps no key: its scores as the kernels see them, all 0
+      if (lse) lse[h * t + i] = maxv <= -FLT_MAX / 2 ? log((double)jn) : maxv + log(sum);
       for (long d = 0; d < hs; d++) {
         double s = 0;
         for (long j = 0; j < jn; j++) s += p[j] / sum * v[(h * tk + j) * hs + d];
@@ -955,24 +959,26 @@ static void test_attention(att_case c) {
   long bh = c.bh, t = c.t, tk = c.tk, hs = c.hs, nb = c.nb;
   long n = bh * t * hs, nk = bh * tk * hs, nd = bh * t * tk, nbias = nb * t * tk;
   float *q = frand(n, -2, 2), *k = frand(nk, -2, 2), *v = frand(nk, -1, 1), *dout = frand(n, -1, 1);
-  float *out = fbuf(n), *dq = frand(n, -1, 1), *dk = frand(nk, -1, 1), *dv = frand(nk, -1, 1);
+  float *out = fbuf(n), *lse = fbuf(bh * t), *dq = frand(n, -1, 1), *dk = frand(nk, -1, 1), *dv = frand(nk, -1, 1);
   float *bias = nb ? frand(nbias, -2, 2) : NULL, *ds = nb ? frand(nd, -1, 1) : NULL;
   double *qd = to_d(q, n), *kd = to_d(k, nk), *vd = to_d(v, nk), *dod = to_d(dout, n);
-  double *rout = dbuf(n), *rdq = dbuf(n), *rdk = dbuf(nk), *rdv = dbuf(nk), *rds = dbuf(nd);
+  double *rout = dbuf(n), *rlse = dbuf(bh * t), *rdq = dbuf(n), *rdk = dbuf(nk), *rdv = dbuf(nk), *rds = dbuf(nd);
   double *biasd = nb ? to_d(bias, nbias) : NULL;
   int *keep = c.heads ? padding_mask(bh / c.heads, tk, c.fd) : NULL;
   att_opt o = {keep, biasd};
-  ref_attention_fwd(rout, qd, kd, vd, &c, o);
+  ref_attention_fwd(rout, rlse, qd, kd, vd, &c, o);
   ref_attention_bwd(rdq, rdk, rdv, rds, dod, qd, kd, vd, &c, o);
   char cs[96], name[192];
   snprintf(cs, sizeof cs, "bh %ld t %ld tk %ld hs %ld %s%s%s", bh, t, tk, hs,
            c.causal ? "causal" : "non-causal", keep ? ", padded" : "", nb ? ", bias" : "");
   long heads = c.heads ? c.heads : bh, bmod = nb ? nb : 1;
-  rt_attention_fwd(out, q, k, v, keep, bias, bh, t, tk, hs, heads, c.bdiv, bmod, c.causal);
+  rt_attention_fwd(out, lse, q, k, v, keep, bias, bh, t, tk, hs, heads, c.bdiv, bmod, c.causal);
   snprintf(name, sizeof name, "attention_fwd %s", cs);
   check(name, out, rout, n);
-  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, keep, bias, bh, t, tk, hs, heads, c.bdiv, bmod,
-                   c.causal);
+  snprintf(name, sizeof name, "attention_fwd lse %s", cs);
+  check(name, lse, rlse, bh * t);
+  rt_attention_bwd(dq, dk, dv, ds, dout, q, k, v, out, lse, keep, bias, bh, t, tk, hs, heads,
+                   c.bdiv, bmod, c.causal);
   const char *what[4] = {"dq", "dk", "dv", "dscores"};
   float *got[4] = {dq, dk, dv, ds};
   double *want[4] = {rdq, rdk, rdv, rds};
@@ -988,9 +994,9 @@ static void test_attention(att_case c) {
       double *fds = dbuf(sizes[w]), *a = arr[w];
       for (long i = 0; i < sizes[w]; i++) {
         double s0 = a[i];
-        a[i] = s0 + h; ref_attention_fwd(tmp, qd, kd, vd, &c, o);
+        a[i] = s0 + h; ref_attention_fwd(tmp, NULL, qd, kd, vd, &c, o);
         double lp = dot_d(tmp, dod, n);
-        a[i] = s0 - h; ref_attention_fwd(tmp, qd, kd, vd, &c, o);
+        a[i] = s0 - h; ref_attention_fwd(tmp, NULL, qd, kd, vd, &c, o);
         double lm = dot_d(tmp, dod, n);
         a[i] = s0;
         fds[i] = (lp - lm) / (2 * h);
@@ -1009,8 +1015,8 @@ static void test_attention(att_case c) {
     }
     free(tmp);
   }
-  free(q); free(k); free(v); free(dout); free(out); free(dq); free(dk); free(dv);
-  free(qd); free(kd); free(vd); free(dod); free(rout); free(rdq); free(rdk); free(rdv);
+  free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv);
+  free(qd); free(kd); free(vd); free(dod); free(rout); free(rlse); free(rdq); free(rdk); free(rdv);
   free(keep); free(bias); free(ds); free(rds); free(biasd);
 }
 
@@ -1272,13 +1278,14 @@ static void test_determinism(void) {
   {
     long bh = 6, t = 128, hs = 32, n = bh * t * hs;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *d = frand(n, -1, 1);
-    float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n);
-    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, t, hs, bh, 1, 1,
-                     1);
-    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, NULL, NULL, bh, t, t, hs, bh, 1, 1,
-                     1);
+    float *r1 = fbuf(3 * n), *r2 = fbuf(3 * n), *out = fbuf(n), *lse = fbuf(bh * t);
+    rt_attention_fwd(out, lse, q, k, v, NULL, NULL, bh, t, t, hs, bh, 1, 1, 1);
+    rt_attention_bwd(r1, r1 + n, r1 + 2 * n, NULL, d, q, k, v, out, lse, NULL, NULL, bh, t, t, hs,
+                     bh, 1, 1, 1);
+    rt_attention_bwd(r2, r2 + n, r2 + 2 * n, NULL, d, q, k, v, out, lse, NULL, NULL, bh, t, t, hs,
+                     bh, 1, 1, 1);
     check_same("determinism attention_bwd", r1, r2, 3 * n);
-    free(q); free(k); free(v); free(d); free(r1); free(r2);
+    free(q); free(k); free(v); free(d); free(r1); free(r2); free(out); free(lse);
   }
   {
     long n = 512, c = 384;
@@ -1335,9 +1342,11 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   long n = 1024, c = 768;                                // layernorm rows
   long m = 300, nn = 1100, kk = 700;                     // matmul
   float *o = out;
-  rt_attention_fwd(o, q[0], k[0], v[0], NULL, NULL, bh, t, t, hs, bh, 1, 1, 1), o += na;
-  rt_attention_bwd(o, o + na, o + 2 * na, NULL, d[0], q[0], k[0], v[0], NULL, NULL, bh, t, t, hs,
-                   bh, 1, 1, 1), o += 3 * na;
+  float *att = o, *lse = o + na;
+  rt_attention_fwd(att, lse, q[0], k[0], v[0], NULL, NULL, bh, t, t, hs, bh, 1, 1, 1);
+  o += na + bh * t;
+  rt_attention_bwd(o, o + na, o + 2 * na, NULL, d[0], q[0], k[0], v[0], att, lse, NULL, NULL, bh,
+                   t, t, hs, bh, 1, 1, 1), o += 3 * na;
   rt_layernorm_fwd(o, q[1], k[1], v[1], n, c, 1e-5f), o += n * c;
   rt_layernorm_bwd(o, o + n * c, o + n * c + c, d[1], q[1], k[1], n, c, 1e-5f);
   o += n * c + 2 * c;
@@ -1367,7 +1376,7 @@ static void test_threads(void) {
   float *d[5] = {frand(na, -1, 1), frand(1024 * 768, -1, 1), frand(1, 1, 2),
                  frand(4096 * 300, -1, 1), frand(np, -1, 1)};
   int *ix[2] = {irand(4096, 50), irand(256, 1000)};
-  long total = 4 * na + 2 * 1024 * 768 + 2 * 768 + 300 * 1100 + 700 * 700 + 300 + 50 * 300 +
+  long total = 4 * na + bh * t + 2 * 1024 * 768 + 2 * 768 + 300 * 1100 + 700 * 700 + 300 + 50 * 300 +
                1 + 2 * 256 * 1000 + 4096 * 300 + 3 * np;
   float *one = fbuf(total), *three = fbuf(total);
   run_with_threads(1, q, k, v, d, ix, one);

@@ -805,16 +805,23 @@ static void test_attention(void) {
       char what[128];
       snprintf(what, sizeof what, "bh=%ld t=%ld tk=%ld hs=%ld causal=%d padded=%d biased=%d", c.bh,
                c.t, c.tk, c.hs, causal, padded, biased);
-      CPU(rt_attention_fwd)(out.data(), q.data(), k.data(), v.data(), hk, hb, c.bh, c.t, c.tk, c.hs,
-                            1, 1, 1, causal);
-      rt_attention_fwd(dout, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
+      Buf<float> lse = rand_vec<float>(c.bh * c.t);
+      float *dlse = dev(lse);
+      CPU(rt_attention_fwd)(out.data(), lse.data(), q.data(), k.data(), v.data(), hk, hb, c.bh, c.t,
+                            c.tk, c.hs, 1, 1, 1, causal);
+      rt_attention_fwd(dout, dlse, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
       check(fmt("attention_fwd %s", what), out, dout, RED);
+      check(fmt("attention_fwd lse %s", what), lse, dlse, RED);
+      // the backward reads the CPU's forward on both sides
+      T *dfout = dev(out);
+      dlse = dev(lse);
       Buf<T> g = rand_vec<T>(n), gq = rand_vec<T>(n), gk = rand_vec<T>(nk), gv = rand_vec<T>(nk);
       T *dg = dev(g), *dgq = dev(gq), *dgk = dev(gk), *dgv = dev(gv);
       CPU(rt_attention_bwd)(gq.data(), gk.data(), gv.data(), hds, g.data(), q.data(), k.data(),
-                            v.data(), hk, hb, c.bh, c.t, c.tk, c.hs, 1, 1, 1, causal);
-      rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dkeep, dbias, c.bh, c.t, c.tk, c.hs, 1, 1,
-                       1, causal);
+                            v.data(), out.data(), lse.data(), hk, hb, c.bh, c.t, c.tk, c.hs, 1, 1, 1,
+                            causal);
+      rt_attention_bwd(dgq, dgk, dgv, dds, dg, dq, dk, dv, dfout, dlse, dkeep, dbias, c.bh, c.t, c.tk,
+                       c.hs, 1, 1, 1, causal);
       check(fmt("attention_bwd dq %s", what), gq, dgq, RED);
       check(fmt("attention_bwd dk %s", what), gk, dgk, RED);
       check(fmt("attention_bwd dv %s", what), gv, dgv, RED);

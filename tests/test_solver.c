@@ -401,7 +401,10 @@ static void test_zero_formulas(void) {
 // parallelism, sbh/t (34 + 5as/h) with sequence parallelism, 2sbh with full
 // recompute. mtc's GPT-2 layer has no dropout (its two sbh masks and the
 // as^2b mask and output go) and a fused attention that keeps no softmax
-// (2as^2b goes): sbh * 32, sbh(8 + 24/t), 32 sbh/t and 2sbh.
+// (2as^2b goes) but its output and each query's float32 log-sum-exp (2sbh +
+// 4as b, which its backward reads rather than run the forward again, as
+// FlashAttention's does): sbh * 34 + 4asb, sbh(8 + 26/t) + 4asb/t, (34 sbh +
+// 4asb)/t and 2sbh.
 static void test_megatron_activations(void) {
   const int64_t b = 4, s = 1024, h = 768;
   IrGraph *g = model("gpt2.mtc", "L=2,C=768,NH=12,V=50257,T=1024");
@@ -410,9 +413,9 @@ static void test_megatron_activations(void) {
     c.seq_parallel = sp;
     SvPlan *p = plan(g, &c);
     int u = p->model->block[1].unit;
-    double sbh = (double)(s * b * h);
-    CHECK(near(p->nums[u].act, 32 * sbh, 1e-12), "kept %.0f bytes, want 32 sbh = %.0f",
-          p->nums[u].act, 32 * sbh);
+    double sbh = (double)(s * b * h), lse = 4.0 * 12 * s * b;  // a = 12 heads
+    CHECK(near(p->nums[u].act, 34 * sbh + lse, 1e-12), "kept %.0f bytes, want 34 sbh + 4asb = %.0f",
+          p->nums[u].act, 34 * sbh + lse);
     int checked = 0;
     for (int k = 0; k < p->prob->unit[u].nchoices; k++) {
       const SvChoice *ch = &p->prob->unit[u].choice[k];
@@ -423,7 +426,7 @@ static void test_megatron_activations(void) {
       sv_plan_cost(p, u, k, 0, &cost);
       double t = l.tp;
       double want = ch->ckpt ? (sp ? 2 * sbh / t : 2 * sbh)
-                             : (sp ? 32 * sbh / t : sbh * (8 + 24 / t));
+                             : (sp ? (34 * sbh + lse) / t : sbh * (8 + 26 / t) + lse / t);
       CHECK(near(cost.mem[SV_M_ACT], want, 1e-12), "tp %d ckpt %d sp %d: %.0f bytes, want %.0f",
             l.tp, ch->ckpt, sp, cost.mem[SV_M_ACT], want);
       checked++;
@@ -505,7 +508,7 @@ static void test_formulas_print(void) {
   sv_print_formulas(f, m);
   fclose(f);
   CHECK(strstr(buf, "12*C*C + 13*C"), "layer parameters formula missing:\n%s", buf);
-  CHECK(strstr(buf, "activation bytes kept      32*B*T*C "), "layer activations (bf16) "
+  CHECK(strstr(buf, "activation bytes kept      34*B*T*C + 4*B*T*NH "), "layer activations (bf16) "
         "missing:\n%s", buf);
   CHECK(strstr(buf, "model-state bytes          216*C*C + 234*C "), "layer model state "
         "(18 bytes a parameter) missing:\n%s", buf);
