@@ -589,9 +589,25 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
+// The planner's step time for the layout the program runs (before it is
+// lowered), on the flags' GPUs (without --gpus, as many as the plan has
+// ranks): false, with a note, where it has no price.
+static bool price_plan(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out) {
+  _Static_assert(SV_NT + 1 == RT_PLANNER_NTIMES, "the program's split of the step is the planner's");
+  Args on = *a;
+  if (!on.gpus && !on.cluster)
+    on.gpus = mesh_ranks(&plan->mesh);
+  SvConfig cfg;
+  IrDiag d = {0};
+  if (!plan_config(&on, &cfg, &d) && !sv_price(g, &cfg, plan, out, &d))
+    return true;
+  fprintf(stderr, "mtc: note: the program will not print the planner's step time: %s\n", d.msg);
+  return false;
+}
+
 // compile's last stage: the program, its plan.json, and what it says it did.
 static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kept,
-                const char *plan_text, IrDiag *d) {
+                const char *plan_text, const SvPriced *price, IrDiag *d) {
   const PassLowered *lw = ctx->lowered;
   CgOptions co = {.mem = ctx->mem, .outdir = outdir.tmp, .seed = a->seed, .source = a->model,
                   .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
@@ -604,6 +620,11 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     co.planner_state_bytes = pr.state_bytes;
     co.planner_host_bytes = pr.host_bytes;
     co.planner_comm_bytes = pr.comm_bytes;
+  }
+  if (price) {
+    co.planner_device = price->device;
+    co.planner_step_s = price->step_s;
+    memcpy(co.planner_time_s, price->t, sizeof co.planner_time_s);
   }
   for (int i = 0; lw && i < lw->nreplicated; i++)
     fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
@@ -624,6 +645,10 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
   print_token_inputs(g);
   print_frozen(g);
   print_decay(g, &ctx->opt);
+  if (price)
+    printf("mtc: the planner prices a step of this layout at %.3g ms on %s%s\n",
+           1e3 * price->step_s, price->device, price->fits ? "" : " (though it does not fit "
+           "there)");
   printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
          "for NVIDIA GPUs)\n", a->outdir, (long long)ctx->mem->arena_bytes, a->outdir);
   return 0;
@@ -651,6 +676,8 @@ int main(int argc, char **argv) {
     ctx.opt.dump_after = "memplan";
   Plan layout = plan_single();
   SvPlan *kept = NULL;
+  SvPriced price;
+  bool priced = false;
   char *plan_text = NULL;
 
   IrGraph *g = load(&a, &diag);
@@ -660,6 +687,7 @@ int main(int argc, char **argv) {
   if (!rc && plan)
     rc = run_plan(g, &a, &diag);
   if (!rc && !plan && !(rc = choose_plan(g, &a, &layout, &kept, &plan_text, &diag))) {
+    priced = compile && price_plan(g, &a, &layout, &price);
     ctx.plan = &layout;
     rc = pass_lower_plan(g, &ctx);
   }
@@ -668,7 +696,7 @@ int main(int argc, char **argv) {
   if (!rc && inspect && !a.dot && ctx.mem)
     print_memory(g, ctx.mem);
   if (!rc && compile)
-    rc = emit(g, &a, &ctx, kept, plan_text, &diag);
+    rc = emit(g, &a, &ctx, kept, plan_text, priced ? &price : NULL, &diag);
   if (rc)
     ir_diag_print(stderr, &diag);
   if (compile)

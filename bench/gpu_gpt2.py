@@ -18,7 +18,9 @@ median, MFU, and peak device memory (PyTorch: max_memory_reserved; mtc: the
 device memory the program measured, cudaMemGetInfo). MFU counts
 6N + 6LCT FLOPs per token (N: the parameters, wte once; llm.c's count) over
 the GPU's dense peak for the run's precision (--peak-bf16, --peak-fp32 in
-TFLOP/s; H100 SXM: 989 and 67).
+TFLOP/s; H100 SXM: 989 and 67). mtc's rows also give the step the planner
+predicted for the program's layout, and the GPU it predicted it for (the
+program prints it at its end).
 """
 import argparse
 import json
@@ -30,6 +32,7 @@ import sys
 
 SIZES = {"124M": (12, 768, 12), "350M": (24, 1024, 16)}  # L, C, NH
 V = 50257
+PLANNER_RE = re.compile(r"\| planner, on ([^:]+): ([0-9.e+-]+) ms")  # train's last line
 STEP_RE = re.compile(r"^step (\d+)(?:/\d+)? \| loss ([-0-9.naninfe+]+) \| ([0-9.]+) ms")
 MEM_RE = re.compile(r"\(cudaMemGetInfo\) (\d+) bytes")
 WARMUP = 3
@@ -142,7 +145,7 @@ def main():
         return torch_worker(args)
 
     L, C, NH = SIZES[args.size]
-    runs = {}  # label -> {"ms": [...], "peak": bytes, "prec": "bf16"|"fp32"}
+    runs = {}  # label -> {"ms": [...], "peak": bytes, "prec": "bf16"|"fp32", "planned": ms}
     modes = [m for m in args.torch.split(",") if m]
     nparams = None
     for rnd in range(args.rounds):
@@ -160,6 +163,9 @@ def main():
                               cwd=what, timeout=args.timeout)
                     m = MEM_RE.search(out)
                     peak = int(m.group(1)) if m else 0
+                    p = PLANNER_RE.search(out)
+                    if p:
+                        r["planned"] = f"{float(p.group(2)):.1f} ({p.group(1)})"
                 else:
                     out = run([sys.executable, __file__, "--worker", what, "--size", args.size,
                                "--B", str(args.B), "--T", str(args.T), "--steps",
@@ -178,18 +184,19 @@ def main():
     print(f"\nGPT-2 {args.size}, B={args.B}, T={args.T}, {nparams / 1e6:.1f}M parameters, "
           f"{flops_tok / 1e9:.2f} GFLOP/token; MFU over {args.peak_bf16:g} TFLOP/s (bf16) "
           f"or {args.peak_fp32:g} (fp32)\n")
-    print("| program | ms/step | tokens/s | MFU | peak device memory |")
-    print("|---|---:|---:|---:|---:|")
+    print("| program | ms/step | tokens/s | MFU | peak device memory | planner's ms/step |")
+    print("|---|---:|---:|---:|---:|---:|")
     for label, r in runs.items():
+        planned = r.get("planned", "-")
         if not r["ms"]:
-            print(f"| {label} | - | - | - | - |")
+            print(f"| {label} | - | - | - | - | {planned} |")
             continue
         ms = statistics.median(r["ms"])
         tps = tokens / (ms / 1e3)
         peak = args.peak_bf16 if r["prec"] == "bf16" else args.peak_fp32
         mfu = tps * flops_tok / (peak * 1e12)
         print(f"| {label} | {ms:.1f} | {tps:,.0f} | {100 * mfu:.1f}% | "
-              f"{r['peak'] / 2**30:.2f} GiB |")
+              f"{r['peak'] / 2**30:.2f} GiB | {planned} |")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,11 @@ typedef struct CgOptions {
   const char *layout;        // the plan in words ("dp 4 x tp 1, ZeRO-3")
   int64_t planner_state_bytes, planner_comm_bytes;  // the planner's per-rank predictions
   int64_t planner_host_bytes;                       // ... and of model state in host memory
+  // The planner's step time for the layout on planner_device (NULL: not priced), and its
+  // split: compute, recompute, tensor-parallel and data-parallel communication, offload,
+  // optimizer, resharding (runtime/model_api.h's planner_time_s)
+  const char *planner_device;
+  double planner_step_s, planner_time_s[RT_PLANNER_NTIMES];
 } CgOptions;
 
 // Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,

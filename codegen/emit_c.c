@@ -1135,6 +1135,16 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
+  if (e->opt->planner_device) {
+    fputs("    .planner_device = ", e->f);
+    cg_put_string(e->f, e->opt->planner_device);
+    println(e, ",");
+    println(e, "    .planner_step_s = %.9g,", e->opt->planner_step_s);
+    fputs("    .planner_time_s = {", e->f);
+    for (int i = 0; i < RT_PLANNER_NTIMES; i++)
+      fprintf(e->f, "%s%.9g", i ? ", " : "", e->opt->planner_time_s[i]);
+    println(e, "},");
+  }
   if (lw && lw->loss_partial) {
     fputs("    .loss_partial_axes = ", e->f);
     for (int a = IR_MESH_TP, k = 0; a < IR_MESH_NAXES; a++)

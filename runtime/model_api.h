@@ -122,6 +122,8 @@ typedef struct rt_dim {
   long value;
 } rt_dim;
 
+#define RT_PLANNER_NTIMES 7  // rt_model.planner_time_s: the planner's categories of a step
+
 typedef struct rt_model {
   const char *name;
   int n_dims;
@@ -187,6 +189,10 @@ typedef struct rt_model {
   long planner_state_bytes;   // what the planner predicts for model_state_bytes (0: not given)
   long planner_host_bytes;    // ... and for model_host_bytes
   long planner_comm_bytes;    // bytes the planner predicts each rank sends per step
+  const char *planner_device; // the GPU the planner priced the step for (NULL: not priced)
+  double planner_step_s;      // ... its step time, and that split (seconds): compute,
+  double planner_time_s[RT_PLANNER_NTIMES];  // recompute, tensor-parallel and data-parallel
+                              // communication, offload, optimizer, resharding
   int loss_partial_axes;      // bits (1 << RT_AXIS_*): the axes over which each rank's loss is
                               // its term of a sum (a vocabulary-parallel loss; a 2D grid's rows)
 } rt_model;

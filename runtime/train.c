@@ -2074,6 +2074,14 @@ int main(int argc, char **argv) {
   if (timed > 0)
     printf("flops: %.3g per step, %.2f GFLOP/s\n", M->flops_per_step,
            med > 0 ? M->flops_per_step / med / 1e9 : 0.0);
+  if (timed > 0 && M->planner_device) {  // the planner's price of this layout, as mtc plan splits it
+    const double *t = M->planner_time_s;
+    printf("timing: median step %.4g ms of %d on this machine | planner, on %s: "
+           "%.4g ms (compute %.4g, recompute %.4g, tensor-parallel %.4g, data-parallel %.4g, "
+           "offload %.4g, optimizer %.4g, resharding %.4g)\n", 1e3 * med, timed,
+           M->planner_device, 1e3 * M->planner_step_s, 1e3 * t[0], 1e3 * t[1], 1e3 * t[2],
+           1e3 * t[3], 1e3 * t[4], 1e3 * t[5], 1e3 * t[6]);
+  }
 
   free(times);
   free(comm_times);

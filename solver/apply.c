@@ -410,3 +410,97 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
     snprintf(s + len, n - len, ", %d weight%s whole under tp", lw->nreplicated,
              lw->nreplicated > 1 ? "s" : "");
 }
+
+// ---- what a program's layout costs, as the planner prices it -----------------------------------
+
+// Does the plan checkpoint block b (the first K repeated layers, IR blocks 1..K)?
+static bool plan_ckpt(const Plan *P, int b) {
+  return b >= 1 && (P->checkpoint == PLAN_CHECKPOINT_ALL || b <= P->checkpoint);
+}
+
+// The choice of unit u that is the plan's, with *nplain its blocks left without
+// checkpointing; -1 when the problem has none.
+static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *nplain) {
+  const SvProblem *p = pl->prob;
+  const SvModel *m = pl->model;
+  const SvUnit *un = &p->unit[u];
+  const PlanBlock *pb = plan_block(P, un->block);
+  int ckpt = 0, seen = 0;
+  for (int b = 0; b < m->nblocks; b++) {
+    if (m->block[b].unit != u)
+      continue;
+    const PlanBlock *o = plan_block(P, b);
+    if ((plan_ckpt(P, b) && ckpt++ != seen) || o->zero != pb->zero || o->offload != pb->offload)
+      return -1;   // not the unit's first blocks, or a block unlike the others
+    seen++;
+  }
+  const SvNum *n = &pl->nums[u];
+  int zero = n->params > 0 ? pb->zero : 0;
+  int offload = n->params > 0 && n->per.state > 0 ? (int)lround(pb->offload * 100) : 0;
+  for (int c = 0; c < un->nchoices; c++) {
+    const SvChoice *ch = &un->choice[c];
+    if (ch->layout == layout && ch->ckpt == (ckpt > 0) && ch->zero == zero &&
+        ch->offload == offload) {
+      *nplain = ckpt > 0 ? un->count - ckpt : 0;
+      return c;
+    }
+  }
+  return -1;
+}
+
+int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrDiag *d) {
+  memset(out, 0, sizeof *out);
+  const Mesh *mesh = &P->mesh;
+  int dp = mesh->size[IR_MESH_DP], tp = mesh->size[IR_MESH_TP];
+  int q = mesh->size[IR_MESH_ROW] > 1 ? mesh->size[IR_MESH_ROW] : 1;
+  int64_t batch;
+  if (base->cluster.ngroups != 1 || sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
+    ir_error(d, (IrLoc){0}, "the program runs on %d GPUs of one kind; the cluster has %d in %d "
+             "group%s", mesh_ranks(mesh), sv_cluster_gpus(&base->cluster),
+             base->cluster.ngroups, base->cluster.ngroups > 1 ? "s" : "");
+    return 1;
+  }
+  if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
+    ir_error(d, (IrLoc){0}, "the model has no batch dim to price a step by");
+    return 1;
+  }
+  SvConfig cfg = *base;
+  cfg.mesh_tp = tp;
+  cfg.mesh_q = q;
+  cfg.seq_parallel = P->seq_parallel;
+  cfg.micro_batch = batch;
+  cfg.global_batch = batch * dp * (P->micro_batches > 0 ? P->micro_batches : 1);
+  SvPlan *pl;
+  if (sv_plan(g, &cfg, &pl, d))
+    return -1;
+  const SvProblem *p = pl->prob;
+  int layout = -1;
+  for (int l = 0; l < p->nlayouts; l++)
+    if (p->layout[l].dp == dp && p->layout[l].tp == tp && p->layout[l].q == q)
+      layout = l;
+  SvSolution s = sv_solution_new(p);
+  int rc = 0;
+  if (layout < 0) {
+    ir_error(d, (IrLoc){0}, "the planner has no layout dp %d x tp %d x q %d", dp, tp, q);
+    rc = 1;
+  }
+  for (int u = 0; !rc && u < p->nunits; u++) {
+    s.pick[u] = choice_of(pl, P, u, layout, &s.nplain[u]);
+    if (s.pick[u] < 0) {
+      ir_error(d, (IrLoc){0}, "the planner has no choice like the plan's for %s (its "
+               "checkpointing, ZeRO stage or offload share)", p->unit[u].name);
+      rc = 1;
+    }
+  }
+  if (!rc) {
+    s.batch[0] = p->micro_total;
+    sv_evaluate(p, &s, true);
+    out->step_s = s.time;
+    out->fits = s.feasible;
+    sv_step_times(pl, &s, 0, out->t);
+    snprintf(out->device, sizeof out->device, "%s", cfg.cluster.group[0].dev.name);
+  }
+  sv_solution_free(&s);
+  sv_plan_free(pl);
+  return rc;
+}

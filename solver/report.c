@@ -53,6 +53,12 @@ static void breakdown(const SvPlan *pl, const SvSolution *s, int g, Breakdown *b
     b->total_m += b->m[i];
 }
 
+void sv_step_times(const SvPlan *pl, const SvSolution *s, int g, double t[SV_NT + 1]) {
+  Breakdown b;
+  breakdown(pl, s, g, &b);
+  memcpy(t, b.t, sizeof b.t);
+}
+
 static int slowest(const SvProblem *p, const SvSolution *s) {
   int w = 0;
   for (int g = 1; g < p->ngroups; g++)

@@ -422,6 +422,21 @@ typedef struct SvPredicted {
 } SvPredicted;
 void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredicted *out);
 
+// The planner's price of the layout a program runs: plan (before lowering) on
+// cfg's cluster, one group of as many GPUs as the plan's mesh has ranks, each
+// block's choice the plan's. The step time and its split are the planner's
+// (mtc plan's report and plan.json), for that GPU.
+typedef struct SvPriced {
+  double step_s;             // the step (the slowest group's; there is one)
+  double t[SV_NT + 1];       // by category, seconds per step; [SV_NT]: resharding
+  char device[32];           // the GPU it is priced for ("H100-80GB")
+  bool fits;                 // whether the layout fits that GPU's memory
+} SvPriced;
+// 0 with out filled; 1 when the planner has no choice for the plan (another
+// cluster, an offload share other than 0, 0.5 and 1, a checkpointing it does
+// not model), with d saying why; -1 with d when planning fails.
+int sv_price(IrGraph *g, const SvConfig *cfg, const Plan *plan, SvPriced *out, IrDiag *d);
+
 // ---- output (solver/report.c) ------------------------------------------------------------------
 
 void sv_report(FILE *f, const SvPlan *p);
@@ -429,6 +444,8 @@ void sv_report(FILE *f, const SvPlan *p);
 // checkpointing, ZeRO stage, offload, time and memory; an edge per flow of
 // activations between units, in MiB per micro-batch.
 void sv_report_dot(FILE *f, const SvPlan *p);
+// Solution s's step on group g by category, seconds ([SV_NT]: resharding), as the report splits it.
+void sv_step_times(const SvPlan *pl, const SvSolution *s, int g, double t[SV_NT + 1]);
 int sv_write_json(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
 // "8 x DP", "2 x TP4", "2 x 2D 2x2"
 const char *sv_layout_str(char *buf, size_t n, SvLayout l);

@@ -71,6 +71,11 @@ for l in lines:
     if (int(r[1]), int(r[2])) != (device, host):
         bad.append(f"a rank holds {r[1]} B on device and {r[2]} B on host; the plan says "
                    f"{device:.0f} and {host:.0f}: {l.strip()}")
+# the program prints the planner's step for its layout: the compiled plan's
+steps = [l for l in open(log) if l.startswith("timing:")]
+want = f"planner, on {gc['gpu']}: {1e3 * c['step_time_s']:.4g} ms"
+if len(steps) != 1 or want not in steps[0]:
+    bad.append(f"want '{want}' in the timing line: {steps}")
 layout = ", ".join(sorted({f"dp {b['dp']} x tp {b['tp']} ZeRO-{b['zero']} offload {b['offload']:g}"
                            for b in p["blocks"]}))
 print(f"{'FAIL' if bad else 'ok  '} {name} ({p['precision']}; {layout}): model state "

@@ -635,7 +635,9 @@ static void test_checkpoint_k_of_l(void) {
 // is checkpointed at 2 and 1.4 MB; with every layer deciding alone (--no-share), the
 // layers checkpointed must also be the first ones (without the rows that say so, at
 // 1.4 MB: h.0, h.1 and h.3). The blocks' offload shares differ in some of these plans
-// (the layers' state offloaded and block 0's not), which the lowering runs.
+// (the layers' state offloaded and block 0's not), which the lowering runs. The
+// program prints the planner's step for its layout (sv_price, from the Plan
+// alone): the solver's own price of its plan, to the bit.
 static void test_apply_lowerable(void) {
   IrGraph *g = model_in("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   const double mbs[] = {100, 3, 2.5, 2.2, 2, 1.8, 1.6, 1.4};
@@ -655,6 +657,13 @@ static void test_apply_lowerable(void) {
       continue;
     }
     int k = a.checkpoint == PLAN_CHECKPOINT_ALL ? 4 : a.checkpoint;
+    SvPriced pr;
+    double t[SV_NT + 1];
+    sv_step_times(kept, &kept->sol, 0, t);
+    rc = sv_price(g, &c, &a, &pr, &d);
+    CHECK(!rc && pr.step_s == kept->sol.time && !memcmp(pr.t, t, sizeof t) && pr.fits,
+          "%.1f MB, sharing %d: priced %.9g s (rc %d: %s), the plan %.9g s", mbs[i / 2],
+          c.share_blocks, pr.step_s, rc, d.msg, kept->sol.time);
     bool one_share = true;
     for (int b = 1; b < a.nblocks; b++)
       one_share &= a.block[b].offload == a.block[0].offload;
@@ -665,6 +674,46 @@ static void test_apply_lowerable(void) {
   }
   CHECK(partial >= 4, "only %d plans checkpoint some layers and not others", partial);
   CHECK(mixed >= 2, "only %d plans give blocks different offload shares", mixed);
+  ir_graph_free(g);
+}
+
+// A layout the flags force (--tp 2 --checkpoint 2 --zero 1 on 4 GPUs) is priced
+// as the planner splits a step: recompute and both kinds of communication; a
+// cluster of another size, or an offload share the planner does not consider,
+// has no price.
+static void test_price_forced(void) {
+  IrGraph *g = model_in("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
+  SvConfig c = cluster("H100-80GB", 1, 0);
+  Plan a = plan_single();
+  CHECK(!plan_alloc_blocks(&a, 5), "out of memory");
+  a.lower = true;
+  a.mesh = mesh_make(2, 2);
+  a.micro_batches = 1;
+  a.checkpoint = 2;
+  for (int b = 0; b < 5; b++)
+    a.block[b].zero = 1;
+  SvPriced pr;
+  IrDiag d = {0};
+  int rc = sv_price(g, &c, &a, &pr, &d);  // one GPU for a mesh of four
+  CHECK(rc == 1 && strstr(d.msg, "runs on 4 GPUs of one kind; the cluster has 1 in 1 group"),
+        "rc %d: '%s'", rc, d.msg);
+  c = cluster("H100-80GB", 4, 0);
+  d = (IrDiag){0};
+  rc = sv_price(g, &c, &a, &pr, &d);
+  CHECK(!rc && pr.t[SV_T_RECOMPUTE] > 0 && pr.t[SV_T_TP] > 0 && pr.t[SV_T_DP] > 0 &&
+            !strcmp(pr.device, "H100-80GB"),
+        "rc %d (%s): recompute %g, tp %g, dp %g s, on %s", rc, d.msg, pr.t[SV_T_RECOMPUTE],
+        pr.t[SV_T_TP], pr.t[SV_T_DP], pr.device);
+  double sum = 0;
+  for (int i = 0; i <= SV_NT; i++)
+    sum += pr.t[i];
+  CHECK(!rc && pr.step_s >= sum * (1 - 1e-12), "step %g s, its parts %g s", pr.step_s, sum);
+  a.block[3].offload = 0.3;
+  d = (IrDiag){0};
+  rc = sv_price(g, &c, &a, &pr, &d);
+  CHECK(rc == 1 && strstr(d.msg, "no choice like the plan's"), "offload 0.3: rc %d, '%s'", rc,
+        d.msg);
+  plan_free(&a);
   ir_graph_free(g);
 }
 
@@ -716,6 +765,7 @@ int main(int argc, char **argv) {
   test_checkpoint_k_of_l();
   test_apply_lowerable();
   test_no_host_memory();
+  test_price_forced();
   test_brute_force();
   test_small_model_gets_dp();
   test_big_model_shards();
