@@ -558,6 +558,38 @@ static void accumulate(AD *ad, IrValue *v, IrValue *contrib) {
   ad->grad[v->id] = have ? op2(ad, OP_ADD, have, contrib) : contrib;
 }
 
+// Backward nodes whose outputs nothing reads: the gradient rules give every
+// float operand its gradient (a matmul's data operand x too), and accumulate
+// keeps only those of values that take one. Taken out last to first, so that a
+// chain of them goes, with their values.
+static void remove_unread(IrGraph *g) {
+  int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
+  IR_ASSERT(reads);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      reads[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->grad)
+      reads[g->values[i]->grad->id]++;
+  ir_batch_begin(g);
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    IrNode *n = g->nodes[i];
+    bool live = n->phase != PHASE_BACKWARD || n->nout == 0;
+    for (int k = 0; k < n->nout; k++)
+      live |= reads[n->out[k]->id] > 0;
+    if (live)
+      continue;
+    for (int k = 0; k < n->nin; k++)
+      reads[n->in[k]->id]--;
+    for (int k = 0; k < n->nout; k++)
+      n->out[k]->producer = NULL;
+    ir_node_remove(g, n);
+  }
+  ir_batch_end(g);
+  ir_remove_unused(g, ROLE_GRAD);
+  free(reads);
+}
+
 static IrValue **grow(IrValue **p, int n) {
   IrValue **q = realloc(p, (size_t)n * sizeof *q);
   IR_ASSERT(q);
@@ -650,6 +682,8 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed) {
     ir_value_rename(g, v->grad, name);
   }
   free(dy), free(dx), free(ad.grad), free(ad.needs);
+  if (!ad.err)
+    remove_unread(g);
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   g->cur_loc = (IrLoc){0};
