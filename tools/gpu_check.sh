@@ -263,6 +263,8 @@ run_case() {  # run_case DIR NAME MODEL FIXTURE
   beyond=$(sed -n 's/.*bytes (\([0-9]*\) beyond the arena.*/\1/p' "$w/adamw_gpu.log")
   echo "== device memory: planned ${planned:-?} bytes, measured ${measured:-?}," \
     "${beyond:-?} more since (CUDA's code, libraries)"
+  # the measured step beside the planner's price of the program's layout
+  echo "== $(grep -m1 '^timing:' "$w/adamw_gpu.log" || echo 'timing: not printed')"
   [ -n "$beyond" ] && [ "$beyond" -le $((16 << 20)) ] ||
     { echo "FAIL: more than 16 MiB taken beyond the arena"; status=1; }
   if [ -z "$planned" ] || [ -z "$measured" ]; then
