@@ -44,6 +44,7 @@ typedef struct Args {
   double gpu_mem, intra_bw, inter_bw;
   double host_mem;         // --host-mem: CPU bytes per GPU for offloaded state (< 0: the type's)
   const char *json;        // plan --json FILE
+  const char *svg;         // plan --svg FILE
   bool formulas;           // plan --formulas
   // compile, inspect: one layout for every block instead of the solver's choice
   Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
@@ -101,6 +102,8 @@ static void usage(FILE *f) {
         "  --seq N                sequence length (the model's sequence dim)\n"
         "  --precision bf16|fp32  bf16 with fp32 master weights (default), or fp32\n"
         "  --json FILE            write the plan as JSON (plan)\n"
+        "  --svg FILE             draw the plan as SVG: blocks, memory and time bars, baselines\n"
+        "                         (plan; compile writes DIR/plan.svg beside plan.json)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
         "  --seq-parallel         Megatron sequence parallelism under tensor parallelism:\n"
@@ -227,6 +230,8 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     a->pass.precision = !strcmp(v, "bf16") ? PASS_PRECISION_BF16 : PASS_PRECISION_FP32;
   } else if (!strcmp(s, "--json")) {
     a->json = NEXT();
+  } else if (!strcmp(s, "--svg")) {
+    a->svg = NEXT();
   } else if (!strcmp(s, "--formulas")) {
     a->formulas = true;
   } else if (!strcmp(s, "--no-share")) {
@@ -457,21 +462,31 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
   else
     sv_report(stdout, p);
   int rc = a->json ? sv_write_json(p, a->json, d) : 0;
+  if (!rc && a->svg)
+    rc = sv_write_svg(p, a->svg, d);
   if (!rc && !p->sol.feasible)
     rc = ir_error(d, (IrLoc){0}, "%s", p->why);
   sv_plan_free(p);
   return rc;
 }
 
-// mtc compile: the plan goes into DIR/plan.json (lowering it is still to come).
+// DIR/plan.json and DIR/plan.svg: the planner's plan p.
+static int plan_files(const SvPlan *p, const char *dir, IrDiag *d) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  int rc = sv_write_json(p, path, d);
+  snprintf(path, sizeof path, "%s/plan.svg", dir);
+  return rc ? rc : sv_write_svg(p, path, d);
+}
+
+// mtc compile of one rank: the planner's plan for the model goes into DIR (lowering it is
+// compile --gpus N).
 static int write_plan(IrGraph *g, const Args *a, const char *dir, IrDiag *d) {
   SvConfig cfg;
   SvPlan *p;
   if (plan_config(a, &cfg, d) || sv_plan(g, &cfg, &p, d))
     return -1;
-  char path[4300];
-  snprintf(path, sizeof path, "%s/plan.json", dir);
-  int rc = sv_write_json(p, path, d);
+  int rc = plan_files(p, dir, d);
   if (!rc && !p->sol.feasible)
     fprintf(stderr, "mtc: warning: %s\n", p->why);
   sv_plan_free(p);
@@ -564,10 +579,10 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
 
 // DIR/plan.json: the plan the program runs.
 static int save_plan(const char *dir, const SvPlan *kept, const char *text, IrDiag *d) {
+  if (kept)
+    return plan_files(kept, dir, d);
   char path[4300];
   snprintf(path, sizeof path, "%s/plan.json", dir);
-  if (kept)
-    return sv_write_json(kept, path, d);
   FILE *f = fopen(path, "w");
   if (!f || fputs(text, f) < 0 || fclose(f))
     return ir_error(d, (IrLoc){0}, "cannot write %s: %s", path, strerror(errno));

@@ -1,4 +1,5 @@
 // What the planner says: the text report of `mtc plan` and plan.json.
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +292,186 @@ void sv_report_dot(FILE *f, const SvPlan *pl) {
                 bytes[a * nu + b] / (1024.0 * 1024.0));
   free(bytes);
   fputs("}\n", f);
+}
+
+// ---- the plan as a picture (mtc plan --svg) --------------------------------------------------------
+
+// s as SVG text: the XML specials escaped, so that no name a model gives can break the picture.
+static void svg_text(FILE *f, const char *s) {
+  for (; *s; s++)
+    switch (*s) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default:
+      if ((unsigned char)*s >= 0x20)
+        fputc(*s, f);
+    }
+}
+
+static void svg_label(FILE *f, double x, double y, const char *anchor, const char *fill,
+                      const char *text) {
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\">", x, y, anchor, fill);
+  svg_text(f, text);
+  fputs("</text>\n", f);
+}
+
+#define SVG_W 1000.0      // the picture's width
+#define SVG_BAR_X 330.0   // where bars start
+#define SVG_BAR_W 540.0   // the longest bar
+
+static const char *const svg_colors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                                         "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
+
+// A bar at row y of parts[n] (values) stacked from SVG_BAR_X, scale px per unit, each in its
+// color and named where it is wide enough; under it, a legend of the parts that are there.
+static void svg_stack(FILE *f, double y, const double *parts, const char *const *names, int n,
+                      double scale) {
+  double x = SVG_BAR_X, lx = SVG_BAR_X;
+  for (int i = 0; i < n; i++) {
+    double w = parts[i] * scale;
+    if (parts[i] <= 0)
+      continue;
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"16\" fill=\"%s\"><title>",
+            x, y, w, svg_colors[i]);
+    svg_text(f, names[i]);
+    fputs("</title></rect>\n", f);
+    if (w > 7.5 * strlen(names[i]))
+      svg_label(f, x + w / 2, y + 12, "middle", "#fff", names[i]);
+    x += w;
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>\n", lx,
+            y + 21, svg_colors[i]);
+    svg_label(f, lx + 12, y + 30, "start", "#444", names[i]);
+    lx += 12 + 7.5 * strlen(names[i]) + 12;
+  }
+}
+
+// One row of the comparison: a time bar (or "does not fit") and a memory bar under it.
+static void svg_compare(FILE *f, double y, const char *name, bool fits, double t, double m,
+                        double cap, double tscale, double mscale) {
+  char buf[64];
+  svg_label(f, 10, y + 12, "start", "#000", name);
+  if (fits) {
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"10\" fill=\"%s\"/>\n",
+            SVG_BAR_X, y + 2, t * tscale, svg_colors[0]);
+    snprintf(buf, sizeof buf, "%.2f ms", t * 1e3);
+    svg_label(f, SVG_BAR_X + t * tscale + 4, y + 11, "start", "#000", buf);
+  } else {
+    svg_label(f, SVG_BAR_X, y + 11, "start", "#c00", "does not fit");
+  }
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"10\" fill=\"%s\"/>\n",
+          SVG_BAR_X, y + 18, m * mscale, fits ? svg_colors[3] : "#c00");
+  snprintf(buf, sizeof buf, "%.2f GiB", gb(m));
+  svg_label(f, SVG_BAR_X + m * mscale + 4, y + 27, "start", "#000", buf);
+  double cx = SVG_BAR_X + cap * mscale;
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+             "stroke-dasharray=\"3,2\"/>\n", cx, y + 16, cx, y + 30);
+}
+
+void sv_report_svg(FILE *f, const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  const SvSolution *s = &pl->sol;
+  const char *name = pl->model->g->name ? pl->model->g->name : "model";
+  char buf[512];
+  double h = 58 + (s->feasible ? 22 + 22.0 * p->nunits + 96.0 * p->ngroups : 0) + 30 +
+             40.0 * (pl->nbaselines + s->feasible) + 10;
+  double y = 28;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+             "font-family=\"monospace\" font-size=\"12\">\n"
+             "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", SVG_W, h);
+  const SvGroup *g0 = &pl->cfg.cluster.group[0];
+  if (s->feasible)
+    snprintf(buf, sizeof buf, "mtc plan: %s, %.2f ms per step on %d GPU%s (%s%s)", name,
+             s->time * 1e3, sv_cluster_gpus(&pl->cfg.cluster),
+             sv_cluster_gpus(&pl->cfg.cluster) > 1 ? "s" : "", g0->dev.name,
+             p->ngroups > 1 ? " and others" : "");
+  else
+    snprintf(buf, sizeof buf, "mtc plan: %s: no plan fits", name);
+  svg_label(f, 10, y, "start", "#000", buf);
+  y += 30;
+  double tmax = s->feasible ? s->time : 0, mmax = 0, smem = 0;
+  for (int g = 0; g < p->ngroups; g++) {
+    smem = fmax(smem, s->feasible ? s->mem[g] : 0);
+    mmax = fmax(mmax, fmax(p->cap[g], smem));
+  }
+  for (int i = 0; i < pl->nbaselines; i++) {
+    const SvBaseline *b = &pl->baseline[i];
+    if (b->sol.feasible)
+      tmax = fmax(tmax, b->sol.time);
+    for (int g = 0; g < p->ngroups; g++)
+      mmax = fmax(mmax, b->sol.mem[g]);
+  }
+  double tscale = tmax > 0 ? SVG_BAR_W / tmax : 0, mscale = mmax > 0 ? SVG_BAR_W / mmax : 0;
+  if (s->feasible) {
+    svg_label(f, 10, y, "start", "#000", "blocks (the color: their layout): layout, "
+              "checkpointing, ZeRO, offload, time and memory per GPU");
+    y += 22;
+    int g = slowest(p, s);
+    for (int u = 0; u < p->nunits; u++) {
+      UnitRow r;
+      unit_row(pl, u, g, &r);
+      const char *color = svg_colors[p->unit[u].choice[s->pick[u]].layout % 8];
+      fprintf(f, "<rect x=\"10\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", y - 11,
+              color);
+      snprintf(buf, sizeof buf, "%s: %s, ckpt %s, ZeRO-%d, offload %d%%, %.2f ms, %.2f GiB",
+               r.name, r.layout, r.ckpt, r.zero, r.offload, r.t * 1e3, gb(r.m));
+      svg_label(f, 28, y, "start", "#000", buf);
+      y += 22;
+    }
+    static const char *const mem_parts[] = {"params", "grads", "optimizer", "activations",
+                                            "buffers"};
+    static const char *const time_parts[] = {"compute", "recompute", "tp comm", "dp comm",
+                                             "offload", "optimizer", "reshard"};
+    for (int gi = 0; gi < p->ngroups; gi++) {
+      const SvGroup *gr = &pl->cfg.cluster.group[gi];
+      Breakdown b;
+      breakdown(pl, s, gi, &b);
+      y += 8;
+      snprintf(buf, sizeof buf, "memory per GPU (%s): %.2f GiB", gr->name, gb(b.total_m));
+      svg_label(f, 10, y + 12, "start", "#000", buf);
+      svg_stack(f, y, b.m, mem_parts, SV_NM + 1, mscale);
+      double cx = SVG_BAR_X + p->cap[gi] * mscale;
+      fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+                 "stroke-dasharray=\"3,2\"/>\n", cx, y - 4, cx, y + 20);
+      snprintf(buf, sizeof buf, "usable %.2f GiB", gb(p->cap[gi]));
+      svg_label(f, cx, y - 6, "end", "#444", buf);
+      y += 44;
+      snprintf(buf, sizeof buf, "step time (%s): %.2f ms", gr->name, b.total_t * 1e3);
+      svg_label(f, 10, y + 12, "start", "#000", buf);
+      svg_stack(f, y, b.t, time_parts, SV_NT + 1, tscale);
+      y += 44;
+    }
+  }
+  y += 8;
+  svg_label(f, 10, y, "start", "#000", "against the baselines, priced alike: step time, and "
+            "memory per GPU (dashed: usable)");
+  y += 22;
+  if (s->feasible) {
+    svg_compare(f, y, "mtc plan", true, s->time, smem, p->cap[0], tscale, mscale);
+    y += 40;
+  }
+  for (int i = 0; i < pl->nbaselines; i++) {
+    const SvBaseline *b = &pl->baseline[i];
+    double m = 0;
+    for (int g = 0; g < p->ngroups; g++)
+      m = fmax(m, b->sol.mem[g]);
+    snprintf(buf, sizeof buf, "%s%s", b->name, b->ckpt ? " + checkpointing" : "");
+    svg_compare(f, y, buf, b->sol.feasible, b->sol.time, m, p->cap[0], tscale, mscale);
+    y += 40;
+  }
+  fputs("</svg>\n", f);
+}
+
+int sv_write_svg(const SvPlan *p, const char *path, IrDiag *d) {
+  bool out = !strcmp(path, "-");
+  FILE *f = out ? stdout : fopen(path, "w");
+  if (!f)
+    return ir_error(d, (IrLoc){0}, "cannot write %s: %s", path, strerror(errno));
+  sv_report_svg(f, p);
+  if (out ? fflush(f) : fclose(f))
+    return ir_error(d, (IrLoc){0}, "cannot write %s: %s", path, strerror(errno));
+  return 0;
 }
 
 // ---- plan.json ----------------------------------------------------------------------------------

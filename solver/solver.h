@@ -444,6 +444,10 @@ void sv_report(FILE *f, const SvPlan *p);
 // checkpointing, ZeRO stage, offload, time and memory; an edge per flow of
 // activations between units, in MiB per micro-batch.
 void sv_report_dot(FILE *f, const SvPlan *p);
+// The plan as an SVG picture: its blocks by layout, per-GPU memory bars against the usable
+// memory, the step time by category, and the baselines' time and memory beside it.
+void sv_report_svg(FILE *f, const SvPlan *p);
+int sv_write_svg(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
 // Solution s's step on group g by category, seconds ([SV_NT]: resharding), as the report splits it.
 void sv_step_times(const SvPlan *pl, const SvSolution *s, int g, double t[SV_NT + 1]);
 int sv_write_json(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout

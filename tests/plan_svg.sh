@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# mtc plan --svg draws the plan: well-formed SVG with a row per block, the
+# memory and step-time bars and each baseline beside the plan; a model whose
+# name holds XML's specials draws as well; compile --gpus writes DIR/plan.svg.
+#
+#   tests/plan_svg.sh MTC EXAMPLES_DIR OUT
+set -euo pipefail
+mtc=$1 examples=$2 out=$3
+rm -rf "$out"
+mkdir -p "$out"
+# a graph named with XML's specials, as IR text can name it
+"$mtc" inspect "$examples/gpt2.mtc" --dump-after shapes 2> /dev/null |
+  sed 's/^graph "gpt2"$/graph "a<b\&\\"c'"'"'"/' > "$out/name.ir"
+"$mtc" plan "$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 \
+  --gpus 8 --gpu L4-24GB --svg "$out/l4.svg" > "$out/l4.txt"
+"$mtc" plan "$out/name.ir" --gpus 2 --svg "$out/name.svg" > /dev/null
+"$mtc" compile "$examples/gpt2.mtc" --gpus 2 -o "$out/prog" > /dev/null
+/usr/bin/python3 - "$out" <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+out = sys.argv[1]
+ns = "{http://www.w3.org/2000/svg}"
+bad = []
+def texts(path):
+    root = ET.parse(path).getroot()   # raises on SVG that is not well-formed
+    return root, [t.text or "" for t in root.iter(ns + "text")]
+root, t = texts(f"{out}/l4.svg")
+report = open(f"{out}/l4.txt").read()
+step = re.search(r"^step time ([0-9.]+) ms", report, re.M)[1]
+want = [f"mtc plan: gpt2, {step} ms per step on 8 GPUs (L4-24GB)",
+        "rest: 4 x TP2", "h.0 .. h.47 (48): 8 x DP, ckpt 32 of 48", "memory per GPU (L4-24GB)",
+        "step time (L4-24GB)", "usable 20.49 GiB", "mtc plan", "DP + checkpointing",
+        "does not fit", "Megatron TP=8", "ZeRO-3 + offload + checkpointing"]
+for w in want:
+    if not any(w in x for x in t):
+        bad.append(f"l4.svg: no text '{w}'")
+bars = [r for r in root.iter(ns + "rect") if r.find(ns + "title") is not None]
+names = {r.find(ns + "title").text for r in bars}
+for part in ("activations", "compute", "recompute"):
+    if part not in names:
+        bad.append(f"l4.svg: no bar part '{part}' (has {sorted(names)})")
+_, t = texts(f"{out}/name.svg")
+if not any("a<b&\"c'" in x for x in t):
+    bad.append(f"name.svg: the model's name is not drawn as it is: {t[:1]}")
+texts(f"{out}/prog/plan.svg")
+for b in bad:
+    print("FAIL:", b)
+print("ok: plan.svg" if not bad else "")
+sys.exit(1 if bad else 0)
+PY
