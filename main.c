@@ -457,9 +457,16 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
   SvPlan *p;
   if (sv_plan(g, &cfg, &p, d))
     return -1;
-  if (a->dot)
+  // --json - or --svg -: standard output is that document alone
+  bool piped = (a->json && !strcmp(a->json, "-")) || (a->svg && !strcmp(a->svg, "-"));
+  if (a->json && a->svg && piped) {
+    sv_plan_free(p);
+    return ir_error(d, (IrLoc){0}, "--json and --svg cannot share standard output: give one "
+                    "of them a file");
+  }
+  if (a->dot && !piped)
     sv_report_dot(stdout, p);
-  else
+  else if (!piped)
     sv_report(stdout, p);
   int rc = a->json ? sv_write_json(p, a->json, d) : 0;
   if (!rc && a->svg)
