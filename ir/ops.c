@@ -471,18 +471,26 @@ void ir_attention_extras(const IrNode *n, IrValue **keep, IrValue **bias) {
   }
 }
 
-// Attention's operands: q [..., T, HS] (input qi), k and v [..., TK, HS] (TK
-// = T but in cross-attention; causal needs them equal) after it, then, from
-// input nfixed, the optional inputs (ir_attention_extras): the key-padding
-// mask i32 [P.., TK], P.. the first dims of q (the batch; the heads after
-// them share a row of the mask), and the bias (ir_attention_bias_fits).
-static int need_extras(IrGraph *g, IrNode *n, int qi, int nfixed, IrDiag *d) {
+// Attention's inputs: nfixed, then the optional ones (ir_attention_extras); checked before
+// the rule reads any of them.
+static int need_inputs(IrNode *n, int nfixed, IrDiag *d) {
   IrValue *m, *b;
   ir_attention_extras(n, &m, &b);
-  if (n->nin != nfixed + (m != NULL) + (b != NULL))
-    return ir_error(d, n->loc, "%s takes %d inputs, then a key-padding mask (i32) and a bias "
-                    "(f32) when there, in that order; it has %d", ir_op_name(n->op), nfixed,
-                    n->nin);
+  if (n->nin == nfixed + (m != NULL) + (b != NULL))
+    return 0;
+  return ir_error(d, n->loc, "%s takes %d inputs, then a key-padding mask (i32) and a bias "
+                  "(f32) when there, in that order; it has %d", ir_op_name(n->op), nfixed,
+                  n->nin);
+}
+
+// Attention's operands: q [..., T, HS] (input qi), k and v [..., TK, HS] (TK
+// = T but in cross-attention; causal needs them equal) after it, and the
+// optional inputs (ir_attention_extras): the key-padding mask i32 [P.., TK],
+// P.. the first dims of q (the batch; the heads after them share a row of the
+// mask), and the bias (ir_attention_bias_fits).
+static int need_extras(IrGraph *g, IrNode *n, int qi, IrDiag *d) {
+  IrValue *m, *b;
+  ir_attention_extras(n, &m, &b);
   const IrValue *q = n->in[qi], *k = n->in[qi + 1];
   int r = q->rank;
   bool ok = k->rank == r && sym_eq(k->shape[r - 1], q->shape[r - 1]);
@@ -515,7 +523,8 @@ static int lse_shape(const IrValue *q, const Sym **shape) {
 }
 
 static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_rank(g, n, 0, 2, d) || need_extras(g, n, 0, 3, d) || need_same(g, n, 1, 2, d))
+  if (need_inputs(n, 3, d) || need_rank(g, n, 0, 2, d) || need_extras(g, n, 0, d) ||
+      need_same(g, n, 1, 2, d))
     return -1;
   const Sym *shape[IR_MAXRANK];
   int rank = lse_shape(n->in[0], shape);
@@ -526,8 +535,8 @@ static int shape_attention(IrGraph *g, IrNode *n, IrDiag *d) {
 // scores, q's leading dims x [T, TK].
 static int shape_attention_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *keep, *bias;
-  if (need_rank(g, n, 1, 2, d) || need_extras(g, n, 1, 6, d) || need_same(g, n, 0, 1, d) ||
-      need_same(g, n, 2, 3, d) || need_same(g, n, 4, 1, d))
+  if (need_inputs(n, 6, d) || need_rank(g, n, 1, 2, d) || need_extras(g, n, 1, d) ||
+      need_same(g, n, 0, 1, d) || need_same(g, n, 2, 3, d) || need_same(g, n, 4, 1, d))
     return -1;
   const Sym *shape[IR_MAXRANK];
   const IrValue *lse = n->in[5];

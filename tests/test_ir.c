@@ -225,6 +225,13 @@ static const struct {
     {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nforward\n"
      "%y : f32[B,T,D] = attention(%q, %q, %q)\n", 6,
      "wrong number of inputs or outputs for 'attention'"},
+    // too few inputs for a rule that reads them (it crashed reading an absent q)
+    {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nforward\n"
+     "%a : f32[B,T,D], %b : f32[B,T,D], %c : f32[B,T,D] = attention_bwd(%q)\n", 6,
+     "attention_bwd takes 6 inputs, then a key-padding mask (i32) and a bias (f32) when there, "
+     "in that order; it has 1"},
+    {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nforward\n"
+     "%y : f32[B,T,D], %l : f32[B,T] = attention()\n", 6, "attention takes 3 inputs"},
 };
 
 static void check_errors(void) {
