@@ -347,6 +347,15 @@ static void svg_stack(FILE *f, double y, const double *parts, const char *const 
   }
 }
 
+// The usable memory cap (bytes) as a dashed line from y0 to y1 at its place on the memory scale;
+// returns its x.
+static double svg_usable(FILE *f, double cap, double mscale, double y0, double y1) {
+  double x = SVG_BAR_X + cap * mscale;
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+             "stroke-dasharray=\"3,2\"/>\n", x, y0, x, y1);
+  return x;
+}
+
 // One row of the comparison: a time bar (or "does not fit") and a memory bar under it.
 static void svg_compare(FILE *f, double y, const char *name, bool fits, double t, double m,
                         double cap, double tscale, double mscale) {
@@ -364,9 +373,7 @@ static void svg_compare(FILE *f, double y, const char *name, bool fits, double t
           SVG_BAR_X, y + 18, m * mscale, fits ? svg_colors[3] : "#c00");
   snprintf(buf, sizeof buf, "%.2f GiB", gb(m));
   svg_label(f, SVG_BAR_X + m * mscale + 4, y + 27, "start", "#000", buf);
-  double cx = SVG_BAR_X + cap * mscale;
-  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-             "stroke-dasharray=\"3,2\"/>\n", cx, y + 16, cx, y + 30);
+  svg_usable(f, cap, mscale, y + 16, y + 30);
 }
 
 void sv_report_svg(FILE *f, const SvPlan *pl) {
@@ -431,9 +438,7 @@ void sv_report_svg(FILE *f, const SvPlan *pl) {
       snprintf(buf, sizeof buf, "memory per GPU (%s): %.2f GiB", gr->name, gb(b.total_m));
       svg_label(f, 10, y + 12, "start", "#000", buf);
       svg_stack(f, y, b.m, mem_parts, SV_NM + 1, mscale);
-      double cx = SVG_BAR_X + p->cap[gi] * mscale;
-      fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-                 "stroke-dasharray=\"3,2\"/>\n", cx, y - 4, cx, y + 20);
+      double cx = svg_usable(f, p->cap[gi], mscale, y - 4, y + 20);
       snprintf(buf, sizeof buf, "usable %.2f GiB", gb(p->cap[gi]));
       svg_label(f, cx, y - 6, "end", "#444", buf);
       y += 44;
