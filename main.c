@@ -114,7 +114,8 @@ static void usage(FILE *f) {
         "\n"
         "compile with --gpus N (or --cluster FILE): the program runs the planner's choice,\n"
         "one mesh of dp x tp ranks for every block (per-block ZeRO and offload share,\n"
-        "the first K layers checkpointed); plan.json in DIR\n"
+        "the first K layers checkpointed; on a mixed cluster each group's replicas run\n"
+        "their own number of micro-batches, ranks numbered group by group); plan.json in DIR\n"
         "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"
         "one layout for every block (compile; ranks = dp x tp, or dp x Q x Q):\n"
@@ -642,6 +643,7 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     co.planner_state_bytes = pr.state_bytes;
     co.planner_host_bytes = pr.host_bytes;
     co.planner_comm_bytes = pr.comm_bytes;
+    co.planner_comm_micro_bytes = pr.comm_micro_bytes;
   }
   if (price) {
     co.planner_device = price->device;

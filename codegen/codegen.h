@@ -95,7 +95,9 @@ typedef struct CgOptions {
   const char *source;       // the model file, for the README
   const PassLowered *lowered; // the parallel plan pass_lower applied (NULL: one rank)
   const char *layout;        // the plan in words ("dp 4 x tp 1, ZeRO-3")
-  int64_t planner_state_bytes, planner_comm_bytes;  // the planner's per-rank predictions
+  int64_t planner_state_bytes, planner_comm_bytes;  // the planner's per-rank predictions (the
+  int64_t planner_comm_micro_bytes;                 // bytes sent: of a replica running the most
+                                                    // micro-batches, and those of each one)
   int64_t planner_host_bytes;                       // ... and of model state in host memory
   // The planner's step time for the layout on planner_device (NULL: not priced), and its
   // split: compute, recompute, tensor-parallel and data-parallel communication, offload,

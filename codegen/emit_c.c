@@ -1073,6 +1073,14 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   emit_grad_offsets(e);
   emit_adam_offsets(e);
   emit_buckets(e);
+  const PassLowered *lw = e->opt->lowered;
+  if (lw && lw->plan.replica_micro) {  // uneven batch shares
+    fputs("static const int replica_micro[] = {", e->f);
+    for (int d = 0; d < lw->plan.mesh.size[IR_MESH_DP]; d++)
+      fprintf(e->f, "%s%d", d ? ", " : "", lw->plan.replica_micro[d]);
+    println(e, "};");
+    blank(e);
+  }
   println(e, "const rt_model mtc_model = {");
   fputs("    .name = ", e->f);
   cg_put_string(e->f, g->name);
@@ -1119,11 +1127,12 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .adam_offsets = adam_offsets,");
   const IrValue *counter = dropout_counter(g);
   println(e, "    .dropout_step_offset = %lld,", counter ? (long long)e->m->offset[counter->id] : -1LL);
-  const PassLowered *lw = e->opt->lowered;
   println(e, "    .dp = %d,", lw ? lw->plan.mesh.size[IR_MESH_DP] : 1);
   println(e, "    .tp = %d,", lw ? lw->plan.mesh.size[IR_MESH_TP] : 1);
   println(e, "    .grid_side = %d,", lw ? lw->plan.mesh.size[IR_MESH_ROW] : 1);
   println(e, "    .micro_batches = %d,", lw ? lw->plan.micro_batches : 1);
+  if (lw && lw->plan.replica_micro)
+    println(e, "    .replica_micro = replica_micro,");
   fputs("    .layout = ", e->f);
   cg_put_string(e->f, e->opt->layout ? e->opt->layout : "one rank");
   println(e, ",");
@@ -1135,6 +1144,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
+  println(e, "    .planner_comm_micro_bytes = %lld,", (long long)e->opt->planner_comm_micro_bytes);
   if (e->opt->planner_device) {
     fputs("    .planner_device = ", e->f);
     cg_put_string(e->f, e->opt->planner_device);

@@ -50,10 +50,41 @@ int plan_alloc_blocks(Plan *p, int n) {
 
 void plan_free(Plan *p) {
   free(p->block);
+  free(p->replica_micro);
   p->block = NULL;
+  p->replica_micro = NULL;
   p->nblocks = 0;
 }
 
 const PlanBlock *plan_block(const Plan *p, int b) {
   return b >= 0 && b < p->nblocks ? &p->block[b] : &p->rest;
+}
+
+int plan_replica_micro(const Plan *p, int d) {
+  return p->replica_micro ? p->replica_micro[d] : p->micro_batches;
+}
+
+int64_t plan_micro_total(const Plan *p) {
+  int64_t n = 0;
+  for (int d = 0; d < p->mesh.size[IR_MESH_DP]; d++)
+    n += plan_replica_micro(p, d);
+  return n;
+}
+
+int plan_set_replica_micro(Plan *p, const int *counts) {
+  int dp = p->mesh.size[IR_MESH_DP], most = 0;
+  bool even = true;
+  for (int d = 0; d < dp; d++) {
+    most = counts[d] > most ? counts[d] : most;
+    even &= counts[d] == counts[0];
+  }
+  free(p->replica_micro);
+  p->replica_micro = NULL;
+  p->micro_batches = most;
+  if (even)
+    return 0;
+  if (!(p->replica_micro = malloc((size_t)dp * sizeof *p->replica_micro)))
+    return -1;
+  memcpy(p->replica_micro, counts, (size_t)dp * sizeof *counts);
+  return 0;
 }

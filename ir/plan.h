@@ -39,7 +39,10 @@ typedef struct Plan {
                        // no collectives); true: the layout below, even on one rank
   Mesh mesh;           // every block's
   bool seq_parallel;   // Megatron's sequence parallelism under tp (passes/shard.c)
-  int micro_batches;   // forward/backward passes per replica per optimizer step
+  int micro_batches;   // forward/backward passes per replica per optimizer step: the most
+                       // any replica runs, and what each runs unless replica_micro is set
+  int *replica_micro;  // NULL, or dp entries: replica d runs replica_micro[d] micro-batches (a
+                       // mixed cluster's uneven batch shares; malloc'd, plan_free)
   int64_t micro, seq;  // sequences per micro-batch and their length as planned (0: the model's)
   int checkpoint;      // repeated layers whose forward backward recomputes (passes/recompute.c):
                        // the first K (IR blocks 1..K), PLAN_CHECKPOINT_ALL, or 0 (none)
@@ -55,5 +58,11 @@ int plan_alloc_blocks(Plan *p, int n);
 void plan_free(Plan *p);
 // Block b's choice.
 const PlanBlock *plan_block(const Plan *p, int b);
+// The micro-batches replica d runs, and all replicas together per step.
+int plan_replica_micro(const Plan *p, int d);
+int64_t plan_micro_total(const Plan *p);
+// Replica d runs counts[d] (dp entries, each at least 1): replica_micro, or
+// NULL when they are all equal; micro_batches the most. -1 when out of memory.
+int plan_set_replica_micro(Plan *p, const int *counts);
 
 #endif

@@ -24,6 +24,13 @@
 // With micro-batches, ZeRO 0 and 1 first accumulate the gradients in a
 // persistent bucket and reduce that after the last micro-batch.
 //
+// Uneven batch shares (Plan.replica_micro, a mixed cluster's): replica d runs
+// m_d of the step's M micro-batches. Each micro-batch's gradient is scaled by
+// dp / M before it is accumulated, so that the mean over the replicas is the
+// mean over the global batch (dp / M is 1 / micro_batches when the shares are
+// even). A replica with fewer micro-batches runs fewer collectives, so the
+// stages that reduce or gather every micro-batch (ZeRO 2, 3) need even shares.
+//
 // The update of a bucket is one adamw (or sgd) op over it:
 //
 //   ZeRO 0      the whole bucket; moments of the bucket's size
@@ -91,7 +98,8 @@
 typedef struct Lower {
   IrGraph *g;
   const Plan *plan;
-  int dp, tp, micro;         // the plan's mesh and micro-batches
+  int dp, tp, micro;         // the plan's mesh and micro-batches (the most a replica runs)
+  double scale;              // each micro-batch's gradient in its replica's accumulation
   PassLowered *out;
   IrDiag *d;
   // by value id: the position of the first forward and backward node that reads
@@ -152,7 +160,7 @@ static IrNode *accumulate(Lower *L, IrValue *acc, IrValue *x) {
   IrNode *n = ir_node_new(L->g, OP_ACCUMULATE, in, 2, 0);
   ir_set_int(L->g, n, "shards", L->dp);
   if (L->micro > 1)
-    ir_set_float(L->g, n, "scale", 1.0 / L->micro);
+    ir_set_float(L->g, n, "scale", L->scale);
   return n;
 }
 
@@ -516,6 +524,12 @@ static int check(Lower *L) {
   IrGraph *g = L->g;
   if (L->dp < 1 || L->tp < 1 || L->micro < 1)
     return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
+  const Plan *P = L->plan;
+  for (int b = 0; P->replica_micro && b < ir_nblocks(g); b++)
+    if (plan_block(P, b)->zero >= 2)
+      return ir_error(L->d, (IrLoc){0}, "block %d has ZeRO-%d, which reduces or gathers every "
+                      "micro-batch, and the replicas run unequal numbers of micro-batches: "
+                      "choose ZeRO 0 or 1 for it, or equal shares", b, plan_block(P, b)->zero);
   if (!g->loss || !g->loss->producer)
     return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");
   const IrNode *l = g->loss->producer;
@@ -537,7 +551,8 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   PassLowered *out = ir_alloc(&g->arena, sizeof *out);
   out->plan = *P;
   Lower L = {.g = g, .plan = P, .dp = P->mesh.size[IR_MESH_DP], .tp = P->mesh.size[IR_MESH_TP],
-             .micro = P->micro_batches, .out = out, .d = ctx->diag};
+             .micro = P->micro_batches, .out = out, .d = ctx->diag,
+             .scale = (double)P->mesh.size[IR_MESH_DP] / (double)plan_micro_total(P)};
   bool split = L.tp > 1 || P->mesh.size[IR_MESH_ROW] > 1;
   if (check(&L) || (split && pass_lower_tp(g, &P->mesh, P->seq_parallel, out, ctx->diag)))
     return -1;

@@ -30,7 +30,8 @@ typedef struct rt_dist_state {
   rt_group *group[RT_NAXES];  // [RT_AXIS_DP]: ranks holding the same model part; [RT_AXIS_TP]:
                               // one replica's ranks; [RT_AXIS_ROW], [RT_AXIS_COL]: a grid
                               // column's, a grid row's (q > 1)
-  int micro, micro_total;     // the micro-batch running, and how many a step has
+  int micro, micro_total;     // the micro-batch running, and how many this rank's replica runs
+                              // a step (replicas may run unequal shares of the batch)
   int nslots;
   rt_request *req;            // one per slot
 } rt_dist_state;

@@ -176,8 +176,11 @@ typedef struct rt_model {
   // The parallel plan (1, 1, 1 and no buckets for a one-rank program).
   int dp, tp;                 // mesh: dp x tp ranks, or (tp 1) dp x a grid of
   int grid_side;              // grid_side x grid_side ranks (Optimus 2D; 1: none)
-  int micro_batches;          // forward/backward passes per step; the global batch is
-                              // batch x dp x micro_batches
+  int micro_batches;          // forward/backward passes per step of each replica (with
+                              // replica_micro: the most any runs); the global batch is batch x
+                              // dp x micro_batches, or batch x the sum of replica_micro
+  const int *replica_micro;   // NULL, or dp entries: the micro-batches replica d runs (a mixed
+                              // cluster's uneven batch shares)
   const char *layout;         // "dp 4 x tp 1, ZeRO-3" for messages
   int n_buckets;
   const rt_bucket *buckets;
@@ -188,7 +191,9 @@ typedef struct rt_model {
                               // parameters and gradients, optimizer state
   long planner_state_bytes;   // what the planner predicts for model_state_bytes (0: not given)
   long planner_host_bytes;    // ... and for model_host_bytes
-  long planner_comm_bytes;    // bytes the planner predicts each rank sends per step
+  long planner_comm_bytes;    // bytes the planner predicts each rank sends per step (with
+                              // replica_micro: a rank of a replica running micro_batches), of
+  long planner_comm_micro_bytes;  // which each micro-batch sends this many
   const char *planner_device; // the GPU the planner priced the step for (NULL: not priced)
   double planner_step_s;      // ... its step time, and that split (seconds): compute,
   double planner_time_s[RT_PLANNER_NTIMES];  // recompute, tensor-parallel and data-parallel

@@ -433,6 +433,21 @@ static int world_ranks(void) {
   return mtc_model.dp * mtc_model.tp * mtc_model.grid_side * mtc_model.grid_side;
 }
 
+// The micro-batches replica d runs per step, and the first of them in the
+// global batch (the replicas before it run the ones before).
+static int replica_micro(int d) {
+  return mtc_model.replica_micro ? mtc_model.replica_micro[d] : mtc_model.micro_batches;
+}
+
+static long first_micro(int d) {
+  long k = 0;
+  for (int r = 0; r < d; r++) k += replica_micro(r);
+  return k;
+}
+
+// micro-batches per step, all replicas together
+static long micro_total(void) { return first_micro(mtc_model.dp); }
+
 // Is parameter t split over ranks (tensor parallel, a 2D grid), or padded?
 static bool is_split(const rt_tensor *t) { return t->split[0].dim >= 0; }
 
@@ -1424,16 +1439,17 @@ static void check_finite(char *arena, char *stage, int step, bool grads) {
 // inputs
 //
 // The data is defined over the global batch: every input with a batch dim
-// holds dp x micro_batches of the model's batches (IN, on the host). Rank d
-// runs slices d*micro_batches ... (d+1)*micro_batches - 1, one per
-// micro-batch, so that a run on any number of ranks sees the same tokens.
+// holds micro_total() of the model's batches (IN, on the host; dp x
+// micro_batches unless the replicas' shares are uneven). Replica d runs
+// slices first_micro(d) ... first_micro(d + 1) - 1, one per micro-batch, so
+// that a run on any number of ranks sees the same tokens.
 // On a 2D grid each of those is cut in grid_side slices (a rank's inputs), one
 // per grid row.
 
 
 static void make_global_inputs(void) {
   const rt_model *M = &mtc_model;
-  long G = (long)M->dp * M->micro_batches * M->grid_side, at = 0;
+  long G = micro_total() * M->grid_side, at = 0;
   NIN = M->n_inputs;
   IN = calloc((size_t)NIN + 1, sizeof *IN);
   if (!IN) fail("out of memory");
@@ -1545,26 +1561,28 @@ static void open_data(rt_data *d, const char *flag, const char *spec, const char
 
 // Forward (training: and backward) over this rank's micro-batches of the
 // global batch in `global`: the global batch's mean loss, the same on every
-// rank.
+// rank. Every loss of mtc is a mean over the batch, so each micro-batch's
+// weighs 1 / micro_total() in it (the lowering scales the gradients alike).
 static double run_batch(char *arena, char *stage, bool train) {
   const rt_model *M = &mtc_model;
   double loss = 0;
-  for (int m = 0; m < M->micro_batches; m++) {
+  int d = rt_dist.dp_rank;
+  long first = first_micro(d), total = micro_total();
+  for (int m = 0; m < replica_micro(d); m++) {
     rt_dist.micro = m;
-    take_slice(arena, stage, ((long)rt_dist.dp_rank * M->micro_batches + m) * M->grid_side +
+    take_slice(arena, stage, (first + m) * M->grid_side +
                                  (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) : 0));
     M->forward(arena);
     rt_device_get(stage, arena, M->loss_offset, 4);
     float l;
     memcpy(&l, stage + M->loss_offset, sizeof l);
-    loss += l / M->micro_batches;
+    loss += l / (double)total;
     if (train) M->backward(arena);
   }
   for (int a = RT_AXIS_TP; a < RT_NAXES; a++)  // each rank has its term (a vocabulary-parallel
     if (M->loss_partial_axes & (1 << a))         // loss; a 2D grid's rows)
       loss = rt_allreduce_scalar(rt_dist.group[a], loss, RT_REDUCE_SUM);
-  // every loss of mtc is a mean over the batch: the global loss is the mean
-  return rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_AVG);
+  return rt_allreduce_scalar(rt_dist.group[RT_AXIS_DP], loss, RT_REDUCE_SUM);
 }
 
 // The mean loss of the first `batches` global batches of val, forward only in
@@ -1808,6 +1826,7 @@ int main(int argc, char **argv) {
   rt_device_init();
   rt_comm_init(&argc, &argv, world_ranks(), M->layout);
   rt_dist_init(M->dp, M->tp, M->grid_side, M->micro_batches, M->n_slots);
+  rt_dist.micro_total = replica_micro(rt_dist.dp_rank);  // uneven shares: this replica's own
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));
   if (rt_comm_rank() != 0 && !freopen("/dev/null", "w", stdout))  // rank 0 prints the run
@@ -1897,10 +1916,14 @@ int main(int argc, char **argv) {
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
            rt_device_planned(device_bytes, M->workspace_bytes));
-  if (world_ranks() > 1 || M->micro_batches > 1)
+  if (M->replica_micro) {
+    printf("plan: %s on %d ranks | micro-batches per replica", M->layout, world_ranks());
+    for (int d = 0; d < M->dp; d++) printf("%s%d", d ? ", " : " ", replica_micro(d));
+    printf(" | global batch %ld x the model's\n", micro_total());
+  } else if (world_ranks() > 1 || M->micro_batches > 1) {
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
-           world_ranks(), M->micro_batches, M->micro_batches > 1 ? "es" : "",
-           (long)M->dp * M->micro_batches);
+           world_ranks(), M->micro_batches, M->micro_batches > 1 ? "es" : "", micro_total());
+  }
   if (opt.h.optimizer == RT_OPT_SGD)
     printf("optimizer sgd | lr %g | weight decay %g\n", opt.h.lr, opt.h.weight_decay);
   else
@@ -1954,7 +1977,7 @@ int main(int argc, char **argv) {
   double *times = malloc((size_t)(timed + 1) * sizeof(double));
   double *comm_times = malloc((size_t)(timed + 1) * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
-  long global_tokens = M->tokens_per_step * M->dp * M->micro_batches * M->grid_side;
+  long global_tokens = M->tokens_per_step * micro_total() * M->grid_side;
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
   for (long next = first; next <= opt.steps; next++) {  // long: --steps may be INT_MAX
@@ -2060,11 +2083,13 @@ int main(int argc, char **argv) {
     print_ranked("device memory taken since the arena's allocation began: %ld bytes (%ld beyond "
                  "the arena and workspace: CUDA's code loaded at first launch, libraries' own)\n",
                  since, since - measured);
-  if (M->n_buckets > 0)
+  if (M->n_buckets > 0)  // the planner's bytes for a replica of micro_batches, to this one's
     print_ranked("model state: %ld bytes on device, %ld bytes on host (planner: %ld, %ld) | "
                  "sent %lld bytes per step (planner: %ld)\n", M->model_state_bytes,
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
-                 (long long)(run > 0 ? sent / run : 0), M->planner_comm_bytes);
+                 (long long)(run > 0 ? sent / run : 0),
+                 M->planner_comm_bytes + (replica_micro(rt_dist.dp_rank) - M->micro_batches) *
+                                             M->planner_comm_micro_bytes);
   double med = timed > 0 ? median(times, timed) : 0.0;
   if (rt_comm_size() > 1 && timed > 0) {  // this rank's median step and median time in collectives
     double comm = median(comm_times, timed);

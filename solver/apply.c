@@ -2,15 +2,16 @@
 // choices, from the solver's solution or from a plan.json (saved by `mtc
 // plan --json` or `mtc compile`, perhaps edited).
 //
-// What mtc lowers today: one mesh of dp x tp ranks for every block (1D tensor
-// parallelism; no 2D grid) on one group of identical GPUs, any ZeRO stage and
-// offload share per block, and checkpointing of the first K repeated layers.
-// sv_apply_best asks the solver for that (one solve per tp that divides the
-// GPUs, the fastest feasible kept; in a model with layers of several kinds,
-// each kind sharing variables, it may still checkpoint a later kind and not
-// an earlier one, which mtc compile refuses; with --no-share the order
-// holds); sv_apply_read refuses a file that asks for anything else, naming
-// the block and the field.
+// What mtc lowers today: one mesh for every block (dp x tp ranks, or dp x a
+// q x q grid), any ZeRO stage and offload share per block, and checkpointing of
+// the first K repeated layers; on several groups of GPUs each group's replicas
+// run their own number of micro-batches (SvProblem.replica_ranks says what
+// else that asks). sv_apply_best asks the solver for that (one solve per tp
+// that divides each group's GPUs, the fastest feasible kept; in a model with
+// layers of several kinds, each kind sharing variables, it may still
+// checkpoint a later kind and not an earlier one, which mtc compile refuses;
+// with --no-share the order holds); sv_apply_read refuses a file that asks
+// for anything else, naming the block and the field.
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -69,29 +70,42 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   a->seq_parallel = pl->cfg.seq_parallel;
   int rc = checkpoint_of(ckpt, m->nblocks, a, d);
   free(ckpt);
-  int64_t total = p->micro_total, dp = a->mesh.size[IR_MESH_DP];
-  if (!rc && total % dp)
-    return ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %lld replicas; the "
-                    "program needs a multiple of %lld (choose --batch)", (long long)total,
-                    (long long)dp, (long long)dp);
-  a->micro_batches = (int)(total / dp);
+  if (rc)
+    return rc;
+  // each group's micro-batches over its replicas (ranks numbered group by group); the
+  // solver's for mtc compile are whole per replica (SvConfig.mesh_tp)
+  int dp = a->mesh.size[IR_MESH_DP], per = mesh_ranks(&a->mesh) / dp, r = 0;
+  int *count = malloc((size_t)dp * sizeof *count);
+  IR_ASSERT(count);
+  for (int g = 0; g < p->ngroups; g++) {
+    int replicas = p->gpus[g] / per;
+    int64_t runs = p->ngroups > 1 ? pl->sol.batch[g] : p->micro_total;
+    if (runs % replicas || runs < replicas)
+      rc = ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %d replicas%s; the "
+                    "program needs a multiple of %d, at least 1 each (choose --batch)",
+                    (long long)runs, replicas, p->ngroups > 1 ? " of a group" : "", replicas);
+    for (int k = 0; k < replicas && !rc; k++)
+      count[r++] = (int)(runs / replicas);
+  }
+  if (!rc && plan_set_replica_micro(a, count))
+    rc = ir_error(d, (IrLoc){0}, "out of memory");
+  free(count);
   return rc;
 }
 
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d) {
   *kept = NULL;
   *out = plan_single();
-  if (cfg->cluster.ngroups != 1)
-    return ir_error(d, (IrLoc){0}, "the cluster has %d groups of GPUs; a compiled program runs "
-                    "on one group of identical GPUs for now (mtc plan explains mixed clusters)",
-                    cfg->cluster.ngroups);
   int gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
   // the meshes mtc compile lowers: dp x tp for each tp that divides the GPUs, then dp x a
   // q x q grid for each q * q that does
   for (int k = 0; k < 2 * 64; k++) {
     int tp = k < 64 ? k + 1 : 1, q = k < 64 ? 1 : k - 64 + 2;
-    if (tp * q * q > gpus || gpus % (tp * q * q))
+    bool fits = tp * q * q <= gpus;   // each replica's ranks in one group
+    for (int j = 0; j < cfg->cluster.ngroups; j++)
+      fits &= cfg->cluster.group[j].count % (tp * q * q) == 0;
+    if (!fits)
       continue;
     SvConfig c = *cfg;
     c.mesh_tp = tp;
@@ -124,15 +138,15 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrD
 
 static int number(const cJSON *o, const char *key, double lo, double hi, double *out,
                   const char *where, const char *path, IrDiag *d) {
-  char at[512];
-  snprintf(at, sizeof at, "%s: %s", path, where);
+  char at[4400];
+  snprintf(at, sizeof at, "%.4096s: %.200s", path, where);
   return sv_json_number(o, key, lo, hi, false, true, out, at, d);
 }
 
 static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t *out,
                  const char *where, const char *path, IrDiag *d) {
-  char at[512];
-  snprintf(at, sizeof at, "%s: %s", path, where);
+  char at[4400];
+  snprintf(at, sizeof at, "%.4096s: %.200s", path, where);
   double x;
   if (sv_json_number(o, key, lo, hi, true, true, &x, at, d))
     return -1;
@@ -262,42 +276,84 @@ static int check_model(const cJSON *root, const IrGraph *g, int64_t seq, const c
   return 0;
 }
 
-// One group of identical GPUs, as many as the mesh has ranks, running the
-// plan's micro-batches and holding all of the state: a group's own
-// "micro_batches" and "state_share" (a mixed cluster's per-group shares) are
-// read only to refuse what the program would not run as written.
-static int check_groups(const cJSON *groups, const Plan *a, int64_t total, const char *path,
-                        IrDiag *d) {
+// The cluster's groups of GPUs, as many in all as the mesh has ranks, ranks
+// numbered group by group, each replica's ranks in one group; each group's
+// "micro_batches" spread evenly over its replicas (the replicas of different
+// groups may run different numbers: Cephalo's uneven batch shares). The
+// training state is sharded evenly: a group's "state_share" (where a block
+// shards state) must be its share of the ranks, or the program would not run
+// as written.
+static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t total,
+                       const char *path, IrDiag *d) {
   int n = cJSON_GetArraySize(groups);
   if (!cJSON_IsArray(groups) || n < 1)
     return ir_error(d, (IrLoc){0}, "%s: \"groups\" must be an array of the cluster's groups "
                     "of GPUs", path);
-  if (n != 1)
-    return ir_error(d, (IrLoc){0}, "%s: the plan is for a cluster of %d groups of GPUs; a "
-                    "compiled program runs on one group of identical GPUs for now", path, n);
-  int64_t count;
-  if (whole(cJSON_GetArrayItem(groups, 0), "count", 1, SV_MAX_GPUS, &count, "groups[0]", path, d))
-    return -1;
-  if (count != mesh_ranks(&a->mesh)) {
-    char mesh[64];
-    mesh_str(mesh, sizeof mesh, &a->mesh);
-    return ir_error(d, (IrLoc){0}, "%s: groups[0] has %lld GPUs, the blocks' mesh %s runs on %d",
-                    path, (long long)count, mesh, mesh_ranks(&a->mesh));
+  if (n > SV_MAXGROUPS)
+    return ir_error(d, (IrLoc){0}, "%s: \"groups\" has %d groups; mtc plans at most %d", path,
+                    n, SV_MAXGROUPS);
+  int ranks = mesh_ranks(&a->mesh), dp = a->mesh.size[IR_MESH_DP], per = ranks / dp;
+  bool sharded = a->rest.zero > 0;
+  for (int b = 0; b < a->nblocks; b++)
+    sharded |= a->block[b].zero > 0;
+  int64_t count[SV_MAXGROUPS], all = 0, runs = 0;
+  double mb[SV_MAXGROUPS];
+  char mesh[64], where[64], at[4400];
+  mesh_str(mesh, sizeof mesh, &a->mesh);
+  for (int i = 0; i < n; i++) {
+    const cJSON *gr = cJSON_GetArrayItem(groups, i);
+    snprintf(where, sizeof where, "groups[%d]", i);
+    if (whole(gr, "count", 1, SV_MAX_GPUS, &count[i], where, path, d))
+      return -1;
+    if (count[i] % per)
+      return ir_error(d, (IrLoc){0}, "%s: %s has %lld GPUs; a replica of the mesh %s takes %d, "
+                      "all in one group", path, where, (long long)count[i], mesh, per);
+    all += count[i];
   }
-  const cJSON *g0 = cJSON_GetArrayItem(groups, 0);
-  const cJSON *mb = cJSON_GetObjectItemCaseSensitive(g0, "micro_batches");
-  const cJSON *share = cJSON_GetObjectItemCaseSensitive(g0, "state_share");
-  if ((mb && !cJSON_IsNumber(mb)) || (share && !cJSON_IsNumber(share)))
-    return ir_error(d, (IrLoc){0}, "%s: groups[0]: \"micro_batches\" and \"state_share\" must "
-                    "be numbers", path);
-  if (mb && mb->valuedouble != (double)total)
-    return ir_error(d, (IrLoc){0}, "%s: groups[0] runs %g micro-batches and \"batch\" says %lld: "
-                    "one group runs all of them, evenly over its replicas (uneven shares are "
-                    "not compiled yet); make them equal", path, mb->valuedouble, (long long)total);
-  if (share && share->valuedouble != 1.0)
-    return ir_error(d, (IrLoc){0}, "%s: groups[0] holds a state share of %g; one group holds "
-                    "all of the training state (1), sharded evenly by ZeRO (uneven shares are "
-                    "not compiled yet)", path, share->valuedouble);
+  if (all != ranks)
+    return ir_error(d, (IrLoc){0}, "%s: the groups have %lld GPUs, the blocks' mesh %s runs on %d",
+                    path, (long long)all, mesh, ranks);
+  for (int i = 0; i < n; i++) {
+    const cJSON *gr = cJSON_GetArrayItem(groups, i);
+    snprintf(where, sizeof where, "groups[%d]", i);
+    snprintf(at, sizeof at, "%.4096s: %s", path, where);
+    double share = -1;
+    mb[i] = n == 1 ? (double)total : 0;
+    if (sv_json_number(gr, "micro_batches", 0, 1e9, true, n > 1, &mb[i], at, d) ||
+        sv_json_number(gr, "state_share", 0, 1, false, false, &share, at, d))
+      return -1;
+    int64_t replicas = count[i] / per;
+    if ((int64_t)mb[i] % replicas || mb[i] < (double)replicas)
+      return ir_error(d, (IrLoc){0}, "%s runs %g micro-batches on %lld replicas: each replica "
+                      "of a group runs the same number, at least 1", at, mb[i],
+                      (long long)replicas);
+    double even = (double)count[i] / (double)all;
+    if (sharded && share >= 0 && fabs(share - even) > 1e-9)
+      return ir_error(d, (IrLoc){0}, "%s holds a state share of %g; a compiled program shards "
+                      "the training state evenly, %g for this group's %lld of %lld GPUs "
+                      "(uneven state shares are not compiled yet)", at, share, even,
+                      (long long)count[i], (long long)all);
+    runs += (int64_t)mb[i];
+  }
+  if (runs != total)
+    return ir_error(d, (IrLoc){0}, "%s: the groups run %lld micro-batches and \"batch\" says "
+                    "%lld: make them equal", path, (long long)runs, (long long)total);
+  int *per_replica = malloc((size_t)dp * sizeof *per_replica), r = 0;
+  if (!per_replica)
+    return ir_error(d, (IrLoc){0}, "out of memory");
+  for (int i = 0; i < n; i++)
+    for (int64_t k = 0; k < count[i] / per; k++)
+      per_replica[r++] = (int)((int64_t)mb[i] / (count[i] / per));
+  int rc = plan_set_replica_micro(a, per_replica);
+  free(per_replica);
+  if (rc)
+    return ir_error(d, (IrLoc){0}, "out of memory");
+  for (int b = 0; b < m->nblocks && a->replica_micro; b++)
+    if (plan_block(a, m->block[b].id)->zero >= 2)   // passes/lower.c
+      return ir_error(d, (IrLoc){0}, "%s: block %d (%s) has ZeRO-%d, which reduces or gathers "
+                      "every micro-batch, and the groups' replicas run unequal numbers of them: "
+                      "give it ZeRO 0 or 1, or the groups equal shares", path, m->block[b].id,
+                      m->block[b].name, plan_block(a, m->block[b].id)->zero);
   return 0;
 }
 
@@ -343,15 +399,10 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
   if (!rc)
     rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
   if (!rc)
-    rc = check_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, total, path, d);
-  int dp = out->mesh.size[IR_MESH_DP];
-  if (!rc && total % dp)
-    rc = ir_error(d, (IrLoc){0}, "%s: %lld micro-batches do not divide over dp %d replicas",
-                  path, (long long)total, dp);
+    rc = read_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), m, out, total, path, d);
   if (!rc) {
     out->micro = micro;
     out->seq = seq;
-    out->micro_batches = (int)(total / dp);
     out->seq_parallel = cJSON_IsTrue(sp);
   }
   sv_model_free(m);
@@ -365,7 +416,7 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
   const Plan *P = &lw->plan;
   int dp = P->mesh.size[IR_MESH_DP], tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
   int zmin = 3, zmax = 0;
-  double state = 0, host = 0, comm = 0, omin = 1, omax = 0;
+  double state = 0, host = 0, comm = 0, comm_micro = 0, omin = 1, omax = 0;
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
     double share = k->nstate ? plan_block(P, k->block)->offload : 0;
@@ -384,13 +435,17 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
              sv_offload_device_bytes((double)k->host_numel, per);
     host += sv_offload_host_bytes((double)k->host_numel, per);
     comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, per);
+    comm_micro += sv_dp_comm_bytes((double)k->numel, dp, k->zero, 1, per) -
+                  sv_dp_comm_bytes((double)k->numel, dp, k->zero, 0, per);
   }
   // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
   int q = P->mesh.size[IR_MESH_ROW];
   comm += sv_tp_comm_bytes(lw->tp_comm_bytes, q > 1 ? q : tp, micro);
+  comm_micro += sv_tp_comm_bytes(lw->tp_comm_bytes, q > 1 ? q : tp, 1);
   out->state_bytes = (int64_t)state;
   out->host_bytes = (int64_t)host;
   out->comm_bytes = (int64_t)comm;
+  out->comm_micro_bytes = (int64_t)comm_micro;
   char *s = out->layout;
   size_t n = sizeof out->layout, len = (size_t)mesh_str(s, n, &P->mesh);
   if (P->seq_parallel && tp > 1 && len < n)
@@ -454,10 +509,9 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   int dp = mesh->size[IR_MESH_DP], tp = mesh->size[IR_MESH_TP];
   int q = mesh->size[IR_MESH_ROW] > 1 ? mesh->size[IR_MESH_ROW] : 1;
   int64_t batch;
-  if (base->cluster.ngroups != 1 || sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
-    ir_error(d, (IrLoc){0}, "the program runs on %d GPUs of one kind; the cluster has %d in %d "
-             "group%s", mesh_ranks(mesh), sv_cluster_gpus(&base->cluster),
-             base->cluster.ngroups, base->cluster.ngroups > 1 ? "s" : "");
+  if (sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
+    ir_error(d, (IrLoc){0}, "the program runs on %d GPUs; the cluster has %d", mesh_ranks(mesh),
+             sv_cluster_gpus(&base->cluster));
     return 1;
   }
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
@@ -469,7 +523,7 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   cfg.mesh_q = q;
   cfg.seq_parallel = P->seq_parallel;
   cfg.micro_batch = batch;
-  cfg.global_batch = batch * dp * (P->micro_batches > 0 ? P->micro_batches : 1);
+  cfg.global_batch = batch * plan_micro_total(P);
   SvPlan *pl;
   if (sv_plan(g, &cfg, &pl, d))
     return -1;
@@ -492,13 +546,24 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
       rc = 1;
     }
   }
+  // each group's micro-batches: its replicas' (ranks numbered group by group)
+  for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; !rc && k < p->ngroups; k++) {
+    s.batch[k] = 0;
+    for (int i = 0; i < p->gpus[k] / per; i++)
+      s.batch[k] += plan_replica_micro(P, r++);
+  }
   if (!rc) {
-    s.batch[0] = p->micro_total;
     sv_evaluate(p, &s, true);
     out->step_s = s.time;
     out->fits = s.feasible;
-    sv_step_times(pl, &s, 0, out->t);
-    snprintf(out->device, sizeof out->device, "%s", cfg.cluster.group[0].dev.name);
+    int slowest = 0;
+    for (int k = 0; k < p->ngroups; k++)
+      slowest = s.group_time[k] > s.group_time[slowest] ? k : slowest;
+    sv_step_times(pl, &s, slowest, out->t);
+    size_t len = 0;
+    for (int k = 0; k < cfg.cluster.ngroups && len < sizeof out->device; k++)
+      len += (size_t)snprintf(out->device + len, sizeof out->device - len, "%s%s", k ? "+" : "",
+                              cfg.cluster.group[k].dev.name);
   }
   sv_solution_free(&s);
   sv_plan_free(pl);

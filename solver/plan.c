@@ -59,6 +59,10 @@
 //   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
 //   y[u,s,g] <= x[u,s],    sum_s y[u,s,g] = f[g]                         for each u, s, g
 //
+// For mtc compile on several groups (q->replica_ranks), what its programs run:
+//   beta[g] = R[g] k[g], k[g] in Z+, k[g] >= 1  (R[g]: group g's replicas, each runs k[g]),
+//   f[g] = (g's GPUs) / (all GPUs)              (the state sharded evenly)
+//
 // On one group beta = M and f = 1, so z = M x and y = x and those columns
 // are left out. On several, r would multiply beta[g] (a product of integers),
 // so there r is left out too: identical blocks checkpoint all or none. The
@@ -75,6 +79,7 @@ typedef struct Cols {
   int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
   int tau, delta;
   int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
+  int k[SV_MAXGROUPS];   // micro-batches per replica of group g (q->replica_ranks; else -1)
   int *e;            // per edge: the column of its first layout pair (-1: left out)
   int *ea, *eb;      // per edge: which layouts of u and v appear (bit sets)
 } Cols;
@@ -132,7 +137,15 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
   for (int g = 0; g < G; g++) {
     c->w[g] = ilp_col(ilp, 0, INFINITY, 0, ILP_CONT);
     c->beta[g] = het ? ilp_col(ilp, 0, M, 0, ILP_INT) : -1;
-    c->f[g] = het ? ilp_col(ilp, 0, 1, 0, ILP_CONT) : -1;
+    double even = (double)q->gpus[g] / sv_problem_gpus(q);
+    c->f[g] = !het ? -1 : q->replica_ranks ? ilp_col(ilp, even, even, 0, ILP_CONT)
+                                           : ilp_col(ilp, 0, 1, 0, ILP_CONT);
+    c->k[g] = het && q->replica_ranks ? ilp_col(ilp, 1, M, 0, ILP_INT) : -1;
+    if (c->k[g] >= 0) {   // beta = R k
+      int r = ilp_row(ilp, 0, 0);
+      ilp_coef(ilp, r, c->beta[g], 1);
+      ilp_coef(ilp, r, c->k[g], -(double)(q->gpus[g] / q->replica_ranks));
+    }
   }
   for (int u = 0; het && u < U; u++)
     for (int g = 0; g < G; g++) {
@@ -317,6 +330,8 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
       x[c->beta[g]] = (double)s->batch[g];
       x[c->f[g]] = s->share[g];
     }
+    if (c->k[g] >= 0)
+      x[c->k[g]] = (double)(s->batch[g] / (q->gpus[g] / q->replica_ranks));
   }
   for (int i = 0; i < q->nedges; i++) {
     if (c->e[i] < 0)
@@ -464,16 +479,23 @@ static int fixed_choice(const SvUnit *u, int layout, const Fixed *f, bool ckpt) 
   return best;
 }
 
+// Micro-batches and state in proportion to the groups' GPUs (with
+// p->replica_ranks: whole per replica, the rest a replica at a time while it
+// lasts; sv_evaluate finds a split that leaves some over infeasible).
 static void even_split(const SvProblem *p, SvSolution *s) {
-  int gpus = 0;
-  for (int g = 0; g < p->ngroups; g++)
-    gpus += p->gpus[g];
+  int gpus = sv_problem_gpus(p), per = p->replica_ranks;
   int64_t sum = 0;
   for (int g = 0; g < p->ngroups; g++) {
-    s->batch[g] = p->micro_total * p->gpus[g] / gpus;
+    s->batch[g] = per ? p->micro_total / (gpus / per) * (p->gpus[g] / per)
+                      : p->micro_total * p->gpus[g] / gpus;
     s->share[g] = (double)p->gpus[g] / gpus;
     sum += s->batch[g];
   }
+  for (int g = 0; per && g < p->ngroups; g++)
+    while (p->micro_total - sum >= p->gpus[g] / per) {
+      s->batch[g] += p->gpus[g] / per;
+      sum += p->gpus[g] / per;
+    }
   s->batch[p->ngroups - 1] += p->micro_total - sum;
 }
 

@@ -79,6 +79,8 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
         for (int o = 0; o < 3; o++) {
           if (z > 0 && (p->layout[l].dp == 1 || !has_state))
             continue;
+          if (z > 1 && p->replica_ranks)   // uneven micro-batches: no collective per micro-batch
+            continue;
           if (offloads[o] > 0 && (!has_state || !has_opt))
             continue;
           SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o]};
@@ -151,6 +153,8 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
   }
   SvCtx x = {cfg, sv_cluster_gpus(cl), p->micro_total};
   p->ckpt_first = cfg->mesh_tp > 0;
+  if (cfg->mesh_tp > 0 && cl->ngroups > 1)
+    p->replica_ranks = cfg->mesh_tp * (cfg->mesh_q > 1 ? cfg->mesh_q * cfg->mesh_q : 1);
   p->nunits = m->nunits;
   p->unit = calloc((size_t)m->nunits, sizeof *p->unit);
   SvNum *nums = calloc((size_t)m->nunits, sizeof *nums);
@@ -304,12 +308,22 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
 
 #define SLACK 1e-9   // relative tolerance on capacities
 
+int sv_problem_gpus(const SvProblem *p) {
+  int n = 0;
+  for (int g = 0; g < p->ngroups; g++)
+    n += p->gpus[g];
+  return n;
+}
+
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
   Totals t[SV_MAXGROUPS];
   totals(p, s, t);
   bool ok = true;
   if (set_share && p->ngroups == 1) {
     s->share[0] = 1;
+  } else if (set_share && p->replica_ranks) {
+    for (int g = 0; g < p->ngroups; g++)
+      s->share[g] = (double)p->gpus[g] / sv_problem_gpus(p);
   } else if (set_share) {
     // Each group can take at most (free memory) / (its bytes at share 1) of
     // the sharded state; shares proportional to those bounds fit when the
@@ -329,9 +343,7 @@ void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
       ub[g] = fmax(0, ub[g]);
       sum += ub[g];
     }
-    int gpus = 0;
-    for (int g = 0; g < p->ngroups; g++)
-      gpus += p->gpus[g];
+    int gpus = sv_problem_gpus(p);
     for (int g = 0; g < p->ngroups; g++)
       s->share[g] = !any || !isfinite(sum) || sum < 1 - SLACK ? (double)p->gpus[g] / gpus
                                                                 : ub[g] / sum;
@@ -346,6 +358,10 @@ void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
     s->host[g] = t[g].host + s->share[g] * t[g].host_shard;
     ok &= s->mem[g] <= p->cap[g] * (1 + SLACK) + 1;
     ok &= s->host[g] <= p->host_cap[g] * (1 + SLACK) + 1;
+  }
+  for (int g = 0; p->replica_ranks && g < p->ngroups; g++) {  // whole per replica
+    int64_t replicas = p->gpus[g] / p->replica_ranks;
+    ok &= s->batch[g] >= replicas && s->batch[g] % replicas == 0;
   }
   s->feasible = ok;
 }

@@ -300,6 +300,10 @@ typedef struct SvProblem {
   bool ckpt_first;                // only the first K repeated layers checkpoint (what mtc
                                   // compile lowers): of two consecutive layers that decide
                                   // alone (--no-share), the later one only if the earlier does
+  int replica_ranks;              // > 0: mtc compile's one mesh, replicas of this many ranks, on
+                                  // several groups: each group's micro-batches whole per
+                                  // replica (at least 1), the state sharded evenly (share =
+                                  // the group's GPUs / all), no ZeRO 2 or 3 (passes/lower.c)
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.
@@ -324,9 +328,11 @@ SvSolution sv_solution_new(const SvProblem *p);
 void sv_solution_free(SvSolution *s);
 void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
 // Evaluates pick and batch. With set_share, picks the state shares itself
-// (proportional to each group's free memory) and reports whether any shares fit;
-// otherwise uses s->share.
+// (proportional to each group's free memory; with replica_ranks, even) and
+// reports whether any shares fit; otherwise uses s->share.
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share);
+// The GPUs of all groups.
+int sv_problem_gpus(const SvProblem *p);
 // Tries every combination (tests; tiny problems only). -1 when too large.
 int sv_brute_force(const SvProblem *p, SvSolution *best);
 
@@ -402,8 +408,8 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
 
 // A plan as mtc compile lowers it: one mesh of dp x tp ranks, or of dp x a
 // q x q grid, for every block.
-// The fastest feasible plan on one group of GPUs that mtc compile lowers (a
-// solve per tp that divides the GPUs, and per 2D grid: SvConfig.mesh_tp, mesh_q).
+// The fastest feasible plan that mtc compile lowers (a solve per tp that divides
+// each group's GPUs, and per 2D grid: SvConfig.mesh_tp, mesh_q).
 // *kept is that plan (free it with sv_plan_free). -1 with d when none fits
 // (what binds, from the solver).
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d);
@@ -417,19 +423,22 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
 // ZeRO-1, recompute 2 of 4 layers"). The program prints them beside what it
 // measures.
 typedef struct SvPredicted {
-  int64_t state_bytes, host_bytes, comm_bytes;
+  int64_t state_bytes, host_bytes, comm_bytes;  // comm: of a replica running the plan's
+  int64_t comm_micro_bytes;                     // micro_batches, of which each sends this many
   char layout[160];
 } SvPredicted;
 void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredicted *out);
 
 // The planner's price of the layout a program runs: plan (before lowering) on
-// cfg's cluster, one group of as many GPUs as the plan's mesh has ranks, each
+// cfg's cluster, as many GPUs as the plan's mesh has ranks (numbered group by
+// group, each group's replicas running their micro-batches of the plan), each
 // block's choice the plan's. The step time and its split are the planner's
-// (mtc plan's report and plan.json), for that GPU.
+// (mtc plan's report and plan.json), for the slowest group.
 typedef struct SvPriced {
-  double step_s;             // the step (the slowest group's; there is one)
-  double t[SV_NT + 1];       // by category, seconds per step; [SV_NT]: resharding
-  char device[32];           // the GPU it is priced for ("H100-80GB")
+  double step_s;             // the step (the slowest group's)
+  double t[SV_NT + 1];       // by category, seconds per step (the slowest group's); [SV_NT]:
+                             // resharding
+  char device[96];           // the GPUs it is priced for ("H100-80GB", "H100-80GB+L4-24GB")
   bool fits;                 // whether the layout fits that GPU's memory
 } SvPriced;
 // 0 with out filled; 1 when the planner has no choice for the plan (another

@@ -102,7 +102,7 @@ p = json.load(open(sys.argv[1]))
 p["groups"].append(dict(p["groups"][0], name="other"))
 json.dump(p, open(sys.argv[2], "w"))
 EOF_PY
-expect "the plan is for a cluster of 2 groups" compile "$gpt2" -o "$out/c12" --plan "$out/groups.json"
+expect "the groups have 4 GPUs, the blocks' mesh dp 2 x tp 1 runs on 2" compile "$gpt2" -o "$out/c12" --plan "$out/groups.json"
 
 # ---- external data: inside the model's folder after symbolic links are followed
 onnx=$src/tests/fixtures/parity/mlp/model_o17.onnx

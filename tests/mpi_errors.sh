@@ -49,9 +49,25 @@ expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --gpu-mem, --ho
 refused two_meshes "p['blocks'][1]['tp'] = 2" \
   "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" p1
 refused uneven "p['groups'][0]['micro_batches'] = 3" \
-  "groups\[0\] runs 3 micro-batches and \"batch\" says 4: one group runs all of them" p11
-refused share "p['groups'][0]['state_share'] = 0.75" \
-  "groups\[0\] holds a state share of 0.75; one group holds all of the training state" p11
+  "groups\[0\] runs 3 micro-batches on 4 replicas: each replica of a group runs the same number" p11
+refused uneven_sum "p['groups'][0]['micro_batches'] = 8" \
+  "the groups run 8 micro-batches and \"batch\" says 4: make them equal" p11
+refused share "[b.update(zero=1) for b in p['blocks']]; p['groups'][0]['state_share'] = 0.75" \
+  "groups\[0\] holds a state share of 0.75; a compiled program shards the training state evenly, 1 for this group's 4 of 4 GPUs" p11
+# a mixed cluster's groups (tests/mpi_plan.sh runs one): each replica in one group, each
+# group's micro-batches whole per replica, the state sharded evenly, no ZeRO 2 or 3 unless
+# the shares are equal
+two="g = p['groups'][0]; p['groups'] = [dict(g, count=2, micro_batches=1, state_share=0.5), dict(g, count=2, micro_batches=3, state_share=0.5)]; [b.update(dp=2, tp=2) for b in p['blocks']]"
+refused groups_zero3 "$two; [b.update(zero=3) for b in p['blocks']]" \
+  "block 0 \(rest\) has ZeRO-3, which reduces or gathers every micro-batch, and the groups' replicas run unequal numbers of them" p11
+refused groups_share "$two; [b.update(zero=1) for b in p['blocks']]; p['groups'][1]['state_share'] = 0.7" \
+  "groups\[1\] holds a state share of 0.7; a compiled program shards the training state evenly, 0.5 for this group's 2 of 4 GPUs" p11
+refused groups_replica "$two; p['groups'][0]['count'] = 1; p['groups'][1]['count'] = 3" \
+  "groups\[0\] has 1 GPUs; a replica of the mesh dp 2 x tp 2 takes 2, all in one group" p11
+refused groups_few "$two; [b.update(dp=4, tp=1) for b in p['blocks']]; p['groups'][0].update(count=1, micro_batches=2); p['groups'][1].update(count=3, micro_batches=2)" \
+  "groups\[1\] runs 2 micro-batches on 3 replicas: each replica of a group runs the same number, at least 1" p11
+refused groups_count "$two; p['groups'][1]['count'] = 4" \
+  "the groups have 6 GPUs, the blocks' mesh dp 2 x tp 2 runs on 4" p11
 refused no_block "p['blocks'][1]['id'] = 9" \
   "block 9 does not exist: the model has blocks 0 to 2" p2
 refused missing "del p['blocks'][2]" \

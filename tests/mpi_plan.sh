@@ -3,7 +3,10 @@
 # plan.json for 4 GPUs, edited to dp 2 x tp 2 with ZeRO-3 on every block,
 # must run under mpirun and equal the one-rank program (tests/mpi.sh).
 # PLAN_OFFLOADS="0 1 0.5" gives block i the i-th share (cycled) of its
-# optimizer state on the host (0 for all without it).
+# optimizer state on the host (0 for all without it). PLAN_ZERO replaces the
+# ZeRO stage 3. PLAN_GROUP_MICRO="1 3" splits the 4 GPUs into two groups of
+# one replica each (a mixed cluster's), running 1 and 3 of the 4
+# micro-batches (uneven batch shares; the state sharded evenly).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
 set -euo pipefail
@@ -12,13 +15,19 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 "$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision fp32 --json "$out/plan.json" > "$out/plan.txt"
-/usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" <<'PY'
+/usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
+  "${PLAN_GROUP_MICRO:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
 assert plan["batch"]["micro"] == 2 and plan["batch"]["micro_batches"] == 4, plan["batch"]
 for i, b in enumerate(plan["blocks"]):
-    b.update(dp=2, tp=2, q=1, zero=3, checkpoint=False, offload=shares[i % len(shares)])
+    b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
+             offload=shares[i % len(shares)])
+if sys.argv[5]:
+    group = plan["groups"][0]
+    plan["groups"] = [dict(group, name=f"g{i}", count=2, micro_batches=int(m), state_share=0.5)
+                      for i, m in enumerate(sys.argv[5].split())]
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 # global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each)

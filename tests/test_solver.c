@@ -695,7 +695,7 @@ static void test_price_forced(void) {
   SvPriced pr;
   IrDiag d = {0};
   int rc = sv_price(g, &c, &a, &pr, &d);  // one GPU for a mesh of four
-  CHECK(rc == 1 && strstr(d.msg, "runs on 4 GPUs of one kind; the cluster has 1 in 1 group"),
+  CHECK(rc == 1 && strstr(d.msg, "runs on 4 GPUs; the cluster has 1"),
         "rc %d: '%s'", rc, d.msg);
   c = cluster("H100-80GB", 4, 0);
   d = (IrDiag){0};
@@ -714,6 +714,73 @@ static void test_price_forced(void) {
   CHECK(rc == 1 && strstr(d.msg, "no choice like the plan's"), "offload 0.3: rc %d, '%s'", rc,
         d.msg);
   plan_free(&a);
+  ir_graph_free(g);
+}
+
+// mtc compile on a mixed cluster (Cephalo's uneven batch shares, as programs run them):
+// each group's micro-batches whole per replica, at least one each; the state sharded
+// evenly; no ZeRO 2 or 3 where replicas run different numbers. GPT-2 (one layer of 256) on
+// an H100 and an L4, 8 micro-batches: mtc plan gives the H100 5 (and 79% of the state); the
+// compiled plan runs 5 and 3 and shards evenly. On two GPUs of each kind (a replica per
+// GPU, or per tp pair) the free solve may give a group a number its replicas cannot split
+// evenly; compile's does not. The program's price of the layout is the plan's, to the bit.
+static void test_apply_groups(void) {
+  IrGraph *g = model_in("gpt2.mtc", "L=1,C=256,NH=4,T=32,V=256,B=1", PASS_PRECISION_FP32);
+  const char *clusters[] = {
+      "{\"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 1}, {\"gpu\": \"L4-24GB\", \"count\": 1}]}",
+      "{\"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 2}, {\"gpu\": \"L4-24GB\", \"count\": 2}]}",
+  };
+  for (int i = 0; i < 2; i++) {
+    SvConfig c = sv_default_config();
+    IrDiag d = {0};
+    if (sv_cluster_parse(&c.cluster, clusters[i], "test", &d))
+      fprintf(stderr, "%s\n", d.msg), exit(1);
+    c.global_batch = 8;
+    c.mip_gap = 0;
+    Plan a;
+    SvPlan *kept;
+    int rc = sv_apply_best(g, &c, &a, &kept, &d);
+    CHECK(!rc, "cluster %d: %s", i, d.msg);
+    if (rc) {
+      plan_free(&a);
+      sv_plan_free(kept);
+      continue;
+    }
+    int dp = a.mesh.size[IR_MESH_DP], per = mesh_ranks(&a.mesh) / dp;
+    CHECK(plan_micro_total(&a) == 8, "cluster %d: %lld micro-batches", i,
+          (long long)plan_micro_total(&a));
+    for (int k = 0, r = 0; k < 2; k++) {
+      int64_t runs = 0;
+      for (int j = 0; j < c.cluster.group[k].count / per; j++, r++) {
+        CHECK(plan_replica_micro(&a, r) == plan_replica_micro(&a, r - j) &&
+                  plan_replica_micro(&a, r) >= 1,
+              "cluster %d: replica %d runs %d", i, r, plan_replica_micro(&a, r));
+        runs += plan_replica_micro(&a, r);
+      }
+      CHECK(runs == kept->sol.batch[k] && kept->sol.share[k] == (double)c.cluster.group[k].count /
+                                                                  sv_cluster_gpus(&c.cluster),
+            "cluster %d, group %d: runs %lld of the plan's %lld, state share %g", i, k,
+            (long long)runs, (long long)kept->sol.batch[k], kept->sol.share[k]);
+    }
+    for (int b = 0; b < a.nblocks; b++)
+      CHECK(a.block[b].zero <= 1 || !a.replica_micro, "cluster %d: block %d has ZeRO-%d", i, b,
+            a.block[b].zero);
+    if (i == 0)
+      CHECK(a.replica_micro && a.replica_micro[0] == 5 && a.replica_micro[1] == 3,
+            "one H100 and one L4: %d and %d micro-batches", plan_replica_micro(&a, 0),
+            plan_replica_micro(&a, 1));
+    SvPriced pr;
+    int slowest = kept->sol.group_time[1] > kept->sol.group_time[0];
+    double t[SV_NT + 1];
+    sv_step_times(kept, &kept->sol, slowest, t);
+    rc = sv_price(g, &c, &a, &pr, &d);
+    CHECK(!rc && pr.step_s == kept->sol.time && !memcmp(pr.t, t, sizeof t) &&
+              !strcmp(pr.device, "H100-80GB+L4-24GB"),
+          "cluster %d: priced %.9g s on %s (rc %d: %s), the plan %.9g s", i, pr.step_s, pr.device,
+          rc, d.msg, kept->sol.time);
+    plan_free(&a);
+    sv_plan_free(kept);
+  }
   ir_graph_free(g);
 }
 
@@ -766,6 +833,7 @@ int main(int argc, char **argv) {
   test_apply_lowerable();
   test_no_host_memory();
   test_price_forced();
+  test_apply_groups();
   test_brute_force();
   test_small_model_gets_dp();
   test_big_model_shards();
