@@ -59,9 +59,12 @@
 //   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
 //   y[u,s,g] <= x[u,s],    sum_s y[u,s,g] = f[g]                         for each u, s, g
 //
-// For mtc compile on several groups (q->replica_ranks), what its programs run:
-//   beta[g] = R[g] k[g], k[g] in Z+, k[g] >= 1  (R[g]: group g's replicas, each runs k[g]),
-//   f[g] = (g's GPUs) / (all GPUs)              (the state sharded evenly)
+// and, as programs run them, whole micro-batches per replica: for each group g and
+// replica size S (the ranks of a replica, tp q^2) with R = (g's GPUs) / S replicas,
+//   k[g,S] in Z+,  |beta[g] - R k[g,S]| <= M (1 - sum_{s: S(l(s)) = S} x[u,s])  for each u
+// (a unit on a layout of replica size S makes beta[g] = R k[g,S]). For mtc compile
+// (q->replica_ranks) also k[g,S] >= 1 and f[g] = (g's GPUs) / (all GPUs): every replica
+// runs a micro-batch and the state is sharded evenly.
 //
 // On one group beta = M and f = 1, so z = M x and y = x and those columns
 // are left out. On several, r would multiply beta[g] (a product of integers),
@@ -79,10 +82,30 @@ typedef struct Cols {
   int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
   int tau, delta;
   int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
-  int k[SV_MAXGROUPS];   // micro-batches per replica of group g (q->replica_ranks; else -1)
+  // per group and layout: the column of k[g,S] for the layout's replica size S (shared by
+  // the layouts of one size; -1: one group, or one replica and any number will do)
+  int k[SV_MAXGROUPS][SV_MAXLAYOUTS];
   int *e;            // per edge: the column of its first layout pair (-1: left out)
   int *ea, *eb;      // per edge: which layouts of u and v appear (bit sets)
 } Cols;
+
+// The first layout whose replicas have as many ranks as layout l's.
+static int first_of_size(const SvProblem *q, int l) {
+  const SvLayout *a = &q->layout[l];
+  for (int i = 0;; i++) {
+    const SvLayout *b = &q->layout[i];
+    if (b->tp * b->q * b->q == a->tp * a->q * a->q)
+      return i;
+  }
+}
+
+// Does a choice of unit u take a layout whose replicas are as large as layout l's?
+static bool takes_size(const SvProblem *q, int u, int l) {
+  for (int s = 0; s < q->unit[u].nchoices; s++)
+    if (first_of_size(q, q->unit[u].choice[s].layout) == first_of_size(q, l))
+      return true;
+  return false;
+}
 
 static unsigned layouts_of(const SvUnit *u) {
   unsigned set = 0;
@@ -140,13 +163,33 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
     double even = (double)q->gpus[g] / sv_problem_gpus(q);
     c->f[g] = !het ? -1 : q->replica_ranks ? ilp_col(ilp, even, even, 0, ILP_CONT)
                                            : ilp_col(ilp, 0, 1, 0, ILP_CONT);
-    c->k[g] = het && q->replica_ranks ? ilp_col(ilp, 1, M, 0, ILP_INT) : -1;
-    if (c->k[g] >= 0) {   // beta = R k
-      int r = ilp_row(ilp, 0, 0);
-      ilp_coef(ilp, r, c->beta[g], 1);
-      ilp_coef(ilp, r, c->k[g], -(double)(q->gpus[g] / q->replica_ranks));
+    for (int l = 0; l < L; l++) {
+      int first = first_of_size(q, l), R = sv_replicas(q, g, l);
+      c->k[g][l] = !het || (R == 1 && !q->replica_ranks) ? -1
+                   : first < l ? c->k[g][first]
+                               : ilp_col(ilp, q->replica_ranks ? 1 : 0, fmax(1, floor(M / R)), 0,
+                                         ILP_INT);
     }
   }
+  for (int g = 0; het && g < G; g++)   // whole micro-batches per replica
+    for (int l = 0; l < L; l++) {
+      if (c->k[g][l] < 0 || first_of_size(q, l) != l)
+        continue;
+      for (int u = 0; u < U; u++) {
+        if (!takes_size(q, u, l))
+          continue;
+        int lo = ilp_row(ilp, -M, INFINITY), hi = ilp_row(ilp, -INFINITY, M);
+        for (int s = 0; s < q->unit[u].nchoices; s++)
+          if (first_of_size(q, q->unit[u].choice[s].layout) == l) {
+            ilp_coef(ilp, lo, c->x[u] + s, -M);
+            ilp_coef(ilp, hi, c->x[u] + s, M);
+          }
+        ilp_coef(ilp, lo, c->beta[g], 1);
+        ilp_coef(ilp, hi, c->beta[g], 1);
+        ilp_coef(ilp, lo, c->k[g][l], -(double)sv_replicas(q, g, l));
+        ilp_coef(ilp, hi, c->k[g][l], -(double)sv_replicas(q, g, l));
+      }
+    }
   for (int u = 0; het && u < U; u++)
     for (int g = 0; g < G; g++) {
       c->z[u * G + g] = ilp_ncols(ilp);
@@ -330,8 +373,9 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
       x[c->beta[g]] = (double)s->batch[g];
       x[c->f[g]] = s->share[g];
     }
-    if (c->k[g] >= 0)
-      x[c->k[g]] = (double)(s->batch[g] / (q->gpus[g] / q->replica_ranks));
+    for (int l = 0; l < q->nlayouts; l++)
+      if (c->k[g][l] >= 0 && first_of_size(q, l) == l)
+        x[c->k[g][l]] = (double)(s->batch[g] / sv_replicas(q, g, l));
   }
   for (int i = 0; i < q->nedges; i++) {
     if (c->e[i] < 0)
@@ -479,22 +523,24 @@ static int fixed_choice(const SvUnit *u, int layout, const Fixed *f, bool ckpt) 
   return best;
 }
 
-// Micro-batches and state in proportion to the groups' GPUs (with
-// p->replica_ranks: whole per replica, the rest a replica at a time while it
-// lasts; sv_evaluate finds a split that leaves some over infeasible).
-static void even_split(const SvProblem *p, SvSolution *s) {
-  int gpus = sv_problem_gpus(p), per = p->replica_ranks;
+// Micro-batches and state in proportion to the groups' GPUs, the micro-batches
+// whole per replica of layout l: each replica the same number, then the rest a
+// group's replicas at a time while it lasts (sv_evaluate finds a split that
+// leaves some over infeasible).
+static void even_split(const SvProblem *p, int l, SvSolution *s) {
+  int gpus = sv_problem_gpus(p), replicas = 0;
+  for (int g = 0; g < p->ngroups; g++)
+    replicas += sv_replicas(p, g, l);
   int64_t sum = 0;
   for (int g = 0; g < p->ngroups; g++) {
-    s->batch[g] = per ? p->micro_total / (gpus / per) * (p->gpus[g] / per)
-                      : p->micro_total * p->gpus[g] / gpus;
+    s->batch[g] = p->micro_total / replicas * sv_replicas(p, g, l);
     s->share[g] = (double)p->gpus[g] / gpus;
     sum += s->batch[g];
   }
-  for (int g = 0; per && g < p->ngroups; g++)
-    while (p->micro_total - sum >= p->gpus[g] / per) {
-      s->batch[g] += p->gpus[g] / per;
-      sum += p->gpus[g] / per;
+  for (int g = 0; g < p->ngroups; g++)
+    while (p->micro_total - sum >= sv_replicas(p, g, l)) {
+      s->batch[g] += sv_replicas(p, g, l);
+      sum += sv_replicas(p, g, l);
     }
   s->batch[p->ngroups - 1] += p->micro_total - sum;
 }
@@ -508,7 +554,7 @@ static void fixed_plan(const SvProblem *p, const Fixed *f, int l, SvBaseline *b)
   SvSolution alt = sv_solution_new(p);
   for (int ck = 0; ck <= 1; ck++) {
     SvSolution *s = ck ? &alt : &b->sol;
-    even_split(p, s);
+    even_split(p, l, s);
     for (int u = 0; u < p->nunits; u++)
       s->pick[u] = fixed_choice(&p->unit[u], l, f, ck);
     sv_evaluate(p, s, false);

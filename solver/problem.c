@@ -308,6 +308,11 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
 
 #define SLACK 1e-9   // relative tolerance on capacities
 
+int sv_replicas(const SvProblem *p, int g, int l) {
+  const SvLayout *x = &p->layout[l];
+  return p->gpus[g] / (x->tp * x->q * x->q);
+}
+
 int sv_problem_gpus(const SvProblem *p) {
   int n = 0;
   for (int g = 0; g < p->ngroups; g++)
@@ -359,10 +364,11 @@ void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
     ok &= s->mem[g] <= p->cap[g] * (1 + SLACK) + 1;
     ok &= s->host[g] <= p->host_cap[g] * (1 + SLACK) + 1;
   }
-  for (int g = 0; p->replica_ranks && g < p->ngroups; g++) {  // whole per replica
-    int64_t replicas = p->gpus[g] / p->replica_ranks;
-    ok &= s->batch[g] >= replicas && s->batch[g] % replicas == 0;
-  }
+  for (int g = 0; p->ngroups > 1 && g < p->ngroups; g++)   // whole per replica
+    for (int u = 0; u < p->nunits; u++) {
+      int replicas = sv_replicas(p, g, p->unit[u].choice[s->pick[u]].layout);
+      ok &= s->batch[g] % replicas == 0 && (!p->replica_ranks || s->batch[g] >= replicas);
+    }
   s->feasible = ok;
 }
 

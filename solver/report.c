@@ -60,6 +60,24 @@ void sv_step_times(const SvPlan *pl, const SvSolution *s, int g, double t[SV_NT 
   memcpy(t, b.t, sizeof b.t);
 }
 
+// "5 per replica of 2 GPUs": each replica size the blocks' layouts take in group g, and the
+// micro-batches each such replica runs (a replica: a layout's tp x q x q ranks).
+static void per_replica(FILE *f, const SvProblem *p, const SvSolution *s, int g) {
+  int seen[SV_MAXLAYOUTS], n = 0;
+  for (int u = 0; u < p->nunits; u++) {
+    const SvLayout *l = &p->layout[p->unit[u].choice[s->pick[u]].layout];
+    int size = l->tp * l->q * l->q, k = 0;
+    while (k < n && seen[k] != size)
+      k++;
+    if (k < n)
+      continue;
+    seen[n++] = size;
+    int replicas = p->gpus[g] / size;
+    fprintf(f, "%s%g per replica of %d GPU%s", n > 1 ? ", " : "",
+            (double)s->batch[g] / replicas, size, size > 1 ? "s" : "");
+  }
+}
+
 static int slowest(const SvProblem *p, const SvSolution *s) {
   int w = 0;
   for (int g = 1; g < p->ngroups; g++)
@@ -178,11 +196,12 @@ static void print_groups(FILE *f, const SvPlan *pl) {
     if (s->host[g] > 0)
       fprintf(f, "; %.2f GiB offloaded to CPU memory", gb(s->host[g]));
     fputc('\n', f);
-    if (p->ngroups > 1)
-      fprintf(f, "  %s runs %lld of %lld micro-batches (%.2f per GPU) and holds %.1f%% of the "
-                 "sharded state\n",
-              gr->name, (long long)s->batch[g], (long long)p->micro_total,
-              (double)s->batch[g] / gr->count, 100 * s->share[g]);
+    if (p->ngroups > 1) {
+      fprintf(f, "  %s runs %lld of %lld micro-batches (", gr->name, (long long)s->batch[g],
+              (long long)p->micro_total);
+      per_replica(f, p, s, g);
+      fprintf(f, ") and holds %.1f%% of the sharded state\n", 100 * s->share[g]);
+    }
     fprintf(f, "step time %.2f ms%s: compute %.2f, recompute %.2f, tensor-parallel comm %.2f, "
                "data-parallel comm %.2f, offload %.2f, optimizer %.2f, resharding %.2f\n",
             b.total_t * 1e3, p->ngroups > 1 ? (g == slowest(p, s) ? " (slowest group)" : "") : "",

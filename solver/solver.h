@@ -301,9 +301,9 @@ typedef struct SvProblem {
                                   // compile lowers): of two consecutive layers that decide
                                   // alone (--no-share), the later one only if the earlier does
   int replica_ranks;              // > 0: mtc compile's one mesh, replicas of this many ranks, on
-                                  // several groups: each group's micro-batches whole per
-                                  // replica (at least 1), the state sharded evenly (share =
-                                  // the group's GPUs / all), no ZeRO 2 or 3 (passes/lower.c)
+                                  // several groups: at least 1 micro-batch per replica, the
+                                  // state sharded evenly (share = the group's GPUs / all), no
+                                  // ZeRO 2 or 3 (passes/lower.c)
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.
@@ -327,12 +327,16 @@ int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u);
 SvSolution sv_solution_new(const SvProblem *p);
 void sv_solution_free(SvSolution *s);
 void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
-// Evaluates pick and batch. With set_share, picks the state shares itself
-// (proportional to each group's free memory; with replica_ranks, even) and
-// reports whether any shares fit; otherwise uses s->share.
+// Evaluates pick and batch: on several groups, feasible only when each group's
+// micro-batches are whole per replica of every layout its blocks take (what a
+// program runs). With set_share, picks the state shares itself (proportional to
+// each group's free memory; with replica_ranks, even) and reports whether any
+// shares fit; otherwise uses s->share.
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share);
 // The GPUs of all groups.
 int sv_problem_gpus(const SvProblem *p);
+// The replicas of layout l in group g (its GPUs / the ranks of a replica).
+int sv_replicas(const SvProblem *p, int g, int l);
 // Tries every combination (tests; tiny problems only). -1 when too large.
 int sv_brute_force(const SvProblem *p, SvSolution *best);
 

@@ -330,14 +330,27 @@ static SvPlan *hetero(IrGraph *g, const char *json) {
   return plan(g, &c);
 }
 
+// Does every replica of every block's layout run a whole number of micro-batches?
+static bool whole_per_replica(const SvPlan *pl) {
+  const SvProblem *p = pl->prob;
+  bool ok = true;
+  for (int g = 0; g < p->ngroups; g++)
+    for (int u = 0; u < p->nunits; u++)
+      ok &= pl->sol.batch[g] % sv_replicas(p, g, p->unit[u].choice[pl->sol.pick[u]].layout) == 0;
+  return ok;
+}
+
 static void test_heterogeneous(void) {
   IrGraph *g = model("gpt2.mtc", GPT2_350M);
-  // Same memory, H100s about three times faster: they take more of the batch.
+  // Same memory, H100s about three times faster: they take more of the batch, whole
+  // micro-batches per replica of each block's layout (the free solve could give 8 x tp 2
+  // layers 10 and 6 of 16, 1.25 and 0.75 per replica: priced, not run).
   SvPlan *p = hetero(g, "{\"groups\": [{\"gpu\": \"A100-80GB\", \"count\": 8},"
                         " {\"gpu\": \"H100-80GB\", \"count\": 8}]}");
   CHECK(p->sol.feasible, "350M does not fit on A100s and H100s");
   CHECK(p->sol.batch[1] > p->sol.batch[0], "H100s run %lld micro-batches, A100s %lld",
         (long long)p->sol.batch[1], (long long)p->sol.batch[0]);
+  CHECK(whole_per_replica(p), "350M: a replica runs a fraction of a micro-batch");
   sv_plan_free(p);
   ir_graph_free(g);
 
@@ -350,6 +363,7 @@ static void test_heterogeneous(void) {
         p->sol.share[0]);
   CHECK(p->sol.mem[0] <= p->prob->cap[0] && p->sol.mem[1] <= p->prob->cap[1],
         "over capacity: %.1f, %.1f GiB", p->sol.mem[0] / GiB, p->sol.mem[1] / GiB);
+  CHECK(whole_per_replica(p), "1.5B: a replica runs a fraction of a micro-batch");
   sv_plan_free(p);
   ir_graph_free(g);
 }
