@@ -325,40 +325,73 @@ static void conv_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *x, co
   numk(L, c, win.dilation[0]), numk(L, c, win.dilation[1]);
 }
 
+// One operand of a convolution's GEMM: v, `off` elements in.
+typedef struct ConvOperand {
+  const IrValue *v;
+  const Sym *off;
+} ConvOperand;
+
 // rt_matmul over the N images of a convolution: out_i = op(a_i) @ op(b_i), m x nn
 // by k, strides sa sb sc (0: the operand is shared, or the products summed).
-static void conv_gemm(Lower *L, const IrValue *out, const IrValue *a, const IrValue *b,
-                      const Sym *batch, const Sym *const mnk[3], int ta, int tb,
-                      const Sym *const strides[3]) {
+static void conv_gemm(Lower *L, ConvOperand out, ConvOperand a, ConvOperand b, const Sym *batch,
+                      const Sym *const mnk[3], int ta, int tb, const Sym *const strides[3]) {
   CgCall *c = call(L, CG_K_matmul);
-  buf(c, out), buf(c, a), buf(c, b);
+  const ConvOperand ops[3] = {out, a, b};
+  for (int i = 0; i < 3; i++) {
+    buf(c, ops[i].v);
+    int64_t off;
+    if (!sym_is_const(ops[i].off, &off) || off)
+      c->args[c->nargs - 1].elem_off = ops[i].off;
+  }
   num(c, batch), num(c, mnk[0]), num(c, mnk[1]), num(c, mnk[2]);
   numk(L, c, ta), numk(L, c, tb);
   num(c, strides[0]), num(c, strides[1]), num(c, strides[2]);
 }
 
+// A convolution's GEMMs, one per group g of G (each over the N images): the
+// g-th blocks of OCG = OC/G rows of w and of each image's output, and of
+// CKKG = C*KH*KW/G rows of its patches. `role` says which operand is which:
+// forward y = w @ col, backward data dcol = w^T @ dy, backward filter
+// dw = sum_i dy_i @ col_i^T.
+typedef enum { CONV_FWD, CONV_DATA, CONV_FILTER } ConvRole;
+static void conv_gemms(Lower *L, const IrNode *n, ConvRole role, const IrValue *w,
+                       const IrValue *y, const IrValue *col, const Sym *images) {
+  IrArena *ar = &L->g->arena;
+  int64_t G = ir_attr_i(n, "group");
+  const Sym *ckk = col->shape[1], *p = col->shape[2], *oc = w->shape[0];
+  const Sym *ocg = sym_scale(ar, oc, 1, G), *ckkg = sym_scale(ar, ckk, 1, G);
+  const Sym *zero = sym_const(ar, 0), *ys = sym_mul(ar, oc, p), *cs = sym_mul(ar, ckk, p);
+  for (int64_t g = 0; g < G; g++) {
+    ConvOperand wo = {w, sym_scale(ar, sym_mul(ar, ocg, ckkg), g, 1)};
+    ConvOperand yo = {y, sym_scale(ar, sym_mul(ar, ocg, p), g, 1)};
+    ConvOperand co = {col, sym_scale(ar, sym_mul(ar, ckkg, p), g, 1)};
+    if (role == CONV_FWD) {
+      const Sym *mnk[3] = {ocg, p, ckkg}, *st[3] = {zero, cs, ys};
+      conv_gemm(L, yo, wo, co, images, mnk, 0, 0, st);
+    } else if (role == CONV_DATA) {
+      const Sym *mnk[3] = {ckkg, p, ocg}, *st[3] = {zero, ys, cs};
+      conv_gemm(L, co, wo, yo, images, mnk, 1, 0, st);
+    } else {
+      const Sym *mnk[3] = {ocg, ckkg, p}, *st[3] = {ys, cs, zero};
+      conv_gemm(L, wo, yo, co, images, mnk, 0, 1, st);
+    }
+  }
+}
+
 // y = conv2d(x, w): col = im2col(x) [N, CKK, P] (CKK = C*KH*KW, P = OH*OW),
-// then y_i [OC, P] = w [OC, CKK] @ col_i.
+// then y_i [OC, P] = w [OC, CKK] @ col_i (per group: conv_gemms).
 static void lower_conv2d(Lower *L, const IrNode *n) {
   const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0], *col = n->out[1];
-  IrArena *ar = &L->g->arena;
-  const Sym *ckk = col->shape[1], *p = col->shape[2], *oc = w->shape[0];
   CgCall *c = call(L, CG_K_im2col);
   buf(c, col), buf(c, x);
   conv_dims(L, c, n, x, w, y);
-  const Sym *mnk[3] = {oc, p, ckk};
-  const Sym *st[3] = {sym_const(ar, 0), sym_mul(ar, ckk, p), sym_mul(ar, oc, p)};
-  conv_gemm(L, y, w, col, x->shape[0], mnk, 0, 0, st);
+  conv_gemms(L, n, CONV_FWD, w, y, col, x->shape[0]);
 }
 
 // dx = conv2d_bwd_data(dy, w): dcol_i [CKK, P] = w^T @ dy_i [OC, P], then dx = col2im(dcol).
 static void lower_conv2d_bwd_data(Lower *L, const IrNode *n) {
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0], *dcol = n->out[1];
-  IrArena *ar = &L->g->arena;
-  const Sym *ckk = dcol->shape[1], *p = dcol->shape[2], *oc = w->shape[0];
-  const Sym *mnk[3] = {ckk, p, oc};
-  const Sym *st[3] = {sym_const(ar, 0), sym_mul(ar, oc, p), sym_mul(ar, ckk, p)};
-  conv_gemm(L, dcol, w, dy, dx->shape[0], mnk, 1, 0, st);
+  conv_gemms(L, n, CONV_DATA, w, dy, dcol, dx->shape[0]);
   CgCall *c = call(L, CG_K_col2im);
   buf(c, dx), buf(c, dcol);
   conv_dims(L, c, n, dx, w, dy);
@@ -368,14 +401,10 @@ static void lower_conv2d_bwd_data(Lower *L, const IrNode *n) {
 // over the images of dy_i [OC, P] @ col_i^T.
 static void lower_conv2d_bwd_filter(Lower *L, const IrNode *n) {
   const IrValue *dy = n->in[0], *x = n->in[1], *dw = n->out[0], *col = n->out[1];
-  IrArena *ar = &L->g->arena;
-  const Sym *ckk = col->shape[1], *p = col->shape[2], *oc = dw->shape[0];
   CgCall *c = call(L, CG_K_im2col);
   buf(c, col), buf(c, x);
   conv_dims(L, c, n, x, dw, dy);
-  const Sym *mnk[3] = {oc, ckk, p};
-  const Sym *st[3] = {sym_mul(ar, oc, p), sym_mul(ar, ckk, p), sym_const(ar, 0)};
-  conv_gemm(L, dw, dy, col, x->shape[0], mnk, 0, 1, st);
+  conv_gemms(L, n, CONV_FILTER, dw, dy, col, x->shape[0]);
 }
 
 // rt_binary(op, out, a, b, rank, shape, astride, bstride); same-shape

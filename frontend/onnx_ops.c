@@ -962,9 +962,10 @@ static int conv_attr(FeOnnx *cx, const char *name, int want, int dims, int64_t l
   return 0;
 }
 
-// Conv(X [N,C,H,W], W [M,C,KH,KW], B [M]) kernel_shape strides pads dilations
-// group auto_pad: a 2-D convolution with group 1 and explicit pads (auto_pad
-// NOTSET, or VALID: none), -> conv2d; the bias is an add over [M,1,1]. A 1-D
+// Conv(X [N,C,H,W], W [M,C/group,KH,KW], B [M]) kernel_shape strides pads
+// dilations group auto_pad: a 2-D convolution with explicit pads (auto_pad
+// NOTSET, or VALID: none), grouped or depthwise too (ConvNeXt's) -> conv2d;
+// the bias is an add over [M,1,1]. A 1-D
 // convolution (X [N,C,L], W [M,C,K]: Whisper's front end) is the 2-D one over
 // images of height 1: X, W and the output reshaped around it.
 int fe_conv_Conv(FeOnnx *cx) {
@@ -984,9 +985,15 @@ int fe_conv_Conv(FeOnnx *cx) {
       conv_attr(cx, "pads", 2 * dims, dims, 0, pads, &npads) ||
       conv_attr(cx, "dilations", dims, dims, 1, dil, &ndil))
     return -1;
-  if (group != 1)
-    return fe_err(cx, "group=%lld: mtc convolves with group=1 only (no grouped or depthwise "
-                  "convolutions)", (long long)group);
+  int64_t c, m;
+  if (group < 1 || group > INT32_MAX)
+    return fe_err(cx, "group=%lld: a convolution has 1 or more groups", (long long)group);
+  if (group > 1 && (fe_eval(cx, x->shape[1], &c) || fe_eval(cx, w->shape[0], &m)))
+    return -1;
+  if (group > 1 && (c % group || m % group))
+    return fe_err(cx, "group=%lld does not divide X's %lld channels and W's %lld filters: each "
+                  "group takes C/group channels to M/group outputs", (long long)group,
+                  (long long)c, (long long)m);
   bool valid = !strcmp(auto_pad, "VALID");
   if (!valid && strcmp(auto_pad, "NOTSET"))
     return fe_err(cx, "auto_pad=%s: mtc takes explicit pads (auto_pad NOTSET or VALID); export "
@@ -1012,6 +1019,8 @@ int fe_conv_Conv(FeOnnx *cx) {
   }
   IrValue *in[2] = {x, w};
   IrNode *n = node(cx, OP_CONV2D, in, 2, 2);
+  if (group > 1)
+    ir_set_int(cx->g, n, "group", group);
   if (nst)
     ir_set_ints(cx->g, n, "strides", st, 2);
   if (npads && !valid)

@@ -392,6 +392,7 @@ const Sym *const *ir_attr_syms(const IrNode *n, const char *name, int *count);
 // says so; after ir_infer it cannot).
 typedef struct IrConvWindow {
   int64_t stride[2], pad_begin[2], pad_end[2], dilation[2];
+  int64_t group;   // channel groups: each convolves C/group input channels to OC/group outputs
 } IrConvWindow;
 int ir_conv_window(const IrNode *n, IrConvWindow *w);
 

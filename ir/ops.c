@@ -241,7 +241,11 @@ static int shape_matmul(IrGraph *g, IrNode *n, IrDiag *d) {
   return set_out(g, n, 0, DT_F32, r, shape, d);
 }
 
-// ---- conv2d: x [N,C,H,W], w [OC,C,KH,KW] -> y [N,OC,OH,OW], col [N,C*KH*KW,OH*OW]
+// ---- conv2d: x [N,C,H,W], w [OC,C/G,KH,KW] -> y [N,OC,OH,OW], col [N,C*KH*KW,OH*OW]
+//
+// With group G (ONNX's and PyTorch's), output channels [g*OC/G, (g+1)*OC/G) see only
+// input channels [g*C/G, (g+1)*C/G): in col, whose rows are (c, kh, kw), that is the
+// g-th of G equal blocks of rows, and in w the g-th block of OC/G rows.
 
 int ir_conv_window(const IrNode *n, IrConvWindow *w) {
   int ns, np, nd;
@@ -255,6 +259,7 @@ int ir_conv_window(const IrNode *n, IrConvWindow *w) {
     w->pad_begin[i] = pa ? pa[i] : 0;
     w->pad_end[i] = pa ? pa[2 + i] : 0;
   }
+  w->group = ir_attr_i(n, "group");
   return 0;
 }
 
@@ -292,7 +297,7 @@ static int conv_out_dim(IrGraph *g, IrNode *n, const IrConvWindow *w, int i, con
                   (long long)w->stride[i]);
 }
 
-// y: the shape of x [N,C,H,W] convolved with w [OC,C,KH,KW], [N,OC,OH,OW];
+// y: the shape of x [N,C,H,W] convolved with w [OC,C/G,KH,KW], [N,OC,OH,OW];
 // col: that of x's patches, [N,C*KH*KW,OH*OW].
 static int conv_shapes(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *w,
                        const Sym **y, const Sym **col, IrDiag *d) {
@@ -304,16 +309,22 @@ static int conv_shapes(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *w
                     "4 dims ([N,C,H,W] and [OC,C,KH,KW])", ir_op_name(n->op), x->name,
                     ir_dtype_name(x->dtype), ir_shape_str(g, x), w->name,
                     ir_dtype_name(w->dtype), ir_shape_str(g, w));
-  if (!same_size(g, x->shape[1], w->shape[1]))
-    return ir_error(d, n->loc, "%s: the image '%s' %s has %s channels, the filter '%s' %s %s "
-                    "(only group=1 convolutions)", ir_op_name(n->op), x->name,
-                    ir_shape_str(g, x), sym_str(&g->arena, x->shape[1], &g->syms), w->name,
-                    ir_shape_str(g, w), sym_str(&g->arena, w->shape[1], &g->syms));
+  IrArena *a = &g->arena;
+  int64_t oc;
+  if (!same_size(g, x->shape[1], sym_scale(a, w->shape[1], win.group, 1)))
+    return ir_error(d, n->loc, "%s: the image '%s' %s has %s channels, the filter '%s' %s takes "
+                    "%s per group, %lld group%s", ir_op_name(n->op), x->name, ir_shape_str(g, x),
+                    sym_str(a, x->shape[1], &g->syms), w->name, ir_shape_str(g, w),
+                    sym_str(a, w->shape[1], &g->syms), (long long)win.group,
+                    win.group > 1 ? "s" : "");
+  if (win.group > 1 && (!sym_is_const(w->shape[0], &oc) || oc % win.group))
+    return ir_error(d, n->loc, "%s: the filter '%s' %s has %s output channels, which must be a "
+                    "number that divides by its %lld groups", ir_op_name(n->op), w->name,
+                    ir_shape_str(g, w), sym_str(a, w->shape[0], &g->syms), (long long)win.group);
   y[0] = x->shape[0], y[1] = w->shape[0];
   if (conv_out_dim(g, n, &win, 0, x->shape[2], w->shape[2], &y[2], d) ||
       conv_out_dim(g, n, &win, 1, x->shape[3], w->shape[3], &y[3], d))
     return -1;
-  IrArena *a = &g->arena;
   col[0] = x->shape[0];
   col[1] = sym_mul(a, x->shape[1], sym_mul(a, w->shape[2], w->shape[3]));
   col[2] = sym_mul(a, y[2], y[3]);
@@ -1187,19 +1198,20 @@ static const Sym *flops_matmul(IrGraph *g, const IrNode *n) {
   return sym_scale(&g->arena, sym_mul(&g->arena, batch_mn, k), 2, 1);
 }
 
-// Each output element (or each of dy's, backward) is a dot product of C*KH*KW
-// terms: col's rows.
-static const Sym *flops_conv(IrGraph *g, const IrValue *y, const IrValue *col) {
-  return sym_scale(&g->arena, sym_mul(&g->arena, ir_numel(g, y), col->shape[1]), 2, 1);
+// Each output element (or each of dy's, backward) is a dot product of C*KH*KW/G
+// terms: its group's rows of col.
+static const Sym *flops_conv(IrGraph *g, const IrNode *n, const IrValue *y, const IrValue *col) {
+  return sym_scale(&g->arena, sym_mul(&g->arena, ir_numel(g, y), col->shape[1]), 2,
+                   ir_attr_i(n, "group"));
 }
 static const Sym *flops_conv2d(IrGraph *g, const IrNode *n) {
-  return flops_conv(g, n->out[0], n->out[1]);
+  return flops_conv(g, n, n->out[0], n->out[1]);
 }
 static const Sym *flops_conv2d_bwd_data(IrGraph *g, const IrNode *n) {
-  return flops_conv(g, n->in[0], n->out[1]);
+  return flops_conv(g, n, n->in[0], n->out[1]);
 }
 static const Sym *flops_conv2d_bwd_filter(IrGraph *g, const IrNode *n) {
-  return flops_conv(g, n->in[0], n->out[1]);
+  return flops_conv(g, n, n->in[0], n->out[1]);
 }
 
 static const Sym *flops_out(IrGraph *g, const IrNode *n, int64_t k) {

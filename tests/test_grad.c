@@ -47,6 +47,15 @@ static const Case cases[] = {
                "param %w : f32[O,C,3,2] normal(1.0)\n",
      "%y : f32[N,O,2,5], %col : f32[N,6*C,10] = conv2d(%x, %w) strides=[2,1] pads=[1,0,0,1] "
      "dilations=[2,2]\n", "f32[N,O,2,5]", 1e-2},
+    // groups: 6 input channels in 2 groups of 3 to 4 outputs; depthwise, 4 channels each its own
+    {"conv2d_group", "sym N = 2\nparam %x : f32[N,6,7,6] normal(1.0)\n"
+                     "param %w : f32[4,3,3,2] normal(1.0)\n",
+     "%y : f32[N,4,2,5], %col : f32[N,36,10] = conv2d(%x, %w) strides=[2,1] pads=[1,0,0,1] "
+     "dilations=[2,2] group=2\n", "f32[N,4,2,5]", 1e-2},
+    {"conv2d_depthwise", "sym N = 2\nparam %x : f32[N,4,5,5] normal(1.0)\n"
+                         "param %w : f32[4,1,3,3] normal(1.0)\n",
+     "%y : f32[N,4,5,5], %col : f32[N,36,25] = conv2d(%x, %w) pads=[1,1,1,1] group=4\n",
+     "f32[N,4,5,5]", 1e-2},
     {"conv2d_patches_bias", "sym N = 2\nsym O = 4\nparam %x : f32[N,3,8,8] normal(1.0)\n"
                             "param %w : f32[O,3,4,4] normal(1.0)\nparam %b : f32[O,1,1] normal(1.0)\n",
      "%c : f32[N,O,2,2], %col : f32[N,48,4] = conv2d(%x, %w) strides=[4,4]\n"

@@ -255,7 +255,8 @@ static void check_errors(const char *dir, const char *tmp) {
       {"bad_int64_min_shape", "node 'reshape': error: Reshape: target dim 0 is -9223372036854775808"},
       {"bad_range_size", "node 'range': error: Range: 1.84467e+19 elements is too many"},
       {"bad_nesting", "messages nested more than 64 deep"},
-      {"bad_conv_group", "node 'conv': error: Conv: group=2: mtc convolves with group=1 only"},
+      {"bad_conv_group", "node 'conv': error: Conv: group=3 does not divide X's 4 channels and "
+                         "W's 6 filters"},
       {"bad_conv_pads", "node 'conv': error: Conv: attribute 'pads' has 2 values; a 2-D "
                         "convolution takes 4"},
       {"bad_conv_strides", "node 'conv': error: Conv: attribute 'strides' value 0 is out of range"},
@@ -394,7 +395,7 @@ static const char *const fixtures[] = {
     "mlp_ce_o14_eval", "mlp_ce_o17_train", "mlp_nll_o17_eval", "mlp_softmax_nll_o14_eval",
     "mlp_logsoftmax_o17_eval", "mlp_mse_o17_eval", "mlp_mse_o14_train", "mlp_logits_o17_eval",
     "mlp_ext", "handmade_o17", "math_o17", "seq2seq_o17", "gpt_o13_eval", "cnn_o14_eval",
-    "cnn_o17_train", "cnn1d_o17_eval", "pool_o17", "gather_elements_o17", NULL};
+    "cnn_o17_train", "cnn1d_o17_eval", "cnn_grouped_o17_eval", "pool_o17", "gather_elements_o17", NULL};
 
 int main(int argc, char **argv) {
   if (argc < 2) {

@@ -20,7 +20,7 @@ Each fixture NAME.onnx comes with NAME.ref, a small text file the C tests read:
 Models: a nanoGPT-style GPT-2 (tanh-GELU, causal mask buffer, tied LM head),
 torch.nn.TransformerEncoderLayer and torch.nn.MultiheadAttention models with
 an MSE loss, MLPs with LayerNorm/ReLU/GELU and cross-entropy, log-softmax +
-NLL, softmax + log + NLL and MSE losses, a small CNN (Conv2d); exported at opsets 14 and 17, in eval
+NLL, softmax + log + NLL and MSE losses, small CNNs (Conv2d, grouped and depthwise); exported at opsets 14 and 17, in eval
 mode and with training=TrainingMode.TRAINING. The script also writes a few
 broken files (bad_*.onnx) for the frontend's error tests.
 """
@@ -218,6 +218,23 @@ class CNN1D(nn.Module):
         return F.cross_entropy(self.fc(torch.flatten(h, 1)), y)
 
 
+class GroupedCNN(nn.Module):
+    """ConvNeXt's and ResNeXt's convolutions in small: a strided stem, a depthwise 3x3 (a group
+    per channel, with a bias), a grouped 3x3 (2 groups, without one), GELU, a global average
+    pool, a classifier and cross-entropy."""
+
+    def __init__(self, k=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 2, stride=2)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.grouped = nn.Conv2d(8, 6, 3, padding=(1, 2), dilation=(1, 2), groups=2, bias=False)
+        self.fc = nn.Linear(6, k)
+
+    def forward(self, x, y):
+        h = F.gelu(self.grouped(F.gelu(self.dw(self.stem(x)))))
+        return F.cross_entropy(self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)), y)
+
+
 # ---- fixtures ----------------------------------------------------------------------------
 
 B, T, D = 2, 8, 16
@@ -297,6 +314,13 @@ def cnn1d_case(opset, mode):
                 fused={"cross_entropy": 1})
 
 
+def cnn_grouped_case(opset, mode):
+    torch.manual_seed(19)
+    return dict(model=GroupedCNN(), inputs={"x": randn((B, 3, 8, 10), 20), "y": tokens((B,), 10, 21)},
+                opset=opset, mode=mode, dynamic={"x": {0: "B"}, "y": {0: "B"}}, dims={"B": B},
+                outputs=["loss"], fused={"cross_entropy": 1})
+
+
 CASES = {
     "gpt_o13_eval": lambda: gpt_case(13, EVAL),
     "gpt_o14_eval": lambda: gpt_case(14, EVAL),
@@ -323,6 +347,7 @@ CASES = {
     "cnn_o14_eval": lambda: cnn_case(14, EVAL),
     "cnn_o17_train": lambda: cnn_case(17, TRAIN),
     "cnn1d_o17_eval": lambda: cnn1d_case(17, EVAL),
+    "cnn_grouped_o17_eval": lambda: cnn_grouped_case(17, EVAL),
 }
 
 
@@ -445,7 +470,8 @@ def bad_pad_mod(mm, red, w):
 
 
 def bad_conv():
-    """Conv nodes mtc refuses: grouped, and window attributes of the wrong length or range."""
+    """Conv nodes mtc refuses: groups that do not divide the channels, and window attributes of
+    the wrong length or range."""
     image = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])]
     w = numpy_helper.from_array(np.ones((6, 2, 3, 3), np.float32), "w")
     w1 = numpy_helper.from_array(np.ones((6, 4, 3, 3), np.float32), "w")
@@ -454,7 +480,7 @@ def bad_conv():
         return tiny_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", **attrs),
                            helper.make_node("ReduceSum", ["c"], ["y"], name="sum", keepdims=0)],
                           [weight], inputs=image)
-    return {"bad_conv_group": conv(w, group=2), "bad_conv_pads": conv(w1, pads=[1, 1]),
+    return {"bad_conv_group": conv(w, group=3), "bad_conv_pads": conv(w1, pads=[1, 1]),
             "bad_conv_strides": conv(w1, strides=[0, 1]), "bad_conv_kernel": conv(w1, kernel_shape=[3, 2]),
             "bad_conv_auto_pad": conv(w1, auto_pad="SAME_UPPER")}
 
