@@ -641,7 +641,7 @@ static void lower_broadcast(Lower *L, const IrNode *n) {
   const IrValue *x = n->in[0], *o = n->out[0];
   const Sym *st[IR_MAXRANK];
   broadcast_strides(L, x, o, st);
-  CgCall *c = call(L, CG_K_strided_copy);
+  CgCall *c = call(L, o->dtype == DT_I32 ? CG_K_strided_copy_i32 : CG_K_strided_copy);
   buf(c, o), buf(c, x), numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, st);
 }
 

@@ -292,9 +292,18 @@ static bool is_mask(const IrValue *v) {
   return v->dtype == DT_I32 && v->producer && v->producer->op == OP_EQUAL;
 }
 
+// x == value as an i32 mask.
+static IrValue *equal_to(FeOnnx *cx, IrValue *x, int64_t value) {
+  IrNode *n = node(cx, OP_EQUAL, &x, 1, 1);
+  ir_set_int(cx->g, n, "value", value);
+  return infer(cx, n) ? NULL : n->out[0];
+}
+
 // Cast at run time: float stays float, integers stay integers (i32), a mask is
-// its own bool, and an integer tensor becomes float (a 0/1 attention mask: an
-// integer input cast so is fed as a padding mask).
+// its own bool, an integer tensor becomes float (a 0/1 attention mask: an
+// integer input cast so is fed as a padding mask), and a float tensor becomes
+// the mask x != 0, (x == 0) == 0 (Hugging Face's padding-mask builder:
+// masked_fill(inverted.to(bool), finfo.min)).
 int fe_conv_Cast(FeOnnx *cx) {
   int64_t to;
   IrValue *x = arg(cx, 0);
@@ -303,6 +312,10 @@ int fe_conv_Cast(FeOnnx *cx) {
   if ((x->dtype == DT_F32 && fe_is_float_type((int)to)) ||
       (x->dtype == DT_I32 && fe_is_int_type((int)to) && (to != FE_BOOL || is_mask(x))))
     return set(cx, x);
+  if (x->dtype == DT_F32 && to == FE_BOOL) {
+    IrValue *zero = equal_to(cx, x, 0);
+    return set(cx, zero ? equal_to(cx, zero, 0) : NULL);
+  }
   if (x->dtype == DT_I32 && fe_is_float_type((int)to)) {
     fe_note_use(x, FE_USE_MASK, sym_const(&cx->g->arena, 2));
     return set(cx, fe_op(cx, OP_CAST, x, NULL));
@@ -778,9 +791,7 @@ int fe_conv_Equal(FeOnnx *cx) {
   if (!is_i32(c))
     return fe_err(cx, "at run time mtc compares a tensor with an integer; '%s' is %s and the "
                       "number %g", x->name, ir_dtype_name(x->dtype), c);
-  IrNode *n = node(cx, OP_EQUAL, &x, 1, 1);
-  ir_set_int(cx->g, n, "value", (int64_t)c);
-  return set(cx, infer(cx, n) ? NULL : n->out[0]);
+  return set(cx, equal_to(cx, x, (int64_t)c));
 }
 
 // Where(cond, c, y) with cond a run-time mask (Equal) and c a known number:

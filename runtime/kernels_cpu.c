@@ -1371,6 +1371,19 @@ static long mask_row_offset(long r, int rank, const long *shape, const long *mst
   return moff;
 }
 
+void rt_strided_copy_i32(int *out, const int *x, int rank, const long *shape,
+                         const long *xstride) {
+  if (rank == 0) {
+    out[0] = x[0];
+    return;
+  }
+  long inner = shape[rank - 1], rows = numel_of(rank - 1, shape), xs = xstride[rank - 1];
+#pragma omp parallel for if (rows * inner >= PAR_MIN)
+  for (long r = 0; r < rows; r++) {
+    long xoff = mask_row_offset(r, rank, shape, xstride);
+    for (long j = 0; j < inner; j++) out[r * inner + j] = x[xoff + j * xs];
+  }
+}
 
 void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const long *shape,
                         const long *mstride, int value) {

@@ -1357,6 +1357,11 @@ static void strided_copy(T *out, const T *x, int rank, const long *shape, const 
 RT_CUDA_KT(strided_copy, (T *out, const T *x, int rank, const long *shape, const long *xstride),
            (dev(out), dev(x), rank, shape, xstride))
 
+void rt_strided_copy_i32(int *out, const int *x, int rank, const long *shape,
+                         const long *xstride) {
+  strided_copy(out, x, rank, shape, xstride);
+}
+
 template <typename T>
 static void reduce_sum(float *out, const T *x, int rank, const long *shape, const long *ostride,
                        long onumel, float scale) {

@@ -188,11 +188,20 @@ static void test_padding_mask(void) {
 static void strided_case(const char *name, int rank, const long *shape, const long *xs) {
   long n = numel(rank, shape), ne = extent(rank, shape, xs);
   float *x = frand(ne, -1, 1), *out = fbuf(n);
-  double *ref = dbuf(n);
+  double *ref = dbuf(n), *got = dbuf(n);
   for (long i = 0; i < n; i++) ref[i] = x[offset_of(i, rank, shape, xs)];
   rt_strided_copy(out, x, rank, shape, xs);
   check(name, out, ref, n);
-  free(x); free(out); free(ref);
+  // the same on integers (a padding mask broadcast before its cast)
+  int *xi = malloc((size_t)ne * sizeof *xi), *outi = malloc((size_t)n * sizeof *outi);
+  for (long i = 0; i < ne; i++) xi[i] = (int)(i * 7919 % 1000) - 500;
+  for (long i = 0; i < n; i++) ref[i] = xi[offset_of(i, rank, shape, xs)];
+  rt_strided_copy_i32(outi, xi, rank, shape, xs);
+  for (long i = 0; i < n; i++) got[i] = outi[i];
+  char iname[256];
+  snprintf(iname, sizeof iname, "%s (i32)", name);
+  check_dd(iname, got, ref, n);
+  free(x); free(out); free(ref); free(got); free(xi); free(outi);
 }
 
 static void test_strided_copy(void) {

@@ -312,6 +312,15 @@ static void test_strided_copy(void) {
     CPU(rt_strided_copy)(out.data(), x.data(), c.rank, c.shape, c.xstride);
     rt_strided_copy(dout, dx, c.rank, c.shape, c.xstride);
     check(fmt("strided_copy rank=%d n=%ld", c.rank, n), out, dout, EXACT);
+    if (is_f32<T>) {  // int32 only; its values from the index (the random stream of the cases
+                      // after this one stays as it was)
+      IVec xi(span_of(c.rank, c.shape, c.xstride)), outi(n, -1);
+      for (size_t i = 0; i < xi.size(); i++) xi[i] = (int)(i * 7919 % 1000) - 500;
+      int *dxi = dev(xi), *douti = dev(outi);
+      CPU(rt_strided_copy_i32)(outi.data(), xi.data(), c.rank, c.shape, c.xstride);
+      rt_strided_copy_i32(douti, dxi, c.rank, c.shape, c.xstride);
+      check_int(fmt("strided_copy_i32 rank=%d n=%ld", c.rank, n), outi, douti);
+    }
     free_all();
   }
 }

@@ -112,6 +112,16 @@ def llama_mask():
     return padded_causal_lm(LlamaForCausalLM(cfg)), padded_lm_batch(128)
 
 
+def mistral_mask():
+    """Mistral with a padding mask: transformers builds its additive mask at run time from the
+    int64 mask (an Expand, 1 - mask as float, a Cast to bool, masked_fill with finfo.min)."""
+    from transformers import MistralConfig, MistralForCausalLM
+    cfg = MistralConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        sliding_window=None)
+    return padded_causal_lm(MistralForCausalLM(cfg)), padded_lm_batch(128)
+
+
 def gpt2_mask():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
@@ -186,14 +196,15 @@ def t5_gated():
     return seq2seq_lm(T5ForConditionalGeneration(t5_config("gated-gelu"))), t5_batch(128)
 
 
-FAMILIES = {"llama": llama, "llama_mask": llama_mask, "gpt2": gpt2, "gpt2_mask": gpt2_mask,
+FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
+            "gpt2": gpt2, "gpt2_mask": gpt2_mask,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "t5": t5, "t5_gated": t5_gated}
 # The models each family exports (default: all three). The T5 models are larger (an encoder and
 # a decoder), so each of the two T5 fixtures stays under 1 MB with part of the set: the ReLU
 # one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 and Llama with a padding
 # mask add to the plain models' three what the mask changes: opset 17, fixed and dynamic.
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
-            "llama_mask": ("o17", "o17_dyn")}
+            "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn")}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},

@@ -133,7 +133,10 @@ def float64_drift(model, loss_fn, batch, grads):
     a line for the fixture's note, to set mtc's errors against."""
     m64 = copy.deepcopy(model).double()
     b64 = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
-    loss = loss_fn(m64, b64)
+    try:
+        loss = loss_fn(m64, b64)
+    except RuntimeError as e:  # transformers' Mistral mask builder on torch 1.13, in float64
+        return f"PyTorch fp64 does not run this model ({str(e).splitlines()[0]}): no fp64 drift"
     loss.backward()
     worst = 0.0
     for name, p in m64.named_parameters():
