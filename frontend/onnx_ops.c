@@ -287,8 +287,10 @@ int fe_conv_Size(FeOnnx *cx) {
 // Identity of a run-time value: the same value.
 int fe_conv_Identity(FeOnnx *cx) { return set(cx, arg(cx, 0)); }
 
-// A run-time i32 tensor that holds only 0 and 1 (a comparison's mask).
-static bool is_mask(const IrValue *v) {
+// A run-time i32 tensor that holds only 0 and 1: a comparison's mask, or a
+// view or broadcast of one (DistilBERT's (mask == 0).view(...).expand(...)).
+static bool is_mask(IrValue *v) {
+  v = ir_view_root(v);
   return v->dtype == DT_I32 && v->producer && v->producer->op == OP_EQUAL;
 }
 
@@ -301,9 +303,9 @@ static IrValue *equal_to(FeOnnx *cx, IrValue *x, int64_t value) {
 
 // Cast at run time: float stays float, integers stay integers (i32), a mask is
 // its own bool, an integer tensor becomes float (a 0/1 attention mask: an
-// integer input cast so is fed as a padding mask), and a float tensor becomes
-// the mask x != 0, (x == 0) == 0 (Hugging Face's padding-mask builder:
-// masked_fill(inverted.to(bool), finfo.min)).
+// integer input cast so is fed as a padding mask), and any other tensor cast
+// to bool becomes the mask x != 0, (x == 0) == 0 (Hugging Face's padding-mask
+// builder: masked_fill(inverted.to(bool), finfo.min)).
 int fe_conv_Cast(FeOnnx *cx) {
   int64_t to;
   IrValue *x = arg(cx, 0);
@@ -312,7 +314,7 @@ int fe_conv_Cast(FeOnnx *cx) {
   if ((x->dtype == DT_F32 && fe_is_float_type((int)to)) ||
       (x->dtype == DT_I32 && fe_is_int_type((int)to) && (to != FE_BOOL || is_mask(x))))
     return set(cx, x);
-  if (x->dtype == DT_F32 && to == FE_BOOL) {
+  if (to == FE_BOOL) {  // a float, or integers that are not a mask already
     IrValue *zero = equal_to(cx, x, 0);
     return set(cx, zero ? equal_to(cx, zero, 0) : NULL);
   }
@@ -809,6 +811,8 @@ static int where_at_run_time(FeOnnx *cx, FeTensor *tc, FeTensor *tx) {
     return -1;
   if (!is_mask(cond))
     return fe_err(cx, "the run-time condition '%s' must come from Equal", tc->name);
+  if (y->dtype == DT_F32)  // filling scores: an integer input compared is a padding mask
+    fe_note_use(ir_view_root(cond)->producer->in[0], FE_USE_MASK, sym_const(&cx->g->arena, 2));
   if (y->dtype == DT_I32 && !is_i32(vx))
     return fe_err(cx, "fills the integer tensor '%s' with %g, which is not an i32", y->name, vx);
   const Sym *shape[IR_MAXRANK];

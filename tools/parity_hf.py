@@ -122,6 +122,16 @@ def mistral_mask():
     return padded_causal_lm(MistralForCausalLM(cfg)), padded_lm_batch(128)
 
 
+def distilbert_mask():
+    """DistilBERT for masked LM with a padding mask, which it fills into the scores itself:
+    (mask == 0).view(...).expand_as(scores), masked_fill with finfo.min."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    cfg = DistilBertConfig(vocab_size=128, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                           max_position_embeddings=64, dropout=0.0, attention_dropout=0.0)
+    return Loss(DistilBertForMaskedLM(cfg), ("input_ids", "attention_mask", "labels")), \
+        padded_lm_batch(128)
+
+
 def gpt2_mask():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
@@ -197,6 +207,7 @@ def t5_gated():
 
 
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
+            "distilbert_mask": distilbert_mask,
             "gpt2": gpt2, "gpt2_mask": gpt2_mask,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "t5": t5, "t5_gated": t5_gated}
 # The models each family exports (default: all three). The T5 models are larger (an encoder and
@@ -204,7 +215,8 @@ FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_ma
 # one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 and Llama with a padding
 # mask add to the plain models' three what the mask changes: opset 17, fixed and dynamic.
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
-            "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn")}
+            "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
+            "distilbert_mask": ("o17",)}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
