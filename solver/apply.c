@@ -514,6 +514,11 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
              sv_cluster_gpus(&base->cluster));
     return 1;
   }
+  if (base->cluster.ngroups == 1 && P->replica_micro) {
+    ir_error(d, (IrLoc){0}, "its replicas run unequal numbers of micro-batches, which one group "
+             "of identical GPUs does not price (mtc compile --cluster FILE prices the groups)");
+    return 1;
+  }
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
     ir_error(d, (IrLoc){0}, "the model has no batch dim to price a step by");
     return 1;

@@ -693,8 +693,9 @@ static void test_apply_lowerable(void) {
 
 // A layout the flags force (--tp 2 --checkpoint 2 --zero 1 on 4 GPUs) is priced
 // as the planner splits a step: recompute and both kinds of communication; a
-// cluster of another size, or an offload share the planner does not consider,
-// has no price.
+// cluster of another size, replicas of unequal micro-batches on one group (a
+// plan file's groups), or an offload share the planner does not consider, has
+// no price.
 static void test_price_forced(void) {
   IrGraph *g = model_in("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   SvConfig c = cluster("H100-80GB", 1, 0);
@@ -722,6 +723,14 @@ static void test_price_forced(void) {
   for (int i = 0; i <= SV_NT; i++)
     sum += pr.t[i];
   CHECK(!rc && pr.step_s >= sum * (1 - 1e-12), "step %g s, its parts %g s", pr.step_s, sum);
+  int uneven[2] = {1, 3};   // a plan file's two groups, priced on the flags' one group
+  CHECK(!plan_set_replica_micro(&a, uneven), "out of memory");
+  d = (IrDiag){0};
+  rc = sv_price(g, &c, &a, &pr, &d);
+  CHECK(rc == 1 && strstr(d.msg, "unequal numbers of micro-batches"), "uneven: rc %d, '%s'", rc,
+        d.msg);
+  int even[2] = {1, 1};
+  CHECK(!plan_set_replica_micro(&a, even) && !a.replica_micro, "equal shares kept as uneven");
   a.block[3].offload = 0.3;
   d = (IrDiag){0};
   rc = sv_price(g, &c, &a, &pr, &d);
