@@ -71,6 +71,19 @@ int64_t plan_micro_total(const Plan *p) {
   return n;
 }
 
+int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_t *runs) {
+  int dp = p->mesh.size[IR_MESH_DP], per = mesh_ranks(&p->mesh) / dp, r = 0;
+  int *counts = malloc(((size_t)dp + 1) * sizeof *counts);
+  if (!counts)
+    return -1;
+  for (int i = 0; i < ngroups; i++)
+    for (int64_t k = 0; k < gpus[i] / per && r < dp; k++)
+      counts[r++] = (int)(runs[i] / (gpus[i] / per));
+  int rc = plan_set_replica_micro(p, counts);
+  free(counts);
+  return rc;
+}
+
 int plan_set_replica_micro(Plan *p, const int *counts) {
   int dp = p->mesh.size[IR_MESH_DP], most = 0;
   bool even = true;

@@ -64,5 +64,9 @@ int64_t plan_micro_total(const Plan *p);
 // Replica d runs counts[d] (dp entries, each at least 1): replica_micro, or
 // NULL when they are all equal; micro_batches the most. -1 when out of memory.
 int plan_set_replica_micro(Plan *p, const int *counts);
+// The same from groups of GPUs, ranks numbered group by group: group i has
+// gpus[i] GPUs (a whole number of the mesh's replicas) whose replicas share
+// runs[i] micro-batches evenly (the caller has checked both divide).
+int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_t *runs);
 
 #endif

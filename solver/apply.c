@@ -74,22 +74,19 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     return rc;
   // each group's micro-batches over its replicas (ranks numbered group by group); the
   // solver's for mtc compile are whole per replica (SvConfig.mesh_tp)
-  int dp = a->mesh.size[IR_MESH_DP], per = mesh_ranks(&a->mesh) / dp, r = 0;
-  int *count = malloc((size_t)dp * sizeof *count);
-  IR_ASSERT(count);
-  for (int g = 0; g < p->ngroups; g++) {
+  int per = mesh_ranks(&a->mesh) / a->mesh.size[IR_MESH_DP];
+  int64_t gpus[SV_MAXGROUPS], runs[SV_MAXGROUPS];
+  for (int g = 0; g < p->ngroups && !rc; g++) {
     int replicas = p->gpus[g] / per;
-    int64_t runs = p->ngroups > 1 ? pl->sol.batch[g] : p->micro_total;
-    if (runs % replicas || runs < replicas)
+    gpus[g] = p->gpus[g];
+    runs[g] = p->ngroups > 1 ? pl->sol.batch[g] : p->micro_total;
+    if (runs[g] % replicas || runs[g] < replicas)
       rc = ir_error(d, (IrLoc){0}, "the plan runs %lld micro-batches on %d replicas%s; the "
                     "program needs a multiple of %d, at least 1 each (choose --batch)",
-                    (long long)runs, replicas, p->ngroups > 1 ? " of a group" : "", replicas);
-    for (int k = 0; k < replicas && !rc; k++)
-      count[r++] = (int)(runs / replicas);
+                    (long long)runs[g], replicas, p->ngroups > 1 ? " of a group" : "", replicas);
   }
-  if (!rc && plan_set_replica_micro(a, count))
+  if (!rc && plan_set_group_micro(a, p->ngroups, gpus, runs))
     rc = ir_error(d, (IrLoc){0}, "out of memory");
-  free(count);
   return rc;
 }
 
@@ -296,7 +293,7 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
   bool sharded = a->rest.zero > 0;
   for (int b = 0; b < a->nblocks; b++)
     sharded |= a->block[b].zero > 0;
-  int64_t count[SV_MAXGROUPS], all = 0, runs = 0;
+  int64_t count[SV_MAXGROUPS], group_runs[SV_MAXGROUPS], all = 0, runs = 0;
   double mb[SV_MAXGROUPS];
   char mesh[64], where[64], at[4400];
   mesh_str(mesh, sizeof mesh, &a->mesh);
@@ -333,20 +330,13 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
                       "the training state evenly, %g for this group's %lld of %lld GPUs "
                       "(uneven state shares are not compiled yet)", at, share, even,
                       (long long)count[i], (long long)all);
-    runs += (int64_t)mb[i];
+    group_runs[i] = (int64_t)mb[i];
+    runs += group_runs[i];
   }
   if (runs != total)
     return ir_error(d, (IrLoc){0}, "%s: the groups run %lld micro-batches and \"batch\" says "
                     "%lld: make them equal", path, (long long)runs, (long long)total);
-  int *per_replica = malloc((size_t)dp * sizeof *per_replica), r = 0;
-  if (!per_replica)
-    return ir_error(d, (IrLoc){0}, "out of memory");
-  for (int i = 0; i < n; i++)
-    for (int64_t k = 0; k < count[i] / per; k++)
-      per_replica[r++] = (int)((int64_t)mb[i] / (count[i] / per));
-  int rc = plan_set_replica_micro(a, per_replica);
-  free(per_replica);
-  if (rc)
+  if (plan_set_group_micro(a, n, count, group_runs))
     return ir_error(d, (IrLoc){0}, "out of memory");
   for (int b = 0; b < m->nblocks && a->replica_micro; b++)
     if (plan_block(a, m->block[b].id)->zero >= 2)   // passes/lower.c
