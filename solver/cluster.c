@@ -22,24 +22,32 @@
 // NDR 400 Gb/s; consumer and L4 servers: a 25 Gb/s share of Ethernet). Host
 // memory is a typical server's CPU memory divided by its GPUs; CPU AdamW runs
 // at about 4e9 parameters/s per 8-GPU server (ZeRO-Offload's CPU-Adam). The
-// cost model applies efficiency factors to all of these (cost.c).
+// cost model applies the efficiency factors below to all of these (cost.c).
+//
+// The factors: REFERENCES.md section 6 has the evidence: an H200 runs bf16
+// GEMMs at 790 of 989 TFLOP/s and copies at 4.3 of 4.8 TB/s, and whole
+// training steps reach 45-56% of peak. A calibrated profile (mtc calibrate)
+// replaces them with measured rates.
+#define EFF_GPU                                                                                    \
+  .eff = {.gemm = 0.70, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,          \
+   .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
 static const SvDevice devices[] = {
     // name          bf16 (fp16)  fp32       memory        HBM         intra     inter
     //                                                     host        host mem   CPU AdamW
     {"V100-32GB",    125 * TF,  15.7 * TF, 32 * GiB,      900 * GB,   150 * GB, 12.5 * GB,
-                                                           16 * GB,    128 * GiB, 5e8},
+                                                           16 * GB,    128 * GiB, 5e8, EFF_GPU},
     {"A100-40GB",    312 * TF,  19.5 * TF, 40 * GiB,      1555 * GB,  300 * GB, 25 * GB,
-                                                           32 * GB,    128 * GiB, 5e8},
+                                                           32 * GB,    128 * GiB, 5e8, EFF_GPU},
     {"A100-80GB",    312 * TF,  19.5 * TF, 80 * GiB,      2039 * GB,  300 * GB, 25 * GB,
-                                                           32 * GB,    256 * GiB, 5e8},
+                                                           32 * GB,    256 * GiB, 5e8, EFF_GPU},
     {"H100-80GB",    989 * TF,  67 * TF,   80 * GiB,      3350 * GB,  450 * GB, 50 * GB,
-                                                           64 * GB,    256 * GiB, 5e8},
+                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU},
     {"H200-141GB",   989 * TF,  67 * TF,   143771 * MiB,  4800 * GB,  450 * GB, 50 * GB,
-                                                           64 * GB,    256 * GiB, 5e8},
+                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU},
     {"L4-24GB",      121 * TF,  30.3 * TF, 23034 * MiB,   300 * GB,   32 * GB,  3.125 * GB,
-                                                           32 * GB,    64 * GiB,  5e8},
+                                                           32 * GB,    64 * GiB,  5e8, EFF_GPU},
     {"RTX4090-24GB", 165 * TF,  82.6 * TF, 24564 * MiB,   1008 * GB,  32 * GB,  3.125 * GB,
-                                                           32 * GB,    64 * GiB,  3e8},
+                                                           32 * GB,    64 * GiB,  3e8, EFF_GPU},
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
 

@@ -23,20 +23,6 @@
 #include "internal.h"
 #include "passes.h"
 
-// Efficiency factors (of the datasheet numbers in cluster.c). A measured
-// profile can replace them later; REFERENCES.md section 6 has the evidence:
-// an H200 runs bf16 GEMMs at 790 of 989 TFLOP/s and copies at 4.3 of 4.8 TB/s,
-// and whole training steps reach 45-56% of peak.
-#define EFF_GEMM 0.70      // matmuls, of peak FLOP/s
-#define EFF_ATTN 0.45      // fused attention
-#define EFF_SIMT 0.50      // other ops' arithmetic, of fp32 FLOP/s
-#define EFF_HBM 0.80       // memory-bound ops, of HBM bandwidth
-#define EFF_LINK 0.80      // NCCL bus bandwidth, of the link
-#define EFF_PCIE 0.80      // GPU <-> CPU copies
-#define LAUNCH 4e-6        // seconds per kernel
-#define ALPHA_INTRA 10e-6  // seconds per collective inside a node
-#define ALPHA_INTER 25e-6  // ... between nodes
-#define OVERLAP 0.8        // share of the compute beside it that communication can hide behind
 
 // ---- formulas from the graph --------------------------------------------------------------------
 
@@ -678,12 +664,12 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
     bytes += value_bytes(g, n->out[k]);
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
   double peak = n->nin && n->in[0]->dtype == DT_BF16 ? dev->flops_bf16 : dev->flops_fp32;
-  double rate = dev->flops_fp32 * EFF_SIMT;
+  double rate = dev->flops_fp32 * dev->eff.simt;
   if (n->op == OP_MATMUL)
-    rate = peak * EFF_GEMM;
+    rate = peak * dev->eff.gemm;
   else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD)
-    rate = peak * EFF_ATTN;
-  return fmax(flops / rate, bytes / (dev->hbm_bw * EFF_HBM));
+    rate = peak * dev->eff.attn;
+  return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem));
 }
 
 void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
@@ -787,6 +773,7 @@ double sv_allgather_time(double bytes, int n, double bw, double alpha) {
 // with all_groups, among ranks of every group).
 typedef struct Link {
   double bw, alpha;
+  double overlap;   // the share of the compute beside it that hides it
 } Link;
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
@@ -795,11 +782,12 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
     double bw = c->cross_bw;
     for (int i = 0; c->cross_bw <= 0 && i < c->ngroups; i++)
       bw = i == 0 ? c->group[i].dev.inter_bw : fmin(bw, c->group[i].dev.inter_bw);
-    return (Link){bw * EFF_LINK, ALPHA_INTER};
+    return (Link){bw * gr->dev.eff.link, gr->dev.eff.alpha_inter, gr->dev.eff.overlap};
   }
+  const SvEff *e = &gr->dev.eff;
   if (span <= gr->per_node)
-    return (Link){gr->dev.intra_bw * EFF_LINK, ALPHA_INTRA};
-  return (Link){gr->dev.inter_bw * EFF_LINK, ALPHA_INTER};
+    return (Link){gr->dev.intra_bw * e->link, e->alpha_intra, e->overlap};
+  return (Link){gr->dev.inter_bw * e->link, e->alpha_inter, e->overlap};
 }
 
 static double ar(double bytes, int n, Link l) { return sv_allreduce_time(bytes, n, l.bw, l.alpha); }
@@ -807,7 +795,7 @@ static double ag(double bytes, int n, Link l) { return sv_allgather_time(bytes, 
 // A collective beside compute: its bandwidth part hides behind the compute,
 // its start-up latency (every rank waits for the slowest) does not.
 static double exposed(double comm, double compute, Link l, int collectives) {
-  return fmax(collectives * l.alpha, comm - OVERLAP * compute);
+  return fmax(collectives * l.alpha, comm - l.overlap * compute);
 }
 
 // Activation bytes a device holds for a block under layout l: 1D TP
@@ -842,8 +830,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
                                 : (double)s / gr->count;
 
   // Compute for one micro-step of one replica, on one device.
-  double tf = n->roof_fwd[g] / s + n->nfwd * LAUNCH;
-  double tb = n->roof_bwd[g] / s + n->nbwd * LAUNCH;
+  double tf = n->roof_fwd[g] / s + n->nfwd * dev->eff.launch;
+  double tb = n->roof_bwd[g] / s + n->nbwd * dev->eff.launch;
   o->t_micro[SV_T_COMPUTE] = per * (tf + tb);
   o->t_micro[SV_T_RECOMPUTE] = ckpt ? per * tf : 0;
 
@@ -908,10 +896,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   double fo = own > 0 ? (double)pass_offload_elems((int64_t)own, offload / 100.0) / own : 0;
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
-  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * EFF_HBM);
+  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * dev->eff.update);
   if (fo > 0) {
-    double moved = fo * own, pcie = dev->host_bw * EFF_PCIE;
-    Link host = {pcie, 0};
+    double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
+    Link host = {pcie, 0, dev->eff.overlap};
     o->t_step[SV_T_OFFLOAD] = exposed(moved * b->grad / pcie, tb, host, 0) +
                               moved / dev->cpu_adam + exposed(moved * b->param / pcie, tf, host, 0);
   }

@@ -26,6 +26,31 @@
 
 // ---- devices and clusters (solver/cluster.c) ---------------------------------------
 
+// How much of a device's datasheet rates its kernels reach, and its fixed
+// costs: the built-in devices' defaults (cluster.c), or what mtc calibrate
+// measured (its rates then are the measured ones and these mostly 1).
+typedef struct SvEff {
+  double gemm;          // matmuls, of peak FLOP/s
+  double attn;          // fused attention, of peak FLOP/s
+  double simt;          // other ops' arithmetic, of fp32 FLOP/s
+  double mem;           // memory-bound ops, of memory bandwidth
+  double update;        // the optimizer's update, of memory bandwidth
+  double link;          // collectives' bus bandwidth, of the link
+  double host;          // device <-> host copies, of host_bw
+  double launch;        // seconds per kernel
+  double alpha_intra;   // seconds per collective inside a node
+  double alpha_inter;   // ... between nodes
+  double overlap;       // share of the compute beside a collective that can hide it
+} SvEff;
+
+// Measured GEMM rates by shape (a calibrated profile; none for the built-in
+// devices): FLOP/s of rt_matmul (fp32) and rt_matmul_bf16 at m x n x k.
+#define SV_MAXGEMM 128
+typedef struct SvGemmRate {
+  double m, n, k;
+  double fp32, bf16;
+} SvGemmRate;
+
 typedef struct SvDevice {
   char name[32];        // "H100-80GB"
   double flops_bf16;    // dense peak FLOP/s in bf16 (fp16 on V100)
@@ -37,6 +62,10 @@ typedef struct SvDevice {
   double host_bw;       // per GPU, per direction, GPU <-> CPU (PCIe)
   double host_mem;      // CPU memory per GPU available for offloaded state
   double cpu_adam;      // parameters per second the CPU optimizer updates, per GPU
+  SvEff eff;
+  int cores;            // a CPU: its cores, which the node's ranks share (0: a GPU per rank)
+  int ngemm;            // entries of gemm
+  SvGemmRate gemm[SV_MAXGEMM];
 } SvDevice;
 
 const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL when unknown
