@@ -279,35 +279,14 @@ static void broadcast_strides(Lower *L, const IrValue *v, const IrValue *out, co
 
 typedef void LowerFn(Lower *L, const IrNode *n);
 
-// rt_matmul(c, a, b, batch, m, n, k, ta, tb, sa, sb, sc). Two flattenings
-// turn a batch of GEMMs into one: a batched, untransposed A times a shared B
-// is one (batch*M x K) GEMM; a batch-summed A^T dC is one GEMM over
-// (batch*K) rows.
+// rt_matmul(c, a, b, batch, m, n, k, ta, tb, sa, sb, sc): ir_matmul_gemm's GEMMs.
 static void lower_matmul(Lower *L, const IrNode *n) {
-  IrArena *ar = &L->g->arena;
-  const IrValue *a = n->in[0], *b = n->in[1], *o = n->out[0];
-  int ta = (int)ir_attr_i(n, "ta"), tb = (int)ir_attr_i(n, "tb");
-  bool sum = ir_attr_i(n, "sum_batch");
-  const Sym *m = a->shape[a->rank - (ta ? 1 : 2)], *k = a->shape[a->rank - (ta ? 2 : 1)];
-  const Sym *nn = b->shape[b->rank - (tb ? 2 : 1)];
-  const IrValue *big = a->rank > 2 ? a : b;
-  const Sym *batch = dims(L, big, 0, big->rank - 2);
-  const Sym *sa = a->rank > 2 ? sym_mul(ar, a->shape[a->rank - 2], a->shape[a->rank - 1]) : sym_const(ar, 0);
-  const Sym *sb = b->rank > 2 ? sym_mul(ar, b->shape[b->rank - 2], b->shape[b->rank - 1]) : sym_const(ar, 0);
-  const Sym *sc = sum ? sym_const(ar, 0) : sym_mul(ar, m, nn);
-  if (a->rank > 2 && b->rank == 2 && !ta && !sum) { // rows of A all meet the same B
-    m = sym_mul(ar, batch, m);
-    batch = sym_const(ar, 1);
-  } else if (sum && a->rank > 2 && b->rank > 2 && ta && !tb) { // A^T dC summed over the batch
-    k = sym_mul(ar, batch, k);
-    batch = sym_const(ar, 1);
-  }
-  (void)o;
+  IrGemm m = ir_matmul_gemm(L->g, n);
   CgCall *c = call(L, CG_K_matmul);
-  buf(c, n->out[0]), buf(c, a), buf(c, b);
-  num(c, batch), num(c, m), num(c, nn), num(c, k);
-  numk(L, c, ta), numk(L, c, tb);
-  num(c, sa), num(c, sb), num(c, sc);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
+  num(c, m.batch), num(c, m.m), num(c, m.n), num(c, m.k);
+  numk(L, c, ir_attr_i(n, "ta")), numk(L, c, ir_attr_i(n, "tb"));
+  num(c, m.sa), num(c, m.sb), num(c, m.sc);
 }
 
 // ---- convolution: im2col (or col2im) and one batched GEMM over the images

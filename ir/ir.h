@@ -396,6 +396,17 @@ typedef struct IrConvWindow {
 } IrConvWindow;
 int ir_conv_window(const IrNode *n, IrConvWindow *w);
 
+// The GEMMs a matmul runs (rt_matmul's arguments): for i < batch, C_i (m x n)
+// = op(A_i) (m x k) @ op(B_i) (k x n), A_i at a + i*sa, and so on (sa or sb
+// 0: shared; sc 0: the products summed into one C). Two flattenings turn a
+// batch into one GEMM: a batched, untransposed A times a shared B is one
+// (batch*m x k) GEMM; a batch-summed A^T dC one GEMM over batch*k rows.
+typedef struct IrGemm {
+  const Sym *batch, *m, *n, *k;
+  const Sym *sa, *sb, *sc;
+} IrGemm;
+IrGemm ir_matmul_gemm(IrGraph *g, const IrNode *n);
+
 // Check the node's arity and attributes (ir_verify_attrs), then run the op's
 // shape rule: fills unknown output shapes and dtypes, checks known ones. On a
 // mismatch returns -1 with a message naming both shapes and the node's

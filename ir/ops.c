@@ -1177,6 +1177,28 @@ int ir_check_sizes(IrGraph *g, IrDiag *d) {
   return 0;
 }
 
+IrGemm ir_matmul_gemm(IrGraph *g, const IrNode *n) {
+  IrArena *ar = &g->arena;
+  const IrValue *a = n->in[0], *b = n->in[1];
+  bool ta = ir_attr_i(n, "ta"), tb = ir_attr_i(n, "tb"), sum = ir_attr_i(n, "sum_batch");
+  IrGemm r = {.m = a->shape[a->rank - (ta ? 1 : 2)], .k = a->shape[a->rank - (ta ? 2 : 1)],
+              .n = b->shape[b->rank - (tb ? 2 : 1)], .batch = sym_const(ar, 1)};
+  const IrValue *big = a->rank > 2 ? a : b;
+  for (int i = 0; i < big->rank - 2; i++)
+    r.batch = sym_mul(ar, r.batch, big->shape[i]);
+  r.sa = a->rank > 2 ? sym_mul(ar, a->shape[a->rank - 2], a->shape[a->rank - 1]) : sym_const(ar, 0);
+  r.sb = b->rank > 2 ? sym_mul(ar, b->shape[b->rank - 2], b->shape[b->rank - 1]) : sym_const(ar, 0);
+  r.sc = sum ? sym_const(ar, 0) : sym_mul(ar, r.m, r.n);
+  if (a->rank > 2 && b->rank == 2 && !ta && !sum) { // rows of A all meet the same B
+    r.m = sym_mul(ar, r.batch, r.m);
+    r.batch = sym_const(ar, 1);
+  } else if (sum && a->rank > 2 && b->rank > 2 && ta && !tb) { // A^T dC summed over the batch
+    r.k = sym_mul(ar, r.batch, r.k);
+    r.batch = sym_const(ar, 1);
+  }
+  return r;
+}
+
 // ---- FLOP rules -------------------------------------------------------------------
 // FLOPs of one execution, as formulas. Elementwise ops count a few FLOPs per
 // element (the cost model treats them as memory-bound anyway).
