@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "calibrate.h"
 #include "codegen.h"
 #include "frontend.h"
 #include "ir.h"
@@ -40,6 +41,7 @@ typedef struct Args {
   // the planner (plan, and the plan.json that compile writes)
   SvConfig sv;             // batch, precision, sharing, solver limits; the cluster comes from:
   const char *gpu, *cluster;
+  const char *device;      // --device FILE: a measured device (mtc calibrate) instead of --gpu
   int gpus, per_node;
   double gpu_mem, intra_bw, inter_bw;
   double host_mem;         // --host-mem: CPU bytes per GPU for offloaded state (< 0: the type's)
@@ -57,7 +59,9 @@ static void usage(FILE *f) {
   fputs("usage: mtc compile MODEL -o DIR [--gpus N ... | --cluster FILE | --plan FILE.json |\n"
         "                                     --dp D --tp T ...] [options]\n"
         "       mtc inspect MODEL [--dump-after PASS] [--dot] [options]\n"
-        "       mtc plan MODEL [--gpus N --gpu TYPE | --cluster FILE] [options]\n"
+        "       mtc plan MODEL [--gpus N --gpu TYPE | --gpus N --device FILE | --cluster FILE]\n"
+        "                [options]\n"
+        "       mtc calibrate [-o FILE] [--ranks R] (this machine's device profile; --help)\n"
         "\n"
         "MODEL is a .mtc DSL file, an .onnx model or an .ir IR text file.\n"
         "\n"
@@ -95,6 +99,8 @@ static void usage(FILE *f) {
         "  --gpus-per-node N      GPUs per node (default 8)\n"
         "  --intra-bw N --inter-bw N\n"
         "                         GB/s per GPU inside a node and between nodes\n"
+        "  --device FILE          a device profile (mtc calibrate's: this machine's CPU)\n"
+        "                         instead of --gpu\n"
         "  --cluster FILE         a JSON cluster of device groups instead of the above\n"
         "  --batch N              global batch in sequences (default micro-batch x GPUs)\n"
         "  --micro-batch N        sequences per model replica per micro-step (default: the\n"
@@ -218,6 +224,8 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     a->inter_bw = parse_count(s, NEXT()) * 1e9;
   } else if (!strcmp(s, "--cluster")) {
     a->cluster = NEXT();
+  } else if (!strcmp(s, "--device")) {
+    a->device = NEXT();
   } else if (!strcmp(s, "--batch")) {
     a->sv.global_batch = parse_count(s, NEXT());
   } else if (!strcmp(s, "--micro-batch")) {
@@ -376,10 +384,12 @@ static Args parse_args(int argc, char **argv) {
 #undef VALUE
   }
   if (!a.cmd || (strcmp(a.cmd, "compile") && strcmp(a.cmd, "inspect") && strcmp(a.cmd, "plan")))
-    bad_usage("unknown command '%s' (compile, inspect, plan)", a.cmd ? a.cmd : "");
-  if (a.cluster && (a.gpus || a.gpu || a.gpu_mem || a.per_node || a.host_mem >= 0))
-    bad_usage("--cluster %s describes the GPUs: leave out --gpus, --gpu, --gpu-mem, "
+    bad_usage("unknown command '%s' (compile, inspect, plan, calibrate)", a.cmd ? a.cmd : "");
+  if (a.cluster && (a.gpus || a.gpu || a.device || a.gpu_mem || a.per_node || a.host_mem >= 0))
+    bad_usage("--cluster %s describes the GPUs: leave out --gpus, --gpu, --device, --gpu-mem, "
               "--host-mem and --gpus-per-node", a.cluster);
+  if (a.device && a.gpu)
+    bad_usage("--device %s describes the device: leave out --gpu %s", a.device, a.gpu);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
   if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
@@ -434,8 +444,17 @@ static int plan_config(const Args *a, SvConfig *cfg, IrDiag *d) {
   *cfg = a->sv;
   if (a->cluster)
     return sv_cluster_load(&cfg->cluster, a->cluster, d);
-  if (sv_cluster_simple(&cfg->cluster, a->gpu ? a->gpu : "H100-80GB", a->gpus ? a->gpus : 1,
-                        a->per_node, a->gpu_mem, a->intra_bw, a->inter_bw, d))
+  int rc;
+  if (a->device) {
+    SvDevice dev;
+    rc = sv_device_load(&dev, a->device, d) ||
+         sv_cluster_of(&cfg->cluster, &dev, a->gpus ? a->gpus : 1, a->per_node, a->gpu_mem,
+                       a->intra_bw, a->inter_bw, d);
+  } else {
+    rc = sv_cluster_simple(&cfg->cluster, a->gpu ? a->gpu : "H100-80GB", a->gpus ? a->gpus : 1,
+                           a->per_node, a->gpu_mem, a->intra_bw, a->inter_bw, d);
+  }
+  if (rc)
     return -1;
   if (a->host_mem >= 0)
     cfg->cluster.group[0].dev.host_mem = a->host_mem;
@@ -682,6 +701,8 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
 // its lowering and memory plan -> the program (or, for plan and inspect, what
 // they print).
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "calibrate"))
+    return mtc_calibrate(argc, argv);
   Args a = parse_args(argc, argv);
   IrDiag diag = {0};
   bool compile = !strcmp(a.cmd, "compile"), inspect = !strcmp(a.cmd, "inspect"),

@@ -19,6 +19,10 @@ typedef enum CgKernel {
 #define KT K
 #define KTU K
 #include "kernels.def"
+
+// How a program's CPU build compiles its sources (the Makefile's CFLAGS), and
+// mtc calibrate its measuring program, so that both run the same code.
+#define CG_CPU_CFLAGS "-O3 -march=native -fopenmp -std=c11 -Wall -Wextra"
   CG_K_COUNT
 } CgKernel;
 

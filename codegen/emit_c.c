@@ -1287,7 +1287,7 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
                "CC = mpicc\n", ranks, ranks);
   else
     fputs("CC ?= cc\n", f);
-  fputs("CFLAGS ?= -O3 -march=native -fopenmp -std=c11 -Wall -Wextra\n"
+  fputs("CFLAGS ?= " CG_CPU_CFLAGS "\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
   fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
              "runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c runtime/checkpoint.c "

@@ -117,7 +117,7 @@ static void group_init(SvGroup *gr, const SvDevice *dev, int count) {
   snprintf(gr->name, sizeof gr->name, "%s", dev->name);
   gr->dev = *dev;
   gr->count = count;
-  gr->per_node = count < 8 ? count : 8;
+  gr->per_node = count < 8 || dev->cores > 0 ? count : 8;   // a CPU's ranks: one machine
   gr->reserve = 2 * GiB;   // Elixir's rule: the GPU's memory minus 2 GiB holds the training state
 }
 
@@ -126,6 +126,11 @@ int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, do
   const SvDevice *dev = sv_device_find(gpu);
   if (!dev)
     return ir_error(d, (IrLoc){0}, "unknown GPU '%s' (known: %s)", gpu, sv_device_names());
+  return sv_cluster_of(c, dev, count, per_node, mem, intra_bw, inter_bw, d);
+}
+
+int sv_cluster_of(SvCluster *c, const SvDevice *dev, int count, int per_node, double mem,
+                  double intra_bw, double inter_bw, IrDiag *d) {
   if (count < 1 || count > SV_MAX_GPUS)
     return ir_error(d, (IrLoc){0}, "--gpus %d: give from 1 to %d GPUs", count, SV_MAX_GPUS);
   memset(c, 0, sizeof *c);
@@ -143,6 +148,84 @@ int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, do
   if (gr->dev.mem <= gr->reserve)
     gr->reserve = gr->dev.mem / 8;
   return 0;
+}
+
+double sv_group_load(const SvGroup *gr) {
+  const SvDevice *v = &gr->dev;
+  if (v->cores <= 0)
+    return 1;
+  double now = (double)gr->per_node * v->threads / v->cores;
+  double then = (double)v->ranks * v->threads / v->cores;
+  return fmax(1, now) / fmax(1, then);
+}
+
+// Where x falls among n sorted values: the index i of the pair (v[i], v[i+1])
+// around it and the share w of the way from the first to the second, in
+// log space (clamped to the ends).
+static void bracket(const double *v, int n, double x, int *i, double *w) {
+  *i = 0, *w = 0;
+  if (n < 2 || x <= v[0])
+    return;
+  if (x >= v[n - 1]) {
+    *i = n - 2, *w = 1;
+    return;
+  }
+  while (*i < n - 2 && x > v[*i + 1])
+    (*i)++;
+  *w = log(x / v[*i]) / log(v[*i + 1] / v[*i]);
+}
+
+// The distinct values of one coordinate of the profile's GEMMs, sorted.
+static int axis_values(const SvDevice *dev, int c, double *out) {
+  int n = 0;
+  for (int e = 0; e < dev->ngemm; e++) {
+    double x = c == 0 ? dev->gemm[e].m : c == 1 ? dev->gemm[e].n : dev->gemm[e].k;
+    int at = 0;
+    while (at < n && out[at] < x)
+      at++;
+    if (at < n && out[at] == x)
+      continue;
+    memmove(out + at + 1, out + at, sizeof *out * (size_t)(n - at));
+    out[at] = x;
+    n++;
+  }
+  return n;
+}
+
+static double grid_rate(const SvDevice *dev, double m, double n, double k, bool bf16) {
+  for (int e = 0; e < dev->ngemm; e++) {
+    const SvGemmRate *r = &dev->gemm[e];
+    if (r->m == m && r->n == n && r->k == k)
+      return bf16 ? r->bf16 : r->fp32;
+  }
+  return NAN;   // not a grid: sv_device_load refuses it
+}
+
+// Trilinear in the logs of the dims and of the rate, between the profile's
+// shapes (a grid); outside it the nearest edge's rate.
+double sv_gemm_rate(const SvDevice *dev, double m, double n, double k, bool bf16) {
+  if (dev->ngemm == 0)
+    return (bf16 ? dev->flops_bf16 : dev->flops_fp32) * dev->eff.gemm;
+  double axis[3][SV_MAXGEMM], x[3] = {m, n, k}, w[3];
+  int len[3], at[3];
+  for (int c = 0; c < 3; c++) {
+    len[c] = axis_values(dev, c, axis[c]);
+    bracket(axis[c], len[c], x[c], &at[c], &w[c]);
+  }
+  double logr = 0;
+  for (int corner = 0; corner < 8; corner++) {
+    double weight = 1, pt[3];
+    for (int c = 0; c < 3; c++) {
+      int hi = corner >> c & 1;
+      if (len[c] < 2 && hi)
+        weight = 0;
+      pt[c] = axis[c][at[c] + (len[c] < 2 ? 0 : hi)];
+      weight *= hi ? w[c] : 1 - w[c];
+    }
+    if (weight > 0)
+      logr += weight * log(grid_rate(dev, pt[0], pt[1], pt[2], bf16));
+  }
+  return exp(logr);
 }
 
 // ---- JSON cluster files -------------------------------------------------------------------------
@@ -221,19 +304,87 @@ static int json_int(const cJSON *o, const char *key, int *out, const char *where
   return 0;
 }
 
+// A CPU has no datasheet entry: its rates are measured (mtc calibrate), the
+// efficiencies those of measured rates unless the profile says otherwise.
+static const SvDevice cpu_base = {
+    .name = "CPU",
+    .eff = {.gemm = 1, .attn = 1, .simt = 1, .mem = 1, .update = 1, .link = 1, .host = 1},
+    .threads = 1,
+    .ranks = 1,
+};
+
+// "efficiency": {"gemm": 1, "launch": 2e-6, ...}: SvEff's fields.
+static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
+  static const char *const known[] = {"gemm", "attn", "simt", "mem", "update", "link", "host",
+                                      "launch", "alpha_intra", "alpha_inter", "overlap", NULL};
+  if (!o)
+    return 0;
+  char at[600];
+  snprintf(at, sizeof at, "%s: \"efficiency\"", where);
+  if (!cJSON_IsObject(o))
+    return ir_error(d, (IrLoc){0}, "%s must be an object", at);
+  if (json_keys(o, known, at, d))
+    return -1;
+  struct { const char *key; double *at, hi; } f[] = {
+      {"gemm", &e->gemm, 1},         {"attn", &e->attn, 1},      {"simt", &e->simt, 1},
+      {"mem", &e->mem, 1},           {"update", &e->update, 1},  {"link", &e->link, 1},
+      {"host", &e->host, 1},         {"launch", &e->launch, 1},  {"alpha_intra", &e->alpha_intra, 1},
+      {"alpha_inter", &e->alpha_inter, 1}, {"overlap", &e->overlap, 1}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    bool rate = i < 7;   // a share of a rate must be above 0; times and overlap may be 0
+    if (sv_json_number(o, f[i].key, rate ? 1e-6 : 0, f[i].hi, false, false, f[i].at, at, d))
+      return -1;
+  }
+  return 0;
+}
+
+// "gemm": [[m, n, k, fp32 FLOP/s, bf16 FLOP/s], ...], a grid of shapes.
+static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
+  if (!o)
+    return 0;
+  int n = cJSON_GetArraySize(o);
+  if (!cJSON_IsArray(o) || n > SV_MAXGEMM)
+    return ir_error(d, (IrLoc){0}, "%s: \"gemm\" must be a list of at most %d [m, n, k, fp32 "
+                    "FLOP/s, bf16 FLOP/s]", where, SV_MAXGEMM);
+  for (int e = 0; e < n; e++) {
+    const cJSON *row = cJSON_GetArrayItem(o, e);
+    double x[5];
+    for (int i = 0; i < 5; i++) {
+      const cJSON *c = cJSON_GetArrayItem(row, i);
+      x[i] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+      if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 5 ||
+          !(x[i] >= 1 && x[i] <= (i < 3 ? 1e9 : FLOPS.hi)))
+        return ir_error(d, (IrLoc){0}, "%s: \"gemm\"[%d] must be [m, n, k, fp32 FLOP/s, bf16 "
+                        "FLOP/s], dims from 1 to 1e9 and rates from 1 to %g", where, e, FLOPS.hi);
+    }
+    v->gemm[e] = (SvGemmRate){x[0], x[1], x[2], x[3], x[4]};
+  }
+  v->ngemm = n;
+  double axis[3][SV_MAXGEMM];
+  int cells = 1;
+  for (int c = 0; c < 3; c++)
+    cells *= axis_values(v, c, axis[c]);
+  if (cells != n)
+    return ir_error(d, (IrLoc){0}, "%s: \"gemm\"'s shapes must form a grid (every m with every "
+                    "n and every k, once each): %d shapes span %d", where, n, cells);
+  return 0;
+}
+
 static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d) {
   static const char *const known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
                                 "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
-                                "host_bw", "host_mem", "cpu_adam", NULL};
+                                "host_bw", "host_mem", "cpu_adam", "cores", "threads", "ranks",
+                                "efficiency", "gemm", NULL};
   if (!cJSON_IsObject(o))
     return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
   if (json_keys(o, known, where, d))
     return -1;
   const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
   if (!cJSON_IsString(gpu))
-    return ir_error(d, (IrLoc){0}, "%s: \"gpu\" must name a device (%s)", where,
-                    sv_device_names());
-  const SvDevice *dev = sv_device_find(gpu->valuestring);
+    return ir_error(d, (IrLoc){0}, "%s: \"gpu\" must name a device (%s, or CPU in a profile "
+                    "that mtc calibrate wrote)", where, sv_device_names());
+  bool cpu = !strcasecmp(gpu->valuestring, "CPU");
+  const SvDevice *dev = cpu ? &cpu_base : sv_device_find(gpu->valuestring);
   if (!dev)
     return ir_error(d, (IrLoc){0}, "%s: unknown gpu '%s' (known: %s)", where, gpu->valuestring,
                     sv_device_names());
@@ -259,8 +410,26 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
       json_amount(o, "inter_bw", &BYTES_PER_S, false, &v->inter_bw, where, d) ||
       json_amount(o, "host_bw", &BYTES_PER_S, false, &v->host_bw, where, d) ||
       json_amount(o, "host_mem", &BYTES, true, &v->host_mem, where, d) ||   // 0: no offload
-      json_amount(o, "cpu_adam", &PARAMS_PER_S, false, &v->cpu_adam, where, d))
+      json_amount(o, "cpu_adam", &PARAMS_PER_S, false, &v->cpu_adam, where, d) ||
+      json_int(o, "cores", &v->cores, where, d) || json_int(o, "threads", &v->threads, where, d) ||
+      json_int(o, "ranks", &v->ranks, where, d) ||
+      parse_eff(&v->eff, cJSON_GetObjectItemCaseSensitive(o, "efficiency"), where, d) ||
+      parse_gemm(v, cJSON_GetObjectItemCaseSensitive(o, "gemm"), where, d))
     return -1;
+  if (cpu) {   // measured, not looked up: every rate given
+    static const char *const need[] = {"mem", "flops_fp32", "flops_bf16", "hbm_bw", "intra_bw",
+                                       "cores", NULL};
+    for (int i = 0; need[i]; i++)
+      if (!cJSON_GetObjectItemCaseSensitive(o, need[i]))
+        return ir_error(d, (IrLoc){0}, "%s: a CPU has no datasheet entry, so \"%s\" is "
+                        "required: measure this machine with mtc calibrate -o FILE", where,
+                        need[i]);
+    if (!cJSON_GetObjectItemCaseSensitive(o, "gpus_per_node"))
+      gr->per_node = count;   // ranks on one machine
+    v->inter_bw = v->inter_bw > 0 ? v->inter_bw : v->intra_bw;
+    v->host_bw = v->host_bw > 0 ? v->host_bw : v->hbm_bw;
+    v->cpu_adam = v->cpu_adam > 0 ? v->cpu_adam : v->hbm_bw / 28;
+  }
   if (gr->per_node > count)
     gr->per_node = count;
   if (gr->reserve >= v->mem)
@@ -271,7 +440,8 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
 
 // The top level: {"groups": [...], "cross_bw": ...}, its groups into c.
 static int parse_groups(SvCluster *c, const cJSON *root, const char *path, IrDiag *d) {
-  static const char *const known[] = {"groups", "cross_bw", NULL};
+  // "calibrated": mtc calibrate's note of how it measured (read by people)
+  static const char *const known[] = {"groups", "cross_bw", "calibrated", NULL};
   if (!cJSON_IsObject(root))
     return ir_error(d, (IrLoc){0}, "%s: a cluster is a JSON object", path);
   if (json_keys(root, known, path, d))
@@ -308,6 +478,18 @@ int sv_cluster_parse(SvCluster *c, const char *json, const char *path, IrDiag *d
     rc = json_amount(root, "cross_bw", &BYTES_PER_S, false, &c->cross_bw, path, d);
   cJSON_Delete(root);
   return rc;
+}
+
+int sv_device_load(SvDevice *dev, const char *path, IrDiag *d) {
+  SvCluster c;
+  if (sv_cluster_load(&c, path, d))
+    return -1;
+  if (c.ngroups != 1)
+    return ir_error(d, (IrLoc){0}, "%s: a device profile has one group, not %d (give a cluster "
+                    "of several with --cluster)", path, c.ngroups);
+  *dev = c.group[0].dev;
+  snprintf(dev->name, sizeof dev->name, "%s", c.group[0].name);
+  return 0;
 }
 
 int sv_cluster_load(SvCluster *c, const char *path, IrDiag *d) {

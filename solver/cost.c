@@ -655,7 +655,8 @@ static double value_bytes(IrGraph *g, const IrValue *v) {
 }
 
 // Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
-// attention run at the tensor cores' rate for their operands' type.
+// attention run at the tensor cores' rate for their operands' type; a
+// profile's measured GEMMs give matmuls the rate of their shape.
 static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   double bytes = 0;
   for (int k = 0; k < n->nin; k++)
@@ -663,12 +664,18 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   for (int k = 0; k < n->nout; k++)
     bytes += value_bytes(g, n->out[k]);
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
-  double peak = n->nin && n->in[0]->dtype == DT_BF16 ? dev->flops_bf16 : dev->flops_fp32;
+  bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
+  double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;
   double rate = dev->flops_fp32 * dev->eff.simt;
-  if (n->op == OP_MATMUL)
+  if (n->op == OP_MATMUL && dev->ngemm > 0) {
+    IrGemm m = ir_matmul_gemm(g, n);
+    const SymTab *t = &g->syms;
+    rate = sv_gemm_rate(dev, sym_evalf(m.m, t), sym_evalf(m.n, t), sym_evalf(m.k, t), bf16);
+  } else if (n->op == OP_MATMUL) {
     rate = peak * dev->eff.gemm;
-  else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD)
+  } else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) {
     rate = peak * dev->eff.attn;
+  }
   return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem));
 }
 
@@ -712,11 +719,12 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->nfwd = b->nfwd;
   o->nbwd = b->nbwd;
   for (int gi = 0; gi < cfg->cluster.ngroups; gi++) {
-    const SvDevice *dev = &cfg->cluster.group[gi].dev;
+    const SvGroup *gr = &cfg->cluster.group[gi];
+    double load = sv_group_load(gr);
     for (int k = 0; k < b->nfwd; k++)
-      o->roof_fwd[gi] += node_time(g, b->fwd[k], dev);
+      o->roof_fwd[gi] += load * node_time(g, b->fwd[k], &gr->dev);
     for (int k = 0; k < b->nbwd; k++)
-      o->roof_bwd[gi] += node_time(g, b->bwd[k], dev);
+      o->roof_bwd[gi] += load * node_time(g, b->bwd[k], &gr->dev);
   }
 }
 
@@ -830,8 +838,9 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
                                 : (double)s / gr->count;
 
   // Compute for one micro-step of one replica, on one device.
-  double tf = n->roof_fwd[g] / s + n->nfwd * dev->eff.launch;
-  double tb = n->roof_bwd[g] / s + n->nbwd * dev->eff.launch;
+  double load = sv_group_load(gr);   // a CPU's ranks sharing its cores
+  double tf = n->roof_fwd[g] / s + n->nfwd * dev->eff.launch * load;
+  double tb = n->roof_bwd[g] / s + n->nbwd * dev->eff.launch * load;
   o->t_micro[SV_T_COMPUTE] = per * (tf + tb);
   o->t_micro[SV_T_RECOMPUTE] = ckpt ? per * tf : 0;
 
@@ -896,7 +905,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   double fo = own > 0 ? (double)pass_offload_elems((int64_t)own, offload / 100.0) / own : 0;
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
-  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd / (dev->hbm_bw * dev->eff.update);
+  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd * load / (dev->hbm_bw * dev->eff.update);
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
     Link host = {pcie, 0, dev->eff.overlap};

@@ -64,6 +64,8 @@ typedef struct SvDevice {
   double cpu_adam;      // parameters per second the CPU optimizer updates, per GPU
   SvEff eff;
   int cores;            // a CPU: its cores, which the node's ranks share (0: a GPU per rank)
+  int threads, ranks;   // a CPU: each rank's threads, and the ranks that shared it, when its
+                        // rates were measured
   int ngemm;            // entries of gemm
   SvGemmRate gemm[SV_MAXGEMM];
 } SvDevice;
@@ -95,10 +97,23 @@ int sv_parse_size(const char *s, double *bytes);
 // count x gpu; mem > 0 overrides its memory, intra/inter > 0 its link bandwidths.
 int sv_cluster_simple(SvCluster *c, const char *gpu, int count, int per_node, double mem,
                       double intra_bw, double inter_bw, IrDiag *d);
+// The same of a device described whole (a profile's: sv_device_load). A CPU's
+// ranks all share one node unless per_node says otherwise.
+int sv_cluster_of(SvCluster *c, const SvDevice *dev, int count, int per_node, double mem,
+                  double intra_bw, double inter_bw, IrDiag *d);
+// The device of a profile (mtc calibrate's): a cluster file of one group.
+int sv_device_load(SvDevice *dev, const char *path, IrDiag *d);
 // A JSON cluster file (schema in README): {"groups": [{"gpu": "H100-80GB", "count": 8}, ...]}
 int sv_cluster_load(SvCluster *c, const char *path, IrDiag *d);
 int sv_cluster_parse(SvCluster *c, const char *json, const char *path, IrDiag *d);
 int sv_cluster_gpus(const SvCluster *c);
+// How much slower each of a group's devices runs its kernels than its rates
+// say: a CPU whose node has more ranks' threads than cores (and more than
+// when it was measured) shares them; 1 for GPUs.
+double sv_group_load(const SvGroup *gr);
+// FLOP/s of one GEMM of m x n x k on dev (a profile's measured rates,
+// interpolated between its shapes; else the peak times eff.gemm).
+double sv_gemm_rate(const SvDevice *dev, double m, double n, double k, bool bf16);
 
 // ---- configuration -------------------------------------------------------------------
 

@@ -1,0 +1,312 @@
+// The measuring program of `mtc calibrate`: times this machine's kernels and
+// collectives, built as the emitted CPU programs are (the same sources and
+// flags), and prints a device profile, a cluster file of one group that
+// `mtc plan` and `mtc compile` read (--device FILE, or --cluster FILE):
+//
+//   mpirun -np R ./calibrate R [--quick]    (R = 1 without MPI)
+//
+// Every rank runs every measurement at the same moment, as the ranks of a
+// program share the machine while it trains, and each figure is the slowest
+// rank's. What it measures, and the profile's key for it:
+//   gemm           rt_matmul (float32) and rt_matmul_bf16 at m, n, k of 32 to
+//                  2048 (FLOP/s); flops_fp32/flops_bf16 are the fastest
+//   hbm_bw         rt_binary's add on arrays far larger than the caches
+//                  (bytes read and written per second)
+//   efficiency     simt: rt_gelu_fwd's rate in the IR's count (8 FLOPs an
+//                  element), of flops_fp32; attn: rt_attention_fwd + _bwd
+//                  (causal, GPT-2's head size), of flops_fp32; update:
+//                  rt_adamw's float32 traffic (28 bytes a parameter, as the
+//                  planner counts it), of hbm_bw; launch: a small kernel's
+//                  time beyond its traffic; overlap: how much of a
+//                  non-blocking all-reduce a kernel beside it hides
+//   intra_bw       rt_allreduce's bus bandwidth among the R ranks, and
+//   alpha_intra    its latency (a 4-byte all-reduce)
+//   cpu_adam       rt_adamw's parameters per second (the host is this CPU)
+// The FLOP counts are those of ir/ops.c (matmul 2mnk; attention 2 x 2 GEMMs
+// forward and 5 backward over the causal half), so that the planner's
+// formulas divided by these rates give the kernels' times.
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "comm.h"
+#include "kernels.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double min_time = 0.05;   // seconds each measurement repeats for (--quick: less)
+
+static void *alloc(size_t bytes) {
+  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) {
+    fprintf(stderr, "calibrate: error: out of memory (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+
+static void fill(float *x, long n, float scale) {
+  for (long i = 0; i < n; i++) x[i] = scale * (float)((i * 7919) % 1001 - 500) / 500.0f;
+}
+
+// Seconds per call of fn(ctx): once to warm up, then as many times as fill
+// min_time; all ranks start together and repeat alike (fn may be a
+// collective), and the slowest rank's time counts.
+typedef void (*Fn)(void *ctx);
+static double timed(Fn fn, void *ctx) {
+  rt_group *w = rt_group_world();
+  rt_barrier(w);
+  double t0 = now();
+  fn(ctx);
+  double warm = rt_allreduce_scalar(w, now() - t0, RT_REDUCE_MAX);
+  long reps = warm >= min_time ? 1 : (long)fmin(1e6, ceil(min_time / fmax(warm, 1e-9)));
+  rt_barrier(w);
+  t0 = now();
+  for (long r = 0; r < reps; r++) fn(ctx);
+  return rt_allreduce_scalar(w, (now() - t0) / (double)reps, RT_REDUCE_MAX);
+}
+
+// ---- GEMMs --------------------------------------------------------------------------------------
+
+typedef struct Gemm {
+  long m, n, k;
+  float *a, *b, *c;
+  rt_bf16 *ah, *bh, *ch;
+} Gemm;
+
+static void gemm_f32(void *p) {
+  Gemm *g = p;
+  rt_matmul(g->c, g->a, g->b, 1, g->m, g->n, g->k, 0, 0, 0, 0, 0);
+}
+static void gemm_bf16(void *p) {
+  Gemm *g = p;
+  rt_matmul_bf16(g->ch, g->ah, g->bh, 1, g->m, g->n, g->k, 0, 0, 0, 0, 0);
+}
+
+// ---- memory-bound and other kernels -------------------------------------------------------------
+
+typedef struct Vec {
+  long n;
+  float *x, *y, *z;
+} Vec;
+
+static void add(void *p) {
+  Vec *v = p;
+  long shape[1] = {v->n}, stride[1] = {1};
+  rt_binary(RT_ADD, v->z, v->x, v->y, 1, shape, stride, stride);
+}
+static void gelu(void *p) {
+  Vec *v = p;
+  rt_gelu_fwd(v->y, v->x, v->n);
+}
+
+typedef struct Adam {
+  long n;
+  float *p, *g, *m, *v;
+} Adam;
+
+static void adamw(void *q) {
+  Adam *a = q;
+  rt_adamw(a->p, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, a->n);
+}
+
+typedef struct Attn {
+  long bh, t, hs;
+  float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+} Attn;
+
+static void attn(void *p) {
+  Attn *a = p;
+  rt_attention_fwd(a->out, a->lse, a->q, a->k, a->v, NULL, NULL, a->bh, a->t, a->t, a->hs, 1, 1,
+                   1, 1);
+  rt_attention_bwd(a->dq, a->dk, a->dv, NULL, a->dout, a->q, a->k, a->v, a->out, a->lse, NULL, NULL,
+                   a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
+}
+
+// ---- collectives --------------------------------------------------------------------------------
+
+typedef struct Coll {
+  long n;
+  float *buf;
+  Vec *beside;   // overlap: a kernel run while the all-reduce is in flight
+} Coll;
+
+static void allreduce(void *p) {
+  Coll *c = p;
+  rt_allreduce(rt_group_world(), c->buf, c->n, RT_REDUCE_SUM, NULL);
+}
+static void allreduce_beside(void *p) {
+  Coll *c = p;
+  rt_request req = {0};
+  rt_allreduce(rt_group_world(), c->buf, c->n, RT_REDUCE_SUM, &req);
+  add(c->beside);
+  rt_wait(&req);
+}
+
+// ---- the profile --------------------------------------------------------------------------------
+
+static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
+
+static void cpu_name(char *buf, size_t n) {
+  snprintf(buf, n, "CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10)) {
+      char *v = strchr(line, ':');
+      if (v) {
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n\"\\")] = '\0';
+        snprintf(buf, n, "%s", v);
+      }
+      break;
+    }
+  fclose(f);
+}
+
+int main(int argc, char **argv) {
+  int ranks = argc > 1 ? atoi(argv[1]) : 1;
+  bool quick = argc > 2 && !strcmp(argv[2], "--quick");
+  if (ranks < 1 || argc > 3 || (argc > 2 && !quick)) {
+    fprintf(stderr, "usage: [mpirun -np R] calibrate R [--quick]\n");
+    return 2;
+  }
+  if (quick) min_time = 0.005;
+  rt_comm_init(&argc, &argv, ranks, "calibrate");
+  int me = rt_comm_rank();
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+
+  // GEMMs on a grid of shapes
+  static const long dims[] = {32, 128, 512, 2048};
+  enum { ND = sizeof dims / sizeof dims[0] };
+  int nd = quick ? ND - 1 : ND;   // --quick: up to 512
+  long big = dims[nd - 1];
+  Gemm g = {0};
+  g.a = alloc(sizeof(float) * big * big);
+  g.b = alloc(sizeof(float) * big * big);
+  g.c = alloc(sizeof(float) * big * big);
+  g.ah = alloc(sizeof(rt_bf16) * big * big);
+  g.bh = alloc(sizeof(rt_bf16) * big * big);
+  g.ch = alloc(sizeof(rt_bf16) * big * big);
+  fill(g.a, big * big, 1.0f);
+  fill(g.b, big * big, 0.5f);
+  for (long i = 0; i < big * big; i++) {
+    g.ah[i] = rt_f32_to_bf16(g.a[i]);
+    g.bh[i] = rt_f32_to_bf16(g.b[i]);
+  }
+  double rate[ND][ND][ND][2], best[2] = {0, 0};
+  for (int i = 0; i < nd; i++)
+    for (int j = 0; j < nd; j++)
+      for (int l = 0; l < nd; l++) {
+        g.m = dims[i], g.n = dims[j], g.k = dims[l];
+        double flops = 2.0 * (double)g.m * (double)g.n * (double)g.k;
+        for (int t = 0; t < 2; t++) {
+          rate[i][j][l][t] = flops / timed(t ? gemm_bf16 : gemm_f32, &g);
+          best[t] = fmax(best[t], rate[i][j][l][t]);
+        }
+      }
+  free(g.a), free(g.b), free(g.c), free(g.ah), free(g.bh), free(g.ch);
+
+  // memory bandwidth, arithmetic, launch
+  Vec big_v = {1L << 24, alloc(4L << 24), alloc(4L << 24), alloc(4L << 24)};
+  fill(big_v.x, big_v.n, 1.0f);
+  fill(big_v.y, big_v.n, 2.0f);
+  double bw = 12.0 * (double)big_v.n / timed(add, &big_v);
+  double simt = 8.0 * (double)big_v.n / timed(gelu, &big_v);
+  Vec small_v = big_v;
+  small_v.n = 4096;
+  double launch = fmax(0, timed(add, &small_v) - 12.0 * (double)small_v.n / bw);
+
+  // AdamW on 4M parameters
+  Adam ad = {1L << 22, alloc(4L << 22), alloc(4L << 22), alloc(4L << 22), alloc(4L << 22)};
+  fill(ad.p, ad.n, 1.0f);
+  fill(ad.g, ad.n, 0.01f);
+  double adam_s = timed(adamw, &ad);
+  double update_bw = 28.0 * (double)ad.n / adam_s;
+  free(ad.p), free(ad.g), free(ad.m), free(ad.v);
+
+  // attention: GPT-2's 12 heads of 64 over 4 sequences of 256 tokens, causal
+  Attn at = {.bh = 4 * 12, .t = 256, .hs = 64};
+  long qn = at.bh * at.t * at.hs;
+  float **bufs[] = {&at.q, &at.k, &at.v, &at.out, &at.dout, &at.dq, &at.dk, &at.dv};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i] = alloc(sizeof(float) * qn);
+    fill(*bufs[i], qn, 0.1f * (float)(i + 1));
+  }
+  at.lse = alloc(sizeof(float) * at.bh * at.t);
+  double attn_flops = (2.0 * 2 + 2.0 * 5) * (double)qn * (double)at.t / 2;
+  double attn_rate = attn_flops / timed(attn, &at);
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+  free(at.lse);
+
+  // collectives among the ranks: latency, bus bandwidth, overlap
+  double alpha = 0, link = bw, overlap = 0;
+  if (ranks > 1) {
+    Coll c = {1, alloc(sizeof(float) << 24), NULL};
+    alpha = timed(allreduce, &c);
+    c.n = 1L << 24;
+    double t = timed(allreduce, &c);
+    link = 2.0 * (ranks - 1) / ranks * 4.0 * (double)c.n / fmax(t - alpha, 1e-9);
+    // a kernel as long as the all-reduce beside it: the share of it hidden
+    Vec beside = big_v;
+    beside.n = (long)fmin((double)big_v.n, t * bw / 12.0);
+    double tk = timed(add, &beside);
+    c.beside = &beside;
+    double both = timed(allreduce_beside, &c);
+    overlap = clamp01((t + tk - both) / fmin(t, tk));
+    free(c.buf);
+  }
+  free(big_v.x), free(big_v.y), free(big_v.z);
+
+  if (me == 0) {
+    char name[160];
+    cpu_name(name, sizeof name);
+    printf("{\n"
+           "  \"calibrated\": \"mtc calibrate: %d rank%s of %d thread%s on %ld core%s%s\",\n",
+           ranks, ranks > 1 ? "s" : "", threads, threads > 1 ? "s" : "", cores,
+           cores > 1 ? "s" : "", quick ? " (quick)" : "");
+    printf("  \"groups\": [{\n"
+           "    \"name\": \"%.31s\",\n"
+           "    \"gpu\": \"CPU\", \"count\": %d, \"gpus_per_node\": %d,\n"
+           "    \"cores\": %ld, \"threads\": %d, \"ranks\": %d,\n"
+           "    \"mem\": %.0f, \"host_mem\": 0,\n"
+           "    \"flops_fp32\": %.4g, \"flops_bf16\": %.4g, \"hbm_bw\": %.4g,\n"
+           "    \"intra_bw\": %.4g, \"inter_bw\": %.4g, \"host_bw\": %.4g, \"cpu_adam\": %.4g,\n",
+           name, ranks, ranks, cores, threads, ranks, phys / ranks, best[0], best[1], bw, link,
+           link, bw, (double)ad.n / adam_s);
+    printf("    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
+           "\"update\": %.4g, \"link\": 1, \"host\": 1,\n"
+           "                   \"launch\": %.4g, \"alpha_intra\": %.4g, \"alpha_inter\": %.4g, "
+           "\"overlap\": %.3g},\n",
+           attn_rate / best[0], simt / best[0], update_bw / bw, launch, alpha, alpha, overlap);
+    printf("    \"gemm\": [\n");
+    for (int i = 0; i < nd; i++)
+      for (int j = 0; j < nd; j++)
+        for (int l = 0; l < nd; l++)
+          printf("      [%ld, %ld, %ld, %.4g, %.4g]%s\n", dims[i], dims[j], dims[l],
+                 rate[i][j][l][0], rate[i][j][l][1],
+                 i == nd - 1 && j == nd - 1 && l == nd - 1 ? "" : ",");
+    printf("    ]\n  }]\n}\n");
+  }
+  rt_comm_finalize();
+  return 0;
+}
