@@ -10,6 +10,10 @@
 // rank's. What it measures, and the profile's key for it:
 //   gemm           rt_matmul (float32) and rt_matmul_bf16 at m, n, k of 32 to
 //                  2048 (FLOP/s); flops_fp32/flops_bf16 are the fastest
+//   ops            seconds per element of the other kernels a step runs most
+//                  (gelu, the norms, softmax, cross-entropy, adds, ...), at
+//                  64Ki, 1Mi and 8Mi elements (rows of 1024), keyed by the IR
+//                  op they run (ir/ops.def)
 //   hbm_bw         rt_binary's add on arrays far larger than the caches
 //                  (bytes read and written per second)
 //   efficiency     simt: rt_gelu_fwd's rate in the IR's count (8 FLOPs an
@@ -62,9 +66,11 @@ static void fill(float *x, long n, float scale) {
   for (long i = 0; i < n; i++) x[i] = scale * (float)((i * 7919) % 1001 - 500) / 500.0f;
 }
 
-// Seconds per call of fn(ctx): once to warm up, then as many times as fill
-// min_time; all ranks start together and repeat alike (fn may be a
-// collective), and the slowest rank's time counts.
+// Seconds per call of fn(ctx): once to warm up, then three trials of as many
+// calls as fill min_time / 3, the fastest trial counting (a rank the system
+// paused for a moment slows one trial, not the figure); all ranks start each
+// trial together and repeat alike (fn may be a collective), and the slowest
+// rank's time counts.
 typedef void (*Fn)(void *ctx);
 static double timed(Fn fn, void *ctx) {
   rt_group *w = rt_group_world();
@@ -72,11 +78,16 @@ static double timed(Fn fn, void *ctx) {
   double t0 = now();
   fn(ctx);
   double warm = rt_allreduce_scalar(w, now() - t0, RT_REDUCE_MAX);
-  long reps = warm >= min_time ? 1 : (long)fmin(1e6, ceil(min_time / fmax(warm, 1e-9)));
-  rt_barrier(w);
-  t0 = now();
-  for (long r = 0; r < reps; r++) fn(ctx);
-  return rt_allreduce_scalar(w, (now() - t0) / (double)reps, RT_REDUCE_MAX);
+  double span = min_time / 3;
+  long reps = warm >= span ? 1 : (long)fmin(1e6, ceil(span / fmax(warm, 1e-9)));
+  double best = INFINITY;
+  for (int trial = 0; trial < 3; trial++) {
+    rt_barrier(w);
+    t0 = now();
+    for (long r = 0; r < reps; r++) fn(ctx);
+    best = fmin(best, rt_allreduce_scalar(w, (now() - t0) / (double)reps, RT_REDUCE_MAX));
+  }
+  return best;
 }
 
 // ---- GEMMs --------------------------------------------------------------------------------------
@@ -134,6 +145,78 @@ static void attn(void *p) {
                    1, 1);
   rt_attention_bwd(a->dq, a->dk, a->dv, NULL, a->dout, a->q, a->k, a->v, a->out, a->lse, NULL, NULL,
                    a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
+}
+
+// ---- the other kernels, per element --------------------------------------------------------------
+
+#define ROW 1024   // the row-wise kernels' rows: n / ROW of ROW elements
+
+typedef struct Bufs {
+  float *x, *y, *z, *w, *bias, *dw, *db, loss[1], dloss[1];
+  int *targets;
+} Bufs;
+
+typedef struct OpCase {
+  const char *op;   // the IR op the kernel runs
+  void (*run)(Bufs *b, long n);
+} OpCase;
+
+static void k_gelu(Bufs *b, long n) { rt_gelu_fwd(b->y, b->x, n); }
+static void k_gelu_bwd(Bufs *b, long n) { rt_gelu_bwd(b->z, b->y, b->x, n); }
+static void k_silu(Bufs *b, long n) { rt_silu_fwd(b->y, b->x, n); }
+static void k_silu_bwd(Bufs *b, long n) { rt_silu_bwd(b->z, b->y, b->x, n); }
+static void k_layernorm(Bufs *b, long n) {
+  rt_layernorm_fwd(b->y, b->x, b->w, b->bias, n / ROW, ROW, 1e-5f);
+}
+static void k_layernorm_bwd(Bufs *b, long n) {
+  rt_layernorm_bwd(b->z, b->dw, b->db, b->y, b->x, b->w, n / ROW, ROW, 1e-5f);
+}
+static void k_rmsnorm(Bufs *b, long n) { rt_rmsnorm_fwd(b->y, b->x, b->w, n / ROW, ROW, 1e-5f); }
+static void k_rmsnorm_bwd(Bufs *b, long n) {
+  rt_rmsnorm_bwd(b->z, b->dw, b->y, b->x, b->w, n / ROW, ROW, 1e-5f);
+}
+static void k_softmax(Bufs *b, long n) { rt_softmax_fwd(b->y, b->x, n / ROW, ROW); }
+static void k_softmax_bwd(Bufs *b, long n) { rt_softmax_bwd(b->z, b->y, b->x, n / ROW, ROW); }
+static void k_xent(Bufs *b, long n) {
+  rt_crossentropy_fwd(b->loss, b->x, b->targets, n / ROW, ROW, ROW, -100);
+}
+static void k_xent_bwd(Bufs *b, long n) {
+  rt_crossentropy_bwd(b->y, b->dloss, b->x, b->targets, n / ROW, ROW, ROW, -100);
+}
+static void binary(Bufs *b, long n, int op) {
+  long shape[1] = {n}, stride[1] = {1};
+  rt_binary(op, b->z, b->x, b->y, 1, shape, stride, stride);
+}
+static void k_add(Bufs *b, long n) { binary(b, n, RT_ADD); }
+static void k_mul(Bufs *b, long n) { binary(b, n, RT_MUL); }
+static void k_sum_to(Bufs *b, long n) {   // a bias's gradient: the rows summed
+  long shape[2] = {n / ROW, ROW}, ostride[2] = {0, 1};
+  rt_reduce_sum(b->dw, b->x, 2, shape, ostride, ROW, 1.0f);
+}
+
+static const OpCase op_cases[] = {
+    {"gelu", k_gelu},           {"gelu_bwd", k_gelu_bwd},
+    {"silu", k_silu},           {"silu_bwd", k_silu_bwd},
+    {"layernorm", k_layernorm}, {"layernorm_bwd", k_layernorm_bwd},
+    {"rmsnorm", k_rmsnorm},     {"rmsnorm_bwd", k_rmsnorm_bwd},
+    {"softmax", k_softmax},     {"softmax_bwd", k_softmax_bwd},
+    {"cross_entropy", k_xent},  {"cross_entropy_bwd", k_xent_bwd},
+    {"add", k_add},             {"mul", k_mul},
+    {"sum_to", k_sum_to},
+};
+enum { NOPS = sizeof op_cases / sizeof op_cases[0] };
+static const long op_sizes[] = {1L << 16, 1L << 20, 1L << 23};
+enum { NSIZES = sizeof op_sizes / sizeof op_sizes[0] };
+
+typedef struct OpRun {
+  const OpCase *c;
+  Bufs *b;
+  long n;
+} OpRun;
+
+static void op_run(void *p) {
+  OpRun *r = p;
+  r->c->run(r->b, r->n);
 }
 
 // ---- collectives --------------------------------------------------------------------------------
@@ -258,6 +341,23 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
   free(at.lse);
 
+  // the other kernels, per element, at each size
+  int nsizes = quick ? NSIZES - 1 : NSIZES;
+  long most = op_sizes[nsizes - 1];
+  Bufs bu = {alloc(4 * most), alloc(4 * most), alloc(4 * most), alloc(4 * ROW), alloc(4 * ROW),
+             alloc(4 * ROW), alloc(4 * ROW), {0}, {1}, alloc(sizeof(int) * (most / ROW))};
+  fill(bu.x, most, 1.0f);
+  fill(bu.y, most, 0.5f);
+  fill(bu.w, ROW, 1.0f);
+  double per_elem[NOPS][NSIZES];
+  for (int o = 0; o < NOPS; o++)
+    for (int z = 0; z < nsizes; z++) {
+      OpRun r = {&op_cases[o], &bu, op_sizes[z]};
+      per_elem[o][z] = timed(op_run, &r) / (double)op_sizes[z];
+    }
+  free(bu.x), free(bu.y), free(bu.z), free(bu.w), free(bu.bias), free(bu.dw), free(bu.db);
+  free(bu.targets);
+
   // collectives among the ranks: latency, bus bandwidth, overlap
   double alpha = 0, link = bw, overlap = 0;
   if (ranks > 1) {
@@ -298,6 +398,14 @@ int main(int argc, char **argv) {
            "                   \"launch\": %.4g, \"alpha_intra\": %.4g, \"alpha_inter\": %.4g, "
            "\"overlap\": %.3g},\n",
            attn_rate / best[0], simt / best[0], update_bw / bw, launch, alpha, alpha, overlap);
+    printf("    \"ops\": {\n");
+    for (int o = 0; o < NOPS; o++) {
+      printf("      \"%s\": [", op_cases[o].op);
+      for (int z = 0; z < nsizes; z++)
+        printf("%s[%ld, %.4g]", z ? ", " : "", op_sizes[z], per_elem[o][z]);
+      printf("]%s\n", o + 1 < NOPS ? "," : "");
+    }
+    printf("    },\n");
     printf("    \"gemm\": [\n");
     for (int i = 0; i < nd; i++)
       for (int j = 0; j < nd; j++)

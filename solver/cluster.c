@@ -175,6 +175,20 @@ static void bracket(const double *v, int n, double x, int *i, double *w) {
   *w = log(x / v[*i]) / log(v[*i + 1] / v[*i]);
 }
 
+double sv_op_seconds(const SvDevice *dev, IrOp op, double numel) {
+  for (int i = 0; i < dev->nops; i++) {
+    const SvOpRate *r = &dev->ops[i];
+    if (r->op != op)
+      continue;
+    int at;
+    double w;
+    bracket(r->numel, r->n, numel, &at, &w);
+    double lo = r->sec[at], hi = r->sec[r->n > 1 ? at + 1 : at];
+    return numel * exp((1 - w) * log(lo) + w * log(hi));
+  }
+  return -1;
+}
+
 // The distinct values of one coordinate of the profile's GEMMs, sorted.
 static int axis_values(const SvDevice *dev, int c, double *out) {
   int n = 0;
@@ -370,11 +384,48 @@ static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d)
   return 0;
 }
 
+// "ops": {"gelu": [[numel, seconds per element], ...], ...}: IR ops (ir/ops.def), sizes
+// increasing.
+static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
+  if (!o)
+    return 0;
+  if (!cJSON_IsObject(o))
+    return ir_error(d, (IrLoc){0}, "%s: \"ops\" must be an object of IR ops", where);
+  v->nops = 0;
+  for (const cJSON *it = o->child; it; it = it->next) {
+    IrOp op = ir_op_lookup(it->string);
+    if (op == OP_COUNT)
+      return ir_error(d, (IrLoc){0}, "%s: \"ops\": no IR op is named '%s'", where, it->string);
+    if (v->nops == SV_MAXOPS)
+      return ir_error(d, (IrLoc){0}, "%s: \"ops\": at most %d ops", where, SV_MAXOPS);
+    for (int i = 0; i < v->nops; i++)
+      if (v->ops[i].op == op)
+        return ir_error(d, (IrLoc){0}, "%s: \"ops\": '%s' is given twice", where, it->string);
+    SvOpRate *r = &v->ops[v->nops++];
+    r->op = op;
+    r->n = cJSON_GetArraySize(it);
+    bool ok = cJSON_IsArray(it) && r->n >= 1 && r->n <= SV_MAXPTS;
+    for (int i = 0; ok && i < r->n; i++) {
+      const cJSON *pt = cJSON_GetArrayItem(it, i);
+      const cJSON *a = cJSON_GetArrayItem(pt, 0), *b = cJSON_GetArrayItem(pt, 1);
+      ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(a) &&
+           cJSON_IsNumber(b) && a->valuedouble >= 1 && b->valuedouble > 0 &&
+           b->valuedouble < 1 && (i == 0 || a->valuedouble > r->numel[i - 1]);
+      if (ok)
+        r->numel[i] = a->valuedouble, r->sec[i] = b->valuedouble;
+    }
+    if (!ok)
+      return ir_error(d, (IrLoc){0}, "%s: \"ops\": '%s' must be 1 to %d pairs [elements, "
+                      "seconds per element], elements increasing", where, it->string, SV_MAXPTS);
+  }
+  return 0;
+}
+
 static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d) {
   static const char *const known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
                                 "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
                                 "host_bw", "host_mem", "cpu_adam", "cores", "threads", "ranks",
-                                "efficiency", "gemm", NULL};
+                                "efficiency", "gemm", "ops", NULL};
   if (!cJSON_IsObject(o))
     return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
   if (json_keys(o, known, where, d))
@@ -414,7 +465,8 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
       json_int(o, "cores", &v->cores, where, d) || json_int(o, "threads", &v->threads, where, d) ||
       json_int(o, "ranks", &v->ranks, where, d) ||
       parse_eff(&v->eff, cJSON_GetObjectItemCaseSensitive(o, "efficiency"), where, d) ||
-      parse_gemm(v, cJSON_GetObjectItemCaseSensitive(o, "gemm"), where, d))
+      parse_gemm(v, cJSON_GetObjectItemCaseSensitive(o, "gemm"), where, d) ||
+      parse_ops(v, cJSON_GetObjectItemCaseSensitive(o, "ops"), where, d))
     return -1;
   if (cpu) {   // measured, not looked up: every rate given
     static const char *const need[] = {"mem", "flops_fp32", "flops_bf16", "hbm_bw", "intra_bw",

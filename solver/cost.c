@@ -656,13 +656,21 @@ static double value_bytes(IrGraph *g, const IrValue *v) {
 
 // Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
 // attention run at the tensor cores' rate for their operands' type; a
-// profile's measured GEMMs give matmuls the rate of their shape.
+// profile's measured GEMMs give matmuls the rate of their shape, and its
+// measured kernels their ops' times by their elements.
 static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
-  double bytes = 0;
-  for (int k = 0; k < n->nin; k++)
-    bytes += value_bytes(g, n->in[k]);
-  for (int k = 0; k < n->nout; k++)
-    bytes += value_bytes(g, n->out[k]);
+  double bytes = 0, numel = 0;
+  for (int k = 0; k < n->nin + n->nout; k++) {
+    const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+    if (v->rank < 0)
+      continue;
+    bytes += value_bytes(g, v);
+    if (dev->nops > 0)
+      numel = fmax(numel, sym_evalf(ir_numel(g, v), &g->syms));
+  }
+  double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, numel) : -1;
+  if (measured >= 0)
+    return measured;
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
   bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
   double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;

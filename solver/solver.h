@@ -51,6 +51,16 @@ typedef struct SvGemmRate {
   double fp32, bf16;
 } SvGemmRate;
 
+// Measured seconds per element of an op's kernel (a calibrated profile):
+// at numel[i] elements (its largest input or output), sec[i] each.
+#define SV_MAXOPS 32
+#define SV_MAXPTS 8
+typedef struct SvOpRate {
+  IrOp op;
+  int n;
+  double numel[SV_MAXPTS], sec[SV_MAXPTS];
+} SvOpRate;
+
 typedef struct SvDevice {
   char name[32];        // "H100-80GB"
   double flops_bf16;    // dense peak FLOP/s in bf16 (fp16 on V100)
@@ -68,6 +78,8 @@ typedef struct SvDevice {
                         // rates were measured
   int ngemm;            // entries of gemm
   SvGemmRate gemm[SV_MAXGEMM];
+  int nops;             // entries of ops: these ops' times come from them, not the roofline
+  SvOpRate ops[SV_MAXOPS];
 } SvDevice;
 
 const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL when unknown
@@ -114,6 +126,9 @@ double sv_group_load(const SvGroup *gr);
 // FLOP/s of one GEMM of m x n x k on dev (a profile's measured rates,
 // interpolated between its shapes; else the peak times eff.gemm).
 double sv_gemm_rate(const SvDevice *dev, double m, double n, double k, bool bf16);
+// Seconds of op's kernel over numel elements on dev when its profile measured
+// the op (interpolated between its sizes); -1 when it did not.
+double sv_op_seconds(const SvDevice *dev, IrOp op, double numel);
 
 // ---- configuration -------------------------------------------------------------------
 
