@@ -230,10 +230,13 @@ int mtc_calibrate(int argc, char **argv) {
       fprintf(stderr, ", all-reduce %.2f GB/s after %.1f us, %.0f%% of it hidden behind a kernel",
               v->intra_bw / 1e9, v->eff.alpha_intra * 1e6, 100 * v->eff.overlap);
     fputs("\n", stderr);
-    if (ranks * v->threads > v->cores)   // measured as such: the rates are a share of a core
-      fprintf(stderr, "mtc calibrate: note: %d ranks of %d thread%s share %d cores, so these "
-              "rates are each rank's share; plan for other counts of ranks with a profile "
-              "measured at them\n", ranks, v->threads, v->threads > 1 ? "s" : "", v->cores);
+    if (ranks * v->threads > v->cores)
+      fprintf(stderr, "mtc calibrate: warning: %d ranks of %d thread%s time-share %d cores, and a "
+              "kernel shorter than the system's time slice runs at a whole core's speed, so "
+              "these rates mix the two; measure at most %d ranks of %d thread%s (the planner "
+              "scales a profile to more ranks per machine)\n", ranks, v->threads,
+              v->threads > 1 ? "s" : "", v->cores, v->cores / v->threads > 0 ? v->cores / v->threads : 1,
+              v->threads, v->threads > 1 ? "s" : "");
     if (outfile) {   // whole or not at all: a temporary beside the target, renamed onto it
       char part[4200];
       snprintf(part, sizeof part, "%s.mtc-%d", outfile, (int)getpid());

@@ -75,24 +75,7 @@ export MTC_MPIRUN_TIMEOUT=${MTC_MPIRUN_TIMEOUT:-3600}  # a 124M step at 4 ranks 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-models=(
-  "small|-D T=64 -D B=4"
-  "124M|-D L=12 -D C=768 -D NH=12 -D V=$vocab_124m -D T=64 -D B=4"
-)
-layouts=(   # ranks|name|flags
-  "1|1 rank|"
-  "2|DP2|--dp 2"
-  "4|DP4|--dp 4"
-  "2|ZeRO-3 DP2|--dp 2 --zero 3"
-  "4|ZeRO-3 DP4|--dp 4 --zero 3"
-  "2|TP2|--tp 2"
-  "2|TP2+SP|--tp 2 --seq-parallel"
-  "4|TP4|--tp 4"
-  "4|TP4+SP|--tp 4 --seq-parallel"
-  "4|DP2 x TP2|--dp 2 --tp 2"
-  "4|DP2 x TP2+SP|--dp 2 --tp 2 --seq-parallel"
-  "4|2D 2x2|--tp2d 2"
-)
+source bench/layouts.sh   # models and layouts
 
 skipped=()
 skip() {   # model layout ranks reason
@@ -100,25 +83,7 @@ skip() {   # model layout ranks reason
   skipped+=("$1, $2: $4")
 }
 
-# Other load: CPU seconds all CPUs spent busy so far (/proc/stat), and what
-# this shell's finished children used (bash's `times`; mpirun reaps its ranks,
-# so theirs is in it).
-cpu_busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat; }
-# (`times` must run in this shell, not in a $(...) subshell, whose counts start at 0.)
-own_cpu() { times > "$tmp/times"; tail -1 "$tmp/times" | awk '{ split($1 "m" $2, t, "m"); sub(/s$/, "", t[2]); sub(/s$/, "", t[4]); printf "%.3f", 60 * (t[1] + t[3]) + t[2] + t[4] }' > "$tmp/own"; }
-
-# Waits (at most --wait seconds) until the CPUs were at most 15% busy over a
-# second; prints that share.
-wait_for_idle() {
-  local t0=$SECONDS b0 b1 busy
-  while :; do
-    b0=$(cpu_busy)
-    sleep 1
-    b1=$(cpu_busy)
-    busy=$(awk -v a="$b0" -v b="$b1" -v n="$ncpu" 'BEGIN { printf "%.0f", 100 * (b - a) / n }')
-    if [ "$busy" -le 15 ] || [ $((SECONDS - t0)) -ge "$wait_s" ]; then echo "$busy"; return; fi
-  done
-}
+source bench/idle.sh   # wait_for_idle, cpu_busy
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
 

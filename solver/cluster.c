@@ -29,8 +29,8 @@
 // training steps reach 45-56% of peak. A calibrated profile (mtc calibrate)
 // replaces them with measured rates.
 #define EFF_GPU                                                                                    \
-  .eff = {.gemm = 0.70, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,          \
-   .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
+  .eff = {.gemm = 0.70, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,  \
+   .gather = 1, .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
 static const SvDevice devices[] = {
     // name          bf16 (fp16)  fp32       memory        HBM         intra     inter
     //                                                     host        host mem   CPU AdamW
@@ -322,14 +322,16 @@ static int json_int(const cJSON *o, const char *key, int *out, const char *where
 // efficiencies those of measured rates unless the profile says otherwise.
 static const SvDevice cpu_base = {
     .name = "CPU",
-    .eff = {.gemm = 1, .attn = 1, .simt = 1, .mem = 1, .update = 1, .link = 1, .host = 1},
+    .eff = {.gemm = 1, .attn = 1, .simt = 1, .mem = 1, .update = 1, .link = 1, .gather = 1,
+            .host = 1},
     .threads = 1,
     .ranks = 1,
 };
 
 // "efficiency": {"gemm": 1, "launch": 2e-6, ...}: SvEff's fields.
 static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
-  static const char *const known[] = {"gemm", "attn", "simt", "mem", "update", "link", "host",
+  static const char *const known[] = {"gemm",   "attn",        "simt",        "mem",
+                                      "update", "link",        "gather",      "host",
                                       "launch", "alpha_intra", "alpha_inter", "overlap", NULL};
   if (!o)
     return 0;
@@ -339,16 +341,18 @@ static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
     return ir_error(d, (IrLoc){0}, "%s must be an object", at);
   if (json_keys(o, known, at, d))
     return -1;
-  struct { const char *key; double *at, hi; } f[] = {
-      {"gemm", &e->gemm, 1},         {"attn", &e->attn, 1},      {"simt", &e->simt, 1},
-      {"mem", &e->mem, 1},           {"update", &e->update, 1},  {"link", &e->link, 1},
-      {"host", &e->host, 1},         {"launch", &e->launch, 1},  {"alpha_intra", &e->alpha_intra, 1},
-      {"alpha_inter", &e->alpha_inter, 1}, {"overlap", &e->overlap, 1}};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    bool rate = i < 7;   // a share of a rate must be above 0; times and overlap may be 0
-    if (sv_json_number(o, f[i].key, rate ? 1e-6 : 0, f[i].hi, false, false, f[i].at, at, d))
+  // shares of a rate: above 0, and above 1 only where the rate they scale was measured on
+  // another kernel (a profile's AdamW beside its adds); times and overlap may be 0
+  struct { const char *key; double *at, lo, hi; } f[] = {
+      {"gemm", &e->gemm, 1e-6, 100},         {"attn", &e->attn, 1e-6, 100},
+      {"simt", &e->simt, 1e-6, 100},         {"mem", &e->mem, 1e-6, 100},
+      {"update", &e->update, 1e-6, 100},     {"link", &e->link, 1e-6, 100},
+      {"gather", &e->gather, 1e-6, 100},     {"host", &e->host, 1e-6, 100},
+      {"launch", &e->launch, 0, 1},          {"alpha_intra", &e->alpha_intra, 0, 1},
+      {"alpha_inter", &e->alpha_inter, 0, 1}, {"overlap", &e->overlap, 0, 1}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (sv_json_number(o, f[i].key, f[i].lo, f[i].hi, false, false, f[i].at, at, d))
       return -1;
-  }
   return 0;
 }
 
@@ -448,9 +452,11 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
   if (name && !cJSON_IsString(name))
     return ir_error(d, (IrLoc){0}, "%s: \"name\" must be a string", where);
+  SvDevice *v = &gr->dev;
   if (name)
     snprintf(gr->name, sizeof gr->name, "%s", name->valuestring);
-  SvDevice *v = &gr->dev;
+  if (name && cpu)   // a measured CPU is known by its name (the profile's: its model)
+    snprintf(v->name, sizeof v->name, "%s", name->valuestring);
   if (json_int(o, "gpus_per_node", &gr->per_node, where, d) ||
       json_amount(o, "mem", &BYTES, false, &v->mem, where, d) ||
       json_amount(o, "reserve", &BYTES, true, &gr->reserve, where, d) ||
@@ -540,7 +546,6 @@ int sv_device_load(SvDevice *dev, const char *path, IrDiag *d) {
     return ir_error(d, (IrLoc){0}, "%s: a device profile has one group, not %d (give a cluster "
                     "of several with --cluster)", path, c.ngroups);
   *dev = c.group[0].dev;
-  snprintf(dev->name, sizeof dev->name, "%s", c.group[0].name);
   return 0;
 }
 

@@ -790,6 +790,7 @@ double sv_allgather_time(double bytes, int n, double bw, double alpha) {
 typedef struct Link {
   double bw, alpha;
   double overlap;   // the share of the compute beside it that hides it
+  double gather;    // all-gathers' and reduce-scatters' bandwidth, of all-reduces'
 } Link;
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
@@ -798,16 +799,19 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
     double bw = c->cross_bw;
     for (int i = 0; c->cross_bw <= 0 && i < c->ngroups; i++)
       bw = i == 0 ? c->group[i].dev.inter_bw : fmin(bw, c->group[i].dev.inter_bw);
-    return (Link){bw * gr->dev.eff.link, gr->dev.eff.alpha_inter, gr->dev.eff.overlap};
+    const SvEff *e = &gr->dev.eff;
+    return (Link){bw * e->link, e->alpha_inter, e->overlap, e->gather};
   }
   const SvEff *e = &gr->dev.eff;
   if (span <= gr->per_node)
-    return (Link){gr->dev.intra_bw * e->link, e->alpha_intra, e->overlap};
-  return (Link){gr->dev.inter_bw * e->link, e->alpha_inter, e->overlap};
+    return (Link){gr->dev.intra_bw * e->link, e->alpha_intra, e->overlap, e->gather};
+  return (Link){gr->dev.inter_bw * e->link, e->alpha_inter, e->overlap, e->gather};
 }
 
 static double ar(double bytes, int n, Link l) { return sv_allreduce_time(bytes, n, l.bw, l.alpha); }
-static double ag(double bytes, int n, Link l) { return sv_allgather_time(bytes, n, l.bw, l.alpha); }
+static double ag(double bytes, int n, Link l) {
+  return sv_allgather_time(bytes, n, l.bw * l.gather, l.alpha);
+}
 // A collective beside compute: its bandwidth part hides behind the compute,
 // its start-up latency (every rank waits for the slowest) does not.
 static double exposed(double comm, double compute, Link l, int collectives) {
@@ -916,7 +920,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd * load / (dev->hbm_bw * dev->eff.update);
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, 0, dev->eff.overlap};
+    Link host = {pcie, 0, dev->eff.overlap, 1};
     o->t_step[SV_T_OFFLOAD] = exposed(moved * b->grad / pcie, tb, host, 0) +
                               moved / dev->cpu_adam + exposed(moved * b->param / pcie, tf, host, 0);
   }

@@ -512,6 +512,92 @@ static void test_clusters(void) {
         "host_mem -1: '%s'", d.msg);
 }
 
+// A measured profile (mtc calibrate's): a CPU, GEMM rates on a grid of shapes
+// and per-element kernel times, interpolated in log space between them.
+#define PROFILE_HEAD                                                                               \
+  "{\"calibrated\": \"test\", \"groups\": [{\"name\": \"box\", \"gpu\": \"CPU\", \"count\": 2, " \
+  "\"cores\": 2, \"threads\": 1, \"ranks\": 2, \"mem\": \"8GiB\", \"flops_fp32\": 1e11, "        \
+  "\"flops_bf16\": 1e11, \"hbm_bw\": 2e10, \"intra_bw\": 2e9"
+#define PROFILE_GEMM                                                                               \
+  "\"gemm\": [[32, 32, 32, 1e10, 5e9], [32, 32, 512, 4e10, 2e10], [32, 512, 32, 4e10, 2e10], "   \
+  "[32, 512, 512, 8e10, 4e10], [512, 32, 32, 4e10, 2e10], [512, 32, 512, 8e10, 4e10], "          \
+  "[512, 512, 32, 8e10, 4e10], [512, 512, 512, 1e11, 5e10]]"
+
+static void test_profiles(void) {
+  const char *ok = PROFILE_HEAD ", \"efficiency\": {\"attn\": 0.25, \"launch\": 1e-6, "
+                   "\"overlap\": 0}, " PROFILE_GEMM ", \"ops\": {\"gelu\": [[1000, 4e-9], "
+                   "[1000000, 1e-8]], \"add\": [[65536, 1e-9]]}}]}";
+  SvCluster c;
+  IrDiag d = {0};
+  CHECK(!sv_cluster_parse(&c, ok, "p.json", &d), "%s", d.msg);
+  const SvGroup *gr = &c.group[0];
+  const SvDevice *v = &gr->dev;
+  CHECK(gr->per_node == 2 && v->cores == 2 && v->ngemm == 8 && v->nops == 2 &&
+            v->eff.attn == 0.25 && v->eff.gemm == 1 && v->eff.overlap == 0 &&
+            v->inter_bw == v->intra_bw && v->host_bw == v->hbm_bw && !strcmp(gr->name, "box"),
+        "a CPU profile: per node %d, cores %d, %d GEMMs, %d ops, attn %g", gr->per_node,
+        v->cores, v->ngemm, v->nops, v->eff.attn);
+  // GEMMs: the grid's rates at its points; between, the geometric mean; outside, the edge
+  CHECK(near(sv_gemm_rate(v, 32, 512, 512, false), 8e10, 1e-12) &&
+            near(sv_gemm_rate(v, 512, 512, 512, true), 5e10, 1e-12),
+        "at the grid's points");
+  CHECK(near(sv_gemm_rate(v, 128, 512, 512, false), sqrt(8e10 * 1e11), 1e-12),
+        "halfway in log space: %g", sv_gemm_rate(v, 128, 512, 512, false));
+  CHECK(near(sv_gemm_rate(v, 4096, 8192, 1e6, false), 1e11, 1e-12) &&
+            near(sv_gemm_rate(v, 1, 2, 3, false), 1e10, 1e-12),
+        "beyond the grid: %g, %g", sv_gemm_rate(v, 4096, 8192, 1e6, false),
+        sv_gemm_rate(v, 1, 2, 3, false));
+  // kernels: seconds per element by size; an op not measured has none
+  CHECK(near(sv_op_seconds(v, OP_GELU, 1000), 4e-6, 1e-12) &&
+            near(sv_op_seconds(v, OP_GELU, sqrt(1e9)), sqrt(1e9) * sqrt(4e-9 * 1e-8), 1e-12) &&
+            near(sv_op_seconds(v, OP_ADD, 10), 1e-8, 1e-12) && sv_op_seconds(v, OP_MUL, 10) < 0,
+        "per-element times");
+  // a CPU's ranks share its cores: twice the ranks of its measurement, half the speed each
+  SvGroup four = *gr;
+  four.per_node = 4;
+  CHECK(sv_group_load(gr) == 1 && sv_group_load(&four) == 2, "load %g, %g", sv_group_load(gr),
+        sv_group_load(&four));
+  // a GPU without a profile's GEMMs: its peak times the table's efficiency
+  const SvDevice *h100 = sv_device_find("H100-80GB");
+  CHECK(sv_gemm_rate(h100, 64, 64, 64, true) == h100->flops_bf16 * h100->eff.gemm, "H100");
+
+  const struct { const char *json, *want; } bad[] = {
+      {"{\"groups\": [{\"gpu\": \"CPU\", \"count\": 1, \"mem\": \"8GiB\"}]}",
+       "a CPU has no datasheet entry, so \"flops_fp32\" is required: measure this machine with "
+       "mtc calibrate"},
+      {PROFILE_HEAD ", \"gemm\": [[32, 32, 32, 1e10, 1e10], [64, 64, 64, 1e10, 1e10]]}]}",
+       "\"gemm\"'s shapes must form a grid"},
+      {PROFILE_HEAD ", \"gemm\": [[32, 32, 32, 1e10]]}]}", "\"gemm\"[0] must be [m, n, k"},
+      {PROFILE_HEAD ", \"ops\": {\"gelo\": [[1, 1e-9]]}}]}", "no IR op is named 'gelo'"},
+      {PROFILE_HEAD ", \"ops\": {\"gelu\": [[100, 1e-9], [10, 1e-9]]}}]}", "elements increasing"},
+      {PROFILE_HEAD ", \"ops\": {\"gelu\": [[1, 1e-9]], \"gelu\": [[1, 1e-9]]}}]}",
+       "'gelu' is given twice"},
+      {PROFILE_HEAD ", \"efficiency\": {\"gemm\": 0}}]}", "\"gemm\" must be a number from 1e-06 to 100"},
+      {PROFILE_HEAD ", \"efficiency\": {\"speed\": 1}}]}", "unknown key \"speed\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    d.msg[0] = '\0';
+    CHECK(sv_cluster_parse(&c, bad[i].json, "p.json", &d) && strstr(d.msg, bad[i].want),
+          "%s: got '%s', want '%s'", bad[i].json, d.msg, bad[i].want);
+  }
+
+  // The same rates as a GEMM table or as the peak's efficiency price a plan alike.
+  IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
+  SvConfig a = cluster("H100-80GB", 2, 0), b = a;
+  SvDevice *flat = &b.cluster.group[0].dev;
+  double dims[2] = {16, 4096};
+  for (int e = 0; e < 8; e++)
+    flat->gemm[e] = (SvGemmRate){dims[e >> 2 & 1], dims[e >> 1 & 1], dims[e & 1],
+                                 flat->flops_fp32 * flat->eff.gemm, flat->flops_bf16 * flat->eff.gemm};
+  flat->ngemm = 8;
+  SvPlan *pa = plan(g, &a), *pb = plan(g, &b);
+  CHECK(near(pa->sol.time, pb->sol.time, 1e-12), "a flat GEMM table: %g s against %g s",
+        pb->sol.time, pa->sol.time);
+  sv_plan_free(pa);
+  sv_plan_free(pb);
+  ir_graph_free(g);
+}
+
 static void test_formulas_print(void) {
   IrGraph *g = model("gpt2.mtc", "");
   IrDiag d = {0};
@@ -850,6 +936,7 @@ int main(int argc, char **argv) {
   test_zero_formulas();
   test_megatron_activations();
   test_clusters();
+  test_profiles();
   test_formulas_print();
   test_seq_parallel();
   test_checkpoint_k_of_l();

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# mtc calibrate measures this machine and writes a device profile that the
+# planner reads: on 1 rank, and on 2 ranks under MPI when mpirun is here.
+# The profile plans (--device with --gpus, and --cluster) on a CPU of its
+# name; a program compiled with it prints the planner's price on that CPU
+# beside its measured step; bad flags, a missing runtime and a device that is
+# both named and described are refused with a clear message and no file.
+#
+#   tests/calibrate.sh MTC EXAMPLES_DIR OUT
+set -euo pipefail
+mtc=$1 examples=$2 out=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$out"
+mkdir -p "$out"
+export OMP_NUM_THREADS=1
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$mtc" calibrate --quick -o "$out/one.json" 2> "$out/one.err" || fail "calibrate: $(cat "$out/one.err")"
+grep -q "1 rank of 1 thread on [0-9]* cores: GEMMs up to [0-9.]* GFLOP/s" "$out/one.err" ||
+  fail "calibrate's summary: $(cat "$out/one.err")"
+name=$(sed -n 's/^ *"name": "\(.*\)",$/\1/p' "$out/one.json")
+[ -n "$name" ] || fail "no name in the profile: $(head -5 "$out/one.json")"
+"$mtc" plan "$examples/gpt2.mtc" --precision fp32 --device "$out/one.json" --gpus 2 > "$out/plan.txt"
+grep -q "^cluster: 2 x $name (" "$out/plan.txt" || fail "plan on the profile: $(head -3 "$out/plan.txt")"
+"$mtc" plan "$examples/gpt2.mtc" --cluster "$out/one.json" > "$out/cluster.txt"
+grep -q "^cluster: 1 x $name (" "$out/cluster.txt" || fail "--cluster: $(head -3 "$out/cluster.txt")"
+
+# a program priced on this machine says so beside its measured step
+MTC_RUNTIME_DIR=${MTC_RUNTIME_DIR:-$here/../runtime} "$mtc" compile "$examples/gpt2.mtc" \
+  --precision fp32 -D L=1 -D C=64 -D NH=2 -D T=16 -D V=64 -D B=2 --device "$out/one.json" \
+  -o "$out/prog" > "$out/compile.txt" 2>&1 || fail "compile: $(cat "$out/compile.txt")"
+grep -q "the planner prices a step of this layout at [0-9.]* ms on $name" "$out/compile.txt" ||
+  fail "compile's price: $(cat "$out/compile.txt")"
+make -s -C "$out/prog" cpu > "$out/make.txt" 2>&1 || fail "make cpu: $(cat "$out/make.txt")"
+"$out/prog/train" --steps 3 > "$out/train.txt" 2>&1
+grep -q "^timing: median step [0-9.]* ms of 3 on this machine | planner, on $name: [0-9.e+-]* ms" \
+  "$out/train.txt" || fail "the program's timing line: $(grep timing "$out/train.txt")"
+
+# two ranks measuring at once, when MPI is here
+if command -v mpirun > /dev/null && command -v mpicc > /dev/null; then
+  launcher="mpirun"
+  if mpirun --version 2>&1 | grep -q "Open MPI"; then
+    launcher="mpirun --oversubscribe --bind-to none"
+    [ "$(id -u)" -ne 0 ] || launcher+=" --allow-run-as-root"
+  fi
+  "$mtc" calibrate --quick --ranks 2 --mpirun "$launcher" -o "$out/two.json" 2> "$out/two.err" ||
+    fail "calibrate --ranks 2: $(cat "$out/two.err")"
+  grep -q "2 ranks of 1 thread on .* all-reduce [0-9.]* GB/s after [0-9.]* us" "$out/two.err" ||
+    fail "calibrate --ranks 2's summary: $(cat "$out/two.err")"
+  "$mtc" plan "$examples/gpt2.mtc" --cluster "$out/two.json" > "$out/two.txt"
+  grep -q "^cluster: 2 x $name (.*, 2 per node" "$out/two.txt" || fail "2 ranks: $(head -3 "$out/two.txt")"
+fi
+
+# refusals: one message, an exit status, no profile
+expect() {   # status message args...
+  local want=$1 msg=$2 rc=0
+  shift 2
+  "$@" > "$out/bad.out" 2> "$out/bad.err" || rc=$?
+  [ "$rc" = "$want" ] || fail "$* exited $rc, not $want: $(cat "$out/bad.err")"
+  grep -qF -- "$msg" "$out/bad.err" || fail "$*: '$(cat "$out/bad.err")' does not say '$msg'"
+}
+expect 2 "--ranks takes a number of ranks from 1 to 1024" "$mtc" calibrate --ranks 0
+expect 2 "unexpected argument 'now'" "$mtc" calibrate now
+expect 2 "-o needs a value" "$mtc" calibrate -o
+expect 1 "set MTC_RUNTIME_DIR to mtc's runtime/" env MTC_RUNTIME_DIR="$out/nowhere" "$mtc" calibrate -o "$out/none.json"
+[ ! -e "$out/none.json" ] || fail "a failed calibration left $out/none.json"
+expect 2 "--device $out/one.json describes the device: leave out --gpu H100" \
+  "$mtc" plan "$examples/gpt2.mtc" --device "$out/one.json" --gpu H100
+expect 1 "cannot read $out/nowhere.json" "$mtc" plan "$examples/gpt2.mtc" --device "$out/nowhere.json"
+echo "ok: calibrate"
