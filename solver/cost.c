@@ -860,13 +860,17 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // all-reduces (with SP: reduce-scatters and all-gathers, as ir/shard.c
   // lists them; the volumes count all-reduces); recomputing the forward
   // repeats g.
-  Link in = link_for(cl, g, s, false);
+  // With SP and on a 2D grid the traffic is reduce-scatters and all-gathers
+  // (an all-reduce's volume each pair): at their bandwidth.
+  Link in = link_for(cl, g, s, false), rsag = in;
+  rsag.bw *= in.gather;
   double tp = 0;
   if (l.tp > 1) {
-    double f = ar(n->tp_fwd, l.tp, in), bw = ar(n->tp_bwd, l.tp, in);
+    Link t = sp ? rsag : in;
+    double f = ar(n->tp_fwd, l.tp, t), bw = ar(n->tp_bwd, l.tp, t);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks)
-    double f = ar(on_grid(n->grid_fwd, l.q), l.q, in), bw = ar(on_grid(n->grid_bwd, l.q), l.q, in);
+    double f = ar(on_grid(n->grid_fwd, l.q), l.q, rsag), bw = ar(on_grid(n->grid_bwd, l.q), l.q, rsag);
     tp = f + bw + (ckpt ? f : 0);
   }
   o->t_micro[SV_T_TP] = per * tp;
