@@ -212,7 +212,7 @@ static double grid_rate(const SvDevice *dev, double m, double n, double k, bool 
     if (r->m == m && r->n == n && r->k == k)
       return bf16 ? r->bf16 : r->fp32;
   }
-  return NAN;   // not a grid: sv_device_load refuses it
+  return NAN;   // not a grid: parse_gemm refuses it
 }
 
 // Trilinear in the logs of the dims and of the rate, between the profile's
