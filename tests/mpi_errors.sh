@@ -44,7 +44,7 @@ refused seq_parallel "p['seq_parallel'] = 'yes'" \
   "seq_parallel.json: \"seq_parallel\" must be true or false" p9
 expect host_mem_bad 2 "--host-mem takes a size like 256GiB, or 0 for no offload, not 'lots'" \
   "$mtc" plan "$model" --gpus 4 --host-mem lots
-expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --gpu-mem, --host-mem" \
+expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --device, --gpu-mem, --host-mem" \
   "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
 refused two_meshes "p['blocks'][1]['tp'] = 2" \
   "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" p1
