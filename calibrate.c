@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <ftw.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -45,9 +46,14 @@ static _Noreturn void bad_usage(const char *what) {
   exit(2);
 }
 
-static int fail(const char *fmt, const char *a, const char *b) {
+// One message; the exit status 1.
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
   fputs("mtc calibrate: error: ", stderr);
-  fprintf(stderr, fmt, a, b);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
   fputc('\n', stderr);
   return 1;
 }
@@ -139,7 +145,7 @@ static int measure(const char *dir, int ranks, const char *mpirun, bool quick) {
   cc[n++] = "-lpthread";
   cc[n] = NULL;
   if (access(src[0], R_OK))
-    return fail("cannot read %s: set MTC_RUNTIME_DIR to mtc's runtime/%s", src[0], "");
+    return fail("cannot read %s: set MTC_RUNTIME_DIR to mtc's runtime/", src[0]);
   int rc = run(cc, NULL);
   if (rc)
     return fail("building the measuring program with %s failed%s", cc[0],
@@ -206,13 +212,13 @@ int mtc_calibrate(int argc, char **argv) {
   snprintf(where, sizeof where, "%s/mtc-calibrate-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   char *d = mkdtemp(strlen(where) < sizeof where - 1 ? where : dir);
   if (!d)
-    return fail("cannot make a folder for the measuring program: %s%s", strerror(errno), "");
+    return fail("cannot make a folder for the measuring program: %s", strerror(errno));
   int rc = measure(d, ranks, mpirun, quick);
   char path[4200];
   snprintf(path, sizeof path, "%s/profile.json", d);
   char *json = rc ? NULL : slurp(path);
   if (!rc && !json)
-    rc = fail("cannot read the measuring program's profile %s%s", path, "");
+    rc = fail("cannot read the measuring program's profile %s", path);
   SvCluster c;
   IrDiag diag = {0};
   if (!rc && sv_cluster_parse(&c, json, "the measured profile", &diag)) {
