@@ -124,7 +124,8 @@ static void usage(FILE *f) {
         "their own number of micro-batches, ranks numbered group by group); plan.json in DIR\n"
         "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
         "\n"
-        "one layout for every block (compile; ranks = dp x tp, or dp x Q x Q):\n"
+        "one layout for every block (compile lowers it; plan prices it: its step split as\n"
+        "the planner splits it and its memory per GPU; ranks = dp x tp, or dp x Q x Q):\n"
         "  --dp D                 data-parallel ranks; the global batch is the model's\n"
         "                         batch dim x D x micro-batches\n"
         "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
@@ -392,10 +393,11 @@ static Args parse_args(int argc, char **argv) {
     bad_usage("--device %s describes the device: leave out --gpu %s", a.device, a.gpu);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
-  if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan"))
-    bad_usage("--dp, --tp, --tp2d, --zero, --micro-batches, --offload and --checkpoint fix the "
-              "layout "
-              "for %s; plan chooses it", "compile and inspect");
+  if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan") && (a.json || a.svg || a.dot ||
+                                                                 a.formulas))
+    bad_usage("--dp, --tp, --tp2d, --zero, --micro-batches, --offload and --checkpoint make "
+              "plan price that one layout: --json, --svg, --dot and --formulas describe a plan "
+              "it chooses");
   a.layout.seq_parallel = a.sv.seq_parallel;
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
@@ -461,8 +463,41 @@ static int plan_config(const Args *a, SvConfig *cfg, IrDiag *d) {
   return 0;
 }
 
+static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d);
+
+// mtc plan --dp/--tp/.../--checkpoint: what the planner says of that one
+// layout (what compile prints, and the program beside its measured step),
+// with its split and memory. A layout that does not fit is reported, not an
+// error: the question was its price.
+static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
+  Plan plan = a->layout;
+  plan.lower = true;
+  SvPriced p;
+  if (price_layout(g, a, &plan, &p, d))
+    return -1;
+  char mesh[64], ck[48] = "none", mem[32], cap[32];
+  mesh_str(mesh, sizeof mesh, &plan.mesh);
+  if (plan.checkpoint == PLAN_CHECKPOINT_ALL)
+    snprintf(ck, sizeof ck, "every layer");
+  else if (plan.checkpoint > 0)
+    snprintf(ck, sizeof ck, plan.checkpoint == 1 ? "the first layer" : "the first %d layers",
+             plan.checkpoint);
+  printf("layout: %s, ZeRO-%d, offload %g%%, %d micro-batch%s per replica, checkpointing %s%s, "
+         "on %d x %s\n", mesh, plan.rest.zero, 100 * plan.rest.offload, plan.micro_batches,
+         plan.micro_batches == 1 ? "" : "es", ck, plan.seq_parallel ? ", sequence-parallel" : "",
+         mesh_ranks(&plan.mesh), p.device);
+  printf("step: %.4g ms =", 1e3 * p.step_s);
+  for (int i = 0; i <= SV_NT; i++)
+    printf("%s %s %.4g", i ? " +" : "", sv_time_names[i], 1e3 * p.t[i]);
+  printf("\nmemory per GPU: %s of %s usable: %s\n", sv_bytes_str(mem, p.mem_bytes),
+         sv_bytes_str(cap, p.usable_bytes), p.fits ? "fits" : "does not fit");
+  return 0;
+}
+
 // mtc plan: the formulas, or the plan's report (and --json). No plan fits: an error.
 static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
+  if (a->forced || a->checkpoint)
+    return price_forced(g, a, d);
   SvConfig cfg;
   if (plan_config(a, &cfg, d))
     return -1;
@@ -631,17 +666,22 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
-// The planner's step time for the layout the program runs (before it is
-// lowered), on the flags' GPUs (without --gpus, as many as the plan has
-// ranks): false, with a note, where it has no price.
-static bool price_plan(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out) {
-  _Static_assert(SV_NT + 1 == RT_PLANNER_NTIMES, "the program's split of the step is the planner's");
+// The planner's step time for a layout (before it is lowered), on the flags'
+// GPUs (without --gpus, as many as the plan has ranks): sv_price's 0, 1 or -1.
+static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d) {
   Args on = *a;
   if (!on.gpus && !on.cluster)
     on.gpus = mesh_ranks(&plan->mesh);
   SvConfig cfg;
+  return plan_config(&on, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
+}
+
+// compile: the price the program prints beside its measured step; false, with
+// a note, where the planner has none.
+static bool price_plan(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out) {
+  _Static_assert(SV_NT + 1 == RT_PLANNER_NTIMES, "the program's split of the step is the planner's");
   IrDiag d = {0};
-  if (!plan_config(&on, &cfg, &d) && !sv_price(g, &cfg, plan, out, &d))
+  if (!price_layout(g, a, plan, out, &d))
     return true;
   fprintf(stderr, "mtc: note: the program will not print the planner's step time: %s\n", d.msg);
   return false;

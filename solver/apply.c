@@ -500,7 +500,7 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   int q = mesh->size[IR_MESH_ROW] > 1 ? mesh->size[IR_MESH_ROW] : 1;
   int64_t batch;
   if (sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
-    ir_error(d, (IrLoc){0}, "the program runs on %d GPUs; the cluster has %d", mesh_ranks(mesh),
+    ir_error(d, (IrLoc){0}, "the layout runs on %d GPUs; the cluster has %d", mesh_ranks(mesh),
              sv_cluster_gpus(&base->cluster));
     return 1;
   }
@@ -555,6 +555,8 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     for (int k = 0; k < p->ngroups; k++)
       slowest = s.group_time[k] > s.group_time[slowest] ? k : slowest;
     sv_step_times(pl, &s, slowest, out->t);
+    out->mem_bytes = s.mem[slowest];
+    out->usable_bytes = p->cap[slowest];
     size_t len = 0;
     for (int k = 0; k < cfg.cluster.ngroups && len < sizeof out->device; k++)
       len += (size_t)snprintf(out->device + len, sizeof out->device - len, "%s%s", k ? "+" : "",

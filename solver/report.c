@@ -8,8 +8,9 @@
 
 #include "internal.h"
 
-static const char *time_names[SV_NT] = {"compute", "recompute", "tensor_parallel",
-                                        "data_parallel", "offload", "optimizer"};
+const char *const sv_time_names[SV_NT + 1] = {"compute",       "recompute", "tensor_parallel",
+                                              "data_parallel", "offload",   "optimizer",
+                                              "reshard"};
 static const char *mem_names[SV_NM] = {"params", "grads", "optimizer", "activations"};
 
 const char *sv_layout_str(char *buf, size_t n, SvLayout l) {
@@ -552,9 +553,8 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddItemToObject(o, "memory", memory_json(&b, p->cap[g]));
       cJSON_AddNumberToObject(o, "host_bytes", s->host[g]);
       cJSON *t = cJSON_AddObjectToObject(o, "time_s");
-      for (int i = 0; i < SV_NT; i++)
-        cJSON_AddNumberToObject(t, time_names[i], b.t[i]);
-      cJSON_AddNumberToObject(t, "reshard", b.t[SV_NT]);
+      for (int i = 0; i <= SV_NT; i++)
+        cJSON_AddNumberToObject(t, sv_time_names[i], b.t[i]);
     }
     cJSON_AddItemToArray(groups, o);
   }

@@ -298,6 +298,8 @@ typedef struct SvLayout {
 
 // Time categories (seconds) and memory categories (bytes) of the report.
 enum { SV_T_COMPUTE, SV_T_RECOMPUTE, SV_T_TP, SV_T_DP, SV_T_OFFLOAD, SV_T_UPDATE, SV_NT };
+// Their names in plan.json's time_s, and [SV_NT] resharding's ("reshard").
+extern const char *const sv_time_names[SV_NT + 1];
 enum { SV_M_PARAMS, SV_M_GRADS, SV_M_OPT, SV_M_ACT, SV_NM };
 
 // What one block with one choice costs one device of a group.
@@ -504,6 +506,8 @@ typedef struct SvPriced {
                              // resharding
   char device[96];           // the GPUs it is priced for ("H100-80GB", "H100-80GB+L4-24GB")
   bool fits;                 // whether the layout fits that GPU's memory
+  double mem_bytes;          // peak bytes per GPU (the slowest group's GPUs)
+  double usable_bytes;       // what the planner lets them use
 } SvPriced;
 // 0 with out filled; 1 when the planner has no choice for the plan (another
 // cluster, an offload share other than 0, 0.5 and 1, a checkpointing it does

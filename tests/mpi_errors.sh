@@ -26,7 +26,8 @@ expect tp_not_dividing 1 "NH = 4 heads do not divide by tp = 3.*give the block a
 [ -e "$out/tp3" ] && { echo "FAIL tp_not_dividing: $out/tp3 was written"; fails=$((fails + 1)); }
 expect zero_stage 2 "--zero takes a stage 0, 1, 2 or 3" "$mtc" compile "$model" --zero 4 -o "$out/z"
 expect dp_zero 2 "--dp takes a whole number from 1 to 65536" "$mtc" compile "$model" --dp 0 -o "$out/z"
-expect plan_forced 2 "plan chooses it" "$mtc" plan "$model" --dp 2
+expect plan_forced 2 "make plan price that one layout: --json, --svg, --dot and --formulas" \
+  "$mtc" plan "$model" --dp 2 --json "$out/forced.json"
 # plans that do not fit the model, applied with compile --plan: nothing is written
 "$mtc" plan "$model" -D L=2 --gpus 4 --json "$out/plan.json" > /dev/null ||
   { echo "FAIL: mtc plan --json"; exit 1; }
@@ -115,7 +116,8 @@ done
 expect checkpoint_missing 2 "--checkpoint needs a value" "$mtc" compile "$model" -o "$out/ck" --checkpoint
 expect checkpoint_too_many 1 "--checkpoint 3, but the model has 2 repeated layers \(use 1 to 2" \
   "$mtc" compile "$model" -D L=2 --dp 2 --checkpoint 3 -o "$out/ck"
-expect checkpoint_plan 2 "plan chooses it" "$mtc" plan "$model" --checkpoint all
+expect checkpoint_plan 2 "make plan price that one layout" "$mtc" plan "$model" --checkpoint all \
+  --svg "$out/ck.svg"
 [ -e "$out/ck" ] && { echo "FAIL checkpoint: $out/ck was written"; fails=$((fails + 1)); }
 for bad in 1.5 -0.1 abc nan ""; do
   expect "offload_$bad" 2 "--offload takes a share of the optimizer state from 0 to 1, not '$bad'" \

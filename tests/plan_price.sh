@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# mtc plan with a layout (--dp, --tp, --zero, --micro-batches, --checkpoint)
+# prices that layout instead of choosing one: its step split as the planner
+# splits it, and its memory against the usable memory. The price is the one
+# compile prints for the same flags (and the program beside its measured
+# step); a layout that does not fit is reported, not refused; a cluster of
+# another size, and --json beside a layout, are refused.
+#
+#   tests/plan_price.sh MTC EXAMPLES_DIR OUT
+set -euo pipefail
+mtc=$1 examples=$2 out=$3
+rm -rf "$out"
+mkdir -p "$out"
+model=$examples/gpt2.mtc
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# dp 2 x tp 2, ZeRO-1, 3 micro-batches, the first layer checkpointed
+flags=(--dp 2 --tp 2 --zero 1 --micro-batches 3 --checkpoint 1)
+"$mtc" plan "$model" "${flags[@]}" > "$out/plan.txt"
+cat "$out/plan.txt"
+grep -q "^layout: dp 2 x tp 2, ZeRO-1, offload 0%, 3 micro-batches per replica, checkpointing the first layer, on 4 x H100-80GB$" \
+  "$out/plan.txt" || fail "the layout line"
+step=$(sed -n 's/^step: \([0-9.e+-]*\) ms = .*/\1/p' "$out/plan.txt")
+parts=$(sed -n 's/^step: [0-9.e+-]* ms = //p' "$out/plan.txt")
+# the split: every category, summing to the step (each printed to 4 digits)
+awk -v s="$step" -v p="$parts" 'BEGIN {
+  n = split(p, t, " [+] "); sum = 0;
+  for (i = 1; i <= n; i++) { split(t[i], kv, " "); sum += kv[2] }
+  exit !(n == 7 && sum > 0 && (sum - s) / s < 2e-3 && (s - sum) / s < 2e-3) }' ||
+  fail "the split ($parts) does not sum to the step ($step ms)"
+for part in recompute tensor_parallel data_parallel; do
+  grep -Eq "$part [0-9.]*[1-9]" <<<"$parts" || fail "no $part in the split: $parts"
+done
+grep -q "^memory per GPU: [0-9.]* MiB of 78.0 GiB usable: fits$" "$out/plan.txt" ||
+  fail "the memory line"
+# compile prices the same layout alike (it prints 3 digits)
+"$mtc" compile "$model" "${flags[@]}" -o "$out/prog" > "$out/compile.txt"
+cstep=$(sed -n 's/^mtc: the planner prices a step of this layout at \([0-9.e+-]*\) ms on H100-80GB$/\1/p' \
+  "$out/compile.txt")
+awk -v a="$step" -v b="$cstep" 'BEGIN { exit !(b > 0 && (a - b) / b < 5e-3 && (b - a) / b < 5e-3) }' ||
+  fail "plan prices $step ms, compile $cstep ms"
+# a layout that does not fit: said, exit 0
+"$mtc" plan "$model" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 --dp 8 \
+  --gpu L4-24GB > "$out/big.txt" || fail "a layout that does not fit exits $?"
+grep -q "^memory per GPU: [0-9.]* GiB of 20.5 GiB usable: does not fit$" "$out/big.txt" ||
+  fail "no 'does not fit': $(cat "$out/big.txt")"
+# refusals
+if "$mtc" plan "$model" --dp 2 --gpus 8 > "$out/gpus.txt" 2>&1 ||
+  ! grep -q "the layout runs on 2 GPUs; the cluster has 8" "$out/gpus.txt"; then
+  fail "--dp 2 --gpus 8: $(cat "$out/gpus.txt")"
+fi
+if "$mtc" plan "$model" --tp 2 --json - > "$out/json.txt" 2>&1 ||
+  ! grep -q "make plan price that one layout" "$out/json.txt"; then
+  fail "--tp 2 --json -: $(cat "$out/json.txt")"
+fi
+[ $fails = 0 ] && echo "plan_price: ok"
+exit $((fails > 0))
