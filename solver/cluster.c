@@ -28,26 +28,31 @@
 // GEMMs at 790 of 989 TFLOP/s and copies at 4.3 of 4.8 TB/s, and whole
 // training steps reach 45-56% of peak. A calibrated profile (mtc calibrate)
 // replaces them with measured rates.
+// A GPU's efficiencies. gemm is large GEMMs' sustained share of the tensor
+// cores' peak (an H200 measured 790 TFLOP/s of bf16 on large random GEMMs,
+// REFERENCES.md section 6: 0.80 of 989, 0.83 before the shape's own losses,
+// gemm_shape); smaller and skinnier GEMMs lose more by their shape.
 #define EFF_GPU                                                                                    \
-  .eff = {.gemm = 0.70, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,  \
+  .eff = {.gemm = 0.83, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,  \
    .gather = 1, .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
 static const SvDevice devices[] = {
     // name          bf16 (fp16)  fp32       memory        HBM         intra     inter
     //                                                     host        host mem   CPU AdamW
+    //                                                     efficiencies, SMs
     {"V100-32GB",    125 * TF,  15.7 * TF, 32 * GiB,      900 * GB,   150 * GB, 12.5 * GB,
-                                                           16 * GB,    128 * GiB, 5e8, EFF_GPU},
+                                                           16 * GB,    128 * GiB, 5e8, EFF_GPU, 80},
     {"A100-40GB",    312 * TF,  19.5 * TF, 40 * GiB,      1555 * GB,  300 * GB, 25 * GB,
-                                                           32 * GB,    128 * GiB, 5e8, EFF_GPU},
+                                                           32 * GB,    128 * GiB, 5e8, EFF_GPU, 108},
     {"A100-80GB",    312 * TF,  19.5 * TF, 80 * GiB,      2039 * GB,  300 * GB, 25 * GB,
-                                                           32 * GB,    256 * GiB, 5e8, EFF_GPU},
+                                                           32 * GB,    256 * GiB, 5e8, EFF_GPU, 108},
     {"H100-80GB",    989 * TF,  67 * TF,   80 * GiB,      3350 * GB,  450 * GB, 50 * GB,
-                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU},
+                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU, 132},
     {"H200-141GB",   989 * TF,  67 * TF,   143771 * MiB,  4800 * GB,  450 * GB, 50 * GB,
-                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU},
+                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU, 132},
     {"L4-24GB",      121 * TF,  30.3 * TF, 23034 * MiB,   300 * GB,   32 * GB,  3.125 * GB,
-                                                           32 * GB,    64 * GiB,  5e8, EFF_GPU},
+                                                           32 * GB,    64 * GiB,  5e8, EFF_GPU, 58},
     {"RTX4090-24GB", 165 * TF,  82.6 * TF, 24564 * MiB,   1008 * GB,  32 * GB,  3.125 * GB,
-                                                           32 * GB,    64 * GiB,  3e8, EFF_GPU},
+                                                           32 * GB,    64 * GiB,  3e8, EFF_GPU, 128},
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
 
@@ -217,9 +222,31 @@ static double grid_rate(const SvDevice *dev, double m, double n, double k, bool 
 
 // Trilinear in the logs of the dims and of the rate, between the profile's
 // shapes (a grid); outside it the nearest edge's rate.
-double sv_gemm_rate(const SvDevice *dev, double m, double n, double k, bool bf16) {
-  if (dev->ngemm == 0)
-    return (bf16 ? dev->flops_bf16 : dev->flops_fp32) * dev->eff.gemm;
+// The share of eff.gemm's rate a GEMM of this shape keeps on a GPU of `sms`
+// multiprocessors, as cuBLAS runs it: tiles of the output, one per
+// multiprocessor at a time (the last wave partly idle, edge tiles partly
+// empty), each tile's loop over k with a fixed start (filling the pipeline,
+// writing the tile) worth GEMM_K0 of its k. Of two tilings the better:
+// 128 x 128 at the full rate, or 64 x 64 (four times the tiles, for small
+// GEMMs) at GEMM_SMALL_TILE of it (each operand element reused half as often).
+#define GEMM_K0 64.0
+#define GEMM_SMALL_TILE 0.6
+static double gemm_shape(int sms, double batch, double m, double n, double k) {
+  static const struct { double side, rate; } tiling[] = {{128, 1}, {64, GEMM_SMALL_TILE}};
+  double best = 0;
+  for (int i = 0; i < 2; i++) {
+    double t = tiling[i].side, tiles = batch * ceil(m / t) * ceil(n / t);
+    double used = batch * m * n / (ceil(tiles / sms) * sms * t * t);
+    best = fmax(best, tiling[i].rate * used);
+  }
+  return best * k / (k + GEMM_K0);
+}
+
+double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, double k, bool bf16) {
+  if (dev->ngemm == 0) {
+    double rate = (bf16 ? dev->flops_bf16 : dev->flops_fp32) * dev->eff.gemm;
+    return dev->sms > 0 ? rate * gemm_shape(dev->sms, batch, m, n, k) : rate;
+  }
   double axis[3][SV_MAXGEMM], x[3] = {m, n, k}, w[3];
   int len[3], at[3];
   for (int c = 0; c < 3; c++) {
@@ -429,7 +456,7 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
   static const char *const known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
                                 "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
                                 "host_bw", "host_mem", "cpu_adam", "cores", "threads", "ranks",
-                                "efficiency", "gemm", "ops", NULL};
+                                "sms", "efficiency", "gemm", "ops", NULL};
   if (!cJSON_IsObject(o))
     return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
   if (json_keys(o, known, where, d))
@@ -469,7 +496,7 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
       json_amount(o, "host_mem", &BYTES, true, &v->host_mem, where, d) ||   // 0: no offload
       json_amount(o, "cpu_adam", &PARAMS_PER_S, false, &v->cpu_adam, where, d) ||
       json_int(o, "cores", &v->cores, where, d) || json_int(o, "threads", &v->threads, where, d) ||
-      json_int(o, "ranks", &v->ranks, where, d) ||
+      json_int(o, "ranks", &v->ranks, where, d) || json_int(o, "sms", &v->sms, where, d) ||
       parse_eff(&v->eff, cJSON_GetObjectItemCaseSensitive(o, "efficiency"), where, d) ||
       parse_gemm(v, cJSON_GetObjectItemCaseSensitive(o, "gemm"), where, d) ||
       parse_ops(v, cJSON_GetObjectItemCaseSensitive(o, "ops"), where, d))

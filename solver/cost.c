@@ -654,11 +654,18 @@ static double value_bytes(IrGraph *g, const IrValue *v) {
   return v->rank < 0 ? 0 : sym_evalf(ir_nbytes(g, v), &g->syms);
 }
 
+// A reshape is a view of its input (the memory plan gives it its input's
+// bytes, passes/memplan.c, all but a persistent or host-memory output's): no
+// kernel runs, nothing moves.
+static bool is_view(const IrNode *n) { return n->op == OP_RESHAPE; }
+
 // Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
 // attention run at the tensor cores' rate for their operands' type; a
 // profile's measured GEMMs give matmuls the rate of their shape, and its
 // measured kernels their ops' times by their elements.
 static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
+  if (is_view(n))
+    return 0;
   double bytes = 0, numel = 0;
   for (int k = 0; k < n->nin + n->nout; k++) {
     const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
@@ -675,11 +682,12 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
   double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;
   double rate = dev->flops_fp32 * dev->eff.simt;
-  if (n->op == OP_MATMUL && dev->ngemm > 0) {
+  if (n->op == OP_MATMUL && (dev->ngemm > 0 || dev->sms > 0)) {
     IrGemm m = ir_matmul_gemm(g, n);
     const SymTab *t = &g->syms;
-    rate = sv_gemm_rate(dev, sym_evalf(m.m, t), sym_evalf(m.n, t), sym_evalf(m.k, t), bf16);
-  } else if (n->op == OP_MATMUL) {
+    rate = sv_gemm_rate(dev, sym_evalf(m.batch, t), sym_evalf(m.m, t), sym_evalf(m.n, t),
+                        sym_evalf(m.k, t), bf16);
+  } else if (n->op == OP_MATMUL) {   // a flat rate: no GEMM's formulas built in the graph's arena
     rate = peak * dev->eff.gemm;
   } else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) {
     rate = peak * dev->eff.attn;
@@ -724,8 +732,10 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->tp_bwd = sym_evalf(b->tp_bwd, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
-  o->nfwd = b->nfwd;
-  o->nbwd = b->nbwd;
+  for (int k = 0; k < b->nfwd; k++)   // kernels launched
+    o->nfwd += !is_view(b->fwd[k]);
+  for (int k = 0; k < b->nbwd; k++)
+    o->nbwd += !is_view(b->bwd[k]);
   for (int gi = 0; gi < cfg->cluster.ngroups; gi++) {
     const SvGroup *gr = &cfg->cluster.group[gi];
     double load = sv_group_load(gr);

@@ -74,6 +74,8 @@ typedef struct SvDevice {
   double host_mem;      // CPU memory per GPU available for offloaded state
   double cpu_adam;      // parameters per second the CPU optimizer updates, per GPU
   SvEff eff;
+  int sms;              // a GPU: its multiprocessors, which GEMMs' tiles fill in waves
+                        // (0: every GEMM at eff.gemm whatever its shape)
   int cores;            // a CPU: its cores, which the node's ranks share (0: a GPU per rank)
   int threads, ranks;   // a CPU: each rank's threads, and the ranks that shared it, when its
                         // rates were measured
@@ -124,9 +126,11 @@ int sv_cluster_gpus(const SvCluster *c);
 // say: a CPU whose node has more ranks' threads than cores (and more than
 // when it was measured) shares them; 1 for GPUs.
 double sv_group_load(const SvGroup *gr);
-// FLOP/s of one GEMM of m x n x k on dev (a profile's measured rates,
-// interpolated between its shapes; else the peak times eff.gemm).
-double sv_gemm_rate(const SvDevice *dev, double m, double n, double k, bool bf16);
+// FLOP/s of a batch of GEMMs of m x n x k on dev: a profile's measured rates,
+// interpolated between its shapes (whatever the batch); else the peak times
+// eff.gemm, times the share the shape keeps on a GPU of dev->sms
+// multiprocessors (none lost without sms).
+double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, double k, bool bf16);
 // Seconds of op's kernel over numel elements on dev when its profile measured
 // the op (interpolated between its sizes); -1 when it did not.
 double sv_op_seconds(const SvDevice *dev, IrOp op, double numel);
@@ -195,7 +199,7 @@ typedef struct SvBlock {
   // axes each member splits.
   const Sym *grid_fwd[3], *grid_bwd[3], *grid_act[3];
   unsigned char *member_grid;
-  int nfwd, nbwd;           // kernels (nodes) in forward and backward
+  int nfwd, nbwd;           // kernels in forward and backward (nodes, less the views)
   IrNode **fwd, **bwd;      // those nodes, in schedule order
 } SvBlock;
 

@@ -538,15 +538,15 @@ static void test_profiles(void) {
         "a CPU profile: per node %d, cores %d, %d GEMMs, %d ops, attn %g", gr->per_node,
         v->cores, v->ngemm, v->nops, v->eff.attn);
   // GEMMs: the grid's rates at its points; between, the geometric mean; outside, the edge
-  CHECK(near(sv_gemm_rate(v, 32, 512, 512, false), 8e10, 1e-12) &&
-            near(sv_gemm_rate(v, 512, 512, 512, true), 5e10, 1e-12),
+  CHECK(near(sv_gemm_rate(v, 1, 32, 512, 512, false), 8e10, 1e-12) &&
+            near(sv_gemm_rate(v, 1, 512, 512, 512, true), 5e10, 1e-12),
         "at the grid's points");
-  CHECK(near(sv_gemm_rate(v, 128, 512, 512, false), sqrt(8e10 * 1e11), 1e-12),
-        "halfway in log space: %g", sv_gemm_rate(v, 128, 512, 512, false));
-  CHECK(near(sv_gemm_rate(v, 4096, 8192, 1e6, false), 1e11, 1e-12) &&
-            near(sv_gemm_rate(v, 1, 2, 3, false), 1e10, 1e-12),
-        "beyond the grid: %g, %g", sv_gemm_rate(v, 4096, 8192, 1e6, false),
-        sv_gemm_rate(v, 1, 2, 3, false));
+  CHECK(near(sv_gemm_rate(v, 1, 128, 512, 512, false), sqrt(8e10 * 1e11), 1e-12),
+        "halfway in log space: %g", sv_gemm_rate(v, 1, 128, 512, 512, false));
+  CHECK(near(sv_gemm_rate(v, 1, 4096, 8192, 1e6, false), 1e11, 1e-12) &&
+            near(sv_gemm_rate(v, 1, 1, 2, 3, false), 1e10, 1e-12),
+        "beyond the grid: %g, %g", sv_gemm_rate(v, 1, 4096, 8192, 1e6, false),
+        sv_gemm_rate(v, 1, 1, 2, 3, false));
   // kernels: seconds per element by size; an op not measured has none
   CHECK(near(sv_op_seconds(v, OP_GELU, 1000), 4e-6, 1e-12) &&
             near(sv_op_seconds(v, OP_GELU, sqrt(1e9)), sqrt(1e9) * sqrt(4e-9 * 1e-8), 1e-12) &&
@@ -557,9 +557,24 @@ static void test_profiles(void) {
   four.per_node = 4;
   CHECK(sv_group_load(gr) == 1 && sv_group_load(&four) == 2, "load %g, %g", sv_group_load(gr),
         sv_group_load(&four));
-  // a GPU without a profile's GEMMs: its peak times the table's efficiency
+  // a GPU without a profile's GEMMs: its peak times the table's efficiency, less what the
+  // shape loses on its 132 multiprocessors
   const SvDevice *h100 = sv_device_find("H100-80GB");
-  CHECK(sv_gemm_rate(h100, 64, 64, 64, true) == h100->flops_bf16 * h100->eff.gemm, "H100");
+  double top = h100->flops_bf16 * h100->eff.gemm;
+  // 8192^3: 4096 tiles of 128 in 32 waves of 132 (31.03 full), k 8192 of 8256
+  CHECK(near(sv_gemm_rate(h100, 1, 8192, 8192, 8192, true), top * 4096 / (32 * 132.0) * 8192 / 8256,
+             1e-12) && near(top / h100->flops_bf16 * 4096 / (32 * 132.0) * 8192 / 8256, 0.80, 0.01),
+        "a large GEMM at 0.80 of peak (an H200's measured 790 TFLOP/s): %g",
+        sv_gemm_rate(h100, 1, 8192, 8192, 8192, true) / h100->flops_bf16);
+  // 64^3: one tile of 64 on one multiprocessor at 0.6 of the rate, k at half
+  CHECK(near(sv_gemm_rate(h100, 1, 64, 64, 64, true), top * 0.6 / 132 * 0.5, 1e-12),
+        "a small GEMM: %g", sv_gemm_rate(h100, 1, 64, 64, 64, true) / top);
+  // a batch fills the waves as its GEMMs' tiles together
+  CHECK(near(sv_gemm_rate(h100, 132, 128, 128, 64, true), top * 0.5, 1e-12),
+        "132 GEMMs of one tile each: %g", sv_gemm_rate(h100, 132, 128, 128, 64, true) / top);
+  SvDevice unshaped = *h100;
+  unshaped.sms = 0;
+  CHECK(sv_gemm_rate(&unshaped, 1, 64, 64, 64, true) == top, "without sms: the flat efficiency");
 
   const struct { const char *json, *want; } bad[] = {
       {"{\"groups\": [{\"gpu\": \"CPU\", \"count\": 1, \"mem\": \"8GiB\"}]}",
@@ -584,6 +599,7 @@ static void test_profiles(void) {
   // The same rates as a GEMM table or as the peak's efficiency price a plan alike.
   IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   SvConfig a = cluster("H100-80GB", 2, 0), b = a;
+  a.cluster.group[0].dev.sms = 0;   // no shape's losses beside the table's flat rates
   SvDevice *flat = &b.cluster.group[0].dev;
   double dims[2] = {16, 4096};
   for (int e = 0; e < 8; e++)
@@ -829,15 +845,18 @@ static void test_price_forced(void) {
 // mtc compile on a mixed cluster (Cephalo's uneven batch shares, as programs run them):
 // each group's micro-batches whole per replica, at least one each; the state sharded
 // evenly; no ZeRO 2 or 3 where replicas run different numbers. GPT-2 (one layer of 256) on
-// an H100 and an L4, 8 micro-batches: mtc plan gives the H100 5 (and 79% of the state); the
+// an H100 and an L4 at half its fp32 rate (a model this small fills so few of either's
+// multiprocessors that a whole L4 runs it about as fast), 8 micro-batches: the H100 runs 5; the
 // compiled plan runs 5 and 3 and shards evenly. On two GPUs of each kind (a replica per
 // GPU, or per tp pair) the free solve may give a group a number its replicas cannot split
 // evenly; compile's does not. The program's price of the layout is the plan's, to the bit.
 static void test_apply_groups(void) {
   IrGraph *g = model_in("gpt2.mtc", "L=1,C=256,NH=4,T=32,V=256,B=1", PASS_PRECISION_FP32);
   const char *clusters[] = {
-      "{\"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 1}, {\"gpu\": \"L4-24GB\", \"count\": 1}]}",
-      "{\"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 2}, {\"gpu\": \"L4-24GB\", \"count\": 2}]}",
+      "{\"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 1}, {\"gpu\": \"L4-24GB\", \"count\": 1, "
+      "\"flops_fp32\": 15e12}]}",
+      "{\"groups\": [{\"gpu\": \"H100-80GB\", \"count\": 2}, {\"gpu\": \"L4-24GB\", \"count\": 2, "
+      "\"flops_fp32\": 15e12}]}",
   };
   for (int i = 0; i < 2; i++) {
     SvConfig c = sv_default_config();
