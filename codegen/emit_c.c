@@ -1294,7 +1294,7 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
              "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
   fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
         "HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/dtypes.def runtime/bf16.h "
-        "runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/coalesce.h runtime/model_api.h "
+        "runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/coalesce.h runtime/pool.h runtime/model_api.h "
         "runtime/rng.h runtime/safetensors.h runtime/schedule.h runtime/log.h runtime/shard.h "
         "runtime/tokenizer.h runtime/data.h runtime/checkpoint.h runtime/comm.h "
         "runtime/dist.h "
@@ -1406,7 +1406,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     return -1;
   static const char *const runtime_files[] = {
       "kernels.h", "kernels.def", "kernels_kinds.h", "dtypes.def", "bf16.h", "cpu_variants.h", "cpu_variant.h",
-      "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "host.c", "dist_cpu.c",
+      "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "pool.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};

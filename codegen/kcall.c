@@ -386,6 +386,31 @@ static void lower_conv2d_bwd_filter(Lower *L, const IrNode *n) {
   conv_gemms(L, n, CONV_FILTER, dw, dy, col, x->shape[0]);
 }
 
+// rt_maxpool2d / rt_maxpool2d_bwd's arguments after the buffers: the planes of
+// x [N,C,H,W], the kernel KH KW, the output's OH OW, then strides and pads.
+static void pool_dims(Lower *L, CgCall *c, const IrNode *n, const IrValue *x, const IrValue *y) {
+  IrConvWindow win;
+  int64_t k[2];
+  IR_ASSERT(ir_pool_window(n, &win, k) == 0);
+  num(c, dims(L, x, 0, 2)), num(c, x->shape[2]), num(c, x->shape[3]);
+  numk(L, c, k[0]), numk(L, c, k[1]), num(c, y->shape[2]), num(c, y->shape[3]);
+  numk(L, c, win.stride[0]), numk(L, c, win.stride[1]);
+  numk(L, c, win.pad_begin[0]), numk(L, c, win.pad_begin[1]);
+}
+
+static void lower_maxpool2d(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_maxpool2d);
+  buf(c, n->out[0]), buf(c, n->in[0]);
+  pool_dims(L, c, n, n->in[0], n->out[0]);
+}
+
+// dx = maxpool2d_bwd(dy, x)
+static void lower_maxpool2d_bwd(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_maxpool2d_bwd);
+  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
+  pool_dims(L, c, n, n->in[1], n->in[0]);
+}
+
 // rt_binary(op, out, a, b, rank, shape, astride, bstride); same-shape
 // operands run as one flat loop.
 static void binary(Lower *L, const IrNode *n, const char *opname, int op) {

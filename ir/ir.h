@@ -395,6 +395,9 @@ typedef struct IrConvWindow {
   int64_t group;   // channel groups: each convolves C/group input channels to OC/group outputs
 } IrConvWindow;
 int ir_conv_window(const IrNode *n, IrConvWindow *w);
+// A pooling node's window (maxpool2d, maxpool2d_bwd): kernel [height, width],
+// its strides and pads as a convolution's, dilation 1, one group. -1 as above.
+int ir_pool_window(const IrNode *n, IrConvWindow *w, int64_t kernel[2]);
 
 // The GEMMs a matmul runs (rt_matmul's arguments): for i < batch, C_i (m x n)
 // = op(A_i) (m x k) @ op(B_i) (k x n), A_i at a + i*sa, and so on (sa or sb

@@ -263,6 +263,23 @@ int ir_conv_window(const IrNode *n, IrConvWindow *w) {
   return 0;
 }
 
+int ir_pool_window(const IrNode *n, IrConvWindow *w, int64_t kernel[2]) {
+  int nk, ns, np;
+  const int64_t *k = ir_attr_ints(n, "kernel", &nk), *st = ir_attr_ints(n, "strides", &ns);
+  const int64_t *pa = ir_attr_ints(n, "pads", &np);
+  if (!k || nk != 2 || (st && ns != 2) || (pa && np != 4))
+    return -1;
+  for (int i = 0; i < 2; i++) {
+    kernel[i] = k[i];
+    w->stride[i] = st ? st[i] : 1;
+    w->dilation[i] = 1;
+    w->pad_begin[i] = pa ? pa[i] : 0;
+    w->pad_end[i] = pa ? pa[2 + i] : 0;
+  }
+  w->group = 1;
+  return 0;
+}
+
 static int conv_window(IrNode *n, IrConvWindow *w, IrDiag *d) {
   if (ir_conv_window(n, w) == 0)
     return 0;
@@ -361,6 +378,56 @@ static int shape_conv2d_bwd_data(IrGraph *g, IrNode *n, IrDiag *d) {
 
 static int shape_conv2d_bwd_filter(IrGraph *g, IrNode *n, IrDiag *d) {
   return conv_bwd(g, n, n->in[1], n->out[0], d);
+}
+
+// ---- maxpool2d: x [N,C,H,W] -> y [N,C,OH,OW], each output its window's max
+
+// The pooled shape of x: the window's dims as a convolution's. A window of
+// padding only would have no max: each pad must be less than the kernel.
+static int pool_shape(IrGraph *g, IrNode *n, const IrValue *x, const Sym **y, IrDiag *d) {
+  IrConvWindow win;
+  int64_t k[2];
+  if (ir_pool_window(n, &win, k))
+    return ir_error(d, n->loc, "%s: kernel and strides take 2 values (height, width) and pads 4 "
+                    "(top, left, bottom, right)", ir_op_name(n->op));
+  if (x->rank != 4 || !ir_is_float(x->dtype))
+    return ir_error(d, n->loc, "%s: the image '%s' %s%s must be float of 4 dims [N,C,H,W]",
+                    ir_op_name(n->op), x->name, ir_dtype_name(x->dtype), ir_shape_str(g, x));
+  for (int i = 0; i < 2; i++)
+    if (win.pad_begin[i] >= k[i] || win.pad_end[i] >= k[i])
+      return ir_error(d, n->loc, "%s: pads [%lld, %lld, %lld, %lld] must each be less than the "
+                      "kernel [%lld, %lld] (a window of padding alone has no max)",
+                      ir_op_name(n->op), (long long)win.pad_begin[0], (long long)win.pad_begin[1],
+                      (long long)win.pad_end[0], (long long)win.pad_end[1], (long long)k[0],
+                      (long long)k[1]);
+  y[0] = x->shape[0], y[1] = x->shape[1];
+  for (int i = 0; i < 2; i++)
+    if (conv_out_dim(g, n, &win, i, x->shape[2 + i], sym_const(&g->arena, k[i]), &y[2 + i], d))
+      return -1;
+  return 0;
+}
+
+static int shape_maxpool2d(IrGraph *g, IrNode *n, IrDiag *d) {
+  const Sym *y[4];
+  if (pool_shape(g, n, n->in[0], y, d))
+    return -1;
+  return set_out(g, n, 0, n->in[0]->dtype, 4, y, d);
+}
+
+// (dy, x) -> dx like x; dy must be x pooled.
+static int shape_maxpool2d_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
+  const Sym *y[4];
+  const IrValue *dy = n->in[0], *x = n->in[1];
+  if (pool_shape(g, n, x, y, d))
+    return -1;
+  bool ok = dy->rank == 4 && ir_is_float(dy->dtype);
+  for (int i = 0; ok && i < 4; i++)
+    ok = same_size(g, dy->shape[i], y[i]);
+  if (!ok)
+    return ir_error(d, n->loc, "%s: the output's gradient '%s' is %s%s, but '%s' %s pools to %s",
+                    ir_op_name(n->op), dy->name, ir_dtype_name(dy->dtype), ir_shape_str(g, dy),
+                    x->name, ir_shape_str(g, x), shape_text(g, 4, y));
+  return same_as(g, n, 0, x, d);
 }
 
 static int shape_binary(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -1243,6 +1310,19 @@ static const Sym *flops_in(IrGraph *g, const IrNode *n, int64_t k) {
   return numel_times(g, n->in[0], k);
 }
 static const Sym *flops_add(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+// a comparison per window element; backward finds each window's max again for
+// every input pixel the window covers (about kernel^2 / stride^2 windows each)
+static int64_t pool_area(const IrNode *n) {
+  IrConvWindow w;
+  int64_t k[2];
+  return ir_pool_window(n, &w, k) ? 1 : k[0] * k[1];
+}
+static const Sym *flops_maxpool2d(IrGraph *g, const IrNode *n) {
+  return flops_out(g, n, pool_area(n));
+}
+static const Sym *flops_maxpool2d_bwd(IrGraph *g, const IrNode *n) {
+  return numel_times(g, n->in[1], pool_area(n));
+}
 static const Sym *flops_min(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_max(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sub(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }

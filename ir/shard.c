@@ -719,6 +719,23 @@ static int shard_conv2d_bwd_filter(ShardOp *op) {
   return 0;
 }
 
+// Max pooling: as a convolution's images, the batch alone splits. (x) -> y;
+// (dy, x) -> dx, dy and x split alike.
+static int shard_maxpool2d(ShardOp *op) {
+  conv_images(op, 0);
+  op->out[0] = whole(4);
+  op->out[0].split[0] = op->in[0].split[0];
+  return 0;
+}
+static int shard_maxpool2d_bwd(ShardOp *op) {
+  conv_images(op, 0);
+  conv_images(op, 1);
+  int axis = unify2(op, 0, 0, 1, 0);
+  op->out[0] = whole(4);
+  op->out[0].split[0] = (unsigned char)axis;
+  return 0;
+}
+
 static int shard_add(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
 static int shard_sub(ShardOp *op) { return elementwise(op, 2, LIN_SUM); }
 static int shard_mul(ShardOp *op) { return elementwise(op, 2, LIN_ONE); }

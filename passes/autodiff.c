@@ -244,6 +244,14 @@ static void grad_conv2d(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
     dx[1] = conv_grad(ad, n, OP_CONV2D_BWD_FILTER, dy[0], n->in[0], n->in[1]);
 }
 
+// y = maxpool2d(x): dx = maxpool2d_bwd(dy, x), each window's gradient to its max.
+static void grad_maxpool2d(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrValue *in[2] = {dy[0], n->in[0]};
+  IrNode *b = emit(ad, OP_MAXPOOL2D_BWD, in, 2, 1);
+  copy_attrs(ad, b, n);
+  dx[0] = finish(ad, b)->out[0];
+}
+
 static void grad_cross_entropy(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[3] = {dy[0], n->in[0], n->in[1]};
   IrNode *b = emit(ad, OP_CROSS_ENTROPY_BWD, in, 3, 1);
@@ -514,6 +522,7 @@ static void grad_slice(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   }
 NO_GRAD(conv2d_bwd_data)
 NO_GRAD(conv2d_bwd_filter)
+NO_GRAD(maxpool2d_bwd)
 NO_GRAD(gelu_bwd)
 NO_GRAD(relu_bwd)
 NO_GRAD(softmax_bwd)

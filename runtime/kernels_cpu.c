@@ -22,6 +22,7 @@
 #include "coalesce.h"
 #include "dist.h"
 #include "kernels.h"
+#include "pool.h"
 
 // Below this many elements a parallel region costs more than it saves. A
 // pass over 2^19 floats takes about 0.2 ms; a parallel region costs a few

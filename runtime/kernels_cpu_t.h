@@ -314,6 +314,48 @@ void RT_NAME(col2im)(RT_T *x, const RT_T *col, long nc, long h, long w, long kh,
   }
 }
 
+// ---- max pooling (runtime/pool.h walks the windows, as the CUDA twins do)
+
+void RT_NAME(maxpool2d)(RT_T *y, const RT_T *x, long nc, long h, long w, long kh, long kw, long oh,
+                        long ow, long sh, long sw, long ph, long pw) {
+#pragma omp parallel for if (nc * oh * ow * kh * kw >= PAR_MIN)
+  for (long r = 0; r < nc * oh; r++) {
+    long p = r / oh, oy = r % oh;
+    const RT_T *xp = x + p * h * w;
+    for (long ox = 0; ox < ow; ox++) {
+      PoolWindow win = pool_window(oy, ox, h, w, kh, kw, sh, sw, ph, pw);
+      long at;
+      POOL_ARGMAX(LD, xp, win, w, at);
+      y[r * ow + ox] = xp[at];
+    }
+  }
+}
+
+// Each pixel sums dy over the windows whose max it is, in (oy, ox) order.
+void RT_NAME(maxpool2d_bwd)(RT_T *dx, const RT_T *dy, const RT_T *x, long nc, long h, long w,
+                            long kh, long kw, long oh, long ow, long sh, long sw, long ph,
+                            long pw) {
+#pragma omp parallel for if (nc * h * w * kh * kw >= PAR_MIN)
+  for (long r = 0; r < nc * h; r++) {
+    long p = r / h, iy = r % h, ylo, yhi;
+    const RT_T *xp = x + p * h * w, *dyp = dy + p * oh * ow;
+    pool_outputs(iy, kh, sh, ph, oh, &ylo, &yhi);
+    for (long ix = 0; ix < w; ix++) {
+      long xlo, xhi;
+      pool_outputs(ix, kw, sw, pw, ow, &xlo, &xhi);
+      float s = 0.0f;
+      for (long oy = ylo; oy < yhi; oy++)
+        for (long ox = xlo; ox < xhi; ox++) {
+          PoolWindow win = pool_window(oy, ox, h, w, kh, kw, sh, sw, ph, pw);
+          long at;
+          POOL_ARGMAX(LD, xp, win, w, at);
+          if (at == iy * w + ix) s += LD(dyp[oy * ow + ox]);
+        }
+      dx[r * w + ix] = TO_T(s);
+    }
+  }
+}
+
 // ---- neural-net ops
 
 // out[i, :] = w[idx[i], :]

@@ -55,6 +55,7 @@
 
 #include "coalesce.h"
 #include "cuda_common.h"
+#include "pool.h"
 extern "C" {
 #include "dist.h"
 #include "kernels.h"
@@ -547,6 +548,44 @@ __global__ void col2im_kernel(T *x, const T *col, long nc, long h, long w, long 
       }
     }
     x[e] = to<T>(s);
+  }
+}
+
+// ---- max pooling (runtime/pool.h walks the windows, as on the CPU)
+
+// one thread per output
+template <typename T>
+__global__ void maxpool2d_kernel(T *y, const T *x, long nc, long h, long w, long kh, long kw,
+                                 long oh, long ow, long sh, long sw, long ph, long pw) {
+  GRID_LOOP(e, nc * oh * ow) {
+    long ox = e % ow, oy = e / ow % oh, p = e / (ow * oh);
+    const T *xp = x + p * h * w;
+    PoolWindow win = pool_window(oy, ox, h, w, kh, kw, sh, sw, ph, pw);
+    long at;
+    POOL_ARGMAX(ld, xp, win, w, at);
+    y[e] = xp[at];
+  }
+}
+
+// one thread per pixel, summing dy over the windows whose max it is in (oy, ox) order
+template <typename T>
+__global__ void maxpool2d_bwd_kernel(T *dx, const T *dy, const T *x, long nc, long h, long w,
+                                     long kh, long kw, long oh, long ow, long sh, long sw,
+                                     long ph, long pw) {
+  GRID_LOOP(e, nc * h * w) {
+    long ix = e % w, iy = e / w % h, p = e / (w * h), ylo, yhi, xlo, xhi;
+    const T *xp = x + p * h * w, *dyp = dy + p * oh * ow;
+    pool_outputs(iy, kh, sh, ph, oh, &ylo, &yhi);
+    pool_outputs(ix, kw, sw, pw, ow, &xlo, &xhi);
+    float s = 0.0f;
+    for (long oy = ylo; oy < yhi; oy++)
+      for (long ox = xlo; ox < xhi; ox++) {
+        PoolWindow win = pool_window(oy, ox, h, w, kh, kw, sh, sw, ph, pw);
+        long at;
+        POOL_ARGMAX(ld, xp, win, w, at);
+        if (at == iy * w + ix) s += ld(dyp[oy * ow + ox]);
+      }
+    dx[e] = to<T>(s);
   }
 }
 
@@ -1670,6 +1709,36 @@ RT_CUDA_KT(col2im,
            (T *x, const T *col, long nc, long h, long w, long kh, long kw, long oh, long ow,
             long sh, long sw, long ph, long pw, long dh, long dw),
            (dev(x), dev(col), nc, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw))
+
+// ---- max pooling
+
+template <typename T>
+static void maxpool2d(T *y, const T *x, long nc, long h, long w, long kh, long kw, long oh,
+                      long ow, long sh, long sw, long ph, long pw) {
+  long n = nc * oh * ow;
+  if (n <= 0) return;
+  RT_LAUNCH(maxpool2d_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, nc, h, w, kh, kw, oh,
+            ow, sh, sw, ph, pw);
+  LAUNCHED();
+}
+RT_CUDA_KT(maxpool2d,
+           (T *y, const T *x, long nc, long h, long w, long kh, long kw, long oh, long ow, long sh,
+            long sw, long ph, long pw),
+           (dev(y), dev(x), nc, h, w, kh, kw, oh, ow, sh, sw, ph, pw))
+
+template <typename T>
+static void maxpool2d_bwd(T *dx, const T *dy, const T *x, long nc, long h, long w, long kh,
+                          long kw, long oh, long ow, long sh, long sw, long ph, long pw) {
+  long n = nc * h * w;
+  if (n <= 0) return;
+  RT_LAUNCH(maxpool2d_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, nc, h, w, kh,
+            kw, oh, ow, sh, sw, ph, pw);
+  LAUNCHED();
+}
+RT_CUDA_KT(maxpool2d_bwd,
+           (T *dx, const T *dy, const T *x, long nc, long h, long w, long kh, long kw, long oh,
+            long ow, long sh, long sw, long ph, long pw),
+           (dev(dx), dev(dy), dev(x), nc, h, w, kh, kw, oh, ow, sh, sw, ph, pw))
 
 // ---- neural-net ops
 

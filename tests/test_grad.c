@@ -60,6 +60,23 @@ static const Case cases[] = {
                             "param %w : f32[O,3,4,4] normal(1.0)\nparam %b : f32[O,1,1] normal(1.0)\n",
      "%c : f32[N,O,2,2], %col : f32[N,48,4] = conv2d(%x, %w) strides=[4,4]\n"
      "%y : f32[N,O,2,2] = add(%c, %b)\n", "f32[N,O,2,2]", 1e-2},
+    // ResNet's stem pool (3x3, stride 2, padded), and an uneven overlapping window; a small step,
+    // which a window's two largest values are not as close as (the max switching is no slope)
+    {"maxpool2d", "sym N = 2\nparam %x : f32[N,3,7,6] normal(1.0)\n",
+     "%y : f32[N,3,4,3] = maxpool2d(%x) kernel=[3,3] strides=[2,2] pads=[1,1,1,1]\n",
+     "f32[N,3,4,3]", 1e-3},
+    {"maxpool2d_uneven", "sym N = 2\nparam %x : f32[N,2,5,6] normal(1.0)\n",
+     "%y : f32[N,2,5,6] = maxpool2d(%x) kernel=[3,2] pads=[2,1,0,0]\n", "f32[N,2,5,6]", 1e-3},
+    // BatchNormalization in training mode as the ONNX frontend builds it: the batch's mean and
+    // biased variance per channel, then the affine
+    {"batchnorm_train", "sym N = 3\nparam %x : f32[N,2,3,3] normal(1.0)\n"
+                        "param %w : f32[2,1,1] normal(1.0)\nparam %b : f32[2,1,1] normal(1.0)\n",
+     "%m : f32[1,2,1,1] = mean(%x) axes=[0,2,3] keepdims=1\n"
+     "%c : f32[N,2,3,3] = sub(%x, %m)\n%s : f32[N,2,3,3] = mul(%c, %c)\n"
+     "%v : f32[1,2,1,1] = mean(%s) axes=[0,2,3] keepdims=1\n"
+     "%e : f32[1,2,1,1] = scale(%v) s=1 b=1e-5\n%i : f32[1,2,1,1] = pow(%e) p=-0.5\n"
+     "%n : f32[N,2,3,3] = mul(%c, %i)\n%a : f32[N,2,3,3] = mul(%n, %w)\n"
+     "%y : f32[N,2,3,3] = add(%a, %b)\n", "f32[N,2,3,3]", 1e-2},
     {"add_broadcast", "sym B = 2\nsym T = 3\nsym C = 4\nparam %a : f32[B,T,C] normal(1.0)\n"
                       "param %b : f32[C] normal(1.0)\n",
      "%y : f32[B,T,C] = add(%a, %b)\n", "f32[B,T,C]", 1e-2},

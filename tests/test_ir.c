@@ -225,6 +225,14 @@ static const struct {
     {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nforward\n"
      "%y : f32[B,T,D] = attention(%q, %q, %q)\n", 6,
      "wrong number of inputs or outputs for 'attention'"},
+    // a max pool whose padding could fill a window; a gradient of another shape
+    {"param %x : f32[2,3,8,8]\nforward\n"
+     "%y : f32[2,3,5,5] = maxpool2d(%x) kernel=[2,2] strides=[2,2] pads=[2,2,2,2]\n", 3,
+     "maxpool2d: pads [2, 2, 2, 2] must each be less than the kernel [2, 2]"},
+    {"param %x : f32[2,3,8,8]\nparam %g : f32[2,3,4,4]\nforward\n"
+     "%y : f32[2,3,8,8] = maxpool2d_bwd(%g, %x) kernel=[3,3] strides=[2,2]\n", 4,
+     "maxpool2d_bwd: the output's gradient 'g' is f32[2,3,4,4], but 'x' [2,3,8,8] pools to "
+     "[2,3,3,3]"},
     // too few inputs for a rule that reads them (it crashed reading an absent q)
     {"sym B = 2\nsym T = 3\nsym D = 2\nparam %q : f32[B,T,D]\nforward\n"
      "%a : f32[B,T,D], %b : f32[B,T,D], %c : f32[B,T,D] = attention_bwd(%q)\n", 6,

@@ -689,6 +689,68 @@ static void test_conv2d(ConvCase k) {
   free(xd), free(wd), free(dyd), free(ry), free(rdx), free(rdw);
 }
 
+// max pooling against the definition: each window's first maximum (PyTorch's),
+// the padding never; dx the sum of dy over the windows a pixel is the max of
+typedef struct PoolCase {
+  long nc, h, w, kh, kw, sh, sw, ph, pw, pb, pr;
+} PoolCase;
+
+static void test_maxpool(PoolCase k, int ties) {
+  long oh = (k.h + k.ph + k.pb - k.kh) / k.sh + 1, ow = (k.w + k.pw + k.pr - k.kw) / k.sw + 1;
+  long nx = k.nc * k.h * k.w, ny = k.nc * oh * ow;
+  float *x = frand(nx, -1, 1), *dy = frand(ny, -1, 1), *y = frand(ny, -1, 1);
+  float *dx = frand(nx, -1, 1);
+  double *ry = dbuf(ny), *rdx = dbuf(nx);
+  if (ties)   // few distinct values: windows with equal maxima
+    for (long i = 0; i < nx; i++) x[i] = (float)(int)(x[i] * 2.0f);
+  memset(rdx, 0, (size_t)nx * sizeof *rdx);
+  for (long p = 0; p < k.nc; p++)
+    for (long oy = 0; oy < oh; oy++)
+      for (long ox = 0; ox < ow; ox++) {
+        long best = -1;
+        for (long i = 0; i < k.kh; i++)
+          for (long j = 0; j < k.kw; j++) {
+            long iy = oy * k.sh - k.ph + i, ix = ox * k.sw - k.pw + j;
+            if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+            long at = (p * k.h + iy) * k.w + ix;
+            if (best < 0 || x[at] > x[best]) best = at;
+          }
+        long o = (p * oh + oy) * ow + ox;
+        ry[o] = x[best];
+        rdx[best] += dy[o];
+      }
+  char name[160];
+  snprintf(name, sizeof name, "maxpool2d %ldx(%ld,%ld) kernel %ldx%ld stride %ldx%ld pads "
+           "%ld,%ld,%ld,%ld%s", k.nc, k.h, k.w, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw, k.pb, k.pr,
+           ties ? " with ties" : "");
+  rt_maxpool2d(y, x, k.nc, k.h, k.w, k.kh, k.kw, oh, ow, k.sh, k.sw, k.ph, k.pw);
+  check(name, y, ry, ny);
+  rt_maxpool2d_bwd(dx, dy, x, k.nc, k.h, k.w, k.kh, k.kw, oh, ow, k.sh, k.sw, k.ph, k.pw);
+  strcat(name, " dx");
+  check(name, dx, rdx, nx);
+  free(x), free(dy), free(y), free(dx), free(ry), free(rdx);
+}
+
+static void test_maxpools(void) {
+  // nc h w kh kw sh sw ph pw pb pr
+  for (int ties = 0; ties < 2; ties++) {
+    test_maxpool((PoolCase){6, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1}, ties);    // ResNet's stem
+    test_maxpool((PoolCase){2, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0}, ties);    // 2x2, a ragged edge
+    test_maxpool((PoolCase){3, 5, 6, 3, 2, 1, 1, 2, 1, 0, 1}, ties);    // overlapping, uneven pads
+    test_maxpool((PoolCase){1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0}, ties);
+    test_maxpool((PoolCase){64, 34, 30, 3, 3, 2, 2, 1, 1, 1, 1}, ties); // the parallel paths
+  }
+  // a NaN wins its windows (and takes their gradient); the last of two NaNs does
+  float x[4] = {1, NAN, 3, NAN}, dy[1] = {2}, y[1], dx[4];
+  rt_maxpool2d(y, x, 1, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0);
+  rt_maxpool2d_bwd(dx, dy, x, 1, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0);
+  double rdx[4] = {0, 0, 0, 2};
+  printf("maxpool2d with NaNs: %g%s\n", y[0], isnan(y[0]) ? "" : "  FAILED");
+  if (isnan(y[0])) n_passed++;
+  else n_failed++;
+  check("maxpool2d with NaNs dx", dx, rdx, 4);
+}
+
 static void test_conv2ds(void) {
   // n c h w oc kh kw sh sw pt pl pb pr dh dw
   test_conv2d((ConvCase){2, 3, 16, 16, 32, 4, 4, 4, 4, 0, 0, 0, 0, 1, 1});  // ViT's patches
@@ -1414,6 +1476,7 @@ int main(void) {
   test_silu();
   test_matmul();
   test_conv2ds();
+  test_maxpools();
   test_embedding(40, 13, 7);
   test_embedding(1000, 97, 200);
   test_layernorm(3, 5, 1);

@@ -607,6 +607,38 @@ static void test_conv(void) {
   }
 }
 
+// ---- max pooling against the CPU's: the same maxima, each pixel's gradient summed in the
+// same order (runtime/pool.h)
+
+template <typename T>
+static void test_maxpool(void) {
+  struct Case {
+    long nc, h, w, kh, kw, sh, sw, ph, pw, pb, pr;
+  } cases[] = {
+      {6, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1},               // ResNet's stem
+      {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+      {3, 5, 6, 3, 2, 1, 1, 2, 1, 0, 1},               // overlapping, uneven pads
+      {BIG(64, 4), 112, 112, 3, 3, 2, 2, 1, 1, 1, 1},  // ResNet-50's pool
+  };
+  for (const Case &c : cases) {
+    long oh = (c.h + c.ph + c.pb - c.kh) / c.sh + 1, ow = (c.w + c.pw + c.pr - c.kw) / c.sw + 1;
+    long nx = c.nc * c.h * c.w, ny = c.nc * oh * ow;
+    Buf<T> x = rand_vec<T>(nx), dy = rand_vec<T>(ny), y = rand_vec<T>(ny), dx = rand_vec<T>(nx);
+    for (long i = 0; i < nx; i += 7) x[i] = x[i + 1 < nx ? i + 1 : i];   // ties
+    T *dxp = dev(x), *ddy = dev(dy), *dyo = dev(y), *ddx = dev(dx);
+    CPU(rt_maxpool2d)(y.data(), x.data(), c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.ph,
+                      c.pw);
+    rt_maxpool2d(dyo, dxp, c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.ph, c.pw);
+    check(fmt("maxpool2d nc=%ld %ldx%ld k=%ldx%ld", c.nc, c.h, c.w, c.kh, c.kw), y, dyo, EXACT);
+    CPU(rt_maxpool2d_bwd)(dx.data(), dy.data(), x.data(), c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh,
+                          c.sw, c.ph, c.pw);
+    rt_maxpool2d_bwd(ddx, ddy, dxp, c.nc, c.h, c.w, c.kh, c.kw, oh, ow, c.sh, c.sw, c.ph, c.pw);
+    check(fmt("maxpool2d_bwd nc=%ld %ldx%ld k=%ldx%ld", c.nc, c.h, c.w, c.kh, c.kw), dx, ddx,
+          EXACT);
+    free_all();
+  }
+}
+
 // ---- neural-net ops
 
 template <typename T, typename U>
@@ -1149,6 +1181,7 @@ static void test_t(const char *name) {
   test_activations<T>();
   test_unary<T>();
   test_conv<T>();
+  test_maxpool<T>();
   test_softmaxes<T>();
   test_attention<T>();
   test_rope<T>();
