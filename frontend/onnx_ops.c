@@ -1059,7 +1059,117 @@ int fe_conv_Conv(FeOnnx *cx) {
   return set(cx, y);
 }
 
+// MaxPool(X [N,C,H,W]) kernel_shape strides pads dilations ceil_mode auto_pad
+// -> maxpool2d: 2-D windows, explicit pads (auto_pad NOTSET, or VALID: none),
+// dilation 1, the output's size rounded down (ceil_mode 0), as ResNet's stem
+// exports it. The Indices output is not computed.
+int fe_conv_MaxPool(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0);
+  const int64_t *ks, *st, *pads, *dil;
+  int nks, nst, npads, ndil;
+  int64_t ceil_mode;
+  const char *auto_pad;
+  if (!x || fe_attr_ints(cx, "kernel_shape", &ks, &nks) || fe_attr_ints(cx, "strides", &st, &nst) ||
+      fe_attr_ints(cx, "pads", &pads, &npads) || fe_attr_ints(cx, "dilations", &dil, &ndil) ||
+      fe_attr_int(cx, "ceil_mode", 0, &ceil_mode) ||
+      fe_attr_str(cx, "auto_pad", "NOTSET", &auto_pad))
+    return -1;
+  if (x->rank != 4 || nks != 2)
+    return fe_err(cx, "mtc max-pools 2-D images: X [N,C,H,W] and a kernel_shape of 2 values, not "
+                  "X %s and %d values", ir_shape_str(cx->g, x), nks);
+  if ((nst >= 0 && nst != 2) || (npads >= 0 && npads != 4) || (ndil >= 0 && ndil != 2))
+    return fe_err(cx, "strides and dilations take 2 values and pads 4 for a 2-D window");
+  for (int i = 0; ndil > 0 && i < 2; i++)
+    if (dil[i] != 1)
+      return fe_err(cx, "dilations [%lld, %lld]: mtc max-pools without dilation",
+                    (long long)dil[0], (long long)dil[1]);
+  if (ceil_mode)
+    return fe_err(cx, "ceil_mode=1: mtc rounds the pooled size down (ceil_mode 0, PyTorch's "
+                  "default); export with ceil_mode=False");
+  bool valid = !strcmp(auto_pad, "VALID");
+  if (!valid && strcmp(auto_pad, "NOTSET"))
+    return fe_err(cx, "auto_pad=%s: mtc takes explicit pads (auto_pad NOTSET or VALID); export "
+                  "the model with the padding written out", auto_pad);
+  for (int i = 0; i < 2; i++)
+    if (ks[i] < 1 || ks[i] > INT32_MAX || (nst > 0 && (st[i] < 1 || st[i] > INT32_MAX)))
+      return fe_err(cx, "kernel_shape and strides must be from 1 to %d", INT32_MAX);
+  for (int i = 0; npads > 0 && i < 4; i++)
+    if (pads[i] < 0 || pads[i] > INT32_MAX)
+      return fe_err(cx, "pads must be from 0 to %d", INT32_MAX);
+  IrNode *n = node(cx, OP_MAXPOOL2D, &x, 1, 1);
+  ir_set_ints(cx->g, n, "kernel", ks, 2);
+  if (nst > 0)
+    ir_set_ints(cx->g, n, "strides", st, 2);
+  if (npads > 0 && !valid)
+    ir_set_ints(cx->g, n, "pads", pads, 4);
+  fe_set_unsupported(cx, 1, "the Indices output of MaxPool");
+  return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
 // ---- normalization, softmax, reductions ----------------------------------------------------------
+
+// BatchNormalization(X [N,C,...], scale, B, input_mean, input_var [C]) epsilon
+// momentum training_mode: per channel c, y = (x - m) / sqrt(v + epsilon) *
+// scale + B. Training mode (PyTorch's train(), exported with
+// TrainingMode.TRAINING) takes m and v from the batch (the mean and biased
+// variance over N and the spatial dims), built from means and elementwise ops
+// whose gradients autodiff knows; otherwise (eval) m and v are the running
+// statistics, constants of the model that it loads and saves untrained. The
+// running statistics' outputs of training mode are not computed.
+int fe_conv_BatchNormalization(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0), *scale_w = x ? farg(cx, 1) : NULL, *bias = scale_w ? farg(cx, 2) : NULL;
+  int64_t training;
+  double eps;
+  if (!bias || fe_attr_int(cx, "training_mode", 0, &training) ||
+      fe_attr_float(cx, "epsilon", 1e-5, &eps))
+    return -1;
+  if (x->rank < 2)
+    return fe_err(cx, "input '%s' has rank %d; it takes [N, C, spatial dims...]", x->name,
+                  x->rank);
+  // [C] as [C, 1, ...]: broadcast over the spatial dims
+  IrArena *ar = &cx->g->arena;
+  const Sym *cs[IR_MAXRANK];
+  cs[0] = x->shape[1];
+  for (int d = 1; d < x->rank - 1; d++)
+    cs[d] = sym_const(ar, 1);
+  int r = x->rank - 1;
+  IrValue *w = reshape(cx, scale_w, r, cs), *b = reshape(cx, bias, r, cs), *mean, *var;
+  if (training) {
+    int64_t axes[IR_MAXRANK];
+    int na = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (d != 1)
+        axes[na++] = d;
+    IrNode *m = node(cx, OP_MEAN, &x, 1, 1);
+    ir_set_ints(cx->g, m, "axes", axes, na);
+    ir_set_int(cx->g, m, "keepdims", 1);
+    mean = infer(cx, m) ? NULL : m->out[0];
+    IrValue *xc = fe_op(cx, OP_SUB, x, mean), *sq = fe_op(cx, OP_MUL, xc, xc);
+    if (!sq)
+      return -1;
+    IrNode *v = node(cx, OP_MEAN, &sq, 1, 1);
+    ir_set_ints(cx->g, v, "axes", axes, na);
+    ir_set_int(cx->g, v, "keepdims", 1);
+    var = infer(cx, v) ? NULL : v->out[0];
+    IrValue *y = fe_op(cx, OP_MUL, xc, power(cx, scale(cx, var, 1.0, eps), -0.5));
+    fe_set_unsupported(cx, 1, "the running mean output of BatchNormalization in training mode");
+    fe_set_unsupported(cx, 2, "the running variance output of BatchNormalization in training "
+                       "mode");
+    return set(cx, fe_op(cx, OP_ADD, fe_op(cx, OP_MUL, y, w), b));
+  }
+  mean = farg(cx, 3), var = mean ? farg(cx, 4) : NULL;
+  if (!var)
+    return -1;
+  for (int i = 0; i < 2; i++) {   // the running statistics: constants, not trained
+    IrValue *s = i ? var : mean;
+    if (s->role == ROLE_PARAM && !s->producer)
+      s->role = ROLE_CONST, s->frozen = true;
+  }
+  mean = reshape(cx, mean, r, cs), var = reshape(cx, var, r, cs);
+  IrValue *y = fe_op(cx, OP_MUL, fe_op(cx, OP_SUB, x, mean),
+                     power(cx, scale(cx, var, 1.0, eps), -0.5));
+  return set(cx, fe_op(cx, OP_ADD, fe_op(cx, OP_MUL, y, w), b));
+}
 
 // Softmax / LogSoftmax over `axis` (default -1): transposed to the last dim
 // and back when it is another one.

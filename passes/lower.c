@@ -520,6 +520,24 @@ static int owner(const Lower *L, const IrValue *v) {
   return at < L->g->nnodes ? L->g->nodes[at]->block : 0;
 }
 
+// A forward reduction over dim 0, the batch's rows, that keeps some other dim
+// (a BatchNorm's per-channel statistics); the loss's mean reduces every dim.
+static const IrNode *across_rows(const IrGraph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->phase != PHASE_FORWARD || (n->op != OP_MEAN && n->op != OP_SUM) || n->in[0]->rank < 2)
+      continue;
+    int na;
+    const int64_t *axes = ir_attr_ints(n, "axes", &na);
+    bool rows = false;
+    for (int k = 0; axes && k < na; k++)
+      rows |= axes[k] == 0 || axes[k] == -n->in[0]->rank;
+    if (rows && na < n->in[0]->rank)
+      return n;
+  }
+  return NULL;
+}
+
 static int check(Lower *L) {
   IrGraph *g = L->g;
   if (L->dp < 1 || L->tp < 1 || L->micro < 1)
@@ -541,6 +559,15 @@ static int check(Lower *L) {
         g->nodes[i]->op != OP_SGD && g->nodes[i]->op != OP_ASSIGN)
       return ir_error(L->d, g->nodes[i]->loc, "lower: the update has a %s op; only adamw and "
                       "sgd updates are lowered", ir_op_name(g->nodes[i]->op));
+  const IrNode *rows = L->dp > 1 || L->micro > 1 ? across_rows(g) : NULL;
+  if (rows)
+    return ir_error(L->d, rows->loc, "a %s over the batch's rows that keeps other dims (a "
+                    "BatchNormalization's statistics in training mode): with %d data-parallel "
+                    "rank%s and %d micro-batch%s each would normalize over its own rows (PyTorch "
+                    "DDP's BatchNorm, not SyncBatchNorm) rather than the step's, and mtc's ranks "
+                    "compute what one rank does: compile this model for one rank and one "
+                    "micro-batch", ir_op_name(rows->op), L->dp, L->dp == 1 ? "" : "s", L->micro,
+                    L->micro == 1 ? "" : "es");
   return 0;
 }
 

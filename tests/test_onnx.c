@@ -262,6 +262,13 @@ static void check_errors(const char *dir, const char *tmp) {
       {"bad_conv_strides", "node 'conv': error: Conv: attribute 'strides' value 0 is out of range"},
       {"bad_conv_kernel", "node 'conv': error: Conv: kernel_shape [3,2] differs from W's [6,4,3,3]"},
       {"bad_conv_auto_pad", "node 'conv': error: Conv: auto_pad=SAME_UPPER: mtc takes explicit pads"},
+      {"bad_maxpool_ceil", "node 'pool': error: MaxPool: ceil_mode=1: mtc rounds the pooled size "
+                           "down"},
+      {"bad_maxpool_dilation", "node 'pool': error: MaxPool: dilations [2, 2]: mtc max-pools "
+                               "without dilation"},
+      {"bad_maxpool_pads", "node 'pool': error: MaxPool: maxpool2d: pads [2, 2, 2, 2] must each be "
+                           "less than the kernel [2, 2]"},
+      {"bad_batchnorm_running", "the running mean output of BatchNormalization in training mode"},
       {"bad_scatter_pattern", "node 'scatter': error: ScatterND: mtc runs ScatterND when it "
                               "writes one contiguous range of one axis"},
       {"bad_equal_float", "node 'equal': error: Equal: at run time mtc compares a tensor with an "

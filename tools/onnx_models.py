@@ -441,6 +441,7 @@ def write_bad(out):
         "bad_shapes": tiny_graph([mm, red], [numpy_helper.from_array(np.ones((5, 3), np.float32), "w")]),
     }
     bad.update(bad_conv())
+    bad.update(bad_pool())
     bad.update(bad_pad_mod(mm, red, w))
     ext = tiny_graph([mm, red], [w])
     t = ext.graph.initializer[0]
@@ -483,6 +484,27 @@ def bad_conv():
     return {"bad_conv_group": conv(w, group=3), "bad_conv_pads": conv(w1, pads=[1, 1]),
             "bad_conv_strides": conv(w1, strides=[0, 1]), "bad_conv_kernel": conv(w1, kernel_shape=[3, 2]),
             "bad_conv_auto_pad": conv(w1, auto_pad="SAME_UPPER")}
+
+
+def bad_pool():
+    """MaxPool and BatchNormalization as mtc refuses them: rounding the pooled size up, dilation,
+    padding that would fill a window, and a training-mode BatchNorm's running mean read."""
+    image = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])]
+
+    def pool(**attrs):
+        return tiny_graph([helper.make_node("MaxPool", ["x"], ["p"], name="pool", **attrs),
+                           helper.make_node("ReduceSum", ["p"], ["y"], name="sum", keepdims=0)],
+                          [], inputs=image)
+    stats = [numpy_helper.from_array(np.full(4, v, np.float32), n)
+             for n, v in (("scale", 1), ("bias", 0), ("mean", 0), ("var", 1))]
+    bn = tiny_graph([helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"],
+                                      ["b", "rm", "rv"], name="bn", training_mode=1),
+                     helper.make_node("ReduceSum", ["rm"], ["y"], name="sum", keepdims=0)],
+                    stats, inputs=image)
+    return {"bad_maxpool_ceil": pool(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+            "bad_maxpool_dilation": pool(kernel_shape=[2, 2], dilations=[2, 2]),
+            "bad_maxpool_pads": pool(kernel_shape=[2, 2], pads=[2, 2, 2, 2]),
+            "bad_batchnorm_running": bn}
 
 
 def hostile(mm, red, w):

@@ -173,6 +173,18 @@ def vit():
     return Loss(ViTForImageClassification(cfg), ("pixel_values", "labels")), batch
 
 
+def resnet():
+    """ResNet of basic blocks (a stem of 8 channels: a 7x7 convolution of stride 2 and a 3x3 max
+    pool of stride 2; two stages of one block, 8 and 16 channels) on 16x16 images of 3 channels,
+    5 classes; labels [B]. Its BatchNorms train on the batch's statistics: the reference runs in
+    train() mode (TRAIN), and the export is training mode's."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+    cfg = ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                       layer_type="basic", num_labels=5)
+    batch = {"pixel_values": pl.randn((B, 3, 16, 16), 1), "labels": pl.tokens((B,), 5, 2)}
+    return Loss(ResNetForImageClassification(cfg), ("pixel_values", "labels")), batch
+
+
 TE, TD = 16, 8  # T5's encoder and decoder lengths
 
 
@@ -209,7 +221,11 @@ def t5_gated():
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
             "gpt2": gpt2, "gpt2_mask": gpt2_mask,
-            "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "t5": t5, "t5_gated": t5_gated}
+            "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
+            "t5_gated": t5_gated}
+# The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
+# others have no dropout, so both modes compute the same).
+TRAIN = ("resnet",)
 # The models each family exports (default: all three). The T5 models are larger (an encoder and
 # a decoder), so each of the two T5 fixtures stays under 1 MB with part of the set: the ReLU
 # one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 and Llama with a padding
@@ -225,12 +241,12 @@ DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
 
 def perturb_norms(model, seed):
     """Norm weights ~ N(1, 0.1) and biases ~ N(0, 0.1) instead of ones and zeros
-    (LayerNorm, and RMSNorm classes, which have no bias), so that a mix-up
+    (LayerNorm, BatchNorm2d, and RMSNorm classes, which have no bias), so that a mix-up
     cannot hide in the gradients."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in model.modules():
-            if not type(m).__name__.endswith(("Norm", "LayerNorm")):
+            if not type(m).__name__.endswith(("Norm", "LayerNorm", "BatchNorm2d")):
                 continue
             m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
             if getattr(m, "bias", None) is not None:
@@ -249,7 +265,7 @@ def write(name, out_root, bf16_only=False):
     torch.manual_seed(0)
     model, batch = FAMILIES[name]()
     perturb_norms(model, 1)
-    model.eval()
+    model.train(name in TRAIN)
     out = os.path.join(out_root, "hf_" + name)
     if name in BF16:
         ref16, grads16 = pl.reference_bf16(model, loss_fn, batch, OPTS)
