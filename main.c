@@ -578,14 +578,20 @@ static void print_token_inputs(const IrGraph *g) {
     printf("\n");
 }
 
-// What --freeze froze, one line.
-static void print_frozen(const IrGraph *g) {
+// What --freeze froze (and the initializers the model keeps constant itself:
+// BatchNorm's running statistics), one line.
+static void print_frozen(const IrGraph *g, const char *freeze) {
   char names[400];
   int64_t elems;
   int n = pass_frozen(g, names, sizeof names, &elems);
-  if (n)
+  const char *more = strlen(names) + 1 >= sizeof names ? " ..." : "";
+  if (n && freeze)
     printf("mtc: --freeze leaves %d parameters (%lld elements) untrained: %s%s\n", n,
-           (long long)elems, names, strlen(names) + 1 >= sizeof names ? " ..." : "");
+           (long long)elems, names, more);
+  else if (n)
+    printf("mtc: %d initializers (%lld elements) are not trained (BatchNorm's running "
+           "statistics: loaded and saved with the weights): %s%s\n", n, (long long)elems, names,
+           more);
 }
 
 // Which parameters weight decay reaches, one line.
@@ -726,7 +732,7 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
   if (a->checkpoint)
     print_checkpoint("mtc: ", ctx);
   print_token_inputs(g);
-  print_frozen(g);
+  print_frozen(g, a->pass.freeze);
   print_decay(g, &ctx->opt);
   if (price)
     printf("mtc: the planner prices a step of this layout at %.3g ms on %s%s\n",

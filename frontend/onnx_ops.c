@@ -1108,14 +1108,54 @@ int fe_conv_MaxPool(FeOnnx *cx) {
 
 // ---- normalization, softmax, reductions ----------------------------------------------------------
 
+// A BatchNorm's running statistic s (an initializer: a constant of the model,
+// not trained, saved with the weights) updated in place each forward as
+// PyTorch updates it: s = momentum * s + (1 - momentum) * stat * k (ONNX's
+// momentum is 1 - PyTorch's).
+static int running_stat(FeOnnx *cx, IrValue *s, IrValue *stat, double momentum, double k) {
+  if (s->role != ROLE_PARAM || s->producer)
+    return fe_err(cx, "the running statistic '%s' must be an initializer", s->name);
+  s->role = ROLE_CONST, s->frozen = true;
+  stat = reshape(cx, stat, s->rank, s->shape);
+  IrValue *in[2] = {s, fe_op(cx, OP_ADD, scale(cx, s, momentum, 0.0),
+                             scale(cx, stat, (1.0 - momentum) * k, 0.0))};
+  if (!in[1])
+    return -1;
+  return infer(cx, node(cx, OP_ASSIGN, in, 2, 0));
+}
+
+// Training mode's running mean and variance (inputs 3 and 4), from the batch's
+// mean and biased variance over n values per channel: the variance kept
+// unbiased, n / (n - 1) of it, as PyTorch keeps it.
+static int running_update(FeOnnx *cx, IrValue *mean, IrValue *var, const IrValue *x) {
+  double momentum;
+  int64_t n = 1, d;
+  for (int i = 0; i < x->rank; i++)
+    if (i != 1) {
+      if (fe_eval(cx, x->shape[i], &d))
+        return -1;
+      n *= d;
+    }
+  if (n < 2)
+    return fe_err(cx, "%lld value%s per channel: a BatchNorm in training mode needs more than "
+                  "one (PyTorch refuses it too)", (long long)n, n == 1 ? "" : "s");
+  IrValue *rm = farg(cx, 3), *rv = rm ? farg(cx, 4) : NULL;
+  if (!rv || fe_attr_float(cx, "momentum", 0.9, &momentum))
+    return -1;
+  return running_stat(cx, rm, mean, momentum, 1.0) ||
+         running_stat(cx, rv, var, momentum, (double)n / (double)(n - 1));
+}
+
 // BatchNormalization(X [N,C,...], scale, B, input_mean, input_var [C]) epsilon
 // momentum training_mode: per channel c, y = (x - m) / sqrt(v + epsilon) *
 // scale + B. Training mode (PyTorch's train(), exported with
 // TrainingMode.TRAINING) takes m and v from the batch (the mean and biased
 // variance over N and the spatial dims), built from means and elementwise ops
-// whose gradients autodiff knows; otherwise (eval) m and v are the running
-// statistics, constants of the model that it loads and saves untrained. The
-// running statistics' outputs of training mode are not computed.
+// whose gradients autodiff knows, and updates the running statistics in place
+// (running_update); otherwise (eval) m and v are the running statistics. Either
+// way those are constants of the model, loaded and saved with the weights,
+// untrained. Training mode's outputs of the new running statistics are not
+// computed (the inputs are updated instead).
 int fe_conv_BatchNormalization(FeOnnx *cx) {
   IrValue *x = farg(cx, 0), *scale_w = x ? farg(cx, 1) : NULL, *bias = scale_w ? farg(cx, 2) : NULL;
   int64_t training;
@@ -1155,6 +1195,8 @@ int fe_conv_BatchNormalization(FeOnnx *cx) {
     fe_set_unsupported(cx, 1, "the running mean output of BatchNormalization in training mode");
     fe_set_unsupported(cx, 2, "the running variance output of BatchNormalization in training "
                        "mode");
+    if (!y || running_update(cx, mean, var, x))
+      return -1;
     return set(cx, fe_op(cx, OP_ADD, fe_op(cx, OP_MUL, y, w), b));
   }
   mean = farg(cx, 3), var = mean ? farg(cx, 4) : NULL;

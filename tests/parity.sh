@@ -2,8 +2,10 @@
 # Parity with PyTorch: compile MODEL with mtc, build the CPU program, and
 # check it against the reference in FIXTURE (written by tools/parity_*.py):
 # the first loss and every parameter's gradient after one backward, then the
-# losses of 10 AdamW steps and of 10 SGD steps on the same fixed batch. Every
-# relative error must be within 1e-4 (tools/parity_check.py prints them all).
+# losses of 10 AdamW steps and of 10 SGD steps on the same fixed batch, and
+# where the fixture has them (FIXTURE/running_sgd.safetensors) BatchNorm's
+# running statistics after the SGD steps. Every relative error must be within
+# 1e-4 (tools/parity_check.py prints them all).
 #
 #   parity.sh MTC MODEL FIXTURE OUTDIR
 #
@@ -61,8 +63,13 @@ steps=${PARITY_STEPS:-10}
 for opt in adamw sgd; do
   args=${opt}_args
   # shellcheck disable=SC2086
-  train --steps "$steps" ${!args} > "$out/$opt.log"
+  save=()   # BatchNorm's running statistics after the SGD steps, where the fixture has PyTorch's
+  [ "$opt" = sgd ] && [ "$steps" = 10 ] && [ -f "$fix/running_sgd.safetensors" ] &&
+    save=(--save "$out/sgd.safetensors")
+  train --steps "$steps" ${!args} "${save[@]}" > "$out/$opt.log"
   check losses "$fix/ref.json" "$opt" "$out/$opt.log" --steps "$steps" || status=1
+  [ ${#save[@]} = 0 ] || check tensors "$fix/running_sgd.safetensors" "$out/sgd.safetensors" ||
+    status=1
 done
 [ "$status" -eq 0 ] && echo "ok: $model matches PyTorch" || echo "FAIL: $model differs from PyTorch"
 exit "$status"

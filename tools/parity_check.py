@@ -92,11 +92,13 @@ def rel_error(got, ref, floor=0.0):
     return diff, (diff / scale if scale > 0 else diff)
 
 
-def check_grads(ref_path, got_path, tol):
+def check_grads(ref_path, got_path, tol, what="gradients"):
+    """Every tensor of ref against got's of that name; got's others must be zero (gradients of
+    what PyTorch does not train), unless `what` is not "gradients" (got holds more: weights)."""
     ref, got = st_read(ref_path), st_read(got_path)
     ok = True
-    print(f"gradients: max|mtc - torch| / max|torch| per tensor, the scale at least {GRAD_FLOOR:g} of "
-          f"the largest gradient (tolerance {tol:g})")
+    print(f"{what}: max|mtc - torch| / max|torch| per tensor, the scale at least {GRAD_FLOOR:g} of "
+          f"the largest (tolerance {tol:g})")
     width = max(len(n) for n in list(ref) + list(got))
     floor = GRAD_FLOOR * max((float(np.max(np.abs(r))) for r in ref.values() if r.size), default=0.0)
     worst = 0.0
@@ -117,13 +119,13 @@ def check_grads(ref_path, got_path, tol):
         print(f"  {'OK  ' if good else 'FAIL'} {name:<{width}}  {str(list(r.shape)):<14} "
               f"maxdiff {diff:.3e}  rel {rel:.3e}")
     for name, g in got.items():
-        if name in ref:
+        if name in ref or what != "gradients":
             continue
         zero = not np.any(g)
         ok &= zero
         print(f"  {'OK  ' if zero else 'FAIL'} {name:<{width}}  not a PyTorch parameter; "
               f"max|grad| {float(np.max(np.abs(g))) if g.size else 0.0:.3e} (must be 0)")
-    print(f"gradients: {len(ref)} tensors, worst relative error {worst:.3e}: "
+    print(f"{what}: {len(ref)} tensors, worst relative error {worst:.3e}: "
           f"{'ok' if ok else 'FAIL'}")
     return ok
 
@@ -237,6 +239,10 @@ def main():
     l.add_argument("log")
     l.add_argument("--tol", type=float, default=1e-4)
     l.add_argument("--steps", type=int, default=None)
+    t = sub.add_parser("tensors")   # ref's tensors in got (saved weights): the same check
+    t.add_argument("ref")
+    t.add_argument("got")
+    t.add_argument("--tol", type=float, default=1e-4)
     c = sub.add_parser("cosine")
     c.add_argument("ref")
     c.add_argument("got")
@@ -248,6 +254,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "grads":
         ok = check_grads(a.ref, a.got, a.tol)
+    elif a.cmd == "tensors":
+        ok = check_grads(a.ref, a.got, a.tol, "tensors")
     elif a.cmd == "cosine":
         ok = check_cosine(a.ref, a.got, a.min)
     elif a.cmd == "logs":

@@ -31,6 +31,7 @@ virtualenv that sees Debian's python3-torch (torch 1.13):
     ~/venv-hf/bin/python tools/parity_hf.py
 """
 import argparse
+import copy
 import os
 import sys
 
@@ -257,6 +258,24 @@ def loss_fn(model, batch):
     return model(*batch.values())
 
 
+def running_stats_after_sgd(model, batch, steps=pl.STEPS):
+    """The BatchNorms' running statistics after the reference's SGD steps from the initial
+    state (train() mode updates them each forward), by their state_dict names, which are the
+    ONNX initializers' names; the model is left as it was."""
+    start, mode = copy.deepcopy(model.state_dict()), model.training
+    model.train()
+    opt = pl.make_optimizer("sgd", OPTS["sgd"], model)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model, batch).backward()
+        opt.step()
+    out = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()
+           if k.endswith(("running_mean", "running_var"))}
+    model.load_state_dict(start)
+    model.train(mode)
+    return out
+
+
 # the families with a bf16 reference too (ref_bf16.json, grads_bf16.safetensors)
 BF16 = ("llama",)
 
@@ -288,6 +307,9 @@ def write(name, out_root, bf16_only=False):
     if "o17_dyn" in variants:
         pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
     pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
+    if name in TRAIN:   # tests/parity.sh compares them with the program's after its SGD steps
+        st_write(os.path.join(out, "running_sgd.safetensors"), running_stats_after_sgd(model, batch),
+                 {"content": f"BatchNorm running statistics after {pl.STEPS} SGD steps"})
     if "o17_dyn" in variants:
         with open(os.path.join(out, "parity.env"), "a") as f:
             f.write(f"dynamic_args='{dynamic_args}'\n")

@@ -156,11 +156,22 @@ def export_onnx(model, inputs, path, opset, dynamic_axes, output="loss"):
     shape, into one initializer), no constant folding (which would rename
     transposed weights), initializers not listed as inputs. Checks the names
     and values. The models have no dropout, so training mode computes what
-    eval mode does."""
+    eval mode does, except BatchNorm's: export traces the model, which in
+    training mode updates its running statistics, so those buffers are put
+    back as they were, in the model and in the file's initializers."""
+    buffers = {k: v.detach().clone() for k, v in model.state_dict().items()
+               if k.endswith(("running_mean", "running_var"))}
     torch.onnx.export(model, tuple(inputs.values()), path, input_names=list(inputs), output_names=[output],
                       opset_version=opset, dynamic_axes=dynamic_axes, export_params=True,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       keep_initializers_as_inputs=False)
+    model.load_state_dict(buffers, strict=False)
+    if buffers:
+        m = onnx.load(path)
+        for t in m.graph.initializer:
+            if t.name in buffers:
+                t.CopyFrom(numpy_helper.from_array(buffers[t.name].numpy(), t.name))
+        onnx.save(m, path)
     model.eval()
     inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
     for name, p in model.named_parameters():
