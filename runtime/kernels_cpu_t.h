@@ -337,20 +337,11 @@ void RT_NAME(maxpool2d_bwd)(RT_T *dx, const RT_T *dy, const RT_T *x, long nc, lo
                             long pw) {
 #pragma omp parallel for if (nc * h * w * kh * kw >= PAR_MIN)
   for (long r = 0; r < nc * h; r++) {
-    long p = r / h, iy = r % h, ylo, yhi;
+    long p = r / h, iy = r % h;
     const RT_T *xp = x + p * h * w, *dyp = dy + p * oh * ow;
-    pool_outputs(iy, kh, sh, ph, oh, &ylo, &yhi);
     for (long ix = 0; ix < w; ix++) {
-      long xlo, xhi;
-      pool_outputs(ix, kw, sw, pw, ow, &xlo, &xhi);
-      float s = 0.0f;
-      for (long oy = ylo; oy < yhi; oy++)
-        for (long ox = xlo; ox < xhi; ox++) {
-          PoolWindow win = pool_window(oy, ox, h, w, kh, kw, sh, sw, ph, pw);
-          long at;
-          POOL_ARGMAX(LD, xp, win, w, at);
-          if (at == iy * w + ix) s += LD(dyp[oy * ow + ox]);
-        }
+      float s;
+      POOL_PIXEL_GRAD(LD, xp, dyp, iy, ix, h, w, kh, kw, oh, ow, sh, sw, ph, pw, s);
       dx[r * w + ix] = TO_T(s);
     }
   }

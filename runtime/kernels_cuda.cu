@@ -573,18 +573,10 @@ __global__ void maxpool2d_bwd_kernel(T *dx, const T *dy, const T *x, long nc, lo
                                      long kh, long kw, long oh, long ow, long sh, long sw,
                                      long ph, long pw) {
   GRID_LOOP(e, nc * h * w) {
-    long ix = e % w, iy = e / w % h, p = e / (w * h), ylo, yhi, xlo, xhi;
+    long ix = e % w, iy = e / w % h, p = e / (w * h);
     const T *xp = x + p * h * w, *dyp = dy + p * oh * ow;
-    pool_outputs(iy, kh, sh, ph, oh, &ylo, &yhi);
-    pool_outputs(ix, kw, sw, pw, ow, &xlo, &xhi);
-    float s = 0.0f;
-    for (long oy = ylo; oy < yhi; oy++)
-      for (long ox = xlo; ox < xhi; ox++) {
-        PoolWindow win = pool_window(oy, ox, h, w, kh, kw, sh, sw, ph, pw);
-        long at;
-        POOL_ARGMAX(ld, xp, win, w, at);
-        if (at == iy * w + ix) s += ld(dyp[oy * ow + ox]);
-      }
+    float s;
+    POOL_PIXEL_GRAD(ld, xp, dyp, iy, ix, h, w, kh, kw, oh, ow, sh, sw, ph, pw, s);
     dx[e] = to<T>(s);
   }
 }

@@ -11,6 +11,7 @@
 #define POOL_FN static inline __host__ __device__
 #else
 #define POOL_FN static inline
+
 #endif
 
 // The window of output (oy, ox): its first row and column in the plane (maybe
@@ -52,5 +53,24 @@ POOL_FN void pool_outputs(long i, long k, long s, long p, long n, long *lo, long
   long b = (i + p) / s + 1;          // one past the last o with o*s - p <= i
   *hi = b < n ? b : n;
 }
+
+// The gradient at pixel (iy, ix) of the plane xp into the float out: the plane dyp of the
+// pooled gradient summed over the windows whose max the pixel is, in (oy, ox) order, read by
+// ld.
+#define POOL_PIXEL_GRAD(ld, xp, dyp, iy, ix, h, w, kh, kw, oh, ow, sh, sw, ph, pw, out)      \
+  do {                                                                                        \
+    long ylo_, yhi_, xlo_, xhi_;                                                              \
+    float s_ = 0.0f;                                                                          \
+    pool_outputs(iy, kh, sh, ph, oh, &ylo_, &yhi_);                                           \
+    pool_outputs(ix, kw, sw, pw, ow, &xlo_, &xhi_);                                           \
+    for (long oy_ = ylo_; oy_ < yhi_; oy_++)                                                  \
+      for (long ox_ = xlo_; ox_ < xhi_; ox_++) {                                              \
+        PoolWindow win_ = pool_window(oy_, ox_, h, w, kh, kw, sh, sw, ph, pw);                \
+        long max_;                                                                            \
+        POOL_ARGMAX(ld, xp, win_, w, max_);                                                   \
+        if (max_ == (iy) * (w) + (ix)) s_ += ld((dyp)[oy_ * (ow) + ox_]);                     \
+      }                                                                                       \
+    (out) = s_;                                                                               \
+  } while (0)
 
 #endif
