@@ -1059,30 +1059,30 @@ int fe_conv_Conv(FeOnnx *cx) {
   return set(cx, y);
 }
 
-// MaxPool(X [N,C,H,W]) kernel_shape strides pads dilations ceil_mode auto_pad
-// -> maxpool2d: 2-D windows, explicit pads (auto_pad NOTSET, or VALID: none),
-// dilation 1, the output's size rounded down (ceil_mode 0), as ResNet's stem
-// exports it. The Indices output is not computed.
-int fe_conv_MaxPool(FeOnnx *cx) {
-  IrValue *x = farg(cx, 0);
-  const int64_t *ks, *st, *pads, *dil;
-  int nks, nst, npads, ndil;
+// A pooling node's window: kernel_shape strides pads dilations ceil_mode
+// auto_pad, as `what` ("max-pools", "average-pools") runs it: 2-D windows of
+// X [N,C,H,W], explicit pads (auto_pad NOTSET, or VALID: none; *npads 0),
+// dilation 1, the output's size rounded down (ceil_mode 0, PyTorch's default).
+static int pool_attrs(FeOnnx *cx, const IrValue *x, const char *what, int64_t ks[2],
+                      int64_t st[2], int64_t pads[4], int *nst, int *npads) {
+  const int64_t *k, *s, *p, *dil;
+  int nk, nd;
   int64_t ceil_mode;
   const char *auto_pad;
-  if (!x || fe_attr_ints(cx, "kernel_shape", &ks, &nks) || fe_attr_ints(cx, "strides", &st, &nst) ||
-      fe_attr_ints(cx, "pads", &pads, &npads) || fe_attr_ints(cx, "dilations", &dil, &ndil) ||
+  if (fe_attr_ints(cx, "kernel_shape", &k, &nk) || fe_attr_ints(cx, "strides", &s, nst) ||
+      fe_attr_ints(cx, "pads", &p, npads) || fe_attr_ints(cx, "dilations", &dil, &nd) ||
       fe_attr_int(cx, "ceil_mode", 0, &ceil_mode) ||
       fe_attr_str(cx, "auto_pad", "NOTSET", &auto_pad))
     return -1;
-  if (x->rank != 4 || nks != 2)
-    return fe_err(cx, "mtc max-pools 2-D images: X [N,C,H,W] and a kernel_shape of 2 values, not "
-                  "X %s and %d values", ir_shape_str(cx->g, x), nks);
-  if ((nst >= 0 && nst != 2) || (npads >= 0 && npads != 4) || (ndil >= 0 && ndil != 2))
+  if (x->rank != 4 || nk != 2)
+    return fe_err(cx, "mtc %s 2-D images: X [N,C,H,W] and a kernel_shape of 2 values, not X %s "
+                  "and %d values", what, ir_shape_str(cx->g, x), nk);
+  if ((*nst >= 0 && *nst != 2) || (*npads >= 0 && *npads != 4) || (nd >= 0 && nd != 2))
     return fe_err(cx, "strides and dilations take 2 values and pads 4 for a 2-D window");
-  for (int i = 0; ndil > 0 && i < 2; i++)
+  for (int i = 0; nd > 0 && i < 2; i++)
     if (dil[i] != 1)
-      return fe_err(cx, "dilations [%lld, %lld]: mtc max-pools without dilation",
-                    (long long)dil[0], (long long)dil[1]);
+      return fe_err(cx, "dilations [%lld, %lld]: mtc %s without dilation", (long long)dil[0],
+                    (long long)dil[1], what);
   if (ceil_mode)
     return fe_err(cx, "ceil_mode=1: mtc rounds the pooled size down (ceil_mode 0, PyTorch's "
                   "default); export with ceil_mode=False");
@@ -1090,20 +1090,96 @@ int fe_conv_MaxPool(FeOnnx *cx) {
   if (!valid && strcmp(auto_pad, "NOTSET"))
     return fe_err(cx, "auto_pad=%s: mtc takes explicit pads (auto_pad NOTSET or VALID); export "
                   "the model with the padding written out", auto_pad);
-  for (int i = 0; i < 2; i++)
-    if (ks[i] < 1 || ks[i] > INT32_MAX || (nst > 0 && (st[i] < 1 || st[i] > INT32_MAX)))
+  for (int i = 0; i < 2; i++) {
+    ks[i] = k[i], st[i] = *nst > 0 ? s[i] : 1;
+    if (ks[i] < 1 || ks[i] > INT32_MAX || st[i] < 1 || st[i] > INT32_MAX)
       return fe_err(cx, "kernel_shape and strides must be from 1 to %d", INT32_MAX);
-  for (int i = 0; npads > 0 && i < 4; i++)
+  }
+  if (valid || *npads < 0)
+    *npads = 0;
+  for (int i = 0; i < 4; i++) {
+    pads[i] = *npads ? p[i] : 0;
     if (pads[i] < 0 || pads[i] > INT32_MAX)
       return fe_err(cx, "pads must be from 0 to %d", INT32_MAX);
+  }
+  return 0;
+}
+
+// MaxPool(X) -> maxpool2d, as ResNet's stem exports it (pool_attrs). The
+// Indices output is not computed.
+int fe_conv_MaxPool(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0);
+  int64_t ks[2], st[2], pads[4];
+  int nst, npads;
+  if (!x || pool_attrs(cx, x, "max-pools", ks, st, pads, &nst, &npads))
+    return -1;
   IrNode *n = node(cx, OP_MAXPOOL2D, &x, 1, 1);
   ir_set_ints(cx->g, n, "kernel", ks, 2);
   if (nst > 0)
     ir_set_ints(cx->g, n, "strides", st, 2);
-  if (npads > 0 && !valid)
+  if (npads > 0)
     ir_set_ints(cx->g, n, "pads", pads, 4);
   fe_set_unsupported(cx, 1, "the Indices output of MaxPool");
   return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
+// AveragePool(X) count_include_pad (pool_attrs): a depthwise conv2d by a
+// constant filter of 1/(kh*kw) per channel. Where the padding does not count
+// (count_include_pad 0, ONNX's default; PyTorch's AvgPool2d exports 1 unless
+// told otherwise), each output is instead the sum over its window divided by
+// the window's pixels inside the image (a constant [OH, OW] of reciprocals).
+int fe_conv_AveragePool(FeOnnx *cx) {
+  IrValue *x = farg(cx, 0);
+  int64_t ks[2], st[2], pads[4], include, c, hw[2];
+  int nst, npads;
+  if (!x || pool_attrs(cx, x, "average-pools", ks, st, pads, &nst, &npads) ||
+      fe_attr_int(cx, "count_include_pad", 0, &include) || fe_eval(cx, x->shape[1], &c))
+    return -1;
+  bool divide = !include && (pads[0] || pads[1] || pads[2] || pads[3]);
+  if (divide && (fe_eval(cx, x->shape[2], &hw[0]) || fe_eval(cx, x->shape[3], &hw[1])))
+    return -1;
+  IrArena *ar = &cx->g->arena;
+  const Sym *fs[4] = {x->shape[1], sym_const(ar, 1), sym_const(ar, ks[0]), sym_const(ar, ks[1])};
+  FeConst *f = fe_const_new(cx, FE_FLOAT, 4, fs);
+  if (!f)
+    return -1;
+  for (int64_t i = 0; i < f->n; i++)
+    f->f[i] = divide ? 1.0f : (float)(1.0 / (double)(ks[0] * ks[1]));
+  IrValue *in[2] = {x, fe_const_value(cx, f, "avgpool.filter")};
+  if (!in[1])
+    return -1;
+  IrNode *n = node(cx, OP_CONV2D, in, 2, 2);
+  ir_set_int(cx->g, n, "group", c);
+  if (nst > 0)
+    ir_set_ints(cx->g, n, "strides", st, 2);
+  if (npads > 0)
+    ir_set_ints(cx->g, n, "pads", pads, 4);
+  IrValue *y = infer(cx, n) ? NULL : n->out[0];
+  if (y) {  // the patches, named after the output: "<Y>.col"
+    char name[512];
+    snprintf(name, sizeof name, "%.500s.col", cx->node->output[0]);
+    ir_value_rename(cx->g, n->out[1], name);
+  }
+  if (!y || !divide)
+    return set(cx, y);
+  int64_t oh, ow;
+  if (fe_eval(cx, y->shape[2], &oh) || fe_eval(cx, y->shape[3], &ow))
+    return -1;
+  FeConst *r = fe_const_new(cx, FE_FLOAT, 2, &y->shape[2]);
+  if (!r)
+    return -1;
+  for (int64_t oy = 0; oy < oh; oy++)
+    for (int64_t ox = 0; ox < ow; ox++) {
+      int64_t y0 = oy * st[0] - pads[0], x0 = ox * st[1] - pads[1];
+      int64_t rows = (y0 + ks[0] < hw[0] ? y0 + ks[0] : hw[0]) - (y0 > 0 ? y0 : 0);
+      int64_t cols = (x0 + ks[1] < hw[1] ? x0 + ks[1] : hw[1]) - (x0 > 0 ? x0 : 0);
+      if (rows < 1 || cols < 1)
+        return fe_err(cx, "pads [%lld, %lld, %lld, %lld] leave a window of padding alone, "
+                      "which has no pixels to average", (long long)pads[0], (long long)pads[1],
+                      (long long)pads[2], (long long)pads[3]);
+      r->f[oy * ow + ox] = (float)(1.0 / (double)(rows * cols));
+    }
+  return set(cx, fe_op(cx, OP_MUL, y, fe_const_value(cx, r, "avgpool.inside")));
 }
 
 // ---- normalization, softmax, reductions ----------------------------------------------------------

@@ -235,6 +235,23 @@ class GroupedCNN(nn.Module):
         return F.cross_entropy(self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)), y)
 
 
+class PooledCNN(nn.Module):
+    """Pooling as CNNs write it: ResNet's stem max pool (3x3, stride 2, padded), an average
+    pool of 2x2 (stride 2: AvgPool2d's default counts the padding, here none), and a padded
+    3x3 average pool of stride 1 that does not count the padding (DenseNet's and Inception's
+    count_include_pad=False), a classifier and cross-entropy."""
+
+    def __init__(self, k=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.fc = nn.Linear(6 * 3 * 3, k)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(F.relu(self.conv(x)), 3, stride=2, padding=1)
+        h = F.avg_pool2d(F.avg_pool2d(h, 3, stride=1, padding=1, count_include_pad=False), 2)
+        return F.cross_entropy(self.fc(torch.flatten(h, 1)), y)
+
+
 # ---- fixtures ----------------------------------------------------------------------------
 
 B, T, D = 2, 8, 16
@@ -314,6 +331,13 @@ def cnn1d_case(opset, mode):
                 fused={"cross_entropy": 1})
 
 
+def cnn_pool_case(opset, mode):
+    torch.manual_seed(23)
+    return dict(model=PooledCNN(), inputs={"x": randn((B, 3, 11, 12), 24), "y": tokens((B,), 10, 25)},
+                opset=opset, mode=mode, dynamic={"x": {0: "B"}, "y": {0: "B"}}, dims={"B": B},
+                outputs=["loss"], fused={"cross_entropy": 1, "maxpool2d": 1})
+
+
 def cnn_grouped_case(opset, mode):
     torch.manual_seed(19)
     return dict(model=GroupedCNN(), inputs={"x": randn((B, 3, 8, 10), 20), "y": tokens((B,), 10, 21)},
@@ -348,6 +372,7 @@ CASES = {
     "cnn_o17_train": lambda: cnn_case(17, TRAIN),
     "cnn1d_o17_eval": lambda: cnn1d_case(17, EVAL),
     "cnn_grouped_o17_eval": lambda: cnn_grouped_case(17, EVAL),
+    "cnn_pool_o17_eval": lambda: cnn_pool_case(17, EVAL),
 }
 
 
