@@ -1232,6 +1232,50 @@ int fe_fold_Range(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   return 0;
 }
 
+// CumSum(x, axis) exclusive reverse: running sums along axis, of compile-time
+// values (OPT's positions: the cumulative sum of an all-ones attention mask
+// that the model makes itself when it is not given one). Integers exactly,
+// floats summed in double.
+int fe_fold_CumSum(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  double a = 0;
+  int64_t exclusive, reverse, d[IR_MAXRANK];
+  int ax = 0;
+  if (need_inputs(cx, in, nin, 2) || fe_const_scalar(cx, in[1], "axis", &a) ||
+      fe_attr_int(cx, "exclusive", 0, &exclusive) || fe_attr_int(cx, "reverse", 0, &reverse) ||
+      fe_axis(cx, (int64_t)a, in[0]->rank, &ax))
+    return -1;
+  FeConst *x = in[0];
+  int rc = new_out(cx, x->type, x->rank, x->shape, out);
+  if (rc)
+    return rc;
+  dims_of(cx, x->rank, x->shape, d);
+  int64_t len = d[ax], inner = 1;
+  for (int i = ax + 1; i < x->rank; i++)
+    inner *= d[i];
+  for (int64_t o = 0; len > 0 && o < x->n / len; o++) {  // each line along the axis
+    int64_t base = o / inner * len * inner + o % inner;
+    double sf = 0;
+    __int128 si = 0;
+    for (int64_t k = 0; k < len; k++) {
+      int64_t at = base + (reverse ? len - 1 - k : k) * inner;
+      double vf = x->f ? x->f[at] : 0;
+      int64_t vi = x->i ? x->i[at] : 0;
+      if (!exclusive)
+        sf += vf, si += vi;
+      if ((*out)->f)
+        (*out)->f[at] = (float)sf;
+      else if (si > INT64_MAX || si < INT64_MIN)
+        return fe_err(cx, "the running sum leaves int64");
+      else
+        (*out)->i[at] = (int64_t)si;
+      if (exclusive)
+        sf += vf, si += vi;
+    }
+  }
+  with_syms(cx, *out);
+  return 0;
+}
+
 // ConstantOfShape(shape) value=tensor (default float 0).
 int fe_fold_ConstantOfShape(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   int64_t v[IR_MAXRANK];

@@ -402,7 +402,7 @@ static const char *const fixtures[] = {
     "mlp_ce_o14_eval", "mlp_ce_o17_train", "mlp_nll_o17_eval", "mlp_softmax_nll_o14_eval",
     "mlp_logsoftmax_o17_eval", "mlp_mse_o17_eval", "mlp_mse_o14_train", "mlp_logits_o17_eval",
     "mlp_ext", "handmade_o17", "math_o17", "seq2seq_o17", "gpt_o13_eval", "cnn_o14_eval",
-    "cnn_o17_train", "cnn1d_o17_eval", "cnn_grouped_o17_eval", "cnn_pool_o17_eval", "pool_o17", "gather_elements_o17", NULL};
+    "cnn_o17_train", "cnn1d_o17_eval", "cnn_grouped_o17_eval", "cnn_pool_o17_eval", "pool_o17", "gather_elements_o17", "cumsum_o17", NULL};
 
 int main(int argc, char **argv) {
   if (argc < 2) {

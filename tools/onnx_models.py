@@ -853,6 +853,56 @@ def write_gather_elements(out):
         fh.write(f"loss {float(loss)!r}\n")
 
 
+def write_cumsum(out):
+    """cumsum_o17: CumSum of constants (folded), as OPT makes its positions from an all-ones
+    mask (int64, inclusive, along the rows' last axis; then times the mask, minus 1, plus 2),
+    and of a float table exclusive and reversed along axis 0; the positions embedded and both
+    scaling a run-time product; the reference loss from numpy."""
+    n, t = B * 2, 6
+    rng = np.random.default_rng(19)
+    w = (0.5 * rng.standard_normal((t, t))).astype(np.float32)
+    x = rng.standard_normal((n, t)).astype(np.float32)
+    tab = rng.standard_normal((4, t)).astype(np.float32)
+    pos_emb = rng.standard_normal((t + 2, t)).astype(np.float32)
+    H = helper
+
+    def const(name, arr):
+        return H.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+    nodes = [
+        H.make_node("MatMul", ["x", "W"], ["h"]),
+        const("ones", np.ones((1, t), np.int64)), const("ax1", np.array(1, np.int64)),
+        H.make_node("CumSum", ["ones", "ax1"], ["cs"]), H.make_node("Mul", ["cs", "ones"], ["cm"]),
+        const("one", np.array(1, np.int64)), H.make_node("Sub", ["cm", "one"], ["p0"]),
+        const("two", np.array(2, np.int64)), H.make_node("Add", ["p0", "two"], ["pos"]),
+        H.make_node("Gather", ["E", "pos"], ["pe"]),
+        const("T", tab), const("ax0", np.array(0, np.int64)),
+        H.make_node("CumSum", ["T", "ax0"], ["ct"], exclusive=1, reverse=1),
+        const("axes0", np.array([0], np.int64)),
+        H.make_node("ReduceSum", ["ct", "axes0"], ["st"], keepdims=1),
+        const("axes01", np.array([0, 1], np.int64)),
+        H.make_node("ReduceSum", ["pe", "axes01"], ["sp"], keepdims=0),
+        H.make_node("Mul", ["h", "st"], ["r"]), H.make_node("Add", ["r", "sp"], ["r2"]),
+        H.make_node("Mul", ["r2", "r2"], ["sq"]), H.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0),
+    ]
+    graph = H.make_graph(nodes, "cumsum", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", t])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                         initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(pos_emb, "E")])
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "cumsum_o17.onnx"))
+    pos = np.cumsum(np.ones((1, t), np.int64), axis=1) - 1 + 2          # [[2 .. t+1]]
+    pe = pos_emb.astype(np.float64)[pos]                                 # [1, t, t]
+    ct = np.flip(np.cumsum(np.flip(tab.astype(np.float64), 0), 0), 0) - tab   # exclusive, reversed
+    r = (x.astype(np.float64) @ w) * ct.sum(axis=0, keepdims=True) + pe.sum(axis=(0, 1))
+    loss = (r * r).mean()
+    with open(os.path.join(out, "cumsum_o17.ref"), "w") as fh:
+        fh.write("# cumsum_o17: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"dim N {n}\n")
+        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
 def write_seq2seq(out):
     """seq2seq_o17: what T5's export does with integers and masks, by hand: labels [N, 6]
     (some -100) shifted right into decoder ids by two ScatterNDs at run time (x[:, 1:] =
@@ -966,6 +1016,7 @@ def main():
         write_seq2seq(a.out)
         write_pool(a.out)
         write_gather_elements(a.out)
+        write_cumsum(a.out)
         write_bad(a.out)
 
 

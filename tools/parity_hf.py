@@ -97,6 +97,19 @@ def gpt2():
     return causal_lm(GPT2LMHeadModel(cfg)), lm_batch(128)
 
 
+def opt():
+    """OPT (learned positions offset by 2, computed in forward as the running sum of the
+    attention mask the model makes itself: a CumSum mtc folds; ReLU feed-forward, pre-norm).
+    Its token embedding has padding_idx 1, whose row PyTorch's lookup leaves without a
+    gradient; an ONNX graph does not say so (a Gather), so the batch holds no token 1."""
+    from transformers import OPTConfig, OPTForCausalLM
+    cfg = OPTConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                    num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
+                    dropout=0.0, attention_dropout=0.0, layerdrop=0.0)
+    batch = {k: 2 + v % 126 for k, v in lm_batch(128).items()}   # tokens 2..127: no padding
+    return causal_lm(OPTForCausalLM(cfg)), batch
+
+
 def padded_lm_batch(vocab):
     """The second row padded after 10 tokens: attention_mask 0 and labels -100 there."""
     b = lm_batch(vocab)
@@ -221,7 +234,7 @@ def t5_gated():
 
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
-            "gpt2": gpt2, "gpt2_mask": gpt2_mask,
+            "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
             "t5_gated": t5_gated}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
