@@ -432,6 +432,16 @@ def write_ref(case, path, name):
 # ---- broken files for the error tests ---------------------------------------------------------
 
 
+def write_numpy_ref(out, name, n, x, loss):
+    """OUT/NAME.ref of a hand-made model: its dim N, its float input x and the loss numpy
+    computed."""
+    with open(os.path.join(out, name + ".ref"), "w") as fh:
+        fh.write(f"# {name}: written by tools/onnx_models.py (reference: numpy)\n")
+        fh.write(f"dim N {n}\n")
+        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
+        fh.write(f"loss {float(loss)!r}\n")
+
+
 def tiny_graph(nodes, inits=(), inputs=None, outputs=None, opset=17):
     inputs = inputs or [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])]
     outputs = outputs or [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])]
@@ -676,11 +686,7 @@ def write_handmade(out):
     d = 50.0 * (f[:, 1:6:2] - f[:, 0:3])
     lg = np.log(np.exp(np.tanh(d)) + 1.0)
     loss = np.sqrt(lg * lg + 1.0).sum()
-    with open(os.path.join(out, "handmade_o17.ref"), "w") as fh:
-        fh.write("# handmade_o17: written by tools/onnx_models.py (reference: numpy)\n")
-        fh.write(f"dim N {n}\n")
-        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
-        fh.write(f"loss {float(loss)!r}\n")
+    write_numpy_ref(out, "handmade_o17", n, x, loss)
 
 
 def write_math(out):
@@ -749,11 +755,7 @@ def write_math(out):
     v = sh * table + np.sin(h) * np.cos(h) + np.abs(h) * sf2 + np.abs(h)
     v = v + np.maximum(h, -0.5) + np.minimum(np.minimum(h, sh), np.sin(h))
     loss = (v * v).mean()
-    with open(os.path.join(out, "math_o17.ref"), "w") as fh:
-        fh.write("# math_o17: written by tools/onnx_models.py (reference: numpy)\n")
-        fh.write(f"dim N {n}\n")
-        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
-        fh.write(f"loss {float(loss)!r}\n")
+    write_numpy_ref(out, "math_o17", n, x, loss)
 
 
 def write_pool(out):
@@ -802,11 +804,7 @@ def write_pool(out):
     g = xp.mean(axis=(2, 3)) * np.array([1.5, -1.5, 1.0])
     o = g @ w
     loss = (o * o).mean()
-    with open(os.path.join(out, "pool_o17.ref"), "w") as fh:
-        fh.write("# pool_o17: written by tools/onnx_models.py (reference: numpy)\n")
-        fh.write(f"dim N {n}\n")
-        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
-        fh.write(f"loss {float(loss)!r}\n")
+    write_numpy_ref(out, "pool_o17", n, x, loss)
 
 
 def write_gather_elements(out):
@@ -846,11 +844,7 @@ def write_gather_elements(out):
     g1 = np.take_along_axis(t64, np.where(i1 < 0, i1 + 6, i1), axis=1)
     r = (x.astype(np.float64) @ w) * g0.sum(axis=0, keepdims=True)
     loss = (r * r).mean() + g1.sum()
-    with open(os.path.join(out, "gather_elements_o17.ref"), "w") as fh:
-        fh.write("# gather_elements_o17: written by tools/onnx_models.py (reference: numpy)\n")
-        fh.write(f"dim N {n}\n")
-        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
-        fh.write(f"loss {float(loss)!r}\n")
+    write_numpy_ref(out, "gather_elements_o17", n, x, loss)
 
 
 def write_cumsum(out):
@@ -896,11 +890,7 @@ def write_cumsum(out):
     ct = np.flip(np.cumsum(np.flip(tab.astype(np.float64), 0), 0), 0) - tab   # exclusive, reversed
     r = (x.astype(np.float64) @ w) * ct.sum(axis=0, keepdims=True) + pe.sum(axis=(0, 1))
     loss = (r * r).mean()
-    with open(os.path.join(out, "cumsum_o17.ref"), "w") as fh:
-        fh.write("# cumsum_o17: written by tools/onnx_models.py (reference: numpy)\n")
-        fh.write(f"dim N {n}\n")
-        fh.write(f"input x f32 {x.size} " + " ".join(repr(float(v)) for v in x.flatten()) + "\n")
-        fh.write(f"loss {float(loss)!r}\n")
+    write_numpy_ref(out, "cumsum_o17", n, x, loss)
 
 
 def write_seq2seq(out):
