@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <ftw.h>
 #include <stdbool.h>
@@ -58,9 +59,23 @@ static int fail(const char *fmt, ...) {
   return 1;
 }
 
+// SIGINT, SIGTERM or SIGHUP: the signal, passed on to the program running
+// (the compiler, mpirun); the measurement stops, its folder is removed, and
+// mtc ends by the signal.
+static volatile sig_atomic_t interrupted;
+static volatile pid_t running;
+
+static void on_signal(int sig) {
+  interrupted = sig;
+  if (running > 0)
+    kill(running, sig);
+}
+
 // Runs argv (NULL-terminated), its standard output into out_path when given.
-// Its exit status, or -1 when it could not start.
+// Its exit status, or -1 when it could not start (or mtc was interrupted).
 static int run(char *const argv[], const char *out_path) {
+  if (interrupted)
+    return -1;
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0)
@@ -76,10 +91,16 @@ static int run(char *const argv[], const char *out_path) {
     fprintf(stderr, "mtc calibrate: error: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
+  running = pid;
+  if (interrupted)   // a signal between fork and here
+    kill(pid, interrupted);
   int status;
   while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
+    if (errno != EINTR) {
+      running = 0;
       return -1;
+    }
+  running = 0;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -206,6 +227,11 @@ int mtc_calibrate(int argc, char **argv) {
       bad_usage(what);
     }
   }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
   char dir[] = "/tmp/mtc-calibrate-XXXXXX";
   const char *tmp = getenv("TMPDIR");
   char where[4096];
@@ -213,7 +239,7 @@ int mtc_calibrate(int argc, char **argv) {
   char *d = mkdtemp(strlen(where) < sizeof where - 1 ? where : dir);
   if (!d)
     return fail("cannot make a folder for the measuring program: %s", strerror(errno));
-  int rc = measure(d, ranks, mpirun, quick);
+  int rc = measure(d, ranks, mpirun, quick) || interrupted;
   char path[4200];
   snprintf(path, sizeof path, "%s/profile.json", d);
   char *json = rc ? NULL : slurp(path);
@@ -262,5 +288,10 @@ int mtc_calibrate(int argc, char **argv) {
   }
   free(json);
   nftw(d, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  if (interrupted) {   // the folder gone, end as the signal would have
+    fprintf(stderr, "mtc calibrate: interrupted; nothing written\n");
+    signal(interrupted, SIG_DFL);
+    raise(interrupted);
+  }
   return rc;
 }

@@ -67,4 +67,17 @@ expect 1 "set MTC_RUNTIME_DIR to mtc's runtime/" env MTC_RUNTIME_DIR="$out/nowhe
 expect 2 "--device $out/one.json describes the device: leave out --gpu H100" \
   "$mtc" plan "$examples/gpt2.mtc" --device "$out/one.json" --gpu H100
 expect 1 "cannot read $out/nowhere.json" "$mtc" plan "$examples/gpt2.mtc" --device "$out/nowhere.json"
+# interrupted (the measuring program still building): the signal passed on, its folder removed,
+# no profile, mtc ended by SIGINT
+mkdir -p "$out/tmp"
+TMPDIR="$out/tmp" "$mtc" calibrate --quick -o "$out/int.json" 2> "$out/int.err" &
+pid=$!
+sleep 1
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" = 130 ] || fail "calibrate interrupted exited $rc, not 130: $(cat "$out/int.err")"
+[ -z "$(ls -A "$out/tmp")" ] || fail "an interrupted calibration left $(ls "$out/tmp")"
+[ ! -e "$out/int.json" ] || fail "an interrupted calibration wrote $out/int.json"
+grep -q "interrupted; nothing written" "$out/int.err" || fail "interrupted: $(cat "$out/int.err")"
 echo "ok: calibrate"
