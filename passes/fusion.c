@@ -13,7 +13,9 @@
 //   attention      softmax(mask(s * q @ k^T)) @ v, the mask causal or none: a
 //                  fill or an addend of -inf or the lowest float, or all zeros;
 //                  and a key-padding mask from an input, (1 - mask) * lowest;
-//                  and an additive bias (T5's relative positions)
+//                  and an additive bias (T5's relative positions); the masked
+//                  scores maybe clamped to the lowest float, and the masks
+//                  applied per head and batch between bmm's merged dims (OPT)
 //   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
 //
 // Two clean-ups come first, because the patterns rely on them: a scale of a
@@ -584,6 +586,42 @@ static IrValue *unmask(const IrGraph *g, IrValue *s, int64_t t, Masks *m) {
   return add ? NULL : s;
 }
 
+// OPT clamps the masked scores from below, max(s, lowest): a constant that
+// every element of is the lowest float. Without it the softmax sees the same
+// scores, except -inf where a mask of -inf removed one; a row keeps a score
+// under a causal mask, and the fused op gives a row that keeps none what the
+// lowest float gives (att_keep), so the clamp changes nothing there.
+static IrValue *unclamp(const IrGraph *g, IrValue *s) {
+  IrNode *mx = made_by(s, OP_MAX);
+  for (int i = 0; mx && i < 2; i++) {
+    const IrValue *c = mx->in[1 - i];
+    int64_t n = 1, d;
+    bool lowest = c->role == ROLE_CONST && c->data && c->dtype == DT_F32 &&
+                  ir_same_shape(mx->in[i], s);
+    for (int k = 0; lowest && k < c->rank; k++) {
+      lowest = !sym_eval(c->shape[k], &g->syms, &d);
+      n *= d;
+    }
+    for (int64_t k = 0; lowest && k < n; k++)
+      lowest = removes(((const float *)c->data)[k]);
+    if (lowest)
+      return mx->in[i];
+  }
+  return s;
+}
+
+// Scores [P.., T, TK] written as [B, H, T, TK] between bmm's [B*H, T, TK] (OPT,
+// torch's MultiheadAttention): a reshape that keeps the last two dims. v
+// itself when it is no such reshape.
+static IrValue *through_heads(IrValue *v) {
+  IrNode *r = made_by(v, OP_RESHAPE);
+  const IrValue *x = r ? r->in[0] : NULL;
+  if (!x || x->rank < 2 || v->rank < 2 || !sym_eq(x->shape[x->rank - 1], v->shape[v->rank - 1]) ||
+      !sym_eq(x->shape[x->rank - 2], v->shape[v->rank - 2]))
+    return v;
+  return r->in[0];
+}
+
 // matmul(softmax(mask(c * matmul(a * q, k, tb=1))), v) -> attention(q', k, v)
 // where q' = q scaled so that the op's own 1/sqrt(HS) gives a*c.
 static bool fuse_attention(Fuser *F, IrNode *n) {
@@ -596,8 +634,16 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   int64_t t;
   if (sym_eval(v->shape[v->rank - 2], &F->g->syms, &t))
     return false;
+  // the masks may apply to the scores viewed per head and batch: then only a causal mask or
+  // none, which do not depend on how the leading dims are cut
+  IrValue *viewed = through_heads(sm->in[0]);
   Masks m;
-  IrValue *s = unmask(F->g, sm->in[0], t, &m);
+  IrValue *s = unmask(F->g, unclamp(F->g, viewed), t, &m);
+  if (s && viewed != sm->in[0]) {
+    if (m.keep || m.bias)
+      return false;
+    s = through_heads(s);
+  }
   double c = 1.0;
   IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
   if (sc && ir_attr_f(sc, "b") == 0.0) {

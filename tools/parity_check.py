@@ -92,15 +92,15 @@ def rel_error(got, ref, floor=0.0):
     return diff, (diff / scale if scale > 0 else diff)
 
 
-def check_grads(ref_path, got_path, tol, what="gradients"):
+def check_grads(ref_path, got_path, tol, what="gradients", floor_share=GRAD_FLOOR):
     """Every tensor of ref against got's of that name; got's others must be zero (gradients of
     what PyTorch does not train), unless `what` is not "gradients" (got holds more: weights)."""
     ref, got = st_read(ref_path), st_read(got_path)
     ok = True
-    print(f"{what}: max|mtc - torch| / max|torch| per tensor, the scale at least {GRAD_FLOOR:g} of "
+    print(f"{what}: max|mtc - torch| / max|torch| per tensor, the scale at least {floor_share:g} of "
           f"the largest (tolerance {tol:g})")
     width = max(len(n) for n in list(ref) + list(got))
-    floor = GRAD_FLOOR * max((float(np.max(np.abs(r))) for r in ref.values() if r.size), default=0.0)
+    floor = floor_share * max((float(np.max(np.abs(r))) for r in ref.values() if r.size), default=0.0)
     worst = 0.0
     for name, r in ref.items():
         if name not in got:
@@ -233,6 +233,7 @@ def main():
     g.add_argument("ref")
     g.add_argument("got")
     g.add_argument("--tol", type=float, default=1e-4)
+    g.add_argument("--floor", type=float, default=GRAD_FLOOR)
     l = sub.add_parser("losses")
     l.add_argument("ref")
     l.add_argument("key")
@@ -253,7 +254,7 @@ def main():
     o.add_argument("--tol", type=float, default=1e-5)
     a = ap.parse_args()
     if a.cmd == "grads":
-        ok = check_grads(a.ref, a.got, a.tol)
+        ok = check_grads(a.ref, a.got, a.tol, floor_share=a.floor)
     elif a.cmd == "tensors":
         ok = check_grads(a.ref, a.got, a.tol, "tensors")
     elif a.cmd == "cosine":
