@@ -20,8 +20,10 @@
 #   node, 8 x 200 Gb/s InfiniBand per node): the rows without pipeline
 #   parallelism. Step = 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs (the paper's
 #   count, recomputation included) / (GPUs x the TFLOP/s per GPU it reports).
-#   The micro-batch is not stated: 4 here (the step moves 1-3% between 2
-#   and 8 in mtc's model).
+#   The micro-batch is not stated: 4 here. mtc's step moves with it: at 1.7B
+#   2941, 2736 and 2502 ms for micro-batches of 2, 4 and 8; at 18.4B 7838,
+#   7546 and 7202 (mtc plan with the row's flags, -D B=2/4/8 and
+#   --micro-batches 8/4/2 and 16/8/4, 2026-11-28).
 # - The same paper, Table 2: ZeRO-3 without model parallelism, 175B (96
 #   layers, hidden 12288, 96 heads), batch 1536, micro-batch 4/2/1 at
 #   384/768/1536 GPUs, 144/88/44 TFLOP/s per GPU; recomputation as above.
