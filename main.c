@@ -50,7 +50,8 @@ typedef struct Args {
   bool formulas;           // plan --formulas
   // compile, inspect: one layout for every block instead of the solver's choice
   Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
-  bool forced;             // --dp, --tp, --zero, --micro-batches or --offload given
+  bool forced;             // --dp, --tp, --zero, --micro-batches or --offload(-grads) given
+  bool offload;            // --offload given
   const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
   bool checkpoint;         // --checkpoint given (layout.checkpoint says which layers)
 } Args;
@@ -142,6 +143,9 @@ static void usage(FILE *f) {
         "  --offload F            the share F (0 to 1) of each block's optimizer state that\n"
         "                         lives in host memory, its update on the host's threads\n"
         "                         (default 0; with one rank too)\n"
+        "  --offload-grads        the gradients too, as ZeRO-Offload does: each micro-batch's\n"
+        "                         leave the device once reduced and are summed on the host\n"
+        "                         (implies --offload 1)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -370,7 +374,9 @@ static Args parse_args(int argc, char **argv) {
       double share = a.layout.rest.offload = strtod(v, &end);
       if (!*v || *end || errno || !(share >= 0 && share <= 1))
         bad_usage("--offload takes a share of the optimizer state from 0 to 1, not '%s'", v);
-      a.forced = true;
+      a.forced = a.offload = true;
+    } else if (!strcmp(s, "--offload-grads")) {
+      a.layout.rest.offload_grads = a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -399,6 +405,11 @@ static Args parse_args(int argc, char **argv) {
               "plan price that one layout: --json, --svg, --dot and --formulas describe a plan "
               "it chooses");
   a.layout.seq_parallel = a.sv.seq_parallel;
+  if (a.layout.rest.offload_grads && a.offload && a.layout.rest.offload != 1)
+    bad_usage("--offload-grads moves every gradient, and all of the optimizer state with it: "
+              "leave out --offload %g, or make it 1", a.layout.rest.offload);
+  if (a.layout.rest.offload_grads)
+    a.layout.rest.offload = 1;
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
               "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
@@ -482,8 +493,9 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   else if (plan.checkpoint > 0)
     snprintf(ck, sizeof ck, plan.checkpoint == 1 ? "the first layer" : "the first %d layers",
              plan.checkpoint);
-  printf("layout: %s, ZeRO-%d, offload %g%%, %d micro-batch%s per replica, checkpointing %s%s, "
-         "on %d x %s\n", mesh, plan.rest.zero, 100 * plan.rest.offload, plan.micro_batches,
+  printf("layout: %s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica, checkpointing %s%s, "
+         "on %d x %s\n", mesh, plan.rest.zero, 100 * plan.rest.offload,
+         plan.rest.offload_grads ? " with the gradients" : "", plan.micro_batches,
          plan.micro_batches == 1 ? "" : "es", ck, plan.seq_parallel ? ", sequence-parallel" : "",
          mesh_ranks(&plan.mesh), p.device);
   printf("step: %.4g ms =", 1e3 * p.step_s);

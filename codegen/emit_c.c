@@ -241,6 +241,18 @@ static void emit_dims(Emit *e, const char *code) {
 
 static bool has_host_values(const Emit *e) { return e->m->host_bytes > 0; }
 
+// Whether a node of `phase` reads or writes host memory (backward: gradient
+// offload's copies and sums; the update: offload's).
+static bool phase_uses_host(const Emit *e, IrPhase phase) {
+  for (int i = 0; i < e->g->nnodes; i++) {
+    const IrNode *n = e->g->nodes[i];
+    for (int k = 0; n->phase == phase && k < n->nin + n->nout; k++)
+      if ((k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
+        return true;
+  }
+  return false;
+}
+
 // The struct of the tensors in one memory (the device arena, or the host
 // region) and the function that binds it to the memory's base.
 static void emit_bind(Emit *e, bool host) {
@@ -595,9 +607,9 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
   println(e, "  Buffers b = bind(arena);");
-  if (phase == PHASE_UPDATE && has_host_values(e))
+  if (phase != PHASE_FORWARD && phase_uses_host(e, phase))
     println(e, "  HostBuffers hb = bind_host(host);");
-  else if (phase == PHASE_UPDATE)
+  else if (phase != PHASE_FORWARD)
     println(e, "  (void)host;");
   int block = -1, r = 0;
   CgCall calls[MAXCALLS];
@@ -796,7 +808,8 @@ static int64_t model_state_bytes(Emit *e) {
     const PassBucket *k = &lw->bucket[b];
     const IrValue *p = k->pshard ? k->pshard : k->params;  // (bf16 offload: the device's range)
     total += numel_of(e, p) * ir_dtype_size(p->dtype);
-    total += numel_of(e, k->reduced) * ir_dtype_size(k->reduced->dtype);
+    if (!k->reduced->host)  // (gradient offload: the host's)
+      total += numel_of(e, k->reduced) * ir_dtype_size(k->reduced->dtype);
     if (k->copies)  // bf16: the working copies
       total += e->m->bytes[k->copies->id];
   }
@@ -833,10 +846,10 @@ static void emit_buckets(Emit *e) {
     long long m, v, hm, hv;
     moment_offsets(e, adamw_of(e, p), &m, &v);
     moment_offsets(e, k->host_params ? adamw_of(e, k->host_params) : NULL, &hm, &hv);
-    println(e, ", %lld, %d, %lld, %d, %lld, %d, %lld, %lld, %lld, %d, %lld, %lld, %lld, %lld, %lld},"
-            " // block %d", (long long)k->numel,
+    println(e, ", %lld, %d, %lld, %d, %lld, %d, %d, %lld, %lld, %lld, %d, %lld, %lld, %lld, %lld, "
+            "%lld}, // block %d", (long long)k->numel,
             k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
-            (long long)e->m->offset[k->reduced->id], k->reduced_sharded,
+            (long long)e->m->offset[k->reduced->id], k->reduced_sharded, k->reduced->host,
             (long long)numel_of(e, k->reduced), (long long)(cut ? k->host_numel : 0),
             (long long)(cut ? e->m->offset[k->host_params->id] : 0), k->part != k->numel,
             (long long)(k->nstate ? k->host_numel : 0), m, v, hm, hv, k->block);
@@ -1045,7 +1058,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   e->f = open_memstream(&code, &len);
   IR_ASSERT(e->f);
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
-           emit_phase(e, PHASE_BACKWARD, "backward(char *arena)", d) ||
+           emit_phase(e, PHASE_BACKWARD, "backward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
            (has_init_host(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d));
   fclose(e->f);

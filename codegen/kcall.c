@@ -976,7 +976,7 @@ static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
 }
 
 static void lower_accumulate(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_accumulate);
+  CgCall *c = call(L, n->in[0]->host ? CG_K_accumulate_host : CG_K_accumulate);
   const Sym *part = numel(L, n->in[0]);
   buf(c, n->in[0]), part_buf(L, c, n->in[1], part), num(c, part);
   flt(c, ir_attr_f(n, "scale"));

@@ -32,6 +32,8 @@ typedef struct PlanBlock {
   int zero;            // ZeRO stage, 0 to 3
   double offload;      // the share (0 to 1) of its optimizer state, and of its update, on the
                        // host (passes/lower.c)
+  bool offload_grads;  // its gradients too (ZeRO-Offload): each micro-batch's leaves the device
+                       // once reduced, accumulated on the host; needs offload 1
 } PlanBlock;
 
 typedef struct Plan {

@@ -80,9 +80,10 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
         rc = ir_error(d, n->loc, "%s reads '%s' before it is defined (after pass '%s')",
                       ir_op_name(n->op), n->in[k]->name, when);
       else if (x->host && n->op != OP_TO_DEVICE && ir_op_kind(n->op) != KIND_OPT &&
-               !(n->op == OP_CAST && n->out[0]->host))
+               !(n->op == OP_CAST && n->out[0]->host) &&
+               !(n->op == OP_ACCUMULATE && n->in[0]->host && n->in[1]->host))
         rc = ir_error(d, n->loc, "%s reads '%s', which is in host memory: only to_device, "
-                      "updates and casts into host memory do (after pass '%s')",
+                      "updates, and casts and sums into host memory do (after pass '%s')",
                       ir_op_name(n->op), x->name, when);
       else if (x->host && x->bucket)
         rc = ir_error(d, n->loc, "'%s' is in host memory and placed in the device bucket '%s' "

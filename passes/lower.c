@@ -211,6 +211,63 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
   return 0;
 }
 
+// A flat host value of n elements, named like flat()'s ("adamw.m.host.b3").
+static IrValue *host_flat(Lower *L, const char *what, const PassBucket *b, IrRole role,
+                          int64_t n) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.host", what);
+  IrValue *v = flat(L, name, b, role, n);
+  v->host = true;
+  return v;
+}
+
+// Offload: the copies move elements [part - host_numel, part) of the rank's
+// part of bucket x (a whole bucket, or that part itself).
+static void host_range(Lower *L, IrNode *n, const PassBucket *b, const IrValue *x) {
+  ir_set_int(L->g, n, "offset", b->part - b->host_numel);
+  ir_set_int(L->g, n, "shards", ir_eval(L->g, ir_numel(L->g, x)) == b->part ? 1 : L->dp);
+  IR_ASSERT(infer(L, n) == 0);
+}
+
+static IrValue *to_host(Lower *L, const PassBucket *b, const char *what, IrValue *x) {
+  IrNode *n = ir_node_new(L->g, OP_TO_HOST, &x, 1, 1);
+  IrValue *h = n->out[0];
+  char name[64];
+  snprintf(name, sizeof name, "%s.host.%s", what, b->name);
+  ir_value_rename(L->g, h, name);
+  h->role = ROLE_BUCKET;
+  h->host = true;
+  const Sym *s = sym_const(&L->g->arena, b->host_numel);
+  ir_value_set_shape(h, 1, &s);
+  host_range(L, n, b, x);
+  return h;
+}
+
+static void to_device(Lower *L, const PassBucket *b, IrValue *x, IrValue *h) {
+  IrValue *in[2] = {x, h};
+  host_range(L, ir_node_new(L->g, OP_TO_DEVICE, in, 2, 0), b, x);
+}
+
+// Gradient offload: this rank's part of the bucket reduced every
+// micro-batch (all-reduce under ZeRO 0, reduce-scatter from ZeRO 1 on),
+// waited for at once and copied to the host, where the micro-batches are
+// accumulated; the device's bucket is free again after the copy, so the
+// device holds no gradient beyond the block's backward. The whole part is the
+// host's (offload share 1), and so is its update (lower_update).
+static void grads_to_host(Lower *L, PassBucket *b) {
+  wait(L, collective(L, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, b->grads, true, false));
+  b->part = b->zero == 0 ? b->numel : b->numel / L->dp;
+  b->host_numel = b->part;
+  if (L->micro > 1) {  // copied to a host buffer, accumulated there
+    b->host_grads = host_flat(L, "grads", b, ROLE_BUCKET, b->part);
+    accumulate(L, b->host_grads, to_host(L, b, "grads.stage", b->grads));
+  } else {
+    b->host_grads = to_host(L, b, "grads", b->grads);
+  }
+  b->reduced = b->host_grads;  // the step's reduced gradient: this rank's part, on the host
+  b->reduced_sharded = b->zero >= 1;
+}
+
 // Gradients: a zeroed bucket that backward writes them into, and the
 // reduction after the last one.
 static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
@@ -244,7 +301,9 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 
   ir_insert_before(g, last + 1); // after the last gradient
   bool micro = L->micro > 1;
-  if (b->zero <= 1) {
+  if (plan_block(L->plan, b->block)->offload_grads) {
+    grads_to_host(L, b);
+  } else if (b->zero <= 1) {
     IrValue *red = b->grads;
     if (micro) {
       red = flat(L, "grads.acc", b, ROLE_BUCKET, b->numel);
@@ -309,43 +368,6 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *shard, IrValue 
   gather_params(L, b, shard, vals, copy, n, PHASE_BACKWARD); // the reads the copies take over
 }
 
-// A flat host value of n elements, named like flat()'s ("adamw.m.host.b3").
-static IrValue *host_flat(Lower *L, const char *what, const PassBucket *b, IrRole role,
-                          int64_t n) {
-  char name[64];
-  snprintf(name, sizeof name, "%s.host", what);
-  IrValue *v = flat(L, name, b, role, n);
-  v->host = true;
-  return v;
-}
-
-// Offload: the copies move elements [part - host_numel, part) of the rank's
-// part of bucket x (a whole bucket, or that part itself).
-static void host_range(Lower *L, IrNode *n, const PassBucket *b, const IrValue *x) {
-  ir_set_int(L->g, n, "offset", b->part - b->host_numel);
-  ir_set_int(L->g, n, "shards", ir_eval(L->g, ir_numel(L->g, x)) == b->part ? 1 : L->dp);
-  IR_ASSERT(infer(L, n) == 0);
-}
-
-static IrValue *to_host(Lower *L, const PassBucket *b, const char *what, IrValue *x) {
-  IrNode *n = ir_node_new(L->g, OP_TO_HOST, &x, 1, 1);
-  IrValue *h = n->out[0];
-  char name[64];
-  snprintf(name, sizeof name, "%s.host.%s", what, b->name);
-  ir_value_rename(L->g, h, name);
-  h->role = ROLE_BUCKET;
-  h->host = true;
-  const Sym *s = sym_const(&L->g->arena, b->host_numel);
-  ir_value_set_shape(h, 1, &s);
-  host_range(L, n, b, x);
-  return h;
-}
-
-static void to_device(Lower *L, const PassBucket *b, IrValue *x, IrValue *h) {
-  IrValue *in[2] = {x, h};
-  host_range(L, ir_node_new(L->g, OP_TO_DEVICE, in, 2, 0), b, x);
-}
-
 // An update with the hyper-parameters of `rule` (its own copy of them).
 static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) {
   IrNode *u = ir_node_new(L->g, rule->op, in, nin, 0);
@@ -405,7 +427,10 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
       if (members[i]->bucket == p)
         members[i]->in_shard = true;
   }
-  IrValue *host_grads = b->host_numel ? to_host(L, b, "grads", b->reduced) : NULL;
+  IR_ASSERT(!b->host_grads || b->host_numel == b->part);  // gradient offload: all of it
+  if (b->host_numel && !b->host_grads)
+    b->host_grads = to_host(L, b, "grads", b->reduced);
+  IrValue *host_grads = b->host_grads;
   if (rule->op == OP_ADAMW && on_device) {
     IrValue *in[4] = {p, b->reduced, flat(L, "adamw.m", b, ROLE_STATE, on_device),
                       flat(L, "adamw.v", b, ROLE_STATE, on_device)};
@@ -548,6 +573,26 @@ static int check(Lower *L) {
       return ir_error(L->d, (IrLoc){0}, "block %d has ZeRO-%d, which reduces or gathers every "
                       "micro-batch, and the replicas run unequal numbers of micro-batches: "
                       "choose ZeRO 0 or 1 for it, or equal shares", b, plan_block(P, b)->zero);
+  bool sgd = false;
+  for (int i = 0; i < g->nnodes; i++)
+    sgd |= g->nodes[i]->op == OP_SGD;
+  for (int b = 0; b < ir_nblocks(g); b++) {
+    const PlanBlock *pb = plan_block(P, b);
+    if (!pb->offload_grads)
+      continue;
+    if (pb->offload != 1)
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads its gradients but only %g of its "
+                      "optimizer state: gradient offload moves the whole update to the host "
+                      "(offload 1)", b, pb->offload);
+    if (sgd)
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads its gradients, and SGD has no "
+                      "optimizer state to offload with them: train with AdamW, or keep the "
+                      "gradients on the device", b);
+    if (P->replica_micro)
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads its gradients, which are reduced "
+                      "every micro-batch, and the replicas run unequal numbers of micro-batches: "
+                      "keep its gradients on the device, or give equal shares", b);
+  }
   if (!g->loss || !g->loss->producer)
     return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");
   const IrNode *l = g->loss->producer;

@@ -64,6 +64,8 @@ typedef struct PassBucket {
   int64_t decay_end;       // weight decay reaches the elements before it (its decayed members
                            // come first), -1: all of them
   IrValue *host_params;    // offload: the host's copy of those parameters (NULL: none)
+  IrValue *host_grads;     // offload: the host's copy of their reduced gradient (NULL: none);
+                           // with offload_grads made in backward, the only one kept
   IrValue *copies;         // bf16 mixed precision: the parameters' working copies, a bucket of
                            // numel bf16 laid out as params, written from it after the update
 } PassBucket;

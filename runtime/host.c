@@ -1,7 +1,8 @@
 // Host code of every build (CPU and CUDA): the update of optimizer state
 // offloaded to host memory (rt_adamw_host, declared in kernels.def), the
-// number of host threads it uses, and the casts of host arrays
-// (rt_cast_host: bf16 offload's working copies from the host's masters).
+// number of host threads it uses, the casts of host arrays (rt_cast_host:
+// bf16 offload's working copies from the host's masters) and the
+// accumulation of offloaded gradients (rt_accumulate_host).
 #define _POSIX_C_SOURCE 200809L  // sysconf, pthreads under -std=c11
 #include <pthread.h>
 #include <stdbool.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "adamw_cpu.h"
+#include "dist.h"
 #include "kernels.h"
 
 // The host's AdamW runs on POSIX threads rather than OpenMP: in a GPU build
@@ -62,6 +64,12 @@ void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float l
     if (started[k]) pthread_join(tid[k], NULL);
     else adamw_chunk(&chunk[k]);
   }
+}
+
+// As rt_accumulate: the first micro-batch writes, the others add.
+void rt_accumulate_host(float *acc, const float *x, long n, float scale) {
+  bool first = rt_dist.micro == 0;
+  for (long i = 0; i < n; i++) acc[i] = (first ? 0.0f : acc[i]) + scale * x[i];
 }
 
 // rt_cast_host in each pair of element types (RT_TU_VARIANTS): widened to

@@ -1932,7 +1932,7 @@ RT_CUDA_KT(find_nonfinite, (int *at, const T *x, long n), (at, dev(x), n))
 
 // ---- offload: host memory
 //
-// rt_adamw_host, rt_cast_host and rt_host_threads are host code over host
+// rt_adamw_host, rt_cast_host, rt_accumulate_host and rt_host_threads are host code over host
 // memory (runtime/host.c in every build). The host region is pinned (device_cuda.cu);
 // the copies below wait for the stream, as the host reads or rewrites `host`
 // right after. They do not yet overlap the device's work.
@@ -2483,6 +2483,7 @@ RT_CUDA_KTU(rmsnorm_bwd_split,
 // host code in every build
 #define RT_CUDA_SKIP_adamw_host RT_CUDA_PROBE
 #define RT_CUDA_SKIP_cast_host RT_CUDA_PROBE
+#define RT_CUDA_SKIP_accumulate_host RT_CUDA_PROBE
 // runtime/dist.c: the collectives, over comm.h in every build
 #define RT_CUDA_SKIP_comm_all_reduce RT_CUDA_PROBE
 #define RT_CUDA_SKIP_comm_reduce_scatter RT_CUDA_PROBE

@@ -92,6 +92,7 @@ typedef struct rt_bucket {
   int params_sharded;      // (ZeRO-3: only the shard is kept)
   long grads_offset;       // byte offset of the reduced gradient (after the step's collectives)
   int grads_sharded;       // only this rank's shard is reduced
+  int grads_host;          // the reduced gradient is in the host region (gradient offload)
   long grads_numel;        // elements at grads_offset: numel (the shard at its slot) or numel/dp
   long host_numel;         // bf16 offload: the last host_numel elements of this rank's part of
   long host_offset;        // the parameters (the shard, or the whole bucket) are not in the
@@ -152,7 +153,7 @@ typedef struct rt_model {
   int logits_dtype;
   long logits_rows, logits_vocab;
   void (*forward)(char *arena);
-  void (*backward)(char *arena);
+  void (*backward)(char *arena, char *host);  // host: the host region (gradient offload)
   rt_hparams defaults;         // as compiled (mtc compile --optimizer, --beta1, ...)
   int has_adam_state;         // AdamW moments are in the arena (else only SGD can run)
   // host: the host region (offload; NULL when host_bytes is 0)

@@ -517,6 +517,10 @@ static void check_table(void) {
     if (k->host_numel && (k->host_offset < 0 || k->host_offset + 4 * k->host_numel > M->host_bytes))
       fail("model table: the host's part of bucket %s (offset %ld) lies outside the %ld bytes "
            "of the host region", k->name, k->host_offset, M->host_bytes);
+    long end = k->grads_offset + 4 * k->grads_numel;
+    if (k->grads_offset < 0 || end > (k->grads_host ? M->host_bytes : M->arena_bytes))
+      fail("model table: the reduced gradient of bucket %s (offset %ld) lies outside the %s",
+           k->name, k->grads_offset, k->grads_host ? "host region" : "arena");
   }
   for (int i = 0; i < M->n_params; i++)
     for (int k = 0; k < 2; k++) {
@@ -761,13 +765,14 @@ static void gather_images(char *arena, view w) {
       if (k->params_sharded) rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
       continue;
     }
+    char *from = k->grads_host ? host_region : arena;  // (gradient offload: the host's)
     if (!k->grads_sharded) {
-      memcpy(images[b], arena + k->grads_offset, (size_t)k->numel * 4);
+      memcpy(images[b], from + k->grads_offset, (size_t)k->numel * 4);
       continue;
     }
     long lo, at;
     bucket_shard(k, true, &lo, &at);
-    memcpy(images[b] + lo, arena + at, (size_t)(k->numel / M->dp) * 4);
+    memcpy(images[b] + lo, from + at, (size_t)(k->numel / M->dp) * 4);
     rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
   }
 }
@@ -1251,12 +1256,15 @@ static void load_moments(char *stage, const char *path, view w) {
 // check_at), all read with one rt_device_get; only when a run has a hit is
 // each tensor scanned alone, in table order, to name the first.
 
-// A piece of one parameter's values (or gradient) in this rank's arena.
+// A piece of one parameter's values (or gradient) in this rank's arena, or
+// (a gradient offloaded with its bucket's) in the host region, which the host
+// scans.
 typedef struct piece {
   int param;    // index in the params table
-  long offset;  // byte offset in the arena
+  long offset;  // byte offset in the arena, or in the host region
   long n;       // floats
   long elem;    // the first one's index in this rank's part of the parameter
+  bool host;
 } piece;
 
 typedef struct scan {
@@ -1272,7 +1280,7 @@ static long check_at;  // byte offset of the runs' results, after the model's ar
 
 #define RUN_MAX (1L << 30)  // floats per rt_find_nonfinite (its index is an int)
 
-static void add_piece(scan *s, int param, long offset, long n, long elem) {
+static void add_piece(scan *s, int param, long offset, long n, long elem, bool host) {
   for (long done = 0; done < n; done += RUN_MAX) {
     if (s->npieces == s->cap) {
       s->cap = s->cap ? 2 * s->cap : 64;
@@ -1280,12 +1288,13 @@ static void add_piece(scan *s, int param, long offset, long n, long elem) {
       if (!s->pieces) fail("out of memory");
     }
     long len = n - done < RUN_MAX ? n - done : RUN_MAX;
-    s->pieces[s->npieces++] = (piece){param, offset + done * 4, len, elem + done};
+    s->pieces[s->npieces++] = (piece){param, offset + done * 4, len, elem + done, host};
   }
 }
 
-static int by_offset(const void *a, const void *b) {
+static int by_offset(const void *a, const void *b) {  // the device's first
   const piece *x = a, *y = b;
+  if (x->host != y->host) return x->host - y->host;
   return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
@@ -1313,7 +1322,7 @@ static void build_scan(scan *s, bool grads, bool norm) {
       continue;
     long n = local_numel(p);
     if (p->bucket < 0) {
-      add_piece(s, i, grads ? M->grad_offsets[i] : p->offset, n, 0);
+      add_piece(s, i, grads ? M->grad_offsets[i] : p->offset, n, 0, false);
       continue;
     }
     const rt_bucket *k = &M->buckets[p->bucket];
@@ -1325,7 +1334,8 @@ static void build_scan(scan *s, bool grads, bool norm) {
       long dev_end = params_part(k, &plo) - k->host_numel;
       if (b1 > plo + dev_end) b1 = plo + dev_end;
     }
-    if (b0 < b1) add_piece(s, i, at + (b0 - lo) * 4, b1 - b0, b0 - p->bucket_elem);
+    if (b0 < b1)
+      add_piece(s, i, at + (b0 - lo) * 4, b1 - b0, b0 - p->bucket_elem, grads && k->grads_host);
   }
   s->runs = malloc((size_t)s->npieces * sizeof *s->runs + 1);
   if (!s->runs) fail("out of memory");
@@ -1334,11 +1344,20 @@ static void build_scan(scan *s, bool grads, bool norm) {
   s->nruns = 0;
   for (int r = 0; r < s->npieces; r++) {
     piece *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
-    if (last && last->offset + last->n * 4 == s->runs[r].offset && last->n + s->runs[r].n <= RUN_MAX)
+    if (last && last->host == s->runs[r].host && last->offset + last->n * 4 == s->runs[r].offset &&
+        last->n + s->runs[r].n <= RUN_MAX)
       last->n += s->runs[r].n;
     else
       s->runs[s->nruns++] = s->runs[r];
   }
+}
+
+// The index of the first non-finite float of a piece in the host region, or -1.
+static long host_nonfinite(const piece *p) {
+  const float *x = (const float *)(host_region + p->offset);
+  for (long j = 0; j < p->n; j++)
+    if (!isfinite(x[j])) return j;
+  return -1;
 }
 
 // The first non-finite value of s on this rank: its parameter (-1: none), its
@@ -1346,14 +1365,24 @@ static void build_scan(scan *s, bool grads, bool norm) {
 static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, float *value) {
   int *result = (int *)(arena + check_at);  // on the device
   const int *got = (const int *)(stage + check_at);
-  for (int r = 0; r < s->nruns; r++)
+  int ndev = 0;  // the device's runs come first
+  while (ndev < s->nruns && !s->runs[ndev].host) ndev++;
+  for (int r = 0; r < ndev; r++)
     rt_find_nonfinite(result + r, (const float *)(arena + s->runs[r].offset), s->runs[r].n);
-  rt_device_get(stage, arena, check_at, (long)s->nruns * 4);
+  rt_device_get(stage, arena, check_at, (long)ndev * 4);
   bool any = false;
-  for (int r = 0; r < s->nruns; r++) any |= got[r] >= 0;
+  for (int r = 0; r < s->nruns; r++)
+    any |= r < ndev ? got[r] >= 0 : host_nonfinite(&s->runs[r]) >= 0;
   if (!any) return -1;
   for (int k = 0; k < s->npieces; k++) {  // which is first in table order
     const piece *p = &s->pieces[k];
+    if (p->host) {
+      long j = host_nonfinite(p);
+      if (j < 0) continue;
+      memcpy(value, host_region + p->offset + j * 4, sizeof *value);
+      *elem = p->elem + j;
+      return p->param;
+    }
     rt_find_nonfinite(result, (const float *)(arena + p->offset), p->n);
     rt_device_get(stage, arena, check_at, 4);
     if (got[0] < 0) continue;
@@ -1397,11 +1426,17 @@ static int find_nonfinite_host(long *elem, float *value) {
 static double grad_norm(char *arena, char *stage) {
   float *result = (float *)(arena + check_at);  // on the device
   const float *got = (const float *)(stage + check_at);
-  for (int r = 0; r < norm_scan.nruns; r++)
+  int ndev = 0;  // the device's runs come first; the host sums its own
+  while (ndev < norm_scan.nruns && !norm_scan.runs[ndev].host) ndev++;
+  for (int r = 0; r < ndev; r++)
     rt_norm2(result + r, (const float *)(arena + norm_scan.runs[r].offset), norm_scan.runs[r].n);
-  rt_device_get(stage, arena, check_at, (long)norm_scan.nruns * 4);
+  rt_device_get(stage, arena, check_at, (long)ndev * 4);
   double sum = 0.0;
-  for (int r = 0; r < norm_scan.nruns; r++) sum += (double)got[r] * (double)got[r];
+  for (int r = 0; r < ndev; r++) sum += (double)got[r] * (double)got[r];
+  for (int r = ndev; r < norm_scan.nruns; r++) {
+    const float *x = (const float *)(host_region + norm_scan.runs[r].offset);
+    for (long j = 0; j < norm_scan.runs[r].n; j++) sum += (double)x[j] * (double)x[j];
+  }
   if (rt_comm_size() > 1) sum = rt_allreduce_scalar(rt_group_world(), sum, RT_REDUCE_SUM);
   return sqrt(sum);
 }
@@ -1577,7 +1612,7 @@ static double run_batch(char *arena, char *stage, bool train) {
     float l;
     memcpy(&l, stage + M->loss_offset, sizeof l);
     loss += l / (double)total;
-    if (train) M->backward(arena);
+    if (train) M->backward(arena, host_region);
   }
   for (int a = RT_AXIS_TP; a < RT_NAXES; a++)  // each rank has its term (a vocabulary-parallel
     if (M->loss_partial_axes & (1 << a))         // loss; a 2D grid's rows)

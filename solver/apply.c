@@ -65,6 +65,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     a->block[b].zero = c->zero;
     ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
     a->block[b].offload = c->offload / 100.0;
+    a->block[b].offload_grads = c->grads;
   }
   free(seen);
   a->seq_parallel = pl->cfg.seq_parallel;
@@ -170,6 +171,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
     double off;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(b, "checkpoint");
+    const cJSON *og = cJSON_GetObjectItemCaseSensitive(b, "offload_grads");  // optional
     if ((rc = whole(b, "id", 0, 1e9, &id, where, path, d)))
       break;
     if (id >= m->nblocks) {
@@ -199,6 +201,17 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       rc = ir_error(d, (IrLoc){0}, "%s: %s: \"checkpoint\" must be true or false", path, where);
       break;
     }
+    if (og && !cJSON_IsBool(og)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: \"offload_grads\" must be true or false", path,
+                    where);
+      break;
+    }
+    if (cJSON_IsTrue(og) && off != 1) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): \"offload_grads\" with \"offload\" %g: the "
+                    "gradients leave the device only with all of the optimizer state (offload "
+                    "1)", path, where, m->block[id].name, off);
+      break;
+    }
     if (q > 1 && tp > 1) {
       rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): tp %lld and q %lld: a block is split over tp "
                     "ranks or over a q x q grid, not both", path, where, m->block[id].name,
@@ -219,6 +232,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
     a->block[id].zero = (int)zero;
     ckpt[id] = cJSON_IsTrue(ck);
     a->block[id].offload = off;
+    a->block[id].offload_grads = cJSON_IsTrue(og);
   }
   for (int k = 0; k < m->nblocks && !rc; k++)
     if (!seen[k])
@@ -338,12 +352,19 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
                     "%lld: make them equal", path, (long long)runs, (long long)total);
   if (plan_set_group_micro(a, n, count, group_runs))
     return ir_error(d, (IrLoc){0}, "out of memory");
-  for (int b = 0; b < m->nblocks && a->replica_micro; b++)
-    if (plan_block(a, m->block[b].id)->zero >= 2)   // passes/lower.c
+  for (int b = 0; b < m->nblocks && a->replica_micro; b++) {
+    const PlanBlock *pb = plan_block(a, m->block[b].id);   // passes/lower.c
+    if (pb->zero >= 2)
       return ir_error(d, (IrLoc){0}, "%s: block %d (%s) has ZeRO-%d, which reduces or gathers "
                       "every micro-batch, and the groups' replicas run unequal numbers of them: "
                       "give it ZeRO 0 or 1, or the groups equal shares", path, m->block[b].id,
-                      m->block[b].name, plan_block(a, m->block[b].id)->zero);
+                      m->block[b].name, pb->zero);
+    if (pb->offload_grads)
+      return ir_error(d, (IrLoc){0}, "%s: block %d (%s) offloads its gradients, which are "
+                      "reduced every micro-batch, and the groups' replicas run unequal numbers "
+                      "of them: keep its gradients on the device, or give the groups equal "
+                      "shares", path, m->block[b].id, m->block[b].name);
+  }
   return 0;
 }
 
@@ -407,6 +428,7 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
   int dp = P->mesh.size[IR_MESH_DP], tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
   int zmin = 3, zmax = 0;
   double state = 0, host = 0, comm = 0, comm_micro = 0, omin = 1, omax = 0;
+  int ngrads = 0;  // buckets whose gradients are offloaded
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
     double share = k->nstate ? plan_block(P, k->block)->offload : 0;
@@ -421,12 +443,16 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
                         ir_dtype_size(k->reduced->dtype),
                         k->copies ? ir_dtype_size(p->dtype) : 0,
                         (double)k->nstate * ir_dtype_size(DT_F32)};
-    state += sv_zero_state_bytes((double)k->numel, dp, k->zero, per) -
+    bool grads = k->reduced->host;  // gradient offload: none kept on the device
+    SvStateBytes kept = per;
+    kept.grad = grads ? 0 : per.grad;
+    ngrads += grads;
+    state += sv_zero_state_bytes((double)k->numel, dp, k->zero, kept) -
              sv_offload_device_bytes((double)k->host_numel, per);
-    host += sv_offload_host_bytes((double)k->host_numel, per);
-    comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, per);
-    comm_micro += sv_dp_comm_bytes((double)k->numel, dp, k->zero, 1, per) -
-                  sv_dp_comm_bytes((double)k->numel, dp, k->zero, 0, per);
+    host += sv_offload_host_bytes((double)k->host_numel, per, grads && micro > 1);
+    comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, grads, per);
+    comm_micro += sv_dp_comm_bytes((double)k->numel, dp, k->zero, 1, grads, per) -
+                  sv_dp_comm_bytes((double)k->numel, dp, k->zero, 0, grads, per);
   }
   // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
   int q = P->mesh.size[IR_MESH_ROW];
@@ -448,6 +474,9 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
     len += (size_t)snprintf(s + len, n - len, ", offload %g", omax);
   else if (omax > 0 && len < n)
     len += (size_t)snprintf(s + len, n - len, ", offload %g to %g", omin, omax);
+  if (ngrads && len < n)
+    len += (size_t)snprintf(s + len, n - len, ngrads == lw->nbuckets ? " with the gradients" :
+                            " (%d bucket%s with the gradients)", ngrads, ngrads > 1 ? "s" : "");
   if (ncheckpointed && len < n)
     len += (size_t)snprintf(s + len, n - len, ", recompute %d of %d layers", ncheckpointed,
                             nlayers);
@@ -475,17 +504,19 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
     if (m->block[b].unit != u)
       continue;
     const PlanBlock *o = plan_block(P, b);
-    if ((plan_ckpt(P, b) && ckpt++ != seen) || o->zero != pb->zero || o->offload != pb->offload)
+    if ((plan_ckpt(P, b) && ckpt++ != seen) || o->zero != pb->zero ||
+        o->offload != pb->offload || o->offload_grads != pb->offload_grads)
       return -1;   // not the unit's first blocks, or a block unlike the others
     seen++;
   }
   const SvNum *n = &pl->nums[u];
   int zero = n->params > 0 ? pb->zero : 0;
   int offload = n->params > 0 && n->per.state > 0 ? (int)lround(pb->offload * 100) : 0;
+  bool grads = offload > 0 && pb->offload_grads;
   for (int c = 0; c < un->nchoices; c++) {
     const SvChoice *ch = &un->choice[c];
     if (ch->layout == layout && ch->ckpt == (ckpt > 0) && ch->zero == zero &&
-        ch->offload == offload) {
+        ch->offload == offload && ch->grads == grads) {
       *nplain = ckpt > 0 ? un->count - ckpt : 0;
       return c;
     }

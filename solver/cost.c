@@ -759,8 +759,9 @@ static double host_master(SvStateBytes b) { return b.master > 0 ? b.master : b.p
 // The host holds the offloaded share's float32 master, its gradient and its
 // state; with a separate master (bf16), also the working copies it rounds
 // and sends back.
-double sv_offload_host_bytes(double psi_host, SvStateBytes b) {
-  return psi_host * (host_master(b) + b.grad + b.state + (b.master > 0 ? b.param : 0));
+double sv_offload_host_bytes(double psi_host, SvStateBytes b, bool staged) {
+  return psi_host * (host_master(b) + b.grad * (staged ? 2 : 1) + b.state +
+                     (b.master > 0 ? b.param : 0));
 }
 
 // The device no longer holds the offloaded share's state, nor its separate
@@ -769,13 +770,14 @@ double sv_offload_device_bytes(double psi_host, SvStateBytes b) {
   return psi_host * (b.state + b.master);
 }
 
-double sv_dp_comm_bytes(double psi, int n, int stage, int micro, SvStateBytes b) {
+double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micro, SvStateBytes b) {
   if (n <= 1)
     return 0;
   double ring = (double)(n - 1) / n, g = psi * b.grad, p = psi * b.param;
+  int reduce = every_micro ? micro : 1;
   switch (stage) {
-  case 0: return 2 * ring * g;                      // all-reduce once
-  case 1: return ring * g + ring * p;               // reduce-scatter once, all-gather the update
+  case 0: return reduce * 2 * ring * g;             // all-reduce once (or every micro-batch)
+  case 1: return reduce * ring * g + ring * p;      // reduce-scatter once, all-gather the update
   case 2: return micro * ring * g + ring * p;       // reduce-scatter every micro-batch
   default: return micro * (2 * ring * p + ring * g); // gathers in forward and backward
   }
@@ -843,8 +845,8 @@ static double on_grid(const double *by_split, int q) {
   return by_split[0] + by_split[1] / q + by_split[2] / ((double)q * q);
 }
 
-void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload, int g,
-             SvCost *o) {
+void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload,
+             bool grads, int g, SvCost *o) {
   const SvConfig *cfg = x->cfg;
   const SvCluster *cl = &cfg->cluster;
   const SvGroup *gr = &cl->group[g];
@@ -900,11 +902,12 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     double gr_b = slice * b->grad, pr_b = slice * b->param;   // bf16: the copies gathered
     double micro = 0, step = 0;
     switch (zero) {
-    case 0:   // all-reduce once
-      step = exposed(ar(gr_b, d, dp), tb, dp, 1);
+    case 0:   // all-reduce once (gradient offload: every micro-step)
+      *(grads ? &micro : &step) = exposed(ar(gr_b, d, dp), tb, dp, 1);
       break;
-    case 1:   // reduce-scatter once; all-gather the updated parameters
-      step = exposed(ag(gr_b, d, dp), tb, dp, 1) + ag(pr_b, d, dp);
+    case 1:   // reduce-scatter once (or every micro-step); all-gather the updated parameters
+      *(grads ? &micro : &step) = exposed(ag(gr_b, d, dp), tb, dp, 1);
+      step += ag(pr_b, d, dp);
       break;
     case 2:   // reduce-scatter every micro-step; all-gather after the update
       micro = exposed(ag(gr_b, d, dp), tb, dp, 1);
@@ -924,7 +927,9 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   // written, the gradient read, a bf16 working copy written. The offloaded
   // share runs on the CPU: gradients down during backward, the CPU's AdamW,
   // the weights forward reads (float32, or the bf16 copies) up during the
-  // next forward.
+  // next forward. With gradient offload the gradients go down every
+  // micro-step and the host sums them (priced at AdamW's rate per byte: 12
+  // bytes an element moved against AdamW's 28).
   // The offloaded share is whole runs of PASS_ALIGN_ELEMS of the elements this
   // device updates, as the program cuts it.
   double own = slice / (zero >= 1 ? d : 1);
@@ -932,17 +937,21 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
   o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd * load / (dev->hbm_bw * dev->eff.update);
+  double replica_micro = ceil((double)x->micro_total / d);  // micro-steps a replica runs
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
     Link host = {pcie, 0, dev->eff.overlap, 1};
-    o->t_step[SV_T_OFFLOAD] = exposed(moved * b->grad / pcie, tb, host, 0) +
-                              moved / dev->cpu_adam + exposed(moved * b->param / pcie, tf, host, 0);
+    double down = exposed(moved * b->grad / pcie, tb, host, 0);
+    if (grads)
+      o->t_micro[SV_T_OFFLOAD] = per * (down + (replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0));
+    o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam +
+                              exposed(moved * b->param / pcie, tf, host, 0);
   }
 
   // Memory. Sharded state is held at share 1 here: the group's devices hold
   // share * slice / (count / s) each, which is slice / d on one group.
   double sh = d > 1 ? (double)s / gr->count : 1;
-  double cat[SV_NM] = {slice * b->param, slice * b->grad,
+  double cat[SV_NM] = {slice * b->param, grads ? 0 : slice * b->grad,
                        slice * (b->master + b->state) - sv_offload_device_bytes(fo * slice, *b), 0};
   int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category
   for (int k = 0; k < SV_M_ACT; k++) {
@@ -951,7 +960,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     else
       o->mem[k] = cat[k];
   }
-  double host = sv_offload_host_bytes(fo * slice, *b);
+  double host = sv_offload_host_bytes(fo * slice, *b, grads && replica_micro > 1);
   if (zero >= 1)
     o->host_shard = host * sh;
   else
@@ -961,8 +970,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
   o->mem[SV_M_ACT] = keep;
   // While the block runs backward: its recomputed activations, its
-  // temporaries, and under ZeRO-3 its gathered parameters (double-buffered).
-  o->peak = (ckpt ? act : 0) + n->work / s + (zero == 3 ? 2 * slice * b->param : 0);
+  // temporaries, under ZeRO-3 its gathered parameters (double-buffered), and
+  // with gradient offload its gradients until they leave.
+  o->peak = (ckpt ? act : 0) + n->work / s + (zero == 3 ? 2 * slice * b->param : 0) +
+            (grads ? slice * b->grad : 0);
 }
 
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {

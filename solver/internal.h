@@ -17,8 +17,9 @@ typedef struct SvCtx {
 
 void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *out);
 // The cost of one block with layout l on a device of group g.
-void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload, int g,
-             SvCost *out);
+// With grads, the gradients leave the device too (offload 100 only).
+void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload,
+             bool grads, int g, SvCost *out);
 // Seconds to move `bytes` of a block boundary between two layouts, per step.
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g);
 

@@ -498,6 +498,7 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
 typedef struct Fixed {
   char name[48];
   int tp, q, zero, offload;
+  bool grads;   // the gradients offloaded too
 } Fixed;
 
 static int find_layout(const SvProblem *p, int tp, int q) {
@@ -516,7 +517,8 @@ static int fixed_choice(const SvUnit *u, int layout, const Fixed *f, bool ckpt) 
     const SvChoice *c = &u->choice[s];
     if (c->layout != layout)
       continue;
-    int sc = (c->zero == f->zero) * 4 + (c->offload == f->offload) * 2 + (c->ckpt == ckpt);
+    int sc = (c->zero == f->zero) * 4 + (c->offload == f->offload && c->grads == f->grads) * 2 +
+             (c->ckpt == ckpt);
     if (sc > score)
       best = s, score = sc;
   }
@@ -590,11 +592,11 @@ static void baselines(SvPlan *pl) {
   int gpus = sv_cluster_gpus(cl);
   int tp = cl->group[0].per_node < gpus ? cl->group[0].per_node : gpus;
   Fixed defs[] = {
-      {"DP", 1, 1, 0, 0},
-      {"ZeRO-3", 1, 1, 3, 0},
-      {"", tp, 1, 0, 0},
-      {"", 1, 2, 0, 0},
-      {"ZeRO-3 + offload", 1, 1, 3, 100},
+      {"DP", 1, 1, 0, 0, false},
+      {"ZeRO-3", 1, 1, 3, 0, false},
+      {"", tp, 1, 0, 0, false},
+      {"", 1, 2, 0, 0, false},
+      {"ZeRO-3 + offload", 1, 1, 3, 100, true},   // DeepSpeed's: optimizer state and gradients
   };
   snprintf(defs[2].name, sizeof defs[2].name, "Megatron TP=%d", tp);
   for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
@@ -791,7 +793,8 @@ SvConfig sv_default_config(void) {
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out) {
   SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
   const SvChoice *ch = &p->prob->unit[u].choice[c];
-  sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->zero, ch->offload, g, out);
+  sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->zero, ch->offload,
+          ch->grads, g, out);
 }
 
 void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out) {
@@ -800,8 +803,8 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
   SvLayout l = p->prob->layout[ch->layout];
   double k = sv_ckpt_blocks(p->prob, s, u), n = p->prob->unit[u].count;
   SvCost a, b;   // a checkpointed block, one without
-  sv_cost(&x, &p->nums[u], l, true, ch->zero, ch->offload, g, &a);
-  sv_cost(&x, &p->nums[u], l, false, ch->zero, ch->offload, g, &b);
+  sv_cost(&x, &p->nums[u], l, true, ch->zero, ch->offload, ch->grads, g, &a);
+  sv_cost(&x, &p->nums[u], l, false, ch->zero, ch->offload, ch->grads, g, &b);
   memset(out, 0, sizeof *out);
   for (int i = 0; i < SV_NT; i++) {
     out->t_micro[i] = k * a.t_micro[i] + (n - k) * b.t_micro[i];

@@ -62,7 +62,11 @@ static void add_choice(SvUnit *u, int *cap, const SvChoice *c) {
   u->choice[u->nchoices++] = *c;
 }
 
-static const int offloads[] = {0, 50, 100};
+// The offload choices: percent of the optimizer state, and whether the
+// gradients go too (only with all of it).
+static const struct { int share; bool grads; } offloads[] = {{0, false}, {50, false},
+                                                              {100, false}, {100, true}};
+#define NOFFLOADS ((int)(sizeof offloads / sizeof *offloads))
 
 // The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
 // only in the repeated layers (passes/recompute.c), not in block 0 (everything outside
@@ -76,20 +80,23 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
   for (int l = 0; l < p->nlayouts; l++)
     for (int ck = 0; ck <= (can_ckpt ? 1 : 0); ck++)
       for (int z = 0; z <= 3; z++)
-        for (int o = 0; o < 3; o++) {
+        for (int o = 0; o < NOFFLOADS; o++) {
           if (z > 0 && (p->layout[l].dp == 1 || !has_state))
             continue;
           if (z > 1 && p->replica_ranks)   // uneven micro-batches: no collective per micro-batch
             continue;
-          if (offloads[o] > 0 && (!has_state || !has_opt))
+          if (offloads[o].share > 0 && (!has_state || !has_opt))
             continue;
-          SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o]};
+          if (offloads[o].grads && p->replica_ranks)  // reduced every micro-batch
+            continue;
+          SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o].share,
+                        .grads = offloads[o].grads};
           for (int g = 0; g < p->ngroups; g++) {
             SvCost k;
             SvChoice plain = c;
-            sv_cost(x, n, p->layout[l], false, z, c.offload, g, &k);
+            sv_cost(x, n, p->layout[l], false, z, c.offload, c.grads, g, &k);
             sv_choice_fill(&plain, g, &k);
-            sv_cost(x, n, p->layout[l], c.ckpt, z, c.offload, g, &k);
+            sv_cost(x, n, p->layout[l], c.ckpt, z, c.offload, c.grads, g, &k);
             sv_choice_fill(&c, g, &k);
             // Checkpointing changes a block's time per micro-batch and the activations it
             // holds, nothing else: what a block left without it costs (SvChoice).
@@ -221,7 +228,8 @@ int sv_choice_plain(const SvUnit *u, int s) {
   const SvChoice *c = &u->choice[s];
   for (int t = 0; t < u->nchoices; t++) {
     const SvChoice *d = &u->choice[t];
-    if (!d->ckpt && d->layout == c->layout && d->zero == c->zero && d->offload == c->offload)
+    if (!d->ckpt && d->layout == c->layout && d->zero == c->zero && d->offload == c->offload &&
+        d->grads == c->grads)
       return t;
   }
   return -1;

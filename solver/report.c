@@ -133,7 +133,8 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
 // bytes per GPU of group g.
 typedef struct UnitRow {
   char name[300], layout[32], ckpt[32];
-  int zero, offload;
+  char offload[16];   // "50%", "100% +grads" (the gradients offloaded too)
+  int zero;
   double t, m;
 } UnitRow;
 
@@ -159,7 +160,7 @@ static void unit_row(const SvPlan *pl, int u, int g, UnitRow *r) {
   }
   sv_layout_str(r->layout, sizeof r->layout, p->layout[c->layout]);
   r->zero = c->zero;
-  r->offload = c->offload;
+  snprintf(r->offload, sizeof r->offload, "%d%%%s", c->offload, c->grads ? " +grads" : "");
 }
 
 static void print_blocks(FILE *f, const SvPlan *pl) {
@@ -170,12 +171,12 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
     int n = (int)strlen(p->unit[u].name) + (p->unit[u].count > 1 ? 6 : 0);
     w = n > w ? n : w;
   }
-  fprintf(f, "\n%-*s  %-14s %-9s %-5s %-8s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
+  fprintf(f, "\n%-*s  %-14s %-9s %-5s %11s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
           "offload", "ms/step", "GiB/GPU");
   for (int u = 0; u < p->nunits; u++) {
     UnitRow r;
     unit_row(pl, u, g, &r);
-    fprintf(f, "%-*s  %-14s %-9s %-5d %7d%% %10.2f %9.2f\n", w, r.name, r.layout, r.ckpt, r.zero,
+    fprintf(f, "%-*s  %-14s %-9s %-5d %11s %10.2f %9.2f\n", w, r.name, r.layout, r.ckpt, r.zero,
             r.offload, r.t * 1e3, gb(r.m));
   }
 }
@@ -293,7 +294,7 @@ void sv_report_dot(FILE *f, const SvPlan *pl) {
     unit_row(pl, u, g, &r);
     fprintf(f, "  u%d [label=\"", u);
     dot_string(f, r.name);
-    fprintf(f, "\\n%s, checkpoint %s\\nZeRO-%d, offload %d%%\\n%.2f ms/step, %.2f GiB/GPU\"];\n",
+    fprintf(f, "\\n%s, checkpoint %s\\nZeRO-%d, offload %s\\n%.2f ms/step, %.2f GiB/GPU\"];\n",
             r.layout, r.ckpt, r.zero, r.offload, r.t * 1e3, gb(r.m));
   }
   // activations flowing between units (forward; their gradients flow back), per micro-batch
@@ -441,7 +442,7 @@ void sv_report_svg(FILE *f, const SvPlan *pl) {
       const char *color = svg_colors[p->unit[u].choice[s->pick[u]].layout % 8];
       fprintf(f, "<rect x=\"10\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", y - 11,
               color);
-      snprintf(buf, sizeof buf, "%s: %s, ckpt %s, ZeRO-%d, offload %d%%, %.2f ms, %.2f GiB",
+      snprintf(buf, sizeof buf, "%s: %s, ckpt %s, ZeRO-%d, offload %s, %.2f ms, %.2f GiB",
                r.name, r.layout, r.ckpt, r.zero, r.offload, r.t * 1e3, gb(r.m));
       svg_label(f, 28, y, "start", "#000", buf);
       y += 22;
@@ -582,6 +583,7 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddBoolToObject(o, "checkpoint", ckpt);
       cJSON_AddNumberToObject(o, "zero", c->zero);
       cJSON_AddNumberToObject(o, "offload", c->offload / 100.0);
+      cJSON_AddBoolToObject(o, "offload_grads", c->grads);
       cJSON_AddItemToArray(blocks, o);
     }
     free(seen);

@@ -277,14 +277,18 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b);
 // in bf16 the float32 masters leave the device too and the host sends back
 // the bf16 copies it rounds (2 more bytes on the host: 18; 12 fewer on the
 // device). The planner's memory rows and the compiled program's report (mtc
-// compile --offload) both use these.
-double sv_offload_host_bytes(double psi_host, SvStateBytes b);
+// compile --offload) both use these. With gradient offload (staged: and
+// micro-batches), each micro-batch's gradient is copied to a second host
+// buffer before the host sums it into the first: b.grad more per parameter.
+double sv_offload_host_bytes(double psi_host, SvStateBytes b, bool staged);
 double sv_offload_device_bytes(double psi_host, SvStateBytes b);
 // Bytes one rank sends per step for data parallelism over n ranks at a ZeRO
 // stage, with ring collectives (the volumes the cost model prices): psi
 // parameters, their gradients reduced at b.grad bytes each and the weights
 // gathered at b.param (bf16: the working copies), micro micro-batches per step.
-double sv_dp_comm_bytes(double psi, int n, int stage, int micro, SvStateBytes b);
+// ZeRO 2 and 3 reduce the gradients every micro-batch; so does gradient offload
+// (every_micro) at stages 0 and 1.
+double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micro, SvStateBytes b);
 // Bytes a rank sends per step for tensor parallelism over n ranks: allreduce_bytes
 // all-reduced per micro-batch (the cost model's tp_fwd + tp_bwd, ring all-reduce).
 double sv_tp_comm_bytes(double allreduce_bytes, int n, int micro);
@@ -322,6 +326,7 @@ typedef struct SvChoice {
   bool ckpt;                // recompute the block in backward
   int zero;                 // ZeRO stage 0-3
   int offload;              // percent of the optimizer state on the CPU: 0, 50, 100
+  bool grads;               // and the gradients (offload 100 only: ZeRO-Offload)
   double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
   double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
   double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];

@@ -13,7 +13,8 @@
 # With RANKS=2 the program is compiled for dp 2 with ZeRO-3 (each rank scans its shard) and runs
 # under tests/mpirun.sh: the same messages, printed once. With MODE offload (one rank) it is
 # compiled in bf16 with every master weight offloaded to the host region, which the host scans:
-# the weight case.
+# the weight case. With MODE offload_grads the gradients are offloaded too (the host scans them
+# and sums their norm): every case.
 #
 #   finite.sh MTC MODEL OUTDIR [RANKS [MODE]]
 set -euo pipefail
@@ -26,6 +27,9 @@ mkdir -p "$out"
 if [ "$ranks" -gt 1 ]; then
   build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=16 --dp 2 --zero 3
   run() { "$here/mpirun.sh" 2 "$out/p/train" "$@"; }
+elif [ "$mode" = offload_grads ]; then
+  build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32 --offload-grads
+  run() { "$out/p/train" "$@"; }
 elif [ "$mode" = offload ]; then
   build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32 --precision bf16 --offload 1
   run() { "$out/p/train" "$@"; }

@@ -61,6 +61,12 @@ refused share "[b.update(zero=1) for b in p['blocks']]; p['groups'][0]['state_sh
 two="g = p['groups'][0]; p['groups'] = [dict(g, count=2, micro_batches=1, state_share=0.5), dict(g, count=2, micro_batches=3, state_share=0.5)]; [b.update(dp=2, tp=2) for b in p['blocks']]"
 refused groups_zero3 "$two; [b.update(zero=3) for b in p['blocks']]" \
   "block 0 \(rest\) has ZeRO-3, which reduces or gathers every micro-batch, and the groups' replicas run unequal numbers of them" p11
+refused groups_offload_grads "$two; [b.update(zero=1, offload=1, offload_grads=True) for b in p['blocks']]" \
+  "block 0 \(rest\) offloads its gradients, which are reduced every micro-batch, and the groups' replicas run unequal numbers of them" p11
+refused offload_grads_share "[b.update(offload=0.5, offload_grads=True) for b in p['blocks']]" \
+  "blocks\[0\] \(rest\): \"offload_grads\" with \"offload\" 0.5: the gradients leave the device only with all of the optimizer state" p11
+refused offload_grads_type "p['blocks'][0]['offload_grads'] = 1" \
+  "blocks\[0\]: \"offload_grads\" must be true or false" p11
 refused groups_share "$two; [b.update(zero=1) for b in p['blocks']]; p['groups'][1]['state_share'] = 0.7" \
   "groups\[1\] holds a state share of 0.7; a compiled program shards the training state evenly, 0.5 for this group's 2 of 4 GPUs" p11
 refused groups_replica "$two; p['groups'][0]['count'] = 1; p['groups'][1]['count'] = 3" \
@@ -123,6 +129,10 @@ for bad in 1.5 -0.1 abc nan ""; do
   expect "offload_$bad" 2 "--offload takes a share of the optimizer state from 0 to 1, not '$bad'" \
     "$mtc" compile "$model" --dp 2 --offload "$bad" -o "$out/off"
 done
+expect offload_grads_share 2 "--offload-grads moves every gradient, and all of the optimizer state with it: leave out --offload 0.5, or make it 1" \
+  "$mtc" compile "$model" --dp 2 --offload 0.5 --offload-grads -o "$out/off"
+expect offload_grads_sgd 1 "offloads its gradients, and SGD has no optimizer state to offload with them" \
+  "$mtc" compile "$model" --dp 2 --offload-grads --optimizer sgd -o "$out/off"
 expect offload_missing 2 "--offload needs a value" "$mtc" compile "$model" -o "$out/off" --offload
 [ -e "$out/off" ] && { echo "FAIL offload: $out/off was written"; fails=$((fails + 1)); }
 # a program for 2 ranks started on 1 (no mpirun), and on 3

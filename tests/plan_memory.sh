@@ -12,7 +12,7 @@
 # (--gpu-mem), named by what it chooses for tests/CMakeLists.txt's model
 # (dims whose tensors the buckets pad: C=40, V=252, which bf16 pads to 256):
 # bf16 (the default) data parallel, ZeRO-2, ZeRO-2 with offload, dp 2 x tp 2
-# with offload; fp32 ZeRO-2 with offload.
+# with offload, and with the gradients offloaded too; fp32 ZeRO-2 with offload.
 set -euo pipefail
 mtc=$1 model=$2 out=$3
 shift 3
@@ -25,7 +25,8 @@ cases=(
   "dp|"
   "zero2|--gpu-mem 600KB --host-mem 10MB"
   "zero2_offload|--gpu-mem 500KB --host-mem 10MB"
-  "dp2_tp2_offload|--gpu-mem 264KB --host-mem 10MB"
+  "dp2_tp2_offload|--gpu-mem 240KB --host-mem 10MB"
+  "dp2_tp2_offload_grads|--gpu-mem 220KB --host-mem 10MB"
   "fp32_zero2_offload|--gpu-mem 700KB --host-mem 10MB --precision fp32"
 )
 ok=0
@@ -51,7 +52,7 @@ import json, re, sys
 name, planned, compiled, log = sys.argv[1:]
 p, c = json.load(open(planned)), json.load(open(compiled))
 bad = []
-keys = ("dp", "tp", "q", "zero", "checkpoint", "offload")
+keys = ("dp", "tp", "q", "zero", "checkpoint", "offload", "offload_grads")
 lp = [{k: b[k] for k in keys} for b in p["blocks"]]
 lc = [{k: b[k] for k in keys} for b in c["blocks"]]
 if lp != lc:

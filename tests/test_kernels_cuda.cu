@@ -1144,10 +1144,11 @@ static void test_table(void) {
 #include "kernels.def"
       ;
   // less those without a CUDA twin (kernels_cuda.cu's RT_CUDA_SKIP_*), in all
-  // their variants: rt_adamw_host and rt_cast_host (host code) and the
-  // collectives of dist.c
-  const char *const no_twin[] = {"adamw_host",          "cast_host",       "comm_all_reduce",
-                                 "comm_reduce_scatter", "comm_all_gather", "comm_wait"};
+  // their variants: rt_adamw_host, rt_cast_host and rt_accumulate_host (host
+  // code) and the collectives of dist.c
+  const char *const no_twin[] = {"adamw_host",      "cast_host",           "accumulate_host",
+                                 "comm_all_reduce", "comm_reduce_scatter", "comm_all_gather",
+                                 "comm_wait"};
   auto skipped = [&](const char *name) {
     for (const char *s : no_twin)
       if (strcmp(name, s) == 0) return 1;

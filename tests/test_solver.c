@@ -245,6 +245,28 @@ static const SvChoice *chosen(const SvPlan *p, int u) {
   return &p->prob->unit[u].choice[p->sol.pick[u]];
 }
 
+// ZeRO-Offload's headline case (Ren et al. 2021): a 10B
+// GPT-2-like model (50 layers, hidden 4096, 32 heads, a batch of 10 x 1024
+// tokens, checkpointing) trains on one V100-32GB of a DGX-2 (1.5 TB of CPU
+// memory). It fits only with the layers' gradients offloaded beside their
+// optimizer state: the bf16 weights, 2 bytes a parameter, 19 GiB, stay; with
+// the float32 gradients (4 more) it would need about 60 GiB.
+static void test_zero_offload_10b(void) {
+  IrGraph *g = model("gpt2.mtc", "L=50,C=4096,NH=32,V=50257,T=1024,B=10");
+  SvConfig c = cluster("V100-32GB", 1, 0);
+  c.cluster.group[0].dev.host_mem = 1.5e12;
+  SvPlan *p = plan(g, &c);
+  CHECK(p->sol.feasible, "10B does not fit on a V100-32GB with 1.5 TB of CPU memory: %s", p->why);
+  for (int u = 0; u < p->prob->nunits && p->sol.feasible; u++) {
+    const SvChoice *ch = chosen(p, u);
+    if (p->prob->unit[u].count > 1)
+      CHECK(ch->offload == 100 && ch->grads && ch->ckpt, "%s: offload %d%%, gradients %s, ckpt %d",
+            p->prob->unit[u].name, ch->offload, ch->grads ? "offloaded" : "kept", ch->ckpt);
+  }
+  sv_plan_free(p);
+  ir_graph_free(g);
+}
+
 static void test_small_model_gets_dp(void) {
   IrGraph *g = model("gpt2.mtc", "");
   SvConfig c = cluster("H100-80GB", 8, 0);
@@ -286,14 +308,14 @@ static void test_big_model_shards(void) {
   }
   sv_plan_free(p);
 
-  // Too little memory: one message with what would fit. (13 GiB of an L4
-  // hold 1.5B with its optimizer state and masters offloaded and
-  // checkpointing; 12 GiB do not: the bf16 weights and float32 gradients stay,
-  // 6 bytes a parameter, 8.7 GiB, and the activations and buffers of a batch
-  // of 4 do not fit beside them.)
-  SvConfig one = cluster("L4-24GB", 1, 12 * GiB);
+  // Too little memory: one message with what would fit. (7 GiB of an L4
+  // hold 1.5B with its optimizer state, masters and gradients offloaded and
+  // checkpointing; 6.5 GiB do not: the bf16 weights stay, 2 bytes a
+  // parameter, 2.9 GiB, and the activations and buffers of a batch of 4 do
+  // not fit beside them.)
+  SvConfig one = cluster("L4-24GB", 1, 6.5 * GiB);
   p = plan(g, &one);
-  CHECK(!p->sol.feasible, "1.5B fits on 12 GiB");
+  CHECK(!p->sol.feasible, "1.5B fits on 6.5 GiB");
   CHECK(strstr(p->why, "GPU memory binds") && strstr(p->why, "GPUs with") &&
             strstr(p->why, "the largest micro-batch that fits is 2"),
         "message: %s", p->why);
@@ -965,6 +987,7 @@ int main(int argc, char **argv) {
   test_apply_groups();
   test_brute_force();
   test_small_model_gets_dp();
+  test_zero_offload_10b();
   test_big_model_shards();
   test_less_memory_never_faster();
   test_heterogeneous();
