@@ -19,7 +19,8 @@
 # memory and the copies are memcpy: the step times show what the host's
 # update and the copies cost here, not over PCIe. Before each run it waits
 # (at most --wait seconds, default 120) for the CPUs to be at most 15% busy;
-# the last column is the busy share it saw.
+# the last column is the busy share it saw. (--offload 0 on one rank: the
+# layout's buckets, so that the program reports its model state.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmdline="bench/offload.sh${*:+ $*}"
@@ -45,7 +46,7 @@ source bench/idle.sh
 
 model="-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=64 -D B=4"
 rows=(   # ranks|layout|flags
-  "1|none|"
+  "1|none|--offload 0"
   "1|optimizer state|--offload 1"
   "1|+ gradients|--offload-grads"
   "2|ZeRO-2 DP2 x 2 micro, none|--dp 2 --zero 2 --micro-batches 2"
@@ -85,7 +86,7 @@ for precision in fp32 bf16; do
            awk '{ v[NR] = $1 } END { printf "%.0f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     arena=$(sed -n 's/.*memory: planned arena \([0-9]*\) bytes.*/\1/p' "$log" | head -1)
     re='state: ([0-9]+) bytes on device, ([0-9]+) bytes on host \(planner: ([0-9]+), ([0-9]+)\).*sent ([0-9]+) bytes per step \(planner: ([0-9]+)\)'
-    line=$(grep -m1 "model state:" "$log")
+    line=$(grep -m1 "model state:" "$log" || true)
     [[ $line =~ $re ]] || { echo "| $precision | $ranks | $name | no model-state line |"; continue; }
     m=("${BASH_REMATCH[@]}")
     echo "| $precision | $ranks | $name | $step | $(mib "$arena") | $(versus "${m[1]}" "${m[3]}") |" \
