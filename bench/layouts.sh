@@ -20,5 +20,8 @@ layouts=(   # ranks|name|flags
   "4|DP2 x TP2|--dp 2 --tp 2"
   "4|DP2 x TP2+SP|--dp 2 --tp 2 --seq-parallel"
   "4|2D 2x2|--tp2d 2"
+  "1|offload|--offload 1"
+  "1|offload + grads|--offload-grads"
+  "2|ZeRO-2 DP2 offload + grads|--dp 2 --zero 2 --offload-grads"
 )
 
