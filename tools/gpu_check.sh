@@ -54,10 +54,15 @@ cases() {
   echo "gpt2_dsl_bf16|examples/gpt2.mtc|gpt2_dsl"
   for m in gpt2 encoder; do echo "${m}_o17_bf16|$fixtures/$m/model_o17.onnx|$m"; done
   echo "hf_llama_o17_bf16|$fixtures/hf_llama/model_o17.onnx|hf_llama"
+  # offload (a name ending in _offload_grads): the optimizer state and the gradients in host
+  # memory, the host's copies and sums in backward and its update
+  echo "gpt2_dsl_offload_grads|examples/gpt2.mtc|gpt2_dsl"
+  echo "gpt2_dsl_bf16_offload_grads|examples/gpt2.mtc|gpt2_dsl"
 }
 
-# precision_of NAME: the precision a case compiles in
-precision_of() { case $1 in *_bf16) echo bf16 ;; *) echo fp32 ;; esac; }
+# precision_of NAME: the precision a case compiles in; flags_of NAME: its layout's flags
+precision_of() { case $1 in *_bf16 | *_bf16_*) echo bf16 ;; *) echo fp32 ;; esac; }
+flags_of() { case $1 in *_offload_grads) echo --offload-grads ;; esac; }
 
 selected_cases() { cases | grep -E "^(${GPU_CHECK_ONLY:-.*})\|" || true; }
 
@@ -111,7 +116,7 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
   rm -rf "$c"
   mkdir -p "$c"
   # shellcheck disable=SC2086
-  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" --precision "$(precision_of "$name")" $mtc_args \
+  "${MTC:-$dir/bin/mtc}" compile "$root/$model" -o "$c/prog" --precision "$(precision_of "$name")" $mtc_args $(flags_of "$name") \
     > "$c/compile.log" 2>&1 ||
     { cat "$c/compile.log"; die "mtc compile $model failed"; }
   build_gpu "$c/prog"
