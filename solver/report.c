@@ -103,6 +103,22 @@ static double mfu(const SvPlan *pl, const SvSolution *s) {
 
 static double gb(double bytes) { return bytes / GiB; }
 
+// The unit a line or a table of byte counts is printed in: of GiB, MiB and KiB
+// the largest that its largest value `ref` reaches a tenth of (as sv_bytes_str
+// picks one), so that small models do not print columns of 0.00 GiB.
+typedef struct Unit {
+  double bytes;
+  const char *name;
+} Unit;
+
+static Unit unit_for(double ref) {
+  if (fabs(ref) >= 0.1 * GiB)
+    return (Unit){GiB, "GiB"};
+  if (fabs(ref) >= 0.1 * 1024 * 1024)
+    return (Unit){1024 * 1024, "MiB"};
+  return (Unit){1024, "KiB"};
+}
+
 // ---- the text report ----------------------------------------------------------------------------
 
 static void print_cluster(FILE *f, const SvPlan *pl) {
@@ -171,13 +187,22 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
     int n = (int)strlen(p->unit[u].name) + (p->unit[u].count > 1 ? 6 : 0);
     w = n > w ? n : w;
   }
+  double most = 0;
+  for (int u = 0; u < p->nunits; u++) {
+    UnitRow r;
+    unit_row(pl, u, g, &r);
+    most = fmax(most, r.m);
+  }
+  Unit un = unit_for(most);
+  char head[16];
+  snprintf(head, sizeof head, "%s/GPU", un.name);
   fprintf(f, "\n%-*s  %-14s %-9s %-5s %11s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
-          "offload", "ms/step", "GiB/GPU");
+          "offload", "ms/step", head);
   for (int u = 0; u < p->nunits; u++) {
     UnitRow r;
     unit_row(pl, u, g, &r);
     fprintf(f, "%-*s  %-14s %-9s %-5d %11s %10.2f %9.2f\n", w, r.name, r.layout, r.ckpt, r.zero,
-            r.offload, r.t * 1e3, gb(r.m));
+            r.offload, r.t * 1e3, r.m / un.bytes);
   }
 }
 
@@ -188,15 +213,19 @@ static void print_groups(FILE *f, const SvPlan *pl) {
     const SvGroup *gr = &pl->cfg.cluster.group[g];
     Breakdown b;
     breakdown(pl, s, g, &b);
+    Unit u = unit_for(gr->dev.mem);
     fprintf(f, "\nmemory per GPU (%s%s%s): params %.2f + grads %.2f + optimizer %.2f + "
-               "activations %.2f + buffers %.2f = %.2f GiB of %.2f usable "
-               "(%.0f minus %.1f reserve)",
+               "activations %.2f + buffers %.2f = %.2f %s of %.2f usable "
+               "(%.*f minus %.1f reserve)",
             gr->name, strcmp(gr->name, gr->dev.name) ? ", " : "",
-            strcmp(gr->name, gr->dev.name) ? gr->dev.name : "", gb(b.m[SV_M_PARAMS]),
-            gb(b.m[SV_M_GRADS]), gb(b.m[SV_M_OPT]), gb(b.m[SV_M_ACT]), gb(b.m[SV_NM]),
-            gb(b.total_m), gb(p->cap[g]), gb(gr->dev.mem), gb(gr->reserve));
-    if (s->host[g] > 0)
-      fprintf(f, "; %.2f GiB offloaded to CPU memory", gb(s->host[g]));
+            strcmp(gr->name, gr->dev.name) ? gr->dev.name : "", b.m[SV_M_PARAMS] / u.bytes,
+            b.m[SV_M_GRADS] / u.bytes, b.m[SV_M_OPT] / u.bytes, b.m[SV_M_ACT] / u.bytes,
+            b.m[SV_NM] / u.bytes, b.total_m / u.bytes, u.name, p->cap[g] / u.bytes,
+            gr->dev.mem / u.bytes < 10 ? 2 : 0, gr->dev.mem / u.bytes, gr->reserve / u.bytes);
+    if (s->host[g] > 0) {
+      Unit h = unit_for(s->host[g]);
+      fprintf(f, "; %.2f %s offloaded to CPU memory", s->host[g] / h.bytes, h.name);
+    }
     fputc('\n', f);
     if (p->ngroups > 1) {
       fprintf(f, "  %s runs %lld of %lld micro-batches (", gr->name, (long long)s->batch[g],
@@ -214,14 +243,19 @@ static void print_groups(FILE *f, const SvPlan *pl) {
 }
 
 static void print_baselines(FILE *f, const SvPlan *pl) {
-  fprintf(f, "\n%-30s %12s %12s %10s\n", "strategy (same cost model)", "step time", "memory/GPU",
+  fprintf(f, "\n%-32s %12s %12s %10s\n", "strategy (same cost model)", "step time", "memory/GPU",
           "speedup");
   double best = pl->sol.feasible ? pl->sol.time : NAN;
-  double mem = 0;
+  double mem = 0, most = 0;
   for (int g = 0; g < pl->prob->ngroups; g++)
     mem = fmax(mem, pl->sol.mem[g]);
+  for (int i = 0; i < pl->nbaselines; i++)
+    for (int g = 0; g < pl->prob->ngroups; g++)
+      most = fmax(most, pl->baseline[i].sol.mem[g]);
+  Unit u = unit_for(fmax(most, mem));   // one unit for the column
   if (pl->sol.feasible)
-    fprintf(f, "%-30s %9.2f ms %8.2f GiB %10s\n", "mtc plan", best * 1e3, gb(mem), "1.00x");
+    fprintf(f, "%-32s %9.2f ms %8.2f %s %10s\n", "mtc plan", best * 1e3, mem / u.bytes, u.name,
+            "1.00x");
   for (int i = 0; i < pl->nbaselines; i++) {
     const SvBaseline *b = &pl->baseline[i];
     char name[64];
@@ -230,11 +264,11 @@ static void print_baselines(FILE *f, const SvPlan *pl) {
     for (int g = 0; g < pl->prob->ngroups; g++)
       m = fmax(m, b->sol.mem[g]);
     if (b->sol.feasible)
-      fprintf(f, "%-30s %9.2f ms %8.2f GiB %9.2fx\n", name, b->sol.time * 1e3, gb(m),
+      fprintf(f, "%-32s %9.2f ms %8.2f %s %9.2fx\n", name, b->sol.time * 1e3, m / u.bytes, u.name,
               b->sol.time / best);
     else {
       char over[32], host[32];
-      fprintf(f, "%-30s %12s %8.2f GiB   does not fit (%s over", name, "-", gb(m),
+      fprintf(f, "%-32s %12s %8.2f %s   does not fit (%s over", name, "-", m / u.bytes, u.name,
               sv_bytes_str(over, b->need));
       if (b->host_need > 0)
         fprintf(f, "; CPU memory %s over", sv_bytes_str(host, b->host_need));
