@@ -942,8 +942,9 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
     Link host = {pcie, 0, dev->eff.overlap, 1};
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
+    double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
     if (grads)
-      o->t_micro[SV_T_OFFLOAD] = per * (down + (replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0));
+      o->t_micro[SV_T_OFFLOAD] = per * (down + sum);
     o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam +
                               exposed(moved * b->param / pcie, tf, host, 0);
   }
