@@ -638,13 +638,17 @@ static void baselines(SvPlan *pl) {
 
 // ---- when nothing fits --------------------------------------------------------------------------
 
+SvByteUnit sv_unit(double ref) {
+  if (fabs(ref) >= 0.1 * GiB)
+    return (SvByteUnit){GiB, "GiB"};
+  if (fabs(ref) >= 0.1 * 1024 * 1024)
+    return (SvByteUnit){1024 * 1024, "MiB"};
+  return (SvByteUnit){1024, "KiB"};
+}
+
 const char *sv_bytes_str(char *buf, double bytes) {
-  if (fabs(bytes) >= 0.1 * GiB)
-    snprintf(buf, 32, "%.1f GiB", bytes / GiB);
-  else if (fabs(bytes) >= 0.1 * 1024 * 1024)
-    snprintf(buf, 32, "%.1f MiB", bytes / (1024 * 1024));
-  else
-    snprintf(buf, 32, "%.1f KiB", bytes / 1024);
+  SvByteUnit u = sv_unit(bytes);
+  snprintf(buf, 32, "%.1f %s", bytes / u.bytes, u.name);
   return buf;
 }
 

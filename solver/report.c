@@ -103,21 +103,6 @@ static double mfu(const SvPlan *pl, const SvSolution *s) {
 
 static double gb(double bytes) { return bytes / GiB; }
 
-// The unit a line or a table of byte counts is printed in: of GiB, MiB and KiB
-// the largest that its largest value `ref` reaches a tenth of (as sv_bytes_str
-// picks one), so that small models do not print columns of 0.00 GiB.
-typedef struct Unit {
-  double bytes;
-  const char *name;
-} Unit;
-
-static Unit unit_for(double ref) {
-  if (fabs(ref) >= 0.1 * GiB)
-    return (Unit){GiB, "GiB"};
-  if (fabs(ref) >= 0.1 * 1024 * 1024)
-    return (Unit){1024 * 1024, "MiB"};
-  return (Unit){1024, "KiB"};
-}
 
 // ---- the text report ----------------------------------------------------------------------------
 
@@ -187,23 +172,24 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
     int n = (int)strlen(p->unit[u].name) + (p->unit[u].count > 1 ? 6 : 0);
     w = n > w ? n : w;
   }
+  UnitRow *rows = malloc((size_t)p->nunits * sizeof *rows);
+  IR_ASSERT(rows);
   double most = 0;
   for (int u = 0; u < p->nunits; u++) {
-    UnitRow r;
-    unit_row(pl, u, g, &r);
-    most = fmax(most, r.m);
+    unit_row(pl, u, g, &rows[u]);
+    most = fmax(most, rows[u].m);
   }
-  Unit un = unit_for(most);
+  SvByteUnit un = sv_unit(most);
   char head[16];
   snprintf(head, sizeof head, "%s/GPU", un.name);
   fprintf(f, "\n%-*s  %-14s %-9s %-5s %11s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
           "offload", "ms/step", head);
   for (int u = 0; u < p->nunits; u++) {
-    UnitRow r;
-    unit_row(pl, u, g, &r);
-    fprintf(f, "%-*s  %-14s %-9s %-5d %11s %10.2f %9.2f\n", w, r.name, r.layout, r.ckpt, r.zero,
-            r.offload, r.t * 1e3, r.m / un.bytes);
+    const UnitRow *r = &rows[u];
+    fprintf(f, "%-*s  %-14s %-9s %-5d %11s %10.2f %9.2f\n", w, r->name, r->layout, r->ckpt,
+            r->zero, r->offload, r->t * 1e3, r->m / un.bytes);
   }
+  free(rows);
 }
 
 static void print_groups(FILE *f, const SvPlan *pl) {
@@ -213,7 +199,7 @@ static void print_groups(FILE *f, const SvPlan *pl) {
     const SvGroup *gr = &pl->cfg.cluster.group[g];
     Breakdown b;
     breakdown(pl, s, g, &b);
-    Unit u = unit_for(gr->dev.mem);
+    SvByteUnit u = sv_unit(gr->dev.mem);
     fprintf(f, "\nmemory per GPU (%s%s%s): params %.2f + grads %.2f + optimizer %.2f + "
                "activations %.2f + buffers %.2f = %.2f %s of %.2f usable "
                "(%.*f minus %.1f reserve)",
@@ -223,7 +209,7 @@ static void print_groups(FILE *f, const SvPlan *pl) {
             b.m[SV_NM] / u.bytes, b.total_m / u.bytes, u.name, p->cap[g] / u.bytes,
             gr->dev.mem / u.bytes < 10 ? 2 : 0, gr->dev.mem / u.bytes, gr->reserve / u.bytes);
     if (s->host[g] > 0) {
-      Unit h = unit_for(s->host[g]);
+      SvByteUnit h = sv_unit(s->host[g]);
       fprintf(f, "; %.2f %s offloaded to CPU memory", s->host[g] / h.bytes, h.name);
     }
     fputc('\n', f);
@@ -252,7 +238,7 @@ static void print_baselines(FILE *f, const SvPlan *pl) {
   for (int i = 0; i < pl->nbaselines; i++)
     for (int g = 0; g < pl->prob->ngroups; g++)
       most = fmax(most, pl->baseline[i].sol.mem[g]);
-  Unit u = unit_for(fmax(most, mem));   // one unit for the column
+  SvByteUnit u = sv_unit(fmax(most, mem));   // one unit for the column
   if (pl->sol.feasible)
     fprintf(f, "%-32s %9.2f ms %8.2f %s %10s\n", "mtc plan", best * 1e3, mem / u.bytes, u.name,
             "1.00x");

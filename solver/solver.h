@@ -442,6 +442,14 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
 // bytes as GiB to a tenth, or in MiB or KiB below a tenth of the unit above
 // (a small model's plan would read "0.0 GiB"), into buf (32 bytes); returns buf
 const char *sv_bytes_str(char *buf, double bytes);
+// The unit bytes are printed in: of GiB, MiB and KiB the largest that `ref`
+// (a value, or a line's or a table's largest) reaches a tenth of, so that small
+// models do not print 0.0 GiB. sv_bytes_str and mtc plan's report use it.
+typedef struct SvByteUnit {
+  double bytes;
+  const char *name;
+} SvByteUnit;
+SvByteUnit sv_unit(double ref);
 
 typedef struct SvBaseline {
   char name[48];                  // "DP", "ZeRO-3", "Megatron TP=8", ...
