@@ -8,7 +8,7 @@
 //   load (DSL, ONNX or IR text) -> the training graph (passes: shapes, fusion, autodiff,
 //   optimizer, precision) -> the plan (ir/plan.h: the layout flags --dp/--tp/--zero/...,
 //   a plan file --plan, the solver's with --gpus/--cluster, or one rank) -> its lowering
-//   (recompute, lower, memplan) -> the program (codegen) and its plan.json
+//   (recompute, lower, swap, memplan) -> the program (codegen) and its plan.json
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -54,6 +54,7 @@ typedef struct Args {
   bool offload;            // --offload given
   const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
   bool checkpoint;         // --checkpoint given (layout.checkpoint says which layers)
+  bool swap;               // --swap given (layout.swap says which layers)
 } Args;
 
 static void usage(FILE *f) {
@@ -82,7 +83,7 @@ static void usage(FILE *f) {
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, freeze,\n"
         "                         autodiff, optimizer, precision, vocab, recompute, lower,\n"
-        "                         memplan, or all)\n"
+        "                         swap, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text (inspect) or of the\n"
         "                         report (plan: a box per block, an edge per activation)\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
@@ -140,6 +141,10 @@ static void usage(FILE *f) {
         "                         activation checkpointing: backward recomputes the forward\n"
         "                         of no layer (default), every repeated layer, or the first\n"
         "                         K (compile, inspect; also with one rank)\n"
+        "  --swap none|all|S      activation swap: the first S repeated layers' activations\n"
+        "                         go to host memory after forward and come back before\n"
+        "                         backward (default none; --checkpoint then takes the K\n"
+        "                         layers after them)\n"
         "  --offload F            the share F (0 to 1) of each block's optimizer state that\n"
         "                         lives in host memory, its update on the host's threads\n"
         "                         (default 0; with one rank too)\n"
@@ -192,8 +197,8 @@ static int parse_gpus(const char *flag, const char *s) {
   return (int)parse_whole(flag, s, SV_MAX_GPUS);
 }
 
-// --checkpoint none|all|K: 0, PLAN_CHECKPOINT_ALL or K >= 1 layers.
-static int parse_checkpoint(const char *s) {
+// --checkpoint or --swap none|all|K: 0, PLAN_CHECKPOINT_ALL or K >= 1 layers.
+static int parse_layers(const char *flag, const char *s) {
   if (!strcmp(s, "none"))
     return 0;
   if (!strcmp(s, "all"))
@@ -202,7 +207,7 @@ static int parse_checkpoint(const char *s) {
   errno = 0;
   long k = strtol(s, &end, 10);
   if (!*s || *end || errno || k < 1 || k > 1000000 || s[0] == '+')
-    bad_usage("--checkpoint takes none, all or a number of layers K >= 1, not '%s'", s);
+    bad_usage("%s takes none, all or a number of layers K >= 1, not '%s'", flag, s);
   return (int)k;
 }
 
@@ -339,7 +344,7 @@ static Args parse_args(int argc, char **argv) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
         bad_usage("--dump-after: no pass named '%s' (shapes, fusion, freeze, autodiff, "
-                  "optimizer, precision, vocab, recompute, lower, memplan, all)",
+                  "optimizer, precision, vocab, recompute, lower, swap, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;
@@ -366,7 +371,9 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--plan")) {
       a.plan_file = VALUE();
     } else if (!strcmp(s, "--checkpoint")) {
-      a.layout.checkpoint = parse_checkpoint(VALUE()), a.checkpoint = true;
+      a.layout.checkpoint = parse_layers(s, VALUE()), a.checkpoint = true;
+    } else if (!strcmp(s, "--swap")) {
+      a.layout.swap = parse_layers(s, VALUE()), a.swap = true;
     } else if (!strcmp(s, "--offload")) {
       const char *v = VALUE();
       char *end;
@@ -399,11 +406,11 @@ static Args parse_args(int argc, char **argv) {
     bad_usage("--device %s describes the device: leave out --gpu %s", a.device, a.gpu);
   if (!a.model)
     bad_usage("%s needs a model file", a.cmd);
-  if ((a.forced || a.checkpoint) && !strcmp(a.cmd, "plan") && (a.json || a.svg || a.dot ||
-                                                                 a.formulas))
-    bad_usage("--dp, --tp, --tp2d, --zero, --micro-batches, --offload and --checkpoint make "
-              "plan price that one layout: --json, --svg, --dot and --formulas describe a plan "
-              "it chooses");
+  if ((a.forced || a.checkpoint || a.swap) && !strcmp(a.cmd, "plan") &&
+      (a.json || a.svg || a.dot || a.formulas))
+    bad_usage("--dp, --tp, --tp2d, --zero, --micro-batches, --offload, --checkpoint and --swap "
+              "make plan price that one layout: --json, --svg, --dot and --formulas describe a "
+              "plan it chooses");
   a.layout.seq_parallel = a.sv.seq_parallel;
   if (a.layout.rest.offload_grads && a.offload && a.layout.rest.offload != 1)
     bad_usage("--offload-grads moves every gradient, and all of the optimizer state with it: "
@@ -434,8 +441,13 @@ static IrGraph *load(const Args *a, IrDiag *d) {
   return fe_load(a->model, &o, d);
 }
 
-// What --checkpoint did, as a line that starts with `lead`.
-static void print_checkpoint(const char *lead, const PassCtx *ctx) {
+// What --swap and --checkpoint did, as lines that start with `lead`.
+static void print_checkpoint(const char *lead, const Args *a, const PassCtx *ctx) {
+  if (a->swap)
+    printf("%sswapping %d of %d repeated layers: their activations wait in host memory for "
+           "backward\n", lead, ctx->nswapped, ctx->nlayers);
+  if (!a->checkpoint)
+    return;
   if (ctx->ncheckpointed)
     printf("%scheckpointing %d of %d repeated layers: backward recomputes their activations\n",
            lead, ctx->ncheckpointed, ctx->nlayers);
@@ -508,7 +520,7 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
 
 // mtc plan: the formulas, or the plan's report (and --json). No plan fits: an error.
 static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
-  if (a->forced || a->checkpoint)
+  if (a->forced || a->checkpoint || a->swap)
     return price_forced(g, a, d);
   SvConfig cfg;
   if (plan_config(a, &cfg, d))
@@ -653,6 +665,8 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
                     (long long)batch, (long long)plan->micro);
   if (a->checkpoint)
     plan->checkpoint = a->layout.checkpoint;
+  if (a->swap)
+    plan->swap = a->layout.swap;
   plan->seq_parallel |= a->sv.seq_parallel;
   return 0;
 }
@@ -735,14 +749,14 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     rc = save_plan(outdir.tmp, kept, plan_text, d);
   // The planner reads the training graph as autodiff made it: a graph with a layout or
   // recompute applied is not one it can plan.
-  else if (!rc && !lw && !a->checkpoint)
+  else if (!rc && !lw && !a->checkpoint && !a->swap)
     rc = write_plan(g, a, outdir.tmp, d);
   if (!rc)
     rc = cg_outdir_commit(&outdir, d);
   if (rc)
     return -1;
-  if (a->checkpoint)
-    print_checkpoint("mtc: ", ctx);
+  if (a->checkpoint || a->swap)
+    print_checkpoint("mtc: ", a, ctx);
   print_token_inputs(g);
   print_frozen(g, a->pass.freeze);
   print_decay(g, &ctx->opt);
@@ -794,8 +808,8 @@ int main(int argc, char **argv) {
     ctx.plan = &layout;
     rc = pass_lower_plan(g, &ctx);
   }
-  if (!rc && inspect && !a.dot && a.checkpoint)
-    print_checkpoint("# ", &ctx);
+  if (!rc && inspect && !a.dot && (a.checkpoint || a.swap))
+    print_checkpoint("# ", &a, &ctx);
   if (!rc && inspect && !a.dot && ctx.mem)
     print_memory(g, ctx.mem);
   if (!rc && compile)

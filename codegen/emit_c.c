@@ -241,15 +241,21 @@ static void emit_dims(Emit *e, const char *code) {
 
 static bool has_host_values(const Emit *e) { return e->m->host_bytes > 0; }
 
-// Whether a node of `phase` reads or writes host memory (backward: gradient
-// offload's copies and sums; the update: offload's).
+// Whether n reads or writes host memory.
+static bool node_uses_host(const IrNode *n) {
+  for (int k = 0; k < n->nin + n->nout; k++)
+    if ((k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
+      return true;
+  return false;
+}
+
+// Whether a node of `phase` reads or writes host memory (forward and
+// backward: swapped activations' copies; backward: gradient offload's copies
+// and sums; the update: offload's).
 static bool phase_uses_host(const Emit *e, IrPhase phase) {
-  for (int i = 0; i < e->g->nnodes; i++) {
-    const IrNode *n = e->g->nodes[i];
-    for (int k = 0; n->phase == phase && k < n->nin + n->nout; k++)
-      if ((k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
-        return true;
-  }
+  for (int i = 0; i < e->g->nnodes; i++)
+    if (e->g->nodes[i]->phase == phase && node_uses_host(e->g->nodes[i]))
+      return true;
   return false;
 }
 
@@ -607,9 +613,9 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
   println(e, "  Buffers b = bind(arena);");
-  if (phase != PHASE_FORWARD && phase_uses_host(e, phase))
+  if (phase_uses_host(e, phase))
     println(e, "  HostBuffers hb = bind_host(host);");
-  else if (phase != PHASE_FORWARD)
+  else
     println(e, "  (void)host;");
   int block = -1, r = 0;
   CgCall calls[MAXCALLS];
@@ -703,10 +709,10 @@ static int emit_init_copies(Emit *e, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void init_copies(char *arena, char *host) {");
   println(e, "  Buffers b = bind(arena);");
-  if (has_host_values(e))
-    println(e, "  HostBuffers hb = bind_host(host);");
-  else
-    println(e, "  (void)host;");
+  bool host = false;
+  for (int i = 0; i < g->nnodes; i++)
+    host |= writes_copies(e, g->nodes[i]) && node_uses_host(g->nodes[i]);
+  println(e, host ? "  HostBuffers hb = bind_host(host);" : "  (void)host;");
   CgCall calls[MAXCALLS];
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
@@ -788,12 +794,12 @@ static int bucket_index(Emit *e, const IrValue *v) {
 
 static int64_t numel_of(Emit *e, const IrValue *v) { return ir_eval(e->g, ir_numel(e->g, v)); }
 
-// Per rank, in host memory (offload): the host's copies of parameters and
-// gradients, and optimizer state.
-static int64_t model_host_bytes(const Emit *e) {
+// Per rank, in host memory: the host's copies of parameters and gradients, and
+// optimizer state (offload; acts false), or swapped activations (acts true).
+static int64_t host_bytes_of(const Emit *e, bool acts) {
   int64_t total = 0;
   for (int i = 0; i < e->g->nvalues; i++)
-    if (e->g->values[i]->host)
+    if (e->g->values[i]->host && (e->g->values[i]->role == ROLE_ACT) == acts)
       total += e->m->bytes[i];
   return total;
 }
@@ -1057,7 +1063,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   size_t len = 0;
   e->f = open_memstream(&code, &len);
   IR_ASSERT(e->f);
-  int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena)", d) ||
+  int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
            (has_init_host(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d));
@@ -1153,7 +1159,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .buckets = %s,", lw ? "buckets" : "0");
   println(e, "    .n_slots = %d,", lw ? lw->nslots : 0);
   println(e, "    .model_state_bytes = %lld,", (long long)model_state_bytes(e));
-  println(e, "    .model_host_bytes = %lld,", (long long)model_host_bytes(e));
+  println(e, "    .model_host_bytes = %lld,", (long long)host_bytes_of(e, false));
+  println(e, "    .swap_host_bytes = %lld,", (long long)host_bytes_of(e, true));
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);

@@ -134,9 +134,10 @@ void cg_interp_init_params(CgInterp *it, uint64_t seed) {
   }
   // the host's copies of device values (offload: the parameters the host
   // updates) start as those values, as the emitted init_host does (not the
-  // bf16 copies, which the host makes from its masters)
+  // bf16 copies, which the host makes from its masters; nor swapped activations)
   for (int n = 0; n < it->nexecs; n++)
-    if (it->execs[n].k == CG_K_to_device && it->execs[n].t == DT_F32)
+    if (it->execs[n].k == CG_K_to_device && it->execs[n].t == DT_F32 &&
+        it->execs[n].phase == PHASE_UPDATE)
       rt_to_host((float *)it->execs[n].p[1], (const float *)it->execs[n].p[0], it->execs[n].i[2]);
 }
 

@@ -1008,6 +1008,11 @@ static void lower_to_device(Lower *L, const IrNode *n) {
   range_buf(L, c, n, n->in[0]), buf(c, n->in[1]), num(c, count);
 }
 
+static void lower_from_host(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_to_device);
+  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+}
+
 // A hyper-parameter of the update node `opt` (NULL: none), or AdamW's
 // default (ir/attrs.def) where it has none (SGD has no betas or eps).
 static float hparam_value(const IrNode *opt, const char *name) {

@@ -1160,7 +1160,30 @@ static int need_host_range(IrGraph *g, IrNode *n, const IrValue *x, const IrValu
 static int shape_to_host(IrGraph *g, IrNode *n, IrDiag *d) {
   if (n->out[0]->rank < 0)
     return ir_error(d, n->loc, "to_host: the output '%s' needs its size", n->out[0]->name);
+  const IrValue *x = n->in[0], *h = n->out[0];
+  if (x->rank != 1 && ir_attr_i(n, "shards") == 1 && ir_attr_i(n, "offset") == 0) {
+    // all of a value of any shape (an activation swapped out, passes/swap.c)
+    if (x->host || !h->host || !ir_is_float(x->dtype) || h->dtype != x->dtype || h->rank != 1 ||
+        !sym_eq(ir_numel(g, x), h->shape[0]))
+      return ir_error(d, n->loc, "to_host: '%s' %s%s must be a device float value and '%s' its "
+                      "elements in host memory", x->name, ir_dtype_name(x->dtype),
+                      ir_shape_str(g, x), h->name);
+    return 0;
+  }
   return need_host_range(g, n, n->in[0], n->out[0], d);
+}
+
+// The output's shape is the caller's: the value that went to the host.
+static int shape_from_host(IrGraph *g, IrNode *n, IrDiag *d) {
+  const IrValue *h = n->in[0], *x = n->out[0];
+  if (x->rank < 0)
+    return ir_error(d, n->loc, "from_host: the output '%s' needs its shape", x->name);
+  if (!h->host || x->host || h->rank != 1 || !ir_is_float(h->dtype) || x->dtype != h->dtype ||
+      !sym_eq(ir_numel(g, x), h->shape[0]))
+    return ir_error(d, n->loc, "from_host: '%s' %s%s must be in host memory and '%s' %s its "
+                    "elements on the device", h->name, ir_dtype_name(h->dtype),
+                    ir_shape_str(g, h), x->name, ir_shape_str(g, x));
+  return 0;
 }
 
 static int shape_to_device(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -1419,6 +1442,7 @@ static const Sym *flops_vp_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
 }
 static const Sym *flops_to_host(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_to_device(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_from_host(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 
 typedef const Sym *FlopsFn(IrGraph *g, const IrNode *n);
 static FlopsFn *const flops_fns[] = {

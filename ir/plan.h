@@ -24,7 +24,7 @@ int mesh_ranks(const Mesh *m);
 // "dp 2 x tp 2", "dp 1 x 2D 2x2" (snprintf semantics)
 int mesh_str(char *buf, size_t n, const Mesh *m);
 
-// Checkpointing every repeated layer (Plan.checkpoint).
+// Checkpointing (or swapping) every repeated layer left (Plan.checkpoint, Plan.swap).
 #define PLAN_CHECKPOINT_ALL (-1)
 
 // What the plan chose for one block.
@@ -46,8 +46,12 @@ typedef struct Plan {
   int *replica_micro;  // NULL, or dp entries: replica d runs replica_micro[d] micro-batches (a
                        // mixed cluster's uneven batch shares; malloc'd, plan_free)
   int64_t micro, seq;  // sequences per micro-batch and their length as planned (0: the model's)
+  int swap;            // repeated layers whose activations go to host memory after forward and
+                       // back before backward (passes/swap.c): the first S (IR blocks 1..S),
+                       // PLAN_CHECKPOINT_ALL (all of them), or 0 (none)
   int checkpoint;      // repeated layers whose forward backward recomputes (passes/recompute.c):
-                       // the first K (IR blocks 1..K), PLAN_CHECKPOINT_ALL, or 0 (none)
+                       // the first K after the swapped ones (IR blocks S+1..S+K),
+                       // PLAN_CHECKPOINT_ALL (all of those), or 0 (none)
   int nblocks;         // entries of block (IR block ids 0 .. nblocks-1)
   PlanBlock *block;    // malloc'd (plan_free)
   PlanBlock rest;      // the choice of blocks past nblocks

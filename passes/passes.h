@@ -105,11 +105,12 @@ void pass_memplan_free(MemPlan *m);
 typedef struct PassCtx {
   PassOptions opt;
   IrDiag *diag;
-  const Plan *plan;        // the layout to lower (recompute, lower), or NULL: one rank as the
+  const Plan *plan;        // the layout to lower (recompute, lower, swap), or NULL: one rank as the
                            // model is (so inspect and plan need none)
   PassLowered *lowered;    // set by pass_lower when it lowered a plan
   int nlayers;             // set by pass_recompute: the model's repeated layers (IR blocks 1..)
   int ncheckpointed;       // ... and how many of them backward recomputes
+  int nswapped;            // set by pass_swap: the layers whose activations go to the host
   MemPlan *mem;            // set by pass_memplan; the caller frees it (pass_memplan_free)
 } PassCtx;
 
@@ -126,7 +127,7 @@ bool pass_exists(const char *name);
 int pass_run_all(IrGraph *g, PassCtx *ctx);
 // The pipeline in the two stages the plan goes between (main): the training
 // graph (shapes .. precision: what the planner reads), then the plan's
-// lowering (recompute, lower, memplan; up to opt.stop_after).
+// lowering (recompute, lower, swap, memplan; up to opt.stop_after).
 #define PASS_TRAINING_LAST "vocab"
 int pass_build_training(IrGraph *g, PassCtx *ctx);
 int pass_lower_plan(IrGraph *g, PassCtx *ctx);
@@ -150,6 +151,7 @@ int pass_regex(regex_t *re, const char *flag, const char *pattern, IrDiag *d);
 int pass_frozen(const IrGraph *g, char *names, size_t cap, int64_t *elems);
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
+int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed);       // swapped layers' activations to host
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
 // Tensor parallelism of the mesh's tp (with Megatron's sequence parallelism or
 // without), or its q x q grid (Optimus 2D), over every block (passes/tp.c;

@@ -15,6 +15,7 @@ const Pass pass_pipeline[] = {
     {"vocab", pass_vocab},         // bf16: the vocabulary padded to a multiple of 128
     {"recompute", pass_recompute}, // checkpointed layers recomputed in backward (none unless asked)
     {"lower", pass_lower},         // a parallel plan: buckets, collectives (none without one)
+    {"swap", pass_swap},           // swapped layers' activations to host memory and back
     {"memplan", pass_memplan},     // liveness and the static memory plan
     {NULL, NULL},
 };

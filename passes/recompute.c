@@ -4,7 +4,8 @@
 // The blocks are the IR's block ids: 1..L are the repeated layers (the DSL's
 // `repeat`, ONNX names like "/h.3/..."), block 0 is everything outside them.
 // the plan's checkpoint picks the first K layers (Megatron's --recompute-num-layers)
-// or all of them. For each checkpointed block b:
+// or all of them; when the plan swaps the first S layers' activations
+// (passes/swap.c), the K layers after those. For each checkpointed block b:
 //
 //   - its activations are the outputs of b's forward nodes;
 //   - b's backward nodes read some of them; the forward nodes of b that those
@@ -132,7 +133,14 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
     return ir_error(ctx->diag, (IrLoc){0}, "recompute: --checkpoint %d, but the model has %d "
                     "repeated layer%s (use 1 to %d, all or none)", want, ctx->nlayers,
                     ctx->nlayers == 1 ? "" : "s", ctx->nlayers);
-  int last = want == PLAN_CHECKPOINT_ALL ? ctx->nlayers : want, nb = ir_nblocks(g), rc = 0;
+  // the layers after the swapped ones (passes/swap.c)
+  int swapped = ctx->plan->swap == PLAN_CHECKPOINT_ALL ? ctx->nlayers : ctx->plan->swap;
+  if (want != PLAN_CHECKPOINT_ALL && swapped + want > ctx->nlayers)
+    return ir_error(ctx->diag, (IrLoc){0}, "recompute: --checkpoint %d after %d swapped layer%s, "
+                    "but the model has %d repeated layers", want, swapped,
+                    swapped == 1 ? "" : "s", ctx->nlayers);
+  int last = want == PLAN_CHECKPOINT_ALL ? ctx->nlayers : swapped + want, nb = ir_nblocks(g),
+      rc = 0;
   Recompute R = {.g = g, .nv = g->nvalues};
   R.by_block = malloc(((size_t)g->nnodes + 1) * sizeof *R.by_block);
   R.start = calloc((size_t)nb + 2, sizeof *R.start);
@@ -146,7 +154,7 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
   for (int i = 0; i < g->nnodes; i++)   // start[b + 1] ends as the end of b's nodes
     R.by_block[R.start[g->nodes[i]->block + 1]++] = g->nodes[i];
   ir_batch_begin(g);
-  for (int b = 1; b <= last && rc >= 0; b++) {
+  for (int b = swapped + 1; b <= last && rc >= 0; b++) {
     rc = recompute_block(&R, b, ctx->diag);
     ctx->ncheckpointed += rc > 0;
     *changed |= rc > 0;

@@ -152,13 +152,15 @@ typedef struct rt_model {
   long logits_offset;
   int logits_dtype;
   long logits_rows, logits_vocab;
-  void (*forward)(char *arena);
-  void (*backward)(char *arena, char *host);  // host: the host region (gradient offload)
+  void (*forward)(char *arena, char *host);
+  // host: the host region (gradient offload, swapped activations; NULL when host_bytes is 0)
+  void (*backward)(char *arena, char *host);
   rt_hparams defaults;         // as compiled (mtc compile --optimizer, --beta1, ...)
   int has_adam_state;         // AdamW moments are in the arena (else only SGD can run)
   // host: the host region (offload; NULL when host_bytes is 0)
   void (*update)(char *arena, char *host, const rt_hparams *h);
-  long host_bytes;            // the host region: offloaded optimizer state (0: none)
+  long host_bytes;            // the host region: offloaded model state, swapped activations
+                              // (0: none)
   // Fills the host's copies of device values (the parameters the host
   // updates) from the arena, once the weights are loaded; NULL: nothing to fill.
   void (*init_host)(char *arena, char *host);
@@ -190,6 +192,7 @@ typedef struct rt_model {
                               // optimizer state
   long model_host_bytes;      // per rank, in host memory (offload): the host's copies of
                               // parameters and gradients, optimizer state
+  long swap_host_bytes;       // per rank, in host memory: swapped activations (--swap)
   long planner_state_bytes;   // what the planner predicts for model_state_bytes (0: not given)
   long planner_host_bytes;    // ... and for model_host_bytes
   long planner_comm_bytes;    // bytes the planner predicts each rank sends per step (with

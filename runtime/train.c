@@ -1607,7 +1607,7 @@ static double run_batch(char *arena, char *stage, bool train) {
     rt_dist.micro = m;
     take_slice(arena, stage, (first + m) * M->grid_side +
                                  (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) : 0));
-    M->forward(arena);
+    M->forward(arena, host_region);
     rt_device_get(stage, arena, M->loss_offset, 4);
     float l;
     memcpy(&l, stage + M->loss_offset, sizeof l);
@@ -2113,6 +2113,9 @@ int main(int argc, char **argv) {
                "measured: %s %ld bytes, process peak RSS %ld bytes\n",
                M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, rt_device_measure_how(),
                measured, rss);
+  if (M->swap_host_bytes > 0)
+    print_ranked("activation swap: %ld bytes of activations wait in host memory for backward\n",
+                 M->swap_host_bytes);
   long since = rt_device_measured_since();
   if (since >= 0)
     print_ranked("device memory taken since the arena's allocation began: %ld bytes (%ld beyond "

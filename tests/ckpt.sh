@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Activation checkpointing against none: compiles MODEL without and with
-# `--checkpoint CKPT`, trains both for STEPS AdamW steps on the same synthetic
-# batch (one rank), and checks:
-#   - compile says it checkpointed LAYERS layers;
+# Activation checkpointing (or swap) against none: compiles MODEL without and
+# with `--checkpoint CKPT` (CKPT swap:S: `--swap S`), trains both for STEPS
+# AdamW steps on the same synthetic batch (one rank), and checks:
+#   - compile says it checkpointed (swapped) LAYERS layers;
 #   - the losses agree to 1e-5 relative and the saved weights to 1e-4 per
 #     tensor (tools/parity_check.py): recompute gives the same numbers,
-#     dropout masks included;
-#   - the planned peak of live bytes is lower (LAYERS 0: the same).
+#     dropout masks included, and activations come back from the host as
+#     they went;
+#   - the planned peak of live bytes is lower (LAYERS 0: the same); swap: the
+#     program says how many bytes of activations wait in host memory.
 #
 #   tests/ckpt.sh MTC MODEL OUT CKPT LAYERS [MTC ARGS...]
 set -euo pipefail
@@ -22,12 +24,15 @@ export OMP_NUM_THREADS=1
 . "$here/lib.sh"
 build() { build_program "$mtc" "$model" "$1" "$1.compile.log" "${@:2}"; }
 build "$out/none" "$@"
-build "$out/ckpt" "$@" --checkpoint "$ckpt"
+flag=--checkpoint verb=checkpointing
+if [[ $ckpt == swap:* ]]; then
+  flag=--swap verb=swapping ckpt=${ckpt#swap:}
+fi
+build "$out/ckpt" "$@" "$flag" "$ckpt"
 ok=0
-said=$(grep -E "^mtc: checkpointing" "$out/ckpt.compile.log" || true)
+said=$(grep -E "^mtc: $verb" "$out/ckpt.compile.log" || true)
 echo "$said"
-[[ $said == "mtc: checkpointing $layers of "* ]] ||
-  { echo "FAIL: want $layers layers checkpointed"; ok=1; }
+[[ $said == "mtc: $verb $layers of "* ]] || { echo "FAIL: want $verb $layers layers"; ok=1; }
 for run in none ckpt; do
   "$out/$run/train" --optimizer adamw --seed 7 --steps "$steps" --save "$out/$run.safetensors" \
     > "$out/$run.log"
@@ -48,5 +53,12 @@ elif [ "$layers" -gt 0 ] && [ "$peak1" -ge "$peak0" ]; then
 elif [ "$layers" -eq 0 ] && [ "$peak1" -ne "$peak0" ]; then
   echo "FAIL: checkpointing nothing changes the peak"; ok=1
 fi
-[ $ok -eq 0 ] && echo "PASS: --checkpoint $ckpt equals none" || echo "FAIL: --checkpoint $ckpt"
+if [ "$flag" = --swap ]; then
+  swapped=$(sed -nE 's/^activation swap: ([0-9]+) bytes.*/\1/p' "$out/ckpt.log")
+  echo "swapped: ${swapped:-none} bytes in host memory"
+  if [ "$layers" -gt 0 ] && [ "${swapped:-0}" -le 0 ]; then
+    echo "FAIL: --swap $ckpt puts no activations in host memory"; ok=1
+  fi
+fi
+[ $ok -eq 0 ] && echo "PASS: $flag $ckpt equals none" || echo "FAIL: $flag $ckpt"
 exit $ok

@@ -13,7 +13,7 @@ mtc=$1 out=$2
 shift 2
 rm -rf "$out"
 mkdir -p "$out"
-passes=(shapes fusion autodiff optimizer recompute lower memplan)
+passes=(shapes fusion autodiff optimizer recompute lower swap memplan)
 fails=0 checked=0
 for model in "$@"; do
   opts=()

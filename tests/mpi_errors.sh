@@ -122,6 +122,17 @@ done
 expect checkpoint_missing 2 "--checkpoint needs a value" "$mtc" compile "$model" -o "$out/ck" --checkpoint
 expect checkpoint_too_many 1 "--checkpoint 3, but the model has 2 repeated layers \(use 1 to 2" \
   "$mtc" compile "$model" -D L=2 --dp 2 --checkpoint 3 -o "$out/ck"
+# --swap none|all|S likewise; --checkpoint then counts the layers after the swapped ones
+for bad in 0 -2 x ""; do
+  expect "swap_'$bad'" 2 "--swap takes none, all or a number of layers K >= 1, not '$bad'" \
+    "$mtc" compile "$model" --swap "$bad" -o "$out/ck"
+done
+expect swap_too_many 1 "swap: --swap 3, but the model has 2 repeated layers \(use 1 to 2" \
+  "$mtc" compile "$model" -D L=2 --swap 3 -o "$out/ck"
+expect swap_then_checkpoint 1 "recompute: --checkpoint 2 after 1 swapped layer, but the model has 2 repeated layers" \
+  "$mtc" compile "$model" -D L=2 --dp 2 --swap 1 --checkpoint 2 -o "$out/ck"
+expect swap_no_layers 1 "swap: the model has no repeated layers" \
+  "$mtc" compile "$(dirname "$0")/../examples/mlp.mtc" --swap all -o "$out/ck"
 expect checkpoint_plan 2 "make plan price that one layout" "$mtc" plan "$model" --checkpoint all \
   --svg "$out/ck.svg"
 [ -e "$out/ck" ] && { echo "FAIL checkpoint: $out/ck was written"; fails=$((fails + 1)); }
