@@ -729,7 +729,7 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
                   .lowered = lw};
   SvPredicted pr;
   if (lw) {
-    sv_predict(lw, ctx->ncheckpointed, ctx->nlayers, &pr);
+    sv_predict(lw, ctx->nswapped, ctx->ncheckpointed, ctx->nlayers, &pr);
     co.layout = pr.layout;
     co.planner_state_bytes = pr.state_bytes;
     co.planner_host_bytes = pr.host_bytes;

@@ -20,35 +20,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The plan's checkpointing from each block's choice: the first K repeated
-// layers (IR blocks 1..K), as passes/recompute.c does them, or an error
+// What each block does with its activations between forward and backward.
+enum { KEEP, CKPT, SWAP };
+
+// The plan's swap and checkpointing from each block's choice: the first S
+// repeated layers (IR blocks 1..S) swapped, as passes/swap.c does them, the K
+// after them checkpointed, as passes/recompute.c does them; or an error
 // naming the first block outside them.
-static int checkpoint_of(const bool *ckpt, int nblocks, Plan *p, IrDiag *d) {
-  int k = 0;
-  while (k + 1 < nblocks && ckpt[k + 1])
+static int checkpoint_of(const char *act, int nblocks, Plan *p, IrDiag *d) {
+  int s = 0, k = 0;
+  while (s + 1 < nblocks && act[s + 1] == SWAP)
+    s++;
+  while (s + k + 1 < nblocks && act[s + k + 1] == CKPT)
     k++;
   for (int b = 0; b < nblocks; b++)
-    if (ckpt[b] && (b == 0 || b > k))
-      return ir_error(d, (IrLoc){0}, "the plan checkpoints block %d, not as one of the first K "
-                      "layers, which compiled programs do not do yet; choose the layout with "
-                      "--dp/--tp/--zero/--checkpoint", b);
-  p->checkpoint = k == nblocks - 1 && k > 0 ? PLAN_CHECKPOINT_ALL : k;
+    if (act[b] != KEEP && (b == 0 || b > s + k))
+      return ir_error(d, (IrLoc){0}, "the plan %s block %d, not as one of the first S layers "
+                      "swapped and the K after them checkpointed, which compiled programs do "
+                      "not do yet; choose the layout with --dp/--tp/--zero/--swap/--checkpoint",
+                      act[b] == SWAP ? "swaps" : "checkpoints", b);
+  p->swap = s == nblocks - 1 && s > 0 ? PLAN_CHECKPOINT_ALL : s;
+  p->checkpoint = s + k == nblocks - 1 && k > 0 ? PLAN_CHECKPOINT_ALL : k;
   return 0;
 }
 
-// A lowered plan with room for n blocks, and their checkpoint flags.
-static bool *begin_plan(Plan *p, int n) {
+// A lowered plan with room for n blocks, and what each does with its activations.
+static char *begin_plan(Plan *p, int n) {
   *p = plan_single();
   p->lower = true;
-  return plan_alloc_blocks(p, n) ? NULL : calloc((size_t)n + 1, sizeof(bool));
+  return plan_alloc_blocks(p, n) ? NULL : calloc((size_t)n + 1, 1);
 }
 
 // The solution's choice for each block.
 static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   const SvProblem *p = pl->prob;
   const SvModel *m = pl->model;
-  bool *ckpt = begin_plan(a, m->nblocks);
-  if (!ckpt)
+  char *act = begin_plan(a, m->nblocks);
+  if (!act)
     return ir_error(d, (IrLoc){0}, "out of memory");
   a->micro = pl->micro_batch;
   a->seq = pl->seq;
@@ -63,14 +71,15 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
       a->mesh = mesh;
     IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
     a->block[b].zero = c->zero;
-    ckpt[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u);   // the unit's first K blocks
+    if (seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u))
+      act[b] = c->swap ? SWAP : CKPT;   // the unit's first K blocks
     a->block[b].offload = c->offload / 100.0;
     a->block[b].offload_grads = c->grads;
   }
   free(seen);
   a->seq_parallel = pl->cfg.seq_parallel;
-  int rc = checkpoint_of(ckpt, m->nblocks, a, d);
-  free(ckpt);
+  int rc = checkpoint_of(act, m->nblocks, a, d);
+  free(act);
   if (rc)
     return rc;
   // each group's micro-batches over its replicas (ranks numbered group by group); the
@@ -157,8 +166,8 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
   if (!cJSON_IsArray(blocks))
     return ir_error(d, (IrLoc){0}, "%s: \"blocks\" must be an array (the plan's choice per "
                     "block, as mtc plan --json writes it)", path);
-  bool *ckpt = begin_plan(a, m->nblocks);
-  if (!ckpt)
+  char *act = begin_plan(a, m->nblocks);
+  if (!act)
     return ir_error(d, (IrLoc){0}, "out of memory");
   bool *seen = calloc((size_t)m->nblocks + 1, 1);
   IR_ASSERT(seen);
@@ -172,6 +181,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(b, "checkpoint");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(b, "offload_grads");  // optional
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(b, "swap");           // optional
     if ((rc = whole(b, "id", 0, 1e9, &id, where, path, d)))
       break;
     if (id >= m->nblocks) {
@@ -199,6 +209,16 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       break;
     if (!cJSON_IsBool(ck)) {
       rc = ir_error(d, (IrLoc){0}, "%s: %s: \"checkpoint\" must be true or false", path, where);
+      break;
+    }
+    if (sw && !cJSON_IsBool(sw)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: \"swap\" must be true or false", path, where);
+      break;
+    }
+    if (cJSON_IsTrue(sw) && cJSON_IsTrue(ck)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): \"swap\" and \"checkpoint\": a block's "
+                    "activations are swapped to host memory or recomputed, not both", path, where,
+                    m->block[id].name);
       break;
     }
     if (og && !cJSON_IsBool(og)) {
@@ -230,7 +250,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       break;
     }
     a->block[id].zero = (int)zero;
-    ckpt[id] = cJSON_IsTrue(ck);
+    act[id] = cJSON_IsTrue(sw) ? SWAP : cJSON_IsTrue(ck) ? CKPT : KEEP;
     a->block[id].offload = off;
     a->block[id].offload_grads = cJSON_IsTrue(og);
   }
@@ -239,9 +259,9 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       rc = ir_error(d, (IrLoc){0}, "%s: block %d (%s) has no entry in \"blocks\"", path, k,
                     m->block[k].name);
   if (!rc)
-    rc = checkpoint_of(ckpt, m->nblocks, a, d);
+    rc = checkpoint_of(act, m->nblocks, a, d);
   free(seen);
-  free(ckpt);
+  free(act);
   return rc;
 }
 
@@ -423,7 +443,8 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
 
 // ---- what a lowered program should measure --------------------------------------------------
 
-void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredicted *out) {
+void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlayers,
+                SvPredicted *out) {
   const Plan *P = &lw->plan;
   int dp = P->mesh.size[IR_MESH_DP], tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
   int zmin = 3, zmax = 0;
@@ -477,6 +498,8 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
   if (ngrads && len < n)
     len += (size_t)snprintf(s + len, n - len, ngrads == lw->nbuckets ? " with the gradients" :
                             " (%d bucket%s with the gradients)", ngrads, ngrads > 1 ? "s" : "");
+  if (nswapped && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", swap %d of %d layers", nswapped, nlayers);
   if (ncheckpointed && len < n)
     len += (size_t)snprintf(s + len, n - len, ", recompute %d of %d layers", ncheckpointed,
                             nlayers);
@@ -487,9 +510,15 @@ void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredict
 
 // ---- what a program's layout costs, as the planner prices it -----------------------------------
 
-// Does the plan checkpoint block b (the first K repeated layers, IR blocks 1..K)?
+// Does the plan swap block b (the first S repeated layers, IR blocks 1..S)?
+static bool plan_swap(const Plan *P, int b) {
+  return b >= 1 && (P->swap == PLAN_CHECKPOINT_ALL || b <= P->swap);
+}
+
+// Does the plan checkpoint block b (the K repeated layers after the swapped ones)?
 static bool plan_ckpt(const Plan *P, int b) {
-  return b >= 1 && (P->checkpoint == PLAN_CHECKPOINT_ALL || b <= P->checkpoint);
+  int s = P->swap == PLAN_CHECKPOINT_ALL ? INT32_MAX : P->swap;
+  return b > s && (P->checkpoint == PLAN_CHECKPOINT_ALL || b - s <= P->checkpoint);
 }
 
 // The choice of unit u that is the plan's, with *nplain its blocks left without
@@ -499,25 +528,28 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
   const SvModel *m = pl->model;
   const SvUnit *un = &p->unit[u];
   const PlanBlock *pb = plan_block(P, un->block);
-  int ckpt = 0, seen = 0;
+  int ckpt = 0, swap = 0, seen = 0;
   for (int b = 0; b < m->nblocks; b++) {
     if (m->block[b].unit != u)
       continue;
     const PlanBlock *o = plan_block(P, b);
-    if ((plan_ckpt(P, b) && ckpt++ != seen) || o->zero != pb->zero ||
-        o->offload != pb->offload || o->offload_grads != pb->offload_grads)
+    if ((plan_ckpt(P, b) && ckpt++ != seen) || (plan_swap(P, b) && swap++ != seen) ||
+        o->zero != pb->zero || o->offload != pb->offload ||
+        o->offload_grads != pb->offload_grads)
       return -1;   // not the unit's first blocks, or a block unlike the others
     seen++;
   }
+  if (ckpt && swap)
+    return -1;   // one choice per unit: its first blocks swap or checkpoint
   const SvNum *n = &pl->nums[u];
   int zero = n->params > 0 ? pb->zero : 0;
   int offload = n->params > 0 && n->per.state > 0 ? (int)lround(pb->offload * 100) : 0;
   bool grads = offload > 0 && pb->offload_grads;
   for (int c = 0; c < un->nchoices; c++) {
     const SvChoice *ch = &un->choice[c];
-    if (ch->layout == layout && ch->ckpt == (ckpt > 0) && ch->zero == zero &&
-        ch->offload == offload && ch->grads == grads) {
-      *nplain = ckpt > 0 ? un->count - ckpt : 0;
+    if (ch->layout == layout && ch->ckpt == (ckpt > 0) && ch->swap == (swap > 0) &&
+        ch->zero == zero && ch->offload == offload && ch->grads == grads) {
+      *nplain = ckpt + swap > 0 ? un->count - ckpt - swap : 0;
       return c;
     }
   }

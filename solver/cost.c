@@ -495,6 +495,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
           b->act_int = s_add(g, b->act_int, ir_nbytes(g, v));
         } else {
           b->act = s_add(g, b->act, ir_nbytes(g, v));
+          b->nact++;
           if (whole[v->id])
             b->act_rep = s_add(g, b->act_rep, ir_nbytes(g, v));
         }
@@ -724,6 +725,7 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   }
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
+  o->nact = b->nact;
   o->act_rep = sym_evalf(b->act_rep, t);
   o->ckpt = sym_evalf(b->ckpt, t);
   o->ckpt_int = sym_evalf(b->ckpt_int, t);
@@ -845,8 +847,8 @@ static double on_grid(const double *by_split, int q) {
   return by_split[0] + by_split[1] / q + by_split[2] / ((double)q * q);
 }
 
-void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload,
-             bool grads, int g, SvCost *o) {
+void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, int zero,
+             int offload, bool grads, int g, SvCost *o) {
   const SvConfig *cfg = x->cfg;
   const SvCluster *cl = &cfg->cluster;
   const SvGroup *gr = &cl->group[g];
@@ -967,13 +969,23 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, in
   else
     o->host = host;
   double act = l.q > 1 ? on_grid(n->grid_act, l.q) : held(n->act, n->act_rep, n->act_int, l);
-  // a checkpointed block keeps its inputs: replicated, or with sequence parallelism split
+  // a checkpointed block keeps its inputs: replicated, or with sequence parallelism split; a
+  // swapped one its integer activations (passes/swap.c moves floats), the floats in host
+  // memory, copied down as forward finishes with them and up as backward needs them
   double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
+  if (swap) {   // a copy per value each way, each at least a launch
+    keep = fmin(n->act_int, act);
+    double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
+    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1};
+    o->host += moved;
+    o->t_micro[SV_T_OFFLOAD] += per * (exposed(moved / pcie, tf, host, n->nact) +
+                                       exposed(moved / pcie, tb, host, n->nact));
+  }
   o->mem[SV_M_ACT] = keep;
-  // While the block runs backward: its recomputed activations, its
+  // While the block runs backward: its recomputed (or swapped-in) activations, its
   // temporaries, under ZeRO-3 its gathered parameters (double-buffered), and
   // with gradient offload its gradients until they leave.
-  o->peak = (ckpt ? act : 0) + n->work / s + (zero == 3 ? 2 * slice * b->param : 0) +
+  o->peak = (ckpt || swap ? act : 0) + n->work / s + (zero == 3 ? 2 * slice * b->param : 0) +
             (grads ? slice * b->grad : 0);
 }
 

@@ -17,9 +17,10 @@ typedef struct SvCtx {
 
 void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *out);
 // The cost of one block with layout l on a device of group g.
-// With grads, the gradients leave the device too (offload 100 only).
-void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, int zero, int offload,
-             bool grads, int g, SvCost *out);
+// With grads, the gradients leave the device too (offload 100 only); with swap (not with
+// ckpt), its activations wait in host memory between forward and backward.
+void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, int zero,
+             int offload, bool grads, int g, SvCost *out);
 // Seconds to move `bytes` of a block boundary between two layouts, per step.
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g);
 
@@ -30,16 +31,20 @@ double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int
 SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums, IrDiag *d);
 // Sums a choice's categories into its totals.
 void sv_choice_fill(SvChoice *c, int g, const SvCost *k);
-// Unit u's choice c can checkpoint some of the unit's blocks and not the others
+// Unit u's choice c can checkpoint (or swap) some of the unit's blocks and not the others
 // (SvSolution.nplain > 0): a checkpointing choice of several blocks, on one group of GPUs
 // (on several, the count would multiply each group's micro-batches in the program).
 bool sv_partial_ckpt(const SvProblem *p, int u, const SvChoice *c);
-// The index of the choice of u like s but without checkpointing; -1 when there is none.
+// Whether choice c moves its blocks' activations off the device between forward and
+// backward: recomputed or swapped.
+bool sv_moves_acts(const SvChoice *c);
+// The index of the choice of u like s but without checkpointing or swap; -1 when there is none.
 int sv_choice_plain(const SvUnit *u, int s);
 // With p->ckpt_first: the unit that holds alone the repeated layer after unit u's (u
 // holding one layer alone), whose checkpointing needs u's; -1 when there is none.
 int sv_next_layer(const SvProblem *p, int u);
-// s checkpoints as p->ckpt_first asks (always true without it).
+// s checkpoints as p->ckpt_first asks (always true without it): the layers it swaps first,
+// then those it checkpoints, then the rest.
 bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s);
 // A copy of p without the choices that cannot be optimal: those too big on
 // their own, and those another choice of the same layout matches or beats on

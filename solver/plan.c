@@ -15,15 +15,15 @@
 // ---- the integer program ------------------------------------------------------------------------
 //
 // Sets: units u (a block, or n_u identical blocks sharing variables), the
-// choices s of u (layout l(s) = dp x tp x q x q, checkpoint, ZeRO stage,
-// offload share), device groups g, edges (u,v) between units whose blocks
+// choices s of u (layout l(s) = dp x tp x q x q, activations kept, checkpointed or
+// swapped, ZeRO stage, offload share), device groups g, edges (u,v) between units whose blocks
 // pass activations, M micro-batches per step.
 //
 // Variables:
 //   x[u,s]    in {0,1}  unit u takes choice s
-//   r[u,s]    in Z+     for a checkpointing choice s of n_u > 1 blocks (one group): the
-//                       blocks of u it leaves without checkpointing (the last r; the first
-//                       n_u - r recompute), r <= (n_u - 1) x[u,s]
+//   r[u,s]    in Z+     for a checkpointing (or swapping) choice s of n_u > 1 blocks (one
+//                       group): the blocks of u it leaves without (the last r; the first
+//                       n_u - r recompute, or swap), r <= (n_u - 1) x[u,s]
 //   e[uv,a,b] in [0,1]  edge uv joins layout a of u to layout b of v
 //   W[g]      >= 0      transient bytes of the block at the peak (recompute,
 //                       gathered parameters, backward temporaries)
@@ -37,10 +37,11 @@
 // per micro-batch the group runs), ts (seconds per step), mf (bytes held
 // all step), ms (sharded bytes at share 1), mp (peak bytes), hf, hs (CPU
 // bytes); r[uv,a,b,g] resharding seconds per step. A block that a checkpointing
-// choice leaves without checkpointing costs tm' and mf' (its time and bytes
-// without recompute); the rest is the same, and the peak stays mp. Below, the
-// sums over s of n_u tm x[u,s] and n_u mf x[u,s] each gain (tm' - tm) r[u,s] and
-// (mf' - mf) r[u,s]: linear, so K of n_u checkpointed blocks is one integer.
+// (swapping) choice leaves without costs tm', mf' and hf' (its time and bytes
+// without recompute or copies); the rest is the same, and the peak stays mp.
+// Below, the sums over s of n_u tm x[u,s], n_u mf x[u,s] and n_u hf x[u,s] each
+// gain (tm' - tm) r[u,s], (mf' - mf) r[u,s] and (hf' - hf) r[u,s]: linear, so K of
+// n_u checkpointed blocks is one integer.
 //
 //   minimize tau subject to
 //   sum_s x[u,s] = 1                                                     for each u
@@ -52,8 +53,10 @@
 //          + sum_uv sum_ab r[uv,a,b,g] e[uv,a,b]                         for each g
 //   sum_u n_u sum_s (mf x[u,s] + ms y[u,s,g]) + W[g] <= capacity[g]      for each g
 //   W[g] >= sum_s mp x[u,s]                                              for each u, g
-//   sum_{s ckpt} x[v,s] <= sum_{s ckpt} x[u,s]    for layers u, v deciding alone, v after u,
-//                                                 when only the first K may checkpoint
+//   sum_{s ckpt or swap} x[v,s] <= sum_{s ckpt or swap} x[u,s],
+//   sum_{s swap} x[v,s] <= sum_{s swap} x[u,s]    for layers u, v deciding alone, v after u,
+//                                                 when only the first S may swap and the K
+//                                                 after them checkpoint (mtc compile)
 //   sum_u n_u sum_s (hf x[u,s] + hs y[u,s,g]) <= host[g]                 for each g
 //   sum_g beta[g] = M,  sum_g f[g] = 1,
 //   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
@@ -229,18 +232,19 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
       }
     }
   }
-  // Only the first K layers checkpoint: the next layer deciding alone only after this one.
+  // Only the first S layers swap and the K after them checkpoint: the next layer deciding
+  // alone swaps only after a swapping one, and swaps or checkpoints only after one that does.
   for (int u = 0; u < U; u++) {
     int v = sv_next_layer(q, u);
-    if (v < 0)
-      continue;
-    int r = ilp_row(ilp, -INFINITY, 0);
-    for (int s = 0; s < q->unit[v].nchoices; s++)
-      if (q->unit[v].choice[s].ckpt)
-        ilp_coef(ilp, r, c->x[v] + s, 1);
-    for (int s = 0; s < q->unit[u].nchoices; s++)
-      if (q->unit[u].choice[s].ckpt)
-        ilp_coef(ilp, r, c->x[u] + s, -1);
+    for (int swap_only = 0; v >= 0 && swap_only <= 1; swap_only++) {
+      int r = ilp_row(ilp, -INFINITY, 0);
+      for (int s = 0; s < q->unit[v].nchoices; s++)
+        if (swap_only ? q->unit[v].choice[s].swap : sv_moves_acts(&q->unit[v].choice[s]))
+          ilp_coef(ilp, r, c->x[v] + s, 1);
+      for (int s = 0; s < q->unit[u].nchoices; s++)
+        if (swap_only ? q->unit[u].choice[s].swap : sv_moves_acts(&q->unit[u].choice[s]))
+          ilp_coef(ilp, r, c->x[u] + s, -1);
+    }
   }
   // Edges (Alpa's linearization over layouts).
   for (int i = 0; i < q->nedges; i++) {
@@ -311,6 +315,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
         for (int s = 0; s < q->unit[u].nchoices; s++) {
           const SvChoice *ch = &q->unit[u].choice[s];
           ilp_coef(ilp, rh, c->x[u] + s, n * ch->host[g] * MSCALE);
+          if (c->r[u][s] >= 0)
+            ilp_coef(ilp, rh, c->r[u][s], (ch->host_plain[g] - ch->host[g]) * MSCALE);
           int col = het ? c->y[u * G + g] + s : c->x[u] + s;
           ilp_coef(ilp, rh, col, n * ch->host_shard[g] * MSCALE);
         }
@@ -515,7 +521,7 @@ static int fixed_choice(const SvUnit *u, int layout, const Fixed *f, bool ckpt) 
   int best = -1, score = -1;
   for (int s = 0; s < u->nchoices; s++) {
     const SvChoice *c = &u->choice[s];
-    if (c->layout != layout)
+    if (c->layout != layout || c->swap)
       continue;
     int sc = (c->zero == f->zero) * 4 + (c->offload == f->offload && c->grads == f->grads) * 2 +
              (c->ckpt == ckpt);
@@ -797,18 +803,19 @@ SvConfig sv_default_config(void) {
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out) {
   SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
   const SvChoice *ch = &p->prob->unit[u].choice[c];
-  sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->zero, ch->offload,
-          ch->grads, g, out);
+  sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->swap, ch->zero,
+          ch->offload, ch->grads, g, out);
 }
 
 void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out) {
   SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
   const SvChoice *ch = &p->prob->unit[u].choice[s->pick[u]];
   SvLayout l = p->prob->layout[ch->layout];
-  double k = sv_ckpt_blocks(p->prob, s, u), n = p->prob->unit[u].count;
-  SvCost a, b;   // a checkpointed block, one without
-  sv_cost(&x, &p->nums[u], l, true, ch->zero, ch->offload, ch->grads, g, &a);
-  sv_cost(&x, &p->nums[u], l, false, ch->zero, ch->offload, ch->grads, g, &b);
+  double k = sv_ckpt_blocks(p->prob, s, u) + sv_swap_blocks(p->prob, s, u);
+  double n = p->prob->unit[u].count;
+  SvCost a, b;   // a checkpointed (or swapped) block, one without
+  sv_cost(&x, &p->nums[u], l, !ch->swap, ch->swap, ch->zero, ch->offload, ch->grads, g, &a);
+  sv_cost(&x, &p->nums[u], l, false, false, ch->zero, ch->offload, ch->grads, g, &b);
   memset(out, 0, sizeof *out);
   for (int i = 0; i < SV_NT; i++) {
     out->t_micro[i] = k * a.t_micro[i] + (n - k) * b.t_micro[i];
@@ -855,9 +862,10 @@ static bool shared_seed(SvPlan *pl, SvSolution *out, IrDiag *d) {
       if (u < 0)
         continue;
       ok = pl->prob->unit[u].nchoices == ps->unit[k].nchoices;
-      // the shared unit's first K blocks checkpoint, the rest take the choice without
-      bool plain = seen[k]++ >= sv_ckpt_blocks(ps, &s, k);
-      out->pick[u] = ps->unit[k].choice[s.pick[k]].ckpt && plain
+      // the shared unit's first K blocks checkpoint (or swap), the rest take the choice
+      // without
+      bool plain = seen[k]++ >= sv_ckpt_blocks(ps, &s, k) + sv_swap_blocks(ps, &s, k);
+      out->pick[u] = sv_moves_acts(&ps->unit[k].choice[s.pick[k]]) && plain
                          ? sv_choice_plain(&ps->unit[k], s.pick[k]) : s.pick[k];
       ok = ok && out->pick[u] >= 0;
     }

@@ -70,15 +70,16 @@ static const struct { int share; bool grads; } offloads[] = {{0, false}, {50, fa
 
 // The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
 // only in the repeated layers (passes/recompute.c), not in block 0 (everything outside
-// them).
+// them). Activation swap (passes/swap.c) only in the repeated layers, in every mode.
 static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *x) {
   int cap = 0;
   bool mesh = x->cfg->mesh_tp > 0;
   bool has_state = n->params > 0;
   bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && !(mesh && u->block == 0);
+  bool can_swap = n->act > 0 && u->block >= 1;
   bool has_opt = n->per.state > 0;   // offload moves the optimizer state
   for (int l = 0; l < p->nlayouts; l++)
-    for (int ck = 0; ck <= (can_ckpt ? 1 : 0); ck++)
+    for (int ck = 0; ck <= 2; ck++)   // keep, checkpoint, swap
       for (int z = 0; z <= 3; z++)
         for (int o = 0; o < NOFFLOADS; o++) {
           if (z > 0 && (p->layout[l].dp == 1 || !has_state))
@@ -89,22 +90,26 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
             continue;
           if (offloads[o].grads && p->replica_ranks)  // reduced every micro-batch
             continue;
-          SvChoice c = {.layout = l, .ckpt = ck, .zero = z, .offload = offloads[o].share,
-                        .grads = offloads[o].grads};
+          if ((ck == 1 && !can_ckpt) || (ck == 2 && !can_swap))
+            continue;
+          SvChoice c = {.layout = l, .ckpt = ck == 1, .swap = ck == 2, .zero = z,
+                        .offload = offloads[o].share, .grads = offloads[o].grads};
           for (int g = 0; g < p->ngroups; g++) {
             SvCost k;
             SvChoice plain = c;
-            sv_cost(x, n, p->layout[l], false, z, c.offload, c.grads, g, &k);
+            sv_cost(x, n, p->layout[l], false, false, z, c.offload, c.grads, g, &k);
             sv_choice_fill(&plain, g, &k);
-            sv_cost(x, n, p->layout[l], c.ckpt, z, c.offload, c.grads, g, &k);
+            sv_cost(x, n, p->layout[l], c.ckpt, c.swap, z, c.offload, c.grads, g, &k);
             sv_choice_fill(&c, g, &k);
-            // Checkpointing changes a block's time per micro-batch and the activations it
-            // holds, nothing else: what a block left without it costs (SvChoice).
+            // Checkpointing and swap change a block's time per micro-batch, the activations
+            // it holds and (swap) its host memory, nothing else: what a block left without
+            // them costs (SvChoice).
             IR_ASSERT(plain.t_step[g] == c.t_step[g] && plain.mem_shard[g] == c.mem_shard[g] &&
-                      plain.host[g] == c.host[g] && plain.host_shard[g] == c.host_shard[g] &&
+                      plain.host[g] <= c.host[g] && plain.host_shard[g] == c.host_shard[g] &&
                       plain.peak[g] <= c.peak[g]);
             c.t_micro_plain[g] = plain.t_micro[g];
             c.mem_plain[g] = plain.mem[g];
+            c.host_plain[g] = plain.host[g];
           }
           add_choice(u, &cap, &c);
         }
@@ -220,15 +225,18 @@ void sv_problem_free(SvProblem *p) {
 
 // ---- solutions ----------------------------------------------------------------------------------
 
+bool sv_moves_acts(const SvChoice *c) { return c->ckpt || c->swap; }
+
 bool sv_partial_ckpt(const SvProblem *p, int u, const SvChoice *c) {
-  return c->ckpt && p->unit[u].count > 1 && p->ngroups == 1;
+  return sv_moves_acts(c) && p->unit[u].count > 1 && p->ngroups == 1;
 }
 
 int sv_choice_plain(const SvUnit *u, int s) {
   const SvChoice *c = &u->choice[s];
   for (int t = 0; t < u->nchoices; t++) {
     const SvChoice *d = &u->choice[t];
-    if (!d->ckpt && d->layout == c->layout && d->zero == c->zero && d->offload == c->offload &&
+    if (!sv_moves_acts(d) && d->layout == c->layout && d->zero == c->zero &&
+        d->offload == c->offload &&
         d->grads == c->grads)
       return t;
   }
@@ -248,7 +256,9 @@ int sv_next_layer(const SvProblem *p, int u) {
 bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s) {
   for (int u = 0; u < p->nunits; u++) {
     int v = sv_next_layer(p, u);
-    if (v >= 0 && sv_ckpt_blocks(p, s, v) > sv_ckpt_blocks(p, s, u))
+    if (v >= 0 && (sv_swap_blocks(p, s, v) > sv_swap_blocks(p, s, u) ||
+                   sv_ckpt_blocks(p, s, v) + sv_swap_blocks(p, s, v) >
+                       sv_ckpt_blocks(p, s, u) + sv_swap_blocks(p, s, u)))
       return false;
   }
   return true;
@@ -256,6 +266,10 @@ bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s) {
 
 int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u) {
   return p->unit[u].choice[s->pick[u]].ckpt ? p->unit[u].count - s->nplain[u] : 0;
+}
+
+int sv_swap_blocks(const SvProblem *p, const SvSolution *s, int u) {
+  return p->unit[u].choice[s->pick[u]].swap ? p->unit[u].count - s->nplain[u] : 0;
 }
 
 SvSolution sv_solution_new(const SvProblem *p) {
@@ -301,7 +315,7 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
                  r * (c->t_micro_plain[g] * b + c->t_step[g]);
       x->fixed += (n - r) * c->mem[g] + r * c->mem_plain[g];
       x->shard += n * c->mem_shard[g];
-      x->host += n * c->host[g];
+      x->host += (n - r) * c->host[g] + r * c->host_plain[g];
       x->host_shard += n * c->host_shard[g];
       x->peak = fmax(x->peak, c->peak[g]);
     }
@@ -449,8 +463,9 @@ static void coefs(const SvProblem *p, const SvChoice *c, int g, bool plain, doub
   double k = p->ngroups == 1 ? 1 : 0;
   double tm = plain ? c->t_micro_plain[g] : c->t_micro[g];
   double mem = plain ? c->mem_plain[g] : c->mem[g];
+  double host = plain ? c->host_plain[g] : c->host[g];
   const double x[] = {tm, c->t_step[g], mem + k * c->mem_shard[g], (1 - k) * c->mem_shard[g],
-                      c->peak[g], c->host[g] + k * c->host_shard[g], (1 - k) * c->host_shard[g]};
+                      c->peak[g], host + k * c->host_shard[g], (1 - k) * c->host_shard[g]};
   memcpy(out, x, sizeof x);
 }
 
@@ -460,7 +475,8 @@ static void coefs(const SvProblem *p, const SvChoice *c, int g, bool plain, doub
 static bool no_worse(const SvProblem *p, int u, const SvChoice *a, const SvChoice *b) {
   if (a->layout != b->layout)
     return false;
-  if (p->ckpt_first && a->ckpt != b->ckpt)   // the order of layers may need b's checkpointing
+  // the order of layers may need b's checkpointing or swap
+  if (p->ckpt_first && (a->ckpt != b->ckpt || a->swap != b->swap))
     return false;
   for (int g = 0; g < p->ngroups; g++)
     for (int end = 0; end <= sv_partial_ckpt(p, u, b); end++) {
@@ -481,7 +497,8 @@ static bool alone_too_big(const SvProblem *p, const SvUnit *u, const SvChoice *c
     double held = u->count * (mem + shard * c->mem_shard[g]) + c->peak[g];
     if (gpu && held > p->cap[g] * (1 + SLACK) + 1)
       return true;
-    if (u->count * (c->host[g] + shard * c->host_shard[g]) > p->host_cap[g] * (1 + SLACK) + 1)
+    double host = fmin(c->host[g], c->host_plain[g]);
+    if (u->count * (host + shard * c->host_shard[g]) > p->host_cap[g] * (1 + SLACK) + 1)
       return true;
   }
   return false;

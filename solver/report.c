@@ -151,13 +151,16 @@ static void unit_row(const SvPlan *pl, int u, int g, UnitRow *r) {
     r->t += k.t_micro[i] * (double)s->batch[g] + k.t_step[i];
   for (int i = 0; i < SV_NM; i++)
     r->m += k.mem[i] + s->share[g] * k.mem_shard[i];
-  // ckpt: yes or no for one block; for identical blocks, how many of them (the first ones)
+  // ckpt: yes or no for one block; for identical blocks, how many of them (the first
+  // ones); "swap" where their activations go to host memory instead
+  const char *swap = c->swap ? "swap " : "";
   if (un->count > 1) {
     snprintf(r->name, sizeof r->name, "%s (%d)", un->name, un->count);
-    snprintf(r->ckpt, sizeof r->ckpt, "%d of %d", sv_ckpt_blocks(p, s, u), un->count);
+    snprintf(r->ckpt, sizeof r->ckpt, "%s%d of %d", swap,
+             sv_ckpt_blocks(p, s, u) + sv_swap_blocks(p, s, u), un->count);
   } else {
     snprintf(r->name, sizeof r->name, "%s", un->name);
-    snprintf(r->ckpt, sizeof r->ckpt, "%s", c->ckpt ? "yes" : "no");
+    snprintf(r->ckpt, sizeof r->ckpt, "%s", c->swap ? "swap" : c->ckpt ? "yes" : "no");
   }
   sv_layout_str(r->layout, sizeof r->layout, p->layout[c->layout]);
   r->zero = c->zero;
@@ -175,18 +178,20 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
   UnitRow *rows = malloc((size_t)p->nunits * sizeof *rows);
   IR_ASSERT(rows);
   double most = 0;
+  int cw = 9;   // the ckpt column
   for (int u = 0; u < p->nunits; u++) {
     unit_row(pl, u, g, &rows[u]);
     most = fmax(most, rows[u].m);
+    cw = (int)strlen(rows[u].ckpt) > cw ? (int)strlen(rows[u].ckpt) : cw;
   }
   SvByteUnit un = sv_unit(most);
   char head[16];
   snprintf(head, sizeof head, "%s/GPU", un.name);
-  fprintf(f, "\n%-*s  %-14s %-9s %-5s %11s %10s %9s\n", w, "blocks", "layout", "ckpt", "ZeRO",
-          "offload", "ms/step", head);
+  fprintf(f, "\n%-*s  %-14s %-*s %-5s %11s %10s %9s\n", w, "blocks", "layout", cw, "ckpt",
+          "ZeRO", "offload", "ms/step", head);
   for (int u = 0; u < p->nunits; u++) {
     const UnitRow *r = &rows[u];
-    fprintf(f, "%-*s  %-14s %-9s %-5d %11s %10.2f %9.2f\n", w, r->name, r->layout, r->ckpt,
+    fprintf(f, "%-*s  %-14s %-*s %-5d %11s %10.2f %9.2f\n", w, r->name, r->layout, cw, r->ckpt,
             r->zero, r->offload, r->t * 1e3, r->m / un.bytes);
   }
   free(rows);
@@ -591,7 +596,8 @@ static cJSON *plan_json(const SvPlan *pl) {
       if (u < 0)
         continue;
       const SvChoice *c = &p->unit[u].choice[s->pick[u]];
-      bool ckpt = seen[u]++ < sv_ckpt_blocks(p, s, u);   // the unit's first K blocks
+      // the unit's first K blocks checkpoint or swap
+      bool moved = seen[u]++ < sv_ckpt_blocks(p, s, u) + sv_swap_blocks(p, s, u);
       SvLayout l = p->layout[c->layout];
       cJSON *o = cJSON_CreateObject();
       cJSON_AddNumberToObject(o, "id", bi);
@@ -600,7 +606,8 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddNumberToObject(o, "dp", l.dp);
       cJSON_AddNumberToObject(o, "tp", l.tp);
       cJSON_AddNumberToObject(o, "q", l.q);
-      cJSON_AddBoolToObject(o, "checkpoint", ckpt);
+      cJSON_AddBoolToObject(o, "checkpoint", moved && c->ckpt);
+      cJSON_AddBoolToObject(o, "swap", moved && c->swap);
       cJSON_AddNumberToObject(o, "zero", c->zero);
       cJSON_AddNumberToObject(o, "offload", c->offload / 100.0);
       cJSON_AddBoolToObject(o, "offload_grads", c->grads);

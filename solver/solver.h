@@ -183,6 +183,7 @@ typedef struct SvBlock {
   const Sym *state_bytes;   // optimizer state (AdamW: 2 values per parameter)
   const Sym *act;           // float bytes kept from forward for backward
   const Sym *act_int;       // integer bytes kept (token ids, targets)
+  int nact;                 // the float values in act (a swapped block copies each twice)
   const Sym *act_rep;       // part of act whole on every rank under 1D TP without sequence
                             // parallelism (read unsplit by backward in ir/shard.c's layout)
   const Sym *ckpt;          // float bytes of the block's inputs (all it keeps when checkpointed)
@@ -251,7 +252,7 @@ typedef struct SvNum {   // one unit's representative block
   double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];
   double flops_fwd, flops_bwd;
   double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
-  int nfwd, nbwd;
+  int nfwd, nbwd, nact;
 } SvNum;
 
 // Builds the formulas (run the passes through "precision" first), the
@@ -324,17 +325,19 @@ typedef struct SvCost {
 typedef struct SvChoice {
   int layout;               // index into SvProblem.layout
   bool ckpt;                // recompute the block in backward
+  bool swap;                // or swap its activations to host memory and back (ProTrain)
   int zero;                 // ZeRO stage 0-3
   int offload;              // percent of the optimizer state on the CPU: 0, 50, 100
   bool grads;               // and the gradients (offload 100 only: ZeRO-Offload)
   double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
   double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
   double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];
-  // A checkpointing choice of a unit of several blocks may leave some of them (the last
-  // ones) without checkpointing: SvSolution.nplain. Such a block costs what it costs under
-  // the same choice without checkpointing, which differs only in these two (no recompute,
-  // all activations kept); the unit's peak stays `peak` (a checkpointed block's).
-  double t_micro_plain[SV_MAXGROUPS], mem_plain[SV_MAXGROUPS];
+  // A checkpointing (or swapping) choice of a unit of several blocks may leave some of them
+  // (the last ones) without: SvSolution.nplain. Such a block costs what it costs under the
+  // same choice without checkpointing, which differs only in these three (no recompute or
+  // copies, all activations kept on the device); the unit's peak stays `peak` (a
+  // checkpointed block's).
+  double t_micro_plain[SV_MAXGROUPS], mem_plain[SV_MAXGROUPS], host_plain[SV_MAXGROUPS];
 } SvChoice;
 
 // A set of blocks deciding together: one block, or identical blocks.
@@ -393,8 +396,9 @@ typedef struct SvSolution {
 } SvSolution;
 
 void sv_problem_free(SvProblem *p);
-// The blocks of unit u that s checkpoints: the first K of the unit's count.
+// The blocks of unit u that s checkpoints (or swaps): the first K of the unit's count.
 int sv_ckpt_blocks(const SvProblem *p, const SvSolution *s, int u);
+int sv_swap_blocks(const SvProblem *p, const SvSolution *s, int u);
 SvSolution sv_solution_new(const SvProblem *p);
 void sv_solution_free(SvSolution *s);
 void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
@@ -503,14 +507,15 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
 // What the planner's formulas say a lowered program holds and sends per rank,
 // from its buckets' element types: model state on the device and (offload) in
 // host memory, bytes sent per step; and its layout in words ("dp 2 x tp 2,
-// ZeRO-1, recompute 2 of 4 layers"). The program prints them beside what it
+// ZeRO-1, swap 1 and recompute 2 of 4 layers"). The program prints them beside what it
 // measures.
 typedef struct SvPredicted {
   int64_t state_bytes, host_bytes, comm_bytes;  // comm: of a replica running the plan's
   int64_t comm_micro_bytes;                     // micro_batches, of which each sends this many
   char layout[160];
 } SvPredicted;
-void sv_predict(const PassLowered *lw, int ncheckpointed, int nlayers, SvPredicted *out);
+void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlayers,
+                SvPredicted *out);
 
 // The planner's price of the layout a program runs: plan (before lowering) on
 // cfg's cluster, as many GPUs as the plan's mesh has ranks (numbered group by

@@ -12,7 +12,7 @@ mkdir -p "$out"
 "$mtc" inspect "$examples/gpt2.mtc" --dump-after shapes 2> /dev/null |
   sed 's/^graph "gpt2"$/graph "a<b\&\\"c'"'"'"/' > "$out/name.ir"
 "$mtc" plan "$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 \
-  --gpus 8 --gpu L4-24GB --svg "$out/l4.svg" > "$out/l4.txt"
+  --gpus 8 --gpu L4-24GB --mip-gap 0 --svg "$out/l4.svg" > "$out/l4.txt"
 "$mtc" plan "$out/name.ir" --gpus 2 --svg - > "$out/name.svg"   # stdout: the SVG alone
 "$mtc" compile "$examples/gpt2.mtc" --gpus 2 -o "$out/prog" > /dev/null
 if "$mtc" plan "$examples/gpt2.mtc" --json - --svg - > "$out/both.txt" 2>&1 ||

@@ -81,9 +81,11 @@ static SvProblem *random_problem(int groups) {
         c->mem_plain[g] = c->mem[g];
       }
       c->ckpt = urand() < 0.4;
-      for (int g = 0; g < groups && c->ckpt; g++) {
+      c->swap = !c->ckpt && urand() < 0.2;   // activations to host memory: host bytes too
+      for (int g = 0; g < groups && (c->ckpt || c->swap); g++) {
         c->t_micro_plain[g] = c->t_micro[g] * (0.5 + 0.4 * urand());
         c->mem_plain[g] = c->mem[g] + 3 * urand() * GiB;
+        c->host[g] = c->swap ? 3 * urand() * GiB : 0;
       }
     }
   }
@@ -310,12 +312,13 @@ static void test_big_model_shards(void) {
 
   // Too little memory: one message with what would fit. (7 GiB of an L4
   // hold 1.5B with its optimizer state, masters and gradients offloaded and
-  // checkpointing; 6.5 GiB do not: the bf16 weights stay, 2 bytes a
+  // checkpointing, 6.5 GiB with 47 of its 48 layers' activations swapped to
+  // host memory instead; 6 GiB do not: the bf16 weights stay, 2 bytes a
   // parameter, 2.9 GiB, and the activations and buffers of a batch of 4 do
   // not fit beside them.)
-  SvConfig one = cluster("L4-24GB", 1, 6.5 * GiB);
+  SvConfig one = cluster("L4-24GB", 1, 6 * GiB);
   p = plan(g, &one);
-  CHECK(!p->sol.feasible, "1.5B fits on 6.5 GiB");
+  CHECK(!p->sol.feasible, "1.5B fits on 6 GiB");
   CHECK(strstr(p->why, "GPU memory binds") && strstr(p->why, "GPUs with") &&
             strstr(p->why, "the largest micro-batch that fits is 2"),
         "message: %s", p->why);
@@ -461,8 +464,9 @@ static void test_megatron_activations(void) {
       SvCost cost;
       sv_plan_cost(p, u, k, 0, &cost);
       double t = l.tp;
-      double want = ch->ckpt ? (sp ? 2 * sbh / t : 2 * sbh)
-                             : (sp ? (34 * sbh + lse) / t : sbh * (8 + 26 / t) + lse / t);
+      double want = ch->swap ? 0   // every activation a float: all of them in host memory
+                    : ch->ckpt ? (sp ? 2 * sbh / t : 2 * sbh)
+                               : (sp ? (34 * sbh + lse) / t : sbh * (8 + 26 / t) + lse / t);
       CHECK(near(cost.mem[SV_M_ACT], want, 1e-12), "tp %d ckpt %d sp %d: %.0f bytes, want %.0f",
             l.tp, ch->ckpt, sp, cost.mem[SV_M_ACT], want);
       checked++;
@@ -717,6 +721,7 @@ static void test_seq_parallel(void) {
 static void test_checkpoint_k_of_l(void) {
   IrGraph *g = model("gpt2.mtc", "L=4");
   SvConfig c = cluster("H100-80GB", 1, 22e6);
+  c.cluster.group[0].dev.host_mem = 0;   // no swap, which would beat recompute here
   SvPlan *p = plan(g, &c);
   int u = p->model->block[1].unit;
   CHECK(p->sol.feasible && p->prob->unit[u].count == 4, "%s", p->why);
@@ -779,7 +784,7 @@ static void test_checkpoint_k_of_l(void) {
 static void test_apply_lowerable(void) {
   IrGraph *g = model_in("gpt2.mtc", "L=4,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   const double mbs[] = {100, 3, 2.5, 2.2, 2, 1.8, 1.6, 1.4};
-  int partial = 0, mixed = 0;
+  int partial = 0, mixed = 0, swapped = 0;
   for (size_t i = 0; i < 2 * sizeof mbs / sizeof mbs[0]; i++) {
     SvConfig c = cluster("H100-80GB", 2, mbs[i / 2] * 1e6);
     c.share_blocks = i % 2 == 0;   // and with every layer deciding alone (--no-share)
@@ -794,7 +799,10 @@ static void test_apply_lowerable(void) {
       sv_plan_free(kept);
       continue;
     }
-    int k = a.checkpoint == PLAN_CHECKPOINT_ALL ? 4 : a.checkpoint;
+    // the layers swapped, then checkpointed: activations off the device in either way
+    int s = a.swap == PLAN_CHECKPOINT_ALL ? 4 : a.swap;
+    int k = s + (a.checkpoint == PLAN_CHECKPOINT_ALL ? 4 - s : a.checkpoint);
+    swapped += s > 0;
     SvPriced pr;
     double t[SV_NT + 1];
     sv_step_times(kept, &kept->sol, 0, t);
@@ -811,6 +819,7 @@ static void test_apply_lowerable(void) {
     sv_plan_free(kept);
   }
   CHECK(partial >= 4, "only %d plans checkpoint some layers and not others", partial);
+  CHECK(swapped >= 2, "only %d plans swap activations", swapped);
   CHECK(mixed >= 2, "only %d plans give blocks different offload shares", mixed);
   ir_graph_free(g);
 }
