@@ -739,6 +739,7 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
   if (price) {
     co.planner_device = price->device;
     co.planner_step_s = price->step_s;
+    co.planner_swap_bytes = (int64_t)llround(price->swap_bytes);
     memcpy(co.planner_time_s, price->t, sizeof co.planner_time_s);
   }
   for (int i = 0; lw && i < lw->nreplicated; i++)

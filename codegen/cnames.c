@@ -47,9 +47,9 @@ static const char *const reserved[] = {
     "name", "n_dims", "arena_bytes", "persistent_bytes", "peak_live_bytes", "workspace_bytes",
     "n_inputs", "n_params", "loss_offset", "tokens_per_step", "flops_per_step", "defaults",
     "has_adam_state", "host_bytes", "dp", "tp", "micro_batches", "layout", "n_buckets",
-    "n_slots", "model_state_bytes", "model_host_bytes", "swap_host_bytes", "planner_state_bytes",
-    "planner_host_bytes", "planner_comm_bytes", "loss_partial_axes", "grid_side",
-    "replica_micro", "planner_comm_micro_bytes", "planner_device", "planner_step_s",
+    "n_slots", "model_state_bytes", "model_host_bytes", "swap_host_bytes",
+    "planner_state_bytes", "planner_host_bytes", "planner_swap_bytes", "planner_comm_bytes",
+    "loss_partial_axes", "grid_side", "replica_micro", "planner_comm_micro_bytes", "planner_device", "planner_step_s",
     "planner_time_s",
     "logits_offset", "logits_dtype",
     "logits_rows", "logits_vocab", "adam_offsets", "dropout_step_offset", "weights_file", "init_seed", NULL};

@@ -103,6 +103,7 @@ typedef struct CgOptions {
   int64_t planner_comm_micro_bytes;                 // bytes sent: of a replica running the most
                                                     // micro-batches, and those of each one)
   int64_t planner_host_bytes;                       // ... and of model state in host memory
+  int64_t planner_swap_bytes;                       // ... of activations swapped (0: none given)
   // The planner's step time for the layout on planner_device (NULL: not priced), and its
   // split: compute, recompute, tensor-parallel and data-parallel communication, offload,
   // optimizer, resharding (runtime/model_api.h's planner_time_s)

@@ -1163,6 +1163,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .swap_host_bytes = %lld,", (long long)host_bytes_of(e, true));
   println(e, "    .planner_state_bytes = %lld,", (long long)e->opt->planner_state_bytes);
   println(e, "    .planner_host_bytes = %lld,", (long long)e->opt->planner_host_bytes);
+  println(e, "    .planner_swap_bytes = %lld,", (long long)e->opt->planner_swap_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
   println(e, "    .planner_comm_micro_bytes = %lld,", (long long)e->opt->planner_comm_micro_bytes);
   if (e->opt->planner_device) {

@@ -195,6 +195,7 @@ typedef struct rt_model {
   long swap_host_bytes;       // per rank, in host memory: swapped activations (--swap)
   long planner_state_bytes;   // what the planner predicts for model_state_bytes (0: not given)
   long planner_host_bytes;    // ... and for model_host_bytes
+  long planner_swap_bytes;    // ... and for swap_host_bytes (0: not given)
   long planner_comm_bytes;    // bytes the planner predicts each rank sends per step (with
                               // replica_micro: a rank of a replica running micro_batches), of
   long planner_comm_micro_bytes;  // which each micro-batch sends this many

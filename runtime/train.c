@@ -2113,7 +2113,10 @@ int main(int argc, char **argv) {
                "measured: %s %ld bytes, process peak RSS %ld bytes\n",
                M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, rt_device_measure_how(),
                measured, rss);
-  if (M->swap_host_bytes > 0)
+  if (M->swap_host_bytes > 0 && M->planner_swap_bytes > 0)
+    print_ranked("activation swap: %ld bytes of activations wait in host memory for backward "
+                 "(planner: %ld)\n", M->swap_host_bytes, M->planner_swap_bytes);
+  else if (M->swap_host_bytes > 0)
     print_ranked("activation swap: %ld bytes of activations wait in host memory for backward\n",
                  M->swap_host_bytes);
   long since = rt_device_measured_since();

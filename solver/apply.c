@@ -580,6 +580,8 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   cfg.mesh_tp = tp;
   cfg.mesh_q = q;
   cfg.seq_parallel = P->seq_parallel;
+  // identical layers that swap and checkpoint are not one choice: each its own unit
+  cfg.share_blocks &= !(P->swap && P->checkpoint);
   cfg.micro_batch = batch;
   cfg.global_batch = batch * plan_micro_total(P);
   SvPlan *pl;
@@ -620,6 +622,12 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     sv_step_times(pl, &s, slowest, out->t);
     out->mem_bytes = s.mem[slowest];
     out->usable_bytes = p->cap[slowest];
+    for (int u = 0; u < p->nunits; u++) {   // a swapped block's host bytes beyond a kept one's
+      const SvChoice *ch = &p->unit[u].choice[s.pick[u]];
+      if (ch->swap)
+        out->swap_bytes += (p->unit[u].count - s.nplain[u]) *
+                           (ch->host[slowest] - ch->host_plain[slowest]);
+    }
     size_t len = 0;
     for (int k = 0; k < cfg.cluster.ngroups && len < sizeof out->device; k++)
       len += (size_t)snprintf(out->device + len, sizeof out->device - len, "%s%s", k ? "+" : "",

@@ -530,6 +530,7 @@ typedef struct SvPriced {
   bool fits;                 // whether the layout fits that GPU's memory
   double mem_bytes;          // peak bytes per GPU (the slowest group's GPUs)
   double usable_bytes;       // what the planner lets them use
+  double swap_bytes;         // activations a GPU swaps to host memory (the slowest group's)
 } SvPriced;
 // 0 with out filled; 1 when the planner has no choice for the plan (another
 // cluster, an offload share other than 0, 0.5 and 1, a checkpointing it does

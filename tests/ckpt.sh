@@ -8,7 +8,8 @@
 #     dropout masks included, and activations come back from the host as
 #     they went;
 #   - the planned peak of live bytes is lower (LAYERS 0: the same); swap: the
-#     program says how many bytes of activations wait in host memory.
+#     program says how many bytes of activations wait in host memory, and
+#     they are the planner's.
 #
 #   tests/ckpt.sh MTC MODEL OUT CKPT LAYERS [MTC ARGS...]
 set -euo pipefail
@@ -55,9 +56,12 @@ elif [ "$layers" -eq 0 ] && [ "$peak1" -ne "$peak0" ]; then
 fi
 if [ "$flag" = --swap ]; then
   swapped=$(sed -nE 's/^activation swap: ([0-9]+) bytes.*/\1/p' "$out/ckpt.log")
-  echo "swapped: ${swapped:-none} bytes in host memory"
+  planned=$(sed -nE 's/^activation swap: .*\(planner: ([0-9]+)\)/\1/p' "$out/ckpt.log")
+  echo "swapped: ${swapped:-none} bytes in host memory (planner: ${planned:-none})"
   if [ "$layers" -gt 0 ] && [ "${swapped:-0}" -le 0 ]; then
     echo "FAIL: --swap $ckpt puts no activations in host memory"; ok=1
+  elif [ "${swapped:-0}" != "${planned:-0}" ]; then
+    echo "FAIL: the planner says ${planned:-nothing} of the swapped bytes"; ok=1
   fi
 fi
 [ $ok -eq 0 ] && echo "PASS: $flag $ckpt equals none" || echo "FAIL: $flag $ckpt"

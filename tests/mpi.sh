@@ -7,7 +7,8 @@
 #     (tools/parity_check.py);
 #   - on every rank the planned arena is what is resident, and the model-state
 #     bytes (on the device and, offloaded, on the host) and the bytes sent per
-#     step are what the planner predicts;
+#     step are what the planner predicts, and so are the activations swapped
+#     to host memory (--swap);
 #   - with MPI_EXPECT_PLAN set (an extended regex), the program's plan line
 #     matches it: the solver's own choice (--gpus) is the one a case is about.
 # MPI_LOSS_TOL replaces the losses' tolerance, and MPI_WEIGHT_TOL=none drops the
@@ -98,5 +99,17 @@ while read -r line; do
   [ "${BASH_REMATCH[5]}" = "${BASH_REMATCH[6]}" ] || { echo "FAIL: bytes sent differ from the planner's"; ok=1; }
 done < <(grep "model state:" "$out/plan.log")
 [ $n -eq "$ranks" ] || { echo "FAIL: $n model-state lines for $ranks ranks"; ok=1; }
+# a plan that swaps activations: each rank's bytes in host memory are the planner's
+n=0
+while read -r line; do
+  n=$((n + 1))
+  echo "$line"
+  re='activation swap: ([0-9]+) bytes .*\(planner: ([0-9]+)\)'
+  [[ $line =~ $re ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] ||
+    { echo "FAIL: swapped activations differ from the planner's (or it gives none)"; ok=1; }
+done < <(grep "activation swap:" "$out/plan.log")
+if grep -qE "swap [0-9]+ of [0-9]+ layers" "$out/plan.log"; then
+  [ $n -eq "$ranks" ] || { echo "FAIL: $n activation-swap lines for $ranks ranks"; ok=1; }
+fi
 [ $ok -eq 0 ] && echo "PASS: $plan on $ranks ranks equals one rank" || echo "FAIL: $plan on $ranks ranks"
 exit $ok
