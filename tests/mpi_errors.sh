@@ -67,6 +67,15 @@ refused offload_grads_share "[b.update(offload=0.5, offload_grads=True) for b in
   "blocks\[0\] \(rest\): \"offload_grads\" with \"offload\" 0.5: the gradients leave the device only with all of the optimizer state" p11
 refused offload_grads_type "p['blocks'][0]['offload_grads'] = 1" \
   "blocks\[0\]: \"offload_grads\" must be true or false" p11
+# activation swap in a plan file: true or false, not with checkpointing, the first S layers
+refused swap_type "p['blocks'][1]['swap'] = 'yes'" \
+  "blocks\[1\]: \"swap\" must be true or false" p11
+refused swap_and_checkpoint "p['blocks'][1].update(swap=True, checkpoint=True)" \
+  "blocks\[1\] \(h.0\): \"swap\" and \"checkpoint\": a block's activations are swapped to host memory or recomputed, not both" p11
+refused swap_not_first "p['blocks'][2]['swap'] = True" \
+  "the plan swaps block 2, not as one of the first S layers swapped and the K after them checkpointed" p11
+refused swap_after_checkpoint "p['blocks'][1]['checkpoint'] = True; p['blocks'][2]['swap'] = True" \
+  "the plan swaps block 2, not as one of the first S layers swapped" p11
 refused groups_share "$two; [b.update(zero=1) for b in p['blocks']]; p['groups'][1]['state_share'] = 0.7" \
   "groups\[1\] holds a state share of 0.7; a compiled program shards the training state evenly, 0.5 for this group's 2 of 4 GPUs" p11
 refused groups_replica "$two; p['groups'][0]['count'] = 1; p['groups'][1]['count'] = 3" \
