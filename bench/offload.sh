@@ -3,7 +3,8 @@
 # rank, fp32 and bf16) with nothing offloaded, with every block's optimizer
 # state on the host (--offload 1), and with its gradients too
 # (--offload-grads, ZeRO-Offload's layout), at 1 rank and at DP2 with ZeRO-2
-# and 2 micro-batches.
+# and 2 micro-batches; and with every layer's activations swapped to host
+# memory (--swap all), alone and with the gradients offloaded.
 #
 #   bench/offload.sh [--steps N] [--wait S] [MTC]
 #
@@ -15,7 +16,8 @@
 # (the first step dropped), the planned device arena (what the program
 # allocates: parameters, gradients, moments and activations), the model state
 # on the device and in host memory beside the planner's ("(=)": equal to the
-# byte), and the bytes sent per step. On a CPU the device and host are one
+# byte), the activations swapped to host memory likewise, and the bytes sent
+# per step. On a CPU the device and host are one
 # memory and the copies are memcpy: the step times show what the host's
 # update and the copies cost here, not over PCIe. Before each run it waits
 # (at most --wait seconds, default 120) for the CPUs to be at most 15% busy;
@@ -49,6 +51,8 @@ rows=(   # ranks|layout|flags
   "1|none|--offload 0"
   "1|optimizer state|--offload 1"
   "1|+ gradients|--offload-grads"
+  "1|activations swapped|--offload 0 --swap all"
+  "1|+ gradients, activations swapped|--offload-grads --swap all"
   "2|ZeRO-2 DP2 x 2 micro, none|--dp 2 --zero 2 --micro-batches 2"
   "2|ZeRO-2 DP2 x 2 micro, optimizer state|--dp 2 --zero 2 --micro-batches 2 --offload 1"
   "2|ZeRO-2 DP2 x 2 micro, + gradients|--dp 2 --zero 2 --micro-batches 2 --offload-grads"
@@ -62,8 +66,8 @@ echo "$ncpu CPU cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo |
   "OMP_NUM_THREADS=1 and MTC_HOST_THREADS=1 per rank; $(date -u +%Y-%m-%d). GPT-2 124M, T=64, B=4" \
   "per micro-batch; $steps steps, the first dropped."
 echo
-echo "| precision | ranks | offloaded | step (ms) | arena (MiB) | state on device (MiB) | state on host (MiB) | sent per step (MiB) | busy before |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|---:|"
+echo "| precision | ranks | offloaded | step (ms) | arena (MiB) | state on device (MiB) | state on host (MiB) | activations on host (MiB) | sent per step (MiB) | busy before |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 for precision in fp32 bf16; do
   for r in "${rows[@]}"; do
     IFS='|' read -r ranks name flags <<< "$r"
@@ -89,7 +93,12 @@ for precision in fp32 bf16; do
     line=$(grep -m1 "model state:" "$log" || true)
     [[ $line =~ $re ]] || { echo "| $precision | $ranks | $name | no model-state line |"; continue; }
     m=("${BASH_REMATCH[@]}")
+    swap=0 swap_planned=0
+    re='activation swap: ([0-9]+) bytes .*\(planner: ([0-9]+)\)'
+    line=$(grep -m1 "activation swap:" "$log" || true)
+    [[ $line =~ $re ]] && swap=${BASH_REMATCH[1]} swap_planned=${BASH_REMATCH[2]}
     echo "| $precision | $ranks | $name | $step | $(mib "$arena") | $(versus "${m[1]}" "${m[3]}") |" \
-      "$(versus "${m[2]}" "${m[4]}") | $(versus "${m[5]}" "${m[6]}") | $before% |"
+      "$(versus "${m[2]}" "${m[4]}") | $(versus "$swap" "$swap_planned") |" \
+      "$(versus "${m[5]}" "${m[6]}") | $before% |"
   done
 done

@@ -62,6 +62,12 @@ plain=$(losses dsl_plain "$src/examples/gpt2.mtc" "${dims[@]}")
 hostile=$(losses dsl_hostile "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 -D NULL=2 \
   -D size_t=64)
 same "DSL GPT-2" "$plain" "$hostile"
+# with every layer's activations swapped: the host buffers named after the values
+# (NAME.swap, NAME.sw), bound in forward and backward
+plain=$(losses dsl_plain_swap "$src/examples/gpt2.mtc" "${dims[@]}" --swap all)
+hostile=$(losses dsl_hostile_swap "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 \
+  -D NULL=2 -D size_t=64 --swap all)
+same "DSL GPT-2, activations swapped" "$plain" "$hostile"
 
 # ---- the same on a 2 x 2 grid (Optimus 2D, 4 ranks): the params table's splits, the split
 # norms' and tp kernels' axes and the loss's partial axes are emitted beside the names
