@@ -498,18 +498,26 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   SvPriced p;
   if (price_layout(g, a, &plan, &p, d))
     return -1;
-  char mesh[64], ck[48] = "none", mem[32], cap[32];
+  char mesh[64], ck[48] = "none", sw[64] = "", mem[32], cap[32];
   mesh_str(mesh, sizeof mesh, &plan.mesh);
   if (plan.checkpoint == PLAN_CHECKPOINT_ALL)
-    snprintf(ck, sizeof ck, "every layer");
+    snprintf(ck, sizeof ck, plan.swap ? "every layer after them" : "every layer");
+  else if (plan.checkpoint == 1)
+    snprintf(ck, sizeof ck, "the first layer%s", plan.swap ? " after them" : "");
   else if (plan.checkpoint > 0)
-    snprintf(ck, sizeof ck, plan.checkpoint == 1 ? "the first layer" : "the first %d layers",
-             plan.checkpoint);
-  printf("layout: %s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica, checkpointing %s%s, "
-         "on %d x %s\n", mesh, plan.rest.zero, 100 * plan.rest.offload,
+    snprintf(ck, sizeof ck, "the first %d layers%s", plan.checkpoint,
+             plan.swap ? " after them" : "");
+  if (plan.swap == PLAN_CHECKPOINT_ALL)
+    snprintf(sw, sizeof sw, ", every layer's activations swapped");
+  else if (plan.swap == 1)
+    snprintf(sw, sizeof sw, ", the first layer's activations swapped");
+  else if (plan.swap > 0)
+    snprintf(sw, sizeof sw, ", the first %d layers' activations swapped", plan.swap);
+  printf("layout: %s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica%s, checkpointing "
+         "%s%s, on %d x %s\n", mesh, plan.rest.zero, 100 * plan.rest.offload,
          plan.rest.offload_grads ? " with the gradients" : "", plan.micro_batches,
-         plan.micro_batches == 1 ? "" : "es", ck, plan.seq_parallel ? ", sequence-parallel" : "",
-         mesh_ranks(&plan.mesh), p.device);
+         plan.micro_batches == 1 ? "" : "es", sw, ck,
+         plan.seq_parallel ? ", sequence-parallel" : "", mesh_ranks(&plan.mesh), p.device);
   printf("step: %.4g ms =", 1e3 * p.step_s);
   for (int i = 0; i <= SV_NT; i++)
     printf("%s %s %.4g", i ? " +" : "", sv_time_names[i], 1e3 * p.t[i]);

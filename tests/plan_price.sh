@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mtc plan with a layout (--dp, --tp, --zero, --micro-batches, --checkpoint)
+# mtc plan with a layout (--dp, --tp, --zero, --micro-batches, --checkpoint, --swap)
 # prices that layout instead of choosing one: its step split as the planner
 # splits it, and its memory against the usable memory. The price is the one
 # compile prints for the same flags (and the program beside its measured
@@ -40,6 +40,18 @@ cstep=$(sed -n 's/^mtc: the planner prices a step of this layout at \([0-9.e+-]*
   "$out/compile.txt")
 awk -v a="$step" -v b="$cstep" 'BEGIN { exit !(b > 0 && (a - b) / b < 5e-3 && (b - a) / b < 5e-3) }' ||
   fail "plan prices $step ms, compile $cstep ms"
+# activation swap: said, its copies priced as offload, compile prices it alike
+sw=(--dp 2 --swap 1 --checkpoint 1)
+"$mtc" plan "$model" "${sw[@]}" > "$out/swap.txt"
+grep -q "^layout: dp 2 x tp 1, ZeRO-0, offload 0%, 1 micro-batch per replica, the first layer's activations swapped, checkpointing the first layer after them, on 2 x H100-80GB$" \
+  "$out/swap.txt" || fail "the swap layout line: $(head -1 "$out/swap.txt")"
+grep -Eq "offload [0-9.]*[1-9]" "$out/swap.txt" || fail "no offload time for swap: $(cat "$out/swap.txt")"
+"$mtc" compile "$model" "${sw[@]}" -o "$out/swap" > "$out/swapc.txt"
+a=$(sed -n 's/^step: \([0-9.e+-]*\) ms = .*/\1/p' "$out/swap.txt")
+b=$(sed -n 's/^mtc: the planner prices a step of this layout at \([0-9.e+-]*\) ms on H100-80GB$/\1/p' \
+  "$out/swapc.txt")
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > 0 && (a - b) / b < 5e-3 && (b - a) / b < 5e-3) }' ||
+  fail "swap: plan prices $a ms, compile $b ms"
 # a layout that does not fit: said, exit 0
 "$mtc" plan "$model" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 --dp 8 \
   --gpu L4-24GB > "$out/big.txt" || fail "a layout that does not fit exits $?"
