@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Offload on this machine: GPT-2 124M (T=64, B=4 sequences per data-parallel
-# rank, fp32 and bf16) with nothing offloaded, with every block's optimizer
-# state on the host (--offload 1), and with its gradients too
+# Offload on this machine: GPT-2 124M (T=64 unless --seq, B=4 sequences per
+# data-parallel rank, fp32 and bf16) with nothing offloaded, with every block's
+# optimizer state on the host (--offload 1), and with its gradients too
 # (--offload-grads, ZeRO-Offload's layout), at 1 rank and at DP2 with ZeRO-2
 # and 2 micro-batches; and with every layer's activations swapped to host
 # memory (--swap all), alone and with the gradients offloaded.
 #
-#   bench/offload.sh [--steps N] [--wait S] [MTC]
+#   bench/offload.sh [--steps N] [--wait S] [--seq T] [--precision fp32|bf16] [MTC]
+#
+# --seq T sets the sequence length (default 64: the activations are a small
+# share of the memory; at 256 they are most of it) and --precision one of the
+# two precisions (default both).
 #
 # For each row it compiles the model (`mtc compile examples/gpt2.mtc ...`),
 # builds it (`make cpu`), runs it --steps times (default 3; several ranks
@@ -28,11 +32,15 @@ cd "$(dirname "$0")/.."
 cmdline="bench/offload.sh${*:+ $*}"
 steps=3
 wait_s=120
+seq=64
+precisions="fp32 bf16"
 mtc=build/mtc
 while [ $# -gt 0 ]; do
   case $1 in
   --steps) steps=$2; shift 2 ;;
   --wait) wait_s=$2; shift 2 ;;
+  --seq) seq=$2; shift 2 ;;
+  --precision) precisions=$2; shift 2 ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   -*) echo "bench/offload.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   *) mtc=$1; shift ;;
@@ -46,7 +54,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source bench/idle.sh
 
-model="-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=64 -D B=4"
+model="-D L=12 -D C=768 -D NH=12 -D V=50257 -D T=$seq -D B=4"
 rows=(   # ranks|layout|flags
   "1|none|--offload 0"
   "1|optimizer state|--offload 1"
@@ -63,12 +71,12 @@ versus() { [ "$1" = "$2" ] && echo "$(mib "$1") (=)" || echo "$(mib "$1") (plann
 echo "    $cmdline"
 echo
 echo "$ncpu CPU cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1))," \
-  "OMP_NUM_THREADS=1 and MTC_HOST_THREADS=1 per rank; $(date -u +%Y-%m-%d). GPT-2 124M, T=64, B=4" \
+  "OMP_NUM_THREADS=1 and MTC_HOST_THREADS=1 per rank; $(date -u +%Y-%m-%d). GPT-2 124M, T=$seq, B=4" \
   "per micro-batch; $steps steps, the first dropped."
 echo
 echo "| precision | ranks | offloaded | step (ms) | arena (MiB) | state on device (MiB) | state on host (MiB) | activations on host (MiB) | sent per step (MiB) | busy before |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-for precision in fp32 bf16; do
+for precision in $precisions; do
   for r in "${rows[@]}"; do
     IFS='|' read -r ranks name flags <<< "$r"
     dir="$tmp/p" log="$tmp/log"

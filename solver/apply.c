@@ -3,10 +3,10 @@
 // plan --json` or `mtc compile`, perhaps edited).
 //
 // What mtc lowers today: one mesh for every block (dp x tp ranks, or dp x a
-// q x q grid), any ZeRO stage and offload share per block, and checkpointing of
-// the first K repeated layers; on several groups of GPUs each group's replicas
-// run their own number of micro-batches (SvProblem.replica_ranks says what
-// else that asks). sv_apply_best asks the solver for that (one solve per tp
+// q x q grid), any ZeRO stage and offload share per block, activation swap of
+// the first S repeated layers and checkpointing of the K after them; on
+// several groups of GPUs each group's replicas run their own number of
+// micro-batches (SvProblem.replica_ranks says what else that asks). sv_apply_best asks the solver for that (one solve per tp
 // that divides each group's GPUs, the fastest feasible kept; in a model with
 // layers of several kinds, each kind sharing variables, it may still
 // checkpoint a later kind and not an earlier one, which mtc compile refuses;
