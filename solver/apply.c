@@ -6,12 +6,13 @@
 // q x q grid), any ZeRO stage and offload share per block, activation swap of
 // the first S repeated layers and checkpointing of the K after them; on
 // several groups of GPUs each group's replicas run their own number of
-// micro-batches (SvProblem.replica_ranks says what else that asks). sv_apply_best asks the solver for that (one solve per tp
-// that divides each group's GPUs, the fastest feasible kept; in a model with
-// layers of several kinds, each kind sharing variables, it may still
-// checkpoint a later kind and not an earlier one, which mtc compile refuses;
-// with --no-share the order holds); sv_apply_read refuses a file that asks
-// for anything else, naming the block and the field.
+// micro-batches (SvProblem.replica_ranks says what else that asks).
+// sv_apply_best asks the solver for that (one solve per tp that divides each
+// group's GPUs, the fastest feasible kept; in a model with layers of several
+// kinds, each kind sharing variables, it may still checkpoint or swap a later
+// kind and not an earlier one, which mtc compile refuses; with --no-share the
+// order holds); sv_apply_read refuses a file that asks for anything else,
+// naming the block and the field.
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -72,7 +73,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
     a->block[b].zero = c->zero;
     if (seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u))
-      act[b] = c->swap ? SWAP : CKPT;   // the unit's first K blocks
+      act[b] = c->swap ? SWAP : CKPT;   // the unit's first K (or S) blocks
     a->block[b].offload = c->offload / 100.0;
     a->block[b].offload_grads = c->grads;
   }
