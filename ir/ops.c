@@ -1156,34 +1156,33 @@ static int need_host_range(IrGraph *g, IrNode *n, const IrValue *x, const IrValu
   return 0;
 }
 
+// All of device value x (any shape) and host value h, its elements in a flat
+// range: an activation swapped out and back (passes/swap.c).
+static int need_whole_copy(IrGraph *g, IrNode *n, const IrValue *x, const IrValue *h,
+                           IrDiag *d) {
+  if (x->host || !h->host || !ir_is_float(x->dtype) || h->dtype != x->dtype || h->rank != 1 ||
+      !sym_eq(ir_numel(g, x), h->shape[0]))
+    return ir_error(d, n->loc, "%s: '%s' %s%s must be a device float value and '%s' %s%s its "
+                    "elements in host memory", ir_op_name(n->op), x->name,
+                    ir_dtype_name(x->dtype), ir_shape_str(g, x), h->name,
+                    ir_dtype_name(h->dtype), ir_shape_str(g, h));
+  return 0;
+}
+
 // The output's size is the caller's (set it before ir_infer).
 static int shape_to_host(IrGraph *g, IrNode *n, IrDiag *d) {
   if (n->out[0]->rank < 0)
     return ir_error(d, n->loc, "to_host: the output '%s' needs its size", n->out[0]->name);
-  const IrValue *x = n->in[0], *h = n->out[0];
-  if (x->rank != 1 && ir_attr_i(n, "shards") == 1 && ir_attr_i(n, "offset") == 0) {
-    // all of a value of any shape (an activation swapped out, passes/swap.c)
-    if (x->host || !h->host || !ir_is_float(x->dtype) || h->dtype != x->dtype || h->rank != 1 ||
-        !sym_eq(ir_numel(g, x), h->shape[0]))
-      return ir_error(d, n->loc, "to_host: '%s' %s%s must be a device float value and '%s' its "
-                      "elements in host memory", x->name, ir_dtype_name(x->dtype),
-                      ir_shape_str(g, x), h->name);
-    return 0;
-  }
+  if (n->in[0]->rank != 1 && ir_attr_i(n, "shards") == 1 && ir_attr_i(n, "offset") == 0)
+    return need_whole_copy(g, n, n->in[0], n->out[0], d);
   return need_host_range(g, n, n->in[0], n->out[0], d);
 }
 
 // The output's shape is the caller's: the value that went to the host.
 static int shape_from_host(IrGraph *g, IrNode *n, IrDiag *d) {
-  const IrValue *h = n->in[0], *x = n->out[0];
-  if (x->rank < 0)
-    return ir_error(d, n->loc, "from_host: the output '%s' needs its shape", x->name);
-  if (!h->host || x->host || h->rank != 1 || !ir_is_float(h->dtype) || x->dtype != h->dtype ||
-      !sym_eq(ir_numel(g, x), h->shape[0]))
-    return ir_error(d, n->loc, "from_host: '%s' %s%s must be in host memory and '%s' %s its "
-                    "elements on the device", h->name, ir_dtype_name(h->dtype),
-                    ir_shape_str(g, h), x->name, ir_shape_str(g, x));
-  return 0;
+  if (n->out[0]->rank < 0)
+    return ir_error(d, n->loc, "from_host: the output '%s' needs its shape", n->out[0]->name);
+  return need_whole_copy(g, n, n->out[0], n->in[0], d);
 }
 
 static int shape_to_device(IrGraph *g, IrNode *n, IrDiag *d) {

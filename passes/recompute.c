@@ -34,8 +34,7 @@
 
 #include <stdlib.h>
 
-// The highest block id of a forward node: the number of repeated layers.
-static int count_layers(const IrGraph *g) {
+int pass_count_layers(const IrGraph *g) {
   int n = 0;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->phase == PHASE_FORWARD && g->nodes[i]->block > n)
@@ -122,7 +121,7 @@ static int recompute_block(Recompute *R, int b, IrDiag *d) {
 
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
   int want = ctx->plan ? ctx->plan->checkpoint : 0;
-  ctx->nlayers = count_layers(g);
+  ctx->nlayers = pass_count_layers(g);
   ctx->ncheckpointed = 0;
   if (want == 0)
     return 0;

@@ -34,13 +34,11 @@ static bool swappable(const IrValue *v) {
 }
 
 int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed) {
-  int want = ctx->plan ? ctx->plan->swap : 0, layers = 0;
+  int want = ctx->plan ? ctx->plan->swap : 0;
   ctx->nswapped = 0;
   if (want == 0)
     return 0;
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->phase == PHASE_FORWARD && g->nodes[i]->block > layers)
-      layers = g->nodes[i]->block;
+  int layers = pass_count_layers(g);
   int last = want == PLAN_CHECKPOINT_ALL ? layers : want;
   if (layers == 0)
     return ir_error(ctx->diag, (IrLoc){0}, "swap: the model has no repeated layers, whose "
@@ -55,8 +53,10 @@ int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed) {
   int *last_fwd = malloc(((size_t)nv + 1) * sizeof *last_fwd);
   int *first_bwd = malloc(((size_t)nv + 1) * sizeof *first_bwd);
   bool *kept = calloc((size_t)nv + 1, sizeof *kept);
-  IrValue **to = calloc((size_t)nv + 1, sizeof *to);
-  IR_ASSERT(last_fwd && first_bwd && kept && to);
+  IrValue **from = malloc(((size_t)nv + 1) * sizeof *from);   // swapped, and brought back
+  IrValue **to = malloc(((size_t)nv + 1) * sizeof *to);
+  int n = 0;
+  IR_ASSERT(last_fwd && first_bwd && kept && from && to);
   for (int i = 0; i < nv; i++)
     last_fwd[i] = -1, first_bwd[i] = g->nnodes;
   for (int i = 0; i < g->nnodes; i++) {
@@ -89,38 +89,31 @@ int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed) {
     ir_value_rename(g, h, name);
     h->dtype = v->dtype;
     h->host = true;
-    const Sym *n = ir_numel(g, v);
-    ir_value_set_shape(h, 1, &n);
+    const Sym *numel = ir_numel(g, v);
+    ir_value_set_shape(h, 1, &numel);
     IR_ASSERT(ir_infer(g, out, ctx->diag) == 0);
     const IrNode *reader = g->nodes[first_bwd[i]];
     g->cur_phase = PHASE_BACKWARD;
     g->cur_block = reader->block;
     ir_insert_before(g, first_bwd[i]);
     IrNode *back = ir_node_new(g, OP_FROM_HOST, &h, 1, 1);
-    to[i] = back->out[0];
+    IrValue *sw = back->out[0];
     snprintf(name, sizeof name, "%s.sw", v->name);
-    ir_value_rename(g, to[i], name);
-    to[i]->dtype = v->dtype;
-    to[i]->role = ROLE_ACT;
-    to[i]->loc = v->loc;
-    ir_value_set_shape(to[i], v->rank, v->shape);
+    ir_value_rename(g, sw, name);
+    sw->dtype = v->dtype;
+    sw->role = ROLE_ACT;
+    sw->loc = v->loc;
+    ir_value_set_shape(sw, v->rank, v->shape);
     IR_ASSERT(ir_infer(g, back, ctx->diag) == 0);
+    from[n] = v, to[n++] = sw;
   }
   ir_insert_before(g, -1);
   ir_batch_end(g);
-  // backward reads the values brought back (not the from_host nodes themselves)
-  for (int i = 0; i < g->nnodes; i++) {
-    IrNode *n = g->nodes[i];
-    for (int k = 0; n->phase == PHASE_BACKWARD && n->op != OP_FROM_HOST && k < n->nin; k++)
-      if (n->in[k]->id < nv && to[n->in[k]->id])
-        n->in[k] = to[n->in[k]->id];
-  }
-  bool any = false;
-  for (int i = 0; i < nv; i++)
-    any |= to[i] != NULL;
-  free(last_fwd), free(first_bwd), free(kept), free(to);
+  // backward reads the values brought back (from_host reads v.swap, not v)
+  ir_replace_uses_in_phase(g, from, to, n, PHASE_BACKWARD);
+  free(last_fwd), free(first_bwd), free(kept), free(from), free(to);
   ctx->nswapped = last;
-  *changed = any;
+  *changed = n > 0;
   g->cur_phase = PHASE_FORWARD;
   g->cur_block = 0;
   return 0;

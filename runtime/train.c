@@ -2113,12 +2113,13 @@ int main(int argc, char **argv) {
                "measured: %s %ld bytes, process peak RSS %ld bytes\n",
                M->arena_bytes, M->persistent_bytes, M->peak_live_bytes, rt_device_measure_how(),
                measured, rss);
-  if (M->swap_host_bytes > 0 && M->planner_swap_bytes > 0)
-    print_ranked("activation swap: %ld bytes of activations wait in host memory for backward "
-                 "(planner: %ld)\n", M->swap_host_bytes, M->planner_swap_bytes);
-  else if (M->swap_host_bytes > 0)
-    print_ranked("activation swap: %ld bytes of activations wait in host memory for backward\n",
-                 M->swap_host_bytes);
+  if (M->swap_host_bytes > 0) {  // beside the planner's figure where it gave one
+    char planner[48] = "";
+    if (M->planner_swap_bytes > 0)
+      snprintf(planner, sizeof planner, " (planner: %ld)", M->planner_swap_bytes);
+    print_ranked("activation swap: %ld bytes of activations wait in host memory for backward%s\n",
+                 M->swap_host_bytes, planner);
+  }
   long since = rt_device_measured_since();
   if (since >= 0)
     print_ranked("device memory taken since the arena's allocation began: %ld bytes (%ld beyond "
