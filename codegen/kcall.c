@@ -764,7 +764,8 @@ static void lower_dropout(Lower *L, const IrNode *n) {
     num(c, sym_scale(&L->g->arena, dims(L, x, d, x->rank), 1, x->pieces));
   else
     numk(L, c, 0);
-  numk(L, c, ir_batched(L->g, x));
+  IrValue whole = ir_whole(x);   // its batch may be split over tp too (ShardSpec.batch_tp)
+  numk(L, c, ir_batched(L->g, &whole));
 }
 
 static void lower_tick(Lower *L, const IrNode *n) { buf(call(L, CG_K_tick), n->in[0]); }
@@ -954,7 +955,7 @@ static void lower_tp_reduce_scatter(Lower *L, const IrNode *n) {
 }
 
 static void lower_tp_slice(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_tp_slice);
+  CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_tp_slice_i32 : CG_K_tp_slice);
   axis(L, c, n), buf(c, n->out[0]), buf(c, n->in[0]);
   tp_geometry(L, c, n, n->out[0]);
 }

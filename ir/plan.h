@@ -34,6 +34,9 @@ typedef struct PlanBlock {
                        // host (passes/lower.c)
   bool offload_grads;  // its gradients too (ZeRO-Offload): each micro-batch's leaves the device
                        // once reduced, accumulated on the host; needs offload 1
+  bool batch_tp;       // data parallel over the mesh's tp ranks too: they split its batch and
+                       // each holds its weights whole (the planner's pure data-parallel block
+                       // in a tensor-parallel program, ir/shard.c); needs tp > 1
 } PlanBlock;
 
 typedef struct Plan {

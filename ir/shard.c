@@ -41,6 +41,14 @@
 //     its parameter's layout.
 // In a block with tp = 1 parameters are replicated.
 //
+// A block the spec makes data parallel over its tp ranks (batch_tp: the
+// planner's pure data-parallel block in a tensor-parallel program) keeps its
+// parameters whole too, and splits its batch over tp instead: each activation
+// it reads has its batch dim split (block_key, split_batch), its weights'
+// gradients come out partial sums over tp, reduced in backward as the update
+// needs them. What crosses to a tensor-parallel block is read there whole on
+// the batch (an all-gather), as between blocks of different degrees.
+//
 // The batch: every input whose first dim is the first input's first dim is
 // split over dp on it (when dp > 1). Rules carry that split through without
 // collectives; what it leaves pending (parameter gradients are partial sums
@@ -77,7 +85,7 @@ typedef struct Shard {
   bool *laid;          // [value id] has a layout
   ShardLayout *cur;    // [value id] what the next reader gets (its layout, or a conversion placed
                        // right after its producer)
-  int *deg;            // [value id] the tp degree its layout was made under
+  int *deg;            // [value id] the block kind its layout was made under (block_key)
   bool *read;          // [value id] a reader has read cur
   int *readers;        // [value id] inputs of nodes that read it
   ShardLayout *have;   // [value id * HAVE] conversions placed before a reader
@@ -101,6 +109,7 @@ typedef struct ShardOp {
   IrGraph *g;
   const IrNode *n;
   int tp;              // the node's block's tp degree: 1, >= 2 or SHARD_TP_ANY
+  bool batch;          // ... over which its batch splits, its weights whole (ShardSpec.batch_tp)
   int q;               // the side of the block's 2D grid (1: none)
   ShardLayout *in;
   bool *seed;          // in[k] is a parameter or state without a layout yet: what the rule
@@ -260,7 +269,9 @@ static int degree(const Shard *s, int tp, int axis) {
 }
 
 // Does the node's block split its ops over ranks (tensor parallel or a 2D grid)?
-static bool model_parallel(const ShardOp *op) { return op->tp != 1 || op->q != 1; }
+static bool model_parallel(const ShardOp *op) {
+  return !op->batch && (op->tp != 1 || op->q != 1);
+}
 
 // Can `dim` split over axis? Bound dims are checked; unbound ones, and every
 // dim when the degree is SHARD_TP_ANY, are assumed to divide (the pass records
@@ -296,7 +307,9 @@ static void find_vocab(Shard *s) {
   ShardResult *r = s->r;
   for (int i = 0; s->spec->pad_vocab && i < s->g->nnodes; i++) {
     const IrNode *n = s->g->nodes[i];
-    int deg = n->block >= 0 && n->block < s->spec->nblocks ? s->spec->tp[n->block] : 1;
+    bool in = n->block >= 0 && n->block < s->spec->nblocks;
+    int deg = in && !(s->spec->batch_tp && s->spec->batch_tp[n->block]) ? s->spec->tp[n->block]
+                                                                        : 1;
     int64_t v;
     const Sym *dim = n->op == OP_EMBEDDING ? n->in[0]->shape[0] : NULL;
     if (!dim || deg < 2 || sym_eval(dim, &s->g->syms, &v) || v % deg == 0 || padded(s, TP, dim) ||
@@ -383,7 +396,7 @@ static void need_complete(ShardOp *op, int k) { op->in[k].partial = 0; }
 
 // Is the node in a block where the sequence splits over tp?
 static bool seq_parallel(const ShardOp *op) {
-  return op->s->spec->seq_parallel && op->tp != 1 && op->s->seq;
+  return op->s->spec->seq_parallel && op->tp != 1 && !op->batch && op->s->seq;
 }
 
 // The dim of input k that is the sequence and could split over tp: not the
@@ -896,7 +909,7 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
   int ks[5], r = op->n->in[first]->rank;
   const Sym *heads = r >= 4 ? op->n->in[first]->shape[r - 3] : NULL;
   int64_t h;
-  int deg = op->q != 1 ? op->q : op->tp;
+  int deg = op->q != 1 ? op->q : op->batch ? 1 : op->tp;
   const char *what = op->q != 1 ? "q" : "tp";
   if (heads && deg >= 2 && !sym_eval(heads, &op->g->syms, &h) && h % deg)
     return ir_error(op->s->diag, op->n->loc, "%s in block %d: its %s = %lld heads do not divide "
@@ -1417,6 +1430,37 @@ static int block_tp(const Shard *s, const IrNode *n) {
   return s->spec->tp[n->block];
 }
 
+static bool block_batch(const Shard *s, const IrNode *n) {
+  return s->spec->batch_tp && n->block >= 0 && n->block < s->spec->nblocks &&
+         s->spec->batch_tp[n->block] && s->spec->tp[n->block] != 1;
+}
+
+// What a layout was made under: the block's tp degree, apart for a block
+// that splits its batch over tp (a value crossing between the two kinds is
+// read without the other's tp splits, as between degrees).
+#define BATCH_KEY (1 << 20)
+static int block_key(const Shard *s, const IrNode *n) {
+  return block_tp(s, n) + (block_batch(s, n) ? BATCH_KEY : 0);
+}
+
+// In a block whose batch splits over tp, input k (an activation, an input or
+// their gradient) has its batch dim (the first of the model's batch size)
+// split over tp, when it uses tp nowhere else and the dim divides: a free
+// slice of a whole value, a reduce-scatter of a partial sum, a gather first
+// of a value split otherwise (ir_shard's convert).
+static void split_batch(ShardOp *op, int k) {
+  const IrValue *v = op->n->in[k], *b = op->s->batch;
+  ShardLayout *l = &op->in[k];
+  if (!b || b->rank < 1 || ((split_axes(l, -1) | l->partial) & BIT(TP)))
+    return;
+  for (int d = 0; d < v->rank; d++)
+    if (sym_eq(v->shape[d], b->shape[0])) {
+      if (l->split[d] == NONE && divides(op, v->shape[d], TP))
+        l->split[d] = TP;
+      return;
+    }
+}
+
 // A layout a rule gave: the value's rank, no axis used twice, and (when
 // known) every split dividing, or a vocabulary the lowering pads.
 static int check_layout(Shard *s, const IrNode *n, int tp, const IrValue *v, const ShardLayout *l,
@@ -1523,10 +1567,10 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
 }
 
 // The layout node n sees input k in before its rule runs: the value's, or,
-// when the value was laid out under another tp degree, that without tp.
-static ShardLayout input_layout(Shard *s, const IrValue *v, int tp) {
+// when the value was laid out under another block kind (block_key), that without tp.
+static ShardLayout input_layout(Shard *s, const IrValue *v, int key) {
   ShardLayout l = s->cur[v->id];
-  if (s->deg[v->id] != tp && (axes_used(&l) & BIT(TP))) {
+  if (s->deg[v->id] != key && (axes_used(&l) & BIT(TP))) {
     for (int i = 0; i < l.rank; i++)
       if (l.split[i] == TP)
         l.split[i] = NONE;
@@ -1537,9 +1581,9 @@ static ShardLayout input_layout(Shard *s, const IrValue *v, int tp) {
 
 static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, ShardLayout *out,
                     int use_at) {
-  int tp = block_tp(s, n);
-  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .q = grid(s), .in = in, .seed = seed,
-                .seed_k = -1, .out = out};
+  int tp = block_tp(s, n), key = block_key(s, n);
+  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .batch = block_batch(s, n), .q = grid(s),
+                .in = in, .seed = seed, .seed_k = -1, .out = out};
   for (int k = 0; k < n->nin; k++) {
     const IrValue *v = n->in[k];
     seed[k] = false;
@@ -1559,10 +1603,10 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
       }
       s->laid[v->id] = true;
       s->cur[v->id] = s->r->layout[v->id] = in[k];
-      s->deg[v->id] = tp;
+      s->deg[v->id] = key;
       continue;
     }
-    in[k] = input_layout(s, v, tp);
+    in[k] = input_layout(s, v, key);
     // A partial sum with several readers is reduced at once, before a
     // linear reader carries it on and another reduces it again (under
     // sequence parallelism, reduce-scattered onto the sequence when the
@@ -1573,6 +1617,8 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
       if (between_regions(n))
         scatter_seq(&op, k, before);
     }
+    if (op.batch && v->role != ROLE_PARAM && v->role != ROLE_COPY && v->role != ROLE_STATE)
+      split_batch(&op, k);
   }
   for (int k = 0; k < n->nout; k++)
     out[k] = whole(n->out[k]->rank);
@@ -1589,7 +1635,7 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
         return -1;
       s->laid[v->id] = true;
       s->cur[v->id] = s->r->layout[v->id] = *l;
-      s->deg[v->id] = tp;
+      s->deg[v->id] = key;
     }
     convert(s, n, k, tp, v, &in[k]);
     s->read[v->id] = true;
@@ -1602,7 +1648,7 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
     assumed(s, n, tp, o, &out[k]);
     s->laid[o->id] = true;
     s->cur[o->id] = s->r->layout[o->id] = out[k];
-    s->deg[o->id] = tp;
+    s->deg[o->id] = key;
   }
   return 0;
 }

@@ -626,7 +626,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
              .micro = P->micro_batches, .out = out, .d = ctx->diag,
              .scale = (double)P->mesh.size[IR_MESH_DP] / (double)plan_micro_total(P)};
   bool split = L.tp > 1 || P->mesh.size[IR_MESH_ROW] > 1;
-  if (check(&L) || (split && pass_lower_tp(g, &P->mesh, P->seq_parallel, out, ctx->diag)))
+  if (check(&L) || (split && pass_lower_tp(g, P, out, ctx->diag)))
     return -1;
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);

@@ -155,12 +155,13 @@ int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed);       // swapped layers'
 // The highest block id of a forward node: the number of repeated layers (IR blocks 1..L).
 int pass_count_layers(const IrGraph *g);
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets
-// Tensor parallelism of the mesh's tp (with Megatron's sequence parallelism or
-// without), or its q x q grid (Optimus 2D), over every block (passes/tp.c;
-// pass_lower calls it before data parallelism): per-rank shapes and the
-// conversions between layouts. -1 with d when the plan cannot be lowered.
-int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *out,
-                  IrDiag *d);
+// Tensor parallelism of the plan's mesh's tp (with Megatron's sequence
+// parallelism or without), or its q x q grid (Optimus 2D), over every block,
+// or the tp ranks splitting the batch of the blocks that say so
+// (PlanBlock.batch_tp) (passes/tp.c; pass_lower calls it before data
+// parallelism): per-rank shapes and the conversions between layouts. -1 with
+// d when the plan cannot be lowered.
+int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d);
 // The vocabulary of the loss's logits padded with zeros to a multiple of
 // align (passes/tp.c says where it can be): its tables, logits and their
 // gradients, so that each row of logits starts aligned. Nothing is padded

@@ -498,11 +498,11 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
 }
 
 // A loss that is the mean over its rows, with the rows (the batch) split
-// over the 2D grid's rows: each rank's mean is over its 1/q of them, so the
-// loss and the gradient flowing into the loss's backward are scaled by 1/q
-// (the loss is then a partial sum over the grid's rows, as the propagation
-// says).
-static bool mean_over_row_split(const Tp *t, int i) {
+// over the 2D grid's rows (or over tp, in a block data parallel over it):
+// each rank's mean is over its 1/q of them, so the loss and the gradient
+// flowing into the loss's backward are scaled by 1/q (the loss is then a
+// partial sum over that axis, as the propagation says). The axis, or -1.
+static int mean_over_row_split(const Tp *t, int i) {
   const IrNode *n = t->node[i];
   int tg;   // the targets' input
   switch (n->op) {
@@ -512,10 +512,11 @@ static bool mean_over_row_split(const Tp *t, int i) {
   case OP_NLL_LOSS_BWD: tg = ir_attr_i(n, "sum") ? -1 : 2; break;
   default: tg = -1; break;
   }
-  return tg >= 0 && n->in[tg]->rank > 0 && use_of(t, i, tg)->split[0] == ROW;
+  int over = tg >= 0 && n->in[tg]->rank > 0 ? use_of(t, i, tg)->split[0] : IR_MESH_NONE;
+  return over == ROW || over == TP ? over : -1;
 }
 
-static void scale_rows(Tp *t, int i) {
+static void scale_rows(Tp *t, int i, int axis) {
   IrGraph *g = t->g;
   IrNode *n = t->node[i];
   g->cur_phase = n->phase;
@@ -530,7 +531,7 @@ static void scale_rows(Tp *t, int i) {
     x->rank = 0;
   }
   IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);
-  ir_set_float(g, c, "s", 1.0 / t->q);
+  ir_set_float(g, c, "s", 1.0 / t->size[axis]);
   IR_ASSERT(infer(t, c) == 0);
   if (fwd) {
     IrValue *loss = n->out[0];
@@ -672,8 +673,8 @@ static bool within_lowered(IrOp op) {
 // divide when pad is true), the conversions right after producers, pieces and
 // padded dims. 1 (no error) when a padded value has a reader that would not
 // keep the padding zero: then the vocabulary stays replicated.
-static int layouts(Tp *t, const int *degree, int nb, bool pad) {
-  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .pad_vocab = pad,
+static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool pad) {
+  ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .batch_tp = batch_tp, .pad_vocab = pad,
                     .seq_parallel = t->seq_parallel, .q = t->q};
   ir_shard_free(&t->r);
   if (ir_shard(t->g, &spec, &t->r, t->d))
@@ -713,10 +714,9 @@ static int layouts(Tp *t, const int *degree, int nb, bool pad) {
   return check_padding(t);
 }
 
-int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *out,
-                  IrDiag *d) {
-  int tp = mesh->size[TP], q = mesh->size[ROW];
-  Tp t = {.g = g, .tp = tp, .q = q, .seq_parallel = seq_parallel, .out = out, .d = d,
+int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
+  int tp = P->mesh.size[TP], q = P->mesh.size[ROW];
+  Tp t = {.g = g, .tp = tp, .q = q, .seq_parallel = P->seq_parallel, .out = out, .d = d,
           .nv = g->nvalues, .nn = g->nnodes};
   for (int a = 0; a < IR_MESH_NAXES; a++)
     t.size[a] = 1;
@@ -731,6 +731,7 @@ int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *
     return -1;
   int nb = ir_nblocks(g);
   int *degree = malloc((size_t)nb * sizeof *degree);
+  bool *batch_tp = malloc((size_t)nb * sizeof *batch_tp);
   t.node = malloc((size_t)t.nn * sizeof *t.node);
   t.use_at = malloc((size_t)t.nn * sizeof *t.use_at);
   t.cur = malloc((size_t)t.nv * sizeof *t.cur);
@@ -739,16 +740,18 @@ int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *
   t.conv = malloc((size_t)t.nv * NCONV * sizeof *t.conv);
   t.nconv = calloc((size_t)t.nv, sizeof *t.nconv);
   IrValue **stats_of = calloc((size_t)t.nv, sizeof *stats_of);
-  IR_ASSERT(degree && t.node && t.use_at && t.cur && t.pieces && t.pad_dim && t.conv && t.nconv &&
+  IR_ASSERT(degree && batch_tp && t.node && t.use_at && t.cur && t.pieces && t.pad_dim && t.conv && t.nconv &&
             stats_of);
-  for (int b = 0; b < nb; b++)
+  for (int b = 0; b < nb; b++) {
     degree[b] = tp;
+    batch_tp[b] = plan_block(P, b)->batch_tp;
+  }
   for (int i = 0; i < t.nn; i++)
     t.node[i] = g->nodes[i];
-  int rc = layouts(&t, degree, nb, true);
+  int rc = layouts(&t, degree, batch_tp, nb, true);
   if (rc == 1)
-    rc = layouts(&t, degree, nb, false);
-  free(degree);
+    rc = layouts(&t, degree, batch_tp, nb, false);
+  free(degree), free(batch_tp);
   // a weight whose dims the degree does not divide stays whole on every rank (the plan says so)
   out->nreplicated = rc ? 0 : t.r.nnotes;
   out->replicated = ir_alloc(&g->arena, (size_t)out->nreplicated * sizeof *out->replicated + 1);
@@ -792,9 +795,9 @@ int pass_lower_tp(IrGraph *g, const Mesh *mesh, bool seq_parallel, PassLowered *
     for (int k = 0; k < n->nout && !rc && n->op != OP_VP_CROSS_ENTROPY; k++)
       rc = convert_output(&t, i, k);
   }
-  for (int i = 0; i < t.nn && !rc; i++)
-    if (mean_over_row_split(&t, i))
-      scale_rows(&t, i);
+  for (int i = 0, axis; i < t.nn && !rc; i++)
+    if ((axis = mean_over_row_split(&t, i)) >= 0)
+      scale_rows(&t, i, axis);
   // every node checked against the per-rank shapes (rules infer their outputs again)
   for (int i = 0; i < g->nnodes && !rc; i++)
     if (ir_infer(g, g->nodes[i], d))

@@ -14,3 +14,8 @@
 
 #define RT_TEMPLATE "dist_cpu_t.h"
 #include "cpu_variants.h"
+
+void rt_tp_slice_i32(int axis, int *out, const int *x, long outer, long pieces, long chunk) {
+  rt_tp_take_bytes(out, x, outer, pieces, chunk, rt_axis_rank(axis), rt_axis_size(axis),
+                   sizeof *x);
+}

@@ -2228,6 +2228,9 @@ static void tp_slice(int axis, T *out, const T *x, long outer, long pieces, long
 }
 RT_CUDA_KT(tp_slice, (int axis, T *out, const T *x, long outer, long pieces, long chunk),
            (axis, dev(out), dev(x), outer, pieces, chunk))
+void rt_tp_slice_i32(int axis, int *out, const int *x, long outer, long pieces, long chunk) {
+  tp_slice(axis, out, x, outer, pieces, chunk);
+}
 
 template <typename T>
 static void tp_reduce_scatter(int axis, T *out, T *scratch, const T *x, long outer, long pieces,

@@ -71,6 +71,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     if (b == 0)
       a->mesh = mesh;
     IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
+    a->block[b].batch_tp = l.batch;
     a->block[b].zero = c->zero;
     if (seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u))
       act[b] = c->swap ? SWAP : CKPT;   // the unit's first K (or S) blocks
@@ -162,6 +163,37 @@ static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t 
   return 0;
 }
 
+// The program's mesh from each block's (mesh[b]): one for every block, except
+// that in a tensor-parallel mesh a block may be data parallel over all its
+// ranks (dp x tp replicas of its own, tp 1), which the program runs with its
+// batch split over tp too (PlanBlock.batch_tp).
+static int one_mesh(const Mesh *mesh, const SvModel *m, Plan *a, const char *path, IrDiag *d) {
+  a->mesh = mesh[0];
+  for (int b = 0; b < m->nblocks; b++)
+    if (mesh[b].size[IR_MESH_TP] > 1 || mesh[b].size[IR_MESH_ROW] > 1) {
+      a->mesh = mesh[b];
+      break;
+    }
+  int ranks = mesh_ranks(&a->mesh), tp = a->mesh.size[IR_MESH_TP];
+  for (int b = 0; b < m->nblocks; b++) {
+    if (!memcmp(&mesh[b], &a->mesh, sizeof *mesh))
+      continue;
+    bool data_parallel = mesh_ranks(&mesh[b]) == mesh[b].size[IR_MESH_DP];
+    if (tp > 1 && data_parallel && mesh[b].size[IR_MESH_DP] == ranks) {
+      a->block[b].batch_tp = true;
+      continue;
+    }
+    char have[64], want[64];
+    mesh_str(have, sizeof have, &mesh[b]);
+    mesh_str(want, sizeof want, &a->mesh);
+    return ir_error(d, (IrLoc){0}, "%s: block %d (%s) is %s, another block %s: a program has "
+                    "one mesh for every block, where a block may also be data parallel over "
+                    "all %d ranks of a tensor-parallel mesh (dp %d, tp 1)", path, b,
+                    m->block[b].name, have, want, ranks, ranks);
+  }
+  return 0;
+}
+
 static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const char *path,
                        IrDiag *d) {
   if (!cJSON_IsArray(blocks))
@@ -171,7 +203,8 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
   if (!act)
     return ir_error(d, (IrLoc){0}, "out of memory");
   bool *seen = calloc((size_t)m->nblocks + 1, 1);
-  IR_ASSERT(seen);
+  Mesh *mesh = calloc((size_t)m->nblocks + 1, sizeof *mesh);
+  IR_ASSERT(seen && mesh);
   int rc = 0, i = 0;
   const cJSON *b;
   cJSON_ArrayForEach(b, blocks) {
@@ -239,17 +272,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
                     (long long)tp, (long long)q);
       break;
     }
-    Mesh mesh = q > 1 ? mesh_grid((int)dp, (int)q) : mesh_make((int)dp, (int)tp);
-    if (i == 1)
-      a->mesh = mesh;
-    if (memcmp(&mesh, &a->mesh, sizeof mesh)) {
-      char have[64], want[64];
-      mesh_str(have, sizeof have, &mesh);
-      mesh_str(want, sizeof want, &a->mesh);
-      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s) is %s, the blocks before it %s: a program has "
-                    "one mesh for every block", path, where, m->block[id].name, have, want);
-      break;
-    }
+    mesh[id] = q > 1 ? mesh_grid((int)dp, (int)q) : mesh_make((int)dp, (int)tp);
     a->block[id].zero = (int)zero;
     act[id] = cJSON_IsTrue(sw) ? SWAP : cJSON_IsTrue(ck) ? CKPT : KEEP;
     a->block[id].offload = off;
@@ -260,8 +283,11 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       rc = ir_error(d, (IrLoc){0}, "%s: block %d (%s) has no entry in \"blocks\"", path, k,
                     m->block[k].name);
   if (!rc)
+    rc = one_mesh(mesh, m, a, path, d);
+  if (!rc)
     rc = checkpoint_of(act, m->nblocks, a, d);
   free(seen);
+  free(mesh);
   free(act);
   return rc;
 }
@@ -504,6 +530,12 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   if (ncheckpointed && len < n)
     len += (size_t)snprintf(s + len, n - len, ", recompute %d of %d layers", ncheckpointed,
                             nlayers);
+  int batch = 0;   // blocks data parallel over the tp ranks too
+  for (int b = 0; b < P->nblocks; b++)
+    batch += P->block[b].batch_tp;
+  if (batch && len < n)
+    len += (size_t)snprintf(s + len, n - len, ", %d block%s data parallel over tp too", batch,
+                            batch > 1 ? "s" : "");
   if (lw->nreplicated && len < n)
     snprintf(s + len, n - len, ", %d weight%s whole under tp", lw->nreplicated,
              lw->nreplicated > 1 ? "s" : "");
@@ -536,7 +568,7 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
     const PlanBlock *o = plan_block(P, b);
     if ((plan_ckpt(P, b) && ckpt++ != seen) || (plan_swap(P, b) && swap++ != seen) ||
         o->zero != pb->zero || o->offload != pb->offload ||
-        o->offload_grads != pb->offload_grads)
+        o->offload_grads != pb->offload_grads || o->batch_tp != pb->batch_tp)
       return -1;   // not the unit's first blocks, or a block unlike the others
     seen++;
   }
@@ -583,6 +615,11 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   cfg.seq_parallel = P->seq_parallel;
   // identical layers that swap and checkpoint are not one choice: each its own unit
   cfg.share_blocks &= !(P->swap && P->checkpoint);
+  // ... nor layers some of which are data parallel over tp and some not
+  bool kind[2] = {false, false};
+  for (int b = 1; b < P->nblocks; b++)
+    kind[P->block[b].batch_tp] = true;
+  cfg.share_blocks &= !(kind[0] && kind[1]);
   cfg.micro_batch = batch;
   cfg.global_batch = batch * plan_micro_total(P);
   SvPlan *pl;
@@ -591,7 +628,8 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   const SvProblem *p = pl->prob;
   int layout = -1;
   for (int l = 0; l < p->nlayouts; l++)
-    if (p->layout[l].dp == dp && p->layout[l].tp == tp && p->layout[l].q == q)
+    if (p->layout[l].dp == dp && p->layout[l].tp == tp && p->layout[l].q == q &&
+        !p->layout[l].batch)
       layout = l;
   SvSolution s = sv_solution_new(p);
   int rc = 0;
@@ -600,7 +638,18 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     rc = 1;
   }
   for (int u = 0; !rc && u < p->nunits; u++) {
-    s.pick[u] = choice_of(pl, P, u, layout, &s.nplain[u]);
+    int lu = layout;   // or its blocks data parallel over the tp ranks
+    bool batch = plan_block(P, p->unit[u].block)->batch_tp;
+    for (int l = 0; batch && l < p->nlayouts; l++)
+      if (p->layout[l].batch && p->layout[l].dp == dp && p->layout[l].tp == tp)
+        lu = l;
+    if (batch && lu == layout) {
+      ir_error(d, (IrLoc){0}, "the planner has no layout of %s data parallel over tp",
+               p->unit[u].name);
+      rc = 1;
+      break;
+    }
+    s.pick[u] = choice_of(pl, P, u, lu, &s.nplain[u]);
     if (s.pick[u] < 0) {
       ir_error(d, (IrLoc){0}, "the planner has no choice like the plan's for %s (its "
                "checkpointing, ZeRO stage or offload share)", p->unit[u].name);

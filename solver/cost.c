@@ -94,17 +94,33 @@ static ShardLayout *held_layouts(const ShardResult *r, int nv) {
 }
 
 // ir/shard.c's propagation of tp (or a q x q grid) on every block, one replica.
-static int propagate(IrGraph *g, const SvModel *m, int tp, int q, bool seq_parallel,
+// batch: every block data parallel over its tp ranks instead (ShardSpec.batch_tp).
+static int propagate(IrGraph *g, const SvModel *m, int tp, int q, bool seq_parallel, bool batch,
                      ShardResult *r, IrDiag *d) {
   int *deg = malloc((size_t)m->nblocks * sizeof *deg + 1);
-  IR_ASSERT(deg);
+  bool *bt = malloc((size_t)m->nblocks * sizeof *bt + 1);
+  IR_ASSERT(deg && bt);
   for (int b = 0; b < m->nblocks; b++)
-    deg[b] = tp;
-  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = deg, .seq_parallel = seq_parallel,
-                    .q = q};
+    deg[b] = tp, bt[b] = batch;
+  ShardSpec spec = {.dp = 1, .nblocks = m->nblocks, .tp = deg, .batch_tp = bt,
+                    .seq_parallel = seq_parallel, .q = q};
   int rc = ir_shard(g, &spec, r, d);
-  free(deg);
+  free(deg), free(bt);
   return rc;
+}
+
+// r's collectives over tp, by block, into its forward and backward volumes
+// (tp_fwd, tp_bwd; with batch, those of a block data parallel over tp).
+static void sum_tp_colls(IrGraph *g, SvModel *m, const ShardResult *r, bool batch) {
+  for (int i = 0; i < r->ncolls; i++) {
+    const ShardColl *c = &r->coll[i];
+    if (c->axis != IR_MESH_TP)
+      continue;
+    SvBlock *b = &m->block[c->block];
+    bool fwd = c->phase == PHASE_FORWARD;
+    const Sym **sum = batch ? (fwd ? &b->bt_fwd : &b->bt_bwd) : (fwd ? &b->tp_fwd : &b->tp_bwd);
+    *sum = s_add(g, *sum, ir_shard_allreduce_bytes(g, c));
+  }
 }
 
 // Megatron's 1D tensor parallelism as ir/shard.c lays it out with every
@@ -118,19 +134,9 @@ static int propagate(IrGraph *g, const SvModel *m, int tp, int q, bool seq_paral
 // layouts).
 static int tensor_parallel(IrGraph *g, SvModel *m, bool seq_parallel, ShardResult *r,
                            IrDiag *d) {
-  if (propagate(g, m, SHARD_TP_ANY, 1, seq_parallel, r, d))
+  if (propagate(g, m, SHARD_TP_ANY, 1, seq_parallel, false, r, d))
     return -1;
-  for (int i = 0; i < r->ncolls; i++) {
-    const ShardColl *c = &r->coll[i];
-    if (c->axis != IR_MESH_TP)
-      continue;
-    SvBlock *b = &m->block[c->block];
-    const Sym *e = ir_shard_allreduce_bytes(g, c);
-    if (c->phase == PHASE_FORWARD)
-      b->tp_fwd = s_add(g, b->tp_fwd, e);
-    else
-      b->tp_bwd = s_add(g, b->tp_bwd, e);
-  }
+  sum_tp_colls(g, m, r, false);
   return 0;
 }
 
@@ -139,7 +145,7 @@ static int tensor_parallel(IrGraph *g, SvModel *m, bool seq_parallel, ShardResul
 // all-reduced, by how many grid axes the buffer is split over (grid_fwd[k]
 // and grid_bwd[k] are divided by q^k). The shard result stays with the caller.
 static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
-  if (propagate(g, m, 1, SHARD_TP_ANY, false, r, d))
+  if (propagate(g, m, 1, SHARD_TP_ANY, false, false, r, d))
     return -1;
   for (int i = 0; i < r->ncolls; i++) {
     const ShardColl *c = &r->coll[i];
@@ -153,6 +159,18 @@ static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     else
       b->grid_bwd[k] = s_add(g, b->grid_bwd[k], e);
   }
+  return 0;
+}
+
+// Every block data parallel over its tp ranks (the degree left open): the
+// collectives over tp per block (the weights' gradients, partial sums over the
+// batch's parts, reduced in backward), as bytes all-reduced.
+static int batch_parallel(IrGraph *g, SvModel *m, IrDiag *d) {
+  ShardResult r;
+  if (propagate(g, m, SHARD_TP_ANY, 1, false, true, &r, d))
+    return -1;
+  sum_tp_colls(g, m, &r, true);
+  ir_shard_free(&r);
   return 0;
 }
 
@@ -352,7 +370,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     blk->params = blk->param_bytes = blk->grad_bytes = blk->master_bytes = blk->state_bytes = z;
     blk->act = blk->act_int = blk->act_rep = z;
     blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
-    blk->tp_fwd = blk->tp_bwd = z;
+    blk->tp_fwd = blk->tp_bwd = blk->bt_fwd = blk->bt_bwd = z;
     for (int k = 0; k < 3; k++)
       blk->grid_fwd[k] = blk->grid_bwd[k] = blk->grid_act[k] = z;
   }
@@ -440,6 +458,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   unsigned char *gsplit = calloc((size_t)nv + 1, 1);
   IR_ASSERT(gsplit);
   m->grid_ok = grid_parallel(g, m, &grid, &quiet) == 0;
+  m->batch_ok = batch_parallel(g, m, &quiet) == 0;
   if (m->grid_ok) {
     ShardLayout *gheld = held_layouts(&grid, nv);
     for (int i = 0; i < nv; i++) {
@@ -732,6 +751,8 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->work = sym_evalf(b->work, t);
   o->tp_fwd = sym_evalf(b->tp_fwd, t);
   o->tp_bwd = sym_evalf(b->tp_bwd, t);
+  o->bt_fwd = sym_evalf(b->bt_fwd, t);
+  o->bt_bwd = sym_evalf(b->bt_bwd, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
   for (int k = 0; k < b->nfwd; k++)   // kernels launched
@@ -836,8 +857,11 @@ static double exposed(double comm, double compute, Link l, int collectives) {
 // replicates part of them (less with sequence parallelism, as the model was
 // built: what ir/shard.c leaves whole); Optimus 2D splits batch and hidden:
 // 1/q^2 (a checkpointed block's inputs, the residual stream).
+// Data parallel over tp ranks: each holds its part of the batch, 1/tp of all.
 static double held(double floats, double rep, double ints, SvLayout l) {
   int s = l.tp * l.q * l.q;
+  if (l.batch)
+    return (floats + ints) / l.tp;
   double f = l.tp > 1 ? rep + (floats - rep) / l.tp : floats / s;
   return f + ints;
 }
@@ -879,7 +903,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   Link in = link_for(cl, g, s, false), rsag = in;
   rsag.bw *= in.gather;
   double tp = 0;
-  if (l.tp > 1) {
+  if (l.batch) {   // the weights' gradients reduced over the tp ranks
+    double f = ar(n->bt_fwd, l.tp, in), bw = ar(n->bt_bwd, l.tp, in);
+    tp = f + bw + (ckpt ? f : 0);
+  } else if (l.tp > 1) {
     Link t = sp ? rsag : in;
     double f = ar(n->tp_fwd, l.tp, t), bw = ar(n->tp_bwd, l.tp, t);
     tp = f + bw + (ckpt ? f : 0);
@@ -894,10 +921,12 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // slice is the program's bucket: split parameters 1/tp, the others whole,
   // each padded, the bucket padded to divide among the d replicas (on a 2D
   // grid: each 1/q^2, 1/q or whole, as the grid splits it).
-  double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / s;
-  if (n->params > 0 && ((l.q == 1 && l.tp <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
+  // (Data parallel over the tp ranks too: whole, the bucket of one rank.)
+  int split = l.batch ? 1 : l.tp;
+  double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / (l.batch ? 1 : s);
+  if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
     double align = (double)PASS_ALIGN_ELEMS * d;
-    slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[l.tp]) / align) * align;
+    slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[split]) / align) * align;
   }
   if (d > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
@@ -974,7 +1003,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // memory, copied down as forward finishes with them and up as backward needs them
   double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
   if (swap) {   // a copy per value each way, each at least a launch
-    keep = fmin(n->act_int, act);
+    keep = fmin(l.batch ? n->act_int / l.tp : n->act_int, act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
     Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1};
     o->host += moved;
@@ -990,8 +1019,15 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
 }
 
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {
-  if (a.dp == b.dp && a.tp == b.tp && a.q == b.q)
+  bool mesh = a.dp == b.dp && a.tp == b.tp && a.q == b.q;
+  if (mesh && a.batch == b.batch)
     return 0;
+  if (mesh) {   // one mesh, one block data parallel over its tp ranks: per micro-step, an
+                // all-gather of the batch's parts each way (forward into the tp block, backward
+                // out of it); the other way each rank keeps its part
+    Link l = link_for(&x->cfg->cluster, g, a.tp, false);
+    return ceil((double)x->micro_total / a.dp) * 2 * ag(bytes, a.tp, l);
+  }
   // Every device sends its share of the boundary tensor (forward) and of its
   // gradient (backward) to where the other layout wants it: an all-to-all.
   const SvCluster *cl = &x->cfg->cluster;

@@ -29,10 +29,10 @@ int sv_layouts(const SvCluster *c, int64_t micro_total, SvLayout *out, int max) 
   int gpus = sv_cluster_gpus(c), n = 0;
   for (int t = 1; t <= 64 && t <= gpus && n < max; t++)
     if (gpus % t == 0 && divides_groups(c, t) && gpus / t <= micro_total)
-      out[n++] = (SvLayout){gpus / t, t, 1};
+      out[n++] = (SvLayout){gpus / t, t, 1, false};
   for (int q = 2; q <= 8 && q * q <= gpus && n < max; q++)
     if (gpus % (q * q) == 0 && divides_groups(c, q * q) && gpus / (q * q) <= micro_total)
-      out[n++] = (SvLayout){gpus / (q * q), 1, q};
+      out[n++] = (SvLayout){gpus / (q * q), 1, q, false};
   return n;
 }
 
@@ -155,6 +155,11 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     for (int l = 0; l < p->nlayouts; l++)
       if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == q)
         p->layout[n++] = p->layout[l];
+    // ... where, on one group, a block may be data parallel over the tp ranks too
+    if (n == 1 && cfg->mesh_tp > 1 && q == 1 && cl->ngroups == 1 && m->batch_ok) {
+      p->layout[n] = p->layout[0];
+      p->layout[n++].batch = true;
+    }
     p->nlayouts = n;
   }
   if (p->nlayouts == 0) {

@@ -16,6 +16,8 @@ static const char *mem_names[SV_NM] = {"params", "grads", "optimizer", "activati
 const char *sv_layout_str(char *buf, size_t n, SvLayout l) {
   if (l.q > 1)
     snprintf(buf, n, "%d x 2D %dx%d", l.dp, l.q, l.q);
+  else if (l.batch)
+    snprintf(buf, n, "%d x DP (of %d x TP%d)", l.dp * l.tp, l.dp, l.tp);
   else if (l.tp > 1)
     snprintf(buf, n, "%d x TP%d", l.dp, l.tp);
   else
@@ -603,8 +605,9 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddNumberToObject(o, "id", bi);
       cJSON_AddStringToObject(o, "name", m->block[bi].name);
       cJSON_AddNumberToObject(o, "unit", u);
-      cJSON_AddNumberToObject(o, "dp", l.dp);
-      cJSON_AddNumberToObject(o, "tp", l.tp);
+      // data parallel over the tp ranks too: dp x tp replicas of tp 1 (sv_apply_read)
+      cJSON_AddNumberToObject(o, "dp", l.batch ? l.dp * l.tp : l.dp);
+      cJSON_AddNumberToObject(o, "tp", l.batch ? 1 : l.tp);
       cJSON_AddNumberToObject(o, "q", l.q);
       cJSON_AddBoolToObject(o, "checkpoint", moved && c->ckpt);
       cJSON_AddBoolToObject(o, "swap", moved && c->swap);

@@ -194,6 +194,9 @@ typedef struct SvBlock {
   // (an all-gather or reduce-scatter counts half its buffer):
   const Sym *tp_fwd;        // in forward (Megatron's g, vocabulary-parallel embedding and loss)
   const Sym *tp_bwd;        // in backward and update (Megatron's f)
+  // ... in a block data parallel over its tp ranks (ShardSpec.batch_tp: the batch split over
+  // tp, the weights whole), per micro-batch: the weights' gradients reduced
+  const Sym *bt_fwd, *bt_bwd;
   // Optimus 2D as ir/shard.c lays it out (the grid's side left open): the collectives along
   // the grid's rows and columns as bytes all-reduced, and the activations kept, by the number
   // k of grid axes the buffer is split over (a term of [k] is divided by q^k); how many grid
@@ -220,6 +223,7 @@ typedef struct SvModel {
   int nunits;               // distinct units after sharing
   bool bf16;                // bf16 mixed precision (the precision pass made working copies)
   bool grid_ok;             // ir/shard.c lays the model out on a 2D grid (else no layout has one)
+  bool batch_ok;            // ... and each block data parallel over tp ranks (SvLayout.batch)
 } SvModel;
 
 // A block's formulas evaluated under the graph's bindings (one micro-batch),
@@ -246,7 +250,7 @@ typedef struct SvNum {   // one unit's representative block
   double bucket_grid[SV_MAXQ + 1];
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
-  double tp_fwd, tp_bwd;
+  double tp_fwd, tp_bwd, bt_fwd, bt_bwd;
   // on a 2D grid, by the number of grid axes that split them: bytes all-reduced, activation
   // bytes kept, parameter elements
   double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];
@@ -303,6 +307,9 @@ double sv_allgather_time(double bytes, int n, double bw, double alpha);  // also
 // tp (Megatron 1D) or q x q (Optimus 2D) devices.
 typedef struct SvLayout {
   int dp, tp, q;
+  bool batch;   // with tp > 1: the block data parallel over those tp ranks too (its batch split
+                // over them, its weights whole), in a program whose other blocks are dp x tp
+                // (PlanBlock.batch_tp)
 } SvLayout;
 
 // Time categories (seconds) and memory categories (bytes) of the report.

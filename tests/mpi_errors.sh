@@ -48,7 +48,9 @@ expect host_mem_bad 2 "--host-mem takes a size like 256GiB, or 0 for no offload,
 expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --device, --gpu-mem, --host-mem" \
   "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
 refused two_meshes "p['blocks'][1]['tp'] = 2" \
-  "blocks\[1\] .* is dp 4 x tp 2, the blocks before it dp 4 x tp 1: a program has one mesh" p1
+  "block 0 \(rest\) is dp 4 x tp 1, another block dp 4 x tp 2: a program has one mesh for every block, where a block may also be data parallel over all 8 ranks" p1
+refused grid_and_dp "p['blocks'][1].update(dp=1, q=2)" \
+  "block 0 \(rest\) is dp 4 x tp 1, another block dp 1 x 2D 2x2: a program has one mesh" p1
 refused uneven "p['groups'][0]['micro_batches'] = 3" \
   "groups\[0\] runs 3 micro-batches on 4 replicas: each replica of a group runs the same number" p11
 refused uneven_sum "p['groups'][0]['micro_batches'] = 8" \

@@ -7,6 +7,9 @@
 # ZeRO stage 3. PLAN_GROUP_MICRO="1 3" splits the 4 GPUs into two groups of
 # one replica each (a mixed cluster's), running 1 and 3 of the 4
 # micro-batches (uneven batch shares; the state sharded evenly).
+# PLAN_BATCH_TP="1 2" makes those blocks data parallel over all 4 GPUs (dp 4,
+# tp 1) beside the others' dp 2 x tp 2: the program splits their batch over
+# tp too (per-block meshes). PLAN_TP="1 4" makes every other block dp 1 x tp 4.
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
 set -euo pipefail
@@ -16,19 +19,24 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 "$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision fp32 --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
-  "${PLAN_GROUP_MICRO:-}" <<'PY'
+  "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_TP:-2 2}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
 assert plan["batch"]["micro"] == 2 and plan["batch"]["micro_batches"] == 4, plan["batch"]
+batch = [int(x) for x in sys.argv[6].split()]
+dp, tp = (int(x) for x in sys.argv[7].split())
 for i, b in enumerate(plan["blocks"]):
-    b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
+    b.update(dp=dp, tp=tp, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
+    if b["id"] in batch:
+        b.update(dp=4, tp=1)
 if sys.argv[5]:
     group = plan["groups"][0]
     plan["groups"] = [dict(group, name=f"g{i}", count=2, micro_batches=int(m), state_share=0.5)
                       for i, m in enumerate(sys.argv[5].split())]
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
-# global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each)
+# global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each; or one
+# replica, 4 micro-batches)
 exec "$here/mpi.sh" "$mtc" "$model" "$out/run" 4 8 2 "--plan $out/edited.json" "$@"

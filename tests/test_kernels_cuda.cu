@@ -1078,6 +1078,14 @@ static void test_dist(void) {
   CPU(rt_tp_slice)(RT_AXIS_TP, part.data(), whole.data(), outer, pieces, chunk);
   rt_tp_slice(RT_AXIS_TP, dp, dw, outer, pieces, chunk);
   check("tp_slice outer=3 pieces=3 chunk=5 (rank 1 of 2)", part, dp, EXACT);
+  if (sizeof(T) == 4) {   // token ids: the same cut, of ints
+    IVec wi(whole.size()), pi(part.size());
+    for (size_t i = 0; i < wi.size(); i++) wi[i] = (int)(i * 7919 % 50257);
+    int *dwi = dev(wi), *dpi = dev(pi);
+    CPU(rt_tp_slice_i32)(RT_AXIS_TP, pi.data(), wi.data(), outer, pieces, chunk);
+    rt_tp_slice_i32(RT_AXIS_TP, dpi, dwi, outer, pieces, chunk);
+    check_int("tp_slice_i32 outer=3 pieces=3 chunk=5 (rank 1 of 2)", pi, dpi);
+  }
   // tp_gather: this rank's part into its place in the scratch, the other
   // rank's part left as it was there; then both placed
   Buf<T> scratch = rand_vec<T>(2 * outer * pieces * chunk), gathered = rand_vec<T>(whole.size());

@@ -556,6 +556,42 @@ static void test_mixed_blocks(void) {
   ir_graph_free(g);
 }
 
+// Per-block meshes: GPT-2's embedding and head and its second layer
+// tensor-parallel over 2 ranks, its first layer data parallel over them
+// (batch_tp): that layer's weights whole, its batch split over tp, its
+// weights' gradients partial sums over tp reduced for the update; the
+// residual stream sliced into it for free and gathered out of it.
+static void test_batch_blocks(void) {
+  IrGraph *g = example("gpt2.mtc", "L=2");
+  int t[3] = {2, 2, 2};
+  bool bt[3] = {false, true, false};
+  ShardSpec spec = {.dp = 1, .nblocks = 3, .tp = t, .batch_tp = bt};
+  ShardResult r;
+  IrDiag d = {0};
+  if (!check(!ir_shard(g, &spec, &r, &d), "gpt2 batch_tp 0,1,0: %s", d.msg)) {
+    ir_graph_free(g);
+    return;
+  }
+  expect_layout(g, &r, "wte", "[V/tp, C]");
+  expect_layout(g, &r, "h.0.qkv_w", "[C, 3*C]");
+  expect_layout(g, &r, "h.0.q.1", "[B/tp, NH, T, C/NH]");
+  expect_layout(g, &r, "grad.h.0.fc_w", "[C, 4*C] partial(tp)");
+  expect_layout(g, &r, "h.1.qkv_w", "[C, 3*C/tp]");
+  // the residual stream leaves layer 0 gathered (right after it is made), its gradient too
+  const ShardColl *c[32];
+  int fwd = colls(&r, 1, PHASE_FORWARD, c, 32);
+  bool out = fwd == 1 && c[0]->kind == SHARD_ALL_GATHER && c[0]->dim == 0 &&
+             !strcmp(c[0]->value->name, "h.0.out");
+  int bwd = count_colls(&r, 1, PHASE_BACKWARD, IR_MESH_TP, SHARD_ALL_GATHER);
+  int grads = count_colls(&r, 1, PHASE_UPDATE, IR_MESH_TP, SHARD_ALL_REDUCE);
+  check(out && bwd == 1 && grads == 12,
+        "gpt2 batch_tp 0,1,0: layer 0 forward: %d collectives (want the all-gather of h.0.out "
+        "on dim 0), backward %d all-gathers (want 1), %d gradient all-reduces (want 12)", fwd,
+        bwd, grads);
+  ir_shard_free(&r);
+  ir_graph_free(g);
+}
+
 // Every layout of the examples (fused and not) and the ONNX fixtures fits.
 static void sweep(IrGraph *g, const char *what) {
   static const int tps[][2] = {{2, 1}, {1, 2}, {2, 2}, {4, 1}, {SHARD_TP_ANY, 1}};
@@ -703,6 +739,7 @@ int main(int argc, char **argv) {
   test_heads();
   test_vocab();
   test_mixed_blocks();
+  test_batch_blocks();
   test_examples();
   if (argc > 2)
     test_onnx(argv[2]);

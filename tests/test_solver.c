@@ -51,7 +51,7 @@ static SvProblem *random_problem(int groups) {
   p->micro_total = groups == 1 ? 8 : 2 + irand(4);
   p->nlayouts = 2 + irand(2);
   for (int l = 0; l < p->nlayouts; l++)
-    p->layout[l] = (SvLayout){8 >> l, 1 << l, 1};
+    p->layout[l] = (SvLayout){8 >> l, 1 << l, 1, false};
   for (int g = 0; g < groups; g++) {
     p->gpus[g] = 8;
     p->cap[g] = 1e12;
