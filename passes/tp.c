@@ -35,6 +35,11 @@
 // that is a mean over its rows (cross-entropy) is scaled by 1/q, forward and
 // backward, so that the sum over the rows is the mean over the batch.
 //
+// A block the plan makes data parallel over the tp ranks (PlanBlock.batch_tp)
+// is laid out by the same propagation: its batch split over tp, its weights
+// whole; the conversions above cut activations into it (tp_slice, of token
+// ids too) and gather them out of it.
+//
 // Data parallelism and ZeRO are lowered after this, on the per-rank shapes.
 #include "passes.h"
 
@@ -740,8 +745,8 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   t.conv = malloc((size_t)t.nv * NCONV * sizeof *t.conv);
   t.nconv = calloc((size_t)t.nv, sizeof *t.nconv);
   IrValue **stats_of = calloc((size_t)t.nv, sizeof *stats_of);
-  IR_ASSERT(degree && batch_tp && t.node && t.use_at && t.cur && t.pieces && t.pad_dim && t.conv && t.nconv &&
-            stats_of);
+  IR_ASSERT(degree && batch_tp && t.node && t.use_at && t.cur && t.pieces && t.pad_dim &&
+            t.conv && t.nconv && stats_of);
   for (int b = 0; b < nb; b++) {
     degree[b] = tp;
     batch_tp[b] = plan_block(P, b)->batch_tp;

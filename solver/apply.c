@@ -639,11 +639,11 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   }
   for (int u = 0; !rc && u < p->nunits; u++) {
     int lu = layout;   // or its blocks data parallel over the tp ranks
-    bool batch = plan_block(P, p->unit[u].block)->batch_tp;
-    for (int l = 0; batch && l < p->nlayouts; l++)
+    bool dp_tp = plan_block(P, p->unit[u].block)->batch_tp;
+    for (int l = 0; dp_tp && l < p->nlayouts; l++)
       if (p->layout[l].batch && p->layout[l].dp == dp && p->layout[l].tp == tp)
         lu = l;
-    if (batch && lu == layout) {
+    if (dp_tp && lu == layout) {
       ir_error(d, (IrLoc){0}, "the planner has no layout of %s data parallel over tp",
                p->unit[u].name);
       rc = 1;
