@@ -752,7 +752,8 @@ static void lower_equal(Lower *L, const IrNode *n) {
 // rt_dropout(out, x, step, n, ratio, seed, key, chunk, batched): the mask one
 // rank would draw, at each element's place in the whole tensor: x split over
 // tp is [outer][chunk] of [outer][tp][chunk] (its split dim's pieces each a
-// part of the outer), and its batch (dim 0) is this dp rank's part.
+// part of the outer), and its batch (dim 0) is the running micro-batch's slice
+// of the step's global batch (rt_dist.slice).
 static void lower_dropout(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_dropout);
   const IrValue *x = n->in[0];

@@ -32,6 +32,9 @@ typedef struct rt_dist_state {
                               // column's, a grid row's (q > 1)
   int micro, micro_total;     // the micro-batch running, and how many this rank's replica runs
                               // a step (replicas may run unequal shares of the batch)
+  long slice;                 // the slice of the step's global batch the running micro-batch
+                              // holds (train.c's take_slice): dropout draws each element's mask
+                              // bit at its place in the whole batch of the step
   int nslots;
   rt_request *req;            // one per slot
 } rt_dist_state;

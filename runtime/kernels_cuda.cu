@@ -2076,7 +2076,7 @@ static void dropout(T *out, const T *x, const int *step, long n, float ratio, lo
   float keep_scale = 1.0f / (1.0f - ratio);
   unsigned threshold = (unsigned)(ratio * 16777216.0f);
   long tp = chunk > 0 ? rt_dist.tp : 1, rank = chunk > 0 ? rt_dist.tp_rank : 0;
-  unsigned long long first = batched ? (unsigned long long)rt_dist.dp_rank * n * tp : 0;
+  unsigned long long first = batched ? (unsigned long long)rt_dist.slice * n * tp : 0;
   RT_LAUNCH(dropout_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, step, n, keep_scale,
             threshold, (unsigned long long)seed, (unsigned long long)key, chunk > 0 ? chunk : n,
             tp, rank, first);
@@ -2087,7 +2087,9 @@ RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, l
            (dev(out), dev(x), step, n, ratio, seed, key, chunk, batched))
 
 void rt_tick(int *step) {
-  if (rt_eval_mode) return;  // a validation or sampling forward leaves the masks as they were
+  // a validation or sampling forward leaves the masks as they were; a step's micro-batches
+  // share its count (rt_dist.slice tells them apart)
+  if (rt_eval_mode || rt_dist.micro) return;
   RT_LAUNCH(tick_kernel, 1, 1, 0, rt_cuda_stream, step);
   LAUNCHED();
 }

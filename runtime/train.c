@@ -1605,8 +1605,9 @@ static double run_batch(char *arena, char *stage, bool train) {
   long first = first_micro(d), total = micro_total();
   for (int m = 0; m < replica_micro(d); m++) {
     rt_dist.micro = m;
-    take_slice(arena, stage, (first + m) * M->grid_side +
-                                 (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) : 0));
+    rt_dist.slice =
+        (first + m) * M->grid_side + (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) : 0);
+    take_slice(arena, stage, rt_dist.slice);
     M->forward(arena, host_region);
     rt_device_get(stage, arena, M->loss_offset, 4);
     float l;
