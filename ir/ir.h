@@ -168,6 +168,9 @@ typedef struct IrValue {
   // layout).
   IrDimLayout layout[IR_MAXRANK];
   int pieces;
+  // A parameter's gradient still a partial sum over tp, which the data-parallel
+  // reduction of its bucket finishes (passes/tp.c: a block data parallel over tp).
+  bool partial_tp;
   // Placement (passes/lower.c, offload): v lives in host memory, not on the
   // device. The memory plan lays host values out in a host region of their
   // own; only to_device and updates on the host read them.

@@ -1264,7 +1264,9 @@ static int shard_sin(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_cos(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_abs(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
-static int shard_cast(ShardOp *op) { return unary(op, LIN_NONE); }
+// Linear in a block data parallel over tp (a gradient made in bf16 and cast to float32 stays a
+// partial sum for its bucket's reduction, see optimizer).
+static int shard_cast(ShardOp *op) { return unary(op, op->batch ? LIN_ONE : LIN_NONE); }
 static int shard_sigmoid(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }
@@ -1334,14 +1336,16 @@ static int shard_slice_bwd(ShardOp *op) { return slice(op, op->n->in[0]); }
 
 // (p, g, state...): the gradient and the state take the parameter's layout
 // (the state is seeded with it). A gradient that is a partial sum over tp is
-// reduced here; one over dp is left to the data-parallel reduction.
+// reduced here; one over dp is left to the data-parallel reduction, and so is
+// one over tp in a block data parallel over tp (passes/lower.c reduces its
+// bucket over tp, then over dp).
 static int optimizer(ShardOp *op) {
   // a parameter no earlier op laid out (a bf16 master whose working copy no
   // op reads) takes its gradient's layout
   ShardLayout p = op->seed[0] ? op->in[1] : op->in[0];
   p.partial = 0;
   op->in[0] = p;
-  unsigned dp = op->in[1].partial & BIT(DP);
+  unsigned dp = op->in[1].partial & (BIT(DP) | (op->batch ? BIT(TP) : 0));
   op->in[1] = p;
   op->in[1].partial = (unsigned char)dp;
   for (int k = 2; k < op->n->nin; k++)

@@ -135,16 +135,22 @@ static IrValue *flat(Lower *L, const char *what, const PassBucket *b, IrRole rol
 
 static int infer(Lower *L, IrNode *n) { return ir_infer(L->g, n, L->d); }
 
-// A collective on bucket x over the dp axis, with a slot of its own.
-static IrNode *collective(Lower *L, IrOp op, IrValue *x, bool avg, bool last_micro) {
+// A collective on bucket x over mesh axis `axis` (the dp axis unless said), with a slot of its
+// own.
+static IrNode *collective_over(Lower *L, IrOp op, IrValue *x, bool avg, bool last_micro,
+                               IrMeshAxis axis) {
   IrNode *n = ir_node_new(L->g, op, &x, 1, 0);
-  ir_set_int(L->g, n, "axis", 0);
+  ir_set_int(L->g, n, "axis", ir_rt_axis(axis));
   if (op != OP_ALL_GATHER)
     ir_set_int(L->g, n, "avg", avg);
   ir_set_int(L->g, n, "slot", L->out->nslots++);
   if (last_micro)
     ir_set_int(L->g, n, "last_micro", 1);
   return n;
+}
+
+static IrNode *collective(Lower *L, IrOp op, IrValue *x, bool avg, bool last_micro) {
+  return collective_over(L, op, x, avg, last_micro, IR_MESH_DP);
 }
 
 static IrNode *wait(Lower *L, IrNode *started) {
@@ -270,6 +276,32 @@ static void grads_to_host(Lower *L, PassBucket *b) {
 
 // Gradients: a zeroed bucket that backward writes them into, and the
 // reduction after the last one.
+// A block data parallel over tp: its gradients are partial sums over tp (each
+// rank's over its part of the batch) that the bucket's reduction finishes, an
+// all-reduce over tp of the whole bucket before the one over dp (once a step
+// where that one is, else every micro-batch). Every member's gradient must be
+// one; -1 with L->d when one is not (it does not sum over the batch).
+static int partial_over_tp(Lower *L, PassBucket *b, IrValue **members, int n) {
+  int partial = 0;
+  for (int i = 0; i < n; i++)
+    partial += members[i]->grad->partial_tp;
+  if (partial == 0)
+    return 0;
+  for (int i = 0; i < n && partial < n; i++)
+    if (!members[i]->grad->partial_tp)
+      return ir_error(L->d, members[i]->loc, "lower: block %d is data parallel over tp, but "
+                      "the gradient of '%s' does not sum over the batch's parts: give the "
+                      "block the mesh's tensor parallelism", b->block, members[i]->name);
+  b->tp_reduce = true;
+  b->tp_reduce_micro = b->zero >= 2 || plan_block(L->plan, b->block)->offload_grads;
+  return 0;
+}
+
+// The bucket all-reduced over tp (a sum), and its wait.
+static void reduce_over_tp(Lower *L, IrValue *x, bool last_micro) {
+  wait(L, collective_over(L, OP_ALL_REDUCE, x, false, last_micro, IR_MESH_TP));
+}
+
 static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   IrGraph *g = L->g;
   int first = g->nnodes, last = -1;
@@ -301,6 +333,8 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 
   ir_insert_before(g, last + 1); // after the last gradient
   bool micro = L->micro > 1;
+  if (b->tp_reduce_micro)
+    reduce_over_tp(L, b->grads, false);
   if (plan_block(L->plan, b->block)->offload_grads) {
     grads_to_host(L, b);
   } else if (b->zero <= 1) {
@@ -309,6 +343,8 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
       red = flat(L, "grads.acc", b, ROLE_BUCKET, b->numel);
       accumulate(L, red, b->grads);
     }
+    if (b->tp_reduce)
+      reduce_over_tp(L, red, micro);
     b->reduce = collective(L, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, red, true, micro);
     b->reduced = red;
     b->reduced_sharded = b->zero == 1;
@@ -679,7 +715,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
       for (int i = 0; i < n; i++)
         mine[i]->bucket = b->params;
     }
-    if ((rc = lower_copies(&L, b, mine, n)))
+    if ((rc = lower_copies(&L, b, mine, n)) || (rc = partial_over_tp(&L, b, mine, n)))
       break;
     lower_grads(&L, b, mine, n);
     if (b->zero == 3 && !b->copies)

@@ -58,6 +58,10 @@ typedef struct PassBucket {
   bool reduced_sharded;    // only this rank's 1/dp of it is reduced (ZeRO 1-3): the value
                            // is that shard, or (ZeRO 1) the whole bucket, reduced in its slot
   IrNode *reduce;          // ZeRO 0, 1: the collective that update waits for
+  bool tp_reduce;          // its gradients are partial sums over tp (a block data parallel over
+                           // tp): the whole bucket is all-reduced over tp before the reduction
+                           // over dp, ...
+  bool tp_reduce_micro;    // ... every micro-batch (ZeRO 2, 3, offloaded gradients), or once
   int nstate;              // optimizer-state values per parameter (AdamW 2, SGD 0)
   int64_t part;            // elements this rank updates: numel (ZeRO 0) or numel/dp
   int64_t host_numel;      // offload: the last ones of them, updated on the host (AdamW)

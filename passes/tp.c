@@ -799,6 +799,9 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
       rc = learn_part(&t, i, stats_of);
     for (int k = 0; k < n->nout && !rc && n->op != OP_VP_CROSS_ENTROPY; k++)
       rc = convert_output(&t, i, k);
+    // a gradient the update reads as a partial sum over tp: its bucket's reduction finishes it
+    if ((n->op == OP_ADAMW || n->op == OP_SGD) && (use_of(&t, i, 1)->partial & BIT(TP)))
+      n->in[1]->partial_tp = true;
   }
   for (int i = 0, axis; i < t.nn && !rc; i++)
     if ((axis = mean_over_row_split(&t, i)) >= 0)

@@ -321,7 +321,9 @@ static int check_model(const cJSON *root, const IrGraph *g, int64_t seq, const c
   }
   const cJSON *v;
   cJSON_ArrayForEach(v, dims) {
-    if (symtab_find(&g->syms, v->string) < 0)
+    // the lowering's names of its degrees (mtc compile writes plan.json after lowering)
+    bool degree = !strcmp(v->string, IR_TP_DIM) || !strcmp(v->string, IR_Q_DIM);
+    if (symtab_find(&g->syms, v->string) < 0 && !degree)
       return ir_error(d, (IrLoc){0}, "%s: \"dims\" has %s, which the model does not have: the "
                       "plan is for another model", path, v->string);
   }
@@ -501,6 +503,11 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
     comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, grads, per);
     comm_micro += sv_dp_comm_bytes((double)k->numel, dp, k->zero, 1, grads, per) -
                   sv_dp_comm_bytes((double)k->numel, dp, k->zero, 0, grads, per);
+    if (k->tp_reduce) {   // a block data parallel over tp: the bucket all-reduced over tp first
+      double once = sv_tp_comm_bytes((double)k->numel * per.grad, tp, 1);
+      comm += k->tp_reduce_micro ? micro * once : once;
+      comm_micro += k->tp_reduce_micro ? once : 0;
+    }
   }
   // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
   int q = P->mesh.size[IR_MESH_ROW];

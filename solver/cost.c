@@ -928,6 +928,16 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     double align = (double)PASS_ALIGN_ELEMS * d;
     slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[split]) / align) * align;
   }
+  // Data parallel over the tp ranks too: their gradients (partial sums over the batch's parts)
+  // are finished by an all-reduce of the bucket over tp before the one over dp, once a step
+  // where that is (ZeRO 0, 1), else every micro-step (passes/lower.c).
+  if (l.batch && slice > 0) {
+    double t = ar(slice * b->grad, l.tp, in);
+    if (zero >= 2 || grads)
+      o->t_micro[SV_T_TP] += per * t;
+    else
+      o->t_step[SV_T_TP] += t;
+  }
   if (d > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
     double gr_b = slice * b->grad, pr_b = slice * b->param;   // bf16: the copies gathered

@@ -10,6 +10,7 @@
 # PLAN_BATCH_TP="1 2" makes those blocks data parallel over all 4 GPUs (dp 4,
 # tp 1) beside the others' dp 2 x tp 2: the program splits their batch over
 # tp too (per-block meshes). PLAN_TP="1 4" makes every other block dp 1 x tp 4.
+# PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
 set -euo pipefail
@@ -17,7 +18,8 @@ mtc=$1 model=$2 out=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-"$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision fp32 --json "$out/plan.json" > "$out/plan.txt"
+"$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision "${PLAN_PRECISION:-fp32}" \
+  --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_TP:-2 2}" <<'PY'
 import json, sys
@@ -39,4 +41,5 @@ json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 # global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each; or one
 # replica, 4 micro-batches)
-exec "$here/mpi.sh" "$mtc" "$model" "$out/run" 4 8 2 "--plan $out/edited.json" "$@"
+exec "$here/mpi.sh" "$mtc" "$model" "$out/run" 4 8 2 "--plan $out/edited.json" "$@" \
+  --precision "${PLAN_PRECISION:-fp32}"
