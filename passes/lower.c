@@ -274,8 +274,6 @@ static void grads_to_host(Lower *L, PassBucket *b) {
   b->reduced_sharded = b->zero >= 1;
 }
 
-// Gradients: a zeroed bucket that backward writes them into, and the
-// reduction after the last one.
 // A block data parallel over tp: its gradients are partial sums over tp (each
 // rank's over its part of the batch) that the bucket's reduction finishes, an
 // all-reduce over tp of the whole bucket before the one over dp (once a step
@@ -302,6 +300,8 @@ static void reduce_over_tp(Lower *L, IrValue *x, bool last_micro) {
   wait(L, collective_over(L, OP_ALL_REDUCE, x, false, last_micro, IR_MESH_TP));
 }
 
+// Gradients: a zeroed bucket that backward writes them into, and the
+// reduction after the last one.
 static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   IrGraph *g = L->g;
   int first = g->nnodes, last = -1;
