@@ -45,8 +45,8 @@
 // planner's pure data-parallel block in a tensor-parallel program) keeps its
 // parameters whole too, and splits its batch over tp instead: each activation
 // it reads has its batch dim split (block_key, split_batch), its weights'
-// gradients come out partial sums over tp, reduced in backward as the update
-// needs them. What crosses to a tensor-parallel block is read there whole on
+// gradients come out partial sums over tp and stay so to the update (its
+// bucket's reduction finishes them, passes/lower.c). What crosses to a tensor-parallel block is read there whole on
 // the batch (an all-gather), as between blocks of different degrees.
 //
 // The batch: every input whose first dim is the first input's first dim is
@@ -301,15 +301,24 @@ static bool divides(ShardOp *op, const Sym *dim, int axis) {
   return (v % deg == 0 && v >= deg) || padded(op->s, axis, dim);
 }
 
+static int block_tp(const Shard *s, const IrNode *n) {
+  if (n->block < 0 || n->block >= s->spec->nblocks)
+    return 1;
+  return s->spec->tp[n->block];
+}
+
+static bool block_batch(const Shard *s, const IrNode *n) {
+  return s->spec->batch_tp && n->block >= 0 && n->block < s->spec->nblocks &&
+         s->spec->batch_tp[n->block] && s->spec->tp[n->block] != 1;
+}
+
 // With spec->pad_vocab: the embedding tables' vocabularies their blocks'
-// degrees do not divide.
+// degrees do not divide (a block data parallel over tp splits none).
 static void find_vocab(Shard *s) {
   ShardResult *r = s->r;
   for (int i = 0; s->spec->pad_vocab && i < s->g->nnodes; i++) {
     const IrNode *n = s->g->nodes[i];
-    bool in = n->block >= 0 && n->block < s->spec->nblocks;
-    int deg = in && !(s->spec->batch_tp && s->spec->batch_tp[n->block]) ? s->spec->tp[n->block]
-                                                                        : 1;
+    int deg = block_batch(s, n) ? 1 : block_tp(s, n);
     int64_t v;
     const Sym *dim = n->op == OP_EMBEDDING ? n->in[0]->shape[0] : NULL;
     if (!dim || deg < 2 || sym_eval(dim, &s->g->syms, &v) || v % deg == 0 || padded(s, TP, dim) ||
@@ -1427,17 +1436,6 @@ static ShardFn *const shard_fns[] = {
 };
 
 // ---- the pass -------------------------------------------------------------------------------
-
-static int block_tp(const Shard *s, const IrNode *n) {
-  if (n->block < 0 || n->block >= s->spec->nblocks)
-    return 1;
-  return s->spec->tp[n->block];
-}
-
-static bool block_batch(const Shard *s, const IrNode *n) {
-  return s->spec->batch_tp && n->block >= 0 && n->block < s->spec->nblocks &&
-         s->spec->batch_tp[n->block] && s->spec->tp[n->block] != 1;
-}
 
 // What a layout was made under: the block's tp degree, apart for a block
 // that splits its batch over tp (a value crossing between the two kinds is

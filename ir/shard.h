@@ -42,7 +42,7 @@ typedef struct ShardSpec {
   const int *tp;           // tp[b]: block b's tensor-parallel degree (1: none; SHARD_TP_ANY)
   const bool *batch_tp;    // NULL, or batch_tp[b]: block b is data parallel over its tp[b]
                            // ranks instead: its batch splits over tp, its weights are whole
-                           // (their gradients partial sums over tp, reduced in backward)
+                           // (their gradients partial sums over tp, left so for the update)
   bool pad_vocab;          // an embedding table whose vocabulary the degree does not divide is
                            // split all the same: the lowering pads it (passes/tp.c)
   bool seq_parallel;       // Megatron's sequence parallelism in tensor-parallel blocks: the

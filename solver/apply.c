@@ -178,8 +178,7 @@ static int one_mesh(const Mesh *mesh, const SvModel *m, Plan *a, const char *pat
   for (int b = 0; b < m->nblocks; b++) {
     if (!memcmp(&mesh[b], &a->mesh, sizeof *mesh))
       continue;
-    bool data_parallel = mesh_ranks(&mesh[b]) == mesh[b].size[IR_MESH_DP];
-    if (tp > 1 && data_parallel && mesh[b].size[IR_MESH_DP] == ranks) {
+    if (tp > 1 && mesh[b].size[IR_MESH_DP] == ranks) {   // dp x tp replicas of tp 1
       a->block[b].batch_tp = true;
       continue;
     }
