@@ -42,8 +42,10 @@ typedef enum CgArgKind {
 typedef struct CgArg {
   CgArgKind kind;
   const IrValue *buf;
-  const Sym *rank_stride;  // CG_BUF: when set, this rank's part: buf + dp_rank * rank_stride elements;
-                           // CG_INT: i - dp_rank * rank_stride (an offset into this rank's part)
+  const Sym *rank_stride;  // CG_BUF: when set, this rank's part: buf + r * rank_stride elements;
+                           // CG_INT: i - r * rank_stride (an offset into this rank's part), r
+  int rank_axis;           // this rank's place along the runtime's mesh axis rank_axis (RT_AXIS_DP,
+                           // or RT_AXIS_ALL: a bucket sharded over every rank)
   const Sym *elem_off;     // CG_BUF: when set, that many elements further (a range of the part)
   const Sym *i;
   const char *name;     // CG_ENUM, CG_HPARAM (a field of rt_hparams)

@@ -306,6 +306,12 @@ static void emit_layer_times(Emit *e) {
 
 static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next);
 
+// The rank whose part of a bucket an argument is: along dp, or over every rank (runtime/dist.h).
+static const char *rank_of(const CgArg *a) {
+  IR_ASSERT(a->rank_axis == ir_rt_axis(IR_MESH_DP) || a->rank_axis == ir_rt_axis(IR_MESH_ALL));
+  return a->rank_axis == ir_rt_axis(IR_MESH_DP) ? "rt_dist.dp_rank" : "rt_dist.rank";
+}
+
 static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
   int64_t step = next ? arg_step(e, a, next) : 0;
   switch (a->kind) {
@@ -313,7 +319,7 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
     e->used[a->buf->id] = true;
     fprintf(e->f, "%s.%s", a->buf->host ? "hb" : "b", e->cname[a->buf->id]);
     if (a->rank_stride) { // this rank's part of a bucket
-      fputs(" + rt_dist.dp_rank * ", e->f);
+      fprintf(e->f, " + %s * ", rank_of(a));
       print_int(e, a->rank_stride);
     }
     if (a->elem_off) { // a range of it
@@ -335,7 +341,7 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
       fputc('(', e->f);
     print_int(e, a->i);
     if (a->rank_stride) { // less this rank's start
-      fputs(" - rt_dist.dp_rank * ", e->f);
+      fprintf(e->f, " - %s * ", rank_of(a));
       print_int(e, a->rank_stride);
     }
     if (step) {
@@ -448,11 +454,11 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
   case CG_BUF:
     *delta = m->offset[y->buf->id] - m->offset[x->buf->id];
     return x->buf->host == y->buf->host && x->buf->dtype == y->buf->dtype &&
-           same_sym(x->rank_stride, y->rank_stride) && same_sym(x->elem_off, y->elem_off) &&
-           *delta % ir_dtype_size(x->buf->dtype) == 0;
+           same_sym(x->rank_stride, y->rank_stride) && x->rank_axis == y->rank_axis &&
+           same_sym(x->elem_off, y->elem_off) && *delta % ir_dtype_size(x->buf->dtype) == 0;
   case CG_INT: {
     int64_t a, b;
-    if (!same_sym(x->rank_stride, y->rank_stride))
+    if (!same_sym(x->rank_stride, y->rank_stride) || x->rank_axis != y->rank_axis)
       return false;
     if (sym_eq(x->i, y->i))
       return true;
@@ -853,12 +859,13 @@ static void emit_buckets(Emit *e) {
     moment_offsets(e, adamw_of(e, p), &m, &v);
     moment_offsets(e, k->host_params ? adamw_of(e, k->host_params) : NULL, &hm, &hv);
     println(e, ", %lld, %d, %lld, %d, %lld, %d, %d, %lld, %lld, %lld, %d, %lld, %lld, %lld, %lld, "
-            "%lld}, // block %d", (long long)k->numel,
+            "%lld, %s}, // block %d", (long long)k->numel,
             k->zero, (long long)e->m->offset[p->id], k->pshard != NULL,
             (long long)e->m->offset[k->reduced->id], k->reduced_sharded, k->reduced->host,
             (long long)numel_of(e, k->reduced), (long long)(cut ? k->host_numel : 0),
             (long long)(cut ? e->m->offset[k->host_params->id] : 0), k->part != k->numel,
-            (long long)(k->nstate ? k->host_numel : 0), m, v, hm, hv, k->block);
+            (long long)(k->nstate ? k->host_numel : 0), m, v, hm, hv, cg_rt_axis_name(k->axis),
+            k->block);
   }
   println(e, "};");
   blank(e);

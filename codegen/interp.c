@@ -44,7 +44,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     case CG_BUF:
       e->p[j] = (a->buf->host ? it->host : it->arena) + it->mem->offset[a->buf->id];
       if (a->rank_stride) // this rank's part of a bucket
-        e->p[j] = (float *)e->p[j] + rt_dist.dp_rank * ir_eval(it->g, a->rank_stride);
+        e->p[j] = (float *)e->p[j] + rt_axis_rank(a->rank_axis) * ir_eval(it->g, a->rank_stride);
       if (a->elem_off) // a range of it
         e->p[j] = (float *)e->p[j] + ir_eval(it->g, a->elem_off);
       break;
@@ -53,7 +53,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
       if (sym_eval(a->i, &it->g->syms, &x))
         return ir_error(d, (IrLoc){0}, "interp: a size does not evaluate to an integer");
       if (a->rank_stride) // less this rank's start
-        x -= rt_dist.dp_rank * ir_eval(it->g, a->rank_stride);
+        x -= rt_axis_rank(a->rank_axis) * ir_eval(it->g, a->rank_stride);
       e->i[j] = (long)x;
       break;
     case CG_FLOAT: e->f[j] = (float)a->f; break;

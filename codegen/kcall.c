@@ -227,7 +227,7 @@ static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena
 
 const char *cg_rt_axis_name(IrMeshAxis a) {
   static const char *const names[] = {"RT_AXIS_NONE", "RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW",
-                                      "RT_AXIS_COL"};
+                                      "RT_AXIS_COL", "RT_AXIS_ALL"};
   int rt = ir_rt_axis(a) + 1;
   IR_ASSERT(rt >= 0 && rt < (int)(sizeof names / sizeof *names));
   return names[rt];
@@ -818,13 +818,21 @@ static void lower_slice_bwd(Lower *L, const IrNode *n) {
 // the compiled-in defaults, see cg_default_hparams).
 static void hparam(CgCall *c, const char *name) { arg(c, CG_HPARAM)->name = name; }
 
+// The last argument is this rank's part of a bucket of `stride`-element parts: the part at
+// this rank's place along the axis node n shards its bucket over (its shard_axis).
+static void rank_part(CgCall *c, const IrNode *n, const Sym *stride) {
+  CgArg *a = &c->args[c->nargs - 1];
+  a->rank_stride = stride;
+  a->rank_axis = (int)ir_attr_i(n, "shard_axis");
+}
+
 // v, or this rank's part of it when v holds a whole bucket of `part`-sized
 // parts (sharded updates and accumulation under ZeRO). A v smaller than a
 // part is this rank's (bf16 offload: the device's range of its masters).
-static void part_buf(Lower *L, CgCall *c, const IrValue *v, const Sym *part) {
+static void part_buf(Lower *L, CgCall *c, const IrNode *n, const IrValue *v, const Sym *part) {
   buf(c, v);
   if (ir_eval(L->g, numel(L, v)) > ir_eval(L->g, part))
-    c->args[c->nargs - 1].rank_stride = part;
+    rank_part(c, n, part);
 }
 
 // dst <- src in dst's type: a parameter's working copy (rt_cast); dst may be
@@ -832,7 +840,8 @@ static void part_buf(Lower *L, CgCall *c, const IrValue *v, const Sym *part) {
 // 1-2), from its start (bf16 offload writes the device's range)
 static void lower_assign(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_cast);
-  part_buf(L, c, n->in[0], sym_scale(&L->g->arena, numel(L, n->in[0]), 1, ir_attr_i(n, "shards")));
+  const Sym *part = sym_scale(&L->g->arena, numel(L, n->in[0]), 1, ir_attr_i(n, "shards"));
+  part_buf(L, c, n, n->in[0], part);
   buf(c, n->in[1]), num(c, numel(L, n->in[1]));
 }
 
@@ -855,7 +864,7 @@ static void decay_arg(Lower *L, CgCall *c, const IrNode *n, const Sym *count) {
   }
   numk(L, c, end);
   if (stride)
-    c->args[c->nargs - 1].rank_stride = sym_const(&L->g->arena, stride);
+    rank_part(c, n, sym_const(&L->g->arena, stride));
 }
 
 // (p, g, m, v); sharded: the moments are this rank's part (offload: its first
@@ -865,7 +874,7 @@ static void lower_adamw(Lower *L, const IrNode *n) {
   bool host = n->in[0]->host;
   CgCall *c = call(L, host ? CG_K_adamw_host : CG_K_adamw);
   const Sym *part = adamw_part(L, n);
-  part_buf(L, c, n->in[0], part), part_buf(L, c, n->in[1], part);
+  part_buf(L, c, n, n->in[0], part), part_buf(L, c, n, n->in[1], part);
   buf(c, n->in[2]), buf(c, n->in[3]);
   num(c, numel(L, n->in[2]));
   hparam(c, "lr"), hparam(c, "beta1"), hparam(c, "beta2"), hparam(c, "eps");
@@ -879,7 +888,7 @@ static void lower_adamw(Lower *L, const IrNode *n) {
 // g may be whole buckets of such parts. n: the update node (its decay).
 static void sgd_call(Lower *L, const IrNode *n, const Sym *part, const Sym *count) {
   CgCall *c = call(L, CG_K_sgd);
-  part_buf(L, c, n->in[0], part), part_buf(L, c, n->in[1], part), num(c, count);
+  part_buf(L, c, n, n->in[0], part), part_buf(L, c, n, n->in[1], part), num(c, count);
   hparam(c, "lr"), hparam(c, "weight_decay"), hparam(c, "grad_scale");
   decay_arg(L, c, n, count);
 }
@@ -928,9 +937,13 @@ static void lower_comm_wait(Lower *L, const IrNode *n) {
   numk(L, c, ir_attr_i(n, "slot")), numk(L, c, ir_attr_i(n, "last_micro"));
 }
 
+// this rank's shard into its place in the whole bucket (an all-gather fills the rest)
 static void lower_unshard(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_unshard);
-  buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  CgCall *c = call(L, CG_K_copy);
+  const Sym *k = numel(L, n->in[0]);
+  buf(c, n->out[0]);
+  rank_part(c, n, k);
+  buf(c, n->in[0]), num(c, k);
 }
 
 // tp_gather / tp_slice: the tensor as [outer][pieces][chunk] on this rank,
@@ -980,7 +993,7 @@ static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
 static void lower_accumulate(Lower *L, const IrNode *n) {
   CgCall *c = call(L, n->in[0]->host ? CG_K_accumulate_host : CG_K_accumulate);
   const Sym *part = numel(L, n->in[0]);
-  buf(c, n->in[0]), part_buf(L, c, n->in[1], part), num(c, part);
+  buf(c, n->in[0]), part_buf(L, c, n, n->in[1], part), num(c, part);
   flt(c, ir_attr_f(n, "scale"));
 }
 
@@ -991,11 +1004,10 @@ static void range_buf(Lower *L, CgCall *c, const IrNode *n, const IrValue *x) {
   IrArena *ar = &L->g->arena;
   int64_t shards = ir_attr_i(n, "shards"), offset = ir_attr_i(n, "offset");
   buf(c, x);
-  CgArg *a = &c->args[c->nargs - 1];
   if (shards > 1)
-    a->rank_stride = sym_scale(ar, numel(L, x), 1, shards);
+    rank_part(c, n, sym_scale(ar, numel(L, x), 1, shards));
   if (offset)
-    a->elem_off = sym_const(ar, offset);
+    c->args[c->nargs - 1].elem_off = sym_const(ar, offset);
 }
 
 static void lower_to_host(Lower *L, const IrNode *n) {

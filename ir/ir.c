@@ -36,8 +36,8 @@ IrOp ir_op_lookup(const char *name) {
 }
 
 const char *ir_mesh_axis_name(IrMeshAxis a) {
-  static const char *const names[IR_MESH_NAXES] = {"-", "dp", "tp", "row", "col"};
-  return a >= 0 && a < IR_MESH_NAXES ? names[a] : "-";
+  static const char *const names[IR_MESH_NAXES + 1] = {"-", "dp", "tp", "row", "col", "all"};
+  return a >= 0 && a <= IR_MESH_ALL ? names[a] : "-";
 }
 
 // ---- diagnostics -----------------------------------------------------------------

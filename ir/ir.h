@@ -108,17 +108,21 @@ typedef enum IrMeshAxis {
   // among those of one grid row.
   IR_MESH_ROW,
   IR_MESH_COL,
-  IR_MESH_NAXES
+  IR_MESH_NAXES,
+  // Every rank of the mesh (dp x one replica's ranks): no dim is split over it; a block data
+  // parallel over tp (PlanBlock.batch_tp) reduces and shards its bucket over it.
+  IR_MESH_ALL = IR_MESH_NAXES
 } IrMeshAxis;
 
-const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col" ("-" for none)
+const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col", "all" ("-": none)
 // The axes that split one replica's ops (tp, row, col), as bits (1 << axis).
 #define IR_MESH_MODEL_AXES ((1u << IR_MESH_TP) | (1u << IR_MESH_ROW) | (1u << IR_MESH_COL))
 // Can a dim split over axis a be made of equal pieces, each split (IrValue.pieces: a fused
 // QKV output dim)? Over tp and the grid's columns, which split output dims; the grid's rows
 // split a batch or a weight's input dim, never made of pieces.
 static inline bool ir_mesh_pieces(IrMeshAxis a) { return a == IR_MESH_TP || a == IR_MESH_COL; }
-// The runtime numbers the axes from dp (runtime/dist.h RT_AXIS_*: dp 0, tp 1, row 2, col 3):
+// The runtime numbers the axes from dp (runtime/dist.h RT_AXIS_*: dp 0, tp 1, row 2, col 3,
+// all 4):
 // the "axis" and "split_axis" attributes of the ops that run collectives hold that number.
 static inline int ir_rt_axis(IrMeshAxis a) { return (int)a - IR_MESH_DP; }
 static inline IrMeshAxis ir_mesh_axis_of_rt(int64_t rt) { return (IrMeshAxis)(rt + IR_MESH_DP); }

@@ -10,7 +10,8 @@
 // Per block (the IR's block id; block 0 holds what is outside repeated
 // blocks), the parameters the block reads first become one flat bucket, each
 // parameter at a 64-byte aligned offset, the whole padded to a multiple of
-// 16 x dp elements so that every rank's shard is whole and aligned. Their
+// 16 x dp elements so that every rank's shard is whole and aligned (of
+// 16 x dp x tp for a block data parallel over tp, below). Their
 // gradients are placed the same way in a gradient bucket that backward
 // writes (zeroed first, so the padding is zero). After the last gradient of
 // the bucket is written:
@@ -23,6 +24,14 @@
 //
 // With micro-batches, ZeRO 0 and 1 first accumulate the gradients in a
 // persistent bucket and reduce that after the last micro-batch.
+//
+// A block data parallel over the tp ranks too (PlanBlock.batch_tp) writes
+// gradients that are each rank's partial sums over tp. Its bucket is reduced
+// and sharded over every rank of the mesh instead of dp (PassBucket.axis,
+// IR_MESH_ALL): the collectives above run over all dp x tp ranks, the mean
+// being the sum over tp of the mean over dp (runtime/dist.c), the bucket is
+// padded to 16 x dp x tp, and ZeRO shards its state in dp x tp parts (the
+// "shard_axis" of the nodes that take this rank's part says whose).
 //
 // Uneven batch shares (Plan.replica_micro, a mixed cluster's): replica d runs
 // m_d of the step's M micro-batches. Each micro-batch's gradient is scaled by
@@ -135,22 +144,18 @@ static IrValue *flat(Lower *L, const char *what, const PassBucket *b, IrRole rol
 
 static int infer(Lower *L, IrNode *n) { return ir_infer(L->g, n, L->d); }
 
-// A collective on bucket x over mesh axis `axis` (the dp axis unless said), with a slot of its
-// own.
-static IrNode *collective_over(Lower *L, IrOp op, IrValue *x, bool avg, bool last_micro,
-                               IrMeshAxis axis) {
+// A collective on x, a bucket of b or its part, over the axis b is reduced and sharded over,
+// with a slot of its own.
+static IrNode *collective(Lower *L, const PassBucket *b, IrOp op, IrValue *x, bool avg,
+                          bool last_micro) {
   IrNode *n = ir_node_new(L->g, op, &x, 1, 0);
-  ir_set_int(L->g, n, "axis", ir_rt_axis(axis));
+  ir_set_int(L->g, n, "axis", ir_rt_axis(b->axis));
   if (op != OP_ALL_GATHER)
     ir_set_int(L->g, n, "avg", avg);
   ir_set_int(L->g, n, "slot", L->out->nslots++);
   if (last_micro)
     ir_set_int(L->g, n, "last_micro", 1);
   return n;
-}
-
-static IrNode *collective(Lower *L, IrOp op, IrValue *x, bool avg, bool last_micro) {
-  return collective_over(L, op, x, avg, last_micro, IR_MESH_DP);
 }
 
 static IrNode *wait(Lower *L, IrNode *started) {
@@ -161,10 +166,17 @@ static IrNode *wait(Lower *L, IrNode *started) {
   return n;
 }
 
-static IrNode *accumulate(Lower *L, IrValue *acc, IrValue *x) {
+// Node n reads or writes this rank's part of a bucket of b's: its place among b's shards.
+static void sharded(Lower *L, IrNode *n, const PassBucket *b, bool parts) {
+  ir_set_int(L->g, n, "shards", parts ? b->shards : 1);
+  if (b->axis != IR_MESH_DP)
+    ir_set_int(L->g, n, "shard_axis", ir_rt_axis(b->axis));
+}
+
+static IrNode *accumulate(Lower *L, const PassBucket *b, IrValue *acc, IrValue *x) {
   IrValue *in[2] = {acc, x};
   IrNode *n = ir_node_new(L->g, OP_ACCUMULATE, in, 2, 0);
-  ir_set_int(L->g, n, "shards", L->dp);
+  sharded(L, n, b, true);
   if (L->micro > 1)
     ir_set_float(L->g, n, "scale", L->scale);
   return n;
@@ -213,7 +225,7 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
       L->assign[members[i]->id]->in[0]->bucket_off = at * 2;
     at += round_up(numel, PASS_ALIGN_ELEMS);
   }
-  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * L->dp);
+  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * b->shards);
   return 0;
 }
 
@@ -231,7 +243,7 @@ static IrValue *host_flat(Lower *L, const char *what, const PassBucket *b, IrRol
 // part of bucket x (a whole bucket, or that part itself).
 static void host_range(Lower *L, IrNode *n, const PassBucket *b, const IrValue *x) {
   ir_set_int(L->g, n, "offset", b->part - b->host_numel);
-  ir_set_int(L->g, n, "shards", ir_eval(L->g, ir_numel(L->g, x)) == b->part ? 1 : L->dp);
+  sharded(L, n, b, ir_eval(L->g, ir_numel(L->g, x)) != b->part);
   IR_ASSERT(infer(L, n) == 0);
 }
 
@@ -261,12 +273,12 @@ static void to_device(Lower *L, const PassBucket *b, IrValue *x, IrValue *h) {
 // device holds no gradient beyond the block's backward. The whole part is the
 // host's (offload share 1), and so is its update (lower_update).
 static void grads_to_host(Lower *L, PassBucket *b) {
-  wait(L, collective(L, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, b->grads, true, false));
-  b->part = b->zero == 0 ? b->numel : b->numel / L->dp;
+  wait(L, collective(L, b, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, b->grads, true, false));
+  b->part = b->zero == 0 ? b->numel : b->numel / b->shards;
   b->host_numel = b->part;
   if (L->micro > 1) {  // copied to a host buffer, accumulated there
     b->host_grads = host_flat(L, "grads", b, ROLE_BUCKET, b->part);
-    accumulate(L, b->host_grads, to_host(L, b, "grads.stage", b->grads));
+    accumulate(L, b, b->host_grads, to_host(L, b, "grads.stage", b->grads));
   } else {
     b->host_grads = to_host(L, b, "grads", b->grads);
   }
@@ -274,15 +286,17 @@ static void grads_to_host(Lower *L, PassBucket *b) {
   b->reduced_sharded = b->zero >= 1;
 }
 
-// A block data parallel over tp: its gradients are partial sums over tp (each
-// rank's over its part of the batch) that the bucket's reduction finishes, an
-// all-reduce over tp of the whole bucket before the one over dp (once a step
-// where that one is, else every micro-batch). Every member's gradient must be
-// one; -1 with L->d when one is not (it does not sum over the batch).
-static int partial_over_tp(Lower *L, PassBucket *b, IrValue **members, int n) {
+// The axis b is reduced and sharded over. A block data parallel over tp has gradients that are
+// partial sums over tp (each rank's over its part of the batch): its bucket is reduced over
+// every rank at once (the sum over tp of the mean over dp, dist.c) and its ZeRO stage shards
+// its state over every rank. Every member's gradient must be one; -1 with L->d when one is
+// not (it does not sum over the batch).
+static int bucket_axis(Lower *L, PassBucket *b, IrValue **members, int n) {
   int partial = 0;
   for (int i = 0; i < n; i++)
     partial += members[i]->grad->partial_tp;
+  b->axis = IR_MESH_DP;
+  b->shards = L->dp;
   if (partial == 0)
     return 0;
   for (int i = 0; i < n && partial < n; i++)
@@ -290,14 +304,9 @@ static int partial_over_tp(Lower *L, PassBucket *b, IrValue **members, int n) {
       return ir_error(L->d, members[i]->loc, "lower: block %d is data parallel over tp, but "
                       "the gradient of '%s' does not sum over the batch's parts: give the "
                       "block the mesh's tensor parallelism", b->block, members[i]->name);
-  b->tp_reduce = true;
-  b->tp_reduce_micro = b->zero >= 2 || plan_block(L->plan, b->block)->offload_grads;
+  b->axis = IR_MESH_ALL;
+  b->shards = L->dp * L->tp;
   return 0;
-}
-
-// The bucket all-reduced over tp (a sum), and its wait.
-static void reduce_over_tp(Lower *L, IrValue *x, bool last_micro) {
-  wait(L, collective_over(L, OP_ALL_REDUCE, x, false, last_micro, IR_MESH_TP));
 }
 
 // Gradients: a zeroed bucket that backward writes them into, and the
@@ -333,27 +342,23 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 
   ir_insert_before(g, last + 1); // after the last gradient
   bool micro = L->micro > 1;
-  if (b->tp_reduce_micro)
-    reduce_over_tp(L, b->grads, false);
   if (plan_block(L->plan, b->block)->offload_grads) {
     grads_to_host(L, b);
   } else if (b->zero <= 1) {
     IrValue *red = b->grads;
     if (micro) {
       red = flat(L, "grads.acc", b, ROLE_BUCKET, b->numel);
-      accumulate(L, red, b->grads);
+      accumulate(L, b, red, b->grads);
     }
-    if (b->tp_reduce)
-      reduce_over_tp(L, red, micro);
-    b->reduce = collective(L, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, red, true, micro);
+    b->reduce = collective(L, b, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, red, true, micro);
     b->reduced = red;
     b->reduced_sharded = b->zero == 1;
   } else {
-    IrNode *rs = collective(L, OP_REDUCE_SCATTER, b->grads, true, false);
+    IrNode *rs = collective(L, b, OP_REDUCE_SCATTER, b->grads, true, false);
     wait(L, rs);
-    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->numel / L->dp);
+    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->numel / b->shards);
     b->reduced_sharded = true;
-    accumulate(L, b->reduced, b->grads);
+    accumulate(L, b, b->reduced, b->grads);
   }
   ir_insert_before(g, -1);
 }
@@ -371,7 +376,7 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
   g->cur_block = b->block;
   ir_insert_before(g, at);
   IrNode *u = ir_node_new(g, OP_UNSHARD, &shard, 1, 1);
-  ir_set_int(g, u, "shards", L->dp);
+  sharded(L, u, b, true);
   IR_ASSERT(infer(L, u) == 0);
   IrValue *whole = u->out[0];
   whole->role = ROLE_BUCKET;
@@ -379,7 +384,7 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
   snprintf(name, sizeof name, "%s.%s.%s", shard == b->pshard ? "params" : "copies",
            phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
   ir_value_rename(g, whole, name);
-  wait(L, collective(L, OP_ALL_GATHER, whole, false, false));
+  wait(L, collective(L, b, OP_ALL_GATHER, whole, false, false));
   ir_insert_before(g, -1);
   for (int i = 0; i < n; i++)
     vals[i]->bucket = whole;
@@ -447,13 +452,12 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
       ir_node_remove(g, L->update[members[i]->id]);
   g->cur_phase = PHASE_UPDATE;
   g->cur_block = b->block;
-  int dp = L->dp;
   if (b->reduce)
     wait(L, b->reduce);
   IrValue *p = b->pshard ? b->pshard : b->params;
   IrNode *u;
   b->nstate = rule->op == OP_ADAMW ? 2 : 0;
-  b->part = b->zero == 0 ? b->numel : b->numel / dp;
+  b->part = b->zero == 0 ? b->numel : b->numel / b->shards;
   b->host_numel = rule->op == OP_ADAMW ? host_share(L, b) : 0; // SGD has no state
   int64_t on_device = b->part - b->host_numel;
   if (b->copies && b->host_numel) {  // bf16: the host's masters are on the host only
@@ -479,12 +483,12 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   }
   // SGD has no state to shard: under ZeRO-1 it updates the whole bucket (the
   // shards other ranks reduced are then overwritten by the all-gather)
-  bool sharded = b->zero >= 2 || (b->zero == 1 && (rule->op == OP_ADAMW || b->pshard));
+  bool parts = b->zero >= 2 || (b->zero == 1 && (rule->op == OP_ADAMW || b->pshard));
   if (u) {
-    ir_set_int(g, u, "shards", sharded ? dp : 1);
+    sharded(L, u, b, parts);
     if (b->host_numel)
       ir_set_int(g, u, "part", b->part);
-    set_decay(L, u, b, 0, sharded);
+    set_decay(L, u, b, 0, parts);
     IR_ASSERT(infer(L, u) == 0);
   }
   if (b->host_numel) {
@@ -493,7 +497,8 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
                       host_flat(L, "adamw.m", b, ROLE_STATE, b->host_numel),
                       host_flat(L, "adamw.v", b, ROLE_STATE, b->host_numel)};
     IrNode *h = update_like(L, rule, in, 4);
-    set_decay(L, h, b, on_device, sharded);
+    sharded(L, h, b, false);  // the host's range alone (its decay is this rank's)
+    set_decay(L, h, b, on_device, parts);
     IR_ASSERT(infer(L, h) == 0);
     if (b->copies) {  // bf16: the host's masters rounded there, the copies sent
       IrValue *m = b->host_params;
@@ -514,11 +519,11 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   if (b->copies && on_device) {  // the working copies from the updated masters (ZeRO-1, 2: this rank's part)
     IrValue *in[2] = {b->copies, p};
     IrNode *a = ir_node_new(g, OP_ASSIGN, in, 2, 0);
-    ir_set_int(g, a, "shards", b->zero == 1 || b->zero == 2 ? dp : 1);
+    sharded(L, a, b, b->zero == 1 || b->zero == 2);
     IR_ASSERT(infer(L, a) == 0);
   }
   if (b->zero == 1 || b->zero == 2)  // every rank's part to all (bf16: of the copies)
-    wait(L, collective(L, OP_ALL_GATHER, b->copies ? b->copies : b->params, false, false));
+    wait(L, collective(L, b, OP_ALL_GATHER, b->copies ? b->copies : b->params, false, false));
   return 0;
 }
 
@@ -533,7 +538,7 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
     if (!a)
       continue;
     if (!copies) {
-      int64_t numel = b->zero == 3 ? b->numel / L->dp : b->numel;
+      int64_t numel = b->zero == 3 ? b->numel / b->shards : b->numel;
       copies = flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET, numel);
       copies->dtype = DT_BF16;
     }
@@ -703,19 +708,19 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
       rc = ir_error(ctx->diag, (IrLoc){0}, "lower: ZeRO stage %d (0 to 3)", b->zero);
       break;
     }
-    if ((rc = place_members(&L, b, mine, n)))
+    if ((rc = bucket_axis(&L, b, mine, n)) || (rc = place_members(&L, b, mine, n)))
       break;
     // bf16: forward and backward read the working copies, so the masters are
     // only shards from ZeRO-1 on (the optimizer state shards them)
     bool copies = L.assign[mine[0]->id] != NULL;
     if (b->zero == 3 || (copies && b->zero >= 1)) {
-      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / L.dp);
+      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / b->shards);
     } else {
       b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
       for (int i = 0; i < n; i++)
         mine[i]->bucket = b->params;
     }
-    if ((rc = lower_copies(&L, b, mine, n)) || (rc = partial_over_tp(&L, b, mine, n)))
+    if ((rc = lower_copies(&L, b, mine, n)))
       break;
     lower_grads(&L, b, mine, n);
     if (b->zero == 3 && !b->copies)

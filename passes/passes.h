@@ -36,8 +36,8 @@ typedef struct PassOptions {
 PassOptions pass_default_options(void);
 
 // A bucket (passes/lower.c) pads every parameter to PASS_ALIGN_ELEMS elements
-// (64 bytes of f32) and itself to PASS_ALIGN_ELEMS x dp; the planner prices
-// the same layout (solver/cost.c).
+// (64 bytes of f32) and itself to PASS_ALIGN_ELEMS x its shards (dp, or every rank for a block
+// data parallel over tp); the planner prices the same layout (solver/cost.c).
 #define PASS_ALIGN_ELEMS 16
 // The elements of a part of `part` that an offload share moves to the host:
 // its last ones, in whole runs of PASS_ALIGN_ELEMS, the share rounded to them.
@@ -50,20 +50,19 @@ typedef struct PassBucket {
   const char *name;        // "b3" for IR block 3
   int block;
   int zero;                // ZeRO stage
-  int64_t numel;           // elements, padded to a multiple of 16 x dp
+  IrMeshAxis axis;         // the axis it is reduced and sharded over: dp, or (a block data
+                           // parallel over tp, its gradients partial sums over tp) every rank
+  int shards;              // the ranks along that axis
+  int64_t numel;           // elements, padded to a multiple of 16 x shards
   IrValue *params;         // the whole parameter bucket (ZeRO 0-2); NULL under ZeRO-3
-  IrValue *pshard;         // ZeRO-3: this rank's 1/dp of it
+  IrValue *pshard;         // ZeRO-3: this rank's 1/shards of it
   IrValue *grads;          // the whole gradient bucket backward writes (transient)
   IrValue *reduced;        // the reduced gradient the update reads
-  bool reduced_sharded;    // only this rank's 1/dp of it is reduced (ZeRO 1-3): the value
+  bool reduced_sharded;    // only this rank's 1/shards of it is reduced (ZeRO 1-3): the value
                            // is that shard, or (ZeRO 1) the whole bucket, reduced in its slot
   IrNode *reduce;          // ZeRO 0, 1: the collective that update waits for
-  bool tp_reduce;          // its gradients are partial sums over tp (a block data parallel over
-                           // tp): the whole bucket is all-reduced over tp before the reduction
-                           // over dp, ...
-  bool tp_reduce_micro;    // ... every micro-batch (ZeRO 2, 3, offloaded gradients), or once
   int nstate;              // optimizer-state values per parameter (AdamW 2, SGD 0)
-  int64_t part;            // elements this rank updates: numel (ZeRO 0) or numel/dp
+  int64_t part;            // elements this rank updates: numel (ZeRO 0) or numel/shards
   int64_t host_numel;      // offload: the last ones of them, updated on the host (AdamW)
   int64_t decay_end;       // weight decay reaches the elements before it (its decayed members
                            // come first), -1: all of them

@@ -33,7 +33,15 @@
 
 typedef struct rt_group rt_group;   // a process group (opaque)
 
-enum { RT_REDUCE_SUM, RT_REDUCE_AVG, RT_REDUCE_MAX };
+// Reductions: a sum, the group's mean (the sum divided by its size), a maximum, or
+// rt_reduce_mean(n): the sum divided by n (the mean over a mesh's n replicas of a bucket that
+// all of its ranks hold partial sums of, dist.c).
+enum { RT_REDUCE_SUM, RT_REDUCE_AVG, RT_REDUCE_MAX, RT_REDUCE_MEAN };
+static inline int rt_reduce_mean(int n) { return RT_REDUCE_MEAN + n; }
+// What the sum is divided by under op over a group of `size` ranks (1: a sum or a maximum).
+static inline int rt_reduce_divisor(int op, int size) {
+  return op == RT_REDUCE_AVG ? size : op > RT_REDUCE_MEAN ? op - RT_REDUCE_MEAN : 1;
+}
 
 // A non-blocking collective in flight. Plain storage, so that the program can
 // keep its requests in static arrays; no allocation per call.
@@ -43,6 +51,7 @@ typedef struct rt_request {
   void *buf;
   long count;
   int dtype;
+  int divisor;         // a reduction's result is scaled by 1/divisor (rt_reduce_divisor)
   rt_group *group;
   uint64_t impl[4];    // the implementation's handle (an MPI_Request)
 } rt_request;

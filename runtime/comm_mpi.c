@@ -3,8 +3,8 @@
 // Every collective runs in place (MPI_IN_PLACE). Two results need work after
 // MPI is done, in finish(): in-place MPI_Reduce_scatter_block leaves rank r's
 // shard at the start of the buffer, where comm.h promises it at r*count/n,
-// so it is moved there; and MPI has no average, so RT_REDUCE_AVG is a sum
-// scaled by 1/n. A non-blocking collective keeps in its rt_request what
+// so it is moved there; and MPI has no average, so a mean (RT_REDUCE_AVG,
+// rt_reduce_mean) is a sum scaled by 1/divisor. A non-blocking collective keeps in its rt_request what
 // finish() needs, and rt_wait calls it.
 //
 // Errors: MPI returns codes (MPI_ERRORS_RETURN on the world, inherited by
@@ -43,14 +43,13 @@ struct rt_group {
   rt_group *next;  // every group split off, freed by rt_comm_finalize
 };
 
-// the collectives, as rt_request.kind; KIND_AVG is or'ed in for RT_REDUCE_AVG
+// the collectives, as rt_request.kind
 enum {
   KIND_ALLREDUCE,       // 2(n-1)/n x S sent
   KIND_REDUCE_SCATTER,  // (n-1)/n x S
   KIND_ALLGATHER,       // (n-1)/n x S
   KIND_BROADCAST,       // S at the root
   KIND_MASK = 7,  // the bits above
-  KIND_AVG = 8,  // scale the result by 1/n when it arrives
   KIND_NCCL = 16,  // on device memory, over NCCL: rt_nccl_wait finishes it
 };
 
@@ -115,9 +114,9 @@ static bool have_bf16_ops[2];
 static MPI_Datatype mpi_type(int dtype) { return dtype == RT_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
 
 static MPI_Op mpi_op(const char *fn, int op, int dtype) {
-  if (op != RT_REDUCE_SUM && op != RT_REDUCE_AVG && op != RT_REDUCE_MAX)
+  if (op < RT_REDUCE_SUM || op == RT_REDUCE_MEAN)
     comm_fail("%s: unknown reduction %d", fn, op);
-  bool max = op == RT_REDUCE_MAX;  // a sum and an average are sums, scaled by 1/n in finish()
+  bool max = op == RT_REDUCE_MAX;  // a sum and a mean are sums, scaled in finish()
   if (dtype != RT_BF16) return max ? MPI_MAX : MPI_SUM;
   if (!have_bf16_ops[max])
     mpi_check(MPI_Op_create(max ? bf16_max : bf16_sum, 1, &bf16_ops[max]), "MPI_Op_create");
@@ -235,8 +234,8 @@ rt_group *rt_group_split(rt_group *parent, int color, int key) {
 // collectives
 
 // What is left after MPI is done: the reduce-scatter shard to its place,
-// the average's 1/n.
-static void finish(int kind, const rt_group *g, void *buf, long count, int dtype) {
+// a mean's 1/divisor.
+static void finish(int kind, const rt_group *g, void *buf, long count, int dtype, int divisor) {
   long shard = count / g->size, lo = 0, n = count;
   size_t size = (size_t)rt_dtype_size(dtype);
   if ((kind & KIND_MASK) == KIND_REDUCE_SCATTER) {
@@ -244,8 +243,8 @@ static void finish(int kind, const rt_group *g, void *buf, long count, int dtype
     n = shard;
     if (lo) memmove((char *)buf + (size_t)lo * size, buf, (size_t)shard * size);
   }
-  if ((kind & KIND_AVG) && g->size > 1) {
-    float scale = 1.0f / g->size;
+  if (divisor > 1) {
+    float scale = 1.0f / (float)divisor;
     if (dtype == RT_BF16)
       for (long i = lo; i < lo + n; i++) {
         rt_bf16 *b = (rt_bf16 *)buf + i;
@@ -258,9 +257,10 @@ static void finish(int kind, const rt_group *g, void *buf, long count, int dtype
 
 // Records a started collective in req, for rt_wait.
 static void pending(rt_request *req, int kind, rt_group *g, void *buf, long count, int dtype,
-                    MPI_Request mreq) {
+                    int divisor, MPI_Request mreq) {
   req->active = 1;
   req->kind = kind;
+  req->divisor = divisor;
   req->buf = buf;
   req->count = count;
   req->dtype = dtype;
@@ -304,16 +304,16 @@ void rt_allreduce_typed(rt_group *g, void *buf, long count, int dtype, int op, r
   int n = mpi_count(fn, count, "elements");
   MPI_Op mop = mpi_op(fn, op, dtype);
   MPI_Datatype type = mpi_type(dtype);
-  int kind = KIND_ALLREDUCE | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
+  int kind = KIND_ALLREDUCE, divisor = rt_reduce_divisor(op, g->size);
   count_bytes(kind, g, count * rt_dtype_size(dtype), 0);
   if (on_device(kind, g, buf, count, dtype, op, 0, req, t0)) return;
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, mop, g->comm, &mreq), "MPI_Iallreduce");
-    pending(req, kind, g, buf, count, dtype, mreq);
+    pending(req, kind, g, buf, count, dtype, divisor, mreq);
   } else {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, type, mop, g->comm), "MPI_Allreduce");
-    finish(kind, g, buf, count, dtype);
+    finish(kind, g, buf, count, dtype, divisor);
   }
   timer_stop(t0);
 }
@@ -328,18 +328,18 @@ void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int 
   int shard = (int)(count / g->size);
   MPI_Op mop = mpi_op(fn, op, dtype);
   MPI_Datatype type = mpi_type(dtype);
-  int kind = KIND_REDUCE_SCATTER | (op == RT_REDUCE_AVG ? KIND_AVG : 0);
+  int kind = KIND_REDUCE_SCATTER, divisor = rt_reduce_divisor(op, g->size);
   count_bytes(kind, g, count * rt_dtype_size(dtype), 0);
   if (on_device(kind, g, buf, count, dtype, op, 0, req, t0)) return;
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm, &mreq),
               "MPI_Ireduce_scatter_block");
-    pending(req, kind, g, buf, count, dtype, mreq);
+    pending(req, kind, g, buf, count, dtype, divisor, mreq);
   } else {
     mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm),
               "MPI_Reduce_scatter_block");
-    finish(kind, g, buf, count, dtype);
+    finish(kind, g, buf, count, dtype, divisor);
   }
   timer_stop(t0);
 }
@@ -359,7 +359,7 @@ void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_reques
     MPI_Request mreq;
     mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm, &mreq),
               "MPI_Iallgather");
-    pending(req, KIND_ALLGATHER, g, buf, count, dtype, mreq);
+    pending(req, KIND_ALLGATHER, g, buf, count, dtype, 1, mreq);
   } else {
     mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm),
               "MPI_Allgather");
@@ -379,7 +379,7 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
   if (req) {
     MPI_Request mreq;
     mpi_check(MPI_Ibcast(buf, n, MPI_BYTE, root, g->comm, &mreq), "MPI_Ibcast");
-    pending(req, KIND_BROADCAST, g, buf, bytes, RT_F32, mreq);  // nothing to finish
+    pending(req, KIND_BROADCAST, g, buf, bytes, RT_F32, 1, mreq);  // nothing to finish
   } else {
     mpi_check(MPI_Bcast(buf, n, MPI_BYTE, root, g->comm), "MPI_Bcast");
   }
@@ -401,7 +401,7 @@ void rt_wait(rt_request *req) {
   mpi_check(MPI_Wait(&mreq, MPI_STATUS_IGNORE), "MPI_Wait");
   req->active = 0;
   if ((req->kind & KIND_MASK) != KIND_BROADCAST)
-    finish(req->kind, req->group, req->buf, req->count, req->dtype);
+    finish(req->kind, req->group, req->buf, req->count, req->dtype, req->divisor);
   timer_stop(t0);
 }
 
@@ -416,5 +416,5 @@ double rt_allreduce_scalar(rt_group *g, double x, int op) {
   MPI_Op mop = mpi_op("rt_allreduce_scalar", op, RT_F32);
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, mop, g->comm), "MPI_Allreduce");
   timer_stop(t0);
-  return op == RT_REDUCE_AVG ? x / g->size : x;
+  return x / rt_reduce_divisor(op, g->size);
 }

@@ -90,13 +90,34 @@ int rt_nccl_owns(const void *buf) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-static ncclRedOp_t nccl_op(int op) {
+// NCCL's type of an element type
+static ncclDataType_t nccl_type(int dtype) { return dtype == RT_BF16 ? ncclBfloat16 : ncclFloat; }
+static size_t elem_size(int dtype) { return (size_t)rt_dtype_size(dtype); }
+
+// NCCL's reduction for op. A mean over other than the group's size (rt_reduce_mean) is a sum of
+// the inputs each multiplied by 1/n first (an operator of the communicator's, which
+// done_op destroys once the call that takes it has returned, as NCCL allows).
+static ncclRedOp_t nccl_op(rt_nccl *c, int op, int dtype) {
   switch (op) {
   case RT_REDUCE_SUM: return ncclSum;
   case RT_REDUCE_AVG: return ncclAvg;
   case RT_REDUCE_MAX: return ncclMax;
   }
-  nccl_fail("rt_nccl", "unknown reduction");
+  int n = rt_reduce_divisor(op, c->size);
+  if (op < RT_REDUCE_MEAN || n < 1)
+    nccl_fail("rt_nccl", "unknown reduction");
+  ncclRedOp_t r;
+  float f = 1.0f / (float)n;
+  rt_bf16 h = rt_f32_to_bf16(f);
+  void *scalar = dtype == RT_BF16 ? (void *)&h : (void *)&f;
+  NCCL_CHECK(ncclRedOpCreatePreMulSum(&r, scalar, nccl_type(dtype), ncclScalarHostImmediate,
+                                      c->comm));
+  return r;
+}
+
+static void done_op(rt_nccl *c, ncclRedOp_t r) {
+  if (r != ncclSum && r != ncclAvg && r != ncclMax)
+    NCCL_CHECK(ncclRedOpDestroy(r, c->comm));
 }
 
 // Before a collective: the comm stream waits for the kernels launched so far.
@@ -129,14 +150,12 @@ void rt_nccl_wait(rt_request *req) {
   req->active = 0;
 }
 
-// NCCL's type of an element type
-static ncclDataType_t nccl_type(int dtype) { return dtype == RT_BF16 ? ncclBfloat16 : ncclFloat; }
-static size_t elem_size(int dtype) { return (size_t)rt_dtype_size(dtype); }
 
 void rt_nccl_allreduce(rt_nccl *c, void *buf, long count, int dtype, int op, rt_request *req) {
   start();
-  NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, nccl_type(dtype), nccl_op(op), c->comm,
-                           comm_stream));
+  ncclRedOp_t r = nccl_op(c, op, dtype);
+  NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, nccl_type(dtype), r, c->comm, comm_stream));
+  done_op(c, r);
   started(req, buf, count);
 }
 
@@ -146,8 +165,10 @@ void rt_nccl_reduce_scatter(rt_nccl *c, void *buf, long count, int dtype, int op
   long shard = count / c->size;
   char *mine = (char *)buf + (size_t)(c->rank * shard) * elem_size(dtype);
   start();
-  NCCL_CHECK(ncclReduceScatter(buf, mine, (size_t)shard, nccl_type(dtype), nccl_op(op), c->comm,
+  ncclRedOp_t r = nccl_op(c, op, dtype);
+  NCCL_CHECK(ncclReduceScatter(buf, mine, (size_t)shard, nccl_type(dtype), r, c->comm,
                                comm_stream));
+  done_op(c, r);
   started(req, buf, count);
 }
 

@@ -14,6 +14,7 @@ void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots) {
   rt_dist.dp = dp;
   rt_dist.tp = tp;
   rt_dist.q = q;
+  rt_dist.rank = rank;
   rt_dist.dp_rank = rank / n;
   rt_dist.tp_rank = rank % n;
   // ranks with the same tp_rank hold the same part of the model: a dp group;
@@ -21,6 +22,7 @@ void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots) {
   rt_dist.group[RT_AXIS_DP] = rt_group_split(rt_group_world(), rt_dist.tp_rank, rt_dist.dp_rank);
   rt_dist.group[RT_AXIS_TP] = rt_group_split(rt_group_world(), rt_dist.dp_rank, rt_dist.tp_rank);
   rt_dist.group[RT_AXIS_ROW] = rt_dist.group[RT_AXIS_COL] = NULL;
+  rt_dist.group[RT_AXIS_ALL] = rt_group_world();
   if (q > 1) {   // a grid column's ranks (same j), ordered by row; a grid row's, by column
     int i = rt_axis_rank(RT_AXIS_ROW), j = rt_axis_rank(RT_AXIS_COL);
     rt_dist.group[RT_AXIS_ROW] = rt_group_split(rt_group_world(), rt_dist.dp_rank * q + j, i);
@@ -50,6 +52,13 @@ static int skip(int last_micro) {
   return last_micro && rt_dist.micro != rt_dist.micro_total - 1;
 }
 
+// A reduction's average: the mean over the mesh's replicas. Over the dp axis that is the
+// group's mean; over all ranks (the bucket of a block data parallel over tp, each rank's
+// gradients a partial sum over tp of its replica's) the sum divided by dp.
+static int reduce_op(int axis, int avg) {
+  return !avg ? RT_REDUCE_SUM : axis == RT_AXIS_ALL ? rt_reduce_mean(rt_dist.dp) : RT_REDUCE_AVG;
+}
+
 // The collectives of lowered code, one per element type of RT_T_VARIANTS
 // (rt_comm_all_reduce, rt_comm_all_reduce_bf16, ...).
 #define COMM_KERNELS(suffix, T, ...)                                                          \
@@ -57,15 +66,15 @@ static int skip(int last_micro) {
                                   int last_micro) {                                           \
     if (skip(last_micro))                                                                     \
       return;                                                                                 \
-    rt_allreduce_typed(rt_dist.group[axis], x, n, RT_##T, avg ? RT_REDUCE_AVG : RT_REDUCE_SUM, \
+    rt_allreduce_typed(rt_dist.group[axis], x, n, RT_##T, reduce_op(axis, avg),              \
                        slot_req(slot));                                                       \
   }                                                                                           \
   void rt_comm_reduce_scatter##suffix(int axis, RT_CTYPE_##T *x, long n, int avg, int slot,   \
                                       int last_micro) {                                       \
     if (skip(last_micro))                                                                     \
       return;                                                                                 \
-    rt_reduce_scatter_typed(rt_dist.group[axis], x, n, RT_##T,                                \
-                            avg ? RT_REDUCE_AVG : RT_REDUCE_SUM, slot_req(slot));             \
+    rt_reduce_scatter_typed(rt_dist.group[axis], x, n, RT_##T, reduce_op(axis, avg),          \
+                            slot_req(slot));                                                  \
   }                                                                                           \
   void rt_comm_all_gather##suffix(int axis, RT_CTYPE_##T *x, long n, int slot) {              \
     rt_allgather_typed(rt_dist.group[axis], x, n, RT_##T, slot_req(slot));                    \

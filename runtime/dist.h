@@ -21,15 +21,20 @@
 
 // RT_AXIS_ROW: a dim cut by the grid row (the collective runs among the q
 // ranks of a grid column); RT_AXIS_COL: cut by the grid column.
-// RT_AXIS_NONE: over no axis (a parameter's padded dim that is whole on every rank, rt_split)
-enum { RT_AXIS_NONE = -1, RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_NAXES };
+// RT_AXIS_NONE: over no axis (a parameter's padded dim that is whole on every rank, rt_split).
+// RT_AXIS_ALL: every rank of the mesh, in world order; no tensor is split over it (the RT_NAXES
+// axes are those of a tensor's layout), the buckets of a block data parallel over tp are.
+enum { RT_AXIS_NONE = -1, RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_NAXES,
+       RT_AXIS_ALL = RT_NAXES };
 
 typedef struct rt_dist_state {
   int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none)
-  int dp_rank, tp_rank;       // this rank's place in it: its replica, its rank in the replica
-  rt_group *group[RT_NAXES];  // [RT_AXIS_DP]: ranks holding the same model part; [RT_AXIS_TP]:
-                              // one replica's ranks; [RT_AXIS_ROW], [RT_AXIS_COL]: a grid
-                              // column's, a grid row's (q > 1)
+  int rank, dp_rank, tp_rank; // this rank's place in it: in the world (dp_rank x the replica's
+                              // ranks + tp_rank), its replica, its rank in the replica
+  rt_group *group[RT_NAXES + 1];  // [RT_AXIS_DP]: ranks holding the same model part;
+                              // [RT_AXIS_TP]: one replica's ranks; [RT_AXIS_ROW],
+                              // [RT_AXIS_COL]: a grid column's, a grid row's (q > 1);
+                              // [RT_AXIS_ALL]: the world
   int micro, micro_total;     // the micro-batch running, and how many this rank's replica runs
                               // a step (replicas may run unequal shares of the batch)
   long slice;                 // the slice of the step's global batch the running micro-batch
@@ -51,6 +56,7 @@ static inline int rt_axis_size(int axis) {
   return axis == RT_AXIS_NONE ? 1
          : axis == RT_AXIS_DP ? rt_dist.dp
          : axis == RT_AXIS_TP ? rt_dist.tp
+         : axis == RT_AXIS_ALL ? rt_dist.dp * rt_dist.tp * rt_dist.q * rt_dist.q
                               : rt_dist.q;
 }
 // The place along a replica's axis (tp, row, col) of the replica's rank t.
@@ -61,7 +67,9 @@ static inline int rt_axis_place(int axis, int t) {
                                : t % rt_dist.q;
 }
 static inline int rt_axis_rank(int axis) {
-  return axis == RT_AXIS_DP ? rt_dist.dp_rank : rt_axis_place(axis, rt_dist.tp_rank);
+  return axis == RT_AXIS_DP    ? rt_dist.dp_rank
+         : axis == RT_AXIS_ALL ? rt_dist.rank
+                               : rt_axis_place(axis, rt_dist.tp_rank);
 }
 
 // The kernels lowered code calls for collectives, shards of buckets, tensor

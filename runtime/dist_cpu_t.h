@@ -3,10 +3,6 @@
 // runtime/kernels_cpu_t.h for the names it defines). No include guard.
 #if RT_KT
 
-void RT_NAME(unshard)(RT_T *out, const RT_T *x, long k) {
-  memcpy(out + (long)rt_dist.dp_rank * k, x, (size_t)k * sizeof *x);
-}
-
 void RT_NAME(accumulate)(RT_T *acc, const RT_T *x, long n, float scale) {
   int first = rt_dist.micro == 0;
 #pragma omp parallel for if (n >= 65536)

@@ -2179,14 +2179,6 @@ static int dtype_of(const float *) { return RT_F32; }
 static int dtype_of(const __nv_bfloat16 *) { return RT_BF16; }
 
 template <typename T>
-static void unshard(T *out, const T *x, long k) {
-  if (k <= 0) return;
-  cudaCheck(cudaMemcpyAsync(out + (long)rt_dist.dp_rank * k, x, (size_t)k * sizeof(T),
-                            cudaMemcpyDeviceToDevice, rt_cuda_stream));
-}
-RT_CUDA_KT(unshard, (T *out, const T *x, long k), (dev(out), dev(x), k))
-
-template <typename T>
 static void accumulate(T *acc, const T *x, long n, float scale) {
   if (n <= 0) return;
   RT_LAUNCH(accumulate_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, acc, x, n, scale,

@@ -82,8 +82,9 @@ typedef struct rt_tensor {
 } rt_tensor;
 
 // A block's parameters and gradients as flat buckets (multi-rank programs;
-// passes/lower.c in mtc has the layout). numel divides by the data-parallel
-// degree; rank r's shard is elements [r*numel/dp, (r+1)*numel/dp).
+// passes/lower.c in mtc has the layout). numel divides by the ranks along
+// shard_axis, n (dp, or every rank for a block data parallel over tp); the
+// rank at place r along it holds elements [r*numel/n, (r+1)*numel/n).
 typedef struct rt_bucket {
   const char *name;
   long numel;              // elements of the whole bucket
@@ -105,6 +106,8 @@ typedef struct rt_bucket {
   int state_sharded;
   long state_host_numel;
   long m_offset, v_offset, m_host_offset, v_host_offset;
+  int shard_axis;          // the mesh axis it is reduced and sharded over (dist.h's RT_AXIS_DP
+                           // or RT_AXIS_ALL)
 } rt_bucket;
 
 // Optimizer hyper-parameters: defaults compiled into the model, overridable

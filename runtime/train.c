@@ -461,13 +461,19 @@ static long local_numel(const rt_tensor *t) {
   return n;
 }
 
+// The elements of a shard of bucket k (of the whole over the ranks along its
+// shard_axis: dp, or every rank), and the first of this rank's.
+static long shard_numel(const rt_bucket *k) {
+  return k->numel / (k->shard_axis == RT_AXIS_ALL ? world_ranks() : mtc_model.dp);
+}
+static long shard_start(const rt_bucket *k) { return rt_axis_rank(k->shard_axis) * shard_numel(k); }
+
 // This rank's part of bucket k's parameters, the whole bucket where it is not
 // sharded: its first element in the bucket (*lo) and its size. Its last
 // k->host_numel are in the host region (bf16 offload), the others in the arena.
 static long params_part(const rt_bucket *k, long *lo) {
-  long part = k->numel / mtc_model.dp;
-  *lo = k->params_sharded ? rt_dist.dp_rank * part : 0;
-  return k->params_sharded ? part : k->numel;
+  *lo = k->params_sharded ? shard_start(k) : 0;
+  return k->params_sharded ? shard_numel(k) : k->numel;
 }
 
 static void check_table(void) {
@@ -531,7 +537,7 @@ static void check_table(void) {
     }
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
-    long part = k->state_sharded ? k->numel / M->dp : k->numel, dev = part - k->state_host_numel;
+    long part = k->state_sharded ? shard_numel(k) : k->numel, dev = part - k->state_host_numel;
     long m[2] = {k->m_offset, k->v_offset}, h[2] = {k->m_host_offset, k->v_host_offset};
     for (int j = 0; j < 2; j++)
       if ((m[j] >= 0 && m[j] + dev * 4 > M->persistent_bytes) ||
@@ -702,9 +708,8 @@ static char *host_region;  // the host region (offload), NULL: none
 
 // This rank's part of bucket k's AdamW moments: elements [*lo, *lo + part).
 static long state_part(const rt_bucket *k, long *lo) {
-  long part = k->state_sharded ? k->numel / mtc_model.dp : k->numel;
-  *lo = k->state_sharded ? rt_dist.dp_rank * part : 0;
-  return part;
+  *lo = k->state_sharded ? shard_start(k) : 0;
+  return k->state_sharded ? shard_numel(k) : k->numel;
 }
 
 // The images into the arena (and the host region): the whole bucket, or this
@@ -731,13 +736,13 @@ static void scatter_images(char *arena, view w) {
 
 // This rank's shard of bucket k's reduced gradients (grads) or parameters:
 // elements [*lo, *lo + part) of the bucket, the first at byte offset *at.
-// Where the bucket is whole on every rank (not sharded), the dp ranks' shards
-// together cover it.
+// Where the bucket is whole on every rank (not sharded), the shards of the
+// ranks along its shard_axis together cover it.
 static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
-  long part = k->numel / mtc_model.dp;
+  long part = shard_numel(k);
   bool sharded = grads ? k->grads_sharded : k->params_sharded;
   long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
-  *lo = rt_dist.dp_rank * part;
+  *lo = shard_start(k);
   *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
 }
 
@@ -754,7 +759,7 @@ static void gather_images(char *arena, view w) {
       if (at >= 0) memcpy(images[b] + lo, arena + at, (size_t)dev * 4);
       if (host >= 0)
         memcpy(images[b] + lo + dev, host_region + host, (size_t)k->state_host_numel * 4);
-      if (k->state_sharded) rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
+      if (k->state_sharded) rt_allgather(rt_dist.group[k->shard_axis], images[b], k->numel, NULL);
       continue;
     }
     if (w == VIEW_PARAMS) {
@@ -762,7 +767,8 @@ static void gather_images(char *arena, view w) {
       memcpy(images[b] + lo, arena + k->params_offset, (size_t)dev * 4);
       if (k->host_numel)
         memcpy(images[b] + lo + dev, host_region + k->host_offset, (size_t)k->host_numel * 4);
-      if (k->params_sharded) rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
+      if (k->params_sharded)
+        rt_allgather(rt_dist.group[k->shard_axis], images[b], k->numel, NULL);
       continue;
     }
     char *from = k->grads_host ? host_region : arena;  // (gradient offload: the host's)
@@ -772,8 +778,8 @@ static void gather_images(char *arena, view w) {
     }
     long lo, at;
     bucket_shard(k, true, &lo, &at);
-    memcpy(images[b] + lo, from + at, (size_t)(k->numel / M->dp) * 4);
-    rt_allgather(rt_dist.group[RT_AXIS_DP], images[b], k->numel, NULL);
+    memcpy(images[b] + lo, from + at, (size_t)shard_numel(k) * 4);
+    rt_allgather(rt_dist.group[k->shard_axis], images[b], k->numel, NULL);
   }
 }
 
@@ -1311,14 +1317,16 @@ static bool replica_owner(const rt_tensor *p) {
 
 // The pieces of every trained parameter's gradient (grads) or value. For the
 // global norm (norm), each element once over all ranks: a gradient whole on
-// some replica ranks only on the first of them, one outside the buckets only
-// on dp rank 0.
+// some replica ranks only on the first of them (but a bucket sharded over
+// every rank has each element on one rank), one outside the buckets only on
+// dp rank 0.
 static void build_scan(scan *s, bool grads, bool norm) {
   const rt_model *M = &mtc_model;
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     if (p->kind != RT_PARAM_TRAINED) continue;
-    if (norm && (!replica_owner(p) || (p->bucket < 0 && rt_dist.dp_rank != 0)))
+    bool everywhere = p->bucket >= 0 && M->buckets[p->bucket].shard_axis == RT_AXIS_ALL;
+    if (norm && ((!everywhere && !replica_owner(p)) || (p->bucket < 0 && rt_dist.dp_rank != 0)))
       continue;
     long n = local_numel(p);
     if (p->bucket < 0) {
@@ -1326,7 +1334,7 @@ static void build_scan(scan *s, bool grads, bool norm) {
       continue;
     }
     const rt_bucket *k = &M->buckets[p->bucket];
-    long lo, at, part = k->numel / M->dp, plo;
+    long lo, at, part = shard_numel(k), plo;
     bucket_shard(k, grads, &lo, &at);
     long b0 = p->bucket_elem > lo ? p->bucket_elem : lo;
     long b1 = p->bucket_elem + n < lo + part ? p->bucket_elem + n : lo + part;

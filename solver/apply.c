@@ -474,7 +474,7 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
 void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlayers,
                 SvPredicted *out) {
   const Plan *P = &lw->plan;
-  int dp = P->mesh.size[IR_MESH_DP], tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
+  int tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
   int zmin = 3, zmax = 0;
   double state = 0, host = 0, comm = 0, comm_micro = 0, omin = 1, omax = 0;
   int ngrads = 0;  // buckets whose gradients are offloaded
@@ -496,17 +496,14 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
     SvStateBytes kept = per;
     kept.grad = grads ? 0 : per.grad;
     ngrads += grads;
-    state += sv_zero_state_bytes((double)k->numel, dp, k->zero, kept) -
+    // sharded and reduced over dp, or (a block data parallel over tp) over every rank
+    int n = k->shards;
+    state += sv_zero_state_bytes((double)k->numel, n, k->zero, kept) -
              sv_offload_device_bytes((double)k->host_numel, per);
     host += sv_offload_host_bytes((double)k->host_numel, per, grads && micro > 1);
-    comm += sv_dp_comm_bytes((double)k->numel, dp, k->zero, micro, grads, per);
-    comm_micro += sv_dp_comm_bytes((double)k->numel, dp, k->zero, 1, grads, per) -
-                  sv_dp_comm_bytes((double)k->numel, dp, k->zero, 0, grads, per);
-    if (k->tp_reduce) {   // a block data parallel over tp: the bucket all-reduced over tp first
-      double once = sv_tp_comm_bytes((double)k->numel * per.grad, tp, 1);
-      comm += k->tp_reduce_micro ? micro * once : once;
-      comm_micro += k->tp_reduce_micro ? once : 0;
-    }
+    comm += sv_dp_comm_bytes((double)k->numel, n, k->zero, micro, grads, per);
+    comm_micro += sv_dp_comm_bytes((double)k->numel, n, k->zero, 1, grads, per) -
+                  sv_dp_comm_bytes((double)k->numel, n, k->zero, 0, grads, per);
   }
   // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
   int q = P->mesh.size[IR_MESH_ROW];

@@ -921,42 +921,34 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // slice is the program's bucket: split parameters 1/tp, the others whole,
   // each padded, the bucket padded to divide among the d replicas (on a 2D
   // grid: each 1/q^2, 1/q or whole, as the grid splits it).
-  // (Data parallel over the tp ranks too: whole, the bucket of one rank.)
-  int split = l.batch ? 1 : l.tp;
+  // Data parallel over the tp ranks too: the bucket is whole, one rank's, and it is reduced and
+  // ZeRO-sharded over all d x tp ranks (its gradients partial sums over the batch's parts;
+  // passes/lower.c), padded to divide among them.
+  int split = l.batch ? 1 : l.tp, shards = l.batch ? d * l.tp : d;
   double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / (l.batch ? 1 : s);
   if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
-    double align = (double)PASS_ALIGN_ELEMS * d;
+    double align = (double)PASS_ALIGN_ELEMS * shards;
     slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[split]) / align) * align;
   }
-  // Data parallel over the tp ranks too: their gradients (partial sums over the batch's parts)
-  // are finished by an all-reduce of the bucket over tp before the one over dp, once a step
-  // where that is (ZeRO 0, 1), else every micro-step (passes/lower.c).
-  if (l.batch && slice > 0) {
-    double t = ar(slice * b->grad, l.tp, in);
-    if (zero >= 2 || grads)
-      o->t_micro[SV_T_TP] += per * t;
-    else
-      o->t_step[SV_T_TP] += t;
-  }
-  if (d > 1 && slice > 0) {
+  if (shards > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
     double gr_b = slice * b->grad, pr_b = slice * b->param;   // bf16: the copies gathered
     double micro = 0, step = 0;
     switch (zero) {
     case 0:   // all-reduce once (gradient offload: every micro-step)
-      *(grads ? &micro : &step) = exposed(ar(gr_b, d, dp), tb, dp, 1);
+      *(grads ? &micro : &step) = exposed(ar(gr_b, shards, dp), tb, dp, 1);
       break;
     case 1:   // reduce-scatter once (or every micro-step); all-gather the updated parameters
-      *(grads ? &micro : &step) = exposed(ag(gr_b, d, dp), tb, dp, 1);
-      step += ag(pr_b, d, dp);
+      *(grads ? &micro : &step) = exposed(ag(gr_b, shards, dp), tb, dp, 1);
+      step += ag(pr_b, shards, dp);
       break;
     case 2:   // reduce-scatter every micro-step; all-gather after the update
-      micro = exposed(ag(gr_b, d, dp), tb, dp, 1);
-      step = ag(pr_b, d, dp);
+      micro = exposed(ag(gr_b, shards, dp), tb, dp, 1);
+      step = ag(pr_b, shards, dp);
       break;
     default:  // all-gather in forward; all-gather and reduce-scatter in backward
-      micro = exposed(ag(pr_b, d, dp), tf, dp, 1) +
-              exposed(ag(pr_b, d, dp) + ag(gr_b, d, dp), tb, dp, 2);
+      micro = exposed(ag(pr_b, shards, dp), tf, dp, 1) +
+              exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
       break;
     }
     o->t_micro[SV_T_DP] = per * micro;
@@ -973,7 +965,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // bytes an element moved against AdamW's 28).
   // The offloaded share is whole runs of PASS_ALIGN_ELEMS of the elements this
   // device updates, as the program cuts it.
-  double own = slice / (zero >= 1 ? d : 1);
+  double own = slice / (zero >= 1 ? shards : 1);
   double fo = own > 0 ? (double)pass_offload_elems((int64_t)own, offload / 100.0) / own : 0;
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
@@ -991,8 +983,9 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   }
 
   // Memory. Sharded state is held at share 1 here: the group's devices hold
-  // share * slice / (count / s) each, which is slice / d on one group.
-  double sh = d > 1 ? (double)s / gr->count : 1;
+  // share * slice / (count / s) each, which is slice / d on one group (slice / (d x tp) for a
+  // block data parallel over tp: one group).
+  double sh = shards > 1 ? (double)s / gr->count / (l.batch ? l.tp : 1) : 1;
   double cat[SV_NM] = {slice * b->param, grads ? 0 : slice * b->grad,
                        slice * (b->master + b->state) - sv_offload_device_bytes(fo * slice, *b), 0};
   int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category

@@ -507,9 +507,6 @@ static void test_dist(void) {
   Buf x = in(n, -1, 1), acc = out(n);
   rt_accumulate(acc.f, x.f, n, 0.5f), rt_accumulate_bf16(acc.h, x.h, n, 0.5f);
   same("accumulate (micro-batch 0)", acc);
-  Buf sh = out(n);
-  rt_unshard(sh.f, x.f, n), rt_unshard_bf16(sh.h, x.h, n);
-  same("unshard (one rank)", sh);
   Buf g = out(n), scr = out(n);
   rt_tp_gather(RT_AXIS_TP, g.f, scr.f, x.f, 3, 2, 50), rt_tp_gather_bf16(RT_AXIS_TP, g.h, scr.h, x.h, 3, 2, 50);
   same("tp_gather (one rank)", g);
@@ -531,7 +528,7 @@ static void test_dist(void) {
   rt_vp_crossentropy_bwd_bf16(dl.h, &dloss, logits.h, t, s16, rows, v, v, -100);
   same_ulps("vp_crossentropy_bwd (the target's element rounded twice)", dl, 1);
   free(idx), free(t);
-  drop(x), drop(acc), drop(sh), drop(g), drop(scr), drop(w), drop(e), drop(logits), drop(dl);
+  drop(x), drop(acc), drop(g), drop(scr), drop(w), drop(e), drop(logits), drop(dl);
 }
 
 int main(void) {

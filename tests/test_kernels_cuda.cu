@@ -1134,12 +1134,6 @@ static void test_dist(void) {
   }
   rt_dist.tp = 1;
   rt_dist.tp_rank = 0;
-  Buf<T> shard = rand_vec<T>(11), full = rand_vec<T>(11);
-  T *ds = dev(shard), *df = dev(full);
-  CPU(rt_unshard)(full.data(), shard.data(), 11);
-  rt_unshard(df, ds, 11);
-  check("unshard k=11", full, df, EXACT);
-  free_all();
 }
 
 static void test_table(void) {
