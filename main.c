@@ -48,6 +48,7 @@ typedef struct Args {
   const char *json;        // plan --json FILE
   const char *svg;         // plan --svg FILE
   bool formulas;           // plan --formulas
+  bool any_mesh;           // plan --any-mesh: each block its own mesh (not compiled)
   // compile, inspect: one layout for every block instead of the solver's choice
   Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
   bool forced;             // --dp, --tp, --zero, --micro-batches or --offload(-grads) given
@@ -113,6 +114,9 @@ static void usage(FILE *f) {
         "  --svg FILE             draw the plan as SVG: blocks, memory and time bars, baselines\n"
         "                         (plan; compile writes DIR/plan.svg beside plan.json)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
+        "  --any-mesh             plan: let each block take its own mesh (TP2 beside TP4, 2D\n"
+        "                         beside 1D), which mtc compile does not run; by default\n"
+        "                         plan reports the plan compile --gpus N builds\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
         "  --seq-parallel         Megatron sequence parallelism under tensor parallelism:\n"
         "                         the activations between its regions split on the\n"
@@ -254,6 +258,8 @@ static bool parse_plan_flag(Args *a, const char *s, const char *next, int *i) {
     a->svg = NEXT();
   } else if (!strcmp(s, "--formulas")) {
     a->formulas = true;
+  } else if (!strcmp(s, "--any-mesh")) {
+    a->any_mesh = true;
   } else if (!strcmp(s, "--no-share")) {
     a->sv.share_blocks = false;
   } else if (!strcmp(s, "--seq-parallel")) {
@@ -412,6 +418,9 @@ static Args parse_args(int argc, char **argv) {
     bad_usage("--dp, --tp, --tp2d, --zero, --micro-batches, --offload, --checkpoint and --swap "
               "make plan price that one layout: --json, --svg, --dot and --formulas describe a "
               "plan it chooses");
+  if (a.any_mesh && (strcmp(a.cmd, "plan") || a.forced || a.checkpoint || a.swap))
+    bad_usage("--any-mesh lets mtc plan give each block its own mesh, which mtc compile does "
+              "not run: use it with plan alone, without a layout's flags");
   a.layout.seq_parallel = a.sv.seq_parallel;
   if (a.layout.rest.offload_grads && a.offload && a.layout.rest.offload != 1)
     bad_usage("--offload-grads moves every gradient, and all of the optimizer state with it: "
@@ -542,8 +551,9 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
     sv_model_free(m);
     return 0;
   }
+  // the plan mtc compile runs, or (--any-mesh) one that may give blocks meshes it does not
   SvPlan *p;
-  if (sv_plan(g, &cfg, &p, d))
+  if (a->any_mesh ? sv_plan(g, &cfg, &p, d) : sv_plan_compiled(g, &cfg, &p, d))
     return -1;
   // --json - or --svg -: standard output is that document alone
   bool piped = (a->json && !strcmp(a->json, "-")) || (a->svg && !strcmp(a->svg, "-"));

@@ -102,10 +102,10 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   return rc;
 }
 
-int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d) {
+int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) {
   *kept = NULL;
-  *out = plan_single();
-  int gpus = sv_cluster_gpus(&cfg->cluster);
+  SvPlan *plans[2 * 64];  // the meshes' plans, solved in order
+  int n = 0, gpus = sv_cluster_gpus(&cfg->cluster);
   char why[1024] = "";
   // the meshes mtc compile lowers: dp x tp for each tp that divides the GPUs, then dp x a
   // q x q grid for each q * q that does
@@ -119,27 +119,42 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrD
     SvConfig c = *cfg;
     c.mesh_tp = tp;
     c.mesh_q = q;
-    SvPlan *p;
+    c.cutoff = *kept && (*kept)->sol.feasible ? (*kept)->sol.time : 0;  // the one to beat
     IrDiag quiet = {0};
-    if (sv_plan(g, &c, &p, &quiet)) {
+    if (sv_plan(g, &c, &plans[n], &quiet)) {
       if (!why[0])
         snprintf(why, sizeof why, "%.900s", quiet.msg);
       continue;
     }
-    if (!p->sol.feasible) {
-      snprintf(why, sizeof why, "%s", p->why);
-      sv_plan_free(p);
-      continue;
-    }
-    if (!*kept || p->sol.time < (*kept)->sol.time) {
-      sv_plan_free(*kept);
-      *kept = p;
-    } else {
-      sv_plan_free(p);
-    }
+    SvPlan *p = plans[n++];
+    SvPlan *k = *kept;
+    if (!k || (p->sol.feasible && (!k->sol.feasible || p->sol.time < k->sol.time)) ||
+        (!p->sol.feasible && !k->sol.feasible && p->need < k->need))
+      *kept = p;   // the fastest that fits; until one does, the leanest (its why says what binds)
   }
   if (!*kept)
-    return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block fits: %s", why);
+    return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block: %s", why);
+  // the report's baselines from every mesh (each plan has those of its own layouts), and the
+  // time all of the solves took
+  double seconds = 0;
+  for (int i = 0; i < n; i++) {
+    seconds += plans[i]->seconds;
+    if (plans[i] != *kept) {
+      sv_plan_merge_baselines(*kept, plans[i]);
+      sv_plan_free(plans[i]);
+    }
+  }
+  (*kept)->seconds = seconds;
+  return 0;
+}
+
+int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d) {
+  *out = plan_single();
+  if (sv_plan_compiled(g, cfg, kept, d))
+    return -1;
+  if (!(*kept)->sol.feasible)
+    return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block fits: %s",
+                    (*kept)->why);
   return from_plan(*kept, out, d);
 }
 

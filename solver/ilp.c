@@ -177,10 +177,18 @@ typedef struct Callback {
   const double *x1;        // the incumbent, 1-based
   bool offered, accepted;
   double gap;
+  double cutoff;           // (0: none)
+  bool cut;                // stopped at it
 } Callback;
 
 static void on_tree(glp_tree *T, void *info) {
   Callback *cb = info;
+  int best = glp_ios_best_node(T);   // the active node of the lowest bound: the global bound
+  if (cb->cutoff > 0 && best && glp_ios_node_bound(T, best) >= cb->cutoff && !cb->cut) {
+    cb->cut = true;
+    glp_ios_terminate(T);
+    return;
+  }
   if (glp_ios_reason(T) == GLP_IHEUR && cb->x1 && !cb->offered) {
     cb->offered = true;
     cb->accepted = glp_ios_heur_sol(T, cb->x1) == 0;
@@ -249,7 +257,7 @@ int ilp_solve(Ilp *p, const IlpOptions *o, IlpResult *r) {
   IR_ASSERT(ia && ja && ar && x && (x1 || !o->incumbent));
   for (int j = 0; x1 && j < p->ncols; j++)
     x1[j + 1] = o->incumbent[j];
-  Callback cb = {.x1 = x1, .gap = NAN};
+  Callback cb = {.x1 = x1, .gap = NAN, .cutoff = o->cutoff};
 
   glpk_said[0][0] = glpk_said[1][0] = '\0';
   glpk_verbose = o->verbose;
@@ -308,8 +316,13 @@ int ilp_solve(Ilp *p, const IlpOptions *o, IlpResult *r) {
     r->status = ILP_OPTIMAL;
     r->gap = isnan(cb.gap) ? o->mip_gap : cb.gap;
     break;
-  case GLP_ETMLIM:
   case GLP_ESTOP:
+    if (cb.cut) {
+      r->status = ILP_CUTOFF;
+      break;
+    }
+    // fall through
+  case GLP_ETMLIM:
     r->status = mip == GLP_FEAS || mip == GLP_OPT ? ILP_FEASIBLE : ILP_NOSOLUTION;
     r->gap = isnan(cb.gap) ? INFINITY : cb.gap;
     snprintf(r->msg, sizeof r->msg, "time limit of %g s reached", o->time_limit);

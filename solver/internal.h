@@ -70,6 +70,7 @@ typedef enum IlpStatus {
   ILP_FEASIBLE,    // a solution, optimality not proven (time limit)
   ILP_INFEASIBLE,  // proven: no solution
   ILP_NOSOLUTION,  // time limit before any solution
+  ILP_CUTOFF,      // stopped: no solution can reach below IlpOptions.cutoff
   ILP_ERROR,       // GLPK failed; see msg
 } IlpStatus;
 
@@ -80,6 +81,7 @@ typedef struct IlpOptions {
   bool cuts;                   // cover, MIR, Gomory and clique cuts
   bool verbose;
   const double *incumbent;     // a feasible point (ncols values) or NULL
+  double cutoff;               // stop once the bound shows no solution below it (0: none)
 } IlpOptions;
 
 typedef struct IlpResult {

@@ -399,6 +399,7 @@ static const char *status_name(IlpStatus s, double gap) {
   case ILP_FEASIBLE: return "time limit (best found)";
   case ILP_INFEASIBLE: return "infeasible";
   case ILP_NOSOLUTION: return "time limit (nothing found)";
+  case ILP_CUTOFF: return "stopped (no plan faster than another mesh's)";
   default: return "error";
   }
 }
@@ -447,7 +448,8 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
       sv_solution_free(&s);
     }
     IlpOptions io = {.mip_gap = o->mip_gap, .time_limit = o->time_limit, .presolve = true,
-                     .cuts = true, .verbose = o->verbose, .incumbent = inc};
+                     .cuts = true, .verbose = o->verbose, .incumbent = inc,
+                     .cutoff = o->min_memory ? 0 : o->cutoff * TSCALE};
     IlpResult r;
     rc = ilp_solve(ilp, &io, &r);
     st->nonzeros = ilp_nnz(ilp);
@@ -456,6 +458,7 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
     st->seeded = r.seeded;
     st->status = status_name(r.status, r.gap);
     st->timed_out = r.status == ILP_FEASIBLE || r.status == ILP_NOSOLUTION;
+    st->cut_off = r.status == ILP_CUTOFF;
     if (rc)
       ir_error(d, (IrLoc){0}, "plan: the integer program failed: %s", r.msg);
     if (r.x) {
@@ -642,6 +645,38 @@ static void baselines(SvPlan *pl) {
   }
 }
 
+// Baseline b's place in baselines()' list (2D grids of any side are one).
+static int baseline_kind(const SvBaseline *b) {
+  static const char *const prefix[] = {"DP", "ZeRO-3", "Megatron", "2D", "ZeRO-3 + offload"};
+  for (int k = 4; k >= 0; k--)   // "ZeRO-3 + offload" before "ZeRO-3"
+    if (!strncmp(b->name, prefix[k], strlen(prefix[k])))
+      return k;
+  return 5;
+}
+
+static int by_kind(const void *a, const void *b) {
+  return baseline_kind(a) - baseline_kind(b);
+}
+
+void sv_plan_merge_baselines(SvPlan *to, SvPlan *from) {
+  for (int i = 0; i < from->nbaselines; i++) {
+    SvBaseline *b = &from->baseline[i];
+    int k = 0;
+    while (k < to->nbaselines && baseline_kind(&to->baseline[k]) != baseline_kind(b))
+      k++;
+    if (k == to->nbaselines && k < SV_MAXBASELINES) {
+      to->baseline[to->nbaselines++] = *b;
+    } else if (k < to->nbaselines && better(b, &to->baseline[k])) {
+      sv_solution_free(&to->baseline[k].sol);
+      to->baseline[k] = *b;
+    } else {
+      sv_solution_free(&b->sol);
+    }
+  }
+  from->nbaselines = 0;
+  qsort(to->baseline, (size_t)to->nbaselines, sizeof *to->baseline, by_kind);
+}
+
 // ---- when nothing fits --------------------------------------------------------------------------
 
 SvByteUnit sv_unit(double ref) {
@@ -742,7 +777,9 @@ static void explain(SvPlan *pl, IrDiag *d) {
   SvSolveOptions o = {.mip_gap = 1e-3, .time_limit = 10, .min_memory = true};
   int n = 0;
   size_t cap = sizeof pl->why;
-  if (sv_solve(p, &o, &s, &st, d) || !s.feasible) {
+  bool none = sv_solve(p, &o, &s, &st, d) || !s.feasible;
+  pl->need = none ? HUGE_VAL : s.time;
+  if (none) {
     n = snprintf(pl->why, cap, "no plan fits: not even with unlimited GPU memory (CPU memory "
                                "for offloaded state: %s per GPU)",
                  sv_bytes_str(a, p->host_cap[0]));
@@ -926,7 +963,7 @@ int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
     seed = &shared;
   pl->sol = sv_solution_new(pl->prob);
   SvSolveOptions o = {.mip_gap = cfg->mip_gap, .time_limit = cfg->time_limit,
-                      .verbose = cfg->verbose, .incumbent = seed};
+                      .verbose = cfg->verbose, .incumbent = seed, .cutoff = cfg->cutoff};
   int rc = sv_solve(pl->prob, &o, &pl->sol, &pl->stats, d);
   pl->stats.seed = seed == &shared ? "the plan with shared variables" : "the best baseline";
   sv_solution_free(&shared);
@@ -934,7 +971,10 @@ int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
     sv_plan_free(pl);
     return -1;
   }
-  if (!pl->sol.feasible && pl->stats.timed_out)
+  pl->need = pl->sol.feasible ? 0 : HUGE_VAL;
+  if (!pl->sol.feasible && pl->stats.cut_off)
+    snprintf(pl->why, sizeof pl->why, "no plan faster than %g s a step", cfg->cutoff);
+  else if (!pl->sol.feasible && pl->stats.timed_out)
     snprintf(pl->why, sizeof pl->why, "GLPK found no plan in %g s: allow it more (--time-limit)",
              cfg->time_limit);
   else if (!pl->sol.feasible)

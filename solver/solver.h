@@ -153,6 +153,8 @@ typedef struct SvConfig {
   int mesh_q;             // ... with mesh_tp 1 and mesh_q > 1: of dp x a mesh_q x mesh_q grid
                           // (SvProblem.ckpt_first);
                           // 0: any layout, offload share and checkpointing per block
+  double cutoff;          // > 0: a plan no faster than this step (s) is of no use (another
+                          // mesh's): GLPK stops once its bound shows none is
 } SvConfig;
 
 SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on, no sequence parallelism
@@ -431,6 +433,7 @@ typedef struct SvSolveStats {
   double gap;                     // relative, proven
   const char *status;             // "optimal", "optimal within the gap", "time limit ..."
   bool timed_out;                 // stopped by the time limit
+  bool cut_off;                   // stopped: no plan faster than SvSolveOptions.cutoff
   bool seeded;                    // GLPK took the incumbent offered
   const char *seed;               // what it was: "the best baseline", ...
 } SvSolveStats;
@@ -440,6 +443,7 @@ typedef struct SvSolveOptions {
   bool verbose;
   const SvSolution *incumbent;    // a feasible solution to seed (NULL: none)
   bool min_memory;                // minimize the extra memory every GPU would need instead
+  double cutoff;                  // > 0: stop once no plan can be faster than this (s)
 } SvSolveOptions;
 
 // Solves p. Returns 0 with best set (best->feasible false when nothing fits),
@@ -483,8 +487,16 @@ typedef struct SvPlan {
   SvBaseline baseline[SV_MAXBASELINES];
   int64_t micro_batch, seq, global_batch;
   char why[1024];                 // when nothing fits: what binds and what would fit
+  double need;                    // ... and the extra bytes per GPU the leanest plan needs
+                                  // (HUGE_VAL: none fits with any)
   double seconds;                 // the whole plan: cost model, baselines, solve
 } SvPlan;
+
+// Moves from's baselines into to's: each kind (DP, ZeRO-3, Megatron, 2D, ZeRO-3 + offload)
+// to lacks, or has a worse one of; frees the rest. to keeps baselines' order. Plans of
+// the same model and cluster (the meshes of sv_plan_compiled, each of which has the
+// baselines its layouts allow).
+void sv_plan_merge_baselines(SvPlan *to, SvPlan *from);
 
 // Plans g (after the passes through "optimizer") on cfg. Returns 0 with *out
 // set; out->sol.feasible false and out->why filled when no plan fits. -1 with
@@ -501,11 +513,14 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
 // ---- applying a plan (solver/apply.c) -----------------------------------------------------------
 
 // A plan as mtc compile lowers it: one mesh of dp x tp ranks, or of dp x a
-// q x q grid, for every block.
+// q x q grid, for every block (in a dp x tp mesh a block may be data parallel over all of
+// its ranks).
 // The fastest feasible plan that mtc compile lowers (a solve per tp that divides
-// each group's GPUs, and per 2D grid: SvConfig.mesh_tp, mesh_q).
-// *kept is that plan (free it with sv_plan_free). -1 with d when none fits
-// (what binds, from the solver).
+// each group's GPUs, and per 2D grid: SvConfig.mesh_tp, mesh_q), into *kept (free it with
+// sv_plan_free); where none fits, the mesh's that comes nearest (infeasible: its why says
+// what binds and what would fit). mtc plan reports it. -1 with d when no mesh could be solved.
+int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d);
+// That plan as the program runs it. -1 with d when none fits (what binds, from the solver).
 int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrDiag *d);
 // The plan in a plan.json text (path names it in errors), checked against g's
 // blocks. -1 with d naming the block and field that does not fit.

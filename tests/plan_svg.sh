@@ -2,6 +2,10 @@
 # mtc plan --svg draws the plan: well-formed SVG with a row per block, the
 # memory and step-time bars and each baseline beside the plan; a model whose
 # name holds XML's specials draws as well; compile --gpus writes DIR/plan.svg.
+# mtc plan reports the plan compile --gpus builds (the same blocks and step time in
+# plan.json), with every baseline; --any-mesh lets blocks take meshes compile does not
+# run (GPT-2 1.5B on 8 L4s: the embedding and head on TP2, the layers on 8 x DP), and
+# compile refuses it.
 #
 #   tests/plan_svg.sh MTC EXAMPLES_DIR OUT
 set -euo pipefail
@@ -11,8 +15,16 @@ mkdir -p "$out"
 # a graph named with XML's specials, as IR text can name it
 "$mtc" inspect "$examples/gpt2.mtc" --dump-after shapes 2> /dev/null |
   sed 's/^graph "gpt2"$/graph "a<b\&\\"c'"'"'"/' > "$out/name.ir"
-"$mtc" plan "$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 \
-  --gpus 8 --gpu L4-24GB --mip-gap 0 --svg "$out/l4.svg" > "$out/l4.txt"
+l4=("$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 --gpus 8
+  --gpu L4-24GB --mip-gap 0)
+"$mtc" plan "${l4[@]}" --any-mesh --svg "$out/l4.svg" > "$out/l4.txt"
+"$mtc" plan "${l4[@]}" --json "$out/l4c.json" > "$out/l4c.txt"
+"$mtc" compile "${l4[@]}" -o "$out/l4prog" > /dev/null
+if "$mtc" compile "${l4[@]}" --any-mesh -o "$out/l4any" > "$out/any.txt" 2>&1 ||
+  ! grep -q "any-mesh lets mtc plan" "$out/any.txt"; then
+  echo "FAIL: compile --any-mesh: $(cat "$out/any.txt")"
+  exit 1
+fi
 "$mtc" plan "$out/name.ir" --gpus 2 --svg - > "$out/name.svg"   # stdout: the SVG alone
 "$mtc" compile "$examples/gpt2.mtc" --gpus 2 -o "$out/prog" > /dev/null
 if "$mtc" plan "$examples/gpt2.mtc" --json - --svg - > "$out/both.txt" 2>&1 ||
@@ -47,6 +59,19 @@ _, t = texts(f"{out}/name.svg")
 if not any("a<b&\"c'" in x for x in t):
     bad.append(f"name.svg: the model's name is not drawn as it is: {t[:1]}")
 texts(f"{out}/prog/plan.svg")
+import json
+keys = ("dp", "tp", "q", "zero", "checkpoint", "swap", "offload", "offload_grads")
+plan, prog = json.load(open(f"{out}/l4c.json")), json.load(open(f"{out}/l4prog/plan.json"))
+for a, b in zip(plan["blocks"], prog["blocks"]):
+    if [a[k] for k in keys] != [b[k] for k in keys]:
+        bad.append(f"plan's block {a['name']} is not compile's: {a} against {b}")
+if abs(plan["step_time_s"] - prog["step_time_s"]) > 1e-9 * prog["step_time_s"]:
+    bad.append(f"plan's step {plan['step_time_s']} s, compile's {prog['step_time_s']} s")
+report = open(f"{out}/l4c.txt").read()
+for w in ("8 x DP (of 2 x TP4)", "DP + checkpointing", "ZeRO-3 + checkpointing", "Megatron TP=8",
+          "2D 2x2", "ZeRO-3 + offload"):
+    if w not in report:
+        bad.append(f"plan's report has no '{w}'")
 for b in bad:
     print("FAIL:", b)
 print("ok: plan.svg" if not bad else "")

@@ -285,6 +285,56 @@ static void test_small_model_gets_dp(void) {
   ir_graph_free(g);
 }
 
+// mtc plan's and compile's plan (sv_plan_compiled): the fastest of the meshes' plans, each
+// mesh's solve stopped once its bound cannot beat the best so far (SvConfig.cutoff), with the
+// baselines of all of them. GPT-2 1.5B on 8 L4s: the plan is compile's, and as fast as any
+// mesh's own full solve; a cutoff below a solve's optimum stops it with nothing, one above
+// leaves its plan as it was.
+static void test_plan_compiled(void) {
+  IrGraph *g = model("gpt2.mtc", GPT2_15B);
+  SvConfig c = cluster("L4-24GB", 8, 0);
+  SvPlan *best;
+  IrDiag d = {0};
+  int rc = sv_plan_compiled(g, &c, &best, &d);
+  CHECK(!rc && best->sol.feasible, "compiled: %s", rc ? d.msg : best->why);
+  if (rc) {
+    ir_graph_free(g);
+    return;
+  }
+  double fastest = INFINITY;
+  for (int tp = 1; tp <= 8; tp *= 2) {
+    SvConfig m = c;
+    m.mesh_tp = tp;
+    SvPlan *p = plan(g, &m);
+    if (p->sol.feasible)
+      fastest = fmin(fastest, p->sol.time);
+    if (p->sol.feasible && tp == 2) {
+      m.cutoff = 0.99 * p->sol.time;
+      SvPlan *cut = plan(g, &m);
+      CHECK(!cut->sol.feasible && cut->stats.cut_off, "tp 2, cutoff below its %.6g s: %s",
+            p->sol.time, cut->stats.status);
+      sv_plan_free(cut);
+      m.cutoff = 1.01 * p->sol.time;
+      cut = plan(g, &m);
+      CHECK(cut->sol.feasible && fabs(cut->sol.time - p->sol.time) <= 1e-3 * p->sol.time,
+            "tp 2, cutoff above its %.6g s: %.6g s (%s)", p->sol.time, cut->sol.time,
+            cut->stats.status);
+      sv_plan_free(cut);
+    }
+    sv_plan_free(p);
+  }
+  CHECK(best->sol.time <= fastest * (1 + 1e-3), "compiled %.6g s, the fastest mesh %.6g s",
+        best->sol.time, fastest);
+  int kinds = 0;
+  for (int i = 0; i < best->nbaselines; i++)
+    kinds += !strncmp(best->baseline[i].name, "Megatron", 8) ||
+             !strncmp(best->baseline[i].name, "2D", 2) || !strcmp(best->baseline[i].name, "DP");
+  CHECK(kinds == 3, "compiled: %d of DP, Megatron and 2D among its %d baselines", kinds,
+        best->nbaselines);
+  sv_plan_free(best);
+  ir_graph_free(g);
+}
+
 static void test_big_model_shards(void) {
   IrGraph *g = model("gpt2.mtc", GPT2_15B);
   SvConfig c = cluster("L4-24GB", 8, 0);
@@ -1031,6 +1081,7 @@ int main(int argc, char **argv) {
   test_small_model_gets_dp();
   test_zero_offload_10b();
   test_big_model_shards();
+  test_plan_compiled();
   test_less_memory_never_faster();
   test_heterogeneous();
   if (failures) {
