@@ -536,6 +536,26 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   return 0;
 }
 
+// --any-mesh: says when the plan gives blocks meshes of different sizes, which no program
+// runs (a block data parallel over its mesh's tp ranks is that mesh's).
+static void note_meshes(const SvPlan *p) {
+  if (!p->sol.feasible)
+    return;
+  SvLayout first = {0};
+  for (int u = 0; u < p->prob->nunits; u++) {
+    SvLayout l = p->prob->layout[p->prob->unit[u].choice[p->sol.pick[u]].layout];
+    if (u == 0)
+      first = l;
+    else if (l.dp != first.dp || l.tp != first.tp || l.q != first.q) {
+      char a[64], b[64];
+      printf("\nnote: blocks on %s beside blocks on %s: mtc compile runs one mesh for every "
+             "block; without --any-mesh, mtc plan reports the plan it builds\n",
+             sv_layout_str(a, sizeof a, first), sv_layout_str(b, sizeof b, l));
+      return;
+    }
+  }
+}
+
 // mtc plan: the formulas, or the plan's report (and --json). No plan fits: an error.
 static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
   if (a->forced || a->checkpoint || a->swap)
@@ -566,6 +586,8 @@ static int run_plan(IrGraph *g, const Args *a, IrDiag *d) {
     sv_report_dot(stdout, p);
   else if (!piped)
     sv_report(stdout, p);
+  if (a->any_mesh && !piped)
+    note_meshes(p);
   int rc = a->json ? sv_write_json(p, a->json, d) : 0;
   if (!rc && a->svg)
     rc = sv_write_svg(p, a->svg, d);

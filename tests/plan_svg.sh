@@ -67,6 +67,10 @@ for a, b in zip(plan["blocks"], prog["blocks"]):
         bad.append(f"plan's block {a['name']} is not compile's: {a} against {b}")
 if abs(plan["step_time_s"] - prog["step_time_s"]) > 1e-9 * prog["step_time_s"]:
     bad.append(f"plan's step {plan['step_time_s']} s, compile's {prog['step_time_s']} s")
+if "note: blocks on 4 x TP2 beside blocks on 8 x DP" not in open(f"{out}/l4.txt").read():
+    bad.append("--any-mesh: no note that its blocks' meshes differ")
+if "note:" in open(f"{out}/l4c.txt").read():
+    bad.append("plan: a note on meshes without --any-mesh")
 report = open(f"{out}/l4c.txt").read()
 for w in ("8 x DP (of 2 x TP4)", "DP + checkpointing", "ZeRO-3 + checkpointing", "Megatron TP=8",
           "2D 2x2", "ZeRO-3 + offload"):
