@@ -496,7 +496,15 @@ static int plan_config(const Args *a, SvConfig *cfg, IrDiag *d) {
   return 0;
 }
 
-static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d);
+// The planner's step time for a layout (before it is lowered), on the flags'
+// GPUs (without --gpus, as many as the plan has ranks): sv_price's 0, 1 or -1.
+static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d) {
+  Args on = *a;
+  if (!on.gpus && !on.cluster)
+    on.gpus = mesh_ranks(&plan->mesh);
+  SvConfig cfg;
+  return plan_config(&on, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
+}
 
 // mtc plan --dp/--tp/.../--checkpoint: what the planner says of that one
 // layout (what compile prints, and the program beside its measured step),
@@ -737,16 +745,6 @@ static void on_signal(int sig) {
   cg_outdir_abort(&outdir);
   signal(sig, SIG_DFL);
   raise(sig);
-}
-
-// The planner's step time for a layout (before it is lowered), on the flags'
-// GPUs (without --gpus, as many as the plan has ranks): sv_price's 0, 1 or -1.
-static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d) {
-  Args on = *a;
-  if (!on.gpus && !on.cluster)
-    on.gpus = mesh_ranks(&plan->mesh);
-  SvConfig cfg;
-  return plan_config(&on, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
 }
 
 // compile: the price the program prints beside its measured step; false, with
