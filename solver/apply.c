@@ -181,8 +181,11 @@ static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t 
 // The program's mesh from each block's (mesh[b]): one for every block, except
 // that in a tensor-parallel mesh a block may be data parallel over all its
 // ranks (dp x tp replicas of its own, tp 1), which the program runs with its
-// batch split over tp too (PlanBlock.batch_tp).
-static int one_mesh(const Mesh *mesh, const SvModel *m, Plan *a, const char *path, IrDiag *d) {
+// batch split over tp too (PlanBlock.batch_tp). in[b]: block b's mesh is that of a block data
+// parallel over its tp ranks ("batch_tp": the mesh's tp, which says it where no block is
+// tensor parallel).
+static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
+                    const char *path, IrDiag *d) {
   a->mesh = mesh[0];
   for (int b = 0; b < m->nblocks; b++)
     if (mesh[b].size[IR_MESH_TP] > 1 || mesh[b].size[IR_MESH_ROW] > 1) {
@@ -191,8 +194,10 @@ static int one_mesh(const Mesh *mesh, const SvModel *m, Plan *a, const char *pat
     }
   int ranks = mesh_ranks(&a->mesh), tp = a->mesh.size[IR_MESH_TP];
   for (int b = 0; b < m->nblocks; b++) {
-    if (!memcmp(&mesh[b], &a->mesh, sizeof *mesh))
+    if (!memcmp(&mesh[b], &a->mesh, sizeof *mesh)) {
+      a->block[b].batch_tp = in[b];
       continue;
+    }
     if (tp > 1 && mesh[b].size[IR_MESH_DP] == ranks) {   // dp x tp replicas of tp 1
       a->block[b].batch_tp = true;
       continue;
@@ -216,9 +221,9 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
   char *act = begin_plan(a, m->nblocks);
   if (!act)
     return ir_error(d, (IrLoc){0}, "out of memory");
-  bool *seen = calloc((size_t)m->nblocks + 1, 1);
+  bool *seen = calloc((size_t)m->nblocks + 1, 1), *in = calloc((size_t)m->nblocks + 1, 1);
   Mesh *mesh = calloc((size_t)m->nblocks + 1, sizeof *mesh);
-  IR_ASSERT(seen && mesh);
+  IR_ASSERT(seen && in && mesh);
   int rc = 0, i = 0;
   const cJSON *b;
   cJSON_ArrayForEach(b, blocks) {
@@ -230,6 +235,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(b, "checkpoint");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(b, "offload_grads");  // optional
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(b, "swap");           // optional
+    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(b, "batch_tp");       // optional
     if ((rc = whole(b, "id", 0, 1e9, &id, where, path, d)))
       break;
     if (id >= m->nblocks) {
@@ -286,7 +292,17 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
                     (long long)tp, (long long)q);
       break;
     }
-    mesh[id] = q > 1 ? mesh_grid((int)dp, (int)q) : mesh_make((int)dp, (int)tp);
+    int64_t of = 1;   // data parallel over the tp ranks of a mesh of tp `of`
+    if (bt && (rc = whole(b, "batch_tp", 2, SV_MAX_GPUS, &of, where, path, d)))
+      break;
+    if (of > 1 && (tp > 1 || q > 1 || dp % of)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): \"batch_tp\" %lld: a block data parallel over "
+                    "the tp ranks of its mesh has tp 1, q 1 and dp all of the ranks (dp x tp)",
+                    path, where, m->block[id].name, (long long)of);
+      break;
+    }
+    in[id] = of > 1;
+    mesh[id] = q > 1 ? mesh_grid((int)dp, (int)q) : mesh_make((int)(dp / of), (int)(of * tp));
     a->block[id].zero = (int)zero;
     act[id] = cJSON_IsTrue(sw) ? SWAP : cJSON_IsTrue(ck) ? CKPT : KEEP;
     a->block[id].offload = off;
@@ -297,10 +313,10 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
       rc = ir_error(d, (IrLoc){0}, "%s: block %d (%s) has no entry in \"blocks\"", path, k,
                     m->block[k].name);
   if (!rc)
-    rc = one_mesh(mesh, m, a, path, d);
+    rc = one_mesh(mesh, in, m, a, path, d);
   if (!rc)
     rc = checkpoint_of(act, m->nblocks, a, d);
-  free(seen);
+  free(seen), free(in);
   free(mesh);
   free(act);
   return rc;

@@ -605,9 +605,12 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddNumberToObject(o, "id", bi);
       cJSON_AddStringToObject(o, "name", m->block[bi].name);
       cJSON_AddNumberToObject(o, "unit", u);
-      // data parallel over the tp ranks too: dp x tp replicas of tp 1 (sv_apply_read)
+      // data parallel over the tp ranks too: dp x tp replicas of tp 1, in a mesh of tp
+      // batch_tp (sv_apply_read; which it needs where no block is tensor parallel)
       cJSON_AddNumberToObject(o, "dp", l.batch ? l.dp * l.tp : l.dp);
       cJSON_AddNumberToObject(o, "tp", l.batch ? 1 : l.tp);
+      if (l.batch)
+        cJSON_AddNumberToObject(o, "batch_tp", l.tp);
       cJSON_AddNumberToObject(o, "q", l.q);
       cJSON_AddBoolToObject(o, "checkpoint", moved && c->ckpt);
       cJSON_AddBoolToObject(o, "swap", moved && c->swap);

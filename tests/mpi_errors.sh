@@ -49,6 +49,8 @@ expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --device, --gpu
   "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
 refused two_meshes "p['blocks'][1]['tp'] = 2" \
   "block 0 \(rest\) is dp 4 x tp 1, another block dp 4 x tp 2: a program has one mesh for every block, where a block may also be data parallel over all 8 ranks" p1
+refused batch_tp_split "p['blocks'][1].update(tp=2, batch_tp=2)" \
+  "blocks\[1\] \(h.0\): \"batch_tp\" 2: a block data parallel over the tp ranks of its mesh has tp 1, q 1 and dp all of the ranks" p1
 refused grid_and_dp "p['blocks'][1].update(dp=1, q=2)" \
   "block 0 \(rest\) is dp 4 x tp 1, another block dp 1 x 2D 2x2: a program has one mesh" p1
 refused uneven "p['groups'][0]['micro_batches'] = 3" \

@@ -9,7 +9,7 @@
 # micro-batches (uneven batch shares; the state sharded evenly).
 # PLAN_BATCH_TP="1 2" makes those blocks data parallel over all 4 GPUs (dp 4,
 # tp 1) beside the others' dp 2 x tp 2: the program splits their batch over
-# tp too (per-block meshes). PLAN_OFFLOAD_GRADS="2" offloads those blocks'
+# tp too (per-block meshes; all of them: each says so with "batch_tp": 2). PLAN_OFFLOAD_GRADS="2" offloads those blocks'
 # gradients with all of their optimizer state.
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
 #
@@ -32,8 +32,9 @@ grads = [int(x) for x in sys.argv[7].split()]
 for i, b in enumerate(plan["blocks"]):
     b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
-    if b["id"] in batch:
-        b.update(dp=4, tp=1)
+    if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
+        b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
+            b.update(dp=4, tp=1)
     if b["id"] in grads:
         b.update(offload=1, offload_grads=True)
 if sys.argv[5]:

@@ -15,11 +15,20 @@ mkdir -p "$out"
 # a graph named with XML's specials, as IR text can name it
 "$mtc" inspect "$examples/gpt2.mtc" --dump-after shapes 2> /dev/null |
   sed 's/^graph "gpt2"$/graph "a<b\&\\"c'"'"'"/' > "$out/name.ir"
-l4=("$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16 --gpus 8
-  --gpu L4-24GB --mip-gap 0)
+gpt15=("$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B=16)
+l4=("${gpt15[@]}" --gpus 8 --gpu L4-24GB --mip-gap 0)
 "$mtc" plan "${l4[@]}" --any-mesh --svg "$out/l4.svg" > "$out/l4.txt"
 "$mtc" plan "${l4[@]}" --json "$out/l4c.json" > "$out/l4c.txt"
-"$mtc" compile "${l4[@]}" -o "$out/l4prog" > /dev/null
+"$mtc" compile "${l4[@]}" -o "$out/l4prog" > "$out/l4prog.txt"
+# its plan.json compiles to the same program: every block data parallel over the tp ranks of a
+# 2 x TP4 mesh ("batch_tp": 4), priced alike
+"$mtc" compile "${gpt15[@]}" --gpu L4-24GB --plan "$out/l4prog/plan.json" -o "$out/l4again" \
+  > "$out/l4again.txt"
+a=$(grep "planner prices" "$out/l4prog.txt") b=$(grep "planner prices" "$out/l4again.txt")
+if [ -z "$a" ] || [ "$a" != "$b" ]; then
+  echo "FAIL: compile --plan of compile's plan.json: '$b', compile's '$a'"
+  exit 1
+fi
 if "$mtc" compile "${l4[@]}" --any-mesh -o "$out/l4any" > "$out/any.txt" 2>&1 ||
   ! grep -q "any-mesh lets mtc plan" "$out/any.txt"; then
   echo "FAIL: compile --any-mesh: $(cat "$out/any.txt")"
