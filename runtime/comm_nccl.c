@@ -150,7 +150,6 @@ void rt_nccl_wait(rt_request *req) {
   req->active = 0;
 }
 
-
 void rt_nccl_allreduce(rt_nccl *c, void *buf, long count, int dtype, int op, rt_request *req) {
   start();
   ncclRedOp_t r = nccl_op(c, op, dtype);
