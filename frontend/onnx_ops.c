@@ -571,12 +571,15 @@ int fe_conv_Pad(FeOnnx *cx) {
     return -1;
   for (int i = 0; i < na && x; i++) {
     int a = (int)axes[i];
-    int64_t dim, cut0 = begin[i] < 0 ? -begin[i] : 0, cut1 = end[i] < 0 ? -end[i] : 0;
+    int64_t dim;
     if (fe_eval(cx, x->shape[a], &dim))
       return -1;
-    if (dim - cut0 - cut1 < 1)
+    // (compared before a negative pad is negated: the file may hold INT64_MIN)
+    if (begin[i] <= -dim || end[i] <= -dim ||
+        dim + (begin[i] < 0 ? begin[i] : 0) + (end[i] < 0 ? end[i] : 0) < 1)
       return fe_err(cx, "pads %lld and %lld leave nothing of axis %d (%lld)",
                     (long long)begin[i], (long long)end[i], a, (long long)dim);
+    int64_t cut0 = begin[i] < 0 ? -begin[i] : 0, cut1 = end[i] < 0 ? -end[i] : 0;
     if (cut0 || cut1)
       x = slice(cx, x, a, cut0, 1, sym_const(&cx->g->arena, dim - cut0 - cut1));
     if (x && (begin[i] > 0 || end[i] > 0)) {
