@@ -1406,6 +1406,54 @@ void rt_equal_i32(int *out, const int *x, long n, int value) {
   for (long i = 0; i < n; i++) out[i] = x[i] == value;
 }
 
+// int32 arithmetic that wraps around (in unsigned, where overflow is defined)
+static int i32_op(int op, int a, int b) {
+  unsigned ua = (unsigned)a, ub = (unsigned)b;
+  switch (op) {
+    case RT_ADD: return (int)(ua + ub);
+    case RT_SUB: return (int)(ua - ub);
+    case RT_MUL: return (int)(ua * ub);
+    case RT_MIN: return a < b ? a : b;
+    default: return a > b ? a : b;  // RT_MAX
+  }
+}
+
+void rt_binary_i32(int op, int *out, const int *a, const int *b, int rank, const long *shape,
+                   const long *astride, const long *bstride) {
+  long n = numel_of(rank, shape);
+  if (n <= 0 || op == RT_DIV) return;
+  long sh[RT_MAXRANK], as[RT_MAXRANK], bs[RT_MAXRANK];
+  int r = coalesce(rank, shape, astride, bstride, sh, as, bs);
+  long len = sh[r - 1], rows = n / len;
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long row = 0; row < rows; row++) {
+    const int *ar = a + row_offset(row, r - 1, sh, as), *br = b + row_offset(row, r - 1, sh, bs);
+    for (long i = 0; i < len; i++)
+      out[row * len + i] = i32_op(op, ar[i * as[r - 1]], br[i * bs[r - 1]]);
+  }
+}
+
+void rt_scale_i32(int *out, const int *x, long n, int s, int b) {
+#pragma omp parallel for if (n >= PAR_MIN)
+  for (long i = 0; i < n; i++) out[i] = i32_op(RT_ADD, i32_op(RT_MUL, s, x[i]), b);
+}
+
+void rt_cumsum_i32(int *out, const int *x, long outer, long len, long inner, int exclusive,
+                   int reverse) {
+#pragma omp parallel for if (outer * len * inner >= PAR_MIN)
+  for (long c = 0; c < outer * inner; c++) {
+    long o = c / inner, j = c - o * inner;
+    int acc = 0;
+    for (long k = 0; k < len; k++) {
+      long at = (o * len + (reverse ? len - 1 - k : k)) * inner + j;
+      int v = x[at];
+      if (!exclusive) acc = i32_op(RT_ADD, acc, v);
+      out[at] = acc;
+      if (exclusive) acc = i32_op(RT_ADD, acc, v);
+    }
+  }
+}
+
 
 // splitmix64's finalizer: a bijective mix of 64 bits
 static unsigned long long mix64(unsigned long long z) {

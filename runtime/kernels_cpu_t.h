@@ -216,6 +216,23 @@ void RT_NAME(scale)(RT_T *out, const RT_T *x, long n, float s, float b) {
   for (long i = 0; i < n; i++) out[i] = TO_T(s * LD(x[i]) + b);
 }
 
+// running sums along the middle dim of [outer, len, inner], one column at a time, in order
+void RT_NAME(cumsum)(RT_T *out, const RT_T *x, long outer, long len, long inner, int exclusive,
+                     int reverse) {
+#pragma omp parallel for if (outer * len * inner >= PAR_MIN)
+  for (long c = 0; c < outer * inner; c++) {
+    long o = c / inner, j = c - o * inner;
+    float acc = 0.0f;
+    for (long k = 0; k < len; k++) {
+      long at = (o * len + (reverse ? len - 1 - k : k)) * inner + j;
+      float v = LD(x[at]);
+      if (!exclusive) acc += v;
+      out[at] = TO_T(acc);
+      if (exclusive) acc += v;
+    }
+  }
+}
+
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GELU_* in kernels_cpu.c)
 void RT_NAME(gelu_fwd)(RT_T *y, const RT_T *x, long n) {
 #pragma omp parallel for simd if (n >= PAR_MIN_MATH)

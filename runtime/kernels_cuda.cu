@@ -922,6 +922,64 @@ __global__ void equal_i32_kernel(int *out, const int *x, long n, int value) {
   GRID_LOOP(i, n) out[i] = x[i] == value;
 }
 
+// int32 arithmetic that wraps around (in unsigned, where overflow is defined), for op RT_ADD ..
+// RT_MAX but RT_DIV (binary_i32() launches no other)
+__device__ inline int i32_op(int op, int a, int b) {
+  unsigned ua = (unsigned)a, ub = (unsigned)b;
+  switch (op) {
+    case RT_ADD: return (int)(ua + ub);
+    case RT_SUB: return (int)(ua - ub);
+    case RT_MUL: return (int)(ua * ub);
+    case RT_MIN: return a < b ? a : b;
+    default: return a > b ? a : b;  // RT_MAX
+  }
+}
+
+__global__ void binary_i32_kernel(int op, int *out, const int *a, const int *b, long n, Dims d) {
+  GRID_LOOP(i, n) {
+    long ao, bo;
+    dims_offsets(d, i, &ao, &bo);
+    out[i] = i32_op(op, a[ao], b[bo]);
+  }
+}
+
+__global__ void scale_i32_kernel(int *out, const int *x, long n, int s, int b) {
+  GRID_LOOP(i, n) out[i] = i32_op(RT_ADD, i32_op(RT_MUL, s, x[i]), b);
+}
+
+// Running sums: a thread per column (o, j) of [outer, len, inner], in order along len, as the
+// CPU sums (the scans mtc runs are short: positions along a sequence)
+template <typename T>
+__global__ void cumsum_kernel(T *out, const T *x, long outer, long len, long inner,
+                              int exclusive, int reverse) {
+  GRID_LOOP(c, outer * inner) {
+    long o = c / inner, j = c - o * inner;
+    float acc = 0.0f;
+    for (long k = 0; k < len; k++) {
+      long at = (o * len + (reverse ? len - 1 - k : k)) * inner + j;
+      float v = ld(x[at]);
+      if (!exclusive) acc += v;
+      out[at] = to<T>(acc);
+      if (exclusive) acc += v;
+    }
+  }
+}
+
+__global__ void cumsum_i32_kernel(int *out, const int *x, long outer, long len, long inner,
+                                  int exclusive, int reverse) {
+  GRID_LOOP(c, outer * inner) {
+    long o = c / inner, j = c - o * inner;
+    int acc = 0;
+    for (long k = 0; k < len; k++) {
+      long at = (o * len + (reverse ? len - 1 - k : k)) * inner + j;
+      int v = x[at];
+      if (!exclusive) acc = i32_op(RT_ADD, acc, v);
+      out[at] = acc;
+      if (exclusive) acc = i32_op(RT_ADD, acc, v);
+    }
+  }
+}
+
 template <typename T>
 __global__ void equal_f32_kernel(int *out, const T *x, long n, float value) {
   GRID_LOOP(i, n) out[i] = ld(x[i]) == value;
@@ -2057,6 +2115,43 @@ void rt_masked_fill_i32(int *out, const int *x, const int *mask, int rank, const
 void rt_equal_i32(int *out, const int *x, long n, int value) {
   if (n <= 0) return;
   RT_LAUNCH(equal_i32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, value);
+  LAUNCHED();
+}
+
+void rt_binary_i32(int op, int *out, const int *a, const int *b, int rank, const long *shape,
+                   const long *astride, const long *bstride) {
+  check_rank(rank, "rt_binary_i32");
+  long n = numel_of(rank, shape);
+  if (n <= 0 || op < RT_ADD || op > RT_MAX || op == RT_DIV) return;  // the CPU leaves out alone
+  Dims d = make_dims(rank, shape, astride, bstride);
+  RT_LAUNCH(binary_i32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, out, a, b, n, d);
+  LAUNCHED();
+}
+
+void rt_scale_i32(int *out, const int *x, long n, int s, int b) {
+  if (n <= 0) return;
+  RT_LAUNCH(scale_i32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, n, s, b);
+  LAUNCHED();
+}
+
+template <typename T>
+static void cumsum(T *out, const T *x, long outer, long len, long inner, int exclusive,
+                   int reverse) {
+  long cols = outer * inner;
+  if (cols <= 0 || len <= 0) return;
+  RT_LAUNCH(cumsum_kernel, grid_for(cols, NT), NT, 0, rt_cuda_stream, out, x, outer, len, inner,
+            exclusive, reverse);
+  LAUNCHED();
+}
+RT_CUDA_KT(cumsum, (T *out, const T *x, long outer, long len, long inner, int exclusive,
+                    int reverse), (dev(out), dev(x), outer, len, inner, exclusive, reverse))
+
+void rt_cumsum_i32(int *out, const int *x, long outer, long len, long inner, int exclusive,
+                   int reverse) {
+  long cols = outer * inner;
+  if (cols <= 0 || len <= 0) return;
+  RT_LAUNCH(cumsum_i32_kernel, grid_for(cols, NT), NT, 0, rt_cuda_stream, out, x, outer, len,
+            inner, exclusive, reverse);
   LAUNCHED();
 }
 

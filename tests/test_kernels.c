@@ -11,6 +11,7 @@
 //
 // Output: one "name: maxdiff X" line per check, then "N passed, M failed".
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +320,43 @@ static void test_int_ops(void) {
   check_dd("masked_fill_i32 broadcast", g2, w2, n);
   free(x); free(o); free(got); free(want); free(ids); free(eq); free(filled); free(colmask);
   free(g2); free(w2);
+}
+
+// Positions computed at run time from tokens, as RoBERTa does: keep = ids != pad,
+// (cumsum(keep) * keep) + pad: 2, 3, ... along each row, pad at the padding.
+static void test_int_positions(void) {
+  enum { B = 2, T = 6, PAD = 1 };
+  int ids[B * T] = {5, 9, 7, 3, 8, 4, 6, 2, 9, PAD, PAD, PAD}, eq[B * T], keep[B * T];
+  int sums[B * T], pos[B * T];
+  long shape[1] = {B * T}, one[1] = {1};
+  rt_equal_i32(eq, ids, B * T, PAD);
+  rt_equal_i32(keep, eq, B * T, 0);  // Not
+  rt_cumsum_i32(sums, keep, B, T, 1, 0, 0);
+  rt_binary_i32(RT_MUL, pos, sums, keep, 1, shape, one, one);
+  rt_scale_i32(pos, pos, B * T, 1, PAD);
+  double got[B * T], want[B * T] = {2, 3, 4, 5, 6, 7, 2, 3, 4, PAD, PAD, PAD};
+  for (int i = 0; i < B * T; i++) got[i] = pos[i];
+  check_dd("positions from tokens (cumsum_i32, binary_i32, scale_i32)", got, want, B * T);
+  // the other directions along the middle dim of [2, 3, 2], and a sum that wraps
+  int x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, INT_MAX}, y[12];
+  double g[12], w[4][12] = {{1, 2, 4, 6, 9, 12, 7, 8, 16, 18, 27, 0},
+                            {0, 0, 1, 2, 4, 6, 0, 0, 7, 8, 16, 18},
+                            {9, 12, 8, 10, 5, 6, 27, 0, 20, (double)INT_MIN + 9, 11, INT_MAX},
+                            {8, 10, 5, 6, 0, 0, 20, (double)INT_MIN + 9, 11, INT_MAX, 0, 0}};
+  w[0][11] = w[2][7] = (double)INT_MIN + 17;  // 8 + 10 + INT_MAX wraps
+  const char *names[4] = {"inclusive", "exclusive", "reverse", "exclusive reverse"};
+  for (int k = 0; k < 4; k++) {
+    rt_cumsum_i32(y, x, 2, 3, 2, k & 1, k >> 1);
+    for (int i = 0; i < 12; i++) g[i] = y[i];
+    char name[64];
+    snprintf(name, sizeof name, "cumsum_i32 %s", names[k]);
+    check_dd(name, g, w[k], 12);
+  }
+  float xf[6] = {0.5f, -1.0f, 2.0f, 0.25f, 4.0f, 8.0f}, yf[6];
+  rt_cumsum(yf, xf, 1, 6, 1, 0, 1);
+  double gf[6], wf[6] = {13.75, 13.25, 14.25, 12.25, 12.0, 8.0};
+  for (int i = 0; i < 6; i++) gf[i] = yf[i];
+  check_dd("cumsum reverse", gf, wf, 6);
 }
 
 // ---------------------------------------------------------------------------
@@ -1470,6 +1508,7 @@ int main(void) {
   test_reduce_sum();
   test_slice();
   test_int_ops();
+  test_int_positions();
   test_binary();
   test_unary();
   test_unary_ops();
