@@ -415,7 +415,7 @@ static void lower_maxpool2d_bwd(Lower *L, const IrNode *n) {
 // operands run as one flat loop.
 static void binary(Lower *L, const IrNode *n, const char *opname, int op) {
   const IrValue *a = n->in[0], *b = n->in[1], *o = n->out[0];
-  CgCall *c = call(L, CG_K_binary);
+  CgCall *c = call(L, o->dtype == DT_I32 ? CG_K_binary_i32 : CG_K_binary);
   enm(L, c, opname, op);
   buf(c, o), buf(c, a), buf(c, b);
   if (ir_same_shape(a, o) && ir_same_shape(b, o)) {
@@ -435,10 +435,15 @@ static void lower_div(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_DIV))
 static void lower_min(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_MIN)); }
 static void lower_max(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_MAX)); }
 
+// rt_scale(out, x, n, s, b); on integers rt_scale_i32, s and b ints
 static void lower_scale(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_scale);
+  bool ints_x = n->in[0]->dtype == DT_I32;
+  CgCall *c = call(L, ints_x ? CG_K_scale_i32 : CG_K_scale);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
-  flt(c, ir_attr_f(n, "s")), flt(c, ir_attr_f(n, "b"));
+  if (ints_x)
+    numk(L, c, (int64_t)ir_attr_f(n, "s")), numk(L, c, (int64_t)ir_attr_f(n, "b"));
+  else
+    flt(c, ir_attr_f(n, "s")), flt(c, ir_attr_f(n, "b"));
 }
 
 // out, in..., numel
@@ -747,6 +752,17 @@ static void lower_equal(Lower *L, const IrNode *n) {
     flt(c, (double)ir_attr_i(n, "value"));
   else
     numk(L, c, ir_attr_i(n, "value"));
+}
+
+// rt_cumsum(out, x, outer, len, inner, exclusive, reverse) along the axis; rt_cumsum_i32
+static void lower_cumsum(Lower *L, const IrNode *n) {
+  const IrValue *x = n->in[0];
+  int64_t a = ir_attr_i(n, "axis");
+  int axis = (int)(a < 0 ? a + x->rank : a);
+  CgCall *c = call(L, x->dtype == DT_I32 ? CG_K_cumsum_i32 : CG_K_cumsum);
+  buf(c, n->out[0]), buf(c, x);
+  num(c, dims(L, x, 0, axis)), num(c, x->shape[axis]), num(c, dims(L, x, axis + 1, x->rank));
+  numk(L, c, ir_attr_i(n, "exclusive")), numk(L, c, ir_attr_i(n, "reverse"));
 }
 
 // rt_dropout(out, x, step, n, ratio, seed, key, chunk, batched): the mask one

@@ -171,16 +171,36 @@ static IrValue *with_number(FeOnnx *cx, Bin op, IrValue *x, double c, bool c_fir
   }
 }
 
+// Input i of an arithmetic op: float, or integers (i32) where the op computes
+// on them at run time (Add, Sub, Mul: positions from a padding mask).
+static IrValue *num_arg(FeOnnx *cx, int i, bool ints_ok) {
+  IrValue *v = arg(cx, i);
+  if (v && v->dtype == DT_I32 && !ints_ok)
+    return fe_err(cx, "input %d '%s' is an integer tensor; mtc computes %s on integers at run "
+                      "time only as Add, Sub and Mul", i, v->name, cx->node->op_type), NULL;
+  return v;
+}
+
 // Add/Sub/Mul/Div: numpy broadcasting; a constant number operand becomes a
-// scale op (x * 0.5, x / 8, 1 + t).
+// scale op (x * 0.5, x / 8, 1 + t; on integers an integer number).
 static int binary(FeOnnx *cx, Bin op) {
   static const IrOp ops[] = {OP_ADD, OP_SUB, OP_MUL, OP_DIV};
+  bool ints_ok = op != B_DIV;
   double c;
-  if (scalar_const(cx, fe_in(cx, 1), &c))
-    return set(cx, with_number(cx, op, farg(cx, 0), c, false));
-  if (scalar_const(cx, fe_in(cx, 0), &c))
-    return set(cx, with_number(cx, op, farg(cx, 1), c, true));
-  IrValue *a = farg(cx, 0), *b = a ? farg(cx, 1) : NULL;
+  for (int k = 1; k >= 0; k--) {
+    if (!scalar_const(cx, fe_in(cx, k), &c))
+      continue;
+    IrValue *x = num_arg(cx, 1 - k, ints_ok);
+    if (x && x->dtype == DT_I32 && (!ir_is_i32(c) || (op == B_SUB && k == 1 && c == INT32_MIN)))
+      return fe_err(cx, "computes the integer tensor '%s' with %g, which is not an i32", x->name,
+                    c);
+    return set(cx, with_number(cx, op, x, c, k == 0));
+  }
+  IrValue *a = num_arg(cx, 0, ints_ok), *b = a ? num_arg(cx, 1, ints_ok) : NULL;
+  if (b && (a->dtype == DT_I32) != (b->dtype == DT_I32))
+    return fe_err(cx, "one input is an integer tensor and the other a float one ('%s' %s, '%s' "
+                      "%s): cast one of them", a->name, ir_dtype_name(a->dtype), b->name,
+                      ir_dtype_name(b->dtype));
   return set(cx, b ? fe_op(cx, ops[op], a, b) : NULL);
 }
 int fe_conv_Add(FeOnnx *cx) { return binary(cx, B_ADD); }
@@ -291,7 +311,10 @@ int fe_conv_Identity(FeOnnx *cx) { return set(cx, arg(cx, 0)); }
 // view or broadcast of one (DistilBERT's (mask == 0).view(...).expand(...)).
 static bool is_mask(IrValue *v) {
   v = ir_view_root(v);
-  return v->dtype == DT_I32 && v->producer && v->producer->op == OP_EQUAL;
+  IrOp op = v->dtype == DT_I32 && v->producer ? v->producer->op : OP_FILL;
+  return op == OP_EQUAL ||
+         ((op == OP_MUL || op == OP_MAX) && is_mask(v->producer->in[0]) &&
+          is_mask(v->producer->in[1]));
 }
 
 // x == value as an i32 mask.
@@ -777,8 +800,6 @@ static IrValue *negated(FeOnnx *cx, FeTensor *tc, const FeConst *c) {
   return fe_const_value(cx, nc, name);
 }
 
-// Is c an i32 (tested in range before the cast, which is undefined outside it)?
-static bool is_i32(double c) { return c >= INT32_MIN && c <= INT32_MAX && c == (double)(int32_t)c; }
 
 // Equal(x, c) at run time: x integers (token ids), c a known number: an i32
 // mask (x == c), for a Where to read (T5 replaces the ignored labels -100 of
@@ -793,10 +814,53 @@ int fe_conv_Equal(FeOnnx *cx) {
                       "run-time tensors");
   if (!x)
     return -1;
-  if (!is_i32(c))
+  if (!ir_is_i32(c))
     return fe_err(cx, "at run time mtc compares a tensor with an integer; '%s' is %s and the "
                       "number %g", x->name, ir_dtype_name(x->dtype), c);
   return set(cx, equal_to(cx, x, (int64_t)c));
+}
+
+// Not, And, Or of run-time masks (0/1 i32): 1 - x as x == 0, a * b, max(a, b). Each result
+// is a mask again (RoBERTa's positions keep input_ids != pad, as Not(Equal)).
+static IrValue *mask_arg(FeOnnx *cx, int i) {
+  IrValue *v = arg(cx, i);
+  if (v && !is_mask(v))
+    return fe_err(cx, "input %d '%s' must be a run-time mask (from Equal, Not, And or Or)", i,
+                  v->name), NULL;
+  return v;
+}
+int fe_conv_Not(FeOnnx *cx) {
+  IrValue *x = mask_arg(cx, 0);
+  return set(cx, x ? equal_to(cx, x, 0) : NULL);
+}
+static int mask_binary(FeOnnx *cx, IrOp op) {
+  IrValue *a = mask_arg(cx, 0), *b = a ? mask_arg(cx, 1) : NULL;
+  return set(cx, b ? fe_op(cx, op, a, b) : NULL);
+}
+int fe_conv_And(FeOnnx *cx) { return mask_binary(cx, OP_MUL); }
+int fe_conv_Or(FeOnnx *cx) { return mask_binary(cx, OP_MAX); }
+
+// CumSum(x, axis) exclusive reverse at run time, on floats or integers (OPT's and RoBERTa's
+// positions: the running count of the tokens that are not padding).
+int fe_conv_CumSum(FeOnnx *cx) {
+  IrValue *x = arg(cx, 0);
+  FeConst *k = x ? known_arg(cx, 1, "the axis") : NULL;
+  int64_t exclusive, reverse;
+  int a;
+  if (!k || fe_attr_int(cx, "exclusive", 0, &exclusive) ||
+      fe_attr_int(cx, "reverse", 0, &reverse))
+    return -1;
+  if (k->n != 1)
+    return fe_err(cx, "the axis must be one number");
+  if (x->rank == 0)
+    return fe_err(cx, "input '%s' is a scalar; CumSum runs along an axis", x->name);
+  if (fe_axis(cx, fe_const_int(k, 0), x->rank, &a))
+    return -1;
+  IrNode *n = node(cx, OP_CUMSUM, &x, 1, 1);
+  ir_set_int(cx->g, n, "axis", a);
+  ir_set_int(cx->g, n, "exclusive", exclusive != 0);
+  ir_set_int(cx->g, n, "reverse", reverse != 0);
+  return set(cx, infer(cx, n) ? NULL : n->out[0]);
 }
 
 // Where(cond, c, y) with cond a run-time mask (Equal) and c a known number:
@@ -816,7 +880,7 @@ static int where_at_run_time(FeOnnx *cx, FeTensor *tc, FeTensor *tx) {
     return fe_err(cx, "the run-time condition '%s' must come from Equal", tc->name);
   if (y->dtype == DT_F32)  // filling scores: an integer input compared is a padding mask
     fe_note_use(ir_view_root(cond)->producer->in[0], FE_USE_MASK, sym_const(&cx->g->arena, 2));
-  if (y->dtype == DT_I32 && !is_i32(vx))
+  if (y->dtype == DT_I32 && !ir_is_i32(vx))
     return fe_err(cx, "fills the integer tensor '%s' with %g, which is not an i32", y->name, vx);
   const Sym *shape[IR_MAXRANK];
   int r;

@@ -457,6 +457,7 @@ const char *ir_dtype_name(IrDType dt); // "f32", "bf16", "i32"
 const char *ir_dtype_ctype(IrDType dt); // the C type of an element in model.c: "float", ...
 IrDType ir_dtype_lookup(const char *name); // DT_COUNT when unknown
 bool ir_is_float(IrDType dt);          // f32 or bf16
+bool ir_is_i32(double v);              // an integer in int32's range
 bool ir_same_shape(const IrValue *a, const IrValue *b);
 // "[B,T,C]" into the arena
 const char *ir_shape_str(IrGraph *g, const IrValue *v);

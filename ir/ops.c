@@ -103,6 +103,8 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
 
 // Set output i of n to (dt, rank, shape), or check it against what is there.
 bool ir_is_float(IrDType dt) { return dt == DT_F32 || dt == DT_BF16; }
+// (tested in range before the cast, which is undefined outside it)
+bool ir_is_i32(double v) { return v >= INT32_MIN && v <= INT32_MAX && v == (double)(int32_t)v; }
 
 // Output i is (dt, rank, shape), or is checked against it. A float output
 // that already has a float type keeps it: the shape rules are the same in
@@ -430,16 +432,19 @@ static int shape_maxpool2d_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, x, d);
 }
 
+// Binary elementwise ops: numpy broadcasting, on floats or, but for div, on two i32 operands
+// (integers computed at run time: positions from a padding mask).
 static int shape_binary(IrGraph *g, IrNode *n, IrDiag *d) {
   IrValue *a = n->in[0], *b = n->in[1];
-  if (need_dtype(n, 0, DT_F32, d) || need_dtype(n, 1, DT_F32, d))
+  IrDType dt = a->dtype == DT_I32 && n->op != OP_DIV ? DT_I32 : DT_F32;
+  if (need_dtype(n, 0, dt, d) || need_dtype(n, 1, dt, d))
     return -1;
   const Sym *shape[IR_MAXRANK];
   int r;
   if (!broadcast_shape(a, b, &r, shape))
     return ir_error(d, n->loc, "%s: shapes %s of '%s' and %s of '%s' do not broadcast",
                     ir_op_name(n->op), ir_shape_str(g, a), a->name, ir_shape_str(g, b), b->name);
-  return set_out(g, n, 0, DT_F32, r, shape, d);
+  return set_out(g, n, 0, dt, r, shape, d);
 }
 static int shape_add(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
 static int shape_sub(IrGraph *g, IrNode *n, IrDiag *d) { return shape_binary(g, n, d); }
@@ -454,7 +459,16 @@ static int shape_unary(IrGraph *g, IrNode *n, IrDiag *d) {
     return -1;
   return same_as(g, n, 0, n->in[0], d);
 }
-static int shape_scale(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+// s * x + b: on an i32 x, s and b are i32 too.
+static int shape_scale(IrGraph *g, IrNode *n, IrDiag *d) {
+  double s = ir_attr_f(n, "s"), b = ir_attr_f(n, "b");
+  if (n->in[0]->dtype != DT_I32)
+    return shape_unary(g, n, d);
+  if (!ir_is_i32(s) || !ir_is_i32(b))
+    return ir_error(d, n->loc, "scale: s=%g and b=%g for the i32 tensor '%s' must be i32", s, b,
+                    n->in[0]->name);
+  return same_as(g, n, 0, n->in[0], d);
+}
 static int shape_gelu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_relu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_softmax(IrGraph *g, IrNode *n, IrDiag *d) {
@@ -875,12 +889,21 @@ static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_dtype(n, 1, DT_I32, d))
     return -1;
   double v = ir_attr_f(n, "value");
-  if (n->in[0]->dtype == DT_I32 && !(v >= INT32_MIN && v <= INT32_MAX && v == (double)(int32_t)v))
+  if (n->in[0]->dtype == DT_I32 && !ir_is_i32(v))
     return ir_error(d, n->loc, "masked_fill: the value %g for the i32 tensor '%s' is not an i32",
                     v, n->in[0]->name);
   if (!broadcasts_to(n->in[1], n->in[0]))
     return ir_error(d, n->loc, "masked_fill: the mask %s does not broadcast to %s",
                     ir_shape_str(g, n->in[1]), ir_shape_str(g, n->in[0]));
+  return same_as(g, n, 0, n->in[0], d);
+}
+
+// cumsum(x f32 or i32) axis: like x.
+static int shape_cumsum(IrGraph *g, IrNode *n, IrDiag *d) {
+  int axis;
+  if ((!ir_is_float(n->in[0]->dtype) && need_dtype(n, 0, DT_I32, d)) ||
+      need_rank(g, n, 0, 1, d) || axis_attr(n, "axis", n->in[0]->rank, &axis, d))
+    return -1;
   return same_as(g, n, 0, n->in[0], d);
 }
 
@@ -1346,6 +1369,7 @@ static const Sym *flops_maxpool2d_bwd(IrGraph *g, const IrNode *n) {
   return numel_times(g, n->in[1], pool_area(n));
 }
 static const Sym *flops_min(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_cumsum(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_max(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sub(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_mul(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }

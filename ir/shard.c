@@ -1290,6 +1290,13 @@ static int shard_masked_fill(ShardOp *op) {
 // x == value: elementwise, on integers.
 static int shard_equal(ShardOp *op) { return unary(op, LIN_NONE); }
 
+// Running sums: linear; the summed axis whole, the other dims pass.
+static int shard_cumsum(ShardOp *op) {
+  need_whole_dim(op, 0, norm_axis(op->n, op->n->in[0]->rank));
+  op->out[0] = op->in[0];
+  return 0;
+}
+
 // x * keep / (1 - ratio): linear; the step counter is replicated.
 static int shard_dropout(ShardOp *op) {
   op->in[1] = whole(0);

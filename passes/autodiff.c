@@ -430,6 +430,14 @@ static void grad_abs(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   dx[0] = op2(ad, OP_MUL, dy[0], op1(ad, OP_SIGN, n->in[0]));
 }
 
+// Running sums: each dy_i reaches every x_k it summed, so dx is dy summed the other way.
+static void grad_cumsum(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
+  IrNode *b = emit(ad, OP_CUMSUM, dy, 1, 1);
+  copy_attrs(ad, b, n);
+  ir_set_int(ad->g, b, "reverse", !ir_attr_i(n, "reverse"));
+  dx[0] = finish(ad, b)->out[0];
+}
+
 // Ops no gradient flows through: flat in their inputs, or of integers.
 #define FLAT(name)                                                                      \
   static void grad_##name(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {        \

@@ -111,18 +111,21 @@ static IrNode *replace(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, int n
 }
 
 // A new node (one fresh output) inserted just before position `at`.
-static IrNode *insert(Fuser *F, int at, IrOp op, IrValue *const *in, int nin) {
+static IrNode *insert_outs(Fuser *F, int at, IrOp op, IrValue *const *in, int nin, int nout) {
   IrGraph *g = F->g;
   const IrNode *next = g->nodes[at];
   g->cur_phase = next->phase;
   g->cur_block = next->block;
   g->cur_loc = next->loc;
-  IrNode *n = ir_node_new(g, op, in, nin, 1);
+  IrNode *n = ir_node_new(g, op, in, nin, nout);
   memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(g->nnodes - 1 - at) * sizeof *g->nodes);
   g->nodes[at] = n;
   for (int i = at; i < g->nnodes; i++)
     g->nodes[i]->id = i;
   return n;
+}
+static IrNode *insert(Fuser *F, int at, IrOp op, IrValue *const *in, int nin) {
+  return insert_outs(F, at, op, in, nin, 1);
 }
 
 static bool check(Fuser *F, IrNode *n) {
@@ -140,6 +143,8 @@ static bool merge_scales(Fuser *F, IrNode *n) {
     return false;
   double s1 = ir_attr_f(in, "s"), b1 = ir_attr_f(in, "b");
   double s2 = ir_attr_f(n, "s"), b2 = ir_attr_f(n, "b");
+  if (n->in[0]->dtype == DT_I32 && (!ir_is_i32(s1 * s2) || !ir_is_i32(s2 * b1 + b2)))
+    return false;  // integers whose merged scale would leave int32 stay two scales
   IrNode *m = replace(F, n, OP_SCALE, &in->in[0], 1);
   ir_set_float(F->g, m, "s", s1 * s2);
   if (s2 * b1 + b2 != 0.0)
@@ -622,6 +627,26 @@ static IrValue *through_heads(IrValue *v) {
   return r->in[0];
 }
 
+// x [.., L, HS] of bmm's merged leading dims viewed as the scores' [P.., T, TK] have them
+// (P.., L, HS), in a reshape before node `at`; NULL when the counts differ.
+static IrValue *per_head(Fuser *F, int at, IrValue *x, const IrValue *heads) {
+  int lead = heads->rank - 2;
+  const Sym *shape[IR_MAXRANK], *count = sym_const(&F->g->arena, 1), *want = count;
+  for (int i = 0; i < x->rank - 2; i++)
+    count = sym_mul(&F->g->arena, count, x->shape[i]);
+  for (int i = 0; i < lead; i++)
+    want = sym_mul(&F->g->arena, want, heads->shape[i]);
+  if (!sym_eq(count, want))
+    return NULL;
+  memcpy(shape, heads->shape, (size_t)lead * sizeof *shape);
+  shape[lead] = x->shape[x->rank - 2];
+  shape[lead + 1] = x->shape[x->rank - 1];
+  IrNode *r = insert(F, at, OP_RESHAPE, &x, 1);
+  ir_value_set_shape(r->out[0], lead + 2, shape);
+  r->out[0]->dtype = x->dtype;
+  return check(F, r) ? r->out[0] : NULL;
+}
+
 // matmul(softmax(mask(c * matmul(a * q, k, tb=1))), v) -> attention(q', k, v)
 // where q' = q scaled so that the op's own 1/sqrt(HS) gives a*c.
 static bool fuse_attention(Fuser *F, IrNode *n) {
@@ -634,14 +659,14 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   int64_t t;
   if (sym_eval(v->shape[v->rank - 2], &F->g->syms, &t))
     return false;
-  // the masks may apply to the scores viewed per head and batch: then only a causal mask or
-  // none, which do not depend on how the leading dims are cut
+  // the masks may apply to the scores viewed per head and batch [P.., T, TK] (OPT's): a
+  // padding mask or a bias then needs that view of q, k and v (heads)
   IrValue *viewed = through_heads(sm->in[0]);
   Masks m;
   IrValue *s = unmask(F->g, unclamp(F->g, viewed), t, &m);
+  const IrValue *heads = NULL;
   if (s && viewed != sm->in[0]) {
-    if (m.keep || m.bias)
-      return false;
+    heads = m.keep || m.bias ? viewed : NULL;
     s = through_heads(s);
   }
   double c = 1.0;
@@ -678,6 +703,9 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   }
   IrValue *in[5] = {q, k, v}, *keep = m.keep;
   int nin = 3;
+  for (int i = 0; heads && i < 3; i++)
+    if (!(in[i] = per_head(F, n->id, in[i], heads)))
+      return false;
   if (keep) { // [P.., T], the mask's rows
     IrNode *r = insert(F, n->id, OP_RESHAPE, &keep, 1);
     const Sym *shape[IR_MAXRANK];
@@ -690,6 +718,11 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   }
   if (m.bias)
     in[nin++] = m.bias;
+  if (heads) {  // attention in the heads' view, its output viewed back as n's
+    IrNode *at = insert_outs(F, n->id, OP_ATTENTION, in, nin, 2);
+    ir_set_int(F->g, at, "causal", m.causal);
+    return check(F, at) && check(F, replace(F, n, OP_RESHAPE, &at->out[0], 1));
+  }
   IrNode *at = replace_outs(F, n, OP_ATTENTION, in, nin, 2);  // and a fresh log-sum-exp
   ir_set_int(F->g, at, "causal", m.causal);
   return check(F, at);

@@ -494,10 +494,18 @@ def write_bad(out):
 
 
 def bad_pad_mod(mm, red, w):
-    """Pad in a mode mtc does not run, and Mod of a run-time tensor (mtc folds Mod only)."""
+    """Pad in a mode mtc does not run, Mod of a run-time tensor (mtc folds Mod only), and Div of
+    run-time integers (mtc adds, subtracts and multiplies them)."""
     pads = numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")
     two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
     return {
+        "bad_int_div_runtime": tiny_graph([mm, helper.make_node("Div", ["ids", "ids"], ["q"], name="div"),
+                                           helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
+                                           helper.make_node("Mul", ["x", "qf"], ["xq"]),
+                                           helper.make_node("ReduceSum", ["xq"], ["y"], name="sum", keepdims=0)],
+                                          [w], inputs=[x, ids]),
         "bad_pad_mode": tiny_graph([mm, helper.make_node("Pad", ["h", "pads"], ["p"], name="pad", mode="reflect"),
                                     helper.make_node("ReduceSum", ["p"], ["y"], name="sum", keepdims=0)], [w, pads]),
         "bad_mod_runtime": tiny_graph([mm, helper.make_node("Mod", ["h", "two"], ["m"], name="mod", fmod=1),

@@ -110,6 +110,37 @@ def opt():
     return causal_lm(OPTForCausalLM(cfg)), batch
 
 
+def opt_mask():
+    """OPT with a padding mask: its learned positions are the running sum of the mask the user
+    gives, at run time (a CumSum of the int64 mask, times the mask, minus one, plus the offset
+    2); padded positions take position 1 and are masked out of the scores."""
+    from transformers import OPTConfig, OPTForCausalLM
+    cfg = OPTConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                    num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
+                    dropout=0.0, attention_dropout=0.0, layerdrop=0.0)
+    batch = padded_lm_batch(128)
+    batch["idx"] = 2 + batch["idx"] % 126   # tokens 2..127: no padding token in the batch
+    return padded_causal_lm(OPTForCausalLM(cfg)), batch
+
+
+def roberta_mlm():
+    """RoBERTa for masked LM: its positions come from the tokens at run time (input_ids !=
+    padding_idx 1, a CumSum of that, times it, plus padding_idx), so the second row's tail of
+    padding tokens takes position 1; with the tokenizer's attention_mask."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+    cfg = RobertaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, pad_token_id=1)
+    b = mlm_batch(128)
+    b["idx"] = 2 + b["idx"] % 126          # no padding token but in the padded tail
+    b["idx"][1, 10:] = 1
+    b["attention_mask"] = torch.ones(B, T, dtype=torch.long)
+    b["attention_mask"][1, 10:] = 0
+    b["labels"][1, 10:] = -100
+    batch = {k: b[k] for k in ("idx", "attention_mask", "labels")}
+    return Loss(RobertaForMaskedLM(cfg), ("input_ids", "attention_mask", "labels")), batch
+
+
 def padded_lm_batch(vocab):
     """The second row padded after 10 tokens: attention_mask 0 and labels -100 there."""
     b = lm_batch(vocab)
@@ -234,7 +265,8 @@ def t5_gated():
 
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
-            "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt,
+            "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt, "opt_mask": opt_mask,
+            "roberta_mlm": roberta_mlm,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
             "t5_gated": t5_gated}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
@@ -243,10 +275,12 @@ TRAIN = ("resnet",)
 # The models each family exports (default: all three). The T5 models are larger (an encoder and
 # a decoder), so each of the two T5 fixtures stays under 1 MB with part of the set: the ReLU
 # one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 and Llama with a padding
-# mask add to the plain models' three what the mask changes: opset 17, fixed and dynamic.
+# mask add to the plain models' three what the mask changes: opset 17, fixed and dynamic; so do
+# OPT with a mask and RoBERTa, whose positions the mask and the tokens give at run time.
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
             "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
-            "distilbert_mask": ("o17",)}
+            "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
+            "roberta_mlm": ("o17", "o17_dyn")}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
@@ -293,7 +327,7 @@ def running_stats_after_sgd(model, batch, steps=pl.STEPS):
 # softmax ignores them) round to more than 1e-6 of the largest gradient in float32, mtc's and
 # PyTorch's apart: the share of the largest gradient below which a tensor is compared at that
 # scale (tests/parity.sh's grad_floor).
-GRAD_FLOOR = {"opt": 1e-5}
+GRAD_FLOOR = {"opt": 1e-5, "opt_mask": 1e-5}
 
 # the families with a bf16 reference too (ref_bf16.json, grads_bf16.safetensors)
 BF16 = ("llama",)
