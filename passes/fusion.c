@@ -627,8 +627,9 @@ static IrValue *through_heads(IrValue *v) {
   return r->in[0];
 }
 
-// x [.., L, HS] of bmm's merged leading dims viewed as the scores' [P.., T, TK] have them
-// (P.., L, HS), in a reshape before node `at`; NULL when the counts differ.
+// x [M.., L, HS], bmm's merged leading dims, reshaped to [P.., L, HS], P.. the leading dims of
+// the scores' view `heads` [P.., T, TK], by a reshape inserted before node `at`; NULL when M..
+// and P.. hold different counts.
 static IrValue *per_head(Fuser *F, int at, IrValue *x, const IrValue *heads) {
   int lead = heads->rank - 2;
   const Sym *shape[IR_MAXRANK], *count = sym_const(&F->g->arena, 1), *want = count;

@@ -193,6 +193,19 @@ static const Case cases[] = {
     {"nll_loss_sum_ignore", "sym N = 6\nsym V = 3\ninput %t : i32[N] classes(V)\n"
                             "param %x : f32[N,V] normal(1.0)\n",
      "%loss : f32[] = nll_loss(%x, %t) sum=1 ignore_index=1\n", NULL, 1e-2},
+    {"cumsum", "sym A = 2\nsym B = 5\nsym C = 3\nparam %x : f32[A,B,C] normal(1.0)\n",
+     "%y : f32[A,B,C] = cumsum(%x) axis=1\n", "f32[A,B,C]", 1e-2},
+    {"cumsum_exclusive_reverse", "sym A = 2\nsym B = 5\nparam %x : f32[A,B] normal(1.0)\n",
+     "%y : f32[A,B] = cumsum(%x) axis=-1 exclusive=1 reverse=1\n", "f32[A,B]", 1e-2},
+    {"cumsum_reverse_times_x", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
+     "%c : f32[N] = cumsum(%x) axis=0 reverse=1\n%y : f32[N] = mul(%c, %x)\n", "f32[N]", 1e-2},
+    // positions counted at run time (RoBERTa's from the tokens) pick the table's rows
+    {"positions_from_tokens", "sym B = 2\nsym T = 5\nsym C = 3\ninput %ids : i32[B,T] classes(3)\n"
+                              "param %w : f32[9,C] normal(1.0)\n",
+     "%pad : i32[B,T] = equal(%ids) value=1\n%keep : i32[B,T] = equal(%pad) value=0\n"
+     "%n : i32[B,T] = cumsum(%keep) axis=1\n%m : i32[B,T] = mul(%n, %keep)\n"
+     "%pos : i32[B,T] = scale(%m) s=1 b=1\n%y : f32[B,T,C] = embedding(%w, %pos)\n",
+     "f32[B,T,C]", 1e-2},
     {"slice_strided", "sym N = 2\nparam %x : f32[N,7] normal(1.0)\n",
      "%y : f32[N,3] = slice(%x) axis=1 start=1 step=2\n", "f32[N,3]", 1e-2},
     {"slice_rows", "sym N = 5\nsym C = 3\nparam %x : f32[N,C] normal(1.0)\n",
