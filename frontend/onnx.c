@@ -181,6 +181,8 @@ int fe_set_value(FeOnnx *cx, int i, IrValue *v) {
   return 0;
 }
 
+FeTensor *fe_out(FeOnnx *cx, int i) { return find_or_define(cx, cx->node->output[i]); }
+
 int fe_set_const(FeOnnx *cx, int i, FeConst *k) {
   if (!k)
     return -1;
@@ -894,6 +896,9 @@ static int convert_node(FeOnnx *cx, const OpInfo *op, const Onnx__NodeProto *n, 
     t->root = t->tainted = true;
     return 0;
   }
+  for (int i = 0; i < fe_nin(cx); i++)
+    if (fe_in(cx, i) && fe_in(cx, i)->sel)
+      return fe_convert_selected(cx, op->name, op->conv);
   if (op->fold && known && tainted) {
     for (size_t i = 0; i < n->n_output; i++)
       if (n->output[i] && n->output[i][0]) {
@@ -1010,6 +1015,10 @@ static int choose_loss(FeOnnx *cx) {
     const char *name = gp->output[i] ? str(gp->output[i]->name) : "";
     if (!fe_lookup(cx, name))
       return ir_error(cx->d, (IrLoc){0}, "graph output '%.200s' is not computed by any node", name);
+    if (fe_lookup(cx, name)->sel)
+      return ir_error(cx->d, (IrLoc){0}, "graph output '%.200s' is a selection by a run-time "
+                      "mask (x[mask], NonZero and GatherND), which mtc computes only reduced whole "
+                      "(a ReduceMean or ReduceSum) into the loss", name);
   }
   IrValue *loss = NULL;
   if (cx->opt->loss) {

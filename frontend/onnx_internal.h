@@ -44,6 +44,16 @@ typedef struct FeConst {
   const Sym **s;                  // integer types: formulas, or NULL
 } FeConst;
 
+// A selection by a run-time mask, x[mask] as torch exports it (NonZero, then GatherND with
+// the indices transposed): what a tensor of one holds.
+typedef enum FeSel {
+  FE_SEL_NONE,
+  FE_SEL_INDICES,    // NonZero(mask): the indices [rank, K] of mask's nonzero elements
+  FE_SEL_INDICES_T,  // ... transposed, [K, rank], as GatherND reads them
+  FE_SEL_ELEMENTS,   // the K elements of v where mask is nonzero, in row-major order: v keeps
+                     // its whole shape, and a reduction leaves out the elements mask drops
+} FeSel;
+
 // What an ONNX tensor name stands for.
 typedef struct FeTensor {
   const char *name;
@@ -54,6 +64,8 @@ typedef struct FeTensor {
   const Onnx__NodeProto *lazy;    // producer still to fold or run on demand
   int lazy_index;
   const char *unsupported;        // an output mtc cannot compute: why
+  FeSel sel;                      // a selection by the run-time mask sel_mask, or none
+  IrValue *sel_mask;
   struct FeTensor *next;          // hash chain
 } FeTensor;
 
@@ -97,6 +109,7 @@ bool fe_out_wanted(FeOnnx *cx, int i);                 // output i has a name
 // ONNX tensor when the node made it) or as a known tensor.
 int fe_set_value(FeOnnx *cx, int i, IrValue *v);
 int fe_set_const(FeOnnx *cx, int i, FeConst *k);
+FeTensor *fe_out(FeOnnx *cx, int i);  // output i's tensor (defined now if it is new); it is wanted
 void fe_set_unsupported(FeOnnx *cx, int i, const char *why);
 // The tensor's compile-time value (folding a lazy producer), or NULL when it
 // is only known at run time.
@@ -129,6 +142,9 @@ IrValue *fe_dropout_step(FeOnnx *cx);
 // op(a) or op(a, b), shape inferred; NULL with an error naming the ONNX op.
 IrValue *fe_op(FeOnnx *cx, IrOp op, IrValue *a, IrValue *b);
 IrValue *fe_transpose(FeOnnx *cx, IrValue *x, const int64_t *perm);
+// A node that reads a selection (an input's sel): conv runs it when it is elementwise; a
+// ReduceMean or ReduceSum of every selected element is a masked mean or sum.
+int fe_convert_selected(FeOnnx *cx, const char *op, int (*conv)(FeOnnx *cx));
 
 // ---- onnx_fold.c: known tensors --------------------------------------------------------
 

@@ -800,7 +800,6 @@ static IrValue *negated(FeOnnx *cx, FeTensor *tc, const FeConst *c) {
   return fe_const_value(cx, nc, name);
 }
 
-
 // Equal(x, c) at run time: x integers (token ids), c a known number: an i32
 // mask (x == c), for a Where to read (T5 replaces the ignored labels -100 of
 // its decoder inputs by the pad id).
@@ -861,6 +860,147 @@ int fe_conv_CumSum(FeOnnx *cx) {
   ir_set_int(cx->g, n, "exclusive", exclusive != 0);
   ir_set_int(cx->g, n, "reverse", reverse != 0);
   return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
+// ---- selections by a run-time mask: x[mask] ----------------------------------------------
+//
+// torch exports x[mask] as GatherND(x, Transpose(NonZero(mask))): K elements, K known at run
+// time only. mtc keeps x whole and the mask beside it (FeSel), runs elementwise ops on the
+// whole tensors, and reads the selection's mean or sum as that of the kept elements (the
+// others filled with 0 first, so that they reach neither the result nor, where their
+// derivatives are finite, the gradient): ELECTRA's loss over the positions its
+// attention_mask keeps, BCE(logits[m], labels[m]).
+
+static void set_selection(FeOnnx *cx, FeSel sel, IrValue *mask, IrValue *v) {
+  if (!fe_out_wanted(cx, 0))
+    return;
+  if (v)
+    fe_set_value(cx, 0, v);
+  FeTensor *t = fe_out(cx, 0);
+  t->sel = sel;
+  t->sel_mask = mask;
+}
+
+// NonZero(mask), a mask known at run time: its indices, for a GatherND.
+int fe_conv_NonZero(FeOnnx *cx) {
+  IrValue *m = arg(cx, 0);
+  if (m && !is_mask(m))
+    return fe_err(cx, "mtc runs NonZero of a run-time mask (from Equal, Not, And or Or) whose "
+                      "indices select elements (x[mask]); '%s' is not one", m->name);
+  if (m)
+    set_selection(cx, FE_SEL_INDICES, m, NULL);
+  return m ? 0 : -1;
+}
+
+// GatherND with indices other than a mask's (the case mtc runs goes through
+// fe_convert_selected).
+int fe_conv_GatherND(FeOnnx *cx) {
+  return fe_err(cx, "mtc runs GatherND only to select elements by a run-time mask, as x[mask] "
+                    "exports: with the indices Transpose(NonZero(mask)) of a mask shaped as x");
+}
+
+static bool elementwise_op(const char *op) {
+  static const char *const ops[] = {"Abs", "Add", "Cast", "Cos", "Div", "Erf", "Exp", "Identity",
+                                    "Log", "Max", "Min", "Mul", "Neg", "Pow", "Reciprocal",
+                                    "Relu", "Sigmoid", "Sign", "Sin", "Sqrt", "Sub", "Tanh", NULL};
+  for (int i = 0; ops[i]; i++)
+    if (!strcmp(op, ops[i]))
+      return true;
+  return false;
+}
+
+// The indices of NonZero(mask) transposed ([K, rank]) and GatherND of a tensor of the mask's
+// shape by them: the selection of its elements.
+static int select_by_indices(FeOnnx *cx, const char *op, FeTensor *idx) {
+  IrValue *m = idx->sel_mask;
+  if (!strcmp(op, "Transpose") && idx->sel == FE_SEL_INDICES) {
+    const int64_t *perm;
+    int n;
+    if (fe_attr_ints(cx, "perm", &perm, &n))
+      return -1;
+    if (n == -1 || (n == 2 && perm[0] == 1 && perm[1] == 0))
+      return set_selection(cx, FE_SEL_INDICES_T, m, NULL), 0;
+  }
+  int64_t bd;
+  FeTensor *td = fe_in(cx, 0);
+  if (!strcmp(op, "GatherND") && idx->sel == FE_SEL_INDICES_T && fe_in(cx, 1) == idx && td &&
+      !td->sel && !fe_attr_int(cx, "batch_dims", 0, &bd) && bd == 0) {
+    IrValue *x = fe_value(cx, td);
+    if (!x)
+      return -1;
+    if (!ir_same_shape(x, m))
+      return fe_err(cx, "selects elements of '%s' %s by the mask '%s' %s: mtc selects by a "
+                        "mask of the tensor's own shape", x->name, ir_shape_str(cx->g, x),
+                    m->name, ir_shape_str(cx->g, m));
+    set_selection(cx, FE_SEL_ELEMENTS, m, x);
+    return 0;
+  }
+  return fe_err(cx, "reads the indices of NonZero of the run-time mask '%s'; mtc reads them "
+                    "only transposed ([K, rank]) into a GatherND that selects elements (x[mask])",
+                m->name);
+}
+
+// ReduceMean or ReduceSum of every selected element: the sum of the kept elements (the others
+// filled with 0), over the count of them for a mean.
+static int reduce_selected(FeOnnx *cx, const char *op, FeTensor *t) {
+  int64_t keep, noop, axes[IR_MAXRANK];
+  int n = -1;
+  if (fe_attr_int(cx, "keepdims", 1, &keep) || fe_attr_int(cx, "noop_with_empty_axes", 0, &noop))
+    return -1;
+  if (!strcmp(op, "ReduceSum") && fe_in(cx, 1)) {
+    FeConst *k = known_arg(cx, 1, "axes");
+    if (!k || fe_const_int_list(cx, k, "axes", axes, &n, IR_MAXRANK))
+      return -1;
+  } else if (strcmp(op, "ReduceSum")) {
+    const int64_t *a;
+    if (fe_attr_ints(cx, "axes", &a, &n))
+      return -1;
+    for (int i = 0; i < n && i < IR_MAXRANK; i++)
+      axes[i] = a[i];
+  }
+  if ((n <= 0 && noop) || n > 1 || (n == 1 && axes[0] != 0 && axes[0] != -1))
+    return fe_err(cx, "reduces the selection '%s' (x[mask]) in part; mtc reduces it whole",
+                  t->name);
+  IrValue *x = t->v, *m = t->sel_mask;
+  IrValue *kept = fe_op(cx, OP_SUM, masked(cx, x, equal_to(cx, m, 0), 0.0), NULL);
+  if (kept && !strcmp(op, "ReduceMean")) {
+    IrValue *count = fe_op(cx, OP_SUM, fe_op(cx, OP_CAST, m, NULL), NULL);
+    kept = count ? fe_op(cx, OP_DIV, kept, count) : NULL;
+  }
+  const Sym *one = sym_const(&cx->g->arena, 1);
+  return set(cx, keep ? reshape(cx, kept, 1, &one) : kept);
+}
+
+int fe_convert_selected(FeOnnx *cx, const char *op, int (*conv)(FeOnnx *cx)) {
+  FeTensor *sel = NULL;
+  for (int i = 0; i < fe_nin(cx); i++) {
+    FeTensor *t = fe_in(cx, i);
+    if (!t || !t->sel)
+      continue;
+    if (sel && (t->sel != sel->sel || t->sel_mask != sel->sel_mask))
+      return fe_err(cx, "reads '%s' and '%s', selections by two masks or of two kinds; mtc "
+                        "computes with elements selected by one mask", sel->name, t->name);
+    sel = sel ? sel : t;
+  }
+  if (sel->sel != FE_SEL_ELEMENTS)
+    return select_by_indices(cx, op, sel);
+  if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceSum"))
+    return reduce_selected(cx, op, sel);
+  double c;
+  bool ok = elementwise_op(op) && conv && fe_nout(cx) == 1;
+  for (int i = 0; ok && i < fe_nin(cx); i++) {
+    FeTensor *t = fe_in(cx, i);
+    ok = !t || t->sel || scalar_const(cx, t, &c);
+  }
+  if (!ok)
+    return fe_err(cx, "reads '%s', the elements the run-time mask '%s' selects (x[mask], from "
+                      "NonZero and GatherND); mtc computes with them only elementwise (with "
+                      "numbers) into a ReduceMean or ReduceSum of all of them", sel->name,
+                  sel->sel_mask->name);
+  if (conv(cx))
+    return -1;
+  set_selection(cx, FE_SEL_ELEMENTS, sel->sel_mask, NULL);
+  return 0;
 }
 
 // Where(cond, c, y) with cond a run-time mask (Equal) and c a known number:

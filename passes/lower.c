@@ -645,6 +645,13 @@ static int check(Lower *L) {
         g->nodes[i]->op != OP_SGD && g->nodes[i]->op != OP_ASSIGN)
       return ir_error(L->d, g->nodes[i]->loc, "lower: the update has a %s op; only adamw and "
                       "sgd updates are lowered", ir_op_name(g->nodes[i]->op));
+  const IrValue *count = l->op == OP_DIV ? l->in[1] : NULL;
+  if (count && count->role != ROLE_CONST && (L->dp > 1 || L->micro > 1))
+    return ir_error(L->d, l->loc, "the loss divides by a count known at run time (a mean over "
+                    "the elements a mask selects, x[mask]): with %d data-parallel rank%s and %d "
+                    "micro-batch%s each would divide by its own count rather than the step's: "
+                    "compile this model for one rank and one micro-batch", L->dp,
+                    L->dp == 1 ? "" : "s", L->micro, L->micro == 1 ? "" : "es");
   const IrNode *rows = L->dp > 1 || L->micro > 1 ? across_rows(g) : NULL;
   if (rows)
     return ir_error(L->d, rows->loc, "a %s over the batch's rows that keeps other dims (a "

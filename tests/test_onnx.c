@@ -276,6 +276,8 @@ static void check_errors(const char *dir, const char *tmp) {
       {"bad_pad_mode", "node 'pad': error: Pad: mode 'reflect': mtc pads with a constant only"},
       {"bad_mod_runtime", "node 'mod': error: Mod: input 'h' is only known at run time; mtc "
                           "evaluates Mod at compile time"},
+      {"bad_selection_softmax", "node 'softmax': error: Softmax: reads 'sel', the elements the "
+                                "run-time mask 'm' selects (x[mask], from NonZero and GatherND)"},
       {"bad_int_div_runtime", "node 'div': error: Div: input 0 'ids' is an integer tensor; mtc "
                               "computes Div on integers at run time only as Add, Sub and Mul"},
   };

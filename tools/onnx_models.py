@@ -494,13 +494,23 @@ def write_bad(out):
 
 
 def bad_pad_mod(mm, red, w):
-    """Pad in a mode mtc does not run, Mod of a run-time tensor (mtc folds Mod only), and Div of
-    run-time integers (mtc adds, subtracts and multiplies them)."""
+    """Pad in a mode mtc does not run, Mod of a run-time tensor (mtc folds Mod only), Div of
+    run-time integers (mtc adds, subtracts and multiplies them), and x[mask] read by other than
+    elementwise ops into a reduction of all of it."""
     pads = numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")
     two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])
+    one = numpy_helper.from_array(np.array(1, np.int64), "k1")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
     return {
+        "bad_selection_softmax": tiny_graph([helper.make_node("Constant", [], ["one"], value=one),
+                                             helper.make_node("Equal", ["ids", "one"], ["m"], name="equal"),
+                                             helper.make_node("NonZero", ["m"], ["nz"], name="nonzero"),
+                                             helper.make_node("Transpose", ["nz"], ["at"], name="transpose", perm=[1, 0]),
+                                             helper.make_node("GatherND", ["x", "at"], ["sel"], name="gather"),
+                                             helper.make_node("Softmax", ["sel"], ["p"], name="softmax", axis=0),
+                                             helper.make_node("ReduceSum", ["p"], ["y"], name="sum", keepdims=0)],
+                                            [], inputs=[x, ids]),
         "bad_int_div_runtime": tiny_graph([mm, helper.make_node("Div", ["ids", "ids"], ["q"], name="div"),
                                            helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
                                            helper.make_node("Mul", ["x", "qf"], ["xq"]),

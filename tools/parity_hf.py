@@ -141,6 +141,19 @@ def roberta_mlm():
     return Loss(RobertaForMaskedLM(cfg), ("input_ids", "attention_mask", "labels")), batch
 
 
+def electra_mask():
+    """ELECTRA's discriminator with a padding mask: its loss is a BCE over the positions the mask
+    keeps, logits[mask == 1] (NonZero, then GatherND), a mean over a count known at run time;
+    labels 0 or 1 (replaced or not) at every position."""
+    from transformers import ElectraConfig, ElectraForPreTraining
+    cfg = ElectraConfig(vocab_size=128, embedding_size=32, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    batch = padded_lm_batch(128)
+    batch["labels"] = pl.tokens((B, T), 2, 3)
+    return Loss(ElectraForPreTraining(cfg), ("input_ids", "attention_mask", "labels")), batch
+
+
 def padded_lm_batch(vocab):
     """The second row padded after 10 tokens: attention_mask 0 and labels -100 there."""
     b = lm_batch(vocab)
@@ -266,7 +279,7 @@ def t5_gated():
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
             "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt, "opt_mask": opt_mask,
-            "roberta_mlm": roberta_mlm,
+            "roberta_mlm": roberta_mlm, "electra_mask": electra_mask,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
             "t5_gated": t5_gated}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
@@ -276,11 +289,12 @@ TRAIN = ("resnet",)
 # a decoder), so each of the two T5 fixtures stays under 1 MB with part of the set: the ReLU
 # one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 and Llama with a padding
 # mask add to the plain models' three what the mask changes: opset 17, fixed and dynamic; so do
-# OPT with a mask and RoBERTa, whose positions the mask and the tokens give at run time.
+# OPT with a mask and RoBERTa, whose positions the mask and the tokens give at run time, and
+# ELECTRA, whose loss is over the positions the mask keeps.
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
             "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
             "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
-            "roberta_mlm": ("o17", "o17_dyn")}
+            "roberta_mlm": ("o17", "o17_dyn"), "electra_mask": ("o17", "o17_dyn")}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
