@@ -955,6 +955,50 @@ int fe_fold_Concat(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   return 0;
 }
 
+// Split(x, split) axis: x's pieces along the axis, of the listed sizes or of equal ones
+// (torch's repeat_interleave of a known tensor, as GPT-J and CodeGen export theirs).
+int fe_fold_Split(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
+  int a, n = fe_nout(cx), m = n;
+  if (fold_axis(cx, in, nin, 1, 0, 0, &a))
+    return -1;
+  FeConst *x = in[0];
+  int64_t sizes[64], d[IR_MAXRANK], outer = 1, inner = 1, total = 0;
+  if (n < 1 || n > 64)
+    return fe_err(cx, "%d outputs (1 to 64)", n);
+  dims_of(cx, x->rank, x->shape, d);
+  if (nin > 1 && in[1] && fe_const_int_list(cx, in[1], "split", sizes, &m, 64))
+    return -1;
+  if (m != n)
+    return fe_err(cx, "split lists %d sizes for %d outputs", m, n);
+  for (int i = 0; i < n; i++)
+    total += sizes[i] = nin > 1 && in[1] ? sizes[i] : d[a] / n;
+  if (total != d[a] || (!(nin > 1 && in[1]) && d[a] % n))
+    return fe_err(cx, "dim %d (%lld) does not split into %s", a, (long long)d[a],
+                  nin > 1 && in[1] ? "the sizes listed" : "equal parts");
+  for (int i = 0; i < a; i++)
+    outer *= d[i];
+  for (int i = a + 1; i < x->rank; i++)
+    inner *= d[i];
+  int64_t off = 0;
+  for (int i = 0; i < n; off += sizes[i], i++) {
+    if (sizes[i] < 0)
+      return fe_err(cx, "split size %lld is negative", (long long)sizes[i]);
+    const Sym *shape[IR_MAXRANK];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[a] = nin > 1 && in[1] ? fe_const_sym(cx, in[1], i)
+                                : sym_scale(&cx->g->arena, x->shape[a], 1, n);
+    int rc = new_out(cx, x->type, x->rank, shape, &out[i]);
+    if (rc)
+      return rc;
+    with_syms(cx, out[i]);
+    int64_t len = sizes[i] * inner;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < len; j++)
+        copy_elem(cx, out[i], o * len + j, x, (o * d[a] + off) * inner + j);
+  }
+  return 0;
+}
+
 int fe_fold_Gather(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
   int a;
   if (fold_axis(cx, in, nin, 2, 0, 0, &a))

@@ -664,16 +664,24 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   // padding mask or a bias then needs that view of q, k and v (heads)
   IrValue *viewed = through_heads(sm->in[0]);
   Masks m;
+  double c = 1.0;
   IrValue *s = unmask(F->g, unclamp(F->g, viewed), t, &m);
+  IrNode *after = s == viewed ? made_by(viewed, OP_SCALE) : NULL;  // GPT-J scales after masking
+  if (after && ir_attr_f(after, "b") == 0.0 && ir_attr_f(after, "s") > 0.0) {
+    // a removed score scaled by s > 0 is still removed (exp gives 0; a row keeps a score)
+    s = unmask(F->g, after->in[0], t, &m);
+    if (m.bias)  // a bias scaled is not the bias: left unfused
+      s = NULL;
+    c = ir_attr_f(after, "s");
+  }
   const IrValue *heads = NULL;
   if (s && viewed != sm->in[0]) {
     heads = m.keep || m.bias ? viewed : NULL;
     s = through_heads(s);
   }
-  double c = 1.0;
   IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
   if (sc && ir_attr_f(sc, "b") == 0.0) {
-    c = ir_attr_f(sc, "s");
+    c *= ir_attr_f(sc, "s");
     s = sc->in[0];
   }
   IrNode *qk = s ? made_by(s, OP_MATMUL) : NULL;

@@ -154,6 +154,25 @@ def electra_mask():
     return Loss(ElectraForPreTraining(cfg), ("input_ids", "attention_mask", "labels")), batch
 
 
+def gptj():
+    """GPT-J: rotary embeddings on the first rotary_dim dims of each head, interleaved (its sin
+    and cos tables repeat_interleave'd: a Split of a known tensor, folded), the scores masked
+    and then scaled, attention and MLP in parallel off one LayerNorm."""
+    from transformers import GPTJConfig, GPTJForCausalLM
+    cfg = GPTJConfig(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return causal_lm(GPTJForCausalLM(cfg)), lm_batch(128)
+
+
+def codegen():
+    """CodeGen: GPT-J's rotary embeddings and parallel blocks, q, k and v from one fused
+    projection split per model-parallel group (shape arithmetic on known tensors, folded)."""
+    from transformers import CodeGenConfig, CodeGenForCausalLM
+    cfg = CodeGenConfig(vocab_size=128, n_positions=64, n_ctx=64, n_embd=32, n_layer=2, n_head=4,
+                        rotary_dim=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return causal_lm(CodeGenForCausalLM(cfg)), lm_batch(128)
+
+
 def padded_lm_batch(vocab):
     """The second row padded after 10 tokens: attention_mask 0 and labels -100 there."""
     b = lm_batch(vocab)
@@ -279,7 +298,8 @@ def t5_gated():
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
             "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt, "opt_mask": opt_mask,
-            "roberta_mlm": roberta_mlm, "electra_mask": electra_mask,
+            "roberta_mlm": roberta_mlm, "electra_mask": electra_mask, "gptj": gptj,
+            "codegen": codegen,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
             "t5_gated": t5_gated}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
@@ -290,11 +310,14 @@ TRAIN = ("resnet",)
 # one at the fixed opsets, the gated-GELU one with dynamic axes. GPT-2 and Llama with a padding
 # mask add to the plain models' three what the mask changes: opset 17, fixed and dynamic; so do
 # OPT with a mask and RoBERTa, whose positions the mask and the tokens give at run time, and
-# ELECTRA, whose loss is over the positions the mask keeps.
+# ELECTRA, whose loss is over the positions the mask keeps; CodeGen, opset 17 fixed and dynamic
+# (its shape arithmetic is what it adds); GPT-J fixed (with dynamic axes torch exports its
+# repeat_interleave as SplitToSequence, a sequence type mtc does not read).
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
             "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
             "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
-            "roberta_mlm": ("o17", "o17_dyn"), "electra_mask": ("o17", "o17_dyn")}
+            "roberta_mlm": ("o17", "o17_dyn"), "electra_mask": ("o17", "o17_dyn"),
+            "gptj": ("o17",), "codegen": ("o17", "o17_dyn")}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
