@@ -587,10 +587,14 @@ static int owner(const Lower *L, const IrValue *v) {
 }
 
 // A forward reduction over dim 0, the batch's rows, that keeps some other dim
-// (a BatchNorm's per-channel statistics); the loss's mean reduces every dim.
+// (a BatchNorm's per-channel statistics; the loss's mean reduces every dim), or
+// a running sum along it.
 static const IrNode *across_rows(const IrGraph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
+    if (n->phase == PHASE_FORWARD && n->op == OP_CUMSUM &&
+        (ir_attr_i(n, "axis") == 0 || ir_attr_i(n, "axis") == -n->in[0]->rank))
+      return n;
     if (n->phase != PHASE_FORWARD || (n->op != OP_MEAN && n->op != OP_SUM) || n->in[0]->rank < 2)
       continue;
     int na;
@@ -653,14 +657,16 @@ static int check(Lower *L) {
                     "compile this model for one rank and one micro-batch", L->dp,
                     L->dp == 1 ? "" : "s", L->micro, L->micro == 1 ? "" : "es");
   const IrNode *rows = L->dp > 1 || L->micro > 1 ? across_rows(g) : NULL;
+  bool bn = rows && rows->op != OP_CUMSUM;
   if (rows)
-    return ir_error(L->d, rows->loc, "a %s over the batch's rows that keeps other dims (a "
-                    "BatchNormalization's statistics in training mode): with %d data-parallel "
-                    "rank%s and %d micro-batch%s each would normalize over its own rows (PyTorch "
-                    "DDP's BatchNorm, not SyncBatchNorm) rather than the step's, and mtc's ranks "
-                    "compute what one rank does: compile this model for one rank and one "
-                    "micro-batch", ir_op_name(rows->op), L->dp, L->dp == 1 ? "" : "s", L->micro,
-                    L->micro == 1 ? "" : "es");
+    return ir_error(L->d, rows->loc, "a %s over the batch's rows%s: with %d data-parallel "
+                    "rank%s and %d micro-batch%s each would %s its own rows%s rather than the "
+                    "step's, and mtc's ranks compute what one rank does: compile this model for "
+                    "one rank and one micro-batch", ir_op_name(rows->op),
+                    bn ? " that keeps other dims (a BatchNormalization's statistics in training "
+                         "mode)" : "", L->dp, L->dp == 1 ? "" : "s", L->micro,
+                    L->micro == 1 ? "" : "es", bn ? "normalize over" : "sum along",
+                    bn ? " (PyTorch DDP's BatchNorm, not SyncBatchNorm)" : "");
   return 0;
 }
 

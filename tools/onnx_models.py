@@ -495,8 +495,8 @@ def write_bad(out):
 
 def bad_pad_mod(mm, red, w):
     """Pad in a mode mtc does not run, Mod of a run-time tensor (mtc folds Mod only), Div of
-    run-time integers (mtc adds, subtracts and multiplies them), and x[mask] read by other than
-    elementwise ops into a reduction of all of it."""
+    run-time integers (mtc adds, subtracts and multiplies them), x[mask] read by other than
+    elementwise ops into a reduction of all of it, and a running sum along the batch."""
     pads = numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")
     two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])
@@ -511,6 +511,12 @@ def bad_pad_mod(mm, red, w):
                                              helper.make_node("Softmax", ["sel"], ["p"], name="softmax", axis=0),
                                              helper.make_node("ReduceSum", ["p"], ["y"], name="sum", keepdims=0)],
                                             [], inputs=[x, ids]),
+        # a running sum along the batch (refused under data parallelism: tests/CMakeLists.txt)
+        "edge_cumsum_rows": tiny_graph([mm, helper.make_node("Constant", [], ["ax0"], value=numpy_helper.from_array(
+                                            np.array(0, np.int64), "ax0_v")),
+                                        helper.make_node("CumSum", ["h", "ax0"], ["c"], name="cumsum"),
+                                        helper.make_node("ReduceMean", ["c"], ["y"], name="mean", keepdims=0)],
+                                       [w]),
         "bad_int_div_runtime": tiny_graph([mm, helper.make_node("Div", ["ids", "ids"], ["q"], name="div"),
                                            helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
                                            helper.make_node("Mul", ["x", "qf"], ["xq"]),

@@ -312,7 +312,7 @@ TRAIN = ("resnet",)
 # OPT with a mask and RoBERTa, whose positions the mask and the tokens give at run time, and
 # ELECTRA, whose loss is over the positions the mask keeps; CodeGen, opset 17 fixed and dynamic
 # (its shape arithmetic is what it adds); GPT-J fixed (with dynamic axes torch exports its
-# repeat_interleave as SplitToSequence, a sequence type mtc does not read).
+# repeat_interleave as a Loop over SplitToSequence's sequences, which mtc does not read).
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
             "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
             "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
