@@ -411,11 +411,11 @@ static void lower_maxpool2d_bwd(Lower *L, const IrNode *n) {
   pool_dims(L, c, n, n->in[1], n->in[0]);
 }
 
-// rt_binary(op, out, a, b, rank, shape, astride, bstride); same-shape
-// operands run as one flat loop.
-static void binary(Lower *L, const IrNode *n, const char *opname, int op) {
+// (op, out, a, b, rank, shape, astride, bstride): rt_binary's and rt_compare's arguments;
+// same-shape operands run as one flat loop.
+static void broadcast_call(Lower *L, CgKernel k, const IrNode *n, const char *opname, int op) {
   const IrValue *a = n->in[0], *b = n->in[1], *o = n->out[0];
-  CgCall *c = call(L, o->dtype == DT_I32 ? CG_K_binary_i32 : CG_K_binary);
+  CgCall *c = call(L, k);
   enm(L, c, opname, op);
   buf(c, o), buf(c, a), buf(c, b);
   if (ir_same_shape(a, o) && ir_same_shape(b, o)) {
@@ -427,6 +427,9 @@ static void binary(Lower *L, const IrNode *n, const char *opname, int op) {
   broadcast_strides(L, a, o, as);
   broadcast_strides(L, b, o, bs);
   numk(L, c, o->rank), ints(c, o->rank, o->shape), ints(c, o->rank, as), ints(c, o->rank, bs);
+}
+static void binary(Lower *L, const IrNode *n, const char *opname, int op) {
+  broadcast_call(L, n->out[0]->dtype == DT_I32 ? CG_K_binary_i32 : CG_K_binary, n, opname, op);
 }
 static void lower_add(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_ADD)); }
 static void lower_sub(Lower *L, const IrNode *n) { binary(L, n, OP_CODE(RT_SUB)); }
@@ -752,6 +755,18 @@ static void lower_equal(Lower *L, const IrNode *n) {
     flt(c, (double)ir_attr_i(n, "value"));
   else
     numk(L, c, ir_attr_i(n, "value"));
+}
+
+// rt_compare(op, out, a, b, rank, shape, astride, bstride), or rt_compare_i32
+static void lower_compare(Lower *L, const IrNode *n) {
+  static const char *const names[] = {
+#define X(name) "RT_" #name,
+      RT_COMPARE_OPS(X)
+#undef X
+  };
+  int64_t cmp = ir_attr_i(n, "cmp");
+  broadcast_call(L, n->in[0]->dtype == DT_I32 ? CG_K_compare_i32 : CG_K_compare, n, names[cmp],
+                 RT_EQ + (int)cmp);
 }
 
 // rt_cumsum(out, x, outer, len, inner, exclusive, reverse) along the axis; rt_cumsum_i32

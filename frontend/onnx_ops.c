@@ -312,7 +312,7 @@ int fe_conv_Identity(FeOnnx *cx) { return set(cx, arg(cx, 0)); }
 static bool is_mask(IrValue *v) {
   v = ir_view_root(v);
   IrOp op = v->dtype == DT_I32 && v->producer ? v->producer->op : OP_FILL;
-  return op == OP_EQUAL ||
+  return op == OP_EQUAL || op == OP_COMPARE ||
          ((op == OP_MUL || op == OP_MAX) && is_mask(v->producer->in[0]) &&
           is_mask(v->producer->in[1]));
 }
@@ -803,21 +803,38 @@ static IrValue *negated(FeOnnx *cx, FeTensor *tc, const FeConst *c) {
 // Equal(x, c) at run time: x integers (token ids), c a known number: an i32
 // mask (x == c), for a Where to read (T5 replaces the ignored labels -100 of
 // its decoder inputs by the pad id).
+// Equal, Less, LessOrEqual, Greater, GreaterOrEqual at run time: a compare into an i32 mask,
+// numpy broadcasting, of two floats or two integers (either may be known: a constant).
+static int compare(FeOnnx *cx, int cmp) {
+  IrValue *a = arg(cx, 0), *b = a ? arg(cx, 1) : NULL;
+  if (!b)
+    return -1;
+  if (ir_is_float(a->dtype) != ir_is_float(b->dtype))
+    return fe_err(cx, "compares '%s' (%s) with '%s' (%s); mtc compares two floats or two "
+                      "integers", a->name, ir_dtype_name(a->dtype), b->name,
+                  ir_dtype_name(b->dtype));
+  IrValue *in[2] = {a, b};
+  IrNode *n = node(cx, OP_COMPARE, in, 2, 1);
+  ir_set_int(cx->g, n, "cmp", cmp);
+  return set(cx, infer(cx, n) ? NULL : n->out[0]);
+}
+
+// Equal with a known integer (token ids against -100, a mask against 0) is an equal op, which
+// the fusions read as a mask; any other a compare.
 int fe_conv_Equal(FeOnnx *cx) {
   FeTensor *ta = fe_in(cx, 0), *tb = fe_in(cx, 1);
   double c;
   bool kb = scalar_const(cx, tb, &c), ka = !kb && scalar_const(cx, ta, &c);
-  IrValue *x = ka ? arg(cx, 1) : kb ? arg(cx, 0) : NULL;
-  if (!ka && !kb)
-    return fe_err(cx, "at run time mtc compares with a known number only; both inputs here are "
-                      "run-time tensors");
-  if (!x)
-    return -1;
-  if (!ir_is_i32(c))
-    return fe_err(cx, "at run time mtc compares a tensor with an integer; '%s' is %s and the "
-                      "number %g", x->name, ir_dtype_name(x->dtype), c);
-  return set(cx, equal_to(cx, x, (int64_t)c));
+  if ((ka || kb) && ir_is_i32(c)) {
+    IrValue *x = arg(cx, ka ? 1 : 0);
+    return set(cx, x ? equal_to(cx, x, (int64_t)c) : NULL);
+  }
+  return compare(cx, 0);
 }
+int fe_conv_Less(FeOnnx *cx) { return compare(cx, 1); }
+int fe_conv_LessOrEqual(FeOnnx *cx) { return compare(cx, 2); }
+int fe_conv_Greater(FeOnnx *cx) { return compare(cx, 3); }
+int fe_conv_GreaterOrEqual(FeOnnx *cx) { return compare(cx, 4); }
 
 // Not, And, Or of run-time masks (0/1 i32): 1 - x as x == 0, a * b, max(a, b). Each result
 // is a mask again (RoBERTa's positions keep input_ids != pad, as Not(Equal)).

@@ -898,6 +898,21 @@ static int shape_masked_fill(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, n->in[0], d);
 }
 
+// compare(a, b) cmp: both float or both i32, numpy broadcasting; an i32 mask.
+static int shape_compare(IrGraph *g, IrNode *n, IrDiag *d) {
+  IrValue *a = n->in[0], *b = n->in[1];
+  bool fa = ir_is_float(a->dtype), fb = ir_is_float(b->dtype);
+  if (fa != fb || (!fa && (a->dtype != DT_I32 || b->dtype != DT_I32)))
+    return ir_error(d, n->loc, "compare: '%s' is %s and '%s' %s; both must be float or both i32",
+                    a->name, ir_dtype_name(a->dtype), b->name, ir_dtype_name(b->dtype));
+  const Sym *shape[IR_MAXRANK];
+  int r;
+  if (!broadcast_shape(a, b, &r, shape))
+    return ir_error(d, n->loc, "compare: shapes %s of '%s' and %s of '%s' do not broadcast",
+                    ir_shape_str(g, a), a->name, ir_shape_str(g, b), b->name);
+  return set_out(g, n, 0, DT_I32, r, shape, d);
+}
+
 // cumsum(x f32 or i32) axis: like x.
 static int shape_cumsum(IrGraph *g, IrNode *n, IrDiag *d) {
   int axis;
@@ -1370,6 +1385,7 @@ static const Sym *flops_maxpool2d_bwd(IrGraph *g, const IrNode *n) {
 }
 static const Sym *flops_min(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_cumsum(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
+static const Sym *flops_compare(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_max(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_sub(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_mul(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }

@@ -1290,6 +1290,9 @@ static int shard_masked_fill(ShardOp *op) {
 // x == value: elementwise, on integers.
 static int shard_equal(ShardOp *op) { return unary(op, LIN_NONE); }
 
+// a cmp b: elementwise, into an i32 mask.
+static int shard_compare(ShardOp *op) { return elementwise(op, 2, LIN_NONE); }
+
 // Running sums: linear; the summed axis whole, the other dims pass.
 static int shard_cumsum(ShardOp *op) {
   need_whole_dim(op, 0, norm_axis(op->n, op->n->in[0]->rank));

@@ -446,6 +446,7 @@ static void grad_cumsum(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
 FLAT(sign)   // y = sign x: flat
 FLAT(cast)   // y = float(x) of an integer x
 FLAT(equal)  // an i32 mask of integers
+FLAT(compare)  // an i32 mask
 
 // y = sigmoid x: dx = dy * y * (1 - y)
 static void grad_sigmoid(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {

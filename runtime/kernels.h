@@ -17,9 +17,12 @@
 #define RT_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV) X(MIN) X(MAX)
 #define RT_UNARY_OPS(X) X(EXP) X(LOG) X(SQRT) X(TANH) X(ERF) X(POW) X(SIN) X(COS) X(ABS) X(SIGN) \
   X(SIGMOID)
+// rt_compare's: a == b, a < b, a <= b, a > b, a >= b
+#define RT_COMPARE_OPS(X) X(EQ) X(LT) X(LE) X(GT) X(GE)
 #define RT_OP_ENUM(name) RT_##name,
 enum { RT_BINARY_OPS(RT_OP_ENUM) };
 enum { RT_UNARY_OPS(RT_OP_ENUM) };
+enum { RT_COMPARE_OPS(RT_OP_ENUM) };
 
 // The variants of the typed kernels (kernels.def's KT and KTU), each listed
 // once: X(suffix, T) for KT kernels, X(suffix, T, U) for KTU kernels, T and U

@@ -1418,6 +1418,40 @@ static int i32_op(int op, int a, int b) {
   }
 }
 
+// a op b as 1 or 0 (rt_compare's ops); a double holds every int32 and float exactly
+static int compare_one(int op, double a, double b) {
+  switch (op) {
+    case RT_EQ: return a == b;
+    case RT_LT: return a < b;
+    case RT_LE: return a <= b;
+    case RT_GT: return a > b;
+    default: return a >= b;  // RT_GE
+  }
+}
+
+// rt_compare's loop over rows of a broadcast, elements read with LOAD (the typed kernels'
+// rt_compare, kernels_cpu_t.h, and rt_compare_i32)
+#define COMPARE_ROWS(LOAD)                                                                     \
+  do {                                                                                         \
+    long n = numel_of(rank, shape);                                                            \
+    if (n <= 0 || op < RT_EQ || op > RT_GE) return;                                            \
+    long sh[RT_MAXRANK], as[RT_MAXRANK], bs[RT_MAXRANK];                                       \
+    int r = coalesce(rank, shape, astride, bstride, sh, as, bs);                               \
+    long len = sh[r - 1];                                                                      \
+    for (long row = 0; row < n / len; row++) {                                                 \
+      long ao = row_offset(row, r - 1, sh, as), bo = row_offset(row, r - 1, sh, bs);           \
+      for (long i = 0; i < len; i++)                                                           \
+        out[row * len + i] =                                                                   \
+            compare_one(op, (double)LOAD(a[ao + i * as[r - 1]]), (double)LOAD(b[bo + i * bs[r - 1]])); \
+    }                                                                                          \
+  } while (0)
+#define AS_INT(x) (x)
+
+void rt_compare_i32(int op, int *out, const int *a, const int *b, int rank, const long *shape,
+                    const long *astride, const long *bstride) {
+  COMPARE_ROWS(AS_INT);
+}
+
 void rt_binary_i32(int op, int *out, const int *a, const int *b, int rank, const long *shape,
                    const long *astride, const long *bstride) {
   long n = numel_of(rank, shape);

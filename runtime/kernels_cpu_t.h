@@ -210,6 +210,12 @@ void RT_NAME(binary)(int op, RT_T *out, const RT_T *a, const RT_T *b, int rank, 
   }
 }
 
+// out = a op b as 1 or 0 (kernels_cpu.c's COMPARE_ROWS)
+void RT_NAME(compare)(int op, int *out, const RT_T *a, const RT_T *b, int rank, const long *shape,
+                      const long *astride, const long *bstride) {
+  COMPARE_ROWS(LD);
+}
+
 // out = s * x + b
 void RT_NAME(scale)(RT_T *out, const RT_T *x, long n, float s, float b) {
 #pragma omp parallel for if (n >= PAR_MIN)

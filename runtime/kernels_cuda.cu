@@ -93,6 +93,7 @@ struct Dims {
 // rt_f32_to_bf16; a NaN stays a NaN). For float both do nothing.
 __host__ __device__ inline float ld(float x) { return x; }
 __host__ __device__ inline float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__host__ __device__ inline int ld(int x) { return x; }  // integers stay integers (rt_compare_i32)
 
 template <typename T>
 __host__ __device__ inline T to(float x);
@@ -932,6 +933,28 @@ __device__ inline int i32_op(int op, int a, int b) {
     case RT_MUL: return (int)(ua * ub);
     case RT_MIN: return a < b ? a : b;
     default: return a > b ? a : b;  // RT_MAX
+  }
+}
+
+// a op b as 1 or 0 (rt_compare's ops): floats compare as float32, integers as int32
+template <typename A>
+__device__ inline int compare_one(int op, A a, A b) {
+  switch (op) {
+    case RT_EQ: return a == b;
+    case RT_LT: return a < b;
+    case RT_LE: return a <= b;
+    case RT_GT: return a > b;
+    default: return a >= b;  // RT_GE
+  }
+}
+
+// out[i] = a[.] op b[.], a through d.s0, b through d.s1; T int: as integers
+template <typename T>
+__global__ void compare_kernel(int op, int *out, const T *a, const T *b, long n, Dims d) {
+  GRID_LOOP(i, n) {
+    long ao, bo;
+    dims_offsets(d, i, &ao, &bo);
+    out[i] = compare_one(op, ld(a[ao]), ld(b[bo]));
   }
 }
 
@@ -2126,6 +2149,26 @@ void rt_binary_i32(int op, int *out, const int *a, const int *b, int rank, const
   Dims d = make_dims(rank, shape, astride, bstride);
   RT_LAUNCH(binary_i32_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, out, a, b, n, d);
   LAUNCHED();
+}
+
+template <typename T>
+static void compare(int op, int *out, const T *a, const T *b, int rank, const long *shape,
+                    const long *astride, const long *bstride) {
+  check_rank(rank, "rt_compare");
+  long n = numel_of(rank, shape);
+  if (n <= 0 || op < RT_EQ || op > RT_GE) return;  // the CPU leaves out alone
+  Dims d = make_dims(rank, shape, astride, bstride);
+  RT_LAUNCH(compare_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, out, a, b, n, d);
+  LAUNCHED();
+}
+RT_CUDA_KT(compare,
+           (int op, int *out, const T *a, const T *b, int rank, const long *shape,
+            const long *astride, const long *bstride),
+           (op, out, dev(a), dev(b), rank, shape, astride, bstride))
+
+void rt_compare_i32(int op, int *out, const int *a, const int *b, int rank, const long *shape,
+                    const long *astride, const long *bstride) {
+  compare(op, out, a, b, rank, shape, astride, bstride);
 }
 
 void rt_scale_i32(int *out, const int *x, long n, int s, int b) {

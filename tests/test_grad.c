@@ -199,6 +199,11 @@ static const Case cases[] = {
      "%y : f32[A,B] = cumsum(%x) axis=-1 exclusive=1 reverse=1\n", "f32[A,B]", 1e-2},
     {"cumsum_reverse_times_x", "sym N = 6\nparam %x : f32[N] normal(1.0)\n",
      "%c : f32[N] = cumsum(%x) axis=0 reverse=1\n%y : f32[N] = mul(%c, %x)\n", "f32[N]", 1e-2},
+    // a mask from comparing two run-time tensors (no gradient) selects the product's terms
+    {"compare_mask", "sym N = 2\nsym C = 4\nparam %a : f32[N,C] normal(1.0)\n"
+                     "param %b : f32[C] normal(1.0)\n",
+     "%m : i32[N,C] = compare(%a, %b) cmp=4\n%f : f32[N,C] = cast(%m)\n"
+     "%y : f32[N,C] = mul(%f, %a)\n", "f32[N,C]", 1e-2},
     // positions counted at run time (RoBERTa's from the tokens) pick the table's rows
     {"positions_from_tokens", "sym B = 2\nsym T = 5\nsym C = 3\ninput %ids : i32[B,T] classes(3)\n"
                               "param %w : f32[9,C] normal(1.0)\n",

@@ -352,6 +352,20 @@ static void test_int_positions(void) {
     snprintf(name, sizeof name, "cumsum_i32 %s", names[k]);
     check_dd(name, g, w[k], 12);
   }
+  // comparisons: ids < 2 broadcast over the rows ([B*T] against [1]); floats >= 0.25, a NaN
+  int two = 2, lt[B * T];
+  long st0[1] = {0};
+  rt_compare_i32(RT_LT, lt, ids, &two, 1, shape, one, st0);
+  double gl[B * T], wl[B * T];
+  for (int i = 0; i < B * T; i++) gl[i] = lt[i], wl[i] = ids[i] < 2;
+  check_dd("compare_i32 lt, broadcast", gl, wl, B * T);
+  float fa[4] = {0.25f, -1.0f, NAN, 3.0f}, quarter = 0.25f;
+  int ge[4];
+  long four[1] = {4};
+  rt_compare(RT_GE, ge, fa, &quarter, 1, four, one, st0);
+  double gg[4], wg[4] = {1, 0, 0, 1};
+  for (int i = 0; i < 4; i++) gg[i] = ge[i];
+  check_dd("compare ge, a NaN", gg, wg, 4);
   float xf[6] = {0.5f, -1.0f, 2.0f, 0.25f, 4.0f, 8.0f}, yf[6];
   rt_cumsum(yf, xf, 1, 6, 1, 0, 1);
   double gf[6], wf[6] = {13.75, 13.25, 14.25, 12.25, 12.0, 8.0};

@@ -454,6 +454,27 @@ static void test_binary(void) {
       CPU(rt_binary)(op, out.data(), a.data(), b.data(), c.rank, c.shape, c.as, c.bs);
       rt_binary(op, dout, da, db, c.rank, c.shape, c.as, c.bs);
       check(fmt("binary %s rank=%d n=%ld", names[op], c.rank, n), out, dout, EXACT);
+      if (op <= RT_GE - RT_EQ) {  // the comparisons of floats: rounded to few values, some equal
+        static const char *const cmp[] = {"eq", "lt", "le", "gt", "ge"};
+        Buf<T> af = a, bf = b;
+        for (auto &v : af) v = narrow<T>(roundf(wide(v) * 2.0f) / 2.0f);
+        for (auto &v : bf) v = narrow<T>(roundf(wide(v) * 2.0f) / 2.0f);
+        IVec ci = rand_ivec(n, 0, 5);
+        T *daf = dev(af), *dbf = dev(bf);
+        int *dci = dev(ci);
+        CPU(rt_compare)(RT_EQ + op, ci.data(), af.data(), bf.data(), c.rank, c.shape, c.as, c.bs);
+        rt_compare(RT_EQ + op, dci, daf, dbf, c.rank, c.shape, c.as, c.bs);
+        check_int(fmt("compare %s rank=%d n=%ld", cmp[op], c.rank, n), ci, dci);
+        if (is_f32<T>) {  // int32 only: small values, some equal
+          IVec ai = rand_ivec(span_of(c.rank, c.shape, c.as), -3, 3),
+               bi = rand_ivec(span_of(c.rank, c.shape, c.bs), -3, 3);
+          int *dai = dev(ai), *dbi = dev(bi);
+          CPU(rt_compare_i32)(RT_EQ + op, ci.data(), ai.data(), bi.data(), c.rank, c.shape, c.as,
+                              c.bs);
+          rt_compare_i32(RT_EQ + op, dci, dai, dbi, c.rank, c.shape, c.as, c.bs);
+          check_int(fmt("compare_i32 %s rank=%d n=%ld", cmp[op], c.rank, n), ci, dci);
+        }
+      }
       if (is_f32<T> && op != RT_DIV) {  // int32 only; big values, so that products wrap
         IVec ai = rand_ivec(span_of(c.rank, c.shape, c.as), -70000, 70000),
              bi = rand_ivec(span_of(c.rank, c.shape, c.bs), -70000, 70000), oi = rand_ivec(n, 0, 5);

@@ -271,8 +271,8 @@ static void check_errors(const char *dir, const char *tmp) {
       {"bad_batchnorm_running", "the running mean output of BatchNormalization in training mode"},
       {"bad_scatter_pattern", "node 'scatter': error: ScatterND: mtc runs ScatterND when it "
                               "writes one contiguous range of one axis"},
-      {"bad_equal_float", "node 'equal': error: Equal: at run time mtc compares a tensor with an "
-                          "integer; 'h' is f32 and the number 0.5"},
+      {"bad_compare_types", "node 'less': error: Less: compares 'h' (f32) with 'ids' (i32); mtc "
+                            "compares two floats or two integers"},
       {"bad_pad_mode", "node 'pad': error: Pad: mode 'reflect': mtc pads with a constant only"},
       {"bad_mod_runtime", "node 'mod': error: Mod: input 'h' is only known at run time; mtc "
                           "evaluates Mod at compile time"},
@@ -406,7 +406,7 @@ static const char *const fixtures[] = {
     "mlp_ce_o14_eval", "mlp_ce_o17_train", "mlp_nll_o17_eval", "mlp_softmax_nll_o14_eval",
     "mlp_logsoftmax_o17_eval", "mlp_mse_o17_eval", "mlp_mse_o14_train", "mlp_logits_o17_eval",
     "mlp_ext", "handmade_o17", "math_o17", "seq2seq_o17", "gpt_o13_eval", "cnn_o14_eval",
-    "cnn_o17_train", "cnn1d_o17_eval", "cnn_grouped_o17_eval", "cnn_pool_o17_eval", "pool_o17", "gather_elements_o17", "cumsum_o17", NULL};
+    "cnn_o17_train", "cnn1d_o17_eval", "cnn_grouped_o17_eval", "cnn_pool_o17_eval", "pool_o17", "gather_elements_o17", "cumsum_o17", "compare_o17", NULL};
 
 int main(int argc, char **argv) {
   if (argc < 2) {

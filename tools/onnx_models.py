@@ -613,15 +613,16 @@ def hostile(mm, red, w):
                                            helper.make_node("ReduceSum", ["r"], ["y"], name="sum", keepdims=0)],
                                           [w, i64("shp", [lo, 3])]),
         "bad_range_size": rng(lo, hi),
-        # run-time integer work beyond T5's label shift: scattered elements, floats compared
+        # run-time integer work beyond T5's label shift: scattered elements, a float compared with
+        # integers
         "bad_scatter_pattern": tiny_graph([mm, helper.make_node("ScatterND", ["h", "si", "su"], ["s"], name="scatter"),
                                            helper.make_node("ReduceSum", ["s"], ["y"], name="sum", keepdims=0)],
                                           [w, i64("si", [[0, 0], [1, 2]]), f32("su", [1, 2])]),
-        "bad_equal_float": tiny_graph([mm, helper.make_node("Constant", [], ["half"], value=f32("z", 0.5)),
-                                       helper.make_node("Equal", ["h", "half"], ["e"], name="equal"),
-                                       helper.make_node("Where", ["e", "half", "h"], ["s"], name="where"),
-                                       helper.make_node("ReduceSum", ["s"], ["y"], name="sum", keepdims=0)],
-                                      [w]),
+        "bad_compare_types": tiny_graph([mm, helper.make_node("Less", ["h", "ids"], ["e"], name="less"),
+                                         helper.make_node("Cast", ["e"], ["ef"], to=TensorProto.FLOAT),
+                                         helper.make_node("ReduceSum", ["ef"], ["y"], name="sum", keepdims=0)],
+                                        [w], inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                                     helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 3])]),
         "edge_int64_min_unused": tiny_graph([mm, red], [w, i64("big", [lo])]),
         "edge_range_int64_min": rng(lo, lo + 3),
         "edge_slice_step_max": slice_(0, hi, hi),
@@ -917,6 +918,52 @@ def write_cumsum(out):
     write_numpy_ref(out, "cumsum_o17", n, x, loss)
 
 
+def write_compare(out):
+    """compare_o17: comparisons of run-time tensors into masks: h > 0.1 fills h with 0 (Where),
+    h <= g of two run-time tensors and relu(h) == relu(g) (equal where both are negative) cast to float
+    and multiplied in, Not of the first, And of two; the reference loss from numpy."""
+    n, t = B * 2, 6
+    rng = np.random.default_rng(23)
+    w = (0.5 * rng.standard_normal((t, t))).astype(np.float32)
+    w2 = (0.5 * rng.standard_normal((t, t))).astype(np.float32)
+    x = rng.standard_normal((n, t)).astype(np.float32)
+    H = helper
+
+    def const(name, arr):
+        return H.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+    nodes = [
+        H.make_node("MatMul", ["x", "W"], ["h"]), H.make_node("MatMul", ["x", "W2"], ["g"]),
+        const("tenth", np.array(0.1, np.float32)), const("zero", np.array(0.0, np.float32)),
+        H.make_node("Greater", ["h", "tenth"], ["big"]),
+        H.make_node("Where", ["big", "zero", "h"], ["small"]),
+        H.make_node("LessOrEqual", ["h", "g"], ["le"]),
+        H.make_node("Cast", ["le"], ["lef"], to=TensorProto.FLOAT),
+        H.make_node("Relu", ["h"], ["hr"]), H.make_node("Relu", ["g"], ["gr"]),
+        H.make_node("Equal", ["hr", "gr"], ["eq"]),
+        H.make_node("Not", ["big"], ["notbig"]), H.make_node("And", ["notbig", "le"], ["both"]),
+        H.make_node("Cast", ["eq"], ["eqf"], to=TensorProto.FLOAT),
+        H.make_node("Cast", ["both"], ["bothf"], to=TensorProto.FLOAT),
+        H.make_node("Mul", ["small", "small"], ["s2"]), H.make_node("Mul", ["lef", "g"], ["lg"]),
+        H.make_node("Mul", ["eqf", "h"], ["eh"]), H.make_node("Mul", ["bothf", "g"], ["bg"]),
+        H.make_node("Add", ["s2", "lg"], ["a1"]), H.make_node("Add", ["a1", "eh"], ["a2"]),
+        H.make_node("Add", ["a2", "bg"], ["a3"]), H.make_node("ReduceMean", ["a3"], ["loss"], keepdims=0),
+    ]
+    graph = H.make_graph(nodes, "compare", [H.make_tensor_value_info("x", TensorProto.FLOAT, ["N", t])],
+                         [H.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                         initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(w2, "W2")])
+    model = H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save_model(model, os.path.join(out, "compare_o17.onnx"))
+    h, g = x @ w, x @ w2   # float32, as the program computes them
+    big, le = h > np.float32(0.1), h <= g
+    eq = np.maximum(h, 0) == np.maximum(g, 0)
+    small = np.where(big, 0.0, h).astype(np.float64)
+    both = ~big & le
+    loss = (small * small + le * g + eq * h + both * g).astype(np.float64).mean()
+    write_numpy_ref(out, "compare_o17", n, x, loss)
+
+
 def write_seq2seq(out):
     """seq2seq_o17: what T5's export does with integers and masks, by hand: labels [N, 6]
     (some -100) shifted right into decoder ids by two ScatterNDs at run time (x[:, 1:] =
@@ -1031,6 +1078,7 @@ def main():
         write_pool(a.out)
         write_gather_elements(a.out)
         write_cumsum(a.out)
+        write_compare(a.out)
         write_bad(a.out)
 
 
