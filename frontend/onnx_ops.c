@@ -879,6 +879,29 @@ int fe_conv_CumSum(FeOnnx *cx) {
   return set(cx, infer(cx, n) ? NULL : n->out[0]);
 }
 
+// A reduction's keepdims, noop_with_empty_axes and axes (from input 1, or the attribute
+// below opset 18's ReduceSum); *n = -1: none given.
+static int reduce_args(FeOnnx *cx, bool axes_from_input, int64_t *keep, int64_t *noop,
+                       int64_t *axes, int *n) {
+  *n = -1;
+  if (fe_attr_int(cx, "keepdims", 1, keep) || fe_attr_int(cx, "noop_with_empty_axes", 0, noop))
+    return -1;
+  if (axes_from_input && fe_in(cx, 1)) {
+    FeConst *k = known_arg(cx, 1, "axes");
+    return !k || fe_const_int_list(cx, k, "axes", axes, n, IR_MAXRANK) ? -1 : 0;
+  }
+  if (axes_from_input)
+    return 0;
+  const int64_t *a;
+  if (fe_attr_ints(cx, "axes", &a, n))
+    return -1;
+  if (*n > IR_MAXRANK)
+    return fe_err(cx, "too many axes");
+  for (int i = 0; i < *n; i++)
+    axes[i] = a[i];
+  return 0;
+}
+
 // ---- selections by a run-time mask: x[mask] ----------------------------------------------
 //
 // torch exports x[mask] as GatherND(x, Transpose(NonZero(mask))): K elements, K known at run
@@ -961,20 +984,9 @@ static int select_by_indices(FeOnnx *cx, const char *op, FeTensor *idx) {
 // filled with 0), over the count of them for a mean.
 static int reduce_selected(FeOnnx *cx, const char *op, FeTensor *t) {
   int64_t keep, noop, axes[IR_MAXRANK];
-  int n = -1;
-  if (fe_attr_int(cx, "keepdims", 1, &keep) || fe_attr_int(cx, "noop_with_empty_axes", 0, &noop))
+  int n;
+  if (reduce_args(cx, !strcmp(op, "ReduceSum"), &keep, &noop, axes, &n))
     return -1;
-  if (!strcmp(op, "ReduceSum") && fe_in(cx, 1)) {
-    FeConst *k = known_arg(cx, 1, "axes");
-    if (!k || fe_const_int_list(cx, k, "axes", axes, &n, IR_MAXRANK))
-      return -1;
-  } else if (strcmp(op, "ReduceSum")) {
-    const int64_t *a;
-    if (fe_attr_ints(cx, "axes", &a, &n))
-      return -1;
-    for (int i = 0; i < n && i < IR_MAXRANK; i++)
-      axes[i] = a[i];
-  }
   if ((n <= 0 && noop) || n > 1 || (n == 1 && axes[0] != 0 && axes[0] != -1))
     return fe_err(cx, "reduces the selection '%s' (x[mask]) in part; mtc reduces it whole",
                   t->name);
@@ -1536,22 +1548,9 @@ int fe_conv_LogSoftmax(FeOnnx *cx) { return softmax(cx, OP_LOG_SOFTMAX); }
 static int reduce(FeOnnx *cx, IrOp op, bool axes_from_input) {
   IrValue *x = farg(cx, 0);
   int64_t keep, noop, axes[IR_MAXRANK];
-  int n = -1;
-  if (!x || fe_attr_int(cx, "keepdims", 1, &keep) || fe_attr_int(cx, "noop_with_empty_axes", 0, &noop))
+  int n;
+  if (!x || reduce_args(cx, axes_from_input, &keep, &noop, axes, &n))
     return -1;
-  if (axes_from_input && fe_in(cx, 1)) {
-    FeConst *k = known_arg(cx, 1, "axes");
-    if (!k || fe_const_int_list(cx, k, "axes", axes, &n, IR_MAXRANK))
-      return -1;
-  } else if (!axes_from_input) {
-    const int64_t *a;
-    if (fe_attr_ints(cx, "axes", &a, &n))
-      return -1;
-    if (n > IR_MAXRANK)
-      return fe_err(cx, "too many axes");
-    for (int i = 0; i < n; i++)
-      axes[i] = a[i];
-  }
   if (n <= 0 && noop)
     return set(cx, x);
   IrNode *r = node(cx, op, &x, 1, 1);
