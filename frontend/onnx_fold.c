@@ -172,6 +172,38 @@ int fe_const_int_list(FeOnnx *cx, const FeConst *k, const char *what, int64_t *v
   return 0;
 }
 
+int fe_split_sizes(FeOnnx *cx, const FeConst *k, const Sym *dim, int a, int n,
+                   const Sym **parts, int64_t *sizes) {
+  if (n < 1 || n > 64)
+    return fe_err(cx, "%d outputs (1 to 64)", n);
+  int64_t d, total = 0;
+  bool known = sym_eval(dim, &cx->g->syms, &d) == 0;
+  if (!k) {
+    if (!known && fe_eval(cx, dim, &d))
+      return -1;
+    if (d % n)
+      return fe_err(cx, "dim %d (%lld) does not split into %d equal parts", a, (long long)d, n);
+    for (int i = 0; i < n; i++)
+      parts[i] = sym_scale(&cx->g->arena, dim, 1, n), sizes[i] = d / n;
+    return 0;
+  }
+  int m;
+  if (fe_const_int_list(cx, k, "split", sizes, &m, 64))
+    return -1;
+  if (m != n)
+    return fe_err(cx, "split lists %d sizes for %d outputs", m, n);
+  for (int i = 0; i < n; i++) {
+    if (sizes[i] < 0)
+      return fe_err(cx, "split size %lld is negative", (long long)sizes[i]);
+    parts[i] = fe_const_sym(cx, k, i);
+    total += sizes[i];
+  }
+  if (known && total != d)
+    return fe_err(cx, "dim %d (%lld) does not split into the sizes listed (%lld in all)", a,
+                  (long long)d, (long long)total);
+  return 0;
+}
+
 int fe_const_scalar(FeOnnx *cx, const FeConst *k, const char *what, double *out) {
   if (k->n != 1)
     return fe_err(cx, "%s must be a single value, not %lld of them", what, (long long)k->n);
@@ -958,35 +990,24 @@ int fe_fold_Concat(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
 // Split(x, split) axis: x's pieces along the axis, of the listed sizes or of equal ones
 // (torch's repeat_interleave of a known tensor, as GPT-J and CodeGen export theirs).
 int fe_fold_Split(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {
-  int a, n = fe_nout(cx), m = n;
+  int a, n = fe_nout(cx);
   if (fold_axis(cx, in, nin, 1, 0, 0, &a))
     return -1;
   FeConst *x = in[0];
-  int64_t sizes[64], d[IR_MAXRANK], outer = 1, inner = 1, total = 0;
-  if (n < 1 || n > 64)
-    return fe_err(cx, "%d outputs (1 to 64)", n);
-  dims_of(cx, x->rank, x->shape, d);
-  if (nin > 1 && in[1] && fe_const_int_list(cx, in[1], "split", sizes, &m, 64))
+  const Sym *parts[64];
+  int64_t sizes[64], d[IR_MAXRANK], outer = 1, inner = 1;
+  if (fe_split_sizes(cx, nin > 1 ? in[1] : NULL, x->shape[a], a, n, parts, sizes))
     return -1;
-  if (m != n)
-    return fe_err(cx, "split lists %d sizes for %d outputs", m, n);
-  for (int i = 0; i < n; i++)
-    total += sizes[i] = nin > 1 && in[1] ? sizes[i] : d[a] / n;
-  if (total != d[a] || (!(nin > 1 && in[1]) && d[a] % n))
-    return fe_err(cx, "dim %d (%lld) does not split into %s", a, (long long)d[a],
-                  nin > 1 && in[1] ? "the sizes listed" : "equal parts");
+  dims_of(cx, x->rank, x->shape, d);
   for (int i = 0; i < a; i++)
     outer *= d[i];
   for (int i = a + 1; i < x->rank; i++)
     inner *= d[i];
   int64_t off = 0;
   for (int i = 0; i < n; off += sizes[i], i++) {
-    if (sizes[i] < 0)
-      return fe_err(cx, "split size %lld is negative", (long long)sizes[i]);
     const Sym *shape[IR_MAXRANK];
     memcpy(shape, x->shape, sizeof shape);
-    shape[a] = nin > 1 && in[1] ? fe_const_sym(cx, in[1], i)
-                                : sym_scale(&cx->g->arena, x->shape[a], 1, n);
+    shape[a] = parts[i];
     int rc = new_out(cx, x->type, x->rank, shape, &out[i]);
     if (rc)
       return rc;

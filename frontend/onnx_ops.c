@@ -467,27 +467,10 @@ int fe_conv_Split(FeOnnx *cx) {
   int a, n = fe_nout(cx);
   if (!x || fe_attr_int(cx, "axis", 0, &axis) || fe_axis(cx, axis, x->rank, &a))
     return -1;
-  if (n < 1 || n > 64)
-    return fe_err(cx, "%d outputs (1 to 64)", n);
   const Sym *parts[64];
-  if (fe_in(cx, 1)) {
-    FeConst *k = known_arg(cx, 1, "split");
-    int m;
-    if (!k || fe_const_int_list(cx, k, "split", sizes, &m, 64))
-      return -1;
-    if (m != n)
-      return fe_err(cx, "split lists %d sizes for %d outputs", m, n);
-    for (int i = 0; i < n; i++)
-      parts[i] = fe_const_sym(cx, k, i);
-  } else {
-    int64_t d;
-    if (fe_eval(cx, x->shape[a], &d))
-      return -1;
-    if (d % n)
-      return fe_err(cx, "dim %d (%lld) does not split into %d equal parts", a, (long long)d, n);
-    for (int i = 0; i < n; i++)
-      parts[i] = sym_scale(&cx->g->arena, x->shape[a], 1, n);
-  }
+  FeConst *k = fe_in(cx, 1) ? known_arg(cx, 1, "split") : NULL;
+  if ((fe_in(cx, 1) && !k) || fe_split_sizes(cx, k, x->shape[a], a, n, parts, sizes))
+    return -1;
   IrNode *s = node(cx, OP_SPLIT, &x, 1, n);
   ir_set_int(cx->g, s, "axis", a);
   ir_set_syms(cx->g, s, "sizes", parts, n);
