@@ -1407,13 +1407,18 @@ int fe_conv_AveragePool(FeOnnx *cx) {
 // not trained, saved with the weights) updated in place each forward as
 // PyTorch updates it: s = momentum * s + (1 - momentum) * stat * k (ONNX's
 // momentum is 1 - PyTorch's).
-static int running_stat(FeOnnx *cx, IrValue *s, IrValue *stat, double momentum, double k) {
+// With n > 0 the statistic is a biased variance of n values, kept unbiased:
+// n / (n - 1) of it (the scale says n, which data parallelism multiplies).
+static int running_stat(FeOnnx *cx, IrValue *s, IrValue *stat, double momentum, int64_t n) {
   if (s->role != ROLE_PARAM || s->producer)
     return fe_err(cx, "the running statistic '%s' must be an initializer", s->name);
   s->role = ROLE_CONST, s->frozen = true;
   stat = reshape(cx, stat, s->rank, s->shape);
-  IrValue *in[2] = {s, fe_op(cx, OP_ADD, scale(cx, s, momentum, 0.0),
-                             scale(cx, stat, (1.0 - momentum) * k, 0.0))};
+  double k = n > 0 ? (double)n / (double)(n - 1) : 1.0;
+  IrValue *part = scale(cx, stat, (1.0 - momentum) * k, 0.0);
+  if (part && part != stat && n > 0)
+    ir_set_int(cx->g, part->producer, "bessel_n", n);
+  IrValue *in[2] = {s, fe_op(cx, OP_ADD, scale(cx, s, momentum, 0.0), part)};
   if (!in[1])
     return -1;
   return infer(cx, node(cx, OP_ASSIGN, in, 2, 0));
@@ -1437,8 +1442,7 @@ static int running_update(FeOnnx *cx, IrValue *mean, IrValue *var, const IrValue
   IrValue *rm = farg(cx, 3), *rv = rm ? farg(cx, 4) : NULL;
   if (!rv || fe_attr_float(cx, "momentum", 0.9, &momentum))
     return -1;
-  return running_stat(cx, rm, mean, momentum, 1.0) ||
-         running_stat(cx, rv, var, momentum, (double)n / (double)(n - 1));
+  return running_stat(cx, rm, mean, momentum, 0) || running_stat(cx, rv, var, momentum, n);
 }
 
 // BatchNormalization(X [N,C,...], scale, B, input_mean, input_var [C]) epsilon

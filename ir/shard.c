@@ -297,7 +297,7 @@ static bool divides(ShardOp *op, const Sym *dim, int axis) {
   if (sym_eval(dim, &op->g->syms, &v) != 0)
     return true;
   if (deg == SHARD_TP_ANY)
-    return v >= 2;
+    return v >= 2 || axis == DP;   // an open dp splits a batch that is one rank's already
   return (v % deg == 0 && v >= deg) || padded(op->s, axis, dim);
 }
 
@@ -1186,19 +1186,22 @@ static int shard_concat(ShardOp *op) {
 }
 
 // x numpy-broadcast to the declared shape: x's dims keep their splits; new
-// dims are whole. Linear.
+// dims are whole. Linear, but a partial sum is reduced first when it grows.
 static int shard_broadcast(ShardOp *op) {
   const IrValue *x = op->n->in[0], *o = op->n->out[0];
   ShardLayout *out = &op->out[0];
   *out = whole(o->rank);
-  out->partial = op->in[0].partial;
+  bool grows = o->rank > x->rank;
   for (int d = 0; d < x->rank; d++) {
     int od = d + o->rank - x->rank;
     if (same_size(op->g, x->shape[d], o->shape[od]))
       out->split[od] = op->in[0].split[d];
     else
-      op->in[0].split[d] = NONE;
+      op->in[0].split[d] = NONE, grows = true;
   }
+  if (grows)
+    need_complete(op, 0);   // a partial sum is reduced before it grows, where it is smallest
+  out->partial = op->in[0].partial;
   return 0;
 }
 
@@ -1676,7 +1679,7 @@ static int lay_inputs(Shard *s) {
     ShardLayout l = whole(v->rank);
     if (v->role == ROLE_INPUT && !s->batch)
       s->batch = v;
-    int axis = s->spec->dp > 1 ? DP : grid(s) != 1 ? ROW : NONE;
+    int axis = s->spec->dp != 1 ? DP : grid(s) != 1 ? ROW : NONE;
     int deg = degree(s, 1, axis);
     if (v->role == ROLE_INPUT && axis != NONE && v->rank >= 1 && s->batch->rank >= 1 &&
         sym_eq(v->shape[0], s->batch->shape[0])) {
@@ -1715,7 +1718,7 @@ static const Sym *sequence(IrGraph *g) {
 
 int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   memset(out, 0, sizeof *out);
-  if (spec->dp < 1)
+  if (spec->dp < 1 && spec->dp != SHARD_TP_ANY)
     return ir_error(d, (IrLoc){0}, "shard: dp = %d must be at least 1", spec->dp);
   for (int b = 0; b < spec->nblocks; b++)
     if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)

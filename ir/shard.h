@@ -37,7 +37,9 @@ typedef struct ShardLayout {
 // What to propagate: the batch split over dp ranks, each block's tp degree
 // or the 2D grid.
 typedef struct ShardSpec {
-  int dp;                  // data-parallel degree (1: the batch is not split)
+  int dp;                  // data-parallel degree (1: the batch is not split; SHARD_TP_ANY:
+                           // split, its degree left open, as the batch of a program whose
+                           // shapes are one rank's)
   int nblocks;             // entries of tp (IR block ids 0 .. nblocks-1)
   const int *tp;           // tp[b]: block b's tensor-parallel degree (1: none; SHARD_TP_ANY)
   const bool *batch_tp;    // NULL, or batch_tp[b]: block b is data parallel over its tp[b]

@@ -586,23 +586,26 @@ static int owner(const Lower *L, const IrValue *v) {
   return at < L->g->nnodes ? L->g->nodes[at]->block : 0;
 }
 
-// A forward reduction over dim 0, the batch's rows, that keeps some other dim
-// (a BatchNorm's per-channel statistics; the loss's mean reduces every dim), or
-// a running sum along it.
-static const IrNode *across_rows(const IrGraph *g) {
+// A forward node that works across dim 0, the batch's rows: a running sum
+// along it (cumsum true), or a mean or sum over it (a BatchNorm's per-channel
+// statistics, the count of the elements a mask keeps) other than the loss.
+static const IrNode *across_rows(const IrGraph *g, bool cumsum) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
-    if (n->phase == PHASE_FORWARD && n->op == OP_CUMSUM &&
+    if (n->phase != PHASE_FORWARD)
+      continue;
+    if (cumsum && n->op == OP_CUMSUM &&
         (ir_attr_i(n, "axis") == 0 || ir_attr_i(n, "axis") == -n->in[0]->rank))
       return n;
-    if (n->phase != PHASE_FORWARD || (n->op != OP_MEAN && n->op != OP_SUM) || n->in[0]->rank < 2)
+    if (cumsum || (n->op != OP_MEAN && n->op != OP_SUM) || n->in[0]->rank < 1 ||
+        n->out[0] == g->loss)
       continue;
     int na;
     const int64_t *axes = ir_attr_ints(n, "axes", &na);
-    bool rows = false;
+    bool rows = !axes || na == 0;   // every dim
     for (int k = 0; axes && k < na; k++)
       rows |= axes[k] == 0 || axes[k] == -n->in[0]->rank;
-    if (rows && na < n->in[0]->rank)
+    if (rows)
       return n;
   }
   return NULL;
@@ -649,25 +652,103 @@ static int check(Lower *L) {
         g->nodes[i]->op != OP_SGD && g->nodes[i]->op != OP_ASSIGN)
       return ir_error(L->d, g->nodes[i]->loc, "lower: the update has a %s op; only adamw and "
                       "sgd updates are lowered", ir_op_name(g->nodes[i]->op));
-  const IrValue *count = l->op == OP_DIV ? l->in[1] : NULL;
-  if (count && count->role != ROLE_CONST && (L->dp > 1 || L->micro > 1))
-    return ir_error(L->d, l->loc, "the loss divides by a count known at run time (a mean over "
-                    "the elements a mask selects, x[mask]): with %d data-parallel rank%s and %d "
-                    "micro-batch%s each would divide by its own count rather than the step's: "
-                    "compile this model for one rank and one micro-batch", L->dp,
-                    L->dp == 1 ? "" : "s", L->micro, L->micro == 1 ? "" : "es");
-  const IrNode *rows = L->dp > 1 || L->micro > 1 ? across_rows(g) : NULL;
-  bool bn = rows && rows->op != OP_CUMSUM;
-  if (rows)
-    return ir_error(L->d, rows->loc, "a %s over the batch's rows%s: with %d data-parallel "
-                    "rank%s and %d micro-batch%s each would %s its own rows%s rather than the "
-                    "step's, and mtc's ranks compute what one rank does: compile this model for "
-                    "one rank and one micro-batch", ir_op_name(rows->op),
-                    bn ? " that keeps other dims (a BatchNormalization's statistics in training "
-                         "mode)" : "", L->dp, L->dp == 1 ? "" : "s", L->micro,
-                    L->micro == 1 ? "" : "es", bn ? "normalize over" : "sum along",
-                    bn ? " (PyTorch DDP's BatchNorm, not SyncBatchNorm)" : "");
+  const IrNode *sums = L->dp > 1 || L->micro > 1 ? across_rows(g, true) : NULL;
+  if (sums)
+    return ir_error(L->d, sums->loc, "a cumsum over the batch's rows: with %d data-parallel "
+                    "rank%s and %d micro-batch%s each would sum along its own rows rather than "
+                    "the step's, and mtc's ranks compute what one rank does: compile this model "
+                    "for one rank and one micro-batch", L->dp, L->dp == 1 ? "" : "s", L->micro,
+                    L->micro == 1 ? "" : "es");
   return 0;
+}
+
+// Statistics over the batch's rows (SyncBatchNorm): a BatchNorm's mean and
+// variance, and in backward the sums over the rows that carry their
+// gradients, or the count of the elements a mask keeps that a loss divides
+// by, are each rank's over its own rows. ir/shard.c's propagation with the
+// batch split over dp (its degree left open: the shapes are one rank's
+// already) says which values are such partial sums that a reader needs whole;
+// each is all-reduced over dp, as a mean, right after it is made. A rank's
+// means divide by its own rows and its gradients are dp times the step's
+// (every rank's loss is its term of the step's; the buckets take the mean over
+// dp), so the mean over dp of each is the one-rank program's, in forward and
+// backward alike. The parameters' gradients stay the buckets' (the
+// propagation leaves them partial), and so does the loss (the step's log
+// adds it up). Micro-batches cannot share statistics that way: any such
+// value is refused under them, naming its node. Found on the graph as it
+// comes (before tensor parallelism rewrites it), and only for a graph with a
+// forward mean or sum over the rows (across_rows); *vals gets the values, *n
+// their count.
+static int row_syncs(Lower *L, IrValue ***vals, int *n) {
+  IrGraph *g = L->g;
+  *vals = NULL, *n = 0;
+  if ((L->dp == 1 && L->micro == 1) || !across_rows(g, false))
+    return 0;
+  int nb = ir_nblocks(g), *ones = malloc((size_t)nb * sizeof *ones + 1);
+  IR_ASSERT(ones);
+  for (int b = 0; b < nb; b++)
+    ones[b] = 1;
+  ShardSpec spec = {.dp = SHARD_TP_ANY, .nblocks = nb, .tp = ones};
+  ShardResult r;
+  int rc = ir_shard(g, &spec, &r, L->d);
+  free(ones);
+  if (rc)
+    return -1;
+  *vals = malloc((size_t)r.ncolls * sizeof **vals + 1);
+  IR_ASSERT(*vals);
+  for (int i = 0; i < r.ncolls && !rc; i++) {
+    const ShardColl *c = &r.coll[i];
+    if (c->axis != IR_MESH_DP)
+      continue;
+    if (L->micro > 1)
+      rc = ir_error(L->d, c->node->loc, "a %s over the batch's rows (%s): with %d micro-batches "
+                    "each would use its own rows rather than the step's, and mtc's micro-batches "
+                    "compute what one batch does: compile this model with one micro-batch "
+                    "(data-parallel ranks share such statistics, as SyncBatchNorm)",
+                    ir_op_name(c->node->op), c->what, L->micro);
+    else if (c->kind != SHARD_ALL_REDUCE || c->at != SHARD_AFTER)
+      rc = ir_error(L->d, c->node->loc, "lower: %s needs a %s over the data-parallel ranks (%s), "
+                    "which is not lowered: compile this model for one rank",
+                    ir_op_name(c->node->op), ir_shard_kind_name(c->kind), c->what);
+    else
+      (*vals)[(*n)++] = (IrValue *)c->value;
+  }
+  ir_shard_free(&r);
+  return rc;
+}
+
+// A BatchNorm keeps its running variance unbiased, n / (n - 1) of the batch's
+// (a scale's bessel_n says n): n values are one rank's, and the step has dp
+// times as many.
+static void unbias_over_dp(Lower *L) {
+  for (int i = 0; L->dp > 1 && i < L->g->nnodes; i++) {
+    IrNode *c = L->g->nodes[i];
+    double n = c->op == OP_SCALE ? (double)ir_attr_i(c, "bessel_n") : 0, all = n * L->dp;
+    if (n > 1) {
+      ir_set_float(L->g, c, "s", ir_attr_f(c, "s") * (n - 1) / n * all / (all - 1));
+      ir_set_int(L->g, c, "bessel_n", (int64_t)all);
+    }
+  }
+}
+
+// Each of vals[0..n) all-reduced (a mean over dp) right after its producer and
+// any reduction already there (tensor parallelism's); the bytes go to the plan.
+static void lower_row_syncs(Lower *L, IrValue **vals, int n) {
+  IrGraph *g = L->g;
+  for (int i = 0; i < n; i++) {
+    IrValue *v = vals[i];
+    IrNode *at = v->producer;
+    g->cur_phase = at->phase;
+    g->cur_block = at->block;
+    ir_insert_before(g, pass_reduced_at(g, at->id, v) + 1);
+    IrNode *c = ir_node_new(g, OP_ALL_REDUCE, &v, 1, 0);
+    ir_set_int(g, c, "axis", ir_rt_axis(IR_MESH_DP));
+    ir_set_int(g, c, "avg", 1);
+    ir_set_int(g, c, "slot", L->out->nslots++);
+    IR_ASSERT(infer(L, c) == 0 && infer(L, wait(L, c)) == 0);
+    L->out->dp_sync_bytes += (double)ir_eval(g, ir_numel(g, v)) * ir_dtype_size(v->dtype);
+  }
+  ir_insert_before(g, -1);
 }
 
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
@@ -680,8 +761,16 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
              .micro = P->micro_batches, .out = out, .d = ctx->diag,
              .scale = (double)P->mesh.size[IR_MESH_DP] / (double)plan_micro_total(P)};
   bool split = L.tp > 1 || P->mesh.size[IR_MESH_ROW] > 1;
-  if (check(&L) || (split && pass_lower_tp(g, P, out, ctx->diag)))
+  IrValue **syncs = NULL;
+  int nsyncs = 0;
+  if (check(&L) || row_syncs(&L, &syncs, &nsyncs) ||
+      (split && pass_lower_tp(g, P, out, ctx->diag))) {
+    free(syncs);
     return -1;
+  }
+  lower_row_syncs(&L, syncs, nsyncs);
+  free(syncs);
+  unbias_over_dp(&L);
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);
   L.first_bwd = malloc(nv * sizeof *L.first_bwd);

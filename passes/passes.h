@@ -82,6 +82,8 @@ typedef struct PassLowered {
   double tp_comm_bytes;    // bytes all-reduced over tp (2D: the grid's rows and columns) per
                            // micro-batch (an all-gather of n
                            // bytes counts n/2), from the collectives ir_shard lists
+  double dp_sync_bytes;    // bytes all-reduced over dp per micro-batch for the batch's statistics
+                           // (SyncBatchNorm: passes/lower.c's row_syncs)
   unsigned loss_partial;   // the axes (1 << IrMeshAxis: tp, row) over which each rank's loss
                            // is its term of a sum
   int nreplicated;         // parameters tp leaves replicated on every rank of its group, and

@@ -924,6 +924,17 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // Data parallel over the tp ranks too: the bucket is whole, one rank's, and it is reduced and
   // ZeRO-sharded over all d x tp ranks (its gradients partial sums over the batch's parts;
   // passes/lower.c), padded to divide among them.
+  // The batch's statistics (SyncBatchNorm), partial sums over the replicas' rows, are
+  // all-reduced over the d replicas on the critical path: what the batch's propagation lists
+  // (bt_fwd, bt_bwd, as over tp in a block data parallel over tp), forward (again when
+  // recomputed) and backward.
+  double sync = 0;
+  if (d > 1 && n->bt_fwd + n->bt_bwd > 0) {
+    Link dp = link_for(cl, g, s * d, true);
+    double f = n->bt_fwd > 0 ? ar(n->bt_fwd, d, dp) : 0;
+    sync = f + (n->bt_bwd > 0 ? ar(n->bt_bwd, d, dp) : 0) + (ckpt ? f : 0);
+  }
+  o->t_micro[SV_T_DP] = per * sync;
   int split = l.batch ? 1 : l.tp, shards = l.batch ? d * l.tp : d;
   double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / (l.batch ? 1 : s);
   if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
@@ -951,7 +962,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
               exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
       break;
     }
-    o->t_micro[SV_T_DP] = per * micro;
+    o->t_micro[SV_T_DP] += per * micro;
     o->t_step[SV_T_DP] = step;
   }
 
