@@ -295,13 +295,54 @@ def t5_gated():
     return seq2seq_lm(T5ForConditionalGeneration(t5_config("gated-gelu"))), t5_batch(128)
 
 
+def swin():
+    """Swin on 16x16 images of 3 channels: 2x2 patches (an 8x8 grid), windows of 3 (the grid
+    padded to 9x9 in each block), two stages of 2 blocks (the second's windows shifted) and a
+    patch merging between them, 10 classes; labels [B]."""
+    from transformers import SwinConfig, SwinForImageClassification
+    cfg = SwinConfig(image_size=16, patch_size=2, num_channels=3, embed_dim=16, depths=[2, 2],
+                     num_heads=[2, 4], window_size=3, mlp_ratio=2.0, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, drop_path_rate=0.0, num_labels=10)
+    batch = {"pixel_values": pl.randn((B, 3, 16, 16), 1), "labels": pl.tokens((B,), 10, 2)}
+    return Loss(SwinForImageClassification(cfg), ("pixel_values", "labels")), batch
+
+
+def convnext():
+    """ConvNeXt on 16x16 images of 3 channels: a 2x2 patchify stem, two stages (8 and 16
+    channels, one block each: a depthwise 7x7 convolution, LayerNorm over the channels, an
+    inverted MLP and a layer scale) with a downsampling between them, 10 classes; labels [B]."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+    cfg = ConvNextConfig(num_channels=3, patch_size=2, num_stages=2, hidden_sizes=[8, 16],
+                         depths=[1, 1], drop_path_rate=0.0, num_labels=10)
+    batch = {"pixel_values": pl.randn((B, 3, 16, 16), 1), "labels": pl.tokens((B,), 10, 2)}
+    return Loss(ConvNextForImageClassification(cfg), ("pixel_values", "labels")), batch
+
+
+def whisper():
+    """Whisper on 8 mel bins of 32 frames (two 1-D convolutions, the second of stride 2: 16
+    positions), a 2-layer encoder and decoder of width 32, a vocabulary of 128; labels [B, 8]
+    (two of them -100), which the model shifts right into its decoder's inputs."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+    cfg = WhisperConfig(vocab_size=128, num_mel_bins=8, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=4, decoder_attention_heads=4, d_model=32,
+                        encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
+                        max_target_positions=32, dropout=0.0, attention_dropout=0.0,
+                        activation_dropout=0.0, pad_token_id=0, decoder_start_token_id=1,
+                        bos_token_id=1, eos_token_id=2, suppress_tokens=[], begin_suppress_tokens=[])
+    labels = pl.tokens((B, 8), 128, 2)
+    labels[1, -2:] = -100
+    batch = {"input_features": pl.randn((B, 8, 32), 1), "labels": labels}
+    return Loss(WhisperForConditionalGeneration(cfg), ("input_features", "labels"),
+                use_cache=False), batch
+
+
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
             "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt, "opt_mask": opt_mask,
             "roberta_mlm": roberta_mlm, "electra_mask": electra_mask, "gptj": gptj,
             "codegen": codegen,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
-            "t5_gated": t5_gated}
+            "t5_gated": t5_gated, "swin": swin, "convnext": convnext, "whisper": whisper}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
 # others have no dropout, so both modes compute the same).
 TRAIN = ("resnet",)
@@ -312,16 +353,21 @@ TRAIN = ("resnet",)
 # OPT with a mask and RoBERTa, whose positions the mask and the tokens give at run time, and
 # ELECTRA, whose loss is over the positions the mask keeps; CodeGen, opset 17 fixed and dynamic
 # (its shape arithmetic is what it adds); GPT-J fixed (with dynamic axes torch exports its
-# repeat_interleave as a Loop over SplitToSequence's sequences, which mtc does not read).
+# repeat_interleave as a Loop over SplitToSequence's sequences, which mtc does not read). Swin
+# (3,500 nodes of shape arithmetic, 0.8 MB a model) and Whisper with dynamic axes only, ConvNeXt
+# at opset 14 and with dynamic axes: the suite's time.
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
             "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
             "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
             "roberta_mlm": ("o17", "o17_dyn"), "electra_mask": ("o17", "o17_dyn"),
-            "gptj": ("o17",), "codegen": ("o17", "o17_dyn")}
+            "gptj": ("o17",), "codegen": ("o17", "o17_dyn"), "swin": ("o17_dyn",),
+            "convnext": ("o14", "o17_dyn"), "whisper": ("o17_dyn",)}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
-                        f"-D B={B} -D TE={TE} -D TD={TD}")}
+                        f"-D B={B} -D TE={TE} -D TD={TD}"),
+           "whisper": ({"input_features": {0: "B"}, "labels": {0: "B", 1: "TD"}},
+                       f"-D B={B} -D TD=8")}
 
 
 def perturb_norms(model, seed):
@@ -369,9 +415,19 @@ GRAD_FLOOR = {"opt": 1e-5, "opt_mask": 1e-5}
 # the families with a bf16 reference too (ref_bf16.json, grads_bf16.safetensors)
 BF16 = ("llama",)
 
+# Buffers that the export writes as initializers, which PyTorch does not train (Whisper's
+# encoder positions: requires_grad=False): mtc's --freeze REGEX for them.
+FREEZE = {"whisper": "encoder.embed_positions"}
+
+# The families whose reference runs without oneDNN (mkldnn): in Debian's torch 1.13 its float32
+# backward of a 1-D convolution fed a permuted gradient (Whisper's front end) gives NaN, where
+# float64 and the native kernels agree to 2e-7.
+NO_MKLDNN = ("whisper",)
+
 
 def write(name, out_root, bf16_only=False):
     torch.manual_seed(0)
+    torch.backends.mkldnn.enabled = name not in NO_MKLDNN
     model, batch = FAMILIES[name]()
     perturb_norms(model, 1)
     model.train(name in TRAIN)
@@ -396,7 +452,9 @@ def write(name, out_root, bf16_only=False):
         dynamic, dynamic_args = DYNAMIC[name]
     if "o17_dyn" in variants:
         pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
-    pl.write_fixture(out, batch, ref, grads, OPTS, "", note=note)
+    freeze = f"--freeze {FREEZE[name]}" if name in FREEZE else ""   # no quotes: parity.sh splits it
+    dynamic_args += f" {freeze}" if freeze else ""
+    pl.write_fixture(out, batch, ref, grads, OPTS, freeze, note=note)
     if name in GRAD_FLOOR:
         with open(os.path.join(out, "parity.env"), "a") as f:
             f.write(f"grad_floor='{GRAD_FLOOR[name]:g}'\n")
