@@ -1278,7 +1278,12 @@ static int shard_abs(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
 // Linear in a block data parallel over tp (a gradient made in bf16 and cast to float32 stays a
 // partial sum for its bucket's reduction, see optimizer).
-static int shard_cast(ShardOp *op) { return unary(op, op->batch ? LIN_ONE : LIN_NONE); }
+// A cast carries a partial sum over the batch's parts (a block data parallel over tp, or dp: a
+// bf16 gradient cast to its float32 master stays the buckets'); one over tp is reduced first.
+static int shard_cast(ShardOp *op) {
+  bool batch = op->batch || !(op->in[0].partial & ~BIT(DP));
+  return unary(op, batch ? LIN_ONE : LIN_NONE);
+}
 static int shard_sigmoid(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_gelu_erf_bwd(ShardOp *op) { return elementwise(op, 2, LIN_FIRST); }

@@ -393,8 +393,15 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
 // ZeRO-3: the values forward and backward read (the parameters, or in bf16
 // their working copies) are gathered from `shard` before each phase's first
 // read; backward reads copies of them placed in the second gathered bucket.
+// A block whose backward reads none of them (a stem convolution's filter
+// gradient needs its input and dy only) is gathered in forward only.
 static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *shard, IrValue **vals, int n) {
   IrGraph *g = L->g;
+  b->bwd_gather = first_read(L, vals, n, PHASE_BACKWARD) >= 0;
+  if (!b->bwd_gather) {
+    gather_params(L, b, shard, vals, vals, n, PHASE_FORWARD);
+    return;
+  }
   IrValue **copy = L->to + L->nswap;
   for (int i = 0; i < n; i++) {
     L->from[L->nswap++] = vals[i];

@@ -58,6 +58,8 @@ typedef struct PassBucket {
   IrValue *pshard;         // ZeRO-3: this rank's 1/shards of it
   IrValue *grads;          // the whole gradient bucket backward writes (transient)
   IrValue *reduced;        // the reduced gradient the update reads
+  bool bwd_gather;         // ZeRO-3: backward gathers the bucket again (false: backward reads
+                           // none of its parameters)
   bool reduced_sharded;    // only this rank's 1/shards of it is reduced (ZeRO 1-3): the value
                            // is that shard, or (ZeRO 1) the whole bucket, reduced in its slot
   IrNode *reduce;          // ZeRO 0, 1: the collective that update waits for

@@ -533,6 +533,11 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
              sv_offload_device_bytes((double)k->host_numel, per);
     host += sv_offload_host_bytes((double)k->host_numel, per, grads && micro > 1);
     comm += sv_dp_comm_bytes((double)k->numel, n, k->zero, micro, grads, per);
+    if (k->zero == 3 && !k->bwd_gather) {   // gathered in forward only: one all-gather less
+      double gather = (double)(n - 1) / n * (double)k->numel * per.param;
+      comm -= micro * gather;
+      comm_micro -= gather;
+    }
     comm_micro += sv_dp_comm_bytes((double)k->numel, n, k->zero, 1, grads, per) -
                   sv_dp_comm_bytes((double)k->numel, n, k->zero, 0, grads, per);
   }
