@@ -925,6 +925,20 @@ static int convert_node(FeOnnx *cx, const OpInfo *op, const Onnx__NodeProto *n, 
   return fe_err(cx, "cannot evaluate this case at compile time");
 }
 
+// What to do about an op mtc does not read, where there is more to say than the list.
+static const char *unsupported_hint(const char *op) {
+  static const char *const control[] = {"Loop", "If", "Scan", "SplitToSequence",
+                                        "SequenceEmpty", "SequenceAt", "SequenceInsert",
+                                        "SequenceConstruct", "ConcatFromSequence"};
+  for (size_t i = 0; i < sizeof control / sizeof *control; i++)
+    if (!strcmp(op, control[i]))
+      return ". Control flow and sequences are not read: torch.onnx.export writes them for "
+             "data-dependent Python (with dynamic_axes, repeat_interleave becomes a Loop over "
+             "sequences); export with fixed shapes (no dynamic_axes), or make that code "
+             "shape-independent";
+  return "";
+}
+
 static int convert_nodes(FeOnnx *cx) {
   const Onnx__GraphProto *gp = cx->graph;
   for (size_t i = 0; i < gp->n_node; i++) {
@@ -936,8 +950,9 @@ static int convert_nodes(FeOnnx *cx) {
     const OpInfo *op = strcmp(domain, "ai.onnx") ? NULL : find_op(n->op_type);
     int rc = !op ? ir_error(cx->d, cx->g->cur_loc, "unsupported ONNX op '%.100s' (domain "
                             "'%.100s', opset %d) at node '%s'; mtc supports (domain ai.onnx, "
-                            "opsets %d to %d): %s", n->op_type, domain, cx->opset,
-                            node_name(cx, n, (int)i), FE_MIN_OPSET, FE_MAX_OPSET, supported_ops(cx))
+                            "opsets %d to %d): %s%s", n->op_type, domain, cx->opset,
+                            node_name(cx, n, (int)i), FE_MIN_OPSET, FE_MAX_OPSET, supported_ops(cx),
+                            unsupported_hint(n->op_type))
                  : check_edges(cx, n) || convert_node(cx, op, n, (int)i);
     leave(cx, s);
     if (rc)

@@ -245,6 +245,10 @@ static void check_errors(const char *dir, const char *tmp) {
   } corpus[] = {
       {"bad_unsupported_op", "node 'my_celu': error: unsupported ONNX op 'Celu' (domain 'ai.onnx', opset 17)"},
       {"bad_unsupported_op", "mtc supports (domain ai.onnx, opsets 13 to 17): Abs, Add, And,"},
+      {"bad_sequence_op", "node 'split_seq': error: unsupported ONNX op 'SplitToSequence'"},
+      {"bad_sequence_op", "Where. Control flow and sequences are not read: torch.onnx.export writes "
+                          "them for data-dependent Python (with dynamic_axes, repeat_interleave "
+                          "becomes a Loop over sequences); export with fixed shapes"},
       {"bad_dangling", "node 'mm': error: MatMul: input 1 'nowhere' is not defined"},
       {"bad_tensor_size", "initializer 'w': raw data has 20 bytes; 12 float elements need 48"},
       {"bad_opset", "opset 11; mtc reads opsets 13 to 17"},

@@ -464,6 +464,10 @@ def write_bad(out):
         # an op mtc does not know
         "bad_unsupported_op": tiny_graph([mm, helper.make_node("Celu", ["h"], ["c"], name="my_celu"),
                                           helper.make_node("ReduceSum", ["c"], ["y"], name="sum", keepdims=0)], [w]),
+        # a sequence op (torch writes them for repeat_interleave with dynamic axes)
+        "bad_sequence_op": tiny_graph([mm, helper.make_node("SplitToSequence", ["h"], ["s"], name="split_seq"),
+                                       helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=0),
+                                       helper.make_node("ReduceSum", ["c"], ["y"], name="sum", keepdims=0)], [w]),
         # a node reads a tensor nothing produces
         "bad_dangling": tiny_graph([helper.make_node("MatMul", ["x", "nowhere"], ["h"], name="mm"), red], [w]),
         # raw_data shorter than the dims say
