@@ -648,6 +648,42 @@ static IrValue *per_head(Fuser *F, int at, IrValue *x, const IrValue *heads) {
   return check(F, r) ? r->out[0] : NULL;
 }
 
+// Scores s [M, H.., T, TK] in bmm's merged view plus a bias b [1, H'.., T, TK], viewed as
+// `heads` [P0, P1, H.., T, TK] (M = P0 x P1) where m->bias is added (Swin's shifted windows: its
+// relative positions added in the merged view, its windows' mask in the heads' view): b viewed
+// as [1, 1, H'.., T, TK] and m->bias add up to one bias in the heads' view, inserted before node
+// `at`, and what b was added to is returned; s itself when it is no such sum.
+static IrValue *merge_bias(Fuser *F, int at, IrValue *s, const IrValue *heads, Masks *m) {
+  IrNode *add = made_by(s, OP_ADD);
+  IrArena *ar = &F->g->arena;
+  if (!add || s->rank + 1 != heads->rank ||
+      !sym_eq(s->shape[0], sym_mul(ar, heads->shape[0], heads->shape[1])))
+    return s;
+  for (int d = 1; d < s->rank; d++)
+    if (!sym_eq(s->shape[d], heads->shape[d + 1]))
+      return s;
+  for (int i = 0; i < 2; i++) {
+    IrValue *x = add->in[i], *b = add->in[1 - i];
+    if (!ir_same_shape(x, s) || b->rank != s->rank || !sym_is_one(b->shape[0]) || !is_bias(b, s))
+      continue;
+    const Sym *shape[IR_MAXRANK];
+    shape[0] = shape[1] = sym_const(ar, 1);
+    memcpy(shape + 2, b->shape + 1, (size_t)(b->rank - 1) * sizeof *shape);
+    IrNode *r = insert(F, at, OP_RESHAPE, &b, 1);
+    ir_value_set_shape(r->out[0], b->rank + 1, shape);
+    r->out[0]->dtype = b->dtype;
+    if (!check(F, r))
+      return NULL;
+    IrValue *in[2] = {r->out[0], m->bias};
+    IrNode *sum = insert(F, at + 1, OP_ADD, in, 2);   // after the reshape
+    if (!check(F, sum) || !is_bias(sum->out[0], heads))
+      return NULL;   // what was inserted is left unread: remove_dead takes it out
+    m->bias = sum->out[0];
+    return x;
+  }
+  return s;
+}
+
 // matmul(softmax(mask(c * matmul(a * q, k, tb=1))), v) -> attention(q', k, v)
 // where q' = q scaled so that the op's own 1/sqrt(HS) gives a*c.
 static bool fuse_attention(Fuser *F, IrNode *n) {
@@ -678,6 +714,8 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   if (s && viewed != sm->in[0]) {
     heads = m.keep || m.bias ? viewed : NULL;
     s = through_heads(s);
+    if (heads && m.bias && !m.keep && s != viewed)
+      s = merge_bias(F, n->id, s, heads, &m);
   }
   IrNode *sc = s ? made_by(s, OP_SCALE) : NULL;
   if (sc && ir_attr_f(sc, "b") == 0.0) {
