@@ -78,6 +78,9 @@ static void usage(FILE *f) {
         "  --freeze REGEX         parameters whose names match REGEX (POSIX extended) are\n"
         "                         not trained: constants of the model, no gradient, no\n"
         "                         optimizer state (PyTorch's requires_grad=False)\n"
+        "  --padding-idx REGEX=ROW  embedding tables whose names match REGEX give row ROW\n"
+        "                         no gradient (PyTorch's Embedding padding_idx, which an\n"
+        "                         ONNX Gather cannot say)\n"
         "  --no-decay REGEX       parameters whose names match REGEX (POSIX extended) get\n"
         "                         no weight decay, all others do (default: none of rank\n"
         "                         0 or 1, i.e. norms and biases; '^$' decays every one)\n"
@@ -338,6 +341,8 @@ static Args parse_args(int argc, char **argv) {
       a.pass.no_decay = VALUE();
     } else if (!strcmp(s, "--freeze")) {
       a.pass.freeze = VALUE();
+    } else if (!strcmp(s, "--padding-idx")) {
+      a.pass.padding_idx = VALUE();
     } else if (!strcmp(s, "--seed")) {
       const char *v = VALUE();
       char *end;

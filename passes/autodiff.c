@@ -197,8 +197,24 @@ static void grad_attention(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) 
     dx[n->nin - 1] = sum_to(ad, b->out[3], bias);
 }
 
+// With padding_idx P, the lookups of row P pass no gradient (PyTorch's padding_idx):
+// dy is zeroed where idx == P before it is scattered into the table.
 static void grad_embedding(AD *ad, const IrNode *n, IrValue **dy, IrValue **dx) {
   IrValue *in[2] = {dy[0], n->in[1]};
+  int64_t pad = ir_attr_i(n, "padding_idx");
+  if (pad >= 0) {
+    IrNode *eq = emit(ad, OP_EQUAL, &n->in[1], 1, 1);
+    ir_set_int(ad->g, eq, "value", pad);
+    IrValue *mask = finish(ad, eq)->out[0];
+    const Sym *shape[IR_MAXRANK];   // [..., 1]: broadcast over the rows' C
+    memcpy(shape, mask->shape, (size_t)mask->rank * sizeof *shape);
+    shape[mask->rank] = sym_const(&ad->g->arena, 1);
+    IrNode *r = emit(ad, OP_RESHAPE, &mask, 1, 1);
+    ir_value_set_shape(r->out[0], mask->rank + 1, shape);
+    r->out[0]->dtype = mask->dtype;
+    IrValue *fill[2] = {dy[0], finish(ad, r)->out[0]};
+    in[0] = finish(ad, emit(ad, OP_MASKED_FILL, fill, 2, 1))->out[0];
+  }
   dx[0] = finish(ad, shaped(ad, OP_EMBEDDING_BWD, in, 2, n->in[0]))->out[0];
 }
 

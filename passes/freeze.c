@@ -11,9 +11,51 @@
 
 #include <regex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+// --padding-idx REGEX=ROW: each embedding whose table's name the pattern
+// matches gives row ROW no gradient (its attribute padding_idx, which
+// autodiff reads), as PyTorch's nn.Embedding(padding_idx=ROW) does; ONNX's
+// Gather cannot say so, and torch.onnx.export warns that it drops it.
+static int padding_rows(IrGraph *g, const char *spec, IrDiag *d) {
+  const char *eq = strrchr(spec, '=');
+  char *end = NULL;
+  long long row = eq && eq[1] ? strtoll(eq + 1, &end, 10) : -1;
+  if (!eq || eq == spec || !end || *end || row < 0)
+    return ir_error(d, (IrLoc){0}, "--padding-idx '%s': write REGEX=ROW, ROW a row of the "
+                    "table (e.g. --padding-idx 'embed_tokens=1')", spec);
+  char pattern[512];
+  snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - spec), spec);
+  regex_t re;
+  if (pass_regex(&re, "--padding-idx", pattern, d))
+    return -1;
+  int n = 0, rc = 0;
+  for (int i = 0; i < g->nnodes && !rc; i++) {
+    IrNode *e = g->nodes[i];
+    if (e->op != OP_EMBEDDING || regexec(&re, e->in[0]->name, 0, NULL, 0) != 0)
+      continue;
+    int64_t rows;
+    if (sym_eval(e->in[0]->shape[0], &g->syms, &rows) == 0 && row >= rows)
+      rc = ir_error(d, e->loc, "--padding-idx '%s': table '%s' has %lld rows, none of them %lld",
+                    spec, e->in[0]->name, (long long)rows, row);
+    ir_set_int(g, e, "padding_idx", row);
+    n++;
+  }
+  regfree(&re);
+  if (!rc && !n)
+    rc = ir_error(d, (IrLoc){0}, "--padding-idx '%s': '%s' matches no embedding table's name "
+                  "(`mtc inspect MODEL` lists them: the first input of each embedding)", spec,
+                  pattern);
+  return rc;
+}
+
 int pass_freeze(IrGraph *g, PassCtx *ctx, bool *changed) {
+  if (ctx->opt.padding_idx) {
+    if (padding_rows(g, ctx->opt.padding_idx, ctx->diag))
+      return -1;
+    *changed = true;
+  }
   const char *pattern = ctx->opt.freeze;
   if (!pattern)
     return 0;

@@ -24,6 +24,8 @@ typedef struct PassOptions {
                            // weight decay; NULL: those of rank < 2 (norms, biases), as nanoGPT
   const char *freeze;      // POSIX extended regex: the parameters it matches are not trained
                            // (passes/freeze.c); NULL: every parameter is
+  const char *padding_idx; // "REGEX=ROW": embedding tables the regex matches give row ROW no
+                           // gradient (PyTorch's padding_idx; passes/freeze.c); NULL: none
   const char *dump_after;  // print the IR after this pass ("all": after every pass)
   FILE *dump;              // where dumps go (stdout when NULL)
   bool dot;                // dumps as Graphviz instead of IR text

@@ -336,13 +336,40 @@ def whisper():
                 use_cache=False), batch
 
 
+def bart_mask():
+    """BART for conditional generation (2 + 2 layers of width 32, vocabulary 128) on input_ids
+    whose second row is padded after 10 tokens with the pad id 1 (attention_mask 0 there) and
+    whose first holds it once where the mask keeps it, and
+    labels [B, 8] (two of them -100), which the model shifts right into its decoder's inputs:
+    the pad id's row of the shared embedding gets no gradient in PyTorch (padding_idx), and its
+    final_logits_bias is a buffer."""
+    from transformers import BartConfig, BartForConditionalGeneration
+    cfg = BartConfig(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2,
+                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                     decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+                     attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1,
+                     bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    idx = pl.tokens((B, T), 128, 1)
+    idx[idx == 1] = 3
+    idx[0, 3] = 1     # the pad id where the mask keeps it: a lookup PyTorch gives no gradient
+    idx[1, 10:] = 1
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 10:] = 0
+    labels = pl.tokens((B, 8), 128, 2)
+    labels[1, -2:] = -100
+    batch = {"idx": idx, "attention_mask": mask, "labels": labels}
+    return Loss(BartForConditionalGeneration(cfg), ("input_ids", "attention_mask", "labels"),
+                use_cache=False), batch
+
+
 FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_mask,
             "distilbert_mask": distilbert_mask,
             "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt, "opt_mask": opt_mask,
             "roberta_mlm": roberta_mlm, "electra_mask": electra_mask, "gptj": gptj,
             "codegen": codegen,
             "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
-            "t5_gated": t5_gated, "swin": swin, "convnext": convnext, "whisper": whisper}
+            "t5_gated": t5_gated, "swin": swin, "convnext": convnext, "whisper": whisper,
+            "bart_mask": bart_mask}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
 # others have no dropout, so both modes compute the same).
 TRAIN = ("resnet",)
@@ -361,7 +388,7 @@ VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17",
             "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
             "roberta_mlm": ("o17", "o17_dyn"), "electra_mask": ("o17", "o17_dyn"),
             "gptj": ("o17",), "codegen": ("o17", "o17_dyn"), "swin": ("o17_dyn",),
-            "convnext": ("o14", "o17_dyn"), "whisper": ("o17_dyn",)}
+            "convnext": ("o14", "o17_dyn"), "whisper": ("o17_dyn",), "bart_mask": ("o17",)}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
@@ -417,7 +444,11 @@ BF16 = ("llama",)
 
 # Buffers that the export writes as initializers, which PyTorch does not train (Whisper's
 # encoder positions: requires_grad=False): mtc's --freeze REGEX for them.
-FREEZE = {"whisper": "encoder.embed_positions"}
+FREEZE = {"whisper": "encoder.embed_positions", "bart_mask": "final_logits_bias"}
+
+# Embedding tables whose padding_idx row PyTorch does not train (which ONNX's Gather does not
+# say): mtc's --padding-idx REGEX=ROW for them.
+PADDING = {"bart_mask": "shared=1"}
 
 # The families whose reference runs without oneDNN (mkldnn): in Debian's torch 1.13 its float32
 # backward of a 1-D convolution fed a permuted gradient (Whisper's front end) gives NaN, where
@@ -452,9 +483,11 @@ def write(name, out_root, bf16_only=False):
         dynamic, dynamic_args = DYNAMIC[name]
     if "o17_dyn" in variants:
         pl.export_onnx(model, batch, os.path.join(out, "model_o17_dyn.onnx"), 17, dynamic)
-    freeze = f"--freeze {FREEZE[name]}" if name in FREEZE else ""   # no quotes: parity.sh splits it
-    dynamic_args += f" {freeze}" if freeze else ""
-    pl.write_fixture(out, batch, ref, grads, OPTS, freeze, note=note)
+    # no quotes: parity.sh splits these
+    extra = (f" --freeze {FREEZE[name]}" if name in FREEZE else "") + \
+        (f" --padding-idx {PADDING[name]}" if name in PADDING else "")
+    dynamic_args += extra
+    pl.write_fixture(out, batch, ref, grads, OPTS, extra.strip(), note=note)
     if name in GRAD_FLOOR:
         with open(os.path.join(out, "parity.env"), "a") as f:
             f.write(f"grad_floor='{GRAD_FLOOR[name]:g}'\n")
