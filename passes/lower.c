@@ -705,7 +705,11 @@ static int row_syncs(Lower *L, IrValue ***vals, int *n) {
   IR_ASSERT(*vals);
   for (int i = 0; i < r.ncolls && !rc; i++) {
     const ShardColl *c = &r.coll[i];
-    if (c->axis != IR_MESH_DP)
+    // A gather over dp is the propagation asking for the whole batch, mostly where a
+    // transpose and a reshape move its split off dim 0 (a sequence-first layout, which each
+    // rank runs on its own rows, rightly): left as every data-parallel program leaves it.
+    // Only the partial sums are the ranks' to share.
+    if (c->axis != IR_MESH_DP || c->kind != SHARD_ALL_REDUCE)
       continue;
     if (L->micro > 1)
       rc = ir_error(L->d, c->node->loc, "a %s over the batch's rows (%s): with %d micro-batches "
@@ -713,10 +717,10 @@ static int row_syncs(Lower *L, IrValue ***vals, int *n) {
                     "compute what one batch does: compile this model with one micro-batch "
                     "(data-parallel ranks share such statistics, as SyncBatchNorm)",
                     ir_op_name(c->node->op), c->what, L->micro);
-    else if (c->kind != SHARD_ALL_REDUCE || c->at != SHARD_AFTER)
-      rc = ir_error(L->d, c->node->loc, "lower: %s needs a %s over the data-parallel ranks (%s), "
-                    "which is not lowered: compile this model for one rank",
-                    ir_op_name(c->node->op), ir_shard_kind_name(c->kind), c->what);
+    else if (c->at != SHARD_AFTER)
+      rc = ir_error(L->d, c->node->loc, "lower: %s reads a partial sum over the data-parallel "
+                    "ranks (%s) that an earlier reader took as it was, which is not lowered: "
+                    "compile this model for one rank", ir_op_name(c->node->op), c->what);
     else
       (*vals)[(*n)++] = (IrValue *)c->value;
   }
