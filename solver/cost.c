@@ -120,6 +120,9 @@ static void sum_tp_colls(IrGraph *g, SvModel *m, const ShardResult *r, bool batc
     bool fwd = c->phase == PHASE_FORWARD;
     const Sym **sum = batch ? (fwd ? &b->bt_fwd : &b->bt_bwd) : (fwd ? &b->tp_fwd : &b->tp_bwd);
     *sum = s_add(g, *sum, ir_shard_allreduce_bytes(g, c));
+    const Sym **sync = fwd ? &b->sync_fwd : &b->sync_bwd;
+    if (batch && c->kind == SHARD_ALL_REDUCE)
+      *sync = s_add(g, *sync, ir_shard_allreduce_bytes(g, c));
   }
 }
 
@@ -370,7 +373,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     blk->params = blk->param_bytes = blk->grad_bytes = blk->master_bytes = blk->state_bytes = z;
     blk->act = blk->act_int = blk->act_rep = z;
     blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
-    blk->tp_fwd = blk->tp_bwd = blk->bt_fwd = blk->bt_bwd = z;
+    blk->tp_fwd = blk->tp_bwd = blk->bt_fwd = blk->bt_bwd = blk->sync_fwd = blk->sync_bwd = z;
     for (int k = 0; k < 3; k++)
       blk->grid_fwd[k] = blk->grid_bwd[k] = blk->grid_act[k] = z;
   }
@@ -753,6 +756,8 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->tp_bwd = sym_evalf(b->tp_bwd, t);
   o->bt_fwd = sym_evalf(b->bt_fwd, t);
   o->bt_bwd = sym_evalf(b->bt_bwd, t);
+  o->sync_fwd = sym_evalf(b->sync_fwd, t);
+  o->sync_bwd = sym_evalf(b->sync_bwd, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
   for (int k = 0; k < b->nfwd; k++)   // kernels launched
@@ -916,6 +921,16 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   }
   o->t_micro[SV_T_TP] = per * tp;
 
+  // The batch's statistics (SyncBatchNorm), partial sums over the replicas' rows, are
+  // all-reduced over the d replicas on the critical path: the all-reduces the batch's
+  // propagation lists (sync_fwd, sync_bwd), forward (again when recomputed) and backward.
+  if (d > 1 && n->sync_fwd + n->sync_bwd > 0) {
+    Link dp = link_for(cl, g, s * d, true);
+    double f = n->sync_fwd > 0 ? ar(n->sync_fwd, d, dp) : 0;
+    o->t_micro[SV_T_DP] = per * (f + (n->sync_bwd > 0 ? ar(n->sync_bwd, d, dp) : 0) +
+                                 (ckpt ? f : 0));
+  }
+
   // Data parallelism over d replicas: gradients of this device's parameter
   // slice are reduced, hidden behind backward where possible. Under 1D TP the
   // slice is the program's bucket: split parameters 1/tp, the others whole,
@@ -924,17 +939,6 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // Data parallel over the tp ranks too: the bucket is whole, one rank's, and it is reduced and
   // ZeRO-sharded over all d x tp ranks (its gradients partial sums over the batch's parts;
   // passes/lower.c), padded to divide among them.
-  // The batch's statistics (SyncBatchNorm), partial sums over the replicas' rows, are
-  // all-reduced over the d replicas on the critical path: what the batch's propagation lists
-  // (bt_fwd, bt_bwd, as over tp in a block data parallel over tp), forward (again when
-  // recomputed) and backward.
-  double sync = 0;
-  if (d > 1 && n->bt_fwd + n->bt_bwd > 0) {
-    Link dp = link_for(cl, g, s * d, true);
-    double f = n->bt_fwd > 0 ? ar(n->bt_fwd, d, dp) : 0;
-    sync = f + (n->bt_bwd > 0 ? ar(n->bt_bwd, d, dp) : 0) + (ckpt ? f : 0);
-  }
-  o->t_micro[SV_T_DP] = per * sync;
   int split = l.batch ? 1 : l.tp, shards = l.batch ? d * l.tp : d;
   double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / (l.batch ? 1 : s);
   if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {

@@ -199,6 +199,9 @@ typedef struct SvBlock {
   // ... in a block data parallel over its tp ranks (ShardSpec.batch_tp: the batch split over
   // tp, the weights whole), per micro-batch: the weights' gradients reduced
   const Sym *bt_fwd, *bt_bwd;
+  // ... of those, the all-reduces of partial sums over the batch's parts (a BatchNorm's
+  // statistics), which data parallelism runs over dp too (SyncBatchNorm: passes/lower.c)
+  const Sym *sync_fwd, *sync_bwd;
   // Optimus 2D as ir/shard.c lays it out (the grid's side left open): the collectives along
   // the grid's rows and columns as bytes all-reduced, and the activations kept, by the number
   // k of grid axes the buffer is split over (a term of [k] is divided by q^k); how many grid
@@ -252,7 +255,7 @@ typedef struct SvNum {   // one unit's representative block
   double bucket_grid[SV_MAXQ + 1];
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
-  double tp_fwd, tp_bwd, bt_fwd, bt_bwd;
+  double tp_fwd, tp_bwd, bt_fwd, bt_bwd, sync_fwd, sync_bwd;
   // on a 2D grid, by the number of grid axes that split them: bytes all-reduced, activation
   // bytes kept, parameter elements
   double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];
