@@ -868,10 +868,7 @@ static int reshaped(FeOnnx *cx, FeConst *x, int rank, const Sym *const *shape, F
   return 0;
 }
 
-// Axes of (Un)Squeeze: the input (opset 13+) or the attribute (older).
-static int axes_of(FeOnnx *cx, FeConst *const *in, int nin, int64_t *axes, int *n) {
-  if (nin > 1 && in[1])
-    return fe_const_int_list(cx, in[1], "axes", axes, n, IR_MAXRANK);
+int fe_attr_axes(FeOnnx *cx, int64_t *axes, int *n) {
   const int64_t *a;
   if (fe_attr_ints(cx, "axes", &a, n))
     return -1;
@@ -880,6 +877,13 @@ static int axes_of(FeOnnx *cx, FeConst *const *in, int nin, int64_t *axes, int *
   for (int i = 0; i < *n; i++)
     axes[i] = a[i];
   return 0;
+}
+
+// Axes of (Un)Squeeze: the input (opset 13+) or the attribute (older).
+static int axes_of(FeOnnx *cx, FeConst *const *in, int nin, int64_t *axes, int *n) {
+  if (nin > 1 && in[1])
+    return fe_const_int_list(cx, in[1], "axes", axes, n, IR_MAXRANK);
+  return fe_attr_axes(cx, axes, n);
 }
 
 int fe_fold_Unsqueeze(FeOnnx *cx, FeConst **in, int nin, FeConst **out) {

@@ -162,6 +162,8 @@ double fe_const_num(const FeConst *k, int64_t i);
 int64_t fe_const_int(const FeConst *k, int64_t i);
 // Integer values of a known 1-D (or scalar) tensor into v[*n], at most max.
 int fe_const_int_list(FeOnnx *cx, const FeConst *k, const char *what, int64_t *v, int *n, int max);
+// The node's attribute `axes` (absent: none) into axes[*n], at most IR_MAXRANK of them.
+int fe_attr_axes(FeOnnx *cx, int64_t *axes, int *n);
 // Split's n pieces of dim `a` (of size `dim`): the sizes that k (input `split`) lists, or (k
 // NULL) n equal parts; each as a formula into parts[] and as a number into sizes[] (n <= 64).
 // -1 with the node's error when they do not make the dim (a listed total is checked where

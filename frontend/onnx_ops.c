@@ -873,16 +873,7 @@ static int reduce_args(FeOnnx *cx, bool axes_from_input, int64_t *keep, int64_t 
     FeConst *k = known_arg(cx, 1, "axes");
     return !k || fe_const_int_list(cx, k, "axes", axes, n, IR_MAXRANK) ? -1 : 0;
   }
-  if (axes_from_input)
-    return 0;
-  const int64_t *a;
-  if (fe_attr_ints(cx, "axes", &a, n))
-    return -1;
-  if (*n > IR_MAXRANK)
-    return fe_err(cx, "too many axes");
-  for (int i = 0; i < *n; i++)
-    axes[i] = a[i];
-  return 0;
+  return axes_from_input ? 0 : fe_attr_axes(cx, axes, n);
 }
 
 // ---- selections by a run-time mask: x[mask] ----------------------------------------------
