@@ -1276,8 +1276,6 @@ static int shard_sin(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_cos(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_abs(ShardOp *op) { return unary(op, LIN_NONE); }
 static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
-// Linear in a block data parallel over tp (a gradient made in bf16 and cast to float32 stays a
-// partial sum for its bucket's reduction, see optimizer).
 // A cast carries a partial sum over the batch's parts (a block data parallel over tp, or dp: a
 // bf16 gradient cast to its float32 master stays the buckets'); one over tp is reduced first.
 static int shard_cast(ShardOp *op) {
