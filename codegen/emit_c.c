@@ -115,22 +115,24 @@ static void print_float(Emit *e, double x) {
   fputs(float_literal(buf, sizeof buf, x), e->f);
 }
 
-// C identifiers for every buffer (cg_ident) and every dim.
+// C identifiers for every dim and every buffer (cg_ident), all distinct: a
+// buffer is a member (b.x) and a dim a file-scope constant, which C would let
+// share a name, but then a tensor's name would decide whether model.c reads
+// `b.B` beside the dim `B` or `b.t_38` (one spelling per model, whatever its names).
+// Dims first, so that they keep their names.
 static void name_buffers(Emit *e) {
   IrGraph *g = e->g;
+  IrStrSet taken = {0};
+  // dims: room for cg_ident's prefix and suffixes in SYM_NAMELEN
+  e->csyms = g->syms;
+  for (int i = 0; i < g->syms.n; i++)
+    snprintf(e->csyms.name[i], SYM_NAMELEN, "%s",
+             cg_ident(&g->arena, g->syms.name[i], &taken, SYM_NAMELEN - 8));
   e->cname = calloc((size_t)g->nvalues, sizeof *e->cname);
   IR_ASSERT(e->cname);
-  IrStrSet taken = {0};
   for (int i = 0; i < g->nvalues; i++)
     e->cname[i] = cg_ident(&g->arena, g->values[i]->name, &taken, SIZE_MAX);
   ir_strset_free(&taken);
-  // dims: file-scope constants; room for cg_ident's prefix and suffixes in SYM_NAMELEN
-  e->csyms = g->syms;
-  IrStrSet dims = {0};
-  for (int i = 0; i < g->syms.n; i++)
-    snprintf(e->csyms.name[i], SYM_NAMELEN, "%s",
-             cg_ident(&g->arena, g->syms.name[i], &dims, SYM_NAMELEN - 8));
-  ir_strset_free(&dims);
 }
 
 // The runtime's name of a dtype: RT_F32, RT_I32, RT_BF16 (runtime/dtypes.def).
