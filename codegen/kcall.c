@@ -557,10 +557,18 @@ static void lower_attention_bwd(Lower *L, const IrNode *n) {
   attention_args(L, c, n, n->in[1], n->in[2]);
 }
 
-// A table split over tp (shards > 1) holds this rank's rows only.
+// The mesh axis (the node's "axis": the runtime's number) a kernel runs along.
+static void axis(Lower *L, CgCall *c, const IrNode *n) {
+  int64_t a = ir_attr_i(n, "axis");
+  enm(L, c, cg_rt_axis_name(ir_mesh_axis_of_rt(a)), a);
+}
+
+// A table split over a mesh axis (shards > 1: its `axis`) holds this rank's rows only.
 static void lower_embedding(Lower *L, const IrNode *n) {
   bool vp = ir_attr_i(n, "shards") > 1;
   CgCall *c = call(L, vp ? CG_K_embedding_vp_fwd : CG_K_embedding_fwd);
+  if (vp)
+    axis(L, c, n);
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]);
   num(c, numel(L, n->in[1])), num(c, n->in[0]->shape[1]);
   if (vp)
@@ -938,11 +946,6 @@ void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
 // ---- distribution ----
 
 // The runtime's mesh axis a collective runs along (its "axis" attribute).
-static void axis(Lower *L, CgCall *c, const IrNode *n) {
-  int64_t a = ir_attr_i(n, "axis");
-  enm(L, c, cg_rt_axis_name(ir_mesh_axis_of_rt(a)), a);
-}
-
 static void lower_all_reduce(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_comm_all_reduce);
   axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
@@ -1008,7 +1011,7 @@ static void lower_tp_slice(Lower *L, const IrNode *n) {
 static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_vp_crossentropy_fwd);
   const IrValue *lg = n->in[0];
-  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, lg), buf(c, n->in[1]);
+  axis(L, c, n), buf(c, n->out[0]), buf(c, n->out[1]), buf(c, lg), buf(c, n->in[1]);
   num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
   numk(L, c, ir_attr_i(n, "ignore_index"));
 }
@@ -1016,7 +1019,7 @@ static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {
 static void lower_vp_cross_entropy_bwd(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_vp_crossentropy_bwd);
   const IrValue *lg = n->in[1];
-  buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]), buf(c, n->in[3]);
+  axis(L, c, n), buf(c, n->out[0]), buf(c, n->in[0]), buf(c, lg), buf(c, n->in[2]), buf(c, n->in[3]);
   num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
   numk(L, c, ir_attr_i(n, "ignore_index"));
 }

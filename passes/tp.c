@@ -420,9 +420,9 @@ static int convert_output(Tp *t, int i, int k) {
 
 // ---- ops that learn their part ----------------------------------------------------------------
 
-// cross_entropy over vocabulary-split logits -> vp_cross_entropy, whose row
-// statistics its backward reads.
-static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
+// cross_entropy over logits split on the vocabulary over `over` (tp, or a 2D
+// grid's columns) -> vp_cross_entropy, whose row statistics its backward reads.
+static int vocab_parallel_loss(Tp *t, IrNode *n, int over, IrValue **stats_of) {
   IrGraph *g = t->g;
   const IrValue *logits = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
   const Sym *valid = logits->layout[logits->rank - 1].valid;
@@ -430,6 +430,7 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   if (n->op == OP_CROSS_ENTROPY) {
     ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY, n->in, n->nin);
     ir_set_int(g, n, "vocab", vocab);
+    ir_set_int(g, n, "axis", ir_rt_axis((IrMeshAxis)over));
     char name[512];
     snprintf(name, sizeof name, "%s.stats", n->out[0]->name);
     ir_value_rename(g, n->out[1], name);
@@ -444,24 +445,27 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, IrValue **stats_of) {
   IrValue *in[4] = {n->in[0], n->in[1], n->in[2], s};
   ir_node_set_op(g, n, OP_VP_CROSS_ENTROPY_BWD, in, 4);
   ir_set_int(g, n, "vocab", vocab);
+  ir_set_int(g, n, "axis", ir_rt_axis((IrMeshAxis)over));
   return 0;
 }
 
 static int learn_part(Tp *t, int i, IrValue **stats_of) {
   IrNode *n = t->node[i];
   switch (n->op) {
-  case OP_EMBEDDING:  // split on the rows: this rank's; on the columns: nothing to learn
-    if (use_of(t, i, 0)->split[0] == TP)
-      ir_set_int(t->g, n, "shards", t->size[TP]);
+  case OP_EMBEDDING: {  // split on the rows: this rank's; on the columns: nothing to learn
+    int over = use_of(t, i, 0)->split[0];
+    if (over != IR_MESH_NONE) {
+      ir_set_int(t->g, n, "shards", t->size[over]);
+      ir_set_int(t->g, n, "axis", ir_rt_axis((IrMeshAxis)over));
+    }
     return 0;
+  }
   case OP_CROSS_ENTROPY:
-    if (use_of(t, i, 0)->split[n->in[0]->rank - 1] == TP)
-      return vocab_parallel_loss(t, n, stats_of);
-    return 0;
-  case OP_CROSS_ENTROPY_BWD:
-    if (use_of(t, i, 1)->split[n->in[1]->rank - 1] == TP)
-      return vocab_parallel_loss(t, n, stats_of);
-    return 0;
+  case OP_CROSS_ENTROPY_BWD: {  // over a vocabulary split over tp or the grid's columns
+    int lg = n->op == OP_CROSS_ENTROPY ? 0 : 1;
+    int over = use_of(t, i, lg)->split[n->in[lg]->rank - 1];
+    return over != IR_MESH_NONE ? vocab_parallel_loss(t, n, over, stats_of) : 0;
+  }
   case OP_LAYERNORM:       // over a dim split along the 2D grid's rows (ir/shard.c's
   case OP_RMSNORM:         // norm_on_grid): the row statistics are all-reduced inside
   case OP_LAYERNORM_BWD:

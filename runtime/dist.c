@@ -95,8 +95,8 @@ void rt_comm_wait_all(void) {
 
 // ---- tensor parallelism ----
 
-long rt_vocab_columns(long v, long vocab) {
-  long have = vocab - (long)rt_dist.tp_rank * v;
+long rt_vocab_columns(int axis, long v, long vocab) {
+  long have = vocab - (long)rt_axis_rank(axis) * v;
   return have < 0 ? 0 : have < v ? have : v;
 }
 

@@ -102,9 +102,9 @@ static inline void rt_tp_place(float *whole, const float *part, long outer, long
   rt_tp_place_bytes(whole, part, outer, pieces, chunk, rank, tp, sizeof *part);
 }
 
-// Of this rank's v columns of a vocabulary-parallel table or logits, those
-// that are not padding: the vocabulary has `vocab` entries, rank r holds
-// [r*v, (r+1)*v) of it.
-long rt_vocab_columns(long v, long vocab);
+// Of this rank's v columns of a table or logits vocabulary-parallel over a mesh
+// axis, those that are not padding: the vocabulary has `vocab` entries, rank r
+// along the axis holds [r*v, (r+1)*v) of it.
+long rt_vocab_columns(int axis, long v, long vocab);
 
 #endif

@@ -36,8 +36,9 @@ void RT_NAME(tp_reduce_scatter)(int axis, RT_T *out, RT_T *scratch, const RT_T *
   memcpy(out, scratch + (long)rt_axis_rank(axis) * n, (size_t)n * sizeof *x);
 }
 
-void RT_NAME(embedding_vp_fwd)(RT_T *out, const RT_T *w, const int *idx, long n, long c, long v) {
-  long lo = (long)rt_dist.tp_rank * v;
+void RT_NAME(embedding_vp_fwd)(int axis, RT_T *out, const RT_T *w, const int *idx, long n, long c,
+                               long v) {
+  long lo = (long)rt_axis_rank(axis) * v;
 #pragma omp parallel for if (n * c >= 65536)
   for (long i = 0; i < n; i++) {
     long row = idx[i] - lo;
@@ -48,10 +49,10 @@ void RT_NAME(embedding_vp_fwd)(RT_T *out, const RT_T *w, const int *idx, long n,
   }
 }
 
-void RT_NAME(vp_crossentropy_fwd)(float *loss, float *stats, const RT_T *logits,
+void RT_NAME(vp_crossentropy_fwd)(int axis, float *loss, float *stats, const RT_T *logits,
                                   const int *targets, long n, long v, long vocab, long ignore) {
   float *mx = stats, *sum = stats + n;
-  long lo = (long)rt_dist.tp_rank * v, cols = rt_vocab_columns(v, vocab);
+  long lo = (long)rt_axis_rank(axis) * v, cols = rt_vocab_columns(axis, v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const RT_T *row = logits + i * v;
@@ -60,7 +61,7 @@ void RT_NAME(vp_crossentropy_fwd)(float *loss, float *stats, const RT_T *logits,
       m = LD(row[j]) > m ? LD(row[j]) : m;
     mx[i] = m;
   }
-  rt_allreduce(rt_dist.group[RT_AXIS_TP], mx, n, RT_REDUCE_MAX, NULL);
+  rt_allreduce(rt_dist.group[axis], mx, n, RT_REDUCE_MAX, NULL);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const RT_T *row = logits + i * v;
@@ -69,7 +70,7 @@ void RT_NAME(vp_crossentropy_fwd)(float *loss, float *stats, const RT_T *logits,
       s += exp((double)LD(row[j]) - (double)mx[i]);
     sum[i] = (float)s;
   }
-  rt_allreduce(rt_dist.group[RT_AXIS_TP], sum, n, RT_REDUCE_SUM, NULL);
+  rt_allreduce(rt_dist.group[axis], sum, n, RT_REDUCE_SUM, NULL);
   double part = 0.0;
   for (long i = 0; i < n; i++) {
     double lse = (double)mx[i] + log((double)sum[i]);
@@ -82,12 +83,12 @@ void RT_NAME(vp_crossentropy_fwd)(float *loss, float *stats, const RT_T *logits,
   loss[0] = count > 0 ? (float)(part / (double)count) : 0.0f;
 }
 
-void RT_NAME(vp_crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T *logits,
+void RT_NAME(vp_crossentropy_bwd)(int axis, RT_T *dlogits, const float *dloss, const RT_T *logits,
                                   const int *targets, const float *stats, long n, long v,
                                   long vocab, long ignore) {
   long count = rt_counted_rows(targets, n, ignore);
   float g = count ? dloss[0] / (float)count : 0.0f;
-  long lo = (long)rt_dist.tp_rank * v, cols = rt_vocab_columns(v, vocab);
+  long lo = (long)rt_axis_rank(axis) * v, cols = rt_vocab_columns(axis, v, vocab);
 #pragma omp parallel for if (n * v >= 65536)
   for (long i = 0; i < n; i++) {
     const RT_T *row = logits + i * v;

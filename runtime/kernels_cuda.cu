@@ -2381,24 +2381,25 @@ RT_CUDA_KT(tp_reduce_scatter, (int axis, T *out, T *scratch, const T *x, long ou
            (axis, dev(out), dev(scratch), dev(x), outer, pieces, chunk))
 
 template <typename T>
-static void embedding_vp_fwd(T *out, const T *w, const int *idx, long n, long c, long v) {
+static void embedding_vp_fwd(int axis, T *out, const T *w, const int *idx, long n, long c,
+                             long v) {
   if (n <= 0 || c <= 0) return;
   RT_LAUNCH(embedding_vp_fwd_kernel, grid_for(n * c, NT), NT, 0, rt_cuda_stream, out, w, idx, n, c,
-            v, (long)rt_dist.tp_rank * v);
+            v, (long)rt_axis_rank(axis) * v);
   LAUNCHED();
 }
-RT_CUDA_KT(embedding_vp_fwd, (T *out, const T *w, const int *idx, long n, long c, long v),
-           (dev(out), dev(w), idx, n, c, v))
+RT_CUDA_KT(embedding_vp_fwd, (int axis, T *out, const T *w, const int *idx, long n, long c, long v),
+           (axis, dev(out), dev(w), idx, n, c, v))
 
 template <typename T>
-static void vp_crossentropy_fwd(float *loss, float *stats, const T *logits, const int *targets,
-                                long n, long v, long vocab, long ignore) {
+static void vp_crossentropy_fwd(int axis, float *loss, float *stats, const T *logits,
+                                const int *targets, long n, long v, long vocab, long ignore) {
   if (n <= 0) {
     cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));
     return;
   }
-  long cols = rt_vocab_columns(v, vocab), lo = (long)rt_dist.tp_rank * v;
-  rt_group *tp = rt_dist.group[RT_AXIS_TP];
+  long cols = rt_vocab_columns(axis, v, vocab), lo = (long)rt_axis_rank(axis) * v;
+  rt_group *tp = rt_dist.group[axis];
   RT_LAUNCH(vp_max_kernel, grid_rows(n), row_threads(cols), 0, rt_cuda_stream, stats, logits, n, v,
             cols);
   LAUNCHED();
@@ -2412,25 +2413,25 @@ static void vp_crossentropy_fwd(float *loss, float *stats, const T *logits, cons
   LAUNCHED();
 }
 RT_CUDA_KT(vp_crossentropy_fwd,
-           (float *loss, float *stats, const T *logits, const int *targets, long n, long v,
-            long vocab, long ignore),
-           (loss, stats, dev(logits), targets, n, v, vocab, ignore))
+           (int axis, float *loss, float *stats, const T *logits, const int *targets, long n,
+            long v, long vocab, long ignore),
+           (axis, loss, stats, dev(logits), targets, n, v, vocab, ignore))
 
 template <typename T>
-static void vp_crossentropy_bwd(T *dlogits, const float *dloss, const T *logits,
+static void vp_crossentropy_bwd(int axis, T *dlogits, const float *dloss, const T *logits,
                                 const int *targets, const float *stats, long n, long v,
                                 long vocab, long ignore) {
   if (n <= 0 || v <= 0) return;
   long *count = count_rows(targets, n, ignore, "vp_crossentropy_bwd");
   RT_LAUNCH(vp_crossentropy_bwd_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, dlogits,
-            dloss, logits, targets, stats, n, v, rt_vocab_columns(v, vocab),
-            (long)rt_dist.tp_rank * v, count, ignore);
+            dloss, logits, targets, stats, n, v, rt_vocab_columns(axis, v, vocab),
+            (long)rt_axis_rank(axis) * v, count, ignore);
   LAUNCHED();
 }
 RT_CUDA_KT(vp_crossentropy_bwd,
-           (T *dlogits, const float *dloss, const T *logits, const int *targets,
+           (int axis, T *dlogits, const float *dloss, const T *logits, const int *targets,
             const float *stats, long n, long v, long vocab, long ignore),
-           (dev(dlogits), dloss, dev(logits), targets, stats, n, v, vocab, ignore))
+           (axis, dev(dlogits), dloss, dev(logits), targets, stats, n, v, vocab, ignore))
 
 // ---- norms over a dim split along a mesh axis (Optimus 2D; dist_cpu_t.h has the math) ----
 

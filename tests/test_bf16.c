@@ -514,18 +514,18 @@ static void test_dist(void) {
   same("tp_slice (one rank)", g);
   int *idx = ints(10, 30);
   Buf w = in(30 * 10, -1, 1), e = out(10 * 10);
-  rt_embedding_vp_fwd(e.f, w.f, idx, 10, 10, 30), rt_embedding_vp_fwd_bf16(e.h, w.h, idx, 10, 10, 30);
+  rt_embedding_vp_fwd(RT_AXIS_TP, e.f, w.f, idx, 10, 10, 30), rt_embedding_vp_fwd_bf16(RT_AXIS_TP, e.h, w.h, idx, 10, 10, 30);
   same("embedding_vp_fwd (one rank)", e);
   long rows = 7, v = 40;
   Buf logits = in(rows * v, -3, 3), dl = out(rows * v);
   int *t = ints(rows, v);
   float l32, l16, s32[14], s16[14], dloss = 1.0f;
-  rt_vp_crossentropy_fwd(&l32, s32, logits.f, t, rows, v, v, -100);
-  rt_vp_crossentropy_fwd_bf16(&l16, s16, logits.h, t, rows, v, v, -100);
+  rt_vp_crossentropy_fwd(RT_AXIS_TP, &l32, s32, logits.f, t, rows, v, v, -100);
+  rt_vp_crossentropy_fwd_bf16(RT_AXIS_TP, &l16, s16, logits.h, t, rows, v, v, -100);
   verdict("vp_crossentropy_fwd (float32 loss and statistics)",
           l32 != l16 || memcmp(s32, s16, sizeof s32) != 0, 1 + 14, "");
-  rt_vp_crossentropy_bwd(dl.f, &dloss, logits.f, t, s32, rows, v, v, -100);
-  rt_vp_crossentropy_bwd_bf16(dl.h, &dloss, logits.h, t, s16, rows, v, v, -100);
+  rt_vp_crossentropy_bwd(RT_AXIS_TP, dl.f, &dloss, logits.f, t, s32, rows, v, v, -100);
+  rt_vp_crossentropy_bwd_bf16(RT_AXIS_TP, dl.h, &dloss, logits.h, t, s16, rows, v, v, -100);
   same_ulps("vp_crossentropy_bwd (the target's element rounded twice)", dl, 1);
   free(idx), free(t);
   drop(x), drop(acc), drop(g), drop(scr), drop(w), drop(e), drop(logits), drop(dl);

@@ -1197,12 +1197,12 @@ static void test_crossentropy(long n, long v, int fd) {
     for (long j = 0; j < v; j++) sum += exp(ld[i * v + j] - maxv);
     rlse[i] = maxv + log(sum);
   }
-  rt_vp_crossentropy_fwd(&vloss, stats, logits, tg, n, v, v, IGNORE);
+  rt_vp_crossentropy_fwd(RT_AXIS_TP, &vloss, stats, logits, tg, n, v, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_fwd, one rank (%ld,%ld)", n, v);
   check(name, &vloss, &rloss, 1);
   snprintf(name, sizeof name, "vp_crossentropy_fwd row logsumexp (%ld,%ld)", n, v);
   check(name, stats, rlse, n);
-  rt_vp_crossentropy_bwd(vdl, &dloss, logits, tg, stats, n, v, v, IGNORE);
+  rt_vp_crossentropy_bwd(RT_AXIS_TP, vdl, &dloss, logits, tg, stats, n, v, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_bwd, one rank (%ld,%ld)", n, v);
   check(name, vdl, rdl, n * v);
   // ... and over a vocabulary padded by 3 columns that hold large values: the
@@ -1215,10 +1215,10 @@ static void test_crossentropy(long n, long v, int fd) {
       padded[i * vp + j] = j < v ? logits[i * v + j] : 40.0f;
       rpdl[i * vp + j] = j < v ? rdl[i * v + j] : 0.0;
     }
-  rt_vp_crossentropy_fwd(&vloss, stats, padded, tg, n, vp, v, IGNORE);
+  rt_vp_crossentropy_fwd(RT_AXIS_TP, &vloss, stats, padded, tg, n, vp, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_fwd, padded vocabulary (%ld,%ld+3)", n, v);
   check(name, &vloss, &rloss, 1);
-  rt_vp_crossentropy_bwd(pdl, &dloss, padded, tg, stats, n, vp, v, IGNORE);
+  rt_vp_crossentropy_bwd(RT_AXIS_TP, pdl, &dloss, padded, tg, stats, n, vp, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_bwd, padded vocabulary (%ld,%ld+3)", n, v);
   check(name, pdl, rpdl, n * vp);
   // the one-rank kernels over the padded rows (bf16 programs pad the vocabulary,
@@ -1257,7 +1257,8 @@ static void test_crossentropy(long n, long v, int fd) {
 // rt_tp_take / rt_tp_place: rank r's part of [outer][pieces][tp][chunk] is
 // [outer][pieces][chunk] of its r-th chunks; placing every part rebuilds the
 // whole. rt_tp_slice and rt_embedding_vp_fwd on a pretend rank 1 of 3 (no
-// collective involved): its slice, and its rows of the table only.
+// collective involved): its slice, and its rows of the table only; the table
+// over a grid's columns: the rows of the rank's column.
 static void test_tensor_parallel(void) {
   long outer = 3, pieces = 2, tp = 3, chunk = 5, part_n = outer * pieces * chunk;
   float *whole = frand(part_n * tp, -1, 1), *back = fbuf(part_n * tp), *part = fbuf(part_n);
@@ -1282,7 +1283,7 @@ static void test_tensor_parallel(void) {
   long n = 50, v = 4, c = 6;   // this rank: rows 4..7 of a 12-row table
   float *w = frand(v * c, -1, 1), *out = fbuf(n * c);
   int *idx = irand(n, v * tp);
-  rt_embedding_vp_fwd(out, w, idx, n, c, v);
+  rt_embedding_vp_fwd(RT_AXIS_TP, out, w, idx, n, c, v);
   double *eg = dbuf(n * c), *er = dbuf(n * c);
   for (long i = 0; i < n; i++)
     for (long j = 0; j < c; j++) {
@@ -1290,6 +1291,12 @@ static void test_tensor_parallel(void) {
       er[i * c + j] = idx[i] >= v && idx[i] < 2 * v ? w[(idx[i] - v) * c + j] : 0.0;
     }
   check_dd("embedding_vp_fwd: this rank's rows, zeros for the others", eg, er, n * c);
+  // the same table over a 3 x 3 grid's columns, from the rank at row 2, column 1: rows 4..7
+  rt_dist.tp = 1, rt_dist.q = (int)tp, rt_dist.tp_rank = 2 * (int)tp + 1;
+  rt_embedding_vp_fwd(RT_AXIS_COL, out, w, idx, n, c, v);
+  for (long i = 0; i < n * c; i++)
+    eg[i] = out[i];
+  check_dd("embedding_vp_fwd over the grid's columns: its column's rows", eg, er, n * c);
   rt_dist = saved;
   free(whole); free(back); free(part); free(w); free(out); free(idx);
   free(eg); free(er);

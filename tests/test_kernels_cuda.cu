@@ -1189,21 +1189,21 @@ static void test_dist(void) {
     Buf<T> w = rand_vec<T>(v * c), out = rand_vec<T>(n * c);
     T *dw2 = dev(w), *dout = dev(out);
     int *didx = dev(idx);
-    CPU(rt_embedding_vp_fwd)(out.data(), w.data(), idx.data(), n, c, v);
-    rt_embedding_vp_fwd(dout, dw2, didx, n, c, v);
+    CPU(rt_embedding_vp_fwd)(RT_AXIS_TP, out.data(), w.data(), idx.data(), n, c, v);
+    rt_embedding_vp_fwd(RT_AXIS_TP, dout, dw2, didx, n, c, v);
     check(fmt("embedding_vp_fwd n=%ld v=%ld (rank 1 of 2)", n, v), out, dout, EXACT);
     Buf<T> x = rand_vec<T>(n * v, -6, 6), g = rand_vec<T>(n * v);
     Vec stats = rand_vec(2 * n), loss = {7.0f}, dloss = {0.7f};  // float32 in every variant
     T *dx = dev(x), *dg = dev(g);
     float *dst = dev(stats), *dl = dev(loss), *ddl = dev(dloss);
-    CPU(rt_vp_crossentropy_fwd)(loss.data(), stats.data(), x.data(), idx.data(), n, v, vocab, -100);
-    rt_vp_crossentropy_fwd(dl, dst, dx, didx, n, v, vocab, -100);
+    CPU(rt_vp_crossentropy_fwd)(RT_AXIS_TP, loss.data(), stats.data(), x.data(), idx.data(), n, v, vocab, -100);
+    rt_vp_crossentropy_fwd(RT_AXIS_TP, dl, dst, dx, didx, n, v, vocab, -100);
     check(fmt("vp_crossentropy_fwd n=%ld v=%ld (rank 1 of 2)", n, v), loss, dl, RED);
     check(fmt("vp_crossentropy_fwd stats n=%ld v=%ld", n, v), Vec(stats.begin(), stats.begin() + n),
           dst, RED);
-    CPU(rt_vp_crossentropy_bwd)(g.data(), dloss.data(), x.data(), idx.data(), stats.data(), n, v,
+    CPU(rt_vp_crossentropy_bwd)(RT_AXIS_TP, g.data(), dloss.data(), x.data(), idx.data(), stats.data(), n, v,
                                 vocab, -100);
-    rt_vp_crossentropy_bwd(dg, ddl, dx, didx, dst, n, v, vocab, -100);
+    rt_vp_crossentropy_bwd(RT_AXIS_TP, dg, ddl, dx, didx, dst, n, v, vocab, -100);
     check(fmt("vp_crossentropy_bwd n=%ld v=%ld (rank 1 of 2)", n, v), g, dg, RED);
     free_all();
   }
