@@ -39,8 +39,9 @@
 # global batch is 4 x dp sequences of 64 tokens, so DP4 does 4 times the
 # work of one rank per step. A row that cannot run (a layout mtc refuses, no
 # mpirun, too little memory) is printed as skipped, with the reason below the
-# table. GPT-2 124M's vocabulary, 50257, is odd: under tp 2 mtc pads it to
-# 50258 (vocabulary-parallel embedding and LM head); --vocab-124m changes it
+# table. GPT-2 124M's vocabulary, 50257, is odd: under tp 2 and on a 2 x 2
+# grid mtc pads it to 50258 (vocabulary-parallel embedding and LM head, over
+# tp or the grid's columns); --vocab-124m changes it
 # (50304, as llm.c pads it). Needs the build (cmake -S . -B build && cmake
 # --build build), cc, make, and for several ranks Open MPI (mpicc, mpirun).
 set -euo pipefail

@@ -32,9 +32,10 @@
 //     activation's gradient is a partial sum, Megatron's f). When the output
 //     dim does not divide by tp the weight stays replicated (a note says so).
 //   - embedding: the table is split on the vocabulary (each rank looks up its
-//     rows; the output is a partial sum). A vocabulary the degree does not
-//     divide stays replicated (a note says so), unless the spec lets the
-//     lowering pad it (pad_vocab, as Megatron does): then every dim of its
+//     rows; the output is a partial sum); on a 2D grid, on the vocabulary over
+//     the columns and on the features over the rows. A vocabulary the degree
+//     does not divide stays replicated (a note says so), unless the spec lets
+//     the lowering pad it (pad_vocab, as Megatron does): then every dim of its
 //     size splits as if it divided (ShardResult.vocab).
 //   - everything else follows what it meets: a bias takes its matmul's split,
 //     LayerNorm's weights the (whole) last dim of its input, optimizer state
@@ -286,7 +287,7 @@ bool ir_shard_pads(const ShardResult *r, const Sym *dim) {
 }
 
 static bool padded(const Shard *s, int axis, const Sym *dim) {
-  return axis == TP && ir_shard_pads(s->r, dim);
+  return (axis == TP || axis == COL) && ir_shard_pads(s->r, dim);
 }
 
 static bool divides(ShardOp *op, const Sym *dim, int axis) {
@@ -313,12 +314,13 @@ static bool block_batch(const Shard *s, const IrNode *n) {
 }
 
 // With spec->pad_vocab: the embedding tables' vocabularies their blocks'
-// degrees do not divide (a block data parallel over tp splits none).
+// degrees (tp, or a 2D grid's side, over whose columns the vocabulary splits)
+// do not divide (a block data parallel over tp splits none).
 static void find_vocab(Shard *s) {
   ShardResult *r = s->r;
   for (int i = 0; s->spec->pad_vocab && i < s->g->nnodes; i++) {
     const IrNode *n = s->g->nodes[i];
-    int deg = block_batch(s, n) ? 1 : block_tp(s, n);
+    int deg = block_batch(s, n) ? 1 : grid(s) > 1 ? grid(s) : block_tp(s, n);
     int64_t v;
     const Sym *dim = n->op == OP_EMBEDDING ? n->in[0]->shape[0] : NULL;
     if (!dim || deg < 2 || sym_eval(dim, &s->g->syms, &v) || v % deg == 0 || padded(s, TP, dim) ||
@@ -528,6 +530,22 @@ static void scatter_partials_2d(ShardOp *op, int nin) {
           try_split(op, k, kd, a);   // (when the dim does not divide: reduced whole)
         }
       }
+  // A partial sum over the columns that meets only parameters not laid out yet
+  // (the 2D embedding's lookup beside its position table) is reduce-scattered
+  // onto its features, which Optimus keeps over the columns; the parameters
+  // then follow it.
+  for (int k = 0; op->q != 1 && k < nin; k++) {
+    int last = n->in[k]->rank - 1;
+    bool alone = last >= 0 && (op->in[k].partial & BIT(COL)) && op->in[k].split[last] == NONE &&
+                 !(split_axes(&op->in[k], -1) & BIT(COL));
+    for (int j = 0; j < nin && alone; j++)
+      alone = j == k || op->seed[j];
+    if (!alone)
+      continue;
+    op->in[k].partial &= (unsigned char)~BIT(COL);
+    if (!try_split(op, k, last, COL))
+      op->in[k].partial |= (unsigned char)BIT(COL);   // not divided: reduced whole
+  }
 }
 
 // Elementwise over numpy-broadcast inputs 0 .. nin-1 into output 0.
@@ -965,11 +983,24 @@ static int shard_attention_bwd(ShardOp *op) { return attention(op, 1, 3, 5); }
 // embedding(w [V, C], idx [...]) -> [..., C]. Seeded vocabulary-parallel: each
 // rank looks up the rows it holds and writes zeros for the others, so the
 // output is a partial sum over tp.
+// On a 2D grid the table is seeded as Optimus holds it, [V/q, C/q]: its
+// vocabulary over the grid's columns and its features over its rows, the
+// layout a tied LM head's weight wants (its logits [b/q, s, V/q], whose
+// cross-entropy is vocabulary-parallel over the columns). The lookup reads it
+// gathered along the grid column (the tokens' rows are the grid row's own) and
+// gives a partial sum over the columns, reduce-scattered onto the features.
+// A vocabulary q does not divide keeps the table as [V, C/q].
 static int shard_embedding(ShardOp *op) {
   const IrNode *n = op->n;
   ShardLayout *w = &op->in[0], *idx = &op->in[1];
   need_complete(op, 1);
-  if (op->q != 1 && op->seed[0] && divides(op, n->in[0]->shape[1], COL))
+  if (op->q != 1 && op->seed[0] && divides(op, n->in[0]->shape[0], COL) &&
+      divides(op, n->in[0]->shape[1], ROW)) {
+    w->split[0] = COL;
+    w->split[1] = ROW;
+    op->seed_k = 0;
+    op->seed_as = *w;
+  } else if (op->q != 1 && op->seed[0] && divides(op, n->in[0]->shape[1], COL))
     w->split[1] = COL;   // 2D: the features over the grid's columns, every row's whole vocabulary
   else if (op->tp != 1 && op->seed[0] && !(axes_used(idx) & BIT(TP))) {
     if (divides(op, n->in[0]->shape[0], TP))
@@ -1004,6 +1035,11 @@ static int shard_embedding_bwd(ShardOp *op) {
   gather_seq(op, 0);   // an all-gather of the tokens' gradients, not a reduction of the table's
   for (int d = 0; d < lead; d++)
     unify2(op, 0, d, 1, d);
+  // 2D: a table held as [V/q, C/q] (shard_embedding) has its features over the
+  // grid's rows, not dout's columns: dout's features are gathered, and the
+  // table's partial sum over the rows is then reduce-scattered onto them
+  if (op->q != 1 && op->in[0].split[lead] != NONE && wanted_split(op, 1) != op->in[0].split[lead])
+    need_whole_dim(op, 0, lead);
   ShardLayout *out = &op->out[0];
   *out = whole(2);
   out->split[1] = op->in[0].split[lead];
@@ -1012,11 +1048,10 @@ static int shard_embedding_bwd(ShardOp *op) {
   return 0;
 }
 
-// Logits [..., V] and targets [...]: leading dims matched. Over logits split
-// on V (vocabulary-parallel, Megatron): each rank takes its part of every
-// row's max and sum of exponentials, all-reduced within the op (2 x rows
-// elements); the target's logit lives on one rank, so the loss is a partial
-// sum over that axis too.
+// Over tp, or over a 2D grid's columns (the rows are split over its rows); over
+// another axis the logits are gathered.
+static bool vocab_parallel(int axis) { return axis == TP || axis == COL; }
+
 // A loss's logits (input lg) and targets (input tg) whole sums, their leading
 // dims (the rows) laid out alike.
 static void loss_rows(ShardOp *op, int lg, int tg) {
@@ -1026,11 +1061,16 @@ static void loss_rows(ShardOp *op, int lg, int tg) {
     unify2(op, lg, d, tg, d);
 }
 
+// Logits [..., V] and targets [...]: leading dims matched. Over logits split
+// on V (vocabulary-parallel, Megatron): each rank takes its part of every
+// row's max and sum of exponentials, all-reduced within the op (2 x rows
+// elements); the target's logit lives on one rank, so the loss is a partial
+// sum over that axis too.
 static int shard_cross_entropy(ShardOp *op) {
   const IrNode *n = op->n;
   int lead = n->in[1]->rank;
   loss_rows(op, 0, 1);
-  if (op->in[0].split[lead] != TP)   // vocabulary-parallel over tp only: else gathered
+  if (!vocab_parallel(op->in[0].split[lead]))
     need_whole_dim(op, 0, lead);
   int v = op->in[0].split[lead];
   op->out[0] = whole(0);
@@ -1055,7 +1095,7 @@ static int loss_bwd(ShardOp *op) {
   need_complete(op, 0);
   loss_rows(op, 1, 2);
   int last = op->n->in[1]->rank - 1;
-  if (op->in[1].split[last] != TP)   // vocabulary-parallel over tp only
+  if (!vocab_parallel(op->in[1].split[last]))
     need_whole_dim(op, 1, last);
   op->out[0] = op->in[1];
   return 0;

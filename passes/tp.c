@@ -515,8 +515,10 @@ static int mean_over_row_split(const Tp *t, int i) {
   const IrNode *n = t->node[i];
   int tg;   // the targets' input
   switch (n->op) {
-  case OP_CROSS_ENTROPY: tg = 1; break;
-  case OP_CROSS_ENTROPY_BWD: tg = 2; break;
+  case OP_CROSS_ENTROPY:
+  case OP_VP_CROSS_ENTROPY: tg = 1; break;   // (a 2D grid's: over its columns)
+  case OP_CROSS_ENTROPY_BWD:
+  case OP_VP_CROSS_ENTROPY_BWD: tg = 2; break;
   case OP_NLL_LOSS: tg = ir_attr_i(n, "sum") ? -1 : 1; break;
   case OP_NLL_LOSS_BWD: tg = ir_attr_i(n, "sum") ? -1 : 2; break;
   default: tg = -1; break;
@@ -530,7 +532,7 @@ static void scale_rows(Tp *t, int i, int axis) {
   IrNode *n = t->node[i];
   g->cur_phase = n->phase;
   g->cur_block = n->block;
-  bool fwd = n->op == OP_CROSS_ENTROPY || n->op == OP_NLL_LOSS;
+  bool fwd = n->op == OP_CROSS_ENTROPY || n->op == OP_VP_CROSS_ENTROPY || n->op == OP_NLL_LOSS;
   ir_insert_before(g, fwd ? n->id + 1 : n->id);
   IrValue *x = fwd ? ir_value_new(g, NULL, n->out[0]->dtype, n->out[0]->role) : n->in[0];
   if (fwd) {   // the op writes its mean to x, the scale writes the loss
@@ -621,7 +623,7 @@ static int check_split(Tp *t, const IrValue *v, int dim, int axis) {
                     "(-D NAME=VALUE)", v->name);
   if (size % k == 0)
     return 0;
-  if (axis == TP && pieces == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
+  if ((axis == TP || axis == IR_MESH_COL) && pieces == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
       (t->pad_dim[v->id] < 0 || t->pad_dim[v->id] == dim)) {
     t->pad_dim[v->id] = dim;
     return 0;
@@ -678,6 +680,22 @@ static bool within_lowered(IrOp op) {
          op == OP_LAYERNORM_BWD || op == OP_RMSNORM_BWD;
 }
 
+// How much larger a collective's buffer is than ir_shard counts it: by a
+// vocabulary padded to a multiple of the degree it is split over (a 2D
+// table's gathers and its gradient's reduce-scatter), the padded size over the
+// model's (1: none; and for a collective within an op, whose buffer is not the
+// value: the vocabulary-parallel loss's row statistics).
+static double padded_share(const Tp *t, const ShardColl *c) {
+  const IrValue *v = c->value;
+  const ShardLayout *l = &t->r.layout[v->id];
+  for (int d = 0; d < v->rank && c->at != SHARD_WITHIN; d++) {
+    int64_t size, deg = l->split[d] == TP || l->split[d] == IR_MESH_COL ? t->size[l->split[d]] : 1;
+    if (deg > 1 && ir_shard_pads(&t->r, v->shape[d]) && !sym_eval(v->shape[d], &t->g->syms, &size))
+      return (double)(size + (deg - size % deg) % deg) / (double)size;
+  }
+  return 1;
+}
+
 // The layouts ir_shard gives (padding a vocabulary the degree does not
 // divide when pad is true), the conversions right after producers, pieces and
 // padded dims. 1 (no error) when a padded value has a reader that would not
@@ -699,7 +717,7 @@ static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool 
     const ShardColl *c = &t->r.coll[i];
     if (!(IR_MESH_MODEL_AXES & BIT(c->axis)))
       continue;
-    bytes += sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms);
+    bytes += sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms) * padded_share(t, c);
     if (c->at == SHARD_WITHIN && !within_lowered(c->node->op))
       return ir_error(t->d, c->node->loc, "lower: %s: %s with a collective inside is not "
                       "lowered yet", t->mesh, ir_op_name(c->node->op));
@@ -781,14 +799,14 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
     const Sym *pre_valid = pre >= 0 ? v->layout[pre].valid : NULL;
     int pd = t.pad_dim[i];
     const Sym *valid = pd >= 0 ? whole[pd] : NULL;
-    if (pd >= 0) {
-      int64_t size = ir_eval(g, valid);
-      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (tp - size % tp) % tp));
+    if (pd >= 0) {   // padded to a multiple of tp, or of the grid's side
+      int64_t size = ir_eval(g, valid), deg = q > 1 ? q : tp;
+      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (deg - size % deg) % deg));
       if (pre == pd)
         valid = pre_valid;
     }
     place(&t, v, &t.cur[i], whole, t.pieces[i]);
-    if (pd >= 0 && v->layout[pd].axis == TP)
+    if (pd >= 0 && v->layout[pd].axis != IR_MESH_NONE)
       v->layout[pd].valid = valid;
     if (pre >= 0 && pre != pd)
       v->layout[pre] = v->layout[pre].axis == IR_MESH_NONE

@@ -66,17 +66,17 @@ if "$mtc" plan "$model" --tp 2 --json - > "$out/json.txt" 2>&1 ||
   ! grep -q "make plan price that one layout" "$out/json.txt"; then
   fail "--tp 2 --json -: $(cat "$out/json.txt")"
 fi
-# the solver's plan with per-block meshes (tp 4 for the embedding and head, the layers data
-# parallel over those 4 ranks), as compile writes it (with the lowering's TP dim), applied
+# the solver's plan with per-block meshes (dp 2 x tp 2 for the embedding and head, the layers
+# data parallel over those 4 ranks), as compile writes it (with the lowering's TP dim), applied
 # again: the same layout and price
-big=(-D L=4 -D C=64 -D NH=4 -D T=128 -D V=8192 -D B=8 --precision fp32)
-"$mtc" compile "$model" "${big[@]}" --gpus 4 --gpu-mem 32MB --host-mem 0 -o "$out/mesh" \
-  > "$out/mesh.txt" || fail "compile --gpus 4 --gpu-mem 32MB: $?"
+big=(-D L=8 -D C=64 -D NH=4 -D T=128 -D V=8192 -D B=8 --precision fp32)
+"$mtc" compile "$model" "${big[@]}" --gpus 4 --gpu-mem 48MB --host-mem 0 -o "$out/mesh" \
+  > "$out/mesh.txt" || fail "compile --gpus 4 --gpu-mem 48MB: $?"
 "$mtc" compile "$model" "${big[@]}" --plan "$out/mesh/plan.json" -o "$out/mesh2" \
   > "$out/mesh2.txt" 2>&1 || fail "compile --plan of compile's plan.json: $(cat "$out/mesh2.txt")"
 grep -qE '"dp":[[:space:]]*4,' "$out/mesh/plan.json" &&
-  grep -qE '"tp":[[:space:]]*4,' "$out/mesh/plan.json" ||
-  fail "compile's plan.json has no block data parallel over tp beside tp 4"
+  grep -qE '"tp":[[:space:]]*2,' "$out/mesh/plan.json" ||
+  fail "compile's plan.json has no block data parallel over tp beside tp 2"
 p1=$(grep "prices a step" "$out/mesh.txt") p2=$(grep "prices a step" "$out/mesh2.txt")
 [ -n "$p1" ] && [ "$p1" = "$p2" ] || fail "prices differ: '$p1', '$p2'"
 [ $fails = 0 ] && echo "plan_price: ok"

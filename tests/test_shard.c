@@ -356,7 +356,9 @@ static int count_colls(const ShardResult *r, int b, IrPhase ph, IrMeshAxis axis,
 // (SUMMA's broadcasts as all-gathers); a weight's gradient (X^T dY: dY's
 // columns kept, X's features gathered) is reduce-scattered over the rows onto
 // the weight's blocks; the norms normalize their parts of the rows, all-reducing
-// the rows' statistics along the grid row.
+// the rows' statistics along the grid row. The token embedding is held as
+// [V/col, C/row], so the tied head's logits keep the vocabulary over the
+// columns and the cross-entropy is vocabulary-parallel over them.
 static void test_gpt2_2d(void) {
   IrGraph *g = example("gpt2.mtc", "L=2");
   int nb = ir_nblocks(g), t[8];
@@ -373,11 +375,13 @@ static void test_gpt2_2d(void) {
   static const struct { const char *value, *layout; } want[] = {
       {"h.0.qkv_w", "[C/row, 3*C/col]"}, {"h.0.qkv_b", "[3*C/col]"},
       {"h.0.attproj_w", "[C/row, C/col]"}, {"h.0.fc_w", "[C/row, 4*C/col]"},
-      {"h.0.fcproj_w", "[4*C/row, C/col]"}, {"h.0.ln1_w", "[C/col]"}, {"wte", "[V, C/col]"},
+      {"h.0.fcproj_w", "[4*C/row, C/col]"}, {"h.0.ln1_w", "[C/col]"},
+      {"wte", "[V/col, C/row]"},   // Optimus's table: the tied head's logits [B/row, T, V/col]
+      {"logits", "[B/row, T, V/col]"},
       {"wpe", "[T, C/col]"}, {"h.0.x", "[B/row, T, C/col]"},   // the residual stream
       {"adamw.m.h.0.fc_w", "[C/row, 4*C/col]"},
       {"grad.h.0.fc_w", "[C, 4*C/col] partial(row)"},   // as made: reduce-scattered after
-      {"grad.h.0.ln1_w", "[C/col] partial(row)"}, {"loss", "[] partial(row)"},
+      {"grad.h.0.ln1_w", "[C/col] partial(row)"}, {"loss", "[] partial(row) partial(col)"},   // vocabulary-parallel
       {"h.0.h", "[B/row, T, C/col]"},   // ln1's output, as kept: the norm runs on the split rows
   };
   for (size_t i = 0; i < sizeof want / sizeof *want; i++)
