@@ -49,6 +49,7 @@ typedef struct Args {
   const char *svg;         // plan --svg FILE
   bool formulas;           // plan --formulas
   bool any_mesh;           // plan --any-mesh: each block its own mesh (not compiled)
+  bool layers_dp;          // --layers-dp: the repeated layers data parallel over dp x tp
   // compile, inspect: one layout for every block instead of the solver's choice
   Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
   bool forced;             // --dp, --tp, --zero, --micro-batches or --offload(-grads) given
@@ -145,6 +146,9 @@ static void usage(FILE *f) {
         "  --tp2d Q               Optimus 2D: each replica on a Q x Q grid (Q*Q ranks; the\n"
         "                         batch over its rows, features and weights over both;\n"
         "                         Q divides the batch, heads and hidden sizes)\n"
+        "  --layers-dp            with --tp: the repeated layers data parallel over all\n"
+        "                         dp x tp ranks (their batch split over tp too, their\n"
+        "                         weights whole), the rest (embeddings, head) tensor parallel\n"
         "  --checkpoint none|all|K\n"
         "                         activation checkpointing: backward recomputes the forward\n"
         "                         of no layer (default), every repeated layer, or the first\n"
@@ -396,6 +400,8 @@ static Args parse_args(int argc, char **argv) {
       a.forced = a.offload = true;
     } else if (!strcmp(s, "--offload-grads")) {
       a.layout.rest.offload_grads = a.forced = true;
+    } else if (!strcmp(s, "--layers-dp")) {
+      a.layers_dp = a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -440,6 +446,9 @@ static Args parse_args(int argc, char **argv) {
   if (tp > 1 && q > 1)
     bad_usage("--tp %d --tp2d %d: a replica is split over tp ranks (Megatron 1D) or over a "
               "q x q grid (Optimus 2D), not both", tp, q);
+  if (a.layers_dp && tp < 2)
+    bad_usage("--layers-dp makes the repeated layers data parallel over the tp ranks too, "
+              "beside the tensor-parallel rest: give --tp 2 or more");
   double ranks = (double)dp * tp * q * q;   // (exact: at most 2^64)
   if (ranks > SV_MAX_GPUS && q > 1)
     bad_usage("--dp %d --tp2d %d: %.0f ranks, more than %d", dp, q, ranks, SV_MAX_GPUS);
@@ -511,16 +520,36 @@ static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *o
   return plan_config(&on, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
 }
 
+// The layout the flags force (--dp, --tp, ..., --layers-dp) for g's blocks.
+static int forced_layout(IrGraph *g, const Args *a, Plan *plan, IrDiag *d) {
+  *plan = a->layout;
+  plan->lower = true;
+  if (!a->layers_dp)
+    return 0;
+  int nb = ir_nblocks(g);
+  if (nb < 2)
+    return ir_error(d, (IrLoc){0}, "--layers-dp: the model has no repeated layers (a DSL "
+                    "`repeat`, or the layers an ONNX model's names number) to make data "
+                    "parallel; leave it out");
+  plan->block = NULL;
+  if (plan_alloc_blocks(plan, nb))
+    return ir_error(d, (IrLoc){0}, "out of memory");
+  for (int b = 1; b < nb; b++)
+    plan->block[b].batch_tp = true;
+  return 0;
+}
+
 // mtc plan --dp/--tp/.../--checkpoint: what the planner says of that one
 // layout (what compile prints, and the program beside its measured step),
 // with its split and memory. A layout that does not fit is reported, not an
 // error: the question was its price.
 static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
-  Plan plan = a->layout;
-  plan.lower = true;
+  Plan plan;
   SvPriced p;
-  if (price_layout(g, a, &plan, &p, d))
+  if (forced_layout(g, a, &plan, d) || price_layout(g, a, &plan, &p, d)) {
+    plan_free(&plan);
     return -1;
+  }
   char mesh[64], ck[48] = "none", sw[64] = "", mem[32], cap[32];
   mesh_str(mesh, sizeof mesh, &plan.mesh);
   if (plan.checkpoint == PLAN_CHECKPOINT_ALL)
@@ -536,8 +565,9 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
     snprintf(sw, sizeof sw, ", the first layer's activations swapped");
   else if (plan.swap > 0)
     snprintf(sw, sizeof sw, ", the first %d layers' activations swapped", plan.swap);
-  printf("layout: %s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica%s, checkpointing "
-         "%s%s, on %d x %s\n", mesh, plan.rest.zero, 100 * plan.rest.offload,
+  printf("layout: %s%s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica%s, checkpointing "
+         "%s%s, on %d x %s\n", mesh, a->layers_dp ? " (the layers data parallel over tp too)" : "",
+         plan.rest.zero, 100 * plan.rest.offload,
          plan.rest.offload_grads ? " with the gradients" : "", plan.micro_batches,
          plan.micro_batches == 1 ? "" : "es", sw, ck,
          plan.seq_parallel ? ", sequence-parallel" : "", mesh_ranks(&plan.mesh), p.device);
@@ -546,6 +576,7 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
     printf("%s %s %.4g", i ? " +" : "", sv_time_names[i], 1e3 * p.t[i]);
   printf("\nmemory per GPU: %s of %s usable: %s\n", sv_bytes_str(mem, p.mem_bytes),
          sv_bytes_str(cap, p.usable_bytes), p.fits ? "fits" : "does not fit");
+  plan_free(&plan);
   return 0;
 }
 
@@ -693,9 +724,11 @@ static void print_decay(const IrGraph *g, const PassOptions *o) {
 static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, char **text,
                        IrDiag *d) {
   bool apply = !strcmp(a->cmd, "compile") && !a->forced && (a->plan_file || a->gpus || a->cluster);
-  if (a->forced || !apply) {
+  if (a->forced)
+    return forced_layout(g, a, plan, d);
+  if (!apply) {
     *plan = a->layout;
-    plan->lower = a->forced;
+    plan->lower = false;
     return 0;
   }
   int rc;

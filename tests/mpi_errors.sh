@@ -104,6 +104,11 @@ expect tp2d_batch 1 "the batch dim B = 4 of 'idx' does not divide by q = 3" \
   "$mtc" compile "$model" --tp2d 3 -o "$out/p4"
 expect tp2d_and_tp 2 "--tp 2 --tp2d 2: a replica is split over tp ranks .* or over a q x q grid .*, not both" \
   "$mtc" compile "$model" --tp 2 --tp2d 2 -o "$out/p4"
+# --layers-dp: with --tp, on a model with repeated layers
+expect layers_dp_no_tp 2 "--layers-dp makes the repeated layers data parallel over the tp ranks too, beside the tensor-parallel rest: give --tp 2 or more" \
+  "$mtc" compile "$model" --dp 2 --layers-dp -o "$out/p4"
+expect layers_dp_no_layers 1 "--layers-dp: the model has no repeated layers" \
+  "$mtc" compile "$here/../examples/mlp.mtc" --tp 2 --layers-dp -o "$out/p4"
 # a plan of a 2D grid (every block q 2 on the plan's 4 GPUs) compiles and says so
 edit grid "[b.update(dp=1, tp=1, q=2) for b in p['blocks']]"
 if "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/grid" > "$out/grid.log" 2>&1 &&
