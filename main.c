@@ -531,7 +531,6 @@ static int forced_layout(IrGraph *g, const Args *a, Plan *plan, IrDiag *d) {
     return ir_error(d, (IrLoc){0}, "--layers-dp: the model has no repeated layers (a DSL "
                     "`repeat`, or the layers an ONNX model's names number) to make data "
                     "parallel; leave it out");
-  plan->block = NULL;
   if (plan_alloc_blocks(plan, nb))
     return ir_error(d, (IrLoc){0}, "out of memory");
   for (int b = 1; b < nb; b++)

@@ -945,7 +945,6 @@ void cg_lower_adamw_as_sgd(IrGraph *g, const IrNode *adamw, CgCall *out) {
 
 // ---- distribution ----
 
-// The runtime's mesh axis a collective runs along (its "axis" attribute).
 static void lower_all_reduce(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_comm_all_reduce);
   axis(L, c, n), buf(c, n->in[0]), num(c, numel(L, n->in[0]));

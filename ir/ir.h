@@ -121,6 +121,10 @@ const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col", "all
 // QKV output dim)? Over tp and the grid's columns, which split output dims; the grid's rows
 // split a batch or a weight's input dim, never made of pieces.
 static inline bool ir_mesh_pieces(IrMeshAxis a) { return a == IR_MESH_TP || a == IR_MESH_COL; }
+// Can a vocabulary split over axis a (a vocabulary-parallel embedding and loss, the vocabulary
+// padded where the degree does not divide it)? Over the same axes: the vocabulary is the LM
+// head's output dim.
+static inline bool ir_mesh_vocab(IrMeshAxis a) { return ir_mesh_pieces(a); }
 // The runtime numbers the axes from dp (runtime/dist.h RT_AXIS_*: dp 0, tp 1, row 2, col 3,
 // all 4):
 // the "axis" and "split_axis" attributes of the ops that run collectives hold that number.

@@ -287,7 +287,7 @@ bool ir_shard_pads(const ShardResult *r, const Sym *dim) {
 }
 
 static bool padded(const Shard *s, int axis, const Sym *dim) {
-  return (axis == TP || axis == COL) && ir_shard_pads(s->r, dim);
+  return ir_mesh_vocab((IrMeshAxis)axis) && ir_shard_pads(s->r, dim);
 }
 
 static bool divides(ShardOp *op, const Sym *dim, int axis) {
@@ -1048,10 +1048,6 @@ static int shard_embedding_bwd(ShardOp *op) {
   return 0;
 }
 
-// Over tp, or over a 2D grid's columns (the rows are split over its rows); over
-// another axis the logits are gathered.
-static bool vocab_parallel(int axis) { return axis == TP || axis == COL; }
-
 // A loss's logits (input lg) and targets (input tg) whole sums, their leading
 // dims (the rows) laid out alike.
 static void loss_rows(ShardOp *op, int lg, int tg) {
@@ -1070,7 +1066,7 @@ static int shard_cross_entropy(ShardOp *op) {
   const IrNode *n = op->n;
   int lead = n->in[1]->rank;
   loss_rows(op, 0, 1);
-  if (!vocab_parallel(op->in[0].split[lead]))
+  if (!ir_mesh_vocab((IrMeshAxis)op->in[0].split[lead]))   // over another axis: gathered
     need_whole_dim(op, 0, lead);
   int v = op->in[0].split[lead];
   op->out[0] = whole(0);
@@ -1095,7 +1091,7 @@ static int loss_bwd(ShardOp *op) {
   need_complete(op, 0);
   loss_rows(op, 1, 2);
   int last = op->n->in[1]->rank - 1;
-  if (!vocab_parallel(op->in[1].split[last]))
+  if (!ir_mesh_vocab((IrMeshAxis)op->in[1].split[last]))
     need_whole_dim(op, 1, last);
   op->out[0] = op->in[1];
   return 0;

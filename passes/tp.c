@@ -623,7 +623,7 @@ static int check_split(Tp *t, const IrValue *v, int dim, int axis) {
                     "(-D NAME=VALUE)", v->name);
   if (size % k == 0)
     return 0;
-  if ((axis == TP || axis == IR_MESH_COL) && pieces == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
+  if (ir_mesh_vocab((IrMeshAxis)axis) && pieces == 1 && ir_shard_pads(&t->r, v->shape[dim]) &&
       (t->pad_dim[v->id] < 0 || t->pad_dim[v->id] == dim)) {
     t->pad_dim[v->id] = dim;
     return 0;
@@ -680,6 +680,9 @@ static bool within_lowered(IrOp op) {
          op == OP_LAYERNORM_BWD || op == OP_RMSNORM_BWD;
 }
 
+// A padded vocabulary's size: the next multiple of the degree.
+static int64_t padded_to(int64_t size, int64_t deg) { return size + (deg - size % deg) % deg; }
+
 // How much larger a collective's buffer is than ir_shard counts it: by a
 // vocabulary padded to a multiple of the degree it is split over (a 2D
 // table's gathers and its gradient's reduce-scatter), the padded size over the
@@ -689,9 +692,9 @@ static double padded_share(const Tp *t, const ShardColl *c) {
   const IrValue *v = c->value;
   const ShardLayout *l = &t->r.layout[v->id];
   for (int d = 0; d < v->rank && c->at != SHARD_WITHIN; d++) {
-    int64_t size, deg = l->split[d] == TP || l->split[d] == IR_MESH_COL ? t->size[l->split[d]] : 1;
+    int64_t size, deg = ir_mesh_vocab((IrMeshAxis)l->split[d]) ? t->size[l->split[d]] : 1;
     if (deg > 1 && ir_shard_pads(&t->r, v->shape[d]) && !sym_eval(v->shape[d], &t->g->syms, &size))
-      return (double)(size + (deg - size % deg) % deg) / (double)size;
+      return (double)padded_to(size, deg) / (double)size;
   }
   return 1;
 }
@@ -800,8 +803,9 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
     int pd = t.pad_dim[i];
     const Sym *valid = pd >= 0 ? whole[pd] : NULL;
     if (pd >= 0) {   // padded to a multiple of tp, or of the grid's side
-      int64_t size = ir_eval(g, valid), deg = q > 1 ? q : tp;
-      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, (deg - size % deg) % deg));
+      int64_t size = ir_eval(g, valid);
+      int64_t pad = padded_to(size, q > 1 ? q : tp) - size;
+      whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, pad));
       if (pre == pd)
         valid = pre_valid;
     }
