@@ -134,11 +134,13 @@ static IrValue *farg(FeOnnx *cx, int i) {
 }
 
 // A compile-time input (a shape, axes, a ratio); NULL with an error when it
-// is only known at run time.
+// is missing or only known at run time.
 static FeConst *known_arg(FeOnnx *cx, int i, const char *what) {
   FeTensor *t = fe_in(cx, i);
-  FeConst *k = t ? fe_known(cx, t) : NULL;
-  if (!k && t && !cx->failed)
+  if (!t)
+    return fe_err(cx, "%s (input %d) is missing", what, i), NULL;
+  FeConst *k = fe_known(cx, t);
+  if (!k && !cx->failed)
     fe_err(cx, "%s ('%s') must be known at compile time; it depends on run-time values", what,
            t->name);
   return k;
