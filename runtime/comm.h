@@ -11,6 +11,8 @@
 //                   group of that shard; the rest of buf is left undefined
 //   allgather       every rank gets buf[0, count), rank r having contributed
 //                   its shard buf[r*count/n, (r+1)*count/n)
+//   reduce          root's buf[0, count) <- op over the group of buf[0, count); the other
+//                   ranks' buf is left as it was
 //   broadcast       buf[0, bytes) <- root's
 // count must divide by the group's size for reduce_scatter and allgather
 // (the lowering pads buckets to the group size).
@@ -77,6 +79,8 @@ void rt_allreduce_typed(rt_group *g, void *buf, long count, int dtype, int op, r
 void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int op,
                              rt_request *req);
 void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_request *req);
+void rt_reduce_typed(rt_group *g, void *buf, long count, int dtype, int op, int root,
+                     rt_request *req);
 // the same on float32 buffers
 static inline void rt_allreduce(rt_group *g, float *buf, long count, int op, rt_request *req) {
   rt_allreduce_typed(g, buf, count, RT_F32, op, req);
@@ -96,8 +100,11 @@ double rt_allreduce_scalar(rt_group *g, double x, int op);
 
 // Bytes this rank has sent since the last reset, counted as a ring algorithm
 // sends them (what the planner predicts): all-reduce 2(n-1)/n x S,
-// reduce-scatter and all-gather (n-1)/n x S, broadcast S at the root; S the
-// buffer's bytes (count x the dtype's size), n the group's size, rounded down to whole bytes.
+// reduce-scatter and all-gather (n-1)/n x S, broadcast S at every rank but the last of the
+// ring from the root (a pipelined ring, as NCCL runs it: the rank before the root), reduce S
+// at every rank but the root (the ring's other end); S the
+// buffer's bytes (count x the dtype's size), n the group's size; summed exactly and rounded down
+// to whole bytes when read (as the planner's sum is).
 // Counted when a collective starts. One-rank groups send nothing.
 int64_t rt_comm_bytes_sent(void);
 void rt_comm_reset_bytes(void);

@@ -48,14 +48,20 @@ enum {
   KIND_ALLREDUCE,       // 2(n-1)/n x S sent
   KIND_REDUCE_SCATTER,  // (n-1)/n x S
   KIND_ALLGATHER,       // (n-1)/n x S
-  KIND_BROADCAST,       // S at the root
+  KIND_BROADCAST,       // S at every rank but the last of the ring from the root
+  KIND_REDUCE,          // S at every rank but the root
   KIND_MASK = 7,  // the bits above
   KIND_NCCL = 16,  // on device memory, over NCCL: rt_nccl_wait finishes it
 };
 
 static rt_group world;
 static rt_group *groups;  // split off the world, newest first
-static int64_t bytes_sent;
+// Bytes sent (comm.h), exactly: a ring's (n-1)/n of each buffer is summed per group size n,
+// and only the total is rounded down. ring[i].bytes: the buffers' bytes over groups of
+// ring[i].n ranks (an all-reduce's twice); whole: what broadcasts send.
+#define RING_SIZES 8
+static struct { int n; int64_t bytes; } ring[RING_SIZES];
+static int64_t whole_sent;
 static double comm_seconds;  // inside the calls below (rt_comm_seconds)
 
 // ---------------------------------------------------------------------------
@@ -133,19 +139,39 @@ static void check_shards(const char *fn, const rt_group *g, long count) {
 // ---------------------------------------------------------------------------
 // bytes sent, as a ring sends them (comm.h)
 
+static void count_ring(int n, int64_t bytes) {
+  int i = 0;
+  while (i < RING_SIZES && ring[i].n && ring[i].n != n) i++;
+  if (i == RING_SIZES) comm_fail("rt_comm: collectives over more than %d group sizes", RING_SIZES);
+  ring[i].n = n;
+  ring[i].bytes += bytes;
+}
+
 static void count_bytes(int kind, const rt_group *g, long bytes, int root) {
-  int64_t n = g->size, s = bytes;
-  if (n == 1) return;
+  if (g->size == 1) return;
   switch (kind & KIND_MASK) {
-  case KIND_ALLREDUCE: bytes_sent += 2 * (n - 1) * s / n; break;
+  case KIND_ALLREDUCE: count_ring(g->size, 2 * (int64_t)bytes); break;
   case KIND_REDUCE_SCATTER:
-  case KIND_ALLGATHER: bytes_sent += (n - 1) * s / n; break;
-  case KIND_BROADCAST: bytes_sent += g->rank == root ? s : 0; break;
+  case KIND_ALLGATHER: count_ring(g->size, bytes); break;
+  case KIND_BROADCAST: whole_sent += (g->rank + 1) % g->size == root ? 0 : bytes; break;
+  case KIND_REDUCE: whole_sent += g->rank == root ? 0 : bytes; break;
   }
 }
 
-int64_t rt_comm_bytes_sent(void) { return bytes_sent; }
-void rt_comm_reset_bytes(void) { bytes_sent = 0; }
+int64_t rt_comm_bytes_sent(void) {
+  int64_t sent = whole_sent;
+  double fractions = 0;   // under 1 per group size: exact enough to round down
+  for (int i = 0; i < RING_SIZES && ring[i].n; i++) {
+    int64_t n = ring[i].n, part = (n - 1) * ring[i].bytes;
+    sent += part / n;
+    fractions += (double)(part % n) / (double)n;
+  }
+  return sent + (int64_t)(fractions + 1e-9);
+}
+void rt_comm_reset_bytes(void) {
+  memset(ring, 0, sizeof ring);
+  whole_sent = 0;
+}
 
 // ---------------------------------------------------------------------------
 // time spent communicating: every call below adds its wall time, from entry
@@ -283,6 +309,7 @@ static bool on_device(int kind, rt_group *g, void *buf, long count, int dtype, i
   case KIND_REDUCE_SCATTER: rt_nccl_reduce_scatter(g->nccl, buf, count, dtype, op, req); break;
   case KIND_ALLGATHER: rt_nccl_allgather(g->nccl, buf, count, dtype, req); break;
   case KIND_BROADCAST: rt_nccl_broadcast(g->nccl, buf, count, root, req); break;
+  case KIND_REDUCE: rt_nccl_reduce(g->nccl, buf, count, dtype, op, root, req); break;
   }
   if (req) {
     req->kind = kind | KIND_NCCL;
@@ -340,6 +367,32 @@ void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int 
     mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm),
               "MPI_Reduce_scatter_block");
     finish(kind, g, buf, count, dtype, divisor);
+  }
+  timer_stop(t0);
+}
+
+void rt_reduce_typed(rt_group *g, void *buf, long count, int dtype, int op, int root,
+                     rt_request *req) {
+  double t0 = timer_start();
+  const char *fn = "rt_reduce";
+  check_idle(fn, req);
+  int n = mpi_count(fn, count, "elements");
+  if (root < 0 || root >= g->size)
+    comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
+  MPI_Op mop = mpi_op(fn, op, dtype);
+  MPI_Datatype type = mpi_type(dtype);
+  int kind = KIND_REDUCE, divisor = rt_reduce_divisor(op, g->size);
+  count_bytes(kind, g, count * rt_dtype_size(dtype), root);
+  if (on_device(kind, g, buf, count, dtype, op, root, req, t0)) return;
+  const void *send = g->rank == root ? MPI_IN_PLACE : buf;
+  void *recv = g->rank == root ? buf : NULL;
+  if (req) {
+    MPI_Request mreq;
+    mpi_check(MPI_Ireduce(send, recv, n, type, mop, root, g->comm, &mreq), "MPI_Ireduce");
+    pending(req, kind, g, buf, count, dtype, g->rank == root ? divisor : 1, mreq);
+  } else {
+    mpi_check(MPI_Reduce(send, recv, n, type, mop, root, g->comm), "MPI_Reduce");
+    finish(kind, g, buf, count, dtype, g->rank == root ? divisor : 1);
   }
   timer_stop(t0);
 }

@@ -180,6 +180,16 @@ void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, rt_request 
   started(req, buf, count);
 }
 
+// in place at the root
+void rt_nccl_reduce(rt_nccl *c, void *buf, long count, int dtype, int op, int root,
+                    rt_request *req) {
+  start();
+  ncclRedOp_t r = nccl_op(c, op, dtype);
+  NCCL_CHECK(ncclReduce(buf, buf, (size_t)count, nccl_type(dtype), r, root, c->comm, comm_stream));
+  done_op(c, r);
+  started(req, buf, count);
+}
+
 void rt_nccl_broadcast(rt_nccl *c, void *buf, long bytes, int root, rt_request *req) {
   start();
   NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)bytes, ncclChar, root, c->comm, comm_stream));

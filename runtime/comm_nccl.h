@@ -33,6 +33,8 @@ void rt_nccl_reduce_scatter(rt_nccl *c, void *buf, long count, int dtype, int op
                             rt_request *req);
 void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, rt_request *req);
 void rt_nccl_broadcast(rt_nccl *c, void *buf, long bytes, int root, rt_request *req);
+void rt_nccl_reduce(rt_nccl *c, void *buf, long count, int dtype, int op, int root,
+                    rt_request *req);
 void rt_nccl_wait(rt_request *req);
 
 #endif

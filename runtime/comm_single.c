@@ -120,6 +120,12 @@ void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_reques
   pending("rt_allgather", req, g, buf, count);
 }
 
+void rt_reduce_typed(rt_group *g, void *buf, long count, int dtype, int op, int root,
+                     rt_request *req) {
+  (void)dtype, (void)op, (void)root;
+  pending("rt_reduce", req, g, buf, count);
+}
+
 void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req) {
   (void)root;
   pending("rt_broadcast", req, g, buf, bytes);

@@ -550,8 +550,9 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   comm_micro += sv_tp_comm_bytes(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], 1);
   out->state_bytes = (int64_t)state;
   out->host_bytes = (int64_t)host;
-  out->comm_bytes = (int64_t)comm;
-  out->comm_micro_bytes = (int64_t)comm_micro;
+  // rounded down as the runtime's count is (runtime/comm.h); a whole sum may land just below
+  out->comm_bytes = (int64_t)(comm + 1e-3);
+  out->comm_micro_bytes = (int64_t)(comm_micro + 1e-3);
   char *s = out->layout;
   size_t n = sizeof out->layout, len = (size_t)mesh_str(s, n, &P->mesh);
   if (P->seq_parallel && tp > 1 && len < n)

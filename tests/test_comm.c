@@ -134,6 +134,26 @@ static void test_broadcast(rt_group *g, const char *gname, bool nonblocking) {
         nonblocking ? "non-blocking" : "blocking", bad);
 }
 
+// To rank 1 (0 in a group of one), in place: the sum of every rank's k + 1 + i; the other ranks'
+// buffers as they were.
+static void test_reduce(rt_group *g, const char *gname, bool nonblocking) {
+  int n = rt_group_size(g), k = rt_group_rank(g), root = n > 1 ? 1 : 0;
+  long count = 517;
+  float *buf = malloc(count * sizeof *buf);
+  for (long i = 0; i < count; i++) buf[i] = (float)(k + 1 + i);
+  rt_request req = {0};
+  rt_reduce_typed(g, buf, count, RT_F32, RT_REDUCE_SUM, root, nonblocking ? &req : NULL);
+  rt_wait(&req);
+  long bad = -1;
+  for (long i = 0; i < count && bad < 0; i++) {
+    float want = k == root ? (float)(n * (n + 1) / 2 + n * i) : (float)(k + 1 + i);
+    if (buf[i] != want) bad = i;
+  }
+  check(bad < 0, "rank %d: %s reduce to %d %s: element %ld differs", world_rank, gname, root,
+        nonblocking ? "non-blocking" : "blocking", bad);
+  free(buf);
+}
+
 static void test_scalar(rt_group *g, const char *gname) {
   int n = rt_group_size(g), k = rt_group_rank(g);
   double sum = rt_allreduce_scalar(g, k + 1, RT_REDUCE_SUM);
@@ -152,6 +172,7 @@ static void test_group(rt_group *g, const char *gname) {
     test_reduce_scatter(g, gname, nb);
     test_allgather(g, gname, nb);
     test_broadcast(g, gname, nb);
+    test_reduce(g, gname, nb);
   }
   test_scalar(g, gname);
   rt_barrier(g);
@@ -248,9 +269,13 @@ static void test_bytes(rt_group *g, const char *gname) {
   want += ring(1, n, 4 * n * shard);
   check(rt_comm_bytes_sent() == want, "rank %d: %s allgather sent %lld bytes, expected %lld",
         world_rank, gname, (long long)rt_comm_bytes_sent(), (long long)want);
-  rt_broadcast(g, buf, 1003, 0, NULL);
-  want += n > 1 && k == 0 ? 1003 : 0;
+  rt_broadcast(g, buf, 1003, 0, NULL);   // a pipelined ring from 0: every rank but the last sends
+  want += n > 1 && k != n - 1 ? 1003 : 0;
   check(rt_comm_bytes_sent() == want, "rank %d: %s broadcast sent %lld bytes, expected %lld",
+        world_rank, gname, (long long)rt_comm_bytes_sent(), (long long)want);
+  rt_reduce_typed(g, buf, 250, RT_F32, RT_REDUCE_SUM, 0, NULL);   // every rank but the root sends
+  want += n > 1 && k != 0 ? 1000 : 0;
+  check(rt_comm_bytes_sent() == want, "rank %d: %s reduce sent %lld bytes, expected %lld",
         world_rank, gname, (long long)rt_comm_bytes_sent(), (long long)want);
   rt_allreduce_scalar(g, 1, RT_REDUCE_SUM);  // not a buffer; not counted
   check(rt_comm_bytes_sent() == want, "rank %d: %s scalar counted", world_rank, gname);
