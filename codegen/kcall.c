@@ -1007,6 +1007,23 @@ static void lower_tp_slice(Lower *L, const IrNode *n) {
   tp_geometry(L, c, n, n->out[0]);
 }
 
+// SUMMA: the three buffers, the two inputs, then m n k of the rank's GEMMs (the panel's k)
+static void summa_call(Lower *L, const IrNode *n, CgKernel k, const Sym *m, const Sym *nn,
+                       const Sym *kk) {
+  CgCall *c = call(L, k);
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->out[2]), buf(c, n->in[0]), buf(c, n->in[1]);
+  num(c, m), num(c, nn), num(c, kk);
+}
+static void lower_summa(Lower *L, const IrNode *n) {
+  summa_call(L, n, CG_K_summa, rows(L, n->in[0]), last(n->in[1]), n->in[1]->shape[0]);
+}
+static void lower_summa_nt(Lower *L, const IrNode *n) {   // (dy, w)
+  summa_call(L, n, CG_K_summa_nt, rows(L, n->in[0]), last(n->in[0]), n->in[1]->shape[0]);
+}
+static void lower_summa_tn(Lower *L, const IrNode *n) {   // (x, dy)
+  summa_call(L, n, CG_K_summa_tn, rows(L, n->in[0]), last(n->in[1]), last(n->in[0]));
+}
+
 static void lower_vp_cross_entropy(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_vp_crossentropy_fwd);
   const IrValue *lg = n->in[0];

@@ -446,6 +446,10 @@ void ir_mark_batch_dims(IrGraph *g);
 // The degree of a tensor-parallel op with `shards` ranks as a formula: the
 // dim TP (or Q) when the graph has it bound to that, else the number.
 const Sym *ir_tp_degree(IrGraph *g, int64_t shards);
+// The elements SUMMA (OP_SUMMA and its backward) keeps of an operand's (or a product's) panels
+// of numel elements on a q x q grid: none for the rank's own, the others double-buffered
+// (min(q - 1, 2) times numel).
+const Sym *ir_summa_panels(IrGraph *g, const Sym *numel, int64_t q);
 
 const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
 // v as the whole tensor its tp ranks hold parts of, in the model's shape (without a padded

@@ -1153,6 +1153,76 @@ static int shape_tp_reduce_scatter(IrGraph *g, IrNode *n, IrDiag *d) {
   return set_out(g, n, 0, t, n->in[0]->rank, shape, d) || set_out(g, n, 1, t, 1, &scratch, d);
 }
 
+const Sym *ir_summa_panels(IrGraph *g, const Sym *numel, int64_t q) {
+  return sym_scale(&g->arena, numel, q - 1 < 2 ? q - 1 : 2, 1);
+}
+
+static const Sym *shape_numel(IrGraph *g, int rank, const Sym *const *shape) {
+  const Sym *n = sym_const(&g->arena, 1);
+  for (int i = 0; i < rank; i++)
+    n = sym_mul(&g->arena, n, shape[i]);
+  return n;
+}
+
+// A SUMMA op's outputs: the product [rank, shape], the panels of its broadcast input, and
+// those of `second` (the other operand forward, the product backward); -1 with d when the
+// inputs are not one dtype or their dims do not meet (fits false).
+static int summa_outs(IrGraph *g, IrNode *n, bool fits, const char *form, int rank,
+                      const Sym *const *shape, const IrValue *bcast, const Sym *second,
+                      IrDiag *d) {
+  const IrValue *a = n->in[0], *b = n->in[1];
+  if (!fits || a->dtype != b->dtype)
+    return ir_error(d, n->loc, "%s: '%s' %s and '%s' %s are not this rank's parts of %s of one "
+                    "dtype", ir_op_name(n->op), a->name, ir_shape_str(g, a), b->name,
+                    ir_shape_str(g, b), form);
+  int64_t q = ir_attr_i(n, "shards");
+  const Sym *p1 = ir_summa_panels(g, ir_numel(g, bcast), q), *p2 = ir_summa_panels(g, second, q);
+  return set_out(g, n, 0, a->dtype, rank, shape, d) || set_out(g, n, 1, a->dtype, 1, &p1, d) ||
+         set_out(g, n, 2, a->dtype, 1, &p2, d);
+}
+
+// x [.., k] and y [.., m] (y of x's rank when same): the product's shape, x's leading dims
+// then `inner`; whether they fit.
+static bool summa_shape(const IrValue *x, const IrValue *y, bool same, const Sym *inner,
+                        const Sym **shape) {
+  if (x->rank < 2 || (same ? y->rank != x->rank : y->rank != 2))
+    return false;
+  for (int i = 0; i < x->rank - 1; i++)
+    shape[i] = x->shape[i];
+  shape[x->rank - 1] = inner;
+  for (int i = 0; same && i < x->rank - 1; i++)
+    if (!sym_eq(x->shape[i], y->shape[i]))
+      return false;
+  return true;
+}
+
+static int shape_summa(IrGraph *g, IrNode *n, IrDiag *d) {
+  const IrValue *a = n->in[0], *b = n->in[1];
+  const Sym *shape[IR_MAXRANK];
+  bool fits = summa_shape(a, b, false, b->rank == 2 ? b->shape[1] : NULL, shape) &&
+              sym_eq(a->shape[a->rank - 1], b->shape[0]);
+  return summa_outs(g, n, fits, "a product [.., k] @ [k, n]", a->rank, shape, a, ir_numel(g, b),
+                    d);
+}
+
+static int shape_summa_nt(IrGraph *g, IrNode *n, IrDiag *d) {
+  const IrValue *dy = n->in[0], *w = n->in[1];
+  const Sym *shape[IR_MAXRANK];
+  bool fits = summa_shape(dy, w, false, w->rank == 2 ? w->shape[0] : NULL, shape) &&
+              sym_eq(dy->shape[dy->rank - 1], w->shape[1]);
+  return summa_outs(g, n, fits, "a product [.., n] @ [k, n]^T", dy->rank, shape, w,
+                    fits ? shape_numel(g, dy->rank, shape) : NULL, d);
+}
+
+static int shape_summa_tn(IrGraph *g, IrNode *n, IrDiag *d) {
+  const IrValue *x = n->in[0], *dy = n->in[1];
+  const Sym *lead[IR_MAXRANK];
+  bool fits = summa_shape(x, dy, true, NULL, lead);
+  const Sym *shape[2] = {fits ? x->shape[x->rank - 1] : NULL, fits ? dy->shape[dy->rank - 1] : NULL};
+  return summa_outs(g, n, fits, "a product [.., k]^T @ [.., n]", 2, shape, x,
+                    fits ? shape_numel(g, 2, shape) : NULL, d);
+}
+
 static int shape_vp_cross_entropy(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_targets(g, n, 0, 1, d))
     return -1;
@@ -1475,6 +1545,24 @@ static const Sym *flops_accumulate(IrGraph *g, const IrNode *n) { return flops_i
 static const Sym *flops_tp_gather(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_tp_slice(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_tp_reduce_scatter(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+// q GEMMs over the whole k: out [.., n] by k (forward), and backward dx [.., k] by n, dw [k, n]
+// by the rows
+static const Sym *summa_flops(IrGraph *g, const IrNode *n, const Sym *k) {
+  return sym_scale(&g->arena, sym_mul(&g->arena, ir_numel(g, n->out[0]), k), 2, 1);
+}
+static const Sym *flops_summa(IrGraph *g, const IrNode *n) {
+  const Sym *q = ir_tp_degree(g, ir_attr_i(n, "shards"));
+  return summa_flops(g, n, sym_mul(&g->arena, n->in[1]->shape[0], q));
+}
+static const Sym *flops_summa_nt(IrGraph *g, const IrNode *n) {
+  const Sym *q = ir_tp_degree(g, ir_attr_i(n, "shards"));
+  return summa_flops(g, n, sym_mul(&g->arena, n->in[1]->shape[1], q));
+}
+static const Sym *flops_summa_tn(IrGraph *g, const IrNode *n) {
+  const IrValue *x = n->in[0];
+  const Sym *rows = sym_div(&g->arena, ir_numel(g, x), x->shape[x->rank - 1]);
+  return summa_flops(g, n, sym_mul(&g->arena, rows, ir_tp_degree(g, ir_attr_i(n, "shards"))));
+}
 static const Sym *flops_vp_cross_entropy(IrGraph *g, const IrNode *n) { return flops_in(g, n, 5); }
 static const Sym *flops_vp_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
   return flops_out(g, n, 5);

@@ -1460,6 +1460,32 @@ static int tp_move(ShardOp *op, bool gather, bool sum) {
 static int shard_tp_gather(ShardOp *op) { return tp_move(op, true, false); }
 static int shard_tp_slice(ShardOp *op) { return tp_move(op, false, false); }
 static int shard_tp_reduce_scatter(ShardOp *op) { return tp_move(op, false, true); }
+// SUMMA: forward, a's k over the grid's columns and b's over its rows (the matmul of their
+// gathers); backward, w's k over the rows and the product dx's over the columns, or x's k over
+// the columns and the product dw's over the rows.
+static int summa_layout(ShardOp *op, int a_dim, int a_axis, int b_dim, int b_axis, int out_dim,
+                        int out_axis) {
+  op->in[0] = whole(op->n->in[0]->rank);
+  op->in[1] = whole(op->n->in[1]->rank);
+  op->out[0] = whole(op->n->out[0]->rank);
+  op->out[1] = op->out[2] = whole(1);
+  if (a_dim >= 0)
+    op->in[0].split[a_dim] = (unsigned char)a_axis;
+  if (b_dim >= 0)
+    op->in[1].split[b_dim] = (unsigned char)b_axis;
+  if (out_dim >= 0)
+    op->out[0].split[out_dim] = (unsigned char)out_axis;
+  return 0;
+}
+static int shard_summa(ShardOp *op) {
+  return summa_layout(op, op->n->in[0]->rank - 1, COL, 0, ROW, -1, 0);
+}
+static int shard_summa_nt(ShardOp *op) {
+  return summa_layout(op, -1, 0, 0, ROW, op->n->out[0]->rank - 1, COL);
+}
+static int shard_summa_tn(ShardOp *op) {
+  return summa_layout(op, op->n->in[0]->rank - 1, COL, -1, 0, 0, ROW);
+}
 // Vocabulary-parallel cross-entropy: logits split on V, the loss a partial sum
 // over tp; its row statistics are whole (all-reduced inside).
 static int shard_vp_cross_entropy(ShardOp *op) {

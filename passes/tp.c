@@ -744,6 +744,110 @@ static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool 
   return check_padding(t);
 }
 
+// ---- SUMMA ----------------------------------------------------------------------------------
+//
+// On a grid, Optimus multiplies panels as they arrive instead of gathering operands whole:
+//   - forward, a matmul of an activation gathered along the grid row (its k split over the
+//     columns) by a weight gathered along the grid column (its k over the rows) becomes one
+//     summa: panel t of each broadcast from its owner, multiplied, summed;
+//   - backward, dx = dy @ w^T reduce-scattered along the grid row, w gathered along the column,
+//     becomes summa_nt: panel t of w broadcast, dy @ w_t^T reduced to the grid column t; and
+//     dw = x^T @ dy reduce-scattered along the grid column, x gathered along the row, becomes
+//     summa_tn: panel t of x broadcast, x_t^T @ dy reduced to the grid row t.
+// A panel is 1/q of an operand and the rank's own is read in place, so each gathered operand's
+// 2 x (its whole) of temporaries, and each product's, become min(q - 1, 2) panels. A rank sends
+// what the gathers and reduce-scatters did (runtime/comm.h counts a broadcast and a reduce as
+// a pipelined ring sends them). Kept as they were: an operand read again (the grid's tied
+// table), and products whose operands differ in dtype.
+
+typedef struct SummaMatch {
+  IrOp op;           // OP_SUMMA, OP_SUMMA_NT or OP_SUMMA_TN
+  IrNode *at;        // the node that becomes it: its first output is the product
+  IrValue *in[2];
+  IrNode *gone[2];   // the gather and, backward, the matmul
+} SummaMatch;
+
+// The tp_gather that makes v along `axis` on its dim `dim` for v's one reader, or NULL.
+static IrNode *gathered_once(const int *reads, const IrValue *v, int axis, int dim) {
+  IrNode *p = v->producer;
+  if (!p || p->op != OP_TP_GATHER || p->out[0] != v || reads[v->id] != 1 ||
+      ir_attr_i(p, "axis") != ir_rt_axis((IrMeshAxis)axis) || ir_attr_i(p, "dim") != dim ||
+      ir_attr_i(p, "pieces") != 1)
+    return NULL;
+  return p;
+}
+
+static bool flags(const IrNode *m, int ta, int tb) {
+  return ir_attr_i(m, "ta") == ta && ir_attr_i(m, "tb") == tb;
+}
+
+static bool match_summa(const int *reads, IrNode *n, SummaMatch *s) {
+  if (n->op == OP_MATMUL && flags(n, 0, 0) && !ir_attr_i(n, "sum_batch") &&
+      n->in[1]->rank == 2) {   // forward: a's k over the columns, b's over the rows
+    IrNode *ga = gathered_once(reads, n->in[0], COL, n->in[0]->rank - 1);
+    IrNode *gb = gathered_once(reads, n->in[1], ROW, 0);
+    *s = (SummaMatch){OP_SUMMA, n, {ga ? ga->in[0] : NULL, gb ? gb->in[0] : NULL}, {ga, gb}};
+    return ga && gb;
+  }
+  if (n->op != OP_TP_REDUCE_SCATTER || ir_attr_i(n, "pieces") != 1)
+    return false;
+  IrValue *p = n->in[0];
+  IrNode *m = p->producer;
+  if (!m || m->op != OP_MATMUL || m->out[0] != p || reads[p->id] != 1)
+    return false;
+  IrMeshAxis axis = ir_mesh_axis_of_rt(ir_attr_i(n, "axis"));
+  int64_t dim = ir_attr_i(n, "dim");
+  if (axis == COL && dim == p->rank - 1 && flags(m, 0, 1) && !ir_attr_i(m, "sum_batch") &&
+      m->in[1]->rank == 2) {   // dx = dy @ w^T: w's k over the rows
+    IrNode *gw = gathered_once(reads, m->in[1], ROW, 0);
+    *s = (SummaMatch){OP_SUMMA_NT, n, {m->in[0], gw ? gw->in[0] : NULL}, {gw, m}};
+    return gw != NULL;
+  }
+  IrValue *x = m->in[0];
+  if (axis == ROW && dim == 0 && p->rank == 2 && flags(m, 1, 0) && x->rank == m->in[1]->rank &&
+      (x->rank == 2 || ir_attr_i(m, "sum_batch"))) {   // dw = x^T @ dy: x's k over the columns
+    IrNode *gx = gathered_once(reads, x, COL, x->rank - 1);
+    *s = (SummaMatch){OP_SUMMA_TN, n, {gx ? gx->in[0] : NULL, m->in[1]}, {gx, m}};
+    return gx != NULL;
+  }
+  return false;
+}
+
+static int stream_summa(Tp *t) {
+  IrGraph *g = t->g;
+  int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
+  IR_ASSERT(reads);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      reads[g->nodes[i]->in[k]->id]++;
+  int rc = 0;
+  ir_batch_begin(g);
+  for (int i = 0; i < g->nnodes && !rc; i++) {
+    SummaMatch s;
+    IrNode *n = g->nodes[i];
+    if (!match_summa(reads, n, &s) || s.in[0]->dtype != n->out[0]->dtype ||
+        s.in[1]->dtype != n->out[0]->dtype)
+      continue;
+    int had = n->nout;
+    ir_node_set_op(g, n, s.op, s.in, 2);
+    for (int k = 1; k < had; k++)   // a reduce-scatter's scratch: the op's buffers are new
+      ir_node_set_output(n, k, ir_value_new(g, NULL, DT_F32, n->out[0]->role));
+    n->nattr = 0;
+    ir_set_int(g, n, "shards", t->q);
+    for (int k = 0; k < 2; k++) {   // the gather and the matmul go, and with them their outputs
+      ir_node_remove(g, s.gone[k]);
+      for (int o = 0; o < s.gone[k]->nout; o++)
+        s.gone[k]->out[o]->producer = NULL;
+    }
+    if (ir_infer(g, n, t->d))
+      rc = ir_error(t->d, n->loc, "lower: %s: internal error: %s does not fit the per-rank "
+                    "shapes (above)", t->mesh, ir_op_name(n->op));
+  }
+  ir_batch_end(g);
+  free(reads);
+  return rc;
+}
+
 int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   int tp = P->mesh.size[TP], q = P->mesh.size[ROW];
   Tp t = {.g = g, .tp = tp, .q = q, .seq_parallel = P->seq_parallel, .out = out, .d = d,
@@ -839,6 +943,8 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
                     "per-rank shapes (above)", t.mesh, ir_op_name(g->nodes[i]->op));
   if (!rc && g->loss)
     out->loss_partial = t.cur[g->loss->id].partial & IR_MESH_MODEL_AXES;
+  if (!rc && q > 1)
+    rc = stream_summa(&t);
   ir_remove_unused(g, ROLE_ACT);   // what a conversion's output was before it became the value
   ir_remove_unused(g, ROLE_GRAD);
   free(t.node), free(t.use_at), free(t.cur), free(t.pieces), free(t.pad_dim), free(t.conv);

@@ -95,6 +95,50 @@ void rt_comm_wait_all(void) {
 
 // ---- tensor parallelism ----
 
+const void *rt_summa_start(rt_summa_panels *o, int t) {
+  int me = rt_axis_rank(o->axis), q = rt_axis_size(o->axis), nbuf = q - 1 < 2 ? q - 1 : 2;
+  int foreign = t < me ? t : t - 1;   // the panels of other ranks, counted in order
+  void *at = t == me ? (void *)o->own : o->buf + (long)(foreign % nbuf) * o->bytes;
+  rt_broadcast(rt_dist.group[o->axis], at, o->bytes, t, &o->req[t % 2]);
+  return at;
+}
+
+void rt_summa_wait(rt_summa_panels *o, int t) { rt_wait(&o->req[t % 2]); }
+
+void rt_summa_pairs(rt_summa_panels *a, rt_summa_panels *b, rt_summa_step *step, void *ctx) {
+  const void *at[2] = {rt_summa_start(a, 0), rt_summa_start(b, 0)};
+  for (int t = 0; t < rt_dist.q; t++) {
+    const void *next[2] = {NULL, NULL};
+    if (t + 1 < rt_dist.q)
+      next[0] = rt_summa_start(a, t + 1), next[1] = rt_summa_start(b, t + 1);
+    rt_summa_wait(a, t), rt_summa_wait(b, t);
+    step(ctx, t, at[0], at[1]);
+    at[0] = next[0], at[1] = next[1];
+  }
+}
+
+void rt_summa_reduced(rt_summa_panels *in, int reduce_axis, void *out, void *prod, long count,
+                      int dtype, rt_summa_product *product, void *ctx) {
+  int q = rt_dist.q, me = rt_axis_rank(reduce_axis), nbuf = q - 1 < 2 ? q - 1 : 2;
+  size_t bytes = (size_t)count * (size_t)rt_dtype_size(dtype);
+  rt_request mine = {0}, theirs[2] = {{0}, {0}};
+  const void *at = rt_summa_start(in, 0);
+  for (int t = 0; t < q; t++) {
+    const void *next = t + 1 < q ? rt_summa_start(in, t + 1) : NULL;
+    int slot = (t < me ? t : t - 1) % nbuf;
+    rt_request *req = t == me ? &mine : &theirs[slot];
+    void *dst = t == me ? out : (char *)prod + (size_t)slot * bytes;
+    rt_wait(req);          // the buffer's last reduction has read it
+    rt_summa_wait(in, t);
+    product(ctx, dst, at);
+    rt_reduce_typed(rt_dist.group[reduce_axis], dst, count, dtype, RT_REDUCE_SUM, t, req);
+    at = next;
+  }
+  rt_wait(&mine);
+  rt_wait(&theirs[0]);
+  rt_wait(&theirs[1]);
+}
+
 long rt_vocab_columns(int axis, long v, long vocab) {
   long have = vocab - (long)rt_axis_rank(axis) * v;
   return have < 0 ? 0 : have < v ? have : v;

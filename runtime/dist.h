@@ -102,6 +102,39 @@ static inline void rt_tp_place(float *whole, const float *part, long outer, long
   rt_tp_place_bytes(whole, part, outer, pieces, chunk, rank, tp, sizeof *part);
 }
 
+// ---- SUMMA's panels (kernels.def's summa) ----
+//
+// Panel t of an operand whose k is split over a grid axis is the part held by the rank at
+// place t along it. Every rank of the axis's group starts the panels' broadcasts in order
+// t = 0, 1, ..; a panel is this rank's own (read in place) or lands in one of the
+// min(q-1, 2) buffers the foreign panels take turns in. At most panels t and t + 1 are in
+// flight: start t + 1 only after the last reader of panel t - 1 has run (or been queued, on a
+// GPU's one stream).
+typedef struct rt_summa_panels {
+  int axis;               // RT_AXIS_COL (a's k) or RT_AXIS_ROW (b's k)
+  const void *own;        // this rank's panel
+  char *buf;              // the buffers, `bytes` each
+  long bytes;
+  rt_request req[2];      // panel t's broadcast: req[t % 2]
+} rt_summa_panels;
+// Starts panel t's broadcast; returns where the panel is once rt_summa_wait(o, t) returns.
+const void *rt_summa_start(rt_summa_panels *o, int t);
+void rt_summa_wait(rt_summa_panels *o, int t);
+
+// SUMMA's forward (kernels.def's summa): for t = 0 .. q-1, `step` gets panel t of a and of b
+// (the callers' GEMMs, CPU or CUDA, accumulate their product: the first, t = 0, overwrites).
+typedef void rt_summa_step(void *ctx, int t, const void *a, const void *b);
+void rt_summa_pairs(rt_summa_panels *a, rt_summa_panels *b, rt_summa_step *step, void *ctx);
+
+// SUMMA's backward (kernels.def's summa_nt, summa_tn): q products, product t of the broadcast
+// panel t of `in` (and what the caller holds), each a partial sum reduced to the rank at place
+// t along `reduce_axis`. This rank's own product is made in `out` and reduced in place; the
+// others in min(q-1, 2) buffers of `count` elements at `prod` that take turns. `product`
+// writes the product of a panel (the callers' GEMMs: CPU or CUDA) into its first argument.
+typedef void rt_summa_product(void *ctx, void *out, const void *panel);
+void rt_summa_reduced(rt_summa_panels *in, int reduce_axis, void *out, void *prod, long count,
+                      int dtype, rt_summa_product *product, void *ctx);
+
 // Of this rank's v columns of a table or logits vocabulary-parallel over a mesh
 // axis, those that are not padding: the vocabulary has `vocab` entries, rank r
 // along the axis holds [r*v, (r+1)*v) of it.

@@ -36,6 +36,65 @@ void RT_NAME(tp_reduce_scatter)(int axis, RT_T *out, RT_T *scratch, const RT_T *
   memcpy(out, scratch + (long)rt_axis_rank(axis) * n, (size_t)n * sizeof *x);
 }
 
+// SUMMA's forward (runtime/dist.h's rt_summa_pairs): each pair of panels' product in float32,
+// added to the sum, which is rounded once.
+typedef struct RT_LOCAL(summa_fwd) {
+  float *acc, *part;
+  long m, n, k;
+} RT_LOCAL(summa_fwd);
+
+static void RT_LOCAL(summa_step)(void *ctx, int t, const void *a, const void *b) {
+  const RT_LOCAL(summa_fwd) *s = ctx;
+  long mn = s->m * s->n;
+  RT_NAME_TF(matmul)(t ? s->part : s->acc, a, b, 1, s->m, s->n, s->k, 0, 0, 0, 0, 0);
+  if (t) {
+#pragma omp parallel for if (mn >= 65536)
+    for (long i = 0; i < mn; i++) s->acc[i] += s->part[i];
+  }
+}
+
+void RT_NAME(summa)(RT_T *c, RT_T *apanel, RT_T *bpanel, const RT_T *a, const RT_T *b, long m,
+                    long n, long k) {
+  rt_summa_panels pa = {RT_AXIS_COL, a, (char *)apanel, m * k * (long)sizeof *a, {{0}}};
+  rt_summa_panels pb = {RT_AXIS_ROW, b, (char *)bpanel, k * n * (long)sizeof *b, {{0}}};
+  RT_LOCAL(summa_fwd) s = {rt_cpu_alloc(m * n), rt_cpu_alloc(m * n), m, n, k};
+  rt_summa_pairs(&pa, &pb, RT_LOCAL(summa_step), &s);
+  for (long i = 0; i < m * n; i++) c[i] = TO_T(s.acc[i]);
+  rt_cpu_free(s.part);
+  rt_cpu_free(s.acc);
+}
+
+// The products of SUMMA's backward (runtime/dist.h's rt_summa_reduced): dy [m, n], panels of
+// w [k, n] or of x [m, k].
+typedef struct RT_LOCAL(summa_bwd) {
+  const RT_T *dy;
+  long m, n, k;
+} RT_LOCAL(summa_bwd);
+
+static void RT_LOCAL(summa_dx)(void *ctx, void *out, const void *w) {
+  const RT_LOCAL(summa_bwd) *s = ctx;
+  RT_NAME(matmul)(out, s->dy, w, 1, s->m, s->k, s->n, 0, 1, 0, 0, 0);
+}
+
+static void RT_LOCAL(summa_dw)(void *ctx, void *out, const void *x) {
+  const RT_LOCAL(summa_bwd) *s = ctx;
+  RT_NAME(matmul)(out, x, s->dy, 1, s->k, s->n, s->m, 1, 0, 0, 0, 0);
+}
+
+void RT_NAME(summa_nt)(RT_T *dx, RT_T *wpanel, RT_T *prod, const RT_T *dy, const RT_T *w, long m,
+                       long n, long k) {
+  rt_summa_panels pw = {RT_AXIS_ROW, w, (char *)wpanel, k * n * (long)sizeof *w, {{0}}};
+  RT_LOCAL(summa_bwd) s = {dy, m, n, k};
+  rt_summa_reduced(&pw, RT_AXIS_COL, dx, prod, m * k, RT_DTYPE, RT_LOCAL(summa_dx), &s);
+}
+
+void RT_NAME(summa_tn)(RT_T *dw, RT_T *xpanel, RT_T *prod, const RT_T *x, const RT_T *dy, long m,
+                       long n, long k) {
+  rt_summa_panels px = {RT_AXIS_COL, x, (char *)xpanel, m * k * (long)sizeof *x, {{0}}};
+  RT_LOCAL(summa_bwd) s = {dy, m, n, k};
+  rt_summa_reduced(&px, RT_AXIS_ROW, dw, prod, k * n, RT_DTYPE, RT_LOCAL(summa_dw), &s);
+}
+
 void RT_NAME(embedding_vp_fwd)(int axis, RT_T *out, const RT_T *w, const int *idx, long n, long c,
                                long v) {
   long lo = (long)rt_axis_rank(axis) * v;

@@ -2380,6 +2380,68 @@ RT_CUDA_KT(tp_reduce_scatter, (int axis, T *out, T *scratch, const T *x, long ou
                                long chunk),
            (axis, dev(out), dev(scratch), dev(x), outer, pieces, chunk))
 
+// SUMMA (runtime/dist.h's panels): the broadcasts run on the communication stream, each
+// GEMM waits for its panels (rt_summa_wait) and accumulates in float32 (beta 1 after the
+// first), rounded once into c.
+template <typename T>
+struct SummaFwd {
+  float *acc;
+  int m, n, k;
+  static void step(void *ctx, int t, const void *a, const void *b) {
+    const SummaFwd *s = (const SummaFwd *)ctx;
+    const float one = 1.0f, zero = 0.0f;
+    gemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, s->n, s->m, s->k, (const T *)b, s->n,
+         (const T *)a, s->k, t ? &one : &zero, s->acc);
+    LAUNCHED();
+  }
+};
+
+template <typename T>
+static void summa(T *c, T *apanel, T *bpanel, const T *a, const T *b, long m, long n, long k) {
+  if (m <= 0 || n <= 0) return;
+  rt_summa_panels pa = {RT_AXIS_COL, a, (char *)apanel, m * k * (long)sizeof(T), {}};
+  rt_summa_panels pb = {RT_AXIS_ROW, b, (char *)bpanel, k * n * (long)sizeof(T), {}};
+  float *acc = std::is_same<T, float>::value ? (float *)c : temp_f32(m * n, "summa");
+  SummaFwd<T> s = {acc, as_int(m, "m"), as_int(n, "n"), as_int(k, "k")};
+  rt_summa_pairs(&pa, &pb, SummaFwd<T>::step, &s);
+  if (!std::is_same<T, float>::value) cast(c, acc, m * n);
+}
+RT_CUDA_KT(summa, (T *c, T *apanel, T *bpanel, const T *a, const T *b, long m, long n, long k),
+           (dev(c), dev(apanel), dev(bpanel), dev(a), dev(b), m, n, k))
+
+// SUMMA's backward (runtime/dist.h's rt_summa_reduced): the products as rt_matmul's GEMMs
+template <typename T>
+struct SummaBwd {
+  const T *dy;
+  long m, n, k;
+  static void dx(void *ctx, void *out, const void *w) {
+    const SummaBwd *s = (const SummaBwd *)ctx;
+    matmul((T *)out, s->dy, (const T *)w, 1L, s->m, s->k, s->n, 0, 1, 0L, 0L, 0L);
+  }
+  static void dw(void *ctx, void *out, const void *x) {
+    const SummaBwd *s = (const SummaBwd *)ctx;
+    matmul((T *)out, (const T *)x, s->dy, 1L, s->k, s->n, s->m, 1, 0, 0L, 0L, 0L);
+  }
+};
+
+template <typename T>
+static void summa_nt(T *dx, T *wpanel, T *prod, const T *dy, const T *w, long m, long n, long k) {
+  rt_summa_panels pw = {RT_AXIS_ROW, w, (char *)wpanel, k * n * (long)sizeof(T), {}};
+  SummaBwd<T> s = {dy, m, n, k};
+  rt_summa_reduced(&pw, RT_AXIS_COL, dx, prod, m * k, dtype_of(dx), SummaBwd<T>::dx, &s);
+}
+RT_CUDA_KT(summa_nt, (T *dx, T *wpanel, T *prod, const T *dy, const T *w, long m, long n, long k),
+           (dev(dx), dev(wpanel), dev(prod), dev(dy), dev(w), m, n, k))
+
+template <typename T>
+static void summa_tn(T *dw, T *xpanel, T *prod, const T *x, const T *dy, long m, long n, long k) {
+  rt_summa_panels px = {RT_AXIS_COL, x, (char *)xpanel, m * k * (long)sizeof(T), {}};
+  SummaBwd<T> s = {dy, m, n, k};
+  rt_summa_reduced(&px, RT_AXIS_ROW, dw, prod, k * n, dtype_of(dw), SummaBwd<T>::dw, &s);
+}
+RT_CUDA_KT(summa_tn, (T *dw, T *xpanel, T *prod, const T *x, const T *dy, long m, long n, long k),
+           (dev(dw), dev(xpanel), dev(prod), dev(x), dev(dy), m, n, k))
+
 template <typename T>
 static void embedding_vp_fwd(int axis, T *out, const T *w, const int *idx, long n, long c,
                              long v) {

@@ -1131,6 +1131,73 @@ static void test_find_nonfinite(void) {
 // this rank plays tp rank 1 of 2 (the collectives over a group of one leave
 // the buffers as they are, on both sides)
 
+// SUMMA at the middle rank (1, 1) of a 3 x 3 grid: panel 1 of each operand is its own, panels
+// 0 and 2 land in the two buffers (the broadcasts over a group of one leave them as they
+// are), so c = apanel[0] bpanel[0] + a b + apanel[1] bpanel[1], summed in float32 in that
+// order and rounded once: the CPU kernel exactly so, the CUDA one as a product (RED).
+template <typename T>
+static void test_summa(void) {
+  rt_dist.q = 3;
+  rt_dist.tp_rank = 4;
+  const long cases[][3] = {{5, 7, 3}, {65, 130, 33}};
+  for (const auto &c : cases) {
+    long m = c[0], n = c[1], k = c[2];
+    Buf<T> a = rand_vec<T>(m * k), b = rand_vec<T>(k * n), ap = rand_vec<T>(2 * m * k),
+           bp = rand_vec<T>(2 * k * n), out = rand_vec<T>(m * n);
+    T *da = dev(a), *db = dev(b), *dap = dev(ap), *dbp = dev(bp), *dc = dev(out);
+    CPU(rt_summa)(out.data(), ap.data(), bp.data(), a.data(), b.data(), m, n, k);
+    rt_summa(dc, dap, dbp, da, db, m, n, k);
+    Vec acc((size_t)(m * n)), part((size_t)(m * n));
+    const T *as[3] = {ap.data(), a.data(), ap.data() + m * k};
+    const T *bs[3] = {bp.data(), b.data(), bp.data() + k * n};
+    for (int t = 0; t < 3; t++) {
+      CPU(rt_matmul)(t ? part.data() : acc.data(), as[t], bs[t], 1L, m, n, k, 0, 0, 0L, 0L, 0L);
+      for (size_t i = 0; t && i < acc.size(); i++) acc[i] += part[i];
+    }
+    Buf<T> want((size_t)(m * n));
+    for (size_t i = 0; i < acc.size(); i++) want[i] = narrow<T>(acc[i]);
+    check(fmt("summa m=%ld n=%ld k=%ld (rank 1, 1 of 3 x 3): the CPU's, the panels' sum", m, n,
+              k), want, dev(out), EXACT);
+    check(fmt("summa m=%ld n=%ld k=%ld (rank 1, 1 of 3 x 3)", m, n, k), out, dc, RED);
+    // backward: product t of panel t; this rank's (t = 1) in dx or dw, the others' in the
+    // product buffers in turn (the reductions over a group of one leave them as they are)
+    Buf<T> dy = rand_vec<T>(m * n), dx = rand_vec<T>(m * k), dw = rand_vec<T>(k * n);
+    Buf<T> pdx = rand_vec<T>(2 * m * k), pdw = rand_vec<T>(2 * k * n);
+    T *ddy = dev(dy), *ddx = dev(dx), *ddw = dev(dw), *dpdx = dev(pdx), *dpdw = dev(pdw);
+    Buf<T> wp = rand_vec<T>(2 * k * n), xp = rand_vec<T>(2 * m * k);
+    T *dwp = dev(wp), *dxp = dev(xp);
+    CPU(rt_summa_nt)(dx.data(), wp.data(), pdx.data(), dy.data(), b.data(), m, n, k);
+    rt_summa_nt(ddx, dwp, dpdx, ddy, db, m, n, k);
+    CPU(rt_summa_tn)(dw.data(), xp.data(), pdw.data(), a.data(), dy.data(), m, n, k);
+    rt_summa_tn(ddw, dxp, dpdw, da, ddy, m, n, k);
+    Buf<T> want_dx((size_t)(m * k)), want_dw((size_t)(k * n));
+    Buf<T> want_pdx((size_t)(2 * m * k)), want_pdw((size_t)(2 * k * n));
+    for (int t = 0; t < 3; t++) {
+      T *ox = t == 1 ? want_dx.data() : want_pdx.data() + (t / 2) * m * k;
+      T *ow = t == 1 ? want_dw.data() : want_pdw.data() + (t / 2) * k * n;
+      const T *wt = t == 1 ? b.data() : wp.data() + (t / 2) * k * n;
+      const T *xt = t == 1 ? a.data() : xp.data() + (t / 2) * m * k;
+      CPU(rt_matmul)(ox, dy.data(), wt, 1L, m, k, n, 0, 1, 0L, 0L, 0L);
+      CPU(rt_matmul)(ow, xt, dy.data(), 1L, k, n, m, 1, 0, 0L, 0L, 0L);
+    }
+    check(fmt("summa_nt m=%ld n=%ld k=%ld: the CPU's dx, dy @ w^T", m, n, k), want_dx, dev(dx),
+          EXACT);
+    check(fmt("summa_nt m=%ld n=%ld k=%ld: the CPU's products for columns 0 and 2", m, n, k),
+          want_pdx, dev(pdx), EXACT);
+    check(fmt("summa_tn m=%ld n=%ld k=%ld: the CPU's dw, x^T @ dy", m, n, k), want_dw, dev(dw),
+          EXACT);
+    check(fmt("summa_tn m=%ld n=%ld k=%ld: the CPU's products for rows 0 and 2", m, n, k),
+          want_pdw, dev(pdw), EXACT);
+    check(fmt("summa_nt m=%ld n=%ld k=%ld dx (rank 1, 1 of 3 x 3)", m, n, k), dx, ddx, RED);
+    check(fmt("summa_nt m=%ld n=%ld k=%ld products", m, n, k), pdx, dpdx, RED);
+    check(fmt("summa_tn m=%ld n=%ld k=%ld dw (rank 1, 1 of 3 x 3)", m, n, k), dw, ddw, RED);
+    check(fmt("summa_tn m=%ld n=%ld k=%ld products", m, n, k), pdw, dpdw, RED);
+    free_all();
+  }
+  rt_dist.q = 1;
+  rt_dist.tp_rank = 0;
+}
+
 template <typename T>
 static void test_dist(void) {
   for (long n : {1L, 1000L, BIG(1L << 18, 1L << 14) + 3}) {
@@ -1209,6 +1276,7 @@ static void test_dist(void) {
   }
   rt_dist.tp = 1;
   rt_dist.tp_rank = 0;
+  test_summa<T>();
 }
 
 static void test_table(void) {
