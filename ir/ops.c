@@ -25,12 +25,15 @@ IrDType ir_dtype_lookup(const char *name) {
   return DT_COUNT;
 }
 
-const Sym *ir_numel(IrGraph *g, const IrValue *v) {
+// The product of rank dims
+static const Sym *shape_numel(IrGraph *g, int rank, const Sym *const *shape) {
   const Sym *n = sym_const(&g->arena, 1);
-  for (int i = 0; i < v->rank; i++)
-    n = sym_mul(&g->arena, n, v->shape[i]);
+  for (int i = 0; i < rank; i++)
+    n = sym_mul(&g->arena, n, shape[i]);
   return n;
 }
+
+const Sym *ir_numel(IrGraph *g, const IrValue *v) { return shape_numel(g, v->rank, v->shape); }
 
 IrValue ir_whole(const IrValue *v) {
   IrValue w = *v;
@@ -1155,13 +1158,6 @@ static int shape_tp_reduce_scatter(IrGraph *g, IrNode *n, IrDiag *d) {
 
 const Sym *ir_summa_panels(IrGraph *g, const Sym *numel, int64_t q) {
   return sym_scale(&g->arena, numel, q - 1 < 2 ? q - 1 : 2, 1);
-}
-
-static const Sym *shape_numel(IrGraph *g, int rank, const Sym *const *shape) {
-  const Sym *n = sym_const(&g->arena, 1);
-  for (int i = 0; i < rank; i++)
-    n = sym_mul(&g->arena, n, shape[i]);
-  return n;
 }
 
 // A SUMMA op's outputs: the product [rank, shape], the panels of its broadcast input, and

@@ -294,6 +294,11 @@ static void pending(rt_request *req, int kind, rt_group *g, void *buf, long coun
   memcpy(req->impl, &mreq, sizeof mreq);
 }
 
+static void check_root(const char *fn, const rt_group *g, int root) {
+  if (root < 0 || root >= g->size)
+    comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
+}
+
 static void check_idle(const char *fn, const rt_request *req) {
   if (req && req->active) comm_fail("%s: the request is still in flight (rt_wait it first)", fn);
 }
@@ -377,8 +382,7 @@ void rt_reduce_typed(rt_group *g, void *buf, long count, int dtype, int op, int 
   const char *fn = "rt_reduce";
   check_idle(fn, req);
   int n = mpi_count(fn, count, "elements");
-  if (root < 0 || root >= g->size)
-    comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
+  check_root(fn, g, root);
   MPI_Op mop = mpi_op(fn, op, dtype);
   MPI_Datatype type = mpi_type(dtype);
   int kind = KIND_REDUCE, divisor = rt_reduce_divisor(op, g->size);
@@ -425,8 +429,7 @@ void rt_broadcast(rt_group *g, void *buf, long bytes, int root, rt_request *req)
   const char *fn = "rt_broadcast";
   check_idle(fn, req);
   int n = mpi_count(fn, bytes, "bytes");
-  if (root < 0 || root >= g->size)
-    comm_fail("%s: root %d is not a rank of the group (0..%d)", fn, root, g->size - 1);
+  check_root(fn, g, root);
   count_bytes(KIND_BROADCAST, g, bytes, root);
   if (on_device(KIND_BROADCAST, g, buf, bytes, RT_F32, 0, root, req, t0)) return;
   if (req) {

@@ -95,10 +95,14 @@ void rt_comm_wait_all(void) {
 
 // ---- tensor parallelism ----
 
+// The buffer that the panel (or product) t of other ranks takes, seen from place `me`: those
+// panels, counted in order, take turns in min(q - 1, 2) buffers.
+static int summa_slot(int t, int me, int q) { return (t < me ? t : t - 1) % (q - 1 < 2 ? q - 1 : 2); }
+
 const void *rt_summa_start(rt_summa_panels *o, int t) {
-  int me = rt_axis_rank(o->axis), q = rt_axis_size(o->axis), nbuf = q - 1 < 2 ? q - 1 : 2;
-  int foreign = t < me ? t : t - 1;   // the panels of other ranks, counted in order
-  void *at = t == me ? (void *)o->own : o->buf + (long)(foreign % nbuf) * o->bytes;
+  int me = rt_axis_rank(o->axis);
+  void *at = t == me ? (void *)o->own
+                     : o->buf + (long)summa_slot(t, me, rt_axis_size(o->axis)) * o->bytes;
   rt_broadcast(rt_dist.group[o->axis], at, o->bytes, t, &o->req[t % 2]);
   return at;
 }
@@ -119,13 +123,13 @@ void rt_summa_pairs(rt_summa_panels *a, rt_summa_panels *b, rt_summa_step *step,
 
 void rt_summa_reduced(rt_summa_panels *in, int reduce_axis, void *out, void *prod, long count,
                       int dtype, rt_summa_product *product, void *ctx) {
-  int q = rt_dist.q, me = rt_axis_rank(reduce_axis), nbuf = q - 1 < 2 ? q - 1 : 2;
+  int q = rt_dist.q, me = rt_axis_rank(reduce_axis);
   size_t bytes = (size_t)count * (size_t)rt_dtype_size(dtype);
   rt_request mine = {0}, theirs[2] = {{0}, {0}};
   const void *at = rt_summa_start(in, 0);
   for (int t = 0; t < q; t++) {
     const void *next = t + 1 < q ? rt_summa_start(in, t + 1) : NULL;
-    int slot = (t < me ? t : t - 1) % nbuf;
+    int slot = t == me ? 0 : summa_slot(t, me, q);
     rt_request *req = t == me ? &mine : &theirs[slot];
     void *dst = t == me ? out : (char *)prod + (size_t)slot * bytes;
     rt_wait(req);          // the buffer's last reduction has read it

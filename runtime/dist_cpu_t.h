@@ -37,7 +37,7 @@ void RT_NAME(tp_reduce_scatter)(int axis, RT_T *out, RT_T *scratch, const RT_T *
 }
 
 // SUMMA's forward (runtime/dist.h's rt_summa_pairs): each pair of panels' product in float32,
-// added to the sum, which is rounded once.
+// added to the sum (c itself in float32), which a bf16 c gets rounded once.
 typedef struct RT_LOCAL(summa_fwd) {
   float *acc, *part;
   long m, n, k;
@@ -57,11 +57,14 @@ void RT_NAME(summa)(RT_T *c, RT_T *apanel, RT_T *bpanel, const RT_T *a, const RT
                     long n, long k) {
   rt_summa_panels pa = {RT_AXIS_COL, a, (char *)apanel, m * k * (long)sizeof *a, {{0}}};
   rt_summa_panels pb = {RT_AXIS_ROW, b, (char *)bpanel, k * n * (long)sizeof *b, {{0}}};
-  RT_LOCAL(summa_fwd) s = {rt_cpu_alloc(m * n), rt_cpu_alloc(m * n), m, n, k};
+  float *part = rt_cpu_alloc(m * n);
+  RT_LOCAL(summa_fwd) s = {RT_T_F32 ? (float *)c : rt_cpu_alloc(m * n), part, m, n, k};
   rt_summa_pairs(&pa, &pb, RT_LOCAL(summa_step), &s);
-  for (long i = 0; i < m * n; i++) c[i] = TO_T(s.acc[i]);
-  rt_cpu_free(s.part);
-  rt_cpu_free(s.acc);
+  if (!RT_T_F32) {
+    for (long i = 0; i < m * n; i++) c[i] = TO_T(s.acc[i]);
+    rt_cpu_free(s.acc);
+  }
+  rt_cpu_free(part);
 }
 
 // The products of SUMMA's backward (runtime/dist.h's rt_summa_reduced): dy [m, n], panels of
