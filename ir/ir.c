@@ -308,6 +308,7 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) 
     n->in[i] = in[i];
   n->phase = g->cur_phase;
   n->block = g->cur_block;
+  n->use = g->cur_use;
   n->loc = g->cur_loc;
   IrRole role = g->cur_phase == PHASE_FORWARD ? ROLE_ACT : ROLE_GRAD;
   for (int i = 0; i < nout; i++) {
@@ -469,6 +470,11 @@ void ir_replace_uses_in_phase(IrGraph *g, IrValue *const *from, IrValue *const *
   free(map);
 }
 
+void ir_set_block(IrGraph *g, const IrNode *n) {
+  g->cur_block = n ? n->block : 0;
+  g->cur_use = n ? n->use : 0;
+}
+
 IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
                        const char *suffix, IrDiag *d) {
   IrNode *first = NULL;
@@ -482,6 +488,7 @@ IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
     g->cur_loc = o->loc;
     IrNode *c = ir_node_new(g, o->op, in, o->nin, o->nout);
     g->cur_loc = loc;
+    c->use = c->block == o->block ? o->use : 0;
     c->nattr = o->nattr;
     c->attr = ir_alloc(&g->arena, (size_t)(o->nattr + 1) * sizeof *c->attr);
     if (o->nattr)

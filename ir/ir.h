@@ -229,6 +229,8 @@ struct IrNode {
   int nattr;
   IrAttr *attr;
   int block;                // 0: outside any repeated block; k >= 1: k-th block instance
+  int use;                  // within its block, the k-th run (from 0) of layers that run more
+                            // than once on the same weights (ALBERT's shared layer)
   IrPhase phase;
   IrLoc loc;
 };
@@ -256,7 +258,7 @@ typedef struct IrGraph {
   // builder state: new nodes get these, and go before node insert_at (at the
   // end when it is negative)
   IrPhase cur_phase;
-  int cur_block;
+  int cur_block, cur_use;
   IrLoc cur_loc;
   int insert_at;
   // a batch of edits (ir_batch_begin): the nodes waiting to go in (each one's
@@ -343,6 +345,8 @@ bool ir_attention_bias_fits(const IrValue *b, const IrValue *q, const Sym *tk, i
 // Editing a scheduled graph. New nodes go before node `pos` (the nodes after
 // move up; ids stay positions); -1 returns to appending.
 void ir_insert_before(IrGraph *g, int pos);
+// New nodes go in n's block and use (NULL: outside any block).
+void ir_set_block(IrGraph *g, const IrNode *n);
 // Many edits in one sweep. Between ir_batch_begin and ir_batch_end the
 // schedule does not move: a new node waits, to go in (in the order made)
 // before the node that is at its insertion point now, or at the end when
@@ -367,8 +371,8 @@ void ir_remove_unused(IrGraph *g, IrRole role);
 void ir_replace_uses_in_phase(IrGraph *g, IrValue *const *from, IrValue *const *to, int count,
                               IrPhase phase);
 // Clones nodes[0..n), in that order, at the insertion point, with the
-// builder's phase and block; each clone keeps its node's op, attributes and
-// location. An input v of a clone is map[v->id] where that is set, else v
+// builder's phase and block; each clone keeps its node's op, attributes,
+// location and (in its node's block) use. An input v of a clone is map[v->id] where that is set, else v
 // itself. Each output is a new value named after the original's name and
 // `suffix` ("h.0.x" -> "h.0.x.rc", made unique) with the original's dtype,
 // shape and role, and map[original->id] is set to it, so that later nodes of

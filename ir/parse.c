@@ -471,6 +471,11 @@ static int node_line(Parser *ps) {
     if (integer(ps, &b))
       return -1;
     n->block = (int)b;
+    if (eat(ps, '.')) {
+      if (integer(ps, &b))
+        return -1;
+      n->use = (int)b;
+    }
   }
   if (loc(ps, &n->loc))
     return -1;

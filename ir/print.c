@@ -19,7 +19,8 @@
 //   loss %loss
 //   grad %wte %grad.wte
 //
-// `#N` is the block instance, `@"file":line:col` the source location
+// `#N` is the block instance (`#N.U`: its U-th use of layers that run more
+// than once), `@"file":line:col` the source location
 // (`@"name"` alone: an ONNX node name).
 #define _GNU_SOURCE
 #include "ir.h"
@@ -173,6 +174,8 @@ static void print_node(FILE *f, const IrGraph *g, const IrNode *n) {
     print_attr(f, g, &n->attr[i]);
   if (n->block)
     fprintf(f, " #%d", n->block);
+  if (n->block && n->use)
+    fprintf(f, ".%d", n->use);
   print_loc(f, n->loc);
   fputc('\n', f);
 }

@@ -25,7 +25,7 @@ typedef struct AD {
 static IrNode *emit(AD *ad, IrOp op, IrValue *const *in, int nin, int nout) {
   IrGraph *g = ad->g;
   g->cur_phase = PHASE_BACKWARD;
-  g->cur_block = ad->fwd ? ad->fwd->block : 0;
+  ir_set_block(g, ad->fwd);
   g->cur_loc = ad->fwd ? ad->fwd->loc : (IrLoc){0};
   return ir_node_new(g, op, in, nin, nout);
 }
@@ -723,7 +723,7 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (!ad.err)
     remove_unread(g);
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   g->cur_loc = (IrLoc){0};
   *changed = true;
   return ad.err;

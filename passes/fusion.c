@@ -89,7 +89,7 @@ static IrNode *replace_outs(Fuser *F, IrNode *old, IrOp op, IrValue *const *in, 
                            int nout) {
   IrGraph *g = F->g;
   g->cur_phase = old->phase;
-  g->cur_block = old->block;
+  ir_set_block(g, old);
   g->cur_loc = old->loc;
   IrNode *n = ir_node_new(g, op, in, nin, 0);
   g->nnodes--; // it takes old's slot, not the end
@@ -115,7 +115,7 @@ static IrNode *insert_outs(Fuser *F, int at, IrOp op, IrValue *const *in, int ni
   IrGraph *g = F->g;
   const IrNode *next = g->nodes[at];
   g->cur_phase = next->phase;
-  g->cur_block = next->block;
+  ir_set_block(g, next);
   g->cur_loc = next->loc;
   IrNode *n = ir_node_new(g, op, in, nin, nout);
   memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(g->nnodes - 1 - at) * sizeof *g->nodes);
@@ -863,7 +863,7 @@ int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {
         rewritten++;
   }
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   g->cur_loc = (IrLoc){0};
   if (F.err)
     return -1;

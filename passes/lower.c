@@ -325,7 +325,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
     last = at > last ? at : last;
   }
   g->cur_phase = PHASE_BACKWARD;
-  g->cur_block = b->block;
+  g->cur_block = b->block, g->cur_use = 0;
   ir_insert_before(g, first);
   IrNode *zero = ir_node_new(g, OP_FILL, NULL, 0, 1);
   b->grads = zero->out[0];
@@ -373,7 +373,7 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
   if (at < 0)
     return;
   g->cur_phase = phase;
-  g->cur_block = b->block;
+  g->cur_block = b->block, g->cur_use = 0;
   ir_insert_before(g, at);
   IrNode *u = ir_node_new(g, OP_UNSHARD, &shard, 1, 1);
   sharded(L, u, b, true);
@@ -458,7 +458,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     if (L->update[members[i]->id])
       ir_node_remove(g, L->update[members[i]->id]);
   g->cur_phase = PHASE_UPDATE;
-  g->cur_block = b->block;
+  g->cur_block = b->block, g->cur_use = 0;
   if (b->reduce)
     wait(L, b->reduce);
   IrValue *p = b->pshard ? b->pshard : b->params;
@@ -750,7 +750,7 @@ static void lower_row_syncs(Lower *L, IrValue **vals, int n) {
     IrValue *v = vals[i];
     IrNode *at = v->producer;
     g->cur_phase = at->phase;
-    g->cur_block = at->block;
+    ir_set_block(g, at);
     ir_insert_before(g, pass_reduced_at(g, at->id, v) + 1);
     IrNode *c = ir_node_new(g, OP_ALL_REDUCE, &v, 1, 0);
     ir_set_int(g, c, "axis", ir_rt_axis(IR_MESH_DP));
@@ -851,7 +851,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   free(members), free(start);
   ir_remove_unused(g, ROLE_STATE); // the parameters' own moments
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   ctx->lowered = out;
   *changed = true;
   return rc;

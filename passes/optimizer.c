@@ -39,7 +39,7 @@ static int add_updates(IrGraph *g, PassCtx *ctx, const regex_t *no_decay, bool *
     if (!p->grad)
       return ir_error(ctx->diag, p->loc, "optimizer: parameter '%s' has no gradient (run autodiff first)",
                       p->name);
-    g->cur_block = p->grad->producer ? p->grad->producer->block : 0;
+    ir_set_block(g, p->grad->producer);
     g->cur_loc = p->loc;
     IrNode *n;
     if (o->optimizer == OPTIM_ADAMW) {
@@ -61,7 +61,7 @@ static int add_updates(IrGraph *g, PassCtx *ctx, const regex_t *no_decay, bool *
     *changed = true;
   }
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   g->cur_loc = (IrLoc){0};
   return 0;
 }

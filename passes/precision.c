@@ -37,11 +37,12 @@ static IrValue *like(IrGraph *g, const IrValue *v, IrDType dt, IrRole role, cons
   return c;
 }
 
-// A cast node of x to dt, made at the insertion point with the given phase and block.
-static IrValue *cast(IrGraph *g, IrValue *x, IrDType dt, IrPhase phase, int block,
-                     const char *suffix, IrDiag *d) {
+// A cast node of x to dt, made at the insertion point in the phase and block of node at.
+static IrValue *cast(IrGraph *g, IrValue *x, IrDType dt, const IrNode *at, const char *suffix,
+                     IrDiag *d) {
+  IrPhase phase = at->phase;
   g->cur_phase = phase;
-  g->cur_block = block;
+  ir_set_block(g, at);
   g->cur_loc = x->loc;
   IrNode *n = ir_node_new(g, OP_CAST, &x, 1, 1);
   ir_set_str(g, n, "to", ir_dtype_name(dt));
@@ -121,14 +122,14 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
       if (update[i]) {  // written after the parameter's update
         ir_insert_before(g, update[i]->id + 1);
         g->cur_phase = PHASE_UPDATE;
-        g->cur_block = update[i]->block;
+        ir_set_block(g, update[i]);
         g->cur_loc = v->loc;
         IrValue *in[2] = {c, v};
         rc = ir_infer(g, ir_node_new(g, OP_ASSIGN, in, 2, 0), d);
       }
     } else if (v->role == ROLE_INPUT || v->role == ROLE_CONST) {
       ir_insert_before(g, first[i]->id);
-      c = cast(g, v, DT_BF16, first[i]->phase, first[i]->block, "bf16", d);
+      c = cast(g, v, DT_BF16, first[i], "bf16", d);
       rc = !c;
       if (c)
         casts[ncasts++] = c->producer;
@@ -192,7 +193,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
       if (!ir_is_float(x->dtype) || x->dtype == t || takes_f32(n, k))
         continue;
       ir_insert_before(g, n->id);
-      IrValue *c = cast(g, x, t, n->phase, n->block, "bf16", d);
+      IrValue *c = cast(g, x, t, n, "bf16", d);
       if (!(rc = !c))
         n->in[k] = c;
     }
@@ -207,7 +208,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
       continue;
     IrNode *made = p->grad->producer;
     ir_insert_before(g, made->id + 1);
-    IrValue *g32 = cast(g, p->grad, DT_F32, made->phase, made->block, "f32", d);
+    IrValue *g32 = cast(g, p->grad, DT_F32, made, "f32", d);
     if (!(rc = !g32)) {
       if (update[i])
         for (int k = 1; k < update[i]->nin; k++)
@@ -223,7 +224,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
     rc = ir_infer(g, g->nodes[i], d);
   free(first), free(update), free(from), free(to), free(casts), free(grad32);
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   g->cur_loc = (IrLoc){0};
   *changed = true;
   return rc;

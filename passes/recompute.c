@@ -95,7 +95,7 @@ static int recompute_block(Recompute *R, int b, IrDiag *d) {
   int rc = n;
   if (n > 0) {
     g->cur_phase = PHASE_BACKWARD;
-    g->cur_block = b;
+    g->cur_block = b, g->cur_use = 0;  // each clone keeps its original's use
     ir_insert_before(g, first_bwd);
     if (!ir_clone_nodes(g, list, n, R->map, "rc", d))
       rc = -1;
@@ -163,6 +163,6 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (rc < 0)
     return -1;
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   return 0;
 }

@@ -80,7 +80,7 @@ int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed) {
       continue;
     int after = last_fwd[i] >= 0 ? last_fwd[i] : v->producer->id;
     g->cur_phase = PHASE_FORWARD;
-    g->cur_block = g->nodes[after]->block;
+    ir_set_block(g, g->nodes[after]);
     ir_insert_before(g, after + 1);
     IrNode *out = ir_node_new(g, OP_TO_HOST, &v, 1, 1);
     IrValue *h = out->out[0];
@@ -94,7 +94,7 @@ int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed) {
     IR_ASSERT(ir_infer(g, out, ctx->diag) == 0);
     const IrNode *reader = g->nodes[first_bwd[i]];
     g->cur_phase = PHASE_BACKWARD;
-    g->cur_block = reader->block;
+    ir_set_block(g, reader);
     ir_insert_before(g, first_bwd[i]);
     IrNode *back = ir_node_new(g, OP_FROM_HOST, &h, 1, 1);
     IrValue *sw = back->out[0];
@@ -115,6 +115,6 @@ int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed) {
   ctx->nswapped = last;
   *changed = n > 0;
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   return 0;
 }

@@ -359,7 +359,7 @@ static int convert_input(Tp *t, int i, int k) {
   IrNode *at = grad ? v->producer : n;
   int pos = grad ? pass_reduced_at(g, at->id, v) + 1 : at->id;
   g->cur_phase = at->phase;
-  g->cur_block = at->block;
+  ir_set_block(g, at);
   ir_insert_before(g, pos);
   IrValue *y = convert(t, v, t->cur[v->id], want, n);
   ir_insert_before(g, -1);
@@ -382,7 +382,7 @@ static int convert_output(Tp *t, int i, int k) {
   if (same_layout(made, want))
     return 0;
   g->cur_phase = n->phase;
-  g->cur_block = n->block;
+  ir_set_block(g, n);
   ir_insert_before(g, n->id + 1);
   int rc = 0;
   bool splits_alike = true;
@@ -531,7 +531,7 @@ static void scale_rows(Tp *t, int i, int axis) {
   IrGraph *g = t->g;
   IrNode *n = t->node[i];
   g->cur_phase = n->phase;
-  g->cur_block = n->block;
+  ir_set_block(g, n);
   bool fwd = n->op == OP_CROSS_ENTROPY || n->op == OP_VP_CROSS_ENTROPY || n->op == OP_NLL_LOSS;
   ir_insert_before(g, fwd ? n->id + 1 : n->id);
   IrValue *x = fwd ? ir_value_new(g, NULL, n->out[0]->dtype, n->out[0]->role) : n->in[0];
@@ -952,7 +952,7 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   free(stats_of);
   ir_shard_free(&t.r);
   g->cur_phase = PHASE_FORWARD;
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   return rc;
 }
 
