@@ -188,7 +188,8 @@ static void emit_header(Emit *e, const char *source) {
             "arena.", (long long)e->m->host_bytes);
   println(e, "//");
   println(e, "// Identical blocks run as loops; their buffers are at a constant stride per");
-  println(e, "// block: \"+ l * S\" below is the buffer of layer l (block l + 1).");
+  println(e, "// block: \"+ l * S\" below is the buffer of layer l (block l + 1, or use l of");
+  println(e, "// a block's shared layers).");
   println(e, "//");
   println(e, "//   %-28s %-6s %-22s %12s %12s  %s", "buffer", "role", "shape", "bytes", "offset",
           "live");
@@ -199,7 +200,7 @@ static void emit_header(Emit *e, const char *source) {
     char role[16], per[64] = "";
     snprintf(role, sizeof role, "%s%s", v->host ? "h:" : "", role_name(v->role));
     if (e->layers[i])
-      snprintf(per, sizeof per, " %c l * %lld (%d blocks)", e->stride[i] < 0 ? '-' : '+',
+      snprintf(per, sizeof per, " %c l * %lld (%d layers)", e->stride[i] < 0 ? '-' : '+',
                (long long)llabs(e->stride[i]), e->layers[i]);
     println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]%s", e->cname[i], role,
             c_shape(e, v), (long long)e->m->bytes[i], (long long)e->m->offset[i],
@@ -486,8 +487,6 @@ static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next) {
   return delta;
 }
 
-static int block_of_stretch(const PassRun *r, int j) { return r->block + j * r->step; }
-
 static const IrNode *stretch_node(const IrGraph *g, const PassRun *r, int j, int i) {
   return g->nodes[r->first + j * r->len + i];
 }
@@ -521,13 +520,13 @@ static bool calls_match(Emit *e, const CgCall *x, const CgCall *y, int nc,
 static bool loop_check(Emit *e, const PassRun *r, Loop *L, IrDiag *d) {
   *L = (Loop){.run = r, .base = r->step > 0 ? 0 : r->count - 1};
   L->other = L->base == 0 ? 1 : L->base - 1;
-  L->lo = block_of_stretch(r, L->base) - 1;
+  L->lo = pass_run_index(r, L->base) - !r->by_use;  // l: the layer (block l + 1), or the use
   L->hi = L->lo + r->count - 1;
   CgCall *cb = malloc(2 * MAXCALLS * sizeof *cb), *cj = cb + MAXCALLS;
   int64_t (*steps)[CG_MAXARGS] = malloc(MAXCALLS * sizeof *steps);
   IR_ASSERT(cb && steps);
   bool ok = true;
-  int bb = block_of_stretch(r, L->base);
+  int bb = pass_run_index(r, L->base);
   for (int i = 0; i < r->len && ok; i++) {
     int nb = lower_node(e, stretch_node(e->g, r, L->base, i), cb, MAXCALLS, d);
     ok = nb >= 0;
@@ -537,7 +536,7 @@ static bool loop_check(Emit *e, const PassRun *r, Loop *L, IrDiag *d) {
       if (j == L->base)
         continue;
       int nj = lower_node(e, stretch_node(e->g, r, j, i), cj, MAXCALLS, d);
-      ok = nj == nb && calls_match(e, cb, cj, nb, steps, block_of_stretch(r, j) - bb);
+      ok = nj == nb && calls_match(e, cb, cj, nb, steps, pass_run_index(r, j) - bb);
     }
   }
   free(cb), free(steps);
@@ -589,8 +588,12 @@ static void emit_node(Emit *e, const IrNode *n, const CgCall *calls, int nc,
 // Run L as: for (int l = lo; l <= hi; l++) { the base block's calls }.
 static int emit_loop(Emit *e, const Loop *L, IrDiag *d) {
   const PassRun *r = L->run;
-  println(e, "%s// ---- blocks %d to %d: one loop, layer l is block l + 1", e->ind,
-          block_of_stretch(r, 0), block_of_stretch(r, r->count - 1));
+  if (r->by_use)
+    println(e, "%s// ---- block %d, its shared layers' uses %d to %d: one loop, use l", e->ind,
+            r->block, pass_run_index(r, 0), pass_run_index(r, r->count - 1));
+  else
+    println(e, "%s// ---- blocks %d to %d: one loop, layer l is block l + 1", e->ind,
+            pass_run_index(r, 0), pass_run_index(r, r->count - 1));
   if (r->step > 0)
     println(e, "%sfor (int l = %d; l <= %d; l++) {", e->ind, L->lo, L->hi);
   else

@@ -437,19 +437,22 @@ FeConst *fe_tensor_proto(FeOnnx *cx, const Onnx__TensorProto *t, const char *wha
 // The converter state saved around a lazy producer's evaluation.
 typedef struct Saved {
   const Onnx__NodeProto *node;
-  int index, first_new_node, block;
+  int index, first_new_node, block, use;
   IrLoc loc;
 } Saved;
 
 static int block_of(const char *name);
+static int use_of(const FeOnnx *cx, const char *name);
 
 static Saved enter(FeOnnx *cx, const Onnx__NodeProto *n, int index) {
-  Saved s = {cx->node, cx->node_index, cx->first_new_node, cx->g->cur_block, cx->g->cur_loc};
+  Saved s = {cx->node,          cx->node_index,   cx->first_new_node,
+             cx->g->cur_block,  cx->g->cur_use,   cx->g->cur_loc};
   cx->node = n;
   cx->node_index = index;
   cx->first_new_node = cx->g->nnodes;
   cx->g->cur_loc = (IrLoc){node_name(cx, n, index), 0, 0};
   cx->g->cur_block = block_of(str(n->name));
+  cx->g->cur_use = use_of(cx, str(n->name));
   return s;
 }
 
@@ -458,6 +461,7 @@ static void leave(FeOnnx *cx, Saved s) {
   cx->node_index = s.index;
   cx->first_new_node = s.first_new_node;
   cx->g->cur_block = s.block;
+  cx->g->cur_use = s.use;
   cx->g->cur_loc = s.loc;
 }
 
@@ -866,6 +870,50 @@ static int block_of(const char *name) {
   return 0;
 }
 
+// The path components of a name but the last (the node's own): "/a/b_1/MatMul" gives "a" and
+// "b_1". Returns the one at or after *p (its length in *len, *p moved past it), or NULL.
+static const char *next_scope(const char **p, size_t *len) {
+  for (const char *end; (end = strchr(*p, '/'));) {
+    const char *c = *p;
+    *p = end + 1;
+    if (end > c) {
+      *len = (size_t)(end - c);
+      return c;
+    }
+  }
+  return NULL;
+}
+
+static void add_scopes(FeOnnx *cx, const char *name) {
+  size_t len;
+  for (const char *c; (c = next_scope(&name, &len));)
+    ir_strset_add(&cx->scopes, ir_strndup(&cx->g->arena, c, len));
+}
+
+// The use of a node's layers: the largest k of its name's components "name_k" (k >= 1) whose
+// "name" is a scope of the graph too: torch names the k-th call of a module that runs more
+// than once (ALBERT's shared layer) after its first so ("/layers.0/attention/query_2/MatMul":
+// 2). 0 when there is none. passes/repeat.c confirms that the uses it loops over are the same,
+// so a wrong guess costs a loop, not a result.
+static int use_of(const FeOnnx *cx, const char *name) {
+  int use = 0;
+  size_t len;
+  for (const char *c; (c = next_scope(&name, &len));) {
+    size_t i = len;
+    while (i > 0 && c[i - 1] >= '0' && c[i - 1] <= '9')
+      i--;
+    char stem[256];
+    if (i == len || i < 2 || c[i - 1] != '_' || c[i] == '0' || len - i > 6 || i > sizeof stem)
+      continue;
+    memcpy(stem, c, i - 1);
+    stem[i - 1] = 0;
+    int k = atoi(c + i);
+    if (k > use && ir_strset_has(&cx->scopes, stem))
+      use = k;
+  }
+  return use;
+}
+
 // Inputs all defined, outputs all new.
 static int check_edges(FeOnnx *cx, const Onnx__NodeProto *n) {
   for (size_t i = 0; i < n->n_input; i++)
@@ -941,6 +989,9 @@ static const char *unsupported_hint(const char *op) {
 
 static int convert_nodes(FeOnnx *cx) {
   const Onnx__GraphProto *gp = cx->graph;
+  for (size_t i = 0; i < gp->n_node; i++)
+    if (gp->node[i])
+      add_scopes(cx, str(gp->node[i]->name));
   for (size_t i = 0; i < gp->n_node; i++) {
     const Onnx__NodeProto *n = gp->node[i];
     if (!n || !n->op_type)
@@ -978,7 +1029,7 @@ static IrValue *token_input(FeOnnx *cx, const Sym *numel) {
 static IrValue *add_loss(FeOnnx *cx, IrValue *y) {
   IrGraph *g = cx->g;
   g->cur_loc = (IrLoc){0};
-  g->cur_block = 0;
+  ir_set_block(g, NULL);
   if (y->dtype != DT_F32)
     return ir_error(cx->d, (IrLoc){0}, "--loss: output '%s' is not float", y->name), NULL;
   if (!strcmp(cx->opt->loss, "mse")) {
@@ -1293,7 +1344,8 @@ IrGraph *fe_onnx_load(const char *path, const FeOnnxOptions *opt, IrDiag *d) {
   IR_ASSERT(cx.table && cx.names);
   int rc = check_opset(&cx, m) || convert_graph(&cx);
   cx.g->cur_loc = (IrLoc){0};
-  cx.g->cur_block = 0;
+  ir_set_block(cx.g, NULL);
+  ir_strset_free(&cx.scopes);
   free(cx.table);
   free(cx.names);
   onnx__model_proto__free_unpacked(m, NULL);

@@ -91,6 +91,7 @@ typedef struct FeOnnx {
   int first_new_node;             // g->nnodes when the node's conversion began
   const char **names;             // names[i]: node i's name in the graph's arena, once needed
   int nnames;
+  IrStrSet scopes;                // every component but the last of every node's name
   IrValue *dropout_step;          // the step counter, made by the first dropout
   bool failed;                    // an error is in cx->d (fe_err)
 } FeOnnx;

@@ -92,7 +92,7 @@ int64_t pass_live_bytes_at(const MemPlan *m, const IrGraph *g, int t) {
 
 // ---- series: the values at one place of a run (passes/repeat.c) -----------------------
 //
-// Each is laid out at base + index * stride, index its block id, so that the
+// Each is laid out at base + index * stride, index its block id (or use), so that the
 // emitted loop addresses it as base + l * stride. Placement works on roots
 // (a view or a bucket member moves with the buffer it is in), so a place of
 // a run gives a series of roots when its members are distinct roots at the
@@ -226,7 +226,7 @@ static void series_build(SeriesSet *ss, const IrGraph *g, IrValue *const *root,
       for (int j = 0; j < run->count && ok; j++) {
         IrValue *v = pass_run_value(g, run, j, p);
         rt[j] = root[v->id] ? root[v->id] : v;
-        key[j] = run->block + j * run->step;
+        key[j] = pass_run_index(run, j);
         ok = rootoff[v->id] == rootoff[pass_run_value(g, run, 0, p)->id] &&
              mark[rt[j]->id] != tuple;  // distinct roots
         mark[rt[j]->id] = tuple;

@@ -192,12 +192,16 @@ int pass_reduced_at(const IrGraph *g, int at, const IrValue *v);
 typedef struct PassRun {
   int first;   // schedule position of the first stretch's first node
   int len;     // nodes per stretch
-  int count;   // stretches (blocks), at least 2
+  int count;   // stretches (blocks, or uses of one block's shared layers), at least 2
   int block;   // the IR block id of the first stretch
+  bool by_use; // the stretches are uses of one block's layers (IrNode.use), not blocks
+  int use;     // ... and the first stretch's use
   int step;    // +1 or -1
 } PassRun;
 
 PassRun *pass_find_runs(const IrGraph *g, int *nruns);   // malloc'd, in schedule order
+// The block id (by_use: the use) of stretch j of a run.
+int pass_run_index(const PassRun *r, int j);
 // A run's places: its stretch's node inputs and outputs, node by node.
 int pass_run_places(const IrGraph *g, const PassRun *r);
 IrValue *pass_run_value(const IrGraph *g, const PassRun *r, int stretch, int place);

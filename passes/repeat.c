@@ -14,8 +14,14 @@
 // same sequence. So a value one stretch reads from an earlier stretch, or
 // from outside the run, is at the same place in each.
 //
+// A block that is in no run may itself run layers more than once on the same
+// weights (ALBERT applies one layer L times): the frontend numbers each use
+// (IrNode.use), and consecutive uses' stretches that are the same make a run
+// too (forward: use 0, 1, 2 ...; backward: ... 2, 1, 0). Their values at a
+// place that are one value (the shared weights) stay one buffer.
+//
 // The memory plan places the values at one place of a run at a constant
-// stride, and the emitter writes a run as one loop over the blocks.
+// stride, and the emitter writes a run as one loop over the blocks (uses).
 #include "passes.h"
 
 #include <stdlib.h>
@@ -42,14 +48,17 @@ IrValue *pass_run_value(const IrGraph *g, const PassRun *r, int stretch, int pla
   return NULL;
 }
 
+int pass_run_index(const PassRun *r, int j) { return (r->by_use ? r->use : r->block) + j * r->step; }
+
 // The length of the stretch at schedule position p: the nodes from p on of
-// p's block and phase (0 when p is outside any block).
-static int stretch_len(const IrGraph *g, int p) {
+// p's block and phase (by_use: and use), 0 when p is outside any block.
+static int stretch_len(const IrGraph *g, int p, bool by_use) {
   const IrNode *a = g->nodes[p];
   if (a->block <= 0)
     return 0;
   int q = p;
-  while (q < g->nnodes && g->nodes[q]->block == a->block && g->nodes[q]->phase == a->phase)
+  while (q < g->nnodes && g->nodes[q]->block == a->block && g->nodes[q]->phase == a->phase &&
+         (!by_use || g->nodes[q]->use == a->use))
     q++;
   return q - p;
 }
@@ -111,48 +120,72 @@ static bool same_stretch(const IrGraph *g, int p, int q, int len, int *seq_p, in
   return !memcmp(seq_p, seq_q, (size_t)places * sizeof *seq_p);
 }
 
+typedef struct Finder {
+  const IrGraph *g;
+  int *num, *seq_p, *seq_q;   // number_values' scratch
+  PassRun *runs;
+  int n, cap;
+} Finder;
+
+// The stretch's index: its block id, or (by_use) its use.
+static int stretch_index(const IrNode *a, bool by_use) { return by_use ? a->use : a->block; }
+
+// The run that starts with the stretch at p (len nodes, up to end): the
+// stretches after it whose indices step by one from p's and that are the same.
+// Returns its stretches (1: none is).
+static int find_run(Finder *F, int p, int len, int end, bool by_use) {
+  const IrGraph *g = F->g;
+  number_values(g, p, len, F->seq_p, F->num);
+  int index = stretch_index(g->nodes[p], by_use), step = 0, count = 1;
+  for (int q = p + len; q + len <= end; q += len) {
+    int b = stretch_index(g->nodes[q], by_use);
+    if (count == 1 && (b == index + 1 || b == index - 1))
+      step = b - index;
+    if (step == 0 || b != index + count * step || stretch_len(g, q, by_use) != len ||
+        (by_use && g->nodes[q]->block != g->nodes[p]->block) ||
+        !same_stretch(g, p, q, len, F->seq_p, F->seq_q, F->num))
+      break;
+    count++;
+  }
+  if (count < 2)
+    return 1;
+  if (F->n == F->cap) {
+    F->cap = F->cap ? 2 * F->cap : 8;
+    F->runs = realloc(F->runs, (size_t)F->cap * sizeof *F->runs);
+    IR_ASSERT(F->runs);
+  }
+  const IrNode *a = g->nodes[p];
+  F->runs[F->n++] = (PassRun){.first = p, .len = len, .count = count, .block = a->block,
+                              .by_use = by_use, .use = a->use, .step = step};
+  return count;
+}
+
 PassRun *pass_find_runs(const IrGraph *g, int *nruns) {
-  PassRun *runs = NULL;
-  int n = 0, cap = 0;
   int places = 0;
   for (int i = 0; i < g->nnodes; i++)
     places += g->nodes[i]->nin + g->nodes[i]->nout;
-  int *num = malloc(((size_t)g->nvalues + 1) * sizeof *num);
-  int *seq_p = malloc(((size_t)places + 1) * sizeof *seq_p);
-  int *seq_q = malloc(((size_t)places + 1) * sizeof *seq_q);
-  IR_ASSERT(num && seq_p && seq_q);
+  Finder F = {.g = g};
+  F.num = malloc(((size_t)g->nvalues + 1) * sizeof *F.num);
+  F.seq_p = malloc(((size_t)places + 1) * sizeof *F.seq_p);
+  F.seq_q = malloc(((size_t)places + 1) * sizeof *F.seq_q);
+  IR_ASSERT(F.num && F.seq_p && F.seq_q);
   for (int i = 0; i < g->nvalues; i++)
-    num[i] = -1;
+    F.num[i] = -1;
   for (int p = 0; p < g->nnodes;) {
-    int len = stretch_len(g, p);
+    int len = stretch_len(g, p, false);
     if (len == 0) {
       p++;
       continue;
     }
-    number_values(g, p, len, seq_p, num);
-    int block = g->nodes[p]->block, step = 0, count = 1;
-    for (int q = p + len; q + len <= g->nnodes; q += len) {
-      int b = g->nodes[q]->block;
-      if (count == 1 && (b == block + 1 || b == block - 1))
-        step = b - block;
-      if (step == 0 || b != block + count * step || stretch_len(g, q) != len ||
-          !same_stretch(g, p, q, len, seq_p, seq_q, num))
-        break;
-      count++;
-    }
-    if (count < 2) {
-      p += len;
-      continue;
-    }
-    if (n == cap) {
-      cap = cap ? 2 * cap : 8;
-      runs = realloc(runs, (size_t)cap * sizeof *runs);
-      IR_ASSERT(runs);
-    }
-    runs[n++] = (PassRun){.first = p, .len = len, .count = count, .block = block, .step = step};
+    int count = find_run(&F, p, len, g->nnodes, false);
+    if (count == 1) // the block's own uses of its shared layers
+      for (int q = p; q < p + len;) {
+        int ulen = stretch_len(g, q, true);
+        q += ulen * find_run(&F, q, ulen, p + len, true);
+      }
     p += len * count;
   }
-  free(num), free(seq_p), free(seq_q);
-  *nruns = n;
-  return runs;
+  free(F.num), free(F.seq_p), free(F.seq_q);
+  *nruns = F.n;
+  return F.runs;
 }

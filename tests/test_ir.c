@@ -242,6 +242,54 @@ static const struct {
      "%y : f32[B,T,D], %l : f32[B,T] = attention()\n", 6, "attention takes 3 inputs"},
 };
 
+// One layer applied three times on the same weights (`#1.k`: use k of block 1, as the ONNX
+// frontend numbers ALBERT's): its uses run as loops, forward over uses 0 to 2 and backward over
+// 1 to 0 (use 2, the first in backward, makes the gradients the others add to), each at a
+// constant stride, and the weights stay one buffer.
+static const char shared_ir[] =
+    "graph \"shared\"\n"
+    "sym B = 16\nsym D = 32\nsym K = 3\n"
+    "input %x : f32[B,D]\n"
+    "input %y : i32[B] classes(K)\n"
+    "param %we : f32[D,D] normal(0.1)\n"
+    "param %w : f32[D,D] normal(0.1)\n"
+    "param %wk : f32[D,K] normal(0.1)\n"
+    "forward\n"
+    "  %e : f32[B,D] = matmul(%x, %we)\n"
+    "  %h0 : f32[B,D] = matmul(%e, %w) #1\n"
+    "  %a0 : f32[B,D] = tanh(%h0) #1\n"
+    "  %h1 : f32[B,D] = matmul(%a0, %w) #1.1\n"
+    "  %a1 : f32[B,D] = tanh(%h1) #1.1\n"
+    "  %h2 : f32[B,D] = matmul(%a1, %w) #1.2\n"
+    "  %a2 : f32[B,D] = tanh(%h2) #1.2\n"
+    "  %lo : f32[B,K] = matmul(%a2, %wk)\n"
+    "  %loss : f32[] = cross_entropy(%lo, %y)\n"
+    "loss %loss\n";
+
+static void check_shared_layer(void) {
+  IrDiag d = {0};
+  MemPlan *mem = NULL;
+  IrGraph *g = compile(shared_ir, &d, &mem);
+  CHECK(g != NULL, "shared: %s", d.msg);
+  if (!g)
+    return;
+  check_round_trip(g, "shared.ir");
+  check_runs(g, mem, "shared.ir", 2);
+  int nruns = 0;
+  PassRun *runs = pass_find_runs(g, &nruns);
+  for (int r = 0; r < nruns; r++) {
+    const PassRun *run = &runs[r];
+    bool fwd = g->nodes[run->first]->phase == PHASE_FORWARD;
+    CHECK(run->by_use && run->block == 1 && run->use == (fwd ? 0 : 1) &&
+              run->count == (fwd ? 3 : 2) && run->step == (fwd ? 1 : -1),
+          "shared: run %d: uses %d.. (%d, step %d, by use %d)", r, run->use, run->count,
+          run->step, run->by_use);
+  }
+  free(runs);
+  pass_memplan_free(mem);
+  ir_graph_free(g);
+}
+
 static void check_errors(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     IrDiag d = {0};
@@ -647,6 +695,7 @@ int main(int argc, char **argv) {
   pass_memplan_free(ctx.mem);
   ir_graph_free(s);
   check_errors();
+  check_shared_layer();
   check_names();
   check_sizes_and_flops();
   check_clone();

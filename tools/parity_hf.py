@@ -224,6 +224,17 @@ def bert_mlm():
     return Loss(BertForMaskedLM(cfg), ("input_ids", "labels")), mlm_batch(128)
 
 
+def albert_mlm():
+    """ALBERT for masked LM: one shared layer applied three times (num_hidden_groups 1), and a
+    factorized embedding (16 wide, projected to the hidden 32)."""
+    from transformers import AlbertConfig, AlbertForMaskedLM
+    cfg = AlbertConfig(vocab_size=128, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                       num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                       classifier_dropout_prob=0.0)
+    return Loss(AlbertForMaskedLM(cfg), ("input_ids", "labels")), mlm_batch(128)
+
+
 def bert_cls():
     """BERT for classification with the tokenizer's attention_mask: the second
     row padded after 10 tokens, the padding ids arbitrary (they must not count)."""
@@ -367,7 +378,7 @@ FAMILIES = {"llama": llama, "llama_mask": llama_mask, "mistral_mask": mistral_ma
             "gpt2": gpt2, "gpt2_mask": gpt2_mask, "opt": opt, "opt_mask": opt_mask,
             "roberta_mlm": roberta_mlm, "electra_mask": electra_mask, "gptj": gptj,
             "codegen": codegen,
-            "bert_mlm": bert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
+            "bert_mlm": bert_mlm, "albert_mlm": albert_mlm, "bert_cls": bert_cls, "vit": vit, "resnet": resnet, "t5": t5,
             "t5_gated": t5_gated, "swin": swin, "convnext": convnext, "whisper": whisper,
             "bart_mask": bart_mask}
 # The families whose reference runs in train() mode: BatchNorm on the batch's statistics (the
@@ -382,13 +393,15 @@ TRAIN = ("resnet",)
 # (its shape arithmetic is what it adds); GPT-J fixed (with dynamic axes torch exports its
 # repeat_interleave as a Loop over SplitToSequence's sequences, which mtc does not read). Swin
 # (3,500 nodes of shape arithmetic, 0.8 MB a model) and Whisper with dynamic axes only, ConvNeXt
-# at opset 14 and with dynamic axes: the suite's time.
+# at opset 14 and with dynamic axes: the suite's time. ALBERT (one shared layer run three
+# times) at opset 17, fixed and dynamic.
 VARIANTS = {"t5": ("o17", "o14"), "t5_gated": ("o17_dyn",), "gpt2_mask": ("o17", "o17_dyn"),
             "llama_mask": ("o17", "o17_dyn"), "mistral_mask": ("o17", "o17_dyn"),
             "distilbert_mask": ("o17",), "opt_mask": ("o17", "o17_dyn"),
             "roberta_mlm": ("o17", "o17_dyn"), "electra_mask": ("o17", "o17_dyn"),
             "gptj": ("o17",), "codegen": ("o17", "o17_dyn"), "swin": ("o17_dyn",),
-            "convnext": ("o14", "o17_dyn"), "whisper": ("o17_dyn",), "bart_mask": ("o17",)}
+            "convnext": ("o14", "o17_dyn"), "whisper": ("o17_dyn",), "bart_mask": ("o17",),
+            "albert_mlm": ("o17", "o17_dyn")}
 # The dynamic axes of the families whose dims are not B and T: {input: {axis: name}}, and the
 # values that parity.env gives them
 DYNAMIC = {"t5_gated": ({"idx": {0: "B", 1: "TE"}, "labels": {0: "B", 1: "TD"}},
