@@ -308,7 +308,7 @@ static bool same_kind(const SvBlock *a, const SvBlock *b) {
          sym_eq(a->params, b->params) && sym_eq(a->param_bytes, b->param_bytes) &&
          sym_eq(a->grad_bytes, b->grad_bytes) && sym_eq(a->master_bytes, b->master_bytes) &&
          sym_eq(a->state_bytes, b->state_bytes) && sym_eq(a->act, b->act) &&
-         sym_eq(a->ckpt, b->ckpt) && sym_eq(a->work, b->work) &&
+         sym_eq(a->ckpt, b->ckpt) && sym_eq(a->work, b->work) && a->bwd_params == b->bwd_params &&
          same_shapes(a->fwd, b->fwd, a->nfwd) && same_shapes(a->bwd, b->bwd, a->nbwd);
 }
 
@@ -431,6 +431,16 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
       b->master_bytes = s_add(g, b->master_bytes, ir_nbytes(g, v));
     if (v->grad)
       b->grad_bytes = s_add(g, b->grad_bytes, ir_nbytes(g, v->grad));
+  }
+  for (int b = 0; b < m->nblocks; b++) {
+    SvBlock *blk = &m->block[b];
+    for (int i = 0; i < blk->nbwd; i++)
+      for (int k = 0; k < blk->bwd[i]->nin; k++) {
+        const IrValue *v = blk->bwd[i]->in[k];
+        if (v->role == ROLE_COPY && master[v->id])
+          v = master[v->id];
+        blk->bwd_params |= v->role == ROLE_PARAM && owner[v->id] == b;
+      }
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
@@ -724,6 +734,7 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   const SymTab *t = &g->syms;
   memset(o, 0, sizeof *o);
   o->params = sym_evalf(b->params, t);
+  o->bwd_params = b->bwd_params;
   if (o->params > 0)  // per parameter
     o->per = (SvStateBytes){sym_evalf(b->param_bytes, t) / o->params,
                             sym_evalf(b->grad_bytes, t) / o->params,
@@ -961,9 +972,13 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
       micro = exposed(ag(gr_b, shards, dp), tb, dp, 1);
       step = ag(pr_b, shards, dp);
       break;
-    default:  // all-gather in forward; all-gather and reduce-scatter in backward
-      micro = exposed(ag(pr_b, shards, dp), tf, dp, 1) +
-              exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
+    default:  // all-gather in forward; all-gather (where backward reads them) and reduce-scatter
+              // in backward
+      micro = exposed(ag(pr_b, shards, dp), tf, dp, 1);
+      if (n->bwd_params || ckpt)
+        micro += exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
+      else
+        micro += exposed(ag(gr_b, shards, dp), tb, dp, 1);
       break;
     }
     o->t_micro[SV_T_DP] += per * micro;

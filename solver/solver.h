@@ -210,6 +210,8 @@ typedef struct SvBlock {
   unsigned char *member_grid;
   int nfwd, nbwd;           // kernels in forward and backward (nodes, less the views)
   IrNode **fwd, **bwd;      // those nodes, in schedule order
+  bool bwd_params;          // backward reads some of its parameters (ZeRO-3 gathers them again
+                            // unless it is checkpointed anyway; passes/lower.c's bwd_gather)
 } SvBlock;
 
 // An activation passed from one block to another in forward.
@@ -262,6 +264,7 @@ typedef struct SvNum {   // one unit's representative block
   double flops_fwd, flops_bwd;
   double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
   int nfwd, nbwd, nact;
+  bool bwd_params;
 } SvNum;
 
 // Builds the formulas (run the passes through "precision" first), the

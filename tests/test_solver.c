@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "frontend.h"
+#include "internal.h"
 #include "passes.h"
 #include "solver.h"
 
@@ -1030,6 +1031,61 @@ static void test_apply_groups(void) {
 // met with offload takes tensor parallelism or ZeRO-3: GPT-2 small on 4 GPUs of 1.1 MB
 // (measured with mtc compile --gpus 4: with the H100's host memory dp 4, ZeRO-2, offload 1
 // and every layer checkpointed; with none, dp 2 x tp 2 from 0.9 to 1.25 MB).
+// ZeRO-3 gathers a block's parameters again in backward only where backward reads them (or
+// recomputes the block): a bias added to an input is not read by its backward (the gradient is
+// a sum of dy), so under ZeRO-3 its block prices one all-gather, as passes/lower.c runs it
+// (bwd_gather); a matmul's backward reads its weight, so it prices two. On 2 GPUs of a slow
+// link, with compute too small to hide them.
+static void test_zero3_backward_gather(void) {
+  static const char text[] =
+      "graph \"bias\"\n"
+      "sym B = 2\nsym D = 65536\nsym K = 4\n"
+      "input %x : f32[B,D]\n"
+      "input %y : i32[B] classes(K)\n"
+      "param %b : f32[D] zeros\n"
+      "param %w : f32[D,K] normal(0.02)\n"
+      "forward\n"
+      "  %h : f32[B,D] = add(%x, %b) #1\n"
+      "  %lo : f32[B,K] = matmul(%h, %w) #2\n"
+      "  %loss : f32[] = cross_entropy(%lo, %y)\n"
+      "loss %loss\n";
+  IrDiag d = {0};
+  IrGraph *g = ir_parse(text, "bias.ir", &d);
+  PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
+  ctx.opt.stop_after = "precision";
+  ctx.opt.precision = PASS_PRECISION_FP32;
+  CHECK(g && !pass_run_all(g, &ctx), "bias.ir: %s", d.msg);
+  SvModel *m = g ? sv_model_build(g, false, false, &d) : NULL;
+  CHECK(m && m->nblocks == 3, "bias.ir: %s", d.msg);
+  if (m && m->nblocks == 3) {
+    CHECK(!m->block[1].bwd_params && m->block[2].bwd_params,
+          "backward reads the parameters of block 1: %d, of block 2: %d", m->block[1].bwd_params,
+          m->block[2].bwd_params);
+    SvConfig c = cluster("H100-80GB", 2, 0);
+    c.cluster.group[0].dev.intra_bw = 1e6;   // 1 MB/s: every gather exposed
+    SvCtx x = {.cfg = &c, .gpus = 2, .micro_total = 1};
+    SvLayout l = {.dp = 2, .tp = 1, .q = 1};
+    double t[2][2];   // [block 1 or 2][checkpointed]
+    for (int b = 1; b <= 2; b++)
+      for (int ck = 0; ck < 2; ck++) {
+        SvNum n;
+        sv_num_eval(m, &c, b, &n);
+        SvCost o;
+        sv_cost(&x, &n, l, ck, false, 3, 0, false, 0, &o);
+        t[b - 1][ck] = o.t_micro[SV_T_DP];
+      }
+    // each gather and reduce-scatter the same time A (the gradients are the parameters' size):
+    // block 1 gathers in forward and reduce-scatters in backward (2 A), checkpointed it gathers
+    // again for the recompute (3 A); block 2 gathers in backward either way
+    CHECK(fabs(t[0][1] / t[0][0] - 1.5) < 0.01, "block 1: %g s, checkpointed %g s: want 2:3",
+          t[0][0], t[0][1]);
+    CHECK(t[1][0] > 0 && fabs(t[1][0] - t[1][1]) <= 1e-9 * t[1][0],
+          "block 2: %g s, checkpointed %g s: want equal", t[1][0], t[1][1]);
+  }
+  sv_model_free(m);
+  ir_graph_free(g);
+}
+
 static void test_no_host_memory(void) {
   IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
   for (int host = 1; host >= 0; host--) {
@@ -1076,6 +1132,7 @@ int main(int argc, char **argv) {
   test_apply_lowerable();
   test_apply_batch_tp();
   test_no_host_memory();
+  test_zero3_backward_gather();
   test_price_forced();
   test_apply_groups();
   test_brute_force();
