@@ -543,11 +543,11 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   }
   // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
   int q = P->mesh.size[IR_MESH_ROW];
-  comm += sv_tp_comm_bytes(lw->tp_comm_bytes, q > 1 ? q : tp, micro);
-  comm_micro += sv_tp_comm_bytes(lw->tp_comm_bytes, q > 1 ? q : tp, 1);
+  comm += sv_allreduce_sent(lw->tp_comm_bytes, q > 1 ? q : tp, micro);
+  comm_micro += sv_allreduce_sent(lw->tp_comm_bytes, q > 1 ? q : tp, 1);
   // the batch's statistics (SyncBatchNorm), all-reduced over dp the same way
-  comm += sv_tp_comm_bytes(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], micro);
-  comm_micro += sv_tp_comm_bytes(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], 1);
+  comm += sv_allreduce_sent(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], micro);
+  comm_micro += sv_allreduce_sent(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], 1);
   out->state_bytes = (int64_t)state;
   out->host_bytes = (int64_t)host;
   // rounded down as the runtime's count is (runtime/comm.h); a whole sum may land just below

@@ -822,7 +822,7 @@ double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micr
   }
 }
 
-double sv_tp_comm_bytes(double allreduce_bytes, int n, int micro) {
+double sv_allreduce_sent(double allreduce_bytes, int n, int micro) {
   return n <= 1 ? 0 : micro * 2.0 * (n - 1) / n * allreduce_bytes;
 }
 

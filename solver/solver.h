@@ -302,9 +302,9 @@ double sv_offload_device_bytes(double psi_host, SvStateBytes b);
 // ZeRO 2 and 3 reduce the gradients every micro-batch; so does gradient offload
 // (every_micro) at stages 0 and 1.
 double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micro, SvStateBytes b);
-// Bytes a rank sends per step for tensor parallelism over n ranks: allreduce_bytes
-// all-reduced per micro-batch (the cost model's tp_fwd + tp_bwd, ring all-reduce).
-double sv_tp_comm_bytes(double allreduce_bytes, int n, int micro);
+// Bytes a rank sends per step when allreduce_bytes are ring all-reduced over n ranks every
+// micro-batch (tensor parallelism's tp_fwd + tp_bwd; the batch's statistics over dp).
+double sv_allreduce_sent(double allreduce_bytes, int n, int micro);
 // Ring collectives: alpha + beta * volume (bytes per rank S, n ranks, bandwidth bw).
 double sv_allreduce_time(double bytes, int n, double bw, double alpha);
 double sv_allgather_time(double bytes, int n, double bw, double alpha);  // also reduce-scatter
