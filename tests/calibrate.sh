@@ -10,10 +10,11 @@
 set -euo pipefail
 mtc=$1 examples=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/lib.sh
+source "$here/lib.sh"
 rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
 
 "$mtc" calibrate --quick -o "$out/one.json" 2> "$out/one.err" || fail "calibrate: $(cat "$out/one.err")"
 grep -q "1 rank of 1 thread on [0-9]* cores: GEMMs up to [0-9.]* GFLOP/s" "$out/one.err" ||
@@ -52,13 +53,7 @@ if command -v mpirun > /dev/null && command -v mpicc > /dev/null; then
 fi
 
 # refusals: one message, an exit status, no profile
-expect() {   # status message args...
-  local want=$1 msg=$2 rc=0
-  shift 2
-  "$@" > "$out/bad.out" 2> "$out/bad.err" || rc=$?
-  [ "$rc" = "$want" ] || fail "$* exited $rc, not $want: $(cat "$out/bad.err")"
-  grep -qF -- "$msg" "$out/bad.err" || fail "$*: '$(cat "$out/bad.err")' does not say '$msg'"
-}
+expect() { expect_exit "$@"; }   # STATUS TEXT COMMAND...
 expect 2 "--ranks takes a number of ranks from 1 to 1024" "$mtc" calibrate --ranks 0
 expect 2 "unexpected argument 'now'" "$mtc" calibrate now
 expect 2 "-o needs a value" "$mtc" calibrate -o

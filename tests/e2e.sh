@@ -21,7 +21,6 @@ make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 # shellcheck disable=SC2086
 (cd "$out" && ./train --steps "$steps" --seed 7 $train_opts) > "$out/run2.log"
 
-losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); sub(/ +$/, "", $2); print $2 }' "$1"; }
 losses "$out/run1.log" > "$out/loss1.txt"
 losses "$out/run2.log" > "$out/loss2.txt"
 [ "$(wc -l < "$out/loss1.txt")" -eq "$steps" ] || { echo "FAIL: expected $steps steps"; exit 1; }

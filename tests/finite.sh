@@ -39,7 +39,6 @@ else
 fi
 cd "$out"
 export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
 poke() { python3 "$here/st_poke.py" "$@"; }
 
 run --steps 1 --lr 0 --save w0.st > /dev/null

@@ -1,4 +1,28 @@
-# Shared by the test scripts that compile a model and build its program.
+# Shared by the test scripts: failing, checking a refusal, reading losses, and compiling a model
+# and building its program.
+
+# fail MESSAGE: says it and ends the script (exit 1).
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect_exit STATUS TEXT COMMAND...: COMMAND exits with STATUS (error: any failure short of a
+# signal) and says TEXT, on stdout or stderr; otherwise fail, showing what it said. What it
+# said stays in $expect_said.
+expect_exit() {
+  local want=$1 text=$2 rc=0 ok=false
+  shift 2
+  expect_said=$("$@" 2>&1) || rc=$?
+  case $want in
+    error) [ "$rc" -eq 0 ] || [ "$rc" -ge 128 ] || ok=true ;;
+    *) [ "$rc" != "$want" ] || ok=true ;;
+  esac
+  if ! $ok || ! grep -qF -- "$text" <<< "$expect_said"; then
+    echo "$expect_said"
+    fail "$*: exit $rc, want $want and '$text'"
+  fi
+}
+
+# losses LOG: the loss of each step line of a training log, one a line.
+losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); sub(/ +$/, "", $2); print $2 }' "$1"; }
 
 # build_program MTC MODEL DIR LOG ARGS...: `mtc compile MODEL -o DIR --precision fp32 ARGS` (its
 # output in LOG; ARGS may ask for bf16), then make_program at -O1 with -Werror. -O1: the programs a test compares are built alike, and

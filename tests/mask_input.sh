@@ -12,7 +12,6 @@ mtc=$1 model=$2 out=$3
 source "$(dirname "$0")/numpy.sh"
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-fail() { echo "FAIL: $*"; exit 1; }
 
 rm -rf "$out"
 "$mtc" inspect "$model" -D B=4 -D T=16 > "$out.ir" 2>&1 || fail "inspect: $(cat "$out.ir")"

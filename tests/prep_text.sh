@@ -19,7 +19,8 @@
 set -euo pipefail
 mode=$1 tt=$2 out=$3
 prep=$(cd "$(dirname "$0")/../tools" && pwd)/prep_text.py
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
 # shard_count FILE: the token count of a shard's header, after checking its magic, version, size
 shard_count() {
   local h

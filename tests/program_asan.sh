@@ -9,6 +9,8 @@
 set -euo pipefail
 mtc=$1 model=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/lib.sh
+source "$here/lib.sh"
 mtc=$(cd "$(dirname "$mtc")" && pwd)/$(basename "$mtc")
 rm -rf "$out"
 mkdir -p "$out"
@@ -18,7 +20,6 @@ make -s -C "$out/p" cpu CFLAGS="-O1 -g -fopenmp -std=c11 -Wall -Wextra -Werror $
   > "$out/make.log" 2>&1 || { cat "$out/make.log"; exit 1; }
 cd "$out/p"
 export OMP_NUM_THREADS=2 UBSAN_OPTIONS=print_stacktrace=1
-fail() { echo "FAIL: $*"; exit 1; }
 
 # a good run, leaks checked; its weights are the base of the bad files
 ASAN_OPTIONS=detect_leaks=1 ./train --steps 1 --save w.st > good.log 2>&1 ||

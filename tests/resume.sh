@@ -19,7 +19,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$out"
 mkdir -p "$out"
 cd "$out"
-fail() { echo "FAIL: $*"; exit 1; }
 # the step lines without their times and step counts: step, loss, lr, norm
 steps_of() { grep '^step' "$@" | awk -F'|' '{ sub(/\/[0-9]+/, "", $1); print $1 $2 $5 $6 }'; }
 same() {  # same WHAT FILE1 FILE2
@@ -134,16 +133,7 @@ same "SIGTERM at step $stopped, then resumed: differs from straight" sig_straigh
 [ -z "$(ls -d ck5/*.tmp 2> /dev/null)" ] || fail "a temporary checkpoint folder was left"
 
 # damaged checkpoints: a message, exit 1
-expect() {
-  local want=$1
-  shift
-  set +e
-  "$@" > err.out 2>&1
-  local rc=$?
-  set -e
-  [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qF -- "$want" err.out ||
-    { cat err.out; fail "$*: exit $rc, want an error with '$want'"; }
-}
+expect() { expect_exit error "$@"; }   # TEXT COMMAND...
 cp -r ck1 bad1
 truncate -s 1000 bad1/step_00000010/adam_m.safetensors
 expect "adam_m.safetensors" one/train --resume bad1 --steps 12

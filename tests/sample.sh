@@ -18,7 +18,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$out"
 mkdir -p "$out/text"
 cd "$out"
-fail() { echo "FAIL: $*"; exit 1; }
 sentence="the quick brown fox jumps over the lazy dog. "
 for _ in $(seq 400); do printf '%s' "$sentence"; done > text/a.txt
 /usr/bin/python3 "$here/../tools/prep_text.py" --tokenizer bytes -o data text/a.txt > prep.log
@@ -59,15 +58,7 @@ set -e
   [ "$(sampled dp2.run)" = "$want" ] || fail "two ranks sample '$(sampled dp2.run)'"
 }
 
-expect() {
-  local want=$1 prog=$2
-  shift 2
-  set +e
-  "$prog" "$@" > err.out 2>&1
-  local rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -qF -- "$want" err.out || { cat err.out; fail "$prog $*: exit $rc, want 2 and '$want'"; }
-}
+expect() { expect_exit 2 "$@"; }   # TEXT PROGRAM ARGS...
 expect "--prompt needs a tokenizer" one/train --load w.st --steps 0 --sample 5 --prompt hi
 expect "--prompt, --prompt-tokens and --top-k are for sampling: give --sample N" one/train --top-k 5
 "$mtc" compile "$here/../examples/mlp.mtc" -o mlp > /dev/null

@@ -19,8 +19,6 @@ rm -rf "$out"
 "$mtc" compile "$model" -o "$out" -D B=2 -D TE=12 -D TD=5 -D C=8 -D V=32 --precision fp32
 make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 cd "$out"
-fail() { echo "FAIL: $*"; exit 1; }
-losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); print $2 }' "$1"; }
 
 # weights, a batch, a shard, and numpy's losses on them (ref_inputs, ref_data: one per step)
 "$python" - "$tools" << 'EOF'

@@ -30,7 +30,6 @@ fi
 make_program "$out/p0" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
 build_program "$mtc" "$onnx/gpt_o17_train.onnx" "$out/drop" "$out/drop.log" -D B=2 -D T=8
 cd "$out"
-fail() { echo "FAIL: $*"; exit 1; }
 step_losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); print $2 }' "$1"; }
 val_loss() { awk -F'|' '/^val/ { sub(/ *loss /, "", $3); print $3 }' "$1" | sed -n "${2:-1}p"; }
 
@@ -69,15 +68,7 @@ grep -q "10 batches, fewer than --val-steps 50: each validation reads them all" 
   fail "--val-steps beyond the data: no note"
 
 # flag errors: a message and exit 2
-expect() {
-  local want=$1
-  shift
-  set +e
-  drop/train "$@" > err.out 2>&1
-  local rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -qF -- "$want" err.out || { cat err.out; fail "train $*: exit $rc, want 2 and '$want'"; }
-}
+expect() { local text=$1; shift; expect_exit 2 "$text" drop/train "$@"; }   # TEXT ARGS...
 expect "--val-every: give the data with --val-data" --val-every 5
 expect "--val-steps expects an integer in [1, 2147483647], got '0'" --val-data s.bin --val-steps 0
 echo "PASS"
