@@ -67,6 +67,10 @@ typedef struct CgCall {
 // under the memory plan m (a reshape it made a view moves nothing; m NULL:
 // none is). Returns the number of calls written to `calls` (at most max), or -1.
 int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d);
+// ... of n on its own: the assign of a bucket's bf16 working copies, which its update writes in
+// the same pass (rt_adamw_copy), gets its own cast, for the copies' first rounding (init_copies).
+int cg_lower_alone(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max,
+                   IrDiag *d);
 // The suffix of the variant a lowered call runs ("" for float32, "_bf16", ...):
 // the function is rt_<cg_kernel_name(c->k)><suffix> (runtime/kernels.h).
 const char *cg_call_suffix(const CgCall *c);

@@ -729,7 +729,7 @@ static int emit_init_copies(Emit *e, IrDiag *d) {
     const IrNode *n = g->nodes[i];
     if (!writes_copies(e, n))
       continue;
-    int nc = lower_node(e, n, calls, MAXCALLS, d);
+    int nc = cg_lower_alone(e->g, e->m, n, calls, MAXCALLS, d);
     if (nc < 0)
       return -1;
     emit_node(e, n, calls, nc, NULL);

@@ -172,6 +172,11 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
              h->grad_scale, e->i[12]);
       continue;
     }
+    if (e->k == CG_K_adamw_copy && h && h->optimizer == RT_OPT_SGD) {
+      rt_sgd_copy((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay,
+                  h->grad_scale, e->i[12], (rt_bf16 *)e->p[13]);
+      continue;
+    }
     // argument i of each kernel (runtime/kernels.def), as the lowering gave it
     // (tensors as void pointers: the variant's prototype gives their types)
 #define K_OUT(j, x) (e->p[j])
@@ -180,6 +185,7 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
 #define K_OUTF(j, x) (e->p[j])
 #define K_INF(j, x) (e->p[j])
 #define K_OUTI(j, x) (e->p[j])
+#define K_OUTH(j, x) (e->p[j])
 #define K_INI(j, x) (e->p[j])
 #define K_LONG(j, x) (e->i[j])
 #define K_INT(j, x) ((int)e->i[j])

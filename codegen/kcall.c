@@ -65,13 +65,14 @@ const char *cg_call_suffix(const CgCall *c) {
 
 // What each argument of each kernel must be (runtime/kernels.def), encoded as
 // position * 8 + kind, so that a call can be checked against the table.
-enum { WANT_T, WANT_U, WANT_F32, WANT_I32, WANT_INT, WANT_FLT, WANT_DIMS };
+enum { WANT_T, WANT_U, WANT_F32, WANT_I32, WANT_BF16, WANT_INT, WANT_FLT, WANT_DIMS };
 #define K_OUT(i, x) (i) * 8 + WANT_T
 #define K_IN(i, x) (i) * 8 + WANT_T
 #define K_OUTU(i, x) (i) * 8 + WANT_U
 #define K_OUTF(i, x) (i) * 8 + WANT_F32
 #define K_INF(i, x) (i) * 8 + WANT_F32
 #define K_OUTI(i, x) (i) * 8 + WANT_I32
+#define K_OUTH(i, x) (i) * 8 + WANT_BF16
 #define K_INI(i, x) (i) * 8 + WANT_I32
 #define K_LONG(i, x) (i) * 8 + WANT_INT
 #define K_INT(i, x) (i) * 8 + WANT_INT
@@ -146,6 +147,8 @@ static bool arg_fits(const CgArg *a, int kind, IrDType *t, IrDType *u) {
       return dt == DT_F32;
     if (kind == WANT_I32)
       return dt == DT_I32;
+    if (kind == WANT_BF16)
+      return dt == DT_BF16;
     IrDType *want = kind == WANT_T ? t : kind == WANT_U ? u : NULL;
     if (!want || dt == DT_I32)
       return false;
@@ -193,6 +196,7 @@ typedef struct Lower {
   const MemPlan *mem;   // NULL: before the memory plan (every reshape copies)
   CgCall *calls;
   int ncalls, max;
+  bool alone;           // the node on its own: an assign its update fused gets its cast
 } Lower;
 
 static CgCall *call(Lower *L, CgKernel k) {
@@ -874,13 +878,35 @@ static void part_buf(Lower *L, CgCall *c, const IrNode *n, const IrValue *v, con
     rank_part(c, n, part);
 }
 
-// dst <- src in dst's type: a parameter's working copy (rt_cast); dst may be
-// a whole bucket of `shards` parts, of which this rank's is written (ZeRO
-// 1-2), from its start (bf16 offload writes the device's range)
+// bf16 mixed precision writes a parameter bucket's working copies right after its update
+// (passes/lower.c: assign(copies, p)). When the assign is the update's next node and reads
+// the elements the update writes (its moments' count, SGD's gradient's), the update writes the
+// copies in its own pass over p (rt_adamw_copy, rt_sgd_copy) and the assign calls nothing.
+// Returns that assign, or NULL.
+static const IrNode *fused_copy(IrGraph *g, const IrNode *u) {
+  if ((u->op != OP_ADAMW && u->op != OP_SGD) || u->in[0]->host || u->id + 1 >= g->nnodes)
+    return NULL;
+  const IrNode *a = g->nodes[u->id + 1];
+  if (a->op != OP_ASSIGN || a->in[1] != u->in[0] || a->in[0]->dtype != DT_BF16 ||
+      a->in[0]->host || a->phase != u->phase)
+    return NULL;
+  const IrValue *count = u->op == OP_ADAMW ? u->in[2] : u->in[1];
+  return sym_eq(ir_numel(g, count), ir_numel(g, a->in[1])) ? a : NULL;
+}
+
+// The assign's destination as an argument: a whole bucket of `shards` parts, of which this
+// rank's is written (ZeRO 1-2), from its start (bf16 offload writes the device's range).
+static void assign_dst(Lower *L, CgCall *c, const IrNode *a) {
+  const Sym *part = sym_scale(&L->g->arena, numel(L, a->in[0]), 1, ir_attr_i(a, "shards"));
+  part_buf(L, c, a, a->in[0], part);
+}
+
+// dst <- src in dst's type: a parameter's working copy (rt_cast), unless its update wrote it
 static void lower_assign(Lower *L, const IrNode *n) {
+  if (!L->alone && n->id > 0 && fused_copy(L->g, L->g->nodes[n->id - 1]) == n)
+    return;
   CgCall *c = call(L, CG_K_cast);
-  const Sym *part = sym_scale(&L->g->arena, numel(L, n->in[0]), 1, ir_attr_i(n, "shards"));
-  part_buf(L, c, n, n->in[0], part);
+  assign_dst(L, c, n);
   buf(c, n->in[1]), num(c, numel(L, n->in[1]));
 }
 
@@ -911,7 +937,8 @@ static void decay_arg(Lower *L, CgCall *c, const IrNode *n, const Sym *count) {
 // AdamW, on its default threads.
 static void lower_adamw(Lower *L, const IrNode *n) {
   bool host = n->in[0]->host;
-  CgCall *c = call(L, host ? CG_K_adamw_host : CG_K_adamw);
+  const IrNode *copy = fused_copy(L->g, n);
+  CgCall *c = call(L, host ? CG_K_adamw_host : copy ? CG_K_adamw_copy : CG_K_adamw);
   const Sym *part = adamw_part(L, n);
   part_buf(L, c, n, n->in[0], part), part_buf(L, c, n, n->in[1], part);
   buf(c, n->in[2]), buf(c, n->in[3]);
@@ -921,15 +948,21 @@ static void lower_adamw(Lower *L, const IrNode *n) {
   decay_arg(L, c, n, numel(L, n->in[2]));
   if (host)
     numk(L, c, 0);
+  if (copy)
+    assign_dst(L, c, copy);
 }
 
 // (p, g) over `count` elements of this rank's part of `part` elements; p and
 // g may be whole buckets of such parts. n: the update node (its decay).
+// With the assign of the bucket's working copies fused (fused_copy), the copy-writing SGD.
 static void sgd_call(Lower *L, const IrNode *n, const Sym *part, const Sym *count) {
-  CgCall *c = call(L, CG_K_sgd);
+  const IrNode *copy = fused_copy(L->g, n);
+  CgCall *c = call(L, copy ? CG_K_sgd_copy : CG_K_sgd);
   part_buf(L, c, n, n->in[0], part), part_buf(L, c, n, n->in[1], part), num(c, count);
   hparam(c, "lr"), hparam(c, "weight_decay"), hparam(c, "grad_scale");
   decay_arg(L, c, n, count);
+  if (copy)
+    assign_dst(L, c, copy);
 }
 
 static void lower_sgd(Lower *L, const IrNode *n) {
@@ -1105,14 +1138,24 @@ static LowerFn *const lower_fns[] = {
 #include "ops.def"
 };
 
-int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
+static int lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max,
+                 bool alone, IrDiag *d) {
   int need = n->nin > n->nout ? n->nin : n->nout;
   if (need > max)
     return ir_error(d, n->loc, "%s has too many parts (%d) to lower", ir_op_name(n->op), need);
-  Lower L = {.g = g, .mem = m, .calls = calls, .max = max};
+  Lower L = {.g = g, .mem = m, .calls = calls, .max = max, .alone = alone};
   lower_fns[n->op](&L, n);
   for (int i = 0; i < L.ncalls; i++)
     if (check_call(&calls[i], n, d))
       return -1;
   return L.ncalls;
+}
+
+int cg_lower(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max, IrDiag *d) {
+  return lower(g, m, n, calls, max, false, d);
+}
+
+int cg_lower_alone(IrGraph *g, const MemPlan *m, const IrNode *n, CgCall *calls, int max,
+                   IrDiag *d) {
+  return lower(g, m, n, calls, max, true, d);
 }

@@ -1271,20 +1271,49 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
 // ---------------------------------------------------------------------------
 // optimizers
 
-void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
-              float beta1, float beta2, float eps, float wd, int t, float gscale, long decay_n) {
+// AdamW over p; with c, each block of 16 also rounded into c (bf16) while it is in cache.
+static void adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+                  float beta2, float eps, float wd, int t, float gscale, long decay_n,
+                  rt_bf16 *c) {
   AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
   long nblocks = (n + 15) / 16;
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (long blk = 0; blk < nblocks; blk++) adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
+  for (long blk = 0; blk < nblocks; blk++) {
+    adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
+    for (long i = blk * 16; c && i < n && i < blk * 16 + 16; i++)
+      c[i] = rt_f32_to_bf16(p[i]);
+  }
 }
 
+void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
+              float beta1, float beta2, float eps, float wd, int t, float gscale, long decay_n) {
+  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, NULL);
+}
 
+void rt_adamw_copy(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
+                   rt_bf16 *c) {
+  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, c);
+}
 
-// p -= lr * (g * gscale + wd * p), wd on [0, decay_n) only
-void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
+// p -= lr * (g * gscale + wd * p), wd on [0, decay_n) only; with c, p rounded into it (bf16)
+static void sgd(float *p, const float *g, long n, float lr, float wd, float gscale,
+                long decay_n, rt_bf16 *c) {
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+  for (long i = 0; i < n; i++) {
+    p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+    if (c)
+      c[i] = rt_f32_to_bf16(p[i]);
+  }
+}
+
+void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
+  sgd(p, g, n, lr, wd, gscale, decay_n, NULL);
+}
+
+void rt_sgd_copy(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n,
+                 rt_bf16 *c) {
+  sgd(p, g, n, lr, wd, gscale, decay_n, c);
 }
 
 // ---------------------------------------------------------------------------

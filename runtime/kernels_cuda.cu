@@ -831,24 +831,33 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
 
 // ---- optimizers (float32 only: master weights, gradients and moments)
 
-// torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c)
+// torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c); with c, the
+// updated p rounded into it (bf16 mixed precision's working copy: rt_adamw_copy)
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long n, float beta1,
                              float beta2, float eps, float step_size, float bc2_sqrt,
-                             float decay, float gscale, long decay_n) {
+                             float decay, float gscale, long decay_n, __nv_bfloat16 *c) {
   GRID_LOOP(i, n) {
     float gi = g[i] * gscale;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = p[i] * (i < decay_n ? decay : 1.0f) - step_size * (mi / denom);
+    float pi = p[i] * (i < decay_n ? decay : 1.0f) - step_size * (mi / denom);
+    p[i] = pi;
     m[i] = mi;
     v[i] = vi;
+    if (c)
+      c[i] = to<__nv_bfloat16>(pi);
   }
 }
 
 __global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd, float gscale,
-                           long decay_n) {
-  GRID_LOOP(i, n) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+                           long decay_n, __nv_bfloat16 *c) {
+  GRID_LOOP(i, n) {
+    float pi = p[i] - lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+    p[i] = pi;
+    if (c)
+      c[i] = to<__nv_bfloat16>(pi);
+  }
 }
 
 // out[0] = sqrt(sum x^2) in float64, deterministic: norm2_parts_kernel's
@@ -1974,23 +1983,46 @@ RT_CUDA_KT(crossentropy_bwd,
 
 // ---- optimizers
 
-// the CPU's adamw_step, on the host
-void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-              float beta2, float eps, float wd, int t, float gscale, long decay_n) {
+// the CPU's adamw_step, on the host; c: NULL, or the bf16 copy written
+static void adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+                  float beta2, float eps, float wd, int t, float gscale, long decay_n,
+                  __nv_bfloat16 *c) {
   if (n <= 0) return;
   double bc1 = 1.0 - pow((double)beta1, (double)t);
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
   RT_LAUNCH(adamw_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, m, v, n, beta1, beta2, eps,
-            step_size, bc2_sqrt, decay, gscale, decay_n);
+            step_size, bc2_sqrt, decay, gscale, decay_n, c);
+  LAUNCHED();
+}
+
+void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+              float beta2, float eps, float wd, int t, float gscale, long decay_n) {
+  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, NULL);
+}
+
+void rt_adamw_copy(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
+                   rt_bf16 *c) {
+  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, dev(c));
+}
+
+static void sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n,
+                __nv_bfloat16 *c) {
+  if (n <= 0) return;
+  RT_LAUNCH(sgd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, n, lr, wd, gscale, decay_n,
+            c);
   LAUNCHED();
 }
 
 void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
-  if (n <= 0) return;
-  RT_LAUNCH(sgd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, n, lr, wd, gscale, decay_n);
-  LAUNCHED();
+  sgd(p, g, n, lr, wd, gscale, decay_n, NULL);
+}
+
+void rt_sgd_copy(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n,
+                 rt_bf16 *c) {
+  sgd(p, g, n, lr, wd, gscale, decay_n, dev(c));
 }
 
 void rt_norm2(float *out, const float *x, long n) {

@@ -8,6 +8,7 @@
 #define K_OUTF(i, x) float *x
 #define K_INF(i, x) const float *x
 #define K_OUTI(i, x) int *x
+#define K_OUTH(i, x) rt_bf16 *x
 #define K_INI(i, x) const int *x
 #define K_LONG(i, x) long x
 #define K_INT(i, x) int x

@@ -998,6 +998,13 @@ static void test_losses(void) {
 
 // ---- optimizers
 
+// Each element rounded to bf16 (to nearest even).
+static Buf<rt_bf16> rounded(const Vec &x) {
+  Buf<rt_bf16> r(x.size());
+  for (size_t i = 0; i < x.size(); i++) r[i] = rt_f32_to_bf16(x[i]);
+  return r;
+}
+
 static void test_optimizers(void) {
   for (long n : {1L, 15L, 16L, 17L, 1000L, BIG(1L << 20, 1L << 14) + 1})
     for (int t : {1, 10}) {
@@ -1016,6 +1023,34 @@ static void test_optimizers(void) {
       CPU(rt_sgd)(s.data(), g.data(), n, 0.05f, 0.01f, gscale, decay_n);
       rt_sgd(ds, dg, n, 0.05f, 0.01f, gscale, decay_n);
       check(fmt("sgd n=%ld t=%d", n, t), s, ds, ELEM);
+      // ... writing the bf16 copy too: the CPU's update is rt_adamw's (rt_sgd's) to the bit and
+      // each copy the update rounded, exactly; the GPU's against the CPU's
+      Vec q = rand_vec(n), mq = rand_vec(n, -0.1f, 0.1f), vq = rand_vec(n, 0, 0.01f);
+      Vec q0 = q, mq0 = mq, vq0 = vq;
+      float *dq = dev(q), *dmq = dev(mq), *dvq = dev(vq);
+      Buf<rt_bf16> cq((size_t)n);
+      rt_bf16 *dc = dev(cq);
+      CPU(rt_adamw_copy)(q.data(), g.data(), mq.data(), vq.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                         0.1f, t, gscale, decay_n, cq.data());
+      CPU(rt_adamw)(q0.data(), g.data(), mq0.data(), vq0.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                    0.1f, t, gscale, decay_n);
+      rt_adamw_copy(dq, dg, dmq, dvq, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, gscale, decay_n, dc);
+      check(fmt("adamw_copy p n=%ld t=%d", n, t), q, dq, ELEM);
+      check(fmt("adamw_copy m n=%ld t=%d", n, t), mq, dmq, ELEM);
+      check(fmt("adamw_copy c n=%ld t=%d", n, t), cq, dc, BF16);
+      check(fmt("adamw_copy cpu p = adamw's n=%ld t=%d", n, t), q0, dev(q), EXACT);
+      check(fmt("adamw_copy cpu c = p rounded n=%ld t=%d", n, t), rounded(q), dev(cq), EXACT);
+      check(fmt("adamw_copy gpu c = p rounded n=%ld t=%d", n, t), rounded(host(dq, (size_t)n)), dc,
+            EXACT);
+      Vec r = rand_vec(n), r0 = r;
+      float *dr = dev(r);
+      CPU(rt_sgd_copy)(r.data(), g.data(), n, 0.05f, 0.01f, gscale, decay_n, cq.data());
+      CPU(rt_sgd)(r0.data(), g.data(), n, 0.05f, 0.01f, gscale, decay_n);
+      rt_sgd_copy(dr, dg, n, 0.05f, 0.01f, gscale, decay_n, dc);
+      check(fmt("sgd_copy p n=%ld t=%d", n, t), r, dr, ELEM);
+      check(fmt("sgd_copy c n=%ld t=%d", n, t), cq, dc, BF16);
+      check(fmt("sgd_copy cpu p = sgd's n=%ld t=%d", n, t), r0, dev(r), EXACT);
+      check(fmt("sgd_copy cpu c = p rounded n=%ld t=%d", n, t), rounded(r), dev(cq), EXACT);
       // the gradients' norm (float64 sums in another order: float precision)
       Vec want(1), got(1);
       float *dout = dev(got);
