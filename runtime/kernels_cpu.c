@@ -1271,17 +1271,28 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
 // ---------------------------------------------------------------------------
 // optimizers
 
-// AdamW over p; with c, each block of 16 also rounded into c (bf16) while it is in cache.
+// The optimizers run over chunks of OPT_CHUNK elements (16 KiB of each float array), so that a
+// chunk's updated weights are still in cache when the bf16 copy reads them.
+#define OPT_CHUNK 4096L
+
+// c[i] = p[i] rounded to bf16, for i in [i0, i1): a loop the compiler vectorizes.
+static void round_into(rt_bf16 *c, const float *p, long i0, long i1) {
+  for (long i = i0; i < i1; i++) c[i] = rt_f32_to_bf16(p[i]);
+}
+
+// AdamW over p (blocks of 16, as adamw_blocks runs them); with c, p rounded into it chunk by
+// chunk.
 static void adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
                   rt_bf16 *c) {
   AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
-  long nblocks = (n + 15) / 16;
+  long nblocks = (n + 15) / 16, per = OPT_CHUNK / 16, nchunks = (nblocks + per - 1) / per;
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (long blk = 0; blk < nblocks; blk++) {
-    adamw_blocks(p, g, m, v, n, blk, blk + 1, &s);
-    for (long i = blk * 16; c && i < n && i < blk * 16 + 16; i++)
-      c[i] = rt_f32_to_bf16(p[i]);
+  for (long k = 0; k < nchunks; k++) {
+    long b1 = (k + 1) * per < nblocks ? (k + 1) * per : nblocks;
+    adamw_blocks(p, g, m, v, n, k * per, b1, &s);
+    if (c)
+      round_into(c, p, k * OPT_CHUNK, b1 * 16 < n ? b1 * 16 : n);
   }
 }
 
@@ -1296,14 +1307,18 @@ void rt_adamw_copy(float *p, const float *g, float *m, float *v, long n, float l
   adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, c);
 }
 
-// p -= lr * (g * gscale + wd * p), wd on [0, decay_n) only; with c, p rounded into it (bf16)
+// p -= lr * (g * gscale + wd * p), wd on [0, decay_n) only; with c, p rounded into it chunk by
+// chunk (bf16)
 static void sgd(float *p, const float *g, long n, float lr, float wd, float gscale,
                 long decay_n, rt_bf16 *c) {
+  long nchunks = (n + OPT_CHUNK - 1) / OPT_CHUNK;
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+  for (long k = 0; k < nchunks; k++) {
+    long i1 = (k + 1) * OPT_CHUNK < n ? (k + 1) * OPT_CHUNK : n;
+    for (long i = k * OPT_CHUNK; i < i1; i++)
+      p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
     if (c)
-      c[i] = rt_f32_to_bf16(p[i]);
+      round_into(c, p, k * OPT_CHUNK, i1);
   }
 }
 
