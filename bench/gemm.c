@@ -2,8 +2,8 @@
 // (rt_matmul_bf16: bf16 operands and result, float32 accumulators) on the
 // GEMMs of a GPT-2 124M training step, against this machine's fp32 FMA peak.
 //
-//   cc -O3 -march=native -fopenmp -std=c11 -Iruntime bench/gemm.c
-//      runtime/kernels_cpu.c -lm -o /tmp/gemm && /tmp/gemm [T] [reps]
+//   cc -O3 -march=native -fopenmp -std=c11 -Iruntime bench/gemm.c runtime/kernels_cpu.c
+//      runtime/dist.c runtime/comm_single.c -lm -o /tmp/gemm && /tmp/gemm [T] [reps]
 //   (one command line)
 //
 // For batch 4 and sequence length T (default 256) it times every distinct
