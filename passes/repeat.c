@@ -130,9 +130,9 @@ typedef struct Finder {
 // The stretch's index: its block id, or (by_use) its use.
 static int stretch_index(const IrNode *a, bool by_use) { return by_use ? a->use : a->block; }
 
-// The run that starts with the stretch at p (len nodes, up to end): the
-// stretches after it whose indices step by one from p's and that are the same.
-// Returns its stretches (1: none is).
+// The run that starts with the stretch at p (len nodes): the stretches after it, up to
+// position end (by_use: the end of p's block's stretch), whose indices step by one from p's
+// and that are the same. Returns its stretches (1: none is).
 static int find_run(Finder *F, int p, int len, int end, bool by_use) {
   const IrGraph *g = F->g;
   number_values(g, p, len, F->seq_p, F->num);
@@ -142,7 +142,6 @@ static int find_run(Finder *F, int p, int len, int end, bool by_use) {
     if (count == 1 && (b == index + 1 || b == index - 1))
       step = b - index;
     if (step == 0 || b != index + count * step || stretch_len(g, q, by_use) != len ||
-        (by_use && g->nodes[q]->block != g->nodes[p]->block) ||
         !same_stretch(g, p, q, len, F->seq_p, F->seq_q, F->num))
       break;
     count++;
