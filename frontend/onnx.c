@@ -884,10 +884,18 @@ static const char *next_scope(const char **p, size_t *len) {
   return NULL;
 }
 
+// Adds the name's scopes to cx->scopes (those shorter than 256 bytes: use_of's stems).
 static void add_scopes(FeOnnx *cx, const char *name) {
   size_t len;
-  for (const char *c; (c = next_scope(&name, &len));)
-    ir_strset_add(&cx->scopes, ir_strndup(&cx->g->arena, c, len));
+  char buf[256];
+  for (const char *c; (c = next_scope(&name, &len));) {
+    if (len >= sizeof buf)
+      continue;
+    memcpy(buf, c, len);
+    buf[len] = 0;
+    if (!ir_strset_has(&cx->scopes, buf))
+      ir_strset_add(&cx->scopes, ir_strndup(&cx->g->arena, c, len));
+  }
 }
 
 // The use of a node's layers: the largest k of its name's components "name_k" (k >= 1) whose
