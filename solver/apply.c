@@ -102,10 +102,25 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   return rc;
 }
 
+// A mesh compile lowers, and (ordering them) the step of its plan with shared variables.
+typedef struct MeshOrder {
+  int tp, q, order;
+  double quick;
+} MeshOrder;
+
+static int by_quick(const void *a, const void *b) {
+  const MeshOrder *x = a, *y = b;
+  if (x->quick != y->quick)
+    return x->quick < y->quick ? -1 : 1;
+  return x->order - y->order;
+}
+
 int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) {
   *kept = NULL;
   SvPlan *plans[2 * 64];  // the meshes' plans, solved in order
-  int n = 0, gpus = sv_cluster_gpus(&cfg->cluster);
+  MeshOrder mesh[2 * 64];
+  int n = 0, nmesh = 0, gpus = sv_cluster_gpus(&cfg->cluster);
+  double seconds = 0;   // the time all of the solves took
   char why[1024] = "";
   // the meshes mtc compile lowers: dp x tp for each tp that divides the GPUs, then dp x a
   // q x q grid for each q * q that does
@@ -114,8 +129,25 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     bool fits = tp * q * q <= gpus;   // each replica's ranks in one group
     for (int j = 0; j < cfg->cluster.ngroups; j++)
       fits &= cfg->cluster.group[j].count % (tp * q * q) == 0;
-    if (!fits)
-      continue;
+    if (fits)
+      mesh[nmesh] = (MeshOrder){tp, q, nmesh, 0}, nmesh++;
+  }
+  // With --no-share each mesh's program is large and most of its time goes to proving that a
+  // mesh cannot win. The plans with shared variables are quick and bound those without from
+  // above, so the meshes are solved fastest-first by them: the first gives the cutoff that
+  // stops the others' solves as soon as their bounds pass it (ties keep the meshes' order).
+  for (int i = 0; i < nmesh && !cfg->share_blocks && nmesh > 1; i++) {
+    SvConfig c = *cfg;
+    c.mesh_tp = mesh[i].tp, c.mesh_q = mesh[i].q, c.share_blocks = true;
+    SvPlan *p = NULL;
+    IrDiag quiet = {0};
+    mesh[i].quick = sv_plan(g, &c, &p, &quiet) || !p->sol.feasible ? INFINITY : p->sol.time;
+    seconds += p ? p->seconds : 0;
+    sv_plan_free(p);
+  }
+  qsort(mesh, (size_t)nmesh, sizeof *mesh, by_quick);
+  for (int i = 0; i < nmesh; i++) {
+    int tp = mesh[i].tp, q = mesh[i].q;
     SvConfig c = *cfg;
     c.mesh_tp = tp;
     c.mesh_q = q;
@@ -134,9 +166,7 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
   }
   if (!*kept)
     return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block: %s", why);
-  // the report's baselines from every mesh (each plan has those of its own layouts), and the
-  // time all of the solves took
-  double seconds = 0;
+  // the report's baselines from every mesh (each plan has those of its own layouts)
   for (int i = 0; i < n; i++) {
     seconds += plans[i]->seconds;
     if (plans[i] != *kept) {
