@@ -3,7 +3,8 @@
 # `make cpu` (and its GPU build where nvcc is; warnings are errors), train it on one fixed synthetic batch, and
 # check the loss: it must at least halve in STEPS steps, the first loss must
 # be within 2% of FIRST (when given, e.g. ln(vocab)), and a second run with
-# the same seed must print bit-identical losses.
+# the same seed must print bit-identical losses (its first 10 steps: a step
+# depends only on the ones before it, and the suite's time goes to training).
 #
 #   e2e.sh MTC MODEL OUTDIR STEPS FIRST|- "TRAIN OPTIONS" [mtc options...]
 set -euo pipefail
@@ -18,13 +19,16 @@ rm -rf "$out"
 make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
 # shellcheck disable=SC2086
 (cd "$out" && ./train --steps "$steps" --seed 7 $train_opts) | tee "$out/run1.log"
+again=$((steps < 10 ? steps : 10))
 # shellcheck disable=SC2086
-(cd "$out" && ./train --steps "$steps" --seed 7 $train_opts) > "$out/run2.log"
+(cd "$out" && ./train --steps "$again" --seed 7 $train_opts) > "$out/run2.log"
 
 losses "$out/run1.log" > "$out/loss1.txt"
 losses "$out/run2.log" > "$out/loss2.txt"
 [ "$(wc -l < "$out/loss1.txt")" -eq "$steps" ] || { echo "FAIL: expected $steps steps"; exit 1; }
-cmp -s "$out/loss1.txt" "$out/loss2.txt" || { echo "FAIL: same seed, different losses"; exit 1; }
+[ "$(wc -l < "$out/loss2.txt")" -eq "$again" ] &&
+  head -n "$again" "$out/loss1.txt" | cmp -s - "$out/loss2.txt" ||
+  { echo "FAIL: same seed, different losses"; exit 1; }
 
 l0=$(head -1 "$out/loss1.txt") l1=$(tail -1 "$out/loss1.txt")
 awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b <= a / 2) }' ||
