@@ -957,7 +957,7 @@ static void lower_adamw(Lower *L, const IrNode *n) {
 // With the assign of the bucket's working copies fused (fused_copy), the copy-writing SGD.
 static void sgd_call(Lower *L, const IrNode *n, const Sym *part, const Sym *count) {
   const IrNode *copy = fused_copy(L->g, n);
-  CgCall *c = call(L, copy ? CG_K_sgd_copy : CG_K_sgd);
+  CgCall *c = call(L, n->in[0]->host ? CG_K_sgd_host : copy ? CG_K_sgd_copy : CG_K_sgd);
   part_buf(L, c, n, n->in[0], part), part_buf(L, c, n, n->in[1], part), num(c, count);
   hparam(c, "lr"), hparam(c, "weight_decay"), hparam(c, "grad_scale");
   decay_arg(L, c, n, count);

@@ -66,6 +66,12 @@ void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float l
   }
 }
 
+// As rt_sgd, in its arithmetic.
+void rt_sgd_host(float *p, const float *g, long n, float lr, float wd, float gscale,
+                 long decay_n) {
+  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+}
+
 // As rt_accumulate: the first micro-batch writes, the others add.
 void rt_accumulate_host(float *acc, const float *x, long n, float scale) {
   bool first = rt_dist.micro == 0;

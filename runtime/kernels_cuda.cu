@@ -2712,6 +2712,7 @@ RT_CUDA_KTU(rmsnorm_bwd_split,
 #define RT_CUDA_ENTRY_1(name)
 // host code in every build
 #define RT_CUDA_SKIP_adamw_host RT_CUDA_PROBE
+#define RT_CUDA_SKIP_sgd_host RT_CUDA_PROBE
 #define RT_CUDA_SKIP_cast_host RT_CUDA_PROBE
 #define RT_CUDA_SKIP_accumulate_host RT_CUDA_PROBE
 // runtime/dist.c: the collectives, over comm.h in every build

@@ -1326,7 +1326,8 @@ static void test_table(void) {
   // less those without a CUDA twin (kernels_cuda.cu's RT_CUDA_SKIP_*), in all
   // their variants: rt_adamw_host, rt_cast_host and rt_accumulate_host (host
   // code) and the collectives of dist.c
-  const char *const no_twin[] = {"adamw_host",      "cast_host",           "accumulate_host",
+  const char *const no_twin[] = {"adamw_host",      "sgd_host",            "cast_host",
+                                 "accumulate_host",
                                  "comm_all_reduce", "comm_reduce_scatter", "comm_all_gather",
                                  "comm_wait"};
   auto skipped = [&](const char *name) {
