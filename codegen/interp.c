@@ -20,6 +20,8 @@ typedef struct Exec {
   float f[CG_MAXARGS];
   long a[CG_MAXARGS][IR_MAXRANK];
   const char *hparam[CG_MAXARGS];   // CG_HPARAM: the rt_hparams field to read at run time
+  int only;      // -1: always; else the optimizer (RT_OPT_*) it runs under: an AdamW update
+                 // and its SGD form (cg_lower_adamw_as_sgd), switched at run time as update() is
 } Exec;
 
 struct CgInterp {
@@ -84,21 +86,27 @@ CgInterp *cg_interp_new(IrGraph *g, const MemPlan *m, IrDiag *d) {
   int cap = 0;
   CgCall calls[64];
   for (int i = 0; i < g->nnodes; i++) {
-    int nc = cg_lower(g, m, g->nodes[i], calls, 64, d);
+    const IrNode *n = g->nodes[i];
+    int nc = cg_lower(g, m, n, calls, 63, d);
     if (nc < 0) {
       cg_interp_free(it);
       return NULL;
     }
+    bool adamw = n->op == OP_ADAMW;
+    if (adamw)
+      cg_lower_adamw_as_sgd(g, n, &calls[nc++]);
     for (int c = 0; c < nc; c++) {
       if (it->nexecs == cap) {
         cap = cap ? 2 * cap : 256;
         it->execs = realloc(it->execs, (size_t)cap * sizeof *it->execs);
         IR_ASSERT(it->execs);
       }
-      if (resolve(it, &calls[c], g->nodes[i]->phase, &it->execs[it->nexecs++], d)) {
+      Exec *e = &it->execs[it->nexecs++];
+      if (resolve(it, &calls[c], n->phase, e, d)) {
         cg_interp_free(it);
         return NULL;
       }
+      e->only = !adamw ? -1 : c == nc - 1 ? RT_OPT_SGD : RT_OPT_ADAMW;
     }
   }
   return it;
@@ -164,19 +172,10 @@ void cg_interp_run(CgInterp *it, IrPhase phase, const rt_hparams *h) {
     Exec *e = &it->execs[n];
     if (e->phase != phase)
       continue;
+    if (e->only >= 0 && e->only != (h ? h->optimizer : RT_OPT_ADAMW))
+      continue;
     if (h)
       bind_hparams(e, h);
-    if ((e->k == CG_K_adamw || e->k == CG_K_adamw_host) && h &&
-        h->optimizer == RT_OPT_SGD) { // run-time switch, as update() has
-      rt_sgd((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay,
-             h->grad_scale, e->i[12]);
-      continue;
-    }
-    if (e->k == CG_K_adamw_copy && h && h->optimizer == RT_OPT_SGD) {
-      rt_sgd_copy((float *)e->p[0], (const float *)e->p[1], e->i[4], h->lr, h->weight_decay,
-                  h->grad_scale, e->i[12], (rt_bf16 *)e->p[13]);
-      continue;
-    }
     // argument i of each kernel (runtime/kernels.def), as the lowering gave it
     // (tensors as void pointers: the variant's prototype gives their types)
 #define K_OUT(j, x) (e->p[j])

@@ -1,6 +1,7 @@
-// AdamW's arithmetic on the host's vector units, shared by the CPU build's
-// device kernel (rt_adamw, kernels_cpu.c) and the host update of offloaded
-// optimizer state (rt_adamw_host, host.c), so that both give the same bits.
+// AdamW's (and SGD's) arithmetic on the host's vector units, shared by the CPU
+// build's device kernels (rt_adamw, rt_sgd, kernels_cpu.c) and the host update
+// of offloaded optimizer state (rt_adamw_host, rt_sgd_host, host.c), so that
+// both give the same bits.
 // Internal to the runtime's C files; static inline, one definition.
 #ifndef MTC_RT_ADAMW_CPU_H
 #define MTC_RT_ADAMW_CPU_H
@@ -101,6 +102,13 @@ static inline void adamw_blocks(float *p, const float *g, float *m, float *v, lo
       memcpy(v + i, tail[3], (size_t)len * sizeof(float));
     }
   }
+}
+
+// SGD (torch.optim.SGD without momentum) over elements [i0, i1):
+// p -= lr * (g * gscale + wd * p), weight decay on [0, decay_n) only.
+static inline void sgd_elems(float *p, const float *g, long i0, long i1, float lr, float wd,
+                             float gscale, long decay_n) {
+  for (long i = i0; i < i1; i++) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
 }
 
 #endif

@@ -66,10 +66,10 @@ void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float l
   }
 }
 
-// As rt_sgd, in its arithmetic.
+// rt_sgd's arithmetic (sgd_elems), on the caller's thread.
 void rt_sgd_host(float *p, const float *g, long n, float lr, float wd, float gscale,
                  long decay_n) {
-  for (long i = 0; i < n; i++) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+  sgd_elems(p, g, 0, n, lr, wd, gscale, decay_n);
 }
 
 // As rt_accumulate: the first micro-batch writes, the others add.

@@ -1307,16 +1307,14 @@ void rt_adamw_copy(float *p, const float *g, float *m, float *v, long n, float l
   adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, c);
 }
 
-// p -= lr * (g * gscale + wd * p), wd on [0, decay_n) only; with c, p rounded into it chunk by
-// chunk (bf16)
+// SGD (sgd_elems); with c, p rounded into it chunk by chunk (bf16)
 static void sgd(float *p, const float *g, long n, float lr, float wd, float gscale,
                 long decay_n, rt_bf16 *c) {
   long nchunks = (n + OPT_CHUNK - 1) / OPT_CHUNK;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
     long i1 = (k + 1) * OPT_CHUNK < n ? (k + 1) * OPT_CHUNK : n;
-    for (long i = k * OPT_CHUNK; i < i1; i++)
-      p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+    sgd_elems(p, g, k * OPT_CHUNK, i1, lr, wd, gscale, decay_n);
     if (c)
       round_into(c, p, k * OPT_CHUNK, i1);
   }

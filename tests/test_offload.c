@@ -248,8 +248,9 @@ static void test_text(void) {
   }
 }
 
-// The lowered one-rank program in the interpreter: three AdamW steps.
-static float **train3(double offload, int zero, IrGraph **gout) {
+// The lowered one-rank program in the interpreter: `steps` steps of its AdamW, or (optimizer
+// RT_OPT_SGD) of the SGD the program switches it to at run time.
+static float **train(double offload, int zero, int optimizer, int steps, IrGraph **gout) {
   IrDiag d = {0};
   PassCtx ctx;
   IrGraph *g = lowered_gpt2(1, zero, offload, &ctx, &d);
@@ -270,7 +271,8 @@ static float **train3(double offload, int zero, IrGraph **gout) {
   rt_hparams h = cg_default_hparams(g);
   h.lr = 1e-2f;
   h.weight_decay = 0.1f;
-  for (h.step = 1; h.step <= 3; h.step++) {
+  h.optimizer = optimizer;
+  for (h.step = 1; h.step <= steps; h.step++) {
     cg_interp_run(it, PHASE_FORWARD, &h);
     cg_interp_run(it, PHASE_BACKWARD, &h);
     cg_interp_run(it, PHASE_UPDATE, &h);
@@ -289,29 +291,31 @@ static float **train3(double offload, int zero, IrGraph **gout) {
   return params;
 }
 
-static void test_interp(int zero, double offload) {
-  IrGraph *g0 = NULL, *g1 = NULL;
-  float **want = train3(0, zero, &g0), **got = train3(offload, zero, &g1);
-  if (!want || !got)
+// Three steps with a share of the state offloaded give the bits of none, and they move every
+// parameter away from its initial values.
+static void test_interp(int zero, double offload, int optimizer) {
+  IrGraph *g0 = NULL, *g1 = NULL, *g2 = NULL;
+  float **want = train(0, zero, optimizer, 3, &g0), **got = train(offload, zero, optimizer, 3, &g1);
+  float **init = train(0, zero, optimizer, 0, &g2);
+  if (!want || !got || !init)
     return;
-  int same = 0, n = 0;
-  long moved = 0;
+  int same = 0, n = 0, moved = 0;
   for (int i = 0; i < g0->nvalues; i++) {
     if (!want[i])
       continue;
     n++;
     long k = (long)(nbytes(g0, g0->values[i]) / 4);
     same += got[i] && first_diff(want[i], got[i], k) < 0;
-    // and training moved them: a program whose host range never came back
-    // would keep its initial values there
-    moved += want[i][k - 1] != 0.0f;
-    free(want[i]), free(got[i]);
+    // a program whose host range never came back would keep its initial values there
+    moved += want[i][k - 1] != init[i][k - 1];
+    free(want[i]), free(got[i]), free(init[i]);
   }
-  check(n > 0 && same == n && moved > 0,
-        "interpreter, ZeRO-%d offload %g: %d of %d parameters have the bits of no offload "
-        "after 3 steps", zero, offload, same, n);
-  free(want), free(got);
-  ir_graph_free(g0), ir_graph_free(g1);
+  check(n > 0 && same == n && moved == n,
+        "interpreter, ZeRO-%d offload %g, %s: %d of %d parameters have the bits of no offload "
+        "after 3 steps, %d moved", zero, offload, optimizer == RT_OPT_SGD ? "SGD" : "AdamW", same,
+        n, moved);
+  free(want), free(got), free(init);
+  ir_graph_free(g0), ir_graph_free(g1), ir_graph_free(g2);
 }
 
 int main(int argc, char **argv) {
@@ -336,9 +340,11 @@ int main(int argc, char **argv) {
   }
   test_lowering(1, 0, 0.3);
   test_text();
-  test_interp(0, 0.5);
-  test_interp(0, 1.0);
-  test_interp(2, 0.5);
+  for (int opt = RT_OPT_ADAMW; opt <= RT_OPT_SGD; opt++) {
+    test_interp(0, 0.5, opt);
+    test_interp(0, 1.0, opt);
+    test_interp(2, 0.5, opt);
+  }
   printf("%d passed, %d failed\n", npass, nfail);
   return nfail ? 1 : 0;
 }
