@@ -54,6 +54,7 @@ typedef struct Args {
   Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
   bool forced;             // --dp, --tp, --zero, --micro-batches or --offload(-grads) given
   bool offload;            // --offload given
+  bool zero;               // --zero given
   const char *plan_file;   // compile --plan FILE: a saved plan instead of the solver's
   bool checkpoint;         // --checkpoint given (layout.checkpoint says which layers)
   bool swap;               // --swap given (layout.swap says which layers)
@@ -163,6 +164,10 @@ static void usage(FILE *f) {
         "  --offload-grads        the gradients too, as ZeRO-Offload does: each micro-batch's\n"
         "                         leave the device once reduced and are summed on the host\n"
         "                         (implies --offload 1)\n"
+        "  --offload-params       the parameters too, as ZeRO-Infinity does: each rank's\n"
+        "                         shard lives in host memory, copied to the device and\n"
+        "                         gathered before forward and backward read it (implies\n"
+        "                         --zero 3 --offload-grads)\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -381,7 +386,7 @@ static Args parse_args(int argc, char **argv) {
       const char *v = VALUE();
       if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
         bad_usage("--zero takes a stage 0, 1, 2 or 3, not '%s'", v);
-      a.layout.rest.zero = v[0] - '0', a.forced = true;
+      a.layout.rest.zero = v[0] - '0', a.forced = a.zero = true;
     } else if (!strcmp(s, "--micro-batches")) {
       a.layout.micro_batches = parse_small_count(s, VALUE()), a.forced = true;
     } else if (!strcmp(s, "--plan")) {
@@ -400,6 +405,8 @@ static Args parse_args(int argc, char **argv) {
       a.forced = a.offload = true;
     } else if (!strcmp(s, "--offload-grads")) {
       a.layout.rest.offload_grads = a.forced = true;
+    } else if (!strcmp(s, "--offload-params")) {
+      a.layout.rest.offload_params = a.layout.rest.offload_grads = a.forced = true;
     } else if (!strcmp(s, "--layers-dp")) {
       a.layers_dp = a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
@@ -433,9 +440,15 @@ static Args parse_args(int argc, char **argv) {
     bad_usage("--any-mesh lets mtc plan give each block its own mesh, which mtc compile does "
               "not run: use it with plan alone, without a layout's flags");
   a.layout.seq_parallel = a.sv.seq_parallel;
+  if (a.layout.rest.offload_params && a.zero && a.layout.rest.zero != 3)
+    bad_usage("--offload-params keeps each rank's shard of the parameters in host memory, which "
+              "ZeRO-3's shards are: leave out --zero %d, or make it 3", a.layout.rest.zero);
+  if (a.layout.rest.offload_params)
+    a.layout.rest.zero = 3;
   if (a.layout.rest.offload_grads && a.offload && a.layout.rest.offload != 1)
-    bad_usage("--offload-grads moves every gradient, and all of the optimizer state with it: "
-              "leave out --offload %g, or make it 1", a.layout.rest.offload);
+    bad_usage("--offload-%s moves every gradient, and all of the optimizer state with it: "
+              "leave out --offload %g, or make it 1",
+              a.layout.rest.offload_params ? "params" : "grads", a.layout.rest.offload);
   if (a.layout.rest.offload_grads)
     a.layout.rest.offload = 1;
   if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
@@ -567,7 +580,8 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   printf("layout: %s%s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica%s, checkpointing "
          "%s%s, on %d x %s\n", mesh, a->layers_dp ? " (the layers data parallel over tp too)" : "",
          plan.rest.zero, 100 * plan.rest.offload,
-         plan.rest.offload_grads ? " with the gradients" : "", plan.micro_batches,
+         plan.rest.offload_params ? " with the gradients and parameters"
+         : plan.rest.offload_grads ? " with the gradients" : "", plan.micro_batches,
          plan.micro_batches == 1 ? "" : "es", sw, ck,
          plan.seq_parallel ? ", sequence-parallel" : "", mesh_ranks(&plan.mesh), p.device);
   printf("step: %.4g ms =", 1e3 * p.step_s);

@@ -184,8 +184,8 @@ static void emit_header(Emit *e, const char *source) {
   println(e, "// %lld, at step %d of the schedule, = %s.", (long long)e->m->peak_live_bytes,
           e->m->peak_at, sym_text(e, e->m->peak_formula));
   if (e->m->host_bytes)
-    println(e, "// Host region (offloaded optimizer state, role h:...): %lld bytes, apart from the "
-            "arena.", (long long)e->m->host_bytes);
+    println(e, "// Host region (offloaded model state, swapped activations; role h:...): %lld "
+            "bytes, apart from the arena.", (long long)e->m->host_bytes);
   println(e, "//");
   println(e, "// Identical blocks run as loops; their buffers are at a constant stride per");
   println(e, "// block: \"+ l * S\" below is the buffer of layer l (block l + 1, or use l of");
@@ -252,12 +252,22 @@ static bool node_uses_host(const IrNode *n) {
   return false;
 }
 
+// Whether n reads or writes device memory.
+static bool node_uses_device(const IrNode *n) {
+  for (int k = 0; k < n->nin + n->nout; k++)
+    if (!(k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
+      return true;
+  return false;
+}
+
 // Whether a node of `phase` reads or writes host memory (forward and
 // backward: swapped activations' copies; backward: gradient offload's copies
-// and sums; the update: offload's).
-static bool phase_uses_host(const Emit *e, IrPhase phase) {
+// and sums; the update: offload's), or (device) the arena (not the update of
+// a program whose every update is offloaded with its parameters).
+static bool phase_uses(const Emit *e, IrPhase phase, bool device) {
   for (int i = 0; i < e->g->nnodes; i++)
-    if (e->g->nodes[i]->phase == phase && node_uses_host(e->g->nodes[i]))
+    if (e->g->nodes[i]->phase == phase &&
+        (device ? node_uses_device(e->g->nodes[i]) : node_uses_host(e->g->nodes[i])))
       return true;
   return false;
 }
@@ -623,8 +633,8 @@ static int emit_loop(Emit *e, const Loop *L, IrDiag *d) {
 static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void %s {", signature);
-  println(e, "  Buffers b = bind(arena);");
-  if (phase_uses_host(e, phase))
+  println(e, phase_uses(e, phase, true) ? "  Buffers b = bind(arena);" : "  (void)arena;");
+  if (phase_uses(e, phase, false))
     println(e, "  HostBuffers hb = bind_host(host);");
   else
     println(e, "  (void)host;");
@@ -719,10 +729,12 @@ static bool has_copies(const Emit *e) {
 static int emit_init_copies(Emit *e, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void init_copies(char *arena, char *host) {");
-  println(e, "  Buffers b = bind(arena);");
-  bool host = false;
-  for (int i = 0; i < g->nnodes; i++)
+  bool host = false, device = false;   // (parameter offload: the copies may all be the host's)
+  for (int i = 0; i < g->nnodes; i++) {
     host |= writes_copies(e, g->nodes[i]) && node_uses_host(g->nodes[i]);
+    device |= writes_copies(e, g->nodes[i]) && node_uses_device(g->nodes[i]);
+  }
+  println(e, device ? "  Buffers b = bind(arena);" : "  (void)arena;");
   println(e, host ? "  HostBuffers hb = bind_host(host);" : "  (void)host;");
   CgCall calls[MAXCALLS];
   for (int i = 0; i < g->nnodes; i++) {
@@ -827,7 +839,7 @@ static int64_t model_state_bytes(Emit *e) {
     total += numel_of(e, p) * ir_dtype_size(p->dtype);
     if (!k->reduced->host)  // (gradient offload: the host's)
       total += numel_of(e, k->reduced) * ir_dtype_size(k->reduced->dtype);
-    if (k->copies)  // bf16: the working copies
+    if (k->copies && !k->copies->host)  // bf16: the working copies (not offloaded)
       total += e->m->bytes[k->copies->id];
   }
   for (int i = 0; i < e->g->nvalues; i++)
@@ -859,7 +871,8 @@ static void emit_buckets(Emit *e) {
     const IrValue *p = k->pshard ? k->pshard : k->params;
     fputs("  {", e->f);
     cg_put_string(e->f, k->name);
-    bool cut = k->copies && k->host_params;  // bf16 offload: the host's masters
+    // bf16 offload, parameter offload: the host's masters are the only ones
+    bool cut = (k->copies || k->params_host) && k->host_params;
     long long m, v, hm, hv;
     moment_offsets(e, adamw_of(e, p), &m, &v);
     moment_offsets(e, k->host_params ? adamw_of(e, k->host_params) : NULL, &hm, &hv);
@@ -1414,8 +1427,9 @@ static int write_readme(IrGraph *g, const CgOptions *opt, int64_t workspace, IrD
   fprintf(f, "On a GPU the program also takes a workspace of %lld bytes (GEMMs, kernels' "
              "scratch) beside the arena.\n", (long long)workspace);
   if (m->host_bytes)
-    fprintf(f, "Host memory: %lld bytes of offloaded optimizer state (its update runs on the "
-               "host's threads; MTC_HOST_THREADS sets how many).\n", (long long)m->host_bytes);
+    fprintf(f, "Host memory: %lld bytes of offloaded model state and swapped activations (an "
+               "offloaded update runs on the host's threads; MTC_HOST_THREADS sets how "
+               "many).\n", (long long)m->host_bytes);
   return close_out(f, "README.md", d);
 }
 

@@ -901,11 +901,12 @@ static void assign_dst(Lower *L, CgCall *c, const IrNode *a) {
   part_buf(L, c, a, a->in[0], part);
 }
 
-// dst <- src in dst's type: a parameter's working copy (rt_cast), unless its update wrote it
+// dst <- src in dst's type: a parameter's working copy (rt_cast; in host memory, parameter
+// offload's, rt_cast_host), unless its update wrote it
 static void lower_assign(Lower *L, const IrNode *n) {
   if (!L->alone && n->id > 0 && fused_copy(L->g, L->g->nodes[n->id - 1]) == n)
     return;
-  CgCall *c = call(L, CG_K_cast);
+  CgCall *c = call(L, n->in[0]->host ? CG_K_cast_host : CG_K_cast);
   assign_dst(L, c, n);
   buf(c, n->in[1]), num(c, numel(L, n->in[1]));
 }
@@ -1003,9 +1004,10 @@ static void lower_comm_wait(Lower *L, const IrNode *n) {
   numk(L, c, ir_attr_i(n, "slot")), numk(L, c, ir_attr_i(n, "last_micro"));
 }
 
-// this rank's shard into its place in the whole bucket (an all-gather fills the rest)
+// this rank's shard into its place in the whole bucket (an all-gather fills the rest); from
+// host memory (parameter offload), a copy to the device
 static void lower_unshard(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_copy);
+  CgCall *c = call(L, n->in[0]->host ? CG_K_to_device : CG_K_copy);
   const Sym *k = numel(L, n->in[0]);
   buf(c, n->out[0]);
   rank_part(c, n, k);

@@ -34,6 +34,10 @@ typedef struct PlanBlock {
                        // host (passes/lower.c)
   bool offload_grads;  // its gradients too (ZeRO-Offload): each micro-batch's leaves the device
                        // once reduced, accumulated on the host; needs offload 1
+  bool offload_params; // its parameters too (ZeRO-Infinity's offload_param): this rank's shard
+                       // lives in host memory only, copied to the device (and gathered) before
+                       // forward's and backward's reads, as ZeRO-3 gathers it; needs ZeRO-3
+                       // and offload_grads
   bool batch_tp;       // data parallel over the mesh's tp ranks too: they split its batch and
                        // each holds its weights whole (the planner's pure data-parallel block
                        // in a tensor-parallel program, ir/shard.c); needs tp > 1

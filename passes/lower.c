@@ -81,6 +81,17 @@
 // The program loads and saves those masters in the host region (train.c,
 // rt_bucket.host_numel).
 //
+// Parameter offload (ZeRO-Infinity's offload_param, PlanBlock.offload_params;
+// with ZeRO-3, the gradients and the whole update on the host): the host's
+// copy of this rank's shard is the only one. ZeRO-3's gathers start from it,
+// its shard copied from host memory into its place in the gathered bucket
+// (unshard of a host value) before the all-gather; the update writes it on
+// the host and sends nothing back. In bf16 the shard of working copies the
+// gathers read lives in host memory too (copies.host), written there from the
+// updated masters (assign(copies.host, host params), rt_cast_host). On the
+// device the block holds its parameters only while a phase reads them, as
+// ZeRO-3's gathered buckets.
+//
 // bf16 mixed precision (passes/precision.c): the parameters are the float32
 // masters and their gradients float32, lowered as above; their bf16 working
 // copies, which forward and backward read, are one more bucket per block
@@ -467,7 +478,8 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   b->part = b->zero == 0 ? b->numel : b->numel / b->shards;
   b->host_numel = rule->op == OP_ADAMW ? host_share(L, b) : 0; // SGD has no state
   int64_t on_device = b->part - b->host_numel;
-  if (b->copies && b->host_numel) {  // bf16: the host's masters are on the host only
+  // bf16, parameter offload: the host's masters are on the host only
+  if ((b->copies || b->params_host) && b->host_numel) {
     const Sym *dev = sym_const(&g->arena, on_device);
     ir_value_set_shape(p, 1, &dev);
     for (int i = 0; i < n; i++)  // read and written only as the bucket
@@ -498,8 +510,10 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     set_decay(L, u, b, 0, parts);
     IR_ASSERT(infer(L, u) == 0);
   }
+  IR_ASSERT(!b->params_host || b->host_numel == b->part);
   if (b->host_numel) {
-    b->host_params = host_flat(L, "params", b, ROLE_BUCKET, b->host_numel);
+    if (!b->host_params)
+      b->host_params = host_flat(L, "params", b, ROLE_BUCKET, b->host_numel);
     IrValue *in[4] = {b->host_params, host_grads,
                       host_flat(L, "adamw.m", b, ROLE_STATE, b->host_numel),
                       host_flat(L, "adamw.v", b, ROLE_STATE, b->host_numel)};
@@ -507,7 +521,12 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     sharded(L, h, b, false);  // the host's range alone (its decay is this rank's)
     set_decay(L, h, b, on_device, parts);
     IR_ASSERT(infer(L, h) == 0);
-    if (b->copies) {  // bf16: the host's masters rounded there, the copies sent
+    if (b->copies && b->params_host) {  // bf16: the host's masters rounded into its copies
+      IrValue *in[2] = {b->copies, b->host_params};
+      IrNode *a = ir_node_new(g, OP_ASSIGN, in, 2, 0);
+      sharded(L, a, b, false);
+      IR_ASSERT(infer(L, a) == 0);
+    } else if (b->copies) {  // bf16: the host's masters rounded there, the copies sent
       IrValue *m = b->host_params;
       IrNode *c = ir_node_new(g, OP_CAST, &m, 1, 1);
       ir_set_str(g, c, "to", ir_dtype_name(b->copies->dtype));
@@ -519,7 +538,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
       hc->host = true;
       IR_ASSERT(infer(L, c) == 0);
       to_device(L, b, b->copies, hc);
-    } else {
+    } else if (!b->params_host) {
       to_device(L, b, p, b->host_params);
     }
   }
@@ -546,7 +565,9 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
       continue;
     if (!copies) {
       int64_t numel = b->zero == 3 ? b->numel / b->shards : b->numel;
-      copies = flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET, numel);
+      copies = b->params_host ? host_flat(L, "copies", b, ROLE_BUCKET, numel)
+                              : flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET,
+                                     numel);
       copies->dtype = DT_BF16;
     }
     vals[nc++] = a->in[0];
@@ -633,6 +654,11 @@ static int check(Lower *L) {
     sgd |= g->nodes[i]->op == OP_SGD;
   for (int b = 0; b < ir_nblocks(g); b++) {
     const PlanBlock *pb = plan_block(P, b);
+    if (pb->offload_params && (pb->zero != 3 || !pb->offload_grads))
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads its parameters with ZeRO-%d%s: "
+                      "parameter offload keeps ZeRO-3's shards in host memory, and the update "
+                      "that writes them runs there (give it ZeRO-3 and offload its gradients)",
+                      b, pb->zero, pb->offload_grads ? "" : " and its gradients on the device");
     if (!pb->offload_grads)
       continue;
     if (pb->offload != 1)
@@ -826,6 +852,9 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     // bf16: forward and backward read the working copies, so the masters are
     // only shards from ZeRO-1 on (the optimizer state shards them)
     bool copies = L.assign[mine[0]->id] != NULL;
+    b->params_host = plan_block(P, blk)->offload_params;
+    if (b->params_host)  // the shard's only copy, which the update writes
+      b->host_params = host_flat(&L, "params", b, ROLE_BUCKET, b->numel / b->shards);
     if (b->zero == 3 || (copies && b->zero >= 1)) {
       b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / b->shards);
     } else {
@@ -837,7 +866,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
       break;
     lower_grads(&L, b, mine, n);
     if (b->zero == 3 && !b->copies)
-      lower_params_zero3(&L, b, b->pshard, mine, n);
+      lower_params_zero3(&L, b, b->params_host ? b->host_params : b->pshard, mine, n);
     for (int i = 0; b->copies && b->pshard && i < n; i++) {
       mine[i]->bucket = b->pshard;
       mine[i]->in_shard = true;

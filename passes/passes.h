@@ -75,6 +75,11 @@ typedef struct PassBucket {
                            // with offload_grads made in backward, the only one kept
   IrValue *copies;         // bf16 mixed precision: the parameters' working copies, a bucket of
                            // numel bf16 laid out as params, written from it after the update
+                           // (parameter offload: this rank's shard of it, in host memory)
+  bool params_host;        // parameter offload (PlanBlock.offload_params): host_params is this
+                           // rank's only copy of its shard of the parameters (bf16: and copies
+                           // of its working copies); forward's and backward's gathers start
+                           // from the host
 } PassBucket;
 
 typedef struct PassLowered {

@@ -77,6 +77,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
       act[b] = c->swap ? SWAP : CKPT;   // the unit's first K (or S) blocks
     a->block[b].offload = c->offload / 100.0;
     a->block[b].offload_grads = c->grads;
+    a->block[b].offload_params = c->params;
   }
   free(seen);
   a->seq_parallel = pl->cfg.seq_parallel;
@@ -264,6 +265,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(b, "checkpoint");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(b, "offload_grads");  // optional
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(b, "offload_params"); // optional
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(b, "swap");           // optional
     const cJSON *bt = cJSON_GetObjectItemCaseSensitive(b, "batch_tp");       // optional
     if ((rc = whole(b, "id", 0, 1e9, &id, where, path, d)))
@@ -316,6 +318,19 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
                     "1)", path, where, m->block[id].name, off);
       break;
     }
+    if (op && !cJSON_IsBool(op)) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s: \"offload_params\" must be true or false", path,
+                    where);
+      break;
+    }
+    if (cJSON_IsTrue(op) && (zero != 3 || !cJSON_IsTrue(og))) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): \"offload_params\" with \"zero\" %lld%s: the "
+                    "parameters live in host memory as ZeRO-3's shards, updated there with "
+                    "their gradients (\"zero\" 3, \"offload_grads\" true)", path, where,
+                    m->block[id].name, (long long)zero,
+                    cJSON_IsTrue(og) ? "" : " and no \"offload_grads\"");
+      break;
+    }
     if (q > 1 && tp > 1) {
       rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): tp %lld and q %lld: a block is split over tp "
                     "ranks or over a q x q grid, not both", path, where, m->block[id].name,
@@ -337,6 +352,7 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
     act[id] = cJSON_IsTrue(sw) ? SWAP : cJSON_IsTrue(ck) ? CKPT : KEEP;
     a->block[id].offload = off;
     a->block[id].offload_grads = cJSON_IsTrue(og);
+    a->block[id].offload_params = cJSON_IsTrue(op);
   }
   for (int k = 0; k < m->nblocks && !rc; k++)
     if (!seen[k])
@@ -538,7 +554,7 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   int tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
   int zmin = 3, zmax = 0;
   double state = 0, host = 0, comm = 0, comm_micro = 0, omin = 1, omax = 0;
-  int ngrads = 0;  // buckets whose gradients are offloaded
+  int ngrads = 0, nparams = 0;  // buckets whose gradients (parameters) are offloaded
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
     double share = k->nstate ? plan_block(P, k->block)->offload : 0;
@@ -557,10 +573,11 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
     SvStateBytes kept = per;
     kept.grad = grads ? 0 : per.grad;
     ngrads += grads;
+    nparams += k->params_host;
     // sharded and reduced over dp, or (a block data parallel over tp) over every rank
     int n = k->shards;
     state += sv_zero_state_bytes((double)k->numel, n, k->zero, kept) -
-             sv_offload_device_bytes((double)k->host_numel, per);
+             sv_offload_device_bytes((double)k->host_numel, per, k->params_host);
     host += sv_offload_host_bytes((double)k->host_numel, per, grads && micro > 1);
     comm += sv_dp_comm_bytes((double)k->numel, n, k->zero, micro, grads, per);
     if (k->zero == 3 && !k->bwd_gather) {   // gathered in forward only: one all-gather less
@@ -595,9 +612,16 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
     len += (size_t)snprintf(s + len, n - len, ", offload %g", omax);
   else if (omax > 0 && len < n)
     len += (size_t)snprintf(s + len, n - len, ", offload %g to %g", omin, omax);
-  if (ngrads && len < n)
+  if (nparams && nparams == ngrads && len < n)
+    len += (size_t)snprintf(s + len, n - len, nparams == lw->nbuckets ?
+                            " with the gradients and parameters" :
+                            " (%d bucket%s with the gradients and parameters)", nparams,
+                            nparams > 1 ? "s" : "");
+  else if (ngrads && len < n)
     len += (size_t)snprintf(s + len, n - len, ngrads == lw->nbuckets ? " with the gradients" :
                             " (%d bucket%s with the gradients)", ngrads, ngrads > 1 ? "s" : "");
+  if (nparams && nparams != ngrads && len < n)
+    len += (size_t)snprintf(s + len, n - len, " (%d with the parameters)", nparams);
   if (nswapped && len < n)
     len += (size_t)snprintf(s + len, n - len, ", swap %d of %d layers", nswapped, nlayers);
   if (ncheckpointed && len < n)
@@ -641,7 +665,8 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
     const PlanBlock *o = plan_block(P, b);
     if ((plan_ckpt(P, b) && ckpt++ != seen) || (plan_swap(P, b) && swap++ != seen) ||
         o->zero != pb->zero || o->offload != pb->offload ||
-        o->offload_grads != pb->offload_grads || o->batch_tp != pb->batch_tp)
+        o->offload_grads != pb->offload_grads || o->offload_params != pb->offload_params ||
+        o->batch_tp != pb->batch_tp)
       return -1;   // not the unit's first blocks, or a block unlike the others
     seen++;
   }
@@ -650,11 +675,12 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
   const SvNum *n = &pl->nums[u];
   int zero = n->params > 0 ? pb->zero : 0;
   int offload = n->params > 0 && n->per.state > 0 ? (int)lround(pb->offload * 100) : 0;
-  bool grads = offload > 0 && pb->offload_grads;
+  bool grads = offload > 0 && pb->offload_grads, params = grads && pb->offload_params;
   for (int c = 0; c < un->nchoices; c++) {
     const SvChoice *ch = &un->choice[c];
     if (ch->layout == layout && ch->ckpt == (ckpt > 0) && ch->swap == (swap > 0) &&
-        ch->zero == zero && ch->offload == offload && ch->grads == grads) {
+        ch->zero == zero && ch->offload == offload && ch->grads == grads &&
+        ch->params == params) {
       *nplain = ckpt + swap > 0 ? un->count - ckpt - swap : 0;
       return c;
     }

@@ -805,8 +805,8 @@ double sv_offload_host_bytes(double psi_host, SvStateBytes b, bool staged) {
 
 // The device no longer holds the offloaded share's state, nor its separate
 // master (bf16: the host has it); its weights stay.
-double sv_offload_device_bytes(double psi_host, SvStateBytes b) {
-  return psi_host * (b.state + b.master);
+double sv_offload_device_bytes(double psi_host, SvStateBytes b, bool params) {
+  return psi_host * (b.state + b.master + (params ? b.param : 0));
 }
 
 double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micro, SvStateBytes b) {
@@ -888,7 +888,7 @@ static double on_grid(const double *by_split, int q) {
 }
 
 void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, int zero,
-             int offload, bool grads, int g, SvCost *o) {
+             int offload, bool grads, bool params, int g, SvCost *o) {
   const SvConfig *cfg = x->cfg;
   const SvCluster *cl = &cfg->cluster;
   const SvGroup *gr = &cl->group[g];
@@ -992,7 +992,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // the weights forward reads (float32, or the bf16 copies) up during the
   // next forward. With gradient offload the gradients go down every
   // micro-step and the host sums them (priced at AdamW's rate per byte: 12
-  // bytes an element moved against AdamW's 28).
+  // bytes an element moved against AdamW's 28). With parameter offload the
+  // weights go up every micro-step instead, before each gather.
   // The offloaded share is whole runs of PASS_ALIGN_ELEMS of the elements this
   // device updates, as the program cuts it.
   double own = slice / (zero >= 1 ? shards : 1);
@@ -1006,18 +1007,22 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     Link host = {pcie, 0, dev->eff.overlap, 1};
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
     double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
+    double up = exposed(moved * b->param / pcie, tf, host, 0);
     if (grads)
       o->t_micro[SV_T_OFFLOAD] = per * (down + sum);
-    o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam +
-                              exposed(moved * b->param / pcie, tf, host, 0);
+    if (params)   // the shard up before forward's gather, and backward's (as ZeRO-3 gathers)
+      o->t_micro[SV_T_OFFLOAD] +=
+          per * (up + (n->bwd_params || ckpt ? exposed(moved * b->param / pcie, tb, host, 0) : 0));
+    o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam + (params ? 0 : up);
   }
 
   // Memory. Sharded state is held at share 1 here: the group's devices hold
   // share * slice / (count / s) each, which is slice / d on one group (slice / (d x tp) for a
   // block data parallel over tp: one group).
   double sh = shards > 1 ? (double)s / gr->count / (l.batch ? l.tp : 1) : 1;
-  double cat[SV_NM] = {slice * b->param, grads ? 0 : slice * b->grad,
-                       slice * (b->master + b->state) - sv_offload_device_bytes(fo * slice, *b), 0};
+  double cat[SV_NM] = {params ? 0 : slice * b->param, grads ? 0 : slice * b->grad,
+                       slice * (b->master + b->state) -
+                           sv_offload_device_bytes(fo * slice, *b, false), 0};
   int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category
   for (int k = 0; k < SV_M_ACT; k++) {
     if (zero >= from[k])

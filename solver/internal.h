@@ -17,10 +17,11 @@ typedef struct SvCtx {
 
 void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *out);
 // The cost of one block with layout l on a device of group g.
-// With grads, the gradients leave the device too (offload 100 only); with swap (not with
-// ckpt), its activations wait in host memory between forward and backward.
+// With grads, the gradients leave the device too (offload 100 only), with params the
+// parameters (ZeRO-3 and grads only); with swap (not with ckpt), its activations wait in host
+// memory between forward and backward.
 void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, int zero,
-             int offload, bool grads, int g, SvCost *out);
+             int offload, bool grads, bool params, int g, SvCost *out);
 // Seconds to move `bytes` of a block boundary between two layouts, per step.
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g);
 

@@ -524,7 +524,7 @@ static int fixed_choice(const SvUnit *u, int layout, const Fixed *f, bool ckpt) 
   int best = -1, score = -1;
   for (int s = 0; s < u->nchoices; s++) {
     const SvChoice *c = &u->choice[s];
-    if (c->layout != layout || c->swap)
+    if (c->layout != layout || c->swap || c->params)   // no baseline offloads parameters
       continue;
     int sc = (c->zero == f->zero) * 4 + (c->offload == f->offload && c->grads == f->grads) * 2 +
              (c->ckpt == ckpt);
@@ -841,7 +841,7 @@ void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out) {
   SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
   const SvChoice *ch = &p->prob->unit[u].choice[c];
   sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->swap, ch->zero,
-          ch->offload, ch->grads, g, out);
+          ch->offload, ch->grads, ch->params, g, out);
 }
 
 void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out) {
@@ -851,8 +851,10 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
   double k = sv_ckpt_blocks(p->prob, s, u) + sv_swap_blocks(p->prob, s, u);
   double n = p->prob->unit[u].count;
   SvCost a, b;   // a checkpointed (or swapped) block, one without
-  sv_cost(&x, &p->nums[u], l, !ch->swap, ch->swap, ch->zero, ch->offload, ch->grads, g, &a);
-  sv_cost(&x, &p->nums[u], l, false, false, ch->zero, ch->offload, ch->grads, g, &b);
+  sv_cost(&x, &p->nums[u], l, !ch->swap, ch->swap, ch->zero, ch->offload, ch->grads, ch->params,
+          g, &a);
+  sv_cost(&x, &p->nums[u], l, false, false, ch->zero, ch->offload, ch->grads, ch->params, g,
+          &b);
   memset(out, 0, sizeof *out);
   for (int i = 0; i < SV_NT; i++) {
     out->t_micro[i] = k * a.t_micro[i] + (n - k) * b.t_micro[i];

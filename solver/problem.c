@@ -62,10 +62,11 @@ static void add_choice(SvUnit *u, int *cap, const SvChoice *c) {
   u->choice[u->nchoices++] = *c;
 }
 
-// The offload choices: percent of the optimizer state, and whether the
-// gradients go too (only with all of it).
-static const struct { int share; bool grads; } offloads[] = {{0, false}, {50, false},
-                                                              {100, false}, {100, true}};
+// The offload choices: percent of the optimizer state, whether the gradients go too (only
+// with all of it), and whether the parameters go too (only with the gradients, under ZeRO-3).
+static const struct { int share; bool grads, params; } offloads[] = {
+    {0, false, false}, {50, false, false}, {100, false, false}, {100, true, false},
+    {100, true, true}};
 #define NOFFLOADS ((int)(sizeof offloads / sizeof *offloads))
 
 // The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
@@ -82,7 +83,10 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
     for (int ck = 0; ck <= 2; ck++)   // keep, checkpoint, swap
       for (int z = 0; z <= 3; z++)
         for (int o = 0; o < NOFFLOADS; o++) {
-          if (z > 0 && (p->layout[l].dp == 1 || !has_state))
+          // ZeRO on one replica changes nothing but where parameter offload keeps its shard
+          if (z > 0 && (!has_state || (p->layout[l].dp == 1 && !offloads[o].params)))
+            continue;
+          if (offloads[o].params && z != 3)
             continue;
           if (z > 1 && p->replica_ranks)   // uneven micro-batches: no collective per micro-batch
             continue;
@@ -93,13 +97,14 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
           if ((ck == 1 && !can_ckpt) || (ck == 2 && !can_swap))
             continue;
           SvChoice c = {.layout = l, .ckpt = ck == 1, .swap = ck == 2, .zero = z,
-                        .offload = offloads[o].share, .grads = offloads[o].grads};
+                        .offload = offloads[o].share, .grads = offloads[o].grads,
+                        .params = offloads[o].params};
           for (int g = 0; g < p->ngroups; g++) {
             SvCost k;
             SvChoice plain = c;
-            sv_cost(x, n, p->layout[l], false, false, z, c.offload, c.grads, g, &k);
+            sv_cost(x, n, p->layout[l], false, false, z, c.offload, c.grads, c.params, g, &k);
             sv_choice_fill(&plain, g, &k);
-            sv_cost(x, n, p->layout[l], c.ckpt, c.swap, z, c.offload, c.grads, g, &k);
+            sv_cost(x, n, p->layout[l], c.ckpt, c.swap, z, c.offload, c.grads, c.params, g, &k);
             sv_choice_fill(&c, g, &k);
             // Checkpointing and swap change a block's time per micro-batch, the activations
             // it holds and (swap) its host memory, nothing else: what a block left without
@@ -241,8 +246,7 @@ int sv_choice_plain(const SvUnit *u, int s) {
   for (int t = 0; t < u->nchoices; t++) {
     const SvChoice *d = &u->choice[t];
     if (!sv_moves_acts(d) && d->layout == c->layout && d->zero == c->zero &&
-        d->offload == c->offload &&
-        d->grads == c->grads)
+        d->offload == c->offload && d->grads == c->grads && d->params == c->params)
       return t;
   }
   return -1;

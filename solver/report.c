@@ -136,7 +136,7 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
 // bytes per GPU of group g.
 typedef struct UnitRow {
   char name[300], layout[32], ckpt[32];
-  char offload[16];   // "50%", "100% +grads" (the gradients offloaded too)
+  char offload[24];   // "50%", "100% +grads" (the gradients offloaded too), "100% +grads+params"
   int zero;
   double t, m;
 } UnitRow;
@@ -166,7 +166,8 @@ static void unit_row(const SvPlan *pl, int u, int g, UnitRow *r) {
   }
   sv_layout_str(r->layout, sizeof r->layout, p->layout[c->layout]);
   r->zero = c->zero;
-  snprintf(r->offload, sizeof r->offload, "%d%%%s", c->offload, c->grads ? " +grads" : "");
+  snprintf(r->offload, sizeof r->offload, "%d%%%s", c->offload,
+           c->params ? " +grads+params" : c->grads ? " +grads" : "");
 }
 
 static void print_blocks(FILE *f, const SvPlan *pl) {
@@ -180,21 +181,22 @@ static void print_blocks(FILE *f, const SvPlan *pl) {
   UnitRow *rows = malloc((size_t)p->nunits * sizeof *rows);
   IR_ASSERT(rows);
   double most = 0;
-  int cw = 9;   // the ckpt column
+  int cw = 9, ow = 11;   // the ckpt and offload columns
   for (int u = 0; u < p->nunits; u++) {
     unit_row(pl, u, g, &rows[u]);
     most = fmax(most, rows[u].m);
     cw = (int)strlen(rows[u].ckpt) > cw ? (int)strlen(rows[u].ckpt) : cw;
+    ow = (int)strlen(rows[u].offload) > ow ? (int)strlen(rows[u].offload) : ow;
   }
   SvByteUnit un = sv_unit(most);
   char head[16];
   snprintf(head, sizeof head, "%s/GPU", un.name);
-  fprintf(f, "\n%-*s  %-14s %-*s %-5s %11s %10s %9s\n", w, "blocks", "layout", cw, "ckpt",
-          "ZeRO", "offload", "ms/step", head);
+  fprintf(f, "\n%-*s  %-14s %-*s %-5s %*s %10s %9s\n", w, "blocks", "layout", cw, "ckpt",
+          "ZeRO", ow, "offload", "ms/step", head);
   for (int u = 0; u < p->nunits; u++) {
     const UnitRow *r = &rows[u];
-    fprintf(f, "%-*s  %-14s %-*s %-5d %11s %10.2f %9.2f\n", w, r->name, r->layout, cw, r->ckpt,
-            r->zero, r->offload, r->t * 1e3, r->m / un.bytes);
+    fprintf(f, "%-*s  %-14s %-*s %-5d %*s %10.2f %9.2f\n", w, r->name, r->layout, cw, r->ckpt,
+            r->zero, ow, r->offload, r->t * 1e3, r->m / un.bytes);
   }
   free(rows);
 }
@@ -617,6 +619,7 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddNumberToObject(o, "zero", c->zero);
       cJSON_AddNumberToObject(o, "offload", c->offload / 100.0);
       cJSON_AddBoolToObject(o, "offload_grads", c->grads);
+      cJSON_AddBoolToObject(o, "offload_params", c->params);
       cJSON_AddItemToArray(blocks, o);
     }
     free(seen);

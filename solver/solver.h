@@ -293,8 +293,11 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b);
 // compile --offload) both use these. With gradient offload (staged: and
 // micro-batches), each micro-batch's gradient is copied to a second host
 // buffer before the host sums it into the first: b.grad more per parameter.
+// With parameter offload (params; ZeRO-3's shard, psi_host of them) the device's
+// weights (bf16: its working copies) leave it too: the host holds no more,
+// since its master (bf16: and its copies) was already there.
 double sv_offload_host_bytes(double psi_host, SvStateBytes b, bool staged);
-double sv_offload_device_bytes(double psi_host, SvStateBytes b);
+double sv_offload_device_bytes(double psi_host, SvStateBytes b, bool params);
 // Bytes one rank sends per step for data parallelism over n ranks at a ZeRO
 // stage, with ring collectives (the volumes the cost model prices): psi
 // parameters, their gradients reduced at b.grad bytes each and the weights
@@ -344,6 +347,8 @@ typedef struct SvChoice {
   int zero;                 // ZeRO stage 0-3
   int offload;              // percent of the optimizer state on the CPU: 0, 50, 100
   bool grads;               // and the gradients (offload 100 only: ZeRO-Offload)
+  bool params;              // and the parameters (with the gradients, ZeRO-3 only:
+                            // ZeRO-Infinity's offload_param)
   double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
   double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
   double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];

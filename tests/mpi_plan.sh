@@ -10,7 +10,8 @@
 # PLAN_BATCH_TP="1 2" makes those blocks data parallel over all 4 GPUs (dp 4,
 # tp 1) beside the others' dp 2 x tp 2: the program splits their batch over
 # tp too (per-block meshes; all of them: each says so with "batch_tp": 2). PLAN_OFFLOAD_GRADS="2" offloads those blocks'
-# gradients with all of their optimizer state.
+# gradients with all of their optimizer state, PLAN_OFFLOAD_PARAMS="1" those blocks'
+# parameters too (with ZeRO-3: the other blocks keep theirs on the device).
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
@@ -22,13 +23,15 @@ mkdir -p "$out"
 "$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision "${PLAN_PRECISION:-fp32}" \
   --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
-  "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" <<'PY'
+  "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
+  "${PLAN_OFFLOAD_PARAMS:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
 assert plan["batch"]["micro"] == 2 and plan["batch"]["micro_batches"] == 4, plan["batch"]
 batch = [int(x) for x in sys.argv[6].split()]
 grads = [int(x) for x in sys.argv[7].split()]
+params = [int(x) for x in sys.argv[8].split()]
 for i, b in enumerate(plan["blocks"]):
     b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
@@ -37,6 +40,8 @@ for i, b in enumerate(plan["blocks"]):
             b.update(dp=4, tp=1)
     if b["id"] in grads:
         b.update(offload=1, offload_grads=True)
+    if b["id"] in params:
+        b.update(zero=3, offload=1, offload_grads=True, offload_params=True)
 if sys.argv[5]:
     group = plan["groups"][0]
     plan["groups"] = [dict(group, name=f"g{i}", count=2, micro_batches=int(m), state_share=0.5)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The emitted program's safetensors flags with offload (GPT-2 small dims, one
-# rank, every block's optimizer state on the host, and with --offload-grads
-# its gradients too, against none of it):
+# rank, every block's optimizer state on the host, with --offload-grads its
+# gradients too, and with --offload-params its parameters too, against none of it):
 #   --dump-grads   the gradients are the same bits (read on the device, or on
 #                  the host where they were offloaded)
 #   --save         after 3 AdamW steps the weights are the same bits (the host
 #                  updated its range and copied it back)
-#   --load         loading saved weights fills the host's copy of the parameters:
-#                  one step at lr 0 saves the same bytes it loaded
+#   --load         loading saved weights fills the host's copy of the parameters
+#                  (with --offload-params, the only one): one step at lr 0 saves
+#                  the same bytes it loaded
 #
 #   offload_io.sh MTC MODEL OUTDIR [MTC ARGS...]
 set -euo pipefail
@@ -18,17 +19,17 @@ source "$(dirname "$0")/lib.sh"
 rm -rf "$out"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1 MTC_HOST_THREADS=2
-for v in "plain:--offload 0" "offload:--offload 1" "grads:--offload-grads"; do
+for v in "plain:--offload 0" "offload:--offload 1" "grads:--offload-grads" "params:--offload-params"; do
   # shellcheck disable=SC2086
   "$mtc" compile "$model" -o "$out/${v%%:*}" --precision fp32 "$@" ${v#*:} > /dev/null
   make_program "$out/${v%%:*}" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
 done
 fail=0
-for v in plain offload grads; do
+for v in plain offload grads params; do
   "$out/$v/train" --steps 3 --lr 1e-2 --dump-grads "$out/$v.grads.st" --save "$out/$v.w.st" \
     > "$out/$v.log"
 done
-for v in offload grads; do
+for v in offload grads params; do
   grep -q "bytes on host (planner" "$out/$v.log" && ! grep -q " 0 bytes on host" "$out/$v.log" ||
     { echo "FAIL: the $v program reports no host state"; fail=1; }
   cmp -s "$out/plain.grads.st" "$out/$v.grads.st" || { echo "FAIL: $v: --dump-grads differs"; fail=1; }
@@ -42,4 +43,4 @@ norm() { sed -nE 's/.*norm ([0-9.e+-]+).*/\1/p' "$1" | tail -1; }
 python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(a))" \
   "$(norm "$out/plain.log")" "$(norm "$out/grads.log")" ||
   { echo "FAIL: gradient norms $(norm "$out/plain.log") and $(norm "$out/grads.log")"; fail=1; }
-[ $fail -eq 0 ] && echo "PASS: --dump-grads, --save and --load with offload, and with the gradients offloaded" || exit 1
+[ $fail -eq 0 ] && echo "PASS: --dump-grads, --save and --load with offload, and with the gradients and parameters offloaded" || exit 1

@@ -8,7 +8,9 @@
 // The lowering: GPT-2 (examples/gpt2.mtc, small dims) with offload shares 0.5
 // and 1 under ZeRO 0-3 has, per bucket, the host's range in whole blocks of
 // 16, the copies and the host update in the update phase, its host values in
-// the host plan and not the arena; and one rank running the lowered program
+// the host plan and not the arena; with the parameters offloaded too (ZeRO-3), the
+// buckets hold nothing on the device and the gathers start from the host; and one rank
+// running the lowered program
 // in the interpreter for three AdamW steps ends with the same bits in every
 // parameter as without offload.
 #include <math.h>
@@ -125,13 +127,15 @@ static void test_cast_host(void) {
 
 static const char *gpt2_path;
 
-static IrGraph *lowered_gpt2(int dp, int zero, double offload, PassCtx *ctx, IrDiag *d) {
+static IrGraph *lowered_gpt2_as(int dp, PlanBlock rest, PassCtx *ctx, IrDiag *d) {
   static const FeDefine defs[] = {{"L", 2}, {"C", 32}, {"NH", 2}, {"T", 8}, {"V", 64}, {"B", 2}};
   static Plan plan;
   plan = plan_single();
   plan.lower = true;
   plan.mesh = mesh_make(dp, 1);
-  plan.rest = (PlanBlock){.zero = zero, .offload = offload};
+  plan.rest = rest;
+  int zero = rest.zero;
+  double offload = rest.offload;
   *ctx = (PassCtx){.opt = pass_default_options(), .diag = d, .plan = &plan};
   IrGraph *g = fe_dsl_load(gpt2_path, defs, 6, d);
   if (!g || pass_run_all(g, ctx)) {
@@ -143,6 +147,10 @@ static IrGraph *lowered_gpt2(int dp, int zero, double offload, PassCtx *ctx, IrD
     return NULL;
   }
   return g;
+}
+
+static IrGraph *lowered_gpt2(int dp, int zero, double offload, PassCtx *ctx, IrDiag *d) {
+  return lowered_gpt2_as(dp, (PlanBlock){.zero = zero, .offload = offload}, ctx, d);
 }
 
 // v's size in bytes
@@ -208,6 +216,72 @@ static void test_lowering(int dp, int zero, double offload) {
   free(text);
   pass_memplan_free(ctx.mem);
   ir_graph_free(g);
+}
+
+// Parameter offload (ZeRO-3, with the gradients): each bucket's parameters are in host memory
+// only, as the masters the host updates (16 bytes an element on the host: parameters, gradient,
+// two moments; nothing persistent on the device but the step's counter); forward's and
+// backward's gathers each start with an unshard of the host's shard, and the update copies
+// nothing back.
+static void test_lowering_params(int dp) {
+  IrDiag d = {0};
+  PassCtx ctx;
+  PlanBlock rest = {.zero = 3, .offload = 1, .offload_grads = true, .offload_params = true};
+  IrGraph *g = lowered_gpt2_as(dp, rest, &ctx, &d);
+  if (!g)
+    return;
+  const PassLowered *lw = ctx.lowered;
+  int64_t host = 0;
+  int unshards = 0, gathers = 0, back = 0;
+  for (int i = 0; i < lw->nbuckets; i++) {
+    const PassBucket *b = &lw->bucket[i];
+    host += 16 * b->part;
+    gathers += 1 + b->bwd_gather;
+    check(b->params_host && b->host_numel == b->part && b->part == b->numel / dp &&
+              b->host_params && b->host_params->host && nbytes(g, b->pshard) == 0,
+          "dp %d, parameter offload: bucket %s: %lld of %lld on the host", dp, b->name,
+          (long long)b->host_numel, (long long)b->part);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    unshards += n->op == OP_UNSHARD && n->in[0]->host;
+    back += n->op == OP_TO_DEVICE;
+  }
+  const MemPlan *m = ctx.mem;
+  int64_t kept = 0;   // model state in the arena's persistent part
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (!v->host && (v->role == ROLE_BUCKET || v->role == ROLE_STATE) && m->bytes[i] > 0 &&
+        m->offset[i] < m->persistent_bytes)
+      kept += m->bytes[i];
+  }
+  check(m->host_bytes == host && kept == 0,
+        "dp %d, parameter offload: host region %lld bytes (want %lld), %lld bytes of model state "
+        "kept on the device", dp, (long long)m->host_bytes, (long long)host, (long long)kept);
+  check(unshards == gathers && back == 0, "dp %d, parameter offload: %d gathers from the host "
+        "(want %d), %d copies back", dp, unshards, gathers, back);
+  pass_memplan_free(ctx.mem);
+  ir_graph_free(g);
+  // without ZeRO-3, or with the gradients on the device, the lowering says why
+  PlanBlock bad[2] = {{.zero = 2, .offload = 1, .offload_grads = true, .offload_params = true},
+                      {.zero = 3, .offload = 1, .offload_params = true}};
+  for (int k = 0; k < 2; k++) {
+    d = (IrDiag){0};
+    IrGraph *b = fe_dsl_load(gpt2_path, (FeDefine[]){{"L", 2}, {"C", 32}, {"NH", 2}, {"T", 8},
+                                                     {"V", 64}, {"B", 2}}, 6, &d);
+    Plan plan = plan_single();
+    plan.lower = true;
+    plan.mesh = mesh_make(dp, 1);
+    plan.rest = bad[k];
+    PassCtx c = {.opt = pass_default_options(), .diag = &d, .plan = &plan};
+    int rc = b ? pass_run_all(b, &c) : -1;
+    check(rc && strstr(d.msg, "offloads its parameters") &&
+              strstr(d.msg, k ? "gradients on the device" : "ZeRO-2"),
+          "dp %d, parameter offload %s: rc %d, '%s'", dp, k ? "without the gradients" : "at ZeRO-2",
+          rc, d.msg);
+    pass_memplan_free(c.mem);
+    ir_graph_free(b);
+  }
 }
 
 // The IR text: host values read back as host; the copies' rules hold.
@@ -339,6 +413,8 @@ int main(int argc, char **argv) {
     test_lowering(2, zero, 0.0);
   }
   test_lowering(1, 0, 0.3);
+  test_lowering_params(1);
+  test_lowering_params(2);
   test_text();
   for (int opt = RT_OPT_ADAMW; opt <= RT_OPT_SGD; opt++) {
     test_interp(0, 0.5, opt);
