@@ -3,14 +3,18 @@
 # data-parallel rank, fp32 and bf16) with nothing offloaded, with every block's
 # optimizer state on the host (--offload 1), and with its gradients too
 # (--offload-grads, ZeRO-Offload's layout), at 1 rank and at DP2 with ZeRO-2
-# and 2 micro-batches; and with every layer's activations swapped to host
-# memory (--swap all), alone and with the gradients offloaded.
+# and 2 micro-batches; with its parameters too (--offload-params, ZeRO-3's
+# shards in host memory as ZeRO-Infinity keeps them), at 1 rank and at DP2;
+# and with every layer's activations swapped to host memory (--swap all),
+# alone and with the gradients offloaded.
 #
-#   bench/offload.sh [--steps N] [--wait S] [--seq T] [--precision fp32|bf16] [MTC]
+#   bench/offload.sh [--steps N] [--wait S] [--seq T] [--precision fp32|bf16]
+#                    [--rows REGEX] [MTC]
 #
 # --seq T sets the sequence length (default 64: the activations are a small
-# share of the memory; at 256 they are most of it) and --precision one of the
-# two precisions (default both).
+# share of the memory; at 256 they are most of it), --precision one of the
+# two precisions (default both) and --rows the rows whose "ranks|offloaded"
+# matches the extended REGEX (default all).
 #
 # For each row it compiles the model (`mtc compile examples/gpt2.mtc ...`),
 # builds it (`make cpu`), runs it --steps times (default 3; several ranks
@@ -34,6 +38,7 @@ steps=3
 wait_s=120
 seq=64
 precisions="fp32 bf16"
+only=
 mtc=build/mtc
 while [ $# -gt 0 ]; do
   case $1 in
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
   --wait) wait_s=$2; shift 2 ;;
   --seq) seq=$2; shift 2 ;;
   --precision) precisions=$2; shift 2 ;;
+  --rows) only=$2; shift 2 ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   -*) echo "bench/offload.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   *) mtc=$1; shift ;;
@@ -59,11 +65,14 @@ rows=(   # ranks|layout|flags
   "1|none|--offload 0"
   "1|optimizer state|--offload 1"
   "1|+ gradients|--offload-grads"
+  "1|+ gradients and parameters|--offload-params"
   "1|activations swapped|--offload 0 --swap all"
   "1|+ gradients, activations swapped|--offload-grads --swap all"
   "2|ZeRO-2 DP2 x 2 micro, none|--dp 2 --zero 2 --micro-batches 2"
   "2|ZeRO-2 DP2 x 2 micro, optimizer state|--dp 2 --zero 2 --micro-batches 2 --offload 1"
   "2|ZeRO-2 DP2 x 2 micro, + gradients|--dp 2 --zero 2 --micro-batches 2 --offload-grads"
+  "2|ZeRO-3 DP2 x 2 micro, + gradients|--dp 2 --zero 3 --micro-batches 2 --offload-grads"
+  "2|ZeRO-3 DP2 x 2 micro, + gradients and parameters|--dp 2 --micro-batches 2 --offload-params"
 )
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 versus() { [ "$1" = "$2" ] && echo "$(mib "$1") (=)" || echo "$(mib "$1") (planner $(mib "$2"))"; }
@@ -79,6 +88,7 @@ echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 for precision in $precisions; do
   for r in "${rows[@]}"; do
     IFS='|' read -r ranks name flags <<< "$r"
+    [ -z "$only" ] || [[ "$ranks|$name" =~ $only ]] || continue
     dir="$tmp/p" log="$tmp/log"
     rm -rf "$dir"
     # shellcheck disable=SC2086
