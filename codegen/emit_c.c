@@ -1335,17 +1335,13 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
     fputs("CC ?= cc\n", f);
   fputs("CFLAGS ?= " CG_CPU_CFLAGS "\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
-  fprintf(f, "COMMON = model.c runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c "
-             "runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c runtime/checkpoint.c "
-             "runtime/%s\n", mpi ? "comm_mpi.c" : "comm_single.c");
-  fputs("CPU_SRC = $(COMMON) runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c\n"
-        "HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/dtypes.def runtime/bf16.h "
-        "runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/coalesce.h runtime/pool.h runtime/model_api.h "
-        "runtime/rng.h runtime/safetensors.h runtime/schedule.h runtime/log.h runtime/shard.h "
-        "runtime/tokenizer.h runtime/data.h runtime/checkpoint.h runtime/comm.h "
-        "runtime/dist.h "
-        "runtime/device.h\n"
-        "\n"
+  fputs("include runtime/runtime.mk\n"
+        "# the runtime of each build (an archive of the same sources, built with the same flags,\n"
+        "# may be given instead)\n", f);
+  fprintf(f, "CPU_RUNTIME ?= $(RT_SRC) $(RT_COMM_%s) $(RT_CPU_SRC)\n", mpi ? "MPI" : "SINGLE");
+  fprintf(f, "GPU_RUNTIME ?= $(RT_SRC) %s\n",
+          mpi ? "$(RT_COMM_MPI) $(RT_COMM_NCCL)" : "$(RT_COMM_SINGLE)");
+  fputs("\n"
         "CUDA ?= /usr/local/cuda\n"
         "NVCC ?= $(CUDA)/bin/nvcc\n"
         "CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90\n",
@@ -1358,13 +1354,11 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
         "# the kernels' objects (a prebuilt archive of the same sources may be given instead)\n"
         "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n", f);
   if (mpi)
-    fputs("GPU_SRC = $(COMMON) runtime/comm_nccl.c\n"
-          "GPU_DEFS = -DRT_COMM_NCCL -I$(CUDA)/include\n"
+    fputs("GPU_DEFS = -DRT_COMM_NCCL -I$(CUDA)/include\n"
           "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcublas -lcudart -lstdc++\n",
           f);
   else
-    fputs("GPU_SRC = $(COMMON)\n"
-          "GPU_DEFS =\n"
+    fputs("GPU_DEFS =\n"
           "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublas -lcudart -lstdc++\n", f);
   fputs("\n"
         "all: gpu\n"
@@ -1373,22 +1367,22 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
         "gpu: build/gpu/train\n"
         "\tcp build/gpu/train train\n"
         "\n"
-        "build/cpu/train: $(CPU_SRC) $(HDR)\n", f);
+        "build/cpu/train: model.c $(CPU_RUNTIME) $(RT_HDR)\n", f);
   const char *need_mpi = "\t@command -v $(CC) >/dev/null || { echo \"make: this program runs on "
                          "several ranks and needs MPI: apt-get install openmpi-bin libopenmpi-dev\" "
                          ">&2; exit 1; }\n";
   if (mpi)
     fputs(need_mpi, f);
   fputs("\t@mkdir -p build/cpu\n"
-        "\t$(CC) $(CFLAGS) -Iruntime -o $@ $(CPU_SRC) $(LDLIBS)\n"
+        "\t$(CC) $(CFLAGS) -Iruntime -o $@ model.c $(CPU_RUNTIME) $(LDLIBS)\n"
         "\n"
-        "build/gpu/train: $(GPU_SRC) $(CUDA_OBJS) $(HDR) runtime/comm_nccl.h\n", f);
+        "build/gpu/train: model.c $(GPU_RUNTIME) $(CUDA_OBJS) $(RT_HDR)\n", f);
   if (mpi)
     fputs(need_mpi, f);
   fputs("\t@mkdir -p build/gpu\n"
-        "\t$(CC) $(GPU_CFLAGS) $(GPU_DEFS) -Iruntime -o $@ $(GPU_SRC) $(CUDA_OBJS) $(CUDA_LIBS) "
-        "$(LDLIBS)\n"
-        "build/gpu/%.o: runtime/%.cu runtime/cuda_common.h runtime/attention_cuda.cuh $(HDR)\n"
+        "\t$(CC) $(GPU_CFLAGS) $(GPU_DEFS) -Iruntime -o $@ model.c $(GPU_RUNTIME) $(CUDA_OBJS) "
+        "$(CUDA_LIBS) $(LDLIBS)\n"
+        "build/gpu/%.o: runtime/%.cu $(RT_CUDA_HDR) $(RT_HDR)\n"
         "\t@test -x $(NVCC) || { echo \"make: no nvcc at $(NVCC): install the CUDA toolkit or "
         "set CUDA=its folder; make cpu builds for the CPU\" >&2; exit 1; }\n"
         "\t@mkdir -p build/gpu\n"
@@ -1456,7 +1450,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "pool.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
-      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", NULL};
+      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};
   for (int i = 0; runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);

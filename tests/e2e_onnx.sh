@@ -24,7 +24,7 @@ for name in "${names[@]}"; do
   o="$out/$name.out"
   rm -rf "$o"
   if ! "$mtc" compile "$dir/$name.onnx" -o "$o" --precision fp32 "${opts[@]}" > "$out/$name.log" 2>&1 ||
-     ! (make_program "$o" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror") >> "$out/$name.log" 2>&1 ||
+     ! (make_program "$o" "$MTC_TEST_CFLAGS") >> "$out/$name.log" 2>&1 ||
      ! (cd "$o" && ./train --steps "$steps" --seed 7) >> "$out/$name.log" 2>&1; then
     echo "FAIL $name: see $out/$name.log"; tail -5 "$out/$name.log"; fail=1; continue
   fi

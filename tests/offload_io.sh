@@ -22,7 +22,7 @@ export OMP_NUM_THREADS=1 MTC_HOST_THREADS=2
 for v in "plain:--offload 0" "offload:--offload 1" "grads:--offload-grads" "params:--offload-params"; do
   # shellcheck disable=SC2086
   "$mtc" compile "$model" -o "$out/${v%%:*}" --precision fp32 "$@" ${v#*:} > /dev/null
-  make_program "$out/${v%%:*}" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
+  make_program "$out/${v%%:*}" "$MTC_TEST_CFLAGS"
 done
 fail=0
 for v in plain offload grads params; do

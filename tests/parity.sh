@@ -49,7 +49,7 @@ if ! "$mtc" compile "$model" -o "$out" --precision fp32 $mtc_args 2> "$out.compi
   echo "FAIL: mtc compile $model"
   exit 1
 fi
-make_program "$out" "-O2 -fopenmp -std=c11 -Wall -Wextra -Werror"
+make_program "$out" "$MTC_TEST_CFLAGS"
 
 train() {
   local weights=()

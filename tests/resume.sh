@@ -75,7 +75,7 @@ fi
 # dropout: the masks go on where they stopped
 if "$mtc" compile "$onnx/gpt_o17_train.onnx" -o drop --precision fp32 -D B=2 -D T=8 \
     > drop.log 2>&1; then
-  make_program drop "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
+  make_program drop "$MTC_TEST_CFLAGS"
   drop_args=(--data train_000.bin --lr 1e-2 --log-every 1)
   drop/train "${drop_args[@]}" --steps 6 > drop_straight.run
   drop/train "${drop_args[@]}" --steps 3 --checkpoint-dir ck3 > drop_a.run

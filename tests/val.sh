@@ -27,7 +27,7 @@ if ! "$mtc" compile "$onnx/gpt_o17_train_p0.onnx" -o "$out/p0" --precision fp32 
   cat "$out/p0.log"
   exit 1
 fi
-make_program "$out/p0" "-O1 -fopenmp -std=c11 -Wall -Wextra -Werror"
+make_program "$out/p0" "$MTC_TEST_CFLAGS"
 build_program "$mtc" "$onnx/gpt_o17_train.onnx" "$out/drop" "$out/drop.log" -D B=2 -D T=8
 cd "$out"
 step_losses() { awk -F'|' '/^step/ { sub(/ *loss /, "", $2); print $2 }' "$1"; }
