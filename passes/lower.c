@@ -392,7 +392,7 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
   IrValue *whole = u->out[0];
   whole->role = ROLE_BUCKET;
   char name[256];
-  snprintf(name, sizeof name, "%s.%s.%s", shard == b->pshard ? "params" : "copies",
+  snprintf(name, sizeof name, "%s.%s.%s", shard == b->copies ? "copies" : "params",
            phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
   ir_value_rename(g, whole, name);
   wait(L, collective(L, b, OP_ALL_GATHER, whole, false, false));
