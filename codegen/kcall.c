@@ -115,7 +115,8 @@ static int64_t bf16_sum_scratch(const IrGraph *g, const CgCall *c) {
 #define ARG(pos) ir_eval(g, c->args[pos].i)
   switch (c->k) {
   case CG_K_reduce_sum: return 4 * ARG(5);             // onumel
-  case CG_K_embedding_bwd: return 4 * ARG(4) * ARG(5);  // v x c
+  case CG_K_embedding_bwd: return 4 * ARG(4) * ARG(5);     // v x c
+  case CG_K_embedding_vp_bwd: return 4 * ARG(5) * ARG(6);  // this rank's v x c
   case CG_K_matmul: {
     int64_t batch = ARG(3), mn = ARG(4) * ARG(5), sc = ARG(11);
     if (c->t == DT_F32)
@@ -579,9 +580,13 @@ static void lower_embedding(Lower *L, const IrNode *n) {
     num(c, n->in[0]->shape[0]);
 }
 
+// The gradient of a table split over a mesh axis (shards > 1): this rank's rows only.
 static void lower_embedding_bwd(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_embedding_bwd);
+  bool vp = ir_attr_i(n, "shards") > 1;
+  CgCall *c = call(L, vp ? CG_K_embedding_vp_bwd : CG_K_embedding_bwd);
   const IrValue *dw = n->out[0];
+  if (vp)
+    axis(L, c, n);
   buf(c, dw), buf(c, n->in[0]), buf(c, n->in[1]);
   num(c, numel(L, n->in[1])), num(c, dw->shape[0]), num(c, dw->shape[1]);
 }

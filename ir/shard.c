@@ -630,11 +630,12 @@ static void seed_weight_2d(ShardOp *op, int w, int wk, int wn) {
   op->seed_as = op->in[w];
 }
 
-// The layout a 2D block's matmul should give its output dim `d` (of rank
-// `rank`): that of the parameter whose gradient the output is (a term of), so
-// that a reduce-scatter, not a gather, makes it the parameter's. NONE: none.
+// The layout a node should give its output dim `d`: that of the parameter whose gradient the
+// output is (a term of), so that a reduce-scatter (a 2D block's matmul) or nothing (a
+// vocabulary-parallel table's embedding_bwd), not a gather or a slice, makes it the
+// parameter's. NONE: none.
 static int wanted_split(const ShardOp *op, int d) {
-  const IrValue *p = op->q != 1 ? op->s->grad_of[op->n->out[0]->id] : NULL;
+  const IrValue *p = op->s->grad_of[op->n->out[0]->id];
   if (!p)
     return NONE;
   const IrValue *c = op->s->copy[p->id];
@@ -1027,7 +1028,10 @@ static int shard_embedding(ShardOp *op) {
 
 // embedding_bwd(dout [..., C], idx [...]) -> dw [V, C]: scattered over the
 // rows of the whole table; C keeps dout's split; the leading dims are summed
-// (partial over their axes). A table split on V then slices this for free.
+// (partial over their axes). The gradient of a table split on V over an axis
+// (vocabulary-parallel under tp) is made split so: each rank scatters only the
+// tokens of its own rows (embedding_vp_bwd), where it made the whole table's
+// gradient and sliced it.
 static int shard_embedding_bwd(ShardOp *op) {
   const IrNode *n = op->n;
   int lead = n->in[1]->rank;
@@ -1044,6 +1048,10 @@ static int shard_embedding_bwd(ShardOp *op) {
   *out = whole(2);
   out->split[1] = op->in[0].split[lead];
   out->partial = (unsigned char)(op->in[0].partial | split_axes(&op->in[0], lead));
+  int vocab = op->q == 1 ? wanted_split(op, 0) : NONE;
+  if (vocab != NONE && vocab != out->split[1] && !(out->partial & BIT(vocab)) &&
+      divides(op, n->out[0]->shape[0], vocab))
+    out->split[0] = (unsigned char)vocab;
   settle_partials(op, out, 1);
   return 0;
 }
@@ -1837,9 +1845,9 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int i = 0; i < nv; i++)
     if (g->values[i]->role == ROLE_PARAM && g->values[i]->grad)
       s.grad_of[g->values[i]->grad->id] = g->values[i];
-  for (int i = nn - 1; i >= 0; i--) {   // the terms a gradient is the sum of
+  for (int i = nn - 1; i >= 0; i--) {   // the terms a gradient is the sum of (bf16: cast to it)
     const IrNode *n = g->nodes[i];
-    if (n->op == OP_ADD && n->nout == 1 && s.grad_of[n->out[0]->id])
+    if ((n->op == OP_ADD || n->op == OP_CAST) && n->nout == 1 && s.grad_of[n->out[0]->id])
       for (int k = 0; k < n->nin; k++)
         if (!s.grad_of[n->in[k]->id])
           s.grad_of[n->in[k]->id] = s.grad_of[n->out[0]->id];

@@ -452,8 +452,9 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, int over, IrValue **stats_of) {
 static int learn_part(Tp *t, int i, IrValue **stats_of) {
   IrNode *n = t->node[i];
   switch (n->op) {
-  case OP_EMBEDDING: {  // split on the rows: this rank's; on the columns: nothing to learn
-    int over = use_of(t, i, 0)->split[0];
+  case OP_EMBEDDING:       // split on the rows: this rank's; on the columns: nothing to learn
+  case OP_EMBEDDING_BWD: { // the gradient of a table split on its rows: this rank's rows
+    int over = n->op == OP_EMBEDDING ? use_of(t, i, 0)->split[0] : n->out[0]->layout[0].axis;
     if (over != IR_MESH_NONE) {
       ir_set_int(t->g, n, "shards", t->size[over]);
       ir_set_int(t->g, n, "axis", ir_rt_axis((IrMeshAxis)over));

@@ -787,26 +787,45 @@ void RT_NAME(matmul)(RT_U *c, const RT_T *a, const RT_T *b, long batch, long m, 
 #endif
 }
 
-// dw = 0; dw[idx[i], :] += dout[i, :]. Parallel over column blocks, so each
-// element of dw is summed by one thread in the order of i.
-void RT_NAME(embedding_bwd)(RT_U *dw, const RT_T *dout, const int *idx, long n, long v, long c) {
-#if !RT_U_F32
-  float *f = rt_cpu_alloc(v * c);
-  RT_NAME_TF(embedding_bwd)(f, dout, idx, n, v, c);
-  RT_LOCAL(narrow_u)(dw, f, v * c);
-#else
+// dw = 0 (rows [first, first + v) of a table's gradient); dw[idx[i] - first, :] += dout[i, :]
+// for the tokens of those rows. Parallel over column blocks, so each element of dw is summed
+// by one thread in the order of i.
+static void RT_LOCAL(embedding_rows_f32)(float *dw, const RT_T *dout, const int *idx, long n,
+                                         long first, long v, long c) {
   rt_fill(dw, v * c, 0.0f);
   long nblocks = (c + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(dynamic) if (n * c >= PAR_MIN && nblocks > 1)
   for (long blk = 0; blk < nblocks; blk++) {
     long lo = blk * COL_BLOCK, hi = lo + COL_BLOCK < c ? lo + COL_BLOCK : c;
     for (long i = 0; i < n; i++) {
-      float *dwr = dw + (long)idx[i] * c;
+      long r = (long)idx[i] - first;
+      if (r < 0 || r >= v) continue;
+      float *dwr = dw + r * c;
       const RT_T *dr = dout + i * c;
       for (long j = lo; j < hi; j++) dwr[j] += LD(dr[j]);
     }
   }
+}
+
+// ... into a bf16 dw: summed in float32, rounded once
+static void RT_LOCAL(embedding_rows_bwd)(RT_U *dw, const RT_T *dout, const int *idx, long n,
+                                         long first, long v, long c) {
+#if RT_U_F32
+  RT_LOCAL(embedding_rows_f32)(dw, dout, idx, n, first, v, c);
+#else
+  float *f = rt_cpu_alloc(v * c);
+  RT_LOCAL(embedding_rows_f32)(f, dout, idx, n, first, v, c);
+  RT_LOCAL(narrow_u)(dw, f, v * c);
 #endif
+}
+
+void RT_NAME(embedding_bwd)(RT_U *dw, const RT_T *dout, const int *idx, long n, long v, long c) {
+  RT_LOCAL(embedding_rows_bwd)(dw, dout, idx, n, 0, v, c);
+}
+
+void RT_NAME(embedding_vp_bwd)(int axis, RT_U *dw, const RT_T *dout, const int *idx, long n,
+                               long v, long c) {
+  RT_LOCAL(embedding_rows_bwd)(dw, dout, idx, n, (long)rt_axis_rank(axis) * v, v, c);
 }
 
 // Layernorm's (centered) or RMSNorm's backward: the float32 body on widened

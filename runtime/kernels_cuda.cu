@@ -593,19 +593,21 @@ __global__ void embedding_fwd_kernel(T *out, const T *w, const int *idx, long n,
   }
 }
 
-// dw[idx[i], j] += dout[i, j] (dw float32, zeroed by the launcher). Thread
-// (j, g) owns column j of the rows r of dw with r % EMB_GROUPS == g and adds
-// the i in order: no atomics, and the CPU's order of additions (the same bits).
+// dw[idx[i] - first, j] += dout[i, j] for the tokens of rows [first, first + v) of the table
+// (dw float32, zeroed by the launcher). Thread (j, g) owns column j of the rows r of dw with
+// r % EMB_GROUPS == g and adds the i in order: no atomics, and the CPU's order of additions
+// (the same bits).
 #define EMB_GROUPS 16
 template <typename T>
-__global__ void embedding_bwd_kernel(float *dw, const T *dout, const int *idx, long n, long c) {
+__global__ void embedding_bwd_kernel(float *dw, const T *dout, const int *idx, long n, long c,
+                                     long first, long v) {
   long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  unsigned g = blockIdx.y;
+  long g = blockIdx.y;
   if (j >= c) return;
   for (long i = 0; i < n; i++) {
-    int r = idx[i];
-    if ((unsigned)r % EMB_GROUPS != g) continue;
-    dw[(long)r * c + j] += ld(dout[i * c + j]);
+    long r = (long)idx[i] - first;
+    if (r < 0 || r >= v || r % EMB_GROUPS != g) continue;
+    dw[r * c + j] += ld(dout[i * c + j]);
   }
 }
 
@@ -1833,23 +1835,30 @@ static void embedding_fwd(T *out, const T *w, const int *idx, long n, long c) {
 RT_CUDA_KT(embedding_fwd, (T *out, const T *w, const int *idx, long n, long c),
            (dev(out), dev(w), idx, n, c))
 
+// rows [first, first + v) of a table's gradient
 template <typename T>
-static void embedding_bwd(float *dw, const T *dout, const int *idx, long n, long v, long c) {
+static void embedding_rows_bwd(float *dw, const T *dout, const int *idx, long n, long first,
+                               long v, long c) {
   if (v * c > 0) fill(dw, v * c, 0.0f);
-  if (n <= 0 || c <= 0) return;
+  if (n <= 0 || c <= 0 || v <= 0) return;
   dim3 grid((unsigned)((c + 127) / 128), EMB_GROUPS);
-  RT_LAUNCH(embedding_bwd_kernel, grid, 128, 0, rt_cuda_stream, dw, dout, idx, n, c);
+  RT_LAUNCH(embedding_bwd_kernel, grid, 128, 0, rt_cuda_stream, dw, dout, idx, n, c, first, v);
   LAUNCHED();
 }
 
 // a bf16 dw: summed in float32, rounded once
 template <typename T>
-static void embedding_bwd(__nv_bfloat16 *dw, const T *dout, const int *idx, long n, long v,
-                          long c) {
+static void embedding_rows_bwd(__nv_bfloat16 *dw, const T *dout, const int *idx, long n,
+                               long first, long v, long c) {
   if (v * c <= 0) return;
   float *f = temp_f32(v * c, "embedding_bwd");
-  embedding_bwd(f, dout, idx, n, v, c);
+  embedding_rows_bwd(f, dout, idx, n, first, v, c);
   cast(dw, f, v * c);
+}
+
+template <typename U, typename T>
+static void embedding_bwd(U *dw, const T *dout, const int *idx, long n, long v, long c) {
+  embedding_rows_bwd(dw, dout, idx, n, 0, v, c);
 }
 RT_CUDA_KTU(embedding_bwd, (U *dw, const T *dout, const int *idx, long n, long v, long c),
             (dev(dw), dev(dout), idx, n, v, c))
@@ -2484,6 +2493,16 @@ static void embedding_vp_fwd(int axis, T *out, const T *w, const int *idx, long 
 }
 RT_CUDA_KT(embedding_vp_fwd, (int axis, T *out, const T *w, const int *idx, long n, long c, long v),
            (axis, dev(out), dev(w), idx, n, c, v))
+
+// this rank's rows of the table's gradient: [r * v, (r + 1) * v), r its place along the axis
+template <typename U, typename T>
+static void embedding_vp_bwd(int axis, U *dw, const T *dout, const int *idx, long n, long v,
+                             long c) {
+  embedding_rows_bwd(dw, dout, idx, n, (long)rt_axis_rank(axis) * v, v, c);
+}
+RT_CUDA_KTU(embedding_vp_bwd, (int axis, U *dw, const T *dout, const int *idx, long n, long v,
+                               long c),
+            (axis, dev(dw), dev(dout), idx, n, v, c))
 
 template <typename T>
 static void vp_crossentropy_fwd(int axis, float *loss, float *stats, const T *logits,

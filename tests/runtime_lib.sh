@@ -23,7 +23,8 @@ archive() {
   for f in $lists; do vars+=" \$($f)"; done
   local files
   files=$(printf 'all:\n\t@echo %s\n' "$vars" |
-          make -s --no-print-directory -C "$src" -f runtime/runtime.mk -f - all)
+          env -u MAKEFLAGS -u MFLAGS make -s --no-print-directory -C "$src" -f runtime/runtime.mk \
+            -f - all)
   mkdir -p "$tmp/$name"
   for f in $files; do
     # shellcheck disable=SC2086

@@ -1257,8 +1257,9 @@ static void test_crossentropy(long n, long v, int fd) {
 // rt_tp_take / rt_tp_place: rank r's part of [outer][pieces][tp][chunk] is
 // [outer][pieces][chunk] of its r-th chunks; placing every part rebuilds the
 // whole. rt_tp_slice and rt_embedding_vp_fwd on a pretend rank 1 of 3 (no
-// collective involved): its slice, and its rows of the table only; the table
-// over a grid's columns: the rows of the rank's column.
+// collective involved): its slice, and its rows of the table only (and of its
+// gradient, rt_embedding_vp_bwd); the table over a grid's columns: the rows of
+// the rank's column.
 static void test_tensor_parallel(void) {
   long outer = 3, pieces = 2, tp = 3, chunk = 5, part_n = outer * pieces * chunk;
   float *whole = frand(part_n * tp, -1, 1), *back = fbuf(part_n * tp), *part = fbuf(part_n);
@@ -1291,6 +1292,16 @@ static void test_tensor_parallel(void) {
       er[i * c + j] = idx[i] >= v && idx[i] < 2 * v ? w[(idx[i] - v) * c + j] : 0.0;
     }
   check_dd("embedding_vp_fwd: this rank's rows, zeros for the others", eg, er, n * c);
+  // its backward: rows 4..7 of the whole table's gradient, to the bit (the same sums in the
+  // same order), and nothing written past them
+  float *dout = frand(n * c, -1, 1), *dwhole = fbuf(v * tp * c), *dmine = fbuf(v * c + 1);
+  dmine[v * c] = 7.0f;
+  rt_embedding_bwd(dwhole, dout, idx, n, v * tp, c);
+  rt_embedding_vp_bwd(RT_AXIS_TP, dmine, dout, idx, n, v, c);
+  check_same("embedding_vp_bwd: this rank's rows of embedding_bwd's", dmine, dwhole + v * c,
+             v * c);
+  check_same("embedding_vp_bwd: nothing past its rows", dmine + v * c, (float[]){7.0f}, 1);
+  free(dout), free(dwhole), free(dmine);
   // the same table over a 3 x 3 grid's columns, from the rank at row 2, column 1: rows 4..7
   rt_dist.tp = 1, rt_dist.q = (int)tp, rt_dist.tp_rank = 2 * (int)tp + 1;
   rt_embedding_vp_fwd(RT_AXIS_COL, out, w, idx, n, c, v);

@@ -1294,6 +1294,11 @@ static void test_dist(void) {
     CPU(rt_embedding_vp_fwd)(RT_AXIS_TP, out.data(), w.data(), idx.data(), n, c, v);
     rt_embedding_vp_fwd(RT_AXIS_TP, dout, dw2, didx, n, c, v);
     check(fmt("embedding_vp_fwd n=%ld v=%ld (rank 1 of 2)", n, v), out, dout, EXACT);
+    Buf<T> dy = rand_vec<T>(n * c), gw = rand_vec<T>(v * c);  // gw: overwritten
+    T *ddy = dev(dy), *dgw = dev(gw);
+    CPU(rt_embedding_vp_bwd)(RT_AXIS_TP, gw.data(), dy.data(), idx.data(), n, v, c);
+    rt_embedding_vp_bwd(RT_AXIS_TP, dgw, ddy, didx, n, v, c);
+    check(fmt("embedding_vp_bwd n=%ld v=%ld (rank 1 of 2)", n, v), gw, dgw, ELEM);
     Buf<T> x = rand_vec<T>(n * v, -6, 6), g = rand_vec<T>(n * v);
     Vec stats = rand_vec(2 * n), loss = {7.0f}, dloss = {0.7f};  // float32 in every variant
     T *dx = dev(x), *dg = dev(g);

@@ -211,6 +211,14 @@ static void test_gpt2_megatron(void) {
   char buf[256];
   ir_shard_layout_str(buf, sizeof buf, g, emb, &r.layout[emb->id]);
   check(!strcmp(buf, "[B, T, C] partial(tp)"), "the embedding's output: %s", buf);
+  // ... and the table's gradient from the lookup is made as the table is held: each rank's
+  // rows only (it was made whole, [V, C], and sliced)
+  const IrValue *scatter = NULL;
+  for (int i = 0; i < g->nnodes && !scatter; i++)
+    if (g->nodes[i]->op == OP_EMBEDDING_BWD)
+      scatter = g->nodes[i]->out[0];
+  ir_shard_layout_str(buf, sizeof buf, g, scatter, &r.layout[scatter->id]);
+  check(!strcmp(buf, "[V/tp, C]"), "the embedding's backward: %s", buf);
 
   // Collectives per block and phase: Megatron's g twice in forward, f twice in backward.
   const ShardColl *c[16];
