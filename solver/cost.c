@@ -804,7 +804,8 @@ double sv_offload_host_bytes(double psi_host, SvStateBytes b, bool staged) {
 }
 
 // The device no longer holds the offloaded share's state, nor its separate
-// master (bf16: the host has it); its weights stay.
+// master (bf16: the host has it); its weights stay, unless they are offloaded
+// too (params: ZeRO-3's shard, in host memory only).
 double sv_offload_device_bytes(double psi_host, SvStateBytes b, bool params) {
   return psi_host * (b.state + b.master + (params ? b.param : 0));
 }
@@ -1010,9 +1011,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     double up = exposed(moved * b->param / pcie, tf, host, 0);
     if (grads)
       o->t_micro[SV_T_OFFLOAD] = per * (down + sum);
-    if (params)   // the shard up before forward's gather, and backward's (as ZeRO-3 gathers)
-      o->t_micro[SV_T_OFFLOAD] +=
-          per * (up + (n->bwd_params || ckpt ? exposed(moved * b->param / pcie, tb, host, 0) : 0));
+    if (params) {   // the shard up before forward's gather, and backward's (as ZeRO-3 gathers)
+      double again = n->bwd_params || ckpt ? exposed(moved * b->param / pcie, tb, host, 0) : 0;
+      o->t_micro[SV_T_OFFLOAD] += per * (up + again);
+    }
     o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam + (params ? 0 : up);
   }
 
