@@ -9,7 +9,8 @@
 #
 # MTC defaults to build/mtc. For every model and layout (1 rank; DP2; DP4;
 # ZeRO-3 at DP2 and DP4; TP2, TP4 and DP2 x TP2, each also +SP; 2D 2x2; offload of the
-# optimizer state at 1 rank, and with the gradients at 1 rank and ZeRO-2 DP2; --layout picks
+# optimizer state at 1 rank, with the gradients at 1 rank and ZeRO-2 DP2, and with the
+# parameters too at 1 rank and ZeRO-3 DP2; --layout picks
 # some by name, e.g. --layout TP2 --layout 'DP2 x TP2') it compiles the model with that
 # layout (`mtc compile ... --dp D --tp T --zero Z`, or `--tp2d 2`), builds it (`make cpu`:
 # mpicc and comm_mpi.c when there are several ranks), runs it (several ranks

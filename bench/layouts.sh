@@ -24,5 +24,7 @@ layouts=(   # ranks|name|flags
   "1|offload|--offload 1"
   "1|offload + grads|--offload-grads"
   "2|ZeRO-2 DP2 offload + grads|--dp 2 --zero 2 --offload-grads"
+  "1|offload + params|--offload-params"
+  "2|ZeRO-3 DP2 offload + params|--dp 2 --offload-params"
 )
 
