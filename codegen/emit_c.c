@@ -244,18 +244,10 @@ static void emit_dims(Emit *e, const char *code) {
 
 static bool has_host_values(const Emit *e) { return e->m->host_bytes > 0; }
 
-// Whether n reads or writes host memory.
-static bool node_uses_host(const IrNode *n) {
+// Whether n reads or writes host memory (host), or device memory.
+static bool node_uses(const IrNode *n, bool host) {
   for (int k = 0; k < n->nin + n->nout; k++)
-    if ((k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
-      return true;
-  return false;
-}
-
-// Whether n reads or writes device memory.
-static bool node_uses_device(const IrNode *n) {
-  for (int k = 0; k < n->nin + n->nout; k++)
-    if (!(k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
+    if ((k < n->nin ? n->in[k] : n->out[k - n->nin])->host == host)
       return true;
   return false;
 }
@@ -267,7 +259,7 @@ static bool node_uses_device(const IrNode *n) {
 static bool phase_uses(const Emit *e, IrPhase phase, bool device) {
   for (int i = 0; i < e->g->nnodes; i++)
     if (e->g->nodes[i]->phase == phase &&
-        (device ? node_uses_device(e->g->nodes[i]) : node_uses_host(e->g->nodes[i])))
+        node_uses(e->g->nodes[i], !device))
       return true;
   return false;
 }
@@ -730,10 +722,11 @@ static int emit_init_copies(Emit *e, IrDiag *d) {
   IrGraph *g = e->g;
   println(e, "static void init_copies(char *arena, char *host) {");
   bool host = false, device = false;   // (parameter offload: the copies may all be the host's)
-  for (int i = 0; i < g->nnodes; i++) {
-    host |= writes_copies(e, g->nodes[i]) && node_uses_host(g->nodes[i]);
-    device |= writes_copies(e, g->nodes[i]) && node_uses_device(g->nodes[i]);
-  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (writes_copies(e, g->nodes[i])) {
+      host |= node_uses(g->nodes[i], true);
+      device |= node_uses(g->nodes[i], false);
+    }
   println(e, device ? "  Buffers b = bind(arena);" : "  (void)arena;");
   println(e, host ? "  HostBuffers hb = bind_host(host);" : "  (void)host;");
   CgCall calls[MAXCALLS];
