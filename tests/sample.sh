@@ -23,8 +23,9 @@ for _ in $(seq 400); do printf '%s' "$sentence"; done > text/a.txt
 /usr/bin/python3 "$here/../tools/prep_text.py" --tokenizer bytes -o data text/a.txt > prep.log
 dims=(-D V=256 -D L=2 -D C=64 -D NH=4 -D T=64 -D B=4)
 build_program "$mtc" "$here/../examples/gpt2.mtc" one one.log "${dims[@]}"
-# the sample: the text between the two ---- lines
-sampled() { awk '/^----$/ { n++; next } n == 1' "$1"; }
+# the sample: the text between the two ---- lines. Under mpirun the other ranks' lines
+# ("rank 1: memory: ...") may arrive inside it: each rank's stdout is its own pipe.
+sampled() { awk '/^----$/ { n++; next } n == 1 && !/^rank [0-9]+: /' "$1"; }
 one/train --data data --steps 300 --lr 3e-3 --log-every 100 --save w.st --sample 120 \
   --prompt "the quick" --temperature 0 > greedy.run
 grep -E "^step" greedy.run
