@@ -311,8 +311,11 @@ static void emit_layer_times(Emit *e) {
 
 static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next);
 
-// The rank whose part of a bucket an argument is: along dp, or over every rank (runtime/dist.h).
+// The rank whose part of a bucket an argument is: along dp, over every rank, or over a sub
+// block's replicas (runtime/dist.h).
 static const char *rank_of(const CgArg *a) {
+  if (a->rank_axis == ir_rt_axis(IR_MESH_SUBREP))
+    return "rt_axis_rank(RT_AXIS_SUBREP)";
   IR_ASSERT(a->rank_axis == ir_rt_axis(IR_MESH_DP) || a->rank_axis == ir_rt_axis(IR_MESH_ALL));
   return a->rank_axis == ir_rt_axis(IR_MESH_DP) ? "rt_dist.dp_rank" : "rt_dist.rank";
 }
@@ -1167,6 +1170,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .dp = %d,", lw ? lw->plan.mesh.size[IR_MESH_DP] : 1);
   println(e, "    .tp = %d,", lw ? lw->plan.mesh.size[IR_MESH_TP] : 1);
   println(e, "    .grid_side = %d,", lw ? lw->plan.mesh.size[IR_MESH_ROW] : 1);
+  println(e, "    .tp_sub = %d,", lw ? lw->plan.mesh.size[IR_MESH_SUB] : 1);
   println(e, "    .micro_batches = %d,", lw ? lw->plan.micro_batches : 1);
   if (lw && lw->plan.replica_micro)
     println(e, "    .replica_micro = replica_micro,");

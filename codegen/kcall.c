@@ -231,8 +231,9 @@ static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena
 #define OP_CODE(e) #e, e
 
 const char *cg_rt_axis_name(IrMeshAxis a) {
-  static const char *const names[] = {"RT_AXIS_NONE", "RT_AXIS_DP", "RT_AXIS_TP", "RT_AXIS_ROW",
-                                      "RT_AXIS_COL", "RT_AXIS_ALL"};
+  static const char *const names[] = {"RT_AXIS_NONE", "RT_AXIS_DP",    "RT_AXIS_TP",
+                                      "RT_AXIS_ROW",  "RT_AXIS_COL",   "RT_AXIS_SUB",
+                                      "RT_AXIS_SUBDP", "RT_AXIS_ALL", "RT_AXIS_SUBREP"};
   int rt = ir_rt_axis(a) + 1;
   IR_ASSERT(rt >= 0 && rt < (int)(sizeof names / sizeof *names));
   return names[rt];

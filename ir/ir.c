@@ -36,8 +36,9 @@ IrOp ir_op_lookup(const char *name) {
 }
 
 const char *ir_mesh_axis_name(IrMeshAxis a) {
-  static const char *const names[IR_MESH_NAXES + 1] = {"-", "dp", "tp", "row", "col", "all"};
-  return a >= 0 && a <= IR_MESH_ALL ? names[a] : "-";
+  static const char *const names[] = {"-", "dp", "tp", "row", "col", "sub", "subdp", "all",
+                                      "subrep"};
+  return a >= 0 && a <= IR_MESH_SUBREP ? names[a] : "-";
 }
 
 // ---- diagnostics -----------------------------------------------------------------

@@ -108,25 +108,40 @@ typedef enum IrMeshAxis {
   // among those of one grid row.
   IR_MESH_ROW,
   IR_MESH_COL,
+  // A block whose tensor-parallel degree s is below the mesh's tp (PlanBlock.tp: TP2 beside
+  // TP4) splits its ops over SUB, the s adjacent ranks of the replica whose tp rank / s is
+  // the same, and its batch over SUBDP, the tp / s ranks whose tp rank % s is the same.
+  IR_MESH_SUB,
+  IR_MESH_SUBDP,
   IR_MESH_NAXES,
   // Every rank of the mesh (dp x one replica's ranks): no dim is split over it; a block data
   // parallel over tp (PlanBlock.batch_tp) reduces and shards its bucket over it.
-  IR_MESH_ALL = IR_MESH_NAXES
+  IR_MESH_ALL = IR_MESH_NAXES,
+  // The replicas of a block of degree s below the mesh's tp: dp x SUBDP, the ranks whose tp
+  // rank % s is the same; no dim is split over it, the block's bucket is reduced and sharded
+  // over it.
+  IR_MESH_SUBREP,
 } IrMeshAxis;
 
-const char *ir_mesh_axis_name(IrMeshAxis a);   // "dp", "tp", "row", "col", "all" ("-": none)
-// The axes that split one replica's ops (tp, row, col), as bits (1 << axis).
-#define IR_MESH_MODEL_AXES ((1u << IR_MESH_TP) | (1u << IR_MESH_ROW) | (1u << IR_MESH_COL))
+// "dp", "tp", "row", "col", "sub", "subdp", "all", "subrep" ("-": none)
+const char *ir_mesh_axis_name(IrMeshAxis a);
+// The axes that split one replica's ops (tp, row, col, sub), and a sub block's batch (subdp),
+// as bits (1 << axis).
+#define IR_MESH_MODEL_AXES                                                                    \
+  ((1u << IR_MESH_TP) | (1u << IR_MESH_ROW) | (1u << IR_MESH_COL) | (1u << IR_MESH_SUB) |      \
+   (1u << IR_MESH_SUBDP))
 // Can a dim split over axis a be made of equal pieces, each split (IrValue.pieces: a fused
-// QKV output dim)? Over tp and the grid's columns, which split output dims; the grid's rows
-// split a batch or a weight's input dim, never made of pieces.
-static inline bool ir_mesh_pieces(IrMeshAxis a) { return a == IR_MESH_TP || a == IR_MESH_COL; }
+// QKV output dim)? Over tp (or a sub block's) and the grid's columns, which split output dims;
+// the grid's rows split a batch or a weight's input dim, never made of pieces.
+static inline bool ir_mesh_pieces(IrMeshAxis a) {
+  return a == IR_MESH_TP || a == IR_MESH_COL || a == IR_MESH_SUB;
+}
 // Can a vocabulary split over axis a (a vocabulary-parallel embedding and loss, the vocabulary
 // padded where the degree does not divide it)? Over the same axes: the vocabulary is the LM
 // head's output dim.
 static inline bool ir_mesh_vocab(IrMeshAxis a) { return ir_mesh_pieces(a); }
 // The runtime numbers the axes from dp (runtime/dist.h RT_AXIS_*: dp 0, tp 1, row 2, col 3,
-// all 4):
+// sub 4, subdp 5, all 6, subrep 7):
 // the "axis" and "split_axis" attributes of the ops that run collectives hold that number.
 static inline int ir_rt_axis(IrMeshAxis a) { return (int)a - IR_MESH_DP; }
 static inline IrMeshAxis ir_mesh_axis_of_rt(int64_t rt) { return (IrMeshAxis)(rt + IR_MESH_DP); }
@@ -176,9 +191,10 @@ typedef struct IrValue {
   // layout).
   IrDimLayout layout[IR_MAXRANK];
   int pieces;
-  // A parameter's gradient still a partial sum over tp, which the data-parallel
-  // reduction of its bucket finishes (passes/tp.c: a block data parallel over tp).
-  bool partial_tp;
+  // A parameter's gradient still a partial sum over the parts of its block's batch (over tp
+  // in a block data parallel over tp, over subdp in a block below the mesh's tp), which the
+  // data-parallel reduction of its bucket finishes (passes/tp.c); IR_MESH_NONE: none.
+  IrMeshAxis partial_batch;
   // Placement (passes/lower.c, offload): v lives in host memory, not on the
   // device. The memory plan lays host values out in a host region of their
   // own; only to_device and updates on the host read them.

@@ -20,10 +20,17 @@ Mesh mesh_grid(int dp, int q) {
   return m;
 }
 
+Mesh mesh_with_sub(Mesh m, int s) {
+  m.size[IR_MESH_SUB] = s;
+  m.size[IR_MESH_SUBDP] = m.size[IR_MESH_TP] / s;
+  return m;
+}
+
 int mesh_ranks(const Mesh *m) {
   int n = 1;
   for (int a = 0; a < IR_MESH_NAXES; a++)
-    n *= m->size[a];
+    if (a != IR_MESH_SUB && a != IR_MESH_SUBDP)
+      n *= m->size[a];
   return n;
 }
 
@@ -31,6 +38,9 @@ int mesh_str(char *buf, size_t n, const Mesh *m) {
   if (m->size[IR_MESH_ROW] > 1)
     return snprintf(buf, n, "dp %d x 2D %dx%d", m->size[IR_MESH_DP], m->size[IR_MESH_ROW],
                     m->size[IR_MESH_COL]);
+  if (m->size[IR_MESH_SUB] > 1)
+    return snprintf(buf, n, "dp %d x tp %d (and tp %d)", m->size[IR_MESH_DP],
+                    m->size[IR_MESH_TP], m->size[IR_MESH_SUB]);
   return snprintf(buf, n, "dp %d x tp %d", m->size[IR_MESH_DP], m->size[IR_MESH_TP]);
 }
 

@@ -18,8 +18,12 @@ typedef struct Mesh {
 } Mesh;
 
 Mesh mesh_make(int dp, int tp);
+// m, where blocks may also be tensor parallel over s ranks of its tp (1 < s < tp, s divides
+// tp; PlanBlock.sub): size[IR_MESH_SUB] s, size[IR_MESH_SUBDP] tp / s.
+Mesh mesh_with_sub(Mesh m, int s);
 // dp replicas of a q x q grid (Optimus 2D).
 Mesh mesh_grid(int dp, int q);
+// The ranks of the mesh (sub and subdp factor tp: they add none).
 int mesh_ranks(const Mesh *m);
 // "dp 2 x tp 2", "dp 1 x 2D 2x2" (snprintf semantics)
 int mesh_str(char *buf, size_t n, const Mesh *m);
@@ -41,6 +45,9 @@ typedef struct PlanBlock {
   bool batch_tp;       // data parallel over the mesh's tp ranks too: they split its batch and
                        // each holds its weights whole (the planner's pure data-parallel block
                        // in a tensor-parallel program, ir/shard.c); needs tp > 1
+  bool sub;            // tensor parallel over the mesh's sub ranks only (TP2 beside TP4), and
+                       // data parallel over its subdp ranks: its batch split over them, its
+                       // weights split over sub (ir/shard.c); needs the mesh's sub > 1
 } PlanBlock;
 
 typedef struct Plan {

@@ -50,6 +50,15 @@
 // bucket's reduction finishes them, passes/lower.c). What crosses to a tensor-parallel block is read there whole on
 // the batch (an all-gather), as between blocks of different degrees.
 //
+// A block whose degree s is below the program's tp (ShardSpec.mesh_tp: TP2
+// beside TP4) is laid out as a tensor-parallel block over the axis SUB (s
+// adjacent ranks) and as a block data parallel over SUBDP (the tp / s groups
+// of them): its activations have their batch split over SUBDP as well, its
+// weights' gradients are partial sums over SUBDP, left so for the update. A
+// value crossing between it and a block of another kind is read without the
+// other's splits over tp, sub and subdp (a gather of the batch's parts, and
+// of split features).
+//
 // The batch: every input whose first dim is the first input's first dim is
 // split over dp on it (when dp > 1). Rules carry that split through without
 // collectives; what it leaves pending (parameter gradients are partial sums
@@ -75,7 +84,12 @@
 #define TP IR_MESH_TP
 #define ROW IR_MESH_ROW
 #define COL IR_MESH_COL
+#define SUB IR_MESH_SUB
+#define SUBDP IR_MESH_SUBDP
 #define BIT(axis) (1u << (axis))
+// The axes whose meaning depends on the block's kind (block_key): a value laid out under
+// another kind is read without its splits and partial sums over them.
+#define KEYED (BIT(TP) | BIT(SUB) | BIT(SUBDP))
 #define HAVE 4   // conversions of one value remembered
 
 typedef struct Shard {
@@ -97,6 +111,7 @@ typedef struct Shard {
   int *need_last;      // [block] its last entry in r->need (-1: none) ...
   int *need_prev;      // [need] ... and the one before it of the same block
   const IrValue *batch;  // the first input (its first dim is the batch)
+  int sub;               // the degree of the blocks below the program's tp (1: none)
   const Sym *seq;        // the model's sequence dim (NULL: none), split under seq_parallel
   const IrValue **copy;  // [value id] a parameter's bf16 working copy (NULL: none)
   const IrValue **grad_of;  // [value id] the parameter whose gradient it is, or a term of
@@ -111,6 +126,10 @@ typedef struct ShardOp {
   const IrNode *n;
   int tp;              // the node's block's tp degree: 1, >= 2 or SHARD_TP_ANY
   bool batch;          // ... over which its batch splits, its weights whole (ShardSpec.batch_tp)
+  int tpa;             // the axis its tensor-parallel splits use: TP, or SUB in a block below
+                       // the mesh's tp (ShardSpec.mesh_tp)
+  int ba;              // the axis its batch splits over besides dp: TP (batch), SUBDP (a block
+                       // below the mesh's tp) or NONE
   int q;               // the side of the block's 2D grid (1: none)
   ShardLayout *in;
   bool *seed;          // in[k] is a parameter or state without a layout yet: what the rule
@@ -265,8 +284,17 @@ static int grid(const Shard *s) {
   return s->spec->q > 1 || s->spec->q == SHARD_TP_ANY ? s->spec->q : 1;
 }
 
+// The degree of an axis, for a node of tensor-parallel degree tp. With the program's tp
+// known (ShardSpec.mesh_tp) an axis has one degree wherever a value split over it is read.
 static int degree(const Shard *s, int tp, int axis) {
-  return axis == DP ? s->spec->dp : axis == TP ? tp : axis == ROW || axis == COL ? grid(s) : 1;
+  switch (axis) {
+  case DP: return s->spec->dp;
+  case TP: return s->spec->mesh_tp > 0 ? s->spec->mesh_tp : tp;
+  case SUB: return s->sub;
+  case SUBDP: return s->spec->mesh_tp / s->sub;
+  case ROW: case COL: return grid(s);
+  default: return 1;
+  }
 }
 
 // Does the node's block split its ops over ranks (tensor parallel or a 2D grid)?
@@ -311,6 +339,12 @@ static int block_tp(const Shard *s, const IrNode *n) {
 static bool block_batch(const Shard *s, const IrNode *n) {
   return s->spec->batch_tp && n->block >= 0 && n->block < s->spec->nblocks &&
          s->spec->batch_tp[n->block] && s->spec->tp[n->block] != 1;
+}
+
+// Is the node's block tensor parallel over part of the mesh's tp (ShardSpec.mesh_tp)?
+static bool block_sub(const Shard *s, const IrNode *n) {
+  int tp = block_tp(s, n);
+  return !block_batch(s, n) && tp > 1 && s->spec->mesh_tp > tp;
 }
 
 // With spec->pad_vocab: the embedding tables' vocabularies their blocks'
@@ -407,7 +441,7 @@ static void need_complete(ShardOp *op, int k) { op->in[k].partial = 0; }
 
 // Is the node in a block where the sequence splits over tp?
 static bool seq_parallel(const ShardOp *op) {
-  return op->s->spec->seq_parallel && op->tp != 1 && !op->batch && op->s->seq;
+  return op->s->spec->seq_parallel && op->tp != 1 && !op->batch && op->tpa == TP && op->s->seq;
 }
 
 // The dim of input k that is the sequence and could split over tp: not the
@@ -415,22 +449,22 @@ static bool seq_parallel(const ShardOp *op) {
 static int seq_dim(ShardOp *op, int k) {
   const IrValue *v = op->n->in[k];
   const ShardLayout *l = &op->in[k];
-  if (!seq_parallel(op) || (split_axes(l, -1) & BIT(TP)))
+  if (!seq_parallel(op) || (split_axes(l, -1) & BIT(op->tpa)))
     return -1;
   for (int d = 0; d < v->rank - 1; d++)
     if (sym_eq(v->shape[d], op->s->seq))
-      return l->split[d] == NONE && divides(op, v->shape[d], TP) ? d : -1;
+      return l->split[d] == NONE && divides(op, v->shape[d], op->tpa) ? d : -1;
   return -1;
 }
 
 // Input k, which was partial over tp (before) and is to be complete now:
 // under sequence parallelism, reduce-scattered onto its sequence dim.
 static void scatter_seq(ShardOp *op, int k, unsigned before) {
-  if (!(before & BIT(TP)) || (op->in[k].partial & BIT(TP)))
+  if (!(before & BIT(op->tpa)) || (op->in[k].partial & BIT(op->tpa)))
     return;
   int d = seq_dim(op, k);
   if (d >= 0)
-    op->in[k].split[d] = TP;
+    op->in[k].split[d] = (unsigned char)op->tpa;
 }
 
 // Ops Megatron runs on the sequence's parts between the tensor-parallel
@@ -457,7 +491,7 @@ static void complete(ShardOp *op, int k) {
 static void gather_seq(ShardOp *op, int k) {
   const IrValue *v = op->n->in[k];
   for (int d = 0; seq_parallel(op) && d < v->rank; d++)
-    if (op->in[k].split[d] == TP && sym_eq(v->shape[d], op->s->seq))
+    if (op->in[k].split[d] == op->tpa && sym_eq(v->shape[d], op->s->seq))
       need_whole_dim(op, k, d);
 }
 
@@ -600,10 +634,10 @@ static void seed_weight(ShardOp *op, int w, int wn, int xk) {
   const ShardLayout *x = &op->in[1 - w];
   if (x->split[xk] != NONE)
     return;                         // row-parallel: unify slices the weight like x
-  if (axes_used(x) & BIT(TP))
+  if (axes_used(x) & BIT(op->tpa))
     return;                         // x is already split over tp elsewhere (heads)
-  if (divides(op, wv->shape[wn], TP)) {
-    op->in[w].split[wn] = TP;       // column-parallel
+  if (divides(op, wv->shape[wn], op->tpa)) {
+    op->in[w].split[wn] = (unsigned char)op->tpa;   // column-parallel
     return;
   }
   note(op, wv, "its output dim %s = %lld does not divide by tp = %d",
@@ -1003,9 +1037,9 @@ static int shard_embedding(ShardOp *op) {
     op->seed_as = *w;
   } else if (op->q != 1 && op->seed[0] && divides(op, n->in[0]->shape[1], COL))
     w->split[1] = COL;   // 2D: the features over the grid's columns, every row's whole vocabulary
-  else if (op->tp != 1 && op->seed[0] && !(axes_used(idx) & BIT(TP))) {
-    if (divides(op, n->in[0]->shape[0], TP))
-      w->split[0] = TP;
+  else if (op->tp != 1 && op->seed[0] && !(axes_used(idx) & BIT(op->tpa))) {
+    if (divides(op, n->in[0]->shape[0], op->tpa))
+      w->split[0] = (unsigned char)op->tpa;
     else
       note(op, n->in[0], "its vocabulary dim %s = %lld does not divide by tp = %d",
            sym_str(&op->g->arena, n->in[0]->shape[0], &op->g->syms),
@@ -1159,8 +1193,8 @@ static int shard_reshape(ShardOp *op) {
         out->split[om] = (unsigned char)axis;
         continue;
       }
-      if (axis == TP || axis == COL) {
-        const char *what = axis == TP ? "tp" : "q";
+      if (axis == TP || axis == SUB || axis == COL) {
+        const char *what = axis == COL ? "q" : "tp";
         return ir_error(op->s->diag, n->loc,
                         "reshape to '%s' %s in block %d: its dim %s = %lld does not divide by "
                         "%s = %d, so the split of '%s' %s cannot carry over (attention heads "
@@ -1169,7 +1203,7 @@ static int shard_reshape(ShardOp *op) {
                         sym_str(&g->arena, o->shape[om], &g->syms),
                         (long long)ir_eval(g, o->shape[om]), what, degree(op->s, op->tp, axis),
                         x->name, ir_shape_str(g, x),
-                        axis == TP ? "tensor-parallel degree" : "2D grid's side", what,
+                        axis == COL ? "2D grid's side" : "tensor-parallel degree", what,
                         sym_str(&g->arena, o->shape[om], &g->syms));
       }
       in->split[a] = NONE;
@@ -1323,7 +1357,7 @@ static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
 // A cast carries a partial sum over the batch's parts (a block data parallel over tp, or dp: a
 // bf16 gradient cast to its float32 master stays the buckets'); one over tp is reduced first.
 static int shard_cast(ShardOp *op) {
-  bool batch = op->batch || !(op->in[0].partial & ~BIT(DP));
+  bool batch = op->batch || !(op->in[0].partial & ~(BIT(DP) | BIT(op->ba)));
   return unary(op, batch ? LIN_ONE : LIN_NONE);
 }
 static int shard_sigmoid(ShardOp *op) { return unary(op, LIN_NONE); }
@@ -1387,7 +1421,7 @@ static int slice(ShardOp *op, const IrValue *piece) {
   int64_t start = ir_attr_i(n, "start"), deg = degree(op->s, op->tp, axis);
   // the sequence split under sequence parallelism is not made of pieces (a
   // position table sliced to T rows): gathered
-  bool seq = seq_parallel(op) && axis == TP && sym_eq(n->in[0]->shape[ax], op->s->seq);
+  bool seq = seq_parallel(op) && axis == op->tpa && sym_eq(n->in[0]->shape[ax], op->s->seq);
   int64_t whole_len, len;
   const IrValue *whole = piece == n->in[0] ? n->out[0] : n->in[0];
   bool piece_of = sym_eval(whole->shape[ax], &op->g->syms, &whole_len) ||
@@ -1414,7 +1448,7 @@ static int optimizer(ShardOp *op) {
   ShardLayout p = op->seed[0] ? op->in[1] : op->in[0];
   p.partial = 0;
   op->in[0] = p;
-  unsigned dp = op->in[1].partial & (BIT(DP) | (op->batch ? BIT(TP) : 0));
+  unsigned dp = op->in[1].partial & (BIT(DP) | BIT(op->ba));
   op->in[1] = p;
   op->in[1].partial = (unsigned char)dp;
   for (int k = 2; k < op->n->nin; k++)
@@ -1499,10 +1533,10 @@ static int shard_summa_tn(ShardOp *op) {
 static int shard_vp_cross_entropy(ShardOp *op) {
   int v = op->n->in[0]->rank - 1;
   op->in[0] = whole(v + 1);
-  op->in[0].split[v] = TP;
+  op->in[0].split[v] = (unsigned char)op->tpa;
   op->in[1] = whole(op->n->in[1]->rank);
   op->out[0] = whole(0);
-  op->out[0].partial = BIT(TP);
+  op->out[0].partial = (unsigned char)BIT(op->tpa);
   op->out[1] = whole(1);
   return 0;
 }
@@ -1510,7 +1544,7 @@ static int shard_vp_cross_entropy_bwd(ShardOp *op) {
   int v = op->n->in[1]->rank - 1;
   for (int k = 0; k < 4; k++)
     op->in[k] = whole(op->n->in[k]->rank);
-  op->in[1].split[v] = TP;
+  op->in[1].split[v] = (unsigned char)op->tpa;
   op->out[0] = op->in[1];
   return 0;
 }
@@ -1539,12 +1573,12 @@ static int block_key(const Shard *s, const IrNode *n) {
 static void split_batch(ShardOp *op, int k) {
   const IrValue *v = op->n->in[k], *b = op->s->batch;
   ShardLayout *l = &op->in[k];
-  if (!b || b->rank < 1 || ((split_axes(l, -1) | l->partial) & BIT(TP)))
+  if (!b || b->rank < 1 || ((split_axes(l, -1) | l->partial) & BIT(op->ba)))
     return;
   for (int d = 0; d < v->rank; d++)
     if (sym_eq(v->shape[d], b->shape[0])) {
-      if (l->split[d] == NONE && divides(op, v->shape[d], TP))
-        l->split[d] = TP;
+      if (l->split[d] == NONE && divides(op, v->shape[d], op->ba))
+        l->split[d] = (unsigned char)op->ba;
       return;
     }
 }
@@ -1658,11 +1692,11 @@ static void convert(Shard *s, const IrNode *n, int k, int tp, const IrValue *v,
 // when the value was laid out under another block kind (block_key), that without tp.
 static ShardLayout input_layout(Shard *s, const IrValue *v, int key) {
   ShardLayout l = s->cur[v->id];
-  if (s->deg[v->id] != key && (axes_used(&l) & BIT(TP))) {
+  if (s->deg[v->id] != key && (axes_used(&l) & KEYED)) {
     for (int i = 0; i < l.rank; i++)
-      if (l.split[i] == TP)
+      if (BIT(l.split[i]) & KEYED)
         l.split[i] = NONE;
-    l.partial &= (unsigned char)~BIT(TP);
+    l.partial &= (unsigned char)~KEYED;
   }
   return l;
 }
@@ -1670,7 +1704,9 @@ static ShardLayout input_layout(Shard *s, const IrValue *v, int key) {
 static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, ShardLayout *out,
                     int use_at) {
   int tp = block_tp(s, n), key = block_key(s, n);
-  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .batch = block_batch(s, n), .q = grid(s),
+  bool batch = block_batch(s, n), sub = block_sub(s, n);
+  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .batch = batch, .q = grid(s),
+                .tpa = sub ? SUB : TP, .ba = batch ? TP : sub ? SUBDP : NONE,
                 .in = in, .seed = seed, .seed_k = -1, .out = out};
   for (int k = 0; k < n->nin; k++) {
     const IrValue *v = n->in[k];
@@ -1705,7 +1741,7 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
       if (between_regions(n))
         scatter_seq(&op, k, before);
     }
-    if (op.batch && v->role != ROLE_PARAM && v->role != ROLE_COPY && v->role != ROLE_STATE)
+    if (op.ba != NONE && v->role != ROLE_PARAM && v->role != ROLE_COPY && v->role != ROLE_STATE)
       split_batch(&op, k);
   }
   for (int k = 0; k < n->nout; k++)
@@ -1815,7 +1851,17 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   out->layout = calloc((size_t)nv + 1, sizeof *out->layout);
   out->use_at = calloc((size_t)nn + 1, sizeof *out->use_at);
   out->use = calloc((size_t)nuse + 1, sizeof *out->use);
-  Shard s = {.g = g, .spec = spec, .diag = d, .r = out, .seq = sequence(g)};
+  Shard s = {.g = g, .spec = spec, .diag = d, .r = out, .seq = sequence(g), .sub = 1};
+  for (int b = 0; b < spec->nblocks; b++) {
+    bool batch = spec->batch_tp && spec->batch_tp[b];
+    if (spec->mesh_tp > 0 && spec->tp[b] > 1 && spec->tp[b] < spec->mesh_tp && !batch) {
+      if ((s.sub > 1 && s.sub != spec->tp[b]) || spec->mesh_tp % spec->tp[b])
+        return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d in a program of tp %d "
+                        "whose blocks below it have tp %d: one degree, dividing tp", b,
+                        spec->tp[b], spec->mesh_tp, s.sub);
+      s.sub = spec->tp[b];
+    }
+  }
   s.laid = calloc((size_t)nv + 1, sizeof *s.laid);
   s.read = calloc((size_t)nv + 1, sizeof *s.read);
   s.cur = calloc((size_t)nv + 1, sizeof *s.cur);

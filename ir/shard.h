@@ -49,6 +49,10 @@ typedef struct ShardSpec {
                            // split all the same: the lowering pads it (passes/tp.c)
   bool seq_parallel;       // Megatron's sequence parallelism in tensor-parallel blocks: the
                            // activations between their tp regions split on the sequence
+  int mesh_tp;             // the program's tp (0: every block's own): a block whose tp[b] is
+                           // above 1 and below it splits its ops over IR_MESH_SUB (tp[b]
+                           // ranks) and its batch over IR_MESH_SUBDP (mesh_tp / tp[b] ranks),
+                           // its weights' gradients partial sums over subdp
   int q;                   // Optimus 2D: the side of every block's q x q grid (0 or 1: none;
                            // SHARD_TP_ANY: not known yet; with tp 1 and dp 1): the batch
                            // splits over its rows, features over its columns, a weight

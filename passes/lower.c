@@ -119,6 +119,7 @@ typedef struct Lower {
   IrGraph *g;
   const Plan *plan;
   int dp, tp, micro;         // the plan's mesh and micro-batches (the most a replica runs)
+  int sub;                   // the degree of its blocks below tp (1: none)
   double scale;              // each micro-batch's gradient in its replica's accumulation
   PassLowered *out;
   IrDiag *d;
@@ -300,23 +301,24 @@ static void grads_to_host(Lower *L, PassBucket *b) {
 // The axis b is reduced and sharded over. A block data parallel over tp has gradients that are
 // partial sums over tp (each rank's over its part of the batch): its bucket is reduced over
 // every rank at once (the sum over tp of the mean over dp, dist.c) and its ZeRO stage shards
-// its state over every rank. Every member's gradient must be one; -1 with L->d when one is
-// not (it does not sum over the batch).
+// its state over every rank. A block tensor parallel over the mesh's sub ranks has them
+// partial over subdp: its bucket is reduced and sharded over its replicas, dp x subdp. Every
+// member's gradient must be one; -1 with L->d when one is not (it does not sum over the
+// batch).
 static int bucket_axis(Lower *L, PassBucket *b, IrValue **members, int n) {
-  int partial = 0;
-  for (int i = 0; i < n; i++)
-    partial += members[i]->grad->partial_tp;
-  b->axis = IR_MESH_DP;
-  b->shards = L->dp;
-  if (partial == 0)
-    return 0;
-  for (int i = 0; i < n && partial < n; i++)
-    if (!members[i]->grad->partial_tp)
-      return ir_error(L->d, members[i]->loc, "lower: block %d is data parallel over tp, but "
-                      "the gradient of '%s' does not sum over the batch's parts: give the "
-                      "block the mesh's tensor parallelism", b->block, members[i]->name);
-  b->axis = IR_MESH_ALL;
-  b->shards = L->dp * L->tp;
+  IrMeshAxis over = members[0]->grad->partial_batch;
+  for (int i = 1; i < n; i++) {
+    IrMeshAxis other = members[i]->grad->partial_batch;
+    if (other == over)
+      continue;
+    const IrValue *whole = over ? members[i] : members[0];   // the one that is not partial
+    return ir_error(L->d, whole->loc, "lower: block %d splits its batch over %s, but the "
+                    "gradient of '%s' does not sum over the batch's parts: give the block the "
+                    "mesh's tensor parallelism", b->block, ir_mesh_axis_name(over ? over : other),
+                    whole->name);
+  }
+  b->axis = over == IR_MESH_TP ? IR_MESH_ALL : over == IR_MESH_SUBDP ? IR_MESH_SUBREP : IR_MESH_DP;
+  b->shards = L->dp * (over == IR_MESH_TP ? L->tp : over == IR_MESH_SUBDP ? L->tp / L->sub : 1);
   return 0;
 }
 
@@ -795,6 +797,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   PassLowered *out = ir_alloc(&g->arena, sizeof *out);
   out->plan = *P;
   Lower L = {.g = g, .plan = P, .dp = P->mesh.size[IR_MESH_DP], .tp = P->mesh.size[IR_MESH_TP],
+             .sub = P->mesh.size[IR_MESH_SUB],
              .micro = P->micro_batches, .out = out, .d = ctx->diag,
              .scale = (double)P->mesh.size[IR_MESH_DP] / (double)plan_micro_total(P)};
   bool split = L.tp > 1 || P->mesh.size[IR_MESH_ROW] > 1;

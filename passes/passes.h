@@ -88,9 +88,10 @@ typedef struct PassLowered {
   PassBucket *bucket;      // in the graph's arena
   int nslots;              // request slots the collectives use
   // tensor parallelism (passes/tp.c)
-  double tp_comm_bytes;    // bytes all-reduced over tp (2D: the grid's rows and columns) per
-                           // micro-batch (an all-gather of n
-                           // bytes counts n/2), from the collectives ir_shard lists
+  double tp_comm_bytes[IR_MESH_NAXES];  // bytes all-reduced over each of the axes that split
+                           // one replica (tp; the grid's rows and columns; sub, subdp) per
+                           // micro-batch (an all-gather of n bytes counts n/2), from the
+                           // collectives ir_shard lists
   double dp_sync_bytes;    // bytes all-reduced over dp per micro-batch for the batch's statistics
                            // (SyncBatchNorm: passes/lower.c's row_syncs)
   unsigned loss_partial;   // the axes (1 << IrMeshAxis: tp, row) over which each rank's loss

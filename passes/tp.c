@@ -50,11 +50,13 @@
 #define TP IR_MESH_TP
 #define ROW IR_MESH_ROW
 #define COL IR_MESH_COL
+#define SUB IR_MESH_SUB
+#define SUBDP IR_MESH_SUBDP
 #define BIT(axis) (1u << (axis))
 #define NCONV 4   // conversions of one value remembered
 
 // The axes this pass lowers, in the order a conversion takes them.
-static const int model_axes[] = {TP, ROW, COL};
+static const int model_axes[] = {TP, ROW, COL, SUB, SUBDP};
 #define NMODEL ((int)(sizeof model_axes / sizeof *model_axes))
 
 typedef struct Conv {
@@ -499,8 +501,16 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     ir_set_int(t->g, n, "start", ir_attr_i(n, "start") / t->size[over]);
     return 0;
   }
-  default:   // dropout draws each element's mask bit at its place in the whole tensor
-             // (codegen/kcall.c); masked_fill's mask is laid out as x (sliced or broadcast)
+  case OP_DROPOUT: {   // each element's mask bit at its place in the whole tensor
+                       // (codegen/kcall.c), which a block below the mesh's tp does not find
+    const ShardLayout *x = use_of(t, i, 0);
+    if (ir_attr_f(n, "ratio") == 0 || (split_dim(x, SUB) < 0 && split_dim(x, SUBDP) < 0))
+      return 0;
+    return ir_error(t->d, n->loc, "lower: %s: dropout in block %d, tensor parallel over %d of "
+                    "the %d tp ranks, is not lowered yet: give the block the mesh's tp",
+                    t->mesh, n->block, t->size[SUB], t->tp);
+  }
+  default:   // masked_fill's mask is laid out as x (sliced or broadcast)
     return 0;
   }
   return ir_error(t->d, n->loc, "lower: %s: %s over a split dim is not lowered yet; use a "
@@ -525,7 +535,7 @@ static int mean_over_row_split(const Tp *t, int i) {
   default: tg = -1; break;
   }
   int over = tg >= 0 && n->in[tg]->rank > 0 ? use_of(t, i, tg)->split[0] : IR_MESH_NONE;
-  return over == ROW || over == TP ? over : -1;
+  return over == ROW || over == TP || over == SUBDP ? over : -1;
 }
 
 static void scale_rows(Tp *t, int i, int axis) {
@@ -629,11 +639,12 @@ static int check_split(Tp *t, const IrValue *v, int dim, int axis) {
     t->pad_dim[v->id] = dim;
     return 0;
   }
+  const char *what = axis == ROW || axis == COL ? "q" : "tp";
   return ir_error(t->d, v->loc, "lower: %s %d does not divide '%s' %s in block %d: its dim %d "
-                  "(%lld%s) must be a multiple of %lld; choose a %s that divides it",
-                  axis == TP ? "tp" : "q", t->size[axis], v->name, ir_shape_str(g, v),
+                  "(%lld%s) must be a multiple of %lld; choose a %s that divides it", what,
+                  t->size[axis], v->name, ir_shape_str(g, v),
                   v->producer ? v->producer->block : 0, dim, (long long)size,
-                  pieces > 1 ? ", in equal pieces" : "", (long long)k, axis == TP ? "tp" : "q");
+                  pieces > 1 ? ", in equal pieces" : "", (long long)k, what);
 }
 
 // Every split of l divides.
@@ -706,7 +717,7 @@ static double padded_share(const Tp *t, const ShardColl *c) {
 // keep the padding zero: then the vocabulary stays replicated.
 static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool pad) {
   ShardSpec spec = {.dp = 1, .nblocks = nb, .tp = degree, .batch_tp = batch_tp, .pad_vocab = pad,
-                    .seq_parallel = t->seq_parallel, .q = t->q};
+                    .seq_parallel = t->seq_parallel, .q = t->q, .mesh_tp = t->tp};
   ir_shard_free(&t->r);
   if (ir_shard(t->g, &spec, &t->r, t->d))
     return -1;
@@ -716,12 +727,14 @@ static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool 
     t->pad_dim[i] = -1;
   // what readers get: the produced layout, or its conversion right after the producer
   memcpy(t->cur, t->r.layout, (size_t)t->nv * sizeof *t->cur);
-  double bytes = 0;
+  double *bytes = t->out->tp_comm_bytes;
+  memset(t->out->tp_comm_bytes, 0, sizeof t->out->tp_comm_bytes);
   for (int i = 0; i < t->r.ncolls; i++) {
     const ShardColl *c = &t->r.coll[i];
     if (!(IR_MESH_MODEL_AXES & BIT(c->axis)))
       continue;
-    bytes += sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms) * padded_share(t, c);
+    bytes[c->axis] +=
+        sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms) * padded_share(t, c);
     if (c->at == SHARD_WITHIN && !within_lowered(c->node->op))
       return ir_error(t->d, c->node->loc, "lower: %s: %s with a collective inside is not "
                       "lowered yet", t->mesh, ir_op_name(c->node->op));
@@ -739,7 +752,6 @@ static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool 
       return ir_error(t->d, c->node->loc, "lower: %s: a %s after %s is not lowered yet",
                       t->mesh, ir_shard_kind_name(c->kind), ir_op_name(c->node->op));
   }
-  t->out->tp_comm_bytes = bytes;
   if (count_pieces(t) || check_divides(t))
     return -1;
   return check_padding(t);
@@ -850,20 +862,28 @@ static int stream_summa(Tp *t) {
 }
 
 int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
-  int tp = P->mesh.size[TP], q = P->mesh.size[ROW];
+  int tp = P->mesh.size[TP], q = P->mesh.size[ROW], sub = P->mesh.size[SUB];
   Tp t = {.g = g, .tp = tp, .q = q, .seq_parallel = P->seq_parallel, .out = out, .d = d,
           .nv = g->nvalues, .nn = g->nnodes};
   for (int a = 0; a < IR_MESH_NAXES; a++)
     t.size[a] = 1;
   t.size[TP] = tp;
   t.size[ROW] = t.size[COL] = q;
+  t.size[SUB] = sub;
+  t.size[SUBDP] = tp / sub;
   if (q > 1)
     snprintf(t.mesh, sizeof t.mesh, "2D %dx%d", q, q);
+  else if (sub > 1)
+    snprintf(t.mesh, sizeof t.mesh, "tp %d (and %d)", tp, sub);
   else
     snprintf(t.mesh, sizeof t.mesh, "tp %d", tp);
   if ((tp > 1 && !(t.deg[TP] = degree_dim(g, IR_TP_DIM, tp, d))) ||
       (q > 1 && !(t.deg[ROW] = t.deg[COL] = degree_dim(g, IR_Q_DIM, q, d))))
     return -1;
+  if (sub > 1) {   // a block below the mesh's tp: its ops over sub ranks, its batch over tp / sub
+    t.deg[SUB] = sym_const(&g->arena, sub);
+    t.deg[SUBDP] = sym_const(&g->arena, tp / sub);
+  }
   int nb = ir_nblocks(g);
   int *degree = malloc((size_t)nb * sizeof *degree);
   bool *batch_tp = malloc((size_t)nb * sizeof *batch_tp);
@@ -878,7 +898,7 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   IR_ASSERT(degree && batch_tp && t.node && t.use_at && t.cur && t.pieces && t.pad_dim &&
             t.conv && t.nconv && stats_of);
   for (int b = 0; b < nb; b++) {
-    degree[b] = tp;
+    degree[b] = plan_block(P, b)->sub ? sub : tp;
     batch_tp[b] = plan_block(P, b)->batch_tp;
   }
   for (int i = 0; i < t.nn; i++)
@@ -930,9 +950,11 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
       rc = learn_part(&t, i, stats_of);
     for (int k = 0; k < n->nout && !rc && n->op != OP_VP_CROSS_ENTROPY; k++)
       rc = convert_output(&t, i, k);
-    // a gradient the update reads as a partial sum over tp: its bucket's reduction finishes it
-    if ((n->op == OP_ADAMW || n->op == OP_SGD) && (use_of(&t, i, 1)->partial & BIT(TP)))
-      n->in[1]->partial_tp = true;
+    // a gradient the update reads as a partial sum over its block's batch parts (tp, or a sub
+    // block's subdp): its bucket's reduction finishes it
+    unsigned over = n->op == OP_ADAMW || n->op == OP_SGD ? use_of(&t, i, 1)->partial : 0;
+    if (over & (BIT(TP) | BIT(SUBDP)))
+      n->in[1]->partial_batch = over & BIT(TP) ? IR_MESH_TP : IR_MESH_SUBDP;
   }
   for (int i = 0, axis; i < t.nn && !rc; i++)
     if ((axis = mean_over_row_split(&t, i)) >= 0)

@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-rt_dist_state rt_dist = {.dp = 1, .tp = 1, .q = 1, .micro_total = 1};
+rt_dist_state rt_dist = {.dp = 1, .tp = 1, .q = 1, .sub = 1, .micro_total = 1};
 int rt_eval_mode;
 
-void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots) {
+void rt_dist_init(int dp, int tp, int q, int sub, int micro_total, int nslots) {
   int rank = rt_comm_rank(), n = tp * q * q;
   rt_dist.dp = dp;
   rt_dist.tp = tp;
   rt_dist.q = q;
+  rt_dist.sub = sub > 1 ? sub : 1;
   rt_dist.rank = rank;
   rt_dist.dp_rank = rank / n;
   rt_dist.tp_rank = rank % n;
@@ -22,7 +23,16 @@ void rt_dist_init(int dp, int tp, int q, int micro_total, int nslots) {
   rt_dist.group[RT_AXIS_DP] = rt_group_split(rt_group_world(), rt_dist.tp_rank, rt_dist.dp_rank);
   rt_dist.group[RT_AXIS_TP] = rt_group_split(rt_group_world(), rt_dist.dp_rank, rt_dist.tp_rank);
   rt_dist.group[RT_AXIS_ROW] = rt_dist.group[RT_AXIS_COL] = NULL;
+  rt_dist.group[RT_AXIS_SUB] = rt_dist.group[RT_AXIS_SUBDP] = NULL;
+  rt_dist.group[RT_AXIS_SUBREP] = NULL;
   rt_dist.group[RT_AXIS_ALL] = rt_group_world();
+  if (rt_dist.sub > 1) {   // a sub group: tp_rank / sub alike; subdp: tp_rank % sub alike
+    int s = rt_dist.sub, i = rt_dist.tp_rank / s, j = rt_dist.tp_rank % s;
+    rt_dist.group[RT_AXIS_SUB] = rt_group_split(rt_group_world(), rt_dist.dp_rank * (tp / s) + i, j);
+    rt_dist.group[RT_AXIS_SUBDP] = rt_group_split(rt_group_world(), rt_dist.dp_rank * s + j, i);
+    rt_dist.group[RT_AXIS_SUBREP] = rt_group_split(rt_group_world(), j,
+                                                   rt_axis_rank(RT_AXIS_SUBREP));
+  }
   if (q > 1) {   // a grid column's ranks (same j), ordered by row; a grid row's, by column
     int i = rt_axis_rank(RT_AXIS_ROW), j = rt_axis_rank(RT_AXIS_COL);
     rt_dist.group[RT_AXIS_ROW] = rt_group_split(rt_group_world(), rt_dist.dp_rank * q + j, i);
@@ -54,9 +64,12 @@ static int skip(int last_micro) {
 
 // A reduction's average: the mean over the mesh's replicas. Over the dp axis that is the
 // group's mean; over all ranks (the bucket of a block data parallel over tp, each rank's
-// gradients a partial sum over tp of its replica's) the sum divided by dp.
+// gradients a partial sum over tp of its replica's) or a sub block's replicas (partial sums
+// over subdp) the sum divided by dp.
 static int reduce_op(int axis, int avg) {
-  return !avg ? RT_REDUCE_SUM : axis == RT_AXIS_ALL ? rt_reduce_mean(rt_dist.dp) : RT_REDUCE_AVG;
+  return !avg ? RT_REDUCE_SUM
+         : axis == RT_AXIS_ALL || axis == RT_AXIS_SUBREP ? rt_reduce_mean(rt_dist.dp)
+                                                         : RT_REDUCE_AVG;
 }
 
 // The collectives of lowered code, one per element type of RT_T_VARIANTS

@@ -83,8 +83,9 @@ typedef struct rt_tensor {
 
 // A block's parameters and gradients as flat buckets (multi-rank programs;
 // passes/lower.c in mtc has the layout). numel divides by the ranks along
-// shard_axis, n (dp, or every rank for a block data parallel over tp); the
-// rank at place r along it holds elements [r*numel/n, (r+1)*numel/n).
+// shard_axis, n (dp; every rank for a block data parallel over tp; dp x subdp for a
+// block tensor parallel over sub ranks); the rank at place r along it holds elements
+// [r*numel/n, (r+1)*numel/n).
 typedef struct rt_bucket {
   const char *name;
   long numel;              // elements of the whole bucket
@@ -106,8 +107,8 @@ typedef struct rt_bucket {
   int state_sharded;
   long state_host_numel;
   long m_offset, v_offset, m_host_offset, v_host_offset;
-  int shard_axis;          // the mesh axis it is reduced and sharded over (dist.h's RT_AXIS_DP
-                           // or RT_AXIS_ALL)
+  int shard_axis;          // the mesh axis it is reduced and sharded over (dist.h's RT_AXIS_DP,
+                           // RT_AXIS_ALL or RT_AXIS_SUBREP)
 } rt_bucket;
 
 // Optimizer hyper-parameters: defaults compiled into the model, overridable
@@ -182,6 +183,7 @@ typedef struct rt_model {
   // The parallel plan (1, 1, 1 and no buckets for a one-rank program).
   int dp, tp;                 // mesh: dp x tp ranks, or (tp 1) dp x a grid of
   int grid_side;              // grid_side x grid_side ranks (Optimus 2D; 1: none)
+  int tp_sub;                 // the degree of blocks tensor parallel over part of tp (1: none)
   int micro_batches;          // forward/backward passes per step of each replica (with
                               // replica_micro: the most any runs); the global batch is batch x
                               // dp x micro_batches, or batch x the sum of replica_micro

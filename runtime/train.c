@@ -463,9 +463,7 @@ static long local_numel(const rt_tensor *t) {
 
 // The elements of a shard of bucket k (of the whole over the ranks along its
 // shard_axis: dp, or every rank), and the first of this rank's.
-static long shard_numel(const rt_bucket *k) {
-  return k->numel / (k->shard_axis == RT_AXIS_ALL ? world_ranks() : mtc_model.dp);
-}
+static long shard_numel(const rt_bucket *k) { return k->numel / rt_axis_size(k->shard_axis); }
 static long shard_start(const rt_bucket *k) { return rt_axis_rank(k->shard_axis) * shard_numel(k); }
 
 // This rank's part of bucket k's parameters, the whole bucket where it is not
@@ -1304,14 +1302,22 @@ static int by_offset(const void *a, const void *b) {  // the device's first
   return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
+static bool split_over(const rt_tensor *p, int axis) {
+  for (int k = 0; k < 2; k++)
+    if (p->split[k].dim >= 0 && p->split[k].axis == axis) return true;
+  return false;
+}
+
 // Of the replica's ranks that hold the same values of p (those along the axes
-// it is not split over), is this rank the first?
+// it is not split over), is this rank the first? A parameter of a block below
+// the mesh's tp is held by the ranks of its sub group (its bucket shards it
+// over the others, RT_AXIS_SUBREP).
 static bool replica_owner(const rt_tensor *p) {
-  for (int a = RT_AXIS_TP; a < RT_NAXES; a++) {
-    bool split = false;
-    for (int k = 0; k < 2; k++) split |= p->split[k].dim >= 0 && p->split[k].axis == a;
-    if (!split && rt_axis_size(a) > 1 && rt_axis_rank(a) != 0) return false;
-  }
+  const rt_model *M = &mtc_model;
+  if (p->bucket >= 0 && M->buckets[p->bucket].shard_axis == RT_AXIS_SUBREP)
+    return split_over(p, RT_AXIS_SUB) || rt_axis_rank(RT_AXIS_SUB) == 0;
+  for (int a = RT_AXIS_TP; a <= RT_AXIS_COL; a++)  // (sub and subdp are parts of tp)
+    if (!split_over(p, a) && rt_axis_size(a) > 1 && rt_axis_rank(a) != 0) return false;
   return true;
 }
 
@@ -1869,7 +1875,7 @@ int main(int argc, char **argv) {
   options opt = parse_args(argc, argv);  // first: --help and flag errors need no GPU
   rt_device_init();
   rt_comm_init(&argc, &argv, world_ranks(), M->layout);
-  rt_dist_init(M->dp, M->tp, M->grid_side, M->micro_batches, M->n_slots);
+  rt_dist_init(M->dp, M->tp, M->grid_side, M->tp_sub, M->micro_batches, M->n_slots);
   rt_dist.micro_total = replica_micro(rt_dist.dp_rank);  // uneven shares: this replica's own
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));

@@ -212,19 +212,23 @@ static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t 
 // The program's mesh from each block's (mesh[b]): one for every block, except
 // that in a tensor-parallel mesh a block may be data parallel over all its
 // ranks (dp x tp replicas of its own, tp 1), which the program runs with its
-// batch split over tp too (PlanBlock.batch_tp). in[b]: block b's mesh is that of a block data
-// parallel over its tp ranks ("batch_tp": the mesh's tp, which says it where no block is
-// tensor parallel).
+// batch split over tp too (PlanBlock.batch_tp), and blocks may be tensor
+// parallel over s of its tp ranks (dp x tp / s replicas of tp s, one s for
+// the program), which it runs over the mesh's sub ranks with their batch
+// split over tp / s (PlanBlock.sub). The mesh is that of the block of the
+// largest tp (or grid). in[b]: block b's mesh is that of a block data
+// parallel over its tp ranks ("batch_tp": the mesh's tp, which says it where
+// no block is tensor parallel).
 static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
                     const char *path, IrDiag *d) {
   a->mesh = mesh[0];
   for (int b = 0; b < m->nblocks; b++)
-    if (mesh[b].size[IR_MESH_TP] > 1 || mesh[b].size[IR_MESH_ROW] > 1) {
+    if (mesh[b].size[IR_MESH_ROW] > 1 ||
+        mesh[b].size[IR_MESH_TP] > a->mesh.size[IR_MESH_TP])
       a->mesh = mesh[b];
-      break;
-    }
-  int ranks = mesh_ranks(&a->mesh), tp = a->mesh.size[IR_MESH_TP];
+  int ranks = mesh_ranks(&a->mesh), tp = a->mesh.size[IR_MESH_TP], sub = 1;
   for (int b = 0; b < m->nblocks; b++) {
+    int s = mesh[b].size[IR_MESH_TP];
     if (!memcmp(&mesh[b], &a->mesh, sizeof *mesh)) {
       a->block[b].batch_tp = in[b];
       continue;
@@ -233,14 +237,23 @@ static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
       a->block[b].batch_tp = true;
       continue;
     }
+    if (s > 1 && s < tp && tp % s == 0 && mesh[b].size[IR_MESH_DP] * s == ranks &&
+        mesh[b].size[IR_MESH_ROW] == 1 && (sub == 1 || sub == s)) {
+      a->block[b].sub = true;   // over s of the tp ranks, its batch over tp / s
+      sub = s;
+      continue;
+    }
     char have[64], want[64];
     mesh_str(have, sizeof have, &mesh[b]);
     mesh_str(want, sizeof want, &a->mesh);
     return ir_error(d, (IrLoc){0}, "%s: block %d (%s) is %s, another block %s: a program has "
                     "one mesh for every block, where a block may also be data parallel over "
-                    "all %d ranks of a tensor-parallel mesh (dp %d, tp 1)", path, b,
-                    m->block[b].name, have, want, ranks, ranks);
+                    "all %d ranks of a tensor-parallel mesh (dp %d, tp 1), or tensor parallel "
+                    "over a part of its tp (one tp for those blocks, dividing %d, dp x tp = %d)",
+                    path, b, m->block[b].name, have, want, ranks, ranks, tp, ranks);
   }
+  if (sub > 1)
+    a->mesh = mesh_with_sub(a->mesh, sub);
   return 0;
 }
 
@@ -541,6 +554,11 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
     out->seq = seq;
     out->seq_parallel = cJSON_IsTrue(sp);
   }
+  if (!rc && out->seq_parallel && out->mesh.size[IR_MESH_SUB] > 1)
+    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" with blocks tensor parallel over %d of "
+                  "the %d tp ranks, which is not compiled yet: give those blocks the mesh's tp, "
+                  "or plan without sequence parallelism", path, out->mesh.size[IR_MESH_SUB],
+                  out->mesh.size[IR_MESH_TP]);
   sv_model_free(m);
   cJSON_Delete(root);
   return rc;
@@ -588,10 +606,12 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
     comm_micro += sv_dp_comm_bytes((double)k->numel, n, k->zero, 1, grads, per) -
                   sv_dp_comm_bytes((double)k->numel, n, k->zero, 0, grads, per);
   }
-  // tp's collectives, or the 2D grid's: each over q ranks, along its rows or columns
-  int q = P->mesh.size[IR_MESH_ROW];
-  comm += sv_allreduce_sent(lw->tp_comm_bytes, q > 1 ? q : tp, micro);
-  comm_micro += sv_allreduce_sent(lw->tp_comm_bytes, q > 1 ? q : tp, 1);
+  // tp's collectives, the 2D grid's (each over q ranks, along its rows or columns), those of
+  // blocks below the mesh's tp (over sub ranks, and over subdp: their batch's parts)
+  for (int a = IR_MESH_TP; a < IR_MESH_NAXES; a++) {
+    comm += sv_allreduce_sent(lw->tp_comm_bytes[a], P->mesh.size[a], micro);
+    comm_micro += sv_allreduce_sent(lw->tp_comm_bytes[a], P->mesh.size[a], 1);
+  }
   // the batch's statistics (SyncBatchNorm), all-reduced over dp the same way
   comm += sv_allreduce_sent(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], micro);
   comm_micro += sv_allreduce_sent(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], 1);

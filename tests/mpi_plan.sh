@@ -12,6 +12,9 @@
 # tp too (per-block meshes; all of them: each says so with "batch_tp": 2). PLAN_OFFLOAD_GRADS="2" offloads those blocks'
 # gradients with all of their optimizer state, PLAN_OFFLOAD_PARAMS="1" those blocks'
 # parameters too (with ZeRO-3: the other blocks keep theirs on the device).
+# PLAN_TP4="0" gives those blocks dp 1 x tp 4 beside the others' dp 2 x tp 2: the program's
+# mesh is tp 4, the other blocks tensor parallel over 2 of its ranks and data parallel over
+# the 2 such groups (TP2 beside TP4).
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
@@ -24,7 +27,7 @@ mkdir -p "$out"
   --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
-  "${PLAN_OFFLOAD_PARAMS:-}" <<'PY'
+  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
@@ -32,12 +35,15 @@ assert plan["batch"]["micro"] == 2 and plan["batch"]["micro_batches"] == 4, plan
 batch = [int(x) for x in sys.argv[6].split()]
 grads = [int(x) for x in sys.argv[7].split()]
 params = [int(x) for x in sys.argv[8].split()]
+tp4 = [int(x) for x in sys.argv[9].split()]
 for i, b in enumerate(plan["blocks"]):
     b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
     if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
         b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
             b.update(dp=4, tp=1)
+    if b["id"] in tp4:
+        b.update(dp=1, tp=4)
     if b["id"] in grads:
         b.update(offload=1, offload_grads=True)
     if b["id"] in params:

@@ -1400,7 +1400,7 @@ int main(void) {
   int argc = 0;
   char **argv = NULL;
   rt_comm_init(&argc, &argv, 1, "one rank");
-  rt_dist_init(1, 1, 1, 2, 0);
+  rt_dist_init(1, 1, 1, 1, 2, 0);
   test_table();
   test_optimizers();  // float32 only
   test_t<float>("");

@@ -330,7 +330,7 @@ static float **train(double offload, int zero, int optimizer, int steps, IrGraph
   IrGraph *g = lowered_gpt2(1, zero, offload, &ctx, &d);
   if (!g)
     return NULL;
-  rt_dist_init(1, 1, 1, 1, ctx.lowered->nslots);
+  rt_dist_init(1, 1, 1, 1, 1, ctx.lowered->nslots);
   CgInterp *it = cg_interp_new(g, ctx.mem, &d);
   IR_ASSERT(it);
   cg_interp_init_params(it, 42);
