@@ -119,8 +119,8 @@ static void usage(FILE *f) {
         "  --svg FILE             draw the plan as SVG: blocks, memory and time bars, baselines\n"
         "                         (plan; compile writes DIR/plan.svg beside plan.json)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
-        "  --any-mesh             plan: let each block take its own mesh (TP2 beside TP4, 2D\n"
-        "                         beside 1D), which mtc compile does not run; by default\n"
+        "  --any-mesh             plan: let each block take its own mesh (TP2 and TP4 beside\n"
+        "                         TP8, 2D beside 1D), which mtc compile does not run; by default\n"
         "                         plan reports the plan compile --gpus N builds\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
         "  --seq-parallel         Megatron sequence parallelism under tensor parallelism:\n"
@@ -851,10 +851,13 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
   print_token_inputs(g);
   print_frozen(g, a->pass.freeze);
   print_decay(g, &ctx->opt);
-  if (price)
+  if (price) {
     printf("mtc: the planner prices a step of this layout at %.3g ms on %s%s\n",
            1e3 * price->step_s, price->device, price->fits ? "" : " (though it does not fit "
            "there)");
+    printf("mtc: the planner's model state per GPU: %.0f bytes on the device\n",
+           price->state_bytes);
+  }
   printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
          "for NVIDIA GPUs)\n", a->outdir, (long long)ctx->mem->arena_bytes, a->outdir);
   return 0;

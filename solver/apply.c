@@ -61,6 +61,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     return ir_error(d, (IrLoc){0}, "out of memory");
   a->micro = pl->micro_batch;
   a->seq = pl->seq;
+  int sub = 1;   // the tp of blocks below the mesh's (SvConfig.mesh_sub)
   int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
   IR_ASSERT(seen);
   for (int b = 0; b < m->nblocks; b++) {
@@ -72,6 +73,8 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
       a->mesh = mesh;
     IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
     a->block[b].batch_tp = l.batch;
+    a->block[b].sub = l.sub > 1;
+    sub = l.sub > 1 ? l.sub : sub;
     a->block[b].zero = c->zero;
     if (seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u))
       act[b] = c->swap ? SWAP : CKPT;   // the unit's first K (or S) blocks
@@ -81,6 +84,8 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   }
   free(seen);
   a->seq_parallel = pl->cfg.seq_parallel;
+  if (sub > 1)
+    a->mesh = mesh_with_sub(a->mesh, sub);
   int rc = checkpoint_of(act, m->nblocks, a, d);
   free(act);
   if (rc)
@@ -105,7 +110,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
 
 // A mesh compile lowers, and (ordering them) the step of its plan with shared variables.
 typedef struct MeshOrder {
-  int tp, q, order;
+  int tp, q, sub, order;
   double quick;
 } MeshOrder;
 
@@ -118,8 +123,8 @@ static int by_quick(const void *a, const void *b) {
 
 int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) {
   *kept = NULL;
-  SvPlan *plans[2 * 64];  // the meshes' plans, solved in order
-  MeshOrder mesh[2 * 64];
+  SvPlan *plans[4 * 64];  // the meshes' plans, solved in order
+  MeshOrder mesh[4 * 64];
   int n = 0, nmesh = 0, gpus = sv_cluster_gpus(&cfg->cluster);
   double seconds = 0;   // the time all of the solves took
   char why[1024] = "";
@@ -131,7 +136,12 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     for (int j = 0; j < cfg->cluster.ngroups; j++)
       fits &= cfg->cluster.group[j].count % (tp * q * q) == 0;
     if (fits)
-      mesh[nmesh] = (MeshOrder){tp, q, nmesh, 0}, nmesh++;
+      mesh[nmesh] = (MeshOrder){tp, q, 1, nmesh, 0}, nmesh++;
+    // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
+    // of the tp ranks (PlanBlock.sub)
+    for (int s = 2; fits && q == 1 && cfg->cluster.ngroups == 1 && s < tp; s++)
+      if (tp % s == 0 && nmesh < 4 * 64)
+        mesh[nmesh] = (MeshOrder){tp, 1, s, nmesh, 0}, nmesh++;
   }
   // With --no-share each mesh's program is large and most of its time goes to proving that a
   // mesh cannot win. The plans with shared variables are quick and bound those without from
@@ -139,7 +149,8 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
   // stops the others' solves as soon as their bounds pass it (ties keep the meshes' order).
   for (int i = 0; i < nmesh && !cfg->share_blocks && nmesh > 1; i++) {
     SvConfig c = *cfg;
-    c.mesh_tp = mesh[i].tp, c.mesh_q = mesh[i].q, c.share_blocks = true;
+    c.mesh_tp = mesh[i].tp, c.mesh_q = mesh[i].q, c.mesh_sub = mesh[i].sub;
+    c.share_blocks = true;
     SvPlan *p = NULL;
     IrDiag quiet = {0};
     mesh[i].quick = sv_plan(g, &c, &p, &quiet) || !p->sol.feasible ? INFINITY : p->sol.time;
@@ -152,6 +163,7 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     SvConfig c = *cfg;
     c.mesh_tp = tp;
     c.mesh_q = q;
+    c.mesh_sub = mesh[i].sub;
     c.cutoff = *kept && (*kept)->sol.feasible ? (*kept)->sol.time : 0;  // the one to beat
     IrDiag quiet = {0};
     if (sv_plan(g, &c, &plans[n], &quiet)) {
@@ -686,7 +698,7 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
     if ((plan_ckpt(P, b) && ckpt++ != seen) || (plan_swap(P, b) && swap++ != seen) ||
         o->zero != pb->zero || o->offload != pb->offload ||
         o->offload_grads != pb->offload_grads || o->offload_params != pb->offload_params ||
-        o->batch_tp != pb->batch_tp)
+        o->batch_tp != pb->batch_tp || o->sub != pb->sub)
       return -1;   // not the unit's first blocks, or a block unlike the others
     seen++;
   }
@@ -731,14 +743,15 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   SvConfig cfg = *base;
   cfg.mesh_tp = tp;
   cfg.mesh_q = q;
+  cfg.mesh_sub = mesh->size[IR_MESH_SUB];
   cfg.seq_parallel = P->seq_parallel;
   // identical layers that swap and checkpoint are not one choice: each its own unit
   cfg.share_blocks &= !(P->swap && P->checkpoint);
-  // ... nor layers some of which are data parallel over tp and some not
-  bool kind[2] = {false, false};
+  // ... nor layers of different kinds (data parallel over tp, tensor parallel over sub of it)
+  bool kind[3] = {false, false, false};
   for (int b = 1; b < P->nblocks; b++)
-    kind[P->block[b].batch_tp] = true;
-  cfg.share_blocks &= !(kind[0] && kind[1]);
+    kind[P->block[b].batch_tp ? 1 : P->block[b].sub ? 2 : 0] = true;
+  cfg.share_blocks &= kind[0] + kind[1] + kind[2] <= 1;
   cfg.micro_batch = batch;
   cfg.global_batch = batch * plan_micro_total(P);
   SvPlan *pl;
@@ -748,7 +761,7 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   int layout = -1;
   for (int l = 0; l < p->nlayouts; l++)
     if (p->layout[l].dp == dp && p->layout[l].tp == tp && p->layout[l].q == q &&
-        !p->layout[l].batch)
+        !p->layout[l].batch && !p->layout[l].sub)
       layout = l;
   SvSolution s = sv_solution_new(p);
   int rc = 0;
@@ -757,14 +770,15 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     rc = 1;
   }
   for (int u = 0; !rc && u < p->nunits; u++) {
-    int lu = layout;   // or its blocks data parallel over the tp ranks
-    bool dp_tp = plan_block(P, p->unit[u].block)->batch_tp;
-    for (int l = 0; dp_tp && l < p->nlayouts; l++)
-      if (p->layout[l].batch && p->layout[l].dp == dp && p->layout[l].tp == tp)
+    int lu = layout;   // or its blocks data parallel over the tp ranks, or over sub of them
+    const PlanBlock *pb = plan_block(P, p->unit[u].block);
+    for (int l = 0; (pb->batch_tp || pb->sub) && l < p->nlayouts; l++)
+      if (p->layout[l].dp == dp && p->layout[l].tp == tp &&
+          (pb->batch_tp ? p->layout[l].batch : p->layout[l].sub > 1))
         lu = l;
-    if (dp_tp && lu == layout) {
-      ir_error(d, (IrLoc){0}, "the planner has no layout of %s data parallel over tp",
-               p->unit[u].name);
+    if ((pb->batch_tp || pb->sub) && lu == layout) {
+      ir_error(d, (IrLoc){0}, "the planner has no layout of %s %s", p->unit[u].name,
+               pb->batch_tp ? "data parallel over tp" : "tensor parallel over part of tp");
       rc = 1;
       break;
     }
@@ -789,6 +803,7 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     for (int k = 0; k < p->ngroups; k++)
       slowest = s.group_time[k] > s.group_time[slowest] ? k : slowest;
     sv_step_times(pl, &s, slowest, out->t);
+    out->state_bytes = sv_state_bytes(pl, &s, slowest);
     out->mem_bytes = s.mem[slowest];
     out->usable_bytes = p->cap[slowest];
     for (int u = 0; u < p->nunits; u++) {   // a swapped block's host bytes beyond a kept one's

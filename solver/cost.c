@@ -874,11 +874,14 @@ static double exposed(double comm, double compute, Link l, int collectives) {
 // replicates part of them (less with sequence parallelism, as the model was
 // built: what ir/shard.c leaves whole); Optimus 2D splits batch and hidden:
 // 1/q^2 (a checkpointed block's inputs, the residual stream).
-// Data parallel over tp ranks: each holds its part of the batch, 1/tp of all.
+// Data parallel over tp ranks: each holds its part of the batch, 1/tp of all. Tensor
+// parallel over sub of them: sub's share of 1D's on sub / tp of the batch.
 static double held(double floats, double rep, double ints, SvLayout l) {
   int s = l.tp * l.q * l.q;
   if (l.batch)
     return (floats + ints) / l.tp;
+  if (l.sub > 1)
+    return (rep + (floats - rep) / l.sub + ints) * l.sub / l.tp;
   double f = l.tp > 1 ? rep + (floats - rep) / l.tp : floats / s;
   return f + ints;
 }
@@ -923,6 +926,11 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (l.batch) {   // the weights' gradients reduced over the tp ranks
     double f = ar(n->bt_fwd, l.tp, in), bw = ar(n->bt_bwd, l.tp, in);
     tp = f + bw + (ckpt ? f : 0);
+  } else if (l.sub > 1) {   // Megatron's over sub ranks, on sub / tp of the replica's batch
+    Link t = link_for(cl, g, l.sub, false);
+    double part = (double)l.sub / l.tp;
+    double f = ar(n->tp_fwd * part, l.sub, t), bw = ar(n->tp_bwd * part, l.sub, t);
+    tp = f + bw + (ckpt ? f : 0);
   } else if (l.tp > 1) {
     Link t = sp ? rsag : in;
     double f = ar(n->tp_fwd, l.tp, t), bw = ar(n->tp_bwd, l.tp, t);
@@ -951,8 +959,11 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // Data parallel over the tp ranks too: the bucket is whole, one rank's, and it is reduced and
   // ZeRO-sharded over all d x tp ranks (its gradients partial sums over the batch's parts;
   // passes/lower.c), padded to divide among them.
-  int split = l.batch ? 1 : l.tp, shards = l.batch ? d * l.tp : d;
-  double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / (l.batch ? 1 : s);
+  // Tensor parallel over sub of them: the bucket is 1/sub, reduced and sharded over the
+  // d x tp / sub replicas.
+  int split = l.batch ? 1 : l.sub > 1 ? l.sub : l.tp;
+  int shards = l.batch ? d * l.tp : l.sub > 1 ? d * l.tp / l.sub : d;
+  double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / split;
   if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
     double align = (double)PASS_ALIGN_ELEMS * shards;
     slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[split]) / align) * align;
@@ -1021,7 +1032,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // Memory. Sharded state is held at share 1 here: the group's devices hold
   // share * slice / (count / s) each, which is slice / d on one group (slice / (d x tp) for a
   // block data parallel over tp: one group).
-  double sh = shards > 1 ? (double)s / gr->count / (l.batch ? l.tp : 1) : 1;
+  double sh = shards > 1 ? (double)s / gr->count / (l.batch ? l.tp : l.sub > 1 ? l.tp / l.sub : 1)
+                         : 1;
   double cat[SV_NM] = {params ? 0 : slice * b->param, grads ? 0 : slice * b->grad,
                        slice * (b->master + b->state) -
                            sv_offload_device_bytes(fo * slice, *b, false), 0};
@@ -1043,7 +1055,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // memory, copied down as forward finishes with them and up as backward needs them
   double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
   if (swap) {   // a copy per value each way, each at least a launch
-    keep = fmin(l.batch ? n->act_int / l.tp : n->act_int, act);
+    keep = fmin(l.batch ? n->act_int / l.tp : l.sub > 1 ? n->act_int * l.sub / l.tp : n->act_int,
+                act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
     Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1};
     o->host += moved;
@@ -1058,15 +1071,21 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
             (grads ? slice * b->grad : 0);
 }
 
+// The parts a layout of one mesh splits a replica's batch into: tp (data parallel over the tp
+// ranks), tp / sub (tensor parallel over sub of them), or 1.
+static int batch_parts(SvLayout l) { return l.batch ? l.tp : l.sub > 1 ? l.tp / l.sub : 1; }
+
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {
   bool mesh = a.dp == b.dp && a.tp == b.tp && a.q == b.q;
-  if (mesh && a.batch == b.batch)
+  if (mesh && a.batch == b.batch && a.sub == b.sub)
     return 0;
-  if (mesh) {   // one mesh, one block data parallel over its tp ranks: per micro-step, an
-                // all-gather of the batch's parts each way (forward into the tp block, backward
-                // out of it); the other way each rank keeps its part
+  if (mesh) {   // one mesh, a block data parallel over its tp ranks (or over groups of sub of
+                // them): per micro-step, an all-gather of the batch's parts each way (forward
+                // into the block that splits it less, backward out of it); the other way each
+                // rank keeps its part
+    int k = batch_parts(a) > batch_parts(b) ? batch_parts(a) : batch_parts(b);
     Link l = link_for(&x->cfg->cluster, g, a.tp, false);
-    return ceil((double)x->micro_total / a.dp) * 2 * ag(bytes, a.tp, l);
+    return ceil((double)x->micro_total / a.dp) * 2 * ag(bytes, k, l);
   }
   // Every device sends its share of the boundary tensor (forward) and of its
   // gradient (backward) to where the other layout wants it: an all-to-all.

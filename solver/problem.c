@@ -29,10 +29,10 @@ int sv_layouts(const SvCluster *c, int64_t micro_total, SvLayout *out, int max) 
   int gpus = sv_cluster_gpus(c), n = 0;
   for (int t = 1; t <= 64 && t <= gpus && n < max; t++)
     if (gpus % t == 0 && divides_groups(c, t) && gpus / t <= micro_total)
-      out[n++] = (SvLayout){gpus / t, t, 1, false};
+      out[n++] = (SvLayout){gpus / t, t, 1, false, 0};
   for (int q = 2; q <= 8 && q * q <= gpus && n < max; q++)
     if (gpus % (q * q) == 0 && divides_groups(c, q * q) && gpus / (q * q) <= micro_total)
-      out[n++] = (SvLayout){gpus / (q * q), 1, q, false};
+      out[n++] = (SvLayout){gpus / (q * q), 1, q, false, 0};
   return n;
 }
 
@@ -69,6 +69,11 @@ static const struct { int share; bool grads, params; } offloads[] = {
     {100, true, true}};
 #define NOFFLOADS ((int)(sizeof offloads / sizeof *offloads))
 
+// The replicas of a block's parameters under layout l (those its ZeRO stage shards over).
+static int replicas(SvLayout l) {
+  return l.batch ? l.dp * l.tp : l.sub > 1 ? l.dp * l.tp / l.sub : l.dp;
+}
+
 // The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
 // only in the repeated layers (passes/recompute.c), not in block 0 (everything outside
 // them). Activation swap (passes/swap.c) only in the repeated layers, in every mode.
@@ -84,7 +89,7 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
       for (int z = 0; z <= 3; z++)
         for (int o = 0; o < NOFFLOADS; o++) {
           // ZeRO on one replica changes nothing but where parameter offload keeps its shard
-          if (z > 0 && (!has_state || (p->layout[l].dp == 1 && !offloads[o].params)))
+          if (z > 0 && (!has_state || (replicas(p->layout[l]) == 1 && !offloads[o].params)))
             continue;
           if (offloads[o].params && z != 3)
             continue;
@@ -160,10 +165,15 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     for (int l = 0; l < p->nlayouts; l++)
       if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == q)
         p->layout[n++] = p->layout[l];
-    // ... where, on one group, a block may be data parallel over the tp ranks too
+    // ... where, on one group, a block may be data parallel over the tp ranks too, or tensor
+    // parallel over mesh_sub of them
     if (n == 1 && cfg->mesh_tp > 1 && q == 1 && cl->ngroups == 1 && m->batch_ok) {
       p->layout[n] = p->layout[0];
       p->layout[n++].batch = true;
+      if (cfg->mesh_sub > 1 && cfg->mesh_sub < cfg->mesh_tp && cfg->mesh_tp % cfg->mesh_sub == 0) {
+        p->layout[n] = p->layout[0];
+        p->layout[n++].sub = cfg->mesh_sub;
+      }
     }
     p->nlayouts = n;
   }

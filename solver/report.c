@@ -18,6 +18,8 @@ const char *sv_layout_str(char *buf, size_t n, SvLayout l) {
     snprintf(buf, n, "%d x 2D %dx%d", l.dp, l.q, l.q);
   else if (l.batch)
     snprintf(buf, n, "%d x DP (of %d x TP%d)", l.dp * l.tp, l.dp, l.tp);
+  else if (l.sub > 1)
+    snprintf(buf, n, "%d x TP%d (of %d x TP%d)", l.dp * l.tp / l.sub, l.sub, l.dp, l.tp);
   else if (l.tp > 1)
     snprintf(buf, n, "%d x TP%d", l.dp, l.tp);
   else
@@ -61,6 +63,12 @@ void sv_step_times(const SvPlan *pl, const SvSolution *s, int g, double t[SV_NT 
   Breakdown b;
   breakdown(pl, s, g, &b);
   memcpy(t, b.t, sizeof b.t);
+}
+
+double sv_state_bytes(const SvPlan *pl, const SvSolution *s, int g) {
+  Breakdown b;
+  breakdown(pl, s, g, &b);
+  return b.m[SV_M_PARAMS] + b.m[SV_M_GRADS] + b.m[SV_M_OPT];
 }
 
 // "5 per replica of 2 GPUs": each replica size the blocks' layouts take in group g, and the
@@ -609,8 +617,9 @@ static cJSON *plan_json(const SvPlan *pl) {
       cJSON_AddNumberToObject(o, "unit", u);
       // data parallel over the tp ranks too: dp x tp replicas of tp 1, in a mesh of tp
       // batch_tp (sv_apply_read; which it needs where no block is tensor parallel)
-      cJSON_AddNumberToObject(o, "dp", l.batch ? l.dp * l.tp : l.dp);
-      cJSON_AddNumberToObject(o, "tp", l.batch ? 1 : l.tp);
+      // tensor parallel over sub of the tp ranks: dp x tp / sub replicas of tp sub
+      cJSON_AddNumberToObject(o, "dp", l.batch ? l.dp * l.tp : l.sub > 1 ? l.dp * l.tp / l.sub : l.dp);
+      cJSON_AddNumberToObject(o, "tp", l.batch ? 1 : l.sub > 1 ? l.sub : l.tp);
       if (l.batch)
         cJSON_AddNumberToObject(o, "batch_tp", l.tp);
       cJSON_AddNumberToObject(o, "q", l.q);

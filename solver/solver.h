@@ -153,6 +153,8 @@ typedef struct SvConfig {
   int mesh_q;             // ... with mesh_tp 1 and mesh_q > 1: of dp x a mesh_q x mesh_q grid
                           // (SvProblem.ckpt_first);
                           // 0: any layout, offload share and checkpointing per block
+  int mesh_sub;           // ... with mesh_tp > mesh_sub > 1: where a block may also be tensor
+                          // parallel over mesh_sub of the tp ranks (SvLayout.sub)
   double cutoff;          // > 0: a plan no faster than this step (s) is of no use (another
                           // mesh's): GLPK stops once its bound shows none is
 } SvConfig;
@@ -321,6 +323,9 @@ typedef struct SvLayout {
   bool batch;   // with tp > 1: the block data parallel over those tp ranks too (its batch split
                 // over them, its weights whole), in a program whose other blocks are dp x tp
                 // (PlanBlock.batch_tp)
+  int sub;      // > 1, with tp > sub: the block tensor parallel over sub of the tp ranks and
+                // data parallel over the tp / sub groups of them (its batch split over those),
+                // in a program whose other blocks are dp x tp (PlanBlock.sub); 0: not
 } SvLayout;
 
 // Time categories (seconds) and memory categories (bytes) of the report.
@@ -564,6 +569,7 @@ typedef struct SvPriced {
   double mem_bytes;          // peak bytes per GPU (the slowest group's GPUs)
   double usable_bytes;       // what the planner lets them use
   double swap_bytes;         // activations a GPU swaps to host memory (the slowest group's)
+  double state_bytes;        // model state a GPU holds on the device (the slowest group's)
 } SvPriced;
 // 0 with out filled; 1 when the planner has no choice for the plan (another
 // cluster, an offload share other than 0, 0.5 and 1, a checkpointing it does
@@ -583,6 +589,8 @@ void sv_report_svg(FILE *f, const SvPlan *p);
 int sv_write_svg(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
 // Solution s's step on group g by category, seconds ([SV_NT]: resharding), as the report splits it.
 void sv_step_times(const SvPlan *pl, const SvSolution *s, int g, double t[SV_NT + 1]);
+// The model state (parameters, gradients, optimizer state) a GPU of group g holds, in bytes.
+double sv_state_bytes(const SvPlan *pl, const SvSolution *s, int g);
 int sv_write_json(const SvPlan *p, const char *path, IrDiag *d);   // "-": stdout
 // "8 x DP", "2 x TP4", "2 x 2D 2x2"
 const char *sv_layout_str(char *buf, size_t n, SvLayout l);

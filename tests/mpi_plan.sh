@@ -42,8 +42,8 @@ for i, b in enumerate(plan["blocks"]):
     if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
         b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
             b.update(dp=4, tp=1)
-    if b["id"] in tp4:
-        b.update(dp=1, tp=4)
+    if b["id"] in tp4:   # one replica: no ZeRO (the solver prices no stage there)
+        b.update(dp=1, tp=4, zero=0)
     if b["id"] in grads:
         b.update(offload=1, offload_grads=True)
     if b["id"] in params:

@@ -52,7 +52,7 @@ static SvProblem *random_problem(int groups) {
   p->micro_total = groups == 1 ? 8 : 2 + irand(4);
   p->nlayouts = 2 + irand(2);
   for (int l = 0; l < p->nlayouts; l++)
-    p->layout[l] = (SvLayout){8 >> l, 1 << l, 1, false};
+    p->layout[l] = (SvLayout){8 >> l, 1 << l, 1, false, 0};
   for (int g = 0; g < groups; g++) {
     p->gpus[g] = 8;
     p->cap[g] = 1e12;
@@ -921,6 +921,50 @@ static void test_apply_batch_tp(void) {
   ir_graph_free(g);
 }
 
+// Blocks tensor parallel over part of the mesh's tp, the solver's own choice: GPT-2 1.5B on 8
+// L4s with 6 GiB each and no host memory runs every block at tp 2 in a mesh of tp 4, each
+// block's micro-batch of 4 split over the 2 pairs of ranks (2 rows a micro-step hold half the
+// activations of a tp 2 mesh's 4), which beats the best plan without such blocks (2 x TP4 for
+// the embeddings and head, the layers data parallel over those ranks), and the price of that
+// plan is the plan's.
+static void test_apply_sub(void) {
+  IrGraph *g = model("gpt2.mtc", GPT2_15B);
+  SvConfig c = cluster("L4-24GB", 8, 6 * GiB);
+  c.cluster.group[0].dev.host_mem = 0;
+  Plan a;
+  SvPlan *kept;
+  IrDiag d = {0};
+  int rc = sv_apply_best(g, &c, &a, &kept, &d);
+  CHECK(!rc, "sub: %s", d.msg);
+  if (!rc) {
+    int sub = 0;
+    for (int b = 0; b < a.nblocks; b++)
+      sub += a.block[b].sub;
+    CHECK(a.mesh.size[IR_MESH_TP] == 4 && a.mesh.size[IR_MESH_SUB] == 2 && sub == a.nblocks,
+          "sub: tp %d, sub %d, %d of %d blocks over sub", a.mesh.size[IR_MESH_TP],
+          a.mesh.size[IR_MESH_SUB], sub, a.nblocks);
+    SvPriced pr;
+    rc = sv_price(g, &c, &a, &pr, &d);
+    CHECK(!rc && pr.step_s == kept->sol.time && pr.fits,
+          "sub: priced %.9g s (rc %d: %s), the plan %.9g s", pr.step_s, rc, d.msg,
+          kept->sol.time);
+    double best = INFINITY;   // the meshes without such blocks
+    for (int tp = 1; tp <= 8; tp *= 2) {
+      SvConfig m = c;
+      m.mesh_tp = tp;
+      SvPlan *p = plan(g, &m);
+      if (p->sol.feasible)
+        best = fmin(best, p->sol.time);
+      sv_plan_free(p);
+    }
+    CHECK(kept->sol.time < best, "sub: %.4g s, without blocks over sub %.4g s",
+          kept->sol.time, best);
+  }
+  plan_free(&a);
+  sv_plan_free(kept);
+  ir_graph_free(g);
+}
+
 // A layout the flags force (--tp 2 --checkpoint 2 --zero 1 on 4 GPUs) is priced
 // as the planner splits a step: recompute and both kinds of communication; a
 // cluster of another size, replicas of unequal micro-batches on one group (a
@@ -1144,6 +1188,7 @@ int main(int argc, char **argv) {
   test_checkpoint_k_of_l();
   test_apply_lowerable();
   test_apply_batch_tp();
+  test_apply_sub();
   test_no_host_memory();
   test_zero3_backward_gather();
   test_price_forced();
