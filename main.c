@@ -50,6 +50,8 @@ typedef struct Args {
   bool formulas;           // plan --formulas
   bool any_mesh;           // plan --any-mesh: each block its own mesh (not compiled)
   bool layers_dp;          // --layers-dp: the repeated layers data parallel over dp x tp
+  int layers_tp;           // --layers-tp S: the repeated layers tensor parallel over S of tp
+                           // (0: not given)
   // compile, inspect: one layout for every block instead of the solver's choice
   Plan layout;             // --dp, --tp, --zero, --micro-batches, --offload, --checkpoint
   bool forced;             // --dp, --tp, --zero, --micro-batches or --offload(-grads) given
@@ -150,6 +152,9 @@ static void usage(FILE *f) {
         "  --layers-dp            with --tp: the repeated layers data parallel over all\n"
         "                         dp x tp ranks (their batch split over tp too, their\n"
         "                         weights whole), the rest (embeddings, head) tensor parallel\n"
+        "  --layers-tp S          with --tp T: the repeated layers tensor parallel over S\n"
+        "                         of the T ranks (S divides T) and data parallel over the\n"
+        "                         T / S groups of them, the rest over all T\n"
         "  --checkpoint none|all|K\n"
         "                         activation checkpointing: backward recomputes the forward\n"
         "                         of no layer (default), every repeated layer, or the first\n"
@@ -409,6 +414,8 @@ static Args parse_args(int argc, char **argv) {
       a.layout.rest.offload_params = a.layout.rest.offload_grads = a.forced = true;
     } else if (!strcmp(s, "--layers-dp")) {
       a.layers_dp = a.forced = true;
+    } else if (!strcmp(s, "--layers-tp")) {
+      a.layers_tp = parse_gpus(s, VALUE()), a.forced = true;
     } else if (parse_plan_flag(&a, s, next, &i)) {
       continue;
     } else if (s[0] == '-') {
@@ -462,6 +469,13 @@ static Args parse_args(int argc, char **argv) {
   if (a.layers_dp && tp < 2)
     bad_usage("--layers-dp makes the repeated layers data parallel over the tp ranks too, "
               "beside the tensor-parallel rest: give --tp 2 or more");
+  if (a.layers_tp && (a.layers_tp < 2 || a.layers_tp >= tp || tp % a.layers_tp || a.layers_dp))
+    bad_usage("--layers-tp %d makes the repeated layers tensor parallel over %d of the --tp "
+              "ranks: give --tp a multiple of it, above it (and not --layers-dp)", a.layers_tp,
+              a.layers_tp);
+  if (a.layers_tp && a.layout.seq_parallel)
+    bad_usage("--layers-tp %d with --seq-parallel: sequence parallelism in blocks below the "
+              "mesh's tp is not compiled yet", a.layers_tp);
   double ranks = (double)dp * tp * q * q;   // (exact: at most 2^64)
   if (ranks > SV_MAX_GPUS && q > 1)
     bad_usage("--dp %d --tp2d %d: %.0f ranks, more than %d", dp, q, ranks, SV_MAX_GPUS);
@@ -537,17 +551,20 @@ static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *o
 static int forced_layout(IrGraph *g, const Args *a, Plan *plan, IrDiag *d) {
   *plan = a->layout;
   plan->lower = true;
-  if (!a->layers_dp)
+  if (!a->layers_dp && !a->layers_tp)
     return 0;
   int nb = ir_nblocks(g);
+  const char *flag = a->layers_dp ? "--layers-dp" : "--layers-tp";
   if (nb < 2)
-    return ir_error(d, (IrLoc){0}, "--layers-dp: the model has no repeated layers (a DSL "
-                    "`repeat`, or the layers an ONNX model's names number) to make data "
-                    "parallel; leave it out");
+    return ir_error(d, (IrLoc){0}, "%s: the model has no repeated layers (a DSL `repeat`, or "
+                    "the layers an ONNX model's names number) to give their own layout; leave "
+                    "it out", flag);
   if (plan_alloc_blocks(plan, nb))
     return ir_error(d, (IrLoc){0}, "out of memory");
   for (int b = 1; b < nb; b++)
-    plan->block[b].batch_tp = true;
+    plan->block[b].batch_tp = a->layers_dp, plan->block[b].sub = a->layers_tp > 0;
+  if (a->layers_tp)
+    plan->mesh = mesh_with_sub(plan->mesh, a->layers_tp);
   return 0;
 }
 

@@ -138,8 +138,9 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     if (fits)
       mesh[nmesh] = (MeshOrder){tp, q, 1, nmesh, 0}, nmesh++;
     // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
-    // of the tp ranks (PlanBlock.sub)
-    for (int s = 2; fits && q == 1 && cfg->cluster.ngroups == 1 && s < tp; s++)
+    // of the tp ranks (PlanBlock.sub; not under sequence parallelism)
+    bool sub = fits && q == 1 && cfg->cluster.ngroups == 1 && !cfg->seq_parallel;
+    for (int s = 2; sub && s < tp; s++)
       if (tp % s == 0 && nmesh < 4 * 64)
         mesh[nmesh] = (MeshOrder){tp, 1, s, nmesh, 0}, nmesh++;
   }

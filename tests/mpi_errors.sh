@@ -121,6 +121,15 @@ expect layers_dp_no_tp 2 "--layers-dp makes the repeated layers data parallel ov
   "$mtc" compile "$model" --dp 2 --layers-dp -o "$out/p4"
 expect layers_dp_no_layers 1 "--layers-dp: the model has no repeated layers" \
   "$mtc" compile "$here/../examples/mlp.mtc" --tp 2 --layers-dp -o "$out/p4"
+# --layers-tp S: S divides --tp and is below it; not with sequence parallelism
+expect layers_tp_3 2 "--layers-tp 3 makes the repeated layers tensor parallel over 3 of the --tp ranks: give --tp a multiple of it, above it" \
+  "$mtc" compile "$model" --tp 4 --layers-tp 3 -o "$out/p4"
+expect layers_tp_equal 2 "--layers-tp 2 makes the repeated layers tensor parallel over 2 of the --tp ranks" \
+  "$mtc" compile "$model" --tp 2 --layers-tp 2 -o "$out/p4"
+expect layers_tp_sp 2 "--layers-tp 2 with --seq-parallel: sequence parallelism in blocks below the mesh's tp is not compiled yet" \
+  "$mtc" compile "$model" --tp 4 --layers-tp 2 --seq-parallel -o "$out/p4"
+expect layers_tp_no_layers 1 "--layers-tp: the model has no repeated layers" \
+  "$mtc" compile "$here/../examples/mlp.mtc" --tp 4 --layers-tp 2 -o "$out/p4"
 # a plan of a 2D grid (every block q 2 on the plan's 4 GPUs) compiles and says so
 edit grid "[b.update(dp=1, tp=1, q=2) for b in p['blocks']]"
 if "$mtc" compile "$model" -D L=2 --plan "$out/grid.json" -o "$out/grid" > "$out/grid.log" 2>&1 &&
