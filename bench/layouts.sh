@@ -20,6 +20,7 @@ layouts=(   # ranks|name|flags
   "4|DP2 x TP2|--dp 2 --tp 2"
   "4|DP2 x TP2+SP|--dp 2 --tp 2 --seq-parallel"
   "4|DP2 x TP2, layers DP4|--dp 2 --tp 2 --layers-dp"
+  "4|TP4, layers TP2|--tp 4 --layers-tp 2"
   "4|2D 2x2|--tp2d 2"
   "1|offload|--offload 1"
   "1|offload + grads|--offload-grads"

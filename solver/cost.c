@@ -177,10 +177,22 @@ static int batch_parallel(IrGraph *g, SvModel *m, IrDiag *d) {
   return 0;
 }
 
-// Does layout l split any dim over tp?
-static bool tp_split(const ShardLayout *l) {
+// The dim layout l splits over tp (-1: none).
+static int tp_dim(const ShardLayout *l) {
   for (int i = 0; i < l->rank; i++)
     if (l->split[i] == IR_MESH_TP)
+      return i;
+  return -1;
+}
+
+// Does layout l split any dim over tp?
+static bool tp_split(const ShardLayout *l) { return tp_dim(l) >= 0; }
+
+// Is dim an embedding table's vocabulary (its rows), which the lowering pads to a multiple of
+// the degree that splits it (passes/tp.c)?
+static bool is_vocab(const IrGraph *g, const Sym *dim) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_EMBEDDING && sym_eq(g->nodes[i]->in[0]->shape[0], dim))
       return true;
   return false;
 }
@@ -503,13 +515,17 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
       continue;
     SvBlock *b = &m->block[owner[i] < 0 ? 0 : owner[i]];
     const IrValue *c = copy[i] ? copy[i] : v;
-    b->member = realloc(b->member, (size_t)(b->nmembers + 1) * sizeof *b->member);
-    b->member_split = realloc(b->member_split, (size_t)(b->nmembers + 1) * sizeof *b->member_split);
-    b->member_grid = realloc(b->member_grid, (size_t)(b->nmembers + 1) * sizeof *b->member_grid);
-    IR_ASSERT(b->member && b->member_split && b->member_grid);
+    size_t n = (size_t)b->nmembers + 1;
+    b->member = realloc(b->member, n * sizeof *b->member);
+    b->member_dim = realloc(b->member_dim, n * sizeof *b->member_dim);
+    b->member_vocab = realloc(b->member_vocab, n * sizeof *b->member_vocab);
+    b->member_grid = realloc(b->member_grid, n * sizeof *b->member_grid);
+    IR_ASSERT(b->member && b->member_dim && b->member_vocab && b->member_grid);
+    int d = tp_dim(&shard.layout[c->id]);
     b->member_grid[b->nmembers] = gsplit[c->id];
     b->member[b->nmembers] = ir_numel(g, v);
-    b->member_split[b->nmembers++] = tp_split(&shard.layout[c->id]);
+    b->member_dim[b->nmembers] = d >= 0 ? v->shape[d] : NULL;
+    b->member_vocab[b->nmembers++] = d >= 0 && is_vocab(g, v->shape[d]);
   }
   ir_shard_free(&shard);
 
@@ -577,7 +593,8 @@ void sv_model_free(SvModel *m) {
     return;
   for (int b = 0; b < m->nblocks; b++) {
     free(m->block[b].fwd), free(m->block[b].bwd);
-    free(m->block[b].member), free(m->block[b].member_split), free(m->block[b].member_grid);
+    free(m->block[b].member), free(m->block[b].member_dim), free(m->block[b].member_vocab);
+    free(m->block[b].member_grid);
   }
   free(m->block);
   free(m->flow);
@@ -742,8 +759,12 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
                             sym_evalf(b->state_bytes, t) / o->params};
   for (int k = 0; k < b->nmembers; k++) {
     double e = sym_evalf(b->member[k], t);
+    double dim = b->member_dim[k] ? sym_evalf(b->member_dim[k], t) : 0;
     for (int tp = 1; tp <= SV_MAXTP; tp++) {
-      double local = b->member_split[k] ? ceil(e / tp) : e;
+      // this rank's rows of the split dim: a vocabulary padded to a multiple of tp, another
+      // dim tp does not divide left whole
+      double rows = dim <= 0 ? 0 : fmod(dim, tp) == 0 || b->member_vocab[k] ? ceil(dim / tp) : dim;
+      double local = dim > 0 ? e / dim * rows : e;
       o->bucket[tp] += ceil(local / PASS_ALIGN_ELEMS) * PASS_ALIGN_ELEMS;
     }
     int split = b->member_grid[k];

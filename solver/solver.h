@@ -177,10 +177,13 @@ typedef struct SvBlock {
   // Sizes are bytes, of the element types the IR gives the values.
   const Sym *params;        // parameter elements
   // The parameters one by one, as the program's bucket of the block holds them: each padded
-  // to PASS_ALIGN_ELEMS elements, split over tp or whole (ir/shard.c's layout)
+  // to PASS_ALIGN_ELEMS elements, split over tp or whole (ir/shard.c's layout). A split
+  // member's dim: its size (NULL: whole), and whether it is a vocabulary, which the lowering
+  // pads to a multiple of tp (passes/tp.c); a dim tp does not divide otherwise stays whole.
   int nmembers;
   const Sym **member;
-  bool *member_split;
+  const Sym **member_dim;
+  bool *member_vocab;
   const Sym *param_bytes;   // the weights forward and backward read (bf16: the working copies)
   const Sym *grad_bytes;    // the parameters' gradients, as the update reads them
   const Sym *master_bytes;  // float32 masters apart from the weights read (bf16 programs)
