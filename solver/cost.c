@@ -481,7 +481,9 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   // propagation cannot lay out on a grid gets no 2D layouts (SvModel.grid_ok).
   IrDiag quiet = {0};
   unsigned char *gsplit = calloc((size_t)nv + 1, 1);
-  IR_ASSERT(gsplit);
+  signed char(*gdim)[2] = malloc(((size_t)nv + 1) * sizeof *gdim);   // a param's grid-split dims
+  IR_ASSERT(gsplit && gdim);
+  memset(gdim, -1, ((size_t)nv + 1) * sizeof *gdim);
   m->grid_ok = grid_parallel(g, m, &grid, &quiet) == 0;
   m->batch_ok = batch_parallel(g, m, &quiet) == 0;
   if (m->grid_ok) {
@@ -489,8 +491,11 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     for (int i = 0; i < nv; i++) {
       const ShardLayout *l = g->values[i]->role == ROLE_PARAM ? &grid.layout[i] : &gheld[i];
       unsigned over = 0;
-      for (int k = 0; k < l->rank; k++)
+      for (int k = 0; k < l->rank; k++) {
         over |= 1u << l->split[k];
+        if (l->split[k] == IR_MESH_ROW || l->split[k] == IR_MESH_COL)
+          gdim[i][l->split[k] == IR_MESH_COL] = (signed char)k;
+      }
       gsplit[i] = (unsigned char)grid_axes(over);
     }
     free(gheld);
@@ -520,9 +525,19 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     b->member_dim = realloc(b->member_dim, n * sizeof *b->member_dim);
     b->member_vocab = realloc(b->member_vocab, n * sizeof *b->member_vocab);
     b->member_grid = realloc(b->member_grid, n * sizeof *b->member_grid);
-    IR_ASSERT(b->member && b->member_dim && b->member_vocab && b->member_grid);
+    b->member_gdim = realloc(b->member_gdim, n * sizeof *b->member_gdim);
+    b->member_gvocab = realloc(b->member_gvocab, n * sizeof *b->member_gvocab);
+    IR_ASSERT(b->member && b->member_dim && b->member_vocab && b->member_grid && b->member_gdim &&
+              b->member_gvocab);
     int d = tp_dim(&shard.layout[c->id]);
     b->member_grid[b->nmembers] = gsplit[c->id];
+    b->member_gvocab[b->nmembers] = 0;
+    for (int a = 0; a < 2; a++) {
+      const Sym *gd = gdim[c->id][a] >= 0 ? v->shape[gdim[c->id][a]] : NULL;
+      b->member_gdim[b->nmembers][a] = gd;
+      if (gd && is_vocab(g, gd))
+        b->member_gvocab[b->nmembers] |= (unsigned char)(1u << a);
+    }
     b->member[b->nmembers] = ir_numel(g, v);
     b->member_dim[b->nmembers] = d >= 0 ? v->shape[d] : NULL;
     b->member_vocab[b->nmembers++] = d >= 0 && is_vocab(g, v->shape[d]);
@@ -584,7 +599,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   m->batch_sym = g->batch_sym;  // marked by the frontend
   m->seq_sym = g->seq_sym;
   free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes);
-  free(prefix), free(copy), free(master), free(gsplit);
+  free(prefix), free(copy), free(master), free(gsplit), free(gdim);
   return m;
 }
 
@@ -594,7 +609,7 @@ void sv_model_free(SvModel *m) {
   for (int b = 0; b < m->nblocks; b++) {
     free(m->block[b].fwd), free(m->block[b].bwd);
     free(m->block[b].member), free(m->block[b].member_dim), free(m->block[b].member_vocab);
-    free(m->block[b].member_grid);
+    free(m->block[b].member_grid), free(m->block[b].member_gdim), free(m->block[b].member_gvocab);
   }
   free(m->block);
   free(m->flow);
@@ -769,8 +784,16 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
     }
     int split = b->member_grid[k];
     o->grid_members[split] += e;
-    for (int q = 2; q <= SV_MAXQ; q++)
-      o->bucket_grid[q] += ceil(ceil(e / pow(q, split)) / PASS_ALIGN_ELEMS) * PASS_ALIGN_ELEMS;
+    for (int q = 2; q <= SV_MAXQ; q++) {
+      double local = e;   // each grid-split dim as the lowering cuts it
+      for (int a = 0; a < 2; a++) {
+        double gd = b->member_gdim[k][a] ? sym_evalf(b->member_gdim[k][a], t) : 0;
+        if (gd > 0)
+          local = local / gd *
+                  (fmod(gd, q) == 0 || (b->member_gvocab[k] >> a & 1) ? ceil(gd / q) : gd);
+      }
+      o->bucket_grid[q] += ceil(local / PASS_ALIGN_ELEMS) * PASS_ALIGN_ELEMS;
+    }
   }
   for (int k = 0; k < 3; k++) {
     o->grid_fwd[k] = sym_evalf(b->grid_fwd[k], t);
@@ -987,7 +1010,11 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / split;
   if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
     double align = (double)PASS_ALIGN_ELEMS * shards;
-    slice = ceil((l.q > 1 ? n->bucket_grid[l.q] : n->bucket[split]) / align) * align;
+    // a unit's blocks on average, each padded
+    double first = l.q > 1 ? n->bucket_grid[l.q] : n->bucket[split];
+    double rest = l.q > 1 ? n->bucket_grid_rest[l.q] : n->bucket_rest[split];
+    int blocks = n->blocks > 1 ? n->blocks : 1;
+    slice = (ceil(first / align) * align + (blocks - 1) * ceil(rest / align) * align) / blocks;
   }
   if (shards > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);

@@ -141,6 +141,22 @@ static SvEdge *find_edge(SvProblem *p, int u, int v) {
   return e;
 }
 
+// The buckets of a unit's other blocks (SvNum.bucket_rest: its last block's): identical blocks
+// may still lay out a parameter differently (the first layer's norm reads the embedding's sum
+// whole on a 2D grid, the others split).
+static void unit_buckets(const SvModel *m, const SvConfig *cfg, const SvUnit *un, int u,
+                         SvNum *n) {
+  int last = un->block;
+  for (int b = 0; b < m->nblocks; b++)
+    if (m->block[b].unit == u)
+      last = b;
+  SvNum o;
+  sv_num_eval(m, cfg, last, &o);
+  n->blocks = un->count;
+  memcpy(n->bucket_rest, o.bucket, sizeof o.bucket);
+  memcpy(n->bucket_grid_rest, o.bucket_grid, sizeof o.bucket_grid);
+}
+
 SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_out, IrDiag *d) {
   const SvCluster *cl = &cfg->cluster;
   SvProblem *p = calloc(1, sizeof *p);
@@ -211,6 +227,7 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
       un->name = ir_strdup(&m->g->arena, buf);
     }
     sv_num_eval(m, cfg, un->block, &nums[u]);
+    unit_buckets(m, cfg, un, u, &nums[u]);
     build_choices(p, un, &nums[u], &x);
   }
   free(last);

@@ -210,9 +210,12 @@ typedef struct SvBlock {
   // Optimus 2D as ir/shard.c lays it out (the grid's side left open): the collectives along
   // the grid's rows and columns as bytes all-reduced, and the activations kept, by the number
   // k of grid axes the buffer is split over (a term of [k] is divided by q^k); how many grid
-  // axes each member splits.
+  // axes each member splits, and the sizes of the dims they split (NULL: none; a vocabulary
+  // among them is padded to a multiple of q, another dim q does not divide is whole).
   const Sym *grid_fwd[3], *grid_bwd[3], *grid_act[3];
   unsigned char *member_grid;
+  const Sym *(*member_gdim)[2];   // [k][0]: the dim over the grid's rows, [k][1]: its columns
+  unsigned char *member_gvocab;   // bit a: member_gdim[k][a] is a vocabulary
   int nfwd, nbwd;           // kernels in forward and backward (nodes, less the views)
   IrNode **fwd, **bwd;      // those nodes, in schedule order
   bool bwd_params;          // backward reads some of its parameters (ZeRO-3 gathers them again
@@ -260,6 +263,11 @@ typedef struct SvNum {   // one unit's representative block
   double bucket[SV_MAXTP + 1];
   // ... on one rank of a q x q grid: bucket_grid[q], q in 2..SV_MAXQ (larger: without padding)
   double bucket_grid[SV_MAXQ + 1];
+  // A unit of several blocks: the buckets of its other blocks (the unit's first block may lay
+  // out a parameter otherwise: a norm that reads the embedding's sum whole on a 2D grid), and
+  // how many blocks it has; each block's bucket is padded on its own.
+  int blocks;
+  double bucket_rest[SV_MAXTP + 1], bucket_grid_rest[SV_MAXQ + 1];
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
   double tp_fwd, tp_bwd, bt_fwd, bt_bwd, sync_fwd, sync_bwd;
