@@ -1169,8 +1169,12 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .dropout_step_offset = %lld,", counter ? (long long)e->m->offset[counter->id] : -1LL);
   println(e, "    .dp = %d,", lw ? lw->plan.mesh.size[IR_MESH_DP] : 1);
   println(e, "    .tp = %d,", lw ? lw->plan.mesh.size[IR_MESH_TP] : 1);
-  println(e, "    .grid_side = %d,", lw ? lw->plan.mesh.size[IR_MESH_ROW] : 1);
-  println(e, "    .tp_sub = %d,", lw ? lw->plan.mesh.size[IR_MESH_SUB] : 1);
+  // a grid inside tp (2D beside 1D) is the 2D blocks' only: the replica's inputs are whole
+  const Mesh *m = lw ? &lw->plan.mesh : NULL;
+  bool in_tp = m && m->size[IR_MESH_TP] > 1;
+  println(e, "    .grid_side = %d,", m && !in_tp ? m->size[IR_MESH_ROW] : 1);
+  println(e, "    .tp_sub = %d,", m ? m->size[IR_MESH_SUB] : 1);
+  println(e, "    .tp_grid = %d,", in_tp ? m->size[IR_MESH_ROW] : 1);
   println(e, "    .micro_batches = %d,", lw ? lw->plan.micro_batches : 1);
   if (lw && lw->plan.replica_micro)
     println(e, "    .replica_micro = replica_micro,");

@@ -26,15 +26,25 @@ Mesh mesh_with_sub(Mesh m, int s) {
   return m;
 }
 
+Mesh mesh_with_grid(Mesh m, int q) {
+  m.size[IR_MESH_ROW] = m.size[IR_MESH_COL] = q;
+  return m;
+}
+
 int mesh_ranks(const Mesh *m) {
+  bool grid_in_tp = m->size[IR_MESH_TP] > 1;
   int n = 1;
   for (int a = 0; a < IR_MESH_NAXES; a++)
-    if (a != IR_MESH_SUB && a != IR_MESH_SUBDP)
+    if (a != IR_MESH_SUB && a != IR_MESH_SUBDP &&
+        !(grid_in_tp && (a == IR_MESH_ROW || a == IR_MESH_COL)))
       n *= m->size[a];
   return n;
 }
 
 int mesh_str(char *buf, size_t n, const Mesh *m) {
+  if (m->size[IR_MESH_ROW] > 1 && m->size[IR_MESH_TP] > 1)
+    return snprintf(buf, n, "dp %d x tp %d (and 2D %dx%d)", m->size[IR_MESH_DP],
+                    m->size[IR_MESH_TP], m->size[IR_MESH_ROW], m->size[IR_MESH_COL]);
   if (m->size[IR_MESH_ROW] > 1)
     return snprintf(buf, n, "dp %d x 2D %dx%d", m->size[IR_MESH_DP], m->size[IR_MESH_ROW],
                     m->size[IR_MESH_COL]);

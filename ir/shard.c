@@ -89,7 +89,7 @@
 #define BIT(axis) (1u << (axis))
 // The axes whose meaning depends on the block's kind (block_key): a value laid out under
 // another kind is read without its splits and partial sums over them.
-#define KEYED (BIT(TP) | BIT(SUB) | BIT(SUBDP))
+#define KEYED (BIT(TP) | BIT(SUB) | BIT(SUBDP) | BIT(ROW) | BIT(COL))
 #define HAVE 4   // conversions of one value remembered
 
 typedef struct Shard {
@@ -297,6 +297,14 @@ static int degree(const Shard *s, int tp, int axis) {
   }
 }
 
+// The axes over which a gradient of the node's block is a partial sum that its bucket's
+// reduction finishes: dp, and the parts of its batch over tp (a block data parallel over it)
+// or subdp (a block over part of tp). (A grid block's batch splits over its rows: Optimus
+// reduce-scatters its weights' gradients along them.)
+static unsigned bucket_partial(const ShardOp *op) {
+  return BIT(DP) | (op->ba == TP || op->ba == SUBDP ? BIT(op->ba) : 0);
+}
+
 // Does the node's block split its ops over ranks (tensor parallel or a 2D grid)?
 static bool model_parallel(const ShardOp *op) {
   return !op->batch && (op->tp != 1 || op->q != 1);
@@ -341,6 +349,14 @@ static bool block_batch(const Shard *s, const IrNode *n) {
          s->spec->batch_tp[n->block] && s->spec->tp[n->block] != 1;
 }
 
+// Is the node's block on a 2D grid: every block of a grid program, or one of tp 1 in a
+// program of tp with a grid inside it (ShardSpec.q, mesh_tp)?
+static bool block_grid(const Shard *s, const IrNode *n) {
+  if (grid(s) == 1)
+    return false;
+  return s->spec->mesh_tp <= 1 || (block_tp(s, n) == 1 && !block_batch(s, n));
+}
+
 // Is the node's block tensor parallel over part of the mesh's tp (ShardSpec.mesh_tp)?
 static bool block_sub(const Shard *s, const IrNode *n) {
   int tp = block_tp(s, n);
@@ -354,7 +370,7 @@ static void find_vocab(Shard *s) {
   ShardResult *r = s->r;
   for (int i = 0; s->spec->pad_vocab && i < s->g->nnodes; i++) {
     const IrNode *n = s->g->nodes[i];
-    int deg = block_batch(s, n) ? 1 : grid(s) > 1 ? grid(s) : block_tp(s, n);
+    int deg = block_batch(s, n) ? 1 : block_grid(s, n) ? grid(s) : block_tp(s, n);
     int64_t v;
     const Sym *dim = n->op == OP_EMBEDDING ? n->in[0]->shape[0] : NULL;
     if (!dim || deg < 2 || sym_eval(dim, &s->g->syms, &v) || v % deg == 0 || padded(s, TP, dim) ||
@@ -1357,7 +1373,7 @@ static int shard_sign(ShardOp *op) { return unary(op, LIN_NONE); }
 // A cast carries a partial sum over the batch's parts (a block data parallel over tp, or dp: a
 // bf16 gradient cast to its float32 master stays the buckets'); one over tp is reduced first.
 static int shard_cast(ShardOp *op) {
-  bool batch = op->batch || !(op->in[0].partial & ~(BIT(DP) | BIT(op->ba)));
+  bool batch = op->batch || !(op->in[0].partial & ~bucket_partial(op));
   return unary(op, batch ? LIN_ONE : LIN_NONE);
 }
 static int shard_sigmoid(ShardOp *op) { return unary(op, LIN_NONE); }
@@ -1448,7 +1464,7 @@ static int optimizer(ShardOp *op) {
   ShardLayout p = op->seed[0] ? op->in[1] : op->in[0];
   p.partial = 0;
   op->in[0] = p;
-  unsigned dp = op->in[1].partial & (BIT(DP) | BIT(op->ba));
+  unsigned dp = op->in[1].partial & bucket_partial(op);
   op->in[1] = p;
   op->in[1].partial = (unsigned char)dp;
   for (int k = 2; k < op->n->nin; k++)
@@ -1704,9 +1720,12 @@ static ShardLayout input_layout(Shard *s, const IrValue *v, int key) {
 static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, ShardLayout *out,
                     int use_at) {
   int tp = block_tp(s, n), key = block_key(s, n);
-  bool batch = block_batch(s, n), sub = block_sub(s, n);
-  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .batch = batch, .q = grid(s),
-                .tpa = sub ? SUB : TP, .ba = batch ? TP : sub ? SUBDP : NONE,
+  bool batch = block_batch(s, n), sub = block_sub(s, n), on_grid = block_grid(s, n);
+  // a grid block beside tp blocks splits its batch over the grid's rows itself (in a grid
+  // program the inputs are split so: lay_inputs)
+  bool grid_batch = on_grid && s->spec->mesh_tp > 1;
+  ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .batch = batch, .q = on_grid ? grid(s) : 1,
+                .tpa = sub ? SUB : TP, .ba = batch ? TP : sub ? SUBDP : grid_batch ? ROW : NONE,
                 .in = in, .seed = seed, .seed_k = -1, .out = out};
   for (int k = 0; k < n->nin; k++) {
     const IrValue *v = n->in[k];
@@ -1788,7 +1807,7 @@ static int lay_inputs(Shard *s) {
     ShardLayout l = whole(v->rank);
     if (v->role == ROLE_INPUT && !s->batch)
       s->batch = v;
-    int axis = s->spec->dp != 1 ? DP : grid(s) != 1 ? ROW : NONE;
+    int axis = s->spec->dp != 1 ? DP : grid(s) != 1 && s->spec->mesh_tp <= 1 ? ROW : NONE;
     int deg = degree(s, 1, axis);
     if (v->role == ROLE_INPUT && axis != NONE && v->rank >= 1 && s->batch->rank >= 1 &&
         sym_eq(v->shape[0], s->batch->shape[0])) {
@@ -1832,8 +1851,10 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int b = 0; b < spec->nblocks; b++)
     if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)
       return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d", b, spec->tp[b]);
+  // (a grid inside tp: its blocks tp 1, the others the program's tp, of q x q ranks)
+  bool grid_in_tp = spec->q > 1 && spec->mesh_tp == spec->q * spec->q;
   for (int b = 0; (spec->q > 1 || spec->q == SHARD_TP_ANY) && b < spec->nblocks; b++)
-    if (spec->tp[b] != 1 || spec->dp != 1)
+    if ((spec->tp[b] != 1 && !(grid_in_tp && spec->tp[b] == spec->mesh_tp)) || spec->dp != 1)
       return ir_error(d, (IrLoc){0}, "shard: a 2D grid (q = %d) with tp = %d and dp = %d in "
                       "block %d: the grid is one replica's only split", spec->q, spec->tp[b],
                       spec->dp, b);

@@ -502,13 +502,21 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     return 0;
   }
   case OP_DROPOUT: {   // each element's mask bit at its place in the whole tensor
-                       // (codegen/kcall.c), which a block below the mesh's tp does not find
+                       // (codegen/kcall.c), which a block below the mesh's tp, or on a grid
+                       // beside it, does not find
     const ShardLayout *x = use_of(t, i, 0);
-    if (ir_attr_f(n, "ratio") == 0 || (split_dim(x, SUB) < 0 && split_dim(x, SUBDP) < 0))
+    bool beside = t->tp > 1 && (split_dim(x, ROW) >= 0 || split_dim(x, COL) >= 0);
+    if (ir_attr_f(n, "ratio") == 0 ||
+        (split_dim(x, SUB) < 0 && split_dim(x, SUBDP) < 0 && !beside))
       return 0;
-    return ir_error(t->d, n->loc, "lower: %s: dropout in block %d, tensor parallel over %d of "
-                    "the %d tp ranks, is not lowered yet: give the block the mesh's tp",
-                    t->mesh, n->block, t->size[SUB], t->tp);
+    char where[64];
+    if (beside)
+      snprintf(where, sizeof where, "on a %dx%d grid of the %d tp ranks", t->q, t->q, t->tp);
+    else
+      snprintf(where, sizeof where, "tensor parallel over %d of the %d tp ranks", t->size[SUB],
+               t->tp);
+    return ir_error(t->d, n->loc, "lower: %s: dropout in block %d, %s, is not lowered yet: "
+                    "give the block the mesh's tp", t->mesh, n->block, where);
   }
   default:   // masked_fill's mask is laid out as x (sliced or broadcast)
     return 0;
@@ -871,7 +879,9 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   t.size[ROW] = t.size[COL] = q;
   t.size[SUB] = sub;
   t.size[SUBDP] = tp / sub;
-  if (q > 1)
+  if (q > 1 && tp > 1)
+    snprintf(t.mesh, sizeof t.mesh, "tp %d (and 2D %dx%d)", tp, q, q);
+  else if (q > 1)
     snprintf(t.mesh, sizeof t.mesh, "2D %dx%d", q, q);
   else if (sub > 1)
     snprintf(t.mesh, sizeof t.mesh, "tp %d (and %d)", tp, sub);
@@ -897,9 +907,10 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   IrValue **stats_of = calloc((size_t)t.nv, sizeof *stats_of);
   IR_ASSERT(degree && batch_tp && t.node && t.use_at && t.cur && t.pieces && t.pad_dim &&
             t.conv && t.nconv && stats_of);
-  for (int b = 0; b < nb; b++) {
-    degree[b] = plan_block(P, b)->sub ? sub : tp;
-    batch_tp[b] = plan_block(P, b)->batch_tp;
+  for (int b = 0; b < nb; b++) {   // (a 2D block beside tp blocks: tp 1, on the grid)
+    const PlanBlock *pb = plan_block(P, b);
+    degree[b] = pb->sub ? sub : pb->grid ? 1 : tp;
+    batch_tp[b] = pb->batch_tp;
   }
   for (int i = 0; i < t.nn; i++)
     t.node[i] = g->nodes[i];
@@ -929,7 +940,7 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
     const Sym *valid = pd >= 0 ? whole[pd] : NULL;
     if (pd >= 0) {   // padded to a multiple of tp, or of the grid's side
       int64_t size = ir_eval(g, valid);
-      int64_t pad = padded_to(size, q > 1 ? q : tp) - size;
+      int64_t pad = padded_to(size, tp > 1 ? tp : q) - size;   // (a grid inside tp: q | tp)
       whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, pad));
       if (pre == pd)
         valid = pre_valid;

@@ -10,7 +10,7 @@ rt_dist_state rt_dist = {.dp = 1, .tp = 1, .q = 1, .sub = 1, .micro_total = 1};
 int rt_eval_mode;
 
 void rt_dist_init(int dp, int tp, int q, int sub, int micro_total, int nslots) {
-  int rank = rt_comm_rank(), n = tp * q * q;
+  int rank = rt_comm_rank(), n = tp > 1 ? tp : q * q;   // a replica's ranks
   rt_dist.dp = dp;
   rt_dist.tp = tp;
   rt_dist.q = q;

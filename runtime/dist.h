@@ -33,7 +33,8 @@ enum { RT_AXIS_NONE = -1, RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_A
        RT_AXIS_SUBDP, RT_NAXES, RT_AXIS_ALL = RT_NAXES, RT_AXIS_SUBREP, RT_NGROUPS };
 
 typedef struct rt_dist_state {
-  int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none)
+  int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none; with tp > 1, the
+                              // grid of its 2D blocks inside the tp ranks, q x q = tp)
   int sub;                    // the degree of blocks below tp (1: none)
   int rank, dp_rank, tp_rank; // this rank's place in it: in the world (dp_rank x the replica's
                               // ranks + tp_rank), its replica, its rank in the replica
@@ -59,6 +60,11 @@ extern rt_dist_state rt_dist;
 // below tp, 1: none).
 void rt_dist_init(int dp, int tp, int q, int sub, int micro_total, int nslots);
 
+// The ranks of one replica: tp, or a q x q grid (tp 1), or tp with a grid inside it.
+static inline int rt_replica_ranks(void) {
+  return rt_dist.tp > 1 ? rt_dist.tp : rt_dist.q * rt_dist.q;
+}
+
 // The ranks along a mesh axis, and this rank's place among them.
 static inline int rt_axis_size(int axis) {
   return axis == RT_AXIS_NONE ? 1
@@ -67,7 +73,7 @@ static inline int rt_axis_size(int axis) {
          : axis == RT_AXIS_SUB ? rt_dist.sub
          : axis == RT_AXIS_SUBDP ? rt_dist.tp / rt_dist.sub
          : axis == RT_AXIS_SUBREP ? rt_dist.dp * (rt_dist.tp / rt_dist.sub)
-         : axis == RT_AXIS_ALL ? rt_dist.dp * rt_dist.tp * rt_dist.q * rt_dist.q
+         : axis == RT_AXIS_ALL ? rt_dist.dp * rt_replica_ranks()
                               : rt_dist.q;
 }
 // The place along a replica's axis (tp, row, col, sub, subdp) of the replica's rank t.

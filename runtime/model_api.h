@@ -184,6 +184,7 @@ typedef struct rt_model {
   int dp, tp;                 // mesh: dp x tp ranks, or (tp 1) dp x a grid of
   int grid_side;              // grid_side x grid_side ranks (Optimus 2D; 1: none)
   int tp_sub;                 // the degree of blocks tensor parallel over part of tp (1: none)
+  int tp_grid;                // the side of 2D blocks' grids inside tp (1: none)
   int micro_batches;          // forward/backward passes per step of each replica (with
                               // replica_micro: the most any runs); the global batch is batch x
                               // dp x micro_batches, or batch x the sum of replica_micro

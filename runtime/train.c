@@ -684,7 +684,7 @@ static void tp_scatter(char *arena, view w) {
 // Every replica rank's part into the whole tensors of view w.
 static void tp_gather(char *arena, view w) {
   const rt_model *M = &mtc_model;
-  int ranks = rt_axis_size(RT_AXIS_TP) * rt_dist.q * rt_dist.q;
+  int ranks = rt_replica_ranks();
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i] || !has_view(i, w)) continue;
     const rt_tensor *p = &M->params[i];
@@ -1316,8 +1316,15 @@ static bool replica_owner(const rt_tensor *p) {
   const rt_model *M = &mtc_model;
   if (p->bucket >= 0 && M->buckets[p->bucket].shard_axis == RT_AXIS_SUBREP)
     return split_over(p, RT_AXIS_SUB) || rt_axis_rank(RT_AXIS_SUB) == 0;
-  for (int a = RT_AXIS_TP; a <= RT_AXIS_COL; a++)  // (sub and subdp are parts of tp)
-    if (!split_over(p, a) && rt_axis_size(a) > 1 && rt_axis_rank(a) != 0) return false;
+  // (sub and subdp are parts of tp; so are a grid's rows and columns beside tp blocks: a
+  // parameter split over them is held along them, another along tp)
+  bool on_grid = split_over(p, RT_AXIS_ROW) || split_over(p, RT_AXIS_COL);
+  bool grid_in_tp = rt_dist.tp > 1 && rt_dist.q > 1;
+  for (int a = RT_AXIS_TP; a <= RT_AXIS_COL; a++) {
+    bool factor = a == RT_AXIS_TP ? grid_in_tp && on_grid : grid_in_tp && !on_grid;
+    if (!factor && !split_over(p, a) && rt_axis_size(a) > 1 && rt_axis_rank(a) != 0)
+      return false;
+  }
   return true;
 }
 
@@ -1875,7 +1882,8 @@ int main(int argc, char **argv) {
   options opt = parse_args(argc, argv);  // first: --help and flag errors need no GPU
   rt_device_init();
   rt_comm_init(&argc, &argv, world_ranks(), M->layout);
-  rt_dist_init(M->dp, M->tp, M->grid_side, M->tp_sub, M->micro_batches, M->n_slots);
+  rt_dist_init(M->dp, M->tp, M->grid_side > 1 ? M->grid_side : M->tp_grid, M->tp_sub,
+               M->micro_batches, M->n_slots);
   rt_dist.micro_total = replica_micro(rt_dist.dp_rank);  // uneven shares: this replica's own
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));

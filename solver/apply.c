@@ -228,18 +228,20 @@ static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t 
 // batch split over tp too (PlanBlock.batch_tp), and blocks may be tensor
 // parallel over s of its tp ranks (dp x tp / s replicas of tp s, one s for
 // the program), which it runs over the mesh's sub ranks with their batch
-// split over tp / s (PlanBlock.sub). The mesh is that of the block of the
-// largest tp (or grid). in[b]: block b's mesh is that of a block data
+// split over tp / s (PlanBlock.sub), and blocks may be Optimus 2D on a q x q
+// grid of its tp ranks (q x q = tp, the same dp), which it runs on the grid
+// inside the mesh (PlanBlock.grid). The mesh is that of the block of the
+// largest tp (or a grid's). in[b]: block b's mesh is that of a block data
 // parallel over its tp ranks ("batch_tp": the mesh's tp, which says it where
 // no block is tensor parallel).
 static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
                     const char *path, IrDiag *d) {
   a->mesh = mesh[0];
   for (int b = 0; b < m->nblocks; b++)
-    if (mesh[b].size[IR_MESH_ROW] > 1 ||
+    if ((mesh[b].size[IR_MESH_ROW] > 1 && a->mesh.size[IR_MESH_TP] == 1) ||
         mesh[b].size[IR_MESH_TP] > a->mesh.size[IR_MESH_TP])
       a->mesh = mesh[b];
-  int ranks = mesh_ranks(&a->mesh), tp = a->mesh.size[IR_MESH_TP], sub = 1;
+  int ranks = mesh_ranks(&a->mesh), tp = a->mesh.size[IR_MESH_TP], sub = 1, q = 1;
   for (int b = 0; b < m->nblocks; b++) {
     int s = mesh[b].size[IR_MESH_TP];
     if (!memcmp(&mesh[b], &a->mesh, sizeof *mesh)) {
@@ -251,9 +253,16 @@ static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
       continue;
     }
     if (s > 1 && s < tp && tp % s == 0 && mesh[b].size[IR_MESH_DP] * s == ranks &&
-        mesh[b].size[IR_MESH_ROW] == 1 && (sub == 1 || sub == s)) {
+        mesh[b].size[IR_MESH_ROW] == 1 && (sub == 1 || sub == s) && q == 1) {
       a->block[b].sub = true;   // over s of the tp ranks, its batch over tp / s
       sub = s;
+      continue;
+    }
+    int side = mesh[b].size[IR_MESH_ROW];
+    if (side > 1 && side * side == tp && mesh[b].size[IR_MESH_DP] == a->mesh.size[IR_MESH_DP] &&
+        sub == 1) {
+      a->block[b].grid = true;   // on the grid of the tp ranks
+      q = side;
       continue;
     }
     char have[64], want[64];
@@ -261,12 +270,16 @@ static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
     mesh_str(want, sizeof want, &a->mesh);
     return ir_error(d, (IrLoc){0}, "%s: block %d (%s) is %s, another block %s: a program has "
                     "one mesh for every block, where a block may also be data parallel over "
-                    "all %d ranks of a tensor-parallel mesh (dp %d, tp 1), or tensor parallel "
-                    "over a part of its tp (one tp for those blocks, dividing %d, dp x tp = %d)",
-                    path, b, m->block[b].name, have, want, ranks, ranks, tp, ranks);
+                    "all %d ranks of a tensor-parallel mesh (dp %d, tp 1), tensor parallel "
+                    "over a part of its tp (one tp for those blocks, dividing %d, dp x tp = %d), "
+                    "or on a 2D grid of its tp ranks (the same dp, q x q = %d); not both of the "
+                    "last two", path, b, m->block[b].name, have, want, ranks, ranks, tp, ranks,
+                    tp);
   }
   if (sub > 1)
     a->mesh = mesh_with_sub(a->mesh, sub);
+  if (q > 1)
+    a->mesh = mesh_with_grid(a->mesh, q);
   return 0;
 }
 
@@ -572,6 +585,10 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
                   "the %d tp ranks, which is not compiled yet: give those blocks the mesh's tp, "
                   "or plan without sequence parallelism", path, out->mesh.size[IR_MESH_SUB],
                   out->mesh.size[IR_MESH_TP]);
+  if (!rc && out->seq_parallel && out->mesh.size[IR_MESH_TP] > 1 &&
+      out->mesh.size[IR_MESH_ROW] > 1)
+    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" with blocks on a 2D grid beside tp, "
+                  "which is not compiled yet: plan without sequence parallelism", path);
   sv_model_free(m);
   cJSON_Delete(root);
   return rc;

@@ -15,6 +15,8 @@
 # PLAN_TP4="0" gives those blocks dp 1 x tp 4 beside the others' dp 2 x tp 2: the program's
 # mesh is tp 4, the other blocks tensor parallel over 2 of its ranks and data parallel over
 # the 2 such groups (TP2 beside TP4).
+# PLAN_GRID="1 2" gives those blocks a 2 x 2 grid (dp 1, q 2) beside PLAN_TP4's blocks: 2D
+# beside 1D in a mesh of tp 4.
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
@@ -27,7 +29,7 @@ mkdir -p "$out"
   --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
-  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" <<'PY'
+  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
@@ -36,6 +38,7 @@ batch = [int(x) for x in sys.argv[6].split()]
 grads = [int(x) for x in sys.argv[7].split()]
 params = [int(x) for x in sys.argv[8].split()]
 tp4 = [int(x) for x in sys.argv[9].split()]
+grid = [int(x) for x in sys.argv[10].split()]
 for i, b in enumerate(plan["blocks"]):
     b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
@@ -44,6 +47,8 @@ for i, b in enumerate(plan["blocks"]):
             b.update(dp=4, tp=1)
     if b["id"] in tp4:   # one replica: no ZeRO (the solver prices no stage there)
         b.update(dp=1, tp=4, zero=0)
+    if b["id"] in grid:
+        b.update(dp=1, tp=1, q=2, zero=0)
     if b["id"] in grads:
         b.update(offload=1, offload_grads=True)
     if b["id"] in params:
