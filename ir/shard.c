@@ -1599,6 +1599,18 @@ static void split_batch(ShardOp *op, int k) {
     }
 }
 
+// Input k of a grid block, an activation with its batch split over the grid's rows: its last
+// dim (features) over the columns too, when whole, the input uses them nowhere and it divides.
+static void split_features(ShardOp *op, int k) {
+  const IrValue *v = op->n->in[k];
+  ShardLayout *l = &op->in[k];
+  int last = v->rank - 1;
+  if (last < 1 || l->split[0] != ROW || l->split[last] != NONE ||
+      ((split_axes(l, -1) | l->partial) & BIT(COL)) || !divides(op, v->shape[last], COL))
+    return;
+  l->split[last] = COL;
+}
+
 // A layout a rule gave: the value's rank, no axis used twice, and (when
 // known) every split dividing, or a vocabulary the lowering pads.
 static int check_layout(Shard *s, const IrNode *n, int tp, const IrValue *v, const ShardLayout *l,
@@ -1760,8 +1772,13 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
       if (between_regions(n))
         scatter_seq(&op, k, before);
     }
-    if (op.ba != NONE && v->role != ROLE_PARAM && v->role != ROLE_COPY && v->role != ROLE_STATE)
+    bool weight = v->role == ROLE_PARAM || v->role == ROLE_COPY || v->role == ROLE_STATE;
+    if (op.ba != NONE && !weight)
       split_batch(&op, k);
+    // a float activation entering a grid block from a tp block: as Optimus holds them,
+    // [b/q, ..., h/q] (its features cut over the grid's columns too, a free slice)
+    if (grid_batch && !weight && s->deg[v->id] != key && ir_is_float(v->dtype))
+      split_features(&op, k);
   }
   for (int k = 0; k < n->nout; k++)
     out[k] = whole(n->out[k]->rank);

@@ -62,16 +62,25 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   a->micro = pl->micro_batch;
   a->seq = pl->seq;
   int sub = 1;   // the tp of blocks below the mesh's (SvConfig.mesh_sub)
+  int tp = 1, q = 1;   // the largest tp and grid the blocks take (a grid inside tp: both)
+  for (int u = 0; u < p->nunits; u++) {
+    SvLayout l = p->layout[p->unit[u].choice[pl->sol.pick[u]].layout];
+    tp = l.tp > tp ? l.tp : tp;
+    q = l.q > q ? l.q : q;
+  }
+  bool grid_in_tp = tp > 1 && q > 1;   // (SvConfig.mesh_grid)
   int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
   IR_ASSERT(seen);
   for (int b = 0; b < m->nblocks; b++) {
     int u = m->block[b].unit;
     const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
     SvLayout l = p->layout[c->layout];
-    Mesh mesh = l.q > 1 ? mesh_grid(l.dp, l.q) : mesh_make(l.dp, l.tp);
+    Mesh mesh = l.q > 1 && !grid_in_tp ? mesh_grid(l.dp, l.q)
+                                       : mesh_make(l.dp, grid_in_tp ? tp : l.tp);
     if (b == 0)
       a->mesh = mesh;
     IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
+    a->block[b].grid = grid_in_tp && l.q > 1;
     a->block[b].batch_tp = l.batch;
     a->block[b].sub = l.sub > 1;
     sub = l.sub > 1 ? l.sub : sub;
@@ -86,6 +95,8 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   a->seq_parallel = pl->cfg.seq_parallel;
   if (sub > 1)
     a->mesh = mesh_with_sub(a->mesh, sub);
+  if (grid_in_tp)
+    a->mesh = mesh_with_grid(a->mesh, q);
   int rc = checkpoint_of(act, m->nblocks, a, d);
   free(act);
   if (rc)
@@ -110,7 +121,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
 
 // A mesh compile lowers, and (ordering them) the step of its plan with shared variables.
 typedef struct MeshOrder {
-  int tp, q, sub, order;
+  int tp, q, sub, grid, order;
   double quick;
 } MeshOrder;
 
@@ -136,13 +147,17 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     for (int j = 0; j < cfg->cluster.ngroups; j++)
       fits &= cfg->cluster.group[j].count % (tp * q * q) == 0;
     if (fits)
-      mesh[nmesh] = (MeshOrder){tp, q, 1, nmesh, 0}, nmesh++;
+      mesh[nmesh] = (MeshOrder){tp, q, 1, 1, nmesh, 0}, nmesh++;
     // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
-    // of the tp ranks (PlanBlock.sub; not under sequence parallelism)
+    // of the tp ranks (PlanBlock.sub), and where tp is a square, with blocks on a grid of them
+    // (PlanBlock.grid; neither under sequence parallelism)
     bool sub = fits && q == 1 && cfg->cluster.ngroups == 1 && !cfg->seq_parallel;
     for (int s = 2; sub && s < tp; s++)
       if (tp % s == 0 && nmesh < 4 * 64)
-        mesh[nmesh] = (MeshOrder){tp, 1, s, nmesh, 0}, nmesh++;
+        mesh[nmesh] = (MeshOrder){tp, 1, s, 1, nmesh, 0}, nmesh++;
+    for (int side = 2; sub && side * side <= tp; side++)
+      if (side * side == tp && nmesh < 4 * 64)
+        mesh[nmesh] = (MeshOrder){tp, 1, 1, side, nmesh, 0}, nmesh++;
   }
   // With --no-share each mesh's program is large and most of its time goes to proving that a
   // mesh cannot win. The plans with shared variables are quick and bound those without from
@@ -151,6 +166,7 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
   for (int i = 0; i < nmesh && !cfg->share_blocks && nmesh > 1; i++) {
     SvConfig c = *cfg;
     c.mesh_tp = mesh[i].tp, c.mesh_q = mesh[i].q, c.mesh_sub = mesh[i].sub;
+    c.mesh_grid = mesh[i].grid;
     c.share_blocks = true;
     SvPlan *p = NULL;
     IrDiag quiet = {0};
@@ -165,6 +181,7 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     c.mesh_tp = tp;
     c.mesh_q = q;
     c.mesh_sub = mesh[i].sub;
+    c.mesh_grid = mesh[i].grid;
     c.cutoff = *kept && (*kept)->sol.feasible ? (*kept)->sol.time : 0;  // the one to beat
     IrDiag quiet = {0};
     if (sv_plan(g, &c, &plans[n], &quiet)) {
@@ -716,7 +733,7 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
     if ((plan_ckpt(P, b) && ckpt++ != seen) || (plan_swap(P, b) && swap++ != seen) ||
         o->zero != pb->zero || o->offload != pb->offload ||
         o->offload_grads != pb->offload_grads || o->offload_params != pb->offload_params ||
-        o->batch_tp != pb->batch_tp || o->sub != pb->sub)
+        o->batch_tp != pb->batch_tp || o->sub != pb->sub || o->grid != pb->grid)
       return -1;   // not the unit's first blocks, or a block unlike the others
     seen++;
   }
@@ -743,6 +760,9 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   const Mesh *mesh = &P->mesh;
   int dp = mesh->size[IR_MESH_DP], tp = mesh->size[IR_MESH_TP];
   int q = mesh->size[IR_MESH_ROW] > 1 ? mesh->size[IR_MESH_ROW] : 1;
+  int grid = tp > 1 && q > 1 ? q : 1;   // a grid inside tp: the mesh is dp x tp
+  if (grid > 1)
+    q = 1;
   int64_t batch;
   if (sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
     ir_error(d, (IrLoc){0}, "the layout runs on %d GPUs; the cluster has %d", mesh_ranks(mesh),
@@ -762,14 +782,16 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   cfg.mesh_tp = tp;
   cfg.mesh_q = q;
   cfg.mesh_sub = mesh->size[IR_MESH_SUB];
+  cfg.mesh_grid = grid;
   cfg.seq_parallel = P->seq_parallel;
   // identical layers that swap and checkpoint are not one choice: each its own unit
   cfg.share_blocks &= !(P->swap && P->checkpoint);
-  // ... nor layers of different kinds (data parallel over tp, tensor parallel over sub of it)
-  bool kind[3] = {false, false, false};
+  // ... nor layers of different kinds (data parallel over tp, tensor parallel over sub of it,
+  // on a grid of it)
+  bool kind[4] = {false, false, false, false};
   for (int b = 1; b < P->nblocks; b++)
-    kind[P->block[b].batch_tp ? 1 : P->block[b].sub ? 2 : 0] = true;
-  cfg.share_blocks &= kind[0] + kind[1] + kind[2] <= 1;
+    kind[P->block[b].batch_tp ? 1 : P->block[b].sub ? 2 : P->block[b].grid ? 3 : 0] = true;
+  cfg.share_blocks &= kind[0] + kind[1] + kind[2] + kind[3] <= 1;
   cfg.micro_batch = batch;
   cfg.global_batch = batch * plan_micro_total(P);
   SvPlan *pl;
@@ -788,15 +810,21 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     rc = 1;
   }
   for (int u = 0; !rc && u < p->nunits; u++) {
-    int lu = layout;   // or its blocks data parallel over the tp ranks, or over sub of them
+    int lu = layout;   // or its blocks data parallel over the tp ranks, over sub of them, or
+                       // on a grid of them
     const PlanBlock *pb = plan_block(P, p->unit[u].block);
-    for (int l = 0; (pb->batch_tp || pb->sub) && l < p->nlayouts; l++)
-      if (p->layout[l].dp == dp && p->layout[l].tp == tp &&
-          (pb->batch_tp ? p->layout[l].batch : p->layout[l].sub > 1))
+    bool other = pb->batch_tp || pb->sub || pb->grid;
+    for (int l = 0; other && l < p->nlayouts; l++) {
+      const SvLayout *pl = &p->layout[l];
+      if (pl->dp == dp && (pb->grid ? pl->tp == 1 && pl->q == grid
+                                    : pl->tp == tp && (pb->batch_tp ? pl->batch : pl->sub > 1)))
         lu = l;
-    if ((pb->batch_tp || pb->sub) && lu == layout) {
+    }
+    if (other && lu == layout) {
       ir_error(d, (IrLoc){0}, "the planner has no layout of %s %s", p->unit[u].name,
-               pb->batch_tp ? "data parallel over tp" : "tensor parallel over part of tp");
+               pb->batch_tp ? "data parallel over tp"
+               : pb->sub    ? "tensor parallel over part of tp"
+                            : "on a grid of the tp ranks");
       rc = 1;
       break;
     }

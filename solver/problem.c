@@ -178,9 +178,16 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
   }
   if (cfg->mesh_tp > 0) { // one mesh for every block: dp x mesh_tp, or dp x a mesh_q grid
     int n = 0, q = cfg->mesh_q > 1 ? cfg->mesh_q : 1;
-    for (int l = 0; l < p->nlayouts; l++)
+    SvLayout grid = {0};   // ... or on a grid of the tp ranks (mesh_grid)
+    for (int l = 0; l < p->nlayouts; l++) {
+      if (cfg->mesh_grid > 1 && p->layout[l].tp == 1 && p->layout[l].q == cfg->mesh_grid &&
+          cfg->mesh_grid * cfg->mesh_grid == cfg->mesh_tp)
+        grid = p->layout[l];
       if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == q)
         p->layout[n++] = p->layout[l];
+    }
+    if (n == 1 && grid.q > 1 && grid.dp == p->layout[0].dp)
+      p->layout[n++] = grid;
     // ... where, on one group, a block may be data parallel over the tp ranks too, or tensor
     // parallel over mesh_sub of them
     if (n == 1 && cfg->mesh_tp > 1 && q == 1 && cl->ngroups == 1 && m->batch_ok) {

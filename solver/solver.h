@@ -155,6 +155,8 @@ typedef struct SvConfig {
                           // 0: any layout, offload share and checkpointing per block
   int mesh_sub;           // ... with mesh_tp > mesh_sub > 1: where a block may also be tensor
                           // parallel over mesh_sub of the tp ranks (SvLayout.sub)
+  int mesh_grid;          // ... with mesh_grid^2 = mesh_tp: or Optimus 2D on a grid of the tp
+                          // ranks (a layout of tp 1 and q mesh_grid, the same dp)
   double cutoff;          // > 0: a plan no faster than this step (s) is of no use (another
                           // mesh's): GLPK stops once its bound shows none is
 } SvConfig;
