@@ -28,7 +28,8 @@ void rt_dist_init(int dp, int tp, int q, int sub, int micro_total, int nslots) {
   rt_dist.group[RT_AXIS_ALL] = rt_group_world();
   if (rt_dist.sub > 1) {   // a sub group: tp_rank / sub alike; subdp: tp_rank % sub alike
     int s = rt_dist.sub, i = rt_dist.tp_rank / s, j = rt_dist.tp_rank % s;
-    rt_dist.group[RT_AXIS_SUB] = rt_group_split(rt_group_world(), rt_dist.dp_rank * (tp / s) + i, j);
+    rt_dist.group[RT_AXIS_SUB] =
+        rt_group_split(rt_group_world(), rt_dist.dp_rank * (tp / s) + i, j);
     rt_dist.group[RT_AXIS_SUBDP] = rt_group_split(rt_group_world(), rt_dist.dp_rank * s + j, i);
     rt_dist.group[RT_AXIS_SUBREP] = rt_group_split(rt_group_world(), j,
                                                    rt_axis_rank(RT_AXIS_SUBREP));
