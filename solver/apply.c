@@ -146,18 +146,20 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     bool fits = tp * q * q <= gpus;   // each replica's ranks in one group
     for (int j = 0; j < cfg->cluster.ngroups; j++)
       fits &= cfg->cluster.group[j].count % (tp * q * q) == 0;
-    if (fits)
-      mesh[nmesh] = (MeshOrder){tp, q, 1, 1, nmesh, 0}, nmesh++;
     // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
-    // of the tp ranks (PlanBlock.sub), and where tp is a square, with blocks on a grid of them
-    // (PlanBlock.grid; neither under sequence parallelism)
+    // of the tp ranks too (PlanBlock.sub), and where tp is a square, with blocks on a grid of
+    // them too (PlanBlock.grid; neither under sequence parallelism). Each of those meshes
+    // offers the plain one's layouts, which then needs no solve of its own.
     bool sub = fits && q == 1 && cfg->cluster.ngroups == 1 && !cfg->seq_parallel;
+    int before = nmesh;
     for (int s = 2; sub && s < tp; s++)
       if (tp % s == 0 && nmesh < 4 * 64)
         mesh[nmesh] = (MeshOrder){tp, 1, s, 1, nmesh, 0}, nmesh++;
     for (int side = 2; sub && side * side <= tp; side++)
       if (side * side == tp && nmesh < 4 * 64)
         mesh[nmesh] = (MeshOrder){tp, 1, 1, side, nmesh, 0}, nmesh++;
+    if (fits && nmesh == before)
+      mesh[nmesh] = (MeshOrder){tp, q, 1, 1, nmesh, 0}, nmesh++;
   }
   // With --no-share each mesh's program is large and most of its time goes to proving that a
   // mesh cannot win. The plans with shared variables are quick and bound those without from

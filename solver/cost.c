@@ -143,6 +143,55 @@ static int tensor_parallel(IrGraph *g, SvModel *m, bool seq_parallel, ShardResul
   return 0;
 }
 
+// Is dim one of a parameter's dims?
+static bool param_dim(const IrGraph *g, const Sym *dim) {
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    for (int k = 0; v->role == ROLE_PARAM && k < v->rank; k++)
+      if (sym_eq(v->shape[k], dim))
+        return true;
+  }
+  return false;
+}
+
+// The dims r's propagation (degree left open) split and assumed to divide, which are no
+// parameter's: each block's must_tp (or, on a grid, must_grid).
+static void must_divide(const IrGraph *g, SvModel *m, const ShardResult *r, bool grid) {
+  for (int i = 0; i < r->nneeds; i++) {
+    const ShardNeed *nd = &r->need[i];
+    bool axis = grid ? nd->axis == IR_MESH_ROW || nd->axis == IR_MESH_COL
+                     : nd->axis == IR_MESH_TP;
+    if (!axis || nd->block < 0 || nd->block >= m->nblocks || param_dim(g, nd->dim))
+      continue;
+    SvBlock *b = &m->block[nd->block];
+    const Sym **must = grid ? b->must_grid : b->must_tp;
+    int *n = grid ? &b->nmust_grid : &b->nmust_tp, k = 0;
+    while (k < *n && !sym_eq(must[k], nd->dim))
+      k++;
+    if (k == *n && *n < SV_MAXMUST)
+      must[(*n)++] = nd->dim;
+  }
+}
+
+bool sv_layout_divides(const SvNum *n, SvLayout l, char *why, size_t size) {
+  int tp = l.batch ? 1 : l.sub > 1 ? l.sub : l.tp;
+  for (int k = 0; tp > 1 && k < n->nmust_tp; k++)
+    if (fmod(n->must_tp[k], tp) != 0) {
+      if (why)
+        snprintf(why, size, "%s = %.0f does not divide by tp = %d", n->must_tp_name[k],
+                 n->must_tp[k], tp);
+      return false;
+    }
+  for (int k = 0; l.q > 1 && k < n->nmust_grid; k++)
+    if (fmod(n->must_grid[k], l.q) != 0) {
+      if (why)
+        snprintf(why, size, "%s = %.0f does not divide by q = %d", n->must_grid_name[k],
+                 n->must_grid[k], l.q);
+      return false;
+    }
+  return true;
+}
+
 // Optimus 2D as ir/shard.c lays it out on every block's grid (its side left
 // open): the collectives along the grid's rows and columns per block, as bytes
 // all-reduced, by how many grid axes the buffer is split over (grid_fwd[k]
@@ -484,7 +533,10 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   signed char(*gdim)[2] = malloc(((size_t)nv + 1) * sizeof *gdim);   // a param's grid-split dims
   IR_ASSERT(gsplit && gdim);
   memset(gdim, -1, ((size_t)nv + 1) * sizeof *gdim);
+  must_divide(g, m, &shard, false);
   m->grid_ok = grid_parallel(g, m, &grid, &quiet) == 0;
+  if (m->grid_ok)
+    must_divide(g, m, &grid, true);
   m->batch_ok = batch_parallel(g, m, &quiet) == 0;
   if (m->grid_ok) {
     ShardLayout *gheld = held_layouts(&grid, nv);
@@ -767,6 +819,16 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   memset(o, 0, sizeof *o);
   o->params = sym_evalf(b->params, t);
   o->bwd_params = b->bwd_params;
+  o->nmust_tp = b->nmust_tp;
+  o->nmust_grid = b->nmust_grid;
+  for (int k = 0; k < b->nmust_tp; k++) {
+    o->must_tp[k] = sym_evalf(b->must_tp[k], t);
+    o->must_tp_name[k] = sym_str(&g->arena, b->must_tp[k], t);
+  }
+  for (int k = 0; k < b->nmust_grid; k++) {
+    o->must_grid[k] = sym_evalf(b->must_grid[k], t);
+    o->must_grid_name[k] = sym_str(&g->arena, b->must_grid[k], t);
+  }
   if (o->params > 0)  // per parameter
     o->per = (SvStateBytes){sym_evalf(b->param_bytes, t) / o->params,
                             sym_evalf(b->grad_bytes, t) / o->params,

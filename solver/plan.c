@@ -558,10 +558,25 @@ static void even_split(const SvProblem *p, int l, SvSolution *s) {
 
 // b = the fixed strategy f on layout l, with checkpointing everywhere when
 // that is what fits (or fits better). b->need: bytes over capacity, if any.
-static void fixed_plan(const SvProblem *p, const Fixed *f, int l, SvBaseline *b) {
+// A unit that cannot take layout l (its attention heads do not divide the
+// degree) makes b one that does not apply (b->why says why).
+static void fixed_plan(const SvPlan *pl, const Fixed *f, int l, SvBaseline *b) {
+  const SvProblem *p = pl->prob;
   memcpy(b->name, f->name, sizeof b->name);
   b->sol = sv_solution_new(p);
   b->ckpt = false;
+  b->why[0] = 0;
+  b->need = b->host_need = 0;
+  for (int u = 0; u < p->nunits; u++) {
+    char why[64];
+    if (fixed_choice(&p->unit[u], l, f, false) < 0 &&
+        !sv_layout_divides(&pl->nums[u], p->layout[l], why, sizeof why)) {
+      snprintf(b->why, sizeof b->why, "%s: %s", p->unit[u].name, why);
+      for (int k = 0; k < p->nunits; k++)
+        b->sol.pick[k] = -1;
+      return;
+    }
+  }
   SvSolution alt = sv_solution_new(p);
   for (int ck = 0; ck <= 1; ck++) {
     SvSolution *s = ck ? &alt : &b->sol;
@@ -585,8 +600,11 @@ static void fixed_plan(const SvProblem *p, const Fixed *f, int l, SvBaseline *b)
     b->host_need = fmax(b->host_need, b->sol.host[g] - p->host_cap[g]);
 }
 
-// a is a better baseline than b: it fits and is faster, or neither fits and a is closer.
+// a is a better baseline than b: it applies and b not, it fits and is faster, or neither fits
+// and a is closer.
 static bool better(const SvBaseline *a, const SvBaseline *b) {
+  if (!a->why[0] != !b->why[0])
+    return !a->why[0];
   if (a->sol.feasible != b->sol.feasible)
     return a->sol.feasible;
   return a->sol.feasible ? a->sol.time < b->sol.time : a->need < b->need;
@@ -619,7 +637,7 @@ static void baselines(SvPlan *pl) {
           continue;
         SvBaseline t;
         snprintf(f->name, sizeof f->name, "2D %dx%d", q, q);
-        fixed_plan(p, f, l, &t);
+        fixed_plan(pl, f, l, &t);
         if (!b->sol.pick || better(&t, b)) {
           sv_solution_free(&b->sol);
           *b = t;
@@ -633,10 +651,10 @@ static void baselines(SvPlan *pl) {
       int l = find_layout(p, f->tp, f->q);
       if (l < 0)
         continue;
-      fixed_plan(p, f, l, b);
+      fixed_plan(pl, f, l, b);
     }
     bool dup = false;
-    for (int k = 0; k < pl->nbaselines && !dup; k++)
+    for (int k = 0; k < pl->nbaselines && !dup && !b->why[0]; k++)
       dup = !memcmp(pl->baseline[k].sol.pick, b->sol.pick, (size_t)p->nunits * sizeof(int));
     if (dup)
       sv_solution_free(&b->sol);

@@ -101,6 +101,8 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
             continue;
           if ((ck == 1 && !can_ckpt) || (ck == 2 && !can_swap))
             continue;
+          if (!sv_layout_divides(n, p->layout[l], NULL, 0))   // (attention heads, say)
+            continue;
           SvChoice c = {.layout = l, .ckpt = ck == 1, .swap = ck == 2, .zero = z,
                         .offload = offloads[o].share, .grads = offloads[o].grads,
                         .params = offloads[o].params};
@@ -186,18 +188,19 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
       if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == q)
         p->layout[n++] = p->layout[l];
     }
-    if (n == 1 && grid.q > 1 && grid.dp == p->layout[0].dp)
-      p->layout[n++] = grid;
-    // ... where, on one group, a block may be data parallel over the tp ranks too, or tensor
-    // parallel over mesh_sub of them
+    // ... where, on one group, a block may be data parallel over the tp ranks too, tensor
+    // parallel over mesh_sub of them, or on a grid of them (mesh_grid)
+    SvLayout mesh = p->layout[0];
     if (n == 1 && cfg->mesh_tp > 1 && q == 1 && cl->ngroups == 1 && m->batch_ok) {
-      p->layout[n] = p->layout[0];
+      p->layout[n] = mesh;
       p->layout[n++].batch = true;
       if (cfg->mesh_sub > 1 && cfg->mesh_sub < cfg->mesh_tp && cfg->mesh_tp % cfg->mesh_sub == 0) {
-        p->layout[n] = p->layout[0];
+        p->layout[n] = mesh;
         p->layout[n++].sub = cfg->mesh_sub;
       }
     }
+    if (n >= 1 && mesh.tp > 1 && grid.q > 1 && grid.dp == mesh.dp)
+      p->layout[n++] = grid;
     p->nlayouts = n;
   }
   if (p->nlayouts == 0) {

@@ -266,7 +266,9 @@ static void print_baselines(FILE *f, const SvPlan *pl) {
     double m = 0;
     for (int g = 0; g < pl->prob->ngroups; g++)
       m = fmax(m, b->sol.mem[g]);
-    if (b->sol.feasible)
+    if (b->why[0])
+      fprintf(f, "%-32s %12s %12s   does not apply (%s)\n", b->name, "-", "-", b->why);
+    else if (b->sol.feasible)
       fprintf(f, "%-32s %9.2f ms %8.2f %s %9.2fx\n", name, b->sol.time * 1e3, m / u.bytes, u.name,
               b->sol.time / best);
     else {
@@ -416,9 +418,14 @@ static double svg_usable(FILE *f, double cap, double mscale, double y0, double y
 
 // One row of the comparison: a time bar (or "does not fit") and a memory bar under it.
 static void svg_compare(FILE *f, double y, const char *name, bool fits, double t, double m,
-                        double cap, double tscale, double mscale) {
-  char buf[64];
+                        double cap, double tscale, double mscale, const char *why) {
+  char buf[160];
   svg_label(f, 10, y + 12, "start", "#000", name);
+  if (why && why[0]) {   // a layout the model cannot take: no bars
+    snprintf(buf, sizeof buf, "does not apply (%s)", why);
+    svg_label(f, SVG_BAR_X, y + 11, "start", "#c00", buf);
+    return;
+  }
   if (fits) {
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"10\" fill=\"%s\"/>\n",
             SVG_BAR_X, y + 2, t * tscale, svg_colors[0]);
@@ -511,7 +518,7 @@ void sv_report_svg(FILE *f, const SvPlan *pl) {
             "memory per GPU (dashed: usable)");
   y += 22;
   if (s->feasible) {
-    svg_compare(f, y, "mtc plan", true, s->time, smem, p->cap[0], tscale, mscale);
+    svg_compare(f, y, "mtc plan", true, s->time, smem, p->cap[0], tscale, mscale, NULL);
     y += 40;
   }
   for (int i = 0; i < pl->nbaselines; i++) {
@@ -520,7 +527,7 @@ void sv_report_svg(FILE *f, const SvPlan *pl) {
     for (int g = 0; g < p->ngroups; g++)
       m = fmax(m, b->sol.mem[g]);
     snprintf(buf, sizeof buf, "%s%s", b->name, b->ckpt ? " + checkpointing" : "");
-    svg_compare(f, y, buf, b->sol.feasible, b->sol.time, m, p->cap[0], tscale, mscale);
+    svg_compare(f, y, buf, b->sol.feasible, b->sol.time, m, p->cap[0], tscale, mscale, b->why);
     y += 40;
   }
   fputs("</svg>\n", f);
@@ -656,6 +663,12 @@ static cJSON *plan_json(const SvPlan *pl) {
     const SvBaseline *b = &pl->baseline[i];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", b->name);
+    if (b->why[0]) {   // the model cannot take the layout
+      cJSON_AddBoolToObject(o, "applies", false);
+      cJSON_AddStringToObject(o, "why", b->why);
+      cJSON_AddItemToArray(bl, o);
+      continue;
+    }
     cJSON_AddBoolToObject(o, "fits", b->sol.feasible);
     cJSON_AddBoolToObject(o, "checkpoint", b->ckpt);
     double m = 0;

@@ -222,6 +222,12 @@ typedef struct SvBlock {
   IrNode **fwd, **bwd;      // those nodes, in schedule order
   bool bwd_params;          // backward reads some of its parameters (ZeRO-3 gathers them again
                             // unless it is checkpointed anyway; passes/lower.c's bwd_gather)
+  // Dims that tp (must_tp) or a grid's side (must_grid) must divide for the lowering to lay
+  // the block out: those ir/shard.c splits that are no parameter's (attention heads); a
+  // parameter's dim the degree does not divide is kept whole instead (or padded).
+#define SV_MAXMUST 8
+  int nmust_tp, nmust_grid;
+  const Sym *must_tp[SV_MAXMUST], *must_grid[SV_MAXMUST];
 } SvBlock;
 
 // An activation passed from one block to another in forward.
@@ -280,6 +286,9 @@ typedef struct SvNum {   // one unit's representative block
   double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
   int nfwd, nbwd, nact;
   bool bwd_params;
+  int nmust_tp, nmust_grid;   // SvBlock.must_tp, must_grid, evaluated, and their formulas
+  double must_tp[SV_MAXMUST], must_grid[SV_MAXMUST];
+  const char *must_tp_name[SV_MAXMUST], *must_grid_name[SV_MAXMUST];
 } SvNum;
 
 // Builds the formulas (run the passes through "precision" first), the
@@ -340,6 +349,10 @@ typedef struct SvLayout {
                 // data parallel over the tp / sub groups of them (its batch split over those),
                 // in a program whose other blocks are dp x tp (PlanBlock.sub); 0: not
 } SvLayout;
+
+// Can the block of n be laid out on layout l (every dim it must split divides the degree)?
+// When it cannot and why is not NULL: why, as "NH = 25 does not divide by tp = 8".
+bool sv_layout_divides(const SvNum *n, SvLayout l, char *why, size_t size);
 
 // Time categories (seconds) and memory categories (bytes) of the report.
 enum { SV_T_COMPUTE, SV_T_RECOMPUTE, SV_T_TP, SV_T_DP, SV_T_OFFLOAD, SV_T_UPDATE, SV_NT };
@@ -501,6 +514,8 @@ typedef struct SvBaseline {
   bool ckpt;                      // needed checkpointing to fit
   double need;                    // when it does not fit: bytes per GPU over capacity
   double host_need;               // bytes of CPU memory per GPU over capacity (0: fits)
+  char why[96];                   // not "": the layout does not apply to the model, and why
+                                  // ("NH = 25 heads do not divide by tp = 8")
 } SvBaseline;
 
 #define SV_MAXBASELINES 6
