@@ -568,9 +568,9 @@ static void fixed_plan(const SvPlan *pl, const Fixed *f, int l, SvBaseline *b) {
   b->why[0] = 0;
   b->need = b->host_need = 0;
   for (int u = 0; u < p->nunits; u++) {
-    char why[64];
-    if (fixed_choice(&p->unit[u], l, f, false) < 0 &&
-        !sv_layout_divides(&pl->nums[u], p->layout[l], why, sizeof why)) {
+    char why[64] = "no choice on this layout";
+    if (fixed_choice(&p->unit[u], l, f, false) < 0) {
+      sv_layout_divides(&pl->nums[u], p->layout[l], why, sizeof why);
       snprintf(b->why, sizeof b->why, "%s: %s", p->unit[u].name, why);
       for (int k = 0; k < p->nunits; k++)
         b->sol.pick[k] = -1;
