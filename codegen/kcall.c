@@ -798,24 +798,40 @@ static void lower_cumsum(Lower *L, const IrNode *n) {
   numk(L, c, ir_attr_i(n, "exclusive")), numk(L, c, ir_attr_i(n, "reverse"));
 }
 
-// rt_dropout(out, x, step, n, ratio, seed, key, chunk, batched): the mask one
-// rank would draw, at each element's place in the whole tensor: x split over
-// tp is [outer][chunk] of [outer][tp][chunk] (its split dim's pieces each a
-// part of the outer), and its batch (dim 0) is the running micro-batch's slice
-// of the step's global batch (rt_dist.slice).
+// rt_dropout(out, x, step, n, ratio, seed, key, chunk, batched, axis, batch_axis): the
+// mask one rank would draw, at each element's place in the whole tensor: x split over an axis
+// (tp; a grid's columns; a block's sub ranks) is [outer][chunk] of [outer][parts][chunk] (its
+// split dim's pieces each a part of the outer), and its batch (dim 0) is the running
+// micro-batch's slice of the step's global batch (rt_dist.slice), cut again where its block
+// splits it over subdp, or over the rows of a grid beside tp (a grid program's rows cut the
+// slices themselves).
 static void lower_dropout(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_dropout);
   const IrValue *x = n->in[0];
   buf(c, n->out[0]), buf(c, n->in[0]), buf(c, n->in[1]), num(c, numel(L, x));
   flt(c, ir_attr_f(n, "ratio"));
   numk(L, c, ir_attr_i(n, "seed")), numk(L, c, ir_attr_i(n, "key"));
-  int d = ir_split_dim(x, IR_MESH_TP);
+  // (a grid beside tp: the lowering bound tp's degree, IR_TP_DIM, a grid program leaves it)
+  int tp_var = symtab_find(&L->g->syms, IR_TP_DIM);
+  bool grid_in_tp = tp_var >= 0 && L->g->syms.bound[tp_var] && L->g->syms.value[tp_var] > 1;
+  IrMeshAxis batch = IR_MESH_NONE, axis = IR_MESH_TP;
+  if (x->rank > 0 && (x->layout[0].axis == IR_MESH_SUBDP ||
+                      (grid_in_tp && x->layout[0].axis == IR_MESH_ROW)))
+    batch = x->layout[0].axis;
+  int d = -1;
+  static const IrMeshAxis split[] = {IR_MESH_TP, IR_MESH_COL, IR_MESH_SUB};
+  for (int k = 0; k < 3 && d < 0; k++)
+    if ((d = ir_split_dim(x, split[k])) >= 0)
+      axis = split[k];
   if (d >= 0)
-    num(c, sym_scale(&L->g->arena, dims(L, x, d, x->rank), 1, x->pieces));
+    num(c, sym_scale(&L->g->arena, dims(L, x, d, x->rank), 1,
+                     ir_mesh_pieces(axis) ? x->pieces : 1));
   else
     numk(L, c, 0);
   IrValue whole = ir_whole(x);   // its batch may be split over tp too (ShardSpec.batch_tp)
   numk(L, c, ir_batched(L->g, &whole));
+  numk(L, c, ir_rt_axis(axis));
+  numk(L, c, batch == IR_MESH_NONE ? -1 : ir_rt_axis(batch));
 }
 
 static void lower_tick(Lower *L, const IrNode *n) { buf(call(L, CG_K_tick), n->in[0]); }

@@ -501,24 +501,8 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
     ir_set_int(t->g, n, "start", ir_attr_i(n, "start") / t->size[over]);
     return 0;
   }
-  case OP_DROPOUT: {   // each element's mask bit at its place in the whole tensor
-                       // (codegen/kcall.c), which a block below the mesh's tp, or on a grid
-                       // beside it, does not find
-    const ShardLayout *x = use_of(t, i, 0);
-    bool beside = t->tp > 1 && (split_dim(x, ROW) >= 0 || split_dim(x, COL) >= 0);
-    if (ir_attr_f(n, "ratio") == 0 ||
-        (split_dim(x, SUB) < 0 && split_dim(x, SUBDP) < 0 && !beside))
-      return 0;
-    char where[64];
-    if (beside)
-      snprintf(where, sizeof where, "on a %dx%d grid of the %d tp ranks", t->q, t->q, t->tp);
-    else
-      snprintf(where, sizeof where, "tensor parallel over %d of the %d tp ranks", t->size[SUB],
-               t->tp);
-    return ir_error(t->d, n->loc, "lower: %s: dropout in block %d, %s, is not lowered yet: "
-                    "give the block the mesh's tp", t->mesh, n->block, where);
-  }
-  default:   // masked_fill's mask is laid out as x (sliced or broadcast)
+  default:   // dropout draws each element's mask bit at its place in the whole tensor
+             // (codegen/kcall.c); masked_fill's mask is laid out as x (sliced or broadcast)
     return 0;
   }
   return ir_error(t->d, n->loc, "lower: %s: %s over a split dim is not lowered yet; use a "

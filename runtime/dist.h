@@ -93,6 +93,18 @@ static inline int rt_axis_rank(int axis) {
              : rt_axis_place(axis, rt_dist.tp_rank);
 }
 
+// A dropout mask's first element in the step's whole batch (rt_dropout): a rank's tensor of
+// `whole` elements once its feature split is undone is the running micro-batch's slice
+// (batched), or its part along batch_axis of it (a block that splits its batch over sub
+// groups, or a grid's rows beside tp; RT_AXIS_NONE: none).
+static inline unsigned long long rt_dropout_first(long whole, int batched, int batch_axis) {
+  if (!batched) return 0;
+  unsigned long long parts = (unsigned long long)rt_axis_size(batch_axis);
+  return ((unsigned long long)rt_dist.slice * parts +
+          (unsigned long long)(batch_axis >= 0 ? rt_axis_rank(batch_axis) : 0)) *
+         (unsigned long long)whole;
+}
+
 // The kernels lowered code calls for collectives, shards of buckets, tensor
 // parallelism and the vocabulary-parallel embedding and loss are in
 // kernels.def (runtime/dist_cpu.c defines them for the CPU build, kernels_cuda.cu for the GPU).

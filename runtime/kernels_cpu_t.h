@@ -581,10 +581,10 @@ void RT_NAME(equal_f32)(int *out, const RT_T *x, long n, float value) {
 }
 
 void RT_NAME(dropout)(RT_T *out, const RT_T *x, const int *step, long n, float ratio, long seed,
-                      long key, long chunk, int batched) {
+                      long key, long chunk, int batched, int axis, int batch_axis) {
   if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
-  long tp = chunk > 0 ? rt_dist.tp : 1, rank = chunk > 0 ? rt_dist.tp_rank : 0;
-  unsigned long long first = batched ? (unsigned long long)rt_dist.slice * n * tp : 0;
+  long tp = chunk > 0 ? rt_axis_size(axis) : 1, rank = chunk > 0 ? rt_axis_rank(axis) : 0;
+  unsigned long long first = rt_dropout_first(n * tp, batched, batch_axis);
   if (chunk <= 0) chunk = n > 0 ? n : 1;
   unsigned long long base =
       mix64((unsigned long long)seed * 0x9E3779B97F4A7C15ull ^

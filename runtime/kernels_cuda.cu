@@ -2249,21 +2249,21 @@ RT_CUDA_KT(equal_f32, (int *out, const T *x, long n, float value), (out, dev(x),
 
 template <typename T>
 static void dropout(T *out, const T *x, const int *step, long n, float ratio, long seed,
-                    long key, long chunk, int batched) {
+                    long key, long chunk, int batched, int axis, int batch_axis) {
   if (n <= 0) return;
   if (rt_eval_mode) ratio = 0.0f;  // every element kept, times 1: x itself
   float keep_scale = 1.0f / (1.0f - ratio);
   unsigned threshold = (unsigned)(ratio * 16777216.0f);
-  long tp = chunk > 0 ? rt_dist.tp : 1, rank = chunk > 0 ? rt_dist.tp_rank : 0;
-  unsigned long long first = batched ? (unsigned long long)rt_dist.slice * n * tp : 0;
+  long tp = chunk > 0 ? rt_axis_size(axis) : 1, rank = chunk > 0 ? rt_axis_rank(axis) : 0;
+  unsigned long long first = rt_dropout_first(n * tp, batched, batch_axis);
   RT_LAUNCH(dropout_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, out, x, step, n, keep_scale,
             threshold, (unsigned long long)seed, (unsigned long long)key, chunk > 0 ? chunk : n,
             tp, rank, first);
   LAUNCHED();
 }
 RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, long seed, long key,
-                     long chunk, int batched),
-           (dev(out), dev(x), step, n, ratio, seed, key, chunk, batched))
+                     long chunk, int batched, int axis, int batch_axis),
+           (dev(out), dev(x), step, n, ratio, seed, key, chunk, batched, axis, batch_axis))
 
 void rt_tick(int *step) {
   // a validation or sampling forward leaves the masks as they were; a step's micro-batches

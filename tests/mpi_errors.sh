@@ -50,7 +50,7 @@ expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --device, --gpu
 refused two_meshes "p['blocks'][1]['tp'] = 2" \
   "block 0 \(rest\) is dp 4 x tp 1, another block dp 4 x tp 2: a program has one mesh for every block, where a block may also be data parallel over all 8 ranks" p1
 # blocks below the mesh's tp (TP2 beside TP4): one degree for them all; not with sequence
-# parallelism or dropout yet
+# parallelism yet
 refused sub_two_degrees "p['blocks'][0].update(dp=1, tp=8); p['blocks'][1].update(dp=2, tp=4); p['blocks'][2].update(dp=4, tp=2)" \
   "block 2 \(h.1\) is dp 4 x tp 2, another block dp 1 x tp 8: .* tensor parallel over a part of its tp \(one tp for those blocks, dividing 8, dp x tp = 8\)" p1
 refused sub_seq_parallel "p['seq_parallel'] = True; p['blocks'][0].update(dp=1, tp=4); [b.update(dp=2, tp=2) for b in p['blocks'][1:]]" \
@@ -59,15 +59,6 @@ refused grid_seq_parallel "p['seq_parallel'] = True; p['blocks'][0].update(dp=1,
   "\"seq_parallel\" with blocks on a 2D grid beside tp, which is not compiled yet" p1
 refused grid_and_sub "p['blocks'][0].update(dp=1, tp=4); p['blocks'][1].update(dp=2, tp=2); p['blocks'][2].update(dp=1, tp=1, q=2)" \
   "block 2 \(h.1\) is dp 1 x 2D 2x2, another block dp 1 x tp 4: .*or on a 2D grid of its tp ranks \(the same dp, q x q = 4\); not both of the last two" p1
-drop=$here/onnx/gpt_o17_train.onnx
-"$mtc" plan "$drop" -D T=8 -D B=2 --gpus 4 --json "$out/drop.json" > /dev/null ||
-  { echo "FAIL: mtc plan --json of $drop"; exit 1; }
-/usr/bin/python3 -c "import json; p = json.load(open('$out/drop.json')); [b.update(dp=2, tp=2, q=1) for b in p['blocks']]; p['blocks'][0].update(dp=1, tp=4); json.dump(p, open('$out/drop_sub.json', 'w'))"
-expect sub_dropout 1 "dropout in block 1, tensor parallel over 2 of the 4 tp ranks, is not lowered yet: give the block the mesh's tp" \
-  "$mtc" compile "$drop" -D T=8 -D B=2 --plan "$out/drop_sub.json" -o "$out/p1"
-/usr/bin/python3 -c "import json; p = json.load(open('$out/drop.json')); [b.update(dp=1, tp=1, q=2) for b in p['blocks']]; p['blocks'][0].update(dp=1, tp=4, q=1); json.dump(p, open('$out/drop_grid.json', 'w'))"
-expect grid_dropout 1 "dropout in block 1, on a 2x2 grid of the 4 tp ranks, is not lowered yet" \
-  "$mtc" compile "$drop" -D T=8 -D B=2 --plan "$out/drop_grid.json" -o "$out/p1"
 refused batch_tp_split "p['blocks'][1].update(tp=2, batch_tp=2)" \
   "blocks\[1\] \(h.0\): \"batch_tp\" 2: a block data parallel over the tp ranks of its mesh has tp 1, q 1 and dp all of the ranks" p1
 refused grid_and_dp "p['blocks'][1].update(dp=1, q=2)" \

@@ -277,8 +277,8 @@ static void test_elementwise(void) {
   rt_equal_f32(e32, x.f, n, x.f[5]), rt_equal_f32_bf16(e16, x.h, n, x.f[5]);
   verdict("equal_f32", memcmp(e32, e16, (size_t)n * sizeof(int)) != 0, n, "");
   int step = 3;
-  rt_dropout(y.f, x.f, &step, n, 0.3f, 42, 7, 0, 0);
-  rt_dropout_bf16(y.h, x.h, &step, n, 0.3f, 42, 7, 0, 0);
+  rt_dropout(y.f, x.f, &step, n, 0.3f, 42, 7, 0, 0, RT_AXIS_TP, RT_AXIS_NONE);
+  rt_dropout_bf16(y.h, x.h, &step, n, 0.3f, 42, 7, 0, 0, RT_AXIS_TP, RT_AXIS_NONE);
   same("dropout", y);
   Buf r = in(4 * 6 * 16, -2, 2), ro = out(4 * 6 * 16);
   rt_rope(ro.f, r.f, 4, 6, 16, 10000.0f, 0), rt_rope_bf16(ro.h, r.h, 4, 6, 16, 10000.0f, 0);

@@ -1117,8 +1117,9 @@ static void test_onnx_ops(void) {
         IVec step = {st};
         T *dx = dev(x), *dout = dev(out);
         int *dstep = dev(step);
-        CPU(rt_dropout)(out.data(), x.data(), step.data(), n, ratio, 1234, 77, 0, 0);
-        rt_dropout(dout, dx, dstep, n, ratio, 1234, 77, 0, 0);
+        CPU(rt_dropout)(out.data(), x.data(), step.data(), n, ratio, 1234, 77, 0, 0, RT_AXIS_TP,
+                        RT_AXIS_NONE);
+        rt_dropout(dout, dx, dstep, n, ratio, 1234, 77, 0, 0, RT_AXIS_TP, RT_AXIS_NONE);
         check(fmt("dropout n=%ld ratio=%g step=%d", n, ratio, st), out, dout, EXACT);
         if (is_f32<T>) {  // int32 only
           CPU(rt_tick)(step.data());
