@@ -173,8 +173,11 @@ static void must_divide(const IrGraph *g, SvModel *m, const ShardResult *r, bool
   }
 }
 
+int sv_layout_split(SvLayout l) { return l.batch ? 1 : l.sub > 1 ? l.sub : l.tp; }
+int sv_layout_parts(SvLayout l) { return l.batch ? l.tp : l.sub > 1 ? l.tp / l.sub : 1; }
+
 bool sv_layout_divides(const SvNum *n, SvLayout l, char *why, size_t size) {
-  int tp = l.batch ? 1 : l.sub > 1 ? l.sub : l.tp;
+  int tp = sv_layout_split(l);
   for (int k = 0; tp > 1 && k < n->nmust_tp; k++)
     if (fmod(n->must_tp[k], tp) != 0) {
       if (why)
@@ -1067,8 +1070,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // passes/lower.c), padded to divide among them.
   // Tensor parallel over sub of them: the bucket is 1/sub, reduced and sharded over the
   // d x tp / sub replicas.
-  int split = l.batch ? 1 : l.sub > 1 ? l.sub : l.tp;
-  int shards = l.batch ? d * l.tp : l.sub > 1 ? d * l.tp / l.sub : d;
+  int split = sv_layout_split(l), shards = d * sv_layout_parts(l);
   double slice = l.q > 1 ? on_grid(n->grid_members, l.q) : n->params / split;
   if (n->params > 0 && ((l.q == 1 && split <= SV_MAXTP) || (l.q > 1 && l.q <= SV_MAXQ))) {
     double align = (double)PASS_ALIGN_ELEMS * shards;
@@ -1142,8 +1144,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // Memory. Sharded state is held at share 1 here: the group's devices hold
   // share * slice / (count / s) each, which is slice / d on one group (slice / (d x tp) for a
   // block data parallel over tp: one group).
-  double sh = shards > 1 ? (double)s / gr->count / (l.batch ? l.tp : l.sub > 1 ? l.tp / l.sub : 1)
-                         : 1;
+  double sh = shards > 1 ? (double)s / gr->count / sv_layout_parts(l) : 1;
   double cat[SV_NM] = {params ? 0 : slice * b->param, grads ? 0 : slice * b->grad,
                        slice * (b->master + b->state) -
                            sv_offload_device_bytes(fo * slice, *b, false), 0};
@@ -1165,8 +1166,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // memory, copied down as forward finishes with them and up as backward needs them
   double keep = ckpt ? held(n->ckpt, sp ? 0 : n->ckpt, n->ckpt_int, l) : act;
   if (swap) {   // a copy per value each way, each at least a launch
-    keep = fmin(l.batch ? n->act_int / l.tp : l.sub > 1 ? n->act_int * l.sub / l.tp : n->act_int,
-                act);
+    keep = fmin(n->act_int / sv_layout_parts(l), act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
     Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1};
     o->host += moved;
@@ -1181,10 +1181,6 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
             (grads ? slice * b->grad : 0);
 }
 
-// The parts a layout of one mesh splits a replica's batch into: tp (data parallel over the tp
-// ranks), tp / sub (tensor parallel over sub of them), or 1.
-static int batch_parts(SvLayout l) { return l.batch ? l.tp : l.sub > 1 ? l.tp / l.sub : 1; }
-
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {
   bool mesh = a.dp == b.dp && a.tp == b.tp && a.q == b.q;
   if (mesh && a.batch == b.batch && a.sub == b.sub)
@@ -1193,7 +1189,7 @@ double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int
                 // them): per micro-step, an all-gather of the batch's parts each way (forward
                 // into the block that splits it less, backward out of it); the other way each
                 // rank keeps its part
-    int k = batch_parts(a) > batch_parts(b) ? batch_parts(a) : batch_parts(b);
+    int pa = sv_layout_parts(a), pb = sv_layout_parts(b), k = pa > pb ? pa : pb;
     Link l = link_for(&x->cfg->cluster, g, a.tp, false);
     return ceil((double)x->micro_total / a.dp) * 2 * ag(bytes, k, l);
   }

@@ -70,9 +70,7 @@ static const struct { int share; bool grads, params; } offloads[] = {
 #define NOFFLOADS ((int)(sizeof offloads / sizeof *offloads))
 
 // The replicas of a block's parameters under layout l (those its ZeRO stage shards over).
-static int replicas(SvLayout l) {
-  return l.batch ? l.dp * l.tp : l.sub > 1 ? l.dp * l.tp / l.sub : l.dp;
-}
+static int replicas(SvLayout l) { return l.dp * sv_layout_parts(l); }
 
 // The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
 // only in the repeated layers (passes/recompute.c), not in block 0 (everything outside

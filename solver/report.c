@@ -625,9 +625,8 @@ static cJSON *plan_json(const SvPlan *pl) {
       // data parallel over the tp ranks too: dp x tp replicas of tp 1, in a mesh of tp
       // batch_tp (sv_apply_read; which it needs where no block is tensor parallel)
       // tensor parallel over sub of the tp ranks: dp x tp / sub replicas of tp sub
-      int dp = l.batch ? l.dp * l.tp : l.sub > 1 ? l.dp * l.tp / l.sub : l.dp;
-      cJSON_AddNumberToObject(o, "dp", dp);
-      cJSON_AddNumberToObject(o, "tp", l.batch ? 1 : l.sub > 1 ? l.sub : l.tp);
+      cJSON_AddNumberToObject(o, "dp", l.dp * sv_layout_parts(l));
+      cJSON_AddNumberToObject(o, "tp", sv_layout_split(l));
       if (l.batch)
         cJSON_AddNumberToObject(o, "batch_tp", l.tp);
       cJSON_AddNumberToObject(o, "q", l.q);

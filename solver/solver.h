@@ -350,6 +350,11 @@ typedef struct SvLayout {
                 // in a program whose other blocks are dp x tp (PlanBlock.sub); 0: not
 } SvLayout;
 
+// Layout l's ranks that split a block's tensors (1 for a block data parallel over tp, sub, or
+// tp), and the parts its mesh cuts a replica's batch into for the block (tp, tp / sub, or 1).
+int sv_layout_split(SvLayout l);
+int sv_layout_parts(SvLayout l);
+
 // Can the block of n be laid out on layout l (every dim it must split divides the degree)?
 // When it cannot and why is not NULL: why, as "NH = 25 does not divide by tp = 8".
 bool sv_layout_divides(const SvNum *n, SvLayout l, char *why, size_t size);
