@@ -474,9 +474,6 @@ static Args parse_args(int argc, char **argv) {
     bad_usage("--layers-tp %d makes the repeated layers tensor parallel over %d of the --tp "
               "ranks: give --tp a multiple of it, above it (and not --layers-dp)", a.layers_tp,
               a.layers_tp);
-  if (a.layers_tp && a.layout.seq_parallel)
-    bad_usage("--layers-tp %d with --seq-parallel: sequence parallelism in blocks below the "
-              "mesh's tp is not compiled yet", a.layers_tp);
   double ranks = (double)dp * tp * q * q;   // (exact: at most 2^64)
   if (ranks > SV_MAX_GPUS && q > 1)
     bad_usage("--dp %d --tp2d %d: %.0f ranks, more than %d", dp, q, ranks, SV_MAX_GPUS);

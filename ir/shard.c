@@ -455,9 +455,11 @@ static void need_complete(ShardOp *op, int k) { op->in[k].partial = 0; }
 // (the all-gather before a column-parallel linear, and in backward before a
 // row-parallel one's), so its own layout is Megatron's 1D.
 
-// Is the node in a block where the sequence splits over tp?
+// Is the node in a block where the sequence splits over its tensor-parallel axis (tp, or a
+// block below tp's sub ranks; a grid block keeps Optimus's layout)?
 static bool seq_parallel(const ShardOp *op) {
-  return op->s->spec->seq_parallel && op->tp != 1 && !op->batch && op->tpa == TP && op->s->seq;
+  return op->s->spec->seq_parallel && op->tp != 1 && !op->batch &&
+         (op->tpa == TP || op->tpa == SUB) && op->s->seq;
 }
 
 // The dim of input k that is the sequence and could split over tp: not the

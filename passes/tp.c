@@ -53,7 +53,7 @@
 #define SUB IR_MESH_SUB
 #define SUBDP IR_MESH_SUBDP
 #define BIT(axis) (1u << (axis))
-#define NCONV 4   // conversions of one value remembered
+#define NCONV 8   // conversions of one value remembered
 
 // The axes this pass lowers, in the order a conversion takes them.
 static const int model_axes[] = {TP, ROW, COL, SUB, SUBDP};
@@ -275,11 +275,23 @@ static IrValue *part_of(Tp *t, IrOp op, IrValue *x, int w, int axis) {
   return y;
 }
 
+// Can a value in layout from become one in layout to by local slices alone (every axis
+// this pass lowers: split on the same dim or not at all, partial alike)?
+static bool slices_to(const ShardLayout *from, const ShardLayout *to) {
+  for (int k = 0; k < NMODEL; k++) {
+    int x = model_axes[k], d = split_dim(from, x);
+    if ((d >= 0 && d != split_dim(to, x)) || (from->partial & BIT(x)) != (to->partial & BIT(x)))
+      return false;
+  }
+  return true;
+}
+
 // x (in layout have) in layout want, built at the graph's insertion point:
 // partial sums reduced (reduce-scattered where want splits a dim have has
-// whole), then dims gathered, then dims sliced, axis by axis.
+// whole), then dims gathered, then dims sliced, axis by axis. *collected (when
+// not NULL) is the value before the slices, in layout *at.
 static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *want,
-                        const IrNode *reader) {
+                        const IrNode *reader, IrValue **collected, ShardLayout *at) {
   IrGraph *g = t->g;
   for (int k = 0; k < NMODEL; k++) {
     int a = model_axes[k], w = split_dim(want, a);
@@ -320,6 +332,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
     x = y;
     have.split[d] = IR_MESH_NONE;
   }
+  if (collected)
+    *collected = x, *at = have;
   for (int k = 0; k < NMODEL; k++) {
     int a = model_axes[k], w = split_dim(want, a);
     if (w < 0 || have.split[w] == a)
@@ -348,22 +362,33 @@ static int convert_input(Tp *t, int i, int k) {
   const ShardLayout *want = use_of(t, i, k);
   if (same_layout(&t->cur[v->id], want))
     return 0;
-  Conv *c = &t->conv[v->id * NCONV];
-  for (int j = 0; j < t->nconv[v->id]; j++)   // under sequence parallelism: of this phase
-    if (same_layout(&c[j].want, want) && (!phased(t) || c[j].phase == n->phase)) {
-      n->in[k] = c[j].v;
-      return 0;
-    }
   // A gradient the update needs in another layout is converted in backward,
   // right after it is made (and after its own reduction, if any): the update
   // then reads (and the lowering buckets) the converted value.
   bool grad = n->phase == PHASE_UPDATE && v->producer && v->producer->phase == PHASE_BACKWARD;
+  // An earlier conversion (under sequence parallelism: of this phase) that gives the layout,
+  // or whose collectives did and slices are all it lacks, as ir/shard.c counts them.
+  Conv *c = &t->conv[v->id * NCONV];
+  IrValue *from = v;
+  ShardLayout have = t->cur[v->id];
+  for (int j = 0; j < t->nconv[v->id]; j++) {
+    if (phased(t) && c[j].phase != n->phase)
+      continue;
+    if (same_layout(&c[j].want, want)) {
+      n->in[k] = c[j].v;
+      return 0;
+    }
+    if (from == v && !grad && slices_to(&c[j].want, want))
+      from = c[j].v, have = c[j].want;
+  }
   IrNode *at = grad ? v->producer : n;
   int pos = grad ? pass_reduced_at(g, at->id, v) + 1 : at->id;
   g->cur_phase = at->phase;
   ir_set_block(g, at);
   ir_insert_before(g, pos);
-  IrValue *y = convert(t, v, t->cur[v->id], want, n);
+  IrValue *collected = NULL;
+  ShardLayout held;
+  IrValue *y = convert(t, from, have, want, n, &collected, &held);
   ir_insert_before(g, -1);
   if (!y)
     return -1;
@@ -372,6 +397,8 @@ static int convert_input(Tp *t, int i, int k) {
   n->in[k] = y;
   if (t->nconv[v->id] < NCONV)
     c[t->nconv[v->id]++] = (Conv){*want, n->phase, y};
+  if (collected != from && collected != y && t->nconv[v->id] < NCONV)
+    c[t->nconv[v->id]++] = (Conv){held, n->phase, collected};
   return 0;
 }
 
@@ -406,7 +433,7 @@ static int convert_output(Tp *t, int i, int k) {
       whole[j] = ir_whole_dim(v, j);
     place(t, raw, made, whole, t->pieces[v->id]);
     ir_node_set_output(n, k, raw);   // v has no producer until the conversion makes it
-    IrValue *y = convert(t, raw, *made, want, n);
+    IrValue *y = convert(t, raw, *made, want, n, NULL, NULL);
     if (!y) {
       rc = -1;
     } else {   // the conversion's output is v

@@ -148,9 +148,9 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
       fits &= cfg->cluster.group[j].count % (tp * q * q) == 0;
     // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
     // of the tp ranks too (PlanBlock.sub), and where tp is a square, with blocks on a grid of
-    // them too (PlanBlock.grid; neither under sequence parallelism). Each of those meshes
-    // offers the plain one's layouts, which then needs no solve of its own.
-    bool sub = fits && q == 1 && cfg->cluster.ngroups == 1 && !cfg->seq_parallel;
+    // them too (PlanBlock.grid; sequence parallelism splits only the 1D blocks' sequence).
+    // Each of those meshes offers the plain one's layouts, which then needs no solve of its own.
+    bool sub = fits && q == 1 && cfg->cluster.ngroups == 1;
     int before = nmesh;
     for (int s = 2; sub && s < tp; s++)
       if (tp % s == 0 && nmesh < 4 * 64)
@@ -599,15 +599,6 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
     out->seq = seq;
     out->seq_parallel = cJSON_IsTrue(sp);
   }
-  if (!rc && out->seq_parallel && out->mesh.size[IR_MESH_SUB] > 1)
-    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" with blocks tensor parallel over %d of "
-                  "the %d tp ranks, which is not compiled yet: give those blocks the mesh's tp, "
-                  "or plan without sequence parallelism", path, out->mesh.size[IR_MESH_SUB],
-                  out->mesh.size[IR_MESH_TP]);
-  if (!rc && out->seq_parallel && out->mesh.size[IR_MESH_TP] > 1 &&
-      out->mesh.size[IR_MESH_ROW] > 1)
-    rc = ir_error(d, (IrLoc){0}, "%s: \"seq_parallel\" with blocks on a 2D grid beside tp, "
-                  "which is not compiled yet: plan without sequence parallelism", path);
   sv_model_free(m);
   cJSON_Delete(root);
   return rc;

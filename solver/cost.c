@@ -1037,6 +1037,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.sub > 1) {   // Megatron's over sub ranks, on sub / tp of the replica's batch
     Link t = link_for(cl, g, l.sub, false);
+    if (sp)
+      t.bw *= t.gather;
     double part = (double)l.sub / l.tp;
     double f = ar(n->tp_fwd * part, l.sub, t), bw = ar(n->tp_bwd * part, l.sub, t);
     tp = f + bw + (ckpt ? f : 0);
@@ -1188,8 +1190,11 @@ double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int
   if (mesh) {   // one mesh, a block data parallel over its tp ranks (or over groups of sub of
                 // them): per micro-step, an all-gather of the batch's parts each way (forward
                 // into the block that splits it less, backward out of it); the other way each
-                // rank keeps its part
+                // rank keeps its part. Under sequence parallelism a block's value is split over
+                // all tp ranks either way (its batch, or its sequence): gathered whole each way.
     int pa = sv_layout_parts(a), pb = sv_layout_parts(b), k = pa > pb ? pa : pb;
+    if (x->cfg->seq_parallel)
+      k = a.tp;
     Link l = link_for(&x->cfg->cluster, g, a.tp, false);
     return ceil((double)x->micro_total / a.dp) * 2 * ag(bytes, k, l);
   }

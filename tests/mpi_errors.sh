@@ -49,14 +49,9 @@ expect host_mem_cluster 2 "--cluster .* leave out --gpus, --gpu, --device, --gpu
   "$mtc" plan "$model" --cluster "$here/solver/mixed.json" --host-mem 0
 refused two_meshes "p['blocks'][1]['tp'] = 2" \
   "block 0 \(rest\) is dp 4 x tp 1, another block dp 4 x tp 2: a program has one mesh for every block, where a block may also be data parallel over all 8 ranks" p1
-# blocks below the mesh's tp (TP2 beside TP4): one degree for them all; not with sequence
-# parallelism yet
+# blocks below the mesh's tp (TP2 beside TP4): one degree for them all
 refused sub_two_degrees "p['blocks'][0].update(dp=1, tp=8); p['blocks'][1].update(dp=2, tp=4); p['blocks'][2].update(dp=4, tp=2)" \
   "block 2 \(h.1\) is dp 4 x tp 2, another block dp 1 x tp 8: .* tensor parallel over a part of its tp \(one tp for those blocks, dividing 8, dp x tp = 8\)" p1
-refused sub_seq_parallel "p['seq_parallel'] = True; p['blocks'][0].update(dp=1, tp=4); [b.update(dp=2, tp=2) for b in p['blocks'][1:]]" \
-  "\"seq_parallel\" with blocks tensor parallel over 2 of the 4 tp ranks, which is not compiled yet: give those blocks the mesh's tp" p1
-refused grid_seq_parallel "p['seq_parallel'] = True; p['blocks'][0].update(dp=1, tp=4); [b.update(dp=1, tp=1, q=2) for b in p['blocks'][1:]]" \
-  "\"seq_parallel\" with blocks on a 2D grid beside tp, which is not compiled yet" p1
 refused grid_and_sub "p['blocks'][0].update(dp=1, tp=4); p['blocks'][1].update(dp=2, tp=2); p['blocks'][2].update(dp=1, tp=1, q=2)" \
   "block 2 \(h.1\) is dp 1 x 2D 2x2, another block dp 1 x tp 4: .*or on a 2D grid of its tp ranks \(the same dp, q x q = 4\); not both of the last two" p1
 refused batch_tp_split "p['blocks'][1].update(tp=2, batch_tp=2)" \
@@ -119,13 +114,11 @@ expect layers_dp_no_tp 2 "--layers-dp makes the repeated layers data parallel ov
   "$mtc" compile "$model" --dp 2 --layers-dp -o "$out/p4"
 expect layers_dp_no_layers 1 "--layers-dp: the model has no repeated layers" \
   "$mtc" compile "$here/../examples/mlp.mtc" --tp 2 --layers-dp -o "$out/p4"
-# --layers-tp S: S divides --tp and is below it; not with sequence parallelism
+# --layers-tp S: S divides --tp and is below it
 expect layers_tp_3 2 "--layers-tp 3 makes the repeated layers tensor parallel over 3 of the --tp ranks: give --tp a multiple of it, above it" \
   "$mtc" compile "$model" --tp 4 --layers-tp 3 -o "$out/p4"
 expect layers_tp_equal 2 "--layers-tp 2 makes the repeated layers tensor parallel over 2 of the --tp ranks" \
   "$mtc" compile "$model" --tp 2 --layers-tp 2 -o "$out/p4"
-expect layers_tp_sp 2 "--layers-tp 2 with --seq-parallel: sequence parallelism in blocks below the mesh's tp is not compiled yet" \
-  "$mtc" compile "$model" --tp 4 --layers-tp 2 --seq-parallel -o "$out/p4"
 expect layers_tp_no_layers 1 "--layers-tp: the model has no repeated layers" \
   "$mtc" compile "$here/../examples/mlp.mtc" --tp 4 --layers-tp 2 -o "$out/p4"
 # a plan of a 2D grid (every block q 2 on the plan's 4 GPUs) compiles and says so
