@@ -824,6 +824,51 @@ static bool price_plan(IrGraph *g, const Args *a, const Plan *plan, SvPriced *ou
   return false;
 }
 
+// The lowering's predictions for the program ctx lowered, into co.
+static void predicted(const PassCtx *ctx, CgOptions *co, SvPredicted *pr) {
+  const PassLowered *lw = ctx->lowered;
+  if (!lw)
+    return;
+  sv_predict(lw, ctx->nswapped, ctx->ncheckpointed, ctx->nlayers, pr);
+  co->layout = pr->layout;
+  co->planner_state_bytes = pr->state_bytes;
+  co->planner_host_bytes = pr->host_bytes;
+  co->planner_comm_bytes = pr->comm_bytes;
+  co->planner_comm_micro_bytes = pr->comm_micro_bytes;
+  int dp = lw->plan.mesh.size[IR_MESH_DP];
+  co->rank_end = lw->plan.part_end * (mesh_ranks(&lw->plan.mesh) / dp);
+}
+
+// Programs 1 .. of a plan whose replicas hold uneven parts of the state (Plan.replica_parts):
+// each run of replicas with one part has sizes of its own, so the model is built, planned and
+// lowered again for it and written beside model.c (co: model 0's options).
+static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co, IrDiag *d) {
+  Plan P = first->lowered->plan;   // its arrays stay the caller's
+  int n = plan_programs(&P, 0, &P.part_first, &P.part_end);
+  for (int k = 1; k < n; k++) {
+    plan_programs(&P, k, &P.part_first, &P.part_end);
+    PassCtx ctx = {.opt = first->opt, .diag = d, .plan = &P};
+    IrGraph *g = load(a, d);
+    int rc = g ? sv_bind_dims(g, &a->sv, d) : -1;
+    if (!rc)
+      rc = pass_build_training(g, &ctx);
+    if (!rc)
+      rc = pass_lower_plan(g, &ctx);
+    if (!rc) {
+      CgOptions mine = *co;
+      SvPredicted pr;
+      mine.mem = ctx.mem, mine.lowered = ctx.lowered, mine.model = k;
+      predicted(&ctx, &mine, &pr);
+      rc = cg_emit_c(g, &mine, d);
+    }
+    pass_memplan_free(ctx.mem);
+    ir_graph_free(g);
+    if (rc)
+      return -1;
+  }
+  return 0;
+}
+
 // compile's last stage: the program, its plan.json, and what it says it did.
 static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kept,
                 const char *plan_text, const SvPriced *price, IrDiag *d) {
@@ -831,15 +876,12 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
   CgOptions co = {.mem = ctx->mem, .outdir = outdir.tmp, .seed = a->seed, .source = a->model,
                   .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
                                                            : MTC_SOURCE_DIR "/runtime",
-                  .lowered = lw};
+                  .lowered = lw, .nmodels = 1};
   SvPredicted pr;
+  predicted(ctx, &co, &pr);
   if (lw) {
-    sv_predict(lw, ctx->nswapped, ctx->ncheckpointed, ctx->nlayers, &pr);
-    co.layout = pr.layout;
-    co.planner_state_bytes = pr.state_bytes;
-    co.planner_host_bytes = pr.host_bytes;
-    co.planner_comm_bytes = pr.comm_bytes;
-    co.planner_comm_micro_bytes = pr.comm_micro_bytes;
+    int first, end;
+    co.nmodels = plan_programs(&lw->plan, 0, &first, &end);
   }
   if (price) {
     co.planner_device = price->device;
@@ -851,6 +893,8 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
             lw->plan.mesh.size[IR_MESH_TP], lw->replicated[i]);
   int rc = cg_emit_c(g, &co, d);
+  if (!rc && co.nmodels > 1)
+    rc = emit_others(a, ctx, &co, d);
   if (!rc && (kept || plan_text))
     rc = save_plan(outdir.tmp, kept, plan_text, d);
   // The planner reads the training graph as autodiff made it: a graph with a layout or
@@ -870,8 +914,9 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     printf("mtc: the planner prices a step of this layout at %.3g ms on %s%s\n",
            1e3 * price->step_s, price->device, price->fits ? "" : " (though it does not fit "
            "there)");
-    printf("mtc: the planner's model state per GPU: %.0f bytes on the device\n",
-           price->state_bytes);
+    if (co.nmodels == 1)   // (uneven state shares: each group's differs)
+      printf("mtc: the planner's model state per GPU: %.0f bytes on the device\n",
+             price->state_bytes);
   }
   printf("mtc: wrote %s (arena %lld bytes); build with: make -C %s cpu (or make gpu: nvcc, "
          "for NVIDIA GPUs)\n", a->outdir, (long long)ctx->mem->arena_bytes, a->outdir);

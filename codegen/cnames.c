@@ -49,7 +49,7 @@ static const char *const reserved[] = {
     "has_adam_state", "host_bytes", "dp", "tp", "micro_batches", "layout", "n_buckets",
     "n_slots", "model_state_bytes", "model_host_bytes", "swap_host_bytes",
     "planner_state_bytes", "planner_host_bytes", "planner_swap_bytes", "planner_comm_bytes",
-    "loss_partial_axes", "grid_side", "tp_sub", "tp_grid", "replica_micro",
+    "loss_partial_axes", "grid_side", "tp_sub", "tp_grid", "replica_micro", "dp_parts", "rank_end",
     "planner_comm_micro_bytes",
     "planner_device", "planner_step_s", "planner_time_s",
     "logits_offset", "logits_dtype",

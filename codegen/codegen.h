@@ -46,6 +46,8 @@ typedef struct CgArg {
                            // CG_INT: i - r * rank_stride (an offset into this rank's part), r
   int rank_axis;           // this rank's place along the runtime's mesh axis rank_axis (RT_AXIS_DP,
                            // or RT_AXIS_ALL: a bucket sharded over every rank)
+  int rank_first;          // with rank_base (uneven parts, passes/lower.c): the part starts at
+  const Sym *rank_base;    // (r - rank_first) * rank_stride + rank_base elements
   const Sym *elem_off;     // CG_BUF: when set, that many elements further (a range of the part)
   const Sym *i;
   const char *name;     // CG_ENUM, CG_HPARAM (a field of rt_hparams)
@@ -115,10 +117,15 @@ typedef struct CgOptions {
   // optimizer, resharding (runtime/model_api.h's planner_time_s)
   const char *planner_device;
   double planner_step_s, planner_time_s[RT_PLANNER_NTIMES];
+  // A program of several models (uneven state shares: Plan.replica_parts, one per run of
+  // replicas with one part): this one is model `model` of `nmodels` (0: model.c, written with
+  // every other file of the program; k > 0: model_gK.c alone, written after it), for the world
+  // ranks below rank_end (0: all of them).
+  int model, nmodels, rank_end;
 } CgOptions;
 
 // Writes outdir/: model.c, train.c and runtime sources, Makefile, weights.bin,
-// README.md, from the graph and its memory plan opt->mem.
+// README.md, from the graph and its memory plan opt->mem (opt->model > 0: model_gK.c).
 int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d);
 
 // ---- names from the model in the emitted C (codegen/cnames.c) ---------------------

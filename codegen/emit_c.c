@@ -167,6 +167,21 @@ static const char *shape_values(Emit *e, const IrValue *v) {
   return ir_strdup(&e->g->arena, out);
 }
 
+// Model k's file and the symbol of its table: model.c and mtc_model, then model_gK.c and
+// mtc_model_gK.
+static void model_file(char *buf, size_t n, int k) {
+  if (k)
+    snprintf(buf, n, "model_g%d.c", k);
+  else
+    snprintf(buf, n, "model.c");
+}
+static void model_symbol(char *buf, size_t n, int k) {
+  if (k)
+    snprintf(buf, n, "mtc_model_g%d", k);
+  else
+    snprintf(buf, n, "mtc_model");
+}
+
 // ---- model.c -------------------------------------------------------------------------------
 
 static void emit_header(Emit *e, const char *source) {
@@ -320,6 +335,20 @@ static const char *rank_of(const CgArg *a) {
   return a->rank_axis == ir_rt_axis(IR_MESH_DP) ? "rt_dist.dp_rank" : "rt_dist.rank";
 }
 
+// This rank's start in a bucket of parts (CgArg.rank_stride): r * stride, or over uneven parts
+// (r - first) * stride + base.
+static void emit_rank_start(Emit *e, const CgArg *a) {
+  if (a->rank_first)
+    fprintf(e->f, "(%s - %d) * ", rank_of(a), a->rank_first);
+  else
+    fprintf(e->f, "%s * ", rank_of(a));
+  print_int(e, a->rank_stride);
+  if (a->rank_base && !sym_is_zero(a->rank_base)) {
+    fputs(" + ", e->f);
+    print_int(e, a->rank_base);
+  }
+}
+
 static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
   int64_t step = next ? arg_step(e, a, next) : 0;
   switch (a->kind) {
@@ -327,8 +356,8 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
     e->used[a->buf->id] = true;
     fprintf(e->f, "%s.%s", a->buf->host ? "hb" : "b", e->cname[a->buf->id]);
     if (a->rank_stride) { // this rank's part of a bucket
-      fprintf(e->f, " + %s * ", rank_of(a));
-      print_int(e, a->rank_stride);
+      fputs(" + ", e->f);
+      emit_rank_start(e, a);
     }
     if (a->elem_off) { // a range of it
       fputs(" + ", e->f);
@@ -349,8 +378,10 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
       fputc('(', e->f);
     print_int(e, a->i);
     if (a->rank_stride) { // less this rank's start
-      fprintf(e->f, " - %s * ", rank_of(a));
-      print_int(e, a->rank_stride);
+      fputs(a->rank_base ? " - (" : " - ", e->f);
+      emit_rank_start(e, a);
+      if (a->rank_base)
+        fputc(')', e->f);
     }
     if (step) {
       fputs(" + ", e->f);
@@ -463,10 +494,12 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
     *delta = m->offset[y->buf->id] - m->offset[x->buf->id];
     return x->buf->host == y->buf->host && x->buf->dtype == y->buf->dtype &&
            same_sym(x->rank_stride, y->rank_stride) && x->rank_axis == y->rank_axis &&
+           x->rank_first == y->rank_first && same_sym(x->rank_base, y->rank_base) &&
            same_sym(x->elem_off, y->elem_off) && *delta % ir_dtype_size(x->buf->dtype) == 0;
   case CG_INT: {
     int64_t a, b;
-    if (!same_sym(x->rank_stride, y->rank_stride) || x->rank_axis != y->rank_axis)
+    if (!same_sym(x->rank_stride, y->rank_stride) || x->rank_axis != y->rank_axis ||
+        x->rank_first != y->rank_first || !same_sym(x->rank_base, y->rank_base))
       return false;
     if (sym_eq(x->i, y->i))
       return true;
@@ -1121,7 +1154,16 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
     println(e, "};");
     blank(e);
   }
-  println(e, "const rt_model mtc_model = {");
+  if (lw && lw->plan.replica_parts) {  // uneven state shares
+    fputs("static const int dp_parts[] = {", e->f);
+    for (int d = 0; d < lw->plan.mesh.size[IR_MESH_DP]; d++)
+      fprintf(e->f, "%s%d", d ? ", " : "", lw->plan.replica_parts[d]);
+    println(e, "};");
+    blank(e);
+  }
+  char model[32];
+  model_symbol(model, sizeof model, e->opt->model);
+  println(e, "const rt_model %s = {", model);
   fputs("    .name = ", e->f);
   cg_put_string(e->f, g->name);
   println(e, ",");
@@ -1178,6 +1220,10 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .micro_batches = %d,", lw ? lw->plan.micro_batches : 1);
   if (lw && lw->plan.replica_micro)
     println(e, "    .replica_micro = replica_micro,");
+  if (lw && lw->plan.replica_parts)
+    println(e, "    .dp_parts = dp_parts,");
+  int ranks = lw ? mesh_ranks(&lw->plan.mesh) : 1;
+  println(e, "    .rank_end = %d,", e->opt->rank_end ? e->opt->rank_end : ranks);
   fputs("    .layout = ", e->f);
   cg_put_string(e->f, e->opt->layout ? e->opt->layout : "one rank");
   println(e, ",");
@@ -1208,6 +1254,21 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
       if (lw->loss_partial & (1u << a))
         fprintf(e->f, "%s1 << %s", k++ ? " | " : "", cg_rt_axis_name((IrMeshAxis)a));
     println(e, ",");
+  }
+  println(e, "};");
+  if (e->opt->model)
+    return 0;
+  blank(e);   // the program's models (train.c picks the rank's)
+  int n = e->opt->nmodels > 1 ? e->opt->nmodels : 1;
+  for (int k = 1; k < n; k++) {
+    model_symbol(model, sizeof model, k);
+    println(e, "extern const rt_model %s;", model);
+  }
+  println(e, "const int mtc_nmodels = %d;", n);
+  fputs("const rt_model *const mtc_models[] = {", e->f);
+  for (int k = 0; k < n; k++) {
+    model_symbol(model, sizeof model, k);
+    fprintf(e->f, "%s&%s", k ? ", " : "", model);
   }
   println(e, "};");
   return 0;
@@ -1336,6 +1397,13 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
     fputs("CC ?= cc\n", f);
   fputs("CFLAGS ?= " CG_CPU_CFLAGS "\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
+  fputs("MODELS =", f);   // the model of each group of ranks with a static plan of its own
+  for (int k = 0; k < (opt->nmodels > 1 ? opt->nmodels : 1); k++) {
+    char file[32];
+    model_file(file, sizeof file, k);
+    fprintf(f, " %s", file);
+  }
+  fputs("\n", f);
   fputs("include runtime/runtime.mk\n"
         "# the runtime of each build (an archive of the same sources, built with the same flags,\n"
         "# may be given instead)\n", f);
@@ -1368,20 +1436,20 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
         "gpu: build/gpu/train\n"
         "\tcp build/gpu/train train\n"
         "\n"
-        "build/cpu/train: model.c $(CPU_RUNTIME) $(RT_HDR)\n", f);
+        "build/cpu/train: $(MODELS) $(CPU_RUNTIME) $(RT_HDR)\n", f);
   const char *need_mpi = "\t@command -v $(CC) >/dev/null || { echo \"make: this program runs on "
                          "several ranks and needs MPI: apt-get install openmpi-bin libopenmpi-dev\" "
                          ">&2; exit 1; }\n";
   if (mpi)
     fputs(need_mpi, f);
   fputs("\t@mkdir -p build/cpu\n"
-        "\t$(CC) $(CFLAGS) -Iruntime -o $@ model.c $(CPU_RUNTIME) $(LDLIBS)\n"
+        "\t$(CC) $(CFLAGS) -Iruntime -o $@ $(MODELS) $(CPU_RUNTIME) $(LDLIBS)\n"
         "\n"
-        "build/gpu/train: model.c $(GPU_RUNTIME) $(CUDA_OBJS) $(RT_HDR)\n", f);
+        "build/gpu/train: $(MODELS) $(GPU_RUNTIME) $(CUDA_OBJS) $(RT_HDR)\n", f);
   if (mpi)
     fputs(need_mpi, f);
   fputs("\t@mkdir -p build/gpu\n"
-        "\t$(CC) $(GPU_CFLAGS) $(GPU_DEFS) -Iruntime -o $@ model.c $(GPU_RUNTIME) $(CUDA_OBJS) "
+        "\t$(CC) $(GPU_CFLAGS) $(GPU_DEFS) -Iruntime -o $@ $(MODELS) $(GPU_RUNTIME) $(CUDA_OBJS) "
         "$(CUDA_LIBS) $(LDLIBS)\n"
         "build/gpu/%.o: runtime/%.cu $(RT_CUDA_HDR) $(RT_HDR)\n"
         "\t@test -x $(NVCC) || { echo \"make: no nvcc at $(NVCC): install the CUDA toolkit or "
@@ -1442,17 +1510,18 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
                       "carry (a parameter's initial weights): compile the model it was printed from",
                       v->name);
   }
-  char rtdir[4096];
+  char rtdir[4096], file[32];
   snprintf(rtdir, sizeof rtdir, "%s/runtime", opt->outdir);
-  if (make_dir(opt->outdir, d) || make_dir(rtdir, d))
+  model_file(file, sizeof file, opt->model);
+  if (!opt->model && (make_dir(opt->outdir, d) || make_dir(rtdir, d)))
     return -1;
   static const char *const runtime_files[] = {
       "kernels.h", "kernels.def", "kernels_kinds.h", "dtypes.def", "bf16.h", "cpu_variants.h", "cpu_variant.h",
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "coalesce.h", "pool.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
-      "shard.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};
-  for (int i = 0; runtime_files[i]; i++) {
+      "shard.h", "parts.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};
+  for (int i = 0; !opt->model && runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);
     snprintf(to, sizeof to, "%s/%s", rtdir, runtime_files[i]);
@@ -1467,15 +1536,15 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     if (g->nodes[i]->op == OP_ADAMW && !e.adamw[g->nodes[i]->in[0]->id])
       e.adamw[g->nodes[i]->in[0]->id] = g->nodes[i];
   name_buffers(&e);
-  e.f = open_out(opt->outdir, "model.c", d);
+  e.f = open_out(opt->outdir, file, d);
   int rc = e.f ? emit_model(&e, opt->source, d) : -1;
   int64_t workspace = workspace_bytes(&e);
-  if (e.f && close_out(e.f, "model.c", d) && !rc)
+  if (e.f && close_out(e.f, file, d) && !rc)
     rc = -1;
   free(e.cname), free(e.used), free(e.adamw), free(e.runs), free(e.loop), free(e.stride), free(e.layers);
   free(e.covered);
-  if (rc)
-    return -1;
+  if (rc || opt->model)
+    return rc ? -1 : 0;
   int ranks = opt->lowered ? mesh_ranks(&opt->lowered->plan.mesh) : 1;
   if (write_makefile(opt, ranks, has_copies(&e), d))
     return -1;

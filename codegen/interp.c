@@ -33,6 +33,12 @@ struct CgInterp {
   int nexecs;
 };
 
+// The first element of this rank's part of a bucket (CgArg.rank_stride), as emit_c.c writes it.
+static int64_t rank_start(const CgInterp *it, const CgArg *a) {
+  int64_t start = (rt_axis_rank(a->rank_axis) - a->rank_first) * ir_eval(it->g, a->rank_stride);
+  return start + (a->rank_base ? ir_eval(it->g, a->rank_base) : 0);
+}
+
 static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag *d) {
   memset(e, 0, sizeof *e);
   e->k = c->k;
@@ -46,7 +52,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     case CG_BUF:
       e->p[j] = (a->buf->host ? it->host : it->arena) + it->mem->offset[a->buf->id];
       if (a->rank_stride) // this rank's part of a bucket
-        e->p[j] = (float *)e->p[j] + rt_axis_rank(a->rank_axis) * ir_eval(it->g, a->rank_stride);
+        e->p[j] = (float *)e->p[j] + rank_start(it, a);
       if (a->elem_off) // a range of it
         e->p[j] = (float *)e->p[j] + ir_eval(it->g, a->elem_off);
       break;
@@ -55,7 +61,7 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
       if (sym_eval(a->i, &it->g->syms, &x))
         return ir_error(d, (IrLoc){0}, "interp: a size does not evaluate to an integer");
       if (a->rank_stride) // less this rank's start
-        x -= rt_axis_rank(a->rank_axis) * ir_eval(it->g, a->rank_stride);
+        x -= rank_start(it, a);
       e->i[j] = (long)x;
       break;
     case CG_FLOAT: e->f[j] = (float)a->f; break;

@@ -883,12 +883,27 @@ static void lower_slice_bwd(Lower *L, const IrNode *n) {
 // the compiled-in defaults, see cg_default_hparams).
 static void hparam(CgCall *c, const char *name) { arg(c, CG_HPARAM)->name = name; }
 
+// This rank's part of a whole bucket of `whole` elements that node n shards: 1 / shards of it,
+// or over uneven parts (passes/lower.c's sharded) parts_mine of parts_total.
+static const Sym *part_of_whole(Lower *L, const IrNode *n, const Sym *whole) {
+  int64_t mine = ir_attr_i(n, "parts_mine");
+  return mine ? sym_scale(&L->g->arena, whole, mine, ir_attr_i(n, "parts_total"))
+              : sym_scale(&L->g->arena, whole, 1, ir_attr_i(n, "shards"));
+}
+
 // The last argument is this rank's part of a bucket of `stride`-element parts: the part at
-// this rank's place along the axis node n shards its bucket over (its shard_axis).
-static void rank_part(CgCall *c, const IrNode *n, const Sym *stride) {
+// this rank's place along the axis node n shards its bucket over (its shard_axis). Over uneven
+// parts (passes/lower.c's sharded), the program's replicas' parts are `stride` elements each
+// from parts_first on, the first of them after parts_before units of stride / parts_mine.
+static void rank_part(Lower *L, CgCall *c, const IrNode *n, const Sym *stride) {
   CgArg *a = &c->args[c->nargs - 1];
   a->rank_stride = stride;
   a->rank_axis = (int)ir_attr_i(n, "shard_axis");
+  int64_t mine = ir_attr_i(n, "parts_mine");
+  if (mine) {
+    a->rank_first = (int)ir_attr_i(n, "parts_first");
+    a->rank_base = sym_scale(&L->g->arena, stride, ir_attr_i(n, "parts_before"), mine);
+  }
 }
 
 // v, or this rank's part of it when v holds a whole bucket of `part`-sized
@@ -897,7 +912,7 @@ static void rank_part(CgCall *c, const IrNode *n, const Sym *stride) {
 static void part_buf(Lower *L, CgCall *c, const IrNode *n, const IrValue *v, const Sym *part) {
   buf(c, v);
   if (ir_eval(L->g, numel(L, v)) > ir_eval(L->g, part))
-    rank_part(c, n, part);
+    rank_part(L, c, n, part);
 }
 
 // bf16 mixed precision writes a parameter bucket's working copies right after its update
@@ -919,8 +934,7 @@ static const IrNode *fused_copy(IrGraph *g, const IrNode *u) {
 // The assign's destination as an argument: a whole bucket of `shards` parts, of which this
 // rank's is written (ZeRO 1-2), from its start (bf16 offload writes the device's range).
 static void assign_dst(Lower *L, CgCall *c, const IrNode *a) {
-  const Sym *part = sym_scale(&L->g->arena, numel(L, a->in[0]), 1, ir_attr_i(a, "shards"));
-  part_buf(L, c, a, a->in[0], part);
+  part_buf(L, c, a, a->in[0], part_of_whole(L, a, numel(L, a->in[0])));
 }
 
 // dst <- src in dst's type: a parameter's working copy (rt_cast; in host memory, parameter
@@ -952,7 +966,7 @@ static void decay_arg(Lower *L, CgCall *c, const IrNode *n, const Sym *count) {
   }
   numk(L, c, end);
   if (stride)
-    rank_part(c, n, sym_const(&L->g->arena, stride));
+    rank_part(L, c, n, sym_const(&L->g->arena, stride));
 }
 
 // (p, g, m, v); sharded: the moments are this rank's part (offload: its first
@@ -1032,7 +1046,7 @@ static void lower_unshard(Lower *L, const IrNode *n) {
   CgCall *c = call(L, n->in[0]->host ? CG_K_to_device : CG_K_copy);
   const Sym *k = numel(L, n->in[0]);
   buf(c, n->out[0]);
-  rank_part(c, n, k);
+  rank_part(L, c, n, k);
   buf(c, n->in[0]), num(c, k);
 }
 
@@ -1112,7 +1126,7 @@ static void range_buf(Lower *L, CgCall *c, const IrNode *n, const IrValue *x) {
   int64_t shards = ir_attr_i(n, "shards"), offset = ir_attr_i(n, "offset");
   buf(c, x);
   if (shards > 1)
-    rank_part(c, n, sym_scale(ar, numel(L, x), 1, shards));
+    rank_part(L, c, n, part_of_whole(L, n, numel(L, x)));
   if (offset)
     c->args[c->nargs - 1].elem_off = sym_const(ar, offset);
 }

@@ -71,8 +71,10 @@ int plan_alloc_blocks(Plan *p, int n) {
 void plan_free(Plan *p) {
   free(p->block);
   free(p->replica_micro);
+  free(p->replica_parts);
   p->block = NULL;
   p->replica_micro = NULL;
+  p->replica_parts = NULL;
   p->nblocks = 0;
 }
 
@@ -120,4 +122,35 @@ int plan_set_replica_micro(Plan *p, const int *counts) {
     return -1;
   memcpy(p->replica_micro, counts, (size_t)dp * sizeof *counts);
   return 0;
+}
+
+int plan_set_replica_parts(Plan *p, const int *parts) {
+  int dp = p->mesh.size[IR_MESH_DP];
+  bool even = true;
+  for (int d = 0; d < dp; d++)
+    even &= parts[d] == parts[0];
+  free(p->replica_parts);
+  p->replica_parts = NULL;
+  p->part_first = 0, p->part_end = dp;
+  if (even)
+    return 0;
+  if (!(p->replica_parts = malloc((size_t)dp * sizeof *p->replica_parts)))
+    return -1;
+  memcpy(p->replica_parts, parts, (size_t)dp * sizeof *parts);
+  plan_programs(p, 0, &p->part_first, &p->part_end);
+  return 0;
+}
+
+int plan_programs(const Plan *p, int k, int *first, int *end) {
+  int dp = p->mesh.size[IR_MESH_DP], n = 0;
+  *first = 0, *end = dp;
+  for (int d = 0; d < dp;) {
+    int e = d + 1;
+    while (p->replica_parts && e < dp && p->replica_parts[e] == p->replica_parts[d])
+      e++;
+    if (n++ == k)
+      *first = d, *end = e;
+    d = e;
+  }
+  return n;
 }

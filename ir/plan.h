@@ -65,6 +65,11 @@ typedef struct Plan {
                        // any replica runs, and what each runs unless replica_micro is set
   int *replica_micro;  // NULL, or dp entries: replica d runs replica_micro[d] micro-batches (a
                        // mixed cluster's uneven batch shares; malloc'd, plan_free)
+  int *replica_parts;  // NULL, or dp entries: the ratio (runtime/parts.h) of replica d's part of
+                       // each bucket sharded over dp (a mixed cluster's uneven state shares;
+                       // malloc'd, plan_free). Each run of replicas with one part is a program of
+                       // its own (its sizes are its parts'): the lowering is for the replicas
+  int part_first, part_end;   // [part_first, part_end), one such run (plan_programs)
   int64_t micro, seq;  // sequences per micro-batch and their length as planned (0: the model's)
   int swap;            // repeated layers whose activations go to host memory after forward and
                        // back before backward (passes/swap.c): the first S (IR blocks 1..S),
@@ -94,5 +99,12 @@ int plan_set_replica_micro(Plan *p, const int *counts);
 // gpus[i] GPUs (a whole number of the mesh's replicas) whose replicas share
 // runs[i] micro-batches evenly (the caller has checked both divide).
 int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_t *runs);
+// Replica d's part of each sharded bucket is parts[d] (dp entries, each at least 1):
+// replica_parts, or NULL when they are all equal; the program lowered is the first's. -1 when out
+// of memory.
+int plan_set_replica_parts(Plan *p, const int *parts);
+// The programs of the plan: runs of replicas with one part (one program when the parts are
+// equal). Program k's replicas, [*first, *end), for k below the count returned.
+int plan_programs(const Plan *p, int k, int *first, int *end);
 
 #endif

@@ -108,6 +108,7 @@
 //
 // Collectives start and return; comm_wait finishes them (slots pair them).
 #include "passes.h"
+#include "parts.h"   // runtime/: a bucket's uneven parts, as the program computes them
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,11 +179,35 @@ static IrNode *wait(Lower *L, IrNode *started) {
   return n;
 }
 
+// The uneven parts b is sharded in (Plan.replica_parts: over dp only), or NULL.
+static const int *bucket_parts(const Lower *L, const PassBucket *b) {
+  return b->axis == IR_MESH_DP ? L->plan->replica_parts : NULL;
+}
+
+// Over uneven parts (runtime/parts.h), node n's rank's part of a bucket of b's: the program's
+// replicas, from parts_first, have parts of parts_mine of the bucket's parts_total units each,
+// the first of them after parts_before.
+static void uneven(Lower *L, IrNode *n, const PassBucket *b) {
+  const int *w = bucket_parts(L, b);
+  if (!w)
+    return;
+  int first = L->plan->part_first;
+  long before = 0;
+  for (int d = 0; d < first; d++)
+    before += w[d];
+  ir_set_int(L->g, n, "parts_total", rt_parts_total(w, b->shards));
+  ir_set_int(L->g, n, "parts_mine", w[first]);
+  ir_set_int(L->g, n, "parts_first", first);
+  ir_set_int(L->g, n, "parts_before", before);
+}
+
 // Node n reads or writes this rank's part of a bucket of b's: its place among b's shards.
 static void sharded(Lower *L, IrNode *n, const PassBucket *b, bool parts) {
   ir_set_int(L->g, n, "shards", parts ? b->shards : 1);
   if (b->axis != IR_MESH_DP)
     ir_set_int(L->g, n, "shard_axis", ir_rt_axis(b->axis));
+  if (parts)
+    uneven(L, n, b);
 }
 
 static IrNode *accumulate(Lower *L, const PassBucket *b, IrValue *acc, IrValue *x) {
@@ -237,7 +262,11 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
       L->assign[members[i]->id]->in[0]->bucket_off = at * 2;
     at += round_up(numel, PASS_ALIGN_ELEMS);
   }
-  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * b->shards);
+  const int *w = bucket_parts(L, b);
+  b->numel = round_up(at, (int64_t)PASS_ALIGN_ELEMS * rt_parts_total(w, b->shards));
+  long len;
+  rt_part(b->numel, w, b->shards, w ? L->plan->part_first : 0, &len);
+  b->shard = len;
   return 0;
 }
 
@@ -286,7 +315,7 @@ static void to_device(Lower *L, const PassBucket *b, IrValue *x, IrValue *h) {
 // host's (offload share 1), and so is its update (lower_update).
 static void grads_to_host(Lower *L, PassBucket *b) {
   wait(L, collective(L, b, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, b->grads, true, false));
-  b->part = b->zero == 0 ? b->numel : b->numel / b->shards;
+  b->part = b->zero == 0 ? b->numel : b->shard;
   b->host_numel = b->part;
   if (L->micro > 1) {  // copied to a host buffer, accumulated there
     b->host_grads = host_flat(L, "grads", b, ROLE_BUCKET, b->part);
@@ -318,6 +347,11 @@ static int bucket_axis(Lower *L, PassBucket *b, IrValue **members, int n) {
                     whole->name);
   }
   b->axis = over == IR_MESH_TP ? IR_MESH_ALL : over == IR_MESH_SUBDP ? IR_MESH_SUBREP : IR_MESH_DP;
+  if (b->axis != IR_MESH_DP && L->plan->replica_parts)
+    return ir_error(L->d, members[0]->loc, "lower: block %d splits its batch over %s, and the "
+                    "replicas hold uneven parts of the state, which is not lowered yet: give "
+                    "the block the mesh's tensor parallelism, or the groups even state shares",
+                    b->block, ir_mesh_axis_name(over));
   b->shards = L->dp * (over == IR_MESH_TP ? L->tp : over == IR_MESH_SUBDP ? L->tp / L->sub : 1);
   return 0;
 }
@@ -369,7 +403,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   } else {
     IrNode *rs = collective(L, b, OP_REDUCE_SCATTER, b->grads, true, false);
     wait(L, rs);
-    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->numel / b->shards);
+    b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->shard);
     b->reduced_sharded = true;
     accumulate(L, b, b->reduced, b->grads);
   }
@@ -445,6 +479,8 @@ static void set_decay(Lower *L, IrNode *u, const PassBucket *b, int64_t first, b
   int64_t end = b->decay_end < 0 ? -1 : b->decay_end > first ? b->decay_end - first : 0;
   ir_set_int(L->g, u, "decay_end", end);
   ir_set_int(L->g, u, "decay_stride", end > 0 && sharded ? b->part : 0);
+  if (end > 0 && sharded)   // (the decay's boundary moves back by this rank's start)
+    uneven(L, u, b);
 }
 
 // The host's share of an AdamW update of b.
@@ -477,7 +513,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
   IrValue *p = b->pshard ? b->pshard : b->params;
   IrNode *u;
   b->nstate = rule->op == OP_ADAMW ? 2 : 0;
-  b->part = b->zero == 0 ? b->numel : b->numel / b->shards;
+  b->part = b->zero == 0 ? b->numel : b->shard;
   b->host_numel = rule->op == OP_ADAMW ? host_share(L, b) : 0; // SGD has no state
   int64_t on_device = b->part - b->host_numel;
   // bf16, parameter offload: the host's masters are on the host only
@@ -566,7 +602,7 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
     if (!a)
       continue;
     if (!copies) {
-      int64_t numel = b->zero == 3 ? b->numel / b->shards : b->numel;
+      int64_t numel = b->zero == 3 ? b->shard : b->numel;
       copies = b->params_host ? host_flat(L, "copies", b, ROLE_BUCKET, numel)
                               : flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET,
                                      numel);
@@ -857,9 +893,9 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     bool copies = L.assign[mine[0]->id] != NULL;
     b->params_host = plan_block(P, blk)->offload_params;
     if (b->params_host)  // the shard's only copy, which the update writes
-      b->host_params = host_flat(&L, "params", b, ROLE_BUCKET, b->numel / b->shards);
+      b->host_params = host_flat(&L, "params", b, ROLE_BUCKET, b->shard);
     if (b->zero == 3 || (copies && b->zero >= 1)) {
-      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->numel / b->shards);
+      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->shard);
     } else {
       b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
       for (int i = 0; i < n; i++)

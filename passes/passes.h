@@ -55,7 +55,9 @@ typedef struct PassBucket {
   IrMeshAxis axis;         // the axis it is reduced and sharded over: dp, or (a block data
                            // parallel over tp, its gradients partial sums over tp) every rank
   int shards;              // the ranks along that axis
-  int64_t numel;           // elements, padded to a multiple of 16 x shards
+  int64_t numel;           // elements, padded to a multiple of 16 x shards (x the sum of the
+                           // replicas' parts, Plan.replica_parts)
+  int64_t shard;           // elements of this rank's shard: numel / shards, or its part
   IrValue *params;         // the whole parameter bucket (ZeRO 0-2); NULL under ZeRO-3
   IrValue *pshard;         // ZeRO-3: this rank's 1/shards of it
   IrValue *grads;          // the whole gradient bucket backward writes (transient)

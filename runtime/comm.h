@@ -15,7 +15,9 @@
 //                   ranks' buf is left as it was
 //   broadcast       buf[0, bytes) <- root's
 // count must divide by the group's size for reduce_scatter and allgather
-// (the lowering pads buckets to the group size).
+// (the lowering pads buckets to the group size). A group may have uneven parts
+// instead (rt_group_set_parts: a mixed cluster's state shares): rank r's shard
+// is then its part in their ratio (parts.h), and count divides by their sum.
 //
 // Every collective can be blocking (req NULL) or non-blocking: it starts and
 // returns, and rt_wait(req) finishes it; buf must not be touched in between.
@@ -74,6 +76,9 @@ rt_group *rt_group_world(void);
 rt_group *rt_group_split(rt_group *parent, int color, int key);
 int rt_group_rank(const rt_group *g);
 int rt_group_size(const rt_group *g);
+// Gives reduce_scatter and allgather over g the parts w[0..size) (parts.h; each at least 1,
+// kept by the caller for g's life), or equal ones again (NULL). Every rank of g passes the same.
+void rt_group_set_parts(rt_group *g, const int *w);
 
 void rt_allreduce_typed(rt_group *g, void *buf, long count, int dtype, int op, rt_request *req);
 void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int op,
@@ -104,7 +109,8 @@ double rt_allreduce_scalar(rt_group *g, double x, int op);
 // ring from the root (a pipelined ring, as NCCL runs it: the rank before the root), reduce S
 // at every rank but the root (the ring's other end); S the
 // buffer's bytes (count x the dtype's size), n the group's size; summed exactly and rounded down
-// to whole bytes when read (as the planner's sum is).
+// to whole bytes when read (as the planner's sum is). Over uneven parts, reduce-scatter and
+// all-gather send S less this rank's part.
 // Counted when a collective starts. One-rank groups send nothing.
 int64_t rt_comm_bytes_sent(void);
 void rt_comm_reset_bytes(void);

@@ -16,6 +16,7 @@
 // memory go to NCCL (comm_nccl.c), each group having its NCCL communicator
 // beside its MPI one; MPI keeps the host buffers, scalars and barriers.
 #include "comm.h"
+#include "parts.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -34,9 +35,20 @@
 _Static_assert(sizeof(MPI_Request) <= 2 * sizeof(((rt_request *)0)->impl[0]),
                "an MPI_Request must fit in half of rt_request.impl");
 
+// A group's uneven parts (rt_group_set_parts) of buffers of one count, as MPI's counts and
+// displacements, made when a collective first needs them and kept: a non-blocking one reads
+// them until it is waited for.
+typedef struct parts_of {
+  long count;
+  int *counts, *displs;
+  struct parts_of *next;
+} parts_of;
+
 struct rt_group {
   MPI_Comm comm;
   int size, rank;
+  const int *parts;      // NULL: equal parts (rt_group_set_parts)
+  parts_of *made;
 #ifdef RT_COMM_NCCL
   rt_nccl *nccl;   // the same ranks' NCCL communicator
 #endif
@@ -130,10 +142,11 @@ static MPI_Op mpi_op(const char *fn, int op, int dtype) {
   return bf16_ops[max];
 }
 
-// reduce_scatter and allgather split the buffer into one shard per rank
+// reduce_scatter and allgather split the buffer into one shard per rank (or part)
 static void check_shards(const char *fn, const rt_group *g, long count) {
-  if (count % g->size)
-    comm_fail("%s: count %ld does not divide by the group's %d ranks", fn, count, g->size);
+  long total = rt_parts_total(g->parts, g->size);
+  if (count % total)
+    comm_fail("%s: count %ld does not divide by the group's %ld parts", fn, count, total);
 }
 
 // ---------------------------------------------------------------------------
@@ -149,10 +162,18 @@ static void count_ring(int n, int64_t bytes) {
 
 static void count_bytes(int kind, const rt_group *g, long bytes, int root) {
   if (g->size == 1) return;
+  long own;   // over uneven parts: all of the buffer but this rank's part
   switch (kind & KIND_MASK) {
   case KIND_ALLREDUCE: count_ring(g->size, 2 * (int64_t)bytes); break;
   case KIND_REDUCE_SCATTER:
-  case KIND_ALLGATHER: count_ring(g->size, bytes); break;
+  case KIND_ALLGATHER:
+    if (!g->parts) {
+      count_ring(g->size, bytes);
+      break;
+    }
+    rt_part(bytes, g->parts, g->size, g->rank, &own);
+    whole_sent += bytes - own;
+    break;
   case KIND_BROADCAST: whole_sent += (g->rank + 1) % g->size == root ? 0 : bytes; break;
   case KIND_REDUCE: whole_sent += g->rank == root ? 0 : bytes; break;
   }
@@ -219,10 +240,22 @@ void rt_comm_init(int *argc, char ***argv, int ranks, const char *what) {
 #endif
 }
 
+static void free_parts(rt_group *g) {
+  while (g->made) {
+    parts_of *p = g->made;
+    g->made = p->next;
+    free(p->counts);
+    free(p->displs);
+    free(p);
+  }
+}
+
 void rt_comm_finalize(void) {
+  free_parts(&world);
   while (groups) {
     rt_group *g = groups;
     groups = g->next;
+    free_parts(g);
     mpi_check(MPI_Comm_free(&g->comm), "MPI_Comm_free");
 #ifdef RT_COMM_NCCL
     rt_nccl_free(g->nccl);
@@ -240,6 +273,32 @@ int rt_comm_size(void) { return world.size; }
 rt_group *rt_group_world(void) { return &world; }
 int rt_group_rank(const rt_group *g) { return g->rank; }
 int rt_group_size(const rt_group *g) { return g->size; }
+
+void rt_group_set_parts(rt_group *g, const int *w) {
+  for (int r = 0; w && r < g->size; r++)
+    if (w[r] < 1) comm_fail("rt_group_set_parts: rank %d's part is %d, not 1 or more", r, w[r]);
+  free_parts(g);
+  g->parts = w;
+}
+
+// g's uneven parts of count elements, as MPI takes them.
+static const parts_of *parts_for(rt_group *g, long count) {
+  for (parts_of *p = g->made; p; p = p->next)
+    if (p->count == count) return p;
+  parts_of *p = calloc(1, sizeof *p);
+  if (p) p->counts = malloc((size_t)g->size * sizeof *p->counts);
+  if (p) p->displs = malloc((size_t)g->size * sizeof *p->displs);
+  if (!p || !p->counts || !p->displs) comm_fail("rt_comm: out of memory");
+  for (int r = 0; r < g->size; r++) {
+    long len, lo = rt_part(count, g->parts, g->size, r, &len);
+    p->counts[r] = (int)len;
+    p->displs[r] = (int)lo;
+  }
+  p->count = count;
+  p->next = g->made;
+  g->made = p;
+  return p;
+}
 
 rt_group *rt_group_split(rt_group *parent, int color, int key) {
   if (color < 0) comm_fail("rt_group_split: color %d is negative", color);
@@ -262,12 +321,11 @@ rt_group *rt_group_split(rt_group *parent, int color, int key) {
 // What is left after MPI is done: the reduce-scatter shard to its place,
 // a mean's 1/divisor.
 static void finish(int kind, const rt_group *g, void *buf, long count, int dtype, int divisor) {
-  long shard = count / g->size, lo = 0, n = count;
+  long lo = 0, n = count;
   size_t size = (size_t)rt_dtype_size(dtype);
   if ((kind & KIND_MASK) == KIND_REDUCE_SCATTER) {
-    lo = g->rank * shard;
-    n = shard;
-    if (lo) memmove((char *)buf + (size_t)lo * size, buf, (size_t)shard * size);
+    lo = rt_part(count, g->parts, g->size, g->rank, &n);
+    if (lo) memmove((char *)buf + (size_t)lo * size, buf, (size_t)n * size);
   }
   if (divisor > 1) {
     float scale = 1.0f / (float)divisor;
@@ -311,8 +369,10 @@ static bool on_device(int kind, rt_group *g, void *buf, long count, int dtype, i
   if (!rt_nccl_owns(buf)) return false;
   switch (kind & KIND_MASK) {
   case KIND_ALLREDUCE: rt_nccl_allreduce(g->nccl, buf, count, dtype, op, req); break;
-  case KIND_REDUCE_SCATTER: rt_nccl_reduce_scatter(g->nccl, buf, count, dtype, op, req); break;
-  case KIND_ALLGATHER: rt_nccl_allgather(g->nccl, buf, count, dtype, req); break;
+  case KIND_REDUCE_SCATTER:
+    rt_nccl_reduce_scatter(g->nccl, buf, count, dtype, op, g->parts, req);
+    break;
+  case KIND_ALLGATHER: rt_nccl_allgather(g->nccl, buf, count, dtype, g->parts, req); break;
   case KIND_BROADCAST: rt_nccl_broadcast(g->nccl, buf, count, root, req); break;
   case KIND_REDUCE: rt_nccl_reduce(g->nccl, buf, count, dtype, op, root, req); break;
   }
@@ -363,14 +423,23 @@ void rt_reduce_scatter_typed(rt_group *g, void *buf, long count, int dtype, int 
   int kind = KIND_REDUCE_SCATTER, divisor = rt_reduce_divisor(op, g->size);
   count_bytes(kind, g, count * rt_dtype_size(dtype), 0);
   if (on_device(kind, g, buf, count, dtype, op, 0, req, t0)) return;
+  const int *counts = g->parts ? parts_for(g, count)->counts : NULL;  // uneven parts
   if (req) {
     MPI_Request mreq;
-    mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm, &mreq),
-              "MPI_Ireduce_scatter_block");
+    if (counts)
+      mpi_check(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, type, mop, g->comm, &mreq),
+                "MPI_Ireduce_scatter");
+    else
+      mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm, &mreq),
+                "MPI_Ireduce_scatter_block");
     pending(req, kind, g, buf, count, dtype, divisor, mreq);
   } else {
-    mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm),
-              "MPI_Reduce_scatter_block");
+    if (counts)
+      mpi_check(MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, type, mop, g->comm),
+                "MPI_Reduce_scatter");
+    else
+      mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, shard, type, mop, g->comm),
+                "MPI_Reduce_scatter_block");
     finish(kind, g, buf, count, dtype, divisor);
   }
   timer_stop(t0);
@@ -411,12 +480,20 @@ void rt_allgather_typed(rt_group *g, void *buf, long count, int dtype, rt_reques
   MPI_Datatype type = mpi_type(dtype);
   count_bytes(KIND_ALLGATHER, g, count * rt_dtype_size(dtype), 0);
   if (on_device(KIND_ALLGATHER, g, buf, count, dtype, 0, 0, req, t0)) return;
-  // in place: each rank's contribution is already at its shard of buf
+  // in place: each rank's contribution is already at its shard (or part) of buf
+  const parts_of *p = g->parts ? parts_for(g, count) : NULL;
   if (req) {
     MPI_Request mreq;
-    mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm, &mreq),
-              "MPI_Iallgather");
+    if (p)
+      mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, p->counts, p->displs,
+                                type, g->comm, &mreq), "MPI_Iallgatherv");
+    else
+      mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm,
+                               &mreq), "MPI_Iallgather");
     pending(req, KIND_ALLGATHER, g, buf, count, dtype, 1, mreq);
+  } else if (p) {
+    mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, p->counts, p->displs, type,
+                             g->comm), "MPI_Allgatherv");
   } else {
     mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, shard, type, g->comm),
               "MPI_Allgather");

@@ -1,6 +1,7 @@
 // NCCL under comm.h (see comm_nccl.h): the collectives of a multi-rank GPU
 // build on device memory.
 #include "comm_nccl.h"
+#include "parts.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -160,23 +161,46 @@ void rt_nccl_allreduce(rt_nccl *c, void *buf, long count, int dtype, int op, rt_
 
 // in place: rank r's shard is reduced at buf + r * shard (NCCL's in-place layout)
 void rt_nccl_reduce_scatter(rt_nccl *c, void *buf, long count, int dtype, int op,
-                            rt_request *req) {
-  long shard = count / c->size;
-  char *mine = (char *)buf + (size_t)(c->rank * shard) * elem_size(dtype);
+                            const int *parts, rt_request *req) {
+  size_t size = elem_size(dtype);
   start();
   ncclRedOp_t r = nccl_op(c, op, dtype);
-  NCCL_CHECK(ncclReduceScatter(buf, mine, (size_t)shard, nccl_type(dtype), r, c->comm,
-                               comm_stream));
+  if (parts) {   // rank k's part reduced to rank k
+    NCCL_CHECK(ncclGroupStart());
+    for (int k = 0; k < c->size; k++) {
+      long len, lo = rt_part(count, parts, c->size, k, &len);
+      char *at = (char *)buf + (size_t)lo * size;
+      NCCL_CHECK(ncclReduce(at, at, (size_t)len, nccl_type(dtype), r, k, c->comm, comm_stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  } else {
+    long shard = count / c->size;
+    char *mine = (char *)buf + (size_t)(c->rank * shard) * size;
+    NCCL_CHECK(ncclReduceScatter(buf, mine, (size_t)shard, nccl_type(dtype), r, c->comm,
+                                 comm_stream));
+  }
   done_op(c, r);
   started(req, buf, count);
 }
 
-// in place: rank r contributes buf + r * shard
-void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, rt_request *req) {
-  long shard = count / c->size;
-  char *mine = (char *)buf + (size_t)(c->rank * shard) * elem_size(dtype);
+// in place: rank r contributes its shard (or part) of buf
+void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, const int *parts,
+                       rt_request *req) {
+  size_t size = elem_size(dtype);
   start();
-  NCCL_CHECK(ncclAllGather(mine, buf, (size_t)shard, nccl_type(dtype), c->comm, comm_stream));
+  if (parts) {   // rank k's part broadcast from rank k
+    NCCL_CHECK(ncclGroupStart());
+    for (int k = 0; k < c->size; k++) {
+      long len, lo = rt_part(count, parts, c->size, k, &len);
+      char *at = (char *)buf + (size_t)lo * size;
+      NCCL_CHECK(ncclBroadcast(at, at, (size_t)len * size, ncclChar, k, c->comm, comm_stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  } else {
+    long shard = count / c->size;
+    char *mine = (char *)buf + (size_t)(c->rank * shard) * size;
+    NCCL_CHECK(ncclAllGather(mine, buf, (size_t)shard, nccl_type(dtype), c->comm, comm_stream));
+  }
   started(req, buf, count);
 }
 

@@ -28,10 +28,14 @@ int rt_nccl_owns(const void *buf);
 
 // The collectives of comm.h on device memory, in place, with NCCL's in-place
 // layouts (which are comm.h's). req, when given, gets what rt_nccl_wait needs.
+// parts: the group's uneven parts (parts.h), or NULL; NCCL's reduce-scatter and
+// all-gather take equal ones, so uneven parts are a reduce to each rank of its part
+// (and a broadcast from each rank of its part), grouped into one launch.
 void rt_nccl_allreduce(rt_nccl *c, void *buf, long count, int dtype, int op, rt_request *req);
 void rt_nccl_reduce_scatter(rt_nccl *c, void *buf, long count, int dtype, int op,
-                            rt_request *req);
-void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, rt_request *req);
+                            const int *parts, rt_request *req);
+void rt_nccl_allgather(rt_nccl *c, void *buf, long count, int dtype, const int *parts,
+                       rt_request *req);
 void rt_nccl_broadcast(rt_nccl *c, void *buf, long bytes, int root, rt_request *req);
 void rt_nccl_reduce(rt_nccl *c, void *buf, long count, int dtype, int op, int root,
                     rt_request *req);

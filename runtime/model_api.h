@@ -190,6 +190,11 @@ typedef struct rt_model {
                               // dp x micro_batches, or batch x the sum of replica_micro
   const int *replica_micro;   // NULL, or dp entries: the micro-batches replica d runs (a mixed
                               // cluster's uneven batch shares)
+  const int *dp_parts;        // NULL, or dp entries: the ratio of the replicas' parts of each
+                              // bucket sharded over dp (parts.h; a mixed cluster's uneven state
+                              // shares); this model's sizes are its own replicas' parts
+  int rank_end;               // the world ranks this model runs: from the previous model's
+                              // rank_end (0 for the first) to below this
   const char *layout;         // "dp 4 x tp 1, ZeRO-3" for messages
   int n_buckets;
   const rt_bucket *buckets;
@@ -213,6 +218,9 @@ typedef struct rt_model {
                               // its term of a sum (a vocabulary-parallel loss; a 2D grid's rows)
 } rt_model;
 
-extern const rt_model mtc_model;
+// The program's models: one, or (uneven state shares) one per group of ranks whose static plans
+// differ, in rank order (rt_model.rank_end).
+extern const int mtc_nmodels;
+extern const rt_model *const mtc_models[];
 
 #endif

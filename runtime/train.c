@@ -1,7 +1,7 @@
 // The training main of every mtc-compiled model.
 //
-// Built together with a generated model.c that defines `mtc_model` (see
-// model_api.h): allocates the model's arena, loads the initial weights
+// Built together with a generated model.c that defines `mtc_models` (see
+// model_api.h): picks the rank's model, allocates the model's arena, loads the initial weights
 // (weights.bin, or a safetensors file by name), fills the inputs (an llm.c
 // token shard, a fixed batch from a safetensors file, or one fixed synthetic
 // batch), runs forward / backward / update for --steps steps, prints the loss
@@ -39,6 +39,7 @@
 #include "dist.h"
 #include "kernels.h"
 #include "model_api.h"
+#include "parts.h"
 #include "rng.h"
 #include "safetensors.h"
 #include "log.h"
@@ -46,6 +47,17 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "tokenizer.h"
+
+// The model this rank runs: its group's (rt_model.rank_end), once the rank is known; before,
+// the first, which every model of the program agrees with on what the flags read.
+static const rt_model *the_model;
+static const rt_model *model(void) { return the_model ? the_model : mtc_models[0]; }
+
+static const rt_model *model_of_rank(int rank) {
+  int k = 0;
+  while (k + 1 < mtc_nmodels && rank >= mtc_models[k]->rank_end) k++;
+  return mtc_models[k];
+}
 
 // The median step time is over the last this many steps (--steps goes to INT_MAX).
 #define TIMED_STEPS (1 << 20)
@@ -220,7 +232,7 @@ static void print_help(void) {
       "  --no-check-finite  do not scan the gradients and weights of each step for\n"
       "                  NaN and infinities (the loss is always checked)\n"
       "  -h, --help      show this help\n",
-      mtc_model.name);
+      model()->name);
 }
 
 // The text of a number: no leading space or sign that strtol, strtoull and
@@ -267,7 +279,7 @@ static float parse_float(const char *flag, const char *s, double hi) {
 }
 
 static options parse_args(int argc, char **argv) {
-  options o = {.steps = 20, .h = mtc_model.defaults, .seed = 1337, .data = NULL,
+  options o = {.steps = 20, .h = model()->defaults, .seed = 1337, .data = NULL,
                .weights = NULL, .log_every = 1, .check_finite = true, .val_steps = 20,
                .shuffle = true, .temperature = 1.0f};
   for (int i = 1; i < argc; i++) {
@@ -376,7 +388,7 @@ static options parse_args(int argc, char **argv) {
       if (!strcmp(val, "adamw")) o.h.optimizer = RT_OPT_ADAMW;
       else if (!strcmp(val, "sgd")) o.h.optimizer = RT_OPT_SGD;
       else usage_error("%s expects %s, got '%s'", name, expects, val);
-      if (o.h.optimizer == RT_OPT_ADAMW && !mtc_model.has_adam_state)
+      if (o.h.optimizer == RT_OPT_ADAMW && !model()->has_adam_state)
         usage_error("--optimizer adamw: this program was compiled for SGD and has no AdamW "
                     "state; recompile with mtc compile --optimizer adamw");
     } else {  // a file name
@@ -407,10 +419,10 @@ static options parse_args(int argc, char **argv) {
     usage_error("--init-from and --load exclude each other (--load needs every parameter)");
   if ((o.prompt || o.prompt_tokens || o.top_k) && !o.sample)
     usage_error("--prompt, --prompt-tokens and --top-k are for sampling: give --sample N");
-  if (o.sample && mtc_model.logits_offset < 0)
+  if (o.sample && model()->logits_offset < 0)
     usage_error("--sample: the model '%s' has no next-token logits to sample from (a "
                 "cross-entropy over its token input's next tokens, not split over tensor-parallel "
-                "ranks)", mtc_model.name);
+                "ranks)", model()->name);
   o.sched.lr = o.h.lr;
   o.sched.steps = o.steps;
   if (o.sched.kind != RT_LR_CONSTANT && o.sched.lr_min > o.sched.lr)
@@ -428,15 +440,16 @@ static options parse_args(int argc, char **argv) {
 // ---------------------------------------------------------------------------
 // model table checks
 
+
 // The ranks the program runs on: dp replicas of tp ranks or of a grid.
 static int world_ranks(void) {
-  return mtc_model.dp * mtc_model.tp * mtc_model.grid_side * mtc_model.grid_side;
+  return model()->dp * model()->tp * model()->grid_side * model()->grid_side;
 }
 
 // The micro-batches replica d runs per step, and the first of them in the
 // global batch (the replicas before it run the ones before).
 static int replica_micro(int d) {
-  return mtc_model.replica_micro ? mtc_model.replica_micro[d] : mtc_model.micro_batches;
+  return model()->replica_micro ? model()->replica_micro[d] : model()->micro_batches;
 }
 
 static long first_micro(int d) {
@@ -446,7 +459,7 @@ static long first_micro(int d) {
 }
 
 // micro-batches per step, all replicas together
-static long micro_total(void) { return first_micro(mtc_model.dp); }
+static long micro_total(void) { return first_micro(model()->dp); }
 
 // Is parameter t split over ranks (tensor parallel, a 2D grid), or padded?
 static bool is_split(const rt_tensor *t) { return t->split[0].dim >= 0; }
@@ -461,10 +474,21 @@ static long local_numel(const rt_tensor *t) {
   return n;
 }
 
-// The elements of a shard of bucket k (of the whole over the ranks along its
-// shard_axis: dp, or every rank), and the first of this rank's.
-static long shard_numel(const rt_bucket *k) { return k->numel / rt_axis_size(k->shard_axis); }
-static long shard_start(const rt_bucket *k) { return rt_axis_rank(k->shard_axis) * shard_numel(k); }
+// The elements of this rank's shard of bucket k (of the whole over the ranks along its
+// shard_axis: dp, or every rank; along dp, in the ratio of the model's dp_parts), and its first.
+static const int *shard_parts(const rt_bucket *k) {
+  return k->shard_axis == RT_AXIS_DP ? model()->dp_parts : NULL;
+}
+static long shard_numel(const rt_bucket *k) {
+  long len;
+  rt_part(k->numel, shard_parts(k), rt_axis_size(k->shard_axis), rt_axis_rank(k->shard_axis), &len);
+  return len;
+}
+static long shard_start(const rt_bucket *k) {
+  long len;
+  return rt_part(k->numel, shard_parts(k), rt_axis_size(k->shard_axis),
+                 rt_axis_rank(k->shard_axis), &len);
+}
 
 // This rank's part of bucket k's parameters, the whole bucket where it is not
 // sharded: its first element in the bucket (*lo) and its size. Its last
@@ -475,7 +499,7 @@ static long params_part(const rt_bucket *k, long *lo) {
 }
 
 static void check_table(void) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   if (M->arena_bytes <= 0 || M->persistent_bytes < 0 || M->persistent_bytes > M->arena_bytes)
     fail("model table: arena_bytes is %ld, persistent_bytes %ld", M->arena_bytes,
          M->persistent_bytes);
@@ -587,7 +611,7 @@ typedef enum { VIEW_PARAMS, VIEW_GRADS, VIEW_M, VIEW_V } view;
 
 // This rank's values of parameter i (its part when split over tp) in view w.
 static char *local_ptr(char *arena, int i, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   const rt_tensor *p = &M->params[i];
   if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
   switch (w) {
@@ -605,7 +629,7 @@ static char *view_ptr(char *arena, int i, view w) {
 static char *param_ptr(char *arena, int i) { return view_ptr(arena, i, VIEW_PARAMS); }
 
 static void free_images(void) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int b = 0; images && b < M->n_buckets; b++)
     free(images[b]);
   for (int i = 0; whole && i < M->n_params; i++)
@@ -615,7 +639,7 @@ static void free_images(void) {
 }
 
 static void alloc_images(void) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   images = calloc((size_t)M->n_buckets + 1, sizeof *images);
   whole = calloc((size_t)M->n_params + 1, sizeof *whole);
   if (!images || !whole) fail("out of memory");
@@ -659,7 +683,7 @@ static long whole_index_at(const rt_tensor *p, long j, int at) {
 
 // ... of the part this rank holds.
 static long whole_index(int i, long j) {
-  const rt_tensor *p = &mtc_model.params[i];
+  const rt_tensor *p = &model()->params[i];
   return is_split(p) ? whole_index_at(p, j, rt_dist.tp_rank) : j;
 }
 
@@ -670,7 +694,7 @@ static bool has_moments(int i);
 static bool has_view(int i, view w) { return (w != VIEW_M && w != VIEW_V) || has_moments(i); }
 
 static void tp_scatter(char *arena, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i] || !has_view(i, w)) continue;
     float *part = (float *)local_ptr(arena, i, w);
@@ -683,7 +707,7 @@ static void tp_scatter(char *arena, view w) {
 
 // Every replica rank's part into the whole tensors of view w.
 static void tp_gather(char *arena, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   int ranks = rt_replica_ranks();
   for (int i = 0; i < M->n_params; i++) {
     if (!whole[i] || !has_view(i, w)) continue;
@@ -713,7 +737,7 @@ static long state_part(const rt_bucket *k, long *lo) {
 // The images into the arena (and the host region): the whole bucket, or this
 // rank's shard of it; the parameters or the moments.
 static void scatter_images(char *arena, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
     if (w == VIEW_M || w == VIEW_V) {
@@ -747,7 +771,7 @@ static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
 // The images from the arena (save_view has waited for the collectives):
 // the parameters, the reduced gradients or the moments.
 static void gather_images(char *arena, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
     if (w == VIEW_M || w == VIEW_V) {
@@ -840,7 +864,7 @@ static FILE *open_weights(const char *given, const char *argv0, char *path,
 // The params table's tensors from weights.bin, except those marked in `done`
 // (NULL: none; --load filled them).
 static void load_weights(char *arena, const char *given, const char *argv0, const bool *done) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   char path[4200];
   struct stat st;
   FILE *f = open_weights(given, argv0, path, sizeof path, &st);
@@ -870,7 +894,7 @@ static void load_weights(char *arena, const char *given, const char *argv0, cons
 // drawn as mtc compile --seed would have written them into weights.bin: each
 // parameter from its own stream (rt_rng_init_normal), whatever the layout.
 static void draw_weights(char *arena, const bool *done) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     if (done && done[i]) continue;
@@ -961,7 +985,7 @@ static void copy_in(char *dst, const rt_tensor *t, const rt_st_tensor *s, const 
 // --load: every parameter by name, of its shape, F32; the constants the file
 // has (done[i] marks what was loaded; weights.bin gives the rest).
 static void load_named_weights(char *arena, const char *flag, const char *path, bool *done) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   rt_st_file f;
   open_safetensors(&f, flag, path);
   for (int i = 0; i < M->n_params; i++) {
@@ -980,7 +1004,7 @@ static void load_named_weights(char *arena, const char *flag, const char *path, 
 // the file has by name, F32 or BF16, of the parameter's shape or (a matrix)
 // its transpose; the others keep their initial values, listed in a note.
 static void init_from(char *arena, const char *path) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   rt_st_file f;
   open_safetensors(&f, "--init-from", path);
   int found = 0, transposed = 0, missing = 0;
@@ -1096,7 +1120,7 @@ static void guard_save(bool on) {
 
 // Whether parameter i has AdamW moments in the arena (in a bucket or its own).
 static bool has_moments(int i) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   const rt_tensor *p = &M->params[i];
   if (p->kind != RT_PARAM_TRAINED || !M->has_adam_state) return false;
   if (p->bucket < 0) return M->adam_offsets[2 * i] >= 0;
@@ -1109,7 +1133,7 @@ static bool has_moments(int i) {
 // mask expanded over it), which are no weights; gradients (--dump-grads) every
 // parameter's; moments every parameter's that has them.
 static bool in_view(int i, view w) {
-  const rt_tensor *p = &mtc_model.params[i];
+  const rt_tensor *p = &model()->params[i];
   if (w == VIEW_PARAMS) return p->kind == RT_PARAM_TRAINED || !p->batched;
   if (w == VIEW_GRADS) return p->kind == RT_PARAM_TRAINED;
   return has_moments(i);
@@ -1120,14 +1144,14 @@ static bool in_view(int i, view w) {
 // anywhere in it), once every collective still reducing them has finished.
 static void stage_values(char *arena, char *stage, bool grads) {
   rt_comm_wait_all();
-  rt_device_get(stage, arena, 0, grads ? mtc_model.arena_bytes : mtc_model.persistent_bytes);
+  rt_device_get(stage, arena, 0, grads ? model()->arena_bytes : model()->persistent_bytes);
 }
 
 // Writes view w of the params table by name, whole (gathered over the ranks),
 // from the stage stage_values filled, as safetensors: --save, --dump-grads and
 // the checkpoints. The number of tensors written (rank 0; 0 on the others).
 static int save_view(const char *path, const char *flag, char *stage, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   char *arena = stage;
   alloc_images();
   gather_images(arena, w);  // every rank takes part
@@ -1177,7 +1201,7 @@ static void save_file(const char *path, const char *flag, char *arena, char *sta
 // whole, written by rank 0 with the state, then named latest.
 static void write_checkpoint(const options *o, char *arena, char *stage, long step,
                              const rt_data *data) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   char err[1024] = "", dir[4096], file[4200];
   bool bad = rt_comm_rank() == 0 && rt_ckpt_begin(o->ckpt_dir, step, err, sizeof err);
   stop_together(bad, 0, "--checkpoint-dir %s", err);
@@ -1231,7 +1255,7 @@ static void catch_stop_signals(void) {
 
 // A checkpoint's moments (view w) by name into the stage and the host region.
 static void load_moments(char *stage, const char *path, view w) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   rt_st_file f;
   open_safetensors(&f, "--resume", path);
   alloc_images();
@@ -1313,7 +1337,7 @@ static bool split_over(const rt_tensor *p, int axis) {
 // the mesh's tp is held by the ranks of its sub group (its bucket shards it
 // over the others, RT_AXIS_SUBREP).
 static bool replica_owner(const rt_tensor *p) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   if (p->bucket >= 0 && M->buckets[p->bucket].shard_axis == RT_AXIS_SUBREP)
     return split_over(p, RT_AXIS_SUB) || rt_axis_rank(RT_AXIS_SUB) == 0;
   // (sub and subdp are parts of tp; so are a grid's rows and columns beside tp blocks: a
@@ -1334,7 +1358,7 @@ static bool replica_owner(const rt_tensor *p) {
 // every rank has each element on one rank), one outside the buckets only on
 // dp rank 0.
 static void build_scan(scan *s, bool grads, bool norm) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     if (p->kind != RT_PARAM_TRAINED) continue;
@@ -1419,7 +1443,7 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
 // The same for the parameters in the host region (bf16 offload), which the
 // host scans: the first in table order with a non-finite value.
 static int find_nonfinite_host(long *elem, float *value) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   int first = -1;
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
@@ -1477,7 +1501,7 @@ static void check_finite(char *arena, char *stage, int step, bool grads) {
   float host_value = 0;
   int ih = grads || !host_region ? -1 : find_nonfinite_host(&host_elem, &host_value);
   if (ih >= 0 && (i < 0 || ih < i)) i = ih, elem = host_elem, value = host_value;
-  const char *name = i >= 0 ? mtc_model.params[i].name : "";
+  const char *name = i >= 0 ? model()->params[i].name : "";
   long at = i >= 0 ? whole_index(i, elem) : 0;
   char where[64];
   if (at >= 0) snprintf(where, sizeof where, "element %ld", at);
@@ -1504,7 +1528,7 @@ static void check_finite(char *arena, char *stage, int step, bool grads) {
 
 
 static void make_global_inputs(void) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   long G = micro_total() * M->grid_side, at = 0;
   NIN = M->n_inputs;
   IN = calloc((size_t)NIN + 1, sizeof *IN);
@@ -1524,7 +1548,7 @@ static void make_global_inputs(void) {
 
 // Slice k of the global batch into the arena's inputs.
 static void take_slice(char *arena, char *stage, long k) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   for (int i = 0; i < NIN; i++) {
     const rt_tensor *t = &M->inputs[i];
     long from = IN[i].offset + (t->batched ? k * t->numel * 4 : 0);
@@ -1620,7 +1644,7 @@ static void open_data(rt_data *d, const char *flag, const char *spec, const char
 // rank. Every loss of mtc is a mean over the batch, so each micro-batch's
 // weighs 1 / micro_total() in it (the lowering scales the gradients alike).
 static double run_batch(char *arena, char *stage, bool train) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   double loss = 0;
   int d = rt_dist.dp_rank;
   long first = first_micro(d), total = micro_total();
@@ -1729,7 +1753,7 @@ static void print_token(const rt_tokenizer *t, bool text, int id) {
 // model's.
 static void sample(char *arena, char *stage, const options *o, const rt_data *data, char *batch,
                    long n, long vocab, int32_t *stream) {
-  const rt_model *M = &mtc_model;
+  const rt_model *M = model();
   rt_tokenizer tok = {0};
   bool text = load_tokenizer(&tok, o, data);
   long seq = 0;  // tokens per sequence: the token input's second dim
@@ -1851,7 +1875,7 @@ static double peak_flops(const options *o) {
                {"H100", 989.4, 66.9}, {"A100", 312.0, 19.5}, {"L4", 121.0, 30.3},
                {"L40S", 362.0, 91.6}, {"A10", 125.0, 31.2}};
   const char *name = rt_device_name();
-  bool bf16 = mtc_model.init_copies != NULL;  // bf16 programs have working copies
+  bool bf16 = model()->init_copies != NULL;  // bf16 programs have working copies
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     if (strstr(name, known[i].gpu)) return 1e12 * (bf16 ? known[i].bf16 : known[i].fp32);
   return 0;
@@ -1878,13 +1902,14 @@ __attribute__((format(printf, 1, 2))) static void print_ranked(const char *fmt, 
 }
 
 int main(int argc, char **argv) {
-  const rt_model *M = &mtc_model;
   options opt = parse_args(argc, argv);  // first: --help and flag errors need no GPU
   rt_device_init();
-  rt_comm_init(&argc, &argv, world_ranks(), M->layout);
+  rt_comm_init(&argc, &argv, world_ranks(), model()->layout);
+  const rt_model *M = the_model = model_of_rank(rt_comm_rank());
   rt_dist_init(M->dp, M->tp, M->grid_side > 1 ? M->grid_side : M->tp_grid, M->tp_sub,
                M->micro_batches, M->n_slots);
   rt_dist.micro_total = replica_micro(rt_dist.dp_rank);  // uneven shares: this replica's own
+  if (M->dp_parts) rt_group_set_parts(rt_dist.group[RT_AXIS_DP], M->dp_parts);
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));
   if (rt_comm_rank() != 0 && !freopen("/dev/null", "w", stdout))  // rank 0 prints the run
@@ -1981,6 +2006,12 @@ int main(int argc, char **argv) {
   } else if (world_ranks() > 1 || M->micro_batches > 1) {
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
            world_ranks(), M->micro_batches, M->micro_batches > 1 ? "es" : "", micro_total());
+  }
+  if (M->dp_parts) {   // uneven state shares: each replica's part of the sharded state
+    long total = rt_parts_total(M->dp_parts, M->dp);
+    printf("state: the replicas' parts of each sharded bucket");
+    for (int d = 0; d < M->dp; d++) printf("%s%d/%ld", d ? ", " : " ", M->dp_parts[d], total);
+    printf(" (a program of %d model%s)\n", mtc_nmodels, mtc_nmodels > 1 ? "s" : "");
   }
   if (opt.h.optimizer == RT_OPT_SGD)
     printf("optimizer sgd | lr %g | weight decay %g\n", opt.h.lr, opt.h.weight_decay);

@@ -473,10 +473,50 @@ static int check_model(const cJSON *root, const IrGraph *g, int64_t seq, const c
 // The cluster's groups of GPUs, as many in all as the mesh has ranks, ranks
 // numbered group by group, each replica's ranks in one group; each group's
 // "micro_batches" spread evenly over its replicas (the replicas of different
-// groups may run different numbers: Cephalo's uneven batch shares). The
-// training state is sharded evenly: a group's "state_share" (where a block
-// shards state) must be its share of the ranks, or the program would not run
-// as written.
+// groups may run different numbers: Cephalo's uneven batch shares). A group's
+// "state_share" (where a block shards state; its share of the ranks when not
+// given) is spread evenly over its replicas: each replica's part of every sharded
+// bucket is a whole number of units of at most 1/64 of the bucket
+// (Plan.replica_parts), or the plan is refused, since the program would not run
+// it as written.
+// The replicas' parts of the sharded state (Plan.replica_parts) from the groups' state shares:
+// the least whole numbers (of at most 64 units for the replicas together) that give each group
+// its share, spread evenly over its replicas; -1 with d when there are none.
+static int group_parts(Plan *a, int n, const int64_t *count, const double *shares, int per,
+                       const char *path, IrDiag *d) {
+  double sum = 0;
+  for (int i = 0; i < n; i++)
+    sum += shares[i];
+  if (fabs(sum - 1) > 1e-6)
+    return ir_error(d, (IrLoc){0}, "%s: the groups' state shares add up to %g: make them add "
+                    "up to 1", path, sum);
+  int *parts = malloc(((size_t)a->mesh.size[IR_MESH_DP] + 1) * sizeof *parts);
+  if (!parts)
+    return ir_error(d, (IrLoc){0}, "out of memory");
+  for (int units = 1; units <= 64; units++) {
+    bool whole = true;
+    for (int i = 0, r = 0; i < n && whole; i++) {
+      double each = shares[i] * units / (double)(count[i] / per);   // units per replica
+      whole = each >= 1 - 1e-6 && fabs(each - round(each)) < 1e-6;
+      for (int64_t k = 0; whole && k < count[i] / per; k++)
+        parts[r++] = (int)round(each);
+    }
+    int rc = whole && plan_set_replica_parts(a, parts);
+    if (whole || rc) {
+      free(parts);
+      return rc ? ir_error(d, (IrLoc){0}, "out of memory") : 0;
+    }
+  }
+  free(parts);
+  char list[256] = "";
+  for (int i = 0, len = 0; i < n && len < (int)sizeof list; i++)
+    len += snprintf(list + len, sizeof list - (size_t)len, "%s%g", i ? ", " : "", shares[i]);
+  return ir_error(d, (IrLoc){0}, "%s: the groups' state shares (%s) do not split into whole "
+                  "parts of at most 64 units for their replicas: give each replica a fraction "
+                  "with a denominator of 64 or less (for two replicas 0.75 and 0.25, or 0.3 and "
+                  "0.7)", path, list);
+}
+
 static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t total,
                        const char *path, IrDiag *d) {
   int n = cJSON_GetArraySize(groups);
@@ -491,7 +531,7 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
   for (int b = 0; b < a->nblocks; b++)
     sharded |= a->block[b].zero > 0;
   int64_t count[SV_MAXGROUPS], group_runs[SV_MAXGROUPS], all = 0, runs = 0;
-  double mb[SV_MAXGROUPS];
+  double mb[SV_MAXGROUPS], shares[SV_MAXGROUPS];
   char mesh[64], where[64], at[4400];
   mesh_str(mesh, sizeof mesh, &a->mesh);
   for (int i = 0; i < n; i++) {
@@ -521,12 +561,7 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
       return ir_error(d, (IrLoc){0}, "%s runs %g micro-batches on %lld replicas: each replica "
                       "of a group runs the same number, at least 1", at, mb[i],
                       (long long)replicas);
-    double even = (double)count[i] / (double)all;
-    if (sharded && share >= 0 && fabs(share - even) > 1e-9)
-      return ir_error(d, (IrLoc){0}, "%s holds a state share of %g; a compiled program shards "
-                      "the training state evenly, %g for this group's %lld of %lld GPUs "
-                      "(uneven state shares are not compiled yet)", at, share, even,
-                      (long long)count[i], (long long)all);
+    shares[i] = share >= 0 ? share : (double)count[i] / (double)all;
     group_runs[i] = (int64_t)mb[i];
     runs += group_runs[i];
   }
@@ -535,6 +570,8 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
                     "%lld: make them equal", path, (long long)runs, (long long)total);
   if (plan_set_group_micro(a, n, count, group_runs))
     return ir_error(d, (IrLoc){0}, "out of memory");
+  if (sharded && group_parts(a, n, count, shares, per, path, d))
+    return -1;
   for (int b = 0; b < m->nblocks && a->replica_micro; b++) {
     const PlanBlock *pb = plan_block(a, m->block[b].id);   // passes/lower.c
     if (pb->zero >= 2)
@@ -633,18 +670,20 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
     ngrads += grads;
     nparams += k->params_host;
     // sharded and reduced over dp, or (a block data parallel over tp) over every rank
+    // (this rank's shard: 1/n of the bucket, or its part of uneven ones)
     int n = k->shards;
-    state += sv_zero_state_bytes((double)k->numel, n, k->zero, kept) -
+    double psi = (double)k->numel, own = k->shard * n == k->numel ? 1.0 / n : k->shard / psi;
+    state += sv_zero_state_bytes(psi, own, k->zero, kept) -
              sv_offload_device_bytes((double)k->host_numel, per, k->params_host);
     host += sv_offload_host_bytes((double)k->host_numel, per, grads && micro > 1);
-    comm += sv_dp_comm_bytes((double)k->numel, n, k->zero, micro, grads, per);
+    comm += sv_dp_comm_bytes(psi, n, own, k->zero, micro, grads, per);
     if (k->zero == 3 && !k->bwd_gather) {   // gathered in forward only: one all-gather less
-      double gather = (double)(n - 1) / n * (double)k->numel * per.param;
+      double gather = (1 - own) * psi * per.param;
       comm -= micro * gather;
       comm_micro -= gather;
     }
-    comm_micro += sv_dp_comm_bytes((double)k->numel, n, k->zero, 1, grads, per) -
-                  sv_dp_comm_bytes((double)k->numel, n, k->zero, 0, grads, per);
+    comm_micro += sv_dp_comm_bytes(psi, n, own, k->zero, 1, grads, per) -
+                  sv_dp_comm_bytes(psi, n, own, k->zero, 0, grads, per);
   }
   // tp's collectives, the 2D grid's (each over q ranks, along its rows or columns), those of
   // blocks below the mesh's tp (over sub ranks, and over subdp: their batch's parts)
@@ -655,8 +694,8 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   // the batch's statistics (SyncBatchNorm), all-reduced over dp the same way
   comm += sv_allreduce_sent(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], micro);
   comm_micro += sv_allreduce_sent(lw->dp_sync_bytes, P->mesh.size[IR_MESH_DP], 1);
-  out->state_bytes = (int64_t)state;
-  out->host_bytes = (int64_t)host;
+  out->state_bytes = llround(state);   // whole bytes, whatever the shares' roundoff
+  out->host_bytes = llround(host);
   // rounded down as the runtime's count is (runtime/comm.h); a whole sum may land just below
   out->comm_bytes = (int64_t)(comm + 1e-3);
   out->comm_micro_bytes = (int64_t)(comm_micro + 1e-3);

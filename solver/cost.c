@@ -896,9 +896,9 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
 
 // ---- formulas of REFERENCES.md ------------------------------------------------------------------
 
-double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b) {
-  return psi * (b.param / (stage >= 3 ? n : 1) + b.grad / (stage >= 2 ? n : 1) +
-                (b.master + b.state) / (stage >= 1 ? n : 1));
+double sv_zero_state_bytes(double psi, double own, int stage, SvStateBytes b) {
+  return psi * (b.param * (stage >= 3 ? own : 1) + b.grad * (stage >= 2 ? own : 1) +
+                (b.master + b.state) * (stage >= 1 ? own : 1));
 }
 
 // The host updates a float32 master: the device's weights in fp32, or its master.
@@ -919,13 +919,14 @@ double sv_offload_device_bytes(double psi_host, SvStateBytes b, bool params) {
   return psi_host * (b.state + b.master + (params ? b.param : 0));
 }
 
-double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micro, SvStateBytes b) {
+double sv_dp_comm_bytes(double psi, int n, double own, int stage, int micro, bool every_micro,
+                        SvStateBytes b) {
   if (n <= 1)
     return 0;
-  double ring = (double)(n - 1) / n, g = psi * b.grad, p = psi * b.param;
+  double ring = 1 - own, g = psi * b.grad, p = psi * b.param;
   int reduce = every_micro ? micro : 1;
   switch (stage) {
-  case 0: return reduce * 2 * ring * g;             // all-reduce once (or every micro-batch)
+  case 0: return reduce * 2.0 * (n - 1) / n * g;  // all-reduce once (or every micro-batch)
   case 1: return reduce * ring * g + ring * p;      // reduce-scatter once, all-gather the update
   case 2: return micro * ring * g + ring * p;       // reduce-scatter every micro-batch
   default: return micro * (2 * ring * p + ring * g); // gathers in forward and backward

@@ -302,9 +302,10 @@ void sv_print_formulas(FILE *f, const SvModel *m);
 // Formulas of REFERENCES.md, used by the cost model and checked by the tests,
 // with b a block's bytes per parameter (fp32 AdamW: 4 + 4 + 0 + 8; bf16 with
 // float32 masters and gradients: 2 + 4 + 4 + 8).
-// Model-state bytes per GPU for psi parameters over n data-parallel ranks at a
-// ZeRO stage (0-3).
-double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b);
+// Model-state bytes per GPU for psi parameters over data-parallel ranks at a ZeRO stage (0-3),
+// of which a rank's shard holds the share `own` (1/n over n ranks; a mixed cluster's uneven
+// state shares give each its own).
+double sv_zero_state_bytes(double psi, double own, int stage, SvStateBytes b);
 // Offload (ZeRO-Offload, REFERENCES.md section 3): the optimizer state of
 // psi_host of the parameters a rank updates lives in host memory, with a
 // float32 master copy of those parameters (the one the host's AdamW updates)
@@ -323,12 +324,14 @@ double sv_zero_state_bytes(double psi, int n, int stage, SvStateBytes b);
 double sv_offload_host_bytes(double psi_host, SvStateBytes b, bool staged);
 double sv_offload_device_bytes(double psi_host, SvStateBytes b, bool params);
 // Bytes one rank sends per step for data parallelism over n ranks at a ZeRO
-// stage, with ring collectives (the volumes the cost model prices): psi
+// stage, with ring collectives (the volumes the cost model prices), the rank's shard the share
+// `own` of them (1/n; a reduce-scatter or all-gather sends all but the rank's own part): psi
 // parameters, their gradients reduced at b.grad bytes each and the weights
 // gathered at b.param (bf16: the working copies), micro micro-batches per step.
 // ZeRO 2 and 3 reduce the gradients every micro-batch; so does gradient offload
 // (every_micro) at stages 0 and 1.
-double sv_dp_comm_bytes(double psi, int n, int stage, int micro, bool every_micro, SvStateBytes b);
+double sv_dp_comm_bytes(double psi, int n, double own, int stage, int micro, bool every_micro,
+                        SvStateBytes b);
 // Bytes a rank sends per step when allreduce_bytes are ring all-reduced over n ranks every
 // micro-batch (tensor parallelism's tp_fwd + tp_bwd; the batch's statistics over dp).
 double sv_allreduce_sent(double allreduce_bytes, int n, int micro);

@@ -10,6 +10,8 @@
 #     step are what the planner predicts, and so are the activations swapped
 #     to host memory (--swap); where mtc compile prices the layout with the
 #     solver, the model state on the device is the solver's too;
+#   - with MPI_EXPECT_STATE set (an extended regex), the program's line of the replicas' parts
+#     of the sharded state (uneven state shares) matches it;
 #   - with MPI_EXPECT_PLAN set (an extended regex), the program's plan line
 #     matches it: the solver's own choice (--gpus) is the one a case is about.
 # MPI_WEIGHT_FLOOR sets the least scale a tensor's weights are compared at, as a
@@ -64,12 +66,17 @@ if [ $rc -ne 0 ]; then
   cat "$out/plan.log" "$out/plan.err"
   exit 1
 fi
-grep -E "^(plan|step)" "$out/plan.log"
+grep -E "^(plan|state|step)" "$out/plan.log"
 ok=0
 if [ -n "${MPI_EXPECT_PLAN:-}" ]; then
   line=$(grep -m1 "^plan:" "$out/plan.log" || true)
   grep -qE -e "$MPI_EXPECT_PLAN" <<< "$line" ||
     { echo "FAIL: the plan is '$line', which does not match /$MPI_EXPECT_PLAN/"; ok=1; }
+fi
+if [ -n "${MPI_EXPECT_STATE:-}" ]; then
+  line=$(grep -m1 "^state:" "$out/plan.log" || true)
+  grep -qE -e "$MPI_EXPECT_STATE" <<< "$line" ||
+    { echo "FAIL: the state line is '$line', which does not match /$MPI_EXPECT_STATE/"; ok=1; }
 fi
 $check logs "$out/one.log" "$out/plan.log" --tol "${MPI_LOSS_TOL:-1e-5}" | tail -1 || ok=1
 if [ "${MPI_WEIGHT_TOL:-}" = none ]; then

@@ -63,10 +63,10 @@ refused uneven "p['groups'][0]['micro_batches'] = 3" \
 refused uneven_sum "p['groups'][0]['micro_batches'] = 8" \
   "the groups run 8 micro-batches and \"batch\" says 4: make them equal" p11
 refused share "[b.update(zero=1) for b in p['blocks']]; p['groups'][0]['state_share'] = 0.75" \
-  "groups\[0\] holds a state share of 0.75; a compiled program shards the training state evenly, 1 for this group's 4 of 4 GPUs" p11
+  "share.json: the groups' state shares add up to 0.75: make them add up to 1" p11
 # a mixed cluster's groups (tests/mpi_plan.sh runs one): each replica in one group, each
-# group's micro-batches whole per replica, the state sharded evenly, no ZeRO 2 or 3 unless
-# the shares are equal
+# group's micro-batches whole per replica, each replica's part of the state whole units of at
+# most 64, no ZeRO 2 or 3 unless the micro-batches are equal
 two="g = p['groups'][0]; p['groups'] = [dict(g, count=2, micro_batches=1, state_share=0.5), dict(g, count=2, micro_batches=3, state_share=0.5)]; [b.update(dp=2, tp=2) for b in p['blocks']]"
 refused groups_zero3 "$two; [b.update(zero=3) for b in p['blocks']]" \
   "block 0 \(rest\) has ZeRO-3, which reduces or gathers every micro-batch, and the groups' replicas run unequal numbers of them" p11
@@ -85,8 +85,10 @@ refused swap_not_first "p['blocks'][2]['swap'] = True" \
   "the plan swaps block 2, not as one of the first S layers swapped and the K after them checkpointed" p11
 refused swap_after_checkpoint "p['blocks'][1]['checkpoint'] = True; p['blocks'][2]['swap'] = True" \
   "the plan swaps block 2, not as one of the first S layers swapped" p11
-refused groups_share "$two; [b.update(zero=1) for b in p['blocks']]; p['groups'][1]['state_share'] = 0.7" \
-  "groups\[1\] holds a state share of 0.7; a compiled program shards the training state evenly, 0.5 for this group's 2 of 4 GPUs" p11
+refused groups_share "$two; [b.update(zero=1) for b in p['blocks']]; p['groups'][0]['state_share'] = 0.31; p['groups'][1]['state_share'] = 0.69" \
+  "groups_share.json: the groups' state shares \(0.31, 0.69\) do not split into whole parts of at most 64 units for their replicas: give each replica a fraction with a denominator of 64 or less" p11
+refused groups_share_tp "$two; [b.update(zero=1) for b in p['blocks']]; p['blocks'][1]['batch_tp'] = 2; p['blocks'][1].update(dp=4, tp=1); p['groups'][0]['state_share'] = 0.25; p['groups'][1]['state_share'] = 0.75" \
+  "block 1 splits its batch over tp, and the replicas hold uneven parts of the state, which is not lowered yet" p11
 refused groups_replica "$two; p['groups'][0]['count'] = 1; p['groups'][1]['count'] = 3" \
   "groups\[0\] has 1 GPUs; a replica of the mesh dp 2 x tp 2 takes 2, all in one group" p11
 refused groups_few "$two; [b.update(dp=4, tp=1) for b in p['blocks']]; p['groups'][0].update(count=1, micro_batches=2); p['groups'][1].update(count=3, micro_batches=2)" \

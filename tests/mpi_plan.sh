@@ -6,7 +6,8 @@
 # optimizer state on the host (0 for all without it). PLAN_ZERO replaces the
 # ZeRO stage 3. PLAN_GROUP_MICRO="1 3" splits the 4 GPUs into two groups of
 # one replica each (a mixed cluster's), running 1 and 3 of the 4
-# micro-batches (uneven batch shares; the state sharded evenly).
+# micro-batches (uneven batch shares; the state sharded evenly, or with
+# PLAN_GROUP_STATE="0.25 0.75" in those shares: a program of its own per group).
 # PLAN_BATCH_TP="1 2" makes those blocks data parallel over all 4 GPUs (dp 4,
 # tp 1) beside the others' dp 2 x tp 2: the program splits their batch over
 # tp too (per-block meshes; all of them: each says so with "batch_tp": 2). PLAN_OFFLOAD_GRADS="2" offloads those blocks'
@@ -18,6 +19,8 @@
 # PLAN_GRID="1 2" gives those blocks a 2 x 2 grid (dp 1, q 2) beside PLAN_TP4's blocks: 2D
 # beside 1D in a mesh of tp 4.
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
+# PLAN_GPUS=2 plans for 2 GPUs and edits every block to dp 2 x tp 1 instead (the options above
+# that name tp 4, a grid or data parallelism over tp need 4).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
 set -euo pipefail
@@ -25,11 +28,13 @@ mtc=$1 model=$2 out=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-"$mtc" plan "$model" "$@" -D B=2 --gpus 4 --precision "${PLAN_PRECISION:-fp32}" \
+gpus=${PLAN_GPUS:-4} batch=()
+[ "$gpus" = 4 ] || batch=(--batch 8)
+"$mtc" plan "$model" "$@" -D B=2 --gpus "$gpus" "${batch[@]}" --precision "${PLAN_PRECISION:-fp32}" \
   --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
-  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" <<'PY'
+  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" "${PLAN_GROUP_STATE:-}" "$gpus" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
@@ -40,7 +45,7 @@ params = [int(x) for x in sys.argv[8].split()]
 tp4 = [int(x) for x in sys.argv[9].split()]
 grid = [int(x) for x in sys.argv[10].split()]
 for i, b in enumerate(plan["blocks"]):
-    b.update(dp=2, tp=2, q=1, zero=int(sys.argv[4]), checkpoint=False,
+    b.update(dp=2, tp=int(sys.argv[12]) // 2, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
     if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
         b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
@@ -55,11 +60,12 @@ for i, b in enumerate(plan["blocks"]):
         b.update(zero=3, offload=1, offload_grads=True, offload_params=True)
 if sys.argv[5]:
     group = plan["groups"][0]
-    plan["groups"] = [dict(group, name=f"g{i}", count=2, micro_batches=int(m), state_share=0.5)
-                      for i, m in enumerate(sys.argv[5].split())]
+    state = [float(x) for x in sys.argv[11].split()] or [0.5, 0.5]
+    plan["groups"] = [dict(group, name=f"g{i}", count=int(sys.argv[12]) // 2, micro_batches=int(m),
+                           state_share=state[i]) for i, m in enumerate(sys.argv[5].split())]
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 # global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each; or one
 # replica, 4 micro-batches)
-exec "$here/mpi.sh" "$mtc" "$model" "$out/run" 4 8 2 "--plan $out/edited.json" "$@" \
+exec "$here/mpi.sh" "$mtc" "$model" "$out/run" "$gpus" 8 2 "--plan $out/edited.json" "$@" \
   --precision "${PLAN_PRECISION:-fp32}"

@@ -5,8 +5,9 @@
 #   - bf16 on two ranks (ZeRO-2, half the optimizer state offloaded): the same;
 #   - a model with dropout: 3 + resume + 3 = 6 straight (the masks' counter);
 #   - across layouts: one rank -> ZeRO-3 on two ranks with the parameters, gradients and
-#     optimizer state in host memory (--offload-params) -> tp 2 -> one rank, each
-#     resuming the last one's checkpoint, within 1e-5 of 24 steps straight;
+#     optimizer state in host memory (--offload-params), the ranks holding 3/4 and 1/4 of
+#     it (a plan file's uneven state shares) -> tp 2 -> one rank, each resuming the last
+#     one's checkpoint, within 1e-5 of 24 steps straight;
 #   - --log appends to the log of the run it resumes;
 #   - SIGTERM stops a run after its step with a checkpoint (exit 143), which
 #     resumes as if never stopped; --keep keeps the newest; a truncated file or a
@@ -87,9 +88,23 @@ elif ! grep -q "ONNX input is not supported" drop.log; then
   fail "compile $onnx/gpt_o17_train.onnx"
 fi
 
-# across layouts: one rank -> ZeRO-3 dp 2, its state all in host memory -> tp 2 -> one rank
+# across layouts: one rank -> ZeRO-3 dp 2, its state all in host memory, 3/4 of it on the first
+# rank -> tp 2 -> one rank
 if [ $mpi = 1 ]; then
-  build_program "$mtc" "$gpt2" z3 z3.log "${dims[@]}" -D B=2 --dp 2 --offload-params
+  "$mtc" plan "$gpt2" "${dims[@]}" -D B=2 --gpus 2 --batch 4 --precision fp32 --json z3.json \
+    > /dev/null || fail "mtc plan --gpus 2"
+  /usr/bin/python3 - z3.json << 'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+g = p["groups"][0]
+p["groups"] = [dict(g, name="big", count=1, micro_batches=1, state_share=0.75),
+               dict(g, name="small", count=1, micro_batches=1, state_share=0.25)]
+for b in p["blocks"]:
+    b.update(dp=2, tp=1, q=1, zero=3, checkpoint=False, swap=False, offload=1,
+             offload_grads=True, offload_params=True)
+json.dump(p, open(sys.argv[1], "w"))
+EOF
+  build_program "$mtc" "$gpt2" z3 z3.log "${dims[@]}" -D B=2 --plan z3.json
   build_program "$mtc" "$gpt2" tp2 tp2.log "${dims[@]}" -D B=4 --tp 2
   one/train "${adamw[@]}" --steps 24 > chain_straight.run
   one/train "${adamw[@]}" --steps 6 --checkpoint-dir ck4 > c1.run
@@ -97,6 +112,7 @@ if [ $mpi = 1 ]; then
   "$here/mpirun.sh" 2 tp2/train "${adamw[@]}" --steps 18 --resume ck4 --checkpoint-dir ck4 > c3.run
   one/train "${adamw[@]}" --steps 24 --resume ck4 > c4.run
   grep -q "written by dp 1 x tp 2" c4.run || fail "the last resume is not from tp 2's checkpoint"
+  grep -q "sharded bucket 3/4, 1/4" c2.run || fail "the ZeRO-3 program's ranks hold even parts"
   /usr/bin/python3 - chain_straight.run c1.run c2.run c3.run c4.run << 'EOF'
 import sys
 def losses(paths):
@@ -107,7 +123,8 @@ def losses(paths):
 want, got = losses(sys.argv[1:2]), losses(sys.argv[2:])
 assert len(want) == len(got) == 24, (len(want), len(got))
 worst = max(abs(a - b) / abs(a) for a, b in zip(want, got))
-print(f"one -> ZeRO-3 dp 2 (state offloaded) -> tp 2 -> one: 24 losses, worst relative error {worst:.2e}")
+print(f"one -> ZeRO-3 dp 2 (state offloaded, 3/4 and 1/4 of it) -> tp 2 -> one: 24 losses, "
+      f"worst relative error {worst:.2e}")
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 fi

@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "comm.h"
+#include "parts.h"
 
 static int world_rank;
 
@@ -282,6 +283,42 @@ static void test_bytes(rt_group *g, const char *gname) {
   free(buf);
 }
 
+// Uneven parts (a mixed cluster's state shares): rank k holds k + 1 units of every bucket
+// (1, 2, 3, ... of their sum), reduce-scattered into and all-gathered from its own part,
+// blocking and not, the bytes each sends being the buffer less its part; then equal parts again.
+static void test_parts(rt_group *g, const char *gname) {
+  int n = rt_group_size(g), k = rt_group_rank(g);
+  int *w = malloc((size_t)n * sizeof *w);
+  for (int r = 0; r < n; r++) w[r] = r + 1;
+  rt_group_set_parts(g, w);
+  long unit = 37, count = unit * rt_parts_total(w, n), len, lo = rt_part(count, w, n, k, &len);
+  float *buf = malloc((size_t)count * sizeof *buf);
+  char what[96];
+  for (int nb = 0; nb < 2; nb++) {
+    rt_request req = {0};
+    for (long i = 0; i < count; i++) buf[i] = val(k, i);
+    rt_comm_reset_bytes();
+    rt_reduce_scatter(g, buf, count, RT_REDUCE_SUM, nb ? &req : NULL);
+    rt_wait(&req);
+    snprintf(what, sizeof what, "%s uneven reduce_scatter %s", gname, nb ? "non-blocking" : "blocking");
+    check_range(what, buf, lo, lo + len, RT_REDUCE_SUM, n);
+    for (long i = 0; i < count; i++) buf[i] = i >= lo && i < lo + len ? (float)i : -1;
+    rt_allgather(g, buf, count, nb ? &req : NULL);
+    rt_wait(&req);
+    long bad = -1;
+    for (long i = 0; i < count && bad < 0; i++)
+      if (buf[i] != (float)i) bad = i;
+    check(bad < 0, "rank %d: %s uneven allgather: element %ld differs", world_rank, gname, bad);
+    int64_t want = n > 1 ? 2 * 4 * (count - len) : 0;
+    check(rt_comm_bytes_sent() == want, "rank %d: %s uneven parts sent %lld bytes, expected %lld",
+          world_rank, gname, (long long)rt_comm_bytes_sent(), (long long)want);
+  }
+  rt_group_set_parts(g, NULL);
+  test_reduce_scatter(g, gname, false);
+  free(buf);
+  free(w);
+}
+
 int main(int argc, char **argv) {
   int ranks = 0;
   bool too_big = false;
@@ -335,6 +372,8 @@ int main(int argc, char **argv) {
   test_bytes(world, "world");
   test_bytes(dpg, "dp");
   test_bytes(self, "self");
+  test_parts(dpg, "dp");
+  test_parts(self, "self");
   if (ranks == 4) {  // the formula's numbers, written out: 2 x 3/4 x 4000 bytes
     rt_comm_reset_bytes();
     float buf[1000] = {0};

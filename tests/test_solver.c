@@ -460,14 +460,14 @@ static void test_zero_formulas(void) {
   const double psi = 1e9;
   const int n = 64;
   SvStateBytes zero = {2, 2, 4, 8};
-  CHECK(near(sv_zero_state_bytes(psi, n, 0, zero), 16 * psi, 1e-12), "DP");
-  CHECK(near(sv_zero_state_bytes(psi, n, 1, zero), 4 * psi + 12 * psi / n, 1e-12), "ZeRO-1");
-  CHECK(near(sv_zero_state_bytes(psi, n, 2, zero), 2 * psi + 14 * psi / n, 1e-12), "ZeRO-2");
-  CHECK(near(sv_zero_state_bytes(psi, n, 3, zero), 16 * psi / n, 1e-12), "ZeRO-3");
+  CHECK(near(sv_zero_state_bytes(psi, 1.0 / n, 0, zero), 16 * psi, 1e-12), "DP");
+  CHECK(near(sv_zero_state_bytes(psi, 1.0 / n, 1, zero), 4 * psi + 12 * psi / n, 1e-12), "ZeRO-1");
+  CHECK(near(sv_zero_state_bytes(psi, 1.0 / n, 2, zero), 2 * psi + 14 * psi / n, 1e-12), "ZeRO-2");
+  CHECK(near(sv_zero_state_bytes(psi, 1.0 / n, 3, zero), 16 * psi / n, 1e-12), "ZeRO-3");
   // ... and as mtc's programs keep it: float32 gradients, 18 bytes a parameter
   SvStateBytes mtc = {2, 4, 4, 8};
-  CHECK(near(sv_zero_state_bytes(psi, n, 0, mtc), 18 * psi, 1e-12), "DP");
-  CHECK(near(sv_zero_state_bytes(psi, n, 2, mtc), 2 * psi + 16 * psi / n, 1e-12), "ZeRO-2");
+  CHECK(near(sv_zero_state_bytes(psi, 1.0 / n, 0, mtc), 18 * psi, 1e-12), "DP");
+  CHECK(near(sv_zero_state_bytes(psi, 1.0 / n, 2, mtc), 2 * psi + 16 * psi / n, 1e-12), "ZeRO-2");
 
   // The cost model's memory per GPU, by stage, for every unit of GPT-2 under pure DP: the
   // bytes per parameter are what the IR's types say (bf16 weights read, float32 rest).
@@ -485,7 +485,7 @@ static void test_zero_formulas(void) {
       double states = 0;
       for (int i = SV_M_PARAMS; i <= SV_M_OPT; i++)
         states += k.mem[i] + k.mem_shard[i];
-      double want = sv_zero_state_bytes(p->nums[u].params, 8, ch->zero, mtc);
+      double want = sv_zero_state_bytes(p->nums[u].params, 1.0 / 8, ch->zero, mtc);
       CHECK(near(states, want, 1e-9), "%s ZeRO-%d: %.0f bytes, want %.0f", p->prob->unit[u].name,
             ch->zero, states, want);
       checked++;
