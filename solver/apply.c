@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int group_parts(Plan *a, int n, const int64_t *count, const double *shares, int per,
+                       const char *path, IrDiag *d);
+
 // What each block does with its activations between forward and backward.
 enum { KEEP, CKPT, SWAP };
 
@@ -116,6 +119,13 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   }
   if (!rc && plan_set_group_micro(a, p->ngroups, gpus, runs))
     rc = ir_error(d, (IrLoc){0}, "out of memory");
+  // each replica's part of the sharded state: even, or (where even parts did not fit) the
+  // whole parts the solver chose (sv_share_units)
+  bool sharded = false;
+  for (int b = 0; b < a->nblocks; b++)
+    sharded |= a->block[b].zero > 0;
+  if (!rc && p->ngroups > 1 && sharded)
+    rc = group_parts(a, p->ngroups, gpus, pl->sol.share, per, "the solver's plan", d);
   return rc;
 }
 
@@ -873,8 +883,18 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     for (int i = 0; i < p->gpus[k] / per; i++)
       s.batch[k] += plan_replica_micro(P, r++);
   }
+  if (!rc && P->replica_parts) {   // uneven state shares: each group's, from its replicas'
+    long total = 0;
+    for (int r = 0; r < dp; r++)
+      total += P->replica_parts[r];
+    for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; k < p->ngroups; k++) {
+      s.share[k] = 0;
+      for (int i = 0; i < p->gpus[k] / per; i++)
+        s.share[k] += (double)P->replica_parts[r++] / (double)total;
+    }
+  }
   if (!rc) {
-    sv_evaluate(p, &s, true);
+    sv_evaluate(p, &s, !P->replica_parts);
     out->step_s = s.time;
     out->fits = s.feasible;
     int slowest = 0;

@@ -66,8 +66,11 @@
 // replica size S (the ranks of a replica, tp q^2) with R = (g's GPUs) / S replicas,
 //   k[g,S] in Z+,  |beta[g] - R k[g,S]| <= M (1 - sum_{s: S(l(s)) = S} x[u,s])  for each u
 // (a unit on a layout of replica size S makes beta[g] = R k[g,S]). For mtc compile
-// (q->replica_ranks) also k[g,S] >= 1 and f[g] = (g's GPUs) / (all GPUs): every replica
-// runs a micro-batch and the state is sharded evenly.
+// (q->replica_ranks) also k[g,S] >= 1: every replica runs a micro-batch; and the state is
+// sharded in whole parts (Plan.replica_parts): with R[g] = (g's GPUs) / replica_ranks and
+// units P a multiple of the replicas, at most 64 (sv_share_units),
+//   u[g] in Z, 1 <= u[g] <= P,  f[g] = R[g] u[g] / P
+// (each of g's replicas holds u[g] of P units; without such a P, f[g] = R[g] / replicas).
 //
 // On one group beta = M and f = 1, so z = M x and y = x and those columns
 // are left out. On several, r would multiply beta[g] (a product of integers),
@@ -85,6 +88,7 @@ typedef struct Cols {
   int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
   int tau, delta;
   int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
+  int units[SV_MAXGROUPS];   // mtc compile: each replica's units of the state (-1: none)
   // per group and layout: the column of k[g,S] for the layout's replica size S (shared by
   // the layouts of one size; -1: one group, or one replica and any number will do)
   int k[SV_MAXGROUPS][SV_MAXLAYOUTS];
@@ -164,8 +168,16 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
     c->w[g] = ilp_col(ilp, 0, INFINITY, 0, ILP_CONT);
     c->beta[g] = het ? ilp_col(ilp, 0, M, 0, ILP_INT) : -1;
     double even = (double)q->gpus[g] / sv_problem_gpus(q);
-    c->f[g] = !het ? -1 : q->replica_ranks ? ilp_col(ilp, even, even, 0, ILP_CONT)
-                                           : ilp_col(ilp, 0, 1, 0, ILP_CONT);
+    int P = sv_share_units(q);
+    c->f[g] = !het ? -1 : q->replica_ranks && !P ? ilp_col(ilp, even, even, 0, ILP_CONT)
+                                                 : ilp_col(ilp, 0, 1, 0, ILP_CONT);
+    c->units[g] = -1;
+    if (het && P) {   // f[g] = R[g] u[g] / P
+      c->units[g] = ilp_col(ilp, 1, P, 0, ILP_INT);
+      int r = ilp_row(ilp, 0, 0);
+      ilp_coef(ilp, r, c->f[g], 1);
+      ilp_coef(ilp, r, c->units[g], -(double)(q->gpus[g] / q->replica_ranks) / P);
+    }
     for (int l = 0; l < L; l++) {
       int first = first_of_size(q, l), R = sv_replicas(q, g, l);
       c->k[g][l] = !het || (R == 1 && !q->replica_ranks) ? -1
@@ -355,6 +367,40 @@ static void cols_free(Cols *c, int nunits) {
   free(c->x), free(c->z), free(c->y), free(c->e), free(c->ea), free(c->eb);
 }
 
+// mtc compile's state shares where even ones do not fit (sv_share_units): mtc plan's (each
+// group filled alike), rounded to whole parts per replica, the leftover units to the groups
+// that lost the most; where those do not fit either, the integer program's (ilp: its f[g]).
+static void whole_parts(const SvProblem *p, SvSolution *s, const double *ilp) {
+  SvProblem free_shares = *p;
+  free_shares.replica_ranks = 0;
+  sv_evaluate(&free_shares, s, true);
+  int P = sv_share_units(p), G = p->ngroups, left = P, units[SV_MAXGROUPS], R[SV_MAXGROUPS];
+  for (int g = 0; g < G; g++) {
+    R[g] = p->gpus[g] / p->replica_ranks;
+    units[g] = (int)fmax(1, floor(s->share[g] * P / R[g]));
+    left -= R[g] * units[g];
+  }
+  for (bool more = true; left > 0 && more;) {
+    int best = -1;
+    double most = -INFINITY;
+    for (int g = 0; g < G; g++) {
+      double lost = s->share[g] * P / R[g] - units[g];
+      if (R[g] <= left && lost > most)
+        best = g, most = lost;
+    }
+    more = best >= 0;
+    if (more)
+      units[best]++, left -= R[best];
+  }
+  for (int g = 0; g < G; g++)
+    s->share[g] = left ? ilp[g] : (double)R[g] * units[g] / P;
+  sv_evaluate(p, s, false);
+  if (!s->feasible && !left) {
+    memcpy(s->share, ilp, (size_t)G * sizeof *ilp);
+    sv_evaluate(p, s, false);
+  }
+}
+
 // The column values of a solution of q (picks in q's indices).
 static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int ncols) {
   double *x = calloc((size_t)ncols + 1, sizeof *x);
@@ -378,6 +424,8 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
     if (G > 1) {
       x[c->beta[g]] = (double)s->batch[g];
       x[c->f[g]] = s->share[g];
+      if (c->units[g] >= 0)
+        x[c->units[g]] = round(s->share[g] * sv_share_units(q) / (q->gpus[g] / q->replica_ranks));
     }
     for (int l = 0; l < q->nlayouts; l++)
       if (c->k[g][l] >= 0 && first_of_size(q, l) == l)
@@ -483,8 +531,12 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
         best->batch[G - 1] += p->micro_total - sum;
       }
       sv_evaluate(p, best, false);
+      double units[SV_MAXGROUPS];   // mtc compile's whole parts, kept where even ones do not fit
+      memcpy(units, best->share, sizeof units);
       if (!best->feasible || G > 1)   // rounding; and balanced shares read better
         sv_evaluate(p, best, true);
+      if (!best->feasible && G > 1 && sv_share_units(p))
+        whole_parts(p, best, units);
       if (o->min_memory) {
         best->time = r.x[c.delta] / MSCALE;
         best->feasible = true;

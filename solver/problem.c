@@ -386,6 +386,13 @@ int sv_problem_gpus(const SvProblem *p) {
   return n;
 }
 
+int sv_share_units(const SvProblem *p) {
+  if (!p->replica_ranks || p->ngroups < 2)
+    return 0;
+  int replicas = sv_problem_gpus(p) / p->replica_ranks;
+  return replicas <= 64 ? replicas * (64 / replicas) : 0;
+}
+
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
   Totals t[SV_MAXGROUPS];
   totals(p, s, t);

@@ -435,8 +435,9 @@ typedef struct SvProblem {
                                   // alone (--no-share), the later one only if the earlier does
   int replica_ranks;              // > 0: mtc compile's one mesh, replicas of this many ranks, on
                                   // several groups: at least 1 micro-batch per replica, the
-                                  // state sharded evenly (share = the group's GPUs / all), no
-                                  // ZeRO 2 or 3 (passes/lower.c)
+                                  // state sharded evenly (share = the group's GPUs / all) or,
+                                  // where that does not fit, in whole parts (sv_share_units),
+                                  // no ZeRO 2 or 3 (passes/lower.c)
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.
@@ -469,6 +470,10 @@ void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share);
 // The GPUs of all groups.
 int sv_problem_gpus(const SvProblem *p);
+// mtc compile (replica_ranks) on several groups: the units its replicas' parts of the sharded
+// state are whole numbers of (Plan.replica_parts): a multiple of the replicas, at most 64; 0 on
+// one group, outside compile, or past 64 replicas (the state then sharded evenly).
+int sv_share_units(const SvProblem *p);
 // The replicas of layout l in group g (its GPUs / the ranks of a replica).
 int sv_replicas(const SvProblem *p, int g, int l);
 // Tries every combination (tests; tiny problems only). -1 when too large.

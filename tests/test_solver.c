@@ -1117,6 +1117,49 @@ static void test_apply_groups(void) {
   ir_graph_free(g);
 }
 
+// Uneven state shares in mtc compile's plans: GPT-2 on an H100 of 3 MB and an L4 of 1.5 MB
+// (tests/solver/h100_l4_small.json, no host memory) fits only with the H100 holding more of
+// the ZeRO-1 state (61 and 3 of 64 units, each GPU as full; no plan fitted before), which the
+// plan's replicas' parts say and its price keeps; with an L4 of 3 MB even shares fit and stay.
+static void test_apply_group_parts(const char *dir) {
+  IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/h100_l4_small.json", dir);
+  char *text = fe_read_text(path, NULL);
+  IR_ASSERT(text);
+  for (int small = 1; small >= 0; small--) {
+    SvConfig c = sv_default_config();
+    IrDiag d = {0};
+    if (sv_cluster_parse(&c.cluster, text, path, &d))
+      fprintf(stderr, "%s\n", d.msg), exit(1);
+    if (!small)
+      c.cluster.group[1].dev.mem = c.cluster.group[0].dev.mem;
+    c.global_batch = 8;
+    Plan a;
+    SvPlan *kept;
+    int rc = sv_apply_best(g, &c, &a, &kept, &d);
+    CHECK(!rc, "group parts (L4 %s): %s", small ? "small" : "as large", d.msg);
+    if (rc)
+      continue;
+    if (small)
+      CHECK(a.replica_parts && a.replica_parts[0] == 61 && a.replica_parts[1] == 3 &&
+                kept->sol.feasible,
+            "group parts: %d and %d of the state, the plan %s", a.replica_parts ? a.replica_parts[0] : 1,
+            a.replica_parts ? a.replica_parts[1] : 1, kept->sol.feasible ? "fits" : "does not fit");
+    else
+      CHECK(!a.replica_parts && kept->sol.share[0] == 0.5, "group parts: uneven (%g) where even fit",
+            kept->sol.share[0]);
+    SvPriced pr;
+    rc = sv_price(g, &c, &a, &pr, &d);
+    CHECK(!rc && pr.fits && pr.step_s == kept->sol.time, "group parts: priced %.9g s%s (rc %d: %s), "
+          "the plan %.9g s", pr.step_s, pr.fits ? "" : ", not fitting", rc, d.msg, kept->sol.time);
+    plan_free(&a);
+    sv_plan_free(kept);
+  }
+  free(text);
+  ir_graph_free(g);
+}
+
 // Without CPU memory for offloaded state (mtc compile --host-mem 0), memory the solver
 // met with offload takes tensor parallelism or ZeRO-3: GPT-2 small on 4 GPUs of 1.1 MB
 // (measured with mtc compile --gpus 4: with the H100's host memory dp 4, ZeRO-2, offload 1
@@ -1228,6 +1271,7 @@ int main(int argc, char **argv) {
   test_zero3_backward_gather();
   test_price_forced();
   test_apply_groups();
+  test_apply_group_parts(datadir);
   test_brute_force();
   test_small_model_gets_dp();
   test_zero_offload_10b();
