@@ -122,6 +122,10 @@ row() {   # model-name steps "model flags" ranks layout-name "layout flags"
     skip "$name" "$lname" "$ranks" "mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
     return
   fi
+  if ! lflags=$(layout_flags "$mtc" "$mflags" "$lflags" "$tmp"); then
+    skip "$name" "$lname" "$ranks" "mtc plan failed for its groups"
+    return
+  fi
   # shellcheck disable=SC2086
   if ! "$mtc" compile examples/gpt2.mtc --precision fp32 $mflags $lflags -o "$dir" > "$tmp/compile" 2>&1; then
     skip "$name" "$lname" "$ranks" "mtc compile refuses it: $(grep -m1 error: "$tmp/compile" | sed 's/^[^ ]*: error: //')"
@@ -161,9 +165,8 @@ row() {   # model-name steps "model flags" ranks layout-name "layout flags"
   step=$(awk -v keep=$((nsteps > 1 ? 2 : 1)) -F' [|] ' '/^step [0-9]+(\/[0-9]+)? [|]/ {
            split($1, s, " "); if (s[2] >= keep) { sub(/ ms$/, "", $3); print $3 } }' "$log" |
          sort -g | awk '{ v[NR] = $1 } END { printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  local dp tokens tps
-  dp=$(sed -n 's/.*--dp \([0-9]*\).*/\1/p' <<< "$lflags")
-  tokens=$((4 * 64 * ${dp:-1}))
+  local tokens tps
+  tokens=$((64 * $(layout_batch "$6" 4)))
   tps=$(awk -v t="$tokens" -v s="$step" 'BEGIN { printf "%.0f", (s > 0 ? 1000 * t / s : 0) }')
 
   # per rank (with or without the "rank r: " prefix of a multi-rank run)

@@ -113,6 +113,10 @@ for m in "${models[@]}"; do
     if [ -z "${profile[$ranks]:-}" ]; then skipped+=("$name, $lname: no mpirun"); continue; fi
     dir=$tmp/prog
     rm -rf "$dir"
+    if ! lflags=$(layout_flags "$mtc" "$mflags" "$lflags" "$tmp"); then
+      skipped+=("$name, $lname: mtc plan failed for its groups")
+      continue
+    fi
     # shellcheck disable=SC2086
     if ! "$mtc" compile examples/gpt2.mtc --precision fp32 $mflags $lflags \
         --device "${profile[$ranks]}" -o "$dir" > "$tmp/compile" 2>&1; then

@@ -19,8 +19,9 @@
 # PLAN_GRID="1 2" gives those blocks a 2 x 2 grid (dp 1, q 2) beside PLAN_TP4's blocks: 2D
 # beside 1D in a mesh of tp 4.
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
-# PLAN_GPUS=2 plans for 2 GPUs and edits every block to dp 2 x tp 1 instead (the options above
-# that name tp 4, a grid or data parallelism over tp need 4).
+# PLAN_GPUS=2 (or 3) plans for 2 (3) GPUs and edits every block to dp 2 (3) x tp 1 instead (the
+# options above that name tp 4, a grid or data parallelism over tp need 4); PLAN_GROUP_COUNTS="1
+# 2" gives the groups of PLAN_GROUP_MICRO those numbers of GPUs (default: half of them each).
 #
 #   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
 set -euo pipefail
@@ -34,7 +35,8 @@ gpus=${PLAN_GPUS:-4} batch=()
   --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
-  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" "${PLAN_GROUP_STATE:-}" "$gpus" <<'PY'
+  "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" "${PLAN_GROUP_STATE:-}" "$gpus" \
+  "${PLAN_GROUP_COUNTS:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
@@ -44,8 +46,10 @@ grads = [int(x) for x in sys.argv[7].split()]
 params = [int(x) for x in sys.argv[8].split()]
 tp4 = [int(x) for x in sys.argv[9].split()]
 grid = [int(x) for x in sys.argv[10].split()]
+gpus = int(sys.argv[12])
+tp = 2 if gpus == 4 else 1
 for i, b in enumerate(plan["blocks"]):
-    b.update(dp=2, tp=int(sys.argv[12]) // 2, q=1, zero=int(sys.argv[4]), checkpoint=False,
+    b.update(dp=gpus // tp, tp=tp, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
     if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
         b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
@@ -61,7 +65,8 @@ for i, b in enumerate(plan["blocks"]):
 if sys.argv[5]:
     group = plan["groups"][0]
     state = [float(x) for x in sys.argv[11].split()] or [0.5, 0.5]
-    plan["groups"] = [dict(group, name=f"g{i}", count=int(sys.argv[12]) // 2, micro_batches=int(m),
+    counts = [int(x) for x in sys.argv[13].split()] or [gpus // 2] * 2
+    plan["groups"] = [dict(group, name=f"g{i}", count=counts[i], micro_batches=int(m),
                            state_share=state[i]) for i, m in enumerate(sys.argv[5].split())]
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
