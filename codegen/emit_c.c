@@ -1106,6 +1106,15 @@ static double total_flops(IrGraph *g) {
   return f;
 }
 
+// `static const int NAME[] = {...};`, one value per replica of the plan.
+static void emit_per_replica(Emit *e, const char *name, const int *values) {
+  fprintf(e->f, "static const int %s[] = {", name);
+  for (int d = 0; d < e->opt->lowered->plan.mesh.size[IR_MESH_DP]; d++)
+    fprintf(e->f, "%s%d", d ? ", " : "", values[d]);
+  println(e, "};");
+  blank(e);
+}
+
 static int emit_model(Emit *e, const char *source, IrDiag *d) {
   IrGraph *g = e->g;
   plan_loops(e, d);
@@ -1147,20 +1156,10 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   emit_adam_offsets(e);
   emit_buckets(e);
   const PassLowered *lw = e->opt->lowered;
-  if (lw && lw->plan.replica_micro) {  // uneven batch shares
-    fputs("static const int replica_micro[] = {", e->f);
-    for (int d = 0; d < lw->plan.mesh.size[IR_MESH_DP]; d++)
-      fprintf(e->f, "%s%d", d ? ", " : "", lw->plan.replica_micro[d]);
-    println(e, "};");
-    blank(e);
-  }
-  if (lw && lw->plan.replica_parts) {  // uneven state shares
-    fputs("static const int dp_parts[] = {", e->f);
-    for (int d = 0; d < lw->plan.mesh.size[IR_MESH_DP]; d++)
-      fprintf(e->f, "%s%d", d ? ", " : "", lw->plan.replica_parts[d]);
-    println(e, "};");
-    blank(e);
-  }
+  if (lw && lw->plan.replica_micro)   // uneven batch shares
+    emit_per_replica(e, "replica_micro", lw->plan.replica_micro);
+  if (lw && lw->plan.replica_parts)   // uneven state shares
+    emit_per_replica(e, "dp_parts", lw->plan.replica_parts);
   char model[32];
   model_symbol(model, sizeof model, e->opt->model);
   println(e, "const rt_model %s = {", model);
