@@ -835,6 +835,7 @@ static void predicted(const PassCtx *ctx, CgOptions *co, SvPredicted *pr) {
   co->planner_host_bytes = pr->host_bytes;
   co->planner_comm_bytes = pr->comm_bytes;
   co->planner_comm_micro_bytes = pr->comm_micro_bytes;
+  co->planner_comm_ghost_bytes = pr->comm_ghost_bytes;
   int dp = lw->plan.mesh.size[IR_MESH_DP];
   co->rank_end = lw->plan.part_end * (mesh_ranks(&lw->plan.mesh) / dp);
 }

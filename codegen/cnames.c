@@ -40,6 +40,7 @@ static const char *const reserved[] = {
     "WCHAR_MAX", "WINT_MIN", "WINT_MAX",
     // model.c: its functions, tables and types, and the locals of its functions
     "Buffers", "HostBuffers", "bind", "bind_host", "forward", "backward", "update", "init_host",
+    "ghost", "train",
     "init_copies", "dims", "inputs", "params", "grad_offsets", "buckets", "b", "hb", "h", "l",
     "arena", "host", "main",
     // the fields of the model table it fills by name (.n_dims = ...), so that a model's name

@@ -109,7 +109,8 @@ typedef struct CgOptions {
   const char *layout;        // the plan in words ("dp 4 x tp 1, ZeRO-3")
   int64_t planner_state_bytes, planner_comm_bytes;  // the planner's per-rank predictions (the
   int64_t planner_comm_micro_bytes;                 // bytes sent: of a replica running the most
-                                                    // micro-batches, and those of each one)
+                                                    // micro-batches, and those of each one, and
+  int64_t planner_comm_ghost_bytes;                 // of each ghost one (rt_model.ghost))
   int64_t planner_host_bytes;                       // ... and of model state in host memory
   int64_t planner_swap_bytes;                       // ... of activations swapped (0: none given)
   // The planner's step time for the layout on planner_device (NULL: not priced), and its

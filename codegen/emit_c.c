@@ -694,6 +694,69 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
   return 0;
 }
 
+// Uneven batch shares with collectives every micro-batch (ZeRO 2, 3): a replica that runs fewer
+// micro-batches than the most joins the others' bucket collectives for each one it does not
+// run, after its own (train.c), with a ghost micro-batch: a grads bucket zeroed, each shard
+// placed in its gathered bucket, the collectives over buckets and their waits, the
+// accumulations of what they reduce (its shard: the others' gradients; a whole bucket: zeros),
+// in forward's order and (train) backward's, no compute. Its collectives that wait for the
+// last micro-batch (ZeRO 0, 1: the accumulated gradients) run in the last ghost (dist.c).
+// (slots: the collectives' in the ghost so far, whose waits are in it; NULL: no wait)
+static bool in_ghost(const IrNode *n, const bool *slots) {
+  switch (n->op) {
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:
+    return n->in[0]->role == ROLE_BUCKET;
+  case OP_COMM_WAIT: return slots && slots[ir_attr_i(n, "slot")];
+  case OP_UNSHARD: return true;
+  case OP_FILL: return n->out[0]->role == ROLE_BUCKET;
+  case OP_ACCUMULATE: return n->in[0]->role == ROLE_BUCKET;
+  default: return false;
+  }
+}
+
+static bool has_ghost(const Emit *e) {
+  const PassLowered *lw = e->opt->lowered;
+  for (int b = 0; lw && lw->plan.replica_micro && b < lw->nbuckets; b++)
+    if (lw->bucket[b].zero >= 2)
+      return true;
+  return false;
+}
+
+static int emit_ghost(Emit *e, IrDiag *d) {
+  IrGraph *g = e->g;
+  println(e, "static void ghost(char *arena, char *host, int train) {");
+  println(e, "  Buffers b = bind(arena);");
+  bool host = false;   // parameter offload: shards placed from host memory
+  for (int i = 0; i < g->nnodes; i++)
+    host |= g->nodes[i]->phase <= PHASE_BACKWARD && in_ghost(g->nodes[i], NULL) &&
+            node_uses(g->nodes[i], true);
+  println(e, host ? "  HostBuffers hb = bind_host(host);" : "  (void)host;");
+  bool *slots = calloc((size_t)e->opt->lowered->nslots + 1, sizeof *slots);
+  IR_ASSERT(slots);
+  CgCall calls[MAXCALLS];
+  int rc = 0;
+  for (int phase = PHASE_FORWARD; phase <= PHASE_BACKWARD && !rc; phase++) {
+    if (phase == PHASE_BACKWARD)
+      println(e, "  if (!train) return;");
+    for (int i = 0; i < g->nnodes && !rc; i++) {
+      const IrNode *n = g->nodes[i];
+      if ((int)n->phase != phase || !in_ghost(n, slots))
+        continue;
+      if (n->op == OP_ALL_GATHER || n->op == OP_REDUCE_SCATTER || n->op == OP_ALL_REDUCE)
+        slots[ir_attr_i(n, "slot")] = true;
+      int nc = lower_node(e, n, calls, MAXCALLS, d);
+      if (nc < 0)
+        rc = -1;
+      else
+        emit_node(e, n, calls, nc, NULL);
+    }
+  }
+  free(slots);
+  println(e, "}");
+  blank(e);
+  return rc;
+}
+
 // A to_device whose host value must start as the device's: the parameters
 // the host updates (float32 offload), not the bf16 copies the host makes.
 static bool inits_host(const IrNode *n) { return n->op == OP_TO_DEVICE && !n->in[1]->producer; }
@@ -1129,7 +1192,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
-           (has_init_host(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d));
+           (has_init_host(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d)) ||
+           (has_ghost(e) && emit_ghost(e, d));
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -1201,6 +1265,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .forward = forward,");
   println(e, "    .backward = backward,");
   println(e, "    .update = update,");
+  println(e, "    .ghost = %s,", has_ghost(e) ? "ghost" : "0");
   println(e, "    .host_bytes = %lld,", (long long)e->m->host_bytes);
   println(e, "    .init_host = %s,", has_init_host(e) ? "init_host" : "0");
   println(e, "    .init_copies = %s,", has_copies(e) ? "init_copies" : "0");
@@ -1237,6 +1302,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .planner_swap_bytes = %lld,", (long long)e->opt->planner_swap_bytes);
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
   println(e, "    .planner_comm_micro_bytes = %lld,", (long long)e->opt->planner_comm_micro_bytes);
+  if (has_ghost(e))
+    println(e, "    .planner_comm_ghost_bytes = %lld,", (long long)e->opt->planner_comm_ghost_bytes);
   if (e->opt->planner_device) {
     fputs("    .planner_device = ", e->f);
     cg_put_string(e->f, e->opt->planner_device);

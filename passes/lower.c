@@ -37,8 +37,10 @@
 // m_d of the step's M micro-batches. Each micro-batch's gradient is scaled by
 // dp / M before it is accumulated, so that the mean over the replicas is the
 // mean over the global batch (dp / M is 1 / micro_batches when the shares are
-// even). A replica with fewer micro-batches runs fewer collectives, so the
-// stages that reduce or gather every micro-batch (ZeRO 2, 3) need even shares.
+// even). Under the stages that reduce or gather every micro-batch (ZeRO 2, 3) a
+// replica with fewer micro-batches than the most joins the others' collectives
+// of the ones it does not run with ghost micro-batches (codegen/emit_c.c, train.c).
+// Gradient offload reduces every micro-batch too, and needs even shares.
 //
 // The update of a bucket is one adamw (or sgd) op over it:
 //
@@ -682,11 +684,6 @@ static int check(Lower *L) {
   if (L->dp < 1 || L->tp < 1 || L->micro < 1)
     return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
   const Plan *P = L->plan;
-  for (int b = 0; P->replica_micro && b < ir_nblocks(g); b++)
-    if (plan_block(P, b)->zero >= 2)
-      return ir_error(L->d, (IrLoc){0}, "block %d has ZeRO-%d, which reduces or gathers every "
-                      "micro-batch, and the replicas run unequal numbers of micro-batches: "
-                      "choose ZeRO 0 or 1 for it, or equal shares", b, plan_block(P, b)->zero);
   bool sgd = false;
   for (int i = 0; i < g->nnodes; i++)
     sgd |= g->nodes[i]->op == OP_SGD;

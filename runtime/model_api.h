@@ -163,6 +163,11 @@ typedef struct rt_model {
   int has_adam_state;         // AdamW moments are in the arena (else only SGD can run)
   // host: the host region (offload; NULL when host_bytes is 0)
   void (*update)(char *arena, char *host, const rt_hparams *h);
+  // A replica that runs fewer micro-batches than the most (replica_micro) joins the others'
+  // collectives of each micro-batch it does not run, after its own: forward's and (train)
+  // backward's over buckets, no compute (passes/lower.c); NULL: none every micro-batch.
+  void (*ghost)(char *arena, char *host, int train);
+  long planner_comm_ghost_bytes;  // bytes a ghost micro-batch sends (the planner's)
   long host_bytes;            // the host region: offloaded model state, swapped activations
                               // (0: none)
   // Fills the host's copies of device values (the parameters the host

@@ -1660,6 +1660,10 @@ static double run_batch(char *arena, char *stage, bool train) {
     loss += l / (double)total;
     if (train) M->backward(arena, host_region);
   }
+  for (int m = replica_micro(d); M->ghost && m < M->micro_batches; m++) {  // then the others'
+    rt_dist.micro = m;            // collectives of the micro-batches it does not run (the last
+    M->ghost(arena, host_region, train);   // one's reductions of its accumulated gradients too)
+  }
   for (int a = RT_AXIS_TP; a < RT_NAXES; a++)  // each rank has its term (a vocabulary-parallel
     if (M->loss_partial_axes & (1 << a))         // loss; a 2D grid's rows)
       loss = rt_allreduce_scalar(rt_dist.group[a], loss, RT_REDUCE_SUM);
@@ -1908,7 +1912,8 @@ int main(int argc, char **argv) {
   const rt_model *M = the_model = model_of_rank(rt_comm_rank());
   rt_dist_init(M->dp, M->tp, M->grid_side > 1 ? M->grid_side : M->tp_grid, M->tp_sub,
                M->micro_batches, M->n_slots);
-  rt_dist.micro_total = replica_micro(rt_dist.dp_rank);  // uneven shares: this replica's own
+  // uneven shares: this replica's own micro-batches, or with ghosts the most any runs
+  rt_dist.micro_total = M->ghost ? M->micro_batches : replica_micro(rt_dist.dp_rank);
   if (M->dp_parts) rt_group_set_parts(rt_dist.group[RT_AXIS_DP], M->dp_parts);
   every_rank = fdopen(dup(STDOUT_FILENO), "w");
   if (!every_rank) fail("cannot duplicate stdout: %s", strerror(errno));
@@ -2185,7 +2190,8 @@ int main(int argc, char **argv) {
                  M->model_host_bytes, M->planner_state_bytes, M->planner_host_bytes,
                  (long long)(run > 0 ? sent / run : 0),
                  M->planner_comm_bytes + (replica_micro(rt_dist.dp_rank) - M->micro_batches) *
-                                             M->planner_comm_micro_bytes);
+                                             (M->planner_comm_micro_bytes -
+                                              (M->ghost ? M->planner_comm_ghost_bytes : 0)));
   double med = timed > 0 ? median(times, timed) : 0.0;
   if (rt_comm_size() > 1 && timed > 0) {  // this rank's median step and median time in collectives
     double comm = median(comm_times, timed);

@@ -584,11 +584,6 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
     return -1;
   for (int b = 0; b < m->nblocks && a->replica_micro; b++) {
     const PlanBlock *pb = plan_block(a, m->block[b].id);   // passes/lower.c
-    if (pb->zero >= 2)
-      return ir_error(d, (IrLoc){0}, "%s: block %d (%s) has ZeRO-%d, which reduces or gathers "
-                      "every micro-batch, and the groups' replicas run unequal numbers of them: "
-                      "give it ZeRO 0 or 1, or the groups equal shares", path, m->block[b].id,
-                      m->block[b].name, pb->zero);
     if (pb->offload_grads)
       return ir_error(d, (IrLoc){0}, "%s: block %d (%s) offloads its gradients, which are "
                       "reduced every micro-batch, and the groups' replicas run unequal numbers "
@@ -658,7 +653,7 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   const Plan *P = &lw->plan;
   int tp = P->mesh.size[IR_MESH_TP], micro = P->micro_batches;
   int zmin = 3, zmax = 0;
-  double state = 0, host = 0, comm = 0, comm_micro = 0, omin = 1, omax = 0;
+  double state = 0, host = 0, comm = 0, comm_micro = 0, comm_ghost = 0, omin = 1, omax = 0;
   int ngrads = 0, nparams = 0;  // buckets whose gradients (parameters) are offloaded
   for (int b = 0; b < lw->nbuckets; b++) {
     const PassBucket *k = &lw->bucket[b];
@@ -692,8 +687,10 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
       comm -= micro * gather;
       comm_micro -= gather;
     }
-    comm_micro += sv_dp_comm_bytes(psi, n, own, k->zero, 1, grads, per) -
-                  sv_dp_comm_bytes(psi, n, own, k->zero, 0, grads, per);
+    double bucket_micro = sv_dp_comm_bytes(psi, n, own, k->zero, 1, grads, per) -
+                          sv_dp_comm_bytes(psi, n, own, k->zero, 0, grads, per);
+    comm_micro += bucket_micro;
+    comm_ghost += bucket_micro - (k->zero == 3 && !k->bwd_gather ? (1 - own) * psi * per.param : 0);
   }
   // tp's collectives, the 2D grid's (each over q ranks, along its rows or columns), those of
   // blocks below the mesh's tp (over sub ranks, and over subdp: their batch's parts)
@@ -709,6 +706,7 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
   // rounded down as the runtime's count is (runtime/comm.h); a whole sum may land just below
   out->comm_bytes = (int64_t)(comm + 1e-3);
   out->comm_micro_bytes = (int64_t)(comm_micro + 1e-3);
+  out->comm_ghost_bytes = (int64_t)(comm_ghost + 1e-3);
   char *s = out->layout;
   size_t n = sizeof out->layout, len = (size_t)mesh_str(s, n, &P->mesh);
   if (P->seq_parallel && tp > 1 && len < n)

@@ -591,6 +591,7 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
 typedef struct SvPredicted {
   int64_t state_bytes, host_bytes, comm_bytes;  // comm: of a replica running the plan's
   int64_t comm_micro_bytes;                     // micro_batches, of which each sends this many
+  int64_t comm_ghost_bytes;                     // (a ghost micro-batch: those over buckets)
   char layout[160];
 } SvPredicted;
 void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlayers,

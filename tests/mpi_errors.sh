@@ -66,10 +66,8 @@ refused share "[b.update(zero=1) for b in p['blocks']]; p['groups'][0]['state_sh
   "share.json: the groups' state shares add up to 0.75: make them add up to 1" p11
 # a mixed cluster's groups (tests/mpi_plan.sh runs one): each replica in one group, each
 # group's micro-batches whole per replica, each replica's part of the state whole units of at
-# most 64, no ZeRO 2 or 3 unless the micro-batches are equal
+# most 64, no gradient offload unless the micro-batches are equal
 two="g = p['groups'][0]; p['groups'] = [dict(g, count=2, micro_batches=1, state_share=0.5), dict(g, count=2, micro_batches=3, state_share=0.5)]; [b.update(dp=2, tp=2) for b in p['blocks']]"
-refused groups_zero3 "$two; [b.update(zero=3) for b in p['blocks']]" \
-  "block 0 \(rest\) has ZeRO-3, which reduces or gathers every micro-batch, and the groups' replicas run unequal numbers of them" p11
 refused groups_offload_grads "$two; [b.update(zero=1, offload=1, offload_grads=True) for b in p['blocks']]" \
   "block 0 \(rest\) offloads its gradients, which are reduced every micro-batch, and the groups' replicas run unequal numbers of them" p11
 refused offload_grads_share "[b.update(offload=0.5, offload_grads=True) for b in p['blocks']]" \
