@@ -1192,8 +1192,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   int rc = emit_phase(e, PHASE_FORWARD, "forward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_BACKWARD, "backward(char *arena, char *host)", d) ||
            emit_phase(e, PHASE_UPDATE, "update(char *arena, char *host, const rt_hparams *h)", d) ||
-           (has_init_host(e) && emit_init_host(e, d)) || (has_copies(e) && emit_init_copies(e, d)) ||
-           (has_ghost(e) && emit_ghost(e, d));
+           (has_init_host(e) && emit_init_host(e, d)) ||
+           (has_copies(e) && emit_init_copies(e, d)) || (has_ghost(e) && emit_ghost(e, d));
   fclose(e->f);
   e->f = out;
   if (!rc) {
@@ -1303,7 +1303,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .planner_comm_bytes = %lld,", (long long)e->opt->planner_comm_bytes);
   println(e, "    .planner_comm_micro_bytes = %lld,", (long long)e->opt->planner_comm_micro_bytes);
   if (has_ghost(e))
-    println(e, "    .planner_comm_ghost_bytes = %lld,", (long long)e->opt->planner_comm_ghost_bytes);
+    println(e, "    .planner_comm_ghost_bytes = %lld,",
+            (long long)e->opt->planner_comm_ghost_bytes);
   if (e->opt->planner_device) {
     fputs("    .planner_device = ", e->f);
     cg_put_string(e->f, e->opt->planner_device);

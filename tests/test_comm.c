@@ -300,7 +300,8 @@ static void test_parts(rt_group *g, const char *gname) {
     rt_comm_reset_bytes();
     rt_reduce_scatter(g, buf, count, RT_REDUCE_SUM, nb ? &req : NULL);
     rt_wait(&req);
-    snprintf(what, sizeof what, "%s uneven reduce_scatter %s", gname, nb ? "non-blocking" : "blocking");
+    snprintf(what, sizeof what, "%s uneven reduce_scatter %s", gname,
+             nb ? "non-blocking" : "blocking");
     check_range(what, buf, lo, lo + len, RT_REDUCE_SUM, n);
     for (long i = 0; i < count; i++) buf[i] = i >= lo && i < lo + len ? (float)i : -1;
     rt_allgather(g, buf, count, nb ? &req : NULL);

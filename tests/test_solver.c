@@ -1141,18 +1141,21 @@ static void test_apply_group_parts(const char *dir) {
     CHECK(!rc, "group parts (L4 %s): %s", small ? "small" : "as large", d.msg);
     if (rc)
       continue;
+    const int *parts = a.replica_parts, even[2] = {1, 1};
+    if (!parts)
+      parts = even;
     if (small)
-      CHECK(a.replica_parts && a.replica_parts[0] == 61 && a.replica_parts[1] == 3 &&
-                kept->sol.feasible,
-            "group parts: %d and %d of the state, the plan %s", a.replica_parts ? a.replica_parts[0] : 1,
-            a.replica_parts ? a.replica_parts[1] : 1, kept->sol.feasible ? "fits" : "does not fit");
+      CHECK(parts[0] == 61 && parts[1] == 3 && kept->sol.feasible,
+            "group parts: %d and %d of the state, the plan %s", parts[0], parts[1],
+            kept->sol.feasible ? "fits" : "does not fit");
     else
-      CHECK(!a.replica_parts && kept->sol.share[0] == 0.5, "group parts: uneven (%g) where even fit",
-            kept->sol.share[0]);
+      CHECK(!a.replica_parts && kept->sol.share[0] == 0.5,
+            "group parts: uneven (%g) where even fit", kept->sol.share[0]);
     SvPriced pr;
     rc = sv_price(g, &c, &a, &pr, &d);
-    CHECK(!rc && pr.fits && pr.step_s == kept->sol.time, "group parts: priced %.9g s%s (rc %d: %s), "
-          "the plan %.9g s", pr.step_s, pr.fits ? "" : ", not fitting", rc, d.msg, kept->sol.time);
+    CHECK(!rc && pr.fits && pr.step_s == kept->sol.time,
+          "group parts: priced %.9g s%s (rc %d: %s), the plan %.9g s", pr.step_s,
+          pr.fits ? "" : ", not fitting", rc, d.msg, kept->sol.time);
     plan_free(&a);
     sv_plan_free(kept);
   }
