@@ -167,6 +167,9 @@ static const char *shape_values(Emit *e, const IrValue *v) {
   return ir_strdup(&e->g->arena, out);
 }
 
+// The models of the program (CgOptions.nmodels; 0 reads as 1).
+static int nmodels(const CgOptions *o) { return o->nmodels > 1 ? o->nmodels : 1; }
+
 // Model k's file and the symbol of its table: model.c and mtc_model, then model_gK.c and
 // mtc_model_gK.
 static void model_file(char *buf, size_t n, int k) {
@@ -1326,7 +1329,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   if (e->opt->model)
     return 0;
   blank(e);   // the program's models (train.c picks the rank's)
-  int n = e->opt->nmodels > 1 ? e->opt->nmodels : 1;
+  int n = nmodels(e->opt);
   for (int k = 1; k < n; k++) {
     model_symbol(model, sizeof model, k);
     println(e, "extern const rt_model %s;", model);
@@ -1465,7 +1468,7 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
   fputs("CFLAGS ?= " CG_CPU_CFLAGS "\n"
         "LDLIBS = -lcjson -lm -lpthread\n", f);
   fputs("MODELS =", f);   // the model of each group of ranks with a static plan of its own
-  for (int k = 0; k < (opt->nmodels > 1 ? opt->nmodels : 1); k++) {
+  for (int k = 0; k < nmodels(opt); k++) {
     char file[32];
     model_file(file, sizeof file, k);
     fprintf(f, " %s", file);

@@ -883,12 +883,11 @@ static void lower_slice_bwd(Lower *L, const IrNode *n) {
 // the compiled-in defaults, see cg_default_hparams).
 static void hparam(CgCall *c, const char *name) { arg(c, CG_HPARAM)->name = name; }
 
-// This rank's part of a whole bucket of `whole` elements that node n shards: 1 / shards of it,
-// or over uneven parts (passes/lower.c's sharded) parts_mine of parts_total.
+// This rank's part of a whole bucket of `whole` elements that node n shards (ir_part_ratio).
 static const Sym *part_of_whole(Lower *L, const IrNode *n, const Sym *whole) {
-  int64_t mine = ir_attr_i(n, "parts_mine");
-  return mine ? sym_scale(&L->g->arena, whole, mine, ir_attr_i(n, "parts_total"))
-              : sym_scale(&L->g->arena, whole, 1, ir_attr_i(n, "shards"));
+  int64_t num, den;
+  ir_part_ratio(n, &num, &den);
+  return sym_scale(&L->g->arena, whole, num, den);
 }
 
 // The last argument is this rank's part of a bucket of `stride`-element parts: the part at

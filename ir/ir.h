@@ -470,6 +470,10 @@ const Sym *ir_tp_degree(IrGraph *g, int64_t shards);
 // of numel elements on a q x q grid: none for the rank's own, the others double-buffered
 // (min(q - 1, 2) times numel).
 const Sym *ir_summa_panels(IrGraph *g, const Sym *numel, int64_t q);
+// The share of a whole bucket that this rank's part is, for a node that reads or writes it
+// (its "shards"; over uneven parts its "parts_mine" of "parts_total", passes/lower.c):
+// *num / *den.
+void ir_part_ratio(const IrNode *n, int64_t *num, int64_t *den);
 
 const Sym *ir_numel(IrGraph *g, const IrValue *v);     // product of dims
 // v as the whole tensor its tp ranks hold parts of, in the model's shape (without a padded

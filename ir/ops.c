@@ -990,13 +990,17 @@ static int shape_slice_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return check_slice(g, n, n->out[0], n->in[0], d);
 }
 
-// The elements of a whole bucket of which this rank's part has `part`: shards x part, or over
-// uneven parts (a mixed cluster's state shares, passes/lower.c's sharded) parts_total /
-// parts_mine x part.
-static const Sym *whole_of_part(IrGraph *g, const IrNode *n, const Sym *part) {
+void ir_part_ratio(const IrNode *n, int64_t *num, int64_t *den) {
   int64_t mine = ir_attr_i(n, "parts_mine");
-  return mine ? sym_scale(&g->arena, part, ir_attr_i(n, "parts_total"), mine)
-              : sym_scale(&g->arena, part, ir_attr_i(n, "shards"), 1);
+  *num = mine ? mine : 1;
+  *den = mine ? ir_attr_i(n, "parts_total") : ir_attr_i(n, "shards");
+}
+
+// The elements of a whole bucket of which this rank's part has `part` (ir_part_ratio).
+static const Sym *whole_of_part(IrGraph *g, const IrNode *n, const Sym *part) {
+  int64_t num, den;
+  ir_part_ratio(n, &num, &den);
+  return sym_scale(&g->arena, part, den, num);
 }
 
 // Input i of a sharded update or accumulation holds `part` elements, or a
@@ -1074,10 +1078,10 @@ static int shape_assign(IrGraph *g, IrNode *n, IrDiag *d) {
   if (flat && (shards > 1 || !sym_eq(ir_numel(g, n->in[0]), ir_numel(g, n->in[1])))) {
     if (need_flat(g, n, 0, d) || need_flat(g, n, 1, d))
       return -1;
-    int64_t mine = ir_attr_i(n, "parts_mine"), total = mine ? ir_attr_i(n, "parts_total") : 1;
+    int64_t num, den;
+    ir_part_ratio(n, &num, &den);
     if (!sym_eval(ir_numel(g, n->in[0]), &g->syms, &dst) &&
-        !sym_eval(ir_numel(g, n->in[1]), &g->syms, &src) &&
-        (mine ? dst % total || src > dst / total * mine : dst % shards || src > dst / shards))
+        !sym_eval(ir_numel(g, n->in[1]), &g->syms, &src) && (dst % den || src > dst / den * num))
       return ir_error(d, n->loc, "assign: '%s' %s does not fit in one of the %lld parts of '%s' %s",
                       n->in[1]->name, ir_shape_str(g, n->in[1]), (long long)shards,
                       n->in[0]->name, ir_shape_str(g, n->in[0]));
@@ -1264,9 +1268,9 @@ static int need_host_range(IrGraph *g, IrNode *n, const IrValue *x, const IrValu
   int64_t offset = ir_attr_i(n, "offset"), shards = ir_attr_i(n, "shards"), nx, nh;
   if (sym_eval(x->shape[0], &g->syms, &nx) || sym_eval(h->shape[0], &g->syms, &nh))
     return 0;
-  int64_t mine = ir_attr_i(n, "parts_mine"), total = mine ? ir_attr_i(n, "parts_total") : 1;
-  int64_t part = mine ? nx / total * mine : nx / shards;   // this rank's (uneven parts: its own)
-  if (shards < 1 || nx % (mine ? total : shards) || offset < 0 || offset + nh > part)
+  int64_t num, den;   // this rank's part of x
+  ir_part_ratio(n, &num, &den);
+  if (shards < 1 || nx % den || offset < 0 || offset + nh > nx / den * num)
     return ir_error(d, n->loc, "%s: elements %lld .. %lld of this rank's part of '%s' %s (%lld "
                     "parts) do not exist", ir_op_name(n->op), (long long)offset,
                     (long long)(offset + nh), x->name, ir_shape_str(g, x), (long long)shards);

@@ -82,6 +82,13 @@ const PlanBlock *plan_block(const Plan *p, int b) {
   return b >= 0 && b < p->nblocks ? &p->block[b] : &p->rest;
 }
 
+bool plan_shards_state(const Plan *p) {
+  bool sharded = p->rest.zero > 0;
+  for (int b = 0; b < p->nblocks; b++)
+    sharded |= p->block[b].zero > 0;
+  return sharded;
+}
+
 int plan_replica_micro(const Plan *p, int d) {
   return p->replica_micro ? p->replica_micro[d] : p->micro_batches;
 }

@@ -89,6 +89,8 @@ int plan_alloc_blocks(Plan *p, int n);
 void plan_free(Plan *p);
 // Block b's choice.
 const PlanBlock *plan_block(const Plan *p, int b);
+// Does any block shard its state (ZeRO 1-3)?
+bool plan_shards_state(const Plan *p);
 // The micro-batches replica d runs, and all replicas together per step.
 int plan_replica_micro(const Plan *p, int d);
 int64_t plan_micro_total(const Plan *p);

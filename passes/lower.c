@@ -194,11 +194,10 @@ static void uneven(Lower *L, IrNode *n, const PassBucket *b) {
   if (!w)
     return;
   int first = L->plan->part_first;
-  long before = 0;
-  for (int d = 0; d < first; d++)
-    before += w[d];
-  ir_set_int(L->g, n, "parts_total", rt_parts_total(w, b->shards));
-  ir_set_int(L->g, n, "parts_mine", w[first]);
+  long total = rt_parts_total(w, b->shards), mine;
+  long before = rt_part(total, w, b->shards, first, &mine);   // in units
+  ir_set_int(L->g, n, "parts_total", total);
+  ir_set_int(L->g, n, "parts_mine", mine);
   ir_set_int(L->g, n, "parts_first", first);
   ir_set_int(L->g, n, "parts_before", before);
 }

@@ -440,7 +440,6 @@ static options parse_args(int argc, char **argv) {
 // ---------------------------------------------------------------------------
 // model table checks
 
-
 // The ranks the program runs on: dp replicas of tp ranks or of a grid.
 static int world_ranks(void) {
   return model()->dp * model()->tp * model()->grid_side * model()->grid_side;
@@ -479,23 +478,26 @@ static long local_numel(const rt_tensor *t) {
 static const int *shard_parts(const rt_bucket *k) {
   return k->shard_axis == RT_AXIS_DP ? model()->dp_parts : NULL;
 }
+static long shard_start(const rt_bucket *k, long *len) {
+  return rt_part(k->numel, shard_parts(k), rt_axis_size(k->shard_axis),
+                 rt_axis_rank(k->shard_axis), len);
+}
 static long shard_numel(const rt_bucket *k) {
   long len;
-  rt_part(k->numel, shard_parts(k), rt_axis_size(k->shard_axis), rt_axis_rank(k->shard_axis), &len);
+  shard_start(k, &len);
   return len;
-}
-static long shard_start(const rt_bucket *k) {
-  long len;
-  return rt_part(k->numel, shard_parts(k), rt_axis_size(k->shard_axis),
-                 rt_axis_rank(k->shard_axis), &len);
 }
 
 // This rank's part of bucket k's parameters, the whole bucket where it is not
 // sharded: its first element in the bucket (*lo) and its size. Its last
 // k->host_numel are in the host region (bf16 offload), the others in the arena.
+static long bucket_part(const rt_bucket *k, bool sharded, long *lo) {
+  long len = k->numel;
+  *lo = sharded ? shard_start(k, &len) : 0;
+  return len;
+}
 static long params_part(const rt_bucket *k, long *lo) {
-  *lo = k->params_sharded ? shard_start(k) : 0;
-  return k->params_sharded ? shard_numel(k) : k->numel;
+  return bucket_part(k, k->params_sharded, lo);
 }
 
 static void check_table(void) {
@@ -730,8 +732,7 @@ static char *host_region;  // the host region (offload), NULL: none
 
 // This rank's part of bucket k's AdamW moments: elements [*lo, *lo + part).
 static long state_part(const rt_bucket *k, long *lo) {
-  *lo = k->state_sharded ? shard_start(k) : 0;
-  return k->state_sharded ? shard_numel(k) : k->numel;
+  return bucket_part(k, k->state_sharded, lo);
 }
 
 // The images into the arena (and the host region): the whole bucket, or this
@@ -761,10 +762,10 @@ static void scatter_images(char *arena, view w) {
 // Where the bucket is whole on every rank (not sharded), the shards of the
 // ranks along its shard_axis together cover it.
 static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
-  long part = shard_numel(k);
+  long part;
+  *lo = shard_start(k, &part);
   bool sharded = grads ? k->grads_sharded : k->params_sharded;
   long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
-  *lo = shard_start(k);
   *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
 }
 

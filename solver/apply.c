@@ -14,6 +14,7 @@
 // order holds); sv_apply_read refuses a file that asks for anything else,
 // naming the block and the field.
 #include "internal.h"
+#include "parts.h"   // runtime/: the replicas' parts of the state
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -121,10 +122,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     rc = ir_error(d, (IrLoc){0}, "out of memory");
   // each replica's part of the sharded state: even, or (where even parts did not fit) the
   // whole parts the solver chose (sv_share_units)
-  bool sharded = false;
-  for (int b = 0; b < a->nblocks; b++)
-    sharded |= a->block[b].zero > 0;
-  if (!rc && p->ngroups > 1 && sharded)
+  if (!rc && p->ngroups > 1 && plan_shards_state(a))
     rc = group_parts(a, p->ngroups, gpus, pl->sol.share, per, "the solver's plan", d);
   return rc;
 }
@@ -537,9 +535,6 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
     return ir_error(d, (IrLoc){0}, "%s: \"groups\" has %d groups; mtc plans at most %d", path,
                     n, SV_MAXGROUPS);
   int ranks = mesh_ranks(&a->mesh), dp = a->mesh.size[IR_MESH_DP], per = ranks / dp;
-  bool sharded = a->rest.zero > 0;
-  for (int b = 0; b < a->nblocks; b++)
-    sharded |= a->block[b].zero > 0;
   int64_t count[SV_MAXGROUPS], group_runs[SV_MAXGROUPS], all = 0, runs = 0;
   double mb[SV_MAXGROUPS], shares[SV_MAXGROUPS];
   char mesh[64], where[64], at[4400];
@@ -580,7 +575,7 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
                     "%lld: make them equal", path, (long long)runs, (long long)total);
   if (plan_set_group_micro(a, n, count, group_runs))
     return ir_error(d, (IrLoc){0}, "out of memory");
-  if (sharded && group_parts(a, n, count, shares, per, path, d))
+  if (plan_shards_state(a) && group_parts(a, n, count, shares, per, path, d))
     return -1;
   for (int b = 0; b < m->nblocks && a->replica_micro; b++) {
     const PlanBlock *pb = plan_block(a, m->block[b].id);   // passes/lower.c
@@ -882,9 +877,7 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
       s.batch[k] += plan_replica_micro(P, r++);
   }
   if (!rc && P->replica_parts) {   // uneven state shares: each group's, from its replicas'
-    long total = 0;
-    for (int r = 0; r < dp; r++)
-      total += P->replica_parts[r];
+    long total = rt_parts_total(P->replica_parts, dp);
     for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; k < p->ngroups; k++) {
       s.share[k] = 0;
       for (int i = 0; i < p->gpus[k] / per; i++)
