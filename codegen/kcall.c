@@ -231,9 +231,11 @@ static void numk(Lower *L, CgCall *c, int64_t k) { num(c, sym_const(&L->g->arena
 #define OP_CODE(e) #e, e
 
 const char *cg_rt_axis_name(IrMeshAxis a) {
-  static const char *const names[] = {"RT_AXIS_NONE", "RT_AXIS_DP",    "RT_AXIS_TP",
-                                      "RT_AXIS_ROW",  "RT_AXIS_COL",   "RT_AXIS_SUB",
-                                      "RT_AXIS_SUBDP", "RT_AXIS_ALL", "RT_AXIS_SUBREP"};
+  static const char *const names[] = {"RT_AXIS_NONE",   "RT_AXIS_DP",     "RT_AXIS_TP",
+                                      "RT_AXIS_ROW",    "RT_AXIS_COL",    "RT_AXIS_SUB",
+                                      "RT_AXIS_SUBDP",  "RT_AXIS_SUBROW", "RT_AXIS_ALL",
+                                      "RT_AXIS_SUBREP"};
+  _Static_assert(sizeof names / sizeof *names == IR_MESH_SUBREP + 1, "one name per axis");
   int rt = ir_rt_axis(a) + 1;
   IR_ASSERT(rt >= 0 && rt < (int)(sizeof names / sizeof *names));
   return names[rt];
@@ -803,8 +805,8 @@ static void lower_cumsum(Lower *L, const IrNode *n) {
 // (tp; a grid's columns; a block's sub ranks) is [outer][chunk] of [outer][parts][chunk] (its
 // split dim's pieces each a part of the outer), and its batch (dim 0) is the running
 // micro-batch's slice of the step's global batch (rt_dist.slice), cut again where its block
-// splits it over subdp, or over the rows of a grid beside tp (a grid program's rows cut the
-// slices themselves).
+// splits it over subdp, or over the rows of a grid beside tp (and the grids, subrow; a grid
+// program's rows cut the slices themselves).
 static void lower_dropout(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_dropout);
   const IrValue *x = n->in[0];
@@ -815,7 +817,7 @@ static void lower_dropout(Lower *L, const IrNode *n) {
   int tp_var = symtab_find(&L->g->syms, IR_TP_DIM);
   bool grid_in_tp = tp_var >= 0 && L->g->syms.bound[tp_var] && L->g->syms.value[tp_var] > 1;
   IrMeshAxis batch = IR_MESH_NONE, axis = IR_MESH_TP;
-  if (x->rank > 0 && (x->layout[0].axis == IR_MESH_SUBDP ||
+  if (x->rank > 0 && (x->layout[0].axis == IR_MESH_SUBDP || x->layout[0].axis == IR_MESH_SUBROW ||
                       (grid_in_tp && x->layout[0].axis == IR_MESH_ROW)))
     batch = x->layout[0].axis;
   int d = -1;

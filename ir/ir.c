@@ -36,8 +36,9 @@ IrOp ir_op_lookup(const char *name) {
 }
 
 const char *ir_mesh_axis_name(IrMeshAxis a) {
-  static const char *const names[] = {"-", "dp", "tp", "row", "col", "sub", "subdp", "all",
-                                      "subrep"};
+  static const char *const names[] = {"-", "dp", "tp", "row", "col", "sub", "subdp", "subrow",
+                                      "all", "subrep"};
+  _Static_assert(sizeof names / sizeof *names == IR_MESH_SUBREP + 1, "one name per axis");
   return a >= 0 && a <= IR_MESH_SUBREP ? names[a] : "-";
 }
 

@@ -113,6 +113,11 @@ typedef enum IrMeshAxis {
   // the same, and its batch over SUBDP, the tp / s ranks whose tp rank % s is the same.
   IR_MESH_SUB,
   IR_MESH_SUBDP,
+  // A 2D grid on the sub ranks (q x q = sub < tp: 2D beside 1D on part of tp): its blocks split
+  // their batch over SUBROW, the grid's rows of all tp / sub grids, rank (t / sub) * q + i in
+  // it. Its collectives are one replica's ranks with the same grid column (t % q); its partial
+  // sums are over row and subdp (ir/shard.c decomposes them). With sub = tp it is row.
+  IR_MESH_SUBROW,
   IR_MESH_NAXES,
   // Every rank of the mesh (dp x one replica's ranks): no dim is split over it; a block data
   // parallel over tp (PlanBlock.batch_tp) reduces and shards its bucket over it.
@@ -125,11 +130,11 @@ typedef enum IrMeshAxis {
 
 // "dp", "tp", "row", "col", "sub", "subdp", "all", "subrep" ("-": none)
 const char *ir_mesh_axis_name(IrMeshAxis a);
-// The axes that split one replica's ops (tp, row, col, sub), and a sub block's batch (subdp),
-// as bits (1 << axis).
+// The axes that split one replica's ops (tp, row, col, sub), and a sub block's batch (subdp,
+// and a grid's on sub ranks, subrow), as bits (1 << axis).
 #define IR_MESH_MODEL_AXES                                                                    \
   ((1u << IR_MESH_TP) | (1u << IR_MESH_ROW) | (1u << IR_MESH_COL) | (1u << IR_MESH_SUB) |      \
-   (1u << IR_MESH_SUBDP))
+   (1u << IR_MESH_SUBDP) | (1u << IR_MESH_SUBROW))
 // Can a dim split over axis a be made of equal pieces, each split (IrValue.pieces: a fused
 // QKV output dim)? Over tp (or a sub block's) and the grid's columns, which split output dims;
 // the grid's rows split a batch or a weight's input dim, never made of pieces.
@@ -141,7 +146,7 @@ static inline bool ir_mesh_pieces(IrMeshAxis a) {
 // head's output dim.
 static inline bool ir_mesh_vocab(IrMeshAxis a) { return ir_mesh_pieces(a); }
 // The runtime numbers the axes from dp (runtime/dist.h RT_AXIS_*: dp 0, tp 1, row 2, col 3,
-// sub 4, subdp 5, all 6, subrep 7):
+// sub 4, subdp 5, subrow 6, all 7, subrep 8):
 // the "axis" and "split_axis" attributes of the ops that run collectives hold that number.
 static inline int ir_rt_axis(IrMeshAxis a) { return (int)a - IR_MESH_DP; }
 static inline IrMeshAxis ir_mesh_axis_of_rt(int64_t rt) { return (IrMeshAxis)(rt + IR_MESH_DP); }

@@ -16,7 +16,7 @@ Mesh mesh_make(int dp, int tp) {
 
 Mesh mesh_grid(int dp, int q) {
   Mesh m = mesh_make(dp, 1);
-  m.size[IR_MESH_ROW] = m.size[IR_MESH_COL] = q;
+  m.size[IR_MESH_ROW] = m.size[IR_MESH_COL] = m.size[IR_MESH_SUBROW] = q;
   return m;
 }
 
@@ -27,7 +27,11 @@ Mesh mesh_with_sub(Mesh m, int s) {
 }
 
 Mesh mesh_with_grid(Mesh m, int q) {
+  int tp = m.size[IR_MESH_TP];
+  if (q * q < tp)
+    m = mesh_with_sub(m, q * q);
   m.size[IR_MESH_ROW] = m.size[IR_MESH_COL] = q;
+  m.size[IR_MESH_SUBROW] = tp / (q * q) * q;
   return m;
 }
 
@@ -35,13 +39,17 @@ int mesh_ranks(const Mesh *m) {
   bool grid_in_tp = m->size[IR_MESH_TP] > 1;
   int n = 1;
   for (int a = 0; a < IR_MESH_NAXES; a++)
-    if (a != IR_MESH_SUB && a != IR_MESH_SUBDP &&
+    if (a != IR_MESH_SUB && a != IR_MESH_SUBDP && a != IR_MESH_SUBROW &&
         !(grid_in_tp && (a == IR_MESH_ROW || a == IR_MESH_COL)))
       n *= m->size[a];
   return n;
 }
 
 int mesh_str(char *buf, size_t n, const Mesh *m) {
+  if (m->size[IR_MESH_ROW] > 1 && m->size[IR_MESH_SUB] > 1)
+    return snprintf(buf, n, "dp %d x tp %d (and %d x 2D %dx%d)", m->size[IR_MESH_DP],
+                    m->size[IR_MESH_TP], m->size[IR_MESH_SUBDP], m->size[IR_MESH_ROW],
+                    m->size[IR_MESH_COL]);
   if (m->size[IR_MESH_ROW] > 1 && m->size[IR_MESH_TP] > 1)
     return snprintf(buf, n, "dp %d x tp %d (and 2D %dx%d)", m->size[IR_MESH_DP],
                     m->size[IR_MESH_TP], m->size[IR_MESH_ROW], m->size[IR_MESH_COL]);

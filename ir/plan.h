@@ -21,13 +21,15 @@ Mesh mesh_make(int dp, int tp);
 // m, where blocks may also be tensor parallel over s ranks of its tp (1 < s < tp, s divides
 // tp; PlanBlock.sub): size[IR_MESH_SUB] s, size[IR_MESH_SUBDP] tp / s.
 Mesh mesh_with_sub(Mesh m, int s);
-// m, where blocks may also be Optimus 2D on a q x q grid of its tp ranks (q * q = tp;
-// PlanBlock.grid): size[IR_MESH_ROW] and size[IR_MESH_COL] q.
+// m, where blocks may also be Optimus 2D on a q x q grid of its tp ranks (PlanBlock.grid):
+// size[IR_MESH_ROW] and size[IR_MESH_COL] q; where q * q < tp (q * q dividing it), on each
+// group of sub = q * q of them (as mesh_with_sub), their batch over subrow (tp / sub x q).
+// (m's sub, if any, is q * q.)
 Mesh mesh_with_grid(Mesh m, int q);
 // dp replicas of a q x q grid (Optimus 2D).
 Mesh mesh_grid(int dp, int q);
-// The ranks of the mesh (sub and subdp factor tp, and so does a grid inside it: they add
-// none).
+// The ranks of the mesh (sub, subdp and subrow factor tp, and so does a grid inside it: they
+// add none).
 int mesh_ranks(const Mesh *m);
 // "dp 2 x tp 2", "dp 1 x 2D 2x2" (snprintf semantics)
 int mesh_str(char *buf, size_t n, const Mesh *m);
@@ -53,7 +55,8 @@ typedef struct PlanBlock {
                        // data parallel over its subdp ranks: its batch split over them, its
                        // weights split over sub (ir/shard.c); needs the mesh's sub > 1
   bool grid;           // Optimus 2D on the q x q grid of the mesh's tp ranks (2D beside 1D;
-                       // ir/shard.c); needs a mesh of tp > 1 with a grid inside it
+                       // ir/shard.c), or on each of its sub groups' grids, data parallel over
+                       // subdp; needs a mesh of tp > 1 with a grid inside it
 } PlanBlock;
 
 typedef struct Plan {

@@ -86,10 +86,11 @@
 #define COL IR_MESH_COL
 #define SUB IR_MESH_SUB
 #define SUBDP IR_MESH_SUBDP
+#define SUBROW IR_MESH_SUBROW
 #define BIT(axis) (1u << (axis))
 // The axes whose meaning depends on the block's kind (block_key): a value laid out under
 // another kind is read without its splits and partial sums over them.
-#define KEYED (BIT(TP) | BIT(SUB) | BIT(SUBDP) | BIT(ROW) | BIT(COL))
+#define KEYED (BIT(TP) | BIT(SUB) | BIT(SUBDP) | BIT(ROW) | BIT(COL) | BIT(SUBROW))
 #define HAVE 4   // conversions of one value remembered
 
 typedef struct Shard {
@@ -129,7 +130,8 @@ typedef struct ShardOp {
   int tpa;             // the axis its tensor-parallel splits use: TP, or SUB in a block below
                        // the mesh's tp (ShardSpec.mesh_tp)
   int ba;              // the axis its batch splits over besides dp: TP (batch), SUBDP (a block
-                       // below the mesh's tp) or NONE
+                       // below the mesh's tp), ROW or SUBROW (a grid block beside tp blocks)
+                       // or NONE
   int q;               // the side of the block's 2D grid (1: none)
   ShardLayout *in;
   bool *seed;          // in[k] is a parameter or state without a layout yet: what the rule
@@ -148,12 +150,23 @@ static ShardLayout whole(int rank) {
   return l;
 }
 
-// Axes the split dims use (BIT per axis), leaving out dim `skip` (-1: none).
+// The axes a split over `axis` uses: itself, and for subrow (a sub grid's batch) the grid's
+// rows and subdp that it is made of.
+static unsigned axis_bits(int axis) {
+  return axis == SUBROW ? BIT(SUBROW) | BIT(ROW) | BIT(SUBDP) : BIT(axis);
+}
+
+// The partial sums that summing a dim split over the axes `used` (axis_bits) leaves: one per
+// axis, a sum over subrow being one over the rows and one over subdp (partial sums are never
+// over subrow).
+static unsigned sums(unsigned used) { return used & ~BIT(SUBROW); }
+
+// Axes the split dims use (axis_bits per dim), leaving out dim `skip` (-1: none).
 static unsigned split_axes(const ShardLayout *l, int skip) {
   unsigned m = 0;
   for (int i = 0; i < l->rank; i++)
     if (i != skip && l->split[i] != NONE)
-      m |= BIT(l->split[i]);
+      m |= axis_bits(l->split[i]);
   return m;
 }
 
@@ -284,6 +297,13 @@ static int grid(const Shard *s) {
   return s->spec->q > 1 || s->spec->q == SHARD_TP_ANY ? s->spec->q : 1;
 }
 
+// The 2D grids of a program of tp with grids inside (ShardSpec.q, mesh_tp): tp / (q x q), each
+// on its sub ranks (1: one, or none).
+static int grids(const Shard *s) {
+  int q = grid(s);
+  return q > 1 && s->spec->mesh_tp > q * q ? s->spec->mesh_tp / (q * q) : 1;
+}
+
 // The degree of an axis, for a node of tensor-parallel degree tp. With the program's tp
 // known (ShardSpec.mesh_tp) an axis has one degree wherever a value split over it is read.
 static int degree(const Shard *s, int tp, int axis) {
@@ -293,6 +313,7 @@ static int degree(const Shard *s, int tp, int axis) {
   case SUB: return s->sub;
   case SUBDP: return s->spec->mesh_tp / s->sub;
   case ROW: case COL: return grid(s);
+  case SUBROW: return grid(s) * grids(s);
   default: return 1;
   }
 }
@@ -300,9 +321,11 @@ static int degree(const Shard *s, int tp, int axis) {
 // The axes over which a gradient of the node's block is a partial sum that its bucket's
 // reduction finishes: dp, and the parts of its batch over tp (a block data parallel over it)
 // or subdp (a block over part of tp). (A grid block's batch splits over its rows: Optimus
-// reduce-scatters its weights' gradients along them.)
+// reduce-scatters its weights' gradients along them; a grid on sub ranks leaves them partial
+// over subdp.)
 static unsigned bucket_partial(const ShardOp *op) {
-  return BIT(DP) | (op->ba == TP || op->ba == SUBDP ? BIT(op->ba) : 0);
+  return BIT(DP) | (op->ba == TP || op->ba == SUBDP ? BIT(op->ba) : 0) |
+         (op->ba == SUBROW ? BIT(SUBDP) : 0);
 }
 
 // Does the node's block split its ops over ranks (tensor parallel or a 2D grid)?
@@ -400,7 +423,7 @@ static bool try_split(ShardOp *op, int k, int dim, int axis) {
   if (l->split[dim] == axis)
     return true;
   if (axis != NONE) {
-    if ((split_axes(l, dim) | l->partial) & BIT(axis))
+    if ((split_axes(l, dim) | l->partial) & axis_bits(axis))
       return false;
     if (!divides(op, op->n->in[k]->shape[dim], axis))
       return false;
@@ -746,28 +769,29 @@ static int shard_matmul(ShardOp *op) {
   weight_grad_2d(op, am, bn);
   int kaxis = unify2(op, 0, ak, 1, bk);
   // b's dims may not reuse an axis a's side of the output already uses.
-  unsigned a_out = BIT(a->split[am]) | BIT(kaxis);
+  unsigned a_out = axis_bits(a->split[am]) | axis_bits(kaxis);
   for (int i = 0; ra > 2 && i < ra - 2; i++)
-    a_out |= BIT(a->split[i]);
+    a_out |= axis_bits(a->split[i]);
   a_out &= ~BIT(NONE);
-  if (a_out & BIT(b->split[bn]))
+  if (a_out & axis_bits(b->split[bn]) & ~BIT(NONE))
     b->split[bn] = NONE;
   if (ra == 2)
     for (int i = 0; i < rb - 2; i++)
-      if ((a_out | BIT(a->split[ak])) & BIT(b->split[i]) & ~BIT(NONE))
+      if ((a_out | axis_bits(a->split[ak])) & axis_bits(b->split[i]) & ~BIT(NONE))
         b->split[i] = NONE;
   // The output: batch dims (unless summed), M from a, N from b.
   const ShardLayout *batch = ra > 2 ? a : b;
   int nbatch = (ra > 2 ? ra : rb) - 2;
   ShardLayout *out = &op->out[0];
   *out = whole(n->out[0]->rank);
-  unsigned p = kaxis != NONE ? BIT(kaxis) : 0;
+  unsigned p = kaxis != NONE ? sums(axis_bits(kaxis)) : 0;
   int r = 0;
   for (int i = 0; i < nbatch; i++) {
     if (!sum)
       out->split[r++] = batch->split[i];
     else if (batch->split[i] != NONE)
-      p |= BIT(batch->split[i]);   // summed over a split batch: each rank holds a partial sum
+      p |= sums(axis_bits(batch->split[i]));   // summed over a split batch: each rank holds a
+                                               // partial sum
   }
   out->split[r++] = a->split[am];
   out->split[r++] = b->split[bn];
@@ -806,7 +830,7 @@ static int shard_conv2d_bwd_filter(ShardOp *op) {
   conv_images(op, 1);
   int axis = unify2(op, 0, 0, 1, 0);
   op->out[0] = whole(4);
-  op->out[0].partial = (unsigned char)(axis != NONE ? BIT(axis) : 0);
+  op->out[0].partial = (unsigned char)(axis != NONE ? sums(axis_bits(axis)) : 0);
   op->out[1] = whole(3);
   op->out[1].split[0] = (unsigned char)axis;
   return 0;
@@ -931,7 +955,7 @@ static int shard_layernorm_bwd(ShardOp *op) {
   op->out[0] = op->in[1];
   for (int k = 1; k < 3; k++) {   // summed over the rows: partial over the axes they split over
     op->out[k] = op->in[2];
-    op->out[k].partial = (unsigned char)split_axes(&op->in[1], last);
+    op->out[k].partial = (unsigned char)sums(split_axes(&op->in[1], last));
   }
   return 0;
 }
@@ -956,7 +980,7 @@ static int shard_rmsnorm_bwd(ShardOp *op) {
   op->in[2] = op->in[1].split[last] == COL ? op->in[2] : whole(1);
   op->out[0] = op->in[1];
   op->out[1] = op->in[2];
-  op->out[1].partial = (unsigned char)split_axes(&op->in[1], last);
+  op->out[1].partial = (unsigned char)sums(split_axes(&op->in[1], last));
   return 0;
 }
 
@@ -1074,7 +1098,8 @@ static int shard_embedding(ShardOp *op) {
   for (int i = 0; i < idx->rank; i++)
     out->split[i] = idx->split[i];
   out->split[idx->rank] = w->split[1];
-  out->partial = (unsigned char)(w->partial | (w->split[0] != NONE ? BIT(w->split[0]) : 0));
+  out->partial = (unsigned char)(w->partial | (w->split[0] != NONE ? sums(axis_bits(w->split[0]))
+                                                                     : 0));
   return 0;
 }
 
@@ -1099,7 +1124,7 @@ static int shard_embedding_bwd(ShardOp *op) {
   ShardLayout *out = &op->out[0];
   *out = whole(2);
   out->split[1] = op->in[0].split[lead];
-  out->partial = (unsigned char)(op->in[0].partial | split_axes(&op->in[0], lead));
+  out->partial = (unsigned char)(op->in[0].partial | sums(split_axes(&op->in[0], lead)));
   int vocab = op->q == 1 ? wanted_split(op, 0) : NONE;
   if (vocab != NONE && vocab != out->split[1] && !(out->partial & BIT(vocab)) &&
       divides(op, n->out[0]->shape[0], vocab))
@@ -1130,7 +1155,7 @@ static int shard_cross_entropy(ShardOp *op) {
     need_whole_dim(op, 0, lead);
   int v = op->in[0].split[lead];
   op->out[0] = whole(0);
-  op->out[0].partial = (unsigned char)split_axes(&op->in[1], -1);
+  op->out[0].partial = (unsigned char)sums(split_axes(&op->in[1], -1));
   if (v != NONE) {
     const Sym *rows = local_numel(op->s, op->tp, n->in[1], &op->in[1]);
     ShardColl *c = add_coll(op->s, n, SHARD_WITHIN, -1, n->in[0], SHARD_ALL_REDUCE,
@@ -1313,7 +1338,7 @@ static int shard_sum_to(ShardOp *op) {
     if (od >= 0 && same_size(op->g, x->shape[d], o->shape[od]))
       out->split[od] = op->in[0].split[d];
     else if (op->in[0].split[d] != NONE)
-      p |= BIT(op->in[0].split[d]);
+      p |= sums(axis_bits(op->in[0].split[d]));
   }
   out->partial = (unsigned char)p;
   return 0;
@@ -1342,7 +1367,7 @@ static int reduce(ShardOp *op) {
       out->split[r++] = op->in[0].split[i];
     else {
       if (op->in[0].split[i] != NONE)
-        p |= BIT(op->in[0].split[i]);
+        p |= sums(axis_bits(op->in[0].split[i]));
       if (keep)
         r++;
     }
@@ -1423,7 +1448,7 @@ static int shard_log_softmax_bwd(ShardOp *op) { return softmax_bwd(op); }
 static int shard_nll_loss(ShardOp *op) {
   loss_rows(op, 0, 1);
   op->out[0] = whole(0);
-  op->out[0].partial = (unsigned char)split_axes(&op->in[0], -1);
+  op->out[0].partial = (unsigned char)sums(split_axes(&op->in[0], -1));
   return 0;
 }
 static int shard_nll_loss_bwd(ShardOp *op) { return loss_bwd(op); }
@@ -1591,7 +1616,7 @@ static int block_key(const Shard *s, const IrNode *n) {
 static void split_batch(ShardOp *op, int k) {
   const IrValue *v = op->n->in[k], *b = op->s->batch;
   ShardLayout *l = &op->in[k];
-  if (!b || b->rank < 1 || ((split_axes(l, -1) | l->partial) & BIT(op->ba)))
+  if (!b || b->rank < 1 || ((split_axes(l, -1) | l->partial) & axis_bits(op->ba)))
     return;
   for (int d = 0; d < v->rank; d++)
     if (sym_eq(v->shape[d], b->shape[0])) {
@@ -1601,13 +1626,14 @@ static void split_batch(ShardOp *op, int k) {
     }
 }
 
-// Input k of a grid block, an activation with its batch split over the grid's rows: its last
+// Input k of a grid block, an activation with its batch split over the grid's rows (subrow: and
+// over its replicas, a grid on sub ranks): its last
 // dim (features) over the columns too, when whole, the input uses them nowhere and it divides.
 static void split_features(ShardOp *op, int k) {
   const IrValue *v = op->n->in[k];
   ShardLayout *l = &op->in[k];
   int last = v->rank - 1;
-  if (last < 1 || l->split[0] != ROW || l->split[last] != NONE ||
+  if (last < 1 || l->split[0] != op->ba || l->split[last] != NONE ||
       ((split_axes(l, -1) | l->partial) & BIT(COL)) || !divides(op, v->shape[last], COL))
     return;
   l->split[last] = COL;
@@ -1736,10 +1762,12 @@ static int run_node(Shard *s, const IrNode *n, ShardLayout *in, bool *seed, Shar
   int tp = block_tp(s, n), key = block_key(s, n);
   bool batch = block_batch(s, n), sub = block_sub(s, n), on_grid = block_grid(s, n);
   // a grid block beside tp blocks splits its batch over the grid's rows itself (in a grid
-  // program the inputs are split so: lay_inputs)
+  // program the inputs are split so: lay_inputs), and over the grids when there are several
   bool grid_batch = on_grid && s->spec->mesh_tp > 1;
+  int grid_ba = grids(s) > 1 ? SUBROW : ROW;
   ShardOp op = {.s = s, .g = s->g, .n = n, .tp = tp, .batch = batch, .q = on_grid ? grid(s) : 1,
-                .tpa = sub ? SUB : TP, .ba = batch ? TP : sub ? SUBDP : grid_batch ? ROW : NONE,
+                .tpa = sub ? SUB : TP,
+                .ba = batch ? TP : sub ? SUBDP : grid_batch ? grid_ba : NONE,
                 .in = in, .seed = seed, .seed_k = -1, .out = out};
   for (int k = 0; k < n->nin; k++) {
     const IrValue *v = n->in[k];
@@ -1870,10 +1898,13 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   for (int b = 0; b < spec->nblocks; b++)
     if (spec->tp[b] < 1 && spec->tp[b] != SHARD_TP_ANY)
       return ir_error(d, (IrLoc){0}, "shard: block %d has tp = %d", b, spec->tp[b]);
-  // (a grid inside tp: its blocks tp 1, the others the program's tp, of q x q ranks)
-  bool grid_in_tp = spec->q > 1 && spec->mesh_tp == spec->q * spec->q;
+  // (a grid inside tp: its blocks tp 1, the others the program's tp, or of q x q ranks when
+  // each group of q x q of its ranks holds a grid)
+  int qq = spec->q * spec->q;
+  bool grid_in_tp = spec->q > 1 && spec->mesh_tp > 1 && spec->mesh_tp % qq == 0;
   for (int b = 0; (spec->q > 1 || spec->q == SHARD_TP_ANY) && b < spec->nblocks; b++)
-    if ((spec->tp[b] != 1 && !(grid_in_tp && spec->tp[b] == spec->mesh_tp)) || spec->dp != 1)
+    if ((spec->tp[b] != 1 && !(grid_in_tp && (spec->tp[b] == spec->mesh_tp ||
+                                              spec->tp[b] == qq))) || spec->dp != 1)
       return ir_error(d, (IrLoc){0}, "shard: a 2D grid (q = %d) with tp = %d and dp = %d in "
                       "block %d: the grid is one replica's only split", spec->q, spec->tp[b],
                       spec->dp, b);
@@ -1891,7 +1922,8 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   out->layout = calloc((size_t)nv + 1, sizeof *out->layout);
   out->use_at = calloc((size_t)nn + 1, sizeof *out->use_at);
   out->use = calloc((size_t)nuse + 1, sizeof *out->use);
-  Shard s = {.g = g, .spec = spec, .diag = d, .r = out, .seq = sequence(g), .sub = 1};
+  Shard s = {.g = g, .spec = spec, .diag = d, .r = out, .seq = sequence(g),
+             .sub = grid_in_tp && qq < spec->mesh_tp ? qq : 1};   // (grids on sub ranks)
   for (int b = 0; b < spec->nblocks; b++) {
     bool batch = spec->batch_tp && spec->batch_tp[b];
     if (spec->mesh_tp > 0 && spec->tp[b] > 1 && spec->tp[b] < spec->mesh_tp && !batch) {
@@ -1940,6 +1972,14 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   }
   find_vocab(&s);
   int rc = lay_inputs(&s);
+  int64_t rows, parts = grid(&s) * grids(&s);
+  if (!rc && grids(&s) > 1 && s.batch && s.batch->rank >= 1 &&
+      sym_eval(s.batch->shape[0], &g->syms, &rows) == 0 && (rows % parts || rows < parts))
+    rc = ir_error(d, s.batch->loc, "shard: the 2D blocks on the %d grids of %d x %d of the tp "
+                  "ranks split each micro-batch over the grids' %lld rows, and its %lld "
+                  "sequences do not divide by %lld: choose a micro-batch that does",
+                  grids(&s), grid(&s), grid(&s), (long long)parts, (long long)rows,
+                  (long long)parts);
   for (int i = 0, at = 0; !rc && i < nn; i++) {
     out->use_at[i] = at;
     rc = run_node(&s, g->nodes[i], in, seed, outs, at);

@@ -52,11 +52,12 @@
 #define COL IR_MESH_COL
 #define SUB IR_MESH_SUB
 #define SUBDP IR_MESH_SUBDP
+#define SUBROW IR_MESH_SUBROW
 #define BIT(axis) (1u << (axis))
 #define NCONV 8   // conversions of one value remembered
 
 // The axes this pass lowers, in the order a conversion takes them.
-static const int model_axes[] = {TP, ROW, COL, SUB, SUBDP};
+static const int model_axes[] = {TP, ROW, COL, SUB, SUBDP, SUBROW};
 #define NMODEL ((int)(sizeof model_axes / sizeof *model_axes))
 
 typedef struct Conv {
@@ -69,7 +70,7 @@ typedef struct Tp {
   IrGraph *g;
   int tp;                 // the mesh's tp (1D) ...
   int q;                  // ... or the side of its 2D grid (1: none)
-  char mesh[32];          // "tp 2", "2D 2x2": for messages
+  char mesh[64];          // "tp 2", "2D 2x2": for messages
   bool seq_parallel;      // Megatron's sequence parallelism (ir/shard.c)
   int size[IR_MESH_NAXES];        // each axis's degree (1: not split over)
   const Sym *deg[IR_MESH_NAXES];  // ... as a formula: the dim TP or Q
@@ -554,7 +555,7 @@ static int mean_over_row_split(const Tp *t, int i) {
   default: tg = -1; break;
   }
   int over = tg >= 0 && n->in[tg]->rank > 0 ? use_of(t, i, tg)->split[0] : IR_MESH_NONE;
-  return over == ROW || over == TP || over == SUBDP ? over : -1;
+  return over == ROW || over == TP || over == SUBDP || over == SUBROW ? over : -1;
 }
 
 static void scale_rows(Tp *t, int i, int axis) {
@@ -890,7 +891,10 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   t.size[ROW] = t.size[COL] = q;
   t.size[SUB] = sub;
   t.size[SUBDP] = tp / sub;
-  if (q > 1 && tp > 1)
+  t.size[SUBROW] = P->mesh.size[SUBROW];   // (q with one grid: the grid's rows)
+  if (q > 1 && tp > q * q)
+    snprintf(t.mesh, sizeof t.mesh, "tp %d (and %d x 2D %dx%d)", tp, tp / (q * q), q, q);
+  else if (q > 1 && tp > 1)
     snprintf(t.mesh, sizeof t.mesh, "tp %d (and 2D %dx%d)", tp, q, q);
   else if (q > 1)
     snprintf(t.mesh, sizeof t.mesh, "2D %dx%d", q, q);
@@ -905,6 +909,8 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
     t.deg[SUB] = sym_const(&g->arena, sub);
     t.deg[SUBDP] = sym_const(&g->arena, tp / sub);
   }
+  if (q > 1)   // a grid block's batch beside tp blocks: over its rows, and the grids
+    t.deg[SUBROW] = t.size[SUBROW] == q ? t.deg[ROW] : sym_const(&g->arena, t.size[SUBROW]);
   int nb = ir_nblocks(g);
   int *degree = malloc((size_t)nb * sizeof *degree);
   bool *batch_tp = malloc((size_t)nb * sizeof *batch_tp);

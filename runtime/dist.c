@@ -34,10 +34,17 @@ void rt_dist_init(int dp, int tp, int q, int sub, int micro_total, int nslots) {
     rt_dist.group[RT_AXIS_SUBREP] = rt_group_split(rt_group_world(), j,
                                                    rt_axis_rank(RT_AXIS_SUBREP));
   }
-  if (q > 1) {   // a grid column's ranks (same j), ordered by row; a grid row's, by column
+  rt_dist.group[RT_AXIS_SUBROW] = NULL;
+  if (q > 1) {   // a grid column's ranks (same j), ordered by row; a grid row's, by column (each
+                 // grid's own: a replica of tp > q x q holds tp / (q x q) grids side by side)
     int i = rt_axis_rank(RT_AXIS_ROW), j = rt_axis_rank(RT_AXIS_COL);
-    rt_dist.group[RT_AXIS_ROW] = rt_group_split(rt_group_world(), rt_dist.dp_rank * q + j, i);
-    rt_dist.group[RT_AXIS_COL] = rt_group_split(rt_group_world(), rt_dist.dp_rank * q + i, j);
+    int grid = rt_dist.dp_rank * rt_grids() + rt_dist.tp_rank / (q * q);
+    rt_dist.group[RT_AXIS_ROW] = rt_group_split(rt_group_world(), grid * q + j, i);
+    rt_dist.group[RT_AXIS_COL] = rt_group_split(rt_group_world(), grid * q + i, j);
+    rt_dist.group[RT_AXIS_SUBROW] =   // the grids' rows: one grid's are ROW's
+        rt_grids() == 1 ? rt_dist.group[RT_AXIS_ROW]
+                        : rt_group_split(rt_group_world(), rt_dist.dp_rank * q + j,
+                                         rt_axis_rank(RT_AXIS_SUBROW));
   }
   rt_dist.micro = 0;
   rt_dist.micro_total = micro_total;

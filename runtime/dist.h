@@ -24,17 +24,21 @@
 // RT_AXIS_SUB, RT_AXIS_SUBDP: a block tensor parallel over sub of the replica's tp ranks
 // (TP2 beside TP4) splits its ops over the sub adjacent ranks with the same tp_rank / sub, and
 // its batch over the tp / sub ranks with the same tp_rank % sub.
+// RT_AXIS_SUBROW: a grid on the sub ranks (q x q = sub < tp) splits its batch over its rows
+// and the tp / sub grids, the ranks of a replica with the same tp_rank % q, ordered by tp_rank
+// (its grid rows are tp_rank % sub / q); without sub grids it is RT_AXIS_ROW.
 // RT_AXIS_NONE: over no axis (a parameter's padded dim that is whole on every rank, rt_split).
 // RT_AXIS_ALL: every rank of the mesh, in world order; no tensor is split over it (the RT_NAXES
 // axes are those of a tensor's layout), the buckets of a block data parallel over tp are.
 // RT_AXIS_SUBREP: the replicas of a block over sub ranks (dp x subdp: the ranks with the same
 // tp_rank % sub); its buckets are reduced and sharded over them.
 enum { RT_AXIS_NONE = -1, RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_AXIS_SUB,
-       RT_AXIS_SUBDP, RT_NAXES, RT_AXIS_ALL = RT_NAXES, RT_AXIS_SUBREP, RT_NGROUPS };
+       RT_AXIS_SUBDP, RT_AXIS_SUBROW, RT_NAXES, RT_AXIS_ALL = RT_NAXES, RT_AXIS_SUBREP, RT_NGROUPS };
 
 typedef struct rt_dist_state {
   int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none; with tp > 1, the
-                              // grid of its 2D blocks inside the tp ranks, q x q = tp)
+                              // grid of its 2D blocks inside the tp ranks, q x q = tp, or
+                              // inside each group of sub of them, q x q = sub)
   int sub;                    // the degree of blocks below tp (1: none)
   int rank, dp_rank, tp_rank; // this rank's place in it: in the world (dp_rank x the replica's
                               // ranks + tp_rank), its replica, its rank in the replica
@@ -42,6 +46,7 @@ typedef struct rt_dist_state {
                               // [RT_AXIS_TP]: one replica's ranks; [RT_AXIS_ROW],
                               // [RT_AXIS_COL]: a grid column's, a grid row's (q > 1);
                               // [RT_AXIS_SUB], [RT_AXIS_SUBDP], [RT_AXIS_SUBREP] (sub > 1);
+                              // [RT_AXIS_SUBROW] (q > 1: the grids' rows, ROW's with one grid);
                               // [RT_AXIS_ALL]: the world
   int micro, micro_total;     // the micro-batch running, and how many this rank's replica runs
                               // a step (replicas may run unequal shares of the batch)
@@ -66,8 +71,10 @@ static inline int rt_replica_ranks(void) {
 }
 
 // The ranks along a mesh axis, and this rank's place among them.
+static inline int rt_grids(void) { return rt_replica_ranks() / (rt_dist.q * rt_dist.q); }
 static inline int rt_axis_size(int axis) {
   return axis == RT_AXIS_NONE ? 1
+         : axis == RT_AXIS_SUBROW ? rt_grids() * rt_dist.q
          : axis == RT_AXIS_DP ? rt_dist.dp
          : axis == RT_AXIS_TP ? rt_dist.tp
          : axis == RT_AXIS_SUB ? rt_dist.sub
@@ -76,14 +83,16 @@ static inline int rt_axis_size(int axis) {
          : axis == RT_AXIS_ALL ? rt_dist.dp * rt_replica_ranks()
                               : rt_dist.q;
 }
-// The place along a replica's axis (tp, row, col, sub, subdp) of the replica's rank t.
+// The place along a replica's axis (tp, row, col, sub, subdp, subrow) of the replica's rank t.
 static inline int rt_axis_place(int axis, int t) {
   return axis == RT_AXIS_NONE ? 0
          : axis == RT_AXIS_TP ? t
          : axis == RT_AXIS_SUB ? t % rt_dist.sub
          : axis == RT_AXIS_SUBDP ? t / rt_dist.sub
-         : axis == RT_AXIS_ROW ? t / rt_dist.q
-                               : t % rt_dist.q;
+         : axis == RT_AXIS_ROW ? t % (rt_dist.q * rt_dist.q) / rt_dist.q
+         : axis == RT_AXIS_SUBROW
+             ? t / (rt_dist.q * rt_dist.q) * rt_dist.q + t % (rt_dist.q * rt_dist.q) / rt_dist.q
+             : t % rt_dist.q;
 }
 static inline int rt_axis_rank(int axis) {
   return axis == RT_AXIS_DP    ? rt_dist.dp_rank

@@ -1335,12 +1335,18 @@ static bool split_over(const rt_tensor *p, int axis) {
 
 // Of the replica's ranks that hold the same values of p (those along the axes
 // it is not split over), is this rank the first? A parameter of a block below
-// the mesh's tp is held by the ranks of its sub group (its bucket shards it
-// over the others, RT_AXIS_SUBREP).
+// the mesh's tp (or on the grid of its sub ranks) is held by the ranks of its sub group (its
+// bucket shards it over the others, RT_AXIS_SUBREP).
 static bool replica_owner(const rt_tensor *p) {
   const rt_model *M = model();
-  if (p->bucket >= 0 && M->buckets[p->bucket].shard_axis == RT_AXIS_SUBREP)
-    return split_over(p, RT_AXIS_SUB) || rt_axis_rank(RT_AXIS_SUB) == 0;
+  if (p->bucket >= 0 && M->buckets[p->bucket].shard_axis == RT_AXIS_SUBREP) {
+    if (split_over(p, RT_AXIS_SUB)) return true;
+    if (rt_dist.q == 1) return rt_axis_rank(RT_AXIS_SUB) == 0;
+    // a grid's on those ranks (q x q = sub): held along the grid axes it is split over
+    for (int a = RT_AXIS_ROW; a <= RT_AXIS_COL; a++)
+      if (!split_over(p, a) && rt_axis_rank(a) != 0) return false;
+    return true;
+  }
   // (sub and subdp are parts of tp; so are a grid's rows and columns beside tp blocks: a
   // parameter split over them is held along them, another along tp)
   bool on_grid = split_over(p, RT_AXIS_ROW) || split_over(p, RT_AXIS_COL);

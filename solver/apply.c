@@ -157,6 +157,8 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
     // of the tp ranks too (PlanBlock.sub), and where tp is a square, with blocks on a grid of
     // them too (PlanBlock.grid; sequence parallelism splits only the 1D blocks' sequence).
+    // (Grids on groups of q x q of the tp ranks split each micro-batch over the grids, which
+    // the solver's grid layouts, each replica on micro-batches of its own, do not price.)
     // Each of those meshes offers the plain one's layouts, which then needs no solve of its own.
     bool sub = fits && q == 1 && cfg->cluster.ngroups == 1;
     int before = nmesh;
@@ -257,7 +259,10 @@ static int whole(const cJSON *o, const char *key, double lo, double hi, int64_t 
 // the program), which it runs over the mesh's sub ranks with their batch
 // split over tp / s (PlanBlock.sub), and blocks may be Optimus 2D on a q x q
 // grid of its tp ranks (q x q = tp, the same dp), which it runs on the grid
-// inside the mesh (PlanBlock.grid). The mesh is that of the block of the
+// inside the mesh, or on each group of q x q of them (q x q dividing tp, dp x
+// tp / (q x q) replicas; blocks over part of tp then over q x q ranks), which
+// it runs on the grids of the mesh's sub ranks, their batch split over the
+// grids too (PlanBlock.grid). The mesh is that of the block of the
 // largest tp (or a grid's). in[b]: block b's mesh is that of a block data
 // parallel over its tp ranks ("batch_tp": the mesh's tp, which says it where
 // no block is tensor parallel).
@@ -280,15 +285,15 @@ static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
       continue;
     }
     if (s > 1 && s < tp && tp % s == 0 && mesh[b].size[IR_MESH_DP] * s == ranks &&
-        mesh[b].size[IR_MESH_ROW] == 1 && (sub == 1 || sub == s) && q == 1) {
+        mesh[b].size[IR_MESH_ROW] == 1 && (sub == 1 || sub == s) && (q == 1 || q * q == s)) {
       a->block[b].sub = true;   // over s of the tp ranks, its batch over tp / s
       sub = s;
       continue;
     }
     int side = mesh[b].size[IR_MESH_ROW];
-    if (side > 1 && side * side == tp && mesh[b].size[IR_MESH_DP] == a->mesh.size[IR_MESH_DP] &&
-        sub == 1) {
-      a->block[b].grid = true;   // on the grid of the tp ranks
+    if (side > 1 && tp % (side * side) == 0 && mesh[b].size[IR_MESH_DP] * side * side == ranks &&
+        (sub == 1 || sub == side * side) && (q == 1 || q == side)) {
+      a->block[b].grid = true;   // on the grid of the tp ranks, or of each group of q x q
       q = side;
       continue;
     }
@@ -299,8 +304,9 @@ static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
                     "one mesh for every block, where a block may also be data parallel over "
                     "all %d ranks of a tensor-parallel mesh (dp %d, tp 1), tensor parallel "
                     "over a part of its tp (one tp for those blocks, dividing %d, dp x tp = %d), "
-                    "or on a 2D grid of its tp ranks (the same dp, q x q = %d); not both of the "
-                    "last two", path, b, m->block[b].name, have, want, ranks, ranks, tp, ranks,
+                    "or on 2D grids of its tp ranks (q x q dividing %d, dp x tp / (q x q) "
+                    "replicas of them; one q for those blocks, and q x q the tp of blocks over a "
+                    "part of tp)", path, b, m->block[b].name, have, want, ranks, ranks, tp, ranks,
                     tp);
   }
   if (sub > 1)
@@ -851,7 +857,7 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     bool other = pb->batch_tp || pb->sub || pb->grid;
     for (int l = 0; other && l < p->nlayouts; l++) {
       const SvLayout *pl = &p->layout[l];
-      if (pl->dp == dp && (pb->grid ? pl->tp == 1 && pl->q == grid
+      if (pl->dp == dp && (pb->grid ? pl->tp == 1 && pl->q == grid && grid * grid == tp
                                     : pl->tp == tp && (pb->batch_tp ? pl->batch : pl->sub > 1)))
         lu = l;
     }

@@ -53,7 +53,17 @@ refused two_meshes "p['blocks'][1]['tp'] = 2" \
 refused sub_two_degrees "p['blocks'][0].update(dp=1, tp=8); p['blocks'][1].update(dp=2, tp=4); p['blocks'][2].update(dp=4, tp=2)" \
   "block 2 \(h.1\) is dp 4 x tp 2, another block dp 1 x tp 8: .* tensor parallel over a part of its tp \(one tp for those blocks, dividing 8, dp x tp = 8\)" p1
 refused grid_and_sub "p['blocks'][0].update(dp=1, tp=4); p['blocks'][1].update(dp=2, tp=2); p['blocks'][2].update(dp=1, tp=1, q=2)" \
-  "block 2 \(h.1\) is dp 1 x 2D 2x2, another block dp 1 x tp 4: .*or on a 2D grid of its tp ranks \(the same dp, q x q = 4\); not both of the last two" p1
+  "block 2 \(h.1\) is dp 1 x 2D 2x2, another block dp 1 x tp 4: .*or on 2D grids of its tp ranks \(q x q dividing 4, .*and q x q the tp of blocks over a part of tp\)" p1
+# 2D on each group of 4 of 8 tp ranks: each micro-batch is split over the 2 grids' 4 rows, so
+# its 2 sequences are too few (an 8-GPU plan with 8 heads, micro-batches of 2)
+"$mtc" plan "$model" -D L=2 -D NH=8 -D B=2 --gpus 8 --json "$out/plan8.json" > /dev/null ||
+  { echo "FAIL: mtc plan --gpus 8 --json"; exit 1; }
+/usr/bin/python3 -c "import json; p = json.load(open('$out/plan8.json'))
+for b in p['blocks']: b.update(dp=1, tp=8, q=1, zero=0) if b['id'] == 0 else b.update(dp=2, tp=1, q=2, zero=0)
+json.dump(p, open('$out/subgrid_rows.json', 'w'))"
+expect plan_subgrid_rows 1 "the 2D blocks on the 2 grids of 2 x 2 of the tp ranks split each micro-batch over the grids' 4 rows, and its 2 sequences do not divide by 4" \
+  "$mtc" compile "$model" -D L=2 -D NH=8 -D B=2 --plan "$out/subgrid_rows.json" -o "$out/p_subgrid"
+[ -e "$out/p_subgrid" ] && { echo "FAIL plan_subgrid_rows: $out/p_subgrid was written"; fails=$((fails + 1)); }
 refused batch_tp_split "p['blocks'][1].update(tp=2, batch_tp=2)" \
   "blocks\[1\] \(h.0\): \"batch_tp\" 2: a block data parallel over the tp ranks of its mesh has tp 1, q 1 and dp all of the ranks" p1
 refused grid_and_dp "p['blocks'][1].update(dp=1, q=2)" \

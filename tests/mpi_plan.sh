@@ -18,44 +18,53 @@
 # the 2 such groups (TP2 beside TP4).
 # PLAN_GRID="1 2" gives those blocks a 2 x 2 grid (dp 1, q 2) beside PLAN_TP4's blocks: 2D
 # beside 1D in a mesh of tp 4.
+# PLAN_GPUS=8 plans for 8 GPUs (micro-batches of 4, the global batch 16) and edits every block to
+# dp 1 x tp 8 without ZeRO; PLAN_SUBGRID="1 2" gives those blocks dp 2 x a 2 x 2 grid (with
+# PLAN_ZERO's stage over their 2 replicas): 2D on each group of 4 of the tp ranks, the batch
+# over the 2 grids' rows.
 # PLAN_PRECISION=bf16 plans and compiles in bf16 (give mpi.sh its bf16 tolerances).
 # PLAN_GPUS=2 (or 3) plans for 2 (3) GPUs and edits every block to dp 2 (3) x tp 1 instead (the
 # options above that name tp 4, a grid or data parallelism over tp need 4); PLAN_GROUP_COUNTS="1
 # 2" gives the groups of PLAN_GROUP_MICRO those numbers of GPUs (default: half of them each).
 #
-#   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank)
+#   tests/mpi_plan.sh MTC MODEL OUT [MTC ARGS...]   (the model's batch dim: 2 per rank, 4 on 8)
 set -euo pipefail
 mtc=$1 model=$2 out=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-gpus=${PLAN_GPUS:-4} batch=()
+gpus=${PLAN_GPUS:-4} batch=() micro=2
 [ "$gpus" = 4 ] || batch=(--batch 8)
-"$mtc" plan "$model" "$@" -D B=2 --gpus "$gpus" "${batch[@]}" --precision "${PLAN_PRECISION:-fp32}" \
+[ "$gpus" = 8 ] && micro=4 batch=(--batch 16)
+"$mtc" plan "$model" "$@" -D B=$micro --gpus "$gpus" "${batch[@]}" --precision "${PLAN_PRECISION:-fp32}" \
   --json "$out/plan.json" > "$out/plan.txt"
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
   "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" "${PLAN_GROUP_STATE:-}" "$gpus" \
-  "${PLAN_GROUP_COUNTS:-}" <<'PY'
+  "${PLAN_GROUP_COUNTS:-}" "${PLAN_SUBGRID:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
-assert plan["batch"]["micro"] == 2 and plan["batch"]["micro_batches"] == 4, plan["batch"]
+gpus = int(sys.argv[12])
+assert plan["batch"]["micro"] == (4 if gpus == 8 else 2), plan["batch"]
+assert plan["batch"]["micro_batches"] == 4, plan["batch"]
 batch = [int(x) for x in sys.argv[6].split()]
 grads = [int(x) for x in sys.argv[7].split()]
 params = [int(x) for x in sys.argv[8].split()]
 tp4 = [int(x) for x in sys.argv[9].split()]
 grid = [int(x) for x in sys.argv[10].split()]
-gpus = int(sys.argv[12])
-tp = 2 if gpus == 4 else 1
+subgrid = [int(x) for x in sys.argv[14].split()]
+tp = 2 if gpus == 4 else 8 if gpus == 8 else 1
 for i, b in enumerate(plan["blocks"]):
     b.update(dp=gpus // tp, tp=tp, q=1, zero=int(sys.argv[4]), checkpoint=False,
              offload=shares[i % len(shares)])
     if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
         b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
             b.update(dp=4, tp=1)
-    if b["id"] in tp4:   # one replica: no ZeRO (the solver prices no stage there)
-        b.update(dp=1, tp=4, zero=0)
+    if b["id"] in tp4 or tp == 8:   # one replica: no ZeRO (the solver prices no stage there)
+        b.update(dp=1, tp=4 if tp != 8 else 8, zero=0)
+    if b["id"] in subgrid:
+        b.update(dp=2, tp=1, q=2, zero=int(sys.argv[4]))
     if b["id"] in grid:
         b.update(dp=1, tp=1, q=2, zero=0)
     if b["id"] in grads:
@@ -71,6 +80,6 @@ if sys.argv[5]:
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 # global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each; or one
-# replica, 4 micro-batches)
-exec "$here/mpi.sh" "$mtc" "$model" "$out/run" "$gpus" 8 2 "--plan $out/edited.json" "$@" \
+# replica, 4 micro-batches); on 8 GPUs 4 sequences x 4
+exec "$here/mpi.sh" "$mtc" "$model" "$out/run" "$gpus" $((micro * 4)) $micro "--plan $out/edited.json" "$@" \
   --precision "${PLAN_PRECISION:-fp32}"
