@@ -86,8 +86,8 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     IR_ASSERT(!memcmp(&mesh, &a->mesh, sizeof mesh));   // mesh_tp asked for one mesh
     a->block[b].grid = grid_in_tp && l.q > 1;
     a->block[b].batch_tp = l.batch;
-    a->block[b].sub = l.sub > 1;
-    sub = l.sub > 1 ? l.sub : sub;
+    a->block[b].sub = l.sub > 1 && l.q == 1;
+    sub = l.sub > 1 ? l.sub : sub;   // (a grid's on part of tp: q x q)
     a->block[b].zero = c->zero;
     if (seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u))
       act[b] = c->swap ? SWAP : CKPT;   // the unit's first K (or S) blocks
@@ -157,8 +157,9 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
     // ... and on one group, for each sub that divides tp, with blocks tensor parallel over sub
     // of the tp ranks too (PlanBlock.sub), and where tp is a square, with blocks on a grid of
     // them too (PlanBlock.grid; sequence parallelism splits only the 1D blocks' sequence).
-    // (Grids on groups of q x q of the tp ranks split each micro-batch over the grids, which
-    // the solver's grid layouts, each replica on micro-batches of its own, do not price.)
+    // Where a square below tp divides it, blocks may also be on the grids of groups of q x q
+    // of the tp ranks, each on its part of every micro-batch, or tensor parallel over such a
+    // group (the mesh's sub is q x q).
     // Each of those meshes offers the plain one's layouts, which then needs no solve of its own.
     bool sub = fits && q == 1 && cfg->cluster.ngroups == 1;
     int before = nmesh;
@@ -166,8 +167,9 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
       if (tp % s == 0 && nmesh < 4 * 64)
         mesh[nmesh] = (MeshOrder){tp, 1, s, 1, nmesh, 0}, nmesh++;
     for (int side = 2; sub && side * side <= tp; side++)
-      if (side * side == tp && nmesh < 4 * 64)
-        mesh[nmesh] = (MeshOrder){tp, 1, 1, side, nmesh, 0}, nmesh++;
+      if (tp % (side * side) == 0 && nmesh < 4 * 64)
+        mesh[nmesh] = (MeshOrder){tp, 1, side * side < tp ? side * side : 1, side, nmesh, 0},
+        nmesh++;
     if (fits && nmesh == before)
       mesh[nmesh] = (MeshOrder){tp, q, 1, 1, nmesh, 0}, nmesh++;
   }
@@ -857,8 +859,11 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     bool other = pb->batch_tp || pb->sub || pb->grid;
     for (int l = 0; other && l < p->nlayouts; l++) {
       const SvLayout *pl = &p->layout[l];
-      if (pl->dp == dp && (pb->grid ? pl->tp == 1 && pl->q == grid && grid * grid == tp
-                                    : pl->tp == tp && (pb->batch_tp ? pl->batch : pl->sub > 1)))
+      bool on_grid = grid * grid == tp ? pl->tp == 1 && pl->q == grid   // one grid, or on sub
+                                       : pl->tp == tp && pl->q == grid && pl->sub > 1;
+      if (pl->dp == dp && (pb->grid ? on_grid
+                                    : pl->tp == tp && pl->q == 1 &&
+                                          (pb->batch_tp ? pl->batch : pl->sub > 1)))
         lu = l;
     }
     if (other && lu == layout) {

@@ -173,8 +173,9 @@ static void must_divide(const IrGraph *g, SvModel *m, const ShardResult *r, bool
   }
 }
 
-int sv_layout_split(SvLayout l) { return l.batch ? 1 : l.sub > 1 ? l.sub : l.tp; }
+int sv_layout_split(SvLayout l) { return l.batch || l.q > 1 ? 1 : l.sub > 1 ? l.sub : l.tp; }
 int sv_layout_parts(SvLayout l) { return l.batch ? l.tp : l.sub > 1 ? l.tp / l.sub : 1; }
+int sv_layout_ranks(SvLayout l) { return l.q > 1 && l.tp > 1 ? l.tp : l.tp * l.q * l.q; }
 
 bool sv_layout_divides(const SvNum *n, SvLayout l, char *why, size_t size) {
   int tp = sv_layout_split(l);
@@ -202,6 +203,11 @@ bool sv_layout_divides(const SvNum *n, SvLayout l, char *why, size_t size) {
 static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
   if (propagate(g, m, 1, SHARD_TP_ANY, false, false, r, d))
     return -1;
+  bool *grad = calloc((size_t)g->nvalues + 1, sizeof *grad);   // [value id] a weight's gradient
+  IR_ASSERT(grad);
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->role == ROLE_PARAM && g->values[i]->grad)
+      grad[g->values[i]->grad->id] = true;
   for (int i = 0; i < r->ncolls; i++) {
     const ShardColl *c = &r->coll[i];
     if (c->axis != IR_MESH_ROW && c->axis != IR_MESH_COL)
@@ -209,11 +215,20 @@ static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     SvBlock *b = &m->block[c->block];
     int k = grid_axes(c->over);
     const Sym *e = ir_shard_allreduce_bytes(g, c);
-    if (c->phase == PHASE_FORWARD)
+    IrRole role = c->value->role;
+    bool weight = role == ROLE_PARAM || role == ROLE_COPY || role == ROLE_STATE ||
+                  grad[c->value->id];
+    if (c->phase == PHASE_FORWARD) {
       b->grid_fwd[k] = s_add(g, b->grid_fwd[k], e);
-    else
+      if (weight)
+        b->grid_wfwd[k] = s_add(g, b->grid_wfwd[k], e);
+    } else {
       b->grid_bwd[k] = s_add(g, b->grid_bwd[k], e);
+      if (weight)
+        b->grid_wbwd[k] = s_add(g, b->grid_wbwd[k], e);
+    }
   }
+  free(grad);
   return 0;
 }
 
@@ -439,7 +454,8 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
     blk->tp_fwd = blk->tp_bwd = blk->bt_fwd = blk->bt_bwd = blk->sync_fwd = blk->sync_bwd = z;
     for (int k = 0; k < 3; k++)
-      blk->grid_fwd[k] = blk->grid_bwd[k] = blk->grid_act[k] = z;
+      blk->grid_fwd[k] = blk->grid_bwd[k] = blk->grid_act[k] = blk->grid_wfwd[k] =
+          blk->grid_wbwd[k] = z;
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
@@ -864,6 +880,8 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
     o->grid_fwd[k] = sym_evalf(b->grid_fwd[k], t);
     o->grid_bwd[k] = sym_evalf(b->grid_bwd[k], t);
     o->grid_act[k] = sym_evalf(b->grid_act[k], t);
+    o->grid_wfwd[k] = sym_evalf(b->grid_wfwd[k], t);
+    o->grid_wbwd[k] = sym_evalf(b->grid_wbwd[k], t);
   }
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
@@ -988,6 +1006,8 @@ static double exposed(double comm, double compute, Link l, int collectives) {
 // parallel over sub of them: sub's share of 1D's on sub / tp of the batch.
 static double held(double floats, double rep, double ints, SvLayout l) {
   int s = l.tp * l.q * l.q;
+  if (l.q > 1 && l.sub > 1)   // grids on part of tp: a grid's, on its part of the batch
+    return (floats / l.sub + ints) * l.sub / l.tp;
   if (l.batch)
     return (floats + ints) / l.tp;
   if (l.sub > 1)
@@ -1009,7 +1029,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   const SvDevice *dev = &gr->dev;
   memset(o, 0, sizeof *o);
   const SvStateBytes *b = &n->per;   // per parameter
-  int s = l.tp * l.q * l.q, d = l.dp;
+  int s = sv_layout_ranks(l), d = l.dp;
   bool sp = cfg->seq_parallel;
 
   // Micro-steps this device runs per micro-batch its group runs: each of the
@@ -1033,7 +1053,15 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   Link in = link_for(cl, g, s, false), rsag = in;
   rsag.bw *= in.gather;
   double tp = 0;
-  if (l.batch) {   // the weights' gradients reduced over the tp ranks
+  if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks); grids on
+                  // part of tp each on sub / tp of the replica's batch (the weights' traffic
+                  // whole)
+    double part = l.sub > 1 ? (double)l.sub / l.tp : 1;
+    double wf = on_grid(n->grid_wfwd, l.q), wb = on_grid(n->grid_wbwd, l.q);
+    double f = ar(wf + (on_grid(n->grid_fwd, l.q) - wf) * part, l.q, rsag);
+    double bw = ar(wb + (on_grid(n->grid_bwd, l.q) - wb) * part, l.q, rsag);
+    tp = f + bw + (ckpt ? f : 0);
+  } else if (l.batch) {   // the weights' gradients reduced over the tp ranks
     double f = ar(n->bt_fwd, l.tp, in), bw = ar(n->bt_bwd, l.tp, in);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.sub > 1) {   // Megatron's over sub ranks, on sub / tp of the replica's batch
@@ -1046,9 +1074,6 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   } else if (l.tp > 1) {
     Link t = sp ? rsag : in;
     double f = ar(n->tp_fwd, l.tp, t), bw = ar(n->tp_bwd, l.tp, t);
-    tp = f + bw + (ckpt ? f : 0);
-  } else if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks)
-    double f = ar(on_grid(n->grid_fwd, l.q), l.q, rsag), bw = ar(on_grid(n->grid_bwd, l.q), l.q, rsag);
     tp = f + bw + (ckpt ? f : 0);
   }
   o->t_micro[SV_T_TP] = per * tp;
@@ -1163,7 +1188,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     o->host_shard = host * sh;
   else
     o->host = host;
-  double act = l.q > 1 ? on_grid(n->grid_act, l.q) : held(n->act, n->act_rep, n->act_int, l);
+  double act = l.q > 1 ? on_grid(n->grid_act, l.q) * (l.sub > 1 ? (double)l.sub / l.tp : 1)
+                        : held(n->act, n->act_rep, n->act_int, l);
   // a checkpointed block keeps its inputs: replicated, or with sequence parallelism split; a
   // swapped one its integer activations (passes/swap.c moves floats), the floats in host
   // memory, copied down as forward finishes with them and up as backward needs them

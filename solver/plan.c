@@ -101,7 +101,7 @@ static int first_of_size(const SvProblem *q, int l) {
   const SvLayout *a = &q->layout[l];
   for (int i = 0;; i++) {
     const SvLayout *b = &q->layout[i];
-    if (b->tp * b->q * b->q == a->tp * a->q * a->q)
+    if (sv_layout_ranks(*b) == sv_layout_ranks(*a))
       return i;
   }
 }

@@ -182,18 +182,27 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     for (int l = 0; l < p->nlayouts; l++) {
       if (cfg->mesh_grid > 1 && p->layout[l].tp == 1 && p->layout[l].q == cfg->mesh_grid &&
           cfg->mesh_grid * cfg->mesh_grid == cfg->mesh_tp)
-        grid = p->layout[l];
+        grid = p->layout[l];   // (grids on part of tp: below)
       if (p->layout[l].tp == cfg->mesh_tp && p->layout[l].q == q)
         p->layout[n++] = p->layout[l];
     }
     // ... where, on one group, a block may be data parallel over the tp ranks too, tensor
-    // parallel over mesh_sub of them, or on a grid of them (mesh_grid)
+    // parallel over mesh_sub of them, or on a grid of them (mesh_grid), or on the grid of each
+    // group of mesh_grid^2 of them (mesh_sub, with mesh_grid^2 below mesh_tp) when the
+    // micro-batch divides over the grids' rows
     SvLayout mesh = p->layout[0];
     if (n == 1 && cfg->mesh_tp > 1 && q == 1 && cl->ngroups == 1 && m->batch_ok) {
       p->layout[n] = mesh;
       p->layout[n++].batch = true;
       if (cfg->mesh_sub > 1 && cfg->mesh_sub < cfg->mesh_tp && cfg->mesh_tp % cfg->mesh_sub == 0) {
         p->layout[n] = mesh;
+        p->layout[n++].sub = cfg->mesh_sub;
+      }
+      int side = cfg->mesh_grid, rows = cfg->mesh_tp / (side * side) * side;
+      if (side > 1 && m->grid_ok && side * side == cfg->mesh_sub &&
+          cfg->micro_batch % rows == 0 && cfg->micro_batch >= rows) {
+        p->layout[n] = mesh;
+        p->layout[n].q = side;
         p->layout[n++].sub = cfg->mesh_sub;
       }
     }
@@ -376,7 +385,7 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
 
 int sv_replicas(const SvProblem *p, int g, int l) {
   const SvLayout *x = &p->layout[l];
-  return p->gpus[g] / (x->tp * x->q * x->q);
+  return p->gpus[g] / sv_layout_ranks(*x);
 }
 
 int sv_problem_gpus(const SvProblem *p) {

@@ -14,7 +14,9 @@ const char *const sv_time_names[SV_NT + 1] = {"compute",       "recompute", "ten
 static const char *mem_names[SV_NM] = {"params", "grads", "optimizer", "activations"};
 
 const char *sv_layout_str(char *buf, size_t n, SvLayout l) {
-  if (l.q > 1)
+  if (l.q > 1 && l.sub > 1)
+    snprintf(buf, n, "%d x 2D %dx%d (of %d x TP%d)", l.dp * l.tp / l.sub, l.q, l.q, l.dp, l.tp);
+  else if (l.q > 1)
     snprintf(buf, n, "%d x 2D %dx%d", l.dp, l.q, l.q);
   else if (l.batch)
     snprintf(buf, n, "%d x DP (of %d x TP%d)", l.dp * l.tp, l.dp, l.tp);
@@ -77,7 +79,7 @@ static void per_replica(FILE *f, const SvProblem *p, const SvSolution *s, int g)
   int seen[SV_MAXLAYOUTS], n = 0;
   for (int u = 0; u < p->nunits; u++) {
     const SvLayout *l = &p->layout[p->unit[u].choice[s->pick[u]].layout];
-    int size = l->tp * l->q * l->q, k = 0;
+    int size = sv_layout_ranks(*l), k = 0;
     while (k < n && seen[k] != size)
       k++;
     if (k < n)

@@ -215,6 +215,9 @@ typedef struct SvBlock {
   // axes each member splits, and the sizes of the dims they split (NULL: none; a vocabulary
   // among them is padded to a multiple of q, another dim q does not divide is whole).
   const Sym *grid_fwd[3], *grid_bwd[3], *grid_act[3];
+  // ... and of those collectives the weights' and their gradients' (which do not shrink with
+  // the batch: grids on part of tp each take a part of it)
+  const Sym *grid_wfwd[3], *grid_wbwd[3];
   unsigned char *member_grid;
   const Sym *(*member_gdim)[2];   // [k][0]: the dim over the grid's rows, [k][1]: its columns
   unsigned char *member_gvocab;   // bit a: member_gdim[k][a] is a vocabulary
@@ -281,7 +284,7 @@ typedef struct SvNum {   // one unit's representative block
   double tp_fwd, tp_bwd, bt_fwd, bt_bwd, sync_fwd, sync_bwd;
   // on a 2D grid, by the number of grid axes that split them: bytes all-reduced, activation
   // bytes kept, parameter elements
-  double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3];
+  double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3], grid_wfwd[3], grid_wbwd[3];
   double flops_fwd, flops_bwd;
   double roof_fwd[SV_MAXGROUPS], roof_bwd[SV_MAXGROUPS];
   int nfwd, nbwd, nact;
@@ -350,13 +353,17 @@ typedef struct SvLayout {
                 // (PlanBlock.batch_tp)
   int sub;      // > 1, with tp > sub: the block tensor parallel over sub of the tp ranks and
                 // data parallel over the tp / sub groups of them (its batch split over those),
-                // in a program whose other blocks are dp x tp (PlanBlock.sub); 0: not
+                // in a program whose other blocks are dp x tp (PlanBlock.sub); 0: not. With
+                // q > 1 too (sub = q x q): Optimus 2D on the grid of each group of sub (PlanBlock
+                // .grid in a mesh whose grids are on part of tp), each a part of the batch
 } SvLayout;
 
 // Layout l's ranks that split a block's tensors (1 for a block data parallel over tp, sub, or
 // tp), and the parts its mesh cuts a replica's batch into for the block (tp, tp / sub, or 1).
 int sv_layout_split(SvLayout l);
 int sv_layout_parts(SvLayout l);
+// The ranks of one replica of layout l's mesh: tp, or q x q (a grid's; on part of tp: tp).
+int sv_layout_ranks(SvLayout l);
 
 // Can the block of n be laid out on layout l (every dim it must split divides the degree)?
 // When it cannot and why is not NULL: why, as "NH = 25 does not divide by tp = 8".
