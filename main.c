@@ -122,9 +122,9 @@ static void usage(FILE *f) {
         "                         (plan; compile writes DIR/plan.svg beside plan.json)\n"
         "  --formulas             print per-block memory and FLOPs as formulas (plan)\n"
         "  --any-mesh             plan: let each block take its own mesh (TP2 and TP4 beside\n"
-        "                         TP8, 4 x 2D 2x2 beside 2 x TP8), which mtc compile does not\n"
-        "                         run; by default plan reports the plan compile --gpus N\n"
-        "                         builds\n"
+        "                         TP8), each priced as a mesh of its own; a note says when mtc\n"
+        "                         compile --plan refuses the plan; by default plan reports the\n"
+        "                         plan compile --gpus N builds\n"
         "  --no-share             one set of variables per block, even for identical blocks\n"
         "  --seq-parallel         Megatron sequence parallelism under tensor parallelism:\n"
         "                         the activations between its regions split on the\n"
@@ -445,8 +445,8 @@ static Args parse_args(int argc, char **argv) {
               "make plan price that one layout: --json, --svg, --dot and --formulas describe a "
               "plan it chooses");
   if (a.any_mesh && (strcmp(a.cmd, "plan") || a.forced || a.checkpoint || a.swap))
-    bad_usage("--any-mesh lets mtc plan give each block its own mesh, which mtc compile does "
-              "not run: use it with plan alone, without a layout's flags");
+    bad_usage("--any-mesh lets mtc plan give each block its own mesh, which mtc compile --gpus "
+              "does not plan: use it with plan alone, without a layout's flags");
   a.layout.seq_parallel = a.sv.seq_parallel;
   if (a.layout.rest.offload_params && a.zero && a.layout.rest.zero != 3)
     bad_usage("--offload-params keeps each rank's shard of the parameters in host memory, which "
@@ -608,24 +608,14 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   return 0;
 }
 
-// --any-mesh: says when the plan gives blocks meshes of different sizes, which no program
-// runs (a block data parallel over its mesh's tp ranks is that mesh's).
+// --any-mesh: says when mtc compile --plan would refuse the plan (blocks on meshes that no
+// one program runs, or checkpointed in an order it does not), and why.
 static void note_meshes(const SvPlan *p) {
-  if (!p->sol.feasible)
+  char why[1024];
+  if (!p->sol.feasible || sv_plan_runs(p, why, sizeof why))
     return;
-  SvLayout first = {0};
-  for (int u = 0; u < p->prob->nunits; u++) {
-    SvLayout l = p->prob->layout[p->prob->unit[u].choice[p->sol.pick[u]].layout];
-    if (u == 0)
-      first = l;
-    else if (l.dp != first.dp || l.tp != first.tp || l.q != first.q) {
-      char a[64], b[64];
-      printf("\nnote: blocks on %s beside blocks on %s: mtc compile runs one mesh for every "
-             "block; without --any-mesh, mtc plan reports the plan it builds\n",
-             sv_layout_str(a, sizeof a, first), sv_layout_str(b, sizeof b, l));
-      return;
-    }
-  }
+  printf("\nnote: mtc compile --plan refuses this plan: %s; without --any-mesh, mtc plan reports "
+         "the plan it builds\n", why);
 }
 
 // mtc plan: the formulas, or the plan's report (and --json). No plan fits: an error.

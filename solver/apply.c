@@ -56,6 +56,51 @@ static char *begin_plan(Plan *p, int n) {
   return plan_alloc_blocks(p, n) ? NULL : calloc((size_t)n + 1, 1);
 }
 
+// What each block of the solution does with its activations (act[b]: KEEP, CKPT, SWAP): the
+// first K (or S) blocks of each unit that the unit's choice checkpoints (swaps).
+static void solution_acts(const SvPlan *pl, char *act) {
+  const SvProblem *p = pl->prob;
+  const SvModel *m = pl->model;
+  int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
+  IR_ASSERT(seen);
+  for (int b = 0; b < m->nblocks; b++) {
+    int u = m->block[b].unit;
+    const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
+    act[b] = seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u)
+                 ? (c->swap ? SWAP : CKPT)
+                 : KEEP;
+  }
+  free(seen);
+}
+
+static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
+                    const char *path, IrDiag *d);
+
+bool sv_plan_runs(const SvPlan *pl, char *why, size_t n) {
+  const SvProblem *p = pl->prob;
+  const SvModel *m = pl->model;
+  if (!pl->sol.feasible)
+    return false;
+  Plan a;
+  char *act = begin_plan(&a, m->nblocks);
+  Mesh *mesh = calloc((size_t)m->nblocks + 1, sizeof *mesh);
+  bool *in = calloc((size_t)m->nblocks + 1, sizeof *in);
+  IR_ASSERT(act && mesh && in);
+  for (int b = 0; b < m->nblocks; b++) {   // each block's own mesh (SvConfig.mesh_tp 0)
+    int u = m->block[b].unit;
+    SvLayout l = p->layout[p->unit[u].choice[pl->sol.pick[u]].layout];
+    mesh[b] = l.q > 1 && l.tp == 1 ? mesh_grid(l.dp, l.q) : mesh_make(l.dp, l.tp);
+  }
+  solution_acts(pl, act);
+  IrDiag quiet = {0};
+  bool runs = !one_mesh(mesh, in, m, &a, "the plan", &quiet) &&
+              !checkpoint_of(act, m->nblocks, &a, &quiet);
+  snprintf(why, n, "%s", runs ? "" : quiet.msg);
+  free(act), free(mesh), free(in);
+  plan_free(&a);
+  return runs;
+}
+
 // The solution's choice for each block.
 static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
   const SvProblem *p = pl->prob;
@@ -73,8 +118,7 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     q = l.q > q ? l.q : q;
   }
   bool grid_in_tp = tp > 1 && q > 1;   // (SvConfig.mesh_grid)
-  int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far
-  IR_ASSERT(seen);
+  solution_acts(pl, act);
   for (int b = 0; b < m->nblocks; b++) {
     int u = m->block[b].unit;
     const SvChoice *c = &p->unit[u].choice[pl->sol.pick[u]];
@@ -89,13 +133,10 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
     a->block[b].sub = l.sub > 1 && l.q == 1;
     sub = l.sub > 1 ? l.sub : sub;   // (a grid's on part of tp: q x q)
     a->block[b].zero = c->zero;
-    if (seen[u]++ < sv_ckpt_blocks(p, &pl->sol, u) + sv_swap_blocks(p, &pl->sol, u))
-      act[b] = c->swap ? SWAP : CKPT;   // the unit's first K (or S) blocks
     a->block[b].offload = c->offload / 100.0;
     a->block[b].offload_grads = c->grads;
     a->block[b].offload_params = c->params;
   }
-  free(seen);
   a->seq_parallel = pl->cfg.seq_parallel;
   if (sub > 1)
     a->mesh = mesh_with_sub(a->mesh, sub);

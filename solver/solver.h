@@ -589,6 +589,10 @@ int sv_apply_best(IrGraph *g, const SvConfig *cfg, Plan *out, SvPlan **kept, IrD
 // The plan in a plan.json text (path names it in errors), checked against g's
 // blocks. -1 with d naming the block and field that does not fit.
 int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrDiag *d);
+// Would mtc compile --plan run the (mtc plan --any-mesh) plan p as written: the blocks' meshes
+// one program's, their checkpointing and swap in the order it does them? When not, why says
+// why (the first refusal that mtc compile --plan would give).
+bool sv_plan_runs(const SvPlan *p, char *why, size_t n);
 
 // What the planner's formulas say a lowered program holds and sends per rank,
 // from its buckets' element types: model state on the device and (offload) in

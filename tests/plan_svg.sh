@@ -3,9 +3,11 @@
 # memory and step-time bars and each baseline beside the plan; a model whose
 # name holds XML's specials draws as well; compile --gpus writes DIR/plan.svg.
 # mtc plan reports the plan compile --gpus builds (the same blocks and step time in
-# plan.json), with every baseline; --any-mesh lets blocks take meshes compile does not
-# run (GPT-2 1.5B on 8 L4s: the embedding and head on TP2, the layers on 8 x DP), and
-# compile refuses it.
+# plan.json), with every baseline; --any-mesh lets blocks take their own meshes (GPT-2 1.5B
+# on 8 L4s: the embedding and head on TP2, the layers on 8 x DP, which compile --plan runs: no
+# note), and says when compile --plan would refuse the plan (GPT-2 1.5B with 32 heads on 32
+# H100s of 2 GiB under sequence parallelism: the embeddings and head recomputed); compile
+# refuses --any-mesh.
 #
 #   tests/plan_svg.sh MTC EXAMPLES_DIR OUT
 set -euo pipefail
@@ -19,6 +21,8 @@ gpt15=("$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B
 l4=("${gpt15[@]}" --gpus 8 --gpu L4-24GB --mip-gap 0)
 "$mtc" plan "${l4[@]}" --any-mesh --svg "$out/l4.svg" > "$out/l4.txt"
 "$mtc" plan "${l4[@]}" --json "$out/l4c.json" > "$out/l4c.txt"
+"$mtc" plan "$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=32 -D T=1024 -D V=50257 --gpus 32 \
+  --gpu-mem 2GiB --host-mem 0 --seq-parallel --any-mesh > "$out/refused.txt"
 "$mtc" compile "${l4[@]}" -o "$out/l4prog" > "$out/l4prog.txt"
 # its plan.json compiles to the same program: every block data parallel over the tp ranks of a
 # 2 x TP4 mesh ("batch_tp": 4), priced alike
@@ -76,8 +80,11 @@ for a, b in zip(plan["blocks"], prog["blocks"]):
         bad.append(f"plan's block {a['name']} is not compile's: {a} against {b}")
 if abs(plan["step_time_s"] - prog["step_time_s"]) > 1e-9 * prog["step_time_s"]:
     bad.append(f"plan's step {plan['step_time_s']} s, compile's {prog['step_time_s']} s")
-if "note: blocks on 4 x TP2 beside blocks on 8 x DP" not in open(f"{out}/l4.txt").read():
-    bad.append("--any-mesh: no note that its blocks' meshes differ")
+if "4 x TP2" not in open(f"{out}/l4.txt").read() or "note:" in open(f"{out}/l4.txt").read():
+    bad.append("--any-mesh: not TP2 beside 8 x DP, or a note on a plan compile --plan runs")
+if ("note: mtc compile --plan refuses this plan: the plan checkpoints block 0" not in
+        open(f"{out}/refused.txt").read()):
+    bad.append("--any-mesh: no note that compile --plan refuses a plan that recomputes block 0")
 if "note:" in open(f"{out}/l4c.txt").read():
     bad.append("plan: a note on meshes without --any-mesh")
 report = open(f"{out}/l4c.txt").read()
