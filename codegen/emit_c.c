@@ -697,12 +697,13 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
   return 0;
 }
 
-// Uneven batch shares with collectives every micro-batch (ZeRO 2, 3): a replica that runs fewer
+// Uneven batch shares with collectives every micro-batch (ZeRO 2, 3, gradient offload): a
+// replica that runs fewer
 // micro-batches than the most joins the others' bucket collectives for each one it does not
 // run, after its own (train.c), with a ghost micro-batch: a grads bucket zeroed, each shard
 // placed in its gathered bucket, the collectives over buckets and their waits, the
-// accumulations of what they reduce (its shard: the others' gradients; a whole bucket: zeros),
-// in forward's order and (train) backward's, no compute. Its collectives that wait for the
+// accumulations of what they reduce (its shard: the others' gradients; a whole bucket: zeros;
+// offloaded: copied to the host and added there), in forward's order and (train) backward's, no compute. Its collectives that wait for the
 // last micro-batch (ZeRO 0, 1: the accumulated gradients) run in the last ghost (dist.c).
 // (slots: the collectives' in the ghost so far, whose waits are in it; NULL: no wait)
 static bool in_ghost(const IrNode *n, const bool *slots) {
@@ -713,6 +714,7 @@ static bool in_ghost(const IrNode *n, const bool *slots) {
   case OP_UNSHARD: return true;
   case OP_FILL: return n->out[0]->role == ROLE_BUCKET;
   case OP_ACCUMULATE: return n->in[0]->role == ROLE_BUCKET;
+  case OP_TO_HOST: return n->in[0]->role == ROLE_BUCKET;   // (gradient offload)
   default: return false;
   }
 }
@@ -720,7 +722,7 @@ static bool in_ghost(const IrNode *n, const bool *slots) {
 static bool has_ghost(const Emit *e) {
   const PassLowered *lw = e->opt->lowered;
   for (int b = 0; lw && lw->plan.replica_micro && b < lw->nbuckets; b++)
-    if (lw->bucket[b].zero >= 2)
+    if (lw->bucket[b].zero >= 2 || plan_block(&lw->plan, lw->bucket[b].block)->offload_grads)
       return true;
   return false;
 }

@@ -39,8 +39,9 @@
 // mean over the global batch (dp / M is 1 / micro_batches when the shares are
 // even). Under the stages that reduce or gather every micro-batch (ZeRO 2, 3) a
 // replica with fewer micro-batches than the most joins the others' collectives
-// of the ones it does not run with ghost micro-batches (codegen/emit_c.c, train.c).
-// Gradient offload reduces every micro-batch too, and needs even shares.
+// of the ones it does not run with ghost micro-batches (codegen/emit_c.c, train.c). So it does
+// under gradient offload, which reduces every micro-batch too: a ghost micro-batch copies the
+// reduced part that reaches it to the host and adds it there, as its own micro-batches do.
 //
 // The update of a bucket is one adamw (or sgd) op over it:
 //
@@ -703,10 +704,6 @@ static int check(Lower *L) {
       return ir_error(L->d, (IrLoc){0}, "block %d offloads its gradients, and SGD has no "
                       "optimizer state to offload with them: train with AdamW, or keep the "
                       "gradients on the device", b);
-    if (P->replica_micro)
-      return ir_error(L->d, (IrLoc){0}, "block %d offloads its gradients, which are reduced "
-                      "every micro-batch, and the replicas run unequal numbers of micro-batches: "
-                      "keep its gradients on the device, or give equal shares", b);
   }
   if (!g->loss || !g->loss->producer)
     return ir_error(L->d, (IrLoc){0}, "lower: the graph has no loss");

@@ -574,7 +574,7 @@ static int group_parts(Plan *a, int n, const int64_t *count, const double *share
                   "0.7)", path, list);
 }
 
-static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t total,
+static int read_groups(const cJSON *groups, Plan *a, int64_t total,
                        const char *path, IrDiag *d) {
   int n = cJSON_GetArraySize(groups);
   if (!cJSON_IsArray(groups) || n < 1)
@@ -626,14 +626,6 @@ static int read_groups(const cJSON *groups, const SvModel *m, Plan *a, int64_t t
     return ir_error(d, (IrLoc){0}, "out of memory");
   if (plan_shards_state(a) && group_parts(a, n, count, shares, per, path, d))
     return -1;
-  for (int b = 0; b < m->nblocks && a->replica_micro; b++) {
-    const PlanBlock *pb = plan_block(a, m->block[b].id);   // passes/lower.c
-    if (pb->offload_grads)
-      return ir_error(d, (IrLoc){0}, "%s: block %d (%s) offloads its gradients, which are "
-                      "reduced every micro-batch, and the groups' replicas run unequal numbers "
-                      "of them: keep its gradients on the device, or give the groups equal "
-                      "shares", path, m->block[b].id, m->block[b].name);
-  }
   return 0;
 }
 
@@ -679,7 +671,7 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
   if (!rc)
     rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
   if (!rc)
-    rc = read_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), m, out, total, path, d);
+    rc = read_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, total, path, d);
   if (!rc) {
     out->micro = micro;
     out->seq = seq;

@@ -76,10 +76,8 @@ refused share "[b.update(zero=1) for b in p['blocks']]; p['groups'][0]['state_sh
   "share.json: the groups' state shares add up to 0.75: make them add up to 1" p11
 # a mixed cluster's groups (tests/mpi_plan.sh runs one): each replica in one group, each
 # group's micro-batches whole per replica, each replica's part of the state whole units of at
-# most 64, no gradient offload unless the micro-batches are equal
+# most 64
 two="g = p['groups'][0]; p['groups'] = [dict(g, count=2, micro_batches=1, state_share=0.5), dict(g, count=2, micro_batches=3, state_share=0.5)]; [b.update(dp=2, tp=2) for b in p['blocks']]"
-refused groups_offload_grads "$two; [b.update(zero=1, offload=1, offload_grads=True) for b in p['blocks']]" \
-  "block 0 \(rest\) offloads its gradients, which are reduced every micro-batch, and the groups' replicas run unequal numbers of them" p11
 refused offload_grads_share "[b.update(offload=0.5, offload_grads=True) for b in p['blocks']]" \
   "blocks\[0\] \(rest\): \"offload_grads\" with \"offload\" 0.5: the gradients leave the device only with all of the optimizer state" p11
 refused offload_grads_type "p['blocks'][0]['offload_grads'] = 1" \
