@@ -830,7 +830,8 @@ static void predicted(const PassCtx *ctx, CgOptions *co, SvPredicted *pr) {
   co->rank_end = lw->plan.part_end * (mesh_ranks(&lw->plan.mesh) / dp);
 }
 
-// Programs 1 .. of a plan whose replicas hold uneven parts of the state (Plan.replica_parts):
+// Programs 1 .. of a plan whose replicas hold uneven parts of the state (Plan.replica_parts)
+// or run micro-batches of unequal sizes (Plan.replica_rows, each program's batch dim its own):
 // each run of replicas with one part has sizes of its own, so the model is built, planned and
 // lowered again for it and written beside model.c (co: model 0's options).
 static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co, IrDiag *d) {
@@ -839,8 +840,11 @@ static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co,
   for (int k = 1; k < n; k++) {
     plan_programs(&P, k, &P.part_first, &P.part_end);
     PassCtx ctx = {.opt = first->opt, .diag = d, .plan = &P};
+    SvConfig sv = a->sv;   // its replicas' micro-batches: the model's batch dim
+    if (P.replica_rows)
+      sv.micro_batch = P.micro = plan_replica_rows(&P, P.part_first);
     IrGraph *g = load(a, d);
-    int rc = g ? sv_bind_dims(g, &a->sv, d) : -1;
+    int rc = g ? sv_bind_dims(g, &sv, d) : -1;
     if (!rc)
       rc = pass_build_training(g, &ctx);
     if (!rc)

@@ -51,7 +51,7 @@ static const char *const reserved[] = {
     "n_slots", "model_state_bytes", "model_host_bytes", "swap_host_bytes",
     "planner_state_bytes", "planner_host_bytes", "planner_swap_bytes", "planner_comm_bytes",
     "loss_partial_axes", "grid_side", "tp_sub", "tp_grid", "replica_micro", "dp_parts", "rank_end",
-    "planner_comm_micro_bytes", "planner_comm_ghost_bytes",
+    "planner_comm_micro_bytes", "planner_comm_ghost_bytes", "batch_rows", "replica_rows",
     // the fields of rt_hparams the update reads (h->lr, ...)
     "optimizer", "lr", "beta1", "beta2", "eps", "weight_decay", "step", "grad_scale",
     "planner_device", "planner_step_s", "planner_time_s",

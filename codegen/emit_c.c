@@ -1229,6 +1229,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
     emit_per_replica(e, "replica_micro", lw->plan.replica_micro);
   if (lw && lw->plan.replica_parts)   // uneven state shares
     emit_per_replica(e, "dp_parts", lw->plan.replica_parts);
+  if (lw && lw->plan.replica_rows)   // unequal micro-batch sizes
+    emit_per_replica(e, "replica_rows", lw->plan.replica_rows);
   char model[32];
   model_symbol(model, sizeof model, e->opt->model);
   println(e, "const rt_model %s = {", model);
@@ -1291,6 +1293,12 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
     println(e, "    .replica_micro = replica_micro,");
   if (lw && lw->plan.replica_parts)
     println(e, "    .dp_parts = dp_parts,");
+  int64_t batch_rows = 1;
+  if (g->batch_sym >= 0)
+    sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch_rows);
+  println(e, "    .batch_rows = %lld,", (long long)batch_rows);
+  if (lw && lw->plan.replica_rows)
+    println(e, "    .replica_rows = replica_rows,");
   int ranks = lw ? mesh_ranks(&lw->plan.mesh) : 1;
   println(e, "    .rank_end = %d,", e->opt->rank_end ? e->opt->rank_end : ranks);
   fputs("    .layout = ", e->f);

@@ -804,7 +804,7 @@ static void lower_cumsum(Lower *L, const IrNode *n) {
 // mask one rank would draw, at each element's place in the whole tensor: x split over an axis
 // (tp; a grid's columns; a block's sub ranks) is [outer][chunk] of [outer][parts][chunk] (its
 // split dim's pieces each a part of the outer), and its batch (dim 0) is the running
-// micro-batch's slice of the step's global batch (rt_dist.slice), cut again where its block
+// micro-batch's rows of the step's global batch (rt_dist.row), cut again where its block
 // splits it over subdp, or over the rows of a grid beside tp (and the grids, subrow; a grid
 // program's rows cut the slices themselves).
 static void lower_dropout(Lower *L, const IrNode *n) {

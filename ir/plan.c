@@ -80,9 +80,11 @@ void plan_free(Plan *p) {
   free(p->block);
   free(p->replica_micro);
   free(p->replica_parts);
+  free(p->replica_rows);
   p->block = NULL;
   p->replica_micro = NULL;
   p->replica_parts = NULL;
+  p->replica_rows = NULL;
   p->nblocks = 0;
 }
 
@@ -106,6 +108,36 @@ int64_t plan_micro_total(const Plan *p) {
   for (int d = 0; d < p->mesh.size[IR_MESH_DP]; d++)
     n += plan_replica_micro(p, d);
   return n;
+}
+
+int64_t plan_replica_rows(const Plan *p, int d) {
+  return p->replica_rows ? p->replica_rows[d] : p->micro;
+}
+
+int64_t plan_rows_total(const Plan *p) {
+  int64_t n = 0;
+  for (int d = 0; d < p->mesh.size[IR_MESH_DP]; d++)
+    n += plan_replica_micro(p, d) * plan_replica_rows(p, d);
+  return n;
+}
+
+int plan_set_group_rows(Plan *p, int ngroups, const int64_t *gpus, const int64_t *rows) {
+  int dp = p->mesh.size[IR_MESH_DP], per = mesh_ranks(&p->mesh) / dp, r = 0;
+  bool even = true;
+  for (int i = 0; i < ngroups; i++)
+    even &= rows[i] == rows[0];
+  free(p->replica_rows);
+  p->replica_rows = NULL;
+  p->micro = rows[0];
+  if (even)
+    return 0;
+  if (!(p->replica_rows = malloc(((size_t)dp + 1) * sizeof *p->replica_rows)))
+    return -1;
+  for (int i = 0; i < ngroups; i++)
+    for (int64_t k = 0; k < gpus[i] / per && r < dp; k++)
+      p->replica_rows[r++] = (int)rows[i];
+  plan_programs(p, 0, &p->part_first, &p->part_end);
+  return 0;
 }
 
 int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_t *runs) {
@@ -146,12 +178,11 @@ int plan_set_replica_parts(Plan *p, const int *parts) {
     even &= parts[d] == parts[0];
   free(p->replica_parts);
   p->replica_parts = NULL;
-  p->part_first = 0, p->part_end = dp;
-  if (even)
-    return 0;
-  if (!(p->replica_parts = malloc((size_t)dp * sizeof *p->replica_parts)))
-    return -1;
-  memcpy(p->replica_parts, parts, (size_t)dp * sizeof *parts);
+  if (!even) {
+    if (!(p->replica_parts = malloc((size_t)dp * sizeof *p->replica_parts)))
+      return -1;
+    memcpy(p->replica_parts, parts, (size_t)dp * sizeof *parts);
+  }
   plan_programs(p, 0, &p->part_first, &p->part_end);
   return 0;
 }
@@ -161,7 +192,8 @@ int plan_programs(const Plan *p, int k, int *first, int *end) {
   *first = 0, *end = dp;
   for (int d = 0; d < dp;) {
     int e = d + 1;
-    while (p->replica_parts && e < dp && p->replica_parts[e] == p->replica_parts[d])
+    while (e < dp && (!p->replica_parts || p->replica_parts[e] == p->replica_parts[d]) &&
+           (!p->replica_rows || p->replica_rows[e] == p->replica_rows[d]))
       e++;
     if (n++ == k)
       *first = d, *end = e;

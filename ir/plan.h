@@ -68,6 +68,10 @@ typedef struct Plan {
                        // any replica runs, and what each runs unless replica_micro is set
   int *replica_micro;  // NULL, or dp entries: replica d runs replica_micro[d] micro-batches (a
                        // mixed cluster's uneven batch shares; malloc'd, plan_free)
+  int *replica_rows;   // NULL, or dp entries: replica d's micro-batches hold replica_rows[d]
+                       // sequences (a mixed cluster's groups' micro-batch sizes; malloc'd,
+                       // plan_free). Each run of replicas with one size is a program of its own
+                       // (plan_programs), whose micro is its size
   int *replica_parts;  // NULL, or dp entries: the ratio (runtime/parts.h) of replica d's part of
                        // each bucket sharded over dp (a mixed cluster's uneven state shares;
                        // malloc'd, plan_free). Each run of replicas with one part is a program of
@@ -97,6 +101,14 @@ bool plan_shards_state(const Plan *p);
 // The micro-batches replica d runs, and all replicas together per step.
 int plan_replica_micro(const Plan *p, int d);
 int64_t plan_micro_total(const Plan *p);
+// The sequences of replica d's micro-batches (Plan.micro unless replica_rows says), and of the
+// step's, all replicas together (0 when Plan.micro is 0: the model's, one size).
+int64_t plan_replica_rows(const Plan *p, int d);
+int64_t plan_rows_total(const Plan *p);
+// Group i's replicas (ranks numbered group by group, gpus[i] GPUs each) run micro-batches of
+// rows[i] sequences: replica_rows, or NULL when they are all equal; micro the first group's.
+// -1 when out of memory.
+int plan_set_group_rows(Plan *p, int ngroups, const int64_t *gpus, const int64_t *rows);
 // Replica d runs counts[d] (dp entries, each at least 1): replica_micro, or
 // NULL when they are all equal; micro_batches the most. -1 when out of memory.
 int plan_set_replica_micro(Plan *p, const int *counts);
@@ -108,8 +120,9 @@ int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_
 // replica_parts, or NULL when they are all equal; the program lowered is the first's. -1 when out
 // of memory.
 int plan_set_replica_parts(Plan *p, const int *parts);
-// The programs of the plan: runs of replicas with one part (one program when the parts are
-// equal). Program k's replicas, [*first, *end), for k below the count returned.
+// The programs of the plan: runs of replicas with one part and one micro-batch size (one
+// program when both are equal). Program k's replicas, [*first, *end), for k below the count
+// returned.
 int plan_programs(const Plan *p, int k, int *first, int *end);
 
 #endif

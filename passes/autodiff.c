@@ -664,6 +664,7 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed) {
   finish(&ad, seed);
   ad.grad[g->loss->id] = seed->out[0];
   ir_value_rename(g, seed->out[0], "d.loss");
+  g->loss_seed = seed;
 
   IrValue **dy = NULL, **dx = NULL;
   for (int i = nfwd - 1; i >= 0 && !ad.err; i--) {

@@ -37,7 +37,11 @@
 // m_d of the step's M micro-batches. Each micro-batch's gradient is scaled by
 // dp / M before it is accumulated, so that the mean over the replicas is the
 // mean over the global batch (dp / M is 1 / micro_batches when the shares are
-// even). Under the stages that reduce or gather every micro-batch (ZeRO 2, 3) a
+// even). With micro-batches of unequal sizes (Plan.replica_rows: r_d sequences
+// each, R all replicas' per step) backward starts from dloss = r M / R (this
+// program's r) where it starts from 1, so that each micro-batch's mean over its
+// rows weighs its rows' share, before any reduction (ZeRO 2 and 3 scale after
+// theirs). Under the stages that reduce or gather every micro-batch (ZeRO 2, 3) a
 // replica with fewer micro-batches than the most joins the others' collectives
 // of the ones it does not run with ghost micro-batches (codegen/emit_c.c, train.c). So it does
 // under gradient offload, which reduces every micro-batch too: a ghost micro-batch copies the
@@ -840,6 +844,9 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   lower_row_syncs(&L, syncs, nsyncs);
   free(syncs);
   unbias_over_dp(&L);
+  if (P->replica_rows && g->loss_seed)   // unequal micro-batch sizes: this program's weight
+    ir_set_float(g, g->loss_seed, "value",
+                 (double)P->micro * (double)plan_micro_total(P) / (double)plan_rows_total(P));
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);
   L.first_bwd = malloc(nv * sizeof *L.first_bwd);

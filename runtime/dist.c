@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-rt_dist_state rt_dist = {.dp = 1, .tp = 1, .q = 1, .sub = 1, .micro_total = 1};
+rt_dist_state rt_dist = {.dp = 1, .tp = 1, .q = 1, .sub = 1, .micro_total = 1, .rows = 1};
 int rt_eval_mode;
 
 void rt_dist_init(int dp, int tp, int q, int sub, int micro_total, int nslots) {

@@ -50,9 +50,10 @@ typedef struct rt_dist_state {
                               // [RT_AXIS_ALL]: the world
   int micro, micro_total;     // the micro-batch running, and how many this rank's replica runs
                               // a step (replicas may run unequal shares of the batch)
-  long slice;                 // the slice of the step's global batch the running micro-batch
-                              // holds (train.c's take_slice): dropout draws each element's mask
-                              // bit at its place in the whole batch of the step
+  long row, rows;             // the first row (sequence) of the step's global batch this rank's
+                              // inputs of the running micro-batch hold, and how many
+                              // (train.c's take_slice): dropout draws each element's mask bit
+                              // at its place in the whole batch of the step
   int nslots;
   rt_request *req;            // one per slot
 } rt_dist_state;
@@ -103,15 +104,16 @@ static inline int rt_axis_rank(int axis) {
 }
 
 // A dropout mask's first element in the step's whole batch (rt_dropout): a rank's tensor of
-// `whole` elements once its feature split is undone is the running micro-batch's slice
-// (batched), or its part along batch_axis of it (a block that splits its batch over sub
-// groups, or a grid's rows beside tp; RT_AXIS_NONE: none).
+// `whole` elements once its feature split is undone holds the rows of its inputs (batched),
+// or its part along batch_axis of them (a block that splits its batch over sub groups, or a
+// grid's rows beside tp; RT_AXIS_NONE: none), whole x parts / rows elements a row.
 static inline unsigned long long rt_dropout_first(long whole, int batched, int batch_axis) {
   if (!batched) return 0;
   unsigned long long parts = (unsigned long long)rt_axis_size(batch_axis);
-  return ((unsigned long long)rt_dist.slice * parts +
-          (unsigned long long)(batch_axis >= 0 ? rt_axis_rank(batch_axis) : 0)) *
-         (unsigned long long)whole;
+  unsigned long long per_row = (unsigned long long)whole * parts / (unsigned long long)rt_dist.rows;
+  return (unsigned long long)rt_dist.row * per_row +
+         (unsigned long long)(batch_axis >= 0 ? rt_axis_rank(batch_axis) : 0) *
+             (unsigned long long)whole;
 }
 
 // The kernels lowered code calls for collectives, shards of buckets, tensor

@@ -1540,7 +1540,7 @@ static unsigned long long mix64(unsigned long long z) {
 
 
 // not in eval mode: a validation or sampling forward leaves training's masks as they were;
-// once a step: its micro-batches share the count (rt_dist.slice tells them apart)
+// once a step: its micro-batches share the count (rt_dist.row tells them apart)
 void rt_tick(int *step) {
   if (!rt_eval_mode && rt_dist.micro == 0) step[0] += 1;
 }

@@ -2267,7 +2267,7 @@ RT_CUDA_KT(dropout, (T *out, const T *x, const int *step, long n, float ratio, l
 
 void rt_tick(int *step) {
   // a validation or sampling forward leaves the masks as they were; a step's micro-batches
-  // share its count (rt_dist.slice tells them apart)
+  // share its count (rt_dist.row tells them apart)
   if (rt_eval_mode || rt_dist.micro) return;
   RT_LAUNCH(tick_kernel, 1, 1, 0, rt_cuda_stream, step);
   LAUNCHED();

@@ -195,6 +195,11 @@ typedef struct rt_model {
                               // dp x micro_batches, or batch x the sum of replica_micro
   const int *replica_micro;   // NULL, or dp entries: the micro-batches replica d runs (a mixed
                               // cluster's uneven batch shares)
+  long batch_rows;            // the sequences of a micro-batch of this model's replicas (its
+                              // batch dim; 1 for a model without one)
+  const int *replica_rows;    // NULL, or dp entries: the sequences of replica d's micro-batches
+                              // (a mixed cluster's groups' sizes; each size is a model of its
+                              // own, whose batch_rows it is)
   const int *dp_parts;        // NULL, or dp entries: the ratio of the replicas' parts of each
                               // bucket sharded over dp (parts.h; a mixed cluster's uneven state
                               // shares); this model's sizes are its own replicas' parts

@@ -460,6 +460,26 @@ static long first_micro(int d) {
 // micro-batches per step, all replicas together
 static long micro_total(void) { return first_micro(model()->dp); }
 
+// The sequences (rows) of replica d's micro-batches, the first row of its first in the step's
+// global batch (the replicas before it hold the ones before), and the step's rows.
+static long replica_rows(int d) {
+  return model()->replica_rows ? model()->replica_rows[d] : model()->batch_rows;
+}
+
+static long first_row(int d) {
+  long r = 0;
+  for (int k = 0; k < d; k++) r += replica_micro(k) * replica_rows(k);
+  return r;
+}
+
+static long rows_total(void) { return first_row(model()->dp); }
+
+// The rows this rank's inputs hold of a micro-batch (a grid program's rows cut it).
+static long rank_rows(void) {
+  long r = replica_rows(rt_dist.dp_rank) / model()->grid_side;
+  return r > 0 ? r : 1;
+}
+
 // Is parameter t split over ranks (tensor parallel, a 2D grid), or padded?
 static bool is_split(const rt_tensor *t) { return t->split[0].dim >= 0; }
 
@@ -1526,25 +1546,25 @@ static void check_finite(char *arena, char *stage, int step, bool grads) {
 // inputs
 //
 // The data is defined over the global batch: every input with a batch dim
-// holds micro_total() of the model's batches (IN, on the host; dp x
-// micro_batches unless the replicas' shares are uneven). Replica d runs
-// slices first_micro(d) ... first_micro(d + 1) - 1, one per micro-batch, so
-// that a run on any number of ranks sees the same tokens.
-// On a 2D grid each of those is cut in grid_side slices (a rank's inputs), one
+// holds rows_total() rows (IN, on the host; the model's batch x dp x micro_batches
+// unless the replicas' shares or micro-batch sizes are uneven). Replica d runs
+// rows first_row(d) ..., replica_rows(d) per micro-batch, so that a run on any
+// number of ranks sees the same tokens.
+// On a 2D grid each micro-batch is cut in grid_side slices (a rank's inputs), one
 // per grid row.
 
 
 static void make_global_inputs(void) {
   const rt_model *M = model();
-  long G = micro_total() * M->grid_side, at = 0;
+  long R = rows_total(), r = rank_rows(), at = 0;
   NIN = M->n_inputs;
   IN = calloc((size_t)NIN + 1, sizeof *IN);
   if (!IN) fail("out of memory");
   for (int i = 0; i < NIN; i++) {
     IN[i] = M->inputs[i];
     if (IN[i].batched) {
-      IN[i].numel *= G;
-      IN[i].sizes[0] *= G;
+      IN[i].numel = IN[i].numel / r * R;
+      IN[i].sizes[0] = IN[i].sizes[0] / r * R;
     }
     IN[i].offset = at;
     at += IN[i].numel * 4;
@@ -1553,12 +1573,13 @@ static void make_global_inputs(void) {
   if (!(global = calloc((size_t)global_bytes, 1))) fail("out of memory for the global batch");
 }
 
-// Slice k of the global batch into the arena's inputs.
-static void take_slice(char *arena, char *stage, long k) {
+// The rank's rows of a micro-batch from `row` of the global batch into the arena's inputs.
+static void take_slice(char *arena, char *stage, long row) {
   const rt_model *M = model();
+  long r = rank_rows();
   for (int i = 0; i < NIN; i++) {
     const rt_tensor *t = &M->inputs[i];
-    long from = IN[i].offset + (t->batched ? k * t->numel * 4 : 0);
+    long from = IN[i].offset + (t->batched ? row * (t->numel / r) * 4 : 0);
     memcpy(stage + t->offset, global + from, (size_t)t->numel * 4);
     rt_device_put(arena, stage, t->offset, t->numel * 4);
   }
@@ -1649,22 +1670,24 @@ static void open_data(rt_data *d, const char *flag, const char *spec, const char
 // Forward (training: and backward) over this rank's micro-batches of the
 // global batch in `global`: the global batch's mean loss, the same on every
 // rank. Every loss of mtc is a mean over the batch, so each micro-batch's
-// weighs 1 / micro_total() in it (the lowering scales the gradients alike).
+// weighs its rows' share of the step's in it, 1 / micro_total() when the sizes are equal (the
+// lowering scales the gradients alike).
 static double run_batch(char *arena, char *stage, bool train) {
   const rt_model *M = model();
   double loss = 0;
   int d = rt_dist.dp_rank;
-  long first = first_micro(d), total = micro_total();
+  long first = first_row(d), rows = replica_rows(d), total = rows_total();
+  rt_dist.rows = rank_rows();
   for (int m = 0; m < replica_micro(d); m++) {
     rt_dist.micro = m;
-    rt_dist.slice =
-        (first + m) * M->grid_side + (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) : 0);
-    take_slice(arena, stage, rt_dist.slice);
+    rt_dist.row = first + m * rows +
+                  (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) * rt_dist.rows : 0);
+    take_slice(arena, stage, rt_dist.row);
     M->forward(arena, host_region);
     rt_device_get(stage, arena, M->loss_offset, 4);
     float l;
     memcpy(&l, stage + M->loss_offset, sizeof l);
-    loss += l / (double)total;
+    loss += l / ((double)total / (double)rows);
     if (train) M->backward(arena, host_region);
   }
   for (int m = replica_micro(d); M->ghost && m < M->micro_batches; m++) {  // then the others'
@@ -2011,7 +2034,12 @@ int main(int argc, char **argv) {
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
            rt_device_planned(device_bytes, M->workspace_bytes));
-  if (M->replica_micro) {
+  if (M->replica_rows) {
+    printf("plan: %s on %d ranks | micro-batches per replica", M->layout, world_ranks());
+    for (int d = 0; d < M->dp; d++)
+      printf("%s%d of %ld", d ? ", " : " ", replica_micro(d), replica_rows(d));
+    printf(" sequences | global batch %ld sequences\n", rows_total());
+  } else if (M->replica_micro) {
     printf("plan: %s on %d ranks | micro-batches per replica", M->layout, world_ranks());
     for (int d = 0; d < M->dp; d++) printf("%s%d", d ? ", " : " ", replica_micro(d));
     printf(" | global batch %ld x the model's\n", micro_total());
@@ -2078,7 +2106,7 @@ int main(int argc, char **argv) {
   double *times = malloc((size_t)(timed + 1) * sizeof(double));
   double *comm_times = malloc((size_t)(timed + 1) * sizeof(double));  // inside collectives
   if (!times || !comm_times) fail("out of memory");
-  long global_tokens = M->tokens_per_step * micro_total() * M->grid_side;
+  long global_tokens = M->tokens_per_step / rank_rows() * rows_total();
   rt_comm_reset_bytes();
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
   for (long next = first; next <= opt.steps; next++) {  // long: --steps may be INT_MAX

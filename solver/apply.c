@@ -574,7 +574,7 @@ static int group_parts(Plan *a, int n, const int64_t *count, const double *share
                   "0.7)", path, list);
 }
 
-static int read_groups(const cJSON *groups, Plan *a, int64_t total,
+static int read_groups(const cJSON *groups, Plan *a, int64_t total, int64_t micro,
                        const char *path, IrDiag *d) {
   int n = cJSON_GetArraySize(groups);
   if (!cJSON_IsArray(groups) || n < 1)
@@ -584,7 +584,7 @@ static int read_groups(const cJSON *groups, Plan *a, int64_t total,
     return ir_error(d, (IrLoc){0}, "%s: \"groups\" has %d groups; mtc plans at most %d", path,
                     n, SV_MAXGROUPS);
   int ranks = mesh_ranks(&a->mesh), dp = a->mesh.size[IR_MESH_DP], per = ranks / dp;
-  int64_t count[SV_MAXGROUPS], group_runs[SV_MAXGROUPS], all = 0, runs = 0;
+  int64_t count[SV_MAXGROUPS], group_runs[SV_MAXGROUPS], rows[SV_MAXGROUPS], all = 0, runs = 0;
   double mb[SV_MAXGROUPS], shares[SV_MAXGROUPS];
   char mesh[64], where[64], at[4400];
   mesh_str(mesh, sizeof mesh, &a->mesh);
@@ -605,11 +605,17 @@ static int read_groups(const cJSON *groups, Plan *a, int64_t total,
     const cJSON *gr = cJSON_GetArrayItem(groups, i);
     snprintf(where, sizeof where, "groups[%d]", i);
     snprintf(at, sizeof at, "%.4096s: %s", path, where);
-    double share = -1;
+    double share = -1, size = (double)micro;
     mb[i] = n == 1 ? (double)total : 0;
     if (sv_json_number(gr, "micro_batches", 0, 1e9, true, n > 1, &mb[i], at, d) ||
-        sv_json_number(gr, "state_share", 0, 1, false, false, &share, at, d))
+        sv_json_number(gr, "state_share", 0, 1, false, false, &share, at, d) ||
+        sv_json_number(gr, "micro", 1, 1e9, true, false, &size, at, d))
       return -1;
+    rows[i] = (int64_t)size;
+    if (i == 0 && rows[0] != micro)
+      return ir_error(d, (IrLoc){0}, "%s runs micro-batches of %lld sequences and \"batch\" says "
+                      "%lld: \"batch\"'s \"micro\" is the first group's (the model's batch dim)",
+                      at, (long long)rows[0], (long long)micro);
     int64_t replicas = count[i] / per;
     if ((int64_t)mb[i] % replicas || mb[i] < (double)replicas)
       return ir_error(d, (IrLoc){0}, "%s runs %g micro-batches on %lld replicas: each replica "
@@ -622,7 +628,7 @@ static int read_groups(const cJSON *groups, Plan *a, int64_t total,
   if (runs != total)
     return ir_error(d, (IrLoc){0}, "%s: the groups run %lld micro-batches and \"batch\" says "
                     "%lld: make them equal", path, (long long)runs, (long long)total);
-  if (plan_set_group_micro(a, n, count, group_runs))
+  if (plan_set_group_micro(a, n, count, group_runs) || plan_set_group_rows(a, n, count, rows))
     return ir_error(d, (IrLoc){0}, "out of memory");
   if (plan_shards_state(a) && group_parts(a, n, count, shares, per, path, d))
     return -1;
@@ -671,7 +677,8 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
   if (!rc)
     rc = read_blocks(cJSON_GetObjectItemCaseSensitive(root, "blocks"), m, out, path, d);
   if (!rc)
-    rc = read_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, total, path, d);
+    rc = read_groups(cJSON_GetObjectItemCaseSensitive(root, "groups"), out, total, micro, path,
+                     d);
   if (!rc) {
     out->micro = micro;
     out->seq = seq;
@@ -840,6 +847,11 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   if (grid > 1)
     q = 1;
   int64_t batch;
+  if (P->replica_rows) {
+    ir_error(d, (IrLoc){0}, "its groups run micro-batches of unequal sizes, which the planner "
+             "does not price (its micro-batches are one size)");
+    return 1;
+  }
   if (sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
     ir_error(d, (IrLoc){0}, "the layout runs on %d GPUs; the cluster has %d", mesh_ranks(mesh),
              sv_cluster_gpus(&base->cluster));

@@ -95,6 +95,8 @@ refused groups_share "$two; [b.update(zero=1) for b in p['blocks']]; p['groups']
   "groups_share.json: the groups' state shares \(0.31, 0.69\) do not split into whole parts of at most 64 units for their replicas: give each replica a fraction with a denominator of 64 or less" p11
 refused groups_share_tp "$two; [b.update(zero=1) for b in p['blocks']]; p['blocks'][1]['batch_tp'] = 2; p['blocks'][1].update(dp=4, tp=1); p['groups'][0]['state_share'] = 0.25; p['groups'][1]['state_share'] = 0.75" \
   "block 1 splits its batch over tp, and the replicas hold uneven parts of the state, which is not lowered yet" p11
+refused groups_rows "$two; p['groups'][0]['micro'] = 3" \
+  "groups\[0\] runs micro-batches of 3 sequences and \"batch\" says 4: \"batch\"'s \"micro\" is the first group's" p11
 refused groups_replica "$two; p['groups'][0]['count'] = 1; p['groups'][1]['count'] = 3" \
   "groups\[0\] has 1 GPUs; a replica of the mesh dp 2 x tp 2 takes 2, all in one group" p11
 refused groups_few "$two; [b.update(dp=4, tp=1) for b in p['blocks']]; p['groups'][0].update(count=1, micro_batches=2); p['groups'][1].update(count=3, micro_batches=2)" \

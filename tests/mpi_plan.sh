@@ -7,7 +7,9 @@
 # ZeRO stage 3. PLAN_GROUP_MICRO="1 3" splits the 4 GPUs into two groups of
 # one replica each (a mixed cluster's), running 1 and 3 of the 4
 # micro-batches (uneven batch shares; the state sharded evenly, or with
-# PLAN_GROUP_STATE="0.25 0.75" in those shares: a program of its own per group).
+# PLAN_GROUP_STATE="0.25 0.75" in those shares: a program of its own per group;
+# PLAN_GROUP_ROWS="2 4" gives the groups' micro-batches those sizes, the first the model's
+# batch dim: a program per size, the one-rank program's batch the sum).
 # PLAN_BATCH_TP="1 2" makes those blocks data parallel over all 4 GPUs (dp 4,
 # tp 1) beside the others' dp 2 x tp 2: the program splits their batch over
 # tp too (per-block meshes; all of them: each says so with "batch_tp": 2). PLAN_OFFLOAD_GRADS="2" offloads those blocks'
@@ -41,7 +43,7 @@ gpus=${PLAN_GPUS:-4} batch=() micro=2
 /usr/bin/python3 - "$out/plan.json" "$out/edited.json" "${PLAN_OFFLOADS:-0}" "${PLAN_ZERO:-3}" \
   "${PLAN_GROUP_MICRO:-}" "${PLAN_BATCH_TP:-}" "${PLAN_OFFLOAD_GRADS:-}" \
   "${PLAN_OFFLOAD_PARAMS:-}" "${PLAN_TP4:-}" "${PLAN_GRID:-}" "${PLAN_GROUP_STATE:-}" "$gpus" \
-  "${PLAN_GROUP_COUNTS:-}" "${PLAN_SUBGRID:-}" <<'PY'
+  "${PLAN_GROUP_COUNTS:-}" "${PLAN_SUBGRID:-}" "${PLAN_GROUP_ROWS:-}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 shares = [float(x) for x in sys.argv[3].split()]
@@ -77,9 +79,21 @@ if sys.argv[5]:
     counts = [int(x) for x in sys.argv[13].split()] or [gpus // 2] * 2
     plan["groups"] = [dict(group, name=f"g{i}", count=counts[i], micro_batches=int(m),
                            state_share=state[i]) for i, m in enumerate(sys.argv[5].split())]
+    rows = [int(x) for x in sys.argv[15].split()]
+    for g, r in zip(plan["groups"], rows):
+        g["micro"] = r
+    if rows:
+        plan["batch"]["global"] = sum(g["micro_batches"] * g["micro"] for g in plan["groups"])
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 # global batch: 2 sequences x 4 micro-batches (2 replicas, 2 micro-batches each; or one
 # replica, 4 micro-batches); on 8 GPUs 4 sequences x 4
-exec "$here/mpi.sh" "$mtc" "$model" "$out/run" "$gpus" $((micro * 4)) $micro "--plan $out/edited.json" "$@" \
+global=$((micro * 4))
+if [ -n "${PLAN_GROUP_ROWS:-}" ]; then   # each group's micro-batches times their size
+  read -ra m <<< "$PLAN_GROUP_MICRO"
+  read -ra r <<< "$PLAN_GROUP_ROWS"
+  global=0
+  for i in "${!m[@]}"; do global=$((global + m[i] * r[i])); done
+fi
+exec "$here/mpi.sh" "$mtc" "$model" "$out/run" "$gpus" $global $micro "--plan $out/edited.json" "$@" \
   --precision "${PLAN_PRECISION:-fp32}"
