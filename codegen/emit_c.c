@@ -698,13 +698,13 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
 }
 
 // Uneven batch shares with collectives every micro-batch (ZeRO 2, 3, gradient offload): a
-// replica that runs fewer
-// micro-batches than the most joins the others' bucket collectives for each one it does not
-// run, after its own (train.c), with a ghost micro-batch: a grads bucket zeroed, each shard
-// placed in its gathered bucket, the collectives over buckets and their waits, the
-// accumulations of what they reduce (its shard: the others' gradients; a whole bucket: zeros;
-// offloaded: copied to the host and added there), in forward's order and (train) backward's, no compute. Its collectives that wait for the
-// last micro-batch (ZeRO 0, 1: the accumulated gradients) run in the last ghost (dist.c).
+// replica that runs fewer micro-batches than the most joins the others' bucket collectives for
+// each one it does not run, after its own (train.c), with a ghost micro-batch: a grads bucket
+// zeroed, each shard placed in its gathered bucket, the collectives over buckets and their
+// waits, the accumulations of what they reduce (its shard: the others' gradients; a whole
+// bucket: zeros; offloaded: copied to the host and added there), in forward's order and
+// (train) backward's, no compute. Its collectives that wait for the last micro-batch (ZeRO 0,
+// 1: the accumulated gradients) run in the last ghost (dist.c).
 // (slots: the collectives' in the ghost so far, whose waits are in it; NULL: no wait)
 static bool in_ghost(const IrNode *n, const bool *slots) {
   switch (n->op) {

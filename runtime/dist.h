@@ -33,7 +33,8 @@
 // RT_AXIS_SUBREP: the replicas of a block over sub ranks (dp x subdp: the ranks with the same
 // tp_rank % sub); its buckets are reduced and sharded over them.
 enum { RT_AXIS_NONE = -1, RT_AXIS_DP, RT_AXIS_TP, RT_AXIS_ROW, RT_AXIS_COL, RT_AXIS_SUB,
-       RT_AXIS_SUBDP, RT_AXIS_SUBROW, RT_NAXES, RT_AXIS_ALL = RT_NAXES, RT_AXIS_SUBREP, RT_NGROUPS };
+       RT_AXIS_SUBDP, RT_AXIS_SUBROW, RT_NAXES, RT_AXIS_ALL = RT_NAXES, RT_AXIS_SUBREP,
+       RT_NGROUPS };
 
 typedef struct rt_dist_state {
   int dp, tp, q;              // the mesh (q: the side of the 2D grid, 1: none; with tp > 1, the
