@@ -95,6 +95,13 @@ bool sv_plan_runs(const SvPlan *pl, char *why, size_t n) {
   IrDiag quiet = {0};
   bool runs = !one_mesh(mesh, in, m, &a, "the plan", &quiet) &&
               !checkpoint_of(act, m->nblocks, &a, &quiet);
+  int rows = a.mesh.size[IR_MESH_SUBROW];   // grids on part of tp cut each micro-batch over
+  if (runs && rows > a.mesh.size[IR_MESH_ROW] && pl->micro_batch % rows) {   // their rows
+    ir_error(&quiet, (IrLoc){0}, "its 2D blocks on grids of part of tp split each micro-batch "
+             "over %d rows, and its %lld sequences do not divide by %d", rows,
+             (long long)pl->micro_batch, rows);
+    runs = false;
+  }
   snprintf(why, n, "%s", runs ? "" : quiet.msg);
   free(act), free(mesh), free(in);
   plan_free(&a);

@@ -72,14 +72,14 @@ static const struct { int share; bool grads, params; } offloads[] = {
 // The replicas of a block's parameters under layout l (those its ZeRO stage shards over).
 static int replicas(SvLayout l) { return l.dp * sv_layout_parts(l); }
 
-// The unit's choices. For mtc compile (mesh_tp), only those it lowers: checkpointing
-// only in the repeated layers (passes/recompute.c), not in block 0 (everything outside
-// them). Activation swap (passes/swap.c) only in the repeated layers, in every mode.
+// The unit's choices. Checkpointing and activation swap only in the repeated layers
+// (passes/recompute.c, passes/swap.c), in every mode: block 0 (everything outside them) ends
+// forward with the head, whose backward runs first, so recomputing it would hold what keeping
+// it holds at the step's peak (and so would swapping it).
 static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *x) {
   int cap = 0;
-  bool mesh = x->cfg->mesh_tp > 0;
   bool has_state = n->params > 0;
-  bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && !(mesh && u->block == 0);
+  bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && u->block >= 1;
   bool can_swap = n->act > 0 && u->block >= 1;
   bool has_opt = n->per.state > 0;   // offload moves the optimizer state
   for (int l = 0; l < p->nlayouts; l++)

@@ -5,9 +5,9 @@
 # mtc plan reports the plan compile --gpus builds (the same blocks and step time in
 # plan.json), with every baseline; --any-mesh lets blocks take their own meshes (GPT-2 1.5B
 # on 8 L4s: the embedding and head on TP2, the layers on 8 x DP, which compile --plan runs: no
-# note), and says when compile --plan would refuse the plan (GPT-2 1.5B with 32 heads on 32
-# H100s of 2 GiB under sequence parallelism: the embeddings and head recomputed); compile
-# refuses --any-mesh.
+# note), and says when compile --plan would refuse the plan (GPT-2 774M on 64 L4s of 2.5 GiB:
+# the embeddings and head on a 4 x 4 grid beside layers on 2 x 2 grids); compile refuses
+# --any-mesh.
 #
 #   tests/plan_svg.sh MTC EXAMPLES_DIR OUT
 set -euo pipefail
@@ -21,8 +21,8 @@ gpt15=("$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=25 -D T=1024 -D V=50257 -D B
 l4=("${gpt15[@]}" --gpus 8 --gpu L4-24GB --mip-gap 0)
 "$mtc" plan "${l4[@]}" --any-mesh --svg "$out/l4.svg" > "$out/l4.txt"
 "$mtc" plan "${l4[@]}" --json "$out/l4c.json" > "$out/l4c.txt"
-"$mtc" plan "$examples/gpt2.mtc" -D L=48 -D C=1600 -D NH=32 -D T=1024 -D V=50257 --gpus 32 \
-  --gpu-mem 2GiB --host-mem 0 --seq-parallel --any-mesh > "$out/refused.txt"
+"$mtc" plan "$examples/gpt2.mtc" -D L=36 -D C=1280 -D NH=20 -D T=1024 -D V=50257 --gpus 64 \
+  --gpu L4-24GB --gpu-mem 2500MiB --host-mem 0 --any-mesh > "$out/refused.txt"
 "$mtc" compile "${l4[@]}" -o "$out/l4prog" > "$out/l4prog.txt"
 # its plan.json compiles to the same program: every block data parallel over the tp ranks of a
 # 2 x TP4 mesh ("batch_tp": 4), priced alike
@@ -82,9 +82,9 @@ if abs(plan["step_time_s"] - prog["step_time_s"]) > 1e-9 * prog["step_time_s"]:
     bad.append(f"plan's step {plan['step_time_s']} s, compile's {prog['step_time_s']} s")
 if "4 x TP2" not in open(f"{out}/l4.txt").read() or "note:" in open(f"{out}/l4.txt").read():
     bad.append("--any-mesh: not TP2 beside 8 x DP, or a note on a plan compile --plan runs")
-if ("note: mtc compile --plan refuses this plan: the plan checkpoints block 0" not in
-        open(f"{out}/refused.txt").read()):
-    bad.append("--any-mesh: no note that compile --plan refuses a plan that recomputes block 0")
+if ("note: mtc compile --plan refuses this plan: the plan: block 0 (rest) is dp 4 x 2D 4x4, "
+        "another block dp 16 x 2D 2x2" not in open(f"{out}/refused.txt").read()):
+    bad.append("--any-mesh: no note that compile --plan refuses a plan of two grids")
 if "note:" in open(f"{out}/l4c.txt").read():
     bad.append("plan: a note on meshes without --any-mesh")
 report = open(f"{out}/l4c.txt").read()
