@@ -123,8 +123,9 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
   fprintf(f, "cluster:");
   for (int g = 0; g < c->ngroups; g++) {
     const SvGroup *gr = &c->group[g];
-    fprintf(f, "%s %d x %s (%.0f GiB, %d per node, %.0f GB/s in a node, %.1f GB/s between)",
-            g ? " +" : "", gr->count, gr->dev.name, gb(gr->dev.mem), gr->per_node,
+    char mem[32];
+    fprintf(f, "%s %d x %s (%s, %d per node, %.0f GB/s in a node, %.1f GB/s between)",
+            g ? " +" : "", gr->count, gr->dev.name, sv_bytes_str(mem, gr->dev.mem), gr->per_node,
             gr->dev.intra_bw / 1e9, gr->dev.inter_bw / 1e9);
   }
   fputc('\n', f);
@@ -335,8 +336,9 @@ void sv_report_dot(FILE *f, const SvPlan *pl) {
     unit_row(pl, u, g, &r);
     fprintf(f, "  u%d [label=\"", u);
     dot_string(f, r.name);
-    fprintf(f, "\\n%s, checkpoint %s\\nZeRO-%d, offload %s\\n%.2f ms/step, %.2f GiB/GPU\"];\n",
-            r.layout, r.ckpt, r.zero, r.offload, r.t * 1e3, gb(r.m));
+    char mem[32];
+    fprintf(f, "\\n%s, checkpoint %s\\nZeRO-%d, offload %s\\n%.2f ms/step, %s/GPU\"];\n",
+            r.layout, r.ckpt, r.zero, r.offload, r.t * 1e3, sv_bytes_str(mem, r.m));
   }
   // activations flowing between units (forward; their gradients flow back), per micro-batch
   int nu = p->nunits;
@@ -347,11 +349,11 @@ void sv_report_dot(FILE *f, const SvPlan *pl) {
     if (a >= 0 && b >= 0 && a != b)
       bytes[a * nu + b] += sym_evalf(m->flow[i].bytes, &m->g->syms);
   }
+  char flow[32];
   for (int a = 0; a < nu; a++)
     for (int b = 0; b < nu; b++)
       if (bytes[a * nu + b] > 0)
-        fprintf(f, "  u%d -> u%d [label=\"%.2f MiB\"];\n", a, b,
-                bytes[a * nu + b] / (1024.0 * 1024.0));
+        fprintf(f, "  u%d -> u%d [label=\"%s\"];\n", a, b, sv_bytes_str(flow, bytes[a * nu + b]));
   free(bytes);
   fputs("}\n", f);
 }
