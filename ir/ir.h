@@ -272,7 +272,6 @@ typedef struct IrGraph {
   IrValue **name_slot;
   int name_cap, name_used;
   IrValue *loss;            // the scalar trained on
-  IrNode *loss_seed;        // the fill of backward's dloss = 1 (passes/autodiff.c; NULL before)
   const char *after;        // the last pass that changed the graph (IR text: `after NAME`);
                             // NULL before any; the pipeline resumes after it
   int batch_sym, seq_sym;   // the batch and sequence dims (symbol indices; -1: none),

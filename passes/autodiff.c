@@ -664,7 +664,7 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx, bool *changed) {
   finish(&ad, seed);
   ad.grad[g->loss->id] = seed->out[0];
   ir_value_rename(g, seed->out[0], "d.loss");
-  g->loss_seed = seed;
+  ir_set_int(g, seed, "loss_seed", 1);   // (passes/lower.c may weigh it)
 
   IrValue **dy = NULL, **dx = NULL;
   for (int i = nfwd - 1; i >= 0 && !ad.err; i--) {

@@ -823,6 +823,24 @@ static void lower_row_syncs(Lower *L, IrValue **vals, int n) {
   ir_insert_before(g, -1);
 }
 
+// Unequal micro-batch sizes (Plan.replica_rows): backward starts from dloss = r M / R, this
+// program's rows' share of the step (the fill autodiff marks loss_seed; IR text keeps the mark).
+static int weigh_loss(Lower *L) {
+  const Plan *P = L->plan;
+  if (!P->replica_rows)
+    return 0;
+  for (int i = 0; i < L->g->nnodes; i++) {
+    IrNode *n = L->g->nodes[i];
+    if (n->op == OP_FILL && ir_attr_i(n, "loss_seed")) {
+      ir_set_float(L->g, n, "value", (double)P->micro * (double)plan_micro_total(P) /
+                                         (double)plan_rows_total(P));
+      return 0;
+    }
+  }
+  return ir_error(L->d, (IrLoc){0}, "lower: the replicas' micro-batches differ in size, and the "
+                  "graph has no dloss to weigh by them (autodiff marks it loss_seed)");
+}
+
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   const Plan *P = ctx->plan;
   if (!P || !P->lower)
@@ -844,9 +862,8 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   lower_row_syncs(&L, syncs, nsyncs);
   free(syncs);
   unbias_over_dp(&L);
-  if (P->replica_rows && g->loss_seed)   // unequal micro-batch sizes: this program's weight
-    ir_set_float(g, g->loss_seed, "value",
-                 (double)P->micro * (double)plan_micro_total(P) / (double)plan_rows_total(P));
+  if (weigh_loss(&L))
+    return -1;
   size_t nv = (size_t)g->nvalues + 1;
   L.first_fwd = malloc(nv * sizeof *L.first_fwd);
   L.first_bwd = malloc(nv * sizeof *L.first_bwd);

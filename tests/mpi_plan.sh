@@ -95,5 +95,24 @@ if [ -n "${PLAN_GROUP_ROWS:-}" ]; then   # each group's micro-batches times thei
   global=0
   for i in "${!m[@]}"; do global=$((global + m[i] * r[i])); done
 fi
+# the same plan from the model's IR text after autodiff weighs each program's dloss alike (the
+# mark of autodiff's fill survives IR text; a DSL model's: an ONNX model's weights do not)
+if [ -n "${PLAN_GROUP_ROWS:-}" ] && [ "${model##*.}" = mtc ]; then
+  prec=(--precision "${PLAN_PRECISION:-fp32}")
+  "$mtc" inspect "$model" "$@" -D B=$micro "${prec[@]}" --dump-after autodiff > "$out/ad.ir" \
+    2> /dev/null
+  for src in model ir; do
+    rm -rf "$out/seed"
+    from=$model
+    [ $src = ir ] && from=$out/ad.ir
+    "$mtc" compile "$from" "$@" -D B=$micro "${prec[@]}" --plan "$out/edited.json" \
+      -o "$out/seed" > /dev/null
+    grep -h 'rt_fill(b.d_loss' "$out/seed"/model*.c > "$out/seed.$src"
+  done
+  if ! cmp -s "$out/seed.model" "$out/seed.ir" || grep -q ' 1.0f);' "$out/seed.ir"; then
+    echo "FAIL: dloss from the model, and from its IR text: $(cat "$out/seed.model" "$out/seed.ir")"
+    exit 1
+  fi
+fi
 exec "$here/mpi.sh" "$mtc" "$model" "$out/run" "$gpus" $global $micro "--plan $out/edited.json" "$@" \
   --precision "${PLAN_PRECISION:-fp32}"
