@@ -128,7 +128,7 @@ typedef enum IrMeshAxis {
   IR_MESH_SUBREP,
 } IrMeshAxis;
 
-// "dp", "tp", "row", "col", "sub", "subdp", "all", "subrep" ("-": none)
+// "dp", "tp", "row", "col", "sub", "subdp", "subrow", "all", "subrep" ("-": none)
 const char *ir_mesh_axis_name(IrMeshAxis a);
 // The axes that split one replica's ops (tp, row, col, sub), and a sub block's batch (subdp,
 // and a grid's on sub ranks, subrow), as bits (1 << axis).

@@ -26,12 +26,14 @@ Mesh mesh_with_sub(Mesh m, int s) {
   return m;
 }
 
+int mesh_grid_rows(int tp, int q) { return tp > q * q ? tp / (q * q) * q : q; }
+
 Mesh mesh_with_grid(Mesh m, int q) {
   int tp = m.size[IR_MESH_TP];
   if (q * q < tp)
     m = mesh_with_sub(m, q * q);
   m.size[IR_MESH_ROW] = m.size[IR_MESH_COL] = q;
-  m.size[IR_MESH_SUBROW] = tp / (q * q) * q;
+  m.size[IR_MESH_SUBROW] = mesh_grid_rows(tp, q);
   return m;
 }
 
@@ -121,68 +123,64 @@ int64_t plan_rows_total(const Plan *p) {
   return n;
 }
 
-int plan_set_group_rows(Plan *p, int ngroups, const int64_t *gpus, const int64_t *rows) {
-  int dp = p->mesh.size[IR_MESH_DP], per = mesh_ranks(&p->mesh) / dp, r = 0;
+// *field: dp entries of values where they differ, else NULL. -1 when out of memory.
+static int set_uneven(int **field, int dp, const int *values) {
   bool even = true;
-  for (int i = 0; i < ngroups; i++)
-    even &= rows[i] == rows[0];
-  free(p->replica_rows);
-  p->replica_rows = NULL;
-  p->micro = rows[0];
+  for (int d = 0; d < dp; d++)
+    even &= values[d] == values[0];
+  free(*field);
+  *field = NULL;
   if (even)
     return 0;
-  if (!(p->replica_rows = malloc(((size_t)dp + 1) * sizeof *p->replica_rows)))
+  if (!(*field = malloc((size_t)dp * sizeof **field)))
     return -1;
-  for (int i = 0; i < ngroups; i++)
-    for (int64_t k = 0; k < gpus[i] / per && r < dp; k++)
-      p->replica_rows[r++] = (int)rows[i];
-  plan_programs(p, 0, &p->part_first, &p->part_end);
+  memcpy(*field, values, (size_t)dp * sizeof *values);
   return 0;
 }
 
-int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_t *runs) {
+// Each replica's value from its group's (ranks numbered group by group; group i's gpus[i] GPUs
+// hold gpus[i] / the replica's ranks replicas): value[i], or with `share` value[i] split evenly
+// over them. NULL when out of memory (the caller frees the rest).
+static int *replica_values(const Plan *p, int ngroups, const int64_t *gpus,
+                           const int64_t *value, bool share) {
   int dp = p->mesh.size[IR_MESH_DP], per = mesh_ranks(&p->mesh) / dp, r = 0;
-  int *counts = malloc(((size_t)dp + 1) * sizeof *counts);
-  if (!counts)
-    return -1;
-  for (int i = 0; i < ngroups; i++)
-    for (int64_t k = 0; k < gpus[i] / per && r < dp; k++)
-      counts[r++] = (int)(runs[i] / (gpus[i] / per));
-  int rc = plan_set_replica_micro(p, counts);
+  int *out = malloc(((size_t)dp + 1) * sizeof *out);
+  for (int i = 0; out && i < ngroups; i++) {
+    int64_t replicas = gpus[i] / per;
+    for (int64_t k = 0; k < replicas && r < dp; k++)
+      out[r++] = (int)(share ? value[i] / replicas : value[i]);
+  }
+  return out;
+}
+
+int plan_set_group_rows(Plan *p, int ngroups, const int64_t *gpus, const int64_t *rows) {
+  int *values = replica_values(p, ngroups, gpus, rows, false);
+  int rc = values ? set_uneven(&p->replica_rows, p->mesh.size[IR_MESH_DP], values) : -1;
+  free(values);
+  p->micro = rows[0];
+  if (!rc)
+    plan_programs(p, 0, &p->part_first, &p->part_end);
+  return rc;
+}
+
+int plan_set_group_micro(Plan *p, int ngroups, const int64_t *gpus, const int64_t *runs) {
+  int *counts = replica_values(p, ngroups, gpus, runs, true);
+  int rc = counts ? plan_set_replica_micro(p, counts) : -1;
   free(counts);
   return rc;
 }
 
 int plan_set_replica_micro(Plan *p, const int *counts) {
   int dp = p->mesh.size[IR_MESH_DP], most = 0;
-  bool even = true;
-  for (int d = 0; d < dp; d++) {
+  for (int d = 0; d < dp; d++)
     most = counts[d] > most ? counts[d] : most;
-    even &= counts[d] == counts[0];
-  }
-  free(p->replica_micro);
-  p->replica_micro = NULL;
   p->micro_batches = most;
-  if (even)
-    return 0;
-  if (!(p->replica_micro = malloc((size_t)dp * sizeof *p->replica_micro)))
-    return -1;
-  memcpy(p->replica_micro, counts, (size_t)dp * sizeof *counts);
-  return 0;
+  return set_uneven(&p->replica_micro, dp, counts);
 }
 
 int plan_set_replica_parts(Plan *p, const int *parts) {
-  int dp = p->mesh.size[IR_MESH_DP];
-  bool even = true;
-  for (int d = 0; d < dp; d++)
-    even &= parts[d] == parts[0];
-  free(p->replica_parts);
-  p->replica_parts = NULL;
-  if (!even) {
-    if (!(p->replica_parts = malloc((size_t)dp * sizeof *p->replica_parts)))
-      return -1;
-    memcpy(p->replica_parts, parts, (size_t)dp * sizeof *parts);
-  }
+  if (set_uneven(&p->replica_parts, p->mesh.size[IR_MESH_DP], parts))
+    return -1;
   plan_programs(p, 0, &p->part_first, &p->part_end);
   return 0;
 }

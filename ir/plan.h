@@ -26,6 +26,9 @@ Mesh mesh_with_sub(Mesh m, int s);
 // group of sub = q * q of them (as mesh_with_sub), their batch over subrow (tp / sub x q).
 // (m's sub, if any, is q * q.)
 Mesh mesh_with_grid(Mesh m, int q);
+// The rows 2D blocks on q x q grids of tp ranks cut each micro-batch into: the grids' rows of
+// all tp / (q x q) grids (size[IR_MESH_SUBROW]), q for one grid.
+int mesh_grid_rows(int tp, int q);
 // dp replicas of a q x q grid (Optimus 2D).
 Mesh mesh_grid(int dp, int q);
 // The ranks of the mesh (sub, subdp and subrow factor tp, and so does a grid inside it: they

@@ -161,6 +161,9 @@ static unsigned axis_bits(int axis) {
 // over subrow).
 static unsigned sums(unsigned used) { return used & ~BIT(SUBROW); }
 
+// The partial sums that summing away a dim split over `axis` leaves (NONE: none).
+static unsigned summed(int axis) { return axis == NONE ? 0 : sums(axis_bits(axis)); }
+
 // Axes the split dims use (axis_bits per dim), leaving out dim `skip` (-1: none).
 static unsigned split_axes(const ShardLayout *l, int skip) {
   unsigned m = 0;
@@ -784,14 +787,13 @@ static int shard_matmul(ShardOp *op) {
   int nbatch = (ra > 2 ? ra : rb) - 2;
   ShardLayout *out = &op->out[0];
   *out = whole(n->out[0]->rank);
-  unsigned p = kaxis != NONE ? sums(axis_bits(kaxis)) : 0;
+  unsigned p = summed(kaxis);
   int r = 0;
   for (int i = 0; i < nbatch; i++) {
     if (!sum)
       out->split[r++] = batch->split[i];
-    else if (batch->split[i] != NONE)
-      p |= sums(axis_bits(batch->split[i]));   // summed over a split batch: each rank holds a
-                                               // partial sum
+    else
+      p |= summed(batch->split[i]);   // summed over a split batch: each rank holds a partial sum
   }
   out->split[r++] = a->split[am];
   out->split[r++] = b->split[bn];
@@ -830,7 +832,7 @@ static int shard_conv2d_bwd_filter(ShardOp *op) {
   conv_images(op, 1);
   int axis = unify2(op, 0, 0, 1, 0);
   op->out[0] = whole(4);
-  op->out[0].partial = (unsigned char)(axis != NONE ? sums(axis_bits(axis)) : 0);
+  op->out[0].partial = (unsigned char)summed(axis);
   op->out[1] = whole(3);
   op->out[1].split[0] = (unsigned char)axis;
   return 0;
@@ -1098,8 +1100,7 @@ static int shard_embedding(ShardOp *op) {
   for (int i = 0; i < idx->rank; i++)
     out->split[i] = idx->split[i];
   out->split[idx->rank] = w->split[1];
-  out->partial = (unsigned char)(w->partial | (w->split[0] != NONE ? sums(axis_bits(w->split[0]))
-                                                                     : 0));
+  out->partial = (unsigned char)(w->partial | summed(w->split[0]));
   return 0;
 }
 
@@ -1337,8 +1338,8 @@ static int shard_sum_to(ShardOp *op) {
     int od = d - (x->rank - o->rank);
     if (od >= 0 && same_size(op->g, x->shape[d], o->shape[od]))
       out->split[od] = op->in[0].split[d];
-    else if (op->in[0].split[d] != NONE)
-      p |= sums(axis_bits(op->in[0].split[d]));
+    else
+      p |= summed(op->in[0].split[d]);
   }
   out->partial = (unsigned char)p;
   return 0;
@@ -1366,8 +1367,7 @@ static int reduce(ShardOp *op) {
     if (!gone[i])
       out->split[r++] = op->in[0].split[i];
     else {
-      if (op->in[0].split[i] != NONE)
-        p |= sums(axis_bits(op->in[0].split[i]));
+      p |= summed(op->in[0].split[i]);
       if (keep)
         r++;
     }

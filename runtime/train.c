@@ -2034,15 +2034,14 @@ int main(int argc, char **argv) {
   if (strcmp(rt_device_name(), "cpu"))
     printf("device: %s | arena and workspace %ld bytes\n", rt_device_name(),
            rt_device_planned(device_bytes, M->workspace_bytes));
-  if (M->replica_rows) {
+  if (M->replica_micro || M->replica_rows) {   // uneven batch shares, or micro-batch sizes
     printf("plan: %s on %d ranks | micro-batches per replica", M->layout, world_ranks());
-    for (int d = 0; d < M->dp; d++)
-      printf("%s%d of %ld", d ? ", " : " ", replica_micro(d), replica_rows(d));
-    printf(" sequences | global batch %ld sequences\n", rows_total());
-  } else if (M->replica_micro) {
-    printf("plan: %s on %d ranks | micro-batches per replica", M->layout, world_ranks());
-    for (int d = 0; d < M->dp; d++) printf("%s%d", d ? ", " : " ", replica_micro(d));
-    printf(" | global batch %ld x the model's\n", micro_total());
+    for (int d = 0; d < M->dp; d++) {
+      printf("%s%d", d ? ", " : " ", replica_micro(d));
+      if (M->replica_rows) printf(" of %ld", replica_rows(d));
+    }
+    if (M->replica_rows) printf(" sequences | global batch %ld sequences\n", rows_total());
+    else printf(" | global batch %ld x the model's\n", micro_total());
   } else if (world_ranks() > 1 || M->micro_batches > 1) {
     printf("plan: %s on %d ranks | %d micro-batch%s | global batch %ld x the model's\n", M->layout,
            world_ranks(), M->micro_batches, M->micro_batches > 1 ? "es" : "", micro_total());

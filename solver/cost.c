@@ -1016,6 +1016,10 @@ static double held(double floats, double rep, double ints, SvLayout l) {
   return f + ints;
 }
 
+// The share of a replica's micro-batch each of a block's parts takes (sv_layout_parts): 1, or
+// for a block over part of tp (its sub ranks, or their grids) sub / tp.
+static double batch_share(SvLayout l) { return 1.0 / sv_layout_parts(l); }
+
 // Bytes by the number k of grid axes that split them ([k] is divided by q^k).
 static double on_grid(const double *by_split, int q) {
   return by_split[0] + by_split[1] / q + by_split[2] / ((double)q * q);
@@ -1056,7 +1060,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks); grids on
                   // part of tp each on sub / tp of the replica's batch (the weights' traffic
                   // whole)
-    double part = l.sub > 1 ? (double)l.sub / l.tp : 1;
+    double part = batch_share(l);
     double wf = on_grid(n->grid_wfwd, l.q), wb = on_grid(n->grid_wbwd, l.q);
     double f = ar(wf + (on_grid(n->grid_fwd, l.q) - wf) * part, l.q, rsag);
     double bw = ar(wb + (on_grid(n->grid_bwd, l.q) - wb) * part, l.q, rsag);
@@ -1068,7 +1072,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     Link t = link_for(cl, g, l.sub, false);
     if (sp)
       t.bw *= t.gather;
-    double part = (double)l.sub / l.tp;
+    double part = batch_share(l);
     double f = ar(n->tp_fwd * part, l.sub, t), bw = ar(n->tp_bwd * part, l.sub, t);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.tp > 1) {
@@ -1188,7 +1192,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     o->host_shard = host * sh;
   else
     o->host = host;
-  double act = l.q > 1 ? on_grid(n->grid_act, l.q) * (l.sub > 1 ? (double)l.sub / l.tp : 1)
+  double act = l.q > 1 ? on_grid(n->grid_act, l.q) * batch_share(l)
                         : held(n->act, n->act_rep, n->act_int, l);
   // a checkpointed block keeps its inputs: replicated, or with sequence parallelism split; a
   // swapped one its integer activations (passes/swap.c moves floats), the floats in host

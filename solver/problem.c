@@ -198,7 +198,7 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
         p->layout[n] = mesh;
         p->layout[n++].sub = cfg->mesh_sub;
       }
-      int side = cfg->mesh_grid, rows = side > 1 ? cfg->mesh_tp / (side * side) * side : 0;
+      int side = cfg->mesh_grid, rows = side > 1 ? mesh_grid_rows(cfg->mesh_tp, side) : 0;
       if (side > 1 && m->grid_ok && side * side == cfg->mesh_sub &&
           cfg->micro_batch % rows == 0 && cfg->micro_batch >= rows) {
         p->layout[n] = mesh;

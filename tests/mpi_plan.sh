@@ -58,13 +58,13 @@ grid = [int(x) for x in sys.argv[10].split()]
 subgrid = [int(x) for x in sys.argv[14].split()]
 tp = 2 if gpus == 4 else 8 if gpus == 8 else 1
 for i, b in enumerate(plan["blocks"]):
-    b.update(dp=gpus // tp, tp=tp, q=1, zero=int(sys.argv[4]), checkpoint=False,
-             offload=shares[i % len(shares)])
+    b.update(dp=gpus // tp, tp=tp, q=1, zero=int(sys.argv[4]) if gpus > tp else 0,
+             checkpoint=False, offload=shares[i % len(shares)])
     if b["id"] in batch:   # every block: only "batch_tp" says that the mesh is dp 2 x tp 2
         b.update(dp=4, tp=1, batch_tp=2) if len(batch) == len(plan["blocks"]) else \
             b.update(dp=4, tp=1)
-    if b["id"] in tp4 or tp == 8:   # one replica: no ZeRO (the solver prices no stage there)
-        b.update(dp=1, tp=4 if tp != 8 else 8, zero=0)
+    if b["id"] in tp4:   # one replica: no ZeRO (the solver prices no stage there)
+        b.update(dp=1, tp=4, zero=0)
     if b["id"] in subgrid:
         b.update(dp=2, tp=1, q=2, zero=int(sys.argv[4]))
     if b["id"] in grid:
