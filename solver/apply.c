@@ -79,8 +79,10 @@ static int one_mesh(const Mesh *mesh, const bool *in, const SvModel *m, Plan *a,
 bool sv_plan_runs(const SvPlan *pl, char *why, size_t n) {
   const SvProblem *p = pl->prob;
   const SvModel *m = pl->model;
-  if (!pl->sol.feasible)
+  if (!pl->sol.feasible) {
+    snprintf(why, n, "no plan fits");
     return false;
+  }
   Plan a;
   char *act = begin_plan(&a, m->nblocks);
   Mesh *mesh = calloc((size_t)m->nblocks + 1, sizeof *mesh);

@@ -5,7 +5,7 @@
 # mtc plan reports the plan compile --gpus builds (the same blocks and step time in
 # plan.json), with every baseline; --any-mesh lets blocks take their own meshes where that is
 # faster (GPT-2 1.5B on 8 L4s: it is not, 3633.52 ms against compile's 2922.53: compile's plan
-# and a note), and says when compile --plan would refuse the plan (GPT-2 774M on 64 L4s of 2.5
+# and a note; at 8 GiB and no host memory only compile's fits), and says when compile --plan would refuse the plan (GPT-2 774M on 64 L4s of 2.5
 # GiB: the embeddings and head on a 4 x 4 grid beside layers on 2 x 2 grids); compile refuses
 # --any-mesh.
 #
@@ -23,6 +23,7 @@ l4=("${gpt15[@]}" --gpus 8 --gpu L4-24GB --mip-gap 0)
 # drawn where memory binds (12 GiB, no host memory): 22 of 48 layers recomputed
 "$mtc" plan "${l4[@]}" --gpu-mem 12GiB --host-mem 0 --svg "$out/l4.svg" > "$out/l4s.txt"
 "$mtc" plan "${l4[@]}" --json "$out/l4c.json" > "$out/l4c.txt"
+"$mtc" plan "${l4[@]}" --gpu-mem 8GiB --host-mem 0 --any-mesh > "$out/l4only.txt"
 "$mtc" plan "$examples/gpt2.mtc" -D L=36 -D C=1280 -D NH=20 -D T=1024 -D V=50257 --gpus 64 \
   --gpu L4-24GB --gpu-mem 2500MiB --host-mem 0 --any-mesh > "$out/refused.txt"
 "$mtc" compile "${l4[@]}" -o "$out/l4prog" > "$out/l4prog.txt"
@@ -87,6 +88,9 @@ step = [x for x in l4.splitlines() if x.startswith("step time")]
 if ("note: mtc compile's plan (above) is faster than any that gives blocks meshes of their own "
         "(3633.52 ms a step)" not in l4 or not step or step[0] not in open(f"{out}/l4c.txt").read()):
     bad.append("--any-mesh: not compile's plan (its step) with a note of its own plan's step")
+if ("note: mtc compile's plan (above) fits where none that gives blocks meshes of their own does"
+        not in open(f"{out}/l4only.txt").read()):   # (at 8 GiB, no host memory)
+    bad.append("--any-mesh: no note that only compile's plan fits")
 if ("note: mtc compile --plan refuses this plan: the plan: block 0 (rest) is dp 4 x 2D 4x4, "
         "another block dp 16 x 2D 2x2" not in open(f"{out}/refused.txt").read()):
     bad.append("--any-mesh: no note that compile --plan refuses a plan of two grids")
