@@ -998,6 +998,38 @@ static double exposed(double comm, double compute, Link l, int collectives) {
   return fmax(collectives * l.alpha, comm - l.overlap * compute);
 }
 
+// The data-parallel collectives of one micro-step beside forward's tf and backward's tb
+// seconds of compute, and (*step) those once per step: all-reduce (ZeRO 0) or reduce-scatter
+// (1) once, or every micro-step with gradient offload; reduce-scatter every micro-step (2);
+// all-gather in forward, all-gather again in backward where backward reads the parameters
+// (again) and reduce-scatter (3). After an update ZeRO 1 and 2 all-gather the parameters.
+static double dp_micro(int zero, bool grads, bool again, double gr_b, double pr_b, int shards,
+                       Link dp, double tf, double tb, double *step) {
+  double micro = 0;
+  *step = 0;
+  switch (zero) {
+  case 0:
+    *(grads ? &micro : step) = exposed(ar(gr_b, shards, dp), tb, dp, 1);
+    break;
+  case 1:
+    *(grads ? &micro : step) = exposed(ag(gr_b, shards, dp), tb, dp, 1);
+    *step += ag(pr_b, shards, dp);
+    break;
+  case 2:
+    micro = exposed(ag(gr_b, shards, dp), tb, dp, 1);
+    *step = ag(pr_b, shards, dp);
+    break;
+  default:
+    micro = exposed(ag(pr_b, shards, dp), tf, dp, 1);
+    if (again)
+      micro += exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
+    else
+      micro += exposed(ag(gr_b, shards, dp), tb, dp, 1);
+    break;
+  }
+  return micro;
+}
+
 // Activation bytes a device holds for a block under layout l: 1D TP
 // replicates part of them (less with sequence parallelism, as the model was
 // built: what ir/shard.c leaves whole); Optimus 2D splits batch and hidden:
@@ -1115,30 +1147,13 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (shards > 1 && slice > 0) {
     Link dp = link_for(cl, g, s * d, true);
     double gr_b = slice * b->grad, pr_b = slice * b->param;   // bf16: the copies gathered
-    double micro = 0, step = 0;
-    switch (zero) {
-    case 0:   // all-reduce once (gradient offload: every micro-step)
-      *(grads ? &micro : &step) = exposed(ar(gr_b, shards, dp), tb, dp, 1);
-      break;
-    case 1:   // reduce-scatter once (or every micro-step); all-gather the updated parameters
-      *(grads ? &micro : &step) = exposed(ag(gr_b, shards, dp), tb, dp, 1);
-      step += ag(pr_b, shards, dp);
-      break;
-    case 2:   // reduce-scatter every micro-step; all-gather after the update
-      micro = exposed(ag(gr_b, shards, dp), tb, dp, 1);
-      step = ag(pr_b, shards, dp);
-      break;
-    default:  // all-gather in forward; all-gather (where backward reads them) and reduce-scatter
-              // in backward
-      micro = exposed(ag(pr_b, shards, dp), tf, dp, 1);
-      if (n->bwd_params || ckpt)
-        micro += exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
-      else
-        micro += exposed(ag(gr_b, shards, dp), tb, dp, 1);
-      break;
-    }
-    o->t_micro[SV_T_DP] += per * micro;
+    bool again = n->bwd_params || ckpt;   // ZeRO-3 gathers in backward too
+    double step = 0;
+    o->t_micro[SV_T_DP] += per * dp_micro(zero, grads, again, gr_b, pr_b, shards, dp, tf, tb,
+                                          &step);
     o->t_step[SV_T_DP] = step;
+    // a ghost micro-batch runs the same collectives with no compute to hide them
+    o->t_ghost[SV_T_DP] = dp_micro(zero, grads, again, gr_b, pr_b, shards, dp, 0, 0, &step);
   }
 
   // The optimizer step for the parameters this device owns (with ZeRO-1+:
@@ -1164,11 +1179,15 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
     double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
     double up = exposed(moved * b->param / pcie, tf, host, 0);
-    if (grads)
+    if (grads) {   // (a ghost micro-batch copies and adds what the others' give its part)
       o->t_micro[SV_T_OFFLOAD] = per * (down + sum);
+      o->t_ghost[SV_T_OFFLOAD] = moved * b->grad / pcie + sum;
+    }
     if (params) {   // the shard up before forward's gather, and backward's (as ZeRO-3 gathers)
-      double again = n->bwd_params || ckpt ? exposed(moved * b->param / pcie, tb, host, 0) : 0;
+      bool twice = n->bwd_params || ckpt;
+      double again = twice ? exposed(moved * b->param / pcie, tb, host, 0) : 0;
       o->t_micro[SV_T_OFFLOAD] += per * (up + again);
+      o->t_ghost[SV_T_OFFLOAD] += (twice ? 2 : 1) * moved * b->param / pcie;
     }
     o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam + (params ? 0 : up);
   }

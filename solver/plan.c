@@ -71,6 +71,14 @@
 // units P a multiple of the replicas, at most 64 (sv_share_units),
 //   u[g] in Z, 1 <= u[g] <= P,  f[g] = R[g] u[g] / P
 // (each of g's replicas holds u[g] of P units; without such a P, f[g] = R[g] / replicas).
+// There a replica that runs fewer micro-batches than the most, K, joins the others'
+// collectives of ZeRO 2 and 3 and gradient offload with K - beta[g] / R[g] ghost micro-batches
+// (sv_ghosts), tg seconds each for a choice's block (cost.c: SvCost.t_ghost):
+//   K in Z+,  R[g] K >= beta[g],
+//   v[u,s,g] >= 0,  v[u,s,g] <= M x[u,s],
+//   sum_{s: tg > 0} v[u,s,g] >= K - beta[g] / R[g] - M (1 - sum_{s: tg > 0} x[u,s]),
+// and group g's time gains sum_u n_u sum_s tg v[u,s,g] (v is K - beta[g] / R[g] at the
+// choice, exactly where it costs).
 //
 // On one group beta = M and f = 1, so z = M x and y = x and those columns
 // are left out. On several, r would multiply beta[g] (a product of integers),
@@ -86,7 +94,8 @@ typedef struct Cols {
   int *x;            // per unit: the column of choice 0
   int **r;           // per unit and choice: the column of r (-1: none)
   int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
-  int tau, delta;
+  int *v;            // per unit and group: the column of choice 0 of v (-1: none)
+  int tau, delta, most;   // most: K, the most micro-batches a replica runs (-1: none)
   int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
   int units[SV_MAXGROUPS];   // mtc compile: each replica's units of the state (-1: none)
   // per group and layout: the column of k[g,S] for the layout's replica size S (shared by
@@ -133,6 +142,54 @@ static void edge_marginal(Ilp *ilp, const Cols *c, const SvProblem *q, int i, bo
       ilp_coef(ilp, r, c->x[w] + s, -1);
 }
 
+// mtc compile's replicas on several groups run as many micro-batches as the most, K, some of
+// them ghosts (the rows above); v[u,s,g] where a choice's blocks pay for them.
+static void ghost_cols(Ilp *ilp, const SvProblem *q, bool min_memory, Cols *c) {
+  int G = q->ngroups, U = q->nunits;
+  double M = (double)q->micro_total;
+  c->most = -1;
+  for (int i = 0; i < U * G; i++)
+    c->v[i] = -1;
+  bool any = false;
+  for (int u = 0; u < U; u++)
+    for (int s = 0; s < q->unit[u].nchoices; s++)
+      for (int g = 0; g < G; g++)
+        any |= q->unit[u].choice[s].t_ghost[g] > 0;
+  if (min_memory || G < 2 || !q->replica_ranks || !any)
+    return;
+  c->most = ilp_col(ilp, 1, M, 0, ILP_INT);
+  for (int g = 0; g < G; g++) {   // R[g] K >= beta[g]
+    int r = ilp_row(ilp, 0, INFINITY);
+    ilp_coef(ilp, r, c->most, (double)(q->gpus[g] / q->replica_ranks));
+    ilp_coef(ilp, r, c->beta[g], -1);
+  }
+  for (int u = 0; u < U; u++)
+    for (int g = 0; g < G; g++) {
+      const SvUnit *un = &q->unit[u];
+      bool pays = false;
+      for (int s = 0; s < un->nchoices; s++)
+        pays |= un->choice[s].t_ghost[g] > 0;
+      if (!pays)
+        continue;
+      c->v[u * G + g] = ilp_ncols(ilp);
+      for (int s = 0; s < un->nchoices; s++)
+        ilp_col(ilp, 0, un->choice[s].t_ghost[g] > 0 ? M : 0, 0, ILP_CONT);
+      // sum v - K + beta[g] / R[g] - M sum x >= -M, over the choices that pay
+      int r = ilp_row(ilp, -M, INFINITY);
+      ilp_coef(ilp, r, c->most, -1);
+      ilp_coef(ilp, r, c->beta[g], (double)q->replica_ranks / q->gpus[g]);
+      for (int s = 0; s < un->nchoices; s++) {
+        if (un->choice[s].t_ghost[g] <= 0)
+          continue;
+        int col = c->v[u * G + g] + s, cap = ilp_row(ilp, -INFINITY, 0);
+        ilp_coef(ilp, r, col, 1);
+        ilp_coef(ilp, r, c->x[u] + s, -M);
+        ilp_coef(ilp, cap, col, 1);
+        ilp_coef(ilp, cap, c->x[u] + s, -M);
+      }
+    }
+}
+
 static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
   Ilp *ilp = ilp_new();
   int G = q->ngroups, U = q->nunits, L = q->nlayouts;
@@ -141,10 +198,11 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
   c->x = calloc((size_t)U + 1, sizeof(int));
   c->z = calloc((size_t)(U * G) + 1, sizeof(int));
   c->y = calloc((size_t)(U * G) + 1, sizeof(int));
+  c->v = calloc((size_t)(U * G) + 1, sizeof(int));
   c->e = calloc((size_t)q->nedges + 1, sizeof(int));
   c->ea = calloc((size_t)q->nedges + 1, sizeof(int));
   c->eb = calloc((size_t)q->nedges + 1, sizeof(int));
-  IR_ASSERT(c->x && c->z && c->y && c->e && c->ea && c->eb);
+  IR_ASSERT(c->x && c->z && c->y && c->v && c->e && c->ea && c->eb);
 
   // Columns.
   c->tau = min_memory ? -1 : ilp_col(ilp, 0, INFINITY, 1, ILP_CONT);
@@ -214,6 +272,7 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
       for (int s = 0; s < q->unit[u].nchoices; s++)
         ilp_col(ilp, 0, 1, 0, ILP_CONT);
     }
+  ghost_cols(ilp, q, min_memory, c);
   for (int i = 0; i < q->nedges; i++) {
     const SvEdge *ed = &q->edge[i];
     c->ea[i] = (int)layouts_of(&q->unit[ed->u]);
@@ -284,6 +343,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
           if (het) {
             ilp_coef(ilp, r, c->z[u * G + g] + s, -n * ch->t_micro[g] * TSCALE);
             ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_step[g] * TSCALE);
+            if (c->v[u * G + g] >= 0 && ch->t_ghost[g] > 0)
+              ilp_coef(ilp, r, c->v[u * G + g] + s, -n * ch->t_ghost[g] * TSCALE);
           } else {
             ilp_coef(ilp, r, c->x[u] + s, -n * (ch->t_micro[g] * M + ch->t_step[g]) * TSCALE);
             if (c->r[u][s] >= 0)
@@ -364,7 +425,7 @@ static void cols_free(Cols *c, int nunits) {
   for (int u = 0; u < nunits; u++)
     free(c->r[u]);
   free(c->r);
-  free(c->x), free(c->z), free(c->y), free(c->e), free(c->ea), free(c->eb);
+  free(c->x), free(c->z), free(c->y), free(c->v), free(c->e), free(c->ea), free(c->eb);
 }
 
 // mtc compile's state shares where even ones do not fit (sv_share_units): mtc plan's (each
@@ -415,6 +476,16 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
       x[c->z[u * G + g] + s->pick[u]] = (double)s->batch[g];
       x[c->y[u * G + g] + s->pick[u]] = s->share[g];
     }
+  }
+  if (c->most >= 0) {   // K, and v at each pick that pays for ghosts
+    double most = 0;
+    for (int g = 0; g < G; g++)
+      most = fmax(most, (double)s->batch[g] * q->replica_ranks / q->gpus[g]);
+    x[c->most] = most;
+    for (int u = 0; u < q->nunits; u++)
+      for (int g = 0; g < G; g++)
+        if (c->v[u * G + g] >= 0 && q->unit[u].choice[s->pick[u]].t_ghost[g] > 0)
+          x[c->v[u * G + g] + s->pick[u]] = sv_ghosts(q, s, g);
   }
   for (int g = 0; g < G; g++) {
     double w = 0;
@@ -929,6 +1000,7 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
   for (int i = 0; i < SV_NT; i++) {
     out->t_micro[i] = k * a.t_micro[i] + (n - k) * b.t_micro[i];
     out->t_step[i] = k * a.t_step[i] + (n - k) * b.t_step[i];
+    out->t_ghost[i] = k * a.t_ghost[i] + (n - k) * b.t_ghost[i];
   }
   for (int i = 0; i < SV_NM; i++) {
     out->mem[i] = k * a.mem[i] + (n - k) * b.mem[i];

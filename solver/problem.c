@@ -39,10 +39,11 @@ int sv_layouts(const SvCluster *c, int64_t micro_total, SvLayout *out, int max) 
 // ---- building -----------------------------------------------------------------------------------
 
 void sv_choice_fill(SvChoice *c, int g, const SvCost *k) {
-  c->t_micro[g] = c->t_step[g] = c->mem[g] = c->mem_shard[g] = 0;
+  c->t_micro[g] = c->t_step[g] = c->t_ghost[g] = c->mem[g] = c->mem_shard[g] = 0;
   for (int i = 0; i < SV_NT; i++) {
     c->t_micro[g] += k->t_micro[i];
     c->t_step[g] += k->t_step[i];
+    c->t_ghost[g] += k->t_ghost[i];
   }
   for (int i = 0; i < SV_NM; i++) {
     c->mem[g] += k->mem[i];
@@ -91,11 +92,7 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
             continue;
           if (offloads[o].params && z != 3)
             continue;
-          if (z > 1 && p->replica_ranks)   // uneven micro-batches: no collective per micro-batch
-            continue;
           if (offloads[o].share > 0 && (!has_state || !has_opt))
-            continue;
-          if (offloads[o].grads && p->replica_ranks)  // reduced every micro-batch
             continue;
           if ((ck == 1 && !can_ckpt) || (ck == 2 && !can_swap))
             continue;
@@ -118,6 +115,7 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
                       plain.host[g] <= c.host[g] && plain.host_shard[g] == c.host_shard[g] &&
                       plain.peak[g] <= c.peak[g]);
             c.t_micro_plain[g] = plain.t_micro[g];
+            c.t_ghost_plain[g] = plain.t_ghost[g];
             c.mem_plain[g] = plain.mem[g];
             c.host_plain[g] = plain.host[g];
           }
@@ -359,13 +357,15 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
   for (int g = 0; g < p->ngroups; g++) {
     Totals *x = &t[g];
     memset(x, 0, sizeof *x);
+    double ghosts = sv_ghosts(p, s, g);
     for (int u = 0; u < p->nunits; u++) {
       const SvChoice *c = &p->unit[u].choice[s->pick[u]];
       double n = p->unit[u].count, r = s->nplain[u];   // r blocks without checkpointing
       IR_ASSERT(r == 0 || (sv_partial_ckpt(p, u, c) && r < n));
       double b = (double)s->batch[g];
       x->time += (n - r) * (c->t_micro[g] * b + c->t_step[g]) +
-                 r * (c->t_micro_plain[g] * b + c->t_step[g]);
+                 r * (c->t_micro_plain[g] * b + c->t_step[g]) +
+                 ((n - r) * c->t_ghost[g] + r * c->t_ghost_plain[g]) * ghosts;
       x->fixed += (n - r) * c->mem[g] + r * c->mem_plain[g];
       x->shard += n * c->mem_shard[g];
       x->host += (n - r) * c->host[g] + r * c->host_plain[g];
@@ -400,6 +400,15 @@ int sv_share_units(const SvProblem *p) {
     return 0;
   int replicas = sv_problem_gpus(p) / p->replica_ranks;
   return replicas <= 64 ? replicas * (64 / replicas) : 0;
+}
+
+double sv_ghosts(const SvProblem *p, const SvSolution *s, int g) {
+  if (!p->replica_ranks || p->ngroups < 2)
+    return 0;
+  double most = 0;
+  for (int h = 0; h < p->ngroups; h++)
+    most = fmax(most, (double)s->batch[h] * p->replica_ranks / p->gpus[h]);
+  return most - (double)s->batch[g] * p->replica_ranks / p->gpus[g];
 }
 
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
@@ -519,13 +528,14 @@ int sv_brute_force(const SvProblem *p, SvSolution *best) {
 
 // A choice's coefficients on group g, for its checkpointed blocks or (plain) those left
 // without. On one group the state share is 1: held and sharded bytes simply add.
-static void coefs(const SvProblem *p, const SvChoice *c, int g, bool plain, double out[7]) {
+static void coefs(const SvProblem *p, const SvChoice *c, int g, bool plain, double out[8]) {
   double k = p->ngroups == 1 ? 1 : 0;
   double tm = plain ? c->t_micro_plain[g] : c->t_micro[g];
   double mem = plain ? c->mem_plain[g] : c->mem[g];
   double host = plain ? c->host_plain[g] : c->host[g];
   const double x[] = {tm, c->t_step[g], mem + k * c->mem_shard[g], (1 - k) * c->mem_shard[g],
-                      c->peak[g], host + k * c->host_shard[g], (1 - k) * c->host_shard[g]};
+                      c->peak[g], host + k * c->host_shard[g], (1 - k) * c->host_shard[g],
+                      plain ? c->t_ghost_plain[g] : c->t_ghost[g]};
   memcpy(out, x, sizeof x);
 }
 
@@ -540,10 +550,10 @@ static bool no_worse(const SvProblem *p, int u, const SvChoice *a, const SvChoic
     return false;
   for (int g = 0; g < p->ngroups; g++)
     for (int end = 0; end <= sv_partial_ckpt(p, u, b); end++) {
-      double x[7], y[7];
+      double x[8], y[8];
       coefs(p, a, g, false, x);
       coefs(p, b, g, end, y);
-      for (int k = 0; k < 7; k++)
+      for (int k = 0; k < 8; k++)
         if (x[k] > y[k] * (1 + 1e-12) + 1e-300)
           return false;
     }

@@ -40,11 +40,12 @@ typedef struct Breakdown {
 static void breakdown(const SvPlan *pl, const SvSolution *s, int g, Breakdown *b) {
   const SvProblem *p = pl->prob;
   memset(b, 0, sizeof *b);
+  double ghosts = sv_ghosts(p, s, g);
   for (int u = 0; u < p->nunits; u++) {
     SvCost k;
     sv_plan_unit_cost(pl, s, u, g, &k);
     for (int i = 0; i < SV_NT; i++)
-      b->t[i] += k.t_micro[i] * (double)s->batch[g] + k.t_step[i];
+      b->t[i] += k.t_micro[i] * (double)s->batch[g] + k.t_step[i] + k.t_ghost[i] * ghosts;
     for (int i = 0; i < SV_NM; i++)
       b->m[i] += k.mem[i] + s->share[g] * k.mem_shard[i];
     b->m[SV_NM] = fmax(b->m[SV_NM], k.peak);

@@ -379,6 +379,8 @@ enum { SV_M_PARAMS, SV_M_GRADS, SV_M_OPT, SV_M_ACT, SV_NM };
 typedef struct SvCost {
   double t_micro[SV_NT];    // per micro-batch that the group runs
   double t_step[SV_NT];     // once per step
+  double t_ghost[SV_NT];    // per ghost micro-batch a replica runs (mtc compile: uneven batch
+                            // shares under ZeRO 2, 3 or gradient offload: sv_ghosts)
   double mem[SV_NM];        // held all step, independent of the state share
   double mem_shard[SV_NM];  // held all step if the group's state share were 1
   double peak;              // transient while it runs (recompute, gathered params, temporaries)
@@ -395,15 +397,16 @@ typedef struct SvChoice {
   bool grads;               // and the gradients (offload 100 only: ZeRO-Offload)
   bool params;              // and the parameters (with the gradients, ZeRO-3 only:
                             // ZeRO-Infinity's offload_param)
-  double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS];
+  double t_micro[SV_MAXGROUPS], t_step[SV_MAXGROUPS], t_ghost[SV_MAXGROUPS];
   double mem[SV_MAXGROUPS], mem_shard[SV_MAXGROUPS], peak[SV_MAXGROUPS];
   double host[SV_MAXGROUPS], host_shard[SV_MAXGROUPS];
   // A checkpointing (or swapping) choice of a unit of several blocks may leave some of them
   // (the last ones) without: SvSolution.nplain. Such a block costs what it costs under the
-  // same choice without checkpointing, which differs only in these three (no recompute or
+  // same choice without checkpointing, which differs only in these four (no recompute or
   // copies, all activations kept on the device); the unit's peak stays `peak` (a
   // checkpointed block's).
   double t_micro_plain[SV_MAXGROUPS], mem_plain[SV_MAXGROUPS], host_plain[SV_MAXGROUPS];
+  double t_ghost_plain[SV_MAXGROUPS];   // (ZeRO-3 gathers again where it recomputes)
 } SvChoice;
 
 // A set of blocks deciding together: one block, or identical blocks.
@@ -444,7 +447,8 @@ typedef struct SvProblem {
                                   // several groups: at least 1 micro-batch per replica, the
                                   // state sharded evenly (share = the group's GPUs / all) or,
                                   // where that does not fit, in whole parts (sv_share_units),
-                                  // no ZeRO 2 or 3 (passes/lower.c)
+                                  // ghost micro-batches where replicas run fewer than the most
+                                  // (sv_ghosts)
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.
@@ -475,6 +479,10 @@ void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits);
 // each group's free memory; with replica_ranks, even) and reports whether any
 // shares fit; otherwise uses s->share.
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share);
+// The ghost micro-batches each replica of group g runs in s (mtc compile on several groups:
+// the most any replica runs, less its own; a program's replicas join every micro-batch's
+// collectives of ZeRO 2 and 3 and gradient offload, runtime rt_model.ghost); 0 elsewhere.
+double sv_ghosts(const SvProblem *p, const SvSolution *s, int g);
 // The GPUs of all groups.
 int sv_problem_gpus(const SvProblem *p);
 // mtc compile (replica_ranks) on several groups: the units its replicas' parts of the sharded
