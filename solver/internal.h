@@ -53,6 +53,10 @@ bool sv_ckpt_ordered(const SvProblem *p, const SvSolution *s);
 // map[u][s]: the kept choice (new index) that is no worse than s, or -1;
 // keep[u][k]: the old index of kept choice k.
 SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **keep);
+// A copy of p with only the choices s of each unit u that take(p, u, s); keep[u][k]: the old
+// index of kept choice k.
+SvProblem *sv_problem_subset(const SvProblem *p, bool (*take)(const SvProblem *, int, int),
+                             int **keep);
 // The layouts a cluster allows (dp x tp x q x q over all GPUs, inner groups
 // inside every device group). Returns their count.
 int sv_layouts(const SvCluster *c, int64_t micro_total, SvLayout *out, int max);

@@ -59,7 +59,8 @@
 //                                                 after them checkpoint (mtc compile)
 //   sum_u n_u sum_s (hf x[u,s] + hs y[u,s,g]) <= host[g]                 for each g
 //   sum_g beta[g] = M,  sum_g f[g] = 1,
-//   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],
+//   z[u,s,g] <= M x[u,s],  sum_s z[u,s,g] = beta[g],   (for mtc compile, tighter:
+//     R[g] x[u,s] <= z[u,s,g] <= (M - sum_{h != g} R[h]) x[u,s], every replica running one)
 //   y[u,s,g] <= x[u,s],    sum_s y[u,s,g] = f[g]                         for each u, s, g
 //
 // and, as programs run them, whole micro-batches per replica: for each group g and
@@ -142,8 +143,28 @@ static void edge_marginal(Ilp *ilp, const Cols *c, const SvProblem *q, int i, bo
       ilp_coef(ilp, r, c->x[w] + s, -1);
 }
 
+// The micro-batches group g may run: all (0 to M), or in mtc compile, where every replica runs
+// one, at least its replicas and at most M less the others'.
+static void beta_range(const SvProblem *q, int g, double *lo, double *hi) {
+  if (q->fixed_batch[g] > 0) {
+    *lo = *hi = (double)q->fixed_batch[g];
+    return;
+  }
+  *lo = 0, *hi = (double)q->micro_total;
+  for (int h = 0; h < q->ngroups && q->replica_ranks; h++)
+    *(h == g ? lo : hi) += (h == g ? 1 : -1) * (double)(q->gpus[h] / q->replica_ranks);
+}
+
+// The ghosts each replica of group g runs where the batch is fixed.
+static double fixed_ghosts(const SvProblem *q, int g) {
+  SvSolution s = {0};
+  memcpy(s.batch, q->fixed_batch, sizeof s.batch);
+  return sv_ghosts(q, &s, g);
+}
+
 // mtc compile's replicas on several groups run as many micro-batches as the most, K, some of
-// them ghosts (the rows above); v[u,s,g] where a choice's blocks pay for them.
+// them ghosts (the rows above); v[u,s,g] where a choice's blocks pay for them. Where every
+// replica runs one micro-batch (M is the replicas) there are none.
 static void ghost_cols(Ilp *ilp, const SvProblem *q, bool min_memory, Cols *c) {
   int G = q->ngroups, U = q->nunits;
   double M = (double)q->micro_total;
@@ -155,7 +176,10 @@ static void ghost_cols(Ilp *ilp, const SvProblem *q, bool min_memory, Cols *c) {
     for (int s = 0; s < q->unit[u].nchoices; s++)
       for (int g = 0; g < G; g++)
         any |= q->unit[u].choice[s].t_ghost[g] > 0;
-  if (min_memory || G < 2 || !q->replica_ranks || !any)
+  double lo, hi;
+  beta_range(q, 0, &lo, &hi);
+  // (with the batch fixed the ghosts are too: their cost is on x, in the time rows)
+  if (min_memory || G < 2 || !q->replica_ranks || !any || lo == hi)
     return;
   c->most = ilp_col(ilp, 1, M, 0, ILP_INT);
   for (int g = 0; g < G; g++) {   // R[g] K >= beta[g]
@@ -224,7 +248,9 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
   }
   for (int g = 0; g < G; g++) {
     c->w[g] = ilp_col(ilp, 0, INFINITY, 0, ILP_CONT);
-    c->beta[g] = het ? ilp_col(ilp, 0, M, 0, ILP_INT) : -1;
+    double lo, hi;
+    beta_range(q, g, &lo, &hi);
+    c->beta[g] = het ? ilp_col(ilp, lo, hi, 0, ILP_INT) : -1;
     double even = (double)q->gpus[g] / sv_problem_gpus(q);
     int P = sv_share_units(q);
     c->f[g] = !het ? -1 : q->replica_ranks && !P ? ilp_col(ilp, even, even, 0, ILP_CONT)
@@ -345,6 +371,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
             ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_step[g] * TSCALE);
             if (c->v[u * G + g] >= 0 && ch->t_ghost[g] > 0)
               ilp_coef(ilp, r, c->v[u * G + g] + s, -n * ch->t_ghost[g] * TSCALE);
+            else if (q->fixed_batch[g] > 0 && ch->t_ghost[g] > 0)
+              ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_ghost[g] * fixed_ghosts(q, g) * TSCALE);
           } else {
             ilp_coef(ilp, r, c->x[u] + s, -n * (ch->t_micro[g] * M + ch->t_step[g]) * TSCALE);
             if (c->r[u][s] >= 0)
@@ -401,6 +429,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
     for (int g = 0; g < G; g++) {
       ilp_coef(ilp, rb, c->beta[g], 1);
       ilp_coef(ilp, rf, c->f[g], 1);
+      double lo, hi;   // z between beta[g]'s least and most times x
+      beta_range(q, g, &lo, &hi);
       for (int u = 0; u < U; u++) {
         int sz = ilp_row(ilp, 0, 0), sy = ilp_row(ilp, 0, 0);
         ilp_coef(ilp, sz, c->beta[g], -1);
@@ -411,7 +441,12 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
           ilp_coef(ilp, sy, yc, 1);
           int r1 = ilp_row(ilp, -INFINITY, 0), r2 = ilp_row(ilp, -INFINITY, 0);
           ilp_coef(ilp, r1, zc, 1);
-          ilp_coef(ilp, r1, c->x[u] + s, -M);
+          ilp_coef(ilp, r1, c->x[u] + s, -hi);
+          if (lo > 0) {
+            int r0 = ilp_row(ilp, 0, INFINITY);
+            ilp_coef(ilp, r0, zc, 1);
+            ilp_coef(ilp, r0, c->x[u] + s, -lo);
+          }
           ilp_coef(ilp, r2, yc, 1);
           ilp_coef(ilp, r2, c->x[u] + s, -1);
         }
@@ -523,8 +558,8 @@ static const char *status_name(IlpStatus s, double gap) {
   }
 }
 
-int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSolveStats *st,
-             IrDiag *d) {
+static int solve_one(const SvProblem *p, const SvSolveOptions *o, SvSolution *best,
+                     SvSolveStats *st, IrDiag *d) {
   memset(st, 0, sizeof *st);
   int **map = calloc((size_t)p->nunits + 1, sizeof *map);
   int **keep = calloc((size_t)p->nunits + 1, sizeof *keep);
@@ -622,6 +657,193 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
     free(map[u]), free(keep[u]);
   free(map), free(keep);
   sv_problem_free(q);
+  return rc;
+}
+
+// ---- choices that collect every micro-batch -----------------------------------------------------
+//
+// mtc compile's program on several groups gains, with ZeRO 2 and 3 and gradient offload, choices
+// whose collectives (or copies) run every micro-batch, ghosts included: about three times the
+// choices, and a program that takes GLPK ten times as long to prove. Most of them only trade
+// time for memory. Each has a twin that collects once a step (ZeRO-1, or the optimizer state
+// offloaded alone: the same layout, checkpointing and offload share); where the twin is no
+// slower for any number of micro-batches a group may run (its time is linear in them, so the
+// two ends decide), the choice can only win where memory binds. So the program is first solved
+// without those choices and without memory limits: if that plan fits (its state shared as
+// compile shares it), no plan is faster, since any plan's twins are no slower than it and fit
+// the program without limits. Otherwise the whole program is solved, once per split of the
+// batch over the groups where there are few (solve_splits).
+
+static bool collects_every_micro(const SvChoice *c) { return c->zero >= 2 || c->grads; }
+
+// The twin of a choice that collects every micro-batch, or -1.
+static int twin(const SvUnit *u, const SvChoice *c) {
+  for (int s = 0; s < u->nchoices; s++) {
+    const SvChoice *t = &u->choice[s];
+    if (t->layout == c->layout && t->ckpt == c->ckpt && t->swap == c->swap && t->zero == 1 &&
+        t->offload == c->offload && !t->grads && !t->params)
+      return s;
+  }
+  return -1;
+}
+
+// Is choice s of unit u one the first solve takes: one that collects once a step, or one no
+// twin is as fast as on every group?
+static bool fast_choice(const SvProblem *p, int u, int s) {
+  const SvUnit *un = &p->unit[u];
+  const SvChoice *c = &un->choice[s];
+  if (!collects_every_micro(c))
+    return true;
+  int k = twin(un, c);
+  if (k < 0)
+    return true;
+  const SvChoice *t = &un->choice[k];
+  for (int g = 0; g < p->ngroups; g++) {
+    double lo, hi;
+    beta_range(p, g, &lo, &hi);
+    for (int end = 0; end < 2; end++) {
+      double b = end ? hi : lo;
+      if (t->t_micro[g] * b + t->t_step[g] > (c->t_micro[g] * b + c->t_step[g]) * (1 + 1e-12))
+        return true;
+    }
+  }
+  return false;
+}
+
+// The splits of mtc compile's M micro-batches over the groups (each group's a multiple of its
+// replicas, at least one each) into out, at most max; returns how many there are.
+static int splits(const SvProblem *p, int g, int64_t left, int64_t *cur,
+                  int64_t (*out)[SV_MAXGROUPS], int n, int max) {
+  int64_t r = p->gpus[g] / p->replica_ranks;
+  for (int64_t b = r; b <= left; b += r) {
+    if (g == p->ngroups - 1 && b != left)
+      continue;
+    cur[g] = b;
+    if (g < p->ngroups - 1)
+      n = splits(p, g + 1, left - b, cur, out, n, max);
+    else if (n++ < max)
+      memcpy(out[n - 1], cur, SV_MAXGROUPS * sizeof *cur);
+  }
+  return n;
+}
+
+// Solves p once per split of its micro-batches (n of them, the first first), each with the
+// fastest so far as its cutoff: with the batch fixed, the products of batch and choice, and the
+// ghosts, are constants, and each program is as tight as one group's.
+static int solve_splits(const SvProblem *p, const SvSolveOptions *o, SvSolution *best,
+                        SvSolveStats *st, IrDiag *d, int64_t (*split)[SV_MAXGROUPS], int n) {
+  SvProblem q = *p;
+  SvSolution s = sv_solution_new(p);
+  SvSolveStats si;
+  double seconds = 0;
+  bool timed_out = false, cut_off = true;
+  best->feasible = false;
+  best->time = INFINITY;
+  memset(st, 0, sizeof *st);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    memcpy(q.fixed_batch, split[i], sizeof q.fixed_batch);
+    SvSolveOptions oi = *o;
+    if (best->feasible && (oi.cutoff <= 0 || best->time < oi.cutoff))
+      oi.cutoff = best->time;
+    if (oi.incumbent && memcmp(oi.incumbent->batch, split[i], sizeof q.fixed_batch))
+      oi.incumbent = NULL;
+    oi.time_limit = o->time_limit - seconds;
+    if (oi.time_limit <= 0) {
+      timed_out = true;
+      break;
+    }
+    rc = solve_one(&q, &oi, &s, &si, d);
+    seconds += si.seconds;
+    timed_out |= si.timed_out;
+    cut_off &= si.cut_off;
+    if (!rc && s.feasible && s.time < best->time) {
+      sv_solution_copy(best, &s, p->nunits);
+      *st = si;
+    }
+    if (i == 0 && !best->feasible)
+      *st = si;
+  }
+  sv_solution_free(&s);
+  st->seconds = seconds;
+  st->timed_out = timed_out;
+  st->cut_off = !best->feasible && cut_off && o->cutoff > 0;
+  if (st->timed_out && best->feasible)
+    st->status = status_name(ILP_FEASIBLE, 0);
+  else if (st->cut_off)
+    st->status = status_name(ILP_CUTOFF, 0);
+  else if (!best->feasible && !st->timed_out)
+    st->status = status_name(ILP_INFEASIBLE, 0);
+  return rc;
+}
+
+// The first solve (above): p without the choices a twin is as fast as, and without memory
+// limits. True when that settles p (*rc its result): no choice was left out (p solved itself),
+// nothing beats the cutoff, or the plan fits; otherwise its split of the batch in first.
+static bool solved_fast(const SvProblem *p, const SvSolveOptions *o, SvSolution *best,
+                        SvSolveStats *st, IrDiag *d, int *rc, int64_t *first) {
+  int **keep = calloc((size_t)p->nunits + 1, sizeof *keep);
+  IR_ASSERT(keep);
+  SvProblem *q = sv_problem_subset(p, fast_choice, keep);
+  bool dropped = false;
+  for (int u = 0; u < p->nunits; u++)
+    dropped |= q->unit[u].nchoices < p->unit[u].nchoices;
+  bool done = !dropped;
+  if (!dropped) {
+    *rc = solve_one(p, o, best, st, d);
+  } else {
+    for (int g = 0; g < q->ngroups; g++)
+      q->cap[g] = q->host_cap[g] = INFINITY;
+    SvSolveOptions oq = *o;
+    oq.incumbent = NULL;
+    SvSolution s = sv_solution_new(q);
+    *rc = solve_one(q, &oq, &s, st, d);
+    st->choices = 0;   // the problem's, of which the first solve kept choices_kept
+    for (int u = 0; u < p->nunits; u++)
+      st->choices += p->unit[u].nchoices;
+    done = *rc || st->cut_off;   // (nothing faster than the cutoff, even without limits)
+    if (!done && s.feasible) {
+      for (int u = 0; u < p->nunits; u++)
+        best->pick[u] = keep[u][s.pick[u]], best->nplain[u] = s.nplain[u];
+      memcpy(best->batch, s.batch, sizeof s.batch);
+      memcpy(first, s.batch, sizeof s.batch);
+      double ilp[SV_MAXGROUPS];
+      memcpy(ilp, s.share, sizeof ilp);
+      sv_evaluate(p, best, true);   // compile's shares: even, or whole parts where even do not fit
+      if (!best->feasible && sv_share_units(p))
+        whole_parts(p, best, ilp);
+      done = best->feasible;
+    }
+    sv_solution_free(&s);
+  }
+  for (int u = 0; u < p->nunits; u++)
+    free(keep[u]);
+  free(keep);
+  sv_problem_free(q);
+  return done;
+}
+
+int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSolveStats *st,
+             IrDiag *d) {
+  if (o->min_memory || p->ngroups < 2 || !p->replica_ranks)
+    return solve_one(p, o, best, st, d);
+  int rc;
+  int64_t first[SV_MAXGROUPS] = {0}, cur[SV_MAXGROUPS] = {0};
+  if (solved_fast(p, o, best, st, d, &rc, first))
+    return rc;
+  // The whole program, once per split of the batch where there are few, the first plan's first.
+  enum { MAXSPLITS = 64 };
+  int64_t(*split)[SV_MAXGROUPS] = calloc(MAXSPLITS, sizeof *split);
+  IR_ASSERT(split);
+  int n = splits(p, 0, p->micro_total, cur, split, 0, MAXSPLITS);
+  for (int i = 1; i < n && n <= MAXSPLITS; i++)
+    if (!memcmp(split[i], first, sizeof cur)) {
+      memcpy(split[i], split[0], sizeof cur);
+      memcpy(split[0], first, sizeof cur);
+    }
+  rc = n <= MAXSPLITS ? solve_splits(p, o, best, st, d, split, n)
+                      : solve_one(p, o, best, st, d);
+  free(split);
   return rc;
 }
 
@@ -1034,7 +1256,9 @@ static bool shared_seed(SvPlan *pl, SvSolution *out, IrDiag *d) {
   if (ps) {
     SvSolution s = sv_solution_new(ps);
     SvSolveStats st;
-    SvSolveOptions o = {.mip_gap = pl->cfg.mip_gap, .time_limit = fmin(5, pl->cfg.time_limit)};
+    // (a shared plan no faster than the cutoff seeds nothing the solve would keep)
+    SvSolveOptions o = {.mip_gap = pl->cfg.mip_gap, .time_limit = fmin(5, pl->cfg.time_limit),
+                        .cutoff = pl->cfg.cutoff};
     ok = !sv_solve(ps, &o, &s, &st, d) && s.feasible;
     int *seen = calloc((size_t)ms->nunits + 1, sizeof *seen);   // blocks of each shared unit
     IR_ASSERT(seen);

@@ -574,7 +574,8 @@ static bool alone_too_big(const SvProblem *p, const SvUnit *u, const SvChoice *c
   return false;
 }
 
-SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **keep) {
+// A copy of p with its edges and no units' choices yet.
+static SvProblem *problem_shell(const SvProblem *p) {
   SvProblem *q = calloc(1, sizeof *q);
   IR_ASSERT(q);
   *q = *p;
@@ -590,6 +591,31 @@ SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **
       memcpy(q->edge[e].r[g], p->edge[e].r[g], n * sizeof(double));
     }
   }
+  return q;
+}
+
+SvProblem *sv_problem_subset(const SvProblem *p, bool (*take)(const SvProblem *, int, int),
+                             int **keep) {
+  SvProblem *q = problem_shell(p);
+  for (int u = 0; u < p->nunits; u++) {
+    const SvUnit *pu = &p->unit[u];
+    SvUnit *qu = &q->unit[u];
+    *qu = *pu;
+    qu->nchoices = 0;
+    qu->choice = malloc(((size_t)pu->nchoices + 1) * sizeof *qu->choice);
+    keep[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **keep);
+    IR_ASSERT(qu->choice && keep[u]);
+    for (int s = 0; s < pu->nchoices; s++)
+      if (take(p, u, s)) {
+        keep[u][qu->nchoices] = s;
+        qu->choice[qu->nchoices++] = pu->choice[s];
+      }
+  }
+  return q;
+}
+
+SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **keep) {
+  SvProblem *q = problem_shell(p);
   for (int u = 0; u < p->nunits; u++) {
     const SvUnit *pu = &p->unit[u];
     SvUnit *qu = &q->unit[u];

@@ -449,6 +449,8 @@ typedef struct SvProblem {
                                   // where that does not fit, in whole parts (sv_share_units),
                                   // ghost micro-batches where replicas run fewer than the most
                                   // (sv_ghosts)
+  int64_t fixed_batch[SV_MAXGROUPS];   // > 0: group g runs that many micro-batches (sv_solve
+                                       // tries each split of mtc compile's apart)
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.

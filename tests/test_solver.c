@@ -182,8 +182,10 @@ static void test_brute_force(void) {
 
   // mtc compile on two groups (replicas of one rank, whole micro-batches, at least one each):
   // a replica that runs fewer micro-batches than the most runs ghosts, and the choices that
-  // collect every micro-batch (ZeRO 2 and 3, gradient offload) pay for each.
-  int ghosts = 0;
+  // collect every micro-batch (ZeRO 2 here, the others ZeRO-1) pay for each. sv_solve first
+  // solves without those a ZeRO-1 twin is as fast as, and without memory limits; with memory
+  // squeezed that plan no longer fits and the whole program is solved.
+  int ghosts = 0, squeezed = 0;
   for (int i = 0; i < 16; i++) {
     p = random_problem(2);
     p->replica_ranks = 1;
@@ -193,11 +195,16 @@ static void test_brute_force(void) {
     for (int l = 0; l < p->nlayouts; l++)
       p->layout[l] = (SvLayout){p->gpus[0] + 1, 1, 1, false, 0};
     for (int u = 0; u < p->nunits; u++)
-      for (int c = 0; c < p->unit[u].nchoices; c++)
+      for (int c = 0; c < p->unit[u].nchoices; c++) {
+        SvChoice *ch = &p->unit[u].choice[c];
+        bool pays = urand() < 0.5;
+        ch->zero = pays ? 2 : 1;
         for (int g = 0; g < 2; g++) {
-          SvChoice *ch = &p->unit[u].choice[c];
-          ch->t_ghost[g] = ch->t_ghost_plain[g] = urand() < 0.5 ? 0.004 * urand() : 0;
+          ch->t_ghost[g] = ch->t_ghost_plain[g] = pays ? 0.004 * urand() : 0;
+          // (no sharded bytes: brute force shards evenly, compile's program may not)
+          ch->mem_shard[g] = ch->host_shard[g] = 0;
         }
+      }
     SvSolution best = sv_solution_new(p);
     sv_brute_force(p, &best);
     bool paid = false;
@@ -206,14 +213,22 @@ static void test_brute_force(void) {
         paid |= sv_ghosts(p, &best, g) > 0 && p->unit[u].choice[best.pick[u]].t_ghost[g] > 0;
     ghosts += paid;
     agree(p, "ghost micro-batches", i);
+    for (int g = 0; g < p->ngroups; g++)
+      p->cap[g] = best.mem[g] * (0.7 + 0.2 * urand());
+    SvSolution tight = sv_solution_new(p);
+    sv_brute_force(p, &tight);
+    squeezed += tight.feasible && tight.time > best.time;
+    agree(p, "ghost micro-batches, binding memory", i);
+    sv_solution_free(&tight);
     sv_solution_free(&best);
     sv_problem_free(p);
   }
-  CHECK(ghosts >= 2, "only %d instances run ghost micro-batches that cost", ghosts);
+  CHECK(ghosts >= 2 && squeezed >= 2, "only %d instances run ghost micro-batches that cost, %d "
+        "with binding memory", ghosts, squeezed);
   printf("brute force: %d instances agree (%d with binding memory, slower; %d units "
          "checkpoint some of their blocks; %d where the order of checkpointed layers binds; %d "
-         "that pay for ghost micro-batches)\n",
-         48 + 16 + 16, binding, partial, ordered, ghosts);
+         "that pay for ghost micro-batches, %d of 16 again slower with memory binding)\n",
+         48 + 16 + 32, binding, partial, ordered, ghosts, squeezed);
 }
 
 // ---- models -------------------------------------------------------------------------------------
