@@ -847,6 +847,33 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
   return -1;
 }
 
+// One group of GPUs (c) split into the runs of a plan's alike replicas (micro-batches and parts
+// of the state), ranks numbered replica by replica.
+static int split_group(const Plan *P, SvCluster *c, IrDiag *d) {
+  int dp = P->mesh.size[IR_MESH_DP], per = mesh_ranks(&P->mesh) / dp;
+  SvGroup one = c->group[0];
+  bool one_node = one.count <= one.per_node;
+  c->ngroups = 0;
+  for (int r = 0; r < dp; r++) {
+    bool alike = r > 0 && plan_replica_micro(P, r) == plan_replica_micro(P, r - 1) &&
+                 (!P->replica_parts || P->replica_parts[r] == P->replica_parts[r - 1]);
+    if (alike) {
+      c->group[c->ngroups - 1].count += per;
+      continue;
+    }
+    if (c->ngroups == SV_MAXGROUPS)
+      return ir_error(d, (IrLoc){0}, "its replicas differ in more than %d runs, which the "
+                      "planner does not price (at most %d groups of GPUs)", SV_MAXGROUPS,
+                      SV_MAXGROUPS);
+    SvGroup *gr = &c->group[c->ngroups++];
+    *gr = one;
+    gr->count = per;
+    snprintf(gr->name, sizeof gr->name, "replicas %d-", r);
+  }
+  c->one_node = one_node;
+  return 0;
+}
+
 int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrDiag *d) {
   memset(out, 0, sizeof *out);
   const Mesh *mesh = &P->mesh;
@@ -866,23 +893,26 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
              sv_cluster_gpus(&base->cluster));
     return 1;
   }
-  if (base->cluster.ngroups == 1 && P->replica_micro) {
-    ir_error(d, (IrLoc){0}, "its replicas run unequal numbers of micro-batches, which one group "
-             "of identical GPUs does not price (mtc compile --cluster FILE prices the groups)");
+  SvConfig cfg = *base;
+  if (base->cluster.ngroups == 1 && (P->replica_micro || P->replica_parts) &&
+      split_group(P, &cfg.cluster, d))
     return 1;
-  }
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
     ir_error(d, (IrLoc){0}, "the model has no batch dim to price a step by");
     return 1;
   }
-  SvConfig cfg = *base;
   cfg.mesh_tp = tp;
   cfg.mesh_q = q;
   cfg.mesh_sub = mesh->size[IR_MESH_SUB];
   cfg.mesh_grid = grid;
   cfg.seq_parallel = P->seq_parallel;
-  // identical layers that swap and checkpoint are not one choice: each its own unit
+  // identical layers that swap and checkpoint are not one choice: each its own unit; nor, on
+  // several groups (whose program has no count of a unit's blocks left without), those that
+  // checkpoint or swap some of the layers
   cfg.share_blocks &= !(P->swap && P->checkpoint);
+  bool some = (P->swap && P->swap != PLAN_CHECKPOINT_ALL) ||
+              (P->checkpoint && P->checkpoint != PLAN_CHECKPOINT_ALL);
+  cfg.share_blocks &= cfg.cluster.ngroups == 1 || !some;
   // ... nor layers of different kinds (data parallel over tp, tensor parallel over sub of it,
   // on a grid of it)
   bool kind[4] = {false, false, false, false};
@@ -966,8 +996,8 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
         out->swap_bytes += (p->unit[u].count - s.nplain[u]) *
                            (ch->host[slowest] - ch->host_plain[slowest]);
     }
-    size_t len = 0;
-    for (int k = 0; k < cfg.cluster.ngroups && len < sizeof out->device; k++)
+    size_t len = 0;   // (one group split as the replicas differ: its GPU's name once)
+    for (int k = 0; k < base->cluster.ngroups && len < sizeof out->device; k++)
       len += (size_t)snprintf(out->device + len, sizeof out->device - len, "%s%s", k ? "+" : "",
                               cfg.cluster.group[k].dev.name);
   }

@@ -975,6 +975,13 @@ typedef struct Link {
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
   const SvGroup *gr = &c->group[g];
+  if (all_groups && c->ngroups > 1 && c->one_node) {
+    double bw = c->group[0].dev.intra_bw;
+    for (int i = 1; i < c->ngroups; i++)
+      bw = fmin(bw, c->group[i].dev.intra_bw);
+    const SvEff *e = &gr->dev.eff;
+    return (Link){bw * e->link, e->alpha_intra, e->overlap, e->gather};
+  }
   if (all_groups && c->ngroups > 1) {
     double bw = c->cross_bw;
     for (int i = 0; c->cross_bw <= 0 && i < c->ngroups; i++)

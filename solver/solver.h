@@ -105,6 +105,8 @@ typedef struct SvCluster {
   int ngroups;
   SvGroup group[SV_MAXGROUPS];
   double cross_bw;      // per GPU between groups (0: the smallest inter_bw)
+  bool one_node;        // the groups share a node (one machine's ranks priced as the groups of
+                        // a plan's replicas: sv_price): between them the intra-node link
 } SvCluster;
 
 // Parses "24GiB", "80GB", "512MiB", "1.5T", "1000000": bytes. -1 when malformed.
@@ -634,6 +636,9 @@ typedef struct SvPriced {
   double swap_bytes;         // activations a GPU swaps to host memory (the slowest group's)
   double state_bytes;        // model state a GPU holds on the device (the slowest group's)
 } SvPriced;
+// On one group of GPUs a plan whose replicas run unequal numbers of micro-batches, or hold
+// unequal parts of the state, is priced on that group split as its replicas differ (runs of
+// alike replicas, on one node where the group fits one).
 // 0 with out filled; 1 when the planner has no choice for the plan (another
 // cluster, an offload share other than 0, 0.5 and 1, a checkpointing it does
 // not model), with d saying why; -1 with d when planning fails.

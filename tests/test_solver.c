@@ -1111,12 +1111,29 @@ static void test_price_forced(void) {
   for (int i = 0; i <= SV_NT; i++)
     sum += pr.t[i];
   CHECK(!rc && pr.step_s >= sum * (1 - 1e-12), "step %g s, its parts %g s", pr.step_s, sum);
-  int uneven[2] = {1, 3};   // a plan file's two groups, priced on the flags' one group
+  // a plan file's two groups, priced on the flags' one group split as its replicas differ: as
+  // on two groups of the same GPUs on one node, under ZeRO-1 and under ZeRO-2 (the replica
+  // that runs 1 micro-batch reduce-scatters with 2 ghosts)
+  int uneven[2] = {1, 3};
   CHECK(!plan_set_replica_micro(&a, uneven), "out of memory");
-  d = (IrDiag){0};
-  rc = sv_price(g, &c, &a, &pr, &d);
-  CHECK(rc == 1 && strstr(d.msg, "unequal numbers of micro-batches"), "uneven: rc %d, '%s'", rc,
-        d.msg);
+  SvConfig two = c;
+  two.cluster.ngroups = 2;
+  two.cluster.group[0].count = two.cluster.group[1].count = 2;
+  two.cluster.group[1] = two.cluster.group[0];
+  two.cluster.one_node = true;
+  for (int zero = 1; zero <= 2; zero++) {
+    for (int b = 0; b < 5; b++)
+      a.block[b].zero = zero;
+    SvPriced split, groups;
+    d = (IrDiag){0};
+    rc = sv_price(g, &c, &a, &split, &d) || sv_price(g, &two, &a, &groups, &d);
+    CHECK(!rc && split.step_s == groups.step_s && !memcmp(split.t, groups.t, sizeof split.t) &&
+              !strcmp(split.device, "H100-80GB"),
+          "uneven, ZeRO-%d: rc %d (%s), %.9g s on one group split, %.9g s on two", zero, rc,
+          d.msg, split.step_s, groups.step_s);
+  }
+  for (int b = 0; b < 5; b++)
+    a.block[b].zero = 1;
   int even[2] = {1, 1};
   CHECK(!plan_set_replica_micro(&a, even) && !a.replica_micro, "equal shares kept as uneven");
   a.block[3].offload = 0.3;
