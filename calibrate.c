@@ -259,8 +259,10 @@ int mtc_calibrate(int argc, char **argv) {
             c.group[0].name, ranks, ranks > 1 ? "s" : "", v->threads, v->threads > 1 ? "s" : "",
             v->cores, v->flops_fp32 / 1e9, v->flops_bf16 / 1e9, v->hbm_bw / 1e9);
     if (ranks > 1)
-      fprintf(stderr, ", all-reduce %.2f GB/s after %.1f us, %.0f%% of it hidden behind a kernel",
-              v->intra_bw / 1e9, v->eff.alpha_intra * 1e6, 100 * v->eff.overlap);
+      fprintf(stderr, ", all-reduce %.2f GB/s after %.1f us (all-gather %.2f, reduce-scatter "
+              "%.2f), %.0f%% of it hidden behind a kernel", v->intra_bw / 1e9,
+              v->eff.alpha_intra * 1e6, v->intra_bw * v->eff.gather / 1e9,
+              v->intra_bw * v->eff.scatter / 1e9, 100 * v->eff.overlap);
     fputs("\n", stderr);
     if (ranks * v->threads > v->cores)
       fprintf(stderr, "mtc calibrate: warning: %d ranks of %d thread%s time-share %d cores, and a "

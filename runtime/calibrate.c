@@ -24,8 +24,9 @@
 //                  time beyond its traffic; overlap: how much of a
 //                  non-blocking all-reduce a kernel beside it hides
 //   intra_bw       rt_allreduce's bus bandwidth among the R ranks, and
-//   alpha_intra    its latency (a 4-byte all-reduce); efficiency.gather:
-//                  rt_allgather's and rt_reduce_scatter's, of intra_bw
+//   alpha_intra    its latency (a 4-byte all-reduce); efficiency.gather and
+//                  .scatter: rt_allgather's and rt_reduce_scatter's bus bandwidth, of
+//                  intra_bw (over Open MPI's shared memory they differ several times)
 //   cpu_adam       rt_adamw's parameters per second (the host is this CPU)
 // The FLOP counts are those of ir/ops.c (matmul 2mnk; attention 2 x 2 GEMMs
 // forward and 5 backward over the causal half), so that the planner's
@@ -368,7 +369,7 @@ int main(int argc, char **argv) {
   free(bu.targets);
 
   // collectives among the ranks: latency, bus bandwidth, overlap
-  double alpha = 0, link = bw, gather = 1, overlap = 0;
+  double alpha = 0, link = bw, gather = 1, scatter = 1, overlap = 0;
   if (ranks > 1) {
     Coll c = {1, alloc(sizeof(float) << 24), NULL};
     alpha = timed(allreduce, &c);
@@ -376,10 +377,10 @@ int main(int argc, char **argv) {
     double t = timed(allreduce, &c);
     double ring = (double)(ranks - 1) / ranks, bytes = 4.0 * (double)c.n;
     link = 2 * ring * bytes / fmax(t - alpha, 1e-9);
-    // all-gathers and reduce-scatters (ZeRO, tensor parallelism's gathers): their bus
-    // bandwidth together, of the all-reduce's
-    double pair = timed(allgather, &c) + timed(reduce_scatter, &c);
-    gather = 2 * ring * bytes / fmax(pair - 2 * alpha, 1e-9) / link;
+    // all-gathers and reduce-scatters (ZeRO, tensor parallelism's gathers): each one's bus
+    // bandwidth, of the all-reduce's
+    gather = ring * bytes / fmax(timed(allgather, &c) - alpha, 1e-9) / link;
+    scatter = ring * bytes / fmax(timed(reduce_scatter, &c) - alpha, 1e-9) / link;
     // a kernel as long as the all-reduce beside it: the share of it hidden
     Vec beside = big_v;
     beside.n = (long)fmin((double)big_v.n, t * bw / 12.0);
@@ -408,10 +409,12 @@ int main(int argc, char **argv) {
            name, ranks, ranks, cores, threads, ranks, phys / ranks, best[0], best[1], bw, link,
            link, bw, (double)ad.n / adam_s);
     printf("    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
-           "\"update\": %.4g, \"link\": 1, \"gather\": %.4g, \"host\": 1,\n"
+           "\"update\": %.4g, \"link\": 1, \"gather\": %.4g, \"scatter\": %.4g, "
+           "\"host\": 1,\n"
            "                   \"launch\": %.4g, \"alpha_intra\": %.4g, \"alpha_inter\": %.4g, "
            "\"overlap\": %.3g},\n",
-           attn_rate / best[0], simt / best[0], update_bw / bw, gather, launch, alpha, alpha, overlap);
+           attn_rate / best[0], simt / best[0], update_bw / bw, gather, scatter, launch, alpha,
+           alpha, overlap);
     printf("    \"ops\": {\n");
     for (int o = 0; o < NOPS; o++) {
       printf("      \"%s\": [", op_cases[o].op);

@@ -34,7 +34,7 @@
 // gemm_shape); smaller and skinnier GEMMs lose more by their shape.
 #define EFF_GPU                                                                                    \
   .eff = {.gemm = 0.83, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,  \
-   .gather = 1, .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
+   .gather = 1, .scatter = 1, .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
 static const SvDevice devices[] = {
     // name          bf16 (fp16)  fp32       memory        HBM         intra     inter
     //                                                     host        host mem   CPU AdamW
@@ -350,7 +350,7 @@ static int json_int(const cJSON *o, const char *key, int *out, const char *where
 static const SvDevice cpu_base = {
     .name = "CPU",
     .eff = {.gemm = 1, .attn = 1, .simt = 1, .mem = 1, .update = 1, .link = 1, .gather = 1,
-            .host = 1},
+            .scatter = 1, .host = 1},
     .threads = 1,
     .ranks = 1,
 };
@@ -358,8 +358,9 @@ static const SvDevice cpu_base = {
 // "efficiency": {"gemm": 1, "launch": 2e-6, ...}: SvEff's fields.
 static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
   static const char *const known[] = {"gemm",   "attn",        "simt",        "mem",
-                                      "update", "link",        "gather",      "host",
-                                      "launch", "alpha_intra", "alpha_inter", "overlap", NULL};
+                                      "update", "link",        "gather",      "scatter",
+                                      "host",   "launch",      "alpha_intra", "alpha_inter",
+                                      "overlap", NULL};
   if (!o)
     return 0;
   char at[600];
@@ -374,12 +375,15 @@ static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
       {"gemm", &e->gemm, 1e-6, 100},         {"attn", &e->attn, 1e-6, 100},
       {"simt", &e->simt, 1e-6, 100},         {"mem", &e->mem, 1e-6, 100},
       {"update", &e->update, 1e-6, 100},     {"link", &e->link, 1e-6, 100},
-      {"gather", &e->gather, 1e-6, 100},     {"host", &e->host, 1e-6, 100},
+      {"gather", &e->gather, 1e-6, 100},     {"scatter", &e->scatter, 1e-6, 100},
+      {"host", &e->host, 1e-6, 100},
       {"launch", &e->launch, 0, 1},          {"alpha_intra", &e->alpha_intra, 0, 1},
       {"alpha_inter", &e->alpha_inter, 0, 1}, {"overlap", &e->overlap, 0, 1}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (sv_json_number(o, f[i].key, f[i].lo, f[i].hi, false, false, f[i].at, at, d))
       return -1;
+  if (!cJSON_GetObjectItemCaseSensitive(o, "scatter"))   // (one figure for both, before)
+    e->scatter = e->gather;
   return 0;
 }
 

@@ -970,7 +970,8 @@ double sv_allgather_time(double bytes, int n, double bw, double alpha) {
 typedef struct Link {
   double bw, alpha;
   double overlap;   // the share of the compute beside it that hides it
-  double gather;    // all-gathers' and reduce-scatters' bandwidth, of all-reduces'
+  double gather;    // all-gathers' bandwidth, of all-reduces'
+  double scatter;   // reduce-scatters'
 } Link;
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
@@ -980,24 +981,33 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
     for (int i = 1; i < c->ngroups; i++)
       bw = fmin(bw, c->group[i].dev.intra_bw);
     const SvEff *e = &gr->dev.eff;
-    return (Link){bw * e->link, e->alpha_intra, e->overlap, e->gather};
+    return (Link){bw * e->link, e->alpha_intra, e->overlap, e->gather, e->scatter};
   }
   if (all_groups && c->ngroups > 1) {
     double bw = c->cross_bw;
     for (int i = 0; c->cross_bw <= 0 && i < c->ngroups; i++)
       bw = i == 0 ? c->group[i].dev.inter_bw : fmin(bw, c->group[i].dev.inter_bw);
     const SvEff *e = &gr->dev.eff;
-    return (Link){bw * e->link, e->alpha_inter, e->overlap, e->gather};
+    return (Link){bw * e->link, e->alpha_inter, e->overlap, e->gather, e->scatter};
   }
   const SvEff *e = &gr->dev.eff;
-  if (span <= gr->per_node)
-    return (Link){gr->dev.intra_bw * e->link, e->alpha_intra, e->overlap, e->gather};
-  return (Link){gr->dev.inter_bw * e->link, e->alpha_inter, e->overlap, e->gather};
+  bool in = span <= gr->per_node;
+  return (Link){(in ? gr->dev.intra_bw : gr->dev.inter_bw) * e->link,
+                in ? e->alpha_intra : e->alpha_inter, e->overlap, e->gather, e->scatter};
 }
 
 static double ar(double bytes, int n, Link l) { return sv_allreduce_time(bytes, n, l.bw, l.alpha); }
 static double ag(double bytes, int n, Link l) {
   return sv_allgather_time(bytes, n, l.bw * l.gather, l.alpha);
+}
+static double rs(double bytes, int n, Link l) {   // (an all-gather's volume)
+  return sv_allgather_time(bytes, n, l.bw * l.scatter, l.alpha);
+}
+// Link l's bandwidth for pairs of a reduce-scatter and an all-gather (sequence parallelism's, a
+// 2D grid's), priced by an all-reduce's volume: each at its own rate.
+static Link pairs(Link l) {
+  l.bw *= 2 / (1 / l.gather + 1 / l.scatter);
+  return l;
 }
 // A collective beside compute: its bandwidth part hides behind the compute,
 // its start-up latency (every rank waits for the slowest) does not.
@@ -1019,19 +1029,19 @@ static double dp_micro(int zero, bool grads, bool again, double gr_b, double pr_
     *(grads ? &micro : step) = exposed(ar(gr_b, shards, dp), tb, dp, 1);
     break;
   case 1:
-    *(grads ? &micro : step) = exposed(ag(gr_b, shards, dp), tb, dp, 1);
+    *(grads ? &micro : step) = exposed(rs(gr_b, shards, dp), tb, dp, 1);
     *step += ag(pr_b, shards, dp);
     break;
   case 2:
-    micro = exposed(ag(gr_b, shards, dp), tb, dp, 1);
+    micro = exposed(rs(gr_b, shards, dp), tb, dp, 1);
     *step = ag(pr_b, shards, dp);
     break;
   default:
     micro = exposed(ag(pr_b, shards, dp), tf, dp, 1);
     if (again)
-      micro += exposed(ag(pr_b, shards, dp) + ag(gr_b, shards, dp), tb, dp, 2);
+      micro += exposed(ag(pr_b, shards, dp) + rs(gr_b, shards, dp), tb, dp, 2);
     else
-      micro += exposed(ag(gr_b, shards, dp), tb, dp, 1);
+      micro += exposed(rs(gr_b, shards, dp), tb, dp, 1);
     break;
   }
   return micro;
@@ -1094,7 +1104,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // With SP and on a 2D grid the traffic is reduce-scatters and all-gathers
   // (an all-reduce's volume each pair): at their bandwidth.
   Link in = link_for(cl, g, s, false), rsag = in;
-  rsag.bw *= in.gather;
+  rsag = pairs(in);
   double tp = 0;
   if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks); grids on
                   // part of tp each on sub / tp of the replica's batch (the weights' traffic
@@ -1110,7 +1120,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   } else if (l.sub > 1) {   // Megatron's over sub ranks, on sub / tp of the replica's batch
     Link t = link_for(cl, g, l.sub, false);
     if (sp)
-      t.bw *= t.gather;
+      t = pairs(t);
     double part = batch_share(l);
     double f = ar(n->tp_fwd * part, l.sub, t), bw = ar(n->tp_bwd * part, l.sub, t);
     tp = f + bw + (ckpt ? f : 0);
@@ -1182,7 +1192,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   double replica_micro = ceil((double)x->micro_total / d);  // micro-steps a replica runs
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, 0, dev->eff.overlap, 1};
+    Link host = {pcie, 0, dev->eff.overlap, 1, 1};
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
     double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
     double up = exposed(moved * b->param / pcie, tf, host, 0);
@@ -1227,7 +1237,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (swap) {   // a copy per value each way, each at least a launch
     keep = fmin(n->act_int / sv_layout_parts(l), act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1};
+    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1, 1};
     o->host += moved;
     o->t_micro[SV_T_OFFLOAD] += per * (exposed(moved / pcie, tf, host, n->nact) +
                                        exposed(moved / pcie, tb, host, n->nact));

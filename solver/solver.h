@@ -36,7 +36,9 @@ typedef struct SvEff {
   double mem;           // memory-bound ops, of memory bandwidth
   double update;        // the optimizer's update, of memory bandwidth
   double link;          // collectives' bus bandwidth, of the link
-  double gather;        // all-gathers' and reduce-scatters' bus bandwidth, of all-reduces'
+  double gather;        // all-gathers' bus bandwidth, of all-reduces'
+  double scatter;       // reduce-scatters' bus bandwidth, of all-reduces' (a profile without
+                        // it: gather's)
   double host;          // device <-> host copies, of host_bw
   double launch;        // seconds per kernel
   double alpha_intra;   // seconds per collective inside a node
