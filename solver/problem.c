@@ -594,17 +594,24 @@ static SvProblem *problem_shell(const SvProblem *p) {
   return q;
 }
 
+// Unit u of q (a shell of p) as p's without its choices yet, with room for them and keep[u].
+static SvUnit *unit_shell(SvProblem *q, const SvProblem *p, int u, int **keep) {
+  const SvUnit *pu = &p->unit[u];
+  SvUnit *qu = &q->unit[u];
+  *qu = *pu;
+  qu->nchoices = 0;
+  qu->choice = malloc(((size_t)pu->nchoices + 1) * sizeof *qu->choice);
+  keep[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **keep);
+  IR_ASSERT(qu->choice && keep[u]);
+  return qu;
+}
+
 SvProblem *sv_problem_subset(const SvProblem *p, bool (*take)(const SvProblem *, int, int),
                              int **keep) {
   SvProblem *q = problem_shell(p);
   for (int u = 0; u < p->nunits; u++) {
     const SvUnit *pu = &p->unit[u];
-    SvUnit *qu = &q->unit[u];
-    *qu = *pu;
-    qu->nchoices = 0;
-    qu->choice = malloc(((size_t)pu->nchoices + 1) * sizeof *qu->choice);
-    keep[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **keep);
-    IR_ASSERT(qu->choice && keep[u]);
+    SvUnit *qu = unit_shell(q, p, u, keep);
     for (int s = 0; s < pu->nchoices; s++)
       if (take(p, u, s)) {
         keep[u][qu->nchoices] = s;
@@ -618,14 +625,10 @@ SvProblem *sv_problem_prune(const SvProblem *p, bool gpu_caps, int **map, int **
   SvProblem *q = problem_shell(p);
   for (int u = 0; u < p->nunits; u++) {
     const SvUnit *pu = &p->unit[u];
-    SvUnit *qu = &q->unit[u];
-    *qu = *pu;
-    qu->nchoices = 0;
-    qu->choice = malloc(((size_t)pu->nchoices + 1) * sizeof *qu->choice);
+    SvUnit *qu = unit_shell(q, p, u, keep);
     int *by = malloc(((size_t)pu->nchoices + 1) * sizeof *by);   // a choice no worse, or -1
     map[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **map);
-    keep[u] = malloc(((size_t)pu->nchoices + 1) * sizeof **keep);
-    IR_ASSERT(qu->choice && by && map[u] && keep[u]);
+    IR_ASSERT(by && map[u]);
     for (int s = 0; s < pu->nchoices; s++) {
       by[s] = -1;
       const SvChoice *c = &pu->choice[s];

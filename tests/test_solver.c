@@ -943,6 +943,20 @@ static int apply_best(IrGraph *g, const SvConfig *c, Plan *a, SvPlan **kept, con
   return rc;
 }
 
+// The cluster file dir/name (tests/solver/) as a planner's configuration.
+static SvConfig cluster_file(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char *text = fe_read_text(path, NULL);
+  IR_ASSERT(text);
+  SvConfig c = sv_default_config();
+  IrDiag d = {0};
+  if (sv_cluster_parse(&c.cluster, text, path, &d))
+    fprintf(stderr, "%s\n", d.msg), exit(1);
+  free(text);
+  return c;
+}
+
 // The program's price of plan a (sv_price) is the solver's for it, and it fits.
 static void check_priced(IrGraph *g, const SvConfig *c, const Plan *a, const SvPlan *kept,
                          const char *what) {
@@ -1220,14 +1234,7 @@ static void test_apply_groups(void) {
 // micro-batches do; the step is the planner's for that, and so is the program's price of it.
 static void test_apply_ghosts(const char *dir) {
   IrGraph *g = model_in("gpt2.mtc", "L=2,C=256,NH=4,T=32,V=256,B=1", PASS_PRECISION_FP32);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/h100_l4_zero2.json", dir);
-  char *text = fe_read_text(path, NULL);
-  IR_ASSERT(text);
-  SvConfig c = sv_default_config();
-  IrDiag d = {0};
-  if (sv_cluster_parse(&c.cluster, text, path, &d))
-    fprintf(stderr, "%s\n", d.msg), exit(1);
+  SvConfig c = cluster_file(dir, "h100_l4_zero2.json");
   c.global_batch = 8;
   c.mip_gap = 0;
   Plan a;
@@ -1254,7 +1261,6 @@ static void test_apply_ghosts(const char *dir) {
     plan_free(&a);
     sv_plan_free(kept);
   }
-  free(text);
   ir_graph_free(g);
 }
 
@@ -1264,15 +1270,8 @@ static void test_apply_ghosts(const char *dir) {
 // plan's replicas' parts say and its price keeps; with an L4 of 3 MB even shares fit and stay.
 static void test_apply_group_parts(const char *dir) {
   IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/h100_l4_small.json", dir);
-  char *text = fe_read_text(path, NULL);
-  IR_ASSERT(text);
   for (int small = 1; small >= 0; small--) {
-    SvConfig c = sv_default_config();
-    IrDiag d = {0};
-    if (sv_cluster_parse(&c.cluster, text, path, &d))
-      fprintf(stderr, "%s\n", d.msg), exit(1);
+    SvConfig c = cluster_file(dir, "h100_l4_small.json");
     if (!small)
       c.cluster.group[1].dev.mem = c.cluster.group[0].dev.mem;
     c.global_batch = 8;
@@ -1294,7 +1293,6 @@ static void test_apply_group_parts(const char *dir) {
     plan_free(&a);
     sv_plan_free(kept);
   }
-  free(text);
   ir_graph_free(g);
 }
 
