@@ -736,7 +736,7 @@ static int solve_splits(const SvProblem *p, const SvSolveOptions *o, SvSolution 
   SvSolution s = sv_solution_new(p);
   SvSolveStats si;
   double seconds = 0;
-  bool timed_out = false, cut_off = true;
+  bool timed_out = false, cut_off = false;
   best->feasible = false;
   best->time = INFINITY;
   memset(st, 0, sizeof *st);
@@ -756,7 +756,7 @@ static int solve_splits(const SvProblem *p, const SvSolveOptions *o, SvSolution 
     rc = solve_one(&q, &oi, &s, &si, d);
     seconds += si.seconds;
     timed_out |= si.timed_out;
-    cut_off &= si.cut_off;
+    cut_off |= si.cut_off;   // (none faster than the cutoff there)
     if (!rc && s.feasible && s.time < best->time) {
       sv_solution_copy(best, &s, p->nunits);
       *st = si;
@@ -767,6 +767,7 @@ static int solve_splits(const SvProblem *p, const SvSolveOptions *o, SvSolution 
   sv_solution_free(&s);
   st->seconds = seconds;
   st->timed_out = timed_out;
+  // nothing fits faster than the caller's cutoff: some splits cut off, the others infeasible
   st->cut_off = !best->feasible && cut_off && o->cutoff > 0;
   if (st->timed_out && best->feasible)
     st->status = status_name(ILP_FEASIBLE, 0);
@@ -789,6 +790,8 @@ static bool solved_fast(const SvProblem *p, const SvSolveOptions *o, SvSolution 
   for (int u = 0; u < p->nunits; u++)
     dropped |= q->unit[u].nchoices < p->unit[u].nchoices;
   bool done = !dropped;
+  best->feasible = false;
+  best->time = INFINITY;
   if (!dropped) {
     *rc = solve_one(p, o, best, st, d);
   } else {
