@@ -1,8 +1,9 @@
 // Host code of every build (CPU and CUDA): the update of optimizer state
 // offloaded to host memory (rt_adamw_host, declared in kernels.def), the
 // number of host threads it uses, the casts of host arrays (rt_cast_host:
-// bf16 offload's working copies from the host's masters) and the
-// accumulation of offloaded gradients (rt_accumulate_host).
+// bf16 offload's working copies from the host's masters), the
+// accumulation of offloaded gradients (rt_accumulate_host) and the scans of
+// what the host holds (rt_norm2sq_host, rt_find_nonfinite_host).
 #define _POSIX_C_SOURCE 200809L  // sysconf, pthreads under -std=c11
 #include <pthread.h>
 #include <stdbool.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "adamw_cpu.h"
+#include "scan_cpu.h"
 #include "dist.h"
 #include "kernels.h"
 
@@ -90,3 +92,65 @@ static inline rt_bf16 host_st_BF16(float x) { return rt_f32_to_bf16(x); }
   }
 RT_TU_VARIANTS(CAST_HOST, _)
 #undef CAST_HOST
+
+// ---- scans of host arrays, on the host's threads ----
+
+// Parts [0, n) of a scan, each thread a contiguous run of them (the caller's the first).
+typedef struct HostScan {
+  void (*part)(struct HostScan *s, long k);
+  const float *x;
+  long n, k0, k1;
+  double *sums;   // rt_norm2sq_host: each chunk's
+  long first;     // rt_find_nonfinite_host: the first non-finite element of the run, or n
+} HostScan;
+
+static void *scan_run(void *arg) {
+  HostScan *s = arg;
+  for (long k = s->k0; k < s->k1; k++)
+    s->part(s, k);
+  return NULL;
+}
+
+// Runs the parts on up to rt_host_threads() threads, runs[t] each's; returns how many.
+static long scan_parts(HostScan *proto, long nparts, HostScan *runs) {
+  long most = proto->n / HOST_MIN_PER_THREAD > 1 ? proto->n / HOST_MIN_PER_THREAD : 1;
+  long nt = rt_host_threads();
+  nt = nt > most ? most : nt > nparts ? nparts : nt;
+  pthread_t tid[HOST_MAX_THREADS];
+  bool started[HOST_MAX_THREADS] = {false};
+  for (long t = 0; t < nt; t++) {
+    runs[t] = *proto;
+    runs[t].k0 = nparts * t / nt, runs[t].k1 = nparts * (t + 1) / nt;
+    if (t > 0) started[t] = pthread_create(&tid[t], NULL, scan_run, &runs[t]) == 0;
+  }
+  scan_run(&runs[0]);
+  for (long t = 1; t < nt; t++) {
+    if (started[t]) pthread_join(tid[t], NULL);
+    else scan_run(&runs[t]);
+  }
+  return nt;
+}
+
+static void norm_part(HostScan *s, long k) { s->sums[k] = rt_norm2sq_chunk(s->x, s->n, (int)k); }
+
+double rt_norm2sq_host(const float *x, long n) {
+  double sums[RT_NORM2_CHUNKS];
+  HostScan proto = {.part = norm_part, .x = x, .n = n, .sums = sums}, runs[HOST_MAX_THREADS];
+  scan_parts(&proto, RT_NORM2_CHUNKS, runs);
+  double s = 0.0;
+  for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++) s += sums[ch];
+  return s;
+}
+
+static void finite_part(HostScan *s, long b) {
+  if (s->first == s->n)   // (a run stops at its first)
+    s->first = rt_block_nonfinite(s->x, s->n, b);
+}
+
+long rt_find_nonfinite_host(const float *x, long n) {
+  HostScan proto = {.part = finite_part, .x = x, .n = n, .first = n}, runs[HOST_MAX_THREADS];
+  long nt = scan_parts(&proto, (n + RT_FINITE_BLOCK - 1) / RT_FINITE_BLOCK, runs), first = n;
+  for (long t = 0; t < nt; t++)
+    first = runs[t].first < first ? runs[t].first : first;
+  return first;
+}

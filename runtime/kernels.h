@@ -94,6 +94,12 @@ extern int rt_eval_mode;
 // The host's threads (rt_adamw_host's default): $MTC_HOST_THREADS, else the
 // online CPUs.
 int rt_host_threads(void);
+// Scans of arrays in host memory (offloaded state), on the host's threads, as the CPU build's
+// rt_norm2 and rt_find_nonfinite scan (runtime/scan_cpu.h): x[0, n)'s sum of squares in
+// float64 (rt_norm2's bits before its root), and the index of its first non-finite element
+// (n: none).
+double rt_norm2sq_host(const float *x, long n);
+long rt_find_nonfinite_host(const float *x, long n);
 
 // The rows of a cross-entropy that count: those whose target (on the host) is not `ignore`.
 static inline long rt_counted_rows(const int *targets, long n, long ignore) {

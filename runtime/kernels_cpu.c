@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 #include "adamw_cpu.h"
+#include "scan_cpu.h"
 #include "coalesce.h"
 #include "dist.h"
 #include "kernels.h"
@@ -1332,49 +1333,25 @@ void rt_sgd_copy(float *p, const float *g, long n, float lr, float wd, float gsc
 // ---------------------------------------------------------------------------
 // checks
 
-// Blocks of 4096 floats in parallel. A block is first tested on its bits (NaN
-// and infinities have every exponent bit set: |x|'s bits >= 0x7f800000) by a
-// max that vectorizes, and searched only when it has one.
+// Blocks of floats in parallel, each tested on its bits first (scan_cpu.h).
 static void find_nonfinite_f32(int *at, const float *x, long n) {
-  enum { BLOCK = 4096 };
-  long nblocks = (n + BLOCK - 1) / BLOCK, first = n;
+  long nblocks = (n + RT_FINITE_BLOCK - 1) / RT_FINITE_BLOCK, first = n;
 #pragma omp parallel for reduction(min : first) if (n >= PAR_MIN)
   for (long b = 0; b < nblocks; b++) {
-    long lo = b * BLOCK, hi = lo + BLOCK < n ? lo + BLOCK : n;
-    uint32_t most = 0;
-    for (long i = lo; i < hi; i++) {
-      uint32_t w;
-      memcpy(&w, &x[i], sizeof w);
-      w &= 0x7fffffffu;
-      most = w > most ? w : most;
-    }
-    if (most < 0x7f800000u) continue;
-    for (long i = lo; i < hi && i < first; i++) {
-      uint32_t w;
-      memcpy(&w, &x[i], sizeof w);
-      if ((w & 0x7f800000u) == 0x7f800000u) first = i;
-    }
+    long i = rt_block_nonfinite(x, n, b);
+    first = i < first ? i : first;
   }
   *at = first < n ? (int)first : -1;
 }
 
-// NORM2_CHUNKS fixed chunks summed in float64, combined in order: the same
-// bits whatever the number of threads.
-#define NORM2_CHUNKS 64
+// The chunks of scan_cpu.h in parallel, combined in order.
 void rt_norm2(float *out, const float *x, long n) {
-  double part[NORM2_CHUNKS];
+  double part[RT_NORM2_CHUNKS];
 #pragma omp parallel for if (n >= PAR_MIN)
-  for (int ch = 0; ch < NORM2_CHUNKS; ch++) {
-    long lo = n * ch / NORM2_CHUNKS, hi = n * (ch + 1) / NORM2_CHUNKS;
-    double acc[8] = {0};  // eight lanes (they vectorize), combined in a fixed order
-    long i = lo;
-    for (; i + 8 <= hi; i += 8)
-      for (int k = 0; k < 8; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
-    for (; i < hi; i++) acc[0] += (double)x[i] * (double)x[i];
-    part[ch] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  }
+  for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++)
+    part[ch] = rt_norm2sq_chunk(x, n, ch);
   double s = 0.0;
-  for (int ch = 0; ch < NORM2_CHUNKS; ch++) s += part[ch];
+  for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++) s += part[ch];
   out[0] = (float)sqrt(s);
 }
 

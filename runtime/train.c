@@ -1475,9 +1475,7 @@ static int find_nonfinite_host(long *elem, float *value) {
   for (int b = 0; b < M->n_buckets; b++) {
     const rt_bucket *k = &M->buckets[b];
     const float *x = (const float *)(host_region + k->host_offset);
-    long j = 0;
-    while (j < k->host_numel && isfinite(x[j])) j++;
-    if (j == k->host_numel) continue;
+    if (rt_find_nonfinite_host(x, k->host_numel) == k->host_numel) continue;
     long lo, e0 = params_part(k, &lo) - k->host_numel;
     e0 += lo;  // the bucket element at x[0]
     for (int i = 0; i < M->n_params && (first < 0 || i < first); i++) {
@@ -1493,8 +1491,9 @@ static int find_nonfinite_host(long *elem, float *value) {
 }
 
 // The global norm of the gradients (every rank's part), as
-// torch.nn.utils.clip_grad_norm_ computes it: rt_norm2 of each run, summed
-// in float64 in order, then over the ranks.
+// torch.nn.utils.clip_grad_norm_ computes it: rt_norm2 of each run on the
+// device, squared, and rt_norm2sq_host of each in host memory, summed in
+// float64 in order, then over the ranks.
 static double grad_norm(char *arena, char *stage) {
   float *result = (float *)(arena + check_at);  // on the device
   const float *got = (const float *)(stage + check_at);
@@ -1505,10 +1504,9 @@ static double grad_norm(char *arena, char *stage) {
   rt_device_get(stage, arena, check_at, (long)ndev * 4);
   double sum = 0.0;
   for (int r = 0; r < ndev; r++) sum += (double)got[r] * (double)got[r];
-  for (int r = ndev; r < norm_scan.nruns; r++) {
-    const float *x = (const float *)(host_region + norm_scan.runs[r].offset);
-    for (long j = 0; j < norm_scan.runs[r].n; j++) sum += (double)x[j] * (double)x[j];
-  }
+  for (int r = ndev; r < norm_scan.nruns; r++)
+    sum += rt_norm2sq_host((const float *)(host_region + norm_scan.runs[r].offset),
+                           norm_scan.runs[r].n);
   if (rt_comm_size() > 1) sum = rt_allreduce_scalar(rt_group_world(), sum, RT_REDUCE_SUM);
   return sqrt(sum);
 }

@@ -3,7 +3,8 @@
 // The host AdamW against the device AdamW: the same parameters, gradients
 // and moments through three steps give bit-identical results for every
 // thread count, on sizes with short tails and sizes that take many threads;
-// the copies move exactly their range; the host's bf16 rounding is the device's.
+// the copies move exactly their range; the host's bf16 rounding is the device's;
+// the host's scans (norm, finite check) give the device's bits.
 //
 // The lowering: GPT-2 (examples/gpt2.mtc, small dims) with offload shares 0.5
 // and 1 under ZeRO 0-3 has, per bucket, the host's range in whole blocks of
@@ -13,6 +14,7 @@
 // running the lowered program
 // in the interpreter for three AdamW steps ends with the same bits in every
 // parameter as without offload.
+#define _POSIX_C_SOURCE 200809L   // setenv
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,31 @@ static void test_adamw_host(long n, int threads) {
         threads, moved, n);
   free(p0), free(g);
   free(p), free(m), free(v), free(hp), free(hm), free(hv);
+}
+
+// The host's scans of offloaded state (the gradients' norm, the finite check) give the CPU
+// build's device scans' bits and first index, whatever the number of host threads.
+static void test_scans_host(long n, const char *threads) {
+  setenv("MTC_HOST_THREADS", threads, 1);
+  float *x = randoms(n, 2.0f), dev;
+  rt_norm2(&dev, x, n);
+  double host = rt_norm2sq_host(x, n);
+  check((float)sqrt(host) == dev, "norm2sq_host n=%ld threads=%s: root %.9g, rt_norm2 %.9g", n,
+        threads, sqrt(host), (double)dev);
+  long at[] = {n - 1, n / 2, n / 3, 0};   // the first non-finite element found as it moves down
+  const float bad[] = {NAN, INFINITY, -INFINITY, NAN};
+  check(rt_find_nonfinite_host(x, n) == n, "find_nonfinite_host n=%ld: found one in %s", n,
+        "finite floats");
+  for (int k = 0; k < 4; k++) {
+    x[at[k]] = bad[k];
+    int want;
+    rt_find_nonfinite(&want, x, n);
+    long got = rt_find_nonfinite_host(x, n);
+    check(got == at[k] && got == want, "find_nonfinite_host n=%ld threads=%s: %ld, the device's "
+          "%d, placed at %ld", n, threads, got, want, at[k]);
+  }
+  unsetenv("MTC_HOST_THREADS");
+  free(x);
 }
 
 static void test_copies(void) {
@@ -405,6 +432,9 @@ int main(int argc, char **argv) {
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
     for (size_t t = 0; t < sizeof threads / sizeof *threads; t++)
       test_adamw_host(sizes[s], threads[t]);
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+    for (int t = 0; t < 3; t++)
+      test_scans_host(sizes[s], (const char *[]){"1", "2", "7"}[t]);
   test_copies();
   test_cast_host();
   for (int zero = 0; zero <= 3; zero++) {
