@@ -15,9 +15,10 @@
 #include "dist.h"
 #include "kernels.h"
 
-// The host's AdamW runs on POSIX threads rather than OpenMP: in a GPU build
-// OpenMP is not the device's, and the host update runs beside the device's
-// work. Each thread takes a contiguous run of 16-element blocks.
+// The host's passes (AdamW, the scans below) run on POSIX threads rather than
+// OpenMP: in a GPU build OpenMP is not the device's, and the host update runs
+// beside the device's work. Each thread takes a contiguous run of the pass's
+// parts (AdamW: 16-element blocks).
 
 // Below this many elements per thread a thread costs more than it saves.
 #define HOST_MIN_PER_THREAD (1L << 16)
@@ -42,30 +43,40 @@ int rt_host_threads(void) {
   return n < 1 ? 1 : n > HOST_MAX_THREADS ? HOST_MAX_THREADS : (int)n;
 }
 
+// The threads a pass over n elements in nparts parts takes: `threads` (0: rt_host_threads()),
+// at most one per HOST_MIN_PER_THREAD elements and one per part.
+static long host_nthreads(long n, long nparts, int threads) {
+  long most = n / HOST_MIN_PER_THREAD > 1 ? n / HOST_MIN_PER_THREAD : 1;
+  long nt = threads > 0 ? threads : rt_host_threads();
+  nt = nt > most ? most : nt > HOST_MAX_THREADS ? HOST_MAX_THREADS : nt;
+  return nt > nparts ? (nparts > 0 ? nparts : 1) : nt;
+}
+
+// Runs fn on each of nt items (`size` bytes apart), the first on the caller's thread and the
+// others on threads of their own; an item whose thread cannot start runs on the caller's too.
+static void on_threads(void *(*fn)(void *), void *items, size_t size, long nt) {
+  pthread_t tid[HOST_MAX_THREADS];
+  bool started[HOST_MAX_THREADS] = {false};
+  char *at = items;
+  for (long t = 1; t < nt; t++)
+    started[t] = pthread_create(&tid[t], NULL, fn, at + (size_t)t * size) == 0;
+  fn(at);
+  for (long t = 1; t < nt; t++) {
+    if (started[t]) pthread_join(tid[t], NULL);
+    else fn(at + (size_t)t * size);
+  }
+}
+
 void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
                    float beta2, float eps, float wd, int t, float gscale, long decay_n,
                    int threads) {
   AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
-  long nblocks = (n + 15) / 16;
-  long most = n / HOST_MIN_PER_THREAD > 1 ? n / HOST_MIN_PER_THREAD : 1;
-  long nt = threads > 0 ? threads : rt_host_threads();
-  nt = nt > most ? most : nt > HOST_MAX_THREADS ? HOST_MAX_THREADS : nt;
-  nt = nt > nblocks ? (nblocks > 0 ? nblocks : 1) : nt;
+  long nblocks = (n + 15) / 16, nt = host_nthreads(n, nblocks, threads);
   HostChunk chunk[HOST_MAX_THREADS];
-  pthread_t tid[HOST_MAX_THREADS];
-  bool started[HOST_MAX_THREADS] = {false};
-  for (long k = 0; k < nt; k++) {
+  for (long k = 0; k < nt; k++)
     chunk[k] = (HostChunk){.p = p, .g = g, .m = m, .v = v, .n = n, .b0 = nblocks * k / nt,
                            .b1 = nblocks * (k + 1) / nt, .s = &s};
-    // the caller's thread takes chunk 0; a thread that cannot start leaves
-    // its chunk to the caller too
-    if (k > 0) started[k] = pthread_create(&tid[k], NULL, adamw_chunk, &chunk[k]) == 0;
-  }
-  adamw_chunk(&chunk[0]);
-  for (long k = 1; k < nt; k++) {
-    if (started[k]) pthread_join(tid[k], NULL);
-    else adamw_chunk(&chunk[k]);
-  }
+  on_threads(adamw_chunk, chunk, sizeof *chunk, nt);
 }
 
 // rt_sgd's arithmetic (sgd_elems), on the caller's thread.
@@ -111,23 +122,14 @@ static void *scan_run(void *arg) {
   return NULL;
 }
 
-// Runs the parts on up to rt_host_threads() threads, runs[t] each's; returns how many.
+// Runs the parts on the host's threads, runs[t] each's; returns how many.
 static long scan_parts(HostScan *proto, long nparts, HostScan *runs) {
-  long most = proto->n / HOST_MIN_PER_THREAD > 1 ? proto->n / HOST_MIN_PER_THREAD : 1;
-  long nt = rt_host_threads();
-  nt = nt > most ? most : nt > nparts ? nparts : nt;
-  pthread_t tid[HOST_MAX_THREADS];
-  bool started[HOST_MAX_THREADS] = {false};
+  long nt = host_nthreads(proto->n, nparts, 0);
   for (long t = 0; t < nt; t++) {
     runs[t] = *proto;
     runs[t].k0 = nparts * t / nt, runs[t].k1 = nparts * (t + 1) / nt;
-    if (t > 0) started[t] = pthread_create(&tid[t], NULL, scan_run, &runs[t]) == 0;
   }
-  scan_run(&runs[0]);
-  for (long t = 1; t < nt; t++) {
-    if (started[t]) pthread_join(tid[t], NULL);
-    else scan_run(&runs[t]);
-  }
+  on_threads(scan_run, runs, sizeof *runs, nt);
   return nt;
 }
 

@@ -976,24 +976,20 @@ typedef struct Link {
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
   const SvGroup *gr = &c->group[g];
-  if (all_groups && c->ngroups > 1 && c->one_node) {
-    double bw = c->group[0].dev.intra_bw;
-    for (int i = 1; i < c->ngroups; i++)
-      bw = fmin(bw, c->group[i].dev.intra_bw);
-    const SvEff *e = &gr->dev.eff;
-    return (Link){bw * e->link, e->alpha_intra, e->overlap, e->gather, e->scatter};
-  }
-  if (all_groups && c->ngroups > 1) {
-    double bw = c->cross_bw;
-    for (int i = 0; c->cross_bw <= 0 && i < c->ngroups; i++)
-      bw = i == 0 ? c->group[i].dev.inter_bw : fmin(bw, c->group[i].dev.inter_bw);
-    const SvEff *e = &gr->dev.eff;
-    return (Link){bw * e->link, e->alpha_inter, e->overlap, e->gather, e->scatter};
-  }
   const SvEff *e = &gr->dev.eff;
   bool in = span <= gr->per_node;
-  return (Link){(in ? gr->dev.intra_bw : gr->dev.inter_bw) * e->link,
-                in ? e->alpha_intra : e->alpha_inter, e->overlap, e->gather, e->scatter};
+  double bw = in ? gr->dev.intra_bw : gr->dev.inter_bw;
+  if (all_groups && c->ngroups > 1) {   // across the groups: cross_bw, or the slowest group's
+    in = c->one_node;                   // link between nodes (within one where they share it)
+    bw = c->cross_bw;
+    if (in || bw <= 0) {
+      bw = INFINITY;
+      for (int i = 0; i < c->ngroups; i++)
+        bw = fmin(bw, in ? c->group[i].dev.intra_bw : c->group[i].dev.inter_bw);
+    }
+  }
+  return (Link){bw * e->link, in ? e->alpha_intra : e->alpha_inter, e->overlap, e->gather,
+                e->scatter};
 }
 
 static double ar(double bytes, int n, Link l) { return sv_allreduce_time(bytes, n, l.bw, l.alpha); }
@@ -1103,8 +1099,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // repeats g.
   // With SP and on a 2D grid the traffic is reduce-scatters and all-gathers
   // (an all-reduce's volume each pair): at their bandwidth.
-  Link in = link_for(cl, g, s, false), rsag = in;
-  rsag = pairs(in);
+  Link in = link_for(cl, g, s, false), rsag = pairs(in);
   double tp = 0;
   if (l.q > 1) {  // gathers and reductions along the grid's rows and columns (q ranks); grids on
                   // part of tp each on sub / tp of the replica's batch (the weights' traffic

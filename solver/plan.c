@@ -155,8 +155,10 @@ static void beta_range(const SvProblem *q, int g, double *lo, double *hi) {
     *(h == g ? lo : hi) += (h == g ? 1 : -1) * (double)(q->gpus[h] / q->replica_ranks);
 }
 
-// The ghosts each replica of group g runs where the batch is fixed.
+// The ghosts each replica of group g runs where the batch is fixed (0 where it is not).
 static double fixed_ghosts(const SvProblem *q, int g) {
+  if (q->fixed_batch[g] <= 0)
+    return 0;
   SvSolution s = {0};
   memcpy(s.batch, q->fixed_batch, sizeof s.batch);
   return sv_ghosts(q, &s, g);
@@ -362,6 +364,7 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
     if (!min_memory) {
       int r = ilp_row(ilp, 0, INFINITY);
       ilp_coef(ilp, r, c->tau, 1);
+      double ghosts = fixed_ghosts(q, g);   // (with the batch fixed)
       for (int u = 0; u < U; u++) {
         double n = q->unit[u].count;
         for (int s = 0; s < q->unit[u].nchoices; s++) {
@@ -371,8 +374,8 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
             ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_step[g] * TSCALE);
             if (c->v[u * G + g] >= 0 && ch->t_ghost[g] > 0)
               ilp_coef(ilp, r, c->v[u * G + g] + s, -n * ch->t_ghost[g] * TSCALE);
-            else if (q->fixed_batch[g] > 0 && ch->t_ghost[g] > 0)
-              ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_ghost[g] * fixed_ghosts(q, g) * TSCALE);
+            else if (ghosts > 0 && ch->t_ghost[g] > 0)
+              ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_ghost[g] * ghosts * TSCALE);
           } else {
             ilp_coef(ilp, r, c->x[u] + s, -n * (ch->t_micro[g] * M + ch->t_step[g]) * TSCALE);
             if (c->r[u][s] >= 0)
@@ -512,11 +515,9 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
       x[c->y[u * G + g] + s->pick[u]] = s->share[g];
     }
   }
-  if (c->most >= 0) {   // K, and v at each pick that pays for ghosts
-    double most = 0;
-    for (int g = 0; g < G; g++)
-      most = fmax(most, (double)s->batch[g] * q->replica_ranks / q->gpus[g]);
-    x[c->most] = most;
+  if (c->most >= 0) {   // K (group 0's micro-batches a replica and ghosts), and v at each pick
+                        // that pays for ghosts
+    x[c->most] = (double)s->batch[0] * q->replica_ranks / q->gpus[0] + sv_ghosts(q, s, 0);
     for (int u = 0; u < q->nunits; u++)
       for (int g = 0; g < G; g++)
         if (c->v[u * G + g] >= 0 && q->unit[u].choice[s->pick[u]].t_ghost[g] > 0)
