@@ -137,7 +137,9 @@ static void usage(FILE *f) {
         "the first S layers swapped and the K after them checkpointed; on a mixed cluster\n"
         "each group's replicas run their own number of micro-batches, ranks numbered group\n"
         "by group); plan.json in DIR\n"
-        "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead\n"
+        "  --plan FILE.json       apply a saved or edited plan (mtc plan --json) instead;\n"
+        "                         with --cluster FILE the program prints the planner's step\n"
+        "                         for those groups (ranks numbered group by group)\n"
         "\n"
         "one layout for every block (compile lowers it; plan prices it: its step split as\n"
         "the planner splits it and its memory per GPU; ranks = dp x tp, or dp x Q x Q):\n"
@@ -459,9 +461,9 @@ static Args parse_args(int argc, char **argv) {
               a.layout.rest.offload_params ? "params" : "grads", a.layout.rest.offload);
   if (a.layout.rest.offload_grads)
     a.layout.rest.offload = 1;
-  if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.cluster || a.gpus))
+  if (a.plan_file && (strcmp(a.cmd, "compile") || a.forced || a.gpus))
     bad_usage("--plan %s is a layout for compile: leave out --dp, --tp, --zero, "
-              "--micro-batches, --offload, --gpus and --cluster", a.plan_file);
+              "--micro-batches, --offload and --gpus", a.plan_file);
   int dp = a.layout.mesh.size[IR_MESH_DP], tp = a.layout.mesh.size[IR_MESH_TP];
   int q = a.layout.mesh.size[IR_MESH_ROW];
   if (tp > 1 && q > 1)
@@ -773,6 +775,12 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
   if (a->plan_file) {
     *text = fe_read_text(a->plan_file, d);
     rc = *text ? sv_apply_read(g, a->plan_file, *text, plan, d) : -1;
+    SvConfig cfg;   // (--cluster: the groups the program's price is for)
+    if (!rc && a->cluster && !(rc = plan_config(a, &cfg, d)) &&
+        sv_cluster_gpus(&cfg.cluster) != mesh_ranks(&plan->mesh))
+      rc = ir_error(d, (IrLoc){0}, "%s runs on %d ranks and %s has %d GPUs: give the plan a "
+                    "cluster of as many", a->plan_file, mesh_ranks(&plan->mesh), a->cluster,
+                    sv_cluster_gpus(&cfg.cluster));
   } else {
     SvConfig cfg;
     rc = plan_config(a, &cfg, d);
