@@ -74,12 +74,18 @@
 // (each of g's replicas holds u[g] of P units; without such a P, f[g] = R[g] / replicas).
 // There a replica that runs fewer micro-batches than the most, K, joins the others'
 // collectives of ZeRO 2 and 3 and gradient offload with K - beta[g] / R[g] ghost micro-batches
-// (sv_ghosts), tg seconds each for a choice's block (cost.c: SvCost.t_ghost):
+// (sv_ghosts), tg seconds each for a choice's block (cost.c: SvCost.t_ghost; "pays" below:
+// tg > 0 on some group), and every micro-step waits for every replica's: lockstep. With the
+// split fixed (sv_solve tries each, SvProblem.lockstep), k[g] = beta[g] / R[g] is a constant;
+// for each distinct one, ascending, level j of L[j] (L[0] = 0),
+//   S[j] >= sum_u n_u sum_s (R[g] tm[g] if k[g] >= L[j], else tg[g]) x[u,s]   for each g,
+// and the group's time rows hold sum_j (L[j] - L[j-1]) S[j] in place of the sum of tm z.
+// With the split free (more splits than sv_solve tries), a plan that pays runs as many on every
+// replica, K, so none runs ghosts:
 //   K in Z+,  R[g] K >= beta[g],
-//   v[u,s,g] >= 0,  v[u,s,g] <= M x[u,s],
-//   sum_{s: tg > 0} v[u,s,g] >= K - beta[g] / R[g] - M (1 - sum_{s: tg > 0} x[u,s]),
-// and group g's time gains sum_u n_u sum_s tg v[u,s,g] (v is K - beta[g] / R[g] at the
-// choice, exactly where it costs).
+//   beta[g] / R[g] >= K - M (1 - sum_{s pays} x[u,s])                   for each u, g,
+// and each group's micro-steps are priced as its own (a faster group waits for the slowest's
+// there, which sv_evaluate adds to the plan it prices).
 //
 // On one group beta = M and f = 1, so z = M x and y = x and those columns
 // are left out. On several, r would multiply beta[g] (a product of integers),
@@ -95,8 +101,10 @@ typedef struct Cols {
   int *x;            // per unit: the column of choice 0
   int **r;           // per unit and choice: the column of r (-1: none)
   int *z, *y;        // per unit and group: the column of choice 0 (heterogeneous only)
-  int *v;            // per unit and group: the column of choice 0 of v (-1: none)
-  int tau, delta, most;   // most: K, the most micro-batches a replica runs (-1: none)
+  int tau, delta, most;   // most: K, the micro-batches of every replica (-1: none)
+  int nlevels;            // lockstep: the micro-step columns S[j] (level), each span[j] steps
+  int level[SV_MAXGROUPS];
+  double span[SV_MAXGROUPS];
   int w[SV_MAXGROUPS], beta[SV_MAXGROUPS], f[SV_MAXGROUPS];
   int units[SV_MAXGROUPS];   // mtc compile: each replica's units of the state (-1: none)
   // per group and layout: the column of k[g,S] for the layout's replica size S (shared by
@@ -155,65 +163,83 @@ static void beta_range(const SvProblem *q, int g, double *lo, double *hi) {
     *(h == g ? lo : hi) += (h == g ? 1 : -1) * (double)(q->gpus[h] / q->replica_ranks);
 }
 
-// The ghosts each replica of group g runs where the batch is fixed (0 where it is not).
-static double fixed_ghosts(const SvProblem *q, int g) {
-  if (q->fixed_batch[g] <= 0)
-    return 0;
-  SvSolution s = {0};
-  memcpy(s.batch, q->fixed_batch, sizeof s.batch);
-  return sv_ghosts(q, &s, g);
+// The micro-batches a replica of group g runs where the batch is fixed, k[g] (a split of
+// lockstep), and the distinct ones ascending in level; returns how many there are.
+static int lockstep_levels(const SvProblem *q, double *k, double *level) {
+  int n = 0;
+  for (int g = 0; g < q->ngroups; g++) {
+    k[g] = (double)q->fixed_batch[g] * q->replica_ranks / q->gpus[g];
+    int i = 0;
+    while (i < n && level[i] < k[g])
+      i++;
+    if (i < n && level[i] == k[g])
+      continue;
+    memmove(level + i + 1, level + i, (size_t)(n - i) * sizeof *level);
+    level[i] = k[g];
+    n++;
+  }
+  return n;
 }
 
-// mtc compile's replicas on several groups run as many micro-batches as the most, K, some of
-// them ghosts (the rows above); v[u,s,g] where a choice's blocks pay for them. Where every
-// replica runs one micro-batch (M is the replicas) there are none.
-static void ghost_cols(Ilp *ilp, const SvProblem *q, bool min_memory, Cols *c) {
+// mtc compile's replicas on several groups: a plan whose blocks collect every micro-batch runs
+// its micro-steps in lockstep (sv_lockstep_time). Where the batch is fixed (q->lockstep) the
+// step's micro-steps are priced so, in one column per level of the split; where it is free,
+// such a plan runs as many micro-batches on every replica, K (no ghosts, nothing to wait for).
+static void lockstep_cols(Ilp *ilp, const SvProblem *q, bool min_memory, Cols *c) {
   int G = q->ngroups, U = q->nunits;
   double M = (double)q->micro_total;
   c->most = -1;
-  for (int i = 0; i < U * G; i++)
-    c->v[i] = -1;
+  c->nlevels = 0;
   bool any = false;
   for (int u = 0; u < U; u++)
     for (int s = 0; s < q->unit[u].nchoices; s++)
-      for (int g = 0; g < G; g++)
-        any |= q->unit[u].choice[s].t_ghost[g] > 0;
+      any |= sv_pays_ghosts(q, &q->unit[u].choice[s]);
   double lo, hi;
   beta_range(q, 0, &lo, &hi);
-  // (with the batch fixed the ghosts are too: their cost is on x, in the time rows)
-  if (min_memory || G < 2 || !q->replica_ranks || !any || lo == hi)
+  if (min_memory || G < 2 || !q->replica_ranks || !any)
     return;
+  if (lo == hi) {
+    if (q->lockstep) {   // S[j] >= each group's micro-step at level j: its own, or a ghost
+      double k[SV_MAXGROUPS], level[SV_MAXGROUPS];
+      c->nlevels = lockstep_levels(q, k, level);
+      for (int j = 0; j < c->nlevels; j++) {
+        c->level[j] = ilp_col(ilp, 0, INFINITY, 0, ILP_CONT);
+        c->span[j] = level[j] - (j ? level[j - 1] : 0);
+        for (int g = 0; g < G; g++) {
+          int r = ilp_row(ilp, 0, INFINITY);
+          double R = (double)(q->gpus[g] / q->replica_ranks);
+          ilp_coef(ilp, r, c->level[j], 1);
+          for (int u = 0; u < U; u++)
+            for (int s = 0; s < q->unit[u].nchoices; s++) {
+              const SvChoice *ch = &q->unit[u].choice[s];
+              double t = k[g] >= level[j] ? R * ch->t_micro[g] : ch->t_ghost[g];
+              ilp_coef(ilp, r, c->x[u] + s, -q->unit[u].count * t * TSCALE);
+            }
+        }
+      }
+    }
+    return;
+  }
   c->most = ilp_col(ilp, 1, M, 0, ILP_INT);
   for (int g = 0; g < G; g++) {   // R[g] K >= beta[g]
     int r = ilp_row(ilp, 0, INFINITY);
     ilp_coef(ilp, r, c->most, (double)(q->gpus[g] / q->replica_ranks));
     ilp_coef(ilp, r, c->beta[g], -1);
   }
-  for (int u = 0; u < U; u++)
-    for (int g = 0; g < G; g++) {
-      const SvUnit *un = &q->unit[u];
-      bool pays = false;
-      for (int s = 0; s < un->nchoices; s++)
-        pays |= un->choice[s].t_ghost[g] > 0;
-      if (!pays)
-        continue;
-      c->v[u * G + g] = ilp_ncols(ilp);
-      for (int s = 0; s < un->nchoices; s++)
-        ilp_col(ilp, 0, un->choice[s].t_ghost[g] > 0 ? M : 0, 0, ILP_CONT);
-      // sum v - K + beta[g] / R[g] - M sum x >= -M, over the choices that pay
-      int r = ilp_row(ilp, -M, INFINITY);
-      ilp_coef(ilp, r, c->most, -1);
+  for (int u = 0; u < U; u++) {
+    const SvUnit *un = &q->unit[u];
+    bool pays = false;
+    for (int s = 0; s < un->nchoices; s++)
+      pays |= sv_pays_ghosts(q, &un->choice[s]);
+    for (int g = 0; pays && g < G; g++) {   // beta[g] / R[g] - K + M sum x >= 0, over those
+      int r = ilp_row(ilp, 0, INFINITY);
       ilp_coef(ilp, r, c->beta[g], (double)q->replica_ranks / q->gpus[g]);
-      for (int s = 0; s < un->nchoices; s++) {
-        if (un->choice[s].t_ghost[g] <= 0)
-          continue;
-        int col = c->v[u * G + g] + s, cap = ilp_row(ilp, -INFINITY, 0);
-        ilp_coef(ilp, r, col, 1);
-        ilp_coef(ilp, r, c->x[u] + s, -M);
-        ilp_coef(ilp, cap, col, 1);
-        ilp_coef(ilp, cap, c->x[u] + s, -M);
-      }
+      ilp_coef(ilp, r, c->most, -1);
+      for (int s = 0; s < un->nchoices; s++)
+        if (sv_pays_ghosts(q, &un->choice[s]))
+          ilp_coef(ilp, r, c->x[u] + s, M);
     }
+  }
 }
 
 static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
@@ -224,11 +250,10 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
   c->x = calloc((size_t)U + 1, sizeof(int));
   c->z = calloc((size_t)(U * G) + 1, sizeof(int));
   c->y = calloc((size_t)(U * G) + 1, sizeof(int));
-  c->v = calloc((size_t)(U * G) + 1, sizeof(int));
   c->e = calloc((size_t)q->nedges + 1, sizeof(int));
   c->ea = calloc((size_t)q->nedges + 1, sizeof(int));
   c->eb = calloc((size_t)q->nedges + 1, sizeof(int));
-  IR_ASSERT(c->x && c->z && c->y && c->v && c->e && c->ea && c->eb);
+  IR_ASSERT(c->x && c->z && c->y && c->e && c->ea && c->eb);
 
   // Columns.
   c->tau = min_memory ? -1 : ilp_col(ilp, 0, INFINITY, 1, ILP_CONT);
@@ -300,7 +325,7 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
       for (int s = 0; s < q->unit[u].nchoices; s++)
         ilp_col(ilp, 0, 1, 0, ILP_CONT);
     }
-  ghost_cols(ilp, q, min_memory, c);
+  lockstep_cols(ilp, q, min_memory, c);
   for (int i = 0; i < q->nedges; i++) {
     const SvEdge *ed = &q->edge[i];
     c->ea[i] = (int)layouts_of(&q->unit[ed->u]);
@@ -364,18 +389,16 @@ static Ilp *build(const SvProblem *q, bool min_memory, Cols *c) {
     if (!min_memory) {
       int r = ilp_row(ilp, 0, INFINITY);
       ilp_coef(ilp, r, c->tau, 1);
-      double ghosts = fixed_ghosts(q, g);   // (with the batch fixed)
+      for (int j = 0; j < c->nlevels; j++)
+        ilp_coef(ilp, r, c->level[j], -c->span[j]);
       for (int u = 0; u < U; u++) {
         double n = q->unit[u].count;
         for (int s = 0; s < q->unit[u].nchoices; s++) {
           const SvChoice *ch = &q->unit[u].choice[s];
           if (het) {
-            ilp_coef(ilp, r, c->z[u * G + g] + s, -n * ch->t_micro[g] * TSCALE);
+            if (!c->nlevels)
+              ilp_coef(ilp, r, c->z[u * G + g] + s, -n * ch->t_micro[g] * TSCALE);
             ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_step[g] * TSCALE);
-            if (c->v[u * G + g] >= 0 && ch->t_ghost[g] > 0)
-              ilp_coef(ilp, r, c->v[u * G + g] + s, -n * ch->t_ghost[g] * TSCALE);
-            else if (ghosts > 0 && ch->t_ghost[g] > 0)
-              ilp_coef(ilp, r, c->x[u] + s, -n * ch->t_ghost[g] * ghosts * TSCALE);
           } else {
             ilp_coef(ilp, r, c->x[u] + s, -n * (ch->t_micro[g] * M + ch->t_step[g]) * TSCALE);
             if (c->r[u][s] >= 0)
@@ -463,7 +486,7 @@ static void cols_free(Cols *c, int nunits) {
   for (int u = 0; u < nunits; u++)
     free(c->r[u]);
   free(c->r);
-  free(c->x), free(c->z), free(c->y), free(c->v), free(c->e), free(c->ea), free(c->eb);
+  free(c->x), free(c->z), free(c->y), free(c->e), free(c->ea), free(c->eb);
 }
 
 // mtc compile's state shares where even ones do not fit (sv_share_units): mtc plan's (each
@@ -515,13 +538,20 @@ static double *point(const SvProblem *q, const Cols *c, const SvSolution *s, int
       x[c->y[u * G + g] + s->pick[u]] = s->share[g];
     }
   }
-  if (c->most >= 0) {   // K (group 0's micro-batches a replica and ghosts), and v at each pick
-                        // that pays for ghosts
+  if (c->most >= 0)   // K: every replica's micro-batches
     x[c->most] = (double)s->batch[0] * q->replica_ranks / q->gpus[0] + sv_ghosts(q, s, 0);
-    for (int u = 0; u < q->nunits; u++)
-      for (int g = 0; g < G; g++)
-        if (c->v[u * G + g] >= 0 && q->unit[u].choice[s->pick[u]].t_ghost[g] > 0)
-          x[c->v[u * G + g] + s->pick[u]] = sv_ghosts(q, s, g);
+  if (c->nlevels) {   // each level's longest micro-step
+    double k[SV_MAXGROUPS], level[SV_MAXGROUPS];
+    lockstep_levels(q, k, level);
+    for (int j = 0; j < c->nlevels; j++)
+      for (int g = 0; g < G; g++) {
+        double t = 0, R = (double)(q->gpus[g] / q->replica_ranks);
+        for (int u = 0; u < q->nunits; u++) {
+          const SvChoice *ch = &q->unit[u].choice[s->pick[u]];
+          t += q->unit[u].count * (k[g] >= level[j] ? R * ch->t_micro[g] : ch->t_ghost[g]);
+        }
+        x[c->level[j]] = fmax(x[c->level[j]], t * TSCALE);
+      }
   }
   for (int g = 0; g < G; g++) {
     double w = 0;
@@ -665,17 +695,17 @@ static int solve_one(const SvProblem *p, const SvSolveOptions *o, SvSolution *be
 //
 // mtc compile's program on several groups gains, with ZeRO 2 and 3 and gradient offload, choices
 // whose collectives (or copies) run every micro-batch, ghosts included: about three times the
-// choices, and a program that takes GLPK ten times as long to prove. Most of them only trade
-// time for memory. Each has a twin that collects once a step (ZeRO-1, or the optimizer state
-// offloaded alone: the same layout, checkpointing and offload share); where the twin is no
-// slower for any number of micro-batches a group may run (its time is linear in them, so the
-// two ends decide), the choice can only win where memory binds. So the program is first solved
-// without those choices and without memory limits: if that plan fits (its state shared as
-// compile shares it), no plan is faster, since any plan's twins are no slower than it and fit
-// the program without limits. Otherwise the whole program is solved, once per split of the
-// batch over the groups where there are few (solve_splits).
-
-static bool collects_every_micro(const SvChoice *c) { return c->zero >= 2 || c->grads; }
+// choices, and a program that takes GLPK ten times as long to prove. A plan with one of them
+// runs its micro-steps in lockstep (sv_lockstep_time), which is linear only where the split of
+// the batch over the groups is fixed. Each such choice has a twin that collects once a step
+// (ZeRO-1, or the optimizer state offloaded alone: the same layout, checkpointing and offload
+// share). Most only trade time for memory: where the twin is no slower for any number of
+// micro-batches a group may run (its time is linear in them, so the two ends decide), the
+// choice can only win where memory binds, since lockstep only adds to a plan's time. So the
+// program is first solved without them and without memory limits: if that plan fits (its state
+// shared as compile shares it) and every such choice has a twin no slower, no plan is faster.
+// Otherwise the whole program is solved once per split of the batch over the groups where
+// there are few (solve_splits): without those choices, then with them in lockstep.
 
 // The twin of a choice that collects every micro-batch, or -1.
 static int twin(const SvUnit *u, const SvChoice *c) {
@@ -688,13 +718,13 @@ static int twin(const SvUnit *u, const SvChoice *c) {
   return -1;
 }
 
-// Is choice s of unit u one the first solve takes: one that collects once a step, or one no
-// twin is as fast as on every group?
-static bool fast_choice(const SvProblem *p, int u, int s) {
+// Is choice s of unit u one that collects every micro-batch and has no twin as fast on every
+// group?
+static bool faster_than_twin(const SvProblem *p, int u, int s) {
   const SvUnit *un = &p->unit[u];
   const SvChoice *c = &un->choice[s];
-  if (!collects_every_micro(c))
-    return true;
+  if (!sv_pays_ghosts(p, c))
+    return false;
   int k = twin(un, c);
   if (k < 0)
     return true;
@@ -709,6 +739,10 @@ static bool fast_choice(const SvProblem *p, int u, int s) {
     }
   }
   return false;
+}
+
+static bool once_a_step(const SvProblem *p, int u, int s) {
+  return !sv_pays_ghosts(p, &p->unit[u].choice[s]);
 }
 
 // The splits of mtc compile's M micro-batches over the groups (each group's a multiple of its
@@ -729,42 +763,54 @@ static int splits(const SvProblem *p, int g, int64_t left, int64_t *cur,
 }
 
 // Solves p once per split of its micro-batches (n of them, the first first), each with the
-// fastest so far as its cutoff: with the batch fixed, the products of batch and choice, and the
-// ghosts, are constants, and each program is as tight as one group's.
-static int solve_splits(const SvProblem *p, const SvSolveOptions *o, SvSolution *best,
-                        SvSolveStats *st, IrDiag *d, int64_t (*split)[SV_MAXGROUPS], int n) {
-  SvProblem q = *p;
+// fastest so far as its cutoff: with the batch fixed, the products of batch and choice are
+// constants, and each program is as tight as one group's. Where p has choices that collect
+// every micro-batch, each split is solved twice: without them (once, the subset `once` with
+// keep its choices' indices in p), then with them and its micro-steps in lockstep, which
+// prices a plan without them too high but never one with them too low. *best may come in
+// feasible: a plan to beat.
+static int solve_splits(const SvProblem *p, const SvProblem *once, int **keep,
+                        const SvSolveOptions *o, SvSolution *best, SvSolveStats *st, IrDiag *d,
+                        int64_t (*split)[SV_MAXGROUPS], int n) {
   SvSolution s = sv_solution_new(p);
   SvSolveStats si;
   double seconds = 0;
-  bool timed_out = false, cut_off = false;
-  best->feasible = false;
-  best->time = INFINITY;
+  bool timed_out = false, cut_off = false, found = false;
   memset(st, 0, sizeof *st);
   int rc = 0;
-  for (int i = 0; i < n && !rc; i++) {
-    memcpy(q.fixed_batch, split[i], sizeof q.fixed_batch);
-    SvSolveOptions oi = *o;
-    if (best->feasible && (oi.cutoff <= 0 || best->time < oi.cutoff))
-      oi.cutoff = best->time;
-    if (oi.incumbent && memcmp(oi.incumbent->batch, split[i], sizeof q.fixed_batch))
-      oi.incumbent = NULL;
-    oi.time_limit = o->time_limit - seconds;
-    if (oi.time_limit <= 0) {
-      timed_out = true;
-      break;
+  for (int i = 0; i < n && !rc; i++)
+    for (int pass = once ? 0 : 1; pass < 2 && !rc; pass++) {
+      SvProblem q = pass ? *p : *once;
+      memcpy(q.fixed_batch, split[i], sizeof q.fixed_batch);
+      q.lockstep = once && pass;
+      SvSolveOptions oi = *o;
+      if (best->feasible && (oi.cutoff <= 0 || best->time < oi.cutoff))
+        oi.cutoff = best->time;
+      if (oi.incumbent && (memcmp(oi.incumbent->batch, split[i], sizeof q.fixed_batch) ||
+                           !pass))
+        oi.incumbent = NULL;
+      oi.time_limit = o->time_limit - seconds;
+      if (oi.time_limit <= 0) {
+        timed_out = true;
+        break;
+      }
+      rc = solve_one(&q, &oi, &s, &si, d);
+      seconds += si.seconds;
+      timed_out |= si.timed_out;
+      cut_off |= si.cut_off;   // (none faster than the cutoff there)
+      if (!rc && s.feasible && !pass)
+        for (int u = 0; u < p->nunits; u++)
+          s.pick[u] = keep[u][s.pick[u]];
+      if (!rc && s.feasible && !pass)
+        sv_evaluate(p, &s, false);   // (the same plan, priced by p)
+      if (!rc && s.feasible && s.time < best->time) {
+        sv_solution_copy(best, &s, p->nunits);
+        *st = si;
+        found = true;
+      }
+      if (i == 0 && !found)
+        *st = si;
     }
-    rc = solve_one(&q, &oi, &s, &si, d);
-    seconds += si.seconds;
-    timed_out |= si.timed_out;
-    cut_off |= si.cut_off;   // (none faster than the cutoff there)
-    if (!rc && s.feasible && s.time < best->time) {
-      sv_solution_copy(best, &s, p->nunits);
-      *st = si;
-    }
-    if (i == 0 && !best->feasible)
-      *st = si;
-  }
   sv_solution_free(&s);
   st->seconds = seconds;
   st->timed_out = timed_out;
@@ -776,53 +822,62 @@ static int solve_splits(const SvProblem *p, const SvSolveOptions *o, SvSolution 
     st->status = status_name(ILP_CUTOFF, 0);
   else if (!best->feasible && !st->timed_out)
     st->status = status_name(ILP_INFEASIBLE, 0);
+  else if (!found && best->feasible)
+    st->status = status_name(ILP_OPTIMAL, 0);   // (the plan that came in)
   return rc;
 }
 
-// The first solve (above): p without the choices a twin is as fast as, and without memory
-// limits. True when that settles p (*rc its result): no choice was left out (p solved itself),
-// nothing beats the cutoff, or the plan fits; otherwise its split of the batch in first.
-static bool solved_fast(const SvProblem *p, const SvSolveOptions *o, SvSolution *best,
-                        SvSolveStats *st, IrDiag *d, int *rc, int64_t *first) {
-  int **keep = calloc((size_t)p->nunits + 1, sizeof *keep);
-  IR_ASSERT(keep);
-  SvProblem *q = sv_problem_subset(p, fast_choice, keep);
-  bool dropped = false;
-  for (int u = 0; u < p->nunits; u++)
-    dropped |= q->unit[u].nchoices < p->unit[u].nchoices;
-  bool done = !dropped;
+// The first solve (above): p without the choices that collect every micro-batch (`once`, keep
+// its choices' indices in p), and without memory limits. True when that settles p (*rc its
+// result): p has no such choice (p solved itself), nothing beats the cutoff, or the plan fits
+// and every such choice has a twin no slower; otherwise its split of the batch in first, and in
+// *best the plan where it fits.
+static bool solved_fast(const SvProblem *p, const SvProblem *once, int **keep,
+                        const SvSolveOptions *o, SvSolution *best, SvSolveStats *st,
+                        IrDiag *d, int *rc, int64_t *first) {
+  bool dropped = false, twins = true;
+  for (int u = 0; u < p->nunits; u++) {
+    dropped |= once->unit[u].nchoices < p->unit[u].nchoices;
+    for (int s = 0; s < p->unit[u].nchoices; s++)
+      twins &= !faster_than_twin(p, u, s);
+  }
   best->feasible = false;
   best->time = INFINITY;
   if (!dropped) {
     *rc = solve_one(p, o, best, st, d);
-  } else {
-    for (int g = 0; g < q->ngroups; g++)
-      q->cap[g] = q->host_cap[g] = INFINITY;
-    SvSolveOptions oq = *o;
-    oq.incumbent = NULL;
-    SvSolution s = sv_solution_new(q);
-    *rc = solve_one(q, &oq, &s, st, d);
-    st->choices = 0;   // the problem's, of which the first solve kept choices_kept
-    for (int u = 0; u < p->nunits; u++)
-      st->choices += p->unit[u].nchoices;
-    done = *rc || st->cut_off;   // (nothing faster than the cutoff, even without limits)
-    if (!done && s.feasible) {
-      for (int u = 0; u < p->nunits; u++)
-        best->pick[u] = keep[u][s.pick[u]], best->nplain[u] = s.nplain[u];
-      memcpy(best->batch, s.batch, sizeof s.batch);
-      memcpy(first, s.batch, sizeof s.batch);
-      double ilp[SV_MAXGROUPS];
-      memcpy(ilp, s.share, sizeof ilp);
-      sv_evaluate(p, best, true);   // compile's shares: even, or whole parts where even do not fit
-      if (!best->feasible && sv_share_units(p))
-        whole_parts(p, best, ilp);
-      done = best->feasible;
-    }
-    sv_solution_free(&s);
+    return true;
   }
+  int **same = calloc((size_t)p->nunits + 1, sizeof *same);   // (keep's again)
+  IR_ASSERT(same);
+  SvProblem *q = sv_problem_subset(p, once_a_step, same);
   for (int u = 0; u < p->nunits; u++)
-    free(keep[u]);
-  free(keep);
+    free(same[u]);
+  free(same);
+  for (int g = 0; g < q->ngroups; g++)
+    q->cap[g] = q->host_cap[g] = INFINITY;
+  SvSolveOptions oq = *o;
+  oq.incumbent = NULL;
+  SvSolution s = sv_solution_new(q);
+  *rc = solve_one(q, &oq, &s, st, d);
+  st->choices = 0;   // the problem's, of which the first solve kept choices_kept
+  for (int u = 0; u < p->nunits; u++)
+    st->choices += p->unit[u].nchoices;
+  bool done = *rc || st->cut_off;   // (nothing faster than the cutoff, even without limits)
+  if (!done && s.feasible) {
+    for (int u = 0; u < p->nunits; u++)
+      best->pick[u] = keep[u][s.pick[u]], best->nplain[u] = s.nplain[u];
+    memcpy(best->batch, s.batch, sizeof s.batch);
+    memcpy(first, s.batch, sizeof s.batch);
+    double ilp[SV_MAXGROUPS];
+    memcpy(ilp, s.share, sizeof ilp);
+    sv_evaluate(p, best, true);   // compile's shares: even, or whole parts where even do not fit
+    if (!best->feasible && sv_share_units(p))
+      whole_parts(p, best, ilp);
+    done = best->feasible && twins;
+    if (!best->feasible)
+      best->time = INFINITY;
+  }
+  sv_solution_free(&s);
   sv_problem_free(q);
   return done;
 }
@@ -833,21 +888,37 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
     return solve_one(p, o, best, st, d);
   int rc;
   int64_t first[SV_MAXGROUPS] = {0}, cur[SV_MAXGROUPS] = {0};
-  if (solved_fast(p, o, best, st, d, &rc, first))
-    return rc;
-  // The whole program, once per split of the batch where there are few, the first plan's first.
-  enum { MAXSPLITS = 64 };
-  int64_t(*split)[SV_MAXGROUPS] = calloc(MAXSPLITS, sizeof *split);
-  IR_ASSERT(split);
-  int n = splits(p, 0, p->micro_total, cur, split, 0, MAXSPLITS);
-  for (int i = 1; i < n && n <= MAXSPLITS; i++)
-    if (!memcmp(split[i], first, sizeof cur)) {
-      memcpy(split[i], split[0], sizeof cur);
-      memcpy(split[0], first, sizeof cur);
+  int **keep = calloc((size_t)p->nunits + 1, sizeof *keep);
+  IR_ASSERT(keep);
+  SvProblem *once = sv_problem_subset(p, once_a_step, keep);
+  if (!solved_fast(p, once, keep, o, best, st, d, &rc, first)) {
+    // The whole program, once per split of the batch where there are few, the first plan's
+    // first; a plan that fit from the first solve is the one to beat.
+    enum { MAXSPLITS = 64 };
+    int64_t(*split)[SV_MAXGROUPS] = calloc(MAXSPLITS, sizeof *split);
+    IR_ASSERT(split);
+    int n = splits(p, 0, p->micro_total, cur, split, 0, MAXSPLITS);
+    for (int i = 1; i < n && n <= MAXSPLITS; i++)
+      if (!memcmp(split[i], first, sizeof cur)) {
+        memcpy(split[i], split[0], sizeof cur);
+        memcpy(split[0], first, sizeof cur);
+      }
+    if (n <= MAXSPLITS) {
+      rc = solve_splits(p, once, keep, o, best, st, d, split, n);
+    } else {   // (the free split: such choices on as many micro-batches on every replica)
+      SvSolution fit = sv_solution_new(p);
+      sv_solution_copy(&fit, best, p->nunits);
+      rc = solve_one(p, o, best, st, d);
+      if (!rc && fit.feasible && fit.time < best->time)
+        sv_solution_copy(best, &fit, p->nunits);
+      sv_solution_free(&fit);
     }
-  rc = n <= MAXSPLITS ? solve_splits(p, o, best, st, d, split, n)
-                      : solve_one(p, o, best, st, d);
-  free(split);
+    free(split);
+  }
+  for (int u = 0; u < p->nunits; u++)
+    free(keep[u]);
+  free(keep);
+  sv_problem_free(once);
   return rc;
 }
 

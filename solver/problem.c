@@ -348,9 +348,10 @@ void sv_solution_copy(SvSolution *dst, const SvSolution *src, int nunits) {
   memcpy(nplain, src->nplain, (size_t)nunits * sizeof *nplain);
 }
 
-// Per group: time, memory held, sharded memory at share 1, peak, host.
+// Per group: time (micro: its micro-batches' and ghosts', rest: once a step), memory held,
+// sharded memory at share 1, peak, host.
 typedef struct Totals {
-  double time, fixed, shard, peak, host, host_shard;
+  double micro, rest, fixed, shard, peak, host, host_shard;
 } Totals;
 
 static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
@@ -363,9 +364,9 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
       double n = p->unit[u].count, r = s->nplain[u];   // r blocks without checkpointing
       IR_ASSERT(r == 0 || (sv_partial_ckpt(p, u, c) && r < n));
       double b = (double)s->batch[g];
-      x->time += (n - r) * (c->t_micro[g] * b + c->t_step[g]) +
-                 r * (c->t_micro_plain[g] * b + c->t_step[g]) +
-                 ((n - r) * c->t_ghost[g] + r * c->t_ghost_plain[g]) * ghosts;
+      x->micro += ((n - r) * c->t_micro[g] + r * c->t_micro_plain[g]) * b +
+                  ((n - r) * c->t_ghost[g] + r * c->t_ghost_plain[g]) * ghosts;
+      x->rest += n * c->t_step[g];
       x->fixed += (n - r) * c->mem[g] + r * c->mem_plain[g];
       x->shard += n * c->mem_shard[g];
       x->host += (n - r) * c->host[g] + r * c->host_plain[g];
@@ -376,7 +377,7 @@ static void totals(const SvProblem *p, const SvSolution *s, Totals *t) {
       const SvEdge *ed = &p->edge[e];
       int a = p->unit[ed->u].choice[s->pick[ed->u]].layout;
       int b = p->unit[ed->v].choice[s->pick[ed->v]].layout;
-      x->time += ed->r[g][a * p->nlayouts + b];
+      x->rest += ed->r[g][a * p->nlayouts + b];
     }
   }
 }
@@ -409,6 +410,60 @@ double sv_ghosts(const SvProblem *p, const SvSolution *s, int g) {
   for (int h = 0; h < p->ngroups; h++)
     most = fmax(most, (double)s->batch[h] * p->replica_ranks / p->gpus[h]);
   return most - (double)s->batch[g] * p->replica_ranks / p->gpus[g];
+}
+
+bool sv_pays_ghosts(const SvProblem *p, const SvChoice *c) {
+  for (int g = 0; g < p->ngroups; g++)
+    if (c->t_ghost[g] > 0)
+      return true;
+  return false;
+}
+
+bool sv_lockstep(const SvProblem *p, const SvSolution *s) {
+  bool pays = false;
+  for (int u = 0; u < p->nunits && p->replica_ranks && p->ngroups > 1; u++)
+    pays |= sv_pays_ghosts(p, &p->unit[u].choice[s->pick[u]]);
+  return pays;
+}
+
+// The micro-steps of a plan in lockstep: where fewer than k replicas still run micro-batches of
+// their own, the k-th micro-step takes the longest of the others' real ones and its ghosts.
+double sv_lockstep_time(const SvProblem *p, const double *k, const double *real,
+                        const double *ghost) {
+  double t = 0, done = 0;
+  for (;;) {   // the distinct numbers of micro-batches a replica runs, ascending
+    double next = INFINITY, step = 0;
+    for (int g = 0; g < p->ngroups; g++)
+      if (k[g] > done)
+        next = fmin(next, k[g]);
+    if (next == INFINITY)
+      return t;
+    for (int g = 0; g < p->ngroups; g++)
+      step = fmax(step, k[g] >= next ? real[g] : ghost[g]);
+    t += (next - done) * step;
+    done = next;
+  }
+}
+
+double sv_wait(const SvProblem *p, const SvSolution *s, int g) {
+  if (!sv_lockstep(p, s))
+    return 0;
+  double k[SV_MAXGROUPS], real[SV_MAXGROUPS], ghost[SV_MAXGROUPS], own = 0;
+  for (int h = 0; h < p->ngroups; h++) {
+    double R = (double)(p->gpus[h] / p->replica_ranks), mine = 0;
+    k[h] = (double)s->batch[h] / R;
+    real[h] = ghost[h] = 0;
+    for (int u = 0; u < p->nunits; u++) {
+      const SvChoice *c = &p->unit[u].choice[s->pick[u]];
+      double n = p->unit[u].count, r = s->nplain[u];
+      real[h] += R * ((n - r) * c->t_micro[h] + r * c->t_micro_plain[h]);
+      ghost[h] += (n - r) * c->t_ghost[h] + r * c->t_ghost_plain[h];
+    }
+    mine = k[h] * real[h] + sv_ghosts(p, s, h) * ghost[h];
+    if (h == g)
+      own = mine;
+  }
+  return fmax(0, sv_lockstep_time(p, k, real, ghost) - own);
 }
 
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
@@ -448,8 +503,8 @@ void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
   }
   s->time = 0;
   for (int g = 0; g < p->ngroups; g++) {
-    s->group_time[g] = t[g].time;
-    s->time = fmax(s->time, t[g].time);
+    s->group_time[g] = t[g].micro + sv_wait(p, s, g) + t[g].rest;
+    s->time = fmax(s->time, s->group_time[g]);
     s->mem[g] = t[g].fixed + s->share[g] * t[g].shard + t[g].peak;
     s->host[g] = t[g].host + s->share[g] * t[g].host_shard;
     ok &= s->mem[g] <= p->cap[g] * (1 + SLACK) + 1;

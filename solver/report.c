@@ -56,6 +56,7 @@ static void breakdown(const SvPlan *pl, const SvSolution *s, int g, Breakdown *b
     int lb = p->unit[ed->v].choice[s->pick[ed->v]].layout;
     b->t[SV_NT] += ed->r[g][la * p->nlayouts + lb];
   }
+  b->t[SV_T_DP] += sv_wait(p, s, g);   // (inside the collectives, for the other replicas)
   for (int i = 0; i <= SV_NT; i++)
     b->total_t += b->t[i];
   for (int i = 0; i <= SV_NM; i++)

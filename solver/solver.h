@@ -455,6 +455,9 @@ typedef struct SvProblem {
                                   // (sv_ghosts)
   int64_t fixed_batch[SV_MAXGROUPS];   // > 0: group g runs that many micro-batches (sv_solve
                                        // tries each split of mtc compile's apart)
+  bool lockstep;                  // with fixed_batch: price the micro-steps in lockstep
+                                  // (sv_lockstep_time), as a plan with a block that collects
+                                  // every micro-batch runs them
 } SvProblem;
 
 // A solution: a choice per unit, micro-batches and state share per group.
@@ -489,6 +492,19 @@ void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share);
 // the most any replica runs, less its own; a program's replicas join every micro-batch's
 // collectives of ZeRO 2 and 3 and gradient offload, runtime rt_model.ghost); 0 elsewhere.
 double sv_ghosts(const SvProblem *p, const SvSolution *s, int g);
+// Whether choice c's blocks collect every micro-batch (ZeRO 2 and 3, gradient offload: some
+// group pays for ghosts, SvCost.t_ghost).
+bool sv_pays_ghosts(const SvProblem *p, const SvChoice *c);
+// Whether s runs its micro-batches in lockstep: mtc compile on several groups with a block that
+// collects every micro-batch. Each micro-step's collectives wait for every replica's, its own
+// micro-batch's or a ghost's, so with k[g] micro-batches a replica of group g runs (each `real`
+// seconds, a ghost `ghost`), the micro-steps take sv_lockstep_time.
+bool sv_lockstep(const SvProblem *p, const SvSolution *s);
+double sv_lockstep_time(const SvProblem *p, const double *k, const double *real,
+                        const double *ghost);
+// The seconds a replica of group g waits a step for the others' micro-steps in s (lockstep;
+// 0 elsewhere): the group's step time is its own (micro-batches, ghosts, once a step) and this.
+double sv_wait(const SvProblem *p, const SvSolution *s, int g);
 // The GPUs of all groups.
 int sv_problem_gpus(const SvProblem *p);
 // mtc compile (replica_ranks) on several groups: the units its replicas' parts of the sharded
