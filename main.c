@@ -757,6 +757,14 @@ static void print_decay(const IrGraph *g, const PassOptions *o) {
            "norms' and biases' none: --no-decay REGEX to choose)\n", decayed, n);
 }
 
+// The sequences of g's micro-batch: its batch dim (0: none).
+static int64_t bound_batch(IrGraph *g) {
+  int64_t batch = 0;
+  if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
+    return 0;
+  return batch;
+}
+
 // The plan the program runs: the layout the flags force (--dp, --tp, ...), a
 // saved plan (compile --plan FILE), the solver's (compile --gpus N or
 // --cluster FILE: *kept is its plan, for plan.json), or one rank as the model
@@ -792,7 +800,7 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
   int64_t batch = 0;
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
     return ir_error(d, (IrLoc){0}, "the model has no batch dim to apply a plan to");
-  if (plan->micro != batch)
+  if (plan->micro != batch && !*kept)   // (the solver's own: main builds the model again)
     return ir_error(d, (IrLoc){0}, "the plan runs micro-batches of %lld sequences, the model's "
                     "batch dim is %lld: compile with --micro-batch %lld", (long long)plan->micro,
                     (long long)batch, (long long)plan->micro);
@@ -973,6 +981,7 @@ int main(int argc, char **argv) {
   SvPriced price;
   bool priced = false;
   char *plan_text = NULL;
+  IrGraph *planned = NULL;   // the graph the plan was made on, where g is built again
 
   IrGraph *g = load(&a, &diag);
   int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
@@ -981,6 +990,17 @@ int main(int argc, char **argv) {
   if (!rc && plan)
     rc = run_plan(g, &a, &diag);
   if (!rc && !plan && !(rc = choose_plan(g, &a, &layout, &kept, &plan_text, &diag))) {
+    if (kept && layout.micro != bound_batch(g)) {   // the first group's micro-batches its own
+      planned = g;                                  // size (Cephalo): the model at that size
+      a.sv.micro_batch = layout.micro;              // (the plan's stays: kept reads it)
+      ctx = (PassCtx){.opt = ctx.opt, .diag = &diag};
+      g = load(&a, &diag);
+      rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
+      if (!rc)
+        rc = pass_build_training(g, &ctx);
+    }
+  }
+  if (!rc && !plan) {
     priced = compile && price_plan(g, &a, &layout, &price);
     ctx.plan = &layout;
     rc = pass_lower_plan(g, &ctx);
@@ -1000,6 +1020,7 @@ int main(int argc, char **argv) {
   free(plan_text);
   pass_memplan_free(ctx.mem);
   ir_graph_free(g);
+  ir_graph_free(planned);
   for (int i = 0; i < a.ndefines; i++)
     free((char *)a.defines[i].name);
   return rc ? 1 : 0;

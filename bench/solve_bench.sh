@@ -29,7 +29,8 @@ models=(
 
 # A number from plan.json's "solver" object (cJSON writes one key per line).
 field() { sed -n "/\"solver\"/,/}/s/^[[:space:]]*\"$1\":[[:space:]]*\"\{0,1\}\([^\",]*\).*/\1/p" "$2" | head -1; }
-top() { sed -n "s/^[[:space:]]*\"$1\":[[:space:]]*\([^,]*\).*/\1/p" "$2" | head -1; }
+# A number at plan.json's top level (one tab in: not a group's).
+top() { sed -n "s/^\t\"$1\":[[:space:]]*\([^,]*\).*/\1/p" "$2" | head -1; }
 
 row() {   # name file "flags" gpus [the GPUs' flags: --gpus GPUS]
   local json="$tmp/plan.json" t0 t1 wall step gap

@@ -168,7 +168,8 @@ static int from_plan(const SvPlan *pl, Plan *a, IrDiag *d) {
                     "program needs a multiple of %d, at least 1 each (choose --batch)",
                     (long long)runs[g], replicas, p->ngroups > 1 ? " of a group" : "", replicas);
   }
-  if (!rc && plan_set_group_micro(a, p->ngroups, gpus, runs))
+  if (!rc && (plan_set_group_micro(a, p->ngroups, gpus, runs) ||
+              (pl->cfg.group_rows[0] && plan_set_group_rows(a, p->ngroups, gpus, p->rows))))
     rc = ir_error(d, (IrLoc){0}, "out of memory");
   // each replica's part of the sharded state: even, or (where even parts did not fit) the
   // whole parts the solver chose (sv_share_units)
@@ -190,9 +191,77 @@ static int by_quick(const void *a, const void *b) {
   return x->order - y->order;
 }
 
+// Cephalo's batch shares on several groups of GPUs: besides micro-batches of one size (their
+// numbers per group the solver's), each replica may run as many micro-batches, k, each group's
+// its own size, a faster group's larger. For each of (at most) the three k nearest the one size's
+// whose step's sequences split into whole micro-batches, the sizes in proportion to the groups'
+// speeds on the model (its blocks' roofline time per micro-batch in pl, the plan of one size),
+// rounded to whole sequences that add up to the step. Returns how many vectors of sizes are in
+// rows (and their micro-batches per group in batch).
+static int size_splits(const SvPlan *pl, int rr, int64_t (*rows)[SV_MAXGROUPS],
+                       int64_t (*batch)[SV_MAXGROUPS]) {
+  const SvProblem *p = pl->prob;
+  int G = p->ngroups, n = 0;
+  double w[SV_MAXGROUPS], R[SV_MAXGROUPS], sum = 0;
+  int64_t replicas = 0, global = pl->global_batch;
+  for (int g = 0; g < G; g++) {
+    double t = 0;
+    for (int u = 0; u < p->nunits; u++)
+      t += p->unit[u].count * (pl->nums[u].roof_fwd[g] + pl->nums[u].roof_bwd[g]);
+    w[g] = t > 0 ? 1 / t : 1;
+    R[g] = (double)(p->gpus[g] / rr);
+    replicas += p->gpus[g] / rr;
+    sum += R[g] * w[g];
+  }
+  double k0 = (double)global / ((double)pl->micro_batch * (double)replicas);
+  int64_t ks[3] = {0, 0, 0};   // the divisors of the step nearest k0 (log scale)
+  double dist[3] = {INFINITY, INFINITY, INFINITY};
+  for (int64_t k = 1; k <= global / replicas; k++) {
+    if (global % k)
+      continue;
+    double x = fabs(log((double)k / k0));
+    for (int i = 0; i < 3; i++)
+      if (x < dist[i]) {
+        memmove(ks + i + 1, ks + i, (size_t)(2 - i) * sizeof *ks);
+        memmove(dist + i + 1, dist + i, (size_t)(2 - i) * sizeof *dist);
+        ks[i] = k, dist[i] = x;
+        break;
+      }
+  }
+  for (int i = 0; i < 3 && ks[i]; i++) {
+    int64_t S = global / ks[i], left = S;   // sequences per micro-step of every replica
+    double want[SV_MAXGROUPS];
+    bool alike = true;
+    for (int g = 0; g < G; g++) {
+      want[g] = (double)S * w[g] / sum;
+      rows[n][g] = (int64_t)fmax(1, floor(want[g]));
+      left -= (int64_t)R[g] * rows[n][g];
+    }
+    while (left > 0) {   // a sequence more where the rounding took the most, as R allows
+      int best = -1;
+      for (int g = 0; g < G; g++)
+        if ((int64_t)R[g] <= left &&
+            (best < 0 || want[g] - (double)rows[n][g] > want[best] - (double)rows[n][best]))
+          best = g;
+      if (best < 0)
+        break;
+      rows[n][best]++;
+      left -= (int64_t)R[best];
+    }
+    for (int g = 1; g < G; g++)
+      alike &= rows[n][g] == rows[n][0];
+    if (left || alike)
+      continue;
+    for (int g = 0; g < G; g++)
+      batch[n][g] = ks[i] * (int64_t)R[g];
+    n++;
+  }
+  return n;
+}
+
 int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) {
   *kept = NULL;
-  SvPlan *plans[4 * 64];  // the meshes' plans, solved in order
+  SvPlan *plans[4 * 64 * 4];  // the meshes' plans, solved in order (each with its sizes)
   MeshOrder mesh[4 * 64];
   int n = 0, nmesh = 0, gpus = sv_cluster_gpus(&cfg->cluster);
   double seconds = 0;   // the time all of the solves took
@@ -253,11 +322,31 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
         snprintf(why, sizeof why, "%.900s", quiet.msg);
       continue;
     }
-    SvPlan *p = plans[n++];
-    SvPlan *k = *kept;
-    if (!k || (p->sol.feasible && (!k->sol.feasible || p->sol.time < k->sol.time)) ||
-        (!p->sol.feasible && !k->sol.feasible && p->need < k->need))
-      *kept = p;   // the fastest that fits; until one does, the leanest (its why says what binds)
+    // ... and that mesh with each group's micro-batches its own size
+    int64_t rows[3][SV_MAXGROUPS], batch[3][SV_MAXGROUPS];
+    int nsizes = cfg->cluster.ngroups > 1 && plans[n]->model->batch_sym >= 0 &&
+                         !cfg->group_rows[0] && !cfg->micro_batch   // (--micro-batch: that one)
+                     ? size_splits(plans[n], tp * q * q, rows, batch) : 0;
+    n++;
+    for (int j = 0; j <= nsizes; j++) {
+      if (j) {
+        memcpy(c.group_rows, rows[j - 1], sizeof c.group_rows);
+        memcpy(c.group_batch, batch[j - 1], sizeof c.group_batch);
+        c.cutoff = *kept && (*kept)->sol.feasible ? (*kept)->sol.time : 0;
+        // (with --no-share, the sizes' program with shared variables: each unit's blocks
+        // alike; whole, it took seconds more for a plan 0.5% faster on tests/solver/mixed_8g)
+        c.share_blocks = true;
+        if (sv_plan(g, &c, &plans[n], &quiet))
+          continue;
+        n++;
+      }
+      SvPlan *p = plans[n - 1];
+      SvPlan *k = *kept;
+      if (!k || (p->sol.feasible && (!k->sol.feasible || p->sol.time < k->sol.time)) ||
+          (!p->sol.feasible && !k->sol.feasible && p->need < k->need))
+        *kept = p;   // the fastest that fits; until one does, the leanest (its why says what
+                     // binds)
+    }
   }
   if (!*kept)
     return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block: %s", why);
@@ -856,6 +945,7 @@ static int split_group(const Plan *P, SvCluster *c, IrDiag *d) {
   c->ngroups = 0;
   for (int r = 0; r < dp; r++) {
     bool alike = r > 0 && plan_replica_micro(P, r) == plan_replica_micro(P, r - 1) &&
+                 plan_replica_rows(P, r) == plan_replica_rows(P, r - 1) &&
                  (!P->replica_parts || P->replica_parts[r] == P->replica_parts[r - 1]);
     if (alike) {
       c->group[c->ngroups - 1].count += per;
@@ -883,20 +973,32 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   if (grid > 1)
     q = 1;
   int64_t batch;
-  if (P->replica_rows) {
-    ir_error(d, (IrLoc){0}, "its groups run micro-batches of unequal sizes, which the planner "
-             "does not price (its micro-batches are one size)");
-    return 1;
-  }
   if (sv_cluster_gpus(&base->cluster) != mesh_ranks(mesh)) {
     ir_error(d, (IrLoc){0}, "the layout runs on %d GPUs; the cluster has %d", mesh_ranks(mesh),
              sv_cluster_gpus(&base->cluster));
     return 1;
   }
   SvConfig cfg = *base;
-  if (base->cluster.ngroups == 1 && (P->replica_micro || P->replica_parts) &&
+  if (base->cluster.ngroups == 1 && (P->replica_micro || P->replica_parts || P->replica_rows) &&
       split_group(P, &cfg.cluster, d))
     return 1;
+  // micro-batches of unequal sizes: each group's, and its micro-batches (ranks numbered group
+  // by group)
+  for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; P->replica_rows && k < cfg.cluster.ngroups;
+       k++) {
+    cfg.group_rows[k] = plan_replica_rows(P, r);
+    cfg.group_batch[k] = 0;
+    for (int i = 0; i < cfg.cluster.group[k].count / per; i++, r++) {
+      if (plan_replica_rows(P, r) != cfg.group_rows[k]) {
+        ir_error(d, (IrLoc){0}, "its replicas %d and %d run micro-batches of %lld and %lld "
+                 "sequences in one group of GPUs (%s), which the planner prices as one size",
+                 r - i, r, (long long)cfg.group_rows[k], (long long)plan_replica_rows(P, r),
+                 cfg.cluster.group[k].name);
+        return 1;
+      }
+      cfg.group_batch[k] += plan_replica_micro(P, r);
+    }
+  }
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
     ir_error(d, (IrLoc){0}, "the model has no batch dim to price a step by");
     return 1;
@@ -920,7 +1022,9 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
     kind[P->block[b].batch_tp ? 1 : P->block[b].sub ? 2 : P->block[b].grid ? 3 : 0] = true;
   cfg.share_blocks &= kind[0] + kind[1] + kind[2] + kind[3] <= 1;
   cfg.micro_batch = batch;
-  cfg.global_batch = batch * plan_micro_total(P);
+  cfg.global_batch = 0;
+  for (int r = 0; r < dp; r++)
+    cfg.global_batch += plan_replica_rows(P, r) * plan_replica_micro(P, r);
   SvPlan *pl;
   if (sv_plan(g, &cfg, &pl, d))
     return -1;

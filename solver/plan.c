@@ -200,6 +200,12 @@ static void lockstep_cols(Ilp *ilp, const SvProblem *q, bool min_memory, Cols *c
     return;
   if (lo == hi) {
     if (q->lockstep) {   // S[j] >= each group's micro-step at level j: its own, or a ghost
+      // (and some block collects every micro-batch: the plans without are another program's)
+      int some = ilp_row(ilp, 1, INFINITY);
+      for (int u = 0; u < U; u++)
+        for (int s = 0; s < q->unit[u].nchoices; s++)
+          if (sv_pays_ghosts(q, &q->unit[u].choice[s]))
+            ilp_coef(ilp, some, c->x[u] + s, 1);
       double k[SV_MAXGROUPS], level[SV_MAXGROUPS];
       c->nlevels = lockstep_levels(q, k, level);
       for (int j = 0; j < c->nlevels; j++) {
@@ -785,7 +791,7 @@ static int solve_splits(const SvProblem *p, const SvProblem *once, int **keep,
       q.lockstep = once && pass;
       SvSolveOptions oi = *o;
       if (best->feasible && (oi.cutoff <= 0 || best->time < oi.cutoff))
-        oi.cutoff = best->time;
+        oi.cutoff = best->time * (1 - o->mip_gap);   // (to beat by more than the gap)
       if (oi.incumbent && (memcmp(oi.incumbent->batch, split[i], sizeof q.fixed_batch) ||
                            !pass))
         oi.incumbent = NULL;
@@ -897,7 +903,11 @@ int sv_solve(const SvProblem *p, const SvSolveOptions *o, SvSolution *best, SvSo
     enum { MAXSPLITS = 64 };
     int64_t(*split)[SV_MAXGROUPS] = calloc(MAXSPLITS, sizeof *split);
     IR_ASSERT(split);
-    int n = splits(p, 0, p->micro_total, cur, split, 0, MAXSPLITS);
+    int n = 1;   // (one split where the groups' micro-batch sizes fixed it)
+    if (p->fixed_batch[0] > 0)
+      memcpy(split[0], p->fixed_batch, sizeof cur);
+    else
+      n = splits(p, 0, p->micro_total, cur, split, 0, MAXSPLITS);
     for (int i = 1; i < n && n <= MAXSPLITS; i++)
       if (!memcmp(split[i], first, sizeof cur)) {
         memcpy(split[i], split[0], sizeof cur);
@@ -1275,10 +1285,14 @@ SvConfig sv_default_config(void) {
   return c;
 }
 
+const SvNum *sv_plan_num(const SvPlan *p, int u, int g) {
+  return &p->nums[(p->cfg.group_rows[0] ? g : 0) * p->prob->nunits + u];
+}
+
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out) {
   SvCtx x = {&p->cfg, sv_cluster_gpus(&p->cfg.cluster), p->prob->micro_total};
   const SvChoice *ch = &p->prob->unit[u].choice[c];
-  sv_cost(&x, &p->nums[u], p->prob->layout[ch->layout], ch->ckpt, ch->swap, ch->zero,
+  sv_cost(&x, sv_plan_num(p, u, g), p->prob->layout[ch->layout], ch->ckpt, ch->swap, ch->zero,
           ch->offload, ch->grads, ch->params, g, out);
 }
 
@@ -1289,10 +1303,9 @@ void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCos
   double k = sv_ckpt_blocks(p->prob, s, u) + sv_swap_blocks(p->prob, s, u);
   double n = p->prob->unit[u].count;
   SvCost a, b;   // a checkpointed (or swapped) block, one without
-  sv_cost(&x, &p->nums[u], l, !ch->swap, ch->swap, ch->zero, ch->offload, ch->grads, ch->params,
-          g, &a);
-  sv_cost(&x, &p->nums[u], l, false, false, ch->zero, ch->offload, ch->grads, ch->params, g,
-          &b);
+  const SvNum *num = sv_plan_num(p, u, g);
+  sv_cost(&x, num, l, !ch->swap, ch->swap, ch->zero, ch->offload, ch->grads, ch->params, g, &a);
+  sv_cost(&x, num, l, false, false, ch->zero, ch->offload, ch->grads, ch->params, g, &b);
   memset(out, 0, sizeof *out);
   for (int i = 0; i < SV_NT; i++) {
     out->t_micro[i] = k * a.t_micro[i] + (n - k) * b.t_micro[i];
@@ -1383,7 +1396,10 @@ int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
   pl->seq = bound_value(g, m->seq_sym);
   int gpus = sv_cluster_gpus(&cfg->cluster);
   pl->global_batch = cfg->global_batch ? cfg->global_batch : pl->micro_batch * gpus;
-  if (pl->micro_batch < 1 || pl->global_batch % pl->micro_batch) {
+  bool sizes = cfg->group_rows[0] > 0;   // (the first group's micro-batches its own size)
+  if (sizes)
+    pl->micro_batch = cfg->group_rows[0];
+  if (pl->micro_batch < 1 || (!sizes && pl->global_batch % pl->micro_batch)) {
     ir_error(d, (IrLoc){0}, "the global batch (%lld) must be a multiple of the micro-batch (%lld)",
              (long long)pl->global_batch, (long long)pl->micro_batch);
     sv_plan_free(pl);
@@ -1420,6 +1436,8 @@ int sv_plan(IrGraph *g, const SvConfig *cfg, SvPlan **out, IrDiag *d) {
   else if (!pl->sol.feasible && pl->stats.timed_out)
     snprintf(pl->why, sizeof pl->why, "GLPK found no plan in %g s: allow it more (--time-limit)",
              cfg->time_limit);
+  else if (!pl->sol.feasible && sizes)
+    snprintf(pl->why, sizeof pl->why, "no plan fits the groups' micro-batch sizes");
   else if (!pl->sol.feasible)
     explain(pl, d);
   pl->seconds = now() - t0;

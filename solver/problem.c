@@ -77,8 +77,9 @@ static int replicas(SvLayout l) { return l.dp * sv_layout_parts(l); }
 // (passes/recompute.c, passes/swap.c), in every mode: block 0 (everything outside them) ends
 // forward with the head, whose backward runs first, so recomputing it would hold what keeping
 // it holds at the step's peak (and so would swapping it).
-static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *x) {
+static void build_choices(SvProblem *p, SvUnit *u, const SvNum *const *ng, const SvCtx *x) {
   int cap = 0;
+  const SvNum *n = ng[0];   // (what is alike at every group's micro-batch)
   bool has_state = n->params > 0;
   bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && u->block >= 1;
   bool can_swap = n->act > 0 && u->block >= 1;
@@ -104,9 +105,11 @@ static void build_choices(SvProblem *p, SvUnit *u, const SvNum *n, const SvCtx *
           for (int g = 0; g < p->ngroups; g++) {
             SvCost k;
             SvChoice plain = c;
-            sv_cost(x, n, p->layout[l], false, false, z, c.offload, c.grads, c.params, g, &k);
+            sv_cost(x, ng[g], p->layout[l], false, false, z, c.offload, c.grads, c.params, g,
+                    &k);
             sv_choice_fill(&plain, g, &k);
-            sv_cost(x, n, p->layout[l], c.ckpt, c.swap, z, c.offload, c.grads, c.params, g, &k);
+            sv_cost(x, ng[g], p->layout[l], c.ckpt, c.swap, z, c.offload, c.grads, c.params, g,
+                    &k);
             sv_choice_fill(&c, g, &k);
             // Checkpointing and swap change a block's time per micro-batch, the activations
             // it holds and (swap) its host memory, nothing else: what a block left without
@@ -155,6 +158,12 @@ static void unit_buckets(const SvModel *m, const SvConfig *cfg, const SvUnit *un
   memcpy(n->bucket_grid_rest, o.bucket_grid, sizeof o.bucket_grid);
 }
 
+// The model's batch dim bound to `rows` sequences, where rows > 0 and the dim is bound.
+static void at_rows(const SvModel *m, int64_t rows) {
+  if (rows > 0 && m->batch_sym >= 0 && m->g->syms.bound[m->batch_sym])
+    symtab_bind(&m->g->syms, m->batch_sym, rows);
+}
+
 SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_out, IrDiag *d) {
   const SvCluster *cl = &cfg->cluster;
   SvProblem *p = calloc(1, sizeof *p);
@@ -165,7 +174,24 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     p->cap[g] = cl->group[g].dev.mem - cl->group[g].reserve;
     p->host_cap[g] = cl->group[g].dev.host_mem;
   }
-  p->micro_total = cfg->global_batch / cfg->micro_batch;
+  // each group's micro-batches: all of micro_batch, or (group_rows) each group's own size, the
+  // split fixed
+  bool sizes = cfg->group_rows[0] > 0;
+  int64_t rows = 0;
+  p->micro_total = sizes ? 0 : cfg->global_batch / cfg->micro_batch;
+  for (int g = 0; g < cl->ngroups; g++) {
+    p->rows[g] = sizes ? cfg->group_rows[g] : cfg->micro_batch;
+    p->fixed_batch[g] = sizes ? cfg->group_batch[g] : 0;
+    p->micro_total += p->fixed_batch[g];
+    rows += p->rows[g] * p->fixed_batch[g];
+  }
+  IR_ASSERT(!sizes || (cfg->mesh_tp > 0 && cl->ngroups > 1));
+  if (sizes && rows != cfg->global_batch) {
+    ir_error(d, (IrLoc){0}, "the groups' micro-batches hold %lld sequences, the step %lld",
+             (long long)rows, (long long)cfg->global_batch);
+    sv_problem_free(p);
+    return NULL;
+  }
   p->nlayouts = sv_layouts(cl, p->micro_total, p->layout, SV_MAXLAYOUTS);
   if (!m->grid_ok) {   // a model ir/shard.c cannot lay out on a 2D grid: none
     int n = 0;
@@ -220,7 +246,9 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     p->replica_ranks = cfg->mesh_tp * (cfg->mesh_q > 1 ? cfg->mesh_q * cfg->mesh_q : 1);
   p->nunits = m->nunits;
   p->unit = calloc((size_t)m->nunits, sizeof *p->unit);
-  SvNum *nums = calloc((size_t)m->nunits, sizeof *nums);
+  int nsizes = sizes ? cl->ngroups : 1;   // each group's numbers at its micro-batch
+  int64_t bound = m->batch_sym >= 0 ? m->g->syms.value[m->batch_sym] : 0;   // (kept)
+  SvNum *nums = calloc((size_t)(m->nunits * nsizes), sizeof *nums);
   const char **last = calloc((size_t)m->nunits, sizeof *last);
   IR_ASSERT(p->unit && nums && last);
   for (int b = 0; b < m->nblocks; b++) {
@@ -241,24 +269,37 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
       snprintf(buf, sizeof buf, "%s .. %s", first, last[u]);
       un->name = ir_strdup(&m->g->arena, buf);
     }
-    sv_num_eval(m, cfg, un->block, &nums[u]);
-    unit_buckets(m, cfg, un, u, &nums[u]);
-    build_choices(p, un, &nums[u], &x);
+    const SvNum *ng[SV_MAXGROUPS];
+    for (int k = 0; k < nsizes; k++) {
+      SvNum *n = &nums[k * m->nunits + u];
+      at_rows(m, sizes ? p->rows[k] : 0);
+      sv_num_eval(m, cfg, un->block, n);
+      unit_buckets(m, cfg, un, u, n);
+    }
+    at_rows(m, sizes ? bound : 0);
+    for (int g = 0; g < p->ngroups; g++) {
+      ng[g] = &nums[(sizes ? g : 0) * m->nunits + u];
+      p->micro_flops[g] += un->count * (ng[g]->flops_fwd + ng[g]->flops_bwd);
+    }
+    build_choices(p, un, ng, &x);
   }
   free(last);
   for (int i = 0; i < m->nflows; i++) {
     int u = m->block[m->flow[i].from].unit, v = m->block[m->flow[i].to].unit;
     if (u < 0 || v < 0 || u == v)
       continue;   // identical blocks share a layout: nothing to reshard
-    double bytes = sym_evalf(m->flow[i].bytes, &m->g->syms);
     SvEdge *e = find_edge(p, u < v ? u : v, u < v ? v : u);
     e->count++;
-    for (int g = 0; g < p->ngroups; g++)
+    for (int g = 0; g < p->ngroups; g++) {
+      at_rows(m, sizes ? p->rows[g] : 0);
+      double bytes = sym_evalf(m->flow[i].bytes, &m->g->syms);
       for (int a = 0; a < p->nlayouts; a++)
         for (int b = 0; b < p->nlayouts; b++)
           e->r[g][a * p->nlayouts + b] += sv_reshard_time(&x, bytes, p->layout[a], p->layout[b], g);
+    }
+    at_rows(m, sizes ? bound : 0);
   }
-  *nums_out = nums;
+  *nums_out = nums;   // (the first nunits: group 0's)
   return p;
 }
 

@@ -113,9 +113,8 @@ static int slowest(const SvProblem *p, const SvSolution *s) {
 static double mfu(const SvPlan *pl, const SvSolution *s) {
   const SvProblem *p = pl->prob;
   double flops = 0, peak = 0;
-  for (int u = 0; u < p->nunits; u++)
-    flops += p->unit[u].count * (pl->nums[u].flops_fwd + pl->nums[u].flops_bwd);
-  flops *= (double)p->micro_total;
+  for (int g = 0; g < p->ngroups; g++)
+    flops += p->micro_flops[g] * (double)s->batch[g];
   for (int g = 0; g < p->ngroups; g++) {
     const SvDevice *d = &pl->cfg.cluster.group[g].dev;
     peak += p->gpus[g] * (pl->model->bf16 ? d->flops_bf16 : d->flops_fp32);
@@ -142,9 +141,14 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
   fprintf(f, "batch: %lld %s", (long long)pl->global_batch, pl->seq ? "sequences" : "samples");
   if (pl->seq)
     fprintf(f, " of %lld tokens", (long long)pl->seq);
-  fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
-          pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
-          pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
+  if (pl->cfg.group_rows[0])
+    fprintf(f, " per step, in %lld micro-batches, each group's its own size; %s\n",
+            (long long)pl->prob->micro_total,
+            pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
+  else
+    fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
+            pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
+            pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
   if (pl->cfg.seq_parallel)
     fprintf(f, "sequence parallelism: on under tensor parallelism (--seq-parallel): the "
                "activations between its regions split on the sequence\n");
@@ -244,8 +248,11 @@ static void print_groups(FILE *f, const SvPlan *pl) {
     }
     fputc('\n', f);
     if (p->ngroups > 1) {
-      fprintf(f, "  %s runs %lld of %lld micro-batches (", gr->name, (long long)s->batch[g],
+      fprintf(f, "  %s runs %lld of %lld micro-batches", gr->name, (long long)s->batch[g],
               (long long)p->micro_total);
+      if (pl->cfg.group_rows[0])
+        fprintf(f, " of %lld sequences", (long long)p->rows[g]);
+      fputs(" (", f);
       per_replica(f, p, s, g);
       if (pays_ghosts(p, s, g))
         fprintf(f, ", and %g ghosts a replica: the others' collectives", sv_ghosts(p, s, g));
@@ -591,9 +598,11 @@ static cJSON *plan_json(const SvPlan *pl) {
   // the model's dims as planned: a plan applies to this model at these sizes only
   const IrGraph *mg = pl->model->g;
   cJSON *dims = cJSON_AddObjectToObject(root, "dims");
-  for (int i = 0; i < mg->syms.n; i++)
+  for (int i = 0; i < mg->syms.n; i++)   // (the batch dim: the first group's micro-batch)
     if (mg->syms.bound[i])
-      cJSON_AddNumberToObject(dims, mg->syms.name[i], (double)mg->syms.value[i]);
+      cJSON_AddNumberToObject(dims, mg->syms.name[i], i == pl->model->batch_sym
+                                                          ? (double)pl->micro_batch
+                                                          : (double)mg->syms.value[i]);
 
   cJSON *groups = cJSON_AddArrayToObject(root, "groups");
   for (int g = 0; g < p->ngroups; g++) {
@@ -609,6 +618,8 @@ static cJSON *plan_json(const SvPlan *pl) {
       Breakdown b;
       breakdown(pl, s, g, &b);
       cJSON_AddNumberToObject(o, "micro_batches", (double)s->batch[g]);
+      if (pl->cfg.group_rows[0])
+        cJSON_AddNumberToObject(o, "micro", (double)p->rows[g]);
       cJSON_AddNumberToObject(o, "state_share", s->share[g]);
       cJSON_AddNumberToObject(o, "step_time_s", s->group_time[g]);
       cJSON_AddItemToObject(o, "memory", memory_json(&b, p->cap[g]));

@@ -163,6 +163,11 @@ typedef struct SvConfig {
                           // ranks (a layout of tp 1 and q mesh_grid, the same dp)
   double cutoff;          // > 0: a plan no faster than this step (s) is of no use (another
                           // mesh's): GLPK stops once its bound shows none is
+  // mtc compile on several groups (mesh_tp > 0), Cephalo's batch shares: > 0, the sequences
+  // of each group's micro-batches where they differ, and the micro-batches each group runs
+  // (group_batch: whole per replica); the step's sequences are sum group_rows x group_batch
+  int64_t group_rows[SV_MAXGROUPS];
+  int64_t group_batch[SV_MAXGROUPS];
 } SvConfig;
 
 SvConfig sv_default_config(void);   // 1 x H100-80GB, bf16, sharing on, no sequence parallelism
@@ -455,6 +460,9 @@ typedef struct SvProblem {
                                   // (sv_ghosts)
   int64_t fixed_batch[SV_MAXGROUPS];   // > 0: group g runs that many micro-batches (sv_solve
                                        // tries each split of mtc compile's apart)
+  int64_t rows[SV_MAXGROUPS];     // sequences per micro-batch of each group (SvConfig's
+                                  // micro_batch, or its group_rows: then fixed_batch is set)
+  double micro_flops[SV_MAXGROUPS];   // model FLOPs of one of group g's micro-batches
   bool lockstep;                  // with fixed_batch: price the micro-steps in lockstep
                                   // (sv_lockstep_time), as a plan with a block that collects
                                   // every micro-batch runs them
@@ -574,7 +582,9 @@ typedef struct SvPlan {
   SvConfig cfg;
   SvModel *model;
   SvProblem *prob;
-  SvNum *nums;                    // per unit: its block's numbers
+  SvNum *nums;                    // per unit: its block's numbers (where the groups' micro-
+                                  // batches differ in size, group 0's; then each group's:
+                                  // sv_plan_num)
   SvSolution sol;
   SvSolveStats stats;
   int nbaselines;
@@ -600,6 +610,8 @@ void sv_plan_free(SvPlan *p);
 
 // The cost of one block of unit u with choice c on group g, by category.
 void sv_plan_cost(const SvPlan *p, int u, int c, int g, SvCost *out);
+// Unit u's numbers at group g's micro-batch.
+const SvNum *sv_plan_num(const SvPlan *p, int u, int g);
 // The cost of all of unit u's blocks under solution s on group g, by category (its
 // checkpointed blocks and those left without); peak: the largest block's.
 void sv_plan_unit_cost(const SvPlan *p, const SvSolution *s, int u, int g, SvCost *out);

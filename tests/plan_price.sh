@@ -80,18 +80,20 @@ grep -qE '"dp":[[:space:]]*4,' "$out/mesh/plan.json" &&
   fail "compile's plan.json has no block data parallel over tp beside tp 2"
 p1=$(grep "prices a step" "$out/mesh.txt") p2=$(grep "prices a step" "$out/mesh2.txt")
 [ -n "$p1" ] && [ "$p1" = "$p2" ] || fail "prices differ: '$p1', '$p2'"
-# the solver's plan for an H100 and an L4 (ZeRO-2, 7 and 1 micro-batches, in lockstep) applied
-# again with --cluster: the same price, for those groups; a cluster of another size is refused
-two=(-D L=2 -D C=256 -D NH=4 -D T=32 -D V=256 -D B=1 --precision fp32)
+# the solver's plan for an H100 and an L4 (ZeRO-2, micro-batches of 3 and 1 sequences, the
+# program built with B=3) applied again with --cluster: the same price, for those groups; a
+# cluster of another size is refused
+two=(-D L=2 -D C=256 -D NH=4 -D T=32 -D V=256 --precision fp32)
 cluster=$(dirname "$0")/solver/h100_l4_zero2.json
-"$mtc" compile "$model" "${two[@]}" --batch 8 --cluster "$cluster" -o "$out/two" \
+"$mtc" compile "$model" "${two[@]}" -D B=1 --batch 8 --cluster "$cluster" -o "$out/two" \
   > "$out/two.txt" 2>&1 || fail "compile --cluster: $(cat "$out/two.txt")"
-"$mtc" compile "$model" "${two[@]}" --plan "$out/two/plan.json" --cluster "$cluster" \
+grep -qE '"micro":[[:space:]]*3,' "$out/two/plan.json" || fail "compile --cluster: no micro-batch of 3"
+"$mtc" compile "$model" "${two[@]}" -D B=3 --plan "$out/two/plan.json" --cluster "$cluster" \
   -o "$out/two2" > "$out/two2.txt" 2>&1 || fail "compile --plan --cluster: $(cat "$out/two2.txt")"
 p1=$(grep "prices a step" "$out/two.txt") p2=$(grep "prices a step" "$out/two2.txt")
 [ -n "$p1" ] && [ "$p1" = "$p2" ] && grep -q "on H100-80GB+L4-24GB$" <<< "$p2" ||
   fail "--plan --cluster: '$p2', compile --cluster '$p1'"
-if "$mtc" compile "$model" "${two[@]}" --plan "$out/two/plan.json" \
+if "$mtc" compile "$model" "${two[@]}" -D B=3 --plan "$out/two/plan.json" \
     --cluster "$(dirname "$0")/solver/mixed.json" -o "$out/two3" > "$out/two3.txt" 2>&1 ||
     ! grep -q "plan.json runs on 2 ranks and .*mixed.json has 16 GPUs" "$out/two3.txt" ||
     [ -e "$out/two3" ]; then

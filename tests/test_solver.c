@@ -1184,6 +1184,7 @@ static void test_apply_groups(void) {
     if (sv_cluster_parse(&c.cluster, clusters[i], "test", &d))
       fprintf(stderr, "%s\n", d.msg), exit(1);
     c.global_batch = 8;
+    c.micro_batch = 1;   // (every group's micro-batches of 1 sequence)
     c.mip_gap = 0;
     Plan a;
     SvPlan *kept;
@@ -1241,6 +1242,7 @@ static void test_apply_ghosts(const char *dir) {
   IrGraph *g = model_in("gpt2.mtc", "L=2,C=256,NH=4,T=32,V=256,B=1", PASS_PRECISION_FP32);
   SvConfig c = cluster_file(dir, "h100_l4_zero2.json");
   c.global_batch = 8;
+  c.micro_batch = 1;   // (--micro-batch 1: every group's micro-batches that size)
   c.mip_gap = 0;
   Plan a;
   SvPlan *kept;
@@ -1276,6 +1278,44 @@ static void test_apply_ghosts(const char *dir) {
   ir_graph_free(g);
 }
 
+// Cephalo's batch shares: the case above without --micro-batch, where each group's micro-batches
+// may be their own size. The H100's replica runs 2 micro-batches of 3 sequences and the L4's 2
+// of 1, no ghosts, the L4 holding more of the state than the H100 (whose activations are three
+// times the L4's): 10.95 ms against the ghosts' 16.7. The price of the lowered plan is the
+// plan's, each group's numbers at its own micro-batch.
+static void test_apply_sizes(const char *dir) {
+  IrGraph *g = model_in("gpt2.mtc", "L=2,C=256,NH=4,T=32,V=256,B=1", PASS_PRECISION_FP32);
+  SvConfig c = cluster_file(dir, "h100_l4_zero2.json");
+  c.global_batch = 8;
+  c.mip_gap = 0;
+  Plan a;
+  SvPlan *kept;
+  if (!apply_best(g, &c, &a, &kept, "sizes")) {
+    const SvSolution *so = &kept->sol;
+    CHECK(a.micro == 3 && plan_replica_rows(&a, 0) == 3 && plan_replica_rows(&a, 1) == 1 &&
+              plan_replica_micro(&a, 0) == 2 && plan_replica_micro(&a, 1) == 2 &&
+              kept->prob->rows[0] == 3 && kept->prob->rows[1] == 1,
+          "sizes: micro-batches of %lld and %lld sequences, %d and %d of them",
+          (long long)plan_replica_rows(&a, 0), (long long)plan_replica_rows(&a, 1),
+          plan_replica_micro(&a, 0), plan_replica_micro(&a, 1));
+    CHECK(sv_ghosts(kept->prob, so, 1) == 0 && so->share[1] > so->share[0] &&
+              so->time < 0.7 * 16.7e-3,
+          "sizes: %g ghosts, state shares %g and %g, step %.4g s", sv_ghosts(kept->prob, so, 1),
+          so->share[0], so->share[1], so->time);
+    // the activations per GPU follow the micro-batch: three times as many on the H100
+    SvCost k0, k1;
+    sv_plan_unit_cost(kept, so, 1, 0, &k0);
+    sv_plan_unit_cost(kept, so, 1, 1, &k1);
+    CHECK(k0.mem[SV_M_ACT] > 2.9 * k1.mem[SV_M_ACT] && k0.mem[SV_M_ACT] < 3.1 * k1.mem[SV_M_ACT],
+          "sizes: the layers' activations %g bytes on the H100, %g on the L4", k0.mem[SV_M_ACT],
+          k1.mem[SV_M_ACT]);
+    check_priced(g, &c, &a, kept, "sizes");
+    plan_free(&a);
+    sv_plan_free(kept);
+  }
+  ir_graph_free(g);
+}
+
 // Uneven state shares in mtc compile's plans: GPT-2 on an H100 of 3 MB and an L4 of 1.5 MB
 // (tests/solver/h100_l4_small.json, no host memory) fits only with the H100 holding more of
 // the ZeRO-1 state (61 and 3 of 64 units, each GPU as full; no plan fitted before), which the
@@ -1287,6 +1327,7 @@ static void test_apply_group_parts(const char *dir) {
     if (!small)
       c.cluster.group[1].dev.mem = c.cluster.group[0].dev.mem;
     c.global_batch = 8;
+    c.micro_batch = 2;   // (every group's micro-batches of 2 sequences)
     Plan a;
     SvPlan *kept;
     if (apply_best(g, &c, &a, &kept, small ? "group parts (L4 small)" : "group parts"))
@@ -1422,6 +1463,7 @@ int main(int argc, char **argv) {
   test_apply_groups();
   test_apply_group_parts(datadir);
   test_apply_ghosts(datadir);
+  test_apply_sizes(datadir);
   test_brute_force();
   test_small_model_gets_dp();
   test_zero_offload_10b();
