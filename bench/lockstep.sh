@@ -12,9 +12,11 @@
 # 1 beside a busy loop there (the slow rank's factor, f), and writes a cluster file of two
 # groups of one rank: the profile as measured, and the profile with every rate divided by f
 # (the "GPU" of the slow rank). For each layout (a plan file edited to the groups'
-# micro-batches, bench/layouts.sh's groups=) it compiles GPT-2 124M with that cluster, runs it
-# on 2 ranks bound to cores 0 and 1 with the busy loop on core 1 for --steps steps (default 4),
-# and prints the program's median step beside the planner's. Needs taskset and Open MPI.
+# micro-batches, bench/layouts.sh's groups=), and for the solver's own plan for that cluster
+# (mtc compile --cluster: its layout as the program says it), it compiles GPT-2 124M with that
+# cluster, runs it on 2 ranks bound to cores 0 and 1 with the busy loop on core 1 for --steps
+# steps (default 4), and prints the program's median step beside the planner's. Needs taskset
+# and Open MPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmdline="bench/lockstep.sh${*:+ $*}"
@@ -97,7 +99,8 @@ echo "|---|---:|---:|---:|---|"
 for l in "ZeRO-1 DP2, 2 and 2 micro-batches|groups=2,2/0.5,0.5" \
          "ZeRO-1 DP2, 3 and 1 micro-batches|groups=3,1/0.5,0.5" \
          "ZeRO-2 DP2, 2 and 2 micro-batches|groups=2,2/0.5,0.5/2" \
-         "ZeRO-2 DP2, 3 and 1 micro-batches (2 ghosts)|groups=3,1/0.5,0.5/2"; do
+         "ZeRO-2 DP2, 3 and 1 micro-batches (2 ghosts)|groups=3,1/0.5,0.5/2" \
+         "the solver's plan|--batch 8"; do
   IFS='|' read -r lname lflags <<< "$l"
   lflags=$(layout_flags "$mtc" "$mflags" "$lflags" "$tmp")
   rm -rf "$tmp/prog"
@@ -115,6 +118,9 @@ for l in "ZeRO-1 DP2, 2 and 2 micro-batches|groups=2,2/0.5,0.5" \
   line=$(grep -m1 '^timing: median step' "$tmp/log" || true)
   [ $rc -eq 0 ] && [ -n "$line" ] || { echo "$lname: the run exited with $rc" >&2; cat "$tmp/log" >&2; exit 1; }
   meas=$(median_step "$tmp/log")
+  [ "$lflags" != "--batch 8" ] ||   # (the solver's: its layout as the program prints it)
+    lname="the solver's plan: $(sed -n 's/^plan: \(.*\) | global batch.*/\1/p' "$tmp/log" |
+                                head -1 | sed 's/ | /; /g')"
   pred=$(sed -n 's/.*| planner, on [^:]*: \([0-9.e+]*\) ms.*/\1/p' <<< "$line")
   split=$(sed -n 's/.* ms (\(.*\))$/\1/p' <<< "$line" |
           awk -F', ' '{ s = ""; for (i = 1; i <= NF; i++) { n = split($i, w, " "); if (w[n] + 0 != 0) s = s (s ? ", " : "") $i } print s }')
