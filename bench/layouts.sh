@@ -78,8 +78,9 @@ layout_batch() {   # LFLAGS B
   local dp micro
   case $1 in
   groups=*/*/*/*)   # each group's micro-batches of its own size
-    /usr/bin/python3 -c 'import sys; m, r = (map(int, x.split(",")) for x in sys.argv[1:]); print(sum(a * b for a, b in zip(m, r)))' \
-      "$(cut -d/ -f1 <<< "${1#groups=}")" "$(cut -d/ -f4 <<< "$1")" ;;
+    awk -v m="$(cut -d/ -f1 <<< "${1#groups=}")" -v r="$(cut -d/ -f4 <<< "$1")" \
+      'BEGIN { n = split(m, a, ","); split(r, b, ","); for (i = 1; i <= n; i++) s += a[i] * b[i]
+               print s }' ;;
   groups=*) micro=${1#groups=}; micro=${micro%%/*}; echo $(( $2 * (${micro//,/+}) )) ;;
   *) dp=$(sed -n 's/.*--dp \([0-9]*\).*/\1/p' <<< "$1"); echo $(( $2 * ${dp:-1} )) ;;
   esac

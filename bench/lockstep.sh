@@ -77,7 +77,8 @@ taskset -c 1 "$tmp/one/train" --steps "$steps" > "$tmp/shared" 2>&1
 stop_hog
 alone=$(median_step "$tmp/alone") shared=$(median_step "$tmp/shared")
 factor=$(awk -v a="$alone" -v s="$shared" 'BEGIN { printf "%.3f", s / a }')
-echo "- one rank's step on core 1: $alone ms alone, $shared ms beside the busy loop: the slow rank's factor $factor"
+echo "- one rank's step on core 1: $alone ms alone, $shared ms beside the busy loop:" \
+  "the slow rank's factor $factor"
 echo "- GPT-2 124M, T=64, micro-batches of B=2, fp32, AdamW; $steps steps, the first dropped."
 
 /usr/bin/python3 - "$tmp/profile.json" "$factor" "$tmp/cluster.json" << 'EOF'
@@ -116,7 +117,11 @@ for l in "ZeRO-1 DP2, 2 and 2 micro-batches|groups=2,2/0.5,0.5" \
     > "$tmp/log" 2>&1 || rc=$?
   stop_hog
   line=$(grep -m1 '^timing: median step' "$tmp/log" || true)
-  [ $rc -eq 0 ] && [ -n "$line" ] || { echo "$lname: the run exited with $rc" >&2; cat "$tmp/log" >&2; exit 1; }
+  if [ $rc -ne 0 ] || [ -z "$line" ]; then
+    echo "$lname: the run exited with $rc" >&2
+    cat "$tmp/log" >&2
+    exit 1
+  fi
   meas=$(median_step "$tmp/log")
   [ "$lflags" != "--batch 8" ] ||   # (the solver's: its layout as the program prints it)
     lname="the solver's plan: $(sed -n 's/^plan: \(.*\) | global batch.*/\1/p' "$tmp/log" |

@@ -87,7 +87,8 @@ two=(-D L=2 -D C=256 -D NH=4 -D T=32 -D V=256 --precision fp32)
 cluster=$(dirname "$0")/solver/h100_l4_zero2.json
 "$mtc" compile "$model" "${two[@]}" -D B=1 --batch 8 --cluster "$cluster" -o "$out/two" \
   > "$out/two.txt" 2>&1 || fail "compile --cluster: $(cat "$out/two.txt")"
-grep -qE '"micro":[[:space:]]*3,' "$out/two/plan.json" || fail "compile --cluster: no micro-batch of 3"
+grep -qE '"micro":[[:space:]]*3,' "$out/two/plan.json" ||
+  fail "compile --cluster: no micro-batch of 3"
 "$mtc" compile "$model" "${two[@]}" -D B=3 --plan "$out/two/plan.json" --cluster "$cluster" \
   -o "$out/two2" > "$out/two2.txt" 2>&1 || fail "compile --plan --cluster: $(cat "$out/two2.txt")"
 p1=$(grep "prices a step" "$out/two.txt") p2=$(grep "prices a step" "$out/two2.txt")
