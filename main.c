@@ -998,6 +998,10 @@ int main(int argc, char **argv) {
       rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
       if (!rc)
         rc = pass_build_training(g, &ctx);
+      if (!rc)
+        fprintf(stderr, "mtc: note: the groups' micro-batches are of their own sizes: the model "
+                "is built with %s=%lld, the first group's\n", g->syms.name[g->batch_sym],
+                (long long)layout.micro);
     }
   }
   if (!rc && !plan) {

@@ -89,6 +89,8 @@ cluster=$(dirname "$0")/solver/h100_l4_zero2.json
   > "$out/two.txt" 2>&1 || fail "compile --cluster: $(cat "$out/two.txt")"
 grep -qE '"micro":[[:space:]]*3,' "$out/two/plan.json" ||
   fail "compile --cluster: no micro-batch of 3"
+grep -q "note: the groups' micro-batches are of their own sizes: the model is built with B=3" \
+  "$out/two.txt" || fail "compile --cluster: no note of B=3: $(cat "$out/two.txt")"
 "$mtc" compile "$model" "${two[@]}" -D B=3 --plan "$out/two/plan.json" --cluster "$cluster" \
   -o "$out/two2" > "$out/two2.txt" 2>&1 || fail "compile --plan --cluster: $(cat "$out/two2.txt")"
 p1=$(grep "prices a step" "$out/two.txt") p2=$(grep "prices a step" "$out/two2.txt")
