@@ -265,6 +265,7 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
   MeshOrder mesh[4 * 64];
   int n = 0, nmesh = 0, gpus = sv_cluster_gpus(&cfg->cluster);
   double seconds = 0;   // the time all of the solves took
+  double one_size = INFINITY;   // the fastest plan with one micro-batch size for every group
   char why[1024] = "";
   // the meshes mtc compile lowers: dp x tp for each tp that divides the GPUs, then dp x a
   // q x q grid for each q * q that does
@@ -323,6 +324,8 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
       continue;
     }
     // ... and that mesh with each group's micro-batches its own size
+    if (plans[n]->sol.feasible)
+      one_size = fmin(one_size, plans[n]->sol.time);
     int64_t rows[3][SV_MAXGROUPS], batch[3][SV_MAXGROUPS];
     int nsizes = cfg->cluster.ngroups > 1 && plans[n]->model->batch_sym >= 0 &&
                          !cfg->group_rows[0] && !cfg->micro_batch   // (--micro-batch: that one)
@@ -350,6 +353,8 @@ int sv_plan_compiled(IrGraph *g, const SvConfig *cfg, SvPlan **kept, IrDiag *d) 
   }
   if (!*kept)
     return ir_error(d, (IrLoc){0}, "no plan with one mesh for every block: %s", why);
+  if ((*kept)->cfg.group_rows[0])
+    (*kept)->one_size = one_size;
   // the report's baselines from every mesh (each plan has those of its own layouts)
   for (int i = 0; i < n; i++) {
     seconds += plans[i]->seconds;

@@ -315,6 +315,12 @@ void sv_report(FILE *f, const SvPlan *pl) {
     double tokens = (double)pl->global_batch * (double)(pl->seq ? pl->seq : 1);
     fprintf(f, "throughput %.0f %s/s, estimated MFU %.1f%%\n", tokens / pl->sol.time,
             pl->seq ? "tokens" : "samples", 100 * mfu(pl, &pl->sol));
+    if (pl->one_size > 0 && isfinite(pl->one_size))
+      fprintf(f, "with micro-batches of one size for every group (--micro-batch): %.2f ms a "
+                 "step at best\n", pl->one_size * 1e3);
+    else if (pl->one_size > 0)
+      fprintf(f, "with micro-batches of one size for every group (--micro-batch): no plan "
+                 "fits\n");
   }   // else: the caller says why nothing fits, once
   print_baselines(f, pl);
   fprintf(f, "\nsolver: GLPK, %d variables (%d binary, %d integer), %d rows, %d nonzeros; "
@@ -633,6 +639,8 @@ static cJSON *plan_json(const SvPlan *pl) {
 
   if (s->feasible) {
     cJSON_AddNumberToObject(root, "step_time_s", s->time);
+    if (pl->one_size > 0 && isfinite(pl->one_size))   // (each group's micro-batches its size)
+      cJSON_AddNumberToObject(root, "one_size_step_time_s", pl->one_size);
     cJSON *blocks = cJSON_AddArrayToObject(root, "blocks");
     const SvModel *m = pl->model;
     int *seen = calloc((size_t)p->nunits + 1, sizeof *seen);   // blocks of each unit so far

@@ -594,6 +594,9 @@ typedef struct SvPlan {
   double need;                    // ... and the extra bytes per GPU the leanest plan needs
                                   // (HUGE_VAL: none fits with any)
   double seconds;                 // the whole plan: cost model, baselines, solve
+  double one_size;                // each group's micro-batches its own size (mtc compile's
+                                  // plans): the fastest plan's step with one size for every
+                                  // group (INFINITY: none fits; 0: not planned)
 } SvPlan;
 
 // Moves from's baselines into to's: each kind (DP, ZeRO-3, Megatron, 2D, ZeRO-3 + offload)
