@@ -804,11 +804,11 @@ static int solve_splits(const SvProblem *p, const SvProblem *once, int **keep,
       seconds += si.seconds;
       timed_out |= si.timed_out;
       cut_off |= si.cut_off;   // (none faster than the cutoff there)
-      if (!rc && s.feasible && !pass)
+      if (!rc && s.feasible && !pass) {   // the same plan in p's indices, priced by p
         for (int u = 0; u < p->nunits; u++)
           s.pick[u] = keep[u][s.pick[u]];
-      if (!rc && s.feasible && !pass)
-        sv_evaluate(p, &s, false);   // (the same plan, priced by p)
+        sv_evaluate(p, &s, false);
+      }
       if (!rc && s.feasible && s.time < best->time) {
         sv_solution_copy(best, &s, p->nunits);
         *st = si;
@@ -853,18 +853,13 @@ static bool solved_fast(const SvProblem *p, const SvProblem *once, int **keep,
     *rc = solve_one(p, o, best, st, d);
     return true;
   }
-  int **same = calloc((size_t)p->nunits + 1, sizeof *same);   // (keep's again)
-  IR_ASSERT(same);
-  SvProblem *q = sv_problem_subset(p, once_a_step, same);
-  for (int u = 0; u < p->nunits; u++)
-    free(same[u]);
-  free(same);
-  for (int g = 0; g < q->ngroups; g++)
-    q->cap[g] = q->host_cap[g] = INFINITY;
+  SvProblem q = *once;   // (its units and edges shared)
+  for (int g = 0; g < q.ngroups; g++)
+    q.cap[g] = q.host_cap[g] = INFINITY;
   SvSolveOptions oq = *o;
   oq.incumbent = NULL;
-  SvSolution s = sv_solution_new(q);
-  *rc = solve_one(q, &oq, &s, st, d);
+  SvSolution s = sv_solution_new(&q);
+  *rc = solve_one(&q, &oq, &s, st, d);
   st->choices = 0;   // the problem's, of which the first solve kept choices_kept
   for (int u = 0; u < p->nunits; u++)
     st->choices += p->unit[u].nchoices;
@@ -884,7 +879,6 @@ static bool solved_fast(const SvProblem *p, const SvProblem *once, int **keep,
       best->time = INFINITY;
   }
   sv_solution_free(&s);
-  sv_problem_free(q);
   return done;
 }
 

@@ -486,25 +486,39 @@ double sv_lockstep_time(const SvProblem *p, const double *k, const double *real,
   }
 }
 
-double sv_wait(const SvProblem *p, const SvSolution *s, int g) {
-  if (!sv_lockstep(p, s))
-    return 0;
-  double k[SV_MAXGROUPS], real[SV_MAXGROUPS], ghost[SV_MAXGROUPS], own = 0;
-  for (int h = 0; h < p->ngroups; h++) {
-    double R = (double)(p->gpus[h] / p->replica_ranks), mine = 0;
-    k[h] = (double)s->batch[h] / R;
-    real[h] = ghost[h] = 0;
+// Each group's micro-batches a replica runs in s (k), and a replica's seconds for one of them
+// (real) and for a ghost (ghost).
+static void replica_steps(const SvProblem *p, const SvSolution *s, double *k, double *real,
+                          double *ghost) {
+  for (int g = 0; g < p->ngroups; g++) {
+    double R = (double)(p->gpus[g] / p->replica_ranks);
+    k[g] = (double)s->batch[g] / R;
+    real[g] = ghost[g] = 0;
     for (int u = 0; u < p->nunits; u++) {
       const SvChoice *c = &p->unit[u].choice[s->pick[u]];
       double n = p->unit[u].count, r = s->nplain[u];
-      real[h] += R * ((n - r) * c->t_micro[h] + r * c->t_micro_plain[h]);
-      ghost[h] += (n - r) * c->t_ghost[h] + r * c->t_ghost_plain[h];
+      real[g] += R * ((n - r) * c->t_micro[g] + r * c->t_micro_plain[g]);
+      ghost[g] += (n - r) * c->t_ghost[g] + r * c->t_ghost_plain[g];
     }
-    mine = k[h] * real[h] + sv_ghosts(p, s, h) * ghost[h];
-    if (h == g)
-      own = mine;
   }
-  return fmax(0, sv_lockstep_time(p, k, real, ghost) - own);
+}
+
+// The micro-steps of s in lockstep (0 where s is not): every group's are as long.
+static double lockstep_micro(const SvProblem *p, const SvSolution *s) {
+  if (!sv_lockstep(p, s))
+    return 0;
+  double k[SV_MAXGROUPS], real[SV_MAXGROUPS], ghost[SV_MAXGROUPS];
+  replica_steps(p, s, k, real, ghost);
+  return sv_lockstep_time(p, k, real, ghost);
+}
+
+double sv_wait(const SvProblem *p, const SvSolution *s, int g) {
+  double lock = lockstep_micro(p, s);
+  if (lock <= 0)
+    return 0;
+  double k[SV_MAXGROUPS], real[SV_MAXGROUPS], ghost[SV_MAXGROUPS];
+  replica_steps(p, s, k, real, ghost);
+  return fmax(0, lock - (k[g] * real[g] + sv_ghosts(p, s, g) * ghost[g]));
 }
 
 void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
@@ -543,8 +557,9 @@ void sv_evaluate(const SvProblem *p, SvSolution *s, bool set_share) {
       ok = false;
   }
   s->time = 0;
+  double lock = lockstep_micro(p, s);   // (a group's own micro-steps, or the others' it waits for)
   for (int g = 0; g < p->ngroups; g++) {
-    s->group_time[g] = t[g].micro + sv_wait(p, s, g) + t[g].rest;
+    s->group_time[g] = fmax(t[g].micro, lock) + t[g].rest;
     s->time = fmax(s->time, s->group_time[g]);
     s->mem[g] = t[g].fixed + s->share[g] * t[g].shard + t[g].peak;
     s->host[g] = t[g].host + s->share[g] * t[g].host_shard;
