@@ -492,6 +492,14 @@ static IrGraph *load(const Args *a, IrDiag *d) {
   return fe_load(a->model, &o, d);
 }
 
+// The model with its dims bound from sv (micro_batch, seq), through the training passes into
+// ctx: *g (NULL where it did not load) and 0, or -1 with d.
+static int build(const Args *a, const SvConfig *sv, PassCtx *ctx, IrGraph **g, IrDiag *d) {
+  *g = load(a, d);
+  int rc = *g ? sv_bind_dims(*g, sv, d) : -1;
+  return rc ? rc : pass_build_training(*g, ctx);
+}
+
 // What --swap and --checkpoint did, as lines that start with `lead`.
 static void print_checkpoint(const char *lead, const Args *a, const PassCtx *ctx) {
   if (a->swap)
@@ -797,8 +805,8 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
   }
   if (rc)
     return -1;
-  int64_t batch = 0;
-  if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
+  int64_t batch = bound_batch(g);
+  if (!batch)
     return ir_error(d, (IrLoc){0}, "the model has no batch dim to apply a plan to");
   if (plan->micro != batch && !*kept)   // (the solver's own: main builds the model again)
     return ir_error(d, (IrLoc){0}, "the plan runs micro-batches of %lld sequences, the model's "
@@ -879,10 +887,8 @@ static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co,
     SvConfig sv = a->sv;   // its replicas' micro-batches: the model's batch dim
     if (P.replica_rows)
       sv.micro_batch = P.micro = plan_replica_rows(&P, P.part_first);
-    IrGraph *g = load(a, d);
-    int rc = g ? sv_bind_dims(g, &sv, d) : -1;
-    if (!rc)
-      rc = pass_build_training(g, &ctx);
+    IrGraph *g;
+    int rc = build(a, &sv, &ctx, &g, d);
     if (!rc)
       rc = pass_lower_plan(g, &ctx);
     if (!rc) {
@@ -983,10 +989,8 @@ int main(int argc, char **argv) {
   char *plan_text = NULL;
   IrGraph *planned = NULL;   // the graph the plan was made on, where g is built again
 
-  IrGraph *g = load(&a, &diag);
-  int rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
-  if (!rc)
-    rc = pass_build_training(g, &ctx);
+  IrGraph *g;
+  int rc = build(&a, &a.sv, &ctx, &g, &diag);
   if (!rc && plan)
     rc = run_plan(g, &a, &diag);
   if (!rc && !plan && !(rc = choose_plan(g, &a, &layout, &kept, &plan_text, &diag))) {
@@ -994,10 +998,7 @@ int main(int argc, char **argv) {
       planned = g;                                  // size (Cephalo): the model at that size
       a.sv.micro_batch = layout.micro;              // (the plan's stays: kept reads it)
       ctx = (PassCtx){.opt = ctx.opt, .diag = &diag};
-      g = load(&a, &diag);
-      rc = g ? sv_bind_dims(g, &a.sv, &diag) : -1;
-      if (!rc)
-        rc = pass_build_training(g, &ctx);
+      rc = build(&a, &a.sv, &ctx, &g, &diag);
       if (!rc)
         fprintf(stderr, "mtc: note: the groups' micro-batches are of their own sizes: the model "
                 "is built with %s=%lld, the first group's\n", g->syms.name[g->batch_sym],
