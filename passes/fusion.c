@@ -15,12 +15,16 @@
 //                  and a key-padding mask from an input, (1 - mask) * lowest;
 //                  and an additive bias (T5's relative positions); the masked
 //                  scores maybe clamped to the lowest float, and the masks
-//                  applied per head and batch between bmm's merged dims (OPT)
+//                  applied per head and batch between bmm's merged dims (OPT); where
+//                  q, k and v are views of [P.., T, HS] merged for bmm (OPT, BART),
+//                  attention runs on [P.., T, HS], so the heads stay a dim of their own
+//                  that tensor parallelism splits
 //   cross_entropy  nll_loss(log_softmax(x), t) or nll_loss(log(softmax(x)), t)
 //
-// Two clean-ups come first, because the patterns rely on them: a scale of a
-// scale is one scale, and a matmul reads a transposed operand directly (ta,
-// tb) instead of through a transpose of its last two dims.
+// Three clean-ups come first, because the patterns rely on them: a scale of a
+// scale is one scale, a reshape of a reshape one reshape, and a matmul reads a
+// transposed operand directly (ta, tb) instead of through a transpose of its
+// last two dims.
 //
 // A rewrite builds the fused node in the place of the pattern's last node,
 // and the fused node takes over that node's output value, so every reader
@@ -150,6 +154,15 @@ static bool merge_scales(Fuser *F, IrNode *n) {
   if (s2 * b1 + b2 != 0.0)
     ir_set_float(F->g, m, "b", s2 * b1 + b2);
   return check(F, m);
+}
+
+// reshape(reshape(x)) = reshape(x): attention in the heads' view (fuse_attention) reshapes its
+// output to bmm's merged view, which the model reshapes back.
+static bool merge_reshapes(Fuser *F, IrNode *n) {
+  IrNode *in = made_by(n->in[0], OP_RESHAPE);
+  if (n->op != OP_RESHAPE || !in)
+    return false;
+  return check(F, replace(F, n, OP_RESHAPE, &in->in[0], 1));
 }
 
 // If the transpose tr swaps the last two dims (whatever it does to the
@@ -627,10 +640,34 @@ static IrValue *through_heads(IrValue *v) {
   return r->in[0];
 }
 
-// x [M.., L, HS], bmm's merged leading dims, reshaped to [P.., L, HS], P.. the leading dims of
-// the scores' view `heads` [P.., T, TK], by a reshape inserted before node `at`; NULL when M..
-// and P.. hold different counts.
+// Do a and b have the same leading dims (all but the last two)?
+static bool same_lead(const IrValue *a, const IrValue *b) {
+  bool same = a->rank == b->rank;
+  for (int i = 0; same && i < a->rank - 2; i++)
+    same = sym_eq(a->shape[i], b->shape[i]);
+  return same;
+}
+
+// q, k and v [M, T, HS] as bmm reads them, each a view of [P.., T, HS] with the same P.. (OPT,
+// torch's MultiheadAttention: [B*H, T, HS] of [B, H, T, HS]): q's [P.., T, HS], else NULL.
+// Attention in that view keeps the heads a dim of their own, which tensor parallelism splits.
+static IrValue *merged_heads(IrValue *q, IrValue *k, IrValue *v) {
+  IrValue *src[3] = {through_heads(q), through_heads(k), through_heads(v)};
+  if (src[0] == q || src[0]->rank <= q->rank)
+    return NULL;
+  for (int i = 1; i < 3; i++)
+    if (src[i] == (i == 1 ? k : v) || !same_lead(src[i], src[0]))
+      return NULL;
+  return src[0];
+}
+
+// x [M.., L, HS], bmm's merged leading dims, viewed as [P.., L, HS], P.. the leading dims of
+// the scores' view `heads` [P.., T, TK]: x's source where x is a view of it, else a reshape
+// inserted before node `at`; NULL when M.. and P.. hold different counts.
 static IrValue *per_head(Fuser *F, int at, IrValue *x, const IrValue *heads) {
+  x = through_heads(x);   // a view of a view is a view of the source
+  if (same_lead(x, heads))
+    return x;
   int lead = heads->rank - 2;
   const Sym *shape[IR_MAXRANK], *count = sym_const(&F->g->arena, 1), *want = count;
   for (int i = 0; i < x->rank - 2; i++)
@@ -740,19 +777,21 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   int64_t hs;
   if (sym_eval(q->shape[q->rank - 1], &F->g->syms, &hs) || hs <= 0)
     return false;
-  double want = 1.0 / sqrt((double)hs);
-  if (!near(c, want)) { // the op scales by 1/sqrt(HS): pre-scale q by the rest
-    IrNode *pre = insert(F, n->id, OP_SCALE, &q, 1);
-    ir_set_float(F->g, pre, "s", c / want);
-    if (!check(F, pre))
-      return false;
-    q = pre->out[0];
-  }
+  if (!heads && !m.keep && !m.bias)
+    heads = merged_heads(q, k, v);
   IrValue *in[5] = {q, k, v}, *keep = m.keep;
   int nin = 3;
   for (int i = 0; heads && i < 3; i++)
     if (!(in[i] = per_head(F, n->id, in[i], heads)))
       return false;
+  double want = 1.0 / sqrt((double)hs);
+  if (!near(c, want)) { // the op scales by 1/sqrt(HS): pre-scale q by the rest
+    IrNode *pre = insert(F, n->id, OP_SCALE, &in[0], 1);
+    ir_set_float(F->g, pre, "s", c / want);
+    if (!check(F, pre))
+      return false;
+    in[0] = pre->out[0];
+  }
   if (keep) { // [P.., T], the mask's rows
     IrNode *r = insert(F, n->id, OP_RESHAPE, &keep, 1);
     const Sym *shape[IR_MAXRANK];
@@ -846,9 +885,9 @@ static void remove_dead(IrGraph *g) {
 // ---- the pass -------------------------------------------------------------------------------------
 
 typedef bool Rewrite(Fuser *F, IrNode *n);
-static Rewrite *const rewrites[] = {merge_scales, absorb_transposes, fuse_layernorm,
-                                    fuse_rmsnorm, fuse_rope,         fuse_gelu,
-                                    fuse_silu,    fuse_attention,    fuse_cross_entropy};
+static Rewrite *const rewrites[] = {merge_scales, merge_reshapes, absorb_transposes,
+                                    fuse_layernorm, fuse_rmsnorm, fuse_rope, fuse_gelu, fuse_silu,
+                                    fuse_attention, fuse_cross_entropy};
 
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (ctx->opt.no_fusion || !g->loss)
