@@ -253,6 +253,13 @@ static void allreduce_beside(void *p) {
 
 static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 
+// A collective that moved `bytes` over each rank's link in `t` seconds (latency alpha): its bus
+// bandwidth, of the all-reduce's `link`, within what a profile may say (a machine busy while the
+// all-reduce ran can make another collective look a hundred times faster than it).
+static double bus_share(double bytes, double t, double alpha, double link) {
+  return fmin(100, bytes / fmax(t - alpha, 1e-9) / link);
+}
+
 static void cpu_name(char *buf, size_t n) {
   snprintf(buf, n, "CPU");
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -379,10 +386,8 @@ int main(int argc, char **argv) {
     link = 2 * ring * bytes / fmax(t - alpha, 1e-9);
     // all-gathers and reduce-scatters (ZeRO, tensor parallelism's gathers): each one's bus
     // bandwidth, of the all-reduce's
-    // (within what a profile may say: a machine busy while the all-reduce ran can make one
-    // look a hundred times faster than it)
-    gather = fmin(100, ring * bytes / fmax(timed(allgather, &c) - alpha, 1e-9) / link);
-    scatter = fmin(100, ring * bytes / fmax(timed(reduce_scatter, &c) - alpha, 1e-9) / link);
+    gather = bus_share(ring * bytes, timed(allgather, &c), alpha, link);
+    scatter = bus_share(ring * bytes, timed(reduce_scatter, &c), alpha, link);
     // a kernel as long as the all-reduce beside it: the share of it hidden
     Vec beside = big_v;
     beside.n = (long)fmin((double)big_v.n, t * bw / 12.0);
