@@ -987,21 +987,28 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
   if (base->cluster.ngroups == 1 && (P->replica_micro || P->replica_parts || P->replica_rows) &&
       split_group(P, &cfg.cluster, d))
     return 1;
-  // micro-batches of unequal sizes: each group's, and its micro-batches (ranks numbered group
-  // by group)
-  for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; P->replica_rows && k < cfg.cluster.ngroups;
-       k++) {
-    cfg.group_rows[k] = plan_replica_rows(P, r);
-    cfg.group_batch[k] = 0;
+  // each group's micro-batches, their size and its part of the sharded state: its replicas'
+  // (ranks numbered group by group); micro-batches of one size in a group
+  int64_t group_micro[SV_MAXGROUPS] = {0};
+  double group_share[SV_MAXGROUPS] = {0};
+  long parts_total = P->replica_parts ? rt_parts_total(P->replica_parts, dp) : 1;
+  for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; k < cfg.cluster.ngroups; k++) {
+    int64_t rows = plan_replica_rows(P, r);
     for (int i = 0; i < cfg.cluster.group[k].count / per; i++, r++) {
-      if (plan_replica_rows(P, r) != cfg.group_rows[k]) {
+      if (plan_replica_rows(P, r) != rows) {
         ir_error(d, (IrLoc){0}, "its replicas %d and %d run micro-batches of %lld and %lld "
                  "sequences in one group of GPUs (%s), which the planner prices as one size",
-                 r - i, r, (long long)cfg.group_rows[k], (long long)plan_replica_rows(P, r),
+                 r - i, r, (long long)rows, (long long)plan_replica_rows(P, r),
                  cfg.cluster.group[k].name);
         return 1;
       }
-      cfg.group_batch[k] += plan_replica_micro(P, r);
+      group_micro[k] += plan_replica_micro(P, r);
+      if (P->replica_parts)
+        group_share[k] += (double)P->replica_parts[r] / (double)parts_total;
+    }
+    if (P->replica_rows) {   // micro-batches of unequal sizes: each group's
+      cfg.group_rows[k] = rows;
+      cfg.group_batch[k] = group_micro[k];
     }
   }
   if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
@@ -1074,19 +1081,10 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
       rc = 1;
     }
   }
-  // each group's micro-batches: its replicas' (ranks numbered group by group)
-  for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; !rc && k < p->ngroups; k++) {
-    s.batch[k] = 0;
-    for (int i = 0; i < p->gpus[k] / per; i++)
-      s.batch[k] += plan_replica_micro(P, r++);
-  }
-  if (!rc && P->replica_parts) {   // uneven state shares: each group's, from its replicas'
-    long total = rt_parts_total(P->replica_parts, dp);
-    for (int k = 0, r = 0, per = mesh_ranks(mesh) / dp; k < p->ngroups; k++) {
-      s.share[k] = 0;
-      for (int i = 0; i < p->gpus[k] / per; i++)
-        s.share[k] += (double)P->replica_parts[r++] / (double)total;
-    }
+  for (int k = 0; !rc && k < p->ngroups; k++) {
+    s.batch[k] = group_micro[k];
+    if (P->replica_parts)   // uneven state shares
+      s.share[k] = group_share[k];
   }
   if (!rc) {
     sv_evaluate(p, &s, !P->replica_parts);
