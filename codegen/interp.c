@@ -52,9 +52,9 @@ static int resolve(CgInterp *it, const CgCall *c, IrPhase phase, Exec *e, IrDiag
     case CG_BUF:
       e->p[j] = (a->buf->host ? it->host : it->arena) + it->mem->offset[a->buf->id];
       if (a->rank_stride) // this rank's part of a bucket
-        e->p[j] = (float *)e->p[j] + rank_start(it, a);
+        e->p[j] = (char *)e->p[j] + rank_start(it, a) * ir_dtype_size(a->buf->dtype);
       if (a->elem_off) // a range of it
-        e->p[j] = (float *)e->p[j] + ir_eval(it->g, a->elem_off);
+        e->p[j] = (char *)e->p[j] + ir_eval(it->g, a->elem_off) * ir_dtype_size(a->buf->dtype);
       break;
     case CG_INT:
     case CG_ENUM:
