@@ -175,7 +175,8 @@ static void usage(FILE *f) {
         "  --offload-params       the parameters too, as ZeRO-Infinity does: each rank's\n"
         "                         shard lives in host memory, copied to the device and\n"
         "                         gathered before forward and backward read it (implies\n"
-        "                         --zero 3 --offload-grads)\n"
+        "                         --zero 3 --offload-grads); with --offload F below 1, the\n"
+        "                         last F of each shard only, the gradients on the device\n"
         "  -h, --help             this text\n",
         f);
 }
@@ -414,7 +415,7 @@ static Args parse_args(int argc, char **argv) {
     } else if (!strcmp(s, "--offload-grads")) {
       a.layout.rest.offload_grads = a.forced = true;
     } else if (!strcmp(s, "--offload-params")) {
-      a.layout.rest.offload_params = a.layout.rest.offload_grads = a.forced = true;
+      a.layout.rest.offload_params = a.forced = true;
     } else if (!strcmp(s, "--layers-dp")) {
       a.layers_dp = a.forced = true;
     } else if (!strcmp(s, "--layers-tp")) {
@@ -455,6 +456,13 @@ static Args parse_args(int argc, char **argv) {
               "ZeRO-3's shards are: leave out --zero %d, or make it 3", a.layout.rest.zero);
   if (a.layout.rest.offload_params)
     a.layout.rest.zero = 3;
+  if (a.layout.rest.offload_params && a.offload && !(a.layout.rest.offload > 0))
+    bad_usage("--offload-params keeps the offloaded share of each shard in host memory: give "
+              "--offload a share above 0, or leave it out (all of it)");
+  // --offload-params alone: all of each shard, the gradients with it (ZeRO-Infinity's
+  // offload_param beside offload_optimizer)
+  if (a.layout.rest.offload_params && (!a.offload || a.layout.rest.offload == 1))
+    a.layout.rest.offload_grads = true;
   if (a.layout.rest.offload_grads && a.offload && a.layout.rest.offload != 1)
     bad_usage("--offload-%s moves every gradient, and all of the optimizer state with it: "
               "leave out --offload %g, or make it 1",
@@ -605,7 +613,8 @@ static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   printf("layout: %s%s, ZeRO-%d, offload %g%%%s, %d micro-batch%s per replica%s, checkpointing "
          "%s%s, on %d x %s\n", mesh, a->layers_dp ? " (the layers data parallel over tp too)" : "",
          plan.rest.zero, 100 * plan.rest.offload,
-         plan.rest.offload_params ? " with the gradients and parameters"
+         plan.rest.offload_params ? (plan.rest.offload_grads ? " with the gradients and parameters"
+                                                             : " with the parameters")
          : plan.rest.offload_grads ? " with the gradients" : "", plan.micro_batches,
          plan.micro_batches == 1 ? "" : "es", sw, ck,
          plan.seq_parallel ? ", sequence-parallel" : "", mesh_ranks(&plan.mesh), p.device);

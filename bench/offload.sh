@@ -5,6 +5,8 @@
 # (--offload-grads, ZeRO-Offload's layout), at 1 rank and at DP2 with ZeRO-2
 # and 2 micro-batches; with its parameters too (--offload-params, ZeRO-3's
 # shards in host memory as ZeRO-Infinity keeps them), at 1 rank and at DP2;
+# half of each block's optimizer state under ZeRO-3, with and without that
+# half's parameters (--offload 0.5 --offload-params: the gradients stay);
 # and with every layer's activations swapped to host memory (--swap all),
 # alone and with the gradients offloaded.
 #
@@ -66,6 +68,8 @@ rows=(   # ranks|layout|flags
   "1|optimizer state|--offload 1"
   "1|+ gradients|--offload-grads"
   "1|+ gradients and parameters|--offload-params"
+  "1|ZeRO-3, half the optimizer state|--zero 3 --offload 0.5"
+  "1|ZeRO-3, half the optimizer state and parameters|--offload 0.5 --offload-params"
   "1|activations swapped|--offload 0 --swap all"
   "1|+ gradients, activations swapped|--offload-grads --swap all"
   "2|ZeRO-2 DP2 x 2 micro, none|--dp 2 --zero 2 --micro-batches 2"
@@ -73,6 +77,7 @@ rows=(   # ranks|layout|flags
   "2|ZeRO-2 DP2 x 2 micro, + gradients|--dp 2 --zero 2 --micro-batches 2 --offload-grads"
   "2|ZeRO-3 DP2 x 2 micro, + gradients|--dp 2 --zero 3 --micro-batches 2 --offload-grads"
   "2|ZeRO-3 DP2 x 2 micro, + gradients and parameters|--dp 2 --micro-batches 2 --offload-params"
+  "2|ZeRO-3 DP2 x 2 micro, half the optimizer state and parameters|--dp 2 --micro-batches 2 --offload 0.5 --offload-params"
 )
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 versus() { [ "$1" = "$2" ] && echo "$(mib "$1") (=)" || echo "$(mib "$1") (planner $(mib "$2"))"; }

@@ -1042,13 +1042,21 @@ static void lower_comm_wait(Lower *L, const IrNode *n) {
 }
 
 // this rank's shard into its place in the whole bucket (an all-gather fills the rest); from
-// host memory (parameter offload), a copy to the device
+// host memory (parameter offload), a copy to the device; a shard in two ranges (part of it
+// offloaded), a copy of each
 static void lower_unshard(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, n->in[0]->host ? CG_K_to_device : CG_K_copy);
-  const Sym *k = numel(L, n->in[0]);
-  buf(c, n->out[0]);
-  rank_part(L, c, n, k);
-  buf(c, n->in[0]), num(c, k);
+  const Sym *part = numel(L, n->in[0]), *at = NULL;
+  if (n->nin == 2)
+    part = sym_add(&L->g->arena, part, numel(L, n->in[1]));
+  for (int i = 0; i < n->nin; i++) {
+    const IrValue *x = n->in[i];
+    CgCall *c = call(L, x->host ? CG_K_to_device : CG_K_copy);
+    buf(c, n->out[0]);
+    rank_part(L, c, n, part);
+    c->args[c->nargs - 1].elem_off = at;
+    buf(c, x), num(c, numel(L, x));
+    at = numel(L, x);   // the tail starts where the first range ends
+  }
 }
 
 // tp_gather / tp_slice: the tensor as [outer][pieces][chunk] on this rank,

@@ -1105,10 +1105,21 @@ static int shape_reduce_scatter(IrGraph *g, IrNode *n, IrDiag *d) { return need_
 static int shape_all_gather(IrGraph *g, IrNode *n, IrDiag *d) { return need_flat(g, n, 0, d); }
 static int shape_comm_wait(IrGraph *g, IrNode *n, IrDiag *d) { return shape_all_reduce(g, n, d); }
 
+// This rank's part, a shard (x) or a shard cut in two (x on the device, tail on the host:
+// parameter offload of part of it), into its place in the whole bucket.
 static int shape_unshard(IrGraph *g, IrNode *n, IrDiag *d) {
-  if (need_flat(g, n, 0, d))
+  if (n->nin < 1 || n->nin > 2)
+    return ir_error(d, n->loc, "unshard takes a shard, or its two ranges, not %d inputs", n->nin);
+  if (need_flat(g, n, 0, d) || (n->nin == 2 && need_flat(g, n, 1, d)))
     return -1;
-  const Sym *whole = whole_of_part(g, n, n->in[0]->shape[0]);
+  const Sym *part = n->in[0]->shape[0];
+  if (n->nin == 2) {
+    if (n->in[1]->dtype != n->in[0]->dtype)
+      return ir_error(d, n->loc, "unshard: '%s' and '%s' hold different types", n->in[0]->name,
+                      n->in[1]->name);
+    part = sym_add(&g->arena, part, n->in[1]->shape[0]);
+  }
+  const Sym *whole = whole_of_part(g, n, part);
   return set_out(g, n, 0, n->in[0]->dtype, 1, &whole, d);
 }
 

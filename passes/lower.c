@@ -419,8 +419,8 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
 // ZeRO-3: the whole bucket gathered from the shards before the first read of
 // any of reads[0..n) in `phase`, and vals[0..n) placed in it (nothing when that
 // phase reads none of them).
-static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *const *reads,
-                          IrValue *const *vals, int n, IrPhase phase) {
+static void gather_params(Lower *L, PassBucket *b, IrValue *const *shard, int nshard,
+                          IrValue *const *reads, IrValue *const *vals, int n, IrPhase phase) {
   IrGraph *g = L->g;
   int at = first_read(L, reads, n, phase);
   if (at < 0)
@@ -428,13 +428,13 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
   g->cur_phase = phase;
   g->cur_block = b->block, g->cur_use = 0;
   ir_insert_before(g, at);
-  IrNode *u = ir_node_new(g, OP_UNSHARD, &shard, 1, 1);
+  IrNode *u = ir_node_new(g, OP_UNSHARD, shard, nshard, 1);
   sharded(L, u, b, true);
   IR_ASSERT(infer(L, u) == 0);
   IrValue *whole = u->out[0];
   whole->role = ROLE_BUCKET;
   char name[256];
-  snprintf(name, sizeof name, "%s.%s.%s", shard == b->copies ? "copies" : "params",
+  snprintf(name, sizeof name, "%s.%s.%s", shard[0]->dtype == DT_BF16 ? "copies" : "params",
            phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
   ir_value_rename(g, whole, name);
   wait(L, collective(L, b, OP_ALL_GATHER, whole, false, false));
@@ -444,15 +444,24 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *shard, IrValue *cons
 }
 
 // ZeRO-3: the values forward and backward read (the parameters, or in bf16
-// their working copies) are gathered from `shard` before each phase's first
-// read; backward reads copies of them placed in the second gathered bucket.
+// their working copies) are gathered from this rank's shard before each
+// phase's first read: `head` on the device, `tail` (NULL: none) in host memory
+// (parameter offload: the shard's last elements, or all of it where head is
+// empty); backward reads copies of them placed in the second gathered bucket.
 // A block whose backward reads none of them (a stem convolution's filter
 // gradient needs its input and dy only) is gathered in forward only.
-static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *shard, IrValue **vals, int n) {
+static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *head, IrValue *tail,
+                               IrValue **vals, int n) {
   IrGraph *g = L->g;
+  IrValue *shard[2];
+  int nshard = 0;
+  if (!tail || ir_eval(g, ir_numel(g, head)) > 0)
+    shard[nshard++] = head;
+  if (tail)
+    shard[nshard++] = tail;
   b->bwd_gather = first_read(L, vals, n, PHASE_BACKWARD) >= 0;
   if (!b->bwd_gather) {
-    gather_params(L, b, shard, vals, vals, n, PHASE_FORWARD);
+    gather_params(L, b, shard, nshard, vals, vals, n, PHASE_FORWARD);
     return;
   }
   IrValue **copy = L->to + L->nswap;
@@ -465,8 +474,9 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *shard, IrValue 
     copy[i]->loc = vals[i]->loc;
     copy[i]->bucket_off = vals[i]->bucket_off;
   }
-  gather_params(L, b, shard, vals, vals, n, PHASE_FORWARD);
-  gather_params(L, b, shard, vals, copy, n, PHASE_BACKWARD); // the reads the copies take over
+  gather_params(L, b, shard, nshard, vals, vals, n, PHASE_FORWARD);
+  gather_params(L, b, shard, nshard, vals, copy, n, PHASE_BACKWARD); // the reads the copies take
+                                                                       // over
 }
 
 // An update with the hyper-parameters of `rule` (its own copy of them).
@@ -554,7 +564,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     set_decay(L, u, b, 0, parts);
     IR_ASSERT(infer(L, u) == 0);
   }
-  IR_ASSERT(!b->params_host || b->host_numel == b->part);
+  IR_ASSERT(!b->params_host || b->host_numel == ir_eval(g, ir_numel(g, b->host_params)));
   if (b->host_numel) {
     if (!b->host_params)
       b->host_params = host_flat(L, "params", b, ROLE_BUCKET, b->host_numel);
@@ -566,7 +576,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     set_decay(L, h, b, on_device, parts);
     IR_ASSERT(infer(L, h) == 0);
     if (b->copies && b->params_host) {  // bf16: the host's masters rounded into its copies
-      IrValue *in[2] = {b->copies, b->host_params};
+      IrValue *in[2] = {b->host_copies ? b->host_copies : b->copies, b->host_params};
       IrNode *a = ir_node_new(g, OP_ASSIGN, in, 2, 0);
       sharded(L, a, b, false);
       IR_ASSERT(infer(L, a) == 0);
@@ -609,10 +619,16 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
       continue;
     if (!copies) {
       int64_t numel = b->zero == 3 ? b->shard : b->numel;
-      copies = b->params_host ? host_flat(L, "copies", b, ROLE_BUCKET, numel)
-                              : flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET,
-                                     numel);
+      int64_t host = b->params_host ? ir_eval(L->g, ir_numel(L->g, b->host_params)) : 0;
+      // parameter offload: the shard's last `host` in host memory (all of it: only there)
+      copies = host == numel ? host_flat(L, "copies", b, ROLE_BUCKET, numel)
+                             : flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET,
+                                    numel - host);
       copies->dtype = DT_BF16;
+      if (host && host < numel) {
+        b->host_copies = host_flat(L, "copies", b, ROLE_BUCKET, host);
+        b->host_copies->dtype = DT_BF16;
+      }
     }
     vals[nc++] = a->in[0];
     if (b->zero < 3)
@@ -623,7 +639,7 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
   if (copies && b->zero == 3) {
     IrValue *keep[nc > 0 ? nc : 1];
     memcpy(keep, vals, (size_t)nc * sizeof *keep);
-    lower_params_zero3(L, b, copies, keep, nc);
+    lower_params_zero3(L, b, copies, b->host_copies, keep, nc);
   }
   return 0;
 }
@@ -693,11 +709,17 @@ static int check(Lower *L) {
     sgd |= g->nodes[i]->op == OP_SGD;
   for (int b = 0; b < ir_nblocks(g); b++) {
     const PlanBlock *pb = plan_block(P, b);
-    if (pb->offload_params && (pb->zero != 3 || !pb->offload_grads))
-      return ir_error(L->d, (IrLoc){0}, "block %d offloads its parameters with ZeRO-%d%s: "
-                      "parameter offload keeps ZeRO-3's shards in host memory, and the update "
-                      "that writes them runs there (give it ZeRO-3 and offload its gradients)",
-                      b, pb->zero, pb->offload_grads ? "" : " and its gradients on the device");
+    if (pb->offload_params && pb->zero != 3)
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads its parameters with ZeRO-%d: "
+                      "parameter offload keeps ZeRO-3's shards in host memory (give it ZeRO-3)",
+                      b, pb->zero);
+    if (pb->offload_params && (sgd || !(pb->offload > 0)))
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads its parameters with %s: the "
+                      "parameters in host memory are the optimizer state's offloaded share, "
+                      "which the host's update writes (%s)", b,
+                      sgd ? "SGD, which has no optimizer state" : "none of its optimizer state",
+                      sgd ? "train with AdamW, or keep them on the device"
+                          : "give it an offload share above 0");
     if (!pb->offload_grads)
       continue;
     if (pb->offload != 1)
@@ -908,11 +930,14 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     // bf16: forward and backward read the working copies, so the masters are
     // only shards from ZeRO-1 on (the optimizer state shards them)
     bool copies = L.assign[mine[0]->id] != NULL;
+    // parameter offload: the only copy of the shard's last `host` elements (all of them, or
+    // the offload share's), which the host's update writes; the device has the rest
     b->params_host = plan_block(P, blk)->offload_params;
-    if (b->params_host)  // the shard's only copy, which the update writes
-      b->host_params = host_flat(&L, "params", b, ROLE_BUCKET, b->shard);
+    int64_t host = b->params_host ? pass_offload_elems(b->shard, plan_block(P, blk)->offload) : 0;
+    if (b->params_host)
+      b->host_params = host_flat(&L, "params", b, ROLE_BUCKET, host);
     if (b->zero == 3 || (copies && b->zero >= 1)) {
-      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->shard);
+      b->pshard = flat(&L, "params.shard", b, ROLE_BUCKET, b->shard - host);
     } else {
       b->params = flat(&L, "params", b, ROLE_BUCKET, b->numel);
       for (int i = 0; i < n; i++)
@@ -922,7 +947,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
       break;
     lower_grads(&L, b, mine, n);
     if (b->zero == 3 && !b->copies)
-      lower_params_zero3(&L, b, b->params_host ? b->host_params : b->pshard, mine, n);
+      lower_params_zero3(&L, b, b->pshard, b->params_host ? b->host_params : NULL, mine, n);
     for (int i = 0; b->copies && b->pshard && i < n; i++) {
       mine[i]->bucket = b->pshard;
       mine[i]->in_shard = true;

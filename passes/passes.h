@@ -79,9 +79,13 @@ typedef struct PassBucket {
                            // numel bf16 laid out as params, written from it after the update
                            // (parameter offload: this rank's shard of it, in host memory)
   bool params_host;        // parameter offload (PlanBlock.offload_params): host_params is this
-                           // rank's only copy of its shard of the parameters (bf16: and copies
-                           // of its working copies); forward's and backward's gathers start
-                           // from the host
+                           // rank's only copy of the last host_numel elements of its shard of
+                           // the parameters, all of it or the offload share (bf16: and copies,
+                           // or host_copies, of their working copies); forward's and backward's
+                           // gathers take those from the host
+  IrValue *host_copies;    // bf16 parameter offload of part of the shard: the host's working
+                           // copies of its last host_numel elements (copies: the device's of
+                           // the rest); NULL where all or none of it is offloaded
 } PassBucket;
 
 typedef struct PassLowered {

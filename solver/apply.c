@@ -541,12 +541,11 @@ static int read_blocks(const cJSON *blocks, const SvModel *m, Plan *a, const cha
                     where);
       break;
     }
-    if (cJSON_IsTrue(op) && (zero != 3 || !cJSON_IsTrue(og))) {
-      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): \"offload_params\" with \"zero\" %lld%s: the "
-                    "parameters live in host memory as ZeRO-3's shards, updated there with "
-                    "their gradients (\"zero\" 3, \"offload_grads\" true)", path, where,
-                    m->block[id].name, (long long)zero,
-                    cJSON_IsTrue(og) ? "" : " and no \"offload_grads\"");
+    if (cJSON_IsTrue(op) && (zero != 3 || !(off > 0))) {
+      rc = ir_error(d, (IrLoc){0}, "%s: %s (%s): \"offload_params\" with \"zero\" %lld and "
+                    "\"offload\" %g: the offloaded share of the parameters lives in host memory "
+                    "as part of ZeRO-3's shards, updated there (\"zero\" 3, \"offload\" above 0)",
+                    path, where, m->block[id].name, (long long)zero, off);
       break;
     }
     if (q > 1 && tp > 1) {
@@ -870,11 +869,18 @@ void sv_predict(const PassLowered *lw, int nswapped, int ncheckpointed, int nlay
                             " with the gradients and parameters" :
                             " (%d bucket%s with the gradients and parameters)", nparams,
                             nparams > 1 ? "s" : "");
-  else if (ngrads && len < n)
-    len += (size_t)snprintf(s + len, n - len, ngrads == lw->nbuckets ? " with the gradients" :
-                            " (%d bucket%s with the gradients)", ngrads, ngrads > 1 ? "s" : "");
-  if (nparams && nparams != ngrads && len < n)
-    len += (size_t)snprintf(s + len, n - len, " (%d with the parameters)", nparams);
+  else if ((ngrads || nparams) && len < n) {   // (a share's parameters without the gradients)
+    const char *what = !nparams ? "gradients" : !ngrads ? "parameters" : NULL;
+    int k = ngrads ? ngrads : nparams;
+    if (what && k == lw->nbuckets)
+      len += (size_t)snprintf(s + len, n - len, " with the %s", what);
+    else if (what)
+      len += (size_t)snprintf(s + len, n - len, " (%d bucket%s with the %s)", k, k > 1 ? "s" : "",
+                              what);
+    else
+      len += (size_t)snprintf(s + len, n - len, " (%d bucket%s with the gradients, %d with the "
+                              "parameters)", ngrads, ngrads > 1 ? "s" : "", nparams);
+  }
   if (nswapped && len < n)
     len += (size_t)snprintf(s + len, n - len, ", swap %d of %d layers", nswapped, nlayers);
   if (ncheckpointed && len < n)
@@ -928,7 +934,7 @@ static int choice_of(const SvPlan *pl, const Plan *P, int u, int layout, int *np
   const SvNum *n = &pl->nums[u];
   int zero = n->params > 0 ? pb->zero : 0;
   int offload = n->params > 0 && n->per.state > 0 ? (int)lround(pb->offload * 100) : 0;
-  bool grads = offload > 0 && pb->offload_grads, params = grads && pb->offload_params;
+  bool grads = offload > 0 && pb->offload_grads, params = offload > 0 && pb->offload_params;
   for (int c = 0; c < un->nchoices; c++) {
     const SvChoice *ch = &un->choice[c];
     if (ch->layout == layout && ch->ckpt == (ckpt > 0) && ch->swap == (swap > 0) &&

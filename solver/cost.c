@@ -1208,7 +1208,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   // share * slice / (count / s) each, which is slice / d on one group (slice / (d x tp) for a
   // block data parallel over tp: one group).
   double sh = shards > 1 ? (double)s / gr->count / sv_layout_parts(l) : 1;
-  double cat[SV_NM] = {params ? 0 : slice * b->param, grads ? 0 : slice * b->grad,
+  // (parameter offload: the offloaded share's weights are in host memory only)
+  double cat[SV_NM] = {(params ? 1 - fo : 1) * slice * b->param, grads ? 0 : slice * b->grad,
                        slice * (b->master + b->state) -
                            sv_offload_device_bytes(fo * slice, *b, false), 0};
   int from[SV_NM] = {3, 2, 1, 9};   // the ZeRO stage that shards each category

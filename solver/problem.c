@@ -64,10 +64,11 @@ static void add_choice(SvUnit *u, int *cap, const SvChoice *c) {
 }
 
 // The offload choices: percent of the optimizer state, whether the gradients go too (only
-// with all of it), and whether the parameters go too (only with the gradients, under ZeRO-3).
+// with all of it), and whether the parameters of that share go too (under ZeRO-3: then only
+// in host memory, the host's update writing them).
 static const struct { int share; bool grads, params; } offloads[] = {
-    {0, false, false}, {50, false, false}, {100, false, false}, {100, true, false},
-    {100, true, true}};
+    {0, false, false},  {50, false, false},  {100, false, false}, {100, true, false},
+    {50, false, true}, {100, false, true}, {100, true, true}};
 #define NOFFLOADS ((int)(sizeof offloads / sizeof *offloads))
 
 // The replicas of a block's parameters under layout l (those its ZeRO stage shards over).

@@ -161,7 +161,8 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
 // bytes per GPU of group g.
 typedef struct UnitRow {
   char name[300], layout[32], ckpt[32];
-  char offload[24];   // "50%", "100% +grads" (the gradients offloaded too), "100% +grads+params"
+  char offload[24];   // "50%", "100% +grads" (the gradients offloaded too), "100% +grads+params",
+                      // "50% +params" (that share's parameters)
   int zero;
   double t, m;
 } UnitRow;
@@ -192,7 +193,7 @@ static void unit_row(const SvPlan *pl, int u, int g, UnitRow *r) {
   sv_layout_str(r->layout, sizeof r->layout, p->layout[c->layout]);
   r->zero = c->zero;
   snprintf(r->offload, sizeof r->offload, "%d%%%s", c->offload,
-           c->params ? " +grads+params" : c->grads ? " +grads" : "");
+           c->params ? (c->grads ? " +grads+params" : " +params") : c->grads ? " +grads" : "");
 }
 
 static void print_blocks(FILE *f, const SvPlan *pl) {

@@ -88,8 +88,8 @@ elif ! grep -q "ONNX input is not supported" drop.log; then
   fail "compile $onnx/gpt_o17_train.onnx"
 fi
 
-# across layouts: one rank -> ZeRO-3 dp 2, its state all in host memory, 3/4 of it on the first
-# rank -> tp 2 -> one rank
+# across layouts: one rank -> ZeRO-3 dp 2, the state of its first block all in host memory and
+# half of the others' parameters, 3/4 of it on the first rank -> tp 2 -> one rank
 if [ $mpi = 1 ]; then
   "$mtc" plan "$gpt2" "${dims[@]}" -D B=2 --gpus 2 --batch 4 --precision fp32 --json z3.json \
     > /dev/null || fail "mtc plan --gpus 2"
@@ -99,9 +99,9 @@ p = json.load(open(sys.argv[1]))
 g = p["groups"][0]
 p["groups"] = [dict(g, name="big", count=1, micro_batches=1, state_share=0.75),
                dict(g, name="small", count=1, micro_batches=1, state_share=0.25)]
-for b in p["blocks"]:
-    b.update(dp=2, tp=1, q=1, zero=3, checkpoint=False, swap=False, offload=1,
-             offload_grads=True, offload_params=True)
+for i, b in enumerate(p["blocks"]):
+    b.update(dp=2, tp=1, q=1, zero=3, checkpoint=False, swap=False, offload=1 if i == 0 else 0.5,
+             offload_grads=i == 0, offload_params=True)
 json.dump(p, open(sys.argv[1], "w"))
 EOF
   build_program "$mtc" "$gpt2" z3 z3.log "${dims[@]}" -D B=2 --plan z3.json

@@ -289,9 +289,9 @@ static void test_lowering_params(int dp) {
         "(want %d), %d copies back", dp, unshards, gathers, back);
   pass_memplan_free(ctx.mem);
   ir_graph_free(g);
-  // without ZeRO-3, or with the gradients on the device, the lowering says why
+  // without ZeRO-3, or without an offloaded share, the lowering says why
   PlanBlock bad[2] = {{.zero = 2, .offload = 1, .offload_grads = true, .offload_params = true},
-                      {.zero = 3, .offload = 1, .offload_params = true}};
+                      {.zero = 3, .offload = 0, .offload_params = true}};
   for (int k = 0; k < 2; k++) {
     d = (IrDiag){0};
     IrGraph *b = fe_dsl_load(gpt2_path, (FeDefine[]){{"L", 2}, {"C", 32}, {"NH", 2}, {"T", 8},
@@ -303,12 +303,48 @@ static void test_lowering_params(int dp) {
     PassCtx c = {.opt = pass_default_options(), .diag = &d, .plan = &plan};
     int rc = b ? pass_run_all(b, &c) : -1;
     check(rc && strstr(d.msg, "offloads its parameters") &&
-              strstr(d.msg, k ? "gradients on the device" : "ZeRO-2"),
-          "dp %d, parameter offload %s: rc %d, '%s'", dp, k ? "without the gradients" : "at ZeRO-2",
-          rc, d.msg);
+              strstr(d.msg, k ? "none of its optimizer state" : "ZeRO-2"),
+          "dp %d, parameter offload %s: rc %d, '%s'", dp, k ? "of no share" : "at ZeRO-2", rc,
+          d.msg);
     pass_memplan_free(c.mem);
     ir_graph_free(b);
   }
+}
+
+// Parameter offload of half of each shard, the gradients on the device (ProTrain's chunks
+// apart from the blocks'): the shard's last half (16-element runs, as the optimizer's offload
+// cuts it) is in host memory only, the rest on the device; each gather's unshard takes both
+// ranges, and the update copies the reduced gradient's half down and nothing back.
+static void test_lowering_params_share(int dp) {
+  IrDiag d = {0};
+  PassCtx ctx;
+  PlanBlock rest = {.zero = 3, .offload = 0.5, .offload_params = true};
+  IrGraph *g = lowered_gpt2_as(dp, rest, &ctx, &d);
+  if (!g)
+    return;
+  const PassLowered *lw = ctx.lowered;
+  int unshards = 0, gathers = 0, back = 0, down = 0;
+  for (int i = 0; i < lw->nbuckets; i++) {
+    const PassBucket *b = &lw->bucket[i];
+    gathers += 1 + b->bwd_gather;
+    int64_t host = pass_offload_elems(b->part, 0.5);
+    check(b->params_host && b->host_numel == host && host > 0 && host < b->part &&
+              nbytes(g, b->host_params) == 4 * host && b->host_params->host &&
+              nbytes(g, b->pshard) == 4 * (b->part - host) && !b->pshard->host,
+          "dp %d, half the parameters offloaded: bucket %s: %lld of %lld on the host", dp,
+          b->name, (long long)b->host_numel, (long long)b->part);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    unshards += n->op == OP_UNSHARD && n->nin == 2 && !n->in[0]->host && n->in[1]->host;
+    back += n->op == OP_TO_DEVICE;
+    down += n->op == OP_TO_HOST;
+  }
+  check(unshards == gathers && back == 0 && down == lw->nbuckets,
+        "dp %d, half the parameters offloaded: %d gathers from both ranges (want %d), %d copies "
+        "back, %d down", dp, unshards, gathers, back, down);
+  pass_memplan_free(ctx.mem);
+  ir_graph_free(g);
 }
 
 // The IR text: host values read back as host; the copies' rules hold.
@@ -445,6 +481,8 @@ int main(int argc, char **argv) {
   test_lowering(1, 0, 0.3);
   test_lowering_params(1);
   test_lowering_params(2);
+  test_lowering_params_share(1);
+  test_lowering_params_share(2);
   test_text();
   for (int opt = RT_OPT_ADAMW; opt <= RT_OPT_SGD; opt++) {
     test_interp(0, 0.5, opt);
