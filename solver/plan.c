@@ -1131,7 +1131,10 @@ SvByteUnit sv_unit(double ref) {
 
 const char *sv_bytes_str(char *buf, double bytes) {
   SvByteUnit u = sv_unit(bytes);
-  snprintf(buf, 32, "%.1f %s", bytes / u.bytes, u.name);
+  double v = bytes / u.bytes;
+  // three significant digits below ten of the unit (0.166 MiB, 4.20 GiB), a decimal above: two
+  // sizes a message compares (what fits, what is needed) read apart
+  snprintf(buf, 32, fabs(v) >= 10 ? "%.1f %s" : fabs(v) >= 1 ? "%.2f %s" : "%.3f %s", v, u.name);
   return buf;
 }
 
