@@ -58,11 +58,21 @@ cases() {
   # memory, the host's copies and sums in backward and its update
   echo "gpt2_dsl_offload_grads|examples/gpt2.mtc|gpt2_dsl"
   echo "gpt2_dsl_bf16_offload_grads|examples/gpt2.mtc|gpt2_dsl"
+  # parameter offload (_offload_params: ZeRO-3's shard in host memory only, copied up before
+  # each gather; _offload50_params: half of it, the gradients on the device)
+  echo "gpt2_dsl_offload_params|examples/gpt2.mtc|gpt2_dsl"
+  echo "gpt2_dsl_bf16_offload50_params|examples/gpt2.mtc|gpt2_dsl"
 }
 
 # precision_of NAME: the precision a case compiles in; flags_of NAME: its layout's flags
 precision_of() { case $1 in *_bf16 | *_bf16_*) echo bf16 ;; *) echo fp32 ;; esac; }
-flags_of() { case $1 in *_offload_grads) echo --offload-grads ;; esac; }
+flags_of() {
+  case $1 in
+    *_offload_grads) echo --offload-grads ;;
+    *_offload_params) echo --offload-params ;;
+    *_offload50_params) echo --offload 0.5 --offload-params ;;
+  esac
+}
 
 selected_cases() { cases | grep -E "^(${GPU_CHECK_ONLY:-.*})\|" || true; }
 
