@@ -93,14 +93,6 @@ static void per_replica(FILE *f, const SvProblem *p, const SvSolution *s, int g)
   }
 }
 
-// Does group g run ghost micro-batches in s that cost (a block collecting every micro-batch)?
-static bool pays_ghosts(const SvProblem *p, const SvSolution *s, int g) {
-  bool pays = false;
-  for (int u = 0; u < p->nunits; u++)
-    pays |= p->unit[u].choice[s->pick[u]].t_ghost[g] > 0;
-  return pays && sv_ghosts(p, s, g) > 0;
-}
-
 static int slowest(const SvProblem *p, const SvSolution *s) {
   int w = 0;
   for (int g = 1; g < p->ngroups; g++)
@@ -255,7 +247,7 @@ static void print_groups(FILE *f, const SvPlan *pl) {
         fprintf(f, " of %lld sequences", (long long)p->rows[g]);
       fputs(" (", f);
       per_replica(f, p, s, g);
-      if (pays_ghosts(p, s, g))
+      if (sv_lockstep(p, s) && sv_ghosts(p, s, g) > 0)   // ghosts that cost (lockstep)
         fprintf(f, ", and %g ghosts a replica: the others' collectives", sv_ghosts(p, s, g));
       fprintf(f, ") and holds %.1f%% of the sharded state\n", 100 * s->share[g]);
     }
