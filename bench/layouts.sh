@@ -31,6 +31,7 @@ layouts=(   # ranks|name|flags
   "2|ZeRO-2 DP2 offload + grads|--dp 2 --zero 2 --offload-grads"
   "1|offload + params|--offload-params"
   "2|ZeRO-3 DP2 offload + params|--dp 2 --offload-params"
+  "1|ZeRO-3 offload 0.5 + params|--offload 0.5 --offload-params"
   "2|ZeRO-1 DP2, 2 micro-batches|groups=2,2/0.5,0.5"
   "2|ZeRO-1 DP2, batch 3:1, state 3:1|groups=3,1/0.75,0.25"
   "2|ZeRO-2 DP2, 2 micro-batches|groups=2,2/0.5,0.5/2"

@@ -1198,8 +1198,11 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
     if (params) {   // the shard up before forward's gather, and backward's (as ZeRO-3 gathers)
       bool twice = n->bwd_params || ckpt;
       double again = twice ? exposed(moved * b->param / pcie, tb, host, 0) : 0;
-      o->t_micro[SV_T_OFFLOAD] += per * (up + again);
-      o->t_ghost[SV_T_OFFLOAD] += (twice ? 2 : 1) * moved * b->param / pcie;
+      // part of it offloaded: the device's range copied beside it into the gathered bucket
+      // (read and written on the device, in the compute's stream)
+      double local = 2 * (own - moved) * b->param * load / (dev->hbm_bw * dev->eff.mem);
+      o->t_micro[SV_T_OFFLOAD] += per * (up + again + (twice ? 2 : 1) * local);
+      o->t_ghost[SV_T_OFFLOAD] += (twice ? 2 : 1) * (moved * b->param / pcie + local);
     }
     o->t_step[SV_T_OFFLOAD] = (grads ? 0 : down) + moved / dev->cpu_adam + (params ? 0 : up);
   }
