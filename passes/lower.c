@@ -434,7 +434,7 @@ static void gather_params(Lower *L, PassBucket *b, IrValue *const *shard, int ns
   IrValue *whole = u->out[0];
   whole->role = ROLE_BUCKET;
   char name[256];
-  snprintf(name, sizeof name, "%s.%s.%s", shard[0]->dtype == DT_BF16 ? "copies" : "params",
+  snprintf(name, sizeof name, "%s.%s.%s", shard[0] == b->copies ? "copies" : "params",
            phase == PHASE_FORWARD ? "fwd" : "bwd", b->name);
   ir_value_rename(g, whole, name);
   wait(L, collective(L, b, OP_ALL_GATHER, whole, false, false));
@@ -504,6 +504,14 @@ static int64_t host_share(const Lower *L, const PassBucket *b) {
   return pass_offload_elems(b->part, plan_block(L->plan, b->block)->offload);
 }
 
+// Parameter offload: the elements of this rank's ZeRO-3 shard whose only copy is in host memory,
+// the last ones, as many as the host's share of the update (all of them, or the offload
+// share's); 0 without.
+static int64_t params_on_host(const Lower *L, const PassBucket *b) {
+  return b->params_host ? pass_offload_elems(b->shard, plan_block(L->plan, b->block)->offload)
+                        : 0;
+}
+
 // One update op for the bucket, replacing its parameters' own; with offload,
 // two (device and host) and the copies.
 static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n) {
@@ -564,7 +572,7 @@ static int lower_update(Lower *L, PassBucket *b, IrValue *const *members, int n)
     set_decay(L, u, b, 0, parts);
     IR_ASSERT(infer(L, u) == 0);
   }
-  IR_ASSERT(!b->params_host || b->host_numel == ir_eval(g, ir_numel(g, b->host_params)));
+  IR_ASSERT(!b->params_host || b->host_numel == params_on_host(L, b));
   if (b->host_numel) {
     if (!b->host_params)
       b->host_params = host_flat(L, "params", b, ROLE_BUCKET, b->host_numel);
@@ -619,7 +627,7 @@ static int lower_copies(Lower *L, PassBucket *b, IrValue **members, int n) {
       continue;
     if (!copies) {
       int64_t numel = b->zero == 3 ? b->shard : b->numel;
-      int64_t host = b->params_host ? ir_eval(L->g, ir_numel(L->g, b->host_params)) : 0;
+      int64_t host = params_on_host(L, b);
       // parameter offload: the shard's last `host` in host memory (all of it: only there)
       copies = host == numel ? host_flat(L, "copies", b, ROLE_BUCKET, numel)
                              : flat(L, b->zero == 3 ? "copies.shard" : "copies", b, ROLE_BUCKET,
@@ -933,7 +941,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
     // parameter offload: the only copy of the shard's last `host` elements (all of them, or
     // the offload share's), which the host's update writes; the device has the rest
     b->params_host = plan_block(P, blk)->offload_params;
-    int64_t host = b->params_host ? pass_offload_elems(b->shard, plan_block(P, blk)->offload) : 0;
+    int64_t host = params_on_host(&L, b);
     if (b->params_host)
       b->host_params = host_flat(&L, "params", b, ROLE_BUCKET, host);
     if (b->zero == 3 || (copies && b->zero >= 1)) {
