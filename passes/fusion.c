@@ -652,12 +652,12 @@ static bool same_lead(const IrValue *a, const IrValue *b) {
 // torch's MultiheadAttention: [B*H, T, HS] of [B, H, T, HS]): q's [P.., T, HS], else NULL.
 // Attention in that view keeps the heads a dim of their own, which tensor parallelism splits.
 static IrValue *merged_heads(IrValue *q, IrValue *k, IrValue *v) {
-  IrValue *src[3] = {through_heads(q), through_heads(k), through_heads(v)};
-  if (src[0] == q || src[0]->rank <= q->rank)
-    return NULL;
-  for (int i = 1; i < 3; i++)
-    if (src[i] == (i == 1 ? k : v) || !same_lead(src[i], src[0]))
+  IrValue *x[3] = {q, k, v}, *src[3];
+  for (int i = 0; i < 3; i++) {
+    src[i] = through_heads(x[i]);
+    if (src[i] == x[i] || src[i]->rank <= x[i]->rank || !same_lead(src[i], src[0]))
       return NULL;
+  }
   return src[0];
 }
 
