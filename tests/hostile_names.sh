@@ -68,6 +68,13 @@ plain=$(losses dsl_plain_swap "$src/examples/gpt2.mtc" "${dims[@]}" --swap all)
 hostile=$(losses dsl_hostile_swap "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 \
   -D NULL=2 -D size_t=64 --swap all)
 same "DSL GPT-2, activations swapped" "$plain" "$hostile"
+# with half of each shard's parameters in host memory: the buckets' host and device ranges,
+# each copied into the gathered bucket (two copies an unshard), in bf16 with the host's copies
+plain=$(losses dsl_plain_params "$src/examples/gpt2.mtc" "${dims[@]}" --offload 0.5 \
+  --offload-params --precision bf16)
+hostile=$(losses dsl_hostile_params "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 \
+  -D NULL=2 -D size_t=64 --offload 0.5 --offload-params --precision bf16)
+same "DSL GPT-2, half the parameters offloaded" "$plain" "$hostile"
 
 # ---- the same on a 2 x 2 grid (Optimus 2D, 4 ranks): the params table's splits, the split
 # norms' and tp kernels' axes and the loss's partial axes are emitted beside the names
