@@ -1281,53 +1281,49 @@ static void round_into(rt_bf16 *c, const float *p, long i0, long i1) {
   for (long i = i0; i < i1; i++) c[i] = rt_f32_to_bf16(p[i]);
 }
 
-// AdamW over p (blocks of 16, as adamw_blocks runs them); with c, p rounded into it chunk by
-// chunk.
-static void adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-                  float beta2, float eps, float wd, int t, float gscale, long decay_n,
-                  rt_bf16 *c) {
+// The gradient of elements [i0, i1) as float32: g itself in float32, or (g16: bf16 gradients)
+// those elements widened into w, which holds OPT_CHUNK.
+static const float *grad_chunk(const void *g, bool g16, long i0, long i1, float *w) {
+  if (!g16)
+    return (const float *)g + i0;
+  const rt_bf16 *h = (const rt_bf16 *)g + i0;
+  for (long i = 0; i < i1 - i0; i++) w[i] = rt_bf16_to_f32(h[i]);
+  return w;
+}
+
+// AdamW over p (blocks of 16, as adamw_blocks runs them) with a float32 or (g16) bf16
+// gradient; with c, p rounded into it chunk by chunk.
+static void adamw(float *p, const void *g, bool g16, float *m, float *v, long n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t, float gscale,
+                  long decay_n, rt_bf16 *c) {
   AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
-  long nblocks = (n + 15) / 16, per = OPT_CHUNK / 16, nchunks = (nblocks + per - 1) / per;
+  long nchunks = (n + OPT_CHUNK - 1) / OPT_CHUNK;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
-    long b1 = (k + 1) * per < nblocks ? (k + 1) * per : nblocks;
-    adamw_blocks(p, g, m, v, n, k * per, b1, &s);
+    long i0 = k * OPT_CHUNK, i1 = i0 + OPT_CHUNK < n ? i0 + OPT_CHUNK : n;
+    float w[OPT_CHUNK];
+    AdamwStep sk = s;  // the chunk's elements from 0 (whole blocks of 16: the same bits)
+    sk.decay_n = s.decay_n - i0;
+    adamw_blocks(p + i0, grad_chunk(g, g16, i0, i1, w), m + i0, v + i0, i1 - i0, 0,
+                 (i1 - i0 + 15) / 16, &sk);
     if (c)
-      round_into(c, p, k * OPT_CHUNK, b1 * 16 < n ? b1 * 16 : n);
+      round_into(c, p, i0, i1);
   }
 }
 
-void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr,
-              float beta1, float beta2, float eps, float wd, int t, float gscale, long decay_n) {
-  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, NULL);
-}
-
-void rt_adamw_copy(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
-                   rt_bf16 *c) {
-  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, c);
-}
-
-// SGD (sgd_elems); with c, p rounded into it chunk by chunk (bf16)
-static void sgd(float *p, const float *g, long n, float lr, float wd, float gscale,
+// SGD (sgd_elems) with a float32 or (g16) bf16 gradient; with c, p rounded into it chunk by
+// chunk (bf16)
+static void sgd(float *p, const void *g, bool g16, long n, float lr, float wd, float gscale,
                 long decay_n, rt_bf16 *c) {
   long nchunks = (n + OPT_CHUNK - 1) / OPT_CHUNK;
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
-    long i1 = (k + 1) * OPT_CHUNK < n ? (k + 1) * OPT_CHUNK : n;
-    sgd_elems(p, g, k * OPT_CHUNK, i1, lr, wd, gscale, decay_n);
+    long i0 = k * OPT_CHUNK, i1 = i0 + OPT_CHUNK < n ? i0 + OPT_CHUNK : n;
+    float w[OPT_CHUNK];
+    sgd_elems(p + i0, grad_chunk(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
     if (c)
-      round_into(c, p, k * OPT_CHUNK, i1);
+      round_into(c, p, i0, i1);
   }
-}
-
-void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
-  sgd(p, g, n, lr, wd, gscale, decay_n, NULL);
-}
-
-void rt_sgd_copy(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n,
-                 rt_bf16 *c) {
-  sgd(p, g, n, lr, wd, gscale, decay_n, c);
 }
 
 // ---------------------------------------------------------------------------
@@ -1345,7 +1341,7 @@ static void find_nonfinite_f32(int *at, const float *x, long n) {
 }
 
 // The chunks of scan_cpu.h in parallel, combined in order.
-void rt_norm2(float *out, const float *x, long n) {
+static void norm2_f32(float *out, const float *x, long n) {
   double part[RT_NORM2_CHUNKS];
 #pragma omp parallel for if (n >= PAR_MIN)
   for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++)

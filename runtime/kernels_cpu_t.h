@@ -498,6 +498,37 @@ void RT_NAME(to_device)(RT_T *x, const RT_T *host, long n) {
   memcpy(x, host, (size_t)n * sizeof *x);
 }
 
+// ---- optimizers: float32 masters and moments, the gradient in T
+
+void RT_NAME(adamw)(float *p, const RT_T *g, float *m, float *v, long n, float lr, float beta1,
+                    float beta2, float eps, float wd, int t, float gscale, long decay_n) {
+  adamw(p, g, !RT_T_F32, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, NULL);
+}
+
+void RT_NAME(adamw_copy)(float *p, const RT_T *g, float *m, float *v, long n, float lr,
+                         float beta1, float beta2, float eps, float wd, int t, float gscale,
+                         long decay_n, rt_bf16 *c) {
+  adamw(p, g, !RT_T_F32, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, c);
+}
+
+void RT_NAME(sgd)(float *p, const RT_T *g, long n, float lr, float wd, float gscale,
+                  long decay_n) {
+  sgd(p, g, !RT_T_F32, n, lr, wd, gscale, decay_n, NULL);
+}
+
+void RT_NAME(sgd_copy)(float *p, const RT_T *g, long n, float lr, float wd, float gscale,
+                       long decay_n, rt_bf16 *c) {
+  sgd(p, g, !RT_T_F32, n, lr, wd, gscale, decay_n, c);
+}
+
+// ---- checks
+
+void RT_NAME(norm2)(float *out, const RT_T *x, long n) {
+  float *own;
+  norm2_f32(out, RT_LOCAL(widen)(x, n, &own), n);
+  rt_cpu_free(own);
+}
+
 void RT_NAME(find_nonfinite)(int *at, const RT_T *x, long n) {
 #if RT_T_F32
   find_nonfinite_f32(at, x, n);

@@ -831,15 +831,16 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
   }
 }
 
-// ---- optimizers (float32 only: master weights, gradients and moments)
+// ---- optimizers (float32 master weights and moments; the gradient float32 or bf16)
 
 // torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c); with c, the
 // updated p rounded into it (bf16 mixed precision's working copy: rt_adamw_copy)
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long n, float beta1,
+template <typename G>
+__global__ void adamw_kernel(float *p, const G *g, float *m, float *v, long n, float beta1,
                              float beta2, float eps, float step_size, float bc2_sqrt,
                              float decay, float gscale, long decay_n, __nv_bfloat16 *c) {
   GRID_LOOP(i, n) {
-    float gi = g[i] * gscale;
+    float gi = ld(g[i]) * gscale;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
@@ -852,10 +853,11 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long 
   }
 }
 
-__global__ void sgd_kernel(float *p, const float *g, long n, float lr, float wd, float gscale,
+template <typename G>
+__global__ void sgd_kernel(float *p, const G *g, long n, float lr, float wd, float gscale,
                            long decay_n, __nv_bfloat16 *c) {
   GRID_LOOP(i, n) {
-    float pi = p[i] - lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+    float pi = p[i] - lr * (ld(g[i]) * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
     p[i] = pi;
     if (c)
       c[i] = to<__nv_bfloat16>(pi);
@@ -885,12 +887,14 @@ __device__ double norm2_tree(double v) {
   return part[0];
 }
 
-__global__ void norm2_parts_kernel(const float *x, long n) {
+template <typename T>
+__global__ void norm2_parts_kernel(const T *x, long n) {
   long stride = (long)gridDim.x * NORM2_THREADS;
   double s = 0.0;
   for (long i = blockIdx.x * NORM2_THREADS + threadIdx.x; i < n; i += NORM2_UNROLL * stride) {
     float v[NORM2_UNROLL];
-    for (int u = 0; u < NORM2_UNROLL; u++) v[u] = i + u * stride < n ? x[i + u * stride] : 0.0f;
+    for (int u = 0; u < NORM2_UNROLL; u++)
+      v[u] = i + u * stride < n ? ld(x[i + u * stride]) : 0.0f;
     for (int u = 0; u < NORM2_UNROLL; u++) s += (double)v[u] * (double)v[u];
   }
   double b = norm2_tree(s);
@@ -1993,7 +1997,8 @@ RT_CUDA_KT(crossentropy_bwd,
 // ---- optimizers
 
 // the CPU's adamw_step, on the host; c: NULL, or the bf16 copy written
-static void adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+template <typename G>
+static void adamw(float *p, const G *g, float *m, float *v, long n, float lr, float beta1,
                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
                   __nv_bfloat16 *c) {
   if (n <= 0) return;
@@ -2006,18 +2011,22 @@ static void adamw(float *p, const float *g, float *m, float *v, long n, float lr
   LAUNCHED();
 }
 
-void rt_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-              float beta2, float eps, float wd, int t, float gscale, long decay_n) {
-  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, NULL);
-}
+RT_CUDA_KT(adamw,
+           (float *p, const T *g, float *m, float *v, long n, float lr, float beta1, float beta2,
+            float eps, float wd, int t, float gscale, long decay_n),
+           (p, dev(g), m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n,
+            (__nv_bfloat16 *)NULL))
+// (RT_CUDA_KT calls the function of the kernel's name: the updates that write the copies are
+// the same launchers under another)
+template <typename G, typename... A>
+static void adamw_copy(float *p, const G *g, A... rest) { adamw(p, g, rest...); }
+RT_CUDA_KT(adamw_copy,
+           (float *p, const T *g, float *m, float *v, long n, float lr, float beta1, float beta2,
+            float eps, float wd, int t, float gscale, long decay_n, rt_bf16 *c),
+           (p, dev(g), m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, dev(c)))
 
-void rt_adamw_copy(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
-                   rt_bf16 *c) {
-  adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, decay_n, dev(c));
-}
-
-static void sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n,
+template <typename G>
+static void sgd(float *p, const G *g, long n, float lr, float wd, float gscale, long decay_n,
                 __nv_bfloat16 *c) {
   if (n <= 0) return;
   RT_LAUNCH(sgd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, n, lr, wd, gscale, decay_n,
@@ -2025,16 +2034,17 @@ static void sgd(float *p, const float *g, long n, float lr, float wd, float gsca
   LAUNCHED();
 }
 
-void rt_sgd(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n) {
-  sgd(p, g, n, lr, wd, gscale, decay_n, NULL);
-}
+RT_CUDA_KT(sgd, (float *p, const T *g, long n, float lr, float wd, float gscale, long decay_n),
+           (p, dev(g), n, lr, wd, gscale, decay_n, (__nv_bfloat16 *)NULL))
+template <typename G, typename... A>
+static void sgd_copy(float *p, const G *g, A... rest) { sgd(p, g, rest...); }
+RT_CUDA_KT(sgd_copy,
+           (float *p, const T *g, long n, float lr, float wd, float gscale, long decay_n,
+            rt_bf16 *c),
+           (p, dev(g), n, lr, wd, gscale, decay_n, dev(c)))
 
-void rt_sgd_copy(float *p, const float *g, long n, float lr, float wd, float gscale, long decay_n,
-                 rt_bf16 *c) {
-  sgd(p, g, n, lr, wd, gscale, decay_n, dev(c));
-}
-
-void rt_norm2(float *out, const float *x, long n) {
+template <typename T>
+static void norm2(float *out, const T *x, long n) {
   long per = (long)NORM2_THREADS * NORM2_UNROLL, parts = (n + per - 1) / per;
   parts = parts < 1 ? 1 : parts > NORM2_BLOCKS ? NORM2_BLOCKS : parts;
   RT_LAUNCH(norm2_parts_kernel, (unsigned)parts, NORM2_THREADS, 0, rt_cuda_stream, x, n);
@@ -2042,6 +2052,7 @@ void rt_norm2(float *out, const float *x, long n) {
   RT_LAUNCH(norm2_kernel, 1, NORM2_THREADS, 0, rt_cuda_stream, out, (int)parts);
   LAUNCHED();
 }
+RT_CUDA_KT(norm2, (float *out, const T *x, long n), (out, dev(x), n))
 
 template <typename T>
 static void find_nonfinite(int *at, const T *x, long n) {

@@ -1057,6 +1057,35 @@ static void test_optimizers(void) {
       CPU(rt_norm2)(want.data(), g.data(), n);
       rt_norm2(dout, dg, n);
       check(fmt("norm2 n=%ld", n), want, dout, ELEM);
+      // bf16 gradients (--grad-precision bf16): the CPU's updates and norm are the float32
+      // kernels' on the widened gradient, to the bit; the GPU's against the CPU's
+      Buf<rt_bf16> gh = rounded(g);
+      Vec gw((size_t)n), a = rand_vec(n), am = rand_vec(n, -0.1f, 0.1f), av = rand_vec(n, 0, 0.01f);
+      for (long i = 0; i < n; i++) gw[i] = rt_bf16_to_f32(gh[i]);
+      Vec a0 = a, am0 = am, av0 = av, b = rand_vec(n), b0 = b;
+      float *da = dev(a), *dam = dev(am), *dav = dev(av), *db = dev(b);
+      rt_bf16 *dgh = dev(gh);
+      CPU(rt_adamw_bf16)(a.data(), gh.data(), am.data(), av.data(), n, 1e-3f, 0.9f, 0.999f,
+                         1e-8f, 0.1f, t, gscale, decay_n);
+      CPU(rt_adamw)(a0.data(), gw.data(), am0.data(), av0.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                    0.1f, t, gscale, decay_n);
+      rt_adamw_bf16(da, dgh, dam, dav, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, gscale, decay_n);
+      check(fmt("adamw_bf16 cpu p = adamw's n=%ld t=%d", n, t), a0, dev(a), EXACT);
+      check(fmt("adamw_bf16 cpu v = adamw's n=%ld t=%d", n, t), av0, dev(av), EXACT);
+      check(fmt("adamw_bf16 p n=%ld t=%d", n, t), a, da, ELEM);
+      check(fmt("adamw_bf16 m n=%ld t=%d", n, t), am, dam, ELEM);
+      CPU(rt_sgd_bf16)(b.data(), gh.data(), n, 0.05f, 0.01f, gscale, decay_n);
+      CPU(rt_sgd)(b0.data(), gw.data(), n, 0.05f, 0.01f, gscale, decay_n);
+      rt_sgd_bf16(db, dgh, n, 0.05f, 0.01f, gscale, decay_n);
+      check(fmt("sgd_bf16 cpu = sgd's n=%ld t=%d", n, t), b0, dev(b), EXACT);
+      check(fmt("sgd_bf16 n=%ld t=%d", n, t), b, db, ELEM);
+      Vec nw(1), nb(1);
+      float *dnb = dev(nb);
+      CPU(rt_norm2)(nw.data(), gw.data(), n);
+      CPU(rt_norm2_bf16)(nb.data(), gh.data(), n);
+      check(fmt("norm2_bf16 cpu = norm2's n=%ld", n), nw, dev(nb), EXACT);
+      rt_norm2_bf16(dnb, dgh, n);
+      check(fmt("norm2_bf16 n=%ld", n), nb, dnb, ELEM);
       free_all();
     }
   // the norm over more parts than a block has threads, each thread several strides
