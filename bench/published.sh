@@ -27,11 +27,14 @@
 # - The same paper, Table 2: ZeRO-3 without model parallelism, 175B (96
 #   layers, hidden 12288, 96 heads), batch 1536, micro-batch 4/2/1 at
 #   384/768/1536 GPUs, 144/88/44 TFLOP/s per GPU; recomputation as above.
+#   DeepSpeed's ZeRO-3 in fp16 reduces the fp16 gradients (its communication_data_type is the
+#   parameters' type unless set): --grad-precision bf16, the same bytes.
 # - llm.c's run scripts (karpathy/llm.c scripts/run_gpt2_{124M,350M,774M,
 #   1558M}.sh): "steps in ~300ms/iter", "~820ms/iter", "~1.7s/iter" on 8 x
 #   A100 80GB SXM, "2.80s/iter" on 8 x H100 80GB SXM; -b micro-batch, -t
 #   1024, -d tokens per step, -z 1 (ZeRO-1), -r 0 (no recomputation), bf16,
-#   vocabulary padded to 50304 (mtc's bf16 programs pad 50257 the same way).
+#   vocabulary padded to 50304 (mtc's bf16 programs pad 50257 the same way); its gradients
+#   are bf16 (floatX), reduced in bf16: --grad-precision bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmdline="bench/published.sh${*:+ $*}"
@@ -65,13 +68,13 @@ runs=(
   "Megatron GPT 3.6B, 64 A100, TP2|SC'21 Table 1, 138 TFLOP/s|$(megatron_step 512 2048 30 3072 51200 64 138)|$(gpt 30 3072 32 51200 2048 4) --gpu A100-80GB --dp 32 --tp 2 --micro-batches 4 --checkpoint all"
   "Megatron GPT 7.5B, 128 A100, TP4|SC'21 Table 1, 142 TFLOP/s|$(megatron_step 512 2048 36 4096 51200 128 142)|$(gpt 36 4096 32 51200 2048 4) --gpu A100-80GB --dp 32 --tp 4 --micro-batches 4 --checkpoint all"
   "Megatron GPT 18.4B, 256 A100, TP8|SC'21 Table 1, 135 TFLOP/s|$(megatron_step 1024 2048 40 6144 51200 256 135)|$(gpt 40 6144 48 51200 2048 4) --gpu A100-80GB --dp 32 --tp 8 --micro-batches 8 --checkpoint all"
-  "ZeRO-3 GPT 175B, 384 A100|SC'21 Table 2, 144 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 384 144)|$(gpt 96 12288 96 51200 2048 4) --gpu A100-80GB --dp 384 --zero 3 --checkpoint all"
-  "ZeRO-3 GPT 175B, 768 A100|SC'21 Table 2, 88 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 768 88)|$(gpt 96 12288 96 51200 2048 2) --gpu A100-80GB --dp 768 --zero 3 --checkpoint all"
-  "ZeRO-3 GPT 175B, 1536 A100|SC'21 Table 2, 44 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 1536 44)|$(gpt 96 12288 96 51200 2048 1) --gpu A100-80GB --dp 1536 --zero 3 --checkpoint all"
-  "llm.c GPT-2 124M, 8 A100|run_gpt2_124M.sh|0.30|$(gpt 12 768 12 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1"
-  "llm.c GPT-2 350M, 8 A100|run_gpt2_350M.sh|0.82|$(gpt 24 1024 16 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1"
-  "llm.c GPT-2 774M, 8 A100|run_gpt2_774M.sh|1.70|$(gpt 36 1280 20 50257 1024 32) --gpu A100-80GB --dp 8 --zero 1 --micro-batches 2"
-  "llm.c GPT-2 1558M, 8 H100|run_gpt2_1558M.sh|2.80|$(gpt 48 1600 25 50257 1024 16) --gpu H100-80GB --dp 8 --zero 1 --micro-batches 8"
+  "ZeRO-3 GPT 175B, 384 A100|SC'21 Table 2, 144 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 384 144)|$(gpt 96 12288 96 51200 2048 4) --gpu A100-80GB --dp 384 --zero 3 --checkpoint all --grad-precision bf16"
+  "ZeRO-3 GPT 175B, 768 A100|SC'21 Table 2, 88 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 768 88)|$(gpt 96 12288 96 51200 2048 2) --gpu A100-80GB --dp 768 --zero 3 --checkpoint all --grad-precision bf16"
+  "ZeRO-3 GPT 175B, 1536 A100|SC'21 Table 2, 44 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 1536 44)|$(gpt 96 12288 96 51200 2048 1) --gpu A100-80GB --dp 1536 --zero 3 --checkpoint all --grad-precision bf16"
+  "llm.c GPT-2 124M, 8 A100|run_gpt2_124M.sh|0.30|$(gpt 12 768 12 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1 --grad-precision bf16"
+  "llm.c GPT-2 350M, 8 A100|run_gpt2_350M.sh|0.82|$(gpt 24 1024 16 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1 --grad-precision bf16"
+  "llm.c GPT-2 774M, 8 A100|run_gpt2_774M.sh|1.70|$(gpt 36 1280 20 50257 1024 32) --gpu A100-80GB --dp 8 --zero 1 --micro-batches 2 --grad-precision bf16"
+  "llm.c GPT-2 1558M, 8 H100|run_gpt2_1558M.sh|2.80|$(gpt 48 1600 25 50257 1024 16) --gpu H100-80GB --dp 8 --zero 1 --micro-batches 8 --grad-precision bf16"
 )
 
 if [ $markdown = 1 ]; then

@@ -263,7 +263,7 @@ static int64_t place_members(Lower *L, PassBucket *b, IrValue **members, int n) 
       return ir_error(L->d, members[i]->loc, "lower: the size of '%s' is not known: bind every "
                       "dim (-D NAME=VALUE)", members[i]->name);
     members[i]->bucket_off = at * 4;
-    members[i]->grad->bucket_off = at * 4;
+    members[i]->grad->bucket_off = at * ir_dtype_size(members[i]->grad->dtype);
     if (L->assign[members[i]->id])  // the working copy, bf16
       L->assign[members[i]->id]->in[0]->bucket_off = at * 2;
     at += round_up(numel, PASS_ALIGN_ELEMS);
@@ -390,6 +390,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
   ir_value_set_shape(b->grads, 1, &s);
   ir_set_float(g, zero, "value", 0.0);
   IR_ASSERT(infer(L, zero) == 0);
+  b->grads->dtype = members[0]->grad->dtype;  // float32, or bf16 (--grad-precision bf16)
   for (int i = 0; i < n; i++)
     members[i]->grad->bucket = b->grads;
 
@@ -401,6 +402,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
     IrValue *red = b->grads;
     if (micro) {
       red = flat(L, "grads.acc", b, ROLE_BUCKET, b->numel);
+      red->dtype = b->grads->dtype;
       accumulate(L, b, red, b->grads);
     }
     b->reduce = collective(L, b, b->zero ? OP_REDUCE_SCATTER : OP_ALL_REDUCE, red, true, micro);
@@ -410,6 +412,7 @@ static void lower_grads(Lower *L, PassBucket *b, IrValue **members, int n) {
     IrNode *rs = collective(L, b, OP_REDUCE_SCATTER, b->grads, true, false);
     wait(L, rs);
     b->reduced = flat(L, "grads.shard", b, ROLE_BUCKET, b->shard);
+    b->reduced->dtype = b->grads->dtype;
     b->reduced_sharded = true;
     accumulate(L, b, b->reduced, b->grads);
   }
@@ -712,11 +715,19 @@ static int check(Lower *L) {
   if (L->dp < 1 || L->tp < 1 || L->micro < 1)
     return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
   const Plan *P = L->plan;
-  bool sgd = false;
+  bool sgd = false, grads16 = false;
   for (int i = 0; i < g->nnodes; i++)
     sgd |= g->nodes[i]->op == OP_SGD;
+  for (int i = 0; i < g->nvalues; i++)
+    grads16 |= g->values[i]->role == ROLE_PARAM && g->values[i]->grad &&
+               g->values[i]->grad->dtype == DT_BF16;
   for (int b = 0; b < ir_nblocks(g); b++) {
     const PlanBlock *pb = plan_block(P, b);
+    if (grads16 && pb->offload > 0)
+      return ir_error(L->d, (IrLoc){0}, "block %d offloads %g of its optimizer state, and the "
+                      "gradients are bf16 (--grad-precision bf16), which the host's update does "
+                      "not read yet: offload with --grad-precision fp32, or keep the state on the "
+                      "device", b, pb->offload);
     if (pb->offload_params && pb->zero != 3)
       return ir_error(L->d, (IrLoc){0}, "block %d offloads its parameters with ZeRO-%d: "
                       "parameter offload keeps ZeRO-3's shards in host memory (give it ZeRO-3)",

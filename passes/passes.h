@@ -32,6 +32,8 @@ typedef struct PassOptions {
   const char *stop_after;  // stop the pipeline after this pass (NULL: run all)
   bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
   PassPrecision precision; // bf16 mixed precision (passes/precision.c), or fp32 throughout
+  bool grads_bf16;         // under bf16: the parameters' gradients in bf16 too (ZeRO's 16 bytes
+                           // a parameter), made, accumulated and reduced in bf16
 } PassOptions;
 
 // PyTorch's AdamW defaults, except weight decay 0.

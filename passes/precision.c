@@ -155,7 +155,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
     IrValue *p = g->values[i];
     if (p->role == ROLE_PARAM && p->grad && p->grad->producer &&
         p->grad->producer->phase == PHASE_BACKWARD)
-      grad32[p->grad->id] = true;
+      grad32[p->grad->id] = !ctx->opt.grads_bf16;
   }
   for (int i = 0; i < g->nnodes && !rc; i++) {
     IrNode *n = g->nodes[i];
@@ -204,7 +204,8 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
   ir_batch_begin(g);
   for (int i = 0; i < nv && !rc; i++) {
     IrValue *p = g->values[i];
-    if (p->role != ROLE_PARAM || !p->grad || !p->grad->producer || p->grad->dtype != DT_BF16)
+    if (p->role != ROLE_PARAM || !p->grad || !p->grad->producer || p->grad->dtype != DT_BF16 ||
+        ctx->opt.grads_bf16)
       continue;
     IrNode *made = p->grad->producer;
     ir_insert_before(g, made->id + 1);

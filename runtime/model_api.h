@@ -181,6 +181,8 @@ typedef struct rt_model {
   // Gradients are transient buffers, but each stays intact from the end of
   // backward() until its update.
   const long *grad_offsets;
+  int grad_dtype;             // RT_F32, or RT_BF16 (--grad-precision bf16): the elements of every
+                              // trained parameter's gradient, at grad_offsets and in the buckets
   // Byte offsets of params[i]'s AdamW moments at [2i] (m) and [2i + 1] (v);
   // -1: none (SGD, a constant, or in a bucket: rt_bucket has them).
   const long *adam_offsets;

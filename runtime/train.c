@@ -53,6 +53,22 @@
 static const rt_model *the_model;
 static const rt_model *model(void) { return the_model ? the_model : mtc_models[0]; }
 
+// Bytes of a gradient's element: float32, or bf16 (--grad-precision bf16).
+static long grad_size(void) { return model()->grad_dtype == RT_BF16 ? 2 : 4; }
+
+// n gradient elements at src, in the gradients' type, into n floats.
+static void grads_to_floats(float *dst, const char *src, long n) {
+  if (grad_size() == 4) {
+    memcpy(dst, src, (size_t)n * 4);
+    return;
+  }
+  for (long j = 0; j < n; j++) {
+    rt_bf16 h;
+    memcpy(&h, src + 2 * j, sizeof h);
+    dst[j] = rt_bf16_to_f32(h);
+  }
+}
+
 static const rt_model *model_of_rank(int rank) {
   int k = 0;
   while (k + 1 < mtc_nmodels && rank >= mtc_models[k]->rank_end) k++;
@@ -553,7 +569,7 @@ static void check_table(void) {
   }
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
-    long at = M->grad_offsets[i], bytes = local_numel(p) * 4;
+    long at = M->grad_offsets[i], bytes = local_numel(p) * grad_size();
     if (at < 0 || at + bytes > M->arena_bytes)
       fail("model table: the gradient of '%s' (offset %ld) lies outside the arena",
            M->params[i].name, at);
@@ -567,7 +583,7 @@ static void check_table(void) {
     if (k->host_numel && (k->host_offset < 0 || k->host_offset + 4 * k->host_numel > M->host_bytes))
       fail("model table: the host's part of bucket %s (offset %ld) lies outside the %ld bytes "
            "of the host region", k->name, k->host_offset, M->host_bytes);
-    long end = k->grads_offset + 4 * k->grads_numel;
+    long end = k->grads_offset + grad_size() * k->grads_numel;
     if (k->grads_offset < 0 || end > (k->grads_host ? M->host_bytes : M->arena_bytes))
       fail("model table: the reduced gradient of bucket %s (offset %ld) lies outside the %s",
            k->name, k->grads_offset, k->grads_host ? "host region" : "arena");
@@ -621,6 +637,8 @@ static void check_table(void) {
 
 static float **images;  // per bucket: numel floats
 static float **whole;   // per parameter: the whole tensor of one split over tp, else NULL
+static float **widened; // bf16 gradients outside the buckets, per parameter: its gradient
+                        // widened to floats (gather_images), else NULL
 static rt_tensor *IN;   // the inputs over the global batch (see make_global_inputs)
 static int NIN;
 static char *global;    // their values
@@ -638,7 +656,7 @@ static char *local_ptr(char *arena, int i, view w) {
   if (p->bucket >= 0) return (char *)(images[p->bucket] + p->bucket_elem);
   switch (w) {
     case VIEW_PARAMS: return arena + p->offset;
-    case VIEW_GRADS: return arena + M->grad_offsets[i];
+    case VIEW_GRADS: return widened[i] ? (char *)widened[i] : arena + M->grad_offsets[i];
     default: return arena + M->adam_offsets[2 * i + (w == VIEW_V)];
   }
 }
@@ -655,16 +673,17 @@ static void free_images(void) {
   for (int b = 0; images && b < M->n_buckets; b++)
     free(images[b]);
   for (int i = 0; whole && i < M->n_params; i++)
-    free(whole[i]);
-  free(images), free(whole);
-  images = NULL, whole = NULL;
+    free(whole[i]), free(widened[i]);
+  free(images), free(whole), free(widened);
+  images = NULL, whole = NULL, widened = NULL;
 }
 
 static void alloc_images(void) {
   const rt_model *M = model();
   images = calloc((size_t)M->n_buckets + 1, sizeof *images);
   whole = calloc((size_t)M->n_params + 1, sizeof *whole);
-  if (!images || !whole) fail("out of memory");
+  widened = calloc((size_t)M->n_params + 1, sizeof *widened);
+  if (!images || !whole || !widened) fail("out of memory");
   for (int b = 0; b < M->n_buckets; b++)
     if (!(images[b] = calloc((size_t)M->buckets[b].numel, sizeof(float))))
       fail("out of memory for the image of bucket %s", M->buckets[b].name);
@@ -786,7 +805,8 @@ static void bucket_shard(const rt_bucket *k, bool grads, long *lo, long *at) {
   *lo = shard_start(k, &part);
   bool sharded = grads ? k->grads_sharded : k->params_sharded;
   long have = grads ? (sharded ? k->grads_numel : k->numel) : sharded ? part : k->numel;
-  *at = (grads ? k->grads_offset : k->params_offset) + (have == k->numel ? *lo * 4 : 0);
+  *at = (grads ? k->grads_offset : k->params_offset) +
+        (have == k->numel ? *lo * (grads ? grad_size() : 4) : 0);
 }
 
 // The images from the arena (save_view has waited for the collectives):
@@ -816,13 +836,20 @@ static void gather_images(char *arena, view w) {
     }
     char *from = k->grads_host ? host_region : arena;  // (gradient offload: the host's)
     if (!k->grads_sharded) {
-      memcpy(images[b], from + k->grads_offset, (size_t)k->numel * 4);
+      grads_to_floats(images[b], from + k->grads_offset, k->numel);
       continue;
     }
     long lo, at;
     bucket_shard(k, true, &lo, &at);
-    memcpy(images[b] + lo, from + at, (size_t)shard_numel(k) * 4);
+    grads_to_floats(images[b] + lo, from + at, shard_numel(k));
     rt_allgather(rt_dist.group[k->shard_axis], images[b], k->numel, NULL);
+  }
+  for (int i = 0; w == VIEW_GRADS && grad_size() != 4 && i < M->n_params; i++) {
+    const rt_tensor *p = &M->params[i];
+    if (p->bucket >= 0 || p->kind != RT_PARAM_TRAINED) continue;
+    long n = local_numel(p);
+    if (!(widened[i] = malloc((size_t)n * sizeof(float) + 1))) fail("out of memory");
+    grads_to_floats(widened[i], arena + M->grad_offsets[i], n);
   }
 }
 
@@ -1317,6 +1344,7 @@ typedef struct piece {
 } piece;
 
 typedef struct scan {
+  int esize;      // bytes an element: 4, or the gradients' (grad_size)
   piece *pieces;  // in table order
   int npieces, cap;
   piece *runs;    // the pieces by offset, neighbours merged (param, elem unused)
@@ -1337,7 +1365,7 @@ static void add_piece(scan *s, int param, long offset, long n, long elem, bool h
       if (!s->pieces) fail("out of memory");
     }
     long len = n - done < RUN_MAX ? n - done : RUN_MAX;
-    s->pieces[s->npieces++] = (piece){param, offset + done * 4, len, elem + done, host};
+    s->pieces[s->npieces++] = (piece){param, offset + done * s->esize, len, elem + done, host};
   }
 }
 
@@ -1386,6 +1414,7 @@ static bool replica_owner(const rt_tensor *p) {
 // dp rank 0.
 static void build_scan(scan *s, bool grads, bool norm) {
   const rt_model *M = model();
+  s->esize = grads ? (int)grad_size() : 4;
   for (int i = 0; i < M->n_params; i++) {
     const rt_tensor *p = &M->params[i];
     if (p->kind != RT_PARAM_TRAINED) continue;
@@ -1407,7 +1436,8 @@ static void build_scan(scan *s, bool grads, bool norm) {
       if (b1 > plo + dev_end) b1 = plo + dev_end;
     }
     if (b0 < b1)
-      add_piece(s, i, at + (b0 - lo) * 4, b1 - b0, b0 - p->bucket_elem, grads && k->grads_host);
+      add_piece(s, i, at + (b0 - lo) * s->esize, b1 - b0, b0 - p->bucket_elem,
+                grads && k->grads_host);
   }
   s->runs = malloc((size_t)s->npieces * sizeof *s->runs + 1);
   if (!s->runs) fail("out of memory");
@@ -1416,7 +1446,8 @@ static void build_scan(scan *s, bool grads, bool norm) {
   s->nruns = 0;
   for (int r = 0; r < s->npieces; r++) {
     piece *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
-    if (last && last->host == s->runs[r].host && last->offset + last->n * 4 == s->runs[r].offset &&
+    if (last && last->host == s->runs[r].host &&
+        last->offset + last->n * s->esize == s->runs[r].offset &&
         last->n + s->runs[r].n <= RUN_MAX)
       last->n += s->runs[r].n;
     else
@@ -1432,6 +1463,12 @@ static long host_nonfinite(const piece *p) {
   return -1;
 }
 
+// rt_find_nonfinite over n elements of s's type at x, on the device.
+static void scan_nonfinite(const scan *s, int *at, const char *x, long n) {
+  if (s->esize == 4) rt_find_nonfinite(at, (const float *)x, n);
+  else rt_find_nonfinite_bf16(at, (const rt_bf16 *)x, n);
+}
+
 // The first non-finite value of s on this rank: its parameter (-1: none), its
 // element in this rank's part and the value.
 static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, float *value) {
@@ -1440,7 +1477,7 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
   int ndev = 0;  // the device's runs come first
   while (ndev < s->nruns && !s->runs[ndev].host) ndev++;
   for (int r = 0; r < ndev; r++)
-    rt_find_nonfinite(result + r, (const float *)(arena + s->runs[r].offset), s->runs[r].n);
+    scan_nonfinite(s, result + r, arena + s->runs[r].offset, s->runs[r].n);
   rt_device_get(stage, arena, check_at, (long)ndev * 4);
   bool any = false;
   for (int r = 0; r < s->nruns; r++)
@@ -1455,12 +1492,13 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
       *elem = p->elem + j;
       return p->param;
     }
-    rt_find_nonfinite(result, (const float *)(arena + p->offset), p->n);
+    scan_nonfinite(s, result, arena + p->offset, p->n);
     rt_device_get(stage, arena, check_at, 4);
     if (got[0] < 0) continue;
-    long at = p->offset + (long)got[0] * 4;
-    rt_device_get(stage, arena, at, 4);
-    memcpy(value, stage + at, sizeof *value);
+    long at = p->offset + (long)got[0] * s->esize;
+    rt_device_get(stage, arena, at, s->esize);
+    if (s->esize == 4) memcpy(value, stage + at, sizeof *value);
+    else grads_to_floats(value, stage + at, 1);
     *elem = p->elem + got[0];
     return p->param;
   }
@@ -1499,8 +1537,11 @@ static double grad_norm(char *arena, char *stage) {
   const float *got = (const float *)(stage + check_at);
   int ndev = 0;  // the device's runs come first; the host sums its own
   while (ndev < norm_scan.nruns && !norm_scan.runs[ndev].host) ndev++;
-  for (int r = 0; r < ndev; r++)
-    rt_norm2(result + r, (const float *)(arena + norm_scan.runs[r].offset), norm_scan.runs[r].n);
+  for (int r = 0; r < ndev; r++) {
+    const char *x = arena + norm_scan.runs[r].offset;
+    if (norm_scan.esize == 4) rt_norm2(result + r, (const float *)x, norm_scan.runs[r].n);
+    else rt_norm2_bf16(result + r, (const rt_bf16 *)x, norm_scan.runs[r].n);
+  }
   rt_device_get(stage, arena, check_at, (long)ndev * 4);
   double sum = 0.0;
   for (int r = 0; r < ndev; r++) sum += (double)got[r] * (double)got[r];

@@ -768,6 +768,17 @@ int sv_apply_read(IrGraph *g, const char *path, const char *text, Plan *out, IrD
     rc = ir_error(d, (IrLoc){0}, "%s: the plan is for %s and this program would be %s: compile "
                   "with --precision %s, or plan again with --precision %s", path,
                   prec->valuestring, want, prec->valuestring, want);
+  // ... and its gradients in one (files from before the field: float32)
+  const cJSON *gprec = cJSON_GetObjectItemCaseSensitive(root, "grad_precision");
+  const char *gwant = m && m->grads_bf16 ? "bf16" : "fp32";
+  if (!rc && gprec && !(cJSON_IsString(gprec) && (!strcmp(gprec->valuestring, "bf16") ||
+                                                   !strcmp(gprec->valuestring, "fp32"))))
+    rc = ir_error(d, (IrLoc){0}, "%s: \"grad_precision\" must be \"bf16\" or \"fp32\"", path);
+  const char *ghave = gprec ? gprec->valuestring : "fp32";
+  if (!rc && strcmp(ghave, gwant))
+    rc = ir_error(d, (IrLoc){0}, "%s: the plan's gradients are %s and this program's would be "
+                  "%s: compile with --grad-precision %s, or plan again with --grad-precision %s",
+                  path, ghave, gwant, ghave, gwant);
   if (!rc && !cJSON_IsObject(batch))
     rc = ir_error(d, (IrLoc){0}, "%s: \"batch\" must be an object {global, micro, "
                   "micro_batches, seq}", path);

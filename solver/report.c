@@ -116,6 +116,11 @@ static double mfu(const SvPlan *pl, const SvSolution *s) {
 
 static double gb(double bytes) { return bytes / GiB; }
 
+static const char *precision_name(const SvModel *m) {
+  return !m->bf16 ? "fp32" : m->grads_bf16 ? "bf16 with fp32 master weights, bf16 gradients"
+                                           : "bf16 with fp32 master weights";
+}
+
 
 // ---- the text report ----------------------------------------------------------------------------
 
@@ -136,11 +141,11 @@ static void print_cluster(FILE *f, const SvPlan *pl) {
   if (pl->cfg.group_rows[0])
     fprintf(f, " per step, in %lld micro-batches, each group's its own size; %s\n",
             (long long)pl->prob->micro_total,
-            pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
+            precision_name(pl->model));
   else
     fprintf(f, " per step, in %lld micro-batch%s of %lld; %s\n", (long long)pl->prob->micro_total,
             pl->prob->micro_total == 1 ? "" : "es", (long long)pl->micro_batch,
-            pl->model->bf16 ? "bf16 with fp32 master weights" : "fp32");
+            precision_name(pl->model));
   if (pl->cfg.seq_parallel)
     fprintf(f, "sequence parallelism: on under tensor parallelism (--seq-parallel): the "
                "activations between its regions split on the sequence\n");
@@ -588,6 +593,7 @@ static cJSON *plan_json(const SvPlan *pl) {
   if (!s->feasible)
     cJSON_AddStringToObject(root, "why", pl->why);
   cJSON_AddStringToObject(root, "precision", pl->model->bf16 ? "bf16" : "fp32");
+  cJSON_AddStringToObject(root, "grad_precision", pl->model->grads_bf16 ? "bf16" : "fp32");
   cJSON_AddBoolToObject(root, "seq_parallel", pl->cfg.seq_parallel);
   cJSON *batch = cJSON_AddObjectToObject(root, "batch");
   cJSON_AddNumberToObject(batch, "global", (double)pl->global_batch);

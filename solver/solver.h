@@ -257,6 +257,7 @@ typedef struct SvModel {
   int batch_sym, seq_sym;   // symbol indices, -1 when the model has none
   int nunits;               // distinct units after sharing
   bool bf16;                // bf16 mixed precision (the precision pass made working copies)
+  bool grads_bf16;          // ... with bf16 gradients (--grad-precision bf16)
   bool grid_ok;             // ir/shard.c lays the model out on a 2D grid (else no layout has one)
   bool batch_ok;            // ... and each block data parallel over tp ranks (SvLayout.batch)
 } SvModel;

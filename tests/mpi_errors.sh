@@ -151,6 +151,15 @@ expect plan_precision 1 "the plan is for bf16 and this program would be fp32: co
   "$mtc" compile "$model" -D L=2 --plan "$out/plan.json" --precision fp32 -o "$out/p10"
 refused precision_bad "p['precision'] = 'fp8'" \
   "\"precision\" must be \"bf16\" or \"fp32\"" p10
+# the gradients' precision: the plan's (float32 where a file has no such field) or none
+expect plan_grad_precision 1 "the plan's gradients are fp32 and this program's would be bf16: compile with --grad-precision fp32" \
+  "$mtc" compile "$model" -D L=2 --plan "$out/plan.json" --grad-precision bf16 -o "$out/p10"
+refused grad_precision_bad "p['grad_precision'] = 'fp16'" \
+  "\"grad_precision\" must be \"bf16\" or \"fp32\"" p10
+expect grad_precision_fp32 2 "--grad-precision bf16 keeps the gradients of bf16 mixed precision in bf16" \
+  "$mtc" compile "$model" --precision fp32 --grad-precision bf16 -o "$out/p10"
+expect grad_precision_offload 2 "--grad-precision bf16: the host's update of offloaded state reads float32 gradients" \
+  "$mtc" compile "$model" --dp 2 --offload 0.5 --grad-precision bf16 -o "$out/p10"
 for p in p1 p2 p3 p4 p5 p6 p7 p8 p9 p10 p11; do
   [ -e "$out/$p" ] && { echo "FAIL: $out/$p was written"; fails=$((fails + 1)); }
 done

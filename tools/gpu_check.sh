@@ -62,6 +62,8 @@ cases() {
   # each gather; _offload50_params: half of it, the gradients on the device)
   echo "gpt2_dsl_offload_params|examples/gpt2.mtc|gpt2_dsl"
   echo "gpt2_dsl_bf16_offload50_params|examples/gpt2.mtc|gpt2_dsl"
+  # bf16 gradients (_grads16: --grad-precision bf16): the updates and the norm reading them
+  echo "gpt2_dsl_bf16_grads16|examples/gpt2.mtc|gpt2_dsl"
 }
 
 # precision_of NAME: the precision a case compiles in; flags_of NAME: its layout's flags
@@ -71,6 +73,7 @@ flags_of() {
     *_offload_grads) echo --offload-grads ;;
     *_offload_params) echo --offload-params ;;
     *_offload50_params) echo --offload 0.5 --offload-params ;;
+    *_grads16) echo --grad-precision bf16 ;;
   esac
 }
 
