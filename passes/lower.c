@@ -100,7 +100,8 @@
 // ZeRO-3's gathered buckets.
 //
 // bf16 mixed precision (passes/precision.c): the parameters are the float32
-// masters and their gradients float32, lowered as above; their bf16 working
+// masters and their gradients float32 (or, --grad-precision bf16, bf16: the gradient
+// buckets, their accumulation and reductions in bf16), lowered as above; their bf16 working
 // copies, which forward and backward read, are one more bucket per block
 // (copies.bN, laid out as the parameters), written from the masters by one
 // assign after the update (and after offload's copy back):

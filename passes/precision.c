@@ -21,6 +21,10 @@
 //     made in bf16 and cast to float32, as PyTorch's is for the bf16 copy
 //     autocast makes (partial sums in float32 would hold two float32 copies
 //     of the gradient at once, where this holds bf16 ones).
+//   - With grads_bf16 (--grad-precision bf16) every gradient stays bf16 as
+//     made (a matmul's dW its float32 sum rounded once), and so do the
+//     buckets that accumulate and reduce them (passes/lower.c); the optimizer
+//     widens it as it reads it: ZeRO's and llm.c's 16 bytes a parameter.
 // Casts are nodes, so the memory plan counts every copy.
 #include "passes.h"
 
