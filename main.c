@@ -119,8 +119,8 @@ static void usage(FILE *f) {
         "  --precision bf16|fp32  bf16 with fp32 master weights (default), or fp32\n"
         "  --grad-precision bf16|fp32  under bf16: the gradients made, accumulated and reduced\n"
         "                         in bf16 (ZeRO's 16 bytes a parameter, half the bytes of\n"
-        "                         fp32's reductions), or in fp32 (default; Megatron's main\n"
-        "                         grads, 18 bytes a parameter)\n"
+        "                         fp32's reductions and offload copies), or in fp32 (default;\n"
+        "                         Megatron's main grads, 18 bytes a parameter)\n"
         "  --json FILE            write the plan as JSON (plan)\n"
         "  --svg FILE             draw the plan as SVG: blocks, memory and time bars, baselines\n"
         "                         (plan; compile writes DIR/plan.svg beside plan.json)\n"
@@ -463,11 +463,6 @@ static Args parse_args(int argc, char **argv) {
   if (a.pass.grads_bf16 && a.pass.precision != PASS_PRECISION_BF16)
     bad_usage("--grad-precision bf16 keeps the gradients of bf16 mixed precision in bf16: "
               "leave out --precision fp32, or --grad-precision bf16");
-  if (a.pass.grads_bf16 && (a.offload || a.layout.rest.offload_grads ||
-                            a.layout.rest.offload_params))
-    bad_usage("--grad-precision bf16: the host's update of offloaded state reads float32 "
-              "gradients; leave out --offload (and --offload-grads, --offload-params), or "
-              "--grad-precision bf16");
   if (a.layout.rest.offload_params && a.zero && a.layout.rest.zero != 3)
     bad_usage("--offload-params keeps each rank's shard of the parameters in host memory, which "
               "ZeRO-3's shards are: leave out --zero %d, or make it 3", a.layout.rest.zero);

@@ -303,6 +303,7 @@ static IrValue *to_host(Lower *L, const PassBucket *b, const char *what, IrValue
   ir_value_rename(L->g, h, name);
   h->role = ROLE_BUCKET;
   h->host = true;
+  h->dtype = x->dtype;   // (bf16 gradients stay bf16 on the host)
   const Sym *s = sym_const(&L->g->arena, b->host_numel);
   ir_value_set_shape(h, 1, &s);
   host_range(L, n, b, x);
@@ -326,6 +327,7 @@ static void grads_to_host(Lower *L, PassBucket *b) {
   b->host_numel = b->part;
   if (L->micro > 1) {  // copied to a host buffer, accumulated there
     b->host_grads = host_flat(L, "grads", b, ROLE_BUCKET, b->part);
+    b->host_grads->dtype = b->grads->dtype;
     accumulate(L, b, b->host_grads, to_host(L, b, "grads.stage", b->grads));
   } else {
     b->host_grads = to_host(L, b, "grads", b->grads);
@@ -716,19 +718,11 @@ static int check(Lower *L) {
   if (L->dp < 1 || L->tp < 1 || L->micro < 1)
     return ir_error(L->d, (IrLoc){0}, "lower: dp, tp and micro-batches must be at least 1");
   const Plan *P = L->plan;
-  bool sgd = false, grads16 = false;
+  bool sgd = false;
   for (int i = 0; i < g->nnodes; i++)
     sgd |= g->nodes[i]->op == OP_SGD;
-  for (int i = 0; i < g->nvalues; i++)
-    grads16 |= g->values[i]->role == ROLE_PARAM && g->values[i]->grad &&
-               g->values[i]->grad->dtype == DT_BF16;
   for (int b = 0; b < ir_nblocks(g); b++) {
     const PlanBlock *pb = plan_block(P, b);
-    if (grads16 && pb->offload > 0)
-      return ir_error(L->d, (IrLoc){0}, "block %d offloads %g of its optimizer state, and the "
-                      "gradients are bf16 (--grad-precision bf16), which the host's update does "
-                      "not read yet: offload with --grad-precision fp32, or keep the state on the "
-                      "device", b, pb->offload);
     if (pb->offload_params && pb->zero != 3)
       return ir_error(L->d, (IrLoc){0}, "block %d offloads its parameters with ZeRO-%d: "
                       "parameter offload keeps ZeRO-3's shards in host memory (give it ZeRO-3)",

@@ -26,14 +26,40 @@
 
 typedef struct HostChunk {
   float *p, *m, *v;
-  const float *g;
+  const void *g;  // float32, or (g16) bf16
+  bool g16;
   long n, b0, b1;
   const AdamwStep *s;
 } HostChunk;
 
+// Elements per run of a bf16 gradient widened at once (16 KiB of floats).
+#define WIDE_RUN 4096L
+
+// The gradient of elements [i0, i1) (at most WIDE_RUN) as float32: g itself, or a bf16 g's
+// widened into w.
+static const float *wide_grad(const void *g, bool g16, long i0, long i1, float *w) {
+  if (!g16)
+    return (const float *)g + i0;
+  const rt_bf16 *h = (const rt_bf16 *)g + i0;
+  for (long i = 0; i < i1 - i0; i++) w[i] = rt_bf16_to_f32(h[i]);
+  return w;
+}
+
 static void *adamw_chunk(void *arg) {
   const HostChunk *c = arg;
-  adamw_blocks(c->p, c->g, c->m, c->v, c->n, c->b0, c->b1, c->s);
+  if (!c->g16) {
+    adamw_blocks(c->p, c->g, c->m, c->v, c->n, c->b0, c->b1, c->s);
+    return NULL;
+  }
+  float w[WIDE_RUN];
+  for (long b = c->b0; b < c->b1; b += WIDE_RUN / 16) {  // runs of whole blocks, from 0
+    long i0 = b * 16, e = (b + WIDE_RUN / 16 < c->b1 ? b + WIDE_RUN / 16 : c->b1) * 16;
+    long i1 = e < c->n ? e : c->n;
+    AdamwStep s = *c->s;
+    s.decay_n -= i0;
+    adamw_blocks(c->p + i0, wide_grad(c->g, true, i0, i1, w), c->m + i0, c->v + i0, i1 - i0, 0,
+                 (i1 - i0 + 15) / 16, &s);
+  }
   return NULL;
 }
 
@@ -67,36 +93,59 @@ static void on_threads(void *(*fn)(void *), void *items, size_t size, long nt) {
   }
 }
 
-void rt_adamw_host(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-                   float beta2, float eps, float wd, int t, float gscale, long decay_n,
-                   int threads) {
+static void adamw_host(float *p, const void *g, bool g16, float *m, float *v, long n, float lr,
+                       float beta1, float beta2, float eps, float wd, int t, float gscale,
+                       long decay_n, int threads) {
   AdamwStep s = adamw_step(lr, beta1, beta2, eps, wd, t, gscale, decay_n);
   long nblocks = (n + 15) / 16, nt = host_nthreads(n, nblocks, threads);
   HostChunk chunk[HOST_MAX_THREADS];
   for (long k = 0; k < nt; k++)
-    chunk[k] = (HostChunk){.p = p, .g = g, .m = m, .v = v, .n = n, .b0 = nblocks * k / nt,
-                           .b1 = nblocks * (k + 1) / nt, .s = &s};
+    chunk[k] = (HostChunk){.p = p, .g = g, .g16 = g16, .m = m, .v = v, .n = n,
+                           .b0 = nblocks * k / nt, .b1 = nblocks * (k + 1) / nt, .s = &s};
   on_threads(adamw_chunk, chunk, sizeof *chunk, nt);
 }
 
 // rt_sgd's arithmetic (sgd_elems), on the caller's thread.
-void rt_sgd_host(float *p, const float *g, long n, float lr, float wd, float gscale,
-                 long decay_n) {
-  sgd_elems(p, g, 0, n, lr, wd, gscale, decay_n);
+static void sgd_host(float *p, const void *g, bool g16, long n, float lr, float wd, float gscale,
+                     long decay_n) {
+  float w[WIDE_RUN];
+  for (long i0 = 0; i0 < n; i0 += WIDE_RUN) {
+    long i1 = i0 + WIDE_RUN < n ? i0 + WIDE_RUN : n;
+    sgd_elems(p + i0, wide_grad(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
+  }
 }
 
-// As rt_accumulate: the first micro-batch writes, the others add.
-void rt_accumulate_host(float *acc, const float *x, long n, float scale) {
-  bool first = rt_dist.micro == 0;
-  for (long i = 0; i < n; i++) acc[i] = (first ? 0.0f : acc[i]) + scale * x[i];
-}
-
-// rt_cast_host in each pair of element types (RT_TU_VARIANTS): widened to
-// float32 as read, rounded to nearest even as written, as rt_cast does.
+// The element types' loads and stores, widened to float32 as read and rounded to nearest even
+// as written (as the device kernels do).
 static inline float host_ld_F32(float x) { return x; }
 static inline float host_ld_BF16(rt_bf16 x) { return rt_bf16_to_f32(x); }
 static inline float host_st_F32(float x) { return x; }
 static inline rt_bf16 host_st_BF16(float x) { return rt_f32_to_bf16(x); }
+
+// The typed host kernels in each element type T of the gradient (RT_T_VARIANTS): AdamW and
+// SGD over float32 masters, and the accumulation of the micro-batches (as rt_accumulate: the
+// first writes, the others add).
+#define HOST_KT(suffix, T, ...)                                                               \
+  void rt_adamw_host##suffix(float *p, const RT_CTYPE_##T *g, float *m, float *v, long n,     \
+                             float lr, float beta1, float beta2, float eps, float wd, int t,  \
+                             float gscale, long decay_n, int threads) {                       \
+    adamw_host(p, g, sizeof(RT_CTYPE_##T) == 2, m, v, n, lr, beta1, beta2, eps, wd, t, gscale,  \
+               decay_n, threads);                                                             \
+  }                                                                                           \
+  void rt_sgd_host##suffix(float *p, const RT_CTYPE_##T *g, long n, float lr, float wd,       \
+                           float gscale, long decay_n) {                                      \
+    sgd_host(p, g, sizeof(RT_CTYPE_##T) == 2, n, lr, wd, gscale, decay_n);                      \
+  }                                                                                           \
+  void rt_accumulate_host##suffix(RT_CTYPE_##T *acc, const RT_CTYPE_##T *x, long n,          \
+                                  float scale) {                                              \
+    bool first = rt_dist.micro == 0;                                                          \
+    for (long i = 0; i < n; i++)                                                              \
+      acc[i] = host_st_##T((first ? 0.0f : host_ld_##T(acc[i])) + scale * host_ld_##T(x[i])); \
+  }
+RT_T_VARIANTS(HOST_KT, _)
+#undef HOST_KT
+
+// rt_cast_host in each pair of element types (RT_TU_VARIANTS), as rt_cast does.
 #define CAST_HOST(suffix, T, U, ...)                                                      \
   void rt_cast_host##suffix(RT_CTYPE_##U *out, const RT_CTYPE_##T *x, long n) {           \
     for (long i = 0; i < n; i++) out[i] = host_st_##U(host_ld_##T(x[i]));                 \
@@ -109,7 +158,8 @@ RT_TU_VARIANTS(CAST_HOST, _)
 // Parts [0, n) of a scan, each thread a contiguous run of them (the caller's the first).
 typedef struct HostScan {
   void (*part)(struct HostScan *s, long k);
-  const float *x;
+  const void *x;  // float32, or (bf16) bf16
+  bool bf16;
   long n, k0, k1;
   double *sums;   // rt_norm2sq_host: each chunk's
   long first;     // rt_find_nonfinite_host: the first non-finite element of the run, or n
@@ -133,11 +183,15 @@ static long scan_parts(HostScan *proto, long nparts, HostScan *runs) {
   return nt;
 }
 
-static void norm_part(HostScan *s, long k) { s->sums[k] = rt_norm2sq_chunk(s->x, s->n, (int)k); }
+static void norm_part(HostScan *s, long k) {
+  s->sums[k] = s->bf16 ? rt_norm2sq_chunk_bf16(s->x, s->n, (int)k)
+                       : rt_norm2sq_chunk(s->x, s->n, (int)k);
+}
 
-double rt_norm2sq_host(const float *x, long n) {
+static double norm2sq_host(const void *x, bool bf16, long n) {
   double sums[RT_NORM2_CHUNKS];
-  HostScan proto = {.part = norm_part, .x = x, .n = n, .sums = sums}, runs[HOST_MAX_THREADS];
+  HostScan proto = {.part = norm_part, .x = x, .bf16 = bf16, .n = n, .sums = sums},
+           runs[HOST_MAX_THREADS];
   scan_parts(&proto, RT_NORM2_CHUNKS, runs);
   double s = 0.0;
   for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++) s += sums[ch];
@@ -146,13 +200,22 @@ double rt_norm2sq_host(const float *x, long n) {
 
 static void finite_part(HostScan *s, long b) {
   if (s->first == s->n)   // (a run stops at its first)
-    s->first = rt_block_nonfinite(s->x, s->n, b);
+    s->first = s->bf16 ? rt_block_nonfinite_bf16(s->x, s->n, b)
+                       : rt_block_nonfinite(s->x, s->n, b);
 }
 
-long rt_find_nonfinite_host(const float *x, long n) {
-  HostScan proto = {.part = finite_part, .x = x, .n = n, .first = n}, runs[HOST_MAX_THREADS];
+static long find_nonfinite_host(const void *x, bool bf16, long n) {
+  HostScan proto = {.part = finite_part, .x = x, .bf16 = bf16, .n = n, .first = n},
+           runs[HOST_MAX_THREADS];
   long nt = scan_parts(&proto, (n + RT_FINITE_BLOCK - 1) / RT_FINITE_BLOCK, runs), first = n;
   for (long t = 0; t < nt; t++)
     first = runs[t].first < first ? runs[t].first : first;
   return first;
+}
+
+double rt_norm2sq_host(const float *x, long n) { return norm2sq_host(x, false, n); }
+double rt_norm2sq_host_bf16(const rt_bf16 *x, long n) { return norm2sq_host(x, true, n); }
+long rt_find_nonfinite_host(const float *x, long n) { return find_nonfinite_host(x, false, n); }
+long rt_find_nonfinite_host_bf16(const rt_bf16 *x, long n) {
+  return find_nonfinite_host(x, true, n);
 }

@@ -100,6 +100,9 @@ int rt_host_threads(void);
 // (n: none).
 double rt_norm2sq_host(const float *x, long n);
 long rt_find_nonfinite_host(const float *x, long n);
+// ... over bf16 elements (bf16 gradients offloaded: --grad-precision bf16)
+double rt_norm2sq_host_bf16(const rt_bf16 *x, long n);
+long rt_find_nonfinite_host_bf16(const rt_bf16 *x, long n);
 
 // The rows of a cross-entropy that count: those whose target (on the host) is not `ignore`.
 static inline long rt_counted_rows(const int *targets, long n, long ignore) {

@@ -1455,12 +1455,12 @@ static void build_scan(scan *s, bool grads, bool norm) {
   }
 }
 
-// The index of the first non-finite float of a piece in the host region, or -1.
-static long host_nonfinite(const piece *p) {
-  const float *x = (const float *)(host_region + p->offset);
-  for (long j = 0; j < p->n; j++)
-    if (!isfinite(x[j])) return j;
-  return -1;
+// The index of the first non-finite element of a piece of s in the host region, or -1.
+static long host_nonfinite(const scan *s, const piece *p) {
+  const char *x = host_region + p->offset;
+  long j = s->esize == 4 ? rt_find_nonfinite_host((const float *)x, p->n)
+                         : rt_find_nonfinite_host_bf16((const rt_bf16 *)x, p->n);
+  return j < p->n ? j : -1;
 }
 
 // rt_find_nonfinite over n elements of s's type at x, on the device.
@@ -1481,14 +1481,16 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
   rt_device_get(stage, arena, check_at, (long)ndev * 4);
   bool any = false;
   for (int r = 0; r < s->nruns; r++)
-    any |= r < ndev ? got[r] >= 0 : host_nonfinite(&s->runs[r]) >= 0;
+    any |= r < ndev ? got[r] >= 0 : host_nonfinite(s, &s->runs[r]) >= 0;
   if (!any) return -1;
   for (int k = 0; k < s->npieces; k++) {  // which is first in table order
     const piece *p = &s->pieces[k];
     if (p->host) {
-      long j = host_nonfinite(p);
+      long j = host_nonfinite(s, p);
       if (j < 0) continue;
-      memcpy(value, host_region + p->offset + j * 4, sizeof *value);
+      const char *at = host_region + p->offset + j * s->esize;
+      if (s->esize == 4) memcpy(value, at, sizeof *value);
+      else grads_to_floats(value, at, 1);
       *elem = p->elem + j;
       return p->param;
     }
@@ -1545,9 +1547,11 @@ static double grad_norm(char *arena, char *stage) {
   rt_device_get(stage, arena, check_at, (long)ndev * 4);
   double sum = 0.0;
   for (int r = 0; r < ndev; r++) sum += (double)got[r] * (double)got[r];
-  for (int r = ndev; r < norm_scan.nruns; r++)
-    sum += rt_norm2sq_host((const float *)(host_region + norm_scan.runs[r].offset),
-                           norm_scan.runs[r].n);
+  for (int r = ndev; r < norm_scan.nruns; r++) {
+    const char *x = host_region + norm_scan.runs[r].offset;
+    sum += norm_scan.esize == 4 ? rt_norm2sq_host((const float *)x, norm_scan.runs[r].n)
+                                : rt_norm2sq_host_bf16((const rt_bf16 *)x, norm_scan.runs[r].n);
+  }
   if (rt_comm_size() > 1) sum = rt_allreduce_scalar(rt_group_world(), sum, RT_REDUCE_SUM);
   return sqrt(sum);
 }

@@ -78,15 +78,13 @@ static int replicas(SvLayout l) { return l.dp * sv_layout_parts(l); }
 // (passes/recompute.c, passes/swap.c), in every mode: block 0 (everything outside them) ends
 // forward with the head, whose backward runs first, so recomputing it would hold what keeping
 // it holds at the step's peak (and so would swapping it).
-static void build_choices(SvProblem *p, SvUnit *u, const SvNum *const *ng, const SvCtx *x,
-                          bool grads16) {
+static void build_choices(SvProblem *p, SvUnit *u, const SvNum *const *ng, const SvCtx *x) {
   int cap = 0;
   const SvNum *n = ng[0];   // (what is alike at every group's micro-batch)
   bool has_state = n->params > 0;
   bool can_ckpt = n->act + n->act_int > n->ckpt + n->ckpt_int && u->block >= 1;
   bool can_swap = n->act > 0 && u->block >= 1;
-  // offload moves the optimizer state; the host's update reads float32 gradients only
-  bool has_opt = n->per.state > 0 && !grads16;
+  bool has_opt = n->per.state > 0;   // offload moves the optimizer state
   for (int l = 0; l < p->nlayouts; l++)
     for (int ck = 0; ck <= 2; ck++)   // keep, checkpoint, swap
       for (int z = 0; z <= 3; z++)
@@ -284,7 +282,7 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
       ng[g] = &nums[(sizes ? g : 0) * m->nunits + u];
       p->micro_flops[g] += un->count * (ng[g]->flops_fwd + ng[g]->flops_bwd);
     }
-    build_choices(p, un, ng, &x, m->grads_bf16);
+    build_choices(p, un, ng, &x);
   }
   free(last);
   for (int i = 0; i < m->nflows; i++) {

@@ -14,7 +14,7 @@
 # under tests/mpirun.sh: the same messages, printed once. With MODE offload (one rank) it is
 # compiled in bf16 with every master weight offloaded to the host region, which the host scans:
 # the weight case. With MODE offload_grads the gradients are offloaded too (the host scans them
-# and sums their norm): every case.
+# and sums their norm): every case; offload_grads16 the same in bf16 with bf16 gradients.
 #
 #   finite.sh MTC MODEL OUTDIR [RANKS [MODE]]
 set -euo pipefail
@@ -30,6 +30,10 @@ if [ "$ranks" -gt 1 ]; then
 elif [ "$mode" = offload_grads ]; then
   build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32 --offload-grads
   run() { "$out/p/train" "$@"; }
+elif [ "$mode" = offload_grads16 ]; then
+  build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32 --precision bf16 \
+    --grad-precision bf16 --offload-grads
+  run() { "$out/p/train" "$@"; }
 elif [ "$mode" = offload ]; then
   build_program "$mtc" "$model" "$out/p" "$out/compile.log" -D B=32 --precision bf16 --offload 1
   run() { "$out/p/train" "$@"; }
@@ -44,8 +48,11 @@ poke() { python3 "$here/st_poke.py" "$@"; }
 run --steps 1 --lr 0 --save w0.st > /dev/null
 poke inputs label0.st 1 32 64 0
 poke set w0.st loss.st w2 3 nan
-big=(ln_w 5 0 ln_b 5 0 w2 50 3.4e38)
-for k in 1 2 3 4 5 6 7 8 9; do big+=(w2 $((50 + k)) -3.4e38); done
+# (in bf16 the largest finite weight is 3.39e38: 3.4e38 rounds to infinity)
+m=3.4e38
+[ "$mode" = offload_grads16 ] && m=3.38e38
+big=(ln_w 5 0 ln_b 5 0 w2 50 $m)
+for k in 1 2 3 4 5 6 7 8 9; do big+=(w2 $((50 + k)) -$m); done
 poke set w0.st grad.st "${big[@]}"
 poke set w0.st b1.st b1 7 -inf
 

@@ -114,6 +114,52 @@ static void test_scans_host(long n, const char *threads) {
   free(x);
 }
 
+// bf16 gradients offloaded (--grad-precision bf16): the host's AdamW, SGD, norm and finite
+// check over a bf16 gradient give their float32 twins' bits over the widened gradient (and so
+// the device's: rt_adamw_bf16 is checked against rt_adamw the same way), and its accumulation
+// of micro-batches the device's rt_accumulate_bf16 bits.
+static void test_grads_bf16_host(long n, int threads) {
+  float *g = randoms(n, 0.5f), *w = malloc((size_t)n * sizeof *w + 1);
+  rt_bf16 *h = malloc((size_t)n * sizeof *h + 1);
+  IR_ASSERT(w && h);
+  rt_cast_f32_bf16(h, g, n);
+  rt_cast_bf16_f32(w, h, n);
+  float *p = randoms(n, 1.0f), *m = randoms(n, 0.1f), *v = randoms(n, 0.1f);
+  for (long i = 0; i < n; i++) v[i] *= v[i];
+  float *p2 = copy_of(p, n), *m2 = copy_of(m, n), *v2 = copy_of(v, n);
+  long decay_n = n - n / 3;
+  rt_adamw_host_bf16(p, h, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f, decay_n, threads);
+  rt_adamw_host(p2, w, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f, decay_n, threads);
+  check(first_diff(p, p2, n) < 0 && first_diff(m, m2, n) < 0 && first_diff(v, v2, n) < 0,
+        "adamw_host_bf16 n=%ld threads=%d: the float32 update's bits over the widened gradient",
+        n, threads);
+  rt_sgd_host_bf16(p, h, n, 0.05f, 0.01f, 0.5f, decay_n);
+  rt_sgd_host(p2, w, n, 0.05f, 0.01f, 0.5f, decay_n);
+  check(first_diff(p, p2, n) < 0, "sgd_host_bf16 n=%ld: the float32 update's bits", n);
+  float dev;
+  rt_norm2_bf16(&dev, h, n);
+  check(rt_norm2sq_host_bf16(h, n) == rt_norm2sq_host(w, n) &&
+        (float)sqrt(rt_norm2sq_host_bf16(h, n)) == dev,
+        "norm2sq_host_bf16 n=%ld: the float32 scan's and rt_norm2_bf16's bits", n);
+  check(rt_find_nonfinite_host_bf16(h, n) == n, "find_nonfinite_host_bf16 n=%ld: none", n);
+  h[n / 2].bits = 0x7fc0;   // NaN
+  check(rt_find_nonfinite_host_bf16(h, n) == n / 2, "find_nonfinite_host_bf16 n=%ld: at %ld", n,
+        n / 2);
+  rt_cast_f32_bf16(h, g, n);
+  rt_bf16 *acc = calloc((size_t)n + 1, sizeof *acc), *dacc = calloc((size_t)n + 1, sizeof *dacc);
+  IR_ASSERT(acc && dacc);
+  for (int micro = 0; micro < 3; micro++) {
+    rt_dist.micro = micro;
+    rt_accumulate_host_bf16(acc, h, n, 0.25f);
+    rt_accumulate_bf16(dacc, h, n, 0.25f);
+  }
+  rt_dist.micro = 0;
+  check(!memcmp(acc, dacc, (size_t)n * sizeof *acc), "accumulate_host_bf16 n=%ld: the device's "
+        "bits", n);
+  free(g), free(w), free(h), free(p), free(m), free(v), free(p2), free(m2), free(v2);
+  free(acc), free(dacc);
+}
+
 static void test_copies(void) {
   long n = 1000;
   float *dev = randoms(n, 1.0f), *host = calloc((size_t)n, sizeof *host);
@@ -471,6 +517,8 @@ int main(int argc, char **argv) {
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
     for (int t = 0; t < 3; t++)
       test_scans_host(sizes[s], (const char *[]){"1", "2", "7"}[t]);
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+    test_grads_bf16_host(sizes[s], (int)(s % 3) + 1);
   test_copies();
   test_cast_host();
   for (int zero = 0; zero <= 3; zero++) {
