@@ -7,7 +7,10 @@
 #define MTC_RT_ADAMW_CPU_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
+
+#include "bf16.h"
 
 #if defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>  // one instruction: sqrt16
@@ -102,6 +105,21 @@ static inline void adamw_blocks(float *p, const float *g, float *m, float *v, lo
       memcpy(v + i, tail[3], (size_t)len * sizeof(float));
     }
   }
+}
+
+// A bf16 gradient (--grad-precision bf16) is widened to float32 a run of at most
+// ADAMW_GRAD_RUN elements at a time (16 KiB of floats, on the stack), and the
+// float32 update runs on the run: the same bits as over the widened gradient.
+#define ADAMW_GRAD_RUN 4096L
+
+// The gradient of elements [i0, i1) as float32: g itself (float32), or a bf16
+// g's (g16) widened into w.
+static inline const float *adamw_grad_run(const void *g, bool g16, long i0, long i1, float *w) {
+  if (!g16)
+    return (const float *)g + i0;
+  const rt_bf16 *h = (const rt_bf16 *)g + i0;
+  for (long i = 0; i < i1 - i0; i++) w[i] = rt_bf16_to_f32(h[i]);
+  return w;
 }
 
 // SGD (torch.optim.SGD without momentum) over elements [i0, i1):

@@ -32,33 +32,20 @@ typedef struct HostChunk {
   const AdamwStep *s;
 } HostChunk;
 
-// Elements per run of a bf16 gradient widened at once (16 KiB of floats).
-#define WIDE_RUN 4096L
-
-// The gradient of elements [i0, i1) (at most WIDE_RUN) as float32: g itself, or a bf16 g's
-// widened into w.
-static const float *wide_grad(const void *g, bool g16, long i0, long i1, float *w) {
-  if (!g16)
-    return (const float *)g + i0;
-  const rt_bf16 *h = (const rt_bf16 *)g + i0;
-  for (long i = 0; i < i1 - i0; i++) w[i] = rt_bf16_to_f32(h[i]);
-  return w;
-}
-
 static void *adamw_chunk(void *arg) {
   const HostChunk *c = arg;
   if (!c->g16) {
     adamw_blocks(c->p, c->g, c->m, c->v, c->n, c->b0, c->b1, c->s);
     return NULL;
   }
-  float w[WIDE_RUN];
-  for (long b = c->b0; b < c->b1; b += WIDE_RUN / 16) {  // runs of whole blocks, from 0
-    long i0 = b * 16, e = (b + WIDE_RUN / 16 < c->b1 ? b + WIDE_RUN / 16 : c->b1) * 16;
-    long i1 = e < c->n ? e : c->n;
+  float w[ADAMW_GRAD_RUN];
+  long per = ADAMW_GRAD_RUN / 16;  // blocks a run
+  for (long b = c->b0; b < c->b1; b += per) {  // whole blocks, numbered from 0 in each run
+    long e = (b + per < c->b1 ? b + per : c->b1) * 16, i0 = b * 16, i1 = e < c->n ? e : c->n;
     AdamwStep s = *c->s;
     s.decay_n -= i0;
-    adamw_blocks(c->p + i0, wide_grad(c->g, true, i0, i1, w), c->m + i0, c->v + i0, i1 - i0, 0,
-                 (i1 - i0 + 15) / 16, &s);
+    adamw_blocks(c->p + i0, adamw_grad_run(c->g, true, i0, i1, w), c->m + i0, c->v + i0,
+                 i1 - i0, 0, (i1 - i0 + 15) / 16, &s);
   }
   return NULL;
 }
@@ -108,10 +95,10 @@ static void adamw_host(float *p, const void *g, bool g16, float *m, float *v, lo
 // rt_sgd's arithmetic (sgd_elems), on the caller's thread.
 static void sgd_host(float *p, const void *g, bool g16, long n, float lr, float wd, float gscale,
                      long decay_n) {
-  float w[WIDE_RUN];
-  for (long i0 = 0; i0 < n; i0 += WIDE_RUN) {
-    long i1 = i0 + WIDE_RUN < n ? i0 + WIDE_RUN : n;
-    sgd_elems(p + i0, wide_grad(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
+  float w[ADAMW_GRAD_RUN];
+  for (long i0 = 0; i0 < n; i0 += ADAMW_GRAD_RUN) {
+    long i1 = i0 + ADAMW_GRAD_RUN < n ? i0 + ADAMW_GRAD_RUN : n;
+    sgd_elems(p + i0, adamw_grad_run(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
   }
 }
 

@@ -1274,21 +1274,11 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
 
 // The optimizers run over chunks of OPT_CHUNK elements (16 KiB of each float array), so that a
 // chunk's updated weights are still in cache when the bf16 copy reads them.
-#define OPT_CHUNK 4096L
+#define OPT_CHUNK ADAMW_GRAD_RUN  // (a bf16 gradient is widened a chunk at a time: adamw_cpu.h)
 
 // c[i] = p[i] rounded to bf16, for i in [i0, i1): a loop the compiler vectorizes.
 static void round_into(rt_bf16 *c, const float *p, long i0, long i1) {
   for (long i = i0; i < i1; i++) c[i] = rt_f32_to_bf16(p[i]);
-}
-
-// The gradient of elements [i0, i1) as float32: g itself in float32, or (g16: bf16 gradients)
-// those elements widened into w, which holds OPT_CHUNK.
-static const float *grad_chunk(const void *g, bool g16, long i0, long i1, float *w) {
-  if (!g16)
-    return (const float *)g + i0;
-  const rt_bf16 *h = (const rt_bf16 *)g + i0;
-  for (long i = 0; i < i1 - i0; i++) w[i] = rt_bf16_to_f32(h[i]);
-  return w;
 }
 
 // AdamW over p (blocks of 16, as adamw_blocks runs them) with a float32 or (g16) bf16
@@ -1301,10 +1291,10 @@ static void adamw(float *p, const void *g, bool g16, float *m, float *v, long n,
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
     long i0 = k * OPT_CHUNK, i1 = i0 + OPT_CHUNK < n ? i0 + OPT_CHUNK : n;
-    float w[OPT_CHUNK];
+    float w[ADAMW_GRAD_RUN];
     AdamwStep sk = s;  // the chunk's elements from 0 (whole blocks of 16: the same bits)
     sk.decay_n = s.decay_n - i0;
-    adamw_blocks(p + i0, grad_chunk(g, g16, i0, i1, w), m + i0, v + i0, i1 - i0, 0,
+    adamw_blocks(p + i0, adamw_grad_run(g, g16, i0, i1, w), m + i0, v + i0, i1 - i0, 0,
                  (i1 - i0 + 15) / 16, &sk);
     if (c)
       round_into(c, p, i0, i1);
@@ -1319,8 +1309,8 @@ static void sgd(float *p, const void *g, bool g16, long n, float lr, float wd, f
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
     long i0 = k * OPT_CHUNK, i1 = i0 + OPT_CHUNK < n ? i0 + OPT_CHUNK : n;
-    float w[OPT_CHUNK];
-    sgd_elems(p + i0, grad_chunk(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
+    float w[ADAMW_GRAD_RUN];
+    sgd_elems(p + i0, adamw_grad_run(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
     if (c)
       round_into(c, p, i0, i1);
   }
