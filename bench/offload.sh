@@ -10,13 +10,13 @@
 # and with every layer's activations swapped to host memory (--swap all),
 # alone and with the gradients offloaded.
 #
-#   bench/offload.sh [--steps N] [--wait S] [--seq T] [--precision fp32|bf16]
+#   bench/offload.sh [--steps N] [--wait S] [--seq T] [--precision 'fp32 bf16 bf16g']
 #                    [--rows REGEX] [MTC]
 #
 # --seq T sets the sequence length (default 64: the activations are a small
-# share of the memory; at 256 they are most of it), --precision one of the
-# two precisions (default both) and --rows the rows whose "ranks|offloaded"
-# matches the extended REGEX (default all).
+# share of the memory; at 256 they are most of it), --precision the precisions (default
+# "fp32 bf16"; bf16g is bf16 with bf16 gradients, --grad-precision bf16) and --rows the rows
+# whose "ranks|offloaded" matches the extended REGEX (default all).
 #
 # For each row it compiles the model (`mtc compile examples/gpt2.mtc ...`),
 # builds it (`make cpu`), runs it --steps times (default 3; several ranks
@@ -97,7 +97,8 @@ for precision in $precisions; do
     dir="$tmp/p" log="$tmp/log"
     rm -rf "$dir"
     # shellcheck disable=SC2086
-    "$mtc" compile examples/gpt2.mtc $model --precision $precision $flags -o "$dir" > "$tmp/compile" 2>&1 ||
+    "$mtc" compile examples/gpt2.mtc $model --precision ${precision%g} \
+      $([ "$precision" = bf16g ] && echo --grad-precision bf16) $flags -o "$dir" > "$tmp/compile" 2>&1 ||
       { echo "| $precision | $ranks | $name | compile failed: $(grep -m1 error: "$tmp/compile") |"; continue; }
     make -s -C "$dir" cpu > "$tmp/make" 2>&1 ||
       { echo "| $precision | $ranks | $name | make failed |"; continue; }
