@@ -117,6 +117,8 @@ typedef struct Shard {
   const IrValue **copy;  // [value id] a parameter's bf16 working copy (NULL: none)
   const IrValue **grad_of;  // [value id] the parameter whose gradient it is, or a term of
                             // (2D: a weight gradient's matmul keeps the weight's splits)
+  int *fwd_at, *fwd_node;   // forward's readers of value v: nodes fwd_node[fwd_at[v] ..
+                            // fwd_at[v + 1]) (one entry per input read)
 } Shard;
 
 // One node's rule at work: the inputs' layouts, to be rewritten into the
@@ -670,6 +672,41 @@ static int unary(ShardOp *op, Linear lin) {
 // ---- sharding rules -------------------------------------------------------------------------
 // shard_<op>(op): rewrite op->in[] into the layouts the op needs, set op->out[].
 
+// Where forward's readers of value v lead, each path followed until it meets a matmul or a
+// norm (which reads its features whole): *matmul when one meets a matmul, *norm when one
+// meets a norm.
+static void readers_meet(const Shard *s, const IrValue *v, bool *seen, bool *matmul,
+                         bool *norm) {
+  if (seen[v->id])
+    return;
+  seen[v->id] = true;
+  for (int j = s->fwd_at[v->id]; j < s->fwd_at[v->id + 1]; j++) {
+    const IrNode *r = s->g->nodes[s->fwd_node[j]];
+    if (r->op == OP_LAYERNORM || r->op == OP_RMSNORM)
+      *norm = true;
+    else if (r->op == OP_MATMUL)
+      *matmul = true;
+    else
+      for (int k = 0; k < r->nout; k++)
+        readers_meet(s, r->out[k], seen, matmul, norm);
+  }
+}
+
+// Should the weight of matmul node n stay whole rather than go column-parallel? A
+// column-parallel output, split on its features, feeds the next matmul of Megatron's pair
+// (row-parallel, through attention or an activation function), or a norm after a gather. One
+// that does both, a projection into a residual stream that the next layer's matmuls read (an
+// embedding's projection to the hidden size: ALBERT's mapping, a model's input layer), would
+// make those matmuls row-parallel, their outputs partial sums, and their attention whole:
+// Megatron keeps such a projection whole, and so does this.
+static bool feeds_residual(const Shard *s, const IrNode *n) {
+  bool *seen = calloc((size_t)s->g->nvalues + 1, sizeof *seen), matmul = false, norm = false;
+  IR_ASSERT(seen);
+  readers_meet(s, n->out[0], seen, &matmul, &norm);
+  free(seen);
+  return matmul && norm;
+}
+
 // Megatron's seeding of a matmul weight (see the top of the file): input w is
 // the weight, the other input x its activation; wn is the weight's
 // non-contracted dim, xk the activation's contracted dim.
@@ -680,6 +717,8 @@ static void seed_weight(ShardOp *op, int w, int wn, int xk) {
     return;                         // row-parallel: unify slices the weight like x
   if (axes_used(x) & BIT(op->tpa))
     return;                         // x is already split over tp elsewhere (heads)
+  if (feeds_residual(op->s, op->n))
+    return;                         // whole: a projection into a residual stream
   if (divides(op, wv->shape[wn], op->tpa)) {
     op->in[w].split[wn] = (unsigned char)op->tpa;   // column-parallel
     return;
@@ -1960,6 +1999,23 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
     if (n->op == OP_ASSIGN)
       s.copy[n->in[1]->id] = n->in[0];
   }
+  // forward's readers of each value, grouped by value
+  s.fwd_at = calloc((size_t)nv + 2, sizeof *s.fwd_at);
+  IR_ASSERT(s.fwd_at);
+  for (int i = 0; i < nn; i++)
+    for (int k = 0; g->nodes[i]->phase == PHASE_FORWARD && k < g->nodes[i]->nin; k++)
+      s.fwd_at[g->nodes[i]->in[k]->id + 1]++;
+  for (int i = 0; i < nv; i++)
+    s.fwd_at[i + 1] += s.fwd_at[i];
+  s.fwd_node = malloc((size_t)s.fwd_at[nv] * sizeof *s.fwd_node + 1);
+  int *fill = calloc((size_t)nv + 1, sizeof *fill);
+  IR_ASSERT(s.fwd_node && fill);
+  for (int i = 0; i < nn; i++)
+    for (int k = 0; g->nodes[i]->phase == PHASE_FORWARD && k < g->nodes[i]->nin; k++) {
+      int v = g->nodes[i]->in[k]->id;
+      s.fwd_node[s.fwd_at[v] + fill[v]++] = i;
+    }
+  free(fill);
   for (int i = 0; i < nv; i++)
     if (g->values[i]->role == ROLE_PARAM && g->values[i]->grad)
       s.grad_of[g->values[i]->grad->id] = g->values[i];
@@ -1992,6 +2048,7 @@ int ir_shard(IrGraph *g, const ShardSpec *spec, ShardResult *out, IrDiag *d) {
   free(s.laid), free(s.read), free(s.cur), free(s.deg), free(s.have), free(s.have_phase),
       free(s.nhave);
   free(s.readers), free(s.copy), free(s.grad_of), free(s.need_last), free(s.need_prev);
+  free(s.fwd_at), free(s.fwd_node);
   free(in), free(outs), free(seed);
   if (rc)
     ir_shard_free(out);
