@@ -199,10 +199,11 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
 int ir_shard_layout_str(char *buf, size_t n, const IrGraph *g, const IrValue *v,
                         const ShardLayout *l) {
   size_t len = 0;
+  char none[1];   // where a count without a buffer writes nothing (size 0)
 #define PUT(...)                                                                        \
   do {                                                                                  \
-    int k_ = snprintf(buf ? buf + (len < n ? len : n) : NULL, len < n ? n - len : 0,    \
-                      __VA_ARGS__);                                                     \
+    size_t at_ = len < n ? len : n;                                                     \
+    int k_ = snprintf(buf ? buf + at_ : none, buf ? n - at_ : 0, __VA_ARGS__);          \
     len += k_ > 0 ? (size_t)k_ : 0;                                                     \
   } while (0)
   PUT("[");
