@@ -1087,14 +1087,6 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
 
 // Where each parameter's gradient is, in the order of the params table (for
 // train --dump-grads).
-// The element type of the trained parameters' gradients (passes/precision.c makes them all one).
-static IrDType grad_dtype(const IrGraph *g) {
-  for (int i = 0; i < g->nvalues; i++)
-    if (g->values[i]->role == ROLE_PARAM && g->values[i]->grad)
-      return g->values[i]->grad->dtype;
-  return DT_F32;
-}
-
 static void emit_grad_offsets(Emit *e) {
   IrGraph *g = e->g;
   println(e, "static const long grad_offsets[] = {");
@@ -1285,7 +1277,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .init_host = %s,", has_init_host(e) ? "init_host" : "0");
   println(e, "    .init_copies = %s,", has_copies(e) ? "init_copies" : "0");
   println(e, "    .grad_offsets = grad_offsets,");
-  println(e, "    .grad_dtype = %s,", rt_dtype(grad_dtype(g)));
+  println(e, "    .grad_dtype = %s,", rt_dtype(ir_grad_dtype(g)));
   println(e, "    .adam_offsets = adam_offsets,");
   const IrValue *counter = dropout_counter(g);
   println(e, "    .dropout_step_offset = %lld,", counter ? (long long)e->m->offset[counter->id] : -1LL);

@@ -494,6 +494,9 @@ const char *ir_dtype_name(IrDType dt); // "f32", "bf16", "i32"
 const char *ir_dtype_ctype(IrDType dt); // the C type of an element in model.c: "float", ...
 IrDType ir_dtype_lookup(const char *name); // DT_COUNT when unknown
 bool ir_is_float(IrDType dt);          // f32 or bf16
+// The element type of the trained parameters' gradients (passes/precision.c makes them all
+// one: f32, or bf16 under --grad-precision bf16); DT_F32 when nothing is trained.
+IrDType ir_grad_dtype(const IrGraph *g);
 bool ir_is_i32(double v);              // an integer in int32's range
 bool ir_same_shape(const IrValue *a, const IrValue *b);
 // "[B,T,C]" into the arena

@@ -106,6 +106,13 @@ static bool same_size(const IrGraph *g, const Sym *a, const Sym *b) {
 
 // Set output i of n to (dt, rank, shape), or check it against what is there.
 bool ir_is_float(IrDType dt) { return dt == DT_F32 || dt == DT_BF16; }
+
+IrDType ir_grad_dtype(const IrGraph *g) {
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->role == ROLE_PARAM && g->values[i]->grad)
+      return g->values[i]->grad->dtype;
+  return DT_F32;
+}
 // (tested in range before the cast, which is undefined outside it)
 bool ir_is_i32(double v) { return v >= INT32_MIN && v <= INT32_MAX && v == (double)(int32_t)v; }
 

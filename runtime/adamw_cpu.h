@@ -122,11 +122,26 @@ static inline const float *adamw_grad_run(const void *g, bool g16, long i0, long
   return w;
 }
 
-// SGD (torch.optim.SGD without momentum) over elements [i0, i1):
-// p -= lr * (g * gscale + wd * p), weight decay on [0, decay_n) only.
-static inline void sgd_elems(float *p, const float *g, long i0, long i1, float lr, float wd,
-                             float gscale, long decay_n) {
-  for (long i = i0; i < i1; i++) p[i] -= lr * (g[i] * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
+// AdamW over the run of elements [i0, i1) (i0 a multiple of 16, at most ADAMW_GRAD_RUN
+// elements) with a float32 or (g16) bf16 gradient: adamw_blocks' bits over it.
+static inline void adamw_run(float *p, const void *g, bool g16, float *m, float *v, long i0,
+                             long i1, const AdamwStep *s) {
+  float w[ADAMW_GRAD_RUN];
+  AdamwStep r = *s;  // the run's blocks numbered from 0, the decay's boundary with them
+  r.decay_n -= i0;
+  adamw_blocks(p + i0, adamw_grad_run(g, g16, i0, i1, w), m + i0, v + i0, i1 - i0, 0,
+               (i1 - i0 + 15) / 16, &r);
+}
+
+// SGD (torch.optim.SGD without momentum) over the run [i0, i1) (at most ADAMW_GRAD_RUN
+// elements) with a float32 or (g16) bf16 gradient: p -= lr * (g * gscale + wd * p), weight
+// decay on [0, decay_n) only.
+static inline void sgd_run(float *p, const void *g, bool g16, long i0, long i1, float lr,
+                           float wd, float gscale, long decay_n) {
+  float w[ADAMW_GRAD_RUN];
+  const float *gr = adamw_grad_run(g, g16, i0, i1, w);
+  for (long i = 0; i < i1 - i0; i++)
+    p[i0 + i] -= lr * (gr[i] * gscale + (i0 + i < decay_n ? wd : 0.0f) * p[i0 + i]);
 }
 
 #endif

@@ -32,20 +32,13 @@ typedef struct HostChunk {
   const AdamwStep *s;
 } HostChunk;
 
+// Blocks [b0, b1) in runs of ADAMW_GRAD_RUN (adamw_run: adamw_blocks' bits).
 static void *adamw_chunk(void *arg) {
   const HostChunk *c = arg;
-  if (!c->g16) {
-    adamw_blocks(c->p, c->g, c->m, c->v, c->n, c->b0, c->b1, c->s);
-    return NULL;
-  }
-  float w[ADAMW_GRAD_RUN];
-  long per = ADAMW_GRAD_RUN / 16;  // blocks a run
-  for (long b = c->b0; b < c->b1; b += per) {  // whole blocks, numbered from 0 in each run
-    long e = (b + per < c->b1 ? b + per : c->b1) * 16, i0 = b * 16, i1 = e < c->n ? e : c->n;
-    AdamwStep s = *c->s;
-    s.decay_n -= i0;
-    adamw_blocks(c->p + i0, adamw_grad_run(c->g, true, i0, i1, w), c->m + i0, c->v + i0,
-                 i1 - i0, 0, (i1 - i0 + 15) / 16, &s);
+  long end = c->b1 * 16 < c->n ? c->b1 * 16 : c->n;
+  for (long i0 = c->b0 * 16; i0 < end; i0 += ADAMW_GRAD_RUN) {
+    long i1 = i0 + ADAMW_GRAD_RUN < end ? i0 + ADAMW_GRAD_RUN : end;
+    adamw_run(c->p, c->g, c->g16, c->m, c->v, i0, i1, c->s);
   }
   return NULL;
 }
@@ -92,14 +85,12 @@ static void adamw_host(float *p, const void *g, bool g16, float *m, float *v, lo
   on_threads(adamw_chunk, chunk, sizeof *chunk, nt);
 }
 
-// rt_sgd's arithmetic (sgd_elems), on the caller's thread.
+// rt_sgd's arithmetic (sgd_run), on the caller's thread.
 static void sgd_host(float *p, const void *g, bool g16, long n, float lr, float wd, float gscale,
                      long decay_n) {
-  float w[ADAMW_GRAD_RUN];
-  for (long i0 = 0; i0 < n; i0 += ADAMW_GRAD_RUN) {
-    long i1 = i0 + ADAMW_GRAD_RUN < n ? i0 + ADAMW_GRAD_RUN : n;
-    sgd_elems(p + i0, adamw_grad_run(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
-  }
+  for (long i0 = 0; i0 < n; i0 += ADAMW_GRAD_RUN)
+    sgd_run(p, g, g16, i0, i0 + ADAMW_GRAD_RUN < n ? i0 + ADAMW_GRAD_RUN : n, lr, wd, gscale,
+            decay_n);
 }
 
 // The element types' loads and stores, widened to float32 as read and rounded to nearest even

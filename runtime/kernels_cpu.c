@@ -1291,17 +1291,13 @@ static void adamw(float *p, const void *g, bool g16, float *m, float *v, long n,
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
     long i0 = k * OPT_CHUNK, i1 = i0 + OPT_CHUNK < n ? i0 + OPT_CHUNK : n;
-    float w[ADAMW_GRAD_RUN];
-    AdamwStep sk = s;  // the chunk's elements from 0 (whole blocks of 16: the same bits)
-    sk.decay_n = s.decay_n - i0;
-    adamw_blocks(p + i0, adamw_grad_run(g, g16, i0, i1, w), m + i0, v + i0, i1 - i0, 0,
-                 (i1 - i0 + 15) / 16, &sk);
+    adamw_run(p, g, g16, m, v, i0, i1, &s);
     if (c)
       round_into(c, p, i0, i1);
   }
 }
 
-// SGD (sgd_elems) with a float32 or (g16) bf16 gradient; with c, p rounded into it chunk by
+// SGD (sgd_run) with a float32 or (g16) bf16 gradient; with c, p rounded into it chunk by
 // chunk (bf16)
 static void sgd(float *p, const void *g, bool g16, long n, float lr, float wd, float gscale,
                 long decay_n, rt_bf16 *c) {
@@ -1309,8 +1305,7 @@ static void sgd(float *p, const void *g, bool g16, long n, float lr, float wd, f
 #pragma omp parallel for if (n >= PAR_MIN)
   for (long k = 0; k < nchunks; k++) {
     long i0 = k * OPT_CHUNK, i1 = i0 + OPT_CHUNK < n ? i0 + OPT_CHUNK : n;
-    float w[ADAMW_GRAD_RUN];
-    sgd_elems(p + i0, adamw_grad_run(g, g16, i0, i1, w), 0, i1 - i0, lr, wd, gscale, decay_n - i0);
+    sgd_run(p, g, g16, i0, i1, lr, wd, gscale, decay_n);
     if (c)
       round_into(c, p, i0, i1);
   }
@@ -1330,12 +1325,12 @@ static void find_nonfinite_f32(int *at, const float *x, long n) {
   *at = first < n ? (int)first : -1;
 }
 
-// The chunks of scan_cpu.h in parallel, combined in order.
-static void norm2_f32(float *out, const float *x, long n) {
+// The chunks of scan_cpu.h in parallel, combined in order, over float32 or (bf16) bf16 x.
+static void norm2(float *out, const void *x, bool bf16, long n) {
   double part[RT_NORM2_CHUNKS];
 #pragma omp parallel for if (n >= PAR_MIN)
   for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++)
-    part[ch] = rt_norm2sq_chunk(x, n, ch);
+    part[ch] = bf16 ? rt_norm2sq_chunk_bf16(x, n, ch) : rt_norm2sq_chunk(x, n, ch);
   double s = 0.0;
   for (int ch = 0; ch < RT_NORM2_CHUNKS; ch++) s += part[ch];
   out[0] = (float)sqrt(s);

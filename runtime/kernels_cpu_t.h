@@ -523,11 +523,7 @@ void RT_NAME(sgd_copy)(float *p, const RT_T *g, long n, float lr, float wd, floa
 
 // ---- checks
 
-void RT_NAME(norm2)(float *out, const RT_T *x, long n) {
-  float *own;
-  norm2_f32(out, RT_LOCAL(widen)(x, n, &own), n);
-  rt_cpu_free(own);
-}
+void RT_NAME(norm2)(float *out, const RT_T *x, long n) { norm2(out, x, !RT_T_F32, n); }
 
 void RT_NAME(find_nonfinite)(int *at, const RT_T *x, long n) {
 #if RT_T_F32

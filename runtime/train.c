@@ -56,17 +56,10 @@ static const rt_model *model(void) { return the_model ? the_model : mtc_models[0
 // Bytes of a gradient's element: float32, or bf16 (--grad-precision bf16).
 static long grad_size(void) { return model()->grad_dtype == RT_BF16 ? 2 : 4; }
 
-// n gradient elements at src, in the gradients' type, into n floats.
-static void grads_to_floats(float *dst, const char *src, long n) {
-  if (grad_size() == 4) {
-    memcpy(dst, src, (size_t)n * 4);
-    return;
-  }
-  for (long j = 0; j < n; j++) {
-    rt_bf16 h;
-    memcpy(&h, src + 2 * j, sizeof h);
-    dst[j] = rt_bf16_to_f32(h);
-  }
+// n elements of esize bytes at src (4: float32, 2: bf16, widened) into n floats.
+static void to_floats(float *dst, const char *src, long n, long esize) {
+  if (esize == 4) memcpy(dst, src, (size_t)n * 4);
+  else rt_cast_host_bf16_f32(dst, (const rt_bf16 *)src, n);
 }
 
 static const rt_model *model_of_rank(int rank) {
@@ -836,12 +829,12 @@ static void gather_images(char *arena, view w) {
     }
     char *from = k->grads_host ? host_region : arena;  // (gradient offload: the host's)
     if (!k->grads_sharded) {
-      grads_to_floats(images[b], from + k->grads_offset, k->numel);
+      to_floats(images[b], from + k->grads_offset, k->numel, grad_size());
       continue;
     }
     long lo, at;
     bucket_shard(k, true, &lo, &at);
-    grads_to_floats(images[b] + lo, from + at, shard_numel(k));
+    to_floats(images[b] + lo, from + at, shard_numel(k), grad_size());
     rt_allgather(rt_dist.group[k->shard_axis], images[b], k->numel, NULL);
   }
   for (int i = 0; w == VIEW_GRADS && grad_size() != 4 && i < M->n_params; i++) {
@@ -849,7 +842,7 @@ static void gather_images(char *arena, view w) {
     if (p->bucket >= 0 || p->kind != RT_PARAM_TRAINED) continue;
     long n = local_numel(p);
     if (!(widened[i] = malloc((size_t)n * sizeof(float) + 1))) fail("out of memory");
-    grads_to_floats(widened[i], arena + M->grad_offsets[i], n);
+    to_floats(widened[i], arena + M->grad_offsets[i], n, grad_size());
   }
 }
 
@@ -1488,9 +1481,7 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
     if (p->host) {
       long j = host_nonfinite(s, p);
       if (j < 0) continue;
-      const char *at = host_region + p->offset + j * s->esize;
-      if (s->esize == 4) memcpy(value, at, sizeof *value);
-      else grads_to_floats(value, at, 1);
+      to_floats(value, host_region + p->offset + j * s->esize, 1, s->esize);
       *elem = p->elem + j;
       return p->param;
     }
@@ -1499,8 +1490,7 @@ static int find_nonfinite(char *arena, char *stage, const scan *s, long *elem, f
     if (got[0] < 0) continue;
     long at = p->offset + (long)got[0] * s->esize;
     rt_device_get(stage, arena, at, s->esize);
-    if (s->esize == 4) memcpy(value, stage + at, sizeof *value);
-    else grads_to_floats(value, stage + at, 1);
+    to_floats(value, stage + at, 1, s->esize);
     *elem = p->elem + got[0];
     return p->param;
   }

@@ -665,11 +665,9 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
       b->unit = m->nunits++;
   }
 
-  for (int i = 0; i < nv; i++) {
-    const IrValue *v = g->values[i];
-    m->bf16 |= v->role == ROLE_COPY;
-    m->grads_bf16 |= v->role == ROLE_PARAM && v->grad && v->grad->dtype == DT_BF16;
-  }
+  for (int i = 0; i < nv; i++)
+    m->bf16 |= g->values[i]->role == ROLE_COPY;
+  m->grads_bf16 = ir_grad_dtype(g) == DT_BF16;
   m->batch_sym = g->batch_sym;  // marked by the frontend
   m->seq_sym = g->seq_sym;
   free(stamp), free(last), free(owner), free(whole), free(pgrad), free(bytes);
