@@ -75,6 +75,13 @@ plain=$(losses dsl_plain_params "$src/examples/gpt2.mtc" "${dims[@]}" --offload 
 hostile=$(losses dsl_hostile_params "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 \
   -D NULL=2 -D size_t=64 --offload 0.5 --offload-params --precision bf16)
 same "DSL GPT-2, half the parameters offloaded" "$plain" "$hostile"
+# with bf16 gradients offloaded: the gradient buckets, their host copies and the model
+# table's gradient type
+plain=$(losses dsl_plain_grads16 "$src/examples/gpt2.mtc" "${dims[@]}" --offload-grads \
+  --precision bf16 --grad-precision bf16)
+hostile=$(losses dsl_hostile_grads16 "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 \
+  -D NULL=2 -D size_t=64 --offload-grads --precision bf16 --grad-precision bf16)
+same "DSL GPT-2, bf16 gradients offloaded" "$plain" "$hostile"
 
 # ---- the same on a 2 x 2 grid (Optimus 2D, 4 ranks): the params table's splits, the split
 # norms' and tp kernels' axes and the loss's partial axes are emitted beside the names
