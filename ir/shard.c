@@ -1067,8 +1067,17 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
     need_complete(op, i);
     need_whole_dim(op, i, r - 1);
     need_whole_dim(op, i, r - 2);
-    ks[i] = i;
+    ks[i] = (first + i) % nin;   // the backward: q, k, v and out first, then dout
   }
+  // The backward reads dout in the forward's layout where q has a dim split, else as it
+  // comes: q, k, v, out and the log-sum-exp are the forward's, held as it made them, where
+  // dout comes in as the projection's backward made it (on a 2D grid, maybe the heads over
+  // the rows, where the forward has them over the columns).
+  unsigned fwd = axes_used(&op->in[first]);
+  for (int i = 0; i < first; i++)
+    for (int d = 0; d < r - 2; d++)
+      if (op->in[first].split[d] != NONE || (BIT(op->in[i].split[d]) & fwd))
+        op->in[i].split[d] = op->in[first].split[d];
   unify_leading(op, nin, ks, r - 2);
   for (int k = nin; k < op->n->nin; k++) { // a mask or a bias: its dim d is q's dim d
     const IrValue *x = op->n->in[k];
@@ -1496,8 +1505,9 @@ static int shard_nll_loss_bwd(ShardOp *op) { return loss_bwd(op); }
 // A unit-step slice of a split axis is a piece, as split takes pieces (the
 // fused QKV projection of an ONNX attention is sliced into q, k and v): each
 // rank keeps its part of it, when the piece and its start divide. Otherwise
-// the axis is gathered. The other dims pass. Linear. (slice_bwd puts the
-// piece back: the same with input and output swapped.)
+// the axis is gathered, and so is a dim split over a 2D grid's rows (the lowering takes pieces
+// of tp and of the grid's columns, passes/tp.c). The other dims pass. Linear. (slice_bwd puts
+// the piece back: the same with input and output swapped.)
 static int slice(ShardOp *op, const IrValue *piece) {
   const IrNode *n = op->n;
   int ax = norm_axis(n, n->in[0]->rank), axis = op->in[0].split[ax];
@@ -1511,7 +1521,7 @@ static int slice(ShardOp *op, const IrValue *piece) {
                   sym_eval(piece->shape[ax], &op->g->syms, &len) ||
                   (len > 0 && whole_len % len == 0 && start % len == 0);
   if (axis != NONE &&
-      (seq || ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) || !piece_of ||
+      (seq || axis == ROW || ir_attr_i(n, "step") != 1 || (deg > 1 && start % deg) || !piece_of ||
        !divides(op, piece->shape[ax], axis)))
     need_whole_dim(op, 0, ax);
   op->out[0] = op->in[0];

@@ -165,6 +165,35 @@ static bool merge_reshapes(Fuser *F, IrNode *n) {
   return check(F, replace(F, n, OP_RESHAPE, &in->in[0], 1));
 }
 
+// transpose(reshape(y)) where y is attention's output in the heads' view [B, NH, T, HS] and the
+// reshape merges its first two dims (bmm's [B*NH, T, HS], fuse_attention): the transpose moves
+// B and NH together, then the reshape merges them, so the heads stay a dim of their own up to
+// the reshape that gives the model its [.., C] (torch's MultiheadAttention transposes its
+// output sequence-first, [T, B*NH, HS], then views it as [T*B, C]).
+static bool commute_heads(Fuser *F, IrNode *n) {
+  IrNode *r = n->op == OP_TRANSPOSE ? made_by(n->in[0], OP_RESHAPE) : NULL;
+  const IrValue *y = r ? r->in[0] : NULL, *m = r ? r->out[0] : NULL;
+  if (!r || !made_by(y, OP_ATTENTION) || y->producer->out[0] != y || y->rank != m->rank + 1 ||
+      !sym_eq(sym_mul(&F->g->arena, y->shape[0], y->shape[1]), m->shape[0]))
+    return false;
+  for (int i = 1; i < m->rank; i++)
+    if (!sym_eq(y->shape[i + 1], m->shape[i]))
+      return false;
+  int np;
+  const int64_t *perm = ir_attr_ints(n, "perm", &np);
+  int64_t wide[IR_MAXRANK];
+  int k = 0;
+  for (int i = 0; i < np; i++) {
+    if (perm[i] == 0)
+      wide[k++] = 0;
+    wide[k++] = perm[i] + 1;
+  }
+  IrValue *in = r->in[0];
+  IrNode *t = insert(F, n->id, OP_TRANSPOSE, &in, 1);
+  ir_set_ints(F->g, t, "perm", wide, k);
+  return check(F, t) && check(F, replace(F, n, OP_RESHAPE, &t->out[0], 1));
+}
+
 // If the transpose tr swaps the last two dims (whatever it does to the
 // others), its permutation without that swap; false otherwise.
 static bool swaps_last_two(const IrNode *tr, int64_t *rest, bool *identity) {
@@ -661,6 +690,44 @@ static IrValue *merged_heads(IrValue *q, IrValue *k, IrValue *v) {
   return src[0];
 }
 
+// torch's MultiheadAttention (nn.TransformerEncoderLayer) merges the batch with the heads
+// sequence-first: x [T, B, C] viewed as [T, B*NH, HS], then transposed to bmm's [B*NH, T, HS].
+// For such a q, k or v: the heads' view [B, NH, T, HS] of x, a reshape and a transpose
+// inserted before node `at`, in which the heads are a dim of their own that tensor parallelism
+// splits (in bmm's view they are merged with the batch, and a split of x's C could not carry
+// over); NULL when q is no such view. With build false only the check: q itself or NULL.
+static IrValue *split_heads(Fuser *F, int at, IrValue *q, bool build) {
+  IrNode *tr = made_by(q, OP_TRANSPOSE);
+  IrNode *r = tr ? made_by(tr->in[0], OP_RESHAPE) : NULL;
+  int np = 0;
+  const int64_t *perm = tr ? ir_attr_ints(tr, "perm", &np) : NULL;
+  if (!r || np != 3 || perm[0] != 1 || perm[1] != 0 || perm[2] != 2)
+    return NULL;
+  IrValue *x = r->in[0];
+  const IrValue *m = r->out[0];
+  if (x->rank != 3 || m->rank != 3 || !sym_eq(x->shape[0], m->shape[0]))
+    return NULL;
+  IrArena *a = &F->g->arena;
+  int64_t c, hs;
+  if (sym_eval(x->shape[2], &F->g->syms, &c) || sym_eval(m->shape[2], &F->g->syms, &hs) ||
+      hs <= 0 || c % hs)
+    return NULL;
+  const Sym *nh = sym_const(a, c / hs);
+  if (!sym_eq(sym_mul(a, x->shape[1], nh), m->shape[1]))
+    return NULL;
+  if (!build)
+    return q;
+  const Sym *split[4] = {x->shape[0], x->shape[1], nh, m->shape[2]};
+  IrNode *view = insert(F, at, OP_RESHAPE, &x, 1);
+  ir_value_set_shape(view->out[0], 4, split);
+  view->out[0]->dtype = x->dtype;
+  if (!check(F, view))
+    return NULL;
+  IrNode *heads = insert(F, at + 1, OP_TRANSPOSE, &view->out[0], 1);
+  ir_set_ints(F->g, heads, "perm", (const int64_t[]){1, 2, 0, 3}, 4);
+  return check(F, heads) ? heads->out[0] : NULL;
+}
+
 // x [M.., L, HS], bmm's merged leading dims, viewed as [P.., L, HS], P.. the leading dims of
 // the scores' view `heads` [P.., T, TK]: x's source where x is a view of it, else a reshape
 // inserted before node `at`; NULL when M.. and P.. hold different counts.
@@ -781,6 +848,13 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
     heads = merged_heads(q, k, v);
   IrValue *in[5] = {q, k, v}, *keep = m.keep;
   int nin = 3;
+  if (!heads && !m.keep && !m.bias && split_heads(F, 0, q, false) &&
+      split_heads(F, 0, k, false) && split_heads(F, 0, v, false)) {
+    for (int i = 0; i < 3; i++)
+      if (!(in[i] = split_heads(F, n->id, in[i], true)))
+        return false;
+    heads = in[0];
+  }
   for (int i = 0; heads && i < 3; i++)
     if (!(in[i] = per_head(F, n->id, in[i], heads)))
       return false;
@@ -885,8 +959,9 @@ static void remove_dead(IrGraph *g) {
 // ---- the pass -------------------------------------------------------------------------------------
 
 typedef bool Rewrite(Fuser *F, IrNode *n);
-static Rewrite *const rewrites[] = {merge_scales, merge_reshapes, absorb_transposes,
-                                    fuse_layernorm, fuse_rmsnorm, fuse_rope, fuse_gelu, fuse_silu,
+static Rewrite *const rewrites[] = {merge_scales,   merge_reshapes, commute_heads,
+                                    absorb_transposes, fuse_layernorm, fuse_rmsnorm,
+                                    fuse_rope,      fuse_gelu,      fuse_silu,
                                     fuse_attention, fuse_cross_entropy};
 
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {

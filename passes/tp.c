@@ -306,10 +306,8 @@ static IrValue *convert(Tp *t, IrValue *x, ShardLayout have, const ShardLayout *
       have.split[w] = (unsigned char)a;
       continue;
     }
-    if (w >= 0 && w != split_dim(&have, a))
-      return ir_error(t->d, reader->loc, "lower: %s: '%s' is a partial sum split on dim %d "
-                      "that %s needs split on dim %d, which is not lowered yet", t->mesh,
-                      x->name, split_dim(&have, a), ir_op_name(reader->op), w), NULL;
+    // else reduced whole (want splits dim w over a, where have's own split of w, over
+    // another axis, is gathered below): an all-reduce, as ir/shard.c prices it
     IrNode *c = ir_node_new(g, OP_SCALE, &x, 1, 1);  // a copy: other readers keep the partial sum
     IR_ASSERT(infer(t, c) == 0);
     IrValue *y = named(t, c, x, "sum");
