@@ -449,8 +449,11 @@ static int convert_output(Tp *t, int i, int k) {
 // ---- ops that learn their part ----------------------------------------------------------------
 
 // cross_entropy over logits split on the vocabulary over `over` (tp, or a 2D
-// grid's columns) -> vp_cross_entropy, whose row statistics its backward reads.
-static int vocab_parallel_loss(Tp *t, IrNode *n, int over, IrValue **stats_of) {
+// grid's columns) -> vp_cross_entropy, whose row statistics its backward reads: stats_of
+// holds them by the logits as the graph had them before lowering (`logits_was`, of an id
+// below t->nv that the node's input converts, the same for the forward and its backward).
+static int vocab_parallel_loss(Tp *t, IrNode *n, int over, const IrValue *logits_was,
+                               IrValue **stats_of) {
   IrGraph *g = t->g;
   const IrValue *logits = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
   const Sym *valid = logits->layout[logits->rank - 1].valid;
@@ -462,10 +465,10 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, int over, IrValue **stats_of) {
     char name[512];
     snprintf(name, sizeof name, "%s.stats", n->out[0]->name);
     ir_value_rename(g, n->out[1], name);
-    stats_of[n->in[0]->id] = n->out[1];
+    stats_of[logits_was->id] = n->out[1];
     return 0;
   }
-  IrValue *s = stats_of[n->in[1]->id];
+  IrValue *s = stats_of[logits_was->id];
   if (!s)
     return ir_error(t->d, n->loc, "lower: %s: the backward of the vocabulary-parallel "
                     "cross-entropy reads logits '%s' its forward did not", t->mesh,
@@ -477,7 +480,7 @@ static int vocab_parallel_loss(Tp *t, IrNode *n, int over, IrValue **stats_of) {
   return 0;
 }
 
-static int learn_part(Tp *t, int i, IrValue **stats_of) {
+static int learn_part(Tp *t, int i, const IrValue *logits_was, IrValue **stats_of) {
   IrNode *n = t->node[i];
   switch (n->op) {
   case OP_EMBEDDING:       // split on the rows: this rank's; on the columns: nothing to learn
@@ -493,7 +496,7 @@ static int learn_part(Tp *t, int i, IrValue **stats_of) {
   case OP_CROSS_ENTROPY_BWD: {  // over a vocabulary split over tp or the grid's columns
     int lg = n->op == OP_CROSS_ENTROPY ? 0 : 1;
     int over = use_of(t, i, lg)->split[n->in[lg]->rank - 1];
-    return over != IR_MESH_NONE ? vocab_parallel_loss(t, n, over, stats_of) : 0;
+    return over != IR_MESH_NONE ? vocab_parallel_loss(t, n, over, logits_was, stats_of) : 0;
   }
   case OP_LAYERNORM:       // over a dim split along the 2D grid's rows (ir/shard.c's
   case OP_RMSNORM:         // norm_on_grid): the row statistics are all-reduced inside
@@ -970,10 +973,13 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   }
   for (int i = 0; i < t.nn && !rc; i++) {
     IrNode *n = t.node[i];
+    const IrValue *logits_was = n->op == OP_CROSS_ENTROPY       ? n->in[0]
+                                : n->op == OP_CROSS_ENTROPY_BWD ? n->in[1]
+                                                                : NULL;
     for (int k = 0; k < n->nin && !rc; k++)
       rc = convert_input(&t, i, k);
     if (!rc)
-      rc = learn_part(&t, i, stats_of);
+      rc = learn_part(&t, i, logits_was, stats_of);
     for (int k = 0; k < n->nout && !rc && n->op != OP_VP_CROSS_ENTROPY; k++)
       rc = convert_output(&t, i, k);
     // a gradient the update reads as a partial sum over its block's batch parts (tp, or a sub
