@@ -1033,6 +1033,31 @@ static bool has_given_weights(const IrGraph *g) {
   return false;
 }
 
+// Is input v's first dim the batch, each rank fed its rows of it: the model's dim B, or, where
+// the model's batch is fixed (no dim B), a first dim the program splits (a 2D grid's rows).
+static bool input_batched(IrGraph *g, const IrValue *v) {
+  IrValue global = ir_whole(v);
+  return ir_batched(g, &global) || (v->rank > 0 && v->layout[0].axis != IR_MESH_NONE);
+}
+
+// The rows (sequences) of a micro-batch of the model's replicas: the value of dim B, or the
+// batched inputs' first dim (whole) where the model's batch is fixed, or 1.
+static int64_t batch_rows(IrGraph *g) {
+  int64_t rows = 1;
+  if (g->batch_sym >= 0) {
+    sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &rows);
+    return rows;
+  }
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role == ROLE_INPUT && input_batched(g, v)) {
+      IrValue global = ir_whole(v);
+      return ir_eval(g, global.shape[0]);
+    }
+  }
+  return rows;
+}
+
 // The params table lists the trainable parameters, then the constants
 // (ONNX initializers that are not trained: kind RT_PARAM_CONST); weights.bin holds both
 // in this order.
@@ -1050,7 +1075,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
         range = ir_eval(g, v->range);
       // a parameter split over ranks is named and saved whole; an input is fed this rank's part
       IrValue whole = role == ROLE_INPUT ? *v : ir_whole(v), global = ir_whole(v);
-      int batched = (role == ROLE_INPUT || pass) && ir_batched(g, &global);
+      int batched = role == ROLE_INPUT ? input_batched(g, v) : pass && ir_batched(g, &global);
       char splits[160];
       split_table(e, v, splits, sizeof splits);
       int64_t ignore = 0;
@@ -1294,10 +1319,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
     println(e, "    .replica_micro = replica_micro,");
   if (lw && lw->plan.replica_parts)
     println(e, "    .dp_parts = dp_parts,");
-  int64_t batch_rows = 1;
-  if (g->batch_sym >= 0)
-    sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch_rows);
-  println(e, "    .batch_rows = %lld,", (long long)batch_rows);
+  println(e, "    .batch_rows = %lld,", (long long)batch_rows(g));
   if (lw && lw->plan.replica_rows)
     println(e, "    .replica_rows = replica_rows,");
   int ranks = lw ? mesh_ranks(&lw->plan.mesh) : 1;

@@ -52,8 +52,11 @@ export OMP_NUM_THREADS=1
 
 . "$here/lib.sh"
 build() { build_program "$mtc" "$model" "$1" "$out/compile.log" "${@:2}"; }
-build "$out/one" "$@" -D B="$global_b"
-build "$out/plan" "$@" -D B="$local_b" $plan
+batch() { [ "$1" = - ] || echo "-D B=$1"; }
+# shellcheck disable=SC2046
+build "$out/one" "$@" $(batch "$global_b")
+# shellcheck disable=SC2046
+build "$out/plan" "$@" $(batch "$local_b") $plan
 "$out/one/train" "${adamw[@]}" --steps "$steps" --save "$out/one.safetensors" > "$out/one.log"
 set +e
 "$here/mpirun.sh" "$ranks" "$out/plan/train" "${adamw[@]}" --steps "$steps" --save "$out/plan.safetensors" \
