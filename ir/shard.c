@@ -1079,18 +1079,27 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
       if (op->in[first].split[d] != NONE || (BIT(op->in[i].split[d]) & fwd))
         op->in[i].split[d] = op->in[first].split[d];
   unify_leading(op, nin, ks, r - 2);
-  for (int k = nin; k < op->n->nin; k++) { // a mask or a bias: its dim d is q's dim d
+  // a mask or a bias (the backward's log-sum-exp too): its dim d is q's dim d, split as q's
+  // when every one of them can take q's split, else whole in all of them and in q, k and v
+  bool own[8][IR_MAXRANK];
+  IR_ASSERT(op->n->nin <= 8);
+  for (int k = nin; k < op->n->nin; k++) {
     const IrValue *x = op->n->in[k];
     need_complete(op, k);
     for (int d = 0; d < x->rank; d++) {
-      bool own = d < r - 2 && !(x->dtype == DT_I32 && d == x->rank - 1) &&
-                 sym_eq(x->shape[d], op->n->in[first]->shape[d]);
-      if (!own)
+      own[k][d] = d < r - 2 && !(x->dtype == DT_I32 && d == x->rank - 1) &&
+                  sym_eq(x->shape[d], op->n->in[first]->shape[d]);
+      if (!own[k][d])
         need_whole_dim(op, k, d);
-      else if (!try_split(op, k, d, op->in[first].split[d]))
-        for (int i = 0; i < nin; i++)
-          op->in[i].split[d] = op->in[k].split[d] = NONE;
     }
+  }
+  for (int d = 0; d < r - 2; d++) {
+    bool all = true;
+    for (int k = nin; k < op->n->nin && all; k++)
+      all = d >= op->n->in[k]->rank || !own[k][d] || try_split(op, k, d, op->in[first].split[d]);
+    for (int k = 0; k < op->n->nin && !all; k++)
+      if (k < nin || (d < op->n->in[k]->rank && own[k][d]))
+        op->in[k].split[d] = NONE;
   }
   for (int i = 0; i < nqkv; i++)
     op->out[i] = op->in[first + i];
