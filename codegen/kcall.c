@@ -1070,7 +1070,7 @@ static void tp_geometry(Lower *L, CgCall *c, const IrNode *n, const IrValue *par
 }
 
 static void lower_tp_gather(Lower *L, const IrNode *n) {
-  CgCall *c = call(L, CG_K_tp_gather);
+  CgCall *c = call(L, n->in[0]->dtype == DT_I32 ? CG_K_tp_gather_i32 : CG_K_tp_gather);
   axis(L, c, n), buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]);
   tp_geometry(L, c, n, n->in[0]);
 }

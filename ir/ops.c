@@ -1165,7 +1165,8 @@ static int tp_shape(IrGraph *g, IrNode *n, bool gather, const Sym **shape, IrDia
 
 static int shape_tp_gather(IrGraph *g, IrNode *n, IrDiag *d) {
   const Sym *shape[IR_MAXRANK];
-  if (need_dtype(n, 0, DT_F32, d) || tp_shape(g, n, true, shape, d))
+  if ((n->in[0]->dtype != DT_I32 && need_dtype(n, 0, DT_F32, d)) ||
+      tp_shape(g, n, true, shape, d))
     return -1;
   const Sym *scratch =
       sym_mul(&g->arena, ir_numel(g, n->in[0]), ir_tp_degree(g, ir_attr_i(n, "shards")));

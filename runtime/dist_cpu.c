@@ -19,3 +19,9 @@ void rt_tp_slice_i32(int axis, int *out, const int *x, long outer, long pieces, 
   rt_tp_take_bytes(out, x, outer, pieces, chunk, rt_axis_rank(axis), rt_axis_size(axis),
                    sizeof *x);
 }
+
+void rt_tp_gather_i32(int axis, int *out, int *scratch, const int *x, long outer, long pieces,
+                      long chunk) {
+  _Static_assert(sizeof(int) == sizeof(float), "an int travels as a float32's bytes");
+  rt_tp_gather(axis, (float *)out, (float *)scratch, (const float *)x, outer, pieces, chunk);
+}

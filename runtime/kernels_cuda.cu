@@ -2415,6 +2415,11 @@ RT_CUDA_KT(tp_slice, (int axis, T *out, const T *x, long outer, long pieces, lon
 void rt_tp_slice_i32(int axis, int *out, const int *x, long outer, long pieces, long chunk) {
   tp_slice(axis, out, x, outer, pieces, chunk);
 }
+void rt_tp_gather_i32(int axis, int *out, int *scratch, const int *x, long outer, long pieces,
+                      long chunk) {
+  static_assert(sizeof(int) == sizeof(float), "an int travels as a float32's bytes");
+  rt_tp_gather(axis, (float *)out, (float *)scratch, (const float *)x, outer, pieces, chunk);
+}
 
 template <typename T>
 static void tp_reduce_scatter(int axis, T *out, T *scratch, const T *x, long outer, long pieces,

@@ -1301,6 +1301,14 @@ static void test_dist(void) {
   rt_tp_gather(RT_AXIS_TP, dgathered, dscratch, dp, outer, pieces, chunk);
   check("tp_gather outer=3 pieces=3 chunk=5 (rank 1 of 2)", gathered, dgathered, EXACT);
   check("tp_gather scratch (rank 1 of 2)", scratch, dscratch, EXACT);
+  if (sizeof(T) == 4) {   // a key-padding mask: the same placing, of ints
+    IVec pi(part.size()), si(scratch.size()), gi(whole.size());
+    for (size_t i = 0; i < pi.size(); i++) pi[i] = (int)(i * 7919 % 2) - (int)(i % 3 == 0);
+    int *dpi = dev(pi), *dsi = dev(si), *dgi = dev(gi);
+    CPU(rt_tp_gather_i32)(RT_AXIS_TP, gi.data(), si.data(), pi.data(), outer, pieces, chunk);
+    rt_tp_gather_i32(RT_AXIS_TP, dgi, dsi, dpi, outer, pieces, chunk);
+    check_int("tp_gather_i32 outer=3 pieces=3 chunk=5 (rank 1 of 2)", gi, dgi);
+  }
   // tp_reduce_scatter: each rank's part of x into the scratch in rank order, reduced over
   // the group (one process here: as it is), this rank's part out: the slice's
   Buf<T> rs = rand_vec<T>(part.size()), rscratch = rand_vec<T>(whole.size());
