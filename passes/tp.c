@@ -717,19 +717,17 @@ static bool within_lowered(IrOp op) {
 static int64_t padded_to(int64_t size, int64_t deg) { return size + (deg - size % deg) % deg; }
 
 // How much larger a collective's buffer is than ir_shard counts it: by a
-// vocabulary padded to a multiple of the degree it is split over (a 2D
-// table's gathers and its gradient's reduce-scatter), the padded size over the
-// model's (1: none; and for a collective within an op, whose buffer is not the
-// value: the vocabulary-parallel loss's row statistics).
+// vocabulary the lowering pads (pad_dim: to a multiple of tp, or of the grid's side, as
+// pass_lower_tp pads it; a 2D table's gathers, its gradient's reduce-scatter, split on that
+// dim or not), the padded size over the model's (1: none; and for a collective within an op,
+// whose buffer is not the value: the vocabulary-parallel loss's row statistics).
 static double padded_share(const Tp *t, const ShardColl *c) {
   const IrValue *v = c->value;
-  const ShardLayout *l = &t->r.layout[v->id];
-  for (int d = 0; d < v->rank && c->at != SHARD_WITHIN; d++) {
-    int64_t size, deg = ir_mesh_vocab((IrMeshAxis)l->split[d]) ? t->size[l->split[d]] : 1;
-    if (deg > 1 && ir_shard_pads(&t->r, v->shape[d]) && !sym_eval(v->shape[d], &t->g->syms, &size))
-      return (double)padded_to(size, deg) / (double)size;
-  }
-  return 1;
+  int d = t->pad_dim[v->id];
+  int64_t size;
+  if (c->at == SHARD_WITHIN || d < 0 || sym_eval(v->shape[d], &t->g->syms, &size))
+    return 1;
+  return (double)padded_to(size, t->size[TP] > 1 ? t->size[TP] : t->size[ROW]) / (double)size;
 }
 
 // The layouts ir_shard gives (padding a vocabulary the degree does not
@@ -748,14 +746,10 @@ static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool 
     t->pad_dim[i] = -1;
   // what readers get: the produced layout, or its conversion right after the producer
   memcpy(t->cur, t->r.layout, (size_t)t->nv * sizeof *t->cur);
-  double *bytes = t->out->tp_comm_bytes;
-  memset(t->out->tp_comm_bytes, 0, sizeof t->out->tp_comm_bytes);
   for (int i = 0; i < t->r.ncolls; i++) {
     const ShardColl *c = &t->r.coll[i];
     if (!(IR_MESH_MODEL_AXES & BIT(c->axis)))
       continue;
-    bytes[c->axis] +=
-        sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms) * padded_share(t, c);
     if (c->at == SHARD_WITHIN && !within_lowered(c->node->op))
       return ir_error(t->d, c->node->loc, "lower: %s: %s with a collective inside is not "
                       "lowered yet", t->mesh, ir_op_name(c->node->op));
@@ -775,6 +769,14 @@ static int layouts(Tp *t, const int *degree, const bool *batch_tp, int nb, bool 
   }
   if (count_pieces(t) || check_divides(t))
     return -1;
+  double *bytes = t->out->tp_comm_bytes;   // once the padded values are known
+  memset(t->out->tp_comm_bytes, 0, sizeof t->out->tp_comm_bytes);
+  for (int i = 0; i < t->r.ncolls; i++) {
+    const ShardColl *c = &t->r.coll[i];
+    if (IR_MESH_MODEL_AXES & BIT(c->axis))
+      bytes[c->axis] +=
+          sym_evalf(ir_shard_allreduce_bytes(t->g, c), &t->g->syms) * padded_share(t, c);
+  }
   return check_padding(t);
 }
 
