@@ -180,7 +180,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx, bool *changed) {
   ir_batch_begin(g);
   for (int i = 0; i < made && !rc; i++) {
     IrNode *n = g->nodes[i];
-    if (n->phase == PHASE_UPDATE)
+    if (n->phase == PHASE_UPDATE || n->op == OP_CAST)   // a cast reads another type as such
       continue;
     IrDType t = DT_COUNT;
     bool sums = false;
