@@ -695,8 +695,9 @@ static IrValue *merged_heads(IrValue *q, IrValue *k, IrValue *v) {
 // For such a q, k or v: the heads' view [B, NH, T, HS] of x, a reshape and a transpose
 // inserted before node `at`, in which the heads are a dim of their own that tensor parallelism
 // splits (in bmm's view they are merged with the batch, and a split of x's C could not carry
-// over); NULL when q is no such view. With build false only the check: q itself or NULL.
-static IrValue *split_heads(Fuser *F, int at, IrValue *q, bool build) {
+// over); NULL when q is no such view. With build false only the check: q itself or NULL, and
+// lead[0..1] set to the view's B and NH.
+static IrValue *split_heads(Fuser *F, int at, IrValue *q, bool build, const Sym **lead) {
   IrNode *tr = made_by(q, OP_TRANSPOSE);
   IrNode *r = tr ? made_by(tr->in[0], OP_RESHAPE) : NULL;
   int np = 0;
@@ -715,6 +716,7 @@ static IrValue *split_heads(Fuser *F, int at, IrValue *q, bool build) {
   const Sym *nh = sym_const(a, c / hs);
   if (!sym_eq(sym_mul(a, x->shape[1], nh), m->shape[1]))
     return NULL;
+  lead[0] = x->shape[1], lead[1] = nh;
   if (!build)
     return q;
   const Sym *split[4] = {x->shape[0], x->shape[1], nh, m->shape[2]};
@@ -848,10 +850,13 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
     heads = merged_heads(q, k, v);
   IrValue *in[5] = {q, k, v}, *keep = m.keep;
   int nin = 3;
-  if (!heads && !m.keep && !m.bias && split_heads(F, 0, q, false) &&
-      split_heads(F, 0, k, false) && split_heads(F, 0, v, false)) {
+  const Sym *lead[3][2];   // each one's B and NH: the same (a key dim of its own, kdim, is not)
+  if (!heads && !m.keep && !m.bias && split_heads(F, 0, q, false, lead[0]) &&
+      split_heads(F, 0, k, false, lead[1]) && split_heads(F, 0, v, false, lead[2]) &&
+      sym_eq(lead[0][0], lead[1][0]) && sym_eq(lead[0][1], lead[1][1]) &&
+      sym_eq(lead[0][0], lead[2][0]) && sym_eq(lead[0][1], lead[2][1])) {
     for (int i = 0; i < 3; i++)
-      if (!(in[i] = split_heads(F, n->id, in[i], true)))
+      if (!(in[i] = split_heads(F, n->id, in[i], true, lead[i])))
         return false;
     heads = in[0];
   }
