@@ -1076,7 +1076,8 @@ static int attention(ShardOp *op, int first, int nqkv, int nin) {
   unsigned fwd = axes_used(&op->in[first]);
   for (int i = 0; i < first; i++)
     for (int d = 0; d < r - 2; d++)
-      if (op->in[first].split[d] != NONE || (BIT(op->in[i].split[d]) & fwd))
+      if (op->in[first].split[d] != NONE ||
+          (op->in[i].split[d] != NONE && (axis_bits(op->in[i].split[d]) & fwd)))
         op->in[i].split[d] = op->in[first].split[d];
   unify_leading(op, nin, ks, r - 2);
   // a mask or a bias (the backward's log-sum-exp too): its dim d is q's dim d, split as q's

@@ -716,6 +716,10 @@ static bool within_lowered(IrOp op) {
 // A padded vocabulary's size: the next multiple of the degree.
 static int64_t padded_to(int64_t size, int64_t deg) { return size + (deg - size % deg) % deg; }
 
+// The degree a vocabulary is padded to a multiple of: tp, or the grid's side (a grid inside
+// tp: q divides tp).
+static int pad_degree(const Tp *t) { return t->size[TP] > 1 ? t->size[TP] : t->size[ROW]; }
+
 // How much larger a collective's buffer is than ir_shard counts it: by a
 // vocabulary the lowering pads (pad_dim: to a multiple of tp, or of the grid's side, as
 // pass_lower_tp pads it; a 2D table's gathers, its gradient's reduce-scatter, split on that
@@ -727,7 +731,7 @@ static double padded_share(const Tp *t, const ShardColl *c) {
   int64_t size;
   if (c->at == SHARD_WITHIN || d < 0 || sym_eval(v->shape[d], &t->g->syms, &size))
     return 1;
-  return (double)padded_to(size, t->size[TP] > 1 ? t->size[TP] : t->size[ROW]) / (double)size;
+  return (double)padded_to(size, pad_degree(t)) / (double)size;
 }
 
 // The layouts ir_shard gives (padding a vocabulary the degree does not
@@ -960,7 +964,7 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
     const Sym *valid = pd >= 0 ? whole[pd] : NULL;
     if (pd >= 0) {   // padded to a multiple of tp, or of the grid's side
       int64_t size = ir_eval(g, valid);
-      int64_t pad = padded_to(size, tp > 1 ? tp : q) - size;   // (a grid inside tp: q | tp)
+      int64_t pad = padded_to(size, pad_degree(&t)) - size;
       whole[pd] = sym_add(&g->arena, valid, sym_const(&g->arena, pad));
       if (pre == pd)
         valid = pre_valid;
