@@ -1033,15 +1033,9 @@ static bool has_given_weights(const IrGraph *g) {
   return false;
 }
 
-// Is input v's first dim the batch, each rank fed its rows of it: the model's dim B, or, where
-// the model's batch is fixed (no dim B), a first dim the program splits (a 2D grid's rows).
-static bool input_batched(IrGraph *g, const IrValue *v) {
-  IrValue global = ir_whole(v);
-  return ir_batched(g, &global) || (v->rank > 0 && v->layout[0].axis != IR_MESH_NONE);
-}
-
-// The rows (sequences) of a micro-batch of the model's replicas: the value of dim B, or the
-// batched inputs' first dim (whole) where the model's batch is fixed, or 1.
+// The rows (samples) of a micro-batch of the model's replicas (ir_batch_rows): the value of
+// dim B; where the model's batch is fixed, the split inputs' first dim (whole), or 1 where none
+// is split (a row is one whole set of the inputs).
 static int64_t batch_rows(IrGraph *g) {
   int64_t rows = 1;
   if (g->batch_sym >= 0) {
@@ -1050,7 +1044,8 @@ static int64_t batch_rows(IrGraph *g) {
   }
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
-    if (v->role == ROLE_INPUT && input_batched(g, v)) {
+    if (v->role == ROLE_INPUT && v->rank > 0 && v->layout[0].axis != IR_MESH_NONE &&
+        ir_batch_rows(g, v)) {
       IrValue global = ir_whole(v);
       return ir_eval(g, global.shape[0]);
     }
@@ -1075,7 +1070,7 @@ static void emit_table(Emit *e, const char *name, IrRole role) {
         range = ir_eval(g, v->range);
       // a parameter split over ranks is named and saved whole; an input is fed this rank's part
       IrValue whole = role == ROLE_INPUT ? *v : ir_whole(v), global = ir_whole(v);
-      int batched = role == ROLE_INPUT ? input_batched(g, v) : pass && ir_batched(g, &global);
+      int batched = role == ROLE_INPUT ? ir_batch_rows(g, v) : pass && ir_batched(g, &global);
       char splits[160];
       split_table(e, v, splits, sizeof splits);
       int64_t ignore = 0;

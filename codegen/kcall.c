@@ -830,8 +830,7 @@ static void lower_dropout(Lower *L, const IrNode *n) {
                      ir_mesh_pieces(axis) ? x->pieces : 1));
   else
     numk(L, c, 0);
-  IrValue whole = ir_whole(x);   // its batch may be split over tp too (ShardSpec.batch_tp)
-  numk(L, c, ir_batched(L->g, &whole));
+  numk(L, c, ir_batch_rows(L->g, x));  // (its batch may be split over tp too: batch_tp)
   numk(L, c, ir_rt_axis(axis));
   numk(L, c, batch == IR_MESH_NONE ? -1 : ir_rt_axis(batch));
 }

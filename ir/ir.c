@@ -723,6 +723,31 @@ bool ir_batched(IrGraph *g, const IrValue *v) {
   return v->rank > 0 && g->batch_sym >= 0 && sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
 }
 
+// The mesh axis that splits a fixed-batch model's inputs' first dim (a 2D grid's rows), the
+// first such input's; IR_MESH_NONE where none is split.
+static IrMeshAxis fed_axis(const IrGraph *g) {
+  for (int i = 0; i < g->nvalues; i++) {
+    const IrValue *v = g->values[i];
+    if (v->role == ROLE_INPUT && !v->producer && v->rank > 0 && v->layout[0].axis != IR_MESH_NONE)
+      return v->layout[0].axis;
+  }
+  return IR_MESH_NONE;
+}
+
+bool ir_batch_rows(IrGraph *g, const IrValue *v) {
+  if (v->rank == 0)
+    return false;
+  if (g->batch_sym >= 0) {
+    IrValue whole = ir_whole(v);
+    const Sym *d = whole.shape[0];
+    return d->n == 1 && d->t[0].den == 1 && d->t[0].exp[g->batch_sym] == 1;
+  }
+  IrMeshAxis fed = fed_axis(g), axis = v->layout[0].axis;
+  if (fed == IR_MESH_NONE)
+    return true;   // a sample is one whole set of the inputs: one row
+  return v->role == ROLE_INPUT ? axis != IR_MESH_NONE : axis == fed;
+}
+
 void ir_mark_batch_dims(IrGraph *g) {
   g->batch_sym = g->seq_sym = -1;
   for (int i = 0; i < g->nvalues; i++) {

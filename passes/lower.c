@@ -859,6 +859,35 @@ static void lower_row_syncs(Lower *L, IrValue **vals, int n) {
   ir_insert_before(g, -1);
 }
 
+// Dropout draws each element's mask bit at its place in the step's whole tensor, a rank's or a
+// micro-batch's rows one run of it (ir_batch_rows: the batch's rows lead). A dropout over a
+// tensor that holds the rows of dim B on a later dim (sequence-first: [T, B, C]) would draw
+// every rank's and micro-batch's masks as for the step's first rows: refused under data
+// parallelism and micro-batches, naming the node. (A fixed batch is a row whole; on a grid,
+// passes/tp.c refuses a dropout whose rows are split on a later dim.)
+static int dropout_rows(Lower *L) {
+  IrGraph *g = L->g;
+  if (g->batch_sym < 0 || (L->dp == 1 && L->micro == 1))
+    return 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    if (n->op != OP_DROPOUT || n->phase != PHASE_FORWARD || ir_batch_rows(g, n->in[0]))
+      continue;
+    bool later = false;
+    for (int k = 1; k < n->in[0]->rank; k++)
+      for (int t = 0; t < n->in[0]->shape[k]->n; t++)
+        later |= n->in[0]->shape[k]->t[t].exp[g->batch_sym] != 0;
+    if (later)
+      return ir_error(L->d, n->loc, "a dropout over a tensor whose first dim is not the batch's "
+                      "rows (%s): with %d data-parallel rank%s and %d micro-batch%s its masks "
+                      "would not be one rank's; export the model batch-first (batch_first=True) "
+                      "or compile it for one rank and one micro-batch",
+                      ir_shape_str(g, n->in[0]), L->dp, L->dp == 1 ? "" : "s", L->micro,
+                      L->micro == 1 ? "" : "es");
+  }
+  return 0;
+}
+
 // Unequal micro-batch sizes (Plan.replica_rows): backward starts from dloss = r M / R, this
 // program's rows' share of the step (the fill autodiff marks loss_seed; IR text keeps the mark).
 static int weigh_loss(Lower *L) {
@@ -890,7 +919,7 @@ int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed) {
   bool split = L.tp > 1 || P->mesh.size[IR_MESH_ROW] > 1;
   IrValue **syncs = NULL;
   int nsyncs = 0;
-  if (check(&L) || row_syncs(&L, &syncs, &nsyncs) ||
+  if (check(&L) || dropout_rows(&L) || row_syncs(&L, &syncs, &nsyncs) ||
       (split && pass_lower_tp(g, P, out, ctx->diag))) {
     free(syncs);
     return -1;

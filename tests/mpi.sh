@@ -24,6 +24,10 @@
 # that starts at 0: measured 5-11% of its size after 10 steps, while the
 # losses agree to 7e-5); for them the losses are compared, within 1e-3.
 #
+# A model exported with a fixed batch (no dim B) takes - for GLOBAL_B and LOCAL_B; xK for
+# GLOBAL_B where the plan's step holds K samples of it (its data-parallel replicas' and
+# micro-batches'), which the one-rank program runs as K micro-batches.
+#
 #   tests/mpi.sh MTC MODEL OUT RANKS GLOBAL_B LOCAL_B "PLAN FLAGS" [MTC ARGS...]
 set -euo pipefail
 mtc=$1 model=$2 out=$3 ranks=$4 global_b=$5 local_b=$6 plan=$7
@@ -52,7 +56,13 @@ export OMP_NUM_THREADS=1
 
 . "$here/lib.sh"
 build() { build_program "$mtc" "$model" "$1" "$out/compile.log" "${@:2}"; }
-batch() { [ "$1" = - ] || echo "-D B=$1"; }
+batch() {
+  case $1 in
+    -) ;;
+    x*) echo "--micro-batches ${1#x}" ;;
+    *) echo "-D B=$1" ;;
+  esac
+}
 # shellcheck disable=SC2046
 build "$out/one" "$@" $(batch "$global_b")
 # shellcheck disable=SC2046

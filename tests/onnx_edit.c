@@ -2,6 +2,7 @@
 //
 //   onnx_edit names IN.onnx OUT.onnx [OLD=NEW ...]
 //   onnx_edit external IN.onnx OUT.onnx
+//   onnx_edit fix IN.onnx OUT.onnx NAME=VALUE ...
 //
 // names: IN with every name replaced by one of a list of hostile names
 // (tests/hostile_names.sh): C's punctuation,
@@ -13,6 +14,9 @@
 //
 // external: IN with every initializer's raw data moved to data.bin beside
 // OUT (ONNX's external data: location, offset, length).
+//
+// fix: IN with each dim_param NAME given a fixed size VALUE wherever a type names it (a model
+// exported with a dynamic batch, as one exported with a fixed batch).
 #include <stdio.h>
 
 #include "onnx_rename.h"
@@ -102,10 +106,44 @@ static int externalize(Onnx__ModelProto *m, const char *out) {
   return fclose(f) ? 1 : 0;
 }
 
+static void fix_dims(Onnx__ValueInfoProto **v, size_t n, int nfix, char **fixes) {
+  for (size_t i = 0; i < n; i++) {
+    Onnx__TypeProto *t = v[i]->type;
+    if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type ||
+        !t->tensor_type->shape)
+      continue;
+    Onnx__TensorShapeProto *s = t->tensor_type->shape;
+    for (size_t d = 0; d < s->n_dim; d++) {
+      Onnx__TensorShapeProto__Dimension *dim = s->dim[d];
+      if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+        continue;
+      size_t len = strlen(dim->dim_param);
+      for (int k = 0; k < nfix; k++)
+        if (!strncmp(fixes[k], dim->dim_param, len) && fixes[k][len] == '=') {
+          long long size = atoll(fixes[k] + len + 1);
+          free(dim->dim_param);
+          dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+          dim->dim_value = size;
+          break;
+        }
+    }
+  }
+}
+
+// Every dim_param NAME given as NAME=VALUE becomes the fixed size VALUE.
+static void fix(Onnx__ModelProto *m, int nfix, char **fixes) {
+  Onnx__GraphProto *g = m->graph;
+  fix_dims(g->input, g->n_input, nfix, fixes);
+  fix_dims(g->output, g->n_output, nfix, fixes);
+  fix_dims(g->value_info, g->n_value_info, nfix, fixes);
+}
+
 int main(int argc, char **argv) {
-  if (argc < 4 || (strcmp(argv[1], "names") && strcmp(argv[1], "external"))) {
+  if (argc < 4 ||
+      (strcmp(argv[1], "names") && strcmp(argv[1], "external") && strcmp(argv[1], "fix"))) {
     fprintf(stderr, "usage: onnx_edit names IN.onnx OUT.onnx [OLD=NEW ...]\n"
-                    "       onnx_edit external IN.onnx OUT.onnx\n");
+                    "       onnx_edit external IN.onnx OUT.onnx\n"
+                    "       onnx_edit fix IN.onnx OUT.onnx NAME=VALUE ...\n");
     return 2;
   }
   FILE *f = fopen(argv[2], "rb");
@@ -116,12 +154,14 @@ int main(int argc, char **argv) {
   fclose(f);
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, n, data);
   Ctx ctx = {argc - 4, argv + 4, {0}};
-  bool names = !strcmp(argv[1], "names");
+  bool names = !strcmp(argv[1], "names"), fixed = !strcmp(argv[1], "fix");
   if (!m || !m->graph || (names && !onnx_rename(m, pick, &ctx)) ||
-      (!names && externalize(m, argv[3]))) {
+      (!names && !fixed && externalize(m, argv[3]))) {
     fprintf(stderr, "onnx_edit: %s: not a model this tool can edit\n", argv[2]);
     return 1;
   }
+  if (fixed)
+    fix(m, argc - 4, argv + 4);
   size_t len = onnx__model_proto__get_packed_size(m);
   unsigned char *out = (unsigned char *)malloc(len);
   onnx__model_proto__pack(m, out);
