@@ -166,14 +166,16 @@ static bool merge_reshapes(Fuser *F, IrNode *n) {
 }
 
 // transpose(reshape(y)) where y is attention's output in the heads' view [B, NH, T, HS] and the
-// reshape merges its first two dims (bmm's [B*NH, T, HS], fuse_attention): the transpose moves
+// reshape merges its first two dims (bmm's [B*NH, T, HS], fuse_attention; or the product of the
+// probabilities and v that heads_chain keeps in the heads' view): the transpose moves
 // B and NH together, then the reshape merges them, so the heads stay a dim of their own up to
 // the reshape that gives the model its [.., C] (torch's MultiheadAttention transposes its
 // output sequence-first, [T, B*NH, HS], then views it as [T*B, C]).
 static bool commute_heads(Fuser *F, IrNode *n) {
   IrNode *r = n->op == OP_TRANSPOSE ? made_by(n->in[0], OP_RESHAPE) : NULL;
   const IrValue *y = r ? r->in[0] : NULL, *m = r ? r->out[0] : NULL;
-  if (!r || !made_by(y, OP_ATTENTION) || y->producer->out[0] != y || y->rank != m->rank + 1 ||
+  if (!r || !(made_by(y, OP_ATTENTION) || made_by(y, OP_MATMUL)) || y->producer->out[0] != y ||
+      y->rank != m->rank + 1 ||
       !sym_eq(sym_mul(&F->g->arena, y->shape[0], y->shape[1]), m->shape[0]))
     return false;
   for (int i = 1; i < m->rank; i++)
@@ -961,13 +963,88 @@ static void remove_dead(IrGraph *g) {
   free(made);
 }
 
+// The heads' view [B, NH, T, X] of q, bmm's merged [B*NH, T, X] of torch's MultiheadAttention
+// (split_heads), or of a scale of such a view, inserted before node `at`; NULL when q is
+// neither. With build false only the check (lead: the view's B and NH).
+static IrValue *scaled_heads(Fuser *F, int at, IrValue *q, bool build, const Sym **lead) {
+  IrNode *sc = made_by(q, OP_SCALE);
+  if (!sc)
+    return split_heads(F, at, q, build, lead);
+  IrValue *h = split_heads(F, at, sc->in[0], build, lead);
+  if (!h || !build)
+    return h ? q : NULL;
+  IrNode *c = insert(F, h->producer->id + 1, OP_SCALE, &h, 1);   // after the view
+  ir_set_float(F->g, c, "s", ir_attr_f(sc, "s"));
+  if (ir_attr_f(sc, "b") != 0.0)
+    ir_set_float(F->g, c, "b", ir_attr_f(sc, "b"));
+  return check(F, c) ? c->out[0] : NULL;
+}
+
+// A node of n's op and attributes on `in`, inserted before node `at`.
+static IrNode *insert_like(Fuser *F, int at, const IrNode *n, IrValue *const *in) {
+  IrNode *c = insert(F, at, n->op, in, n->nin);
+  c->loc = n->loc;
+  c->nattr = n->nattr;
+  c->attr = ir_alloc(&F->g->arena, (size_t)(n->nattr + 1) * sizeof *c->attr);
+  memcpy(c->attr, n->attr, (size_t)n->nattr * sizeof *c->attr);
+  return check(F, c) ? c : NULL;
+}
+
+// torch's MultiheadAttention with ops between the probabilities and v that attention does not
+// fuse (dropout, in training mode): matmul(P, v), P = dropout(softmax(q @ k^T)) (and scales),
+// all in bmm's merged view [B*NH, T, ..] of a sequence-first [T, B, C] (split_heads). The
+// chain runs in the heads' view [B, NH, T, ..] instead, the product reshaped to the merged view
+// for its readers (commute_heads then keeps the heads a dim of their own up to the model's
+// [T*B, C]), so tensor parallelism splits the heads rather than gathering q, k and v. Each op
+// reads its elements in the same order, so dropout draws the same masks.
+static bool heads_chain(Fuser *F, IrNode *n) {
+  if (n->op != OP_MATMUL || ir_attr_i(n, "ta") || ir_attr_i(n, "tb") ||
+      ir_attr_i(n, "sum_batch") || n->in[0]->rank != 3)
+    return false;
+  enum { MAXCHAIN = 8 };
+  const IrNode *chain[MAXCHAIN];
+  int nc = 0;
+  bool softmax = false;
+  const IrValue *s = n->in[0];
+  while (!made_by(s, OP_MATMUL)) {
+    const IrNode *c = s->producer;
+    if (nc == MAXCHAIN || !c ||
+        (c->op != OP_SOFTMAX && c->op != OP_DROPOUT && c->op != OP_SCALE))
+      return false;
+    softmax |= c->op == OP_SOFTMAX;
+    chain[nc++] = c;
+    s = c->in[0];
+  }
+  const IrNode *qk = s->producer;
+  if (!softmax || ir_attr_i(qk, "ta") || !ir_attr_i(qk, "tb") || ir_attr_i(qk, "sum_batch"))
+    return false;
+  IrValue *x[3] = {qk->in[0], qk->in[1], n->in[1]};
+  const Sym *lead[3][2];
+  for (int i = 0; i < 3; i++)
+    if (!scaled_heads(F, 0, x[i], false, lead[i]) || !sym_eq(lead[i][0], lead[0][0]) ||
+        !sym_eq(lead[i][1], lead[0][1]))
+      return false;
+  for (int i = 0; i < 3; i++)
+    if (!(x[i] = scaled_heads(F, n->id, x[i], true, lead[i])))
+      return false;
+  IrNode *y = insert_like(F, n->id, qk, x);
+  for (int k = nc - 1; y && k >= 0; k--) {
+    IrValue *in[2] = {y->out[0], chain[k]->nin > 1 ? chain[k]->in[1] : NULL};
+    y = insert_like(F, n->id, chain[k], in);
+  }
+  IrValue *pv[2] = {y ? y->out[0] : NULL, x[2]};
+  if (!y || !(y = insert_like(F, n->id, n, pv)))
+    return false;
+  return check(F, replace(F, n, OP_RESHAPE, &y->out[0], 1));
+}
+
 // ---- the pass -------------------------------------------------------------------------------------
 
 typedef bool Rewrite(Fuser *F, IrNode *n);
 static Rewrite *const rewrites[] = {merge_scales,   merge_reshapes, commute_heads,
                                     absorb_transposes, fuse_layernorm, fuse_rmsnorm,
                                     fuse_rope,      fuse_gelu,      fuse_silu,
-                                    fuse_attention, fuse_cross_entropy};
+                                    fuse_attention, heads_chain,    fuse_cross_entropy};
 
 int pass_fusion(IrGraph *g, PassCtx *ctx, bool *changed) {
   if (ctx->opt.no_fusion || !g->loss)
