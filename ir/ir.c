@@ -734,18 +734,22 @@ static IrMeshAxis fed_axis(const IrGraph *g) {
   return IR_MESH_NONE;
 }
 
-bool ir_batch_rows(IrGraph *g, const IrValue *v) {
+IrRows ir_batch_rows(IrGraph *g, const IrValue *v) {
   if (v->rank == 0)
-    return false;
+    return IR_ROWS_NONE;
+  IrMeshAxis fed = fed_axis(g), axis = v->layout[0].axis;
   if (g->batch_sym >= 0) {
     IrValue whole = ir_whole(v);
     const Sym *d = whole.shape[0];
-    return d->n == 1 && d->t[0].den == 1 && d->t[0].exp[g->batch_sym] == 1;
+    if (d->n != 1 || d->t[0].den != 1 || d->t[0].exp[g->batch_sym] != 1)
+      return IR_ROWS_NONE;
+    return v->role == ROLE_INPUT || fed == IR_MESH_NONE || axis == fed ? IR_ROWS_RANK
+                                                                       : IR_ROWS_REPLICA;
   }
-  IrMeshAxis fed = fed_axis(g), axis = v->layout[0].axis;
   if (fed == IR_MESH_NONE)
-    return true;   // a sample is one whole set of the inputs: one row
-  return v->role == ROLE_INPUT ? axis != IR_MESH_NONE : axis == fed;
+    return IR_ROWS_RANK;   // a sample is one whole set of the inputs: one row
+  return (v->role == ROLE_INPUT ? axis != IR_MESH_NONE : axis == fed) ? IR_ROWS_RANK
+                                                                      : IR_ROWS_NONE;
 }
 
 void ir_mark_batch_dims(IrGraph *g) {

@@ -1486,8 +1486,22 @@ static int shard_cumsum(ShardOp *op) {
   return 0;
 }
 
-// x * keep / (1 - ratio): linear; the step counter is replicated.
+// x * keep / (1 - ratio): linear; the step counter is replicated. Each element's mask is drawn
+// at its place in the whole tensor for the layouts the kernel knows (codegen/kcall.c): the rows
+// split on dim 0 and one dim split over tp, the grid's columns or sub; a dim split otherwise
+// (a sequence-first tensor's batch over the grid's rows) is read whole.
 static int shard_dropout(ShardOp *op) {
+  ShardLayout *x = &op->in[0];
+  bool pieces = false;
+  for (int k = 0; k < x->rank; k++) {
+    IrMeshAxis a = (IrMeshAxis)x->split[k];
+    if (a == NONE || (k == 0 && !ir_mesh_pieces(a)))
+      continue;
+    if (ir_mesh_pieces(a) && !pieces)
+      pieces = true;
+    else
+      need_whole_dim(op, 0, k);
+  }
   op->in[1] = whole(0);
   op->out[0] = op->in[0];
   return 0;

@@ -530,27 +530,9 @@ static int learn_part(Tp *t, int i, const IrValue *logits_was, IrValue **stats_o
     ir_set_int(t->g, n, "start", ir_attr_i(n, "start") / t->size[over]);
     return 0;
   }
-  case OP_DROPOUT: {  // each element's mask bit at its place in the whole tensor
-    // (codegen/kcall.c): its rows split on dim 0 (a grid's rows, sub's batch), and one dim
-    // split over tp, the grid's columns or sub; the rows split on a later dim are not drawn
-    const ShardLayout *x = use_of(t, i, 0);
-    int pieces = 0;
-    for (int k = 0; k < x->rank; k++) {
-      IrMeshAxis a = (IrMeshAxis)x->split[k];
-      if (a == IR_MESH_NONE || (k == 0 && !ir_mesh_pieces(a)))
-        continue;
-      if (ir_mesh_pieces(a) && !pieces++)
-        continue;
-      char split[160];
-      ir_shard_layout_str(split, sizeof split, t->g, n->in[0], x);
-      return ir_error(t->d, n->loc, "lower: %s: a dropout over %s (its masks are drawn for "
-                      "rows split on the first dim and one other dim split): not lowered yet; "
-                      "export the model batch-first, or compile it without a 2D grid", t->mesh,
-                      split);
-    }
-    return 0;
-  }
-  default:   // masked_fill's mask is laid out as x (sliced or broadcast)
+  default:   // dropout draws each element's mask bit at its place in the whole tensor, in
+             // the layouts its sharding rule allows (codegen/kcall.c); masked_fill's mask is
+             // laid out as x (sliced or broadcast)
     return 0;
   }
   return ir_error(t->d, n->loc, "lower: %s: %s over a split dim is not lowered yet; use a "

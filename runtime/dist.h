@@ -105,11 +105,19 @@ static inline int rt_axis_rank(int axis) {
 }
 
 // A dropout mask's first element in the step's whole batch (rt_dropout): a rank's tensor of
-// `whole` elements once its feature split is undone holds the rows of its inputs (batched),
+// `whole` elements once its feature split is undone holds the rows of its inputs (batched 1),
 // or its part along batch_axis of them (a block that splits its batch over sub groups, or a
-// grid's rows beside tp; RT_AXIS_NONE: none), whole x parts / rows elements a row.
+// grid's rows beside tp; RT_AXIS_NONE: none), whole x parts / rows elements a row; or
+// (batched 2) every grid row's rows, the replica's micro-batch (gathered on a 2D grid).
 static inline unsigned long long rt_dropout_first(long whole, int batched, int batch_axis) {
   if (!batched) return 0;
+  if (batched == 2) {
+    unsigned long long q = (unsigned long long)rt_axis_size(RT_AXIS_ROW);
+    unsigned long long rows = (unsigned long long)rt_dist.rows * q;
+    unsigned long long row =
+        (unsigned long long)(rt_dist.row - rt_axis_rank(RT_AXIS_ROW) * rt_dist.rows);
+    return row * ((unsigned long long)whole / rows);
+  }
   unsigned long long parts = (unsigned long long)rt_axis_size(batch_axis);
   unsigned long long per_row = (unsigned long long)whole * parts / (unsigned long long)rt_dist.rows;
   return (unsigned long long)rt_dist.row * per_row +
