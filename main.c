@@ -786,10 +786,12 @@ static void print_decay(const IrGraph *g, const PassOptions *o) {
            "norms' and biases' none: --no-decay REGEX to choose)\n", decayed, n);
 }
 
-// The sequences of g's micro-batch: its batch dim (0: none).
+// The sequences of g's micro-batch: its batch dim (0: not bound); 1 for a fixed batch (no dim B).
 static int64_t bound_batch(IrGraph *g) {
   int64_t batch = 0;
-  if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
+  if (g->batch_sym < 0)
+    return 1;   // a fixed batch: a sample is one whole set of the inputs
+  if (sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch))
     return 0;
   return batch;
 }
@@ -828,7 +830,7 @@ static int choose_plan(IrGraph *g, const Args *a, Plan *plan, SvPlan **kept, cha
     return -1;
   int64_t batch = bound_batch(g);
   if (!batch)
-    return ir_error(d, (IrLoc){0}, "the model has no batch dim to apply a plan to");
+    return ir_error(d, (IrLoc){0}, "the model's batch dim is not bound: give it with -D");
   if (plan->micro != batch && !*kept)   // (the solver's own: main builds the model again)
     return ir_error(d, (IrLoc){0}, "the plan runs micro-batches of %lld sequences, the model's "
                     "batch dim is %lld: compile with --micro-batch %lld", (long long)plan->micro,

@@ -1028,8 +1028,10 @@ int sv_price(IrGraph *g, const SvConfig *base, const Plan *P, SvPriced *out, IrD
       cfg.group_batch[k] = group_micro[k];
     }
   }
-  if (g->batch_sym < 0 || sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
-    ir_error(d, (IrLoc){0}, "the model has no batch dim to price a step by");
+  if (g->batch_sym < 0)
+    batch = 0;   // a fixed batch: each micro-batch one whole set of the inputs, a sample
+  else if (sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &batch)) {
+    ir_error(d, (IrLoc){0}, "the model's batch dim is not bound: no step to price");
     return 1;
   }
   cfg.mesh_tp = tp;
