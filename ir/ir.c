@@ -723,21 +723,21 @@ bool ir_batched(IrGraph *g, const IrValue *v) {
   return v->rank > 0 && g->batch_sym >= 0 && sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
 }
 
-// The mesh axis that splits a fixed-batch model's inputs' first dim (a 2D grid's rows), the
-// first such input's; IR_MESH_NONE where none is split.
-static IrMeshAxis fed_axis(const IrGraph *g) {
+// The first input whose first dim a mesh axis splits (a 2D grid's rows cut the batch), or NULL.
+static const IrValue *fed_input(const IrGraph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     if (v->role == ROLE_INPUT && !v->producer && v->rank > 0 && v->layout[0].axis != IR_MESH_NONE)
-      return v->layout[0].axis;
+      return v;
   }
-  return IR_MESH_NONE;
+  return NULL;
 }
 
 IrRows ir_batch_rows(IrGraph *g, const IrValue *v) {
   if (v->rank == 0)
     return IR_ROWS_NONE;
-  IrMeshAxis fed = fed_axis(g), axis = v->layout[0].axis;
+  const IrValue *in = fed_input(g);
+  IrMeshAxis fed = in ? in->layout[0].axis : IR_MESH_NONE, axis = v->layout[0].axis;
   if (g->batch_sym >= 0) {
     IrValue whole = ir_whole(v);
     const Sym *d = whole.shape[0];
@@ -748,8 +748,12 @@ IrRows ir_batch_rows(IrGraph *g, const IrValue *v) {
   }
   if (fed == IR_MESH_NONE)
     return IR_ROWS_RANK;   // a sample is one whole set of the inputs: one row
-  return (v->role == ROLE_INPUT ? axis != IR_MESH_NONE : axis == fed) ? IR_ROWS_RANK
-                                                                      : IR_ROWS_NONE;
+  if (v->role == ROLE_INPUT)
+    return axis != IR_MESH_NONE ? IR_ROWS_RANK : IR_ROWS_NONE;
+  if (axis == fed)
+    return IR_ROWS_RANK;
+  IrValue whole = ir_whole(v), fed_whole = ir_whole(in);   // gathered: the replica's sample
+  return sym_eq(whole.shape[0], fed_whole.shape[0]) ? IR_ROWS_REPLICA : IR_ROWS_NONE;
 }
 
 void ir_mark_batch_dims(IrGraph *g) {

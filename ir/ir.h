@@ -458,14 +458,14 @@ int ir_infer(IrGraph *g, IrNode *n, IrDiag *d);
 // Is v's first dim the model's batch (split over dp ranks under data parallelism)?
 bool ir_batched(IrGraph *g, const IrValue *v);
 // Does v run over the rows (samples) of the step's batch, row after row? IR_ROWS_RANK: the rows
-// the program feeds the rank (runtime/train.c's take_slice). With a dim B: v's first dim is B or
-// B times more (B*T, B*NH); where a 2D grid's rows cut the inputs' B and v's is whole (gathered),
-// it holds every grid row's rows, the replica's micro-batch: IR_ROWS_REPLICA. Where the batch is
-// fixed (no dim B) and split over a mesh axis (a 2D grid's rows cut the inputs' first dim): an
-// input's first dim split, a value's split as the inputs' are; fixed and not split, a row is
-// one whole set of the inputs (the step's samples are data-parallel replicas' and
-// micro-batches'), and every value is the row's. Inputs are IR_ROWS_RANK or none. v as laid
-// out.
+// the program feeds the rank (runtime/train.c's take_slice); IR_ROWS_REPLICA: every grid row's
+// rows, the replica's micro-batch (a value whole on the dim a 2D grid's rows cut the inputs on,
+// gathered). With a dim B: v's first dim is B or B times more (B*T, B*NH), split as the inputs'
+// B (RANK) or whole (REPLICA). Where the batch is fixed (no dim B) and a mesh axis splits the
+// inputs' first dim (a 2D grid's rows): an input's first dim split, a value's split as the
+// inputs' are (RANK) or whole and as long (REPLICA); fixed and not split, a row is one whole
+// set of the inputs (the step's samples are data-parallel replicas' and micro-batches'), and
+// every value is the row's. Inputs are RANK or none. v as laid out.
 typedef enum IrRows { IR_ROWS_NONE, IR_ROWS_RANK, IR_ROWS_REPLICA } IrRows;
 IrRows ir_batch_rows(IrGraph *g, const IrValue *v);
 // The symbol a dim is, when it is exactly one symbol (T, not 2*T or T*B); else -1.
