@@ -491,10 +491,7 @@ IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
     IrNode *c = ir_node_new(g, o->op, in, o->nin, o->nout);
     g->cur_loc = loc;
     c->use = c->block == o->block ? o->use : 0;
-    c->nattr = o->nattr;
-    c->attr = ir_alloc(&g->arena, (size_t)(o->nattr + 1) * sizeof *c->attr);
-    if (o->nattr)
-      memcpy(c->attr, o->attr, (size_t)o->nattr * sizeof *c->attr);
+    ir_copy_attrs(g, c, o);
     for (int k = 0; k < o->nout; k++) {
       IrValue *x = o->out[k], *y = c->out[k];
       char name[600];
@@ -571,6 +568,13 @@ static IrAttr *attr_slot(IrGraph *g, IrNode *n, const char *name) {
   IrAttr *s = &n->attr[n->nattr++];
   s->name = ir_strdup(&g->arena, name);
   return s;
+}
+
+void ir_copy_attrs(IrGraph *g, IrNode *to, const IrNode *from) {
+  to->nattr = from->nattr;
+  to->attr = ir_alloc(&g->arena, (size_t)(from->nattr + 1) * sizeof *to->attr);
+  if (from->nattr)
+    memcpy(to->attr, from->attr, (size_t)from->nattr * sizeof *to->attr);
 }
 
 void ir_set_int(IrGraph *g, IrNode *n, const char *name, int64_t v) {

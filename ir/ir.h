@@ -402,6 +402,8 @@ void ir_replace_uses_in_phase(IrGraph *g, IrValue *const *from, IrValue *const *
 // 0), or NULL with d when a clone's shape rule disagrees with its original.
 IrNode *ir_clone_nodes(IrGraph *g, IrNode *const *nodes, int n, IrValue **map,
                        const char *suffix, IrDiag *d);
+// to's attributes become from's (the same values; to's own are dropped).
+void ir_copy_attrs(IrGraph *g, IrNode *to, const IrNode *from);
 void ir_set_int(IrGraph *g, IrNode *n, const char *name, int64_t v);
 void ir_set_float(IrGraph *g, IrNode *n, const char *name, double v);
 void ir_set_ints(IrGraph *g, IrNode *n, const char *name, const int64_t *v, int count);

@@ -984,9 +984,7 @@ static IrValue *scaled_heads(Fuser *F, int at, IrValue *q, bool build, const Sym
 static IrNode *insert_like(Fuser *F, int at, const IrNode *n, IrValue *const *in) {
   IrNode *c = insert(F, at, n->op, in, n->nin);
   c->loc = n->loc;
-  c->nattr = n->nattr;
-  c->attr = ir_alloc(&F->g->arena, (size_t)(n->nattr + 1) * sizeof *c->attr);
-  memcpy(c->attr, n->attr, (size_t)n->nattr * sizeof *c->attr);
+  ir_copy_attrs(F->g, c, n);
   return check(F, c) ? c : NULL;
 }
 

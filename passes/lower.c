@@ -488,9 +488,7 @@ static void lower_params_zero3(Lower *L, PassBucket *b, IrValue *head, IrValue *
 // An update with the hyper-parameters of `rule` (its own copy of them).
 static IrNode *update_like(Lower *L, const IrNode *rule, IrValue **in, int nin) {
   IrNode *u = ir_node_new(L->g, rule->op, in, nin, 0);
-  u->nattr = rule->nattr;
-  u->attr = ir_alloc(&L->g->arena, (size_t)(rule->nattr + 1) * sizeof *u->attr);
-  memcpy(u->attr, rule->attr, (size_t)rule->nattr * sizeof *u->attr);
+  ir_copy_attrs(L->g, u, rule);
   return u;
 }
 
