@@ -1042,13 +1042,10 @@ static int64_t batch_rows(IrGraph *g) {
     sym_eval(sym_var(&g->arena, g->batch_sym), &g->syms, &rows);
     return rows;
   }
-  for (int i = 0; i < g->nvalues; i++) {
-    const IrValue *v = g->values[i];
-    if (v->role == ROLE_INPUT && v->rank > 0 && v->layout[0].axis != IR_MESH_NONE &&
-        ir_batch_rows(g, v)) {
-      IrValue global = ir_whole(v);
-      return ir_eval(g, global.shape[0]);
-    }
+  const IrValue *fed = ir_fed_input(g);
+  if (fed) {
+    IrValue global = ir_whole(fed);
+    return ir_eval(g, global.shape[0]);
   }
   return rows;
 }

@@ -727,8 +727,7 @@ bool ir_batched(IrGraph *g, const IrValue *v) {
   return v->rank > 0 && g->batch_sym >= 0 && sym_eq(v->shape[0], sym_var(&g->arena, g->batch_sym));
 }
 
-// The first input whose first dim a mesh axis splits (a 2D grid's rows cut the batch), or NULL.
-static const IrValue *fed_input(const IrGraph *g) {
+const IrValue *ir_fed_input(const IrGraph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     const IrValue *v = g->values[i];
     if (v->role == ROLE_INPUT && !v->producer && v->rank > 0 && v->layout[0].axis != IR_MESH_NONE)
@@ -740,7 +739,7 @@ static const IrValue *fed_input(const IrGraph *g) {
 IrRows ir_batch_rows(IrGraph *g, const IrValue *v) {
   if (v->rank == 0)
     return IR_ROWS_NONE;
-  const IrValue *in = fed_input(g);
+  const IrValue *in = ir_fed_input(g);
   IrMeshAxis fed = in ? in->layout[0].axis : IR_MESH_NONE, axis = v->layout[0].axis;
   if (g->batch_sym >= 0) {
     IrValue whole = ir_whole(v);

@@ -468,6 +468,8 @@ bool ir_batched(IrGraph *g, const IrValue *v);
 // inputs' are (RANK) or whole and as long (REPLICA); fixed and not split, a row is one whole
 // set of the inputs (the step's samples are data-parallel replicas' and micro-batches'), and
 // every value is the row's. Inputs are RANK or none. v as laid out.
+// The first input whose first dim a mesh axis splits (a 2D grid's rows cut the batch), or NULL.
+const IrValue *ir_fed_input(const IrGraph *g);
 typedef enum IrRows { IR_ROWS_NONE, IR_ROWS_RANK, IR_ROWS_REPLICA } IrRows;
 IrRows ir_batch_rows(IrGraph *g, const IrValue *v);
 // The symbol a dim is, when it is exactly one symbol (T, not 2*T or T*B); else -1.

@@ -1360,10 +1360,7 @@ const char *ir_bindings_text(IrGraph *g, const Sym *s) {
   char buf[512] = "";
   size_t len = 0;
   for (int v = 0; v < g->syms.n && s->n > 0; v++) {
-    bool used = false;
-    for (int k = 0; k < s->n; k++)
-      used |= s->t[k].exp[v] != 0;
-    if (used && len < sizeof buf)
+    if (sym_uses(s, v) && len < sizeof buf)
       len += (size_t)snprintf(buf + len, sizeof buf - len, "%s %s = %lld", len ? "," : " with",
                               g->syms.name[v], (long long)g->syms.value[v]);
   }

@@ -342,6 +342,13 @@ bool sym_is_const(const Sym *x, int64_t *value) {
   return true;
 }
 
+bool sym_uses(const Sym *x, int var) {
+  for (int k = 0; k < x->n; k++)
+    if (x->t[k].exp[var] != 0)
+      return true;
+  return false;
+}
+
 bool sym_is_one(const Sym *x) {
   int64_t c;
   return sym_is_const(x, &c) && c == 1;

@@ -61,6 +61,7 @@ bool sym_eq(const Sym *x, const Sym *y);
 // Two lists of n formulas, equal one by one.
 bool sym_list_eq(const Sym *const *x, const Sym *const *y, int n);
 bool sym_is_const(const Sym *x, int64_t *value);      // an integer constant?
+bool sym_uses(const Sym *x, int var);           // does symbol var occur in x?
 bool sym_is_one(const Sym *x);                        // the constant 1?
 bool sym_is_zero(const Sym *x);
 bool sym_overflowed(const Sym *x);

@@ -862,7 +862,7 @@ static void lower_row_syncs(Lower *L, IrValue **vals, int n) {
 // tensor that holds the rows of dim B on a later dim (sequence-first: [T, B, C]) would draw
 // every rank's and micro-batch's masks as for the step's first rows: refused under data
 // parallelism and micro-batches, naming the node. (A fixed batch is a row whole; on a grid,
-// passes/tp.c refuses a dropout whose rows are split on a later dim.)
+// dropout's sharding rule reads whole the rows split on a later dim, ir/shard.c.)
 static int dropout_rows(Lower *L) {
   IrGraph *g = L->g;
   if (g->batch_sym < 0 || (L->dp == 1 && L->micro == 1))
@@ -873,8 +873,7 @@ static int dropout_rows(Lower *L) {
       continue;
     bool later = false;
     for (int k = 1; k < n->in[0]->rank; k++)
-      for (int t = 0; t < n->in[0]->shape[k]->n; t++)
-        later |= n->in[0]->shape[k]->t[t].exp[g->batch_sym] != 0;
+      later |= sym_uses(n->in[0]->shape[k], g->batch_sym);
     if (later)
       return ir_error(L->d, n->loc, "a dropout over a tensor whose first dim is not the batch's "
                       "rows (%s): with %d data-parallel rank%s and %d micro-batch%s its masks "
