@@ -567,12 +567,28 @@ static int plan_config(const Args *a, SvConfig *cfg, IrDiag *d) {
 
 // The planner's step time for a layout (before it is lowered), on the flags'
 // GPUs (without --gpus, as many as the plan has ranks): sv_price's 0, 1 or -1.
-static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d) {
+static int layout_config(const Args *a, const Plan *plan, SvConfig *cfg, IrDiag *d) {
   Args on = *a;
   if (!on.gpus && !on.cluster)
     on.gpus = mesh_ranks(&plan->mesh);
+  return plan_config(&on, cfg, d);
+}
+
+static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d) {
   SvConfig cfg;
-  return plan_config(&on, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
+  return layout_config(a, plan, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
+}
+
+// The planner's price of each op's nodes in the lowered program g (train --profile's column):
+// false where there is none.
+static bool price_nodes(IrGraph *g, const Args *a, const Plan *plan, double *micro_s,
+                        double *step_s) {
+  IrDiag d = {0};
+  SvConfig cfg;
+  if (layout_config(a, plan, &cfg, &d))
+    return false;
+  sv_price_nodes(g, &cfg, micro_s, step_s);
+  return true;
 }
 
 // The layout the flags force (--dp, --tp, ..., --layers-dp) for g's blocks.
@@ -916,6 +932,7 @@ static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co,
       rc = pass_lower_plan(g, &ctx);
     if (!rc) {
       CgOptions mine = *co;
+      mine.op_micro_s = mine.op_step_s = NULL;   // (model 0's nodes)
       SvPredicted pr;
       mine.mem = ctx.mem, mine.lowered = ctx.lowered, mine.model = k;
       predicted(&ctx, &mine, &pr);
@@ -931,7 +948,7 @@ static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co,
 
 // compile's last stage: the program, its plan.json, and what it says it did.
 static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kept,
-                const char *plan_text, const SvPriced *price, IrDiag *d) {
+                const char *plan_text, const SvPriced *price, const Plan *layout, IrDiag *d) {
   const PassLowered *lw = ctx->lowered;
   CgOptions co = {.mem = ctx->mem, .outdir = outdir.tmp, .seed = a->seed, .source = a->model,
                   .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
@@ -949,6 +966,9 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     co.planner_swap_bytes = (int64_t)llround(price->swap_bytes);
     memcpy(co.planner_time_s, price->t, sizeof co.planner_time_s);
   }
+  double op_micro_s[OP_COUNT], op_step_s[OP_COUNT];
+  if (price && price_nodes(g, a, layout, op_micro_s, op_step_s))
+    co.op_micro_s = op_micro_s, co.op_step_s = op_step_s;
   for (int i = 0; lw && i < lw->nreplicated; i++)
     fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
             lw->plan.mesh.size[IR_MESH_TP], lw->replicated[i]);
@@ -1038,7 +1058,7 @@ int main(int argc, char **argv) {
   if (!rc && inspect && !a.dot && ctx.mem)
     print_memory(g, ctx.mem);
   if (!rc && compile)
-    rc = emit(g, &a, &ctx, kept, plan_text, priced ? &price : NULL, &diag);
+    rc = emit(g, &a, &ctx, kept, plan_text, priced ? &price : NULL, &layout, &diag);
   if (rc)
     ir_diag_print(stderr, &diag);
   if (compile)

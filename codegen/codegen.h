@@ -118,6 +118,10 @@ typedef struct CgOptions {
   // optimizer, resharding (runtime/model_api.h's planner_time_s)
   const char *planner_device;
   double planner_step_s, planner_time_s[RT_PLANNER_NTIMES];
+  // NULL, or by IrOp: the planner's price of the program's nodes of each op on
+  // planner_device, seconds per micro-batch (forward, backward) and per step (update); -1:
+  // not priced per node (communication, host copies). train --profile prints them.
+  const double *op_micro_s, *op_step_s;
   // A program of several models (uneven state shares: Plan.replica_parts, one per run of
   // replicas with one part): this one is model `model` of `nmodels` (0: model.c, written with
   // every other file of the program; k > 0: model_gK.c alone, written after it), for the world

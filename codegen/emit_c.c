@@ -50,6 +50,11 @@ typedef struct Emit {
   bool *covered;        // the buffer is a loop's base buffer at another block
   const Loop *in;       // the loop being written
   int64_t scratch;      // the most device scratch one call needs (GPU build)
+  // train --profile: the op kinds the nodes with kernels run, in order of first use
+  // (kind[op]: its index + 1, 0: none yet)
+  int kind[OP_COUNT];
+  IrOp kinds[OP_COUNT];
+  int nkinds;
 } Emit;
 
 __attribute__((format(printf, 2, 3))) static void println(Emit *e, const char *fmt, ...) {
@@ -412,9 +417,13 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
 
 // The node as a comment: "%x = layernorm(%h, %w, %b)  gpt2.mtc:14:11"
 // (names from the model are written by cg_put_comment_name: nothing in one
-// can end the comment or continue it onto the next line)
-static void emit_node_comment(Emit *e, const IrNode *n) {
-  fprintf(e->f, "%s// ", e->ind);
+// can end the comment or continue it onto the next line), after the profile's mark of its op
+// when it runs kernels (runtime/profile.h; kind: its index, -1: none).
+static void emit_node_comment(Emit *e, const IrNode *n, int kind) {
+  fputs(e->ind, e->f);
+  if (kind >= 0)
+    fprintf(e->f, "RT_OP(%d);  ", kind);
+  fputs("// ", e->f);
   for (int i = 0; i < n->nout; i++) {
     fputs(i ? ", " : "", e->f);
     cg_put_comment_name(e->f, n->out[i]->name);
@@ -616,7 +625,11 @@ static void plan_loops(Emit *e, IrDiag *d) {
 
 static void emit_node(Emit *e, const IrNode *n, const CgCall *calls, int nc,
                       const CgCall *next) {
-  emit_node_comment(e, n);
+  if (nc > 0 && !e->kind[n->op]) {
+    e->kinds[e->nkinds++] = n->op;
+    e->kind[n->op] = e->nkinds;
+  }
+  emit_node_comment(e, n, nc > 0 ? e->kind[n->op] - 1 : -1);
   if (n->op == OP_ADAMW) {
     IR_ASSERT(nc == 2);
     emit_adamw_call(e, &calls[0], &calls[1], next ? &next[0] : NULL, next ? &next[1] : NULL);
@@ -692,6 +705,7 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
       return -1;
     emit_node(e, n, calls, nc, NULL);
   }
+  println(e, "  RT_OP_END();");
   println(e, "}");
   blank(e);
   return 0;
@@ -742,7 +756,7 @@ static int emit_ghost(Emit *e, IrDiag *d) {
   int rc = 0;
   for (int phase = PHASE_FORWARD; phase <= PHASE_BACKWARD && !rc; phase++) {
     if (phase == PHASE_BACKWARD)
-      println(e, "  if (!train) return;");
+      println(e, "  if (!train) {\n    RT_OP_END();\n    return;\n  }");
     for (int i = 0; i < g->nnodes && !rc; i++) {
       const IrNode *n = g->nodes[i];
       if ((int)n->phase != phase || !in_ghost(n, slots))
@@ -757,6 +771,7 @@ static int emit_ghost(Emit *e, IrDiag *d) {
     }
   }
   free(slots);
+  println(e, "  RT_OP_END();");
   println(e, "}");
   blank(e);
   return rc;
@@ -1200,6 +1215,29 @@ static void emit_per_replica(Emit *e, const char *name, const int *values) {
   blank(e);
 }
 
+// train --profile's rows: the op kinds the functions mark (RT_OP), and the planner's price
+// of their nodes where it gave one.
+static void emit_op_kinds(Emit *e) {
+  println(e, "// train --profile: the ops the marks (RT_OP) name%s", e->opt->op_micro_s ?
+          ", and the planner's price of their nodes in seconds per micro-batch and per step "
+          "(-1: none)" : "");
+  fputs("static const char *const op_kinds[] = {", e->f);
+  for (int k = 0; k < e->nkinds; k++) {
+    fputs(k ? ", " : "", e->f);
+    cg_put_string(e->f, ir_op_name(e->kinds[k]));
+  }
+  println(e, "%s};", e->nkinds ? "" : "0");
+  if (!e->opt->op_micro_s)
+    return;
+  const double *by[2] = {e->opt->op_micro_s, e->opt->op_step_s};
+  for (int t = 0; t < 2; t++) {
+    fprintf(e->f, "static const double op_%s_s[] = {", t ? "step" : "micro");
+    for (int k = 0; k < e->nkinds; k++)
+      fprintf(e->f, "%s%.6g", k ? ", " : "", by[t][e->kinds[k]]);
+    println(e, "%s};", e->nkinds ? "" : "0");
+  }
+}
+
 static int emit_model(Emit *e, const char *source, IrDiag *d) {
   IrGraph *g = e->g;
   plan_loops(e, d);
@@ -1226,6 +1264,7 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   free(code);
   if (rc)
     return -1;
+  emit_op_kinds(e);
   println(e, "static const rt_dim dims[] = {");
   for (int i = 0; i < g->syms.n; i++)
     if (g->syms.bound[i]) {
@@ -1343,6 +1382,10 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
       fprintf(e->f, "%s%.9g", i ? ", " : "", e->opt->planner_time_s[i]);
     println(e, "},");
   }
+  println(e, "    .n_op_kinds = %d,", e->nkinds);
+  println(e, "    .op_kinds = op_kinds,");
+  if (e->opt->op_micro_s)
+    println(e, "    .op_micro_s = op_micro_s,\n    .op_step_s = op_step_s,");
   if (lw && lw->loss_partial) {
     fputs("    .loss_partial_axes = ", e->f);
     for (int a = IR_MESH_TP, k = 0; a < IR_MESH_NAXES; a++)
@@ -1615,7 +1658,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "scan_cpu.h", "coalesce.h", "pool.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
-      "shard.h", "parts.h", "schedule.h", "schedule.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};
+      "shard.h", "parts.h", "schedule.h", "schedule.c", "profile.h", "profile.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};
   for (int i = 0; !opt->model && runtime_files[i]; i++) {
     char from[4096], to[4200];
     snprintf(from, sizeof from, "%s/%s", opt->runtime_dir, runtime_files[i]);

@@ -129,6 +129,16 @@ typedef struct rt_dim {
 
 #define RT_PLANNER_NTIMES 7  // rt_model.planner_time_s: the planner's categories of a step
 
+// train --profile (profile.h): the model's code marks each node's op kind (an index into
+// rt_model.op_kinds) before its kernels, and the end of each of its functions.
+extern int rt_prof_on;
+void rt_prof_op(int kind);
+#define RT_OP(kind)                  \
+  do {                               \
+    if (rt_prof_on) rt_prof_op(kind); \
+  } while (0)
+#define RT_OP_END() RT_OP(-1)
+
 typedef struct rt_model {
   const char *name;
   int n_dims;
@@ -226,6 +236,11 @@ typedef struct rt_model {
   double planner_step_s;      // ... its step time, and that split (seconds): compute,
   double planner_time_s[RT_PLANNER_NTIMES];  // recompute, tensor-parallel and data-parallel
                               // communication, offload, optimizer, resharding
+  int n_op_kinds;             // the IR ops the model's nodes run (RT_OP's kinds), by name
+  const char *const *op_kinds;
+  const double *op_micro_s;   // NULL, or per op kind: the planner's price on planner_device of
+  const double *op_step_s;    // its nodes, seconds per micro-batch (forward, backward) and per
+                              // step (the update); -1: not priced per node (communication)
   int loss_partial_axes;      // bits (1 << RT_AXIS_*): the axes over which each rank's loss is
                               // its term of a sum (a vocabulary-parallel loss; a 2D grid's rows)
 } rt_model;

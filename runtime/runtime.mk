@@ -4,7 +4,8 @@
 #
 # the host code of every build
 RT_SRC = runtime/train.c runtime/host.c runtime/safetensors.c runtime/dist.c \
-  runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c runtime/checkpoint.c
+  runtime/schedule.c runtime/log.c runtime/tokenizer.c runtime/data.c runtime/checkpoint.c \
+  runtime/profile.c
 # the collectives: one rank; several over MPI; on GPUs, over NCCL beside MPI
 RT_COMM_SINGLE = runtime/comm_single.c
 RT_COMM_MPI = runtime/comm_mpi.c
@@ -15,6 +16,7 @@ RT_HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/d
   runtime/bf16.h runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h \
   runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/scan_cpu.h runtime/coalesce.h runtime/pool.h \
   runtime/model_api.h runtime/rng.h runtime/safetensors.h runtime/schedule.h runtime/log.h \
-  runtime/shard.h runtime/parts.h runtime/tokenizer.h runtime/data.h runtime/checkpoint.h runtime/comm.h \
+  runtime/profile.h runtime/shard.h runtime/parts.h runtime/tokenizer.h runtime/data.h \
+  runtime/checkpoint.h runtime/comm.h \
   runtime/dist.h runtime/device.h runtime/comm_nccl.h
 RT_CUDA_HDR = runtime/cuda_common.h runtime/attention_cuda.cuh

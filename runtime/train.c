@@ -39,6 +39,7 @@
 #include "dist.h"
 #include "kernels.h"
 #include "model_api.h"
+#include "profile.h"
 #include "parts.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -158,6 +159,7 @@ typedef struct {
   const char *log;      // JSON lines: a record per step (NULL: none)
   int log_every;
   bool check_finite;    // stop at a non-finite gradient or weight (--no-check-finite: don't)
+  bool profile;         // the steps' time by op (profile.h), after the first step
   double grad_clip;     // the most global gradient norm the update sees (0: no clipping)
   rt_schedule sched;    // the learning rate per step (its lr and steps filled in at the end)
 } options;
@@ -240,6 +242,9 @@ static void print_help(void) {
       "                  tools/plot_log.py draws it\n"
       "  --no-check-finite  do not scan the gradients and weights of each step for\n"
       "                  NaN and infinities (the loss is always checked)\n"
+      "  --profile       print the steps' time by op after the first step, beside the\n"
+      "                  planner's price of the same nodes (on a GPU each op is waited\n"
+      "                  for: profiled steps are slower)\n"
       "  -h, --help      show this help\n",
       model()->name);
 }
@@ -300,6 +305,10 @@ static options parse_args(int argc, char **argv) {
     if (strncmp(arg, "--", 2) != 0) usage_error("unexpected argument '%s'", arg);
     if (!strcmp(arg, "--no-check-finite")) {
       o.check_finite = false;
+      continue;
+    }
+    if (!strcmp(arg, "--profile")) {
+      o.profile = true;
       continue;
     }
     if (!strcmp(arg, "--no-shuffle")) {
@@ -2140,9 +2149,13 @@ int main(int argc, char **argv) {
   if (!times || !comm_times) fail("out of memory");
   long global_tokens = M->tokens_per_step / rank_rows() * rows_total();
   rt_comm_reset_bytes();
+  if (opt.profile)
+    rt_prof_init(M);
   int64_t io_bytes = 0;  // gathers for --dump-grads: not the step's traffic
   for (long next = first; next <= opt.steps; next++) {  // long: --steps may be INT_MAX
     int step = (int)next;
+    if (opt.profile && next > first)
+      rt_prof_step_begin();
     double t0 = now_seconds(), comm0 = rt_comm_seconds();
     if (opt.data) {
       rt_data_next(&data, stream);
@@ -2172,6 +2185,7 @@ int main(int argc, char **argv) {
     M->update(arena, host, &opt.h);
     if (opt.check_finite) check_finite(arena, stage, step, false);
     rt_device_sync();
+    rt_prof_step_end();
     double dt = now_seconds() - t0;
     times[(next - first) % TIMED_STEPS] = dt;
     comm_times[(next - first) % TIMED_STEPS] = rt_comm_seconds() - comm0;
@@ -2277,6 +2291,9 @@ int main(int argc, char **argv) {
            1e3 * t[3], 1e3 * t[4], 1e3 * t[5], 1e3 * t[6]);
   }
 
+  if (opt.profile && rt_comm_rank() == 0)   // (rank 0's)
+    rt_prof_report(stdout, M, replica_micro(rt_dist.dp_rank));
+  rt_prof_free();
   free(times);
   free(comm_times);
   free(grad_scan.pieces), free(grad_scan.runs), free(weight_scan.pieces), free(weight_scan.runs);

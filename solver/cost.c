@@ -832,6 +832,21 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem));
 }
 
+void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s) {
+  const SvGroup *gr = &cfg->cluster.group[0];
+  double load = sv_group_load(gr);
+  for (int op = 0; op < OP_COUNT; op++) {
+    IrOpKind k = ir_op_kind((IrOp)op);
+    micro_s[op] = step_s[op] = k == KIND_COMM || k == KIND_HOST ? -1 : 0;
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = g->nodes[i];
+    double *by = n->phase == PHASE_UPDATE ? step_s : micro_s;
+    if (by[n->op] >= 0)
+      by[n->op] += load * node_time(g, n, &gr->dev);
+  }
+}
+
 void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   IrGraph *g = m->g;
   const SvBlock *b = &m->block[block];

@@ -677,6 +677,11 @@ typedef struct SvPriced {
 // cluster, an offload share other than 0, 0.5 and 1, a checkpointing it does
 // not model), with d saying why; -1 with d when planning fails.
 int sv_price(IrGraph *g, const SvConfig *cfg, const Plan *plan, SvPriced *out, IrDiag *d);
+// The price the planner's roofline gives each node of a lowered program g (each rank's shapes)
+// on cfg's first group, summed by op (arrays of OP_COUNT): seconds per micro-batch of forward
+// and backward nodes, and per step of the update's; -1 for ops it does not price per node
+// (communication, copies to and from the host). train --profile prints them beside the clock.
+void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s);
 
 // ---- output (solver/report.c) ------------------------------------------------------------------
 

@@ -37,6 +37,24 @@ make -s -C "$out/prog" cpu > "$out/make.txt" 2>&1 || fail "make cpu: $(cat "$out
 grep -q "^timing: median step [0-9.]* ms of 3 on this machine | planner, on $name: [0-9.e+-]* ms" \
   "$out/train.txt" || fail "the program's timing line: $(grep timing "$out/train.txt")"
 
+# --profile: the steps after the first by op, each op's nodes as many as the program has (mtc
+# inspect's count of the lowered graph's), the rows adding up to the step, the planner's price
+# of the same nodes beside them
+"$out/prog/train" --steps 3 --profile > "$out/profile.txt" 2>&1 || fail "--profile: $(cat "$out/profile.txt")"
+"$mtc" inspect "$examples/gpt2.mtc" --precision fp32 -D L=1 -D C=64 -D NH=2 -D T=16 -D V=64 -D B=2 \
+  > "$out/inspect.txt" 2>&1 || fail "inspect: $(cat "$out/inspect.txt")"
+matmuls=$(grep -c "= matmul(" "$out/inspect.txt")
+grep -q "^profile: the step by op, mean of 2 steps: [0-9.e+-]* ms" "$out/profile.txt" ||
+  fail "the profile's header: $(grep profile "$out/profile.txt")"
+grep -Eq "^profile:   matmul +$matmuls +[0-9.e+-]+ +[0-9.]+% +[0-9.e+-]+ +[0-9.]+$" "$out/profile.txt" ||
+  fail "the profile's matmul row ($matmuls nodes, priced): $(grep profile "$out/profile.txt")"
+grep -Eq "^profile:   \(outside the model\) +0 +[0-9.e+-]+ +[0-9.]+% +- +-$" "$out/profile.txt" ||
+  fail "the profile's row of the time outside the model: $(grep profile "$out/profile.txt")"
+awk '/^profile: the step by op/ { match($0, /steps: [0-9.e+-]+ ms/); total = substr($0, RSTART + 7) + 0 }
+     /^profile:   / && $2 != "op" { sum += $(NF - 3) }
+     END { exit !(total > 0 && sum > 0.98 * total && sum < 1.02 * total) }' "$out/profile.txt" ||
+  fail "the profile's rows do not add up to its step: $(grep profile "$out/profile.txt")"
+
 # two ranks measuring at once, when MPI is here
 if command -v mpirun > /dev/null && command -v mpicc > /dev/null; then
   launcher="mpirun"
