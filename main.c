@@ -582,12 +582,12 @@ static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *o
 // The planner's price of each op's nodes in the lowered program g (train --profile's column):
 // false where there is none.
 static bool price_nodes(IrGraph *g, const Args *a, const Plan *plan, double *micro_s,
-                        double *step_s) {
+                        double *step_s, double *outside_s) {
   IrDiag d = {0};
   SvConfig cfg;
   if (layout_config(a, plan, &cfg, &d))
     return false;
-  sv_price_nodes(g, &cfg, micro_s, step_s);
+  sv_price_nodes(g, &cfg, micro_s, step_s, outside_s);
   return true;
 }
 
@@ -967,7 +967,7 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     memcpy(co.planner_time_s, price->t, sizeof co.planner_time_s);
   }
   double op_micro_s[OP_COUNT], op_step_s[OP_COUNT];
-  if (price && price_nodes(g, a, layout, op_micro_s, op_step_s))
+  if (price && price_nodes(g, a, layout, op_micro_s, op_step_s, &co.op_outside_s))
     co.op_micro_s = op_micro_s, co.op_step_s = op_step_s;
   for (int i = 0; lw && i < lw->nreplicated; i++)
     fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",

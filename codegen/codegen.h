@@ -122,6 +122,7 @@ typedef struct CgOptions {
   // planner_device, seconds per micro-batch (forward, backward) and per step (update); -1:
   // not priced per node (communication, host copies). train --profile prints them.
   const double *op_micro_s, *op_step_s;
+  double op_outside_s;   // ... and of the scans the program runs each step outside its nodes
   // A program of several models (uneven state shares: Plan.replica_parts, one per run of
   // replicas with one part): this one is model `model` of `nmodels` (0: model.c, written with
   // every other file of the program; k > 0: model_gK.c alone, written after it), for the world

@@ -1385,7 +1385,8 @@ static int emit_model(Emit *e, const char *source, IrDiag *d) {
   println(e, "    .n_op_kinds = %d,", e->nkinds);
   println(e, "    .op_kinds = op_kinds,");
   if (e->opt->op_micro_s)
-    println(e, "    .op_micro_s = op_micro_s,\n    .op_step_s = op_step_s,");
+    println(e, "    .op_micro_s = op_micro_s,\n    .op_step_s = op_step_s,\n"
+            "    .op_outside_s = %.6g,", e->opt->op_outside_s);
   if (lw && lw->loss_partial) {
     fputs("    .loss_partial_axes = ", e->f);
     for (int a = IR_MESH_TP, k = 0; a < IR_MESH_NAXES; a++)

@@ -9,16 +9,21 @@
 // program share the machine while it trains, and each figure is the slowest
 // rank's. What it measures, and the profile's key for it:
 //   gemm           rt_matmul (float32) and rt_matmul_bf16 at m, n, k of 32 to
-//                  2048 (FLOP/s); flops_fp32/flops_bf16 are the fastest
+//                  2048 (FLOP/s), B read from memory each call, as a step's
+//                  GEMMs read their weights; flops_fp32/flops_bf16 are the fastest
 //   ops            seconds per element of the other kernels a step runs most
-//                  (gelu, the norms, softmax, cross-entropy, adds, ...), at
+//                  (gelu, the norms, softmax, cross-entropy, adds, a head
+//                  split's transpose, splits and concats, ...), at
 //                  64Ki, 1Mi and 8Mi elements (rows of 1024), keyed by the IR
 //                  op they run (ir/ops.def)
 //   hbm_bw         rt_binary's add on arrays far larger than the caches
 //                  (bytes read and written per second)
+//   attention      rt_attention_fwd's and _bwd's FLOP/s (causal) at 64, 256
+//                  and 1024 tokens and heads of 32, 64 and 128 (--quick: the
+//                  first two of each)
 //   efficiency     simt: rt_gelu_fwd's rate in the IR's count (8 FLOPs an
 //                  element), of flops_fp32; attn: rt_attention_fwd + _bwd
-//                  (causal, GPT-2's head size), of flops_fp32; update:
+//                  (causal, 256 tokens, heads of 64), of flops_fp32; update:
 //                  rt_adamw's float32 traffic (28 bytes a parameter, as the
 //                  planner counts it), of hbm_bw; launch: a small kernel's
 //                  time beyond its traffic; overlap: how much of a
@@ -94,19 +99,33 @@ static double timed(Fn fn, void *ctx) {
 
 // ---- GEMMs --------------------------------------------------------------------------------------
 
+// A training step's GEMMs find one operand in memory, not in cache (forward's and the input
+// gradients' the weights, the weight gradients' the activations forward saved): each call
+// takes the next of as many copies of B as fill GEMM_POOL bytes, the first again after the last.
+#define GEMM_POOL (64L << 20)
+
 typedef struct Gemm {
   long m, n, k;
-  float *a, *b, *c;
+  float *a, *b, *c;   // b, bh: GEMM_POOL bytes each
   rt_bf16 *ah, *bh, *ch;
+  long turn;
 } Gemm;
+
+// The next copy of B (elements of `size` bytes) in the pool at b.
+static const void *next_b(Gemm *g, const void *b, size_t size) {
+  long each = g->k * g->n, copies = GEMM_POOL / (long)size / each;
+  copies = copies < 1 ? 1 : copies;
+  return (const char *)b + (size_t)(g->turn++ % copies * each) * size;
+}
 
 static void gemm_f32(void *p) {
   Gemm *g = p;
-  rt_matmul(g->c, g->a, g->b, 1, g->m, g->n, g->k, 0, 0, 0, 0, 0);
+  rt_matmul(g->c, g->a, next_b(g, g->b, sizeof(float)), 1, g->m, g->n, g->k, 0, 0, 0, 0, 0);
 }
 static void gemm_bf16(void *p) {
   Gemm *g = p;
-  rt_matmul_bf16(g->ch, g->ah, g->bh, 1, g->m, g->n, g->k, 0, 0, 0, 0, 0);
+  rt_matmul_bf16(g->ch, g->ah, next_b(g, g->bh, sizeof(rt_bf16)), 1, g->m, g->n, g->k, 0, 0, 0,
+                 0, 0);
 }
 
 // ---- memory-bound and other kernels -------------------------------------------------------------
@@ -141,13 +160,37 @@ typedef struct Attn {
   float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
 } Attn;
 
-static void attn(void *p) {
+static void attn_fwd(void *p) {
   Attn *a = p;
   rt_attention_fwd(a->out, a->lse, a->q, a->k, a->v, NULL, NULL, a->bh, a->t, a->t, a->hs, 1, 1,
                    1, 1);
+}
+static void attn_bwd(void *p) {
+  Attn *a = p;
   rt_attention_bwd(a->dq, a->dk, a->dv, NULL, a->dout, a->q, a->k, a->v, a->out, a->lse, NULL, NULL,
                    a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
 }
+
+// Causal attention of t tokens, heads of hs, over enough heads (bh) to take a few ms: its
+// forward's and backward's FLOP/s in the IR's count (2 and 5 GEMMs over the causal half).
+static void attn_rates(long t, long hs, double *fwd, double *bwd) {
+  Attn a = {.bh = (long)fmax(1, (double)(1L << 23) / ((double)t * t * hs)), .t = t, .hs = hs};
+  long qn = a.bh * t * hs;
+  float **bufs[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i] = alloc(sizeof(float) * qn);
+    fill(*bufs[i], qn, 0.1f * (float)(i + 1));
+  }
+  a.lse = alloc(sizeof(float) * a.bh * t);
+  double gemm = 2.0 * (double)qn * (double)t / 2;   // one GEMM over the causal half
+  *fwd = 2 * gemm / timed(attn_fwd, &a);
+  *bwd = 5 * gemm / timed(attn_bwd, &a);
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+  free(a.lse);
+}
+
+static const long att_t[] = {64, 256, 1024}, att_hs[] = {32, 64, 128};
+enum { NATT = sizeof att_t / sizeof att_t[0] };
 
 // ---- the other kernels, per element --------------------------------------------------------------
 
@@ -196,6 +239,22 @@ static void k_sum_to(Bufs *b, long n) {   // a bias's gradient: the rows summed
   rt_reduce_sum(b->dw, b->x, 2, shape, ostride, ROW, 1.0f);
 }
 
+// The data movement a head split runs (ir/ops.def's transpose: [T, NH, HS] to [NH, T, HS], rows
+// of a head's 64 elements), and a 3-way split of rows (q, k, v) and its concat, per element of
+// the whole.
+static void k_transpose(Bufs *b, long n) {
+  long shape[3] = {8, n / (8 * 64), 64}, stride[3] = {64, 8 * 64, 1};
+  rt_strided_copy(b->y, b->x, 3, shape, stride);
+}
+static void k_split(Bufs *b, long n) {
+  for (long i = 0; i < 3; i++)
+    rt_slice(b->y + i * (n / 3), b->x, n / (3 * ROW), 3 * ROW, i * ROW, ROW);
+}
+static void k_concat(Bufs *b, long n) {
+  for (long i = 0; i < 3; i++)
+    rt_unslice(b->y, b->x + i * (n / 3), n / (3 * ROW), 3 * ROW, i * ROW, ROW);
+}
+
 static const OpCase op_cases[] = {
     {"gelu", k_gelu},           {"gelu_bwd", k_gelu_bwd},
     {"silu", k_silu},           {"silu_bwd", k_silu_bwd},
@@ -205,6 +264,8 @@ static const OpCase op_cases[] = {
     {"cross_entropy", k_xent},  {"cross_entropy_bwd", k_xent_bwd},
     {"add", k_add},             {"mul", k_mul},
     {"sum_to", k_sum_to},
+    {"transpose", k_transpose}, {"split", k_split},
+    {"concat", k_concat},
 };
 enum { NOPS = sizeof op_cases / sizeof op_cases[0] };
 static const long op_sizes[] = {1L << 16, 1L << 20, 1L << 23};
@@ -301,18 +362,19 @@ int main(int argc, char **argv) {
   int nd = quick ? ND - 1 : ND;   // --quick: up to 512
   long big = dims[nd - 1];
   Gemm g = {0};
+  long pool = GEMM_POOL / (long)sizeof(float), pool_h = GEMM_POOL / (long)sizeof(rt_bf16);
   g.a = alloc(sizeof(float) * big * big);
-  g.b = alloc(sizeof(float) * big * big);
+  g.b = alloc(GEMM_POOL);
   g.c = alloc(sizeof(float) * big * big);
   g.ah = alloc(sizeof(rt_bf16) * big * big);
-  g.bh = alloc(sizeof(rt_bf16) * big * big);
+  g.bh = alloc(GEMM_POOL);
   g.ch = alloc(sizeof(rt_bf16) * big * big);
   fill(g.a, big * big, 1.0f);
-  fill(g.b, big * big, 0.5f);
-  for (long i = 0; i < big * big; i++) {
+  fill(g.b, pool, 0.5f);
+  for (long i = 0; i < big * big; i++)
     g.ah[i] = rt_f32_to_bf16(g.a[i]);
-    g.bh[i] = rt_f32_to_bf16(g.b[i]);
-  }
+  for (long i = 0; i < pool_h; i++)
+    g.bh[i] = rt_f32_to_bf16(g.b[i % pool]);
   double rate[ND][ND][ND][2], best[2] = {0, 0};
   for (int i = 0; i < nd; i++)
     for (int j = 0; j < nd; j++)
@@ -344,19 +406,16 @@ int main(int argc, char **argv) {
   double update_bw = 28.0 * (double)ad.n / adam_s;
   free(ad.p), free(ad.g), free(ad.m), free(ad.v);
 
-  // attention: GPT-2's 12 heads of 64 over 4 sequences of 256 tokens, causal
-  Attn at = {.bh = 4 * 12, .t = 256, .hs = 64};
-  long qn = at.bh * at.t * at.hs;
-  float **bufs[] = {&at.q, &at.k, &at.v, &at.out, &at.dout, &at.dq, &at.dk, &at.dv};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-    *bufs[i] = alloc(sizeof(float) * qn);
-    fill(*bufs[i], qn, 0.1f * (float)(i + 1));
-  }
-  at.lse = alloc(sizeof(float) * at.bh * at.t);
-  double attn_flops = (2.0 * 2 + 2.0 * 5) * (double)qn * (double)at.t / 2;
-  double attn_rate = attn_flops / timed(attn, &at);
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
-  free(at.lse);
+  // attention on a grid of sequence lengths and head sizes (causal); efficiency.attn, for a
+  // planner without the grid: forward and backward together at 256 tokens, heads of 64
+  int nat = quick ? NATT - 1 : NATT;
+  double att_fwd[NATT][NATT], att_bwd[NATT][NATT], attn_rate = 0;
+  for (int i = 0; i < nat; i++)
+    for (int j = 0; j < nat; j++) {
+      attn_rates(att_t[i], att_hs[j], &att_fwd[i][j], &att_bwd[i][j]);
+      if (att_t[i] == 256 && att_hs[j] == 64)   // 2 + 5 GEMMs' FLOPs over both times
+        attn_rate = 7 / (2 / att_fwd[i][j] + 5 / att_bwd[i][j]);
+    }
 
   // the other kernels, per element, at each size
   int nsizes = quick ? NSIZES - 1 : NSIZES;
@@ -430,6 +489,12 @@ int main(int argc, char **argv) {
       printf("]%s\n", o + 1 < NOPS ? "," : "");
     }
     printf("    },\n");
+    printf("    \"attention\": [\n");
+    for (int i = 0; i < nat; i++)
+      for (int j = 0; j < nat; j++)
+        printf("      [%ld, %ld, %.4g, %.4g]%s\n", att_t[i], att_hs[j], att_fwd[i][j],
+               att_bwd[i][j], i == nat - 1 && j == nat - 1 ? "" : ",");
+    printf("    ],\n");
     printf("    \"gemm\": [\n");
     for (int i = 0; i < nd; i++)
       for (int j = 0; j < nd; j++)

@@ -241,6 +241,8 @@ typedef struct rt_model {
   const double *op_micro_s;   // NULL, or per op kind: the planner's price on planner_device of
   const double *op_step_s;    // its nodes, seconds per micro-batch (forward, backward) and per
                               // step (the update); -1: not priced per node (communication)
+  double op_outside_s;        // ... and of the scans train.c runs each step (the gradients'
+                              // norm, the weights' finite check), seconds per step
   int loss_partial_axes;      // bits (1 << RT_AXIS_*): the axes over which each rank's loss is
                               // its term of a sum (a vocabulary-parallel loss; a 2D grid's rows)
 } rt_model;

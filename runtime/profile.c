@@ -106,8 +106,8 @@ void rt_prof_report(FILE *f, const rt_model *M, int micro) {
     fprintf(f, "profile:   %-22s %8.4g %10.4g %6.1f%%", name,
             k < P.n ? (double)P.calls[k] / P.steps : 0.0, 1e3 * rows[i].sec,
             step > 0 ? 100 * rows[i].sec / step : 0.0);
-    if (has_price && k < P.n && M->op_micro_s[k] >= 0) {
-      double p = micro * M->op_micro_s[k] + M->op_step_s[k];
+    if (has_price && (k == P.n || M->op_micro_s[k] >= 0)) {
+      double p = k == P.n ? M->op_outside_s : micro * M->op_micro_s[k] + M->op_step_s[k];
       priced += p;
       fprintf(f, " %10.4g %7.2f", 1e3 * p, rows[i].sec > 0 ? p / rows[i].sec : 0.0);
     } else if (has_price) {
@@ -117,7 +117,8 @@ void rt_prof_report(FILE *f, const rt_model *M, int micro) {
   }
   if (has_price)
     fprintf(f, "profile: priced: the planner's roofline of this program's own nodes on %s, "
-            "%.4g ms (communication and host copies: not priced per node)\n",
+            "%.4g ms (outside the model: the gradients' norm and the weights' finite check; "
+            "communication and host copies not priced)\n",
             M->planner_device, 1e3 * priced);
   free(rows);
 }

@@ -194,20 +194,63 @@ double sv_op_seconds(const SvDevice *dev, IrOp op, double numel) {
   return -1;
 }
 
+// x inserted into the n sorted distinct values of v, unless it is among them; their new count.
+static int add_value(double *v, int n, double x) {
+  int at = 0;
+  while (at < n && v[at] < x)
+    at++;
+  if (at < n && v[at] == x)
+    return n;
+  memmove(v + at + 1, v + at, sizeof *v * (size_t)(n - at));
+  v[at] = x;
+  return n + 1;
+}
+
+// The profile's attention grid: its distinct sequence lengths and head sizes, sorted.
+static void attn_axes(const SvDevice *dev, double *t, int *nt, double *hs, int *nhs) {
+  *nt = *nhs = 0;
+  for (int e = 0; e < dev->nattn; e++) {
+    *nt = add_value(t, *nt, dev->attn[e].t);
+    *nhs = add_value(hs, *nhs, dev->attn[e].hs);
+  }
+}
+
+static double attn_at(const SvDevice *dev, double t, double hs, bool bwd) {
+  for (int e = 0; e < dev->nattn; e++)
+    if (dev->attn[e].t == t && dev->attn[e].hs == hs)
+      return bwd ? dev->attn[e].bwd : dev->attn[e].fwd;
+  return NAN;   // not a grid: parse_attention refuses it
+}
+
+double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd) {
+  if (dev->nattn == 0)
+    return -1;
+  double axis[2][SV_MAXATT], x[2] = {t, hs}, w[2];
+  int len[2], at[2];
+  attn_axes(dev, axis[0], &len[0], axis[1], &len[1]);
+  for (int c = 0; c < 2; c++)
+    bracket(axis[c], len[c], x[c], &at[c], &w[c]);
+  double logr = 0;
+  for (int corner = 0; corner < 4; corner++) {
+    double weight = 1, pt[2];
+    for (int c = 0; c < 2; c++) {
+      int hi = corner >> c & 1;
+      if (len[c] < 2 && hi)
+        weight = 0;
+      pt[c] = axis[c][at[c] + (len[c] < 2 ? 0 : hi)];
+      weight *= hi ? w[c] : 1 - w[c];
+    }
+    if (weight > 0)
+      logr += weight * log(attn_at(dev, pt[0], pt[1], bwd));
+  }
+  return exp(logr);
+}
+
 // The distinct values of one coordinate of the profile's GEMMs, sorted.
 static int axis_values(const SvDevice *dev, int c, double *out) {
   int n = 0;
-  for (int e = 0; e < dev->ngemm; e++) {
-    double x = c == 0 ? dev->gemm[e].m : c == 1 ? dev->gemm[e].n : dev->gemm[e].k;
-    int at = 0;
-    while (at < n && out[at] < x)
-      at++;
-    if (at < n && out[at] == x)
-      continue;
-    memmove(out + at + 1, out + at, sizeof *out * (size_t)(n - at));
-    out[at] = x;
-    n++;
-  }
+  for (int e = 0; e < dev->ngemm; e++)
+    n = add_value(out, n, c == 0 ? dev->gemm[e].m : c == 1 ? dev->gemm[e].n : dev->gemm[e].k);
   return n;
 }
 
@@ -419,6 +462,43 @@ static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d)
   return 0;
 }
 
+// "attention": [[t, hs, forward FLOP/s, backward FLOP/s], ...], a grid of shapes.
+static int parse_attention(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
+  if (!o)
+    return 0;
+  int n = cJSON_GetArraySize(o);
+  if (!cJSON_IsArray(o) || n > SV_MAXATT)
+    return ir_error(d, (IrLoc){0}, "%s: \"attention\" must be a list of at most %d [tokens, "
+                    "head size, forward FLOP/s, backward FLOP/s]", where, SV_MAXATT);
+  for (int e = 0; e < n; e++) {
+    const cJSON *row = cJSON_GetArrayItem(o, e);
+    double x[4];
+    for (int i = 0; i < 4; i++) {
+      const cJSON *c = cJSON_GetArrayItem(row, i);
+      x[i] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+      if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 4 ||
+          !(x[i] >= 1 && x[i] <= (i < 2 ? 1e9 : FLOPS.hi)))
+        return ir_error(d, (IrLoc){0}, "%s: \"attention\"[%d] must be [tokens, head size, "
+                        "forward FLOP/s, backward FLOP/s], sizes from 1 to 1e9 and rates from 1 "
+                        "to %g", where, e, FLOPS.hi);
+    }
+    v->attn[e] = (SvAttnRate){x[0], x[1], x[2], x[3]};
+  }
+  v->nattn = n;
+  double t[SV_MAXATT], hs[SV_MAXATT];
+  int nt, nhs;
+  attn_axes(v, t, &nt, hs, &nhs);
+  bool grid = nt * nhs == n;
+  for (int i = 0; grid && i < nt; i++)
+    for (int j = 0; grid && j < nhs; j++)
+      grid = !isnan(attn_at(v, t[i], hs[j], false));
+  if (!grid)
+    return ir_error(d, (IrLoc){0}, "%s: \"attention\"'s shapes must form a grid (every token "
+                    "count with every head size, once each): %d shapes span %d", where, n,
+                    nt * nhs);
+  return 0;
+}
+
 // "ops": {"gelu": [[numel, seconds per element], ...], ...}: IR ops (ir/ops.def), sizes
 // increasing.
 static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
@@ -460,7 +540,7 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
   static const char *const known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
                                 "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
                                 "host_bw", "host_mem", "cpu_adam", "cores", "threads", "ranks",
-                                "sms", "efficiency", "gemm", "ops", NULL};
+                                "sms", "efficiency", "gemm", "attention", "ops", NULL};
   if (!cJSON_IsObject(o))
     return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
   if (json_keys(o, known, where, d))
@@ -503,6 +583,7 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
       json_int(o, "ranks", &v->ranks, where, d) || json_int(o, "sms", &v->sms, where, d) ||
       parse_eff(&v->eff, cJSON_GetObjectItemCaseSensitive(o, "efficiency"), where, d) ||
       parse_gemm(v, cJSON_GetObjectItemCaseSensitive(o, "gemm"), where, d) ||
+      parse_attention(v, cJSON_GetObjectItemCaseSensitive(o, "attention"), where, d) ||
       parse_ops(v, cJSON_GetObjectItemCaseSensitive(o, "ops"), where, d))
     return -1;
   if (cpu) {   // measured, not looked up: every rate given

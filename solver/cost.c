@@ -796,6 +796,34 @@ static double value_bytes(IrGraph *g, const IrValue *v) {
 // kernel runs, nothing moves.
 static bool is_view(const IrNode *n) { return n->op == OP_RESHAPE; }
 
+// An optimizer node's time as the planner prices the update (sv_cost): the state it reads and
+// writes (the parameters and the moments it updates; the gradient, read) over the device's
+// update bandwidth. Its elements are the moments' (the rank's part of a bucket).
+static double update_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
+  const IrValue *own = n->op == OP_ADAMW ? n->in[2] : n->in[0];
+  double numel = sym_evalf(ir_numel(g, own), &g->syms), bytes = 0;
+  for (int k = 0; k < n->nin; k++)
+    bytes += (k == 1 ? 1 : 2) * ir_dtype_size(n->in[k]->dtype);
+  return numel * bytes / (dev->hbm_bw * dev->eff.update);
+}
+
+// The scans the program runs every step over the parameters a rank updates (runtime/train.c):
+// their gradients read for the global norm, their float32 weights for the finite check.
+static double scan_time(double elems, double grad_bytes, const SvDevice *dev) {
+  return elems * (grad_bytes + 4) / (dev->hbm_bw * dev->eff.mem);
+}
+
+// A profile's measured attention rate at the node's shape (the tokens: the geometric mean of
+// the queries' and the keys'); -1 without one.
+static double attention_rate(IrGraph *g, const IrNode *n, const SvDevice *dev) {
+  int at = n->op == OP_ATTENTION ? 0 : 1;   // (backward's inputs start with dout)
+  const IrValue *q = n->in[at], *k = n->in[at + 1];
+  const SymTab *t = &g->syms;
+  double tq = sym_evalf(q->shape[q->rank - 2], t), tk = sym_evalf(k->shape[k->rank - 2], t);
+  return sv_attn_rate(dev, sqrt(tq * tk), sym_evalf(q->shape[q->rank - 1], t),
+                      n->op == OP_ATTENTION_BWD);
+}
+
 // Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
 // attention run at the tensor cores' rate for their operands' type; a
 // profile's measured GEMMs give matmuls the rate of their shape, and its
@@ -815,6 +843,8 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, numel) : -1;
   if (measured >= 0)
     return measured;
+  if (ir_op_kind(n->op) == KIND_OPT)
+    return update_time(g, n, dev);
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
   bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
   double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;
@@ -827,14 +857,18 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   } else if (n->op == OP_MATMUL) {   // a flat rate: no GEMM's formulas built in the graph's arena
     rate = peak * dev->eff.gemm;
   } else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) {
-    rate = peak * dev->eff.attn;
+    rate = attention_rate(g, n, dev);
+    if (rate < 0)
+      rate = peak * dev->eff.attn;
   }
   return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem));
 }
 
-void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s) {
+void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s,
+                    double *outside_s) {
   const SvGroup *gr = &cfg->cluster.group[0];
   double load = sv_group_load(gr);
+  *outside_s = 0;
   for (int op = 0; op < OP_COUNT; op++) {
     IrOpKind k = ir_op_kind((IrOp)op);
     micro_s[op] = step_s[op] = k == KIND_COMM || k == KIND_HOST ? -1 : 0;
@@ -842,8 +876,14 @@ void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *st
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     double *by = n->phase == PHASE_UPDATE ? step_s : micro_s;
-    if (by[n->op] >= 0)
-      by[n->op] += load * node_time(g, n, &gr->dev);
+    bool launch = n->phase != PHASE_UPDATE && !is_view(n);   // (as the planner adds to its
+    if (by[n->op] >= 0)                                       // blocks' rooflines)
+      by[n->op] += load * (node_time(g, n, &gr->dev) + (launch ? gr->dev.eff.launch : 0));
+    if (ir_op_kind(n->op) == KIND_OPT) {
+      const IrValue *own = n->op == OP_ADAMW ? n->in[2] : n->in[0];
+      *outside_s += load * scan_time(sym_evalf(ir_numel(g, own), &g->syms),
+                                     ir_dtype_size(n->in[1]->dtype), &gr->dev);
+    }
   }
 }
 
@@ -1186,7 +1226,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
 
   // The optimizer step for the parameters this device owns (with ZeRO-1+:
   // 1/d of its slice): the float32 weights (or masters) and the state read and
-  // written, the gradient read, a bf16 working copy written. The offloaded
+  // written, the gradient read, a bf16 working copy written; and the step's scans of
+  // them (scan_time: the gradients' norm, the weights' finite check). The offloaded
   // share runs on the CPU: gradients down during backward, the CPU's AdamW,
   // the weights forward reads (float32, or the bf16 copies) up during the
   // next forward. With gradient offload the gradients go down every
@@ -1199,7 +1240,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   double fo = own > 0 ? (double)pass_offload_elems((int64_t)own, offload / 100.0) / own : 0;
   double master = b->master > 0 ? b->master : b->param;
   double upd = 2 * (master + b->state) + b->grad + (b->master > 0 ? b->param : 0);
-  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd * load / (dev->hbm_bw * dev->eff.update);
+  o->t_step[SV_T_UPDATE] = (1 - fo) * own * upd * load / (dev->hbm_bw * dev->eff.update) +
+                           load * scan_time(own, b->grad, dev);
   double replica_micro = ceil((double)x->micro_total / d);  // micro-steps a replica runs
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;

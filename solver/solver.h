@@ -54,6 +54,14 @@ typedef struct SvGemmRate {
   double fp32, bf16;
 } SvGemmRate;
 
+// Measured attention rates by shape (a calibrated profile): FLOP/s (the IR's count) of
+// rt_attention_fwd and _bwd, causal, at t tokens and heads of hs elements.
+#define SV_MAXATT 16
+typedef struct SvAttnRate {
+  double t, hs;
+  double fwd, bwd;
+} SvAttnRate;
+
 // Measured seconds per element of an op's kernel (a calibrated profile):
 // at numel[i] elements (its largest input or output), sec[i] each.
 #define SV_MAXOPS 32
@@ -85,6 +93,8 @@ typedef struct SvDevice {
   SvGemmRate gemm[SV_MAXGEMM];
   int nops;             // entries of ops: these ops' times come from them, not the roofline
   SvOpRate ops[SV_MAXOPS];
+  int nattn;            // entries of attn (0: attention at eff.attn whatever its shape)
+  SvAttnRate attn[SV_MAXATT];
 } SvDevice;
 
 const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL when unknown
@@ -138,6 +148,9 @@ double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, doubl
 // Seconds of op's kernel over numel elements on dev when its profile measured
 // the op (interpolated between its sizes); -1 when it did not.
 double sv_op_seconds(const SvDevice *dev, IrOp op, double numel);
+// The profile's attention rate at t tokens and heads of hs (forward, or backward): bilinear in
+// the logs between its grid's shapes, the nearest edge's outside it; -1 without a grid.
+double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd);
 
 // ---- configuration -------------------------------------------------------------------
 
@@ -680,8 +693,11 @@ int sv_price(IrGraph *g, const SvConfig *cfg, const Plan *plan, SvPriced *out, I
 // The price the planner's roofline gives each node of a lowered program g (each rank's shapes)
 // on cfg's first group, summed by op (arrays of OP_COUNT): seconds per micro-batch of forward
 // and backward nodes, and per step of the update's; -1 for ops it does not price per node
-// (communication, copies to and from the host). train --profile prints them beside the clock.
-void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s);
+// (communication, copies to and from the host); outside_s: the scans the program runs each
+// step outside them (the gradients' norm, the weights' finite check), as the planner prices
+// them in the update. train --profile prints them beside the clock.
+void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s,
+                    double *outside_s);
 
 // ---- output (solver/report.c) ------------------------------------------------------------------
 

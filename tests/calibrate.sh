@@ -48,7 +48,8 @@ grep -q "^profile: the step by op, mean of 2 steps: [0-9.e+-]* ms" "$out/profile
   fail "the profile's header: $(grep profile "$out/profile.txt")"
 grep -Eq "^profile:   matmul +$matmuls +[0-9.e+-]+ +[0-9.]+% +[0-9.e+-]+ +[0-9.]+$" "$out/profile.txt" ||
   fail "the profile's matmul row ($matmuls nodes, priced): $(grep profile "$out/profile.txt")"
-grep -Eq "^profile:   \(outside the model\) +0 +[0-9.e+-]+ +[0-9.]+% +- +-$" "$out/profile.txt" ||
+grep -Eq "^profile:   \(outside the model\) +0 +[0-9.e+-]+ +[0-9.]+% +[0-9.e+-]+ +[0-9.]+$" \
+  "$out/profile.txt" ||
   fail "the profile's row of the time outside the model: $(grep profile "$out/profile.txt")"
 awk '/^profile: the step by op/ { match($0, /steps: [0-9.e+-]+ ms/); total = substr($0, RSTART + 7) + 0 }
      /^profile:   / && $2 != "op" { sum += $(NF - 3) }
