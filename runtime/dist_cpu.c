@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dist.h"
+#include "exp_cpu.h"
 #include "kernels.h"
 
 #define RT_TEMPLATE "dist_cpu_t.h"

@@ -128,8 +128,9 @@ void RT_NAME(vp_crossentropy_fwd)(int axis, float *loss, float *stats, const RT_
   for (long i = 0; i < n; i++) {
     const RT_T *row = logits + i * v;
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (long j = 0; j < cols; j++)
-      s += exp((double)LD(row[j]) - (double)mx[i]);
+      s += exp_fast(LD(row[j]) - mx[i]);
     sum[i] = (float)s;
   }
   rt_allreduce(rt_dist.group[axis], sum, n, RT_REDUCE_SUM, NULL);
@@ -160,8 +161,10 @@ void RT_NAME(vp_crossentropy_bwd)(int axis, RT_T *dlogits, const float *dloss, c
       memset(drow, 0, (size_t)v * sizeof *drow);
       continue;
     }
+    float at = (float)lse;
+#pragma omp simd
     for (long j = 0; j < cols; j++)
-      drow[j] = TO_T(g * (float)exp((double)LD(row[j]) - lse));
+      drow[j] = TO_T(g * exp_fast(LD(row[j]) - at));
     for (long j = cols; j < v; j++)
       drow[j] = TO_T(0.0f);
     long t = targets[i] - lo;
