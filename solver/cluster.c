@@ -430,27 +430,40 @@ static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
   return 0;
 }
 
+// "key": a list of at most `most` rows, each `row` (for messages): `width` numbers, the first
+// `sizes` of them sizes from 1 to 1e9 and the others rates from 1 to FLOPS.hi; into x, row by
+// row. Their count, or -1 with d.
+static int json_rows(const cJSON *o, const char *key, const char *row, int most, int width,
+                     int sizes, double *x, const char *where, IrDiag *d) {
+  int n = cJSON_GetArraySize(o);
+  if (!cJSON_IsArray(o) || n > most)
+    return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a list of at most %d %s", where, key,
+                    most, row);
+  for (int e = 0; e < n; e++) {
+    const cJSON *r = cJSON_GetArrayItem(o, e);
+    for (int i = 0; i < width; i++) {
+      const cJSON *c = cJSON_GetArrayItem(r, i);
+      double v = x[e * width + i] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+      if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != width ||
+          !(v >= 1 && v <= (i < sizes ? 1e9 : FLOPS.hi)))
+        return ir_error(d, (IrLoc){0}, "%s: \"%s\"[%d] must be %s, sizes from 1 to 1e9 and "
+                        "rates from 1 to %g", where, key, e, row, FLOPS.hi);
+    }
+  }
+  return n;
+}
+
 // "gemm": [[m, n, k, fp32 FLOP/s, bf16 FLOP/s], ...], a grid of shapes.
 static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
   if (!o)
     return 0;
-  int n = cJSON_GetArraySize(o);
-  if (!cJSON_IsArray(o) || n > SV_MAXGEMM)
-    return ir_error(d, (IrLoc){0}, "%s: \"gemm\" must be a list of at most %d [m, n, k, fp32 "
-                    "FLOP/s, bf16 FLOP/s]", where, SV_MAXGEMM);
-  for (int e = 0; e < n; e++) {
-    const cJSON *row = cJSON_GetArrayItem(o, e);
-    double x[5];
-    for (int i = 0; i < 5; i++) {
-      const cJSON *c = cJSON_GetArrayItem(row, i);
-      x[i] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
-      if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 5 ||
-          !(x[i] >= 1 && x[i] <= (i < 3 ? 1e9 : FLOPS.hi)))
-        return ir_error(d, (IrLoc){0}, "%s: \"gemm\"[%d] must be [m, n, k, fp32 FLOP/s, bf16 "
-                        "FLOP/s], dims from 1 to 1e9 and rates from 1 to %g", where, e, FLOPS.hi);
-    }
-    v->gemm[e] = (SvGemmRate){x[0], x[1], x[2], x[3], x[4]};
-  }
+  double x[SV_MAXGEMM][5];
+  int n = json_rows(o, "gemm", "[m, n, k, fp32 FLOP/s, bf16 FLOP/s]", SV_MAXGEMM, 5, 3, &x[0][0],
+                    where, d);
+  if (n < 0)
+    return -1;
+  for (int e = 0; e < n; e++)
+    v->gemm[e] = (SvGemmRate){x[e][0], x[e][1], x[e][2], x[e][3], x[e][4]};
   v->ngemm = n;
   double axis[3][SV_MAXGEMM];
   int cells = 1;
@@ -466,24 +479,13 @@ static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d)
 static int parse_attention(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
   if (!o)
     return 0;
-  int n = cJSON_GetArraySize(o);
-  if (!cJSON_IsArray(o) || n > SV_MAXATT)
-    return ir_error(d, (IrLoc){0}, "%s: \"attention\" must be a list of at most %d [tokens, "
-                    "head size, forward FLOP/s, backward FLOP/s]", where, SV_MAXATT);
-  for (int e = 0; e < n; e++) {
-    const cJSON *row = cJSON_GetArrayItem(o, e);
-    double x[4];
-    for (int i = 0; i < 4; i++) {
-      const cJSON *c = cJSON_GetArrayItem(row, i);
-      x[i] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
-      if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 4 ||
-          !(x[i] >= 1 && x[i] <= (i < 2 ? 1e9 : FLOPS.hi)))
-        return ir_error(d, (IrLoc){0}, "%s: \"attention\"[%d] must be [tokens, head size, "
-                        "forward FLOP/s, backward FLOP/s], sizes from 1 to 1e9 and rates from 1 "
-                        "to %g", where, e, FLOPS.hi);
-    }
-    v->attn[e] = (SvAttnRate){x[0], x[1], x[2], x[3]};
-  }
+  double x[SV_MAXATT][4];
+  int n = json_rows(o, "attention", "[tokens, head size, forward FLOP/s, backward FLOP/s]",
+                    SV_MAXATT, 4, 2, &x[0][0], where, d);
+  if (n < 0)
+    return -1;
+  for (int e = 0; e < n; e++)
+    v->attn[e] = (SvAttnRate){x[e][0], x[e][1], x[e][2], x[e][3]};
   v->nattn = n;
   double t[SV_MAXATT], hs[SV_MAXATT];
   int nt, nhs;
