@@ -80,8 +80,12 @@ static int slower_first(const void *a, const void *b) {
 }
 
 void rt_prof_report(FILE *f, const rt_model *M, int micro) {
-  if (!P.sec || P.steps == 0)
+  if (!P.sec)
     return;
+  if (P.steps == 0) {
+    fprintf(f, "profile: no step to show: the first is not profiled (run --steps 2 or more)\n");
+    return;
+  }
   Row *rows = malloc(((size_t)P.n + 1) * sizeof *rows);
   if (!rows)
     return;

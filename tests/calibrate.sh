@@ -41,6 +41,8 @@ grep -q "^timing: median step [0-9.]* ms of 3 on this machine | planner, on $nam
 # inspect's count of the lowered graph's), the rows adding up to the step, the planner's price
 # of the same nodes beside them
 "$out/prog/train" --steps 3 --profile > "$out/profile.txt" 2>&1 || fail "--profile: $(cat "$out/profile.txt")"
+"$out/prog/train" --steps 1 --profile 2>&1 | grep -q "^profile: no step to show: the first is not profiled" ||
+  fail "--profile of one step: $("$out/prog/train" --steps 1 --profile 2>&1 | tail -2)"
 "$mtc" inspect "$examples/gpt2.mtc" --precision fp32 -D L=1 -D C=64 -D NH=2 -D T=16 -D V=64 -D B=2 \
   > "$out/inspect.txt" 2>&1 || fail "inspect: $(cat "$out/inspect.txt")"
 matmuls=$(grep -c "= matmul(" "$out/inspect.txt")
