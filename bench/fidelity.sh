@@ -21,8 +21,10 @@
 # so measured and predicted come from the same program, as a user sees them.
 # Prints one row per layout (the predicted/measured ratio, and the
 # planner's split of its prediction), then for each model and number of
-# ranks whether the planner ranks the layouts as the clock does: the
-# question a planner answers is which layout to run on the ranks at hand.
+# ranks whether the planner ranks the layouts as the clock does (the
+# question a planner answers is which layout to run on the ranks at hand),
+# and of the pairs of layouts whose measured steps are more than 10% apart
+# (the clock's order beyond its run-to-run spread) how many it orders alike.
 # Waits (at most --wait seconds, default 120) for idle CPUs before each
 # calibration and run; "others' CPU" is the busy share it last saw.
 set -euo pipefail
@@ -167,6 +169,18 @@ for m in "${models[@]}"; do
     else
       echo "- $name, $r ranks: measured $by_clock; planner $by_plan"
     fi
+    # the pairs the clock tells apart (steps more than 10% apart): how many the planner orders
+    # as the clock does, and which not
+    for k in "${keys[@]}"; do echo "${measured[$k]}|${predicted[$k]}|${k##*|}"; done |
+      awk -F'|' -v tag="$name, $r ranks" '{ m[NR] = $1; p[NR] = $2; n[NR] = $3 }
+        END { for (i = 1; i <= NR; i++) for (j = i + 1; j <= NR; j++) {
+                lo = m[i] < m[j] ? m[i] : m[j]; hi = m[i] < m[j] ? m[j] : m[i]
+                if (hi <= 1.1 * lo) continue
+                apart++
+                if ((m[i] < m[j]) == (p[i] < p[j])) alike++
+                else miss = miss sprintf("%s%s vs %s", miss == "" ? "" : "; ", n[i], n[j]) }
+              printf "  (pairs more than 10%% apart: %d of %d ordered as the clock orders them%s)\n",
+                     alike, apart, miss == "" ? "" : "; not: " miss }'
   done
 done
 if [ ${#skipped[@]} -gt 0 ]; then
