@@ -222,18 +222,18 @@ static double attn_at(const SvDevice *dev, double t, double hs, bool bwd) {
   return NAN;   // not a grid: parse_attention refuses it
 }
 
-double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd) {
-  if (dev->nattn == 0)
-    return -1;
-  double axis[2][SV_MAXATT], x[2] = {t, hs}, w[2];
-  int len[2], at[2];
-  attn_axes(dev, axis[0], &len[0], axis[1], &len[1]);
-  for (int c = 0; c < 2; c++)
+// A measured grid's rate at x (dims coordinates, at most 3): multilinear in the logs of the
+// coordinates and of the rate between the corners around x, each corner's rate rate(ctx, pt);
+// outside the grid the nearest edge's. axis[c]: the grid's len[c] values of coordinate c, sorted.
+static double log_grid(int dims, const double *const *axis, const int *len, const double *x,
+                       double (*rate)(const void *ctx, const double *pt), const void *ctx) {
+  int at[3];
+  double w[3], logr = 0;
+  for (int c = 0; c < dims; c++)
     bracket(axis[c], len[c], x[c], &at[c], &w[c]);
-  double logr = 0;
-  for (int corner = 0; corner < 4; corner++) {
-    double weight = 1, pt[2];
-    for (int c = 0; c < 2; c++) {
+  for (int corner = 0; corner < 1 << dims; corner++) {
+    double weight = 1, pt[3];
+    for (int c = 0; c < dims; c++) {
       int hi = corner >> c & 1;
       if (len[c] < 2 && hi)
         weight = 0;
@@ -241,9 +241,29 @@ double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd) {
       weight *= hi ? w[c] : 1 - w[c];
     }
     if (weight > 0)
-      logr += weight * log(attn_at(dev, pt[0], pt[1], bwd));
+      logr += weight * log(rate(ctx, pt));
   }
   return exp(logr);
+}
+
+typedef struct GridOf {
+  const SvDevice *dev;
+  bool flag;   // bf16 (GEMMs), backward (attention)
+} GridOf;
+
+static double attn_corner(const void *ctx, const double *pt) {
+  const GridOf *g = ctx;
+  return attn_at(g->dev, pt[0], pt[1], g->flag);
+}
+
+double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd) {
+  if (dev->nattn == 0)
+    return -1;
+  double axis[2][SV_MAXATT], x[2] = {t, hs};
+  int len[2];
+  attn_axes(dev, axis[0], &len[0], axis[1], &len[1]);
+  const double *axes[2] = {axis[0], axis[1]};
+  return log_grid(2, axes, len, x, attn_corner, &(GridOf){dev, bwd});
 }
 
 // The distinct values of one coordinate of the profile's GEMMs, sorted.
@@ -263,8 +283,11 @@ static double grid_rate(const SvDevice *dev, double m, double n, double k, bool 
   return NAN;   // not a grid: parse_gemm refuses it
 }
 
-// Trilinear in the logs of the dims and of the rate, between the profile's
-// shapes (a grid); outside it the nearest edge's rate.
+static double gemm_corner(const void *ctx, const double *pt) {
+  const GridOf *g = ctx;
+  return grid_rate(g->dev, pt[0], pt[1], pt[2], g->flag);
+}
+
 // The share of eff.gemm's rate a GEMM of this shape keeps on a GPU of `sms`
 // multiprocessors, as cuBLAS runs it: tiles of the output, one per
 // multiprocessor at a time (the last wave partly idle, edge tiles partly
@@ -285,31 +308,19 @@ static double gemm_shape(int sms, double batch, double m, double n, double k) {
   return best * k / (k + GEMM_K0);
 }
 
+// A profile's grid of shapes: trilinear in the logs (log_grid); without one, a GPU's
+// efficiency less what the shape loses on its multiprocessors.
 double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, double k, bool bf16) {
   if (dev->ngemm == 0) {
     double rate = (bf16 ? dev->flops_bf16 : dev->flops_fp32) * dev->eff.gemm;
     return dev->sms > 0 ? rate * gemm_shape(dev->sms, batch, m, n, k) : rate;
   }
-  double axis[3][SV_MAXGEMM], x[3] = {m, n, k}, w[3];
-  int len[3], at[3];
-  for (int c = 0; c < 3; c++) {
+  double axis[3][SV_MAXGEMM], x[3] = {m, n, k};
+  int len[3];
+  for (int c = 0; c < 3; c++)
     len[c] = axis_values(dev, c, axis[c]);
-    bracket(axis[c], len[c], x[c], &at[c], &w[c]);
-  }
-  double logr = 0;
-  for (int corner = 0; corner < 8; corner++) {
-    double weight = 1, pt[3];
-    for (int c = 0; c < 3; c++) {
-      int hi = corner >> c & 1;
-      if (len[c] < 2 && hi)
-        weight = 0;
-      pt[c] = axis[c][at[c] + (len[c] < 2 ? 0 : hi)];
-      weight *= hi ? w[c] : 1 - w[c];
-    }
-    if (weight > 0)
-      logr += weight * log(grid_rate(dev, pt[0], pt[1], pt[2], bf16));
-  }
-  return exp(logr);
+  const double *axes[3] = {axis[0], axis[1], axis[2]};
+  return log_grid(3, axes, len, x, gemm_corner, &(GridOf){dev, bf16});
 }
 
 // ---- JSON cluster files -------------------------------------------------------------------------
