@@ -24,8 +24,9 @@
 # tests/parity_bf16.sh's tolerances), and its
 # measured device memory against the planned; compute-sanitizer memcheck and
 # racecheck on a small program; the program's start-up time; the benchmark
-# (bench/gpu_gpt2.py). It ends with a summary table (OUT/summary.txt) and
-# OUT/logs.tgz.
+# (bench/gpu_gpt2.py); its first program's steps by op beside the planner's
+# price (train --profile) and by kernel (Nsight Compute). It ends with a
+# summary table (OUT/summary.txt) and OUT/logs.tgz.
 #
 #   tools/gpu_check.sh one MTC NAME OUTDIR   # one case, prepared and run (ctest's gpu tests)
 #
@@ -335,6 +336,14 @@ bench() {
   done
 }
 
+# op_profile DIR: the first benchmark program's steps by IR op (train --profile, each op waited
+# for), beside the planner's price of the same nodes on the H100 it was compiled for
+op_profile() {
+  local b
+  b=$(find "$1/bench" -mindepth 1 -maxdepth 1 -type d | sort | head -1)
+  (cd "$b" && ./train --steps 6 --profile --no-check-finite) | grep -E "^(timing|profile)"
+}
+
 # profile DIR: one step of the first benchmark program under Nsight Compute,
 # each kernel's time, summed by kernel name (the top of the table)
 profile() {
@@ -387,9 +396,11 @@ run() {
   done < "$dir/cases.txt"
   for c in $small; do stage "memcheck_$c" 90 sanitize "$dir" memcheck "$c"; done
   [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-330}" bench "$dir"
+  [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage op_profile 60 op_profile "$dir"
   [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage profile 150 profile "$dir"
   for c in $small; do stage "racecheck_$c" 90 sanitize "$dir" racecheck "$c"; done
   grep -E "^(\||GPT-2)" "$logs/bench.log" 2> /dev/null
+  head -n 25 "$logs/op_profile.log" 2> /dev/null
   head -n 25 "$logs/profile.log" 2> /dev/null
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
   tar -czf "$out/logs.tgz" -C "$logs" .
@@ -411,7 +422,7 @@ one() {
   run_case "$3" "$name" "$model" "$fix" && echo "ok: $name: the GPU build matches the CPU build"
 }
 
-export -f run_case sanitize startup bench profile train_case read_fixture check die precision_of
+export -f run_case sanitize startup bench op_profile profile train_case read_fixture check die precision_of
 export root fixtures logs
 
 case ${1:-} in
