@@ -21,7 +21,7 @@
 // parts (AdamW: 16-element blocks).
 
 // Below this many elements per thread a thread costs more than it saves.
-#define HOST_MIN_PER_THREAD (1L << 16)
+#define HOST_MIN_PER_THREAD (1L << 20)
 #define HOST_MAX_THREADS 256
 
 typedef struct HostChunk {
