@@ -574,21 +574,10 @@ static int layout_config(const Args *a, const Plan *plan, SvConfig *cfg, IrDiag 
   return plan_config(&on, cfg, d);
 }
 
-static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out, IrDiag *d) {
-  SvConfig cfg;
-  return layout_config(a, plan, &cfg, d) ? -1 : sv_price(g, &cfg, plan, out, d);
-}
-
-// The planner's price of each op's nodes in the lowered program g (train --profile's column):
-// false where there is none.
-static bool price_nodes(IrGraph *g, const Args *a, const Plan *plan, double *micro_s,
-                        double *step_s, double *outside_s) {
-  IrDiag d = {0};
-  SvConfig cfg;
-  if (layout_config(a, plan, &cfg, &d))
-    return false;
-  sv_price_nodes(g, &cfg, micro_s, step_s, outside_s);
-  return true;
+// (cfg: the configuration it priced on)
+static int price_layout(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out,
+                        SvConfig *cfg, IrDiag *d) {
+  return layout_config(a, plan, cfg, d) ? -1 : sv_price(g, cfg, plan, out, d);
 }
 
 // The layout the flags force (--dp, --tp, ..., --layers-dp) for g's blocks.
@@ -619,7 +608,8 @@ static int forced_layout(IrGraph *g, const Args *a, Plan *plan, IrDiag *d) {
 static int price_forced(IrGraph *g, const Args *a, IrDiag *d) {
   Plan plan;
   SvPriced p;
-  if (forced_layout(g, a, &plan, d) || price_layout(g, a, &plan, &p, d)) {
+  SvConfig cfg;
+  if (forced_layout(g, a, &plan, d) || price_layout(g, a, &plan, &p, &cfg, d)) {
     plan_free(&plan);
     return -1;
   }
@@ -886,12 +876,14 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
-// compile: the price the program prints beside its measured step; false, with
-// a note, where the planner has none.
-static bool price_plan(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out) {
+// compile: the price the program prints beside its measured step, and the configuration
+// it priced on (cfg: its nodes' prices, train --profile's); false, with a note, where the
+// planner has none.
+static bool price_plan(IrGraph *g, const Args *a, const Plan *plan, SvPriced *out,
+                       SvConfig *cfg) {
   _Static_assert(SV_NT + 1 == RT_PLANNER_NTIMES, "the program's split of the step is the planner's");
   IrDiag d = {0};
-  if (!price_layout(g, a, plan, out, &d))
+  if (!price_layout(g, a, plan, out, cfg, &d))
     return true;
   fprintf(stderr, "mtc: note: the program will not print the planner's step time: %s\n", d.msg);
   return false;
@@ -948,7 +940,8 @@ static int emit_others(const Args *a, const PassCtx *first, const CgOptions *co,
 
 // compile's last stage: the program, its plan.json, and what it says it did.
 static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kept,
-                const char *plan_text, const SvPriced *price, const Plan *layout, IrDiag *d) {
+                const char *plan_text, const SvPriced *price, const SvConfig *priced_on,
+                IrDiag *d) {
   const PassLowered *lw = ctx->lowered;
   CgOptions co = {.mem = ctx->mem, .outdir = outdir.tmp, .seed = a->seed, .source = a->model,
                   .runtime_dir = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR")
@@ -967,8 +960,10 @@ static int emit(IrGraph *g, const Args *a, const PassCtx *ctx, const SvPlan *kep
     memcpy(co.planner_time_s, price->t, sizeof co.planner_time_s);
   }
   double op_micro_s[OP_COUNT], op_step_s[OP_COUNT];
-  if (price && price_nodes(g, a, layout, op_micro_s, op_step_s, &co.op_outside_s))
+  if (price) {   // the planner's price of each op's nodes in the lowered program
+    sv_price_nodes(g, priced_on, op_micro_s, op_step_s, &co.op_outside_s);
     co.op_micro_s = op_micro_s, co.op_step_s = op_step_s;
+  }
   for (int i = 0; lw && i < lw->nreplicated; i++)
     fprintf(stderr, "mtc: note: tp %d leaves a weight whole on every rank of its group: %s\n",
             lw->plan.mesh.size[IR_MESH_TP], lw->replicated[i]);
@@ -1029,6 +1024,7 @@ int main(int argc, char **argv) {
   SvPlan *kept = NULL;
   SvPriced price;
   bool priced = false;
+  SvConfig priced_on;   // (where priced)
   char *plan_text = NULL;
   IrGraph *planned = NULL;   // the graph the plan was made on, where g is built again
 
@@ -1049,7 +1045,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!rc && !plan) {
-    priced = compile && price_plan(g, &a, &layout, &price);
+    priced = compile && price_plan(g, &a, &layout, &price, &priced_on);
     ctx.plan = &layout;
     rc = pass_lower_plan(g, &ctx);
   }
@@ -1058,7 +1054,7 @@ int main(int argc, char **argv) {
   if (!rc && inspect && !a.dot && ctx.mem)
     print_memory(g, ctx.mem);
   if (!rc && compile)
-    rc = emit(g, &a, &ctx, kept, plan_text, priced ? &price : NULL, &layout, &diag);
+    rc = emit(g, &a, &ctx, kept, plan_text, priced ? &price : NULL, &priced_on, &diag);
   if (rc)
     ir_diag_print(stderr, &diag);
   if (compile)

@@ -796,12 +796,18 @@ static double value_bytes(IrGraph *g, const IrValue *v) {
 // kernel runs, nothing moves.
 static bool is_view(const IrNode *n) { return n->op == OP_RESHAPE; }
 
+// The elements an optimizer node updates: AdamW's moments' (the rank's part of a bucket), SGD's
+// parameters'.
+static double updated_elems(IrGraph *g, const IrNode *n) {
+  const IrValue *own = n->op == OP_ADAMW ? n->in[2] : n->in[0];
+  return sym_evalf(ir_numel(g, own), &g->syms);
+}
+
 // An optimizer node's time as the planner prices the update (sv_cost): the state it reads and
 // writes (the parameters and the moments it updates; the gradient, read) over the device's
-// update bandwidth. Its elements are the moments' (the rank's part of a bucket).
+// update bandwidth.
 static double update_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
-  const IrValue *own = n->op == OP_ADAMW ? n->in[2] : n->in[0];
-  double numel = sym_evalf(ir_numel(g, own), &g->syms), bytes = 0;
+  double numel = updated_elems(g, n), bytes = 0;
   for (int k = 0; k < n->nin; k++)
     bytes += (k == 1 ? 1 : 2) * ir_dtype_size(n->in[k]->dtype);
   return numel * bytes / (dev->hbm_bw * dev->eff.update);
@@ -879,11 +885,9 @@ void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *st
     bool launch = n->phase != PHASE_UPDATE && !is_view(n);   // (as the planner adds to its
     if (by[n->op] >= 0)                                       // blocks' rooflines)
       by[n->op] += load * (node_time(g, n, &gr->dev) + (launch ? gr->dev.eff.launch : 0));
-    if (ir_op_kind(n->op) == KIND_OPT) {
-      const IrValue *own = n->op == OP_ADAMW ? n->in[2] : n->in[0];
-      *outside_s += load * scan_time(sym_evalf(ir_numel(g, own), &g->syms),
-                                     ir_dtype_size(n->in[1]->dtype), &gr->dev);
-    }
+    if (ir_op_kind(n->op) == KIND_OPT)
+      *outside_s += load * scan_time(updated_elems(g, n), ir_dtype_size(n->in[1]->dtype),
+                                     &gr->dev);
   }
 }
 
