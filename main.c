@@ -91,7 +91,7 @@ static void usage(FILE *f) {
         "  --seed N               seed of the initial weights (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, freeze,\n"
         "                         autodiff, optimizer, precision, vocab, recompute, lower,\n"
-        "                         swap, memplan, or all)\n"
+        "                         swap, copies, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text (inspect) or of the\n"
         "                         report (plan: a box per block, an edge per activation)\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"

@@ -719,12 +719,14 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
 // bucket: zeros; offloaded: copied to the host and added there), in forward's order and
 // (train) backward's, no compute. Its collectives that wait for the last micro-batch (ZeRO 0,
 // 1: the accumulated gradients) run in the last ghost (dist.c).
-// (slots: the collectives' in the ghost so far, whose waits are in it; NULL: no wait)
-static bool in_ghost(const IrNode *n, const bool *slots) {
+// (slots, copies: the collectives' and copies' in the ghost so far, whose waits are in it; NULL:
+// no wait)
+static bool in_ghost(const IrNode *n, const bool *slots, const bool *copies) {
   switch (n->op) {
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:
     return n->in[0]->role == ROLE_BUCKET;
   case OP_COMM_WAIT: return slots && slots[ir_attr_i(n, "slot")];
+  case OP_COPY_WAIT: return copies && copies[ir_attr_i(n, "slot")];
   case OP_UNSHARD: return true;
   case OP_FILL: return n->out[0]->role == ROLE_BUCKET;
   case OP_ACCUMULATE: return n->in[0]->role == ROLE_BUCKET;
@@ -747,11 +749,16 @@ static int emit_ghost(Emit *e, IrDiag *d) {
   println(e, "  Buffers b = bind(arena);");
   bool host = false;   // parameter offload: shards placed from host memory
   for (int i = 0; i < g->nnodes; i++)
-    host |= g->nodes[i]->phase <= PHASE_BACKWARD && in_ghost(g->nodes[i], NULL) &&
+    host |= g->nodes[i]->phase <= PHASE_BACKWARD && in_ghost(g->nodes[i], NULL, NULL) &&
             node_uses(g->nodes[i], true);
   println(e, host ? "  HostBuffers hb = bind_host(host);" : "  (void)host;");
   bool *slots = calloc((size_t)e->opt->lowered->nslots + 1, sizeof *slots);
-  IR_ASSERT(slots);
+  int ncopies = 0;   // the copies' slots (passes/copies.c numbers them from 0)
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_COPY_WAIT && ir_attr_i(g->nodes[i], "slot") >= ncopies)
+      ncopies = (int)ir_attr_i(g->nodes[i], "slot") + 1;
+  bool *copies = calloc((size_t)ncopies + 1, sizeof *copies);
+  IR_ASSERT(slots && copies);
   CgCall calls[MAXCALLS];
   int rc = 0;
   for (int phase = PHASE_FORWARD; phase <= PHASE_BACKWARD && !rc; phase++) {
@@ -759,10 +766,12 @@ static int emit_ghost(Emit *e, IrDiag *d) {
       println(e, "  if (!train) {\n    RT_OP_END();\n    return;\n  }");
     for (int i = 0; i < g->nnodes && !rc; i++) {
       const IrNode *n = g->nodes[i];
-      if ((int)n->phase != phase || !in_ghost(n, slots))
+      if ((int)n->phase != phase || !in_ghost(n, slots, copies))
         continue;
       if (n->op == OP_ALL_GATHER || n->op == OP_REDUCE_SCATTER || n->op == OP_ALL_REDUCE)
         slots[ir_attr_i(n, "slot")] = true;
+      if (n->op == OP_TO_HOST && ir_attr_i(n, "slot") >= 0)
+        copies[ir_attr_i(n, "slot")] = true;
       int nc = lower_node(e, n, calls, MAXCALLS, d);
       if (nc < 0)
         rc = -1;
@@ -770,7 +779,7 @@ static int emit_ghost(Emit *e, IrDiag *d) {
         emit_node(e, n, calls, nc, NULL);
     }
   }
-  free(slots);
+  free(slots), free(copies);
   println(e, "  RT_OP_END();");
   println(e, "}");
   blank(e);
@@ -806,6 +815,7 @@ static int emit_init_host(Emit *e, IrDiag *d) {
     back.k = CG_K_to_host;
     back.args[0] = calls[0].args[1];
     back.args[1] = calls[0].args[0];
+    back.args[3].i = sym_const(&g->arena, -1);   // done on return
     emit_call(e, &back, NULL);
   }
   println(e, "}");
@@ -815,14 +825,15 @@ static int emit_init_host(Emit *e, IrDiag *d) {
 
 // bf16 mixed precision: the parameters' working copies start as the parameters,
 // each written as the update writes it: its assign node, (offload) the host's
-// cast of its masters and their copy to the device, and (ZeRO 1-2, where a
+// cast of its masters and their copy to the device (and its wait), and (ZeRO 1-2, where a
 // rank writes its part of the copies) the all-gather of the copies.
 static bool writes_copies(const Emit *e, const IrNode *n) {
   if (n->op == OP_ASSIGN || (n->op == OP_CAST && n->phase == PHASE_UPDATE && n->in[0]->host))
     return true;
   const PassLowered *lw = e->opt->lowered;
   if (n->phase != PHASE_UPDATE || !lw ||
-      (n->op != OP_ALL_GATHER && n->op != OP_COMM_WAIT && n->op != OP_TO_DEVICE))
+      (n->op != OP_ALL_GATHER && n->op != OP_COMM_WAIT && n->op != OP_TO_DEVICE &&
+       n->op != OP_COPY_WAIT))
     return false;
   for (int b = 0; b < lw->nbuckets; b++)
     if (lw->bucket[b].copies && n->in[0] == lw->bucket[b].copies)

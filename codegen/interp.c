@@ -152,7 +152,8 @@ void cg_interp_init_params(CgInterp *it, uint64_t seed) {
   for (int n = 0; n < it->nexecs; n++)
     if (it->execs[n].k == CG_K_to_device && it->execs[n].t == DT_F32 &&
         it->execs[n].phase == PHASE_UPDATE)
-      rt_to_host((float *)it->execs[n].p[1], (const float *)it->execs[n].p[0], it->execs[n].i[2]);
+      rt_to_host((float *)it->execs[n].p[1], (const float *)it->execs[n].p[0], it->execs[n].i[2],
+                 -1);
 }
 
 // Set the hyper-parameter arguments of e from h.

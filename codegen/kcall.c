@@ -1054,6 +1054,8 @@ static void lower_unshard(Lower *L, const IrNode *n) {
     rank_part(L, c, n, part);
     c->args[c->nargs - 1].elem_off = at;
     buf(c, x), num(c, numel(L, x));
+    if (x->host)
+      numk(L, c, -1);   // done on return: the all-gather after it reads it
     at = numel(L, x);   // the tail starts where the first range ends
   }
 }
@@ -1143,17 +1145,25 @@ static void lower_to_host(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_to_host);
   const Sym *count = numel(L, n->out[0]);
   buf(c, n->out[0]), range_buf(L, c, n, n->in[0]), num(c, count);
+  numk(L, c, ir_attr_i(n, "slot"));
 }
 
 static void lower_to_device(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_to_device);
   const Sym *count = numel(L, n->in[1]);
   range_buf(L, c, n, n->in[0]), buf(c, n->in[1]), num(c, count);
+  numk(L, c, ir_attr_i(n, "slot"));
 }
 
 static void lower_from_host(Lower *L, const IrNode *n) {
   CgCall *c = call(L, CG_K_to_device);
   buf(c, n->out[0]), buf(c, n->in[0]), num(c, numel(L, n->in[0]));
+  numk(L, c, ir_attr_i(n, "slot"));
+}
+
+static void lower_copy_wait(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_copy_wait);
+  numk(L, c, ir_attr_i(n, "slot")), numk(L, c, ir_attr_i(n, "host"));
 }
 
 // A hyper-parameter of the update node `opt` (NULL: none), or AdamW's

@@ -1329,6 +1329,12 @@ static int shape_to_device(IrGraph *g, IrNode *n, IrDiag *d) {
   return need_host_range(g, n, n->in[0], n->in[1], d);
 }
 
+// The values of the copy it finishes, as they are: nothing to infer.
+static int shape_copy_wait(IrGraph *g, IrNode *n, IrDiag *d) {
+  (void)g, (void)n, (void)d;
+  return 0;
+}
+
 typedef int ShapeFn(IrGraph *g, IrNode *n, IrDiag *d);
 static ShapeFn *const shape_fns[] = {
 #define OP(E, name, nin, nout, kind) shape_##name,
@@ -1599,6 +1605,7 @@ static const Sym *flops_vp_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
 static const Sym *flops_to_host(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_to_device(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 static const Sym *flops_from_host(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
+static const Sym *flops_copy_wait(IrGraph *g, const IrNode *n) { return flops_in(g, n, 0); }
 
 typedef const Sym *FlopsFn(IrGraph *g, const IrNode *n);
 static FlopsFn *const flops_fns[] = {

@@ -1601,6 +1601,7 @@ static int shard_accumulate(ShardOp *op) { return whole_buckets(op); }
 static int shard_to_host(ShardOp *op) { return whole_buckets(op); }
 static int shard_to_device(ShardOp *op) { return whole_buckets(op); }
 static int shard_from_host(ShardOp *op) { return whole_buckets(op); }
+static int shard_copy_wait(ShardOp *op) { return whole_buckets(op); }
 
 // The tensor-parallel ops come after this pass too (passes/tp.c inserts them
 // where a layout changes); their rules state what they do.

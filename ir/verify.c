@@ -80,13 +80,13 @@ int ir_verify(IrGraph *g, const char *after, IrDiag *d) {
         rc = ir_error(d, n->loc, "%s reads '%s' before it is defined (after pass '%s')",
                       ir_op_name(n->op), n->in[k]->name, when);
       else if (x->host && n->op != OP_TO_DEVICE && n->op != OP_FROM_HOST &&
-               n->op != OP_UNSHARD && ir_op_kind(n->op) != KIND_OPT &&
+               n->op != OP_COPY_WAIT && n->op != OP_UNSHARD && ir_op_kind(n->op) != KIND_OPT &&
                !(n->op == OP_CAST && n->out[0]->host) &&
                !((n->op == OP_ACCUMULATE || n->op == OP_ASSIGN) && n->in[0]->host &&
                  n->in[1]->host))
         rc = ir_error(d, n->loc, "%s reads '%s', which is in host memory: only to_device, "
-                      "from_host, unshard, updates, and casts, assigns and sums into host "
-                      "memory do (after pass '%s')",
+                      "from_host, copy_wait, unshard, updates, and casts, assigns and sums into "
+                      "host memory do (after pass '%s')",
                       ir_op_name(n->op), x->name, when);
       else if (x->host && x->bucket)
         rc = ir_error(d, n->loc, "'%s' is in host memory and placed in the device bucket '%s' "

@@ -580,6 +580,7 @@ NO_GRAD(vp_cross_entropy_bwd)
 NO_GRAD(to_host)
 NO_GRAD(to_device)
 NO_GRAD(from_host)
+NO_GRAD(copy_wait)
 
 static GradFn *const grad_fns[] = {
 #define OP(E, name, nin, nout, kind) grad_##name,

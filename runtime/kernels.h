@@ -86,6 +86,10 @@ enum { RT_COMPARE_OPS(RT_OP_ENUM) };
 // compiled): "avx512-bf16 dot products" or "bf16 widened to float32".
 const char *rt_cpu_gemm_bf16_kind(void);
 
+// The copies started with a slot (to_host, to_device) whose copy_wait has not come: 0 at the end
+// of every phase of a step (train.c checks). Each build defines it beside its copies.
+int rt_copies_pending(void);
+
 // Non-zero while the program runs forward in eval mode (validation, sampling):
 // dropout passes its input through, as PyTorch's model.eval() has it.
 // Defined in dist.c, which every build links.

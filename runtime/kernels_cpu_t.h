@@ -490,14 +490,14 @@ void RT_NAME(crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T *lo
   rt_cpu_free(ol);
 }
 
-// The CPU build's device memory is host memory: the copies are memcpy. (The
-// GPU build copies to and from pinned memory, asynchronously.)
-void RT_NAME(to_host)(RT_T *host, const RT_T *x, long n) {
-  memcpy(host, x, (size_t)n * sizeof *x);
+// The CPU build's device memory is host memory: the copies are memcpy, made at once or (a slot)
+// at their copy_wait. (The GPU build copies to and from pinned memory on a stream of its own.)
+void RT_NAME(to_host)(RT_T *host, const RT_T *x, long n, int slot) {
+  copy_start(slot, host, x, (size_t)n * sizeof *x);
 }
 
-void RT_NAME(to_device)(RT_T *x, const RT_T *host, long n) {
-  memcpy(x, host, (size_t)n * sizeof *x);
+void RT_NAME(to_device)(RT_T *x, const RT_T *host, long n, int slot) {
+  copy_start(slot, x, host, (size_t)n * sizeof *x);
 }
 
 // ---- optimizers: float32 masters and moments, the gradient in T

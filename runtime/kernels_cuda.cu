@@ -44,6 +44,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -2066,27 +2067,83 @@ RT_CUDA_KT(find_nonfinite, (int *at, const T *x, long n), (at, dev(x), n))
 // ---- offload: host memory
 //
 // rt_adamw_host, rt_cast_host, rt_accumulate_host and rt_host_threads are host code over host
-// memory (runtime/host.c in every build). The host region is pinned (device_cuda.cu);
-// the copies below wait for the stream, as the host reads or rewrites `host`
-// right after. They do not yet overlap the device's work.
+// memory (runtime/host.c in every build). The host region is pinned (device_cuda.cu). A copy
+// without a slot waits for the stream, as the host reads or rewrites `host` right after. A copy
+// with a slot runs on the copy stream once the kernels launched before it have finished, beside
+// those launched after it; copy_wait(slot, host) makes the kernels launched after the wait wait
+// for it, and where the host reads what came (host), the host too. A copy's host source is not
+// written again before the step's end waits for the device (train.c).
+
+struct CopySlot {
+  cudaEvent_t done;
+  bool pending;
+};
+static cudaStream_t copy_stream;
+static cudaEvent_t kernels_before_copy;  // reused: each record is queued before the next
+static CopySlot *copy_slots;
+static int ncopy_slots;
+
+static void copy_fail(const char *what, int slot) {
+  fflush(stdout);
+  fprintf(stderr, "train: error: internal: %s copy slot %d\n", what, slot);
+  exit(1);
+}
+
+static void copy_start(int slot, void *dst, const void *src, size_t bytes,
+                       cudaMemcpyKind kind) {
+  if (slot < 0) {
+    if (!bytes) return;
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, rt_cuda_stream));
+    cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+    return;
+  }
+  if (slot >= ncopy_slots) {
+    int n = slot + 1 > 2 * ncopy_slots ? slot + 1 : 2 * ncopy_slots;
+    CopySlot *grown = (CopySlot *)realloc(copy_slots, (size_t)n * sizeof *grown);
+    if (!grown) copy_fail("out of memory for", slot);
+    memset(grown + ncopy_slots, 0, (size_t)(n - ncopy_slots) * sizeof *grown);
+    copy_slots = grown, ncopy_slots = n;
+  }
+  CopySlot *c = &copy_slots[slot];
+  if (c->pending) copy_fail("a copy started again before its wait on", slot);
+  if (!copy_stream) {
+    cudaCheck(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&kernels_before_copy, cudaEventDisableTiming));
+  }
+  if (!c->done) cudaCheck(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+  cudaCheck(cudaEventRecord(kernels_before_copy, rt_cuda_stream));
+  cudaCheck(cudaStreamWaitEvent(copy_stream, kernels_before_copy, 0));
+  if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream));
+  cudaCheck(cudaEventRecord(c->done, copy_stream));
+  c->pending = true;
+}
+
+extern "C" void rt_copy_wait(int slot, int host) {
+  if (slot < 0 || slot >= ncopy_slots || !copy_slots[slot].pending)
+    copy_fail("a wait for no copy started on", slot);
+  CopySlot *c = &copy_slots[slot];
+  cudaCheck(cudaStreamWaitEvent(rt_cuda_stream, c->done, 0));
+  if (host) cudaCheck(cudaEventSynchronize(c->done));
+  c->pending = false;
+}
+
+extern "C" int rt_copies_pending(void) {
+  int n = 0;
+  for (int i = 0; i < ncopy_slots; i++) n += copy_slots[i].pending;
+  return n;
+}
 
 template <typename T>
-static void to_host(T *host, const T *x, long n) {
-  if (n <= 0) return;
-  cudaCheck(cudaMemcpyAsync(host, x, (size_t)n * sizeof(T), cudaMemcpyDeviceToHost,
-                            rt_cuda_stream));
-  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+static void to_host(T *host, const T *x, long n, int slot) {
+  copy_start(slot, host, x, (size_t)(n > 0 ? n : 0) * sizeof(T), cudaMemcpyDeviceToHost);
 }
-RT_CUDA_KT(to_host, (T *host, const T *x, long n), (dev(host), dev(x), n))
+RT_CUDA_KT(to_host, (T *host, const T *x, long n, int slot), (dev(host), dev(x), n, slot))
 
 template <typename T>
-static void to_device(T *x, const T *host, long n) {
-  if (n <= 0) return;
-  cudaCheck(cudaMemcpyAsync(x, host, (size_t)n * sizeof(T), cudaMemcpyHostToDevice,
-                            rt_cuda_stream));
-  cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
+static void to_device(T *x, const T *host, long n, int slot) {
+  copy_start(slot, x, host, (size_t)(n > 0 ? n : 0) * sizeof(T), cudaMemcpyHostToDevice);
 }
-RT_CUDA_KT(to_device, (T *x, const T *host, long n), (dev(x), dev(host), n))
+RT_CUDA_KT(to_device, (T *x, const T *host, long n, int slot), (dev(x), dev(host), n, slot))
 
 // ---- kernels for ONNX ops
 

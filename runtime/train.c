@@ -1712,6 +1712,14 @@ static void open_data(rt_data *d, const char *flag, const char *spec, const char
 // Forward (training: and backward) over this rank's micro-batches of the
 // global batch in `global`: the global batch's mean loss, the same on every
 // rank. Every loss of mtc is a mean over the batch, so each micro-batch's
+// Every copy between device and host memory that a phase starts, it finishes (the compiler places
+// each copy's wait: passes/copies.c).
+static void copies_done(const char *phase) {
+  int n = rt_copies_pending();
+  if (n) fail("internal: %s left %d cop%s between device and host memory unfinished", phase, n,
+              n == 1 ? "y" : "ies");
+}
+
 // weighs its rows' share of the step's in it, 1 / micro_total() when the sizes are equal (the
 // lowering scales the gradients alike).
 static double run_batch(char *arena, char *stage, bool train) {
@@ -1726,15 +1734,18 @@ static double run_batch(char *arena, char *stage, bool train) {
                   (M->grid_side > 1 ? rt_axis_rank(RT_AXIS_ROW) * rt_dist.rows : 0);
     take_slice(arena, stage, rt_dist.row);
     M->forward(arena, host_region);
+    copies_done("forward");
     rt_device_get(stage, arena, M->loss_offset, 4);
     float l;
     memcpy(&l, stage + M->loss_offset, sizeof l);
     loss += l / ((double)total / (double)rows);
     if (train) M->backward(arena, host_region);
+    copies_done("backward");
   }
   for (int m = replica_micro(d); M->ghost && m < M->micro_batches; m++) {  // then the others'
     rt_dist.micro = m;            // collectives of the micro-batches it does not run (the last
     M->ghost(arena, host_region, train);   // one's reductions of its accumulated gradients too)
+    copies_done("a ghost micro-batch");
   }
   for (int a = RT_AXIS_TP; a < RT_NAXES; a++)  // each rank has its term (a vocabulary-parallel
     if (M->loss_partial_axes & (1 << a))         // loss; a 2D grid's rows)
@@ -2183,6 +2194,7 @@ int main(int argc, char **argv) {
     opt.h.step = step;
     opt.h.lr = (float)rt_schedule_lr(&opt.sched, step);
     M->update(arena, host, &opt.h);
+    copies_done("the update");
     if (opt.check_finite) check_finite(arena, stage, step, false);
     rt_device_sync();
     rt_prof_step_end();

@@ -1306,9 +1306,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   o->mem[SV_M_ACT] = keep;
   // While the block runs backward: its recomputed (or swapped-in) activations, its
   // temporaries, under ZeRO-3 its gathered parameters (double-buffered), and
-  // with gradient offload its gradients until they leave.
+  // with gradient offload its gradients and the block's before it, which leave while this
+  // one's backward runs (passes/copies.c; as double-buffered).
   o->peak = (ckpt || swap ? act : 0) + n->work / s + (zero == 3 ? 2 * slice * b->param : 0) +
-            (grads ? slice * b->grad : 0);
+            (grads ? 2 * slice * b->grad : 0);
 }
 
 double sv_reshard_time(const SvCtx *x, double bytes, SvLayout a, SvLayout b, int g) {

@@ -196,9 +196,9 @@ static void test_movement(void) {
   rt_slice_axis_bwd(dx.f, a.f, 3, 10, 10, 0, 3, 4), rt_slice_axis_bwd_bf16(dx.h, a.h, 3, 10, 10, 0, 3, 4);
   same("slice_axis_bwd", dx);
   Buf host = out(n);
-  rt_to_host(host.f, x.f, n), rt_to_host_bf16(host.h, x.h, n);
+  rt_to_host(host.f, x.f, n, -1), rt_to_host_bf16(host.h, x.h, n, -1);
   same("to_host", host);
-  rt_to_device(y.f, host.f, n), rt_to_device_bf16(y.h, host.h, n);
+  rt_to_device(y.f, host.f, n, -1), rt_to_device_bf16(y.h, host.h, n, -1);
   same("to_device", y);
   int *idx = ints(50, 40);
   Buf w = in(40 * 16, -1, 1), e = out(50 * 16);

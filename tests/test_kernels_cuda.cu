@@ -1157,18 +1157,27 @@ static void test_onnx_ops(void) {
         }
         free_all();
       }
-  for (long n : {1L, 1000L}) {
-    Buf<T> h = rand_vec<T>(n), back = rand_vec<T>(n);
-    T *d = dev(rand_vec<T>(n));
-    rt_to_device(d, h.data(), n);
-    rt_to_host(back.data(), d, n);
-    ncases++;
-    bool ok = memcmp(h.data(), back.data(), (size_t)n * sizeof(T)) == 0;
-    printf("%sto_device, to_host n=%ld: round trip %s\n", variant, n,
-           ok ? "exact" : "differs  FAIL");
-    if (!ok) nfail++;
-    free_all();
-  }
+  // each way at once (slot -1), and started on the copy stream then waited for (a slot)
+  for (long n : {1L, 1000L})
+    for (int slot : {-1, 3}) {
+      Buf<T> h = rand_vec<T>(n), back = rand_vec<T>(n), before = back;
+      T *d = dev(rand_vec<T>(n));
+      rt_to_device(d, h.data(), n, slot);
+      if (slot >= 0) rt_copy_wait(slot, 0);
+      rt_to_host(back.data(), d, n, slot);
+      bool early = false;  // the emulation makes a started copy at its wait: not before
+#ifdef MTC_CUDA_EMU
+      early = slot >= 0 && memcmp(before.data(), back.data(), (size_t)n * sizeof(T)) != 0;
+#endif
+      if (slot >= 0) rt_copy_wait(slot, 1);
+      ncases++;
+      bool ok = memcmp(h.data(), back.data(), (size_t)n * sizeof(T)) == 0 && !early &&
+                rt_copies_pending() == 0;
+      printf("%sto_device, to_host n=%ld slot %d: round trip %s\n", variant, n, slot,
+             ok ? "exact" : early ? "made before its wait  FAIL" : "differs  FAIL");
+      if (!ok) nfail++;
+      free_all();
+    }
 }
 
 // ---- the finite check: the GPU's first NaN or infinity is the CPU's

@@ -164,17 +164,29 @@ static void test_copies(void) {
   long n = 1000;
   float *dev = randoms(n, 1.0f), *host = calloc((size_t)n, sizeof *host);
   float *before = copy_of(dev, n);
-  rt_to_host(host, dev + 100, 300);
+  rt_to_host(host, dev + 100, 300, -1);
   check(first_diff(host, dev + 100, 300) < 0 && host[300] == 0.0f,
         "to_host: 300 floats from offset 100, nothing past them");
   for (long i = 0; i < 300; i++)
     host[i] += 1.0f;
-  rt_to_device(dev + 100, host, 300);
+  rt_to_device(dev + 100, host, 300, -1);
   bool ok = first_diff(dev, before, 100) < 0 && first_diff(dev + 400, before + 400, n - 400) < 0;
   for (long i = 100; i < 400; i++)
     ok &= dev[i] == before[i] + 1.0f;
   check(ok, "to_device: 300 floats back to offset 100, nothing else changed");
-  free(dev), free(host), free(before);
+  // started with a slot, a copy is made at its wait (as late as a GPU's copy stream may make
+  // it): what it reads then is what it copies
+  float *later = copy_of(dev, n);
+  rt_to_host(host, dev, 300, 2);
+  rt_to_device(dev + 500, host + 300, 10, 0);
+  check(rt_copies_pending() == 2 && first_diff(dev + 500, later + 500, 10) < 0,
+        "to_host, to_device with slots: started, nothing copied yet");
+  dev[0] = 7.0f;
+  rt_copy_wait(2, 1);
+  rt_copy_wait(0, 0);
+  check(host[0] == 7.0f && first_diff(host + 1, dev + 1, 299) < 0 && dev[500] == 0.0f &&
+        rt_copies_pending() == 0, "copy_wait: each copy made at its wait");
+  free(dev), free(host), free(before), free(later);
 }
 
 // The host's rounding of its masters to bf16 copies (bf16 offload) gives the

@@ -375,9 +375,81 @@ void run(const char *name, dim3 grid, dim3 block, size_t smem_size, void (*fn)(v
 
 }  // namespace emu
 
-// ---- the CUDA runtime: host memory, one device, everything synchronous
+// ---- the CUDA runtime: host memory, one device; kernels and the default stream's work run at
+// once, a created stream's copies when something waits for them
+
+// A created stream queues its copies; an event recorded on it marks how many of them it waits
+// for. Waiting for the event (another stream or the host) makes those copies then, so that a
+// copy read before its wait, or its source written before it, shows as it would on a GPU.
+struct EmuCopy {
+  void *dst;
+  const void *src;
+  size_t bytes;
+};
+struct CUstream_st {
+  EmuCopy *queue;
+  size_t made, queued, cap;  // copies made so far, queued in all
+};
+struct CUevent_st {
+  CUstream_st *stream;  // NULL: nothing to wait for
+  size_t upto;          // the stream's copies before it
+};
+
+static void stream_make(CUstream_st *s, size_t upto) {
+  for (; s->made < upto; s->made++) {
+    EmuCopy *c = &s->queue[s->made % s->cap];
+    memcpy(c->dst, c->src, c->bytes);
+  }
+}
+
+static void stream_push(CUstream_st *s, void *dst, const void *src, size_t bytes) {
+  if (s->queued - s->made == s->cap) {  // full: grow, keeping the ring's order
+    size_t cap = s->cap ? 2 * s->cap : 16;
+    EmuCopy *q = (EmuCopy *)malloc(cap * sizeof *q);
+    if (!q) emu::fail("out of memory");
+    for (size_t i = s->made; i < s->queued; i++) q[i % cap] = s->queue[i % s->cap];
+    free(s->queue);
+    s->queue = q, s->cap = cap;
+  }
+  s->queue[s->queued++ % s->cap] = EmuCopy{dst, src, bytes};
+}
 
 extern "C" {
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+  *s = (cudaStream_t)calloc(1, sizeof(CUstream_st));
+  return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (s) stream_make(s, s->queued), free(s->queue), free(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+  *e = (cudaEvent_t)calloc(1, sizeof(CUevent_st));
+  return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  free(e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  e->stream = s;
+  e->upto = s ? s->queued : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e->stream) stream_make(e->stream, e->upto);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+  return cudaEventSynchronize(e);
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
   *p = malloc(bytes ? bytes : 1);  // the exact size: ASan sees a kernel read past it
@@ -395,8 +467,11 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind,
-                            cudaStream_t) {
-  memcpy(dst, src, bytes);
+                            cudaStream_t s) {
+  if (s)
+    stream_push(s, dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
   return cudaSuccess;
 }
 
@@ -418,7 +493,10 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (s) stream_make(s, s->queued);
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 

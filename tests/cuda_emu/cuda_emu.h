@@ -41,8 +41,12 @@
 //     block; a kernel that wrote past it is reported after the block.
 //   - Device memory is host memory, each cudaMalloc its own malloc of the exact
 //     size, so that the sanitizer build catches a kernel that reads or writes
-//     past a buffer. Atomics are plain read-modify-writes (one OS thread);
-//     streams and copies are synchronous.
+//     past a buffer. Atomics are plain read-modify-writes (one OS thread).
+//   - Kernels and the default stream's copies run at once. A created stream's
+//     copies are queued and made only when an event recorded after them is
+//     waited for (cudaStreamWaitEvent, cudaEventSynchronize) or the stream is
+//     synchronized: a read of a copy's output before its wait, or a write of
+//     its input, shows.
 //   - cuBLAS's GEMMs are a reference GEMM with cuBLAS's semantics
 //     (column-major, op(A) op(B), alpha, beta, leading dimensions, strided
 //     batches, bf16 or float operands, float or bf16 C), summed in double.
@@ -51,8 +55,8 @@
 // What it cannot see: races that its four schedules hide (a missing barrier
 // shows only when a thread reads what another has not written yet, or has
 // written again, in one of those orders: no race detector looks at the
-// accesses); memory ordering and the order of atomics; streams, events and
-// whatever depends on asynchrony (everything runs in order); a host pointer
+// accesses); memory ordering and the order of atomics; kernels on several
+// streams (they run in launch order); a host pointer
 // handed to a kernel (all memory is host memory); the 48 KiB of dynamic shared
 // memory a kernel gets without cudaFuncSetAttribute; static shared memory read
 // before it is written (it keeps the previous block's values); the device's

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Where passes/copies.c starts and finishes the copies between device and host memory, read
+# from `mtc inspect --dump-after copies` of GPT-2 (3 layers):
+#   - every copy has a slot, and one copy_wait of that slot follows it in its phase;
+#   - --swap all: each swapped activation's wait is in its layer's stretch, and most have
+#     compute between the start and the wait (the copy runs beside it);
+#   - --offload-grads with 2 micro-batches: each layer's gradient bucket waits in the next
+#     block's backward (the block before it), and the host's sum of it comes right after;
+#   - both programs keep their loops over the layers (the emitted model.c).
+# That the places are right (nothing reads a copy's output or writes its input before its
+# wait) is what every offload and swap test against one rank checks: the CPU build makes each
+# copy at its wait.
+# usage: copies.sh MTC OUTDIR
+set -euo pipefail
+mtc=$1 out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+model="$here/../examples/gpt2.mtc"
+dims=(-D L=3 -D C=64 -D NH=4 -D T=16 -D V=256 -D B=4)
+mkdir -p "$out"
+ok=0
+
+# the copies and waits of a dump: "PHASE LINE OP SLOT BLOCK NODES" per line (BLOCK 0: outside
+# any; NODES: the other nodes before it)
+copies() {
+  awk '/^(forward|backward|update)$/ { phase = $1; next }
+       /= (to_host|from_host)\(|^  (to_device|copy_wait)\(/ {
+         op = $0; sub(/\(.*/, "", op); sub(/.*= /, "", op); sub(/^ +/, "", op)
+         slot = $0; sub(/.* slot=/, "", slot); sub(/ .*/, "", slot)
+         if ($0 !~ / slot=/) slot = "none"
+         block = 0; if (match($0, / #[0-9]+/)) block = substr($0, RSTART + 2, RLENGTH - 2)
+         print phase, NR, op, slot, block, nodes; next }
+       phase && /^  / { nodes++ }' "$1"
+}
+
+# each start's wait: "SLOT START_LINE WAIT_LINE START_BLOCK WAIT_BLOCK OP NODES_BETWEEN",
+# failing on a copy without a slot, a slot without one wait after its start in its phase
+pairs() {
+  awk '$3 != "copy_wait" { if ($4 == "none") { print "FAIL: a copy without a slot at line " $2; exit 1 }
+                           start[$4] = $2; sblock[$4] = $5; sphase[$4] = $1; sop[$4] = $3
+                           snodes[$4] = $6; next }
+       { if (!($4 in start) || $4 in done || sphase[$4] != $1) {
+           print "FAIL: copy_wait slot " $4 " at line " $2 " finishes no copy of its phase"; exit 1 }
+         done[$4] = 1; print $4, start[$4], $2, sblock[$4], $5, sop[$4], $6 - snodes[$4] }
+       END { for (s in start) if (!(s in done)) { print "FAIL: slot " s " is never waited for"; exit 1 } }'
+}
+
+"$mtc" inspect "$model" "${dims[@]}" --swap all --dump-after copies > "$out/swap.ir"
+copies "$out/swap.ir" | pairs > "$out/swap.pairs" || { cat "$out/swap.pairs"; exit 1; }
+read -r starts beside same <<< "$(awk '$6 == "to_host" { n++; if ($7 > 0) b++; if ($4 == $5) s++ }
+  END { print n + 0, b + 0, s + 0 }' "$out/swap.pairs")"
+echo "--swap all: $starts activations to the host, $beside with compute before their wait," \
+  "$same waited in their layer"
+[ "$starts" -gt 0 ] && [ "$same" = "$starts" ] ||
+  { echo "FAIL: a swapped activation waits outside its layer"; ok=1; }
+[ $((2 * beside)) -gt "$starts" ] || { echo "FAIL: most swap copies should run beside compute"; ok=1; }
+
+"$mtc" inspect "$model" "${dims[@]}" --offload-grads --micro-batches 2 --dump-after copies \
+  > "$out/grads.ir"
+copies "$out/grads.ir" | pairs > "$out/grads.pairs" || { cat "$out/grads.pairs"; exit 1; }
+# a layer's bucket (block b > 1) waits in block b - 1; the host's sum follows its wait
+read -r layers next <<< "$(awk '$6 == "to_host" && $4 > 1 { n++; if ($5 == $4 - 1) m++ }
+  END { print n + 0, m + 0 }' "$out/grads.pairs")"
+echo "--offload-grads: $layers layers' gradient buckets after the first, $next waited in the next block"
+[ "$layers" = 2 ] && [ "$next" = 2 ] || { echo "FAIL: want 2 buckets waited in the next block"; ok=1; }
+summed=$(awk '/^  copy_wait\(/ { w = 1; next } w && /^  accumulate\(%grads\.host/ { n++ } { w = 0 }
+  END { print n + 0 }' "$out/grads.ir")
+[ "$summed" = 4 ] || { echo "FAIL: want the host's 4 sums right after their waits, $summed"; ok=1; }
+
+for run in "swap|--swap all" "grads|--offload-grads --micro-batches 2"; do
+  name=${run%%|*}
+  # shellcheck disable=SC2086
+  "$mtc" compile "$model" "${dims[@]}" -D L=5 ${run#*|} -o "$out/$name" > /dev/null
+  loops=$(grep -c "one loop" "$out/$name/model.c" || true)
+  echo "$name: $loops loops over the layers"
+  [ "$loops" -ge 2 ] || { echo "FAIL: $name lost its loops over the layers"; ok=1; }
+done
+[ $ok = 0 ] && echo "copies: ok"
+exit $ok
