@@ -177,6 +177,21 @@ static int int_order(const void *a, const void *b) {
 
 // Index range; bad when two members share an index or differ in size or
 // kind of memory (host, persistent, transient).
+// The most members of x live at one time (their live ranges are intervals: the most that hold
+// one member's first use).
+static int most_live(const IrGraph *g, const MemPlan *m, const Series *x) {
+  int most = 0;
+  for (int k = 0; k < x->n; k++) {
+    int f = FIRST(g->values[x->id[k]]), live = 0;
+    for (int j = 0; j < x->n; j++) {
+      const IrValue *w = g->values[x->id[j]];
+      live += FIRST(w) <= f && f <= LAST(w);
+    }
+    most = live > most ? live : most;
+  }
+  return most;
+}
+
 static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
   int most = 0;
   for (int s = 0; s < ss->n; s++)
@@ -199,6 +214,14 @@ static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
     qsort(index, (size_t)x->n, sizeof *index, int_order);
     for (int k = 1; k < x->n; k++)
       x->bad |= index[k - 1] == index[k];
+    // At one stride a series keeps the room of all its members while any lives. Buckets that
+    // live a few at a time, not one at a time (an offloaded gradient bucket beside the next
+    // block's while its copy runs, passes/copies.c), would leave most of a layer's worth of
+    // buckets empty: where at most half of them live together, the place is left out (its
+    // run's loop unrolls) and each bucket takes the room free at its time.
+    int live = x->bad || a->role != ROLE_BUCKET || a->host || persistent(g, a)
+                   ? 0 : most_live(g, m, x);
+    x->bad |= live > 1 && 2 * live <= x->n;
   }
   free(index);
 }
