@@ -27,6 +27,7 @@
 typedef struct Loop {
   const PassRun *run;
   int base, other;     // stretches: the lowest block's, and its neighbour
+  int other2;          // ... and the block after that (-1: the run has two)
   int lo, hi;          // layers l = block - 1 it runs over
 } Loop;
 
@@ -46,6 +47,7 @@ typedef struct Emit {
   Loop *loop;           // loop[r]: run r as a loop (loop[r].run NULL: written out)
                         // base: the stretch of the lowest block; other: of the next
   int64_t *stride;      // stride[v->id]: bytes per block of a loop's base buffer, or 0
+  int64_t *alt;         // ... and bytes more at every other block (two buffers in turn), or 0
   int *layers;          // ... and its layers (0: not a base)
   bool *covered;        // the buffer is a loop's base buffer at another block
   const Loop *in;       // the loop being written
@@ -212,7 +214,7 @@ static void emit_header(Emit *e, const char *source) {
   println(e, "//");
   println(e, "// Identical blocks run as loops; their buffers are at a constant stride per");
   println(e, "// block: \"+ l * S\" below is the buffer of layer l (block l + 1, or use l of");
-  println(e, "// a block's shared layers).");
+  println(e, "// a block's shared layers), or in two taken in turn: \"+ (l & 1) * S\".");
   println(e, "//");
   println(e, "//   %-28s %-6s %-22s %12s %12s  %s", "buffer", "role", "shape", "bytes", "offset",
           "live");
@@ -222,7 +224,10 @@ static void emit_header(Emit *e, const char *source) {
       continue;  // a loop's buffer for another block: in its base buffer's row
     char role[16], per[64] = "";
     snprintf(role, sizeof role, "%s%s", v->host ? "h:" : "", role_name(v->role));
-    if (e->layers[i])
+    if (e->layers[i] && e->alt[i])   // two buffers in turn
+      snprintf(per, sizeof per, " %c (l & 1) * %lld (%d layers)", e->alt[i] < 0 ? '-' : '+',
+               (long long)llabs(e->alt[i]), e->layers[i]);
+    else if (e->layers[i])
       snprintf(per, sizeof per, " %c l * %lld (%d layers)", e->stride[i] < 0 ? '-' : '+',
                (long long)llabs(e->stride[i]), e->layers[i]);
     println(e, "//   %-28s %-6s %-22s %12lld %12lld  [%d, %d]%s", e->cname[i], role,
@@ -332,7 +337,21 @@ static void emit_layer_times(Emit *e) {
     fputs("l * ", e->f);
 }
 
-static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next);
+// 1 at every other layer from the loop's first, times (a buffer of two taken in turn)
+static void emit_layer_parity(Emit *e) {
+  if (e->in->lo)
+    fprintf(e->f, "((l - %d) & 1) * ", e->in->lo);
+  else
+    fputs("(l & 1) * ", e->f);
+}
+
+// How an argument moves per block in the loop being written: step a block, and alt more at
+// every other block from the base's.
+typedef struct Move {
+  int64_t step, alt;
+} Move;
+
+static Move arg_move(Emit *e, const CgArg *a, const CgArg *next, const CgArg *next2);
 
 // The rank whose part of a bucket an argument is: along dp, over every rank, or over a sub
 // block's replicas (runtime/dist.h).
@@ -357,8 +376,9 @@ static void emit_rank_start(Emit *e, const CgArg *a) {
   }
 }
 
-static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
-  int64_t step = next ? arg_step(e, a, next) : 0;
+static void emit_arg(Emit *e, const CgArg *a, const CgArg *next, const CgArg *next2) {
+  Move mv = next ? arg_move(e, a, next, next2) : (Move){0, 0};
+  int64_t step = mv.step;
   switch (a->kind) {
   case CG_BUF:
     e->used[a->buf->id] = true;
@@ -380,8 +400,15 @@ static void emit_arg(Emit *e, const CgArg *a, const CgArg *next) {
       else
         fprintf(e->f, "%lld", (long long)llabs(elems));
     }
+    if (mv.alt) { // the other of its two buffers, at every other block
+      int64_t elems = mv.alt / ir_dtype_size(a->buf->dtype);
+      fputs(elems < 0 ? " - " : " + ", e->f);
+      emit_layer_parity(e);
+      fprintf(e->f, "%lld", (long long)llabs(elems));
+    }
     break;
   case CG_INT:
+    IR_ASSERT(!mv.alt);   // (loop_check: integers move by steps)
     if (step || a->rank_stride)
       fputc('(', e->f);
     print_int(e, a->i);
@@ -443,15 +470,16 @@ static void emit_node_comment(Emit *e, const IrNode *n, int kind) {
   fputc('\n', e->f);
 }
 
-// A call; in a loop, next is the same call of the next block.
-static void emit_call(Emit *e, const CgCall *c, const CgCall *next) {
+// A call; in a loop, next is the same call of the next block, next2 of the one after (NULL: the
+// loop has two).
+static void emit_call(Emit *e, const CgCall *c, const CgCall *next, const CgCall *next2) {
   int64_t need = cg_call_scratch(e->g, c);
   e->scratch = need > e->scratch ? need : e->scratch;
   fprintf(e->f, "%srt_%s%s(", e->ind, cg_kernel_name(c->k), cg_call_suffix(c));
   for (int j = 0; j < c->nargs; j++) {
     if (j)
       fputs(", ", e->f);
-    emit_arg(e, &c->args[j], next ? &next->args[j] : NULL);
+    emit_arg(e, &c->args[j], next ? &next->args[j] : NULL, next2 ? &next2->args[j] : NULL);
   }
   fputs(");\n", e->f);
 }
@@ -471,14 +499,14 @@ static bool has_op(const IrGraph *g, IrOp op) {
 
 // A graph compiled for AdamW can also run SGD: each AdamW call switches on
 // h->optimizer (the rest of the update, collectives and copies, runs either way).
-static void emit_adamw_call(Emit *e, const CgCall *adamw, const CgCall *sgd,
-                            const CgCall *next_adamw, const CgCall *next_sgd) {
+static void emit_adamw_call(Emit *e, const CgCall *calls, const CgCall *next,
+                            const CgCall *next2) {
   println(e, "%sif (h->optimizer == RT_OPT_SGD)", e->ind);
   fputs("  ", e->f);
-  emit_call(e, sgd, next_sgd);
+  emit_call(e, &calls[1], next ? &next[1] : NULL, next2 ? &next2[1] : NULL);
   println(e, "%selse", e->ind);
   fputs("  ", e->f);
-  emit_call(e, adamw, next_adamw);
+  emit_call(e, &calls[0], next ? &next[0] : NULL, next2 ? &next2[0] : NULL);
 }
 
 // ---- loops over identical blocks ---------------------------------------------------------
@@ -529,12 +557,15 @@ static bool arg_delta(const MemPlan *m, const CgArg *x, const CgArg *y, int64_t 
   return false;
 }
 
-// Per block, in the loop being written: how the argument moves (next is
-// the same argument in the block after the base block).
-static int64_t arg_step(Emit *e, const CgArg *a, const CgArg *next) {
-  int64_t delta;
-  IR_ASSERT(arg_delta(e->m, a, next, &delta));
-  return delta;
+// Per block, in the loop being written: how the argument moves (next is the same argument in
+// the block after the base block, next2 in the one after that, or NULL).
+static Move arg_move(Emit *e, const CgArg *a, const CgArg *next, const CgArg *next2) {
+  int64_t one, two;
+  IR_ASSERT(arg_delta(e->m, a, next, &one));
+  if (!next2)
+    return (Move){one, 0};
+  IR_ASSERT(arg_delta(e->m, a, next2, &two));
+  return (Move){two / 2, one - two / 2};
 }
 
 static const IrNode *stretch_node(const IrGraph *g, const PassRun *r, int j, int i) {
@@ -544,52 +575,59 @@ static const IrNode *stretch_node(const IrGraph *g, const PassRun *r, int j, int
 #define MAXCALLS 64
 
 // Do calls x and y match: the same kernels, each argument the same or (a
-// buffer, an integer) moved? With steps set (the neighbour block's calls
-// gave them), each argument of y must be x's moved by `blocks` steps.
-static bool calls_match(Emit *e, const CgCall *x, const CgCall *y, int nc,
-                        int64_t steps[][CG_MAXARGS], int blocks) {
+// buffer, an integer) moved? The block one on (blocks 1) sets each argument's move a block, the
+// one after (2) splits it into a step and, for a buffer, an alternation (a buffer of two taken
+// in turn moves by alt, then back); each argument of a further block must be x's moved by
+// `blocks` steps and, at an odd distance, alt.
+static bool calls_match(Emit *e, const CgCall *x, const CgCall *y, int nc, Move mv[][CG_MAXARGS],
+                        int blocks) {
   for (int c = 0; c < nc; c++) {
     if (x[c].k != y[c].k || x[c].nargs != y[c].nargs)
       return false;
     for (int a = 0; a < x[c].nargs; a++) {
       int64_t delta;
+      Move *m = &mv[c][a];
       if (!arg_delta(e->m, &x[c].args[a], &y[c].args[a], &delta))
         return false;
-      if (blocks == 1)
-        steps[c][a] = delta;
-      else if (delta != steps[c][a] * blocks)
+      if (blocks == 1) {
+        *m = (Move){delta, 0};
+      } else if (blocks == 2) {
+        if (delta % 2 || (delta != 2 * m->step && x[c].args[a].kind != CG_BUF))
+          return false;
+        *m = (Move){delta / 2, m->step - delta / 2};
+      } else if (delta != m->step * blocks + (blocks & 1) * m->alt) {
         return false;
+      }
     }
   }
   return true;
 }
 
 // Can run r be a loop? Every call of every block must be the base block's
-// with each argument moved by (block - base block) times its step, the step
-// being what it moves from the base block to the next.
+// with each argument moved by (block - base block) times its step (and, where it alternates,
+// its alt at an odd distance), the moves being what the two blocks after the base give.
 static bool loop_check(Emit *e, const PassRun *r, Loop *L, IrDiag *d) {
   *L = (Loop){.run = r, .base = r->step > 0 ? 0 : r->count - 1};
-  L->other = L->base == 0 ? 1 : L->base - 1;
+  int dir = L->base == 0 ? 1 : -1;   // from the base's stretch to the next block's
+  L->other = L->base + dir;
+  L->other2 = r->count > 2 ? L->base + 2 * dir : -1;
   L->lo = pass_run_index(r, L->base) - !r->by_use;  // l: the layer (block l + 1), or the use
   L->hi = L->lo + r->count - 1;
   CgCall *cb = malloc(2 * MAXCALLS * sizeof *cb), *cj = cb + MAXCALLS;
-  int64_t (*steps)[CG_MAXARGS] = malloc(MAXCALLS * sizeof *steps);
-  IR_ASSERT(cb && steps);
+  Move (*mv)[CG_MAXARGS] = malloc(MAXCALLS * sizeof *mv);
+  IR_ASSERT(cb && mv);
   bool ok = true;
   int bb = pass_run_index(r, L->base);
   for (int i = 0; i < r->len && ok; i++) {
     int nb = lower_node(e, stretch_node(e->g, r, L->base, i), cb, MAXCALLS, d);
     ok = nb >= 0;
-    // the neighbour (one block up) first: it sets the steps
-    for (int k = 0; k < r->count && ok; k++) {
-      int j = k == 0 ? L->other : k == L->other ? 0 : k;
-      if (j == L->base)
-        continue;
+    for (int k = 1; k < r->count && ok; k++) {   // by distance from the base
+      int j = L->base + k * dir;
       int nj = lower_node(e, stretch_node(e->g, r, j, i), cj, MAXCALLS, d);
-      ok = nj == nb && calls_match(e, cb, cj, nb, steps, pass_run_index(r, j) - bb);
+      ok = nj == nb && calls_match(e, cb, cj, nb, mv, pass_run_index(r, j) - bb);
     }
   }
-  free(cb), free(steps);
+  free(cb), free(mv);
   if (!ok)
     L->run = NULL;
   return ok;
@@ -602,9 +640,10 @@ static void plan_loops(Emit *e, IrDiag *d) {
   e->runs = pass_find_runs(g, &e->nruns);
   e->loop = calloc((size_t)e->nruns + 1, sizeof *e->loop);
   e->stride = calloc((size_t)g->nvalues + 1, sizeof *e->stride);
+  e->alt = calloc((size_t)g->nvalues + 1, sizeof *e->alt);
   e->layers = calloc((size_t)g->nvalues + 1, sizeof *e->layers);
   e->covered = calloc((size_t)g->nvalues + 1, sizeof *e->covered);
-  IR_ASSERT(e->loop && e->stride && e->layers && e->covered);
+  IR_ASSERT(e->loop && e->stride && e->alt && e->layers && e->covered);
   for (int r = 0; r < e->nruns; r++) {
     Loop *L = &e->loop[r];
     const PassRun *run = &e->runs[r];
@@ -614,7 +653,11 @@ static void plan_loops(Emit *e, IrDiag *d) {
       IrValue *v = pass_run_value(g, run, L->base, p), *w = pass_run_value(g, run, L->other, p);
       if (v == w)
         continue;
-      e->stride[v->id] = e->m->offset[w->id] - e->m->offset[v->id];
+      int64_t one = e->m->offset[w->id] - e->m->offset[v->id], two = 2 * one;
+      if (L->other2 >= 0)
+        two = e->m->offset[pass_run_value(g, run, L->other2, p)->id] - e->m->offset[v->id];
+      e->stride[v->id] = two / 2;
+      e->alt[v->id] = one - two / 2;
       e->layers[v->id] = run->count;
       for (int j = 0; j < run->count; j++)
         if (j != L->base)
@@ -623,8 +666,9 @@ static void plan_loops(Emit *e, IrDiag *d) {
   }
 }
 
+// (next, next2: in a loop, the node's calls in the next two blocks, as emit_call takes them)
 static void emit_node(Emit *e, const IrNode *n, const CgCall *calls, int nc,
-                      const CgCall *next) {
+                      const CgCall *next, const CgCall *next2) {
   if (nc > 0 && !e->kind[n->op]) {
     e->kinds[e->nkinds++] = n->op;
     e->kind[n->op] = e->nkinds;
@@ -632,10 +676,10 @@ static void emit_node(Emit *e, const IrNode *n, const CgCall *calls, int nc,
   emit_node_comment(e, n, nc > 0 ? e->kind[n->op] - 1 : -1);
   if (n->op == OP_ADAMW) {
     IR_ASSERT(nc == 2);
-    emit_adamw_call(e, &calls[0], &calls[1], next ? &next[0] : NULL, next ? &next[1] : NULL);
+    emit_adamw_call(e, calls, next, next2);
   } else {
     for (int c = 0; c < nc; c++)
-      emit_call(e, &calls[c], next ? &next[c] : NULL);
+      emit_call(e, &calls[c], next ? &next[c] : NULL, next2 ? &next2[c] : NULL);
   }
 }
 
@@ -655,17 +699,19 @@ static int emit_loop(Emit *e, const Loop *L, IrDiag *d) {
   const char *outer = e->ind;
   e->ind = "    ";
   e->in = L;
-  CgCall *cb = malloc(2 * MAXCALLS * sizeof *cb), *co = cb + MAXCALLS;
+  CgCall *cb = malloc(3 * MAXCALLS * sizeof *cb), *co = cb + MAXCALLS, *co2 = co + MAXCALLS;
   IR_ASSERT(cb);
   int rc = 0;
   for (int i = 0; i < r->len && !rc; i++) {
     const IrNode *n = stretch_node(e->g, r, L->base, i);
     int nb = lower_node(e, n, cb, MAXCALLS, d);
     int no = lower_node(e, stretch_node(e->g, r, L->other, i), co, MAXCALLS, d);
-    if (nb < 0 || no != nb)
+    int no2 = L->other2 < 0 ? nb : lower_node(e, stretch_node(e->g, r, L->other2, i), co2,
+                                              MAXCALLS, d);
+    if (nb < 0 || no != nb || no2 != nb)
       rc = -1;
     else
-      emit_node(e, n, cb, nb, co);
+      emit_node(e, n, cb, nb, co, L->other2 < 0 ? NULL : co2);
   }
   free(cb);
   e->in = NULL;
@@ -703,7 +749,7 @@ static int emit_phase(Emit *e, IrPhase phase, const char *signature, IrDiag *d) 
     int nc = lower_node(e, n, calls, MAXCALLS, d);
     if (nc < 0)
       return -1;
-    emit_node(e, n, calls, nc, NULL);
+    emit_node(e, n, calls, nc, NULL, NULL);
   }
   println(e, "  RT_OP_END();");
   println(e, "}");
@@ -776,7 +822,7 @@ static int emit_ghost(Emit *e, IrDiag *d) {
       if (nc < 0)
         rc = -1;
       else
-        emit_node(e, n, calls, nc, NULL);
+        emit_node(e, n, calls, nc, NULL, NULL);
     }
   }
   free(slots), free(copies);
@@ -816,7 +862,7 @@ static int emit_init_host(Emit *e, IrDiag *d) {
     back.args[0] = calls[0].args[1];
     back.args[1] = calls[0].args[0];
     back.args[3].i = sym_const(&g->arena, -1);   // done on return
-    emit_call(e, &back, NULL);
+    emit_call(e, &back, NULL, NULL);
   }
   println(e, "}");
   blank(e);
@@ -867,7 +913,7 @@ static int emit_init_copies(Emit *e, IrDiag *d) {
     int nc = cg_lower_alone(e->g, e->m, n, calls, MAXCALLS, d);
     if (nc < 0)
       return -1;
-    emit_node(e, n, calls, nc, NULL);
+    emit_node(e, n, calls, nc, NULL, NULL);
   }
   println(e, "}");
   blank(e);
@@ -1692,7 +1738,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   if (e.f && close_out(e.f, file, d) && !rc)
     rc = -1;
   free(e.cname), free(e.used), free(e.adamw), free(e.runs), free(e.loop), free(e.stride), free(e.layers);
-  free(e.covered);
+  free(e.alt), free(e.covered);
   if (rc || opt->model)
     return rc ? -1 : 0;
   int ranks = opt->lowered ? mesh_ranks(&opt->lowered->plan.mesh) : 1;

@@ -177,21 +177,6 @@ static int int_order(const void *a, const void *b) {
 
 // Index range; bad when two members share an index or differ in size or
 // kind of memory (host, persistent, transient).
-// The most members of x live at one time (their live ranges are intervals: the most that hold
-// one member's first use).
-static int most_live(const IrGraph *g, const MemPlan *m, const Series *x) {
-  int most = 0;
-  for (int k = 0; k < x->n; k++) {
-    int f = FIRST(g->values[x->id[k]]), live = 0;
-    for (int j = 0; j < x->n; j++) {
-      const IrValue *w = g->values[x->id[j]];
-      live += FIRST(w) <= f && f <= LAST(w);
-    }
-    most = live > most ? live : most;
-  }
-  return most;
-}
-
 static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
   int most = 0;
   for (int s = 0; s < ss->n; s++)
@@ -214,14 +199,6 @@ static void series_close(SeriesSet *ss, const IrGraph *g, const MemPlan *m) {
     qsort(index, (size_t)x->n, sizeof *index, int_order);
     for (int k = 1; k < x->n; k++)
       x->bad |= index[k - 1] == index[k];
-    // At one stride a series keeps the room of all its members while any lives. Buckets that
-    // live a few at a time, not one at a time (an offloaded gradient bucket beside the next
-    // block's while its copy runs, passes/copies.c), would leave most of a layer's worth of
-    // buckets empty: where at most half of them live together, the place is left out (its
-    // run's loop unrolls) and each bucket takes the room free at its time.
-    int live = x->bad || a->role != ROLE_BUCKET || a->host || persistent(g, a)
-                   ? 0 : most_live(g, m, x);
-    x->bad |= live > 1 && 2 * live <= x->n;
   }
   free(index);
 }
@@ -278,7 +255,15 @@ typedef struct Unit {
   int64_t bytes;   // each member's
   int first;       // the first use of any member
   bool apart;      // a series whose members' live ranges are pairwise apart
+  bool halves;     // ... not apart, but those at even rel are, and those at odd rel
 } Unit;
+
+// Member k's place from the unit's base: rel[k] strides on, and alt further at an odd rel (a
+// series in two buffers taken in turn: each of its members lives beside the next, as an
+// offloaded gradient bucket leaves while the next block's is made, passes/copies.c).
+static int64_t member_at(const Unit *u, int k, int64_t stride, int64_t alt) {
+  return u->rel[k] * stride + (u->rel[k] & 1) * alt;
+}
 
 // Largest first; then by first use.
 static int unit_order(const void *a, const void *b) {
@@ -445,7 +430,7 @@ static bool live_together(const MemPlan *m, const IrValue *a, const IrValue *b) 
 }
 
 // place() for a unit of no bytes: scans every placed buffer.
-static int64_t place_scan(const MemPlan *m, const Unit *u, int64_t stride,
+static int64_t place_scan(const MemPlan *m, const Unit *u, int64_t stride, int64_t alt,
                           IrValue *const *placed, int nplaced, int64_t start, Gaps *gs) {
   int64_t need = align_up(u->bytes);
   int n = 0;
@@ -459,7 +444,7 @@ static int64_t place_scan(const MemPlan *m, const Unit *u, int64_t stride,
         IR_ASSERT(gs->gap);
       }
       Gap *gap = gs->gap;
-      int64_t shift = u->rel[k] * stride;
+      int64_t shift = member_at(u, k, stride, alt);
       gap[n++] = (Gap){OFF(placed[i]) - shift - need,
                        OFF(placed[i]) + align_up(BYTES(placed[i])) - shift};
     }
@@ -473,19 +458,19 @@ static int64_t place_scan(const MemPlan *m, const Unit *u, int64_t stride,
   return at;
 }
 
-// Lowest base (>= start) where each member k of u fits at base + rel[k] *
-// stride beside the placed buffers live at the same time as it. Member k's
+// Lowest base (>= start) where each member k of u fits at base + member_at(u, k, stride, alt)
+// beside the placed buffers live at the same time as it. Member k's
 // sets are set[k * MAXSETS ...], nset[k] of them. A base where a member
 // collides moves up to the lowest place that member fits, which passes no
 // base where all fit; when no member moves the base, all fit.
-static int64_t place(const Unit *u, int64_t stride, const Runs *const *set, const int *nset,
-                     int64_t start) {
+static int64_t place(const Unit *u, int64_t stride, int64_t alt, const Runs *const *set,
+                     const int *nset, int64_t start) {
   int64_t need = align_up(u->bytes), base = start;
   for (bool moved = true; moved;) {
     moved = false;
     for (int k = 0; k < u->n; k++) {
       const Runs *const *s = &set[(size_t)k * MAXSETS];
-      int64_t at = base + u->rel[k] * stride, a = at;
+      int64_t at = base + member_at(u, k, stride, alt), a = at;
       for (bool again = true; again;) {
         again = false;
         for (int j = 0; j < nset[k]; j++) {
@@ -509,17 +494,22 @@ static int span_order(const void *a, const void *b) {
 }
 
 // Members' live ranges pairwise apart: they can share one place. By first
-// use, each range must start after every range before it ends.
-static bool apart(const MemPlan *m, const Unit *u) {
+// use, each range must start after every range before it ends. (parity 0 or 1: only the
+// members at even or odd rel; -1: all.)
+static bool apart(const MemPlan *m, const Unit *u, int parity) {
   Span *sp = malloc((size_t)u->n * sizeof *sp);
   IR_ASSERT(sp);
+  int n = 0;
   for (int k = 0; k < u->n; k++) {
-    sp[k] = (Span){FIRST(u->v[k]), LAST(u->v[k])};
-    IR_ASSERT(sp[k].first <= sp[k].last); // transient: made, then read
+    if (parity >= 0 && (u->rel[k] & 1) != parity)
+      continue;
+    sp[n] = (Span){FIRST(u->v[k]), LAST(u->v[k])};
+    IR_ASSERT(sp[n].first <= sp[n].last); // transient: made, then read
+    n++;
   }
-  qsort(sp, (size_t)u->n, sizeof *sp, span_order);
+  qsort(sp, (size_t)n, sizeof *sp, span_order);
   bool ok = true;
-  for (int k = 1, end = sp[0].last; k < u->n && ok; k++) {
+  for (int k = 1, end = n ? sp[0].last : 0; k < n && ok; k++) {
     ok = sp[k].first > end;
     end = sp[k].last > end ? sp[k].last : end;
   }
@@ -532,7 +522,8 @@ static bool apart(const MemPlan *m, const Unit *u) {
 // lowest, the first on a tie, of: the strides of the series placed before it
 // (a block's temporary can then go where another block's kept values will
 // be), 0 when its members live apart (a block's temporaries share one
-// buffer), and one member up or down, first the way the members come to
+// buffer), two buffers in turn when its even and its odd members do (stride 0, the odd ones
+// one member up or down), and one member up or down, first the way the members come to
 // life (the first born at the lowest address, as first-fit stacks single
 // buffers). Of the orders and tie rules tried, this one came closest to the
 // peak of live bytes on GPT-2 with and without data and tensor parallelism.
@@ -562,24 +553,29 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
         born = k;
     }
     int64_t dir = u->rel[born] != 0 ? -1 : 1;
-    int64_t cand[MAXSTRIDES + 3];
+    struct { int64_t stride, alt; } cand[MAXSTRIDES + 5];
     int ncand = 0;
     for (int c = 0; u->n > 1 && c < nstrides; c++)
-      cand[ncand++] = strides[c];
-    cand[ncand++] = 0;
-    if (u->n > 1)
-      cand[ncand++] = dir * size, cand[ncand++] = -dir * size;
+      cand[ncand].stride = strides[c], cand[ncand++].alt = 0;
+    cand[ncand].stride = 0, cand[ncand++].alt = 0;
+    for (int way = 1; u->halves && way >= -1; way -= 2)
+      cand[ncand].stride = 0, cand[ncand++].alt = way * dir * size;
+    for (int way = 1; u->n > 1 && way >= -1; way -= 2)
+      cand[ncand].stride = way * dir * size, cand[ncand++].alt = 0;
+    int64_t alt = 0;
     for (int c = 0; c < ncand; c++) {
-      int64_t sc = cand[c];
-      if ((sc == 0 && u->n > 1 && !u->apart) || (sc != 0 && llabs(sc) < size))
+      int64_t sc = cand[c].stride, ac = cand[c].alt;
+      if ((sc == 0 && ac == 0 && u->n > 1 && !u->apart) || (sc != 0 && llabs(sc) < size))
         continue;
-      int64_t lo = sc < 0 ? -relmax * sc : 0, hi = sc > 0 ? relmax * sc : 0;
+      int64_t lo = (sc < 0 ? -relmax * sc : 0) + (ac < 0 ? -ac : 0);
+      int64_t hi = (sc > 0 ? relmax * sc : 0) + (ac > 0 ? ac : 0);
       if (m->persistent_bytes + lo + hi + size >= top)
         continue;  // cannot beat the best so far even at the lowest base
-      int64_t b = u->bytes > 0 ? place(u, sc, set, nset, m->persistent_bytes + lo)
-                               : place_scan(m, u, sc, placed, nplaced, m->persistent_bytes + lo, &gs);
+      int64_t b = u->bytes > 0
+                      ? place(u, sc, ac, set, nset, m->persistent_bytes + lo)
+                      : place_scan(m, u, sc, ac, placed, nplaced, m->persistent_bytes + lo, &gs);
       if (b + hi + size < top)
-        top = b + hi + size, base = b, stride = sc;
+        top = b + hi + size, base = b, stride = sc, alt = ac;
     }
     bool seen = false;
     for (int c = 0; c < nstrides; c++)
@@ -587,7 +583,7 @@ static int64_t place_transient(MemPlan *m, Unit *units, int nu, IrValue **placed
     if (u->n > 1 && !seen && nstrides < MAXSTRIDES)
       strides[nstrides++] = stride;
     for (int k = 0; k < u->n; k++) {
-      OFF(u->v[k]) = base + u->rel[k] * stride;
+      OFF(u->v[k]) = base + member_at(u, k, stride, alt);
       placed[nplaced++] = u->v[k];
       placed_add(&pl, FIRST(u->v[k]), LAST(u->v[k]), OFF(u->v[k]), OFF(u->v[k]) + size);
     }
@@ -616,6 +612,99 @@ static MemPlan *memplan_new(int nvalues) {
   m->last_use = malloc(n * sizeof *m->last_use);
   IR_ASSERT(m->offset && m->bytes && m->first_use && m->last_use);
   return m;
+}
+
+// Places every value (the host region, the persistent region, then the transient units) and
+// returns the arena's end; a series with alone[s] set (alone NULL: none) is placed member by
+// member, as a value of no series.
+static int64_t place_all(const IrGraph *g, MemPlan *m, const SeriesSet *ss, IrValue *const *root,
+                         int last, const bool *alone) {
+  // Host region, then the arena's persistent region: in value order, a
+  // series at its first member, all of it, at a stride of one member.
+  int64_t at = 0, host_at = 0;
+  Unit *units = calloc((size_t)g->nvalues + 1, sizeof *units);
+  IrValue **placed = calloc((size_t)g->nvalues + 1, sizeof *placed);
+  IrValue **single = calloc((size_t)g->nvalues + 1, sizeof *single);
+  int *zero = calloc((size_t)g->nvalues + 1, sizeof *zero);
+  bool *done = calloc((size_t)ss->n + 1, sizeof *done);
+  IR_ASSERT(units && placed && single && zero && done);
+  int nu = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    IrValue *v = g->values[i];
+    int s = ss->ser[i];
+    Series *x = s >= 0 && !ss->s[s].bad && !(alone && alone[s]) ? &ss->s[s] : NULL;
+    if (root[v->id] || (x && done[s]))
+      continue;  // placed with its root, or with its series
+    if (x && (v->host || persistent(g, v))) {
+      int64_t *next = v->host ? &host_at : &at, stride = align_up(BYTES(v));
+      for (int k = 0; k < x->n; k++) {
+        IrValue *w = g->values[x->id[k]];
+        OFF(w) = *next + (ss->idx[w->id] - x->lo) * stride;
+        FIRST(w) = v->host ? 0 : FIRST(w);
+        LAST(w) = v->host ? last : LAST(w);
+      }
+      *next += (x->hi - x->lo + 1) * stride;
+      done[s] = true;
+    } else if (x) {
+      Unit *u = &units[nu++];
+      u->n = x->n;
+      u->v = malloc((size_t)x->n * sizeof *u->v);
+      u->rel = malloc((size_t)x->n * sizeof *u->rel);
+      IR_ASSERT(u->v && u->rel);
+      u->first = INT_MAX;
+      for (int k = 0; k < x->n; k++) {
+        u->v[k] = g->values[x->id[k]];
+        u->rel[k] = ss->idx[x->id[k]] - x->lo;
+        u->first = FIRST(u->v[k]) < u->first ? FIRST(u->v[k]) : u->first;
+      }
+      u->bytes = BYTES(v);
+      done[s] = true;
+    } else if (v->host) {
+      OFF(v) = host_at;
+      host_at += align_up(BYTES(v));
+      FIRST(v) = 0;
+      LAST(v) = last;
+    } else if (persistent(g, v)) {
+      OFF(v) = at;
+      at += align_up(BYTES(v));
+    } else {
+      single[v->id] = v;
+      units[nu++] = (Unit){.v = &single[v->id], .rel = zero, .n = 1, .bytes = BYTES(v),
+                                 .first = FIRST(v)};
+    }
+  }
+  m->persistent_bytes = at;
+  m->host_bytes = host_at;
+  // Transient region (place_transient): largest first.
+  for (int i = 0; i < nu; i++) {
+    units[i].apart = units[i].n > 1 && apart(m, &units[i], -1);
+    units[i].halves = units[i].n > 2 && !units[i].apart && apart(m, &units[i], 0) &&
+                      apart(m, &units[i], 1);
+  }
+  qsort(units, (size_t)nu, sizeof *units, unit_order);
+  int64_t end = place_transient(m, units, nu, placed);
+  for (int i = 0; i < nu; i++)
+    if (units[i].n > 1)   // a series (at least two members) owns its arrays
+      free(units[i].v), free(units[i].rel);
+  free(units), free(placed), free(single), free(zero), free(done);
+  return end;
+}
+
+// A series whose members are not apart but its even members are, and its odd ones (each lives
+// beside the next): the members take two buffers in turn.
+static bool series_turns(const IrGraph *g, const MemPlan *m, const SeriesSet *ss,
+                         const Series *x) {
+  if (x->bad || x->n < 3 || persistent(g, g->values[x->id[0]]) || g->values[x->id[0]]->host)
+    return false;
+  IrValue **v = malloc((size_t)x->n * sizeof *v);
+  int *rel = malloc((size_t)x->n * sizeof *rel);
+  IR_ASSERT(v && rel);
+  for (int k = 0; k < x->n; k++)
+    v[k] = g->values[x->id[k]], rel[k] = ss->idx[x->id[k]] - x->lo;
+  Unit u = {.v = v, .rel = rel, .n = x->n};
+  bool turns = !apart(m, &u, -1) && apart(m, &u, 0) && apart(m, &u, 1);
+  free(v), free(rel);
+  return turns;
 }
 
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
@@ -687,70 +776,29 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   SeriesSet ss = {0};
   series_build(&ss, g, root, rootoff);
   series_close(&ss, g, m);
-  // Host region, then the arena's persistent region: in value order, a
-  // series at its first member, all of it, at a stride of one member.
-  int64_t at = 0, host_at = 0;
-  Unit *units = calloc((size_t)g->nvalues + 1, sizeof *units);
-  IrValue **placed = calloc((size_t)g->nvalues + 1, sizeof *placed);
-  IrValue **single = calloc((size_t)g->nvalues + 1, sizeof *single);
-  int *zero = calloc((size_t)g->nvalues + 1, sizeof *zero);
-  bool *done = calloc((size_t)ss.n + 1, sizeof *done);
-  IR_ASSERT(units && placed && single && zero && done);
-  int nu = 0;
-  for (int i = 0; i < g->nvalues; i++) {
-    IrValue *v = g->values[i];
-    int s = ss.ser[i];
-    Series *x = s >= 0 && !ss.s[s].bad ? &ss.s[s] : NULL;
-    if (root[v->id] || (x && done[s]))
-      continue;  // placed with its root, or with its series
-    if (x && (v->host || persistent(g, v))) {
-      int64_t *next = v->host ? &host_at : &at, stride = align_up(BYTES(v));
-      for (int k = 0; k < x->n; k++) {
-        IrValue *w = g->values[x->id[k]];
-        OFF(w) = *next + (ss.idx[w->id] - x->lo) * stride;
-        FIRST(w) = v->host ? 0 : FIRST(w);
-        LAST(w) = v->host ? last : LAST(w);
-      }
-      *next += (x->hi - x->lo + 1) * stride;
-      done[s] = true;
-    } else if (x) {
-      Unit *u = &units[nu++];
-      u->n = x->n;
-      u->v = malloc((size_t)x->n * sizeof *u->v);
-      u->rel = malloc((size_t)x->n * sizeof *u->rel);
-      IR_ASSERT(u->v && u->rel);
-      u->first = INT_MAX;
-      for (int k = 0; k < x->n; k++) {
-        u->v[k] = g->values[x->id[k]];
-        u->rel[k] = ss.idx[x->id[k]] - x->lo;
-        u->first = FIRST(u->v[k]) < u->first ? FIRST(u->v[k]) : u->first;
-      }
-      u->bytes = BYTES(v);
-      done[s] = true;
-    } else if (v->host) {
-      OFF(v) = host_at;
-      host_at += align_up(BYTES(v));
-      FIRST(v) = 0;
-      LAST(v) = last;
-    } else if (persistent(g, v)) {
-      OFF(v) = at;
-      at += align_up(BYTES(v));
+  // Series whose members take two buffers in turn keep their loops so; first-fit may pack
+  // those members tighter one by one (their loops then unroll). Both are tried, and the
+  // smaller arena kept (on a tie, the loops).
+  bool *alone = calloc((size_t)ss.n + 1, sizeof *alone), turns = false;
+  IR_ASSERT(alone);
+  for (int s = 0; s < ss.n; s++)
+    turns |= alone[s] = series_turns(g, m, &ss, &ss.s[s]);
+  int64_t end = place_all(g, m, &ss, root, last, NULL);
+  if (turns) {
+    int64_t *off = malloc(((size_t)g->nvalues + 1) * sizeof *off);
+    IR_ASSERT(off);
+    memcpy(off, m->offset, (size_t)g->nvalues * sizeof *off);
+    int64_t persistent_bytes = m->persistent_bytes, host_bytes = m->host_bytes;
+    int64_t apart_end = place_all(g, m, &ss, root, last, alone);
+    if (apart_end < end) {
+      end = apart_end;
     } else {
-      single[v->id] = v;
-      units[nu++] = (Unit){.v = &single[v->id], .rel = zero, .n = 1, .bytes = BYTES(v),
-                                 .first = FIRST(v)};
+      memcpy(m->offset, off, (size_t)g->nvalues * sizeof *off);
+      m->persistent_bytes = persistent_bytes, m->host_bytes = host_bytes;
     }
+    free(off);
   }
-  m->persistent_bytes = at;
-  m->host_bytes = host_at;
-  // Transient region (place_transient): largest first.
-  for (int i = 0; i < nu; i++)
-    units[i].apart = units[i].n > 1 && apart(m, &units[i]);
-  qsort(units, (size_t)nu, sizeof *units, unit_order);
-  int64_t end = place_transient(m, units, nu, placed);
-  for (int i = 0; i < nu; i++)
-    if (units[i].n > 1)   // a series (at least two members) owns its arrays
-      free(units[i].v), free(units[i].rel);
+  free(alone);
   m->arena_bytes = end;
   for (int i = 0; i < g->nvalues; i++)
     if (root[i])
@@ -785,7 +833,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
       f = sym_add(&g->arena, f, ir_nbytes(g, v));
   }
   m->peak_formula = f;
-  free(units), free(placed), free(single), free(zero), free(done), free(root), free(rootoff);
+  free(root), free(rootoff);
   series_free(&ss);
   return 0;
 }

@@ -6,7 +6,10 @@
 #     compute between the start and the wait (the copy runs beside it);
 #   - --offload-grads with 2 micro-batches: each layer's gradient bucket waits in the next
 #     block's backward (the block before it), and the host's sum of it comes right after;
-#   - both programs keep their loops over the layers (the emitted model.c).
+#   - with 5 layers both programs keep their loops over the layers (the emitted model.c; the
+#     gradient buckets in flight in two buffers taken in turn) and train as the program
+#     without offload or swap (with the same micro-batches): 5 AdamW losses to 1e-5, the
+#     weights to 1e-4.
 # That the places are right (nothing reads a copy's output or writes its input before its
 # wait) is what every offload and swap test against one rank checks: the CPU build makes each
 # copy at its wait.
@@ -66,13 +69,26 @@ summed=$(awk '/^  copy_wait\(/ { w = 1; next } w && /^  accumulate\(%grads\.host
   END { print n + 0 }' "$out/grads.ir")
 [ "$summed" = 4 ] || { echo "FAIL: want the host's 4 sums right after their waits, $summed"; ok=1; }
 
-for run in "swap|--swap all" "grads|--offload-grads --micro-batches 2"; do
-  name=${run%%|*}
+# 5 layers: the loops run 4 and 5 blocks (backward's gradient buckets in two buffers taken in
+# turn), and each program trains as its reference without offload or swap does (RUN|FLAGS|REF)
+. "$here/lib.sh"
+export OMP_NUM_THREADS=1
+check="/usr/bin/python3 $here/../tools/parity_check.py"
+for run in "none||" "swap|--swap all|none" "micro|-D B=2 --micro-batches 2|" \
+           "grads|--offload-grads -D B=2 --micro-batches 2|micro"; do
+  IFS='|' read -r name flags ref <<< "$run"
   # shellcheck disable=SC2086
-  "$mtc" compile "$model" "${dims[@]}" -D L=5 ${run#*|} -o "$out/$name" > /dev/null
+  build_program "$mtc" "$model" "$out/$name" "$out/$name.log" "${dims[@]}" -D L=5 $flags
+  "$out/$name/train" --optimizer adamw --seed 7 --steps 5 --save "$out/$name.safetensors" \
+    > "$out/$name.train.log"
+  [ -z "$ref" ] && continue
   loops=$(grep -c "one loop" "$out/$name/model.c" || true)
-  echo "$name: $loops loops over the layers"
-  [ "$loops" -ge 2 ] || { echo "FAIL: $name lost its loops over the layers"; ok=1; }
+  turns=$(grep -c "(l & 1) \*" "$out/$name/model.c" || true)
+  echo "$name: $loops loops over the layers, $turns calls on buffers taken in turn"
+  [ "$loops" -ge 3 ] || { echo "FAIL: $name lost a loop over the layers"; ok=1; }
+  $check logs "$out/$ref.train.log" "$out/$name.train.log" --tol 1e-5 | tail -1 || ok=1
+  $check grads "$out/$ref.safetensors" "$out/$name.safetensors" --tol 1e-4 | tail -1 || ok=1
 done
+[ "$turns" -gt 0 ] || { echo "FAIL: the gradient buckets should take two buffers in turn"; ok=1; }
 [ $ok = 0 ] && echo "copies: ok"
 exit $ok
