@@ -21,6 +21,12 @@
 //     come back as its backward starts, those read last while it runs), its wait right before
 //     the first read.
 //
+// ZeRO-3's gathers start a block ahead: a block's unshard and all-gather (from host memory too,
+// with parameter offload) move to the start of the stretch of their phase before their own, so
+// that the all-gather runs while the block before computes; its comm_wait stays before the
+// first read. Two blocks' gathered parameters are then on the device at once, as the planner
+// prices ZeRO-3 (double-buffered).
+//
 // A wait of a to_host whose output the host reads (not swap's, which only comes back) makes a
 // GPU's host wait for the copy; any other wait, only the kernels after it.
 //
@@ -143,13 +149,35 @@ static int by_place(const void *a, const void *b) {
   return x->seq - y->seq;
 }
 
+// ZeRO-3's gather at i: an unshard into a gathered bucket and the all-gather of it right after.
+static bool is_gather(const Sched *s, int i) {
+  const IrNode *u = s->node[i];
+  return u->op == OP_UNSHARD && i + 1 < s->n && s->node[i + 1]->op == OP_ALL_GATHER &&
+         s->node[i + 1]->in[0] == u->out[0];
+}
+
+// Where the gather at i can start: with the stretch of its phase before its own (nothing
+// there touching what it reads or makes), or where it is.
+static int gather_start(const Sched *s, int i) {
+  int own = stretch_start(s, i);
+  if (own == 0 || s->node[own - 1]->phase != s->node[i]->phase)
+    return i;
+  int at = stretch_start(s, own - 1);
+  const IrNode *u = s->node[i];
+  for (int j = at; j < i; j++)
+    for (int k = 0; k < u->nin + u->nout; k++)
+      if (touches(s->node[j], k < u->nin ? u->in[k] : u->out[k - u->nin]))
+        return i;
+  return at;
+}
+
 int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
-  int n = g->nnodes, ncopies = 0;
+  int n = g->nnodes, ncopies = 0, ngathers = 0;
   for (int i = 0; i < n; i++)
-    ncopies += is_copy(g->nodes[i]);
+    ncopies += is_copy(g->nodes[i]), ngathers += g->nodes[i]->op == OP_UNSHARD;
   *changed = false;
-  if (!ncopies)
+  if (!ncopies && !ngathers)
     return 0;
   Place *place = malloc(((size_t)n + (size_t)ncopies + 1) * sizeof *place);
   Sched S = {malloc(((size_t)n + 1) * sizeof *S.node), n};
@@ -160,6 +188,12 @@ int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed) {
     place[np++] = (Place){S.node[i], i, 3, i};
   for (int i = 0; i < n; i++) {
     IrNode *c = S.node[i];
+    if (is_gather(&S, i)) {   // a block ahead: the unshard and the all-gather
+      int at = gather_start(&S, i);
+      place[i] = (Place){c, at, 2, i};
+      place[i + 1] = (Place){S.node[i + 1], at, 2, i + 1};
+      *changed |= at < i;
+    }
     if (!is_copy(c))
       continue;
     ir_set_int(g, c, "slot", slot);
@@ -197,13 +231,21 @@ int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed) {
     g->nodes[i]->id = i;
   }
   g->nnodes = np;
-  // a moved host node joins the stretch its wait ends (its own is right before it)
+  // a moved host node joins the stretch its wait ends (its own is right before it), a moved
+  // start the one it starts
   for (int i = 0; i < np; i++)
-    if (place[i].rank == 1)
+    if (place[i].rank == 1) {
       place[i].n->block = place[i - 1].n->block, place[i].n->use = place[i - 1].n->use;
+    } else if (place[i].rank == 2) {
+      int next = i + 1;
+      while (next < np && place[next].rank == 2)
+        next++;
+      if (next < np && place[next].n->phase == place[i].n->phase)
+        place[i].n->block = place[next].n->block, place[i].n->use = place[next].n->use;
+    }
   free(place), free(S.node);
   g->cur_phase = PHASE_FORWARD;
   ir_set_block(g, NULL);
-  *changed = true;
+  *changed |= ncopies > 0;
   return 0;
 }
