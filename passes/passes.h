@@ -175,7 +175,7 @@ int pass_frozen(const IrGraph *g, char *names, size_t cap, int64_t *elems);
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed);       // swapped layers' activations to host
-int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed);     // device-host copies: slots, waits
+int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed);     // copies, gathers beside compute
 // The highest block id of a forward node: the number of repeated layers (IR blocks 1..L).
 int pass_count_layers(const IrGraph *g);
 int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed);    // liveness + arena offsets

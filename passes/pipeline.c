@@ -16,7 +16,7 @@ const Pass pass_pipeline[] = {
     {"recompute", pass_recompute}, // checkpointed layers recomputed in backward (none unless asked)
     {"lower", pass_lower},         // a parallel plan: buckets, collectives (none without one)
     {"swap", pass_swap},           // swapped layers' activations to host memory and back
-    {"copies", pass_copies},       // device-host copies beside the compute: slots and waits
+    {"copies", pass_copies},       // copies and ZeRO-3 gathers beside the compute: slots, waits
     {"memplan", pass_memplan},     // liveness and the static memory plan
     {NULL, NULL},
 };
