@@ -65,6 +65,9 @@ cases() {
   echo "gpt2_dsl_bf16_offload50_params|examples/gpt2.mtc|gpt2_dsl"
   # bf16 gradients (_grads16: --grad-precision bf16): the updates and the norm reading them
   echo "gpt2_dsl_bf16_grads16|examples/gpt2.mtc|gpt2_dsl"
+  # activation swap (_swap: every layer's activations to host memory and back on the copy
+  # stream, each waited for where passes/copies.c puts it)
+  echo "gpt2_dsl_swap|examples/gpt2.mtc|gpt2_dsl"
 }
 
 # precision_of NAME: the precision a case compiles in; flags_of NAME: its layout's flags
@@ -75,6 +78,7 @@ flags_of() {
     *_offload_params) echo --offload-params ;;
     *_offload50_params) echo --offload 0.5 --offload-params ;;
     *_grads16) echo --grad-precision bf16 ;;
+    *_swap) echo --swap all ;;
   esac
 }
 
