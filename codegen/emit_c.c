@@ -351,6 +351,10 @@ typedef struct Move {
   int64_t step, alt;
 } Move;
 
+// The move of something that goes `one` from the base's block to the next and `two` to the one
+// after: a step, and what the next block has more (alt, nonzero in two buffers taken in turn).
+static Move move_of(int64_t one, int64_t two) { return (Move){two / 2, one - two / 2}; }
+
 static Move arg_move(Emit *e, const CgArg *a, const CgArg *next, const CgArg *next2);
 
 // The rank whose part of a bucket an argument is: along dp, over every rank, or over a sub
@@ -565,7 +569,7 @@ static Move arg_move(Emit *e, const CgArg *a, const CgArg *next, const CgArg *ne
   if (!next2)
     return (Move){one, 0};
   IR_ASSERT(arg_delta(e->m, a, next2, &two));
-  return (Move){two / 2, one - two / 2};
+  return move_of(one, two);
 }
 
 static const IrNode *stretch_node(const IrGraph *g, const PassRun *r, int j, int i) {
@@ -594,7 +598,7 @@ static bool calls_match(Emit *e, const CgCall *x, const CgCall *y, int nc, Move 
       } else if (blocks == 2) {
         if (delta % 2 || (delta != 2 * m->step && x[c].args[a].kind != CG_BUF))
           return false;
-        *m = (Move){delta / 2, m->step - delta / 2};
+        *m = move_of(m->step, delta);
       } else if (delta != m->step * blocks + (blocks & 1) * m->alt) {
         return false;
       }
@@ -656,8 +660,9 @@ static void plan_loops(Emit *e, IrDiag *d) {
       int64_t one = e->m->offset[w->id] - e->m->offset[v->id], two = 2 * one;
       if (L->other2 >= 0)
         two = e->m->offset[pass_run_value(g, run, L->other2, p)->id] - e->m->offset[v->id];
-      e->stride[v->id] = two / 2;
-      e->alt[v->id] = one - two / 2;
+      Move mv = move_of(one, two);
+      e->stride[v->id] = mv.step;
+      e->alt[v->id] = mv.alt;
       e->layers[v->id] = run->count;
       for (int j = 0; j < run->count; j++)
         if (j != L->base)
@@ -1713,7 +1718,7 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
     return -1;
   static const char *const runtime_files[] = {
       "kernels.h", "kernels.def", "kernels_kinds.h", "dtypes.def", "bf16.h", "cpu_variants.h", "cpu_variant.h",
-      "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "exp_cpu.h", "scan_cpu.h", "coalesce.h", "pool.h", "host.c", "dist_cpu.c",
+      "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "exp_cpu.h", "scan_cpu.h", "coalesce.h", "copy_slots.h", "pool.h", "host.c", "dist_cpu.c",
       "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "shard.h", "parts.h", "schedule.h", "schedule.c", "profile.h", "profile.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};

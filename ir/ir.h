@@ -350,6 +350,10 @@ IrValue *ir_param(IrGraph *g, const char *name, int rank, const Sym *const *shap
 // output shape the op cannot infer (reshape, broadcast, sum_to, fill,
 // embedding_bwd), then call ir_infer.
 IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
+// Value k of n's inputs then outputs (k < n->nin + n->nout).
+static inline IrValue *ir_node_value(const IrNode *n, int k) {
+  return k < n->nin ? n->in[k] : n->out[k - n->nin];
+}
 // The number of blocks: the largest block id of a node, plus 1 (1 for no nodes).
 int ir_nblocks(const IrGraph *g);
 // The value v is a view of (through reshape, transpose, slice and broadcast), or v.

@@ -66,7 +66,7 @@ static bool overlap(const IrValue *a, const IrValue *b) {
 
 static bool touches(const IrNode *n, IrValue *x) {
   for (int k = 0; k < n->nin + n->nout; k++)
-    if (overlap(k < n->nin ? n->in[k] : n->out[k - n->nin], x))
+    if (overlap(ir_node_value(n, k), x))
       return true;
   return false;
 }
@@ -105,7 +105,7 @@ static int conflict(const Sched *s, const IrNode *c, int from, int to, int skip)
 
 static bool on_host_alone(const IrNode *n) {
   for (int k = 0; k < n->nin + n->nout; k++)
-    if (!(k < n->nin ? n->in[k] : n->out[k - n->nin])->host)
+    if (!ir_node_value(n, k)->host)
       return false;
   return n->nin + n->nout > 0;
 }
@@ -114,7 +114,7 @@ static bool on_host_alone(const IrNode *n) {
 static int next_touch(const Sched *s, const IrNode *n, int from, int to) {
   for (int j = from + 1; j < to; j++)
     for (int k = 0; k < n->nin + n->nout; k++)
-      if (touches(s->node[j], k < n->nin ? n->in[k] : n->out[k - n->nin]))
+      if (touches(s->node[j], ir_node_value(n, k)))
         return j;
   return to;
 }
@@ -166,7 +166,7 @@ static int gather_start(const Sched *s, int i) {
   const IrNode *u = s->node[i];
   for (int j = at; j < i; j++)
     for (int k = 0; k < u->nin + u->nout; k++)
-      if (touches(s->node[j], k < u->nin ? u->in[k] : u->out[k - u->nin]))
+      if (touches(s->node[j], ir_node_value(u, k)))
         return i;
   return at;
 }

@@ -615,10 +615,10 @@ static MemPlan *memplan_new(int nvalues) {
 }
 
 // Places every value (the host region, the persistent region, then the transient units) and
-// returns the arena's end; a series with alone[s] set (alone NULL: none) is placed member by
-// member, as a value of no series.
+// returns the arena's end. A series with turns[s] set (series_turns) takes two buffers in turn,
+// or with one_by_one, is placed member by member, as values of no series.
 static int64_t place_all(const IrGraph *g, MemPlan *m, const SeriesSet *ss, IrValue *const *root,
-                         int last, const bool *alone) {
+                         int last, const bool *turns, bool one_by_one) {
   // Host region, then the arena's persistent region: in value order, a
   // series at its first member, all of it, at a stride of one member.
   int64_t at = 0, host_at = 0;
@@ -632,7 +632,7 @@ static int64_t place_all(const IrGraph *g, MemPlan *m, const SeriesSet *ss, IrVa
   for (int i = 0; i < g->nvalues; i++) {
     IrValue *v = g->values[i];
     int s = ss->ser[i];
-    Series *x = s >= 0 && !ss->s[s].bad && !(alone && alone[s]) ? &ss->s[s] : NULL;
+    Series *x = s >= 0 && !ss->s[s].bad && !(one_by_one && turns[s]) ? &ss->s[s] : NULL;
     if (root[v->id] || (x && done[s]))
       continue;  // placed with its root, or with its series
     if (x && (v->host || persistent(g, v))) {
@@ -658,6 +658,7 @@ static int64_t place_all(const IrGraph *g, MemPlan *m, const SeriesSet *ss, IrVa
         u->first = FIRST(u->v[k]) < u->first ? FIRST(u->v[k]) : u->first;
       }
       u->bytes = BYTES(v);
+      u->halves = turns[s];
       done[s] = true;
     } else if (v->host) {
       OFF(v) = host_at;
@@ -676,11 +677,8 @@ static int64_t place_all(const IrGraph *g, MemPlan *m, const SeriesSet *ss, IrVa
   m->persistent_bytes = at;
   m->host_bytes = host_at;
   // Transient region (place_transient): largest first.
-  for (int i = 0; i < nu; i++) {
+  for (int i = 0; i < nu; i++)
     units[i].apart = units[i].n > 1 && apart(m, &units[i], -1);
-    units[i].halves = units[i].n > 2 && !units[i].apart && apart(m, &units[i], 0) &&
-                      apart(m, &units[i], 1);
-  }
   qsort(units, (size_t)nu, sizeof *units, unit_order);
   int64_t end = place_transient(m, units, nu, placed);
   for (int i = 0; i < nu; i++)
@@ -781,17 +779,17 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
   // kept unless writing the blocks out saves more than 1/32 of the arena (a loop is a
   // fraction of the code to compile and read: GPT-2 124M's model.c at dp 2 with ZeRO-3 is
   // 1,459 lines with its loops and 3,608 without, for 1.6% more arena).
-  bool *alone = calloc((size_t)ss.n + 1, sizeof *alone), turns = false;
-  IR_ASSERT(alone);
+  bool *turns = calloc((size_t)ss.n + 1, sizeof *turns), any = false;
+  IR_ASSERT(turns);
   for (int s = 0; s < ss.n; s++)
-    turns |= alone[s] = series_turns(g, m, &ss, &ss.s[s]);
-  int64_t end = place_all(g, m, &ss, root, last, NULL);
-  if (turns) {
+    any |= turns[s] = series_turns(g, m, &ss, &ss.s[s]);
+  int64_t end = place_all(g, m, &ss, root, last, turns, false);
+  if (any) {
     int64_t *off = malloc(((size_t)g->nvalues + 1) * sizeof *off);
     IR_ASSERT(off);
     memcpy(off, m->offset, (size_t)g->nvalues * sizeof *off);
     int64_t persistent_bytes = m->persistent_bytes, host_bytes = m->host_bytes;
-    int64_t apart_end = place_all(g, m, &ss, root, last, alone);
+    int64_t apart_end = place_all(g, m, &ss, root, last, turns, true);
     if (apart_end < end - end / 32) {
       end = apart_end;
     } else {
@@ -800,7 +798,7 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     }
     free(off);
   }
-  free(alone);
+  free(turns);
   m->arena_bytes = end;
   for (int i = 0; i < g->nvalues; i++)
     if (root[i])

@@ -22,6 +22,7 @@
 #include "exp_cpu.h"
 #include "scan_cpu.h"
 #include "coalesce.h"
+#include "copy_slots.h"
 #include "dist.h"
 #include "kernels.h"
 #include "pool.h"
@@ -1566,53 +1567,24 @@ void rt_cpu_free(float *p) {
 // allows the GPU's copy stream to make it. A read of what it writes before the wait sees the
 // old bytes, and a write of what it reads before the wait is copied: either shows in the numbers.
 
-typedef struct CopySlot {
-  void *dst;
-  const void *src;
-  size_t bytes;
-  bool pending;
-} CopySlot;
-
-static CopySlot *copy_slots;
-static int ncopy_slots;
-
-_Noreturn static void copy_fail(const char *what, int slot) {
-  fflush(stdout);
-  fprintf(stderr, "train: error: internal: %s copy slot %d\n", what, slot);
-  exit(1);
-}
+static rt_copy_slots copy_slots;
 
 static void copy_start(int slot, void *dst, const void *src, size_t bytes) {
   if (slot < 0) {
     memcpy(dst, src, bytes);
     return;
   }
-  if (slot >= ncopy_slots) {
-    int n = slot + 1 > 2 * ncopy_slots ? slot + 1 : 2 * ncopy_slots;
-    CopySlot *grown = realloc(copy_slots, (size_t)n * sizeof *grown);
-    if (!grown) copy_fail("out of memory for", slot);
-    memset(grown + ncopy_slots, 0, (size_t)(n - ncopy_slots) * sizeof *grown);
-    copy_slots = grown, ncopy_slots = n;
-  }
-  CopySlot *c = &copy_slots[slot];
-  if (c->pending) copy_fail("a copy started again before its wait on", slot);
-  *c = (CopySlot){dst, src, bytes, true};
+  rt_copy_slot *c = rt_copy_slot_start(&copy_slots, slot);
+  c->dst = dst, c->src = src, c->bytes = bytes;
 }
 
 void rt_copy_wait(int slot, int host) {
   (void)host;  // (the host is the device)
-  if (slot < 0 || slot >= ncopy_slots || !copy_slots[slot].pending)
-    copy_fail("a wait for no copy started on", slot);
-  CopySlot *c = &copy_slots[slot];
+  rt_copy_slot *c = rt_copy_slot_wait(&copy_slots, slot);
   memcpy(c->dst, c->src, c->bytes);
-  c->pending = false;
 }
 
-int rt_copies_pending(void) {
-  int n = 0;
-  for (int i = 0; i < ncopy_slots; i++) n += copy_slots[i].pending;
-  return n;
-}
+int rt_copies_pending(void) { return rt_copy_slots_pending(&copy_slots); }
 
 #define RT_TEMPLATE "kernels_cpu_t.h"
 #include "cpu_variants.h"

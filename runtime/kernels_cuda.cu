@@ -55,6 +55,7 @@
 #endif
 
 #include "coalesce.h"
+#include "copy_slots.h"
 #include "cuda_common.h"
 #include "pool.h"
 extern "C" {
@@ -2074,20 +2075,9 @@ RT_CUDA_KT(find_nonfinite, (int *at, const T *x, long n), (at, dev(x), n))
 // for it, and where the host reads what came (host), the host too. A copy's host source is not
 // written again before the step's end waits for the device (train.c).
 
-struct CopySlot {
-  cudaEvent_t done;
-  bool pending;
-};
+static rt_copy_slots copy_slots;
 static cudaStream_t copy_stream;
 static cudaEvent_t kernels_before_copy;  // reused: each record is queued before the next
-static CopySlot *copy_slots;
-static int ncopy_slots;
-
-static void copy_fail(const char *what, int slot) {
-  fflush(stdout);
-  fprintf(stderr, "train: error: internal: %s copy slot %d\n", what, slot);
-  exit(1);
-}
 
 static void copy_start(int slot, void *dst, const void *src, size_t bytes,
                        cudaMemcpyKind kind) {
@@ -2097,41 +2087,29 @@ static void copy_start(int slot, void *dst, const void *src, size_t bytes,
     cudaCheck(cudaStreamSynchronize(rt_cuda_stream));
     return;
   }
-  if (slot >= ncopy_slots) {
-    int n = slot + 1 > 2 * ncopy_slots ? slot + 1 : 2 * ncopy_slots;
-    CopySlot *grown = (CopySlot *)realloc(copy_slots, (size_t)n * sizeof *grown);
-    if (!grown) copy_fail("out of memory for", slot);
-    memset(grown + ncopy_slots, 0, (size_t)(n - ncopy_slots) * sizeof *grown);
-    copy_slots = grown, ncopy_slots = n;
-  }
-  CopySlot *c = &copy_slots[slot];
-  if (c->pending) copy_fail("a copy started again before its wait on", slot);
+  rt_copy_slot *c = rt_copy_slot_start(&copy_slots, slot);
   if (!copy_stream) {
     cudaCheck(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&kernels_before_copy, cudaEventDisableTiming));
   }
-  if (!c->done) cudaCheck(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+  cudaEvent_t done = (cudaEvent_t)c->event;
+  if (!done) {
+    cudaCheck(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    c->event = done;
+  }
   cudaCheck(cudaEventRecord(kernels_before_copy, rt_cuda_stream));
   cudaCheck(cudaStreamWaitEvent(copy_stream, kernels_before_copy, 0));
   if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream));
-  cudaCheck(cudaEventRecord(c->done, copy_stream));
-  c->pending = true;
+  cudaCheck(cudaEventRecord(done, copy_stream));
 }
 
 extern "C" void rt_copy_wait(int slot, int host) {
-  if (slot < 0 || slot >= ncopy_slots || !copy_slots[slot].pending)
-    copy_fail("a wait for no copy started on", slot);
-  CopySlot *c = &copy_slots[slot];
-  cudaCheck(cudaStreamWaitEvent(rt_cuda_stream, c->done, 0));
-  if (host) cudaCheck(cudaEventSynchronize(c->done));
-  c->pending = false;
+  cudaEvent_t done = (cudaEvent_t)rt_copy_slot_wait(&copy_slots, slot)->event;
+  cudaCheck(cudaStreamWaitEvent(rt_cuda_stream, done, 0));
+  if (host) cudaCheck(cudaEventSynchronize(done));
 }
 
-extern "C" int rt_copies_pending(void) {
-  int n = 0;
-  for (int i = 0; i < ncopy_slots; i++) n += copy_slots[i].pending;
-  return n;
-}
+extern "C" int rt_copies_pending(void) { return rt_copy_slots_pending(&copy_slots); }
 
 template <typename T>
 static void to_host(T *host, const T *x, long n, int slot) {

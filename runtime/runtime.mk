@@ -14,7 +14,7 @@ RT_COMM_NCCL = runtime/comm_nccl.c
 RT_CPU_SRC = runtime/kernels_cpu.c runtime/dist_cpu.c runtime/device_cpu.c
 RT_HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/dtypes.def \
   runtime/bf16.h runtime/cpu_variants.h runtime/cpu_variant.h runtime/kernels_cpu_t.h \
-  runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/exp_cpu.h runtime/scan_cpu.h runtime/coalesce.h runtime/pool.h \
+  runtime/dist_cpu_t.h runtime/adamw_cpu.h runtime/exp_cpu.h runtime/scan_cpu.h runtime/coalesce.h runtime/copy_slots.h runtime/pool.h \
   runtime/model_api.h runtime/rng.h runtime/safetensors.h runtime/schedule.h runtime/log.h \
   runtime/profile.h runtime/shard.h runtime/parts.h runtime/tokenizer.h runtime/data.h \
   runtime/checkpoint.h runtime/comm.h \

@@ -1709,9 +1709,6 @@ static void open_data(rt_data *d, const char *flag, const char *spec, const char
 // ---------------------------------------------------------------------------
 // steps
 
-// Forward (training: and backward) over this rank's micro-batches of the
-// global batch in `global`: the global batch's mean loss, the same on every
-// rank. Every loss of mtc is a mean over the batch, so each micro-batch's
 // Every copy between device and host memory that a phase starts, it finishes (the compiler places
 // each copy's wait: passes/copies.c).
 static void copies_done(const char *phase) {
@@ -1720,6 +1717,9 @@ static void copies_done(const char *phase) {
               n == 1 ? "y" : "ies");
 }
 
+// Forward (training: and backward) over this rank's micro-batches of the
+// global batch in `global`: the global batch's mean loss, the same on every
+// rank. Every loss of mtc is a mean over the batch, so each micro-batch's
 // weighs its rows' share of the step's in it, 1 / micro_total() when the sizes are equal (the
 // lowering scales the gradients alike).
 static double run_batch(char *arena, char *stage, bool train) {
