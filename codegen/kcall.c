@@ -512,14 +512,17 @@ static void lower_rmsnorm_bwd(Lower *L, const IrNode *n) {
 }
 
 // Row-wise ops over the last dim: k(out, in..., rows, last).
-static void rowwise(Lower *L, const IrNode *n, CgKernel k) {
+static CgCall *rowwise(Lower *L, const IrNode *n, CgKernel k) {
   CgCall *c = call(L, k);
   buf(c, n->out[0]);
   for (int i = 0; i < n->nin; i++)
     buf(c, n->in[i]);
   num(c, rows(L, n->in[0])), num(c, last(n->in[0]));
+  return c;
 }
-static void lower_softmax(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_fwd); }
+static void lower_softmax(Lower *L, const IrNode *n) {
+  numk(L, rowwise(L, n, CG_K_softmax_fwd), ir_attr_i(n, "causal"));
+}
 static void lower_softmax_bwd(Lower *L, const IrNode *n) { rowwise(L, n, CG_K_softmax_bwd); }
 
 // q [..., T, HS], k and v [..., TK, HS]; the leading dims are batch x heads.

@@ -481,8 +481,16 @@ static int shape_scale(IrGraph *g, IrNode *n, IrDiag *d) {
 }
 static int shape_gelu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
 static int shape_relu(IrGraph *g, IrNode *n, IrDiag *d) { return shape_unary(g, n, d); }
+// softmax over the last dim; causal: over square matrices [.., T, T]
 static int shape_softmax(IrGraph *g, IrNode *n, IrDiag *d) {
-  return need_rank(g, n, 0, 1, d) ? -1 : shape_unary(g, n, d);
+  const IrValue *x = n->in[0];
+  if (need_rank(g, n, 0, 1, d))
+    return -1;
+  if (n->op == OP_SOFTMAX && ir_attr_i(n, "causal") &&
+      (x->rank < 2 || !sym_eq(x->shape[x->rank - 2], x->shape[x->rank - 1])))
+    return ir_error(d, n->loc, "a causal softmax needs scores [.., T, T] (as many rows as "
+                    "columns), not %s", ir_shape_str(g, x));
+  return shape_unary(g, n, d);
 }
 
 // (dy, x) -> dx, all the same shape.

@@ -1026,9 +1026,14 @@ static int shard_rmsnorm_bwd(ShardOp *op) {
   return 0;
 }
 
+// Over the last dim, whole; a causal softmax reads a row's place in its matrix [.., T, T], so its
+// rows' dim whole too.
 static int shard_softmax(ShardOp *op) {
+  int last = op->n->in[0]->rank - 1;
   need_complete(op, 0);
-  need_whole_dim(op, 0, op->n->in[0]->rank - 1);
+  need_whole_dim(op, 0, last);
+  if (op->n->op == OP_SOFTMAX && ir_attr_i(op->n, "causal"))
+    need_whole_dim(op, 0, last - 1);
   op->out[0] = op->in[0];
   return 0;
 }

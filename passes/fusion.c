@@ -885,13 +885,14 @@ static bool fuse_attention(Fuser *F, IrNode *n) {
   }
   if (m.bias)
     in[nin++] = m.bias;
+  int causal = m.causal || ir_attr_i(sm, "causal");  // a causal mask, or the softmax's own
   if (heads) {  // attention in the heads' view, its output viewed back as n's
     IrNode *at = insert_outs(F, n->id, OP_ATTENTION, in, nin, 2);
-    ir_set_int(F->g, at, "causal", m.causal);
+    ir_set_int(F->g, at, "causal", causal);
     return check(F, at) && check(F, replace(F, n, OP_RESHAPE, &at->out[0], 1));
   }
   IrNode *at = replace_outs(F, n, OP_ATTENTION, in, nin, 2);  // and a fresh log-sum-exp
-  ir_set_int(F->g, at, "causal", m.causal);
+  ir_set_int(F->g, at, "causal", causal);
   return check(F, at);
 }
 
@@ -904,6 +905,8 @@ static bool fuse_cross_entropy(Fuser *F, IrNode *n) {
     return false;
   IrNode *ls = made_by(n->in[0], OP_LOG_SOFTMAX), *lg = made_by(n->in[0], OP_LOG);
   IrNode *sm = lg ? made_by(lg->in[0], OP_SOFTMAX) : NULL;
+  if (sm && ir_attr_i(sm, "causal"))
+    sm = NULL;
   IrValue *x = ls ? ls->in[0] : sm ? sm->in[0] : NULL;
   if (!x)
     return false;

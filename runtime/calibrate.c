@@ -220,7 +220,7 @@ static void k_rmsnorm(Bufs *b, long n) { rt_rmsnorm_fwd(b->y, b->x, b->w, n / RO
 static void k_rmsnorm_bwd(Bufs *b, long n) {
   rt_rmsnorm_bwd(b->z, b->dw, b->y, b->x, b->w, n / ROW, ROW, 1e-5f);
 }
-static void k_softmax(Bufs *b, long n) { rt_softmax_fwd(b->y, b->x, n / ROW, ROW); }
+static void k_softmax(Bufs *b, long n) { rt_softmax_fwd(b->y, b->x, n / ROW, ROW, 0); }
 static void k_softmax_bwd(Bufs *b, long n) { rt_softmax_bwd(b->z, b->y, b->x, n / ROW, ROW); }
 static void k_xent(Bufs *b, long n) {
   rt_crossentropy_fwd(b->loss, b->x, b->targets, n / ROW, ROW, ROW, -100);

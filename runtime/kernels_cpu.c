@@ -811,16 +811,19 @@ static void norm_bwd(float *dx, float *dw, float *db, const float *dy, const flo
 
 
 
-// y = softmax over each row of x (n, c), max subtracted for stability
-static void softmax_fwd_f32(float *y, const float *x, long n, long c) {
+// y = softmax over each row of x (n, c), max subtracted for stability; causal: over row i's
+// first i % c + 1 values, the rest 0
+static void softmax_fwd_f32(float *y, const float *x, long n, long c, int causal) {
 #pragma omp parallel for if (n * c >= PAR_MIN_MATH)
   for (long i = 0; i < n; i++) {
     const float *xr = x + i * c;
     float *yr = y + i * c;
-    float maxv = max_lanes(xr, c);
-    for (long j = 0; j < c; j++) yr[j] = exp_fast(xr[j] - maxv);
-    float inv = 1.0f / sum_lanes(yr, c);
-    for (long j = 0; j < c; j++) yr[j] *= inv;
+    long seen = causal ? i % c + 1 : c;
+    float maxv = max_lanes(xr, seen);
+    for (long j = 0; j < seen; j++) yr[j] = exp_fast(xr[j] - maxv);
+    float inv = 1.0f / sum_lanes(yr, seen);
+    for (long j = 0; j < seen; j++) yr[j] *= inv;
+    for (long j = seen; j < c; j++) yr[j] = 0.0f;
   }
 }
 

@@ -420,11 +420,11 @@ void RT_NAME(rope)(RT_T *out, const RT_T *x, long rows, long t, long hs, float t
     }
 }
 
-void RT_NAME(softmax_fwd)(RT_T *y, const RT_T *x, long n, long c) {
+void RT_NAME(softmax_fwd)(RT_T *y, const RT_T *x, long n, long c, int causal) {
   float *ox;
   const float *xf = RT_LOCAL(widen)(x, n * c, &ox);
   float *yf = RT_LOCAL(result)(y, n * c);
-  softmax_fwd_f32(yf, xf, n, c);
+  softmax_fwd_f32(yf, xf, n, c, causal);
   RT_LOCAL(narrow)(y, yf, n * c);
   rt_cpu_free(ox);
 }

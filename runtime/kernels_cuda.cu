@@ -711,22 +711,24 @@ __global__ void norm_bwd_dwdb_kernel(U *dw, U *db, const float *stats, const T *
   }
 }
 
-// one block per row: y = exp(x - max) / sum. The exponentials are computed
-// again in the last pass rather than kept in y, so that a bf16 y is rounded
-// once (the float32 results are the same bits either way).
+// one block per row: y = exp(x - max) / sum (causal: over the row's first row % c + 1 values,
+// the rest 0). The exponentials are computed again in the last pass rather than kept in y, so
+// that a bf16 y is rounded once (the float32 results are the same bits either way).
 template <typename T>
-__global__ void softmax_fwd_kernel(T *y, const T *x, long n, long c) {
+__global__ void softmax_fwd_kernel(T *y, const T *x, long n, long c, int causal) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = x + row * c;
     T *yr = y + row * c;
+    long seen = causal ? row % c + 1 : c;
     float m = -INFINITY;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
+    for (long j = threadIdx.x; j < seen; j += blockDim.x) m = ld(xr[j]) > m ? ld(xr[j]) : m;
     m = block_max(m);
     float s = 0.0f;
-    for (long j = threadIdx.x; j < c; j += blockDim.x) s += expf(ld(xr[j]) - m);
+    for (long j = threadIdx.x; j < seen; j += blockDim.x) s += expf(ld(xr[j]) - m);
     float inv = 1.0f / block_sum(s);
     // this thread's own xr[j] and yr[j]: y may be x
-    for (long j = threadIdx.x; j < c; j += blockDim.x) yr[j] = to<T>(expf(ld(xr[j]) - m) * inv);
+    for (long j = threadIdx.x; j < c; j += blockDim.x)
+      yr[j] = to<T>(j < seen ? expf(ld(xr[j]) - m) * inv : 0.0f);
   }
 }
 
@@ -1937,12 +1939,14 @@ RT_CUDA_KTU(rmsnorm_bwd,
             (dev(dx), dev(dw), dev(dy), dev(x), dev(w), n, c, eps))
 
 template <typename T>
-static void softmax_fwd(T *y, const T *x, long n, long c) {
+static void softmax_fwd(T *y, const T *x, long n, long c, int causal) {
   if (n <= 0 || c <= 0) return;
-  RT_LAUNCH(softmax_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, n, c);
+  RT_LAUNCH(softmax_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, n, c,
+            causal);
   LAUNCHED();
 }
-RT_CUDA_KT(softmax_fwd, (T *y, const T *x, long n, long c), (dev(y), dev(x), n, c))
+RT_CUDA_KT(softmax_fwd, (T *y, const T *x, long n, long c, int causal),
+           (dev(y), dev(x), n, c, causal))
 
 template <typename T>
 static void softmax_bwd(T *dx, const T *dy, const T *y, long n, long c) {

@@ -295,8 +295,10 @@ static void test_rows(void) {
   same("layernorm_fwd", y);
   rt_rmsnorm_fwd(y.f, x.f, w.f, n, c, 1e-6f), rt_rmsnorm_fwd_bf16(y.h, x.h, w.h, n, c, 1e-6f);
   same("rmsnorm_fwd", y);
-  rt_softmax_fwd(y.f, x.f, n, c), rt_softmax_fwd_bf16(y.h, x.h, n, c);
+  rt_softmax_fwd(y.f, x.f, n, c, 0), rt_softmax_fwd_bf16(y.h, x.h, n, c, 0);
   same("softmax_fwd", y);
+  rt_softmax_fwd(y.f, x.f, 37 * 3, 37, 1), rt_softmax_fwd_bf16(y.h, x.h, 37 * 3, 37, 1);
+  same("softmax_fwd causal", y);
   Buf p = in(n * c, 0, 0.1f);
   rt_softmax_bwd(dx.f, dy.f, p.f, n, c), rt_softmax_bwd_bf16(dx.h, dy.h, p.h, n, c);
   same("softmax_bwd", dx);

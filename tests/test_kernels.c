@@ -936,26 +936,37 @@ static void test_layernorm(long n, long c, int fd) {
   free(xd); free(wd); free(bd); free(dyd); free(ry); free(rdx); free(rdw); free(rdb);
 }
 
-static void test_softmax(long n, long c) {
+// causal: the rows are (n / c) square matrices, and the reference masks key j > i % c with
+// -inf (the scores' exp 0), as an exporter's mask does
+static void test_softmax(long n, long c, int causal) {
   float *x = frand(n * c, -8, 8), *dy = frand(n * c, -1, 1), *y = fbuf(n * c), *dx = fbuf(n * c);
   double *ry = dbuf(n * c), *rdx = dbuf(n * c);
   for (long i = 0; i < n; i++) {
-    double maxv = -INFINITY, sum = 0, dot = 0;
-    for (long j = 0; j < c; j++) maxv = fmax(maxv, x[i * c + j]);
-    for (long j = 0; j < c; j++) sum += exp(x[i * c + j] - maxv);
-    for (long j = 0; j < c; j++) ry[i * c + j] = exp(x[i * c + j] - maxv) / sum;
+    double maxv = -INFINITY, sum = 0, dot = 0, xm[c];
+    for (long j = 0; j < c; j++) xm[j] = causal && j > i % c ? -INFINITY : x[i * c + j];
+    for (long j = 0; j < c; j++) maxv = fmax(maxv, xm[j]);
+    for (long j = 0; j < c; j++) sum += exp(xm[j] - maxv);
+    for (long j = 0; j < c; j++) ry[i * c + j] = exp(xm[j] - maxv) / sum;
     for (long j = 0; j < c; j++) dot += dy[i * c + j] * ry[i * c + j];
     for (long j = 0; j < c; j++) rdx[i * c + j] = ry[i * c + j] * (dy[i * c + j] - dot);
   }
   char name[96];
-  rt_softmax_fwd(y, x, n, c);
-  snprintf(name, sizeof name, "softmax_fwd (%ld,%ld)", n, c);
+  rt_softmax_fwd(y, x, n, c, causal);
+  snprintf(name, sizeof name, "softmax_fwd (%ld,%ld)%s", n, c, causal ? " causal" : "");
   check(name, y, ry, n * c);
+  for (long i = 0; causal && i < n; i++)   // exactly 0 past the diagonal
+    for (long j = i % c + 1; j < c; j++)
+      if (y[i * c + j] != 0.0f) {
+        printf("%s: y[%ld][%ld] = %g past the diagonal  FAILED\n", name, i, j, y[i * c + j]);
+        n_failed++;
+        i = n;
+        break;
+      }
   // bwd from the float y the kernel produced (as a model would)
   float *yf = fbuf(n * c);
   for (long i = 0; i < n * c; i++) yf[i] = (float)ry[i];
   rt_softmax_bwd(dx, dy, yf, n, c);
-  snprintf(name, sizeof name, "softmax_bwd (%ld,%ld)", n, c);
+  snprintf(name, sizeof name, "softmax_bwd (%ld,%ld)%s", n, c, causal ? " causal" : "");
   check(name, dx, rdx, n * c);
   free(x); free(dy); free(y); free(dx); free(ry); free(rdx); free(yf);
 }
@@ -1498,7 +1509,7 @@ static void run_with_threads(int nth, float **q, float **k, float **v, float **d
   rt_embedding_bwd(o, q[3], ix[0], 4096, 50, 300), o += 50 * 300;
   rt_crossentropy_fwd(o, q[4], ix[1], 256, 1000, 1000, IGNORE), o += 1;
   rt_crossentropy_bwd(o, d[2], q[4], ix[1], 256, 1000, 1000, IGNORE), o += 256 * 1000;
-  rt_softmax_fwd(o, q[4], 256, 1000), o += 256 * 1000;
+  rt_softmax_fwd(o, q[4], 256, 1000, 0), o += 256 * 1000;
   rt_gelu_bwd(o, d[3], q[3], 4096 * 300), o += 4096 * 300;
   long np = 1 << 21;
   memcpy(o, q[5], (size_t)np * sizeof(float));  // AdamW updates in place
@@ -1560,8 +1571,10 @@ int main(void) {
   test_rope(2, 256, 64, 500000.0f);
   test_rmsnorm(64, 129);
   test_rmsnorm(256, 768);
-  test_softmax(4, 9);
-  test_softmax(100, 1000);
+  test_softmax(4, 9, 0);
+  test_softmax(100, 1000, 0);
+  test_softmax(3 * 7, 7, 1);
+  test_softmax(2 * 300, 300, 1);
   test_attention((att_case){.bh = 2, .t = 5, .hs = 3, .causal = 1, .fd = 1});
   test_attention((att_case){.bh = 2, .t = 5, .hs = 3, .fd = 1});
   test_attention((att_case){.bh = 3, .t = 7, .hs = 5, .causal = 1});

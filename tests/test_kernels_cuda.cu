@@ -732,10 +732,10 @@ static void test_embedding(void) {
 }
 
 // row shapes (n, c) of the row kernels: short, odd, longer than a block
-// (the last: rows enough for the column sums in chunks, col_sums)
+// (rows enough for the column sums in chunks, col_sums; square matrices for the causal softmax)
 static const long row_cases[][2] = {{1, 1},           {3, 7},    {7, 33},
                                     {BIG(64, 8), 768}, {5, 3000}, {3, BIG(50257, 5003)},
-                                    {BIG(4096, 160), 96}};
+                                    {BIG(4096, 160), 96}, {2 * 65, 65}};
 
 template <typename T, typename U>
 static void test_layernorm(void) {
@@ -831,9 +831,12 @@ static void test_softmaxes(void) {
     T *dx = dev(x), *ddy = dev(dy);
     Buf<T> y = rand_vec<T>(n * c), ly = rand_vec<T>(n * c);
     T *dyo = dev(y), *dly = dev(ly);
-    CPU(rt_softmax_fwd)(y.data(), x.data(), n, c);
-    rt_softmax_fwd(dyo, dx, n, c);
-    check(fmt("softmax_fwd n=%ld c=%ld", n, c), y, dyo, RED);
+    // causal where the rows are square matrices (n a multiple of c)
+    for (int causal = 0; causal <= (n % c == 0); causal++) {
+      CPU(rt_softmax_fwd)(y.data(), x.data(), n, c, causal);
+      rt_softmax_fwd(dyo, dx, n, c, causal);
+      check(fmt("softmax_fwd n=%ld c=%ld%s", n, c, causal ? " causal" : ""), y, dyo, RED);
+    }
     CPU(rt_log_softmax_fwd)(ly.data(), x.data(), n, c);
     rt_log_softmax_fwd(dly, dx, n, c);
     check(fmt("log_softmax_fwd n=%ld c=%ld", n, c), ly, dly, RED);
