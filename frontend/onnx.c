@@ -709,21 +709,6 @@ static int finish_inputs(FeOnnx *cx) {
   return 0;
 }
 
-// ---- dropout ----------------------------------------------------------------------------------
-
-IrValue *fe_dropout_step(FeOnnx *cx) {
-  if (cx->dropout_step)
-    return cx->dropout_step;
-  IrValue *v = ir_value_new(cx->g, "dropout.step", DT_I32, ROLE_STATE);
-  ir_value_set_shape(v, 0, NULL);
-  v->init.kind = INIT_ZEROS;
-  v->loc = (IrLoc){0};
-  IrNode *n = ir_node_new(cx->g, OP_TICK, &v, 1, 0);
-  if (ir_infer(cx->g, n, cx->d))
-    return NULL;
-  return cx->dropout_step = v;
-}
-
 // ---- graph inputs and initializers ------------------------------------------------------------
 
 // A dim_param as a symbol name: [A-Za-z0-9_], not starting with a digit.

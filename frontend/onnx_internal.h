@@ -92,7 +92,6 @@ typedef struct FeOnnx {
   const char **names;             // names[i]: node i's name in the graph's arena, once needed
   int nnames;
   IrStrSet scopes;                // every component but the last of every node's name
-  IrValue *dropout_step;          // the step counter, made by the first dropout
   bool failed;                    // an error is in cx->d (fe_err)
 } FeOnnx;
 
@@ -135,8 +134,6 @@ FeConst *fe_tensor_proto(FeOnnx *cx, const Onnx__TensorProto *t, const char *wha
 // Note how an integer graph input is used (embedding indices, labels) and
 // the range that implies.
 void fe_note_use(IrValue *v, FeUse use, const Sym *range);
-// The step counter of dropout (made on first use, with its tick).
-IrValue *fe_dropout_step(FeOnnx *cx);
 
 // ---- onnx_ops.c: IR construction -------------------------------------------------------
 

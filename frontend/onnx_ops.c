@@ -1620,7 +1620,7 @@ int fe_conv_Dropout(FeOnnx *cx) {
     return set(cx, x);
   if (!(ratio > 0 && ratio < 1))
     return fe_err(cx, "ratio %g must be in [0, 1)", ratio);
-  IrValue *step = fe_dropout_step(cx);
+  IrValue *step = ir_dropout_step(cx->g, cx->d);
   IrValue *in[2] = {x, step};
   if (!step)
     return -1;

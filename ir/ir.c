@@ -297,6 +297,18 @@ IrValue *ir_param(IrGraph *g, const char *name, int rank, const Sym *const *shap
   return v;
 }
 
+IrValue *ir_dropout_step(IrGraph *g, IrDiag *d) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_TICK)
+      return g->nodes[i]->in[0];
+  IrValue *v = ir_value_new(g, "dropout.step", DT_I32, ROLE_STATE);
+  ir_value_set_shape(v, 0, NULL);
+  v->init.kind = INIT_ZEROS;
+  v->loc = (IrLoc){0};
+  IrNode *n = ir_node_new(g, OP_TICK, &v, 1, 0);
+  return ir_infer(g, n, d) ? NULL : v;
+}
+
 IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) {
   IR_ASSERT(op < OP_COUNT);
   IrNode *n = ir_alloc(&g->arena, sizeof *n);

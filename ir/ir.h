@@ -350,6 +350,9 @@ IrValue *ir_param(IrGraph *g, const char *name, int rank, const Sym *const *shap
 // output shape the op cannot infer (reshape, broadcast, sum_to, fill,
 // embedding_bwd), then call ir_infer.
 IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
+// The dropout masks' step counter: the i32 state "dropout.step" that the graph's tick node
+// advances, made with the tick (at the builder's place) by the first call. NULL and d on error.
+IrValue *ir_dropout_step(IrGraph *g, IrDiag *d);
 // Value k of n's inputs then outputs (k < n->nin + n->nout).
 static inline IrValue *ir_node_value(const IrNode *n, int k) {
   return k < n->nin ? n->in[k] : n->out[k - n->nin];
