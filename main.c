@@ -88,7 +88,7 @@ static void usage(FILE *f) {
         "  --no-decay REGEX       parameters whose names match REGEX (POSIX extended) get\n"
         "                         no weight decay, all others do (default: none of rank\n"
         "                         0 or 1, i.e. norms and biases; '^$' decays every one)\n"
-        "  --seed N               seed of the initial weights (default 1337)\n"
+        "  --seed N               seed of the weights and the dropout masks (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, freeze,\n"
         "                         autodiff, optimizer, precision, vocab, recompute, lower,\n"
         "                         swap, copies, memplan, or all)\n"

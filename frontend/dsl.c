@@ -110,6 +110,7 @@ typedef struct Eval {
   int call_depth;
   int ninstances;          // outermost block instances so far
   int ncalls;              // all block instances so far
+  int ndropouts;           // dropouts so far: each one's key
   const char *gfile;       // the file name, in the graph's arena
   Val ret;                 // what the running block returned
   Node *loss;              // the loss statement
@@ -658,8 +659,9 @@ static const Builtin builtins[] = {
   {"sin", OP_SIN, false, "sin(x)", {{"x", ARG_F32, false}}},
   {"cos", OP_COS, false, "cos(x)", {{"x", ARG_F32, false}}},
   {"abs", OP_ABS, false, "abs(x)", {{"x", ARG_F32, false}}},
-  {"softmax", OP_SOFTMAX, false, "softmax(x, axis=-1)",
-   {{"x", ARG_F32, false}, {"axis", ARG_NUM, true}}},
+  {"softmax", OP_SOFTMAX, false, "softmax(x, axis=-1, causal=0)",
+   {{"x", ARG_F32, false}, {"axis", ARG_NUM, true}, {"causal", ARG_NUM, true}}},
+  {"dropout", OP_DROPOUT, false, "dropout(x, p)", {{"x", ARG_F32, false}, {"p", ARG_NUM, false}}},
   {"attention", OP_ATTENTION, false, "attention(q, k, v, causal=1)",
    {{"q", ARG_F32, false}, {"k", ARG_F32, false}, {"v", ARG_F32, false},
     {"causal", ARG_NUM, true}}},
@@ -839,6 +841,19 @@ static int norm_axes(Eval *e, const char *f, Node *at, IrValue *x, int64_t *v, i
   return 0;
 }
 
+// The dropout masks' step counter, its tick the graph's first node (outside every block):
+// ticked once a forward, before every dropout. The seed is fe_load's (frontend/load.c).
+static IrValue *dropout_step(Eval *e) {
+  IrGraph *g = e->g;
+  int block = g->cur_block, at = g->insert_at;
+  g->cur_block = 0, g->insert_at = 0;
+  IrValue *v = ir_dropout_step(g, e->ps->diag);
+  g->cur_block = block, g->insert_at = at;
+  if (!v)
+    e->ps->failed = true;
+  return v;
+}
+
 static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
   Node *slot[MAX_ARGS], *var[MAX_LIST];
   int nvar;
@@ -922,8 +937,29 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     if (v != x->rank - 1)
       return fail(e, slot[1], "softmax works over the last axis only (axis=-1); transpose "
                   "the tensor first");
+    if (arg_int(e, b, 2, slot[2], 0, 0, 1, &v) < 0)
+      return -1;
     n = new_node(e, call, OP_SOFTMAX, in, 1, 1);
+    if (v)
+      ir_set_int(g, n, "causal", 1);
     break;
+  case OP_DROPOUT: {
+    double p;
+    if (eval_num(e, slot[1], "dropout: argument 'p'", &p) < 0)
+      return -1;
+    if (!(p >= 0 && p <= 0.999))
+      return fail_expr(e, slot[1], "dropout: p must be in [0, 0.999], got %g", p);
+    if (p == 0) {  // keeps every element
+      *out = (Val){.kind = V_TENSOR, .t = x};
+      return 0;
+    }
+    if (!(in[1] = dropout_step(e)))
+      return -1;
+    n = new_node(e, call, OP_DROPOUT, in, 2, 1);
+    ir_set_float(g, n, "ratio", p);
+    ir_set_int(g, n, "key", ++e->ndropouts);
+    break;
+  }
   case OP_ATTENTION:
     if (arg_int(e, b, 3, slot[3], 1, 0, 1, &v) < 0)
       return -1;

@@ -191,6 +191,47 @@ static void test_gpt2(const char *dir) {
   }
 }
 
+// GPT as Megatron-LM trained it: the scores written out, a causal softmax, dropout on them and on
+// each residual branch; one step counter ticked first, outside the blocks; every dropout its own
+// key. Without dropout (-D KEEP=100) none of it: no dropout nodes and no counter.
+static void test_gpt_megatron(const char *dir) {
+  IrGraph *g = load(dir, "gpt_megatron.mtc", NULL, 0);
+  if (g) {
+    check_graph(g, "gpt_megatron");
+    int ndrop = 0, ncausal = 0, ntick = 0, first_tick = -1;
+    int64_t keys = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *n = g->nodes[i];
+      if (n->op == OP_DROPOUT) {
+        ndrop++;
+        keys |= (int64_t)1 << ir_attr_i(n, "key");
+        check(ir_attr_f(n, "ratio") > 0.0999 && ir_attr_f(n, "ratio") < 0.1001 &&
+                  strcmp(n->in[1]->name, "dropout.step") == 0,
+              "gpt_megatron: dropout ratio 0.1 over the step counter");
+      }
+      ncausal += n->op == OP_SOFTMAX && ir_attr_i(n, "causal");
+      if (n->op == OP_TICK && ntick++ == 0)
+        first_tick = i;
+    }
+    check(ndrop == 12 && keys == 0x1ffe, "gpt_megatron: 12 dropouts, keys 1..12 (%d)", ndrop);
+    check(ncausal == 4, "gpt_megatron: 4 causal softmaxes, got %d", ncausal);
+    check(ntick == 1 && first_tick == 0 && g->nodes[0]->block == 0,
+          "gpt_megatron: one tick, the first node, outside the blocks (%d at %d)", ntick,
+          first_tick);
+    ir_graph_free(g);
+  }
+  FeDefine none[] = {{"KEEP", 100}};
+  g = load(dir, "gpt_megatron.mtc", none, 1);
+  if (g) {
+    int nodes = 0;
+    for (int i = 0; i < g->nnodes; i++)
+      nodes += g->nodes[i]->op == OP_DROPOUT || g->nodes[i]->op == OP_TICK;
+    check(nodes == 0 && !ir_value_find(g, "dropout.step"),
+          "gpt_megatron -D KEEP=100: no dropout, no counter");
+    ir_graph_free(g);
+  }
+}
+
 // fe_dsl_parse on strings: names, the file stem, a missing file.
 static void test_api(void) {
   IrDiag d;
@@ -427,6 +468,7 @@ int main(int argc, char **argv) {
   }
   test_mlp(argv[1]);
   test_gpt2(argv[1]);
+  test_gpt_megatron(argv[1]);
   test_api();
   test_errors(argv[2]);
   test_fuzz(argv[1], 2000);
