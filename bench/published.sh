@@ -12,6 +12,11 @@
 # the cost model's constants for the built-in GPUs against runs whose
 # authors measured them.
 #
+# Each run is priced on the model its authors ran: Megatron-LM's GPT (the Megatron and ZeRO-3
+# rows) as examples/gpt_megatron.mtc, which writes attention out as Megatron did then (the T x T
+# scores through a causal softmax and dropout, dropout on both residual branches); llm.c's as
+# examples/gpt2.mtc (fused attention, no dropout).
+#
 # Sources (every figure is the authors'; the step is derived only where
 # they give FLOP/s instead):
 # - Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
@@ -21,9 +26,9 @@
 #   parallelism. Step = 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs (the paper's
 #   count, recomputation included) / (GPUs x the TFLOP/s per GPU it reports).
 #   The micro-batch is not stated: 4 here. mtc's step moves with it: at 1.7B
-#   2941, 2736 and 2502 ms for micro-batches of 2, 4 and 8; at 18.4B 7838,
-#   7546 and 7202 (mtc plan with the row's flags, -D B=2/4/8 and
-#   --micro-batches 8/4/2 and 16/8/4, 2026-11-28).
+#   3764, 3519 and 3216 ms for micro-batches of 2, 4 and 8; at 18.4B 8547,
+#   8217 and 7835 (mtc plan examples/gpt_megatron.mtc with the row's flags,
+#   -D B=2/4/8 and --micro-batches 8/4/2 and 16/8/4, 2026-12-07).
 # - The same paper, Table 2: ZeRO-3 without model parallelism, 175B (96
 #   layers, hidden 12288, 96 heads), batch 1536, micro-batch 4/2/1 at
 #   384/768/1536 GPUs, 144/88/44 TFLOP/s per GPU; recomputation as above.
@@ -58,23 +63,24 @@ megatron_step() {
     printf "%.4g", f / (n * t * 1e12) }'
 }
 
-gpt() {   # layers hidden heads vocab seq micro-batch: examples/gpt2.mtc's dims
+gpt() {   # layers hidden heads vocab seq micro-batch: the dims of examples/gpt*.mtc
   echo "-D L=$1 -D C=$2 -D NH=$3 -D V=$4 -D T=$5 -D B=$6"
 }
+megatron=examples/gpt_megatron.mtc llmc=examples/gpt2.mtc
 
-# name|source|published seconds|mtc plan arguments
+# name|source|published seconds|model|mtc plan arguments
 runs=(
-  "Megatron GPT 1.7B, 32 A100|SC'21 Table 1, 137 TFLOP/s|$(megatron_step 512 2048 24 2304 51200 32 137)|$(gpt 24 2304 24 51200 2048 4) --gpu A100-80GB --dp 32 --micro-batches 4 --checkpoint all"
-  "Megatron GPT 3.6B, 64 A100, TP2|SC'21 Table 1, 138 TFLOP/s|$(megatron_step 512 2048 30 3072 51200 64 138)|$(gpt 30 3072 32 51200 2048 4) --gpu A100-80GB --dp 32 --tp 2 --micro-batches 4 --checkpoint all"
-  "Megatron GPT 7.5B, 128 A100, TP4|SC'21 Table 1, 142 TFLOP/s|$(megatron_step 512 2048 36 4096 51200 128 142)|$(gpt 36 4096 32 51200 2048 4) --gpu A100-80GB --dp 32 --tp 4 --micro-batches 4 --checkpoint all"
-  "Megatron GPT 18.4B, 256 A100, TP8|SC'21 Table 1, 135 TFLOP/s|$(megatron_step 1024 2048 40 6144 51200 256 135)|$(gpt 40 6144 48 51200 2048 4) --gpu A100-80GB --dp 32 --tp 8 --micro-batches 8 --checkpoint all"
-  "ZeRO-3 GPT 175B, 384 A100|SC'21 Table 2, 144 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 384 144)|$(gpt 96 12288 96 51200 2048 4) --gpu A100-80GB --dp 384 --zero 3 --checkpoint all --grad-precision bf16"
-  "ZeRO-3 GPT 175B, 768 A100|SC'21 Table 2, 88 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 768 88)|$(gpt 96 12288 96 51200 2048 2) --gpu A100-80GB --dp 768 --zero 3 --checkpoint all --grad-precision bf16"
-  "ZeRO-3 GPT 175B, 1536 A100|SC'21 Table 2, 44 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 1536 44)|$(gpt 96 12288 96 51200 2048 1) --gpu A100-80GB --dp 1536 --zero 3 --checkpoint all --grad-precision bf16"
-  "llm.c GPT-2 124M, 8 A100|run_gpt2_124M.sh|0.30|$(gpt 12 768 12 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1 --grad-precision bf16"
-  "llm.c GPT-2 350M, 8 A100|run_gpt2_350M.sh|0.82|$(gpt 24 1024 16 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1 --grad-precision bf16"
-  "llm.c GPT-2 774M, 8 A100|run_gpt2_774M.sh|1.70|$(gpt 36 1280 20 50257 1024 32) --gpu A100-80GB --dp 8 --zero 1 --micro-batches 2 --grad-precision bf16"
-  "llm.c GPT-2 1558M, 8 H100|run_gpt2_1558M.sh|2.80|$(gpt 48 1600 25 50257 1024 16) --gpu H100-80GB --dp 8 --zero 1 --micro-batches 8 --grad-precision bf16"
+  "Megatron GPT 1.7B, 32 A100|SC'21 Table 1, 137 TFLOP/s|$(megatron_step 512 2048 24 2304 51200 32 137)|$megatron|$(gpt 24 2304 24 51200 2048 4) --gpu A100-80GB --dp 32 --micro-batches 4 --checkpoint all"
+  "Megatron GPT 3.6B, 64 A100, TP2|SC'21 Table 1, 138 TFLOP/s|$(megatron_step 512 2048 30 3072 51200 64 138)|$megatron|$(gpt 30 3072 32 51200 2048 4) --gpu A100-80GB --dp 32 --tp 2 --micro-batches 4 --checkpoint all"
+  "Megatron GPT 7.5B, 128 A100, TP4|SC'21 Table 1, 142 TFLOP/s|$(megatron_step 512 2048 36 4096 51200 128 142)|$megatron|$(gpt 36 4096 32 51200 2048 4) --gpu A100-80GB --dp 32 --tp 4 --micro-batches 4 --checkpoint all"
+  "Megatron GPT 18.4B, 256 A100, TP8|SC'21 Table 1, 135 TFLOP/s|$(megatron_step 1024 2048 40 6144 51200 256 135)|$megatron|$(gpt 40 6144 48 51200 2048 4) --gpu A100-80GB --dp 32 --tp 8 --micro-batches 8 --checkpoint all"
+  "ZeRO-3 GPT 175B, 384 A100|SC'21 Table 2, 144 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 384 144)|$megatron|$(gpt 96 12288 96 51200 2048 4) --gpu A100-80GB --dp 384 --zero 3 --checkpoint all --grad-precision bf16"
+  "ZeRO-3 GPT 175B, 768 A100|SC'21 Table 2, 88 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 768 88)|$megatron|$(gpt 96 12288 96 51200 2048 2) --gpu A100-80GB --dp 768 --zero 3 --checkpoint all --grad-precision bf16"
+  "ZeRO-3 GPT 175B, 1536 A100|SC'21 Table 2, 44 TFLOP/s|$(megatron_step 1536 2048 96 12288 51200 1536 44)|$megatron|$(gpt 96 12288 96 51200 2048 1) --gpu A100-80GB --dp 1536 --zero 3 --checkpoint all --grad-precision bf16"
+  "llm.c GPT-2 124M, 8 A100|run_gpt2_124M.sh|0.30|$llmc|$(gpt 12 768 12 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1 --grad-precision bf16"
+  "llm.c GPT-2 350M, 8 A100|run_gpt2_350M.sh|0.82|$llmc|$(gpt 24 1024 16 50257 1024 64) --gpu A100-80GB --dp 8 --zero 1 --grad-precision bf16"
+  "llm.c GPT-2 774M, 8 A100|run_gpt2_774M.sh|1.70|$llmc|$(gpt 36 1280 20 50257 1024 32) --gpu A100-80GB --dp 8 --zero 1 --micro-batches 2 --grad-precision bf16"
+  "llm.c GPT-2 1558M, 8 H100|run_gpt2_1558M.sh|2.80|$llmc|$(gpt 48 1600 25 50257 1024 16) --gpu H100-80GB --dp 8 --zero 1 --micro-batches 8 --grad-precision bf16"
 )
 
 if [ $markdown = 1 ]; then
@@ -86,9 +92,9 @@ fi
 within=0
 total=0
 for r in "${runs[@]}"; do
-  IFS='|' read -r name source pub args <<<"$r"
+  IFS='|' read -r name source pub model args <<<"$r"
   # shellcheck disable=SC2086
-  out=$("$mtc" plan examples/gpt2.mtc $args) || { echo "$name: mtc plan $args failed" >&2; exit 1; }
+  out=$("$mtc" plan "$model" $args) || { echo "$name: mtc plan $model $args failed" >&2; exit 1; }
   step=$(sed -n 's/^step: \([0-9.e+-]*\) ms = \(.*\)/\1/p' <<<"$out")
   split=$(sed -n 's/^step: [0-9.e+-]* ms = //p' <<<"$out" | sed 's/ + /, /g')
   fits=$(sed -n 's/^memory per GPU: .*: //p' <<<"$out")
