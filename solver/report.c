@@ -231,15 +231,17 @@ static void print_groups(FILE *f, const SvPlan *pl) {
     const SvGroup *gr = &pl->cfg.cluster.group[g];
     Breakdown b;
     breakdown(pl, s, g, &b);
-    SvByteUnit u = sv_unit(gr->dev.mem);
+    // the parts in the unit of their sum (a small model's read 0.00 GiB in the device's), the
+    // device's sizes each in its own
+    SvByteUnit u = sv_unit(b.total_m);
+    char cap[32], mem[32], reserve[32];
     fprintf(f, "\nmemory per GPU (%s%s%s): params %.2f + grads %.2f + optimizer %.2f + "
-               "activations %.2f + buffers %.2f = %.2f %s of %.2f usable "
-               "(%.*f minus %.1f reserve)",
+               "activations %.2f + buffers %.2f = %.2f %s of %s usable (%s minus %s reserve)",
             gr->name, strcmp(gr->name, gr->dev.name) ? ", " : "",
             strcmp(gr->name, gr->dev.name) ? gr->dev.name : "", b.m[SV_M_PARAMS] / u.bytes,
             b.m[SV_M_GRADS] / u.bytes, b.m[SV_M_OPT] / u.bytes, b.m[SV_M_ACT] / u.bytes,
-            b.m[SV_NM] / u.bytes, b.total_m / u.bytes, u.name, p->cap[g] / u.bytes,
-            gr->dev.mem / u.bytes < 10 ? 2 : 0, gr->dev.mem / u.bytes, gr->reserve / u.bytes);
+            b.m[SV_NM] / u.bytes, b.total_m / u.bytes, u.name, sv_bytes_str(cap, p->cap[g]),
+            sv_bytes_str(mem, gr->dev.mem), sv_bytes_str(reserve, gr->reserve));
     if (s->host[g] > 0) {
       SvByteUnit h = sv_unit(s->host[g]);
       fprintf(f, "; %.2f %s offloaded to CPU memory", s->host[g] / h.bytes, h.name);
