@@ -1513,7 +1513,11 @@ static const Sym *flops_layernorm_bwd(IrGraph *g, const IrNode *n) { return flop
 static const Sym *flops_rmsnorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
 static const Sym *flops_rope(IrGraph *g, const IrNode *n) { return flops_out(g, n, 3); }
 static const Sym *flops_rmsnorm_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 9); }
-static const Sym *flops_softmax(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
+// causal: each row over its first t + 1 of T values, half of them (the rest written 0)
+static const Sym *flops_softmax(IrGraph *g, const IrNode *n) {
+  return ir_attr_i(n, "causal") ? sym_scale(&g->arena, ir_numel(g, n->out[0]), 5, 2)
+                                : flops_out(g, n, 5);
+}
 static const Sym *flops_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
 
 // Attention on q [..., T, HS] and TK keys: QK^T and PV are 2*T*TK*HS each

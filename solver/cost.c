@@ -837,16 +837,19 @@ static double attention_rate(IrGraph *g, const IrNode *n, const SvDevice *dev) {
 static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   if (is_view(n))
     return 0;
+  // a causal softmax reads and exponentiates half of its scores (the rest it writes 0): its
+  // input's bytes and, measured, its elements count half
+  double part = n->op == OP_SOFTMAX && ir_attr_i(n, "causal") ? 0.5 : 1;
   double bytes = 0, numel = 0;
   for (int k = 0; k < n->nin + n->nout; k++) {
     const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
     if (v->rank < 0)
       continue;
-    bytes += value_bytes(g, v);
+    bytes += (k < n->nin ? part : 1) * value_bytes(g, v);
     if (dev->nops > 0)
       numel = fmax(numel, sym_evalf(ir_numel(g, v), &g->syms));
   }
-  double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, numel) : -1;
+  double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, part * numel) : -1;
   if (measured >= 0)
     return measured;
   if (ir_op_kind(n->op) == KIND_OPT)

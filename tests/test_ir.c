@@ -406,6 +406,19 @@ static void check_sizes_and_flops(void) {
         sym_str(&g->arena, ir_nbytes(g, mm->out[0]), &g->syms));
   CHECK(ir_eval(g, ir_flops(g, mm)) == 2 * 8 * 6 * 10, "matmul flops value");
   ir_graph_free(g);
+  // a causal softmax computes half of its scores
+  static const char sm[] = "graph \"sm\"\nsym B = 2\nsym T = 8\ninput %s : f32[B,T,T]\n"
+                           "forward\n  %p : f32[B,T,T] = softmax(%s)\n"
+                           "  %c : f32[B,T,T] = softmax(%s) causal=1\n";
+  g = ir_parse(sm, "sm.ir", &d);
+  CHECK(g != NULL, "softmax ir: %s", d.msg);
+  if (g) {
+    CHECK(ir_eval(g, ir_flops(g, g->nodes[0])) == 5 * 2 * 8 * 8 &&
+              ir_eval(g, ir_flops(g, g->nodes[1])) == 5 * 2 * 8 * 8 / 2,
+          "softmax flops %lld, causal %lld", (long long)ir_eval(g, ir_flops(g, g->nodes[0])),
+          (long long)ir_eval(g, ir_flops(g, g->nodes[1])));
+    ir_graph_free(g);
+  }
 }
 
 // ir_clone_nodes: the clones go at the insertion point with the builder's
