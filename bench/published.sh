@@ -26,8 +26,8 @@
 #   parallelism. Step = 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs (the paper's
 #   count, recomputation included) / (GPUs x the TFLOP/s per GPU it reports).
 #   The micro-batch is not stated: 4 here. mtc's step moves with it: at 1.7B
-#   3764, 3519 and 3216 ms for micro-batches of 2, 4 and 8; at 18.4B 8547,
-#   8217 and 7835 (mtc plan examples/gpt_megatron.mtc with the row's flags,
+#   3717, 3472 and 3169 ms for micro-batches of 2, 4 and 8; at 18.4B 8508,
+#   8177 and 7795 (mtc plan examples/gpt_megatron.mtc with the row's flags,
 #   -D B=2/4/8 and --micro-batches 8/4/2 and 16/8/4, 2026-12-07).
 # - The same paper, Table 2: ZeRO-3 without model parallelism, 175B (96
 #   layers, hidden 12288, 96 heads), batch 1536, micro-batch 4/2/1 at
