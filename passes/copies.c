@@ -163,12 +163,7 @@ static int gather_start(const Sched *s, int i) {
   if (own == 0 || s->node[own - 1]->phase != s->node[i]->phase)
     return i;
   int at = stretch_start(s, own - 1);
-  const IrNode *u = s->node[i];
-  for (int j = at; j < i; j++)
-    for (int k = 0; k < u->nin + u->nout; k++)
-      if (touches(s->node[j], ir_node_value(u, k)))
-        return i;
-  return at;
+  return next_touch(s, s->node[i], at - 1, i) < i ? i : at;
 }
 
 int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed) {

@@ -788,14 +788,13 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     int64_t *off = malloc(((size_t)g->nvalues + 1) * sizeof *off);
     IR_ASSERT(off);
     memcpy(off, m->offset, (size_t)g->nvalues * sizeof *off);
-    int64_t persistent_bytes = m->persistent_bytes, host_bytes = m->host_bytes;
+    // the persistent and host regions come out the same (no series there takes turns): only
+    // the offsets go back
     int64_t apart_end = place_all(g, m, &ss, root, last, turns, true);
-    if (apart_end < end - end / 32) {
+    if (apart_end < end - end / 32)
       end = apart_end;
-    } else {
+    else
       memcpy(m->offset, off, (size_t)g->nvalues * sizeof *off);
-      m->persistent_bytes = persistent_bytes, m->host_bytes = host_bytes;
-    }
     free(off);
   }
   free(turns);

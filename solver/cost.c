@@ -842,7 +842,7 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   double part = n->op == OP_SOFTMAX && ir_attr_i(n, "causal") ? 0.5 : 1;
   double bytes = 0, numel = 0;
   for (int k = 0; k < n->nin + n->nout; k++) {
-    const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+    const IrValue *v = ir_node_value(n, k);
     if (v->rank < 0)
       continue;
     bytes += (k < n->nin ? part : 1) * value_bytes(g, v);
