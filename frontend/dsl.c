@@ -111,6 +111,7 @@ typedef struct Eval {
   int ninstances;          // outermost block instances so far
   int ncalls;              // all block instances so far
   int ndropouts;           // dropouts so far: each one's key
+  int64_t seed;            // the dropouts' seed (the attribute's range)
   const char *gfile;       // the file name, in the graph's arena
   Val ret;                 // what the running block returned
   Node *loss;              // the loss statement
@@ -842,7 +843,7 @@ static int norm_axes(Eval *e, const char *f, Node *at, IrValue *x, int64_t *v, i
 }
 
 // The dropout masks' step counter, its tick the graph's first node (outside every block):
-// ticked once a forward, before every dropout. The seed is fe_load's (frontend/load.c).
+// ticked once a forward, before every dropout.
 static IrValue *dropout_step(Eval *e) {
   IrGraph *g = e->g;
   int block = g->cur_block, at = g->insert_at;
@@ -957,6 +958,7 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
       return -1;
     n = new_node(e, call, OP_DROPOUT, in, 2, 1);
     ir_set_float(g, n, "ratio", p);
+    ir_set_int(g, n, "seed", e->seed);
     ir_set_int(g, n, "key", ++e->ndropouts);
     break;
   }
@@ -1705,7 +1707,7 @@ static int evaluate(Eval *e, Node *prog) {
 // ---- entry points ------------------------------------------------------------------------
 
 IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *defs, int ndefs,
-                      IrDiag *d) {
+                      uint64_t seed, IrDiag *d) {
   IrDiag local;
   if (!d)
     d = &local;
@@ -1719,7 +1721,8 @@ IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *de
   if (!text) {
     dsl_fail(&ps, 1, 1, "no text to parse");
   } else if (dsl_run(&ps, text) == 0) {
-    Eval e = {.ps = &ps, .tmp = &arena, .defs = defs, .ndefs = defs && ndefs > 0 ? ndefs : 0};
+    Eval e = {.ps = &ps, .tmp = &arena, .defs = defs, .ndefs = defs && ndefs > 0 ? ndefs : 0,
+              .seed = (int64_t)(seed & 0x7fffffff)};
     g = ir_graph_new(model_name(&e, ps.prog, filename));
     g->cur_phase = PHASE_FORWARD;
     g->cur_block = 0;
@@ -1744,7 +1747,7 @@ IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *de
   return g;
 }
 
-IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, IrDiag *d) {
+IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, uint64_t seed, IrDiag *d) {
   IrDiag local;
   if (!d)
     d = &local;
@@ -1752,7 +1755,7 @@ IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, IrDiag *
   char *text = fe_read_text(path, d);
   if (!text)
     return NULL;
-  IrGraph *g = fe_dsl_parse(text, path, defs, ndefs, d);
+  IrGraph *g = fe_dsl_parse(text, path, defs, ndefs, seed, d);
   free(text);
   return g;
 }

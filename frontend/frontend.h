@@ -31,7 +31,7 @@ typedef struct FeLoadOptions {
   const FeDefine *defines;  // -D NAME=VALUE: the dims' values
   int ndefines;
   const char *loss, *labels; // ONNX only: see FeOnnxOptions
-  uint64_t seed;            // ONNX dropout masks
+  uint64_t seed;            // dropout masks
 } FeLoadOptions;
 
 // Reads a model by its file's kind: `.onnx` (fe_onnx_load), `.ir` (IR text
@@ -45,14 +45,14 @@ char *fe_read_text(const char *path, IrDiag *d);
 
 // Reads a DSL file (at most 16 MiB, no NUL bytes) and evaluates it into a
 // forward graph: nodes in PHASE_FORWARD, g->loss set, the dims as symbols
-// bound to their values. Returns NULL and fills d (when non-NULL) on any
-// error; d->loc.file is then `path`. Never exits; frees everything on error.
-IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, IrDiag *d);
+// bound to their values; seed the dropouts' masks'. Returns NULL and fills d (when non-NULL)
+// on any error; d->loc.file is then `path`. Never exits; frees everything on error.
+IrGraph *fe_dsl_load(const char *path, const FeDefine *defs, int ndefs, uint64_t seed, IrDiag *d);
 
 // The same for a NUL-terminated text; filename (may be NULL) names it in
 // locations, and its stem is the model's default name.
 IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *defs, int ndefs,
-                      IrDiag *d);
+                      uint64_t seed, IrDiag *d);
 
 // ---- ONNX (frontend/onnx.c, onnx_fold.c, onnx_ops.c) -------------------------------
 

@@ -107,9 +107,5 @@ IrGraph *fe_load(const char *path, const FeLoadOptions *opt, IrDiag *d) {
   }
   if (ends_with(path, ".ir"))
     return load_ir(path, opt, d);
-  IrGraph *g = fe_dsl_load(path, opt->defines, opt->ndefines, d);
-  for (int i = 0; g && i < g->nnodes; i++)   // the DSL's dropouts draw their masks from --seed
-    if (g->nodes[i]->op == OP_DROPOUT)
-      ir_set_int(g, g->nodes[i], "seed", (int64_t)(opt->seed & 0x7fffffff));
-  return g;
+  return fe_dsl_load(path, opt->defines, opt->ndefines, opt->seed, d);
 }

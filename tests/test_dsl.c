@@ -105,7 +105,7 @@ static void check_graph(IrGraph *g, const char *what) {
 static IrGraph *load(const char *dir, const char *file, const FeDefine *defs, int ndefs) {
   char *path = path_join(dir, file);
   IrDiag d;
-  IrGraph *g = fe_dsl_load(path, defs, ndefs, &d);
+  IrGraph *g = fe_dsl_load(path, defs, ndefs, 0, &d);
   if (!check(g != NULL, "load %s: %s:%d:%d: %s", file, d.loc.file ? d.loc.file : "?", d.loc.line,
              d.loc.col, d.msg))
     ir_diag_print(stdout, &d);
@@ -220,6 +220,17 @@ static void test_gpt_megatron(const char *dir) {
           first_tick);
     ir_graph_free(g);
   }
+  // the loader's seed is every dropout's (--seed)
+  IrDiag d;
+  g = fe_dsl_parse("dim B = 2, K = 4;\ninput x: [B, K];\ninput y: i32[B] classes(K);\n"
+                   "loss cross_entropy(dropout(x, 0.5), y);\n", "seeded.mtc", NULL, 0, 1337, &d);
+  if (check(g != NULL, "seeded: %s", g ? "" : d.msg)) {
+    const IrNode *dr = NULL;
+    for (int i = 0; i < g->nnodes; i++)
+      dr = g->nodes[i]->op == OP_DROPOUT ? g->nodes[i] : dr;
+    check(dr && ir_attr_i(dr, "seed") == 1337, "seeded: the dropout's seed is the loader's");
+    ir_graph_free(g);
+  }
   FeDefine none[] = {{"KEEP", 100}};
   g = load(dir, "gpt_megatron.mtc", none, 1);
   if (g) {
@@ -241,7 +252,7 @@ static void test_api(void) {
                      "param w: [K, K] = normal(0.5 * 2 / 10);\n"
                      "let z = -(x @ w.T) * 2 + 1 - x / 4;\n"
                      "loss cross_entropy(softmax(z, axis=-1), y);\n";
-  IrGraph *g = fe_dsl_parse(mini, "dir/mini.model.mtc", NULL, 0, &d);
+  IrGraph *g = fe_dsl_parse(mini, "dir/mini.model.mtc", NULL, 0, 0, &d);
   if (check(g != NULL, "mini: %s", g ? "" : d.msg)) {
     check_graph(g, "mini");
     check(strcmp(g->name, "mini.model") == 0, "mini: the stem names the graph, got '%s'", g->name);
@@ -253,15 +264,15 @@ static void test_api(void) {
     check(nscale == 4, "mini: 4 scale nodes (-, *2, +1, /4), got %d", nscale);
     ir_graph_free(g);
   }
-  g = fe_dsl_parse("", "empty.mtc", NULL, 0, &d);
+  g = fe_dsl_parse("", "empty.mtc", NULL, 0, 0, &d);
   check(!g && d.loc.line == 1 && d.loc.col == 1 && strstr(d.msg, "empty model"),
         "empty text: %s", d.msg);
-  g = fe_dsl_load("/nonexistent/model.mtc", NULL, 0, &d);
+  g = fe_dsl_load("/nonexistent/model.mtc", NULL, 0, 0, &d);
   check(!g && d.loc.line == 1 && strstr(d.msg, "cannot read /nonexistent/model.mtc"),
         "missing file: %s", d.msg);
-  g = fe_dsl_load("/", NULL, 0, &d);
+  g = fe_dsl_load("/", NULL, 0, 0, &d);
   check(!g && strstr(d.msg, "cannot read /"), "a directory: %s", d.msg);
-  g = fe_dsl_parse("dim B = 4;", NULL, NULL, 0, NULL);
+  g = fe_dsl_parse("dim B = 4;", NULL, NULL, 0, 0, NULL);
   check(!g, "NULL diag: fails quietly");
 }
 
@@ -309,7 +320,7 @@ static void run_error_file(const char *dir, const char *name) {
   }
 
   IrDiag d;
-  IrGraph *g = fe_dsl_load(path, defs, ndefs, &d);
+  IrGraph *g = fe_dsl_load(path, defs, ndefs, 0, &d);
   if (g) {
     check(false, "%s: loaded, but should fail with %d:%d: %s", name, line, col, want);
     ir_graph_free(g);
@@ -436,7 +447,7 @@ static void test_fuzz(const char *dir, int count) {
       }
     }
     IrDiag d;
-    IrGraph *g = fe_dsl_parse(buf, "fuzz.mtc", NULL, 0, &d);
+    IrGraph *g = fe_dsl_parse(buf, "fuzz.mtc", NULL, 0, 0, &d);
     if (g) {
       IrDiag vd;
       if (ir_verify(g, "dsl", &vd) != 0 || !g->loss) {

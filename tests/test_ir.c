@@ -520,7 +520,7 @@ static void live_in_backward(const IrGraph *g, const MemPlan *m, int *acts, int6
 // reads a parameter itself (only its gathered copy, NAME.bwd).
 static void check_recompute_zero3(const char *path) {
   IrDiag d = {0};
-  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  IrGraph *g = fe_dsl_load(path, NULL, 0, 0, &d);
   Plan plan = plan_single();
   plan.lower = true;
   plan.mesh = mesh_make(2, 1);
@@ -565,7 +565,7 @@ static void check_recompute(const char *path) {
   int64_t peak[3] = {0};
   for (int c = 0; c < 3; c++) {
     IrDiag d = {0};
-    IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+    IrGraph *g = fe_dsl_load(path, NULL, 0, 0, &d);
     Plan plan = plan_single();
     plan.checkpoint = ks[c];
     PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .plan = &plan};
@@ -625,7 +625,7 @@ static void check_recompute(const char *path) {
         (long long)peak[0], (long long)peak[1], (long long)peak[2]);
   // More layers than the model has: an error naming the count.
   IrDiag d = {0};
-  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  IrGraph *g = fe_dsl_load(path, NULL, 0, 0, &d);
   Plan five = plan_single();
   five.checkpoint = 5;
   PassCtx ctx = {.opt = pass_default_options(), .diag = &d, .plan = &five};
@@ -637,7 +637,7 @@ static void check_recompute(const char *path) {
 
 static void check_dsl_model(const char *path) {
   IrDiag d = {0};
-  IrGraph *g = fe_dsl_load(path, NULL, 0, &d);
+  IrGraph *g = fe_dsl_load(path, NULL, 0, 0, &d);
   PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
   int rc = g ? pass_run_all(g, &ctx) : -1;
   CHECK(rc == 0, "%s: %s", path, d.msg);

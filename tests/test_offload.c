@@ -222,7 +222,7 @@ static IrGraph *lowered_gpt2_as(int dp, PlanBlock rest, PassCtx *ctx, IrDiag *d)
   int zero = rest.zero;
   double offload = rest.offload;
   *ctx = (PassCtx){.opt = pass_default_options(), .diag = d, .plan = &plan};
-  IrGraph *g = fe_dsl_load(gpt2_path, defs, 6, d);
+  IrGraph *g = fe_dsl_load(gpt2_path, defs, 6, 0, d);
   if (!g || pass_run_all(g, ctx)) {
     printf("FAIL: gpt2 dp %d ZeRO-%d offload %g: ", dp, zero, offload);
     ir_diag_print(stdout, d);
@@ -353,7 +353,7 @@ static void test_lowering_params(int dp) {
   for (int k = 0; k < 2; k++) {
     d = (IrDiag){0};
     IrGraph *b = fe_dsl_load(gpt2_path, (FeDefine[]){{"L", 2}, {"C", 32}, {"NH", 2}, {"T", 8},
-                                                     {"V", 64}, {"B", 2}}, 6, &d);
+                                                     {"V", 64}, {"B", 2}}, 6, 0, &d);
     Plan plan = plan_single();
     plan.lower = true;
     plan.mesh = mesh_make(dp, 1);

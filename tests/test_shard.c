@@ -34,7 +34,7 @@ static IrGraph *load_dsl(const char *path, const char *defs, bool fusion) {
     d[n++].value = atoll(eq + 1);
   }
   IrDiag diag = {0};
-  IrGraph *g = fe_dsl_load(path, d, n, &diag);
+  IrGraph *g = fe_dsl_load(path, d, n, 0, &diag);
   for (int i = 0; i < n; i++)
     free((char *)d[i].name);
   PassCtx ctx = {.opt = pass_default_options(), .diag = &diag};

@@ -252,7 +252,7 @@ static IrGraph *model_in(const char *file, const char *defs, PassPrecision preci
     d[n++].value = atoll(eq + 1);
   }
   IrDiag diag = {0};
-  IrGraph *g = fe_dsl_load(path, d, n, &diag);
+  IrGraph *g = fe_dsl_load(path, d, n, 0, &diag);
   for (int i = 0; i < n; i++)
     free((char *)d[i].name);
   if (!g) {

@@ -7,7 +7,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!text)
     return 0;
   IrDiag d = {0};
-  IrGraph *g = fe_dsl_parse(text, "fuzz.mtc", NULL, 0, &d);
+  IrGraph *g = fe_dsl_parse(text, "fuzz.mtc", NULL, 0, 0, &d);
   free(text);
   if (fuzz_loaded(g, &d))
     fuzz_passes(g);

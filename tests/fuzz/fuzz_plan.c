@@ -10,7 +10,7 @@ static IrGraph *model(void) {
     return g;
   IrDiag d = {0};
   FeDefine defs[] = {{"L", 2}, {"C", 64}, {"NH", 2}, {"T", 16}, {"V", 256}, {"B", 2}};
-  g = fe_dsl_load(MTC_SOURCE_DIR "/examples/gpt2.mtc", defs, 6, &d);
+  g = fe_dsl_load(MTC_SOURCE_DIR "/examples/gpt2.mtc", defs, 6, 0, &d);
   PassCtx ctx = {.opt = pass_default_options(), .diag = &d};
   ctx.opt.stop_after = "optimizer";
   if (!g || pass_run_all(g, &ctx)) {
