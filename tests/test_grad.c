@@ -106,6 +106,8 @@ static const Case cases[] = {
      "%y : f32[T,D] = rope(%x) inverse=1\n", "f32[T,D]", 1e-2},
     {"softmax", "sym N = 3\nsym C = 5\nparam %x : f32[N,C] normal(1.0)\n",
      "%y : f32[N,C] = softmax(%x)\n", "f32[N,C]", 1e-2},
+    {"softmax causal", "sym B = 2\nsym T = 4\nparam %x : f32[B,T,T] normal(1.0)\n",
+     "%y : f32[B,T,T] = softmax(%x) causal=1\n", "f32[B,T,T]", 1e-2},
     {"attention_causal", "sym B = 2\nsym H = 2\nsym T = 4\nsym D = 3\n"
                          "param %q : f32[B,H,T,D] normal(1.0)\nparam %k : f32[B,H,T,D] normal(1.0)\n"
                          "param %v : f32[B,H,T,D] normal(1.0)\n",
