@@ -281,9 +281,9 @@ enum { NSIZES = sizeof op_sizes / sizeof op_sizes[0] };
 // A step's activations are not in the core's cache when a kernel reads them: other kernels ran
 // between their writer and their reader. Each call takes the next n elements of x, y and z, in
 // turn through op_pool elements: four times the core's L2 cache (8 MiB where it is not known).
-// (Measured on a 2-core Xeon with a 2 MiB L2, GPT-2 small's step priced/measured: 0.95 with
-// the operands in cache, 1.19 through 64 MiB, 0.99-1.05 through 8 MiB; at 256 tokens 0.81, 1.11,
-// 0.91.)
+// (On a 2-core Xeon with a 2 MiB L2, GPT-2 small's step priced/measured: 0.95 with the
+// operands in cache, 1.19 through 64 MiB, 0.99-1.05 through 8 MiB; at 256 tokens 0.81, 1.11,
+// 0.91. README, "This machine's profile", has the commands.)
 static long op_pool = 2L << 20;
 
 static void set_op_pool(void) {
