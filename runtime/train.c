@@ -1829,7 +1829,10 @@ static void print_token(const rt_tokenizer *t, bool text, int id) {
   const char *piece = text ? rt_tok_piece(t, id, &len) : NULL;
   if (piece) fwrite(piece, 1, len, stdout);
   else printf("%d ", id);
-  fflush(stdout);
+  // Alone, each token shows as it is drawn. Under mpirun a partial line could be
+  // forwarded and another rank's line land inside it (each rank's stdout is its own
+  // pipe): there the sample goes out whole, at its closing line.
+  if (rt_comm_size() == 1) fflush(stdout);
 }
 
 // --sample: o->sample tokens after the prompt, each from the logits of a
