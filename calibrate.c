@@ -258,11 +258,13 @@ int mtc_calibrate(int argc, char **argv) {
             "(float32) and %.1f (bf16), memory %.1f GB/s",
             c.group[0].name, ranks, ranks > 1 ? "s" : "", v->threads, v->threads > 1 ? "s" : "",
             v->cores, v->flops_fp32 / 1e9, v->flops_bf16 / 1e9, v->hbm_bw / 1e9);
-    if (ranks > 1)
+    if (ranks > 1)   // bus bandwidths at 64 MiB, and at 1 MiB
       fprintf(stderr, ", all-reduce %.2f GB/s after %.1f us (all-gather %.2f, reduce-scatter "
-              "%.2f), %.0f%% of it hidden behind a kernel", v->intra_bw / 1e9,
-              v->eff.alpha_intra * 1e6, v->intra_bw * v->eff.gather / 1e9,
-              v->intra_bw * v->eff.scatter / 1e9, 100 * v->eff.overlap);
+              "%.2f; at 1 MiB %.2f, %.2f, %.2f), %.0f%% of it hidden behind a kernel",
+              v->intra_bw / 1e9, v->eff.alpha_intra * 1e6, v->intra_bw * v->eff.gather / 1e9,
+              v->intra_bw * v->eff.scatter / 1e9, sv_coll_bw(v, SV_ALL_REDUCE, 0x1p20) / 1e9,
+              sv_coll_bw(v, SV_ALL_GATHER, 0x1p20) / 1e9,
+              sv_coll_bw(v, SV_REDUCE_SCATTER, 0x1p20) / 1e9, 100 * v->eff.overlap);
     fputs("\n", stderr);
     if (ranks * v->threads > v->cores)
       fprintf(stderr, "mtc calibrate: warning: %d ranks of %d thread%s time-share %d cores, and a "

@@ -29,10 +29,12 @@
 //                  planner counts it), of hbm_bw; launch: a small kernel's
 //                  time beyond its traffic; overlap: how much of a
 //                  non-blocking all-reduce a kernel beside it hides
-//   intra_bw       rt_allreduce's bus bandwidth among the R ranks, and
-//   alpha_intra    its latency (a 4-byte all-reduce); efficiency.gather and
-//                  .scatter: rt_allgather's and rt_reduce_scatter's bus bandwidth, of
-//                  intra_bw (over Open MPI's shared memory they differ several times)
+//   collectives    rt_allreduce's, rt_allgather's and rt_reduce_scatter's bus
+//                  bandwidth among the R ranks at 16 KiB to 64 MiB (bytes/s, after
+//                  the latency); intra_bw: the all-reduce's at 64 MiB, and
+//                  efficiency.gather and .scatter the others' there, of it (over Open
+//                  MPI's shared memory they differ several times, and with the size)
+//   alpha_intra    the latency (a 4-byte all-reduce)
 //   cpu_adam       rt_adamw's parameters per second (the host is this CPU)
 // The FLOP counts are those of ir/ops.c (matmul 2mnk; attention 2 x 2 GEMMs
 // forward and 5 backward over the causal half), so that the planner's
@@ -328,6 +330,16 @@ static void reduce_scatter(void *p) {
   Coll *c = p;
   rt_reduce_scatter(rt_group_world(), c->buf, c->n, RT_REDUCE_SUM, NULL);
 }
+// The collectives' sizes in bytes (a tensor-parallel all-reduce of a small model's activations
+// to a data-parallel bucket of GPT-2's layer): over Open MPI's shared memory a buffer that
+// stays in the caches moves several times faster than one that does not.
+#define NCOLL 3
+#define NCOLL_SIZES 5
+static const long coll_sizes[NCOLL_SIZES] = {16L << 10, 256L << 10, 1L << 20, 4L << 20,
+                                             64L << 20};
+static void (*const coll_fns[NCOLL])(void *) = {allreduce, allgather, reduce_scatter};
+static const char *const coll_keys[NCOLL] = {"all_reduce", "all_gather", "reduce_scatter"};
+
 static void allreduce_beside(void *p) {
   Coll *c = p;
   rt_request req = {0};
@@ -339,13 +351,6 @@ static void allreduce_beside(void *p) {
 // ---- the profile --------------------------------------------------------------------------------
 
 static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
-
-// A collective that moved `bytes` over each rank's link in `t` seconds (latency alpha): its bus
-// bandwidth, of the all-reduce's `link`, within what a profile may say (a machine busy while the
-// all-reduce ran can make another collective look a hundred times faster than it).
-static double bus_share(double bytes, double t, double alpha, double link) {
-  return fmin(100, bytes / fmax(t - alpha, 1e-9) / link);
-}
 
 static void cpu_name(char *buf, size_t n) {
   snprintf(buf, n, "CPU");
@@ -464,19 +469,29 @@ int main(int argc, char **argv) {
   free(bu.x), free(bu.y), free(bu.z), free(bu.w), free(bu.bias), free(bu.dw), free(bu.db);
   free(bu.targets);
 
-  // collectives among the ranks: latency, bus bandwidth, overlap
+  // collectives among the ranks: latency, bus bandwidth by size, overlap
   double alpha = 0, link = bw, gather = 1, scatter = 1, overlap = 0;
+  double coll_bw[NCOLL][NCOLL_SIZES];
   if (ranks > 1) {
     Coll c = {1, alloc(sizeof(float) << 24), NULL};
     alpha = timed(allreduce, &c);
-    c.n = 1L << 24;
-    double t = timed(allreduce, &c);
-    double ring = (double)(ranks - 1) / ranks, bytes = 4.0 * (double)c.n;
-    link = 2 * ring * bytes / fmax(t - alpha, 1e-9);
-    // all-gathers and reduce-scatters (ZeRO, tensor parallelism's gathers): each one's bus
-    // bandwidth, of the all-reduce's
-    gather = bus_share(ring * bytes, timed(allgather, &c), alpha, link);
-    scatter = bus_share(ring * bytes, timed(reduce_scatter, &c), alpha, link);
+    double ring = (double)(ranks - 1) / ranks, t = 0;
+    for (int z = 0; z < NCOLL_SIZES; z++) {
+      c.n = coll_sizes[z] / 4;
+      double bytes = 4.0 * (double)c.n;
+      for (int k = 0; k < NCOLL; k++) {
+        double tk = timed(coll_fns[k], &c);
+        double moved = (k == 0 ? 2 : 1) * ring * bytes;   // per rank, as the planner counts
+        coll_bw[k][z] = fmin(1e15, fmax(1e6, moved / fmax(tk - alpha, 1e-9)));
+        if (k == 0)
+          t = tk;
+      }
+    }
+    // the largest: the link's bandwidth, and all-gathers' and reduce-scatters' shares of it
+    // (the planner's rates for sizes a profile without the table prices; across nodes)
+    link = coll_bw[0][NCOLL_SIZES - 1];
+    gather = fmin(100, coll_bw[1][NCOLL_SIZES - 1] / link);
+    scatter = fmin(100, coll_bw[2][NCOLL_SIZES - 1] / link);
     // a kernel as long as the all-reduce beside it: the share of it hidden
     Vec beside = big_v;
     beside.n = (long)fmin((double)big_v.n, t * bw / 12.0);
@@ -511,6 +526,16 @@ int main(int argc, char **argv) {
            "\"overlap\": %.3g},\n",
            attn_rate / best[0], simt / best[0], update_bw / bw, gather, scatter, launch, alpha,
            alpha, overlap);
+    if (ranks > 1) {
+      printf("    \"collectives\": {\n");
+      for (int k = 0; k < NCOLL; k++) {
+        printf("      \"%s\": [", coll_keys[k]);
+        for (int z = 0; z < NCOLL_SIZES; z++)
+          printf("%s[%ld, %.4g]", z ? ", " : "", coll_sizes[z], coll_bw[k][z]);
+        printf("]%s\n", k + 1 < NCOLL ? "," : "");
+      }
+      printf("    },\n");
+    }
     printf("    \"ops\": {\n");
     for (int o = 0; o < NOPS; o++) {
       printf("      \"%s\": [", op_cases[o].op);

@@ -194,6 +194,16 @@ double sv_op_seconds(const SvDevice *dev, IrOp op, double numel) {
   return -1;
 }
 
+double sv_coll_bw(const SvDevice *dev, SvColl kind, double bytes) {
+  const SvCollRate *r = &dev->coll[kind];
+  if (r->n == 0)
+    return -1;
+  int at;
+  double w;
+  bracket(r->bytes, r->n, bytes, &at, &w);
+  return exp((1 - w) * log(r->bw[at]) + w * log(r->bw[r->n > 1 ? at + 1 : at]));
+}
+
 // x inserted into the n sorted distinct values of v, unless it is among them; their new count.
 static int add_value(double *v, int n, double x) {
   int at = 0;
@@ -549,11 +559,52 @@ static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) 
   return 0;
 }
 
+static const char *const coll_names[SV_NCOLL] = {"all_reduce", "all_gather", "reduce_scatter"};
+
+// "collectives": {"all_reduce": [[bytes, bus bytes/s], ...], "all_gather": ...,
+// "reduce_scatter": ...}: each optional, sizes increasing.
+static int parse_collectives(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
+  if (!o)
+    return 0;
+  if (!cJSON_IsObject(o))
+    return ir_error(d, (IrLoc){0}, "%s: \"collectives\" must be an object of all_reduce, "
+                    "all_gather and reduce_scatter", where);
+  for (const cJSON *it = o->child; it; it = it->next) {
+    int k = 0;
+    while (k < SV_NCOLL && strcmp(it->string, coll_names[k]))
+      k++;
+    if (k == SV_NCOLL)
+      return ir_error(d, (IrLoc){0}, "%s: \"collectives\": unknown collective '%s' (all_reduce, "
+                      "all_gather, reduce_scatter)", where, it->string);
+    SvCollRate *r = &v->coll[k];
+    r->n = cJSON_GetArraySize(it);
+    bool ok = cJSON_IsArray(it) && r->n >= 1 && r->n <= SV_MAXPTS;
+    for (int i = 0; ok && i < r->n; i++) {
+      const cJSON *pt = cJSON_GetArrayItem(it, i);
+      const cJSON *a = cJSON_GetArrayItem(pt, 0), *b = cJSON_GetArrayItem(pt, 1);
+      ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(a) &&
+           cJSON_IsNumber(b) && a->valuedouble >= 1 && a->valuedouble <= 1e15 &&
+           b->valuedouble >= BYTES_PER_S.lo && b->valuedouble <= BYTES_PER_S.hi &&
+           (i == 0 || a->valuedouble > r->bytes[i - 1]);
+      if (ok)
+        r->bytes[i] = a->valuedouble, r->bw[i] = b->valuedouble;
+    }
+    if (!ok) {
+      r->n = 0;
+      return ir_error(d, (IrLoc){0}, "%s: \"collectives\": '%s' must be 1 to %d pairs [bytes, "
+                      "bus bytes/s], bytes increasing, bandwidths from %g to %g bytes/s", where,
+                      it->string, SV_MAXPTS, BYTES_PER_S.lo, BYTES_PER_S.hi);
+    }
+  }
+  return 0;
+}
+
 static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d) {
   static const char *const known[] = {"name", "gpu", "count", "gpus_per_node", "mem", "reserve",
                                 "flops_bf16", "flops_fp32", "hbm_bw", "intra_bw", "inter_bw",
                                 "host_bw", "host_mem", "cpu_adam", "cores", "threads", "ranks",
-                                "sms", "efficiency", "gemm", "attention", "ops", NULL};
+                                "sms", "efficiency", "gemm", "attention", "ops", "collectives",
+                                NULL};
   if (!cJSON_IsObject(o))
     return ir_error(d, (IrLoc){0}, "%s: a group must be an object", where);
   if (json_keys(o, known, where, d))
@@ -597,7 +648,8 @@ static int parse_group(SvGroup *gr, const cJSON *o, const char *where, IrDiag *d
       parse_eff(&v->eff, cJSON_GetObjectItemCaseSensitive(o, "efficiency"), where, d) ||
       parse_gemm(v, cJSON_GetObjectItemCaseSensitive(o, "gemm"), where, d) ||
       parse_attention(v, cJSON_GetObjectItemCaseSensitive(o, "attention"), where, d) ||
-      parse_ops(v, cJSON_GetObjectItemCaseSensitive(o, "ops"), where, d))
+      parse_ops(v, cJSON_GetObjectItemCaseSensitive(o, "ops"), where, d) ||
+      parse_collectives(v, cJSON_GetObjectItemCaseSensitive(o, "collectives"), where, d))
     return -1;
   if (cpu) {   // measured, not looked up: every rate given
     static const char *const need[] = {"mem", "flops_fp32", "flops_bf16", "hbm_bw", "intra_bw",

@@ -119,7 +119,11 @@ static void sum_tp_colls(IrGraph *g, SvModel *m, const ShardResult *r, bool batc
     SvBlock *b = &m->block[c->block];
     bool fwd = c->phase == PHASE_FORWARD;
     const Sym **sum = batch ? (fwd ? &b->bt_fwd : &b->bt_bwd) : (fwd ? &b->tp_fwd : &b->tp_bwd);
-    *sum = s_add(g, *sum, ir_shard_allreduce_bytes(g, c));
+    const Sym **sq = batch ? (fwd ? &b->bt_fwd_sq : &b->bt_bwd_sq)
+                           : (fwd ? &b->tp_fwd_sq : &b->tp_bwd_sq);
+    const Sym *e = ir_shard_allreduce_bytes(g, c);
+    *sum = s_add(g, *sum, e);
+    *sq = s_add(g, *sq, sym_mul(&g->arena, e, e));
     const Sym **sync = fwd ? &b->sync_fwd : &b->sync_bwd;
     if (batch && c->kind == SHARD_ALL_REDUCE)
       *sync = s_add(g, *sync, ir_shard_allreduce_bytes(g, c));
@@ -218,6 +222,8 @@ static int grid_parallel(IrGraph *g, SvModel *m, ShardResult *r, IrDiag *d) {
     IrRole role = c->value->role;
     bool weight = role == ROLE_PARAM || role == ROLE_COPY || role == ROLE_STATE ||
                   grad[c->value->id];
+    const Sym **sq = c->phase == PHASE_FORWARD ? &b->grid_fwd_sq[k] : &b->grid_bwd_sq[k];
+    *sq = s_add(g, *sq, sym_mul(&g->arena, e, e));
     if (c->phase == PHASE_FORWARD) {
       b->grid_fwd[k] = s_add(g, b->grid_fwd[k], e);
       if (weight)
@@ -453,9 +459,10 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     blk->act = blk->act_int = blk->act_rep = z;
     blk->ckpt = blk->ckpt_int = blk->work = blk->flops_fwd = blk->flops_bwd = z;
     blk->tp_fwd = blk->tp_bwd = blk->bt_fwd = blk->bt_bwd = blk->sync_fwd = blk->sync_bwd = z;
+    blk->tp_fwd_sq = blk->tp_bwd_sq = blk->bt_fwd_sq = blk->bt_bwd_sq = z;
     for (int k = 0; k < 3; k++)
       blk->grid_fwd[k] = blk->grid_bwd[k] = blk->grid_act[k] = blk->grid_wfwd[k] =
-          blk->grid_wbwd[k] = z;
+          blk->grid_wbwd[k] = blk->grid_fwd_sq[k] = blk->grid_bwd_sq[k] = z;
   }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
@@ -945,6 +952,8 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
     o->grid_act[k] = sym_evalf(b->grid_act[k], t);
     o->grid_wfwd[k] = sym_evalf(b->grid_wfwd[k], t);
     o->grid_wbwd[k] = sym_evalf(b->grid_wbwd[k], t);
+    o->grid_fwd_sq[k] = sym_evalf(b->grid_fwd_sq[k], t);
+    o->grid_bwd_sq[k] = sym_evalf(b->grid_bwd_sq[k], t);
   }
   o->act = sym_evalf(b->act, t);
   o->act_int = sym_evalf(b->act_int, t);
@@ -959,6 +968,10 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->bt_bwd = sym_evalf(b->bt_bwd, t);
   o->sync_fwd = sym_evalf(b->sync_fwd, t);
   o->sync_bwd = sym_evalf(b->sync_bwd, t);
+  o->tp_fwd_sq = sym_evalf(b->tp_fwd_sq, t);
+  o->tp_bwd_sq = sym_evalf(b->tp_bwd_sq, t);
+  o->bt_fwd_sq = sym_evalf(b->bt_fwd_sq, t);
+  o->bt_bwd_sq = sym_evalf(b->bt_bwd_sq, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
   for (int k = 0; k < b->nfwd; k++)   // kernels launched
@@ -1035,6 +1048,8 @@ typedef struct Link {
   double overlap;   // the share of the compute beside it that hides it
   double gather;    // all-gathers' bandwidth, of all-reduces'
   double scatter;   // reduce-scatters'
+  bool pairs;       // all-reduce volumes moved as pairs of a reduce-scatter and an all-gather
+  const SvDevice *measured;   // inside a node of a profile that measured collectives by size
 } Link;
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
@@ -1042,9 +1057,11 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
   const SvEff *e = &gr->dev.eff;
   bool in = span <= gr->per_node;
   double bw = in ? gr->dev.intra_bw : gr->dev.inter_bw;
+  const SvDevice *measured = in ? &gr->dev : NULL;
   if (all_groups && c->ngroups > 1) {   // across the groups: cross_bw, or the slowest group's
     in = c->one_node;                   // link between nodes (within one where they share it)
     bw = c->cross_bw;
+    measured = NULL;
     if (in || bw <= 0) {
       bw = INFINITY;
       for (int i = 0; i < c->ngroups; i++)
@@ -1052,20 +1069,43 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
     }
   }
   return (Link){bw * e->link, in ? e->alpha_intra : e->alpha_inter, e->overlap, e->gather,
-                e->scatter};
+                e->scatter, false, measured};
 }
 
-static double ar(double bytes, int n, Link l) { return sv_allreduce_time(bytes, n, l.bw, l.alpha); }
+// Link l's bus bandwidth for a collective of `kind` on a buffer of `bytes`: as measured at that
+// size where the profile has it, else the link's (an all-gather's and a reduce-scatter's their
+// share of it). Pairs of a reduce-scatter and an all-gather (sequence parallelism's, a 2D
+// grid's), priced by an all-reduce's volume, move each half at its own rate.
+static double bus_bw(Link l, SvColl kind, double bytes) {
+  if (kind == SV_ALL_REDUCE && l.pairs)
+    return 2 / (1 / bus_bw(l, SV_ALL_GATHER, bytes) + 1 / bus_bw(l, SV_REDUCE_SCATTER, bytes));
+  double bw = l.measured ? sv_coll_bw(l.measured, kind, bytes) : -1;
+  if (bw > 0)
+    return bw;
+  return l.bw * (kind == SV_ALL_GATHER ? l.gather : kind == SV_REDUCE_SCATTER ? l.scatter : 1);
+}
+
+static double ar(double bytes, int n, Link l) {
+  return sv_allreduce_time(bytes, n, bus_bw(l, SV_ALL_REDUCE, bytes), l.alpha);
+}
 static double ag(double bytes, int n, Link l) {
-  return sv_allgather_time(bytes, n, l.bw * l.gather, l.alpha);
+  return sv_allgather_time(bytes, n, bus_bw(l, SV_ALL_GATHER, bytes), l.alpha);
 }
 static double rs(double bytes, int n, Link l) {   // (an all-gather's volume)
-  return sv_allgather_time(bytes, n, l.bw * l.scatter, l.alpha);
+  return sv_allgather_time(bytes, n, bus_bw(l, SV_REDUCE_SCATTER, bytes), l.alpha);
 }
-// Link l's bandwidth for pairs of a reduce-scatter and an all-gather (sequence parallelism's, a
-// 2D grid's), priced by an all-reduce's volume: each at its own rate.
+// Collectives over n ranks that together all-reduce `bytes` (an all-gather or reduce-scatter
+// counting half its buffer; l.pairs: all of them in pairs), `sq` the sum of the squares of
+// their bytes: at the bandwidth of the size the mean byte moves in. One latency for them all,
+// as the planner has always priced a block's phase (a latency each would make a small model's
+// 2D grids, dozens of collectives a block, cost more).
+static double colls(double bytes, double sq, int n, Link l) {
+  double size = bytes > 0 ? sq / bytes : 0;
+  return sv_allreduce_time(bytes, n, bus_bw(l, SV_ALL_REDUCE, size * (l.pairs ? 2 : 1)),
+                           l.alpha);
+}
 static Link pairs(Link l) {
-  l.bw *= 2 / (1 / l.gather + 1 / l.scatter);
+  l.pairs = true;
   return l;
 }
 // A collective beside compute: its bandwidth part hides behind the compute,
@@ -1169,22 +1209,28 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
                   // whole)
     double part = batch_share(l);
     double wf = on_grid(n->grid_wfwd, l.q), wb = on_grid(n->grid_wbwd, l.q);
-    double f = ar(wf + (on_grid(n->grid_fwd, l.q) - wf) * part, l.q, rsag);
-    double bw = ar(wb + (on_grid(n->grid_bwd, l.q) - wb) * part, l.q, rsag);
+    double q2 = (double)l.q * l.q;   // (the squares: the batch's share left out)
+    double f = colls(wf + (on_grid(n->grid_fwd, l.q) - wf) * part,
+                     on_grid(n->grid_fwd_sq, (int)q2), l.q, rsag);
+    double bw = colls(wb + (on_grid(n->grid_bwd, l.q) - wb) * part,
+                      on_grid(n->grid_bwd_sq, (int)q2), l.q, rsag);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.batch) {   // the weights' gradients reduced over the tp ranks
-    double f = ar(n->bt_fwd, l.tp, in), bw = ar(n->bt_bwd, l.tp, in);
+    double f = colls(n->bt_fwd, n->bt_fwd_sq, l.tp, in);
+    double bw = colls(n->bt_bwd, n->bt_bwd_sq, l.tp, in);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.sub > 1) {   // Megatron's over sub ranks, on sub / tp of the replica's batch
     Link t = link_for(cl, g, l.sub, false);
     if (sp)
       t = pairs(t);
     double part = batch_share(l);
-    double f = ar(n->tp_fwd * part, l.sub, t), bw = ar(n->tp_bwd * part, l.sub, t);
+    double f = colls(n->tp_fwd * part, n->tp_fwd_sq * part * part, l.sub, t);
+    double bw = colls(n->tp_bwd * part, n->tp_bwd_sq * part * part, l.sub, t);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.tp > 1) {
     Link t = sp ? rsag : in;
-    double f = ar(n->tp_fwd, l.tp, t), bw = ar(n->tp_bwd, l.tp, t);
+    double f = colls(n->tp_fwd, n->tp_fwd_sq, l.tp, t);
+    double bw = colls(n->tp_bwd, n->tp_bwd_sq, l.tp, t);
     tp = f + bw + (ckpt ? f : 0);
   }
   o->t_micro[SV_T_TP] = per * tp;
@@ -1252,7 +1298,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   double replica_micro = ceil((double)x->micro_total / d);  // micro-steps a replica runs
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, 0, dev->eff.overlap, 1, 1};
+    Link host = {pcie, 0, dev->eff.overlap, 1, 1, false, NULL};
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
     double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
     double up = exposed(moved * b->param / pcie, tf, host, 0);
@@ -1301,7 +1347,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (swap) {   // a copy per value each way, each at least a launch
     keep = fmin(n->act_int / sv_layout_parts(l), act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1, 1};
+    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1, 1, false, NULL};
     o->host += moved;
     o->t_micro[SV_T_OFFLOAD] += per * (exposed(moved / pcie, tf, host, n->nact) +
                                        exposed(moved / pcie, tb, host, n->nact));

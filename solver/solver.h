@@ -72,6 +72,16 @@ typedef struct SvOpRate {
   double numel[SV_MAXPTS], sec[SV_MAXPTS];
 } SvOpRate;
 
+// Measured bus bandwidth of a collective by its size (a calibrated profile), within a node:
+// at bytes[i] bytes (the buffer all-reduced, the whole gathered or reduce-scattered),
+// bw[i] bytes/s, as NCCL's tests count bus bandwidth (an all-reduce moves 2 (n - 1) / n of its
+// buffer per rank, an all-gather or reduce-scatter (n - 1) / n) after the link's latency.
+typedef enum SvColl { SV_ALL_REDUCE, SV_ALL_GATHER, SV_REDUCE_SCATTER, SV_NCOLL } SvColl;
+typedef struct SvCollRate {
+  int n;                // 0: the link's bandwidth (intra_bw x efficiency) at every size
+  double bytes[SV_MAXPTS], bw[SV_MAXPTS];
+} SvCollRate;
+
 typedef struct SvDevice {
   char name[32];        // "H100-80GB"
   double flops_bf16;    // dense peak FLOP/s in bf16 (fp16 on V100)
@@ -95,6 +105,7 @@ typedef struct SvDevice {
   SvOpRate ops[SV_MAXOPS];
   int nattn;            // entries of attn (0: attention at eff.attn whatever its shape)
   SvAttnRate attn[SV_MAXATT];
+  SvCollRate coll[SV_NCOLL];   // by SvColl
 } SvDevice;
 
 const SvDevice *sv_device_find(const char *name);  // case-insensitive; NULL when unknown
@@ -148,6 +159,10 @@ double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, doubl
 // Seconds of op's kernel over numel elements on dev when its profile measured
 // the op (interpolated between its sizes); -1 when it did not.
 double sv_op_seconds(const SvDevice *dev, IrOp op, double numel);
+// The bus bandwidth of a collective of `kind` on a buffer of `bytes` within one of dev's nodes
+// when its profile measured it (log-log between its sizes, the nearest end's outside them);
+// -1 when it did not.
+double sv_coll_bw(const SvDevice *dev, SvColl kind, double bytes);
 // The profile's attention rate at t tokens and heads of hs (forward, or backward): bilinear in
 // the logs between its grid's shapes, the nearest edge's outside it; -1 without a grid.
 double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd);
@@ -231,6 +246,9 @@ typedef struct SvBlock {
   // ... of those, the all-reduces of partial sums over the batch's parts (a BatchNorm's
   // statistics), which data parallelism runs over dp too (SyncBatchNorm: passes/lower.c)
   const Sym *sync_fwd, *sync_bwd;
+  // ... each of tp_*, bt_* and grid_* as a sum of the squares of its collectives' bytes: over
+  // the sum, the size of the collective the mean byte moves in (whose bandwidth it moves at)
+  const Sym *tp_fwd_sq, *tp_bwd_sq, *bt_fwd_sq, *bt_bwd_sq, *grid_fwd_sq[3], *grid_bwd_sq[3];
   // Optimus 2D as ir/shard.c lays it out (the grid's side left open): the collectives along
   // the grid's rows and columns as bytes all-reduced, and the activations kept, by the number
   // k of grid axes the buffer is split over (a term of [k] is divided by q^k); how many grid
@@ -305,6 +323,7 @@ typedef struct SvNum {   // one unit's representative block
   SvStateBytes per;      // model-state bytes per parameter
   double act, act_int, act_rep, ckpt, ckpt_int, work;
   double tp_fwd, tp_bwd, bt_fwd, bt_bwd, sync_fwd, sync_bwd;
+  double tp_fwd_sq, tp_bwd_sq, bt_fwd_sq, bt_bwd_sq, grid_fwd_sq[3], grid_bwd_sq[3];
   // on a 2D grid, by the number of grid axes that split them: bytes all-reduced, activation
   // bytes kept, parameter elements
   double grid_fwd[3], grid_bwd[3], grid_act[3], grid_members[3], grid_wfwd[3], grid_wbwd[3];

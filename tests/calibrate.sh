@@ -69,6 +69,13 @@ if command -v mpirun > /dev/null && command -v mpicc > /dev/null; then
     fail "calibrate --ranks 2: $(cat "$out/two.err")"
   grep -q "2 ranks of 1 thread on .* all-reduce [0-9.]* GB/s after [0-9.]* us" "$out/two.err" ||
     fail "calibrate --ranks 2's summary: $(cat "$out/two.err")"
+  # the collectives' bus bandwidth by size, 16 KiB to 64 MiB, each of the three
+  for k in all_reduce all_gather reduce_scatter; do
+    grep -Eq "^ *\"$k\": \[\[16384, [0-9.e+]+\](, \[[0-9]+, [0-9.e+]+\]){3}, \[67108864, [0-9.e+]+\]\],?$" \
+      "$out/two.json" || fail "the profile's $k by size: $(grep -A4 collectives "$out/two.json")"
+  done
+  grep -q "at 1 MiB [0-9.]*, [0-9.]*, [0-9.]*)" "$out/two.err" ||
+    fail "calibrate --ranks 2's summary at 1 MiB: $(cat "$out/two.err")"
   "$mtc" plan "$examples/gpt2.mtc" --cluster "$out/two.json" > "$out/two.txt"
   grep -q "^cluster: 2 x $name (.*, 2 per node" "$out/two.txt" || fail "2 ranks: $(head -3 "$out/two.txt")"
 fi

@@ -784,6 +784,75 @@ static void test_profiles(void) {
   ir_graph_free(g);
 }
 
+// A profile's collectives by size: parsed, interpolated in log space, and a block's tensor-
+// parallel collectives priced at the bandwidth of one's size (GPT-2's layer: Megatron's two
+// all-reduces of B x T x C floats, 8 KiB, each way; with sequence parallelism pairs of a
+// reduce-scatter and an all-gather of that buffer, each at its own rate).
+static void test_collectives_by_size(void) {
+  const char *json = PROFILE_HEAD ", \"efficiency\": {\"alpha_intra\": 1e-5}, \"collectives\": "
+                     "{\"all_reduce\": [[4096, 1e9], [16384, 4e9]], \"all_gather\": [[8192, 8e9]], "
+                     "\"reduce_scatter\": [[8192, 2e9]]}}]}";
+  SvCluster c;
+  IrDiag d = {0};
+  CHECK(!sv_cluster_parse(&c, json, "p.json", &d), "%s", d.msg);
+  const SvDevice *v = &c.group[0].dev;
+  CHECK(near(sv_coll_bw(v, SV_ALL_REDUCE, 4096), 1e9, 1e-12) &&
+            near(sv_coll_bw(v, SV_ALL_REDUCE, 8192), 2e9, 1e-12) &&
+            near(sv_coll_bw(v, SV_ALL_REDUCE, 1), 1e9, 1e-12) &&
+            near(sv_coll_bw(v, SV_ALL_REDUCE, 1e9), 4e9, 1e-12) &&
+            near(sv_coll_bw(v, SV_ALL_GATHER, 1e9), 8e9, 1e-12) &&
+            sv_coll_bw(sv_device_find("H100-80GB"), SV_ALL_REDUCE, 8192) < 0,
+        "all-reduce at 4, 8 KiB, 1 byte, 1 GB: %g %g %g %g", sv_coll_bw(v, SV_ALL_REDUCE, 4096),
+        sv_coll_bw(v, SV_ALL_REDUCE, 8192), sv_coll_bw(v, SV_ALL_REDUCE, 1),
+        sv_coll_bw(v, SV_ALL_REDUCE, 1e9));
+  const struct { const char *json, *want; } bad[] = {
+      {PROFILE_HEAD ", \"collectives\": {\"all_to_all\": [[1, 1e9]]}}]}",
+       "unknown collective 'all_to_all'"},
+      {PROFILE_HEAD ", \"collectives\": {\"all_reduce\": [[100, 1e9], [10, 1e9]]}}]}",
+       "'all_reduce' must be 1 to 8 pairs [bytes, bus bytes/s], bytes increasing"},
+      {PROFILE_HEAD ", \"collectives\": {\"all_gather\": [[100, 300]]}}]}",
+       "bandwidths from 1e+06 to 1e+15 bytes/s"},
+      {PROFILE_HEAD ", \"collectives\": [1]}]}", "\"collectives\" must be an object"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    d.msg[0] = '\0';
+    CHECK(sv_cluster_parse(&c, bad[i].json, "p.json", &d) && strstr(d.msg, bad[i].want),
+          "%s: got '%s', want '%s'", bad[i].json, d.msg, bad[i].want);
+  }
+  CHECK(!sv_cluster_parse(&c, json, "p.json", &d), "%s", d.msg);
+  IrGraph *g = model_in("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256,B=2", PASS_PRECISION_FP32);
+  for (int sp = 0; sp < 2; sp++) {
+    SvModel *m = sv_model_build(g, false, sp, &d);
+    CHECK(m, "%s", d.msg);
+    if (!m)
+      break;
+    SvConfig cfg = sv_default_config();
+    cfg.cluster = c;
+    cfg.seq_parallel = sp;
+    SvCtx x = {.cfg = &cfg, .gpus = 2, .micro_total = 1};
+    SvNum n;
+    sv_num_eval(m, &cfg, 1, &n);   // the first layer
+    // forward: two all-reduces of 8 KiB, or two pairs (all-reduce volumes 16 KiB either way);
+    // backward as much again, and with sequence parallelism the gathers again for the weights'
+    // gradients and the norms' and biases' gradients all-reduced (256 bytes each)
+    CHECK(near(n.tp_fwd, 2 * 8192.0, 1e-12) && near(n.tp_fwd_sq, sp ? 4 * 4096.0 * 4096 :
+                                                      2 * 8192.0 * 8192, 1e-12) &&
+              near(n.tp_bwd, sp ? 6 * 4096 + 6 * 256 : 2 * 8192.0, 1e-12),
+          "sp %d: %g bytes (squares %g) and %g", sp, n.tp_fwd, n.tp_fwd_sq, n.tp_bwd);
+    SvCost o;
+    sv_cost(&x, &n, (SvLayout){.dp = 1, .tp = 2, .q = 1}, false, false, 0, 0, false, false, 0,
+            &o);
+    // all-reduces at 2e9 (8 KiB between the table's points); pairs at the harmonic mean of
+    // 8e9 and 2e9 (each measured at one size); one latency a phase
+    double bw = sp ? 2 / (1 / 8e9 + 1 / 2e9) : 2e9;
+    double want = 2 * 1e-5 + (n.tp_fwd + n.tp_bwd) / bw;
+    CHECK(near(o.t_micro[SV_T_TP], want, 1e-9), "sp %d: tensor parallel %g s, want %g", sp,
+          o.t_micro[SV_T_TP], want);
+    sv_model_free(m);
+  }
+  ir_graph_free(g);
+}
+
 static void test_formulas_print(void) {
   IrGraph *g = model("gpt2.mtc", "");
   IrDiag d = {0};
@@ -1482,6 +1551,7 @@ int main(int argc, char **argv) {
   test_megatron_activations();
   test_clusters();
   test_profiles();
+  test_collectives_by_size();
   test_formulas_print();
   test_seq_parallel();
   test_checkpoint_k_of_l();
