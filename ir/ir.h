@@ -525,6 +525,9 @@ bool ir_same_shape(const IrValue *a, const IrValue *b);
 const char *ir_shape_str(IrGraph *g, const IrValue *v);
 // FLOPs of one execution of the node, as a formula.
 const Sym *ir_flops(IrGraph *g, const IrNode *n);
+// A causal softmax or attention computes 1 / 2 of its T x T scores (row t over its first
+// t + 1; the softmax writes the rest 0): 2 for those, 1 for every other node.
+int ir_causal_divisor(const IrNode *n);
 // " with B = 8, T = 1024": the bound values of the dims s uses, for messages (in the arena;
 // "" when it uses none).
 const char *ir_bindings_text(IrGraph *g, const Sym *s);

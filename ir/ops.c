@@ -1513,10 +1513,13 @@ static const Sym *flops_layernorm_bwd(IrGraph *g, const IrNode *n) { return flop
 static const Sym *flops_rmsnorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
 static const Sym *flops_rope(IrGraph *g, const IrNode *n) { return flops_out(g, n, 3); }
 static const Sym *flops_rmsnorm_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 9); }
-// causal: each row over its first t + 1 of T values, half of them (the rest written 0)
+int ir_causal_divisor(const IrNode *n) {
+  bool scores = n->op == OP_SOFTMAX || n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD;
+  return scores && ir_attr_i(n, "causal") ? 2 : 1;
+}
+
 static const Sym *flops_softmax(IrGraph *g, const IrNode *n) {
-  return ir_attr_i(n, "causal") ? sym_scale(&g->arena, ir_numel(g, n->out[0]), 5, 2)
-                                : flops_out(g, n, 5);
+  return sym_scale(&g->arena, ir_numel(g, n->out[0]), 5, ir_causal_divisor(n));
 }
 static const Sym *flops_softmax_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 4); }
 
@@ -1527,8 +1530,7 @@ static const Sym *attention_flops(IrGraph *g, const IrNode *n, const IrValue *q,
                                   const IrValue *k, int64_t gemms) {
   const Sym *tk = k->shape[k->rank - 2];
   const Sym *f = sym_mul(&g->arena, ir_numel(g, q), tk);
-  bool causal = ir_attr_i(n, "causal");
-  return sym_scale(&g->arena, f, 2 * gemms, causal ? 2 : 1);
+  return sym_scale(&g->arena, f, 2 * gemms, ir_causal_divisor(n));
 }
 static const Sym *flops_attention(IrGraph *g, const IrNode *n) {
   return attention_flops(g, n, n->in[0], n->in[1], 2);

@@ -845,8 +845,8 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   if (is_view(n))
     return 0;
   // a causal softmax reads and exponentiates half of its scores (the rest it writes 0): its
-  // input's bytes and, measured, its elements count half
-  double part = n->op == OP_SOFTMAX && ir_attr_i(n, "causal") ? 0.5 : 1;
+  // input's bytes and, measured, its elements count half (attention's are measured causal)
+  double part = n->op == OP_SOFTMAX ? 1.0 / ir_causal_divisor(n) : 1;
   double bytes = 0, numel = 0;
   for (int k = 0; k < n->nin + n->nout; k++) {
     const IrValue *v = ir_node_value(n, k);
