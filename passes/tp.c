@@ -932,14 +932,26 @@ int pass_lower_tp(IrGraph *g, const Plan *P, PassLowered *out, IrDiag *d) {
   IrValue **stats_of = calloc((size_t)t.nv, sizeof *stats_of);
   IR_ASSERT(degree && batch_tp && t.node && t.use_at && t.cur && t.pieces && t.pad_dim &&
             t.conv && t.nconv && stats_of);
-  for (int b = 0; b < nb; b++) {   // (a 2D block beside tp blocks: tp 1, on the grid)
+  int rc = 0;
+  int64_t rows = g->batch_sym >= 0 && g->syms.bound[g->batch_sym] ? g->syms.value[g->batch_sym]
+                                                                   : 0;
+  for (int b = 0; b < nb && !rc; b++) {   // (a 2D block beside tp blocks: tp 1, on the grid)
     const PlanBlock *pb = plan_block(P, b);
     degree[b] = pb->sub ? sub : pb->grid ? 1 : tp;
     batch_tp[b] = pb->batch_tp;
+    // a block data parallel over tp ranks (or over the tp / sub groups of a sub block) splits
+    // its micro-batch among them: only where they divide it (ir/shard.c keeps it whole else)
+    int parts = pb->batch_tp ? tp : pb->sub && !pb->grid ? tp / sub : 1;
+    if (parts > 1 && rows > 0 && rows % parts)
+      rc = ir_error(d, (IrLoc){0}, "lower: block %d splits its micro-batch of %lld sequences "
+                    "over %d parts of the tp ranks, which do not divide it: give a micro-batch "
+                    "that %d divides (--micro-batch, or the model's batch dim)", b,
+                    (long long)rows, parts, parts);
   }
   for (int i = 0; i < t.nn; i++)
     t.node[i] = g->nodes[i];
-  int rc = layouts(&t, degree, batch_tp, nb, true);
+  if (!rc)
+    rc = layouts(&t, degree, batch_tp, nb, true);
   if (rc == 1)
     rc = layouts(&t, degree, batch_tp, nb, false);
   free(degree), free(batch_tp);

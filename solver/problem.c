@@ -213,13 +213,18 @@ SvProblem *sv_problem_build(const SvModel *m, const SvConfig *cfg, SvNum **nums_
     }
     // ... where, on one group, a block may be data parallel over the tp ranks too, tensor
     // parallel over mesh_sub of them, or on a grid of them (mesh_grid), or on the grid of each
-    // group of mesh_grid^2 of them (mesh_sub, with mesh_grid^2 below mesh_tp) when the
-    // micro-batch divides over the grids' rows
+    // group of mesh_grid^2 of them (mesh_sub, with mesh_grid^2 below mesh_tp), each where the
+    // micro-batch divides over the parts it is split into (ir/shard.c splits it only then)
     SvLayout mesh = p->layout[0];
+    int64_t mb = cfg->micro_batch;
     if (n == 1 && cfg->mesh_tp > 1 && q == 1 && cl->ngroups == 1 && m->batch_ok) {
-      p->layout[n] = mesh;
-      p->layout[n++].batch = true;
-      if (cfg->mesh_sub > 1 && cfg->mesh_sub < cfg->mesh_tp && cfg->mesh_tp % cfg->mesh_sub == 0) {
+      if (mb % cfg->mesh_tp == 0 && mb >= cfg->mesh_tp) {
+        p->layout[n] = mesh;
+        p->layout[n++].batch = true;
+      }
+      int sub = cfg->mesh_sub, parts = sub > 1 ? cfg->mesh_tp / sub : 0;
+      if (sub > 1 && sub < cfg->mesh_tp && cfg->mesh_tp % sub == 0 && mb % parts == 0 &&
+          mb >= parts) {
         p->layout[n] = mesh;
         p->layout[n++].sub = cfg->mesh_sub;
       }

@@ -124,6 +124,13 @@ expect layers_dp_no_tp 2 "--layers-dp makes the repeated layers data parallel ov
   "$mtc" compile "$model" --dp 2 --layers-dp -o "$out/p4"
 expect layers_dp_no_layers 1 "--layers-dp: the model has no repeated layers" \
   "$mtc" compile "$here/../examples/mlp.mtc" --tp 2 --layers-dp -o "$out/p4"
+# ... and splits the micro-batch over the tp ranks: they must divide it (as over tp / S ranks for
+# --layers-tp S)
+expect layers_dp_batch 1 "block 1 splits its micro-batch of 2 sequences over 4 parts of the tp ranks, which do not divide it: give a micro-batch that 4 divides" \
+  "$mtc" compile "$model" -D B=2 --tp 4 --layers-dp -o "$out/p4"
+expect layers_tp_batch 1 "block 1 splits its micro-batch of 3 sequences over 2 parts" \
+  "$mtc" compile "$model" -D B=3 --tp 4 --layers-tp 2 -o "$out/p4"
+[ -e "$out/p4" ] && { echo "FAIL layers_dp_batch: $out/p4 was written"; fails=$((fails + 1)); }
 # --layers-tp S: S divides --tp and is below it
 expect layers_tp_3 2 "--layers-tp 3 makes the repeated layers tensor parallel over 3 of the --tp ranks: give --tp a multiple of it, above it" \
   "$mtc" compile "$model" --tp 4 --layers-tp 3 -o "$out/p4"

@@ -1141,6 +1141,28 @@ static void test_apply_sub(bool seq_parallel, double margin) {
   ir_graph_free(g);
 }
 
+// A block data parallel over the tp ranks splits its micro-batch among them, over tp / sub
+// ranks for a block over sub of them: the planner offers each only where the parts divide the
+// micro-batch (ir/shard.c would keep the batch whole, and the lowering refuses the plan).
+static void test_batch_layouts_divide(void) {
+  IrGraph *g = model("gpt2.mtc", "L=2,C=64,NH=4,T=16,V=256");
+  for (int mb = 1; mb <= 4; mb++) {
+    SvConfig c = cluster("H100-80GB", 4, 0);
+    c.mesh_tp = 4;
+    c.mesh_sub = 2;
+    c.micro_batch = mb;
+    c.global_batch = 4 * mb;
+    SvPlan *p = plan(g, &c);
+    bool batch = false, sub = false;
+    for (int l = 0; p->prob && l < p->prob->nlayouts; l++)
+      batch |= p->prob->layout[l].batch, sub |= p->prob->layout[l].sub > 1;
+    CHECK(batch == (mb % 4 == 0) && sub == (mb % 2 == 0),
+          "micro-batch %d over tp 4 (sub 2): batch layout %d, sub layout %d", mb, batch, sub);
+    sv_plan_free(p);
+  }
+  ir_graph_free(g);
+}
+
 // 2D on part of tp: GPT-2 1.5B with 32 heads on 16 H100s of 4 GiB, no host memory. Every mesh
 // of one kind of block costs over 1.16 s a step; the mesh of tp 8 whose layers are on the grids
 // of its groups of 4 ranks, each on half of every micro-batch, 707.39 ms (mtc plan
@@ -1552,6 +1574,7 @@ int main(int argc, char **argv) {
   test_clusters();
   test_profiles();
   test_collectives_by_size();
+  test_batch_layouts_divide();
   test_formulas_print();
   test_seq_parallel();
   test_checkpoint_k_of_l();
