@@ -13,7 +13,7 @@
 # as cores (time-shared cores are not measured: the planner scales), then for every layout compiles the model with
 # `--device PROFILE` (the planner prices the layout it lowers on this
 # machine), builds it (make cpu), runs it (several ranks with
-# tests/mpirun.sh) for --steps steps (default 8; --steps-124m, default 3, for
+# tests/mpirun.sh) for --steps steps (default 30; --steps-124m, default 3, for
 # the 124M model) and reads the program's own line
 #
 #   timing: median step M ms of N on this machine | planner, on CPU: P ms (compute ...)
@@ -31,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmdline="bench/fidelity.sh${*:+ $*}"
 
-steps=8
+steps=30
 steps_124m=3
 vocab_124m=50257
 only=""
