@@ -32,27 +32,41 @@
 // cores' peak (an H200 measured 790 TFLOP/s of bf16 on large random GEMMs,
 // REFERENCES.md section 6: 0.80 of 989, 0.83 before the shape's own losses,
 // gemm_shape); smaller and skinnier GEMMs lose more by their shape.
-#define EFF_GPU                                                                                    \
+// A collective's latency grows with its ring: each of its steps waits for the one before
+// (NCCL's tuning model, src/graph/tuning.cc, its Simple protocol's ring: 3.4 us a step over
+// NVLink, 5.7 over PCIe, 9.6 between nodes), so an all-gather over 1536 GPUs of 8 a node starts
+// 6.4 ms after it is called.
+#define EFF_GPU(hop)                                                                               \
   .eff = {.gemm = 0.83, .attn = 0.45, .simt = 0.50, .mem = 0.80, .update = 0.80, .link = 0.80,  \
-   .gather = 1, .scatter = 1, .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6, .alpha_inter = 25e-6, .overlap = 0.8}
+   .gather = 1, .scatter = 1, .host = 0.80, .launch = 4e-6, .alpha_intra = 10e-6,                 \
+   .alpha_inter = 25e-6, .hop_intra = hop, .hop_inter = 9.6e-6, .overlap = 0.8}
+#define HOP_NVLINK 3.4e-6
+#define HOP_PCIE 5.7e-6
 static const SvDevice devices[] = {
     // name          bf16 (fp16)  fp32       memory        HBM         intra     inter
-    //                                                     host        host mem   CPU AdamW
-    //                                                     efficiencies, SMs
+    //                                          host      host mem   CPU AdamW
+    //                                          efficiencies (a ring's step), SMs
     {"V100-32GB",    125 * TF,  15.7 * TF, 32 * GiB,      900 * GB,   150 * GB, 12.5 * GB,
-                                                           16 * GB,    128 * GiB, 5e8, EFF_GPU, 80},
+                                             16 * GB,  128 * GiB, 5e8,
+                                             EFF_GPU(HOP_NVLINK), 80},
     {"A100-40GB",    312 * TF,  19.5 * TF, 40 * GiB,      1555 * GB,  300 * GB, 25 * GB,
-                                                           32 * GB,    128 * GiB, 5e8, EFF_GPU, 108},
+                                             32 * GB,  128 * GiB, 5e8,
+                                             EFF_GPU(HOP_NVLINK), 108},
     {"A100-80GB",    312 * TF,  19.5 * TF, 80 * GiB,      2039 * GB,  300 * GB, 25 * GB,
-                                                           32 * GB,    256 * GiB, 5e8, EFF_GPU, 108},
+                                             32 * GB,  256 * GiB, 5e8,
+                                             EFF_GPU(HOP_NVLINK), 108},
     {"H100-80GB",    989 * TF,  67 * TF,   80 * GiB,      3350 * GB,  450 * GB, 50 * GB,
-                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU, 132},
+                                             64 * GB,  256 * GiB, 5e8,
+                                             EFF_GPU(HOP_NVLINK), 132},
     {"H200-141GB",   989 * TF,  67 * TF,   143771 * MiB,  4800 * GB,  450 * GB, 50 * GB,
-                                                           64 * GB,    256 * GiB, 5e8, EFF_GPU, 132},
+                                             64 * GB,  256 * GiB, 5e8,
+                                             EFF_GPU(HOP_NVLINK), 132},
     {"L4-24GB",      121 * TF,  30.3 * TF, 23034 * MiB,   300 * GB,   32 * GB,  3.125 * GB,
-                                                           32 * GB,    64 * GiB,  5e8, EFF_GPU, 58},
+                                             32 * GB,  64 * GiB,  5e8,
+                                             EFF_GPU(HOP_PCIE), 58},
     {"RTX4090-24GB", 165 * TF,  82.6 * TF, 24564 * MiB,   1008 * GB,  32 * GB,  3.125 * GB,
-                                                           32 * GB,    64 * GiB,  3e8, EFF_GPU, 128},
+                                             32 * GB,  64 * GiB,  3e8,
+                                             EFF_GPU(HOP_PCIE), 128},
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
 
@@ -424,7 +438,7 @@ static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
   static const char *const known[] = {"gemm",   "attn",        "simt",        "mem",
                                       "update", "link",        "gather",      "scatter",
                                       "host",   "launch",      "alpha_intra", "alpha_inter",
-                                      "overlap", NULL};
+                                      "hop_intra", "hop_inter", "overlap", NULL};
   if (!o)
     return 0;
   char at[600];
@@ -442,7 +456,8 @@ static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
       {"gather", &e->gather, 1e-6, 100},     {"scatter", &e->scatter, 1e-6, 100},
       {"host", &e->host, 1e-6, 100},
       {"launch", &e->launch, 0, 1},          {"alpha_intra", &e->alpha_intra, 0, 1},
-      {"alpha_inter", &e->alpha_inter, 0, 1}, {"overlap", &e->overlap, 0, 1}};
+      {"alpha_inter", &e->alpha_inter, 0, 1}, {"hop_intra", &e->hop_intra, 0, 1},
+      {"hop_inter", &e->hop_inter, 0, 1},     {"overlap", &e->overlap, 0, 1}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (sv_json_number(o, f[i].key, f[i].lo, f[i].hi, false, false, f[i].at, at, d))
       return -1;

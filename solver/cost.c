@@ -1050,6 +1050,8 @@ typedef struct Link {
   double scatter;   // reduce-scatters'
   bool pairs;       // all-reduce volumes moved as pairs of a reduce-scatter and an all-gather
   const SvDevice *measured;   // inside a node of a profile that measured collectives by size
+  double hop_intra, hop_inter;   // seconds per step of a ring, inside a node and between
+  int nodes;                     // the nodes the span covers
 } Link;
 
 static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
@@ -1068,8 +1070,19 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
         bw = fmin(bw, in ? c->group[i].dev.intra_bw : c->group[i].dev.inter_bw);
     }
   }
+  int nodes = in ? 1 : (span + gr->per_node - 1) / gr->per_node;
   return (Link){bw * e->link, in ? e->alpha_intra : e->alpha_inter, e->overlap, e->gather,
-                e->scatter, false, measured};
+                e->scatter, false, measured, e->hop_intra, e->hop_inter, nodes};
+}
+
+// The latency of a collective of `kind` over n ranks of link l: the link's, and a step of its
+// ring each n - 1 (an all-reduce's, or a pair's, twice that), the steps between nodes as many
+// as the nodes it covers less one (each rank's group spread evenly over the span's nodes).
+static double latency(Link l, int n, SvColl kind) {
+  if (n <= 1)
+    return 0;
+  int nodes = l.nodes < n ? l.nodes : n, rounds = kind == SV_ALL_REDUCE ? 2 : 1;
+  return l.alpha + rounds * ((n - nodes) * l.hop_intra + (nodes - 1) * l.hop_inter);
 }
 
 // Link l's bus bandwidth for a collective of `kind` on a buffer of `bytes`: as measured at that
@@ -1086,13 +1099,16 @@ static double bus_bw(Link l, SvColl kind, double bytes) {
 }
 
 static double ar(double bytes, int n, Link l) {
-  return sv_allreduce_time(bytes, n, bus_bw(l, SV_ALL_REDUCE, bytes), l.alpha);
+  return sv_allreduce_time(bytes, n, bus_bw(l, SV_ALL_REDUCE, bytes),
+                           latency(l, n, SV_ALL_REDUCE));
 }
 static double ag(double bytes, int n, Link l) {
-  return sv_allgather_time(bytes, n, bus_bw(l, SV_ALL_GATHER, bytes), l.alpha);
+  return sv_allgather_time(bytes, n, bus_bw(l, SV_ALL_GATHER, bytes),
+                           latency(l, n, SV_ALL_GATHER));
 }
 static double rs(double bytes, int n, Link l) {   // (an all-gather's volume)
-  return sv_allgather_time(bytes, n, bus_bw(l, SV_REDUCE_SCATTER, bytes), l.alpha);
+  return sv_allgather_time(bytes, n, bus_bw(l, SV_REDUCE_SCATTER, bytes),
+                           latency(l, n, SV_REDUCE_SCATTER));
 }
 // Collectives over n ranks that together all-reduce `bytes` (an all-gather or reduce-scatter
 // counting half its buffer; l.pairs: all of them in pairs), `sq` the sum of the squares of
@@ -1102,7 +1118,7 @@ static double rs(double bytes, int n, Link l) {   // (an all-gather's volume)
 static double colls(double bytes, double sq, int n, Link l) {
   double size = bytes > 0 ? sq / bytes : 0;
   return sv_allreduce_time(bytes, n, bus_bw(l, SV_ALL_REDUCE, size * (l.pairs ? 2 : 1)),
-                           l.alpha);
+                           latency(l, n, SV_ALL_REDUCE));
 }
 static Link pairs(Link l) {
   l.pairs = true;
@@ -1110,8 +1126,8 @@ static Link pairs(Link l) {
 }
 // A collective beside compute: its bandwidth part hides behind the compute,
 // its start-up latency (every rank waits for the slowest) does not.
-static double exposed(double comm, double compute, Link l, int collectives) {
-  return fmax(collectives * l.alpha, comm - l.overlap * compute);
+static double exposed(double comm, double compute, Link l, double latency) {
+  return fmax(latency, comm - l.overlap * compute);
 }
 
 // The data-parallel collectives of one micro-step beside forward's tf and backward's tb
@@ -1121,26 +1137,28 @@ static double exposed(double comm, double compute, Link l, int collectives) {
 // (again) and reduce-scatter (3). After an update ZeRO 1 and 2 all-gather the parameters.
 static double dp_micro(int zero, bool grads, bool again, double gr_b, double pr_b, int shards,
                        Link dp, double tf, double tb, double *step) {
-  double micro = 0;
+  double micro = 0, lat_ar = latency(dp, shards, SV_ALL_REDUCE);
+  double lat_ag = latency(dp, shards, SV_ALL_GATHER), lat_rs = latency(dp, shards,
+                                                                        SV_REDUCE_SCATTER);
   *step = 0;
   switch (zero) {
   case 0:
-    *(grads ? &micro : step) = exposed(ar(gr_b, shards, dp), tb, dp, 1);
+    *(grads ? &micro : step) = exposed(ar(gr_b, shards, dp), tb, dp, lat_ar);
     break;
   case 1:
-    *(grads ? &micro : step) = exposed(rs(gr_b, shards, dp), tb, dp, 1);
+    *(grads ? &micro : step) = exposed(rs(gr_b, shards, dp), tb, dp, lat_rs);
     *step += ag(pr_b, shards, dp);
     break;
   case 2:
-    micro = exposed(rs(gr_b, shards, dp), tb, dp, 1);
+    micro = exposed(rs(gr_b, shards, dp), tb, dp, lat_rs);
     *step = ag(pr_b, shards, dp);
     break;
   default:
-    micro = exposed(ag(pr_b, shards, dp), tf, dp, 1);
+    micro = exposed(ag(pr_b, shards, dp), tf, dp, lat_ag);
     if (again)
-      micro += exposed(ag(pr_b, shards, dp) + rs(gr_b, shards, dp), tb, dp, 2);
+      micro += exposed(ag(pr_b, shards, dp) + rs(gr_b, shards, dp), tb, dp, lat_ag + lat_rs);
     else
-      micro += exposed(rs(gr_b, shards, dp), tb, dp, 1);
+      micro += exposed(rs(gr_b, shards, dp), tb, dp, lat_rs);
     break;
   }
   return micro;
@@ -1298,7 +1316,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   double replica_micro = ceil((double)x->micro_total / d);  // micro-steps a replica runs
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, 0, dev->eff.overlap, 1, 1, false, NULL};
+    Link host = {pcie, 0, dev->eff.overlap, 1, 1, false, NULL, 0, 0, 1};
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
     double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
     double up = exposed(moved * b->param / pcie, tf, host, 0);
@@ -1347,10 +1365,10 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (swap) {   // a copy per value each way, each at least a launch
     keep = fmin(n->act_int / sv_layout_parts(l), act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1, 1, false, NULL};
+    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1, 1, false, NULL, 0, 0, 1};
     o->host += moved;
-    o->t_micro[SV_T_OFFLOAD] += per * (exposed(moved / pcie, tf, host, n->nact) +
-                                       exposed(moved / pcie, tb, host, n->nact));
+    o->t_micro[SV_T_OFFLOAD] += per * (exposed(moved / pcie, tf, host, n->nact * host.alpha) +
+                                       exposed(moved / pcie, tb, host, n->nact * host.alpha));
   }
   o->mem[SV_M_ACT] = keep;
   // While the block runs backward: its recomputed (or swapped-in) activations, its

@@ -43,6 +43,8 @@ typedef struct SvEff {
   double launch;        // seconds per kernel
   double alpha_intra;   // seconds per collective inside a node
   double alpha_inter;   // ... between nodes
+  double hop_intra;     // and per step of its ring (n - 1 steps over n ranks; an all-reduce's
+  double hop_inter;     // 2 (n - 1)) inside a node, and between nodes
   double overlap;       // share of the compute beside a collective that can hide it
 } SvEff;
 
