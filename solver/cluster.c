@@ -3,6 +3,7 @@
 // devices) from a JSON file.
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,6 +538,24 @@ static int parse_attention(SvDevice *v, const cJSON *o, const char *where, IrDia
   return 0;
 }
 
+// A measured curve, 1 to SV_MAXPTS pairs [x, y] into x[] and y[] (*n of them): x from 1 to
+// xmax, increasing, y from ymin to ymax. False when it is not one.
+static bool read_curve(const cJSON *it, double xmax, double ymin, double ymax, double *x,
+                       double *y, int *n) {
+  *n = cJSON_GetArraySize(it);
+  bool ok = cJSON_IsArray(it) && *n >= 1 && *n <= SV_MAXPTS;
+  for (int i = 0; ok && i < *n; i++) {
+    const cJSON *pt = cJSON_GetArrayItem(it, i);
+    const cJSON *a = cJSON_GetArrayItem(pt, 0), *b = cJSON_GetArrayItem(pt, 1);
+    ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(a) &&
+         cJSON_IsNumber(b) && a->valuedouble >= 1 && a->valuedouble <= xmax &&
+         b->valuedouble >= ymin && b->valuedouble <= ymax && (i == 0 || a->valuedouble > x[i - 1]);
+    if (ok)
+      x[i] = a->valuedouble, y[i] = b->valuedouble;
+  }
+  return ok;
+}
+
 // "ops": {"gelu": [[numel, seconds per element], ...], ...}: IR ops (ir/ops.def), sizes
 // increasing.
 static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
@@ -556,18 +575,7 @@ static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) 
         return ir_error(d, (IrLoc){0}, "%s: \"ops\": '%s' is given twice", where, it->string);
     SvOpRate *r = &v->ops[v->nops++];
     r->op = op;
-    r->n = cJSON_GetArraySize(it);
-    bool ok = cJSON_IsArray(it) && r->n >= 1 && r->n <= SV_MAXPTS;
-    for (int i = 0; ok && i < r->n; i++) {
-      const cJSON *pt = cJSON_GetArrayItem(it, i);
-      const cJSON *a = cJSON_GetArrayItem(pt, 0), *b = cJSON_GetArrayItem(pt, 1);
-      ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(a) &&
-           cJSON_IsNumber(b) && a->valuedouble >= 1 && b->valuedouble > 0 &&
-           b->valuedouble < 1 && (i == 0 || a->valuedouble > r->numel[i - 1]);
-      if (ok)
-        r->numel[i] = a->valuedouble, r->sec[i] = b->valuedouble;
-    }
-    if (!ok)
+    if (!read_curve(it, 1e300, DBL_MIN, 1 - DBL_EPSILON, r->numel, r->sec, &r->n))
       return ir_error(d, (IrLoc){0}, "%s: \"ops\": '%s' must be 1 to %d pairs [elements, "
                       "seconds per element], elements increasing", where, it->string, SV_MAXPTS);
   }
@@ -592,19 +600,7 @@ static int parse_collectives(SvDevice *v, const cJSON *o, const char *where, IrD
       return ir_error(d, (IrLoc){0}, "%s: \"collectives\": unknown collective '%s' (all_reduce, "
                       "all_gather, reduce_scatter)", where, it->string);
     SvCollRate *r = &v->coll[k];
-    r->n = cJSON_GetArraySize(it);
-    bool ok = cJSON_IsArray(it) && r->n >= 1 && r->n <= SV_MAXPTS;
-    for (int i = 0; ok && i < r->n; i++) {
-      const cJSON *pt = cJSON_GetArrayItem(it, i);
-      const cJSON *a = cJSON_GetArrayItem(pt, 0), *b = cJSON_GetArrayItem(pt, 1);
-      ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(a) &&
-           cJSON_IsNumber(b) && a->valuedouble >= 1 && a->valuedouble <= 1e15 &&
-           b->valuedouble >= BYTES_PER_S.lo && b->valuedouble <= BYTES_PER_S.hi &&
-           (i == 0 || a->valuedouble > r->bytes[i - 1]);
-      if (ok)
-        r->bytes[i] = a->valuedouble, r->bw[i] = b->valuedouble;
-    }
-    if (!ok) {
+    if (!read_curve(it, 1e15, BYTES_PER_S.lo, BYTES_PER_S.hi, r->bytes, r->bw, &r->n)) {
       r->n = 0;
       return ir_error(d, (IrLoc){0}, "%s: \"collectives\": '%s' must be 1 to %d pairs [bytes, "
                       "bus bytes/s], bytes increasing, bandwidths from %g to %g bytes/s", where,
