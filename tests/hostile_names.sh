@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Names are data: a model whose names are hostile C compiles (model.c with
 # -Wall -Wextra -Werror) and trains exactly as the same model with plain names,
-# and nothing of a name runs. Through the DSL (dims, parameters, lets, the
+# and nothing of a name runs. Through the DSL (GPT-2, and GPT as Megatron ran it,
+# with dropout and a causal softmax: dims, parameters, lets, the
 # model named after C keywords, macros and model.c's and the runtime's own
 # names: a dim named l was once shadowed by the layer loop's counter) and
 # ONNX (tests/onnx_edit.c gives every value, node and the graph a hostile
@@ -52,12 +53,16 @@ same() {
 
 # ---- the DSL: GPT-2 with every identifier a C keyword, macro or emitted name
 dims=(-D B=2 -D T=8 -D C=32 -D L=2 -D NH=2 -D V=64)
-sed -E -e 's/\bB\b/l/g; s/\bT\b/int/g; s/\bC\b/b/g; s/\bL\b/arena/g; s/\bNH\b/NULL/g' \
-  -e 's/\bV\b/size_t/g; s/\bHS\b/forward/g; s/\bwte\b/_Bool/g; s/\bwpe\b/SIZE_MAX/g' \
-  -e 's/\bln1_w\b/__attribute__/g; s/\bqkv_w\b/update/g; s/\bfc_b\b/Buffers/g' \
-  -e 's/\blnf_w\b/rt_matmul/g; s/\blnf_b\b/mtc_model/g; s/\bidx\b/hb/g; s/^input targets:/input h:/; s/, targets\)/, h)/' \
-  -e 's/\blogits\b/INT8_C/g; s/\bx\b/bind/g; s/\bq\b/_Generic/g; s/\by\b/main/g' \
-  -e 's/^model gpt2;/model l;/' "$src/examples/gpt2.mtc" > "$out/hostile.mtc"
+hostile_dsl() {   # SRC OUT: examples/gpt2.mtc's names (and gpt_megatron.mtc's) made hostile
+  sed -E -e 's/\bB\b/l/g; s/\bT\b/int/g; s/\bC\b/b/g; s/\bL\b/arena/g; s/\bNH\b/NULL/g' \
+    -e 's/\bV\b/size_t/g; s/\bHS\b/forward/g; s/\bwte\b/_Bool/g; s/\bwpe\b/SIZE_MAX/g' \
+    -e 's/\bln1_w\b/__attribute__/g; s/\bqkv_w\b/update/g; s/\bfc_b\b/Buffers/g' \
+    -e 's/\blnf_w\b/rt_matmul/g; s/\blnf_b\b/mtc_model/g; s/\bidx\b/hb/g; s/^input targets:/input h:/; s/, targets\)/, h)/' \
+    -e 's/\blogits\b/INT8_C/g; s/\bx\b/bind/g; s/\bq\b/_Generic/g; s/\by\b/main/g' \
+    -e 's/\bKEEP\b/printf/g; s/\bp\b/rt_dropout/g' \
+    -e 's/^model gpt2;/model l;/; s/^model gpt_megatron;/model l;/' "$1" > "$2"
+}
+hostile_dsl "$src/examples/gpt2.mtc" "$out/hostile.mtc"
 plain=$(losses dsl_plain "$src/examples/gpt2.mtc" "${dims[@]}")
 hostile=$(losses dsl_hostile "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 -D NULL=2 \
   -D size_t=64)
@@ -82,6 +87,14 @@ plain=$(losses dsl_plain_grads16 "$src/examples/gpt2.mtc" "${dims[@]}" --offload
 hostile=$(losses dsl_hostile_grads16 "$out/hostile.mtc" -D l=2 -D int=8 -D b=32 -D arena=2 \
   -D NULL=2 -D size_t=64 --offload-grads --precision bf16 --grad-precision bf16)
 same "DSL GPT-2, bf16 gradients offloaded" "$plain" "$hostile"
+
+# ---- GPT as Megatron ran it: a causal softmax over the scores written out, and dropout (its
+# masks keyed by the dropouts' order, not their names)
+hostile_dsl "$src/examples/gpt_megatron.mtc" "$out/hostile_megatron.mtc"
+plain=$(losses dsl_plain_megatron "$src/examples/gpt_megatron.mtc" "${dims[@]}")
+hostile=$(losses dsl_hostile_megatron "$out/hostile_megatron.mtc" -D l=2 -D int=8 -D b=32 \
+  -D arena=2 -D NULL=2 -D size_t=64)
+same "DSL GPT as Megatron ran it (causal softmax, dropout)" "$plain" "$hostile"
 
 # ---- the same on a 2 x 2 grid (Optimus 2D, 4 ranks): the params table's splits, the split
 # norms' and tp kernels' axes and the loss's partial axes are emitted beside the names
