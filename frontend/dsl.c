@@ -111,7 +111,7 @@ typedef struct Eval {
   int ninstances;          // outermost block instances so far
   int ncalls;              // all block instances so far
   int ndropouts;           // dropouts so far: each one's key
-  int64_t seed;            // the dropouts' seed (the attribute's range)
+  uint64_t seed;           // the dropouts' seed (--seed)
   const char *gfile;       // the file name, in the graph's arena
   Val ret;                 // what the running block returned
   Node *loss;              // the loss statement
@@ -957,9 +957,7 @@ static int call_builtin(Eval *e, Node *call, const Builtin *b, Val *out) {
     if (!(in[1] = dropout_step(e)))
       return -1;
     n = new_node(e, call, OP_DROPOUT, in, 2, 1);
-    ir_set_float(g, n, "ratio", p);
-    ir_set_int(g, n, "seed", e->seed);
-    ir_set_int(g, n, "key", ++e->ndropouts);
+    ir_set_dropout(g, n, p, e->seed, ++e->ndropouts);
     break;
   }
   case OP_ATTENTION:
@@ -1722,7 +1720,7 @@ IrGraph *fe_dsl_parse(const char *text, const char *filename, const FeDefine *de
     dsl_fail(&ps, 1, 1, "no text to parse");
   } else if (dsl_run(&ps, text) == 0) {
     Eval e = {.ps = &ps, .tmp = &arena, .defs = defs, .ndefs = defs && ndefs > 0 ? ndefs : 0,
-              .seed = (int64_t)(seed & 0x7fffffff)};
+              .seed = seed};
     g = ir_graph_new(model_name(&e, ps.prog, filename));
     g->cur_phase = PHASE_FORWARD;
     g->cur_block = 0;

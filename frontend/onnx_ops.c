@@ -1625,9 +1625,7 @@ int fe_conv_Dropout(FeOnnx *cx) {
   if (!step)
     return -1;
   IrNode *n = node(cx, OP_DROPOUT, in, 2, 1);
-  ir_set_float(cx->g, n, "ratio", ratio);
-  ir_set_int(cx->g, n, "seed", (int64_t)(cx->opt->seed & 0x7fffffff));
-  ir_set_int(cx->g, n, "key", cx->node_index);
+  ir_set_dropout(cx->g, n, ratio, cx->opt->seed, cx->node_index);
   return set(cx, infer(cx, n) ? NULL : n->out[0]);
 }
 

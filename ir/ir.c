@@ -309,6 +309,12 @@ IrValue *ir_dropout_step(IrGraph *g, IrDiag *d) {
   return ir_infer(g, n, d) ? NULL : v;
 }
 
+void ir_set_dropout(IrGraph *g, IrNode *n, double ratio, uint64_t seed, int64_t key) {
+  ir_set_float(g, n, "ratio", ratio);
+  ir_set_int(g, n, "seed", (int64_t)(seed & 0x7fffffff));
+  ir_set_int(g, n, "key", key);
+}
+
 IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout) {
   IR_ASSERT(op < OP_COUNT);
   IrNode *n = ir_alloc(&g->arena, sizeof *n);

@@ -353,6 +353,9 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, IrValue *const *in, int nin, int nout);
 // The dropout masks' step counter: the i32 state "dropout.step" that the graph's tick node
 // advances, made with the tick (at the builder's place) by the first call. NULL and d on error.
 IrValue *ir_dropout_step(IrGraph *g, IrDiag *d);
+// A dropout node's attributes: drop with probability `ratio`, its mask a function of the seed's
+// low 31 bits (the attribute's range), its key and the step.
+void ir_set_dropout(IrGraph *g, IrNode *n, double ratio, uint64_t seed, int64_t key);
 // Value k of n's inputs then outputs (k < n->nin + n->nout).
 static inline IrValue *ir_node_value(const IrNode *n, int k) {
   return k < n->nin ? n->in[k] : n->out[k - n->nin];
