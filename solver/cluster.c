@@ -195,28 +195,25 @@ static void bracket(const double *v, int n, double x, int *i, double *w) {
   *w = log(x / v[*i]) / log(v[*i + 1] / v[*i]);
 }
 
+// A measured curve (n points y[i] at increasing x[i]) at x: log-log between its points, the
+// nearest end's value outside them.
+static double curve_at(const double *xs, const double *ys, int n, double x) {
+  int at;
+  double w;
+  bracket(xs, n, x, &at, &w);
+  return exp((1 - w) * log(ys[at]) + w * log(ys[n > 1 ? at + 1 : at]));
+}
+
 double sv_op_seconds(const SvDevice *dev, IrOp op, double numel) {
-  for (int i = 0; i < dev->nops; i++) {
-    const SvOpRate *r = &dev->ops[i];
-    if (r->op != op)
-      continue;
-    int at;
-    double w;
-    bracket(r->numel, r->n, numel, &at, &w);
-    double lo = r->sec[at], hi = r->sec[r->n > 1 ? at + 1 : at];
-    return numel * exp((1 - w) * log(lo) + w * log(hi));
-  }
+  for (int i = 0; i < dev->nops; i++)
+    if (dev->ops[i].op == op)
+      return numel * curve_at(dev->ops[i].numel, dev->ops[i].sec, dev->ops[i].n, numel);
   return -1;
 }
 
 double sv_coll_bw(const SvDevice *dev, SvColl kind, double bytes) {
   const SvCollRate *r = &dev->coll[kind];
-  if (r->n == 0)
-    return -1;
-  int at;
-  double w;
-  bracket(r->bytes, r->n, bytes, &at, &w);
-  return exp((1 - w) * log(r->bw[at]) + w * log(r->bw[r->n > 1 ? at + 1 : at]));
+  return r->n > 0 ? curve_at(r->bytes, r->bw, r->n, bytes) : -1;
 }
 
 // x inserted into the n sorted distinct values of v, unless it is among them; their new count.
@@ -582,29 +579,28 @@ static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) 
   return 0;
 }
 
-static const char *const coll_names[SV_NCOLL] = {"all_reduce", "all_gather", "reduce_scatter"};
-
 // "collectives": {"all_reduce": [[bytes, bus bytes/s], ...], "all_gather": ...,
-// "reduce_scatter": ...}: each optional, sizes increasing.
+// "reduce_scatter": ...}: each optional (by SvColl), sizes increasing.
 static int parse_collectives(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
+  static const char *const names[SV_NCOLL + 1] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                  NULL};
   if (!o)
     return 0;
+  char at[600];
+  snprintf(at, sizeof at, "%s: \"collectives\"", where);
   if (!cJSON_IsObject(o))
-    return ir_error(d, (IrLoc){0}, "%s: \"collectives\" must be an object of all_reduce, "
-                    "all_gather and reduce_scatter", where);
-  for (const cJSON *it = o->child; it; it = it->next) {
-    int k = 0;
-    while (k < SV_NCOLL && strcmp(it->string, coll_names[k]))
-      k++;
-    if (k == SV_NCOLL)
-      return ir_error(d, (IrLoc){0}, "%s: \"collectives\": unknown collective '%s' (all_reduce, "
-                      "all_gather, reduce_scatter)", where, it->string);
+    return ir_error(d, (IrLoc){0}, "%s must be an object of all_reduce, all_gather and "
+                    "reduce_scatter", at);
+  if (json_keys(o, names, at, d))
+    return -1;
+  for (int k = 0; k < SV_NCOLL; k++) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, names[k]);
     SvCollRate *r = &v->coll[k];
-    if (!read_curve(it, 1e15, BYTES_PER_S.lo, BYTES_PER_S.hi, r->bytes, r->bw, &r->n)) {
+    if (it && !read_curve(it, 1e15, BYTES_PER_S.lo, BYTES_PER_S.hi, r->bytes, r->bw, &r->n)) {
       r->n = 0;
-      return ir_error(d, (IrLoc){0}, "%s: \"collectives\": '%s' must be 1 to %d pairs [bytes, "
-                      "bus bytes/s], bytes increasing, bandwidths from %g to %g bytes/s", where,
-                      it->string, SV_MAXPTS, BYTES_PER_S.lo, BYTES_PER_S.hi);
+      return ir_error(d, (IrLoc){0}, "%s: '%s' must be 1 to %d pairs [bytes, bus bytes/s], "
+                      "bytes increasing, bandwidths from %g to %g bytes/s", at, names[k],
+                      SV_MAXPTS, BYTES_PER_S.lo, BYTES_PER_S.hi);
     }
   }
   return 0;

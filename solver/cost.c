@@ -126,7 +126,7 @@ static void sum_tp_colls(IrGraph *g, SvModel *m, const ShardResult *r, bool batc
     *sq = s_add(g, *sq, sym_mul(&g->arena, e, e));
     const Sym **sync = fwd ? &b->sync_fwd : &b->sync_bwd;
     if (batch && c->kind == SHARD_ALL_REDUCE)
-      *sync = s_add(g, *sync, ir_shard_allreduce_bytes(g, c));
+      *sync = s_add(g, *sync, e);
   }
 }
 
@@ -1070,9 +1070,10 @@ static Link link_for(const SvCluster *c, int g, int span, bool all_groups) {
         bw = fmin(bw, in ? c->group[i].dev.intra_bw : c->group[i].dev.inter_bw);
     }
   }
-  int nodes = in ? 1 : (span + gr->per_node - 1) / gr->per_node;
-  return (Link){bw * e->link, in ? e->alpha_intra : e->alpha_inter, e->overlap, e->gather,
-                e->scatter, false, measured, e->hop_intra, e->hop_inter, nodes};
+  return (Link){.bw = bw * e->link, .alpha = in ? e->alpha_intra : e->alpha_inter,
+                .overlap = e->overlap, .gather = e->gather, .scatter = e->scatter,
+                .measured = measured, .hop_intra = e->hop_intra, .hop_inter = e->hop_inter,
+                .nodes = in ? 1 : (span + gr->per_node - 1) / gr->per_node};
 }
 
 // The latency of a collective of `kind` over n ranks of link l: the link's, and a step of its
@@ -1187,8 +1188,8 @@ static double held(double floats, double rep, double ints, SvLayout l) {
 static double batch_share(SvLayout l) { return 1.0 / sv_layout_parts(l); }
 
 // Bytes by the number k of grid axes that split them ([k] is divided by q^k).
-static double on_grid(const double *by_split, int q) {
-  return by_split[0] + by_split[1] / q + by_split[2] / ((double)q * q);
+static double on_grid(const double *by_split, double q) {
+  return by_split[0] + by_split[1] / q + by_split[2] / (q * q);
 }
 
 void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, int zero,
@@ -1227,11 +1228,11 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
                   // whole)
     double part = batch_share(l);
     double wf = on_grid(n->grid_wfwd, l.q), wb = on_grid(n->grid_wbwd, l.q);
-    double q2 = (double)l.q * l.q;   // (the squares: the batch's share left out)
+    double q2 = (double)l.q * l.q;   // the squares shrink by q^2 an axis (the batch share left out)
     double f = colls(wf + (on_grid(n->grid_fwd, l.q) - wf) * part,
-                     on_grid(n->grid_fwd_sq, (int)q2), l.q, rsag);
+                     on_grid(n->grid_fwd_sq, q2), l.q, rsag);
     double bw = colls(wb + (on_grid(n->grid_bwd, l.q) - wb) * part,
-                      on_grid(n->grid_bwd_sq, (int)q2), l.q, rsag);
+                      on_grid(n->grid_bwd_sq, q2), l.q, rsag);
     tp = f + bw + (ckpt ? f : 0);
   } else if (l.batch) {   // the weights' gradients reduced over the tp ranks
     double f = colls(n->bt_fwd, n->bt_fwd_sq, l.tp, in);
@@ -1316,7 +1317,7 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   double replica_micro = ceil((double)x->micro_total / d);  // micro-steps a replica runs
   if (fo > 0) {
     double moved = fo * own, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, 0, dev->eff.overlap, 1, 1, false, NULL, 0, 0, 1};
+    Link host = {.bw = pcie, .overlap = dev->eff.overlap, .gather = 1, .scatter = 1, .nodes = 1};
     double down = exposed(moved * b->grad / pcie, tb, host, 0);
     double sum = replica_micro > 1 ? moved * 12 / 28 / dev->cpu_adam : 0;  // the host's sum
     double up = exposed(moved * b->param / pcie, tf, host, 0);
@@ -1365,7 +1366,8 @@ void sv_cost(const SvCtx *x, const SvNum *n, SvLayout l, bool ckpt, bool swap, i
   if (swap) {   // a copy per value each way, each at least a launch
     keep = fmin(n->act_int / sv_layout_parts(l), act);
     double moved = act - keep, pcie = dev->host_bw * dev->eff.host;
-    Link host = {pcie, dev->eff.launch * load, dev->eff.overlap, 1, 1, false, NULL, 0, 0, 1};
+    Link host = {.bw = pcie, .alpha = dev->eff.launch * load, .overlap = dev->eff.overlap,
+                 .gather = 1, .scatter = 1, .nodes = 1};
     o->host += moved;
     o->t_micro[SV_T_OFFLOAD] += per * (exposed(moved / pcie, tf, host, n->nact * host.alpha) +
                                        exposed(moved / pcie, tb, host, n->nact * host.alpha));

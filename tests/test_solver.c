@@ -807,7 +807,9 @@ static void test_collectives_by_size(void) {
         sv_coll_bw(v, SV_ALL_REDUCE, 1e9));
   const struct { const char *json, *want; } bad[] = {
       {PROFILE_HEAD ", \"collectives\": {\"all_to_all\": [[1, 1e9]]}}]}",
-       "unknown collective 'all_to_all'"},
+       "\"collectives\": unknown key \"all_to_all\""},
+      {PROFILE_HEAD ", \"collectives\": {\"all_gather\": [[1, 1e9]], \"all_gather\": [[1, 2e9]]}}]}",
+       "\"collectives\": the key \"all_gather\" is given twice"},
       {PROFILE_HEAD ", \"collectives\": {\"all_reduce\": [[100, 1e9], [10, 1e9]]}}]}",
        "'all_reduce' must be 1 to 8 pairs [bytes, bus bytes/s], bytes increasing"},
       {PROFILE_HEAD ", \"collectives\": {\"all_gather\": [[100, 300]]}}]}",
