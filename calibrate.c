@@ -22,23 +22,32 @@
 #include "solver.h"
 
 static void usage(FILE *f) {
-  fputs("usage: mtc calibrate [-o FILE] [--ranks R] [--mpirun CMD] [--quick]\n"
+  fputs("usage: mtc calibrate [-o FILE] [--ranks R] [--mpirun CMD] [--quick] [--gpu]\n"
+        "                     [--cuda-arch FLAGS] [--build-only FILE | --program FILE]\n"
         "\n"
         "Measures this machine as the planner prices it: the runtime's GEMMs on a grid of\n"
         "shapes (float32 and bf16), memory bandwidth, elementwise and attention kernels,\n"
-        "AdamW, and all-reduces among R ranks (latency, bandwidth, overlap with a kernel),\n"
-        "every rank measuring at once, as a program's ranks share the machine. Writes a\n"
-        "device profile for mtc plan and mtc compile: --device FILE (with --gpus N), or\n"
-        "--cluster FILE (R ranks).\n"
+        "AdamW, copies to and from host memory, and all-reduces among R ranks (latency,\n"
+        "bandwidth, overlap with a kernel), every rank measuring at once, as a program's\n"
+        "ranks share the machine. Writes a device profile for mtc plan and mtc compile:\n"
+        "--device FILE (with --gpus N), or --cluster FILE (R ranks).\n"
         "\n"
         "  -o FILE        write the profile to FILE (default: standard output)\n"
         "  --ranks R      ranks measuring at once (default 1); R > 1 runs under MPI\n"
         "  --mpirun CMD   the launcher, split at spaces (default \"mpirun\"); mtc adds\n"
         "                 -np R, e.g. --mpirun \"mpirun --oversubscribe --bind-to none\"\n"
         "  --quick        shorter measurements (tests; noisier)\n"
+        "  --gpu          measure the GPU build's kernels (nvcc, cuBLAS; NCCL for R > 1),\n"
+        "                 one GPU per rank; the profile names the GPU as CUDA does, which\n"
+        "                 the planner reads as its built-in entry with the measured rates\n"
+        "  --cuda-arch FLAGS  nvcc's -gencode flags (default: sm_80 and sm_90, as make gpu)\n"
+        "  --build-only FILE  build the measuring program into FILE and stop (to measure\n"
+        "                 another machine, or later: --program FILE there)\n"
+        "  --program FILE  measure with FILE (from --build-only) instead of building one\n"
         "\n"
-        "It needs cc (mpicc for R > 1) and mtc's runtime/ (MTC_RUNTIME_DIR). Each rank\n"
-        "runs OMP_NUM_THREADS threads, as the programs will. Takes about 10 s.\n",
+        "It needs cc (mpicc for R > 1; with --gpu, CUDA's nvcc: CUDA=its folder, default\n"
+        "/usr/local/cuda) and mtc's runtime/ (MTC_RUNTIME_DIR). Each rank runs\n"
+        "OMP_NUM_THREADS threads, as the programs will. Takes about 10 s (a GPU: 30 s).\n",
         f);
 }
 
@@ -130,6 +139,26 @@ static char *slurp(const char *path) {
   return buf;
 }
 
+// Copies the program exe to dst, whole or not at all: a temporary beside dst, renamed onto it.
+static int install(const char *exe, const char *dst) {
+  char part[4200];
+  snprintf(part, sizeof part, "%s.mtc-%d", dst, (int)getpid());
+  int in = open(exe, O_RDONLY), out = open(part, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+  bool ok = in >= 0 && out >= 0;
+  char buf[1 << 16];
+  for (ssize_t got; ok && (got = read(in, buf, sizeof buf)) != 0;)
+    ok = got > 0 && write(out, buf, (size_t)got) == got;
+  ok = (out < 0 || !close(out)) && ok;
+  if (in >= 0)
+    close(in);
+  if (!ok || rename(part, dst)) {
+    int err = errno ? errno : EIO;
+    remove(part);
+    return fail("cannot write %s: %s", dst, strerror(err));
+  }
+  return 0;
+}
+
 // Splits s at spaces into argv[at..]; the count, or -1 when more than max.
 static int split(char *s, char **argv, int max) {
   int n = 0;
@@ -141,43 +170,113 @@ static int split(char *s, char **argv, int max) {
   return n;
 }
 
-// Builds and runs the measuring program in dir; its profile is dir/profile.json.
-static int measure(const char *dir, int ranks, const char *mpirun, bool quick) {
+// How the measuring program is built: for this CPU, or (gpu) with the GPU build's kernels.
+typedef struct Build {
+  int ranks;
+  bool gpu;
+  const char *cuda_arch;   // nvcc's -gencode flags
+} Build;
+
+// Runs cc (argv, NULL-terminated); 0, or 1 with one message naming what failed.
+static int compile(char **argv, const char *what, const char *hint) {
+  int rc = run(argv, NULL);
+  return rc ? fail("%s with %s failed%s", what, argv[0], rc == 127 ? hint : "") : 0;
+}
+
+// Builds the measuring program exe from mtc's runtime, its objects in dir.
+static int build(const Build *b, const char *dir, const char *exe) {
   const char *rt = getenv("MTC_RUNTIME_DIR") ? getenv("MTC_RUNTIME_DIR") : MTC_SOURCE_DIR "/runtime";
-  static const char *const sources[] = {"calibrate.c", "kernels_cpu.c", "dist.c", NULL};
-  char flags[] = CG_CPU_CFLAGS;
-  char exe[4200], inc[4200], src[4][4200];
-  snprintf(exe, sizeof exe, "%s/calibrate", dir);
+  const char *cuda = getenv("CUDA") && *getenv("CUDA") ? getenv("CUDA") : "/usr/local/cuda";
+  bool mpi = b->ranks > 1;
+  // the host code (and the CPU build's kernels), then the collectives: one rank; several over
+  // MPI, on GPUs over NCCL beside it (runtime/runtime.mk's lists)
+  static const char *const host[] = {"calibrate.c", "dist.c", "host.c", NULL};
+  static const char *const cpu[] = {"kernels_cpu.c", "device_cpu.c", NULL};
+  static const char *const kernels_cuda[2] = {"kernels_cuda", "device_cuda"};
+  char flags[] = CG_CPU_CFLAGS, gpu_flags[] = CG_GPU_CFLAGS, nvcc_flags[] = CG_NVCC_FLAGS;
+  char arch[1024], inc[4200], cuda_inc[4200], cuda_lib[4200], rpath[4200], nvcc[4200];
+  char src[8][4200], cu[2][4200], obj[2][4200];
+  int ns = 0;
   snprintf(inc, sizeof inc, "-I%s", rt);
-  char *cc[64];
+  snprintf(cuda_inc, sizeof cuda_inc, "-I%s/include", cuda);
+  snprintf(cuda_lib, sizeof cuda_lib, "-L%s/lib64", cuda);
+  snprintf(rpath, sizeof rpath, "-Wl,-rpath,%s/lib64", cuda);
+  snprintf(nvcc, sizeof nvcc, "%s/bin/nvcc", cuda);
+  snprintf(src[0], sizeof src[0], "%s/calibrate.c", rt);
+  if (access(src[0], R_OK))
+    return fail("cannot read %s: set MTC_RUNTIME_DIR to mtc's runtime/", src[0]);
+  if (b->gpu && access(nvcc, X_OK))
+    return fail("--gpu: no nvcc at %s: install the CUDA toolkit, or set CUDA to its folder",
+                nvcc);
+  char *cc[96];
   int n = 0;
-  cc[n++] = ranks > 1 ? "mpicc" : (getenv("CC") && *getenv("CC") ? getenv("CC") : "cc");
-  n += split(flags, cc + n, 16);
+  for (int i = 0; b->gpu && i < 2; i++) {   // the kernels by nvcc, as a program's Makefile does
+    snprintf(cu[i], sizeof cu[i], "%s/%s.cu", rt, kernels_cuda[i]);
+    snprintf(obj[i], sizeof obj[i], "%s/%s.o", dir, kernels_cuda[i]);
+    snprintf(nvcc_flags, sizeof nvcc_flags, "%s", CG_NVCC_FLAGS);   // (split cuts them)
+    snprintf(arch, sizeof arch, "%s", b->cuda_arch);
+    n = 0;
+    cc[n++] = nvcc;
+    n += split(nvcc_flags, cc + n, 16);
+    n += split(arch, cc + n, 16);
+    cc[n++] = inc;
+    cc[n++] = "-c";
+    cc[n++] = "-o";
+    cc[n++] = obj[i];
+    cc[n++] = cu[i];
+    cc[n] = NULL;
+    if (compile(cc, "building the measuring program's kernels", ""))
+      return 1;
+  }
+  n = 0;
+  cc[n++] = mpi ? "mpicc" : (getenv("CC") && *getenv("CC") ? getenv("CC") : "cc");
+  n += split(b->gpu ? gpu_flags : flags, cc + n, 16);
+  if (b->gpu && mpi) {
+    cc[n++] = "-DRT_COMM_NCCL";
+    cc[n++] = cuda_inc;
+  }
   cc[n++] = inc;
   cc[n++] = "-o";
-  cc[n++] = exe;
-  for (int i = 0; sources[i]; i++) {
-    snprintf(src[i], sizeof src[i], "%s/%s", rt, sources[i]);
-    cc[n++] = src[i];
+  cc[n++] = (char *)exe;
+  for (int i = 0; host[i]; i++, ns++) {
+    snprintf(src[ns], sizeof src[0], "%s/%s", rt, host[i]);
+    cc[n++] = src[ns];
   }
-  snprintf(src[3], sizeof src[3], "%s/%s", rt, ranks > 1 ? "comm_mpi.c" : "comm_single.c");
-  cc[n++] = src[3];
+  for (int i = 0; !b->gpu && cpu[i]; i++, ns++) {
+    snprintf(src[ns], sizeof src[0], "%s/%s", rt, cpu[i]);
+    cc[n++] = src[ns];
+  }
+  snprintf(src[ns], sizeof src[0], "%s/%s", rt, mpi ? "comm_mpi.c" : "comm_single.c");
+  cc[n++] = src[ns++];
+  if (b->gpu && mpi) {
+    snprintf(src[ns], sizeof src[0], "%s/comm_nccl.c", rt);
+    cc[n++] = src[ns++];
+  }
+  if (b->gpu) {
+    cc[n++] = obj[0];
+    cc[n++] = obj[1];
+    cc[n++] = cuda_lib;
+    cc[n++] = rpath;
+    if (mpi)
+      cc[n++] = "-lnccl";
+    cc[n++] = "-lcublas";
+    cc[n++] = "-lcudart";
+    cc[n++] = "-lstdc++";
+  }
   cc[n++] = "-lm";
   cc[n++] = "-lpthread";
   cc[n] = NULL;
-  if (access(src[0], R_OK))
-    return fail("cannot read %s: set MTC_RUNTIME_DIR to mtc's runtime/", src[0]);
-  int rc = run(cc, NULL);
-  if (rc)
-    return fail("building the measuring program with %s failed%s", cc[0],
-                rc == 127 && ranks > 1 ? " (is MPI installed? apt-get install libopenmpi-dev)" : "");
+  return compile(cc, "building the measuring program",
+                 mpi ? " (is MPI installed? apt-get install libopenmpi-dev)" : "");
+}
 
-  char launcher[1024], nranks[16], out[4200];
+// Runs the measuring program exe on R ranks; its profile into out.
+static int measure(const char *exe, const char *out, int ranks, const char *mpirun, bool quick) {
+  char launcher[1024], nranks[16];
   snprintf(launcher, sizeof launcher, "%s", mpirun);
   snprintf(nranks, sizeof nranks, "%d", ranks);
-  snprintf(out, sizeof out, "%s/profile.json", dir);
   char *argv[64];
-  n = 0;
+  int n = 0;
   if (ranks > 1) {
     int k = split(launcher, argv, 48);
     if (k < 1)
@@ -186,12 +285,12 @@ static int measure(const char *dir, int ranks, const char *mpirun, bool quick) {
     argv[n++] = "-np";
     argv[n++] = nranks;
   }
-  argv[n++] = exe;
+  argv[n++] = (char *)exe;
   argv[n++] = nranks;
   if (quick)
     argv[n++] = "--quick";
   argv[n] = NULL;
-  rc = run(argv, out);
+  int rc = run(argv, out);
   if (rc)
     return fail("the measuring run (%s ...) failed%s", argv[0],
                 ranks > 1 ? "; is mpirun installed, and does it need --mpirun \"mpirun "
@@ -200,8 +299,8 @@ static int measure(const char *dir, int ranks, const char *mpirun, bool quick) {
 }
 
 int mtc_calibrate(int argc, char **argv) {
-  const char *outfile = NULL, *mpirun = "mpirun";
-  int ranks = 1;
+  const char *outfile = NULL, *mpirun = "mpirun", *build_only = NULL, *program = NULL;
+  Build b = {.ranks = 1, .cuda_arch = CG_CUDA_ARCH};
   bool quick = false;
   for (int i = 2; i < argc; i++) {
     const char *s = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -215,11 +314,19 @@ int mtc_calibrate(int argc, char **argv) {
       long r = strtol(argv[++i], &end, 10);
       if (*end || r < 1 || r > 1024)
         bad_usage("--ranks takes a number of ranks from 1 to 1024");
-      ranks = (int)r;
+      b.ranks = (int)r;
     } else if (!strcmp(s, "--mpirun") && next) {
       mpirun = argv[++i];
     } else if (!strcmp(s, "--quick")) {
       quick = true;
+    } else if (!strcmp(s, "--gpu")) {
+      b.gpu = true;
+    } else if (!strcmp(s, "--cuda-arch") && next) {
+      b.cuda_arch = argv[++i];
+    } else if (!strcmp(s, "--build-only") && next) {
+      build_only = argv[++i];
+    } else if (!strcmp(s, "--program") && next) {
+      program = argv[++i];
     } else {
       char what[300];
       snprintf(what, sizeof what, next || s[0] != '-' ? "unexpected argument '%.200s'"
@@ -227,6 +334,15 @@ int mtc_calibrate(int argc, char **argv) {
       bad_usage(what);
     }
   }
+  if (build_only && program)
+    bad_usage("--build-only builds a program, --program measures with one: give one of them");
+  if (build_only && outfile)
+    bad_usage("--build-only writes no profile: drop -o, and measure with --program FILE");
+  if (program && (b.gpu || strcmp(b.cuda_arch, CG_CUDA_ARCH)))
+    bad_usage("--program's build is made: --gpu and --cuda-arch go with --build-only");
+  if (program && access(program, X_OK))
+    return fail("--program %s: %s (build one with mtc calibrate --build-only FILE)", program,
+                strerror(errno));
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
@@ -239,25 +355,44 @@ int mtc_calibrate(int argc, char **argv) {
   char *d = mkdtemp(strlen(where) < sizeof where - 1 ? where : dir);
   if (!d)
     return fail("cannot make a folder for the measuring program: %s", strerror(errno));
-  int rc = measure(d, ranks, mpirun, quick) || interrupted;
-  char path[4200];
+  char exe[4200], path[4200];
+  snprintf(exe, sizeof exe, "%s/calibrate", d);
   snprintf(path, sizeof path, "%s/profile.json", d);
-  char *json = rc ? NULL : slurp(path);
-  if (!rc && !json)
+  int rc = 0;
+  if (build_only) {
+    rc = build(&b, d, exe) || interrupted || install(exe, build_only);
+    if (!rc)
+      fprintf(stderr, "mtc calibrate: built %s (measure with mtc calibrate --program %s%s)\n",
+              build_only, build_only, b.ranks > 1 ? " --ranks R" : "");
+  } else {
+    rc = (!program && build(&b, d, exe)) || interrupted ||
+         measure(program ? program : exe, path, b.ranks, mpirun, quick) || interrupted;
+  }
+  char *json = rc || build_only ? NULL : slurp(path);
+  if (!rc && !build_only && !json)
     rc = fail("cannot read the measuring program's profile %s", path);
   SvCluster c;
   IrDiag diag = {0};
-  if (!rc && sv_cluster_parse(&c, json, "the measured profile", &diag)) {
+  if (!rc && !build_only && sv_cluster_parse(&c, json, "the measured profile", &diag)) {
     ir_diag_print(stderr, &diag);
     rc = 1;
   }
-  if (!rc) {
+  if (!rc && !build_only) {
     const SvDevice *v = &c.group[0].dev;
-    fprintf(stderr,
-            "mtc calibrate: %s, %d rank%s of %d thread%s on %d cores: GEMMs up to %.1f GFLOP/s "
-            "(float32) and %.1f (bf16), memory %.1f GB/s",
-            c.group[0].name, ranks, ranks > 1 ? "s" : "", v->threads, v->threads > 1 ? "s" : "",
-            v->cores, v->flops_fp32 / 1e9, v->flops_bf16 / 1e9, v->hbm_bw / 1e9);
+    int ranks = b.ranks;
+    if (v->cores > 0)
+      fprintf(stderr,
+              "mtc calibrate: %s, %d rank%s of %d thread%s on %d cores: GEMMs up to %.1f GFLOP/s "
+              "(float32) and %.1f (bf16), memory %.1f GB/s",
+              c.group[0].name, ranks, ranks > 1 ? "s" : "", v->threads,
+              v->threads > 1 ? "s" : "", v->cores, v->flops_fp32 / 1e9, v->flops_bf16 / 1e9,
+              v->hbm_bw / 1e9);
+    else   // a GPU: its built-in entry, the measured rates in place of the datasheet's
+      fprintf(stderr,
+              "mtc calibrate: %s (the planner's %s), %d rank%s: GEMMs up to %.1f TFLOP/s "
+              "(float32) and %.1f (bf16), memory %.0f GB/s, host copies %.1f GB/s",
+              c.group[0].name, v->name, ranks, ranks > 1 ? "s" : "", v->flops_fp32 / 1e12,
+              v->flops_bf16 / 1e12, v->hbm_bw / 1e9, v->host_bw / 1e9);
     if (ranks > 1)   // bus bandwidths at 64 MiB, and at 1 MiB
       fprintf(stderr, ", all-reduce %.2f GB/s after %.1f us (all-gather %.2f, reduce-scatter "
               "%.2f; at 1 MiB %.2f, %.2f, %.2f), %.0f%% of it hidden behind a kernel",
@@ -266,7 +401,7 @@ int mtc_calibrate(int argc, char **argv) {
               sv_coll_bw(v, SV_ALL_GATHER, 0x1p20) / 1e9,
               sv_coll_bw(v, SV_REDUCE_SCATTER, 0x1p20) / 1e9, 100 * v->eff.overlap);
     fputs("\n", stderr);
-    if (ranks * v->threads > v->cores)
+    if (v->cores > 0 && ranks * v->threads > v->cores)
       fprintf(stderr, "mtc calibrate: warning: %d ranks of %d thread%s time-share %d cores, and a "
               "kernel shorter than the system's time slice runs at a whole core's speed, so "
               "these rates mix the two; measure at most %d ranks of %d thread%s (the planner "

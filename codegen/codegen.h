@@ -19,12 +19,16 @@ typedef enum CgKernel {
 #define KT K
 #define KTU K
 #include "kernels.def"
-
-// How a program's CPU build compiles its sources (the Makefile's CFLAGS), and
-// mtc calibrate its measuring program, so that both run the same code.
-#define CG_CPU_CFLAGS "-O3 -march=native -fopenmp -std=c11 -Wall -Wextra"
   CG_K_COUNT
 } CgKernel;
+
+// How a program's builds compile its sources (the Makefile's CFLAGS; GPU_CFLAGS, NVCCFLAGS and
+// CUDA_ARCH), and mtc calibrate its measuring program, so that both run the same code. An fp32
+// program's kernels add --fmad=false to NVCCFLAGS, to round as the CPU build does.
+#define CG_CPU_CFLAGS "-O3 -march=native -fopenmp -std=c11 -Wall -Wextra"
+#define CG_GPU_CFLAGS "-O3 -march=native -std=c11 -Wall -Wextra"
+#define CG_NVCC_FLAGS "-O3 -std=c++17 -Xcompiler -Wall,-Wextra"
+#define CG_CUDA_ARCH "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90"
 
 const char *cg_kernel_name(CgKernel k);   // "matmul" (the C function is rt_matmul)
 const char *cg_rt_axis_name(IrMeshAxis a); // "RT_AXIS_ROW": the runtime's name of a mesh axis

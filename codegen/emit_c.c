@@ -1614,13 +1614,13 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
   fputs("\n"
         "CUDA ?= /usr/local/cuda\n"
         "NVCC ?= $(CUDA)/bin/nvcc\n"
-        "CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90\n",
+        "CUDA_ARCH ?= " CG_CUDA_ARCH "\n",
         f);
   fputs(bf16 ? "# bf16: no --fmad=false (that is for fp32 programs, to round as the CPU build does)\n"
-               "NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra\n"
+               "NVCCFLAGS ?= " CG_NVCC_FLAGS "\n"
              : "# --fmad=false: the fp32 kernels round as the CPU build does\n"
-               "NVCCFLAGS ?= -O3 -std=c++17 --fmad=false -Xcompiler -Wall,-Wextra\n", f);
-  fputs("GPU_CFLAGS ?= -O3 -march=native -std=c11 -Wall -Wextra\n"
+               "NVCCFLAGS ?= " CG_NVCC_FLAGS " --fmad=false\n", f);
+  fputs("GPU_CFLAGS ?= " CG_GPU_CFLAGS "\n"
         "# the kernels' objects (a prebuilt archive of the same sources may be given instead)\n"
         "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n", f);
   if (mpi)

@@ -1,20 +1,25 @@
 // The measuring program of `mtc calibrate`: times this machine's kernels and
-// collectives, built as the emitted CPU programs are (the same sources and
-// flags), and prints a device profile, a cluster file of one group that
-// `mtc plan` and `mtc compile` read (--device FILE, or --cluster FILE):
+// collectives, built as the emitted programs are (the same sources and
+// flags: the CPU build's, or with --gpu the GPU build's, its kernels by nvcc),
+// and prints a device profile, a cluster file of one group that `mtc plan`
+// and `mtc compile` read (--device FILE, or --cluster FILE):
 //
 //   mpirun -np R ./calibrate R [--quick]    (R = 1 without MPI)
 //
+// Its buffers lie in device memory (runtime/device.h: a GPU's in the GPU
+// build, host memory in the CPU build), filled through the host copy, and
+// every time is read after the device has finished (rt_device_sync).
 // Every rank runs every measurement at the same moment, as the ranks of a
 // program share the machine while it trains, and each figure is the slowest
 // rank's. What it measures, and the profile's key for it:
 //   gemm           rt_matmul (float32) and rt_matmul_bf16 at m, n, k of 32 to
-//                  2048 (FLOP/s), B read from memory each call, as a step's
-//                  GEMMs read their weights; flops_fp32/flops_bf16 are the fastest
+//                  2048 (a GPU: to 8192) (FLOP/s), B read from memory each call, as
+//                  a step's GEMMs read their weights; flops_fp32/flops_bf16 are
+//                  the fastest
 //   ops            seconds per element of the other kernels a step runs most
 //                  (gelu, the norms, softmax, cross-entropy, adds, scale, dropout, a head
 //                  split's transpose, splits and concats, ...), at
-//                  64Ki, 1Mi and 8Mi elements (rows of 1024), their operands
+//                  64Ki, 1Mi and 8Mi elements (a GPU: and 64Mi; rows of 1024), their operands
 //                  from memory as a step's activations are, keyed by the IR
 //                  op they run (ir/ops.def)
 //   hbm_bw         rt_binary's add on arrays far larger than the caches
@@ -35,7 +40,13 @@
 //                  efficiency.gather and .scatter the others' there, of it (over Open
 //                  MPI's shared memory they differ several times, and with the size)
 //   alpha_intra    the latency (a 4-byte all-reduce)
-//   cpu_adam       rt_adamw's parameters per second (the host is this CPU)
+//   host_bw        rt_to_host's and rt_to_device's bytes per second between the
+//                  arena and the host region (pinned on a GPU), as offload copies
+//   cpu_adam       rt_adamw_host's parameters per second (offloaded AdamW)
+// A GPU's profile names the GPU as CUDA does ("gpu": "NVIDIA H100 80GB HBM3"), which
+// the planner reads as its built-in entry (H100-80GB) with the measured rates in
+// place of the datasheet's; what it did not measure (links between nodes, and
+// with one rank those between GPUs) stays the entry's.
 // The FLOP counts are those of ir/ops.c (matmul 2mnk; attention 2 x 2 GEMMs
 // forward and 5 backward over the causal half), so that the planner's
 // formulas divided by these rates give the kernels' times.
@@ -52,8 +63,10 @@
 #endif
 
 #include "comm.h"
+#include "device.h"
 #include "dist.h"
 #include "kernels.h"
+#include "model_api.h"   // RT_GEMM_WORKSPACE_BYTES
 
 static double now(void) {
   struct timespec t;
@@ -63,19 +76,39 @@ static double now(void) {
 
 static double min_time = 0.05;   // seconds each measurement repeats for (--quick: less)
 
-static void *alloc(size_t bytes) {
-  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) {
-    fprintf(stderr, "calibrate: error: out of memory (%zu bytes)\n", bytes);
+// The device memory the measurements run on: one arena, taken from in turn and given back a
+// phase at a time (arena_top saved and restored), each buffer zeroed; buffers are filled in the
+// arena's host copy (the stage; the arena itself in the CPU build) and put to the device.
+static RtDeviceInfo info;
+static char *arena, *stage;
+static long arena_cap, arena_top;
+
+static void *dev_alloc(size_t bytes) {
+  long at = arena_top, n = ((long)bytes + 255) / 256 * 256;
+  if (n > arena_cap - at) {
+    fprintf(stderr, "calibrate: error: the measurements need more than the %ld bytes of device "
+            "memory taken for them\n", arena_cap);
     exit(1);
   }
-  memset(p, 0, bytes);
-  return p;
+  arena_top += n;
+  memset(stage + at, 0, bytes);
+  rt_device_put(arena, stage, at, (long)bytes);
+  return arena + at;
 }
 
-static void fill(float *x, long n, float scale) {
-  for (long i = 0; i < n; i++) x[i] = scale * (float)((i * 7919) % 1001 - 500) / 500.0f;
+// n values at x (float32, or bf16) from a fixed pattern in [-scale, scale].
+static void fill_as(void *x, long n, float scale, bool bf16) {
+  long at = (long)((char *)x - arena);
+  for (long i = 0; i < n; i++) {
+    float v = scale * (float)((i * 7919) % 1001 - 500) / 500.0f;
+    if (bf16)
+      ((rt_bf16 *)(stage + at))[i] = rt_f32_to_bf16(v);
+    else
+      ((float *)(stage + at))[i] = v;
+  }
+  rt_device_put(arena, stage, at, n * (bf16 ? 2 : 4));
 }
+static void fill(float *x, long n, float scale) { fill_as(x, n, scale, false); }
 
 // Seconds per call of fn(ctx): once to warm up, then three trials of as many
 // calls as fill min_time / 3, the fastest trial counting (a rank the system
@@ -85,9 +118,11 @@ static void fill(float *x, long n, float scale) {
 typedef void (*Fn)(void *ctx);
 static double timed(Fn fn, void *ctx) {
   rt_group *w = rt_group_world();
+  rt_device_sync();
   rt_barrier(w);
   double t0 = now();
   fn(ctx);
+  rt_device_sync();
   double warm = rt_allreduce_scalar(w, now() - t0, RT_REDUCE_MAX);
   double span = min_time / 3;
   long reps = warm >= span ? 1 : (long)fmin(1e6, ceil(span / fmax(warm, 1e-9)));
@@ -96,6 +131,7 @@ static double timed(Fn fn, void *ctx) {
     rt_barrier(w);
     t0 = now();
     for (long r = 0; r < reps; r++) fn(ctx);
+    rt_device_sync();
     best = fmin(best, rt_allreduce_scalar(w, (now() - t0) / (double)reps, RT_REDUCE_MAX));
   }
   return best;
@@ -105,19 +141,20 @@ static double timed(Fn fn, void *ctx) {
 
 // A training step's GEMMs find one operand in memory, not in cache (forward's and the input
 // gradients' the weights, the weight gradients' the activations forward saved): each call
-// takes the next of as many copies of B as fill GEMM_POOL bytes, the first again after the last.
-#define GEMM_POOL (64L << 20)
+// takes the next of as many copies of B as fill gemm_pool bytes, the first again after the last
+// (64 MiB, or four times a GPU's L2 cache, and at least one B of the largest shape).
+static long gemm_pool = 64L << 20;
 
 typedef struct Gemm {
   long m, n, k;
-  float *a, *b, *c;   // b, bh: GEMM_POOL bytes each
+  float *a, *b, *c;   // b, bh: gemm_pool bytes each
   rt_bf16 *ah, *bh, *ch;
   long turn;
 } Gemm;
 
 // The next copy of B (elements of `size` bytes) in the pool at b.
 static const void *next_b(Gemm *g, const void *b, size_t size) {
-  long each = g->k * g->n, copies = GEMM_POOL / (long)size / each;
+  long each = g->k * g->n, copies = gemm_pool / (long)size / each;
   copies = copies < 1 ? 1 : copies;
   return (const char *)b + (size_t)(g->turn++ % copies * each) * size;
 }
@@ -158,6 +195,10 @@ static void adamw(void *q) {
   Adam *a = q;
   rt_adamw(a->p, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, a->n);
 }
+static void adamw_host(void *q) {
+  Adam *a = q;
+  rt_adamw_host(a->p, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, a->n, 0);
+}
 
 typedef struct Attn {
   long bh, t, hs;
@@ -175,22 +216,24 @@ static void attn_bwd(void *p) {
                    a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
 }
 
-// Causal attention of t tokens, heads of hs, over enough heads (bh) to take a few ms: its
-// forward's and backward's FLOP/s in the IR's count (2 and 5 GEMMs over the causal half).
+// Causal attention of t tokens, heads of hs, over enough heads (bh) to take a few ms (on a GPU,
+// and at least two per SM, as a step's batch of heads fills it): its forward's and backward's
+// FLOP/s in the IR's count (2 and 5 GEMMs over the causal half).
 static void attn_rates(long t, long hs, double *fwd, double *bwd) {
-  Attn a = {.bh = (long)fmax(1, (double)(1L << 23) / ((double)t * t * hs)), .t = t, .hs = hs};
-  long qn = a.bh * t * hs;
+  double work = info.gpu ? 0x1p30 : 0x1p23;
+  Attn a = {.bh = (long)fmax(info.gpu ? 2.0 * info.units : 1, ceil(work / ((double)t * t * hs))),
+            .t = t, .hs = hs};
+  long qn = a.bh * t * hs, mark = arena_top;
   float **bufs[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-    *bufs[i] = alloc(sizeof(float) * qn);
+    *bufs[i] = dev_alloc(sizeof(float) * qn);
     fill(*bufs[i], qn, 0.1f * (float)(i + 1));
   }
-  a.lse = alloc(sizeof(float) * a.bh * t);
+  a.lse = dev_alloc(sizeof(float) * a.bh * t);
   double gemm = 2.0 * (double)qn * (double)t / 2;   // one GEMM over the causal half
   *fwd = 2 * gemm / timed(attn_fwd, &a);
   *bwd = 5 * gemm / timed(attn_bwd, &a);
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
-  free(a.lse);
+  arena_top = mark;
 }
 
 static const long att_t[] = {64, 256, 1024}, att_hs[] = {32, 64, 128};
@@ -200,9 +243,9 @@ enum { NATT = sizeof att_t / sizeof att_t[0] };
 
 #define ROW 1024   // the row-wise kernels' rows: n / ROW of ROW elements
 
-typedef struct Bufs {
-  float *x, *y, *z, *w, *bias, *dw, *db, loss[1], dloss[1];
-  int *targets, step[1];
+typedef struct Bufs {   // device memory
+  float *x, *y, *z, *w, *bias, *dw, *db, *loss, *dloss;
+  int *targets, *step;
 } Bufs;
 
 typedef struct OpCase {
@@ -277,24 +320,17 @@ static const OpCase op_cases[] = {
     {"concat", k_concat},
 };
 enum { NOPS = sizeof op_cases / sizeof op_cases[0] };
-static const long op_sizes[] = {1L << 16, 1L << 20, 1L << 23};
+static const long op_sizes[] = {1L << 16, 1L << 20, 1L << 23, 1L << 26};   // a GPU's: all four
 enum { NSIZES = sizeof op_sizes / sizeof op_sizes[0] };
 
 // A step's activations are not in the core's cache when a kernel reads them: other kernels ran
 // between their writer and their reader. Each call takes the next n elements of x, y and z, in
-// turn through op_pool elements: four times the core's L2 cache (8 MiB where it is not known).
+// turn through op_pool elements: four times the core's (or the GPU's) L2 cache (8 MiB where it
+// is not known).
 // (On a 2-core Xeon with a 2 MiB L2, GPT-2 small's step priced/measured: 0.95 with the
 // operands in cache, 1.19 through 64 MiB, 0.99-1.05 through 8 MiB; at 256 tokens 0.81, 1.11,
 // 0.91. README, "This machine's profile", has the commands.)
 static long op_pool = 2L << 20;
-
-static void set_op_pool(void) {
-#ifdef _SC_LEVEL2_CACHE_SIZE
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (l2 > 0)
-    op_pool = 4 * l2 / (long)sizeof(float);
-#endif
-}
 
 typedef struct OpRun {
   const OpCase *c;
@@ -352,61 +388,58 @@ static void allreduce_beside(void *p) {
 
 static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 
-static void cpu_name(char *buf, size_t n) {
-  snprintf(buf, n, "CPU");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
+// The device's name for the profile: the CPU's model, or the GPU's as CUDA gives it (without
+// rt_device_name's "(device N)"); no quotes or backslashes, which JSON would need escaped.
+static void device_name(char *buf, size_t n) {
+  snprintf(buf, n, "%s", info.gpu ? rt_device_name() : "CPU");
+  char *at = strstr(buf, " (device ");
+  if (at)
+    *at = '\0';
+  FILE *f = info.gpu ? NULL : fopen("/proc/cpuinfo", "r");
   char line[512];
-  while (fgets(line, sizeof line, f))
+  while (f && fgets(line, sizeof line, f))
     if (!strncmp(line, "model name", 10)) {
       char *v = strchr(line, ':');
       if (v) {
         v += 1 + (v[1] == ' ');
-        v[strcspn(v, "\n\"\\")] = '\0';
         snprintf(buf, n, "%s", v);
       }
       break;
     }
-  fclose(f);
+  if (f)
+    fclose(f);
+  buf[strcspn(buf, "\n\"\\")] = '\0';
 }
 
-int main(int argc, char **argv) {
-  int ranks = argc > 1 ? atoi(argv[1]) : 1;
-  bool quick = argc > 2 && !strcmp(argv[2], "--quick");
-  if (ranks < 1 || argc > 3 || (argc > 2 && !quick)) {
-    fprintf(stderr, "usage: [mpirun -np R] calibrate R [--quick]\n");
-    return 2;
-  }
-  if (quick) min_time = 0.005;
-  rt_comm_init(&argc, &argv, ranks, "calibrate");
-  int me = rt_comm_rank();
-  int threads = 1;
-#ifdef _OPENMP
-  threads = omp_get_max_threads();
-#endif
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+// ---- the measurements ---------------------------------------------------------------------------
 
-  // GEMMs on a grid of shapes
-  static const long dims[] = {32, 128, 512, 2048};
-  enum { ND = sizeof dims / sizeof dims[0] };
-  int nd = quick ? ND - 1 : ND;   // --quick: up to 512
-  long big = dims[nd - 1];
+static int ranks;
+static bool quick;
+
+// GEMMs on a grid of shapes: rate[i][j][l][bf16] at dims[i], dims[j], dims[l]; the fastest of
+// each type into best.
+static const long dims[] = {32, 128, 512, 2048, 8192};   // a CPU's: the first four
+enum { ND = sizeof dims / sizeof dims[0] };
+
+static int gemm_dims(void) { return (info.gpu ? ND : ND - 1) - quick; }
+
+static void measure_gemms(double rate[ND][ND][ND][2], double best[2]) {
+  int nd = gemm_dims();
+  long big = dims[nd - 1], mark = arena_top;
+  gemm_pool = (long)fmax(fmax(64L << 20, 4.0 * (double)info.cache_bytes),
+                         4.0 * (double)big * (double)big);
   Gemm g = {0};
-  long pool = GEMM_POOL / (long)sizeof(float), pool_h = GEMM_POOL / (long)sizeof(rt_bf16);
-  g.a = alloc(sizeof(float) * big * big);
-  g.b = alloc(GEMM_POOL);
-  g.c = alloc(sizeof(float) * big * big);
-  g.ah = alloc(sizeof(rt_bf16) * big * big);
-  g.bh = alloc(GEMM_POOL);
-  g.ch = alloc(sizeof(rt_bf16) * big * big);
+  g.a = dev_alloc(sizeof(float) * big * big);
+  g.b = dev_alloc((size_t)gemm_pool);
+  g.c = dev_alloc(sizeof(float) * big * big);
+  g.ah = dev_alloc(sizeof(rt_bf16) * big * big);
+  g.bh = dev_alloc((size_t)gemm_pool);
+  g.ch = dev_alloc(sizeof(rt_bf16) * big * big);
   fill(g.a, big * big, 1.0f);
-  fill(g.b, pool, 0.5f);
-  for (long i = 0; i < big * big; i++)
-    g.ah[i] = rt_f32_to_bf16(g.a[i]);
-  for (long i = 0; i < pool_h; i++)
-    g.bh[i] = rt_f32_to_bf16(g.b[i % pool]);
-  double rate[ND][ND][ND][2], best[2] = {0, 0};
+  fill(g.b, gemm_pool / 4, 0.5f);
+  fill_as(g.ah, big * big, 1.0f, true);
+  fill_as(g.bh, gemm_pool / 2, 0.5f, true);
+  best[0] = best[1] = 0;
   for (int i = 0; i < nd; i++)
     for (int j = 0; j < nd; j++)
       for (int l = 0; l < nd; l++) {
@@ -417,10 +450,105 @@ int main(int argc, char **argv) {
           best[t] = fmax(best[t], rate[i][j][l][t]);
         }
       }
-  free(g.a), free(g.b), free(g.c), free(g.ah), free(g.bh), free(g.ch);
+  arena_top = mark;
+}
+
+// The other kernels, per element, at each size of op_sizes.
+static int op_nsizes(void) { return (info.gpu ? NSIZES : NSIZES - 1) - quick; }
+
+static void measure_ops(double per_elem[NOPS][NSIZES]) {
+  int nsizes = op_nsizes();
+  if (info.cache_bytes > 0)
+    op_pool = 4 * info.cache_bytes / (long)sizeof(float);
+  long most = op_sizes[nsizes - 1], held = most > op_pool ? most : op_pool, mark = arena_top;
+  Bufs bu = {dev_alloc(4 * held), dev_alloc(4 * held), dev_alloc(4 * held), dev_alloc(4 * ROW),
+             dev_alloc(4 * ROW), dev_alloc(4 * ROW), dev_alloc(4 * ROW), dev_alloc(4),
+             dev_alloc(4), dev_alloc(sizeof(int) * (most / ROW)), dev_alloc(sizeof(int))};
+  fill(bu.x, held, 1.0f);
+  fill(bu.y, held, 0.5f);
+  fill(bu.w, ROW, 1.0f);
+  *(float *)(stage + ((char *)bu.dloss - arena)) = 1;
+  rt_device_put(arena, stage, (char *)bu.dloss - arena, 4);
+  for (int o = 0; o < NOPS; o++)
+    for (int z = 0; z < nsizes; z++) {
+      OpRun r = {&op_cases[o], &bu, op_sizes[z], 0};
+      per_elem[o][z] = timed(op_run, &r) / (double)op_sizes[z];
+    }
+  arena_top = mark;
+}
+
+// Copies between the arena and host memory (pinned on a GPU), each way, as offload makes them:
+// bytes per second over both.
+typedef struct HostCopy {
+  long n;
+  float *dev, *host;
+  bool back;
+} HostCopy;
+
+static void host_copy(void *p) {
+  HostCopy *h = p;
+  if (h->back)
+    rt_to_device(h->dev, h->host, h->n, -1);
+  else
+    rt_to_host(h->host, h->dev, h->n, -1);
+}
+
+static double measure_host_bw(void) {
+  long mark = arena_top;
+  HostCopy h = {quick ? 1L << 22 : 1L << 24, NULL, NULL, false};
+  h.dev = dev_alloc(4 * (size_t)h.n);
+  h.host = (float *)rt_device_host_alloc(4 * h.n);
+  fill(h.dev, h.n, 1.0f);
+  double to = timed(host_copy, &h);
+  h.back = true;
+  double from = timed(host_copy, &h);
+  rt_device_host_free((char *)h.host);
+  arena_top = mark;
+  return 2.0 * 4 * (double)h.n / (to + from);
+}
+
+// AdamW over host memory (offloaded optimizer state): parameters per second.
+static double measure_cpu_adam(long n) {
+  float *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = (float *)rt_device_host_alloc(4 * n);
+  for (long i = 0; i < n; i++)
+    p[0][i] = 1.0f, p[1][i] = 0.01f;
+  Adam a = {n, p[0], p[1], p[2], p[3]};
+  double s = timed(adamw_host, &a);
+  for (int i = 0; i < 4; i++)
+    rt_device_host_free((char *)p[i]);
+  return (double)n / s;
+}
+
+int main(int argc, char **argv) {
+  ranks = argc > 1 ? atoi(argv[1]) : 1;
+  quick = argc > 2 && !strcmp(argv[2], "--quick");
+  if (ranks < 1 || argc > 3 || (argc > 2 && !quick)) {
+    fprintf(stderr, "usage: [mpirun -np R] calibrate R [--quick]\n");
+    return 2;
+  }
+  if (quick) min_time = 0.005;
+  rt_device_init();
+  rt_comm_init(&argc, &argv, ranks, "calibrate");
+  int me = rt_comm_rank();
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  info = rt_device_info();
+  double mem = info.gpu ? (double)info.mem_bytes : (double)info.mem_bytes / ranks;
+  // the arena: what the measurements take at most (a GPU's largest GEMMs and kernels, about
+  // 2 GiB), within half the memory; the CPU build's pages are taken only where written
+  arena_cap = (long)fmin(mem / 2, 0x1p34);
+  arena = rt_device_alloc(arena_cap, RT_GEMM_WORKSPACE_BYTES + (16L << 20));
+  stage = rt_device_stage(arena, arena_cap);
+
+  double rate[ND][ND][ND][2], best[2];
+  measure_gemms(rate, best);
 
   // memory bandwidth, arithmetic, launch
-  Vec big_v = {1L << 24, alloc(4L << 24), alloc(4L << 24), alloc(4L << 24)};
+  Vec big_v = {1L << 24, dev_alloc(4L << 24), dev_alloc(4L << 24), dev_alloc(4L << 24)};
   fill(big_v.x, big_v.n, 1.0f);
   fill(big_v.y, big_v.n, 2.0f);
   double bw = 12.0 * (double)big_v.n / timed(add, &big_v);
@@ -430,15 +558,15 @@ int main(int argc, char **argv) {
   double launch = fmax(0, timed(add, &small_v) - 12.0 * (double)small_v.n / bw);
 
   // AdamW on 32Mi parameters (--quick: 4Mi): a step's update finds the state it last wrote a
-  // step before out of cache
-  long an = quick ? 1L << 22 : 1L << 25;
-  Adam ad = {an, alloc(4 * an), alloc(4 * an), alloc(4 * an), alloc(4 * an)};
+  // step before out of cache; on the device, and over host memory (offload)
+  long an = quick ? 1L << 22 : 1L << 25, mark = arena_top;
+  Adam ad = {an, dev_alloc(4 * an), dev_alloc(4 * an), dev_alloc(4 * an), dev_alloc(4 * an)};
   fill(ad.p, ad.n, 1.0f);
   fill(ad.g, ad.n, 0.01f);
-  memset(ad.m, 0, 4 * (size_t)an), memset(ad.v, 0, 4 * (size_t)an);
-  double adam_s = timed(adamw, &ad);
-  double update_bw = 28.0 * (double)ad.n / adam_s;
-  free(ad.p), free(ad.g), free(ad.m), free(ad.v);
+  double update_bw = 28.0 * (double)ad.n / timed(adamw, &ad);
+  arena_top = mark;
+  double cpu_adam = measure_cpu_adam(an);
+  double host_bw = measure_host_bw();
 
   // attention on a grid of sequence lengths and head sizes (causal); efficiency.attn, for a
   // planner without the grid: forward and backward together at 256 tokens, heads of 64
@@ -451,29 +579,14 @@ int main(int argc, char **argv) {
         attn_rate = 7 / (2 / att_fwd[i][j] + 5 / att_bwd[i][j]);
     }
 
-  // the other kernels, per element, at each size
-  int nsizes = quick ? NSIZES - 1 : NSIZES;
-  set_op_pool();
-  long most = op_sizes[nsizes - 1], held = most > op_pool ? most : op_pool;
-  Bufs bu = {alloc(4 * held), alloc(4 * held), alloc(4 * held), alloc(4 * ROW), alloc(4 * ROW),
-             alloc(4 * ROW), alloc(4 * ROW), {0}, {1}, alloc(sizeof(int) * (most / ROW)), {0}};
-  fill(bu.x, held, 1.0f);
-  fill(bu.y, held, 0.5f);
-  fill(bu.w, ROW, 1.0f);
   double per_elem[NOPS][NSIZES];
-  for (int o = 0; o < NOPS; o++)
-    for (int z = 0; z < nsizes; z++) {
-      OpRun r = {&op_cases[o], &bu, op_sizes[z], 0};
-      per_elem[o][z] = timed(op_run, &r) / (double)op_sizes[z];
-    }
-  free(bu.x), free(bu.y), free(bu.z), free(bu.w), free(bu.bias), free(bu.dw), free(bu.db);
-  free(bu.targets);
+  measure_ops(per_elem);
 
   // collectives among the ranks: latency, bus bandwidth by size, overlap
   double alpha = 0, link = bw, gather = 1, scatter = 1, overlap = 0;
   double coll_bw[NCOLL][NCOLL_SIZES];
   if (ranks > 1) {
-    Coll c = {1, alloc(sizeof(float) << 24), NULL};
+    Coll c = {1, dev_alloc(sizeof(float) << 24), NULL};
     alpha = timed(allreduce, &c);
     double ring = (double)(ranks - 1) / ranks, t = 0;
     for (int z = 0; z < NCOLL_SIZES; z++) {
@@ -499,33 +612,55 @@ int main(int argc, char **argv) {
     c.beside = &beside;
     double both = timed(allreduce_beside, &c);
     overlap = clamp01((t + tk - both) / fmin(t, tk));
-    free(c.buf);
   }
-  free(big_v.x), free(big_v.y), free(big_v.z);
 
   if (me == 0) {
     char name[160];
-    cpu_name(name, sizeof name);
-    printf("{\n"
-           "  \"calibrated\": \"mtc calibrate: %d rank%s of %d thread%s on %ld core%s%s\",\n",
-           ranks, ranks > 1 ? "s" : "", threads, threads > 1 ? "s" : "", cores,
-           cores > 1 ? "s" : "", quick ? " (quick)" : "");
+    device_name(name, sizeof name);
+    if (info.gpu)
+      printf("{\n"
+             "  \"calibrated\": \"mtc calibrate: %d rank%s, a GPU each (%ld SMs)%s\",\n",
+             ranks, ranks > 1 ? "s" : "", info.units, quick ? " (quick)" : "");
+    else
+      printf("{\n"
+             "  \"calibrated\": \"mtc calibrate: %d rank%s of %d thread%s on %ld core%s%s\",\n",
+             ranks, ranks > 1 ? "s" : "", threads, threads > 1 ? "s" : "", info.units,
+             info.units > 1 ? "s" : "", quick ? " (quick)" : "");
     printf("  \"groups\": [{\n"
-           "    \"name\": \"%.31s\",\n"
-           "    \"gpu\": \"CPU\", \"count\": %d, \"gpus_per_node\": %d,\n"
-           "    \"cores\": %ld, \"threads\": %d, \"ranks\": %d,\n"
-           "    \"mem\": %.0f, \"host_mem\": 0,\n"
+           "    \"name\": \"%.31s\",\n", name);
+    if (info.gpu)   // the built-in entry's links between GPUs and nodes, unless measured here
+      printf("    \"gpu\": \"%s\", \"count\": %d, \"gpus_per_node\": %d, \"sms\": %ld,\n",
+             name, ranks, ranks, info.units);
+    else
+      printf("    \"gpu\": \"CPU\", \"count\": %d, \"gpus_per_node\": %d,\n"
+             "    \"cores\": %ld, \"threads\": %d, \"ranks\": %d,\n",
+             ranks, ranks, info.units, threads, ranks);
+    printf("    \"mem\": %.0f,%s\n"
            "    \"flops_fp32\": %.4g, \"flops_bf16\": %.4g, \"hbm_bw\": %.4g,\n"
-           "    \"intra_bw\": %.4g, \"inter_bw\": %.4g, \"host_bw\": %.4g, \"cpu_adam\": %.4g,\n",
-           name, ranks, ranks, cores, threads, ranks, phys / ranks, best[0], best[1], bw, link,
-           link, bw, (double)ad.n / adam_s);
-    printf("    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
-           "\"update\": %.4g, \"link\": 1, \"gather\": %.4g, \"scatter\": %.4g, "
-           "\"host\": 1,\n"
-           "                   \"launch\": %.4g, \"alpha_intra\": %.4g, \"alpha_inter\": %.4g, "
-           "\"overlap\": %.3g},\n",
-           attn_rate / best[0], simt / best[0], update_bw / bw, gather, scatter, launch, alpha,
-           alpha, overlap);
+           "    \"host_bw\": %.4g, \"cpu_adam\": %.4g,\n",
+           mem, info.gpu ? "" : " \"host_mem\": 0,", best[0], best[1], bw, host_bw, cpu_adam);
+    if (!info.gpu)   // one machine: its ranks' links are all there is
+      printf("    \"intra_bw\": %.4g, \"inter_bw\": %.4g,\n"
+             "    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
+             "\"update\": %.4g, \"link\": 1, \"gather\": %.4g, \"scatter\": %.4g, "
+             "\"host\": 1,\n"
+             "                   \"launch\": %.4g, \"alpha_intra\": %.4g, \"alpha_inter\": %.4g, "
+             "\"overlap\": %.3g",
+             link, link, attn_rate / best[0], simt / best[0], update_bw / bw, gather, scatter,
+             launch, alpha, alpha, overlap);
+    else if (ranks > 1)   // the whole latency measured among the ranks: no ring steps beyond it
+      printf("    \"intra_bw\": %.4g,\n"
+             "    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
+             "\"update\": %.4g, \"host\": 1, \"launch\": %.4g,\n"
+             "                   \"gather\": %.4g, \"scatter\": %.4g, \"alpha_intra\": %.4g, "
+             "\"hop_intra\": 0, \"overlap\": %.3g",
+             link, attn_rate / best[0], simt / best[0], update_bw / bw, launch, gather, scatter,
+             alpha, overlap);
+    else   // one GPU: the entry's links
+      printf("    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
+             "\"update\": %.4g, \"host\": 1, \"launch\": %.4g",
+             attn_rate / best[0], simt / best[0], update_bw / bw, launch);
+    printf("},\n");
     if (ranks > 1) {
       printf("    \"collectives\": {\n");
       for (int k = 0; k < NCOLL; k++) {
@@ -536,6 +671,7 @@ int main(int argc, char **argv) {
       }
       printf("    },\n");
     }
+    int nsizes = op_nsizes();
     printf("    \"ops\": {\n");
     for (int o = 0; o < NOPS; o++) {
       printf("      \"%s\": [", op_cases[o].op);
@@ -551,6 +687,7 @@ int main(int argc, char **argv) {
                att_bwd[i][j], i == nat - 1 && j == nat - 1 ? "" : ",");
     printf("    ],\n");
     printf("    \"gemm\": [\n");
+    int nd = gemm_dims();
     for (int i = 0; i < nd; i++)
       for (int j = 0; j < nd; j++)
         for (int l = 0; l < nd; l++)
@@ -559,6 +696,8 @@ int main(int argc, char **argv) {
                  i == nd - 1 && j == nd - 1 && l == nd - 1 ? "" : ",");
     printf("    ]\n  }]\n}\n");
   }
+  rt_device_free_stage(stage, arena, arena_cap);
+  rt_device_free(arena, arena_cap);
   rt_comm_finalize();
   return 0;
 }

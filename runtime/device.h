@@ -15,6 +15,15 @@ void rt_device_init(void);
 // "cpu", or the GPU's name.
 const char *rt_device_name(void);
 
+// What a device profile says of the device (mtc calibrate): its memory, the
+// cache its kernels share (a GPU's L2; a CPU core's L2, 0 where not known),
+// and its parallel units (a GPU's SMs; the CPU's cores online).
+typedef struct RtDeviceInfo {
+  int gpu;   // 1 in the CUDA build
+  long mem_bytes, cache_bytes, units;
+} RtDeviceInfo;
+RtDeviceInfo rt_device_info(void);
+
 // The arena, zeroed, and beside it the workspace the GPU kernels take their
 // scratch from (ignored by the CPU build).
 char *rt_device_alloc(long arena_bytes, long workspace_bytes);

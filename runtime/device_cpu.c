@@ -20,6 +20,15 @@ void rt_device_init(void) {}
 
 const char *rt_device_name(void) { return "cpu"; }
 
+RtDeviceInfo rt_device_info(void) {
+  RtDeviceInfo info = {0, sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE), 0,
+                       sysconf(_SC_NPROCESSORS_ONLN)};
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  info.cache_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL2_CACHE_SIZE) : 0;
+#endif
+  return info;
+}
+
 char *rt_device_alloc(long arena_bytes, long workspace_bytes) {
   (void)workspace_bytes;
   char *arena = mmap(NULL, (size_t)arena_bytes, PROT_READ | PROT_WRITE,

@@ -14,6 +14,7 @@ extern "C" {
 }
 
 static char name[320];
+static RtDeviceInfo info;
 // device memory free just before the arena's allocation (the context, the
 // libraries and the communicators are up by then), and what the allocation took
 static size_t free_before_alloc;
@@ -50,9 +51,13 @@ extern "C" void rt_device_init(void) {
   cudaDeviceProp prop;
   cudaCheck(cudaGetDeviceProperties(&prop, dev));
   snprintf(name, sizeof name, "%s (device %d)", prop.name, dev);
+  info = RtDeviceInfo{1, (long)prop.totalGlobalMem, (long)prop.l2CacheSize,
+                      (long)prop.multiProcessorCount};
 }
 
 extern "C" const char *rt_device_name(void) { return name; }
+
+extern "C" RtDeviceInfo rt_device_info(void) { return info; }
 
 // The workspace, 256-byte aligned, after the arena.
 static long workspace_at(long arena_bytes) { return (arena_bytes + 255) / 256 * 256; }

@@ -71,6 +71,49 @@ static const SvDevice devices[] = {
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
 
+// A GPU as CUDA names it ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce
+// RTX 4090", "Tesla V100-SXM2-32GB"): the one entry whose model ("H100", "RTX4090": its name
+// before the last '-') is a word of it, or two words run together; of several, the one whose
+// memory ("80GB") is the name's. NULL when none or several are.
+static const SvDevice *cuda_named(const char *name) {
+  char word[16][32];
+  int nw = 0;
+  for (const char *p = name; *p && nw < 16;) {
+    size_t len = strcspn(p, " -_");
+    if (len > 0 && len < sizeof word[0])
+      snprintf(word[nw++], sizeof word[0], "%.*s", (int)len, p);
+    p += len + (p[len] != '\0');
+  }
+  const char *mem = NULL;   // a word like "80GB"
+  for (int w = 0; w < nw; w++) {
+    size_t len = strlen(word[w]);
+    if (len > 2 && isdigit((unsigned char)word[w][0]) && !strcasecmp(word[w] + len - 2, "GB"))
+      mem = word[w];
+  }
+  const SvDevice *one = NULL, *hit = NULL;
+  int nmodel = 0, nmem = 0;
+  for (int i = 0; i < NDEVICES; i++) {
+    const char *dash = strrchr(devices[i].name, '-');
+    int mlen = (int)(dash - devices[i].name);
+    bool model = false;
+    for (int w = 0; w < nw && !model; w++) {
+      char two[64];
+      snprintf(two, sizeof two, "%.31s%.31s", word[w], w + 1 < nw ? word[w + 1] : "");
+      model = ((int)strlen(word[w]) == mlen && !strncasecmp(word[w], devices[i].name, mlen)) ||
+              ((int)strlen(two) == mlen && !strncasecmp(two, devices[i].name, mlen));
+    }
+    if (model) {
+      nmodel++;
+      one = &devices[i];
+    }
+    if (model && mem && !strcasecmp(mem, dash + 1)) {
+      nmem++;
+      hit = &devices[i];
+    }
+  }
+  return nmodel == 1 ? one : nmem == 1 ? hit : NULL;
+}
+
 const SvDevice *sv_device_find(const char *name) {
   for (int i = 0; i < NDEVICES; i++)
     if (!strcasecmp(devices[i].name, name))
@@ -84,7 +127,7 @@ const SvDevice *sv_device_find(const char *name) {
         return NULL;
       hit = &devices[i];
     }
-  return hit;
+  return hit ? hit : cuda_named(name);
 }
 
 const char *sv_device_names(void) {

@@ -3,8 +3,10 @@
 # planner reads: on 1 rank, and on 2 ranks under MPI when mpirun is here.
 # The profile plans (--device with --gpus, and --cluster) on a CPU of its
 # name; a program compiled with it prints the planner's price on that CPU
-# beside its measured step; bad flags, a missing runtime and a device that is
-# both named and described are refused with a clear message and no file.
+# beside its measured step; the measuring program builds apart and measures
+# later (--build-only, --program), its GPU build too where nvcc is; bad flags,
+# a missing runtime and a device that is both named and described are refused
+# with a clear message and no file.
 #
 #   tests/calibrate.sh MTC EXAMPLES_DIR OUT
 set -euo pipefail
@@ -80,6 +82,22 @@ if command -v mpirun > /dev/null && command -v mpicc > /dev/null; then
   grep -q "^cluster: 2 x $name (.*, 2 per node" "$out/two.txt" || fail "2 ranks: $(head -3 "$out/two.txt")"
 fi
 
+# the measuring program built apart (--build-only), then measuring (--program): the same profile
+"$mtc" calibrate --build-only "$out/measure" 2> "$out/build.err" || fail "--build-only: $(cat "$out/build.err")"
+grep -q "built $out/measure (measure with mtc calibrate --program $out/measure)" "$out/build.err" ||
+  fail "--build-only's message: $(cat "$out/build.err")"
+"$mtc" calibrate --program "$out/measure" --quick -o "$out/program.json" 2> "$out/program.err" ||
+  fail "--program: $(cat "$out/program.err")"
+grep -q "1 rank of 1 thread on [0-9]* cores: GEMMs up to" "$out/program.err" ||
+  fail "--program's summary: $(cat "$out/program.err")"
+# the GPU build's measuring program, where nvcc is (it runs on a GPU: tools/gpu_check.sh)
+nvcc=${CUDA:-/usr/local/cuda}/bin/nvcc
+if [ -x "$nvcc" ]; then
+  "$mtc" calibrate --gpu --cuda-arch "-gencode arch=compute_90,code=sm_90" \
+    --build-only "$out/measure_gpu" 2> "$out/gpu.err" || fail "--gpu --build-only: $(cat "$out/gpu.err")"
+  ldd "$out/measure_gpu" | grep -q libcublas || fail "the GPU build links no cuBLAS: $(ldd "$out/measure_gpu")"
+fi
+
 # refusals: one message, an exit status, no profile
 expect() { expect_exit "$@"; }   # STATUS TEXT COMMAND...
 expect 2 "--ranks takes a number of ranks from 1 to 1024" "$mtc" calibrate --ranks 0
@@ -87,6 +105,13 @@ expect 2 "unexpected argument 'now'" "$mtc" calibrate now
 expect 2 "-o needs a value" "$mtc" calibrate -o
 expect 1 "set MTC_RUNTIME_DIR to mtc's runtime/" env MTC_RUNTIME_DIR="$out/nowhere" "$mtc" calibrate -o "$out/none.json"
 [ ! -e "$out/none.json" ] || fail "a failed calibration left $out/none.json"
+expect 2 "give one of them" "$mtc" calibrate --build-only "$out/a" --program "$out/measure"
+expect 2 "--build-only writes no profile" "$mtc" calibrate --build-only "$out/a" -o "$out/none.json"
+expect 2 "--gpu and --cuda-arch go with --build-only" "$mtc" calibrate --program "$out/measure" --gpu
+expect 1 "--program $out/nowhere: No such file" "$mtc" calibrate --program "$out/nowhere"
+expect 1 "--gpu: no nvcc at $out/nowhere/bin/nvcc" env CUDA="$out/nowhere" "$mtc" calibrate --gpu \
+  --build-only "$out/a"
+[ ! -e "$out/none.json" ] && [ ! -e "$out/a" ] || fail "a refused calibration wrote a file"
 expect 2 "--device $out/one.json describes the device: leave out --gpu H100" \
   "$mtc" plan "$examples/gpt2.mtc" --device "$out/one.json" --gpu H100
 expect 1 "cannot read $out/nowhere.json" "$mtc" plan "$examples/gpt2.mtc" --device "$out/nowhere.json"

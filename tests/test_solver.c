@@ -605,6 +605,21 @@ static void test_clusters(void) {
   CHECK(sv_parse_size("12 parsecs", &x), "parsecs");
   CHECK(sv_device_find("h100") && sv_device_find("A100-40GB") && !sv_device_find("A100"),
         "device names");
+  // GPUs as CUDA names them (a profile of mtc calibrate --gpu): the entry of the model, of
+  // several the one of the name's memory; a model not in the table is none of its neighbours'
+  const struct { const char *cuda, *entry; } named[] = {
+      {"NVIDIA H100 80GB HBM3", "H100-80GB"},   {"NVIDIA H100 PCIe", "H100-80GB"},
+      {"NVIDIA H200", "H200-141GB"},            {"NVIDIA A100-SXM4-40GB", "A100-40GB"},
+      {"NVIDIA A100 80GB PCIe", "A100-80GB"},   {"NVIDIA GeForce RTX 4090", "RTX4090-24GB"},
+      {"Tesla V100-SXM2-16GB", "V100-32GB"},    {"NVIDIA L4", "L4-24GB"},
+      {"NVIDIA A100-PCIE", NULL},               {"NVIDIA L40S", NULL},
+      {"NVIDIA GH200 480GB", NULL},             {"NVIDIA RTX 6000 Ada Generation", NULL},
+  };
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+    const SvDevice *dev = sv_device_find(named[i].cuda);
+    CHECK(named[i].entry ? dev && !strcmp(dev->name, named[i].entry) : !dev, "'%s': %s, want %s",
+          named[i].cuda, dev ? dev->name : "none", named[i].entry ? named[i].entry : "none");
+  }
   SvCluster c;
   IrDiag d = {0};
   char path[1024];
@@ -782,6 +797,21 @@ static void test_profiles(void) {
   sv_plan_free(pa);
   sv_plan_free(pb);
   ir_graph_free(g);
+  // a GPU's profile (mtc calibrate --gpu): its CUDA name read as the built-in entry, the measured
+  // rates in place of the datasheet's, what was not measured (its links) the entry's
+  const char *gpu = "{\"groups\": [{\"name\": \"NVIDIA H100 80GB HBM3\", \"gpu\": \"NVIDIA H100 "
+                    "80GB HBM3\", \"count\": 1, \"gpus_per_node\": 1, \"sms\": 132, \"mem\": "
+                    "85e9, \"flops_fp32\": 5e13, \"flops_bf16\": 7e14, \"hbm_bw\": 3e12, "
+                    "\"host_bw\": 2.5e10, \"cpu_adam\": 1e9, \"efficiency\": {\"gemm\": 1, "
+                    "\"attn\": 0.1, \"launch\": 3e-6}, " PROFILE_GEMM "}]}";
+  CHECK(!sv_cluster_parse(&c, gpu, "gpu.json", &d), "%s", d.msg);
+  v = &c.group[0].dev;
+  CHECK(!strcmp(v->name, "H100-80GB") && !strcmp(c.group[0].name, "NVIDIA H100 80GB HBM3") &&
+            v->cores == 0 && v->mem == 85e9 && v->flops_bf16 == 7e14 && v->host_bw == 2.5e10 &&
+            v->ngemm == 8 && v->eff.gemm == 1 && v->eff.launch == 3e-6 &&
+            v->intra_bw == h100->intra_bw && v->inter_bw == h100->inter_bw &&
+            v->eff.link == h100->eff.link && v->eff.hop_intra == h100->eff.hop_intra,
+        "a GPU profile: %s, cores %d, mem %g, intra %g", v->name, v->cores, v->mem, v->intra_bw);
 }
 
 // A profile's collectives by size: parsed, interpolated in log space, and a block's tensor-
