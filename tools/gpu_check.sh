@@ -25,14 +25,17 @@
 # measured device memory against the planned; compute-sanitizer memcheck and
 # racecheck on a small program; the program's start-up time; the benchmark
 # (bench/gpu_gpt2.py); its first program's steps by op beside the planner's
-# price (train --profile) and by kernel (Nsight Compute). It ends with a
-# summary table (OUT/summary.txt) and OUT/logs.tgz.
+# price (train --profile); mtc calibrate on the GPU (OUT/gpu_profile.json) and
+# each benchmark program's measured step beside the planner's price on the
+# built-in H100 and on that profile; the first program by kernel (Nsight
+# Compute). It ends with a summary table (OUT/summary.txt) and OUT/logs.tgz.
 #
 #   tools/gpu_check.sh one MTC NAME OUTDIR   # one case, prepared and run (ctest's gpu tests)
 #
 # GPU_CHECK_ONLY=REGEX (prepare and run) keeps the cases whose names match;
 # GPU_CHECK_TORCH=MODES the PyTorch runs of the benchmark (none: "none").
 # GPU_CHECK_CASE_LIMIT=SECONDS (run) each case's time limit (60).
+# GPU_CHECK_BENCH, _PROFILE, _CALIBRATE=0 (run) leave out that stage.
 # GPU_CHECK_BENCH_RUNS="NAME|SIZE|B|PRECISION ..." (prepare) the benchmark programs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -196,6 +199,9 @@ prepare() {
   cmake --build "$root/build-gpucheck" -j"$(nproc)" --target mtc test_kernels_cuda > /dev/null ||
     die "building mtc and test_kernels_cuda failed"
   cp "$root/build-gpucheck/mtc" "$root/build-gpucheck/tests/test_kernels_cuda" "$dir/bin/"
+  # mtc calibrate's measuring program, the GPU build's (run measures the GPU with it)
+  MTC_RUNTIME_DIR=$root/runtime "$dir/bin/mtc" calibrate --gpu --build-only "$dir/bin/calibrate_gpu" \
+    --cuda-arch "-gencode arch=compute_90,code=sm_90" || die "building the GPU calibration failed"
   local line name model fix
   for line in $(selected_cases); do
     IFS='|' read -r name model fix <<< "$line"
@@ -207,7 +213,9 @@ prepare() {
   # apart, so that the programs' (libcjson) do not replace the device's own under Python
   copy_libs "$dir/lib/mtc" "$dir/bin/mtc"
   local bins=("$dir/bin/test_kernels_cuda") b
-  for b in "$dir"/cases/*/train_gpu "$dir"/bench/*/train; do [ -e "$b" ] && bins+=("$b"); done
+  for b in "$dir"/cases/*/train_gpu "$dir"/bench/*/train "$dir/bin/calibrate_gpu"; do
+    [ -e "$b" ] && bins+=("$b")
+  done
   copy_libs "$dir/lib/prog" "${bins[@]}"
   git -C "$root" check-ignore -q "$dir.txz" || die "$dir.txz is not ignored by git (add it to .gitignore)"
   tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | xz -9 -T0 > "$dir.txz" ||
@@ -348,6 +356,33 @@ op_profile() {
   (cd "$b" && ./train --steps 6 --profile --no-check-finite) | grep -E "^(timing|profile)"
 }
 
+# calibrate DIR: mtc calibrate on this GPU (with the measuring program prepare built), then each
+# benchmark program's step as measured beside the planner's price of it on the built-in entry
+# (H100-80GB) and on the measured profile (issue 27's predicted against measured, on a GPU)
+calibrate() {
+  local dir=$1 name size b p measured entry profiled
+  local profile=$logs/gpu_profile.json
+  LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$dir/lib/mtc "$dir/bin/mtc" calibrate \
+    --program "$dir/bin/calibrate_gpu" -o "$profile" || return 1
+  cp "$profile" "$out/"
+  step_ms() {  # step_ms ARGS...: mtc plan's step time of the benchmark's model
+    LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$dir/lib/mtc "$dir/bin/mtc" plan "$root/examples/gpt2.mtc" \
+      --gpus 1 "$@" | sed -n 's/^step time \([0-9.]*\) ms.*/\1/p'
+  }
+  printf '%-22s %10s %10s %10s %8s %8s\n' program measured entry profile entry/m profile/m
+  while IFS='|' read -r name size b p; do
+    measured=$(cd "$dir/bench/$name" && ./train --steps 8 --no-check-finite |
+      sed -n 's/^timing: median step \([0-9.]*\) ms.*/\1/p')
+    # shellcheck disable=SC2046
+    entry=$(step_ms $(bench_dims "$size" "$b") --precision "$p")
+    # shellcheck disable=SC2046
+    profiled=$(step_ms $(bench_dims "$size" "$b") --precision "$p" --device "$profile")
+    awk -v n="$name" -v m="$measured" -v e="$entry" -v f="$profiled" 'BEGIN {
+      printf "%-22s %10s %10s %10s %8.2f %8.2f\n", n, m, e, f, (m > 0 ? e / m : 0),
+        (m > 0 ? f / m : 0) }'
+  done < "$dir/bench.txt"
+}
+
 # profile DIR: one step of the first benchmark program under Nsight Compute,
 # each kernel's time, summed by kernel name (the top of the table)
 profile() {
@@ -401,10 +436,12 @@ run() {
   for c in $small; do stage "memcheck_$c" 90 sanitize "$dir" memcheck "$c"; done
   [ "${GPU_CHECK_BENCH:-1}" = 1 ] && stage bench "${GPU_CHECK_BENCH_LIMIT:-330}" bench "$dir"
   [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage op_profile 60 op_profile "$dir"
+  [ "${GPU_CHECK_CALIBRATE:-1}" = 1 ] && stage calibrate 150 calibrate "$dir"
   [ "${GPU_CHECK_PROFILE:-1}" = 1 ] && stage profile 150 profile "$dir"
   for c in $small; do stage "racecheck_$c" 90 sanitize "$dir" racecheck "$c"; done
   grep -E "^(\||GPT-2)" "$logs/bench.log" 2> /dev/null
   head -n 25 "$logs/op_profile.log" 2> /dev/null
+  tail -n 8 "$logs/calibrate.log" 2> /dev/null
   head -n 25 "$logs/profile.log" 2> /dev/null
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
   tar -czf "$out/logs.tgz" -C "$logs" .
@@ -426,8 +463,9 @@ one() {
   run_case "$3" "$name" "$model" "$fix" && echo "ok: $name: the GPU build matches the CPU build"
 }
 
-export -f run_case sanitize startup bench op_profile profile train_case read_fixture check die precision_of
-export root fixtures logs
+export -f run_case sanitize startup bench op_profile calibrate profile train_case read_fixture check \
+  die precision_of bench_dims
+export root fixtures logs out
 
 case ${1:-} in
   prepare) [ $# -eq 2 ] || die "usage: gpu_check.sh prepare DIR"; prepare "$2" ;;
