@@ -90,7 +90,9 @@ for k in ("flops_fp32", "flops_bf16", "hbm_bw", "host_bw", "cpu_adam"):
     if k in slow:
         slow[k] = fast[k] / f
 slow["gemm"] = [row[:3] + [r / f for r in row[3:]] for row in fast.get("gemm", [])]
-slow["ops"] = {op: [[n, s * f] for n, s in pts] for op, pts in fast.get("ops", {}).items()}
+slow["attention"] = [row[:2] + [r / f for r in row[2:]] for row in fast.get("attention", [])]
+slow["ops"] = {op: [[p[0]] + [s * f for s in p[1:]] for p in pts]
+               for op, pts in fast.get("ops", {}).items()}
 json.dump({"groups": [fast, slow]}, open(sys.argv[3], "w"), indent=1)
 EOF
 

@@ -21,12 +21,13 @@
 //                  split's transpose, splits and concats, ...), at
 //                  64Ki, 1Mi and 8Mi elements (a GPU: and 64Mi; rows of 1024), their operands
 //                  from memory as a step's activations are, keyed by the IR
-//                  op they run (ir/ops.def)
+//                  op they run (ir/ops.def); each size's float32 time, then the
+//                  bf16 kernel's
 //   hbm_bw         rt_binary's add on arrays far larger than the caches
 //                  (bytes read and written per second)
 //   attention      rt_attention_fwd's and _bwd's FLOP/s (causal) at 64, 256
 //                  and 1024 tokens and heads of 32, 64 and 128 (--quick: the
-//                  first two of each)
+//                  first two of each), then the bf16 kernels
 //   efficiency     simt: rt_gelu_fwd's rate in the IR's count (8 FLOPs an
 //                  element), of flops_fp32; attn: rt_attention_fwd + _bwd
 //                  (causal, 256 tokens, heads of 64), of flops_fp32; update:
@@ -200,39 +201,53 @@ static void adamw_host(void *q) {
   rt_adamw_host(a->p, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, a->n, 0);
 }
 
-typedef struct Attn {
+typedef struct Attn {   // q .. dv: float32, or bf16
   long bh, t, hs;
-  float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+  bool bf16;
+  void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+  float *lse;
 } Attn;
 
 static void attn_fwd(void *p) {
   Attn *a = p;
-  rt_attention_fwd(a->out, a->lse, a->q, a->k, a->v, NULL, NULL, a->bh, a->t, a->t, a->hs, 1, 1,
-                   1, 1);
+  if (a->bf16)
+    rt_attention_fwd_bf16(a->out, a->lse, a->q, a->k, a->v, NULL, NULL, a->bh, a->t, a->t, a->hs,
+                          1, 1, 1, 1);
+  else
+    rt_attention_fwd(a->out, a->lse, a->q, a->k, a->v, NULL, NULL, a->bh, a->t, a->t, a->hs, 1, 1,
+                     1, 1);
 }
 static void attn_bwd(void *p) {
   Attn *a = p;
-  rt_attention_bwd(a->dq, a->dk, a->dv, NULL, a->dout, a->q, a->k, a->v, a->out, a->lse, NULL, NULL,
-                   a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
+  if (a->bf16)
+    rt_attention_bwd_bf16(a->dq, a->dk, a->dv, NULL, a->dout, a->q, a->k, a->v, a->out, a->lse,
+                          NULL, NULL, a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
+  else
+    rt_attention_bwd(a->dq, a->dk, a->dv, NULL, a->dout, a->q, a->k, a->v, a->out, a->lse, NULL,
+                     NULL, a->bh, a->t, a->t, a->hs, 1, 1, 1, 1);
 }
 
 // Causal attention of t tokens, heads of hs, over enough heads (bh) to take a few ms (on a GPU,
 // and at least two per SM, as a step's batch of heads fills it): its forward's and backward's
-// FLOP/s in the IR's count (2 and 5 GEMMs over the causal half).
-static void attn_rates(long t, long hs, double *fwd, double *bwd) {
+// FLOP/s in the IR's count (2 and 5 GEMMs over the causal half), fwd[bf16] and bwd[bf16].
+static void attn_rates(long t, long hs, double fwd[2], double bwd[2]) {
   double work = info.gpu ? 0x1p30 : 0x1p23;
   Attn a = {.bh = (long)fmax(info.gpu ? 2.0 * info.units : 1, ceil(work / ((double)t * t * hs))),
             .t = t, .hs = hs};
   long qn = a.bh * t * hs, mark = arena_top;
-  float **bufs[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+  void **bufs[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
+  enum { NBUF = sizeof bufs / sizeof bufs[0] };
+  for (int i = 0; i < NBUF; i++)
     *bufs[i] = dev_alloc(sizeof(float) * qn);
-    fill(*bufs[i], qn, 0.1f * (float)(i + 1));
-  }
   a.lse = dev_alloc(sizeof(float) * a.bh * t);
   double gemm = 2.0 * (double)qn * (double)t / 2;   // one GEMM over the causal half
-  *fwd = 2 * gemm / timed(attn_fwd, &a);
-  *bwd = 5 * gemm / timed(attn_bwd, &a);
+  for (int b = 0; b < 2; b++) {
+    a.bf16 = b;
+    for (int i = 0; i < NBUF; i++)
+      fill_as(*bufs[i], qn, 0.1f * (float)(i + 1), b);
+    fwd[b] = 2 * gemm / timed(attn_fwd, &a);
+    bwd[b] = 5 * gemm / timed(attn_bwd, &a);
+  }
   arena_top = mark;
 }
 
@@ -243,82 +258,105 @@ enum { NATT = sizeof att_t / sizeof att_t[0] };
 
 #define ROW 1024   // the row-wise kernels' rows: n / ROW of ROW elements
 
-typedef struct Bufs {   // device memory
-  float *x, *y, *z, *w, *bias, *dw, *db, *loss, *dloss;
+typedef struct Bufs {   // device memory; x .. db of elements of `size` bytes (float32, bf16)
+  void *x, *y, *z, *w, *bias, *dw, *db;
+  float *loss, *dloss;
   int *targets, *step;
+  size_t size;
 } Bufs;
 
 typedef struct OpCase {
-  const char *op;   // the IR op the kernel runs
-  void (*run)(Bufs *b, long n);
+  const char *op;                    // the IR op the kernel runs
+  void (*run[2])(Bufs *b, long n);   // its float32 kernel, and its bf16 one
 } OpCase;
 
-static void k_gelu(Bufs *b, long n) { rt_gelu_fwd(b->y, b->x, n); }
-static void k_gelu_bwd(Bufs *b, long n) { rt_gelu_bwd(b->z, b->y, b->x, n); }
-static void k_silu(Bufs *b, long n) { rt_silu_fwd(b->y, b->x, n); }
-static void k_silu_bwd(Bufs *b, long n) { rt_silu_bwd(b->z, b->y, b->x, n); }
-static void k_layernorm(Bufs *b, long n) {
-  rt_layernorm_fwd(b->y, b->x, b->w, b->bias, n / ROW, ROW, 1e-5f);
-}
-static void k_layernorm_bwd(Bufs *b, long n) {
-  rt_layernorm_bwd(b->z, b->dw, b->db, b->y, b->x, b->w, n / ROW, ROW, 1e-5f);
-}
-static void k_rmsnorm(Bufs *b, long n) { rt_rmsnorm_fwd(b->y, b->x, b->w, n / ROW, ROW, 1e-5f); }
-static void k_rmsnorm_bwd(Bufs *b, long n) {
-  rt_rmsnorm_bwd(b->z, b->dw, b->y, b->x, b->w, n / ROW, ROW, 1e-5f);
-}
-static void k_softmax(Bufs *b, long n) { rt_softmax_fwd(b->y, b->x, n / ROW, ROW, 0); }
-static void k_softmax_bwd(Bufs *b, long n) { rt_softmax_bwd(b->z, b->y, b->x, n / ROW, ROW); }
-static void k_xent(Bufs *b, long n) {
-  rt_crossentropy_fwd(b->loss, b->x, b->targets, n / ROW, ROW, ROW, -100);
-}
-static void k_xent_bwd(Bufs *b, long n) {
-  rt_crossentropy_bwd(b->y, b->dloss, b->x, b->targets, n / ROW, ROW, ROW, -100);
-}
-static void binary(Bufs *b, long n, int op) {
-  long shape[1] = {n}, stride[1] = {1};
-  rt_binary(op, b->z, b->x, b->y, 1, shape, stride, stride);
-}
-static void k_scale(Bufs *b, long n) { rt_scale(b->y, b->x, n, 0.125f, 0.0f); }
-static void k_dropout(Bufs *b, long n) {   // a whole tensor's mask, as one rank draws it
-  rt_dropout(b->y, b->x, b->step, n, 0.1f, 1337, 1, 0, 0, RT_AXIS_NONE, RT_AXIS_NONE);
-}
-static void k_add(Bufs *b, long n) { binary(b, n, RT_ADD); }
-static void k_mul(Bufs *b, long n) { binary(b, n, RT_MUL); }
-static void k_sum_to(Bufs *b, long n) {   // a bias's gradient: the rows summed
-  long shape[2] = {n / ROW, ROW}, ostride[2] = {0, 1};
-  rt_reduce_sum(b->dw, b->x, 2, shape, ostride, ROW, 1.0f);
-}
+// The kernels, by element type T (S: the suffix of its variants, kernels.h).
+#define OP_KERNELS(S, T)                                                                          \
+  static void k_gelu##S(Bufs *b, long n) { rt_gelu_fwd##S((T *)b->y, (T *)b->x, n); }              \
+  static void k_gelu_bwd##S(Bufs *b, long n) {                                                    \
+    rt_gelu_bwd##S((T *)b->z, (T *)b->y, (T *)b->x, n);                                           \
+  }                                                                                               \
+  static void k_silu##S(Bufs *b, long n) { rt_silu_fwd##S((T *)b->y, (T *)b->x, n); }              \
+  static void k_silu_bwd##S(Bufs *b, long n) {                                                    \
+    rt_silu_bwd##S((T *)b->z, (T *)b->y, (T *)b->x, n);                                           \
+  }                                                                                               \
+  static void k_layernorm##S(Bufs *b, long n) {                                                   \
+    rt_layernorm_fwd##S((T *)b->y, (T *)b->x, (T *)b->w, (T *)b->bias, n / ROW, ROW, 1e-5f);      \
+  }                                                                                               \
+  static void k_layernorm_bwd##S(Bufs *b, long n) {                                               \
+    rt_layernorm_bwd##S((T *)b->z, (T *)b->dw, (T *)b->db, (T *)b->y, (T *)b->x, (T *)b->w,       \
+                        n / ROW, ROW, 1e-5f);                                                     \
+  }                                                                                               \
+  static void k_rmsnorm##S(Bufs *b, long n) {                                                     \
+    rt_rmsnorm_fwd##S((T *)b->y, (T *)b->x, (T *)b->w, n / ROW, ROW, 1e-5f);                      \
+  }                                                                                               \
+  static void k_rmsnorm_bwd##S(Bufs *b, long n) {                                                 \
+    rt_rmsnorm_bwd##S((T *)b->z, (T *)b->dw, (T *)b->y, (T *)b->x, (T *)b->w, n / ROW, ROW,       \
+                      1e-5f);                                                                     \
+  }                                                                                               \
+  static void k_softmax##S(Bufs *b, long n) {                                                     \
+    rt_softmax_fwd##S((T *)b->y, (T *)b->x, n / ROW, ROW, 0);                                     \
+  }                                                                                               \
+  static void k_softmax_bwd##S(Bufs *b, long n) {                                                 \
+    rt_softmax_bwd##S((T *)b->z, (T *)b->y, (T *)b->x, n / ROW, ROW);                             \
+  }                                                                                               \
+  static void k_xent##S(Bufs *b, long n) {                                                        \
+    rt_crossentropy_fwd##S(b->loss, (T *)b->x, b->targets, n / ROW, ROW, ROW, -100);              \
+  }                                                                                               \
+  static void k_xent_bwd##S(Bufs *b, long n) {                                                    \
+    rt_crossentropy_bwd##S((T *)b->y, b->dloss, (T *)b->x, b->targets, n / ROW, ROW, ROW, -100);  \
+  }                                                                                               \
+  static void binary##S(Bufs *b, long n, int op) {                                                \
+    long shape[1] = {n}, stride[1] = {1};                                                         \
+    rt_binary##S(op, (T *)b->z, (T *)b->x, (T *)b->y, 1, shape, stride, stride);                  \
+  }                                                                                               \
+  static void k_scale##S(Bufs *b, long n) { rt_scale##S((T *)b->y, (T *)b->x, n, 0.125f, 0.0f); } \
+  /* a whole tensor's mask, as one rank draws it */                                               \
+  static void k_dropout##S(Bufs *b, long n) {                                                     \
+    rt_dropout##S((T *)b->y, (T *)b->x, b->step, n, 0.1f, 1337, 1, 0, 0, RT_AXIS_NONE,             \
+                  RT_AXIS_NONE);                                                                  \
+  }                                                                                               \
+  static void k_add##S(Bufs *b, long n) { binary##S(b, n, RT_ADD); }                              \
+  static void k_mul##S(Bufs *b, long n) { binary##S(b, n, RT_MUL); }                              \
+  /* a bias's gradient: the rows summed */                                                        \
+  static void k_sum_to##S(Bufs *b, long n) {                                                      \
+    long shape[2] = {n / ROW, ROW}, ostride[2] = {0, 1};                                          \
+    rt_reduce_sum##S((T *)b->dw, (T *)b->x, 2, shape, ostride, ROW, 1.0f);                        \
+  }                                                                                               \
+  /* the data movement a head split runs (ir/ops.def's transpose: [T, NH, HS] to [NH, T, HS],     \
+     rows of a head's 64 elements), and a 3-way split of rows (q, k, v) and its concat, per       \
+     element of the whole */                                                                      \
+  static void k_transpose##S(Bufs *b, long n) {                                                   \
+    long shape[3] = {8, n / (8 * 64), 64}, stride[3] = {64, 8 * 64, 1};                           \
+    rt_strided_copy##S((T *)b->y, (T *)b->x, 3, shape, stride);                                   \
+  }                                                                                               \
+  static void k_split##S(Bufs *b, long n) {                                                       \
+    for (long i = 0; i < 3; i++)                                                                  \
+      rt_slice##S((T *)b->y + i * (n / 3), (T *)b->x, n / (3 * ROW), 3 * ROW, i * ROW, ROW);      \
+  }                                                                                               \
+  static void k_concat##S(Bufs *b, long n) {                                                      \
+    for (long i = 0; i < 3; i++)                                                                  \
+      rt_unslice##S((T *)b->y, (T *)b->x + i * (n / 3), n / (3 * ROW), 3 * ROW, i * ROW, ROW);    \
+  }
+OP_KERNELS(, float)
+OP_KERNELS(_bf16, rt_bf16)
+#undef OP_KERNELS
 
-// The data movement a head split runs (ir/ops.def's transpose: [T, NH, HS] to [NH, T, HS], rows
-// of a head's 64 elements), and a 3-way split of rows (q, k, v) and its concat, per element of
-// the whole.
-static void k_transpose(Bufs *b, long n) {
-  long shape[3] = {8, n / (8 * 64), 64}, stride[3] = {64, 8 * 64, 1};
-  rt_strided_copy(b->y, b->x, 3, shape, stride);
-}
-static void k_split(Bufs *b, long n) {
-  for (long i = 0; i < 3; i++)
-    rt_slice(b->y + i * (n / 3), b->x, n / (3 * ROW), 3 * ROW, i * ROW, ROW);
-}
-static void k_concat(Bufs *b, long n) {
-  for (long i = 0; i < 3; i++)
-    rt_unslice(b->y, b->x + i * (n / 3), n / (3 * ROW), 3 * ROW, i * ROW, ROW);
-}
-
+#define OP(op, k) {op, {k, k##_bf16}}
 static const OpCase op_cases[] = {
-    {"gelu", k_gelu},           {"gelu_bwd", k_gelu_bwd},
-    {"silu", k_silu},           {"silu_bwd", k_silu_bwd},
-    {"layernorm", k_layernorm}, {"layernorm_bwd", k_layernorm_bwd},
-    {"rmsnorm", k_rmsnorm},     {"rmsnorm_bwd", k_rmsnorm_bwd},
-    {"softmax", k_softmax},     {"softmax_bwd", k_softmax_bwd},
-    {"cross_entropy", k_xent},  {"cross_entropy_bwd", k_xent_bwd},
-    {"add", k_add},             {"mul", k_mul},
-    {"scale", k_scale},         {"dropout", k_dropout},
-    {"sum_to", k_sum_to},
-    {"transpose", k_transpose}, {"split", k_split},
-    {"concat", k_concat},
+    OP("gelu", k_gelu),           OP("gelu_bwd", k_gelu_bwd),
+    OP("silu", k_silu),           OP("silu_bwd", k_silu_bwd),
+    OP("layernorm", k_layernorm), OP("layernorm_bwd", k_layernorm_bwd),
+    OP("rmsnorm", k_rmsnorm),     OP("rmsnorm_bwd", k_rmsnorm_bwd),
+    OP("softmax", k_softmax),     OP("softmax_bwd", k_softmax_bwd),
+    OP("cross_entropy", k_xent),  OP("cross_entropy_bwd", k_xent_bwd),
+    OP("add", k_add),             OP("mul", k_mul),
+    OP("scale", k_scale),         OP("dropout", k_dropout),
+    OP("sum_to", k_sum_to),
+    OP("transpose", k_transpose), OP("split", k_split),
+    OP("concat", k_concat),
 };
+#undef OP
 enum { NOPS = sizeof op_cases / sizeof op_cases[0] };
 static const long op_sizes[] = {1L << 16, 1L << 20, 1L << 23, 1L << 26};   // a GPU's: all four
 enum { NSIZES = sizeof op_sizes / sizeof op_sizes[0] };
@@ -342,8 +380,9 @@ static void op_run(void *p) {
   OpRun *r = p;
   long copies = op_pool / r->n, off = r->turn++ % (copies < 1 ? 1 : copies) * r->n;
   Bufs b = *r->b;
-  b.x += off, b.y += off, b.z += off;
-  r->c->run(&b, r->n);
+  size_t at = (size_t)off * b.size;
+  b.x = (char *)b.x + at, b.y = (char *)b.y + at, b.z = (char *)b.z + at;
+  r->c->run[b.size == sizeof(rt_bf16)](&b, r->n);
 }
 
 // ---- collectives --------------------------------------------------------------------------------
@@ -453,27 +492,30 @@ static void measure_gemms(double rate[ND][ND][ND][2], double best[2]) {
   arena_top = mark;
 }
 
-// The other kernels, per element, at each size of op_sizes.
+// The other kernels, per element, at each size of op_sizes: per_elem[op][size][bf16].
 static int op_nsizes(void) { return (info.gpu ? NSIZES : NSIZES - 1) - quick; }
 
-static void measure_ops(double per_elem[NOPS][NSIZES]) {
+static void measure_ops(double per_elem[NOPS][NSIZES][2]) {
   int nsizes = op_nsizes();
   if (info.cache_bytes > 0)
     op_pool = 4 * info.cache_bytes / (long)sizeof(float);
   long most = op_sizes[nsizes - 1], held = most > op_pool ? most : op_pool, mark = arena_top;
   Bufs bu = {dev_alloc(4 * held), dev_alloc(4 * held), dev_alloc(4 * held), dev_alloc(4 * ROW),
              dev_alloc(4 * ROW), dev_alloc(4 * ROW), dev_alloc(4 * ROW), dev_alloc(4),
-             dev_alloc(4), dev_alloc(sizeof(int) * (most / ROW)), dev_alloc(sizeof(int))};
-  fill(bu.x, held, 1.0f);
-  fill(bu.y, held, 0.5f);
-  fill(bu.w, ROW, 1.0f);
+             dev_alloc(4), dev_alloc(sizeof(int) * (most / ROW)), dev_alloc(sizeof(int)), 0};
   *(float *)(stage + ((char *)bu.dloss - arena)) = 1;
   rt_device_put(arena, stage, (char *)bu.dloss - arena, 4);
-  for (int o = 0; o < NOPS; o++)
-    for (int z = 0; z < nsizes; z++) {
-      OpRun r = {&op_cases[o], &bu, op_sizes[z], 0};
-      per_elem[o][z] = timed(op_run, &r) / (double)op_sizes[z];
-    }
+  for (int t = 0; t < 2; t++) {   // float32, then bf16: the operands in the type
+    bu.size = t ? sizeof(rt_bf16) : sizeof(float);
+    fill_as(bu.x, held, 1.0f, t);
+    fill_as(bu.y, held, 0.5f, t);
+    fill_as(bu.w, ROW, 1.0f, t);
+    for (int o = 0; o < NOPS; o++)
+      for (int z = 0; z < nsizes; z++) {
+        OpRun r = {&op_cases[o], &bu, op_sizes[z], 0};
+        per_elem[o][z][t] = timed(op_run, &r) / (double)op_sizes[z];
+      }
+  }
   arena_top = mark;
 }
 
@@ -571,15 +613,15 @@ int main(int argc, char **argv) {
   // attention on a grid of sequence lengths and head sizes (causal); efficiency.attn, for a
   // planner without the grid: forward and backward together at 256 tokens, heads of 64
   int nat = quick ? NATT - 1 : NATT;
-  double att_fwd[NATT][NATT], att_bwd[NATT][NATT], attn_rate = 0;
+  double att_fwd[NATT][NATT][2], att_bwd[NATT][NATT][2], attn_rate = 0;
   for (int i = 0; i < nat; i++)
     for (int j = 0; j < nat; j++) {
-      attn_rates(att_t[i], att_hs[j], &att_fwd[i][j], &att_bwd[i][j]);
+      attn_rates(att_t[i], att_hs[j], att_fwd[i][j], att_bwd[i][j]);
       if (att_t[i] == 256 && att_hs[j] == 64)   // 2 + 5 GEMMs' FLOPs over both times
-        attn_rate = 7 / (2 / att_fwd[i][j] + 5 / att_bwd[i][j]);
+        attn_rate = 7 / (2 / att_fwd[i][j][0] + 5 / att_bwd[i][j][0]);
     }
 
-  double per_elem[NOPS][NSIZES];
+  double per_elem[NOPS][NSIZES][2];
   measure_ops(per_elem);
 
   // collectives among the ranks: latency, bus bandwidth by size, overlap
@@ -676,15 +718,17 @@ int main(int argc, char **argv) {
     for (int o = 0; o < NOPS; o++) {
       printf("      \"%s\": [", op_cases[o].op);
       for (int z = 0; z < nsizes; z++)
-        printf("%s[%ld, %.4g]", z ? ", " : "", op_sizes[z], per_elem[o][z]);
+        printf("%s[%ld, %.4g, %.4g]", z ? ", " : "", op_sizes[z], per_elem[o][z][0],
+               per_elem[o][z][1]);
       printf("]%s\n", o + 1 < NOPS ? "," : "");
     }
     printf("    },\n");
     printf("    \"attention\": [\n");
     for (int i = 0; i < nat; i++)
       for (int j = 0; j < nat; j++)
-        printf("      [%ld, %ld, %.4g, %.4g]%s\n", att_t[i], att_hs[j], att_fwd[i][j],
-               att_bwd[i][j], i == nat - 1 && j == nat - 1 ? "" : ",");
+        printf("      [%ld, %ld, %.4g, %.4g, %.4g, %.4g]%s\n", att_t[i], att_hs[j],
+               att_fwd[i][j][0], att_bwd[i][j][0], att_fwd[i][j][1], att_bwd[i][j][1],
+               i == nat - 1 && j == nat - 1 ? "" : ",");
     printf("    ],\n");
     printf("    \"gemm\": [\n");
     int nd = gemm_dims();

@@ -247,10 +247,12 @@ static double curve_at(const double *xs, const double *ys, int n, double x) {
   return exp((1 - w) * log(ys[at]) + w * log(ys[n > 1 ? at + 1 : at]));
 }
 
-double sv_op_seconds(const SvDevice *dev, IrOp op, double numel) {
+double sv_op_seconds(const SvDevice *dev, IrOp op, double numel, bool bf16) {
   for (int i = 0; i < dev->nops; i++)
-    if (dev->ops[i].op == op)
-      return numel * curve_at(dev->ops[i].numel, dev->ops[i].sec, dev->ops[i].n, numel);
+    if (dev->ops[i].op == op) {
+      const SvOpRate *r = &dev->ops[i];
+      return numel * curve_at(r->numel, bf16 ? r->sec_bf16 : r->sec, r->n, numel);
+    }
   return -1;
 }
 
@@ -280,10 +282,10 @@ static void attn_axes(const SvDevice *dev, double *t, int *nt, double *hs, int *
   }
 }
 
-static double attn_at(const SvDevice *dev, double t, double hs, bool bwd) {
+static double attn_at(const SvDevice *dev, double t, double hs, bool bwd, bool bf16) {
   for (int e = 0; e < dev->nattn; e++)
     if (dev->attn[e].t == t && dev->attn[e].hs == hs)
-      return bwd ? dev->attn[e].bwd : dev->attn[e].fwd;
+      return bwd ? dev->attn[e].bwd[bf16] : dev->attn[e].fwd[bf16];
   return NAN;   // not a grid: parse_attention refuses it
 }
 
@@ -313,22 +315,22 @@ static double log_grid(int dims, const double *const *axis, const int *len, cons
 
 typedef struct GridOf {
   const SvDevice *dev;
-  bool flag;   // bf16 (GEMMs), backward (attention)
+  bool bf16, bwd;   // (bwd: attention's)
 } GridOf;
 
 static double attn_corner(const void *ctx, const double *pt) {
   const GridOf *g = ctx;
-  return attn_at(g->dev, pt[0], pt[1], g->flag);
+  return attn_at(g->dev, pt[0], pt[1], g->bwd, g->bf16);
 }
 
-double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd) {
+double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd, bool bf16) {
   if (dev->nattn == 0)
     return -1;
   double axis[2][SV_MAXATT], x[2] = {t, hs};
   int len[2];
   attn_axes(dev, axis[0], &len[0], axis[1], &len[1]);
   const double *axes[2] = {axis[0], axis[1]};
-  return log_grid(2, axes, len, x, attn_corner, &(GridOf){dev, bwd});
+  return log_grid(2, axes, len, x, attn_corner, &(GridOf){dev, bf16, bwd});
 }
 
 // The distinct values of one coordinate of the profile's GEMMs, sorted.
@@ -350,7 +352,7 @@ static double grid_rate(const SvDevice *dev, double m, double n, double k, bool 
 
 static double gemm_corner(const void *ctx, const double *pt) {
   const GridOf *g = ctx;
-  return grid_rate(g->dev, pt[0], pt[1], pt[2], g->flag);
+  return grid_rate(g->dev, pt[0], pt[1], pt[2], g->bf16);
 }
 
 // The share of eff.gemm's rate a GEMM of this shape keeps on a GPU of `sms`
@@ -385,7 +387,7 @@ double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, doubl
   for (int c = 0; c < 3; c++)
     len[c] = axis_values(dev, c, axis[c]);
   const double *axes[3] = {axis[0], axis[1], axis[2]};
-  return log_grid(3, axes, len, x, gemm_corner, &(GridOf){dev, bf16});
+  return log_grid(3, axes, len, x, gemm_corner, &(GridOf){dev, bf16, false});
 }
 
 // ---- JSON cluster files -------------------------------------------------------------------------
@@ -507,22 +509,25 @@ static int parse_eff(SvEff *e, const cJSON *o, const char *where, IrDiag *d) {
   return 0;
 }
 
-// "key": a list of at most `most` rows, each `row` (for messages): `width` numbers, the first
-// `sizes` of them sizes from 1 to 1e9 and the others rates from 1 to FLOPS.hi; into x, row by
-// row. Their count, or -1 with d.
+// "key": a list of at most `most` rows, each `row` (for messages): `width` numbers (or, all of
+// them alike, `fewer`), the first `sizes` of them sizes from 1 to 1e9 and the others rates from
+// 1 to FLOPS.hi; into x, row by row, `width` apart (the numbers a row leaves out: 0). Their
+// count, or -1 with d.
 static int json_rows(const cJSON *o, const char *key, const char *row, int most, int width,
-                     int sizes, double *x, const char *where, IrDiag *d) {
+                     int fewer, int sizes, double *x, const char *where, IrDiag *d) {
   int n = cJSON_GetArraySize(o);
   if (!cJSON_IsArray(o) || n > most)
     return ir_error(d, (IrLoc){0}, "%s: \"%s\" must be a list of at most %d %s", where, key,
                     most, row);
+  int have = n > 0 ? cJSON_GetArraySize(cJSON_GetArrayItem(o, 0)) : width;
+  have = have == fewer ? fewer : width;
   for (int e = 0; e < n; e++) {
     const cJSON *r = cJSON_GetArrayItem(o, e);
     for (int i = 0; i < width; i++) {
       const cJSON *c = cJSON_GetArrayItem(r, i);
-      double v = x[e * width + i] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
-      if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != width ||
-          !(v >= 1 && v <= (i < sizes ? 1e9 : FLOPS.hi)))
+      double v = x[e * width + i] = i >= have ? 0 : cJSON_IsNumber(c) ? c->valuedouble : NAN;
+      if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != have ||
+          !(i >= have || (v >= 1 && v <= (i < sizes ? 1e9 : FLOPS.hi))))
         return ir_error(d, (IrLoc){0}, "%s: \"%s\"[%d] must be %s, sizes from 1 to 1e9 and "
                         "rates from 1 to %g", where, key, e, row, FLOPS.hi);
     }
@@ -535,8 +540,8 @@ static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d)
   if (!o)
     return 0;
   double x[SV_MAXGEMM][5];
-  int n = json_rows(o, "gemm", "[m, n, k, fp32 FLOP/s, bf16 FLOP/s]", SV_MAXGEMM, 5, 3, &x[0][0],
-                    where, d);
+  int n = json_rows(o, "gemm", "[m, n, k, fp32 FLOP/s, bf16 FLOP/s]", SV_MAXGEMM, 5, 5, 3,
+                    &x[0][0], where, d);
   if (n < 0)
     return -1;
   for (int e = 0; e < n; e++)
@@ -552,17 +557,23 @@ static int parse_gemm(SvDevice *v, const cJSON *o, const char *where, IrDiag *d)
   return 0;
 }
 
-// "attention": [[t, hs, forward FLOP/s, backward FLOP/s], ...], a grid of shapes.
+// "attention": [[t, hs, forward FLOP/s, backward FLOP/s, bf16 forward, bf16 backward], ...], a
+// grid of shapes (the bf16 rates may be left out, every row alike: the float32 ones'), as
+// mtc calibrate measures them.
 static int parse_attention(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
   if (!o)
     return 0;
-  double x[SV_MAXATT][4];
-  int n = json_rows(o, "attention", "[tokens, head size, forward FLOP/s, backward FLOP/s]",
-                    SV_MAXATT, 4, 2, &x[0][0], where, d);
+  double x[SV_MAXATT][6];
+  int n = json_rows(o, "attention", "[tokens, head size, forward FLOP/s, backward FLOP/s, "
+                    "bf16 forward, bf16 backward] (the bf16 rates may be left out)", SV_MAXATT, 6,
+                    4, 2, &x[0][0], where, d);
   if (n < 0)
     return -1;
-  for (int e = 0; e < n; e++)
-    v->attn[e] = (SvAttnRate){x[e][0], x[e][1], x[e][2], x[e][3]};
+  for (int e = 0; e < n; e++) {
+    bool bf16 = x[e][4] > 0;
+    v->attn[e] = (SvAttnRate){x[e][0], x[e][1], {x[e][2], bf16 ? x[e][4] : x[e][2]},
+                              {x[e][3], bf16 ? x[e][5] : x[e][3]}};
+  }
   v->nattn = n;
   double t[SV_MAXATT], hs[SV_MAXATT];
   int nt, nhs;
@@ -570,7 +581,7 @@ static int parse_attention(SvDevice *v, const cJSON *o, const char *where, IrDia
   bool grid = nt * nhs == n;
   for (int i = 0; grid && i < nt; i++)
     for (int j = 0; grid && j < nhs; j++)
-      grid = !isnan(attn_at(v, t[i], hs[j], false));
+      grid = !isnan(attn_at(v, t[i], hs[j], false, false));
   if (!grid)
     return ir_error(d, (IrLoc){0}, "%s: \"attention\"'s shapes must form a grid (every token "
                     "count with every head size, once each): %d shapes span %d", where, n,
@@ -579,25 +590,32 @@ static int parse_attention(SvDevice *v, const cJSON *o, const char *where, IrDia
 }
 
 // A measured curve, 1 to SV_MAXPTS pairs [x, y] into x[] and y[] (*n of them): x from 1 to
-// xmax, increasing, y from ymin to ymax. False when it is not one.
+// xmax, increasing, y from ymin to ymax. With y2, the points may be triples [x, y, y2], all
+// alike (y2: y where they are pairs). False when it is not one.
 static bool read_curve(const cJSON *it, double xmax, double ymin, double ymax, double *x,
-                       double *y, int *n) {
+                       double *y, double *y2, int *n) {
   *n = cJSON_GetArraySize(it);
   bool ok = cJSON_IsArray(it) && *n >= 1 && *n <= SV_MAXPTS;
+  int width = ok ? cJSON_GetArraySize(cJSON_GetArrayItem(it, 0)) : 2;
+  ok = ok && (width == 2 || (y2 && width == 3));
   for (int i = 0; ok && i < *n; i++) {
     const cJSON *pt = cJSON_GetArrayItem(it, i);
     const cJSON *a = cJSON_GetArrayItem(pt, 0), *b = cJSON_GetArrayItem(pt, 1);
-    ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(a) &&
-         cJSON_IsNumber(b) && a->valuedouble >= 1 && a->valuedouble <= xmax &&
-         b->valuedouble >= ymin && b->valuedouble <= ymax && (i == 0 || a->valuedouble > x[i - 1]);
+    const cJSON *c = cJSON_GetArrayItem(pt, width - 1);
+    ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == width && cJSON_IsNumber(a) &&
+         cJSON_IsNumber(b) && cJSON_IsNumber(c) && a->valuedouble >= 1 &&
+         a->valuedouble <= xmax && b->valuedouble >= ymin && b->valuedouble <= ymax &&
+         c->valuedouble >= ymin && c->valuedouble <= ymax && (i == 0 || a->valuedouble > x[i - 1]);
     if (ok)
       x[i] = a->valuedouble, y[i] = b->valuedouble;
+    if (ok && y2)
+      y2[i] = c->valuedouble;
   }
   return ok;
 }
 
-// "ops": {"gelu": [[numel, seconds per element], ...], ...}: IR ops (ir/ops.def), sizes
-// increasing.
+// "ops": {"gelu": [[numel, seconds per element, bf16's], ...], ...}: IR ops (ir/ops.def), sizes
+// increasing (the bf16 variant's seconds may be left out: the float32 one's).
 static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) {
   if (!o)
     return 0;
@@ -615,9 +633,10 @@ static int parse_ops(SvDevice *v, const cJSON *o, const char *where, IrDiag *d) 
         return ir_error(d, (IrLoc){0}, "%s: \"ops\": '%s' is given twice", where, it->string);
     SvOpRate *r = &v->ops[v->nops++];
     r->op = op;
-    if (!read_curve(it, 1e300, DBL_MIN, 1 - DBL_EPSILON, r->numel, r->sec, &r->n))
+    if (!read_curve(it, 1e300, DBL_MIN, 1 - DBL_EPSILON, r->numel, r->sec, r->sec_bf16, &r->n))
       return ir_error(d, (IrLoc){0}, "%s: \"ops\": '%s' must be 1 to %d pairs [elements, "
-                      "seconds per element], elements increasing", where, it->string, SV_MAXPTS);
+                      "seconds per element] (or triples, the bf16 variant's seconds last), "
+                      "elements increasing", where, it->string, SV_MAXPTS);
   }
   return 0;
 }
@@ -639,7 +658,8 @@ static int parse_collectives(SvDevice *v, const cJSON *o, const char *where, IrD
   for (int k = 0; k < SV_NCOLL; k++) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, names[k]);
     SvCollRate *r = &v->coll[k];
-    if (it && !read_curve(it, 1e15, BYTES_PER_S.lo, BYTES_PER_S.hi, r->bytes, r->bw, &r->n)) {
+    if (it && !read_curve(it, 1e15, BYTES_PER_S.lo, BYTES_PER_S.hi, r->bytes, r->bw, NULL,
+                          &r->n)) {
       r->n = 0;
       return ir_error(d, (IrLoc){0}, "%s: '%s' must be 1 to %d pairs [bytes, bus bytes/s], "
                       "bytes increasing, bandwidths from %g to %g bytes/s", at, names[k],

@@ -828,13 +828,13 @@ static double scan_time(double elems, double grad_bytes, const SvDevice *dev) {
 
 // A profile's measured attention rate at the node's shape (the tokens: the geometric mean of
 // the queries' and the keys'); -1 without one.
-static double attention_rate(IrGraph *g, const IrNode *n, const SvDevice *dev) {
+static double attention_rate(IrGraph *g, const IrNode *n, const SvDevice *dev, bool bf16) {
   int at = n->op == OP_ATTENTION ? 0 : 1;   // (backward's inputs start with dout)
   const IrValue *q = n->in[at], *k = n->in[at + 1];
   const SymTab *t = &g->syms;
   double tq = sym_evalf(q->shape[q->rank - 2], t), tk = sym_evalf(k->shape[k->rank - 2], t);
   return sv_attn_rate(dev, sqrt(tq * tk), sym_evalf(q->shape[q->rank - 1], t),
-                      n->op == OP_ATTENTION_BWD);
+                      n->op == OP_ATTENTION_BWD, bf16);
 }
 
 // Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
@@ -856,13 +856,13 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
     if (dev->nops > 0)
       numel = fmax(numel, sym_evalf(ir_numel(g, v), &g->syms));
   }
-  double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, part * numel) : -1;
+  bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
+  double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, part * numel, bf16) : -1;
   if (measured >= 0)
     return measured;
   if (ir_op_kind(n->op) == KIND_OPT)
     return update_time(g, n, dev);
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
-  bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
   double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;
   double rate = dev->flops_fp32 * dev->eff.simt;
   if (n->op == OP_MATMUL && (dev->ngemm > 0 || dev->sms > 0)) {
@@ -873,7 +873,7 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   } else if (n->op == OP_MATMUL) {   // a flat rate: no GEMM's formulas built in the graph's arena
     rate = peak * dev->eff.gemm;
   } else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) {
-    rate = attention_rate(g, n, dev);
+    rate = attention_rate(g, n, dev, bf16);
     if (rate < 0)
       rate = peak * dev->eff.attn;
   }

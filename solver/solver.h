@@ -57,21 +57,23 @@ typedef struct SvGemmRate {
 } SvGemmRate;
 
 // Measured attention rates by shape (a calibrated profile): FLOP/s (the IR's count) of
-// rt_attention_fwd and _bwd, causal, at t tokens and heads of hs elements.
+// rt_attention_fwd and _bwd, causal, at t tokens and heads of hs elements; [1] the bf16
+// kernels' (the float32 ones' where the profile has none).
 #define SV_MAXATT 16
 typedef struct SvAttnRate {
   double t, hs;
-  double fwd, bwd;
+  double fwd[2], bwd[2];
 } SvAttnRate;
 
 // Measured seconds per element of an op's kernel (a calibrated profile):
-// at numel[i] elements (its largest input or output), sec[i] each.
+// at numel[i] elements (its largest input or output), sec[i] each; sec_bf16[i] its bf16
+// variant's (sec[i] where the profile has none).
 #define SV_MAXOPS 32
 #define SV_MAXPTS 8
 typedef struct SvOpRate {
   IrOp op;
   int n;
-  double numel[SV_MAXPTS], sec[SV_MAXPTS];
+  double numel[SV_MAXPTS], sec[SV_MAXPTS], sec_bf16[SV_MAXPTS];
 } SvOpRate;
 
 // Measured bus bandwidth of a collective by its size (a calibrated profile), within a node:
@@ -158,16 +160,17 @@ double sv_group_load(const SvGroup *gr);
 // eff.gemm, times the share the shape keeps on a GPU of dev->sms
 // multiprocessors (none lost without sms).
 double sv_gemm_rate(const SvDevice *dev, double batch, double m, double n, double k, bool bf16);
-// Seconds of op's kernel over numel elements on dev when its profile measured
-// the op (interpolated between its sizes); -1 when it did not.
-double sv_op_seconds(const SvDevice *dev, IrOp op, double numel);
+// Seconds of op's kernel (its bf16 variant's, or float32's) over numel elements on dev when
+// its profile measured the op (interpolated between its sizes); -1 when it did not.
+double sv_op_seconds(const SvDevice *dev, IrOp op, double numel, bool bf16);
 // The bus bandwidth of a collective of `kind` on a buffer of `bytes` within one of dev's nodes
 // when its profile measured it (log-log between its sizes, the nearest end's outside them);
 // -1 when it did not.
 double sv_coll_bw(const SvDevice *dev, SvColl kind, double bytes);
-// The profile's attention rate at t tokens and heads of hs (forward, or backward): bilinear in
-// the logs between its grid's shapes, the nearest edge's outside it; -1 without a grid.
-double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd);
+// The profile's attention rate at t tokens and heads of hs (forward, or backward; bf16, or
+// float32): bilinear in the logs between its grid's shapes, the nearest edge's outside it; -1
+// without a grid.
+double sv_attn_rate(const SvDevice *dev, double t, double hs, bool bwd, bool bf16);
 
 // ---- configuration -------------------------------------------------------------------
 

@@ -701,21 +701,56 @@ static void test_profiles(void) {
         "beyond the grid: %g, %g", sv_gemm_rate(v, 1, 4096, 8192, 1e6, false),
         sv_gemm_rate(v, 1, 1, 2, 3, false));
   // kernels: seconds per element by size; an op not measured has none
-  CHECK(near(sv_op_seconds(v, OP_GELU, 1000), 4e-6, 1e-12) &&
-            near(sv_op_seconds(v, OP_GELU, sqrt(1e9)), sqrt(1e9) * sqrt(4e-9 * 1e-8), 1e-12) &&
-            near(sv_op_seconds(v, OP_ADD, 10), 1e-8, 1e-12) && sv_op_seconds(v, OP_MUL, 10) < 0,
+  CHECK(near(sv_op_seconds(v, OP_GELU, 1000, false), 4e-6, 1e-12) &&
+            near(sv_op_seconds(v, OP_GELU, sqrt(1e9), false), sqrt(1e9) * sqrt(4e-9 * 1e-8),
+                 1e-12) &&
+            near(sv_op_seconds(v, OP_ADD, 10, false), 1e-8, 1e-12) &&
+            sv_op_seconds(v, OP_MUL, 10, false) < 0,
         "per-element times");
+  // a profile without bf16 figures: the float32 kernels' for bf16 too
+  CHECK(sv_op_seconds(v, OP_GELU, 1000, true) == sv_op_seconds(v, OP_GELU, 1000, false) &&
+            sv_attn_rate(v, 256, 64, true, true) == sv_attn_rate(v, 256, 64, true, false),
+        "no bf16 figures");
   // attention: the grid's forward and backward rates by tokens and head size, between them the
   // geometric mean (the corners' product to the quarter in the middle), outside the edge
-  CHECK(v->nattn == 4 && near(sv_attn_rate(v, 64, 32, false), 1e10, 1e-12) &&
-            near(sv_attn_rate(v, 1024, 128, true), 9e10, 1e-12) &&
-            near(sv_attn_rate(v, 256, 64, false), pow(1e10 * 4e10 * 4e10 * 9e10, 0.25), 1e-12) &&
-            near(sv_attn_rate(v, 16, 2048, true), 4e10, 1e-12),
-        "attention rates: %g %g %g %g", sv_attn_rate(v, 64, 32, false),
-        sv_attn_rate(v, 1024, 128, true), sv_attn_rate(v, 256, 64, false),
-        sv_attn_rate(v, 16, 2048, true));
-  CHECK(sv_attn_rate(sv_device_find("H100-80GB"), 256, 64, false) < 0,
+  CHECK(v->nattn == 4 && near(sv_attn_rate(v, 64, 32, false, false), 1e10, 1e-12) &&
+            near(sv_attn_rate(v, 1024, 128, true, false), 9e10, 1e-12) &&
+            near(sv_attn_rate(v, 256, 64, false, false), pow(1e10 * 4e10 * 4e10 * 9e10, 0.25),
+                 1e-12) &&
+            near(sv_attn_rate(v, 16, 2048, true, false), 4e10, 1e-12),
+        "attention rates: %g %g %g %g", sv_attn_rate(v, 64, 32, false, false),
+        sv_attn_rate(v, 1024, 128, true, false), sv_attn_rate(v, 256, 64, false, false),
+        sv_attn_rate(v, 16, 2048, true, false));
+  CHECK(sv_attn_rate(sv_device_find("H100-80GB"), 256, 64, false, false) < 0,
         "a device without a grid: its efficiency");
+  // bf16 kernels measured apart (a GPU's bf16 kernels move half the bytes, and its attention
+  // runs on tensor cores): the ops' third figure, the attention rows' last two
+  const char *bf = PROFILE_HEAD ", \"ops\": {\"gelu\": [[1000, 4e-9, 2e-9], [1000000, 1e-8, "
+                   "5e-9]]}, \"attention\": [[64, 32, 1e10, 2e10, 3e10, 5e10], [64, 128, 4e10, "
+                   "4e10, 8e10, 9e10]]}]}";
+  SvCluster cb;
+  CHECK(!sv_cluster_parse(&cb, bf, "p.json", &d), "%s", d.msg);
+  const SvDevice *vb = &cb.group[0].dev;
+  CHECK(near(sv_op_seconds(vb, OP_GELU, 1000, true), 2e-6, 1e-12) &&
+            near(sv_op_seconds(vb, OP_GELU, 1e6, false), 1e-2, 1e-12) &&
+            near(sv_attn_rate(vb, 64, 32, false, true), 3e10, 1e-12) &&
+            near(sv_attn_rate(vb, 64, 128, true, true), 9e10, 1e-12) &&
+            near(sv_attn_rate(vb, 64, 128, true, false), 4e10, 1e-12),
+        "bf16 figures: %g, %g", sv_op_seconds(vb, OP_GELU, 1000, true),
+        sv_attn_rate(vb, 64, 32, false, true));
+  const struct { const char *tail, *want; } mixed[] = {
+      {"\"ops\": {\"gelu\": [[1000, 4e-9, 2e-9], [1000000, 1e-8]]}}]}", "or triples"},
+      {"\"attention\": [[64, 32, 1e10, 2e10, 3e10, 5e10], [64, 128, 4e10, 4e10]]}]}",
+       "\"attention\"[1] must be [tokens, head size"},
+      {"\"attention\": [[64, 32, 1e10, 2e10, 3e10]]}]}", "\"attention\"[0] must be"},
+  };
+  for (size_t i = 0; i < sizeof mixed / sizeof mixed[0]; i++) {
+    char json[1024];
+    snprintf(json, sizeof json, PROFILE_HEAD ", %s", mixed[i].tail);
+    d.msg[0] = '\0';
+    CHECK(sv_cluster_parse(&cb, json, "p.json", &d) && strstr(d.msg, mixed[i].want),
+          "%s: got '%s', want '%s'", mixed[i].tail, d.msg, mixed[i].want);
+  }
   // a CPU's ranks share its cores: twice the ranks of its measurement, half the speed each
   SvGroup four = *gr;
   four.per_node = 4;
