@@ -6,6 +6,8 @@
 //
 //   mpirun -np R ./calibrate R [--quick]    (R = 1 without MPI)
 //
+// (--tiny: the smallest of each measurement, once: for a test that runs it emulated.)
+//
 // Its buffers lie in device memory (runtime/device.h: a GPU's in the GPU
 // build, host memory in the CPU build), filled through the host copy, and
 // every time is read after the device has finished (rt_device_sync).
@@ -76,6 +78,8 @@ static double now(void) {
 }
 
 static double min_time = 0.05;   // seconds each measurement repeats for (--quick: less)
+static int ranks;
+static int quick;   // 1: --quick; 2: --tiny
 
 // The device memory the measurements run on: one arena, taken from in turn and given back a
 // phase at a time (arena_top saved and restored), each buffer zeroed; buffers are filled in the
@@ -231,7 +235,7 @@ static void attn_bwd(void *p) {
 // and at least two per SM, as a step's batch of heads fills it): its forward's and backward's
 // FLOP/s in the IR's count (2 and 5 GEMMs over the causal half), fwd[bf16] and bwd[bf16].
 static void attn_rates(long t, long hs, double fwd[2], double bwd[2]) {
-  double work = info.gpu ? 0x1p30 : 0x1p23;
+  double work = quick > 1 ? 0x1p16 : info.gpu ? 0x1p30 : 0x1p23;
   Attn a = {.bh = (long)fmax(info.gpu ? 2.0 * info.units : 1, ceil(work / ((double)t * t * hs))),
             .t = t, .hs = hs};
   long qn = a.bh * t * hs, mark = arena_top;
@@ -452,20 +456,18 @@ static void device_name(char *buf, size_t n) {
 
 // ---- the measurements ---------------------------------------------------------------------------
 
-static int ranks;
-static bool quick;
 
 // GEMMs on a grid of shapes: rate[i][j][l][bf16] at dims[i], dims[j], dims[l]; the fastest of
 // each type into best.
 static const long dims[] = {32, 128, 512, 2048, 8192};   // a CPU's: the first four
 enum { ND = sizeof dims / sizeof dims[0] };
 
-static int gemm_dims(void) { return (info.gpu ? ND : ND - 1) - quick; }
+static int gemm_dims(void) { return quick > 1 ? 2 : (info.gpu ? ND : ND - 1) - quick; }
 
 static void measure_gemms(double rate[ND][ND][ND][2], double best[2]) {
   int nd = gemm_dims();
   long big = dims[nd - 1], mark = arena_top;
-  gemm_pool = (long)fmax(fmax(64L << 20, 4.0 * (double)info.cache_bytes),
+  gemm_pool = (long)fmax(fmax(quick > 1 ? 1L << 20 : 64L << 20, 4.0 * (double)info.cache_bytes),
                          4.0 * (double)big * (double)big);
   Gemm g = {0};
   g.a = dev_alloc(sizeof(float) * big * big);
@@ -493,7 +495,7 @@ static void measure_gemms(double rate[ND][ND][ND][2], double best[2]) {
 }
 
 // The other kernels, per element, at each size of op_sizes: per_elem[op][size][bf16].
-static int op_nsizes(void) { return (info.gpu ? NSIZES : NSIZES - 1) - quick; }
+static int op_nsizes(void) { return quick > 1 ? 1 : (info.gpu ? NSIZES : NSIZES - 1) - quick; }
 
 static void measure_ops(double per_elem[NOPS][NSIZES][2]) {
   int nsizes = op_nsizes();
@@ -537,7 +539,7 @@ static void host_copy(void *p) {
 
 static double measure_host_bw(void) {
   long mark = arena_top;
-  HostCopy h = {quick ? 1L << 22 : 1L << 24, NULL, NULL, false};
+  HostCopy h = {quick > 1 ? 1L << 16 : quick ? 1L << 22 : 1L << 24, NULL, NULL, false};
   h.dev = dev_alloc(4 * (size_t)h.n);
   h.host = (float *)rt_device_host_alloc(4 * h.n);
   fill(h.dev, h.n, 1.0f);
@@ -565,12 +567,12 @@ static double measure_cpu_adam(long n) {
 
 int main(int argc, char **argv) {
   ranks = argc > 1 ? atoi(argv[1]) : 1;
-  quick = argc > 2 && !strcmp(argv[2], "--quick");
-  if (ranks < 1 || argc > 3 || (argc > 2 && !quick)) {
-    fprintf(stderr, "usage: [mpirun -np R] calibrate R [--quick]\n");
+  quick = argc < 3 ? 0 : !strcmp(argv[2], "--quick") ? 1 : !strcmp(argv[2], "--tiny") ? 2 : -1;
+  if (ranks < 1 || argc > 3 || quick < 0) {
+    fprintf(stderr, "usage: [mpirun -np R] calibrate R [--quick | --tiny]\n");
     return 2;
   }
-  if (quick) min_time = 0.005;
+  min_time = quick > 1 ? 0 : quick ? 0.005 : min_time;
   rt_device_init();
   rt_comm_init(&argc, &argv, ranks, "calibrate");
   int me = rt_comm_rank();
@@ -581,8 +583,9 @@ int main(int argc, char **argv) {
   info = rt_device_info();
   double mem = info.gpu ? (double)info.mem_bytes : (double)info.mem_bytes / ranks;
   // the arena: what the measurements take at most (a GPU's largest GEMMs and kernels, about
-  // 2 GiB), within half the memory; the CPU build's pages are taken only where written
-  arena_cap = (long)fmin(mem / 2, 0x1p34);
+  // 2 GiB; --tiny's, 256 MiB), within half the memory; the CPU build's pages are taken only
+  // where written
+  arena_cap = (long)fmin(mem / 2, quick > 1 ? 0x1p28 : 0x1p34);
   arena = rt_device_alloc(arena_cap, RT_GEMM_WORKSPACE_BYTES + (16L << 20));
   stage = rt_device_stage(arena, arena_cap);
 
@@ -590,7 +593,8 @@ int main(int argc, char **argv) {
   measure_gemms(rate, best);
 
   // memory bandwidth, arithmetic, launch
-  Vec big_v = {1L << 24, dev_alloc(4L << 24), dev_alloc(4L << 24), dev_alloc(4L << 24)};
+  long vn = quick > 1 ? 1L << 18 : 1L << 24;
+  Vec big_v = {vn, dev_alloc(4 * (size_t)vn), dev_alloc(4 * (size_t)vn), dev_alloc(4 * (size_t)vn)};
   fill(big_v.x, big_v.n, 1.0f);
   fill(big_v.y, big_v.n, 2.0f);
   double bw = 12.0 * (double)big_v.n / timed(add, &big_v);
@@ -601,7 +605,7 @@ int main(int argc, char **argv) {
 
   // AdamW on 32Mi parameters (--quick: 4Mi): a step's update finds the state it last wrote a
   // step before out of cache; on the device, and over host memory (offload)
-  long an = quick ? 1L << 22 : 1L << 25, mark = arena_top;
+  long an = quick > 1 ? 1L << 16 : quick ? 1L << 22 : 1L << 25, mark = arena_top;
   Adam ad = {an, dev_alloc(4 * an), dev_alloc(4 * an), dev_alloc(4 * an), dev_alloc(4 * an)};
   fill(ad.p, ad.n, 1.0f);
   fill(ad.g, ad.n, 0.01f);
@@ -611,15 +615,14 @@ int main(int argc, char **argv) {
   double host_bw = measure_host_bw();
 
   // attention on a grid of sequence lengths and head sizes (causal); efficiency.attn, for a
-  // planner without the grid: forward and backward together at 256 tokens, heads of 64
-  int nat = quick ? NATT - 1 : NATT;
-  double att_fwd[NATT][NATT][2], att_bwd[NATT][NATT][2], attn_rate = 0;
+  // planner without the grid: forward and backward together (2 + 5 GEMMs' FLOPs over both
+  // times) at 256 tokens and heads of 64 (--tiny: at the one shape it measures)
+  int nat = quick > 1 ? 1 : quick ? NATT - 1 : NATT, at = nat > 1;
+  double att_fwd[NATT][NATT][2], att_bwd[NATT][NATT][2];
   for (int i = 0; i < nat; i++)
-    for (int j = 0; j < nat; j++) {
+    for (int j = 0; j < nat; j++)
       attn_rates(att_t[i], att_hs[j], att_fwd[i][j], att_bwd[i][j]);
-      if (att_t[i] == 256 && att_hs[j] == 64)   // 2 + 5 GEMMs' FLOPs over both times
-        attn_rate = 7 / (2 / att_fwd[i][j][0] + 5 / att_bwd[i][j][0]);
-    }
+  double attn_rate = 7 / (2 / att_fwd[at][at][0] + 5 / att_bwd[at][at][0]);
 
   double per_elem[NOPS][NSIZES][2];
   measure_ops(per_elem);

@@ -528,6 +528,31 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int) {
 
 cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
 
+// The device a program of the GPU build sees (device_cuda_emu.cc): an H100 as CUDA names it,
+// its memory (what it allocates is host memory, taken as it is touched), with the L2 and SMs
+// of a small one, so that what it sizes by them stays small.
+static const size_t EMU_MEM = (size_t)80 << 30;
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  memset(prop, 0, sizeof *prop);
+  snprintf(prop->name, sizeof prop->name, "NVIDIA H100 80GB HBM3 (emulated)");
+  prop->totalGlobalMem = EMU_MEM;
+  prop->l2CacheSize = 1 << 20;
+  prop->multiProcessorCount = 2;
+  prop->major = 9;
+  return cudaSuccess;
+}
+
+// No accounting: every allocation is its own malloc (what is free does not change).
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  *free_bytes = *total = EMU_MEM;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
+cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+
 }  // extern "C"
 
 // ---- cuBLAS: a reference GEMM
