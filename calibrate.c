@@ -47,7 +47,7 @@ static void usage(FILE *f) {
         "\n"
         "It needs cc (mpicc for R > 1; with --gpu, CUDA's nvcc: CUDA=its folder, default\n"
         "/usr/local/cuda) and mtc's runtime/ (MTC_RUNTIME_DIR). Each rank runs\n"
-        "OMP_NUM_THREADS threads, as the programs will. Takes about 10 s (a GPU: 30 s).\n",
+        "OMP_NUM_THREADS threads, as the programs will. Takes about 30 s.\n",
         f);
 }
 
