@@ -594,7 +594,8 @@ int main(int argc, char **argv) {
 
   // memory bandwidth, arithmetic, launch
   long vn = quick > 1 ? 1L << 18 : 1L << 24;
-  Vec big_v = {vn, dev_alloc(4 * (size_t)vn), dev_alloc(4 * (size_t)vn), dev_alloc(4 * (size_t)vn)};
+  size_t vbytes = 4 * (size_t)vn;
+  Vec big_v = {vn, dev_alloc(vbytes), dev_alloc(vbytes), dev_alloc(vbytes)};
   fill(big_v.x, big_v.n, 1.0f);
   fill(big_v.y, big_v.n, 2.0f);
   double bw = 12.0 * (double)big_v.n / timed(add, &big_v);

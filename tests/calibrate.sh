@@ -83,7 +83,8 @@ if command -v mpirun > /dev/null && command -v mpicc > /dev/null; then
 fi
 
 # the measuring program built apart (--build-only), then measuring (--program): the same profile
-"$mtc" calibrate --build-only "$out/measure" 2> "$out/build.err" || fail "--build-only: $(cat "$out/build.err")"
+"$mtc" calibrate --build-only "$out/measure" 2> "$out/build.err" ||
+  fail "--build-only: $(cat "$out/build.err")"
 grep -q "built $out/measure (measure with mtc calibrate --program $out/measure)" "$out/build.err" ||
   fail "--build-only's message: $(cat "$out/build.err")"
 "$mtc" calibrate --program "$out/measure" --quick -o "$out/program.json" 2> "$out/program.err" ||
@@ -94,8 +95,10 @@ grep -q "1 rank of 1 thread on [0-9]* cores: GEMMs up to" "$out/program.err" ||
 nvcc=${CUDA:-/usr/local/cuda}/bin/nvcc
 if [ -x "$nvcc" ]; then
   "$mtc" calibrate --gpu --cuda-arch "-gencode arch=compute_90,code=sm_90" \
-    --build-only "$out/measure_gpu" 2> "$out/gpu.err" || fail "--gpu --build-only: $(cat "$out/gpu.err")"
-  ldd "$out/measure_gpu" | grep -q libcublas || fail "the GPU build links no cuBLAS: $(ldd "$out/measure_gpu")"
+    --build-only "$out/measure_gpu" 2> "$out/gpu.err" ||
+    fail "--gpu --build-only: $(cat "$out/gpu.err")"
+  ldd "$out/measure_gpu" | grep -q libcublas ||
+    fail "the GPU build links no cuBLAS: $(ldd "$out/measure_gpu")"
 fi
 
 # refusals: one message, an exit status, no profile
@@ -107,7 +110,8 @@ expect 1 "set MTC_RUNTIME_DIR to mtc's runtime/" env MTC_RUNTIME_DIR="$out/nowhe
 [ ! -e "$out/none.json" ] || fail "a failed calibration left $out/none.json"
 expect 2 "give one of them" "$mtc" calibrate --build-only "$out/a" --program "$out/measure"
 expect 2 "--build-only writes no profile" "$mtc" calibrate --build-only "$out/a" -o "$out/none.json"
-expect 2 "--gpu and --cuda-arch go with --build-only" "$mtc" calibrate --program "$out/measure" --gpu
+expect 2 "--gpu and --cuda-arch go with --build-only" \
+  "$mtc" calibrate --program "$out/measure" --gpu
 expect 1 "--program $out/nowhere: No such file" "$mtc" calibrate --program "$out/nowhere"
 expect 1 "--gpu: no nvcc at $out/nowhere/bin/nvcc" env CUDA="$out/nowhere" "$mtc" calibrate --gpu \
   --build-only "$out/a"

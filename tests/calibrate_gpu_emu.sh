@@ -14,7 +14,8 @@ source "$here/lib.sh"
 rm -rf "$out"
 mkdir -p "$out"
 
-"$prog" 1 --tiny > "$out/raw.json" 2> "$out/raw.err" || fail "the emulated run: $(cat "$out/raw.err")"
+"$prog" 1 --tiny > "$out/raw.json" 2> "$out/raw.err" ||
+  fail "the emulated run: $(cat "$out/raw.err")"
 grep -q '"gpu": "NVIDIA H100 80GB HBM3 (emulated)", "count": 1, "gpus_per_node": 1, "sms": 2,' \
   "$out/raw.json" || fail "the profile's GPU: $(head -6 "$out/raw.json")"
 # no CPU's keys, no links measured by one rank
@@ -44,8 +45,9 @@ EOF
 chmod +x "$out/tiny"
 "$mtc" calibrate --program "$out/tiny" -o "$out/gpu.json" 2> "$out/gpu.err" ||
   fail "calibrate --program: $(cat "$out/gpu.err")"
-grep -q "^mtc calibrate: NVIDIA H100 80GB HBM3 (emulated* (the planner.s H100-80GB), 1 rank: GEMMs up to [0-9.]* TFLOP/s" \
-  "$out/gpu.err" || fail "calibrate's summary of a GPU: $(cat "$out/gpu.err")"
+summary="^mtc calibrate: NVIDIA H100 80GB HBM3 (emulated* (the planner.s H100-80GB), 1 rank: "
+grep -q "${summary}GEMMs up to [0-9.]* TFLOP/s" "$out/gpu.err" ||
+  fail "calibrate's summary of a GPU: $(cat "$out/gpu.err")"
 "$mtc" plan "$examples/gpt2.mtc" --device "$out/gpu.json" --gpus 2 > "$out/plan.txt" 2>&1 ||
   fail "plan on the GPU profile: $(cat "$out/plan.txt")"
 grep -q "^cluster: 2 x H100-80GB (80.0 GiB" "$out/plan.txt" ||

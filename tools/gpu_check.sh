@@ -200,8 +200,9 @@ prepare() {
     die "building mtc and test_kernels_cuda failed"
   cp "$root/build-gpucheck/mtc" "$root/build-gpucheck/tests/test_kernels_cuda" "$dir/bin/"
   # mtc calibrate's measuring program, the GPU build's (run measures the GPU with it)
-  MTC_RUNTIME_DIR=$root/runtime "$dir/bin/mtc" calibrate --gpu --build-only "$dir/bin/calibrate_gpu" \
-    --cuda-arch "-gencode arch=compute_90,code=sm_90" || die "building the GPU calibration failed"
+  MTC_RUNTIME_DIR=$root/runtime "$dir/bin/mtc" calibrate --gpu \
+    --build-only "$dir/bin/calibrate_gpu" --cuda-arch "-gencode arch=compute_90,code=sm_90" ||
+    die "building the GPU calibration failed"
   local line name model fix
   for line in $(selected_cases); do
     IFS='|' read -r name model fix <<< "$line"
