@@ -97,8 +97,8 @@ if [ -x "$nvcc" ]; then
   "$mtc" calibrate --gpu --cuda-arch "-gencode arch=compute_90,code=sm_90" \
     --build-only "$out/measure_gpu" 2> "$out/gpu.err" ||
     fail "--gpu --build-only: $(cat "$out/gpu.err")"
-  ldd "$out/measure_gpu" | grep -q libcublas ||
-    fail "the GPU build links no cuBLAS: $(ldd "$out/measure_gpu")"
+  libs=$(ldd "$out/measure_gpu")   # (grep -q in a pipe: ldd's SIGPIPE fails it under pipefail)
+  grep -q libcublas <<< "$libs" || fail "the GPU build links no cuBLAS: $libs"
 fi
 
 # refusals: one message, an exit status, no profile
