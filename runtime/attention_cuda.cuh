@@ -256,21 +256,23 @@ __global__ void attention_bwd_dkdv_kernel(T *dk, T *dv, const float *lse, const 
 
 // ---- attention on the tensor cores (bf16)
 //
-// FlashAttention-2's tiling through wmma: a block takes FA_ROWS query rows of
-// one head (forward, dq) or FA_ROWS keys (dk, dv), 16 to a warp, and walks the
-// other side in tiles of FA_COLS, each tile staged in shared memory; the
-// products (q k^T, p v, dout v^T, ds k, p^T dout, ds^T q) are 16 x 16 x 16
-// bf16 wmma ops summing in float, the softmax in float between them, its
-// probabilities (and ds) rounded to bf16 for the next product. Head sizes are
-// padded with zeros to HS (32, 64 or 128). The masks are att_score's: causal,
-// and the key-padding mask with its all-masked rows. Used for bf16 without a
-// bias or dscores, on sm_80 and later; otherwise the kernels above.
+// FlashAttention-2's tiling on mma.sync (mma_cuda.cuh): a block takes FA_ROWS
+// query rows of one head (forward, dq) or FA_ROWS keys (dk, dv), 16 to a warp,
+// and walks the other side in tiles of FA_COLS, each tile staged in shared
+// memory. A warp's products (q k^T, p v, dout v^T, ds k, p^T dout, ds^T q) are
+// 16 x 8 x 16 bf16 mma ops summing in float; their results stay in registers,
+// the softmax runs on them there, and its probabilities (and ds), rounded to
+// bf16, are the next product's operand as they are (never the T x T matrix,
+// nor a tile of it in shared memory). Head sizes are padded with zeros to HS
+// (32, 64 or 128). The masks are att_score's: causal, and the key-padding
+// mask with its all-masked rows. Used for bf16 without a bias or dscores, on
+// sm_80 and later; otherwise the kernels above.
 #define FA_ROWS 64
 #define FA_COLS 64
 #define FA_THREADS 128
 #define FA_MAXHS 128
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define FA_ARCH_OK 0  // no bf16 wmma: the kernels trap, and the launchers never pick them
+#define FA_ARCH_OK 0  // no bf16 mma.sync: the kernels trap, and the launchers never pick them
 #else
 #define FA_ARCH_OK 1
 #endif
@@ -289,38 +291,28 @@ struct fa_carve {
   }
 };
 
-// The tiles of the three kernels. Leading dimensions in elements, padded by 16
-// bytes against bank conflicts: bf16 [rows][HS] (LDH), float scores (LDS),
-// bf16 probabilities (LDP), float [rows][HS] sums (LDO).
+// The shared memory of the three kernels: bf16 tiles of 64 rows of HS, LD
+// elements a row (16 bytes past HS, so that ldmatrix's eight rows fall in
+// different banks).
 template <int HS>
 struct fa_tiles {
-  static constexpr int LDH = HS + 8, LDS = FA_COLS + 4, LDP = FA_COLS + 8, LDO = HS + 4;
+  static constexpr int LD = HS + 8;
   enum Kind { FWD, DQ, DKDV };
-  bf16 *a, *b, *k, *v;  // fwd, dq: q, dout, keys, values; dkdv: q, dout, own keys, own values
-  float *s, *dp;        // scores, dout . v
-  bf16 *p;              // probabilities (dq: score gradients)
-  float *o, *o2;        // fwd, dq: out (then dq); dkdv: dk, dv
-  float *m, *l, *c, *d;  // per row: max, sum, correction; dkdv: the query tile's lse (log2
-                         // units) and D
-  int *none;             // dkdv: the query tile's rows that keep no key
+  bf16 *a, *b, *k, *v;  // fwd, dq: the block's q (and dout), a tile of keys and values;
+                        // dkdv: a tile of q and dout, the block's keys and values
+  float *m, *d;         // dkdv: the query tile's lse (log2 units) and D
+  int *none;            // dkdv: the query tile's rows that keep no key
   size_t bytes;
   __host__ __device__ fa_tiles(char *base, Kind kind) {
     fa_carve t = {base, 0};
-    bool dq = kind == DQ, dkdv = kind == DKDV;
-    a = t.take<bf16>(FA_ROWS * LDH);
-    b = dq || dkdv ? t.take<bf16>(FA_ROWS * LDH) : NULL;
-    k = t.take<bf16>(FA_COLS * LDH);
-    v = t.take<bf16>(FA_COLS * LDH);
-    s = t.take<float>(FA_ROWS * LDS);
-    dp = dq || dkdv ? t.take<float>(FA_ROWS * LDS) : NULL;
-    p = dkdv ? NULL : t.take<bf16>(FA_ROWS * LDP);  // dkdv: over s and dp
-    o = t.take<float>(FA_ROWS * LDO);
-    o2 = dkdv ? t.take<float>(FA_ROWS * LDO) : NULL;
-    m = t.take<float>(FA_COLS);
-    l = t.take<float>(FA_COLS);
-    c = t.take<float>(FA_COLS);
-    d = t.take<float>(FA_COLS);
-    none = t.take<int>(FA_COLS);
+    bool dkdv = kind == DKDV;
+    a = t.take<bf16>(FA_ROWS * LD);
+    b = kind != FWD ? t.take<bf16>(FA_ROWS * LD) : NULL;
+    k = t.take<bf16>(FA_COLS * LD);
+    v = t.take<bf16>(FA_COLS * LD);
+    m = dkdv ? t.take<float>(FA_COLS) : NULL;
+    d = dkdv ? t.take<float>(FA_COLS) : NULL;
+    none = dkdv ? t.take<int>(FA_COLS) : NULL;
     bytes = t.off;
   }
 };
@@ -346,46 +338,69 @@ __device__ void fa_load(bf16 *dst, const bf16 *src, long r0, long n, long hs, bo
   }
 }
 
-#if FA_ARCH_OK
-namespace wmma = nvcuda::wmma;
-
-// A warp's product c (16 x 16 NB floats, ld ldc) = a (16 x K bf16, row-major,
-// lda) times b (K x 16 NB), plus c when acc. b is row-major (ldb), or when BT
-// given as its transpose, (16 NB x K) row-major. a's fragments are loaded once.
-template <int K, int NB, bool BT>
-__device__ void fa_mm(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb,
-                      bool acc) {
-  typedef typename std::conditional<BT, wmma::col_major, wmma::row_major>::type BL;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[K / 16];
-#pragma unroll
-  for (int k = 0; k < K / 16; k++) wmma::load_matrix_sync(fa[k], a + k * 16, lda);
-#pragma unroll
-  for (int n = 0; n < NB; n++) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
-    if (acc)
-      wmma::load_matrix_sync(f, c + n * 16, ldc, wmma::mem_row_major);
-    else
-      wmma::fill_fragment(f, 0.0f);
-#pragma unroll
-    for (int k = 0; k < K / 16; k++) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BL> fb;
-      wmma::load_matrix_sync(fb, BT ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(f, fa[k], fb, f);
-    }
-    wmma::store_matrix_sync(c + n * 16, f, ldc, wmma::mem_row_major);
-  }
-}
-#endif
-
-// A lane's share of its warp's 16 x 64 tile of scores: rows FA_ROW(h) for
-// h < 2, columns FA_COL(k) for k < 16. Four lanes share a row; for one k the
-// warp's accesses (rows 8 apart, row strides of 4 mod 32 words) hit 32
-// different banks.
-#define FA_ROW(h) (threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4 + 8 * (h))
-#define FA_COL(k) (threadIdx.x % 4 + 4 * (k))
+// A warp's tile of 16 rows (its rows r0.. of a block's 64) by n columns is
+// n / 8 mma tiles x[n / 8][4]: a lane's x[c][e] is row r0 + FA_ROW(e), column
+// FA_COL(c, e) (mma_16816's d). The four lanes of a row are a quad.
+#define FA_ROW(e) (threadIdx.x % 32 / 4 + 8 * ((e) / 2))
+#define FA_COL(c, e) (8 * (c) + 2 * (threadIdx.x % 4) + (e) % 2)
 #define FA_LOG2E 1.4426950408889634f
 
-// the max and the sum over the four lanes of a row
+// s (16 x 64) = rows r0.. of tile a times tile b transposed (64 x HS each)
+template <int HS>
+__device__ inline void fa_abt(float s[FA_COLS / 8][4], const bf16 *a, const bf16 *b, int r0) {
+  constexpr int LD = HS + 8;
+#pragma unroll
+  for (int c = 0; c < FA_COLS / 8; c++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[c][e] = 0.0f;
+#pragma unroll
+  for (int kb = 0; kb < HS / 16; kb++) {
+    uint32_t af[4];
+    mma_a(af, a, LD, r0, 16 * kb);
+#pragma unroll
+    for (int c = 0; c < FA_COLS / 8; c += 2) {
+      uint32_t bf[4];
+      mma_bt(bf, b, LD, 8 * c, 16 * kb);
+      mma_16816(s[c], af, bf);
+      mma_16816(s[c + 1], af, bf + 2);
+    }
+  }
+}
+
+// acc (16 x HS) += p (16 x 64, rounded to bf16) times tile b (64 x HS)
+template <int HS>
+__device__ inline void fa_pb(float acc[HS / 8][4], const float p[FA_COLS / 8][4], const bf16 *b) {
+  constexpr int LD = HS + 8;
+#pragma unroll
+  for (int kk = 0; kk < FA_COLS / 16; kk++) {
+    const float *lo = p[2 * kk], *hi = p[2 * kk + 1];
+    uint32_t pa[4] = {mma_pack(lo[0], lo[1]), mma_pack(lo[2], lo[3]), mma_pack(hi[0], hi[1]),
+                      mma_pack(hi[2], hi[3])};
+#pragma unroll
+    for (int c = 0; c < HS / 8; c += 2) {
+      uint32_t bf[4];
+      mma_b(bf, b, LD, 16 * kk, 8 * c);
+      mma_16816(acc[c], pa, bf);
+      mma_16816(acc[c + 1], pa, bf + 2);
+    }
+  }
+}
+
+// Rows r0 + FA_ROW(e) of dst (n rows of hs) <- a warp's acc (16 x HS), each
+// row divided by div[e / 2] when div is given; rows at or past n are left out.
+template <int HS>
+__device__ void fa_store(bf16 *dst, const float acc[HS / 8][4], const float *div, int r0, long n,
+                         long hs) {
+#pragma unroll
+  for (int c = 0; c < HS / 8; c++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      long r = r0 + FA_ROW(e), d = FA_COL(c, e);
+      if (r < n && d < hs) dst[r * hs + d] = __float2bfloat16_rn(div ? acc[c][e] / div[e / 2] : acc[c][e]);
+    }
+}
+
+// the max and the sum over a quad (the four lanes of a row)
 __device__ inline float fa_row_max(float v) {
   for (int o = 1; o < 4; o <<= 1) {
     float w = __shfl_xor_sync(0xffffffffu, v, o);
@@ -412,89 +427,6 @@ __device__ inline bool fa_none(const int *keep, long first, long i, long tk, int
   return keep && first >= (causal ? i + 1 : tk);
 }
 
-// The forward pass of a block's 64 query rows q0.. (staged in t.a) over the keys
-// of head h: t.o <- the unnormalized output, t.m, t.l <- each row's max (log2
-// units, of the scores times scale2) and sum.
-template <int HS>
-__device__ void fa_forward_rows(fa_tiles<HS> &t, const bf16 *kh, const bf16 *vh,
-                                const int *keeph, long first, long q0, long tk, long hs,
-                                int causal, float scale2, bool vec) {
-#if FA_ARCH_OK
-  typedef fa_tiles<HS> F;
-  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
-  for (int e = threadIdx.x; e < FA_ROWS * HS; e += blockDim.x) t.o[e / HS * F::LDO + e % HS] = 0;
-  for (int r = threadIdx.x; r < FA_ROWS; r += blockDim.x) {
-    t.m[r] = -INFINITY;
-    t.l[r] = 0.0f;
-  }
-  long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
-  bool none[2];
-  for (int h = 0; h < 2; h++) none[h] = fa_none(keeph, first, q0 + FA_ROW(h), tk, causal);
-  for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
-    __syncthreads();  // the previous tile is read
-    fa_load<HS>(t.k, kh, j0, tk, hs, vec);
-    fa_load<HS>(t.v, vh, j0, tk, hs, vec);
-    __syncthreads();
-    fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
-                                  F::LDH, false);
-    __syncwarp();
-    bool rescale = false;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      int r = FA_ROW(h);
-      long i = q0 + r;
-      const float *srow = t.s + r * F::LDS;
-      float sv[16], mx = -INFINITY;
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        sv[k] = fa_score(scale2 * srow[FA_COL(k)], i, j0 + FA_COL(k), tk, causal, keeph, none[h]);
-        mx = sv[k] > mx ? sv[k] : mx;
-      }
-      mx = fa_row_max(mx);
-      float mo = t.m[r], mn = mx > mo ? mx : mo;
-      // 0 on the first tile (mo = -inf); 1 while every key so far is masked
-      float corr = mn == -INFINITY ? 1.0f : exp2f(mo - mn), sum = 0.0f;
-      bf16 *prow = t.p + r * F::LDP;
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        float e = sv[k] == -INFINITY ? 0.0f : exp2f(sv[k] - mn);
-        prow[FA_COL(k)] = __float2bfloat16_rn(e);
-        sum += e;
-      }
-      sum = fa_row_sum(sum);
-      __syncwarp();  // the row's lanes have read t.m[r]
-      if (lane % 4 == 0) {
-        t.m[r] = mn;
-        t.l[r] = t.l[r] * corr + sum;
-        t.c[r] = corr;
-      }
-      rescale |= corr != 1.0f;
-    }
-    __syncwarp();
-    if (__any_sync(0xffffffffu, rescale))  // once the rows' maxima settle, seldom
-      for (int e = lane; e < 16 * HS; e += 32)
-        t.o[(r0 + e / HS) * F::LDO + e % HS] *= t.c[r0 + e / HS];
-    __syncwarp();
-    fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.v,
-                                   F::LDH, true);
-  }
-  __syncwarp();
-#endif
-}
-
-// A warp's 16 rows of a float tile (src, ld LD, from row r0) to bf16 rows of
-// hs at dst (the tile's row 0 is dst's), each divided by div[r] when div is
-// given; rows at or past n (the tile's first rows count) are left out.
-template <int HS, int LD>
-__device__ void fa_store_rows(bf16 *dst, const float *src, const float *div, int r0, long n,
-                              long hs) {
-  for (int e = threadIdx.x % 32; e < 16 * HS; e += 32) {
-    int r = r0 + e / HS, d = e % HS;
-    if (r < n && d < hs)
-      dst[(long)r * hs + d] = __float2bfloat16_rn(div ? src[r * LD + d] / div[r] : src[r * LD + d]);
-  }
-}
-
 // out = softmax(q k^T scale) v for blocks of 64 query rows, lse each row's log-sum-exp
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -507,18 +439,65 @@ __global__ void __launch_bounds__(FA_THREADS)
   F t((char *)smem, F::FWD);
   long nq = (tq + FA_ROWS - 1) / FA_ROWS;
   int r0 = threadIdx.x / 32 * 16;
+  float scale2 = scale * FA_LOG2E;
   for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
     long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;  // the longest causal rows first
     const int *keeph = keep ? keep + h / heads * tk : NULL;
-    long first = att_first_kept(keeph, tk);
-    __syncthreads();  // the previous block's rows are written
+    const bf16 *kh = k + h * tk * hs, *vh = v + h * tk * hs;
+    long first = att_first_kept(keeph, tk), i[2];
+    bool none[2];
+    // a lane's two rows: the running max (log2 units, of the scores times scale2) and sum
+    float o[HS / 8][4] = {}, m[2], l[2];
+    for (int r = 0; r < 2; r++) {
+      i[r] = q0 + r0 + FA_ROW(2 * r);
+      none[r] = fa_none(keeph, first, i[r], tk, causal);
+      m[r] = -INFINITY;
+      l[r] = 0.0f;  // the lane's part, summed over the quad at the end
+    }
+    __syncthreads();  // the previous block's rows are read
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
-    fa_forward_rows<HS>(t, k + h * tk * hs, v + h * tk * hs, keeph, first, q0, tk, hs, causal,
-                        scale * FA_LOG2E, vec);
-    fa_store_rows<HS, F::LDO>(out + (h * tq + q0) * hs, t.o, t.l, r0, tq - q0, hs);
-    int r = r0 + threadIdx.x % 32;  // the warp's own rows: max and sum in log2 units
-    if (threadIdx.x % 32 < 16 && q0 + r < tq)
-      lse[h * tq + q0 + r] = (t.m[r] + log2f(t.l[r])) / FA_LOG2E;
+    long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
+    for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
+      __syncthreads();  // the previous tile is read
+      fa_load<HS>(t.k, kh, j0, tk, hs, vec);
+      fa_load<HS>(t.v, vh, j0, tk, hs, vec);
+      __syncthreads();
+      float s[FA_COLS / 8][4], mx[2] = {m[0], m[1]}, corr[2];
+      fa_abt<HS>(s, t.a, t.k, r0);
+#pragma unroll
+      for (int c = 0; c < FA_COLS / 8; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float x = fa_score(scale2 * s[c][e], i[e / 2], j0 + FA_COL(c, e), tk, causal, keeph,
+                             none[e / 2]);
+          s[c][e] = x;
+          mx[e / 2] = x > mx[e / 2] ? x : mx[e / 2];
+        }
+      for (int r = 0; r < 2; r++) {
+        mx[r] = fa_row_max(mx[r]);
+        // 0 on the first tile (m = -inf); 1 while every key so far is masked
+        corr[r] = mx[r] == -INFINITY ? 1.0f : exp2f(m[r] - mx[r]);
+        m[r] = mx[r];
+        l[r] *= corr[r];
+      }
+#pragma unroll
+      for (int c = 0; c < HS / 8; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[c][e] *= corr[e / 2];
+#pragma unroll
+      for (int c = 0; c < FA_COLS / 8; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float p = s[c][e] == -INFINITY ? 0.0f : exp2f(s[c][e] - m[e / 2]);
+          l[e / 2] += p;
+          s[c][e] = p;
+        }
+      fa_pb<HS>(o, s, t.v);
+    }
+    for (int r = 0; r < 2; r++) l[r] = fa_row_sum(l[r]);
+    fa_store<HS>(out + (h * tq + q0) * hs, o, l, r0, tq - q0, hs);
+    for (int r = 0; r < 2; r++)
+      if (threadIdx.x % 4 == 0 && i[r] < tq) lse[h * tq + i[r]] = (m[r] + log2f(l[r])) / FA_LOG2E;
   }
 #else
   __trap();
@@ -539,7 +518,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   RT_DYNAMIC_SHARED(float, smem);
   F t((char *)smem, F::DQ);
   long nq = (tq + FA_ROWS - 1) / FA_ROWS;
-  int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16;
+  int r0 = threadIdx.x / 32 * 16;
   float scale2 = scale * FA_LOG2E;
   for (long blk = blockIdx.x; blk < bh * nq; blk += gridDim.x) {
     long h = blk / nq, q0 = (nq - 1 - blk % nq) * FA_ROWS;
@@ -551,56 +530,44 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_load<HS>(t.b, dout + h * tq * hs, q0, tq, hs, vec);
     __syncthreads();
     // a lane's two rows: lse (log2 units) and D = dout . out (a quarter of the row a lane)
-    float m[2], D[2];
+    float m[2], D[2], acc[HS / 8][4] = {};
+    long i[2];
     bool none[2];
-#pragma unroll
-    for (int h2 = 0; h2 < 2; h2++) {
-      int r = FA_ROW(h2);
-      long i = q0 + r;
+    for (int r = 0; r < 2; r++) {
+      int row = r0 + FA_ROW(2 * r);
+      i[r] = q0 + row;
       float s = 0.0f;
-      if (i < tq)
-        for (int d = lane % 4; d < hs; d += 4)
-          s += __bfloat162float(t.b[r * F::LDH + d]) * __bfloat162float(out[(h * tq + i) * hs + d]);
-      m[h2] = i < tq ? lse[h * tq + i] * FA_LOG2E : 0.0f;
-      D[h2] = fa_row_sum(s);
-      none[h2] = fa_none(keeph, first, i, tk, causal);
+      if (i[r] < tq)
+        for (long d = threadIdx.x % 4; d < hs; d += 4)
+          s += __bfloat162float(t.b[row * F::LD + d]) *
+               __bfloat162float(out[(h * tq + i[r]) * hs + d]);
+      m[r] = i[r] < tq ? lse[h * tq + i[r]] * FA_LOG2E : 0.0f;
+      D[r] = fa_row_sum(s);
+      none[r] = fa_none(keeph, first, i[r], tk, causal);
     }
-    for (int e = lane; e < 16 * HS; e += 32) t.o[(r0 + e / HS) * F::LDO + e % HS] = 0.0f;
     long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
     for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
       __syncthreads();
       fa_load<HS>(t.k, kh, j0, tk, hs, vec);
       fa_load<HS>(t.v, vh, j0, tk, hs, vec);
       __syncthreads();
-      fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.a + r0 * F::LDH, F::LDH, t.k,
-                                    F::LDH, false);
-      fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.b + r0 * F::LDH, F::LDH, t.v,
-                                    F::LDH, false);
-      __syncwarp();
+      float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+      fa_abt<HS>(s, t.a, t.k, r0);
+      fa_abt<HS>(dp, t.b, t.v, r0);
 #pragma unroll
-      for (int h2 = 0; h2 < 2; h2++) {
-        int r = FA_ROW(h2);
-        const float *srow = t.s + r * F::LDS, *dprow = t.dp + r * F::LDS;
-        bf16 *dsrow = t.p + r * F::LDP;
+      for (int c = 0; c < FA_COLS / 8; c++)
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
-          int c = FA_COL(k);
-          float s = fa_score(scale2 * srow[c], q0 + r, j0 + c, tk, causal, keeph, none[h2]);
-          float p = s == -INFINITY ? 0.0f : exp2f(s - m[h2]);
-          dsrow[c] = __float2bfloat16_rn(scale * p * (dprow[c] - D[h2]));
+        for (int e = 0; e < 4; e++) {
+          float x = fa_score(scale2 * s[c][e], i[e / 2], j0 + FA_COL(c, e), tk, causal, keeph,
+                             none[e / 2]);
+          float p = x == -INFINITY ? 0.0f : exp2f(x - m[e / 2]);
+          s[c][e] = scale * p * (dp[c][e] - D[e / 2]);  // ds
         }
-      }
-      __syncwarp();
-      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, t.p + r0 * F::LDP, F::LDP, t.k,
-                                     F::LDH, true);
+      fa_pb<HS>(acc, s, t.k);
     }
-    __syncwarp();
-    fa_store_rows<HS, F::LDO>(dq + (h * tq + q0) * hs, t.o, NULL, r0, tq - q0, hs);
-    if (lane % 4 == 0)
-      for (int h2 = 0; h2 < 2; h2++) {
-        long i = q0 + FA_ROW(h2);
-        if (i < tq) dsum[h * tq + i] = D[h2];
-      }
+    fa_store<HS>(dq + (h * tq + q0) * hs, acc, NULL, r0, tq - q0, hs);
+    for (int r = 0; r < 2; r++)
+      if (threadIdx.x % 4 == 0 && i[r] < tq) dsum[h * tq + i[r]] = D[r];
   }
 #else
   __trap();
@@ -628,13 +595,11 @@ __global__ void __launch_bounds__(FA_THREADS)
     const bf16 *qh = q + h * tq * hs, *doh = dout + h * tq * hs;
     const float *lh = lse + h * tq, *dh = dsum + h * tq;
     long first = att_first_kept(keeph, tk);
+    long j[2] = {j0 + r0 + FA_ROW(0), j0 + r0 + FA_ROW(2)};  // a lane's two keys
+    float gk[HS / 8][4] = {}, gv[HS / 8][4] = {};
     __syncthreads();
     fa_load<HS>(t.k, k + h * tk * hs, j0, tk, hs, vec);
     fa_load<HS>(t.v, v + h * tk * hs, j0, tk, hs, vec);
-    for (int e = threadIdx.x; e < FA_ROWS * HS; e += blockDim.x) {
-      t.o[e / HS * F::LDO + e % HS] = 0.0f;
-      t.o2[e / HS * F::LDO + e % HS] = 0.0f;
-    }
     for (long i0 = causal ? j0 : 0; i0 < tq; i0 += FA_COLS) {
       __syncthreads();  // the previous query tile is read
       fa_load<HS>(t.a, qh, i0, tq, hs, vec);
@@ -648,49 +613,27 @@ __global__ void __launch_bounds__(FA_THREADS)
       }
       __syncthreads();
       // s^T = k q^T and dp^T = v dout^T, the warp's 16 keys against the tile's queries
-      fa_mm<HS, FA_COLS / 16, true>(t.s + r0 * F::LDS, F::LDS, t.k + r0 * F::LDH, F::LDH, t.a,
-                                    F::LDH, false);
-      fa_mm<HS, FA_COLS / 16, true>(t.dp + r0 * F::LDS, F::LDS, t.v + r0 * F::LDH, F::LDH, t.b,
-                                    F::LDH, false);
-      __syncwarp();
-      float pv[2][16], dsv[2][16];
+      float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+      fa_abt<HS>(s, t.k, t.a, r0);
+      fa_abt<HS>(dp, t.v, t.b, r0);
 #pragma unroll
-      for (int h2 = 0; h2 < 2; h2++) {
-        int r = FA_ROW(h2);
-        long j = j0 + r;
-        const float *srow = t.s + r * F::LDS, *dprow = t.dp + r * F::LDS;
+      for (int c = 0; c < FA_COLS / 8; c++)
 #pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-          int c = FA_COL(kk);
-          long i = i0 + c;
-          float s = i < tq ? fa_score(scale2 * srow[c], i, j, tk, causal, keeph, t.none[c])
+        for (int e = 0; e < 4; e++) {
+          int col = FA_COL(c, e);
+          long i = i0 + col;
+          float x = i < tq ? fa_score(scale2 * s[c][e], i, j[e / 2], tk, causal, keeph,
+                                      t.none[col])
                            : -INFINITY;
-          pv[h2][kk] = s == -INFINITY ? 0.0f : exp2f(s - t.m[c]);
-          dsv[h2][kk] = scale * pv[h2][kk] * (dprow[c] - t.d[c]);
+          float p = x == -INFINITY ? 0.0f : exp2f(x - t.m[col]);
+          s[c][e] = p;                                   // p^T
+          dp[c][e] = scale * p * (dp[c][e] - t.d[col]);  // ds^T
         }
-      }
-      // p^T and ds^T in bf16 over the first half of the rows of s^T and dp^T,
-      // once every lane has read them (a tile less of shared memory: two
-      // blocks an SM at HS 64)
-      __syncwarp();
-      bf16 *pt = (bf16 *)t.s, *dst = (bf16 *)t.dp;
-#pragma unroll
-      for (int h2 = 0; h2 < 2; h2++)
-#pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-          int at = FA_ROW(h2) * 2 * F::LDS + FA_COL(kk);
-          pt[at] = __float2bfloat16_rn(pv[h2][kk]);
-          dst[at] = __float2bfloat16_rn(dsv[h2][kk]);
-        }
-      __syncwarp();
-      fa_mm<FA_COLS, HS / 16, false>(t.o2 + r0 * F::LDO, F::LDO, pt + r0 * 2 * F::LDS, 2 * F::LDS,
-                                     t.b, F::LDH, true);
-      fa_mm<FA_COLS, HS / 16, false>(t.o + r0 * F::LDO, F::LDO, dst + r0 * 2 * F::LDS,
-                                     2 * F::LDS, t.a, F::LDH, true);
+      fa_pb<HS>(gv, s, t.b);
+      fa_pb<HS>(gk, dp, t.a);
     }
-    __syncwarp();
-    fa_store_rows<HS, F::LDO>(dk + (h * tk + j0) * hs, t.o, NULL, r0, tk - j0, hs);
-    fa_store_rows<HS, F::LDO>(dv + (h * tk + j0) * hs, t.o2, NULL, r0, tk - j0, hs);
+    fa_store<HS>(dk + (h * tk + j0) * hs, gk, NULL, r0, tk - j0, hs);
+    fa_store<HS>(dv + (h * tk + j0) * hs, gv, NULL, r0, tk - j0, hs);
   }
 #else
   __trap();

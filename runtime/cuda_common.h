@@ -35,8 +35,8 @@
 
 // Launches `kernel` on `grid` blocks of `block` threads, with `smem` bytes of
 // dynamic shared memory, on `stream`, and the kernel reads that memory as an
-// array RT_DYNAMIC_SHARED(type, name), 128-byte aligned (wmma's tiles need
-// 32). Under nvcc these are the <<<...>>> launch and an extern __shared__
+// array RT_DYNAMIC_SHARED(type, name), 128-byte aligned (ldmatrix's rows need
+// 16). Under nvcc these are the <<<...>>> launch and an extern __shared__
 // array; the CUDA emulation of the kernel
 // tests (tests/cuda_emu/cuda_emu.h, included first) defines them to run the
 // blocks as host code.

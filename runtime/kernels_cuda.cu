@@ -50,13 +50,11 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#ifndef MTC_CUDA_EMU
-#include <mma.h>  // the emulation has its own nvcuda::wmma
-#endif
 
 #include "coalesce.h"
 #include "copy_slots.h"
 #include "cuda_common.h"
+#include "mma_cuda.cuh"
 #include "pool.h"
 extern "C" {
 #include "dist.h"

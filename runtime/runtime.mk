@@ -19,4 +19,4 @@ RT_HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/d
   runtime/profile.h runtime/shard.h runtime/parts.h runtime/tokenizer.h runtime/data.h \
   runtime/checkpoint.h runtime/comm.h \
   runtime/dist.h runtime/device.h runtime/comm_nccl.h
-RT_CUDA_HDR = runtime/cuda_common.h runtime/attention_cuda.cuh
+RT_CUDA_HDR = runtime/cuda_common.h runtime/attention_cuda.cuh runtime/mma_cuda.cuh

@@ -50,7 +50,8 @@ struct Thread {
 
 static const char *const op_names[] = {"__shfl_sync",     "__shfl_up_sync", "__shfl_down_sync",
                                        "__shfl_xor_sync", "__ballot_sync",  "__any_sync",
-                                       "__all_sync",      "__syncwarp"};
+                                       "__all_sync",      "__syncwarp",     "mma.sync",
+                                       "ldmatrix"};
 
 static const char *kernel;  // the running launch's name
 static Thread threads[MAX_THREADS];
@@ -143,7 +144,9 @@ static uint64_t warp_result(int i) {
     case SHFL_UP: src = lane - t.arg >= seg ? lane - t.arg : lane; break;
     case SHFL_DOWN: src = lane + t.arg < seg + w ? lane + t.arg : lane; break;
     case SHFL_XOR: src = (lane ^ t.arg) < seg + w ? lane ^ t.arg : lane; break;
-    case SYNCWARP: return 0;  // a barrier of the lanes only
+    case SYNCWARP:
+    case MMA:
+    case LDMATRIX: return 0;  // a barrier of the lanes (the others write their results)
     default: {  // votes
       unsigned ballot = 0;
       for (int l = 0; l < 32; l++)
@@ -154,6 +157,71 @@ static uint64_t warp_result(int i) {
   if (!(t.mask >> src & 1))
     fail("%s %s, which reads lane %d, not in its mask", name(t).s, where(t).s, src);
   return threads[base + src].val;
+}
+
+// ---- mma.sync and ldmatrix: the warp's lanes wait at one, each with a pointer
+// to its operands (val); the scheduler computes every lane's share at once.
+
+struct MmaArgs {
+  float *d;
+  const uint32_t *a, *b;
+};
+struct LdmatrixArgs {
+  uint32_t *r;
+  const void *p;
+  bool trans;
+};
+
+// the bf16 in the low (hi = 0) or high half of a register, as a float
+static float bf16_half(uint32_t r, int hi) {
+  uint32_t bits = (hi ? r >> 16 : r & 0xffffu) << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// The mma.sync of warp lo..lo+31 (runtime/mma_cuda.cuh's layout).
+static void mma_warp(int lo) {
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    const MmaArgs *m = (const MmaArgs *)threads[lo + l].val;
+    int g = l / 4, q = l % 4;
+    for (int h = 0; h < 2; h++) {
+      for (int r = 0; r < 4; r++) A[g + 8 * (r % 2)][2 * q + h + 8 * (r / 2)] = bf16_half(m->a[r], h);
+      for (int r = 0; r < 2; r++) B[2 * q + h + 8 * r][g] = bf16_half(m->b[r], h);
+    }
+  }
+  for (int l = 0; l < 32; l++) {  // every operand read: d may be any lane's a or b
+    const MmaArgs *m = (const MmaArgs *)threads[lo + l].val;
+    for (int e = 0; e < 4; e++) {
+      int row = l / 4 + 8 * (e / 2), col = 2 * (l % 4) + e % 2;
+      float s = m->d[e];
+      for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+      m->d[e] = s;
+    }
+  }
+}
+
+// The ldmatrix .x4 of warp lo..lo+31.
+static void ldmatrix_warp(int lo) {
+  const uint16_t *rows[4][8];
+  for (int l = 0; l < 32; l++) {
+    const Thread &t = threads[lo + l];
+    const char *p = (const char *)((const LdmatrixArgs *)t.val)->p;
+    if ((uintptr_t)p % 16 != 0 || p < smem || p + 16 > smem + smem_bytes)
+      fail("%s %s: its row address %p is not 16-byte aligned dynamic shared memory", name(t).s,
+           where(t).s, (const void *)p);
+    rows[l / 8][l % 8] = (const uint16_t *)p;
+  }
+  for (int l = 0; l < 32; l++) {
+    const LdmatrixArgs *m = (const LdmatrixArgs *)threads[lo + l].val;
+    int g = l / 4, q = l % 4;
+    for (int j = 0; j < 4; j++) {
+      uint32_t x = m->trans ? rows[j][2 * q][g] : rows[j][g][2 * q];
+      uint32_t y = m->trans ? rows[j][2 * q + 1][g] : rows[j][g][2 * q + 1];
+      m->r[j] = x | y << 16;
+    }
+  }
 }
 
 // No thread of warp w runs: lets its warp ops go on (every lane of their masks
@@ -167,6 +235,11 @@ static bool release_warp(int w) {
       if (!(checked >> (i - lo) & 1)) {
         check_warp(i);
         checked |= threads[i].mask;
+        const Thread &t = threads[i];
+        if ((t.op == MMA || t.op == LDMATRIX) && t.mask != 0xffffffffu)
+          fail("%s %s: the instruction needs every lane of the warp", name(t).s, where(t).s);
+        if (t.op == MMA) mma_warp(lo);
+        if (t.op == LDMATRIX) ldmatrix_warp(lo);
       }
       threads[i].res = warp_result(i);
       any = true;
@@ -294,12 +367,17 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t v, int arg, int width, const
   return t->res;
 }
 
-void *dynamic_shared(void) { return smem; }
-
-void wmma_misuse(const void *p, unsigned ldm, const char *file, int line) {
-  fail("wmma at %s:%d: pointer %p (not 32-byte aligned) or leading dimension %u (not a multiple "
-       "of 16 bytes)", file, line, p, ldm);
+void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const char *file, int line) {
+  MmaArgs m = {d, a, b};
+  warp_op(MMA, 0xffffffffu, (uint64_t)(uintptr_t)&m, 0, 32, file, line);
 }
+
+void ldmatrix_x4(uint32_t r[4], const void *p, bool trans, const char *file, int line) {
+  LdmatrixArgs m = {r, p, trans};
+  warp_op(LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)&m, 0, 32, file, line);
+}
+
+void *dynamic_shared(void) { return smem; }
 
 // ---- launches
 
@@ -360,7 +438,7 @@ void run(const char *name, dim3 grid, dim3 block, size_t smem_size, void (*fn)(v
   thread_fn = fn;
   thread_arg = arg;
   smem_bytes = smem_size;
-  // aligned as the device's (wmma's loads and stores need 32 bytes)
+  // aligned as the device's (RT_DYNAMIC_SHARED: 128 bytes)
   smem = (char *)aligned_alloc(128, (smem_bytes + GUARD + 127) / 128 * 128);
   if (!smem) fail("out of memory");
   for (unsigned z = 0; z < grid.z; z++)

@@ -24,17 +24,11 @@
 //     exited, waits elsewhere, or does not exist, a caller outside its own
 //     mask, and a shuffle that reads a lane outside the mask are errors.
 //   - __syncwarp is a barrier of the lanes of its mask, checked as the shuffles
-//     are. The tensor-core fragments of nvcuda::wmma (mma.h; the subset the
-//     kernels use, 16 x 16 x 16 bf16 or half operands with float sums) are
-//     emulated lane by lane: a lane loads the whole tile, but an accumulator's
-//     elements are the lane's own, those whose index in the tile is the lane's
-//     modulo 32 (the hardware spreads them over the lanes in an order the
-//     kernels never rely on): an mma computes only those (the others are NaN)
-//     and a store writes only those, so that a lane that reads a stored tile
-//     before a __syncwarp reads what another lane has not written yet. Pointers must be 32-byte aligned and leading dimensions multiples
-//     of 16 bytes, as the device requires. They are not barriers (that would
-//     cost a switch of every lane a product): a wmma op that some lanes skip
-//     is not caught.
+//     are. The tensor cores' mma.sync and ldmatrix (runtime/mma_cuda.cuh) are
+//     warp ops of the whole warp, checked the same way, which read every
+//     lane's registers (or row addresses) at once and give each lane its
+//     share as the PTX ISA lays them out; ldmatrix reads the dynamic shared
+//     memory only, from 16-byte aligned rows.
 //   - __shared__ arrays are function-local statics (one block runs at a time);
 //     the dynamic shared memory (RT_DYNAMIC_SHARED) is a buffer of the
 //     launch's smem bytes, filled with 0xff bytes (NaN as floats) before each
@@ -67,14 +61,11 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-#include <type_traits>
 
 // for the includer: CUDA is emulated (the kernel test shrinks its big cases)
 #define MTC_CUDA_EMU 1
@@ -91,15 +82,13 @@ namespace emu {
 extern dim3 grid_dim, block_dim;
 extern uint3 block_idx, thread_idx;
 
-enum WarpOp { SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, SYNCWARP };
+enum WarpOp { SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, SYNCWARP, MMA, LDMATRIX };
 
 // Waits until every lane of `mask` has reached this warp op, then returns
 // what it reads: a shuffle the value v of its source lane (arg: the lane,
 // delta or lane mask), a vote the ballot of the lanes' v != 0.
 uint64_t warp_op(WarpOp op, unsigned mask, uint64_t v, int arg, int width, const char *file,
                  int line);
-// Aborts: a wmma load or store at p with leading dimension ldm that the device refuses.
-[[noreturn]] void wmma_misuse(const void *p, unsigned ldm, const char *file, int line);
 // Waits until every thread of the block is at this barrier.
 void syncthreads(const char *file, int line);
 // The launch's dynamic shared memory.
@@ -181,99 +170,18 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, EMU_AT) {
   emu::warp_op(emu::SYNCWARP, mask, 0, 0, warpSize, file, line);
 }
 
-// ---- nvcuda::wmma: the tensor cores' warp-wide matrix products (see above)
+// ---- the tensor cores' PTX (runtime/mma_cuda.cuh): mma.sync m16n8k16 (bf16
+// operands, float sums) and ldmatrix .x4, each a warp op of the whole warp
+// (every lane there, at the same line), which reads the lanes' registers (or
+// addresses) at once and gives each lane its share in the PTX ISA's layout.
 
-namespace nvcuda {
-namespace wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-
-// matrix_a is M x K, matrix_b K x N, the accumulator M x N; x row-major (an
-// accumulator's elements the lane's own and NaNs, above)
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-  static constexpr bool is_b = std::is_same<Use, matrix_b>::value;
-  static constexpr int rows = is_b ? K : M;
-  static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
-  static constexpr int num_elements = rows * cols;
-  T x[num_elements];
-};
-
-inline float emu_wide(float v) { return v; }
-inline float emu_wide(__nv_bfloat16 v) { return __bfloat162float(v); }
-inline float emu_wide(__half v) { return __half2float(v); }
-
-// the running thread's lane
-inline int emu_lane(void) {
-  return (int)(emu::thread_idx.x +
-               emu::block_dim.x * (emu::thread_idx.y + emu::block_dim.y * emu::thread_idx.z)) %
-         32;
-}
-
-// a wmma load or store's pointer and leading dimension as the device requires them
-inline void emu_wmma_op(const void *p, unsigned ldm, size_t elem, const char *file, int line) {
-  if ((uintptr_t)p % 32 != 0 || ldm * elem % 16 != 0) emu::wmma_misuse(p, ldm, file, line);
-}
-
-template <typename Use, int M, int N, int K, typename T, typename L>
-void fill_fragment(fragment<Use, M, N, K, T, L> &f, T v) {
-  for (int e = 0; e < f.num_elements; e++) f.x[e] = v;
-}
-
-// element (r, c) of a layout's tile at p
-template <typename T>
-inline T emu_at(const T *p, unsigned ldm, bool col, int r, int c) {
-  return col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
-}
-
-template <typename Use, int M, int N, int K, typename T, typename L>
-void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm, EMU_AT) {
-  static_assert(!std::is_void<L>::value, "an operand fragment names its layout");
-  emu_wmma_op(p, ldm, sizeof(T), file, line);
-  bool col = std::is_same<L, col_major>::value;
-  for (int r = 0; r < f.rows; r++)
-    for (int c = 0; c < f.cols; c++) f.x[r * f.cols + c] = emu_at(p, ldm, col, r, c);
-}
-
-template <int M, int N, int K, typename T>
-void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, unsigned ldm,
-                      layout_t layout, EMU_AT) {
-  emu_wmma_op(p, ldm, sizeof(T), file, line);
-  for (int r = 0; r < M; r++)
-    for (int c = 0; c < N; c++) f.x[r * N + c] = emu_at(p, ldm, layout == mem_col_major, r, c);
-}
-
-template <int M, int N, int K, typename T>
-void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm,
-                       layout_t layout, EMU_AT) {
-  emu_wmma_op(p, ldm, sizeof(T), file, line);
-  for (int e = emu_lane(); e < M * N; e += 32) {
-    int r = e / N, c = e % N;
-    (layout == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[e];
-  }
-}
-
-// d = a b + c, each product exact in float, summed over k in order
-template <int M, int N, int K, typename TA, typename LA, typename LB, typename TC>
-void mma_sync(fragment<accumulator, M, N, K, TC> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
-              const fragment<matrix_b, M, N, K, TA, LB> &b,
-              const fragment<accumulator, M, N, K, TC> &c) {
-  float out[M * N];
-  for (int e = 0; e < M * N; e++) out[e] = NAN;
-  for (int e = emu_lane(); e < M * N; e += 32) {
-    int r = e / N, n = e % N;
-    float s = emu_wide(c.x[e]);
-    for (int k = 0; k < K; k++) s += emu_wide(a.x[r * K + k]) * emu_wide(b.x[k * N + n]);
-    out[e] = s;
-  }
-  for (int e = 0; e < M * N; e++) d.x[e] = out[e];
-}
-}  // namespace wmma
-}  // namespace nvcuda
+namespace emu {
+// d += a b (mma_16816's fragments); each product exact in float, summed over k in order
+void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], EMU_AT);
+// r <- four 8 x 8 matrices, lane l's p the address of row l % 8 of matrix l / 8:
+// 16-byte aligned, in the dynamic shared memory (the kernels keep their tiles there)
+void ldmatrix_x4(uint32_t r[4], const void *p, bool trans, EMU_AT);
+}  // namespace emu
 
 // One OS thread runs every thread: an atomic is a plain read-modify-write.
 template <typename T>

@@ -1,5 +1,7 @@
 // The CUDA emulation's own checks (cuda_emu.h): the warp shuffles and votes
-// read what CUDA defines on a block of two warps; then each broken kernel
+// read what CUDA defines on a block of two warps; the tensor cores' mma.sync
+// and ldmatrix, through runtime/mma_cuda.cuh's operand loads, multiply
+// matrices as the PTX ISA lays them out; then each broken kernel
 // below, run in a child process, must stop it with the report it names
 // (AddressSanitizer's, in the sanitizer build, for a write past the dynamic
 // shared memory), in each of the emulation's four orders of threads (one
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuda_emu.h"
+#include "mma_cuda.cuh"
 
 static int npassed, nfailed;
 
@@ -63,6 +66,66 @@ static void test_warp_ops(void) {
   cudaFree(out);
 }
 
+// One warp: a (16 x 16) times b and times b transposed (b 16 x 16), each as two
+// mma tiles of 16 x 8, from bf16 tiles in shared memory (ld 24, as the
+// attention pads its rows); out: the products' elements where each lane holds
+// them, 2 x 16 x 16 floats.
+__global__ void mma_products(const float *a, const float *b, float *out) {
+  RT_DYNAMIC_SHARED(__nv_bfloat16, smem);
+  const int ld = 24;
+  __nv_bfloat16 *ta = smem, *tb = smem + 16 * ld;
+  int l = threadIdx.x;
+  for (int e = l; e < 256; e += 32) {
+    ta[e / 16 * ld + e % 16] = __float2bfloat16_rn(a[e]);
+    tb[e / 16 * ld + e % 16] = __float2bfloat16_rn(b[e]);
+  }
+  __syncwarp();
+  uint32_t fa[4], fb[4], fbt[4];
+  mma_a(fa, ta, ld, 0, 0);
+  mma_b(fb, tb, ld, 0, 0);
+  mma_bt(fbt, tb, ld, 0, 0);
+  float d[2][2][4] = {};  // [a b, a b^T][columns 0.., 8..]
+  for (int n = 0; n < 2; n++) {
+    mma_16816(d[0][n], fa, fb + 2 * n);
+    mma_16816(d[1][n], fa, fbt + 2 * n);
+  }
+  for (int p = 0; p < 2; p++)
+    for (int n = 0; n < 2; n++)
+      for (int e = 0; e < 4; e++)
+        out[p * 256 + (l / 4 + 8 * (e / 2)) * 16 + 8 * n + 2 * (l % 4) + e % 2] = d[p][n][e];
+}
+
+static void test_mma(void) {
+  float *a, *b, *out;
+  cudaMalloc((void **)&a, 256 * sizeof(float));
+  cudaMalloc((void **)&b, 256 * sizeof(float));
+  cudaMalloc((void **)&out, 512 * sizeof(float));
+  for (int e = 0; e < 256; e++) {  // small integers: every product and sum exact
+    a[e] = (float)((e * 7) % 11 - 5);
+    b[e] = (float)((e * 5) % 13 - 6);
+  }
+  long bad = 0;
+  for (int order = 0; order < 4; order++) {  // a block in each order of threads
+    memset(out, 0, 512 * sizeof(float));
+    RT_LAUNCH(mma_products, 1, 32, 2 * 16 * 24 * sizeof(__nv_bfloat16), 0, a, b, out);
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 16; j++) {
+        float ab = 0.0f, abt = 0.0f;
+        for (int k = 0; k < 16; k++) {
+          ab += a[i * 16 + k] * b[k * 16 + j];
+          abt += a[i * 16 + k] * b[j * 16 + k];
+        }
+        bad += (out[i * 16 + j] != ab) + (out[256 + i * 16 + j] != abt);
+      }
+  }
+  char detail[64];
+  snprintf(detail, sizeof detail, "%ld of %d elements differ", bad, 4 * 512);
+  verdict(bad == 0, "mma.sync and ldmatrix multiply", bad ? detail : "");
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(out);
+}
+
 // ---- kernels that are wrong, and what the emulation must say
 
 // (thread 200: one that no earlier launch here has run, which never waited)
@@ -98,6 +161,18 @@ __global__ void past_shared(float *out) {
   RT_DYNAMIC_SHARED(float, smem);
   smem[threadIdx.x] = 1.0f;  // 64 floats in 128 bytes
   out[threadIdx.x] = smem[threadIdx.x];
+}
+
+__global__ void mma_half_warp(float *out) {
+  uint32_t a[4] = {}, b[2] = {};
+  float d[4] = {};
+  if (threadIdx.x < 16) mma_16816(d, a, b);
+  out[threadIdx.x] = d[0];
+}
+
+__global__ void ldmatrix_outside_shared(float *out) {
+  uint32_t r[4];
+  ldsm_x4(r, (const __nv_bfloat16 *)out + threadIdx.x % 8 * 8, false);  // device memory
 }
 
 // Runs `launch` in a child, which must fail with `expect` (and `expect2`) in
@@ -155,6 +230,15 @@ static void check_reports(void) {
       "thread (15,0,0) waits at __shfl_down_sync(mask 0x0000ffff) at "
       "test_cuda_emu.cc:");
   expect_abort(
+      "an mma.sync that half the warp skips",
+      [](float *out) { RT_LAUNCH(mma_half_warp, 1, 32, 0, 0, out); },
+      "waits at mma.sync(mask 0xffffffff) at mma_cuda.cuh:", "has exited: divergent warp op");
+  expect_abort(
+      "an ldmatrix of device memory",
+      [](float *out) { RT_LAUNCH(ldmatrix_outside_shared, 1, 32, 256, 0, out); },
+      "waits at ldmatrix(mask 0xffffffff) at mma_cuda.cuh:",
+      "is not 16-byte aligned dynamic shared memory");
+  expect_abort(
       "a kernel writes past its shared memory",
       [](float *out) { RT_LAUNCH(past_shared, 1, 64, 128, 0, out); },
 #if defined(__SANITIZE_ADDRESS__)
@@ -168,6 +252,7 @@ __global__ void nothing(float *) {}
 
 int main(void) {
   test_warp_ops();
+  test_mma();
   for (int order = 0; order < 4; order++) {
     printf("-- the next order of threads\n");
     RT_LAUNCH(nothing, 1, 1, 0, 0, (float *)NULL);  // the children's blocks take the next order
