@@ -685,27 +685,23 @@ int main(int argc, char **argv) {
            "    \"flops_fp32\": %.4g, \"flops_bf16\": %.4g, \"hbm_bw\": %.4g,\n"
            "    \"host_bw\": %.4g, \"cpu_adam\": %.4g,\n",
            mem, info.gpu ? "" : " \"host_mem\": 0,", best[0], best[1], bw, host_bw, cpu_adam);
-    if (!info.gpu)   // one machine: its ranks' links are all there is
-      printf("    \"intra_bw\": %.4g, \"inter_bw\": %.4g,\n"
-             "    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
-             "\"update\": %.4g, \"link\": 1, \"gather\": %.4g, \"scatter\": %.4g, "
-             "\"host\": 1,\n"
-             "                   \"launch\": %.4g, \"alpha_intra\": %.4g, \"alpha_inter\": %.4g, "
+    // the links: one machine's ranks' are all there is; ranks of GPUs measured theirs (the
+    // whole latency among them, no ring steps beyond it); one GPU keeps the entry's
+    if (!info.gpu || ranks > 1)
+      printf("    \"intra_bw\": %.4g,\n", link);
+    if (!info.gpu)
+      printf("    \"inter_bw\": %.4g,\n", link);
+    printf("    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
+           "\"update\": %.4g, \"host\": 1, \"launch\": %.4g",
+           attn_rate / best[0], simt / best[0], update_bw / bw, launch);
+    if (!info.gpu || ranks > 1)
+      printf(",\n                   \"gather\": %.4g, \"scatter\": %.4g, \"alpha_intra\": %.4g, "
              "\"overlap\": %.3g",
-             link, link, attn_rate / best[0], simt / best[0], update_bw / bw, gather, scatter,
-             launch, alpha, alpha, overlap);
-    else if (ranks > 1)   // the whole latency measured among the ranks: no ring steps beyond it
-      printf("    \"intra_bw\": %.4g,\n"
-             "    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
-             "\"update\": %.4g, \"host\": 1, \"launch\": %.4g,\n"
-             "                   \"gather\": %.4g, \"scatter\": %.4g, \"alpha_intra\": %.4g, "
-             "\"hop_intra\": 0, \"overlap\": %.3g",
-             link, attn_rate / best[0], simt / best[0], update_bw / bw, launch, gather, scatter,
-             alpha, overlap);
-    else   // one GPU: the entry's links
-      printf("    \"efficiency\": {\"gemm\": 1, \"attn\": %.4g, \"simt\": %.4g, \"mem\": 1, "
-             "\"update\": %.4g, \"host\": 1, \"launch\": %.4g",
-             attn_rate / best[0], simt / best[0], update_bw / bw, launch);
+             gather, scatter, alpha, overlap);
+    if (!info.gpu)
+      printf(", \"link\": 1, \"alpha_inter\": %.4g", alpha);
+    else if (ranks > 1)
+      printf(", \"hop_intra\": 0");
     printf("},\n");
     if (ranks > 1) {
       printf("    \"collectives\": {\n");

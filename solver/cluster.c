@@ -80,7 +80,7 @@ static const SvDevice *cuda_named(const char *name) {
   int nw = 0;
   for (const char *p = name; *p && nw < 16;) {
     size_t len = strcspn(p, " -_");
-    if (len > 0 && len < sizeof word[0])
+    if (len > 0 && len < sizeof word[0])  // a longer word names no model or memory: left out
       snprintf(word[nw++], sizeof word[0], "%.*s", (int)len, p);
     p += len + (p[len] != '\0');
   }
