@@ -401,22 +401,21 @@ __global__ void scale_kernel(T *out, const T *x, long n, float s, float b) {
 #define GELU_COEF 0.044715f
 #define GELU_TAIL 20.0f
 
+// The activations, each a function of one element (forward: f(x); backward:
+// f(dy, x)) that map1_kernel and map2_kernel run over a tensor.
+
 // the CPU's form: 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), u clamped at +-20
-template <typename T>
-__global__ void gelu_fwd_kernel(T *y, const T *x, long n) {
-  GRID_LOOP(i, n) {
-    float xi = ld(x[i]);
+struct GeluFwd {
+  __device__ float operator()(float xi) const {
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
     float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
     float s = 1.0f / (1.0f + expf(-2.0f * uc));
-    y[i] = to<T>(u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s));
+    return u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s);
   }
-}
+};
 
-template <typename T>
-__global__ void gelu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
-  GRID_LOOP(i, n) {
-    float xi = ld(x[i]);
+struct GeluBwd {
+  __device__ float operator()(float dy, float xi) const {
     float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
     float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
     float e = expf(-2.0f * uc);
@@ -424,79 +423,96 @@ __global__ void gelu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
     float du = GELU_SCALE * (1.0f + 3.0f * GELU_COEF * xi * xi);
     float grad = s + 2.0f * xi * s * (e * s) * du;
     grad = u > GELU_TAIL ? 1.0f : (u < -GELU_TAIL ? 0.0f : grad);
-    dx[i] = to<T>(grad * ld(dy[i]));
+    return grad * dy;
   }
-}
+};
 
-template <typename T>
-__global__ void relu_fwd_kernel(T *y, const T *x, long n) {
-  GRID_LOOP(i, n) y[i] = ld(x[i]) > 0.0f ? x[i] : to<T>(0.0f);
-}
+struct ReluFwd {
+  __device__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+};
 
-template <typename T>
-__global__ void relu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
-  GRID_LOOP(i, n) dx[i] = ld(x[i]) > 0.0f ? dy[i] : to<T>(0.0f);
-}
+struct ReluBwd {
+  __device__ float operator()(float dy, float x) const { return x > 0.0f ? dy : 0.0f; }
+};
 
 template <typename T>
 __global__ void cast_i32_f32_kernel(T *out, const int *x, long n) {
   GRID_LOOP(i, n) out[i] = to<T>((float)x[i]);
 }
 
-template <typename T>
-__global__ void unary_kernel(int op, T *y, const T *x, long n, float p) {
-  GRID_LOOP(i, n) {
-    float v = ld(x[i]), r;
+struct Unary {
+  int op;
+  float p;
+  __device__ float operator()(float v) const {
     switch (op) {
-      case RT_EXP: r = expf(v); break;
-      case RT_LOG: r = logf(v); break;
-      case RT_SQRT: r = sqrtf(v); break;
-      case RT_TANH: r = tanhf(v); break;
-      case RT_ERF: r = erff(v); break;
-      case RT_POW: r = powf(v, p); break;
-      case RT_SIN: r = sinf(v); break;
-      case RT_COS: r = cosf(v); break;
-      case RT_ABS: r = fabsf(v); break;
-      case RT_SIGN: r = v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v; break;
-      default: r = 1.0f / (1.0f + expf(-v)); break;  // RT_SIGMOID
+      case RT_EXP: return expf(v);
+      case RT_LOG: return logf(v);
+      case RT_SQRT: return sqrtf(v);
+      case RT_TANH: return tanhf(v);
+      case RT_ERF: return erff(v);
+      case RT_POW: return powf(v, p);
+      case RT_SIN: return sinf(v);
+      case RT_COS: return cosf(v);
+      case RT_ABS: return fabsf(v);
+      case RT_SIGN: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v;
+      default: return 1.0f / (1.0f + expf(-v));  // RT_SIGMOID
     }
-    y[i] = to<T>(r);
   }
-}
+};
 
-template <typename T>
-__global__ void gelu_erf_fwd_kernel(T *y, const T *x, long n) {
-  GRID_LOOP(i, n) {
-    float xi = ld(x[i]);
-    y[i] = to<T>(0.5f * xi * (1.0f + erff(xi * 0.70710678118654752f)));
+struct GeluErfFwd {
+  __device__ float operator()(float xi) const {
+    return 0.5f * xi * (1.0f + erff(xi * 0.70710678118654752f));
   }
-}
+};
 
-template <typename T>
-__global__ void gelu_erf_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
-  const float inv_sqrt_2pi = 0.3989422804014327f;
-  GRID_LOOP(i, n) {
-    float xi = ld(x[i]);
+struct GeluErfBwd {
+  __device__ float operator()(float dy, float xi) const {
+    const float inv_sqrt_2pi = 0.3989422804014327f;
     float cdf = 0.5f * (1.0f + erff(xi * 0.70710678118654752f));
     float pdf = inv_sqrt_2pi * expf(-0.5f * xi * xi);
-    dx[i] = to<T>(ld(dy[i]) * (cdf + xi * pdf));
+    return dy * (cdf + xi * pdf);
   }
-}
+};
 
-template <typename T>
-__global__ void silu_fwd_kernel(T *y, const T *x, long n) {
-  GRID_LOOP(i, n) {
-    float xi = ld(x[i]);
-    y[i] = to<T>(xi / (1.0f + expf(-xi)));
-  }
-}
+struct SiluFwd {
+  __device__ float operator()(float xi) const { return xi / (1.0f + expf(-xi)); }
+};
 
-template <typename T>
-__global__ void silu_bwd_kernel(T *dx, const T *dy, const T *x, long n) {
-  GRID_LOOP(i, n) {
-    float xi = ld(x[i]);
+struct SiluBwd {
+  __device__ float operator()(float dy, float xi) const {
     float s = 1.0f / (1.0f + expf(-xi));
-    dx[i] = to<T>(ld(dy[i]) * s * (1.0f + xi * (1.0f - s)));
+    return dy * s * (1.0f + xi * (1.0f - s));
+  }
+};
+
+// y = f(x) (map1) and dx = f(dy, x) (map2) elementwise: an element a thread,
+// or with PACK a 16-byte pack a thread (n whole packs, the pointers aligned).
+template <bool PACK, typename T, typename F>
+__global__ void map1_kernel(T *y, const T *x, long n, F f) {
+  if constexpr (PACK) {
+    GRID_LOOP(i, n / Pack<T>::N) {
+      Pack<T> a = ((const Pack<T> *)x)[i], r;
+#pragma unroll
+      for (int k = 0; k < Pack<T>::N; k++) r.v[k] = to<T>(f(ld(a.v[k])));
+      ((Pack<T> *)y)[i] = r;
+    }
+  } else {
+    GRID_LOOP(i, n) y[i] = to<T>(f(ld(x[i])));
+  }
+}
+
+template <bool PACK, typename T, typename F>
+__global__ void map2_kernel(T *dx, const T *dy, const T *x, long n, F f) {
+  if constexpr (PACK) {
+    GRID_LOOP(i, n / Pack<T>::N) {
+      Pack<T> g = ((const Pack<T> *)dy)[i], a = ((const Pack<T> *)x)[i], r;
+#pragma unroll
+      for (int k = 0; k < Pack<T>::N; k++) r.v[k] = to<T>(f(ld(g.v[k]), ld(a.v[k])));
+      ((Pack<T> *)dx)[i] = r;
+    }
+  } else {
+    GRID_LOOP(i, n) dx[i] = to<T>(f(ld(dy[i]), ld(x[i])));
   }
 }
 
@@ -670,6 +686,123 @@ __global__ void norm_bwd_dx_kernel(T *dx, float *stats, const T *dy, const T *x,
       dxr[j] = to<T>((ld(dyr[j]) * ld(w[j]) - dm - norm * dnm) * rs);
     }
     if (threadIdx.x == 0) {
+      stats[2 * row] = mu;
+      stats[2 * row + 1] = rs;
+    }
+  }
+}
+
+// ---- norms a warp a row, for rows of at most NORM_WARP_MAX: the row read
+// once into registers (E elements a lane) and summed over the warp's
+// shuffles, no block barrier. A lane's element i is unit i / U (units k * 32 +
+// lane), element i % U of it: U = 1, or a 16-byte pack (Pack<T>) where the
+// rows are whole aligned packs (VEC).
+#define NORM_WARP_MAX 1024
+#define NORM_WARP_THREADS 128
+
+template <typename T, int E, bool VEC>
+struct WarpRow {
+  static constexpr int U = VEC ? Pack<T>::N : 1, K = E / U;
+  // the column of a lane's element i
+  __device__ static long col(int i) { return ((long)(i / U) * 32 + threadIdx.x % 32) * U + i % U; }
+  // v <- r[0 .. c), zeros past c
+  __device__ static void load(float v[E], const T *r, long c) {
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      long j = col(k * U);
+      if (VEC) {
+        Pack<T> p = {};
+        if (j < c) p = *(const Pack<T> *)(r + j);
+#pragma unroll
+        for (int e = 0; e < U; e++) v[k * U + e] = ld(p.v[e]);
+      } else {
+        v[k] = j < c ? ld(r[j]) : 0.0f;
+      }
+    }
+  }
+  // r[0 .. c) <- v
+  __device__ static void store(T *r, const float v[E], long c) {
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      long j = col(k * U);
+      if (j >= c) continue;
+      if (VEC) {
+        Pack<T> p;
+#pragma unroll
+        for (int e = 0; e < U; e++) p.v[e] = to<T>(v[k * U + e]);
+        *(Pack<T> *)(r + j) = p;
+      } else {
+        r[j] = to<T>(v[k]);
+      }
+    }
+  }
+  // row_stats of the row in v (zeros past c)
+  __device__ static void stats(const float v[E], long c, float eps, bool centered, float *mean,
+                               float *rstd) {
+    float m = 0.0f, q = 0.0f;
+    if (centered) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < E; i++) s += v[i];
+      m = warp_sum(s) / (float)c;
+    }
+#pragma unroll
+    for (int i = 0; i < E; i++) {
+      float d = col(i) < c ? v[i] - m : 0.0f;
+      q += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0f / sqrtf(warp_sum(q) / (float)c + eps);
+  }
+};
+
+// norm_fwd_kernel, a warp a row
+template <typename T, int E, bool VEC>
+__global__ void __launch_bounds__(NORM_WARP_THREADS)
+    norm_fwd_warp_kernel(T *y, const T *x, const T *w, const T *b, long n, long c, float eps,
+                         bool centered) {
+  typedef WarpRow<T, E, VEC> R;
+  float v[E], wv[E], bv[E];
+  R::load(wv, w, c);
+  if (b) R::load(bv, b, c);
+  long warps = blockDim.x / 32;
+  for (long row = blockIdx.x * warps + threadIdx.x / 32; row < n; row += gridDim.x * warps) {
+    float mean, rstd;
+    R::load(v, x + row * c, c);
+    R::stats(v, c, eps, centered, &mean, &rstd);
+#pragma unroll
+    for (int i = 0; i < E; i++) v[i] = (v[i] - mean) * rstd * wv[i] + (b ? bv[i] : 0.0f);
+    R::store(y + row * c, v, c);
+  }
+}
+
+// norm_bwd_dx_kernel, a warp a row
+template <typename T, int E, bool VEC>
+__global__ void __launch_bounds__(NORM_WARP_THREADS)
+    norm_bwd_dx_warp_kernel(T *dx, float *stats, const T *dy, const T *x, const T *w, long n,
+                            long c, float eps, bool centered) {
+  typedef WarpRow<T, E, VEC> R;
+  float xv[E], gv[E], wv[E];
+  R::load(wv, w, c);
+  long warps = blockDim.x / 32;
+  for (long row = blockIdx.x * warps + threadIdx.x / 32; row < n; row += gridDim.x * warps) {
+    float mu, rs, a1 = 0.0f, a2 = 0.0f;  // sums of dnorm, dnorm * norm
+    R::load(xv, x + row * c, c);
+    R::load(gv, dy + row * c, c);
+    R::stats(xv, c, eps, centered, &mu, &rs);
+#pragma unroll
+    for (int i = 0; i < E; i++) {  // past c dy is 0, and so is dnorm
+      xv[i] = (xv[i] - mu) * rs;   // norm
+      gv[i] *= wv[i];              // dnorm
+      a1 += gv[i];
+      a2 += gv[i] * xv[i];
+    }
+    float dm = centered ? warp_sum(a1) / (float)c : 0.0f;
+    float dnm = warp_sum(a2) / (float)c;
+#pragma unroll
+    for (int i = 0; i < E; i++) gv[i] = (gv[i] - dm - xv[i] * dnm) * rs;
+    R::store(dx + row * c, gv, c);
+    if (threadIdx.x % 32 == 0) {
       stats[2 * row] = mu;
       stats[2 * row + 1] = rs;
     }
@@ -1615,35 +1748,51 @@ static void scale(T *out, const T *x, long n, float s, float b) {
 }
 RT_CUDA_KT(scale, (T *out, const T *x, long n, float s, float b), (dev(out), dev(x), n, s, b))
 
+// map1_kernel and map2_kernel's launches: packs where n and the pointers allow
+template <typename T, typename F>
+static void map1(T *y, const T *x, long n, F f) {
+  if (n <= 0) return;
+  if (n % Pack<T>::N == 0 && aligned16(y) && aligned16(x))
+    RT_LAUNCH((map1_kernel<true, T, F>), grid_for(n / Pack<T>::N, NT), NT, 0, rt_cuda_stream, y,
+              x, n, f);
+  else
+    RT_LAUNCH((map1_kernel<false, T, F>), grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n, f);
+  LAUNCHED();
+}
+
+template <typename T, typename F>
+static void map2(T *dx, const T *dy, const T *x, long n, F f) {
+  if (n <= 0) return;
+  if (n % Pack<T>::N == 0 && aligned16(dx) && aligned16(dy) && aligned16(x))
+    RT_LAUNCH((map2_kernel<true, T, F>), grid_for(n / Pack<T>::N, NT), NT, 0, rt_cuda_stream, dx,
+              dy, x, n, f);
+  else
+    RT_LAUNCH((map2_kernel<false, T, F>), grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n,
+              f);
+  LAUNCHED();
+}
+
 template <typename T>
 static void gelu_fwd(T *y, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(gelu_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
-  LAUNCHED();
+  map1(y, x, n, GeluFwd());
 }
 RT_CUDA_KT(gelu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void gelu_bwd(T *dx, const T *dy, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(gelu_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
-  LAUNCHED();
+  map2(dx, dy, x, n, GeluBwd());
 }
 RT_CUDA_KT(gelu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
 template <typename T>
 static void relu_fwd(T *y, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(relu_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
-  LAUNCHED();
+  map1(y, x, n, ReluFwd());
 }
 RT_CUDA_KT(relu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void relu_bwd(T *dx, const T *dy, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(relu_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
-  LAUNCHED();
+  map2(dx, dy, x, n, ReluBwd());
 }
 RT_CUDA_KT(relu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
@@ -1869,10 +2018,45 @@ static void embedding_bwd(U *dw, const T *dout, const int *idx, long n, long v, 
 RT_CUDA_KTU(embedding_bwd, (U *dw, const T *dout, const int *idx, long n, long v, long c),
             (dev(dw), dev(dout), idx, n, v, c))
 
+// f(std::integral_constant<int, E>(), std::integral_constant<bool, VEC>()) for the warp-a-row
+// norm kernels' registers a lane for rows of c, packs where vec; false (f not called) when the
+// rows are too long for them
+template <typename T, typename F>
+static bool norm_warp(long c, bool vec, F f) {
+  auto go = [&](auto e) {
+    vec ? f(e, std::true_type()) : f(e, std::false_type());
+    return true;
+  };
+  if (c <= 256) return go(std::integral_constant<int, 8>());
+  if (c <= 512) return go(std::integral_constant<int, 16>());
+  if (c <= NORM_WARP_MAX) return go(std::integral_constant<int, 32>());
+  return false;
+}
+
+// whether rows of c of T at these pointers (NULL: none) are whole aligned packs
+template <typename T>
+static bool rows_of_packs(long c, const void *a, const void *b, const void *d, const void *e,
+                          const void *g) {
+  return c % Pack<T>::N == 0 && aligned16(a) && aligned16(b) && aligned16(d) && aligned16(e) &&
+         aligned16(g);
+}
+
+static unsigned grid_warp_rows(long n) {
+  return grid_for(n, NORM_WARP_THREADS / 32);
+}
+
 template <typename T>
 static void norm_fwd(T *y, const T *x, const T *w, const T *b, long n, long c, float eps,
                      bool centered) {
   if (n <= 0 || c <= 0) return;
+  if (norm_warp<T>(c, rows_of_packs<T>(c, y, x, w, b, NULL), [&](auto e, auto vec) {
+        RT_LAUNCH((norm_fwd_warp_kernel<T, decltype(e)::value, decltype(vec)::value>),
+                  grid_warp_rows(n), NORM_WARP_THREADS, 0, rt_cuda_stream, y, x, w, b, n, c, eps,
+                  centered);
+      })) {
+    LAUNCHED();
+    return;
+  }
   RT_LAUNCH(norm_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, w, b, n, c, eps,
             centered);
   LAUNCHED();
@@ -1911,8 +2095,13 @@ static void norm_bwd(T *dx, U *dw, U *db, const T *dy, const T *x, const T *w, l
   float *stats = (float *)scratch((size_t)(n > 0 ? n : 1) * 2 * sizeof(float),
                                   centered ? "layernorm_bwd" : "rmsnorm_bwd");
   if (n > 0) {
-    RT_LAUNCH(norm_bwd_dx_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, dx, stats, dy, x,
-              w, n, c, eps, centered);
+    if (!norm_warp<T>(c, rows_of_packs<T>(c, dx, dy, x, w, NULL), [&](auto e, auto vec) {
+          RT_LAUNCH((norm_bwd_dx_warp_kernel<T, decltype(e)::value, decltype(vec)::value>),
+                    grid_warp_rows(n), NORM_WARP_THREADS, 0, rt_cuda_stream, dx, stats, dy, x, w,
+                    n, c, eps, centered);
+        }))
+      RT_LAUNCH(norm_bwd_dx_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, dx, stats,
+                dy, x, w, n, c, eps, centered);
     LAUNCHED();
   }
   norm_dwdb(dw, db, (const float *)stats, dy, x, n > 0 ? n : 0, c);
@@ -2143,25 +2332,19 @@ RT_CUDA_KT(cast_i32_f32, (T *out, const int *x, long n), (dev(out), x, n))
 
 template <typename T>
 static void unary(int op, T *y, const T *x, long n, float p) {
-  if (n <= 0) return;
-  RT_LAUNCH(unary_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, op, y, x, n, p);
-  LAUNCHED();
+  map1(y, x, n, Unary{op, p});
 }
 RT_CUDA_KT(unary, (int op, T *y, const T *x, long n, float p), (op, dev(y), dev(x), n, p))
 
 template <typename T>
 static void gelu_erf_fwd(T *y, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(gelu_erf_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
-  LAUNCHED();
+  map1(y, x, n, GeluErfFwd());
 }
 RT_CUDA_KT(gelu_erf_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void gelu_erf_bwd(T *dx, const T *dy, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(gelu_erf_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
-  LAUNCHED();
+  map2(dx, dy, x, n, GeluErfBwd());
 }
 RT_CUDA_KT(gelu_erf_bwd, (T *dx, const T *dy, const T *x, long n),
            (dev(dx), dev(dy), dev(x), n))
@@ -2179,17 +2362,13 @@ RT_CUDA_KT(rope, (T *out, const T *x, long rows, long t, long hs, float theta, i
 
 template <typename T>
 static void silu_fwd(T *y, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(silu_fwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n);
-  LAUNCHED();
+  map1(y, x, n, SiluFwd());
 }
 RT_CUDA_KT(silu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void silu_bwd(T *dx, const T *dy, const T *x, long n) {
-  if (n <= 0) return;
-  RT_LAUNCH(silu_bwd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n);
-  LAUNCHED();
+  map2(dx, dy, x, n, SiluBwd());
 }
 RT_CUDA_KT(silu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
