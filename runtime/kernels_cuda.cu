@@ -877,21 +877,43 @@ __global__ void softmax_bwd_kernel(T *dx, const T *dy, const T *y, long n, long 
   }
 }
 
+// A thread's running max m and sum s of exp(x - m) (online softmax: the sum is
+// rescaled when the max moves), to which a group of values with max gm and
+// sum gs of exp(x - gm) is added.
+__device__ inline void softmax_merge(float *m, double *s, float gm, double gs) {
+  if (gm == -INFINITY) return;
+  if (gm > *m) {
+    *s = *s * (double)expf(*m - gm) + gs;  // 0 * exp(-inf) = 0 at the first group
+    *m = gm;
+  } else {
+    *s += gs * (double)expf(gm - *m);
+  }
+}
+
 // A row's max and sum of exp(x - max) over its first vocab values, in one
-// pass (online softmax: a thread's sum is rescaled when its max moves), then
-// over the block; every thread of the block gets them.
+// pass, then over the block; every thread of the block gets them. With packs
+// (the row whole aligned 16-byte packs) a thread reads a pack at a time and
+// merges its 8 (or 4) values at once.
 template <typename T>
-__device__ void row_softmax_stats(const T *xr, long vocab, float *max, double *sum) {
+__device__ void row_softmax_stats(const T *xr, long vocab, bool packs, float *max, double *sum) {
+  constexpr int N = Pack<T>::N;
   float m = -INFINITY;
   double s = 0.0;
-  for (long j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float x = ld(xr[j]);
-    if (x > m) {
-      s = s * (double)expf(m - x) + 1.0;  // 0 * exp(-inf) = 0 at the first element
-      m = x;
-    } else {
-      s += expf(x - m);
+  if (packs) {
+    for (long p = threadIdx.x; p * N < vocab; p += blockDim.x) {
+      Pack<T> a = ((const Pack<T> *)xr)[p];
+      float x[N], pm = -INFINITY, ps = 0.0f;
+#pragma unroll
+      for (int k = 0; k < N; k++) {
+        x[k] = p * N + k < vocab ? ld(a.v[k]) : -INFINITY;
+        pm = x[k] > pm ? x[k] : pm;
+      }
+#pragma unroll
+      for (int k = 0; k < N; k++) ps += x[k] == -INFINITY ? 0.0f : expf(x[k] - pm);
+      softmax_merge(&m, &s, pm, ps);
     }
+  } else {
+    for (long j = threadIdx.x; j < vocab; j += blockDim.x) softmax_merge(&m, &s, ld(xr[j]), 1.0);
   }
   float bm = block_max(m);
   *sum = block_sum(m == -INFINITY ? 0.0 : s * (double)expf(m - bm));
@@ -902,12 +924,12 @@ __device__ void row_softmax_stats(const T *xr, long vocab, float *max, double *s
 // to part[row] (one block per row; the row's first vocab of v values)
 template <typename T>
 __global__ void crossentropy_rows_kernel(double *part, const T *logits, const int *targets, long n,
-                                         long v, long vocab, long ignore) {
+                                         long v, long vocab, long ignore, bool packs) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = logits + row * v;
     float m;
     double s;
-    row_softmax_stats(xr, vocab, &m, &s);
+    row_softmax_stats(xr, vocab, packs, &m, &s);
     if (threadIdx.x == 0)
       part[row] =
           targets[row] == ignore ? 0.0 : (double)m + log(s) - (double)ld(xr[targets[row]]);
@@ -937,31 +959,40 @@ __global__ void mean_kernel(float *loss, const double *part, const int *targets,
 }
 
 // dlogits = (softmax - onehot(target)) * dloss[0] / count, zero on ignored
-// rows and the padding, one block per row. The exponentials are computed
-// again in the last pass rather than kept in dlogits, so that a bf16 dlogits
-// is rounded once.
+// rows and the padding, one block per row, a pack a thread with packs (the
+// rows of both whole aligned packs). The exponentials are computed again in
+// the last pass rather than kept in dlogits, so that a bf16 dlogits is
+// rounded once.
 template <typename T>
 __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T *logits,
                                         const int *targets, long n, long v, long vocab,
-                                        const long *count, long ignore) {
+                                        const long *count, long ignore, bool packs) {
+  constexpr int N = Pack<T>::N;
   float g = *count ? dloss[0] / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = logits + row * v;
     T *dr = dlogits + row * v;
-    if (targets[row] == ignore) {
-      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(0.0f);
-      continue;
-    }
-    float m;
-    double s;
-    row_softmax_stats(xr, vocab, &m, &s);
-    double lse = (double)m + log(s);
-    float scale = g * (float)exp((double)m - lse);
     int target = targets[row];
-    for (long j = threadIdx.x; j < v; j += blockDim.x) {
-      float d = j < vocab ? expf(ld(xr[j]) - m) * scale : 0.0f;
-      if (j == target) d -= g;
-      dr[j] = to<T>(d);
+    float m = 0.0f, scale = 0.0f;  // an ignored row: zeros
+    if (target != ignore) {
+      double s;
+      row_softmax_stats(xr, vocab, packs, &m, &s);
+      scale = g * (float)exp((double)m - ((double)m + log(s)));
+    }
+    // element j of the row's gradient, x its logit
+    auto grad = [&](long j, float x) {
+      float d = j < vocab && target != ignore ? expf(x - m) * scale : 0.0f;
+      return j == target ? d - g : d;
+    };
+    if (packs) {
+      for (long p = threadIdx.x; p < v / N; p += blockDim.x) {
+        Pack<T> a = ((const Pack<T> *)xr)[p], r;
+#pragma unroll
+        for (int k = 0; k < N; k++) r.v[k] = to<T>(grad(p * N + k, ld(a.v[k])));
+        ((Pack<T> *)dr)[p] = r;
+      }
+    } else {
+      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(grad(j, ld(xr[j])));
     }
   }
 }
@@ -2155,7 +2186,8 @@ static void crossentropy_fwd(float *loss, const T *logits, const int *targets, l
   }
   double *part = (double *)scratch((size_t)n * sizeof(double), "crossentropy_fwd");
   RT_LAUNCH(crossentropy_rows_kernel, grid_rows(n), row_threads(vocab), 0, rt_cuda_stream, part,
-            logits, targets, n, v, vocab, ignore);
+            logits, targets, n, v, vocab, ignore,
+            v % Pack<T>::N == 0 && aligned16(logits));
   LAUNCHED();
   RT_LAUNCH(mean_kernel, 1, 1024, 0, rt_cuda_stream, loss, part, targets, n, ignore);
   LAUNCHED();
@@ -2179,7 +2211,8 @@ static void crossentropy_bwd(T *dlogits, const float *dloss, const T *logits, co
   if (n <= 0) return;
   long *count = count_rows(targets, n, ignore, "crossentropy_bwd");
   RT_LAUNCH(crossentropy_bwd_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, dlogits,
-            dloss, logits, targets, n, v, vocab, count, ignore);
+            dloss, logits, targets, n, v, vocab, count, ignore,
+            v % Pack<T>::N == 0 && aligned16(logits) && aligned16(dlogits));
   LAUNCHED();
 }
 RT_CUDA_KT(crossentropy_bwd,
