@@ -999,34 +999,71 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
 
 // ---- optimizers (float32 master weights and moments; the gradient float32 or bf16)
 
+// W consecutive elements of X at p, as floats, in one load (W * sizeof(X) bytes,
+// aligned so); and back, rounded to X.
+template <int W, typename X>
+struct alignas(W * sizeof(X)) Run {
+  X v[W];
+};
+template <int W, typename X>
+__device__ inline void load_run(float *dst, const X *p) {
+  Run<W, X> r = *(const Run<W, X> *)p;
+#pragma unroll
+  for (int k = 0; k < W; k++) dst[k] = ld(r.v[k]);
+}
+template <int W, typename X>
+__device__ inline void store_run(X *p, const float *src) {
+  Run<W, X> r;
+#pragma unroll
+  for (int k = 0; k < W; k++) r.v[k] = to<X>(src[k]);
+  *(Run<W, X> *)p = r;
+}
+
+// The optimizers take W elements a thread: 4 (16 bytes of p, m and v a load)
+// where n and the pointers allow it, else 1.
+#define OPT_W 4
+
 // torch.optim.AdamW in the CPU's order of operations (rt_adamw in kernels_cpu.c); with c, the
 // updated p rounded into it (bf16 mixed precision's working copy: rt_adamw_copy)
-template <typename G>
+template <int W, typename G>
 __global__ void adamw_kernel(float *p, const G *g, float *m, float *v, long n, float beta1,
                              float beta2, float eps, float step_size, float bc2_sqrt,
                              float decay, float gscale, long decay_n, __nv_bfloat16 *c) {
-  GRID_LOOP(i, n) {
-    float gi = ld(g[i]) * gscale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    float pi = p[i] * (i < decay_n ? decay : 1.0f) - step_size * (mi / denom);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    if (c)
-      c[i] = to<__nv_bfloat16>(pi);
+  GRID_LOOP(t, n / W) {
+    long i0 = t * W;
+    float pv[W], gv[W], mv[W], vv[W];
+    load_run<W>(pv, p + i0);
+    load_run<W>(gv, g + i0);
+    load_run<W>(mv, m + i0);
+    load_run<W>(vv, v + i0);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      float gi = gv[k] * gscale;
+      mv[k] = beta1 * mv[k] + (1.0f - beta1) * gi;
+      vv[k] = beta2 * vv[k] + (1.0f - beta2) * gi * gi;
+      float denom = sqrtf(vv[k]) / bc2_sqrt + eps;
+      pv[k] = pv[k] * (i0 + k < decay_n ? decay : 1.0f) - step_size * (mv[k] / denom);
+    }
+    store_run<W>(p + i0, pv);
+    store_run<W>(m + i0, mv);
+    store_run<W>(v + i0, vv);
+    if (c) store_run<W>(c + i0, pv);
   }
 }
 
-template <typename G>
+template <int W, typename G>
 __global__ void sgd_kernel(float *p, const G *g, long n, float lr, float wd, float gscale,
                            long decay_n, __nv_bfloat16 *c) {
-  GRID_LOOP(i, n) {
-    float pi = p[i] - lr * (ld(g[i]) * gscale + (i < decay_n ? wd : 0.0f) * p[i]);
-    p[i] = pi;
-    if (c)
-      c[i] = to<__nv_bfloat16>(pi);
+  GRID_LOOP(t, n / W) {
+    long i0 = t * W;
+    float pv[W], gv[W];
+    load_run<W>(pv, p + i0);
+    load_run<W>(gv, g + i0);
+#pragma unroll
+    for (int k = 0; k < W; k++)
+      pv[k] = pv[k] - lr * (gv[k] * gscale + (i0 + k < decay_n ? wd : 0.0f) * pv[k]);
+    store_run<W>(p + i0, pv);
+    if (c) store_run<W>(c + i0, pv);
   }
 }
 
@@ -2222,6 +2259,16 @@ RT_CUDA_KT(crossentropy_bwd,
 
 // ---- optimizers
 
+// whether an update of n elements takes OPT_W a thread: n whole runs, each pointer (NULL:
+// none) aligned to a run of its type
+template <typename G>
+static bool opt_runs(long n, const float *p, const G *g, const float *m, const float *v,
+                     const __nv_bfloat16 *c) {
+  auto at = [](const void *q, size_t bytes) { return q == NULL || (uintptr_t)q % bytes == 0; };
+  return n % OPT_W == 0 && at(p, OPT_W * 4) && at(m, OPT_W * 4) && at(v, OPT_W * 4) &&
+         at(g, OPT_W * sizeof(G)) && at(c, OPT_W * sizeof(*c));
+}
+
 // the CPU's adamw_step, on the host; c: NULL, or the bf16 copy written
 template <typename G>
 static void adamw(float *p, const G *g, float *m, float *v, long n, float lr, float beta1,
@@ -2232,8 +2279,12 @@ static void adamw(float *p, const G *g, float *m, float *v, long n, float lr, fl
   double bc2 = 1.0 - pow((double)beta2, (double)t);
   float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
   float decay = 1.0f - lr * wd;
-  RT_LAUNCH(adamw_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, m, v, n, beta1, beta2, eps,
-            step_size, bc2_sqrt, decay, gscale, decay_n, c);
+  if (opt_runs(n, p, g, m, v, c))
+    RT_LAUNCH((adamw_kernel<OPT_W, G>), grid_for(n / OPT_W, NT), NT, 0, rt_cuda_stream, p, g, m, v,
+              n, beta1, beta2, eps, step_size, bc2_sqrt, decay, gscale, decay_n, c);
+  else
+    RT_LAUNCH((adamw_kernel<1, G>), grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, m, v, n, beta1,
+              beta2, eps, step_size, bc2_sqrt, decay, gscale, decay_n, c);
   LAUNCHED();
 }
 
@@ -2255,8 +2306,12 @@ template <typename G>
 static void sgd(float *p, const G *g, long n, float lr, float wd, float gscale, long decay_n,
                 __nv_bfloat16 *c) {
   if (n <= 0) return;
-  RT_LAUNCH(sgd_kernel, grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, n, lr, wd, gscale, decay_n,
-            c);
+  if (opt_runs(n, p, g, (float *)NULL, (float *)NULL, c))
+    RT_LAUNCH((sgd_kernel<OPT_W, G>), grid_for(n / OPT_W, NT), NT, 0, rt_cuda_stream, p, g, n, lr,
+              wd, gscale, decay_n, c);
+  else
+    RT_LAUNCH((sgd_kernel<1, G>), grid_for(n, NT), NT, 0, rt_cuda_stream, p, g, n, lr, wd, gscale,
+              decay_n, c);
   LAUNCHED();
 }
 

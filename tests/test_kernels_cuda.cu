@@ -1045,6 +1045,23 @@ static void test_optimizers(void) {
       check(fmt("adamw_copy cpu c = p rounded n=%ld t=%d", n, t), rounded(q), dev(cq), EXACT);
       check(fmt("adamw_copy gpu c = p rounded n=%ld t=%d", n, t), rounded(host(dq, (size_t)n)), dc,
             EXACT);
+      // ... and with the gradients in bf16 (--grad-precision bf16)
+      Buf<rt_bf16> gb = rounded(g);
+      rt_bf16 *dgb = dev(gb);
+      Vec pb = rand_vec(n), mb = rand_vec(n, -0.1f, 0.1f), vb = rand_vec(n, 0, 0.01f);
+      float *dpb = dev(pb), *dmb = dev(mb), *dvb = dev(vb);
+      CPU(rt_adamw_copy_bf16)(pb.data(), gb.data(), mb.data(), vb.data(), n, 1e-3f, 0.9f, 0.999f,
+                              1e-8f, 0.1f, t, gscale, decay_n, cq.data());
+      rt_adamw_copy_bf16(dpb, dgb, dmb, dvb, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, gscale,
+                         decay_n, dc);
+      check(fmt("adamw_copy bf16 grads p n=%ld t=%d", n, t), pb, dpb, ELEM);
+      check(fmt("adamw_copy bf16 grads v n=%ld t=%d", n, t), vb, dvb, ELEM);
+      check(fmt("adamw_copy bf16 grads c n=%ld t=%d", n, t), cq, dc, BF16);
+      Vec sb = rand_vec(n);
+      float *dsb = dev(sb);
+      CPU(rt_sgd_bf16)(sb.data(), gb.data(), n, 0.05f, 0.01f, gscale, decay_n);
+      rt_sgd_bf16(dsb, dgb, n, 0.05f, 0.01f, gscale, decay_n);
+      check(fmt("sgd bf16 grads n=%ld t=%d", n, t), sb, dsb, ELEM);
       Vec r = rand_vec(n), r0 = r;
       float *dr = dev(r);
       CPU(rt_sgd_copy)(r.data(), g.data(), n, 0.05f, 0.01f, gscale, decay_n, cq.data());
