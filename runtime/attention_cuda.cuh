@@ -396,7 +396,8 @@ __device__ void fa_store(bf16 *dst, const float acc[HS / 8][4], const float *div
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       long r = r0 + FA_ROW(e), d = FA_COL(c, e);
-      if (r < n && d < hs) dst[r * hs + d] = __float2bfloat16_rn(div ? acc[c][e] / div[e / 2] : acc[c][e]);
+      if (r < n && d < hs)
+        dst[r * hs + d] = __float2bfloat16_rn(div ? acc[c][e] / div[e / 2] : acc[c][e]);
     }
 }
 

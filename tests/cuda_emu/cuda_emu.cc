@@ -187,7 +187,8 @@ static void mma_warp(int lo) {
     const MmaArgs *m = (const MmaArgs *)threads[lo + l].val;
     int g = l / 4, q = l % 4;
     for (int h = 0; h < 2; h++) {
-      for (int r = 0; r < 4; r++) A[g + 8 * (r % 2)][2 * q + h + 8 * (r / 2)] = bf16_half(m->a[r], h);
+      for (int r = 0; r < 4; r++)
+        A[g + 8 * (r % 2)][2 * q + h + 8 * (r / 2)] = bf16_half(m->a[r], h);
       for (int r = 0; r < 2; r++) B[2 * q + h + 8 * r][g] = bf16_half(m->b[r], h);
     }
   }
