@@ -1719,7 +1719,9 @@ int cg_emit_c(IrGraph *g, const CgOptions *opt, IrDiag *d) {
   static const char *const runtime_files[] = {
       "kernels.h", "kernels.def", "kernels_kinds.h", "dtypes.def", "bf16.h", "cpu_variants.h", "cpu_variant.h",
       "kernels_cpu_t.h", "dist_cpu_t.h", "kernels_cpu.c", "adamw_cpu.h", "exp_cpu.h", "scan_cpu.h", "coalesce.h", "copy_slots.h", "pool.h", "host.c", "dist_cpu.c",
-      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "attention_cuda.cuh", "mma_cuda.cuh", "cuda_common.h",
+      "device.h", "device_cpu.c", "device_cuda.cu", "kernels_cuda.cu", "move_cuda.cuh", "elementwise_cuda.cuh",
+      "matmul_cuda.cuh", "nn_cuda.cuh", "attention_cuda.cuh", "mma_cuda.cuh", "optim_cuda.cuh",
+      "onnx_cuda.cuh", "dist_cuda.cuh", "cuda_common.h",
       "comm_nccl.h", "comm_nccl.c", "model_api.h", "rng.h", "safetensors.c", "safetensors.h",
       "shard.h", "parts.h", "schedule.h", "schedule.c", "profile.h", "profile.c", "log.h", "log.c", "tokenizer.h", "tokenizer.c", "data.h", "data.c", "checkpoint.h", "checkpoint.c", "train.c", "comm.h", "comm_single.c", "comm_mpi.c", "dist.h", "dist.c", "runtime.mk", NULL};
   for (int i = 0; !opt->model && runtime_files[i]; i++) {

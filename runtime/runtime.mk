@@ -19,4 +19,6 @@ RT_HDR = runtime/kernels.h runtime/kernels.def runtime/kernels_kinds.h runtime/d
   runtime/profile.h runtime/shard.h runtime/parts.h runtime/tokenizer.h runtime/data.h \
   runtime/checkpoint.h runtime/comm.h \
   runtime/dist.h runtime/device.h runtime/comm_nccl.h
-RT_CUDA_HDR = runtime/cuda_common.h runtime/attention_cuda.cuh runtime/mma_cuda.cuh
+RT_CUDA_HDR = runtime/cuda_common.h runtime/mma_cuda.cuh runtime/move_cuda.cuh \
+  runtime/elementwise_cuda.cuh runtime/matmul_cuda.cuh runtime/nn_cuda.cuh \
+  runtime/attention_cuda.cuh runtime/optim_cuda.cuh runtime/onnx_cuda.cuh runtime/dist_cuda.cuh
