@@ -85,7 +85,7 @@ struct Dims {
   long shape[RT_MAXRANK], s0[RT_MAXRANK], s1[RT_MAXRANK];
 };
 
-// ---- kernels ----
+// ---- what every kernel shares
 
 // Loading and storing an element: ld widens it to float (exact for bf16),
 // to<T> rounds a float to T (bf16: to nearest, ties to even, as the CPU's
@@ -259,7 +259,7 @@ __global__ void rows_copy_kernel(U *out, const U *x, long outer, long len, long 
   }
 }
 
-// ---- launchers ----
+// ---- what every launcher shares
 
 #define LAUNCHED() cudaCheck(cudaGetLastError())
 
