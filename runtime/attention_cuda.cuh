@@ -293,32 +293,44 @@ struct fa_carve {
 
 // The shared memory of the three kernels: bf16 tiles of 64 rows of HS, LD
 // elements a row (16 bytes past HS, so that ldmatrix's eight rows fall in
-// different banks).
+// different banks). The tiles a block walks are two of each: the next one
+// fills (cp.async) while the warps use this one.
 template <int HS>
 struct fa_tiles {
   static constexpr int LD = HS + 8;
   enum Kind { FWD, DQ, DKDV };
-  bf16 *a, *b, *k, *v;  // fwd, dq: the block's q (and dout), a tile of keys and values;
-                        // dkdv: a tile of q and dout, the block's keys and values
-  float *m, *d;         // dkdv: the query tile's lse (log2 units) and D
-  int *none;            // dkdv: the query tile's rows that keep no key
+  bf16 *a, *b;          // the block's own rows: fwd, dq: q (and dout); dkdv: keys and values
+  bf16 *c[2], *d[2];    // the walked tiles: fwd, dq: keys and values; dkdv: q and dout
+  float *m[2], *D[2];   // dkdv: the query tile's lse (log2 units) and D
+  int *none[2];         // dkdv: the query tile's rows that keep no key
   size_t bytes;
+  // buffer `at` (0 or 1) of each: a select, not an index (which would put the pointers in local
+  // memory)
+  __device__ bf16 *cb(long at) const { return at ? c[1] : c[0]; }
+  __device__ bf16 *db(long at) const { return at ? d[1] : d[0]; }
+  __device__ float *mb(long at) const { return at ? m[1] : m[0]; }
+  __device__ float *Db(long at) const { return at ? D[1] : D[0]; }
+  __device__ int *noneb(long at) const { return at ? none[1] : none[0]; }
   __host__ __device__ fa_tiles(char *base, Kind kind) {
     fa_carve t = {base, 0};
     bool dkdv = kind == DKDV;
     a = t.take<bf16>(FA_ROWS * LD);
     b = kind != FWD ? t.take<bf16>(FA_ROWS * LD) : NULL;
-    k = t.take<bf16>(FA_COLS * LD);
-    v = t.take<bf16>(FA_COLS * LD);
-    m = dkdv ? t.take<float>(FA_COLS) : NULL;
-    d = dkdv ? t.take<float>(FA_COLS) : NULL;
-    none = dkdv ? t.take<int>(FA_COLS) : NULL;
+    for (int s = 0; s < 2; s++) {
+      c[s] = t.take<bf16>(FA_COLS * LD);
+      d[s] = t.take<bf16>(FA_COLS * LD);
+      m[s] = dkdv ? t.take<float>(FA_COLS) : NULL;
+      D[s] = dkdv ? t.take<float>(FA_COLS) : NULL;
+      none[s] = dkdv ? t.take<int>(FA_COLS) : NULL;
+    }
     bytes = t.off;
   }
 };
 
 // dst[r][d] (ld HS + 8) <- rows [r0, r0 + 64) of src (n rows of hs), zeros
-// past n and hs; 16 bytes a thread when vec (hs % 8 == 0, src 16-byte aligned)
+// past n and hs. With vec (hs % 8 == 0, src 16-byte aligned) 16 bytes a
+// thread by cp.async, landed once the caller's cp_async_wait says so; else
+// stored at once.
 template <int HS>
 __device__ void fa_load(bf16 *dst, const bf16 *src, long r0, long n, long hs, bool vec) {
   constexpr int LD = HS + 8;
@@ -326,9 +338,8 @@ __device__ void fa_load(bf16 *dst, const bf16 *src, long r0, long n, long hs, bo
     constexpr int per = HS / 8;
     for (int e = threadIdx.x; e < 64 * per; e += blockDim.x) {
       int r = e / per, c = e % per * 8;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (r0 + r < n && c < hs) x = *(const uint4 *)(src + (r0 + r) * hs + c);
-      *(uint4 *)(dst + r * LD + c) = x;
+      bool in = r0 + r < n && c < hs;
+      cp_async16(dst + r * LD + c, in ? src + (r0 + r) * hs + c : src, in);
     }
   } else {
     for (int e = threadIdx.x; e < 64 * HS; e += blockDim.x) {
@@ -458,13 +469,20 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();  // the previous block's rows are read
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
     long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
-    for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
-      __syncthreads();  // the previous tile is read
-      fa_load<HS>(t.k, kh, j0, tk, hs, vec);
-      fa_load<HS>(t.v, vh, j0, tk, hs, vec);
+    fa_load<HS>(t.cb(0), kh, 0, tk, hs, vec);
+    fa_load<HS>(t.db(0), vh, 0, tk, hs, vec);
+    cp_async_commit();
+    for (long j0 = 0, at = 0; j0 < jend; j0 += FA_COLS, at ^= 1) {
+      if (j0 + FA_COLS < jend) {  // the next tile fills while this one is used
+        fa_load<HS>(t.cb(at ^ 1), kh, j0 + FA_COLS, tk, hs, vec);
+        fa_load<HS>(t.db(at ^ 1), vh, j0 + FA_COLS, tk, hs, vec);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile (and q) landed
       __syncthreads();
+      const bf16 *kt = t.cb(at), *vt = t.db(at);
       float s[FA_COLS / 8][4], mx[2] = {m[0], m[1]}, corr[2];
-      fa_abt<HS>(s, t.a, t.k, r0);
+      fa_abt<HS>(s, t.a, kt, r0);
 #pragma unroll
       for (int c = 0; c < FA_COLS / 8; c++)
 #pragma unroll
@@ -493,7 +511,8 @@ __global__ void __launch_bounds__(FA_THREADS)
           l[e / 2] += p;
           s[c][e] = p;
         }
-      fa_pb<HS>(o, s, t.v);
+      fa_pb<HS>(o, s, vt);
+      __syncthreads();  // every warp has read the tile before it is filled again
     }
     for (int r = 0; r < 2; r++) l[r] = fa_row_sum(l[r]);
     fa_store<HS>(out + (h * tq + q0) * hs, o, l, r0, tq - q0, hs);
@@ -529,6 +548,10 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();
     fa_load<HS>(t.a, q + h * tq * hs, q0, tq, hs, vec);
     fa_load<HS>(t.b, dout + h * tq * hs, q0, tq, hs, vec);
+    fa_load<HS>(t.cb(0), kh, 0, tk, hs, vec);
+    fa_load<HS>(t.db(0), vh, 0, tk, hs, vec);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     // a lane's two rows: lse (log2 units) and D = dout . out (a quarter of the row a lane)
     float m[2], D[2], acc[HS / 8][4] = {};
@@ -547,14 +570,18 @@ __global__ void __launch_bounds__(FA_THREADS)
       none[r] = fa_none(keeph, first, i[r], tk, causal);
     }
     long jend = causal && q0 + FA_ROWS < tk ? q0 + FA_ROWS : tk;
-    for (long j0 = 0; j0 < jend; j0 += FA_COLS) {
+    for (long j0 = 0, at = 0; j0 < jend; j0 += FA_COLS, at ^= 1) {
+      if (j0 + FA_COLS < jend) {  // the next tile fills while this one is used
+        fa_load<HS>(t.cb(at ^ 1), kh, j0 + FA_COLS, tk, hs, vec);
+        fa_load<HS>(t.db(at ^ 1), vh, j0 + FA_COLS, tk, hs, vec);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
       __syncthreads();
-      fa_load<HS>(t.k, kh, j0, tk, hs, vec);
-      fa_load<HS>(t.v, vh, j0, tk, hs, vec);
-      __syncthreads();
+      const bf16 *kt = t.cb(at), *vt = t.db(at);
       float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
-      fa_abt<HS>(s, t.a, t.k, r0);
-      fa_abt<HS>(dp, t.b, t.v, r0);
+      fa_abt<HS>(s, t.a, kt, r0);
+      fa_abt<HS>(dp, t.b, vt, r0);
 #pragma unroll
       for (int c = 0; c < FA_COLS / 8; c++)
 #pragma unroll
@@ -564,7 +591,8 @@ __global__ void __launch_bounds__(FA_THREADS)
           float p = x == -INFINITY ? 0.0f : exp2f(x - m[e / 2]);
           s[c][e] = scale * p * (dp[c][e] - D[e / 2]);  // ds
         }
-      fa_pb<HS>(acc, s, t.k);
+      fa_pb<HS>(acc, s, kt);
+      __syncthreads();  // every warp has read the tile before it is filled again
     }
     fa_store<HS>(dq + (h * tq + q0) * hs, acc, NULL, r0, tq - q0, hs);
     for (int r = 0; r < 2; r++)
@@ -599,24 +627,35 @@ __global__ void __launch_bounds__(FA_THREADS)
     long j[2] = {j0 + r0 + FA_ROW(0), j0 + r0 + FA_ROW(2)};  // a lane's two keys
     float gk[HS / 8][4] = {}, gv[HS / 8][4] = {};
     __syncthreads();
-    fa_load<HS>(t.k, k + h * tk * hs, j0, tk, hs, vec);
-    fa_load<HS>(t.v, v + h * tk * hs, j0, tk, hs, vec);
-    for (long i0 = causal ? j0 : 0; i0 < tq; i0 += FA_COLS) {
-      __syncthreads();  // the previous query tile is read
-      fa_load<HS>(t.a, qh, i0, tq, hs, vec);
-      fa_load<HS>(t.b, doh, i0, tq, hs, vec);
+    fa_load<HS>(t.a, k + h * tk * hs, j0, tk, hs, vec);
+    fa_load<HS>(t.b, v + h * tk * hs, j0, tk, hs, vec);
+    // the query tile i0 into buffer `at`: q, dout (cp.async), their rows' stats
+    auto load_queries = [&](long i0, int at) {
+      fa_load<HS>(t.cb(at), qh, i0, tq, hs, vec);
+      fa_load<HS>(t.db(at), doh, i0, tq, hs, vec);
       for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
         long i = i0 + c;
         bool in = i < tq;
-        t.m[c] = in ? lh[i] * FA_LOG2E : 0.0f;
-        t.d[c] = in ? dh[i] : 0.0f;
-        t.none[c] = in && fa_none(keeph, first, i, tk, causal);
+        t.mb(at)[c] = in ? lh[i] * FA_LOG2E : 0.0f;
+        t.Db(at)[c] = in ? dh[i] : 0.0f;
+        t.noneb(at)[c] = in && fa_none(keeph, first, i, tk, causal);
       }
+    };
+    long istart = causal ? j0 : 0;
+    if (istart < tq) load_queries(istart, 0);
+    cp_async_commit();
+    for (long i0 = istart, at = 0; i0 < tq; i0 += FA_COLS, at ^= 1) {
+      if (i0 + FA_COLS < tq) load_queries(i0 + FA_COLS, at ^ 1);  // fills while this is used
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile (and the block's keys and values) landed
       __syncthreads();
+      const bf16 *qt = t.cb(at), *dot = t.db(at);
+      const float *mt = t.mb(at), *Dt = t.Db(at);
+      const int *nonet = t.noneb(at);
       // s^T = k q^T and dp^T = v dout^T, the warp's 16 keys against the tile's queries
       float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
-      fa_abt<HS>(s, t.k, t.a, r0);
-      fa_abt<HS>(dp, t.v, t.b, r0);
+      fa_abt<HS>(s, t.a, qt, r0);
+      fa_abt<HS>(dp, t.b, dot, r0);
 #pragma unroll
       for (int c = 0; c < FA_COLS / 8; c++)
 #pragma unroll
@@ -624,15 +663,17 @@ __global__ void __launch_bounds__(FA_THREADS)
           int col = FA_COL(c, e);
           long i = i0 + col;
           float x = i < tq ? fa_score(scale2 * s[c][e], i, j[e / 2], tk, causal, keeph,
-                                      t.none[col])
+                                      nonet[col])
                            : -INFINITY;
-          float p = x == -INFINITY ? 0.0f : exp2f(x - t.m[col]);
-          s[c][e] = p;                                   // p^T
-          dp[c][e] = scale * p * (dp[c][e] - t.d[col]);  // ds^T
+          float p = x == -INFINITY ? 0.0f : exp2f(x - mt[col]);
+          s[c][e] = p;                                 // p^T
+          dp[c][e] = scale * p * (dp[c][e] - Dt[col]);  // ds^T
         }
-      fa_pb<HS>(gv, s, t.b);
-      fa_pb<HS>(gk, dp, t.a);
+      fa_pb<HS>(gv, s, dot);
+      fa_pb<HS>(gk, dp, qt);
+      __syncthreads();  // every warp has read the tile before it is filled again
     }
+    cp_async_wait<0>();  // nothing in flight (a block with no query tile)
     fa_store<HS>(dk + (h * tk + j0) * hs, gk, NULL, r0, tk - j0, hs);
     fa_store<HS>(dv + (h * tk + j0) * hs, gv, NULL, r0, tk - j0, hs);
   }

@@ -1,7 +1,8 @@
 // The tensor cores' warp-wide instructions (PTX) that the bf16 attention
 // kernels (attention_cuda.cuh) are written in: mma.sync m16n8k16 (bf16
 // operands, float sums) and ldmatrix, each the whole warp's (every lane
-// takes part, at the same instruction). Sizes and lanes as the PTX ISA's
+// takes part, at the same instruction); and cp.async, the copies that fill
+// their tiles in shared memory while they compute. Sizes and lanes as the PTX ISA's
 // "Matrix Fragments for mma.m16n8k16" and ldmatrix lay them out; the CUDA
 // emulation (tests/cuda_emu/cuda_emu.h, included first) runs them lane by
 // lane with the same layout. Lane l = 4 g + q (g = l / 4, q = l % 4); a
@@ -14,7 +15,7 @@
 
 #include <cuda_bf16.h>
 
-// bf16 mma.sync and ldmatrix: sm_80 and later (the callers check FA_ARCH_OK)
+// bf16 mma.sync, ldmatrix and cp.async: sm_80 and later (the callers check FA_ARCH_OK)
 #if !defined(MTC_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define RT_MMA_PTX 1
 #endif
@@ -69,6 +70,40 @@ __device__ inline void ldsm_x4(uint32_t r[4], const __nv_bfloat16 *p, bool trans
 #elif defined(__CUDA_ARCH__)
   (void)r, (void)p, (void)trans;
   __trap();
+#endif
+}
+
+// Asynchronous copies into shared memory (cp.async, sm_80): 16 bytes from
+// src to dst (both 16-byte aligned), or 16 zeros when !full (src is not read,
+// but must be a valid address); issued in groups (cp_async_commit) and waited
+// for with cp_async_wait<N>(), which returns when at most the N groups the
+// thread committed last are in flight. A thread's wait covers its own copies
+// only: a __syncthreads after it shows every thread's to the block.
+__device__ inline void cp_async16(void *dst, const void *src, bool full) {
+#if defined(MTC_CUDA_EMU)
+  emu::cp_async(dst, src, full ? 16 : 0);
+#elif defined(RT_MMA_PTX)
+  unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+               "r"(full ? 16 : 0));
+#elif defined(__CUDA_ARCH__)
+  (void)dst, (void)src, (void)full;
+  __trap();
+#endif
+}
+__device__ inline void cp_async_commit(void) {
+#if defined(MTC_CUDA_EMU)
+  emu::cp_async_commit();
+#elif defined(RT_MMA_PTX)
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ inline void cp_async_wait(void) {
+#if defined(MTC_CUDA_EMU)
+  emu::cp_async_wait(N);
+#elif defined(RT_MMA_PTX)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
 

@@ -887,11 +887,12 @@ static void test_attention(void) {
       // the emulation: fewer query rows; two tiles of keys (ATT_TILE = 256),
       // and of queries for dk, dv, in the plain mode and the padded, biased
       // one, in float32 (the bf16 kernels are the same templates); bf16's
-      // tensor-core kernels (64 x 64 tiles) over two or three tiles, each
-      // padded head size (24 -> 32, 64, 128)
+      // tensor-core kernels (64 x 64 tiles) over two to four tiles, each
+      // padded head size (24 -> 32, 64, 128); four whole blocks of four tiles,
+      // so that every order of threads meets a tile filled while another is read
       {1, 1, 1, 1},       {2, 7, 7, 16},      {1, 5, 5, 300},    {2, 7, 19, 16},
       {2, 3, 300, 80, 0}, {2, 3, 300, 80, 6}, {1, 260, 3, 16, 6}, {2, 70, 70, 24, -1, 1},
-      {1, 66, 130, 64, -1, 1}, {1, 80, 80, 128, -1, 1}};
+      {1, 66, 130, 64, -1, 1}, {1, 80, 80, 128, -1, 1}, {1, 256, 256, 64, -1, 1}};
 #endif
   for (const Case &c : cases)
     for (int mode = 0; mode < 8; mode++) {

@@ -34,6 +34,15 @@ enum State {
 };
 
 // A thread of the running block: a fiber, and where it waits.
+// A cp.async in flight: its group is the number of commits before it.
+struct Copy {
+  void *dst;
+  const void *src;
+  int bytes;
+  long group;
+  bool made;  // landed already (the orders that make copies at once), not yet waited for
+};
+
 struct Thread {
   ucontext_t ctx;
   char *stack;
@@ -46,6 +55,9 @@ struct Thread {
   int arg, width;
   uint64_t val, res;  // its value for the warp op, and what it reads
   void *fake_stack;   // ASan's, while it waits
+  Copy copies[64];    // its cp.async copies in flight, and how many
+  int ncopies;
+  long commits;       // its cp.async.commit_groups so far
 };
 
 static const char *const op_names[] = {"__shfl_sync",     "__shfl_up_sync", "__shfl_down_sync",
@@ -328,6 +340,50 @@ static void leave(State s) {
   switch_to(cur, next_ready());
 }
 
+// cp.async: copy c lands.
+static void make_copy(Copy *c) {
+  if (!c->made) {
+    if (c->bytes)
+      memcpy(c->dst, c->src, 16);
+    else
+      memset(c->dst, 0, 16);
+  }
+  c->made = true;
+}
+
+// cp.async.wait_group: the copies of thread t in the groups before `upto` land and are done.
+static void land_copies(Thread *t, long upto) {
+  int keep = 0;
+  for (int i = 0; i < t->ncopies; i++) {
+    Copy c = t->copies[i];
+    if (c.group < upto)
+      make_copy(&c);
+    else
+      t->copies[keep++] = c;
+  }
+  t->ncopies = keep;
+}
+
+void cp_async(void *dst, const void *src, int bytes, const char *file, int line) {
+  Thread *t = cur;
+  if ((uintptr_t)dst % 16 || (char *)dst < smem || (char *)dst + 16 > smem + smem_bytes ||
+      (bytes && (uintptr_t)src % 16) || (bytes != 0 && bytes != 16))
+    fail("thread (%u,%u,%u): cp.async at %s:%d of %d bytes to %p from %p: not 16 aligned bytes "
+         "into the dynamic shared memory", t->idx.x, t->idx.y, t->idx.z, file, line, bytes, dst,
+         src);
+  if (t->ncopies == (int)(sizeof t->copies / sizeof t->copies[0]))
+    fail("thread (%u,%u,%u): more than %d cp.async copies in flight", t->idx.x, t->idx.y,
+         t->idx.z, t->ncopies);
+  Copy *c = &t->copies[t->ncopies++];
+  *c = Copy{dst, src, bytes, t->commits, false};
+  if (order % 2 == 0)  // in half the orders a copy lands at once: an overwrite of a tile that
+    make_copy(c);      // others still read shows; in the others at the wait
+}
+
+void cp_async_commit(void) { cur->commits++; }
+
+void cp_async_wait(int groups) { land_copies(cur, cur->commits - groups); }
+
 static void thread_main(void) {
 #ifdef EMU_ASAN
   // the first switch of all comes from the scheduler: its stack
@@ -337,6 +393,9 @@ static void thread_main(void) {
   if (!sched_stack) sched_stack = from, sched_stack_bytes = from_bytes;
 #endif
   thread_fn(thread_arg);
+  if (cur->ncopies)
+    fail("thread (%u,%u,%u) exited with %d cp.async copies it did not wait for", cur->idx.x,
+         cur->idx.y, cur->idx.z, cur->ncopies);
   leave(DONE);
 }
 
@@ -393,6 +452,8 @@ static void run_block(void) {
     Thread &t = threads[i];
     t.idx = make_uint3((unsigned)(i % bx), (unsigned)(i / bx % by), (unsigned)(i / (bx * by)));
     t.state = RUN;
+    t.ncopies = 0;
+    t.commits = 0;
     t.ctx = proto;
     t.ctx.uc_stack.ss_sp = t.stack;
     t.ctx.uc_stack.ss_size = STACK_BYTES;

@@ -29,6 +29,12 @@
 //     lane's registers (or row addresses) at once and give each lane its
 //     share as the PTX ISA lays them out; ldmatrix reads the dynamic shared
 //     memory only, from 16-byte aligned rows.
+//   - cp.async's copies (runtime/mma_cuda.cuh) are a thread's own queue: in
+//     two of the four orders a copy is made as soon as it is issued (so that
+//     the overwrite of a tile others still read shows), in the other two only
+//     when the thread's cp.async.wait_group lets its group land (the
+//     destination keeps what it had until then, so that a read before the
+//     wait shows); a thread that exits with copies in flight is reported.
 //   - __shared__ arrays are function-local statics (one block runs at a time);
 //     the dynamic shared memory (RT_DYNAMIC_SHARED) is a buffer of the
 //     launch's smem bytes, filled with 0xff bytes (NaN as floats) before each
@@ -181,6 +187,11 @@ void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], EMU_AT);
 // r <- four 8 x 8 matrices, lane l's p the address of row l % 8 of matrix l / 8:
 // 16-byte aligned, in the dynamic shared memory (the kernels keep their tiles there)
 void ldmatrix_x4(uint32_t r[4], const void *p, bool trans, EMU_AT);
+// cp.async (mma_cuda.cuh): the running thread's copy of `bytes` (16, or 0: zeros) from src to
+// dst, 16 bytes at dst, made at once or when a cp_async_wait lets it land (above)
+void cp_async(void *dst, const void *src, int bytes, EMU_AT);
+void cp_async_commit(void);
+void cp_async_wait(int groups);
 }  // namespace emu
 
 // One OS thread runs every thread: an atomic is a plain read-modify-write.

@@ -175,6 +175,12 @@ __global__ void ldmatrix_outside_shared(float *out) {
   ldsm_x4(r, (const __nv_bfloat16 *)out + threadIdx.x % 8 * 8, false);  // device memory
 }
 
+__global__ void copies_not_waited(float *out) {
+  RT_DYNAMIC_SHARED(float, smem);
+  cp_async16(smem + 4 * threadIdx.x, out, true);  // 16 bytes of out, never waited for
+  cp_async_commit();
+}
+
 // Runs `launch` in a child, which must fail with `expect` (and `expect2`) in
 // what it prints.
 static void expect_abort(const char *what, void (*launch)(float *), const char *expect,
@@ -238,6 +244,10 @@ static void check_reports(void) {
       [](float *out) { RT_LAUNCH(ldmatrix_outside_shared, 1, 32, 256, 0, out); },
       "waits at ldmatrix(mask 0xffffffff) at mma_cuda.cuh:",
       "is not 16-byte aligned dynamic shared memory");
+  expect_abort(
+      "a thread exits with cp.async copies in flight",
+      [](float *out) { RT_LAUNCH(copies_not_waited, 1, 4, 64, 0, out); },
+      "exited with 1 cp.async copies it did not wait for");
   expect_abort(
       "a kernel writes past its shared memory",
       [](float *out) { RT_LAUNCH(past_shared, 1, 64, 128, 0, out); },
