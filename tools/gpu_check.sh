@@ -159,7 +159,9 @@ prepare_case() {  # prepare_case DIR NAME MODEL FIXTURE
   echo "$name|$model|$fix" >> "$dir/cases.txt"
 }
 
-# The benchmark programs: GPT-2 at T=1024, weights drawn by the program.
+# The benchmark programs: GPT-2 at T=1024, weights drawn by the program,
+# compiled as a user compiles for one GPU (--gpus 1: the planner's plan,
+# lowered with a block's parameters in one bucket and one update a bucket).
 # name|size|B|precision: 124M at B=8 in bf16 and fp32, then bf16 at larger
 # micro-batches and 350M (bench/gpu_gpt2.py's sizes)
 BENCH_RUNS=${GPU_CHECK_BENCH_RUNS:-"gpt2_124M_bf16|124M|8|bf16 gpt2_124M_fp32|124M|8|fp32
@@ -178,7 +180,8 @@ prepare_bench() {  # prepare_bench DIR
     dst=$dir/bench/$name
     # shellcheck disable=SC2046
     "$dir/bin/mtc" compile "$root/examples/gpt2.mtc" $(bench_dims "$size" "$b") -o "$dst" \
-      --precision "$p" --lr 1e-4 --beta2 0.95 > "$dst.compile.log" || die "mtc compile (bench) failed"
+      --precision "$p" --gpus 1 --lr 1e-4 --beta2 0.95 > "$dst.compile.log" ||
+      die "mtc compile (bench) failed"
     build_gpu "$dst"
     cp "$dst/build/gpu/train" "$dst/train"
     rm -rf "$dst/weights.bin" "$dst/build"
