@@ -51,7 +51,7 @@ __global__ void scale_kernel(T *out, const T *x, long n, float s, float b) {
 #define GELU_TAIL 20.0f
 
 // The activations, each a function of one element (forward: f(x); backward:
-// f(dy, x)) that map1_kernel and map2_kernel run over a tensor.
+// f(dy, x)) that map_kernel runs over a tensor.
 
 // the CPU's form: 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), u clamped at +-20
 struct GeluFwd {
@@ -135,33 +135,29 @@ struct SiluBwd {
   }
 };
 
-// y = f(x) (map1) and dx = f(dy, x) (map2) elementwise: an element a thread,
-// or with PACK a 16-byte pack a thread (n whole packs, the pointers aligned).
-template <bool PACK, typename T, typename F>
-__global__ void map1_kernel(T *y, const T *x, long n, F f) {
+// y = f(x...) elementwise over one or two inputs x (an activation's x, or its
+// backward's dy and x): an element a thread, or with PACK a 16-byte pack a
+// thread (n whole packs, the pointers aligned).
+template <typename F, typename T, int M>
+__device__ inline float map_at(F f, const Pack<T> (&in)[M], int k) {
+  if constexpr (M == 1)
+    return f(ld(in[0].v[k]));
+  else
+    return f(ld(in[0].v[k]), ld(in[1].v[k]));
+}
+
+template <bool PACK, typename T, typename F, typename... X>
+__global__ void map_kernel(T *y, long n, F f, const X *...x) {
   if constexpr (PACK) {
     GRID_LOOP(i, n / Pack<T>::N) {
-      Pack<T> a = ((const Pack<T> *)x)[i], r;
+      const Pack<T> in[] = {((const Pack<T> *)x)[i]...};
+      Pack<T> r;
 #pragma unroll
-      for (int k = 0; k < Pack<T>::N; k++) r.v[k] = to<T>(f(ld(a.v[k])));
+      for (int k = 0; k < Pack<T>::N; k++) r.v[k] = to<T>(map_at(f, in, k));
       ((Pack<T> *)y)[i] = r;
     }
   } else {
-    GRID_LOOP(i, n) y[i] = to<T>(f(ld(x[i])));
-  }
-}
-
-template <bool PACK, typename T, typename F>
-__global__ void map2_kernel(T *dx, const T *dy, const T *x, long n, F f) {
-  if constexpr (PACK) {
-    GRID_LOOP(i, n / Pack<T>::N) {
-      Pack<T> g = ((const Pack<T> *)dy)[i], a = ((const Pack<T> *)x)[i], r;
-#pragma unroll
-      for (int k = 0; k < Pack<T>::N; k++) r.v[k] = to<T>(f(ld(g.v[k]), ld(a.v[k])));
-      ((Pack<T> *)dx)[i] = r;
-    }
-  } else {
-    GRID_LOOP(i, n) dx[i] = to<T>(f(ld(dy[i]), ld(x[i])));
+    GRID_LOOP(i, n) y[i] = to<T>(f(ld(x[i])...));
   }
 }
 
@@ -213,50 +209,39 @@ static void scale(T *out, const T *x, long n, float s, float b) {
 }
 RT_CUDA_KT(scale, (T *out, const T *x, long n, float s, float b), (dev(out), dev(x), n, s, b))
 
-// map1_kernel and map2_kernel's launches: packs where n and the pointers allow
-template <typename T, typename F>
-static void map1(T *y, const T *x, long n, F f) {
+// map_kernel's launch: packs where n and the pointers allow
+template <typename T, typename F, typename... X>
+static void map(T *y, long n, F f, const X *...x) {
   if (n <= 0) return;
-  if (n % Pack<T>::N == 0 && aligned16(y) && aligned16(x))
-    RT_LAUNCH((map1_kernel<true, T, F>), grid_for(n / Pack<T>::N, NT), NT, 0, rt_cuda_stream, y,
-              x, n, f);
+  if (n % Pack<T>::N == 0 && aligned16(y) && (aligned16(x) && ...))
+    RT_LAUNCH((map_kernel<true, T, F, X...>), grid_for(n / Pack<T>::N, NT), NT, 0,
+              rt_cuda_stream, y, n, f, x...);
   else
-    RT_LAUNCH((map1_kernel<false, T, F>), grid_for(n, NT), NT, 0, rt_cuda_stream, y, x, n, f);
-  LAUNCHED();
-}
-
-template <typename T, typename F>
-static void map2(T *dx, const T *dy, const T *x, long n, F f) {
-  if (n <= 0) return;
-  if (n % Pack<T>::N == 0 && aligned16(dx) && aligned16(dy) && aligned16(x))
-    RT_LAUNCH((map2_kernel<true, T, F>), grid_for(n / Pack<T>::N, NT), NT, 0, rt_cuda_stream, dx,
-              dy, x, n, f);
-  else
-    RT_LAUNCH((map2_kernel<false, T, F>), grid_for(n, NT), NT, 0, rt_cuda_stream, dx, dy, x, n,
-              f);
+    RT_LAUNCH((map_kernel<false, T, F, X...>), grid_for(n, NT), NT, 0, rt_cuda_stream, y, n, f,
+              x...);
   LAUNCHED();
 }
 
 template <typename T>
 static void gelu_fwd(T *y, const T *x, long n) {
-  map1(y, x, n, GeluFwd());
+  map(y, n, GeluFwd(), x);
 }
 RT_CUDA_KT(gelu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void gelu_bwd(T *dx, const T *dy, const T *x, long n) {
-  map2(dx, dy, x, n, GeluBwd());
+  map(dx, n, GeluBwd(), dy, x);
 }
 RT_CUDA_KT(gelu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 
 template <typename T>
 static void relu_fwd(T *y, const T *x, long n) {
-  map1(y, x, n, ReluFwd());
+  map(y, n, ReluFwd(), x);
 }
 RT_CUDA_KT(relu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void relu_bwd(T *dx, const T *dy, const T *x, long n) {
-  map2(dx, dy, x, n, ReluBwd());
+  map(dx, n, ReluBwd(), dy, x);
 }
 RT_CUDA_KT(relu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))

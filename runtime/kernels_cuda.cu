@@ -122,11 +122,34 @@ __device__ inline void dims_offsets(const Dims &d, long i, long *o0, long *o1) {
 // Sixteen bytes of T (8 bf16 or 4 floats): the elementwise kernels move a
 // pack a thread with one 128-bit load or store where the shapes and strides
 // allow it (packable()).
+template <int W, typename T>
+struct alignas(W * sizeof(T)) Run;
 template <typename T>
-struct alignas(16) Pack {
-  static constexpr int N = 16 / sizeof(T);
-  T v[N];
+using Pack = Run<16 / sizeof(T), T>;
+
+// W consecutive elements of T, aligned as a whole (W * sizeof(T) bytes), so
+// that one load or store moves them: a Pack, or the optimizers' runs of four
+// (4 floats, or 4 bf16 gradients).
+template <int W, typename T>
+struct alignas(W * sizeof(T)) Run {
+  static constexpr int N = W;
+  T v[W];
 };
+
+// the run of W at p, as floats; and back, rounded to T
+template <int W, typename T>
+__device__ inline void load_run(float *dst, const T *p) {
+  Run<W, T> r = *(const Run<W, T> *)p;
+#pragma unroll
+  for (int k = 0; k < W; k++) dst[k] = ld(r.v[k]);
+}
+template <int W, typename T>
+__device__ inline void store_run(T *p, const float *src) {
+  Run<W, T> r;
+#pragma unroll
+  for (int k = 0; k < W; k++) r.v[k] = to<T>(src[k]);
+  *(Run<W, T> *)p = r;
+}
 
 // The pack at p: N consecutive elements (stride 1), or one element N times (stride 0).
 template <typename T>

@@ -382,7 +382,8 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
     if (target != ignore) {
       double s;
       row_softmax_stats(xr, vocab, packs, &m, &s);
-      scale = g * (float)exp((double)m - ((double)m + log(s)));
+      double lse = (double)m + log(s);
+      scale = g * (float)exp((double)m - lse);
     }
     // element j of the row's gradient, x its logit
     auto grad = [&](long j, float x) {

@@ -230,19 +230,19 @@ RT_CUDA_KT(cast_i32_f32, (T *out, const int *x, long n), (dev(out), x, n))
 
 template <typename T>
 static void unary(int op, T *y, const T *x, long n, float p) {
-  map1(y, x, n, Unary{op, p});
+  map(y, n, Unary{op, p}, x);
 }
 RT_CUDA_KT(unary, (int op, T *y, const T *x, long n, float p), (op, dev(y), dev(x), n, p))
 
 template <typename T>
 static void gelu_erf_fwd(T *y, const T *x, long n) {
-  map1(y, x, n, GeluErfFwd());
+  map(y, n, GeluErfFwd(), x);
 }
 RT_CUDA_KT(gelu_erf_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void gelu_erf_bwd(T *dx, const T *dy, const T *x, long n) {
-  map2(dx, dy, x, n, GeluErfBwd());
+  map(dx, n, GeluErfBwd(), dy, x);
 }
 RT_CUDA_KT(gelu_erf_bwd, (T *dx, const T *dy, const T *x, long n),
            (dev(dx), dev(dy), dev(x), n))
@@ -260,13 +260,13 @@ RT_CUDA_KT(rope, (T *out, const T *x, long rows, long t, long hs, float theta, i
 
 template <typename T>
 static void silu_fwd(T *y, const T *x, long n) {
-  map1(y, x, n, SiluFwd());
+  map(y, n, SiluFwd(), x);
 }
 RT_CUDA_KT(silu_fwd, (T *y, const T *x, long n), (dev(y), dev(x), n))
 
 template <typename T>
 static void silu_bwd(T *dx, const T *dy, const T *x, long n) {
-  map2(dx, dy, x, n, SiluBwd());
+  map(dx, n, SiluBwd(), dy, x);
 }
 RT_CUDA_KT(silu_bwd, (T *dx, const T *dy, const T *x, long n), (dev(dx), dev(dy), dev(x), n))
 

@@ -5,26 +5,6 @@
 
 // ---- optimizers (float32 master weights and moments; the gradient float32 or bf16)
 
-// W consecutive elements of X at p, as floats, in one load (W * sizeof(X) bytes,
-// aligned so); and back, rounded to X.
-template <int W, typename X>
-struct alignas(W * sizeof(X)) Run {
-  X v[W];
-};
-template <int W, typename X>
-__device__ inline void load_run(float *dst, const X *p) {
-  Run<W, X> r = *(const Run<W, X> *)p;
-#pragma unroll
-  for (int k = 0; k < W; k++) dst[k] = ld(r.v[k]);
-}
-template <int W, typename X>
-__device__ inline void store_run(X *p, const float *src) {
-  Run<W, X> r;
-#pragma unroll
-  for (int k = 0; k < W; k++) r.v[k] = to<X>(src[k]);
-  *(Run<W, X> *)p = r;
-}
-
 // The optimizers take W elements a thread: 4 (16 bytes of p, m and v a load)
 // where n and the pointers allow it, else 1.
 #define OPT_W 4
