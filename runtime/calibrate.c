@@ -81,6 +81,11 @@ static double min_time = 0.05;   // seconds each measurement repeats for (--quic
 static int ranks;
 static int quick;   // 1: --quick; 2: --tiny
 
+// A size (or count) by the level: full, --quick's, --tiny's.
+static long sized(long full, long quick_size, long tiny) {
+  return quick > 1 ? tiny : quick ? quick_size : full;
+}
+
 // The device memory the measurements run on: one arena, taken from in turn and given back a
 // phase at a time (arena_top saved and restored), each buffer zeroed; buffers are filled in the
 // arena's host copy (the stage; the arena itself in the CPU build) and put to the device.
@@ -462,12 +467,16 @@ static void device_name(char *buf, size_t n) {
 static const long dims[] = {32, 128, 512, 2048, 8192};   // a CPU's: the first four
 enum { ND = sizeof dims / sizeof dims[0] };
 
-static int gemm_dims(void) { return quick > 1 ? 2 : (info.gpu ? ND : ND - 1) - quick; }
+static int gemm_dims(void) {
+  int all = info.gpu ? ND : ND - 1;
+  return (int)sized(all, all - 1, 2);
+}
 
 static void measure_gemms(double rate[ND][ND][ND][2], double best[2]) {
   int nd = gemm_dims();
   long big = dims[nd - 1], mark = arena_top;
-  gemm_pool = (long)fmax(fmax(quick > 1 ? 1L << 20 : 64L << 20, 4.0 * (double)info.cache_bytes),
+  double least = (double)sized(64L << 20, 64L << 20, 1L << 20);
+  gemm_pool = (long)fmax(fmax(least, 4.0 * (double)info.cache_bytes),
                          4.0 * (double)big * (double)big);
   Gemm g = {0};
   g.a = dev_alloc(sizeof(float) * big * big);
@@ -495,7 +504,10 @@ static void measure_gemms(double rate[ND][ND][ND][2], double best[2]) {
 }
 
 // The other kernels, per element, at each size of op_sizes: per_elem[op][size][bf16].
-static int op_nsizes(void) { return quick > 1 ? 1 : (info.gpu ? NSIZES : NSIZES - 1) - quick; }
+static int op_nsizes(void) {
+  int all = info.gpu ? NSIZES : NSIZES - 1;
+  return (int)sized(all, all - 1, 1);
+}
 
 static void measure_ops(double per_elem[NOPS][NSIZES][2]) {
   int nsizes = op_nsizes();
@@ -539,7 +551,7 @@ static void host_copy(void *p) {
 
 static double measure_host_bw(void) {
   long mark = arena_top;
-  HostCopy h = {quick > 1 ? 1L << 16 : quick ? 1L << 22 : 1L << 24, NULL, NULL, false};
+  HostCopy h = {sized(1L << 24, 1L << 22, 1L << 16), NULL, NULL, false};
   h.dev = dev_alloc(4 * (size_t)h.n);
   h.host = (float *)rt_device_host_alloc(4 * h.n);
   fill(h.dev, h.n, 1.0f);
@@ -585,7 +597,7 @@ int main(int argc, char **argv) {
   // the arena: what the measurements take at most (a GPU's largest GEMMs and kernels, about
   // 2 GiB; --tiny's, 256 MiB), within half the memory; the CPU build's pages are taken only
   // where written
-  arena_cap = (long)fmin(mem / 2, quick > 1 ? 0x1p28 : 0x1p34);
+  arena_cap = (long)fmin(mem / 2, (double)sized(1L << 34, 1L << 34, 1L << 28));
   arena = rt_device_alloc(arena_cap, RT_GEMM_WORKSPACE_BYTES + (16L << 20));
   stage = rt_device_stage(arena, arena_cap);
 
@@ -593,7 +605,7 @@ int main(int argc, char **argv) {
   measure_gemms(rate, best);
 
   // memory bandwidth, arithmetic, launch
-  long vn = quick > 1 ? 1L << 18 : 1L << 24;
+  long vn = sized(1L << 24, 1L << 24, 1L << 18);
   size_t vbytes = 4 * (size_t)vn;
   Vec big_v = {vn, dev_alloc(vbytes), dev_alloc(vbytes), dev_alloc(vbytes)};
   fill(big_v.x, big_v.n, 1.0f);
@@ -606,7 +618,7 @@ int main(int argc, char **argv) {
 
   // AdamW on 32Mi parameters (--quick: 4Mi): a step's update finds the state it last wrote a
   // step before out of cache; on the device, and over host memory (offload)
-  long an = quick > 1 ? 1L << 16 : quick ? 1L << 22 : 1L << 25, mark = arena_top;
+  long an = sized(1L << 25, 1L << 22, 1L << 16), mark = arena_top;
   Adam ad = {an, dev_alloc(4 * an), dev_alloc(4 * an), dev_alloc(4 * an), dev_alloc(4 * an)};
   fill(ad.p, ad.n, 1.0f);
   fill(ad.g, ad.n, 0.01f);
@@ -618,7 +630,7 @@ int main(int argc, char **argv) {
   // attention on a grid of sequence lengths and head sizes (causal); efficiency.attn, for a
   // planner without the grid: forward and backward together (2 + 5 GEMMs' FLOPs over both
   // times) at 256 tokens and heads of 64 (--tiny: at the one shape it measures)
-  int nat = quick > 1 ? 1 : quick ? NATT - 1 : NATT, at = nat > 1;
+  int nat = (int)sized(NATT, NATT - 1, 1), at = nat > 1;
   double att_fwd[NATT][NATT][2], att_bwd[NATT][NATT][2];
   for (int i = 0; i < nat; i++)
     for (int j = 0; j < nat; j++)
