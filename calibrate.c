@@ -259,6 +259,7 @@ static int build(const Build *b, const char *dir, const char *exe) {
     cc[n++] = rpath;
     if (mpi)
       cc[n++] = "-lnccl";
+    cc[n++] = "-lcublasLt";
     cc[n++] = "-lcublas";
     cc[n++] = "-lcudart";
     cc[n++] = "-lstdc++";

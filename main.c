@@ -88,10 +88,13 @@ static void usage(FILE *f) {
         "  --no-decay REGEX       parameters whose names match REGEX (POSIX extended) get\n"
         "                         no weight decay, all others do (default: none of rank\n"
         "                         0 or 1, i.e. norms and biases; '^$' decays every one)\n"
+        "  --no-epilogue          a linear layer's bias add and the GELU after it stay kernels\n"
+        "                         of their own instead of their GEMM's epilogue (the same\n"
+        "                         results in fp32, bit for bit)\n"
         "  --seed N               seed of the weights and the dropout masks (default 1337)\n"
         "  --dump-after PASS      print the IR after PASS (shapes, fusion, freeze,\n"
         "                         autodiff, optimizer, precision, vocab, recompute, lower,\n"
-        "                         swap, copies, memplan, or all)\n"
+        "                         epilogue, swap, copies, memplan, or all)\n"
         "  --dot                  print Graphviz instead of IR text (inspect) or of the\n"
         "                         report (plan: a box per block, an edge per activation)\n"
         "  --loss cross-entropy|mse  ONNX: add this loss (for a model without a scalar\n"
@@ -366,6 +369,8 @@ static Args parse_args(int argc, char **argv) {
       a.pass.weight_decay = parse_double(s, VALUE());
     } else if (!strcmp(s, "--no-decay")) {
       a.pass.no_decay = VALUE();
+    } else if (!strcmp(s, "--no-epilogue")) {
+      a.pass.no_epilogue = true;
     } else if (!strcmp(s, "--freeze")) {
       a.pass.freeze = VALUE();
     } else if (!strcmp(s, "--padding-idx")) {
@@ -383,7 +388,7 @@ static Args parse_args(int argc, char **argv) {
       a.pass.dump_after = VALUE();
       if (strcmp(a.pass.dump_after, "all") && !pass_exists(a.pass.dump_after))
         bad_usage("--dump-after: no pass named '%s' (shapes, fusion, freeze, autodiff, "
-                  "optimizer, precision, vocab, recompute, lower, swap, memplan, all)",
+                  "optimizer, precision, vocab, recompute, lower, epilogue, swap, copies, memplan, all)",
                   a.pass.dump_after);
     } else if (!strcmp(s, "--dot")) {
       a.dot = a.pass.dot = true;

@@ -1625,11 +1625,11 @@ static int write_makefile(const CgOptions *opt, int ranks, bool bf16, IrDiag *d)
         "CUDA_OBJS ?= build/gpu/kernels_cuda.o build/gpu/device_cuda.o\n", f);
   if (mpi)
     fputs("GPU_DEFS = -DRT_COMM_NCCL -I$(CUDA)/include\n"
-          "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcublas -lcudart -lstdc++\n",
+          "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcublasLt -lcublas -lcudart -lstdc++\n",
           f);
   else
     fputs("GPU_DEFS =\n"
-          "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublas -lcudart -lstdc++\n", f);
+          "CUDA_LIBS = -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublasLt -lcublas -lcudart -lstdc++\n", f);
   fputs("\n"
         "all: gpu\n"
         "cpu: build/cpu/train\n"

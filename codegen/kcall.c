@@ -297,6 +297,18 @@ static void lower_matmul(Lower *L, const IrNode *n) {
   num(c, m.sa), num(c, m.sb), num(c, m.sc);
 }
 
+// rt_matmul_bias(y, pre, a, b, bias, batch, m, n, k, ta, tb, sa, sb, act): the matmul's GEMMs
+// with the bias (and GELU) of passes/epilogue.c.
+static void lower_matmul_bias(Lower *L, const IrNode *n) {
+  IrGemm m = ir_matmul_gemm(L->g, n);
+  CgCall *c = call(L, CG_K_matmul_bias);
+  buf(c, n->out[0]), opt_buf(c, n->nout > 1 ? n->out[1] : NULL);
+  buf(c, n->in[0]), buf(c, n->in[1]), buf(c, n->in[2]);
+  num(c, m.batch), num(c, m.m), num(c, m.n), num(c, m.k);
+  numk(L, c, ir_attr_i(n, "ta")), numk(L, c, ir_attr_i(n, "tb"));
+  num(c, m.sa), num(c, m.sb), numk(L, c, ir_attr_i(n, "act"));
+}
+
 // ---- convolution: im2col (or col2im) and one batched GEMM over the images
 
 // rt_im2col / rt_col2im's arguments after the two buffers: the planes of the

@@ -272,6 +272,8 @@ typedef struct IrGraph {
   IrValue **name_slot;
   int name_cap, name_used;
   IrValue *loss;            // the scalar trained on
+  bool no_epilogue;         // --no-epilogue: biases and GELUs stay passes of their own
+                            // (passes/epilogue.c; the planner prices them so)
   const char *after;        // the last pass that changed the graph (IR text: `after NAME`);
                             // NULL before any; the pipeline resumes after it
   int batch_sym, seq_sym;   // the batch and sequence dims (symbol indices; -1: none),

@@ -253,6 +253,22 @@ static int shape_matmul(IrGraph *g, IrNode *n, IrDiag *d) {
   return set_out(g, n, 0, DT_F32, r, shape, d);
 }
 
+// matmul_bias(a, b, bias) ta tb act: matmul's product (no sum_batch) plus bias [N] on every
+// row, then act; with act, output 2 (pre) holds the sum act read.
+static int shape_matmul_bias(IrGraph *g, IrNode *n, IrDiag *d) {
+  int nout = ir_attr_i(n, "act") ? 2 : 1;
+  if (n->nout != nout)
+    return ir_error(d, n->loc, "matmul_bias: act=%d gives %d output%s, not %d",
+                    (int)ir_attr_i(n, "act"), nout, nout > 1 ? "s" : "", n->nout);
+  if (shape_matmul(g, n, d) || need_dtype(n, 2, DT_F32, d))
+    return -1;
+  const IrValue *y = n->out[0], *bias = n->in[2];
+  if (bias->rank != 1 || !sym_eq(bias->shape[0], y->shape[y->rank - 1]))
+    return ir_error(d, n->loc, "matmul_bias: bias '%s' %s must be [N], the product's last dim %s",
+                    bias->name, ir_shape_str(g, bias), ir_shape_str(g, y));
+  return nout == 2 ? same_as(g, n, 1, y, d) : 0;
+}
+
 // ---- conv2d: x [N,C,H,W], w [OC,C/G,KH,KW] -> y [N,OC,OH,OW], col [N,C*KH*KW,OH*OW]
 //
 // With group G (ONNX's and PyTorch's), output channels [g*OC/G, (g+1)*OC/G) see only
@@ -1458,6 +1474,12 @@ static const Sym *flops_matmul(IrGraph *g, const IrNode *n) {
       batch_mn = sym_mul(&g->arena, batch_mn, big->shape[i]);
   }
   return sym_scale(&g->arena, sym_mul(&g->arena, batch_mn, k), 2, 1);
+}
+
+// the product's, and the add's and GELU's it replaces (as flops_add and flops_gelu count them)
+static const Sym *flops_matmul_bias(IrGraph *g, const IrNode *n) {
+  return sym_add(&g->arena, flops_matmul(g, n),
+                 numel_times(g, n->out[0], ir_attr_i(n, "act") ? 1 + 8 : 1));
 }
 
 // Each output element (or each of dy's, backward) is a dot product of C*KH*KW/G

@@ -1651,6 +1651,27 @@ static int shard_summa_nt(ShardOp *op) {
 static int shard_summa_tn(ShardOp *op) {
   return summa_layout(op, op->n->in[0]->rank - 1, COL, -1, 0, 0, ROW);
 }
+// matmul_bias: matmul's layouts, but never a partial product (its bias is added once): the
+// contracted dim is read whole; the bias split as the output's last dim. (The epilogue pass
+// makes it after the layouts are laid, where a row-parallel product is reduced before its bias
+// is added and so never fuses; the planner prices such a graph too.)
+static int shard_matmul_bias(ShardOp *op) {
+  if (shard_matmul(op))
+    return -1;
+  const IrNode *n = op->n;
+  ShardLayout *y = &op->out[0];
+  if (y->partial) {
+    bool ta = ir_attr_i(n, "ta"), tb = ir_attr_i(n, "tb");
+    op->in[0].split[n->in[0]->rank - (ta ? 2 : 1)] = NONE;
+    op->in[1].split[n->in[1]->rank - (tb ? 1 : 2)] = NONE;
+    y->partial = 0;
+  }
+  op->in[2] = whole(1);
+  op->in[2].split[0] = y->split[y->rank - 1];
+  if (n->nout > 1)
+    op->out[1] = *y;
+  return 0;
+}
 // Vocabulary-parallel cross-entropy: logits split on V, the loss a partial sum
 // over tp; its row statistics are whole (all-reduced inside).
 static int shard_vp_cross_entropy(ShardOp *op) {

@@ -31,6 +31,7 @@ typedef struct PassOptions {
   bool dot;                // dumps as Graphviz instead of IR text
   const char *stop_after;  // stop the pipeline after this pass (NULL: run all)
   bool no_fusion;          // skip the fusion pass (tests compare fused and unfused graphs)
+  bool no_epilogue;        // --no-epilogue: no GEMM epilogues (passes/epilogue.c)
   PassPrecision precision; // bf16 mixed precision (passes/precision.c), or fp32 throughout
   bool grads_bf16;         // under bf16: the parameters' gradients in bf16 too (ZeRO's 16 bytes
                            // a parameter), made, accumulated and reduced in bf16
@@ -174,6 +175,12 @@ int pass_regex(regex_t *re, const char *flag, const char *pattern, IrDiag *d);
 int pass_frozen(const IrGraph *g, char *names, size_t cap, int64_t *elems);
 int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed blocks in backward
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
+// A linear layer's bias add, and the GELU after it, as their GEMM's epilogue (passes/epilogue.c).
+int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed);
+// For each node of g (by id), the matmul whose epilogue it becomes (NULL: none): the adds of a
+// bias and the GELUs after them, by pass_epilogue's rule (the planner prices g before the pass
+// with it). A calloc'd array the caller frees.
+IrNode **pass_epilogues(const IrGraph *g);
 int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed);       // swapped layers' activations to host
 int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed);     // copies, gathers beside compute
 // The highest block id of a forward node: the number of repeated layers (IR blocks 1..L).

@@ -15,6 +15,7 @@ const Pass pass_pipeline[] = {
     {"vocab", pass_vocab},         // bf16: the vocabulary padded to a multiple of 128
     {"recompute", pass_recompute}, // checkpointed layers recomputed in backward (none unless asked)
     {"lower", pass_lower},         // a parallel plan: buckets, collectives (none without one)
+    {"epilogue", pass_epilogue},   // biases and GELUs in their GEMMs' epilogues
     {"swap", pass_swap},           // swapped layers' activations to host memory and back
     {"copies", pass_copies},       // copies and ZeRO-3 gathers beside the compute: slots, waits
     {"memplan", pass_memplan},     // liveness and the static memory plan
@@ -78,6 +79,7 @@ static int check_options(const PassOptions *o, IrDiag *d) {
 // `stop` (-1: any), and dumps it as read when --dump-after names the pass it
 // is after. *done: the last pass that has run on it (-1: none).
 static int begin(IrGraph *g, PassCtx *ctx, int stop, int *done) {
+  g->no_epilogue = ctx->opt.no_epilogue;
   if (check_options(&ctx->opt, ctx->diag) || ir_verify(g, "input", ctx->diag))
     return -1;
   *done = pass_index(g->after);

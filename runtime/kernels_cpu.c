@@ -147,6 +147,14 @@ void rt_unslice_i32(int *out, const int *x, long outer, long oinner, long off, l
 // and the loops vectorize (selects, no branches).
 #define GELU_TAIL 20.0f
 
+// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): rt_gelu_fwd's, and a GEMM's epilogue's
+static inline float gelu_f(float x) {
+  float u = GELU_SCALE * (x + GELU_COEF * x * x * x);
+  float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
+  float s = 1.0f / (1.0f + exp_fast(-2.0f * uc));  // 0.5 (1 + tanh u)
+  return u > GELU_TAIL ? x : (u < -GELU_TAIL ? 0.0f : x * s);
+}
+
 
 
 
@@ -545,11 +553,20 @@ static void gemm_pack_b_wide(float *dst, const rt_bf16 *b, long ldb, int tb, lon
 // One task: rows [i0, i0+mc) x columns [j0, j1) of C for batch items
 // [b0, b1). With sc == 0 the items add into one C (the first overwrites).
 // The operands are float32, or bf16 (bf16 set).
+// epi (rt_matmul_bias; NULL: none): each block of the product, once finished, gets its bias
+// and activation as it is written out.
+typedef struct gemm_epilogue {
+  const void *bias;  // [n]
+  void *y, *pre;     // the product's items (stride m x n); pre: NULL without act
+  int act;           // 0 none, 1 GELU (tanh)
+} gemm_epilogue;
+
 typedef struct gemm_args {
   float *c;
   const void *a, *b;
   long m, n, k, lda, ldb, sa, sb, sc;
-  int ta, tb, bf16;
+  int ta, tb, bf16;  // (bf16: the bias, y and pre are bf16 too)
+  const gemm_epilogue *epi;
 } gemm_args;
 
 // The task with bf16 operands: gemm_task's loops over the pair panels, or
@@ -626,6 +643,38 @@ static void gemm_task(const gemm_args *g, long b0, long b1, long i0, long mc, lo
   }
 }
 
+// y = act(c + bias) over rows [i0, i0 + mc) and columns [j0, j1) of items [b0, b1), pre = the
+// sum act reads; in place where c is y or pre (float32), else from the float32 scratch c.
+static void gemm_epilogue_block(const gemm_args *g, long b0, long b1, long i0, long mc, long j0,
+                                long j1) {
+  const gemm_epilogue *e = g->epi;
+  for (long bi = b0; bi < b1; bi++)
+    for (long i = i0; i < i0 + mc; i++) {
+      long at = bi * g->sc + i * g->n;
+      const float *c = g->c + at;
+      if (g->bf16) {
+        const rt_bf16 *bias = e->bias;
+        rt_bf16 *y = (rt_bf16 *)e->y + at, *pre = e->pre ? (rt_bf16 *)e->pre + at : NULL;
+        for (long j = j0; j < j1; j++) {
+          float v = c[j] + rt_bf16_to_f32(bias[j]);
+          if (pre)
+            pre[j] = rt_f32_to_bf16(v);
+          y[j] = rt_f32_to_bf16(e->act ? gelu_f(v) : v);
+        }
+      } else {
+        const float *bias = e->bias;
+        float *y = (float *)e->y + at, *pre = e->pre ? (float *)e->pre + at : NULL;
+#pragma omp simd
+        for (long j = j0; j < j1; j++) {
+          float v = c[j] + bias[j];
+          if (pre)
+            pre[j] = v;
+          y[j] = e->act ? gelu_f(v) : v;
+        }
+      }
+    }
+}
+
 static int max_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();
@@ -646,14 +695,19 @@ static int max_threads(void) {
 // count of tasks (up to 4 per thread), the one that packs least is taken.
 // The split changes the speed, never the result.
 static void matmul_any(float *c, const void *a, const void *b, int bf16, long batch, long m,
-                       long n, long k, int ta, int tb, long sa, long sb, long sc) {
+                       long n, long k, int ta, int tb, long sa, long sb, long sc,
+                       const gemm_epilogue *epi) {
   if (m <= 0 || n <= 0) return;
   if (batch <= 0 || k <= 0) {  // empty products are zero
     long nc = (sc == 0 || batch <= 0) ? 1 : batch;
     for (long i = 0; i < nc; i++) rt_fill(c + i * sc, m * n, 0.0f);
+    if (epi) {
+      gemm_args z = {c, a, b, m, n, k, 0, 0, sa, sb, m * n, ta, tb, bf16, epi};
+      gemm_epilogue_block(&z, 0, batch <= 0 ? 0 : batch, 0, m, 0, n);
+    }
     return;
   }
-  gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb, bf16};
+  gemm_args g = {c, a, b, m, n, k, ta ? m : k, tb ? k : n, sa, sb, sc, ta, tb, bf16, epi};
   long nb = sc == 0 ? 1 : batch;  // batch tasks
   long nth = max_threads(), rpanels = ceil_div(m, GEMM_MR), cpanels = ceil_div(n, GEMM_NR);
   double a_ns = (double)(nb * m * k) * (ta ? PACK_NS_COPY : PACK_NS_TRANSPOSE);
@@ -676,18 +730,28 @@ static void matmul_any(float *c, const void *a, const void *b, int bf16, long ba
     long i0 = rt * mc, j0 = ct * nc;
     long b0 = sc == 0 ? 0 : bt, b1 = sc == 0 ? batch : bt + 1;
     gemm_task(&g, b0, b1, i0, m - i0 < mc ? m - i0 : mc, j0, j0 + nc < n ? j0 + nc : n);
+    if (epi)
+      gemm_epilogue_block(&g, b0, b1, i0, m - i0 < mc ? m - i0 : mc, j0, j0 + nc < n ? j0 + nc : n);
   }
 }
 
 static void matmul_f32(float *c, const float *a, const float *b, long batch, long m, long n,
                        long k, int ta, int tb, long sa, long sb, long sc) {
-  matmul_any(c, a, b, 0, batch, m, n, k, ta, tb, sa, sb, sc);
+  matmul_any(c, a, b, 0, batch, m, n, k, ta, tb, sa, sb, sc, NULL);
 }
 
 // bf16 operands, float32 results
 static void matmul_bf16(float *c, const rt_bf16 *a, const rt_bf16 *b, long batch, long m,
                         long n, long k, int ta, int tb, long sa, long sb, long sc) {
-  matmul_any(c, a, b, 1, batch, m, n, k, ta, tb, sa, sb, sc);
+  matmul_any(c, a, b, 1, batch, m, n, k, ta, tb, sa, sb, sc, NULL);
+}
+
+// rt_matmul_bias's GEMM: float32 (the product in place in y, or in pre with act) or bf16
+// operands (through the float32 scratch c), the epilogue on each finished block.
+static void matmul_epilogue(float *c, const void *a, const void *b, int bf16, long batch, long m,
+                            long n, long k, int ta, int tb, long sa, long sb,
+                            const gemm_epilogue *epi) {
+  matmul_any(c, a, b, bf16, batch, m, n, k, ta, tb, sa, sb, m * n, epi);
 }
 
 // ---------------------------------------------------------------------------

@@ -239,18 +239,13 @@ void RT_NAME(cumsum)(RT_T *out, const RT_T *x, long outer, long len, long inner,
   }
 }
 
-// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GELU_* in kernels_cpu.c)
+// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_f in kernels_cpu.c)
 // (`if (parallel: ...)`: a bare `if` on a combined construct turns simd off too (OpenMP 5.0),
 // so a layer split by tensor parallelism below the threshold ran scalar, 5x slower.)
 void RT_NAME(gelu_fwd)(RT_T *y, const RT_T *x, long n) {
 #pragma omp parallel for simd if (parallel: n >= PAR_MIN_MATH)
-  for (long i = 0; i < n; i++) {
-    float xi = LD(x[i]);
-    float u = GELU_SCALE * (xi + GELU_COEF * xi * xi * xi);
-    float uc = u > GELU_TAIL ? GELU_TAIL : (u < -GELU_TAIL ? -GELU_TAIL : u);
-    float s = 1.0f / (1.0f + exp_fast(-2.0f * uc));  // 0.5 (1 + tanh u)
-    y[i] = TO_T(u > GELU_TAIL ? xi : (u < -GELU_TAIL ? 0.0f : xi * s));
-  }
+  for (long i = 0; i < n; i++)
+    y[i] = TO_T(gelu_f(LD(x[i])));
 }
 
 // dx = dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx)
@@ -684,6 +679,22 @@ void RT_NAME(slice_axis_bwd)(RT_T *dx, const RT_T *dy, long outer, long xdim, lo
       memcpy(dx + (o * xdim + start + i * step) * inner, dy + (o * len + i) * inner,
              (size_t)inner * sizeof *dx);
 }
+// (runtime/kernels.def; the GEMM and its epilogue in kernels_cpu.c)
+void RT_NAME(matmul_bias)(RT_T *y, RT_T *pre, const RT_T *a, const RT_T *b, const RT_T *bias,
+                          long batch, long m, long n, long k, int ta, int tb, long sa, long sb,
+                          int act) {
+  gemm_epilogue e = {bias, y, act ? pre : NULL, act};
+  long cn = batch <= 0 || m <= 0 || n <= 0 ? 0 : batch * m * n;
+#if RT_T_F32
+  matmul_epilogue(act ? pre : y, a, b, 0, batch, m, n, k, ta, tb, sa, sb, &e);
+  (void)cn;
+#else
+  float *c = rt_cpu_alloc(cn);   // the float32 sums, rounded once as they are written
+  matmul_epilogue(c, a, b, 1, batch, m, n, k, ta, tb, sa, sb, &e);
+  rt_cpu_free(c);
+#endif
+}
+
 #endif  // RT_KT
 
 // ---- KTU kernels: the (T, float32) variants compute; those with a bf16 U

@@ -125,6 +125,107 @@ RT_CUDA_KTU(matmul,
              long sa, long sb, long sc),
             (dev(c), dev(a), dev(b), batch, m, n, k, ta, tb, sa, sb, sc))
 
+// ---- matmul_bias: cuBLASLt's GEMM with the bias (and GELU) in its epilogue
+
+static cublasLtHandle_t lt_handle(void) {
+  static cublasLtHandle_t h = NULL;
+  if (!h) cublasCheck(cublasLtCreate(&h));
+  return h;
+}
+
+template <typename V>
+static void lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, V v) {
+  cublasCheck(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
+}
+
+// A column-major rows x cols layout of type t (leading dimension rows), `batch` of them `stride`
+// elements apart.
+static cublasLtMatrixLayout_t lt_layout(cudaDataType_t t, long rows, long cols, int batch,
+                                        long stride) {
+  cublasLtMatrixLayout_t l;
+  cublasCheck(cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, rows));
+  if (batch > 1) {
+    int64_t s = stride;
+    cublasCheck(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                 sizeof batch));
+    cublasCheck(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                 &s, sizeof s));
+  }
+  return l;
+}
+
+// y = act(c + bias) over rows x n: a product c already where it lies (pre with act, else y),
+// pre = the sum act reads; GeluFwd is gelu_fwd's function (the CPU's gelu_f). For the
+// products cuBLASLt's epilogue does not take.
+template <typename T>
+__global__ void bias_act_kernel(T *y, T *pre, const T *bias, long rows, long n, int act) {
+  GRID_LOOP(e, rows * n) {
+    float v = ld(act ? pre[e] : y[e]) + ld(bias[e % n]);
+    if (act) pre[e] = to<T>(v);
+    y[e] = to<T>(act ? GeluFwd()(v) : v);
+  }
+}
+
+// rt_matmul_bias: as rt_matmul, column-major D (n x m) = op(B) op(A), with cuBLASLt's epilogue
+// BIAS (bias[j] on row j of D, a column of the row-major product) or GELU_AUX_BIAS (aux, the
+// sum GELU reads, is pre): summed in float32 with the bias and rounded once, as on the CPU.
+// Where cuBLASLt has no algorithm for it (GELU's aux needs n a multiple of 8) and for k = 0:
+// rt_matmul's GEMM, then one pass of bias_act_kernel.
+template <typename T>
+static void matmul_bias(T *y, T *pre, const T *a, const T *b, const T *bias, long batch, long m,
+                        long n, long k, int ta, int tb, long sa, long sb, int act) {
+  if (m <= 0 || n <= 0 || batch <= 0) return;
+  int im = as_int(m, "m"), in = as_int(n, "n"), ik = as_int(k, "k"), ib = as_int(batch, "batch");
+  cudaDataType_t t = cuda_type(y);
+  cublasLtMatmulDesc_t op;
+  cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  lt_set<int32_t>(op, CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  lt_set<int32_t>(op, CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
+  lt_set<uint32_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                   act ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS);
+  lt_set<const void *>(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (act) {
+    lt_set<void *>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+    lt_set<int64_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, n);
+    lt_set<int64_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, m * n);
+  }
+  cublasLtMatrixLayout_t lb = lt_layout(t, tb ? ik : in, tb ? in : ik, ib, sb);
+  cublasLtMatrixLayout_t la = lt_layout(t, ta ? im : ik, ta ? ik : im, ib, sa);
+  cublasLtMatrixLayout_t ld = lt_layout(t, in, im, ib, m * n);
+  cublasLtMatmulPreference_t pref;
+  cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = workspace ? (uint64_t)RT_GEMM_WORKSPACE_BYTES : 0;
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  if (k > 0) {   // none (CUBLAS_STATUS_NOT_SUPPORTED): the fallback below
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, lb, la, ld, ld, pref, 1, &heur, &found);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+  }
+  if (found > 0) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasLtMatmul(lt_handle(), op, &one, b, lb, a, la, &zero, y, ld, y, ld,
+                               &heur.algo, workspace, heur.workspaceSize, rt_cuda_stream));
+  }
+  cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+  cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+  cublasCheck(cublasLtMatrixLayoutDestroy(la));
+  cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+  cublasCheck(cublasLtMatmulDescDestroy(op));
+  if (found == 0) {
+    matmul(act ? pre : y, a, b, batch, m, n, k, ta, tb, sa, sb, m * n);
+    RT_LAUNCH(bias_act_kernel, grid_for(batch * m * n, NT), NT, 0, rt_cuda_stream, y, pre, bias,
+              batch * m, n, act);
+  }
+  LAUNCHED();
+}
+RT_CUDA_KT(matmul_bias,
+           (T *y, T *pre, const T *a, const T *b, const T *bias, long batch, long m, long n,
+            long k, int ta, int tb, long sa, long sb, int act),
+           (dev(y), dev(pre), dev(a), dev(b), dev(bias), batch, m, n, k, ta, tb, sa, sb, act))
+
 // ---- convolution: im2col and its adjoint
 
 // one thread per col entry (plane, i, j, y, x)

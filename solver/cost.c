@@ -474,6 +474,12 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     else if (n->phase == PHASE_BACKWARD)
       b->nbwd++;
   }
+  IrNode **into = pass_epilogues(g);
+  m->epilogue = calloc((size_t)g->nnodes + 1, sizeof *m->epilogue);
+  IR_ASSERT(m->epilogue);
+  for (int i = 0; i < g->nnodes; i++)
+    m->epilogue[i] = into[i] != NULL;
+  free(into);
   for (int b = 0; b < nb; b++) {
     m->block[b].fwd = calloc((size_t)m->block[b].nfwd + 1, sizeof(IrNode *));
     m->block[b].bwd = calloc((size_t)m->block[b].nbwd + 1, sizeof(IrNode *));
@@ -690,6 +696,7 @@ void sv_model_free(SvModel *m) {
     free(m->block[b].member), free(m->block[b].member_dim), free(m->block[b].member_vocab);
     free(m->block[b].member_grid), free(m->block[b].member_gdim), free(m->block[b].member_gvocab);
   }
+  free(m->epilogue);
   free(m->block);
   free(m->flow);
   free(m);
@@ -865,12 +872,13 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
   double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;
   double rate = dev->flops_fp32 * dev->eff.simt;
-  if (n->op == OP_MATMUL && (dev->ngemm > 0 || dev->sms > 0)) {
+  bool gemm = n->op == OP_MATMUL || n->op == OP_MATMUL_BIAS;
+  if (gemm && (dev->ngemm > 0 || dev->sms > 0)) {
     IrGemm m = ir_matmul_gemm(g, n);
     const SymTab *t = &g->syms;
     rate = sv_gemm_rate(dev, sym_evalf(m.batch, t), sym_evalf(m.m, t), sym_evalf(m.n, t),
                         sym_evalf(m.k, t), bf16);
-  } else if (n->op == OP_MATMUL) {   // a flat rate: no GEMM's formulas built in the graph's arena
+  } else if (gemm) {   // a flat rate: no GEMM's formulas built in the graph's arena
     rate = peak * dev->eff.gemm;
   } else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) {
     rate = attention_rate(g, n, dev, bf16);
@@ -889,16 +897,18 @@ void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *st
     IrOpKind k = ir_op_kind((IrOp)op);
     micro_s[op] = step_s[op] = k == KIND_COMM || k == KIND_HOST ? -1 : 0;
   }
+  IrNode **epilogue = pass_epilogues(g);   // (a graph before the epilogue pass: as priced)
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     double *by = n->phase == PHASE_UPDATE ? step_s : micro_s;
     bool launch = n->phase != PHASE_UPDATE && !is_view(n);   // (as the planner adds to its
-    if (by[n->op] >= 0)                                       // blocks' rooflines)
+    if (by[n->op] >= 0 && !epilogue[i])                       // blocks' rooflines)
       by[n->op] += load * (node_time(g, n, &gr->dev) + (launch ? gr->dev.eff.launch : 0));
     if (ir_op_kind(n->op) == KIND_OPT)
       *outside_s += load * scan_time(updated_elems(g, n), ir_dtype_size(n->in[1]->dtype),
                                      &gr->dev);
   }
+  free(epilogue);
 }
 
 void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
@@ -974,17 +984,20 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->bt_bwd_sq = sym_evalf(b->bt_bwd_sq, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
-  for (int k = 0; k < b->nfwd; k++)   // kernels launched
-    o->nfwd += !is_view(b->fwd[k]);
+  // kernels launched, and their times (an epilogue is its GEMM's: neither)
+  for (int k = 0; k < b->nfwd; k++)
+    o->nfwd += !is_view(b->fwd[k]) && !m->epilogue[b->fwd[k]->id];
   for (int k = 0; k < b->nbwd; k++)
-    o->nbwd += !is_view(b->bwd[k]);
+    o->nbwd += !is_view(b->bwd[k]) && !m->epilogue[b->bwd[k]->id];
   for (int gi = 0; gi < cfg->cluster.ngroups; gi++) {
     const SvGroup *gr = &cfg->cluster.group[gi];
     double load = sv_group_load(gr);
     for (int k = 0; k < b->nfwd; k++)
-      o->roof_fwd[gi] += load * node_time(g, b->fwd[k], &gr->dev);
+      if (!m->epilogue[b->fwd[k]->id])
+        o->roof_fwd[gi] += load * node_time(g, b->fwd[k], &gr->dev);
     for (int k = 0; k < b->nbwd; k++)
-      o->roof_bwd[gi] += load * node_time(g, b->bwd[k], &gr->dev);
+      if (!m->epilogue[b->bwd[k]->id])
+        o->roof_bwd[gi] += load * node_time(g, b->bwd[k], &gr->dev);
   }
 }
 

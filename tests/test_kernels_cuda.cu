@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -635,6 +635,38 @@ static void test_matmul(void) {
           out, dc, RED);
     free_all();
   }
+}
+
+// the GEMM with its epilogue (passes/epilogue.c): bias, and GELU with the sum it read
+template <typename T>
+static void test_matmul_bias(void) {
+  struct Case {
+    long batch, m, n, k;
+    int ta, tb, bsa, act;  // bsa 0: a broadcast over the batch (b always whole)
+  } cases[] = {
+      {1, 17, 33, 65, 0, 0, 1, 0}, {1, 17, 33, 65, 0, 0, 1, 1}, {1, 17, 33, 65, 1, 0, 1, 1},
+      {1, 17, 33, 65, 0, 1, 1, 0}, {1, 64, 256, 128, 0, 1, 1, 1}, {3, 31, 29, 64, 0, 0, 1, 1},
+      {3, 31, 29, 64, 1, 1, 0, 0}, {2, 9, 11, 0, 0, 0, 1, 1},   // k = 0: act(bias)
+  };
+  unsigned long long others = rng;   // (its own draws: the other tests' inputs stay theirs)
+  for (const Case &c : cases) {
+    long sa = c.bsa ? c.m * c.k : 0, sb = c.k * c.n, ny = c.batch * c.m * c.n;
+    Buf<T> a = rand_vec<T>(c.bsa ? c.batch * c.m * c.k : c.m * c.k);
+    Buf<T> b = rand_vec<T>(c.batch * c.k * c.n), bias = rand_vec<T>(c.n);
+    Buf<T> y = rand_vec<T>(ny), pre = rand_vec<T>(ny);
+    T *dy = dev(y), *dpre = dev(pre);
+    CPU(rt_matmul_bias)(y.data(), c.act ? pre.data() : NULL, a.data(), b.data(), bias.data(),
+                        c.batch, c.m, c.n, c.k, c.ta, c.tb, sa, sb, c.act);
+    rt_matmul_bias(dy, c.act ? dpre : NULL, dev(a), dev(b), dev(bias), c.batch, c.m, c.n, c.k,
+                   c.ta, c.tb, sa, sb, c.act);
+    std::string what = fmt("matmul_bias batch=%ld m=%ld n=%ld k=%ld ta=%d tb=%d sa=%ld act=%d",
+                           c.batch, c.m, c.n, c.k, c.ta, c.tb, sa, c.act);
+    check(what.c_str(), y, dy, RED);
+    if (c.act)
+      check((what + " (pre)").c_str(), pre, dpre, RED);
+    free_all();
+  }
+  rng = others;
 }
 
 // ---- convolution: im2col and col2im against the CPU's (the GEMMs are rt_matmul's,
@@ -1445,6 +1477,7 @@ static void test_t(const char *name) {
   test_onnx_ops<T>();
   test_cumsum<T>();
   test_dist<T>();
+  test_matmul_bias<T>();
 }
 
 template <typename T, typename U>

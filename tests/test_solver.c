@@ -1103,8 +1103,34 @@ static void test_apply_lowerable(void) {
   }
   CHECK(partial >= 2, "only %d plans checkpoint some layers and not others", partial);
   CHECK(params >= 4, "only %d plans offload the layers' parameters", params);
-  CHECK(swapped >= 2, "only %d plans swap activations", swapped);
   CHECK(mixed >= 2, "only %d plans give blocks different offload shares", mixed);
+  ir_graph_free(g);
+  // Swapping: since the GEMM epilogues made the recomputed forward cheaper, these small layers
+  // recompute rather than swap at every memory above; wider ones (C=128, T=64) swap at 5 and
+  // 12 MB (mtc plan with --gpu-mem from 1 to 16 MB: only there), lowerable and priced alike.
+  g = model_in("gpt2.mtc", "L=4,C=128,NH=4,T=64,V=256,B=2", PASS_PRECISION_FP32);
+  const double swap_mbs[] = {5, 12};
+  for (size_t i = 0; i < sizeof swap_mbs / sizeof swap_mbs[0]; i++) {
+    SvConfig c = cluster("H100-80GB", 2, swap_mbs[i] * 1e6);
+    Plan a;
+    SvPlan *kept;
+    IrDiag d = {0};
+    int rc = sv_apply_best(g, &c, &a, &kept, &d);
+    CHECK(!rc, "%.1f MB (C=128): %s", swap_mbs[i], d.msg);
+    if (rc) {
+      plan_free(&a);
+      sv_plan_free(kept);
+      continue;
+    }
+    swapped += a.swap != 0;
+    SvPriced pr;
+    rc = sv_price(g, &c, &a, &pr, &d);
+    CHECK(!rc && pr.step_s == kept->sol.time && pr.fits, "%.1f MB (C=128): priced %.9g s, the "
+          "plan %.9g s", swap_mbs[i], pr.step_s, kept->sol.time);
+    plan_free(&a);
+    sv_plan_free(kept);
+  }
+  CHECK(swapped >= 2, "only %d plans swap activations", swapped);
   ir_graph_free(g);
 }
 
@@ -1232,7 +1258,8 @@ static void test_batch_layouts_divide(void) {
 
 // 2D on part of tp: GPT-2 1.5B with 32 heads on 16 H100s of 4 GiB, no host memory. Every mesh
 // of one kind of block costs over 1.16 s a step; the mesh of tp 8 whose layers are on the grids
-// of its groups of 4 ranks, each on half of every micro-batch, 734.73 ms (mtc plan
+// of its groups of 4 ranks, each on half of every micro-batch, 719.05 ms (734.73 before the
+// GEMM epilogues; mtc plan
 // examples/gpt2.mtc -D L=48 -D C=1600 -D NH=32 -D V=50257 -D T=1024 --gpus 16 --gpu-mem 4GiB
 // --host-mem 0). Its prices are the plan mtc compile --plan prices.
 static void test_apply_subgrid(void) {
@@ -1251,7 +1278,7 @@ static void test_apply_subgrid(void) {
           "subgrid: tp %d, q %d, sub %d, %d of %d layers on the grids", a.mesh.size[IR_MESH_TP],
           a.mesh.size[IR_MESH_ROW], a.mesh.size[IR_MESH_SUB], grid, a.nblocks - 1);
     check_priced(g, &c, &a, kept, "subgrid");
-    CHECK(fabs(kept->sol.time - 0.73473) < 1e-4, "subgrid: %.5f s a step, not 0.73473",
+    CHECK(fabs(kept->sol.time - 0.71905) < 1e-4, "subgrid: %.5f s a step, not 0.71905",
           kept->sol.time);
   }
   plan_free(&a);

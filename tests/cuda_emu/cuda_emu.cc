@@ -808,3 +808,224 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 }
 
 }  // extern "C"
+
+// ---- cuBLASLt: the reference GEMM with the epilogues rt_matmul_bias asks for (bias, GELU with
+// its input kept). An attribute it does not know is refused (CUBLAS_STATUS_NOT_SUPPORTED), so
+// a launcher cannot rely on one the emulation ignores.
+
+struct cublasLtContext {
+  int unused;
+};
+
+namespace {
+struct LtDesc {   // in a cublasLtMatmulDescOpaque_t
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  int32_t ta, tb;   // cublasOperation_t
+  uint32_t epilogue;
+  const void *bias;
+  void *aux;
+  int64_t aux_ld, aux_stride, bias_stride;
+};
+struct LtLayout {   // in a cublasLtMatrixLayoutOpaque_t
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld, stride;
+  int32_t batch;
+};
+static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "LtDesc fits");
+static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "LtLayout fits");
+
+LtDesc *lt_desc(cublasLtMatmulDesc_t d) { return reinterpret_cast<LtDesc *>(d->data); }
+LtLayout *lt_layout(cublasLtMatrixLayout_t l) { return reinterpret_cast<LtLayout *>(l->data); }
+
+template <typename V>
+cublasStatus_t set(V *to, const void *buf, size_t bytes) {
+  if (!buf || bytes != sizeof *to) return CUBLAS_STATUS_INVALID_VALUE;
+  memcpy(to, buf, sizeof *to);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// GELU as cuBLASLt's epilogue applies it: the tanh form
+double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Why the product cannot run as described ("" where it can): the checks cuBLASLt's
+// heuristic makes on what rt_matmul_bias sets.
+const char *lt_refusal(const LtDesc *o, const LtLayout *a, const LtLayout *b, const LtLayout *c,
+                       const LtLayout *d) {
+  uint32_t e = o->epilogue;
+  bool aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (o->compute != CUBLAS_COMPUTE_32F || o->scale != CUDA_R_32F) return "not float32 compute";
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && !aux)
+    return "an epilogue the emulation does not have";
+  if (a->type != b->type || c->type != d->type || (a->type == CUDA_R_32F && d->type != a->type))
+    return "types";
+  uint64_t m = o->ta == CUBLAS_OP_N ? a->rows : a->cols, k = o->ta == CUBLAS_OP_N ? a->cols : a->rows;
+  uint64_t kb = o->tb == CUBLAS_OP_N ? b->rows : b->cols, n = o->tb == CUBLAS_OP_N ? b->cols : b->rows;
+  if (k != kb || d->rows != m || d->cols != n || c->rows != m || c->cols != n) return "shapes";
+  for (const LtLayout *l : {a, b, c, d})
+    if (l->ld < (int64_t)l->rows || l->ld < 1) return "a leading dimension below the rows";
+  if (a->batch != d->batch || b->batch != d->batch || c->batch != d->batch) return "batch counts";
+  if ((e & CUBLASLT_EPILOGUE_BIAS) && !o->bias) return "no bias pointer";
+  if (aux && (!o->aux || o->aux_ld % 8 || o->aux_ld < (int64_t)m ||
+              (d->batch > 1 && o->aux_stride % 8)))
+    return "GELU's aux: a pointer, its ld a multiple of 8 no less than the rows, its stride too";
+  return "";
+}
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  static cublasLtContext ctx;
+  *h = &ctx;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  *d = new cublasLtMatmulDescOpaque_t();
+  *lt_desc(*d) = LtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
+                        NULL, NULL, 0, 0, 0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t bytes) {
+  LtDesc *o = lt_desc(d);
+  switch (attr) {
+  case CUBLASLT_MATMUL_DESC_TRANSA: return set(&o->ta, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_TRANSB: return set(&o->tb, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(&o->epilogue, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(&o->bias, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return set(&o->bias_stride, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(&o->aux, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(&o->aux_ld, buf, bytes);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: return set(&o->aux_stride, buf, bytes);
+  default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  *l = new cublasLtMatrixLayoutOpaque_t();
+  *lt_layout(*l) = LtLayout{type, rows, cols, ld, 0, 1};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t bytes) {
+  LtLayout *o = lt_layout(l);
+  switch (attr) {
+  case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set(&o->batch, buf, bytes);
+  case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return set(&o->stride, buf, bytes);
+  default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  *p = new cublasLtMatmulPreferenceOpaque_t();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t bytes) {
+  if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;
+  return set(&p->data[0], buf, bytes);
+}
+
+// One algorithm, needing no workspace, where the product can run; none, and
+// CUBLAS_STATUS_NOT_SUPPORTED, for GELU's aux off its multiples of 8 (as cuBLASLt answers a
+// product it has no kernel for); CUBLAS_STATUS_INVALID_VALUE for what describes no product.
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *count) {
+  *count = 0;
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  const char *why = lt_refusal(lt_desc(op), lt_layout(a), lt_layout(b), lt_layout(c),
+                               lt_layout(d));
+  if (!strncmp(why, "GELU's aux", 10))   // cuBLASLt has no kernel for it
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (*why) {   // a call that describes no product: an error, not a fallback
+    fprintf(stderr, "emulated cublasLtMatmulAlgoGetHeuristic: %s\n", why);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  memset(&results[0], 0, sizeof results[0]);
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *count = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// D = alpha op(A) op(B) + beta C, then the epilogue: + bias (one per row of D), aux = that sum,
+// GELU; each batch item's X at X + item x its layout's stride. Summed in double, the epilogue
+// in double, rounded once to D's type (and aux's, D's).
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void *alpha,
+                              const void *a, cublasLtMatrixLayout_t adesc, const void *b,
+                              cublasLtMatrixLayout_t bdesc, const void *beta, const void *c,
+                              cublasLtMatrixLayout_t cdesc, void *d, cublasLtMatrixLayout_t ddesc,
+                              const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t) {
+  const LtDesc *o = lt_desc(op);
+  const LtLayout *la = lt_layout(adesc), *lb = lt_layout(bdesc), *lc = lt_layout(cdesc),
+                 *ld = lt_layout(ddesc);
+  const char *why = lt_refusal(o, la, lb, lc, ld);
+  if (*why || !algo) {
+    fprintf(stderr, "emulated cublasLtMatmul: %s\n", *why ? why : "no algorithm");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  float al = *(const float *)alpha, be = *(const float *)beta;
+  bool bias = o->epilogue & CUBLASLT_EPILOGUE_BIAS, aux = o->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  long k = o->ta == CUBLAS_OP_N ? (long)la->cols : (long)la->rows;
+  for (int i = 0; i < ld->batch; i++)
+    for (uint64_t col = 0; col < ld->cols; col++)
+      for (uint64_t row = 0; row < ld->rows; row++) {
+        double s = 0.0;
+        for (long l = 0; l < k; l++) {
+          long ia = o->ta == CUBLAS_OP_N ? row + l * la->ld : l + row * la->ld;
+          long ib = o->tb == CUBLAS_OP_N ? l + col * lb->ld : col + l * lb->ld;
+          s += (double)load(a, la->type, i * la->stride + ia) *
+               (double)load(b, lb->type, i * lb->stride + ib);
+        }
+        double v = al * s;
+        if (be != 0.0f) v += be * (double)load(c, lc->type, i * lc->stride + row + col * lc->ld);
+        if (bias) v += load(o->bias, ld->type, i * o->bias_stride + row);
+        if (aux) {
+          long at = i * o->aux_stride + row + col * o->aux_ld;
+          if (ld->type == CUDA_R_32F)
+            ((float *)o->aux)[at] = (float)v;
+          else
+            ((__nv_bfloat16 *)o->aux)[at] = __float2bfloat16_rn((float)v);
+          v = gelu_tanh(v);
+        }
+        long at = i * ld->stride + row + col * ld->ld;
+        if (ld->type == CUDA_R_32F)
+          ((float *)d)[at] = (float)v;
+        else
+          ((__nv_bfloat16 *)d)[at] = __float2bfloat16_rn((float)v);
+      }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,129 @@
+// Epilogues: a GEMM adds a linear layer's bias, and applies the GELU after it, as it writes its
+// product (cuBLASLt's epilogues on a GPU; the CPU's GEMM does the same to each block of the
+// product it finishes), so that neither is a pass of its own over the product:
+//
+//   y = add(matmul(a, b), bias)               ->  y = matmul_bias(a, b, bias)
+//   z = gelu(y), y as above                   ->  z, y = matmul_bias(a, b, bias) act=1
+//
+// It runs after the passes that lay the program out (autodiff, precision, recompute, the
+// parallel lowering), so each of them sees plain matmuls, adds and GELUs, and the fused node
+// is what the memory plan places and the program runs. A product fuses when
+//   - the add alone reads it (a row-parallel layer's partial product, all-reduced before its
+//     bias is added, does not; nor a product the backward reads), in its phase and block,
+//   - the other side of the add is a bias [N], N the product's last dim, made before the
+//     matmul (a parameter, or its working copy), and not summed over a batch (sum_batch),
+//   - the operands, the bias and the outputs have one float type (the kernel's T).
+// The GELU (tanh) joins when it reads the add's output in the same phase and block; the add's
+// output stays, as the fused node's second output, for the GELU's backward. The fused node
+// takes the matmul's place in the schedule and the add's and GELU's outputs, so every reader
+// is unchanged; their nodes go. The planner prices the graph before this pass by the same rule
+// (pass_epilogues, solver/cost.c).
+#include "passes.h"
+
+#include <stdlib.h>
+
+// The matmul whose product node `add` adds a bias to as an epilogue, or NULL; `reads` counts
+// each value's readers.
+static IrNode *bias_product(const IrNode *add, const int *reads) {
+  if (add->op != OP_ADD)
+    return NULL;
+  for (int side = 0; side < 2; side++) {
+    IrValue *p = add->in[side], *b = add->in[1 - side];
+    IrNode *mm = p->producer;
+    if (!mm || mm->op != OP_MATMUL || ir_attr_i(mm, "sum_batch") || reads[p->id] != 1 ||
+        mm->phase != add->phase || mm->block != add->block)
+      continue;
+    const IrValue *y = add->out[0];
+    if (b->rank != 1 || p->rank < 2 || !ir_same_shape(p, y) ||
+        !sym_eq(b->shape[0], p->shape[p->rank - 1]))
+      continue;
+    IrDType t = mm->in[0]->dtype;
+    if (!ir_is_float(t) || mm->in[1]->dtype != t || b->dtype != t || p->dtype != t ||
+        y->dtype != t)
+      continue;
+    if (b->producer && (b->producer->id < 0 || b->producer->id > mm->id))
+      continue;
+    return mm;
+  }
+  return NULL;
+}
+
+IrNode **pass_epilogues(const IrGraph *g) {
+  int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
+  IrNode **into = calloc((size_t)g->nnodes + 1, sizeof *into);
+  bool *has_gelu = calloc((size_t)g->nnodes + 1, sizeof *has_gelu);
+  IR_ASSERT(reads && into && has_gelu);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      reads[g->nodes[i]->in[k]->id]++;
+  if (g->loss)
+    reads[g->loss->id]++;
+  for (int i = 0; i < g->nnodes && !g->no_epilogue; i++) {
+    IrNode *n = g->nodes[i], *add = n->op == OP_GELU ? n->in[0]->producer : NULL;
+    if (n->op == OP_ADD)
+      into[i] = bias_product(n, reads);
+    else if (add && into[add->id] && !has_gelu[add->id] && add->phase == n->phase &&
+             add->block == n->block && n->out[0]->dtype == add->out[0]->dtype)
+      into[i] = into[add->id], has_gelu[add->id] = true;
+  }
+  free(reads);
+  free(has_gelu);
+  return into;
+}
+
+// ---- the pass -----------------------------------------------------------------------------
+
+// The GELU's output made before the sum it read, in the value table, as IR text read back
+// numbers a node's outputs (the memory plan breaks ties by id).
+static void swap_ids(IrGraph *g, IrValue *first, IrValue *second) {
+  if (first->id < second->id)
+    return;
+  int a = first->id, b = second->id;
+  g->values[a] = second, g->values[b] = first;
+  first->id = b, second->id = a;
+}
+
+int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
+  (void)ctx;
+  IrNode **into = pass_epilogues(g);
+  IrNode **gelu_of = calloc((size_t)g->nnodes + 1, sizeof *gelu_of);   // by matmul id
+  IR_ASSERT(gelu_of);
+  for (int i = 0; i < g->nnodes; i++)
+    if (into[i] && g->nodes[i]->op == OP_GELU)
+      gelu_of[into[i]->id] = g->nodes[i];
+  int fused = 0;
+  ir_batch_begin(g);
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *add = g->nodes[i], *mm = into[i];
+    if (!mm || add->op != OP_ADD)
+      continue;
+    IrNode *gelu = gelu_of[mm->id];
+    IrValue *bias = add->in[add->in[0]->producer == mm ? 1 : 0];
+    IrValue **in = ir_alloc(&g->arena, 4 * sizeof *in), **out = ir_alloc(&g->arena, 3 * sizeof *out);
+    in[0] = mm->in[0], in[1] = mm->in[1], in[2] = bias;
+    mm->out[0]->producer = NULL;   // the product: no buffer of its own any more
+    out[0] = gelu ? gelu->out[0] : add->out[0];
+    out[1] = gelu ? add->out[0] : NULL;
+    mm->op = OP_MATMUL_BIAS;
+    mm->in = in, mm->nin = 3;
+    mm->out = out, mm->nout = gelu ? 2 : 1;
+    for (int k = 0; k < mm->nout; k++)
+      mm->out[k]->producer = mm;
+    if (gelu) {
+      ir_set_int(g, mm, "act", 1);
+      ir_node_remove(g, gelu);
+      swap_ids(g, out[0], out[1]);
+    }
+    ir_node_remove(g, add);
+    fused++;
+  }
+  ir_batch_end(g);
+  free(into);
+  free(gelu_of);
+  if (fused) {
+    ir_remove_unused(g, ROLE_ACT);
+    ir_remove_unused(g, ROLE_GRAD);
+  }
+  *changed = fused > 0;
+  return 0;
+}
