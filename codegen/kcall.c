@@ -123,6 +123,10 @@ static int64_t bf16_sum_scratch(const IrGraph *g, const CgCall *c) {
       return 4 * (sc == 0 || batch <= 1 ? 1 : batch) * mn;
     return sc == 0 && batch > 1 ? 4 * mn : 0;
   }
+  case CG_K_matmul_bgrad: {   // (as matmul's product, then reduce_sum's sums)
+    int64_t mn = ARG(4) * ARG(5), len = ARG(9) ? ARG(5) : ARG(4);
+    return 4 * (c->t == DT_F32 && mn > len ? mn : len);
+  }
   default: return 0;
   }
 #undef ARG
@@ -307,6 +311,17 @@ static void lower_matmul_bias(Lower *L, const IrNode *n) {
   num(c, m.batch), num(c, m.m), num(c, m.n), num(c, m.k);
   numk(L, c, ir_attr_i(n, "ta")), numk(L, c, ir_attr_i(n, "tb"));
   num(c, m.sa), num(c, m.sb), numk(L, c, ir_attr_i(n, "act"));
+}
+
+// rt_matmul_bgrad(c, db, a, b, m, n, k, ta, tb, of): one GEMM (ir_matmul_gemm's, of one item)
+// and the bias gradient of passes/epilogue.c.
+static void lower_matmul_bgrad(Lower *L, const IrNode *n) {
+  IrGemm m = ir_matmul_gemm(L->g, n);
+  IR_ASSERT(ir_eval(L->g, m.batch) == 1);
+  CgCall *c = call(L, CG_K_matmul_bgrad);
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, n->in[0]), buf(c, n->in[1]);
+  num(c, m.m), num(c, m.n), num(c, m.k);
+  numk(L, c, ir_attr_i(n, "ta")), numk(L, c, ir_attr_i(n, "tb")), numk(L, c, ir_attr_i(n, "of"));
 }
 
 // ---- convolution: im2col (or col2im) and one batched GEMM over the images

@@ -269,6 +269,20 @@ static int shape_matmul_bias(IrGraph *g, IrNode *n, IrDiag *d) {
   return nout == 2 ? same_as(g, n, 1, y, d) : 0;
 }
 
+// matmul_bgrad(a, b) ta tb sum_batch of: matmul's product, and db [N] the sums of operand `of`
+// over every dim but its last, which is not contracted (of 1: b, not transposed; of 0: a,
+// transposed): [N] is b's columns or a's.
+static int shape_matmul_bgrad(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (shape_matmul(g, n, d))
+    return -1;
+  int of = (int)ir_attr_i(n, "of");
+  const IrValue *x = n->in[of];
+  if (ir_attr_i(n, of ? "tb" : "ta") != !of)
+    return ir_error(d, n->loc, "matmul_bgrad: of=%d sums %s, whose last dim must not be the "
+                    "contracted one (%s=%d)", of, of ? "b" : "a", of ? "tb" : "ta", !of);
+  return set_out(g, n, 1, n->out[0]->dtype, 1, &x->shape[x->rank - 1], d);
+}
+
 // ---- conv2d: x [N,C,H,W], w [OC,C/G,KH,KW] -> y [N,OC,OH,OW], col [N,C*KH*KW,OH*OW]
 //
 // With group G (ONNX's and PyTorch's), output channels [g*OC/G, (g+1)*OC/G) see only
@@ -1480,6 +1494,11 @@ static const Sym *flops_matmul(IrGraph *g, const IrNode *n) {
 static const Sym *flops_matmul_bias(IrGraph *g, const IrNode *n) {
   return sym_add(&g->arena, flops_matmul(g, n),
                  numel_times(g, n->out[0], ir_attr_i(n, "act") ? 1 + 8 : 1));
+}
+
+// the product's, and the sum_to's it replaces (as flops_sum_to counts it)
+static const Sym *flops_matmul_bgrad(IrGraph *g, const IrNode *n) {
+  return sym_add(&g->arena, flops_matmul(g, n), ir_numel(g, n->in[ir_attr_i(n, "of")]));
 }
 
 // Each output element (or each of dy's, backward) is a dot product of C*KH*KW/G

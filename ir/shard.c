@@ -1672,6 +1672,17 @@ static int shard_matmul_bias(ShardOp *op) {
     op->out[1] = *y;
   return 0;
 }
+// matmul_bgrad: matmul's layouts; db split as its operand's last dim, a partial sum wherever
+// the product is (over the contracted dims it sums too).
+static int shard_matmul_bgrad(ShardOp *op) {
+  if (shard_matmul(op))
+    return -1;
+  const ShardLayout *x = &op->in[ir_attr_i(op->n, "of")];
+  op->out[1] = whole(1);
+  op->out[1].split[0] = x->split[x->rank - 1];
+  op->out[1].partial = op->out[0].partial;
+  return 0;
+}
 // Vocabulary-parallel cross-entropy: logits split on V, the loss a partial sum
 // over tp; its row statistics are whole (all-reduced inside).
 static int shard_vp_cross_entropy(ShardOp *op) {

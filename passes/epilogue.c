@@ -5,6 +5,11 @@
 //   y = add(matmul(a, b), bias)               ->  y = matmul_bias(a, b, bias)
 //   z = gelu(y), y as above                   ->  z, y = matmul_bias(a, b, bias) act=1
 //
+// and, backward, adds the bias's gradient up as its weight's gradient reads dy (cuBLASLt's
+// BGRADA and BGRADB):
+//
+//   db = sum_to(dy), dw = matmul(x, dy) ta=1  ->  dw, db = matmul_bgrad(x, dy) ta=1 of=1
+//
 // It runs after the passes that lay the program out (autodiff, precision, recompute, the
 // parallel lowering), so each of them sees plain matmuls, adds and GELUs, and the fused node
 // is what the memory plan places and the program runs. A product fuses when
@@ -14,9 +19,11 @@
 //     matmul (a parameter, or its working copy), and not summed over a batch (sum_batch),
 //   - the operands, the bias and the outputs have one float type (the kernel's T).
 // The GELU (tanh) joins when it reads the add's output in the same phase and block; the add's
-// output stays, as the fused node's second output, for the GELU's backward. The fused node
-// takes the matmul's place in the schedule and the add's and GELU's outputs, so every reader
-// is unchanged; their nodes go. The planner prices the graph before this pass by the same rule
+// output stays, as the fused node's second output, for the GELU's backward. A sum_to into a
+// vector of dy's last dim joins the first matmul after it in its block that reads dy with
+// that dim not contracted and every other summed, in one GEMM, into a gradient of its type,
+// before anything reads the sums. The fused node takes the matmul's place in the schedule and
+// the outputs of the nodes it takes in, so every reader is unchanged; their nodes go. The planner prices the graph before this pass by the same rule
 // (pass_epilogues, solver/cost.c).
 #include "passes.h"
 
@@ -48,26 +55,65 @@ static IrNode *bias_product(const IrNode *add, const int *reads) {
   return NULL;
 }
 
-IrNode **pass_epilogues(const IrGraph *g) {
+// The weight-gradient matmul that node `s`, a sum_to of its operand into a bias's gradient,
+// joins as an epilogue (matmul_bgrad), or NULL: a matmul after s in its phase and block (and
+// before s's sums are first read), into a product of s's type, that reads the same value as
+// operand *of with its last dim not contracted and every other dim summed, in one GEMM.
+static IrNode *bgrad_product(IrGraph *g, const IrNode *s, const int *first_read, int *of) {
+  const IrValue *v = s->in[0], *db = s->out[0];
+  if (s->op != OP_SUM_TO || db->rank != 1 || v->rank < 2 ||
+      !sym_eq(db->shape[0], v->shape[v->rank - 1]))
+    return NULL;
+  for (int i = s->id + 1; i < first_read[db->id]; i++) {
+    IrNode *mm = g->nodes[i];
+    if (mm->phase != s->phase || mm->block != s->block)
+      return NULL;
+    if (mm->op != OP_MATMUL || mm->out[0]->dtype != db->dtype)
+      continue;
+    for (int k = 0; k < 2; k++) {
+      const IrValue *w = mm->in[1 - k];
+      if (mm->in[k] == v && ir_attr_i(mm, k ? "tb" : "ta") == !k &&
+          (ir_attr_i(mm, "sum_batch") || (v->rank == 2 && w->rank == 2)) &&
+          ir_eval(g, ir_matmul_gemm(g, mm).batch) == 1) {
+        *of = k;
+        return mm;
+      }
+    }
+  }
+  return NULL;
+}
+
+IrNode **pass_epilogues(IrGraph *g) {
   int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
   IrNode **into = calloc((size_t)g->nnodes + 1, sizeof *into);
-  bool *has_gelu = calloc((size_t)g->nnodes + 1, sizeof *has_gelu);
-  IR_ASSERT(reads && into && has_gelu);
-  for (int i = 0; i < g->nnodes; i++)
+  bool *taken = calloc((size_t)g->nnodes + 1, sizeof *taken);   // an add that has its GELU,
+  IR_ASSERT(reads && into && taken);                             // a matmul its bias gradient
+  int *first_read = malloc(((size_t)g->nvalues + 1) * sizeof *first_read);
+  IR_ASSERT(first_read);
+  for (int v = 0; v < g->nvalues; v++)
+    first_read[v] = g->nnodes;
+  for (int i = g->nnodes - 1; i >= 0; i--)
     for (int k = 0; k < g->nodes[i]->nin; k++)
-      reads[g->nodes[i]->in[k]->id]++;
+      reads[g->nodes[i]->in[k]->id]++, first_read[g->nodes[i]->in[k]->id] = i;
   if (g->loss)
     reads[g->loss->id]++;
   for (int i = 0; i < g->nnodes && !g->no_epilogue; i++) {
     IrNode *n = g->nodes[i], *add = n->op == OP_GELU ? n->in[0]->producer : NULL;
-    if (n->op == OP_ADD)
+    int of;
+    IrNode *mm;
+    if (n->op == OP_ADD) {
       into[i] = bias_product(n, reads);
-    else if (add && into[add->id] && !has_gelu[add->id] && add->phase == n->phase &&
-             add->block == n->block && n->out[0]->dtype == add->out[0]->dtype)
-      into[i] = into[add->id], has_gelu[add->id] = true;
+    } else if (n->op == OP_SUM_TO && (mm = bgrad_product(g, n, first_read, &of)) &&
+               !taken[mm->id]) {
+      into[i] = mm, taken[mm->id] = true;
+    } else if (add && into[add->id] && !taken[add->id] && add->phase == n->phase &&
+               add->block == n->block && n->out[0]->dtype == add->out[0]->dtype) {
+      into[i] = into[add->id], taken[add->id] = true;
+    }
   }
   free(reads);
-  free(has_gelu);
+  free(first_read);
+  free(taken);
   return into;
 }
 
@@ -83,6 +129,19 @@ static void swap_ids(IrGraph *g, IrValue *first, IrValue *second) {
   first->id = b, second->id = a;
 }
 
+// Weight-gradient matmul mm, and sum_to s of its operand: mm becomes matmul_bgrad, making s's
+// sums too (at mm's place, before their first reader: bgrad_product), and s goes.
+static void fuse_bgrad(IrGraph *g, IrNode *s, IrNode *mm) {
+  IrValue **out = ir_alloc(&g->arena, 3 * sizeof *out);
+  out[0] = mm->out[0], out[1] = s->out[0];
+  mm->op = OP_MATMUL_BGRAD;
+  mm->out = out, mm->nout = 2;
+  out[1]->producer = mm;
+  ir_set_int(g, mm, "of", mm->in[1] == s->in[0]);
+  ir_node_remove(g, s);
+  swap_ids(g, out[0], out[1]);
+}
+
 int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
   IrNode **into = pass_epilogues(g);
@@ -95,6 +154,11 @@ int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
   ir_batch_begin(g);
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *add = g->nodes[i], *mm = into[i];
+    if (mm && add->op == OP_SUM_TO) {
+      fuse_bgrad(g, add, mm);
+      fused++;
+      continue;
+    }
     if (!mm || add->op != OP_ADD)
       continue;
     IrNode *gelu = gelu_of[mm->id];

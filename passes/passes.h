@@ -180,7 +180,7 @@ int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed);
 // For each node of g (by id), the matmul whose epilogue it becomes (NULL: none): the adds of a
 // bias and the GELUs after them, by pass_epilogue's rule (the planner prices g before the pass
 // with it). A calloc'd array the caller frees.
-IrNode **pass_epilogues(const IrGraph *g);
+IrNode **pass_epilogues(IrGraph *g);
 int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed);       // swapped layers' activations to host
 int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed);     // copies, gathers beside compute
 // The highest block id of a forward node: the number of repeated layers (IR blocks 1..L).

@@ -827,6 +827,15 @@ void RT_NAME(matmul)(RT_U *c, const RT_T *a, const RT_T *b, long batch, long m, 
 #endif
 }
 
+// (runtime/kernels.def): the GEMM, then reduce_sum's sums of the operand's rows, as the
+// separate sum_to computes them
+void RT_NAME(matmul_bgrad)(RT_U *c, RT_U *db, const RT_T *a, const RT_T *b, long m, long n,
+                           long k, int ta, int tb, int of) {
+  RT_NAME(matmul)(c, a, b, 1, m, n, k, ta, tb, 0, 0, m * n);
+  long shape[2] = {k, of ? n : m}, ostride[2] = {0, 1};
+  RT_NAME(reduce_sum)(db, of ? b : a, 2, shape, ostride, shape[1], 1.0f);
+}
+
 // dw = 0 (rows [first, first + v) of a table's gradient); dw[idx[i] - first, :] += dout[i, :]
 // for the tokens of those rows. Parallel over column blocks, so each element of dw is summed
 // by one thread in the order of i.

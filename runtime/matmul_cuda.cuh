@@ -154,6 +154,58 @@ static cublasLtMatrixLayout_t lt_layout(cudaDataType_t t, long rows, long cols, 
   return l;
 }
 
+// cuBLASLt's description of rt_matmul's product D (n x m, column-major) = op(B) op(A), of
+// `batch` items sa, sb and m x n elements apart, float32 compute, with `epilogue` on `bias`.
+struct LtProduct {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t b, a, d;
+};
+template <typename T, typename U>
+static LtProduct lt_product(const T *a, const U *d, long batch, long m, long n, long k, int ta,
+                            int tb, long sa, long sb, uint32_t epilogue, const void *bias) {
+  int im = as_int(m, "m"), in = as_int(n, "n"), ik = as_int(k, "k"), ib = as_int(batch, "batch");
+  LtProduct p;
+  cublasCheck(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  lt_set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  lt_set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
+  lt_set<uint32_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  lt_set<const void *>(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  p.b = lt_layout(cuda_type(a), tb ? ik : in, tb ? in : ik, ib, sb);
+  p.a = lt_layout(cuda_type(a), ta ? im : ik, ta ? ik : im, ib, sa);
+  p.d = lt_layout(cuda_type(d), in, im, ib, m * n);
+  return p;
+}
+
+// Runs p (C is D: beta 0) with cuBLASLt's algorithm for it, and frees it: 1, or 0 where it has
+// none (CUBLAS_STATUS_NOT_SUPPORTED; any other status is an error) or k = 0 (the callers'
+// fallbacks do empty products). The workspace is the GEMMs' (cuBLAS's and cuBLASLt's calls
+// take turns on the one stream).
+static int lt_run(LtProduct p, const void *a, const void *b, void *d, long k) {
+  cublasLtMatmulHeuristicResult_t found;
+  int n = 0;
+  if (k > 0) {
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = workspace ? (uint64_t)RT_GEMM_WORKSPACE_BYTES : 0;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_handle(), p.op, p.b, p.a, p.d, p.d, pref, 1, &found, &n);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+  }
+  if (n > 0) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasLtMatmul(lt_handle(), p.op, &one, b, p.b, a, p.a, &zero, d, p.d, d, p.d,
+                               &found.algo, workspace, found.workspaceSize, rt_cuda_stream));
+  }
+  cublasCheck(cublasLtMatrixLayoutDestroy(p.b));
+  cublasCheck(cublasLtMatrixLayoutDestroy(p.a));
+  cublasCheck(cublasLtMatrixLayoutDestroy(p.d));
+  cublasCheck(cublasLtMatmulDescDestroy(p.op));
+  return n > 0;
+}
+
 // y = act(c + bias) over rows x n: a product c already where it lies (pre with act, else y),
 // pre = the sum act reads; GeluFwd is gelu_fwd's function (the CPU's gelu_f). For the
 // products cuBLASLt's epilogue does not take.
@@ -175,46 +227,15 @@ template <typename T>
 static void matmul_bias(T *y, T *pre, const T *a, const T *b, const T *bias, long batch, long m,
                         long n, long k, int ta, int tb, long sa, long sb, int act) {
   if (m <= 0 || n <= 0 || batch <= 0) return;
-  int im = as_int(m, "m"), in = as_int(n, "n"), ik = as_int(k, "k"), ib = as_int(batch, "batch");
-  cudaDataType_t t = cuda_type(y);
-  cublasLtMatmulDesc_t op;
-  cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  lt_set<int32_t>(op, CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
-  lt_set<int32_t>(op, CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
-  lt_set<uint32_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                   act ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS);
-  lt_set<const void *>(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  LtProduct p = lt_product(a, y, batch, m, n, k, ta, tb, sa, sb,
+                           act ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, bias);
   if (act) {
-    lt_set<void *>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
-    lt_set<int64_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, n);
-    lt_set<int64_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, m * n);
+    lt_set<void *>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+    lt_set<int64_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, n);
+    lt_set<int64_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, m * n);
   }
-  cublasLtMatrixLayout_t lb = lt_layout(t, tb ? ik : in, tb ? in : ik, ib, sb);
-  cublasLtMatrixLayout_t la = lt_layout(t, ta ? im : ik, ta ? ik : im, ib, sa);
-  cublasLtMatrixLayout_t ld = lt_layout(t, in, im, ib, m * n);
-  cublasLtMatmulPreference_t pref;
-  cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t ws = workspace ? (uint64_t)RT_GEMM_WORKSPACE_BYTES : 0;
-  cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &ws, sizeof ws));
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  if (k > 0) {   // none (CUBLAS_STATUS_NOT_SUPPORTED): the fallback below
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, lb, la, ld, ld, pref, 1, &heur, &found);
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
-  }
-  if (found > 0) {
-    const float one = 1.0f, zero = 0.0f;
-    cublasCheck(cublasLtMatmul(lt_handle(), op, &one, b, lb, a, la, &zero, y, ld, y, ld,
-                               &heur.algo, workspace, heur.workspaceSize, rt_cuda_stream));
-  }
-  cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-  cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-  cublasCheck(cublasLtMatrixLayoutDestroy(la));
-  cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-  cublasCheck(cublasLtMatmulDescDestroy(op));
-  if (found == 0) {
+  int found = lt_run(p, a, b, y, k);
+  if (!found) {
     matmul(act ? pre : y, a, b, batch, m, n, k, ta, tb, sa, sb, m * n);
     RT_LAUNCH(bias_act_kernel, grid_for(batch * m * n, NT), NT, 0, rt_cuda_stream, y, pre, bias,
               batch * m, n, act);
@@ -225,6 +246,30 @@ RT_CUDA_KT(matmul_bias,
            (T *y, T *pre, const T *a, const T *b, const T *bias, long batch, long m, long n,
             long k, int ta, int tb, long sa, long sb, int act),
            (dev(y), dev(pre), dev(a), dev(b), dev(bias), batch, m, n, k, ta, tb, sa, sb, act))
+
+// ---- matmul_bgrad: cuBLASLt's GEMM with a bias's gradient in its epilogue
+
+// rt_matmul_bgrad: C = op(A) op(B), column-major D (n x m) = op(B) op(A) as rt_matmul's, with
+// cuBLASLt's BGRADA (of 1: the sums over k of op(B), cuBLASLt's A, one per row of D: n) or
+// BGRADB (of 0: of op(A), its B, one per column: m) into db, of D's type. Where cuBLASLt has no
+// algorithm for it: rt_matmul's GEMM, then reduce_sum's sums (the CPU twin's order).
+template <typename T, typename U>
+static void matmul_bgrad(U *c, U *db, const T *a, const T *b, long m, long n, long k, int ta,
+                         int tb, int of) {
+  if (m <= 0 || n <= 0) return;
+  int found = lt_run(lt_product(a, c, 1L, m, n, k, ta, tb, 0L, 0L,
+                                of ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB, db),
+                     a, b, c, k);
+  if (!found) {
+    matmul(c, a, b, 1L, m, n, k, ta, tb, 0L, 0L, m * n);
+    long shape[2] = {k, of ? n : m}, ostride[2] = {0, 1};
+    reduce_sum(db, of ? b : a, 2, shape, ostride, shape[1], 1.0f);
+  }
+  LAUNCHED();
+}
+RT_CUDA_KTU(matmul_bgrad,
+            (U *c, U *db, const T *a, const T *b, long m, long n, long k, int ta, int tb, int of),
+            (dev(c), dev(db), dev(a), dev(b), m, n, k, ta, tb, of))
 
 // ---- convolution: im2col and its adjoint
 

@@ -2,11 +2,14 @@
 # GEMM epilogues (passes/epilogue.c) on GPT-2 (examples/gpt2.mtc, L=2):
 #   - each layer's four linear layers fuse: matmul_bias for qkv, the attention's projection and
 #     the MLP's output, and with act=1 (its GELU) for the MLP's input; no add of a bias and no
-#     GELU is left in the forward; --no-epilogue leaves none fused;
+#     GELU is left in the forward; backward, each bias's gradient joins its weight's GEMM
+#     (matmul_bgrad), leaving one sum_to (the position embedding's); --no-epilogue leaves none
+#     fused;
 #   - under tp 2 the row-parallel layers (attention's projection, the MLP's output: their
 #     products all-reduced before the bias) stay a matmul and an add, the column-parallel fuse;
 #   - fp32: the fused program's losses and final weights equal --no-epilogue's bit for bit (the
-#     GEMM's float32 sums plus the bias, and gelu_f, as the separate kernels compute them);
+#     GEMM's float32 sums plus the bias, gelu_f, and reduce_sum's sums of the bias gradients, as
+#     the separate kernels compute them);
 #   - bf16: the fused program (one rounding of each sum) trains within bf16's rounding of the
 #     unfused one (relative 2e-2 on every loss).
 #
@@ -42,7 +45,10 @@ expect() {   # WHAT GOT WANT
 expect "matmul_bias nodes" "$(count matmul_bias "$out/fused.ir")" 8
 expect "of them with GELU" "$(grep -c "= matmul_bias(.*act=1" "$out/fused.ir" || true)" 2
 expect "GELUs left in forward" "$(count gelu "$out/fused.fwd")" 0
-expect "matmul_bias nodes, --no-epilogue" "$(count matmul_bias "$out/plain.ir")" 0
+expect "matmul_bgrad nodes" "$(count matmul_bgrad "$out/fused.ir")" 8
+expect "sum_to nodes left" "$(count sum_to "$out/fused.ir")" 1
+expect "matmul_bias and matmul_bgrad nodes, --no-epilogue" \
+  "$(($(count matmul_bias "$out/plain.ir") + $(count matmul_bgrad "$out/plain.ir")))" 0
 
 "$mtc" compile "$model" "${dims[@]}" --tp 2 --gpus 2 --dump-after epilogue -o "$out/tp2" \
   > "$out/tp2.ir"

@@ -669,6 +669,33 @@ static void test_matmul_bias(void) {
   rng = others;
 }
 
+// the GEMM with a bias's gradient in its epilogue: db sums operand `of` over k
+template <typename T, typename U>
+static void test_matmul_bgrad(void) {
+  struct Case {
+    long m, n, k;
+    int ta, tb, of;
+  } cases[] = {
+      {64, 96, 200, 1, 0, 1}, {96, 64, 200, 1, 0, 0}, {17, 33, 65, 1, 1, 0},
+      {17, 33, 65, 0, 0, 1},  {5, 7, 0, 1, 0, 1},  // k = 0: zeros
+  };
+  unsigned long long others = rng;   // (its own draws: the other tests' inputs stay theirs)
+  for (const Case &c : cases) {
+    Buf<T> a = rand_vec<T>(c.m * c.k), b = rand_vec<T>(c.k * c.n);
+    Buf<U> out = rand_vec<U>(c.m * c.n), db = rand_vec<U>(c.of ? c.n : c.m);
+    U *dc = dev(out), *ddb = dev(db);
+    CPU(rt_matmul_bgrad)(out.data(), db.data(), a.data(), b.data(), c.m, c.n, c.k, c.ta, c.tb,
+                         c.of);
+    rt_matmul_bgrad(dc, ddb, dev(a), dev(b), c.m, c.n, c.k, c.ta, c.tb, c.of);
+    std::string what = fmt("matmul_bgrad m=%ld n=%ld k=%ld ta=%d tb=%d of=%d", c.m, c.n, c.k,
+                           c.ta, c.tb, c.of);
+    check(what.c_str(), out, dc, RED);
+    check((what + " (db)").c_str(), db, ddb, RED);
+    free_all();
+  }
+  rng = others;
+}
+
 // ---- convolution: im2col and col2im against the CPU's (the GEMMs are rt_matmul's,
 // checked above); im2col only copies, and col2im adds in the CPU's order
 
@@ -1489,6 +1516,7 @@ static void test_tu(const char *name) {
   test_embedding<T, U>();
   test_layernorm<T, U>();
   test_rmsnorm<T, U>();
+  test_matmul_bgrad<T, U>();
 }
 
 int main(void) {

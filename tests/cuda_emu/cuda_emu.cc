@@ -823,7 +823,7 @@ struct LtDesc {   // in a cublasLtMatmulDescOpaque_t
   cudaDataType_t scale;
   int32_t ta, tb;   // cublasOperation_t
   uint32_t epilogue;
-  const void *bias;
+  const void *bias;   // (BGRADA, BGRADB: written)
   void *aux;
   int64_t aux_ld, aux_stride, bias_stride;
 };
@@ -858,21 +858,45 @@ const char *lt_refusal(const LtDesc *o, const LtLayout *a, const LtLayout *b, co
   uint32_t e = o->epilogue;
   bool aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (o->compute != CUBLAS_COMPUTE_32F || o->scale != CUDA_R_32F) return "not float32 compute";
-  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && !aux)
+  bool bgrad = e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && !aux && !bgrad)
     return "an epilogue the emulation does not have";
   if (a->type != b->type || c->type != d->type || (a->type == CUDA_R_32F && d->type != a->type))
-    return "types";
+    return "no kernel: types";
+  if (bgrad && (d->batch > 1 || !o->bias)) return "a bias gradient of one product, a pointer";
   uint64_t m = o->ta == CUBLAS_OP_N ? a->rows : a->cols, k = o->ta == CUBLAS_OP_N ? a->cols : a->rows;
   uint64_t kb = o->tb == CUBLAS_OP_N ? b->rows : b->cols, n = o->tb == CUBLAS_OP_N ? b->cols : b->rows;
   if (k != kb || d->rows != m || d->cols != n || c->rows != m || c->cols != n) return "shapes";
   for (const LtLayout *l : {a, b, c, d})
     if (l->ld < (int64_t)l->rows || l->ld < 1) return "a leading dimension below the rows";
   if (a->batch != d->batch || b->batch != d->batch || c->batch != d->batch) return "batch counts";
-  if ((e & CUBLASLT_EPILOGUE_BIAS) && !o->bias) return "no bias pointer";
+  if (e == CUBLASLT_EPILOGUE_BIAS && !o->bias) return "no bias pointer";
+  if (aux && !o->bias) return "no bias pointer";
   if (aux && (!o->aux || o->aux_ld % 8 || o->aux_ld < (int64_t)m ||
               (d->batch > 1 && o->aux_stride % 8)))
-    return "GELU's aux: a pointer, its ld a multiple of 8 no less than the rows, its stride too";
+    return "no kernel: GELU's aux, its ld a multiple of 8 no less than the rows, its stride too";
   return "";
+}
+// BGRADA: the sums over k of op(A)'s rows, one per row of D; BGRADB: of op(B)'s columns, one
+// per column of D; summed in double, rounded once to D's type.
+void lt_bgrad(const LtDesc *o, const void *a, const LtLayout *la, const void *b,
+              const LtLayout *lb, cudaDataType dt) {
+  bool ofa = o->epilogue == CUBLASLT_EPILOGUE_BGRADA;
+  const LtLayout *l = ofa ? la : lb;
+  bool n = (ofa ? o->ta : o->tb) == CUBLAS_OP_N;
+  long len = ofa ? (n ? l->rows : l->cols) : (n ? l->cols : l->rows);
+  long k = ofa ? (n ? l->cols : l->rows) : (n ? l->rows : l->cols);
+  for (long i = 0; i < len; i++) {
+    double s = 0.0;
+    for (long r = 0; r < k; r++) {   // op(A)(i, r) or op(B)(r, i)
+      long at = ofa ? (n ? i + r * l->ld : r + i * l->ld) : (n ? r + i * l->ld : i + r * l->ld);
+      s += load(ofa ? a : b, l->type, at);
+    }
+    if (dt == CUDA_R_32F)
+      ((float *)o->bias)[i] = (float)s;
+    else
+      ((__nv_bfloat16 *)o->bias)[i] = __float2bfloat16_rn((float)s);
+  }
 }
 }  // namespace
 
@@ -955,8 +979,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 }
 
 // One algorithm, needing no workspace, where the product can run; none, and
-// CUBLAS_STATUS_NOT_SUPPORTED, for GELU's aux off its multiples of 8 (as cuBLASLt answers a
-// product it has no kernel for); CUBLAS_STATUS_INVALID_VALUE for what describes no product.
+// CUBLAS_STATUS_NOT_SUPPORTED, for GELU's aux off its multiples of 8 and float32 operands into
+// a bf16 D (as cuBLASLt answers a product it has no kernel for); CUBLAS_STATUS_INVALID_VALUE
+// for what describes no product.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -967,7 +992,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   const char *why = lt_refusal(lt_desc(op), lt_layout(a), lt_layout(b), lt_layout(c),
                                lt_layout(d));
-  if (!strncmp(why, "GELU's aux", 10))   // cuBLASLt has no kernel for it
+  if (!strncmp(why, "no kernel", 9))   // cuBLASLt has none for it
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (*why) {   // a call that describes no product: an error, not a fallback
     fprintf(stderr, "emulated cublasLtMatmulAlgoGetHeuristic: %s\n", why);
@@ -996,7 +1021,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   float al = *(const float *)alpha, be = *(const float *)beta;
-  bool bias = o->epilogue & CUBLASLT_EPILOGUE_BIAS, aux = o->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool aux = o->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool bias = o->epilogue == CUBLASLT_EPILOGUE_BIAS || aux;
+  if (o->epilogue == CUBLASLT_EPILOGUE_BGRADA || o->epilogue == CUBLASLT_EPILOGUE_BGRADB)
+    lt_bgrad(o, a, la, b, lb, ld->type);
   long k = o->ta == CUBLAS_OP_N ? (long)la->cols : (long)la->rows;
   for (int i = 0; i < ld->batch; i++)
     for (uint64_t col = 0; col < ld->cols; col++)

@@ -50,9 +50,9 @@
 //   - cuBLAS's GEMMs are a reference GEMM with cuBLAS's semantics
 //     (column-major, op(A) op(B), alpha, beta, leading dimensions, strided
 //     batches, bf16 or float operands, float or bf16 C), summed in double;
-//     cuBLASLt's the same, with the epilogues BIAS and GELU_AUX_BIAS (GELU in
-//     its tanh form), refusing an attribute it does not know and what its
-//     heuristic would refuse (GELU's aux ld not a multiple of 8).
+//     cuBLASLt's the same, with the epilogues BIAS, GELU_AUX_BIAS (GELU in its
+//     tanh form), BGRADA and BGRADB, refusing an attribute it does not know and
+//     what its heuristic would refuse (GELU's aux ld not a multiple of 8).
 //   - Limits: 1024 threads a block, 227 KiB of dynamic shared memory.
 //
 // What it cannot see: races that its four schedules hide (a missing barrier
