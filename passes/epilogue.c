@@ -74,7 +74,7 @@ static IrNode *bgrad_product(IrGraph *g, const IrNode *s, const int *first_read,
       const IrValue *w = mm->in[1 - k];
       if (mm->in[k] == v && ir_attr_i(mm, k ? "tb" : "ta") == !k &&
           (ir_attr_i(mm, "sum_batch") || (v->rank == 2 && w->rank == 2)) &&
-          ir_eval(g, ir_matmul_gemm(g, mm).batch) == 1) {
+          sym_is_one(ir_matmul_gemm(g, mm).batch)) {
         *of = k;
         return mm;
       }
