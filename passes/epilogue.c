@@ -23,8 +23,8 @@
 // vector of dy's last dim joins the first matmul after it in its block that reads dy with
 // that dim not contracted and every other summed, in one GEMM, into a gradient of its type,
 // before anything reads the sums. The fused node takes the matmul's place in the schedule and
-// the outputs of the nodes it takes in, so every reader is unchanged; their nodes go. The planner prices the graph before this pass by the same rule
-// (pass_epilogues, solver/cost.c).
+// the outputs of the nodes it takes in, so every reader is unchanged; their nodes go. The
+// planner prices the graph before this pass by the same rule (pass_epilogues, solver/cost.c).
 #include "passes.h"
 
 #include <stdlib.h>
@@ -119,8 +119,8 @@ IrNode **pass_epilogues(IrGraph *g) {
 
 // ---- the pass -----------------------------------------------------------------------------
 
-// The GELU's output made before the sum it read, in the value table, as IR text read back
-// numbers a node's outputs (the memory plan breaks ties by id).
+// A fused node's outputs, first before second in the value table, as IR text read back numbers
+// a node's outputs (the memory plan breaks ties by id).
 static void swap_ids(IrGraph *g, IrValue *first, IrValue *second) {
   if (first->id < second->id)
     return;
@@ -142,6 +142,27 @@ static void fuse_bgrad(IrGraph *g, IrNode *s, IrNode *mm) {
   swap_ids(g, out[0], out[1]);
 }
 
+// Matmul mm, the add of a bias to its product, and the GELU after it (NULL: none): mm becomes
+// matmul_bias, making the add's output (and the GELU's, first), and they go.
+static void fuse_bias(IrGraph *g, IrNode *add, IrNode *mm, IrNode *gelu) {
+  IrValue **in = ir_alloc(&g->arena, 4 * sizeof *in), **out = ir_alloc(&g->arena, 3 * sizeof *out);
+  in[0] = mm->in[0], in[1] = mm->in[1], in[2] = add->in[add->in[0]->producer == mm ? 1 : 0];
+  mm->out[0]->producer = NULL;   // the product: no buffer of its own any more
+  out[0] = gelu ? gelu->out[0] : add->out[0];
+  out[1] = gelu ? add->out[0] : NULL;
+  mm->op = OP_MATMUL_BIAS;
+  mm->in = in, mm->nin = 3;
+  mm->out = out, mm->nout = gelu ? 2 : 1;
+  for (int k = 0; k < mm->nout; k++)
+    mm->out[k]->producer = mm;
+  if (gelu) {
+    ir_set_int(g, mm, "act", 1);
+    ir_node_remove(g, gelu);
+    swap_ids(g, out[0], out[1]);
+  }
+  ir_node_remove(g, add);
+}
+
 int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
   IrNode **into = pass_epilogues(g);
@@ -152,34 +173,12 @@ int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
       gelu_of[into[i]->id] = g->nodes[i];
   int fused = 0;
   ir_batch_begin(g);
-  for (int i = 0; i < g->nnodes; i++) {
-    IrNode *add = g->nodes[i], *mm = into[i];
-    if (mm && add->op == OP_SUM_TO) {
-      fuse_bgrad(g, add, mm);
-      fused++;
-      continue;
-    }
-    if (!mm || add->op != OP_ADD)
-      continue;
-    IrNode *gelu = gelu_of[mm->id];
-    IrValue *bias = add->in[add->in[0]->producer == mm ? 1 : 0];
-    IrValue **in = ir_alloc(&g->arena, 4 * sizeof *in), **out = ir_alloc(&g->arena, 3 * sizeof *out);
-    in[0] = mm->in[0], in[1] = mm->in[1], in[2] = bias;
-    mm->out[0]->producer = NULL;   // the product: no buffer of its own any more
-    out[0] = gelu ? gelu->out[0] : add->out[0];
-    out[1] = gelu ? add->out[0] : NULL;
-    mm->op = OP_MATMUL_BIAS;
-    mm->in = in, mm->nin = 3;
-    mm->out = out, mm->nout = gelu ? 2 : 1;
-    for (int k = 0; k < mm->nout; k++)
-      mm->out[k]->producer = mm;
-    if (gelu) {
-      ir_set_int(g, mm, "act", 1);
-      ir_node_remove(g, gelu);
-      swap_ids(g, out[0], out[1]);
-    }
-    ir_node_remove(g, add);
-    fused++;
+  for (int i = 0; i < g->nnodes; i++) {   // (a GELU goes with its add)
+    IrNode *n = g->nodes[i], *mm = into[i];
+    if (mm && n->op == OP_SUM_TO)
+      fuse_bgrad(g, n, mm), fused++;
+    else if (mm && n->op == OP_ADD)
+      fuse_bias(g, n, mm, gelu_of[mm->id]), fused++;
   }
   ir_batch_end(g);
   free(into);

@@ -864,8 +864,9 @@ const char *lt_refusal(const LtDesc *o, const LtLayout *a, const LtLayout *b, co
   if (a->type != b->type || c->type != d->type || (a->type == CUDA_R_32F && d->type != a->type))
     return "no kernel: types";
   if (bgrad && (d->batch > 1 || !o->bias)) return "a bias gradient of one product, a pointer";
-  uint64_t m = o->ta == CUBLAS_OP_N ? a->rows : a->cols, k = o->ta == CUBLAS_OP_N ? a->cols : a->rows;
-  uint64_t kb = o->tb == CUBLAS_OP_N ? b->rows : b->cols, n = o->tb == CUBLAS_OP_N ? b->cols : b->rows;
+  bool na = o->ta == CUBLAS_OP_N, nb = o->tb == CUBLAS_OP_N;
+  uint64_t m = na ? a->rows : a->cols, k = na ? a->cols : a->rows;
+  uint64_t kb = nb ? b->rows : b->cols, n = nb ? b->cols : b->rows;
   if (k != kb || d->rows != m || d->cols != n || c->rows != m || c->cols != n) return "shapes";
   for (const LtLayout *l : {a, b, c, d})
     if (l->ld < (int64_t)l->rows || l->ld < 1) return "a leading dimension below the rows";
