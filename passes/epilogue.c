@@ -29,11 +29,9 @@
 
 #include <stdlib.h>
 
-// The matmul whose product node `add` adds a bias to as an epilogue, or NULL; `reads` counts
-// each value's readers.
+// The matmul whose product `add` (an add) adds a bias to as an epilogue, or NULL; `reads`
+// counts each value's readers.
 static IrNode *bias_product(const IrNode *add, const int *reads) {
-  if (add->op != OP_ADD)
-    return NULL;
   for (int side = 0; side < 2; side++) {
     IrValue *p = add->in[side], *b = add->in[1 - side];
     IrNode *mm = p->producer;
@@ -55,13 +53,23 @@ static IrNode *bias_product(const IrNode *add, const int *reads) {
   return NULL;
 }
 
+// Whether matmul mm is one GEMM whose product sums over every dim of its operands but their
+// last two: both operands matrices, or batches summed as A^T B (ir_matmul_gemm's folds).
+static bool one_gemm(const IrNode *mm) {
+  const IrValue *a = mm->in[0], *b = mm->in[1];
+  if (a->rank == 2 && b->rank == 2)
+    return true;
+  return ir_attr_i(mm, "sum_batch") && ir_attr_i(mm, "ta") && !ir_attr_i(mm, "tb") &&
+         a->rank > 2 && b->rank > 2;
+}
+
 // The weight-gradient matmul that node `s`, a sum_to of its operand into a bias's gradient,
 // joins as an epilogue (matmul_bgrad), or NULL: a matmul after s in its phase and block (and
 // before s's sums are first read), into a product of s's type, that reads the same value as
 // operand *of with its last dim not contracted and every other dim summed, in one GEMM.
 static IrNode *bgrad_product(IrGraph *g, const IrNode *s, const int *first_read, int *of) {
   const IrValue *v = s->in[0], *db = s->out[0];
-  if (s->op != OP_SUM_TO || db->rank != 1 || v->rank < 2 ||
+  if (db->rank != 1 || v->rank < 2 ||
       !sym_eq(db->shape[0], v->shape[v->rank - 1]))
     return NULL;
   for (int i = s->id + 1; i < first_read[db->id]; i++) {
@@ -71,10 +79,7 @@ static IrNode *bgrad_product(IrGraph *g, const IrNode *s, const int *first_read,
     if (mm->op != OP_MATMUL || mm->out[0]->dtype != db->dtype)
       continue;
     for (int k = 0; k < 2; k++) {
-      const IrValue *w = mm->in[1 - k];
-      if (mm->in[k] == v && ir_attr_i(mm, k ? "tb" : "ta") == !k &&
-          (ir_attr_i(mm, "sum_batch") || (v->rank == 2 && w->rank == 2)) &&
-          sym_is_one(ir_matmul_gemm(g, mm).batch)) {
+      if (mm->in[k] == v && ir_attr_i(mm, k ? "tb" : "ta") == !k && one_gemm(mm)) {
         *of = k;
         return mm;
       }
@@ -83,9 +88,9 @@ static IrNode *bgrad_product(IrGraph *g, const IrNode *s, const int *first_read,
   return NULL;
 }
 
-IrNode **pass_epilogues(IrGraph *g) {
+PassEpilogue *pass_epilogues(IrGraph *g) {
   int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
-  IrNode **into = calloc((size_t)g->nnodes + 1, sizeof *into);
+  PassEpilogue *into = calloc((size_t)g->nnodes + 1, sizeof *into);
   bool *taken = calloc((size_t)g->nnodes + 1, sizeof *taken);   // an add that has its GELU,
   IR_ASSERT(reads && into && taken);                             // a matmul its bias gradient
   int *first_read = malloc(((size_t)g->nvalues + 1) * sizeof *first_read);
@@ -102,13 +107,13 @@ IrNode **pass_epilogues(IrGraph *g) {
     int of;
     IrNode *mm;
     if (n->op == OP_ADD) {
-      into[i] = bias_product(n, reads);
+      into[i].into = bias_product(n, reads);
     } else if (n->op == OP_SUM_TO && (mm = bgrad_product(g, n, first_read, &of)) &&
                !taken[mm->id]) {
-      into[i] = mm, taken[mm->id] = true;
-    } else if (add && into[add->id] && !taken[add->id] && add->phase == n->phase &&
+      into[i] = (PassEpilogue){mm, of}, taken[mm->id] = true;
+    } else if (add && into[add->id].into && !taken[add->id] && add->phase == n->phase &&
                add->block == n->block && n->out[0]->dtype == add->out[0]->dtype) {
-      into[i] = into[add->id], taken[add->id] = true;
+      into[i].into = into[add->id].into, taken[add->id] = true;
     }
   }
   free(reads);
@@ -129,15 +134,15 @@ static void swap_ids(IrGraph *g, IrValue *first, IrValue *second) {
   first->id = b, second->id = a;
 }
 
-// Weight-gradient matmul mm, and sum_to s of its operand: mm becomes matmul_bgrad, making s's
-// sums too (at mm's place, before their first reader: bgrad_product), and s goes.
-static void fuse_bgrad(IrGraph *g, IrNode *s, IrNode *mm) {
+// Weight-gradient matmul mm, and sum_to s of its operand `of`: mm becomes matmul_bgrad, making
+// s's sums too (at mm's place, before their first reader: bgrad_product), and s goes.
+static void fuse_bgrad(IrGraph *g, IrNode *s, IrNode *mm, int of) {
   IrValue **out = ir_alloc(&g->arena, 3 * sizeof *out);
   out[0] = mm->out[0], out[1] = s->out[0];
   mm->op = OP_MATMUL_BGRAD;
   mm->out = out, mm->nout = 2;
   out[1]->producer = mm;
-  ir_set_int(g, mm, "of", mm->in[1] == s->in[0]);
+  ir_set_int(g, mm, "of", of);
   ir_node_remove(g, s);
   swap_ids(g, out[0], out[1]);
 }
@@ -165,18 +170,18 @@ static void fuse_bias(IrGraph *g, IrNode *add, IrNode *mm, IrNode *gelu) {
 
 int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
-  IrNode **into = pass_epilogues(g);
+  PassEpilogue *into = pass_epilogues(g);
   IrNode **gelu_of = calloc((size_t)g->nnodes + 1, sizeof *gelu_of);   // by matmul id
   IR_ASSERT(gelu_of);
   for (int i = 0; i < g->nnodes; i++)
-    if (into[i] && g->nodes[i]->op == OP_GELU)
-      gelu_of[into[i]->id] = g->nodes[i];
+    if (into[i].into && g->nodes[i]->op == OP_GELU)
+      gelu_of[into[i].into->id] = g->nodes[i];
   int fused = 0;
   ir_batch_begin(g);
   for (int i = 0; i < g->nnodes; i++) {   // (a GELU goes with its add)
-    IrNode *n = g->nodes[i], *mm = into[i];
+    IrNode *n = g->nodes[i], *mm = into[i].into;
     if (mm && n->op == OP_SUM_TO)
-      fuse_bgrad(g, n, mm), fused++;
+      fuse_bgrad(g, n, mm, into[i].of), fused++;
     else if (mm && n->op == OP_ADD)
       fuse_bias(g, n, mm, gelu_of[mm->id]), fused++;
   }

@@ -177,10 +177,16 @@ int pass_recompute(IrGraph *g, PassCtx *ctx, bool *changed);  // checkpointed bl
 int pass_lower(IrGraph *g, PassCtx *ctx, bool *changed);      // the plan: buckets, collectives
 // A linear layer's bias add, and the GELU after it, as their GEMM's epilogue (passes/epilogue.c).
 int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed);
-// For each node of g (by id), the matmul whose epilogue it becomes (NULL: none): the adds of a
-// bias and the GELUs after them, by pass_epilogue's rule (the planner prices g before the pass
-// with it). A calloc'd array the caller frees.
-IrNode **pass_epilogues(IrGraph *g);
+// A node that becomes a matmul's epilogue: the matmul (NULL: none), and for a bias gradient,
+// which of the matmul's operands it sums (matmul_bgrad's "of").
+typedef struct {
+  IrNode *into;
+  int of;
+} PassEpilogue;
+// For each node of g (by id), the matmul whose epilogue it becomes: the adds of a bias, the
+// GELUs after them and the bias gradients, by pass_epilogue's rule (the planner prices g before
+// the pass with it). A calloc'd array the caller frees.
+PassEpilogue *pass_epilogues(IrGraph *g);
 int pass_swap(IrGraph *g, PassCtx *ctx, bool *changed);       // swapped layers' activations to host
 int pass_copies(IrGraph *g, PassCtx *ctx, bool *changed);     // copies, gathers beside compute
 // The highest block id of a forward node: the number of repeated layers (IR blocks 1..L).

@@ -728,10 +728,11 @@ static void matmul_any(float *c, const void *a, const void *b, int bf16, long ba
   for (long t = 0; t < ntasks; t++) {
     long bt = t / (nrow * ncol), rt = t / ncol % nrow, ct = t % ncol;
     long i0 = rt * mc, j0 = ct * nc;
+    long rows = m - i0 < mc ? m - i0 : mc, j1 = j0 + nc < n ? j0 + nc : n;
     long b0 = sc == 0 ? 0 : bt, b1 = sc == 0 ? batch : bt + 1;
-    gemm_task(&g, b0, b1, i0, m - i0 < mc ? m - i0 : mc, j0, j0 + nc < n ? j0 + nc : n);
+    gemm_task(&g, b0, b1, i0, rows, j0, j1);
     if (epi)
-      gemm_epilogue_block(&g, b0, b1, i0, m - i0 < mc ? m - i0 : mc, j0, j0 + nc < n ? j0 + nc : n);
+      gemm_epilogue_block(&g, b0, b1, i0, rows, j0, j1);
   }
 }
 

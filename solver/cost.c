@@ -474,11 +474,11 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
     else if (n->phase == PHASE_BACKWARD)
       b->nbwd++;
   }
-  IrNode **into = pass_epilogues(g);
+  PassEpilogue *into = pass_epilogues(g);
   m->epilogue = calloc((size_t)g->nnodes + 1, sizeof *m->epilogue);
   IR_ASSERT(m->epilogue);
   for (int i = 0; i < g->nnodes; i++)
-    m->epilogue[i] = into[i] != NULL;
+    m->epilogue[i] = into[i].into != NULL;
   free(into);
   for (int b = 0; b < nb; b++) {
     m->block[b].fwd = calloc((size_t)m->block[b].nfwd + 1, sizeof(IrNode *));
@@ -897,12 +897,12 @@ void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *st
     IrOpKind k = ir_op_kind((IrOp)op);
     micro_s[op] = step_s[op] = k == KIND_COMM || k == KIND_HOST ? -1 : 0;
   }
-  IrNode **epilogue = pass_epilogues(g);   // (a graph before the epilogue pass: as priced)
+  PassEpilogue *epilogue = pass_epilogues(g);   // (a graph before the epilogue pass: as priced)
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     double *by = n->phase == PHASE_UPDATE ? step_s : micro_s;
     bool launch = n->phase != PHASE_UPDATE && !is_view(n);   // (as the planner adds to its
-    if (by[n->op] >= 0 && !epilogue[i])                       // blocks' rooflines)
+    if (by[n->op] >= 0 && !epilogue[i].into)                 // blocks' rooflines)
       by[n->op] += load * (node_time(g, n, &gr->dev) + (launch ? gr->dev.eff.launch : 0));
     if (ir_op_kind(n->op) == KIND_OPT)
       *outside_s += load * scan_time(updated_elems(g, n), ir_dtype_size(n->in[1]->dtype),

@@ -44,6 +44,7 @@ expect() {   # WHAT GOT WANT
 }
 expect "matmul_bias nodes" "$(count matmul_bias "$out/fused.ir")" 8
 expect "of them with GELU" "$(grep -c "= matmul_bias(.*act=1" "$out/fused.ir" || true)" 2
+expect "matmul_bias nodes in the forward extract" "$(count matmul_bias "$out/fused.fwd")" 8
 expect "GELUs left in forward" "$(count gelu "$out/fused.fwd")" 0
 expect "matmul_bgrad nodes" "$(count matmul_bgrad "$out/fused.ir")" 8
 expect "sum_to nodes left" "$(count sum_to "$out/fused.ir")" 1
