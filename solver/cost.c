@@ -848,6 +848,33 @@ static double attention_rate(IrGraph *g, const IrNode *n, const SvDevice *dev, b
 // attention run at the tensor cores' rate for their operands' type; a
 // profile's measured GEMMs give matmuls the rate of their shape, and its
 // measured kernels their ops' times by their elements.
+// The time of op `op` over numel elements of type dt on dev as an epilogue of a CPU GEMM (the
+// CPU's twin of rt_matmul_bias and rt_matmul_bgrad runs it on each block the GEMM finishes, or
+// after it): as measured on its own, or its bytes at the device's bandwidth (nin read, one
+// written).
+static double cpu_epilogue_op(const SvDevice *dev, IrOp op, double numel, IrDType dt, int nin) {
+  double measured = dev->nops > 0 ? sv_op_seconds(dev, op, numel, dt == DT_BF16) : -1;
+  if (measured >= 0)
+    return measured;
+  return (nin + 1) * numel * ir_dtype_size(dt) / (dev->hbm_bw * dev->eff.mem);
+}
+
+// The time a GEMM's epilogue adds on dev: none on a GPU (cuBLASLt applies it to the product in
+// registers); on a CPU the add of the bias, the GELU and the bias gradient's sums, each as its
+// own node would take (the CPU's GEMM saves their passes' bytes, not their arithmetic).
+static double epilogue_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
+  if (dev->cores <= 0)
+    return 0;
+  if (n->op == OP_MATMUL_BGRAD) {
+    const IrValue *v = n->in[ir_attr_i(n, "of")];
+    return cpu_epilogue_op(dev, OP_SUM_TO, sym_evalf(ir_numel(g, v), &g->syms), v->dtype, 1);
+  }
+  double numel = sym_evalf(ir_numel(g, n->out[0]), &g->syms);
+  IrDType dt = n->out[0]->dtype;
+  return cpu_epilogue_op(dev, OP_ADD, numel, dt, 2) +
+         (ir_attr_i(n, "act") ? cpu_epilogue_op(dev, OP_GELU, numel, dt, 1) : 0);
+}
+
 static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   if (is_view(n))
     return 0;
@@ -872,7 +899,8 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   double flops = sym_evalf(ir_flops(g, n), &g->syms);
   double peak = bf16 ? dev->flops_bf16 : dev->flops_fp32;
   double rate = dev->flops_fp32 * dev->eff.simt;
-  bool gemm = n->op == OP_MATMUL || n->op == OP_MATMUL_BIAS;
+  bool gemm = n->op == OP_MATMUL || n->op == OP_MATMUL_BIAS || n->op == OP_MATMUL_BGRAD;
+  double epilogue = gemm && n->op != OP_MATMUL ? epilogue_time(g, n, dev) : 0;
   if (gemm && (dev->ngemm > 0 || dev->sms > 0)) {
     IrGemm m = ir_matmul_gemm(g, n);
     const SymTab *t = &g->syms;
@@ -885,7 +913,13 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
     if (rate < 0)
       rate = peak * dev->eff.attn;
   }
-  return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem));
+  return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem)) + epilogue;
+}
+
+// The time node n of a graph before the epilogue pass takes on dev, where `absorbed` it is
+// another node's epilogue (pass_epilogues).
+static double priced_time(IrGraph *g, const IrNode *n, bool absorbed, const SvDevice *dev) {
+  return absorbed ? (dev->cores > 0 ? node_time(g, n, dev) : 0) : node_time(g, n, dev);
 }
 
 void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s,
@@ -901,9 +935,11 @@ void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *st
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     double *by = n->phase == PHASE_UPDATE ? step_s : micro_s;
-    bool launch = n->phase != PHASE_UPDATE && !is_view(n);   // (as the planner adds to its
-    if (by[n->op] >= 0 && !epilogue[i].into)                 // blocks' rooflines)
-      by[n->op] += load * (node_time(g, n, &gr->dev) + (launch ? gr->dev.eff.launch : 0));
+    bool absorbed = epilogue[i].into != NULL;                 // (as the planner adds to its
+    bool launch = n->phase != PHASE_UPDATE && !is_view(n) && !absorbed;   // blocks' rooflines)
+    if (by[n->op] >= 0)
+      by[n->op] += load * (priced_time(g, n, absorbed, &gr->dev) +
+                           (launch ? gr->dev.eff.launch : 0));
     if (ir_op_kind(n->op) == KIND_OPT)
       *outside_s += load * scan_time(updated_elems(g, n), ir_dtype_size(n->in[1]->dtype),
                                      &gr->dev);
@@ -984,7 +1020,7 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
   o->bt_bwd_sq = sym_evalf(b->bt_bwd_sq, t);
   o->flops_fwd = sym_evalf(b->flops_fwd, t);
   o->flops_bwd = sym_evalf(b->flops_bwd, t);
-  // kernels launched, and their times (an epilogue is its GEMM's: neither)
+  // kernels launched (an epilogue is its GEMM's), and their times (priced_time)
   for (int k = 0; k < b->nfwd; k++)
     o->nfwd += !is_view(b->fwd[k]) && !m->epilogue[b->fwd[k]->id];
   for (int k = 0; k < b->nbwd; k++)
@@ -993,11 +1029,9 @@ void sv_num_eval(const SvModel *m, const SvConfig *cfg, int block, SvNum *o) {
     const SvGroup *gr = &cfg->cluster.group[gi];
     double load = sv_group_load(gr);
     for (int k = 0; k < b->nfwd; k++)
-      if (!m->epilogue[b->fwd[k]->id])
-        o->roof_fwd[gi] += load * node_time(g, b->fwd[k], &gr->dev);
+      o->roof_fwd[gi] += load * priced_time(g, b->fwd[k], m->epilogue[b->fwd[k]->id], &gr->dev);
     for (int k = 0; k < b->nbwd; k++)
-      if (!m->epilogue[b->bwd[k]->id])
-        o->roof_bwd[gi] += load * node_time(g, b->bwd[k], &gr->dev);
+      o->roof_bwd[gi] += load * priced_time(g, b->bwd[k], m->epilogue[b->bwd[k]->id], &gr->dev);
   }
 }
 
