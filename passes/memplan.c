@@ -25,6 +25,12 @@
 // optimizer's in-place updates come after every read), so a view never sees
 // its bytes change while it is live. Persistent outputs are not made views.
 //
+// A kernel that may write its output over an input (pass_in_place: the cross-entropy's
+// gradient over the logits, as llm.c's classifier does) gets it where that input's buffer dies
+// at the kernel: the output is then a view of the input's root, which stays live until the
+// output's last use. The largest activation of a language model (B T V logits) and its
+// gradient so take one buffer, not two, at the start of backward.
+//
 // Buckets (passes/lower.c): a value placed in a bucket takes the bucket's
 // offset plus its own, like a view; the bucket is live from its first
 // member's write to its last member's read (a bucket without a producer is
@@ -65,13 +71,26 @@ static bool persistent(const IrGraph *g, const IrValue *v) {
   return pass_is_persistent(v) || v == g->loss;
 }
 
+int pass_in_place(const IrNode *n) {
+  switch (n->op) {
+  case OP_CROSS_ENTROPY_BWD:      // rt_crossentropy_bwd: each element of a row read, then its
+  case OP_VP_CROSS_ENTROPY_BWD:   // gradient written, after the row's max and sum
+    return 1;
+  default:
+    return -1;
+  }
+}
+
 const IrValue *pass_view_of(const MemPlan *m, const IrValue *v) {
   if (v->bucket)
     return v->bucket;
   const IrNode *n = v->producer;
-  if (!n || n->op != OP_RESHAPE || OFF(v) < 0 || OFF(n->in[0]) != OFF(v))
+  if (!n || OFF(v) < 0)
     return NULL;
-  return n->in[0];
+  int k = n->op == OP_RESHAPE ? 0 : pass_in_place(n);
+  if (k < 0 || OFF(n->in[k]) != OFF(v))
+    return NULL;
+  return n->in[k];
 }
 
 // v's bytes count as device memory of their own while v is live (placed, on the device, not a
@@ -761,11 +780,16 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
-    IrValue *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
-    if (n->op != OP_RESHAPE || !x || !y || persistent(g, y) || y->bucket || x->host ||
+    int k = n->op == OP_RESHAPE && n->nin == 1 ? 0 : pass_in_place(n);
+    IrValue *x = k >= 0 ? n->in[k] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
+    if (!x || !y || persistent(g, y) || y->bucket || x->host || y->host ||
         BYTES(x) != BYTES(y))
       continue;
     IrValue *r = root[x->id] ? root[x->id] : x;
+    // in place: over a buffer that dies here, of the program's transients (its last reader
+    // after every view made of it before: a later view of it reads it later)
+    if (n->op != OP_RESHAPE && (LAST(r) != i || persistent(g, r) || x->bucket || r->host))
+      continue;
     root[y->id] = r;
     rootoff[y->id] = rootoff[x->id];
     if (LAST(r) < LAST(y))

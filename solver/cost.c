@@ -289,8 +289,19 @@ typedef struct Live {
 static int by_id(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
 // v is a backward temporary: an activation gradient that some node reads.
+// A temporary the memory plan writes over an input that dies where it is made
+// (pass_in_place: the logits' gradient over the logits) takes that input's bytes, which the
+// block holds as an activation until its backward ends: none of its own.
 static bool temporary(const IrValue *v, const bool *pgrad, const int *last) {
-  return v->role == ROLE_GRAD && v->producer && !pgrad[v->id] && v->producer->id <= last[v->id];
+  if (v->role != ROLE_GRAD || !v->producer || pgrad[v->id] || v->producer->id > last[v->id])
+    return false;
+  const IrNode *n = v->producer;
+  int k = pass_in_place(n);
+  if (k < 0)
+    return true;
+  const IrValue *x = n->in[k];
+  return last[x->id] != n->id || pass_is_persistent(x) || x->dtype != v->dtype ||
+         !ir_same_shape(x, v);
 }
 
 // The live set in value order (sums add in the order a scan of the values would).

@@ -117,9 +117,29 @@ static const IrValue *view_root(const MemPlan *m, const IrValue *v) {
   return v;
 }
 
+// Whether u is v or a view of it (through views of views).
+static bool seen_through(const MemPlan *m, const IrValue *u, const IrValue *v) {
+  while (u != v && pass_view_of(m, u))
+    u = pass_view_of(m, u);
+  return u == v;
+}
+
+// Whether a node after n reads the buffer r other than through v (or a view of v).
+static bool read_after(const IrGraph *g, const MemPlan *m, const IrNode *n, const IrValue *r,
+                       const IrValue *v) {
+  for (int i = n->id + 1; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      const IrValue *u = g->nodes[i]->in[k];
+      if (view_root(m, u) == r && !seen_through(m, u, v))
+        return true;
+    }
+  return false;
+}
+
 // No two buffers that are live at the same time overlap, except a view and
 // the buffer it views, which share bytes by design: a view is a reshape's
-// output at its input's offset, and its root stays live as long as it does;
+// output at its input's offset, or an in-place kernel's over an input (pass_in_place) that
+// nothing reads after it but through the view, and its root stays live as long as it does;
 // the reported peak is the maximum over positions of live bytes (views add
 // none), recomputed here independently; the arena holds every buffer.
 static void check_memplan(const IrGraph *g, const MemPlan *m, const char *what) {
@@ -129,10 +149,13 @@ static void check_memplan(const IrGraph *g, const MemPlan *m, const char *what) 
     if (r == v)
       continue;
     views++;
-    CHECK(v->producer && v->producer->op == OP_RESHAPE && m->bytes[v->id] == m->bytes[r->id] &&
+    const IrNode *n = v->producer;
+    int k = n ? pass_in_place(n) : -1;
+    bool in_place = k >= 0 && view_root(m, n->in[k]) == r && !read_after(g, m, n, r, v);
+    CHECK(n && (n->op == OP_RESHAPE || in_place) && m->bytes[v->id] == m->bytes[r->id] &&
               m->first_use[r->id] <= m->first_use[v->id] && m->last_use[v->id] <= m->last_use[r->id],
-          "%s: view '%s' is not a reshape inside the live range of '%s'", what, v->name,
-          r->name);
+          "%s: view '%s' is not a reshape or an in-place output inside the live range of '%s'",
+          what, v->name, r->name);
   }
   for (int i = 0; i < g->nvalues; i++)
     for (int j = i + 1; j < g->nvalues; j++) {

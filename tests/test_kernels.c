@@ -1198,6 +1198,12 @@ static void test_crossentropy(long n, long v, int fd) {
   rt_crossentropy_bwd(dl, &dloss, logits, tg, n, v, v, IGNORE);
   snprintf(name, sizeof name, "crossentropy_bwd (%ld,%ld)", n, v);
   check(name, dl, rdl, n * v);
+  // in place, the gradient over the logits (passes/memplan.c's pass_in_place): the same bits
+  float *over = fbuf(n * v);
+  memcpy(over, logits, (size_t)(n * v) * sizeof *over);
+  rt_crossentropy_bwd(over, &dloss, over, tg, n, v, v, IGNORE);
+  snprintf(name, sizeof name, "crossentropy_bwd in place (%ld,%ld)", n, v);
+  check_same(name, over, dl, n * v);
   // the vocabulary-parallel kernels on one rank (the whole vocabulary): the same
   // loss and gradient, and each row's logsumexp kept for backward
   float vloss = -1.0f, *stats = fbuf(2 * n), *vdl = fbuf(n * v);
@@ -1216,6 +1222,11 @@ static void test_crossentropy(long n, long v, int fd) {
   rt_vp_crossentropy_bwd(RT_AXIS_TP, vdl, &dloss, logits, tg, stats, n, v, v, IGNORE);
   snprintf(name, sizeof name, "vp_crossentropy_bwd, one rank (%ld,%ld)", n, v);
   check(name, vdl, rdl, n * v);
+  memcpy(over, logits, (size_t)(n * v) * sizeof *over);
+  rt_vp_crossentropy_bwd(RT_AXIS_TP, over, &dloss, over, tg, stats, n, v, v, IGNORE);
+  snprintf(name, sizeof name, "vp_crossentropy_bwd in place, one rank (%ld,%ld)", n, v);
+  check_same(name, over, vdl, n * v);
+  free(over);
   // ... and over a vocabulary padded by 3 columns that hold large values: the
   // padding takes no part, and its gradient is zero
   long vp = v + 3;

@@ -1028,6 +1028,9 @@ static void test_losses(void) {
     CPU(rt_crossentropy_bwd)(g.data(), dloss.data(), x.data(), tg.data(), n, v, vocab, -100);
     rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v, vocab, -100);
     check(fmt("crossentropy_bwd n=%ld v=%ld vocab=%ld", n, v, vocab), g, dg, RED);
+    // in place, the gradient over the logits (passes/memplan.c's pass_in_place): the same
+    rt_crossentropy_bwd(dx, ddl, dx, dtg, n, v, vocab, -100);
+    check(fmt("crossentropy_bwd in place n=%ld v=%ld vocab=%ld", n, v, vocab), g, dx, RED);
     free_all();
   }
   // nll_loss over log-probabilities; targets that are ignored or out of range
@@ -1439,6 +1442,8 @@ static void test_dist(void) {
                                 vocab, -100);
     rt_vp_crossentropy_bwd(RT_AXIS_TP, dg, ddl, dx, didx, dst, n, v, vocab, -100);
     check(fmt("vp_crossentropy_bwd n=%ld v=%ld (rank 1 of 2)", n, v), g, dg, RED);
+    rt_vp_crossentropy_bwd(RT_AXIS_TP, dx, ddl, dx, didx, dst, n, v, vocab, -100);
+    check(fmt("vp_crossentropy_bwd in place n=%ld v=%ld (rank 1 of 2)", n, v), g, dx, RED);
     free_all();
   }
   rt_dist.tp = 1;
