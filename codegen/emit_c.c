@@ -1089,7 +1089,8 @@ static void emit_adam_offsets(Emit *e) {
 static bool ignored_label(const IrGraph *g, const IrValue *in, int64_t *ignore) {
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
-    if ((n->op == OP_NLL_LOSS || n->op == OP_CROSS_ENTROPY || n->op == OP_VP_CROSS_ENTROPY) &&
+    if ((n->op == OP_NLL_LOSS || n->op == OP_CROSS_ENTROPY || n->op == OP_VP_CROSS_ENTROPY ||
+         n->op == OP_CROSS_ENTROPY_FUSED) &&
         ir_view_root(n->in[1]) == in) {
       *ignore = ir_attr_i(n, "ignore_index");
       return true;
@@ -1240,7 +1241,8 @@ static const IrValue *sample_logits(IrGraph *g, int64_t *rows, int64_t *vocab) {
     if (g->values[i]->role == ROLE_INPUT && g->values[i]->input_kind == INPUT_TOKENS && !tokens)
       tokens = g->values[i];
   for (int i = 0; i < g->nnodes && !logits; i++)
-    if (g->nodes[i]->op == OP_CROSS_ENTROPY && g->nodes[i]->phase == PHASE_FORWARD)
+    if ((g->nodes[i]->op == OP_CROSS_ENTROPY || g->nodes[i]->op == OP_CROSS_ENTROPY_FUSED) &&
+        g->nodes[i]->phase == PHASE_FORWARD)
       logits = g->nodes[i]->in[0];
   if (!tokens || tokens->rank != 2 || !logits || logits->rank < 1)
     return NULL;

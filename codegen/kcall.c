@@ -645,6 +645,16 @@ static void lower_cross_entropy_bwd(Lower *L, const IrNode *n) {
   numk(L, c, ir_attr_i(n, "ignore_index"));
 }
 
+// rt_crossentropy_fused: the loss, and the gradient (over the logits: passes/memplan.c) for the
+// node's dloss.
+static void lower_cross_entropy_fused(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_crossentropy_fused);
+  const IrValue *lg = n->in[0];
+  buf(c, n->out[0]), buf(c, n->out[1]), buf(c, lg), buf(c, n->in[1]);
+  num(c, rows(L, lg)), num(c, last(lg)), vocab(L, c, n, lg);
+  numk(L, c, ir_attr_i(n, "ignore_index")), flt(c, ir_attr_f(n, "dloss"));
+}
+
 // A reshape the memory plan made a view (output at its input's offset, see
 // pass_view_of) moves nothing: no call. Otherwise a copy.
 static void lower_reshape(Lower *L, const IrNode *n) {

@@ -765,6 +765,13 @@ static int shape_cross_entropy_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, n->in[1], d);
 }
 
+// (logits, targets) -> loss, dlogits: cross_entropy's and cross_entropy_bwd's outputs
+static int shape_cross_entropy_fused(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (shape_cross_entropy(g, n, d))
+    return -1;
+  return same_as(g, n, 1, n->in[0], d);
+}
+
 static int shape_reshape(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_declared(n, d))
     return -1;
@@ -1584,6 +1591,10 @@ static const Sym *flops_embedding_bwd(IrGraph *g, const IrNode *n) { return flop
 static const Sym *flops_cross_entropy(IrGraph *g, const IrNode *n) { return flops_in(g, n, 5); }
 static const Sym *flops_cross_entropy_bwd(IrGraph *g, const IrNode *n) {
   return flops_out(g, n, 5);
+}
+// the gradient's (the loss's come with the row's sums it needs anyway)
+static const Sym *flops_cross_entropy_fused(IrGraph *g, const IrNode *n) {
+  return numel_times(g, n->out[1], 5);
 }
 static const Sym *flops_reshape(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }
 static const Sym *flops_transpose(IrGraph *g, const IrNode *n) { return flops_out(g, n, 0); }

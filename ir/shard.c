@@ -1247,6 +1247,14 @@ static int loss_bwd(ShardOp *op) {
   return 0;
 }
 static int shard_cross_entropy_bwd(ShardOp *op) { return loss_bwd(op); }
+// The loss as cross_entropy's, the gradient laid out like the logits (made after the parallel
+// lowering, over logits whose vocabulary is whole: passes/epilogue.c).
+static int shard_cross_entropy_fused(ShardOp *op) {
+  if (shard_cross_entropy(op))
+    return -1;
+  op->out[1] = op->in[0];
+  return 0;
+}
 
 // The output has the declared shape: dims are matched in groups whose sizes
 // multiply to the same (B, T, C <-> B, T, NH, HS). A split carries from a

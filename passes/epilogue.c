@@ -23,8 +23,20 @@
 // vector of dy's last dim joins the first matmul after it in its block that reads dy with
 // that dim not contracted and every other summed, in one GEMM, into a gradient of its type,
 // before anything reads the sums. The fused node takes the matmul's place in the schedule and
-// the outputs of the nodes it takes in, so every reader is unchanged; their nodes go. The
-// planner prices the graph before this pass by the same rule (pass_epilogues, solver/cost.c).
+// the outputs of the nodes it takes in, so every reader is unchanged; their nodes go.
+//
+// The classifier (llm.c's): the loss and its gradient from one reading of each row of logits,
+//
+//   loss = cross_entropy(lg, t), dlg = cross_entropy_bwd(d.loss, lg, t)
+//                                      ->  loss, dlg = cross_entropy_fused(lg, t) dloss=v
+//
+// in forward, where d.loss is backward's seed (autodiff's fill marked loss_seed, of value v)
+// and the two alone read the logits (not recomputed in backward; not vocabulary-parallel).
+// The kernel writes the gradient over the logits (passes/memplan.c) but in eval mode
+// (validation and sampling read the loss and the logits alone).
+//
+// The planner prices the graph before this pass by the same rule (pass_epilogues,
+// solver/cost.c).
 #include "passes.h"
 
 #include <stdlib.h>
@@ -88,6 +100,24 @@ static IrNode *bgrad_product(IrGraph *g, const IrNode *s, const int *first_read,
   return NULL;
 }
 
+// The cross_entropy_bwd that cross_entropy node f joins (cross_entropy_fused), or NULL.
+static IrNode *classifier_bwd(IrGraph *g, const IrNode *f, const int *reads) {
+  IrValue *lg = f->in[0], *t = f->in[1];
+  if (f->phase != PHASE_FORWARD || reads[lg->id] != 2)
+    return NULL;
+  for (int i = f->id + 1; i < g->nnodes; i++) {
+    IrNode *b = g->nodes[i];
+    if (b->op != OP_CROSS_ENTROPY_BWD || b->in[1] != lg)
+      continue;
+    const IrNode *seed = b->in[0]->producer;
+    bool ok = b->in[2] == t && seed && seed->op == OP_FILL && ir_attr_i(seed, "loss_seed") &&
+              ir_attr_i(b, "ignore_index") == ir_attr_i(f, "ignore_index") &&
+              ir_attr_i(b, "vocab") == ir_attr_i(f, "vocab") && b->out[0]->dtype == lg->dtype;
+    return ok ? b : NULL;
+  }
+  return NULL;
+}
+
 PassEpilogue *pass_epilogues(IrGraph *g) {
   int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
   PassEpilogue *into = calloc((size_t)g->nnodes + 1, sizeof *into);
@@ -108,6 +138,8 @@ PassEpilogue *pass_epilogues(IrGraph *g) {
     IrNode *mm;
     if (n->op == OP_ADD) {
       into[i].into = bias_product(n, reads);
+    } else if (n->op == OP_CROSS_ENTROPY) {
+      into[i].into = classifier_bwd(g, n, reads);
     } else if (n->op == OP_SUM_TO && (mm = bgrad_product(g, n, first_read, &of)) &&
                !taken[mm->id]) {
       into[i] = (PassEpilogue){mm, of}, taken[mm->id] = true;
@@ -168,6 +200,19 @@ static void fuse_bias(IrGraph *g, IrNode *add, IrNode *mm, IrNode *gelu) {
   ir_node_remove(g, add);
 }
 
+// Cross_entropy f and the cross_entropy_bwd b it joins: f becomes cross_entropy_fused, making
+// b's gradient too, for its seed's value, and b goes (its seed with it, unread).
+static void fuse_classifier(IrGraph *g, IrNode *f, IrNode *b) {
+  IrValue **out = ir_alloc(&g->arena, 3 * sizeof *out);
+  out[0] = f->out[0], out[1] = b->out[0];
+  ir_set_float(g, f, "dloss", ir_attr_f(b->in[0]->producer, "value"));
+  f->op = OP_CROSS_ENTROPY_FUSED;
+  f->out = out, f->nout = 2;
+  out[1]->producer = f;
+  ir_node_remove(g, b);
+  swap_ids(g, out[0], out[1]);
+}
+
 int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
   PassEpilogue *into = pass_epilogues(g);
@@ -182,6 +227,8 @@ int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
     IrNode *n = g->nodes[i], *mm = into[i].into;
     if (mm && n->op == OP_SUM_TO)
       fuse_bgrad(g, n, mm, into[i].of), fused++;
+    else if (mm && n->op == OP_CROSS_ENTROPY)
+      fuse_classifier(g, n, mm), fused++;
     else if (mm && n->op == OP_ADD)
       fuse_bias(g, n, mm, gelu_of[mm->id]), fused++;
   }

@@ -71,11 +71,15 @@ static bool persistent(const IrGraph *g, const IrValue *v) {
   return pass_is_persistent(v) || v == g->loss;
 }
 
-int pass_in_place(const IrNode *n) {
+int pass_in_place(const IrNode *n, int *out) {
+  *out = 0;
   switch (n->op) {
   case OP_CROSS_ENTROPY_BWD:      // rt_crossentropy_bwd: each element of a row read, then its
   case OP_VP_CROSS_ENTROPY_BWD:   // gradient written, after the row's max and sum
     return 1;
+  case OP_CROSS_ENTROPY_FUSED:    // the same, the target's logit read first
+    *out = 1;
+    return 0;
   default:
     return -1;
   }
@@ -87,8 +91,8 @@ const IrValue *pass_view_of(const MemPlan *m, const IrValue *v) {
   const IrNode *n = v->producer;
   if (!n || OFF(v) < 0)
     return NULL;
-  int k = n->op == OP_RESHAPE ? 0 : pass_in_place(n);
-  if (k < 0 || OFF(n->in[k]) != OFF(v))
+  int out = 0, k = n->op == OP_RESHAPE ? 0 : pass_in_place(n, &out);
+  if (k < 0 || n->out[out] != v || OFF(n->in[k]) != OFF(v))
     return NULL;
   return n->in[k];
 }
@@ -780,8 +784,9 @@ int pass_memplan(IrGraph *g, PassCtx *ctx, bool *changed) {
     }
   for (int i = 0; i < g->nnodes; i++) {
     IrNode *n = g->nodes[i];
-    int k = n->op == OP_RESHAPE && n->nin == 1 ? 0 : pass_in_place(n);
-    IrValue *x = k >= 0 ? n->in[k] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
+    int out = 0, k = n->op == OP_RESHAPE && n->nin == 1 ? 0 : pass_in_place(n, &out);
+    IrValue *x = k >= 0 ? n->in[k] : NULL;
+    IrValue *y = n->op == OP_RESHAPE ? (n->nout == 1 ? n->out[0] : NULL) : n->out[out];
     if (!x || !y || persistent(g, y) || y->bucket || x->host || y->host ||
         BYTES(x) != BYTES(y))
       continue;

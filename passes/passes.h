@@ -239,10 +239,10 @@ bool pass_is_persistent(const IrValue *v);   // lives for the whole program
 // The value whose bytes v shares when v is a view (a reshape's output placed
 // on its input, or a value in a bucket), else NULL.
 const IrValue *pass_view_of(const MemPlan *m, const IrValue *v);
-// The input of node n whose buffer its output may take (its kernel reads each element of it
-// before it writes that element of the output), or -1: memplan gives it where that buffer
+// The input of node n whose buffer its output *out may take (its kernel reads each element of
+// it before it writes that element of the output), or -1: memplan gives it where that buffer
 // dies at n.
-int pass_in_place(const IrNode *n);
+int pass_in_place(const IrNode *n, int *out);
 // Exact bytes live at schedule position t.
 int64_t pass_live_bytes_at(const MemPlan *m, const IrGraph *g, int t);
 

@@ -1291,6 +1291,51 @@ static void crossentropy_fwd_f32(float *loss, const float *logits, const int *ta
   loss[0] = (float)(s / (double)count);
 }
 
+// Row i's gradient (softmax(row) - onehot(target)) * g over drow (which may be row itself),
+// zero on the padding; its logsumexp, for the loss.
+static double crossentropy_row_grad(float *drow, const float *row, long target, long v,
+                                    long vocab, float g) {
+  float maxv;
+  double lse = logsumexp_row(row, drow, vocab, &maxv);  // drow = exp(row - max)
+  // softmax_j = exp(row_j - lse) = exp(row_j - max) * e^(max - lse)
+  float scale = g * (float)exp((double)maxv - lse);
+  for (long j = 0; j < vocab; j++) drow[j] *= scale;
+  for (long j = vocab; j < v; j++) drow[j] = 0.0f;
+  drow[target] -= g;
+  return lse;
+}
+
+// loss[0] as crossentropy_fwd_f32's and, with grad, dlogits as crossentropy_bwd_f32's for dloss,
+// each row's sums made once; dlogits may be logits (the target's logit read first).
+static void crossentropy_fused_f32(float *loss, float *dlogits, const float *logits,
+                                   const int *targets, long n, long v, long vocab, long ignore,
+                                   float dloss, int grad) {
+  long count = rt_counted_rows(targets, n, ignore);
+  float g = count ? dloss / (float)count : 0.0f;
+  double part[SUM_CHUNKS];
+#pragma omp parallel for schedule(dynamic) if (n * v >= PAR_MIN_MATH)
+  for (int ch = 0; ch < SUM_CHUNKS; ch++) {
+    long lo = n * ch / SUM_CHUNKS, hi = n * (ch + 1) / SUM_CHUNKS;
+    double s = 0.0;
+    for (long i = lo; i < hi; i++) {
+      const float *row = logits + i * v;
+      float *drow = dlogits + i * v;
+      if (targets[i] == ignore) {
+        if (grad) memset(drow, 0, (size_t)v * sizeof *drow);
+        continue;
+      }
+      float maxv, target = row[targets[i]];
+      double lse = grad ? crossentropy_row_grad(drow, row, targets[i], v, vocab, g)
+                        : logsumexp_row(row, NULL, vocab, &maxv);
+      s += lse - (double)target;
+    }
+    part[ch] = s;
+  }
+  double s = 0.0;
+  for (int ch = 0; ch < SUM_CHUNKS; ch++) s += part[ch];
+  loss[0] = count ? (float)(s / (double)count) : 0.0f;
+}
+
 // dlogits = (softmax(logits) - onehot(target)) * dloss[0] / count, row by
 // row; zero on the padding (columns vocab .. v-1)
 static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
@@ -1306,13 +1351,7 @@ static void crossentropy_bwd_f32(float *dlogits, const float *dloss,
       memset(drow, 0, (size_t)v * sizeof *drow);
       continue;
     }
-    float maxv;
-    double lse = logsumexp_row(row, drow, vocab, &maxv);  // drow = exp(row - max)
-    // softmax_j = exp(row_j - lse) = exp(row_j - max) * e^(max - lse)
-    float scale = g * (float)exp((double)maxv - lse);
-    for (long j = 0; j < vocab; j++) drow[j] *= scale;
-    for (long j = vocab; j < v; j++) drow[j] = 0.0f;
-    drow[targets[i]] -= g;
+    crossentropy_row_grad(drow, row, targets[i], v, vocab, g);
   }
 }
 

@@ -475,6 +475,17 @@ void RT_NAME(crossentropy_fwd)(float *loss, const RT_T *logits, const int *targe
   rt_cpu_free(ol);
 }
 
+void RT_NAME(crossentropy_fused)(float *loss, RT_T *dlogits, const RT_T *logits, const int *targets,
+                                 long n, long v, long vocab, long ignore, float dloss) {
+  float *ol;
+  const float *lf = RT_LOCAL(widen)(logits, n * v, &ol);
+  int grad = !rt_eval_mode;
+  float *df = grad ? RT_LOCAL(result)(dlogits, n * v) : NULL;
+  crossentropy_fused_f32(loss, df, lf, targets, n, v, vocab, ignore, dloss, grad);
+  if (grad) RT_LOCAL(narrow)(dlogits, df, n * v);
+  rt_cpu_free(ol);
+}
+
 void RT_NAME(crossentropy_bwd)(RT_T *dlogits, const float *dloss, const RT_T *logits,
                                const int *targets, long n, long v, long vocab, long ignore) {
   float *ol;

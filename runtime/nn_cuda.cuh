@@ -403,6 +403,50 @@ __global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T 
   }
 }
 
+// crossentropy_rows_kernel's part[row] and, with grad, crossentropy_bwd_kernel's gradient for
+// dloss, from one reading of the row's sums (llm.c's classifier). dlogits may be logits itself:
+// every thread reads the target's logit before the barrier after which the row is written.
+template <typename T>
+__global__ void crossentropy_fused_kernel(double *part, T *dlogits, const T *logits,
+                                          const int *targets, long n, long v, long vocab,
+                                          const long *count, float dloss, long ignore, bool packs,
+                                          bool grad) {
+  constexpr int N = Pack<T>::N;
+  float g = *count ? dloss / (float)*count : 0.0f;
+  for (long row = blockIdx.x; row < n; row += gridDim.x) {
+    const T *xr = logits + row * v;
+    T *dr = dlogits + row * v;
+    int target = targets[row];
+    float m = 0.0f, scale = 0.0f;  // an ignored row: zeros
+    if (target != ignore) {
+      double s;
+      row_softmax_stats(xr, vocab, packs, &m, &s);
+      double lse = (double)m + log(s);
+      scale = g * (float)exp((double)m - lse);
+      double x = (double)ld(xr[target]);
+      if (threadIdx.x == 0) part[row] = lse - x;
+    } else if (threadIdx.x == 0) {
+      part[row] = 0.0;
+    }
+    __syncthreads();  // (the row read before it is written)
+    if (!grad) continue;
+    auto grad_at = [&](long j, float x) {
+      float d = j < vocab && target != ignore ? expf(x - m) * scale : 0.0f;
+      return j == target ? d - g : d;
+    };
+    if (packs) {
+      for (long p = threadIdx.x; p < v / N; p += blockDim.x) {
+        Pack<T> a = ((const Pack<T> *)xr)[p], r;
+#pragma unroll
+        for (int k = 0; k < N; k++) r.v[k] = to<T>(grad_at(p * N + k, ld(a.v[k])));
+        ((Pack<T> *)dr)[p] = r;
+      }
+    } else {
+      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(grad_at(j, ld(xr[j])));
+    }
+  }
+}
+
 // ---- neural-net ops: launchers
 
 template <typename T>
@@ -596,6 +640,33 @@ static long *count_rows(const int *targets, long n, long ignore, const char *who
   LAUNCHED();
   return count;
 }
+
+// The rows' losses and the count of rows in one scratch (kernels.def: 16 x n bytes); the
+// gradient but in eval mode.
+template <typename T>
+static void crossentropy_fused(float *loss, T *dlogits, const T *logits, const int *targets,
+                               long n, long v, long vocab, long ignore, float dloss) {
+  if (n <= 0) {
+    cudaCheck(cudaMemsetAsync(loss, 0, sizeof(float), rt_cuda_stream));  // 0.0f
+    return;
+  }
+  double *part = (double *)scratch((size_t)n * (sizeof(double) + sizeof(long)),
+                                   "crossentropy_fused");
+  long *count = (long *)(part + n);
+  RT_LAUNCH(count_rows_kernel, 1, 1024, 0, rt_cuda_stream, count, targets, n, ignore);
+  LAUNCHED();
+  bool grad = !rt_eval_mode;
+  RT_LAUNCH(crossentropy_fused_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, part,
+            dlogits, logits, targets, n, v, vocab, count, dloss, ignore,
+            v % Pack<T>::N == 0 && aligned16(logits) && aligned16(dlogits), grad);
+  LAUNCHED();
+  RT_LAUNCH(mean_kernel, 1, 1024, 0, rt_cuda_stream, loss, part, targets, n, ignore);
+  LAUNCHED();
+}
+RT_CUDA_KT(crossentropy_fused,
+           (float *loss, T *dlogits, const T *logits, const int *targets, long n, long v,
+            long vocab, long ignore, float dloss),
+           (loss, dev(dlogits), dev(logits), targets, n, v, vocab, ignore, dloss))
 
 template <typename T>
 static void crossentropy_bwd(T *dlogits, const float *dloss, const T *logits, const int *targets,

@@ -296,8 +296,8 @@ static bool temporary(const IrValue *v, const bool *pgrad, const int *last) {
   if (v->role != ROLE_GRAD || !v->producer || pgrad[v->id] || v->producer->id > last[v->id])
     return false;
   const IrNode *n = v->producer;
-  int k = pass_in_place(n);
-  if (k < 0)
+  int out, k = pass_in_place(n, &out);
+  if (k < 0 || n->out[out] != v)
     return true;
   const IrValue *x = n->in[k];
   return last[x->id] != n->id || pass_is_persistent(x) || x->dtype != v->dtype ||
@@ -489,7 +489,7 @@ SvModel *sv_model_build(IrGraph *g, bool share_blocks, bool seq_parallel, IrDiag
   m->epilogue = calloc((size_t)g->nnodes + 1, sizeof *m->epilogue);
   IR_ASSERT(m->epilogue);
   for (int i = 0; i < g->nnodes; i++)
-    m->epilogue[i] = into[i].into != NULL;
+    m->epilogue[i] = into[i].into;
   free(into);
   for (int b = 0; b < nb; b++) {
     m->block[b].fwd = calloc((size_t)m->block[b].nfwd + 1, sizeof(IrNode *));
@@ -902,7 +902,9 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
       numel = fmax(numel, sym_evalf(ir_numel(g, v), &g->syms));
   }
   bool bf16 = n->nin && n->in[0]->dtype == DT_BF16;
-  double measured = dev->nops > 0 ? sv_op_seconds(dev, n->op, part * numel, bf16) : -1;
+  // the fused classifier runs the gradient's kernel, its loss from the sums that kernel makes
+  IrOp as = n->op == OP_CROSS_ENTROPY_FUSED ? OP_CROSS_ENTROPY_BWD : n->op;
+  double measured = dev->nops > 0 ? sv_op_seconds(dev, as, part * numel, bf16) : -1;
   if (measured >= 0)
     return measured;
   if (ir_op_kind(n->op) == KIND_OPT)
@@ -927,10 +929,13 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   return fmax(flops / rate, bytes / (dev->hbm_bw * dev->eff.mem)) + epilogue;
 }
 
-// The time node n of a graph before the epilogue pass takes on dev, where `absorbed` it is
-// another node's epilogue (pass_epilogues).
-static double priced_time(IrGraph *g, const IrNode *n, bool absorbed, const SvDevice *dev) {
-  return absorbed ? (dev->cores > 0 ? node_time(g, n, dev) : 0) : node_time(g, n, dev);
+// The time node n of a graph before the epilogue pass takes on dev, where it joins node
+// `into` (pass_epilogues; NULL: none): a GEMM's epilogue costs its own time on a CPU
+// (epilogue_time), none on a GPU; a loss that joins its gradient (the fused classifier) none.
+static double priced_time(IrGraph *g, const IrNode *n, const IrNode *into, const SvDevice *dev) {
+  if (!into)
+    return node_time(g, n, dev);
+  return dev->cores > 0 && into->op != OP_CROSS_ENTROPY_BWD ? node_time(g, n, dev) : 0;
 }
 
 void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s,
@@ -946,10 +951,10 @@ void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *st
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = g->nodes[i];
     double *by = n->phase == PHASE_UPDATE ? step_s : micro_s;
-    bool absorbed = epilogue[i].into != NULL;                 // (as the planner adds to its
-    bool launch = n->phase != PHASE_UPDATE && !is_view(n) && !absorbed;   // blocks' rooflines)
+    const IrNode *into = epilogue[i].into;                    // (as the planner adds to its
+    bool launch = n->phase != PHASE_UPDATE && !is_view(n) && !into;   // blocks' rooflines)
     if (by[n->op] >= 0)
-      by[n->op] += load * (priced_time(g, n, absorbed, &gr->dev) +
+      by[n->op] += load * (priced_time(g, n, into, &gr->dev) +
                            (launch ? gr->dev.eff.launch : 0));
     if (ir_op_kind(n->op) == KIND_OPT)
       *outside_s += load * scan_time(updated_elems(g, n), ir_dtype_size(n->in[1]->dtype),

@@ -296,8 +296,8 @@ typedef struct SvModel {
   bool grads_bf16;          // ... with bf16 gradients (--grad-precision bf16)
   bool grid_ok;             // ir/shard.c lays the model out on a 2D grid (else no layout has one)
   bool batch_ok;            // ... and each block data parallel over tp ranks (SvLayout.batch)
-  bool *epilogue;           // by node id: an add or GELU the program runs as its GEMM's
-                            // epilogue (pass_epilogues): no kernel of its own, no time
+  const IrNode **epilogue;  // by node id: the node an add, GELU, bias gradient or loss joins
+                            // (pass_epilogues; NULL: none): no kernel of its own
 } SvModel;
 
 // A block's formulas evaluated under the graph's bindings (one micro-batch),

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GEMM epilogues (passes/epilogue.c) on GPT-2 (examples/gpt2.mtc, L=2):
+#   - the loss and its gradient fuse (cross_entropy_fused, in forward), no cross_entropy or
+#     cross_entropy_bwd left; the fp32 and bf16 comparisons below cover it too;
 #   - each layer's four linear layers fuse: matmul_bias for qkv, the attention's projection and
 #     the MLP's output, and with act=1 (its GELU) for the MLP's input; no add of a bias and no
 #     GELU is left in the forward; backward, each bias's gradient joins its weight's GEMM
@@ -50,6 +52,12 @@ expect "matmul_bgrad nodes" "$(count matmul_bgrad "$out/fused.ir")" 8
 expect "sum_to nodes left" "$(count sum_to "$out/fused.ir")" 1
 expect "matmul_bias and matmul_bgrad nodes, --no-epilogue" \
   "$(($(count matmul_bias "$out/plain.ir") + $(count matmul_bgrad "$out/plain.ir")))" 0
+expect "cross_entropy_fused nodes" "$(count cross_entropy_fused "$out/fused.ir")" 1
+expect "the first node to make a gradient is cross_entropy_fused" \
+  "$(grep -m1 '%d\.' "$out/fused.ir" | grep -c '= cross_entropy_fused(' || true)" 1
+expect "cross_entropy and cross_entropy_bwd nodes left" \
+  "$(($(count cross_entropy "$out/fused.ir") + $(count cross_entropy_bwd "$out/fused.ir")))" 0
+expect "cross_entropy_fused nodes, --no-epilogue" "$(count cross_entropy_fused "$out/plain.ir")" 0
 
 "$mtc" compile "$model" "${dims[@]}" --tp 2 --gpus 2 --dump-after epilogue -o "$out/tp2" \
   > "$out/tp2.ir"

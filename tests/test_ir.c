@@ -150,8 +150,9 @@ static void check_memplan(const IrGraph *g, const MemPlan *m, const char *what) 
       continue;
     views++;
     const IrNode *n = v->producer;
-    int k = n ? pass_in_place(n) : -1;
-    bool in_place = k >= 0 && view_root(m, n->in[k]) == r && !read_after(g, m, n, r, v);
+    int out = 0, k = n ? pass_in_place(n, &out) : -1;
+    bool in_place = k >= 0 && n->out[out] == v && view_root(m, n->in[k]) == r &&
+                    !read_after(g, m, n, r, v);
     CHECK(n && (n->op == OP_RESHAPE || in_place) && m->bytes[v->id] == m->bytes[r->id] &&
               m->first_use[r->id] <= m->first_use[v->id] && m->last_use[v->id] <= m->last_use[r->id],
           "%s: view '%s' is not a reshape or an in-place output inside the live range of '%s'",

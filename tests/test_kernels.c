@@ -1204,6 +1204,24 @@ static void test_crossentropy(long n, long v, int fd) {
   rt_crossentropy_bwd(over, &dloss, over, tg, n, v, v, IGNORE);
   snprintf(name, sizeof name, "crossentropy_bwd in place (%ld,%ld)", n, v);
   check_same(name, over, dl, n * v);
+  // both in one pass, over the logits as a program runs it: crossentropy_fwd's loss and
+  // crossentropy_bwd's gradient to the bit; in eval mode the loss alone, the logits untouched
+  float floss = -1.0f;
+  memcpy(over, logits, (size_t)(n * v) * sizeof *over);
+  rt_crossentropy_fused(&floss, over, over, tg, n, v, v, IGNORE, dloss);
+  snprintf(name, sizeof name, "crossentropy_fused loss (%ld,%ld)", n, v);
+  check_same(name, &floss, &loss, 1);
+  snprintf(name, sizeof name, "crossentropy_fused gradient, in place (%ld,%ld)", n, v);
+  check_same(name, over, dl, n * v);
+  memcpy(over, logits, (size_t)(n * v) * sizeof *over);
+  floss = -1.0f;
+  rt_eval_mode = 1;
+  rt_crossentropy_fused(&floss, over, over, tg, n, v, v, IGNORE, dloss);
+  rt_eval_mode = 0;
+  snprintf(name, sizeof name, "crossentropy_fused loss, eval mode (%ld,%ld)", n, v);
+  check_same(name, &floss, &loss, 1);
+  snprintf(name, sizeof name, "crossentropy_fused in eval mode leaves the logits (%ld,%ld)", n, v);
+  check_same(name, over, logits, n * v);
   // the vocabulary-parallel kernels on one rank (the whole vocabulary): the same
   // loss and gradient, and each row's logsumexp kept for backward
   float vloss = -1.0f, *stats = fbuf(2 * n), *vdl = fbuf(n * v);

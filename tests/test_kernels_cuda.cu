@@ -1029,8 +1029,27 @@ static void test_losses(void) {
     rt_crossentropy_bwd(dg, ddl, dx, dtg, n, v, vocab, -100);
     check(fmt("crossentropy_bwd n=%ld v=%ld vocab=%ld", n, v, vocab), g, dg, RED);
     // in place, the gradient over the logits (passes/memplan.c's pass_in_place): the same
+    Buf<T> x0 = x;
+    T *dx2 = dev(x);
     rt_crossentropy_bwd(dx, ddl, dx, dtg, n, v, vocab, -100);
     check(fmt("crossentropy_bwd in place n=%ld v=%ld vocab=%ld", n, v, vocab), g, dx, RED);
+    // both in one pass, in place; in eval mode the loss alone and the logits as they were
+    Vec floss = {7.0f};
+    float *dfl = dev(floss);
+    CPU(rt_crossentropy_fused)(floss.data(), x.data(), x.data(), tg.data(), n, v, vocab, -100,
+                               0.7f);
+    rt_crossentropy_fused(dfl, dx2, dx2, dtg, n, v, vocab, -100, 0.7f);
+    check(fmt("crossentropy_fused loss n=%ld v=%ld vocab=%ld", n, v, vocab), floss, dfl, RED);
+    check(fmt("crossentropy_fused gradient n=%ld v=%ld vocab=%ld", n, v, vocab), x, dx2, RED);
+    check(fmt("crossentropy_fused gradient = crossentropy_bwd's n=%ld v=%ld vocab=%ld", n, v,
+              vocab), g, dx2, RED);
+    T *dx3 = dev(x0);
+    rt_eval_mode = 1;
+    rt_crossentropy_fused(dfl, dx3, dx3, dtg, n, v, vocab, -100, 0.7f);
+    rt_eval_mode = 0;
+    check(fmt("crossentropy_fused loss, eval mode n=%ld v=%ld", n, v), loss, dfl, RED);
+    check(fmt("crossentropy_fused in eval mode leaves the logits n=%ld v=%ld", n, v), x0, dx3,
+          EXACT);
     free_all();
   }
   // nll_loss over log-probabilities; targets that are ignored or out of range

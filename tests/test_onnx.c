@@ -132,8 +132,10 @@ static int count_op(const IrGraph *g, const char *name) {
   int n = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *x = g->nodes[i];
+    // a GELU in a GEMM's epilogue, a loss fused with its gradient (passes/epilogue.c)
     bool gelu = x->op == OP_MATMUL_BIAS && ir_attr_i(x, "act") && !strcmp(name, "gelu");
-    n += x->phase == PHASE_FORWARD && (gelu || !strcmp(ir_op_name(x->op), name));
+    bool loss = x->op == OP_CROSS_ENTROPY_FUSED && !strcmp(name, "cross_entropy");
+    n += x->phase == PHASE_FORWARD && (gelu || loss || !strcmp(ir_op_name(x->op), name));
   }
   return n;
 }

@@ -1258,8 +1258,8 @@ static void test_batch_layouts_divide(void) {
 
 // 2D on part of tp: GPT-2 1.5B with 32 heads on 16 H100s of 4 GiB, no host memory. Every mesh
 // of one kind of block costs over 1.16 s a step; the mesh of tp 8 whose layers are on the grids
-// of its groups of 4 ranks, each on half of every micro-batch, 717.40 ms (734.73 before the
-// GEMM epilogues; mtc plan
+// of its groups of 4 ranks, each on half of every micro-batch, 717.21 ms (734.73 before the
+// GEMM epilogues, 717.40 before the fused classifier; mtc plan
 // examples/gpt2.mtc -D L=48 -D C=1600 -D NH=32 -D V=50257 -D T=1024 --gpus 16 --gpu-mem 4GiB
 // --host-mem 0). Its prices are the plan mtc compile --plan prices.
 static void test_apply_subgrid(void) {
@@ -1278,7 +1278,7 @@ static void test_apply_subgrid(void) {
           "subgrid: tp %d, q %d, sub %d, %d of %d layers on the grids", a.mesh.size[IR_MESH_TP],
           a.mesh.size[IR_MESH_ROW], a.mesh.size[IR_MESH_SUB], grid, a.nblocks - 1);
     check_priced(g, &c, &a, kept, "subgrid");
-    CHECK(fabs(kept->sol.time - 0.71740) < 1e-4, "subgrid: %.5f s a step, not 0.71740",
+    CHECK(fabs(kept->sol.time - 0.71721) < 1e-4, "subgrid: %.5f s a step, not 0.71721",
           kept->sol.time);
   }
   plan_free(&a);
