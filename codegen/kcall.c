@@ -515,6 +515,15 @@ static void lower_layernorm(Lower *L, const IrNode *n) {
   num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
 }
 
+// rt_add_layernorm: a residual's add and the layernorm after it (passes/epilogue.c)
+static void lower_add_layernorm(Lower *L, const IrNode *n) {
+  CgCall *c = call(L, CG_K_add_layernorm);
+  const IrValue *x = n->in[0];
+  buf(c, n->out[0]), buf(c, n->out[1]);
+  buf(c, x), buf(c, n->in[1]), buf(c, n->in[2]), buf(c, n->in[3]);
+  num(c, rows(L, x)), num(c, last(x)), flt(c, ir_attr_f(n, "eps"));
+}
+
 static void lower_layernorm_bwd(Lower *L, const IrNode *n) {
   CgCall *c = norm_call(L, n, CG_K_layernorm_bwd, CG_K_layernorm_bwd_split);
   const IrValue *x = n->in[1];

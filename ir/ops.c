@@ -551,6 +551,16 @@ static int shape_layernorm(IrGraph *g, IrNode *n, IrDiag *d) {
   return same_as(g, n, 0, n->in[0], d);
 }
 
+// (a, b, w, bias) -> r, y: a and b of one shape, r as they are, y = layernorm(r, w, bias)
+static int shape_add_layernorm(IrGraph *g, IrNode *n, IrDiag *d) {
+  if (need_rank(g, n, 0, 1, d) || need_same(g, n, 0, 1, d) || need_last_dim_vector(g, n, 0, 2, d) ||
+      need_last_dim_vector(g, n, 0, 3, d))
+    return -1;
+  if (same_as(g, n, 0, n->in[0], d))
+    return -1;
+  return same_as(g, n, 1, n->in[0], d);
+}
+
 static int shape_layernorm_bwd(IrGraph *g, IrNode *n, IrDiag *d) {
   if (need_rank(g, n, 1, 1, d) || need_same(g, n, 0, 1, d) || need_last_dim_vector(g, n, 1, 2, d))
     return -1;
@@ -1557,6 +1567,8 @@ static const Sym *flops_gelu_bwd(IrGraph *g, const IrNode *n) { return flops_out
 static const Sym *flops_relu(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_relu_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1); }
 static const Sym *flops_layernorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 8); }
+// the add's and the norm's (as flops_add and flops_layernorm count them)
+static const Sym *flops_add_layernorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 1 + 8); }
 static const Sym *flops_layernorm_bwd(IrGraph *g, const IrNode *n) { return flops_out(g, n, 12); }
 static const Sym *flops_rmsnorm(IrGraph *g, const IrNode *n) { return flops_out(g, n, 5); }
 static const Sym *flops_rope(IrGraph *g, const IrNode *n) { return flops_out(g, n, 3); }

@@ -953,6 +953,22 @@ static int shard_layernorm(ShardOp *op) {
   return 0;
 }
 
+// add_layernorm (made after the parallel lowering, over whole rows): the sum laid out as a and b,
+// the norm as layernorm's of it.
+static int shard_add_layernorm(ShardOp *op) {
+  int last = op->n->in[0]->rank - 1;
+  complete(op, 0);
+  complete(op, 1);
+  need_whole_dim(op, 0, last);
+  need_whole_dim(op, 1, last);
+  int ks[2] = {0, 1};
+  unify_leading(op, 2, ks, last);
+  op->in[2] = whole(1);
+  op->in[3] = whole(1);
+  op->out[0] = op->out[1] = op->in[0];
+  return 0;
+}
+
 // (dy, x, w) -> dx, dw, db. dy must be complete here, so a partial gradient is
 // all-reduced before the norm's backward (Megatron's f) rather than after it
 // (which would also leave dw and db to reduce). dw and db sum over the

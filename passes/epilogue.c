@@ -35,6 +35,15 @@
 // The kernel writes the gradient over the logits (passes/memplan.c) but in eval mode
 // (validation and sampling read the loss and the logits alone).
 //
+// A residual's add and the layernorm after it (llm.c's fused residual + layernorm):
+//
+//   r = add(a, b), y = layernorm(r, w, bias)  ->  r, y = add_layernorm(a, b, w, bias)
+//
+// where a, b and r have one shape and type (no broadcast), the add and the norm are in one phase
+// and block, the norm's rows are whole (no split_axis) and its weights are made before the add,
+// at whose place the fused node runs (r stays: the next residual and the norm's backward read
+// it). The kernel keeps each row of r in registers for the norm, one pass over it the fewer.
+//
 // The planner prices the graph before this pass by the same rule (pass_epilogues,
 // solver/cost.c).
 #include "passes.h"
@@ -118,6 +127,24 @@ static IrNode *classifier_bwd(IrGraph *g, const IrNode *f, const int *reads) {
   return NULL;
 }
 
+// The add whose output layernorm node ln normalizes, with it one add_layernorm, or NULL.
+static IrNode *residual_add(const IrNode *ln) {
+  IrNode *add = ln->in[0]->producer;
+  if (!add || add->op != OP_ADD || add->phase != ln->phase || add->block != ln->block ||
+      ir_attr_i(ln, "split_axis"))
+    return NULL;
+  const IrValue *a = add->in[0], *b = add->in[1], *r = add->out[0];
+  if (!ir_same_shape(a, r) || !ir_same_shape(b, r) || a->dtype != r->dtype ||
+      b->dtype != r->dtype || !ir_is_float(r->dtype) || ln->out[0]->dtype != r->dtype)
+    return NULL;
+  for (int k = 1; k < 3; k++) {
+    const IrValue *p = ln->in[k];
+    if (p->dtype != r->dtype || (p->producer && p->producer->id > add->id))
+      return NULL;
+  }
+  return add;
+}
+
 PassEpilogue *pass_epilogues(IrGraph *g) {
   int *reads = calloc((size_t)g->nvalues + 1, sizeof *reads);
   PassEpilogue *into = calloc((size_t)g->nnodes + 1, sizeof *into);
@@ -140,6 +167,8 @@ PassEpilogue *pass_epilogues(IrGraph *g) {
       into[i].into = bias_product(n, reads);
     } else if (n->op == OP_CROSS_ENTROPY) {
       into[i].into = classifier_bwd(g, n, reads);
+    } else if (n->op == OP_LAYERNORM && (mm = residual_add(n)) && !into[mm->id].into) {
+      into[i].into = mm;
     } else if (n->op == OP_SUM_TO && (mm = bgrad_product(g, n, first_read, &of)) &&
                !taken[mm->id]) {
       into[i] = (PassEpilogue){mm, of}, taken[mm->id] = true;
@@ -213,6 +242,21 @@ static void fuse_classifier(IrGraph *g, IrNode *f, IrNode *b) {
   swap_ids(g, out[0], out[1]);
 }
 
+// Add `add` and layernorm ln of its sum: the add becomes add_layernorm, making ln's output too,
+// and ln goes.
+static void fuse_norm(IrGraph *g, IrNode *ln, IrNode *add) {
+  IrValue **in = ir_alloc(&g->arena, 5 * sizeof *in), **out = ir_alloc(&g->arena, 3 * sizeof *out);
+  in[0] = add->in[0], in[1] = add->in[1], in[2] = ln->in[1], in[3] = ln->in[2];
+  out[0] = add->out[0], out[1] = ln->out[0];
+  ir_set_float(g, add, "eps", ir_attr_f(ln, "eps"));
+  add->op = OP_ADD_LAYERNORM;
+  add->in = in, add->nin = 4;
+  add->out = out, add->nout = 2;
+  out[1]->producer = add;
+  ir_node_remove(g, ln);
+  swap_ids(g, out[0], out[1]);
+}
+
 int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
   PassEpilogue *into = pass_epilogues(g);
@@ -229,6 +273,8 @@ int pass_epilogue(IrGraph *g, PassCtx *ctx, bool *changed) {
       fuse_bgrad(g, n, mm, into[i].of), fused++;
     else if (mm && n->op == OP_CROSS_ENTROPY)
       fuse_classifier(g, n, mm), fused++;
+    else if (mm && n->op == OP_LAYERNORM)
+      fuse_norm(g, n, mm), fused++;
     else if (mm && n->op == OP_ADD)
       fuse_bias(g, n, mm, gelu_of[mm->id]), fused++;
   }

@@ -376,6 +376,14 @@ void RT_NAME(embedding_fwd)(RT_T *out, const RT_T *w, const int *idx, long n, lo
     memcpy(out + i * c, w + (long)idx[i] * c, (size_t)c * sizeof(RT_T));
 }
 
+// the two kernels, one after the other (the CPU saves no pass by fusing them)
+void RT_NAME(add_layernorm)(RT_T *r, RT_T *y, const RT_T *a, const RT_T *b, const RT_T *w,
+                            const RT_T *bias, long n, long c, float eps) {
+  long shape[1] = {n * c}, stride[1] = {1};
+  RT_NAME(binary)(RT_ADD, r, a, b, 1, shape, stride, stride);
+  RT_NAME(layernorm_fwd)(y, r, w, bias, n, c, eps);
+}
+
 void RT_NAME(layernorm_fwd)(RT_T *y, const RT_T *x, const RT_T *w, const RT_T *b, long n, long c,
                             float eps) {
   float *ox, *ow, *ob;

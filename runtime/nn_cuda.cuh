@@ -53,13 +53,20 @@ __device__ void row_stats(const T *xr, long c, float eps, bool centered, float *
   *rstd = 1.0f / sqrtf(var / (float)c + eps);
 }
 
-// one block per row: layernorm, or RMSNorm when not centered (b NULL)
+// one block per row: layernorm, or RMSNorm when not centered (b NULL); with res, of the sum
+// x + res, written to sum first (rounded to T, as binary's add rounds it)
 template <typename T>
-__global__ void norm_fwd_kernel(T *y, const T *x, const T *w, const T *b, long n, long c,
-                                float eps, bool centered) {
+__global__ void norm_fwd_kernel(T *y, T *sum, const T *x, const T *res, const T *w, const T *b,
+                                long n, long c, float eps, bool centered) {
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = x + row * c;
     T *yr = y + row * c;
+    if (res) {
+      T *sr = sum + row * c;
+      for (long j = threadIdx.x; j < c; j += blockDim.x) sr[j] = to<T>(ld(xr[j]) + ld(res[row * c + j]));
+      __syncthreads();  // (row_stats reads with the stride it was written with: kept apart)
+      xr = sr;
+    }
     float mean, rstd;
     row_stats(xr, c, eps, centered, &mean, &rstd);
     for (long j = threadIdx.x; j < c; j += blockDim.x)
@@ -161,11 +168,11 @@ struct WarpRow {
   }
 };
 
-// norm_fwd_kernel, a warp a row
+// norm_fwd_kernel, a warp a row (the sum with res kept in registers, rounded to T)
 template <typename T, int E, bool VEC>
 __global__ void __launch_bounds__(NORM_WARP_THREADS)
-    norm_fwd_warp_kernel(T *y, const T *x, const T *w, const T *b, long n, long c, float eps,
-                         bool centered) {
+    norm_fwd_warp_kernel(T *y, T *sum, const T *x, const T *res, const T *w, const T *b, long n,
+                         long c, float eps, bool centered) {
   typedef WarpRow<T, E, VEC> R;
   float v[E], wv[E], bv[E];
   R::load(wv, w, c);
@@ -174,6 +181,13 @@ __global__ void __launch_bounds__(NORM_WARP_THREADS)
   for (long row = blockIdx.x * warps + threadIdx.x / 32; row < n; row += gridDim.x * warps) {
     float mean, rstd;
     R::load(v, x + row * c, c);
+    if (res) {
+      float rv[E];
+      R::load(rv, res + row * c, c);
+#pragma unroll
+      for (int i = 0; i < E; i++) v[i] = ld(to<T>(v[i] + rv[i]));
+      R::store(sum + row * c, v, c);
+    }
     R::stats(v, c, eps, centered, &mean, &rstd);
 #pragma unroll
     for (int i = 0; i < E; i++) v[i] = (v[i] - mean) * rstd * wv[i] + (b ? bv[i] : 0.0f);
@@ -513,34 +527,46 @@ static unsigned grid_warp_rows(long n) {
   return grid_for(n, NORM_WARP_THREADS / 32);
 }
 
+// y = the norm of x's rows, or with res (NULL: none) of x + res, written to sum
 template <typename T>
-static void norm_fwd(T *y, const T *x, const T *w, const T *b, long n, long c, float eps,
-                     bool centered) {
+static void norm_fwd(T *y, T *sum, const T *x, const T *res, const T *w, const T *b, long n,
+                     long c, float eps, bool centered) {
   if (n <= 0 || c <= 0) return;
-  if (norm_warp<T>(c, rows_of_packs<T>(c, y, x, w, b, NULL), [&](auto e, auto vec) {
+  bool packs = rows_of_packs<T>(c, y, x, w, b, res) && aligned16(sum);
+  if (norm_warp<T>(c, packs, [&](auto e, auto vec) {
         RT_LAUNCH((norm_fwd_warp_kernel<T, decltype(e)::value, decltype(vec)::value>),
-                  grid_warp_rows(n), NORM_WARP_THREADS, 0, rt_cuda_stream, y, x, w, b, n, c, eps,
-                  centered);
+                  grid_warp_rows(n), NORM_WARP_THREADS, 0, rt_cuda_stream, y, sum, x, res, w, b,
+                  n, c, eps, centered);
       })) {
     LAUNCHED();
     return;
   }
-  RT_LAUNCH(norm_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, x, w, b, n, c, eps,
-            centered);
+  RT_LAUNCH(norm_fwd_kernel, grid_rows(n), row_threads(c), 0, rt_cuda_stream, y, sum, x, res, w,
+            b, n, c, eps, centered);
   LAUNCHED();
 }
 
 template <typename T>
 static void layernorm_fwd(T *y, const T *x, const T *w, const T *b, long n, long c, float eps) {
-  norm_fwd(y, x, w, b, n, c, eps, true);
+  norm_fwd(y, (T *)NULL, x, (const T *)NULL, w, b, n, c, eps, true);
 }
 RT_CUDA_KT(layernorm_fwd,
            (T *y, const T *x, const T *w, const T *b, long n, long c, float eps),
            (dev(y), dev(x), dev(w), dev(b), n, c, eps))
 
 template <typename T>
+static void add_layernorm(T *r, T *y, const T *a, const T *b, const T *w, const T *bias, long n,
+                          long c, float eps) {
+  norm_fwd(y, r, a, b, w, bias, n, c, eps, true);
+}
+RT_CUDA_KT(add_layernorm,
+           (T *r, T *y, const T *a, const T *b, const T *w, const T *bias, long n, long c,
+            float eps),
+           (dev(r), dev(y), dev(a), dev(b), dev(w), dev(bias), n, c, eps))
+
+template <typename T>
 static void rmsnorm_fwd(T *y, const T *x, const T *w, long n, long c, float eps) {
-  norm_fwd(y, x, w, (const T *)NULL, n, c, eps, false);
+  norm_fwd(y, (T *)NULL, x, (const T *)NULL, w, (const T *)NULL, n, c, eps, false);
 }
 RT_CUDA_KT(rmsnorm_fwd, (T *y, const T *x, const T *w, long n, long c, float eps),
            (dev(y), dev(x), dev(w), n, c, eps))

@@ -905,6 +905,12 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   // the fused classifier runs the gradient's kernel, its loss from the sums that kernel makes
   IrOp as = n->op == OP_CROSS_ENTROPY_FUSED ? OP_CROSS_ENTROPY_BWD : n->op;
   double measured = dev->nops > 0 ? sv_op_seconds(dev, as, part * numel, bf16) : -1;
+  if (n->op == OP_ADD_LAYERNORM && dev->nops > 0) {   // the add's and the norm's (priced_time)
+    double add = sv_op_seconds(dev, OP_ADD, numel, bf16);
+    double norm = sv_op_seconds(dev, OP_LAYERNORM, numel, bf16);
+    if (add >= 0 && norm >= 0)
+      measured = add + (dev->cores > 0 ? norm : norm / 2);
+  }
   if (measured >= 0)
     return measured;
   if (ir_op_kind(n->op) == KIND_OPT)
@@ -930,12 +936,18 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
 }
 
 // The time node n of a graph before the epilogue pass takes on dev, where it joins node
-// `into` (pass_epilogues; NULL: none): a GEMM's epilogue costs its own time on a CPU
-// (epilogue_time), none on a GPU; a loss that joins its gradient (the fused classifier) none.
+// `into` (pass_epilogues; NULL: none): a loss that joins its gradient (the fused classifier)
+// none; on a CPU, whose twins of the other fused kernels run the same passes, its own; on a
+// GPU a GEMM's epilogue none, a layernorm of a residual's sum half its own (it writes its
+// rows, and reads the sum from the registers that made it).
 static double priced_time(IrGraph *g, const IrNode *n, const IrNode *into, const SvDevice *dev) {
   if (!into)
     return node_time(g, n, dev);
-  return dev->cores > 0 && into->op != OP_CROSS_ENTROPY_BWD ? node_time(g, n, dev) : 0;
+  if (into->op == OP_CROSS_ENTROPY_BWD)
+    return 0;
+  if (dev->cores > 0)
+    return node_time(g, n, dev);
+  return into->op == OP_ADD ? node_time(g, n, dev) / 2 : 0;
 }
 
 void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GEMM epilogues (passes/epilogue.c) on GPT-2 (examples/gpt2.mtc, L=2):
 #   - the loss and its gradient fuse (cross_entropy_fused, in forward), no cross_entropy or
-#     cross_entropy_bwd left; the fp32 and bf16 comparisons below cover it too;
+#     cross_entropy_bwd left; each layer's attention residual and the norm after it
+#     (add_layernorm; the layer's first norm reads the previous layer's residual, in another
+#     block); the fp32 and bf16 comparisons below cover both;
 #   - each layer's four linear layers fuse: matmul_bias for qkv, the attention's projection and
 #     the MLP's output, and with act=1 (its GELU) for the MLP's input; no add of a bias and no
 #     GELU is left in the forward; backward, each bias's gradient joins its weight's GEMM
@@ -58,6 +60,9 @@ expect "the first node to make a gradient is cross_entropy_fused" \
 expect "cross_entropy and cross_entropy_bwd nodes left" \
   "$(($(count cross_entropy "$out/fused.ir") + $(count cross_entropy_bwd "$out/fused.ir")))" 0
 expect "cross_entropy_fused nodes, --no-epilogue" "$(count cross_entropy_fused "$out/plain.ir")" 0
+expect "add_layernorm nodes (each layer's second norm)" "$(count add_layernorm "$out/fused.ir")" 2
+expect "layernorm nodes left (each layer's first, the last)" "$(count layernorm "$out/fused.ir")" 3
+expect "add_layernorm nodes, --no-epilogue" "$(count add_layernorm "$out/plain.ir")" 0
 
 "$mtc" compile "$model" "${dims[@]}" --tp 2 --gpus 2 --dump-after epilogue -o "$out/tp2" \
   > "$out/tp2.ir"

@@ -70,9 +70,9 @@ fi
 # the solver's plan with per-block meshes (dp 2 x tp 2 for the embedding and head, the layers
 # data parallel over those 4 ranks), as compile writes it (with the lowering's TP dim), applied
 # again: the same layout and price
-big=(-D L=8 -D C=64 -D NH=4 -D T=128 -D V=8192 -D B=8 --precision fp32)
-"$mtc" compile "$model" "${big[@]}" --gpus 4 --gpu-mem 48MB --host-mem 0 -o "$out/mesh" \
-  > "$out/mesh.txt" || fail "compile --gpus 4 --gpu-mem 48MB: $?"
+big=(-D L=8 -D C=64 -D NH=4 -D T=128 -D V=16384 -D B=8 --precision fp32)
+"$mtc" compile "$model" "${big[@]}" --gpus 4 --gpu-mem 56MB --host-mem 0 -o "$out/mesh" \
+  > "$out/mesh.txt" || fail "compile --gpus 4 --gpu-mem 56MB: $?"
 "$mtc" compile "$model" "${big[@]}" --plan "$out/mesh/plan.json" -o "$out/mesh2" \
   > "$out/mesh2.txt" 2>&1 || fail "compile --plan of compile's plan.json: $(cat "$out/mesh2.txt")"
 grep -qE '"dp":[[:space:]]*4,' "$out/mesh/plan.json" &&

@@ -1176,6 +1176,23 @@ static double ref_crossentropy(const double *logits, const int *targets, long n,
   return counted(targets, n) ? total / counted(targets, n) : 0.0;
 }
 
+// rt_add_layernorm: binary's add, then layernorm_fwd of the sum, to the bit
+static void test_add_layernorm(long n, long c) {
+  float *a = frand(n * c, -2, 3), *b = frand(n * c, -1, 1), *w = frand(c, -1, 1);
+  float *bias = frand(c, -1, 1), *r = fbuf(n * c), *y = fbuf(n * c), *r2 = fbuf(n * c);
+  float *y2 = fbuf(n * c);
+  long shape[1] = {n * c}, stride[1] = {1};
+  rt_binary(RT_ADD, r, a, b, 1, shape, stride, stride);
+  rt_layernorm_fwd(y, r, w, bias, n, c, 1e-5f);
+  rt_add_layernorm(r2, y2, a, b, w, bias, n, c, 1e-5f);
+  char name[96];
+  snprintf(name, sizeof name, "add_layernorm sum (%ld,%ld)", n, c);
+  check_same(name, r2, r, n * c);
+  snprintf(name, sizeof name, "add_layernorm norm (%ld,%ld)", n, c);
+  check_same(name, y2, y, n * c);
+  free(a), free(b), free(w), free(bias), free(r), free(y), free(r2), free(y2);
+}
+
 static void test_crossentropy(long n, long v, int fd) {
   float *logits = frand(n * v, -6, 6), *dl = fbuf(n * v), loss = -1.0f, dloss = 0.7f;
   int *tg = irand(n, v);
@@ -1634,6 +1651,8 @@ int main(void) {
   test_crossentropy(4, 5, 1);
   test_crossentropy(6, 5, 0);
   test_crossentropy(64, 1000, 0);
+  test_add_layernorm(3, 7);
+  test_add_layernorm(64, 768);
   test_tensor_parallel();
   test_optimizers();
   test_norm2();

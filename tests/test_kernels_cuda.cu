@@ -815,6 +815,16 @@ static void test_layernorm(void) {
       check(fmt("layernorm_fwd_split (CPU) n=%ld c=%ld", n, c), ys, dy, RED);
       rt_layernorm_fwd_split(RT_AXIS_COL, dys, dx, dw, db, n, c, 1e-5f);
       check(fmt("layernorm_fwd_split n=%ld c=%ld", n, c), y, dys, RED);
+      // a residual's add and the norm of its sum in one kernel (a warp a row, or a block); the
+      // residual drawn apart from the generator the later cases' data come from
+      Buf<T> res((size_t)(n * c)), r((size_t)(n * c)), ry((size_t)(n * c));
+      for (long i = 0; i < n * c; i++) res[i] = narrow<T>(sinf(0.7f * (float)i));
+      T *dres = dev(res), *dr = dev(r), *dry = dev(ry);
+      CPU(rt_add_layernorm)(r.data(), ry.data(), x.data(), res.data(), w.data(), b.data(), n, c,
+                            1e-5f);
+      rt_add_layernorm(dr, dry, dx, dres, dw, db, n, c, 1e-5f);
+      check(fmt("add_layernorm sum n=%ld c=%ld", n, c), r, dr, EXACT);
+      check(fmt("add_layernorm norm n=%ld c=%ld", n, c), ry, dry, RED);
     }
     Buf<T> g = rand_vec<T>(n * c), gx = rand_vec<T>(n * c);
     Buf<U> gw = rand_vec<U>(c), gb = rand_vec<U>(c);

@@ -132,10 +132,12 @@ static int count_op(const IrGraph *g, const char *name) {
   int n = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *x = g->nodes[i];
-    // a GELU in a GEMM's epilogue, a loss fused with its gradient (passes/epilogue.c)
+    // a GELU in a GEMM's epilogue, a loss fused with its gradient, a norm with its residual's
+    // add (passes/epilogue.c)
     bool gelu = x->op == OP_MATMUL_BIAS && ir_attr_i(x, "act") && !strcmp(name, "gelu");
     bool loss = x->op == OP_CROSS_ENTROPY_FUSED && !strcmp(name, "cross_entropy");
-    n += x->phase == PHASE_FORWARD && (gelu || loss || !strcmp(ir_op_name(x->op), name));
+    bool norm = x->op == OP_ADD_LAYERNORM && !strcmp(name, "layernorm");
+    n += x->phase == PHASE_FORWARD && (gelu || loss || norm || !strcmp(ir_op_name(x->op), name));
   }
   return n;
 }

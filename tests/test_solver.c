@@ -1168,14 +1168,15 @@ static void check_priced(IrGraph *g, const SvConfig *c, const Plan *a, const SvP
 }
 
 // Per-block meshes, the solver's own choice: GPT-2 with a large vocabulary, long sequences and 8
-// layers on 4 GPUs of 48 MB and no host memory takes dp 2 x tp 2 for its embedding and head and
+// layers on 4 GPUs of 56 MB and no host memory takes dp 2 x tp 2 for its embedding and head and
 // keeps its layers data parallel over those 4 ranks (their batch split over tp), and the price
-// of that plan is the plan's. (With 4 layers on 4 GPUs of 32 MB it took tp 4 and the layers
+// of that plan is the plan's. (With V=8192 on 48 MB it did so until each layer's second norm
+// joined its residual's add: tp 2 is faster there now.) (With 4 layers on 4 GPUs of 32 MB it took tp 4 and the layers
 // data parallel over it until a 2D grid held the vocabulary as [V/Q, C/Q]; a 2 x 2 grid for
 // every block is faster there now.)
 static void test_apply_batch_tp(void) {
-  IrGraph *g = model_in("gpt2.mtc", "L=8,C=64,NH=4,T=128,V=8192,B=8", PASS_PRECISION_FP32);
-  SvConfig c = cluster("H100-80GB", 4, 48e6);
+  IrGraph *g = model_in("gpt2.mtc", "L=8,C=64,NH=4,T=128,V=16384,B=8", PASS_PRECISION_FP32);
+  SvConfig c = cluster("H100-80GB", 4, 56e6);
   c.cluster.group[0].dev.host_mem = 0;
   Plan a;
   SvPlan *kept;
@@ -1258,8 +1259,8 @@ static void test_batch_layouts_divide(void) {
 
 // 2D on part of tp: GPT-2 1.5B with 32 heads on 16 H100s of 4 GiB, no host memory. Every mesh
 // of one kind of block costs over 1.16 s a step; the mesh of tp 8 whose layers are on the grids
-// of its groups of 4 ranks, each on half of every micro-batch, 717.21 ms (734.73 before the
-// GEMM epilogues, 717.40 before the fused classifier; mtc plan
+// of its groups of 4 ranks, each on half of every micro-batch, 715.20 ms (734.73 before the
+// GEMM epilogues, 717.40 before the fused classifier, 717.21 before the fused norm; mtc plan
 // examples/gpt2.mtc -D L=48 -D C=1600 -D NH=32 -D V=50257 -D T=1024 --gpus 16 --gpu-mem 4GiB
 // --host-mem 0). Its prices are the plan mtc compile --plan prices.
 static void test_apply_subgrid(void) {
@@ -1278,7 +1279,7 @@ static void test_apply_subgrid(void) {
           "subgrid: tp %d, q %d, sub %d, %d of %d layers on the grids", a.mesh.size[IR_MESH_TP],
           a.mesh.size[IR_MESH_ROW], a.mesh.size[IR_MESH_SUB], grid, a.nblocks - 1);
     check_priced(g, &c, &a, kept, "subgrid");
-    CHECK(fabs(kept->sol.time - 0.71721) < 1e-4, "subgrid: %.5f s a step, not 0.71721",
+    CHECK(fabs(kept->sol.time - 0.71520) < 1e-4, "subgrid: %.5f s a step, not 0.71520",
           kept->sol.time);
   }
   plan_free(&a);
