@@ -1263,34 +1263,6 @@ static double logsumexp_row(const float *row, float *exps, long v, float *maxp) 
   return (double)maxv + log(sum);
 }
 
-// loss[0] = mean over counted rows of logsumexp(row) - row[target]; rows
-// summed in SUM_CHUNKS fixed chunks. A row is v values, the first vocab of
-// them scores (the rest padding).
-static void crossentropy_fwd_f32(float *loss, const float *logits, const int *targets,
-                                 long n, long v, long vocab, long ignore) {
-  long count = rt_counted_rows(targets, n, ignore);
-  if (count == 0) {
-    loss[0] = 0.0f;
-    return;
-  }
-  double part[SUM_CHUNKS];
-#pragma omp parallel for schedule(dynamic) if (n * v >= PAR_MIN_MATH)
-  for (int ch = 0; ch < SUM_CHUNKS; ch++) {
-    long lo = n * ch / SUM_CHUNKS, hi = n * (ch + 1) / SUM_CHUNKS;
-    double s = 0.0;
-    for (long i = lo; i < hi; i++) {
-      if (targets[i] == ignore) continue;
-      float maxv;
-      const float *row = logits + i * v;
-      s += logsumexp_row(row, NULL, vocab, &maxv) - (double)row[targets[i]];
-    }
-    part[ch] = s;
-  }
-  double s = 0.0;
-  for (int ch = 0; ch < SUM_CHUNKS; ch++) s += part[ch];
-  loss[0] = (float)(s / (double)count);
-}
-
 // Row i's gradient (softmax(row) - onehot(target)) * g over drow (which may be row itself),
 // zero on the padding; its logsumexp, for the loss.
 static double crossentropy_row_grad(float *drow, const float *row, long target, long v,
@@ -1305,8 +1277,10 @@ static double crossentropy_row_grad(float *drow, const float *row, long target, 
   return lse;
 }
 
-// loss[0] as crossentropy_fwd_f32's and, with grad, dlogits as crossentropy_bwd_f32's for dloss,
-// each row's sums made once; dlogits may be logits (the target's logit read first).
+// loss[0] = mean over counted rows of logsumexp(row) - row[target], rows summed in SUM_CHUNKS
+// fixed chunks (a row is v values, the first vocab of them scores, the rest padding), and with
+// grad dlogits as crossentropy_bwd_f32's for dloss, from the same sums of each row; dlogits may
+// be logits (the target's logit read first).
 static void crossentropy_fused_f32(float *loss, float *dlogits, const float *logits,
                                    const int *targets, long n, long v, long vocab, long ignore,
                                    float dloss, int grad) {
@@ -1334,6 +1308,12 @@ static void crossentropy_fused_f32(float *loss, float *dlogits, const float *log
   double s = 0.0;
   for (int ch = 0; ch < SUM_CHUNKS; ch++) s += part[ch];
   loss[0] = count ? (float)(s / (double)count) : 0.0f;
+}
+
+// the loss alone
+static void crossentropy_fwd_f32(float *loss, const float *logits, const int *targets,
+                                 long n, long v, long vocab, long ignore) {
+  crossentropy_fused_f32(loss, NULL, logits, targets, n, v, vocab, ignore, 0.0f, 0);
 }
 
 // dlogits = (softmax(logits) - onehot(target)) * dloss[0] / count, row by

@@ -377,56 +377,42 @@ __global__ void mean_kernel(float *loss, const double *part, const int *targets,
   if (threadIdx.x == 0) loss[0] = c ? (float)(s / (double)c) : 0.0f;
 }
 
-// dlogits = (softmax - onehot(target)) * dloss[0] / count, zero on ignored
-// rows and the padding, one block per row, a pack a thread with packs (the
-// rows of both whole aligned packs). The exponentials are computed again in
-// the last pass rather than kept in dlogits, so that a bf16 dlogits is
-// rounded once.
+// A row's gradient dr (softmax - onehot(target)) * g from its logits xr, their max m and
+// scale = g e^(m - lse), zero on an ignored row and the padding: each element read, then its
+// gradient written, by the same thread (dr may be xr), a pack a thread with packs.
 template <typename T>
-__global__ void crossentropy_bwd_kernel(T *dlogits, const float *dloss, const T *logits,
-                                        const int *targets, long n, long v, long vocab,
-                                        const long *count, long ignore, bool packs) {
+__device__ void row_grad(T *dr, const T *xr, long v, long vocab, int target, long ignore, float m,
+                         float scale, float g, bool packs) {
   constexpr int N = Pack<T>::N;
-  float g = *count ? dloss[0] / (float)*count : 0.0f;
-  for (long row = blockIdx.x; row < n; row += gridDim.x) {
-    const T *xr = logits + row * v;
-    T *dr = dlogits + row * v;
-    int target = targets[row];
-    float m = 0.0f, scale = 0.0f;  // an ignored row: zeros
-    if (target != ignore) {
-      double s;
-      row_softmax_stats(xr, vocab, packs, &m, &s);
-      double lse = (double)m + log(s);
-      scale = g * (float)exp((double)m - lse);
-    }
-    // element j of the row's gradient, x its logit
-    auto grad = [&](long j, float x) {
-      float d = j < vocab && target != ignore ? expf(x - m) * scale : 0.0f;
-      return j == target ? d - g : d;
-    };
-    if (packs) {
-      for (long p = threadIdx.x; p < v / N; p += blockDim.x) {
-        Pack<T> a = ((const Pack<T> *)xr)[p], r;
+  // element j of the row's gradient, x its logit
+  auto grad = [&](long j, float x) {
+    float d = j < vocab && target != ignore ? expf(x - m) * scale : 0.0f;
+    return j == target ? d - g : d;
+  };
+  if (packs) {
+    for (long p = threadIdx.x; p < v / N; p += blockDim.x) {
+      Pack<T> a = ((const Pack<T> *)xr)[p], r;
 #pragma unroll
-        for (int k = 0; k < N; k++) r.v[k] = to<T>(grad(p * N + k, ld(a.v[k])));
-        ((Pack<T> *)dr)[p] = r;
-      }
-    } else {
-      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(grad(j, ld(xr[j])));
+      for (int k = 0; k < N; k++) r.v[k] = to<T>(grad(p * N + k, ld(a.v[k])));
+      ((Pack<T> *)dr)[p] = r;
     }
+  } else {
+    for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(grad(j, ld(xr[j])));
   }
 }
 
-// crossentropy_rows_kernel's part[row] and, with grad, crossentropy_bwd_kernel's gradient for
-// dloss, from one reading of the row's sums (llm.c's classifier). dlogits may be logits itself:
+// dlogits = (softmax - onehot(target)) * dloss / count, zero on ignored rows and the padding
+// (dloss: *dloss_at, or the value dloss where dloss_at is NULL), one block per row, with grad;
+// and with part (NULL: none) crossentropy_rows_kernel's part[row], from the same reading of the
+// row's sums (llm.c's classifier). The exponentials are computed again in the last pass rather
+// than kept in dlogits, so that a bf16 dlogits is rounded once. dlogits may be logits itself:
 // every thread reads the target's logit before the barrier after which the row is written.
 template <typename T>
-__global__ void crossentropy_fused_kernel(double *part, T *dlogits, const T *logits,
-                                          const int *targets, long n, long v, long vocab,
-                                          const long *count, float dloss, long ignore, bool packs,
-                                          bool grad) {
-  constexpr int N = Pack<T>::N;
-  float g = *count ? dloss / (float)*count : 0.0f;
+__global__ void crossentropy_rows_grad_kernel(double *part, T *dlogits, const T *logits,
+                                              const int *targets, long n, long v, long vocab,
+                                              const long *count, const float *dloss_at,
+                                              float dloss, long ignore, bool packs, bool grad) {
+  float g = *count ? (dloss_at ? dloss_at[0] : dloss) / (float)*count : 0.0f;
   for (long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = logits + row * v;
     T *dr = dlogits + row * v;
@@ -438,26 +424,12 @@ __global__ void crossentropy_fused_kernel(double *part, T *dlogits, const T *log
       double lse = (double)m + log(s);
       scale = g * (float)exp((double)m - lse);
       double x = (double)ld(xr[target]);
-      if (threadIdx.x == 0) part[row] = lse - x;
-    } else if (threadIdx.x == 0) {
+      if (part && threadIdx.x == 0) part[row] = lse - x;
+    } else if (part && threadIdx.x == 0) {
       part[row] = 0.0;
     }
     __syncthreads();  // (the row read before it is written)
-    if (!grad) continue;
-    auto grad_at = [&](long j, float x) {
-      float d = j < vocab && target != ignore ? expf(x - m) * scale : 0.0f;
-      return j == target ? d - g : d;
-    };
-    if (packs) {
-      for (long p = threadIdx.x; p < v / N; p += blockDim.x) {
-        Pack<T> a = ((const Pack<T> *)xr)[p], r;
-#pragma unroll
-        for (int k = 0; k < N; k++) r.v[k] = to<T>(grad_at(p * N + k, ld(a.v[k])));
-        ((Pack<T> *)dr)[p] = r;
-      }
-    } else {
-      for (long j = threadIdx.x; j < v; j += blockDim.x) dr[j] = to<T>(grad_at(j, ld(xr[j])));
-    }
+    if (grad) row_grad(dr, xr, v, vocab, target, ignore, m, scale, g, packs);
   }
 }
 
@@ -682,8 +654,8 @@ static void crossentropy_fused(float *loss, T *dlogits, const T *logits, const i
   RT_LAUNCH(count_rows_kernel, 1, 1024, 0, rt_cuda_stream, count, targets, n, ignore);
   LAUNCHED();
   bool grad = !rt_eval_mode;
-  RT_LAUNCH(crossentropy_fused_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, part,
-            dlogits, logits, targets, n, v, vocab, count, dloss, ignore,
+  RT_LAUNCH(crossentropy_rows_grad_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, part,
+            dlogits, logits, targets, n, v, vocab, count, (const float *)NULL, dloss, ignore,
             v % Pack<T>::N == 0 && aligned16(logits) && aligned16(dlogits), grad);
   LAUNCHED();
   RT_LAUNCH(mean_kernel, 1, 1024, 0, rt_cuda_stream, loss, part, targets, n, ignore);
@@ -699,9 +671,9 @@ static void crossentropy_bwd(T *dlogits, const float *dloss, const T *logits, co
                              long n, long v, long vocab, long ignore) {
   if (n <= 0) return;
   long *count = count_rows(targets, n, ignore, "crossentropy_bwd");
-  RT_LAUNCH(crossentropy_bwd_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream, dlogits,
-            dloss, logits, targets, n, v, vocab, count, ignore,
-            v % Pack<T>::N == 0 && aligned16(logits) && aligned16(dlogits));
+  RT_LAUNCH(crossentropy_rows_grad_kernel, grid_rows(n), row_threads(v), 0, rt_cuda_stream,
+            (double *)NULL, dlogits, logits, targets, n, v, vocab, count, dloss, 0.0f, ignore,
+            v % Pack<T>::N == 0 && aligned16(logits) && aligned16(dlogits), true);
   LAUNCHED();
 }
 RT_CUDA_KT(crossentropy_bwd,
