@@ -288,8 +288,8 @@ typedef struct Live {
 
 static int by_id(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-// v is a backward temporary: an activation gradient that some node reads.
-// A temporary the memory plan writes over an input that dies where it is made
+// v is a backward temporary: an activation gradient that some node reads. One the memory
+// plan writes over an input that dies where it is made
 // (pass_in_place: the logits' gradient over the logits) takes that input's bytes, which the
 // block holds as an activation until its backward ends: none of its own.
 static bool temporary(const IrValue *v, const bool *pgrad, const int *last) {
@@ -855,10 +855,6 @@ static double attention_rate(IrGraph *g, const IrNode *n, const SvDevice *dev, b
                       n->op == OP_ATTENTION_BWD, bf16);
 }
 
-// Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
-// attention run at the tensor cores' rate for their operands' type; a
-// profile's measured GEMMs give matmuls the rate of their shape, and its
-// measured kernels their ops' times by their elements.
 // The time of op `op` over numel elements of type dt on dev as an epilogue of a CPU GEMM (the
 // CPU's twin of rt_matmul_bias and rt_matmul_bgrad runs it on each block the GEMM finishes, or
 // after it): as measured on its own, or its bytes at the device's bandwidth (nin read, one
@@ -869,6 +865,11 @@ static double cpu_epilogue_op(const SvDevice *dev, IrOp op, double numel, IrDTyp
     return measured;
   return (nin + 1) * numel * ir_dtype_size(dt) / (dev->hbm_bw * dev->eff.mem);
 }
+
+// The share of a layernorm's own time it takes in a residual's add_layernorm on dev: half on a
+// GPU (it writes its rows, and reads the sum from the registers that made it), all on a CPU
+// (whose twin runs the add and the norm in turn).
+static double fused_norm_share(const SvDevice *dev) { return dev->cores > 0 ? 1 : 0.5; }
 
 // The time a GEMM's epilogue adds on dev: none on a GPU (cuBLASLt applies it to the product in
 // registers); on a CPU the add of the bias, the GELU and the bias gradient's sums, each as its
@@ -886,6 +887,10 @@ static double epilogue_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
          (ir_attr_i(n, "act") ? cpu_epilogue_op(dev, OP_GELU, numel, dt, 1) : 0);
 }
 
+// Roofline: the slower of the arithmetic and the memory traffic. Matmuls and
+// attention run at the tensor cores' rate for their operands' type; a
+// profile's measured GEMMs give matmuls the rate of their shape, and its
+// measured kernels their ops' times by their elements.
 static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
   if (is_view(n))
     return 0;
@@ -909,7 +914,7 @@ static double node_time(IrGraph *g, const IrNode *n, const SvDevice *dev) {
     double add = sv_op_seconds(dev, OP_ADD, numel, bf16);
     double norm = sv_op_seconds(dev, OP_LAYERNORM, numel, bf16);
     if (add >= 0 && norm >= 0)
-      measured = add + (dev->cores > 0 ? norm : norm / 2);
+      measured = add + fused_norm_share(dev) * norm;
   }
   if (measured >= 0)
     return measured;
@@ -945,9 +950,9 @@ static double priced_time(IrGraph *g, const IrNode *n, const IrNode *into, const
     return node_time(g, n, dev);
   if (into->op == OP_CROSS_ENTROPY_BWD)
     return 0;
-  if (dev->cores > 0)
-    return node_time(g, n, dev);
-  return into->op == OP_ADD ? node_time(g, n, dev) / 2 : 0;
+  if (into->op == OP_ADD)
+    return fused_norm_share(dev) * node_time(g, n, dev);
+  return dev->cores > 0 ? node_time(g, n, dev) : 0;
 }
 
 void sv_price_nodes(IrGraph *g, const SvConfig *cfg, double *micro_s, double *step_s,
